@@ -1,0 +1,3 @@
+from afc_cli.cli import main
+
+main()

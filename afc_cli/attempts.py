@@ -1,0 +1,159 @@
+"""The one attempt runner: every provider call of a job's chain, its retries and fallbacks.
+
+Nothing under it retries on its own. What happens after a failed attempt depends on its error
+class (SPEC section 5):
+
+- ``auth``, ``invalid``, ``cancelled`` stop the whole chain: the job fails.
+- ``rate_limited``, ``timeout``, ``unavailable``, ``server`` (and an attempt of ``unknown``
+  outcome, left by a dead process) back off and try the same model while it has attempts left.
+- ``refusal`` uses the same model's remaining attempts first (some models refuse a prompt only
+  sometimes), without waiting.
+- ``window_expired`` never retries that model: the provider may have billed the whole window.
+
+A model is left when its attempts run out or its window expired. The reasons for leaving are
+``{"exhausted", <class>}`` after transient failures, ``{"refusal"}`` after refusals and
+``{"window_expired"}``; the chain moves to the next model only if the entry's ``fallback_on``
+names one of them (default: ``[exhausted]``). An exhausted chain fails with the last real cause.
+
+The runner's state is the ledger's attempt rows, so a resumed job continues where it stopped:
+attempt numbers, per-model counts and backoff all carry over.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+STOP_CHAIN = frozenset({"auth", "invalid", "cancelled"})
+RETRY_SAME_MODEL = frozenset({"rate_limited", "timeout", "unavailable", "server", "unknown"})
+
+
+def backoff_delay(
+    failures: int,
+    *,
+    base: float,
+    cap: float,
+    retry_after: float | None = None,
+    rand: Callable[[], float] = random.random,
+) -> float:
+    """Seconds to wait before the next try, after ``failures`` consecutive failures (>= 1).
+
+    Exponential with full jitter, uniform in [0, min(cap, base * 2**(failures-1))]; a provider's
+    Retry-After (or equivalent) is honoured, but never beyond ``cap``. Pure: the random source
+    is injected, so tests assert the maths without sleeping. (The ``backoff`` package's
+    generators draw from the global random module, which tests cannot pin.)
+    """
+    if failures < 1:
+        return 0.0
+    if retry_after is not None and retry_after >= 0:
+        return min(float(retry_after), cap)
+    ceiling = min(cap, base * (2 ** min(failures - 1, 62)))
+    return rand() * ceiling
+
+
+@dataclass(frozen=True)
+class PastAttempt:
+    chain_index: int
+    status: str  # succeeded | failed | unknown
+    error_class: str | None
+    provider: str
+    model: str
+    http_status: int | None = None
+    message: str | None = None
+    retry_after: float | None = None
+
+    @property
+    def effective_class(self) -> str:
+        return self.error_class or "unknown"
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> PastAttempt:
+        return cls(
+            chain_index=row["chain_index"],
+            status=row["status"],
+            error_class=row["error_class"],
+            provider=row["provider"],
+            model=row["model"],
+            http_status=row["http_status"],
+            message=row["error_message"],
+        )
+
+
+@dataclass(frozen=True)
+class Try:
+    """Make an attempt on chain entry ``chain_index`` after waiting ``delay`` seconds."""
+
+    chain_index: int
+    delay: float
+    after: str | None  # the class that caused the wait, for the ledger and the user
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """The chain is over: the job fails with the last real cause."""
+
+    cause: PastAttempt
+    reason: str
+
+
+def next_try(
+    chain: list[dict[str, Any]],
+    history: list[PastAttempt],
+    *,
+    retry_after: float | None = None,
+    rand: Callable[[], float] = random.random,
+) -> Try | GiveUp:
+    """Decide the next attempt from the chain and the ended attempts so far (oldest first)."""
+    if not history:
+        return Try(0, 0.0, None)
+    index = history[-1].chain_index
+    on_model = [h for h in history if h.chain_index == index]
+    last = history[-1]
+    entry = chain[index]
+    cls = last.effective_class
+    used = len(on_model)
+
+    if cls in STOP_CHAIN:
+        return GiveUp(last, f"{cls} stops the chain")
+    if cls == "window_expired":
+        reasons = {"window_expired"}
+    elif used >= entry["attempts"]:
+        reasons = {"refusal"} if cls == "refusal" else {"exhausted", cls}
+    elif cls == "refusal":
+        return Try(index, 0.0, cls)
+    else:
+        failures = 0
+        for h in reversed(on_model):
+            if h.effective_class not in RETRY_SAME_MODEL:
+                break
+            failures += 1
+        backoff = entry.get("backoff") or {}
+        delay = backoff_delay(
+            failures,
+            base=backoff.get("base", 2.0),
+            cap=backoff.get("cap", 60.0),
+            retry_after=retry_after,
+            rand=rand,
+        )
+        return Try(index, delay, cls)
+
+    allowed = reasons & set(entry.get("fallback_on") or [])
+    if allowed and index + 1 < len(chain):
+        return Try(index + 1, 0.0, cls)
+    model = f"{entry['provider']}/{entry['model']}"
+    if index + 1 >= len(chain):
+        why = f"{model} used {used} of {entry['attempts']} attempts and no model follows it"
+    else:
+        why = (
+            f"{model} used {used} of {entry['attempts']} attempts; fallback_on "
+            f"{sorted(entry.get('fallback_on') or [])} does not allow {sorted(reasons)}"
+        )
+    return GiveUp(last, why)
+
+
+def describe_cause(cause: PastAttempt) -> str:
+    status = f" (HTTP {cause.http_status})" if cause.http_status else ""
+    message = f": {cause.message}" if cause.message else ""
+    return f"{cause.effective_class} from {cause.provider}/{cause.model}{status}{message}"

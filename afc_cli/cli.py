@@ -1,0 +1,256 @@
+"""The ``afc`` command: each command parses options, calls one library function, formats.
+
+One error boundary (``_boundary``) turns domain errors into a message on stderr and their exit
+code; no traceback reaches a user for an expected error. Heavy modules (the ledger, pydantic,
+YAML, the providers) are imported inside the commands so ``afc --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(
+    name="afc",
+    help="Batch renderer for paid AI generation jobs: a retry never pays again for an output "
+    "that is already stored, and every paid attempt is recorded with what it cost.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold API keys: never print them
+)
+
+LedgerOpt = Annotated[
+    str,
+    typer.Option("--ledger", envvar="AFC_LEDGER", help="Ledger file (SQLite).", show_envvar=True),
+]
+StorageOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--storage",
+        envvar="AFC_STORAGE",
+        help="Output storage URL, e.g. file://./afc-outputs (the default).",
+        show_envvar=True,
+    ),
+]
+ConcurrencyOpt = Annotated[
+    int, typer.Option("--concurrency", min=1, help="Jobs worked on at once.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")]
+BatchOpt = Annotated[str | None, typer.Option("--batch", help="Only this batch.")]
+
+DEFAULT_LEDGER = "afc.db"
+DEFAULT_CONCURRENCY = 8
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(f"afc: {message}\n")
+
+
+@contextmanager
+def _boundary() -> Iterator[None]:
+    from afc_cli.errors import EXIT_INTERRUPTED, AfcError
+
+    try:
+        yield
+    except AfcError as exc:
+        _err(exc.message)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        _err("interrupted; every job stays resumable (run 'afc resume')")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _reporter(json_out: bool, quiet: bool, verbose: bool):
+    from afc_cli.output import LineReporter, RichReporter
+    from afc_cli.run import Reporter
+
+    if quiet:
+        return Reporter()
+    if sys.stderr.isatty() and not json_out:
+        return RichReporter(verbose=verbose)
+    return LineReporter(verbose=verbose)
+
+
+def _interrupt_on_sigterm() -> None:
+    # SIGTERM (a stopped cron job, a container shutdown) is an interruption like Ctrl-C:
+    # stop, record what is in flight, keep every job resumable.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
+    from afc_cli.output import emit_json, job_json
+
+    jobs = [job_json(row) for row in result.jobs]
+    conflicts = result.admit.conflicts if result.admit else []
+    if json_out:
+        payload: dict[str, Any] = {}
+        if result.admit is not None:
+            payload["batch"] = result.admit.batch
+            payload["storage"] = result.admit.storage
+            payload["admitted"] = {
+                "new": len(result.admit.new),
+                "replayed": len(result.admit.replayed),
+                "conflicts": len(conflicts),
+            }
+        payload.update(
+            {
+                "jobs": jobs,
+                "counts": result.counts,
+                "conflicts": conflicts,
+                "exit_code": result.exit_code,
+            }
+        )
+        emit_json(payload)
+        return
+    for conflict in conflicts:
+        _err(
+            f"IDEMPOTENCY_CONFLICT: key {conflict['key']!r} was admitted with request hash "
+            f"{conflict['stored_hash']}, this manifest's request hashes to "
+            f"{conflict['new_hash']}. The stored job and its output are untouched; use a new "
+            "key for a changed request."
+        )
+    if quiet:
+        return
+    if result.admit is not None:
+        admit = result.admit
+        _err(
+            f"batch {admit.batch}: {len(admit.new)} new, {len(admit.replayed)} replayed, "
+            f"{len(conflicts)} conflicting; storage {admit.storage}"
+        )
+    not_ok = [j for j in jobs if j["status"] != "succeeded"]
+    for job in not_ok:
+        why = job["error"]["message"] if job["error"] else job["waiting"] or ""
+        _err(f"{job['batch']}/{job['key']}: {job['status']} at {job['step']}: {why}")
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
+    _err(f"{result.ran} run; {counts or 'no jobs'}")
+
+
+@app.command()
+def submit(
+    manifest: Annotated[str, typer.Argument(help="The job manifest (YAML).")],
+    no_run: Annotated[bool, typer.Option("--no-run", help="Admit the jobs, run none.")] = False,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Validate a manifest, admit its jobs idempotently, and run every job not yet finished."""
+    with _boundary():
+        from afc_cli import run
+
+        _interrupt_on_sigterm()
+        result = run.submit(
+            manifest,
+            ledger_path=ledger,
+            storage=storage,
+            concurrency=concurrency,
+            run=not no_run,
+            reporter=_reporter(json_out, quiet, verbose),
+        )
+        _print_run(result, json_out, quiet)
+        if no_run and result.exit_code != 3:
+            raise typer.Exit(0)
+        raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def resume(
+    batch: BatchOpt = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run every unfinished job in the ledger (what cron calls)."""
+    with _boundary():
+        from afc_cli import run
+
+        _interrupt_on_sigterm()
+        result = run.resume(
+            ledger_path=ledger,
+            batch=batch,
+            storage=storage,
+            concurrency=concurrency,
+            reporter=_reporter(json_out, quiet, verbose),
+        )
+        _print_run(result, json_out, quiet)
+        raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def status(
+    batch: BatchOpt = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Counts by status, and per job: key, status, step, output key, attempts, cost."""
+    with _boundary():
+        from afc_cli.ledger import Ledger
+        from afc_cli.output import emit_json, emit_table, job_json
+
+        book = Ledger(ledger, create=False)
+        try:
+            rows = [job_json(r) for r in book.status_rows(batch)]
+        finally:
+            book.close()
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        if json_out:
+            emit_json({"jobs": rows, "counts": counts})
+            return
+        for row in rows:
+            row["cost"] = row["cost"] if row["cost"] is not None else "unpriced"
+        emit_table(
+            rows,
+            ["batch", "key", "status", "step", "output_key", "attempts", "cost"],
+            footer=", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs",
+        )
+
+
+@app.command()
+def show(
+    key: Annotated[str, typer.Argument(help="The job's idempotency key.")],
+    batch: BatchOpt = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """One job's whole story: request, steps, every attempt with error and cost, events."""
+    with _boundary():
+        from afc_cli.report import job_story, print_story
+
+        story = job_story(ledger, key, batch)
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(story)
+        else:
+            print_story(story)
+
+
+def main() -> None:
+    # Reading a SIGPIPE'd pipe (afc status | head) should end quietly.
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.environ.setdefault("PYTHONIOENCODING", "utf-8")
+    app()

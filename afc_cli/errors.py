@@ -1,0 +1,65 @@
+"""Domain errors. Library code raises these; the CLI boundary maps them to exit codes.
+
+Exit codes (the README documents them):
+    0  every requested job ended succeeded (or was already stored)
+    1  some job failed, was cancelled, or is still waiting (for example on storage)
+    2  usage or manifest error: nothing was written
+    3  idempotency conflict: conflicting jobs refused, the others still ran (3 wins over 1)
+    4  stopped by the spending budget: all work resumable
+  130  interrupted: all work resumable
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CONFLICT = 3
+EXIT_BUDGET = 4
+EXIT_INTERRUPTED = 130
+
+
+class AfcError(Exception):
+    """An expected error: shown to the user as one message, never as a traceback."""
+
+    exit_code = EXIT_JOB_FAILED
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(AfcError):
+    """Bad options or a refused request (e.g. a batch pointed at a second storage)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ManifestError(UsageError):
+    """The manifest is invalid. Raised before anything is written to the ledger."""
+
+    def __init__(self, path: str, problems: list[str]):
+        self.path = path
+        self.problems = problems
+        listed = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid manifest {path}:\n{listed}")
+
+
+class LedgerError(AfcError):
+    """The ledger cannot be opened or is not an afc ledger."""
+
+    exit_code = EXIT_USAGE
+
+
+class StorageError(AfcError):
+    """A storage operation failed. ``retryable`` tells the store policy whether to try again."""
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class OutputKeyConflict(AfcError):
+    """The output key holds an object that another job (or something else) wrote."""
+
+    code = "OUTPUT_KEY_CONFLICT"

@@ -1,0 +1,574 @@
+"""The ledger: the truth about jobs and money, in SQLite through sqlite-utils.
+
+Every state change is one transaction (``Ledger.tx``), and a step's checkpoint is written in the
+same transaction as its effect. Writes use SQL that PostgreSQL also runs (``INSERT ... ON
+CONFLICT``, conditional ``UPDATE ... WHERE status``) so the ledger can move behind another
+engine without touching the pipeline.
+
+Durability: the ledger runs in WAL mode with ``synchronous=NORMAL``, which survives any process
+crash (SIGKILL included) with every committed transaction intact. The one write whose loss on a
+power cut would cost money unrecorded, the attempt row committed before a paid provider call,
+is committed with ``synchronous=FULL`` (``tx(durable=True)``).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from afc_cli.errors import LedgerError, UsageError
+from afc_cli.migrations import migrations
+from afc_cli.owner import current_owner, owner_is_dead
+
+TERMINAL = ("succeeded", "failed", "cancelled", "dead")
+ACTIVE = ("queued", "running", "waiting")
+BUSY_TIMEOUT_S = 30.0
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _in(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+TERMINAL_SQL = _in(TERMINAL)
+ACTIVE_SQL = _in(ACTIVE)
+
+
+@dataclass
+class AdmitResult:
+    batch: str
+    storage: str
+    new: list[str] = field(default_factory=list)
+    replayed: list[str] = field(default_factory=list)
+    conflicts: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def admitted_keys(self) -> list[str]:
+        return self.new + self.replayed
+
+
+class Ledger:
+    def __init__(self, path: str | Path, *, create: bool = True):
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
+        try:
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self.db = Database(conn, execute_plugins=False)
+            migrations.apply(self.db)
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
+        self.owner = current_owner()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- transactions ---------------------------------------------------------------------
+
+    @contextmanager
+    def tx(self, *, durable: bool = False) -> Iterator[Database]:
+        """One transaction. The write lock is taken up front (BEGIN IMMEDIATE) so concurrent
+        afc processes queue on the busy timeout instead of failing a read-to-write upgrade;
+        the body runs inside ``db.atomic()``."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            with self.db.atomic():
+                yield self.db
+            return
+        if durable:
+            conn.execute("PRAGMA synchronous=FULL")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                with self.db.atomic():
+                    yield self.db
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            if durable:
+                conn.execute("PRAGMA synchronous=NORMAL")
+
+    def _one(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
+        cursor = self.db.execute(sql, params)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        return dict(zip([c[0] for c in cursor.description], row, strict=True))
+
+    def _all(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        cursor = self.db.execute(sql, params)
+        names = [c[0] for c in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def _event(self, job_id: str | None, batch: str | None, kind: str, **detail: Any) -> None:
+        self.db.execute(
+            "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
+            (job_id, batch, _now(), kind, _dumps(detail) if detail else None),
+        )
+
+    # --- admission --------------------------------------------------------------------------
+
+    def batch(self, name: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM batches WHERE name = ?", (name,))
+
+    def batches(self) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM batches ORDER BY created_at")
+
+    def check_storage(self, batch: str, storage: str | None) -> str | None:
+        """The storage a batch is bound to; refuses a different one named explicitly."""
+        row = self.batch(batch)
+        if row is None:
+            return None
+        if storage is not None and storage != row["storage"]:
+            raise UsageError(
+                f"batch {batch!r} stores its outputs in {row['storage']}, not {storage}; "
+                "a batch keeps the storage it was first admitted with, so no output is "
+                "rendered twice into two places. Use that storage or a new batch name."
+            )
+        return row["storage"]
+
+    def admit(self, manifest: Any, storage: str, rates_json: list[dict[str, Any]]) -> AdmitResult:
+        """Admit a manifest's jobs idempotently, in one transaction.
+
+        Same key, same request hash: a replay (the existing job is used). Same key, another
+        hash: a conflict, reported with both hashes, the stored job untouched.
+        """
+        result = AdmitResult(batch=manifest.batch, storage=storage)
+        now = _now()
+        with self.tx():
+            self.check_storage(manifest.batch, storage)
+            self.db.execute(
+                "INSERT INTO batches (name, storage, rates_json, manifest_path, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+                " rates_json = excluded.rates_json, manifest_path = excluded.manifest_path,"
+                " updated_at = excluded.updated_at",
+                (manifest.batch, storage, _dumps(rates_json), manifest.path, now, now),
+            )
+            existing = {
+                row[0]: row[1]
+                for row in self.db.execute(
+                    "SELECT key, request_hash FROM jobs WHERE batch = ?", (manifest.batch,)
+                )
+            }
+            fresh = []
+            for job in manifest.jobs:
+                stored = existing.get(job.key)
+                if stored is None:
+                    fresh.append(job)
+                elif stored == job.request_hash:
+                    result.replayed.append(job.key)
+                else:
+                    result.conflicts.append(
+                        {"key": job.key, "stored_hash": stored, "new_hash": job.request_hash}
+                    )
+            self.db.conn.executemany(
+                "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
+                " status, step, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', 'probe', ?, ?)"
+                " ON CONFLICT (batch, key) DO NOTHING",
+                [
+                    (
+                        j.job_id,
+                        manifest.batch,
+                        j.key,
+                        j.index,
+                        j.request_hash,
+                        _dumps(j.body),
+                        j.output_key,
+                        now,
+                        now,
+                    )
+                    for j in fresh
+                ],
+            )
+            self.db.conn.executemany(
+                "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (j.job_id, manifest.batch, now, "admitted", _dumps({"hash": j.request_hash}))
+                    for j in fresh
+                ]
+                + [
+                    (
+                        None,
+                        manifest.batch,
+                        now,
+                        "conflict_refused",
+                        _dumps(c),
+                    )
+                    for c in result.conflicts
+                ],
+            )
+            result.new = [j.key for j in fresh]
+        return result
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM jobs WHERE id = ?", (job_id,))
+
+    def jobs_by_key(self, key: str, batch: str | None = None) -> list[dict[str, Any]]:
+        if batch is None:
+            return self._all("SELECT * FROM jobs WHERE key = ? ORDER BY created_at", (key,))
+        return self._all("SELECT * FROM jobs WHERE key = ? AND batch = ?", (key, batch))
+
+    def runnable_job_ids(
+        self, batch: str | None = None, keys: list[str] | None = None
+    ) -> list[str]:
+        sql = f"SELECT id, key FROM jobs WHERE status IN {ACTIVE_SQL}"
+        params: list[Any] = []
+        if batch is not None:
+            sql += " AND batch = ?"
+            params.append(batch)
+        sql += " ORDER BY batch, seq"
+        rows = self.db.execute(sql, params).fetchall()
+        if keys is not None:
+            wanted = set(keys)
+            return [job_id for job_id, key in rows if key in wanted]
+        return [job_id for job_id, _ in rows]
+
+    def status_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
+        sql = (
+            "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.attempts, j.error_code,"
+            " j.error_class, j.error_message, j.waiting_reason,"
+            " (SELECT SUM(a.cost_micros) FROM attempts a WHERE a.job_id = j.id) AS cost_micros,"
+            " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL)"
+            " AS unpriced_attempts"
+            " FROM jobs j"
+        )
+        params: list[Any] = []
+        if batch is not None:
+            sql += " WHERE j.batch = ?"
+            params.append(batch)
+        sql += " ORDER BY j.batch, j.seq"
+        return self._all(sql, params)
+
+    def steps(self, job_id: str) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM steps WHERE job_id = ? ORDER BY completed_at, rowid", (job_id,)
+        )
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,))
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM events WHERE job_id = ? ORDER BY id", (job_id,))
+
+    # --- claiming -----------------------------------------------------------------------------
+
+    def claim(self, job_id: str, lease_s: float) -> dict[str, Any] | None:
+        """Take a job for this process, or None if it is terminal or another live run holds it.
+
+        Taking over from a dead or expired owner marks that owner's attempts left ``started``
+        as ``unknown``: possibly paid, unpriced, never deleted.
+        """
+        now = _now()
+        with self.tx():
+            job = self.job(job_id)
+            if job is None or job["status"] in TERMINAL:
+                return None
+            holder = job["lease_owner"]
+            mine = holder == self.owner
+            free = (
+                holder is None or mine or (job["lease_expires"] or 0) < now or owner_is_dead(holder)
+            )
+            if not free:
+                return None
+            cursor = self.db.execute(
+                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?,"
+                " takeovers = takeovers + ? WHERE id = ? AND lease_owner IS ?"
+                f" AND status NOT IN {TERMINAL_SQL}",
+                (
+                    self.owner,
+                    now + lease_s,
+                    now,
+                    0 if holder is None or mine else 1,
+                    job_id,
+                    holder,
+                ),
+            )
+            if cursor.rowcount != 1:
+                return None
+            self._mark_unknown(job_id, job["batch"], exclude_owner=self.owner)
+            if holder is not None and not mine:
+                self._event(job_id, job["batch"], "takeover", previous_owner=holder)
+            return self.job(job_id)
+
+    def _mark_unknown(self, job_id: str, batch: str, exclude_owner: str | None) -> None:
+        rows = self._all(
+            "SELECT number, provider, owner FROM attempts WHERE job_id = ? AND status = 'started'"
+            " AND (owner IS NOT ? OR ? IS NULL)",
+            (job_id, exclude_owner, exclude_owner),
+        )
+        for row in rows:
+            self.db.execute(
+                "UPDATE attempts SET status = 'unknown', ended_at = ?,"
+                " error_message = 'the process running this attempt ended before it reported;"
+                " the provider may have charged for it' WHERE job_id = ? AND number = ?"
+                " AND status = 'started'",
+                (_now(), job_id, row["number"]),
+            )
+            self._event(
+                job_id, batch, "attempt_unknown", number=row["number"], provider=row["provider"]
+            )
+
+    def renew_leases(self, lease_s: float) -> None:
+        with self.tx():
+            self.db.execute(
+                f"UPDATE jobs SET lease_expires = ? WHERE lease_owner = ?"
+                f" AND status NOT IN {TERMINAL_SQL}",
+                (_now() + lease_s, self.owner),
+            )
+
+    def release_all(self) -> None:
+        """On interruption: our in-flight attempts become unknown, our leases are freed."""
+        with self.tx():
+            for row in self._all("SELECT id, batch FROM jobs WHERE lease_owner = ?", (self.owner,)):
+                self._mark_unknown(row["id"], row["batch"], exclude_owner=None)
+                self._event(row["id"], row["batch"], "released", reason="interrupted")
+            self.db.execute(
+                "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL,"
+                " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
+                f" WHERE lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
+                (self.owner,),
+            )
+
+    def release(self, job_id: str) -> None:
+        with self.tx():
+            self.db.execute(
+                "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL"
+                " WHERE id = ? AND lease_owner = ?",
+                (job_id, self.owner),
+            )
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def _checkpoint(self, job: dict[str, Any], step: str, detail: dict[str, Any] | None) -> None:
+        self.db.execute(
+            "INSERT INTO steps (job_id, step, completed_at, detail_json) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (job_id, step) DO NOTHING",
+            (job["id"], step, _now(), _dumps(detail)),
+        )
+        self._event(job["id"], job["batch"], f"step.{step}", **(detail or {}))
+
+    def checkpoint(
+        self,
+        job: dict[str, Any],
+        steps: list[tuple[str, dict[str, Any] | None]],
+        next_step: str,
+        **updates: Any,
+    ) -> None:
+        """Record completed steps and move the job to its next step, in one transaction."""
+        with self.tx():
+            for step, detail in steps:
+                self._checkpoint(job, step, detail)
+            self._update_job(job["id"], step=next_step, **updates)
+
+    def _update_job(self, job_id: str, **updates: Any) -> None:
+        updates["updated_at"] = _now()
+        assignments = ", ".join(f"{name} = ?" for name in updates)
+        self.db.execute(
+            f"UPDATE jobs SET {assignments} WHERE id = ? AND status NOT IN {TERMINAL_SQL}",
+            [*updates.values(), job_id],
+        )
+
+    def set_waiting(self, job: dict[str, Any], reason: str, **updates: Any) -> None:
+        with self.tx():
+            self._update_job(job["id"], status="waiting", waiting_reason=reason, **updates)
+            self._event(job["id"], job["batch"], "waiting", reason=reason)
+
+    def set_running(self, job: dict[str, Any]) -> None:
+        with self.tx():
+            self._update_job(job["id"], status="running", waiting_reason=None)
+
+    # --- attempts -------------------------------------------------------------------------------
+
+    def start_attempt(
+        self,
+        job: dict[str, Any],
+        chain_index: int,
+        provider: str,
+        model: str,
+        wait_s: float | None,
+        *,
+        durable: bool,
+    ) -> int | None:
+        """Commit an attempt row (status ``started``) before its provider call.
+
+        Returns the attempt number, or None if the job is no longer ours or no longer active.
+        """
+        now = _now()
+        with self.tx(durable=durable):
+            cursor = self.db.execute(
+                "UPDATE jobs SET attempts = attempts + 1, status = 'running',"
+                " waiting_reason = NULL, updated_at = ? WHERE id = ? AND lease_owner = ?"
+                f" AND status NOT IN {TERMINAL_SQL}",
+                (now, job["id"], self.owner),
+            )
+            if cursor.rowcount != 1:
+                return None
+            number = self.db.execute(
+                "SELECT attempts FROM jobs WHERE id = ?", (job["id"],)
+            ).fetchone()[0]
+            self.db.execute(
+                "INSERT INTO attempts (job_id, number, chain_index, provider, model, status,"
+                " owner, wait_s, started_at) VALUES (?, ?, ?, ?, ?, 'started', ?, ?, ?)",
+                (job["id"], number, chain_index, provider, model, self.owner, wait_s, now),
+            )
+            self._event(
+                job["id"],
+                job["batch"],
+                "attempt_started",
+                number=number,
+                provider=provider,
+                model=model,
+            )
+        return number
+
+    def report_attempt(
+        self,
+        job: dict[str, Any],
+        number: int,
+        *,
+        chain_index: int,
+        provider: str,
+        model: str,
+        status: str,
+        error_class: str | None = None,
+        http_status: int | None = None,
+        error_message: str | None = None,
+        provider_request_id: str | None = None,
+        usage: dict[str, Any] | None = None,
+        cost_micros: int | None = None,
+        cost_source: str | None = None,
+        started_at: float | None = None,
+        ended_at: float | None = None,
+    ) -> None:
+        """Upsert on (job, provider, attempt number).
+
+        A repeated report overwrites usage and cost, but never outcome, error or timing: the
+        first report of an outcome stands.
+        """
+        ended = ended_at if ended_at is not None else _now()
+        self.db.execute(
+            "INSERT INTO attempts (job_id, number, chain_index, provider, model, status,"
+            " error_class, http_status, error_message, provider_request_id, owner, started_at,"
+            " ended_at, duration_s, usage_json, cost_micros, cost_source)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (job_id, provider, number) DO UPDATE SET"
+            " usage_json = excluded.usage_json,"
+            " cost_micros = excluded.cost_micros,"
+            " cost_source = excluded.cost_source,"
+            " provider_request_id = COALESCE(attempts.provider_request_id,"
+            "   excluded.provider_request_id),"
+            " status = CASE WHEN attempts.status = 'started' THEN excluded.status"
+            "   ELSE attempts.status END,"
+            " error_class = CASE WHEN attempts.status = 'started' THEN excluded.error_class"
+            "   ELSE attempts.error_class END,"
+            " http_status = CASE WHEN attempts.status = 'started' THEN excluded.http_status"
+            "   ELSE attempts.http_status END,"
+            " error_message = CASE WHEN attempts.status = 'started' THEN excluded.error_message"
+            "   ELSE attempts.error_message END,"
+            " ended_at = CASE WHEN attempts.status = 'started' THEN excluded.ended_at"
+            "   ELSE attempts.ended_at END,"
+            " duration_s = CASE WHEN attempts.status = 'started'"
+            "   THEN excluded.ended_at - attempts.started_at ELSE attempts.duration_s END",
+            (
+                job["id"],
+                number,
+                chain_index,
+                provider,
+                model,
+                status,
+                error_class,
+                http_status,
+                error_message,
+                provider_request_id,
+                self.owner,
+                started_at if started_at is not None else ended,
+                ended,
+                (ended - started_at) if started_at is not None else 0.0,
+                _dumps(usage),
+                cost_micros,
+                cost_source,
+            ),
+        )
+        self._event(
+            job["id"],
+            job["batch"],
+            "attempt_ended",
+            number=number,
+            status=status,
+            error_class=error_class,
+            cost_micros=cost_micros,
+        )
+
+    def end_attempt(self, job: dict[str, Any], number: int, **report: Any) -> None:
+        with self.tx():
+            self.report_attempt(job, number, **report)
+
+    # --- terminal writes ------------------------------------------------------------------------
+
+    def finish(
+        self,
+        job: dict[str, Any],
+        status: str,
+        *,
+        step: str,
+        detail: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Move a job to a terminal state. The first terminal state wins: this is a conditional
+        update that matches only a non-terminal row, and a loser changes nothing."""
+        assert status in TERMINAL
+        now = _now()
+        with self.tx():
+            values = {
+                "status": status,
+                "step": "done" if status == "succeeded" else step,
+                "lease_owner": None,
+                "lease_expires": None,
+                "waiting_reason": None,
+                "finished_at": now,
+                "updated_at": now,
+                **fields,
+            }
+            assignments = ", ".join(f"{name} = ?" for name in values)
+            cursor = self.db.execute(
+                f"UPDATE jobs SET {assignments} WHERE id = ? AND status NOT IN {TERMINAL_SQL}",
+                [*values.values(), job["id"]],
+            )
+            if cursor.rowcount != 1:
+                return False
+            if status == "succeeded":
+                self._checkpoint(job, "finish", detail)
+            self._event(
+                job["id"],
+                job["batch"],
+                status,
+                **(detail or {}),
+                **{k: v for k, v in fields.items() if k.startswith("error_") or k == "outcome"},
+            )
+        return True

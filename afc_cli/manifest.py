@@ -1,0 +1,410 @@
+"""The manifest: YAML in, validated and resolved jobs out, before anything is written.
+
+Validation is strict: unknown fields, a missing or duplicated key, duplicate YAML mapping keys,
+bad types, an empty chain, an output template that could escape the storage prefix, and two jobs
+sharing one output key are all errors. Every problem names the file, the job (index and key) and
+the field; ``load_manifest`` raises one ``ManifestError`` listing them all, and the caller has
+written nothing yet.
+
+Each job is resolved (defaults applied) into a canonical request body. Its SHA-256 over RFC 8785
+JSON is the job's request hash: everything that determines the output (the whole chain, prompt,
+params, output template) and nothing else, so an explicit default and an omitted one hash alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Literal
+
+import rfc8785
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from afc_cli.errors import ManifestError
+
+# Stable namespace for job ids: uuid5(namespace, batch NUL key). Never change it: a rebuilt
+# ledger must derive the same job ids to recognise outputs already in storage.
+JOB_ID_NAMESPACE = uuid.UUID("6f1c8a0e-3f52-5c1e-9a53-1b2f7d0e4a11")
+
+ERROR_CLASSES = (
+    "auth",
+    "invalid",
+    "cancelled",
+    "rate_limited",
+    "timeout",
+    "unavailable",
+    "server",
+    "refusal",
+    "window_expired",
+    "exhausted",
+)
+ErrorClassName = Literal[
+    "auth",
+    "invalid",
+    "cancelled",
+    "rate_limited",
+    "timeout",
+    "unavailable",
+    "server",
+    "refusal",
+    "window_expired",
+    "exhausted",
+]
+FallbackReason = Literal["exhausted", "unavailable", "refusal", "window_expired"]
+
+TEMPLATE_FIELDS = {"batch", "key", "ext", "job_id"}
+DEFAULT_OUTPUT = "{batch}/{key}.{ext}"
+KEY_ALPHABET = set(string.ascii_letters + string.digits + "._-:")
+MAX_PROBLEMS = 25
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class Backoff(_Strict):
+    base: float = Field(default=2.0, gt=0, description="seconds before the first retry (ceiling)")
+    cap: float = Field(default=60.0, gt=0, description="longest single wait, Retry-After included")
+
+
+class ChainEntry(_Strict):
+    provider: str
+    model: str = Field(min_length=1)
+    attempts: int = Field(default=3, ge=1, le=100)
+    fallback_on: list[FallbackReason] = Field(default_factory=lambda: ["exhausted"])
+    backoff: Backoff = Field(default_factory=Backoff)
+
+
+class Rate(_Strict):
+    provider: str
+    model: str = Field(min_length=1)
+    per_image: str | None = None
+    per_second: str | None = None
+    per_1k_input_tokens: str | None = None
+    per_1k_output_tokens: str | None = None
+
+    @field_validator("per_image", "per_second", "per_1k_input_tokens", "per_1k_output_tokens")
+    @classmethod
+    def _decimal(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            amount = Decimal(value)
+        except (InvalidOperation, TypeError):
+            raise ValueError(f'must be a decimal string such as "0.04", got {value!r}') from None
+        if not amount.is_finite() or amount < 0:
+            raise ValueError(f"must be a non-negative decimal, got {value!r}")
+        return value
+
+    def prices(self) -> dict[str, Decimal]:
+        return {
+            name: Decimal(getattr(self, name))
+            for name in ("per_image", "per_second", "per_1k_input_tokens", "per_1k_output_tokens")
+            if getattr(self, name) is not None
+        }
+
+
+class Defaults(_Strict):
+    output: str = DEFAULT_OUTPUT
+    chain: list[ChainEntry] | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobSpec(_Strict):
+    key: str = Field(min_length=1, max_length=200)
+    prompt: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    chain: list[ChainEntry] | None = None
+    output: str | None = None
+
+
+class ManifestModel(_Strict):
+    version: Literal[1]
+    batch: str = Field(min_length=1, max_length=200)
+    storage: str | None = None
+    defaults: Defaults = Field(default_factory=Defaults)
+    rates: list[Rate] = Field(default_factory=list)
+    jobs: list[JobSpec] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    """One job as the ledger admits it."""
+
+    index: int
+    key: str
+    job_id: str
+    prompt: str
+    params: dict[str, Any]
+    chain: list[dict[str, Any]]
+    output_template: str
+    output_key: str
+    body: dict[str, Any]
+    request_hash: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: str
+    batch: str
+    storage: str | None
+    rates: list[Rate]
+    jobs: list[ResolvedJob]
+
+
+def job_id_for(batch: str, key: str) -> str:
+    """Deterministic job id: racing admissions and a rebuilt ledger agree on it."""
+    return str(uuid.uuid5(JOB_ID_NAMESPACE, f"{batch}\x00{key}"))
+
+
+def canonical_json(value: Any) -> bytes:
+    return rfc8785.dumps(value)
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+# --- YAML -----------------------------------------------------------------------------------
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int):
+        self.key = key
+        self.line = line
+
+
+class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """Safe loader (the C one when PyYAML has it) that refuses duplicate mapping keys."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+    loader.flatten_mapping(node)
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in mapping:
+            raise _DuplicateKey(key, key_node.start_mark.line + 1)
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(str(path), ["file not found"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(str(path), [f"cannot read: {exc}"]) from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader subclass
+    except _DuplicateKey as dup:
+        raise ManifestError(str(path), [f"line {dup.line}: duplicate key {dup.key!r}"]) from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(str(path), [f"not valid YAML: {exc}"]) from None
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def _where(raw: Any, loc: tuple[Any, ...]) -> str:
+    """Name the job (index and key) and the field for an error location."""
+    if len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int):
+        index = loc[1]
+        key = None
+        jobs = raw.get("jobs") if isinstance(raw, dict) else None
+        if isinstance(jobs, list) and index < len(jobs) and isinstance(jobs[index], dict):
+            key = jobs[index].get("key")
+        field = _dotted(loc[2:])
+        who = f"job {index}" + (f" (key {key!r})" if key is not None else "")
+        return f"{who}: field '{field}'" if field else who
+    return f"field '{_dotted(loc)}'"
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _pydantic_problems(raw: Any, exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        else:
+            message = err["msg"]
+        problems.append(f"{_where(raw, loc)}: {message}")
+    return problems
+
+
+def _template_problem(template: str) -> str | None:
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"not a valid template: {exc}"
+    for _literal, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in TEMPLATE_FIELDS:
+            return f"unknown placeholder {{{name}}} (use {', '.join(sorted(TEMPLATE_FIELDS))})"
+        if spec or conversion:
+            return f"placeholder {{{name}}} takes no format spec or conversion"
+    return None
+
+
+def output_key_problem(key: str) -> str | None:
+    """Why an output key could escape the storage prefix, or None if it is safe."""
+    if not key:
+        return "renders to an empty key"
+    if key.startswith("/") or "\\" in key or (len(key) > 1 and key[1] == ":"):
+        return f"renders to {key!r}, an absolute path outside the storage prefix"
+    parts = key.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return f"renders to {key!r}: '..', '.' and empty path segments are not allowed"
+    if any(ord(ch) < 32 for ch in key):
+        return f"renders to {key!r}, which has control characters"
+    if key.endswith(".afc.json"):
+        return f"renders to {key!r}; names ending in .afc.json are reserved for metadata"
+    return None
+
+
+def _key_problem(key: str) -> str | None:
+    if key in (".", "..") or not set(key) <= KEY_ALPHABET:
+        return "must use letters, digits and . _ - : only (it names files and objects)"
+    return None
+
+
+def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> Manifest:
+    """Read, validate and resolve a manifest. Raises ManifestError listing every problem."""
+    from afc_cli.providers import PROVIDERS
+
+    providers = PROVIDERS if providers is None else providers
+    path = Path(path)
+    raw = _read_yaml(path)
+    name = str(path)
+    if not isinstance(raw, dict):
+        raise ManifestError(name, ["the manifest must be a mapping with version, batch and jobs"])
+    try:
+        model = ManifestModel.model_validate(raw)
+    except ValidationError as exc:
+        raise ManifestError(name, _pydantic_problems(raw, exc)[:MAX_PROBLEMS]) from None
+
+    problems: list[str] = []
+    seen_rates: set[tuple[str, str]] = set()
+    for i, rate in enumerate(model.rates):
+        where = f"field 'rates[{i}]'"
+        if rate.provider not in providers:
+            problems.append(f"{where}: unknown provider {rate.provider!r}")
+        if not rate.prices():
+            problems.append(f"{where}: names no price (per_image, per_second, per_1k_*_tokens)")
+        if (rate.provider, rate.model) in seen_rates:
+            problems.append(f"{where}: a second rate card for {rate.provider}/{rate.model}")
+        seen_rates.add((rate.provider, rate.model))
+
+    default_template_problem = _template_problem(model.defaults.output)
+    if default_template_problem:
+        problems.append(f"field 'defaults.output': {default_template_problem}")
+
+    jobs: list[ResolvedJob] = []
+    seen_keys: dict[str, int] = {}
+    seen_outputs: dict[str, int] = {}
+    for index, spec in enumerate(model.jobs):
+        who = f"job {index} (key {spec.key!r})"
+        bad_key = _key_problem(spec.key)
+        if bad_key:
+            problems.append(f"{who}: field 'key': {bad_key}")
+        if spec.key in seen_keys:
+            problems.append(
+                f"{who}: field 'key': duplicate key, already used by job {seen_keys[spec.key]}"
+            )
+            continue
+        seen_keys[spec.key] = index
+
+        chain = spec.chain if spec.chain is not None else model.defaults.chain
+        if not chain:
+            problems.append(
+                f"{who}: field 'chain': the chain is empty (set it here or in defaults)"
+            )
+            continue
+        params = {**model.defaults.params, **spec.params}
+        for c, entry in enumerate(chain):
+            provider = providers.get(entry.provider)
+            if provider is None:
+                problems.append(
+                    f"{who}: field 'chain[{c}].provider': unknown provider {entry.provider!r} "
+                    f"(available: {', '.join(sorted(providers))})"
+                )
+                continue
+            for problem in provider.params_problems(params):
+                problems.append(f"{who}: field 'params.{problem}'")
+
+        template = spec.output if spec.output is not None else model.defaults.output
+        if spec.output is not None:
+            bad = _template_problem(template)
+            if bad:
+                problems.append(f"{who}: field 'output': {bad}")
+                continue
+        elif default_template_problem:
+            continue
+        ext = str(params.get("output_format", "png"))
+        job_id = job_id_for(model.batch, spec.key)
+        output_key = template.format(batch=model.batch, key=spec.key, ext=ext, job_id=job_id)
+        escape = output_key_problem(output_key)
+        if escape:
+            problems.append(f"{who}: field 'output': {escape}")
+            continue
+        if output_key in seen_outputs:
+            problems.append(
+                f"{who}: field 'output': output key {output_key!r} is also job "
+                f"{seen_outputs[output_key]}'s; each job needs its own"
+            )
+            continue
+        seen_outputs[output_key] = index
+
+        chain_dicts = [entry.model_dump(mode="json") for entry in chain]
+        body = {"chain": chain_dicts, "prompt": spec.prompt, "params": params, "output": template}
+        try:
+            digest = request_hash(body)
+        except Exception as exc:  # rfc8785 refuses NaN, huge ints and the like
+            problems.append(f"{who}: field 'params': cannot be canonicalised ({exc})")
+            continue
+        jobs.append(
+            ResolvedJob(
+                index=index,
+                key=spec.key,
+                job_id=job_id,
+                prompt=spec.prompt,
+                params=params,
+                chain=chain_dicts,
+                output_template=template,
+                output_key=output_key,
+                body=body,
+                request_hash=digest,
+            )
+        )
+        if len(problems) >= MAX_PROBLEMS:
+            break
+
+    if problems:
+        raise ManifestError(name, problems[:MAX_PROBLEMS])
+    return Manifest(
+        path=name, batch=model.batch, storage=model.storage, rates=model.rates, jobs=jobs
+    )

@@ -1,0 +1,105 @@
+"""Ledger schema, as sqlite-utils migrations applied whenever a ledger is opened.
+
+Migrations are named, append-only and never edited once shipped: a fresh ledger and an old one
+walk the same path to the same schema (tests/test_migrations.py compares them).
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Migrations
+
+migrations = Migrations("afc")
+
+
+@migrations()
+def m001_initial(db):
+    db.executescript(
+        """
+        CREATE TABLE batches (
+            name TEXT PRIMARY KEY,
+            storage TEXT NOT NULL,
+            rates_json TEXT NOT NULL,
+            manifest_path TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            batch TEXT NOT NULL REFERENCES batches(name),
+            key TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            request_hash TEXT NOT NULL,
+            request_json TEXT NOT NULL,
+            output_key TEXT NOT NULL,
+            status TEXT NOT NULL,
+            step TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            lease_owner TEXT,
+            lease_expires REAL,
+            takeovers INTEGER NOT NULL DEFAULT 0,
+            store_failures INTEGER NOT NULL DEFAULT 0,
+            output_sha256 TEXT,
+            output_size INTEGER,
+            outcome TEXT,
+            error_code TEXT,
+            error_class TEXT,
+            error_provider TEXT,
+            error_http_status INTEGER,
+            error_message TEXT,
+            waiting_reason TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            finished_at REAL,
+            UNIQUE (batch, key)
+        );
+        CREATE TABLE steps (
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            step TEXT NOT NULL,
+            completed_at REAL NOT NULL,
+            detail_json TEXT,
+            PRIMARY KEY (job_id, step)
+        );
+        CREATE TABLE attempts (
+            id INTEGER PRIMARY KEY,
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            number INTEGER NOT NULL,
+            chain_index INTEGER NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            status TEXT NOT NULL,
+            error_class TEXT,
+            http_status INTEGER,
+            error_message TEXT,
+            provider_request_id TEXT,
+            owner TEXT,
+            wait_s REAL,
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            duration_s REAL,
+            usage_json TEXT,
+            cost_micros INTEGER,
+            cost_source TEXT,
+            UNIQUE (job_id, provider, number)
+        );
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY,
+            job_id TEXT,
+            batch TEXT,
+            at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            detail_json TEXT
+        );
+        CREATE INDEX events_job ON events (job_id, id);
+        """
+    )
+
+
+@migrations()
+def m002_status_indexes(db):
+    # Runs pick non-terminal jobs and sweep dead attempts by status: index both.
+    db.executescript(
+        """
+        CREATE INDEX jobs_batch_status ON jobs (batch, status);
+        CREATE INDEX attempts_status ON attempts (status);
+        """
+    )

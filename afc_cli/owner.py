@@ -1,0 +1,53 @@
+"""Who holds a lease: host, pid and the process's start time (so a reused pid is not mistaken
+for the process that died). On the same host a dead owner's lease is void at once; elsewhere
+the lease's expiry decides."""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import cache
+
+
+def _start_ticks(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    # the command name (field 2) may contain spaces; fields after it are space-separated
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+@cache
+def current_owner() -> str:
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '0'}"
+
+
+def owner_is_dead(owner: str | None) -> bool:
+    """True only when we can tell for certain that the owning process is gone."""
+    if not owner:
+        return True
+    try:
+        host, pid_text, ticks = owner.rsplit(":", 2)
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return False
+    if owner == current_owner():
+        return False
+    now_ticks = _start_ticks(pid)
+    if now_ticks is not None:
+        return ticks != "0" and now_ticks != ticks
+    if os.path.isdir("/proc"):
+        return True  # no /proc entry: the process is gone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -1,0 +1,418 @@
+"""One job's pipeline, in SPEC section 4's order: probe, render, spool, store, verify, finish.
+
+Each step is checkpointed in the ledger in the same transaction as its effect, and a resumed job
+continues at its first incomplete step. Where each paid window opens and closes:
+
+- probe: an output this job already stored ends the job with no provider call.
+- render: an attempt row is committed (``started``) before every provider call. This call is
+  the one paid window afc cannot close for a synchronous provider: if the process dies during
+  it, the next run marks the attempt ``unknown`` (possibly paid, unpriced, kept) and tries again.
+- spool: the bytes are made durable the moment they arrive; from here a crash costs an upload,
+  never a render. A spool file that landed just before a crash is adopted, not re-rendered.
+- store: create-only, so an object at the key that this job did not write is never overwritten.
+  Storage errors retry the upload alone; a render is never repeated for them.
+- verify: the read-back, not the write's success, decides.
+- finish: the first terminal state wins; the spool file goes only after the job succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from afc_cli.attempts import GiveUp, PastAttempt, backoff_delay, describe_cause, next_try
+from afc_cli.costs import RateCards
+from afc_cli.errors import StorageError
+from afc_cli.ledger import TERMINAL, Ledger
+from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
+from afc_cli.spool import Spool, SpoolFile
+from afc_cli.storage import ObjectExists, ObjectInfo, Storage
+
+STORE_TRIES = 3
+STORE_BACKOFF_BASE_S = 0.5
+STORE_BACKOFF_CAP_S = 10.0
+MAX_STORE_REQUEUES = 5
+
+
+@dataclass
+class RunContext:
+    """What the steps share within one run of afc."""
+
+    ledger: Ledger
+    spool: Spool
+    storages: dict[str, Storage]  # by batch name
+    rates: dict[str, RateCards]  # by batch name
+    slots: asyncio.Semaphore
+    lease_s: float = 300.0
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    report: Callable[[dict[str, Any], str, str], None] = lambda job, event, detail: None
+    providers: dict[str, Any] = field(default_factory=lambda: PROVIDERS)
+
+    @asynccontextmanager
+    async def idle(self):
+        """Give the worker slot back while a job only waits (backoff), and take it again."""
+        self.slots.release()
+        try:
+            yield
+        finally:
+            await self.slots.acquire()
+
+
+class JobLost(Exception):
+    """The job stopped being ours (cancelled, or another run took it): stop quietly."""
+
+
+async def run_job(ctx: RunContext, job_id: str) -> str:
+    """Run one job from its first incomplete step. Returns its status afterwards."""
+    async with ctx.slots:
+        job = ctx.ledger.claim(job_id, ctx.lease_s)
+        if job is None:
+            current = ctx.ledger.job(job_id)
+            return current["status"] if current else "missing"
+        ctx.report(job, "started", job["step"])
+        try:
+            while job["status"] not in TERMINAL:
+                step = STEPS.get(job["step"])
+                if step is None:
+                    raise RuntimeError(f"job {job['key']} is at unknown step {job['step']!r}")
+                keep_going = await step(ctx, job)
+                job = ctx.ledger.job(job_id)
+                if not keep_going:
+                    break
+        except JobLost:
+            job = ctx.ledger.job(job_id)
+        if job["status"] not in TERMINAL:
+            ctx.ledger.release(job_id)
+        ctx.report(job, "ended", job["status"])
+        return job["status"]
+
+
+# --- probe ------------------------------------------------------------------------------------
+
+
+def ownership(job: dict[str, Any], info: ObjectInfo) -> str | None:
+    """None if the key is free or this job's own; otherwise why it belongs to someone else."""
+    meta = info.meta
+    if meta is None:
+        return "an object that afc did not write (no afc metadata)" if info.exists else None
+    if meta.get("job_id") != job["id"]:
+        other = meta.get("key") or meta.get("job_id") or "unknown"
+        return f"the output of another job ({other!r}, job id {meta.get('job_id')})"
+    if meta.get("request_hash") != job["request_hash"]:
+        return (
+            f"this key's output for a different request (hash {meta.get('request_hash')}, "
+            f"this request is {job['request_hash']})"
+        )
+    return None
+
+
+async def _fail_conflict(ctx: RunContext, job: dict[str, Any], storage: Storage, why: str, step):
+    ctx.ledger.finish(
+        job,
+        "failed",
+        step=step,
+        outcome="conflict",
+        error_code="OUTPUT_KEY_CONFLICT",
+        error_class="invalid",
+        error_message=f"{storage.describe(job['output_key'])} already holds {why}; "
+        "afc never overwrites it",
+    )
+
+
+async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
+    storage = ctx.storages[job["batch"]]
+    info = await asyncio.to_thread(storage.head, job["output_key"])
+    foreign = ownership(job, info)
+    if foreign:
+        await _fail_conflict(ctx, job, storage, foreign, "probe")
+        return False
+    if info.exists:
+        # Stored by this very job (an earlier run, or a ledger rebuilt over the same storage):
+        # succeed from storage, no provider call.
+        ctx.ledger.checkpoint(
+            job,
+            [("probe", {"found": "own output"})],
+            "verify",
+            outcome="stored",
+            output_sha256=info.meta.get("sha256"),
+            output_size=info.meta.get("size"),
+        )
+        return True
+    ctx.ledger.checkpoint(job, [("probe", {"found": None})], "render")
+    return True
+
+
+# --- render and spool -----------------------------------------------------------------------------
+
+
+async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
+    spooled = await asyncio.to_thread(ctx.spool.find, job["id"])
+    if spooled is not None:
+        _adopt_spool(ctx, job, spooled)
+        return True
+
+    request = json.loads(job["request_json"])
+    chain = request["chain"]
+    rates = ctx.rates.get(job["batch"]) or RateCards()
+    retry_after = None
+    while True:
+        history = [
+            PastAttempt.from_row(row)
+            for row in ctx.ledger.attempts(job["id"])
+            if row["status"] in ("failed", "unknown")
+        ]
+        decision = next_try(chain, history, retry_after=retry_after)
+        if isinstance(decision, GiveUp):
+            cause = decision.cause
+            ctx.ledger.finish(
+                job,
+                "failed",
+                step="render",
+                outcome="failed",
+                error_code="CHAIN_FAILED",
+                error_class=cause.effective_class,
+                error_provider=f"{cause.provider}/{cause.model}",
+                error_http_status=cause.http_status,
+                error_message=f"{describe_cause(cause)} ({decision.reason})",
+            )
+            return False
+        entry = chain[decision.chain_index]
+        if decision.delay > 0:
+            ctx.ledger.set_waiting(job, f"backoff {decision.delay:.2f}s after {decision.after}")
+            ctx.report(job, "waiting", f"{decision.delay:.2f}s after {decision.after}")
+            async with ctx.idle():
+                await ctx.sleep(decision.delay)
+        provider = ctx.providers[entry["provider"]]
+        number = ctx.ledger.start_attempt(
+            job,
+            decision.chain_index,
+            entry["provider"],
+            entry["model"],
+            decision.delay or None,
+            durable=entry["provider"] != "local",
+        )
+        if number is None:
+            raise JobLost(job["id"])
+        report = {
+            "chain_index": decision.chain_index,
+            "provider": entry["provider"],
+            "model": entry["model"],
+        }
+        started = time.time()
+        try:
+            result = await provider.render(
+                AttemptRequest(
+                    job_id=job["id"],
+                    key=job["key"],
+                    prompt=request["prompt"],
+                    params=request["params"],
+                    provider=entry["provider"],
+                    model=entry["model"],
+                    attempt=number,
+                    rates=rates,
+                )
+            )
+        except ProviderError as exc:
+            retry_after = exc.retry_after
+            ctx.ledger.end_attempt(
+                job,
+                number,
+                **report,
+                status="failed",
+                error_class=exc.error_class,
+                http_status=exc.http_status,
+                error_message=exc.message,
+                usage=exc.usage or None,
+                cost_micros=exc.cost_micros,
+                cost_source=exc.cost_source,
+                started_at=started,
+            )
+            ctx.report(job, "attempt_failed", f"{exc.error_class} on attempt {number}")
+            continue
+
+        # spool: durable before anything else happens to these bytes
+        spooled = await asyncio.to_thread(ctx.spool.write, job["id"], result.data)
+        with ctx.ledger.tx():
+            ctx.ledger.report_attempt(
+                job,
+                number,
+                **report,
+                status="succeeded",
+                provider_request_id=result.provider_request_id,
+                usage=result.usage,
+                cost_micros=result.cost_micros,
+                cost_source=result.cost_source,
+                started_at=started,
+            )
+            ctx.ledger.checkpoint(
+                job,
+                [
+                    (
+                        "render",
+                        {"attempt": number, "provider": entry["provider"], "model": entry["model"]},
+                    ),
+                    ("spool", {"size": spooled.size, "sha256": spooled.sha256}),
+                ],
+                "store",
+                outcome="rendered",
+                output_sha256=spooled.sha256,
+                output_size=spooled.size,
+            )
+        return True
+
+
+def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:
+    """A spool file landed but its checkpoint did not (a crash in between): use it.
+
+    The attempt that produced it is the job's last one; it becomes ``succeeded``. Its usage
+    and cost were lost with the process, so its cost stays unpriced: never claim more than is
+    known.
+    """
+    attempts = ctx.ledger.attempts(job["id"])
+    last = attempts[-1] if attempts else None
+    with ctx.ledger.tx():
+        if last is not None and last["status"] in ("started", "unknown"):
+            ctx.ledger.db.execute(
+                "UPDATE attempts SET status = 'succeeded', error_message = ? WHERE id = ?",
+                (
+                    "adopted from the spool after the process ended; usage and cost unknown",
+                    last["id"],
+                ),
+            )
+        detail = {"adopted": True, "attempt": last["number"] if last else None}
+        ctx.ledger.checkpoint(
+            job,
+            [("render", detail), ("spool", {"size": spooled.size, "sha256": spooled.sha256})],
+            "store",
+            outcome="rendered",
+            output_sha256=spooled.sha256,
+            output_size=spooled.size,
+        )
+
+
+# --- store, verify, finish ----------------------------------------------------------------------
+
+
+def _object_meta(ctx: RunContext, job: dict[str, Any]) -> dict[str, Any]:
+    attempts = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
+    last = attempts[-1] if attempts else {}
+    return {
+        "job_id": job["id"],
+        "key": job["key"],
+        "batch": job["batch"],
+        "request_hash": job["request_hash"],
+        "provider": last.get("provider"),
+        "model": last.get("model"),
+        "attempt": last.get("number"),
+        "sha256": job["output_sha256"],
+        "size": job["output_size"],
+    }
+
+
+async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
+    storage = ctx.storages[job["batch"]]
+    spool_path = ctx.spool.path(job["id"])
+    if not spool_path.exists():
+        info = await asyncio.to_thread(storage.head, job["output_key"])
+        if info.exists and ownership(job, info) is None:
+            ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
+            return True
+        ctx.ledger.finish(
+            job,
+            "dead",
+            step="store",
+            error_code="SPOOL_MISSING",
+            error_message=f"the rendered output's spool file {spool_path} is gone and the "
+            "output was never stored; afc will not pay for a new render on its own. Restore "
+            "the file and requeue, or submit the job under a new key.",
+        )
+        return False
+
+    meta = _object_meta(ctx, job)
+    last_error: StorageError | None = None
+    for attempt in range(1, STORE_TRIES + 1):
+        try:
+            await asyncio.to_thread(storage.put_if_absent, job["output_key"], spool_path, meta)
+            ctx.ledger.checkpoint(
+                job, [("store", {"url": storage.describe(job["output_key"])})], "verify"
+            )
+            return True
+        except ObjectExists:
+            info = await asyncio.to_thread(storage.head, job["output_key"])
+            foreign = ownership(job, info)
+            if foreign:
+                await _fail_conflict(ctx, job, storage, foreign, "store")
+                return False
+            ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
+            return True
+        except StorageError as exc:
+            last_error = exc
+            if not exc.retryable:
+                break
+            if attempt < STORE_TRIES:
+                delay = backoff_delay(attempt, base=STORE_BACKOFF_BASE_S, cap=STORE_BACKOFF_CAP_S)
+                async with ctx.idle():
+                    await ctx.sleep(delay)
+
+    failures = job["store_failures"] + 1
+    if failures >= MAX_STORE_REQUEUES:
+        ctx.ledger.finish(
+            job,
+            "dead",
+            step="store",
+            store_failures=failures,
+            error_code="STORE_FAILED",
+            error_class="storage",
+            error_message=f"{last_error.message} (upload failed in {failures} runs). The "
+            f"paid output is safe in {spool_path}; fix the storage and requeue.",
+        )
+    else:
+        ctx.ledger.set_waiting(
+            job,
+            f"storage: {last_error.message}; the next run retries the upload from the spool",
+            store_failures=failures,
+        )
+        ctx.report(job, "waiting", "storage failed; will retry the upload next run")
+    return False
+
+
+async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
+    storage = ctx.storages[job["batch"]]
+    size, sha = await asyncio.to_thread(storage.read_back, job["output_key"])
+    if (size, sha) != (job["output_size"], job["output_sha256"]):
+        ctx.ledger.finish(
+            job,
+            "failed",
+            step="verify",
+            error_code="VERIFY_FAILED",
+            error_class="storage",
+            error_message=f"{storage.describe(job['output_key'])} reads back {size} bytes "
+            f"sha256 {sha}, expected {job['output_size']} bytes sha256 {job['output_sha256']}",
+        )
+        return False
+    ctx.ledger.checkpoint(job, [("verify", {"size": size, "sha256": sha})], "finish")
+    return True
+
+
+async def finish(ctx: RunContext, job: dict[str, Any]) -> bool:
+    won = ctx.ledger.finish(
+        job, "succeeded", step="finish", detail={"output_key": job["output_key"]}
+    )
+    if won:
+        await asyncio.to_thread(ctx.spool.remove, job["id"])
+    return False
+
+
+STEPS = {
+    "probe": probe,
+    "render": render,
+    "spool": render,  # render and spool complete together; a job never rests at spool
+    "store": store,
+    "verify": verify,
+    "finish": finish,
+}

@@ -1,0 +1,145 @@
+"""The offline ``local`` provider: real PNG bytes, no account, no network.
+
+It makes ``make run`` work anywhere and gives tests a provider whose behaviour they choose
+through the job's ``params``:
+
+- ``latency_s``: seconds each attempt takes (default 0).
+- ``fail``: error classes injected on the job's first attempts, e.g. ``[rate_limited, server]``
+  fails attempt 1 as rate_limited and attempt 2 as server. Attempts are counted across runs, so
+  a resumed job does not replay its injected failures.
+- ``retry_after_s``: a Retry-After the injected failures carry.
+- ``size``: ``WxH`` of the image (default 64x64, at most 1024 each side).
+
+Success is priced from the rate card (``per_image``), source ``local``; with no card it is
+unpriced. An injected failure is free (cost 0, source local), as real APIs do not bill a
+rejected request, except ``timeout`` and ``window_expired``: there the work may have happened, so
+their cost is unknown (null), exactly as it would be on a paid provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import struct
+import zlib
+from typing import Any
+
+from afc_cli.manifest import ERROR_CLASSES
+from afc_cli.providers.base import AttemptRequest, AttemptResult, Provider, ProviderError
+
+_STATUS = {
+    "auth": 401,
+    "invalid": 400,
+    "rate_limited": 429,
+    "server": 500,
+    "unavailable": 503,
+    "refusal": 400,
+    "timeout": None,
+    "window_expired": None,
+    "cancelled": None,
+    "exhausted": None,
+}
+_WORK_MAY_HAVE_HAPPENED = {"timeout", "window_expired"}
+
+
+class LocalProvider(Provider):
+    name = "local"
+
+    def params_problems(self, params: dict[str, Any]) -> list[str]:
+        problems = []
+        latency = params.get("latency_s", 0)
+        if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
+            problems.append(f"latency_s: must be a number of seconds >= 0, got {latency!r}")
+        fail = params.get("fail", [])
+        if not isinstance(fail, list) or not all(isinstance(c, str) for c in fail):
+            problems.append(f"fail: must be a list of error classes, got {fail!r}")
+        else:
+            for cls in fail:
+                if cls not in ERROR_CLASSES or cls == "exhausted":
+                    problems.append(f"fail: {cls!r} is not an error class")
+        retry_after = params.get("retry_after_s")
+        if retry_after is not None and (
+            isinstance(retry_after, bool) or not isinstance(retry_after, int | float)
+        ):
+            problems.append(f"retry_after_s: must be a number of seconds, got {retry_after!r}")
+        size = params.get("size", "64x64")
+        if _parse_size(size) is None:
+            problems.append(f"size: must be WxH with sides 1..1024, got {size!r}")
+        fmt = params.get("output_format", "png")
+        if fmt != "png":
+            problems.append(f"output_format: the local provider writes png only, got {fmt!r}")
+        return problems
+
+    async def render(self, request: AttemptRequest) -> AttemptResult:
+        params = request.params
+        latency = float(params.get("latency_s", 0) or 0)
+        if latency:
+            await asyncio.sleep(latency)
+        fail = params.get("fail", [])
+        if request.attempt <= len(fail):
+            cls = fail[request.attempt - 1]
+            unknown = cls in _WORK_MAY_HAVE_HAPPENED
+            raise ProviderError(
+                cls,
+                f"injected {cls} on attempt {request.attempt}",
+                http_status=_STATUS.get(cls),
+                retry_after=params.get("retry_after_s"),
+                cost_micros=None if unknown else 0,
+                cost_source=None if unknown else "local",
+            )
+        width, height = _parse_size(params.get("size", "64x64")) or (64, 64)
+        seed = f"{request.model}\x00{request.prompt}\x00{params.get('seed', '')}"
+        data = render_png(seed, width, height)
+        usage = {"images": 1}
+        cost = request.rates.price(self.name, request.model, usage)
+        return AttemptResult(
+            data=data,
+            ext="png",
+            usage=usage,
+            cost_micros=cost,
+            cost_source="local" if cost is not None else None,
+            provider_request_id=f"local-{request.job_id[:8]}-{request.attempt}",
+        )
+
+
+def _parse_size(size: Any) -> tuple[int, int] | None:
+    if not isinstance(size, str) or "x" not in size:
+        return None
+    w, _, h = size.partition("x")
+    if not (w.isdigit() and h.isdigit()):
+        return None
+    width, height = int(w), int(h)
+    if not (1 <= width <= 1024 and 1 <= height <= 1024):
+        return None
+    return width, height
+
+
+def render_png(seed: str, width: int, height: int) -> bytes:
+    """A real, valid RGB PNG whose colours and bands follow from the seed (prompt and model)."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    a = digest[0:3]
+    b = digest[3:6]
+    split = max(1, width * (32 + digest[6] % 192) // 256)
+    rows = []
+    for y in range(height):
+        shade = (y * 255) // max(1, height - 1)
+        left = bytes(((c + shade) // 2) % 256 for c in a)
+        right = bytes(((c + 255 - shade) // 2) % 256 for c in b)
+        rows.append(b"\x00" + left * split + right * (width - split))
+    raw = b"".join(rows)
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body))
+            + tag
+            + body
+            + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF)
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 6))
+        + chunk(b"IEND", b"")
+    )

@@ -1,0 +1,167 @@
+"""``afc show``: one job's whole story from the ledger."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from afc_cli.costs import format_usd
+from afc_cli.errors import UsageError
+from afc_cli.ledger import Ledger
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
+def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
+    ledger = Ledger(ledger_path, create=False)
+    try:
+        matches = ledger.jobs_by_key(key, batch)
+        if not matches:
+            where = f" in batch {batch!r}" if batch else ""
+            raise UsageError(f"no job with key {key!r}{where} in {ledger_path}")
+        if len(matches) > 1:
+            names = ", ".join(sorted(m["batch"] for m in matches))
+            raise UsageError(f"key {key!r} is in several batches ({names}); name one with --batch")
+        job = matches[0]
+        batch_row = ledger.batch(job["batch"])
+        attempts = [
+            {
+                "number": a["number"],
+                "provider": a["provider"],
+                "model": a["model"],
+                "status": a["status"],
+                "error_class": a["error_class"],
+                "http_status": a["http_status"],
+                "error": a["error_message"],
+                "provider_request_id": a["provider_request_id"],
+                "waited_s": a["wait_s"],
+                "started_at": _iso(a["started_at"]),
+                "duration_s": None if a["duration_s"] is None else round(a["duration_s"], 3),
+                "usage": _loads(a["usage_json"]),
+                "cost": format_usd(a["cost_micros"]),
+                "cost_source": a["cost_source"],
+            }
+            for a in ledger.attempts(job["id"])
+        ]
+        priced = [
+            a["cost_micros"] for a in ledger.attempts(job["id"]) if a["cost_micros"] is not None
+        ]
+        return {
+            "job": {
+                "id": job["id"],
+                "batch": job["batch"],
+                "key": job["key"],
+                "status": job["status"],
+                "step": job["step"],
+                "outcome": job["outcome"],
+                "request_hash": job["request_hash"],
+                "output_key": job["output_key"],
+                "output_url": f"{batch_row['storage'].rstrip('/')}/{job['output_key']}",
+                "output_sha256": job["output_sha256"],
+                "output_size": job["output_size"],
+                "waiting": job["waiting_reason"],
+                "error": None
+                if not job["error_message"]
+                else {
+                    "code": job["error_code"],
+                    "class": job["error_class"],
+                    "provider": job["error_provider"],
+                    "http_status": job["error_http_status"],
+                    "message": job["error_message"],
+                },
+                "cost": format_usd(sum(priced)) if priced else (None if attempts else "0.000000"),
+                "unpriced_attempts": sum(1 for a in attempts if a["cost"] is None),
+                "created_at": _iso(job["created_at"]),
+                "finished_at": _iso(job["finished_at"]),
+            },
+            "request": _loads(job["request_json"]),
+            "steps": [
+                {
+                    "step": s["step"],
+                    "at": _iso(s["completed_at"]),
+                    "detail": _loads(s["detail_json"]),
+                }
+                for s in ledger.steps(job["id"])
+            ],
+            "attempts": attempts,
+            "events": [
+                {"at": _iso(e["at"]), "kind": e["kind"], "detail": _loads(e["detail_json"])}
+                for e in ledger.events(job["id"])
+            ],
+        }
+    finally:
+        ledger.close()
+
+
+def print_story(story: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    job = story["job"]
+    console.print(f"[bold]{job['batch']}/{job['key']}[/bold]  {job['status']} (step {job['step']})")
+    console.print(f"job id        {job['id']}")
+    console.print(f"request hash  {job['request_hash']}")
+    console.print(f"output        {job['output_url']}")
+    if job["output_sha256"]:
+        console.print(f"sha256        {job['output_sha256']} ({job['output_size']} bytes)")
+    cost = job["cost"] if job["cost"] is not None else "unpriced"
+    extra = f", {job['unpriced_attempts']} attempts unpriced" if job["unpriced_attempts"] else ""
+    console.print(f"cost          {cost} USD{extra}")
+    if job["waiting"]:
+        console.print(f"waiting       {job['waiting']}")
+    if job["error"]:
+        console.print(f"error         {job['error']['code']}: {job['error']['message']}")
+    request = story["request"]
+    console.print(f"prompt        {request['prompt']!r}")
+    chain = " -> ".join(f"{c['provider']}/{c['model']} x{c['attempts']}" for c in request["chain"])
+    console.print(f"chain         {chain}")
+
+    table = Table(title="attempts")
+    for col in (
+        "#",
+        "provider/model",
+        "status",
+        "class",
+        "HTTP",
+        "waited",
+        "duration",
+        "usage",
+        "cost",
+        "source",
+    ):
+        table.add_column(col)
+    for a in story["attempts"]:
+        table.add_row(
+            str(a["number"]),
+            f"{a['provider']}/{a['model']}",
+            a["status"],
+            a["error_class"] or "",
+            str(a["http_status"] or ""),
+            f"{a['waited_s']:.2f}s" if a["waited_s"] else "",
+            f"{a['duration_s']:.3f}s" if a["duration_s"] is not None else "",
+            json.dumps(a["usage"]) if a["usage"] else "",
+            a["cost"] if a["cost"] is not None else "unpriced",
+            a["cost_source"] or "",
+        )
+    console.print(table)
+    steps = Table(title="steps")
+    steps.add_column("step")
+    steps.add_column("at")
+    steps.add_column("detail")
+    for s in story["steps"]:
+        steps.add_row(s["step"], s["at"], json.dumps(s["detail"]) if s["detail"] else "")
+    console.print(steps)
+    console.print("[bold]events[/bold]")
+    for e in story["events"]:
+        detail = json.dumps(e["detail"]) if e["detail"] else ""
+        console.print(f"  {e['at']}  {e['kind']}  {detail}")

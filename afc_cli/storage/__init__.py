@@ -1,0 +1,41 @@
+"""Storage backends by URL scheme."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from afc_cli.errors import UsageError
+from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
+
+DEFAULT_STORAGE = "file://./afc-outputs"
+
+__all__ = ["DEFAULT_STORAGE", "ObjectExists", "ObjectInfo", "Storage", "normalize_url", "open"]
+
+
+def normalize_url(url: str, base: Path | None = None) -> str:
+    """Canonical form recorded with a batch: ``file://`` URLs become absolute, so a batch's
+    outputs do not move when afc runs from another directory."""
+    url = url.strip()
+    if url.startswith("file://"):
+        raw = url[len("file://") :]
+        if not raw:
+            raise UsageError(f"storage {url!r} names no directory")
+        path = Path(os.path.expanduser(raw))
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
+        return "file://" + os.path.normpath(path)
+    if "://" in url:
+        scheme = url.split("://", 1)[0]
+        raise UsageError(
+            f"storage {url!r}: the {scheme}:// scheme is not supported by this version of afc "
+            "(supported: file://PATH)"
+        )
+    raise UsageError(f"storage {url!r} is not a URL; use file://PATH")
+
+
+def open(url: str) -> Storage:  # noqa: A001 - mirrors the builtin on purpose: storage.open(url)
+    url = normalize_url(url)
+    from afc_cli.storage.file import FileStorage
+
+    return FileStorage(url[len("file://") :])

@@ -1,0 +1,125 @@
+"""``file://PATH`` storage: atomic, create-only writes with metadata beside each object.
+
+The object for key ``a/b.png`` is ``PATH/a/b.png``; its metadata is ``PATH/a/b.png.afc.json``
+(the ``.afc.json`` suffix is reserved: no output key may end with it).
+
+A store writes the metadata first and the object second, each as an exclusive create (a
+fsynced temporary file hard-linked into place, which fails if the name exists), then fsyncs the
+directory. So an object never appears without the metadata that names its job, and a file that
+someone else put at a key is never overwritten. The object is hard-linked straight from the
+spool file when both are on one file system (no second copy, no second fsync of the bytes).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from afc_cli.errors import StorageError
+from afc_cli.spool import file_digest, fsync_dir
+from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
+
+META_SUFFIX = ".afc.json"
+
+
+class FileStorage(Storage):
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.url = f"file://{self.root}"
+
+    def _object(self, key: str) -> Path:
+        return self.root / key
+
+    def _meta(self, key: str) -> Path:
+        return self.root / (key + META_SUFFIX)
+
+    def head(self, key: str) -> ObjectInfo:
+        obj = self._object(key)
+        meta = self._read_meta(key)
+        try:
+            size = obj.stat().st_size
+        except FileNotFoundError:
+            return ObjectInfo(exists=False, meta=meta)
+        except OSError as exc:
+            raise StorageError(f"cannot read {obj}: {exc}") from None
+        return ObjectInfo(exists=True, size=size, meta=meta)
+
+    def _read_meta(self, key: str) -> dict[str, Any] | None:
+        path = self._meta(key)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                value = json.load(fh)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {"unreadable": str(path)}
+        return value if isinstance(value, dict) else {"unreadable": str(path)}
+
+    def put_if_absent(self, key: str, source: Path, meta: dict[str, Any]) -> None:
+        obj = self._object(key)
+        try:
+            obj.parent.mkdir(parents=True, exist_ok=True)
+            meta_bytes = json.dumps(meta, sort_keys=True, indent=2).encode()
+            try:
+                self._create(self._meta(key), data=meta_bytes)
+            except FileExistsError:
+                existing = self._read_meta(key) or {}
+                if (
+                    existing.get("job_id") != meta["job_id"]
+                    or existing.get("request_hash") != meta["request_hash"]
+                ):
+                    raise ObjectExists(key) from None
+            try:
+                self._create(obj, source=source)
+            except FileExistsError:
+                raise ObjectExists(key) from None
+            fsync_dir(obj.parent)
+        except ObjectExists:
+            raise
+        except OSError as exc:
+            retryable = exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR)
+            raise StorageError(f"cannot write {obj}: {exc}", retryable=retryable) from None
+
+    def _create(self, final: Path, *, data: bytes | None = None, source: Path | None = None):
+        """Exclusive create of ``final``: raises FileExistsError if the name is taken."""
+        if source is not None:
+            try:
+                os.link(source, final)
+                return
+            except OSError as exc:
+                if exc.errno == errno.EEXIST:
+                    raise FileExistsError(final) from None
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                    raise
+        tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "xb") as out:
+                if source is not None:
+                    with open(source, "rb") as src:
+                        shutil.copyfileobj(src, out, 1 << 20)
+                else:
+                    out.write(data or b"")
+                out.flush()
+                os.fsync(out.fileno())
+            try:
+                os.link(tmp, final)
+            except OSError as exc:
+                if exc.errno == errno.EEXIST:
+                    raise FileExistsError(final) from None
+                raise
+        finally:
+            try:
+                tmp.unlink()
+            except FileNotFoundError:
+                pass
+
+    def read_back(self, key: str) -> tuple[int, str]:
+        try:
+            return file_digest(self._object(key))
+        except OSError as exc:
+            raise StorageError(f"cannot read back {self._object(key)}: {exc}") from None
