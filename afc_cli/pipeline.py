@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -61,6 +63,16 @@ class RunContext:
             yield
         finally:
             await self.slots.acquire()
+
+
+def crash_point(name: str) -> None:
+    """Die here, as SIGKILL would, when a crash test arms this point (AFC_CRASH_POINT=name).
+
+    Timed SIGKILLs cover crashes anywhere; named points pin the narrow windows between a side
+    effect and its checkpoint, which a timer rarely hits.
+    """
+    if os.environ.get("AFC_CRASH_POINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class JobLost(Exception):
@@ -198,6 +210,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         )
         if number is None:
             raise JobLost(job["id"])
+        crash_point("after_attempt_row")
         report = {
             "chain_index": decision.chain_index,
             "provider": entry["provider"],
@@ -237,6 +250,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
 
         # spool: durable before anything else happens to these bytes
         spooled = await asyncio.to_thread(ctx.spool.write, job["id"], result.data)
+        crash_point("after_spool")
         with ctx.ledger.tx():
             ctx.ledger.report_attempt(
                 job,
@@ -338,6 +352,7 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
     for attempt in range(1, STORE_TRIES + 1):
         try:
             await asyncio.to_thread(storage.put_if_absent, job["output_key"], spool_path, meta)
+            crash_point("after_store")
             ctx.ledger.checkpoint(
                 job, [("store", {"url": storage.describe(job["output_key"])})], "verify"
             )

@@ -1,0 +1,96 @@
+"""Shared fixtures. End-to-end tests run the real ``afc`` command in a child process, in a
+temporary working directory, with no AFC_* variables leaking in from the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+
+class Afc:
+    def __init__(self, cwd: Path):
+        self.cwd = cwd
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AFC_")}
+        self.env["PYTHONUNBUFFERED"] = "1"
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "afc_cli", *args]
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
+        return subprocess.run(
+            self.command(*args),
+            cwd=self.cwd,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=self.cwd,
+            env={**self.env, **(env or {})},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def json(self, *args: str, expect: int | None = 0) -> Any:
+        result = self(*args, "--json")
+        if expect is not None:
+            assert result.returncode == expect, result.stderr
+        return json.loads(result.stdout)
+
+    def write_manifest(self, data: dict[str, Any], name: str = "manifest.yaml") -> Path:
+        path = self.cwd / name
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        conn = sqlite3.connect(self.cwd / "afc.db")
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
+
+    def outputs(self) -> Path:
+        return self.cwd / "afc-outputs"
+
+
+@pytest.fixture
+def afc(tmp_path: Path) -> Afc:
+    return Afc(tmp_path)
+
+
+def manifest(jobs: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
+    """A small valid manifest on the local provider; tests override what they need."""
+    data: dict[str, Any] = {
+        "version": 1,
+        "batch": "b1",
+        "defaults": {
+            "chain": [
+                {"provider": "local", "model": "m1", "attempts": 3,
+                 "backoff": {"base": 0.01, "cap": 0.05}}
+            ]
+        },
+        "rates": [{"provider": "local", "model": "m1", "per_image": "0.05"}],
+        "jobs": jobs,
+    }
+    data.update(top)
+    return data
+
+
+def jobs(n: int, **params: Any) -> list[dict[str, Any]]:
+    return [
+        {"key": f"shot-{i:03d}", "prompt": f"prompt number {i}", **({"params": params} if params else {})}
+        for i in range(1, n + 1)
+    ]
