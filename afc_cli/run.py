@@ -151,10 +151,13 @@ def run_jobs(
         storages[row["name"]] = storage_mod.open(row["storage"])
         rates[row["name"]] = RateCards.from_json(_loads(row["rates_json"]) or [])
 
+    spool = Spool.beside(ledger.path)
+    sweep_spool(ledger, spool)
+
     async def main() -> int:
         ctx = RunContext(
             ledger=ledger,
-            spool=Spool.beside(ledger.path),
+            spool=spool,
             storages=storages,
             rates=rates,
             slots=asyncio.Semaphore(concurrency),
@@ -181,6 +184,15 @@ def run_jobs(
         raise
     finally:
         reporter.end()
+
+
+def sweep_spool(ledger: Ledger, spool: Spool) -> None:
+    """Remove spool files of jobs that succeeded (a crash between the job's final commit and
+    the file's removal leaves one). Files of every other job are kept: they are paid output."""
+    for job_id in spool.job_ids():
+        job = ledger.job(job_id)
+        if job is not None and job["status"] == "succeeded":
+            spool.remove(job_id)
 
 
 async def _renew(ledger: Ledger, lease_s: float) -> None:

@@ -79,6 +79,14 @@ class Spool:
         size, sha = file_digest(final)
         return SpoolFile(final, size, sha)
 
+    def job_ids(self) -> set[str]:
+        """Jobs with a file (complete or partial) in the spool."""
+        try:
+            names = [entry.name for entry in os.scandir(self.root)]
+        except FileNotFoundError:
+            return set()
+        return {name.rsplit(".", 1)[0] for name in names if name.endswith((".spool", ".part"))}
+
     def remove(self, job_id: str) -> None:
         for path in (self.path(job_id), self.path(job_id).with_suffix(".part")):
             try:

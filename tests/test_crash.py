@@ -1,0 +1,150 @@
+"""Crash tests: a real ``afc`` child process SIGKILLed, then ``afc resume`` finishes the work.
+
+Timed kills land before, during and after renders; named crash points (AFC_CRASH_POINT) pin the
+narrow windows between a side effect and its checkpoint.
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+
+import pytest
+from conftest import jobs, manifest
+
+N_JOBS = 12
+
+
+def _count(afc, sql: str) -> int:
+    if not (afc.cwd / "afc.db").exists():
+        return 0
+    try:
+        return afc.rows(sql)[0][0]
+    except sqlite3.OperationalError:  # the child is still creating the schema
+        return 0
+
+
+def _kill_when(afc, args: list[str], sql: str, threshold: int, extra_delay: float = 0.0) -> int:
+    """Start afc, wait until the ledger shows ``sql >= threshold``, then SIGKILL it."""
+    proc = afc.popen(*args)
+    deadline = time.time() + 30
+    while time.time() < deadline and proc.poll() is None:
+        if _count(afc, sql) >= threshold:
+            break
+        time.sleep(0.01)
+    time.sleep(extra_delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    return proc.returncode
+
+
+ADMITTED = "SELECT COUNT(*) FROM jobs"
+RENDERING = "SELECT COUNT(*) FROM attempts WHERE status = 'started'"
+SUCCEEDED = "SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"
+SPOOLED = "SELECT COUNT(*) FROM steps WHERE step = 'spool'"
+
+def _assert_all_done_once(afc, n: int) -> None:
+    statuses = afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status")
+    assert statuses == [("succeeded", n)], statuses
+    # exactly one output per job, and nothing half-written left beside them
+    objects = sorted(p.name for p in (afc.outputs() / "b1").iterdir())
+    expected = sorted(
+        [f"shot-{i:03d}.png" for i in range(1, n + 1)]
+        + [f"shot-{i:03d}.png.afc.json" for i in range(1, n + 1)]
+    )
+    assert [o for o in objects if not o.startswith(".")] == expected
+    # every attempt row accounted for: none left started
+    assert afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'started'") == [(0,)]
+    # no job rendered again once its spool or output existed: one successful render per job
+    per_job = afc.rows(
+        "SELECT j.key, SUM(a.status = 'succeeded') FROM jobs j"
+        " LEFT JOIN attempts a ON a.job_id = j.id GROUP BY j.key"
+    )
+    for key, succeeded in per_job:
+        assert succeeded == 1, (key, succeeded)
+    # the only other attempts are the ones a kill interrupted: unknown, never dropped
+    others = afc.rows("SELECT DISTINCT status FROM attempts WHERE status != 'succeeded'")
+    assert set(others) <= {("unknown",)}
+    assert list((afc.cwd / "afc.db-spool").glob("*.spool")) == []
+
+
+@pytest.mark.parametrize(
+    "kills",
+    [
+        [(ADMITTED, N_JOBS, 0.0)],  # before renders
+        [(RENDERING, 2, 0.1)],  # during renders
+        [(SUCCEEDED, 3, 0.0)],  # after some renders finished
+        [(SPOOLED, 5, 0.0), (RENDERING, 1, 0.05)],  # after spools, then again mid-resume
+        [(RENDERING, 1, 0.0), (RENDERING, 1, 0.2), (SUCCEEDED, N_JOBS - 2, 0.0)],
+    ],
+    ids=["before", "during", "after", "spooled-then-resume", "three-kills"],
+)
+def test_sigkill_at_several_instants_then_resume(afc, kills):
+    afc.write_manifest(manifest(jobs(N_JOBS, latency_s=0.25)))
+    args = ["submit", "manifest.yaml", "--concurrency", "4"]
+    for i, (sql, threshold, extra) in enumerate(kills):
+        run = args if i == 0 else ["resume", "--concurrency", "4"]
+        code = _kill_when(afc, run, sql, threshold, extra)
+        assert code == -signal.SIGKILL, "the child should still have been running"
+    final = afc("resume", "--concurrency", "4")
+    assert final.returncode == 0, final.stderr
+    _assert_all_done_once(afc, N_JOBS)
+    unknown = afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'unknown'")[0][0]
+    adopted = afc.rows("SELECT COUNT(*) FROM attempts WHERE error_message LIKE 'adopted%'")[0][0]
+    marked = afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'attempt_unknown'")[0][0]
+    # every attempt a kill interrupted was marked unknown; the ones whose spool had landed
+    # were then adopted as succeeded instead of being rendered again
+    assert unknown + adopted == marked
+
+
+def test_crash_after_spool_adopts_it_without_rendering_again(afc):
+    afc.write_manifest(manifest(jobs(1)))
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_spool"})
+    assert died.returncode == -signal.SIGKILL
+    assert list((afc.cwd / "afc.db-spool").glob("*.spool"))
+    assert afc.rows("SELECT status FROM attempts") == [("started",)]
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    rows = afc.rows("SELECT number, status, cost_micros FROM attempts")
+    assert rows == [(1, "succeeded", None)], "adopted: no second render; cost unknown, not zero"
+    _assert_all_done_once(afc, 1)
+
+
+def test_crash_after_attempt_row_marks_it_unknown_and_retries(afc):
+    afc.write_manifest(manifest(jobs(1)))
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_attempt_row"})
+    assert died.returncode == -signal.SIGKILL
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    rows = afc.rows("SELECT number, status, cost_micros FROM attempts ORDER BY number")
+    assert rows == [(1, "unknown", None), (2, "succeeded", 50000)]
+    story = afc.json("show", "shot-001")
+    assert "may have charged" in story["attempts"][0]["error"]
+
+
+def test_crash_after_store_finishes_without_render_or_second_object(afc):
+    afc.write_manifest(manifest(jobs(2)))
+    died = afc("submit", "manifest.yaml", "--concurrency", "1",
+               env={"AFC_CRASH_POINT": "after_store"})
+    assert died.returncode == -signal.SIGKILL
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    _assert_all_done_once(afc, 2)
+
+
+def test_live_owner_keeps_its_jobs(afc):
+    """A second run while the first is alive takes none of its jobs (the lease holds)."""
+    afc.write_manifest(manifest(jobs(2, latency_s=1.5)))
+    first = afc.popen("submit", "manifest.yaml")
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if _count(afc, RENDERING) == 2:
+                break
+            time.sleep(0.05)
+        second = afc.json("resume", expect=1)
+        assert {j["status"] for j in second["jobs"]} == {"running"}
+    finally:
+        assert first.wait(timeout=30) == 0
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(2,)]
