@@ -75,10 +75,14 @@ class Ledger:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             self.db = Database(conn, execute_plugins=False)
-            migrations.apply(self.db)
+            self.owner = current_owner()
+            if migrations.pending(self.db):
+                # Under the write lock, so two runs opening a new ledger at once (overlapping
+                # cron jobs) apply each migration once; the loser finds nothing pending.
+                with self.tx():
+                    migrations.apply(self.db)
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
-        self.owner = current_owner()
 
     def close(self) -> None:
         self.db.close()

@@ -78,8 +78,12 @@ def manifest(jobs: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
         "batch": "b1",
         "defaults": {
             "chain": [
-                {"provider": "local", "model": "m1", "attempts": 3,
-                 "backoff": {"base": 0.01, "cap": 0.05}}
+                {
+                    "provider": "local",
+                    "model": "m1",
+                    "attempts": 3,
+                    "backoff": {"base": 0.01, "cap": 0.05},
+                }
             ]
         },
         "rates": [{"provider": "local", "model": "m1", "per_image": "0.05"}],
@@ -91,6 +95,10 @@ def manifest(jobs: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
 
 def jobs(n: int, **params: Any) -> list[dict[str, Any]]:
     return [
-        {"key": f"shot-{i:03d}", "prompt": f"prompt number {i}", **({"params": params} if params else {})}
+        {
+            "key": f"shot-{i:03d}",
+            "prompt": f"prompt number {i}",
+            **({"params": params} if params else {}),
+        }
         for i in range(1, n + 1)
     ]

@@ -44,6 +44,7 @@ RENDERING = "SELECT COUNT(*) FROM attempts WHERE status = 'started'"
 SUCCEEDED = "SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"
 SPOOLED = "SELECT COUNT(*) FROM steps WHERE step = 'spool'"
 
+
 def _assert_all_done_once(afc, n: int) -> None:
     statuses = afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status")
     assert statuses == [("succeeded", n)], statuses
@@ -125,8 +126,9 @@ def test_crash_after_attempt_row_marks_it_unknown_and_retries(afc):
 
 def test_crash_after_store_finishes_without_render_or_second_object(afc):
     afc.write_manifest(manifest(jobs(2)))
-    died = afc("submit", "manifest.yaml", "--concurrency", "1",
-               env={"AFC_CRASH_POINT": "after_store"})
+    died = afc(
+        "submit", "manifest.yaml", "--concurrency", "1", env={"AFC_CRASH_POINT": "after_store"}
+    )
     assert died.returncode == -signal.SIGKILL
     resumed = afc("resume")
     assert resumed.returncode == 0, resumed.stderr

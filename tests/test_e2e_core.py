@@ -61,7 +61,7 @@ def test_changed_body_under_old_key_conflicts_and_leaves_output(afc):
     result = afc("submit", "manifest.yaml")
     assert result.returncode == 3, result.stderr
     assert "IDEMPOTENCY_CONFLICT" in result.stderr and "shot-001" in result.stderr
-    stored_hash, = afc.rows("SELECT request_hash FROM jobs WHERE key = 'shot-001'")[0]
+    (stored_hash,) = afc.rows("SELECT request_hash FROM jobs WHERE key = 'shot-001'")[0]
     assert stored_hash in result.stderr  # both hashes are shown
     assert (afc.outputs() / "b1" / "shot-001.png").read_bytes() == stored
     # the rest of the batch still ran
@@ -69,7 +69,7 @@ def test_changed_body_under_old_key_conflicts_and_leaves_output(afc):
     assert afc.rows("SELECT status FROM jobs WHERE key = 'shot-003'") == [("succeeded",)]
     # and the JSON names both hashes too
     payload = afc.json("submit", "manifest.yaml", expect=3)
-    conflict, = payload["conflicts"]
+    (conflict,) = payload["conflicts"]
     assert conflict["key"] == "shot-001" and conflict["stored_hash"] == stored_hash
     assert conflict["new_hash"] != stored_hash
 
@@ -116,26 +116,44 @@ def test_bad_manifest_leaves_existing_ledger_untouched(afc):
 
 def test_manifest_errors_are_named(afc):
     cases = [
-        ("version: 1\nbatch: b\njobs:\n  - {key: a, prompt: x}\n  - {key: a, prompt: y}\n",
-         "job 1 (key 'a'): field 'key': duplicate key"),
+        (
+            "version: 1\nbatch: b\njobs:\n  - {key: a, prompt: x}\n  - {key: a, prompt: y}\n",
+            "job 1 (key 'a'): field 'key': duplicate key",
+        ),
         ("version: 1\nbatch: b\nbatch: c\njobs: []\n", "duplicate key 'batch'"),
-        ("version: 1\nbatch: b\njobs:\n  - {prompt: x}\n",
-         "job 0: field 'key': required field is missing"),
-        ("version: 1\nbatch: b\njobs:\n  - {key: a, prompt: x}\n",
-         "job 0 (key 'a'): field 'chain': the chain is empty"),
-        ("version: 1\nbatch: b\ndefaults: {chain: []}\njobs:\n  - {key: a, prompt: x}\n",
-         "the chain is empty"),
-        ("version: 1\nbatch: b\ndefaults: {chain: [{provider: nope, model: m}]}\n"
-         "jobs:\n  - {key: a, prompt: x}\n", "unknown provider 'nope'"),
-        ("version: 1\nbatch: b\ndefaults: {chain: [{provider: local, model: m}]}\n"
-         "jobs:\n  - {key: a, prompt: x, params: {fail: [bogus]}}\n",
-         "field 'params.fail: 'bogus' is not an error class"),
-        ("version: 1\nbatch: b\ndefaults: {chain: [{provider: local, model: m}]}\n"
-         "jobs:\n  - {key: a, prompt: x}\n  - {key: b, prompt: y, output: 'same.png'}\n"
-         "  - {key: c, prompt: z, output: 'same.png'}\n", "also job 1's"),
-        ("version: 1\nbatch: b\nrates: [{provider: local, model: m, per_image: 0.04}]\n"
-         "defaults: {chain: [{provider: local, model: m}]}\njobs:\n  - {key: a, prompt: x}\n",
-         "rates[0].per_image"),
+        (
+            "version: 1\nbatch: b\njobs:\n  - {prompt: x}\n",
+            "job 0: field 'key': required field is missing",
+        ),
+        (
+            "version: 1\nbatch: b\njobs:\n  - {key: a, prompt: x}\n",
+            "job 0 (key 'a'): field 'chain': the chain is empty",
+        ),
+        (
+            "version: 1\nbatch: b\ndefaults: {chain: []}\njobs:\n  - {key: a, prompt: x}\n",
+            "the chain is empty",
+        ),
+        (
+            "version: 1\nbatch: b\ndefaults: {chain: [{provider: nope, model: m}]}\n"
+            "jobs:\n  - {key: a, prompt: x}\n",
+            "unknown provider 'nope'",
+        ),
+        (
+            "version: 1\nbatch: b\ndefaults: {chain: [{provider: local, model: m}]}\n"
+            "jobs:\n  - {key: a, prompt: x, params: {fail: [bogus]}}\n",
+            "field 'params.fail: 'bogus' is not an error class",
+        ),
+        (
+            "version: 1\nbatch: b\ndefaults: {chain: [{provider: local, model: m}]}\n"
+            "jobs:\n  - {key: a, prompt: x}\n  - {key: b, prompt: y, output: 'same.png'}\n"
+            "  - {key: c, prompt: z, output: 'same.png'}\n",
+            "also job 1's",
+        ),
+        (
+            "version: 1\nbatch: b\nrates: [{provider: local, model: m, per_image: 0.04}]\n"
+            "defaults: {chain: [{provider: local, model: m}]}\njobs:\n  - {key: a, prompt: x}\n",
+            "rates[0].per_image",
+        ),
         ("- just\n- a list\n", "must be a mapping"),
         ("version: [unclosed\n", "not valid YAML"),
     ]
@@ -151,8 +169,14 @@ def test_manifest_errors_are_named(afc):
 
 
 def test_path_escaping_templates_are_refused(afc):
-    for template in ("../{key}.{ext}", "/etc/{key}.{ext}", "{batch}/../../x/{key}.png",
-                     "a//{key}.png", "{batch}/{nope}.png", "{key}.{ext}.afc.json"):
+    for template in (
+        "../{key}.{ext}",
+        "/etc/{key}.{ext}",
+        "{batch}/../../x/{key}.png",
+        "a//{key}.png",
+        "{batch}/{nope}.png",
+        "{key}.{ext}.afc.json",
+    ):
         data = manifest(jobs(1))
         data["defaults"]["output"] = template
         afc.write_manifest(data)
@@ -186,8 +210,9 @@ def test_output_of_another_job_is_never_overwritten(afc):
     afc.write_manifest(manifest(jobs(1)), "one.yaml")
     assert afc("submit", "one.yaml").returncode == 0
     original = (afc.outputs() / "b1" / "shot-001.png").read_bytes()
-    other = manifest([{"key": "intruder", "prompt": "other", "output": "b1/shot-001.png"}],
-                     batch="b2")
+    other = manifest(
+        [{"key": "intruder", "prompt": "other", "output": "b1/shot-001.png"}], batch="b2"
+    )
     afc.write_manifest(other, "two.yaml")
     result = afc("submit", "two.yaml")
     assert result.returncode == 1
@@ -258,12 +283,17 @@ def test_no_run_admits_only_and_resume_runs(afc):
 
 
 def test_failed_job_exit_1_with_last_real_cause(afc):
-    data = manifest([
-        {"key": "ok", "prompt": "fine"},
-        {"key": "bad", "prompt": "rejected", "params": {"fail": ["auth"]}},
-        {"key": "flaky", "prompt": "flaky", "params": {"fail": ["server", "rate_limited",
-                                                               "server"]}},
-    ])
+    data = manifest(
+        [
+            {"key": "ok", "prompt": "fine"},
+            {"key": "bad", "prompt": "rejected", "params": {"fail": ["auth"]}},
+            {
+                "key": "flaky",
+                "prompt": "flaky",
+                "params": {"fail": ["server", "rate_limited", "server"]},
+            },
+        ]
+    )
     afc.write_manifest(data)
     result = afc.json("submit", "manifest.yaml", expect=1)
     by_key = {j["key"]: j for j in result["jobs"]}
@@ -290,7 +320,13 @@ def test_show_tells_the_whole_story(afc):
     assert story["attempts"][1]["cost_source"] == "local"
     assert story["attempts"][1]["waited_s"] is not None
     assert [s["step"] for s in story["steps"]] == [
-        "probe", "render", "spool", "store", "verify", "finish"]
+        "probe",
+        "render",
+        "spool",
+        "store",
+        "verify",
+        "finish",
+    ]
     kinds = [e["kind"] for e in story["events"]]
     assert kinds[0] == "admitted" and kinds[-1] == "succeeded"
     assert story["request"]["prompt"] == "p"
@@ -305,7 +341,7 @@ def test_unpriced_is_not_zero(afc):
     data["rates"] = []
     afc.write_manifest(data)
     assert afc("submit", "manifest.yaml").returncode == 0
-    job, = afc.json("status")["jobs"]
+    (job,) = afc.json("status")["jobs"]
     assert job["cost"] is None and job["unpriced_attempts"] == 1
     assert afc.rows("SELECT cost_micros, cost_source FROM attempts") == [(None, None)]
 

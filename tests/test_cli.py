@@ -1,0 +1,53 @@
+"""The command surface: help for every command, a fast start, one error boundary."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from afc_cli.cli import app
+
+COMMANDS = ["submit", "resume", "status", "show"]
+SHARED = ["--ledger", "--storage", "--concurrency", "--json", "--quiet", "--verbose"]
+
+
+def test_every_command_has_help_and_the_shared_options():
+    runner = CliRunner()
+    top = runner.invoke(app, ["--help"])
+    assert top.exit_code == 0
+    for name in COMMANDS:
+        assert name in top.output
+        result = runner.invoke(app, [name, "--help"], terminal_width=200)
+        assert result.exit_code == 0, result.output
+        command = next(c for c in app.registered_commands if c.callback.__name__ == name)
+        assert command.callback.__doc__, f"{name} has no help text"
+        for option in SHARED:
+            assert option in result.output, (name, option)
+
+
+def test_help_does_not_import_heavy_modules():
+    code = (
+        "import sys; import afc_cli.cli; "
+        "heavy = {'boto3', 'botocore', 'httpx', 'pydantic', 'yaml', 'sqlite_utils', 'rfc8785'}; "
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_usage_errors_exit_2_without_traceback(afc):
+    result = afc("submit")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    result = afc("submit", "x.yaml", "--concurrency", "0")
+    assert result.returncode == 2
+    result = afc("frobnicate")
+    assert result.returncode == 2
+
+
+def test_a_broken_ledger_file_is_a_clear_error(afc):
+    (afc.cwd / "afc.db").write_bytes(b"this is not sqlite" * 100)
+    result = afc("status")
+    assert result.returncode == 2
+    assert "cannot open ledger" in result.stderr and "Traceback" not in result.stderr

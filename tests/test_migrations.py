@@ -1,0 +1,67 @@
+"""A blank ledger and an older-schema ledger reach the same schema when opened."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from sqlite_utils import Database
+
+from afc_cli.ledger import Ledger
+from afc_cli.migrations import migrations
+
+
+def schema(path) -> dict[str, list[tuple]]:
+    conn = sqlite3.connect(path)
+    try:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                " AND name != '_sqlite_migrations' ORDER BY name"
+            )
+        ]
+        out = {t: conn.execute(f"PRAGMA table_info({t})").fetchall() for t in tables}
+        out["_indexes"] = conn.execute(
+            "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name"
+        ).fetchall()
+        return out
+    finally:
+        conn.close()
+
+
+def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
+    blank = tmp_path / "blank.db"
+    Ledger(blank).close()
+
+    old = tmp_path / "old.db"
+    db = Database(old)
+    migrations.apply(db, stop_before="m002_status_indexes")
+    db.execute(
+        "INSERT INTO batches (name, storage, rates_json, created_at, updated_at)"
+        " VALUES ('b', 'file:///x', '[]', 0, 0)"
+    )
+    db.close()
+    assert "jobs_batch_status" not in str(schema(old)["_indexes"])
+
+    Ledger(old).close()
+    assert schema(old) == schema(blank)
+    applied = sqlite3.connect(old).execute("SELECT name FROM _sqlite_migrations").fetchall()
+    assert [r[0] for r in applied] == ["m001_initial", "m002_status_indexes"]
+    # data written under the old schema survives
+    assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]
+
+
+def test_opening_twice_applies_nothing_new(tmp_path):
+    path = tmp_path / "l.db"
+    Ledger(path).close()
+    before = schema(path)
+    Ledger(path).close()
+    assert schema(path) == before
+
+
+def test_ledger_runs_in_wal_mode(tmp_path):
+    ledger = Ledger(tmp_path / "l.db")
+    try:
+        assert ledger.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        ledger.close()
