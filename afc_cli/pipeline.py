@@ -30,7 +30,7 @@ from typing import Any
 from afc_cli.attempts import GiveUp, PastAttempt, backoff_delay, describe_cause, next_try
 from afc_cli.costs import RateCards
 from afc_cli.errors import StorageError
-from afc_cli.ledger import TERMINAL, Ledger
+from afc_cli.ledger import TERMINAL, JobLost, Ledger
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
 from afc_cli.spool import Spool, SpoolFile
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
@@ -65,6 +65,17 @@ class RunContext:
             await self.slots.acquire()
 
 
+INLINE_READ_BYTES = 1 << 20
+
+
+async def _io(storage: Storage, fn, *args, inline: bool = True):
+    """Run a storage call: small local-disk operations inline (a thread hop costs more than
+    a stat), everything that may block for long (network, fsync, big reads) in a thread."""
+    if inline and storage.local:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
+
+
 def crash_point(name: str) -> None:
     """Die here, as SIGKILL would, when a crash test arms this point (AFC_CRASH_POINT=name).
 
@@ -73,10 +84,6 @@ def crash_point(name: str) -> None:
     """
     if os.environ.get("AFC_CRASH_POINT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-class JobLost(Exception):
-    """The job stopped being ours (cancelled, or another run took it): stop quietly."""
 
 
 async def run_job(ctx: RunContext, job_id: str) -> str:
@@ -93,7 +100,6 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
                 if step is None:
                     raise RuntimeError(f"job {job['key']} is at unknown step {job['step']!r}")
                 keep_going = await step(ctx, job)
-                job = ctx.ledger.job(job_id)
                 if not keep_going:
                     break
         except JobLost:
@@ -138,7 +144,7 @@ async def _fail_conflict(ctx: RunContext, job: dict[str, Any], storage: Storage,
 
 async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
-    info = await asyncio.to_thread(storage.head, job["output_key"])
+    info = await _io(storage, storage.head, job["output_key"])
     foreign = ownership(job, info)
     if foreign:
         await _fail_conflict(ctx, job, storage, foreign, "probe")
@@ -163,7 +169,9 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
 
 
 async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
-    spooled = await asyncio.to_thread(ctx.spool.find, job["id"])
+    spooled = None
+    if ctx.spool.path(job["id"]).exists():
+        spooled = await asyncio.to_thread(ctx.spool.find, job["id"])
     if spooled is not None:
         _adopt_spool(ctx, job, spooled)
         return True
@@ -175,7 +183,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     while True:
         history = [
             PastAttempt.from_row(row)
-            for row in ctx.ledger.attempts(job["id"])
+            for row in (ctx.ledger.attempts(job["id"]) if job["attempts"] else [])
             if row["status"] in ("failed", "unknown")
         ]
         decision = next_try(chain, history, retry_after=retry_after)
@@ -263,13 +271,15 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 cost_source=result.cost_source,
                 started_at=started,
             )
+            job["rendered_by"] = {
+                "provider": entry["provider"],
+                "model": entry["model"],
+                "attempt": number,
+            }
             ctx.ledger.checkpoint(
                 job,
                 [
-                    (
-                        "render",
-                        {"attempt": number, "provider": entry["provider"], "model": entry["model"]},
-                    ),
+                    ("render", dict(job["rendered_by"])),
                     ("spool", {"size": spooled.size, "sha256": spooled.sha256}),
                 ],
                 "store",
@@ -313,16 +323,24 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
 
 
 def _object_meta(ctx: RunContext, job: dict[str, Any]) -> dict[str, Any]:
-    attempts = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
-    last = attempts[-1] if attempts else {}
+    last = job.get("rendered_by")
+    if last is None:  # rendered by an earlier run: the ledger knows which attempt it was
+        done = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
+        last = {"provider": None, "model": None, "attempt": None}
+        if done:
+            last = {
+                "provider": done[-1]["provider"],
+                "model": done[-1]["model"],
+                "attempt": done[-1]["number"],
+            }
     return {
         "job_id": job["id"],
         "key": job["key"],
         "batch": job["batch"],
         "request_hash": job["request_hash"],
-        "provider": last.get("provider"),
-        "model": last.get("model"),
-        "attempt": last.get("number"),
+        "provider": last["provider"],
+        "model": last["model"],
+        "attempt": last["attempt"],
         "sha256": job["output_sha256"],
         "size": job["output_size"],
     }
@@ -332,7 +350,7 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
     spool_path = ctx.spool.path(job["id"])
     if not spool_path.exists():
-        info = await asyncio.to_thread(storage.head, job["output_key"])
+        info = await _io(storage, storage.head, job["output_key"])
         if info.exists and ownership(job, info) is None:
             ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
             return True
@@ -358,7 +376,7 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
             )
             return True
         except ObjectExists:
-            info = await asyncio.to_thread(storage.head, job["output_key"])
+            info = await _io(storage, storage.head, job["output_key"])
             foreign = ownership(job, info)
             if foreign:
                 await _fail_conflict(ctx, job, storage, foreign, "store")
@@ -398,7 +416,8 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
 
 async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
-    size, sha = await asyncio.to_thread(storage.read_back, job["output_key"])
+    small = (job["output_size"] or 0) <= INLINE_READ_BYTES
+    size, sha = await _io(storage, storage.read_back, job["output_key"], inline=small)
     if (size, sha) != (job["output_size"], job["output_sha256"]):
         ctx.ledger.finish(
             job,
@@ -410,16 +429,27 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
             f"sha256 {sha}, expected {job['output_size']} bytes sha256 {job['output_sha256']}",
         )
         return False
-    ctx.ledger.checkpoint(job, [("verify", {"size": size, "sha256": sha})], "finish")
-    return True
+    # verify and finish commit together: verify only reads, so a crash before this
+    # transaction costs one read-back, and a job never rests "verified but not finished".
+    with ctx.ledger.tx():
+        ctx.ledger.checkpoint(job, [("verify", {"size": size, "sha256": sha})], "finish")
+        won = _succeed(ctx, job)
+    if won:
+        # No need to wait for the commit: were it lost, the next run finds the stored,
+        # verified output at the key (store checks storage when the spool is gone).
+        ctx.spool.remove(job["id"])
+    return False
+
+
+def _succeed(ctx: RunContext, job: dict[str, Any]) -> bool:
+    return ctx.ledger.finish(
+        job, "succeeded", step="finish", detail={"output_key": job["output_key"]}
+    )
 
 
 async def finish(ctx: RunContext, job: dict[str, Any]) -> bool:
-    won = ctx.ledger.finish(
-        job, "succeeded", step="finish", detail={"output_key": job["output_key"]}
-    )
-    if won:
-        await asyncio.to_thread(ctx.spool.remove, job["id"])
+    if _succeed(ctx, job):
+        ctx.spool.remove(job["id"])
     return False
 
 

@@ -166,7 +166,8 @@ def run_jobs(
         )
         heartbeat = asyncio.create_task(_renew(ledger, lease_s))
         try:
-            await asyncio.gather(*(run_job(ctx, job_id) for job_id in job_ids))
+            with ledger.grouped(asyncio.get_running_loop()):
+                await asyncio.gather(*(run_job(ctx, job_id) for job_id in job_ids))
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from conftest import jobs, manifest
 
-from afc_cli.ledger import Ledger
+from afc_cli.ledger import JobLost, Ledger
 from afc_cli.manifest import load_manifest
 
 
@@ -34,8 +34,10 @@ def test_first_terminal_state_wins(ledger_with_job):
     kinds = [e["kind"] for e in ledger.events(job["id"])]
     assert kinds.count("cancelled") == 1 and "succeeded" not in kinds
     # and nothing else moves a terminal job either
-    ledger.checkpoint(row, [("probe", None)], "render", outcome="rendered")
+    with pytest.raises(JobLost):
+        ledger.checkpoint(row, [("probe", None)], "render", outcome="rendered")
     after = ledger.job(job["id"])
+    assert ledger.steps(job["id"]) == [], "the refused checkpoint wrote nothing"
     assert (after["step"], after["outcome"]) == (row["step"], row["outcome"])
 
 
@@ -91,7 +93,8 @@ def test_claim_from_dead_owner_marks_started_attempts_unknown(ledger_with_job, a
     ghost = f"{socket.gethostname()}:{int(dead.stdout)}:1"
     with ledger.tx():
         ledger.db.execute(
-            "UPDATE jobs SET lease_owner = ?, lease_expires = 9e18 WHERE id = ?", (ghost, job["id"])
+            "UPDATE jobs SET lease_owner = ?, lease_expires = 9e18, attempts = 1 WHERE id = ?",
+            (ghost, job["id"]),
         )
         ledger.db.execute(
             "INSERT INTO attempts (job_id, number, chain_index, provider, model, status, owner,"
@@ -125,7 +128,7 @@ def test_racing_admissions_make_one_job_row(afc):
     script = textwrap.dedent(
         """
         import sys
-        from afc_cli.ledger import Ledger
+        from afc_cli.ledger import JobLost, Ledger
         from afc_cli.manifest import load_manifest
         m = load_manifest("manifest.yaml")
         ledger = Ledger("afc.db")

@@ -123,8 +123,10 @@ def render_png(seed: str, width: int, height: int) -> bytes:
     rows = []
     for y in range(height):
         shade = (y * 255) // max(1, height - 1)
-        left = bytes(((c + shade) // 2) % 256 for c in a)
-        right = bytes(((c + 255 - shade) // 2) % 256 for c in b)
+        left = bytes([((a[0] + shade) >> 1), ((a[1] + shade) >> 1), ((a[2] + shade) >> 1)])
+        right = bytes(
+            [((b[0] + 255 - shade) >> 1), ((b[1] + 255 - shade) >> 1), ((b[2] + 255 - shade) >> 1)]
+        )
         rows.append(b"\x00" + left * split + right * (width - split))
     raw = b"".join(rows)
 
@@ -140,6 +142,6 @@ def render_png(seed: str, width: int, height: int) -> bytes:
     return (
         b"\x89PNG\r\n\x1a\n"
         + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw, 6))
+        + chunk(b"IDAT", zlib.compress(raw, 1))
         + chunk(b"IEND", b"")
     )

@@ -23,6 +23,7 @@ class ObjectExists(Exception):
 
 class Storage:
     url: str
+    local = False  # True where head and small reads are quick local-disk operations
 
     def head(self, key: str) -> ObjectInfo:
         raise NotImplementedError

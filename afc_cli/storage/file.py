@@ -28,6 +28,8 @@ META_SUFFIX = ".afc.json"
 
 
 class FileStorage(Storage):
+    local = True
+
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.url = f"file://{self.root}"
