@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import rfc8785
 import yaml
@@ -31,18 +31,6 @@ from afc_cli.errors import ManifestError
 # ledger must derive the same job ids to recognise outputs already in storage.
 JOB_ID_NAMESPACE = uuid.UUID("6f1c8a0e-3f52-5c1e-9a53-1b2f7d0e4a11")
 
-ERROR_CLASSES = (
-    "auth",
-    "invalid",
-    "cancelled",
-    "rate_limited",
-    "timeout",
-    "unavailable",
-    "server",
-    "refusal",
-    "window_expired",
-    "exhausted",
-)
 ErrorClassName = Literal[
     "auth",
     "invalid",
@@ -55,6 +43,7 @@ ErrorClassName = Literal[
     "window_expired",
     "exhausted",
 ]
+ERROR_CLASSES: tuple[str, ...] = get_args(ErrorClassName)
 FallbackReason = Literal["exhausted", "unavailable", "refusal", "window_expired"]
 
 TEMPLATE_FIELDS = {"batch", "key", "ext", "job_id"}

@@ -359,3 +359,14 @@ def test_json_stdout_is_only_json(afc):
     json.loads(result.stdout)
     quiet = afc("submit", "manifest.yaml", "-q")
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
+
+
+def test_example_manifest_runs_offline_and_replays(afc):
+    example = Path(__file__).resolve().parent.parent / "examples" / "manifest.yaml"
+    first = afc.json("submit", str(example))
+    assert first["counts"] == {"succeeded": 6}, first
+    assert (afc.outputs() / "demo-trailer" / "titles" / "title-card.png").exists()
+    attempts = attempts_count(afc)
+    second = afc.json("submit", str(example))
+    assert second["admitted"]["replayed"] == 6 and second["exit_code"] == 0
+    assert attempts_count(afc) == attempts
