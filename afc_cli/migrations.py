@@ -24,7 +24,7 @@ def m001_initial(db):
             updated_at REAL NOT NULL
         );
         CREATE TABLE jobs (
-            id TEXT PRIMARY KEY,
+            id TEXT PRIMARY KEY NOT NULL,
             batch TEXT NOT NULL REFERENCES batches(name),
             key TEXT NOT NULL,
             seq INTEGER NOT NULL,
@@ -51,14 +51,14 @@ def m001_initial(db):
             updated_at REAL NOT NULL,
             finished_at REAL,
             UNIQUE (batch, key)
-        );
+        ) WITHOUT ROWID;
         CREATE TABLE steps (
             job_id TEXT NOT NULL REFERENCES jobs(id),
             step TEXT NOT NULL,
             completed_at REAL NOT NULL,
             detail_json TEXT,
             PRIMARY KEY (job_id, step)
-        );
+        ) WITHOUT ROWID;
         CREATE TABLE attempts (
             id INTEGER PRIMARY KEY,
             job_id TEXT NOT NULL REFERENCES jobs(id),
@@ -95,11 +95,6 @@ def m001_initial(db):
 
 
 @migrations()
-def m002_status_indexes(db):
-    # Runs pick non-terminal jobs and sweep dead attempts by status: index both.
-    db.executescript(
-        """
-        CREATE INDEX jobs_batch_status ON jobs (batch, status);
-        CREATE INDEX attempts_status ON attempts (status);
-        """
-    )
+def m002_status_index(db):
+    # Runs pick a batch's non-terminal jobs by status.
+    db.executescript("CREATE INDEX jobs_batch_status ON jobs (batch, status);")

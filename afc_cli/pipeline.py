@@ -175,6 +175,20 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     if spooled is not None:
         _adopt_spool(ctx, job, spooled)
         return True
+    if job["attempts"]:
+        # A job that rendered before may have been stored and its spool removed while its
+        # later checkpoints were lost with the process: look before paying again.
+        storage = ctx.storages[job["batch"]]
+        info = await _io(storage, storage.head, job["output_key"])
+        if info.exists and ownership(job, info) is None:
+            ctx.ledger.checkpoint(
+                job,
+                [("render", {"found": "own output"})],
+                "verify",
+                output_sha256=info.meta.get("sha256"),
+                output_size=info.meta.get("size"),
+            )
+            return True
 
     request = json.loads(job["request_json"])
     chain = request["chain"]

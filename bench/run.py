@@ -43,6 +43,33 @@ def timed(cmd: list[str], cwd: Path) -> float:
     return elapsed
 
 
+def storage_floor(n: int, threads: int) -> float:
+    """Jobs/s of afc's file work alone (spool write, create-only store with metadata), no
+    ledger, no provider: the ceiling this machine's file system puts on a fresh run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from afc_cli.providers.local import render_png
+    from afc_cli.spool import Spool
+    from afc_cli.storage.file import FileStorage
+
+    work = Path(tempfile.mkdtemp(prefix="afc-floor-"))
+    try:
+        spool, storage = Spool(work / "spool"), FileStorage(work / "out")
+        data = render_png("floor", 64, 64)
+
+        def one(i: int) -> None:
+            spool.write(f"job{i}", data)
+            meta = {"job_id": f"job{i}", "request_hash": "h"}
+            storage.put_if_absent(f"bench/k{i}.png", spool.path(f"job{i}"), meta)
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(one, range(n)))
+        return n / (time.perf_counter() - start)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -56,6 +83,7 @@ def main() -> None:
         fresh = timed(submit, work)
         replay = timed(submit, work)
         help_s = timed([*afc, "--help"], work)
+        floor = storage_floor(args.jobs, args.concurrency)
         stored = sum(1 for p in (work / "afc-outputs" / "bench").iterdir() if p.suffix == ".png")
         assert stored == args.jobs, stored
     finally:
@@ -79,6 +107,14 @@ def main() -> None:
             replay <= 1.5,
         ),
         ("afc --help", "-", f"{help_s:.2f} s", "-", "-", True),
+        (
+            "file work alone (no ledger)",
+            f"{args.jobs} jobs",
+            "-",
+            f"{floor:,.0f} jobs/s",
+            "ceiling for fresh",
+            True,
+        ),
     ]
     header = ("benchmark", "size", "wall", "rate", "target", "met")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
