@@ -22,6 +22,7 @@ attempt numbers, per-model counts and backoff all carry over.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,36 @@ def backoff_delay(
     return rand() * ceiling
 
 
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header: delay-seconds or an HTTP date.
+
+    None when absent or unreadable; a date in the past means 0.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when is None:
+            return None
+        if when.tzinfo is None:
+            return None
+        current = time.time() if now is None else now
+        return max(0.0, when.timestamp() - current)
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        return None
+    return max(0.0, seconds)
+
+
 @dataclass(frozen=True)
 class PastAttempt:
     chain_index: int
@@ -78,6 +109,7 @@ class PastAttempt:
             model=row["model"],
             http_status=row["http_status"],
             message=row["error_message"],
+            retry_after=row.get("retry_after_s"),
         )
 
 
@@ -134,7 +166,7 @@ def next_try(
             failures,
             base=backoff.get("base", 2.0),
             cap=backoff.get("cap", 60.0),
-            retry_after=retry_after,
+            retry_after=retry_after if retry_after is not None else last.retry_after,
             rand=rand,
         )
         return Try(index, delay, cls)

@@ -45,6 +45,23 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output o
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")]
 BatchOpt = Annotated[str | None, typer.Option("--batch", help="Only this batch.")]
+MaxSpendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-spend",
+        metavar="USD",
+        help="Cap this run's priced spend; stop starting attempts before it (exit 4).",
+    ),
+]
+AllowUnpricedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unpriced", help="Under a budget, also run models with no rate card (uncapped)."
+    ),
+]
+
+costs_app = typer.Typer(help="Spend recorded in the ledger.", no_args_is_help=True)
+app.add_typer(costs_app, name="costs")
 
 DEFAULT_LEDGER = "afc.db"
 DEFAULT_CONCURRENCY = 8
@@ -86,6 +103,7 @@ def _interrupt_on_sigterm() -> None:
 
 
 def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
+    from afc_cli.costs import format_usd
     from afc_cli.output import emit_json, job_json
 
     jobs = [job_json(row) for row in result.jobs]
@@ -105,6 +123,9 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
                 "jobs": jobs,
                 "counts": result.counts,
                 "conflicts": conflicts,
+                "spent": format_usd(result.stats.spent_micros),
+                "budget": format_usd(result.budget.cap_micros) if result.budget else None,
+                "stopped_by_budget": result.stats.budget_hit,
                 "exit_code": result.exit_code,
             }
         )
@@ -130,13 +151,26 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         why = job["error"]["message"] if job["error"] else job["waiting"] or ""
         _err(f"{job['batch']}/{job['key']}: {job['status']} at {job['step']}: {why}")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
-    _err(f"{result.ran} run; {counts or 'no jobs'}")
+    _err(
+        f"{result.ran} run; {counts or 'no jobs'}; "
+        f"this run spent {format_usd(result.stats.spent_micros)} USD (priced)"
+    )
+    if result.stats.budget_hit:
+        _err(
+            f"stopped by the budget of {format_usd(result.budget.cap_micros)} USD: no new "
+            "attempt was started past it; every waiting job resumes with 'afc resume'"
+        )
 
 
 @app.command()
 def submit(
     manifest: Annotated[str, typer.Argument(help="The job manifest (YAML).")],
     no_run: Annotated[bool, typer.Option("--no-run", help="Admit the jobs, run none.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only say what a run would do and cost (afc plan).")
+    ] = False,
+    max_spend: MaxSpendOpt = None,
+    allow_unpriced: AllowUnpricedOpt = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     storage: StorageOpt = None,
     concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
@@ -145,6 +179,9 @@ def submit(
     verbose: VerboseOpt = False,
 ) -> None:
     """Validate a manifest, admit its jobs idempotently, and run every job not yet finished."""
+    if dry_run:
+        _plan(manifest, ledger, storage, max_spend, json_out)
+        return
     with _boundary():
         from afc_cli import run
 
@@ -156,6 +193,8 @@ def submit(
             concurrency=concurrency,
             run=not no_run,
             reporter=_reporter(json_out, quiet, verbose),
+            max_spend=max_spend,
+            allow_unpriced=allow_unpriced,
         )
         _print_run(result, json_out, quiet)
         if no_run and result.exit_code != 3:
@@ -166,6 +205,8 @@ def submit(
 @app.command()
 def resume(
     batch: BatchOpt = None,
+    max_spend: MaxSpendOpt = None,
+    allow_unpriced: AllowUnpricedOpt = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     storage: StorageOpt = None,
     concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
@@ -184,9 +225,74 @@ def resume(
             storage=storage,
             concurrency=concurrency,
             reporter=_reporter(json_out, quiet, verbose),
+            max_spend=max_spend,
+            allow_unpriced=allow_unpriced,
         )
         _print_run(result, json_out, quiet)
         raise typer.Exit(result.exit_code)
+
+
+def _plan(manifest: str, ledger: str, storage: str | None, max_spend: str | None, json_out: bool):
+    with _boundary():
+        from afc_cli.plan import describe, plan
+
+        result = plan(manifest, ledger_path=ledger, storage=storage, max_spend=max_spend)
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(result)
+        else:
+            sys.stdout.write(describe(result) + "\n")
+
+
+@app.command("plan")
+def plan_command(
+    manifest: Annotated[str, typer.Argument(help="The job manifest (YAML).")],
+    max_spend: MaxSpendOpt = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Say what a submit would do and cost: new, replayed, stored, conflicting, estimate.
+
+    Writes nothing: no ledger, no storage, no provider call."""
+    _plan(manifest, ledger, storage, max_spend, json_out)
+
+
+@costs_app.command("report")
+def costs_report_command(
+    batch: BatchOpt = None,
+    since: Annotated[
+        str | None, typer.Option("--since", metavar="DATE", help="Only attempts since (ISO).")
+    ] = None,
+    by: Annotated[
+        str, typer.Option("--by", help="Group by provider, model, batch or day.")
+    ] = "provider",
+    csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout.")] = False,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Spend by provider, model, batch or day: priced, unpriced, failed, avoided."""
+    with _boundary():
+        from afc_cli.costs_report import FIELDS, costs_report, footer
+        from afc_cli.output import emit_csv, emit_json, emit_table
+
+        report = costs_report(ledger, batch=batch, since=since, by=by)
+        columns = [by, *FIELDS]
+        if json_out:
+            emit_json({"rows": report["rows"], "total": report["total"]})
+        elif csv_out:
+            emit_csv([*report["rows"], {by: "total", **report["total"]}], columns)
+        else:
+            rows = [*report["rows"], {by: "total", **report["total"]}]
+            emit_table(rows, columns, title=f"spend by {by} (USD)", footer=footer(report))
 
 
 @app.command()

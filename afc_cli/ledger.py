@@ -53,6 +53,16 @@ TERMINAL_SQL = _in(TERMINAL)
 ACTIVE_SQL = _in(ACTIVE)
 
 
+class BudgetExhausted(Exception):
+    """The next attempt's estimate does not fit the run's budget; nothing was started."""
+
+    def __init__(self, spent: int, cap: int, estimate: int):
+        super().__init__(f"spent {spent} of {cap} micro-USD; next attempt needs {estimate}")
+        self.spent = spent
+        self.cap = cap
+        self.estimate = estimate
+
+
 class JobLost(Exception):
     """The job stopped being ours (it ended elsewhere, e.g. cancelled, or its lease was taken):
     the worker stops quietly and the transaction that noticed writes nothing."""
@@ -217,12 +227,15 @@ class Ledger:
             )
         return row["storage"]
 
-    def admit(self, manifest: Any, storage: str, rates_json: list[dict[str, Any]]) -> AdmitResult:
+    def admit(self, manifest: Any, storage: str, rates: Any) -> AdmitResult:
         """Admit a manifest's jobs idempotently, in one transaction.
 
         Same key, same request hash: a replay (the existing job is used). Same key, another
-        hash: a conflict, reported with both hashes, the stored job untouched.
+        hash: a conflict, reported with both hashes, the stored job untouched. A replay of a
+        job that already succeeded is a render avoided, and is recorded as one with what it
+        would have cost (the original render's cost, else the rate card's price).
         """
+        rates_json = rates.to_json()
         result = AdmitResult(batch=manifest.batch, storage=storage)
         now = _now()
         with self.tx():
@@ -235,18 +248,22 @@ class Ledger:
                 (manifest.batch, storage, _dumps(rates_json), manifest.path, now, now),
             )
             existing = {
-                row[0]: row[1]
+                row[0]: row[1:]
                 for row in self.db.execute(
-                    "SELECT key, request_hash FROM jobs WHERE batch = ?", (manifest.batch,)
+                    "SELECT key, request_hash, status, id FROM jobs WHERE batch = ?",
+                    (manifest.batch,),
                 )
             }
             fresh = []
+            done = []
             for job in manifest.jobs:
-                stored = existing.get(job.key)
+                stored, status, _ = existing.get(job.key, (None, None, None))
                 if stored is None:
                     fresh.append(job)
                 elif stored == job.request_hash:
                     result.replayed.append(job.key)
+                    if status == "succeeded":
+                        done.append(job)
                 else:
                     result.conflicts.append(
                         {"key": job.key, "stored_hash": stored, "new_hash": job.request_hash}
@@ -288,8 +305,38 @@ class Ledger:
                     for c in result.conflicts
                 ],
             )
+            if done:
+                self._record_replays_avoided(manifest.batch, done, rates, now)
             result.new = [j.key for j in fresh]
         return result
+
+    def _record_replays_avoided(self, batch: str, jobs: list[Any], rates: Any, now: float) -> None:
+        renders: dict[str, tuple] = {}
+        for row in self.db.execute(
+            "SELECT a.job_id, a.provider, a.model, a.cost_micros, a.cost_source FROM attempts a"
+            " JOIN jobs j ON j.id = a.job_id WHERE j.batch = ? AND a.status = 'succeeded'"
+            " UNION ALL SELECT job_id, provider, model, cost_micros, cost_source FROM avoided"
+            " WHERE batch = ? AND reason = 'stored'",
+            (batch, batch),
+        ):
+            renders.setdefault(row[0], row[1:])
+        rows = []
+        for job in jobs:
+            provider, model, cost, source = renders.get(job.job_id) or (
+                job.chain[0]["provider"],
+                job.chain[0]["model"],
+                None,
+                None,
+            )
+            if cost is None and provider is not None:
+                cost = rates.estimate(provider, model)
+                source = "rate_card" if cost is not None else None
+            rows.append((job.job_id, batch, now, "replay", provider, model, cost, source))
+        self.db.conn.executemany(
+            "INSERT INTO avoided (job_id, batch, at, reason, provider, model, cost_micros,"
+            " cost_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -489,13 +536,26 @@ class Ledger:
         wait_s: float | None,
         *,
         durable: bool,
+        run_id: str | None = None,
+        reserve_micros: int | None = None,
+        cap_micros: int | None = None,
     ) -> int | None:
         """Commit an attempt row (status ``started``) before its provider call.
+
+        Under a budget (``cap_micros``), the attempt's estimated cost is reserved in this same
+        transaction: the run's spend so far (each attempt's known cost, else its reservation)
+        plus this estimate must fit the cap, or BudgetExhausted is raised and nothing is
+        written. Transactions are serialised, so no number of concurrent workers can start
+        more than the budget allows.
 
         Returns the attempt number, or None if the job is no longer ours or no longer active.
         """
         now = _now()
         with self.tx(durable=durable, commit=True):
+            if cap_micros is not None:
+                spent = self.run_spend(run_id)
+                if spent + (reserve_micros or 0) > cap_micros:
+                    raise BudgetExhausted(spent, cap_micros, reserve_micros or 0)
             cursor = self.db.execute(
                 "UPDATE jobs SET attempts = ?, status = 'running',"
                 " waiting_reason = NULL, updated_at = ? WHERE id = ? AND lease_owner = ?"
@@ -508,10 +568,47 @@ class Ledger:
             job.update(attempts=number, status="running", waiting_reason=None, updated_at=now)
             self.db.execute(
                 "INSERT INTO attempts (job_id, number, chain_index, provider, model, status,"
-                " owner, wait_s, started_at) VALUES (?, ?, ?, ?, ?, 'started', ?, ?, ?)",
-                (job["id"], number, chain_index, provider, model, self.owner, wait_s, now),
+                " owner, wait_s, started_at, run_id, reserved_micros)"
+                " VALUES (?, ?, ?, ?, ?, 'started', ?, ?, ?, ?, ?)",
+                (
+                    job["id"],
+                    number,
+                    chain_index,
+                    provider,
+                    model,
+                    self.owner,
+                    wait_s,
+                    now,
+                    run_id,
+                    reserve_micros,
+                ),
             )
         return number
+
+    def run_spend(self, run_id: str | None) -> int:
+        """Priced spend of one run: known costs, and reservations where the cost is unknown."""
+        row = self.db.execute(
+            "SELECT COALESCE(SUM(COALESCE(cost_micros, reserved_micros, 0)), 0)"
+            " FROM attempts WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        return int(row[0])
+
+    def record_avoided(
+        self,
+        job: dict[str, Any],
+        reason: str,
+        provider: str | None,
+        model: str | None,
+        cost_micros: int | None,
+        cost_source: str | None,
+    ) -> None:
+        """A render that a stored output made unnecessary, and what it would have cost."""
+        self.db.execute(
+            "INSERT INTO avoided (job_id, batch, at, reason, provider, model, cost_micros,"
+            " cost_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (job["id"], job["batch"], _now(), reason, provider, model, cost_micros, cost_source),
+        )
 
     def report_attempt(
         self,
@@ -531,6 +628,7 @@ class Ledger:
         cost_source: str | None = None,
         started_at: float | None = None,
         ended_at: float | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         """Upsert on (job, provider, attempt number).
 
@@ -541,8 +639,8 @@ class Ledger:
         self.db.execute(
             "INSERT INTO attempts (job_id, number, chain_index, provider, model, status,"
             " error_class, http_status, error_message, provider_request_id, owner, started_at,"
-            " ended_at, duration_s, usage_json, cost_micros, cost_source)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ended_at, duration_s, usage_json, cost_micros, cost_source, retry_after_s)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (job_id, provider, number) DO UPDATE SET"
             " usage_json = excluded.usage_json,"
             " cost_micros = excluded.cost_micros,"
@@ -559,6 +657,8 @@ class Ledger:
             "   ELSE attempts.error_message END,"
             " ended_at = CASE WHEN attempts.status = 'started' THEN excluded.ended_at"
             "   ELSE attempts.ended_at END,"
+            " retry_after_s = CASE WHEN attempts.status = 'started' THEN excluded.retry_after_s"
+            "   ELSE attempts.retry_after_s END,"
             " duration_s = CASE WHEN attempts.status = 'started'"
             "   THEN excluded.ended_at - attempts.started_at ELSE attempts.duration_s END",
             (
@@ -579,6 +679,7 @@ class Ledger:
                 _dumps(usage),
                 cost_micros,
                 cost_source,
+                retry_after_s,
             ),
         )
 

@@ -56,6 +56,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
 
 
+def _usd(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        amount = Decimal(value)
+    except (InvalidOperation, TypeError):
+        raise ValueError(f'must be a decimal string such as "0.04", got {value!r}') from None
+    if not amount.is_finite() or amount < 0:
+        raise ValueError(f"must be a non-negative decimal, got {value!r}")
+    return value
+
+
 class Backoff(_Strict):
     base: float = Field(default=2.0, gt=0, description="seconds before the first retry (ceiling)")
     cap: float = Field(default=60.0, gt=0, description="longest single wait, Retry-After included")
@@ -67,6 +79,9 @@ class ChainEntry(_Strict):
     attempts: int = Field(default=3, ge=1, le=100)
     fallback_on: list[FallbackReason] = Field(default_factory=lambda: ["exhausted"])
     backoff: Backoff = Field(default_factory=Backoff)
+    window_s: float | None = Field(
+        default=None, gt=0, description="the provider's own per-attempt limit, in seconds"
+    )
 
 
 class Rate(_Strict):
@@ -80,15 +95,7 @@ class Rate(_Strict):
     @field_validator("per_image", "per_second", "per_1k_input_tokens", "per_1k_output_tokens")
     @classmethod
     def _decimal(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        try:
-            amount = Decimal(value)
-        except (InvalidOperation, TypeError):
-            raise ValueError(f'must be a decimal string such as "0.04", got {value!r}') from None
-        if not amount.is_finite() or amount < 0:
-            raise ValueError(f"must be a non-negative decimal, got {value!r}")
-        return value
+        return _usd(value)
 
     def prices(self) -> dict[str, Decimal]:
         return {
@@ -116,6 +123,13 @@ class ManifestModel(_Strict):
     version: Literal[1]
     batch: str = Field(min_length=1, max_length=200)
     storage: str | None = None
+    budget: str | None = None
+
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, value: str | None) -> str | None:
+        return _usd(value)
+
     defaults: Defaults = Field(default_factory=Defaults)
     rates: list[Rate] = Field(default_factory=list)
     jobs: list[JobSpec] = Field(min_length=1)
@@ -144,6 +158,7 @@ class Manifest:
     storage: str | None
     rates: list[Rate]
     jobs: list[ResolvedJob]
+    budget: str | None = None
 
 
 def job_id_for(batch: str, key: str) -> str:
@@ -395,5 +410,37 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
     if problems:
         raise ManifestError(name, problems[:MAX_PROBLEMS])
     return Manifest(
-        path=name, batch=model.batch, storage=model.storage, rates=model.rates, jobs=jobs
+        path=name,
+        batch=model.batch,
+        storage=model.storage,
+        rates=model.rates,
+        jobs=jobs,
+        budget=model.budget,
     )
+
+
+class RatesConfig(_Strict):
+    rates: list[Rate] = Field(default_factory=list)
+
+
+def load_config_rates(path: str | Path | None) -> list[Rate]:
+    """Rate cards from the optional config file (``AFC_CONFIG``): ``rates:`` in the manifest's
+    format. A manifest's own card for the same provider and model wins over it."""
+    if not path:
+        return []
+    from afc_cli.providers import PROVIDERS
+
+    path = Path(path)
+    raw = _read_yaml(path)
+    try:
+        config = RatesConfig.model_validate(raw if raw is not None else {})
+    except ValidationError as exc:
+        raise ManifestError(str(path), _pydantic_problems(raw, exc)[:MAX_PROBLEMS]) from None
+    problems = [
+        f"field 'rates[{i}]': unknown provider {r.provider!r}"
+        for i, r in enumerate(config.rates)
+        if r.provider not in PROVIDERS
+    ]
+    if problems:
+        raise ManifestError(str(path), problems)
+    return config.rates

@@ -98,3 +98,29 @@ def m001_initial(db):
 def m002_status_index(db):
     # Runs pick a batch's non-terminal jobs by status.
     db.executescript("CREATE INDEX jobs_batch_status ON jobs (batch, status);")
+
+
+@migrations()
+def m003_budget_and_avoided(db):
+    # run_id and reserved_micros let a run's budget hold under concurrency: an attempt's
+    # estimated cost is reserved in the transaction that commits its row. retry_after_s keeps a
+    # provider's Retry-After across runs. avoided records renders that stored outputs saved.
+    db.executescript(
+        """
+        ALTER TABLE attempts ADD COLUMN run_id TEXT;
+        ALTER TABLE attempts ADD COLUMN reserved_micros INTEGER;
+        ALTER TABLE attempts ADD COLUMN retry_after_s REAL;
+        CREATE INDEX attempts_run ON attempts (run_id);
+        CREATE TABLE avoided (
+            id INTEGER PRIMARY KEY,
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            batch TEXT NOT NULL,
+            at REAL NOT NULL,
+            reason TEXT NOT NULL,
+            provider TEXT,
+            model TEXT,
+            cost_micros INTEGER,
+            cost_source TEXT
+        );
+        """
+    )

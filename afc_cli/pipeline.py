@@ -25,12 +25,13 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from afc_cli.attempts import GiveUp, PastAttempt, backoff_delay, describe_cause, next_try
-from afc_cli.costs import RateCards
+from afc_cli.costs import RateCards, format_usd, to_micros
 from afc_cli.errors import StorageError
-from afc_cli.ledger import TERMINAL, JobLost, Ledger
+from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
 from afc_cli.spool import Spool, SpoolFile
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
@@ -51,6 +52,9 @@ class RunContext:
     rates: dict[str, RateCards]  # by batch name
     slots: asyncio.Semaphore
     lease_s: float = 300.0
+    run_id: str | None = None
+    cap_micros: int | None = None  # the run's budget; None: no budget
+    budget_hit: bool = False
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     report: Callable[[dict[str, Any], str, str], None] = lambda job, event, detail: None
     providers: dict[str, Any] = field(default_factory=lambda: PROVIDERS)
@@ -151,15 +155,25 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
         return False
     if info.exists:
         # Stored by this very job (an earlier run, or a ledger rebuilt over the same storage):
-        # succeed from storage, no provider call.
-        ctx.ledger.checkpoint(
-            job,
-            [("probe", {"found": "own output"})],
-            "verify",
-            outcome="stored",
-            output_sha256=info.meta.get("sha256"),
-            output_size=info.meta.get("size"),
-        )
+        # succeed from storage, no provider call; count the render it saved.
+        meta = info.meta
+        cost, source = _micros(meta.get("cost")), meta.get("cost_source")
+        if cost is None and meta.get("provider"):
+            rates = ctx.rates.get(job["batch"]) or RateCards()
+            cost = rates.estimate(meta["provider"], meta.get("model"))
+            source = "rate_card" if cost is not None else None
+        with ctx.ledger.tx():
+            ctx.ledger.record_avoided(
+                job, "stored", meta.get("provider"), meta.get("model"), cost, source
+            )
+            ctx.ledger.checkpoint(
+                job,
+                [("probe", {"found": "own output"})],
+                "verify",
+                outcome="stored",
+                output_sha256=meta.get("sha256"),
+                output_size=meta.get("size"),
+            )
         return True
     ctx.ledger.checkpoint(job, [("probe", {"found": None})], "render")
     return True
@@ -193,14 +207,13 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     request = json.loads(job["request_json"])
     chain = request["chain"]
     rates = ctx.rates.get(job["batch"]) or RateCards()
-    retry_after = None
     while True:
         history = [
             PastAttempt.from_row(row)
             for row in (ctx.ledger.attempts(job["id"]) if job["attempts"] else [])
             if row["status"] in ("failed", "unknown")
         ]
-        decision = next_try(chain, history, retry_after=retry_after)
+        decision = next_try(chain, history)
         if isinstance(decision, GiveUp):
             cause = decision.cause
             ctx.ledger.finish(
@@ -222,14 +235,27 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             async with ctx.idle():
                 await ctx.sleep(decision.delay)
         provider = ctx.providers[entry["provider"]]
-        number = ctx.ledger.start_attempt(
-            job,
-            decision.chain_index,
-            entry["provider"],
-            entry["model"],
-            decision.delay or None,
-            durable=entry["provider"] != "local",
-        )
+        try:
+            number = ctx.ledger.start_attempt(
+                job,
+                decision.chain_index,
+                entry["provider"],
+                entry["model"],
+                decision.delay or None,
+                durable=entry["provider"] != "local",
+                run_id=ctx.run_id,
+                reserve_micros=rates.estimate(entry["provider"], entry["model"]),
+                cap_micros=ctx.cap_micros,
+            )
+        except BudgetExhausted as exc:
+            ctx.budget_hit = True
+            ctx.ledger.set_waiting(
+                job,
+                f"budget: this run spent {format_usd(exc.spent)} of {format_usd(exc.cap)} USD; "
+                f"the next attempt is estimated at {format_usd(exc.estimate)}",
+            )
+            ctx.report(job, "waiting", "budget reached")
+            return False
         if number is None:
             raise JobLost(job["id"])
         crash_point("after_attempt_row")
@@ -239,21 +265,36 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             "model": entry["model"],
         }
         started = time.time()
-        try:
-            result = await provider.render(
-                AttemptRequest(
-                    job_id=job["id"],
-                    key=job["key"],
-                    prompt=request["prompt"],
-                    params=request["params"],
-                    provider=entry["provider"],
-                    model=entry["model"],
-                    attempt=number,
-                    rates=rates,
-                )
+        call = provider.render(
+            AttemptRequest(
+                job_id=job["id"],
+                key=job["key"],
+                prompt=request["prompt"],
+                params=request["params"],
+                provider=entry["provider"],
+                model=entry["model"],
+                attempt=number,
+                rates=rates,
             )
+        )
+        try:
+            window = entry.get("window_s")
+            result = await (asyncio.wait_for(call, window) if window else call)
+        except TimeoutError:
+            # The provider's own per-attempt window passed: it may have billed the whole run,
+            # so the cost is unknown and this model is not tried again.
+            ctx.ledger.end_attempt(
+                job,
+                number,
+                **report,
+                status="failed",
+                error_class="window_expired",
+                error_message=f"no result within the {window}s attempt window",
+                started_at=started,
+            )
+            ctx.report(job, "attempt_failed", f"window_expired on attempt {number}")
+            continue
         except ProviderError as exc:
-            retry_after = exc.retry_after
             ctx.ledger.end_attempt(
                 job,
                 number,
@@ -266,6 +307,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 cost_micros=exc.cost_micros,
                 cost_source=exc.cost_source,
                 started_at=started,
+                retry_after_s=exc.retry_after,
             )
             ctx.report(job, "attempt_failed", f"{exc.error_class} on attempt {number}")
             continue
@@ -289,11 +331,16 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 "provider": entry["provider"],
                 "model": entry["model"],
                 "attempt": number,
+                "cost_micros": result.cost_micros,
+                "cost_source": result.cost_source,
             }
             ctx.ledger.checkpoint(
                 job,
                 [
-                    ("render", dict(job["rendered_by"])),
+                    (
+                        "render",
+                        {"provider": entry["provider"], "model": entry["model"], "attempt": number},
+                    ),
                     ("spool", {"size": spooled.size, "sha256": spooled.sha256}),
                 ],
                 "store",
@@ -340,12 +387,15 @@ def _object_meta(ctx: RunContext, job: dict[str, Any]) -> dict[str, Any]:
     last = job.get("rendered_by")
     if last is None:  # rendered by an earlier run: the ledger knows which attempt it was
         done = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
-        last = {"provider": None, "model": None, "attempt": None}
+        last = dict.fromkeys(("provider", "model", "attempt", "cost_micros", "cost_source"))
         if done:
+            a = done[-1]
             last = {
-                "provider": done[-1]["provider"],
-                "model": done[-1]["model"],
-                "attempt": done[-1]["number"],
+                "provider": a["provider"],
+                "model": a["model"],
+                "attempt": a["number"],
+                "cost_micros": a["cost_micros"],
+                "cost_source": a["cost_source"],
             }
     return {
         "job_id": job["id"],
@@ -355,9 +405,21 @@ def _object_meta(ctx: RunContext, job: dict[str, Any]) -> dict[str, Any]:
         "provider": last["provider"],
         "model": last["model"],
         "attempt": last["attempt"],
+        "cost": format_usd(last["cost_micros"]),
+        "cost_source": last["cost_source"],
         "sha256": job["output_sha256"],
         "size": job["output_size"],
     }
+
+
+def _micros(text: Any) -> int | None:
+    """Micro-USD from the decimal string in object metadata; None if absent or unreadable."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return to_micros(Decimal(text))
+    except (InvalidOperation, ValueError):
+        return None
 
 
 async def store(ctx: RunContext, job: dict[str, Any]) -> bool:

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import uuid
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from afc_cli import storage as storage_mod
-from afc_cli.costs import RateCards
-from afc_cli.errors import EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_OK, UsageError
+from afc_cli.costs import RateCards, to_micros
+from afc_cli.errors import EXIT_BUDGET, EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_OK, UsageError
 from afc_cli.ledger import AdmitResult, Ledger
-from afc_cli.manifest import load_manifest
+from afc_cli.manifest import load_config_rates, load_manifest
 from afc_cli.pipeline import RunContext, run_job
 from afc_cli.spool import Spool
 
@@ -39,13 +43,65 @@ class Reporter:
         pass
 
 
+@dataclass(frozen=True)
+class Budget:
+    """A run's spending cap (``--max-spend`` or the manifest's ``budget``)."""
+
+    cap_micros: int
+    allow_unpriced: bool = False
+
+    @classmethod
+    def parse(cls, value: str | None, allow_unpriced: bool) -> Budget | None:
+        if value is None:
+            return None
+        try:
+            amount = Decimal(value)
+        except InvalidOperation:
+            raise UsageError(f"--max-spend takes a decimal amount of USD, got {value!r}") from None
+        if not amount.is_finite() or amount < 0:
+            raise UsageError(f"--max-spend must be a non-negative amount, got {value!r}")
+        return cls(to_micros(amount), allow_unpriced)
+
+    def check_priced(self, chains: list[tuple[str, list[dict[str, Any]]]], rates) -> None:
+        """Refuse unpriced models under a budget unless --allow-unpriced: a cap cannot hold
+        over spend it cannot estimate."""
+        if self.allow_unpriced:
+            return
+        unpriced = sorted(
+            {
+                f"{entry['provider']}/{entry['model']}"
+                for batch, chain in chains
+                for entry in chain
+                if rates(batch).estimate(entry["provider"], entry["model"]) is None
+            }
+        )
+        if unpriced:
+            raise UsageError(
+                "a budget needs a per-image rate card for every model that may run; unpriced: "
+                + ", ".join(unpriced)
+                + ". Add rates, or pass --allow-unpriced (their spend is then not capped)."
+            )
+
+
+@dataclass
+class RunStats:
+    ran: int = 0
+    budget_hit: bool = False
+    spent_micros: int = 0
+
+
 @dataclass
 class RunResult:
     """What a submit or resume did, and the exit code it earns."""
 
     jobs: list[dict[str, Any]] = field(default_factory=list)  # status rows of requested jobs
     admit: AdmitResult | None = None
-    ran: int = 0
+    stats: RunStats = field(default_factory=RunStats)
+    budget: Budget | None = None
+
+    @property
+    def ran(self) -> int:
+        return self.stats.ran
 
     @property
     def counts(self) -> dict[str, int]:
@@ -58,6 +114,8 @@ class RunResult:
     def exit_code(self) -> int:
         if self.admit is not None and self.admit.conflicts:
             return EXIT_CONFLICT
+        if self.stats.budget_hit:
+            return EXIT_BUDGET
         if any(row["status"] != "succeeded" for row in self.jobs):
             return EXIT_JOB_FAILED
         return EXIT_OK
@@ -83,26 +141,38 @@ def submit(
     concurrency: int,
     run: bool = True,
     reporter: Reporter | None = None,
+    max_spend: str | None = None,
+    allow_unpriced: bool = False,
 ) -> RunResult:
-    manifest = load_manifest(manifest_path)  # raises before the ledger is even opened
+    # everything that can refuse the run is checked before the ledger is even opened
+    manifest = load_manifest(manifest_path)
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
-    rates = RateCards.from_rates(manifest.rates).to_json()
+    rates = manifest_rates(manifest)
+    budget = Budget.parse(max_spend if max_spend is not None else manifest.budget, allow_unpriced)
+    if budget is not None and run:
+        budget.check_priced([(manifest.batch, j.chain) for j in manifest.jobs], lambda b: rates)
     ledger = Ledger(ledger_path)
     try:
         bound = ledger.check_storage(manifest.batch, named)
         chosen = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
         admitted = ledger.admit(manifest, chosen, rates)
         keys = admitted.admitted_keys
+        stats = RunStats()
         if run:
             job_ids = ledger.runnable_job_ids(batch=manifest.batch, keys=keys)
-            ran = run_jobs(ledger, job_ids, concurrency=concurrency, reporter=reporter)
-        else:
-            ran = 0
+            stats = run_jobs(
+                ledger, job_ids, concurrency=concurrency, reporter=reporter, budget=budget
+            )
         wanted = set(keys)
         rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in wanted]
-        return RunResult(jobs=rows, admit=admitted, ran=ran)
+        return RunResult(jobs=rows, admit=admitted, stats=stats, budget=budget)
     finally:
         ledger.close()
+
+
+def manifest_rates(manifest: Any) -> RateCards:
+    """Rate cards of the config file (AFC_CONFIG), with the manifest's own winning."""
+    return RateCards.from_rates(load_config_rates(os.environ.get("AFC_CONFIG")) + manifest.rates)
 
 
 def resume(
@@ -112,7 +182,10 @@ def resume(
     storage: str | None,
     concurrency: int,
     reporter: Reporter | None = None,
+    max_spend: str | None = None,
+    allow_unpriced: bool = False,
 ) -> RunResult:
+    budget = Budget.parse(max_spend, allow_unpriced)
     ledger = Ledger(ledger_path, create=False)
     try:
         if batch is not None and ledger.batch(batch) is None:
@@ -123,10 +196,17 @@ def resume(
         if named:
             for name in sorted(batches):
                 ledger.check_storage(name, named)
-        ran = run_jobs(ledger, job_ids, concurrency=concurrency, reporter=reporter)
+        if budget is not None:
+            cards = batch_rates(ledger)
+            chains = []
+            for job_id in job_ids:
+                job = ledger.job(job_id)
+                chains.append((job["batch"], json.loads(job["request_json"])["chain"]))
+            budget.check_priced(chains, lambda b: cards.get(b) or RateCards())
+        stats = run_jobs(ledger, job_ids, concurrency=concurrency, reporter=reporter, budget=budget)
         wanted = set(job_ids)
         rows = [r for r in ledger.status_rows(batch) if r["id"] in wanted]
-        return RunResult(jobs=rows, ran=ran)
+        return RunResult(jobs=rows, stats=stats, budget=budget)
     finally:
         ledger.close()
 
@@ -138,23 +218,22 @@ def run_jobs(
     concurrency: int,
     reporter: Reporter | None = None,
     lease_s: float = LEASE_S,
-) -> int:
-    """Run the given jobs to the end of what one run can do. Returns how many were run."""
+    budget: Budget | None = None,
+) -> RunStats:
+    """Run the given jobs to the end of what one run can do."""
     if not job_ids:
-        return 0
+        return RunStats()
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     reporter = reporter or Reporter()
-    storages: dict[str, Any] = {}
-    rates: dict[str, RateCards] = {}
-    for row in ledger.batches():
-        storages[row["name"]] = storage_mod.open(row["storage"])
-        rates[row["name"]] = RateCards.from_json(_loads(row["rates_json"]) or [])
+    storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
+    rates = batch_rates(ledger)
+    run_id = str(uuid.uuid4())
 
     spool = Spool.beside(ledger.path)
     sweep_spool(ledger, spool)
 
-    async def main() -> int:
+    async def main() -> RunStats:
         ctx = RunContext(
             ledger=ledger,
             spool=spool,
@@ -163,6 +242,8 @@ def run_jobs(
             slots=asyncio.Semaphore(concurrency),
             lease_s=lease_s,
             report=reporter.event,
+            run_id=run_id,
+            cap_micros=budget.cap_micros if budget else None,
         )
         heartbeat = asyncio.create_task(_renew(ledger, lease_s))
         try:
@@ -172,7 +253,7 @@ def run_jobs(
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
-        return len(job_ids)
+        return RunStats(len(job_ids), ctx.budget_hit, ledger.run_spend(run_id))
 
     reporter.begin(len(job_ids))
     try:
@@ -202,7 +283,9 @@ async def _renew(ledger: Ledger, lease_s: float) -> None:
         ledger.renew_leases(lease_s)
 
 
-def _loads(text: str | None) -> Any:
-    import json
-
-    return json.loads(text) if text else None
+def batch_rates(ledger: Ledger) -> dict[str, RateCards]:
+    """Each batch's rate cards, as recorded at its latest admission."""
+    return {
+        row["name"]: RateCards.from_json(json.loads(row["rates_json"] or "[]"))
+        for row in ledger.batches()
+    }

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 from conftest import jobs, manifest
 
+from afc_cli.costs import RateCards
 from afc_cli.ledger import JobLost, Ledger
 from afc_cli.manifest import load_manifest
 
@@ -18,7 +19,7 @@ def ledger_with_job(afc):
     path = afc.write_manifest(manifest(jobs(1)))
     ledger = Ledger(afc.cwd / "afc.db")
     m = load_manifest(path)
-    ledger.admit(m, "file:///tmp/x", [])
+    ledger.admit(m, "file:///tmp/x", RateCards())
     job = ledger.job(m.jobs[0].job_id)
     yield ledger, job
     ledger.close()
@@ -128,11 +129,12 @@ def test_racing_admissions_make_one_job_row(afc):
     script = textwrap.dedent(
         """
         import sys
-        from afc_cli.ledger import JobLost, Ledger
+        from afc_cli.costs import RateCards
+        from afc_cli.ledger import Ledger
         from afc_cli.manifest import load_manifest
         m = load_manifest("manifest.yaml")
         ledger = Ledger("afc.db")
-        result = ledger.admit(m, "file:///tmp/x", [])
+        result = ledger.admit(m, "file:///tmp/x", RateCards())
         print(len(result.new), len(result.replayed), len(result.conflicts))
         """
     )

@@ -1,0 +1,127 @@
+"""``afc plan`` / ``afc submit --dry-run``: know before you pay. Writes nothing.
+
+For each job of the manifest it says what a run would do: render it (new, or admitted but not
+finished), take it from storage (its own output is already there), nothing (a replay of a
+finished job), or refuse it (a changed body under an admitted key). The estimate is one paid
+attempt of each job's first model at its rate card's per-image price: what the run costs when
+nothing fails. Models with no such price are named as unpriced, never counted as zero.
+
+The ledger, if there is one, is opened read-only (no migrations, no lock); a missing ledger
+means every job is new. Storage is only read.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from afc_cli import storage as storage_mod
+from afc_cli.costs import format_usd
+from afc_cli.pipeline import ownership
+from afc_cli.run import Budget, manifest_rates, resolve_storage
+
+
+def _read_ledger(ledger_path: str, batch: str) -> tuple[str | None, dict[str, tuple[str, str]]]:
+    path = Path(ledger_path)
+    if not path.exists():
+        return None, {}
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT storage FROM batches WHERE name = ?", (batch,)).fetchone()
+        jobs = {
+            key: (request_hash, status)
+            for key, request_hash, status in conn.execute(
+                "SELECT key, request_hash, status FROM jobs WHERE batch = ?", (batch,)
+            )
+        }
+        return (row[0] if row else None), jobs
+    except sqlite3.DatabaseError:
+        return None, {}
+    finally:
+        conn.close()
+
+
+def plan(
+    manifest_path: str,
+    *,
+    ledger_path: str,
+    storage: str | None,
+    max_spend: str | None = None,
+    allow_unpriced: bool = True,
+) -> dict[str, Any]:
+    from afc_cli.manifest import load_manifest
+
+    manifest = load_manifest(manifest_path)
+    rates = manifest_rates(manifest)
+    named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
+    bound, admitted = _read_ledger(ledger_path, manifest.batch)
+    if bound and named and bound != named:
+        from afc_cli.errors import UsageError
+
+        raise UsageError(f"batch {manifest.batch!r} stores its outputs in {bound}, not {named}")
+    url = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
+    store = storage_mod.open(url)
+
+    counts = {"new": 0, "replayed": 0, "stored": 0, "conflicting": 0, "to_render": 0}
+    estimate = 0
+    unpriced: set[str] = set()
+    jobs = []
+    for job in manifest.jobs:
+        known = admitted.get(job.key)
+        entry = job.chain[0]
+        model = f"{entry['provider']}/{entry['model']}"
+        if known is not None and known[0] != job.request_hash:
+            action = "conflict"
+            counts["conflicting"] += 1
+        elif known is not None and known[1] in ("succeeded", "failed", "cancelled", "dead"):
+            action = f"replay ({known[1]})"
+            counts["replayed"] += 1
+        else:
+            counts["replayed" if known else "new"] += 1
+            fake = {"id": job.job_id, "request_hash": job.request_hash}
+            info = store.head(job.output_key)
+            foreign = ownership(fake, info)
+            if foreign:
+                action = "conflict (output key taken)"
+                counts["conflicting"] += 1
+            elif info.exists:
+                action = "stored"
+                counts["stored"] += 1
+            else:
+                action = "render"
+                counts["to_render"] += 1
+                price = rates.estimate(entry["provider"], entry["model"])
+                if price is None:
+                    unpriced.add(model)
+                else:
+                    estimate += price
+        jobs.append({"key": job.key, "action": action, "model": model})
+
+    budget = Budget.parse(max_spend, allow_unpriced)
+    return {
+        "batch": manifest.batch,
+        "storage": url,
+        **counts,
+        "estimated_spend": format_usd(estimate),
+        "unpriced_models": sorted(unpriced),
+        "budget": format_usd(budget.cap_micros) if budget else None,
+        "fits_budget": None if budget is None else estimate <= budget.cap_micros,
+        "jobs": jobs,
+    }
+
+
+def describe(result: dict[str, Any]) -> str:
+    lines = [
+        f"batch {result['batch']} -> {result['storage']}",
+        f"  new {result['new']}, replayed {result['replayed']}, already stored "
+        f"{result['stored']}, conflicting {result['conflicting']}",
+        f"  to render: {result['to_render']}, estimated spend {result['estimated_spend']} USD"
+        + (" (if no attempt fails)" if result["to_render"] else ""),
+    ]
+    if result["unpriced_models"]:
+        lines.append("  unpriced (not in the estimate): " + ", ".join(result["unpriced_models"]))
+    if result["budget"] is not None:
+        verdict = "fits" if result["fits_budget"] else "does NOT fit"
+        lines.append(f"  budget {result['budget']} USD: the estimate {verdict}")
+    return "\n".join(lines)
