@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -128,3 +129,24 @@ def test_fallback_model_counts_its_own_attempts_and_backoff():
     history = [failed("server"), failed("server", 1, model="b")]
     decision = next_try(chain, history, rand=lambda: 1.0)
     assert decision == Try(1, 4.0, "server")
+
+
+def test_parse_retry_after_seconds_and_http_dates():
+    from afc_cli.attempts import parse_retry_after
+
+    now = 1_700_000_000.0
+    assert parse_retry_after("7", now=now) == 7.0
+    assert parse_retry_after("0.5", now=now) == 0.5
+    assert parse_retry_after(" 30 ", now=now) == 30.0
+    assert parse_retry_after("-3", now=now) == 0.0
+    assert parse_retry_after(None) is None and parse_retry_after("") is None
+    assert parse_retry_after("soon", now=now) is None
+    assert parse_retry_after("nan", now=now) is None
+    # Tue, 14 Nov 2023 22:13:40 GMT is now + 20 s
+    assert parse_retry_after("Tue, 14 Nov 2023 22:13:40 GMT", now=now) == pytest.approx(20.0)
+    assert parse_retry_after("Tue, 14 Nov 2023 22:00:00 GMT", now=now) == 0.0
+
+
+def test_retry_after_recorded_on_the_attempt_carries_across_runs():
+    history = [PastAttempt(0, "failed", "rate_limited", "p", "a", 429, "m", retry_after=9.0)]
+    assert next_try([entry()], history, rand=half).delay == 9.0

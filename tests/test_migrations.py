@@ -46,7 +46,11 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
     Ledger(old).close()
     assert schema(old) == schema(blank)
     applied = sqlite3.connect(old).execute("SELECT name FROM _sqlite_migrations").fetchall()
-    assert [r[0] for r in applied] == ["m001_initial", "m002_status_index", "m003_budget_and_avoided"]
+    assert [r[0] for r in applied] == [
+        "m001_initial",
+        "m002_status_index",
+        "m003_budget_and_avoided",
+    ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]
 

@@ -9,9 +9,11 @@ through the job's ``params``:
   a resumed job does not replay its injected failures.
 - ``retry_after_s``: a Retry-After the injected failures carry.
 - ``size``: ``WxH`` of the image (default 64x64, at most 1024 each side).
+- ``seconds``: the compute seconds the attempt reports as used (default ``latency_s``).
 
-Success is priced from the rate card (``per_image``), source ``local``; with no card it is
-unpriced. An injected failure is free (cost 0, source local), as real APIs do not bill a
+Success is priced from the rate card, source ``local``: a ``per_second`` card bills the
+reported seconds (like Replicate's ``predict_time``), any other card one image. With no card
+it is unpriced. An injected failure is free (cost 0, source local), as real APIs do not bill a
 rejected request, except ``timeout`` and ``window_expired``: there the work may have happened, so
 their cost is unknown (null), exactly as it would be on a paid provider.
 """
@@ -57,6 +59,11 @@ class LocalProvider(Provider):
             for cls in fail:
                 if cls not in ERROR_CLASSES or cls == "exhausted":
                     problems.append(f"fail: {cls!r} is not an error class")
+        seconds = params.get("seconds")
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0
+        ):
+            problems.append(f"seconds: must be a number of seconds >= 0, got {seconds!r}")
         retry_after = params.get("retry_after_s")
         if retry_after is not None and (
             isinstance(retry_after, bool) or not isinstance(retry_after, int | float)
@@ -90,7 +97,11 @@ class LocalProvider(Provider):
         width, height = _parse_size(params.get("size", "64x64")) or (64, 64)
         seed = f"{request.model}\x00{request.prompt}\x00{params.get('seed', '')}"
         data = render_png(seed, width, height)
-        usage = {"images": 1}
+        card = request.rates.cards.get((self.name, request.model), {})
+        if "per_second" in card:
+            usage = {"seconds": float(params.get("seconds", latency))}
+        else:
+            usage = {"images": 1}
         cost = request.rates.price(self.name, request.model, usage)
         return AttemptResult(
             data=data,
