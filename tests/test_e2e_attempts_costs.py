@@ -259,3 +259,30 @@ def test_rate_cards_from_the_config_file(afc):
     (afc.cwd / "bad.yaml").write_text("rates:\n  - {provider: local, model: m1, per_image: x}\n")
     bad = afc("submit", "m2.yaml", env={"AFC_CONFIG": str(afc.cwd / "bad.yaml")})
     assert bad.returncode == 2 and "bad.yaml" in bad.stderr
+
+
+def test_a_backoff_wait_gives_its_slot_to_other_jobs(afc):
+    data = manifest(
+        [
+            {
+                "key": "slow",
+                "prompt": "a",
+                "params": {"fail": ["rate_limited"], "retry_after_s": 1.0},
+            },
+            {"key": "quick-1", "prompt": "b"},
+            {"key": "quick-2", "prompt": "c"},
+        ]
+    )
+    data["defaults"]["chain"] = chain({"model": "m1", "backoff": {"base": 0.01, "cap": 2}})
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--concurrency", "1").returncode == 0
+    started = dict(
+        afc.rows(
+            "SELECT j.key || '#' || a.number, a.started_at FROM attempts a"
+            " JOIN jobs j ON j.id = a.job_id"
+        )
+    )
+    # with one slot, both quick jobs ran while the slow one waited out its Retry-After
+    assert started["quick-1#1"] < started["slow#2"]
+    assert started["quick-2#1"] < started["slow#2"]
+    assert started["slow#2"] - started["slow#1"] >= 1.0
