@@ -62,6 +62,8 @@ AllowUnpricedOpt = Annotated[
 
 costs_app = typer.Typer(help="Spend recorded in the ledger.", no_args_is_help=True)
 app.add_typer(costs_app, name="costs")
+queue_app = typer.Typer(help="The backlog, for operators and cron.", no_args_is_help=True)
+app.add_typer(queue_app, name="queue")
 
 DEFAULT_LEDGER = "afc.db"
 DEFAULT_CONCURRENCY = 8
@@ -97,9 +99,21 @@ def _reporter(json_out: bool, quiet: bool, verbose: bool):
 
 
 def _interrupt_on_sigterm() -> None:
-    # SIGTERM (a stopped cron job, a container shutdown) is an interruption like Ctrl-C:
-    # stop, record what is in flight, keep every job resumable.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    """SIGTERM (a stopped cron job, a container shutdown) is an interruption like Ctrl-C: stop,
+    record what is in flight as unknown, release the leases, exit 130; every job stays
+    resumable. A second Ctrl-C or SIGTERM exits at once (the ledger is consistent at every
+    commit, so nothing is lost by not tidying up)."""
+
+    def first(signum, frame):
+        signal.signal(signal.SIGINT, second)
+        signal.signal(signal.SIGTERM, second)
+        raise KeyboardInterrupt
+
+    def second(signum, frame):
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, first)
+    signal.signal(signal.SIGTERM, first)
 
 
 def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
@@ -293,6 +307,71 @@ def costs_report_command(
         else:
             rows = [*report["rows"], {by: "total", **report["total"]}]
             emit_table(rows, columns, title=f"spend by {by} (USD)", footer=footer(report))
+
+
+@app.command()
+def cancel(
+    keys: Annotated[list[str] | None, typer.Argument(help="Keys of the jobs to cancel.")] = None,
+    batch: BatchOpt = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Cancel jobs (KEY..., or every unfinished job of --batch). Final: never rendered again."""
+    with _boundary():
+        from afc_cli.ops import cancel as cancel_jobs
+
+        result = cancel_jobs(ledger, keys or [], batch)
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(result)
+        elif not quiet:
+            for item in result["cancelled"]:
+                _err(f"{item['batch']}/{item['key']}: cancelled")
+            for item in result["already_final"]:
+                _err(f"{item['batch']}/{item['key']}: already {item['status']}, left as it is")
+            for item in result["not_found"]:
+                _err(f"{item['key']}: no such job")
+        if result["not_found"]:
+            raise typer.Exit(2)
+
+
+@queue_app.command("stats")
+def queue_stats_command(
+    fail_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-if",
+            metavar="EXPR",
+            help="Exit 1 when a condition holds, e.g. 'dlq>0' or 'oldest_age_seconds>3600'.",
+        ),
+    ] = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Queued, in flight, delayed, dead-lettered, and the oldest unfinished job's age."""
+    with _boundary():
+        from afc_cli.ops import failed_conditions, queue_stats
+
+        stats = queue_stats(ledger)
+        met = failed_conditions(stats, fail_if or [])
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(stats)
+        else:
+            sys.stdout.write("".join(f"{name} {value}\n" for name, value in stats.items()))
+        if met:
+            _err("alert: " + "; ".join(met))
+            raise typer.Exit(1)
 
 
 @app.command()

@@ -31,6 +31,7 @@ from afc_cli.owner import current_owner, owner_is_dead
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
 ACTIVE = ("queued", "running", "waiting")
 BUSY_TIMEOUT_S = 30.0
+MAX_TAKEOVERS = 5  # a job whose runs died more often than this is dead-lettered
 # Under group commit, changes wait at most this long for their commit (and other afc
 # processes at most this long for the write lock). Nothing that money depends on waits:
 # attempt rows and attempt outcomes commit at once.
@@ -241,11 +242,20 @@ class Ledger:
         with self.tx():
             self.check_storage(manifest.batch, storage)
             self.db.execute(
-                "INSERT INTO batches (name, storage, rates_json, manifest_path, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
-                " rates_json = excluded.rates_json, manifest_path = excluded.manifest_path,"
+                "INSERT INTO batches (name, storage, rates_json, limits_json, manifest_path,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name)"
+                " DO UPDATE SET rates_json = excluded.rates_json,"
+                " limits_json = excluded.limits_json, manifest_path = excluded.manifest_path,"
                 " updated_at = excluded.updated_at",
-                (manifest.batch, storage, _dumps(rates_json), manifest.path, now, now),
+                (
+                    manifest.batch,
+                    storage,
+                    _dumps(rates_json),
+                    _dumps(manifest.limits),
+                    manifest.path,
+                    now,
+                    now,
+                ),
             )
             existing = {
                 row[0]: row[1:]
@@ -348,6 +358,9 @@ class Ledger:
             return self._all("SELECT * FROM jobs WHERE key = ? ORDER BY created_at", (key,))
         return self._all("SELECT * FROM jobs WHERE key = ? AND batch = ?", (key, batch))
 
+    def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
+
     def runnable_job_ids(
         self, batch: str | None = None, keys: list[str] | None = None
     ) -> list[str]:
@@ -430,10 +443,23 @@ class Ledger:
                 return None
             if job["attempts"]:
                 self._mark_unknown(job_id, job["batch"], exclude_owner=self.owner)
+            job.update(lease_owner=self.owner, lease_expires=now + lease_s, updated_at=now)
             if holder is not None and not mine:
                 self._event(job_id, job["batch"], "takeover", previous_owner=holder)
                 job["takeovers"] += 1
-            job.update(lease_owner=self.owner, lease_expires=now + lease_s, updated_at=now)
+                if job["takeovers"] > MAX_TAKEOVERS:
+                    # The runs working on it keep dying (a crash loop): stop retrying it on
+                    # our own and leave it for a person, with its whole history.
+                    self.finish(
+                        job,
+                        "dead",
+                        step=job["step"],
+                        error_code="CRASH_LOOP",
+                        error_message=f"the run working on this job ended without finishing "
+                        f"it {job['takeovers']} times; see its events and attempts, fix the "
+                        "cause, then requeue it",
+                    )
+                    return None
             return job
 
     def _mark_unknown(self, job_id: str, batch: str, exclude_owner: str | None) -> None:
@@ -474,6 +500,35 @@ class Ledger:
                 f" WHERE lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
                 (self.owner,),
             )
+
+    def note(self, job: dict[str, Any], kind: str, **detail: Any) -> None:
+        """Append an event to a job's log, whatever its state."""
+        with self.tx():
+            self._event(job["id"], job["batch"], kind, **detail)
+
+    def cancel(self, job: dict[str, Any], reason: str) -> bool:
+        """Cancel a job: final, through the same first-terminal-wins update as any ending."""
+        return self.finish(
+            job, "cancelled", step=job["step"], error_code="CANCELLED", error_message=reason
+        )
+
+    def queue_stats(self, now: float | None = None) -> dict[str, Any]:
+        """Backlog figures for alerting: queued, in flight, delayed, dead-lettered, and the
+        age of the oldest unfinished job."""
+        now = _now() if now is None else now
+        counts = dict(
+            self.db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
+        )
+        oldest = self.db.execute(
+            f"SELECT MIN(created_at) FROM jobs WHERE status IN {ACTIVE_SQL}"
+        ).fetchone()[0]
+        return {
+            "queued": counts.get("queued", 0),
+            "in_flight": counts.get("running", 0),
+            "delayed": counts.get("waiting", 0),
+            "dlq": counts.get("dead", 0),
+            "oldest_age_seconds": 0 if oldest is None else int(now - oldest),
+        }
 
     def release(self, job_id: str) -> None:
         with self.tx():

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import string
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -105,6 +105,11 @@ class Rate(_Strict):
         }
 
 
+class ProviderLimits(_Strict):
+    concurrency: int | None = Field(default=None, ge=1)
+    per_minute: int | None = Field(default=None, ge=1)
+
+
 class Defaults(_Strict):
     output: str = DEFAULT_OUTPUT
     chain: list[ChainEntry] | None = None
@@ -132,6 +137,7 @@ class ManifestModel(_Strict):
 
     defaults: Defaults = Field(default_factory=Defaults)
     rates: list[Rate] = Field(default_factory=list)
+    limits: dict[str, ProviderLimits] = Field(default_factory=dict)
     jobs: list[JobSpec] = Field(min_length=1)
 
 
@@ -159,6 +165,7 @@ class Manifest:
     rates: list[Rate]
     jobs: list[ResolvedJob]
     budget: str | None = None
+    limits: dict[str, dict[str, int | None]] = field(default_factory=dict)
 
 
 def job_id_for(batch: str, key: str) -> str:
@@ -323,6 +330,10 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
             problems.append(f"{where}: a second rate card for {rate.provider}/{rate.model}")
         seen_rates.add((rate.provider, rate.model))
 
+    for name in model.limits:
+        if name not in providers:
+            problems.append(f"field 'limits.{name}': unknown provider {name!r}")
+
     default_template_problem = _template_problem(model.defaults.output)
     if default_template_problem:
         problems.append(f"field 'defaults.output': {default_template_problem}")
@@ -416,6 +427,7 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         rates=model.rates,
         jobs=jobs,
         budget=model.budget,
+        limits={name: limit.model_dump() for name, limit in model.limits.items()},
     )
 
 

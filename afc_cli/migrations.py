@@ -124,3 +124,9 @@ def m003_budget_and_avoided(db):
         );
         """
     )
+
+
+@migrations()
+def m004_batch_limits(db):
+    # per-provider call limits (concurrency, per_minute) as the batch's manifest set them
+    db.execute("ALTER TABLE batches ADD COLUMN limits_json TEXT")

@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -42,6 +43,42 @@ STORE_BACKOFF_CAP_S = 10.0
 MAX_STORE_REQUEUES = 5
 
 
+class ProviderLimit:
+    """A provider's call limits within one run: at most ``concurrency`` calls at once and at
+    most ``per_minute`` call starts in any 60 seconds (sliding window)."""
+
+    def __init__(
+        self,
+        concurrency: int | None = None,
+        per_minute: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.slots = asyncio.Semaphore(concurrency) if concurrency else None
+        self.per_minute = per_minute
+        self.clock = clock
+        self.starts: deque[float] = deque()
+        self.lock = asyncio.Lock()
+
+    async def acquire(self, sleep: Callable[[float], Awaitable[None]]) -> None:
+        if self.slots is not None:
+            await self.slots.acquire()
+        if not self.per_minute:
+            return
+        async with self.lock:
+            while True:
+                now = self.clock()
+                while self.starts and now - self.starts[0] >= 60.0:
+                    self.starts.popleft()
+                if len(self.starts) < self.per_minute:
+                    self.starts.append(now)
+                    return
+                await sleep(60.0 - (now - self.starts[0]))
+
+    def release(self) -> None:
+        if self.slots is not None:
+            self.slots.release()
+
+
 @dataclass
 class RunContext:
     """What the steps share within one run of afc."""
@@ -55,9 +92,25 @@ class RunContext:
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
     budget_hit: bool = False
+    limits: dict[str, ProviderLimit] = field(default_factory=dict)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     report: Callable[[dict[str, Any], str, str], None] = lambda job, event, detail: None
     providers: dict[str, Any] = field(default_factory=lambda: PROVIDERS)
+
+    @asynccontextmanager
+    async def provider_slot(self, name: str):
+        """Hold one of a provider's call slots (``limits: {name: {concurrency, per_minute}}``)
+        for the length of an attempt; waiting for it is idle time, not work."""
+        limit = self.limits.get(name)
+        if limit is None:
+            yield
+            return
+        async with self.idle():
+            await limit.acquire(self.sleep)
+        try:
+            yield
+        finally:
+            limit.release()
 
     @asynccontextmanager
     async def idle(self):
@@ -234,120 +287,129 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             ctx.report(job, "waiting", f"{decision.delay:.2f}s after {decision.after}")
             async with ctx.idle():
                 await ctx.sleep(decision.delay)
-        provider = ctx.providers[entry["provider"]]
-        try:
-            number = ctx.ledger.start_attempt(
-                job,
-                decision.chain_index,
-                entry["provider"],
-                entry["model"],
-                decision.delay or None,
-                durable=entry["provider"] != "local",
-                run_id=ctx.run_id,
-                reserve_micros=rates.estimate(entry["provider"], entry["model"]),
-                cap_micros=ctx.cap_micros,
+        # a provider's own limits (manifest ``limits``) are waited for before the attempt row,
+        # and the wait gives the job's slot back
+        async with ctx.provider_slot(entry["provider"]):
+            provider = ctx.providers[entry["provider"]]
+            try:
+                number = ctx.ledger.start_attempt(
+                    job,
+                    decision.chain_index,
+                    entry["provider"],
+                    entry["model"],
+                    decision.delay or None,
+                    durable=entry["provider"] != "local",
+                    run_id=ctx.run_id,
+                    reserve_micros=rates.estimate(entry["provider"], entry["model"]),
+                    cap_micros=ctx.cap_micros,
+                )
+            except BudgetExhausted as exc:
+                ctx.budget_hit = True
+                ctx.ledger.set_waiting(
+                    job,
+                    f"budget: this run spent {format_usd(exc.spent)} of {format_usd(exc.cap)} USD; "
+                    f"the next attempt is estimated at {format_usd(exc.estimate)}",
+                )
+                ctx.report(job, "waiting", "budget reached")
+                return False
+            if number is None:
+                raise JobLost(job["id"])
+            crash_point("after_attempt_row")
+            report = {
+                "chain_index": decision.chain_index,
+                "provider": entry["provider"],
+                "model": entry["model"],
+            }
+            started = time.time()
+            call = provider.render(
+                AttemptRequest(
+                    job_id=job["id"],
+                    key=job["key"],
+                    prompt=request["prompt"],
+                    params=request["params"],
+                    provider=entry["provider"],
+                    model=entry["model"],
+                    attempt=number,
+                    rates=rates,
+                )
             )
-        except BudgetExhausted as exc:
-            ctx.budget_hit = True
-            ctx.ledger.set_waiting(
-                job,
-                f"budget: this run spent {format_usd(exc.spent)} of {format_usd(exc.cap)} USD; "
-                f"the next attempt is estimated at {format_usd(exc.estimate)}",
-            )
-            ctx.report(job, "waiting", "budget reached")
-            return False
-        if number is None:
-            raise JobLost(job["id"])
-        crash_point("after_attempt_row")
-        report = {
-            "chain_index": decision.chain_index,
-            "provider": entry["provider"],
-            "model": entry["model"],
-        }
-        started = time.time()
-        call = provider.render(
-            AttemptRequest(
-                job_id=job["id"],
-                key=job["key"],
-                prompt=request["prompt"],
-                params=request["params"],
-                provider=entry["provider"],
-                model=entry["model"],
-                attempt=number,
-                rates=rates,
-            )
-        )
-        try:
-            window = entry.get("window_s")
-            result = await (asyncio.wait_for(call, window) if window else call)
-        except TimeoutError:
-            # The provider's own per-attempt window passed: it may have billed the whole run,
-            # so the cost is unknown and this model is not tried again.
-            ctx.ledger.end_attempt(
-                job,
-                number,
-                **report,
-                status="failed",
-                error_class="window_expired",
-                error_message=f"no result within the {window}s attempt window",
-                started_at=started,
-            )
-            ctx.report(job, "attempt_failed", f"window_expired on attempt {number}")
-            continue
-        except ProviderError as exc:
-            ctx.ledger.end_attempt(
-                job,
-                number,
-                **report,
-                status="failed",
-                error_class=exc.error_class,
-                http_status=exc.http_status,
-                error_message=exc.message,
-                usage=exc.usage or None,
-                cost_micros=exc.cost_micros,
-                cost_source=exc.cost_source,
-                started_at=started,
-                retry_after_s=exc.retry_after,
-            )
-            ctx.report(job, "attempt_failed", f"{exc.error_class} on attempt {number}")
-            continue
+            try:
+                window = entry.get("window_s")
+                result = await (asyncio.wait_for(call, window) if window else call)
+            except TimeoutError:
+                # The provider's own per-attempt window passed: it may have billed the whole run,
+                # so the cost is unknown and this model is not tried again.
+                ctx.ledger.end_attempt(
+                    job,
+                    number,
+                    **report,
+                    status="failed",
+                    error_class="window_expired",
+                    error_message=f"no result within the {window}s attempt window",
+                    started_at=started,
+                )
+                ctx.report(job, "attempt_failed", f"window_expired on attempt {number}")
+                continue
+            except ProviderError as exc:
+                ctx.ledger.end_attempt(
+                    job,
+                    number,
+                    **report,
+                    status="failed",
+                    error_class=exc.error_class,
+                    http_status=exc.http_status,
+                    error_message=exc.message,
+                    usage=exc.usage or None,
+                    cost_micros=exc.cost_micros,
+                    cost_source=exc.cost_source,
+                    started_at=started,
+                    retry_after_s=exc.retry_after,
+                )
+                ctx.report(job, "attempt_failed", f"{exc.error_class} on attempt {number}")
+                continue
 
         # spool: durable before anything else happens to these bytes
         spooled = await asyncio.to_thread(ctx.spool.write, job["id"], result.data)
         crash_point("after_spool")
-        with ctx.ledger.tx():
-            ctx.ledger.report_attempt(
-                job,
-                number,
-                **report,
-                status="succeeded",
-                provider_request_id=result.provider_request_id,
-                usage=result.usage,
-                cost_micros=result.cost_micros,
-                cost_source=result.cost_source,
-                started_at=started,
-            )
-            job["rendered_by"] = {
-                "provider": entry["provider"],
-                "model": entry["model"],
-                "attempt": number,
-                "cost_micros": result.cost_micros,
-                "cost_source": result.cost_source,
-            }
-            ctx.ledger.checkpoint(
-                job,
-                [
-                    (
-                        "render",
-                        {"provider": entry["provider"], "model": entry["model"], "attempt": number},
-                    ),
-                    ("spool", {"size": spooled.size, "sha256": spooled.sha256}),
-                ],
-                "store",
-                outcome="rendered",
-                output_sha256=spooled.sha256,
-                output_size=spooled.size,
-            )
+        success = {
+            **report,
+            "status": "succeeded",
+            "provider_request_id": result.provider_request_id,
+            "usage": result.usage,
+            "cost_micros": result.cost_micros,
+            "cost_source": result.cost_source,
+            "started_at": started,
+        }
+        job["rendered_by"] = {
+            "provider": entry["provider"],
+            "model": entry["model"],
+            "attempt": number,
+            "cost_micros": result.cost_micros,
+            "cost_source": result.cost_source,
+        }
+        try:
+            with ctx.ledger.tx():
+                ctx.ledger.report_attempt(job, number, **success)
+                ctx.ledger.checkpoint(
+                    job,
+                    [
+                        (
+                            "render",
+                            {k: job["rendered_by"][k] for k in ("provider", "model", "attempt")},
+                        ),
+                        ("spool", {"size": spooled.size, "sha256": spooled.sha256}),
+                    ],
+                    "store",
+                    outcome="rendered",
+                    output_sha256=spooled.sha256,
+                    output_size=spooled.size,
+                )
+        except JobLost:
+            # The job ended meanwhile (cancelled): its state stays as it is, but this attempt
+            # was paid, so its outcome and cost are recorded, and its output stays in the spool.
+            ctx.ledger.end_attempt(job, number, **success)
+            ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path))
+            raise
         return True
 
 

@@ -23,7 +23,7 @@ from afc_cli.costs import RateCards, to_micros
 from afc_cli.errors import EXIT_BUDGET, EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_OK, UsageError
 from afc_cli.ledger import AdmitResult, Ledger
 from afc_cli.manifest import load_config_rates, load_manifest
-from afc_cli.pipeline import RunContext, run_job
+from afc_cli.pipeline import ProviderLimit, RunContext, run_job
 from afc_cli.spool import Spool
 
 DEFAULT_CONCURRENCY = 8
@@ -227,6 +227,7 @@ def run_jobs(
         raise UsageError("--concurrency must be at least 1")
     reporter = reporter or Reporter()
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
+    limits = provider_limits(ledger)
     rates = batch_rates(ledger)
     run_id = str(uuid.uuid4())
 
@@ -244,6 +245,7 @@ def run_jobs(
             report=reporter.event,
             run_id=run_id,
             cap_micros=budget.cap_micros if budget else None,
+            limits={name: ProviderLimit(**values) for name, values in limits.items()},
         )
         heartbeat = asyncio.create_task(_renew(ledger, lease_s))
         try:
@@ -281,6 +283,18 @@ async def _renew(ledger: Ledger, lease_s: float) -> None:
     while True:
         await asyncio.sleep(lease_s / 3)
         ledger.renew_leases(lease_s)
+
+
+def provider_limits(ledger: Ledger) -> dict[str, dict[str, int | None]]:
+    """Per-provider call limits for a run: the strictest any batch in the ledger sets."""
+    merged: dict[str, dict[str, int | None]] = {}
+    for row in ledger.batches():
+        for name, values in json.loads(row["limits_json"] or "{}").items():
+            current = merged.setdefault(name, {"concurrency": None, "per_minute": None})
+            for key, value in values.items():
+                if value is not None:
+                    current[key] = value if current[key] is None else min(current[key], value)
+    return merged
 
 
 def batch_rates(ledger: Ledger) -> dict[str, RateCards]:

@@ -11,6 +11,9 @@ through the job's ``params``:
 - ``size``: ``WxH`` of the image (default 64x64, at most 1024 each side).
 - ``seconds``: the compute seconds the attempt reports as used (default ``latency_s``).
 
+With ``AFC_LOCAL_CALL_LOG`` set to a file, every call appends ``<job id> <attempt>`` to it:
+the independent call counter that concurrency and crash tests check against.
+
 Success is priced from the rate card, source ``local``: a ``per_second`` card bills the
 reported seconds (like Replicate's ``predict_time``), any other card one image. With no card
 it is unpriced. An injected failure is free (cost 0, source local), as real APIs do not bill a
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import struct
 import zlib
 from typing import Any
@@ -79,6 +83,10 @@ class LocalProvider(Provider):
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
         params = request.params
+        call_log = os.environ.get("AFC_LOCAL_CALL_LOG")
+        if call_log:
+            with open(call_log, "a", encoding="utf-8") as log:
+                log.write(f"{request.job_id} {request.attempt}\n")
         latency = float(params.get("latency_s", 0) or 0)
         if latency:
             await asyncio.sleep(latency)

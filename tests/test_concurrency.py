@@ -1,0 +1,204 @@
+"""Concurrency, leases, interruption, cancel, limits and queue stats."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import jobs, manifest
+
+from afc_cli.ledger import MAX_TAKEOVERS, Ledger
+from afc_cli.pipeline import ProviderLimit
+
+
+def wait_for(afc, sql: str, threshold: int, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if (afc.cwd / "afc.db").exists() and afc.rows(sql)[0][0] >= threshold:
+                return
+        except Exception:  # the schema may still be in the making
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
+
+
+def test_two_resumes_at_once_render_every_job_exactly_once(afc):
+    log = afc.cwd / "calls.log"
+    afc.write_manifest(manifest(jobs(30, latency_s=0.1)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    env = {"AFC_LOCAL_CALL_LOG": str(log)}
+    first = afc.popen("resume", "--concurrency", "4", env=env)
+    second = afc.popen("resume", "--concurrency", "4", env=env)
+    assert first.wait(timeout=60) in (0, 1)
+    assert second.wait(timeout=60) in (0, 1)
+    final = afc.json("resume")  # anything either left (a job the other held) finishes here
+    assert final["exit_code"] == 0
+    calls = log.read_text().split("\n")[:-1]
+    assert len(calls) == 30, "every job rendered exactly once"
+    assert len({c.split()[0] for c in calls}) == 30
+    assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 30)]
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(30,)]
+
+
+def test_sigterm_interrupts_and_resume_finishes(afc):
+    afc.write_manifest(manifest(jobs(12, latency_s=0.3)))
+    proc = afc.popen("submit", "manifest.yaml", "--concurrency", "4")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts", 2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 130
+    assert "interrupted" in proc.stderr.read()
+    statuses = dict(afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status"))
+    assert not {"failed", "cancelled", "dead"} & set(statuses)
+    assert afc.rows("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL") == [(0,)]
+    assert afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'started'") == [(0,)]
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 12)]
+
+
+def test_second_interrupt_exits_at_once(afc):
+    afc.write_manifest(manifest(jobs(4, latency_s=5)))
+    proc = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    start = time.time()
+    assert proc.wait(timeout=30) == 130
+    assert time.time() - start < 5
+    assert afc("resume").returncode == 0
+
+
+def test_sigkill_worker_lease_is_taken_over(afc):
+    afc.write_manifest(manifest(jobs(4, latency_s=0.5)))
+    proc = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    held = afc.rows("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")[0][0]
+    assert held >= 2, "the dead worker's leases are still in the ledger"
+    assert afc("resume").returncode == 0
+    assert afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'takeover'")[0][0] == held
+    assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 4)]
+
+
+def test_cancelled_queued_job_is_never_rendered(afc):
+    log = afc.cwd / "calls.log"
+    afc.write_manifest(manifest(jobs(3)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    result = afc.json("cancel", "shot-002")
+    assert result["cancelled"] == [{"key": "shot-002", "batch": "b1"}]
+    resumed = afc("resume", env={"AFC_LOCAL_CALL_LOG": str(log)})
+    assert resumed.returncode == 0
+    called = {line.split()[0] for line in log.read_text().splitlines()}
+    cancelled_id = afc.rows("SELECT id FROM jobs WHERE key = 'shot-002'")[0][0]
+    assert cancelled_id not in called and len(called) == 2
+    assert afc.rows("SELECT status FROM jobs WHERE key = 'shot-002'") == [("cancelled",)]
+    # submitting again does not bring it back; cancelling again changes nothing
+    again = afc.json("submit", "manifest.yaml", expect=1)
+    assert {j["key"]: j["status"] for j in again["jobs"]}["shot-002"] == "cancelled"
+    assert afc.json("cancel", "shot-002")["already_final"][0]["status"] == "cancelled"
+    assert afc("cancel", "nope").returncode == 2
+
+
+def test_cancel_mid_render_wins_and_the_late_result_is_recorded(afc):
+    afc.write_manifest(manifest([{"key": "long", "prompt": "p", "params": {"latency_s": 1.5}}]))
+    proc = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+    assert afc.json("cancel", "long")["cancelled"]
+    assert proc.wait(timeout=30) == 1
+    assert afc.rows("SELECT status FROM jobs") == [("cancelled",)]
+    # the provider succeeded after the cancel: the paid attempt is recorded with its cost
+    assert afc.rows("SELECT status, cost_micros FROM attempts") == [("succeeded", 50000)]
+    story = afc.json("show", "long")
+    assert any(e["kind"] == "late_result_kept" for e in story["events"])
+    spool = next(e for e in story["events"] if e["kind"] == "late_result_kept")["detail"]["spool"]
+    assert Path(spool).exists(), "the paid output is kept"
+    assert not (afc.outputs() / "b1" / "long.png").exists()
+    assert afc.json("resume")["jobs"] == []
+
+
+def test_cancel_a_whole_batch(afc):
+    afc.write_manifest(manifest(jobs(3)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    result = afc.json("cancel", "--batch", "b1")
+    assert len(result["cancelled"]) == 3
+    assert afc("cancel").returncode == 2
+
+
+def test_queue_stats_and_fail_if(afc):
+    afc.write_manifest(manifest(jobs(3)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    stats = afc.json("queue", "stats")
+    assert stats == {
+        "queued": 3,
+        "in_flight": 0,
+        "delayed": 0,
+        "dlq": 0,
+        "oldest_age_seconds": stats["oldest_age_seconds"],
+    }
+    assert stats["oldest_age_seconds"] >= 0
+    assert afc("queue", "stats", "--fail-if", "dlq>0").returncode == 0
+    alert = afc("queue", "stats", "--fail-if", "dlq>0,queued>=3")
+    assert alert.returncode == 1 and "queued=3" in alert.stderr
+    assert afc("queue", "stats", "--fail-if", "queued>>1").returncode == 2
+    assert afc("resume").returncode == 0
+    assert afc.json("queue", "stats")["queued"] == 0
+
+
+def test_provider_concurrency_limit(afc):
+    data = manifest(jobs(4, latency_s=0.2), limits={"local": {"concurrency": 1}})
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--concurrency", "8").returncode == 0
+    spans = sorted(afc.rows("SELECT started_at, ended_at FROM attempts"))
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert start >= end - 0.01, "one local call at a time"
+    bad = manifest(jobs(1), limits={"nope": {"concurrency": 1}})
+    afc.write_manifest(bad, "bad.yaml")
+    assert afc("submit", "bad.yaml").returncode == 2
+
+
+def test_per_minute_limit_waits_without_sleeping_for_real():
+    now = [1000.0]
+    waits = []
+
+    async def fake_sleep(seconds):
+        waits.append(seconds)
+        now[0] += seconds
+
+    async def main():
+        limit = ProviderLimit(per_minute=2, clock=lambda: now[0])
+        for _ in range(3):
+            await limit.acquire(fake_sleep)
+            limit.release()
+            now[0] += 1
+
+    asyncio.run(main())
+    assert waits == [pytest.approx(58.0)]
+
+
+def test_crash_looping_job_is_dead_lettered(afc):
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    ledger = Ledger(afc.cwd / "afc.db")
+    try:
+        job_id = afc.rows("SELECT id FROM jobs")[0][0]
+        for i in range(MAX_TAKEOVERS + 1):
+            with ledger.tx():
+                ledger.db.execute(
+                    "UPDATE jobs SET lease_owner = ?, lease_expires = 0 WHERE id = ?",
+                    (f"elsewhere:{i}:1", job_id),
+                )
+            claimed = ledger.claim(job_id, 60)
+            if i < MAX_TAKEOVERS:
+                assert claimed is not None
+        assert claimed is None
+        job = ledger.job(job_id)
+        assert job["status"] == "dead" and job["error_code"] == "CRASH_LOOP"
+    finally:
+        ledger.close()
+    stats = afc.json("queue", "stats")
+    assert stats["dlq"] == 1
