@@ -44,7 +44,7 @@ def file_digest(path: Path) -> tuple[int, str]:
 
 class Spool:
     def __init__(self, root: str | Path):
-        self.root = Path(root)
+        self.root = Path(root).absolute()
 
     @classmethod
     def beside(cls, ledger_path: str | Path) -> Spool:
