@@ -88,6 +88,7 @@ class RunContext:
     storages: dict[str, Storage]  # by batch name
     rates: dict[str, RateCards]  # by batch name
     slots: asyncio.Semaphore
+    store_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     lease_s: float = 300.0
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
@@ -144,27 +145,41 @@ def crash_point(name: str) -> None:
 
 
 async def run_job(ctx: RunContext, job_id: str) -> str:
-    """Run one job from its first incomplete step. Returns its status afterwards."""
+    """Run one job from its first incomplete step. Returns its status afterwards.
+
+    ``--concurrency`` bounds the jobs in their paid part (claim, probe, render): once a
+    provider call returned, the job gives its slot to the next render and spools and stores
+    under the storage slots, so neither an fsync nor a slow upload holds back the next
+    provider call. (The bytes wait in memory for a storage slot; the spool step takes them
+    first thing.)
+    """
     async with ctx.slots:
         job = ctx.ledger.claim(job_id, ctx.lease_s)
         if job is None:
             current = ctx.ledger.job(job_id)
             return current["status"] if current else "missing"
         ctx.report(job, "started", job["step"])
-        try:
-            while job["status"] not in TERMINAL:
-                step = STEPS.get(job["step"])
-                if step is None:
-                    raise RuntimeError(f"job {job['key']} is at unknown step {job['step']!r}")
-                keep_going = await step(ctx, job)
-                if not keep_going:
-                    break
-        except JobLost:
-            job = ctx.ledger.job(job_id)
-        if job["status"] not in TERMINAL:
-            ctx.ledger.release(job_id)
-        ctx.report(job, "ended", job["status"])
-        return job["status"]
+        job = await _run_steps(ctx, job, RENDER_STEPS)
+    if job["status"] not in TERMINAL and job["step"] in STORE_STEPS:
+        async with ctx.store_slots:
+            job = await _run_steps(ctx, job, STORE_STEPS)
+    if job["status"] not in TERMINAL:
+        ctx.ledger.release(job_id)
+    ctx.report(job, "ended", job["status"])
+    return job["status"]
+
+
+async def _run_steps(ctx: RunContext, job: dict[str, Any], steps: frozenset[str]):
+    try:
+        while job["status"] not in TERMINAL and job["step"] in steps:
+            step = STEPS.get(job["step"])
+            if step is None:
+                raise RuntimeError(f"job {job['key']} is at unknown step {job['step']!r}")
+            if not await step(ctx, job):
+                break
+    except JobLost:
+        job = ctx.ledger.job(job["id"])
+    return job
 
 
 # --- probe ------------------------------------------------------------------------------------
@@ -368,18 +383,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 ctx.report(job, "attempt_failed", f"{exc.error_class} on attempt {number}")
                 continue
 
-        # spool: durable before anything else happens to these bytes
-        spooled = await asyncio.to_thread(ctx.spool.write, job["id"], result.data)
-        crash_point("after_spool")
-        success = {
-            **report,
-            "status": "succeeded",
-            "provider_request_id": result.provider_request_id,
-            "usage": result.usage,
-            "cost_micros": result.cost_micros,
-            "cost_source": result.cost_source,
-            "started_at": started,
-        }
+        # The provider call is over: hand the bytes to the spool step (outside the render
+        # slot, so the next render starts now) without touching the ledger's step.
         job["rendered_by"] = {
             "provider": entry["provider"],
             "model": entry["model"],
@@ -387,30 +392,57 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             "cost_micros": result.cost_micros,
             "cost_source": result.cost_source,
         }
-        try:
-            with ctx.ledger.tx():
-                ctx.ledger.report_attempt(job, number, **success)
-                ctx.ledger.checkpoint(
-                    job,
-                    [
-                        (
-                            "render",
-                            {k: job["rendered_by"][k] for k in ("provider", "model", "attempt")},
-                        ),
-                        ("spool", {"size": spooled.size, "sha256": spooled.sha256}),
-                    ],
-                    "store",
-                    outcome="rendered",
-                    output_sha256=spooled.sha256,
-                    output_size=spooled.size,
-                )
-        except JobLost:
-            # The job ended meanwhile (cancelled): its state stays as it is, but this attempt
-            # was paid, so its outcome and cost are recorded, and its output stays in the spool.
-            ctx.ledger.end_attempt(job, number, **success)
-            ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path))
-            raise
+        job["unspooled"] = (
+            result.data,
+            {
+                **report,
+                "status": "succeeded",
+                "provider_request_id": result.provider_request_id,
+                "usage": result.usage,
+                "cost_micros": result.cost_micros,
+                "cost_source": result.cost_source,
+                "started_at": started,
+            },
+        )
+        job["step"] = "spool"
         return True
+
+
+async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
+    """Make a render's bytes durable, then record the attempt and both checkpoints at once."""
+    pending = job.pop("unspooled", None)
+    if pending is None:  # a job resting at "spool" in the ledger: render decides (adopt/retry)
+        job["step"] = "render"
+        return await render(ctx, job)
+    data, success = pending
+    number = job["rendered_by"]["attempt"]
+    spooled = await asyncio.to_thread(ctx.spool.write, job["id"], data)
+    del data
+    crash_point("after_spool")
+    try:
+        with ctx.ledger.tx():
+            ctx.ledger.report_attempt(job, number, **success)
+            ctx.ledger.checkpoint(
+                job,
+                [
+                    (
+                        "render",
+                        {k: job["rendered_by"][k] for k in ("provider", "model", "attempt")},
+                    ),
+                    ("spool", {"size": spooled.size, "sha256": spooled.sha256}),
+                ],
+                "store",
+                outcome="rendered",
+                output_sha256=spooled.sha256,
+                output_size=spooled.size,
+            )
+    except JobLost:
+        # The job ended meanwhile (cancelled): its state stays as it is, but this attempt
+        # was paid, so its outcome and cost are recorded, and its output stays in the spool.
+        ctx.ledger.end_attempt(job, number, **success)
+        ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path))
+        raise
+    return True
 
 
 def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:
@@ -591,10 +623,12 @@ async def finish(ctx: RunContext, job: dict[str, Any]) -> bool:
     return False
 
 
+RENDER_STEPS = frozenset({"probe", "render"})
+STORE_STEPS = frozenset({"spool", "store", "verify", "finish"})
 STEPS = {
     "probe": probe,
     "render": render,
-    "spool": render,  # render and spool complete together; a job never rests at spool
+    "spool": spool,
     "store": store,
     "verify": verify,
     "finish": finish,

@@ -241,6 +241,7 @@ def run_jobs(
             storages=storages,
             rates=rates,
             slots=asyncio.Semaphore(concurrency),
+            store_slots=asyncio.Semaphore(max(4, min(concurrency, 32))),
             lease_s=lease_s,
             report=reporter.event,
             run_id=run_id,
