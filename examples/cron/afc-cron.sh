@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Unattended afc: resume every unfinished job, then check the backlog.
+#
+#   AFC_DIR     the folder holding afc.db and the spool (default: this script's folder)
+#   AFC_LEDGER  / AFC_STORAGE / AFC_CONFIG are read by afc itself
+#
+# Exit codes (cron mails or your monitor alerts on non-zero):
+#   0   everything finished, queue healthy
+#   1   some job failed or waits (see `afc status`), or a --fail-if threshold was crossed
+#   4   the run stopped at its spending budget (work is resumable)
+#   75  another run still holds the lock (EX_TEMPFAIL): nothing was done
+#   130 interrupted: everything is resumable, the next run continues
+set -uo pipefail
+
+AFC_DIR=${AFC_DIR:-$(cd "$(dirname "$0")" && pwd)}
+cd "$AFC_DIR" || exit 2
+
+# One afc per ledger at a time is not needed for safety (leases keep two runs off the same
+# job), but a cron run that overlaps the previous one only adds contention: skip it.
+exec 9>"$AFC_DIR/.afc-cron.lock"
+if ! flock -n 9; then
+    echo "$(date -Is) afc-cron: previous run still active; skipping"
+    exit 75
+fi
+
+echo "$(date -Is) afc-cron: resume"
+afc resume --concurrency "${AFC_CONCURRENCY:-32}" ${AFC_MAX_SPEND:+--max-spend "$AFC_MAX_SPEND"}
+run=$?
+
+# Alert on what needs a person, not on the error rate: dead-lettered jobs, and a backlog
+# that stopped draining.
+afc queue stats --fail-if "dlq>0" --fail-if "oldest_age_seconds>${AFC_MAX_AGE_S:-21600}"
+queue=$?
+
+echo "$(date -Is) afc-cron: resume exit $run, queue exit $queue"
+if [ "$run" -ne 0 ]; then exit "$run"; fi
+exit "$queue"
