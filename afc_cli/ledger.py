@@ -99,6 +99,7 @@ class Ledger:
             self._depth = 0
             self._loop: Any = None
             self._flush_scheduled = False
+            self._broken = False
             if migrations.pending(self.db):
                 # Under the write lock, so two runs opening a new ledger at once (overlapping
                 # cron jobs) apply each migration once; the loser finds nothing pending.
@@ -120,18 +121,24 @@ class Ledger:
         ``BEGIN IMMEDIATE`` so concurrent afc processes queue on the busy timeout instead of
         failing a read-to-write upgrade. A nested block joins the block around it.
 
-        Under group commit (``grouped``, used by the run loop), outermost blocks run as
-        savepoints in a shared transaction that is committed once per event-loop turn: every
-        block is still all-or-nothing, and many jobs' changes share one commit. A block that
-        must be on disk before afc acts on it (the attempt row before a provider call) asks
-        ``commit=True``; ``durable=True`` also syncs it (``synchronous=FULL``), for rows that
-        must survive a power cut. Blocks never span an ``await``.
+        Under group commit (``grouped``, used by the run loop), blocks share one transaction
+        that is committed every few milliseconds (``GROUP_COMMIT_S``), so many jobs' changes
+        share one commit. A block that must be on disk before afc acts on it (the attempt row
+        before a provider call) asks ``commit=True``; ``durable=True`` also syncs it
+        (``synchronous=FULL``), for rows that must survive a power cut. Blocks never span an
+        ``await``. Every expected refusal (JobLost, BudgetExhausted) is raised before a block
+        writes anything, so a refused block leaves the shared transaction as it was; a block
+        that fails after writing (a bug, a full disk) rolls the shared transaction back and
+        stops the run: the ledger is then exactly as of the last commit, which every run
+        resumes from.
 
         Why not sqlite-utils' ``db.atomic()`` here (migrations do use it): it opens a deferred
-        ``BEGIN``, and names each savepoint at random, which defeats SQLite's statement cache;
-        measured, that cost afc a third of its run-loop throughput.
+        ``BEGIN``, and a savepoint per block, each named at random, which defeats SQLite's
+        statement cache; measured, that cost a third of the run loop's throughput.
         """
         conn = self.db.conn
+        if self._broken:
+            raise LedgerError(f"the ledger {self.path} stopped this run after a failed write")
         if self._depth:
             self._depth += 1
             try:
@@ -146,25 +153,20 @@ class Ledger:
             if durable:
                 conn.execute("PRAGMA synchronous=FULL")
             conn.execute("BEGIN IMMEDIATE")
-        else:
-            conn.execute("SAVEPOINT afc_block")
+        changes = conn.total_changes
         self._depth = 1
         try:
             yield self.db
         except BaseException:
             self._depth = 0
-            if conn.in_transaction:
-                if own:
-                    conn.execute("ROLLBACK")
-                else:
-                    conn.execute("ROLLBACK TO afc_block")
-                    conn.execute("RELEASE afc_block")
+            if conn.in_transaction and (own or conn.total_changes != changes):
+                conn.execute("ROLLBACK")
+                if not own:
+                    self._broken = True  # other blocks' changes went with it: stop the run
             if durable and own:
                 conn.execute("PRAGMA synchronous=NORMAL")
             raise
         self._depth = 0
-        if not own:
-            conn.execute("RELEASE afc_block")
         if self._loop is None or commit or durable:
             self.flush()
             if durable and own:
@@ -558,9 +560,9 @@ class Ledger:
 
         Raises JobLost (writing nothing) if the job ended meanwhile, e.g. it was cancelled."""
         with self.tx():
+            self._update_job(job, step=next_step, **updates)  # refuses before writing
             for step, detail in steps:
                 self._checkpoint(job, step, detail)
-            self._update_job(job, step=next_step, **updates)
 
     def _update_job(self, job: dict[str, Any], **updates: Any) -> None:
         """Conditional update of a non-terminal job we hold; keeps ``job`` in step with it."""
@@ -751,6 +753,7 @@ class Ledger:
         *,
         step: str,
         detail: dict[str, Any] | None = None,
+        steps: Any = (),
         **fields: Any,
     ) -> bool:
         """Move a job to a terminal state. The first terminal state wins: this is a conditional
@@ -776,6 +779,8 @@ class Ledger:
             if cursor.rowcount != 1:
                 return False
             job.update(values)
+            for name, step_detail in steps:
+                self._checkpoint(job, name, step_detail)
             if status == "succeeded":
                 self._checkpoint(job, "finish", detail)
             self._event(

@@ -161,6 +161,9 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
         ctx.report(job, "started", job["step"])
         job = await _run_steps(ctx, job, RENDER_STEPS)
     if job["status"] not in TERMINAL and job["step"] in STORE_STEPS:
+        # Let the job that just took our render slot reach its provider call first: renders
+        # are the long waits, storage work can follow a moment later.
+        await asyncio.sleep(0)
         async with ctx.store_slots:
             job = await _run_steps(ctx, job, STORE_STEPS)
     if job["status"] not in TERMINAL:
@@ -231,9 +234,6 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
             cost = rates.estimate(meta["provider"], meta.get("model"))
             source = "rate_card" if cost is not None else None
         with ctx.ledger.tx():
-            ctx.ledger.record_avoided(
-                job, "stored", meta.get("provider"), meta.get("model"), cost, source
-            )
             ctx.ledger.checkpoint(
                 job,
                 [("probe", {"found": "own output"})],
@@ -241,6 +241,9 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
                 outcome="stored",
                 output_sha256=meta.get("sha256"),
                 output_size=meta.get("size"),
+            )
+            ctx.ledger.record_avoided(
+                job, "stored", meta.get("provider"), meta.get("model"), cost, source
             )
         return True
     ctx.ledger.checkpoint(job, [("probe", {"found": None})], "render")
@@ -421,7 +424,6 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
     crash_point("after_spool")
     try:
         with ctx.ledger.tx():
-            ctx.ledger.report_attempt(job, number, **success)
             ctx.ledger.checkpoint(
                 job,
                 [
@@ -436,6 +438,7 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
                 output_sha256=spooled.sha256,
                 output_size=spooled.size,
             )
+            ctx.ledger.report_attempt(job, number, **success)
     except JobLost:
         # The job ended meanwhile (cancelled): its state stays as it is, but this attempt
         # was paid, so its outcome and cost are recorded, and its output stays in the spool.
@@ -455,14 +458,6 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
     attempts = ctx.ledger.attempts(job["id"])
     last = attempts[-1] if attempts else None
     with ctx.ledger.tx():
-        if last is not None and last["status"] in ("started", "unknown"):
-            ctx.ledger.db.execute(
-                "UPDATE attempts SET status = 'succeeded', error_message = ? WHERE id = ?",
-                (
-                    "adopted from the spool after the process ended; usage and cost unknown",
-                    last["id"],
-                ),
-            )
         detail = {"adopted": True, "attempt": last["number"] if last else None}
         ctx.ledger.checkpoint(
             job,
@@ -472,6 +467,14 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
             output_sha256=spooled.sha256,
             output_size=spooled.size,
         )
+        if last is not None and last["status"] in ("started", "unknown"):
+            ctx.ledger.db.execute(
+                "UPDATE attempts SET status = 'succeeded', error_message = ? WHERE id = ?",
+                (
+                    "adopted from the spool after the process ended; usage and cost unknown",
+                    last["id"],
+                ),
+            )
 
 
 # --- store, verify, finish ----------------------------------------------------------------------
@@ -601,19 +604,16 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
         return False
     # verify and finish commit together: verify only reads, so a crash before this
     # transaction costs one read-back, and a job never rests "verified but not finished".
-    with ctx.ledger.tx():
-        ctx.ledger.checkpoint(job, [("verify", {"size": size, "sha256": sha})], "finish")
-        won = _succeed(ctx, job)
-    if won:
+    if _succeed(ctx, job, [("verify", {"size": size, "sha256": sha})]):
         # No need to wait for the commit: were it lost, the next run finds the stored,
         # verified output at the key (store checks storage when the spool is gone).
         ctx.spool.remove(job["id"])
     return False
 
 
-def _succeed(ctx: RunContext, job: dict[str, Any]) -> bool:
+def _succeed(ctx: RunContext, job: dict[str, Any], steps=()) -> bool:
     return ctx.ledger.finish(
-        job, "succeeded", step="finish", detail={"output_key": job["output_key"]}
+        job, "succeeded", step="finish", detail={"output_key": job["output_key"]}, steps=steps
     )
 
 
