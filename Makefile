@@ -24,6 +24,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/s3_upload.py
 
 clean:
 	rm -rf $(VENV) afc.db afc.db-wal afc.db-shm afc.db-spool afc-outputs

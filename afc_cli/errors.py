@@ -54,9 +54,10 @@ class LedgerError(AfcError):
 class StorageError(AfcError):
     """A storage operation failed. ``retryable`` tells the store policy whether to try again."""
 
-    def __init__(self, message: str, *, retryable: bool = True):
+    def __init__(self, message: str, *, retryable: bool = True, retry_after: float | None = None):
         super().__init__(message)
         self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class OutputKeyConflict(AfcError):

@@ -360,6 +360,13 @@ class Ledger:
             return self._all("SELECT * FROM jobs WHERE key = ? ORDER BY created_at", (key,))
         return self._all("SELECT * FROM jobs WHERE key = ? AND batch = ?", (key, batch))
 
+    def batches_of(self, job_ids: list[str]) -> list[str]:
+        rows = self.db.execute(
+            "SELECT DISTINCT batch FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps(job_ids),),
+        )
+        return sorted(row[0] for row in rows)
+
     def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
 

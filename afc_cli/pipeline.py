@@ -219,7 +219,10 @@ async def _fail_conflict(ctx: RunContext, job: dict[str, Any], storage: Storage,
 
 async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
-    info = await _io(storage, storage.head, job["output_key"])
+    try:
+        info = await _storage(ctx, storage, storage.head, job["output_key"])
+    except StorageError as exc:
+        return _storage_gave_up(ctx, job, "probe", exc)
     foreign = ownership(job, info)
     if foreign:
         await _fail_conflict(ctx, job, storage, foreign, "probe")
@@ -264,7 +267,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # A job that rendered before may have been stored and its spool removed while its
         # later checkpoints were lost with the process: look before paying again.
         storage = ctx.storages[job["batch"]]
-        info = await _io(storage, storage.head, job["output_key"])
+        try:
+            info = await _storage(ctx, storage, storage.head, job["output_key"])
+        except StorageError as exc:
+            return _storage_gave_up(ctx, job, "render", exc)
         if info.exists and ownership(job, info) is None:
             ctx.ledger.checkpoint(
                 job,
@@ -519,92 +525,134 @@ def _micros(text: Any) -> int | None:
         return None
 
 
-async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
-    storage = ctx.storages[job["batch"]]
+async def _storage(ctx: RunContext, storage: Storage, fn, *args, inline: bool = True):
+    """A storage call under afc's storage policy: up to STORE_TRIES tries, full-jitter backoff
+    honouring Retry-After, for retryable errors only (429, 5xx, SlowDown, throttling, timeouts,
+    resets). Raises the last StorageError when it gives up."""
+    for attempt in range(1, STORE_TRIES + 1):
+        try:
+            return await _io(storage, fn, *args, inline=inline)
+        except StorageError as exc:
+            if not exc.retryable or attempt == STORE_TRIES:
+                raise
+            await ctx.sleep(
+                backoff_delay(
+                    attempt,
+                    base=STORE_BACKOFF_BASE_S,
+                    cap=STORE_BACKOFF_CAP_S,
+                    retry_after=exc.retry_after,
+                )
+            )
+    raise AssertionError("unreachable")
+
+
+def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: StorageError) -> bool:
+    """The storage policy gave up: the job waits at this step (its spool intact) and the next
+    run retries only the storage work; after MAX_STORE_REQUEUES runs it is dead-lettered with
+    an incident record that says what to do."""
+    failures = job["store_failures"] + 1
     spool_path = ctx.spool.path(job["id"])
-    if not spool_path.exists():
-        info = await _io(storage, storage.head, job["output_key"])
-        if info.exists and ownership(job, info) is None:
-            ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
-            return True
+    if failures >= MAX_STORE_REQUEUES:
+        safe = f" The paid output is safe in {spool_path}." if spool_path.exists() else ""
         ctx.ledger.finish(
             job,
             "dead",
-            step="store",
-            error_code="SPOOL_MISSING",
-            error_message=f"the rendered output's spool file {spool_path} is gone and the "
-            "output was never stored; afc will not pay for a new render on its own. Restore "
-            "the file and requeue, or submit the job under a new key.",
+            step=step,
+            store_failures=failures,
+            error_code="STORE_FAILED",
+            error_class="storage",
+            error_message=f"{error.message} (storage failed in {failures} runs).{safe} Fix the "
+            "storage, then requeue the job.",
         )
-        return False
+    else:
+        ctx.ledger.set_waiting(
+            job,
+            f"storage: {error.message}; the next run retries the {step} step, never the render",
+            store_failures=failures,
+        )
+        ctx.report(job, "waiting", f"storage failed at {step}; the next run retries it")
+    return False
 
-    meta = _object_meta(ctx, job)
-    last_error: StorageError | None = None
-    for attempt in range(1, STORE_TRIES + 1):
-        try:
-            await asyncio.to_thread(storage.put_if_absent, job["output_key"], spool_path, meta)
-            crash_point("after_store")
-            ctx.ledger.checkpoint(
-                job, [("store", {"url": storage.describe(job["output_key"])})], "verify"
+
+async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
+    storage = ctx.storages[job["batch"]]
+    spool_path = ctx.spool.path(job["id"])
+    try:
+        if not spool_path.exists():
+            info = await _storage(ctx, storage, storage.head, job["output_key"])
+            if info.exists and ownership(job, info) is None:
+                ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
+                return True
+            ctx.ledger.finish(
+                job,
+                "dead",
+                step="store",
+                error_code="SPOOL_MISSING",
+                error_message=f"the rendered output's spool file {spool_path} is gone and the "
+                "output was never stored; afc will not pay for a new render on its own. "
+                "Restore the file and requeue, or submit the job under a new key.",
             )
-            return True
+            return False
+        meta = _object_meta(ctx, job)
+        try:
+            await _storage(
+                ctx,
+                storage,
+                storage.put_if_absent,
+                job["output_key"],
+                spool_path,
+                meta,
+                inline=False,
+            )
         except ObjectExists:
-            info = await _io(storage, storage.head, job["output_key"])
+            # Someone wrote the key first; an earlier upload of ours that landed is success.
+            info = await _storage(ctx, storage, storage.head, job["output_key"])
             foreign = ownership(job, info)
             if foreign:
                 await _fail_conflict(ctx, job, storage, foreign, "store")
                 return False
             ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
             return True
-        except StorageError as exc:
-            last_error = exc
-            if not exc.retryable:
-                break
-            if attempt < STORE_TRIES:
-                delay = backoff_delay(attempt, base=STORE_BACKOFF_BASE_S, cap=STORE_BACKOFF_CAP_S)
-                async with ctx.idle():
-                    await ctx.sleep(delay)
-
-    failures = job["store_failures"] + 1
-    if failures >= MAX_STORE_REQUEUES:
-        ctx.ledger.finish(
-            job,
-            "dead",
-            step="store",
-            store_failures=failures,
-            error_code="STORE_FAILED",
-            error_class="storage",
-            error_message=f"{last_error.message} (upload failed in {failures} runs). The "
-            f"paid output is safe in {spool_path}; fix the storage and requeue.",
-        )
-    else:
-        ctx.ledger.set_waiting(
-            job,
-            f"storage: {last_error.message}; the next run retries the upload from the spool",
-            store_failures=failures,
-        )
-        ctx.report(job, "waiting", "storage failed; will retry the upload next run")
-    return False
+    except StorageError as exc:
+        return _storage_gave_up(ctx, job, "store", exc)
+    crash_point("after_store")
+    ctx.ledger.checkpoint(job, [("store", {"url": storage.describe(job["output_key"])})], "verify")
+    return True
 
 
 async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
     small = (job["output_size"] or 0) <= INLINE_READ_BYTES
-    size, sha = await _io(storage, storage.read_back, job["output_key"], inline=small)
-    if (size, sha) != (job["output_size"], job["output_sha256"]):
+    spool_path = ctx.spool.path(job["id"])
+    try:
+        problem = await _storage(
+            ctx,
+            storage,
+            storage.verify,
+            job["output_key"],
+            job["output_size"],
+            job["output_sha256"],
+            spool_path,
+            inline=small,
+        )
+    except StorageError as exc:
+        return _storage_gave_up(ctx, job, "verify", exc)
+    if problem:
         ctx.ledger.finish(
             job,
             "failed",
             step="verify",
             error_code="VERIFY_FAILED",
             error_class="storage",
-            error_message=f"{storage.describe(job['output_key'])} reads back {size} bytes "
-            f"sha256 {sha}, expected {job['output_size']} bytes sha256 {job['output_sha256']}",
+            error_message=f"{problem}; expected {job['output_size']} bytes sha256 "
+            f"{job['output_sha256']}. The spool file {spool_path} is kept.",
         )
         return False
     # verify and finish commit together: verify only reads, so a crash before this
     # transaction costs one read-back, and a job never rests "verified but not finished".
-    if _succeed(ctx, job, [("verify", {"size": size, "sha256": sha})]):
+    if _succeed(
+        ctx, job, [("verify", {"size": job["output_size"], "sha256": job["output_sha256"]})]
+    ):
         # No need to wait for the commit: were it lost, the next run finds the stored,
         # verified output at the key (store checks storage when the spool is gone).
         ctx.spool.remove(job["id"])

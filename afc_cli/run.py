@@ -155,6 +155,8 @@ def submit(
     try:
         bound = ledger.check_storage(manifest.batch, named)
         chosen = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
+        if run:
+            storage_mod.open(chosen).check()  # before admitting or paying for anything
         admitted = ledger.admit(manifest, chosen, rates)
         keys = admitted.admitted_keys
         stats = RunStats()
@@ -227,6 +229,8 @@ def run_jobs(
         raise UsageError("--concurrency must be at least 1")
     reporter = reporter or Reporter()
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
+    for name in ledger.batches_of(job_ids):
+        storages[name].check()  # no render is paid for that could not be stored
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
     run_id = str(uuid.uuid4())

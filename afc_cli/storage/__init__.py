@@ -25,17 +25,26 @@ def normalize_url(url: str, base: Path | None = None) -> str:
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
         return "file://" + os.path.normpath(path)
+    if url.startswith("s3://"):
+        from afc_cli.storage.s3 import parse_url
+
+        bucket, prefix = parse_url(url)
+        return f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
     if "://" in url:
         scheme = url.split("://", 1)[0]
         raise UsageError(
             f"storage {url!r}: the {scheme}:// scheme is not supported by this version of afc "
-            "(supported: file://PATH)"
+            "(supported: file://PATH, s3://BUCKET/PREFIX)"
         )
-    raise UsageError(f"storage {url!r} is not a URL; use file://PATH")
+    raise UsageError(f"storage {url!r} is not a URL; use file://PATH or s3://BUCKET/PREFIX")
 
 
 def open(url: str) -> Storage:  # noqa: A001 - mirrors the builtin on purpose: storage.open(url)
     url = normalize_url(url)
+    if url.startswith("s3://"):
+        from afc_cli.storage.s3 import S3Storage
+
+        return S3Storage(url)
     from afc_cli.storage.file import FileStorage
 
     return FileStorage(url[len("file://") :])

@@ -32,8 +32,13 @@ class Storage:
         """Create the object from ``source`` with ``meta``; raise ObjectExists if taken."""
         raise NotImplementedError
 
-    def read_back(self, key: str) -> tuple[int, str]:
-        """(size, sha256 hex) of the object as stored."""
+    def check(self) -> None:
+        """Before a run renders anything: fail fast (UsageError) if this storage cannot be
+        used at all, so no render is paid for that could not be stored."""
+
+    def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
+        """None if the stored object is exactly ``size`` bytes with this SHA-256; otherwise
+        what is wrong. Trusts the read-back, not the write's success."""
         raise NotImplementedError
 
     def describe(self, key: str) -> str:

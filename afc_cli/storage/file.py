@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from afc_cli.errors import StorageError
+from afc_cli.errors import StorageError, UsageError
 from afc_cli.spool import file_digest, fsync_dir
 from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
 
@@ -120,8 +120,21 @@ class FileStorage(Storage):
             except FileNotFoundError:
                 pass
 
-    def read_back(self, key: str) -> tuple[int, str]:
+    def check(self) -> None:
         try:
-            return file_digest(self._object(key))
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot use storage {self.url}: {exc}") from None
+        if not os.access(self.root, os.W_OK):
+            raise UsageError(f"cannot use storage {self.url}: the directory is not writable")
+
+    def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
+        try:
+            found = file_digest(self._object(key))
+        except FileNotFoundError:
+            return f"{self._object(key)} is not there"
         except OSError as exc:
             raise StorageError(f"cannot read back {self._object(key)}: {exc}") from None
+        if found != (size, sha256):
+            return f"{self._object(key)} reads back {found[0]} bytes sha256 {found[1]}"
+        return None

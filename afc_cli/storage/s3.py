@@ -1,0 +1,352 @@
+"""``s3://bucket/prefix`` storage through boto3: AWS S3, Cloudflare R2, MinIO.
+
+Configured by boto3's own conventions: the credential chain and profiles (``AWS_PROFILE``,
+``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``), the region (``AWS_REGION``, default
+us-east-1), and the endpoint (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``) for R2 and
+MinIO; with a custom endpoint, path-style addressing is used. boto3 is imported only here.
+
+botocore's own retries are off (one try per call): afc's storage policy in the pipeline owns
+retries, so a retry is counted, backed off with full jitter and honours Retry-After.
+
+- head: ``HeadObject``; the object's metadata names the job (``x-amz-meta-afc-*``).
+- put: a create-only ``PutObject`` with ``If-None-Match: *`` from the spool file, with the
+  metadata and a SHA-256 checksum S3 verifies on arrival. Outputs above 64 MiB go up as a
+  multipart upload streamed part by part from the spool (memory holds one part), completed
+  with ``If-None-Match: *``; a failed multipart upload is aborted. 412 means the key is taken.
+- verify: ``HeadObject`` with checksum mode: size and the SHA-256 checksum S3 computed (for a
+  multipart upload, the checksum of the parts' checksums, recomputed from the spool).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from afc_cli.errors import StorageError, UsageError
+from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
+
+MULTIPART_THRESHOLD = 64 * 1024 * 1024
+PART_SIZE = 16 * 1024 * 1024
+MAX_PARTS = 10_000
+RETRYABLE_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "InternalError",
+    "ServiceUnavailable",
+    "ConditionalRequestConflict",  # a concurrent conditional write: try again
+}
+META_FIELDS = {
+    "job_id": "afc-job-id",
+    "key": "afc-key",
+    "batch": "afc-batch",
+    "request_hash": "afc-request-hash",
+    "provider": "afc-provider",
+    "model": "afc-model",
+    "attempt": "afc-attempt",
+    "sha256": "afc-sha256",
+    "size": "afc-size",
+    "cost": "afc-cost",
+    "cost_source": "afc-cost-source",
+}
+INT_FIELDS = {"attempt", "size"}
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    rest = url[len("s3://") :]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise UsageError(f"storage {url!r} names no bucket (use s3://BUCKET/PREFIX)")
+    return bucket, prefix.strip("/")
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode()
+
+
+class S3Storage(Storage):
+    local = False
+
+    def __init__(self, url: str):
+        self.bucket, self.prefix = parse_url(url)
+        self.url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            session = boto3.session.Session()
+            custom_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
+                "AWS_ENDPOINT_URL"
+            )
+            config = Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},  # afc owns retries
+                connect_timeout=10,
+                read_timeout=120,
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+                s3={"addressing_style": "path"} if custom_endpoint else None,
+            )
+            self._client = session.client(
+                "s3", region_name=session.region_name or "us-east-1", config=config
+            )
+        return self._client
+
+    def object_key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    # --- errors -----------------------------------------------------------------------------
+
+    def _error(self, exc: Exception, action: str, key: str | None = None) -> StorageError:
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            ConnectionError,
+            HTTPClientError,
+            NoCredentialsError,
+            ReadTimeoutError,
+        )
+
+        where = f"s3://{self.bucket}/{self.object_key(key)}" if key else f"bucket {self.bucket}"
+        if isinstance(exc, NoCredentialsError):
+            return StorageError(
+                f"{action} {where}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY or AWS_PROFILE",
+                retryable=False,
+            )
+        if isinstance(exc, ClientError):
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            meta = exc.response.get("ResponseMetadata", {})
+            status = int(meta.get("HTTPStatusCode") or 0)
+            headers = meta.get("HTTPHeaders", {})
+            from afc_cli.attempts import parse_retry_after
+
+            retry_after = parse_retry_after(headers.get("retry-after"))
+            if code in ("NoSuchBucket",) or (action == "cannot use" and status == 404):
+                fix = f"create bucket {self.bucket!r} or point --storage at an existing one"
+            elif code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch") or (
+                action == "cannot use" and status == 403
+            ):
+                fix = (
+                    "check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and that the "
+                    f"bucket policy lets them read and write {self.bucket!r}"
+                )
+            elif code == "InvalidBucketName":
+                fix = f"{self.bucket!r} is not a valid bucket name; fix --storage"
+            else:
+                fix = None
+            retryable = status >= 500 or status == 429 or code in RETRYABLE_CODES
+            message = f"{action} {where}: {code or status} {error.get('Message', '')}".strip()
+            if fix:
+                message += f" ({fix})"
+            return StorageError(message, retryable=retryable, retry_after=retry_after)
+        if isinstance(exc, ConnectionError | HTTPClientError | ReadTimeoutError):
+            return StorageError(f"{action} {where}: connection problem: {exc}", retryable=True)
+        if isinstance(exc, BotoCoreError):
+            return StorageError(f"{action} {where}: {exc}", retryable=True)
+        if isinstance(exc, OSError):
+            return StorageError(f"{action} {where}: {exc}", retryable=True)
+        raise exc
+
+    @staticmethod
+    def _is_missing(exc: Exception) -> bool:
+        from botocore.exceptions import ClientError
+
+        if not isinstance(exc, ClientError):
+            return False
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return code in ("404", "NoSuchKey", "NotFound") or status == 404 and code != "NoSuchBucket"
+
+    @staticmethod
+    def _is_precondition(exc: Exception) -> bool:
+        from botocore.exceptions import ClientError
+
+        if not isinstance(exc, ClientError):
+            return False
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return code == "PreconditionFailed" or status == 412
+
+    # --- the storage interface ------------------------------------------------------------
+
+    def check(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            error = self._error(exc, "cannot use")
+            if not error.retryable:
+                raise UsageError(error.message) from None
+            raise error from None
+
+    def _head(self, key: str) -> dict[str, Any] | None:
+        try:
+            return self.client.head_object(
+                Bucket=self.bucket, Key=self.object_key(key), ChecksumMode="ENABLED"
+            )
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if self._is_missing(exc):
+                return None
+            raise self._error(exc, "cannot read", key) from None
+
+    def head(self, key: str) -> ObjectInfo:
+        found = self._head(key)
+        if found is None:
+            return ObjectInfo(exists=False)
+        raw = found.get("Metadata") or {}
+        meta: dict[str, Any] | None = None
+        if any(name.startswith("afc-") for name in raw):
+            meta = {}
+            for field, header in META_FIELDS.items():
+                value = raw.get(header)
+                if value is not None and field in INT_FIELDS:
+                    value = int(value) if value.isdigit() else None
+                meta[field] = value
+        return ObjectInfo(exists=True, size=found.get("ContentLength"), meta=meta)
+
+    def put_if_absent(self, key: str, source: Path, meta: dict[str, Any]) -> None:
+        metadata = {
+            header: str(meta[field]) for field, header in META_FIELDS.items() if meta.get(field)
+        }
+        size = source.stat().st_size
+        try:
+            if size <= MULTIPART_THRESHOLD:
+                self._put(key, source, metadata, meta["sha256"])
+            else:
+                self._multipart(key, source, metadata, size)
+        except ObjectExists:
+            raise
+        except StorageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if self._is_precondition(exc):
+                raise ObjectExists(key) from None
+            raise self._error(exc, "cannot write", key) from None
+
+    def _put(self, key: str, source: Path, metadata: dict[str, str], sha256: str) -> None:
+        with open(source, "rb") as body:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=self.object_key(key),
+                Body=body,
+                IfNoneMatch="*",
+                Metadata=metadata,
+                ChecksumAlgorithm="SHA256",
+                ChecksumSHA256=_b64(bytes.fromhex(sha256)),
+                ContentType=_content_type(key),
+            )
+
+    def _part_size(self, size: int) -> int:
+        return max(PART_SIZE, -(-size // MAX_PARTS))
+
+    def _multipart(self, key: str, source: Path, metadata: dict[str, str], size: int) -> None:
+        object_key = self.object_key(key)
+        upload = self.client.create_multipart_upload(
+            Bucket=self.bucket,
+            Key=object_key,
+            Metadata=metadata,
+            ChecksumAlgorithm="SHA256",
+            ContentType=_content_type(key),
+        )
+        upload_id = upload["UploadId"]
+        parts = []
+        try:
+            part_size = self._part_size(size)
+            with open(source, "rb") as fh:
+                number = 1
+                while chunk := fh.read(part_size):
+                    digest = _b64(hashlib.sha256(chunk).digest())
+                    answer = self.client.upload_part(
+                        Bucket=self.bucket,
+                        Key=object_key,
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        Body=chunk,
+                        ChecksumAlgorithm="SHA256",
+                        ChecksumSHA256=digest,
+                    )
+                    parts.append(
+                        {"ETag": answer["ETag"], "PartNumber": number, "ChecksumSHA256": digest}
+                    )
+                    del chunk
+                    number += 1
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket,
+                Key=object_key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+                IfNoneMatch="*",
+            )
+        except BaseException:
+            # An aborted upload leaves no parts behind to be billed for storage.
+            try:
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=object_key, UploadId=upload_id
+                )
+            except Exception:  # noqa: BLE001, S110 - the original error is the one to report
+                pass
+            raise
+
+    def expected_checksum(self, source: Path) -> str:
+        """The SHA-256 checksum S3 reports for this file uploaded by ``put_if_absent``."""
+        size = source.stat().st_size
+        if size <= MULTIPART_THRESHOLD:
+            digest = hashlib.sha256()
+            with open(source, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+            return _b64(digest.digest())
+        part_size = self._part_size(size)
+        digests = []
+        with open(source, "rb") as fh:
+            while chunk := fh.read(part_size):
+                digests.append(hashlib.sha256(chunk).digest())
+        return f"{_b64(hashlib.sha256(b''.join(digests)).digest())}-{len(digests)}"
+
+    def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
+        found = self._head(key)
+        if found is None:
+            return f"{self.describe(key)} is not there"
+        if found.get("ContentLength") != size:
+            return f"{self.describe(key)} holds {found.get('ContentLength')} bytes, expected {size}"
+        reported = found.get("ChecksumSHA256")
+        if reported == _b64(bytes.fromhex(sha256)):
+            return None  # S3's own SHA-256 of what it stored is ours
+        if reported and source is not None and source.exists():
+            # a multipart upload: S3 reports the checksum of the parts' checksums (some
+            # S3-compatible stores without the "-N" part count)
+            expected = self.expected_checksum(source)
+            if reported.split("-")[0] == expected.split("-")[0]:
+                return None
+            return f"{self.describe(key)} has checksum {reported}, expected {expected}"
+        return self._verify_by_reading(key, size, sha256)
+
+    def _verify_by_reading(self, key: str, size: int, sha256: str) -> str | None:
+        """No usable checksum from S3: read the object back and hash it."""
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"]
+            digest = hashlib.sha256()
+            read = 0
+            for chunk in body.iter_chunks(1 << 20):
+                digest.update(chunk)
+                read += len(chunk)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            raise self._error(exc, "cannot read back", key) from None
+        if (read, digest.hexdigest()) != (size, sha256):
+            return f"{self.describe(key)} reads back {read} bytes sha256 {digest.hexdigest()}"
+        return None
+
+
+def _content_type(key: str) -> str:
+    import mimetypes
+
+    return mimetypes.guess_type(key)[0] or "application/octet-stream"

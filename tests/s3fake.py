@@ -1,0 +1,153 @@
+"""A real S3 protocol server (moto's server mode) on 127.0.0.1, behind a small HTTP proxy that
+injects faults at the wire: 503 SlowDown, 429 with Retry-After, 500, connection resets."""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+INTERNAL = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
+    b"<Message>We encountered an internal error. Please try again.</Message></Error>"
+)
+THROTTLED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>TooManyRequests</Code>'
+    b"<Message>Too many requests.</Message></Error>"
+)
+
+
+@dataclass
+class Fault:
+    method: str  # "PUT", "HEAD", ... or "*"
+    path: str  # regular expression on the request path
+    kind: str  # "slowdown" | "429" | "500" | "reset"
+    times: int  # how many matching requests it hits; -1: all
+    retry_after: str | None = None
+
+
+@dataclass
+class FaultPlan:
+    faults: list[Fault] = field(default_factory=list)
+    seen: list[tuple[str, str]] = field(default_factory=list)
+    injected: list[tuple[str, str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, *faults: Fault) -> None:
+        with self.lock:
+            self.faults.extend(faults)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.faults.clear()
+            self.seen.clear()
+            self.injected.clear()
+
+    def take(self, method: str, path: str) -> Fault | None:
+        with self.lock:
+            self.seen.append((method, path))
+            for fault in self.faults:
+                if (
+                    fault.times != 0
+                    and fault.method in ("*", method)
+                    and re.search(fault.path, path)
+                ):
+                    if fault.times > 0:
+                        fault.times -= 1
+                    self.injected.append((method, path, fault.kind))
+                    return fault
+        return None
+
+
+def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                raw = b""
+                while True:
+                    line = self.rfile.readline()
+                    raw += line
+                    size = int(line.split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while True:  # trailers, then the blank line
+                            trailer = self.rfile.readline()
+                            raw += trailer
+                            if trailer in (b"\r\n", b""):
+                                return raw
+                    raw += self.rfile.read(size + 2)
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+
+        def _handle(self):
+            body = self._body()
+            fault = plan.take(self.command, self.path)
+            if fault is not None:
+                if fault.kind == "reset":
+                    # drop the connection without an answer, as a reset or a dead peer would
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                    )
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                status, payload = {
+                    "slowdown": (503, SLOW_DOWN),
+                    "429": (429, THROTTLED),
+                    "500": (500, INTERNAL),
+                }[fault.kind]
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                if fault.retry_after is not None:
+                    self.send_header("Retry-After", fault.retry_after)
+                payload = b"" if self.command == "HEAD" else payload
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            conn = http.client.HTTPConnection(*upstream, timeout=120)
+            headers = {k: v for k, v in self.headers.items()}
+            conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+            for name, value in headers.items():
+                conn.putheader(name, value)
+            conn.endheaders()
+            if body:
+                conn.send(body)
+            answer = conn.getresponse()
+            data = answer.read()
+            self.send_response(answer.status)
+            for name, value in answer.getheaders():
+                if name.lower() not in (
+                    "content-length",
+                    "transfer-encoding",
+                    "connection",
+                    "date",
+                    "server",
+                ):
+                    self.send_header(name, value)
+            if self.command == "HEAD":  # no body, but the object's length
+                self.send_header("Content-Length", answer.getheader("Content-Length") or "0")
+            else:
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            conn.close()
+
+        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

@@ -1,0 +1,261 @@
+"""S3 storage end to end: moto's S3 server over real HTTP on 127.0.0.1, faults injected at the
+wire by a proxy in front of it, afc run as a child process. No boto3 call is mocked."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+
+import boto3
+import pytest
+from botocore.config import Config
+from conftest import jobs, manifest
+from moto.server import ThreadedMotoServer
+from s3fake import Fault, FaultPlan, make_proxy
+
+BUCKET = "renders"
+
+
+@pytest.fixture(scope="module")
+def moto_server():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    yield server.get_host_and_port()
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_server, afc):
+    plan = FaultPlan()
+    proxy = make_proxy(moto_server, plan)
+    host, port = proxy.server_address[:2]
+    endpoint = f"http://{host}:{port}"
+    afc.env.update(
+        {
+            "AWS_ENDPOINT_URL_S3": endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+        }
+    )
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
+        afc.env.pop(name, None)
+    client = boto3.client(
+        "s3",
+        endpoint_url=f"http://{moto_server[0]}:{moto_server[1]}",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    bucket = f"{BUCKET}-{int(time.time() * 1e6)}"
+    client.create_bucket(Bucket=bucket)
+
+    class S3:
+        pass
+
+    ctx = S3()
+    ctx.client, ctx.bucket, ctx.plan, ctx.url = client, bucket, plan, f"s3://{bucket}/films"
+    yield ctx
+    proxy.shutdown()
+
+
+def submit(afc, s3, *args, env=None):
+    return afc("submit", "manifest.yaml", "--storage", s3.url, *args, env=env)
+
+
+def attempts(afc) -> int:
+    return afc.rows("SELECT COUNT(*) FROM attempts")[0][0]
+
+
+def test_objects_carry_metadata_and_a_verified_checksum(afc, s3):
+    afc.write_manifest(manifest(jobs(3)))
+    result = submit(afc, s3)
+    assert result.returncode == 0, result.stderr
+    for i in (1, 2, 3):
+        head = s3.client.head_object(
+            Bucket=s3.bucket, Key=f"films/b1/shot-{i:03d}.png", ChecksumMode="ENABLED"
+        )
+        meta = head["Metadata"]
+        body = s3.client.get_object(Bucket=s3.bucket, Key=f"films/b1/shot-{i:03d}.png")
+        data = body["Body"].read()
+        assert data.startswith(b"\x89PNG")
+        digest = hashlib.sha256(data)
+        assert meta["afc-sha256"] == digest.hexdigest()
+        assert head["ChecksumSHA256"] == base64.b64encode(digest.digest()).decode()
+        assert meta["afc-key"] == f"shot-{i:03d}" and meta["afc-batch"] == "b1"
+        job_id, request_hash = afc.rows(
+            "SELECT id, request_hash FROM jobs WHERE key = ?", (f"shot-{i:03d}",)
+        )[0]
+        assert meta["afc-job-id"] == job_id and meta["afc-request-hash"] == request_hash
+        assert meta["afc-provider"] == "local" and meta["afc-model"] == "m1"
+        assert meta["afc-attempt"] == "1" and meta["afc-cost"] == "0.050000"
+        assert head["ContentType"] == "image/png"
+    # creates were conditional: every PUT carried If-None-Match
+    assert list((afc.cwd / "afc.db-spool").glob("*.spool")) == []
+
+
+def test_foreign_object_survives_and_its_job_conflicts(afc, s3):
+    s3.client.put_object(Bucket=s3.bucket, Key="films/b1/shot-002.png", Body=b"not ours")
+    afc.write_manifest(manifest(jobs(3)))
+    result = submit(afc, s3)
+    assert result.returncode == 1
+    body = s3.client.get_object(Bucket=s3.bucket, Key="films/b1/shot-002.png")["Body"].read()
+    assert body == b"not ours"
+    story = afc.json("show", "shot-002")
+    assert story["job"]["error"]["code"] == "OUTPUT_KEY_CONFLICT"
+    assert story["attempts"] == []
+    assert {j["status"] for j in afc.json("status")["jobs"] if j["key"] != "shot-002"} == {
+        "succeeded"
+    }
+
+
+def test_a_key_taken_between_probe_and_store_is_never_overwritten(afc, s3):
+    # the object appears after probe looked (a racing writer): the create-only PUT gets 412
+    afc.write_manifest(manifest([{"key": "race", "prompt": "p", "params": {"latency_s": 1.0}}]))
+    proc = afc.popen("submit", "manifest.yaml", "--storage", s3.url)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            if afc.rows("SELECT COUNT(*) FROM attempts")[0][0]:
+                break
+        except Exception:  # the ledger is still being created
+            pass
+        time.sleep(0.02)
+    s3.client.put_object(Bucket=s3.bucket, Key="films/b1/race.png", Body=b"racing writer")
+    assert proc.wait(timeout=30) == 1
+    body = s3.client.get_object(Bucket=s3.bucket, Key="films/b1/race.png")["Body"].read()
+    assert body == b"racing writer"
+    assert afc.json("show", "race")["job"]["error"]["code"] == "OUTPUT_KEY_CONFLICT"
+
+
+def test_fresh_ledger_over_a_stored_bucket_makes_no_provider_call(afc, s3):
+    afc.write_manifest(manifest(jobs(4)))
+    assert submit(afc, s3).returncode == 0
+    for suffix in ("", "-wal", "-shm"):
+        (afc.cwd / f"afc.db{suffix}").unlink(missing_ok=True)
+    log = afc.cwd / "calls.log"
+    result = submit(afc, s3, "--json", env={"AFC_LOCAL_CALL_LOG": str(log)})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["counts"] == {"succeeded": 4}
+    assert not log.exists(), "zero provider calls"
+    assert attempts(afc) == 0
+    report = afc.json("costs", "report")
+    assert report["total"]["avoided_renders"] == 4
+    assert report["total"]["avoided_cost"] == "0.200000"  # from the objects' metadata
+    # a different body under the same key, on a fresh ledger, is a conflict, not an overwrite
+    for suffix in ("", "-wal", "-shm"):
+        (afc.cwd / f"afc.db{suffix}").unlink(missing_ok=True)
+    data = manifest(jobs(4))
+    data["jobs"][0]["prompt"] = "changed"
+    afc.write_manifest(data)
+    assert submit(afc, s3).returncode == 1
+    assert afc.json("show", "shot-001")["job"]["error"]["code"] == "OUTPUT_KEY_CONFLICT"
+    assert attempts(afc) == 0
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault("PUT", r"/films/", "slowdown", 2),
+        Fault("PUT", r"/films/", "429", 2, retry_after="0"),
+        Fault("PUT", r"/films/", "500", 2),
+        Fault("PUT", r"/films/", "reset", 2),
+        Fault("HEAD", r"/films/", "slowdown", 2),
+    ],
+    ids=["503-slowdown", "429-retry-after", "500", "reset", "head-503"],
+)
+def test_transient_faults_retry_the_upload_never_the_render(afc, s3, fault):
+    afc.write_manifest(manifest(jobs(1)))
+    s3.plan.add(fault)
+    result = submit(afc, s3)
+    assert result.returncode == 0, result.stderr
+    assert len(s3.plan.injected) == 2
+    assert attempts(afc) == 1, "the render was not repeated"
+    s3.client.head_object(Bucket=s3.bucket, Key="films/b1/shot-001.png")
+
+
+def test_retry_after_is_honoured(afc, s3):
+    afc.write_manifest(manifest(jobs(1)))
+    s3.plan.add(Fault("PUT", r"/films/", "429", 1, retry_after="2"))
+    start = time.time()
+    assert submit(afc, s3).returncode == 0
+    puts = [t for t in s3.plan.seen if t[0] == "PUT"]
+    assert len(puts) == 2 and time.time() - start >= 2
+
+
+def test_persistent_outage_waits_in_store_and_the_next_run_uploads(afc, s3):
+    afc.write_manifest(manifest(jobs(2)))
+    s3.plan.add(Fault("PUT", r"/films/", "slowdown", -1))
+    result = afc.json("submit", "manifest.yaml", "--storage", s3.url, expect=1)
+    assert {(j["status"], j["step"]) for j in result["jobs"]} == {("waiting", "store")}
+    assert all("never the render" in j["waiting"] for j in result["jobs"])
+    assert len(list((afc.cwd / "afc.db-spool").glob("*.spool"))) == 2, "spools intact"
+    assert attempts(afc) == 2
+    s3.plan.clear()
+    resumed = afc.json("resume")
+    assert resumed["counts"] == {"succeeded": 2}
+    assert attempts(afc) == 2, "no render again"
+    assert list((afc.cwd / "afc.db-spool").glob("*.spool")) == []
+
+
+def test_an_outage_that_never_ends_is_dead_lettered_with_the_spool_kept(afc, s3):
+    afc.write_manifest(manifest(jobs(1)))
+    s3.plan.add(Fault("PUT", r"/films/", "500", -1))
+    assert submit(afc, s3).returncode == 1
+    for _ in range(4):
+        afc("resume")
+    story = afc.json("show", "shot-001")
+    assert story["job"]["status"] == "dead"
+    assert story["job"]["error"]["code"] == "STORE_FAILED"
+    assert "safe in" in story["job"]["error"]["message"]
+    assert attempts(afc) == 1
+    assert len(list((afc.cwd / "afc.db-spool").glob("*.spool"))) == 1
+    assert afc.json("queue", "stats")["dlq"] == 1
+
+
+def test_client_errors_are_not_retried_and_name_the_fix(afc, s3):
+    afc.write_manifest(manifest(jobs(1)))
+    missing = afc("submit", "manifest.yaml", "--storage", "s3://no-such-bucket-here/x")
+    assert missing.returncode == 2
+    assert "no-such-bucket-here" in missing.stderr and "create bucket" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    assert attempts(afc) == 0 if (afc.cwd / "afc.db").exists() else True
+
+
+def test_multipart_upload_of_a_large_output(afc, s3, tmp_path, monkeypatch):
+    """Outputs above the threshold go up in parts from the spool; verify checks the composite
+    checksum; a failed multipart upload is aborted."""
+    from afc_cli.storage import s3 as s3mod
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", afc.env["AWS_ENDPOINT_URL_S3"])
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+        monkeypatch.setenv(name, afc.env[name])
+    monkeypatch.setattr(s3mod, "MULTIPART_THRESHOLD", 6 * 1024 * 1024)
+    monkeypatch.setattr(s3mod, "PART_SIZE", 5 * 1024 * 1024)
+    source = tmp_path / "big.spool"
+    data = bytes(range(256)) * (13 * 4096)  # 13 MiB: three parts
+    source.write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    storage = s3mod.S3Storage(s3.url)
+    meta = {"job_id": "j", "request_hash": "h", "sha256": sha, "size": len(data)}
+    storage.put_if_absent("big/video.mp4", source, meta)
+    head = s3.client.head_object(
+        Bucket=s3.bucket, Key="films/big/video.mp4", ChecksumMode="ENABLED"
+    )
+    assert head["ContentLength"] == len(data)
+    # real S3 reports the checksum of the parts' checksums ("...-3"); moto the whole object's
+    composite = storage.expected_checksum(source)
+    assert head["ChecksumSHA256"].split("-")[0] == composite.split("-")[0]
+    assert storage.expected_checksum(source).endswith("-3")
+    assert storage.verify("big/video.mp4", len(data), sha, source) is None
+    assert storage.verify("big/video.mp4", len(data) + 1, sha, source) is not None
+    with pytest.raises(s3mod.ObjectExists):
+        storage.put_if_absent("big/video.mp4", source, meta)
+    # a part that fails for good aborts the upload: nothing is left in progress
+    s3.plan.add(Fault("PUT", r"partNumber=2", "500", -1))
+    with pytest.raises(s3mod.StorageError):
+        storage.put_if_absent("big/other.mp4", source, meta)
+    assert s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", []) == []
