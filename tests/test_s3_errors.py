@@ -1,0 +1,58 @@
+"""How S3 errors are classified: what the storage policy retries, and what it tells the user."""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+from afc_cli.storage.s3 import S3Storage
+
+
+def client_error(status, code, message="", headers=None, op="PutObject"):
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": headers or {}},
+        },
+        op,
+    )
+
+
+STORAGE = S3Storage("s3://studio-renders/films")
+
+
+def classify(exc, action="cannot write"):
+    return STORAGE._error(exc, action, "b1/shot.png")
+
+
+def test_transient_errors_are_retried_with_retry_after():
+    for status, code in (
+        (503, "SlowDown"),
+        (500, "InternalError"),
+        (429, "TooManyRequests"),
+        (400, "RequestTimeout"),
+        (409, "ConditionalRequestConflict"),
+    ):
+        assert classify(client_error(status, code)).retryable, code
+    throttled = classify(client_error(429, "TooManyRequests", headers={"retry-after": "7"}))
+    assert throttled.retry_after == 7.0
+    assert classify(EndpointConnectionError(endpoint_url="http://x")).retryable
+
+
+def test_client_errors_are_final_and_name_the_bucket_and_the_fix():
+    missing = classify(client_error(404, "NoSuchBucket", "The specified bucket does not exist"))
+    assert not missing.retryable
+    assert "studio-renders" in missing.message and "create bucket" in missing.message
+    denied = classify(client_error(403, "AccessDenied", "Access Denied"))
+    assert not denied.retryable and "AWS_ACCESS_KEY_ID" in denied.message
+    bad_name = classify(client_error(400, "InvalidBucketName"))
+    assert not bad_name.retryable and "not a valid bucket name" in bad_name.message
+    nocreds = classify(NoCredentialsError())
+    assert not nocreds.retryable and "AWS_PROFILE" in nocreds.message
+    head_missing = STORAGE._error(client_error(404, "404", op="HeadBucket"), "cannot use")
+    assert not head_missing.retryable and "create bucket" in head_missing.message
+
+
+def test_urls_and_object_keys():
+    assert STORAGE.object_key("b1/shot.png") == "films/b1/shot.png"
+    assert S3Storage("s3://bucket").object_key("k") == "k"
+    assert S3Storage("s3://bucket/a/b/").url == "s3://bucket/a/b"
