@@ -7,6 +7,7 @@ YAML, the providers) are imported inside the commands so ``afc --help`` stays fa
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -64,6 +65,8 @@ costs_app = typer.Typer(help="Spend recorded in the ledger.", no_args_is_help=Tr
 app.add_typer(costs_app, name="costs")
 queue_app = typer.Typer(help="The backlog, for operators and cron.", no_args_is_help=True)
 app.add_typer(queue_app, name="queue")
+webhooks_app = typer.Typer(help="The outbox of job events.", no_args_is_help=True)
+app.add_typer(webhooks_app, name="webhooks")
 
 DEFAULT_LEDGER = "afc.db"
 DEFAULT_CONCURRENCY = 8
@@ -372,6 +375,96 @@ def queue_stats_command(
         if met:
             _err("alert: " + "; ".join(met))
             raise typer.Exit(1)
+
+
+def _deliveries_out(stats: Any, json_out: bool, quiet: bool) -> None:
+    summary = {
+        "delivered": stats.delivered,
+        "retrying": stats.retrying,
+        "dead": stats.dead,
+        "skipped": stats.skipped,
+    }
+    if json_out:
+        from afc_cli.output import emit_json
+
+        emit_json(summary)
+    elif not quiet:
+        _err(", ".join(f"{n} {k}" for k, n in summary.items()))
+    if stats.dead:
+        raise typer.Exit(1)
+
+
+@webhooks_app.command("list")
+def webhooks_list(
+    dead: Annotated[bool, typer.Option("--dead", help="Only dead deliveries.")] = False,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Webhook deliveries: id, event, URL, status, tries, last answer."""
+    with _boundary():
+        from afc_cli.output import emit_json, emit_table
+        from afc_cli.report import _iso
+        from afc_cli.webhooks import listing
+
+        rows = [
+            {
+                "id": r["id"],
+                "event": r["event"],
+                "url": r["url"],
+                "status": r["status"],
+                "attempts": r["attempts"],
+                "last_status": r["last_status"],
+                "last_error": r["last_error"],
+                "next_attempt_at": _iso(r["next_attempt_at"]) if r["status"] == "pending" else None,
+                "delivered_at": _iso(r["delivered_at"]),
+                "envelope": json.loads(r["envelope"]) if verbose or json_out else None,
+            }
+            for r in listing(ledger, dead)
+        ]
+        if json_out:
+            emit_json({"deliveries": rows})
+        else:
+            emit_table(
+                rows,
+                ["id", "event", "url", "status", "attempts", "last_status", "last_error"],
+            )
+
+
+@webhooks_app.command("deliver")
+def webhooks_deliver(
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Deliver every due webhook now (for cron); exit 1 if one became dead."""
+    with _boundary():
+        from afc_cli.webhooks import deliver
+
+        _deliveries_out(deliver(ledger), json_out, quiet)
+
+
+@webhooks_app.command("replay")
+def webhooks_replay(
+    delivery_id: Annotated[str, typer.Argument(metavar="ID", help="The delivery's id.")],
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    storage: StorageOpt = None,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Send a dead or delivered event again: its exact envelope, signed afresh."""
+    with _boundary():
+        from afc_cli.webhooks import replay
+
+        _deliveries_out(replay(ledger, delivery_id), json_out, quiet)
 
 
 @app.command()

@@ -262,28 +262,32 @@ class Ledger:
             existing = {
                 row[0]: row[1:]
                 for row in self.db.execute(
-                    "SELECT key, request_hash, status, id FROM jobs WHERE batch = ?",
+                    "SELECT key, request_hash, status, id, webhook_json FROM jobs WHERE batch = ?",
                     (manifest.batch,),
                 )
             }
             fresh = []
             done = []
+            rewebhooked = []
             for job in manifest.jobs:
-                stored, status, _ = existing.get(job.key, (None, None, None))
+                stored, status, job_id, webhook = existing.get(job.key, (None,) * 4)
                 if stored is None:
                     fresh.append(job)
                 elif stored == job.request_hash:
                     result.replayed.append(job.key)
                     if status == "succeeded":
                         done.append(job)
+                    if webhook != _dumps(job.webhook) and status not in TERMINAL:
+                        # where events go is not part of the request: the latest manifest says
+                        rewebhooked.append((_dumps(job.webhook), job_id))
                 else:
                     result.conflicts.append(
                         {"key": job.key, "stored_hash": stored, "new_hash": job.request_hash}
                     )
             self.db.conn.executemany(
                 "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
-                " status, step, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', 'probe', ?, ?)"
+                " webhook_json, status, step, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 'probe', ?, ?)"
                 " ON CONFLICT (batch, key) DO NOTHING",
                 [
                     (
@@ -294,6 +298,7 @@ class Ledger:
                         j.request_hash,
                         _dumps(j.body),
                         j.output_key,
+                        _dumps(j.webhook),
                         now,
                         now,
                     )
@@ -319,6 +324,10 @@ class Ledger:
             )
             if done:
                 self._record_replays_avoided(manifest.batch, done, rates, now)
+            if rewebhooked:
+                self.db.conn.executemany(
+                    "UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked
+                )
             result.new = [j.key for j in fresh]
         return result
 
@@ -797,4 +806,171 @@ class Ledger:
                 **(detail or {}),
                 **{k: v for k, v in fields.items() if k.startswith("error_") or k == "outcome"},
             )
+            if job.get("webhook_json"):
+                self._queue_delivery(job, now)
         return True
+
+    # --- webhook outbox ---------------------------------------------------------------------
+
+    def has_webhooks(self) -> bool:
+        row = self.db.execute(
+            "SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'pending')"
+            " OR EXISTS (SELECT 1 FROM jobs WHERE webhook_json IS NOT NULL"
+            f" AND status IN {ACTIVE_SQL})"
+        ).fetchone()
+        return bool(row[0])
+
+    def webhook_secret_names(self, job_ids: list[str] | None = None) -> set[str]:
+        names = {
+            row[0]
+            for row in self.db.execute(
+                "SELECT DISTINCT secret_env FROM deliveries WHERE status = 'pending'"
+            )
+        }
+        sql = "SELECT DISTINCT webhook_json FROM jobs WHERE webhook_json IS NOT NULL"
+        params: tuple = ()
+        if job_ids is not None:
+            sql += " AND id IN (SELECT value FROM json_each(?))"
+            params = (json.dumps(job_ids),)
+        for (text,) in self.db.execute(sql, params):
+            names.add(json.loads(text)["secret_env"])
+        return names
+
+    def due_deliveries(self, now: float, limit: int) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ?"
+            " AND (lease_owner IS NULL OR lease_expires < ?) ORDER BY next_attempt_at LIMIT ?",
+            (now, now, limit),
+        )
+
+    def claim_delivery(self, delivery_id: str, now: float, lease_s: float) -> bool:
+        with self.tx(commit=True):
+            cursor = self.db.execute(
+                "UPDATE deliveries SET lease_owner = ?, lease_expires = ? WHERE id = ?"
+                " AND status = 'pending' AND (lease_owner IS NULL OR lease_expires < ?)",
+                (self.owner, now + lease_s, delivery_id, now),
+            )
+            return cursor.rowcount == 1
+
+    def release_delivery(self, delivery_id: str, note: str) -> None:
+        with self.tx():
+            self.db.execute(
+                "UPDATE deliveries SET lease_owner = NULL, lease_expires = NULL, last_error = ?"
+                " WHERE id = ? AND lease_owner = ?",
+                (note, delivery_id, self.owner),
+            )
+
+    def delivery_outcome(
+        self,
+        delivery_id: str,
+        status: str,
+        http_status: int | None,
+        error: str | None,
+        now: float,
+    ) -> None:
+        with self.tx(commit=True):
+            self.db.execute(
+                "UPDATE deliveries SET status = ?, attempts = attempts + 1, last_status = ?,"
+                " last_error = ?, delivered_at = CASE WHEN ? = 'delivered' THEN ? END,"
+                " lease_owner = NULL, lease_expires = NULL WHERE id = ?",
+                (status, http_status, error, status, now, delivery_id),
+            )
+
+    def delivery_retry(
+        self,
+        delivery_id: str,
+        http_status: int | None,
+        error: str | None,
+        next_at: float,
+        now: float,
+    ) -> None:
+        with self.tx(commit=True):
+            self.db.execute(
+                "UPDATE deliveries SET attempts = attempts + 1, last_status = ?, last_error = ?,"
+                " next_attempt_at = ?, lease_owner = NULL, lease_expires = NULL WHERE id = ?",
+                (http_status, error, next_at, delivery_id),
+            )
+
+    def endpoint_disabled(self, url: str) -> bool:
+        row = self.db.execute("SELECT disabled_at FROM endpoints WHERE url = ?", (url,)).fetchone()
+        return bool(row and row[0])
+
+    def disable_endpoint(self, url: str, reason: str, now: float) -> None:
+        with self.tx(commit=True):
+            self.db.execute(
+                "INSERT INTO endpoints (url, disabled_at, reason) VALUES (?, ?, ?)"
+                " ON CONFLICT (url) DO UPDATE SET disabled_at = excluded.disabled_at,"
+                " reason = excluded.reason",
+                (url, now, reason),
+            )
+
+    def deliveries(self, dead_only: bool = False) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM deliveries"
+        if dead_only:
+            sql += " WHERE status = 'dead'"
+        return self._all(sql + " ORDER BY created_at, id")
+
+    def delivery(self, delivery_id: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM deliveries WHERE id = ?", (delivery_id,))
+
+    def requeue_delivery(self, delivery_id: str, now: float) -> None:
+        with self.tx():
+            row = self.delivery(delivery_id)
+            self.db.execute(
+                "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?,"
+                " last_error = NULL, lease_owner = NULL, lease_expires = NULL WHERE id = ?",
+                (now, delivery_id),
+            )
+            self.db.execute("DELETE FROM endpoints WHERE url = ?", (row["url"],))
+            self._event(row["job_id"], row["batch"], "webhook_replayed", delivery=delivery_id)
+
+    def _queue_delivery(self, job: dict[str, Any], now: float) -> None:
+        """The transactional outbox: the delivery row commits with the terminal update that
+        produced it, so no terminal state exists without its event. Its id is stable (job id
+        and event), and inserting it again does nothing."""
+        from afc_cli.costs import format_usd
+
+        webhook = json.loads(job["webhook_json"])
+        event = "failed" if job["status"] == "dead" else job["status"]
+        priced = self.db.execute(
+            "SELECT SUM(cost_micros), COUNT(*) FROM attempts WHERE job_id = ?", (job["id"],)
+        ).fetchone()
+        error = None
+        if job.get("error_message"):
+            error = {
+                "code": job.get("error_code"),
+                "class": job.get("error_class"),
+                "message": job.get("error_message"),
+            }
+        envelope = {
+            "type": f"job.{event}",
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            "data": {
+                "job_id": job["id"],
+                "key": job["key"],
+                "batch": job["batch"],
+                "status": job["status"],
+                "output_key": job["output_key"] if job["status"] == "succeeded" else None,
+                "cost": format_usd(priced[0])
+                if priced[0] is not None
+                else (None if priced[1] else "0.000000"),
+                "error": error,
+            },
+        }
+        self.db.execute(
+            "INSERT INTO deliveries (id, job_id, batch, event, url, secret_env, timeout_s,"
+            " envelope, status, next_attempt_at, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (id) DO NOTHING",
+            (
+                f"{job['id']}:job.{event}",
+                job["id"],
+                job["batch"],
+                f"job.{event}",
+                webhook["url"],
+                webhook["secret_env"],
+                webhook.get("timeout_s", 10.0),
+                json.dumps(envelope, separators=(",", ":")),
+                now,
+                now,
+            ),
+        )

@@ -105,6 +105,25 @@ class Rate(_Strict):
         }
 
 
+class Webhook(_Strict):
+    """Where terminal job events go. The secret never appears here: only the name of the
+    environment variable that holds it (``whsec_...`` form)."""
+
+    url: str
+    secret_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    timeout_s: float = Field(default=10.0, gt=0, le=120)
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        return value
+
+
 class ProviderLimits(_Strict):
     concurrency: int | None = Field(default=None, ge=1)
     per_minute: int | None = Field(default=None, ge=1)
@@ -122,6 +141,7 @@ class JobSpec(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     chain: list[ChainEntry] | None = None
     output: str | None = None
+    webhook: Webhook | None = None
 
 
 class ManifestModel(_Strict):
@@ -138,6 +158,7 @@ class ManifestModel(_Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     rates: list[Rate] = Field(default_factory=list)
     limits: dict[str, ProviderLimits] = Field(default_factory=dict)
+    webhook: Webhook | None = None
     jobs: list[JobSpec] = Field(min_length=1)
 
 
@@ -155,6 +176,7 @@ class ResolvedJob:
     output_key: str
     body: dict[str, Any]
     request_hash: str
+    webhook: dict[str, Any] | None = None  # not part of the request: it does not change output
 
 
 @dataclass(frozen=True)
@@ -413,6 +435,9 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
                 output_key=output_key,
                 body=body,
                 request_hash=digest,
+                webhook=(spec.webhook or model.webhook).model_dump()
+                if (spec.webhook or model.webhook)
+                else None,
             )
         )
         if len(problems) >= MAX_PROBLEMS:

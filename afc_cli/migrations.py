@@ -130,3 +130,40 @@ def m003_budget_and_avoided(db):
 def m004_batch_limits(db):
     # per-provider call limits (concurrency, per_minute) as the batch's manifest set them
     db.execute("ALTER TABLE batches ADD COLUMN limits_json TEXT")
+
+
+@migrations()
+def m005_webhook_outbox(db):
+    # The transactional outbox: a delivery row is inserted in the same transaction as the
+    # terminal update that produced it; its id is "<job id>:<event>", so inserting it again
+    # does nothing. The envelope is the exact body every (re)delivery sends.
+    db.executescript(
+        """
+        ALTER TABLE jobs ADD COLUMN webhook_json TEXT;
+        CREATE TABLE deliveries (
+            id TEXT PRIMARY KEY NOT NULL,
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            batch TEXT NOT NULL,
+            event TEXT NOT NULL,
+            url TEXT NOT NULL,
+            secret_env TEXT NOT NULL,
+            timeout_s REAL NOT NULL,
+            envelope TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at REAL NOT NULL,
+            last_status INTEGER,
+            last_error TEXT,
+            lease_owner TEXT,
+            lease_expires REAL,
+            created_at REAL NOT NULL,
+            delivered_at REAL
+        ) WITHOUT ROWID;
+        CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at);
+        CREATE TABLE endpoints (
+            url TEXT PRIMARY KEY NOT NULL,
+            disabled_at REAL,
+            reason TEXT
+        ) WITHOUT ROWID;
+        """
+    )

@@ -134,13 +134,15 @@ async def _io(storage: Storage, fn, *args, inline: bool = True):
     return await asyncio.to_thread(fn, *args)
 
 
-def crash_point(name: str) -> None:
+def crash_point(name: str, before: Callable[[], None] | None = None) -> None:
     """Die here, as SIGKILL would, when a crash test arms this point (AFC_CRASH_POINT=name).
 
     Timed SIGKILLs cover crashes anywhere; named points pin the narrow windows between a side
     effect and its checkpoint, which a timer rarely hits.
     """
     if os.environ.get("AFC_CRASH_POINT") == name:
+        if before is not None:
+            before()  # e.g. commit first, to die right after a committed change
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -650,9 +652,11 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
         return False
     # verify and finish commit together: verify only reads, so a crash before this
     # transaction costs one read-back, and a job never rests "verified but not finished".
-    if _succeed(
+    won = _succeed(
         ctx, job, [("verify", {"size": job["output_size"], "sha256": job["output_sha256"]})]
-    ):
+    )
+    crash_point("after_terminal", before=ctx.ledger.flush)
+    if won:
         # No need to wait for the commit: were it lost, the next run finds the stored,
         # verified output at the key (store checks storage when the spool is gone).
         ctx.spool.remove(job["id"])

@@ -151,6 +151,16 @@ def submit(
     budget = Budget.parse(max_spend if max_spend is not None else manifest.budget, allow_unpriced)
     if budget is not None and run:
         budget.check_priced([(manifest.batch, j.chain) for j in manifest.jobs], lambda b: rates)
+    missing = sorted(
+        {j.webhook["secret_env"] for j in manifest.jobs if j.webhook}
+        - {name for name in os.environ if os.environ[name]}
+    )
+    if missing and run:
+        raise UsageError(
+            "webhook secret not set in the environment: "
+            + ", ".join(missing)
+            + " (the manifest names the variable; its value is a whsec_... secret)"
+        )
     ledger = Ledger(ledger_path)
     try:
         bound = ledger.check_storage(manifest.batch, named)
@@ -198,6 +208,9 @@ def resume(
         if named:
             for name in sorted(batches):
                 ledger.check_storage(name, named)
+        from afc_cli.webhooks import check_secrets
+
+        check_secrets(ledger, job_ids)
         if budget is not None:
             cards = batch_rates(ledger)
             chains = []
@@ -222,8 +235,8 @@ def run_jobs(
     lease_s: float = LEASE_S,
     budget: Budget | None = None,
 ) -> RunStats:
-    """Run the given jobs to the end of what one run can do."""
-    if not job_ids:
+    """Run the given jobs to the end of what one run can do (and drain due webhooks)."""
+    if not job_ids and not ledger.has_webhooks():
         return RunStats()
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
@@ -253,13 +266,27 @@ def run_jobs(
             limits={name: ProviderLimit(**values) for name, values in limits.items()},
         )
         heartbeat = asyncio.create_task(_renew(ledger, lease_s))
+        stop = asyncio.Event()
+        outbox = None
         try:
             with ledger.grouped(asyncio.get_running_loop()):
+                if ledger.has_webhooks():
+                    from afc_cli.webhooks import run_beside
+
+                    # beside the batch, never inside a job's steps
+                    outbox = asyncio.create_task(run_beside(ledger, stop))
                 await asyncio.gather(*(run_job(ctx, job_id) for job_id in job_ids))
+                stop.set()
+                if outbox is not None:
+                    await outbox
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            if outbox is not None and not outbox.done():
+                outbox.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await outbox
         return RunStats(len(job_ids), ctx.budget_hit, ledger.run_spend(run_id))
 
     reporter.begin(len(job_ids))

@@ -51,6 +51,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m002_status_index",
         "m003_budget_and_avoided",
         "m004_batch_limits",
+        "m005_webhook_outbox",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]

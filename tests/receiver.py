@@ -1,0 +1,66 @@
+"""A webhook receiver on 127.0.0.1 whose answers a test scripts: status, delay, headers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass
+class Receiver:
+    script: list[tuple[int, float, dict[str, str]]] = field(default_factory=list)
+    default: tuple[int, float, dict[str, str]] = (200, 0.0, {})
+    received: list[Received] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/hooks/afc"
+
+    def answer(self) -> tuple[int, float, dict[str, str]]:
+        with self.lock:
+            return self.script.pop(0) if self.script else self.default
+
+    def start(self) -> Receiver:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with receiver.lock:
+                    receiver.received.append(
+                        Received({k.lower(): v for k, v in self.headers.items()}, body, time.time())
+                    )
+                status, delay, headers = receiver.answer()
+                if delay:
+                    time.sleep(delay)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.shutdown()

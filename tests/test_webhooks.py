@@ -1,0 +1,232 @@
+"""Webhooks end to end: a real receiver on 127.0.0.1, every delivery verified with the
+``standardwebhooks`` reference library."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import time
+
+import pytest
+from conftest import jobs, manifest
+from receiver import Receiver
+from standardwebhooks.webhooks import Webhook
+
+SECRET = "whsec_" + base64.b64encode(b"afc test secret, 32 bytes long!!").decode()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver().start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def hooked(afc, receiver):
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+
+    def write(data, timeout_s=2.0, url=None):
+        data["webhook"] = {
+            "url": url or receiver.url,
+            "secret_env": "AFC_HOOK_SECRET",
+            "timeout_s": timeout_s,
+        }
+        afc.write_manifest(data)
+
+    return write
+
+
+def verified(receiver):
+    wh = Webhook(SECRET)
+    return [(r.headers["webhook-id"], wh.verify(r.body, r.headers)) for r in receiver.received]
+
+
+def test_each_terminal_state_is_announced_signed(afc, receiver, hooked):
+    data = manifest(
+        [
+            {"key": "ok", "prompt": "a"},
+            {"key": "bad", "prompt": "b", "params": {"fail": ["auth"]}},
+        ]
+    )
+    hooked(data)
+    assert afc("submit", "manifest.yaml").returncode == 1
+    events = {payload["data"]["key"]: (wid, payload) for wid, payload in verified(receiver)}
+    assert set(events) == {"ok", "bad"}
+    wid, ok = events["ok"]
+    job_id = afc.rows("SELECT id FROM jobs WHERE key = 'ok'")[0][0]
+    assert wid == f"{job_id}:job.succeeded"
+    assert ok["type"] == "job.succeeded"
+    assert ok["data"] == {
+        "job_id": job_id,
+        "key": "ok",
+        "batch": "b1",
+        "status": "succeeded",
+        "output_key": "b1/ok.png",
+        "cost": "0.050000",
+        "error": None,
+    }
+    assert ok["timestamp"].endswith("Z")
+    _, bad = events["bad"]
+    assert bad["type"] == "job.failed" and bad["data"]["error"]["class"] == "auth"
+    listed = afc.json("webhooks", "list")["deliveries"]
+    assert {d["status"] for d in listed} == {"delivered"}
+    # a replayed submit announces nothing again
+    assert afc("submit", "manifest.yaml").returncode == 1
+    assert len(receiver.received) == 2
+
+
+def test_500_then_200_delivers_twice_with_the_same_id(afc, receiver, hooked):
+    receiver.script = [(500, 0, {"Retry-After": "0"})]
+    hooked(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert len(receiver.received) == 1
+    pending = afc.json("webhooks", "list")["deliveries"][0]
+    assert pending["status"] == "pending" and pending["last_status"] == 500
+    assert afc("webhooks", "deliver").returncode == 0
+    assert len(receiver.received) == 2
+    ids = [wid for wid, _ in verified(receiver)]
+    assert ids[0] == ids[1]
+    assert receiver.received[0].body == receiver.received[1].body
+    assert afc.json("webhooks", "list")["deliveries"][0]["status"] == "delivered"
+
+
+def test_410_disables_the_endpoint(afc, receiver, hooked):
+    receiver.script = [(410, 0, {})]
+    hooked(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--concurrency", "1").returncode == 0
+    afc("webhooks", "deliver")
+    assert len(receiver.received) == 1, "nothing is posted to a disabled endpoint"
+    dead = afc.json("webhooks", "list", "--dead")["deliveries"]
+    assert len(dead) == 2
+    assert any("410" in d["last_error"] for d in dead)
+    assert any("disabled" in d["last_error"] for d in dead)
+
+
+def test_a_dead_delivery_can_be_replayed_and_arrives(afc, receiver, hooked):
+    receiver.script = [(400, 0, {})]
+    hooked(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    dead = afc.json("webhooks", "list", "--dead")["deliveries"]
+    assert len(dead) == 1 and dead[0]["last_status"] == 400
+    stored = afc.rows("SELECT envelope FROM deliveries")[0][0]
+    result = afc("webhooks", "replay", dead[0]["id"])
+    assert result.returncode == 0, result.stderr
+    assert len(receiver.received) == 2
+    assert receiver.received[1].body == stored.encode(), "the exact stored envelope"
+    ids = [wid for wid, _ in verified(receiver)]
+    assert ids == [dead[0]["id"]] * 2
+    assert afc.json("webhooks", "list")["deliveries"][0]["status"] == "delivered"
+    assert afc("webhooks", "replay", "nope").returncode == 2
+
+
+def test_a_broken_receiver_never_delays_renders(afc, receiver, hooked):
+    def render_span():
+        first = afc.rows("SELECT MIN(started_at) FROM attempts")[0][0]
+        last = afc.rows("SELECT MAX(finished_at) FROM jobs")[0][0]
+        return last - first
+
+    data = manifest(jobs(8, latency_s=0.3))
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--concurrency", "2").returncode == 0
+    baseline = render_span()
+
+    for down in (False, True):
+        for name in ("afc.db", "afc.db-wal", "afc.db-shm"):
+            (afc.cwd / name).unlink(missing_ok=True)
+        for path in sorted(afc.outputs().rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+        receiver.default = (200, 5.0, {})  # answers after 5 s: past the 1 s timeout
+        url = "http://127.0.0.1:9/unreachable" if down else None
+        hooked(manifest(jobs(8, latency_s=0.3)), timeout_s=1.0, url=url)
+        start = time.time()
+        assert afc("submit", "manifest.yaml", "--concurrency", "2").returncode == 0
+        elapsed = time.time() - start
+        assert render_span() < baseline + 0.5, (down, render_span(), baseline)
+        assert elapsed < baseline + 6, "the run's end waits at most one timeout per pass"
+        assert afc.rows("SELECT COUNT(*) FROM attempts") == [(8,)]
+        pending = afc.json("webhooks", "list")["deliveries"]
+        assert len(pending) == 8 and {d["status"] for d in pending} == {"pending"}
+
+
+def test_sigkill_between_terminal_update_and_delivery(afc, receiver, hooked):
+    hooked(manifest(jobs(1)))
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_terminal"})
+    assert died.returncode == -signal.SIGKILL
+    assert receiver.received == []
+    assert afc("resume").returncode == 0
+    assert [p["type"] for _, p in verified(receiver)] == ["job.succeeded"]
+    assert afc.json("webhooks", "list")["deliveries"][0]["status"] == "delivered"
+
+
+def test_two_drains_never_post_the_same_row(afc, receiver, hooked):
+    hooked(manifest(jobs(6)), url="http://127.0.0.1:9/down")
+    assert afc("submit", "manifest.yaml").returncode == 0
+    # point the pending rows at the live receiver, which answers slowly
+    with __import__("sqlite3").connect(afc.cwd / "afc.db") as conn:
+        conn.execute("UPDATE deliveries SET url = ?, next_attempt_at = 0", (receiver.url,))
+    receiver.default = (200, 0.3, {})
+    first = afc.popen("webhooks", "deliver")
+    second = afc.popen("webhooks", "deliver")
+    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    ids = [r.headers["webhook-id"] for r in receiver.received]
+    assert len(ids) == 6 and len(set(ids)) == 6
+
+
+def test_no_secret_in_ledger_logs_or_json(afc, receiver, hooked):
+    receiver.script = [(500, 0, {"Retry-After": "0"})]
+    hooked(manifest(jobs(2)))
+    outputs = []
+    for args in (
+        ("submit", "manifest.yaml", "-v"),
+        ("submit", "manifest.yaml", "--json"),
+        ("status", "--json"),
+        ("show", "shot-001", "--json"),
+        ("webhooks", "list", "--json", "-v"),
+        ("webhooks", "deliver", "--json"),
+    ):
+        result = afc(*args)
+        outputs.append(result.stdout + result.stderr)
+    secret_bytes = SECRET.encode()
+    raw = base64.b64decode(SECRET[len("whsec_") :])
+    for text in outputs:
+        assert SECRET not in text and SECRET[6:] not in text
+    for name in os.listdir(afc.cwd):
+        if name.startswith("afc.db"):
+            path = afc.cwd / name
+            if path.is_file():
+                blob = path.read_bytes()
+                assert (
+                    secret_bytes not in blob and raw not in blob and SECRET[6:].encode() not in blob
+                )
+
+
+def test_webhook_is_validated_and_its_secret_required(afc, receiver):
+    data = manifest(jobs(1))
+    data["webhook"] = {"url": "ftp://x", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data)
+    bad = afc("submit", "manifest.yaml")
+    assert bad.returncode == 2 and "webhook.url" in bad.stderr
+    data["webhook"] = {"url": receiver.url, "secret_env": "AFC_HOOK_SECRET", "secret": "x"}
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 2
+    data["webhook"] = {"url": receiver.url, "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data)
+    missing = afc("submit", "manifest.yaml")
+    assert missing.returncode == 2 and "AFC_HOOK_SECRET" in missing.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    # the webhook is not part of the request: changing it is no conflict
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    assert afc("submit", "manifest.yaml").returncode == 0
+    data["webhook"]["url"] = receiver.url + "/v2"
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+
+
+def test_envelope_is_stable_json(afc, receiver, hooked):
+    hooked(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    body = receiver.received[0].body
+    assert json.loads(body)["data"]["key"] == "shot-001"
