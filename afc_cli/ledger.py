@@ -658,6 +658,35 @@ class Ledger:
             )
         return number
 
+    def record_request_id(
+        self, job: dict[str, Any], number: int, provider: str, request_id: str
+    ) -> None:
+        """Commit a job-style provider's request id the moment its submit returned: a run
+        that dies after this polls the request instead of paying for a new one."""
+        with self.tx(durable=provider != "local"):
+            self.db.execute(
+                "UPDATE attempts SET provider_request_id = ? WHERE job_id = ? AND number = ?",
+                (request_id, job["id"], number),
+            )
+
+    def reopen_attempt(self, job: dict[str, Any], attempt: dict[str, Any]) -> bool:
+        """Take over an attempt a dead run left submitted, to poll it to its end."""
+        with self.tx(commit=True):
+            cursor = self.db.execute(
+                "UPDATE attempts SET status = 'started', owner = ?, ended_at = NULL,"
+                " error_message = NULL WHERE id = ? AND status = 'unknown'",
+                (self.owner, attempt["id"]),
+            )
+            if cursor.rowcount == 1:
+                self._event(
+                    job["id"],
+                    job["batch"],
+                    "attempt_resumed",
+                    number=attempt["number"],
+                    request=attempt["provider_request_id"],
+                )
+            return cursor.rowcount == 1
+
     def run_spend(self, run_id: str | None) -> int:
         """Priced spend of one run: known costs, and reservations where the cost is unknown."""
         row = self.db.execute(

@@ -51,12 +51,43 @@ def cancel(
             entry = {"key": job["key"], "batch": job["batch"]}
             if ledger.cancel(job, why):
                 out["cancelled"].append(entry)
+                _cancel_at_provider(ledger, job)
             else:
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["already_final"].append(entry)
     finally:
         ledger.close()
     return out
+
+
+def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> None:
+    """A job rendering on a job-style provider (Replicate, fal): ask it to stop too, so the
+    render stops costing money. Whatever it reports later is still recorded."""
+    import asyncio
+
+    from afc_cli.providers import PROVIDERS
+
+    for attempt in ledger.attempts(job["id"]):
+        provider = PROVIDERS.get(attempt["provider"])
+        if (
+            attempt["status"] in ("started", "unknown")
+            and attempt["provider_request_id"]
+            and provider is not None
+            and provider.resumable
+        ):
+
+            async def stop(provider=provider, attempt=attempt) -> None:
+                try:
+                    await provider.cancel(attempt["provider_request_id"], attempt["model"])
+                finally:
+                    await provider.close()
+
+            try:
+                asyncio.run(stop())
+            except Exception:  # noqa: BLE001 - the cancel in the ledger stands regardless
+                ledger.note(job, "provider_cancel_failed", request=attempt["provider_request_id"])
+            else:
+                ledger.note(job, "provider_cancel_sent", request=attempt["provider_request_id"])
 
 
 def queue_stats(ledger_path: str) -> dict[str, Any]:

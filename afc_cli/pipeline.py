@@ -34,6 +34,7 @@ from afc_cli.costs import RateCards, format_usd, to_micros
 from afc_cli.errors import StorageError
 from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
+from afc_cli.providers.base import GONE_PREFIX, RequestGone
 from afc_cli.spool import Spool, SpoolFile
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
 
@@ -287,66 +288,84 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     chain = request["chain"]
     rates = ctx.rates.get(job["batch"]) or RateCards()
     while True:
-        history = [
-            PastAttempt.from_row(row)
-            for row in (ctx.ledger.attempts(job["id"]) if job["attempts"] else [])
-            if row["status"] in ("failed", "unknown")
-        ]
-        decision = next_try(chain, history)
-        if isinstance(decision, GiveUp):
-            cause = decision.cause
-            ctx.ledger.finish(
-                job,
-                "failed",
-                step="render",
-                outcome="failed",
-                error_code="CHAIN_FAILED",
-                error_class=cause.effective_class,
-                error_provider=f"{cause.provider}/{cause.model}",
-                error_http_status=cause.http_status,
-                error_message=f"{describe_cause(cause)} ({decision.reason})",
-            )
-            return False
-        entry = chain[decision.chain_index]
-        if decision.delay > 0:
-            ctx.ledger.set_waiting(job, f"backoff {decision.delay:.2f}s after {decision.after}")
-            ctx.report(job, "waiting", f"{decision.delay:.2f}s after {decision.after}")
-            async with ctx.idle():
-                await ctx.sleep(decision.delay)
+        rows = ctx.ledger.attempts(job["id"]) if job["attempts"] else []
+        resume = _resumable(ctx, rows)
+        if resume is not None:
+            # A job-style provider has this request already (a run died while it rendered):
+            # poll it instead of paying for a new one.
+            chain_index, number = resume["chain_index"], resume["number"]
+            entry = chain[chain_index]
+            if not ctx.ledger.reopen_attempt(job, resume):
+                raise JobLost(job["id"])
+            wait = None
+        else:
+            history = [
+                PastAttempt.from_row(r) for r in rows if r["status"] in ("failed", "unknown")
+            ]
+            decision = next_try(chain, history)
+            if isinstance(decision, GiveUp):
+                cause = decision.cause
+                ctx.ledger.finish(
+                    job,
+                    "failed",
+                    step="render",
+                    outcome="failed",
+                    error_code="CHAIN_FAILED",
+                    error_class=cause.effective_class,
+                    error_provider=f"{cause.provider}/{cause.model}",
+                    error_http_status=cause.http_status,
+                    error_message=f"{describe_cause(cause)} ({decision.reason})",
+                )
+                return False
+            chain_index, entry, wait = decision.chain_index, chain[decision.chain_index], None
+            if decision.delay > 0:
+                wait = decision.delay
+                ctx.ledger.set_waiting(job, f"backoff {wait:.2f}s after {decision.after}")
+                ctx.report(job, "waiting", f"{wait:.2f}s after {decision.after}")
+                async with ctx.idle():
+                    await ctx.sleep(wait)
         # a provider's own limits (manifest ``limits``) are waited for before the attempt row,
         # and the wait gives the job's slot back
         async with ctx.provider_slot(entry["provider"]):
             provider = ctx.providers[entry["provider"]]
-            try:
-                number = ctx.ledger.start_attempt(
-                    job,
-                    decision.chain_index,
-                    entry["provider"],
-                    entry["model"],
-                    decision.delay or None,
-                    durable=entry["provider"] != "local",
-                    run_id=ctx.run_id,
-                    reserve_micros=rates.estimate(entry["provider"], entry["model"]),
-                    cap_micros=ctx.cap_micros,
-                )
-            except BudgetExhausted as exc:
-                ctx.budget_hit = True
-                ctx.ledger.set_waiting(
-                    job,
-                    f"budget: this run spent {format_usd(exc.spent)} of {format_usd(exc.cap)} USD; "
-                    f"the next attempt is estimated at {format_usd(exc.estimate)}",
-                )
-                ctx.report(job, "waiting", "budget reached")
-                return False
-            if number is None:
-                raise JobLost(job["id"])
+            if resume is None:
+                try:
+                    number = ctx.ledger.start_attempt(
+                        job,
+                        chain_index,
+                        entry["provider"],
+                        entry["model"],
+                        wait,
+                        durable=entry["provider"] != "local",
+                        run_id=ctx.run_id,
+                        reserve_micros=rates.estimate(entry["provider"], entry["model"]),
+                        cap_micros=ctx.cap_micros,
+                    )
+                except BudgetExhausted as exc:
+                    ctx.budget_hit = True
+                    ctx.ledger.set_waiting(
+                        job,
+                        f"budget: this run spent {format_usd(exc.spent)} of "
+                        f"{format_usd(exc.cap)} USD; the next attempt is estimated at "
+                        f"{format_usd(exc.estimate)}",
+                    )
+                    ctx.report(job, "waiting", "budget reached")
+                    return False
+                if number is None:
+                    raise JobLost(job["id"])
             crash_point("after_attempt_row")
             report = {
-                "chain_index": decision.chain_index,
+                "chain_index": chain_index,
                 "provider": entry["provider"],
                 "model": entry["model"],
             }
             started = time.time()
+            window = entry.get("window_s")
+
+            def submitted(request_id: str, number: int = number, entry=entry) -> None:
+                ctx.ledger.record_request_id(job, number, entry["provider"], request_id)
+                crash_point("after_submit")
+
             call = provider.render(
                 AttemptRequest(
                     job_id=job["id"],
@@ -357,14 +376,19 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     model=entry["model"],
                     attempt=number,
                     rates=rates,
+                    on_submitted=submitted,
+                    resume_id=resume["provider_request_id"] if resume else None,
+                    window_s=window,
                 )
             )
             try:
-                window = entry.get("window_s")
-                result = await (asyncio.wait_for(call, window) if window else call)
+                # a provider that enforces the window itself (Replicate's Cancel-After) gets a
+                # little longer here, so its own answer (and cost) is the one recorded
+                limit = window * 1.25 + 5 if window and provider.resumable else window
+                result = await (asyncio.wait_for(call, limit) if limit else call)
             except TimeoutError:
-                # The provider's own per-attempt window passed: it may have billed the whole run,
-                # so the cost is unknown and this model is not tried again.
+                # The provider's own per-attempt window passed: it may have billed the whole
+                # run, so the cost is unknown and this model is not tried again.
                 ctx.ledger.end_attempt(
                     job,
                     number,
@@ -375,6 +399,19 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     started_at=started,
                 )
                 ctx.report(job, "attempt_failed", f"window_expired on attempt {number}")
+                continue
+            except RequestGone as exc:
+                # The provider no longer has the request we were to resume: it may have been
+                # paid for, so the attempt stays on the books as unknown; a new one follows.
+                ctx.ledger.end_attempt(
+                    job,
+                    number,
+                    **report,
+                    status="unknown",
+                    error_message=exc.message,
+                    started_at=started,
+                )
+                ctx.report(job, "attempt_failed", f"request gone on attempt {number}")
                 continue
             except ProviderError as exc:
                 ctx.ledger.end_attempt(
@@ -454,6 +491,24 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path))
         raise
     return True
+
+
+def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job's last attempt, if a dead run left it submitted to a provider that can be
+    polled by id (and it was not already found gone)."""
+    if not rows:
+        return None
+    last = rows[-1]
+    provider = ctx.providers.get(last["provider"])
+    if (
+        last["status"] == "unknown"
+        and last["provider_request_id"]
+        and provider is not None
+        and provider.resumable
+        and not (last["error_message"] or "").startswith(GONE_PREFIX)
+    ):
+        return last
+    return None
 
 
 def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:

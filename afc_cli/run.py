@@ -151,6 +151,8 @@ def submit(
     budget = Budget.parse(max_spend if max_spend is not None else manifest.budget, allow_unpriced)
     if budget is not None and run:
         budget.check_priced([(manifest.batch, j.chain) for j in manifest.jobs], lambda b: rates)
+    if run:
+        require_keys({entry["provider"] for j in manifest.jobs for entry in j.chain})
     missing = sorted(
         {j.webhook["secret_env"] for j in manifest.jobs if j.webhook}
         - {name for name in os.environ if os.environ[name]}
@@ -211,6 +213,8 @@ def resume(
         from afc_cli.webhooks import check_secrets
 
         check_secrets(ledger, job_ids)
+        chains_by_job = [json.loads(ledger.job(j)["request_json"])["chain"] for j in job_ids]
+        require_keys({entry["provider"] for chain in chains_by_job for entry in chain})
         if budget is not None:
             cards = batch_rates(ledger)
             chains = []
@@ -279,6 +283,8 @@ def run_jobs(
                 stop.set()
                 if outbox is not None:
                     await outbox
+            for provider in ctx.providers.values():
+                await provider.close()
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -315,6 +321,20 @@ async def _renew(ledger: Ledger, lease_s: float) -> None:
     while True:
         await asyncio.sleep(lease_s / 3)
         ledger.renew_leases(lease_s)
+
+
+def require_keys(providers: set[str]) -> None:
+    """API keys come only from the environment; a missing one stops the run before any job
+    starts (and nothing is written)."""
+    from afc_cli.providers import missing_keys
+
+    missing = missing_keys(providers)
+    if missing:
+        raise UsageError(
+            "API key not set in the environment: "
+            + ", ".join(missing)
+            + " (afc reads provider keys only from the environment)"
+        )
 
 
 def provider_limits(ledger: Ledger) -> dict[str, dict[str, int | None]]:

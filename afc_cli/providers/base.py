@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,13 @@ class AttemptRequest:
     model: str
     attempt: int  # the job's attempt number, counted across runs (1-based)
     rates: RateCards
+    # job-style providers: called with the provider's request id the moment a submit returns,
+    # so it is committed to the attempt row before anything else can go wrong
+    on_submitted: Callable[[str], None] = lambda request_id: None
+    # job-style providers: poll this request (left by a run that died) instead of submitting
+    resume_id: str | None = None
+    # the attempt window, for providers that enforce it on their side (Replicate Cancel-After)
+    window_s: float | None = None
 
 
 @dataclass
@@ -54,12 +63,40 @@ class ProviderError(Exception):
         self.cost_source = cost_source
 
 
+GONE_PREFIX = "the provider no longer has request"
+
+
+class RequestGone(ProviderError):
+    """A resumed request is unknown to the provider (404, data removed)."""
+
+    def __init__(self, provider: str, request_id: str, detail: str = ""):
+        super().__init__(
+            "unavailable",
+            f"{GONE_PREFIX} {request_id} ({provider}{': ' + detail if detail else ''}); "
+            "it may have been paid for",
+        )
+
+
 class Provider:
     name: str = ""
+    key_env: str | None = None  # the environment variable holding the API key
+    resumable = False  # job-style: a submitted request can be polled again by id
 
     def params_problems(self, params: dict[str, Any]) -> list[str]:
         """Problems with a job's params, each 'field: message'. Checked with the manifest."""
         return []
 
+    def api_key(self) -> str:
+        key = os.environ.get(self.key_env or "")
+        if not key:
+            raise ProviderError("auth", f"{self.key_env} is not set")
+        return key
+
     async def render(self, request: AttemptRequest) -> AttemptResult:
         raise NotImplementedError
+
+    async def cancel(self, request_id: str, model: str) -> None:
+        """Ask the provider to stop a submitted request (job-style providers)."""
+
+    async def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,193 @@
+"""fal's queue API: job-style, resumable by request id.
+
+``POST {FAL_QUEUE_URL}/{model_id}`` answers ``request_id``, ``status_url``, ``response_url``
+and ``cancel_url``; afc commits the request id at once, polls the status URL (202 while
+IN_QUEUE / IN_PROGRESS, 200 when COMPLETED), then fetches the result and its image right away
+(results are kept minutes for large payloads). A resumed job rebuilds those URLs from the id
+(``{FAL_QUEUE_URL}/{owner}/{app}/requests/{id}/status``: fal drops the model's subpath) and
+polls instead of submitting again. The synchronous ``fal.run`` endpoint, billed even when the
+connection drops, is never used. Cost: one image at the rate card's ``per_image`` (derived).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from afc_cli.providers.base import (
+    AttemptRequest,
+    AttemptResult,
+    Provider,
+    ProviderError,
+    RequestGone,
+)
+from afc_cli.providers.http import (
+    class_for_status,
+    download,
+    json_or_empty,
+    new_client,
+    retry_after_of,
+    transport_error,
+)
+from afc_cli.providers.replicate import poll_interval
+
+
+def _policy_violation(data: dict[str, Any]) -> bool:
+    detail = data.get("detail")
+    items = detail if isinstance(detail, list) else [data]
+    return (
+        any(
+            isinstance(item, dict) and item.get("type") == "content_policy_violation"
+            for item in items
+        )
+        or data.get("error_type") == "content_policy_violation"
+    )
+
+
+class FalProvider(Provider):
+    name = "fal"
+    key_env = "FAL_KEY"
+    resumable = True
+
+    def __init__(self) -> None:
+        self._client: Any = None
+
+    @property
+    def base(self) -> str:
+        return os.environ.get("FAL_QUEUE_URL", "https://queue.fal.run").rstrip("/")
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = new_client(read_s=90.0)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Key {self.api_key()}"}
+
+    def urls(self, model: str, request_id: str) -> dict[str, str]:
+        app = "/".join(model.split("/")[:2])
+        root = f"{self.base}/{app}/requests/{request_id}"
+        return {
+            "status_url": f"{root}/status",
+            "response_url": root,
+            "cancel_url": f"{root}/cancel",
+        }
+
+    def _error(self, response: Any, action: str) -> ProviderError:
+        data = json_or_empty(response)
+        status = response.status_code
+        if _policy_violation(data):
+            return ProviderError(
+                "refusal", f"fal: {action}: content policy violation", http_status=status
+            )
+        cls = class_for_status(status)
+        if response.headers.get("x-fal-retryable", "").lower() == "false" and cls not in ("auth",):
+            cls = "invalid"
+        detail = data.get("detail") or f"HTTP {status}"
+        return ProviderError(
+            cls,
+            f"fal: {action}: {detail}",
+            http_status=status,
+            retry_after=retry_after_of(response.headers) if cls == "rate_limited" else None,
+            cost_micros=0 if status < 500 else None,  # fal does not bill requests ending in 5xx
+            cost_source="derived" if status < 500 else None,
+        )
+
+    async def render(self, request: AttemptRequest) -> AttemptResult:
+        import httpx
+
+        if request.resume_id:
+            request_id = request.resume_id
+            urls = self.urls(request.model, request_id)
+        else:
+            try:
+                response = await self.client.post(
+                    f"{self.base}/{request.model}",
+                    json={"prompt": request.prompt, **request.params},
+                    headers=self._headers(),
+                )
+            except httpx.TransportError as exc:
+                raise transport_error(self.name, exc, paid_call=True) from None
+            if response.status_code not in (200, 201, 202):
+                raise self._error(response, "submit")
+            queued = json_or_empty(response)
+            request_id = queued.get("request_id")
+            if not request_id:
+                raise ProviderError("server", "fal: submit answered without a request_id")
+            request.on_submitted(request_id)
+            urls = {
+                **self.urls(request.model, request_id),
+                **{
+                    k: queued[k]
+                    for k in ("status_url", "response_url", "cancel_url")
+                    if queued.get(k)
+                },
+            }
+        while True:
+            try:
+                response = await self.client.get(urls["status_url"], headers=self._headers())
+            except httpx.TransportError:
+                await asyncio.sleep(poll_interval())
+                continue
+            if response.status_code == 404:
+                raise RequestGone(self.name, request_id, "404")
+            if response.status_code >= 500 or response.status_code == 429:
+                await asyncio.sleep(poll_interval())
+                continue
+            state = json_or_empty(response)
+            if response.status_code == 202 or state.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
+                await asyncio.sleep(poll_interval())
+                continue
+            if response.status_code != 200:
+                raise self._error(response, "status")
+            break
+        if state.get("error"):
+            if _policy_violation(state):
+                raise ProviderError("refusal", f"fal: {state.get('error')}", cost_micros=None)
+            raise ProviderError("server", f"fal: {state.get('error')}", cost_micros=None)
+        try:
+            response = await self.client.get(urls["response_url"], headers=self._headers())
+        except httpx.TransportError as exc:
+            err = transport_error(self.name, exc, paid_call=False)
+            err.cost_micros, err.cost_source = None, None
+            raise err from None
+        if response.status_code == 404:
+            raise RequestGone(self.name, request_id, "its result was already deleted")
+        if response.status_code != 200:
+            error = self._error(response, "result")
+            error.cost_micros, error.cost_source = None, None  # the work was done
+            raise error
+        result = json_or_empty(response)
+        images = result.get("images") or ([result["image"]] if result.get("image") else [])
+        if not images or not images[0].get("url"):
+            raise ProviderError("server", "fal: completed without an image", cost_micros=None)
+        image = images[0]
+        data = await download(self.client, self.name, image["url"])
+        usage = {"images": 1}
+        cost = request.rates.price(self.name, request.model, usage)
+        content_type = image.get("content_type") or "image/png"
+        return AttemptResult(
+            data=data,
+            ext=content_type.split("/")[-1].replace("jpeg", "jpeg"),
+            usage=usage,
+            cost_micros=cost,
+            cost_source="derived" if cost is not None else None,
+            provider_request_id=request_id,
+        )
+
+    async def cancel(self, request_id: str, model: str) -> None:
+        import httpx
+
+        try:
+            await self.client.put(
+                self.urls(model, request_id)["cancel_url"], headers=self._headers()
+            )
+        except httpx.TransportError:
+            pass

@@ -1,0 +1,131 @@
+"""Gemini image output: ``POST {GEMINI_BASE_URL}/models/{model}:generateContent``, synchronous.
+
+A safety block arrives as HTTP 200 with no image (``promptFeedback.blockReason``, or a
+candidate whose ``finishReason`` is in the SAFETY / IMAGE_SAFETY family): a refusal. 429
+RESOURCE_EXHAUSTED carries ``google.rpc.RetryInfo.retryDelay`` ("19s"): honoured as the wait.
+``usageMetadata`` token counts give the derived cost.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from typing import Any
+
+from afc_cli.providers.base import AttemptRequest, AttemptResult, Provider, ProviderError
+from afc_cli.providers.http import class_for_status, json_or_empty, new_client, transport_error
+
+SAFETY = {
+    "SAFETY",
+    "OTHER",
+    "BLOCKLIST",
+    "PROHIBITED_CONTENT",
+    "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT",
+    "IMAGE_OTHER",
+    "NO_IMAGE",
+    "SPII",
+    "RECITATION",
+}
+EXT = {"image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp"}
+
+
+def retry_delay(error: dict[str, Any]) -> float | None:
+    for detail in error.get("details") or []:
+        if str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(detail.get("retryDelay", "")))
+            if match:
+                return float(match.group(1))
+    return None
+
+
+class GeminiProvider(Provider):
+    name = "gemini"
+    key_env = "GEMINI_API_KEY"
+
+    def __init__(self) -> None:
+        self._client: Any = None
+
+    @property
+    def base(self) -> str:
+        default = "https://generativelanguage.googleapis.com/v1beta"
+        return os.environ.get("GEMINI_BASE_URL", default).rstrip("/")
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = new_client()
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def render(self, request: AttemptRequest) -> AttemptResult:
+        import httpx
+
+        config: dict[str, Any] = {"responseModalities": ["IMAGE"]}
+        if request.params.get("aspect_ratio"):
+            config["imageConfig"] = {"aspectRatio": request.params["aspect_ratio"]}
+        body = {"contents": [{"parts": [{"text": request.prompt}]}], "generationConfig": config}
+        try:
+            response = await self.client.post(
+                f"{self.base}/models/{request.model}:generateContent",
+                json=body,
+                headers={"x-goog-api-key": self.api_key()},
+            )
+        except httpx.TransportError as exc:
+            raise transport_error(self.name, exc, paid_call=True) from None
+        data = json_or_empty(response)
+        if response.status_code != 200:
+            error = data.get("error") or {}
+            status = response.status_code
+            reasons = {d.get("reason") for d in error.get("details") or []}
+            cls = "auth" if "API_KEY_INVALID" in reasons else class_for_status(status)
+            raise ProviderError(
+                cls,
+                f"gemini: {error.get('status', '')} {error.get('message', f'HTTP {status}')}",
+                http_status=status,
+                retry_after=retry_delay(error) if cls == "rate_limited" else None,
+                cost_micros=0 if status < 500 else None,
+                cost_source="derived" if status < 500 else None,
+            )
+        meta = data.get("usageMetadata") or {}
+        usage = {
+            "input_tokens": meta.get("promptTokenCount"),
+            "output_tokens": meta.get("candidatesTokenCount"),
+        }
+        cost = request.rates.price(self.name, request.model, usage) if meta else None
+        feedback = (data.get("promptFeedback") or {}).get("blockReason")
+        image, finish = None, None
+        for candidate in data.get("candidates") or []:
+            finish = candidate.get("finishReason") or finish
+            for part in (candidate.get("content") or {}).get("parts") or []:
+                inline = part.get("inlineData") or part.get("inline_data")
+                if inline and inline.get("data"):
+                    image = inline
+                    break
+            if image:
+                break
+        if image is None:
+            reason = feedback or finish or "no image in the answer"
+            raise ProviderError(
+                "refusal" if (feedback or finish in SAFETY) else "server",
+                f"gemini: blocked ({reason})"
+                if feedback or finish in SAFETY
+                else f"gemini: {reason}",
+                http_status=200,
+                usage={k: v for k, v in usage.items() if v is not None},
+                cost_micros=cost,
+                cost_source="derived" if cost is not None else None,
+            )
+        return AttemptResult(
+            data=base64.b64decode(image["data"]),
+            ext=EXT.get(image.get("mimeType", ""), "png"),
+            usage=usage,
+            cost_micros=cost,
+            cost_source="derived" if cost is not None else None,
+            provider_request_id=data.get("responseId"),
+        )

@@ -1,0 +1,120 @@
+"""OpenAI Images: ``POST {OPENAI_BASE_URL}/images/generations``, synchronous.
+
+The call itself is the paid window: there is no lookup by id and no idempotency key, so a
+process that dies during it leaves an ``unknown`` attempt (possibly paid) behind.
+gpt-image models answer ``data[].b64_json`` and ``usage`` tokens (cost derived from the rate
+card's token rates); DALL-E may answer a ``url`` (valid about an hour: downloaded at once).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any
+
+from afc_cli.providers.base import AttemptRequest, AttemptResult, Provider, ProviderError
+from afc_cli.providers.http import (
+    class_for_status,
+    download,
+    json_or_empty,
+    new_client,
+    retry_after_of,
+    transport_error,
+)
+
+PASSED = ("size", "quality", "output_format", "background", "moderation", "n", "style")
+
+
+class OpenAIProvider(Provider):
+    name = "openai"
+    key_env = "OPENAI_API_KEY"
+
+    def __init__(self) -> None:
+        self._client: Any = None
+
+    @property
+    def base(self) -> str:
+        return os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1").rstrip("/")
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = new_client()
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def render(self, request: AttemptRequest) -> AttemptResult:
+        import httpx
+
+        body = {"model": request.model, "prompt": request.prompt, "n": 1}
+        body.update({k: v for k, v in request.params.items() if k in PASSED})
+        try:
+            response = await self.client.post(
+                f"{self.base}/images/generations",
+                json=body,
+                headers={"Authorization": f"Bearer {self.api_key()}"},
+            )
+        except httpx.TransportError as exc:
+            raise transport_error(self.name, exc, paid_call=True) from None
+        request_id = response.headers.get("x-request-id")
+        data = json_or_empty(response)
+        if response.status_code != 200:
+            raise self._error(response, data)
+        items = data.get("data") or []
+        if not items:
+            raise ProviderError("server", "openai: answered 200 with no image", cost_micros=None)
+        item = items[0]
+        if item.get("b64_json"):
+            image = base64.b64decode(item["b64_json"])
+        elif item.get("url"):
+            image = await download(self.client, self.name, item["url"])
+        else:
+            raise ProviderError("server", "openai: image has neither b64_json nor url")
+        usage_in = data.get("usage") or {}
+        if usage_in:
+            usage = {
+                "input_tokens": usage_in.get("input_tokens"),
+                "output_tokens": usage_in.get("output_tokens"),
+            }
+        else:
+            usage = {"images": 1}
+        cost = request.rates.price(self.name, request.model, usage)
+        return AttemptResult(
+            data=image,
+            ext=request.params.get("output_format", "png"),
+            usage=usage,
+            cost_micros=cost,
+            cost_source="derived" if cost is not None else None,
+            provider_request_id=request_id,
+        )
+
+    def _error(self, response: Any, data: dict[str, Any]) -> ProviderError:
+        status = response.status_code
+        error = data.get("error") or {}
+        code = error.get("code") or ""
+        kind = error.get("type") or ""
+        message = f"openai: {error.get('message') or f'HTTP {status}'}"
+        if status == 429 and (code == "insufficient_quota" or kind == "insufficient_quota"):
+            # out of money, not a rate: waiting will not help
+            return ProviderError(
+                "auth", message, http_status=status, cost_micros=0, cost_source="derived"
+            )
+        if status == 400 and (
+            code in ("content_policy_violation", "moderation_blocked")
+            or kind == "image_generation_user_error"
+        ):
+            # a moderation block may come after the image was made: its cost is not known
+            return ProviderError("refusal", message, http_status=status)
+        cls = class_for_status(status)
+        return ProviderError(
+            cls,
+            message,
+            http_status=status,
+            retry_after=retry_after_of(response.headers) if cls == "rate_limited" else None,
+            cost_micros=0 if status < 500 else None,
+            cost_source="derived" if status < 500 else None,
+        )

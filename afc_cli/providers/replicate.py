@@ -1,0 +1,198 @@
+"""Replicate predictions: job-style, resumable by id.
+
+``POST {REPLICATE_BASE_URL}/models/{owner}/{name}/predictions`` (or ``/predictions`` with a
+``version`` when the model is ``owner/name:version``), then ``GET /predictions/{id}`` until
+succeeded / failed / canceled / aborted. The prediction id is committed to the attempt row as
+soon as the submit returns; a run that died after that polls the same prediction instead of
+paying for a new one. The attempt window is sent as ``Cancel-After`` so Replicate itself stops
+the prediction. Outputs are URLs that Replicate deletes after an hour: downloaded at once.
+Cost: ``metrics.predict_time`` x the rate card's ``per_second`` (derived).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from typing import Any
+
+from afc_cli.providers.base import (
+    AttemptRequest,
+    AttemptResult,
+    Provider,
+    ProviderError,
+    RequestGone,
+)
+from afc_cli.providers.http import (
+    class_for_status,
+    download,
+    json_or_empty,
+    new_client,
+    retry_after_of,
+    transport_error,
+)
+
+
+def poll_interval() -> float:
+    return float(os.environ.get("AFC_POLL_S", "2"))
+
+
+class ReplicateProvider(Provider):
+    name = "replicate"
+    key_env = "REPLICATE_API_TOKEN"
+    resumable = True
+
+    def __init__(self) -> None:
+        self._client: Any = None
+
+    @property
+    def base(self) -> str:
+        return os.environ.get("REPLICATE_BASE_URL", "https://api.replicate.com/v1").rstrip("/")
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = new_client(read_s=90.0)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key()}"}
+
+    def _error(self, response: Any, action: str) -> ProviderError:
+        data = json_or_empty(response)
+        status = response.status_code
+        detail = data.get("detail") or data.get("title") or f"HTTP {status}"
+        cls = "auth" if status == 402 else class_for_status(status)  # 402: out of credit
+        retry_after = None
+        if cls == "rate_limited":
+            retry_after = retry_after_of(response.headers)
+            match = re.search(r"resets in ~?(\d+(?:\.\d+)?)s", str(detail))
+            if retry_after is None and match:
+                retry_after = float(match.group(1))
+        return ProviderError(
+            cls,
+            f"replicate: {action}: {detail}",
+            http_status=status,
+            retry_after=retry_after,
+            cost_micros=0 if status < 500 else None,
+            cost_source="derived" if status < 500 else None,
+        )
+
+    async def _submit(self, request: AttemptRequest) -> str:
+        import httpx
+
+        inputs = {"prompt": request.prompt, **request.params}
+        headers = self._headers()
+        if request.window_s:
+            headers["Cancel-After"] = f"{max(1, int(request.window_s))}s"
+        if ":" in request.model:
+            url, body = (
+                f"{self.base}/predictions",
+                {
+                    "version": request.model.split(":", 1)[1],
+                    "input": inputs,
+                },
+            )
+        else:
+            url, body = f"{self.base}/models/{request.model}/predictions", {"input": inputs}
+        try:
+            response = await self.client.post(url, json=body, headers=headers)
+        except httpx.TransportError as exc:
+            raise transport_error(self.name, exc, paid_call=True) from None
+        if response.status_code not in (200, 201, 202):
+            raise self._error(response, "submit")
+        prediction = json_or_empty(response)
+        if not prediction.get("id"):
+            raise ProviderError("server", "replicate: submit answered without a prediction id")
+        return prediction["id"]
+
+    async def render(self, request: AttemptRequest) -> AttemptResult:
+        import httpx
+
+        prediction_id = request.resume_id
+        if prediction_id is None:
+            prediction_id = await self._submit(request)
+            request.on_submitted(prediction_id)
+        while True:
+            try:
+                response = await self.client.get(
+                    f"{self.base}/predictions/{prediction_id}", headers=self._headers()
+                )
+            except httpx.TransportError:
+                await asyncio.sleep(poll_interval())  # polling is free: keep going
+                continue
+            if response.status_code == 404:
+                raise RequestGone(self.name, prediction_id, "404")
+            if response.status_code >= 500 or response.status_code == 429:
+                await asyncio.sleep(poll_interval())
+                continue
+            if response.status_code != 200:
+                raise self._error(response, "poll")
+            prediction = json_or_empty(response)
+            status = prediction.get("status")
+            if status in ("starting", "processing"):
+                await asyncio.sleep(poll_interval())
+                continue
+            return await self._finished(request, prediction_id, prediction)
+
+    async def _finished(
+        self, request: AttemptRequest, prediction_id: str, prediction: dict[str, Any]
+    ) -> AttemptResult:
+        status = prediction.get("status")
+        seconds = (prediction.get("metrics") or {}).get("predict_time")
+        usage = {"seconds": seconds} if seconds is not None else {}
+        cost = request.rates.price(self.name, request.model, usage) if usage else None
+        priced = {
+            "usage": usage,
+            "cost_micros": cost,
+            "cost_source": "derived" if cost is not None else None,
+        }
+        if status == "succeeded":
+            if prediction.get("data_removed"):
+                raise RequestGone(self.name, prediction_id, "its output was already deleted")
+            output = prediction.get("output")
+            url = output[0] if isinstance(output, list) and output else output
+            if not isinstance(url, str):
+                raise ProviderError(
+                    "server", "replicate: succeeded without an output URL", **priced
+                )
+            data = await download(self.client, self.name, url)
+            ext = url.rsplit(".", 1)[-1].split("?")[0] if "." in url.rsplit("/", 1)[-1] else "png"
+            return AttemptResult(
+                data=data,
+                ext=ext,
+                usage=usage,
+                cost_micros=cost,
+                cost_source="derived" if cost is not None else None,
+                provider_request_id=prediction_id,
+            )
+        error = str(prediction.get("error") or status)
+        if status == "failed" and ("E005" in error or "flagged as sensitive" in error):
+            raise ProviderError("refusal", f"replicate: {error}", **priced)
+        if status == "aborted":  # Cancel-After passed before it started: not charged
+            raise ProviderError(
+                "window_expired",
+                "replicate: aborted before it started",
+                usage=usage,
+                cost_micros=0,
+                cost_source="derived",
+            )
+        if status == "canceled":
+            cls = "window_expired" if request.window_s else "cancelled"
+            raise ProviderError(cls, f"replicate: prediction {status}", **priced)
+        raise ProviderError("server", f"replicate: {error}", **priced)
+
+    async def cancel(self, request_id: str, model: str) -> None:
+        import httpx
+
+        try:
+            await self.client.post(
+                f"{self.base}/predictions/{request_id}/cancel", headers=self._headers()
+            )
+        except httpx.TransportError:
+            pass

@@ -1,0 +1,475 @@
+"""Fake OpenAI Images, Replicate, fal queue and Gemini servers on 127.0.0.1, answering in each
+API's wire format (status codes, JSON bodies, headers). The prompt picks a behaviour; the
+server counts every request so tests can prove what was (not) paid for twice."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+import time
+import uuid
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from afc_cli.providers.local import render_png
+
+KEYS = {
+    "OPENAI_API_KEY": "sk-test-openai-0123456789",
+    "REPLICATE_API_TOKEN": "r8_test_replicate_0123456789",
+    "FAL_KEY": "fal-test-key-0123456789",
+    "GEMINI_API_KEY": "AIza-test-gemini-0123456789",
+}
+
+
+class FakeProviders:
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.predictions: dict[str, dict] = {}
+        self.fal: dict[str, dict] = {}
+        self.released = threading.Event()
+        self.seen_once: set[str] = set()
+        self.cancels: list[str] = []
+        self.server: ThreadingHTTPServer | None = None
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    @property
+    def base(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **KEYS,
+            "OPENAI_BASE_URL": f"{self.base}/v1",
+            "REPLICATE_BASE_URL": f"{self.base}/v1",
+            "FAL_QUEUE_URL": self.base,
+            "GEMINI_BASE_URL": f"{self.base}/v1beta",
+            "AFC_POLL_S": "0.05",
+        }
+
+    def first_time(self, tag: str) -> bool:
+        with self.lock:
+            if tag in self.seen_once:
+                return False
+            self.seen_once.add(tag)
+            return True
+
+    def count(self, name: str) -> None:
+        with self.lock:
+            self.counts[name] += 1
+
+    def start(self) -> FakeProviders:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def reply(self, status, body=None, headers=None, raw=None, ctype="application/json"):
+                payload = raw if raw is not None else json.dumps(body or {}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def body(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(length) or b"{}") if length else {}
+
+            def do_GET(self):
+                fake.route(self, "GET")
+
+            def do_POST(self):
+                fake.route(self, "POST")
+
+            def do_PUT(self):
+                fake.route(self, "PUT")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.released.set()
+        if self.server:
+            self.server.shutdown()
+
+    # --- routing --------------------------------------------------------------------------------
+
+    def route(self, h, method: str) -> None:
+        path = h.path.split("?")[0]
+        if path.startswith("/files/"):
+            self.count("download")
+            return h.reply(200, raw=render_png(path, 32, 32), ctype="image/png")
+        if method == "POST" and path == "/v1/images/generations":
+            return self.openai(h)
+        if method == "POST" and re.fullmatch(r"/v1/models/[^/]+/[^/]+/predictions", path):
+            return self.replicate_submit(h)
+        if m := re.fullmatch(r"/v1/predictions/([^/]+)", path):
+            return self.replicate_get(h, m.group(1))
+        if method == "POST" and (m := re.fullmatch(r"/v1/predictions/([^/]+)/cancel", path)):
+            self.cancels.append(m.group(1))
+            self.predictions.get(m.group(1), {})["status"] = "canceled"
+            return h.reply(200, self.predictions.get(m.group(1), {}))
+        if method == "POST" and (
+            m := re.fullmatch(r"/v1beta/models/([^/:]+):generateContent", path)
+        ):
+            return self.gemini(h, m.group(1))
+        if m := re.fullmatch(r"/fal-ai/flux/requests/([^/]+)(/status|/cancel)?", path):
+            return self.fal_request(h, method, m.group(1), m.group(2) or "")
+        if method == "POST" and path.startswith("/fal-ai/"):
+            return self.fal_submit(h, path[1:])
+        h.reply(404, {"detail": "Not found"})
+
+    # --- OpenAI ---------------------------------------------------------------------------
+
+    def openai(self, h) -> None:
+        self.count("openai")
+        body = h.body()
+        if h.headers.get("Authorization") != f"Bearer {KEYS['OPENAI_API_KEY']}":
+            return h.reply(
+                401,
+                {
+                    "error": {
+                        "message": "Incorrect API key provided: sk-...",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
+        prompt = body.get("prompt", "")
+        if "rate-limit" in prompt and self.first_time(prompt):
+            return h.reply(
+                429,
+                {
+                    "error": {
+                        "message": "Rate limit exceeded for images per minute",
+                        "type": "requests",
+                        "param": None,
+                        "code": "rate_limit_exceeded",
+                    }
+                },
+                headers={
+                    "Retry-After": "0",
+                    "x-ratelimit-reset-requests": "20ms",
+                    "x-ratelimit-limit-requests": "5",
+                    "x-ratelimit-remaining-requests": "0",
+                },
+            )
+        if "quota" in prompt:
+            return h.reply(
+                429,
+                {
+                    "error": {
+                        "message": "You exceeded your current quota",
+                        "type": "insufficient_quota",
+                        "param": None,
+                        "code": "insufficient_quota",
+                    }
+                },
+            )
+        if "moderation" in prompt:
+            return h.reply(
+                400,
+                {
+                    "error": {
+                        "message": "Your request was rejected by the safety system.",
+                        "type": "image_generation_user_error",
+                        "param": None,
+                        "code": "moderation_blocked",
+                    }
+                },
+            )
+        if "bad-size" in prompt:
+            return h.reply(
+                400,
+                {
+                    "error": {
+                        "message": "Invalid value for size",
+                        "type": "invalid_request_error",
+                        "param": "size",
+                        "code": None,
+                    }
+                },
+            )
+        if "boom" in prompt:
+            return h.reply(
+                500,
+                {
+                    "error": {
+                        "message": "The server had an error",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
+        if "slow" in prompt:
+            time.sleep(1.0)
+        headers = {"x-request-id": f"req_{uuid.uuid4().hex[:12]}"}
+        if "dalle-url" in prompt:
+            return h.reply(
+                200, {"created": 1, "data": [{"url": f"{self.base}/files/d.png"}]}, headers=headers
+            )
+        image = base64.b64encode(render_png(prompt, 32, 32)).decode()
+        h.reply(
+            200,
+            {
+                "created": 1,
+                "data": [{"b64_json": image}],
+                "usage": {
+                    "input_tokens": 50,
+                    "output_tokens": 4160,
+                    "total_tokens": 4210,
+                    "input_tokens_details": {"text_tokens": 50, "image_tokens": 0},
+                },
+            },
+            headers=headers,
+        )
+
+    # --- Replicate ------------------------------------------------------------------------
+
+    def replicate_submit(self, h) -> None:
+        self.count("replicate_submit")
+        body = h.body()
+        if h.headers.get("Authorization") != f"Bearer {KEYS['REPLICATE_API_TOKEN']}":
+            return h.reply(
+                401,
+                {
+                    "title": "Unauthenticated",
+                    "detail": "You did not pass a valid authentication token",
+                    "status": 401,
+                },
+            )
+        prompt = body.get("input", {}).get("prompt", "")
+        if "throttle" in prompt and self.first_time(prompt):
+            return h.reply(
+                429,
+                {"detail": "Request was throttled. Your rate limit resets in ~0s.", "status": 429},
+            )
+        if "broke" in prompt:
+            return h.reply(
+                422,
+                {
+                    "title": "Input validation failed",
+                    "detail": "- prompt: bad",
+                    "status": 422,
+                    "invalid_fields": [{"field": "prompt"}],
+                },
+            )
+        pid = uuid.uuid4().hex[:20]
+        self.predictions[pid] = {
+            "id": pid,
+            "status": "starting",
+            "input": body.get("input"),
+            "output": None,
+            "error": None,
+            "logs": "",
+            "metrics": {},
+            "data_removed": False,
+            "polls": 0,
+            "prompt": prompt,
+            "cancel_after": h.headers.get("Cancel-After"),
+            "urls": {
+                "get": f"{self.base}/v1/predictions/{pid}",
+                "cancel": f"{self.base}/v1/predictions/{pid}/cancel",
+            },
+        }
+        h.reply(
+            201, {k: v for k, v in self.predictions[pid].items() if k not in ("polls", "prompt")}
+        )
+
+    def replicate_get(self, h, pid: str) -> None:
+        self.count("replicate_poll")
+        p = self.predictions.get(pid)
+        if p is None:
+            return h.reply(404, {"title": "Not found", "detail": "Not found.", "status": 404})
+        p["polls"] += 1
+        if p["status"] in ("starting", "processing"):
+            held = "hold" in p["prompt"] and not self.released.is_set()
+            if held or p["polls"] < 3:
+                p["status"] = "processing"
+            elif "flagged" in p["prompt"]:
+                p.update(
+                    status="failed",
+                    error="The input or output was flagged as sensitive. "
+                    "Please try again with different inputs. (E005)",
+                    metrics={"predict_time": 1.5},
+                )
+            else:
+                p.update(
+                    status="succeeded",
+                    output=[f"{self.base}/files/{pid}.png"],
+                    metrics={"predict_time": 3.2, "total_time": 3.5},
+                )
+        h.reply(200, {k: v for k, v in p.items() if k not in ("polls", "prompt")})
+
+    # --- fal ----------------------------------------------------------------------------------
+
+    def fal_submit(self, h, model: str) -> None:
+        self.count("fal_submit")
+        body = h.body()
+        if h.headers.get("Authorization") != f"Key {KEYS['FAL_KEY']}":
+            return h.reply(401, {"detail": "Unauthorized"})
+        prompt = body.get("prompt", "")
+        if "nsfw" in prompt:
+            return h.reply(
+                422,
+                {
+                    "detail": [
+                        {
+                            "loc": ["body", "prompt"],
+                            "msg": "content policy violation",
+                            "type": "content_policy_violation",
+                        }
+                    ]
+                },
+                headers={"X-Fal-Retryable": "false"},
+            )
+        rid = str(uuid.uuid4())
+        self.fal[rid] = {"prompt": prompt, "polls": 0, "status": "IN_QUEUE"}
+        root = f"{self.base}/fal-ai/flux/requests/{rid}"
+        h.reply(
+            200,
+            {
+                "request_id": rid,
+                "response_url": root,
+                "status_url": f"{root}/status",
+                "cancel_url": f"{root}/cancel",
+                "queue_position": 0,
+            },
+        )
+
+    def fal_request(self, h, method: str, rid: str, tail: str) -> None:
+        r = self.fal.get(rid)
+        if r is None:
+            return h.reply(404, {"detail": "Request not found"})
+        if tail == "/cancel":
+            self.cancels.append(rid)
+            r["status"] = "CANCELLED"
+            return h.reply(202, {"status": "CANCELLATION_REQUESTED"})
+        if tail == "/status":
+            self.count("fal_poll")
+            r["polls"] += 1
+            held = "hold" in r["prompt"] and not self.released.is_set()
+            if held or r["polls"] < 3:
+                r["status"] = "IN_PROGRESS"
+                return h.reply(202, {"status": "IN_PROGRESS", "logs": None})
+            r["status"] = "COMPLETED"
+            return h.reply(
+                200, {"status": "COMPLETED", "logs": None, "metrics": {"inference_time": 1.1}}
+            )
+        self.count("fal_result")
+        h.reply(
+            200,
+            {
+                "images": [
+                    {
+                        "url": f"{self.base}/files/{rid}.png",
+                        "width": 32,
+                        "height": 32,
+                        "content_type": "image/png",
+                    }
+                ],
+                "timings": {"inference": 1.1},
+                "seed": 1,
+                "has_nsfw_concepts": [False],
+            },
+        )
+
+    # --- Gemini -------------------------------------------------------------------------------
+
+    def gemini(self, h, model: str) -> None:
+        self.count("gemini")
+        body = h.body()
+        if h.headers.get("x-goog-api-key") != KEYS["GEMINI_API_KEY"]:
+            return h.reply(
+                400,
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "API key not valid.",
+                        "status": "INVALID_ARGUMENT",
+                        "details": [
+                            {
+                                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                                "reason": "API_KEY_INVALID",
+                            }
+                        ],
+                    }
+                },
+            )
+        prompt = body["contents"][0]["parts"][0]["text"]
+        usage = {"promptTokenCount": 10, "candidatesTokenCount": 1290, "totalTokenCount": 1300}
+        if "quota" in prompt and self.first_time(prompt):
+            return h.reply(
+                429,
+                {
+                    "error": {
+                        "code": 429,
+                        "message": "Resource has been exhausted",
+                        "status": "RESOURCE_EXHAUSTED",
+                        "details": [
+                            {
+                                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                                "violations": [],
+                            },
+                            {
+                                "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                "retryDelay": "0.2s",
+                            },
+                        ],
+                    }
+                },
+            )
+        if "blocked" in prompt:
+            return h.reply(
+                200,
+                {
+                    "promptFeedback": {"blockReason": "SAFETY"},
+                    "candidates": [],
+                    "usageMetadata": {"promptTokenCount": 10, "totalTokenCount": 10},
+                },
+            )
+        if "image-safety" in prompt:
+            return h.reply(
+                200,
+                {
+                    "candidates": [
+                        {
+                            "finishReason": "IMAGE_SAFETY",
+                            "content": {"parts": [{"text": "I can't make that."}], "role": "model"},
+                        }
+                    ],
+                    "usageMetadata": usage,
+                },
+            )
+        data = base64.b64encode(render_png(prompt, 32, 32)).decode()
+        h.reply(
+            200,
+            {
+                "candidates": [
+                    {
+                        "content": {
+                            "parts": [{"inlineData": {"mimeType": "image/png", "data": data}}],
+                            "role": "model",
+                        },
+                        "finishReason": "STOP",
+                    }
+                ],
+                "usageMetadata": usage,
+                "responseId": f"resp-{uuid.uuid4().hex[:8]}",
+                "modelVersion": model,
+            },
+        )

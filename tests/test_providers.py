@@ -1,0 +1,245 @@
+"""Provider adapters against local fake servers that speak each API's wire format."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from conftest import manifest
+from fakeproviders import KEYS, FakeProviders
+
+FAST = {"base": 0.01, "cap": 0.05}
+RATES = [
+    {
+        "provider": "openai",
+        "model": "gpt-image-1",
+        "per_1k_input_tokens": "0.005",
+        "per_1k_output_tokens": "0.04",
+    },
+    {"provider": "replicate", "model": "black-forest-labs/flux-1.1-pro", "per_second": "0.0012"},
+    {"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"},
+    {
+        "provider": "gemini",
+        "model": "gemini-2.5-flash-image",
+        "per_1k_input_tokens": "0.0003",
+        "per_1k_output_tokens": "0.03",
+    },
+]
+MODELS = {
+    "openai": "gpt-image-1",
+    "replicate": "black-forest-labs/flux-1.1-pro",
+    "fal": "fal-ai/flux/dev",
+    "gemini": "gemini-2.5-flash-image",
+}
+
+
+@pytest.fixture
+def fake(afc):
+    server = FakeProviders().start()
+    afc.env.update(server.env())
+    yield server
+    server.stop()
+
+
+def run(afc, provider, prompts, expect=None, attempts=3, **entry):
+    chain = [
+        {
+            "provider": provider,
+            "model": MODELS[provider],
+            "attempts": attempts,
+            "backoff": FAST,
+            **entry,
+        }
+    ]
+    data = manifest([{"key": f"j{i}", "prompt": p} for i, p in enumerate(prompts)], rates=RATES)
+    data["defaults"]["chain"] = chain
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml", "--json")
+    if expect is not None:
+        assert result.returncode == expect, result.stderr
+    import json
+
+    return {j["key"]: j for j in json.loads(result.stdout)["jobs"]}
+
+
+def attempts_of(afc, key):
+    return afc.json("show", key)["attempts"]
+
+
+def test_openai_success_and_token_cost(afc, fake):
+    jobs = run(afc, "openai", ["a lighthouse"], expect=0)
+    assert jobs["j0"]["cost"] == "0.166650"  # 50 x 0.005/1k + 4160 x 0.04/1k
+    a = attempts_of(afc, "j0")[0]
+    assert a["cost_source"] == "derived" and a["usage"]["output_tokens"] == 4160
+    assert a["provider_request_id"].startswith("req_")
+    assert (afc.outputs() / "b1" / "j0.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_openai_error_classes(afc, fake):
+    jobs = run(
+        afc,
+        "openai",
+        ["rate-limit me", "quota", "moderation", "bad-size", "boom", "dalle-url"],
+        expect=1,
+    )
+    assert jobs["j0"]["status"] == "succeeded" and jobs["j0"]["attempts"] == 2
+    first = attempts_of(afc, "j0")[0]
+    assert (first["error_class"], first["http_status"]) == ("rate_limited", 429)
+    assert jobs["j1"]["error"]["class"] == "auth" and jobs["j1"]["attempts"] == 1
+    assert "quota" in jobs["j1"]["error"]["message"]
+    assert jobs["j2"]["error"]["class"] == "refusal" and jobs["j2"]["attempts"] == 3
+    assert jobs["j3"]["error"]["class"] == "invalid" and jobs["j3"]["attempts"] == 1
+    assert jobs["j4"]["error"]["class"] == "server" and jobs["j4"]["attempts"] == 3
+    assert jobs["j5"]["status"] == "succeeded"  # a url answer, downloaded at once
+    assert fake.counts["download"] == 1
+
+
+def test_openai_bad_key_is_auth(afc, fake):
+    afc.env["OPENAI_API_KEY"] = "sk-wrong"
+    jobs = run(afc, "openai", ["x"], expect=1)
+    assert jobs["j0"]["error"]["class"] == "auth" and jobs["j0"]["attempts"] == 1
+    assert "sk-wrong" not in str(jobs)
+
+
+def test_replicate_predictions(afc, fake):
+    jobs = run(afc, "replicate", ["a boat", "flagged", "throttle me", "broke"], expect=1)
+    assert jobs["j0"]["status"] == "succeeded"
+    assert jobs["j0"]["cost"] == "0.003840"  # 3.2 s x 0.0012
+    a = attempts_of(afc, "j0")[0]
+    assert a["usage"] == {"seconds": 3.2} and a["provider_request_id"]
+    assert jobs["j1"]["error"]["class"] == "refusal" and "E005" in jobs["j1"]["error"]["message"]
+    assert jobs["j2"]["status"] == "succeeded" and jobs["j2"]["attempts"] == 2
+    assert jobs["j3"]["error"]["class"] == "invalid" and jobs["j3"]["attempts"] == 1
+
+
+def test_replicate_window_is_sent_as_cancel_after(afc, fake):
+    run(afc, "replicate", ["a boat"], expect=0, window_s=120)
+    assert {p["cancel_after"] for p in fake.predictions.values()} == {"120s"}
+
+
+def test_fal_queue(afc, fake):
+    jobs = run(afc, "fal", ["a cat", "nsfw thing"], expect=1)
+    assert jobs["j0"]["status"] == "succeeded" and jobs["j0"]["cost"] == "0.025000"
+    assert fake.counts["fal_result"] == 1 and fake.counts["fal_poll"] >= 3
+    assert jobs["j1"]["error"]["class"] == "refusal"
+
+
+def test_gemini(afc, fake):
+    jobs = run(afc, "gemini", ["a tree", "blocked", "image-safety", "quota please"], expect=1)
+    assert jobs["j0"]["status"] == "succeeded"
+    assert jobs["j0"]["cost"] == "0.038703"  # 10 x 0.0003/1k + 1290 x 0.03/1k
+    assert jobs["j1"]["error"]["class"] == "refusal" and "SAFETY" in jobs["j1"]["error"]["message"]
+    assert jobs["j2"]["error"]["class"] == "refusal"
+    first = attempts_of(afc, "j3")[0]
+    assert first["error_class"] == "rate_limited" and jobs["j3"]["status"] == "succeeded"
+    assert first["waited_s"] is None
+    assert attempts_of(afc, "j3")[1]["waited_s"] == pytest.approx(0.05)  # retryDelay, capped
+
+
+def test_a_missing_key_stops_before_any_job(afc, fake):
+    afc.env.pop("REPLICATE_API_TOKEN")
+    data = manifest([{"key": "a", "prompt": "p"}], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": "replicate", "model": MODELS["replicate"]}]
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2 and "REPLICATE_API_TOKEN" in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    assert fake.counts["replicate_submit"] == 0
+
+
+def wait_for(afc, sql, n, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if afc.rows(sql)[0][0] >= n:
+                return
+        except Exception:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(sql)
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_killed_after_submit_resume_polls_with_zero_new_submits(afc, fake, provider):
+    data = manifest([{"key": f"j{i}", "prompt": f"hold {i}"} for i in range(3)], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": provider, "model": MODELS[provider], "backoff": FAST}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    submits = fake.counts[f"{provider}_submit"]
+    assert submits == 3
+    fake.released.set()
+    result = afc("resume")
+    assert result.returncode == 0, result.stderr
+    assert fake.counts[f"{provider}_submit"] == submits, "zero new submits"
+    rows = afc.rows("SELECT number, status FROM attempts ORDER BY job_id")
+    assert rows == [(1, "succeeded")] * 3
+    assert afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'attempt_resumed'") == [(3,)]
+
+
+def test_a_forgotten_prediction_is_unknown_and_a_new_one_is_made(afc, fake):
+    data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    fake.predictions.clear()  # the provider no longer has it
+    fake.released.set()
+    assert afc("resume").returncode == 0
+    rows = afc.rows("SELECT number, status, error_message FROM attempts ORDER BY number")
+    assert [(n, s) for n, s, _ in rows] == [(1, "unknown"), (2, "succeeded")]
+    assert "no longer has request" in rows[0][2]
+    assert fake.counts["replicate_submit"] == 2
+
+
+def test_openai_crash_every_request_has_an_attempt_row(afc, fake):
+    data = manifest([{"key": f"j{i}", "prompt": f"slow {i}"} for i in range(4)], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": "openai", "model": MODELS["openai"]}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml", "--concurrency", "2")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts", 2)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert fake.counts["openai"] <= afc.rows("SELECT COUNT(*) FROM attempts")[0][0]
+    in_flight = afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'started'")[0][0]
+    assert afc("resume").returncode == 0
+    total = afc.rows("SELECT COUNT(*) FROM attempts")[0][0]
+    assert fake.counts["openai"] == total, "no provider request without an attempt row"
+    assert total <= 4 + in_flight, "at most the in-flight calls were repeated"
+    assert afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'unknown'")[0][0] == in_flight
+
+
+def test_cancel_reaches_a_job_style_provider(afc, fake):
+    data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": "replicate", "model": MODELS["replicate"]}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    assert afc.json("cancel", "j")["cancelled"]
+    assert proc.wait(timeout=30) == 1
+    assert len(fake.cancels) == 1
+    assert afc.rows("SELECT status FROM jobs") == [("cancelled",)]
+    assert afc.rows("SELECT status, error_class FROM attempts") == [("failed", "cancelled")]
+
+
+def test_keys_never_reach_the_ledger_or_output(afc, fake):
+    outputs = []
+    for provider in MODELS:
+        afc.cwd.joinpath("afc.db").unlink(missing_ok=True)
+        jobs = run(afc, provider, ["x", "boom"])
+        outputs.append(str(jobs))
+    outputs.append(afc("show", "j0", "--json").stdout)
+    for name in ("afc.db", "afc.db-wal"):
+        path = afc.cwd / name
+        if path.exists():
+            outputs.append(path.read_bytes().decode("latin-1"))
+    for key in KEYS.values():
+        assert all(key not in text for text in outputs)
