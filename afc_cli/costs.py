@@ -83,9 +83,11 @@ class RateCards:
         return to_micros(total) if priced_any else None
 
     def estimate(self, provider: str, model: str) -> int | None:
-        """Price of one image on a per-image card; None where no fixed price is known."""
+        """What one attempt is expected to cost, for plans and budgets: the card's per-image
+        price. None where the card has none (a per-second or per-token card alone cannot say
+        in advance); a card may carry both, per_image as the estimate."""
         card = self.cards.get((provider, model))
-        if card is None or set(card) != {"per_image"}:
+        if card is None or "per_image" not in card:
             return None
         return to_micros(card["per_image"])
 

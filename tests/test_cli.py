@@ -51,3 +51,14 @@ def test_a_broken_ledger_file_is_a_clear_error(afc):
     result = afc("status")
     assert result.returncode == 2
     assert "cannot open ledger" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_every_example_manifest_is_valid(afc):
+    from pathlib import Path
+
+    examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
+    assert len(examples) >= 6
+    for example in examples:
+        result = afc("plan", str(example), "--json")
+        assert result.returncode == 0, (example.name, result.stderr)
+    assert not (afc.cwd / "afc.db").exists()
