@@ -243,3 +243,13 @@ def test_keys_never_reach_the_ledger_or_output(afc, fake):
             outputs.append(path.read_bytes().decode("latin-1"))
     for key in KEYS.values():
         assert all(key not in text for text in outputs)
+
+
+@pytest.mark.parametrize(
+    "provider,variable",
+    [("replicate", "REPLICATE_API_TOKEN"), ("fal", "FAL_KEY"), ("gemini", "GEMINI_API_KEY")],
+)
+def test_a_wrong_key_is_auth_and_stops_the_chain(afc, fake, provider, variable):
+    afc.env[variable] = "wrong-key"
+    jobs = run(afc, provider, ["x"], expect=1)
+    assert jobs["j0"]["error"]["class"] == "auth" and jobs["j0"]["attempts"] == 1
