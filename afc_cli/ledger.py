@@ -939,6 +939,9 @@ class Ledger:
             sql += " WHERE status = 'dead'"
         return self._all(sql + " ORDER BY created_at, id")
 
+    def job_deliveries(self, job_id: str) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM deliveries WHERE job_id = ? ORDER BY created_at", (job_id,))
+
     def delivery(self, delivery_id: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM deliveries WHERE id = ?", (delivery_id,))
 

@@ -97,6 +97,18 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                 {"at": _iso(e["at"]), "kind": e["kind"], "detail": _loads(e["detail_json"])}
                 for e in ledger.events(job["id"])
             ],
+            "webhooks": [
+                {
+                    "id": d["id"],
+                    "url": d["url"],
+                    "status": d["status"],
+                    "attempts": d["attempts"],
+                    "last_status": d["last_status"],
+                    "last_error": d["last_error"],
+                    "delivered_at": _iso(d["delivered_at"]),
+                }
+                for d in ledger.job_deliveries(job["id"])
+            ],
         }
     finally:
         ledger.close()
@@ -161,6 +173,11 @@ def print_story(story: dict[str, Any]) -> None:
     for s in story["steps"]:
         steps.add_row(s["step"], s["at"], json.dumps(s["detail"]) if s["detail"] else "")
     console.print(steps)
+    for hook in story["webhooks"]:
+        console.print(
+            f"webhook       {hook['id']} -> {hook['url']}: {hook['status']} after "
+            f"{hook['attempts']} tries" + (f" ({hook['last_error']})" if hook["last_error"] else "")
+        )
     console.print("[bold]events[/bold]")
     for e in story["events"]:
         detail = json.dumps(e["detail"]) if e["detail"] else ""
