@@ -62,3 +62,14 @@ def test_every_example_manifest_is_valid(afc):
         result = afc("plan", str(example), "--json")
         assert result.returncode == 0, (example.name, result.stderr)
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_the_readme_manifest_example_is_valid(afc):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"## The manifest\n\n```yaml\n(.*?)```", readme, re.S).group(1)
+    (afc.cwd / "readme.yaml").write_text(block)
+    result = afc("plan", "readme.yaml", "--json")
+    assert result.returncode == 0, result.stderr
