@@ -134,20 +134,22 @@ def _parse_size(size: Any) -> tuple[int, int] | None:
 
 
 def render_png(seed: str, width: int, height: int) -> bytes:
-    """A real, valid RGB PNG whose colours and bands follow from the seed (prompt and model)."""
+    """A real, valid RGB PNG whose colours and bands follow from the seed (prompt and model):
+    two vertical bands, each a vertical gradient in 16 steps."""
     digest = hashlib.sha256(seed.encode()).digest()
     a = digest[0:3]
     b = digest[3:6]
     split = max(1, width * (32 + digest[6] % 192) // 256)
-    rows = []
-    for y in range(height):
-        shade = (y * 255) // max(1, height - 1)
-        left = bytes([((a[0] + shade) >> 1), ((a[1] + shade) >> 1), ((a[2] + shade) >> 1)])
+    steps = min(16, height)
+    bands = []
+    for step in range(steps):
+        shade = (step * 255) // max(1, steps - 1)
+        left = bytes([(a[0] + shade) >> 1, (a[1] + shade) >> 1, (a[2] + shade) >> 1])
         right = bytes(
-            [((b[0] + 255 - shade) >> 1), ((b[1] + 255 - shade) >> 1), ((b[2] + 255 - shade) >> 1)]
+            [(b[0] + 255 - shade) >> 1, (b[1] + 255 - shade) >> 1, (b[2] + 255 - shade) >> 1]
         )
-        rows.append(b"\x00" + left * split + right * (width - split))
-    raw = b"".join(rows)
+        bands.append(b"\x00" + left * split + right * (width - split))
+    raw = b"".join(bands[y * steps // height] for y in range(height))
 
     def chunk(tag: bytes, body: bytes) -> bytes:
         return (
