@@ -12,21 +12,19 @@ connection drops, is never used. Cost: one image at the rate card's ``per_image`
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from afc_cli.providers.base import (
     AttemptRequest,
     AttemptResult,
-    Provider,
     ProviderError,
     RequestGone,
 )
 from afc_cli.providers.http import (
+    HttpProvider,
     class_for_status,
     download,
     json_or_empty,
-    new_client,
     retry_after_of,
     transport_error,
 )
@@ -45,28 +43,14 @@ def _policy_violation(data: dict[str, Any]) -> bool:
     )
 
 
-class FalProvider(Provider):
+class FalProvider(HttpProvider):
     name = "fal"
     key_env = "FAL_KEY"
     resumable = True
 
-    def __init__(self) -> None:
-        self._client: Any = None
-
-    @property
-    def base(self) -> str:
-        return os.environ.get("FAL_QUEUE_URL", "https://queue.fal.run").rstrip("/")
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = new_client(read_s=90.0)
-        return self._client
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+    base_env = "FAL_QUEUE_URL"
+    default_base = "https://queue.fal.run"
+    read_s = 90.0
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Key {self.api_key()}"}

@@ -9,12 +9,11 @@ RESOURCE_EXHAUSTED carries ``google.rpc.RetryInfo.retryDelay`` ("19s"): honoured
 from __future__ import annotations
 
 import base64
-import os
 import re
 from typing import Any
 
-from afc_cli.providers.base import AttemptRequest, AttemptResult, Provider, ProviderError
-from afc_cli.providers.http import class_for_status, json_or_empty, new_client, transport_error
+from afc_cli.providers.base import AttemptRequest, AttemptResult, ProviderError
+from afc_cli.providers.http import HttpProvider, class_for_status, json_or_empty, transport_error
 
 SAFETY = {
     "SAFETY",
@@ -40,28 +39,12 @@ def retry_delay(error: dict[str, Any]) -> float | None:
     return None
 
 
-class GeminiProvider(Provider):
+class GeminiProvider(HttpProvider):
     name = "gemini"
     key_env = "GEMINI_API_KEY"
 
-    def __init__(self) -> None:
-        self._client: Any = None
-
-    @property
-    def base(self) -> str:
-        default = "https://generativelanguage.googleapis.com/v1beta"
-        return os.environ.get("GEMINI_BASE_URL", default).rstrip("/")
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = new_client()
-        return self._client
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+    base_env = "GEMINI_BASE_URL"
+    default_base = "https://generativelanguage.googleapis.com/v1beta"
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
         import httpx

@@ -3,11 +3,12 @@ of its own (afc's attempt runner is the one retry loop), and error classificatio
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 from afc_cli.attempts import parse_retry_after
-from afc_cli.providers.base import ProviderError
+from afc_cli.providers.base import Provider, ProviderError
 
 MAX_OUTPUT_BYTES = 2 * 1024**3
 
@@ -21,6 +22,33 @@ def new_client(read_s: float = 300.0) -> Any:
         timeout=httpx.Timeout(connect=15.0, read=read_s, write=60.0, pool=60.0),
         follow_redirects=True,
     )
+
+
+class HttpProvider(Provider):
+    """A provider behind an HTTP API: its base URL (overridable from the environment, so
+    tests point it at a local fake server) and one lazily made client."""
+
+    base_env = ""
+    default_base = ""
+    read_s = 300.0  # how long one answer may take (a synchronous render, or one poll)
+
+    def __init__(self) -> None:
+        self._client: Any = None
+
+    @property
+    def base(self) -> str:
+        return os.environ.get(self.base_env, self.default_base).rstrip("/")
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = new_client(read_s=self.read_s)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
 
 def class_for_status(status: int) -> str:

@@ -9,15 +9,14 @@ card's token rates); DALL-E may answer a ``url`` (valid about an hour: downloade
 from __future__ import annotations
 
 import base64
-import os
 from typing import Any
 
-from afc_cli.providers.base import AttemptRequest, AttemptResult, Provider, ProviderError
+from afc_cli.providers.base import AttemptRequest, AttemptResult, ProviderError
 from afc_cli.providers.http import (
+    HttpProvider,
     class_for_status,
     download,
     json_or_empty,
-    new_client,
     retry_after_of,
     transport_error,
 )
@@ -25,27 +24,12 @@ from afc_cli.providers.http import (
 PASSED = ("size", "quality", "output_format", "background", "moderation", "n", "style")
 
 
-class OpenAIProvider(Provider):
+class OpenAIProvider(HttpProvider):
     name = "openai"
     key_env = "OPENAI_API_KEY"
 
-    def __init__(self) -> None:
-        self._client: Any = None
-
-    @property
-    def base(self) -> str:
-        return os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1").rstrip("/")
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = new_client()
-        return self._client
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+    base_env = "OPENAI_BASE_URL"
+    default_base = "https://api.openai.com/v1"
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
         import httpx

@@ -19,15 +19,14 @@ from typing import Any
 from afc_cli.providers.base import (
     AttemptRequest,
     AttemptResult,
-    Provider,
     ProviderError,
     RequestGone,
 )
 from afc_cli.providers.http import (
+    HttpProvider,
     class_for_status,
     download,
     json_or_empty,
-    new_client,
     retry_after_of,
     transport_error,
 )
@@ -37,28 +36,14 @@ def poll_interval() -> float:
     return float(os.environ.get("AFC_POLL_S", "2"))
 
 
-class ReplicateProvider(Provider):
+class ReplicateProvider(HttpProvider):
     name = "replicate"
     key_env = "REPLICATE_API_TOKEN"
     resumable = True
 
-    def __init__(self) -> None:
-        self._client: Any = None
-
-    @property
-    def base(self) -> str:
-        return os.environ.get("REPLICATE_BASE_URL", "https://api.replicate.com/v1").rstrip("/")
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = new_client(read_s=90.0)
-        return self._client
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+    base_env = "REPLICATE_BASE_URL"
+    default_base = "https://api.replicate.com/v1"
+    read_s = 90.0
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key()}"}
