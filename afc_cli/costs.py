@@ -29,6 +29,15 @@ def format_usd(micros: int | None) -> str | None:
     return f"{sign}{whole}.{frac:06d}"
 
 
+def job_cost(priced_micros: int | None, attempts: int) -> str | None:
+    """What a job cost so far, as shown everywhere: the sum of its priced attempts; 0 for a
+    job with no attempt at all (taken from storage); unpriced (None) when it had attempts and
+    none of them could be priced."""
+    if priced_micros is not None:
+        return format_usd(priced_micros)
+    return None if attempts else format_usd(0)
+
+
 class RateCards:
     """Rate cards by (provider, model), from the manifest's ``rates`` list."""
 

@@ -49,6 +49,19 @@ def parse_since(value: str | None) -> float | None:
     return when.timestamp()
 
 
+def _filters(
+    batch_column: str, time_column: str, batch: str | None, since: float | None
+) -> tuple[list[str], list[Any]]:
+    where, params = ["1 = 1"], []
+    if batch is not None:
+        where.append(f"{batch_column} = ?")
+        params.append(batch)
+    if since is not None:
+        where.append(f"{time_column} >= ?")
+        params.append(since)
+    return where, params
+
+
 def costs_report(
     ledger_path: str, *, batch: str | None, since: str | None, by: str
 ) -> dict[str, Any]:
@@ -56,20 +69,8 @@ def costs_report(
         raise UsageError(f"--by takes one of {', '.join(GROUPS)}, got {by!r}")
     since_ts = parse_since(since)
     attempt_key, avoided_key = GROUPS[by]
-    where, params = ["1 = 1"], []
-    if batch is not None:
-        where.append("j.batch = ?")
-        params.append(batch)
-    if since_ts is not None:
-        where.append("a.started_at >= ?")
-        params.append(since_ts)
-    v_where, v_params = ["1 = 1"], []
-    if batch is not None:
-        v_where.append("v.batch = ?")
-        v_params.append(batch)
-    if since_ts is not None:
-        v_where.append("v.at >= ?")
-        v_params.append(since_ts)
+    where, params = _filters("j.batch", "a.started_at", batch, since_ts)
+    v_where, v_params = _filters("v.batch", "v.at", batch, since_ts)
 
     ledger = Ledger(ledger_path, create=False)
     try:

@@ -960,7 +960,7 @@ class Ledger:
         """The transactional outbox: the delivery row commits with the terminal update that
         produced it, so no terminal state exists without its event. Its id is stable (job id
         and event), and inserting it again does nothing."""
-        from afc_cli.costs import format_usd
+        from afc_cli.costs import job_cost
 
         webhook = json.loads(job["webhook_json"])
         event = "failed" if job["status"] == "dead" else job["status"]
@@ -983,9 +983,7 @@ class Ledger:
                 "batch": job["batch"],
                 "status": job["status"],
                 "output_key": job["output_key"] if job["status"] == "succeeded" else None,
-                "cost": format_usd(priced[0])
-                if priced[0] is not None
-                else (None if priced[1] else "0.000000"),
+                "cost": job_cost(priced[0], priced[1]),
                 "error": error,
             },
         }

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from afc_cli.costs import format_usd
+from afc_cli.costs import job_cost
 from afc_cli.run import Reporter
 
 
@@ -53,10 +53,7 @@ def emit_table(
 
 def job_json(row: dict[str, Any]) -> dict[str, Any]:
     """A job as ``afc status --json`` shows it; money is a decimal string or null."""
-    cost = row.get("cost_micros")
     unpriced = row.get("unpriced_attempts") or 0
-    if cost is None and not unpriced:
-        cost = 0
     error = None
     if row.get("error_code") or row.get("error_message"):
         error = {
@@ -71,7 +68,7 @@ def job_json(row: dict[str, Any]) -> dict[str, Any]:
         "step": row["step"],
         "output_key": row["output_key"],
         "attempts": row["attempts"],
-        "cost": format_usd(cost),
+        "cost": job_cost(row.get("cost_micros"), unpriced),
         "unpriced_attempts": unpriced,
         "waiting": row.get("waiting_reason"),
         "error": error,

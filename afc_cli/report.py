@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from afc_cli.costs import format_usd
+from afc_cli.costs import format_usd, job_cost
 from afc_cli.errors import UsageError
 from afc_cli.ledger import Ledger
 
@@ -33,6 +33,7 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
             raise UsageError(f"key {key!r} is in several batches ({names}); name one with --batch")
         job = matches[0]
         batch_row = ledger.batch(job["batch"])
+        rows = ledger.attempts(job["id"])
         attempts = [
             {
                 "number": a["number"],
@@ -50,11 +51,9 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                 "cost": format_usd(a["cost_micros"]),
                 "cost_source": a["cost_source"],
             }
-            for a in ledger.attempts(job["id"])
+            for a in rows
         ]
-        priced = [
-            a["cost_micros"] for a in ledger.attempts(job["id"]) if a["cost_micros"] is not None
-        ]
+        priced = [a["cost_micros"] for a in rows if a["cost_micros"] is not None]
         return {
             "job": {
                 "id": job["id"],
@@ -78,7 +77,7 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                     "http_status": job["error_http_status"],
                     "message": job["error_message"],
                 },
-                "cost": format_usd(sum(priced)) if priced else (None if attempts else "0.000000"),
+                "cost": job_cost(sum(priced) if priced else None, len(attempts)),
                 "unpriced_attempts": sum(1 for a in attempts if a["cost"] is None),
                 "created_at": _iso(job["created_at"]),
                 "finished_at": _iso(job["finished_at"]),

@@ -153,16 +153,10 @@ def submit(
         budget.check_priced([(manifest.batch, j.chain) for j in manifest.jobs], lambda b: rates)
     if run:
         require_keys({entry["provider"] for j in manifest.jobs for entry in j.chain})
-    missing = sorted(
-        {j.webhook["secret_env"] for j in manifest.jobs if j.webhook}
-        - {name for name in os.environ if os.environ[name]}
-    )
-    if missing and run:
-        raise UsageError(
-            "webhook secret not set in the environment: "
-            + ", ".join(missing)
-            + " (the manifest names the variable; its value is a whsec_... secret)"
-        )
+    if run:
+        from afc_cli.webhooks import require_secrets
+
+        require_secrets({j.webhook["secret_env"] for j in manifest.jobs if j.webhook})
     ledger = Ledger(ledger_path)
     try:
         bound = ledger.check_storage(manifest.batch, named)
@@ -213,14 +207,13 @@ def resume(
         from afc_cli.webhooks import check_secrets
 
         check_secrets(ledger, job_ids)
-        chains_by_job = [json.loads(ledger.job(j)["request_json"])["chain"] for j in job_ids]
-        require_keys({entry["provider"] for chain in chains_by_job for entry in chain})
+        chains = []
+        for job_id in job_ids:
+            job = ledger.job(job_id)
+            chains.append((job["batch"], json.loads(job["request_json"])["chain"]))
+        require_keys({entry["provider"] for _, chain in chains for entry in chain})
         if budget is not None:
             cards = batch_rates(ledger)
-            chains = []
-            for job_id in job_ids:
-                job = ledger.job(job_id)
-                chains.append((job["batch"], json.loads(job["request_json"])["chain"]))
             budget.check_priced(chains, lambda b: cards.get(b) or RateCards())
         stats = run_jobs(ledger, job_ids, concurrency=concurrency, reporter=reporter, budget=budget)
         wanted = set(job_ids)

@@ -41,20 +41,19 @@ LEASE_S = 120.0
 FINAL_DRAIN_S = 15.0
 
 
-def missing_secrets(ledger: Ledger, job_ids: list[str] | None = None) -> list[str]:
-    """Names of webhook secret variables that the environment does not set."""
-    names = ledger.webhook_secret_names(job_ids)
-    return sorted(name for name in names if not os.environ.get(name))
-
-
-def check_secrets(ledger: Ledger, job_ids: list[str] | None = None) -> None:
-    missing = missing_secrets(ledger, job_ids)
+def require_secrets(names: set[str]) -> None:
+    """Stop before any job runs when a webhook secret variable is not set."""
+    missing = sorted(name for name in names if not os.environ.get(name))
     if missing:
         raise UsageError(
             "webhook secret not set in the environment: "
             + ", ".join(missing)
             + " (the manifest names the variable; its value is a whsec_... secret)"
         )
+
+
+def check_secrets(ledger: Ledger, job_ids: list[str] | None = None) -> None:
+    require_secrets(ledger.webhook_secret_names(job_ids))
 
 
 def signed_headers(secret: str, delivery_id: str, body: str, now: float) -> dict[str, str]:

@@ -25,10 +25,10 @@ from afc_cli.providers.http import (
     class_for_status,
     download,
     json_or_empty,
+    poll_interval,
     retry_after_of,
     transport_error,
 )
-from afc_cli.providers.replicate import poll_interval
 
 
 def _policy_violation(data: dict[str, Any]) -> bool:

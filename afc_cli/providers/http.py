@@ -51,6 +51,11 @@ class HttpProvider(Provider):
             self._client = None
 
 
+def poll_interval() -> float:
+    """Seconds between polls of a job-style provider (``AFC_POLL_S``, default 2)."""
+    return float(os.environ.get("AFC_POLL_S", "2"))
+
+
 def class_for_status(status: int) -> str:
     if status in (401, 403):
         return "auth"

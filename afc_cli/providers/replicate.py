@@ -12,7 +12,6 @@ Cost: ``metrics.predict_time`` x the rate card's ``per_second`` (derived).
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from typing import Any
 
@@ -27,13 +26,10 @@ from afc_cli.providers.http import (
     class_for_status,
     download,
     json_or_empty,
+    poll_interval,
     retry_after_of,
     transport_error,
 )
-
-
-def poll_interval() -> float:
-    return float(os.environ.get("AFC_POLL_S", "2"))
 
 
 class ReplicateProvider(HttpProvider):
