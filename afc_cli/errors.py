@@ -59,6 +59,13 @@ class StorageError(AfcError):
         self.retryable = retryable
         self.retry_after = retry_after
 
+    def __reduce__(self):  # pickles whole (file work returns errors from a helper process)
+        return (_storage_error, (self.message, self.retryable, self.retry_after))
+
+
+def _storage_error(message: str, retryable: bool, retry_after: float | None) -> StorageError:
+    return StorageError(message, retryable=retryable, retry_after=retry_after)
+
 
 class OutputKeyConflict(AfcError):
     """The output key holds an object that another job (or something else) wrote."""

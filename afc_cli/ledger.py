@@ -99,6 +99,7 @@ class Ledger:
             self._depth = 0
             self._loop: Any = None
             self._flush_scheduled = False
+            self._waiters: list[Any] = []  # futures of ``committed`` callers
             self._broken = False
             if migrations.pending(self.db):
                 # Under the write lock, so two runs opening a new ledger at once (overlapping
@@ -178,8 +179,32 @@ class Ledger:
     def flush(self) -> None:
         """Commit the shared transaction, if one is open and no block is running."""
         self._flush_scheduled = False
-        if self._depth == 0 and self.db.conn.in_transaction:
-            self.db.conn.execute("COMMIT")
+        waiters, self._waiters = self._waiters, []
+        try:
+            if self._depth == 0 and self.db.conn.in_transaction:
+                self.db.conn.execute("COMMIT")
+        except BaseException as exc:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(LedgerError(f"cannot commit to {self.path}: {exc}"))
+            raise
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def committed(self) -> None:
+        """Return once everything written so far is committed (not synced: see ``tx``).
+
+        Under group commit, callers that ask in the same turn of the event loop share one
+        commit, at the next turn: the attempt rows of jobs starting together are committed
+        before any of their provider calls, with one commit instead of one each."""
+        if self._loop is None or not self.db.conn.in_transaction:
+            return
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        if len(self._waiters) == 1:
+            self._loop.call_soon(self.flush)
+        await waiter
 
     @contextmanager
     def grouped(self, loop: Any) -> Iterator[None]:
@@ -624,7 +649,9 @@ class Ledger:
         Returns the attempt number, or None if the job is no longer ours or no longer active.
         """
         now = _now()
-        with self.tx(durable=durable, commit=True):
+        # Committed before the call: here when durable (synced, alone) or outside a run loop;
+        # otherwise the caller awaits ``committed()``, shared with other jobs starting now.
+        with self.tx(durable=durable, commit=durable):
             if cap_micros is not None:
                 spent = self.run_spend(run_id)
                 if spent + (reserve_micros or 0) > cap_micros:

@@ -18,6 +18,7 @@ continues at its first incomplete step. Where each paid window opens and closes:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -35,7 +36,7 @@ from afc_cli.errors import StorageError
 from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
 from afc_cli.providers.base import GONE_PREFIX, RequestGone
-from afc_cli.spool import Spool, SpoolFile
+from afc_cli.spool import DirSync, Spool, SpoolFile
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
 
 STORE_TRIES = 3
@@ -98,6 +99,12 @@ class RunContext:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     report: Callable[[dict[str, Any], str, str], None] = lambda job, event, detail: None
     providers: dict[str, Any] = field(default_factory=lambda: PROVIDERS)
+    # how blocking local file work runs: a thread, or the file helper process (offload.py)
+    offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
+    dirs: DirSync = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dirs = DirSync(self.offload)
 
     @asynccontextmanager
     async def provider_slot(self, name: str):
@@ -127,11 +134,12 @@ class RunContext:
 INLINE_READ_BYTES = 1 << 20
 
 
-async def _io(storage: Storage, fn, *args, inline: bool = True):
-    """Run a storage call: small local-disk operations inline (a thread hop costs more than
-    a stat), everything that may block for long (network, fsync, big reads) in a thread."""
-    if inline and storage.local:
-        return fn(*args)
+async def _io(ctx: RunContext, storage: Storage, fn, *args, inline: bool = True):
+    """Run a storage call: small local-disk operations inline (a hop costs more than a stat),
+    other local file work (fsyncs, reads) where ``ctx.offload`` says, network calls in a
+    thread."""
+    if storage.local:
+        return fn(*args) if inline else await ctx.offload(fn, *args)
     return await asyncio.to_thread(fn, *args)
 
 
@@ -262,7 +270,7 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
 async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     spooled = None
     if ctx.spool.path(job["id"]).exists():
-        spooled = await asyncio.to_thread(ctx.spool.find, job["id"])
+        spooled = await ctx.offload(ctx.spool.find, job["id"])
     if spooled is not None:
         _adopt_spool(ctx, job, spooled)
         return True
@@ -353,6 +361,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     return False
                 if number is None:
                     raise JobLost(job["id"])
+                await ctx.ledger.committed()  # the attempt row is on disk before the call
             crash_point("after_attempt_row")
             report = {
                 "chain_index": chain_index,
@@ -464,8 +473,9 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         return await render(ctx, job)
     data, success = pending
     number = job["rendered_by"]["attempt"]
-    spooled = await asyncio.to_thread(ctx.spool.write, job["id"], data)
+    spooled = await ctx.offload(ctx.spool.write, job["id"], data, sync_dir=False)
     del data
+    await ctx.dirs.sync(ctx.spool.root)  # the rename is durable: shared with other jobs
     crash_point("after_spool")
     try:
         with ctx.ledger.tx():
@@ -588,7 +598,7 @@ async def _storage(ctx: RunContext, storage: Storage, fn, *args, inline: bool = 
     resets). Raises the last StorageError when it gives up."""
     for attempt in range(1, STORE_TRIES + 1):
         try:
-            return await _io(storage, fn, *args, inline=inline)
+            return await _io(ctx, storage, fn, *args, inline=inline)
         except StorageError as exc:
             if not exc.retryable or attempt == STORE_TRIES:
                 raise
@@ -601,6 +611,15 @@ async def _storage(ctx: RunContext, storage: Storage, fn, *args, inline: bool = 
                 )
             )
     raise AssertionError("unreachable")
+
+
+async def _sync_dirs(ctx: RunContext, storage: Storage, key: str) -> None:
+    """The directory fsyncs that make a local store durable, shared with other jobs'."""
+    for directory in storage.unsynced_dirs(key):
+        try:
+            await ctx.dirs.sync(directory)
+        except OSError as exc:
+            raise StorageError(f"cannot sync {directory}: {exc}") from None
 
 
 def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: StorageError) -> bool:
@@ -655,12 +674,13 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
             await _storage(
                 ctx,
                 storage,
-                storage.put_if_absent,
+                functools.partial(storage.put_if_absent, sync=False),
                 job["output_key"],
                 spool_path,
                 meta,
                 inline=False,
             )
+            await _sync_dirs(ctx, storage, job["output_key"])
         except ObjectExists:
             # Someone wrote the key first; an earlier upload of ours that landed is success.
             info = await _storage(ctx, storage, storage.head, job["output_key"])

@@ -28,9 +28,18 @@ class Storage:
     def head(self, key: str) -> ObjectInfo:
         raise NotImplementedError
 
-    def put_if_absent(self, key: str, source: Path, meta: dict[str, Any]) -> None:
-        """Create the object from ``source`` with ``meta``; raise ObjectExists if taken."""
+    def put_if_absent(
+        self, key: str, source: Path, meta: dict[str, Any], *, sync: bool = True
+    ) -> None:
+        """Create the object from ``source`` with ``meta``; raise ObjectExists if taken.
+
+        ``sync=False``: a backend whose writes become durable with a directory fsync leaves
+        that fsync to the caller, who syncs ``unsynced_dirs(key)`` (coalesced across jobs)."""
         raise NotImplementedError
+
+    def unsynced_dirs(self, key: str) -> tuple[Path, ...]:
+        """Directories to fsync after ``put_if_absent(key, ..., sync=False)``."""
+        return ()
 
     def check(self) -> None:
         """Before a run renders anything: fail fast (UsageError) if this storage cannot be

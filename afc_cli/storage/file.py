@@ -25,6 +25,7 @@ from afc_cli.spool import file_digest, fsync_dir
 from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
 
 META_SUFFIX = ".afc.json"
+_MADE: set[Path] = set()  # directories this process made or found (skips a mkdir per store)
 
 
 class FileStorage(Storage):
@@ -33,6 +34,9 @@ class FileStorage(Storage):
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.url = f"file://{self.root}"
+
+    def unsynced_dirs(self, key: str) -> tuple[Path, ...]:
+        return (self._object(key).parent,)
 
     def _object(self, key: str) -> Path:
         return self.root / key
@@ -62,10 +66,14 @@ class FileStorage(Storage):
             return {"unreadable": str(path)}
         return value if isinstance(value, dict) else {"unreadable": str(path)}
 
-    def put_if_absent(self, key: str, source: Path, meta: dict[str, Any]) -> None:
+    def put_if_absent(
+        self, key: str, source: Path, meta: dict[str, Any], *, sync: bool = True
+    ) -> None:
         obj = self._object(key)
         try:
-            obj.parent.mkdir(parents=True, exist_ok=True)
+            if obj.parent not in _MADE:
+                obj.parent.mkdir(parents=True, exist_ok=True)
+                _MADE.add(obj.parent)
             meta_bytes = json.dumps(meta, sort_keys=True, indent=2).encode()
             try:
                 self._create(self._meta(key), data=meta_bytes)
@@ -80,10 +88,12 @@ class FileStorage(Storage):
                 self._create(obj, source=source)
             except FileExistsError:
                 raise ObjectExists(key) from None
-            fsync_dir(obj.parent)
+            if sync:
+                fsync_dir(obj.parent)
         except ObjectExists:
             raise
         except OSError as exc:
+            _MADE.discard(obj.parent)  # e.g. removed meanwhile: the retry makes it again
             retryable = exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR)
             raise StorageError(f"cannot write {obj}: {exc}", retryable=retryable) from None
 

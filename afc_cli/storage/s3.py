@@ -213,7 +213,9 @@ class S3Storage(Storage):
                 meta[field] = value
         return ObjectInfo(exists=True, size=found.get("ContentLength"), meta=meta)
 
-    def put_if_absent(self, key: str, source: Path, meta: dict[str, Any]) -> None:
+    def put_if_absent(
+        self, key: str, source: Path, meta: dict[str, Any], *, sync: bool = True
+    ) -> None:
         metadata = {
             header: str(meta[field]) for field, header in META_FIELDS.items() if meta.get(field)
         }

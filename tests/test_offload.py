@@ -1,0 +1,135 @@
+"""The file helper process and coalesced directory fsyncs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from afc_cli.errors import StorageError
+from afc_cli.offload import FileWorker, HelperGone
+from afc_cli.spool import DirSync, Spool
+from afc_cli.storage.file import FileStorage
+from tests.conftest import manifest
+
+
+def test_helper_runs_calls_in_another_process_and_returns_errors_whole(tmp_path):
+    async def main():
+        worker = FileWorker()
+        await worker.start()
+        try:
+            pid = await worker.call(os.getpid)
+            spooled = await worker.call(Spool(tmp_path).write, "job1", b"png bytes")
+            (tmp_path / "file").write_text("not a directory")
+            with pytest.raises(StorageError) as caught:  # raised in the helper, comes back whole
+                await worker.call(
+                    FileStorage(tmp_path).put_if_absent, "file/x/k.png", spooled.path, {}
+                )
+            many = await asyncio.gather(*(worker.call(pow, 2, n) for n in range(50)))
+        finally:
+            await worker.close()
+        return pid, spooled, caught.value, many
+
+    pid, spooled, error, many = asyncio.run(main())
+    assert pid != os.getpid()
+    assert spooled.path.read_bytes() == b"png bytes" and spooled.size == 9
+    assert "not a directory" in error.message.lower() and error.retryable is False
+    assert many == [2**n for n in range(50)]
+
+
+def test_storage_errors_pickle_with_their_retry_facts():
+    error = pickle.loads(pickle.dumps(StorageError("slow down", retryable=True, retry_after=3.5)))
+    assert (error.message, error.retryable, error.retry_after) == ("slow down", True, 3.5)
+
+
+def test_calls_fail_when_the_helper_is_gone():
+    async def main():
+        worker = FileWorker()
+        await worker.start()
+        assert worker._proc is not None
+        worker._proc.kill()
+        await worker._proc.wait()
+        with pytest.raises(HelperGone):
+            await worker.call(os.getpid)
+        await worker.close()
+
+    asyncio.run(main())
+
+
+def test_directory_fsyncs_are_shared_and_never_start_before_the_entry(tmp_path):
+    """Callers waiting together share one fsync; a caller that arrives while an fsync runs
+    waits for the next one (its entry may have landed after that fsync started)."""
+    started: list[int] = []
+
+    async def main():
+        gate = asyncio.Event()
+
+        async def run(fn, directory):
+            started.append(len(started))
+            await gate.wait()
+            gate.clear()
+            fn(directory)  # the real fsync_dir
+
+        dirs = DirSync(run)
+        first = [asyncio.create_task(dirs.sync(tmp_path)) for _ in range(10)]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert started == [0]  # ten callers, one fsync under way
+        late = [asyncio.create_task(dirs.sync(tmp_path)) for _ in range(5)]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(*first)
+        assert not any(t.done() for t in late)  # they need an fsync that began after them
+        await asyncio.sleep(0)
+        assert started == [0, 1]
+        gate.set()
+        await asyncio.gather(*late)
+
+    asyncio.run(main())
+    assert len(started) == 2
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found.update(int(p) for p in text)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_killed_run_leaves_no_helper_behind(afc):
+    data = manifest([{"key": f"k{i}", "prompt": f"p{i}"} for i in range(40)])
+    data["defaults"]["params"] = {"latency_s": 0.2}
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml", "--concurrency", "4")
+    deadline = time.monotonic() + 30
+    helpers: set[int] = set()
+    while not helpers and time.monotonic() < deadline:
+        time.sleep(0.05)
+        helpers = {
+            p
+            for p in _children(proc.pid)
+            if b"afc_cli.offload" in Path(f"/proc/{p}/cmdline").read_bytes()
+        }
+    assert helpers, "the run never started its file helper"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in helpers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = [p for p in helpers if _alive(p)]
+    assert not alive, f"helper {alive} outlived its run"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
