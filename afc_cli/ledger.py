@@ -459,6 +459,18 @@ class Ledger:
         """
         now = _now()
         with self.tx():
+            # The usual case first, in one statement: a free job is simply taken.
+            taken = self._all(
+                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?"
+                f" WHERE id = ? AND lease_owner IS NULL AND status NOT IN {TERMINAL_SQL}"
+                " RETURNING *",
+                (self.owner, now + lease_s, now, job_id),
+            )
+            if taken:
+                job = taken[0]
+                if job["attempts"]:
+                    self._mark_unknown(job_id, job["batch"], exclude_owner=self.owner)
+                return job
             job = self.job(job_id)
             if job is None or job["status"] in TERMINAL:
                 return None
@@ -583,11 +595,20 @@ class Ledger:
 
     # --- steps ----------------------------------------------------------------------------------
 
-    def _checkpoint(self, job: dict[str, Any], step: str, detail: dict[str, Any] | None) -> None:
+    def _checkpoint(self, job: dict[str, Any], steps: Any) -> None:
+        """Record completed steps, ``[(step, detail), ...]``, in one statement."""
+        steps = list(steps)
+        if not steps:
+            return
+        now = _now()
+        params: list[Any] = []
+        for step, detail in steps:
+            params += (job["id"], step, now, _dumps(detail))
         self.db.execute(
-            "INSERT INTO steps (job_id, step, completed_at, detail_json) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (job_id, step) DO NOTHING",
-            (job["id"], step, _now(), _dumps(detail)),
+            "INSERT INTO steps (job_id, step, completed_at, detail_json) VALUES "
+            + ", ".join(["(?, ?, ?, ?)"] * len(steps))
+            + " ON CONFLICT (job_id, step) DO NOTHING",
+            params,
         )
 
     def checkpoint(
@@ -602,8 +623,7 @@ class Ledger:
         Raises JobLost (writing nothing) if the job ended meanwhile, e.g. it was cancelled."""
         with self.tx():
             self._update_job(job, step=next_step, **updates)  # refuses before writing
-            for step, detail in steps:
-                self._checkpoint(job, step, detail)
+            self._checkpoint(job, steps)
 
     def _update_job(self, job: dict[str, Any], **updates: Any) -> None:
         """Conditional update of a non-terminal job we hold; keeps ``job`` in step with it."""
@@ -851,10 +871,9 @@ class Ledger:
             if cursor.rowcount != 1:
                 return False
             job.update(values)
-            for name, step_detail in steps:
-                self._checkpoint(job, name, step_detail)
-            if status == "succeeded":
-                self._checkpoint(job, "finish", detail)
+            self._checkpoint(
+                job, [*steps, *([("finish", detail)] if status == "succeeded" else [])]
+            )
             self._event(
                 job["id"],
                 job["batch"],

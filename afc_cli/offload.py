@@ -35,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-HEADER = struct.Struct("!I")
+HEADER = struct.Struct("!QI")  # call id, length of the pickled frame that follows
 THREADS = 8
 
 
@@ -70,10 +70,10 @@ class FileWorker:
         if self._reader is not None and self._reader.done():
             raise HelperGone("the file helper process ended")
         call_id = next(self._ids)
-        frame = pickle.dumps((call_id, fn, args, kwargs), pickle.HIGHEST_PROTOCOL)
+        frame = pickle.dumps((fn, args, kwargs), pickle.HIGHEST_PROTOCOL)
         future = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
-        self._proc.stdin.write(HEADER.pack(len(frame)) + frame)
+        self._proc.stdin.write(HEADER.pack(call_id, len(frame)) + frame)
         return await future
 
     async def _read(self) -> None:
@@ -81,8 +81,8 @@ class FileWorker:
         stdout = self._proc.stdout
         try:
             while True:
-                header = await stdout.readexactly(HEADER.size)
-                call_id, ok, value = pickle.loads(await stdout.readexactly(*HEADER.unpack(header)))
+                call_id, size = HEADER.unpack(await stdout.readexactly(HEADER.size))
+                ok, value = pickle.loads(await stdout.readexactly(size))
                 future = self._pending.pop(call_id, None)
                 if future is None or future.done():
                     continue
@@ -124,18 +124,19 @@ def _die_with_parent() -> None:
 
 def _reply(call_id: int, ok: bool, value: Any) -> bytes:
     try:
-        frame = pickle.dumps((call_id, ok, value), pickle.HIGHEST_PROTOCOL)
+        frame = pickle.dumps((ok, value), pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # an unpicklable result or exception: say what it was
-        frame = pickle.dumps((call_id, False, RuntimeError(f"{value!r} ({exc})")))
-    return HEADER.pack(len(frame)) + frame
+        frame = pickle.dumps((False, RuntimeError(f"{value!r} ({exc})")))
+    return HEADER.pack(call_id, len(frame)) + frame
 
 
 def serve(inp: Any, out: Any) -> None:
     """Helper side: read calls from ``inp`` until it closes, run them, write replies."""
     lock = threading.Lock()
 
-    def run(call_id: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    def run(call_id: int, frame: bytes) -> None:
         try:
+            fn, args, kwargs = pickle.loads(frame)
             reply = _reply(call_id, True, fn(*args, **kwargs))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
             reply = _reply(call_id, False, exc)
@@ -148,8 +149,8 @@ def serve(inp: Any, out: Any) -> None:
             header = inp.read(HEADER.size)
             if len(header) < HEADER.size:
                 break
-            call_id, fn, args, kwargs = pickle.loads(inp.read(*HEADER.unpack(header)))
-            pool.submit(run, call_id, fn, args, kwargs)
+            call_id, size = HEADER.unpack(header)
+            pool.submit(run, call_id, inp.read(size))
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
 from afc_cli.providers.base import GONE_PREFIX, RequestGone
 from afc_cli.spool import DirSync, Spool, SpoolFile
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
+from afc_cli.storage.base import store_and_verify
 
 STORE_TRIES = 3
 STORE_BACKOFF_BASE_S = 0.5
@@ -231,7 +232,7 @@ async def _fail_conflict(ctx: RunContext, job: dict[str, Any], storage: Storage,
 async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
     try:
-        info = await _storage(ctx, storage, storage.head, job["output_key"])
+        info = await _storage(ctx, storage, storage.head, job["output_key"], inline=False)
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "probe", exc)
     foreign = ownership(job, info)
@@ -269,7 +270,7 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
 
 async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     spooled = None
-    if ctx.spool.path(job["id"]).exists():
+    if job["attempts"]:  # only an attempt leaves a spool file (none for a fresh job)
         spooled = await ctx.offload(ctx.spool.find, job["id"])
     if spooled is not None:
         _adopt_spool(ctx, job, spooled)
@@ -651,11 +652,37 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
 
 
 async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
+    """Create the object from the spool file. On local storage the read-back follows in the
+    same call and the job finishes in one transaction (its ``store`` checkpoint included): a
+    crash before that transaction costs a create that finds its own object, never an upload."""
     storage = ctx.storages[job["batch"]]
     spool_path = ctx.spool.path(job["id"])
+    key = job["output_key"]
+    problem = None
     try:
-        if not spool_path.exists():
-            info = await _storage(ctx, storage, storage.head, job["output_key"])
+        meta = _object_meta(ctx, job)
+        try:
+            if storage.local:
+                outcome, problem = await _storage(
+                    ctx, storage, store_and_verify, storage, key, spool_path, meta, inline=False
+                )
+            elif spool_path.exists():
+                put = functools.partial(storage.put_if_absent, sync=False)
+                await _storage(ctx, storage, put, key, spool_path, meta, inline=False)
+                outcome = "stored"
+            else:
+                outcome = "missing"
+        except ObjectExists:
+            # Someone wrote the key first; an earlier upload of ours that landed is success.
+            info = await _storage(ctx, storage, storage.head, key)
+            foreign = ownership(job, info)
+            if foreign:
+                await _fail_conflict(ctx, job, storage, foreign, "store")
+                return False
+            ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
+            return True
+        if outcome == "missing":
+            info = await _storage(ctx, storage, storage.head, key)
             if info.exists and ownership(job, info) is None:
                 ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
                 return True
@@ -669,38 +696,20 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
                 "Restore the file and requeue, or submit the job under a new key.",
             )
             return False
-        meta = _object_meta(ctx, job)
-        try:
-            await _storage(
-                ctx,
-                storage,
-                functools.partial(storage.put_if_absent, sync=False),
-                job["output_key"],
-                spool_path,
-                meta,
-                inline=False,
-            )
-            await _sync_dirs(ctx, storage, job["output_key"])
-        except ObjectExists:
-            # Someone wrote the key first; an earlier upload of ours that landed is success.
-            info = await _storage(ctx, storage, storage.head, job["output_key"])
-            foreign = ownership(job, info)
-            if foreign:
-                await _fail_conflict(ctx, job, storage, foreign, "store")
-                return False
-            ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
-            return True
+        await _sync_dirs(ctx, storage, key)
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "store", exc)
     crash_point("after_store")
-    ctx.ledger.checkpoint(job, [("store", {"url": storage.describe(job["output_key"])})], "verify")
+    stored = ("store", {"url": storage.describe(key)})
+    if storage.local:
+        return await _verified(ctx, job, problem, [stored])
+    ctx.ledger.checkpoint(job, [stored], "verify")
     return True
 
 
 async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
     small = (job["output_size"] or 0) <= INLINE_READ_BYTES
-    spool_path = ctx.spool.path(job["id"])
     try:
         problem = await _storage(
             ctx,
@@ -709,11 +718,18 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
             job["output_key"],
             job["output_size"],
             job["output_sha256"],
-            spool_path,
+            ctx.spool.path(job["id"]),
             inline=small,
         )
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "verify", exc)
+    return await _verified(ctx, job, problem)
+
+
+async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, steps=()) -> bool:
+    """End the job on its read-back: failed if the object is not what was spooled, else
+    succeeded (verify and finish commit together: verify only reads, so a crash before this
+    transaction costs one read-back, and a job never rests "verified but not finished")."""
     if problem:
         ctx.ledger.finish(
             job,
@@ -722,19 +738,16 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
             error_code="VERIFY_FAILED",
             error_class="storage",
             error_message=f"{problem}; expected {job['output_size']} bytes sha256 "
-            f"{job['output_sha256']}. The spool file {spool_path} is kept.",
+            f"{job['output_sha256']}. The spool file {ctx.spool.path(job['id'])} is kept.",
         )
         return False
-    # verify and finish commit together: verify only reads, so a crash before this
-    # transaction costs one read-back, and a job never rests "verified but not finished".
-    won = _succeed(
-        ctx, job, [("verify", {"size": job["output_size"], "sha256": job["output_sha256"]})]
-    )
+    checked = ("verify", {"size": job["output_size"], "sha256": job["output_sha256"]})
+    won = _succeed(ctx, job, [*steps, checked])
     crash_point("after_terminal", before=ctx.ledger.flush)
     if won:
         # No need to wait for the commit: were it lost, the next run finds the stored,
         # verified output at the key (store checks storage when the spool is gone).
-        ctx.spool.remove(job["id"])
+        await ctx.offload(ctx.spool.remove, job["id"])
     return False
 
 
@@ -746,7 +759,7 @@ def _succeed(ctx: RunContext, job: dict[str, Any], steps=()) -> bool:
 
 async def finish(ctx: RunContext, job: dict[str, Any]) -> bool:
     if _succeed(ctx, job):
-        ctx.spool.remove(job["id"])
+        await ctx.offload(ctx.spool.remove, job["id"])
     return False
 
 

@@ -18,6 +18,10 @@ from afc_cli.storage.file import FileStorage
 from tests.conftest import manifest
 
 
+def _defined_in_tests_only() -> None:
+    """The helper cannot import the tests package: a call of this fails to load there."""
+
+
 def test_helper_runs_calls_in_another_process_and_returns_errors_whole(tmp_path):
     async def main():
         worker = FileWorker()
@@ -31,6 +35,9 @@ def test_helper_runs_calls_in_another_process_and_returns_errors_whole(tmp_path)
                     FileStorage(tmp_path).put_if_absent, "file/x/k.png", spooled.path, {}
                 )
             many = await asyncio.gather(*(worker.call(pow, 2, n) for n in range(50)))
+            with pytest.raises(ImportError):  # a call the helper cannot even load...
+                await worker.call(_defined_in_tests_only)
+            assert await worker.call(os.getpid) == pid  # ...does not end the helper
         finally:
             await worker.close()
         return pid, spooled, caught.value, many
