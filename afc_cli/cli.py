@@ -179,6 +179,14 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         )
 
 
+def _prestart_helper() -> None:
+    """Boot the file helper (afc_cli/offload.py) while this process imports the run and
+    admits jobs, instead of after: the first provider calls wait for its first answer."""
+    from afc_cli import offload
+
+    offload.prestart()
+
+
 @app.command()
 def submit(
     manifest: Annotated[str, typer.Argument(help="The job manifest (YAML).")],
@@ -200,6 +208,8 @@ def submit(
         _plan(manifest, ledger, storage, max_spend, json_out)
         return
     with _boundary():
+        if not no_run:
+            _prestart_helper()
         from afc_cli import run
 
         _interrupt_on_sigterm()
@@ -233,6 +243,7 @@ def resume(
 ) -> None:
     """Run every unfinished job in the ledger (what cron calls)."""
     with _boundary():
+        _prestart_helper()
         from afc_cli import run
 
         _interrupt_on_sigterm()

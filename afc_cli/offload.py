@@ -29,18 +29,38 @@ import os
 import pickle
 import signal
 import struct
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-HEADER = struct.Struct("!QI")  # call id, length of the pickled frame that follows
-THREADS = 8
+REQUEST = struct.Struct("!QIB")  # call id, length of the pickled call that follows, lane
+REPLY = struct.Struct("!QI")  # call id, length of the pickled outcome that follows
+THREADS = 8  # for fsyncs and writes: they overlap well (a disk takes several at once)
+QUICK_THREADS = 2  # for stats and small reads, which must not queue behind fsyncs
 
 
 class HelperGone(RuntimeError):
     """The helper process ended while calls were outstanding."""
+
+
+_early: subprocess.Popen | None = None
+
+
+def prestart() -> None:
+    """Start the helper now, before a run's imports and admission, so that it has booted by
+    the time the first job needs it (the first provider calls wait for its first answer)."""
+    global _early
+    if _early is None:
+        _early = _spawn()
+
+
+def _spawn() -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "afc_cli.offload"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
 
 
 class FileWorker:
@@ -50,38 +70,47 @@ class FileWorker:
     objects); its result or exception comes back pickled."""
 
     def __init__(self) -> None:
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: subprocess.Popen | None = None
+        self._pipe: asyncio.WriteTransport | None = None
         self._pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count()
         self._reader: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "afc_cli.offload",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+        global _early
+        self._proc, _early = (_early or _spawn()), None
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        stdout = asyncio.StreamReader()
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stdout), self._proc.stdout
         )
-        self._reader = asyncio.create_task(self._read())
+        self._pipe, _ = await loop.connect_write_pipe(asyncio.Protocol, self._proc.stdin)
+        self._reader = asyncio.create_task(self._read(stdout))
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        assert self._proc is not None and self._proc.stdin is not None
-        if self._reader is not None and self._reader.done():
+        return await self._call(0, fn, args, kwargs)
+
+    async def quick(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A call that only looks (a stat, a small read): it runs on threads of its own, so a
+        probe that holds a render slot never waits behind other jobs' fsyncs."""
+        return await self._call(1, fn, args, kwargs)
+
+    async def _call(self, lane: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        assert self._pipe is not None
+        if self._reader is None or self._reader.done() or self._pipe.is_closing():
             raise HelperGone("the file helper process ended")
         call_id = next(self._ids)
         frame = pickle.dumps((fn, args, kwargs), pickle.HIGHEST_PROTOCOL)
         future = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
-        self._proc.stdin.write(HEADER.pack(call_id, len(frame)) + frame)
+        self._pipe.write(REQUEST.pack(call_id, len(frame), lane) + frame)
         return await future
 
-    async def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        stdout = self._proc.stdout
+    async def _read(self, stdout: asyncio.StreamReader) -> None:
         try:
             while True:
-                call_id, size = HEADER.unpack(await stdout.readexactly(HEADER.size))
+                call_id, size = REPLY.unpack(await stdout.readexactly(REPLY.size))
                 ok, value = pickle.loads(await stdout.readexactly(size))
                 future = self._pending.pop(call_id, None)
                 if future is None or future.done():
@@ -102,11 +131,11 @@ class FileWorker:
         """Let the helper finish what it was given, then end it."""
         if self._proc is None:
             return
-        if self._proc.stdin is not None and not self._proc.stdin.is_closing():
-            self._proc.stdin.close()
-        await self._proc.wait()
+        if self._pipe is not None and not self._pipe.is_closing():
+            self._pipe.close()  # end of input: the helper finishes its calls and exits
         if self._reader is not None:
             await self._reader
+        await asyncio.get_running_loop().run_in_executor(None, self._proc.wait)
 
 
 def _die_with_parent() -> None:
@@ -127,7 +156,7 @@ def _reply(call_id: int, ok: bool, value: Any) -> bytes:
         frame = pickle.dumps((ok, value), pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # an unpicklable result or exception: say what it was
         frame = pickle.dumps((False, RuntimeError(f"{value!r} ({exc})")))
-    return HEADER.pack(call_id, len(frame)) + frame
+    return REPLY.pack(call_id, len(frame)) + frame
 
 
 def serve(inp: Any, out: Any) -> None:
@@ -144,13 +173,13 @@ def serve(inp: Any, out: Any) -> None:
             out.write(reply)
             out.flush()
 
-    with ThreadPoolExecutor(THREADS) as pool:
+    with ThreadPoolExecutor(THREADS) as pool, ThreadPoolExecutor(QUICK_THREADS) as quick:
         while True:
-            header = inp.read(HEADER.size)
-            if len(header) < HEADER.size:
+            header = inp.read(REQUEST.size)
+            if len(header) < REQUEST.size:
                 break
-            call_id, size = HEADER.unpack(header)
-            pool.submit(run, call_id, inp.read(size))
+            call_id, size, lane = REQUEST.unpack(header)
+            (quick if lane else pool).submit(run, call_id, inp.read(size))
 
 
 def main() -> None:

@@ -100,8 +100,10 @@ class RunContext:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     report: Callable[[dict[str, Any], str, str], None] = lambda job, event, detail: None
     providers: dict[str, Any] = field(default_factory=lambda: PROVIDERS)
-    # how blocking local file work runs: a thread, or the file helper process (offload.py)
+    # how blocking local file work runs: a thread, or the file helper process (offload.py);
+    # ``quick``: how a local look (stat, small read) runs: None is inline, in the loop
     offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
+    quick: Callable[..., Awaitable[Any]] | None = None
     dirs: DirSync = field(init=False)
 
     def __post_init__(self) -> None:
@@ -136,12 +138,14 @@ INLINE_READ_BYTES = 1 << 20
 
 
 async def _io(ctx: RunContext, storage: Storage, fn, *args, inline: bool = True):
-    """Run a storage call: small local-disk operations inline (a hop costs more than a stat),
-    other local file work (fsyncs, reads) where ``ctx.offload`` says, network calls in a
-    thread."""
-    if storage.local:
-        return fn(*args) if inline else await ctx.offload(fn, *args)
-    return await asyncio.to_thread(fn, *args)
+    """Run a storage call. Local ``inline`` calls (stats, small reads) where ``ctx.quick``
+    says (the helper's quick lane, else in the loop), other local file work (fsyncs, writes)
+    where ``ctx.offload`` says, network calls in a thread."""
+    if not storage.local:
+        return await asyncio.to_thread(fn, *args)
+    if not inline:
+        return await ctx.offload(fn, *args)
+    return fn(*args) if ctx.quick is None else await ctx.quick(fn, *args)
 
 
 def crash_point(name: str, before: Callable[[], None] | None = None) -> None:
@@ -232,7 +236,7 @@ async def _fail_conflict(ctx: RunContext, job: dict[str, Any], storage: Storage,
 async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
     try:
-        info = await _storage(ctx, storage, storage.head, job["output_key"], inline=False)
+        info = await _storage(ctx, storage, storage.head, job["output_key"])
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "probe", exc)
     foreign = ownership(job, info)

@@ -272,7 +272,7 @@ def run_jobs(
             run_id=run_id,
             cap_micros=budget.cap_micros if budget else None,
             limits={name: ProviderLimit(**values) for name, values in limits.items()},
-            **({"offload": helper.call} if helper else {}),
+            **({"offload": helper.call, "quick": helper.quick} if helper else {}),
         )
         heartbeat = asyncio.create_task(_renew(ledger, lease_s))
         stop = asyncio.Event()

@@ -60,7 +60,8 @@ def test_calls_fail_when_the_helper_is_gone():
         await worker.start()
         assert worker._proc is not None
         worker._proc.kill()
-        await worker._proc.wait()
+        worker._proc.wait()
+        await worker._reader  # the end of its pipe reached the loop
         with pytest.raises(HelperGone):
             await worker.call(os.getpid)
         await worker.close()
@@ -140,3 +141,28 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def test_a_quick_look_never_waits_behind_busy_file_work(tmp_path):
+    """Every thread of the helper's main lane is stuck (reading FIFOs nobody writes yet); a
+    quick call (what a probe makes while it holds a render slot) still answers."""
+    from afc_cli.offload import THREADS
+
+    fifos = [tmp_path / f"fifo{i}" for i in range(THREADS + 2)]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+
+    async def main():
+        worker = FileWorker()
+        await worker.start()
+        try:
+            stuck = [asyncio.create_task(worker.call(fifo.read_text)) for fifo in fifos]
+            assert await asyncio.wait_for(worker.quick(os.getpid), 10) != os.getpid()
+            assert not any(task.done() for task in stuck)
+            for fifo in fifos:  # let them go
+                await asyncio.to_thread(fifo.write_text, fifo.name)
+            return await asyncio.gather(*stuck)
+        finally:
+            await worker.close()
+
+    assert asyncio.run(main()) == [fifo.name for fifo in fifos]
