@@ -45,6 +45,11 @@ class ManifestError(UsageError):
         super().__init__(f"invalid manifest {path}:\n{listed}")
 
 
+class SpoolError(AfcError):
+    """A render's bytes could not be made durable on this machine (disk full, permissions, the
+    file helper gone): the run stops, with the paid attempt recorded."""
+
+
 class LedgerError(AfcError):
     """The ledger cannot be opened or is not an afc ledger."""
 

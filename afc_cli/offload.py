@@ -36,14 +36,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from afc_cli.errors import SpoolError
+
 REQUEST = struct.Struct("!QIB")  # call id, length of the pickled call that follows, lane
 REPLY = struct.Struct("!QI")  # call id, length of the pickled outcome that follows
 THREADS = 8  # for fsyncs and writes: they overlap well (a disk takes several at once)
 QUICK_THREADS = 2  # for stats and small reads, which must not queue behind fsyncs
 
 
-class HelperGone(RuntimeError):
-    """The helper process ended while calls were outstanding."""
+class HelperGone(SpoolError):
+    """The helper process ended while calls were outstanding (it was killed, say)."""
+
+    def __init__(self, message: str = "the file helper process (afc_cli.offload) ended"):
+        super().__init__(message + "; nothing is lost that the ledger recorded: run 'afc resume'")
 
 
 _early: subprocess.Popen | None = None
@@ -99,7 +104,7 @@ class FileWorker:
     async def _call(self, lane: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         assert self._pipe is not None
         if self._reader is None or self._reader.done() or self._pipe.is_closing():
-            raise HelperGone("the file helper process ended")
+            raise HelperGone()
         call_id = next(self._ids)
         frame = pickle.dumps((fn, args, kwargs), pickle.HIGHEST_PROTOCOL)
         future = asyncio.get_running_loop().create_future()
@@ -124,7 +129,7 @@ class FileWorker:
         finally:
             for future in self._pending.values():
                 if not future.done():
-                    future.set_exception(HelperGone("the file helper process ended"))
+                    future.set_exception(HelperGone())
             self._pending.clear()
 
     async def close(self) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from afc_cli.attempts import GiveUp, PastAttempt, backoff_delay, describe_cause, next_try
 from afc_cli.costs import RateCards, format_usd, to_micros
-from afc_cli.errors import StorageError
+from afc_cli.errors import SpoolError, StorageError
 from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
 from afc_cli.providers.base import GONE_PREFIX, RequestGone
@@ -478,9 +478,20 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         return await render(ctx, job)
     data, success = pending
     number = job["rendered_by"]["attempt"]
-    spooled = await ctx.offload(ctx.spool.write, job["id"], data, sync_dir=False)
-    del data
-    await ctx.dirs.sync(ctx.spool.root)  # the rename is durable: shared with other jobs
+    try:
+        spooled = await ctx.offload(ctx.spool.write, job["id"], data, sync_dir=False)
+        del data
+        await ctx.dirs.sync(ctx.spool.root)  # the rename is durable: shared with other jobs
+    except (OSError, SpoolError) as exc:
+        # The bytes cannot be kept here (a full disk, say): record the paid attempt, then
+        # stop the run, since every other render would land on the same disk.
+        ctx.ledger.end_attempt(job, number, **success)
+        ctx.ledger.note(job, "spool_failed", error=str(exc))
+        raise SpoolError(
+            f"cannot keep the output of {job['batch']}/{job['key']} in the spool "
+            f"{ctx.spool.root}: {exc}. Its render (attempt {number}) is recorded with its "
+            "cost; fix the disk, then run 'afc resume' (the job renders again)."
+        ) from None
     crash_point("after_spool")
     try:
         with ctx.ledger.tx():

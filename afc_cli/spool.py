@@ -128,7 +128,7 @@ class Spool:
         """Jobs with a file (complete or partial) in the spool."""
         try:
             names = [entry.name for entry in os.scandir(self.root)]
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return set()
         return {name.rsplit(".", 1)[0] for name in names if name.endswith((".spool", ".part"))}
 

@@ -166,3 +166,22 @@ def test_a_quick_look_never_waits_behind_busy_file_work(tmp_path):
             await worker.close()
 
     assert asyncio.run(main()) == [fifo.name for fifo in fifos]
+
+
+def test_a_spool_that_cannot_be_written_stops_the_run_with_the_paid_attempt_recorded(afc):
+    """A render whose bytes cannot be kept (here the spool path is a file, as a full or broken
+    disk would refuse them): exit 1 with a message, no traceback, the attempt recorded with its
+    cost; once the disk is fixed, resume finishes every job."""
+    afc.write_manifest(manifest([{"key": f"k{i}", "prompt": f"p{i}"} for i in range(3)]))
+    (afc.cwd / "afc.db-spool").write_text("in the way")
+    result = afc("submit", "manifest.yaml", "--concurrency", "1")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "cannot keep the output of b1/k0 in the spool" in result.stderr
+    paid = afc.rows("SELECT status, cost_micros FROM attempts WHERE number = 1 ORDER BY id")
+    assert paid[0] == ("succeeded", 50_000)
+    assert not afc.rows("SELECT 1 FROM attempts WHERE status = 'started'")
+    (afc.cwd / "afc.db-spool").unlink()
+    result = afc("resume")
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT DISTINCT status FROM jobs") == [("succeeded",)]
