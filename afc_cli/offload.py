@@ -178,13 +178,21 @@ def serve(inp: Any, out: Any) -> None:
             out.write(reply)
             out.flush()
 
-    with ThreadPoolExecutor(THREADS) as pool, ThreadPoolExecutor(QUICK_THREADS) as quick:
-        while True:
-            header = inp.read(REQUEST.size)
-            if len(header) < REQUEST.size:
-                break
-            call_id, size, lane = REQUEST.unpack(header)
-            (quick if lane else pool).submit(run, call_id, inp.read(size))
+    parent = os.getppid()
+    pool, quick = ThreadPoolExecutor(THREADS), ThreadPoolExecutor(QUICK_THREADS)
+    while True:
+        header = inp.read(REQUEST.size)
+        if len(header) < REQUEST.size:
+            break
+        call_id, size, lane = REQUEST.unpack(header)
+        (quick if lane else pool).submit(run, call_id, inp.read(size))
+    # End of input. From a live run (it ended, or was interrupted and waits for us before it
+    # releases its jobs): finish every call. From a dead one (where PR_SET_PDEATHSIG is not
+    # available; we were handed to another parent): drop the calls not yet started rather
+    # than write spool files or objects behind the next run's back.
+    orphaned = os.getppid() != parent
+    for executor in (pool, quick):
+        executor.shutdown(wait=True, cancel_futures=orphaned)
 
 
 def main() -> None:
