@@ -92,6 +92,7 @@ class RunContext:
     rates: dict[str, RateCards]  # by batch name
     slots: asyncio.Semaphore
     store_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    spool_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(64))
     lease_s: float = 300.0
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
@@ -164,10 +165,10 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
     """Run one job from its first incomplete step. Returns its status afterwards.
 
     ``--concurrency`` bounds the jobs in their paid part (claim, probe, render): once a
-    provider call returned, the job gives its slot to the next render and spools and stores
-    under the storage slots, so neither an fsync nor a slow upload holds back the next
-    provider call. (The bytes wait in memory for a storage slot; the spool step takes them
-    first thing.)
+    provider call returned, the job gives its slot to the next render, spools its bytes under
+    slots of their own (local writes that free them in a moment: rendered bytes never wait in
+    memory behind slow uploads), then stores and verifies under the storage slots, so neither
+    an fsync nor a slow upload holds back the next provider call.
     """
     async with ctx.slots:
         job = ctx.ledger.claim(job_id, ctx.lease_s)
@@ -180,6 +181,10 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
         # Let the job that just took our render slot reach its provider call first: renders
         # are the long waits, storage work can follow a moment later.
         await asyncio.sleep(0)
+        if job["step"] == "spool":
+            async with ctx.spool_slots:
+                job = await _run_steps(ctx, job, SPOOL_STEP)
+    if job["status"] not in TERMINAL and job["step"] in STORE_STEPS:
         async with ctx.store_slots:
             job = await _run_steps(ctx, job, STORE_STEPS)
     if job["status"] not in TERMINAL:
@@ -473,9 +478,12 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
 async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
     """Make a render's bytes durable, then record the attempt and both checkpoints at once."""
     pending = job.pop("unspooled", None)
-    if pending is None:  # a job resting at "spool" in the ledger: render decides (adopt/retry)
+    if pending is None:
+        # Not a step the ledger rests at (render checkpoints straight to store); were a job
+        # found here, the next run's render step decides (adopt the spool file, or retry)
+        # under a render slot.
         job["step"] = "render"
-        return await render(ctx, job)
+        return False
     data, success = pending
     number = job["rendered_by"]["attempt"]
     try:
@@ -779,6 +787,7 @@ async def finish(ctx: RunContext, job: dict[str, Any]) -> bool:
 
 
 RENDER_STEPS = frozenset({"probe", "render"})
+SPOOL_STEP = frozenset({"spool"})
 STORE_STEPS = frozenset({"spool", "store", "verify", "finish"})
 STEPS = {
     "probe": probe,
