@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import manifest
 
 from afc_cli.errors import StorageError
 from afc_cli.offload import FileWorker, HelperGone
 from afc_cli.spool import DirSync, Spool
 from afc_cli.storage.file import FileStorage
-from tests.conftest import manifest
 
 
 def _defined_in_tests_only() -> None:
