@@ -18,7 +18,6 @@ continues at its first incomplete step. Where each paid window opens and closes:
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import signal
@@ -690,8 +689,9 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
                     ctx, storage, store_and_verify, storage, key, spool_path, meta, inline=False
                 )
             elif spool_path.exists():
-                put = functools.partial(storage.put_if_absent, sync=False)
-                await _storage(ctx, storage, put, key, spool_path, meta, inline=False)
+                await _storage(
+                    ctx, storage, storage.put_if_absent, key, spool_path, meta, inline=False
+                )
                 outcome = "stored"
             else:
                 outcome = "missing"
@@ -758,6 +758,7 @@ async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, s
             job,
             "failed",
             step="verify",
+            steps=steps,
             error_code="VERIFY_FAILED",
             error_class="storage",
             error_message=f"{problem}; expected {job['output_size']} bytes sha256 "

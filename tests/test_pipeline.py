@@ -12,6 +12,7 @@ from afc_cli.manifest import load_manifest
 from afc_cli.pipeline import RunContext, run_job
 from afc_cli.run import manifest_rates
 from afc_cli.spool import Spool
+from afc_cli.storage.file import FileStorage
 
 
 def test_rendered_bytes_are_spooled_before_waiting_for_a_storage_slot(afc):
@@ -49,3 +50,49 @@ def test_rendered_bytes_are_spooled_before_waiting_for_a_storage_slot(afc):
         ledger.close()
     assert spooled_while_waiting and step == "store"
     assert status == "succeeded"
+
+
+class _TruncatingStorage(FileStorage):
+    """Stores, then loses half the object: what a faulty disk or a meddling process does."""
+
+    def put_if_absent(self, key, source, meta, *, sync=True):
+        super().put_if_absent(key, source, meta, sync=sync)
+        obj = self.root / key
+        data = obj.read_bytes()
+        obj.unlink()  # the spool file stays whole (the object was a hard link to it)
+        obj.write_bytes(data[: len(data) // 2])
+
+
+def test_the_read_back_decides_not_the_write(afc):
+    """A store that reported success but reads back wrong ends the job failed VERIFY_FAILED,
+    with the paid attempt recorded, the store step on record and the spool file kept."""
+    m = load_manifest(afc.write_manifest(manifest(jobs(1))))
+    url = f"file://{afc.cwd / 'out'}"
+    ledger = Ledger(afc.cwd / "afc.db")
+    ledger.admit(m, url, manifest_rates(m))
+    job_id = m.jobs[0].job_id
+    spool = Spool.beside(ledger.path)
+
+    async def main():
+        ctx = RunContext(
+            ledger=ledger,
+            spool=spool,
+            storages={m.batch: _TruncatingStorage(afc.cwd / "out")},
+            rates={m.batch: manifest_rates(m)},
+            slots=asyncio.Semaphore(1),
+        )
+        with ledger.grouped(asyncio.get_running_loop()):
+            return await run_job(ctx, job_id)
+
+    try:
+        status = asyncio.run(main())
+        job = ledger.job(job_id)
+        steps = [s["step"] for s in ledger.steps(job_id)]
+        attempts = ledger.attempts(job_id)
+    finally:
+        ledger.close()
+    assert status == "failed" and job["error_code"] == "VERIFY_FAILED"
+    assert "reads back" in job["error_message"] and "is kept" in job["error_message"]
+    assert steps == ["probe", "render", "spool", "store"]
+    assert [(a["status"], a["cost_micros"]) for a in attempts] == [("succeeded", 50_000)]
+    assert spool.path(job_id).exists()
