@@ -28,10 +28,10 @@ from afc_cli.spool import Spool
 
 DEFAULT_CONCURRENCY = 8
 LEASE_S = 300.0
-# Jobs in their storage steps at once (spool, store, verify), apart from --concurrency, which
-# bounds paid provider calls. Storage work costs nothing at the provider, and its latency is
-# fsyncs and uploads that overlap well: a 10,000-job run of instant renders measured ~40%
-# faster with 64 than with 8.
+# Jobs in their storage steps at once (store, verify), apart from --concurrency, which bounds
+# paid provider calls. Storage work costs nothing at the provider, and its latency is fsyncs
+# and uploads that overlap well: a 10,000-job run of instant renders measured ~40% faster with
+# 64 than with 8. (Spool writes have slots of their own: RunContext.spool_slots.)
 STORE_SLOTS = 64
 
 

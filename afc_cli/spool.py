@@ -62,12 +62,18 @@ class DirSync:
             while (future := self._next.pop(directory, None)) is not None:
                 try:
                     await self._run(fsync_dir, directory)
-                except OSError as exc:
+                except asyncio.CancelledError:
+                    future.cancel()
+                    raise
+                except Exception as exc:  # the callers decide what a failed fsync means
                     future.set_exception(exc)
                 else:
                     future.set_result(None)
         finally:
             del self._running[directory]
+            left = self._next.pop(directory, None)  # callers who came as we were stopped
+            if left is not None:
+                left.cancel()
 
 
 def file_digest(path: Path) -> tuple[int, str]:

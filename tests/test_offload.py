@@ -185,3 +185,24 @@ def test_a_spool_that_cannot_be_written_stops_the_run_with_the_paid_attempt_reco
     result = afc("resume")
     assert result.returncode == 0, result.stderr
     assert afc.rows("SELECT DISTINCT status FROM jobs") == [("succeeded",)]
+
+
+def test_a_failed_directory_fsync_reaches_every_caller_and_the_next_one_runs(tmp_path):
+    calls = []
+
+    async def run(fn, directory):
+        calls.append(directory)
+        if len(calls) == 1:
+            raise HelperGone()
+        fn(directory)
+
+    async def main():
+        dirs = DirSync(run)
+        first = await asyncio.gather(
+            *(dirs.sync(tmp_path) for _ in range(3)), return_exceptions=True
+        )
+        await dirs.sync(tmp_path)  # a later caller gets a fresh fsync, not a hang
+        return first
+
+    first = asyncio.run(asyncio.wait_for(main(), 10))
+    assert all(isinstance(e, HelperGone) for e in first) and len(calls) == 2
