@@ -109,7 +109,7 @@ class FileWorker:
         frame = pickle.dumps((fn, args, kwargs), pickle.HIGHEST_PROTOCOL)
         future = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
-        self._pipe.write(REQUEST.pack(call_id, len(frame), lane) + frame)
+        self._pipe.writelines([REQUEST.pack(call_id, len(frame), lane), frame])
         return await future
 
     async def _read(self, stdout: asyncio.StreamReader) -> None:

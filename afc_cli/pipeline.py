@@ -135,6 +135,9 @@ class RunContext:
 
 
 INLINE_READ_BYTES = 1 << 20
+# Outputs up to this size are spooled by the file helper (the bytes cross its pipe); larger
+# ones (videos) are written from a thread here, so a big output is never copied into a pipe.
+OFFLOAD_SPOOL_BYTES = 4 << 20
 
 
 async def _io(ctx: RunContext, storage: Storage, fn, *args, inline: bool = True):
@@ -486,7 +489,8 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
     data, success = pending
     number = job["rendered_by"]["attempt"]
     try:
-        spooled = await ctx.offload(ctx.spool.write, job["id"], data, sync_dir=False)
+        run = ctx.offload if len(data) <= OFFLOAD_SPOOL_BYTES else asyncio.to_thread
+        spooled = await run(ctx.spool.write, job["id"], data, sync_dir=False)
         del data
         await ctx.dirs.sync(ctx.spool.root)  # the rename is durable: shared with other jobs
     except (OSError, SpoolError) as exc:

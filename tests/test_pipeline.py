@@ -96,3 +96,43 @@ def test_the_read_back_decides_not_the_write(afc):
     assert steps == ["probe", "render", "spool", "store"]
     assert [(a["status"], a["cost_micros"]) for a in attempts] == [("succeeded", 50_000)]
     assert spool.path(job_id).exists()
+
+
+def test_big_outputs_are_spooled_here_not_sent_through_the_helper_pipe(afc, monkeypatch):
+    """Small outputs cross to the file helper; one above OFFLOAD_SPOOL_BYTES (a video) is
+    written from a thread of the run instead, never copied into a pipe."""
+    import afc_cli.pipeline as pipeline
+
+    def run_one(key: str) -> list[str]:
+        m = load_manifest(afc.write_manifest(manifest([{"key": key, "prompt": key}])))
+        url = f"file://{afc.cwd / 'out'}"
+        ledger = Ledger(afc.cwd / "afc.db")
+        ledger.admit(m, url, manifest_rates(m))
+        offloaded: list[str] = []
+
+        async def offload(fn, *args, **kwargs):
+            offloaded.append(getattr(fn, "__name__", repr(fn)))
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+        async def main():
+            ctx = RunContext(
+                ledger=ledger,
+                spool=Spool.beside(ledger.path),
+                storages={m.batch: storage_mod.open(url)},
+                rates={m.batch: manifest_rates(m)},
+                slots=asyncio.Semaphore(1),
+                offload=offload,
+            )
+            with ledger.grouped(asyncio.get_running_loop()):
+                assert await run_job(ctx, m.jobs[0].job_id) == "succeeded"
+
+        try:
+            asyncio.run(main())
+        finally:
+            ledger.close()
+        return offloaded
+
+    assert "write" in run_one("small")
+    monkeypatch.setattr(pipeline, "OFFLOAD_SPOOL_BYTES", 10)  # every PNG counts as big now
+    offloaded = run_one("big")
+    assert "write" not in offloaded and "store_and_verify" in offloaded
