@@ -1,8 +1,9 @@
-"""The run loop's slots, in process: what holds a job, and where its bytes wait."""
+"""The pipeline in process: what holds a job, where its bytes wait, what decides its end."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from conftest import jobs, manifest
 
@@ -15,39 +16,60 @@ from afc_cli.spool import Spool
 from afc_cli.storage.file import FileStorage
 
 
+class OneJob:
+    """One admitted job on the local provider with file:// storage, and a RunContext for it."""
+
+    def __init__(self, afc, spec: list[dict[str, Any]] | None = None):
+        self.manifest = load_manifest(afc.write_manifest(manifest(spec or jobs(1))))
+        self.job_id = self.manifest.jobs[0].job_id
+        self.url = f"file://{afc.cwd / 'out'}"
+        self.ledger = Ledger(afc.cwd / "afc.db")
+        self.ledger.admit(self.manifest, self.url, manifest_rates(self.manifest))
+        self.spool = Spool.beside(self.ledger.path)
+
+    def context(self, storage=None, **overrides: Any) -> RunContext:
+        batch = self.manifest.batch
+        return RunContext(
+            ledger=self.ledger,
+            spool=self.spool,
+            storages={batch: storage or storage_mod.open(self.url)},
+            rates={batch: manifest_rates(self.manifest)},
+            slots=asyncio.Semaphore(1),
+            **overrides,
+        )
+
+    def run(self, main) -> Any:
+        """asyncio.run(main()) under group commit; the ledger is closed afterwards."""
+
+        async def grouped():
+            with self.ledger.grouped(asyncio.get_running_loop()):
+                return await main()
+
+        try:
+            return asyncio.run(grouped())
+        finally:
+            self.ledger.close()
+
+
 def test_rendered_bytes_are_spooled_before_waiting_for_a_storage_slot(afc):
     """No storage slot is free: the render returns, its bytes go to the spool at once (on
     disk, not held in memory while uploads are slow), and the job waits there to store."""
-    m = load_manifest(afc.write_manifest(manifest(jobs(1))))
-    url = f"file://{afc.cwd / 'out'}"
-    ledger = Ledger(afc.cwd / "afc.db")
-    ledger.admit(m, url, manifest_rates(m))
-    job_id = m.jobs[0].job_id
+    one = OneJob(afc)
+    job_id = one.job_id
 
     async def main():
-        ctx = RunContext(
-            ledger=ledger,
-            spool=Spool.beside(ledger.path),
-            storages={m.batch: storage_mod.open(url)},
-            rates={m.batch: manifest_rates(m)},
-            slots=asyncio.Semaphore(1),
-            store_slots=asyncio.Semaphore(0),
-        )
-        with ledger.grouped(asyncio.get_running_loop()):
-            task = asyncio.create_task(run_job(ctx, job_id))
-            for _ in range(500):
-                if ctx.spool.path(job_id).exists() or task.done():
-                    break
-                await asyncio.sleep(0.01)
-            spooled_while_waiting = ctx.spool.path(job_id).exists() and not task.done()
-            step = ledger.job(job_id)["step"]
-            ctx.store_slots.release()
-            return spooled_while_waiting, step, await task
+        ctx = one.context(store_slots=asyncio.Semaphore(0))
+        task = asyncio.create_task(run_job(ctx, job_id))
+        for _ in range(500):
+            if ctx.spool.path(job_id).exists() or task.done():
+                break
+            await asyncio.sleep(0.01)
+        spooled_while_waiting = ctx.spool.path(job_id).exists() and not task.done()
+        step = one.ledger.job(job_id)["step"]
+        ctx.store_slots.release()
+        return spooled_while_waiting, step, await task
 
-    try:
-        spooled_while_waiting, step, status = asyncio.run(main())
-    finally:
-        ledger.close()
+    spooled_while_waiting, step, status = one.run(main)
     assert spooled_while_waiting and step == "store"
     assert status == "succeeded"
 
@@ -66,36 +88,20 @@ class _TruncatingStorage(FileStorage):
 def test_the_read_back_decides_not_the_write(afc):
     """A store that reported success but reads back wrong ends the job failed VERIFY_FAILED,
     with the paid attempt recorded, the store step on record and the spool file kept."""
-    m = load_manifest(afc.write_manifest(manifest(jobs(1))))
-    url = f"file://{afc.cwd / 'out'}"
-    ledger = Ledger(afc.cwd / "afc.db")
-    ledger.admit(m, url, manifest_rates(m))
-    job_id = m.jobs[0].job_id
-    spool = Spool.beside(ledger.path)
+    one = OneJob(afc)
+    ledger, job_id = one.ledger, one.job_id
 
     async def main():
-        ctx = RunContext(
-            ledger=ledger,
-            spool=spool,
-            storages={m.batch: _TruncatingStorage(afc.cwd / "out")},
-            rates={m.batch: manifest_rates(m)},
-            slots=asyncio.Semaphore(1),
-        )
-        with ledger.grouped(asyncio.get_running_loop()):
-            return await run_job(ctx, job_id)
-
-    try:
-        status = asyncio.run(main())
-        job = ledger.job(job_id)
+        status = await run_job(one.context(_TruncatingStorage(afc.cwd / "out")), job_id)
         steps = [s["step"] for s in ledger.steps(job_id)]
-        attempts = ledger.attempts(job_id)
-    finally:
-        ledger.close()
+        return status, ledger.job(job_id), steps, ledger.attempts(job_id)
+
+    status, job, steps, attempts = one.run(main)
     assert status == "failed" and job["error_code"] == "VERIFY_FAILED"
     assert "reads back" in job["error_message"] and "is kept" in job["error_message"]
     assert steps == ["probe", "render", "spool", "store"]
     assert [(a["status"], a["cost_micros"]) for a in attempts] == [("succeeded", 50_000)]
-    assert spool.path(job_id).exists()
+    assert one.spool.path(job_id).exists()
 
 
 def test_big_outputs_are_spooled_here_not_sent_through_the_helper_pipe(afc, monkeypatch):
@@ -103,36 +109,21 @@ def test_big_outputs_are_spooled_here_not_sent_through_the_helper_pipe(afc, monk
     written from a thread of the run instead, never copied into a pipe."""
     import afc_cli.pipeline as pipeline
 
-    def run_one(key: str) -> list[str]:
-        m = load_manifest(afc.write_manifest(manifest([{"key": key, "prompt": key}])))
-        url = f"file://{afc.cwd / 'out'}"
-        ledger = Ledger(afc.cwd / "afc.db")
-        ledger.admit(m, url, manifest_rates(m))
-        offloaded: list[str] = []
+    def offloaded_calls(key: str) -> list[str]:
+        one = OneJob(afc, [{"key": key, "prompt": key}])
+        names: list[str] = []
 
         async def offload(fn, *args, **kwargs):
-            offloaded.append(getattr(fn, "__name__", repr(fn)))
+            names.append(getattr(fn, "__name__", repr(fn)))
             return await asyncio.to_thread(fn, *args, **kwargs)
 
         async def main():
-            ctx = RunContext(
-                ledger=ledger,
-                spool=Spool.beside(ledger.path),
-                storages={m.batch: storage_mod.open(url)},
-                rates={m.batch: manifest_rates(m)},
-                slots=asyncio.Semaphore(1),
-                offload=offload,
-            )
-            with ledger.grouped(asyncio.get_running_loop()):
-                assert await run_job(ctx, m.jobs[0].job_id) == "succeeded"
+            return await run_job(one.context(offload=offload), one.job_id)
 
-        try:
-            asyncio.run(main())
-        finally:
-            ledger.close()
-        return offloaded
+        assert one.run(main) == "succeeded"
+        return names
 
-    assert "write" in run_one("small")
+    assert "write" in offloaded_calls("small")
     monkeypatch.setattr(pipeline, "OFFLOAD_SPOOL_BYTES", 10)  # every PNG counts as big now
-    offloaded = run_one("big")
-    assert "write" not in offloaded and "store_and_verify" in offloaded
+    names = offloaded_calls("big")
+    assert "write" not in names and "store_and_verify" in names
