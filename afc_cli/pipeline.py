@@ -179,13 +179,12 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
             return current["status"] if current else "missing"
         ctx.report(job, "started", job["step"])
         job = await _run_steps(ctx, job, RENDER_STEPS)
-    if job["status"] not in TERMINAL and job["step"] in STORE_STEPS:
+    if job["status"] not in TERMINAL and job["step"] in SPOOL_STEP:
         # Let the job that just took our render slot reach its provider call first: renders
         # are the long waits, storage work can follow a moment later.
         await asyncio.sleep(0)
-        if job["step"] == "spool":
-            async with ctx.spool_slots:
-                job = await _run_steps(ctx, job, SPOOL_STEP)
+        async with ctx.spool_slots:
+            job = await _run_steps(ctx, job, SPOOL_STEP)
     if job["status"] not in TERMINAL and job["step"] in STORE_STEPS:
         async with ctx.store_slots:
             job = await _run_steps(ctx, job, STORE_STEPS)
@@ -793,7 +792,7 @@ async def finish(ctx: RunContext, job: dict[str, Any]) -> bool:
 
 RENDER_STEPS = frozenset({"probe", "render"})
 SPOOL_STEP = frozenset({"spool"})
-STORE_STEPS = frozenset({"spool", "store", "verify", "finish"})
+STORE_STEPS = frozenset({"store", "verify", "finish"})
 STEPS = {
     "probe": probe,
     "render": render,
