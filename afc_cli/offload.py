@@ -13,9 +13,11 @@ Why not ``concurrent.futures.ProcessPoolExecutor``: it runs one call per worker 
 time (a worker waiting in fsync holds its process) and drives its queues with two threads in
 the calling process, which brings back the GIL hand-offs this module exists to avoid.
 
-The helper runs each call on a small thread pool (fsyncs overlap), is started with the run and
-ended after it, ignores Ctrl-C (the run loop decides what an interruption means) and, on Linux,
-dies with its parent: a SIGKILLed run leaves no helper finishing its file work behind it. Every
+The helper runs each call on a small thread pool (fsyncs overlap; stats and small reads have
+threads of their own), is started by ``afc submit``/``afc resume`` before they import the run
+and ended after it, ignores Ctrl-C and SIGTERM (the run loop decides what an interruption
+means) and, on Linux, dies with its parent: a SIGKILLed run leaves no helper finishing its file
+work behind it. Every
 call it makes is one the pipeline already treats as interruptible at any instant (fsync +
 rename into the spool, create-only stores), so a crash on either side of the pipe is a crash
 like any other.
