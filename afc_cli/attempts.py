@@ -4,8 +4,9 @@ Nothing under it retries on its own. What happens after a failed attempt depends
 class (SPEC section 5):
 
 - ``auth``, ``invalid``, ``cancelled`` stop the whole chain: the job fails.
-- ``rate_limited``, ``timeout``, ``unavailable``, ``server`` (and an attempt of ``unknown``
-  outcome, left by a dead process) back off and try the same model while it has attempts left.
+- ``rate_limited``, ``timeout``, ``unavailable``, ``server`` (and an attempt whose provider
+  answered that it no longer has the request: outcome ``unknown``) back off and try the same
+  model while it has attempts left.
 - ``refusal`` uses the same model's remaining attempts first (some models refuse a prompt only
   sometimes), without waiting.
 - ``window_expired`` never retries that model: the provider may have billed the whole window.
@@ -17,6 +18,14 @@ names one of them (default: ``[exhausted]``). An exhausted chain fails with the 
 
 The runner's state is the ledger's attempt rows, so a resumed job continues where it stopped:
 attempt numbers, per-model counts and backoff all carry over.
+
+``attempts`` counts the provider's answers. An attempt cut off by afc's own end (SIGKILL,
+Ctrl-C, SIGTERM, a power cut, a takeover) is recorded with the class ``interrupted``: status
+``unknown`` (possibly paid) when its request may have reached the provider, ``failed`` at a
+known cost of 0 when it provably never left. Such attempts stay in the ledger and in every
+cost figure, but ``counted`` leaves them out: they never use up a model's attempts and never
+fail a job by themselves, and the next attempt after one starts without a backoff wait. (A job
+whose runs keep dying mid-call is bounded separately: ``AFC_MAX_INTERRUPTS`` in pipeline.py.)
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from typing import Any
 
 STOP_CHAIN = frozenset({"auth", "invalid", "cancelled"})
 RETRY_SAME_MODEL = frozenset({"rate_limited", "timeout", "unavailable", "server", "unknown"})
+INTERRUPTED = "interrupted"  # the class of an attempt cut off by afc's own end
 
 
 def backoff_delay(
@@ -113,6 +123,24 @@ class PastAttempt:
         )
 
 
+def counted(rows: list[dict[str, Any]], base: int = 0) -> list[PastAttempt]:
+    """The ended attempts that count toward a chain's ``attempts``: those numbered after
+    ``base`` (the last ``afc retry``), failed or of unknown outcome, and not interrupted."""
+    return [
+        PastAttempt.from_row(r)
+        for r in rows
+        if r["number"] > base
+        and r["status"] in ("failed", "unknown")
+        and r["error_class"] != INTERRUPTED
+    ]
+
+
+def interrupted_last(rows: list[dict[str, Any]], base: int = 0) -> bool:
+    """Whether the latest attempt since ``base`` was cut off by afc's own end."""
+    recent = [r for r in rows if r["number"] > base]
+    return bool(recent) and recent[-1]["error_class"] == INTERRUPTED
+
+
 @dataclass(frozen=True)
 class Try:
     """Make an attempt on chain entry ``chain_index`` after waiting ``delay`` seconds."""
@@ -136,8 +164,25 @@ def next_try(
     *,
     retry_after: float | None = None,
     rand: Callable[[], float] = random.random,
+    after_interrupt: bool = False,
 ) -> Try | GiveUp:
-    """Decide the next attempt from the chain and the ended attempts so far (oldest first)."""
+    """Decide the next attempt from the chain and the counted attempts so far (oldest first).
+
+    ``after_interrupt``: the latest attempt was cut off by afc's own end, so the next one starts
+    at once (the interruption was no sign of a provider needing a rest)."""
+    decision = _next_try(chain, history, retry_after=retry_after, rand=rand)
+    if after_interrupt and isinstance(decision, Try) and decision.delay:
+        return Try(decision.chain_index, 0.0, INTERRUPTED)
+    return decision
+
+
+def _next_try(
+    chain: list[dict[str, Any]],
+    history: list[PastAttempt],
+    *,
+    retry_after: float | None,
+    rand: Callable[[], float],
+) -> Try | GiveUp:
     if not history:
         return Try(0, 0.0, None)
     index = history[-1].chain_index

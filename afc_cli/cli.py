@@ -54,6 +54,18 @@ MaxSpendOpt = Annotated[
         help="Cap this run's priced spend; stop starting attempts before it (exit 4).",
     ),
 ]
+GraceOpt = Annotated[
+    float,
+    typer.Option(
+        "--grace",
+        envvar="AFC_GRACE_S",
+        metavar="SECONDS",
+        min=0,
+        help="On Ctrl-C or SIGTERM, how long calls in flight may finish (and be stored) "
+        "before they are abandoned.",
+        show_envvar=True,
+    ),
+]
 AllowUnpricedOpt = Annotated[
     bool,
     typer.Option(
@@ -102,10 +114,13 @@ def _reporter(json_out: bool, quiet: bool, verbose: bool):
 
 
 def _interrupt_on_sigterm() -> None:
-    """SIGTERM (a stopped cron job, a container shutdown) is an interruption like Ctrl-C: stop,
-    record what is in flight as unknown, release the leases, exit 130; every job stays
-    resumable. A second Ctrl-C or SIGTERM exits at once (the ledger is consistent at every
-    commit, so nothing is lost by not tidying up)."""
+    """SIGTERM (a stopped cron job, a container shutdown) is an interruption like Ctrl-C.
+
+    While jobs run, the run loop handles both (run.py's ``Interruption``: drain within the
+    grace period, then exit 130). Before and after that (validation, admission, the summary)
+    these handlers apply: stop, release, exit 130; every job stays resumable. A second Ctrl-C
+    or SIGTERM exits at once (the ledger is consistent at every commit, so nothing is lost by
+    not tidying up)."""
 
     def first(signum, frame):
         signal.signal(signal.SIGINT, second)
@@ -143,6 +158,9 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
                 "spent": format_usd(result.stats.spent_micros),
                 "budget": format_usd(result.budget.cap_micros) if result.budget else None,
                 "stopped_by_budget": result.stats.budget_hit,
+                "interrupted": result.stats.interrupted,
+                "abandoned_attempts": result.stats.abandoned,
+                "stuck": [job_json(row) for row in result.stuck],
                 "exit_code": result.exit_code,
             }
         )
@@ -164,9 +182,12 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
             f"{len(conflicts)} conflicting; storage {admit.storage}"
         )
     not_ok = [j for j in jobs if j["status"] != "succeeded"]
+    if result.stats.interrupted:
+        not_ok = [j for j in not_ok if j["status"] not in ("queued", "waiting")]
     for job in not_ok:
         why = job["error"]["message"] if job["error"] else job["waiting"] or ""
         _err(f"{job['batch']}/{job['key']}: {job['status']} at {job['step']}: {why}")
+    _print_stuck(result.stuck)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
     _err(
         f"{result.ran} run; {counts or 'no jobs'}; "
@@ -177,6 +198,33 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
             f"stopped by the budget of {format_usd(result.budget.cap_micros)} USD: no new "
             "attempt was started past it; every waiting job resumes with 'afc resume'"
         )
+    if result.stats.interrupted:
+        stats = result.stats
+        left = sum(1 for j in jobs if j["status"] in ("queued", "waiting", "running"))
+        abandoned = (
+            f"{stats.abandoned} call(s) in flight abandoned (recorded as unknown: possibly paid)"
+            if stats.abandoned
+            else "no call abandoned"
+        )
+        _err(
+            f"interrupted: {stats.finished} job(s) finished in this run, {left} left to do, "
+            f"{abandoned}; spent {format_usd(stats.spent_micros)} USD (priced). "
+            "Continue with 'afc resume'."
+        )
+
+
+def _print_stuck(stuck: list[dict[str, Any]]) -> None:
+    """Failed and dead-lettered jobs that wait for a person: named until one acts."""
+    if not stuck:
+        return
+    shown = stuck[:10]
+    more = f" and {len(stuck) - len(shown)} more" if len(stuck) > len(shown) else ""
+    names = ", ".join(f"{r['batch']}/{r['key']} ({r['status']}, {r['error_code']})" for r in shown)
+    _err(
+        f"{len(stuck)} job(s) failed earlier and wait for a person: {names}{more}. See "
+        "'afc show KEY'; once the cause is fixed, 'afc retry KEY' (or 'afc retry --batch B "
+        "--failed') queues them again."
+    )
 
 
 def _prestart_helper() -> None:
@@ -196,6 +244,7 @@ def submit(
     ] = False,
     max_spend: MaxSpendOpt = None,
     allow_unpriced: AllowUnpricedOpt = False,
+    grace: GraceOpt = 30.0,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     storage: StorageOpt = None,
     concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
@@ -222,6 +271,7 @@ def submit(
             reporter=_reporter(json_out, quiet, verbose),
             max_spend=max_spend,
             allow_unpriced=allow_unpriced,
+            grace_s=grace,
         )
         _print_run(result, json_out, quiet)
         if no_run and result.exit_code != 3:
@@ -234,6 +284,7 @@ def resume(
     batch: BatchOpt = None,
     max_spend: MaxSpendOpt = None,
     allow_unpriced: AllowUnpricedOpt = False,
+    grace: GraceOpt = 30.0,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     storage: StorageOpt = None,
     concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
@@ -241,7 +292,9 @@ def resume(
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Run every unfinished job in the ledger (what cron calls)."""
+    """Run every unfinished job in the ledger (what cron calls).
+
+    Exits 1 while a job of its scope is failed or dead-lettered (until 'afc retry')."""
     with _boundary():
         _prestart_helper()
         from afc_cli import run
@@ -255,6 +308,7 @@ def resume(
             reporter=_reporter(json_out, quiet, verbose),
             max_spend=max_spend,
             allow_unpriced=allow_unpriced,
+            grace_s=grace,
         )
         _print_run(result, json_out, quiet)
         raise typer.Exit(result.exit_code)
@@ -323,10 +377,80 @@ def costs_report_command(
             emit_table(rows, columns, title=f"spend by {by} (USD)", footer=footer(report))
 
 
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Act on several jobs without asking.")]
+
+
+def _asker(yes: bool):
+    """How a command that selects several jobs gets them confirmed: --yes, or a question on
+    a terminal (listing them, on stderr); without either it is refused (exit 2)."""
+    if yes:
+        return lambda what, jobs: True
+    if not sys.stdin.isatty():
+        return None
+
+    def ask(what: str, jobs: list[dict[str, Any]]) -> bool:
+        for job in jobs[:20]:
+            _err(f"  {job['batch']}/{job['key']} ({job['status']})")
+        if len(jobs) > 20:
+            _err(f"  ... and {len(jobs) - 20} more")
+        return typer.confirm(f"{what} these {len(jobs)} jobs?", default=False, err=True)
+
+    return ask
+
+
+@app.command()
+def retry(
+    keys: Annotated[list[str] | None, typer.Argument(help="Keys of the jobs to retry.")] = None,
+    batch: BatchOpt = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Every failed job of --batch.")] = False,
+    dead: Annotated[
+        bool, typer.Option("--dead", help="Every dead-lettered job of --batch.")
+    ] = False,
+    cancelled: Annotated[
+        bool, typer.Option("--cancelled", help="Every cancelled job of --batch.")
+    ] = False,
+    yes: YesOpt = False,
+    by: Annotated[
+        str | None, typer.Option("--by", help="Who decides (recorded; default: the OS user).")
+    ] = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Queue failed, dead-lettered or cancelled jobs again, once their cause is fixed.
+
+    The job keeps its key, request and history; 'afc resume' (or cron) then runs it, looking
+    for its stored output first. A succeeded job is never retried.
+
+    Examples: afc retry shot-001 --batch trailer;  afc retry --batch trailer --failed --yes
+    """
+    with _boundary():
+        from afc_cli.ops import retry as retry_jobs
+
+        statuses = [
+            s for s, on in (("failed", failed), ("dead", dead), ("cancelled", cancelled)) if on
+        ]
+        result = retry_jobs(ledger, keys or [], batch, statuses, by=by, confirm=_asker(yes))
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(result)
+        elif not quiet:
+            for item in result["retried"]:
+                _err(f"{item['batch']}/{item['key']}: queued again (was {item['was']})")
+            for item in result["unchanged"]:
+                _err(f"{item['batch']}/{item['key']}: now {item['status']}, left as it is")
+            if result["retried"]:
+                _err("run 'afc resume' to render them (or let cron do it)")
+            else:
+                _err("no job to retry")
+
+
 @app.command()
 def cancel(
     keys: Annotated[list[str] | None, typer.Argument(help="Keys of the jobs to cancel.")] = None,
     batch: BatchOpt = None,
+    yes: YesOpt = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     storage: StorageOpt = None,
     concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
@@ -338,7 +462,7 @@ def cancel(
     with _boundary():
         from afc_cli.ops import cancel as cancel_jobs
 
-        result = cancel_jobs(ledger, keys or [], batch)
+        result = cancel_jobs(ledger, keys or [], batch, confirm=_asker(yes))
         if json_out:
             from afc_cli.output import emit_json
 

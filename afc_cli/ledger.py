@@ -31,7 +31,14 @@ from afc_cli.owner import current_owner, owner_is_dead
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
 ACTIVE = ("queued", "running", "waiting")
 BUSY_TIMEOUT_S = 30.0
-MAX_TAKEOVERS = 5  # a job whose runs died more often than this is dead-lettered
+# A backstop for runs that keep dying outside provider calls (which cost nothing but never
+# finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
+# bounded much sooner, by AFC_MAX_INTERRUPTS (pipeline.py), since each may have been paid.
+MAX_TAKEOVERS = 20
+INTERRUPTED_MESSAGE = (
+    "the process running this attempt ended before it reported; the provider may have charged "
+    "for it"
+)
 # Under group commit, changes wait at most this long for their commit (and other afc
 # processes at most this long for the write lock). Nothing that money depends on waits:
 # attempt rows and attempt outcomes commit at once.
@@ -511,13 +518,16 @@ class Ledger:
                         step=job["step"],
                         error_code="CRASH_LOOP",
                         error_message=f"the run working on this job ended without finishing "
-                        f"it {job['takeovers']} times; see its events and attempts, fix the "
-                        "cause, then requeue it",
+                        f"it {job['takeovers']} times; see its events and attempts (afc show "
+                        f"{job['key']}), fix the cause, then 'afc retry {job['key']}'",
                     )
                     return None
             return job
 
-    def _mark_unknown(self, job_id: str, batch: str, exclude_owner: str | None) -> None:
+    def _mark_unknown(self, job_id: str, batch: str, exclude_owner: str | None) -> int:
+        """Attempts a run left ``started`` become ``unknown`` (possibly paid) with the class
+        ``interrupted``: they are kept and counted as spend of unknown cost, but never use up
+        a model's attempts (attempts.py). Returns how many."""
         rows = self._all(
             "SELECT number, provider, owner FROM attempts WHERE job_id = ? AND status = 'started'"
             " AND (owner IS NOT ? OR ? IS NULL)",
@@ -525,15 +535,14 @@ class Ledger:
         )
         for row in rows:
             self.db.execute(
-                "UPDATE attempts SET status = 'unknown', ended_at = ?,"
-                " error_message = 'the process running this attempt ended before it reported;"
-                " the provider may have charged for it' WHERE job_id = ? AND number = ?"
-                " AND status = 'started'",
-                (_now(), job_id, row["number"]),
+                "UPDATE attempts SET status = 'unknown', error_class = 'interrupted', ended_at = ?,"
+                " error_message = ? WHERE job_id = ? AND number = ? AND status = 'started'",
+                (_now(), INTERRUPTED_MESSAGE, job_id, row["number"]),
             )
             self._event(
                 job_id, batch, "attempt_unknown", number=row["number"], provider=row["provider"]
             )
+        return len(rows)
 
     def renew_leases(self, lease_s: float) -> None:
         with self.tx():
@@ -543,11 +552,13 @@ class Ledger:
                 (_now() + lease_s, self.owner),
             )
 
-    def release_all(self) -> None:
-        """On interruption: our in-flight attempts become unknown, our leases are freed."""
+    def release_all(self) -> int:
+        """At the end of an interrupted run: the attempts still in flight (abandoned) become
+        unknown, our leases are freed. Returns how many attempts were abandoned."""
+        abandoned = 0
         with self.tx():
             for row in self._all("SELECT id, batch FROM jobs WHERE lease_owner = ?", (self.owner,)):
-                self._mark_unknown(row["id"], row["batch"], exclude_owner=None)
+                abandoned += self._mark_unknown(row["id"], row["batch"], exclude_owner=None)
                 self._event(row["id"], row["batch"], "released", reason="interrupted")
             self.db.execute(
                 "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL,"
@@ -555,6 +566,7 @@ class Ledger:
                 f" WHERE lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
                 (self.owner,),
             )
+        return abandoned
 
     def note(self, job: dict[str, Any], kind: str, **detail: Any) -> None:
         """Append an event to a job's log, whatever its state."""
@@ -568,8 +580,8 @@ class Ledger:
         )
 
     def queue_stats(self, now: float | None = None) -> dict[str, Any]:
-        """Backlog figures for alerting: queued, in flight, delayed, dead-lettered, and the
-        age of the oldest unfinished job."""
+        """Backlog figures for alerting: queued, in flight, delayed, dead-lettered, failed
+        (both wait for a person: ``afc retry``), and the age of the oldest unfinished job."""
         now = _now() if now is None else now
         counts = dict(
             self.db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
@@ -582,16 +594,57 @@ class Ledger:
             "in_flight": counts.get("running", 0),
             "delayed": counts.get("waiting", 0),
             "dlq": counts.get("dead", 0),
+            "failed": counts.get("failed", 0),
             "oldest_age_seconds": 0 if oldest is None else int(now - oldest),
         }
 
-    def release(self, job_id: str) -> None:
+    def retry(self, job: dict[str, Any], by: str) -> bool:
+        """Put a failed, dead-lettered or cancelled job back to ``queued``: a person's decision.
+
+        Its key, request hash and whole history stay; the attempts so far stop counting toward
+        its chain (``attempt_base``), and it starts again at the probe, so an output it already
+        stored (or a spool file it left) is used before anything is paid for. A conditional
+        update: of two racing retries, or a retry racing a worker's terminal write, one wins.
+        Returns False (writing nothing) if the job is not failed, dead or cancelled.
+        """
+        now = _now()
         with self.tx():
-            self.db.execute(
-                "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL"
-                " WHERE id = ? AND lease_owner = ?",
-                (job_id, self.owner),
+            cursor = self.db.execute(
+                "UPDATE jobs SET status = 'queued', step = 'probe', attempt_base = attempts,"
+                " retries = retries + 1,"
+                " takeovers = 0, store_failures = 0, lease_owner = NULL, lease_expires = NULL,"
+                " outcome = NULL, error_code = NULL, error_class = NULL, error_provider = NULL,"
+                " error_http_status = NULL, error_message = NULL, waiting_reason = NULL,"
+                " finished_at = NULL, updated_at = ?"
+                " WHERE id = ? AND status IN ('failed', 'dead', 'cancelled')",
+                (now, job["id"]),
             )
+            if cursor.rowcount != 1:
+                return False
+            self._event(
+                job["id"],
+                job["batch"],
+                "retried",
+                by=by,
+                previous_status=job["status"],
+                previous_error=job.get("error_code"),
+            )
+        return True
+
+    def release(self, job: dict[str, Any]) -> None:
+        """Free a job this run holds but did not finish (it waits, or the run is stopping);
+        a job left ``running`` goes back to ``queued``."""
+        with self.tx():
+            cursor = self.db.execute(
+                "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL,"
+                " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
+                " WHERE id = ? AND lease_owner = ?",
+                (job["id"], self.owner),
+            )
+        if cursor.rowcount == 1:
+            job.update(lease_owner=None, lease_expires=None)
+            if job["status"] == "running":
+                job["status"] = "queued"
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -721,7 +774,7 @@ class Ledger:
         with self.tx(commit=True):
             cursor = self.db.execute(
                 "UPDATE attempts SET status = 'started', owner = ?, ended_at = NULL,"
-                " error_message = NULL WHERE id = ? AND status = 'unknown'",
+                " error_class = NULL, error_message = NULL WHERE id = ? AND status = 'unknown'",
                 (self.owner, attempt["id"]),
             )
             if cursor.rowcount == 1:
@@ -733,6 +786,23 @@ class Ledger:
                     request=attempt["provider_request_id"],
                 )
             return cursor.rowcount == 1
+
+    def interrupt_attempt(self, job: dict[str, Any], number: int) -> None:
+        """A stopping run leaves a submitted job-style request (its id committed) to the next
+        run: the attempt becomes ``unknown``/``interrupted`` until that run polls it again."""
+        with self.tx(commit=True):
+            self.db.execute(
+                "UPDATE attempts SET status = 'unknown', error_class = 'interrupted',"
+                " ended_at = ?, error_message = ? WHERE job_id = ? AND number = ?"
+                " AND status = 'started'",
+                (
+                    _now(),
+                    "afc stopped while the provider rendered it; the next run polls the request",
+                    job["id"],
+                    number,
+                ),
+            )
+            self._event(job["id"], job["batch"], "attempt_left_polling", number=number)
 
     def run_spend(self, run_id: str | None) -> int:
         """Priced spend of one run: known costs, and reservations where the cost is unknown."""
@@ -1005,7 +1075,8 @@ class Ledger:
     def _queue_delivery(self, job: dict[str, Any], now: float) -> None:
         """The transactional outbox: the delivery row commits with the terminal update that
         produced it, so no terminal state exists without its event. Its id is stable (job id
-        and event), and inserting it again does nothing."""
+        and event, and the retry count once a person retried the job: each retry's ending is
+        news of its own), and inserting it again does nothing."""
         from afc_cli.costs import job_cost
 
         webhook = json.loads(job["webhook_json"])
@@ -1038,7 +1109,8 @@ class Ledger:
             " envelope, status, next_attempt_at, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (id) DO NOTHING",
             (
-                f"{job['id']}:job.{event}",
+                f"{job['id']}:job.{event}"
+                + (f":retry{job['retries']}" if job.get("retries") else ""),
                 job["id"],
                 job["batch"],
                 f"job.{event}",

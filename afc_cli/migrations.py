@@ -167,3 +167,21 @@ def m005_webhook_outbox(db):
         ) WITHOUT ROWID;
         """
     )
+
+
+@migrations()
+def m006_retry_and_interrupts(db):
+    # attempt_base: the attempts numbered up to it happened before the job's last `afc retry`;
+    # they stay in its history and its costs, but no longer count toward its chain. retries
+    # counts those decisions (a retried job's next terminal event gets a delivery id of its own).
+    # Attempts cut off by afc's own end get the class "interrupted" (attempts.py), so they never
+    # use up a model's attempts; earlier ledgers marked them unknown with no class.
+    db.executescript(
+        """
+        ALTER TABLE jobs ADD COLUMN attempt_base INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+        UPDATE attempts SET error_class = 'interrupted'
+            WHERE status = 'unknown' AND error_class IS NULL
+            AND error_message LIKE 'the process running this attempt ended%';
+        """
+    )

@@ -1,15 +1,22 @@
-"""Operator commands: cancel jobs, and the queue figures cron alerts on."""
+"""Operator commands: cancel and retry jobs, and the queue figures cron alerts on."""
 
 from __future__ import annotations
 
+import getpass
 import operator
 import re
+import socket
+from collections.abc import Callable
 from typing import Any
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, Ledger
+from afc_cli.owner import owner_is_dead
 
-STAT_FIELDS = ("queued", "in_flight", "delayed", "dlq", "oldest_age_seconds")
+STAT_FIELDS = ("queued", "in_flight", "delayed", "dlq", "failed", "oldest_age_seconds")
+RETRYABLE = ("failed", "dead", "cancelled")
+# Confirm(what, jobs) -> bool: asked before acting on more than one job selected by a filter
+Confirm = Callable[[str, list[dict[str, Any]]], bool]
 _OPS = {
     ">=": operator.ge,
     "<=": operator.le,
@@ -21,14 +28,47 @@ _OPS = {
 _CONDITION = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*$")
 
 
+def _named(ledger: Ledger, ledger_path: str, keys: list[str], batch: str | None) -> list[dict]:
+    """The jobs named by key (within ``batch`` if given). Every key must exist, or nothing is
+    done (exit 2): a typo never leaves half of a command's work done."""
+    if batch is not None and ledger.batch(batch) is None:
+        raise UsageError(f"no batch {batch!r} in {ledger_path}")
+    targets, missing = [], []
+    for key in keys:
+        found = ledger.jobs_by_key(key, batch)
+        if not found:
+            missing.append(key)
+        targets.extend(found)
+    if missing:
+        where = f" in batch {batch!r}" if batch else ""
+        raise UsageError(
+            f"no job with key {', '.join(repr(k) for k in missing)}{where} in {ledger_path}; "
+            "nothing was changed"
+        )
+    return targets
+
+
+def _confirmed(confirm: Confirm | None, what: str, jobs: list[dict[str, Any]]) -> None:
+    if len(jobs) > 1 and (confirm is None or not confirm(what, jobs)):
+        raise UsageError(
+            f"{what} {len(jobs)} jobs: not confirmed (pass --yes to confirm without a "
+            "terminal); nothing was changed"
+        )
+
+
 def cancel(
-    ledger_path: str, keys: list[str], batch: str | None, reason: str | None = None
+    ledger_path: str,
+    keys: list[str],
+    batch: str | None,
+    reason: str | None = None,
+    confirm: Confirm | None = None,
 ) -> dict[str, list[dict[str, str]]]:
     """Cancel jobs by key (within --batch if given) or every unfinished job of a batch.
 
     A cancelled job is final: its status is written through the first-terminal-wins update,
     so a worker busy with it notices at its next step (or when its wait ends) and stops; a
     result that arrives after the cancel changes no status but is still recorded as paid.
+    Cancelling a whole batch of more than one job is confirmed first (``confirm``).
     """
     if not keys and batch is None:
         raise UsageError("name the jobs to cancel (KEY...) or a whole batch (--batch B)")
@@ -36,16 +76,12 @@ def cancel(
     out: dict[str, list[dict[str, str]]] = {"cancelled": [], "already_final": [], "not_found": []}
     try:
         if keys:
-            targets = []
-            for key in keys:
-                found = ledger.jobs_by_key(key, batch)
-                if not found:
-                    out["not_found"].append({"key": key, "batch": batch})
-                targets.extend(found)
+            targets = _named(ledger, ledger_path, keys, batch)
         else:
             if ledger.batch(batch) is None:
                 raise UsageError(f"no batch {batch!r} in {ledger_path}")
             targets = [job for job in ledger.batch_jobs(batch) if job["status"] in ACTIVE]
+            _confirmed(confirm, "cancel", targets)
         why = reason or "cancelled with afc cancel"
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"]}
@@ -88,6 +124,95 @@ def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> None:
                 ledger.note(job, "provider_cancel_failed", request=attempt["provider_request_id"])
             else:
                 ledger.note(job, "provider_cancel_sent", request=attempt["provider_request_id"])
+
+
+def who() -> str:
+    """Who made a decision, for the ledger's events: ``AFC_USER`` or the OS user, at this host."""
+    import os
+
+    try:
+        user = os.environ.get("AFC_USER") or getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def retry(
+    ledger_path: str,
+    keys: list[str],
+    batch: str | None,
+    statuses: list[str],
+    *,
+    by: str | None = None,
+    confirm: Confirm | None = None,
+) -> dict[str, Any]:
+    """Put failed, dead-lettered or cancelled jobs back to ``queued``: a person's decision.
+
+    By key (``keys``, within ``batch`` if given), or by filter (``batch`` and ``statuses``, a
+    subset of failed, dead, cancelled; more than one job selected is confirmed first). Every
+    named job must be retryable, or nothing changes (exit 2): a succeeded job is never
+    rendered again, and a queued or running one is already on its way. A job whose earlier
+    run still has a call in flight (say it was cancelled mid-call) is refused until that call
+    ends, so a retry never makes two executions of one job at once. The job keeps its key,
+    request hash and history; the next ``afc resume`` (or cron) runs it, probing its output
+    key first; budgets apply as to any run.
+    """
+    if keys and statuses:
+        raise UsageError(
+            "name jobs by KEY or select them with --failed/--dead/--cancelled, not both"
+        )
+    if not keys and not statuses:
+        raise UsageError(
+            "name the jobs to retry (KEY...) or select them: --batch B --failed, --dead or "
+            "--cancelled"
+        )
+    if statuses and batch is None:
+        raise UsageError("--failed, --dead and --cancelled select within one batch: add --batch B")
+    ledger = Ledger(ledger_path, create=False)
+    try:
+        if keys:
+            targets = _named(ledger, ledger_path, keys, batch)
+        else:
+            if ledger.batch(batch) is None:
+                raise UsageError(f"no batch {batch!r} in {ledger_path}")
+            targets = [job for job in ledger.batch_jobs(batch) if job["status"] in statuses]
+        refused = []
+        for job in targets:
+            if job["status"] not in RETRYABLE:
+                why = {
+                    "succeeded": "it succeeded: its output is stored, and afc never pays for it "
+                    "again (submit a changed request under a new key)",
+                }.get(job["status"], f"it is {job['status']}: it runs (or will) without a retry")
+                refused.append(f"{job['batch']}/{job['key']}: {why}")
+                continue
+            busy = [
+                a
+                for a in ledger.attempts(job["id"])
+                if a["status"] == "started" and not owner_is_dead(a["owner"])
+            ]
+            if busy:
+                refused.append(
+                    f"{job['batch']}/{job['key']}: attempt {busy[-1]['number']} of an earlier run "
+                    f"({busy[-1]['owner']}) is still in flight; retry once it has ended"
+                )
+        if refused:
+            raise UsageError(
+                "cannot retry, nothing was changed:\n" + "\n".join(f"  - {r}" for r in refused)
+            )
+        if not keys:
+            _confirmed(confirm, "retry", targets)
+        out: dict[str, Any] = {"retried": [], "unchanged": []}
+        decided_by = by or who()
+        for job in targets:
+            entry = {"key": job["key"], "batch": job["batch"], "was": job["status"]}
+            if ledger.retry(job, decided_by):
+                out["retried"].append(entry)
+            else:  # changed meanwhile (another retry won)
+                entry["status"] = ledger.job(job["id"])["status"]
+                out["unchanged"].append(entry)
+        return out
+    finally:
+        ledger.close()
 
 
 def queue_stats(ledger_path: str) -> dict[str, Any]:

@@ -75,11 +75,33 @@ def job_json(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def stopping_message(grace_s: float, in_flight: int) -> str:
+    return (
+        f"stopping: no new provider calls; waiting up to {grace_s:g}s for {in_flight} job(s) "
+        "in a call or in their storage work (press Ctrl-C again to abandon them)"
+    )
+
+
+def abandoning_message(why: str, in_flight: int) -> str:
+    return (
+        f"{why}: abandoning {in_flight} job(s) still in flight (their calls are recorded as "
+        "unknown: possibly paid)"
+    )
+
+
 class LineReporter(Reporter):
     """Plain log lines on stderr, for cron logs and pipes."""
 
     def __init__(self, verbose: bool = False):
         self.verbose = verbose
+
+    def stopping(self, grace_s: float, in_flight: int) -> None:
+        sys.stderr.write(f"afc: {stopping_message(grace_s, in_flight)}\n")
+        sys.stderr.flush()
+
+    def abandoning(self, why: str, in_flight: int) -> None:
+        sys.stderr.write(f"afc: {abandoning_message(why, in_flight)}\n")
+        sys.stderr.flush()
 
     def event(self, job: dict[str, Any], event: str, detail: str) -> None:
         if event == "ended" or self.verbose:
@@ -104,12 +126,35 @@ class RichReporter(Reporter):
             transient=False,
         )
         self.task = None
+        self.deadline: float | None = None
 
     def begin(self, total: int) -> None:
         self.progress.start()
         self.task = self.progress.add_task("rendering", total=total)
 
+    def stopping(self, grace_s: float, in_flight: int) -> None:
+        import time
+
+        self.progress.console.print(stopping_message(grace_s, in_flight))
+        self.deadline = time.monotonic() + grace_s
+        self._draining(in_flight)
+
+    def _draining(self, in_flight: int) -> None:
+        import time
+
+        if self.task is None:
+            return
+        left = max(0.0, self.deadline - time.monotonic())
+        self.progress.update(self.task, description=f"draining ({left:.0f}s left)")
+
+    def abandoning(self, why: str, in_flight: int) -> None:
+        self.progress.console.print(abandoning_message(why, in_flight))
+        if self.task is not None:
+            self.progress.update(self.task, description="abandoning")
+
     def event(self, job: dict[str, Any], event: str, detail: str) -> None:
+        if self.deadline is not None:
+            self._draining(0)
         if event == "ended" and self.task is not None:
             self.progress.advance(self.task)
             if detail not in ("succeeded",):

@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from afc_cli.attempts import GiveUp, PastAttempt, backoff_delay, describe_cause, next_try
+from afc_cli.attempts import (
+    INTERRUPTED,
+    GiveUp,
+    backoff_delay,
+    counted,
+    describe_cause,
+    interrupted_last,
+    next_try,
+)
 from afc_cli.costs import RateCards, format_usd, to_micros
 from afc_cli.errors import SpoolError, StorageError
 from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger
@@ -43,6 +51,20 @@ STORE_TRIES = 3
 STORE_BACKOFF_BASE_S = 0.5
 STORE_BACKOFF_CAP_S = 10.0
 MAX_STORE_REQUEUES = 5
+MAX_INTERRUPTS = 5  # default of AFC_MAX_INTERRUPTS
+
+
+class PollAbandoned(Exception):
+    """A stopping run stopped polling a submitted job-style request; the next run polls it."""
+
+
+def _interrupts(rows: list[dict[str, Any]], base: int) -> int:
+    """Attempts since the last retry that a run's end cut off, possibly paid."""
+    return sum(
+        1
+        for r in rows
+        if r["number"] > base and r["status"] == "unknown" and r["error_class"] == INTERRUPTED
+    )
 
 
 class ProviderLimit:
@@ -105,9 +127,43 @@ class RunContext:
     offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
     quick: Callable[..., Awaitable[Any]] | None = None
     dirs: DirSync = field(init=False)
+    max_interrupts: int = MAX_INTERRUPTS
+    # Graceful stop (run.py's Interruption sets ``stopping``): no new provider call starts;
+    # ``protected`` jobs (from their attempt row to the end of their storage work) finish;
+    # ``polling`` jobs (a job-style request submitted, its id committed) are left to the next
+    # run, which polls them by id.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    protected: set[str] = field(default_factory=set)
+    polling: set[str] = field(default_factory=set)
+    calls: dict[str, asyncio.Future] = field(default_factory=dict)
+    abandoned: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.dirs = DirSync(self.offload)
+
+    async def call(self, job_id: str, awaitable: Awaitable[Any]) -> Any:
+        """Await a provider call as a task of its own, so that a stopping run can stop
+        polling it (``abandon_poll``) without cancelling the job: then PollAbandoned."""
+        task = asyncio.ensure_future(awaitable)
+        self.calls[job_id] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if job_id in self.abandoned and current is not None and not current.cancelling():
+                raise PollAbandoned(job_id) from None
+            raise
+        finally:
+            self.calls.pop(job_id, None)
+            self.polling.discard(job_id)
+            self.abandoned.discard(job_id)
+
+    def abandon_poll(self, job_id: str) -> None:
+        """Stop polling a submitted job-style request (its id is committed)."""
+        task = self.calls.get(job_id)
+        if task is not None and not task.done():
+            self.abandoned.add(job_id)
+            task.cancel()
 
     @asynccontextmanager
     async def provider_slot(self, name: str):
@@ -189,7 +245,7 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
         async with ctx.store_slots:
             job = await _run_steps(ctx, job, STORE_STEPS)
     if job["status"] not in TERMINAL:
-        ctx.ledger.release(job_id)
+        ctx.ledger.release(job)
     ctx.report(job, "ended", job["status"])
     return job["status"]
 
@@ -306,9 +362,15 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     request = json.loads(job["request_json"])
     chain = request["chain"]
     rates = ctx.rates.get(job["batch"]) or RateCards()
+    base = job["attempt_base"]
     while True:
+        # Between attempts a job may wait (backoff, provider limits): a stopping run may cut
+        # such a wait short, so the job is not "in a call" until its next attempt row.
+        ctx.protected.discard(job["id"])
+        if ctx.stopping.is_set():
+            return False  # no new provider call once the run is stopping
         rows = ctx.ledger.attempts(job["id"]) if job["attempts"] else []
-        resume = _resumable(ctx, rows)
+        resume = _resumable(ctx, [r for r in rows if r["number"] > base])
         if resume is not None:
             # A job-style provider has this request already (a run died while it rendered):
             # poll it instead of paying for a new one.
@@ -318,10 +380,23 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 raise JobLost(job["id"])
             wait = None
         else:
-            history = [
-                PastAttempt.from_row(r) for r in rows if r["status"] in ("failed", "unknown")
-            ]
-            decision = next_try(chain, history)
+            if _interrupts(rows, base) >= ctx.max_interrupts:
+                ctx.ledger.finish(
+                    job,
+                    "dead",
+                    step="render",
+                    outcome="failed",
+                    error_code="CRASH_LOOP",
+                    error_class=INTERRUPTED,
+                    error_message=f"the runs working on this job ended during its provider call "
+                    f"{_interrupts(rows, base)} times (AFC_MAX_INTERRUPTS={ctx.max_interrupts});"
+                    " each of those attempts may have been paid. See 'afc show "
+                    f"{job['key']}', fix the cause, then 'afc retry {job['key']}'.",
+                )
+                return False
+            decision = next_try(
+                chain, counted(rows, base), after_interrupt=interrupted_last(rows, base)
+            )
             if isinstance(decision, GiveUp):
                 cause = decision.cause
                 ctx.ledger.finish(
@@ -343,10 +418,17 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 ctx.report(job, "waiting", f"{wait:.2f}s after {decision.after}")
                 async with ctx.idle():
                     await ctx.sleep(wait)
+                if ctx.stopping.is_set():
+                    return False
         # a provider's own limits (manifest ``limits``) are waited for before the attempt row,
         # and the wait gives the job's slot back
         async with ctx.provider_slot(entry["provider"]):
+            if ctx.stopping.is_set():
+                return False
             provider = ctx.providers[entry["provider"]]
+            # from its attempt row to the end of its storage work, a stopping run lets this
+            # job finish (within the grace period) rather than abandon a paid call
+            ctx.protected.add(job["id"])
             if resume is None:
                 try:
                     number = ctx.ledger.start_attempt(
@@ -373,6 +455,22 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 if number is None:
                     raise JobLost(job["id"])
                 await ctx.ledger.committed()  # the attempt row is on disk before the call
+                if ctx.stopping.is_set():
+                    # The run began stopping while the row was committed: the request never
+                    # left this machine, so this attempt is known to have cost nothing.
+                    ctx.ledger.end_attempt(
+                        job,
+                        number,
+                        chain_index=chain_index,
+                        provider=entry["provider"],
+                        model=entry["model"],
+                        status="failed",
+                        error_class=INTERRUPTED,
+                        error_message="never sent: afc was stopping",
+                        cost_micros=0,
+                        cost_source="unsent",
+                    )
+                    return False
             crash_point("after_attempt_row")
             report = {
                 "chain_index": chain_index,
@@ -385,7 +483,12 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             def submitted(request_id: str, number: int = number, entry=entry) -> None:
                 ctx.ledger.record_request_id(job, number, entry["provider"], request_id)
                 crash_point("after_submit")
+                ctx.polling.add(job["id"])
+                if ctx.stopping.is_set():
+                    ctx.abandon_poll(job["id"])
 
+            if resume is not None:
+                ctx.polling.add(job["id"])  # its request id is known: it can be polled later
             call = provider.render(
                 AttemptRequest(
                     job_id=job["id"],
@@ -405,7 +508,12 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # a provider that enforces the window itself (Replicate's Cancel-After) gets a
                 # little longer here, so its own answer (and cost) is the one recorded
                 limit = window * 1.25 + 5 if window and provider.resumable else window
-                result = await (asyncio.wait_for(call, limit) if limit else call)
+                result = await ctx.call(job["id"], asyncio.wait_for(call, limit) if limit else call)
+            except PollAbandoned:
+                # A stopping run leaves a submitted job-style request to the next run, which
+                # polls it by id: nothing is paid twice, so there is no need to wait for it.
+                ctx.ledger.interrupt_attempt(job, number)
+                return False
             except TimeoutError:
                 # The provider's own per-attempt window passed: it may have billed the whole
                 # run, so the cost is unknown and this model is not tried again.
@@ -470,6 +578,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 "cost_micros": result.cost_micros,
                 "cost_source": result.cost_source,
                 "started_at": started,
+                "ended_at": time.time(),  # the call's end, not the spool's
             },
         )
         job["step"] = "spool"

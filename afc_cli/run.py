@@ -4,6 +4,14 @@ Jobs run concurrently on one asyncio loop: provider calls are long waits, so hun
 cost coroutines, not threads. The ledger connection belongs to the loop's thread; blocking file
 work (fsync, hashing) goes to worker threads. A semaphore of ``concurrency`` slots bounds the
 jobs doing work at once; a job waiting out a backoff gives its slot back.
+
+Interruption (``Interruption``): the first Ctrl-C or SIGTERM stops the run gracefully. No new
+provider call starts; calls in flight finish within the grace period (``--grace``,
+``AFC_GRACE_S``, default 30 s) and their outputs are spooled, stored and recorded; a job-style
+request already submitted (Replicate, fal) is left to the next run, which polls it by id; then
+the leases are released and the run ends with exit 130. A second signal, or the grace running
+out, abandons what is still in flight: those attempts are recorded ``unknown`` (possibly paid).
+A third signal exits at once. Every job stays resumable throughout.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -20,13 +29,21 @@ from typing import Any
 
 from afc_cli import storage as storage_mod
 from afc_cli.costs import RateCards, to_micros
-from afc_cli.errors import EXIT_BUDGET, EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_OK, UsageError
-from afc_cli.ledger import AdmitResult, Ledger
+from afc_cli.errors import (
+    EXIT_BUDGET,
+    EXIT_CONFLICT,
+    EXIT_INTERRUPTED,
+    EXIT_JOB_FAILED,
+    EXIT_OK,
+    UsageError,
+)
+from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
 from afc_cli.manifest import load_config_rates, load_manifest
-from afc_cli.pipeline import ProviderLimit, RunContext, run_job
+from afc_cli.pipeline import MAX_INTERRUPTS, ProviderLimit, RunContext, run_job
 from afc_cli.spool import Spool
 
 DEFAULT_CONCURRENCY = 8
+DEFAULT_GRACE_S = 30.0
 LEASE_S = 300.0
 # Jobs in their storage steps at once (store, verify), apart from --concurrency, which bounds
 # paid provider calls. Storage work costs nothing at the provider, and its latency is fsyncs
@@ -43,6 +60,13 @@ class Reporter:
 
     def event(self, job: dict[str, Any], event: str, detail: str) -> None:
         pass
+
+    def stopping(self, grace_s: float, in_flight: int) -> None:
+        """The run was asked to stop: it starts no new call and waits up to ``grace_s`` for
+        the ``in_flight`` jobs in a call or in their storage work."""
+
+    def abandoning(self, why: str, in_flight: int) -> None:
+        """The run stops waiting (``why``) and abandons what is still in flight."""
 
     def end(self) -> None:
         pass
@@ -93,6 +117,9 @@ class RunStats:
     ran: int = 0
     budget_hit: bool = False
     spent_micros: int = 0
+    interrupted: bool = False  # a signal stopped the run (exit 130)
+    finished: int = 0  # jobs this run brought to a terminal state
+    abandoned: int = 0  # attempts left in flight at the end (recorded unknown)
 
 
 @dataclass
@@ -103,6 +130,9 @@ class RunResult:
     admit: AdmitResult | None = None
     stats: RunStats = field(default_factory=RunStats)
     budget: Budget | None = None
+    # resume: failed or dead-lettered jobs in its scope that this run did not touch; they wait
+    # for a person ('afc retry'), so the run does not report success while they exist
+    stuck: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ran(self) -> int:
@@ -117,11 +147,13 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
+        if self.stats.interrupted:
+            return EXIT_INTERRUPTED
         if self.admit is not None and self.admit.conflicts:
             return EXIT_CONFLICT
         if self.stats.budget_hit:
             return EXIT_BUDGET
-        if any(row["status"] != "succeeded" for row in self.jobs):
+        if self.stuck or any(row["status"] != "succeeded" for row in self.jobs):
             return EXIT_JOB_FAILED
         return EXIT_OK
 
@@ -148,6 +180,7 @@ def submit(
     reporter: Reporter | None = None,
     max_spend: str | None = None,
     allow_unpriced: bool = False,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> RunResult:
     # everything that can refuse the run is checked before the ledger is even opened
     manifest = load_manifest(manifest_path)
@@ -158,6 +191,7 @@ def submit(
         budget.check_priced([(manifest.batch, j.chain) for j in manifest.jobs], lambda b: rates)
     if run:
         require_keys({entry["provider"] for j in manifest.jobs for entry in j.chain})
+        max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
     if run:
         from afc_cli.webhooks import require_secrets
 
@@ -174,7 +208,12 @@ def submit(
         if run:
             job_ids = ledger.runnable_job_ids(batch=manifest.batch, keys=keys)
             stats = run_jobs(
-                ledger, job_ids, concurrency=concurrency, reporter=reporter, budget=budget
+                ledger,
+                job_ids,
+                concurrency=concurrency,
+                reporter=reporter,
+                budget=budget,
+                grace_s=grace_s,
             )
         wanted = set(keys)
         rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in wanted]
@@ -197,8 +236,10 @@ def resume(
     reporter: Reporter | None = None,
     max_spend: str | None = None,
     allow_unpriced: bool = False,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> RunResult:
     budget = Budget.parse(max_spend, allow_unpriced)
+    max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
     ledger = Ledger(ledger_path, create=False)
     try:
         if batch is not None and ledger.batch(batch) is None:
@@ -220,12 +261,105 @@ def resume(
         if budget is not None:
             cards = batch_rates(ledger)
             budget.check_priced(chains, lambda b: cards.get(b) or RateCards())
-        stats = run_jobs(ledger, job_ids, concurrency=concurrency, reporter=reporter, budget=budget)
+        stats = run_jobs(
+            ledger,
+            job_ids,
+            concurrency=concurrency,
+            reporter=reporter,
+            budget=budget,
+            grace_s=grace_s,
+        )
         wanted = set(job_ids)
-        rows = [r for r in ledger.status_rows(batch) if r["id"] in wanted]
-        return RunResult(jobs=rows, stats=stats, budget=budget)
+        everything = ledger.status_rows(batch)
+        rows = [r for r in everything if r["id"] in wanted]
+        stuck = [r for r in everything if r["id"] not in wanted and r["status"] in STUCK]
+        return RunResult(jobs=rows, stats=stats, budget=budget, stuck=stuck)
     finally:
         ledger.close()
+
+
+STUCK = ("failed", "dead")  # statuses that wait for a person
+
+
+def max_interrupts() -> int:
+    """``AFC_MAX_INTERRUPTS``: how many of a job's attempts its runs' ends may cut off (each
+    possibly paid) before it is dead-lettered for a person to look at."""
+    value = os.environ.get("AFC_MAX_INTERRUPTS")
+    if value is None or not value.strip():
+        return MAX_INTERRUPTS
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise UsageError(f"AFC_MAX_INTERRUPTS must be a whole number >= 1, got {value!r}")
+    return number
+
+
+class Interruption:
+    """What Ctrl-C and SIGTERM mean while jobs run (see the module docstring): the first drains,
+    the second (or the grace running out) abandons, the third exits at once."""
+
+    def __init__(self, ctx: RunContext, tasks: dict[str, asyncio.Task], grace_s: float, reporter):
+        self.ctx = ctx
+        self.tasks = tasks
+        self.grace_s = grace_s
+        self.reporter = reporter
+        self.signals = 0
+        self.timer: asyncio.TimerHandle | None = None
+        self.saved: dict[int, Any] = {}
+        self.on_stop: list[Any] = []  # called at the first signal (e.g. end the outbox's drain)
+
+    @contextlib.contextmanager
+    def installed(self, loop: asyncio.AbstractEventLoop):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self.saved[sig] = signal.getsignal(sig)
+                loop.add_signal_handler(sig, self.signalled)
+            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                self.saved.pop(sig, None)
+        try:
+            yield self
+        finally:
+            if self.timer is not None:
+                self.timer.cancel()
+            for sig, handler in self.saved.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, handler)  # the CLI's own handlers, for after the run
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signals > 0
+
+    def signalled(self) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            self.drain()
+        elif self.signals == 2:
+            self.abandon("a second signal")
+        else:
+            os._exit(EXIT_INTERRUPTED)  # the ledger is consistent at every commit
+
+    def drain(self) -> None:
+        ctx = self.ctx
+        ctx.stopping.set()
+        for job_id, task in self.tasks.items():
+            if job_id not in ctx.protected and not task.done():
+                task.cancel()  # not in a call: it waits for a slot, a backoff, a limit
+        for job_id in list(ctx.polling):
+            ctx.abandon_poll(job_id)  # its request id is committed: the next run polls it
+        for callback in self.on_stop:
+            callback()
+        in_flight = len(ctx.protected - ctx.polling)
+        self.reporter.stopping(self.grace_s, in_flight)
+        loop = asyncio.get_running_loop()
+        self.timer = loop.call_later(self.grace_s, self.abandon, "the grace period ran out")
+
+    def abandon(self, why: str) -> None:
+        left = [task for task in self.tasks.values() if not task.done()]
+        self.reporter.abandoning(why, len(left))
+        for task in left:
+            task.cancel()
 
 
 def run_jobs(
@@ -236,12 +370,15 @@ def run_jobs(
     reporter: Reporter | None = None,
     lease_s: float = LEASE_S,
     budget: Budget | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks)."""
     if not job_ids and not ledger.has_webhooks():
         return RunStats()
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    if grace_s < 0:
+        raise UsageError(f"--grace must be a number of seconds >= 0, got {grace_s}")
     reporter = reporter or Reporter()
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
@@ -272,22 +409,29 @@ def run_jobs(
             run_id=run_id,
             cap_micros=budget.cap_micros if budget else None,
             limits={name: ProviderLimit(**values) for name, values in limits.items()},
+            max_interrupts=interrupts_cap,
             **({"offload": helper.call, "quick": helper.quick} if helper else {}),
         )
         heartbeat = asyncio.create_task(_renew(ledger, lease_s))
         stop = asyncio.Event()
         outbox = None
+        loop = asyncio.get_running_loop()
+        tasks = {job_id: asyncio.ensure_future(run_job(ctx, job_id)) for job_id in job_ids}
+        interruption = Interruption(ctx, tasks, grace_s, reporter)
         try:
-            with ledger.grouped(asyncio.get_running_loop()):
+            with ledger.grouped(loop), interruption.installed(loop):
                 if ledger.has_webhooks():
                     from afc_cli.webhooks import run_beside
 
                     # beside the batch, never inside a job's steps
                     outbox = asyncio.create_task(run_beside(ledger, stop))
-                await asyncio.gather(*(run_job(ctx, job_id) for job_id in job_ids))
+                    interruption.on_stop.append(outbox.cancel)  # its rows wait for the next run
+                await _all_done(list(tasks.values()))
                 stop.set()
                 if outbox is not None:
-                    await outbox
+                    await asyncio.wait({outbox})  # cancelled by a stop: no error
+                    if not outbox.cancelled() and outbox.exception() is not None:
+                        raise outbox.exception()
             for provider in ctx.providers.values():
                 await provider.close()
         finally:
@@ -300,11 +444,25 @@ def run_jobs(
                     await outbox
             if helper is not None:
                 await helper.close()
-        return RunStats(len(job_ids), ctx.budget_hit, ledger.run_spend(run_id))
+        finished = sum(
+            1 for task in tasks.values() if not task.cancelled() and task.result() in TERMINAL
+        )
+        return RunStats(
+            len(job_ids),
+            ctx.budget_hit,
+            ledger.run_spend(run_id),
+            interrupted=interruption.interrupted,
+            finished=finished,
+        )
 
+    interrupts_cap = max_interrupts()
     reporter.begin(len(job_ids))
     try:
-        return asyncio.run(main())
+        stats = asyncio.run(main())
+        if stats.interrupted:
+            # what is still in flight was abandoned: unknown, possibly paid; leases freed
+            stats.abandoned = ledger.release_all()
+        return stats
     except BaseException:
         # Interrupted (Ctrl-C, SIGTERM) or broken: nothing is cancelled; the attempts we had in
         # flight are recorded as unknown and our leases are freed, so the next run resumes.
@@ -313,6 +471,22 @@ def run_jobs(
         raise
     finally:
         reporter.end()
+
+
+async def _all_done(tasks: list[asyncio.Task]) -> None:
+    """Wait for every job's task. The first one that fails (a full disk, a broken ledger)
+    stops the run: the others are cancelled, then its error is raised. A cancelled task (a
+    stopping run) is no failure."""
+    pending = set(tasks)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                for other in pending:
+                    other.cancel()
+                if pending:
+                    await asyncio.wait(pending)
+                raise task.exception()
 
 
 def sweep_spool(ledger: Ledger, spool: Spool) -> None:

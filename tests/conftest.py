@@ -44,8 +44,8 @@ class Afc:
             text=True,
         )
 
-    def json(self, *args: str, expect: int | None = 0) -> Any:
-        result = self(*args, "--json")
+    def json(self, *args: str, expect: int | None = 0, env: dict[str, str] | None = None) -> Any:
+        result = self(*args, "--json", env=env)
         if expect is not None:
             assert result.returncode == expect, result.stderr
         return json.loads(result.stdout)

@@ -215,8 +215,12 @@ class FakeProviders:
                     }
                 },
             )
-        if "slow" in prompt:
+        if m := re.search(r"slow-(\d+(?:\.\d+)?)s", prompt):
+            time.sleep(float(m.group(1)))
+        elif "slow" in prompt:
             time.sleep(1.0)
+        # the generation is done: OpenAI bills it now, whether or not the client still listens
+        self.count("openai_billed")
         headers = {"x-request-id": f"req_{uuid.uuid4().hex[:12]}"}
         if "dalle-url" in prompt:
             return h.reply(

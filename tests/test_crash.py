@@ -137,7 +137,7 @@ def test_crash_after_store_finishes_without_render_or_second_object(afc):
 
 def test_live_owner_keeps_its_jobs(afc):
     """A second run while the first is alive takes none of its jobs (the lease holds)."""
-    afc.write_manifest(manifest(jobs(2, latency_s=1.5)))
+    afc.write_manifest(manifest(jobs(2, latency_s=6)))
     first = afc.popen("submit", "manifest.yaml")
     try:
         deadline = time.time() + 20

@@ -304,8 +304,10 @@ def test_failed_job_exit_1_with_last_real_cause(afc):
     assert by_key["flaky"]["attempts"] == 3
     assert by_key["flaky"]["error"]["class"] == "server"
     assert "HTTP 500" in by_key["flaky"]["error"]["message"]
-    # a resume does not rerun failed jobs
-    assert afc.json("resume")["jobs"] == []
+    # a resume does not rerun failed jobs, but says they wait for a person (exit 1)
+    resumed = afc.json("resume", expect=1)
+    assert resumed["jobs"] == []
+    assert sorted(j["key"] for j in resumed["stuck"]) == ["bad", "flaky"]
 
 
 def test_show_tells_the_whole_story(afc):

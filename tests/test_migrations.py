@@ -52,6 +52,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m003_budget_and_avoided",
         "m004_batch_limits",
         "m005_webhook_outbox",
+        "m006_retry_and_interrupts",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]

@@ -205,7 +205,9 @@ def test_openai_crash_every_request_has_an_attempt_row(afc, fake):
     afc.write_manifest(data)
     proc = afc.popen("submit", "manifest.yaml", "--concurrency", "2")
     wait_for(afc, "SELECT COUNT(*) FROM attempts", 2)
-    time.sleep(0.3)
+    deadline = time.time() + 20
+    while fake.counts["openai"] < 2 and time.time() < deadline:
+        time.sleep(0.01)  # both requests reached the provider (each row is committed first)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert fake.counts["openai"] <= afc.rows("SELECT COUNT(*) FROM attempts")[0][0]

@@ -68,20 +68,33 @@ def class_for_status(status: int) -> str:
     return "invalid"
 
 
-def transport_error(provider: str, exc: Exception, *, paid_call: bool) -> ProviderError:
-    """A request that got no answer. For a call that may have started paid work, its cost is
-    unknown (null); for a download or a poll nothing was charged by it."""
+def never_sent(exc: Exception) -> bool:
+    """Whether a transport error proves the request never left this machine: no connection
+    was made (refused, DNS, TLS handshake, connect timeout) or none was free in the pool. An
+    error after the connection was made (a write, a read, a dropped connection) proves
+    nothing: the provider may have the request and may bill it."""
     import httpx
 
+    return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+
+
+def transport_error(provider: str, exc: Exception, *, paid_call: bool) -> ProviderError:
+    """A request that got no answer. For a call that may have started paid work, its cost is
+    unknown (null), unless the request provably never left (``never_sent``): then it is a
+    known 0 with the source ``unsent``. For a download or a poll nothing was charged by it."""
+    import httpx
+
+    unsent = never_sent(exc)
     if isinstance(exc, httpx.TimeoutException):
-        cls, what = "timeout", "no answer in time"
+        cls, what = "timeout", "no connection in time" if unsent else "no answer in time"
     else:
         cls, what = "unavailable", f"connection failed ({exc.__class__.__name__})"
+    if unsent:
+        what += "; the request was never sent"
+    if paid_call and not unsent:
+        return ProviderError(cls, f"{provider}: {what}", cost_micros=None, cost_source=None)
     return ProviderError(
-        cls,
-        f"{provider}: {what}",
-        cost_micros=None if paid_call else 0,
-        cost_source=None if paid_call else "derived",
+        cls, f"{provider}: {what}", cost_micros=0, cost_source="unsent" if unsent else "derived"
     )
 
 

@@ -27,9 +27,10 @@ echo "$(date -Is) afc-cron: resume"
 afc resume --concurrency "${AFC_CONCURRENCY:-32}" ${AFC_MAX_SPEND:+--max-spend "$AFC_MAX_SPEND"}
 run=$?
 
-# Alert on what needs a person, not on the error rate: dead-lettered jobs, and a backlog
-# that stopped draining.
-afc queue stats --fail-if "dlq>0" --fail-if "oldest_age_seconds>${AFC_MAX_AGE_S:-21600}"
+# Alert on what needs a person, not on the error rate: failed and dead-lettered jobs (they
+# wait for 'afc retry'), and a backlog that stopped draining.
+afc queue stats --fail-if "failed>0" --fail-if "dlq>0" \
+    --fail-if "oldest_age_seconds>${AFC_MAX_AGE_S:-21600}"
 queue=$?
 
 echo "$(date -Is) afc-cron: resume exit $run, queue exit $queue"
