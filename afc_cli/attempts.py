@@ -1,7 +1,7 @@
 """The one attempt runner: every provider call of a job's chain, its retries and fallbacks.
 
 Nothing under it retries on its own. What happens after a failed attempt depends on its error
-class (SPEC section 5):
+class (docs/design.md, README "One job's pipeline"):
 
 - ``auth``, ``invalid``, ``cancelled`` stop the whole chain: the job fails.
 - ``rate_limited``, ``timeout``, ``unavailable``, ``server`` (and an attempt whose provider

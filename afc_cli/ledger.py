@@ -41,7 +41,8 @@ INTERRUPTED_MESSAGE = (
 )
 # Under group commit, changes wait at most this long for their commit (and other afc
 # processes at most this long for the write lock). Nothing that money depends on waits:
-# attempt rows and attempt outcomes commit at once.
+# attempt rows and failed attempts' outcomes commit at once; a success commits with its spool
+# checkpoint (a crash before that commit adopts the spool file: nothing is paid twice).
 GROUP_COMMIT_S = 0.005
 
 

@@ -6,6 +6,7 @@ import getpass
 import operator
 import re
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,10 @@ from afc_cli.owner import owner_is_dead
 
 STAT_FIELDS = ("queued", "in_flight", "delayed", "dlq", "failed", "oldest_age_seconds")
 RETRYABLE = ("failed", "dead", "cancelled")
+# A call started on another host can't be proved dead from here; after this long it has ended
+# or hung (a synchronous call's read timeout is 300 s, afc_cli/providers/http.py), so a retry
+# no longer waits for it.
+STALE_CALL_S = 900.0
 # Confirm(what, jobs) -> bool: asked before acting on more than one job selected by a filter
 Confirm = Callable[[str, list[dict[str, Any]]], bool]
 _OPS = {
@@ -185,11 +190,7 @@ def retry(
                 }.get(job["status"], f"it is {job['status']}: it runs (or will) without a retry")
                 refused.append(f"{job['batch']}/{job['key']}: {why}")
                 continue
-            busy = [
-                a
-                for a in ledger.attempts(job["id"])
-                if a["status"] == "started" and not owner_is_dead(a["owner"])
-            ]
+            busy = [a for a in ledger.attempts(job["id"]) if _in_flight(a)]
             if busy:
                 refused.append(
                     f"{job['batch']}/{job['key']}: attempt {busy[-1]['number']} of an earlier run "
@@ -213,6 +214,15 @@ def retry(
         return out
     finally:
         ledger.close()
+
+
+def _in_flight(attempt: dict[str, Any]) -> bool:
+    """Whether an attempt's call may still be running: started, by a live process of this
+    host, or on another host less than STALE_CALL_S ago."""
+    if attempt["status"] != "started" or owner_is_dead(attempt["owner"]):
+        return False
+    host = (attempt["owner"] or "").rsplit(":", 2)[0]
+    return host == socket.gethostname() or time.time() - attempt["started_at"] < STALE_CALL_S
 
 
 def queue_stats(ledger_path: str) -> dict[str, Any]:

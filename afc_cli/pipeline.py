@@ -1,4 +1,4 @@
-"""One job's pipeline, in SPEC section 4's order: probe, render, spool, store, verify, finish.
+"""One job's pipeline, in order: probe, render, spool, store, verify, finish (docs/pipeline.md).
 
 Each step is checkpointed in the ledger in the same transaction as its effect, and a resumed job
 continues at its first incomplete step. Where each paid window opens and closes:

@@ -2,7 +2,8 @@
 
 Jobs run concurrently on one asyncio loop: provider calls are long waits, so hundreds in flight
 cost coroutines, not threads. The ledger connection belongs to the loop's thread; blocking file
-work (fsync, hashing) goes to worker threads. A semaphore of ``concurrency`` slots bounds the
+work (fsync, hashing) goes to the file helper process (afc_cli/offload.py) for file:// storage,
+to threads otherwise. A semaphore of ``concurrency`` slots bounds the
 jobs doing work at once; a job waiting out a backoff gives its slot back.
 
 Interruption (``Interruption``): the first Ctrl-C or SIGTERM stops the run gracefully. No new

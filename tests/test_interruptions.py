@@ -419,3 +419,15 @@ def test_two_retries_at_once_queue_the_job_once(afc):
     assert codes[0] == 0
     assert afc.rows("SELECT retries, status FROM jobs") == [(1, "queued")]
     assert afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'retried'") == [(1,)]
+
+
+def test_a_call_on_another_host_blocks_a_retry_only_until_it_is_stale():
+    """A process on another host can't be proved dead from here: its started call blocks a
+    retry for STALE_CALL_S (longer than any call's timeout), then no longer."""
+    from afc_cli.ops import STALE_CALL_S, _in_flight
+
+    attempt = {"status": "started", "owner": "elsewhere.example:123:456", "started_at": time.time()}
+    assert _in_flight(attempt)
+    attempt["started_at"] -= STALE_CALL_S + 1
+    assert not _in_flight(attempt)
+    assert not _in_flight({**attempt, "started_at": time.time(), "status": "succeeded"})

@@ -40,7 +40,7 @@ class AttemptResult:
 
 
 class ProviderError(Exception):
-    """A failed attempt, classified into one of SPEC section 5's error classes."""
+    """A failed attempt, classified into one of afc's error classes (afc_cli/attempts.py)."""
 
     def __init__(
         self,
