@@ -141,6 +141,8 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
                 "counts": result.counts,
                 "conflicts": conflicts,
                 "spent": format_usd(result.stats.spent_micros),
+                "unknown_cost_attempts": result.stats.unknown_cost_attempts,
+                "reserved": format_usd(result.stats.reserved_micros),
                 "budget": format_usd(result.budget.cap_micros) if result.budget else None,
                 "stopped_by_budget": result.stats.budget_hit,
                 "exit_code": result.exit_code,
@@ -168,15 +170,25 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         why = job["error"]["message"] if job["error"] else job["waiting"] or ""
         _err(f"{job['batch']}/{job['key']}: {job['status']} at {job['step']}: {why}")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
-    _err(
-        f"{result.ran} run; {counts or 'no jobs'}; "
-        f"this run spent {format_usd(result.stats.spent_micros)} USD (priced)"
-    )
+    _err(f"{result.ran} run; {counts or 'no jobs'}; {_spend_line(result.stats)}")
     if result.stats.budget_hit:
         _err(
             f"stopped by the budget of {format_usd(result.budget.cap_micros)} USD: no new "
             "attempt was started past it; every waiting job resumes with 'afc resume'"
         )
+
+
+def _spend_line(stats: Any) -> str:
+    """The run's spend as ``afc costs report`` counts it (``priced``); attempts of unknown
+    cost, and what the budget reserved for them, apart and never added in."""
+    from afc_cli.costs import format_usd
+
+    line = f"this run spent {format_usd(stats.spent_micros)} USD (priced)"
+    if stats.unknown_cost_attempts:
+        line += f" + {stats.unknown_cost_attempts} attempts of unknown cost"
+        if stats.reserved_micros:
+            line += f", reserved {format_usd(stats.reserved_micros)}"
+    return line
 
 
 def _prestart_helper() -> None:

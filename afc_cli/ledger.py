@@ -735,13 +735,27 @@ class Ledger:
             return cursor.rowcount == 1
 
     def run_spend(self, run_id: str | None) -> int:
-        """Priced spend of one run: known costs, and reservations where the cost is unknown."""
+        """What a run's budget counts: known costs, and reservations where the cost is unknown
+        (never shown as the run's spend: that is ``run_money``'s ``priced``)."""
         row = self.db.execute(
             "SELECT COALESCE(SUM(COALESCE(cost_micros, reserved_micros, 0)), 0)"
             " FROM attempts WHERE run_id = ?",
             (run_id,),
         ).fetchone()
         return int(row[0])
+
+    def run_money(self, run_id: str | None) -> dict[str, int]:
+        """A run's money as shown to a person: ``priced`` (the known costs of its attempts,
+        the figure ``afc costs report`` sums as ``priced``), ``unknown_cost`` (its attempts
+        whose cost is unknown: unpriced, or possibly paid) and ``reserved`` (the estimates
+        the budget holds for those). ``run_spend`` adds the two for the budget only."""
+        row = self.db.execute(
+            "SELECT COALESCE(SUM(cost_micros), 0), COUNT(*) - COUNT(cost_micros),"
+            " COALESCE(SUM(CASE WHEN cost_micros IS NULL THEN reserved_micros END), 0)"
+            " FROM attempts WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        return {"priced": int(row[0]), "unknown_cost": int(row[1]), "reserved": int(row[2])}
 
     def record_avoided(
         self,

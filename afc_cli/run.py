@@ -92,7 +92,9 @@ class Budget:
 class RunStats:
     ran: int = 0
     budget_hit: bool = False
-    spent_micros: int = 0
+    spent_micros: int = 0  # priced: the known costs of this run's attempts (costs report's)
+    unknown_cost_attempts: int = 0  # this run's attempts whose cost is unknown, shown apart
+    reserved_micros: int = 0  # the budget's reservations for those
 
 
 @dataclass
@@ -300,7 +302,14 @@ def run_jobs(
                     await outbox
             if helper is not None:
                 await helper.close()
-        return RunStats(len(job_ids), ctx.budget_hit, ledger.run_spend(run_id))
+        money = ledger.run_money(run_id)
+        return RunStats(
+            len(job_ids),
+            ctx.budget_hit,
+            money["priced"],
+            money["unknown_cost"],
+            money["reserved"],
+        )
 
     reporter.begin(len(job_ids))
     try:
