@@ -259,9 +259,9 @@ class Ledger:
         """Admit a manifest's jobs idempotently, in one transaction.
 
         Same key, same request hash: a replay (the existing job is used). Same key, another
-        hash: a conflict, reported with both hashes, the stored job untouched. A replay of a
-        job that already succeeded is a render avoided, and is recorded as one with what it
-        would have cost (the original render's cost, else the rate card's price).
+        hash: a conflict, reported with both hashes, the stored job untouched. The first replay
+        of a job that already succeeded is a render avoided, and is recorded as one with what
+        it would have cost (the original render's cost, else the rate card's price).
         """
         rates_json = rates.to_json()
         result = AdmitResult(batch=manifest.batch, storage=storage)
@@ -357,6 +357,16 @@ class Ledger:
         return result
 
     def _record_replays_avoided(self, batch: str, jobs: list[Any], rates: Any, now: float) -> None:
+        """Count each job's avoided render once: a replay of a job already counted (by an
+        earlier replay, or when a fresh ledger found its output) adds nothing, so a cron job
+        replaying a finished batch every five minutes claims no new savings."""
+        counted = {
+            row[0]
+            for row in self.db.execute("SELECT job_id FROM avoided WHERE batch = ?", (batch,))
+        }
+        jobs = [job for job in jobs if job.job_id not in counted]
+        if not jobs:
+            return
         renders: dict[str, tuple] = {}
         for row in self.db.execute(
             "SELECT a.job_id, a.provider, a.model, a.cost_micros, a.cost_source FROM attempts a"
