@@ -150,13 +150,10 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         )
         emit_json(payload)
         return
+    from afc_cli.conflicts import conflict_message
+
     for conflict in conflicts:
-        _err(
-            f"IDEMPOTENCY_CONFLICT: key {conflict['key']!r} was admitted with request hash "
-            f"{conflict['stored_hash']}, this manifest's request hashes to "
-            f"{conflict['new_hash']}. The stored job and its output are untouched; use a new "
-            "key for a changed request."
-        )
+        _err(conflict_message(conflict))
     if quiet:
         return
     if result.admit is not None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from afc_cli.conflicts import request_changes
 from afc_cli.errors import LedgerError, UsageError
 from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner, owner_is_dead
@@ -75,7 +76,8 @@ class AdmitResult:
     storage: str
     new: list[str] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
-    conflicts: list[dict[str, str]] = field(default_factory=list)
+    # each {"key", "stored_hash", "new_hash", "changes": [{"field", "old", "new"}]}
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def admitted_keys(self) -> list[str]:
@@ -287,7 +289,8 @@ class Ledger:
             existing = {
                 row[0]: row[1:]
                 for row in self.db.execute(
-                    "SELECT key, request_hash, status, id, webhook_json FROM jobs WHERE batch = ?",
+                    "SELECT key, request_hash, status, id, webhook_json, request_json FROM jobs"
+                    " WHERE batch = ?",
                     (manifest.batch,),
                 )
             }
@@ -295,7 +298,7 @@ class Ledger:
             done = []
             rewebhooked = []
             for job in manifest.jobs:
-                stored, status, job_id, webhook = existing.get(job.key, (None,) * 4)
+                stored, status, job_id, webhook, stored_body = existing.get(job.key, (None,) * 5)
                 if stored is None:
                     fresh.append(job)
                 elif stored == job.request_hash:
@@ -307,7 +310,12 @@ class Ledger:
                         rewebhooked.append((_dumps(job.webhook), job_id))
                 else:
                     result.conflicts.append(
-                        {"key": job.key, "stored_hash": stored, "new_hash": job.request_hash}
+                        {
+                            "key": job.key,
+                            "stored_hash": stored,
+                            "new_hash": job.request_hash,
+                            "changes": request_changes(json.loads(stored_body or "{}"), job.body),
+                        }
                     )
             self.db.conn.executemany(
                 "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
