@@ -265,6 +265,8 @@ class Ledger:
         of a job that already succeeded is a render avoided, and is recorded as one with what
         it would have cost (the original render's cost, else the rate card's price).
         """
+        from afc_cli.manifest import same_request
+
         rates_json = rates.to_json()
         result = AdmitResult(batch=manifest.batch, storage=storage)
         now = _now()
@@ -301,7 +303,7 @@ class Ledger:
                 stored, status, job_id, webhook, stored_body = existing.get(job.key, (None,) * 5)
                 if stored is None:
                     fresh.append(job)
-                elif stored == job.request_hash:
+                elif same_request(stored, stored_body, job):
                     result.replayed.append(job.key)
                     if status == "succeeded":
                         done.append(job)

@@ -21,6 +21,7 @@ from typing import Any
 from afc_cli import storage as storage_mod
 from afc_cli.conflicts import describe_changes, request_changes
 from afc_cli.costs import format_usd
+from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
 from afc_cli.run import Budget, manifest_rates, resolve_storage
 
@@ -79,7 +80,7 @@ def plan(
         entry = job.chain[0]
         model = f"{entry['provider']}/{entry['model']}"
         detail: dict[str, Any] = {}
-        if known is not None and known[0] != job.request_hash:
+        if known is not None and not same_request(known[0], known[2], job):
             action = "conflict"
             counts["conflicting"] += 1
             detail["changes"] = request_changes(json.loads(known[2] or "{}"), job.body)
@@ -96,7 +97,8 @@ def plan(
             counts["replayed"] += 1
         else:
             counts["replayed" if known else "new"] += 1
-            fake = {"id": job.job_id, "request_hash": job.request_hash}
+            # an admitted job's object carries the hash it was admitted with
+            fake = {"id": job.job_id, "request_hash": known[0] if known else job.request_hash}
             info = store.head(job.output_key)
             foreign = ownership(fake, info)
             if foreign:

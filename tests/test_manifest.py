@@ -69,9 +69,9 @@ def test_job_id_is_deterministic_per_batch_and_key():
 
 def test_job_params_merge_over_defaults(tmp_path):
     data = manifest([{"key": "a", "prompt": "p", "params": {"size": "32x32"}}])
-    data["defaults"]["params"] = {"size": "64x64", "latency_s": 0}
+    data["defaults"]["params"] = {"size": "64x64", "latency_s": 0.01}
     job = load_manifest(write(tmp_path, data)).jobs[0]
-    assert job.params == {"size": "32x32", "latency_s": 0}
+    assert job.params == {"size": "32x32", "latency_s": 0.01}
 
 
 @pytest.mark.parametrize(

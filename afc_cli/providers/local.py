@@ -82,6 +82,15 @@ class LocalProvider(Provider):
             problems.append(f"output_format: the local provider writes png only, got {fmt!r}")
         return problems
 
+    def param_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "latency_s": 0,
+            "fail": [],
+            "size": "64x64",
+            "output_format": "png",
+            "seconds": params.get("latency_s", 0),
+        }
+
     async def render(self, request: AttemptRequest) -> AttemptResult:
         params = request.params
         call_log = os.environ.get("AFC_LOCAL_CALL_LOG")
