@@ -374,6 +374,23 @@ def _key_problem(key: str) -> str | None:
     return None
 
 
+def _last_fallback_problem(chain: list[ChainEntry] | None, where: str) -> str | None:
+    """``fallback_on`` written on a chain's last entry can never take effect: there is no next
+    model. A manifest in that shape expects a fallback that will not happen, so it is refused
+    (an explicit empty list, which says just that, is allowed)."""
+    if not chain:
+        return None
+    last = chain[-1]
+    if "fallback_on" not in last.model_fields_set or not last.fallback_on:
+        return None
+    index = len(chain) - 1
+    return (
+        f"field '{where}[{index}].fallback_on': the last model of a chain has no model to fall "
+        f"back to, so fallback_on {list(last.fallback_on)} could never take effect; add the "
+        f"model to fall back to after {last.provider}/{last.model}, or remove fallback_on"
+    )
+
+
 def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> Manifest:
     """Read, validate and resolve a manifest. Raises ManifestError listing every problem."""
     from afc_cli.providers import PROVIDERS
@@ -405,6 +422,10 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         if name not in providers:
             problems.append(f"field 'limits.{name}': unknown provider {name!r}")
 
+    last_fallback = _last_fallback_problem(model.defaults.chain, "defaults.chain")
+    if last_fallback:
+        problems.append(last_fallback)
+
     default_template_problem = _template_problem(model.defaults.output)
     if default_template_problem:
         problems.append(f"field 'defaults.output': {default_template_problem}")
@@ -430,6 +451,10 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
                 f"{who}: field 'chain': the chain is empty (set it here or in defaults)"
             )
             continue
+        if spec.chain is not None:
+            last_fallback = _last_fallback_problem(spec.chain, "chain")
+            if last_fallback:
+                problems.append(f"{who}: {last_fallback}")
         params = {**model.defaults.params, **spec.params}
         for c, entry in enumerate(chain):
             provider = providers.get(entry.provider)

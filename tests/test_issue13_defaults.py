@@ -13,11 +13,10 @@ from conftest import manifest
 from afc_cli.manifest import load_manifest, request_hash
 
 LOCAL = {"provider": "local", "model": "m1"}
-LOCAL_SPELLED_OUT = {
+LOCAL_SPELLED_OUT = {  # fallback_on is not written on a last entry (a manifest error)
     "provider": "local",
     "model": "m1",
     "attempts": 3,
-    "fallback_on": ["exhausted"],
     "backoff": {"base": 2, "cap": 60},
     "window_s": None,
 }
@@ -33,7 +32,10 @@ def resolved(tmp_path, job, name="m.yaml", **top):
 def test_the_rule_is_pinned(tmp_path):
     job = resolved(tmp_path, {"chain": [LOCAL]})
     assert job.body == {
-        "chain": [LOCAL_SPELLED_OUT | {"backoff": {"base": 2.0, "cap": 60.0}}],
+        "chain": [
+            LOCAL_SPELLED_OUT
+            | {"fallback_on": ["exhausted"], "backoff": {"base": 2.0, "cap": 60.0}}
+        ],
         "prompt": "p",
         "params": {},
         "output": "{batch}/{key}.{ext}",
@@ -50,6 +52,13 @@ def test_chain_defaults_written_out_hash_alike(tmp_path):
         tmp_path, {}, defaults={"chain": [LOCAL_SPELLED_OUT], "output": "{batch}/{key}.{ext}"}
     )
     assert via_defaults.request_hash == omitted.request_hash
+    # fallback_on written out on an entry that has a next model
+    two = resolved(tmp_path, {"chain": [LOCAL, LOCAL | {"model": "m2"}]})
+    two_spelled = resolved(
+        tmp_path,
+        {"chain": [LOCAL_SPELLED_OUT | {"fallback_on": ["exhausted"]}, LOCAL | {"model": "m2"}]},
+    )
+    assert two_spelled.request_hash == two.request_hash
 
 
 def test_provider_param_defaults_written_out_hash_alike(tmp_path):
@@ -87,7 +96,7 @@ def test_explicit_defaults_replay_end_to_end(afc):
     afc.write_manifest(data)
     assert afc("submit", "manifest.yaml").returncode == 0
     data["jobs"][0]["params"] = {"size": "64x64", "fail": []}
-    data["defaults"]["chain"][0]["fallback_on"] = ["exhausted"]
+    data["defaults"]["chain"][0]["window_s"] = None
     afc.write_manifest(data)
     again = afc.json("submit", "manifest.yaml")
     assert again["admitted"] == {"new": 0, "replayed": 1, "conflicts": 0}

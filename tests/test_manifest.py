@@ -34,7 +34,6 @@ def test_explicit_defaults_and_key_order_do_not_change_the_hash(tmp_path):
             "model": "m1",
             "provider": "local",
             "attempts": 3,
-            "fallback_on": ["exhausted"],
             "backoff": {"base": 2.0, "cap": 60.0},
         }
     ]
