@@ -26,6 +26,18 @@ def request_changes(old: Any, new: Any) -> list[dict[str, Any]]:
     return changes
 
 
+def changes_since(stored_json: str | None, new_body: dict[str, Any]) -> list[dict[str, Any]]:
+    """What changed from an admitted request (its stored body, under today's rule for defaults,
+    so a default written out then is no change) to a new one."""
+    from afc_cli.manifest import restated
+
+    try:
+        stored = json.loads(stored_json) if stored_json else {}
+    except ValueError:
+        stored = {}
+    return request_changes(restated(stored) if isinstance(stored, dict) else {}, new_body)
+
+
 def _walk(path: str, old: Any, new: Any, out: list[dict[str, Any]]) -> None:
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new), key=str):

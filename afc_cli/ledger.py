@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from afc_cli.conflicts import request_changes
+from afc_cli.conflicts import changes_since
 from afc_cli.errors import LedgerError, UsageError
 from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner, owner_is_dead
@@ -316,7 +316,7 @@ class Ledger:
                             "key": job.key,
                             "stored_hash": stored,
                             "new_hash": job.request_hash,
-                            "changes": request_changes(json.loads(stored_body or "{}"), job.body),
+                            "changes": changes_since(stored_body, job.body),
                         }
                     )
             self.db.conn.executemany(

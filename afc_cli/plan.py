@@ -2,10 +2,10 @@
 
 For each job of the manifest it says what a run would do: render it (new, or admitted but not
 finished), take it from storage (its own output is already there), nothing (a replay of a
-finished job), or refuse it (a changed body under an admitted key: the changed fields are
-named, as ``afc submit`` names them; or an output key holding another object). The estimate is one paid
-attempt of each job's first model at its rate card's per-image price: what the run costs when
-nothing fails. Models with no such price are named as unpriced, never counted as zero.
+finished job), or refuse it (a changed body under an admitted key, its changed fields named
+as ``afc submit`` names them; or an output key holding another object). The estimate is one
+paid attempt of each job's first model at its rate card's per-image price: what the run costs
+when nothing fails. Models with no such price are named as unpriced, never counted as zero.
 
 The ledger, if there is one, is opened read-only (no migrations, no lock); a missing ledger
 means every job is new. Storage is only read.
@@ -13,13 +13,12 @@ means every job is new. Storage is only read.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from afc_cli import storage as storage_mod
-from afc_cli.conflicts import describe_changes, request_changes
+from afc_cli.conflicts import changes_since, describe_changes
 from afc_cli.costs import format_usd
 from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
@@ -83,7 +82,7 @@ def plan(
         if known is not None and not same_request(known[0], known[2], job):
             action = "conflict"
             counts["conflicting"] += 1
-            detail["changes"] = request_changes(json.loads(known[2] or "{}"), job.body)
+            detail["changes"] = changes_since(known[2], job.body)
             conflicts.append(
                 {
                     "key": job.key,

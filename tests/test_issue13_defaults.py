@@ -121,9 +121,11 @@ def test_a_body_admitted_before_the_rule_is_a_replay(afc):
     again = afc.json("submit", "manifest.yaml")
     assert again["admitted"] == {"new": 0, "replayed": 1, "conflicts": 0}
     assert afc.json("plan", "manifest.yaml")["replayed"] == 1
-    # a real change is still a conflict, named against the stored body
+    # a real change is still a conflict; the default written out then is not named as one
     data["jobs"][0]["prompt"] = "q"
     afc.write_manifest(data)
     changed = afc.json("submit", "manifest.yaml", expect=3)
-    fields = [c["field"] for c in changed["conflicts"][0]["changes"]]
-    assert fields == ["params.size", "prompt"]
+    assert changed["conflicts"][0]["changes"] == [{"field": "prompt", "old": "p", "new": "q"}]
+    assert afc.json("plan", "manifest.yaml")["conflicts"][0]["changes"] == [
+        {"field": "prompt", "old": "p", "new": "q"}
+    ]
