@@ -53,8 +53,17 @@ def backoff_delay(
 
     Exponential with full jitter, uniform in [0, min(cap, base * 2**(failures-1))]; a provider's
     Retry-After (or equivalent) is honoured, but never beyond ``cap``. Pure: the random source
-    is injected, so tests assert the maths without sleeping. (The ``backoff`` package's
-    generators draw from the global random module, which tests cannot pin.)
+    is injected, so tests assert the maths without sleeping.
+
+    Every retry in afc waits through this function, and none through the ``backoff`` package
+    (no longer a dependency): its decorators sleep with ``asyncio.sleep`` / ``time.sleep``
+    themselves, with no way to pass another sleep (litl/backoff issue #125), and its jitter
+    draws from the global random module. The one in-process retry loop, the storage policy
+    (``_storage`` in afc_cli/pipeline.py), must wait through the run's injectable
+    ``RunContext.sleep`` so tests never sleep and an interrupted run stops waiting; webhook
+    retries are not an in-process loop at all but a schedule kept in the ledger
+    (``next_attempt_at``, afc_cli/webhooks.py) that outlives the process, like the attempt
+    runner's.
     """
     if failures < 1:
         return 0.0

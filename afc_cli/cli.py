@@ -156,6 +156,8 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
                 "counts": result.counts,
                 "conflicts": conflicts,
                 "spent": format_usd(result.stats.spent_micros),
+                "unknown_cost_attempts": result.stats.unknown_cost_attempts,
+                "reserved": format_usd(result.stats.reserved_micros),
                 "budget": format_usd(result.budget.cap_micros) if result.budget else None,
                 "stopped_by_budget": result.stats.budget_hit,
                 "interrupted": result.stats.interrupted,
@@ -166,13 +168,10 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         )
         emit_json(payload)
         return
+    from afc_cli.conflicts import conflict_message
+
     for conflict in conflicts:
-        _err(
-            f"IDEMPOTENCY_CONFLICT: key {conflict['key']!r} was admitted with request hash "
-            f"{conflict['stored_hash']}, this manifest's request hashes to "
-            f"{conflict['new_hash']}. The stored job and its output are untouched; use a new "
-            "key for a changed request."
-        )
+        _err(conflict_message(conflict))
     if quiet:
         return
     if result.admit is not None:
@@ -189,10 +188,7 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         _err(f"{job['batch']}/{job['key']}: {job['status']} at {job['step']}: {why}")
     _print_stuck(result.stuck)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
-    _err(
-        f"{result.ran} run; {counts or 'no jobs'}; "
-        f"this run spent {format_usd(result.stats.spent_micros)} USD (priced)"
-    )
+    _err(f"{result.ran} run; {counts or 'no jobs'}; {_spend_line(result.stats)}")
     if result.stats.budget_hit:
         _err(
             f"stopped by the budget of {format_usd(result.budget.cap_micros)} USD: no new "
@@ -208,8 +204,7 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         )
         _err(
             f"interrupted: {stats.finished} job(s) finished in this run, {left} left to do, "
-            f"{abandoned}; spent {format_usd(stats.spent_micros)} USD (priced). "
-            "Continue with 'afc resume'."
+            f"{abandoned}; {_spend_line(stats)}. Continue with 'afc resume'."
         )
 
 
@@ -225,6 +220,19 @@ def _print_stuck(stuck: list[dict[str, Any]]) -> None:
         "'afc show KEY'; once the cause is fixed, 'afc retry KEY' (or 'afc retry --batch B "
         "--failed') queues them again."
     )
+
+
+def _spend_line(stats: Any) -> str:
+    """The run's spend as ``afc costs report`` counts it (``priced``); attempts of unknown
+    cost, and what the budget reserved for them, apart and never added in."""
+    from afc_cli.costs import format_usd
+
+    line = f"this run spent {format_usd(stats.spent_micros)} USD (priced)"
+    if stats.unknown_cost_attempts:
+        line += f" + {stats.unknown_cost_attempts} attempts of unknown cost"
+        if stats.reserved_micros:
+            line += f", reserved {format_usd(stats.reserved_micros)}"
+    return line
 
 
 def _prestart_helper() -> None:

@@ -66,35 +66,48 @@ class RateCards:
         ]
 
     def price(self, provider: str, model: str, usage: dict[str, Any]) -> int | None:
-        """Cost in micro-USD of the reported usage, or None if any used unit has no rate.
+        """Cost in micro-USD of the reported usage by the one pricing rule, or None (unpriced).
 
-        Usage keys: ``images``, ``seconds``, ``input_tokens``, ``output_tokens``.
+        Usage keys: ``images``, ``seconds``, ``input_tokens``, ``output_tokens``; every adapter
+        reports ``images`` for what it produced, plus whatever else the provider measured. The
+        first of these that the card can price wins:
+
+        1. tokens, when tokens were reported and the card has a rate for each token count
+           reported (a card pricing input tokens only cannot price input and output);
+        2. ``per_image`` x images produced;
+        3. ``per_second`` x seconds.
+
+        So ``{openai, gpt-image-1, per_image: "0.04"}`` prices a gpt-image answer that reports
+        tokens at 0.04 an image, and a card with token rates prices the same answer by its
+        tokens. Unpriced only when no reported unit has a rate: never a guessed zero.
         """
         card = self.cards.get((provider, model))
         if card is None:
             return None
-        units = {
-            "per_image": usage.get("images"),
-            "per_second": usage.get("seconds"),
-            "per_1k_input_tokens": _per_k(usage.get("input_tokens")),
-            "per_1k_output_tokens": _per_k(usage.get("output_tokens")),
+        tokens = {
+            rate: _per_k(usage.get(unit))
+            for rate, unit in (
+                ("per_1k_input_tokens", "input_tokens"),
+                ("per_1k_output_tokens", "output_tokens"),
+            )
+            if usage.get(unit) is not None
         }
-        total = Decimal(0)
-        priced_any = False
-        for name, amount in units.items():
-            if amount is None:
-                continue
-            rate = card.get(name)
-            if rate is None:
-                return None  # a unit was used that this card cannot price: unpriced, not zero
-            total += Decimal(str(amount)) * rate
-            priced_any = True
-        return to_micros(total) if priced_any else None
+        if tokens and all(rate in card for rate in tokens):
+            return to_micros(
+                sum((amount * card[rate] for rate, amount in tokens.items()), Decimal(0))
+            )
+        for rate, unit in (("per_image", "images"), ("per_second", "seconds")):
+            amount = usage.get(unit)
+            if amount is not None and rate in card:
+                return to_micros(Decimal(str(amount)) * card[rate])
+        return None
 
     def estimate(self, provider: str, model: str) -> int | None:
         """What one attempt is expected to cost, for plans and budgets: the card's per-image
         price. None where the card has none (a per-second or per-token card alone cannot say
-        in advance); a card may carry both, per_image as the estimate."""
+        in advance). By ``price``'s rule, a card whose only rate that a provider's answer can
+        use is per_image charges exactly this estimate; a card that also has token rates
+        charges the reported tokens (per_image is then only the estimate)."""
         card = self.cards.get((provider, model))
         if card is None or "per_image" not in card:
             return None

@@ -6,7 +6,9 @@ whose cost is unknown: real spend is higher than ``priced`` by their cost), ``fa
 (attempts a dead process left: possibly paid), ``avoided_renders`` (renders a stored output
 made unnecessary: a replay of a finished job, or an output found in storage) and
 ``avoided_cost`` (what those would have cost: the original render's cost, else the rate card;
-``avoided_unpriced`` counts the ones neither knows).
+``avoided_unpriced`` counts the ones neither knows). Each job's avoided render counts once, at
+the first time it was avoided, however often the job is replayed afterwards (ledgers written
+before afc counted it once may hold a row per replay: the report takes each job's first).
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ def costs_report(
         for key, count, cost, unpriced in ledger.db.execute(
             f"SELECT {avoided_key}, COUNT(*), COALESCE(SUM(v.cost_micros), 0),"
             " SUM(v.cost_micros IS NULL)"
-            f" FROM avoided v WHERE {' AND '.join(v_where)} GROUP BY 1",
+            " FROM avoided v WHERE v.id IN (SELECT MIN(id) FROM avoided GROUP BY job_id)"
+            f" AND {' AND '.join(v_where)} GROUP BY 1",
             v_params,
         ):
             row = row_for(key)

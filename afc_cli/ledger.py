@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from afc_cli.conflicts import changes_since
 from afc_cli.errors import LedgerError, UsageError
 from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner, owner_is_dead
@@ -83,7 +84,8 @@ class AdmitResult:
     storage: str
     new: list[str] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
-    conflicts: list[dict[str, str]] = field(default_factory=list)
+    # each {"key", "stored_hash", "new_hash", "changes": [{"field", "old", "new"}]}
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def admitted_keys(self) -> list[str]:
@@ -267,10 +269,12 @@ class Ledger:
         """Admit a manifest's jobs idempotently, in one transaction.
 
         Same key, same request hash: a replay (the existing job is used). Same key, another
-        hash: a conflict, reported with both hashes, the stored job untouched. A replay of a
-        job that already succeeded is a render avoided, and is recorded as one with what it
-        would have cost (the original render's cost, else the rate card's price).
+        hash: a conflict, reported with both hashes, the stored job untouched. The first replay
+        of a job that already succeeded is a render avoided, and is recorded as one with what
+        it would have cost (the original render's cost, else the rate card's price).
         """
+        from afc_cli.manifest import same_request
+
         rates_json = rates.to_json()
         result = AdmitResult(batch=manifest.batch, storage=storage)
         now = _now()
@@ -295,7 +299,8 @@ class Ledger:
             existing = {
                 row[0]: row[1:]
                 for row in self.db.execute(
-                    "SELECT key, request_hash, status, id, webhook_json FROM jobs WHERE batch = ?",
+                    "SELECT key, request_hash, status, id, webhook_json, request_json FROM jobs"
+                    " WHERE batch = ?",
                     (manifest.batch,),
                 )
             }
@@ -303,10 +308,10 @@ class Ledger:
             done = []
             rewebhooked = []
             for job in manifest.jobs:
-                stored, status, job_id, webhook = existing.get(job.key, (None,) * 4)
+                stored, status, job_id, webhook, stored_body = existing.get(job.key, (None,) * 5)
                 if stored is None:
                     fresh.append(job)
-                elif stored == job.request_hash:
+                elif same_request(stored, stored_body, job):
                     result.replayed.append(job.key)
                     if status == "succeeded":
                         done.append(job)
@@ -315,7 +320,12 @@ class Ledger:
                         rewebhooked.append((_dumps(job.webhook), job_id))
                 else:
                     result.conflicts.append(
-                        {"key": job.key, "stored_hash": stored, "new_hash": job.request_hash}
+                        {
+                            "key": job.key,
+                            "stored_hash": stored,
+                            "new_hash": job.request_hash,
+                            "changes": changes_since(stored_body, job.body),
+                        }
                     )
             self.db.conn.executemany(
                 "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
@@ -365,6 +375,16 @@ class Ledger:
         return result
 
     def _record_replays_avoided(self, batch: str, jobs: list[Any], rates: Any, now: float) -> None:
+        """Count each job's avoided render once: a replay of a job already counted (by an
+        earlier replay, or when a fresh ledger found its output) adds nothing, so a cron job
+        replaying a finished batch every five minutes claims no new savings."""
+        counted = {
+            row[0]
+            for row in self.db.execute("SELECT job_id FROM avoided WHERE batch = ?", (batch,))
+        }
+        jobs = [job for job in jobs if job.job_id not in counted]
+        if not jobs:
+            return
         renders: dict[str, tuple] = {}
         for row in self.db.execute(
             "SELECT a.job_id, a.provider, a.model, a.cost_micros, a.cost_source FROM attempts a"
@@ -806,13 +826,27 @@ class Ledger:
             self._event(job["id"], job["batch"], "attempt_left_polling", number=number)
 
     def run_spend(self, run_id: str | None) -> int:
-        """Priced spend of one run: known costs, and reservations where the cost is unknown."""
+        """What a run's budget counts: known costs, and reservations where the cost is unknown
+        (never shown as the run's spend: that is ``run_money``'s ``priced``)."""
         row = self.db.execute(
             "SELECT COALESCE(SUM(COALESCE(cost_micros, reserved_micros, 0)), 0)"
             " FROM attempts WHERE run_id = ?",
             (run_id,),
         ).fetchone()
         return int(row[0])
+
+    def run_money(self, run_id: str | None) -> dict[str, int]:
+        """A run's money as shown to a person: ``priced`` (the known costs of its attempts,
+        the figure ``afc costs report`` sums as ``priced``), ``unknown_cost`` (its attempts
+        whose cost is unknown: unpriced, or possibly paid) and ``reserved`` (the estimates
+        the budget holds for those). ``run_spend`` adds the two for the budget only."""
+        row = self.db.execute(
+            "SELECT COALESCE(SUM(cost_micros), 0), COUNT(*) - COUNT(cost_micros),"
+            " COALESCE(SUM(CASE WHEN cost_micros IS NULL THEN reserved_micros END), 0)"
+            " FROM attempts WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        return {"priced": int(row[0]), "unknown_cost": int(row[1]), "reserved": int(row[2])}
 
     def record_avoided(
         self,

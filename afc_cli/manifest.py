@@ -6,14 +6,26 @@ sharing one output key are all errors. Every problem names the file, the job (in
 the field; ``load_manifest`` raises one ``ManifestError`` listing them all, and the caller has
 written nothing yet.
 
-Each job is resolved (defaults applied) into a canonical request body. Its SHA-256 over RFC 8785
-JSON is the job's request hash: everything that determines the output (the whole chain, prompt,
-params, output template) and nothing else, so an explicit default and an omitted one hash alike.
+Each job is resolved into a canonical request body. Its SHA-256 over RFC 8785 JSON is the
+job's request hash: everything that determines the output (the whole chain, prompt, params,
+output template) and nothing else.
+
+The rule for defaults: writing a default out never changes the hash. afc's own defaults are
+applied into the body — every chain entry carries all its fields (``attempts``,
+``fallback_on``, ``backoff``, ``window_s``), and ``defaults.chain``, ``defaults.params`` and
+``defaults.output`` are merged in — so an entry written with its defaults and one without are
+one body. A provider param that the adapter itself fills in (``Provider.param_defaults``, e.g.
+the local provider's ``size: 64x64``) is dropped from the params when its value is that
+default for every provider of the job's chain: sending it or leaving it out is the same
+request. A param another provider of the chain would receive is kept. ``same_request``
+applies the rule to a body admitted before it existed, so such a body is a replay, not a
+conflict.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import string
 import uuid
 from dataclasses import dataclass, field
@@ -190,6 +202,51 @@ class Manifest:
     limits: dict[str, dict[str, int | None]] = field(default_factory=dict)
 
 
+def without_provider_defaults(
+    params: dict[str, Any], chain: list[dict[str, Any]], providers: dict[str, Any]
+) -> dict[str, Any]:
+    """The params minus those equal to what every adapter of the chain fills in itself (the
+    module docstring's rule for defaults). Values compare as the hash sees them."""
+    owners = [providers.get(entry.get("provider")) for entry in chain]
+    if not owners or any(owner is None for owner in owners):
+        return dict(params)
+    defaults = [owner.param_defaults(params) for owner in owners]
+
+    def is_default(name: str, value: Any) -> bool:
+        try:
+            wanted = canonical_json(value)
+            return all(name in d and canonical_json(d[name]) == wanted for d in defaults)
+        except Exception:  # not canonicalisable: reported by the caller
+            return False
+
+    return {name: value for name, value in params.items() if not is_default(name, value)}
+
+
+def restated(body: dict[str, Any]) -> dict[str, Any]:
+    """An admitted request body under the rule for defaults: a body admitted before the rule
+    may carry a provider default written out."""
+    from afc_cli.providers import PROVIDERS
+
+    try:
+        params = without_provider_defaults(body.get("params") or {}, body["chain"], PROVIDERS)
+    except Exception:  # not a body this afc wrote: compare it as it is
+        return body
+    return {**body, "params": params}
+
+
+def same_request(stored_hash: str, stored_json: str | None, job: ResolvedJob) -> bool:
+    """Whether an admitted request (its hash and body) is the job's request: the same hash,
+    or a body admitted before the rule for defaults that the rule makes this job's body."""
+    if stored_hash == job.request_hash:
+        return True
+    if not stored_json:
+        return False
+    try:
+        return request_hash(restated(json.loads(stored_json))) == job.request_hash
+    except Exception:
+        return False
+
+
 def job_id_for(batch: str, key: str) -> str:
     """Deterministic job id: racing admissions and a rebuilt ledger agree on it."""
     return str(uuid.uuid5(JOB_ID_NAMESPACE, f"{batch}\x00{key}"))
@@ -325,6 +382,23 @@ def _key_problem(key: str) -> str | None:
     return None
 
 
+def _last_fallback_problem(chain: list[ChainEntry] | None, where: str) -> str | None:
+    """``fallback_on`` written on a chain's last entry can never take effect: there is no next
+    model. A manifest in that shape expects a fallback that will not happen, so it is refused
+    (an explicit empty list, which says just that, is allowed)."""
+    if not chain:
+        return None
+    last = chain[-1]
+    if "fallback_on" not in last.model_fields_set or not last.fallback_on:
+        return None
+    index = len(chain) - 1
+    return (
+        f"field '{where}[{index}].fallback_on': the last model of a chain has no model to fall "
+        f"back to, so fallback_on {list(last.fallback_on)} could never take effect; add the "
+        f"model to fall back to after {last.provider}/{last.model}, or remove fallback_on"
+    )
+
+
 def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> Manifest:
     """Read, validate and resolve a manifest. Raises ManifestError listing every problem."""
     from afc_cli.providers import PROVIDERS
@@ -356,6 +430,10 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         if name not in providers:
             problems.append(f"field 'limits.{name}': unknown provider {name!r}")
 
+    last_fallback = _last_fallback_problem(model.defaults.chain, "defaults.chain")
+    if last_fallback:
+        problems.append(last_fallback)
+
     default_template_problem = _template_problem(model.defaults.output)
     if default_template_problem:
         problems.append(f"field 'defaults.output': {default_template_problem}")
@@ -381,6 +459,10 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
                 f"{who}: field 'chain': the chain is empty (set it here or in defaults)"
             )
             continue
+        if spec.chain is not None:
+            last_fallback = _last_fallback_problem(spec.chain, "chain")
+            if last_fallback:
+                problems.append(f"{who}: {last_fallback}")
         params = {**model.defaults.params, **spec.params}
         for c, entry in enumerate(chain):
             provider = providers.get(entry.provider)
@@ -417,6 +499,7 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         seen_outputs[output_key] = index
 
         chain_dicts = [entry.model_dump(mode="json") for entry in chain]
+        params = without_provider_defaults(params, chain_dicts, providers)
         body = {"chain": chain_dicts, "prompt": spec.prompt, "params": params, "output": template}
         try:
             digest = request_hash(body)

@@ -446,7 +446,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     ctx.budget_hit = True
                     ctx.ledger.set_waiting(
                         job,
-                        f"budget: this run spent {format_usd(exc.spent)} of "
+                        f"budget: this run has spent or reserved {format_usd(exc.spent)} of "
                         f"{format_usd(exc.cap)} USD; the next attempt is estimated at "
                         f"{format_usd(exc.estimate)}",
                     )

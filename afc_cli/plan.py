@@ -2,9 +2,10 @@
 
 For each job of the manifest it says what a run would do: render it (new, or admitted but not
 finished), take it from storage (its own output is already there), nothing (a replay of a
-finished job), or refuse it (a changed body under an admitted key). The estimate is one paid
-attempt of each job's first model at its rate card's per-image price: what the run costs when
-nothing fails. Models with no such price are named as unpriced, never counted as zero.
+finished job), or refuse it (a changed body under an admitted key, its changed fields named
+as ``afc submit`` names them; or an output key holding another object). The estimate is one
+paid attempt of each job's first model at its rate card's per-image price: what the run costs
+when nothing fails. Models with no such price are named as unpriced, never counted as zero.
 
 The ledger, if there is one, is opened read-only (no migrations, no lock); a missing ledger
 means every job is new. Storage is only read.
@@ -17,12 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from afc_cli import storage as storage_mod
+from afc_cli.conflicts import changes_since, describe_changes
 from afc_cli.costs import format_usd
+from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
 from afc_cli.run import Budget, manifest_rates, resolve_storage
 
 
-def _read_ledger(ledger_path: str, batch: str) -> tuple[str | None, dict[str, tuple[str, str]]]:
+def _read_ledger(
+    ledger_path: str, batch: str
+) -> tuple[str | None, dict[str, tuple[str, str, str | None]]]:
     path = Path(ledger_path)
     if not path.exists():
         return None, {}
@@ -30,9 +35,10 @@ def _read_ledger(ledger_path: str, batch: str) -> tuple[str | None, dict[str, tu
     try:
         row = conn.execute("SELECT storage FROM batches WHERE name = ?", (batch,)).fetchone()
         jobs = {
-            key: (request_hash, status)
-            for key, request_hash, status in conn.execute(
-                "SELECT key, request_hash, status FROM jobs WHERE batch = ?", (batch,)
+            key: (request_hash, status, request_json)
+            for key, request_hash, status, request_json in conn.execute(
+                "SELECT key, request_hash, status, request_json FROM jobs WHERE batch = ?",
+                (batch,),
             )
         }
         return (row[0] if row else None), jobs
@@ -67,24 +73,38 @@ def plan(
     estimate = 0
     unpriced: set[str] = set()
     jobs = []
+    conflicts = []
     for job in manifest.jobs:
         known = admitted.get(job.key)
         entry = job.chain[0]
         model = f"{entry['provider']}/{entry['model']}"
-        if known is not None and known[0] != job.request_hash:
+        detail: dict[str, Any] = {}
+        if known is not None and not same_request(known[0], known[2], job):
             action = "conflict"
             counts["conflicting"] += 1
+            detail["changes"] = changes_since(known[2], job.body)
+            conflicts.append(
+                {
+                    "key": job.key,
+                    "stored_hash": known[0],
+                    "new_hash": job.request_hash,
+                    "changes": detail["changes"],
+                }
+            )
         elif known is not None and known[1] in ("succeeded", "failed", "cancelled", "dead"):
             action = f"replay ({known[1]})"
             counts["replayed"] += 1
         else:
             counts["replayed" if known else "new"] += 1
-            fake = {"id": job.job_id, "request_hash": job.request_hash}
+            # an admitted job's object carries the hash it was admitted with
+            fake = {"id": job.job_id, "request_hash": known[0] if known else job.request_hash}
             info = store.head(job.output_key)
             foreign = ownership(fake, info)
             if foreign:
                 action = "conflict (output key taken)"
                 counts["conflicting"] += 1
+                detail["output_key"] = job.output_key
+                detail["holds"] = foreign
             elif info.exists:
                 action = "stored"
                 counts["stored"] += 1
@@ -96,7 +116,7 @@ def plan(
                     unpriced.add(model)
                 else:
                     estimate += price
-        jobs.append({"key": job.key, "action": action, "model": model})
+        jobs.append({"key": job.key, "action": action, "model": model, **detail})
 
     budget = Budget.parse(max_spend, allow_unpriced)
     return {
@@ -107,6 +127,7 @@ def plan(
         "unpriced_models": sorted(unpriced),
         "budget": format_usd(budget.cap_micros) if budget else None,
         "fits_budget": None if budget is None else estimate <= budget.cap_micros,
+        "conflicts": conflicts,
         "jobs": jobs,
     }
 
@@ -119,6 +140,13 @@ def describe(result: dict[str, Any]) -> str:
         f"  to render: {result['to_render']}, estimated spend {result['estimated_spend']} USD"
         + (" (if no attempt fails)" if result["to_render"] else ""),
     ]
+    for job in result["jobs"]:
+        if job["action"] == "conflict":
+            lines.append(f"  conflict {job['key']}: changed {describe_changes(job['changes'])}")
+        elif job["action"].startswith("conflict"):
+            lines.append(
+                f"  conflict {job['key']}: output key {job['output_key']} holds {job['holds']}"
+            )
     if result["unpriced_models"]:
         lines.append("  unpriced (not in the estimate): " + ", ".join(result["unpriced_models"]))
     if result["budget"] is not None:

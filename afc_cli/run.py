@@ -117,7 +117,9 @@ class Budget:
 class RunStats:
     ran: int = 0
     budget_hit: bool = False
-    spent_micros: int = 0
+    spent_micros: int = 0  # priced: the known costs of this run's attempts (costs report's)
+    unknown_cost_attempts: int = 0  # this run's attempts whose cost is unknown, shown apart
+    reserved_micros: int = 0  # the budget's reservations for those
     interrupted: bool = False  # a signal stopped the run (exit 130)
     finished: int = 0  # jobs this run brought to a terminal state
     abandoned: int = 0  # attempts left in flight at the end (recorded unknown)
@@ -448,10 +450,13 @@ def run_jobs(
         finished = sum(
             1 for task in tasks.values() if not task.cancelled() and task.result() in TERMINAL
         )
+        money = ledger.run_money(run_id)
         return RunStats(
             len(job_ids),
             ctx.budget_hit,
-            ledger.run_spend(run_id),
+            money["priced"],
+            money["unknown_cost"],
+            money["reserved"],
             interrupted=interruption.interrupted,
             finished=finished,
         )
@@ -463,6 +468,10 @@ def run_jobs(
         if stats.interrupted:
             # what is still in flight was abandoned: unknown, possibly paid; leases freed
             stats.abandoned = ledger.release_all()
+            if stats.abandoned:  # their cost is unknown too: shown apart from the priced spend
+                money = ledger.run_money(run_id)
+                stats.unknown_cost_attempts = money["unknown_cost"]
+                stats.reserved_micros = money["reserved"]
         return stats
     except BaseException:
         # Interrupted (Ctrl-C, SIGTERM) or broken: nothing is cancelled; the attempts we had in

@@ -34,7 +34,6 @@ def test_explicit_defaults_and_key_order_do_not_change_the_hash(tmp_path):
             "model": "m1",
             "provider": "local",
             "attempts": 3,
-            "fallback_on": ["exhausted"],
             "backoff": {"base": 2.0, "cap": 60.0},
         }
     ]
@@ -69,9 +68,9 @@ def test_job_id_is_deterministic_per_batch_and_key():
 
 def test_job_params_merge_over_defaults(tmp_path):
     data = manifest([{"key": "a", "prompt": "p", "params": {"size": "32x32"}}])
-    data["defaults"]["params"] = {"size": "64x64", "latency_s": 0}
+    data["defaults"]["params"] = {"size": "64x64", "latency_s": 0.01}
     job = load_manifest(write(tmp_path, data)).jobs[0]
-    assert job.params == {"size": "32x32", "latency_s": 0}
+    assert job.params == {"size": "32x32", "latency_s": 0.01}
 
 
 @pytest.mark.parametrize(

@@ -107,7 +107,7 @@ def test_replicate_predictions(afc, fake):
     assert jobs["j0"]["status"] == "succeeded"
     assert jobs["j0"]["cost"] == "0.003840"  # 3.2 s x 0.0012
     a = attempts_of(afc, "j0")[0]
-    assert a["usage"] == {"seconds": 3.2} and a["provider_request_id"]
+    assert a["usage"] == {"images": 1, "seconds": 3.2} and a["provider_request_id"]
     assert jobs["j1"]["error"]["class"] == "refusal" and "E005" in jobs["j1"]["error"]["message"]
     assert jobs["j2"]["status"] == "succeeded" and jobs["j2"]["attempts"] == 2
     assert jobs["j3"]["error"]["class"] == "invalid" and jobs["j3"]["attempts"] == 1

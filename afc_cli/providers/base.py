@@ -86,6 +86,14 @@ class Provider:
         """Problems with a job's params, each 'field: message'. Checked with the manifest."""
         return []
 
+    def param_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The params this adapter itself fills in when a job leaves them out, with the value
+        it uses (given the job's other params). Sending such a param or leaving it out is the
+        same request, so the manifest drops it before hashing (afc_cli/manifest.py). Only
+        defaults the adapter applies belong here, never a provider's server-side ones (those
+        can change, and a param sent is not the same request as one left out)."""
+        return {}
+
     def api_key(self) -> str:
         key = os.environ.get(self.key_env or "")
         if not key:

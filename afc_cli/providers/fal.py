@@ -6,7 +6,8 @@ IN_QUEUE / IN_PROGRESS, 200 when COMPLETED), then fetches the result and its ima
 (results are kept minutes for large payloads). A resumed job rebuilds those URLs from the id
 (``{FAL_QUEUE_URL}/{owner}/{app}/requests/{id}/status``: fal drops the model's subpath) and
 polls instead of submitting again. The synchronous ``fal.run`` endpoint, billed even when the
-connection drops, is never used. Cost: one image at the rate card's ``per_image`` (derived).
+connection drops, is never used. Cost: the images produced at the rate card's ``per_image``
+(derived; the rule is ``RateCards.price`` in afc_cli/costs.py).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ class FalProvider(HttpProvider):
             raise ProviderError("server", "fal: completed without an image", cost_micros=None)
         image = images[0]
         data = await download(self.client, self.name, image["url"])
-        usage = {"images": 1}
+        usage = {"images": len(images)}  # every image made was paid for (the first is kept)
         cost = request.rates.price(self.name, request.model, usage)
         content_type = image.get("content_type") or "image/png"
         return AttemptResult(

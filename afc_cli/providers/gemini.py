@@ -3,7 +3,9 @@
 A safety block arrives as HTTP 200 with no image (``promptFeedback.blockReason``, or a
 candidate whose ``finishReason`` is in the SAFETY / IMAGE_SAFETY family): a refusal. 429
 RESOURCE_EXHAUSTED carries ``google.rpc.RetryInfo.retryDelay`` ("19s"): honoured as the wait.
-``usageMetadata`` token counts give the derived cost.
+``usageMetadata`` token counts and the images in the answer give the derived cost (the rule is
+``RateCards.price`` in afc_cli/costs.py). A blocked answer reports its tokens but no image
+count: whether a per-image price applies to a refusal is not known, so it is not claimed.
 """
 
 from __future__ import annotations
@@ -82,16 +84,14 @@ class GeminiProvider(HttpProvider):
         }
         cost = request.rates.price(self.name, request.model, usage) if meta else None
         feedback = (data.get("promptFeedback") or {}).get("blockReason")
-        image, finish = None, None
+        image, finish, images = None, None, 0
         for candidate in data.get("candidates") or []:
             finish = candidate.get("finishReason") or finish
             for part in (candidate.get("content") or {}).get("parts") or []:
                 inline = part.get("inlineData") or part.get("inline_data")
                 if inline and inline.get("data"):
-                    image = inline
-                    break
-            if image:
-                break
+                    images += 1
+                    image = image or inline
         if image is None:
             reason = feedback or finish or "no image in the answer"
             raise ProviderError(
@@ -104,6 +104,8 @@ class GeminiProvider(HttpProvider):
                 cost_micros=cost,
                 cost_source="derived" if cost is not None else None,
             )
+        usage = {**{k: v for k, v in usage.items() if v is not None}, "images": images}
+        cost = request.rates.price(self.name, request.model, usage)
         return AttemptResult(
             data=base64.b64decode(image["data"]),
             ext=EXT.get(image.get("mimeType", ""), "png"),

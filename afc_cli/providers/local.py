@@ -14,9 +14,10 @@ through the job's ``params``:
 With ``AFC_LOCAL_CALL_LOG`` set to a file, every call appends ``<job id> <attempt>`` to it:
 the independent call counter that concurrency and crash tests check against.
 
-Success is priced from the rate card, source ``local``: a ``per_second`` card bills the
-reported seconds (like Replicate's ``predict_time``), any other card one image. With no card
-it is unpriced. An injected failure is free (cost 0, source local), as real APIs do not bill a
+Success reports one image and its seconds, and is priced from the rate card by the one rule
+(``RateCards.price`` in afc_cli/costs.py: ``per_image`` when the card has it, else
+``per_second`` x the seconds, like Replicate's ``predict_time``), source ``local``. With no
+card it is unpriced. An injected failure is free (cost 0, source local), as real APIs do not bill a
 rejected request, except ``timeout`` and ``window_expired``: there the work may have happened, so
 their cost is unknown (null), exactly as it would be on a paid provider.
 """
@@ -81,6 +82,15 @@ class LocalProvider(Provider):
             problems.append(f"output_format: the local provider writes png only, got {fmt!r}")
         return problems
 
+    def param_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "latency_s": 0,
+            "fail": [],
+            "size": "64x64",
+            "output_format": "png",
+            "seconds": params.get("latency_s", 0),
+        }
+
     async def render(self, request: AttemptRequest) -> AttemptResult:
         params = request.params
         call_log = os.environ.get("AFC_LOCAL_CALL_LOG")
@@ -105,11 +115,7 @@ class LocalProvider(Provider):
         width, height = _parse_size(params.get("size", "64x64")) or (64, 64)
         seed = f"{request.model}\x00{request.prompt}\x00{params.get('seed', '')}"
         data = render_png(seed, width, height)
-        card = request.rates.cards.get((self.name, request.model), {})
-        if "per_second" in card:
-            usage = {"seconds": float(params.get("seconds", latency))}
-        else:
-            usage = {"images": 1}
+        usage = {"images": 1, "seconds": float(params.get("seconds", latency))}
         cost = request.rates.price(self.name, request.model, usage)
         return AttemptResult(
             data=data,

@@ -3,7 +3,9 @@
 The call itself is the paid window: there is no lookup by id and no idempotency key, so a
 process that dies during it leaves an ``unknown`` attempt (possibly paid) behind.
 gpt-image models answer ``data[].b64_json`` and ``usage`` tokens (cost derived from the rate
-card's token rates); DALL-E may answer a ``url`` (valid about an hour: downloaded at once).
+card's token rates, or per image: see ``RateCards.price`` in afc_cli/costs.py); DALL-E may
+answer a ``url`` (valid about an hour: downloaded at once). Usage always reports the images
+produced.
 """
 
 from __future__ import annotations
@@ -58,14 +60,12 @@ class OpenAIProvider(HttpProvider):
             image = await download(self.client, self.name, item["url"])
         else:
             raise ProviderError("server", "openai: image has neither b64_json nor url")
+        # every image in the answer was paid for (``n`` > 1 makes several; the first is kept)
+        usage: dict[str, Any] = {"images": len(items)}
         usage_in = data.get("usage") or {}
-        if usage_in:
-            usage = {
-                "input_tokens": usage_in.get("input_tokens"),
-                "output_tokens": usage_in.get("output_tokens"),
-            }
-        else:
-            usage = {"images": 1}
+        for unit in ("input_tokens", "output_tokens"):
+            if usage_in.get(unit) is not None:
+                usage[unit] = usage_in[unit]
         cost = request.rates.price(self.name, request.model, usage)
         return AttemptResult(
             data=image,

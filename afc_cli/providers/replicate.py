@@ -6,7 +6,9 @@ succeeded / failed / canceled / aborted. The prediction id is committed to the a
 soon as the submit returns; a run that died after that polls the same prediction instead of
 paying for a new one. The attempt window is sent as ``Cancel-After`` so Replicate itself stops
 the prediction. Outputs are URLs that Replicate deletes after an hour: downloaded at once.
-Cost: ``metrics.predict_time`` x the rate card's ``per_second`` (derived).
+Cost: a succeeded prediction reports its outputs as ``images`` and ``metrics.predict_time`` as
+``seconds``; the card prices them by the one rule (``RateCards.price`` in afc_cli/costs.py:
+per_image when the card has it, else per_second). A failed one reports seconds only.
 """
 
 from __future__ import annotations
@@ -144,6 +146,9 @@ class ReplicateProvider(HttpProvider):
                 )
             data = await download(self.client, self.name, url)
             ext = url.rsplit(".", 1)[-1].split("?")[0] if "." in url.rsplit("/", 1)[-1] else "png"
+            # every output the prediction made was paid for (the first is kept)
+            usage = {**usage, "images": len(output) if isinstance(output, list) else 1}
+            cost = request.rates.price(self.name, request.model, usage)
             return AttemptResult(
                 data=data,
                 ext=ext,

@@ -1,0 +1,109 @@
+"""What changed in a conflicting request: the fields, with old and new values.
+
+A key admitted with one request and submitted again with another is an
+``IDEMPOTENCY_CONFLICT``. The ledger keeps each job's resolved request body (``request_json``:
+chain, prompt, params, output template, after defaults), so a conflict can say what changed
+— ``prompt``, ``params.size``, ``chain[0].model`` — rather than only two hashes. Paths name
+mapping keys with dots and list items with ``[i]``; a field present on one side only is
+``(not set)`` on the other. Values are shown whole in ``--json`` and shortened in messages.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+SHOWN_CHARS = 60  # a longer value is cut to this in messages (prompts can be paragraphs)
+SHOWN_CHANGES = 6  # fields named in one message; the rest are counted
+_ABSENT = object()
+
+
+def request_changes(old: Any, new: Any) -> list[dict[str, Any]]:
+    """The fields that differ between two request bodies, in a stable order: each
+    ``{"field", "old", "new"}``, with ``old`` or ``new`` left out where that side lacks it."""
+    changes: list[dict[str, Any]] = []
+    _walk("", old, new, changes)
+    return changes
+
+
+def changes_since(stored_json: str | None, new_body: dict[str, Any]) -> list[dict[str, Any]]:
+    """What changed from an admitted request (its stored body, under today's rule for defaults,
+    so a default written out then is no change) to a new one."""
+    from afc_cli.manifest import restated
+
+    try:
+        stored = json.loads(stored_json) if stored_json else {}
+    except ValueError:
+        stored = {}
+    return request_changes(restated(stored) if isinstance(stored, dict) else {}, new_body)
+
+
+def _walk(path: str, old: Any, new: Any, out: list[dict[str, Any]]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            child = f"{path}.{key}" if path else str(key)
+            _walk(child, old.get(key, _ABSENT), new.get(key, _ABSENT), out)
+        return
+    if isinstance(old, list) and isinstance(new, list):
+        for i in range(max(len(old), len(new))):
+            _walk(
+                f"{path}[{i}]",
+                old[i] if i < len(old) else _ABSENT,
+                new[i] if i < len(new) else _ABSENT,
+                out,
+            )
+        return
+    if _same(old, new):
+        return
+    change: dict[str, Any] = {"field": path}
+    if old is not _ABSENT:
+        change["old"] = old
+    if new is not _ABSENT:
+        change["new"] = new
+    out.append(change)
+
+
+def _same(old: Any, new: Any) -> bool:
+    if old is _ABSENT or new is _ABSENT:
+        return old is new
+    # as the request hash sees them (canonical JSON: 1 and 1.0 are one number, True is not 1)
+    from afc_cli.manifest import canonical_json
+
+    try:
+        return canonical_json(old) == canonical_json(new)
+    except Exception:
+        return old == new
+
+
+def shown(value: Any) -> str:
+    """A value as a message shows it: JSON, cut to SHOWN_CHARS with an ellipsis."""
+    if value is _ABSENT:
+        return "(not set)"
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+
+
+def describe_changes(changes: list[dict[str, Any]]) -> str:
+    """``prompt: "a" -> "b"; params.size: "64x64" -> (not set)``, at most SHOWN_CHANGES."""
+    parts = [
+        f"{c['field']}: {shown(c.get('old', _ABSENT))} -> {shown(c.get('new', _ABSENT))}"
+        for c in changes[:SHOWN_CHANGES]
+    ]
+    if len(changes) > SHOWN_CHANGES:
+        parts.append(f"and {len(changes) - SHOWN_CHANGES} more")
+    return "; ".join(parts)
+
+
+def conflict_message(conflict: dict[str, Any]) -> str:
+    """The IDEMPOTENCY_CONFLICT message: the key, what changed, both hashes, what to do."""
+    changes = conflict.get("changes") or []
+    what = (
+        f"changed {describe_changes(changes)}"
+        if changes
+        else "its request differs from the admitted one"
+    )
+    return (
+        f"IDEMPOTENCY_CONFLICT: key {conflict['key']!r} {what}. The stored job and its output "
+        "are untouched; use a new key for a changed request (request hash admitted "
+        f"{conflict['stored_hash']}, now {conflict['new_hash']})."
+    )

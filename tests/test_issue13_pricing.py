@@ -1,0 +1,114 @@
+"""The one pricing rule (README "Rate cards"): tokens when the card prices every reported
+token count, else per_image x images produced, else per_second x seconds; unpriced only when
+no reported unit has a rate. Unit tests for the rule, then real runs against the fake
+provider servers."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from conftest import manifest
+from fakeproviders import FakeProviders
+
+from afc_cli.costs import RateCards
+
+FAST = {"base": 0.01, "cap": 0.05}
+MODELS = {
+    "openai": "gpt-image-1",
+    "replicate": "black-forest-labs/flux-1.1-pro",
+    "fal": "fal-ai/flux/dev",
+    "gemini": "gemini-2.5-flash-image",
+}
+TOKENS = {"per_1k_input_tokens": "0.005", "per_1k_output_tokens": "0.04"}
+
+
+def cards(**prices: str) -> RateCards:
+    return RateCards({("p", "m"): {k: Decimal(v) for k, v in prices.items()}})
+
+
+def test_tokens_win_when_the_card_prices_every_reported_count():
+    usage = {"images": 1, "input_tokens": 50, "output_tokens": 4160}
+    assert cards(**TOKENS).price("p", "m", usage) == 166_650
+    assert cards(per_image="0.04", **TOKENS).price("p", "m", usage) == 166_650
+
+
+def test_per_image_prices_an_answer_that_also_reports_tokens():
+    usage = {"images": 1, "input_tokens": 50, "output_tokens": 4160}
+    assert cards(per_image="0.04").price("p", "m", usage) == 40_000
+    # a card that can price only part of the tokens does not price the tokens at all
+    assert cards(per_image="0.04", per_1k_input_tokens="0.005").price("p", "m", usage) == 40_000
+    assert cards(per_1k_input_tokens="0.005").price("p", "m", usage) is None
+    assert cards(per_image="0.04").price("p", "m", {**usage, "images": 3}) == 120_000
+
+
+def test_per_image_before_per_second_and_seconds_last():
+    usage = {"images": 1, "seconds": 3.2}
+    assert cards(per_image="0.04", per_second="0.0012").price("p", "m", usage) == 40_000
+    assert cards(per_second="0.0012").price("p", "m", usage) == 3_840
+    assert cards(per_second="0.0012").price("p", "m", {"images": 1}) is None
+
+
+def test_unpriced_only_when_no_reported_unit_has_a_rate():
+    assert cards(per_image="0.04").price("p", "m", {"seconds": 1.5}) is None
+    assert cards(per_image="0.04").price("p", "m", {}) is None
+    assert cards(per_image="0.04").price("p", "other", {"images": 1}) is None
+    assert cards(per_image="0.04").price("p", "m", {"images": 0}) == 0  # reported: nothing made
+
+
+@pytest.fixture
+def fake(afc):
+    server = FakeProviders().start()
+    afc.env.update(server.env())
+    yield server
+    server.stop()
+
+
+def run_priced(afc, provider, rate, prompts=("a", "b", "c")):
+    data = manifest(
+        [{"key": f"j{i}", "prompt": p} for i, p in enumerate(prompts)],
+        rates=[{"provider": provider, "model": MODELS[provider], **rate}],
+    )
+    data["defaults"]["chain"] = [
+        {"provider": provider, "model": MODELS[provider], "attempts": 2, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    planned = afc.json("plan", "manifest.yaml")
+    run = afc.json("submit", "manifest.yaml")
+    report = afc.json("costs", "report")["total"]
+    return planned, run, report
+
+
+def test_openai_with_a_per_image_card_is_priced_as_planned(afc, fake):
+    planned, run, report = run_priced(afc, "openai", {"per_image": "0.04"})
+    assert planned["estimated_spend"] == "0.120000" and planned["unpriced_models"] == []
+    assert report["priced"] == "0.120000" and report["unpriced_attempts"] == 0
+    assert run["spent"] == "0.120000"
+    assert {j["cost"] for j in run["jobs"]} == {"0.040000"}
+    attempt = afc.json("show", "j0")["attempts"][0]
+    assert attempt["usage"] == {"images": 1, "input_tokens": 50, "output_tokens": 4160}
+    assert attempt["cost"] == "0.040000" and attempt["cost_source"] == "derived"
+
+
+def test_openai_with_a_token_card(afc, fake):
+    planned, run, report = run_priced(afc, "openai", TOKENS)
+    assert planned["estimated_spend"] == "0.000000"
+    assert planned["unpriced_models"] == ["openai/gpt-image-1"]  # tokens: not known before
+    assert report["priced"] == "0.499950"  # 3 x (50 x 0.005/1k + 4160 x 0.04/1k)
+    assert run["spent"] == "0.499950"
+
+
+def test_openai_with_both_prices_the_tokens_and_plans_per_image(afc, fake):
+    planned, run, report = run_priced(afc, "openai", {"per_image": "0.04", **TOKENS})
+    assert planned["estimated_spend"] == "0.120000"
+    assert report["priced"] == "0.499950" and report["unpriced_attempts"] == 0
+    assert run["spent"] == "0.499950"
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal", "gemini"])
+def test_a_per_image_card_prices_every_provider_as_planned(afc, fake, provider):
+    planned, run, report = run_priced(afc, provider, {"per_image": "0.03"}, prompts=("a", "b"))
+    assert planned["estimated_spend"] == "0.060000"
+    assert report["priced"] == planned["estimated_spend"]
+    assert report["unpriced_attempts"] == 0
+    assert run["spent"] == planned["estimated_spend"]
