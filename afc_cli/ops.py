@@ -35,6 +35,7 @@ def cancel(
     ledger = Ledger(ledger_path, create=False)
     out: dict[str, list[dict[str, str]]] = {"cancelled": [], "already_final": [], "not_found": []}
     try:
+        ledger.require_batch(batch)
         if keys:
             targets = []
             for key in keys:
@@ -43,8 +44,6 @@ def cancel(
                     out["not_found"].append({"key": key, "batch": batch})
                 targets.extend(found)
         else:
-            if ledger.batch(batch) is None:
-                raise UsageError(f"no batch {batch!r} in {ledger_path}")
             targets = [job for job in ledger.batch_jobs(batch) if job["status"] in ACTIVE]
         why = reason or "cancelled with afc cancel"
         for job in targets:

@@ -24,6 +24,7 @@ def _loads(text: str | None) -> Any:
 def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
     ledger = Ledger(ledger_path, create=False)
     try:
+        ledger.require_batch(batch)
         matches = ledger.jobs_by_key(key, batch)
         if not matches:
             where = f" in batch {batch!r}" if batch else ""
