@@ -704,7 +704,8 @@ def status(
             Col("step", drop=2),
             Col("attempts", header="tries", right=True, drop=3),
             Col("cost", right=True),
-            Col("reason", kind="text", drop=4),
+            # the reason is what a person reads this view for: it keeps room before the output key
+            Col("reason", kind="text", drop=4, least=30),
             Col("output_key", kind="tail", drop=1),
         ]
         if one_batch is None:

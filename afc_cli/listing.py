@@ -86,9 +86,10 @@ def needing_attention(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def counts_line(counts: dict[str, int], batch: str | None = None) -> str:
-    """``12 jobs: 9 succeeded, 1 failed, 2 waiting`` (statuses in lifecycle order)."""
+    """``12 jobs: 9 succeeded, 1 failed, 2 waiting``: outcomes first, then work left."""
     total = sum(counts.values())
-    order = [s for s in STATUSES if s in counts] + sorted(set(counts) - set(STATUSES))
+    known = ("succeeded", "failed", "dead", "waiting", "running", "queued", "cancelled")
+    order = [s for s in known if s in counts] + sorted(set(counts) - set(known))
     parts = ", ".join(f"{counts[s]} {s}" for s in order)
     scope = f"batch {batch}: " if batch else ""
     return f"{scope}{total} job{'s' if total != 1 else ''}" + (f": {parts}" if parts else "")

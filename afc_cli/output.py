@@ -97,7 +97,8 @@ class RichReporter(Reporter):
     in flight / queued, the spend against the budget, the rate and ETA, and why jobs wait and
     when they try next. Failures are printed above it as they happen, one line each, and a
     message that repeats (up to its figures) is shown once. The figures are
-    ``afc_cli/progress.py``'s; the lead-in text of a run state (``state``) is shown under them.
+    ``afc_cli/progress.py``'s; a run-wide state (``state("draining: 12s left")``) is shown
+    under them until cleared with ``state(None)``.
     """
 
     def __init__(self, verbose: bool = False):

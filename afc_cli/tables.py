@@ -33,6 +33,7 @@ class Col:
     drop: int | None = None  # drop order when the table does not fit; None: never dropped
     header: str | None = None  # shown on a terminal; default: the name, "_" as spaces
     right: bool = False  # numbers and money
+    least: int | None = None  # a text or tail column's narrowest (TEXT_MIN, TAIL_MIN)
 
     @property
     def title(self) -> str:
@@ -64,6 +65,7 @@ def layout(rows: Sequence[dict[str, Any]], columns: Sequence[Col], width: int) -
     """Which columns to show, and how wide, for a terminal ``width`` columns wide."""
     natural = {}
     least = {}
+    floor_of = {}  # the narrowest a column may get when room is short
     for col in columns:
         longest_cell = max((len(cell(row.get(col.name))) for row in rows), default=0)
         longest_word = max((len(word) for word in col.title.split()), default=0)
@@ -72,8 +74,10 @@ def layout(rows: Sequence[dict[str, Any]], columns: Sequence[Col], width: int) -
             least[col.name] = max(longest_cell, longest_word)
         else:
             natural[col.name] = max(longest_cell, len(col.title), 1)
-            floor = TEXT_MIN if col.kind == "text" else TAIL_MIN
+            default = TEXT_MIN if col.kind == "text" else TAIL_MIN
+            floor = col.least or default
             least[col.name] = max(min(natural[col.name], floor), longest_word)
+            floor_of[col.name] = max(min(natural[col.name], default), longest_word)
 
     shown = list(columns)
     dropped: list[Col] = []
@@ -86,6 +90,9 @@ def layout(rows: Sequence[dict[str, Any]], columns: Sequence[Col], width: int) -
         if not candidates:
             break
         victim = min(candidates, key=lambda c: c.drop)
+        if least[victim.name] > floor_of.get(victim.name, least[victim.name]):
+            least[victim.name] = floor_of[victim.name]  # narrower before it goes
+            continue
         shown.remove(victim)
         dropped.append(victim)
 

@@ -342,3 +342,55 @@ def test_progress_reaches_the_terminal_without_json(afc):
     assert shown.returncode == 1
     assert "b1/k1: failed: CHAIN_FAILED: auth" in shown.output, shown.output
     assert "failed 1" in shown.output and "spent 0.000000 USD" in shown.output
+
+
+def test_a_retry_after_wait_shows_its_reason_and_next_try(afc):
+    afc.write_manifest(
+        manifest(
+            [
+                {
+                    "key": "slow",
+                    "prompt": "p",
+                    "params": {"fail": ["rate_limited"], "retry_after_s": 1.5},
+                }
+            ],
+            defaults={
+                "chain": [
+                    {
+                        "provider": "local",
+                        "model": "m1",
+                        "attempts": 2,
+                        "backoff": {"base": 0.01, "cap": 2},
+                    }
+                ]
+            },
+        )
+    )
+    shown = on_pty(afc.command("submit", "manifest.yaml"), cwd=afc.cwd, env=afc.env)
+    assert shown.returncode == 0, shown.output
+    assert "waiting 1: rate_limited; next try " in shown.output, shown.output
+    assert "ok 1  failed 0  waiting 0  in flight 0  queued 0" in shown.output
+
+
+def test_a_budget_stop_is_one_line_not_one_per_job(afc):
+    afc.write_manifest(manifest([{"key": f"k{i:02d}", "prompt": f"p{i}"} for i in range(30)]))
+    result = afc("submit", "manifest.yaml", "--max-spend", "0.10", "--concurrency", "1")
+    assert result.returncode == 4, result.stderr
+    budget_lines = [line for line in result.stderr.splitlines() if "budget: " in line]
+    assert len(budget_lines) == 1, result.stderr
+    assert budget_lines[0].startswith("afc: 28 jobs waiting at render (b1/k02, b1/k03, b1/k04")
+
+
+def test_show_keeps_its_figures_whole_and_pipes_plain(ledger):
+    shown = screen(ledger, "show", LONG_KEYS[2])
+    assert shown.returncode == 0
+    assert f"trailer-shots-2026/{LONG_KEYS[2]}" in shown.output
+    assert "98765.432100" in shown.output and "local/m2" in shown.output
+    table = [line for line in shown.lines if "local/m2" in line and "succeeded" in line]
+    assert len(table) == 1 and len(table[0]) <= 80
+    result = piped(ledger, "show", LONG_KEYS[2])
+    assert "\x1b" not in result.stdout and not (BOX & set(result.stdout))
+    lines = result.stdout.splitlines()
+    header = lines.index("attempts") + 1
+    assert lines[header].split("\t")[:3] == ["number", "model", "status"]
+    assert lines[header + 1].split("\t")[8] == "98765.432100"

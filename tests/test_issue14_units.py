@@ -138,3 +138,12 @@ def test_the_run_summary_collapses_jobs_stopped_for_one_reason():
     assert lines[0].startswith("248 jobs waiting at render (b/k0, b/k1, b/k2 and 245 more;")
     assert lines[0].endswith("): budget: spent 0.5 of 9 USD")
     assert lines[1] == "b/odd: waiting at render: storage: bucket gone"
+
+
+def test_a_text_column_with_room_to_spare_narrows_before_it_is_dropped():
+    cols = [Col("key"), Col("reason", kind="text", drop=2, least=30), Col("out", drop=1)]
+    rows = [{"key": "k" * 40, "reason": "r " * 40, "out": "o" * 10}]
+    assert layout(rows, cols, 80).widths == [40, 38]  # out dropped, reason keeps its room
+    plan = layout(rows, cols, 55)
+    assert [c.name for c in plan.columns] == ["key", "reason"] and plan.widths == [40, 13]
+    assert [c.name for c in layout(rows, cols, 50).columns] == ["key"]
