@@ -394,3 +394,13 @@ def test_show_keeps_its_figures_whole_and_pipes_plain(ledger):
     header = lines.index("attempts") + 1
     assert lines[header].split("\t")[:3] == ["number", "model", "status"]
     assert lines[header + 1].split("\t")[8] == "98765.432100"
+
+
+def test_shell_completion_is_on(afc):
+    script = afc("--show-completion", "bash")
+    assert script.returncode == 0
+    assert "complete -o default -F _afc_completion afc" in script.stdout
+    env = {"_AFC_COMPLETE": "complete_bash", "COMP_WORDS": "afc sta", "COMP_CWORD": "1"}
+    assert afc(env=env).stdout.split() == ["status"]
+    env.update(COMP_WORDS="afc status --st", COMP_CWORD="2")
+    assert afc(env=env).stdout.split() == ["--status"]
