@@ -21,31 +21,57 @@ app = typer.Typer(
     name="afc",
     help="Batch renderer for paid AI generation jobs: a retry never pays again for an output "
     "that is already stored, and every paid attempt is recorded with what it cost.",
+    epilog="\b\nExamples:\n  afc plan shots.yaml\n  afc submit shots.yaml --max-spend 25\n"
+    "  afc status\n  afc outputs --json\n\nRun 'afc COMMAND -h' for a command's options.",
     no_args_is_help=True,
-    add_completion=False,
+    # plain help (no boxes, no <bool> type column): it reads the same on a terminal, in a
+    # pager and in a file
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_show_locals=False,  # locals may hold API keys: never print them
 )
 
+
+def _examples(*lines: str) -> str:
+    """A command's help ends with examples (one per line, kept as written)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 LedgerOpt = Annotated[
     str,
-    typer.Option("--ledger", envvar="AFC_LEDGER", help="Ledger file (SQLite).", show_envvar=True),
+    typer.Option(
+        "--ledger",
+        envvar="AFC_LEDGER",
+        metavar="PATH",
+        help="Ledger file (SQLite).",
+        show_envvar=True,
+    ),
 ]
 StorageOpt = Annotated[
     str | None,
     typer.Option(
         "--storage",
         envvar="AFC_STORAGE",
-        help="Output storage URL, e.g. file://./afc-outputs (the default).",
+        metavar="URL",
+        help="Output storage URL, e.g. file://./afc-outputs (the default) or s3://BUCKET/PREFIX.",
         show_envvar=True,
     ),
 ]
 ConcurrencyOpt = Annotated[
-    int, typer.Option("--concurrency", min=1, help="Jobs worked on at once.")
+    int, typer.Option("--concurrency", min=1, metavar="N", help="Renders in flight at once.")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")]
-BatchOpt = Annotated[str | None, typer.Option("--batch", help="Only this batch.")]
+BatchOpt = Annotated[
+    str | None, typer.Option("--batch", metavar="B", help="Only this batch (exit 2 if unknown).")
+]
+# Every command still accepts the round-1 shared options (scripts pass them everywhere), but a
+# command's help lists only the ones it uses: these are accepted, hidden and ignored.
+UnusedStorageOpt = Annotated[str | None, typer.Option("--storage", hidden=True)]
+UnusedConcurrencyOpt = Annotated[int | None, typer.Option("--concurrency", hidden=True)]
+UnusedQuietOpt = Annotated[bool, typer.Option("--quiet", "-q", hidden=True)]
+UnusedVerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", hidden=True)]
 MaxSpendOpt = Annotated[
     str | None,
     typer.Option(
@@ -73,12 +99,45 @@ AllowUnpricedOpt = Annotated[
     ),
 ]
 
-costs_app = typer.Typer(help="Spend recorded in the ledger.", no_args_is_help=True)
+costs_app = typer.Typer(
+    help="Spend recorded in the ledger.",
+    epilog=_examples("afc costs report", "afc costs report --by model --csv > spend.csv"),
+    no_args_is_help=True,
+)
 app.add_typer(costs_app, name="costs")
-queue_app = typer.Typer(help="The backlog, for operators and cron.", no_args_is_help=True)
+queue_app = typer.Typer(
+    help="The backlog, for operators and cron.",
+    epilog=_examples("afc queue stats", "afc queue stats --fail-if 'dlq>0'"),
+    no_args_is_help=True,
+)
 app.add_typer(queue_app, name="queue")
-webhooks_app = typer.Typer(help="The outbox of job events.", no_args_is_help=True)
+webhooks_app = typer.Typer(
+    help="The outbox of job events.",
+    epilog=_examples("afc webhooks list --dead", "afc webhooks replay ce69a6"),
+    no_args_is_help=True,
+)
 app.add_typer(webhooks_app, name="webhooks")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from afc_cli import __version__
+
+        sys.stdout.write(f"afc {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print afc's version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
 
 DEFAULT_LEDGER = "afc.db"
 DEFAULT_CONCURRENCY = 8
@@ -108,7 +167,7 @@ def _reporter(json_out: bool, quiet: bool, verbose: bool):
 
     if quiet:
         return Reporter()
-    if sys.stderr.isatty() and not json_out:
+    if sys.stderr.isatty():  # with --json too: the JSON goes to stdout, progress to stderr
         return RichReporter(verbose=verbose)
     return LineReporter(verbose=verbose)
 
@@ -181,11 +240,10 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
             f"{len(conflicts)} conflicting; storage {admit.storage}"
         )
     not_ok = [j for j in jobs if j["status"] != "succeeded"]
-    if result.stats.interrupted:
+    if result.stats.interrupted:  # jobs a stop left to do are counted in the tally below
         not_ok = [j for j in not_ok if j["status"] not in ("queued", "waiting")]
-    for job in not_ok:
-        why = job["error"]["message"] if job["error"] else job["waiting"] or ""
-        _err(f"{job['batch']}/{job['key']}: {job['status']} at {job['step']}: {why}")
+    for line in _not_ok_lines(not_ok):
+        _err(line)
     _print_stuck(result.stuck)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
     _err(f"{result.ran} run; {counts or 'no jobs'}; {_spend_line(result.stats)}")
@@ -235,6 +293,30 @@ def _spend_line(stats: Any) -> str:
     return line
 
 
+def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
+    """One line per job that did not succeed, except that jobs stopped for the same reason
+    (the same message up to its figures: a budget stop, an outage) share one line."""
+    from afc_cli.progress import same_message
+
+    groups: dict[tuple[str, str, str], list[tuple[dict[str, Any], str]]] = {}
+    for job in jobs:
+        why = job["error"]["message"] if job["error"] else job["waiting"] or ""
+        groups.setdefault((job["status"], job["step"], same_message(why)), []).append((job, why))
+    lines = []
+    for (status, step, _), members in groups.items():
+        job, why = members[0]
+        if len(members) == 1:
+            lines.append(f"{job['batch']}/{job['key']}: {status} at {step}: {why}")
+            continue
+        names = ", ".join(f"{j['batch']}/{j['key']}" for j, _ in members[:shown])
+        more = f" and {len(members) - shown} more" if len(members) > shown else ""
+        lines.append(
+            f"{len(members)} jobs {status} at {step} ({names}{more}; afc status --status "
+            f"{status} lists them): {why}"
+        )
+    return lines
+
+
 def _prestart_helper() -> None:
     """Boot the file helper (afc_cli/offload.py) while this process imports the run and
     admits jobs, instead of after: the first provider calls wait for its first answer."""
@@ -243,9 +325,16 @@ def _prestart_helper() -> None:
     offload.prestart()
 
 
-@app.command()
+@app.command(
+    epilog=_examples(
+        "afc submit shots.yaml",
+        "afc submit shots.yaml --max-spend 25 --concurrency 16",
+        "afc submit shots.yaml --no-run     # admit only; 'afc resume' runs them",
+        "afc submit shots.yaml --json > run.json",
+    )
+)
 def submit(
-    manifest: Annotated[str, typer.Argument(help="The job manifest (YAML).")],
+    manifest: Annotated[str, typer.Argument(metavar="MANIFEST", help="The job manifest (YAML).")],
     no_run: Annotated[bool, typer.Option("--no-run", help="Admit the jobs, run none.")] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Only say what a run would do and cost (afc plan).")
@@ -260,7 +349,10 @@ def submit(
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Validate a manifest, admit its jobs idempotently, and run every job not yet finished."""
+    """Admit a manifest's jobs and run every one not yet finished.
+
+    Validates the manifest first (exit 2, nothing written, on any problem); a job whose key and
+    request were admitted before is a replay and is not rendered again."""
     if dry_run:
         _plan(manifest, ledger, storage, max_spend, json_out)
         return
@@ -287,7 +379,13 @@ def submit(
         raise typer.Exit(result.exit_code)
 
 
-@app.command()
+@app.command(
+    epilog=_examples(
+        "afc resume",
+        "afc resume --batch trailer-shots --max-spend 10",
+        "afc resume -q     # from cron: the exit code says what happened",
+    )
+)
 def resume(
     batch: BatchOpt = None,
     max_spend: MaxSpendOpt = None,
@@ -335,44 +433,60 @@ def _plan(manifest: str, ledger: str, storage: str | None, max_spend: str | None
             sys.stdout.write(describe(result) + "\n")
 
 
-@app.command("plan")
+@app.command(
+    "plan",
+    epilog=_examples("afc plan shots.yaml", "afc plan shots.yaml --max-spend 25 --json"),
+)
 def plan_command(
-    manifest: Annotated[str, typer.Argument(help="The job manifest (YAML).")],
+    manifest: Annotated[str, typer.Argument(metavar="MANIFEST", help="The job manifest (YAML).")],
     max_spend: MaxSpendOpt = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     storage: StorageOpt = None,
-    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
     json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
-    """Say what a submit would do and cost: new, replayed, stored, conflicting, estimate.
+    """Say what a submit would do and cost, writing nothing.
 
-    Writes nothing: no ledger, no storage, no provider call."""
+    Per job: new, replayed, already stored or conflicting; the estimated spend and the models
+    without a price. Writes nothing: no ledger, no storage, no provider call."""
     _plan(manifest, ledger, storage, max_spend, json_out)
 
 
-@costs_app.command("report")
+@costs_app.command(
+    "report",
+    epilog=_examples(
+        "afc costs report",
+        "afc costs report --by model --batch trailer-shots",
+        "afc costs report --by day --since 2026-11-01 --csv > spend.csv",
+    ),
+)
 def costs_report_command(
     batch: BatchOpt = None,
     since: Annotated[
         str | None, typer.Option("--since", metavar="DATE", help="Only attempts since (ISO).")
     ] = None,
     by: Annotated[
-        str, typer.Option("--by", help="Group by provider, model, batch or day.")
+        str, typer.Option("--by", metavar="GROUP", help="Group by provider, model, batch or day.")
     ] = "provider",
     csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout.")] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
-    storage: StorageOpt = None,
-    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
     json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
-    """Spend by provider, model, batch or day: priced, unpriced, failed, avoided."""
+    """Spend by provider, model, batch or day.
+
+    Per group: priced spend, unpriced attempts (real spend is higher), spend on failed
+    attempts, attempts of unknown outcome (possibly paid), and renders avoided by stored
+    outputs with what they would have cost."""
     with _boundary():
         from afc_cli.costs_report import FIELDS, costs_report, footer
-        from afc_cli.output import emit_csv, emit_json, emit_table
+        from afc_cli.output import emit_csv, emit_json
+        from afc_cli.tables import Col, emit
 
         report = costs_report(ledger, batch=batch, since=since, by=by)
         columns = [by, *FIELDS]
@@ -382,7 +496,10 @@ def costs_report_command(
             emit_csv([*report["rows"], {by: "total", **report["total"]}], columns)
         else:
             rows = [*report["rows"], {by: "total", **report["total"]}]
-            emit_table(rows, columns, title=f"spend by {by} (USD)", footer=footer(report))
+            drop = {"avoided_unpriced": 1, "avoided_renders": 2, "avoided_cost": 3}
+            cols = [Col(by)] + [Col(f, right=True, drop=drop.get(f)) for f in FIELDS]
+            notes = [n for n in [footer(report)] if n]
+            emit(rows, cols, title=f"spend by {by} (USD)", notes=notes)
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Act on several jobs without asking.")]
@@ -406,9 +523,17 @@ def _asker(yes: bool):
     return ask
 
 
-@app.command()
+@app.command(
+    epilog=_examples(
+        "afc retry shot-001 --batch trailer-shots",
+        "afc retry --batch trailer-shots --failed          # lists them, asks",
+        "afc retry --batch trailer-shots --dead --yes",
+    )
+)
 def retry(
-    keys: Annotated[list[str] | None, typer.Argument(help="Keys of the jobs to retry.")] = None,
+    keys: Annotated[
+        list[str] | None, typer.Argument(metavar="KEY", help="Keys of the jobs to retry.")
+    ] = None,
     batch: BatchOpt = None,
     failed: Annotated[bool, typer.Option("--failed", help="Every failed job of --batch.")] = False,
     dead: Annotated[
@@ -419,19 +544,21 @@ def retry(
     ] = False,
     yes: YesOpt = False,
     by: Annotated[
-        str | None, typer.Option("--by", help="Who decides (recorded; default: the OS user).")
+        str | None,
+        typer.Option("--by", metavar="NAME", help="Who decides (recorded; default: the OS user)."),
     ] = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Queue failed, dead-lettered or cancelled jobs again, once their cause is fixed.
 
     The job keeps its key, request and history; 'afc resume' (or cron) then runs it, looking
-    for its stored output first. A succeeded job is never retried.
-
-    Examples: afc retry shot-001 --batch trailer;  afc retry --batch trailer --failed --yes
-    """
+    for its stored output first. A succeeded job is never retried; a selection of more than
+    one job is listed and confirmed (or --yes)."""
     with _boundary():
         from afc_cli.ops import retry as retry_jobs
 
@@ -454,19 +581,31 @@ def retry(
                 _err("no job to retry")
 
 
-@app.command()
+@app.command(
+    epilog=_examples(
+        "afc cancel shot-001 shot-002",
+        "afc cancel shot-001 --batch trailer-shots",
+        "afc cancel --batch trailer-shots --yes   # every unfinished job",
+    )
+)
 def cancel(
-    keys: Annotated[list[str] | None, typer.Argument(help="Keys of the jobs to cancel.")] = None,
+    keys: Annotated[
+        list[str] | None, typer.Argument(metavar="KEY", help="Keys of the jobs to cancel.")
+    ] = None,
     batch: BatchOpt = None,
     yes: YesOpt = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
-    storage: StorageOpt = None,
-    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
-    """Cancel jobs (KEY..., or every unfinished job of --batch). Final: never rendered again."""
+    """Cancel jobs: final until a person retries them (afc retry).
+
+    Cancels the jobs named by KEY, or with only --batch every unfinished job of that batch
+    (listed and confirmed first, or --yes). A job rendering on Replicate or fal is cancelled at
+    the provider too."""
     with _boundary():
         from afc_cli.ops import cancel as cancel_jobs
 
@@ -486,7 +625,15 @@ def cancel(
             raise typer.Exit(2)
 
 
-@queue_app.command("stats")
+@queue_app.command(
+    "stats",
+    epilog=_examples(
+        "afc queue stats",
+        "afc queue stats --json",
+        "afc queue stats --fail-if 'failed>0' --fail-if 'dlq>0'",
+        "afc queue stats --fail-if 'oldest_age_seconds>21600'",
+    ),
+)
 def queue_stats_command(
     fail_if: Annotated[
         list[str] | None,
@@ -497,13 +644,17 @@ def queue_stats_command(
         ),
     ] = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
-    storage: StorageOpt = None,
-    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
     json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
-    """Queued, in flight, delayed, dead-lettered, and the oldest unfinished job's age."""
+    """Backlog figures for alerting.
+
+    Queued, in flight, delayed, dead-lettered (dlq), failed (both wait for a person: afc
+    retry), and the age of the oldest unfinished job in seconds. With --fail-if, exit 1 when a
+    condition holds."""
     with _boundary():
         from afc_cli.ops import failed_conditions, queue_stats
 
@@ -537,20 +688,26 @@ def _deliveries_out(stats: Any, json_out: bool, quiet: bool) -> None:
         raise typer.Exit(1)
 
 
-@webhooks_app.command("list")
+@webhooks_app.command(
+    "list", epilog=_examples("afc webhooks list", "afc webhooks list --dead --json")
+)
 def webhooks_list(
     dead: Annotated[bool, typer.Option("--dead", help="Only dead deliveries.")] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
-    storage: StorageOpt = None,
-    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
     json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
-    """Webhook deliveries: id, event, URL, status, tries, last answer."""
+    """Webhook deliveries: id, status, tries, last answer, URL.
+
+    The id is whole on every screen; 'afc webhooks replay' takes it or any unique prefix.
+    --json adds each delivery's stored envelope."""
     with _boundary():
-        from afc_cli.output import emit_json, emit_table
+        from afc_cli.output import emit_json
         from afc_cli.report import _iso
+        from afc_cli.tables import Col, emit
         from afc_cli.webhooks import listing
 
         rows = [
@@ -564,27 +721,37 @@ def webhooks_list(
                 "last_error": r["last_error"],
                 "next_attempt_at": _iso(r["next_attempt_at"]) if r["status"] == "pending" else None,
                 "delivered_at": _iso(r["delivered_at"]),
-                "envelope": json.loads(r["envelope"]) if verbose or json_out else None,
+                "envelope": json.loads(r["envelope"]) if json_out else None,
             }
             for r in listing(ledger, dead)
         ]
         if json_out:
             emit_json({"deliveries": rows})
         else:
-            emit_table(
+            emit(
                 rows,
-                ["id", "event", "url", "status", "attempts", "last_status", "last_error"],
+                [
+                    Col("id"),  # ends in the event's name: the event column is spare
+                    Col("status"),
+                    Col("attempts", header="tries", right=True),
+                    Col("last_status", header="HTTP", right=True, drop=3),
+                    Col("last_error", kind="text", drop=2),
+                    Col("url", kind="text", drop=1),
+                    Col("event", drop=0),
+                ],
             )
 
 
-@webhooks_app.command("deliver")
+@webhooks_app.command(
+    "deliver", epilog=_examples("afc webhooks deliver", "afc webhooks deliver -q --json")
+)
 def webhooks_deliver(
     ledger: LedgerOpt = DEFAULT_LEDGER,
-    storage: StorageOpt = None,
-    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Deliver every due webhook now (for cron); exit 1 if one became dead."""
     with _boundary():
@@ -593,15 +760,23 @@ def webhooks_deliver(
         _deliveries_out(deliver(ledger), json_out, quiet)
 
 
-@webhooks_app.command("replay")
+@webhooks_app.command(
+    "replay",
+    epilog=_examples(
+        "afc webhooks replay 2f0c1d9e-5b0a-5d37-9a57-0c6ad3a8a0e4:job.succeeded",
+        "afc webhooks replay 2f0c1d     # a unique prefix is enough",
+    ),
+)
 def webhooks_replay(
-    delivery_id: Annotated[str, typer.Argument(metavar="ID", help="The delivery's id.")],
+    delivery_id: Annotated[
+        str, typer.Argument(metavar="ID", help="The delivery's id, or a unique prefix of it.")
+    ],
     ledger: LedgerOpt = DEFAULT_LEDGER,
-    storage: StorageOpt = None,
-    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Send a dead or delivered event again: its exact envelope, signed afresh."""
     with _boundary():
@@ -610,53 +785,164 @@ def webhooks_replay(
         _deliveries_out(replay(ledger, delivery_id), json_out, quiet)
 
 
-@app.command()
+@app.command(
+    epilog=_examples(
+        "afc status                      # counts, then the jobs that need attention",
+        "afc status --all                # every job",
+        "afc status --status failed --batch trailer-shots",
+        "afc status | grep waiting       # tab-separated rows on a pipe",
+        "afc status --json",
+    )
+)
 def status(
     batch: BatchOpt = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            metavar="S",
+            help="Only jobs with this status (repeat or comma-separate: failed,dead).",
+        ),
+    ] = None,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Every job, not only those that need attention.")
+    ] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
-    storage: StorageOpt = None,
-    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
     json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
-    """Counts by status, and per job: key, status, step, output key, attempts, cost."""
-    with _boundary():
-        from afc_cli.ledger import Ledger
-        from afc_cli.output import emit_json, emit_table, job_json
+    """Counts by status, then the jobs that need attention.
 
-        book = Ledger(ledger, create=False)
-        try:
-            rows = [job_json(r) for r in book.status_rows(batch)]
-        finally:
-            book.close()
-        counts: dict[str, int] = {}
-        for row in rows:
-            counts[row["status"]] = counts.get(row["status"], 0) + 1
+    Jobs that need attention are failed, dead-lettered, waiting (with the reason) and
+    running ones; --all lists every job, --status S only those with status S. --json holds
+    every job of the scope (or those of --status) and the counts."""
+    with _boundary():
+        from afc_cli.listing import counts_line, needing_attention, status_view
+        from afc_cli.output import emit_json
+        from afc_cli.tables import Col, emit
+
+        view = status_view(ledger, batch=batch, statuses=only, everything=everything)
+        rows, counts = view["jobs"], view["counts"]
         if json_out:
+            for row in rows:
+                del row["reason"]
             emit_json({"jobs": rows, "counts": counts})
             return
-        for row in rows:
+        one_batch = view["batches"][0] if len(view["batches"]) == 1 else None
+        shown = needing_attention(rows) if view["attention"] else rows
+        for row in shown:
             row["cost"] = row["cost"] if row["cost"] is not None else "unpriced"
-        emit_table(
-            rows,
-            ["batch", "key", "status", "step", "output_key", "attempts", "cost"],
-            footer=", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs",
-        )
+        head = counts_line(counts, one_batch or batch)
+        notes = []
+        if view["attention"] and len(shown) < len(rows):
+            hidden: dict[str, int] = {}
+            for row in rows:
+                if row not in shown:
+                    hidden[row["status"]] = hidden.get(row["status"], 0) + 1
+            listed = ", ".join(f"{n} {s}" for s, n in hidden.items())
+            notes.append(f"not listed: {listed} (afc status --all lists every job)")
+        columns = [
+            Col("key"),
+            Col("status"),
+            Col("step", drop=2),
+            Col("attempts", header="tries", right=True, drop=3),
+            Col("cost", right=True),
+            # the reason is what a person reads this view for: it keeps room before the output key
+            Col("reason", kind="text", drop=4, least=30),
+            Col("output_key", kind="tail", drop=1),
+        ]
+        if one_batch is None:
+            columns.insert(0, Col("batch"))
+        _emit_with_head(head, shown, columns, notes, emit)
 
 
-@app.command()
-def show(
-    key: Annotated[str, typer.Argument(help="The job's idempotency key.")],
+def _emit_with_head(head: str, rows: list, columns: list, notes: list[str], emit: Any) -> None:
+    """The counts come first: above the table on a terminal; on a pipe, where stdout holds
+    only the header line and the rows, on stderr."""
+    if sys.stdout.isatty():
+        sys.stdout.write(head + "\n")
+        sys.stdout.flush()
+        if rows:
+            emit(rows, columns, notes=notes, group="batch")
+        else:
+            for note in notes:
+                sys.stdout.write(note + "\n")
+        return
+    sys.stderr.write(head + "\n")
+    emit(rows, columns, notes=notes)
+
+
+@app.command(
+    epilog=_examples(
+        "afc outputs",
+        "afc outputs --batch trailer-shots --json > outputs.json",
+        "afc outputs | cut -f2     # the paths (or URLs), one a line",
+    )
+)
+def outputs(
     batch: BatchOpt = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
-    storage: StorageOpt = None,
-    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
     json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
 ) -> None:
-    """One job's whole story: request, steps, every attempt with error and cost, events."""
+    """The stored outputs: key, path or URL, size, SHA-256, cost.
+
+    What to hand to an edit suite. The path is given for file:// storage, the URL for every
+    storage; --json adds the batch, output key, model and prompt."""
+    with _boundary():
+        from afc_cli.listing import outputs as list_outputs
+        from afc_cli.output import emit_json
+        from afc_cli.tables import Col, emit
+
+        rows = list_outputs(ledger, batch=batch)
+        if json_out:
+            emit_json({"outputs": rows})
+            return
+        batches = {row["batch"] for row in rows}
+        local = [row["path"] is not None for row in rows]
+        where = "path" if all(local) else "url" if not any(local) else "path_or_url"
+        on_terminal = sys.stdout.isatty()
+        for row in rows:
+            row[where] = row["path"] or row["url"]
+            if on_terminal and row["path"]:
+                # a person reads (and copies) the short form; a pipe and --json get it whole
+                relative = os.path.relpath(row["path"])
+                row[where] = relative if not relative.startswith("..") else row["path"]
+            row["cost"] = row["cost"] if row["cost"] is not None else "unpriced"
+        columns = [
+            Col("key"),
+            Col(where, kind="text"),  # wraps on a narrow terminal, never shortened
+            Col("size", right=True, drop=2),
+            Col("sha256", drop=1),
+            Col("cost", right=True),
+        ]
+        if len(batches) > 1:
+            columns.insert(0, Col("batch"))
+        emit(rows, columns, notes=[] if rows else ["no stored outputs yet"], group="batch")
+
+
+@app.command(
+    epilog=_examples(
+        "afc show shot-001",
+        "afc show shot-001 --batch trailer-shots --json",
+    )
+)
+def show(
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The job's idempotency key.")],
+    batch: BatchOpt = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    json_out: JsonOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
+) -> None:
+    """One job's whole story.
+
+    Its request, steps, every attempt (provider, model, class, HTTP status, wait, duration,
+    usage, cost and source), its output and its events."""
     with _boundary():
         from afc_cli.report import job_story, print_story
 
@@ -674,4 +960,4 @@ def main() -> None:
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.environ.setdefault("PYTHONIOENCODING", "utf-8")
-    app()
+    app(prog_name="afc")  # "afc" in help and usage, also under python -m afc_cli

@@ -76,6 +76,7 @@ def costs_report(
 
     ledger = Ledger(ledger_path, create=False)
     try:
+        ledger.require_batch(batch)
         groups: dict[Any, dict[str, int]] = {}
 
         def row_for(key: Any) -> dict[str, int]:

@@ -252,6 +252,15 @@ class Ledger:
     def batches(self) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM batches ORDER BY created_at")
 
+    def require_batch(self, name: str | None) -> None:
+        """Every command's ``--batch``: a name the ledger does not know is a usage error (exit
+        2) that lists the batches it does know, never an empty answer that looks like zero."""
+        if name is None or self.batch(name) is not None:
+            return
+        known = [row["name"] for row in self.batches()]
+        listed = ", ".join(known) if known else "none yet"
+        raise UsageError(f"no batch {name!r} in {self.path}; known batches: {listed}")
+
     def check_storage(self, batch: str, storage: str | None) -> str | None:
         """The storage a batch is bound to; refuses a different one named explicitly."""
         row = self.batch(batch)
@@ -459,6 +468,28 @@ class Ledger:
         params: list[Any] = []
         if batch is not None:
             sql += " WHERE j.batch = ?"
+            params.append(batch)
+        sql += " ORDER BY j.batch, j.seq"
+        return self._all(sql, params)
+
+    def output_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
+        """Succeeded jobs with their stored output: where it is, what it is, what it cost, and
+        the model that made it (the succeeded attempt's, else what storage metadata named)."""
+        sql = (
+            "SELECT j.id, j.key, j.batch, j.output_key, j.output_size, j.output_sha256,"
+            " j.request_json, b.storage,"
+            " (SELECT SUM(a.cost_micros) FROM attempts a WHERE a.job_id = j.id) AS cost_micros,"
+            " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL)"
+            " AS unpriced_attempts,"
+            " COALESCE((SELECT a.provider || '/' || a.model FROM attempts a WHERE a.job_id = j.id"
+            " AND a.status = 'succeeded' ORDER BY a.number DESC LIMIT 1),"
+            " (SELECT v.provider || '/' || v.model FROM avoided v WHERE v.job_id = j.id"
+            " AND v.reason = 'stored' ORDER BY v.at DESC LIMIT 1)) AS model"
+            " FROM jobs j JOIN batches b ON b.name = j.batch WHERE j.status = 'succeeded'"
+        )
+        params: list[Any] = []
+        if batch is not None:
+            sql += " AND j.batch = ?"
             params.append(batch)
         sql += " ORDER BY j.batch, j.seq"
         return self._all(sql, params)
@@ -1095,6 +1126,14 @@ class Ledger:
 
     def delivery(self, delivery_id: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM deliveries WHERE id = ?", (delivery_id,))
+
+    def delivery_ids_starting(self, prefix: str, limit: int = 6) -> list[str]:
+        """Ids of deliveries that begin with ``prefix`` (ids are accepted by unique prefix)."""
+        rows = self.db.execute(
+            "SELECT id FROM deliveries WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT ?",
+            (len(prefix), prefix, limit),
+        )
+        return [row[0] for row in rows]
 
     def requeue_delivery(self, delivery_id: str, now: float) -> None:
         with self.tx():

@@ -36,8 +36,7 @@ _CONDITION = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*$")
 def _named(ledger: Ledger, ledger_path: str, keys: list[str], batch: str | None) -> list[dict]:
     """The jobs named by key (within ``batch`` if given). Every key must exist, or nothing is
     done (exit 2): a typo never leaves half of a command's work done."""
-    if batch is not None and ledger.batch(batch) is None:
-        raise UsageError(f"no batch {batch!r} in {ledger_path}")
+    ledger.require_batch(batch)
     targets, missing = [], []
     for key in keys:
         found = ledger.jobs_by_key(key, batch)
@@ -80,11 +79,10 @@ def cancel(
     ledger = Ledger(ledger_path, create=False)
     out: dict[str, list[dict[str, str]]] = {"cancelled": [], "already_final": [], "not_found": []}
     try:
+        ledger.require_batch(batch)
         if keys:
             targets = _named(ledger, ledger_path, keys, batch)
         else:
-            if ledger.batch(batch) is None:
-                raise UsageError(f"no batch {batch!r} in {ledger_path}")
             targets = [job for job in ledger.batch_jobs(batch) if job["status"] in ACTIVE]
             _confirmed(confirm, "cancel", targets)
         why = reason or "cancelled with afc cancel"
@@ -175,11 +173,10 @@ def retry(
         raise UsageError("--failed, --dead and --cancelled select within one batch: add --batch B")
     ledger = Ledger(ledger_path, create=False)
     try:
+        ledger.require_batch(batch)
         if keys:
             targets = _named(ledger, ledger_path, keys, batch)
         else:
-            if ledger.batch(batch) is None:
-                raise UsageError(f"no batch {batch!r} in {ledger_path}")
             targets = [job for job in ledger.batch_jobs(batch) if job["status"] in statuses]
         refused = []
         for job in targets:

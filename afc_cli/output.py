@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,71 +97,120 @@ class LineReporter(Reporter):
         self.verbose = verbose
 
     def stopping(self, grace_s: float, in_flight: int) -> None:
-        sys.stderr.write(f"afc: {stopping_message(grace_s, in_flight)}\n")
-        sys.stderr.flush()
+        self.state(stopping_message(grace_s, in_flight))
 
     def abandoning(self, why: str, in_flight: int) -> None:
-        sys.stderr.write(f"afc: {abandoning_message(why, in_flight)}\n")
-        sys.stderr.flush()
+        self.state(abandoning_message(why, in_flight))
 
-    def event(self, job: dict[str, Any], event: str, detail: str) -> None:
+    def event(self, job: dict[str, Any], event: str, detail: str, **info: Any) -> None:
         if event == "ended" or self.verbose:
             sys.stderr.write(f"afc: {job['batch']}/{job['key']}: {event} {detail}\n")
             sys.stderr.flush()
 
+    def state(self, message: str | None) -> None:
+        if message:
+            sys.stderr.write(f"afc: {message}\n")
+            sys.stderr.flush()
+
 
 class RichReporter(Reporter):
-    """A progress bar on a terminal."""
+    """A small live panel on a terminal (stderr): a bar, then succeeded / failed / waiting /
+    in flight / queued, the spend against the budget, the rate and ETA, and why jobs wait and
+    when they try next. Failures are printed above it as they happen, one line each, and a
+    message that repeats (up to its figures) is shown once. The figures are
+    ``afc_cli/progress.py``'s; a run-wide state (``state("draining: 12s left")``) is shown
+    under them until cleared with ``state(None)``.
+    """
 
     def __init__(self, verbose: bool = False):
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         self.verbose = verbose
-        self.progress = Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=False,
-        )
-        self.task = None
-        self.deadline: float | None = None
+        self.console = Console(stderr=True, highlight=False)
+        self.progress = None
+        self.live = None
+        self.draining_until: float | None = None  # set while a stopping run drains
 
-    def begin(self, total: int) -> None:
-        self.progress.start()
-        self.task = self.progress.add_task("rendering", total=total)
+    def begin(self, total: int, *, cap_micros: int | None = None) -> None:
+        from rich.live import Live
+
+        from afc_cli.progress import RunProgress
+
+        self.progress = RunProgress(total, cap_micros)
+        self.live = Live(
+            get_renderable=self._render,
+            console=self.console,
+            refresh_per_second=4,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self.live.start()
+
+    def _render(self):
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        progress = self.progress
+        if progress is None:
+            return Text("")
+        if self.draining_until is not None:
+            left = max(0.0, self.draining_until - time.monotonic())
+            progress.state(
+                f"draining: {left:.0f}s left for the calls in flight (Ctrl-C again abandons them)"
+            )
+        head = progress.head()
+        bar = Table.grid(padding=(0, 1))
+        bar.add_column(no_wrap=True)
+        bar.add_column(ratio=1)
+        bar.add_column(no_wrap=True)
+        bar.add_row(
+            Text("rendering", style="bold"),
+            ProgressBar(total=max(progress.total, 1), completed=progress.finished),
+            Text(head),
+        )
+        return Group(bar, *(Text(line) for line in progress.lines()))
+
+    def _flush(self) -> None:
+        if self.progress is None or self.live is None:
+            return
+        from rich.text import Text
+
+        for message in self.progress.take():
+            self.live.console.print(Text(message, style="red" if " failed: " in message else ""))
+
+    def event(self, job: dict[str, Any], event: str, detail: str, **info: Any) -> None:
+        if self.progress is None:
+            return
+        self.progress.event(job, event, detail, **info)
+        if self.verbose and self.live is not None:
+            from rich.text import Text
+
+            self.live.console.print(Text(f"{job['batch']}/{job['key']}: {event} {detail}"))
+        if event == "ended":
+            self._flush()
+
+    def state(self, message: str | None) -> None:
+        if self.progress is not None:
+            self.progress.state(message)
 
     def stopping(self, grace_s: float, in_flight: int) -> None:
-        import time
-
-        self.progress.console.print(stopping_message(grace_s, in_flight))
-        self.deadline = time.monotonic() + grace_s
-        self._draining(in_flight)
-
-    def _draining(self, in_flight: int) -> None:
-        import time
-
-        if self.task is None:
-            return
-        left = max(0.0, self.deadline - time.monotonic())
-        self.progress.update(self.task, description=f"draining ({left:.0f}s left)")
+        """Say so above the panel, and count the grace period down under it (each redraw)."""
+        if self.live is not None:
+            self.live.console.print(stopping_message(grace_s, in_flight))
+        self.draining_until = time.monotonic() + grace_s
 
     def abandoning(self, why: str, in_flight: int) -> None:
-        self.progress.console.print(abandoning_message(why, in_flight))
-        if self.task is not None:
-            self.progress.update(self.task, description="abandoning")
-
-    def event(self, job: dict[str, Any], event: str, detail: str) -> None:
-        if self.deadline is not None:
-            self._draining(0)
-        if event == "ended" and self.task is not None:
-            self.progress.advance(self.task)
-            if detail not in ("succeeded",):
-                self.progress.console.print(f"{job['batch']}/{job['key']}: {detail}")
-        elif self.verbose:
-            self.progress.console.print(f"{job['batch']}/{job['key']}: {event} {detail}")
+        self.draining_until = None
+        if self.live is not None:
+            self.live.console.print(abandoning_message(why, in_flight))
+        self.state("abandoning what is still in flight")
 
     def end(self) -> None:
-        self.progress.stop()
+        if self.live is not None:
+            self._flush()
+            self.live.refresh()
+            self.live.stop()
+            self.live = None

@@ -120,7 +120,8 @@ class RunContext:
     budget_hit: bool = False
     limits: dict[str, ProviderLimit] = field(default_factory=dict)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    report: Callable[[dict[str, Any], str, str], None] = lambda job, event, detail: None
+    # progress for the person watching (afc_cli/output.py): report(job, event, detail, **info)
+    report: Callable[..., None] = lambda job, event, detail, **info: None
     providers: dict[str, Any] = field(default_factory=lambda: PROVIDERS)
     # how blocking local file work runs: a thread, or the file helper process (offload.py);
     # ``quick``: how a local look (stat, small read) runs: None is inline, in the loop
@@ -415,7 +416,13 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             if decision.delay > 0:
                 wait = decision.delay
                 ctx.ledger.set_waiting(job, f"backoff {wait:.2f}s after {decision.after}")
-                ctx.report(job, "waiting", f"{wait:.2f}s after {decision.after}")
+                ctx.report(
+                    job,
+                    "waiting",
+                    f"{wait:.2f}s after {decision.after}",
+                    reason=decision.after,
+                    until=time.time() + wait,
+                )
                 async with ctx.idle():
                     await ctx.sleep(wait)
                 if ctx.stopping.is_set():
@@ -450,7 +457,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         f"{format_usd(exc.cap)} USD; the next attempt is estimated at "
                         f"{format_usd(exc.estimate)}",
                     )
-                    ctx.report(job, "waiting", "budget reached")
+                    ctx.report(job, "waiting", "budget reached", reason="budget reached")
                     return False
                 if number is None:
                     raise JobLost(job["id"])
@@ -471,6 +478,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         cost_source="unsent",
                     )
                     return False
+            ctx.report(job, "attempt", f"{entry['provider']}/{entry['model']} attempt {number}")
             crash_point("after_attempt_row")
             report = {
                 "chain_index": chain_index,
@@ -526,7 +534,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     error_message=f"no result within the {window}s attempt window",
                     started_at=started,
                 )
-                ctx.report(job, "attempt_failed", f"window_expired on attempt {number}")
+                ctx.report(
+                    job, "attempt_failed", f"window_expired on attempt {number}", cost_micros=None
+                )
                 continue
             except RequestGone as exc:
                 # The provider no longer has the request we were to resume: it may have been
@@ -539,7 +549,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     error_message=exc.message,
                     started_at=started,
                 )
-                ctx.report(job, "attempt_failed", f"request gone on attempt {number}")
+                ctx.report(
+                    job, "attempt_failed", f"request gone on attempt {number}", cost_micros=None
+                )
                 continue
             except ProviderError as exc:
                 ctx.ledger.end_attempt(
@@ -556,7 +568,12 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     started_at=started,
                     retry_after_s=exc.retry_after,
                 )
-                ctx.report(job, "attempt_failed", f"{exc.error_class} on attempt {number}")
+                ctx.report(
+                    job,
+                    "attempt_failed",
+                    f"{exc.error_class} on attempt {number}",
+                    cost_micros=exc.cost_micros,
+                )
                 continue
 
         # The provider call is over: hand the bytes to the spool step (outside the render
@@ -582,6 +599,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             },
         )
         job["step"] = "spool"
+        ctx.report(job, "rendered", f"attempt {number}", cost_micros=result.cost_micros)
         return True
 
 
@@ -714,7 +732,18 @@ def _object_meta(ctx: RunContext, job: dict[str, Any]) -> dict[str, Any]:
         "cost_source": last["cost_source"],
         "sha256": job["output_sha256"],
         "size": job["output_size"],
+        # for a person (or an edit suite) looking at the file: what it was asked to be. Readers
+        # need only job_id and request_hash, so sidecars written before this are still
+        # recognised. S3 keeps it out of its metadata headers (2 KB, ASCII: afc_cli/storage/s3.py)
+        "prompt": _prompt(job),
     }
+
+
+def _prompt(job: dict[str, Any]) -> str | None:
+    try:
+        return json.loads(job["request_json"])["prompt"]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _micros(text: Any) -> int | None:
@@ -781,7 +810,12 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
             f"storage: {error.message}; the next run retries the {step} step, never the render",
             store_failures=failures,
         )
-        ctx.report(job, "waiting", f"storage failed at {step}; the next run retries it")
+        ctx.report(
+            job,
+            "waiting",
+            f"storage failed at {step}; the next run retries it",
+            reason=f"storage failed at {step}",
+        )
     return False
 
 

@@ -24,6 +24,7 @@ def _loads(text: str | None) -> Any:
 def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
     ledger = Ledger(ledger_path, create=False)
     try:
+        ledger.require_batch(batch)
         matches = ledger.jobs_by_key(key, batch)
         if not matches:
             where = f" in batch {batch!r}" if batch else ""
@@ -114,70 +115,87 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
 
 
 def print_story(story: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """The story as text: plain lines (a terminal wraps them; a pipe gets them whole), and its
+    attempts and steps as tables (afc_cli/tables.py: whole figures at any width, tab-separated
+    rows on a pipe)."""
+    import sys
 
-    console = Console()
+    from afc_cli.tables import Col, emit
+
+    def say(text: str = "") -> None:
+        sys.stdout.write(text + "\n")
+
     job = story["job"]
-    console.print(f"[bold]{job['batch']}/{job['key']}[/bold]  {job['status']} (step {job['step']})")
-    console.print(f"job id        {job['id']}")
-    console.print(f"request hash  {job['request_hash']}")
-    console.print(f"output        {job['output_url']}")
+    say(f"{job['batch']}/{job['key']}  {job['status']} (step {job['step']})")
+    say(f"job id        {job['id']}")
+    say(f"request hash  {job['request_hash']}")
+    say(f"output        {job['output_url']}")
     if job["output_sha256"]:
-        console.print(f"sha256        {job['output_sha256']} ({job['output_size']} bytes)")
+        say(f"sha256        {job['output_sha256']} ({job['output_size']} bytes)")
     cost = job["cost"] if job["cost"] is not None else "unpriced"
     extra = f", {job['unpriced_attempts']} attempts unpriced" if job["unpriced_attempts"] else ""
-    console.print(f"cost          {cost} USD{extra}")
+    say(f"cost          {cost} USD{extra}")
     if job["waiting"]:
-        console.print(f"waiting       {job['waiting']}")
+        say(f"waiting       {job['waiting']}")
     if job["error"]:
-        console.print(f"error         {job['error']['code']}: {job['error']['message']}")
+        say(f"error         {job['error']['code']}: {job['error']['message']}")
     request = story["request"]
-    console.print(f"prompt        {request['prompt']!r}")
+    say(f"prompt        {request['prompt']!r}")
     chain = " -> ".join(f"{c['provider']}/{c['model']} x{c['attempts']}" for c in request["chain"])
-    console.print(f"chain         {chain}")
+    say(f"chain         {chain}")
 
-    table = Table(title="attempts")
-    for col in (
-        "#",
-        "provider/model",
-        "status",
-        "class",
-        "HTTP",
-        "waited",
-        "duration",
-        "usage",
-        "cost",
-        "source",
-    ):
-        table.add_column(col)
-    for a in story["attempts"]:
-        table.add_row(
-            str(a["number"]),
-            f"{a['provider']}/{a['model']}",
-            a["status"],
-            a["error_class"] or "",
-            str(a["http_status"] or ""),
-            f"{a['waited_s']:.2f}s" if a["waited_s"] else "",
-            f"{a['duration_s']:.3f}s" if a["duration_s"] is not None else "",
-            json.dumps(a["usage"]) if a["usage"] else "",
-            a["cost"] if a["cost"] is not None else "unpriced",
-            a["cost_source"] or "",
-        )
-    console.print(table)
-    steps = Table(title="steps")
-    steps.add_column("step")
-    steps.add_column("at")
-    steps.add_column("detail")
-    for s in story["steps"]:
-        steps.add_row(s["step"], s["at"], json.dumps(s["detail"]) if s["detail"] else "")
-    console.print(steps)
+    attempts = [
+        {
+            "number": a["number"],
+            "model": f"{a['provider']}/{a['model']}",
+            "status": a["status"],
+            "class": a["error_class"],
+            "http": a["http_status"],
+            "waited": f"{a['waited_s']:.2f}s" if a["waited_s"] else None,
+            "duration": f"{a['duration_s']:.3f}s" if a["duration_s"] is not None else None,
+            "usage": json.dumps(a["usage"]) if a["usage"] else None,
+            "cost": a["cost"] if a["cost"] is not None else "unpriced",
+            "source": a["cost_source"],
+        }
+        for a in story["attempts"]
+    ]
+    say()
+    say("attempts")
+    sys.stdout.flush()
+    emit(
+        attempts,
+        [
+            Col("number", header="#", right=True),
+            Col("model", header="provider/model"),
+            Col("status"),
+            Col("class", drop=6),
+            Col("http", header="HTTP", right=True, drop=5),
+            Col("waited", right=True, drop=3),
+            Col("duration", right=True, drop=4),
+            Col("usage", kind="text", drop=1),
+            Col("cost", right=True),
+            Col("source", drop=2),
+        ],
+    )
+    steps = [
+        {
+            "step": s["step"],
+            "at": s["at"],
+            "detail": json.dumps(s["detail"]) if s["detail"] else None,
+        }
+        for s in story["steps"]
+    ]
+    say()
+    say("steps")
+    sys.stdout.flush()
+    emit(steps, [Col("step"), Col("at"), Col("detail", kind="text")])
+    say()
     for hook in story["webhooks"]:
-        console.print(
+        say(
             f"webhook       {hook['id']} -> {hook['url']}: {hook['status']} after "
             f"{hook['attempts']} tries" + (f" ({hook['last_error']})" if hook["last_error"] else "")
         )
-    console.print("[bold]events[/bold]")
+    say("events")
     for e in story["events"]:
         detail = json.dumps(e["detail"]) if e["detail"] else ""
-        console.print(f"  {e['at']}  {e['kind']}  {detail}")
+        say(f"  {e['at']}  {e['kind']}  {detail}")

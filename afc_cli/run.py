@@ -54,12 +54,21 @@ STORE_SLOTS = 64
 
 
 class Reporter:
-    """Told about progress; the CLI shows it as a progress bar or as plain lines."""
+    """Told about progress; the CLI shows it as a live progress line or as plain lines.
 
-    def begin(self, total: int) -> None:
+    Events (``afc_cli/pipeline.py``): ``started``, ``attempt`` (a provider call begins),
+    ``attempt_failed`` and ``rendered`` (``cost_micros`` in ``info``), ``waiting``
+    (``reason``, and ``until`` — the wall-clock time of the next try — when it is known),
+    ``ended`` (detail: the job's status). ``state`` says what the whole run is doing when that
+    is not rendering (e.g. draining before an exit); None clears it."""
+
+    def begin(self, total: int, *, cap_micros: int | None = None) -> None:
         pass
 
-    def event(self, job: dict[str, Any], event: str, detail: str) -> None:
+    def event(self, job: dict[str, Any], event: str, detail: str, **info: Any) -> None:
+        pass
+
+    def state(self, message: str | None) -> None:
         pass
 
     def stopping(self, grace_s: float, in_flight: int) -> None:
@@ -245,8 +254,7 @@ def resume(
     max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
     ledger = Ledger(ledger_path, create=False)
     try:
-        if batch is not None and ledger.batch(batch) is None:
-            raise UsageError(f"no batch {batch!r} in {ledger_path}")
+        ledger.require_batch(batch)
         named = storage_mod.normalize_url(storage) if storage else None
         job_ids = ledger.runnable_job_ids(batch=batch)
         batches = {b["name"] for b in ledger.batches()} if batch is None else {batch}
@@ -462,7 +470,7 @@ def run_jobs(
         )
 
     interrupts_cap = max_interrupts()
-    reporter.begin(len(job_ids))
+    reporter.begin(len(job_ids), cap_micros=budget.cap_micros if budget else None)
     try:
         stats = asyncio.run(main())
         if stats.interrupted:

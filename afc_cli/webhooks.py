@@ -238,14 +238,26 @@ def listing(ledger_path: str, dead_only: bool) -> list[dict[str, Any]]:
         ledger.close()
 
 
+def _by_prefix(ledger: Ledger, prefix: str) -> dict[str, Any]:
+    """The one delivery whose id begins with ``prefix`` (as git takes a commit's prefix)."""
+    found = ledger.delivery_ids_starting(prefix) if prefix else []
+    if not found:
+        raise UsageError(f"no webhook delivery {prefix!r} (see afc webhooks list)")
+    if len(found) > 1:
+        listed = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise UsageError(
+            f"{prefix!r} is the start of several webhook deliveries ({listed}); give more of the id"
+        )
+    return ledger.delivery(found[0])
+
+
 def replay(ledger_path: str, delivery_id: str) -> DrainStats:
-    """Re-queue a dead or delivered row with its exact stored envelope (signed afresh, same
-    webhook-id) and deliver it now. A replay also re-enables an endpoint a 410 disabled."""
+    """Re-queue a dead or delivered row (named by its id or a unique prefix of it) with its
+    exact stored envelope (signed afresh, same webhook-id) and deliver it now. A replay also re-enables an endpoint a 410 disabled."""
     ledger = Ledger(ledger_path, create=False)
     try:
-        row = ledger.delivery(delivery_id)
-        if row is None:
-            raise UsageError(f"no webhook delivery {delivery_id!r} (see afc webhooks list)")
+        row = ledger.delivery(delivery_id) or _by_prefix(ledger, delivery_id)
+        delivery_id = row["id"]
         if row["status"] not in ("dead", "delivered"):
             raise UsageError(
                 f"delivery {delivery_id!r} is {row['status']}; only dead or delivered ones "

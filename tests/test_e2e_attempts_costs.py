@@ -163,7 +163,7 @@ def test_costs_report_exact_totals_unpriced_and_avoided(afc):
     assert by_model["local/no-card"]["unpriced_attempts"] == 1
     assert by_model["local/video"]["priced"] == "0.003840"
     table = afc("costs", "report")
-    assert "1 attempts are unpriced: real spend is higher than shown" in table.stdout
+    assert "1 attempts are unpriced: real spend is higher than shown" in table.stderr
     rows = list(csv.DictReader(io.StringIO(afc("costs", "report", "--csv").stdout)))
     assert rows[-1]["provider"] == "total" and rows[-1]["unpriced_attempts"] == "1"
     assert rows[-1]["priced"] == "0.103840"

@@ -1,0 +1,128 @@
+"""``afc status`` and ``afc outputs``: what the ledger says about jobs and what they made."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from afc_cli.errors import UsageError
+from afc_cli.ledger import ACTIVE, TERMINAL, Ledger
+
+STATUSES = (*ACTIVE, *TERMINAL)
+# Shown without --all: what a person may have to act on. Everything but the quiet states, so a
+# status added later (a review gate, a blocked job) is shown rather than hidden.
+QUIET = ("succeeded", "queued", "cancelled")
+# The order rows that need attention are listed in: the most urgent first.
+URGENCY = ("dead", "failed", "waiting", "running")
+
+
+def _reason(job: dict[str, Any]) -> str | None:
+    """Why a job is where it is: its error (code and message) or what it waits for."""
+    error = job.get("error")
+    if error:
+        return ": ".join(part for part in (error.get("code"), error.get("message")) if part)
+    return job.get("waiting")
+
+
+def parse_statuses(values: list[str] | None) -> list[str] | None:
+    """``--status failed --status dead`` or ``--status failed,dead``; None when not given."""
+    if not values:
+        return None
+    wanted = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    unknown = [name for name in wanted if name not in STATUSES]
+    if unknown:
+        raise UsageError(
+            f"--status {', '.join(unknown)}: not a job status; one of {', '.join(STATUSES)}"
+        )
+    return wanted
+
+
+def status_view(
+    ledger_path: str,
+    *,
+    batch: str | None,
+    statuses: list[str] | None = None,
+    everything: bool = False,
+) -> dict[str, Any]:
+    """Counts by status over the batch (or ledger), and the jobs to show.
+
+    ``jobs`` holds every job of the scope, or those with one of ``statuses``; ``attention``
+    says whether the table should show only the jobs that need a person (no filter and no
+    ``--all``: failed, dead-lettered, waiting, running, in that order)."""
+    from afc_cli.output import job_json
+
+    wanted = parse_statuses(statuses)
+    book = Ledger(ledger_path, create=False)
+    try:
+        book.require_batch(batch)
+        rows = [job_json(r) for r in book.status_rows(batch)]
+    finally:
+        book.close()
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    batches = sorted({row["batch"] for row in rows})
+    if wanted is not None:
+        rows = [row for row in rows if row["status"] in wanted]
+    for row in rows:
+        row["reason"] = _reason(row)
+    attention = wanted is None and not everything
+    return {
+        "jobs": rows,
+        "counts": counts,
+        "attention": attention,
+        "batches": batches,
+    }
+
+
+def needing_attention(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows a person may have to act on, the most urgent first (stable within a status)."""
+
+    def rank(row: dict[str, Any]) -> int:
+        status = row["status"]
+        return URGENCY.index(status) if status in URGENCY else len(URGENCY)
+
+    return sorted((row for row in rows if row["status"] not in QUIET), key=rank)
+
+
+def counts_line(counts: dict[str, int], batch: str | None = None) -> str:
+    """``12 jobs: 9 succeeded, 1 failed, 2 waiting``: outcomes first, then work left."""
+    total = sum(counts.values())
+    known = ("succeeded", "failed", "dead", "waiting", "running", "queued", "cancelled")
+    order = [s for s in known if s in counts] + sorted(set(counts) - set(known))
+    parts = ", ".join(f"{counts[s]} {s}" for s in order)
+    scope = f"batch {batch}: " if batch else ""
+    return f"{scope}{total} job{'s' if total != 1 else ''}" + (f": {parts}" if parts else "")
+
+
+def outputs(ledger_path: str, *, batch: str | None) -> list[dict[str, Any]]:
+    """Stored outputs, for handing to an edit suite: key, where the file is (a local path for
+    ``file://`` storage, and a URL for every storage), size, SHA-256, the job's cost (the same
+    rule as ``afc status``), the model that made it and the prompt."""
+    from afc_cli.costs import job_cost
+
+    book = Ledger(ledger_path, create=False)
+    try:
+        book.require_batch(batch)
+        rows = book.output_rows(batch)
+    finally:
+        book.close()
+    listed = []
+    for row in rows:
+        url = f"{row['storage'].rstrip('/')}/{row['output_key']}"
+        request = json.loads(row["request_json"]) if row["request_json"] else {}
+        listed.append(
+            {
+                "key": row["key"],
+                "batch": row["batch"],
+                "output_key": row["output_key"],
+                "path": url[len("file://") :] if url.startswith("file://") else None,
+                "url": url,
+                "size": row["output_size"],
+                "sha256": row["output_sha256"],
+                "cost": job_cost(row["cost_micros"], row["unpriced_attempts"] or 0),
+                "model": row["model"],
+                "prompt": request.get("prompt"),
+            }
+        )
+    return listed

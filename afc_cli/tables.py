@@ -1,0 +1,230 @@
+"""Tables a person and a pipe can read (gh's convention).
+
+On a terminal: a rich table laid out to the terminal's width by ``layout`` (a pure function).
+Keys, ids, money and counts are ``whole`` columns: never cut, never wrapped. Free text
+(``text``: an error message, a URL) wraps; ``tail`` columns (output keys) are shortened from the
+left, so the file name stays. Headers wrap at their words. When the whole columns do not fit,
+the least useful columns are dropped (``drop``: 1 first) and a note names them; if even the
+columns that are never dropped do not fit, the table is printed wider than the terminal (the
+terminal wraps the lines) rather than cut a key or a figure.
+
+On a pipe or a file: one header line of field names (the ``--json`` names), then one line per
+row, fields separated by tabs, no box drawing, no colour, nothing shortened. Notes (counts,
+warnings) go to stderr there, so stdout holds only rows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TextIO
+
+GAP = 2  # spaces between columns on a terminal
+TEXT_MIN = 12  # narrowest a wrapping text column gets before columns are dropped
+TAIL_MIN = 16  # narrowest a left-shortened column gets
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str  # the row's field (and the header on a pipe)
+    kind: Literal["whole", "text", "tail"] = "whole"
+    drop: int | None = None  # drop order when the table does not fit; None: never dropped
+    header: str | None = None  # shown on a terminal; default: the name, "_" as spaces
+    right: bool = False  # numbers and money
+    least: int | None = None  # a text or tail column's narrowest (TEXT_MIN, TAIL_MIN)
+
+    @property
+    def title(self) -> str:
+        return self.header if self.header is not None else self.name.replace("_", " ")
+
+
+@dataclass(frozen=True)
+class Layout:
+    columns: list[Col]
+    widths: list[int]
+    dropped: list[Col]
+    width: int  # the table's width, gaps included
+
+
+def cell(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def shorten_left(text: str, width: int) -> str:
+    """``…ts/titles/shot-001.png``: the end of a long key is the part that tells keys apart."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    return "…" + text[len(text) - width + 1 :]
+
+
+def layout(rows: Sequence[dict[str, Any]], columns: Sequence[Col], width: int) -> Layout:
+    """Which columns to show, and how wide, for a terminal ``width`` columns wide."""
+    natural = {}
+    least = {}
+    floor_of = {}  # the narrowest a column may get when room is short
+    for col in columns:
+        longest_cell = max((len(cell(row.get(col.name))) for row in rows), default=0)
+        longest_word = max((len(word) for word in col.title.split()), default=0)
+        if col.kind == "whole":
+            natural[col.name] = max(longest_cell, len(col.title))
+            least[col.name] = max(longest_cell, longest_word)
+        else:
+            natural[col.name] = max(longest_cell, len(col.title), 1)
+            default = TEXT_MIN if col.kind == "text" else TAIL_MIN
+            floor = col.least or default
+            least[col.name] = max(min(natural[col.name], floor), longest_word)
+            floor_of[col.name] = max(min(natural[col.name], default), longest_word)
+
+    shown = list(columns)
+    dropped: list[Col] = []
+
+    def needed(cols: list[Col]) -> int:
+        return sum(least[c.name] for c in cols) + GAP * max(len(cols) - 1, 0)
+
+    while needed(shown) > width:
+        candidates = [c for c in shown if c.drop is not None]
+        if not candidates:
+            break
+        victim = min(candidates, key=lambda c: c.drop)
+        if least[victim.name] > floor_of.get(victim.name, least[victim.name]):
+            least[victim.name] = floor_of[victim.name]  # narrower before it goes
+            continue
+        shown.remove(victim)
+        dropped.append(victim)
+
+    widths = {c.name: least[c.name] for c in shown}
+    slack = width - needed(shown)
+    # room left: first let shortened and wrapped columns grow, then unwrap headers
+    for kinds in (("tail", "text"), ("whole",)):
+        growing = [c for c in shown if c.kind in kinds and widths[c.name] < natural[c.name]]
+        while slack > 0 and growing:
+            share = max(slack // len(growing), 1)
+            for col in list(growing):
+                step = min(share, natural[col.name] - widths[col.name], slack)
+                widths[col.name] += step
+                slack -= step
+                if widths[col.name] >= natural[col.name]:
+                    growing.remove(col)
+                if slack <= 0:
+                    break
+    total = sum(widths.values()) + GAP * max(len(shown) - 1, 0)
+    return Layout(shown, [widths[c.name] for c in shown], dropped, total)
+
+
+def terminal_width(stream: TextIO) -> int:
+    """The width rich would use: ``COLUMNS`` when set, else the terminal's, else 80."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 80
+
+
+def emit(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[Col],
+    *,
+    title: str | None = None,
+    notes: Sequence[str] = (),
+    group: str | None = None,
+    stream: TextIO | None = None,
+) -> None:
+    """Print ``rows``: a laid-out table on a terminal, tab-separated lines on a pipe.
+
+    ``group`` names a column (the batch) that, on a terminal, becomes a heading over each
+    group's rows instead of a column, so it takes no width from the keys."""
+    out = stream or sys.stdout
+    if not out.isatty():
+        emit_plain(rows, columns, out)
+        for note in notes:
+            sys.stderr.write(note + "\n")
+        return
+    emit_terminal(rows, columns, out, title=title, notes=notes, group=group)
+
+
+def emit_plain(rows: Sequence[dict[str, Any]], columns: Sequence[Col], out: TextIO) -> None:
+    def field(value: Any) -> str:
+        return " ".join(cell(value).split("\t")).replace("\r", " ").replace("\n", " ")
+
+    out.write("\t".join(c.name for c in columns) + "\n")
+    for row in rows:
+        out.write("\t".join(field(row.get(c.name)) for c in columns) + "\n")
+
+
+def emit_terminal(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[Col],
+    out: TextIO,
+    *,
+    title: str | None = None,
+    notes: Sequence[str] = (),
+    group: str | None = None,
+) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    width = terminal_width(out)
+    if group is not None and all(c.name != group for c in columns):
+        group = None  # one batch: the caller named it already
+    if group is not None:
+        columns = [c for c in columns if c.name != group]
+    plan = layout(rows, columns, width)
+    console = Console(file=out, width=max(width, plan.width), highlight=False)
+    if title:
+        console.print(Text(title, style="bold"))
+    if group is None:
+        console.print(_table(rows, plan))
+    else:
+        sections: dict[Any, list[dict[str, Any]]] = {}
+        for row in rows:
+            sections.setdefault(row.get(group), []).append(row)
+        for name, members in sections.items():
+            console.print(Text(f"{group} {cell(name)}", style="bold"))
+            console.print(_table(members, plan))
+    if plan.dropped:
+        names = ", ".join(c.name for c in plan.dropped)
+        console.print(
+            Text(
+                f"(not shown at {width} columns: {names}; see them on a wider terminal, "
+                "with --json, or piped)",
+                style="dim",
+            )
+        )
+    for note in notes:
+        console.print(Text(note))
+
+
+def _table(rows: Sequence[dict[str, Any]], plan: Layout):
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        header_style="bold",
+    )
+    for col, size in zip(plan.columns, plan.widths, strict=True):
+        table.add_column(
+            col.title,
+            width=size,
+            justify="right" if col.right else "left",
+            overflow="fold",
+            no_wrap=col.kind == "tail",
+        )
+    for row in rows:
+        cells = []
+        for col, size in zip(plan.columns, plan.widths, strict=True):
+            text = cell(row.get(col.name))
+            cells.append(Text(shorten_left(text, size) if col.kind == "tail" else text))
+        table.add_row(*cells)
+    return table
