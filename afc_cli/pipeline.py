@@ -247,6 +247,7 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
             job = await _run_steps(ctx, job, STORE_STEPS)
     if job["status"] not in TERMINAL:
         ctx.ledger.release(job)
+    ctx.protected.discard(job_id)  # no longer in a call or its storage work
     ctx.report(job, "ended", job["status"])
     return job["status"]
 

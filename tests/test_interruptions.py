@@ -125,6 +125,19 @@ def test_an_attempt_row_committed_as_the_run_stops_is_never_sent_and_costs_0(
     assert afc.rows("SELECT status, lease_owner FROM jobs") == [("queued", None)]
 
 
+def test_a_finished_job_is_no_longer_counted_in_flight(afc):
+    """What a stopping run waits for (``RunContext.protected``) is only the jobs still in a
+    call or in their storage work, not the ones that ended."""
+    one = OneJob(afc)
+    ctx = one.context()
+
+    async def main():
+        status = await run_job(ctx, one.job_id)
+        return status, set(ctx.protected)
+
+    assert one.run(main) == ("succeeded", set())
+
+
 # --- SIGTERM drains, a second signal abandons ----------------------------------------------------
 
 
