@@ -14,7 +14,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +59,12 @@ class Budget:
     def parse(cls, value: str | None, allow_unpriced: bool) -> Budget | None:
         if value is None:
             return None
-        try:
-            amount = Decimal(value)
-        except InvalidOperation:
-            raise UsageError(f"--max-spend takes a decimal amount of USD, got {value!r}") from None
-        if not amount.is_finite() or amount < 0:
-            raise UsageError(f"--max-spend must be a non-negative amount, got {value!r}")
-        return cls(to_micros(amount), allow_unpriced)
+        from afc_cli.manifest import usd_problem
+
+        problem = usd_problem(value)
+        if problem:
+            raise UsageError(f"--max-spend (or the manifest's budget) {problem}")
+        return cls(to_micros(Decimal(value)), allow_unpriced)
 
     def check_priced(self, chains: list[tuple[str, list[dict[str, Any]]]], rates) -> None:
         """Refuse unpriced models under a budget unless --allow-unpriced: a cap cannot hold

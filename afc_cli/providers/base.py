@@ -81,6 +81,9 @@ class Provider:
     name: str = ""
     key_env: str | None = None  # the environment variable holding the API key
     resumable = False  # job-style: a submitted request can be polled again by id
+    # The params this adapter reads or sends. None: the params are the model's own inputs,
+    # passed through as they are (Replicate, fal), so any name may be meaningful.
+    params: frozenset[str] | None = None
 
     def params_problems(self, params: dict[str, Any]) -> list[str]:
         """Problems with a job's params, each 'field: message'. Checked with the manifest."""
