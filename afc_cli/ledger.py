@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from afc_cli import ledger_file
 from afc_cli.errors import LedgerError, UsageError
 from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner, owner_is_dead
@@ -83,14 +84,22 @@ class AdmitResult:
 
 
 class Ledger:
-    def __init__(self, path: str | Path, *, create: bool = True):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, *, create: bool = True, check: bool = False):
+        self.path = ledger_file.ledger_path(path)
         if not create and not self.path.exists():
             raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
+        if create:
+            ledger_file.prepare_folder(self.path)
+        ledger_file.check_writable(self.path)
         try:
-            if create:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S)
+        except sqlite3.DatabaseError as exc:
+            raise ledger_file.damaged(self.path, exc) from None
+        try:
+            # whose file this is, before anything (even WAL mode) is written to it
+            found = ledger_file.identity(conn, self.path)
+            if found == "afc" and check:
+                ledger_file.check_pages(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -101,13 +110,19 @@ class Ledger:
             self._flush_scheduled = False
             self._waiters: list[Any] = []  # futures of ``committed`` callers
             self._broken = False
-            if migrations.pending(self.db):
+            if migrations.pending(self.db) or found == "new" or not ledger_file.stamped(conn):
                 # Under the write lock, so two runs opening a new ledger at once (overlapping
                 # cron jobs) apply each migration once; the loser finds nothing pending.
                 with self.tx():
+                    ledger_file.identity(conn, self.path)  # again, now under the lock
                     migrations.apply(self.db)
+                    ledger_file.stamp(conn)
+        except LedgerError:
+            conn.close()
+            raise
         except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
+            conn.close()
+            raise ledger_file.damaged(self.path, exc) from None
 
     def close(self) -> None:
         self.db.close()
@@ -400,6 +415,15 @@ class Ledger:
             (json.dumps(job_ids),),
         )
         return sorted(row[0] for row in rows)
+
+    def output_keys(self, batch: str, job_ids: list[str]) -> list[str]:
+        """The output keys of the given jobs in one batch (for the storage pre-check)."""
+        rows = self.db.execute(
+            "SELECT output_key FROM jobs WHERE batch = ? AND id IN "
+            "(SELECT value FROM json_each(?))",
+            (batch, json.dumps(job_ids)),
+        )
+        return [row[0] for row in rows]
 
     def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))

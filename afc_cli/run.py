@@ -18,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from afc_cli import ledger_file
 from afc_cli import storage as storage_mod
 from afc_cli.costs import RateCards, to_micros
 from afc_cli.errors import EXIT_BUDGET, EXIT_CONFLICT, EXIT_JOB_FAILED, EXIT_OK, UsageError
@@ -161,12 +162,21 @@ def submit(
         from afc_cli.webhooks import require_secrets
 
         require_secrets({j.webhook["secret_env"] for j in manifest.jobs if j.webhook})
-    ledger = Ledger(ledger_path)
+    # An existing ledger is read first (its identity, its pages, the batch's storage); a new one
+    # is created only once the storage check has passed: a refused run writes nothing.
+    path = ledger_file.ledger_path(ledger_path)
+    ledger = Ledger(path, create=False, check=run) if path.exists() else None
     try:
-        bound = ledger.check_storage(manifest.batch, named)
+        if ledger is None:
+            ledger_file.precheck(path)
+        bound = ledger.check_storage(manifest.batch, named) if ledger is not None else None
         chosen = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
         if run:
-            storage_mod.open(chosen).check()  # before admitting or paying for anything
+            store = storage_mod.open(chosen)
+            store.check()  # before admitting or paying for anything
+            store.check_keys([job.output_key for job in manifest.jobs])
+        if ledger is None:
+            ledger = Ledger(path)
         admitted = ledger.admit(manifest, chosen, rates)
         keys = admitted.admitted_keys
         stats = RunStats()
@@ -179,7 +189,8 @@ def submit(
         rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in wanted]
         return RunResult(jobs=rows, admit=admitted, stats=stats, budget=budget)
     finally:
-        ledger.close()
+        if ledger is not None:
+            ledger.close()
 
 
 def manifest_rates(manifest: Any) -> RateCards:
@@ -198,7 +209,7 @@ def resume(
     allow_unpriced: bool = False,
 ) -> RunResult:
     budget = Budget.parse(max_spend, allow_unpriced)
-    ledger = Ledger(ledger_path, create=False)
+    ledger = Ledger(ledger_path, create=False, check=True)
     try:
         if batch is not None and ledger.batch(batch) is None:
             raise UsageError(f"no batch {batch!r} in {ledger_path}")
@@ -245,6 +256,7 @@ def run_jobs(
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
         storages[name].check()  # no render is paid for that could not be stored
+        storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
     run_id = str(uuid.uuid4())

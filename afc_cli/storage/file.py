@@ -138,6 +138,42 @@ class FileStorage(Storage):
         if not os.access(self.root, os.W_OK):
             raise UsageError(f"cannot use storage {self.url}: the directory is not writable")
 
+    def check_keys(self, keys: list[str]) -> None:
+        """Every folder the batch will write must be a folder (not a file someone left there)
+        and writable where it already exists; an output key must not be a folder. Checked before
+        the first render, so no render is paid for whose output could not be stored."""
+        seen: dict[Path, Path | None] = {}  # folder -> the deepest existing folder at or above
+        for key in keys:
+            obj = self._object(key)
+            if obj.is_dir():
+                raise UsageError(
+                    f"cannot store {key!r} in {self.url}: {obj} is a folder; move it, or change "
+                    "the output template"
+                )
+            folder = obj.parent
+            if folder in seen:
+                continue
+            chain = []
+            current = folder
+            while current not in seen and current != self.root and not current.exists():
+                chain.append(current)
+                current = current.parent
+            if current in seen:
+                existing = seen[current]
+            elif current.is_dir() or current == self.root:
+                existing = current
+                if current.exists() and not os.access(current, os.W_OK | os.X_OK):
+                    raise UsageError(
+                        f"cannot store {key!r} in {self.url}: the folder {current} is not writable"
+                    )
+            else:
+                raise UsageError(
+                    f"cannot store {key!r} in {self.url}: {current} is a file, not a folder; "
+                    "move it, or change the output template"
+                )
+            for made in [folder, *chain, current]:
+                seen[made] = existing
+
     def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
         try:
             found = file_digest(self._object(key))
