@@ -25,9 +25,10 @@ from typing import Any
 from sqlite_utils import Database
 
 from afc_cli import ledger_file
-from afc_cli.errors import LedgerError, UsageError
+from afc_cli.errors import LedgerError, UsageError, ledger_write_error
 from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner, owner_is_dead
+from afc_cli.secrets import scrub, scrub_data
 
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
 ACTIVE = ("queued", "running", "waiting")
@@ -154,7 +155,7 @@ class Ledger:
         """
         conn = self.db.conn
         if self._broken:
-            raise LedgerError(f"the ledger {self.path} stopped this run after a failed write")
+            raise ledger_write_error(self.path, "a write failed earlier in this run")
         if self._depth:
             self._depth += 1
             try:
@@ -201,7 +202,7 @@ class Ledger:
         except BaseException as exc:
             for waiter in waiters:
                 if not waiter.done():
-                    waiter.set_exception(LedgerError(f"cannot commit to {self.path}: {exc}"))
+                    waiter.set_exception(ledger_write_error(self.path, exc))
             raise
         for waiter in waiters:
             if not waiter.done():
@@ -246,7 +247,7 @@ class Ledger:
     def _event(self, job_id: str | None, batch: str | None, kind: str, **detail: Any) -> None:
         self.db.execute(
             "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
-            (job_id, batch, _now(), kind, _dumps(detail) if detail else None),
+            (job_id, batch, _now(), kind, _dumps(scrub_data(detail)) if detail else None),
         )
 
     # --- admission --------------------------------------------------------------------------
@@ -843,7 +844,7 @@ class Ledger:
                 status,
                 error_class,
                 http_status,
-                error_message,
+                scrub(error_message),
                 provider_request_id,
                 self.owner,
                 started_at if started_at is not None else ended,
@@ -876,6 +877,8 @@ class Ledger:
         update that matches only a non-terminal row, and a loser changes nothing."""
         assert status in TERMINAL
         now = _now()
+        if fields.get("error_message"):
+            fields["error_message"] = scrub(fields["error_message"])
         with self.tx():
             values = {
                 "status": status,
@@ -1042,7 +1045,7 @@ class Ledger:
             error = {
                 "code": job.get("error_code"),
                 "class": job.get("error_class"),
-                "message": job.get("error_message"),
+                "message": scrub(job.get("error_message")),
             }
         envelope = {
             "type": f"job.{event}",

@@ -42,6 +42,14 @@ def cancel(
                 if not found:
                     out["not_found"].append({"key": key, "batch": batch})
                 targets.extend(found)
+            if out["not_found"]:
+                # all or nothing: a mistyped key cancels no job (exit 2 means nothing written)
+                where = f" in batch {batch!r}" if batch is not None else ""
+                missing = ", ".join(repr(item["key"]) for item in out["not_found"])
+                raise UsageError(
+                    f"no such job{where}: {missing}; nothing was cancelled (check the keys "
+                    "with 'afc status')"
+                )
         else:
             if ledger.batch(batch) is None:
                 raise UsageError(f"no batch {batch!r} in {ledger_path}")

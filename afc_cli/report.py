@@ -117,6 +117,9 @@ def print_story(story: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from afc_cli.secrets import scrub_data
+
+    story = scrub_data(story)  # the last line of defence: no secret reaches the terminal
     console = Console()
     job = story["job"]
     console.print(f"[bold]{job['batch']}/{job['key']}[/bold]  {job['status']} (step {job['step']})")

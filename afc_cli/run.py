@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -187,6 +188,7 @@ def submit(
             )
         wanted = set(keys)
         rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in wanted]
+        note_held_elsewhere(ledger, rows)
         return RunResult(jobs=rows, admit=admitted, stats=stats, budget=budget)
     finally:
         if ledger is not None:
@@ -233,6 +235,7 @@ def resume(
         stats = run_jobs(ledger, job_ids, concurrency=concurrency, reporter=reporter, budget=budget)
         wanted = set(job_ids)
         rows = [r for r in ledger.status_rows(batch) if r["id"] in wanted]
+        note_held_elsewhere(ledger, rows)
         return RunResult(jobs=rows, stats=stats, budget=budget)
     finally:
         ledger.close()
@@ -324,6 +327,29 @@ def run_jobs(
         raise
     finally:
         reporter.end()
+
+
+def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
+    """A job this run left alone because another live afc process holds it (a submit and a
+    resume of one batch at once) says so, instead of a bare "running at render"."""
+    from afc_cli.owner import owner_is_dead
+
+    now = time.time()
+    for row in rows:
+        if row["status"] not in ("queued", "running", "waiting") or row.get("waiting_reason"):
+            continue
+        job = ledger.job(row["id"])
+        holder = job["lease_owner"] if job else None
+        if (
+            holder
+            and holder != ledger.owner
+            and (job["lease_expires"] or 0) > now
+            and not owner_is_dead(holder)
+        ):
+            host, _, rest = holder.rpartition(":")[0].rpartition(":")
+            row["waiting_reason"] = (
+                f"being run by another afc process (pid {rest} on {host}); this run left it alone"
+            )
 
 
 def sweep_spool(ledger: Ledger, spool: Spool) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from afc_cli.costs import RateCards
+from afc_cli.secrets import scrub
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class ProviderError(Exception):
         cost_micros: int | None = None,
         cost_source: str | None = None,
     ):
+        message = scrub(message)  # a provider may quote the API key back
         super().__init__(message)
         self.error_class = error_class
         self.message = message
