@@ -13,8 +13,10 @@ is committed with ``synchronous=FULL`` (``tx(durable=True)``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -111,6 +113,7 @@ class Ledger:
             self._flush_scheduled = False
             self._waiters: list[Any] = []  # futures of ``committed`` callers
             self._broken = False
+            self._broken_by: BaseException | None = None  # why: for the run's message
             if migrations.pending(self.db) or found == "new" or not ledger_file.stamped(conn):
                 # Under the write lock, so two runs opening a new ledger at once (overlapping
                 # cron jobs) apply each migration once; the loser finds nothing pending.
@@ -155,7 +158,9 @@ class Ledger:
         """
         conn = self.db.conn
         if self._broken:
-            raise ledger_write_error(self.path, "a write failed earlier in this run")
+            raise ledger_write_error(
+                self.path, self._broken_by or "a write failed earlier in this run"
+            )
         if self._depth:
             self._depth += 1
             try:
@@ -180,6 +185,7 @@ class Ledger:
                 conn.execute("ROLLBACK")
                 if not own:
                     self._broken = True  # other blocks' changes went with it: stop the run
+                    self._broken_by = sys.exc_info()[1]
             if durable and own:
                 conn.execute("PRAGMA synchronous=NORMAL")
             raise
@@ -190,7 +196,21 @@ class Ledger:
                 conn.execute("PRAGMA synchronous=NORMAL")
         elif not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_later(GROUP_COMMIT_S, self.flush)
+            self._loop.call_later(GROUP_COMMIT_S, self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        """A group commit from the event loop. If it fails (a full disk), the jobs waiting on
+        it were told (``flush``); the shared transaction is rolled back to the last commit, and
+        the next block stops the run (exit 1, every job resumable; a spool file whose
+        checkpoint was lost is adopted by the next run)."""
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - reported to the run through _broken
+            self._broken = True
+            self._broken_by = exc
+            with contextlib.suppress(sqlite3.Error):
+                if self.db.conn.in_transaction:
+                    self.db.conn.execute("ROLLBACK")
 
     def flush(self) -> None:
         """Commit the shared transaction, if one is open and no block is running."""
@@ -219,7 +239,7 @@ class Ledger:
         waiter = self._loop.create_future()
         self._waiters.append(waiter)
         if len(self._waiters) == 1:
-            self._loop.call_soon(self.flush)
+            self._loop.call_soon(self._scheduled_flush)
         await waiter
 
     @contextmanager

@@ -96,6 +96,10 @@ class RunContext:
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
     budget_hit: bool = False
+    # no render starts while the spool's disk has less free than this (AFC_MIN_FREE_MB): its
+    # bytes, and the ledger's record of them, must have somewhere to go
+    min_free_bytes: int = 0
+    disk_low: bool = False
     limits: dict[str, ProviderLimit] = field(default_factory=dict)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     report: Callable[[dict[str, Any], str, str], None] = lambda job, event, detail: None
@@ -347,6 +351,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # and the wait gives the job's slot back
         async with ctx.provider_slot(entry["provider"]):
             provider = ctx.providers[entry["provider"]]
+            if resume is None and _disk_low(ctx, job):
+                return False
             if resume is None:
                 try:
                     number = ctx.ledger.start_attempt(
@@ -526,6 +532,28 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         ctx.ledger.end_attempt(job, number, **success)
         ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path))
         raise
+    return True
+
+
+def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
+    """Before paying for a render: is there room on this machine for its bytes? A render whose
+    output cannot be spooled is paid for and lost; so when the spool's disk (the ledger's too)
+    is nearly full, no new render starts, the job waits with the reason, and the run ends
+    with exit 1. Renders already in flight keep the room they need."""
+    if not ctx.min_free_bytes:
+        return False
+    free = ctx.spool.free_bytes()
+    if free >= ctx.min_free_bytes:
+        return False
+    ctx.disk_low = True
+    mib = 1024 * 1024
+    ctx.ledger.set_waiting(
+        job,
+        f"disk: {free / mib:.1f} MiB free where rendered bytes are kept ({ctx.spool.root}), "
+        f"under the {ctx.min_free_bytes / mib:.1f} MiB afc keeps free (AFC_MIN_FREE_MB); no "
+        "render was started. Free space, then run 'afc resume'",
+    )
+    ctx.report(job, "waiting", "disk nearly full")
     return True
 
 

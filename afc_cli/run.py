@@ -35,6 +35,7 @@ LEASE_S = 300.0
 # and uploads that overlap well: a 10,000-job run of instant renders measured ~40% faster with
 # 64 than with 8. (Spool writes have slots of their own: RunContext.spool_slots.)
 STORE_SLOTS = 64
+DEFAULT_MIN_FREE_MB = 64
 
 
 class Reporter:
@@ -159,6 +160,7 @@ def submit(
         budget.check_priced([(manifest.batch, j.chain) for j in manifest.jobs], lambda b: rates)
     if run:
         require_keys({entry["provider"] for j in manifest.jobs for entry in j.chain})
+        min_free_bytes()  # a bad AFC_MIN_FREE_MB is refused before anything is written
     if run:
         from afc_cli.webhooks import require_secrets
 
@@ -211,6 +213,7 @@ def resume(
     allow_unpriced: bool = False,
 ) -> RunResult:
     budget = Budget.parse(max_spend, allow_unpriced)
+    min_free_bytes()
     ledger = Ledger(ledger_path, create=False, check=True)
     try:
         if batch is not None and ledger.batch(batch) is None:
@@ -285,6 +288,7 @@ def run_jobs(
             report=reporter.event,
             run_id=run_id,
             cap_micros=budget.cap_micros if budget else None,
+            min_free_bytes=min_free_bytes(),
             limits={name: ProviderLimit(**values) for name, values in limits.items()},
             **({"offload": helper.call, "quick": helper.quick} if helper else {}),
         )
@@ -350,6 +354,18 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
             row["waiting_reason"] = (
                 f"being run by another afc process (pid {rest} on {host}); this run left it alone"
             )
+
+
+def min_free_bytes() -> int:
+    """``AFC_MIN_FREE_MB`` (default 64): the free space below which no render starts."""
+    value = os.environ.get("AFC_MIN_FREE_MB", str(DEFAULT_MIN_FREE_MB))
+    try:
+        mib = float(value)
+    except ValueError:
+        raise UsageError(f"AFC_MIN_FREE_MB must be a number of MiB, got {value!r}") from None
+    if not 0 <= mib < 2**40:
+        raise UsageError(f"AFC_MIN_FREE_MB must be a number of MiB >= 0, got {value!r}")
+    return int(mib * 1024 * 1024)
 
 
 def sweep_spool(ledger: Ledger, spool: Spool) -> None:
