@@ -7,6 +7,7 @@ The bulk runs in process (validation only); a small sample runs the real ``afc s
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from afc_cli.costs import RateCards
 from afc_cli.errors import AfcError, ManifestError
+from afc_cli.ledger import Ledger
 from afc_cli.manifest import canonical_json, load_manifest, output_key_problem
 from afc_cli.run import Budget
 
@@ -194,12 +196,23 @@ def _files(root: Path) -> list[Path]:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-@given(mutated_manifests())
-def test_through_the_command_exit_2_writes_nothing(text):
+@given(mutated_manifests(), st.booleans())
+def test_through_the_command_exit_2_writes_nothing(text, existing):
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         (cwd / "m.yaml").write_text(text, encoding="utf-8")
         valid = _check_resolved(cwd / "m.yaml")
+        ledger_file = cwd / "ledger" / "afc.db"
+        before = None
+        if existing:  # a ledger with another batch in it: exit 2 must leave it unchanged
+            seed = cwd / "seed.yaml"
+            seed.write_text(yaml.safe_dump({**copy.deepcopy(BASE), "batch": "seed"}))
+            seeded = load_manifest(seed)
+            ledger_file.parent.mkdir()
+            book = Ledger(ledger_file)
+            book.admit(seeded, f"file://{cwd / 'out'}", RateCards.from_rates(seeded.rates))
+            book.close()
+            before = hashlib.sha256(ledger_file.read_bytes()).hexdigest()
         env = {k: v for k, v in os.environ.items() if not k.startswith("AFC_")}
         args = ["submit", "m.yaml", "--ledger", "ledger/afc.db", "--storage", "file://out"]
         if valid and "latency_s" in text:
@@ -217,7 +230,10 @@ def test_through_the_command_exit_2_writes_nothing(text):
         assert result.returncode in (0, 1, 2, 3, 4), result.stderr
         if result.returncode == 2:
             assert result.stderr.startswith("afc: "), result.stderr
-            assert not (cwd / "ledger").exists(), result.stderr
+            if before is None:
+                assert not (cwd / "ledger").exists(), result.stderr
+            else:
+                assert hashlib.sha256(ledger_file.read_bytes()).hexdigest() == before
             assert _files(cwd / "out") == []
         else:
             assert valid, result.stderr
