@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 import string
 import unicodedata
 import uuid
@@ -279,46 +280,52 @@ def _check_nodes(root: yaml.Node) -> None:
     """Refuse, before anything is constructed, a document whose aliases would expand it beyond
     ``MAX_ALIAS_NODES`` extra nodes (a few hundred bytes of nested aliases can stand for
     billions of values), an alias inside its own anchor, nesting deeper than
-    ``MAX_YAML_DEPTH``, and mapping keys that are lists or mappings (``? [a, b]``)."""
-    expanded: dict[int, int] = {}  # node id -> its size with every alias written out
+    ``MAX_YAML_DEPTH``, and mapping keys that are lists or mappings (``? [a, b]``).
+
+    One pass over the node graph: each collection's expanded size is computed once, and every
+    later reference to it (an alias) adds that size to the expansion."""
+    sizes: dict[int, int] = {}
     visiting: set[int] = set()
-    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
-    while stack:
-        node, depth, leaving = stack.pop()
+    extra = 0
+
+    def size(node: yaml.Node, depth: int) -> int:
+        nonlocal extra
+        value = node.value
+        if isinstance(value, str):  # a scalar
+            return 1
         nid = id(node)
-        if isinstance(node, yaml.MappingNode):
-            children = [child for pair in node.value for child in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = list(node.value)
-        else:
-            children = []
-        if leaving:
-            visiting.discard(nid)
-            expanded[nid] = 1 + sum(expanded[id(child)] for child in children)
-            continue
-        if nid in expanded:
-            continue
+        known = sizes.get(nid)
+        if known is not None:  # reached again: an alias, written out once more
+            extra += known
+            if extra > MAX_ALIAS_NODES:
+                raise _YamlRefused(
+                    f"its aliases would add more than {MAX_ALIAS_NODES} values when expanded; "
+                    "write the values out, or use fewer aliases"
+                )
+            return known
         line = node.start_mark.line + 1
         if nid in visiting:
             raise _YamlRefused(f"line {line}: an alias refers to a value that contains it")
         if depth > MAX_YAML_DEPTH:
             raise _YamlRefused(f"line {line}: nested more than {MAX_YAML_DEPTH} levels deep")
+        visiting.add(nid)
+        total = 1
         if isinstance(node, yaml.MappingNode):
-            for key_node, _value in node.value:
+            for key_node, value_node in value:
                 if not isinstance(key_node, yaml.ScalarNode):
                     raise _YamlRefused(
                         f"line {key_node.start_mark.line + 1}: a mapping key must be a plain "
                         "value, not a list or mapping"
                     )
-        visiting.add(nid)
-        stack.append((node, depth, True))
-        stack.extend((child, depth + 1, False) for child in children)
-    extra = expanded[id(root)] - len(expanded)
-    if extra > MAX_ALIAS_NODES:
-        raise _YamlRefused(
-            f"its aliases would add {extra} values when expanded (at most {MAX_ALIAS_NODES}); "
-            "write the values out, or use fewer aliases"
-        )
+                total += 1 + size(value_node, depth + 1)
+        else:
+            for child in value:
+                total += size(child, depth + 1)
+        visiting.discard(nid)
+        sizes[nid] = total
+        return total
+
+    size(root, 1)
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -470,6 +477,9 @@ def _template_problem(template: str) -> str | None:
     return None
 
 
+_INVISIBLE_ASCII = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def output_key_problem(key: str) -> str | None:
     """Why an output key could escape the storage prefix, or None if it is safe."""
     if not key:
@@ -479,7 +489,10 @@ def output_key_problem(key: str) -> str | None:
     parts = key.split("/")
     if any(part in ("", ".", "..") for part in parts):
         return f"renders to {key!r}: '..', '.' and empty path segments are not allowed"
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in key):
+    if _INVISIBLE_ASCII.search(key) or (
+        not key.isascii()
+        and any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in key)
+    ):
         return f"renders to {key!r}, which has control or invisible format characters"
     if len(key.encode("utf-8", "surrogatepass")) > MAX_OUTPUT_KEY_BYTES:
         return f"renders to a key longer than {MAX_OUTPUT_KEY_BYTES} bytes"

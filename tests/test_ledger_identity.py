@@ -190,3 +190,22 @@ def test_the_storage_check_covers_the_folders_the_batch_writes(afc):
     result = afc("resume", env={"AFC_LOCAL_CALL_LOG": str(calls)})
     assert result.returncode == 2 and "x is a file, not a folder" in result.stderr
     assert not calls.exists()
+
+
+def test_check_keys_looks_once_per_folder_and_names_the_obstacle(tmp_path):
+    from afc_cli.errors import UsageError
+    from afc_cli.storage.file import FileStorage
+
+    store = FileStorage(tmp_path / "out")
+    keys = [f"b/{i}.png" for i in range(100)] + ["x/y/z.png", "top.png"]
+    store.check_keys(keys)  # nothing exists yet: every folder can be made
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x").write_text("a file")
+    with pytest.raises(UsageError, match=r"out/x is a file, not a folder"):
+        store.check_keys(keys)
+    (tmp_path / "out" / "x").unlink()
+    (tmp_path / "out" / "b" / "7.png").mkdir(parents=True)
+    with pytest.raises(UsageError, match=r"'b/7.png'.*is a folder"):
+        store.check_keys(keys)
+    (tmp_path / "out" / "b" / "7.png").rmdir()
+    store.check_keys(keys)
