@@ -410,8 +410,22 @@ def provider_limits(ledger: Ledger) -> dict[str, dict[str, int | None]]:
 
 
 def batch_rates(ledger: Ledger) -> dict[str, RateCards]:
-    """Each batch's rate cards, as recorded at its latest admission."""
-    return {
-        row["name"]: RateCards.from_json(json.loads(row["rates_json"] or "[]"))
-        for row in ledger.batches()
-    }
+    """Each batch's rate cards, as recorded at its latest admission. A card admitted by an
+    older afc that this one refuses (an amount of 1,000,000 USD or more overflows the exact
+    micro-USD arithmetic) stops the run before anything is written, naming the batch."""
+    from afc_cli.manifest import usd_problem
+
+    cards = {}
+    for row in ledger.batches():
+        data = json.loads(row["rates_json"] or "[]")
+        for item in data:
+            for unit, amount in item["prices"].items():
+                problem = usd_problem(amount)
+                if problem:
+                    raise UsageError(
+                        f"batch {row['name']!r} has the rate card {item['provider']}/"
+                        f"{item['model']} {unit} that {problem}; submit its manifest again "
+                        "with a corrected card"
+                    )
+        cards[row["name"]] = RateCards.from_json(data)
+    return cards

@@ -236,3 +236,20 @@ def test_resume_with_an_oversized_max_spend_is_a_usage_error(afc):
     result = afc("resume", "--max-spend", "1e22")
     assert result.returncode == 2
     assert result.stderr.strip().endswith("got '1e22'"), result.stderr
+
+
+def test_a_huge_rate_admitted_by_an_older_afc_stops_resume_cleanly(afc):
+    import json
+    import sqlite3
+
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    conn = sqlite3.connect(afc.cwd / "afc.db")
+    cards = [{"provider": "local", "model": "m1", "prices": {"per_image": "1e22"}}]
+    conn.execute("UPDATE batches SET rates_json = ?", (json.dumps(cards),))
+    conn.commit()
+    conn.close()
+    result = afc("resume")
+    assert result.returncode == 2, result.stderr
+    assert "batch 'b1' has the rate card local/m1 per_image that must be below" in result.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("queued",)]
