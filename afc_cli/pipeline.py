@@ -476,6 +476,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 "cost_micros": result.cost_micros,
                 "cost_source": result.cost_source,
                 "started_at": started,
+                # the call's end, not the spool's: the attempt's timing is the provider's
+                "ended_at": time.time(),
             },
         )
         job["step"] = "spool"
