@@ -144,7 +144,9 @@ DEFAULT_CONCURRENCY = 8
 
 
 def _err(message: str) -> None:
-    sys.stderr.write(f"afc: {message}\n")
+    from afc_cli.secrets import scrub
+
+    sys.stderr.write(f"afc: {scrub(message)}\n")
 
 
 @contextmanager
@@ -159,6 +161,29 @@ def _boundary() -> Iterator[None]:
     except KeyboardInterrupt:
         _err("interrupted; every job stays resumable (run 'afc resume')")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as exc:
+        # The last line of defence: one line, never a traceback (AFC_DEBUG=1 shows it).
+        if os.environ.get("AFC_DEBUG"):
+            raise
+        import sqlite3
+
+        from afc_cli.errors import EXIT_JOB_FAILED, ledger_write_error
+
+        if isinstance(exc, sqlite3.Error | OSError):
+            # after writing started (a full disk, an I/O error): exit 1, the ledger as of its
+            # last commit, every job resumable
+            if isinstance(exc, sqlite3.Error):
+                _err(ledger_write_error(None, exc).message)
+            else:
+                _err(f"{exc}; every job stays resumable: fix it, then run 'afc resume'")
+        else:
+            _err(
+                f"unexpected error: {exc.__class__.__name__}: {exc} (a bug in afc; "
+                "AFC_DEBUG=1 shows where)"
+            )
+        raise typer.Exit(EXIT_JOB_FAILED) from None
 
 
 def _reporter(json_out: bool, quiet: bool, verbose: bool):

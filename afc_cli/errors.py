@@ -25,6 +25,9 @@ class AfcError(Exception):
     exit_code = EXIT_JOB_FAILED
 
     def __init__(self, message: str):
+        from afc_cli.secrets import scrub
+
+        message = scrub(message)  # it may quote outside text: never a secret in it
         super().__init__(message)
         self.message = message
 
@@ -54,6 +57,22 @@ class LedgerError(AfcError):
     """The ledger cannot be opened or is not an afc ledger."""
 
     exit_code = EXIT_USAGE
+
+
+class LedgerWriteError(AfcError):
+    """A write to the ledger failed during a run (a full disk, an I/O error): the run stops.
+    Exit 1, not 2: admission and attempts may already be written; the ledger is as of its
+    last commit, and every job resumes from there."""
+
+
+def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
+    why = str(exc)
+    fix = "free space on its disk" if "full" in why else "fix the disk or file system"
+    where = f"the ledger {path}" if path else "the ledger"
+    return LedgerWriteError(
+        f"cannot write to {where}: {why}. The run stopped; every job stays "
+        f"resumable as of the last commit: {fix}, then run 'afc resume'"
+    )
 
 
 class StorageError(AfcError):

@@ -13,8 +13,10 @@ is committed with ``synchronous=FULL`` (``tx(durable=True)``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,10 +26,12 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
-from afc_cli.errors import LedgerError, UsageError
+from afc_cli.errors import LedgerError, UsageError, ledger_write_error
 from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner, owner_is_dead
+from afc_cli.secrets import scrub, scrub_data
 
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
 ACTIVE = ("queued", "running", "waiting")
@@ -93,14 +97,22 @@ class AdmitResult:
 
 
 class Ledger:
-    def __init__(self, path: str | Path, *, create: bool = True):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, *, create: bool = True, check: bool = False):
+        self.path = ledger_file.ledger_path(path)
         if not create and not self.path.exists():
             raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
+        if create:
+            ledger_file.prepare_folder(self.path)
+        ledger_file.check_writable(self.path)
         try:
-            if create:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S)
+        except sqlite3.DatabaseError as exc:
+            raise ledger_file.damaged(self.path, exc) from None
+        try:
+            # whose file this is, before anything (even WAL mode) is written to it
+            found = ledger_file.identity(conn, self.path)
+            if found == "afc" and check:
+                ledger_file.check_pages(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -111,13 +123,20 @@ class Ledger:
             self._flush_scheduled = False
             self._waiters: list[Any] = []  # futures of ``committed`` callers
             self._broken = False
-            if migrations.pending(self.db):
+            self._broken_by: BaseException | None = None  # why: for the run's message
+            if migrations.pending(self.db) or found == "new" or not ledger_file.stamped(conn):
                 # Under the write lock, so two runs opening a new ledger at once (overlapping
                 # cron jobs) apply each migration once; the loser finds nothing pending.
                 with self.tx():
+                    ledger_file.identity(conn, self.path)  # again, now under the lock
                     migrations.apply(self.db)
+                    ledger_file.stamp(conn)
+        except LedgerError:
+            conn.close()
+            raise
         except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
+            conn.close()
+            raise ledger_file.damaged(self.path, exc) from None
 
     def close(self) -> None:
         self.db.close()
@@ -149,7 +168,9 @@ class Ledger:
         """
         conn = self.db.conn
         if self._broken:
-            raise LedgerError(f"the ledger {self.path} stopped this run after a failed write")
+            raise ledger_write_error(
+                self.path, self._broken_by or "a write failed earlier in this run"
+            )
         if self._depth:
             self._depth += 1
             try:
@@ -174,6 +195,7 @@ class Ledger:
                 conn.execute("ROLLBACK")
                 if not own:
                     self._broken = True  # other blocks' changes went with it: stop the run
+                    self._broken_by = sys.exc_info()[1]
             if durable and own:
                 conn.execute("PRAGMA synchronous=NORMAL")
             raise
@@ -184,7 +206,21 @@ class Ledger:
                 conn.execute("PRAGMA synchronous=NORMAL")
         elif not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_later(GROUP_COMMIT_S, self.flush)
+            self._loop.call_later(GROUP_COMMIT_S, self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        """A group commit from the event loop. If it fails (a full disk), the jobs waiting on
+        it were told (``flush``); the shared transaction is rolled back to the last commit, and
+        the next block stops the run (exit 1, every job resumable; a spool file whose
+        checkpoint was lost is adopted by the next run)."""
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - reported to the run through _broken
+            self._broken = True
+            self._broken_by = exc
+            with contextlib.suppress(sqlite3.Error):
+                if self.db.conn.in_transaction:
+                    self.db.conn.execute("ROLLBACK")
 
     def flush(self) -> None:
         """Commit the shared transaction, if one is open and no block is running."""
@@ -196,7 +232,7 @@ class Ledger:
         except BaseException as exc:
             for waiter in waiters:
                 if not waiter.done():
-                    waiter.set_exception(LedgerError(f"cannot commit to {self.path}: {exc}"))
+                    waiter.set_exception(ledger_write_error(self.path, exc))
             raise
         for waiter in waiters:
             if not waiter.done():
@@ -213,7 +249,7 @@ class Ledger:
         waiter = self._loop.create_future()
         self._waiters.append(waiter)
         if len(self._waiters) == 1:
-            self._loop.call_soon(self.flush)
+            self._loop.call_soon(self._scheduled_flush)
         await waiter
 
     @contextmanager
@@ -241,7 +277,7 @@ class Ledger:
     def _event(self, job_id: str | None, batch: str | None, kind: str, **detail: Any) -> None:
         self.db.execute(
             "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
-            (job_id, batch, _now(), kind, _dumps(detail) if detail else None),
+            (job_id, batch, _now(), kind, _dumps(scrub_data(detail)) if detail else None),
         )
 
     # --- admission --------------------------------------------------------------------------
@@ -437,6 +473,15 @@ class Ledger:
             (json.dumps(job_ids),),
         )
         return sorted(row[0] for row in rows)
+
+    def output_keys(self, batch: str, job_ids: list[str]) -> list[str]:
+        """The output keys of the given jobs in one batch (for the storage pre-check)."""
+        rows = self.db.execute(
+            "SELECT output_key FROM jobs WHERE batch = ? AND id IN "
+            "(SELECT value FROM json_each(?))",
+            (batch, json.dumps(job_ids)),
+        )
+        return [row[0] for row in rows]
 
     def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
@@ -955,7 +1000,7 @@ class Ledger:
                 status,
                 error_class,
                 http_status,
-                error_message,
+                scrub(error_message),
                 provider_request_id,
                 self.owner,
                 started_at if started_at is not None else ended,
@@ -988,6 +1033,8 @@ class Ledger:
         update that matches only a non-terminal row, and a loser changes nothing."""
         assert status in TERMINAL
         now = _now()
+        if fields.get("error_message"):
+            fields["error_message"] = scrub(fields["error_message"])
         with self.tx():
             values = {
                 "status": status,
@@ -1163,7 +1210,7 @@ class Ledger:
             error = {
                 "code": job.get("error_code"),
                 "class": job.get("error_class"),
-                "message": job.get("error_message"),
+                "message": scrub(job.get("error_message")),
             }
         envelope = {
             "type": f"job.{event}",

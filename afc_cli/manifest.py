@@ -24,14 +24,17 @@ conflict.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import re
 import string
+import unicodedata
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, get_origin
 
 import rfc8785
 import yaml
@@ -62,21 +65,44 @@ TEMPLATE_FIELDS = {"batch", "key", "ext", "job_id"}
 DEFAULT_OUTPUT = "{batch}/{key}.{ext}"
 KEY_ALPHABET = set(string.ascii_letters + string.digits + "._-:")
 MAX_PROBLEMS = 25
+# Limits on hostile or mistaken input, each refused with exit 2 before anything is written.
+MAX_MANIFEST_BYTES = 32 * 1024 * 1024  # a 10,000-job manifest is about 1 MiB
+MAX_ALIAS_NODES = 10_000  # YAML nodes that aliases may add (a "billion laughs" adds billions)
+MAX_YAML_DEPTH = 64  # nesting of mappings and lists
+MAX_PROMPT_CHARS = 32_000  # the longest prompt a provider here accepts (OpenAI gpt-image)
+MAX_OUTPUT_KEY_BYTES = 1024  # S3's limit on an object key
+MAX_SEGMENT_BYTES = 255  # a file name's limit on common file systems
+MAX_USD = Decimal(1_000_000)  # rates and budgets stay below this (the ledger's numeric(12,6))
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False)
+    # strict: a quoted number is not an integer ("2" is not attempts: 2), true is not 1
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def usd_problem(value: str) -> str | None:
+    """Why a USD amount (a rate, a budget, --max-spend) is refused, or None.
+
+    Amounts are exact decimal strings, not negative, and below 1,000,000 USD, the range the
+    ledger's money columns hold (numeric(12,6)); a larger one would also overflow the exact
+    micro-USD arithmetic."""
+    try:
+        amount = Decimal(value)
+    except (InvalidOperation, TypeError, ValueError):
+        return f'must be a decimal string such as "0.04", got {value!r}'
+    if not amount.is_finite() or amount < 0:
+        return f"must be a non-negative decimal, got {value!r}"
+    if amount >= MAX_USD:
+        return f"must be below 1000000 USD, got {value!r}"
+    return None
 
 
 def _usd(value: str | None) -> str | None:
     if value is None:
         return None
-    try:
-        amount = Decimal(value)
-    except (InvalidOperation, TypeError):
-        raise ValueError(f'must be a decimal string such as "0.04", got {value!r}') from None
-    if not amount.is_finite() or amount < 0:
-        raise ValueError(f"must be a non-negative decimal, got {value!r}")
+    problem = usd_problem(value)
+    if problem:
+        raise ValueError(problem)
     return value
 
 
@@ -149,7 +175,7 @@ class Defaults(_Strict):
 
 class JobSpec(_Strict):
     key: str = Field(min_length=1, max_length=200)
-    prompt: str
+    prompt: str = Field(max_length=MAX_PROMPT_CHARS)
     params: dict[str, Any] = Field(default_factory=dict)
     chain: list[ChainEntry] | None = None
     output: str | None = None
@@ -159,6 +185,14 @@ class JobSpec(_Strict):
 class ManifestModel(_Strict):
     version: Literal[1]
     batch: str = Field(min_length=1, max_length=200)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # YAML's true equals 1 in Python; it is not a version
+            raise ValueError(f"must be the number 1, got {value!r}")
+        return value
+
     storage: str | None = None
     budget: str | None = None
 
@@ -271,6 +305,10 @@ class _DuplicateKey(Exception):
         self.line = line
 
 
+class _YamlRefused(Exception):
+    """A YAML document afc will not construct: the message says why (and where)."""
+
+
 class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     """Safe loader (the C one when PyYAML has it) that refuses duplicate mapping keys."""
 
@@ -280,6 +318,12 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
     mapping: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise _YamlRefused(
+                f"line {key_node.start_mark.line + 1}: a mapping key must be a plain value"
+            ) from None
         if key in mapping:
             raise _DuplicateKey(key, key_node.start_mark.line + 1)
         mapping[key] = loader.construct_object(value_node, deep=deep)
@@ -289,19 +333,103 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _check_nodes(root: yaml.Node) -> None:
+    """Refuse, before anything is constructed, a document whose aliases would expand it beyond
+    ``MAX_ALIAS_NODES`` extra nodes (a few hundred bytes of nested aliases can stand for
+    billions of values), an alias inside its own anchor, nesting deeper than
+    ``MAX_YAML_DEPTH``, and mapping keys that are lists or mappings (``? [a, b]``).
+
+    One pass over the node graph: each collection's expanded size is computed once, and every
+    later reference to it (an alias) adds that size to the expansion."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    extra = 0
+
+    def size(node: yaml.Node, depth: int) -> int:
+        nonlocal extra
+        value = node.value
+        if isinstance(value, str):  # a scalar
+            return 1
+        nid = id(node)
+        known = sizes.get(nid)
+        if known is not None:  # reached again: an alias, written out once more
+            extra += known
+            if extra > MAX_ALIAS_NODES:
+                raise _YamlRefused(
+                    f"its aliases would add more than {MAX_ALIAS_NODES} values when expanded; "
+                    "write the values out, or use fewer aliases"
+                )
+            return known
+        line = node.start_mark.line + 1
+        if nid in visiting:
+            raise _YamlRefused(f"line {line}: an alias refers to a value that contains it")
+        if depth > MAX_YAML_DEPTH:
+            raise _YamlRefused(f"line {line}: nested more than {MAX_YAML_DEPTH} levels deep")
+        visiting.add(nid)
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise _YamlRefused(
+                        f"line {key_node.start_mark.line + 1}: a mapping key must be a plain "
+                        "value, not a list or mapping"
+                    )
+                total += 1 + size(value_node, depth + 1)
+        else:
+            for child in value:
+                total += size(child, depth + 1)
+        visiting.discard(nid)
+        sizes[nid] = total
+        return total
+
+    size(root, 1)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error with its line and column in the file (not PyYAML's '<unicode string>')."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return f"not valid YAML: {exc}"
+    message = f"line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {problem}"
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        message += f" ({context} at line {context_mark.line + 1})"
+    return message
+
+
 def _read_yaml(path: Path) -> Any:
+    name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
-        raise ManifestError(str(path), ["file not found"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(str(path), [f"cannot read: {exc}"]) from None
+        raise ManifestError(name, ["file not found"]) from None
+    except OSError as exc:
+        raise ManifestError(name, [f"cannot read: {exc.strerror or exc}"]) from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(name, [f"larger than {MAX_MANIFEST_BYTES // 1024 // 1024} MiB"])
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader subclass
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(name, [f"not UTF-8 text (byte {exc.start})"]) from None
+    loader = _StrictLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _check_nodes(root)
+        return loader.construct_document(root)
     except _DuplicateKey as dup:
-        raise ManifestError(str(path), [f"line {dup.line}: duplicate key {dup.key!r}"]) from None
+        raise ManifestError(name, [f"line {dup.line}: duplicate key {dup.key!r}"]) from None
+    except _YamlRefused as exc:
+        raise ManifestError(name, [str(exc)]) from None
     except yaml.YAMLError as exc:
-        raise ManifestError(str(path), [f"not valid YAML: {exc}"]) from None
+        raise ManifestError(name, [_yaml_problem(exc)]) from None
+    except RecursionError:
+        raise ManifestError(name, [f"nested more than {MAX_YAML_DEPTH} levels deep"]) from None
+    finally:
+        loader.dispose()
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -331,12 +459,58 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _pydantic_problems(raw: Any, exc: ValidationError) -> list[str]:
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names allowed where ``loc`` points (for "did you mean")."""
+    current: Any = model
+    for part in loc:
+        current = _step(current, part)
+        if current is None:
+            return []
+    current = _model_in(current)
+    return list(current.model_fields) if current is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _step(annotation: Any, part: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        info = annotation.model_fields.get(part) if isinstance(part, str) else None
+        return info.annotation if info is not None else None
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is list:
+        return args[0] if isinstance(part, int) else None
+    if origin is dict:
+        return args[1]
+    for arg in args:  # X | None
+        found = _step(arg, part) if arg is not type(None) else None
+        if found is not None:
+            return found
+    return None
+
+
+def did_you_mean(name: Any, choices: list[str]) -> str:
+    """' (did you mean 'x'?)' when ``name`` is close to one of ``choices``, else ''."""
+    close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _pydantic_problems(
+    raw: Any, exc: ValidationError, model: type[BaseModel] | None = None
+) -> list[str]:
     problems = []
+    model = model or ManifestModel
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
         if err["type"] == "extra_forbidden":
-            message = "unknown field"
+            message = "unknown field" + did_you_mean(loc[-1], _fields_at(model, loc[:-1]))
         elif err["type"] == "missing":
             message = "required field is missing"
         else:
@@ -360,6 +534,9 @@ def _template_problem(template: str) -> str | None:
     return None
 
 
+_INVISIBLE_ASCII = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def output_key_problem(key: str) -> str | None:
     """Why an output key could escape the storage prefix, or None if it is safe."""
     if not key:
@@ -369,11 +546,63 @@ def output_key_problem(key: str) -> str | None:
     parts = key.split("/")
     if any(part in ("", ".", "..") for part in parts):
         return f"renders to {key!r}: '..', '.' and empty path segments are not allowed"
-    if any(ord(ch) < 32 for ch in key):
-        return f"renders to {key!r}, which has control characters"
+    if _INVISIBLE_ASCII.search(key) or (
+        not key.isascii()
+        and any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in key)
+    ):
+        return f"renders to {key!r}, which has control or invisible format characters"
+    if len(key.encode("utf-8", "surrogatepass")) > MAX_OUTPUT_KEY_BYTES:
+        return f"renders to a key longer than {MAX_OUTPUT_KEY_BYTES} bytes"
+    if any(len(part.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for part in parts):
+        return f"renders to {key!r}, with a path segment longer than {MAX_SEGMENT_BYTES} bytes"
     if key.endswith(".afc.json"):
         return f"renders to {key!r}; names ending in .afc.json are reserved for metadata"
     return None
+
+
+def nested_output_problems(outputs: dict[str, int]) -> list[tuple[int, str]]:
+    """Pairs of output keys where one is a folder of the other (``x/a.png`` and
+    ``x/a.png/b.png``): on a file system, and for any tool that mirrors a bucket to one, both
+    cannot exist, so the second render would be paid for and never stored."""
+    problems = []
+    for key, index in outputs.items():
+        parts = key.split("/")
+        for end in range(1, len(parts)):
+            folder = "/".join(parts[:end])
+            if folder in outputs:
+                problems.append(
+                    (
+                        index,
+                        f"output key {key!r} lies inside job {outputs[folder]}'s output key "
+                        f"{folder!r}; one output key cannot be a folder of another",
+                    )
+                )
+                break
+    return problems
+
+
+def _unknown_params(
+    params: dict[str, Any], chain: list[ChainEntry], providers: dict[str, Any]
+) -> list[str]:
+    """Params that no provider of the chain reads. A provider whose params are the model's own
+    inputs (Replicate, fal) may take any name; the others list theirs, so a typo (``sise``)
+    is refused instead of being dropped from a paid request."""
+    known: set[str] = set()
+    for entry in chain:
+        provider = providers.get(entry.provider)
+        if provider is None:
+            continue
+        taken = getattr(provider, "params", None)
+        if taken is None:
+            return []
+        known |= taken
+    names = sorted({entry.provider for entry in chain})
+    return [
+        f"field 'params.{name}': not a parameter of {', '.join(names)}"
+        + (did_you_mean(name, sorted(known)) or f" (known: {', '.join(sorted(known))})")
+        for name in params
+        if name not in known
+    ]
 
 
 def _key_problem(key: str) -> str | None:
@@ -415,6 +644,9 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         raise ManifestError(name, _pydantic_problems(raw, exc)[:MAX_PROBLEMS]) from None
 
     problems: list[str] = []
+    bad_batch = _key_problem(model.batch)
+    if bad_batch:
+        problems.append(f"field 'batch': {bad_batch}")
     seen_rates: set[tuple[str, str]] = set()
     for i, rate in enumerate(model.rates):
         where = f"field 'rates[{i}]'"
@@ -426,9 +658,12 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
             problems.append(f"{where}: a second rate card for {rate.provider}/{rate.model}")
         seen_rates.add((rate.provider, rate.model))
 
-    for name in model.limits:
-        if name not in providers:
-            problems.append(f"field 'limits.{name}': unknown provider {name!r}")
+    for limited in model.limits:
+        if limited not in providers:
+            problems.append(
+                f"field 'limits.{limited}': unknown provider {limited!r}"
+                + did_you_mean(limited, list(providers))
+            )
 
     last_fallback = _last_fallback_problem(model.defaults.chain, "defaults.chain")
     if last_fallback:
@@ -468,12 +703,17 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
             provider = providers.get(entry.provider)
             if provider is None:
                 problems.append(
-                    f"{who}: field 'chain[{c}].provider': unknown provider {entry.provider!r} "
-                    f"(available: {', '.join(sorted(providers))})"
+                    f"{who}: field 'chain[{c}].provider': unknown provider {entry.provider!r}"
+                    + (
+                        did_you_mean(entry.provider, list(providers))
+                        or f" (available: {', '.join(sorted(providers))})"
+                    )
                 )
                 continue
             for problem in provider.params_problems(params):
-                problems.append(f"{who}: field 'params.{problem}'")
+                param, _, message = problem.partition(": ")
+                problems.append(f"{who}: field 'params.{param}': {message}")
+        problems.extend(f"{who}: {p}" for p in _unknown_params(params, chain, providers))
 
         template = spec.output if spec.output is not None else model.defaults.output
         if spec.output is not None:
@@ -526,6 +766,9 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         if len(problems) >= MAX_PROBLEMS:
             break
 
+    for index, problem in nested_output_problems(seen_outputs):
+        spec = model.jobs[index]
+        problems.append(f"job {index} (key {spec.key!r}): field 'output': {problem}")
     if problems:
         raise ManifestError(name, problems[:MAX_PROBLEMS])
     return Manifest(
@@ -555,7 +798,8 @@ def load_config_rates(path: str | Path | None) -> list[Rate]:
     try:
         config = RatesConfig.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
-        raise ManifestError(str(path), _pydantic_problems(raw, exc)[:MAX_PROBLEMS]) from None
+        problems = _pydantic_problems(raw, exc, RatesConfig)
+        raise ManifestError(str(path), problems[:MAX_PROBLEMS]) from None
     problems = [
         f"field 'rates[{i}]': unknown provider {r.provider!r}"
         for i, r in enumerate(config.rates)

@@ -16,10 +16,11 @@ from typing import Any
 
 from afc_cli.costs import job_cost
 from afc_cli.run import Reporter
+from afc_cli.secrets import scrub
 
 
 def emit_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(scrub(json.dumps(value, indent=2, sort_keys=False)) + "\n")
 
 
 def emit_csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
@@ -27,7 +28,7 @@ def emit_csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({c: "" if row.get(c) is None else row.get(c) for c in columns})
+        writer.writerow({c: "" if row.get(c) is None else scrub(row.get(c)) for c in columns})
     sys.stdout.write(buffer.getvalue())
 
 
@@ -45,7 +46,7 @@ def emit_table(
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+        table.add_row(*("" if row.get(c) is None else scrub(str(row.get(c))) for c in columns))
     console = Console()
     console.print(table)
     if footer:
@@ -104,7 +105,7 @@ class LineReporter(Reporter):
 
     def event(self, job: dict[str, Any], event: str, detail: str, **info: Any) -> None:
         if event == "ended" or self.verbose:
-            sys.stderr.write(f"afc: {job['batch']}/{job['key']}: {event} {detail}\n")
+            sys.stderr.write(scrub(f"afc: {job['batch']}/{job['key']}: {event} {detail}") + "\n")
             sys.stderr.flush()
 
     def state(self, message: str | None) -> None:
@@ -184,6 +185,7 @@ class RichReporter(Reporter):
     def event(self, job: dict[str, Any], event: str, detail: str, **info: Any) -> None:
         if self.progress is None:
             return
+        detail = scrub(detail)
         self.progress.event(job, event, detail, **info)
         if self.verbose and self.live is not None:
             from rich.text import Text

@@ -118,6 +118,10 @@ class RunContext:
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
     budget_hit: bool = False
+    # no render starts while the spool's disk has less free than this (AFC_MIN_FREE_MB): its
+    # bytes, and the ledger's record of them, must have somewhere to go
+    min_free_bytes: int = 0
+    disk_low: bool = False
     limits: dict[str, ProviderLimit] = field(default_factory=dict)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     # progress for the person watching (afc_cli/output.py): report(job, event, detail, **info)
@@ -434,6 +438,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             if ctx.stopping.is_set():
                 return False
             provider = ctx.providers[entry["provider"]]
+            if resume is None and _disk_low(ctx, job):
+                return False
             # from its attempt row to the end of its storage work, a stopping run lets this
             # job finish (within the grace period) rather than abandon a paid call
             ctx.protected.add(job["id"])
@@ -654,6 +660,28 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         ctx.ledger.end_attempt(job, number, **success)
         ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path))
         raise
+    return True
+
+
+def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
+    """Before paying for a render: is there room on this machine for its bytes? A render whose
+    output cannot be spooled is paid for and lost; so when the spool's disk (the ledger's too)
+    is nearly full, no new render starts, the job waits with the reason, and the run ends
+    with exit 1. Renders already in flight keep the room they need."""
+    if not ctx.min_free_bytes:
+        return False
+    free = ctx.spool.free_bytes()
+    if free >= ctx.min_free_bytes:
+        return False
+    ctx.disk_low = True
+    mib = 1024 * 1024
+    ctx.ledger.set_waiting(
+        job,
+        f"disk: {free / mib:.1f} MiB free where rendered bytes are kept ({ctx.spool.root}), "
+        f"under the {ctx.min_free_bytes / mib:.1f} MiB afc keeps free (AFC_MIN_FREE_MB); no "
+        "render was started. Free space, then run 'afc resume'",
+    )
+    ctx.report(job, "waiting", "disk nearly full")
     return True
 
 

@@ -28,11 +28,21 @@ from afc_cli.run import Budget, manifest_rates, resolve_storage
 def _read_ledger(
     ledger_path: str, batch: str
 ) -> tuple[str | None, dict[str, tuple[str, str, str | None]]]:
-    path = Path(ledger_path)
+    from afc_cli import ledger_file
+
+    path = ledger_file.ledger_path(ledger_path)
     if not path.exists():
         return None, {}
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.DatabaseError as exc:
+        raise ledger_file.damaged(path, exc) from None
+    try:
+        try:
+            if ledger_file.identity(conn, path) == "new":
+                return None, {}
+        except sqlite3.DatabaseError as exc:
+            raise ledger_file.damaged(path, exc) from None
         row = conn.execute("SELECT storage FROM batches WHERE name = ?", (batch,)).fetchone()
         jobs = {
             key: (request_hash, status, request_json)

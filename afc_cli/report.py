@@ -125,6 +125,9 @@ def print_story(story: dict[str, Any]) -> None:
     def say(text: str = "") -> None:
         sys.stdout.write(text + "\n")
 
+    from afc_cli.secrets import scrub_data
+
+    story = scrub_data(story)  # the last line of defence: no secret reaches the terminal
     job = story["job"]
     say(f"{job['batch']}/{job['key']}  {job['status']} (step {job['step']})")
     say(f"job id        {job['id']}")

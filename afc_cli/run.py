@@ -22,12 +22,14 @@ import contextlib
 import json
 import os
 import signal
+import time
 import uuid
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from afc_cli import ledger_file
 from afc_cli import storage as storage_mod
 from afc_cli.costs import RateCards, to_micros
 from afc_cli.errors import (
@@ -51,6 +53,7 @@ LEASE_S = 300.0
 # and uploads that overlap well: a 10,000-job run of instant renders measured ~40% faster with
 # 64 than with 8. (Spool writes have slots of their own: RunContext.spool_slots.)
 STORE_SLOTS = 64
+DEFAULT_MIN_FREE_MB = 64
 
 
 class Reporter:
@@ -93,13 +96,12 @@ class Budget:
     def parse(cls, value: str | None, allow_unpriced: bool) -> Budget | None:
         if value is None:
             return None
-        try:
-            amount = Decimal(value)
-        except InvalidOperation:
-            raise UsageError(f"--max-spend takes a decimal amount of USD, got {value!r}") from None
-        if not amount.is_finite() or amount < 0:
-            raise UsageError(f"--max-spend must be a non-negative amount, got {value!r}")
-        return cls(to_micros(amount), allow_unpriced)
+        from afc_cli.manifest import usd_problem
+
+        problem = usd_problem(value)
+        if problem:
+            raise UsageError(f"--max-spend (or the manifest's budget) {problem}")
+        return cls(to_micros(Decimal(value)), allow_unpriced)
 
     def check_priced(self, chains: list[tuple[str, list[dict[str, Any]]]], rates) -> None:
         """Refuse unpriced models under a budget unless --allow-unpriced: a cap cannot hold
@@ -204,16 +206,26 @@ def submit(
     if run:
         require_keys({entry["provider"] for j in manifest.jobs for entry in j.chain})
         max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
+        min_free_bytes()  # a bad AFC_MIN_FREE_MB is refused before anything is written
     if run:
         from afc_cli.webhooks import require_secrets
 
         require_secrets({j.webhook["secret_env"] for j in manifest.jobs if j.webhook})
-    ledger = Ledger(ledger_path)
+    # An existing ledger is read first (its identity, its pages, the batch's storage); a new one
+    # is created only once the storage check has passed: a refused run writes nothing.
+    path = ledger_file.ledger_path(ledger_path)
+    ledger = Ledger(path, create=False, check=run) if path.exists() else None
     try:
-        bound = ledger.check_storage(manifest.batch, named)
+        if ledger is None:
+            ledger_file.precheck(path)
+        bound = ledger.check_storage(manifest.batch, named) if ledger is not None else None
         chosen = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
         if run:
-            storage_mod.open(chosen).check()  # before admitting or paying for anything
+            store = storage_mod.open(chosen)
+            store.check()  # before admitting or paying for anything
+            store.check_keys([job.output_key for job in manifest.jobs])
+        if ledger is None:
+            ledger = Ledger(path)
         admitted = ledger.admit(manifest, chosen, rates)
         keys = admitted.admitted_keys
         stats = RunStats()
@@ -229,9 +241,11 @@ def submit(
             )
         wanted = set(keys)
         rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in wanted]
+        note_held_elsewhere(ledger, rows)
         return RunResult(jobs=rows, admit=admitted, stats=stats, budget=budget)
     finally:
-        ledger.close()
+        if ledger is not None:
+            ledger.close()
 
 
 def manifest_rates(manifest: Any) -> RateCards:
@@ -252,7 +266,8 @@ def resume(
 ) -> RunResult:
     budget = Budget.parse(max_spend, allow_unpriced)
     max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
-    ledger = Ledger(ledger_path, create=False)
+    min_free_bytes()
+    ledger = Ledger(ledger_path, create=False, check=True)
     try:
         ledger.require_batch(batch)
         named = storage_mod.normalize_url(storage) if storage else None
@@ -283,6 +298,7 @@ def resume(
         wanted = set(job_ids)
         everything = ledger.status_rows(batch)
         rows = [r for r in everything if r["id"] in wanted]
+        note_held_elsewhere(ledger, rows)
         stuck = [r for r in everything if r["id"] not in wanted and r["status"] in STUCK]
         return RunResult(jobs=rows, stats=stats, budget=budget, stuck=stuck)
     finally:
@@ -394,6 +410,7 @@ def run_jobs(
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
         storages[name].check()  # no render is paid for that could not be stored
+        storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
     run_id = str(uuid.uuid4())
@@ -419,6 +436,7 @@ def run_jobs(
             report=reporter.event,
             run_id=run_id,
             cap_micros=budget.cap_micros if budget else None,
+            min_free_bytes=min_free_bytes(),
             limits={name: ProviderLimit(**values) for name, values in limits.items()},
             max_interrupts=interrupts_cap,
             **({"offload": helper.call, "quick": helper.quick} if helper else {}),
@@ -507,6 +525,41 @@ async def _all_done(tasks: list[asyncio.Task]) -> None:
                 raise task.exception()
 
 
+def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
+    """A job this run left alone because another live afc process holds it (a submit and a
+    resume of one batch at once) says so, instead of a bare "running at render"."""
+    from afc_cli.owner import owner_is_dead
+
+    now = time.time()
+    for row in rows:
+        if row["status"] not in ("queued", "running", "waiting") or row.get("waiting_reason"):
+            continue
+        job = ledger.job(row["id"])
+        holder = job["lease_owner"] if job else None
+        if (
+            holder
+            and holder != ledger.owner
+            and (job["lease_expires"] or 0) > now
+            and not owner_is_dead(holder)
+        ):
+            host, _, rest = holder.rpartition(":")[0].rpartition(":")
+            row["waiting_reason"] = (
+                f"being run by another afc process (pid {rest} on {host}); this run left it alone"
+            )
+
+
+def min_free_bytes() -> int:
+    """``AFC_MIN_FREE_MB`` (default 64): the free space below which no render starts."""
+    value = os.environ.get("AFC_MIN_FREE_MB", str(DEFAULT_MIN_FREE_MB))
+    try:
+        mib = float(value)
+    except ValueError:
+        raise UsageError(f"AFC_MIN_FREE_MB must be a number of MiB, got {value!r}") from None
+    if not 0 <= mib < 2**40:
+        raise UsageError(f"AFC_MIN_FREE_MB must be a number of MiB >= 0, got {value!r}")
+    return int(mib * 1024 * 1024)
+
+
 def sweep_spool(ledger: Ledger, spool: Spool) -> None:
     """Remove spool files of jobs that succeeded (a crash between the job's final commit and
     the file's removal leaves one). Files of every other job are kept: they are paid output."""
@@ -549,8 +602,22 @@ def provider_limits(ledger: Ledger) -> dict[str, dict[str, int | None]]:
 
 
 def batch_rates(ledger: Ledger) -> dict[str, RateCards]:
-    """Each batch's rate cards, as recorded at its latest admission."""
-    return {
-        row["name"]: RateCards.from_json(json.loads(row["rates_json"] or "[]"))
-        for row in ledger.batches()
-    }
+    """Each batch's rate cards, as recorded at its latest admission. A card admitted by an
+    older afc that this one refuses (an amount of 1,000,000 USD or more overflows the exact
+    micro-USD arithmetic) stops the run before anything is written, naming the batch."""
+    from afc_cli.manifest import usd_problem
+
+    cards = {}
+    for row in ledger.batches():
+        data = json.loads(row["rates_json"] or "[]")
+        for item in data:
+            for unit, amount in item["prices"].items():
+                problem = usd_problem(amount)
+                if problem:
+                    raise UsageError(
+                        f"batch {row['name']!r} has the rate card {item['provider']}/"
+                        f"{item['model']} {unit} that {problem}; submit its manifest again "
+                        "with a corrected card"
+                    )
+        cards[row["name"]] = RateCards.from_json(data)
+    return cards

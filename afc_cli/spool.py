@@ -90,6 +90,14 @@ class Spool:
     def __init__(self, root: str | Path):
         self.root = Path(root).absolute()
 
+    def free_bytes(self) -> int:
+        """Bytes free to this process on the spool's file system (the ledger's, too)."""
+        folder = self.root
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        stats = os.statvfs(folder)
+        return stats.f_bavail * stats.f_frsize
+
     @classmethod
     def beside(cls, ledger_path: str | Path) -> Spool:
         ledger_path = Path(ledger_path)

@@ -23,6 +23,7 @@ produced it (``Ledger._queue_delivery``). This module only drains due rows:
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import os
 import random
@@ -42,7 +43,13 @@ FINAL_DRAIN_S = 15.0
 
 
 def require_secrets(names: set[str]) -> None:
-    """Stop before any job runs when a webhook secret variable is not set."""
+    """Stop before any job runs when a webhook secret variable is not set, or does not hold a
+    ``whsec_`` secret the signing library accepts (found only at the first delivery, that would
+    end a paid run with a delivery left leased). The value is never shown."""
+    from afc_cli import secrets
+
+    for name in names:
+        secrets.register(name)  # its value is scrubbed from every text afc keeps or shows
     missing = sorted(name for name in names if not os.environ.get(name))
     if missing:
         raise UsageError(
@@ -50,6 +57,29 @@ def require_secrets(names: set[str]) -> None:
             + ", ".join(missing)
             + " (the manifest names the variable; its value is a whsec_... secret)"
         )
+    malformed = sorted(name for name in names if secret_problem(os.environ[name]))
+    if malformed:
+        raise UsageError(
+            "webhook secret malformed in the environment: "
+            + ", ".join(f"{name} ({secret_problem(os.environ[name])})" for name in malformed)
+            + "; a webhook secret is whsec_ followed by base64, as receivers issue them"
+        )
+
+
+def secret_problem(value: str) -> str | None:
+    """Why a webhook secret cannot sign, without quoting it; None if it can."""
+    import binascii
+
+    if not value.startswith("whsec_"):
+        return "it does not start with whsec_"
+    try:
+        body = value[len("whsec_") :].rstrip("=")
+        raw = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return "what follows whsec_ is not base64"
+    if not raw:
+        return "it is empty after whsec_"
+    return None
 
 
 def check_secrets(ledger: Ledger, job_ids: list[str] | None = None) -> None:
@@ -146,6 +176,14 @@ class Deliverer:
         if not secret:
             ledger.release_delivery(
                 row["id"], f"{row['secret_env']} is not set in the environment; not sent"
+            )
+            stats.skipped += 1
+            return
+        problem = secret_problem(secret)
+        if problem:
+            ledger.release_delivery(
+                row["id"],
+                f"{row['secret_env']} is not a valid webhook secret ({problem}); not sent",
             )
             stats.skipped += 1
             return

@@ -149,6 +149,20 @@ class FakeProviders:
                 },
             )
         prompt = body.get("prompt", "")
+        if "echo-key" in prompt:  # as OpenAI does for a revoked key: the header, quoted back
+            return h.reply(
+                401,
+                {
+                    "error": {
+                        "message": "Incorrect API key provided: "
+                        f"{h.headers.get('Authorization')}. You can find your API key at "
+                        "https://platform.openai.com/account/api-keys.",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
         if "rate-limit" in prompt and self.first_time(prompt):
             return h.reply(
                 429,

@@ -49,7 +49,8 @@ def test_a_broken_ledger_file_is_a_clear_error(afc):
     (afc.cwd / "afc.db").write_bytes(b"this is not sqlite" * 100)
     result = afc("status")
     assert result.returncode == 2
-    assert "cannot open ledger" in result.stderr and "Traceback" not in result.stderr
+    assert "is damaged or not a SQLite database" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_every_example_manifest_is_valid(afc):

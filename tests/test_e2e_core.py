@@ -141,7 +141,7 @@ def test_manifest_errors_are_named(afc):
         (
             "version: 1\nbatch: b\ndefaults: {chain: [{provider: local, model: m}]}\n"
             "jobs:\n  - {key: a, prompt: x, params: {fail: [bogus]}}\n",
-            "field 'params.fail: 'bogus' is not an error class",
+            "field 'params.fail': 'bogus' is not an error class",
         ),
         (
             "version: 1\nbatch: b\ndefaults: {chain: [{provider: local, model: m}]}\n"

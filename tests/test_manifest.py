@@ -17,12 +17,12 @@ def write(tmp_path, data, name="m.yaml"):
 
 
 def test_explicit_defaults_and_key_order_do_not_change_the_hash(tmp_path):
-    implicit = manifest([{"key": "a", "prompt": "p", "params": {"x": 1, "y": [1, 2]}}])
+    implicit = manifest([{"key": "a", "prompt": "p", "params": {"seed": 1, "fail": []}}])
     implicit["defaults"]["chain"] = [{"provider": "local", "model": "m1"}]
     explicit = manifest(
         [
             {
-                "params": {"y": [1, 2], "x": 1},
+                "params": {"fail": [], "seed": 1},
                 "prompt": "p",
                 "key": "a",
                 "output": "{batch}/{key}.{ext}",

@@ -61,7 +61,9 @@ def test_rendered_bytes_are_spooled_before_waiting_for_a_storage_slot(afc):
         ctx = one.context(store_slots=asyncio.Semaphore(0))
         task = asyncio.create_task(run_job(ctx, job_id))
         for _ in range(500):
-            if one.ledger.job(job_id)["step"] == "store" or task.done():
+            # the spool file lands before the checkpoint that records it: wait for both
+            spooled = ctx.spool.path(job_id).exists()
+            if (spooled and one.ledger.job(job_id)["step"] == "store") or task.done():
                 break
             await asyncio.sleep(0.01)
         spooled_while_waiting = ctx.spool.path(job_id).exists() and not task.done()

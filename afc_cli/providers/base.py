@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from afc_cli.costs import RateCards
+from afc_cli.secrets import scrub
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class ProviderError(Exception):
         cost_micros: int | None = None,
         cost_source: str | None = None,
     ):
+        message = scrub(message)  # a provider may quote the API key back
         super().__init__(message)
         self.error_class = error_class
         self.message = message
@@ -81,6 +83,9 @@ class Provider:
     name: str = ""
     key_env: str | None = None  # the environment variable holding the API key
     resumable = False  # job-style: a submitted request can be polled again by id
+    # The params this adapter reads or sends. None: the params are the model's own inputs,
+    # passed through as they are (Replicate, fal), so any name may be meaningful.
+    params: frozenset[str] | None = None
 
     def params_problems(self, params: dict[str, Any]) -> list[str]:
         """Problems with a job's params, each 'field: message'. Checked with the manifest."""

@@ -44,6 +44,7 @@ def retry_delay(error: dict[str, Any]) -> float | None:
 class GeminiProvider(HttpProvider):
     name = "gemini"
     key_env = "GEMINI_API_KEY"
+    params = frozenset({"aspect_ratio"})
 
     base_env = "GEMINI_BASE_URL"
     default_base = "https://generativelanguage.googleapis.com/v1beta"

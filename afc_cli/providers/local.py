@@ -51,12 +51,17 @@ _WORK_MAY_HAVE_HAPPENED = {"timeout", "window_expired"}
 
 class LocalProvider(Provider):
     name = "local"
+    params = frozenset(
+        {"latency_s", "fail", "retry_after_s", "size", "seconds", "output_format", "seed"}
+    )
 
     def params_problems(self, params: dict[str, Any]) -> list[str]:
         problems = []
         latency = params.get("latency_s", 0)
-        if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
-            problems.append(f"latency_s: must be a number of seconds >= 0, got {latency!r}")
+        if not _seconds(latency):
+            problems.append(
+                f"latency_s: must be a number of seconds >= 0 (under a day), got {latency!r}"
+            )
         fail = params.get("fail", [])
         if not isinstance(fail, list) or not all(isinstance(c, str) for c in fail):
             problems.append(f"fail: must be a list of error classes, got {fail!r}")
@@ -65,15 +70,16 @@ class LocalProvider(Provider):
                 if cls not in ERROR_CLASSES or cls == "exhausted":
                     problems.append(f"fail: {cls!r} is not an error class")
         seconds = params.get("seconds")
-        if seconds is not None and (
-            isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0
-        ):
-            problems.append(f"seconds: must be a number of seconds >= 0, got {seconds!r}")
+        if seconds is not None and not _seconds(seconds):
+            problems.append(
+                f"seconds: must be a number of seconds >= 0 (under a day), got {seconds!r}"
+            )
         retry_after = params.get("retry_after_s")
-        if retry_after is not None and (
-            isinstance(retry_after, bool) or not isinstance(retry_after, int | float)
-        ):
-            problems.append(f"retry_after_s: must be a number of seconds, got {retry_after!r}")
+        if retry_after is not None and not _seconds(retry_after):
+            problems.append(
+                f"retry_after_s: must be a number of seconds >= 0 (under a day), "
+                f"got {retry_after!r}"
+            )
         size = params.get("size", "64x64")
         if _parse_size(size) is None:
             problems.append(f"size: must be WxH with sides 1..1024, got {size!r}")
@@ -127,11 +133,16 @@ class LocalProvider(Provider):
         )
 
 
+def _seconds(value: Any) -> bool:
+    """A number of seconds the local provider can wait or bill: finite, >= 0, under a day."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value < 86_400
+
+
 def _parse_size(size: Any) -> tuple[int, int] | None:
     if not isinstance(size, str) or "x" not in size:
         return None
     w, _, h = size.partition("x")
-    if not (w.isdigit() and h.isdigit()):
+    if not (w.isascii() and w.isdigit() and h.isascii() and h.isdigit()):  # not "²x²"
         return None
     width, height = int(w), int(h)
     if not (1 <= width <= 1024 and 1 <= height <= 1024):

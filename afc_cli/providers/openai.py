@@ -29,6 +29,7 @@ PASSED = ("size", "quality", "output_format", "background", "moderation", "n", "
 class OpenAIProvider(HttpProvider):
     name = "openai"
     key_env = "OPENAI_API_KEY"
+    params = frozenset(PASSED)
 
     base_env = "OPENAI_BASE_URL"
     default_base = "https://api.openai.com/v1"

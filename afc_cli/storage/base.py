@@ -45,6 +45,11 @@ class Storage:
         """Before a run renders anything: fail fast (UsageError) if this storage cannot be
         used at all, so no render is paid for that could not be stored."""
 
+    def check_keys(self, keys: list[str]) -> None:
+        """Before a run renders anything: fail fast (UsageError) if these output keys could not
+        be stored (on a file system: a folder on their path that is a file, or not writable).
+        Object stores have no folders: nothing to check."""
+
     def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
         """None if the stored object is exactly ``size`` bytes with this SHA-256; otherwise
         what is wrong. Trusts the read-back, not the write's success."""

@@ -138,6 +138,51 @@ class FileStorage(Storage):
         if not os.access(self.root, os.W_OK):
             raise UsageError(f"cannot use storage {self.url}: the directory is not writable")
 
+    def check_keys(self, keys: list[str]) -> None:
+        """Every folder the batch will write must be a folder (not a file someone left there)
+        and writable where it already exists; an output key must not be a folder. Checked before
+        the first render, so no render is paid for whose output could not be stored. One look
+        per distinct folder (a 10,000-job batch in one folder costs one listing)."""
+        root = str(self.root)
+        by_folder: dict[str, list[str]] = {}
+        for key in keys:
+            folder, _, name = key.rpartition("/")
+            by_folder.setdefault(folder, []).append(name)
+        exists: dict[str, bool] = {"": os.path.isdir(root)}
+        for folder, names in by_folder.items():
+            deepest = ""  # the deepest folder on the way that exists
+            parts = folder.split("/") if folder else []
+            for end in range(1, len(parts) + 1):
+                rel = "/".join(parts[:end])
+                if rel not in exists:
+                    full = os.path.join(root, rel)
+                    if os.path.isdir(full):
+                        exists[rel] = True
+                    elif os.path.lexists(full) and exists["/".join(parts[: end - 1])]:
+                        raise UsageError(
+                            f"cannot store {folder + '/' + names[0]!r} in {self.url}: {full} is "
+                            "a file, not a folder; move it, or change the output template"
+                        )
+                    else:
+                        exists[rel] = False
+                if not exists[rel]:
+                    break
+                deepest = rel
+            where = os.path.join(root, deepest) if deepest else root
+            if os.path.isdir(where) and not os.access(where, os.W_OK | os.X_OK):
+                raise UsageError(f"cannot store outputs in {self.url}: {where} is not writable")
+            if exists.get(folder, False):
+                full = os.path.join(root, folder) if folder else root
+                with os.scandir(full) as entries:
+                    folders = {entry.name for entry in entries if entry.is_dir()}
+                for name in names:
+                    if name in folders:
+                        raise UsageError(
+                            f"cannot store {folder + '/' + name if folder else name!r} in "
+                            f"{self.url}: {os.path.join(full, name)} is a folder; move it, or "
+                            "change the output template"
+                        )
+
     def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
         try:
             found = file_digest(self._object(key))

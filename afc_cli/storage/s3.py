@@ -209,7 +209,7 @@ class S3Storage(Storage):
             for field, header in META_FIELDS.items():
                 value = raw.get(header)
                 if value is not None and field in INT_FIELDS:
-                    value = int(value) if value.isdigit() else None
+                    value = int(value) if value.isascii() and value.isdigit() else None
                 meta[field] = value
         return ObjectInfo(exists=True, size=found.get("ContentLength"), meta=meta)
 

@@ -1,0 +1,194 @@
+"""Which file is a ledger, and whether afc may use it: checked before anything is written.
+
+- **Where.** ``--ledger`` / ``AFC_LEDGER`` is a plain path or a ``sqlite:///`` URL (the
+  SQLAlchemy form: ``sqlite:///afc.db`` is relative, ``sqlite:////var/afc/afc.db`` absolute).
+  Any other URL scheme (``postgresql://`` included, for now) is refused with exit 2, never
+  taken for a folder name.
+- **Whose.** afc stamps its ledgers: SQLite's ``application_id`` is ``APPLICATION_ID`` and
+  ``user_version`` the number of schema migrations applied. A database that is another
+  application's (another ``application_id``, or tables of its own and no afc migrations) is
+  refused untouched: opening it does not even switch it to WAL. A ledger whose schema is newer
+  than this afc (a migration it does not know) is refused with both versions named, since this
+  version would write rows the newer schema does not expect. Ledgers from before the stamp
+  (afc's migrations, no ``application_id``) are stamped when next opened.
+- **Whether.** A ledger that cannot be written (a read-only file, folder or file system), a
+  ledger path under a regular file, and a damaged file are each one message naming the file and
+  the fix, exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+from afc_cli.errors import LedgerError, UsageError
+
+APPLICATION_ID = 0x61666331  # "afc1"
+MIGRATION_SET = "afc"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def ledger_path(value: str | Path) -> Path:
+    """The SQLite file a ``--ledger`` value names; other URL schemes are refused."""
+    text = str(value)
+    match = _SCHEME.match(text)
+    if match is None:
+        return Path(text)
+    scheme = match.group(1).lower()
+    if scheme == "sqlite":
+        rest = text[len(match.group(0)) :]
+        if not rest.startswith("/") or rest == "/":
+            raise UsageError(
+                f"ledger {text!r}: write a SQLite URL as sqlite:///relative/path.db or "
+                "sqlite:////absolute/path.db"
+            )
+        return Path(rest[1:])
+    if scheme in ("postgresql", "postgres"):
+        raise UsageError(
+            f"ledger {text!r}: PostgreSQL ledgers are not supported by this version of afc; "
+            "use a SQLite file (a plain path or sqlite:///path)"
+        )
+    raise UsageError(
+        f"ledger {text!r}: the {scheme}:// scheme is not supported; use a SQLite file "
+        "(a plain path or sqlite:///path)"
+    )
+
+
+def precheck(path: Path) -> None:
+    """For a ledger not created yet: refuse, without creating anything, a path under a regular
+    file or in a folder that cannot be written."""
+    for parent in [path.parent, *path.parent.parents]:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise LedgerError(
+                    f"cannot create the ledger {path}: {parent} is a file, not a folder"
+                )
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise LedgerError(
+                    f"cannot create the ledger {path}: the folder {parent} is not writable"
+                )
+            return
+
+
+def prepare_folder(path: Path) -> None:
+    """Create the ledger's folder, or say why it cannot be (a path under a regular file)."""
+    precheck(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot create the ledger's folder {path.parent}: {exc.strerror or exc}"
+        ) from None
+
+
+def check_writable(path: Path) -> None:
+    """afc writes its ledger on every command (and SQLite writes ``-wal`` and ``-shm`` files
+    beside it): refuse a read-only one up front, with one line."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.exists() and path.is_dir():
+        raise LedgerError(f"the ledger {path} is a folder; name a file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise LedgerError(
+            f"the ledger {path} is read-only (a read-only file or file system); afc records "
+            "every run in it: make it writable, or copy it somewhere writable and point "
+            "--ledger there"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise LedgerError(
+            f"the ledger's folder {folder} is not writable (SQLite keeps {path.name}-wal and "
+            f"{path.name}-shm beside it); make it writable or move the ledger"
+        )
+
+
+def identity(conn: sqlite3.Connection, path: Path) -> str:
+    """``"new"`` for an empty database, ``"afc"`` for an afc ledger this version can use;
+    raises LedgerError for another application's file or a newer afc's ledger. Reads only."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {
+        row[0]
+        for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        if not row[0].startswith("sqlite_")
+    }
+    if app_id not in (0, APPLICATION_ID):
+        raise LedgerError(
+            f"{path} is another application's SQLite database (application_id "
+            f"{app_id:#x}), not an afc ledger; afc left it untouched: point --ledger at "
+            "another file"
+        )
+    applied: list[str] = []
+    if "_sqlite_migrations" in tables:
+        applied = [
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = ? ORDER BY rowid",
+                (MIGRATION_SET,),
+            )
+        ]
+    if app_id == 0 and not applied:
+        if tables:
+            raise LedgerError(
+                f"{path} is a SQLite database with other tables ({', '.join(sorted(tables)[:5])}"
+                f"{', ...' if len(tables) > 5 else ''}), not an afc ledger; afc left it "
+                "untouched: point --ledger at another file"
+            )
+        return "new"
+    known = known_migrations()
+    unknown = [name for name in applied if name not in known]
+    if unknown or version > len(known):
+        newer = max(version, len(applied))
+        raise LedgerError(
+            f"the ledger {path} has schema version {newer}, newer than this afc's "
+            f"({len(known)}; it does not know {', '.join(unknown) or 'the newer migrations'}); "
+            "afc left it untouched: upgrade afc to use it"
+        )
+    return "afc"
+
+
+def known_migrations() -> list[str]:
+    """The names of every migration this version of afc has, in order."""
+    from sqlite_utils import Database
+
+    from afc_cli.migrations import migrations
+
+    return [m.name for m in migrations.pending(Database(memory=True))]
+
+
+def stamp(conn: sqlite3.Connection) -> None:
+    """Mark the database as an afc ledger at the schema version now applied (inside the
+    migration transaction)."""
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version = {len(known_migrations())}")
+
+
+def stamped(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("PRAGMA application_id").fetchone()
+    return row[0] == APPLICATION_ID
+
+
+def check_pages(conn: sqlite3.Connection, path: Path) -> None:
+    """Before a run writes, read every page once (``PRAGMA quick_check``): a ledger with
+    damaged pages is refused with exit 2 instead of failing in the middle of a paid run."""
+    rows = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+    if rows != ["ok"]:
+        raise LedgerError(
+            f"the ledger {path} is damaged ({'; '.join(rows)}); afc left it as it is: restore "
+            f"it from a backup, or recover it with 'sqlite3 {path} .recover'"
+        )
+
+
+def damaged(path: Path, exc: sqlite3.DatabaseError) -> LedgerError:
+    """A ledger SQLite cannot read: one line naming the file and what to do."""
+    text = str(exc)
+    if "readonly" in text or "read-only" in text:
+        return LedgerError(
+            f"the ledger {path} is read-only ({text}); make it and its folder writable"
+        )
+    if "unable to open" in text:
+        return LedgerError(f"cannot open the ledger {path} ({text}): check the path and folder")
+    return LedgerError(
+        f"the ledger {path} is damaged or not a SQLite database ({text}); afc left it as it "
+        f"is: restore it from a backup, or recover it with 'sqlite3 {path} .recover'"
+    )

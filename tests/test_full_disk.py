@@ -1,0 +1,124 @@
+"""A full disk where the ledger and the spool live (issue 12), on a small tmpfs mounted in a
+private mount namespace (``unshare -rm``; skipped where that is not available): the run stops
+with exit 1 and one message, no spooled bytes are lost, and a resume after freeing space
+renders nothing twice."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import yaml
+from conftest import manifest
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not shutil.which("unshare"), reason="needs unshare (Linux)"
+)
+
+
+@pytest.fixture
+def namespace():
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged mount namespaces are not available")
+
+
+def in_namespace(afc, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=afc.cwd,
+        env={**afc.env, "AFC_LOCAL_CALL_LOG": str(afc.cwd / "calls.log")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def write_manifest(afc, n: int) -> None:
+    data = manifest([{"key": f"k{i:02d}", "prompt": f"prompt {i}"} for i in range(n)])
+    data["defaults"]["params"] = {"size": "1024x1024"}  # about 20 KB each
+    (afc.cwd / "manifest.yaml").write_text(yaml.safe_dump(data))
+
+
+def afc_line(afc, *args: str, min_free: str) -> str:
+    command = " ".join(shlex.quote(part) for part in afc.command(*args))
+    return f"AFC_MIN_FREE_MB={min_free} {command}"
+
+
+def calls(afc, name: str = "calls.log") -> Counter:
+    path = afc.cwd / name
+    lines = path.read_text().split() if path.exists() else []
+    return Counter(lines[0::2])  # "<job id> <attempt>" per call
+
+
+def test_no_render_starts_without_room_for_its_bytes(afc, namespace):
+    write_manifest(afc, 10)
+    ledger = "disk/afc.db"
+    script = "\n".join(
+        [
+            "set -e",
+            "mkdir -p disk && mount -t tmpfs -o size=4m tmpfs disk",
+            "head -c 3500000 /dev/zero > disk/filler",  # about 0.5 MiB left
+            f"{afc_line(afc, 'submit', 'manifest.yaml', '--ledger', ledger, min_free='1')}"
+            " > first.out 2> first.err || echo $? > first.rc",
+            "cp calls.log first-calls.log 2>/dev/null || true",
+            "rm disk/filler",
+            f"{afc_line(afc, 'resume', '--ledger', ledger, '--json', min_free='1')}"
+            " > second.out 2> second.err || echo $? > second.rc",
+        ]
+    )
+    result = in_namespace(afc, script)
+    assert result.returncode == 0, result.stderr
+    first_err = (afc.cwd / "first.err").read_text()
+    assert (afc.cwd / "first.rc").read_text().strip() == "1", first_err
+    assert "Traceback" not in first_err
+    assert "MiB free where rendered bytes are kept" in first_err
+    assert "no render was started. Free space, then run 'afc resume'" in first_err
+    assert not calls(afc, "first-calls.log")  # nothing paid for that could not be kept
+    second_err = (afc.cwd / "second.err").read_text()
+    assert not (afc.cwd / "second.rc").exists(), second_err
+    assert set(calls(afc).values()) == {1} and len(calls(afc)) == 10
+    assert len(list((afc.outputs() / "b1").glob("*.png"))) == 10
+
+
+def test_a_ledger_disk_that_fills_mid_run_loses_no_spooled_bytes(afc, namespace):
+    write_manifest(afc, 40)
+    ledger = "disk/afc.db"
+    script = "\n".join(
+        [
+            "mkdir -p disk && mount -t tmpfs -o size=900k tmpfs disk || exit 9",
+            f"{afc_line(afc, 'submit', 'manifest.yaml', '--ledger', ledger, min_free='0')}"
+            " > first.out 2> first.err; echo $? > first.rc",
+            "ls disk/afc.db-spool > spool.ls 2>/dev/null",
+            "cp calls.log first-calls.log 2>/dev/null",
+            "mount -o remount,size=50m disk || exit 9",
+            f"{afc_line(afc, 'resume', '--ledger', ledger, min_free='1')}"
+            " > second.out 2> second.err; echo $? > second.rc",
+            "cp disk/afc.db ledger-copy.db; cp disk/afc.db-wal ledger-copy.db-wal 2>/dev/null",
+            "exit 0",
+        ]
+    )
+    result = in_namespace(afc, script)
+    assert result.returncode == 0, result.stderr
+    first_err = (afc.cwd / "first.err").read_text()
+    assert "Traceback" not in first_err
+    assert (afc.cwd / "first.rc").read_text().strip() == "1", first_err
+    assert "cannot write to the ledger" in first_err
+    assert "database or disk is full" in first_err
+    assert "afc resume" in first_err.strip().splitlines()[-1]
+    spooled = {
+        name.split(".")[0]
+        for name in (afc.cwd / "spool.ls").read_text().split()
+        if name.endswith(".spool")
+    }
+    second_err = (afc.cwd / "second.err").read_text()
+    assert (afc.cwd / "second.rc").read_text().strip() == "0", second_err
+    rendered = calls(afc)
+    assert len(rendered) == 40
+    # every output that reached the spool before the disk filled is stored from it, not
+    # rendered again; a render is repeated only if its bytes never reached the spool
+    assert all(rendered[job_id] == 1 for job_id in spooled), (spooled, rendered)
+    assert len(list((afc.outputs() / "b1").glob("*.png"))) == 40

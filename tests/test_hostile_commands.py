@@ -1,0 +1,48 @@
+"""Commands given surprising arguments or run side by side (issue 12): a clear message, the
+documented exit code, and exit 2 only when nothing was written."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import jobs, manifest
+
+
+def test_cancel_with_an_unknown_key_cancels_nothing(afc):
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    result = afc("cancel", "shot-001", "nonexistent")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "no such job: 'nonexistent'; nothing was cancelled" in result.stderr
+    assert afc.rows("SELECT key, status FROM jobs ORDER BY key") == [
+        ("shot-001", "queued"),
+        ("shot-002", "queued"),
+    ]
+    assert afc("cancel", "shot-001").returncode == 0
+    assert afc.rows("SELECT status FROM jobs WHERE key = 'shot-001'") == [("cancelled",)]
+
+
+def test_resume_beside_a_submit_says_the_other_process_has_the_jobs(afc):
+    afc.write_manifest(manifest(jobs(2, latency_s=12)))
+    submit = afc.popen("submit", "manifest.yaml")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (afc.cwd / "afc.db").exists():
+                try:
+                    held = afc.rows("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")
+                except Exception:  # noqa: BLE001 - the ledger is being created
+                    held = [(0,)]
+                if held[0][0] == 2:
+                    break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the submit never claimed its jobs")
+        result = afc("resume")
+        assert "Traceback" not in result.stderr
+        assert result.stderr.count("being run by another afc process (pid ") == 2, result.stderr
+        assert f"pid {submit.pid} " in result.stderr
+        assert "running at render: \n" not in result.stderr
+    finally:
+        assert submit.wait(timeout=60) == 0

@@ -1,0 +1,140 @@
+"""No secret is kept or shown (issue 12): the scrubber's rules, and a provider that quotes the
+API key back, end to end through the real command: the key appears in no ledger row, output
+stream, --json, afc show, webhooks list or webhook body."""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+
+import pytest
+from conftest import manifest
+from fakeproviders import KEYS, FakeProviders
+from receiver import Receiver
+
+from afc_cli import secrets
+from afc_cli.errors import StorageError
+from afc_cli.providers.base import ProviderError
+
+SECRET = "whsec_" + base64.b64encode(b"afc secrets test, 32 bytes long!").decode()
+
+
+@pytest.fixture
+def clean_secrets(monkeypatch):
+    secrets.reset()
+    yield monkeypatch
+    secrets.reset()
+
+
+@pytest.mark.parametrize(
+    ("text", "gone"),
+    [
+        ("Incorrect API key provided: Bearer sk-proj-abcDEF0123456789xyz", "abcDEF0123456789"),
+        ("Incorrect API key provided: sk-abcdef0123456789.", "abcdef0123456789"),
+        ("Unauthenticated: Token r8_0123456789abcdefABCDEF", "0123456789abcdef"),
+        ("bad key r8_0123456789abcdef", "0123456789abcdef"),
+        ("Authorization: Key 1234abcd-12ab:0123456789abcdef", "0123456789abcdef"),
+        ("GET https://x.googleapis.com/v1?key=AIzaSyA0123456789abcdef&alt=json", "0123456789"),
+        ("https://minio:supersecretpw@minio.internal:9000/bucket", "supersecretpw"),
+        ("PUT /b/k?X-Amz-Signature=deadbeef0123&X-Amz-Date=x", "deadbeef0123"),
+        ("secret whsec_c2VjcmV0c2VjcmV0", "c2VjcmV0c2VjcmV0"),
+    ],
+)
+def test_token_shapes_are_scrubbed(clean_secrets, text, gone):
+    out = secrets.scrub(text)
+    assert gone not in out and "<redacted>" in out
+
+
+def test_configured_secret_values_are_scrubbed_wherever_they_appear(clean_secrets):
+    clean_secrets.setenv("FAL_KEY", "plainid01:plainsecret99")
+    clean_secrets.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY")
+    clean_secrets.setenv("STUDIO_HOOK", "not-shaped-like-a-token")
+    secrets.register("STUDIO_HOOK")
+    text = (
+        "id plainid01 and plainsecret99; aws wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY; "
+        "hook not-shaped-like-a-token"
+    )
+    out = secrets.scrub(text)
+    for value in ("plainid01", "plainsecret99", "wJalrXUtn", "not-shaped-like-a-token"):
+        assert value not in out
+    # ordinary words and keys survive
+    assert (
+        secrets.scrub("key shot-001 failed: Key not found") == "key shot-001 failed: Key not found"
+    )
+
+
+def test_errors_scrub_their_message_where_it_enters(clean_secrets):
+    clean_secrets.setenv("OPENAI_API_KEY", "sk-live-secret-value-0001")
+    assert "secret-value" not in ProviderError("auth", "no: sk-live-secret-value-0001").message
+    assert "secret-value" not in str(StorageError("at https://a:sk-live-secret-value-0001@h/"))
+
+
+def test_a_provider_quoting_the_key_back_leaks_it_nowhere(afc):
+    key = KEYS["OPENAI_API_KEY"]
+    server = FakeProviders().start()
+    receiver = Receiver().start()
+    try:
+        afc.env.update(server.env())
+        afc.env["AFC_HOOK_SECRET"] = SECRET
+        data = manifest([{"key": "shot", "prompt": "echo-key please"}])
+        data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1"}]
+        data["rates"] = [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}]
+        data["webhook"] = {"url": receiver.url, "secret_env": "AFC_HOOK_SECRET", "timeout_s": 2}
+        afc.write_manifest(data)
+        outputs = []
+        for args in (
+            ("submit", "manifest.yaml"),
+            ("submit", "manifest.yaml", "--json"),
+            ("status",),
+            ("status", "--json"),
+            ("show", "shot"),
+            ("show", "shot", "--json"),
+            ("show", "shot", "-v"),
+            ("webhooks", "list"),
+            ("webhooks", "list", "--json"),
+            ("costs", "report", "--json"),
+            ("resume", "-v"),
+        ):
+            result = afc(*args)
+            assert "Traceback" not in result.stderr
+            outputs.append(result.stdout + result.stderr)
+        assert server.counts["openai"] >= 1
+        everything = "\n".join(outputs)
+        assert "Incorrect API key provided: Bearer <redacted>" in everything  # the cause stays
+        conn = sqlite3.connect(afc.cwd / "afc.db")
+        dump = "\n".join(conn.iterdump())
+        conn.close()
+        assert "Incorrect API key provided" in dump
+        bodies = [r.body.decode() for r in receiver.received]
+        assert bodies and all("Incorrect API key provided" in b for b in bodies)
+        for text in (everything, dump, *bodies):
+            for secret in (key, key[3:], SECRET, SECRET[6:]):
+                assert secret not in text
+    finally:
+        server.stop()
+        receiver.stop()
+
+
+def test_a_malformed_webhook_secret_is_refused_before_anything_is_written(afc):
+    receiver = Receiver().start()
+    try:
+        data = manifest([{"key": "a", "prompt": "p"}])
+        data["webhook"] = {"url": receiver.url, "secret_env": "AFC_HOOK_SECRET"}
+        afc.write_manifest(data)
+        for bad in ("whsec_!!!not-base64", "plain-secret-no-prefix", "whsec_"):
+            result = afc("submit", "manifest.yaml", env={"AFC_HOOK_SECRET": bad})
+            assert result.returncode == 2, result.stderr
+            assert "AFC_HOOK_SECRET" in result.stderr and "malformed" in result.stderr
+            assert bad[6:] not in result.stderr or not bad[6:]
+            assert not (afc.cwd / "afc.db").exists()
+        # admitted with a good secret, resumed with a broken one: refused before the run too
+        assert (
+            afc("submit", "manifest.yaml", "--no-run", env={"AFC_HOOK_SECRET": SECRET}).returncode
+            == 0
+        )
+        result = afc("resume", env={"AFC_HOOK_SECRET": "whsec_!!!"})
+        assert result.returncode == 2 and "malformed" in result.stderr
+        assert afc.rows("SELECT status FROM jobs") == [("queued",)]
+        assert not receiver.received
+    finally:
+        receiver.stop()
