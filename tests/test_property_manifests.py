@@ -39,11 +39,15 @@ BASE: dict[str, Any] = {
                 "attempts": 2,
                 "fallback_on": ["exhausted"],
                 "backoff": {"base": 0.01, "cap": 0.02},
-            }
+            },
+            {"provider": "local", "model": "m3", "attempts": 1},
         ],
     },
     "limits": {"local": {"concurrency": 2, "per_minute": 600}},
-    "rates": [{"provider": "local", "model": "m1", "per_image": "0.01"}],
+    "rates": [
+        {"provider": "local", "model": "m1", "per_image": "0.01"},
+        {"provider": "local", "model": "m3", "per_image": "0.01"},
+    ],
     "jobs": [
         {"key": "a", "prompt": "a lighthouse", "params": {"seed": 1}},
         {"key": "b-2", "prompt": "a cottage", "output": "{batch}/b/{key}.{ext}"},
