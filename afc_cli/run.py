@@ -249,6 +249,10 @@ def run_jobs(
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
     run_id = str(uuid.uuid4())
+    from afc_cli.providers import PROVIDERS
+    from afc_cli.providers.http import size_pools
+
+    size_pools(PROVIDERS, concurrency, limits)
 
     spool = Spool.beside(ledger.path)
     sweep_spool(ledger, spool)

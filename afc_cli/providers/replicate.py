@@ -11,7 +11,6 @@ Cost: ``metrics.predict_time`` x the rate card's ``per_second`` (derived).
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -26,7 +25,6 @@ from afc_cli.providers.http import (
     class_for_status,
     download,
     json_or_empty,
-    poll_interval,
     retry_after_of,
     transport_error,
 )
@@ -99,25 +97,25 @@ class ReplicateProvider(HttpProvider):
         if prediction_id is None:
             prediction_id = await self._submit(request)
             request.on_submitted(prediction_id)
+        polls = 0
         while True:
+            await self.poll_wait(polls)  # at most one poll per interval, jittered
+            polls += 1
             try:
                 response = await self.client.get(
                     f"{self.base}/predictions/{prediction_id}", headers=self._headers()
                 )
             except httpx.TransportError:
-                await asyncio.sleep(poll_interval())  # polling is free: keep going
-                continue
+                continue  # polling is free: keep going
             if response.status_code == 404:
                 raise RequestGone(self.name, prediction_id, "404")
             if response.status_code >= 500 or response.status_code == 429:
-                await asyncio.sleep(poll_interval())
                 continue
             if response.status_code != 200:
                 raise self._error(response, "poll")
             prediction = json_or_empty(response)
             status = prediction.get("status")
             if status in ("starting", "processing"):
-                await asyncio.sleep(poll_interval())
                 continue
             return await self._finished(request, prediction_id, prediction)
 
