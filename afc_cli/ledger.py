@@ -8,12 +8,15 @@ engine without touching the pipeline.
 Durability: the ledger runs in WAL mode with ``synchronous=NORMAL``, which survives any process
 crash (SIGKILL included) with every committed transaction intact. The one write whose loss on a
 power cut would cost money unrecorded, the attempt row committed before a paid provider call,
-is committed with ``synchronous=FULL`` (``tx(durable=True)``).
+is synced to disk before the call: alone with ``synchronous=FULL`` (``tx(durable=True)``), or,
+in a run loop, in the shared commit that the jobs starting together await, which then also
+syncs the WAL file (``tx(sync_on_commit=True)``): what FULL does, once for all of them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -29,6 +32,7 @@ from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner, owner_is_dead
 
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
+ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for them all)
 ACTIVE = ("queued", "running", "waiting")
 BUSY_TIMEOUT_S = 30.0
 MAX_TAKEOVERS = 5  # a job whose runs died more often than this is dead-lettered
@@ -82,6 +86,17 @@ class AdmitResult:
         return self.new + self.replayed
 
 
+def _chunks(items: Any, size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 class Ledger:
     def __init__(self, path: str | Path, *, create: bool = True):
         self.path = Path(path)
@@ -101,6 +116,7 @@ class Ledger:
             self._flush_scheduled = False
             self._waiters: list[Any] = []  # futures of ``committed`` callers
             self._broken = False
+            self._sync_pending = False  # the shared transaction holds a row to sync at commit
             if migrations.pending(self.db):
                 # Under the write lock, so two runs opening a new ledger at once (overlapping
                 # cron jobs) apply each migration once; the loser finds nothing pending.
@@ -115,7 +131,9 @@ class Ledger:
     # --- transactions ---------------------------------------------------------------------
 
     @contextmanager
-    def tx(self, *, durable: bool = False, commit: bool = False) -> Iterator[Database]:
+    def tx(
+        self, *, durable: bool = False, commit: bool = False, sync_on_commit: bool = False
+    ) -> Iterator[Database]:
         """One atomic state change.
 
         Outside group commit, each outermost block is its own transaction, opened with
@@ -136,7 +154,16 @@ class Ledger:
         Why not sqlite-utils' ``db.atomic()`` here (migrations do use it): it opens a deferred
         ``BEGIN``, and a savepoint per block, each named at random, which defeats SQLite's
         statement cache; measured, that cost a third of the run loop's throughput.
+
+        ``sync_on_commit=True``: under group commit, the block joins the shared transaction and
+        the commit that ends it also fsyncs the WAL file, which is what ``synchronous=FULL``
+        does at a commit in WAL mode; the caller awaits ``committed()``. So a hundred paid
+        attempts starting together cost one sync, not a hundred commits of their own, each
+        synced (measured: 200 calls of 1 s at 100 wide took 6.0 s with those, 4.3 s without
+        them). Outside group commit it is ``durable=True``.
         """
+        if sync_on_commit and self._loop is None:
+            durable = True
         conn = self.db.conn
         if self._broken:
             raise LedgerError(f"the ledger {self.path} stopped this run after a failed write")
@@ -168,6 +195,8 @@ class Ledger:
                 conn.execute("PRAGMA synchronous=NORMAL")
             raise
         self._depth = 0
+        if sync_on_commit and not durable:
+            self._sync_pending = True
         if self._loop is None or commit or durable:
             self.flush()
             if durable and own:
@@ -183,6 +212,9 @@ class Ledger:
         try:
             if self._depth == 0 and self.db.conn.in_transaction:
                 self.db.conn.execute("COMMIT")
+                if self._sync_pending:
+                    self._sync_pending = False
+                    self._sync_wal()
         except BaseException as exc:
             for waiter in waiters:
                 if not waiter.done():
@@ -191,6 +223,14 @@ class Ledger:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+    def _sync_wal(self) -> None:
+        """Put the WAL file's committed frames on disk (``synchronous=FULL``'s commit sync)."""
+        fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     async def committed(self) -> None:
         """Return once everything written so far is committed (not synced: see ``tx``).
@@ -291,70 +331,81 @@ class Ledger:
                     (manifest.batch,),
                 )
             }
-            fresh = []
-            done = []
-            rewebhooked = []
-            for job in manifest.jobs:
-                stored, status, job_id, webhook = existing.get(job.key, (None,) * 4)
-                if stored is None:
-                    fresh.append(job)
-                elif stored == job.request_hash:
-                    result.replayed.append(job.key)
-                    if status == "succeeded":
-                        done.append(job)
-                    if webhook != _dumps(job.webhook) and status not in TERMINAL:
-                        # where events go is not part of the request: the latest manifest says
-                        rewebhooked.append((_dumps(job.webhook), job_id))
-                else:
-                    result.conflicts.append(
-                        {"key": job.key, "stored_hash": stored, "new_hash": job.request_hash}
-                    )
-            self.db.conn.executemany(
-                "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
-                " webhook_json, status, step, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 'probe', ?, ?)"
-                " ON CONFLICT (batch, key) DO NOTHING",
-                [
-                    (
-                        j.job_id,
-                        manifest.batch,
-                        j.key,
-                        j.index,
-                        j.request_hash,
-                        _dumps(j.body),
-                        j.output_key,
-                        _dumps(j.webhook),
-                        now,
-                        now,
-                    )
-                    for j in fresh
-                ],
-            )
-            self.db.conn.executemany(
-                "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
-                [
-                    (j.job_id, manifest.batch, now, "admitted", _dumps({"hash": j.request_hash}))
-                    for j in fresh
-                ]
-                + [
-                    (
-                        None,
-                        manifest.batch,
-                        now,
-                        "conflict_refused",
-                        _dumps(c),
-                    )
-                    for c in result.conflicts
-                ],
-            )
-            if done:
-                self._record_replays_avoided(manifest.batch, done, rates, now)
-            if rewebhooked:
-                self.db.conn.executemany(
-                    "UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked
-                )
-            result.new = [j.key for j in fresh]
+            # In chunks, so a big job list (jobs_from) is never held in memory whole; still
+            # one transaction, so a list that fails part-way leaves nothing admitted.
+            for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
+                self._admit_chunk(manifest.batch, chunk, existing, rates, now, result)
         return result
+
+    def _admit_chunk(
+        self,
+        batch: str,
+        jobs: list[Any],
+        existing: dict[str, tuple],
+        rates: Any,
+        now: float,
+        result: AdmitResult,
+    ) -> None:
+        fresh = []
+        conflicts: list[dict[str, Any]] = []
+        done = []
+        rewebhooked = []
+        for job in jobs:
+            stored, status, job_id, webhook = existing.get(job.key, (None,) * 4)
+            if stored is None:
+                fresh.append(job)
+            elif stored == job.request_hash:
+                result.replayed.append(job.key)
+                if status == "succeeded":
+                    done.append(job)
+                if webhook != _dumps(job.webhook) and status not in TERMINAL:
+                    # where events go is not part of the request: the latest manifest says
+                    rewebhooked.append((_dumps(job.webhook), job_id))
+            else:
+                conflicts.append(
+                    {"key": job.key, "stored_hash": stored, "new_hash": job.request_hash}
+                )
+        self.db.conn.executemany(
+            "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
+            " webhook_json, status, step, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 'probe', ?, ?)"
+            " ON CONFLICT (batch, key) DO NOTHING",
+            [
+                (
+                    j.job_id,
+                    batch,
+                    j.key,
+                    j.index,
+                    j.request_hash,
+                    _dumps(j.body),
+                    j.output_key,
+                    _dumps(j.webhook),
+                    now,
+                    now,
+                )
+                for j in fresh
+            ],
+        )
+        self.db.conn.executemany(
+            "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
+            [(j.job_id, batch, now, "admitted", _dumps({"hash": j.request_hash})) for j in fresh]
+            + [
+                (
+                    None,
+                    batch,
+                    now,
+                    "conflict_refused",
+                    _dumps(c),
+                )
+                for c in conflicts
+            ],
+        )
+        if done:
+            self._record_replays_avoided(batch, done, rates, now)
+        if rewebhooked:
+            self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked)
+        result.new.extend(j.key for j in fresh)
+        result.conflicts.extend(conflicts)
 
     def _record_replays_avoided(self, batch: str, jobs: list[Any], rates: Any, now: float) -> None:
         renders: dict[str, tuple] = {}
@@ -669,9 +720,10 @@ class Ledger:
         Returns the attempt number, or None if the job is no longer ours or no longer active.
         """
         now = _now()
-        # Committed before the call: here when durable (synced, alone) or outside a run loop;
-        # otherwise the caller awaits ``committed()``, shared with other jobs starting now.
-        with self.tx(durable=durable, commit=durable):
+        # Committed before the call: here outside a run loop (synced alone when durable);
+        # otherwise the caller awaits ``committed()``, shared with other jobs starting now,
+        # which also syncs the WAL when any of them is durable.
+        with self.tx(sync_on_commit=durable):
             if cap_micros is not None:
                 spent = self.run_spend(run_id)
                 if spent + (reserve_micros or 0) > cap_micros:

@@ -155,13 +155,13 @@ def submit(
     rates = manifest_rates(manifest)
     budget = Budget.parse(max_spend if max_spend is not None else manifest.budget, allow_unpriced)
     if budget is not None and run:
-        budget.check_priced([(manifest.batch, j.chain) for j in manifest.jobs], lambda b: rates)
+        budget.check_priced([(manifest.batch, chain) for chain in manifest.chains], lambda b: rates)
     if run:
-        require_keys({entry["provider"] for j in manifest.jobs for entry in j.chain})
+        require_keys({entry["provider"] for chain in manifest.chains for entry in chain})
     if run:
         from afc_cli.webhooks import require_secrets
 
-        require_secrets({j.webhook["secret_env"] for j in manifest.jobs if j.webhook})
+        require_secrets(manifest.secret_envs)
     ledger = Ledger(ledger_path)
     try:
         bound = ledger.check_storage(manifest.batch, named)
