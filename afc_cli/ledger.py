@@ -86,6 +86,10 @@ class AdmitResult:
         return self.new + self.replayed
 
 
+def _job_id(job: Any) -> str:
+    return job.job_id
+
+
 def _chunks(items: Any, size: int) -> Iterator[list[Any]]:
     chunk: list[Any] = []
     for item in items:
@@ -383,7 +387,7 @@ class Ledger:
                     now,
                     now,
                 )
-                for j in fresh
+                for j in sorted(fresh, key=_job_id)  # the table is clustered on the (random) id
             ],
         )
         self.db.conn.executemany(

@@ -466,10 +466,13 @@ class Aggregate:
         self.chains: dict[str, list[dict[str, Any]]] = {}
         self.secret_envs: set[str] = set()
         self.count = 0
+        self._last: list[dict[str, Any]] | None = None
 
     def add(self, job: ResolvedJob) -> None:
         self.count += 1
-        self.chains.setdefault(repr(job.chain), job.chain)
+        if job.chain is not self._last:  # jobs with the default chain share one list
+            self._last = job.chain
+            self.chains.setdefault(repr(job.chain), job.chain)
         if job.webhook:
             self.secret_envs.add(job.webhook["secret_env"])
 
@@ -497,10 +500,14 @@ class JobList:
                 + ((job.webhook,) if job.webhook else ())
             )
             if len(chunk) == self.CHUNK:
-                marshal.dump(chunk, self.file)
+                self._write(marshal.dumps(chunk))
                 chunk = []
         if chunk:
-            marshal.dump(chunk, self.file)
+            self._write(marshal.dumps(chunk))
+
+    def _write(self, blob: bytes) -> None:
+        # length-prefixed: marshal.load on a file reads it in tiny pieces, loads is fast
+        self.file.write(len(blob).to_bytes(8, "little") + blob)
 
     def __len__(self) -> int:
         return self.count
@@ -511,11 +518,10 @@ class JobList:
         yield from self.inline
         self.file.seek(0)
         while True:
-            try:
-                chunk = marshal.load(self.file)
-            except EOFError:
+            size = self.file.read(8)
+            if not size:
                 return
-            for row in chunk:
+            for row in marshal.loads(self.file.read(int.from_bytes(size, "little"))):
                 index, key, job_id, output_key, digest, body = row[:6]
                 yield ResolvedJob(
                     index=index,

@@ -37,7 +37,7 @@ KEYS = {"OPENAI_API_KEY": "sk-bench", "REPLICATE_API_TOKEN": "r8_bench"}
 
 
 def uptime() -> str:
-    return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 class FakeServer:
@@ -178,6 +178,7 @@ def afc_run(server: FakeServer, provider: str, jobs: int, width: int, poll: floa
             "-q",
         ]
         server.call("/reset")
+        began = time.monotonic()  # the server's clock too (CLOCK_MONOTONIC is system-wide)
         start = time.perf_counter()
         proc = subprocess.run(
             ["/usr/bin/time", "-f", "%M", *command], env=env, capture_output=True, text=True
@@ -188,9 +189,9 @@ def afc_run(server: FakeServer, provider: str, jobs: int, width: int, poll: floa
         peak_kib = int(proc.stderr.strip().splitlines()[-1])
         stats = server.call("/stats")
         db = sqlite3.connect(work / "afc.db")
-        first, last, done = db.execute(
-            "SELECT MIN(started_at), MAX(ended_at), COUNT(*) FROM attempts"
-            " WHERE status = 'succeeded'"
+        first, last, done, busy = db.execute(
+            "SELECT MIN(started_at), MAX(ended_at), COUNT(*), SUM(ended_at - started_at)"
+            " FROM attempts WHERE status = 'succeeded'"
         ).fetchone()
         db.close()
         if done != jobs:
@@ -200,6 +201,8 @@ def afc_run(server: FakeServer, provider: str, jobs: int, width: int, poll: floa
             "batch": last - first,
             "rss_mib": peak_kib / 1024,
             "stats": stats,
+            "first_call": stats["first"] - began,  # start-up: launch to first provider request
+            "busy": busy,  # the seconds attempts were in flight, summed
         }
 
 
@@ -211,7 +214,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--transports", action="store_true")
-    parser.add_argument("--only", choices=["wide", "narrow", "poll"], default=None)
+    parser.add_argument("--only", choices=["start", "wide", "narrow", "poll"], default=None)
     args = parser.parse_args()
     (HERE / "work").mkdir(exist_ok=True)
     print(f"load before: {uptime()}")
@@ -230,6 +233,13 @@ def main() -> None:
                         f"{', '.join(f'{t:.2f}' for t in times)} s; bare asyncio floor "
                         f"{', '.join(f'{t:.2f}' for t in floors)} s"
                     )
+        if args.only in (None, "start"):
+            starts = [afc_run(server, "openai", 1, 1)["first_call"] for _ in range(args.runs)]
+            print(
+                f"start-up, one-job submit: launch to the first provider request "
+                f"{median(starts):.2f} s (runs {', '.join(f'{t:.2f}' for t in starts)}); "
+                f"load {uptime()}"
+            )
         for calls, width, name in ((1000, 500, "wide"), (200, 100, "narrow")):
             if args.only and args.only != name:
                 continue
@@ -257,20 +267,24 @@ def main() -> None:
             ]
             for run in results:
                 counts = run["stats"]["counts"]
-                # requests per second while polling, against one per prediction per interval
                 span = run["stats"]["last"] - run["stats"]["first"]
                 run["polls"] = counts.get("poll", 0)
-                run["ideal_polls"] = predictions * (predict // interval + 1)
+                # one poll per prediction per interval of its time in flight
+                run["ideal_polls"] = run["busy"] / interval
                 run["rate"] = sum(counts.values()) / span if span else 0.0
+            ratios = ", ".join(f"{r['polls'] / r['ideal_polls']:.2f}" for r in results)
+            peaks = ", ".join(f"{r['rss_mib']:.0f}" for r in results)
             print(
-                f"replicate {predictions} predictions of {predict:.0f} s, polled every "
-                f"{interval:.0f} s: polls {median([r['polls'] for r in results]):.0f} against "
-                f"{results[0]['ideal_polls']:.0f} at one per prediction per interval "
-                f"(ratio {median([r['polls'] / r['ideal_polls'] for r in results]):.2f}); "
-                f"{median([r['rate'] for r in results]):.0f} requests/s sent (ideal "
-                f"{predictions / interval:.0f}/s of polls); batch "
+                f"replicate {predictions} predictions of {predict:.0f} s at once, polled every "
+                f"{interval:.0f} s: {median([r['polls'] for r in results]):.0f} polls where one "
+                f"per prediction per interval in flight is "
+                f"{median([r['ideal_polls'] for r in results]):.0f} (ratio "
+                f"{median([r['polls'] / r['ideal_polls'] for r in results]):.2f}, runs "
+                f"{ratios}); "
+                f"{median([r['rate'] for r in results]):.0f} requests/s sent in all; batch "
                 f"{median([r['batch'] for r in results]):.2f} s; peak RSS "
-                f"{median([r['rss_mib'] for r in results]):.0f} MiB; load {uptime()}"
+                f"{median([r['rss_mib'] for r in results]):.0f} MiB (runs "
+                f"{peaks}); load {uptime()}"
             )
     finally:
         server.close()
