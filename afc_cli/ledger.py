@@ -765,8 +765,11 @@ class Ledger:
         self, job: dict[str, Any], number: int, provider: str, request_id: str
     ) -> None:
         """Commit a job-style provider's request id the moment its submit returned: a run
-        that dies after this polls the request instead of paying for a new one."""
-        with self.tx(durable=provider != "local"):
+        that dies after this polls the request instead of paying for a new one. In a run
+        loop the caller awaits ``committed()``: a synced commit shared with the other submits
+        that returned together (a thousand predictions submitted at once measured 27 s for
+        5 s of work when each id was a synced commit of its own, the loop blocked on them)."""
+        with self.tx(sync_on_commit=provider != "local"):
             self.db.execute(
                 "UPDATE attempts SET provider_request_id = ? WHERE job_id = ? AND number = ?",
                 (request_id, job["id"], number),

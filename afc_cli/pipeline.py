@@ -382,8 +382,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             started = time.time()
             window = entry.get("window_s")
 
-            def submitted(request_id: str, number: int = number, entry=entry) -> None:
+            async def submitted(request_id: str, number: int = number, entry=entry) -> None:
                 ctx.ledger.record_request_id(job, number, entry["provider"], request_id)
+                # committed (and synced) before the job goes on; the submits that return
+                # together share one commit
+                await ctx.ledger.committed()
                 crash_point("after_submit")
 
             call = provider.render(

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from afc_cli.costs import RateCards
+
+
+async def _nothing(request_id: str) -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -20,9 +24,9 @@ class AttemptRequest:
     model: str
     attempt: int  # the job's attempt number, counted across runs (1-based)
     rates: RateCards
-    # job-style providers: called with the provider's request id the moment a submit returns,
-    # so it is committed to the attempt row before anything else can go wrong
-    on_submitted: Callable[[str], None] = lambda request_id: None
+    # job-style providers: awaited with the provider's request id the moment a submit
+    # returns, so it is committed to the attempt row before anything else can go wrong
+    on_submitted: Callable[[str], Awaitable[None]] = _nothing
     # job-style providers: poll this request (left by a run that died) instead of submitting
     resume_id: str | None = None
     # the attempt window, for providers that enforce it on their side (Replicate Cancel-After)

@@ -103,7 +103,7 @@ class FalProvider(HttpProvider):
             request_id = queued.get("request_id")
             if not request_id:
                 raise ProviderError("server", "fal: submit answered without a request_id")
-            request.on_submitted(request_id)
+            await request.on_submitted(request_id)
             urls = {
                 **self.urls(request.model, request_id),
                 **{

@@ -96,7 +96,7 @@ class ReplicateProvider(HttpProvider):
         prediction_id = request.resume_id
         if prediction_id is None:
             prediction_id = await self._submit(request)
-            request.on_submitted(prediction_id)
+            await request.on_submitted(prediction_id)
         polls = 0
         while True:
             await self.poll_wait(polls)  # at most one poll per interval, jittered
