@@ -174,7 +174,12 @@ def submit(
         if run:
             job_ids = ledger.runnable_job_ids(batch=manifest.batch, keys=keys)
             stats = run_jobs(
-                ledger, job_ids, concurrency=concurrency, reporter=reporter, budget=budget
+                ledger,
+                job_ids,
+                concurrency=concurrency,
+                reporter=reporter,
+                budget=budget,
+                checked=frozenset({manifest.batch}),
             )
         wanted = set(keys)
         rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in wanted]
@@ -236,8 +241,11 @@ def run_jobs(
     reporter: Reporter | None = None,
     lease_s: float = LEASE_S,
     budget: Budget | None = None,
+    checked: frozenset[str] = frozenset(),
 ) -> RunStats:
-    """Run the given jobs to the end of what one run can do (and drain due webhooks)."""
+    """Run the given jobs to the end of what one run can do (and drain due webhooks).
+    ``checked``: batches whose storage the caller has just checked (submit does, before
+    admitting), not checked again: on S3 that is a round trip before the first call."""
     if not job_ids and not ledger.has_webhooks():
         return RunStats()
     if concurrency < 1:
@@ -245,7 +253,8 @@ def run_jobs(
     reporter = reporter or Reporter()
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
-        storages[name].check()  # no render is paid for that could not be stored
+        if name not in checked:
+            storages[name].check()  # no render is paid for that could not be stored
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
     run_id = str(uuid.uuid4())
