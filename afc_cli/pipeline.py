@@ -347,6 +347,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # and the wait gives the job's slot back
         async with ctx.provider_slot(entry["provider"]):
             provider = ctx.providers[entry["provider"]]
+            provider.warm()  # its client (imports, TLS) made before the row, not after it
             if resume is None:
                 try:
                     number = ctx.ledger.start_attempt(

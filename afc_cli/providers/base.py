@@ -96,6 +96,10 @@ class Provider:
             raise ProviderError("auth", f"{self.key_env} is not set")
         return key
 
+    def warm(self) -> None:
+        """Make what the first call needs (an HTTP client) before its attempt row is
+        committed, so the row's commit and the request leaving are moments apart."""
+
     async def render(self, request: AttemptRequest) -> AttemptResult:
         raise NotImplementedError
 

@@ -68,6 +68,9 @@ class HttpProvider(Provider):
             self._client = new_client(read_s=self.read_s, connections=self.connections)
         return self._client
 
+    def warm(self) -> None:
+        self.client  # noqa: B018 - made on first use: importing aiohttp takes ~0.1-0.5 s
+
     async def poll_wait(self, polls: int) -> None:
         """Wait before a job-style request's next poll (``poll_delay``)."""
         await self.sleep(poll_delay(poll_interval(), polls, self.rand))
