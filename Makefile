@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-http clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/s3_upload.py
+
+# HTTP at width against a fake provider server in its own process, and a 100,000-job list's
+# admission (several minutes: apart from `make bench`)
+bench-http: $(STAMP)
+	$(BIN)/python bench/http_calls.py
+	$(BIN)/python bench/admission.py
 
 clean:
 	rm -rf $(VENV) afc.db afc.db-wal afc.db-shm afc.db-spool afc-outputs

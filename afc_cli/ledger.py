@@ -8,13 +8,16 @@ engine without touching the pipeline.
 Durability: the ledger runs in WAL mode with ``synchronous=NORMAL``, which survives any process
 crash (SIGKILL included) with every committed transaction intact. The one write whose loss on a
 power cut would cost money unrecorded, the attempt row committed before a paid provider call,
-is committed with ``synchronous=FULL`` (``tx(durable=True)``).
+is synced to disk before the call: alone with ``synchronous=FULL`` (``tx(durable=True)``), or,
+in a run loop, in the shared commit that the jobs starting together await, which then also
+syncs the WAL file (``tx(sync_on_commit=True)``): what FULL does, once for all of them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -34,6 +37,7 @@ from afc_cli.owner import current_owner, owner_is_dead
 from afc_cli.secrets import scrub, scrub_data
 
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
+ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for them all)
 ACTIVE = ("queued", "running", "waiting")
 BUSY_TIMEOUT_S = 30.0
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
@@ -96,6 +100,21 @@ class AdmitResult:
         return self.new + self.replayed
 
 
+def _job_id(job: Any) -> str:
+    return job.job_id
+
+
+def _chunks(items: Any, size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 class Ledger:
     def __init__(self, path: str | Path, *, create: bool = True, check: bool = False):
         self.path = ledger_file.ledger_path(path)
@@ -124,6 +143,7 @@ class Ledger:
             self._waiters: list[Any] = []  # futures of ``committed`` callers
             self._broken = False
             self._broken_by: BaseException | None = None  # why: for the run's message
+            self._sync_pending = False  # the shared transaction holds a row to sync at commit
             if migrations.pending(self.db) or found == "new" or not ledger_file.stamped(conn):
                 # Under the write lock, so two runs opening a new ledger at once (overlapping
                 # cron jobs) apply each migration once; the loser finds nothing pending.
@@ -144,7 +164,9 @@ class Ledger:
     # --- transactions ---------------------------------------------------------------------
 
     @contextmanager
-    def tx(self, *, durable: bool = False, commit: bool = False) -> Iterator[Database]:
+    def tx(
+        self, *, durable: bool = False, commit: bool = False, sync_on_commit: bool = False
+    ) -> Iterator[Database]:
         """One atomic state change.
 
         Outside group commit, each outermost block is its own transaction, opened with
@@ -165,7 +187,16 @@ class Ledger:
         Why not sqlite-utils' ``db.atomic()`` here (migrations do use it): it opens a deferred
         ``BEGIN``, and a savepoint per block, each named at random, which defeats SQLite's
         statement cache; measured, that cost a third of the run loop's throughput.
+
+        ``sync_on_commit=True``: under group commit, the block joins the shared transaction and
+        the commit that ends it also fsyncs the WAL file, which is what ``synchronous=FULL``
+        does at a commit in WAL mode; the caller awaits ``committed()``. So a hundred paid
+        attempts starting together cost one sync, not a hundred commits of their own, each
+        synced (measured: 200 calls of 1 s at 100 wide took 6.0 s with those, 4.3 s without
+        them). Outside group commit it is ``durable=True``.
         """
+        if sync_on_commit and self._loop is None:
+            durable = True
         conn = self.db.conn
         if self._broken:
             raise ledger_write_error(
@@ -200,6 +231,8 @@ class Ledger:
                 conn.execute("PRAGMA synchronous=NORMAL")
             raise
         self._depth = 0
+        if sync_on_commit and not durable:
+            self._sync_pending = True
         if self._loop is None or commit or durable:
             self.flush()
             if durable and own:
@@ -229,6 +262,9 @@ class Ledger:
         try:
             if self._depth == 0 and self.db.conn.in_transaction:
                 self.db.conn.execute("COMMIT")
+                if self._sync_pending:
+                    self._sync_pending = False
+                    self._sync_wal()
         except BaseException as exc:
             for waiter in waiters:
                 if not waiter.done():
@@ -237,6 +273,14 @@ class Ledger:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+    def _sync_wal(self) -> None:
+        """Put the WAL file's committed frames on disk (``synchronous=FULL``'s commit sync)."""
+        fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     async def committed(self) -> None:
         """Return once everything written so far is committed (not synced: see ``tx``).
@@ -318,8 +362,6 @@ class Ledger:
         of a job that already succeeded is a render avoided, and is recorded as one with what
         it would have cost (the original render's cost, else the rate card's price).
         """
-        from afc_cli.manifest import same_request
-
         rates_json = rates.to_json()
         result = AdmitResult(batch=manifest.batch, storage=storage)
         now = _now()
@@ -344,80 +386,99 @@ class Ledger:
             existing = {
                 row[0]: row[1:]
                 for row in self.db.execute(
-                    "SELECT key, request_hash, status, id, webhook_json, request_json FROM jobs"
-                    " WHERE batch = ?",
+                    "SELECT key, request_hash, status, id, webhook_json FROM jobs WHERE batch = ?",
                     (manifest.batch,),
                 )
             }
-            fresh = []
-            done = []
-            rewebhooked = []
-            for job in manifest.jobs:
-                stored, status, job_id, webhook, stored_body = existing.get(job.key, (None,) * 5)
-                if stored is None:
-                    fresh.append(job)
-                elif same_request(stored, stored_body, job):
-                    result.replayed.append(job.key)
-                    if status == "succeeded":
-                        done.append(job)
-                    if webhook != _dumps(job.webhook) and status not in TERMINAL:
-                        # where events go is not part of the request: the latest manifest says
-                        rewebhooked.append((_dumps(job.webhook), job_id))
-                else:
-                    result.conflicts.append(
-                        {
-                            "key": job.key,
-                            "stored_hash": stored,
-                            "new_hash": job.request_hash,
-                            "changes": changes_since(stored_body, job.body),
-                        }
-                    )
-            self.db.conn.executemany(
-                "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
-                " webhook_json, status, step, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 'probe', ?, ?)"
-                " ON CONFLICT (batch, key) DO NOTHING",
-                [
-                    (
-                        j.job_id,
-                        manifest.batch,
-                        j.key,
-                        j.index,
-                        j.request_hash,
-                        _dumps(j.body),
-                        j.output_key,
-                        _dumps(j.webhook),
-                        now,
-                        now,
-                    )
-                    for j in fresh
-                ],
-            )
-            self.db.conn.executemany(
-                "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
-                [
-                    (j.job_id, manifest.batch, now, "admitted", _dumps({"hash": j.request_hash}))
-                    for j in fresh
-                ]
-                + [
-                    (
-                        None,
-                        manifest.batch,
-                        now,
-                        "conflict_refused",
-                        _dumps(c),
-                    )
-                    for c in result.conflicts
-                ],
-            )
-            if done:
-                self._record_replays_avoided(manifest.batch, done, rates, now)
-            if rewebhooked:
-                self.db.conn.executemany(
-                    "UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked
-                )
-            result.new = [j.key for j in fresh]
+            # In chunks, so a big job list (jobs_from) is never held in memory whole; still
+            # one transaction, so a list that fails part-way leaves nothing admitted.
+            for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
+                self._admit_chunk(manifest.batch, chunk, existing, rates, now, result)
         return result
+
+    def _admit_chunk(
+        self,
+        batch: str,
+        jobs: list[Any],
+        existing: dict[str, tuple],
+        rates: Any,
+        now: float,
+        result: AdmitResult,
+    ) -> None:
+        from afc_cli.manifest import same_request
+
+        fresh = []
+        conflicts: list[dict[str, Any]] = []
+        done = []
+        rewebhooked = []
+        for job in jobs:
+            stored, status, job_id, webhook = existing.get(job.key, (None,) * 4)
+            stored_body = None
+            if stored is not None and stored != job.request_hash:
+                # only a changed hash needs the stored body: a body admitted before the rule
+                # for defaults may still be this request, else its changes are named
+                stored_body = self.db.execute(
+                    "SELECT request_json FROM jobs WHERE id = ?", (job_id,)
+                ).fetchone()[0]
+            if stored is None:
+                fresh.append(job)
+            elif same_request(stored, stored_body, job):
+                result.replayed.append(job.key)
+                if status == "succeeded":
+                    done.append(job)
+                if webhook != _dumps(job.webhook) and status not in TERMINAL:
+                    # where events go is not part of the request: the latest manifest says
+                    rewebhooked.append((_dumps(job.webhook), job_id))
+            else:
+                conflicts.append(
+                    {
+                        "key": job.key,
+                        "stored_hash": stored,
+                        "new_hash": job.request_hash,
+                        "changes": changes_since(stored_body, job.body),
+                    }
+                )
+        self.db.conn.executemany(
+            "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
+            " webhook_json, status, step, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 'probe', ?, ?)"
+            " ON CONFLICT (batch, key) DO NOTHING",
+            [
+                (
+                    j.job_id,
+                    batch,
+                    j.key,
+                    j.index,
+                    j.request_hash,
+                    _dumps(j.body),
+                    j.output_key,
+                    _dumps(j.webhook),
+                    now,
+                    now,
+                )
+                for j in sorted(fresh, key=_job_id)  # the table is clustered on the (random) id
+            ],
+        )
+        self.db.conn.executemany(
+            "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
+            [(j.job_id, batch, now, "admitted", _dumps({"hash": j.request_hash})) for j in fresh]
+            + [
+                (
+                    None,
+                    batch,
+                    now,
+                    "conflict_refused",
+                    _dumps(c),
+                )
+                for c in conflicts
+            ],
+        )
+        if done:
+            self._record_replays_avoided(batch, done, rates, now)
+        if rewebhooked:
+            self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked)
+        result.new.extend(j.key for j in fresh)
+        result.conflicts.extend(conflicts)
 
     def _record_replays_avoided(self, batch: str, jobs: list[Any], rates: Any, now: float) -> None:
         """Count each job's avoided render once: a replay of a job already counted (by an
@@ -819,9 +880,10 @@ class Ledger:
         Returns the attempt number, or None if the job is no longer ours or no longer active.
         """
         now = _now()
-        # Committed before the call: here when durable (synced, alone) or outside a run loop;
-        # otherwise the caller awaits ``committed()``, shared with other jobs starting now.
-        with self.tx(durable=durable, commit=durable):
+        # Committed before the call: here outside a run loop (synced alone when durable);
+        # otherwise the caller awaits ``committed()``, shared with other jobs starting now,
+        # which also syncs the WAL when any of them is durable.
+        with self.tx(sync_on_commit=durable):
             if cap_micros is not None:
                 spent = self.run_spend(run_id)
                 if spent + (reserve_micros or 0) > cap_micros:
@@ -859,8 +921,11 @@ class Ledger:
         self, job: dict[str, Any], number: int, provider: str, request_id: str
     ) -> None:
         """Commit a job-style provider's request id the moment its submit returned: a run
-        that dies after this polls the request instead of paying for a new one."""
-        with self.tx(durable=provider != "local"):
+        that dies after this polls the request instead of paying for a new one. In a run
+        loop the caller awaits ``committed()``: a synced commit shared with the other submits
+        that returned together (a thousand predictions submitted at once measured 27 s for
+        5 s of work when each id was a synced commit of its own, the loop blocked on them)."""
+        with self.tx(sync_on_commit=provider != "local"):
             self.db.execute(
                 "UPDATE attempts SET provider_request_id = ? WHERE job_id = ? AND number = ?",
                 (request_id, job["id"], number),

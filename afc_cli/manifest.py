@@ -31,6 +31,7 @@ import re
 import string
 import unicodedata
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -45,6 +46,7 @@ from afc_cli.errors import ManifestError
 # Stable namespace for job ids: uuid5(namespace, batch NUL key). Never change it: a rebuilt
 # ledger must derive the same job ids to recognise outputs already in storage.
 JOB_ID_NAMESPACE = uuid.UUID("6f1c8a0e-3f52-5c1e-9a53-1b2f7d0e4a11")
+_NAMESPACE_BYTES = JOB_ID_NAMESPACE.bytes
 
 ErrorClassName = Literal[
     "auth",
@@ -205,7 +207,8 @@ class ManifestModel(_Strict):
     rates: list[Rate] = Field(default_factory=list)
     limits: dict[str, ProviderLimits] = Field(default_factory=dict)
     webhook: Webhook | None = None
-    jobs: list[JobSpec] = Field(min_length=1)
+    jobs: list[JobSpec] | None = None
+    jobs_from: str | None = Field(default=None, min_length=1)  # a JSON Lines or CSV job list
 
 
 @dataclass(frozen=True)
@@ -231,9 +234,13 @@ class Manifest:
     batch: str
     storage: str | None
     rates: list[Rate]
-    jobs: list[ResolvedJob]
+    jobs: list[ResolvedJob]  # with jobs_from, a JobList: sized, streamed on each iteration
     budget: str | None = None
     limits: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    # every distinct chain and webhook secret variable of the jobs (inline and jobs_from), for
+    # the checks made before anything is written, without walking a big job list again
+    chains: list[list[dict[str, Any]]] = field(default_factory=list)
+    secret_envs: set[str] = field(default_factory=set)
 
 
 def without_provider_defaults(
@@ -282,8 +289,15 @@ def same_request(stored_hash: str, stored_json: str | None, job: ResolvedJob) ->
 
 
 def job_id_for(batch: str, key: str) -> str:
-    """Deterministic job id: racing admissions and a rebuilt ledger agree on it."""
-    return str(uuid.uuid5(JOB_ID_NAMESPACE, f"{batch}\x00{key}"))
+    """Deterministic job id: racing admissions and a rebuilt ledger agree on it.
+
+    ``uuid.uuid5(JOB_ID_NAMESPACE, batch NUL key)``, computed without building UUID objects
+    (a third of the time; tests/test_issue15_joblist.py checks it against ``uuid.uuid5``)."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + f"{batch}\x00{key}".encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def canonical_json(value: Any) -> bytes:
@@ -292,6 +306,49 @@ def canonical_json(value: Any) -> bytes:
 
 def request_hash(body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def _canonical_body(chain_json: bytes, output: str, params_json: bytes, prompt: str) -> bytes:
+    """``canonical_json`` of a request body from its parts, the chain and params already
+    canonical (shared by the jobs that use the defaults: a 100,000-job list canonicalises them
+    once, not per job). RFC 8785 orders the members chain, output, params, prompt."""
+    return b"".join(
+        (
+            b'{"chain":',
+            chain_json,
+            b',"output":',
+            canonical_json(output),
+            b',"params":',
+            params_json,
+            b',"prompt":',
+            canonical_json(prompt),
+            b"}",
+        )
+    )
+
+
+def _chain_problems(
+    chain: list[Any], params: dict[str, Any], providers: dict[str, Any]
+) -> list[str]:
+    """A chain's and its params' problems (the same for every job with the same chain and
+    params: resolve_jobs finds the default's once)."""
+    problems = []
+    for c, entry in enumerate(chain):
+        provider = providers.get(entry.provider)
+        if provider is None:
+            problems.append(
+                f"field 'chain[{c}].provider': unknown provider {entry.provider!r}"
+                + (
+                    did_you_mean(entry.provider, list(providers))
+                    or f" (available: {', '.join(sorted(providers))})"
+                )
+            )
+            continue
+        for problem in provider.params_problems(params):
+            param, _, message = problem.partition(": ")
+            problems.append(f"field 'params.{param}': {message}")
+    problems.extend(_unknown_params(params, chain, providers))
+    return problems
 
 
 # --- YAML -----------------------------------------------------------------------------------
@@ -560,20 +617,21 @@ def output_key_problem(key: str) -> str | None:
     return None
 
 
-def nested_output_problems(outputs: dict[str, int]) -> list[tuple[int, str]]:
+def nested_output_problems(outputs: dict[str, str]) -> list[tuple[str, str]]:
     """Pairs of output keys where one is a folder of the other (``x/a.png`` and
     ``x/a.png/b.png``): on a file system, and for any tool that mirrors a bucket to one, both
-    cannot exist, so the second render would be paid for and never stored."""
+    cannot exist, so the second render would be paid for and never stored. ``outputs`` maps
+    each output key to where its job stands (``job 3``, ``jobs.csv line 4``)."""
     problems = []
-    for key, index in outputs.items():
+    for key, where in outputs.items():
         parts = key.split("/")
         for end in range(1, len(parts)):
             folder = "/".join(parts[:end])
             if folder in outputs:
                 problems.append(
                     (
-                        index,
-                        f"output key {key!r} lies inside job {outputs[folder]}'s output key "
+                        where,
+                        f"output key {key!r} lies inside {outputs[folder]}'s output key "
                         f"{folder!r}; one output key cannot be a folder of another",
                     )
                 )
@@ -673,20 +731,158 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
     if default_template_problem:
         problems.append(f"field 'defaults.output': {default_template_problem}")
 
-    jobs: list[ResolvedJob] = []
-    seen_keys: dict[str, int] = {}
-    seen_outputs: dict[str, int] = {}
-    for index, spec in enumerate(model.jobs):
-        who = f"job {index} (key {spec.key!r})"
+    jobs_file = None
+    if model.jobs_from is not None:
+        from afc_cli.joblist import JobFile
+
+        jobs_file = JobFile(path.parent / model.jobs_from, model.jobs_from)
+        missing = jobs_file.problem()
+        if missing:
+            problems.append(f"field 'jobs_from': {missing}")
+            jobs_file = None
+    elif not model.jobs:
+        problems.append("field 'jobs': required field is missing (or name a job list: jobs_from)")
+
+    seen, aggregate = Seen(), Aggregate()
+    specs = ((index, f"job {index}", spec) for index, spec in enumerate(model.jobs or []))
+    jobs: list[ResolvedJob] | JobList = list(
+        resolve_jobs(model, providers, specs, problems, seen, aggregate)
+    )
+    if jobs_file is not None and len(problems) < MAX_PROBLEMS:
+        # every line checked and resolved; the results wait in a temporary file, not memory
+        lines = jobs_file.specs(len(jobs), problems)
+        jobs = JobList(jobs, resolve_jobs(model, providers, lines, problems, seen, aggregate))
+
+    for where, problem in nested_output_problems(seen.outputs):
+        problems.append(f"{where}: field 'output': {problem}")
+    if problems:
+        raise ManifestError(name, problems[:MAX_PROBLEMS])
+    return Manifest(
+        path=name,
+        batch=model.batch,
+        storage=model.storage,
+        rates=model.rates,
+        jobs=jobs,
+        budget=model.budget,
+        limits={name: limit.model_dump() for name, limit in model.limits.items()},
+        chains=list(aggregate.chains.values()),
+        secret_envs=aggregate.secret_envs,
+    )
+
+
+class Seen:
+    """Keys and output keys met so far across a manifest's jobs (inline, then its job list),
+    each with where it was first met, so a duplicate names both places."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, str] = {}
+        self.outputs: dict[str, str] = {}
+
+
+class Aggregate:
+    """What the checks before a run need of all jobs: the distinct chains, the webhook secret
+    variables, and how many jobs there are."""
+
+    def __init__(self) -> None:
+        self.chains: dict[str, list[dict[str, Any]]] = {}
+        self.secret_envs: set[str] = set()
+        self.count = 0
+        self._last: list[dict[str, Any]] | None = None
+
+    def add(self, job: ResolvedJob) -> None:
+        self.count += 1
+        if job.chain is not self._last:  # jobs with the default chain share one list
+            self._last = job.chain
+            self.chains.setdefault(repr(job.chain), job.chain)
+        if job.webhook:
+            self.secret_envs.add(job.webhook["secret_env"])
+
+
+class JobList:
+    """A manifest's jobs when it names ``jobs_from``: its inline jobs, then the file's, kept
+    resolved in an unnamed temporary file (``marshal``, in chunks) instead of memory, so a
+    100,000-job list is read, validated and hashed once and admitted in chunks. Sized; each
+    iteration reads the file again."""
+
+    CHUNK = 1000
+
+    def __init__(self, inline: list[ResolvedJob], resolved: Iterable[ResolvedJob]) -> None:
+        import marshal
+        import tempfile
+
+        self.inline = inline
+        self.file = tempfile.TemporaryFile()  # deleted when closed, or when afc exits
+        self.count = len(inline)
+        chunk: list[tuple] = []
+        for job in resolved:
+            self.count += 1
+            chunk.append(
+                (job.index, job.key, job.job_id, job.output_key, job.request_hash, job.body)
+                + ((job.webhook,) if job.webhook else ())
+            )
+            if len(chunk) == self.CHUNK:
+                self._write(marshal.dumps(chunk))
+                chunk = []
+        if chunk:
+            self._write(marshal.dumps(chunk))
+
+    def _write(self, blob: bytes) -> None:
+        # length-prefixed: marshal.load on a file reads it in tiny pieces, loads is fast
+        self.file.write(len(blob).to_bytes(8, "little") + blob)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[ResolvedJob]:
+        import marshal
+
+        yield from self.inline
+        self.file.seek(0)
+        while True:
+            size = self.file.read(8)
+            if not size:
+                return
+            for row in marshal.loads(self.file.read(int.from_bytes(size, "little"))):
+                index, key, job_id, output_key, digest, body = row[:6]
+                yield ResolvedJob(
+                    index=index,
+                    key=key,
+                    job_id=job_id,
+                    prompt=body["prompt"],
+                    params=body["params"],
+                    chain=body["chain"],
+                    output_template=body["output"],
+                    output_key=output_key,
+                    body=body,
+                    request_hash=digest,
+                    webhook=row[6] if len(row) > 6 else None,
+                )
+
+
+def resolve_jobs(
+    model: ManifestModel,
+    providers: dict[str, Any],
+    specs: Iterable[tuple[int, str, JobSpec]],
+    problems: list[str],
+    seen: Seen,
+    aggregate: Aggregate | None,
+) -> Iterator[ResolvedJob]:
+    """Validate and resolve jobs, given as ``(index, where, spec)`` (``where`` names the job in
+    messages: ``job 3``, ``jobs.csv line 4``), appending every problem to ``problems``. The
+    same rules hold for the manifest's ``jobs`` and for each line of a ``jobs_from`` list."""
+    default_template_problem = _template_problem(model.defaults.output)
+    cache: dict[str, Any] = {}  # what jobs with the default chain or params share
+    for index, where, spec in specs:
+        who = f"{where} (key {spec.key!r})"
         bad_key = _key_problem(spec.key)
         if bad_key:
             problems.append(f"{who}: field 'key': {bad_key}")
-        if spec.key in seen_keys:
+        if spec.key in seen.keys:
             problems.append(
-                f"{who}: field 'key': duplicate key, already used by job {seen_keys[spec.key]}"
+                f"{who}: field 'key': duplicate key, already used by {seen.keys[spec.key]}"
             )
             continue
-        seen_keys[spec.key] = index
+        seen.keys[spec.key] = where
 
         chain = spec.chain if spec.chain is not None else model.defaults.chain
         if not chain:
@@ -699,21 +895,14 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
             if last_fallback:
                 problems.append(f"{who}: {last_fallback}")
         params = {**model.defaults.params, **spec.params}
-        for c, entry in enumerate(chain):
-            provider = providers.get(entry.provider)
-            if provider is None:
-                problems.append(
-                    f"{who}: field 'chain[{c}].provider': unknown provider {entry.provider!r}"
-                    + (
-                        did_you_mean(entry.provider, list(providers))
-                        or f" (available: {', '.join(sorted(providers))})"
-                    )
-                )
-                continue
-            for problem in provider.params_problems(params):
-                param, _, message = problem.partition(": ")
-                problems.append(f"{who}: field 'params.{param}': {message}")
-        problems.extend(f"{who}: {p}" for p in _unknown_params(params, chain, providers))
+        # a job with the default chain and params has the default's problems (found once)
+        as_default = spec.chain is None and not spec.params
+        chain_problems = cache.get("chain_problems") if as_default else None
+        if chain_problems is None:
+            chain_problems = _chain_problems(chain, params, providers)
+            if as_default:
+                cache["chain_problems"] = chain_problems
+        problems.extend(f"{who}: {problem}" for problem in chain_problems)
 
         template = spec.output if spec.output is not None else model.defaults.output
         if spec.output is not None:
@@ -730,56 +919,64 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         if escape:
             problems.append(f"{who}: field 'output': {escape}")
             continue
-        if output_key in seen_outputs:
+        if output_key in seen.outputs:
             problems.append(
-                f"{who}: field 'output': output key {output_key!r} is also job "
-                f"{seen_outputs[output_key]}'s; each job needs its own"
+                f"{who}: field 'output': output key {output_key!r} is also "
+                f"{seen.outputs[output_key]}'s; each job needs its own"
             )
             continue
-        seen_outputs[output_key] = index
+        seen.outputs[output_key] = where
 
-        chain_dicts = [entry.model_dump(mode="json") for entry in chain]
-        params = without_provider_defaults(params, chain_dicts, providers)
+        if spec.chain is None:  # the default chain, dumped and canonicalised once
+            if "chain" not in cache:
+                dumped = [entry.model_dump(mode="json") for entry in chain]
+                cache["chain"] = (dumped, canonical_json(dumped))
+            chain_dicts, chain_json = cache["chain"]
+        else:
+            chain_dicts = [entry.model_dump(mode="json") for entry in chain]
+            chain_json = None
+        # provider defaults left out of the hashed body (the rule for defaults); a job with the
+        # default chain and params shares the default's result
+        as_default = spec.chain is None and not spec.params
+        if as_default and "params" in cache:
+            params, params_json = cache["params"]
+        else:
+            params = without_provider_defaults(params, chain_dicts, providers)
+            params_json = None
         body = {"chain": chain_dicts, "prompt": spec.prompt, "params": params, "output": template}
         try:
-            digest = request_hash(body)
+            if params_json is None:
+                params_json = canonical_json(params)
+                if as_default:
+                    cache["params"] = (params, params_json)
+            digest = hashlib.sha256(
+                _canonical_body(
+                    chain_json or canonical_json(chain_dicts), template, params_json, spec.prompt
+                )
+            ).hexdigest()
         except Exception as exc:  # rfc8785 refuses NaN, huge ints and the like
             problems.append(f"{who}: field 'params': cannot be canonicalised ({exc})")
             continue
-        jobs.append(
-            ResolvedJob(
-                index=index,
-                key=spec.key,
-                job_id=job_id,
-                prompt=spec.prompt,
-                params=params,
-                chain=chain_dicts,
-                output_template=template,
-                output_key=output_key,
-                body=body,
-                request_hash=digest,
-                webhook=(spec.webhook or model.webhook).model_dump()
-                if (spec.webhook or model.webhook)
-                else None,
-            )
+        job = ResolvedJob(
+            index=index,
+            key=spec.key,
+            job_id=job_id,
+            prompt=spec.prompt,
+            params=params,
+            chain=chain_dicts,
+            output_template=template,
+            output_key=output_key,
+            body=body,
+            request_hash=digest,
+            webhook=(spec.webhook or model.webhook).model_dump()
+            if (spec.webhook or model.webhook)
+            else None,
         )
+        if aggregate is not None:
+            aggregate.add(job)
+        yield job
         if len(problems) >= MAX_PROBLEMS:
             break
-
-    for index, problem in nested_output_problems(seen_outputs):
-        spec = model.jobs[index]
-        problems.append(f"job {index} (key {spec.key!r}): field 'output': {problem}")
-    if problems:
-        raise ManifestError(name, problems[:MAX_PROBLEMS])
-    return Manifest(
-        path=name,
-        batch=model.batch,
-        storage=model.storage,
-        rates=model.rates,
-        jobs=jobs,
-        budget=model.budget,
-        limits={name: limit.model_dump() for name, limit in model.limits.items()},
-    )
 
 
 class RatesConfig(_Strict):

@@ -443,6 +443,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             # from its attempt row to the end of its storage work, a stopping run lets this
             # job finish (within the grace period) rather than abandon a paid call
             ctx.protected.add(job["id"])
+            provider.warm()  # its client (imports, TLS) made before the row, not after it
             if resume is None:
                 try:
                     number = ctx.ledger.start_attempt(
@@ -495,8 +496,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             started = time.time()
             window = entry.get("window_s")
 
-            def submitted(request_id: str, number: int = number, entry=entry) -> None:
+            async def submitted(request_id: str, number: int = number, entry=entry) -> None:
                 ctx.ledger.record_request_id(job, number, entry["provider"], request_id)
+                # committed (and synced) before the job goes on; the submits that return
+                # together share one commit
+                await ctx.ledger.committed()
                 crash_point("after_submit")
                 ctx.polling.add(job["id"])
                 if ctx.stopping.is_set():

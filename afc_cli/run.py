@@ -202,15 +202,15 @@ def submit(
     rates = manifest_rates(manifest)
     budget = Budget.parse(max_spend if max_spend is not None else manifest.budget, allow_unpriced)
     if budget is not None and run:
-        budget.check_priced([(manifest.batch, j.chain) for j in manifest.jobs], lambda b: rates)
+        budget.check_priced([(manifest.batch, chain) for chain in manifest.chains], lambda b: rates)
     if run:
-        require_keys({entry["provider"] for j in manifest.jobs for entry in j.chain})
+        require_keys({entry["provider"] for chain in manifest.chains for entry in chain})
         max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
         min_free_bytes()  # a bad AFC_MIN_FREE_MB is refused before anything is written
     if run:
         from afc_cli.webhooks import require_secrets
 
-        require_secrets({j.webhook["secret_env"] for j in manifest.jobs if j.webhook})
+        require_secrets(manifest.secret_envs)
     # An existing ledger is read first (its identity, its pages, the batch's storage); a new one
     # is created only once the storage check has passed: a refused run writes nothing.
     path = ledger_file.ledger_path(ledger_path)
@@ -238,6 +238,7 @@ def submit(
                 reporter=reporter,
                 budget=budget,
                 grace_s=grace_s,
+                checked=frozenset({manifest.batch}),
             )
         wanted = set(keys)
         rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in wanted]
@@ -398,8 +399,11 @@ def run_jobs(
     lease_s: float = LEASE_S,
     budget: Budget | None = None,
     grace_s: float = DEFAULT_GRACE_S,
+    checked: frozenset[str] = frozenset(),
 ) -> RunStats:
-    """Run the given jobs to the end of what one run can do (and drain due webhooks)."""
+    """Run the given jobs to the end of what one run can do (and drain due webhooks).
+    ``checked``: batches whose storage the caller has just checked (submit does, before
+    admitting), not checked again: on S3 that is a round trip before the first call."""
     if not job_ids and not ledger.has_webhooks():
         return RunStats()
     if concurrency < 1:
@@ -409,11 +413,16 @@ def run_jobs(
     reporter = reporter or Reporter()
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
-        storages[name].check()  # no render is paid for that could not be stored
-        storages[name].check_keys(ledger.output_keys(name, job_ids))
+        if name not in checked:
+            storages[name].check()  # no render is paid for that could not be stored
+            storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
     run_id = str(uuid.uuid4())
+    from afc_cli.providers import PROVIDERS
+    from afc_cli.providers.http import size_pools
+
+    size_pools(PROVIDERS, concurrency, limits)
 
     spool = Spool.beside(ledger.path)
     sweep_spool(ledger, spool)

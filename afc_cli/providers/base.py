@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from afc_cli.costs import RateCards
 from afc_cli.secrets import scrub
+
+
+async def _nothing(request_id: str) -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -21,9 +25,9 @@ class AttemptRequest:
     model: str
     attempt: int  # the job's attempt number, counted across runs (1-based)
     rates: RateCards
-    # job-style providers: called with the provider's request id the moment a submit returns,
-    # so it is committed to the attempt row before anything else can go wrong
-    on_submitted: Callable[[str], None] = lambda request_id: None
+    # job-style providers: awaited with the provider's request id the moment a submit
+    # returns, so it is committed to the attempt row before anything else can go wrong
+    on_submitted: Callable[[str], Awaitable[None]] = _nothing
     # job-style providers: poll this request (left by a run that died) instead of submitting
     resume_id: str | None = None
     # the attempt window, for providers that enforce it on their side (Replicate Cancel-After)
@@ -104,6 +108,10 @@ class Provider:
         if not key:
             raise ProviderError("auth", f"{self.key_env} is not set")
         return key
+
+    def warm(self) -> None:
+        """Make what the first call needs (an HTTP client) before its attempt row is
+        committed, so the row's commit and the request leaving are moments apart."""
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
         raise NotImplementedError

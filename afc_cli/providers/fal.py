@@ -12,7 +12,6 @@ connection drops, is never used. Cost: the images produced at the rate card's ``
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from afc_cli.providers.base import (
@@ -26,7 +25,6 @@ from afc_cli.providers.http import (
     class_for_status,
     download,
     json_or_empty,
-    poll_interval,
     retry_after_of,
     transport_error,
 )
@@ -106,7 +104,7 @@ class FalProvider(HttpProvider):
             request_id = queued.get("request_id")
             if not request_id:
                 raise ProviderError("server", "fal: submit answered without a request_id")
-            request.on_submitted(request_id)
+            await request.on_submitted(request_id)
             urls = {
                 **self.urls(request.model, request_id),
                 **{
@@ -115,20 +113,20 @@ class FalProvider(HttpProvider):
                     if queued.get(k)
                 },
             }
+        polls = 0
         while True:
+            await self.poll_wait(polls)  # at most one poll per interval, jittered
+            polls += 1
             try:
                 response = await self.client.get(urls["status_url"], headers=self._headers())
             except httpx.TransportError:
-                await asyncio.sleep(poll_interval())
                 continue
             if response.status_code == 404:
                 raise RequestGone(self.name, request_id, "404")
             if response.status_code >= 500 or response.status_code == 429:
-                await asyncio.sleep(poll_interval())
                 continue
             state = json_or_empty(response)
             if response.status_code == 202 or state.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
-                await asyncio.sleep(poll_interval())
                 continue
             if response.status_code != 200:
                 raise self._error(response, "status")

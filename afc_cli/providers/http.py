@@ -3,8 +3,11 @@ of its own (afc's attempt runner is the one retry loop), and error classificatio
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from afc_cli.attempts import parse_retry_after
@@ -13,27 +16,47 @@ from afc_cli.providers.base import Provider, ProviderError
 MAX_OUTPUT_BYTES = 2 * 1024**3
 
 
-def new_client(read_s: float = 300.0) -> Any:
+# Connections per provider when nothing sizes the pool (run_jobs sizes it: ``size_pool``).
+DEFAULT_CONNECTIONS = 100
+
+
+def new_client(read_s: float = 300.0, connections: int = DEFAULT_CONNECTIONS) -> Any:
     import httpx
 
+    from afc_cli.providers.transport import new_transport, pool_limits
+
     # httpx sends each request once (no transport retries unless asked): a paid POST that
-    # timed out is never resent behind afc's back.
+    # timed out is never resent behind afc's back. The transport is aiohttp's pool (see
+    # afc_cli/providers/transport.py for why, and for its error mapping).
     return httpx.AsyncClient(
         timeout=httpx.Timeout(connect=15.0, read=read_s, write=60.0, pool=60.0),
         follow_redirects=True,
+        limits=pool_limits(connections),
+        transport=new_transport(connections),
     )
 
 
 class HttpProvider(Provider):
     """A provider behind an HTTP API: its base URL (overridable from the environment, so
-    tests point it at a local fake server) and one lazily made client."""
+    tests point it at a local fake server) and one lazily made client, whose connection pool
+    a run sizes to the calls it may have in flight (``size_pool``)."""
 
     base_env = ""
     default_base = ""
     read_s = 300.0  # how long one answer may take (a synchronous render, or one poll)
+    # polling's clock and dice, replaceable in tests
+    sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
+    rand: Callable[[], float] = staticmethod(random.random)
 
     def __init__(self) -> None:
         self._client: Any = None
+        self.connections = DEFAULT_CONNECTIONS
+
+    def size_pool(self, connections: int) -> None:
+        """Size the next client's pool: one connection per call the run may have in flight,
+        so no call queues for a connection or reconnects. A client already made keeps its
+        pool (a run closes its clients at its end, so the next run makes new ones)."""
+        self.connections = max(1, connections)
 
     @property
     def base(self) -> str:
@@ -42,8 +65,15 @@ class HttpProvider(Provider):
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = new_client(read_s=self.read_s)
+            self._client = new_client(read_s=self.read_s, connections=self.connections)
         return self._client
+
+    def warm(self) -> None:
+        self.client  # noqa: B018 - made on first use: importing aiohttp takes ~0.1-0.5 s
+
+    async def poll_wait(self, polls: int) -> None:
+        """Wait before a job-style request's next poll (``poll_delay``)."""
+        await self.sleep(poll_delay(poll_interval(), polls, self.rand))
 
     async def close(self) -> None:
         if self._client is not None:
@@ -54,6 +84,24 @@ class HttpProvider(Provider):
 def poll_interval() -> float:
     """Seconds between polls of a job-style provider (``AFC_POLL_S``, default 2)."""
     return float(os.environ.get("AFC_POLL_S", "2"))
+
+
+# Later polls wait the interval plus up to this share of it more, so that predictions submitted
+# together drift apart instead of polling in step.
+POLL_JITTER = 0.1
+
+
+def poll_delay(interval: float, polls: int, rand: Callable[[], float]) -> float:
+    """How long to wait before a request's next poll, ``polls`` polls made so far.
+
+    At most one poll per request per interval, however many are in flight: the first poll
+    comes at a random point of the first interval (a thousand predictions submitted at once
+    then poll spread over the interval, not all at its end), each later one a full interval
+    plus up to ``POLL_JITTER`` of it after the previous answer, so the polling load stays
+    within 10 % below one request per prediction per interval."""
+    if polls == 0:
+        return interval * rand()
+    return interval * (1.0 + POLL_JITTER * rand())
 
 
 def class_for_status(status: int) -> str:
@@ -159,3 +207,14 @@ def json_or_empty(response: Any) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {"value": value}
+
+
+def size_pools(
+    providers: dict[str, Any], concurrency: int, limits: dict[str, dict[str, int | None]]
+) -> None:
+    """Size each HTTP provider's pool to the calls a run may have in flight with it: the run's
+    ``--concurrency``, or the provider's own ``limits`` concurrency when that is lower."""
+    for name, provider in providers.items():
+        if isinstance(provider, HttpProvider):
+            own = (limits.get(name) or {}).get("concurrency")
+            provider.size_pool(min(concurrency, own) if own else concurrency)

@@ -13,7 +13,6 @@ per_image when the card has it, else per_second). A failed one reports seconds o
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -28,7 +27,6 @@ from afc_cli.providers.http import (
     class_for_status,
     download,
     json_or_empty,
-    poll_interval,
     retry_after_of,
     transport_error,
 )
@@ -100,26 +98,26 @@ class ReplicateProvider(HttpProvider):
         prediction_id = request.resume_id
         if prediction_id is None:
             prediction_id = await self._submit(request)
-            request.on_submitted(prediction_id)
+            await request.on_submitted(prediction_id)
+        polls = 0
         while True:
+            await self.poll_wait(polls)  # at most one poll per interval, jittered
+            polls += 1
             try:
                 response = await self.client.get(
                     f"{self.base}/predictions/{prediction_id}", headers=self._headers()
                 )
             except httpx.TransportError:
-                await asyncio.sleep(poll_interval())  # polling is free: keep going
-                continue
+                continue  # polling is free: keep going
             if response.status_code == 404:
                 raise RequestGone(self.name, prediction_id, "404")
             if response.status_code >= 500 or response.status_code == 429:
-                await asyncio.sleep(poll_interval())
                 continue
             if response.status_code != 200:
                 raise self._error(response, "poll")
             prediction = json_or_empty(response)
             status = prediction.get("status")
             if status in ("starting", "processing"):
-                await asyncio.sleep(poll_interval())
                 continue
             return await self._finished(request, prediction_id, prediction)
 

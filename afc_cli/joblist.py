@@ -1,0 +1,182 @@
+"""Job lists: a manifest's ``jobs_from: FILE``, JSON Lines or CSV, read one line at a time.
+
+Each line is one job with the fields of a manifest's ``jobs`` entry, validated by the same
+model and rules (``afc_cli/manifest.py``: ``JobSpec`` and ``resolve_jobs``); a problem names the
+file and its line number. The file is relative to the manifest's folder.
+
+- **JSON Lines** (``.jsonl``, ``.ndjson``): one JSON object per line; blank lines are skipped; a
+  key given twice in one object is an error, as in the manifest's YAML.
+- **CSV** (``.csv``, UTF-8, a header row): columns ``key``, ``prompt``, ``output``; ``params``,
+  ``chain`` and ``webhook`` as JSON text; and ``params.NAME`` columns, one param each, whose cell
+  is read as JSON when it is a JSON number, ``true``, ``false``, an object, a list or a quoted
+  string, and as plain text otherwise (``64x64``, ``007``). An empty cell leaves the field out.
+
+Nothing here keeps more than one line: the manifest loader reads the file twice, once to check
+every line (and find duplicate keys and output keys across the whole manifest) and once to
+admit the jobs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
+CSV_FIELDS = ("key", "prompt", "output")
+CSV_JSON_FIELDS = ("params", "chain", "webhook")
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _cell(text: str) -> Any:
+    """A ``params.NAME`` cell: JSON when it reads as a JSON value, else the text itself."""
+    if text[:1] in '{["-0123456789' or text in ("true", "false"):
+        try:
+            return json.loads(text, object_pairs_hook=_no_duplicates)
+        except ValueError:
+            pass
+    return text
+
+
+class JobFile:
+    def __init__(self, path: Path, name: str) -> None:
+        self.path = path
+        self.name = name  # as the manifest wrote it, for messages
+        self.format = FORMATS.get(path.suffix.lower())
+
+    def problem(self) -> str | None:
+        if self.format is None:
+            return f"{self.name!r}: a job list is a .jsonl (JSON Lines) or .csv file"
+        if not self.path.is_file():
+            return f"no file {self.name!r} next to the manifest"
+        return None
+
+    def specs(self, start: int, problems: list[str]) -> Iterator[tuple[int, str, Any]]:
+        """``(index, where, JobSpec)`` for each valid line (indexes follow ``start``, the
+        manifest's inline jobs); each invalid line's problems go to ``problems``."""
+        from afc_cli.manifest import MAX_PROBLEMS, JobSpec
+
+        rows = self._jsonl() if self.format == "jsonl" else self._csv(problems)
+        index = start
+        try:
+            for line, row in rows:
+                where = f"{self.name} line {line}"
+                if isinstance(row, str):  # the line could not be read as a job
+                    problems.append(f"{where}: {row}")
+                elif not isinstance(row, dict):
+                    problems.append(f"{where}: a job is a JSON object, got {type(row).__name__}")
+                else:
+                    try:
+                        spec = JobSpec.model_validate(row)
+                    except ValidationError as exc:
+                        problems.extend(_line_problems(where, row, exc))
+                    else:
+                        yield index, where, spec
+                index += 1
+                if len(problems) >= MAX_PROBLEMS:
+                    return
+        except OSError as exc:
+            problems.append(f"{self.name}: cannot read: {exc}")
+        except UnicodeDecodeError as exc:
+            problems.append(f"{self.name}: not UTF-8 text ({exc.reason})")
+
+    def _jsonl(self) -> Iterator[tuple[int, Any]]:
+        with open(self.path, encoding="utf-8") as handle:
+            for number, text in enumerate(handle, 1):
+                if not text.strip():
+                    continue
+                try:
+                    yield number, json.loads(text, object_pairs_hook=_no_duplicates)
+                except _Duplicate as exc:
+                    yield number, str(exc)
+                except ValueError as exc:
+                    yield number, f"not valid JSON: {exc}"
+
+    def _csv(self, problems: list[str]) -> Iterator[tuple[int, Any]]:
+        with open(self.path, encoding="utf-8-sig", newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None:
+                problems.append(f"{self.name}: empty; the first row names the columns")
+                return
+            bad = [
+                column
+                for column in header
+                if column not in CSV_FIELDS + CSV_JSON_FIELDS
+                and not (column.startswith("params.") and len(column) > len("params."))
+            ]
+            if bad or len(set(header)) != len(header):
+                why = (
+                    f"unknown column(s) {', '.join(map(repr, bad))}"
+                    if bad
+                    else "a column is named twice"
+                )
+                problems.append(
+                    f"{self.name} line 1: {why} (columns: key, prompt, output, params, chain, "
+                    "webhook, params.NAME)"
+                )
+                return
+            last = reader.line_num
+            for cells in reader:
+                line, last = last + 1, reader.line_num
+                if not any(cells):
+                    continue
+                if len(cells) != len(header):
+                    yield line, f"{len(cells)} cells where the header names {len(header)}"
+                    continue
+                yield line, self._row(header, cells)
+
+    @staticmethod
+    def _row(header: list[str], cells: list[str]) -> dict[str, Any] | str:
+        row: dict[str, Any] = {}
+        params: dict[str, Any] = {}
+        for column, text in zip(header, cells, strict=True):
+            if text == "":
+                continue
+            if column in CSV_FIELDS:
+                row[column] = text
+            elif column in CSV_JSON_FIELDS:
+                try:
+                    row[column] = json.loads(text, object_pairs_hook=_no_duplicates)
+                except ValueError as exc:
+                    return f"column {column!r}: not valid JSON ({exc})"
+            else:
+                params[column[len("params.") :]] = _cell(text)
+        if params:
+            if not isinstance(row.get("params", {}), dict):
+                return "column 'params': must be a JSON object"
+            row["params"] = {**row.get("params", {}), **params}
+        return row
+
+
+def _line_problems(where: str, row: dict[str, Any], exc: ValidationError) -> list[str]:
+    from afc_cli.manifest import _dotted
+
+    key = row.get("key")
+    who = where + (f" (key {key!r})" if isinstance(key, str) else "")
+    problems = []
+    for err in exc.errors(include_url=False):
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        else:
+            message = err["msg"]
+        problems.append(f"{who}: field '{_dotted(tuple(err['loc']))}': {message}")
+    return problems

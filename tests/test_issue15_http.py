@@ -1,0 +1,237 @@
+"""HTTP at width: the provider clients' pool (aiohttp's, under httpx's API), its error mapping,
+pool sizing from the run's concurrency and limits, and jittered polling at most once per
+prediction per interval. Servers are real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+
+import pytest
+from fakeproviders import KEYS, FakeProviders
+
+from afc_cli.costs import RateCards
+from afc_cli.providers.base import AttemptRequest, ProviderError
+from afc_cli.providers.http import POLL_JITTER, HttpProvider, poll_delay, size_pools
+from afc_cli.providers.openai import OpenAIProvider
+from afc_cli.providers.replicate import ReplicateProvider
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nfake").decode()
+
+
+def request(provider: str, model: str, prompt: str = "a lighthouse") -> AttemptRequest:
+    return AttemptRequest(
+        job_id="j1",
+        key="k1",
+        prompt=prompt,
+        params={},
+        provider=provider,
+        model=model,
+        attempt=1,
+        rates=RateCards(),
+    )
+
+
+class RawServer:
+    """An asyncio HTTP/1.1 server whose behaviour per request is a coroutine; counts
+    connections."""
+
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.connections = 0
+        self.requests = 0
+
+    async def handle(self, reader, writer):
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                self.requests += 1
+                if not await self.behaviour(writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+
+
+def answer(body: dict) -> bytes:
+    payload = json.dumps(body).encode()
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+
+
+async def ok(writer) -> bool:
+    await asyncio.sleep(0.05)
+    writer.write(answer({"data": [{"b64_json": PNG}], "usage": {"input_tokens": 1}}))
+    await writer.drain()
+    return True
+
+
+async def hang_up(writer) -> bool:
+    return False  # read the request, close without a word
+
+
+async def cut_body(writer) -> bool:
+    writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{"data": [')
+    await writer.drain()
+    return False
+
+
+async def never(writer) -> bool:
+    await asyncio.sleep(30)
+    return False
+
+
+def openai_at(monkeypatch, port: int, read_s: float = 300.0) -> OpenAIProvider:
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", KEYS["OPENAI_API_KEY"])
+    provider = OpenAIProvider()
+    provider.read_s = read_s
+    return provider
+
+
+def test_calls_at_width_reuse_kept_alive_connections(monkeypatch):
+    async def main():
+        async with RawServer(ok) as server:
+            provider = openai_at(monkeypatch, server.port)
+            provider.size_pool(4)
+            try:
+                slots = asyncio.Semaphore(4)
+
+                async def one():
+                    async with slots:
+                        return await provider.render(request("openai", "gpt-image-1"))
+
+                results = await asyncio.gather(*(one() for _ in range(12)))
+            finally:
+                await provider.close()
+            return server, results
+
+    server, results = asyncio.run(main())
+    assert len(results) == 12 and all(r.data.startswith(b"\x89PNG") for r in results)
+    assert server.requests == 12
+    assert server.connections == 4  # three calls each on four kept-alive connections
+
+
+@pytest.mark.parametrize(
+    "behaviour, read_s, error_class",
+    [(hang_up, 300.0, "unavailable"), (cut_body, 300.0, "unavailable"), (never, 0.3, "timeout")],
+)
+def test_transport_failures_classify_as_before(monkeypatch, behaviour, read_s, error_class):
+    """A dropped connection is not a timeout (httpx-aiohttp alone maps it to ConnectTimeout);
+    no answer in time is. Either way the paid call's cost is unknown."""
+
+    async def main():
+        async with RawServer(behaviour) as server:
+            provider = openai_at(monkeypatch, server.port, read_s=read_s)
+            try:
+                with pytest.raises(ProviderError) as caught:
+                    await provider.render(request("openai", "gpt-image-1"))
+            finally:
+                await provider.close()
+            return caught.value, server
+
+    error, server = asyncio.run(main())
+    assert error.error_class == error_class, error.message
+    assert error.cost_micros is None
+    assert server.requests == 1  # a paid POST is never resent on a dropped connection
+
+
+def test_connection_refused_is_a_connect_error(monkeypatch):
+    import httpx
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+
+    async def main():
+        provider = openai_at(monkeypatch, port)
+        try:
+            with pytest.raises(httpx.ConnectError):
+                await provider.client.post(f"http://127.0.0.1:{port}/v1/images/generations")
+            with pytest.raises(ProviderError) as caught:
+                await provider.render(request("openai", "gpt-image-1"))
+        finally:
+            await provider.close()
+        return caught.value
+
+    assert asyncio.run(main()).error_class == "unavailable"
+
+
+def test_pools_are_sized_to_concurrency_and_provider_limits():
+    providers = {"openai": OpenAIProvider(), "replicate": ReplicateProvider(), "local": object()}
+    size_pools(providers, 500, {"replicate": {"concurrency": 20, "per_minute": None}})
+    assert providers["openai"].connections == 500
+    assert providers["replicate"].connections == 20
+
+    async def pool_of(provider: HttpProvider) -> int:
+        try:
+            return provider.client._transport.limits.max_connections
+        finally:
+            await provider.close()
+
+    assert asyncio.run(pool_of(providers["openai"])) == 500
+    assert asyncio.run(pool_of(providers["replicate"])) == 20
+    size_pools(providers, 8, {"replicate": {"concurrency": 20}})
+    assert providers["replicate"].connections == 8
+
+
+def test_poll_delay_first_in_the_interval_then_at_least_a_full_one():
+    assert poll_delay(2.0, 0, lambda: 0.0) == 0.0
+    assert poll_delay(2.0, 0, lambda: 0.999) == pytest.approx(1.998)
+    assert poll_delay(2.0, 1, lambda: 0.0) == 2.0
+    assert poll_delay(2.0, 5, lambda: 1.0) == pytest.approx(2.0 * (1 + POLL_JITTER))
+
+
+def test_replicate_polls_once_per_interval_with_jitter(monkeypatch):
+    server = FakeProviders().start()
+    try:
+        monkeypatch.setenv("REPLICATE_BASE_URL", f"{server.base}/v1")
+        monkeypatch.setenv("REPLICATE_API_TOKEN", KEYS["REPLICATE_API_TOKEN"])
+        monkeypatch.setenv("AFC_POLL_S", "2")
+        waits: list[float] = []
+        dice = iter([0.5, 0.3, 0.9, 0.1, 0.7, 0.2])
+
+        async def sleep(seconds: float) -> None:
+            waits.append(seconds)  # no real sleep: the fake prediction advances per poll
+
+        provider = ReplicateProvider()
+        provider.sleep = sleep
+        provider.rand = lambda: next(dice)
+
+        async def main():
+            try:
+                return await provider.render(request("replicate", "owner/model"))
+            finally:
+                await provider.close()
+
+        result = asyncio.run(main())
+    finally:
+        server.stop()
+    assert result.data.startswith(b"\x89PNG")
+    polls = server.counts["replicate_poll"]
+    assert polls == len(waits) >= 3  # one wait before every poll
+    assert waits[0] == pytest.approx(1.0)  # the first: somewhere in the first interval
+    assert waits[1:] == pytest.approx(
+        [2.0 * (1 + POLL_JITTER * d) for d in (0.3, 0.9, 0.1)][: polls - 1]
+    )
