@@ -68,6 +68,13 @@ def _in(values: tuple[str, ...]) -> str:
 
 
 TERMINAL_SQL = _in(TERMINAL)
+# A job's cost by the one rule (afc_cli/costs.py job_cost): the sum of its known attempt costs,
+# and how many attempts are unpriced; ``j`` is the jobs table.
+JOB_COST_SQL = (
+    "(SELECT SUM(a.cost_micros) FROM attempts a WHERE a.job_id = j.id) AS cost_micros,"
+    " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL)"
+    " AS unpriced_attempts"
+)
 ACTIVE_SQL = _in(ACTIVE)
 
 
@@ -565,11 +572,7 @@ class Ledger:
     def status_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         sql = (
             "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.attempts, j.error_code,"
-            " j.error_class, j.error_message, j.waiting_reason,"
-            " (SELECT SUM(a.cost_micros) FROM attempts a WHERE a.job_id = j.id) AS cost_micros,"
-            " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL)"
-            " AS unpriced_attempts"
-            " FROM jobs j"
+            " j.error_class, j.error_message, j.waiting_reason, " + JOB_COST_SQL + " FROM jobs j"
         )
         params: list[Any] = []
         if batch is not None:
@@ -583,10 +586,7 @@ class Ledger:
         the model that made it (the succeeded attempt's, else what storage metadata named)."""
         sql = (
             "SELECT j.id, j.key, j.batch, j.output_key, j.output_size, j.output_sha256,"
-            " j.request_json, b.storage,"
-            " (SELECT SUM(a.cost_micros) FROM attempts a WHERE a.job_id = j.id) AS cost_micros,"
-            " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL)"
-            " AS unpriced_attempts,"
+            " j.request_json, b.storage, " + JOB_COST_SQL + ","
             " COALESCE((SELECT a.provider || '/' || a.model FROM attempts a WHERE a.job_id = j.id"
             " AND a.status = 'succeeded' ORDER BY a.number DESC LIMIT 1),"
             " (SELECT v.provider || '/' || v.model FROM avoided v WHERE v.job_id = j.id"

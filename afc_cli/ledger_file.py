@@ -173,8 +173,11 @@ def check_pages(conn: sqlite3.Connection, path: Path) -> None:
     damaged pages is refused with exit 2 instead of failing in the middle of a paid run."""
     rows = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
     if rows != ["ok"]:
+        found = "; ".join(
+            " ".join(str(row).split()) for row in rows
+        )  # one line: a row may hold several
         raise LedgerError(
-            f"the ledger {path} is damaged ({'; '.join(rows)}); afc left it as it is: restore "
+            f"the ledger {path} is damaged ({found}); afc left it as it is: restore "
             f"it from a backup, or recover it with 'sqlite3 {path} .recover'"
         )
 

@@ -754,7 +754,7 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         jobs = JobList(jobs, resolve_jobs(model, providers, lines, problems, seen, aggregate))
 
     for where, problem in nested_output_problems(seen.outputs):
-        problems.append(f"{where}: field 'output': {problem}")
+        problems.append(f"{seen.named[where]}: field 'output': {problem}")
     if problems:
         raise ManifestError(name, problems[:MAX_PROBLEMS])
     return Manifest(
@@ -777,6 +777,7 @@ class Seen:
     def __init__(self) -> None:
         self.keys: dict[str, str] = {}
         self.outputs: dict[str, str] = {}
+        self.named: dict[str, str] = {}  # where a job stands -> the same with its key
 
 
 class Aggregate:
@@ -926,6 +927,7 @@ def resolve_jobs(
             )
             continue
         seen.outputs[output_key] = where
+        seen.named[where] = who
 
         if spec.chain is None:  # the default chain, dumped and canonicalised once
             if "chain" not in cache:

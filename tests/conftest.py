@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,16 @@ def jobs(n: int, **params: Any) -> list[dict[str, Any]]:
         }
         for i in range(1, n + 1)
     ]
+
+
+def wait_for(afc, sql: str, threshold: int, timeout: float = 30) -> None:
+    """Poll the ledger until ``sql`` (a COUNT) reaches ``threshold``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if (afc.cwd / "afc.db").exists() and afc.rows(sql)[0][0] >= threshold:
+                return
+        except Exception:  # the schema may still be in the making
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {sql} >= {threshold}")

@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from pathlib import Path
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, wait_for
 
 from afc_cli.ledger import MAX_TAKEOVERS, Ledger
 from afc_cli.pipeline import ProviderLimit
-
-
-def wait_for(afc, sql: str, threshold: int, timeout: float = 30) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if (afc.cwd / "afc.db").exists() and afc.rows(sql)[0][0] >= threshold:
-                return
-        except Exception:  # the schema may still be in the making
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
 
 
 def test_two_resumes_at_once_render_every_job_exactly_once(afc):

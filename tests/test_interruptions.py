@@ -15,24 +15,12 @@ import subprocess
 import time
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, wait_for
 from fakeproviders import FakeProviders
 from test_pipeline import OneJob
 
 from afc_cli.attempts import INTERRUPTED, PastAttempt, Try, counted, interrupted_last, next_try
 from afc_cli.pipeline import run_job
-
-
-def wait_for(afc, sql: str, threshold: int, timeout: float = 30) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if (afc.cwd / "afc.db").exists() and afc.rows(sql)[0][0] >= threshold:
-                return
-        except Exception:  # the schema may still be in the making
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
 
 
 def wait_line(proc: subprocess.Popen, text: str) -> list[str]:

@@ -209,3 +209,20 @@ def test_check_keys_looks_once_per_folder_and_names_the_obstacle(tmp_path):
         store.check_keys(keys)
     (tmp_path / "out" / "b" / "7.png").rmdir()
     store.check_keys(keys)
+
+
+def test_a_damage_report_of_several_lines_is_one_line():
+    """SQLite's quick_check may put several findings in one row: the message stays one line."""
+    from pathlib import Path
+
+    from afc_cli.errors import LedgerError
+    from afc_cli.ledger_file import check_pages
+
+    class Damaged:
+        def execute(self, sql):
+            return [("*** in database main ***\nPage 42: btreeInitPage() returns error 11",)]
+
+    with pytest.raises(LedgerError) as caught:
+        check_pages(Damaged(), Path("afc.db"))
+    assert "\n" not in caught.value.message
+    assert "*** in database main *** Page 42" in caught.value.message

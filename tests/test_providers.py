@@ -6,7 +6,7 @@ import signal
 import time
 
 import pytest
-from conftest import manifest
+from conftest import manifest, wait_for
 from fakeproviders import KEYS, FakeProviders
 
 FAST = {"base": 0.01, "cap": 0.05}
@@ -146,18 +146,6 @@ def test_a_missing_key_stops_before_any_job(afc, fake):
     assert result.returncode == 2 and "REPLICATE_API_TOKEN" in result.stderr
     assert not (afc.cwd / "afc.db").exists()
     assert fake.counts["replicate_submit"] == 0
-
-
-def wait_for(afc, sql, n, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if afc.rows(sql)[0][0] >= n:
-                return
-        except Exception:
-            pass
-        time.sleep(0.02)
-    raise AssertionError(sql)
 
 
 @pytest.mark.parametrize("provider", ["replicate", "fal"])
