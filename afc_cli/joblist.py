@@ -11,9 +11,10 @@ file and its line number. The file is relative to the manifest's folder.
   is read as JSON when it is a JSON number, ``true``, ``false``, an object, a list or a quoted
   string, and as plain text otherwise (``64x64``, ``007``). An empty cell leaves the field out.
 
-Nothing here keeps more than one line: the manifest loader reads the file twice, once to check
-every line (and find duplicate keys and output keys across the whole manifest) and once to
-admit the jobs.
+Nothing here keeps more than one line: the manifest loader (``resolve_jobs`` in
+afc_cli/manifest.py) reads the file once, checking every line (and finding duplicate keys and
+output keys across the whole manifest), and keeps the resolved jobs in a temporary file
+(``manifest.JobList``) that admission reads back in chunks.
 """
 
 from __future__ import annotations
