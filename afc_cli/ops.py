@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import operator
+import os
 import re
 import socket
 import time
@@ -34,9 +35,9 @@ _CONDITION = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*$")
 
 
 def _named(ledger: Ledger, ledger_path: str, keys: list[str], batch: str | None) -> list[dict]:
-    """The jobs named by key (within ``batch`` if given). Every key must exist, or nothing is
-    done (exit 2): a typo never leaves half of a command's work done."""
-    ledger.require_batch(batch)
+    """The jobs named by key (within ``batch``, which the caller checked, if given). Every key
+    must exist, or nothing is done (exit 2): a typo never leaves half of a command's work
+    done."""
     targets, missing = [], []
     for key in keys:
         found = ledger.jobs_by_key(key, batch)
@@ -131,8 +132,6 @@ def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> None:
 
 def who() -> str:
     """Who made a decision, for the ledger's events: ``AFC_USER`` or the OS user, at this host."""
-    import os
-
     try:
         user = os.environ.get("AFC_USER") or getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a bare container)

@@ -121,7 +121,6 @@ class RunContext:
     # no render starts while the spool's disk has less free than this (AFC_MIN_FREE_MB): its
     # bytes, and the ledger's record of them, must have somewhere to go
     min_free_bytes: int = 0
-    disk_low: bool = False
     limits: dict[str, ProviderLimit] = field(default_factory=dict)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     # progress for the person watching (afc_cli/output.py): report(job, event, detail, **info)
@@ -677,7 +676,6 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
     free = ctx.spool.free_bytes()
     if free >= ctx.min_free_bytes:
         return False
-    ctx.disk_low = True
     mib = 1024 * 1024
     ctx.ledger.set_waiting(
         job,
