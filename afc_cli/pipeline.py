@@ -833,7 +833,7 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
             error_code="STORE_FAILED",
             error_class="storage",
             error_message=f"{error.message} (storage failed in {failures} runs).{safe} Fix the "
-            "storage, then requeue the job.",
+            f"storage, then 'afc retry {job['key']}' (it stores the spooled output; no render).",
         )
     else:
         ctx.ledger.set_waiting(
@@ -893,7 +893,8 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
                 error_code="SPOOL_MISSING",
                 error_message=f"the rendered output's spool file {spool_path} is gone and the "
                 "output was never stored; afc will not pay for a new render on its own. "
-                "Restore the file and requeue, or submit the job under a new key.",
+                f"Restore the file, then 'afc retry {job['key']}' (without the file, a retry "
+                "renders and pays again).",
             )
             return False
         await _sync_dirs(ctx, storage, key)
