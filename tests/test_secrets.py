@@ -138,3 +138,16 @@ def test_a_malformed_webhook_secret_is_refused_before_anything_is_written(afc):
         assert not receiver.received
     finally:
         receiver.stop()
+
+
+def test_json_output_scrubs_a_secret_that_json_would_escape(clean_secrets, capsys):
+    """A key holding a quote or a non-ASCII character is escaped by JSON (\\" or \\u00e9), so a
+    scrub of the encoded text alone would miss it; emit_json scrubs each string first."""
+    from afc_cli.output import emit_json
+
+    key = 'odd"key\\with\u00e9-0123456789'
+    clean_secrets.setenv("STUDIO_API_KEY", key)
+    emit_json({"error": f"provider said: bad key {key}", "nested": [{"m": key}]})
+    out = capsys.readouterr().out
+    assert "0123456789" not in out
+    assert out.count("<redacted>") == 2
