@@ -118,14 +118,20 @@ class Spool:
             self.root.mkdir(parents=True, exist_ok=True)
             fd = os.open(part, flags, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(part, final)
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(part, final)
+        except BaseException:
+            # a partial file is worth nothing (it is never adopted) and may be large: a full
+            # disk must not keep it
+            part.unlink(missing_ok=True)
+            raise
         if sync_dir:
             fsync_dir(self.root)
         return SpoolFile(final, len(data), hashlib.sha256(data).hexdigest())

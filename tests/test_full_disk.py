@@ -122,3 +122,21 @@ def test_a_ledger_disk_that_fills_mid_run_loses_no_spooled_bytes(afc, namespace)
     # rendered again; a render is repeated only if its bytes never reached the spool
     assert all(rendered[job_id] == 1 for job_id in spooled), (spooled, rendered)
     assert len(list((afc.outputs() / "b1").glob("*.png"))) == 40
+
+
+def test_a_spool_write_that_fails_leaves_no_partial_file(tmp_path, monkeypatch):
+    """A write cut short (ENOSPC here) removes its ``.part`` file: a partial file is never
+    adopted, so keeping it would only hold disk space that the next render needs."""
+    import errno
+
+    from afc_cli import spool as spool_mod
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    spool = spool_mod.Spool(tmp_path / "ledger.db-spool")
+    monkeypatch.setattr(spool_mod.os, "write", full)
+    with pytest.raises(OSError):
+        spool.write("job1", b"x" * 1024)
+    assert list(spool.root.iterdir()) == []
+    assert spool.job_ids() == set()
