@@ -980,6 +980,11 @@ def show(
             print_story(story)
 
 
+from afc_cli.cli_review import review_app  # noqa: E402 - it uses the helpers above
+
+app.add_typer(review_app, name="review")
+
+
 def main() -> None:
     # Reading a SIGPIPE'd pipe (afc status | head) should end quietly.
     if hasattr(signal, "SIGPIPE"):

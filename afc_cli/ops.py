@@ -15,7 +15,17 @@ from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, Ledger
 from afc_cli.owner import owner_is_dead
 
-STAT_FIELDS = ("queued", "in_flight", "delayed", "dlq", "failed", "oldest_age_seconds")
+STAT_FIELDS = (
+    "queued",
+    "in_flight",
+    "delayed",
+    "dlq",
+    "failed",
+    "oldest_age_seconds",
+    "blocked",
+    "awaiting_review",
+    "oldest_review_age_seconds",
+)
 RETRYABLE = ("failed", "dead", "cancelled")
 # A call started on another host can't be proved dead from here; after this long it has ended
 # or hung (a synchronous call's read timeout is 300 s, afc_cli/providers/http.py), so a retry

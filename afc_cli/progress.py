@@ -41,6 +41,10 @@ def job_reason(job: dict[str, Any]) -> str:
     if job.get("error_message"):
         code = job.get("error_code")
         return f"{code}: {job['error_message']}" if code else job["error_message"]
+    if job.get("status") == "awaiting_review":
+        return f"its output is stored; 'afc review approve {job['key']}' or 'reject' decides"
+    if job.get("status") == "blocked":
+        return "waiting for the jobs it needs (afc show KEY names them)"
     return job.get("waiting_reason") or ""
 
 
