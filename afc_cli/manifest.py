@@ -780,7 +780,7 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
     )
     if jobs_file is not None and len(problems) < MAX_PROBLEMS:
         # every line checked and resolved; the results wait in a temporary file, not memory
-        lines = jobs_file.specs(len(jobs), problems)
+        lines = jobs_file.specs(len(model.jobs or []), problems)
         jobs = JobList(
             jobs,
             itertools.chain(
