@@ -321,11 +321,11 @@ def _spend_line(stats: Any) -> str:
 def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
     """One line per job that did not succeed, except that jobs stopped for the same reason
     (the same message up to its figures: a budget stop, an outage) share one line."""
-    from afc_cli.progress import same_message
+    from afc_cli.progress import paused_reason, same_message
 
     groups: dict[tuple[str, str, str], list[tuple[dict[str, Any], str]]] = {}
     for job in jobs:
-        why = job["error"]["message"] if job["error"] else job["waiting"] or ""
+        why = job["error"]["message"] if job["error"] else job["waiting"] or paused_reason(job)
         groups.setdefault((job["status"], job["step"], same_message(why)), []).append((job, why))
     lines = []
     for (status, step, _), members in groups.items():
@@ -978,6 +978,11 @@ def show(
             emit_json(story)
         else:
             print_story(story)
+
+
+from afc_cli.cli_review import review_app  # noqa: E402 - it uses the helpers above
+
+app.add_typer(review_app, name="review")
 
 
 def main() -> None:

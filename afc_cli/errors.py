@@ -1,8 +1,9 @@
 """Domain errors. Library code raises these; the CLI boundary maps them to exit codes.
 
 Exit codes (the README documents them):
-    0  every requested job ended succeeded (or was already stored)
-    1  some job failed, was cancelled, or is still waiting (for example on storage)
+    0  every requested job ended succeeded (or was already stored), or awaits a review
+       (or is blocked behind one): a person's pause is not a failure
+    1  some job failed, was cancelled or rejected, or is still waiting (for example on storage)
     2  usage or manifest error: nothing was written
     3  idempotency conflict: conflicting jobs refused, the others still ran (3 wins over 1)
     4  stopped by the spending budget: all work resumable

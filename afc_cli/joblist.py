@@ -7,9 +7,10 @@ file and its line number. The file is relative to the manifest's folder.
 - **JSON Lines** (``.jsonl``, ``.ndjson``): one JSON object per line; blank lines are skipped; a
   key given twice in one object is an error, as in the manifest's YAML.
 - **CSV** (``.csv``, UTF-8, a header row): columns ``key``, ``prompt``, ``output``; ``params``,
-  ``chain`` and ``webhook`` as JSON text; and ``params.NAME`` columns, one param each, whose cell
-  is read as JSON when it is a JSON number, ``true``, ``false``, an object, a list or a quoted
-  string, and as plain text otherwise (``64x64``, ``007``). An empty cell leaves the field out.
+  ``chain``, ``webhook``, ``review``, ``needs`` and ``inputs`` as JSON text; and
+  ``params.NAME`` columns, one param each, whose cell is read as JSON when it is a JSON
+  number, ``true``, ``false``, an object, a list or a quoted string, and as plain
+  text otherwise (``64x64``, ``007``). An empty cell leaves the field out.
 
 Nothing here keeps more than one line: the manifest loader (``resolve_jobs`` in
 afc_cli/manifest.py) reads the file once, checking every line (and finding duplicate keys and
@@ -29,7 +30,7 @@ from pydantic import ValidationError
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 CSV_FIELDS = ("key", "prompt", "output")
-CSV_JSON_FIELDS = ("params", "chain", "webhook")
+CSV_JSON_FIELDS = ("params", "chain", "webhook", "review", "needs", "inputs")
 
 
 class _Duplicate(ValueError):
@@ -130,7 +131,7 @@ class JobFile:
                 )
                 problems.append(
                     f"{self.name} line 1: {why} (columns: key, prompt, output, params, chain, "
-                    "webhook, params.NAME)"
+                    "webhook, review, needs, inputs, params.NAME)"
                 )
                 return
             last = reader.line_num

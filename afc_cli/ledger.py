@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sqlite3
 import sys
 import time
@@ -36,7 +37,8 @@ from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner, owner_is_dead
 from afc_cli.secrets import scrub, scrub_data
 
-TERMINAL = ("succeeded", "failed", "cancelled", "dead")
+# rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
+TERMINAL = ("succeeded", "failed", "cancelled", "dead", "rejected")
 ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for them all)
 ACTIVE = ("queued", "running", "waiting")
 BUSY_TIMEOUT_S = 30.0
@@ -53,6 +55,12 @@ INTERRUPTED_MESSAGE = (
 # attempt rows and failed attempts' outcomes commit at once; a success commits with its spool
 # checkpoint (a crash before that commit adopts the spool file: nothing is paid twice).
 GROUP_COMMIT_S = 0.005
+
+
+def _crash_point(name: str) -> None:
+    """A named crash point (afc_cli/pipeline.py ``crash_point``), armed by crash tests."""
+    if os.environ.get("AFC_CRASH_POINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _now() -> float:
@@ -76,6 +84,10 @@ JOB_COST_SQL = (
     " AS unpriced_attempts"
 )
 ACTIVE_SQL = _in(ACTIVE)
+# A run's candidates: the active jobs and the blocked ones (run when their needs have succeeded)
+RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
+# A need that ended so fails the jobs that wait for it (DEPENDENCY_FAILED)
+NEED_FAILED = ("failed", "rejected", "cancelled", "dead")
 
 
 class BudgetExhausted(Exception):
@@ -86,6 +98,15 @@ class BudgetExhausted(Exception):
         self.spent = spent
         self.cap = cap
         self.estimate = estimate
+
+
+class ReviewRace(Exception):
+    """A review decision found its job no longer awaiting review (decided meanwhile)."""
+
+    def __init__(self, key: str, batch: str):
+        super().__init__(key)
+        self.key = key
+        self.batch = batch
 
 
 class JobLost(Exception):
@@ -447,8 +468,8 @@ class Ledger:
                 )
         self.db.conn.executemany(
             "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
-            " webhook_json, status, step, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 'probe', ?, ?)"
+            " webhook_json, status, step, created_at, updated_at, review, inputs_json)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'probe', ?, ?, ?, ?)"
             " ON CONFLICT (batch, key) DO NOTHING",
             [
                 (
@@ -460,8 +481,11 @@ class Ledger:
                     _dumps(j.body),
                     j.output_key,
                     _dumps(j.webhook),
+                    "blocked" if getattr(j, "needs", ()) else "queued",
                     now,
                     now,
+                    1 if getattr(j, "review", False) else 0,
+                    _dumps(getattr(j, "inputs", None) or None),
                 )
                 for j in sorted(fresh, key=_job_id)  # the table is clustered on the (random) id
             ],
@@ -480,6 +504,7 @@ class Ledger:
                 for c in conflicts
             ],
         )
+        self._admit_needs(batch, [j for j in fresh if getattr(j, "needs", ())])
         if done:
             self._record_replays_avoided(batch, done, rates, now)
         if rewebhooked:
@@ -557,7 +582,8 @@ class Ledger:
     def runnable_job_ids(
         self, batch: str | None = None, keys: list[str] | None = None
     ) -> list[str]:
-        sql = f"SELECT id, key FROM jobs WHERE status IN {ACTIVE_SQL}"
+        # blocked jobs too: a run settles them (settle_blocked) and runs those whose needs are met
+        sql = f"SELECT id, key FROM jobs WHERE status IN {RUNNABLE_SQL}"
         params: list[Any] = []
         if batch is not None:
             sql += " AND batch = ?"
@@ -754,6 +780,7 @@ class Ledger:
             "dlq": counts.get("dead", 0),
             "failed": counts.get("failed", 0),
             "oldest_age_seconds": 0 if oldest is None else int(now - oldest),
+            **self._review_stats(counts, now),
         }
 
     def retry(self, job: dict[str, Any], by: str) -> bool:
@@ -768,7 +795,10 @@ class Ledger:
         now = _now()
         with self.tx():
             cursor = self.db.execute(
-                "UPDATE jobs SET status = 'queued', step = 'probe', attempt_base = attempts,"
+                # a job with needs waits for them again (they may have been retried too)
+                "UPDATE jobs SET status = CASE WHEN EXISTS (SELECT 1 FROM job_needs n"
+                " WHERE n.job_id = jobs.id) THEN 'blocked' ELSE 'queued' END,"
+                " step = 'probe', attempt_base = attempts,"
                 " retries = retries + 1,"
                 " takeovers = 0, store_failures = 0, lease_owner = NULL, lease_expires = NULL,"
                 " outcome = NULL, error_code = NULL, error_class = NULL, error_provider = NULL,"
@@ -787,6 +817,7 @@ class Ledger:
                 previous_status=job["status"],
                 previous_error=job.get("error_code"),
             )
+            self._reblock_dependents(job, by)
         return True
 
     def release(self, job: dict[str, Any]) -> None:
@@ -1285,7 +1316,9 @@ class Ledger:
                 "key": job["key"],
                 "batch": job["batch"],
                 "status": job["status"],
-                "output_key": job["output_key"] if job["status"] == "succeeded" else None,
+                "output_key": job["output_key"]
+                if job["status"] in ("succeeded", "awaiting_review")
+                else None,
                 "cost": job_cost(priced[0], priced[1]),
                 "error": error,
             },
@@ -1307,4 +1340,223 @@ class Ledger:
                 now,
                 now,
             ),
+        )
+
+    # --- review gates, needs and inputs (afc_cli/review.py, docs/pipeline.md) -----------------
+
+    def _admit_needs(self, batch: str, jobs: list[Any]) -> None:
+        """The jobs each fresh job waits for (its ``needs``, and the jobs its inputs use)."""
+        from afc_cli.manifest import job_id_for
+
+        rows = [(j.job_id, job_id_for(batch, need), need) for j in jobs for need in j.needs]
+        if rows:
+            self.db.conn.executemany(
+                "INSERT INTO job_needs (job_id, need_id, need_key) VALUES (?, ?, ?)"
+                " ON CONFLICT (job_id, need_id) DO NOTHING",
+                rows,
+            )
+
+    def needs_of(self, job_id: str) -> list[dict[str, Any]]:
+        """A job's needs with their current status (None: not in the ledger)."""
+        return self._all(
+            "SELECT n.need_id, n.need_key, j.status, j.batch FROM job_needs n"
+            " LEFT JOIN jobs j ON j.id = n.need_id WHERE n.job_id = ? ORDER BY n.need_key",
+            (job_id,),
+        )
+
+    def dependents_of(self, job_id: str) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT j.* FROM job_needs n JOIN jobs j ON j.id = n.job_id WHERE n.need_id = ?"
+            " ORDER BY j.seq",
+            (job_id,),
+        )
+
+    def settle_blocked(self, job_id: str) -> tuple[str, list[str]]:
+        """Decide a blocked job against its needs, in one transaction: every need succeeded
+        -> ``queued`` (event ``unblocked``); a need failed, rejected, cancelled or dead -> the
+        job fails with ``DEPENDENCY_FAILED`` naming it; else it stays ``blocked``. Returns the
+        job's status and, while blocked, the ids of the needs it still waits for. A job that
+        is not blocked is left as it is."""
+        with self.tx():
+            job = self.job(job_id)
+            if job is None:
+                return "missing", []
+            if job["status"] != "blocked":
+                return job["status"], []
+            needs = self.needs_of(job_id)
+            ended = [n for n in needs if n["status"] is None or n["status"] in NEED_FAILED]
+            if ended:
+                self._fail_dependency(job, ended[0])
+                return job["status"], []
+            waiting = [n["need_id"] for n in needs if n["status"] != "succeeded"]
+            if waiting:
+                return "blocked", waiting
+            cursor = self.db.execute(
+                "UPDATE jobs SET status = 'queued', updated_at = ? WHERE id = ?"
+                " AND status = 'blocked'",
+                (_now(), job_id),
+            )
+            if cursor.rowcount == 1:
+                self._event(job_id, job["batch"], "unblocked", needs=[n["need_key"] for n in needs])
+                return "queued", []
+            return self.job(job_id)["status"], []
+
+    def _fail_dependency(self, job: dict[str, Any], need: dict[str, Any]) -> None:
+        key = need["need_key"]
+        ended = "is not in the ledger" if need["status"] is None else f"ended {need['status']}"
+        self.finish(
+            job,
+            "failed",
+            step=job["step"],
+            outcome="failed",
+            error_code="DEPENDENCY_FAILED",
+            error_class="dependency",
+            error_message=f"need {key!r} {ended}, so this job was not rendered; once "
+            f"{key!r} is fixed, 'afc retry {key}' lets this job run again",
+        )
+
+    def _fail_dependents(self, need_id: str) -> None:
+        """Fail, transitively, the blocked jobs that wait for a job that just ended badly."""
+        for row in self.dependents_of(need_id):
+            if row["status"] == "blocked" and self.settle_blocked(row["id"])[0] == "failed":
+                self._fail_dependents(row["id"])
+
+    def _reblock_dependents(self, job: dict[str, Any], by: str) -> None:
+        """A retried job's dependents that failed because of it wait for it again."""
+        for row in self.dependents_of(job["id"]):
+            if row["status"] == "failed" and row["error_code"] == "DEPENDENCY_FAILED":
+                self.retry(row, by)
+
+    def await_review(self, job: dict[str, Any], steps: Any = ()) -> bool:
+        """Pause a verified job for a person's review, with its checkpoints, its event and its
+        ``job.awaiting_review`` webhook row in one transaction. Its output is stored; no run
+        touches it again (it is neither active nor terminal) until a decision."""
+        now = _now()
+        with self.tx():
+            values = {
+                "status": "awaiting_review",
+                "step": "review",
+                "lease_owner": None,
+                "lease_expires": None,
+                "waiting_reason": None,
+                "review_at": now,
+                "updated_at": now,
+            }
+            assignments = ", ".join(f"{name} = ?" for name in values)
+            cursor = self.db.execute(
+                f"UPDATE jobs SET {assignments} WHERE id = ? AND status NOT IN {TERMINAL_SQL}"
+                " AND status <> 'awaiting_review'",
+                [*values.values(), job["id"]],
+            )
+            if cursor.rowcount != 1:
+                return False
+            job.update(values)
+            self._checkpoint(job, steps)
+            self._event(job["id"], job["batch"], "awaiting_review", output_key=job["output_key"])
+            if job.get("webhook_json"):
+                self._queue_delivery(job, now)
+        return True
+
+    def decide_reviews(
+        self, jobs: list[dict[str, Any]], decision: str, *, by: str, note: str | None
+    ) -> None:
+        """Approve (-> ``succeeded``) or reject (-> ``rejected``) jobs awaiting review, all or
+        none, in one transaction: each status change is guarded by the status it leaves
+        (``WHERE status = 'awaiting_review'``), so of two concurrent decisions on one job one
+        wins; the loser raises ReviewRace and writes nothing. The decision row (who, when,
+        why), the event and the webhook row commit with the status change; a rejection also
+        fails the jobs waiting for it (DEPENDENCY_FAILED)."""
+        assert decision in ("approved", "rejected")
+        now = _now()
+        note = scrub(note) if note else note
+        with self.tx():
+            for job in jobs:
+                if decision == "approved":
+                    values: dict[str, Any] = {"status": "succeeded", "step": "done"}
+                else:
+                    values = {
+                        "status": "rejected",
+                        "outcome": "rejected",
+                        "error_code": "REJECTED",
+                        "error_class": "review",
+                        "error_message": f"rejected by {by}: {note}",
+                    }
+                values.update(finished_at=now, updated_at=now)
+                assignments = ", ".join(f"{name} = ?" for name in values)
+                cursor = self.db.execute(
+                    f"UPDATE jobs SET {assignments} WHERE id = ? AND status = 'awaiting_review'",
+                    [*values.values(), job["id"]],
+                )
+                if cursor.rowcount != 1:
+                    raise ReviewRace(job["key"], job["batch"])
+                job.update(values)
+                self.db.execute(
+                    "INSERT INTO reviews (job_id, batch, decision, decided_by, note, decided_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (job["id"], job["batch"], decision, by, note, now),
+                )
+                if decision == "approved":
+                    self._checkpoint(job, [("finish", {"output_key": job["output_key"]})])
+                self._event(job["id"], job["batch"], decision, by=by, note=note)
+                if job.get("webhook_json"):
+                    self._queue_delivery(job, now)
+                if decision == "rejected":
+                    self._fail_dependents(job["id"])
+            _crash_point("review_uncommitted")  # crash tests: everything written, no commit
+        _crash_point("review_committed")
+
+    def review_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
+        """Jobs awaiting review, oldest first, with their storage, cost and model."""
+        sql = (
+            "SELECT j.id, j.key, j.batch, j.output_key, j.request_json, j.review_at, b.storage, "
+            + JOB_COST_SQL
+            + ", (SELECT a.provider || '/' || a.model FROM attempts a WHERE a.job_id = j.id"
+            " AND a.status = 'succeeded' ORDER BY a.number DESC LIMIT 1) AS model"
+            " FROM jobs j JOIN batches b ON b.name = j.batch WHERE j.status = 'awaiting_review'"
+        )
+        params: list[Any] = []
+        if batch is not None:
+            sql += " AND j.batch = ?"
+            params.append(batch)
+        return self._all(sql + " ORDER BY j.review_at, j.batch, j.seq", params)
+
+    def reviews(self, job_id: str) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM reviews WHERE job_id = ? ORDER BY id", (job_id,))
+
+    def _review_stats(self, counts: dict[str, int], now: float) -> dict[str, Any]:
+        oldest = self.db.execute(
+            "SELECT MIN(review_at) FROM jobs WHERE status = 'awaiting_review'"
+        ).fetchone()[0]
+        return {
+            "blocked": counts.get("blocked", 0),
+            "awaiting_review": counts.get("awaiting_review", 0),
+            "oldest_review_age_seconds": 0 if oldest is None else int(now - oldest),
+        }
+
+    def set_attempt_inputs(
+        self, job: dict[str, Any], number: int, provider: str, inputs: list[dict[str, Any]]
+    ) -> None:
+        """The reference images an attempt sends (with their SHA-256), on its row."""
+        with self.tx():
+            self.db.execute(
+                "UPDATE attempts SET inputs_json = ? WHERE job_id = ? AND provider = ?"
+                " AND number = ?",
+                (_dumps(inputs), job["id"], provider, number),
+            )
+
+    def blocked_job_ids(self, job_ids: list[str]) -> list[str]:
+        """Which of these jobs are blocked on their needs (one query for a run's jobs)."""
+        if not job_ids:
+            return []
+        wanted = set(job_ids)
+        rows = self.db.execute("SELECT id FROM jobs WHERE status = 'blocked'").fetchall()
+        return [row[0] for row in rows if row[0] in wanted]
+
+    def stored_output(self, job_id: str) -> dict[str, Any] | None:
+        """A job's stored output: its key, SHA-256, size, status and its batch's storage."""
+        return self._one(
+            "SELECT j.id, j.key, j.batch, j.status, j.output_key, j.output_sha256,"
+            " j.output_size, b.storage FROM jobs j JOIN batches b ON b.name = j.batch"
+            " WHERE j.id = ?",
+            (job_id,),
         )

@@ -8,7 +8,7 @@ from typing import Any
 from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, TERMINAL, Ledger
 
-STATUSES = (*ACTIVE, *TERMINAL)
+STATUSES = (*ACTIVE, "blocked", "awaiting_review", *TERMINAL)
 # Shown without --all: what a person may have to act on. Everything but the quiet states, so a
 # status added later (a review gate, a blocked job) is shown rather than hidden.
 QUIET = ("succeeded", "queued", "cancelled")

@@ -25,7 +25,9 @@ conflict.
 from __future__ import annotations
 
 import difflib
+import graphlib
 import hashlib
+import itertools
 import json
 import re
 import string
@@ -39,7 +41,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import rfc8785
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from afc_cli.errors import ManifestError
 
@@ -75,6 +77,7 @@ MAX_PROMPT_CHARS = 32_000  # the longest prompt a provider here accepts (OpenAI 
 MAX_OUTPUT_KEY_BYTES = 1024  # S3's limit on an object key
 MAX_SEGMENT_BYTES = 255  # a file name's limit on common file systems
 MAX_USD = Decimal(1_000_000)  # rates and budgets stay below this (the ledger's numeric(12,6))
+MAX_INPUT_BYTES = 50 * 1024 * 1024  # a reference image (OpenAI's image edits take up to 50 MB)
 
 
 class _Strict(BaseModel):
@@ -169,10 +172,26 @@ class ProviderLimits(_Strict):
     per_minute: int | None = Field(default=None, ge=1)
 
 
+class InputSpec(_Strict):
+    """A reference image: the stored output of another job of the batch (``job: KEY``, which
+    implies a need), or a file (``path``, relative to the manifest's folder)."""
+
+    job: str | None = Field(default=None, min_length=1)
+    path: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> InputSpec:
+        if (self.job is None) == (self.path is None):
+            raise ValueError("an input names either job: KEY or path: FILE")
+        return self
+
+
 class Defaults(_Strict):
     output: str = DEFAULT_OUTPUT
     chain: list[ChainEntry] | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    # needs and inputs name other jobs, so they are per job; review may be a batch's default
+    review: bool = False
 
 
 class JobSpec(_Strict):
@@ -182,6 +201,9 @@ class JobSpec(_Strict):
     chain: list[ChainEntry] | None = None
     output: str | None = None
     webhook: Webhook | None = None
+    review: bool | None = None  # pause in awaiting_review after verify (afc_cli/review.py)
+    needs: list[str] | None = None  # keys of this batch's jobs that must succeed first
+    inputs: list[InputSpec] | None = None  # reference images sent with the request
 
 
 class ManifestModel(_Strict):
@@ -226,6 +248,13 @@ class ResolvedJob:
     body: dict[str, Any]
     request_hash: str
     webhook: dict[str, Any] | None = None  # not part of the request: it does not change output
+    # Neither review nor needs changes the output, so neither is part of the request hash; the
+    # ledger keeps them as first admitted. ``needs``: explicit needs and the jobs of ``job``
+    # inputs. ``inputs``: where each input is read from at render time (a file's absolute path
+    # and SHA-256, or a job); the hashed body has what identifies them (``body["inputs"]``).
+    review: bool = False
+    needs: tuple[str, ...] = ()
+    inputs: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -744,14 +773,24 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         problems.append("field 'jobs': required field is missing (or name a job list: jobs_from)")
 
     seen, aggregate = Seen(), Aggregate()
+    seen.base = path.parent
     specs = ((index, f"job {index}", spec) for index, spec in enumerate(model.jobs or []))
     jobs: list[ResolvedJob] | JobList = list(
         resolve_jobs(model, providers, specs, problems, seen, aggregate)
     )
     if jobs_file is not None and len(problems) < MAX_PROBLEMS:
         # every line checked and resolved; the results wait in a temporary file, not memory
-        lines = jobs_file.specs(len(jobs), problems)
-        jobs = JobList(jobs, resolve_jobs(model, providers, lines, problems, seen, aggregate))
+        lines = jobs_file.specs(len(model.jobs or []), problems)
+        jobs = JobList(
+            jobs,
+            itertools.chain(
+                resolve_jobs(model, providers, lines, problems, seen, aggregate),
+                resolve_deferred(model, providers, problems, seen, aggregate),
+            ),
+        )
+    else:
+        jobs.extend(resolve_deferred(model, providers, problems, seen, aggregate))
+    problems.extend(dependency_problems(model.batch, seen))
 
     for where, problem in nested_output_problems(seen.outputs):
         problems.append(f"{seen.named[where]}: field 'output': {problem}")
@@ -778,6 +817,14 @@ class Seen:
         self.keys: dict[str, str] = {}
         self.outputs: dict[str, str] = {}
         self.named: dict[str, str] = {}  # where a job stands -> the same with its key
+        # needs and job inputs: a job's request hash covers the request hash of each job whose
+        # output it uses, so those are kept (as digests), and a job whose input job comes
+        # later in the list is resolved after it (``deferred``, then ``resolve_deferred``)
+        self.hashes: dict[str, bytes] = {}
+        self.needs: dict[str, list[tuple[str, str]]] = {}  # key -> [(field, reference)]
+        self.deferred: list[tuple[int, str, JobSpec]] = []
+        self.base = Path(".")  # the manifest's folder: input paths are relative to it
+        self.files: dict[str, tuple[str, str] | str] = {}  # input path -> (abs, sha256) | why
 
 
 class Aggregate:
@@ -817,9 +864,10 @@ class JobList:
         chunk: list[tuple] = []
         for job in resolved:
             self.count += 1
+            extra = (job.review, job.needs, job.inputs)
             chunk.append(
                 (job.index, job.key, job.job_id, job.output_key, job.request_hash, job.body)
-                + ((job.webhook,) if job.webhook else ())
+                + ((job.webhook, *extra) if job.webhook or any(extra) else ())
             )
             if len(chunk) == self.CHUNK:
                 self._write(marshal.dumps(chunk))
@@ -857,6 +905,9 @@ class JobList:
                     body=body,
                     request_hash=digest,
                     webhook=row[6] if len(row) > 6 else None,
+                    review=row[7] if len(row) > 7 else False,
+                    needs=tuple(row[8]) if len(row) > 8 else (),
+                    inputs=row[9] if len(row) > 9 else None,
                 )
 
 
@@ -875,15 +926,25 @@ def resolve_jobs(
     cache: dict[str, Any] = {}  # what jobs with the default chain or params share
     for index, where, spec in specs:
         who = f"{where} (key {spec.key!r})"
-        bad_key = _key_problem(spec.key)
-        if bad_key:
-            problems.append(f"{who}: field 'key': {bad_key}")
-        if spec.key in seen.keys:
+        if spec.key in seen.keys and seen.keys[spec.key] != where:
             problems.append(
                 f"{who}: field 'key': duplicate key, already used by {seen.keys[spec.key]}"
             )
             continue
         seen.keys[spec.key] = where
+        refs = _references(spec)
+        if refs:
+            seen.needs[spec.key] = refs
+            if any(
+                _own_key(model.batch, item.job) not in seen.hashes
+                for item in spec.inputs or ()
+                if item.job is not None
+            ):
+                seen.deferred.append((index, where, spec))  # its input job's hash comes later
+                continue
+        bad_key = _key_problem(spec.key)
+        if bad_key:
+            problems.append(f"{who}: field 'key': {bad_key}")
 
         chain = spec.chain if spec.chain is not None else model.defaults.chain
         if not chain:
@@ -946,19 +1007,29 @@ def resolve_jobs(
             params = without_provider_defaults(params, chain_dicts, providers)
             params_json = None
         body = {"chain": chain_dicts, "prompt": spec.prompt, "params": params, "output": template}
+        inputs = _resolve_inputs(model.batch, spec, seen, who, problems) if spec.inputs else None
+        if inputs is not None:
+            body["inputs"] = inputs[0]
         try:
             if params_json is None:
                 params_json = canonical_json(params)
                 if as_default:
                     cache["params"] = (params, params_json)
-            digest = hashlib.sha256(
-                _canonical_body(
-                    chain_json or canonical_json(chain_dicts), template, params_json, spec.prompt
-                )
-            ).hexdigest()
+            if inputs is not None:
+                digest = request_hash(body)
+            else:
+                digest = hashlib.sha256(
+                    _canonical_body(
+                        chain_json or canonical_json(chain_dicts),
+                        template,
+                        params_json,
+                        spec.prompt,
+                    )
+                ).hexdigest()
         except Exception as exc:  # rfc8785 refuses NaN, huge ints and the like
             problems.append(f"{who}: field 'params': cannot be canonicalised ({exc})")
             continue
+        seen.hashes[spec.key] = bytes.fromhex(digest)
         job = ResolvedJob(
             index=index,
             key=spec.key,
@@ -973,12 +1044,163 @@ def resolve_jobs(
             webhook=(spec.webhook or model.webhook).model_dump()
             if (spec.webhook or model.webhook)
             else None,
+            review=spec.review if spec.review is not None else model.defaults.review,
+            needs=tuple(dict.fromkeys(k for _, ref in refs if (k := _own_key(model.batch, ref)))),
+            inputs=inputs[1] if inputs is not None else None,
         )
         if aggregate is not None:
             aggregate.add(job)
         yield job
         if len(problems) >= MAX_PROBLEMS:
             break
+
+
+def resolve_deferred(
+    model: ManifestModel,
+    providers: dict[str, Any],
+    problems: list[str],
+    seen: Seen,
+    aggregate: Aggregate | None,
+) -> Iterator[ResolvedJob]:
+    """Resolve the jobs whose input jobs came later in the list, each once the jobs it uses
+    are resolved. What is left (a cycle, an unknown key) ``dependency_problems`` reports."""
+    pending, seen.deferred = seen.deferred, []
+    while pending:
+        ready = [
+            item
+            for item in pending
+            if all(
+                _own_key(model.batch, i.job) in seen.hashes
+                for i in item[2].inputs or ()
+                if i.job is not None
+            )
+        ]
+        if not ready:
+            return
+        pending = [item for item in pending if item not in ready]
+        yield from resolve_jobs(model, providers, ready, problems, seen, aggregate)
+
+
+def _own_key(batch: str, ref: str | None) -> str | None:
+    """The key a need or input job names: ``KEY`` or ``BATCH/KEY`` of this batch; None for a
+    job of another batch."""
+    if ref is None:
+        return None
+    named, slash, key = ref.rpartition("/")
+    if slash and named != batch:
+        return None
+    return key
+
+
+def _references(spec: JobSpec) -> list[tuple[str, str]]:
+    """The jobs a job waits for, each with the field naming it."""
+    refs = [(f"needs[{i}]", ref) for i, ref in enumerate(spec.needs or ())]
+    refs += [
+        (f"inputs[{i}].job", item.job)
+        for i, item in enumerate(spec.inputs or ())
+        if item.job is not None
+    ]
+    return refs
+
+
+def _input_file(seen: Seen, name: str) -> tuple[str, str] | str:
+    """An input file's absolute path and SHA-256, or why it cannot be used (read once)."""
+    known = seen.files.get(name)
+    if known is not None:
+        return known
+    path = Path(name) if Path(name).is_absolute() else seen.base / name
+    found: tuple[str, str] | str
+    try:
+        if not path.is_file():
+            found = f"no such file {str(path)!r}" if not path.exists() else "not a file"
+        elif path.stat().st_size > MAX_INPUT_BYTES:
+            found = f"{str(path)!r} is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB"
+        else:
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            found = (str(path.resolve()), digest.hexdigest())
+    except OSError as exc:
+        found = f"cannot read {str(path)!r}: {exc.strerror or exc}"
+    seen.files[name] = found
+    return found
+
+
+def _resolve_inputs(
+    batch: str, spec: JobSpec, seen: Seen, who: str, problems: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """A job's inputs as the request hash covers them (a file's SHA-256; a job's batch, key
+    and request hash) and as a run reads them (a file's path; a job's id), or None after
+    appending the problems."""
+    hashed, rows, bad = [], [], False
+    for i, item in enumerate(spec.inputs or ()):
+        if item.path is not None:
+            found = _input_file(seen, item.path)
+            if isinstance(found, str):
+                problems.append(f"{who}: field 'inputs[{i}].path': {found}")
+                bad = True
+                continue
+            hashed.append({"sha256": found[1]})
+            rows.append({"path": found[0], "name": item.path, "sha256": found[1]})
+        else:
+            key = _own_key(batch, item.job)
+            assert key is not None  # deferred (and reported) otherwise
+            hashed.append(
+                {"job": {"batch": batch, "key": key, "request_hash": seen.hashes[key].hex()}}
+            )
+            rows.append({"job": key, "job_id": job_id_for(batch, key)})
+    return None if bad else (hashed, rows)
+
+
+def dependency_problems(batch: str, seen: Seen) -> list[str]:
+    """A need or input job of another batch, an unknown key, or a cycle."""
+    problems: list[str] = []
+    graph: dict[str, list[str]] = {}
+    for key, refs in seen.needs.items():
+        who = f"{seen.keys.get(key, 'a job')} (key {key!r})"
+        graph[key] = []
+        for name, ref in refs:
+            own = _own_key(batch, ref)
+            if own is None:
+                problems.append(
+                    f"{who}: field '{name}': {ref!r} is a job of another batch "
+                    f"({ref.rpartition('/')[0]!r}); a job can only wait for jobs of its own "
+                    f"batch ({batch!r})"
+                )
+            elif own not in seen.keys:
+                hint = did_you_mean(own, list(seen.keys)) if len(seen.keys) <= 10_000 else ""
+                problems.append(
+                    f"{who}: field '{name}': unknown key {own!r}{hint}; needs and inputs "
+                    "name jobs of this manifest"
+                )
+            else:
+                graph[key].append(own)
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        cycle = exc.args[1]
+        problems.append(
+            f"field 'needs': jobs {' -> '.join(repr(k) for k in cycle)} wait for each other "
+            "(a cycle): none of them could ever run"
+        )
+    return problems
+
+
+def dependency_order(jobs: Iterable[ResolvedJob]) -> list[list[str]]:
+    """The keys of the jobs with needs and of the jobs they need, in waves: each wave needs
+    only jobs of earlier waves (``afc plan`` shows it)."""
+    graph = {job.key: list(job.needs) for job in jobs if job.needs}
+    if not graph:
+        return []
+    sorter = graphlib.TopologicalSorter(graph)
+    sorter.prepare()
+    waves = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready())
+        waves.append(ready)
+        sorter.done(*ready)
+    return waves
 
 
 class RatesConfig(_Strict):

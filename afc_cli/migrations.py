@@ -185,3 +185,39 @@ def m006_retry_and_interrupts(db):
             AND error_message LIKE 'the process running this attempt ended%';
         """
     )
+
+
+@migrations()
+def m007_review_needs_inputs(db):
+    # Review gates, dependencies and reference images (afc_cli/review.py, docs/pipeline.md).
+    # jobs.review: the job pauses in `awaiting_review` after verify; review_at: since when.
+    # jobs.inputs_json: where its reference images are read from (a path's absolute location
+    # and SHA-256, or the job whose output it uses); the request body carries what the hash
+    # covers. job_needs: the jobs a job waits for (`blocked` until each has succeeded).
+    # reviews: each decision, who made it, when and why. attempts.inputs_json: the inputs an
+    # attempt actually sent, with their SHA-256.
+    db.executescript(
+        """
+        ALTER TABLE jobs ADD COLUMN review INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE jobs ADD COLUMN review_at REAL;
+        ALTER TABLE jobs ADD COLUMN inputs_json TEXT;
+        ALTER TABLE attempts ADD COLUMN inputs_json TEXT;
+        CREATE TABLE job_needs (
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            need_id TEXT NOT NULL,
+            need_key TEXT NOT NULL,
+            PRIMARY KEY (job_id, need_id)
+        );
+        CREATE INDEX job_needs_need ON job_needs (need_id);
+        CREATE TABLE reviews (
+            id INTEGER PRIMARY KEY,
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            batch TEXT NOT NULL,
+            decision TEXT NOT NULL,
+            decided_by TEXT NOT NULL,
+            note TEXT,
+            decided_at REAL NOT NULL
+        );
+        CREATE INDEX reviews_job ON reviews (job_id);
+        """
+    )

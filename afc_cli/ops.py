@@ -15,7 +15,17 @@ from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, Ledger
 from afc_cli.owner import owner_is_dead
 
-STAT_FIELDS = ("queued", "in_flight", "delayed", "dlq", "failed", "oldest_age_seconds")
+STAT_FIELDS = (
+    "queued",
+    "in_flight",
+    "delayed",
+    "dlq",
+    "failed",
+    "oldest_age_seconds",
+    "blocked",
+    "awaiting_review",
+    "oldest_review_age_seconds",
+)
 RETRYABLE = ("failed", "dead", "cancelled")
 # A call started on another host can't be proved dead from here; after this long it has ended
 # or hung (a synchronous call's read timeout is 300 s, afc_cli/providers/http.py), so a retry
@@ -84,7 +94,10 @@ def cancel(
         if keys:
             targets = _named(ledger, ledger_path, keys, batch)
         else:
-            targets = [job for job in ledger.batch_jobs(batch) if job["status"] in ACTIVE]
+            # blocked jobs too: they are unfinished work that a run would pick up; a job
+            # awaiting review is left to the review (reject it to end it)
+            unfinished = (*ACTIVE, "blocked")
+            targets = [job for job in ledger.batch_jobs(batch) if job["status"] in unfinished]
             _confirmed(confirm, "cancel", targets)
         why = reason or "cancelled with afc cancel"
         for job in targets:
@@ -183,6 +196,10 @@ def retry(
                 why = {
                     "succeeded": "it succeeded: its output is stored, and afc never pays for it "
                     "again (submit a changed request under a new key)",
+                    "rejected": "a person rejected its output, which is final (submit a changed "
+                    "request under a new key)",
+                    "awaiting_review": "its output is stored and waits for a decision (afc "
+                    "review approve or reject)",
                 }.get(job["status"], f"it is {job['status']}: it runs (or will) without a retry")
                 refused.append(f"{job['batch']}/{job['key']}: {why}")
                 continue

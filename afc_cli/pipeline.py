@@ -141,6 +141,10 @@ class RunContext:
     polling: set[str] = field(default_factory=set)
     calls: dict[str, asyncio.Future] = field(default_factory=dict)
     abandoned: set[str] = field(default_factory=set)
+    # jobs blocked on their needs when the run began, and every job's task in this run: a
+    # blocked job waits for the tasks of its needs, then runs in the same run if they succeeded
+    blocked: set[str] = field(default_factory=set)
+    tasks: dict[str, asyncio.Future] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.dirs = DirSync(self.offload)
@@ -232,6 +236,14 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
     memory behind slow uploads), then stores and verifies under the storage slots, so neither
     an fsync nor a slow upload holds back the next provider call.
     """
+    if job_id in ctx.blocked:
+        status = await wait_for_needs(ctx, job_id)
+        if status != "queued":
+            if status != "blocked":
+                job = ctx.ledger.job(job_id)
+                if job is not None:
+                    ctx.report(job, "ended", status)
+            return status
     async with ctx.slots:
         job = ctx.ledger.claim(job_id, ctx.lease_s)
         if job is None:
@@ -253,6 +265,22 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
     ctx.protected.discard(job_id)  # no longer in a call or its storage work
     ctx.report(job, "ended", job["status"])
     return job["status"]
+
+
+async def wait_for_needs(ctx: RunContext, job_id: str) -> str:
+    """Settle a blocked job against its needs (``Ledger.settle_blocked``): ``queued`` when
+    every need has succeeded, ``failed`` (DEPENDENCY_FAILED) when one ended badly. While a
+    need is still being worked on by this run, wait for it (holding no render slot); a need
+    left awaiting review, waiting or held by another process leaves the job ``blocked`` for
+    a later run."""
+    while True:
+        status, waiting = ctx.ledger.settle_blocked(job_id)
+        if status != "blocked":
+            return status
+        here = [ctx.tasks[n] for n in waiting if n in ctx.tasks and not ctx.tasks[n].done()]
+        if not here or ctx.stopping.is_set():
+            return "blocked"
+        await asyncio.wait(here)
 
 
 async def _run_steps(ctx: RunContext, job: dict[str, Any], steps: frozenset[str]):
@@ -368,6 +396,26 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     chain = request["chain"]
     rates = ctx.rates.get(job["batch"]) or RateCards()
     base = job["attempt_base"]
+    inputs: tuple = ()
+    if job.get("inputs_json"):
+        from afc_cli.inputs import InputProblem, needed_outputs, read_inputs
+
+        try:
+            outputs = needed_outputs(job, ctx.ledger)
+            inputs = await asyncio.to_thread(read_inputs, job, outputs, ctx.storages)
+        except StorageError as exc:
+            return _storage_gave_up(ctx, job, "render", exc)
+        except InputProblem as exc:
+            ctx.ledger.finish(
+                job,
+                "failed",
+                step="render",
+                outcome="failed",
+                error_code="INPUT_UNAVAILABLE",
+                error_class="invalid",
+                error_message=str(exc),
+            )
+            return False
     while True:
         # Between attempts a job may wait (backoff, provider limits): a stopping run may cut
         # such a wait short, so the job is not "in a call" until its next attempt row.
@@ -468,6 +516,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     return False
                 if number is None:
                     raise JobLost(job["id"])
+                if inputs:
+                    from afc_cli.inputs import recorded
+
+                    ctx.ledger.set_attempt_inputs(job, number, entry["provider"], recorded(inputs))
                 await ctx.ledger.committed()  # the attempt row is on disk before the call
                 if ctx.stopping.is_set():
                     # The run began stopping while the row was committed: the request never
@@ -520,6 +572,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     on_submitted=submitted,
                     resume_id=resume["provider_request_id"] if resume else None,
                     window_s=window,
+                    inputs=inputs,
                 )
             )
             try:
@@ -944,13 +997,21 @@ async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, s
         )
         return False
     checked = ("verify", {"size": job["output_size"], "sha256": job["output_sha256"]})
-    won = _succeed(ctx, job, [*steps, checked])
+    won = _complete(ctx, job, [*steps, checked])
     crash_point("after_terminal", before=ctx.ledger.flush)
     if won:
         # No need to wait for the commit: were it lost, the next run finds the stored,
         # verified output at the key (store checks storage when the spool is gone).
         await ctx.offload(ctx.spool.remove, job["id"])
     return False
+
+
+def _complete(ctx: RunContext, job: dict[str, Any], steps=()) -> bool:
+    """A verified job succeeds, or, with ``review: true``, waits for a person's decision
+    (``awaiting_review``, its output stored; afc_cli/review.py)."""
+    if job.get("review"):
+        return ctx.ledger.await_review(job, steps)
+    return _succeed(ctx, job, steps)
 
 
 def _succeed(ctx: RunContext, job: dict[str, Any], steps=()) -> bool:
@@ -960,7 +1021,7 @@ def _succeed(ctx: RunContext, job: dict[str, Any], steps=()) -> bool:
 
 
 async def finish(ctx: RunContext, job: dict[str, Any]) -> bool:
-    if _succeed(ctx, job):
+    if _complete(ctx, job):
         await ctx.offload(ctx.spool.remove, job["id"])
     return False
 

@@ -66,7 +66,7 @@ def plan(
     max_spend: str | None = None,
     allow_unpriced: bool = True,
 ) -> dict[str, Any]:
-    from afc_cli.manifest import load_manifest
+    from afc_cli.manifest import dependency_order, load_manifest
 
     manifest = load_manifest(manifest_path)
     rates = manifest_rates(manifest)
@@ -84,7 +84,10 @@ def plan(
     unpriced: set[str] = set()
     jobs = []
     conflicts = []
+    reviewed = []
     for job in manifest.jobs:
+        if job.review:
+            reviewed.append(job.key)
         known = admitted.get(job.key)
         entry = job.chain[0]
         model = f"{entry['provider']}/{entry['model']}"
@@ -126,6 +129,10 @@ def plan(
                     unpriced.add(model)
                 else:
                     estimate += price
+        if job.needs:
+            detail["needs"] = list(job.needs)
+        if job.review:
+            detail["review"] = True
         jobs.append({"key": job.key, "action": action, "model": model, **detail})
 
     budget = Budget.parse(max_spend, allow_unpriced)
@@ -138,6 +145,10 @@ def plan(
         "budget": format_usd(budget.cap_micros) if budget else None,
         "fits_budget": None if budget is None else estimate <= budget.cap_micros,
         "conflicts": conflicts,
+        # the jobs with needs and the jobs they need, in waves (each needs only earlier ones),
+        # and the jobs that pause for a person's review after verify
+        "order": dependency_order(manifest.jobs),
+        "review": reviewed,
         "jobs": jobs,
     }
 
@@ -157,6 +168,10 @@ def describe(result: dict[str, Any]) -> str:
             lines.append(
                 f"  conflict {job['key']}: output key {job['output_key']} holds {job['holds']}"
             )
+    if result.get("order"):
+        lines.append("  order: " + " -> ".join(", ".join(wave) for wave in result["order"]))
+    if result.get("review"):
+        lines.append("  waits for a review: " + ", ".join(result["review"]))
     if result["unpriced_models"]:
         lines.append("  unpriced (not in the estimate): " + ", ".join(result["unpriced_models"]))
     if result["budget"] is not None:

@@ -41,7 +41,16 @@ def job_reason(job: dict[str, Any]) -> str:
     if job.get("error_message"):
         code = job.get("error_code")
         return f"{code}: {job['error_message']}" if code else job["error_message"]
-    return job.get("waiting_reason") or ""
+    return job.get("waiting_reason") or paused_reason(job)
+
+
+def paused_reason(job: dict[str, Any]) -> str:
+    """Why a job rests for a person (a review) or for other jobs (its needs), else ''."""
+    if job.get("status") == "awaiting_review":
+        return "its output is stored; 'afc review approve KEY' (or reject) decides"
+    if job.get("status") == "blocked":
+        return "it waits for the jobs it needs ('afc show KEY' names them)"
+    return ""
 
 
 @dataclass

@@ -51,6 +51,7 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                 "usage": _loads(a["usage_json"]),
                 "cost": format_usd(a["cost_micros"]),
                 "cost_source": a["cost_source"],
+                "inputs": _loads(a.get("inputs_json")),  # reference images sent, with SHA-256
             }
             for a in rows
         ]
@@ -84,6 +85,20 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                 "finished_at": _iso(job["finished_at"]),
             },
             "request": _loads(job["request_json"]),
+            "review": bool(job.get("review")),
+            "needs": [
+                {"key": n["need_key"], "status": n["status"]} for n in ledger.needs_of(job["id"])
+            ],
+            "inputs": _loads(job.get("inputs_json")),
+            "decisions": [
+                {
+                    "decision": r["decision"],
+                    "by": r["decided_by"],
+                    "note": r["note"],
+                    "at": _iso(r["decided_at"]),
+                }
+                for r in ledger.reviews(job["id"])
+            ],
             "steps": [
                 {
                     "step": s["step"],
@@ -146,6 +161,21 @@ def print_story(story: dict[str, Any]) -> None:
     say(f"prompt        {request['prompt']!r}")
     chain = " -> ".join(f"{c['provider']}/{c['model']} x{c['attempts']}" for c in request["chain"])
     say(f"chain         {chain}")
+    if story["needs"]:
+        needs = ", ".join(
+            f"{n['key']} ({n['status'] or 'not in the ledger'})" for n in story["needs"]
+        )
+        say(f"needs         {needs}")
+    for item in story["inputs"] or []:
+        where = (
+            f"job {item['job']}" if "job" in item else f"{item['path']} (sha256 {item['sha256']})"
+        )
+        say(f"input         {where}")
+    if story["review"]:
+        say("review        a person approves its output (afc review)")
+    for d in story["decisions"]:
+        note = f": {d['note']}" if d["note"] else ""
+        say(f"decision      {d['decision']} by {d['by']} at {d['at']}{note}")
 
     attempts = [
         {
@@ -192,6 +222,14 @@ def print_story(story: dict[str, Any]) -> None:
     say("steps")
     sys.stdout.flush()
     emit(steps, [Col("step"), Col("at"), Col("detail", kind="text")])
+    sent = [(a["number"], i) for a in story["attempts"] for i in a.get("inputs") or []]
+    if sent:
+        say()
+        say("inputs sent")
+        for number, item in sent:
+            say(
+                f"  attempt {number}: {item['source']} sha256 {item['sha256']} ({item['size']} bytes)"
+            )
     say()
     for hook in story["webhooks"]:
         say(

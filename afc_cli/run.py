@@ -167,7 +167,10 @@ class RunResult:
             return EXIT_CONFLICT
         if self.stats.budget_hit:
             return EXIT_BUDGET
-        if self.stuck or any(row["status"] != "succeeded" for row in self.jobs):
+        # a job paused for a person's review, or blocked behind one, is not a failure: a review
+        # may take days, and cron must not report it every few minutes (queue stats alerts on
+        # a stale review: oldest_review_age_seconds)
+        if self.stuck or any(row["status"] not in PAUSED for row in self.jobs):
             return EXIT_JOB_FAILED
         return EXIT_OK
 
@@ -307,6 +310,7 @@ def resume(
 
 
 STUCK = ("failed", "dead")  # statuses that wait for a person
+PAUSED = ("succeeded", "awaiting_review", "blocked")  # statuses a run may end with, exit 0
 
 
 def max_interrupts() -> int:
@@ -454,7 +458,9 @@ def run_jobs(
         stop = asyncio.Event()
         outbox = None
         loop = asyncio.get_running_loop()
+        ctx.blocked = set(ledger.blocked_job_ids(job_ids))
         tasks = {job_id: asyncio.ensure_future(run_job(ctx, job_id)) for job_id in job_ids}
+        ctx.tasks = tasks
         interruption = Interruption(ctx, tasks, grace_s, reporter)
         try:
             with ledger.grouped(loop), interruption.installed(loop):

@@ -5,6 +5,7 @@ server counts every request so tests can prove what was (not) paid for twice."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import threading
@@ -33,6 +34,8 @@ class FakeProviders:
         self.seen_once: set[str] = set()
         self.cancels: list[str] = []
         self.server: ThreadingHTTPServer | None = None
+        # reference images received, by prompt: [(field, media type, sha256 of the bytes)]
+        self.inputs: dict[str, list[tuple[str, str, str]]] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -113,6 +116,8 @@ class FakeProviders:
             return h.reply(200, raw=render_png(path, 32, 32), ctype="image/png")
         if method == "POST" and path == "/v1/images/generations":
             return self.openai(h)
+        if method == "POST" and path == "/v1/images/edits":
+            return self.openai_edits(h)
         if method == "POST" and re.fullmatch(r"/v1/models/[^/]+/[^/]+/predictions", path):
             return self.replicate_submit(h)
         if m := re.fullmatch(r"/v1/predictions/([^/]+)", path):
@@ -256,6 +261,64 @@ class FakeProviders:
             headers=headers,
         )
 
+    def openai_edits(self, h) -> None:
+        """``POST /v1/images/edits``: multipart form data, the fields as form fields and each
+        reference image as an ``image[]`` file part (PNG, JPEG or WebP), as OpenAI takes it."""
+        import email.parser
+        import email.policy
+
+        self.count("openai_edits")
+        if h.headers.get("Authorization") != f"Bearer {KEYS['OPENAI_API_KEY']}":
+            return h.reply(401, {"error": {"message": "bad key", "code": "invalid_api_key"}})
+        ctype = h.headers.get("Content-Type", "")
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length)
+        if not ctype.startswith("multipart/form-data"):
+            return h.reply(400, _openai_invalid("expected multipart/form-data", None))
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            f"Content-Type: {ctype}\r\n\r\n".encode() + raw
+        )
+        fields, images = {}, []
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if part.get_filename() is None:
+                fields[name] = part.get_content()
+                continue
+            data = part.get_payload(decode=True)
+            if name != "image[]" or part.get_content_type() not in IMAGE_TYPES:
+                return h.reply(400, _openai_invalid(f"Invalid file {name!r}", "image"))
+            images.append((name, part.get_content_type(), hashlib.sha256(data).hexdigest()))
+        if not images or "prompt" not in fields or "model" not in fields:
+            return h.reply(400, _openai_invalid("image, prompt and model are required", "image"))
+        self.inputs[fields["prompt"]] = images
+        self.count("openai_billed")
+        image = base64.b64encode(render_png(fields["prompt"] + str(images), 32, 32)).decode()
+        h.reply(
+            200,
+            {
+                "created": 1,
+                "data": [{"b64_json": image}],
+                "usage": {"input_tokens": 70, "output_tokens": 4160, "total_tokens": 4230},
+            },
+        )
+
+    def record_data_uris(self, prompt: str, fields: dict) -> str | None:
+        """Reference images sent as data URIs in JSON fields: recorded by prompt; a malformed
+        one is the reason to refuse the request."""
+        for name, value in fields.items():
+            for item in value if isinstance(value, list) else [value]:
+                if not (isinstance(item, str) and item.startswith("data:")):
+                    continue
+                head, _, payload = item.partition(",")
+                mime = head[len("data:") :].removesuffix(";base64")
+                if not head.endswith(";base64") or mime not in IMAGE_TYPES:
+                    return f"{name}: not a base64 image data URI"
+                data = base64.b64decode(payload, validate=True)
+                self.inputs.setdefault(prompt, []).append(
+                    (name, mime, hashlib.sha256(data).hexdigest())
+                )
+        return None
+
     # --- Replicate ------------------------------------------------------------------------
 
     def replicate_submit(self, h) -> None:
@@ -271,6 +334,9 @@ class FakeProviders:
                 },
             )
         prompt = body.get("input", {}).get("prompt", "")
+        bad = self.record_data_uris(prompt, body.get("input", {}))
+        if bad:
+            return h.reply(422, {"title": "Input validation failed", "detail": bad, "status": 422})
         if "throttle" in prompt and self.first_time(prompt):
             return h.reply(
                 429,
@@ -341,6 +407,11 @@ class FakeProviders:
         if h.headers.get("Authorization") != f"Key {KEYS['FAL_KEY']}":
             return h.reply(401, {"detail": "Unauthorized"})
         prompt = body.get("prompt", "")
+        bad = self.record_data_uris(
+            prompt, {k: v for k, v in body.items() if k in ("image_url", "image_urls")}
+        )
+        if bad:
+            return h.reply(422, {"detail": [{"loc": ["body"], "msg": bad, "type": "value_error"}]})
         if "nsfw" in prompt:
             return h.reply(
                 422,
@@ -429,6 +500,13 @@ class FakeProviders:
                 },
             )
         prompt = body["contents"][0]["parts"][0]["text"]
+        for part in body["contents"][0]["parts"][1:]:
+            inline = part.get("inline_data") or part.get("inlineData") or {}
+            mime = inline.get("mime_type") or inline.get("mimeType")
+            if mime not in IMAGE_TYPES or not inline.get("data"):
+                return h.reply(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT"}})
+            digest = hashlib.sha256(base64.b64decode(inline["data"], validate=True)).hexdigest()
+            self.inputs.setdefault(prompt, []).append(("inline_data", mime, digest))
         usage = {"promptTokenCount": 10, "candidatesTokenCount": 1290, "totalTokenCount": 1300}
         if "quota" in prompt and self.first_time(prompt):
             return h.reply(
@@ -491,3 +569,17 @@ class FakeProviders:
                 "modelVersion": model,
             },
         )
+
+
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
+
+
+def _openai_invalid(message: str, param: str | None) -> dict:
+    return {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": param,
+            "code": None,
+        }
+    }

@@ -103,6 +103,10 @@ def test_queue_stats_and_fail_if(afc):
         "dlq": 0,
         "failed": 0,
         "oldest_age_seconds": stats["oldest_age_seconds"],
+        # review gates and needs (issue 17)
+        "blocked": 0,
+        "awaiting_review": 0,
+        "oldest_review_age_seconds": 0,
     }
     assert stats["oldest_age_seconds"] >= 0
     assert afc("queue", "stats", "--fail-if", "dlq>0").returncode == 0

@@ -16,6 +16,23 @@ async def _nothing(request_id: str) -> None:
 
 
 @dataclass(frozen=True)
+class InputImage:
+    """A reference image sent with a request (a manifest's ``inputs``): its bytes, media type,
+    SHA-256 and where it came from (``job:KEY`` or the file's name), read by the run just
+    before the attempt (afc_cli/inputs.py)."""
+
+    data: bytes
+    mime: str
+    sha256: str
+    source: str
+
+    def data_uri(self) -> str:
+        import base64
+
+        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode()}"
+
+
+@dataclass(frozen=True)
 class AttemptRequest:
     job_id: str
     key: str
@@ -32,6 +49,8 @@ class AttemptRequest:
     resume_id: str | None = None
     # the attempt window, for providers that enforce it on their side (Replicate Cancel-After)
     window_s: float | None = None
+    # reference images, in the manifest's order; each adapter sends them in its own format
+    inputs: tuple[InputImage, ...] = ()
 
 
 @dataclass

@@ -91,10 +91,14 @@ class FalProvider(HttpProvider):
             urls = self.urls(request.model, request_id)
         else:
             try:
+                body = {"prompt": request.prompt, **request.params}
+                if request.inputs:
+                    # fal's image models take a URL or a data URI: one image as image_url,
+                    # several as image_urls
+                    uris = [image.data_uri() for image in request.inputs]
+                    body.update({"image_url": uris[0]} if len(uris) == 1 else {"image_urls": uris})
                 response = await self.client.post(
-                    f"{self.base}/{request.model}",
-                    json={"prompt": request.prompt, **request.params},
-                    headers=self._headers(),
+                    f"{self.base}/{request.model}", json=body, headers=self._headers()
                 )
             except httpx.TransportError as exc:
                 raise transport_error(self.name, exc, paid_call=True) from None

@@ -55,7 +55,13 @@ class GeminiProvider(HttpProvider):
         config: dict[str, Any] = {"responseModalities": ["IMAGE"]}
         if request.params.get("aspect_ratio"):
             config["imageConfig"] = {"aspectRatio": request.params["aspect_ratio"]}
-        body = {"contents": [{"parts": [{"text": request.prompt}]}], "generationConfig": config}
+        parts: list[dict[str, Any]] = [{"text": request.prompt}]
+        # reference images (a manifest's ``inputs``) as inline data parts after the prompt
+        parts += [
+            {"inline_data": {"mime_type": image.mime, "data": image.data_uri().split(",", 1)[1]}}
+            for image in request.inputs
+        ]
+        body = {"contents": [{"parts": parts}], "generationConfig": config}
         try:
             response = await self.client.post(
                 f"{self.base}/models/{request.model}:generateContent",

@@ -11,8 +11,12 @@ through the job's ``params``:
 - ``size``: ``WxH`` of the image (default 64x64, at most 1024 each side).
 - ``seconds``: the compute seconds the attempt reports as used (default ``latency_s``).
 
-With ``AFC_LOCAL_CALL_LOG`` set to a file, every call appends ``<job id> <attempt>`` to it:
-the independent call counter that concurrency and crash tests check against.
+With ``AFC_LOCAL_CALL_LOG`` set to a file, every call appends ``<job id> <attempt>`` to it
+(then, when the request has reference images, the SHA-256 of each as it arrived, joined by
+commas): the independent call counter that concurrency and crash tests check against.
+
+Reference images (``inputs``) change the picture: their SHA-256 digests join the seed, so
+the same prompt with another style frame renders differently, as on a real model.
 
 Success reports one image and its seconds, and is priced from the rate card by the one rule
 (``RateCards.price`` in afc_cli/costs.py: ``per_image`` when the card has it, else
@@ -102,7 +106,8 @@ class LocalProvider(Provider):
         call_log = os.environ.get("AFC_LOCAL_CALL_LOG")
         if call_log:
             with open(call_log, "a", encoding="utf-8") as log:
-                log.write(f"{request.job_id} {request.attempt}\n")
+                received = ",".join(hashlib.sha256(i.data).hexdigest() for i in request.inputs)
+                log.write(f"{request.job_id} {request.attempt}{' ' * bool(received)}{received}\n")
         latency = float(params.get("latency_s", 0) or 0)
         if latency:
             await asyncio.sleep(latency)
@@ -120,6 +125,8 @@ class LocalProvider(Provider):
             )
         width, height = _parse_size(params.get("size", "64x64")) or (64, 64)
         seed = f"{request.model}\x00{request.prompt}\x00{params.get('seed', '')}"
+        if request.inputs:
+            seed += "\x00" + ",".join(hashlib.sha256(i.data).hexdigest() for i in request.inputs)
         data = render_png(seed, width, height)
         usage = {"images": 1, "seconds": float(params.get("seconds", latency))}
         cost = request.rates.price(self.name, request.model, usage)

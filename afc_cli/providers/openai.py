@@ -1,4 +1,6 @@
-"""OpenAI Images: ``POST {OPENAI_BASE_URL}/images/generations``, synchronous.
+"""OpenAI Images: ``POST {OPENAI_BASE_URL}/images/generations``, synchronous; with reference
+images (a manifest's ``inputs``), ``POST {OPENAI_BASE_URL}/images/edits`` as multipart form
+data: the same fields as form fields and each image as an ``image[]`` file part.
 
 The call itself is the paid window: there is no lookup by id and no idempotency key, so a
 process that dies during it leaves an ``unknown`` attempt (possibly paid) behind.
@@ -39,12 +41,25 @@ class OpenAIProvider(HttpProvider):
 
         body = {"model": request.model, "prompt": request.prompt, "n": 1}
         body.update({k: v for k, v in request.params.items() if k in PASSED})
+        headers = {"Authorization": f"Bearer {self.api_key()}"}
         try:
-            response = await self.client.post(
-                f"{self.base}/images/generations",
-                json=body,
-                headers={"Authorization": f"Bearer {self.api_key()}"},
-            )
+            if request.inputs:
+                response = await self.client.post(
+                    f"{self.base}/images/edits",
+                    data={name: str(value) for name, value in body.items()},
+                    files=[
+                        (
+                            "image[]",
+                            (f"input-{i}.{image.mime.split('/')[-1]}", image.data, image.mime),
+                        )
+                        for i, image in enumerate(request.inputs)
+                    ],
+                    headers=headers,
+                )
+            else:
+                response = await self.client.post(
+                    f"{self.base}/images/generations", json=body, headers=headers
+                )
         except httpx.TransportError as exc:
             raise transport_error(self.name, exc, paid_call=True) from None
         request_id = response.headers.get("x-request-id")

@@ -32,6 +32,19 @@ from afc_cli.providers.http import (
 )
 
 
+def reference_inputs(field: str | None, images: Any) -> dict[str, Any]:
+    """A manifest's ``inputs`` as the model's own input fields, as data URIs (Replicate takes
+    a URL or a data URI for a file input): one image in ``image``, several as a list in
+    ``image_input``, unless the params name the field (``inputs_field: input_image``; a field
+    ending in ``s`` or ``_input``, or several images, then take a list). ``inputs_field``
+    itself is afc's and never sent to the model."""
+    uris = [image.data_uri() for image in images]
+    if field is None:
+        return {"image": uris[0]} if len(uris) == 1 else {"image_input": uris}
+    listed = field.endswith(("s", "_input")) or len(uris) > 1
+    return {field: uris if listed else uris[0]}
+
+
 class ReplicateProvider(HttpProvider):
     name = "replicate"
     key_env = "REPLICATE_API_TOKEN"
@@ -68,6 +81,9 @@ class ReplicateProvider(HttpProvider):
         import httpx
 
         inputs = {"prompt": request.prompt, **request.params}
+        field = inputs.pop("inputs_field", None)  # afc's, not the model's: never sent
+        if request.inputs:
+            inputs.update(reference_inputs(field, request.inputs))
         headers = self._headers()
         if request.window_s:
             headers["Cancel-After"] = f"{max(1, int(request.window_s))}s"

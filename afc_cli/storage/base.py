@@ -58,6 +58,10 @@ class Storage:
     def describe(self, key: str) -> str:
         return f"{self.url.rstrip('/')}/{key}"
 
+    def read(self, key: str) -> bytes:
+        """The stored object's bytes (a job's output used as another job's input)."""
+        raise NotImplementedError
+
 
 def store_and_verify(
     storage: Storage, key: str, source: Path, meta: dict[str, Any]

@@ -55,6 +55,12 @@ class FileStorage(Storage):
             raise StorageError(f"cannot read {obj}: {exc}") from None
         return ObjectInfo(exists=True, size=size, meta=meta)
 
+    def read(self, key: str) -> bytes:
+        try:
+            return self._object(key).read_bytes()
+        except OSError as exc:
+            raise StorageError(f"cannot read {self._object(key)}: {exc.strerror or exc}") from None
+
     def _read_meta(self, key: str) -> dict[str, Any] | None:
         path = self._meta(key)
         try:

@@ -332,6 +332,13 @@ class S3Storage(Storage):
             return f"{self.describe(key)} has checksum {reported}, expected {expected}"
         return self._verify_by_reading(key, size, sha256)
 
+    def read(self, key: str) -> bytes:
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"]
+            return body.read()
+        except Exception as exc:  # noqa: BLE001 - classified by _error
+            raise self._error(exc, "cannot read", key) from None
+
     def _verify_by_reading(self, key: str, size: int, sha256: str) -> str | None:
         """No usable checksum from S3: read the object back and hash it."""
         try:

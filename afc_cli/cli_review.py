@@ -1,0 +1,178 @@
+"""``afc review``: list, approve and reject jobs awaiting review (afc_cli/review.py).
+
+Attached to the main app by afc_cli/cli.py; each command opens the ledger, calls one function
+of afc_cli/review.py and formats its result."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from afc_cli.cli import (
+    DEFAULT_LEDGER,
+    BatchOpt,
+    JsonOpt,
+    LedgerOpt,
+    QuietOpt,
+    _boundary,
+    _err,
+    _examples,
+)
+
+review_app = typer.Typer(
+    help="Jobs paused for a person's review (review: true): list, approve, reject.",
+    epilog=_examples(
+        "afc review list",
+        "afc review approve style-frame --note 'warmer, good'",
+        "afc review reject style-frame --reason 'too dark'",
+    ),
+    no_args_is_help=True,
+)
+ByOpt = Annotated[
+    str | None,
+    typer.Option("--by", metavar="NAME", help="Who decides (recorded; default: the OS user)."),
+]
+KeysArg = Annotated[list[str], typer.Argument(metavar="KEY", help="Keys of the jobs to decide.")]
+
+
+def _age(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+
+
+@review_app.command(
+    "list",
+    epilog=_examples("afc review list", "afc review list --batch trailer-shots --json"),
+)
+def review_list(
+    batch: BatchOpt = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    json_out: JsonOpt = False,
+) -> None:
+    """Jobs awaiting review, oldest first: key, stored output, cost, age.
+
+    --json gives each job's job_id, batch, key, model, output (file:// or s3:// URI),
+    cost (a decimal string, null when unpriced), age_s and prompt."""
+    with _boundary():
+        from afc_cli.costs import format_usd
+        from afc_cli.ledger import Ledger
+        from afc_cli.review import pending
+
+        opened = Ledger(ledger, create=False)
+        try:
+            rows = pending(opened, batch)
+        finally:
+            opened.close()
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(
+                {
+                    "awaiting_review": [
+                        {**row, "cost": format_usd(row["cost_micros"])} for row in rows
+                    ]
+                }
+            )
+            return
+        from afc_cli.tables import Col, emit
+
+        shown = [
+            {
+                "batch": row["batch"],
+                "key": row["key"],
+                "output": row["output"],
+                "cost": format_usd(row["cost_micros"]) or "unpriced",
+                "age": _age(row["age_s"]),
+            }
+            for row in rows
+        ]
+        columns = [Col("key"), Col("output", kind="text"), Col("cost", right=True), Col("age")]
+        if len({row["batch"] for row in rows}) > 1:
+            columns.insert(0, Col("batch"))
+        emit(shown, columns, notes=[] if rows else ["no job is awaiting review"], group="batch")
+
+
+def _decided(keys: list[str], what: str, json_out: bool, quiet: bool) -> None:
+    if json_out:
+        from afc_cli.output import emit_json
+
+        emit_json({what: keys})
+    elif not quiet:
+        for key in keys:
+            _err(f"{key}: {what}")
+        if what == "approved":
+            _err("jobs that needed them run at the next 'afc resume' (or cron)")
+    sys.stdout.flush()
+
+
+@review_app.command(
+    "approve",
+    epilog=_examples(
+        "afc review approve style-frame",
+        "afc review approve style-frame --batch trailer-shots --note 'warmer, good'",
+    ),
+)
+def review_approve(
+    keys: KeysArg,
+    note: Annotated[
+        str | None, typer.Option("--note", metavar="TEXT", help="Why, kept with the decision.")
+    ] = None,
+    by: ByOpt = None,
+    batch: BatchOpt = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Approve jobs awaiting review: they succeed, and jobs that need them can run.
+
+    All named jobs are decided together or none (exit 2 naming the key that is unknown, in
+    several batches without --batch, or not awaiting review)."""
+    with _boundary():
+        from afc_cli.ledger import Ledger
+        from afc_cli.ops import who
+        from afc_cli.review import approve
+
+        opened = Ledger(ledger, create=False)
+        try:
+            decided = approve(opened, keys, by=by or who(), note=note, batch=batch)
+        finally:
+            opened.close()
+        _decided(decided, "approved", json_out, quiet)
+
+
+@review_app.command(
+    "reject",
+    epilog=_examples("afc review reject style-frame --reason 'too dark'"),
+)
+def review_reject(
+    keys: KeysArg,
+    reason: Annotated[
+        str, typer.Option("--reason", metavar="TEXT", help="Why (required; kept with the job).")
+    ],
+    by: ByOpt = None,
+    batch: BatchOpt = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Reject jobs awaiting review: final (rejected); jobs that need them fail with
+    DEPENDENCY_FAILED. All named jobs are decided together or none (exit 2)."""
+    with _boundary():
+        from afc_cli.ledger import Ledger
+        from afc_cli.ops import who
+        from afc_cli.review import reject
+
+        opened = Ledger(ledger, create=False)
+        try:
+            decided = reject(opened, keys, by=by or who(), reason=reason, batch=batch)
+        finally:
+            opened.close()
+        _decided(decided, "rejected", json_out, quiet)

@@ -1,0 +1,96 @@
+"""Reference images (a manifest's ``inputs``), read just before a job's attempts.
+
+A ``path`` input is read from the file the manifest named (its absolute path is kept on the
+job row) and must still have the SHA-256 it was admitted with: the request hash covers that
+digest, so a changed file is a changed request, refused here rather than sent under the old
+hash. A ``job`` input is the stored output of another job of the batch (which the job needed,
+so it has succeeded), read from that batch's storage and checked against the SHA-256 its
+verify step recorded. Either way, what an attempt sends is recorded on its row with the
+digest (``Ledger.set_attempt_inputs``) and shown by ``afc show``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mimetypes
+from typing import Any
+
+from afc_cli.providers.base import InputImage
+
+
+class InputProblem(Exception):
+    """An input cannot be sent as admitted (changed, gone): the job fails with the reason."""
+
+
+def media_type(data: bytes, name: str) -> str:
+    """The image's media type from its first bytes, else from its name."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    return mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
+def needed_outputs(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
+    """The ledger rows of the jobs whose outputs are this job's inputs (read in the run's
+    loop: the ledger connection belongs to it; ``read_inputs`` then runs in a thread)."""
+    items = json.loads(job.get("inputs_json") or "[]")
+    return {item["job_id"]: ledger.stored_output(item["job_id"]) for item in items if "job" in item}
+
+
+def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str, Any]) -> tuple:
+    """The job's inputs as ``InputImage`` values, in the manifest's order (``outputs``: from
+    ``needed_outputs``). Raises InputProblem, or StorageError when a needed job's output
+    cannot be read (retryable)."""
+    images = []
+    for item in json.loads(job.get("inputs_json") or "[]"):
+        if "path" in item:
+            try:
+                with open(item["path"], "rb") as handle:
+                    data = handle.read()
+            except OSError as exc:
+                raise InputProblem(
+                    f"input file {item['path']!r} cannot be read ({exc.strerror or exc}); the "
+                    "request hash covers its content: restore it, then 'afc retry "
+                    f"{job['key']}'"
+                ) from None
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != item["sha256"]:
+                raise InputProblem(
+                    f"input file {item['path']!r} changed since it was admitted (sha256 "
+                    f"{item['sha256']}, now {digest}); the request hash covers its content: "
+                    "restore it, or submit the changed request under a new key"
+                )
+            images.append(InputImage(data, media_type(data, item["path"]), digest, item["name"]))
+            continue
+        need = outputs.get(item["job_id"])
+        if need is None or need["status"] != "succeeded":
+            raise InputProblem(
+                f"input job {item['job']!r} has no approved, stored output "
+                f"({'not in the ledger' if need is None else need['status']})"
+            )
+        data = storages[need["batch"]].read(need["output_key"])
+        digest = hashlib.sha256(data).hexdigest()
+        if need["output_sha256"] and digest != need["output_sha256"]:
+            raise InputProblem(
+                f"the stored output of input job {item['job']!r} "
+                f"({storages[need['batch']].describe(need['output_key'])}) reads back sha256 "
+                f"{digest}, not the {need['output_sha256']} it was verified with"
+            )
+        images.append(
+            InputImage(data, media_type(data, need["output_key"]), digest, f"job:{item['job']}")
+        )
+    return tuple(images)
+
+
+def recorded(images: tuple) -> list[dict[str, Any]]:
+    """What an attempt row keeps of its inputs: where each came from, its size and SHA-256."""
+    return [
+        {"source": image.source, "sha256": image.sha256, "size": len(image.data)}
+        for image in images
+    ]

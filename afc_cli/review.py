@@ -1,0 +1,116 @@
+"""Review gates: jobs with ``review: true`` pause in ``awaiting_review`` after verify, their
+output stored, until a person approves (-> ``succeeded``) or rejects (-> ``rejected``,
+terminal) them. The ``afc review`` commands and the review page of ``afc serve`` call these.
+
+A decision is one transaction (``Ledger.decide_reviews``): the status change, guarded by the
+status it leaves (``WHERE status = 'awaiting_review'``), the decision row with who made it,
+when and why, the job's event and its webhook row (``job.succeeded`` / ``job.rejected``). Of
+two people approving one job at once, one decision is recorded and the other is refused.
+Several keys in one call are decided all together or not at all. A rejection fails the jobs
+that need the rejected one (``DEPENDENCY_FAILED``) in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from afc_cli.errors import UsageError
+from afc_cli.ledger import Ledger, ReviewRace
+
+
+def pending(ledger: Ledger, batch: str | None = None, now: float | None = None) -> list[dict]:
+    """Jobs awaiting review, oldest first: dicts with keys job_id, batch, key, model,
+    output (the stored output's URI: file:// path or s3:// URL), cost_micros (int or None),
+    age_s (float), prompt."""
+    ledger.require_batch(batch)
+    now = time.time() if now is None else now
+    out = []
+    for row in ledger.review_rows(batch):
+        try:
+            prompt = json.loads(row["request_json"])["prompt"]
+        except (ValueError, KeyError, TypeError):
+            prompt = None
+        out.append(
+            {
+                "job_id": row["id"],
+                "batch": row["batch"],
+                "key": row["key"],
+                "model": row["model"],
+                "output": f"{row['storage'].rstrip('/')}/{row['output_key']}",
+                "cost_micros": row["cost_micros"],
+                "age_s": max(0.0, now - (row["review_at"] or now)),
+                "prompt": prompt,
+            }
+        )
+    return out
+
+
+def approve(
+    ledger: Ledger,
+    keys: list[str],
+    *,
+    by: str,
+    note: str | None = None,
+    batch: str | None = None,
+) -> list[str]:
+    """Approve jobs awaiting review; returns the keys decided. Raises an afc_cli.errors
+    domain error (exit 2 class) naming the key if a key is unknown, ambiguous across batches
+    without `batch`, or not awaiting review; in that case nothing is decided."""
+    return _decide(ledger, keys, "approved", by=by, note=note, batch=batch)
+
+
+def reject(
+    ledger: Ledger,
+    keys: list[str],
+    *,
+    by: str,
+    reason: str,
+    batch: str | None = None,
+) -> list[str]:
+    """Same contract; the job becomes `rejected` (terminal)."""
+    if not reason or not reason.strip():
+        raise UsageError("a rejection needs a reason (--reason TEXT): it is kept with the job")
+    return _decide(ledger, keys, "rejected", by=by, note=reason, batch=batch)
+
+
+def _decide(
+    ledger: Ledger,
+    keys: list[str],
+    decision: str,
+    *,
+    by: str,
+    note: str | None,
+    batch: str | None,
+) -> list[str]:
+    if not keys:
+        raise UsageError("name the jobs to decide (KEY...); 'afc review list' shows them")
+    if not by or not by.strip():
+        raise UsageError("a decision names who made it (--by)")
+    ledger.require_batch(batch)
+    jobs, problems = [], []
+    for key in dict.fromkeys(keys):
+        found = ledger.jobs_by_key(key, batch)
+        where = f" in batch {batch!r}" if batch else ""
+        if not found:
+            problems.append(f"{key!r}: no job with this key{where}")
+        elif len(found) > 1:
+            batches = ", ".join(repr(job["batch"]) for job in found)
+            problems.append(f"{key!r}: a key of several batches ({batches}): add --batch")
+        elif found[0]["status"] != "awaiting_review":
+            problems.append(f"{key!r}: it is {found[0]['status']}, not awaiting review")
+        else:
+            jobs.extend(found)
+    if problems:
+        verb = "approve" if decision == "approved" else "reject"
+        raise UsageError(
+            f"cannot {verb}, nothing was decided:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
+    try:
+        ledger.decide_reviews(jobs, decision, by=by, note=note)
+    except ReviewRace as exc:
+        raise UsageError(
+            f"cannot decide {exc.key!r} (batch {exc.batch!r}): it was decided meanwhile, by "
+            "another review; nothing was decided"
+        ) from None
+    return [job["key"] for job in jobs]
