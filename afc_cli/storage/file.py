@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,17 @@ class FileStorage(Storage):
         except OSError as exc:
             raise StorageError(f"cannot read {obj}: {exc}") from None
         return ObjectInfo(exists=True, size=size, meta=meta)
+
+    def read_chunks(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        path = self._object(key)
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed by the generator below
+        except OSError as exc:
+            reason = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
+            raise StorageError(f"cannot read {path}: {reason}", retryable=False) from None
+        with handle:
+            while data := handle.read(chunk):
+                yield data
 
     def _read_meta(self, key: str) -> dict[str, Any] | None:
         path = self._meta(key)
