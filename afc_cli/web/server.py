@@ -61,8 +61,8 @@ def access_token(host: str, environ: dict[str, str]) -> str | None:
     if token is None and not is_loopback(host):
         raise UsageError(
             f"--host {host} would serve the ledger to other machines: set {TOKEN_ENV} to a "
-            f"random secret of {TOKEN_MIN} or more characters (visitors open "
-            f"http://HOST:PORT/?token=<the secret> once), or serve on 127.0.0.1"
+            f"random secret of {TOKEN_MIN} or more characters (a visitor opens the address once "
+            f"with the query parameter token set to it), or serve on 127.0.0.1"
         )
     return token
 
@@ -352,7 +352,8 @@ class TokenGate:
             await self.app(scope, receive, send)
             return
         response = PlainTextResponse(
-            f"this afc serve needs its token: open the address with ?token=<{TOKEN_ENV}>",
+            f"this afc serve needs its token: open the address once with the query parameter "
+            f"token set to the value of {TOKEN_ENV}",
             status_code=401,
         )
         await response(scope, receive, send)
@@ -394,7 +395,7 @@ def serve(
     shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
     announce(
         f"serving {ledger_path} at http://{shown}:{bound}/"
-        + (f" (open it once with ?token=<{TOKEN_ENV}>)" if token else "")
+        + (f" (open it once with the query parameter token set to {TOKEN_ENV})" if token else "")
         + "; Ctrl-C stops"
     )
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
