@@ -38,7 +38,7 @@ def _chart(kind: str, title: str, labels: list[str], series: list[tuple[str, lis
         style=style,
         js=[],  # no script from the web: the file opens offline and mails
         disable_xml_declaration=True,
-        width=720,
+        width=560,
         height=max(240, 90 + 14 * len(labels) * len(series)) if kind == "HorizontalBar" else 320,
         min_scale=3,
         max_scale=6,
@@ -69,9 +69,9 @@ def by_group(report: dict[str, Any], title: str) -> str:
         title,
         labels,
         [
-            ("spent (priced)", [_usd(r["priced"]) for r in rows]),
-            ("wasted (failed, unknown outcome)", [_usd(r["failed_spend"]) for r in rows]),
-            ("saved (stored outputs)", [_usd(r["avoided_cost"]) for r in rows]),
+            ("spent", [_usd(r["priced"]) for r in rows]),
+            ("wasted", [_usd(r["failed_spend"]) for r in rows]),
+            ("saved", [_usd(r["avoided_cost"]) for r in rows]),
         ],
     )
 
@@ -84,7 +84,7 @@ def by_day(report: dict[str, Any]) -> str:
         "Spend by day (USD)",
         labels,
         [
-            ("spent (priced)", [_usd(r["priced"]) for r in rows]),
+            ("spent", [_usd(r["priced"]) for r in rows]),
             ("wasted", [_usd(r["failed_spend"]) for r in rows]),
             ("saved", [_usd(r["avoided_cost"]) for r in rows]),
         ],

@@ -41,6 +41,7 @@ TOKEN_ENV = "AFC_SERVE_TOKEN"
 TOKEN_MIN = 16
 COOKIE = "afc_serve_token"
 PAGE = 120
+DECIDED = {"approve": "approved", "reject": "rejected"}
 
 
 def is_loopback(host: str) -> bool:
@@ -171,6 +172,7 @@ class Pages:
         for item in pending:
             cost = item.get("cost_micros")
             item["cost"] = format_usd(cost) if cost is not None else None
+            item["age"] = age(item.get("age_s") or 0)
         query = request.query_params
         return self.page(
             request,
@@ -199,6 +201,10 @@ class Pages:
                 "stale): reload the review page and decide again",
             )
         action = request.path_params["action"]
+        if action not in DECIDED:
+            return self.page(
+                request, "serve_error.html", status=404, message=f"no action {action!r}"
+            )
         key = str(form.get("key", "")).strip()
         batch = str(form.get("batch", "")).strip() or None
         by = (str(form.get("by", "")).strip() or getpass.getuser()) + " (afc serve)"
@@ -207,7 +213,7 @@ class Pages:
             await run_in_threadpool(self._decide, action, key, batch, by, reason)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
-        url = request.url_for("review").include_query_params(decided=action + "d", key=key)
+        url = request.url_for("review").include_query_params(decided=DECIDED[action], key=key)
         return RedirectResponse(str(url), status_code=303)
 
     def _decide(self, action: str, key: str, batch: str | None, by: str, reason: str) -> None:
@@ -283,6 +289,14 @@ class Pages:
         kind = mimetypes.guess_type(job["output_key"])[0] or "application/octet-stream"
         headers = {"Content-Length": str(job["size"])} if job["size"] is not None else {}
         return StreamingResponse(body(), media_type=kind, headers=headers)
+
+
+def age(seconds: float) -> str:
+    """How long a job has waited for review, as a person says it: 40 s, 12 min, 3 h, 2 days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size or (unit != "days" and seconds >= size):
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 def _params(name: str, args: tuple[Any, ...]) -> dict[str, Any]:
