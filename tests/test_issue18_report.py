@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
+import stat
 from html.parser import HTMLParser
 
 import pytest
@@ -133,6 +135,9 @@ def test_json_summary_and_the_since_and_batch_scopes(afc):
     summary = afc.json("report", "--html", "r.html", "--batch", "b1")
     assert summary["jobs"] == 4 and summary["pictures"] == 3 and summary["failures"] == 1
     assert summary["total"] == afc.json("costs", "report")["total"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((afc.cwd / "r.html").stat().st_mode) == 0o666 & ~umask  # not 0600
     later = afc.json("report", "--html", "later.html", "--since", "2999-01-01")
     assert later["jobs"] == 0 and later["total"]["priced"] == "0.000000"
 

@@ -93,6 +93,9 @@ def write_report(
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
