@@ -97,6 +97,10 @@ def serve_command(
     ] = 8765,
     batch: BatchOpt = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Once listening, its address as one JSON line on stdout."),
+    ] = False,
 ) -> None:
     """The report's views live, and the review queue, in a browser.
 
@@ -106,12 +110,21 @@ def serve_command(
     with _boundary():
         from afc_cli.web.server import serve
 
+        def announce(line: str, url: str) -> None:
+            _err(line)
+            sys.stderr.flush()
+            if json_out:  # for a script that started it on --port 0
+                import json
+
+                sys.stdout.write(json.dumps({"url": url, "ledger": ledger, "batch": batch}) + "\n")
+                sys.stdout.flush()
+
         serve(
             ledger,
             host=host,
             port=port,
             batch=batch,
             environ=dict(os.environ),
-            announce=lambda line: (_err(line), sys.stderr.flush()),
+            announce=announce,
         )
         _err("serve stopped")

@@ -182,7 +182,6 @@ class Pages:
             decided=query.get("decided"),
             decided_key=query.get("key"),
             error=None,
-            user=getpass.getuser(),
         )
 
     async def decide(self, request: Any):
@@ -207,7 +206,7 @@ class Pages:
             )
         key = str(form.get("key", "")).strip()
         batch = str(form.get("batch", "")).strip() or None
-        by = (str(form.get("by", "")).strip() or getpass.getuser()) + " (afc serve)"
+        by = f"{getpass.getuser()} (afc serve)"  # who runs the server decides through it
         reason = str(form.get("reason", "")).strip()
         try:
             await run_in_threadpool(self._decide, action, key, batch, by, reason)
@@ -380,7 +379,7 @@ def serve(
     port: int,
     batch: str | None,
     environ: dict[str, str],
-    announce: Callable[[str], None],
+    announce: Callable[[str, str], None],
 ) -> None:
     """Serve until Ctrl-C or SIGTERM; then stop cleanly (requests in flight finish)."""
     from afc_cli.ledger import Ledger
@@ -407,10 +406,12 @@ def serve(
     app = build_app(ledger_path, batch=batch, host=host, token=token)
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
+    url = f"http://{shown}:{bound}/"
     announce(
-        f"serving {ledger_path} at http://{shown}:{bound}/"
+        f"serving {ledger_path} at {url}"
         + (f" (open it once with the query parameter token set to {TOKEN_ENV})" if token else "")
-        + "; Ctrl-C stops"
+        + "; Ctrl-C stops",
+        url,
     )
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
