@@ -29,6 +29,10 @@ def _binaries() -> tuple[str, str] | None:
     return (browser, driver) if browser and driver else None
 
 
+def available() -> bool:
+    return _binaries() is not None
+
+
 @pytest.fixture(scope="module")
 def browser():
     found = _binaries()

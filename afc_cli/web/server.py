@@ -309,7 +309,6 @@ def build_app(ledger_path: str, *, batch: str | None, host: str, token: str | No
     """The ASGI application, with its form token (``app.state.form_token``)."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
-    from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.routing import Route
 
     pages = Pages(ledger_path, batch, secrets.token_urlsafe(32))
@@ -324,14 +323,39 @@ def build_app(ledger_path: str, *, batch: str | None, host: str, token: str | No
     ]
     middleware = []
     if is_loopback(host):
-        middleware.append(
-            Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]"])
-        )
+        middleware.append(Middleware(LoopbackHosts))
     if token is not None:
         middleware.append(Middleware(TokenGate, token=token))
     app = Starlette(routes=routes, middleware=middleware)
     app.state.form_token = pages.form_token
     return app
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: ``[::1]:8765`` is ``::1``."""
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class LoopbackHosts:
+    """Bound to loopback: answer only requests addressed to a loopback name (400 otherwise),
+    so a page on another site cannot reach this server by rebinding its own name to
+    127.0.0.1. Plain ASGI middleware."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            header = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if not is_loopback(host_name(header)):
+                from starlette.responses import PlainTextResponse
+
+                response = PlainTextResponse("not a loopback address", status_code=400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class TokenGate:
