@@ -991,3 +991,7 @@ def main() -> None:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.environ.setdefault("PYTHONIOENCODING", "utf-8")
     app(prog_name="afc")  # "afc" in help and usage, also under python -m afc_cli
+
+
+# afc report --html and afc serve: their module attaches them to ``app`` (afc_cli/cli_pictures.py)
+from afc_cli import cli_pictures  # noqa: E402, F401

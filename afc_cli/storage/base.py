@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,13 @@ class Storage:
 
     def read(self, key: str) -> bytes:
         """The stored object's bytes (a job's output used as another job's input)."""
+        return b"".join(self.read_chunks(key))
+
+    def read_chunks(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """The stored object's bytes, a chunk at a time (for a picture in ``afc report --html``
+        and ``afc serve``: never the whole of a large object in memory). Raises StorageError
+        naming the object when it is missing or cannot be read; the error comes on the first
+        ``next()``, before any byte."""
         raise NotImplementedError
 
 

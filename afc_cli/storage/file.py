@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,16 @@ class FileStorage(Storage):
             raise StorageError(f"cannot read {obj}: {exc}") from None
         return ObjectInfo(exists=True, size=size, meta=meta)
 
-    def read(self, key: str) -> bytes:
+    def read_chunks(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        path = self._object(key)
         try:
-            return self._object(key).read_bytes()
+            handle = open(path, "rb")  # noqa: SIM115 - closed by the generator below
         except OSError as exc:
-            raise StorageError(f"cannot read {self._object(key)}: {exc.strerror or exc}") from None
+            reason = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
+            raise StorageError(f"cannot read {path}: {reason}", retryable=False) from None
+        with handle:
+            while data := handle.read(chunk):
+                yield data
 
     def _read_meta(self, key: str) -> dict[str, Any] | None:
         path = self._meta(key)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -332,12 +333,21 @@ class S3Storage(Storage):
             return f"{self.describe(key)} has checksum {reported}, expected {expected}"
         return self._verify_by_reading(key, size, sha256)
 
-    def read(self, key: str) -> bytes:
+    def read_chunks(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"]
-            return body.read()
-        except Exception as exc:  # noqa: BLE001 - classified by _error
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if self._is_missing(exc):
+                raise StorageError(
+                    f"cannot read {self.describe(key)}: missing", retryable=False
+                ) from None
             raise self._error(exc, "cannot read", key) from None
+        try:
+            yield from body.iter_chunks(chunk)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            raise self._error(exc, "cannot read", key) from None
+        finally:
+            body.close()
 
     def _verify_by_reading(self, key: str, size: int, sha256: str) -> str | None:
         """No usable checksum from S3: read the object back and hash it."""

@@ -1,0 +1,100 @@
+"""The spend as SVG charts, drawn by pygal and embedded inline (no script, no font or file
+fetched: the report opens offline). The charts draw the costs report's rows
+(``afc_cli/costs_report.py``); the exact figures stay in the tables beside them, as decimal
+strings, never rounded through a float.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+COLOURS = ("#2f6fb0", "#c0392b", "#2e8b57", "#8e6c8a")
+
+
+def _usd(value: str | None) -> float:
+    return float(Decimal(value)) if value is not None else 0.0
+
+
+def _chart(kind: str, title: str, labels: list[str], series: list[tuple[str, list[float]]]):
+    import pygal
+    from pygal.style import Style
+
+    style = Style(
+        background="transparent",
+        plot_background="transparent",
+        foreground="#222",
+        foreground_strong="#222",
+        foreground_subtle="#888",
+        colors=COLOURS,
+        font_family="system-ui, sans-serif",
+        title_font_size=16,
+        label_font_size=12,
+        major_label_font_size=12,
+        legend_font_size=12,
+        value_font_size=11,
+    )
+    chart = getattr(pygal, kind)(
+        style=style,
+        js=[],  # no script from the web: the file opens offline and mails
+        disable_xml_declaration=True,
+        width=560,
+        height=max(240, 90 + 14 * len(labels) * len(series)) if kind == "HorizontalBar" else 320,
+        min_scale=3,
+        max_scale=6,
+        legend_at_bottom=True,
+        legend_at_bottom_columns=len(series),
+        print_values=False,
+        show_y_guides=True,
+        value_formatter=lambda v: f"${v:,.2f}",
+        x_label_rotation=0 if len(labels) < 8 else 30,
+        truncate_label=40,
+        truncate_legend=-1,
+        title=title,
+    )
+    chart.x_labels = labels
+    for name, values in series:
+        chart.add(name, values)
+    return chart.render(is_unicode=True)
+
+
+def by_group(report: dict[str, Any], title: str) -> str:
+    """Priced spend, the part of it wasted (failed and unknown-outcome attempts) and what
+    stored outputs saved, per provider or model."""
+    rows = report["rows"]
+    by = report["by"]
+    labels = [str(row[by]) for row in rows]
+    return _chart(
+        "HorizontalBar",
+        title,
+        labels,
+        [
+            ("spent", [_usd(r["priced"]) for r in rows]),
+            ("wasted", [_usd(r["failed_spend"]) for r in rows]),
+            ("saved", [_usd(r["avoided_cost"]) for r in rows]),
+        ],
+    )
+
+
+def by_day(report: dict[str, Any]) -> str:
+    rows = report["rows"]
+    labels = [str(row["day"]) for row in rows]
+    return _chart(
+        "Bar",
+        "Spend by day (USD)",
+        labels,
+        [
+            ("spent", [_usd(r["priced"]) for r in rows]),
+            ("wasted", [_usd(r["failed_spend"]) for r in rows]),
+            ("saved", [_usd(r["avoided_cost"]) for r in rows]),
+        ],
+    )
+
+
+def charts(spend: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The SVG of each chart, by name."""
+    return {
+        "model": by_group(spend["model"], "Spend by model (USD)"),
+        "provider": by_group(spend["provider"], "Spend by provider (USD)"),
+        "day": by_day(spend["day"]),
+    }

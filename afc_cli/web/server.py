@@ -1,0 +1,453 @@
+"""``afc serve``: the report's views live from the ledger, and the review queue.
+
+Starlette (routing, forms, streaming responses) on uvicorn. Every request reads the ledger
+afresh (its own read connection: a run may be writing beside it; WAL lets both go on).
+
+Who may do what:
+
+- It binds 127.0.0.1 by default, and then answers only requests addressed to a loopback name
+  (``Host`` 127.0.0.1, localhost or [::1]): a web page elsewhere cannot reach it through DNS
+  rebinding.
+- Any other ``--host`` needs ``AFC_SERVE_TOKEN`` (at least 16 characters), else it is refused
+  with exit 2 before binding. With the variable set (on any host), every request needs it:
+  opening ``/?token=...`` once sets a cookie (HttpOnly, SameSite=Strict) and redirects to the
+  same page without the token in its address. The token is never printed or logged.
+- A GET never changes anything. Approve and reject are POSTs only (a GET of their address
+  is 405 and decides nothing), and each must carry this server's form token: a random value
+  made when the server starts, written into its own pages' forms, compared in constant time.
+  A page elsewhere cannot read it, so it cannot post a decision (403).
+
+Full-size outputs are streamed from storage a chunk at a time (``Storage.read_chunks``);
+thumbnails are made on first request and kept in memory, keyed by the output's SHA-256.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hmac
+import ipaddress
+import mimetypes
+import secrets
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from afc_cli.errors import AfcError, UsageError
+
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
+TOKEN_ENV = "AFC_SERVE_TOKEN"
+TOKEN_MIN = 16
+COOKIE = "afc_serve_token"
+PAGE = 120
+DECIDED = {"approve": "approved", "reject": "rejected"}
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def access_token(host: str, environ: dict[str, str]) -> str | None:
+    """The token every request must carry, or None; refuses (exit 2) a host other than
+    loopback without one, and a token too short to be a secret."""
+    token = environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < TOKEN_MIN:
+        raise UsageError(f"{TOKEN_ENV} is too short: use a random value of {TOKEN_MIN} or more")
+    if token is None and not is_loopback(host):
+        raise UsageError(
+            f"--host {host} would serve the ledger to other machines: set {TOKEN_ENV} to a "
+            f"random secret of {TOKEN_MIN} or more characters (a visitor opens the address once "
+            f"with the query parameter token set to it), or serve on 127.0.0.1"
+        )
+    return token
+
+
+class Pages:
+    """The live pages. ``form_token`` guards every POST; ``thumbs`` caches thumbnails."""
+
+    def __init__(self, ledger_path: str, batch: str | None, form_token: str):
+        from afc_cli.web.html import environment, stylesheet
+
+        self.ledger_path = ledger_path
+        self.batch = batch
+        self.form_token = form_token
+        self.thumbs: dict[str, bytes | None] = {}
+        self.notes: dict[str, str | None] = {}
+        self.lock = threading.Lock()
+        self.css = stylesheet()
+        self.env = environment()
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def book(self):
+        from afc_cli.ledger import Ledger
+
+        return Ledger(self.ledger_path, create=False)
+
+    def page(self, request: Any, template: str, status: int = 200, **context: Any):
+        from starlette.responses import HTMLResponse
+
+        from afc_cli.secrets import scrub_data
+
+        text = self.env.get_template(template).render(
+            url=lambda name, *args: request.url_for(name, **_params(name, args)),
+            css=self.css,
+            view=template.removeprefix("serve_").removesuffix(".html"),
+            batch=self.batch,
+            form_token=self.form_token,
+            ledger=self.ledger_path,
+            **scrub_data(context),
+        )
+        return HTMLResponse(text, status_code=status)
+
+    # --- views --------------------------------------------------------------------------
+
+    def sheet(self, request: Any):
+        from afc_cli.listing import counts_line
+        from afc_cli.web.sheet import cards, counts
+
+        try:
+            number = max(1, int(request.query_params.get("page", "1")))
+        except ValueError:
+            number = 1
+        book = self.book()
+        try:
+            by_status = counts(book, batch=self.batch)
+            jobs = cards(book, batch=self.batch, limit=PAGE, offset=(number - 1) * PAGE)
+        finally:
+            book.close()
+        total = sum(by_status.values())
+        pages = max(1, -(-total // PAGE))
+        return self.page(
+            request,
+            "serve_sheet.html",
+            jobs=jobs,
+            number=number,
+            pages=pages,
+            counts_line=counts_line(by_status),
+        )
+
+    def failures(self, request: Any):
+        from afc_cli.web.sheet import FAILED, cards
+
+        book = self.book()
+        try:
+            jobs = cards(book, batch=self.batch, statuses=FAILED)
+        finally:
+            book.close()
+        return self.page(request, "serve_failures.html", jobs=jobs)
+
+    def spend(self, request: Any):
+        from afc_cli.costs_report import footer
+        from afc_cli.web.charts import charts
+        from afc_cli.web.sheet import spend
+
+        report = spend(self.ledger_path, batch=self.batch, since=None)
+        return self.page(
+            request,
+            "serve_spend.html",
+            spend=report,
+            charts=charts(report),
+            notes=footer(report["provider"]),
+        )
+
+    def review(self, request: Any):
+        try:
+            from afc_cli import review
+        except ImportError:
+            return self.page(request, "serve_review.html", available=False, pending=[])
+        from afc_cli.costs import format_usd
+
+        book = self.book()
+        try:
+            pending = review.pending(book, batch=self.batch)
+        finally:
+            book.close()
+        for item in pending:
+            cost = item.get("cost_micros")
+            item["cost"] = format_usd(cost) if cost is not None else None
+            item["age"] = age(item.get("age_s") or 0)
+        query = request.query_params
+        return self.page(
+            request,
+            "serve_review.html",
+            available=True,
+            pending=pending,
+            decided=query.get("decided"),
+            decided_key=query.get("key"),
+            error=None,
+        )
+
+    async def decide(self, request: Any):
+        """POST /review/approve and /review/reject: what ``afc review`` does."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import RedirectResponse
+
+        form = await request.form()
+        sent = str(form.get("form_token", ""))
+        if not hmac.compare_digest(sent.encode(), self.form_token.encode()):
+            return self.page(
+                request,
+                "serve_error.html",
+                status=403,
+                message="this form did not come from this afc serve (its token is missing or "
+                "stale): reload the review page and decide again",
+            )
+        action = request.path_params["action"]
+        if action not in DECIDED:
+            return self.page(
+                request, "serve_error.html", status=404, message=f"no action {action!r}"
+            )
+        key = str(form.get("key", "")).strip()
+        batch = str(form.get("batch", "")).strip() or None
+        by = f"{getpass.getuser()} (afc serve)"  # who runs the server decides through it
+        reason = str(form.get("reason", "")).strip()
+        try:
+            await run_in_threadpool(self._decide, action, key, batch, by, reason)
+        except AfcError as exc:
+            return self.page(request, "serve_error.html", status=409, message=exc.message)
+        url = request.url_for("review").include_query_params(decided=DECIDED[action], key=key)
+        return RedirectResponse(str(url), status_code=303)
+
+    def _decide(self, action: str, key: str, batch: str | None, by: str, reason: str) -> None:
+        from afc_cli import review  # the review gates (afc_cli/review.py)
+
+        if not key:
+            raise UsageError("no job key was sent with the decision")
+        book = self.book()
+        try:
+            if action == "approve":
+                review.approve(book, [key], by=by, note=reason or None, batch=batch)
+            else:
+                if not reason:
+                    raise UsageError(f"rejecting {key} needs a reason: write one and try again")
+                review.reject(book, [key], by=by, reason=reason, batch=batch)
+        finally:
+            book.close()
+
+    def thumb(self, request: Any):
+        from starlette.responses import Response
+
+        found = self._thumb(request.path_params["job_id"])
+        if found is None:
+            return Response(status_code=404)
+        return Response(
+            found, media_type="image/webp", headers={"Cache-Control": "private, max-age=3600"}
+        )
+
+    def _thumb(self, job_id: str) -> bytes | None:
+        from afc_cli import storage
+        from afc_cli.web.sheet import card
+        from afc_cli.web.thumbs import make
+
+        book = self.book()
+        try:
+            job = card(book, job_id)
+        finally:
+            book.close()
+        if job is None or not job["output"]:
+            return None
+        cached = self.thumbs.get(job["sha256"])
+        if cached is not None or job["sha256"] in self.thumbs:
+            return cached
+        made = make(storage.open(job["storage"]), job["output_key"])
+        with self.lock:
+            self.thumbs[job["sha256"]] = made.data
+        return made.data
+
+    def output(self, request: Any):
+        from starlette.responses import PlainTextResponse, StreamingResponse
+
+        from afc_cli import storage
+        from afc_cli.errors import StorageError
+        from afc_cli.web.sheet import card
+
+        book = self.book()
+        try:
+            job = card(book, request.path_params["job_id"])
+        finally:
+            book.close()
+        if job is None or not job["output"]:
+            return PlainTextResponse("no stored output for this job", status_code=404)
+        chunks = storage.open(job["storage"]).read_chunks(job["output_key"])
+        try:
+            first = next(chunks, b"")  # a missing object is a 404 here, not a broken stream
+        except StorageError as exc:
+            return PlainTextResponse(exc.message, status_code=404)
+
+        def body():
+            yield first
+            yield from chunks
+
+        kind = mimetypes.guess_type(job["output_key"])[0] or "application/octet-stream"
+        headers = {"Content-Length": str(job["size"])} if job["size"] is not None else {}
+        return StreamingResponse(body(), media_type=kind, headers=headers)
+
+
+def age(seconds: float) -> str:
+    """How long a job has waited for review, as a person says it: 40 s, 12 min, 3 h, 2 days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size or (unit != "days" and seconds >= size):
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
+
+
+def _params(name: str, args: tuple[Any, ...]) -> dict[str, Any]:
+    """``url('thumb', job_id)`` in a template: the route's one path parameter."""
+    if not args:
+        return {}
+    return {"action": args[0]} if name == "decide" else {"job_id": args[0]}
+
+
+def build_app(ledger_path: str, *, batch: str | None, host: str, token: str | None):
+    """The ASGI application, with its form token (``app.state.form_token``)."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.routing import Route
+
+    pages = Pages(ledger_path, batch, secrets.token_urlsafe(32))
+    routes = [
+        Route("/", pages.sheet, name="sheet"),
+        Route("/failures", pages.failures, name="failures"),
+        Route("/spend", pages.spend, name="spend"),
+        Route("/review", pages.review, name="review"),
+        Route("/review/{action:str}", pages.decide, methods=["POST"], name="decide"),
+        Route("/thumb/{job_id:str}", pages.thumb, name="thumb"),
+        Route("/output/{job_id:str}", pages.output, name="output"),
+    ]
+    middleware = []
+    if is_loopback(host):
+        middleware.append(Middleware(LoopbackHosts))
+    if token is not None:
+        middleware.append(Middleware(TokenGate, token=token))
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.form_token = pages.form_token
+    return app
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: ``[::1]:8765`` is ``::1``."""
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class LoopbackHosts:
+    """Bound to loopback: answer only requests addressed to a loopback name (400 otherwise),
+    so a page on another site cannot reach this server by rebinding its own name to
+    127.0.0.1. Plain ASGI middleware."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            header = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if not is_loopback(host_name(header)):
+                from starlette.responses import PlainTextResponse
+
+                response = PlainTextResponse("not a loopback address", status_code=400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class TokenGate:
+    """Every request carries ``AFC_SERVE_TOKEN``: as ``?token=`` (which sets a cookie and
+    redirects to the address without it) or in that cookie. Plain ASGI middleware."""
+
+    def __init__(self, app: Any, token: str):
+        self.app = app
+        self.token = token.encode()
+
+    def _ok(self, value: str | None) -> bool:
+        return value is not None and hmac.compare_digest(value.encode(), self.token)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.requests import Request
+        from starlette.responses import PlainTextResponse, RedirectResponse
+
+        request = Request(scope)
+        if self._ok(request.query_params.get("token")):
+            url = request.url.remove_query_params("token")
+            response = RedirectResponse(str(url), status_code=303)
+            response.set_cookie(
+                COOKIE, self.token.decode(), httponly=True, samesite="strict", path="/"
+            )
+            await response(scope, receive, send)
+            return
+        if self._ok(request.cookies.get(COOKIE)):
+            await self.app(scope, receive, send)
+            return
+        response = PlainTextResponse(
+            f"this afc serve needs its token: open the address once with the query parameter "
+            f"token set to the value of {TOKEN_ENV}",
+            status_code=401,
+        )
+        await response(scope, receive, send)
+
+
+def serve(
+    ledger_path: str,
+    *,
+    host: str,
+    port: int,
+    batch: str | None,
+    environ: dict[str, str],
+    announce: Callable[[str, str], None],
+) -> None:
+    """Serve until Ctrl-C or SIGTERM; then stop cleanly (requests in flight finish)."""
+    from afc_cli.ledger import Ledger
+    from afc_cli.web import SERVE_MODULES, require
+
+    require(SERVE_MODULES)
+    token = access_token(host, environ)
+    book = Ledger(ledger_path, create=False)  # a missing or foreign ledger: exit 2 now
+    try:
+        book.require_batch(batch)
+    finally:
+        book.close()
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host} port {port}: {exc.strerror}") from None
+    sock.listen(128)
+    app = build_app(ledger_path, batch=batch, host=host, token=token)
+    bound = sock.getsockname()[1]
+    shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
+    url = f"http://{shown}:{bound}/"
+    announce(
+        f"serving {ledger_path} at {url}"
+        + (f" (open it once with the query parameter token set to {TOKEN_ENV})" if token else "")
+        + "; Ctrl-C stops",
+        url,
+    )
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+
+    def stop(signum: int, frame: Any) -> None:  # uvicorn re-raises the signal it handled
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sock.close()

@@ -1,0 +1,95 @@
+"""Thumbnails made from the stored outputs (``file://`` and ``s3://``), with Pillow.
+
+A thumbnail fits in ``SIZE`` x ``SIZE`` pixels (twice the 120 CSS pixels a card shows, so it
+stays sharp on a high-density screen), keeps the aspect ratio and is encoded as WebP: about
+3 KB a picture, so a 5,000-job report file stays in the tens of megabytes. The object is read
+through the storage backend (``Storage.read_chunks``), never a path or URL of its own.
+
+What cannot be shown is said on the card, never left blank: an output missing from storage,
+one that cannot be read, a video or another file that is not a picture, one over
+``MAX_BYTES``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import mimetypes
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+SIZE = 240
+QUALITY = 70
+MAX_BYTES = 64 * 1024 * 1024  # a picture bigger than this is not read for a preview
+
+
+@dataclass(frozen=True)
+class Thumb:
+    data: bytes | None  # WebP bytes, or None when there is no preview
+    note: str | None = None  # why there is none
+
+    def data_uri(self) -> str | None:
+        if self.data is None:
+            return None
+        return "data:image/webp;base64," + base64.b64encode(self.data).decode("ascii")
+
+
+def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
+    """The thumbnail of the object at ``key`` in ``storage`` (an afc_cli.storage backend)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    from afc_cli.errors import StorageError
+
+    kind = mimetypes.guess_type(key)[0] or ""
+    if kind.startswith(("video/", "audio/")):
+        return Thumb(None, f"{kind.split('/')[0]}: no preview")
+    buffer = io.BytesIO()
+    try:
+        for chunk in storage.read_chunks(key):
+            buffer.write(chunk)
+            if buffer.tell() > MAX_BYTES:
+                return Thumb(None, f"over {MAX_BYTES >> 20} MiB: no preview")
+    except StorageError as exc:
+        return Thumb(None, exc.message)
+    buffer.seek(0)
+    try:
+        with Image.open(buffer) as image:
+            image.draft("RGB", (size, size))  # JPEG: decode at a reduced scale
+            image = ImageOps.exif_transpose(image)
+            # reduce by a whole factor first, then bilinear: a quarter of LANCZOS's time, and
+            # no visible difference at this size
+            image.thumbnail((size, size), Image.Resampling.BILINEAR, reducing_gap=1.0)
+            if image.mode not in ("RGB", "RGBA"):
+                image = image.convert("RGBA" if "A" in image.getbands() else "RGB")
+            out = io.BytesIO()
+            image.save(out, "WEBP", quality=QUALITY, method=0)  # fastest; 15 % bigger
+    except (UnidentifiedImageError, Image.DecompressionBombError):
+        return Thumb(None, "not a picture this afc can preview")
+    except (OSError, ValueError) as exc:
+        return Thumb(None, f"cannot decode the picture: {exc}")
+    return Thumb(out.getvalue())
+
+
+def make_all(
+    jobs: Iterable[dict[str, Any]],
+    opener: Callable[[str], Any],
+    *,
+    workers: int | None = None,
+) -> dict[str, Thumb]:
+    """Thumbnails of the jobs' stored outputs by job id, made in parallel threads (Pillow and
+    the S3 reads release the GIL). ``opener(storage_url)`` gives a storage backend."""
+    wanted = [job for job in jobs if job["output"]]
+    stores: dict[str, Any] = {}
+    for job in wanted:
+        if job["storage"] not in stores:
+            stores[job["storage"]] = opener(job["storage"])
+    workers = workers or min(16, (os.cpu_count() or 2) * 2)
+
+    def one(job: dict[str, Any]) -> tuple[str, Thumb]:
+        return job["id"], make(stores[job["storage"]], job["output_key"])
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(pool.map(one, wanted))

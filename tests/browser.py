@@ -1,0 +1,119 @@
+"""Headless Chromium for the picture tests (Debian's ``chromium`` and ``chromium-driver``),
+driven with selenium, and ``afc serve`` in a child process.
+
+Without the browser the tests that need it skip, with one line saying how to get it; CI's
+``.ci/run`` installs the two packages when they are missing, so CI always runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+SKIP = (
+    "no headless Chromium: install Debian's chromium and chromium-driver "
+    "(apt-get install -y chromium chromium-driver; .ci/run does) to run the browser tests"
+)
+
+
+def _binaries() -> tuple[str, str] | None:
+    browser = os.environ.get("AFC_TEST_CHROMIUM") or shutil.which("chromium")
+    driver = os.environ.get("AFC_TEST_CHROMEDRIVER") or shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+def available() -> bool:
+    return _binaries() is not None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    found = _binaries()
+    if found is None:
+        pytest.skip(SKIP)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = found[0]
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # tests run as root in CI
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1600",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(found[1]), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+# Every <img> on the page, decoded: [alt, naturalWidth] (0 for one that failed to load).
+LOADED_IMAGES = """
+const done = arguments[arguments.length - 1];
+const imgs = Array.from(document.images);
+Promise.all(imgs.map(i => i.decode().then(() => [i.alt, i.naturalWidth], () => [i.alt, 0])))
+  .then(done);
+"""
+
+
+class Served:
+    """``afc serve`` in a child process, on a free port of 127.0.0.1 (or ``host``)."""
+
+    def __init__(self, afc, *args: str, env: dict[str, str] | None = None):
+        self.proc = subprocess.Popen(
+            afc.command("serve", "--port", "0", *args),
+            cwd=afc.cwd,
+            env={**afc.env, **(env or {})},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            found = re.search(r"at (http://\S+?/)[ ;]", line)
+            if found:
+                self.url = found.group(1)
+                return
+        self.proc.kill()
+        raise AssertionError("afc serve did not start: " + "".join(self.lines))
+
+    def stop(self) -> tuple[int, str]:
+        """Ctrl-C, as a person stops it; its exit code and the rest of its stderr."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            rest = self.proc.communicate(timeout=30)[1]
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rest = self.proc.communicate()[1]
+        return self.proc.returncode, "".join(self.lines) + rest
+
+
+def ledger_state(path: Path) -> list[tuple]:
+    """Everything a decision could change: the jobs, their events, their deliveries."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+        rows += conn.execute("SELECT * FROM events ORDER BY id").fetchall()
+        rows += conn.execute("SELECT * FROM deliveries ORDER BY id").fetchall()
+        return rows
+    finally:
+        conn.close()

@@ -1,0 +1,111 @@
+"""``afc serve``'s rules over plain HTTP: a GET never changes anything, a POST needs the
+server's form token, a host other than loopback needs AFC_SERVE_TOKEN (and every request
+then carries it), a port in use is one message, Ctrl-C and SIGTERM stop it cleanly."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from browser import Served, ledger_state
+from conftest import jobs, manifest
+
+pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
+
+
+def batch_with_a_failure(afc, n: int) -> list[dict]:
+    """``n`` stored outputs and one failed job; the outputs as ``afc outputs`` lists them."""
+    listed = jobs(n, size="96x64")
+    listed.append({"key": "broken", "prompt": "refused", "params": {"fail": ["refusal"] * 3}})
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml").returncode == 1
+    return afc.json("outputs")["outputs"]
+
+
+def test_a_get_to_an_action_url_changes_nothing_and_a_post_needs_the_form_token(afc):
+    batch_with_a_failure(afc, 2)
+    before = ledger_state(afc.cwd / "afc.db")
+    served = Served(afc)
+    try:
+        for action in ("approve", "reject"):
+            url = f"{served.url}review/{action}?key=shot-001&batch=b1&reason=bad"
+            assert httpx.get(url).status_code == 405
+            forged = httpx.post(
+                f"{served.url}review/{action}",
+                data={"key": "shot-001", "batch": "b1", "reason": "x", "form_token": "guess"},
+            )
+            assert forged.status_code == 403 and "did not come from this afc serve" in forged.text
+        # a page on another site reaching 127.0.0.1 through DNS rebinding is refused
+        assert httpx.get(served.url, headers={"Host": "evil.example"}).status_code == 400
+    finally:
+        code, _ = served.stop()
+    assert code == 0
+    assert ledger_state(afc.cwd / "afc.db") == before
+
+
+def test_another_host_needs_a_token_and_every_request_then_carries_it(afc):
+    afc.write_manifest(manifest(jobs(1)))
+    afc("submit", "manifest.yaml")
+    refused = afc("serve", "--host", "0.0.0.0", "--port", "0", timeout=30)
+    assert refused.returncode == 2
+    assert "--host 0.0.0.0 would serve the ledger to other machines: set AFC_SERVE_TOKEN" in (
+        refused.stderr
+    )
+    short = afc("serve", "--host", "0.0.0.0", env={"AFC_SERVE_TOKEN": "abc"}, timeout=30)
+    assert short.returncode == 2 and "too short" in short.stderr
+
+    token = "t0ken-" + "x" * 20
+    served = Served(afc, env={"AFC_SERVE_TOKEN": token})
+    try:
+        assert httpx.get(served.url).status_code == 401
+        assert httpx.get(served.url, cookies={"afc_serve_token": "wrong" * 5}).status_code == 401
+        with httpx.Client() as client:
+            first = client.get(served.url + "spend?token=" + token)
+            assert first.status_code == 303 and "token" not in first.headers["location"]
+            assert client.get(first.headers["location"]).status_code == 200  # by the cookie
+    finally:
+        code, stderr = served.stop()
+    assert code == 0 and token not in stderr
+
+
+def test_a_port_in_use_is_one_message(afc):
+    import socket
+
+    afc.write_manifest(manifest(jobs(1)))
+    afc("submit", "manifest.yaml")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = afc("serve", "--port", str(port), timeout=30)
+    assert result.returncode == 2 and f"cannot listen on 127.0.0.1 port {port}" in result.stderr
+
+
+def test_the_host_rules_as_functions():
+    from afc_cli.web.server import access_token, host_name, is_loopback
+
+    assert [host_name(h) for h in ("127.0.0.1:8765", "[::1]:80", "localhost", "a.example:1")] == [
+        "127.0.0.1",
+        "::1",
+        "localhost",
+        "a.example",
+    ]
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "192.168.1.4", "evil.example", ""))
+    assert access_token("127.0.0.1", {}) is None
+    assert access_token("0.0.0.0", {"AFC_SERVE_TOKEN": "s" * 16}) == "s" * 16
+    from afc_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match="AFC_SERVE_TOKEN"):
+        access_token("::", {})
+
+
+def test_sigterm_stops_serve_cleanly_too(afc):
+    import signal
+
+    afc.write_manifest(manifest(jobs(1)))
+    afc("submit", "manifest.yaml")
+    served = Served(afc)
+    assert httpx.get(served.url).status_code == 200
+    served.proc.send_signal(signal.SIGTERM)
+    code, stderr = served.stop()
+    assert code == 0 and "serve stopped" in stderr and "Traceback" not in stderr
