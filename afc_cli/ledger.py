@@ -39,6 +39,7 @@ from afc_cli.secrets import scrub, scrub_data
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
 ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for them all)
 ACTIVE = ("queued", "running", "waiting")
+IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
 BUSY_TIMEOUT_S = 30.0
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
@@ -63,6 +64,11 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def _marks(values: list[Any]) -> str:
+    """``(?, ?, ...)``: one placeholder per value, for ``IN`` lists any engine runs."""
+    return "(" + ", ".join("?" * len(values)) + ")"
+
+
 def _in(values: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"
 
@@ -71,7 +77,8 @@ TERMINAL_SQL = _in(TERMINAL)
 # A job's cost by the one rule (afc_cli/costs.py job_cost): the sum of its known attempt costs,
 # and how many attempts are unpriced; ``j`` is the jobs table.
 JOB_COST_SQL = (
-    "(SELECT SUM(a.cost_micros) FROM attempts a WHERE a.job_id = j.id) AS cost_micros,"
+    "(SELECT CAST(SUM(a.cost_micros) AS BIGINT) FROM attempts a WHERE a.job_id = j.id)"
+    " AS cost_micros,"
     " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL)"
     " AS unpriced_attempts"
 )
@@ -105,6 +112,19 @@ class AdmitResult:
     @property
     def admitted_keys(self) -> list[str]:
         return self.new + self.replayed
+
+
+def _cost_filters(
+    batch_column: str, time_column: str, batch: str | None, since: float | None
+) -> tuple[list[str], list[Any]]:
+    where, params = ["1 = 1"], []
+    if batch is not None:
+        where.append(f"{batch_column} = ?")
+        params.append(batch)
+    if since is not None:
+        where.append(f"{time_column} >= ?")
+        params.append(since)
+    return where, params
 
 
 def _job_id(job: Any) -> str:
@@ -536,20 +556,24 @@ class Ledger:
         return self._all("SELECT * FROM jobs WHERE key = ? AND batch = ?", (key, batch))
 
     def batches_of(self, job_ids: list[str]) -> list[str]:
-        rows = self.db.execute(
-            "SELECT DISTINCT batch FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps(job_ids),),
-        )
-        return sorted(row[0] for row in rows)
+        found: set[str] = set()
+        for chunk in _chunks(job_ids, IN_CHUNK):
+            rows = self.db.execute(
+                f"SELECT DISTINCT batch FROM jobs WHERE id IN {_marks(chunk)}", chunk
+            )
+            found.update(row[0] for row in rows)
+        return sorted(found)
 
     def output_keys(self, batch: str, job_ids: list[str]) -> list[str]:
         """The output keys of the given jobs in one batch (for the storage pre-check)."""
-        rows = self.db.execute(
-            "SELECT output_key FROM jobs WHERE batch = ? AND id IN "
-            "(SELECT value FROM json_each(?))",
-            (batch, json.dumps(job_ids)),
-        )
-        return [row[0] for row in rows]
+        keys: list[str] = []
+        for chunk in _chunks(job_ids, IN_CHUNK):
+            rows = self.db.execute(
+                f"SELECT output_key FROM jobs WHERE batch = ? AND id IN {_marks(chunk)}",
+                [batch, *chunk],
+            )
+            keys.extend(row[0] for row in rows)
+        return keys
 
     def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
@@ -648,15 +672,16 @@ class Ledger:
                 return None
             cursor = self.db.execute(
                 "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?,"
-                " takeovers = takeovers + ? WHERE id = ? AND lease_owner IS ?"
-                f" AND status NOT IN {TERMINAL_SQL}",
+                " takeovers = takeovers + ? WHERE id = ?"
+                + (" AND lease_owner IS NULL" if holder is None else " AND lease_owner = ?")
+                + f" AND status NOT IN {TERMINAL_SQL}",
                 (
                     self.owner,
                     now + lease_s,
                     now,
                     0 if holder is None or mine else 1,
                     job_id,
-                    holder,
+                    *(() if holder is None else (holder,)),
                 ),
             )
             if cursor.rowcount != 1:
@@ -686,11 +711,12 @@ class Ledger:
         """Attempts a run left ``started`` become ``unknown`` (possibly paid) with the class
         ``interrupted``: they are kept and counted as spend of unknown cost, but never use up
         a model's attempts (attempts.py). Returns how many."""
-        rows = self._all(
-            "SELECT number, provider, owner FROM attempts WHERE job_id = ? AND status = 'started'"
-            " AND (owner IS NOT ? OR ? IS NULL)",
-            (job_id, exclude_owner, exclude_owner),
-        )
+        sql = "SELECT number, provider, owner FROM attempts WHERE job_id = ? AND status = 'started'"
+        params: tuple = (job_id,)
+        if exclude_owner is not None:
+            sql += " AND (owner IS NULL OR owner <> ?)"
+            params = (job_id, exclude_owner)
+        rows = self._all(sql, params)
         for row in rows:
             self.db.execute(
                 "UPDATE attempts SET status = 'unknown', error_class = 'interrupted', ended_at = ?,"
@@ -989,6 +1015,67 @@ class Ledger:
         ).fetchone()
         return {"priced": int(row[0]), "unknown_cost": int(row[1]), "reserved": int(row[2])}
 
+    # Groupings of ``afc costs report --by``: the attempts' column and the avoided renders'.
+    COST_GROUPS = {
+        "provider": ("a.provider", "v.provider"),
+        "model": ("a.provider || '/' || a.model", "v.provider || '/' || v.model"),
+        "batch": ("j.batch", "v.batch"),
+        "day": ("a.started_at", "v.at"),
+    }
+
+    def day_sql(self, column: str) -> str:
+        """The UTC date (``YYYY-MM-DD``) of a column of Unix seconds, in this engine's SQL."""
+        return f"date({column}, 'unixepoch')"
+
+    def cost_groups(
+        self, by: str, *, batch: str | None, since: float | None
+    ) -> dict[Any, dict[str, int]]:
+        """``afc costs report``'s figures per group (afc_cli/costs_report.py says what each
+        means). Each job's avoided render counts once, at its first row."""
+        attempt_key, avoided_key = self.COST_GROUPS[by]
+        if by == "day":
+            attempt_key, avoided_key = self.day_sql(attempt_key), self.day_sql(avoided_key)
+        where, params = _cost_filters("j.batch", "a.started_at", batch, since)
+        v_where, v_params = _cost_filters("v.batch", "v.at", batch, since)
+        groups: dict[Any, dict[str, int]] = {}
+        for key, priced, unpriced, failed, unknown in self.db.execute(
+            f"SELECT {attempt_key}, CAST(COALESCE(SUM(a.cost_micros), 0) AS BIGINT),"
+            " SUM(CASE WHEN a.cost_micros IS NULL AND a.status <> 'started' THEN 1 ELSE 0 END),"
+            " CAST(COALESCE(SUM(CASE WHEN a.status IN ('failed', 'unknown')"
+            " THEN a.cost_micros END), 0) AS BIGINT),"
+            " SUM(CASE WHEN a.status = 'unknown' THEN 1 ELSE 0 END)"
+            " FROM attempts a JOIN jobs j ON j.id = a.job_id"
+            f" WHERE {' AND '.join(where)} GROUP BY 1",
+            params,
+        ):
+            groups.setdefault(key, {}).update(
+                priced=int(priced),
+                unpriced_attempts=int(unpriced or 0),
+                failed_spend=int(failed),
+                unknown_attempts=int(unknown or 0),
+            )
+        for key, count, cost, unpriced in self.db.execute(
+            f"SELECT {avoided_key}, COUNT(*), CAST(COALESCE(SUM(v.cost_micros), 0) AS BIGINT),"
+            " SUM(CASE WHEN v.cost_micros IS NULL THEN 1 ELSE 0 END)"
+            " FROM avoided v WHERE v.id IN (SELECT MIN(id) FROM avoided GROUP BY job_id)"
+            f" AND {' AND '.join(v_where)} GROUP BY 1",
+            v_params,
+        ):
+            groups.setdefault(key, {}).update(
+                avoided_renders=int(count),
+                avoided_cost=int(cost),
+                avoided_unpriced=int(unpriced or 0),
+            )
+        return groups
+
+    def adopt_attempt(self, attempt_id: int, message: str) -> None:
+        """The attempt whose bytes a later run found in the spool succeeded after all (its
+        usage and cost stay unknown); called inside the block that checkpoints the spool."""
+        self.db.execute(
+            "UPDATE attempts SET status = 'succeeded', error_message = ? WHERE id = ?",
+            (message, attempt_id),
+        )
+
     def record_avoided(
         self,
         job: dict[str, Any],
@@ -1151,12 +1238,11 @@ class Ledger:
             )
         }
         sql = "SELECT DISTINCT webhook_json FROM jobs WHERE webhook_json IS NOT NULL"
-        params: tuple = ()
-        if job_ids is not None:
-            sql += " AND id IN (SELECT value FROM json_each(?))"
-            params = (json.dumps(job_ids),)
-        for (text,) in self.db.execute(sql, params):
-            names.add(json.loads(text)["secret_env"])
+        chunks = [[]] if job_ids is None else list(_chunks(job_ids, IN_CHUNK))
+        for chunk in chunks:
+            where = f" AND id IN {_marks(chunk)}" if job_ids is not None else ""
+            for (text,) in self.db.execute(sql + where, chunk):
+                names.add(json.loads(text)["secret_env"])
         return names
 
     def due_deliveries(self, now: float, limit: int) -> list[dict[str, Any]]:
@@ -1268,7 +1354,8 @@ class Ledger:
         webhook = json.loads(job["webhook_json"])
         event = "failed" if job["status"] == "dead" else job["status"]
         priced = self.db.execute(
-            "SELECT SUM(cost_micros), COUNT(*) FROM attempts WHERE job_id = ?", (job["id"],)
+            "SELECT CAST(SUM(cost_micros) AS BIGINT), COUNT(*) FROM attempts WHERE job_id = ?",
+            (job["id"],),
         ).fetchone()
         error = None
         if job.get("error_message"):
@@ -1308,3 +1395,37 @@ class Ledger:
                 now,
             ),
         )
+
+
+def read_admitted(
+    ledger_path: str, batch: str
+) -> tuple[str | None, dict[str, tuple[str, str, str | None]]]:
+    """A batch's storage and its jobs (key: request hash, status, body) as ``afc plan`` needs
+    them, read without writing anything: the file is opened read-only (no migrations, no
+    lock); no ledger, or a file afc has not written yet, means nothing is admitted."""
+    path = ledger_file.ledger_path(ledger_path)
+    if not path.exists():
+        return None, {}
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.DatabaseError as exc:
+        raise ledger_file.damaged(path, exc) from None
+    try:
+        try:
+            if ledger_file.identity(conn, path) == "new":
+                return None, {}
+        except sqlite3.DatabaseError as exc:
+            raise ledger_file.damaged(path, exc) from None
+        row = conn.execute("SELECT storage FROM batches WHERE name = ?", (batch,)).fetchone()
+        jobs = {
+            key: (request_hash, status, request_json)
+            for key, request_hash, status, request_json in conn.execute(
+                "SELECT key, request_hash, status, request_json FROM jobs WHERE batch = ?",
+                (batch,),
+            )
+        }
+        return (row[0] if row else None), jobs
+    except sqlite3.DatabaseError:
+        return None, {}
+    finally:
+        conn.close()
