@@ -1,0 +1,29 @@
+"""The ledger: the truth about jobs and money.
+
+The operations and their meaning are written once (``core.py``); what differs between engines
+(connection, transactions, migrations, time, dialect) lives beside them, one module per backend,
+as ``afc_cli/storage/`` does for where outputs go. Every ``from afc_cli.ledger import X`` names
+what this module re-exports.
+"""
+
+from afc_cli.ledger.core import (
+    ACTIVE,
+    MAX_TAKEOVERS,
+    TERMINAL,
+    AdmitResult,
+    BudgetExhausted,
+    JobLost,
+    Ledger,
+    read_admitted,
+)
+
+__all__ = [
+    "ACTIVE",
+    "MAX_TAKEOVERS",
+    "TERMINAL",
+    "AdmitResult",
+    "BudgetExhausted",
+    "JobLost",
+    "Ledger",
+    "read_admitted",
+]
