@@ -30,6 +30,12 @@ MIGRATION_SET = "afc"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
+def is_postgres(value: object) -> bool:
+    """Whether a ``--ledger`` value names a PostgreSQL ledger (``postgresql://``)."""
+    match = _SCHEME.match(str(value)) if value is not None else None
+    return match is not None and match.group(1).lower() in ("postgresql", "postgres")
+
+
 def ledger_path(value: str | Path) -> Path:
     """The SQLite file a ``--ledger`` value names; other URL schemes are refused."""
     text = str(value)

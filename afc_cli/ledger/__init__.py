@@ -14,6 +14,7 @@ from afc_cli.ledger.core import (
     BudgetExhausted,
     JobLost,
     Ledger,
+    open_ledger,
     read_admitted,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "BudgetExhausted",
     "JobLost",
     "Ledger",
+    "open_ledger",
     "read_admitted",
 ]

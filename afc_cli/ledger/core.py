@@ -1,46 +1,30 @@
-"""The ledger: the truth about jobs and money, in SQLite through sqlite-utils.
+"""The ledger's operations and their meaning, written once for every engine.
 
 Every state change is one transaction (``Ledger.tx``), and a step's checkpoint is written in the
-same transaction as its effect. Writes use SQL that PostgreSQL also runs (``INSERT ... ON
-CONFLICT``, conditional ``UPDATE ... WHERE status``) so the ledger can move behind another
-engine without touching the pipeline.
-
-Durability: the ledger runs in WAL mode with ``synchronous=NORMAL``, which survives any process
-crash (SIGKILL included) with every committed transaction intact. The one write whose loss on a
-power cut would cost money unrecorded, the attempt row committed before a paid provider call,
-is synced to disk before the call: alone with ``synchronous=FULL`` (``tx(durable=True)``), or,
-in a run loop, in the shared commit that the jobs starting together await, which then also
-syncs the WAL file (``tx(sync_on_commit=True)``): what FULL does, once for all of them.
+same transaction as its effect. The SQL here runs on SQLite and PostgreSQL alike (``?``
+placeholders, which the PostgreSQL backend translates; ``INSERT ... ON CONFLICT``; conditional
+``UPDATE ... WHERE status``); the engine details (connection, transactions, group commit,
+migrations, durability) are in sqlite.py and postgres.py beside this file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import sqlite3
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-from sqlite_utils import Database
 
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
-from afc_cli.errors import LedgerError, UsageError, ledger_write_error
-from afc_cli.migrations import migrations
-from afc_cli.owner import current_owner, owner_is_dead
+from afc_cli.errors import UsageError
+from afc_cli.owner import owner_is_dead
 from afc_cli.secrets import scrub, scrub_data
 
 TERMINAL = ("succeeded", "failed", "cancelled", "dead")
 ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for them all)
 ACTIVE = ("queued", "running", "waiting")
 IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
-BUSY_TIMEOUT_S = 30.0
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
 # bounded much sooner, by AFC_MAX_INTERRUPTS (pipeline.py), since each may have been paid.
@@ -49,11 +33,6 @@ INTERRUPTED_MESSAGE = (
     "the process running this attempt ended before it reported; the provider may have charged "
     "for it"
 )
-# Under group commit, changes wait at most this long for their commit (and other afc
-# processes at most this long for the write lock). Nothing that money depends on waits:
-# attempt rows and failed attempts' outcomes commit at once; a success commits with its spool
-# checkpoint (a crash before that commit adopts the spool file: nothing is paid twice).
-GROUP_COMMIT_S = 0.005
 
 
 def _now() -> float:
@@ -127,6 +106,20 @@ def _cost_filters(
     return where, params
 
 
+def backend(url: Any) -> type[Ledger]:
+    """The ledger class a ``--ledger`` value names (afc_cli/ledger_file.py parses it)."""
+    ledger_file.ledger_path(url)  # refuses URLs of engines afc has no backend for
+    from afc_cli.ledger.sqlite import SqliteLedger
+
+    return SqliteLedger
+
+
+def open_ledger(url: Any, *, create: bool = True, check: bool = False) -> Ledger:
+    """Open the ledger ``url`` names: SQLite for a path or ``sqlite:///``, PostgreSQL for
+    ``postgresql://`` (psycopg 3, the ``postgres`` extra). Same operations, same meaning."""
+    return backend(url)(url, create=create, check=check)
+
+
 def _job_id(job: Any) -> str:
     return job.job_id
 
@@ -143,195 +136,21 @@ def _chunks(items: Any, size: int) -> Iterator[list[Any]]:
 
 
 class Ledger:
-    def __init__(self, path: str | Path, *, create: bool = True, check: bool = False):
-        self.path = ledger_file.ledger_path(path)
-        if not create and not self.path.exists():
-            raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
-        if create:
-            ledger_file.prepare_folder(self.path)
-        ledger_file.check_writable(self.path)
-        try:
-            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S)
-        except sqlite3.DatabaseError as exc:
-            raise ledger_file.damaged(self.path, exc) from None
-        try:
-            # whose file this is, before anything (even WAL mode) is written to it
-            found = ledger_file.identity(conn, self.path)
-            if found == "afc" and check:
-                ledger_file.check_pages(conn, self.path)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            self.db = Database(conn, execute_plugins=False)
-            self.owner = current_owner()
-            self._depth = 0
-            self._loop: Any = None
-            self._flush_scheduled = False
-            self._waiters: list[Any] = []  # futures of ``committed`` callers
-            self._broken = False
-            self._broken_by: BaseException | None = None  # why: for the run's message
-            self._sync_pending = False  # the shared transaction holds a row to sync at commit
-            if migrations.pending(self.db) or found == "new" or not ledger_file.stamped(conn):
-                # Under the write lock, so two runs opening a new ledger at once (overlapping
-                # cron jobs) apply each migration once; the loser finds nothing pending.
-                with self.tx():
-                    ledger_file.identity(conn, self.path)  # again, now under the lock
-                    migrations.apply(self.db)
-                    ledger_file.stamp(conn)
-        except LedgerError:
-            conn.close()
-            raise
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise ledger_file.damaged(self.path, exc) from None
+    """Every ledger operation, written once in SQL that both engines run (``?`` placeholders,
+    ``INSERT ... ON CONFLICT``, ``RETURNING``, conditional ``UPDATE ... WHERE status``).
 
-    def close(self) -> None:
-        self.db.close()
+    ``Ledger(url)`` opens the backend the URL names (``open_ledger``): a plain path or
+    ``sqlite:///path`` is ``SqliteLedger`` (afc_cli/ledger/sqlite.py), ``postgresql://`` is
+    ``PostgresLedger`` (afc_cli/ledger/postgres.py). A backend provides ``db`` (``execute``
+    returning a DB-API cursor; ``db.conn.executemany``), ``tx``, ``flush``, ``committed``,
+    ``grouped``, ``close``, ``path`` (where the spool goes beside) and the dialect hooks
+    (``day_sql``); the operations below use nothing else.
+    """
 
-    # --- transactions ---------------------------------------------------------------------
-
-    @contextmanager
-    def tx(
-        self, *, durable: bool = False, commit: bool = False, sync_on_commit: bool = False
-    ) -> Iterator[Database]:
-        """One atomic state change.
-
-        Outside group commit, each outermost block is its own transaction, opened with
-        ``BEGIN IMMEDIATE`` so concurrent afc processes queue on the busy timeout instead of
-        failing a read-to-write upgrade. A nested block joins the block around it.
-
-        Under group commit (``grouped``, used by the run loop), blocks share one transaction
-        that is committed every few milliseconds (``GROUP_COMMIT_S``), so many jobs' changes
-        share one commit. A block that must be on disk before afc acts on it (the attempt row
-        before a provider call) asks ``commit=True``; ``durable=True`` also syncs it
-        (``synchronous=FULL``), for rows that must survive a power cut. Blocks never span an
-        ``await``. Every expected refusal (JobLost, BudgetExhausted) is raised before a block
-        writes anything, so a refused block leaves the shared transaction as it was; a block
-        that fails after writing (a bug, a full disk) rolls the shared transaction back and
-        stops the run: the ledger is then exactly as of the last commit, which every run
-        resumes from.
-
-        Why not sqlite-utils' ``db.atomic()`` here (migrations do use it): it opens a deferred
-        ``BEGIN``, and a savepoint per block, each named at random, which defeats SQLite's
-        statement cache; measured, that cost a third of the run loop's throughput.
-
-        ``sync_on_commit=True``: under group commit, the block joins the shared transaction and
-        the commit that ends it also fsyncs the WAL file, which is what ``synchronous=FULL``
-        does at a commit in WAL mode; the caller awaits ``committed()``. So a hundred paid
-        attempts starting together cost one sync, not a hundred commits of their own, each
-        synced (measured: 200 calls of 1 s at 100 wide took 6.0 s with those, 4.3 s without
-        them). Outside group commit it is ``durable=True``.
-        """
-        if sync_on_commit and self._loop is None:
-            durable = True
-        conn = self.db.conn
-        if self._broken:
-            raise ledger_write_error(
-                self.path, self._broken_by or "a write failed earlier in this run"
-            )
-        if self._depth:
-            self._depth += 1
-            try:
-                yield self.db
-            finally:
-                self._depth -= 1
-            return
-        if durable and conn.in_transaction:
-            self.flush()  # FULL can only be set between transactions
-        own = not conn.in_transaction
-        if own:
-            if durable:
-                conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("BEGIN IMMEDIATE")
-        changes = conn.total_changes
-        self._depth = 1
-        try:
-            yield self.db
-        except BaseException:
-            self._depth = 0
-            if conn.in_transaction and (own or conn.total_changes != changes):
-                conn.execute("ROLLBACK")
-                if not own:
-                    self._broken = True  # other blocks' changes went with it: stop the run
-                    self._broken_by = sys.exc_info()[1]
-            if durable and own:
-                conn.execute("PRAGMA synchronous=NORMAL")
-            raise
-        self._depth = 0
-        if sync_on_commit and not durable:
-            self._sync_pending = True
-        if self._loop is None or commit or durable:
-            self.flush()
-            if durable and own:
-                conn.execute("PRAGMA synchronous=NORMAL")
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_later(GROUP_COMMIT_S, self._scheduled_flush)
-
-    def _scheduled_flush(self) -> None:
-        """A group commit from the event loop. If it fails (a full disk), the jobs waiting on
-        it were told (``flush``); the shared transaction is rolled back to the last commit, and
-        the next block stops the run (exit 1, every job resumable; a spool file whose
-        checkpoint was lost is adopted by the next run)."""
-        try:
-            self.flush()
-        except Exception as exc:  # noqa: BLE001 - reported to the run through _broken
-            self._broken = True
-            self._broken_by = exc
-            with contextlib.suppress(sqlite3.Error):
-                if self.db.conn.in_transaction:
-                    self.db.conn.execute("ROLLBACK")
-
-    def flush(self) -> None:
-        """Commit the shared transaction, if one is open and no block is running."""
-        self._flush_scheduled = False
-        waiters, self._waiters = self._waiters, []
-        try:
-            if self._depth == 0 and self.db.conn.in_transaction:
-                self.db.conn.execute("COMMIT")
-                if self._sync_pending:
-                    self._sync_pending = False
-                    self._sync_wal()
-        except BaseException as exc:
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_exception(ledger_write_error(self.path, exc))
-            raise
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def _sync_wal(self) -> None:
-        """Put the WAL file's committed frames on disk (``synchronous=FULL``'s commit sync)."""
-        fd = os.open(f"{self.path}-wal", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    async def committed(self) -> None:
-        """Return once everything written so far is committed (not synced: see ``tx``).
-
-        Under group commit, callers that ask in the same turn of the event loop share one
-        commit, at the next turn: the attempt rows of jobs starting together are committed
-        before any of their provider calls, with one commit instead of one each."""
-        if self._loop is None or not self.db.conn.in_transaction:
-            return
-        waiter = self._loop.create_future()
-        self._waiters.append(waiter)
-        if len(self._waiters) == 1:
-            self._loop.call_soon(self._scheduled_flush)
-        await waiter
-
-    @contextmanager
-    def grouped(self, loop: Any) -> Iterator[None]:
-        """Group commit for the duration of a run on ``loop``; everything is committed after."""
-        self._loop = loop
-        try:
-            yield
-        finally:
-            self._loop = None
-            self.flush()
+    def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> Ledger:
+        if cls is Ledger:
+            cls = backend(path)
+        return super().__new__(cls)
 
     def _one(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
         cursor = self.db.execute(sql, params)
@@ -1025,7 +844,7 @@ class Ledger:
 
     def day_sql(self, column: str) -> str:
         """The UTC date (``YYYY-MM-DD``) of a column of Unix seconds, in this engine's SQL."""
-        return f"date({column}, 'unixepoch')"
+        raise NotImplementedError
 
     def cost_groups(
         self, by: str, *, batch: str | None, since: float | None
@@ -1401,31 +1220,5 @@ def read_admitted(
     ledger_path: str, batch: str
 ) -> tuple[str | None, dict[str, tuple[str, str, str | None]]]:
     """A batch's storage and its jobs (key: request hash, status, body) as ``afc plan`` needs
-    them, read without writing anything: the file is opened read-only (no migrations, no
-    lock); no ledger, or a file afc has not written yet, means nothing is admitted."""
-    path = ledger_file.ledger_path(ledger_path)
-    if not path.exists():
-        return None, {}
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.DatabaseError as exc:
-        raise ledger_file.damaged(path, exc) from None
-    try:
-        try:
-            if ledger_file.identity(conn, path) == "new":
-                return None, {}
-        except sqlite3.DatabaseError as exc:
-            raise ledger_file.damaged(path, exc) from None
-        row = conn.execute("SELECT storage FROM batches WHERE name = ?", (batch,)).fetchone()
-        jobs = {
-            key: (request_hash, status, request_json)
-            for key, request_hash, status, request_json in conn.execute(
-                "SELECT key, request_hash, status, request_json FROM jobs WHERE batch = ?",
-                (batch,),
-            )
-        }
-        return (row[0] if row else None), jobs
-    except sqlite3.DatabaseError:
-        return None, {}
-    finally:
-        conn.close()
+    them, read without writing anything (no migrations, no lock)."""
+    return backend(ledger_path).read_admitted(ledger_path, batch)
