@@ -2,8 +2,8 @@
 
 - **Where.** ``--ledger`` / ``AFC_LEDGER`` is a plain path or a ``sqlite:///`` URL (the
   SQLAlchemy form: ``sqlite:///afc.db`` is relative, ``sqlite:////var/afc/afc.db`` absolute).
-  Any other URL scheme (``postgresql://`` included, for now) is refused with exit 2, never
-  taken for a folder name.
+  A ``postgresql://`` URL is a PostgreSQL ledger (afc_cli/ledger/postgres.py), never a file;
+  any other URL scheme is refused with exit 2, never taken for a folder name.
 - **Whose.** afc stamps its ledgers: SQLite's ``application_id`` is ``APPLICATION_ID`` and
   ``user_version`` the number of schema migrations applied. A database that is another
   application's (another ``application_id``, or tables of its own and no afc migrations) is
@@ -51,14 +51,9 @@ def ledger_path(value: str | Path) -> Path:
                 "sqlite:////absolute/path.db"
             )
         return Path(rest[1:])
-    if scheme in ("postgresql", "postgres"):
-        raise UsageError(
-            f"ledger {text!r}: PostgreSQL ledgers are not supported by this version of afc; "
-            "use a SQLite file (a plain path or sqlite:///path)"
-        )
     raise UsageError(
         f"ledger {text!r}: the {scheme}:// scheme is not supported; use a SQLite file "
-        "(a plain path or sqlite:///path)"
+        "(a plain path or sqlite:///path) or a PostgreSQL database (postgresql://...)"
     )
 
 

@@ -213,8 +213,13 @@ def submit(
         require_secrets(manifest.secret_envs)
     # An existing ledger is read first (its identity, its pages, the batch's storage); a new one
     # is created only once the storage check has passed: a refused run writes nothing.
-    path = ledger_file.ledger_path(ledger_path)
-    ledger = Ledger(path, create=False, check=run) if path.exists() else None
+    if ledger_file.is_postgres(ledger_path):
+        # a database server, not a file: opening it applies the schema, never a job
+        path = ledger_path
+        ledger = Ledger(ledger_path)
+    else:
+        path = ledger_file.ledger_path(ledger_path)
+        ledger = Ledger(path, create=False, check=run) if path.exists() else None
     try:
         if ledger is None:
             ledger_file.precheck(path)
@@ -424,7 +429,7 @@ def run_jobs(
 
     size_pools(PROVIDERS, concurrency, limits)
 
-    spool = Spool.beside(ledger.path)
+    spool = Spool(ledger.spool_root())
     sweep_spool(ledger, spool)
 
     async def main() -> RunStats:

@@ -108,6 +108,10 @@ def _cost_filters(
 
 def backend(url: Any) -> type[Ledger]:
     """The ledger class a ``--ledger`` value names (afc_cli/ledger_file.py parses it)."""
+    if ledger_file.is_postgres(url):
+        from afc_cli.ledger.postgres import PostgresLedger
+
+        return PostgresLedger
     ledger_file.ledger_path(url)  # refuses URLs of engines afc has no backend for
     from afc_cli.ledger.sqlite import SqliteLedger
 
@@ -465,7 +469,7 @@ class Ledger:
         Taking over from a dead or expired owner marks that owner's attempts left ``started``
         as ``unknown``: possibly paid, unpriced, never deleted.
         """
-        now = _now()
+        now = self.lease_clock()
         with self.tx():
             # The usual case first, in one statement: a free job is simply taken.
             taken = self._all(
@@ -552,7 +556,7 @@ class Ledger:
             self.db.execute(
                 f"UPDATE jobs SET lease_expires = ? WHERE lease_owner = ?"
                 f" AND status NOT IN {TERMINAL_SQL}",
-                (_now() + lease_s, self.owner),
+                (self.lease_clock() + lease_s, self.owner),
             )
 
     def release_all(self) -> int:
@@ -841,6 +845,14 @@ class Ledger:
         "batch": ("j.batch", "v.batch"),
         "day": ("a.started_at", "v.at"),
     }
+
+    def spool_root(self) -> Any:
+        """The folder where this ledger's runs spool rendered bytes before storing them."""
+        raise NotImplementedError
+
+    def lease_clock(self) -> float:
+        """Now, in the clock leases are measured by (the database's, where it has one)."""
+        return _now()
 
     def day_sql(self, column: str) -> str:
         """The UTC date (``YYYY-MM-DD``) of a column of Unix seconds, in this engine's SQL."""

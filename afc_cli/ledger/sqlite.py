@@ -84,6 +84,10 @@ class SqliteLedger(Ledger):
     def day_sql(self, column: str) -> str:
         return f"date({column}, 'unixepoch')"
 
+    def spool_root(self) -> Path:
+        """Spooled bytes live beside the ledger file (``afc.db-spool``)."""
+        return self.path.with_name(self.path.name + "-spool")
+
     def close(self) -> None:
         self.db.close()
 
