@@ -445,6 +445,68 @@ def resume(
         raise typer.Exit(result.exit_code)
 
 
+@app.command(
+    epilog=_examples(
+        "afc worker --ledger postgresql://afc@db.internal/afc",
+        "afc worker --concurrency 32 --batch trailer-shots",
+        "afc worker --until-idle --json   # drain what is runnable, then exit",
+    )
+)
+def worker(
+    batch: BatchOpt = None,
+    grace: GraceOpt = 30.0,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    claim: Annotated[
+        int | None,
+        typer.Option(
+            "--claim", min=1, metavar="N", help="Jobs claimed per round (default 4 x concurrency)."
+        ),
+    ] = None,
+    poll: Annotated[
+        float,
+        typer.Option("--poll", metavar="SECONDS", help="Wait between claims when idle."),
+    ] = 2.0,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit once no runnable job is left.")
+    ] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run jobs of any batch until SIGTERM: one worker per machine.
+
+    Claims jobs in rounds, runs them as 'afc resume' does, polls when idle. SIGTERM drains."""
+    with _boundary():
+        _prestart_helper()
+        from afc_cli.worker import work
+
+        result = work(
+            ledger_path=ledger,
+            batch=batch,
+            concurrency=concurrency,
+            claim=claim,
+            poll_s=poll,
+            grace_s=grace,
+            until_idle=until_idle,
+            reporter=_reporter(json_out, quiet, verbose),
+        )
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(result.as_json())
+        elif not quiet:
+            from afc_cli.costs import format_usd
+
+            sys.stderr.write(
+                f"afc: worker claimed {result.claimed} jobs in {result.rounds} rounds; "
+                f"{result.finished} finished; spent {format_usd(result.spent_micros)} USD (priced)"
+                + (f"; {result.abandoned} calls abandoned" if result.abandoned else "")
+                + "\n"
+            )
+        raise typer.Exit(result.exit_code)
+
+
 def _plan(manifest: str, ledger: str, storage: str | None, max_spend: str | None, json_out: bool):
     with _boundary():
         from afc_cli.plan import describe, plan

@@ -206,6 +206,7 @@ def submit(
     if run:
         require_keys({entry["provider"] for chain in manifest.chains for entry in chain})
         max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
+        lease_seconds()
         min_free_bytes()  # a bad AFC_MIN_FREE_MB is refused before anything is written
     if run:
         from afc_cli.webhooks import require_secrets
@@ -273,6 +274,7 @@ def resume(
     budget = Budget.parse(max_spend, allow_unpriced)
     max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
     min_free_bytes()
+    lease_seconds()
     ledger = Ledger(ledger_path, create=False, check=True)
     try:
         ledger.require_batch(batch)
@@ -401,7 +403,7 @@ def run_jobs(
     *,
     concurrency: int,
     reporter: Reporter | None = None,
-    lease_s: float = LEASE_S,
+    lease_s: float | None = None,
     budget: Budget | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     checked: frozenset[str] = frozenset(),
@@ -411,6 +413,7 @@ def run_jobs(
     admitting), not checked again: on S3 that is a round trip before the first call."""
     if not job_ids and not ledger.has_webhooks():
         return RunStats()
+    lease_s = lease_seconds() if lease_s is None else lease_s
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     if grace_s < 0:
@@ -560,6 +563,23 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
             row["waiting_reason"] = (
                 f"being run by another afc process (pid {rest} on {host}); this run left it alone"
             )
+
+
+def lease_seconds() -> float:
+    """``AFC_LEASE_S``: how long a claim holds a job without being renewed (default 300; a run
+    renews its leases every third of it). Another host's job is taken over only once its
+    lease expired by the ledger's clock, so a shorter lease recovers a dead host's jobs
+    sooner, and a longer one tolerates longer stalls (a paused VM, a slow network)."""
+    value = os.environ.get("AFC_LEASE_S")
+    if value is None or not value.strip():
+        return LEASE_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds >= 3:
+        raise UsageError(f"AFC_LEASE_S must be a number of seconds >= 3, got {value!r}")
+    return seconds
 
 
 def min_free_bytes() -> int:

@@ -265,3 +265,34 @@ def test_a_password_never_reaches_a_message(pg_server):
 def test_the_owner_is_this_host_and_process(book):
     ledger, _, _ = book
     assert ledger.owner.startswith(socket.gethostname() + ":")
+
+
+# --- claims for afc worker ----------------------------------------------------------------------
+
+
+def test_claims_come_in_rounds_in_admission_order_and_take_expired_leases(book):
+    ledger, (a, b, c), _ = book
+    _ghost(ledger, c, expires="1")  # another host's lease on the third job, expired
+    first = ledger.claim_runnable(2, 60)
+    assert [j["key"] for j in first] == ["shot-001", "shot-002"]
+    assert all(j["lease_owner"] == ledger.owner for j in first)
+    second = ledger.claim_runnable(2, 60)
+    assert [j["key"] for j in second] == ["shot-003"]
+    assert [a["status"] for a in ledger.attempts(c["id"])] == ["unknown"]
+    assert ledger.claim_runnable(2, 60) == []  # nothing free: ours are held by us
+
+
+def test_a_claim_skips_rows_another_worker_has_locked(pg_url, afc):
+    import psycopg
+
+    path = afc.write_manifest(manifest(jobs(3)))
+    ledger = Ledger(pg_url)
+    try:
+        m = load_manifest(path)
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        with psycopg.connect(pg_url) as other:  # another worker, mid-claim on the first job
+            other.execute("SELECT id FROM jobs WHERE key = 'shot-001' FOR UPDATE")
+            taken = ledger.claim_runnable(1, 60)  # does not wait for it
+            assert [j["key"] for j in taken] == ["shot-002"]
+    finally:
+        ledger.close()

@@ -530,6 +530,46 @@ class Ledger:
                     return None
             return job
 
+    # Appended to the claim's SELECT where the engine locks rows: PostgreSQL's FOR UPDATE SKIP
+    # LOCKED lets workers on many hosts pick different jobs without queuing on the same rows
+    # (SQLite serialises writers on its write lock: nothing to skip there).
+    CLAIM_LOCK = ""
+
+    def claim_runnable(
+        self, limit: int, lease_s: float, batch: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Claim up to ``limit`` runnable jobs (queued, running or waiting; free, or leased by
+        an owner whose lease expired by the ledger's clock, or who died on this host), in the
+        order they were admitted, for ``afc worker``. One transaction: the candidates are
+        selected (locked, skipping rows another worker's claim holds), then each is taken by
+        ``claim``, which re-checks it, counts a takeover and marks the previous owner's
+        attempts in flight ``unknown`` in this same transaction. The id is the primary key,
+        so no claim takes more than ``limit`` rows."""
+        now = self.lease_clock()
+        where = f"status IN {ACTIVE_SQL}" + (" AND batch = ?" if batch is not None else "")
+        params: list[Any] = [batch] if batch is not None else []
+        taken: list[dict[str, Any]] = []
+        with self.tx():
+            rows = self._all(
+                f"SELECT id FROM jobs WHERE {where} AND (lease_owner IS NULL OR lease_expires < ?)"
+                f" ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK}",
+                [*params, now, limit],
+            )
+            # leases of runs that died on this host are free at once (owner.owner_is_dead)
+            if len(rows) < limit:
+                here = self._all(
+                    f"SELECT id, lease_owner FROM jobs WHERE {where} AND lease_owner LIKE ?"
+                    f" AND lease_owner <> ? AND lease_expires >= ? ORDER BY batch, seq"
+                    f" LIMIT ?{self.CLAIM_LOCK}",
+                    [*params, self.owner.split(":", 1)[0] + ":%", self.owner, now, limit],
+                )
+                rows += [row for row in here if owner_is_dead(row["lease_owner"])]
+            for row in rows[:limit]:
+                job = self.claim(row["id"], lease_s)
+                if job is not None:
+                    taken.append(job)
+        return taken
+
     def _mark_unknown(self, job_id: str, batch: str, exclude_owner: str | None) -> int:
         """Attempts a run left ``started`` become ``unknown`` (possibly paid) with the class
         ``interrupted``: they are kept and counted as spend of unknown cost, but never use up

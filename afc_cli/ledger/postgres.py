@@ -136,6 +136,8 @@ def _psycopg() -> Any:
 
 
 class PostgresLedger(Ledger):
+    CLAIM_LOCK = " FOR UPDATE SKIP LOCKED"
+
     def __init__(self, url: str, *, create: bool = True, check: bool = False):
         psycopg = _psycopg()
         self.url = str(url)
