@@ -449,6 +449,7 @@ def resume(
     epilog=_examples(
         "afc worker --ledger postgresql://afc@db.internal/afc",
         "afc worker --concurrency 32 --batch trailer-shots",
+        "afc worker --max-spend 500   # one cap for every worker on this ledger",
         "afc worker --until-idle --json   # drain what is runnable, then exit",
     )
 )
@@ -470,6 +471,16 @@ def worker(
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Exit once no runnable job is left.")
     ] = False,
+    max_spend: MaxSpendOpt = None,
+    allow_unpriced: AllowUnpricedOpt = False,
+    budget_name: Annotated[
+        str,
+        typer.Option(
+            "--budget",
+            metavar="NAME",
+            help="Workers given the same name share one --max-spend.",
+        ),
+    ] = "workers",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
@@ -490,6 +501,9 @@ def worker(
             grace_s=grace,
             until_idle=until_idle,
             reporter=_reporter(json_out, quiet, verbose),
+            max_spend=max_spend,
+            allow_unpriced=allow_unpriced,
+            budget_name=budget_name,
         )
         if json_out:
             from afc_cli.output import emit_json
@@ -502,6 +516,7 @@ def worker(
                 f"afc: worker claimed {result.claimed} jobs in {result.rounds} rounds; "
                 f"{result.finished} finished; spent {format_usd(result.spent_micros)} USD (priced)"
                 + (f"; {result.abandoned} calls abandoned" if result.abandoned else "")
+                + ("; stopped by the budget" if result.budget_hit else "")
                 + "\n"
             )
         raise typer.Exit(result.exit_code)

@@ -407,10 +407,13 @@ def run_jobs(
     budget: Budget | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     checked: frozenset[str] = frozenset(),
+    run_id: str | None = None,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
     ``checked``: batches whose storage the caller has just checked (submit does, before
-    admitting), not checked again: on S3 that is a round trip before the first call."""
+    admitting), not checked again: on S3 that is a round trip before the first call.
+    ``run_id``: the attempts' run, whose spend the budget caps (default: a new one); workers
+    sharing one budget pass one id (afc_cli/worker.py)."""
     if not job_ids and not ledger.has_webhooks():
         return RunStats()
     lease_s = lease_seconds() if lease_s is None else lease_s
@@ -426,7 +429,7 @@ def run_jobs(
             storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
-    run_id = str(uuid.uuid4())
+    run_id = run_id or str(uuid.uuid4())
     from afc_cli.providers import PROVIDERS
     from afc_cli.providers.http import size_pools
 

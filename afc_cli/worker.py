@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from afc_cli.errors import EXIT_INTERRUPTED, UsageError
+from afc_cli.errors import EXIT_BUDGET, EXIT_INTERRUPTED, UsageError
 from afc_cli.ledger import Ledger
 
 DEFAULT_POLL_S = 2.0
@@ -33,14 +33,18 @@ class WorkerResult:
     rounds: int = 0  # claims that found work
     claimed: int = 0
     finished: int = 0  # jobs brought to a terminal state by this worker
-    spent_micros: int = 0  # priced spend of this worker's attempts
+    spent_micros: int = 0  # priced spend of this worker's rounds (all workers' under a budget)
     unknown_cost_attempts: int = 0
     stopped_by_signal: bool = False
     abandoned: int = 0
+    budget_hit: bool = False
+    budget: dict[str, Any] | None = None  # the shared budget's cap and spend, all workers
 
     @property
     def exit_code(self) -> int:
-        return EXIT_INTERRUPTED if self.abandoned else 0
+        if self.abandoned:
+            return EXIT_INTERRUPTED
+        return EXIT_BUDGET if self.budget_hit else 0
 
     def as_json(self) -> dict[str, Any]:
         from afc_cli.costs import format_usd
@@ -53,6 +57,8 @@ class WorkerResult:
             "unknown_cost_attempts": self.unknown_cost_attempts,
             "stopped_by_signal": self.stopped_by_signal,
             "abandoned_attempts": self.abandoned,
+            "stopped_by_budget": self.budget_hit,
+            "budget": self.budget,
             "exit_code": self.exit_code,
         }
 
@@ -67,8 +73,20 @@ def work(
     grace_s: float,
     until_idle: bool = False,
     reporter: Any = None,
+    max_spend: str | None = None,
+    allow_unpriced: bool = False,
+    budget_name: str = "workers",
 ) -> WorkerResult:
-    from afc_cli.run import lease_seconds, max_interrupts, min_free_bytes, require_keys, run_jobs
+    from afc_cli.costs import RateCards
+    from afc_cli.run import (
+        Budget,
+        batch_rates,
+        lease_seconds,
+        max_interrupts,
+        min_free_bytes,
+        require_keys,
+        run_jobs,
+    )
 
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
@@ -78,6 +96,11 @@ def work(
     if claim < 1:
         raise UsageError(f"--claim must be at least 1, got {claim}")
     lease_s = lease_seconds()
+    budget = Budget.parse(max_spend, allow_unpriced)
+    # One budget for every worker started with the same name on this ledger: their attempts
+    # share a run id, whose spend (known costs, else reservations) the cap holds, checked and
+    # reserved one attempt at a time across hosts (Ledger.start_attempt).
+    run_id = f"budget:{budget_name}" if budget is not None else None
     max_interrupts()
     min_free_bytes()
     stop = threading.Event()
@@ -103,14 +126,12 @@ def work(
                     break
                 stop.wait(poll_s)
                 continue
+            chains = [(job["batch"], json.loads(job["request_json"])["chain"]) for job in jobs]
             try:
-                require_keys(
-                    {
-                        entry["provider"]
-                        for job in jobs
-                        for entry in json.loads(job["request_json"])["chain"]
-                    }
-                )
+                require_keys({entry["provider"] for _, chain in chains for entry in chain})
+                if budget is not None:
+                    cards = batch_rates(ledger)
+                    budget.check_priced(chains, lambda b, cards=cards: cards.get(b) or RateCards())
             except UsageError:
                 for job in jobs:  # not ours to run: left for a worker that has the key
                     ledger.release(job)
@@ -124,14 +145,30 @@ def work(
                 reporter=reporter,
                 lease_s=lease_s,
                 grace_s=grace_s,
+                budget=budget,
+                run_id=run_id,
             )
             result.finished += stats.finished
             result.spent_micros += stats.spent_micros
             result.unknown_cost_attempts += stats.unknown_cost_attempts
             result.abandoned += stats.abandoned
+            if stats.budget_hit:
+                result.budget_hit = True
+                break
             if stats.interrupted:
                 stop.set()
         result.stopped_by_signal = stop.is_set()
+        if budget is not None:
+            from afc_cli.costs import format_usd
+
+            money = ledger.run_money(run_id)
+            result.spent_micros = money["priced"]  # each round's figure was this, so far
+            result.budget = {
+                "name": budget_name,
+                "cap": format_usd(budget.cap_micros),
+                "priced": format_usd(money["priced"]),
+                "reserved": format_usd(money["reserved"]),
+            }
         return result
     finally:
         ledger.close()

@@ -104,3 +104,29 @@ def test_an_idle_worker_exits_at_once_with_until_idle_and_a_bad_lease_is_refused
     assert (idle["claimed"], idle["exit_code"]) == (0, 0)
     refused = pg("worker", "--until-idle", env={"AFC_LEASE_S": "soon"})
     assert refused.returncode == 2 and "AFC_LEASE_S" in refused.stderr
+
+
+def test_one_budget_holds_across_workers_on_two_hosts(pg):
+    pg.write_manifest(manifest(jobs(20, latency_s=0.2)))  # 0.05 USD a render
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    workers = [
+        pg.popen(
+            "worker",
+            "--until-idle",
+            "--poll",
+            "0.2",
+            "--concurrency",
+            "3",
+            "--max-spend",
+            "0.30",
+            env={"AFC_HOST_ID": host},
+        )
+        for host in ("host-a", "host-b")
+    ]
+    codes = [w.wait(timeout=60) for w in workers]
+    assert codes == [4, 4], [w.stderr.read() for w in workers]
+    # six estimates of 0.05 fit under 0.30, whichever host started them: never a seventh
+    assert pg.rows("SELECT COUNT(*) FROM attempts") == [(6,)]
+    assert pg.rows("SELECT CAST(SUM(cost_micros) AS BIGINT) FROM attempts") == [(300_000,)]
+    hosts = {row[0].split(":")[0] for row in pg.rows("SELECT owner FROM attempts")}
+    assert hosts <= {"host-a", "host-b"}

@@ -774,6 +774,7 @@ class Ledger:
         # which also syncs the WAL when any of them is durable.
         with self.tx(sync_on_commit=durable):
             if cap_micros is not None:
+                self._hold_budget(run_id)
                 spent = self.run_spend(run_id)
                 if spent + (reserve_micros or 0) > cap_micros:
                     raise BudgetExhausted(spent, cap_micros, reserve_micros or 0)
@@ -889,6 +890,11 @@ class Ledger:
     def spool_root(self) -> Any:
         """The folder where this ledger's runs spool rendered bytes before storing them."""
         raise NotImplementedError
+
+    def _hold_budget(self, run_id: str | None) -> None:
+        """Inside a transaction: nobody else checks this run's budget until it commits, so
+        two workers cannot both fit the last estimate under the cap. SQLite's write lock,
+        taken by every transaction, already does this."""
 
     def lease_clock(self) -> float:
         """Now, in the clock leases are measured by (the database's, where it has one)."""

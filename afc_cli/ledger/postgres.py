@@ -44,6 +44,7 @@ from afc_cli.owner import current_owner
 MIGRATIONS_TABLE = "afc_migrations"
 # pg_advisory_xact_lock keys: one for migrations, one per shared limit (afc + a purpose)
 MIGRATION_LOCK = zlib.crc32(b"afc:migrations")
+BUDGET_LOCK = zlib.crc32(b"afc:budget") & 0x7FFFFFFF  # the two-int form takes int4 keys
 CONNECT_TIMEOUT_S = 10
 
 
@@ -234,6 +235,11 @@ class PostgresLedger(Ledger):
 
     def spool_root(self) -> Path:
         return Path(os.environ.get("AFC_SPOOL_DIR") or "afc-spool")
+
+    def _hold_budget(self, run_id: str | None) -> None:
+        # a transaction-scoped advisory lock per budget: workers on every host that share
+        # this run id (afc worker --max-spend) check and reserve their estimates one at a time
+        self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (BUDGET_LOCK, run_id or ""))
 
     def lease_clock(self) -> float:
         """Now, by the database's clock: the time every host's leases are measured in."""
