@@ -117,6 +117,12 @@ webhooks_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(webhooks_app, name="webhooks")
+ledger_app = typer.Typer(
+    help="Move a ledger between backends.",
+    epilog=_examples("afc ledger copy afc.db postgresql://afc@db.internal/afc"),
+    no_args_is_help=True,
+)
+app.add_typer(ledger_app, name="ledger")
 
 
 def _version(value: bool) -> None:
@@ -520,6 +526,42 @@ def worker(
                 + "\n"
             )
         raise typer.Exit(result.exit_code)
+
+
+@ledger_app.command(
+    "copy",
+    epilog=_examples(
+        "afc ledger copy afc.db postgresql://afc@db.internal/afc",
+        "afc ledger copy postgresql://afc@db.internal/afc sqlite:///back.db --json",
+    ),
+)
+def ledger_copy(
+    source: Annotated[str, typer.Argument(metavar="SRC", help="The ledger to copy (path or URL).")],
+    destination: Annotated[
+        str, typer.Argument(metavar="DST", help="A new or empty ledger (path or URL).")
+    ],
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy a ledger, history included, into a new one (SQLite to PostgreSQL, or back).
+
+    The source is read in one snapshot; the destination is written in one transaction."""
+    with _boundary():
+        from afc_cli.ledger.copy import copy_ledger
+
+        result = copy_ledger(source, destination)
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(result)
+            return
+        rows = ", ".join(f"{count} {table}" for table, count in result["rows"].items())
+        sys.stdout.write(f"copied {result['source']} to {result['destination']}: {rows}\n")
+        if result["spooled_files"]:
+            sys.stdout.write(
+                f"{result['spooled_files']} rendered files wait in {result['spool']}: move them "
+                "to the new ledger's spool (AFC_SPOOL_DIR) so the next run stores them instead "
+                "of rendering them again\n"
+            )
 
 
 def _plan(manifest: str, ledger: str, storage: str | None, max_spend: str | None, json_out: bool):

@@ -891,6 +891,17 @@ class Ledger:
         """The folder where this ledger's runs spool rendered bytes before storing them."""
         raise NotImplementedError
 
+    # --- engine hooks for afc ledger copy (afc_cli/ledger/copy.py) --------------------------
+
+    def snapshot(self) -> None:
+        """First thing in a ``tx`` block: the block's reads see one moment of the ledger."""
+
+    def columns(self, table: str) -> list[str]:
+        raise NotImplementedError
+
+    def after_copy(self) -> None:
+        """Inside the copy's transaction, once every row is in (ids included)."""
+
     def _hold_budget(self, run_id: str | None) -> None:
         """Inside a transaction: nobody else checks this run's budget until it commits, so
         two workers cannot both fit the last estimate under the cap. SQLite's write lock,

@@ -236,6 +236,28 @@ class PostgresLedger(Ledger):
     def spool_root(self) -> Path:
         return Path(os.environ.get("AFC_SPOOL_DIR") or "afc-spool")
 
+    def snapshot(self) -> None:
+        # READ COMMITTED sees each statement's moment; a copy must see one moment throughout
+        self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+    def columns(self, table: str) -> list[str]:
+        return [
+            row[0]
+            for row in self.db.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?"
+                " AND table_schema = current_schema() ORDER BY ordinal_position",
+                (table,),
+            )
+        ]
+
+    def after_copy(self) -> None:
+        # rows came with their ids: the identity columns continue after the highest
+        for table in ("attempts", "events", "avoided"):
+            self.db.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
+                f" COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"
+            )
+
     def _hold_budget(self, run_id: str | None) -> None:
         # a transaction-scoped advisory lock per budget: workers on every host that share
         # this run id (afc worker --max-spend) check and reserve their estimates one at a time

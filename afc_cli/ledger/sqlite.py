@@ -84,6 +84,9 @@ class SqliteLedger(Ledger):
     def day_sql(self, column: str) -> str:
         return f"date({column}, 'unixepoch')"
 
+    def columns(self, table: str) -> list[str]:
+        return [row[1] for row in self.db.execute(f"PRAGMA table_info({table})")]
+
     def spool_root(self) -> Path:
         """Spooled bytes live beside the ledger file (``afc.db-spool``)."""
         return self.path.with_name(self.path.name + "-spool")
