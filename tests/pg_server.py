@@ -54,7 +54,10 @@ def _free_port() -> int:
 class Server:
     """A throwaway server (or a given one): ``database()`` makes a fresh ledger database."""
 
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        """``durable``: the server's default fsync and synchronous commit (the bench's);
+        the tests turn both off, since no test outlives the server."""
+        self.durable = durable
         self.root: Path | None = None
         self.bin: Path | None = None
         given = os.environ.get("AFC_TEST_PG_URL")
@@ -97,10 +100,9 @@ class Server:
             capture_output=True,
             cwd=self.root,
         )
-        options = (
-            f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-            " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
-        )
+        options = f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         subprocess.run(
             self._as_server_user(
                 [

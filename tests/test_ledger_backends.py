@@ -296,3 +296,29 @@ def test_a_claim_skips_rows_another_worker_has_locked(pg_url, afc):
             assert [j["key"] for j in taken] == ["shot-002"]
     finally:
         ledger.close()
+
+
+def test_only_the_commits_money_depends_on_wait_for_the_disk_on_postgresql(pg_url):
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:  # as a production server has it
+        name = admin.execute("SELECT current_database()").fetchone()[0]
+        admin.execute(f"ALTER DATABASE {name} SET synchronous_commit = on")
+    ledger = Ledger(pg_url)
+    try:
+
+        def setting() -> str:
+            return ledger.db.execute("SHOW synchronous_commit").fetchone()[0]
+
+        with ledger.tx():
+            assert setting() == "off"  # a checkpoint, an event: asynchronous
+        with ledger.tx(durable=True):
+            assert setting() == "on"  # the attempt row before a paid call
+        with ledger.tx():
+            with ledger.tx(sync_on_commit=True):  # joins, and makes the whole commit wait
+                pass
+            assert setting() == "on"
+        with ledger.tx():
+            assert setting() == "off"
+    finally:
+        ledger.close()

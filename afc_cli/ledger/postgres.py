@@ -11,8 +11,16 @@
   ``INSERT ... ON CONFLICT``, which PostgreSQL re-checks on the row it locked). There is no
   group commit: a transaction shared by many jobs would hold their row locks for milliseconds
   against the other hosts' workers. No transaction is held open across an ``await``, a provider
-  call or an upload. A commit is durable when it returns (PostgreSQL's ``synchronous_commit``
-  is the server's, ``on`` by default), so ``durable`` and ``sync_on_commit`` need nothing more.
+  call or an upload.
+- **Durability**, as on SQLite (sqlite.py): a block that asks ``durable`` or ``sync_on_commit``
+  (the attempt row committed before a paid provider call, a submitted request's id) commits
+  with the server's ``synchronous_commit`` (``on`` by default): on disk when the commit returns.
+  Every other commit is asynchronous (``synchronous_commit = off`` for the session): it never
+  waits for the server's WAL flush, and a *server* crash may lose the last fraction of a second
+  of them, never corrupting anything, which is exactly what SQLite's ``synchronous=NORMAL``
+  risks on a power cut. What such a loss costs is nothing paid twice: a lost success is found
+  stored by the next run's probe, a lost spool checkpoint is adopted from the spool file. A
+  worker's own crash loses nothing committed.
 - **Migrations.** The same numbered list as SQLite (afc_cli/migrations.py), each applied once in
   its own transaction under an advisory lock, so workers starting together apply each once;
   their SQLite DDL is translated (``INTEGER`` to ``BIGINT``, ``REAL`` to ``DOUBLE PRECISION``,
@@ -152,6 +160,10 @@ class PostgresLedger(Ledger):
                 f"cannot connect to the ledger {self.path}: {str(exc).strip().splitlines()[0]}"
             ) from None
         self.db = PgDatabase(conn)
+        # Commits wait for the disk only where money depends on it (module docstring): the
+        # server's own setting is kept for those, the session's other commits are async.
+        self._sync_setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
+        conn.execute("SET synchronous_commit = off")
         self.owner = current_owner()
         self._depth = 0
         self._broken = False
@@ -275,7 +287,10 @@ class PostgresLedger(Ledger):
         ends; a nested block joins it; an exception rolls it back (module docstring)."""
         if self._broken:
             raise ledger_write_error(self.path, self._broken_by or "the connection failed")
+        durable = durable or sync_on_commit
         if self._depth:
+            if durable:  # the enclosing transaction's commit waits for the disk too
+                self._durable_commit()
             self._depth += 1
             try:
                 yield self.db
@@ -286,12 +301,20 @@ class PostgresLedger(Ledger):
         self._depth = 1
         try:
             with self.db.raw.transaction():
+                if durable:
+                    self._durable_commit()
                 yield self.db
         except psycopg.OperationalError as exc:  # the server or the connection went away
             self._broken, self._broken_by = True, exc
             raise ledger_write_error(self.path, exc) from None
         finally:
             self._depth = 0
+
+    def _durable_commit(self) -> None:
+        if self._sync_setting != "off":
+            self.db.raw.execute(
+                "SELECT set_config('synchronous_commit', %s, true)", (self._sync_setting,)
+            )
 
     def flush(self) -> None:
         """Nothing waits for a commit here: every block committed when it ended."""
