@@ -117,6 +117,12 @@ webhooks_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(webhooks_app, name="webhooks")
+ledger_app = typer.Typer(
+    help="Move a ledger between backends.",
+    epilog=_examples("afc ledger copy afc.db postgresql://afc@db.internal/afc"),
+    no_args_is_help=True,
+)
+app.add_typer(ledger_app, name="ledger")
 
 
 def _version(value: bool) -> None:
@@ -443,6 +449,119 @@ def resume(
         )
         _print_run(result, json_out, quiet)
         raise typer.Exit(result.exit_code)
+
+
+@app.command(
+    epilog=_examples(
+        "afc worker --ledger postgresql://afc@db.internal/afc",
+        "afc worker --concurrency 32 --batch trailer-shots",
+        "afc worker --max-spend 500   # one cap for every worker on this ledger",
+        "afc worker --until-idle --json   # drain what is runnable, then exit",
+    )
+)
+def worker(
+    batch: BatchOpt = None,
+    grace: GraceOpt = 30.0,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    concurrency: ConcurrencyOpt = DEFAULT_CONCURRENCY,
+    claim: Annotated[
+        int | None,
+        typer.Option(
+            "--claim", min=1, metavar="N", help="Jobs claimed per round (default 4 x concurrency)."
+        ),
+    ] = None,
+    poll: Annotated[
+        float,
+        typer.Option("--poll", metavar="SECONDS", help="Wait between claims when idle."),
+    ] = 2.0,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit once no runnable job is left.")
+    ] = False,
+    max_spend: MaxSpendOpt = None,
+    allow_unpriced: AllowUnpricedOpt = False,
+    budget_name: Annotated[
+        str,
+        typer.Option(
+            "--budget",
+            metavar="NAME",
+            help="Workers given the same name share one --max-spend.",
+        ),
+    ] = "workers",
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run jobs of any batch until SIGTERM: one worker per machine.
+
+    Claims jobs in rounds, runs them as 'afc resume' does, polls when idle. SIGTERM drains."""
+    with _boundary():
+        _prestart_helper()
+        from afc_cli.worker import work
+
+        result = work(
+            ledger_path=ledger,
+            batch=batch,
+            concurrency=concurrency,
+            claim=claim,
+            poll_s=poll,
+            grace_s=grace,
+            until_idle=until_idle,
+            reporter=_reporter(json_out, quiet, verbose),
+            max_spend=max_spend,
+            allow_unpriced=allow_unpriced,
+            budget_name=budget_name,
+        )
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(result.as_json())
+        elif not quiet:
+            from afc_cli.costs import format_usd
+
+            sys.stderr.write(
+                f"afc: worker claimed {result.claimed} jobs in {result.rounds} rounds; "
+                f"{result.finished} finished; spent {format_usd(result.spent_micros)} USD (priced)"
+                + (f"; {result.abandoned} calls abandoned" if result.abandoned else "")
+                + ("; stopped by the budget" if result.budget_hit else "")
+                + "\n"
+            )
+        raise typer.Exit(result.exit_code)
+
+
+@ledger_app.command(
+    "copy",
+    epilog=_examples(
+        "afc ledger copy afc.db postgresql://afc@db.internal/afc",
+        "afc ledger copy postgresql://afc@db.internal/afc sqlite:///back.db --json",
+    ),
+)
+def ledger_copy(
+    source: Annotated[str, typer.Argument(metavar="SRC", help="The ledger to copy (path or URL).")],
+    destination: Annotated[
+        str, typer.Argument(metavar="DST", help="A new or empty ledger (path or URL).")
+    ],
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy a ledger, history included, into a new one (SQLite to PostgreSQL, or back).
+
+    The source is read in one snapshot; the destination is written in one transaction."""
+    with _boundary():
+        from afc_cli.ledger.copy import copy_ledger
+
+        result = copy_ledger(source, destination)
+        if json_out:
+            from afc_cli.output import emit_json
+
+            emit_json(result)
+            return
+        rows = ", ".join(f"{count} {table}" for table, count in result["rows"].items())
+        sys.stdout.write(f"copied {result['source']} to {result['destination']}: {rows}\n")
+        if result["spooled_files"]:
+            sys.stdout.write(
+                f"{result['spooled_files']} rendered files wait in {result['spool']}: move them "
+                "to the new ledger's spool (AFC_SPOOL_DIR) so the next run stores them instead "
+                "of rendering them again\n"
+            )
 
 
 def _plan(manifest: str, ledger: str, storage: str | None, max_spend: str | None, json_out: bool):

@@ -20,12 +20,7 @@ from afc_cli.costs import format_usd
 from afc_cli.errors import UsageError
 from afc_cli.ledger import Ledger
 
-GROUPS = {
-    "provider": ("a.provider", "v.provider"),
-    "model": ("a.provider || '/' || a.model", "v.provider || '/' || v.model"),
-    "batch": ("j.batch", "v.batch"),
-    "day": ("date(a.started_at, 'unixepoch')", "date(v.at, 'unixepoch')"),
-}
+GROUPS = ("provider", "model", "batch", "day")
 MONEY = ("priced", "failed_spend", "avoided_cost")
 COUNTS = ("unpriced_attempts", "unknown_attempts", "avoided_renders", "avoided_unpriced")
 FIELDS = (
@@ -51,64 +46,21 @@ def parse_since(value: str | None) -> float | None:
     return when.timestamp()
 
 
-def _filters(
-    batch_column: str, time_column: str, batch: str | None, since: float | None
-) -> tuple[list[str], list[Any]]:
-    where, params = ["1 = 1"], []
-    if batch is not None:
-        where.append(f"{batch_column} = ?")
-        params.append(batch)
-    if since is not None:
-        where.append(f"{time_column} >= ?")
-        params.append(since)
-    return where, params
-
-
 def costs_report(
     ledger_path: str, *, batch: str | None, since: str | None, by: str
 ) -> dict[str, Any]:
     if by not in GROUPS:
         raise UsageError(f"--by takes one of {', '.join(GROUPS)}, got {by!r}")
     since_ts = parse_since(since)
-    attempt_key, avoided_key = GROUPS[by]
-    where, params = _filters("j.batch", "a.started_at", batch, since_ts)
-    v_where, v_params = _filters("v.batch", "v.at", batch, since_ts)
-
     ledger = Ledger(ledger_path, create=False)
     try:
         ledger.require_batch(batch)
-        groups: dict[Any, dict[str, int]] = {}
-
-        def row_for(key: Any) -> dict[str, int]:
-            return groups.setdefault(key, dict.fromkeys(FIELDS, 0))
-
-        for key, priced, unpriced, failed, unknown in ledger.db.execute(
-            f"SELECT {attempt_key}, COALESCE(SUM(a.cost_micros), 0),"
-            " SUM(a.cost_micros IS NULL AND a.status != 'started'),"
-            " COALESCE(SUM(CASE WHEN a.status IN ('failed', 'unknown') THEN a.cost_micros END), 0),"
-            " SUM(a.status = 'unknown')"
-            " FROM attempts a JOIN jobs j ON j.id = a.job_id"
-            f" WHERE {' AND '.join(where)} GROUP BY 1",
-            params,
-        ):
-            row = row_for(key)
-            row.update(
-                priced=priced,
-                unpriced_attempts=unpriced or 0,
-                failed_spend=failed,
-                unknown_attempts=unknown or 0,
-            )
-        for key, count, cost, unpriced in ledger.db.execute(
-            f"SELECT {avoided_key}, COUNT(*), COALESCE(SUM(v.cost_micros), 0),"
-            " SUM(v.cost_micros IS NULL)"
-            " FROM avoided v WHERE v.id IN (SELECT MIN(id) FROM avoided GROUP BY job_id)"
-            f" AND {' AND '.join(v_where)} GROUP BY 1",
-            v_params,
-        ):
-            row = row_for(key)
-            row.update(avoided_renders=count, avoided_cost=cost, avoided_unpriced=unpriced or 0)
+        groups = ledger.cost_groups(by, batch=batch, since=since_ts)
     finally:
         ledger.close()
+    for values in groups.values():
+        for name in FIELDS:
+            values.setdefault(name, 0)
 
     total = dict.fromkeys(FIELDS, 0)
     rows = []

@@ -2,8 +2,8 @@
 
 - **Where.** ``--ledger`` / ``AFC_LEDGER`` is a plain path or a ``sqlite:///`` URL (the
   SQLAlchemy form: ``sqlite:///afc.db`` is relative, ``sqlite:////var/afc/afc.db`` absolute).
-  Any other URL scheme (``postgresql://`` included, for now) is refused with exit 2, never
-  taken for a folder name.
+  A ``postgresql://`` URL is a PostgreSQL ledger (afc_cli/ledger/postgres.py), never a file;
+  any other URL scheme is refused with exit 2, never taken for a folder name.
 - **Whose.** afc stamps its ledgers: SQLite's ``application_id`` is ``APPLICATION_ID`` and
   ``user_version`` the number of schema migrations applied. A database that is another
   application's (another ``application_id``, or tables of its own and no afc migrations) is
@@ -30,6 +30,12 @@ MIGRATION_SET = "afc"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
+def is_postgres(value: object) -> bool:
+    """Whether a ``--ledger`` value names a PostgreSQL ledger (``postgresql://``)."""
+    match = _SCHEME.match(str(value)) if value is not None else None
+    return match is not None and match.group(1).lower() in ("postgresql", "postgres")
+
+
 def ledger_path(value: str | Path) -> Path:
     """The SQLite file a ``--ledger`` value names; other URL schemes are refused."""
     text = str(value)
@@ -45,14 +51,9 @@ def ledger_path(value: str | Path) -> Path:
                 "sqlite:////absolute/path.db"
             )
         return Path(rest[1:])
-    if scheme in ("postgresql", "postgres"):
-        raise UsageError(
-            f"ledger {text!r}: PostgreSQL ledgers are not supported by this version of afc; "
-            "use a SQLite file (a plain path or sqlite:///path)"
-        )
     raise UsageError(
         f"ledger {text!r}: the {scheme}:// scheme is not supported; use a SQLite file "
-        "(a plain path or sqlite:///path)"
+        "(a plain path or sqlite:///path) or a PostgreSQL database (postgresql://...)"
     )
 
 

@@ -1,6 +1,10 @@
 """Who holds a lease: host, pid and the process's start time (so a reused pid is not mistaken
 for the process that died). On the same host a dead owner's lease is void at once; elsewhere
-the lease's expiry decides."""
+the lease's expiry decides.
+
+``AFC_HOST_ID`` names this host in owner ids instead of its host name: workers in containers
+that share one host name on different machines must each set a distinct one, or one would
+take the other's pid for a process of its own."""
 
 from __future__ import annotations
 
@@ -20,10 +24,14 @@ def _start_ticks(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def host_id() -> str:
+    return os.environ.get("AFC_HOST_ID") or socket.gethostname()
+
+
 @cache
 def current_owner() -> str:
     pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '0'}"
+    return f"{host_id()}:{pid}:{_start_ticks(pid) or '0'}"
 
 
 def owner_is_dead(owner: str | None) -> bool:
@@ -35,7 +43,7 @@ def owner_is_dead(owner: str | None) -> bool:
         pid = int(pid_text)
     except ValueError:
         return False
-    if host != socket.gethostname():
+    if host != host_id():
         return False
     if owner == current_owner():
         return False

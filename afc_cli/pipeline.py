@@ -778,12 +778,9 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
             output_size=spooled.size,
         )
         if last is not None and last["status"] in ("started", "unknown"):
-            ctx.ledger.db.execute(
-                "UPDATE attempts SET status = 'succeeded', error_message = ? WHERE id = ?",
-                (
-                    "adopted from the spool after the process ended; usage and cost unknown",
-                    last["id"],
-                ),
+            ctx.ledger.adopt_attempt(
+                last["id"],
+                "adopted from the spool after the process ended; usage and cost unknown",
             )
 
 

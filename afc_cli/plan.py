@@ -13,7 +13,6 @@ means every job is new. Storage is only read.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -23,39 +22,6 @@ from afc_cli.costs import format_usd
 from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
 from afc_cli.run import Budget, manifest_rates, resolve_storage
-
-
-def _read_ledger(
-    ledger_path: str, batch: str
-) -> tuple[str | None, dict[str, tuple[str, str, str | None]]]:
-    from afc_cli import ledger_file
-
-    path = ledger_file.ledger_path(ledger_path)
-    if not path.exists():
-        return None, {}
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.DatabaseError as exc:
-        raise ledger_file.damaged(path, exc) from None
-    try:
-        try:
-            if ledger_file.identity(conn, path) == "new":
-                return None, {}
-        except sqlite3.DatabaseError as exc:
-            raise ledger_file.damaged(path, exc) from None
-        row = conn.execute("SELECT storage FROM batches WHERE name = ?", (batch,)).fetchone()
-        jobs = {
-            key: (request_hash, status, request_json)
-            for key, request_hash, status, request_json in conn.execute(
-                "SELECT key, request_hash, status, request_json FROM jobs WHERE batch = ?",
-                (batch,),
-            )
-        }
-        return (row[0] if row else None), jobs
-    except sqlite3.DatabaseError:
-        return None, {}
-    finally:
-        conn.close()
 
 
 def plan(
@@ -71,7 +37,9 @@ def plan(
     manifest = load_manifest(manifest_path)
     rates = manifest_rates(manifest)
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
-    bound, admitted = _read_ledger(ledger_path, manifest.batch)
+    from afc_cli.ledger import read_admitted
+
+    bound, admitted = read_admitted(ledger_path, manifest.batch)
     if bound and named and bound != named:
         from afc_cli.errors import UsageError
 

@@ -209,6 +209,7 @@ def submit(
     if run:
         require_keys({entry["provider"] for chain in manifest.chains for entry in chain})
         max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
+        lease_seconds()
         min_free_bytes()  # a bad AFC_MIN_FREE_MB is refused before anything is written
     if run:
         from afc_cli.webhooks import require_secrets
@@ -216,8 +217,13 @@ def submit(
         require_secrets(manifest.secret_envs)
     # An existing ledger is read first (its identity, its pages, the batch's storage); a new one
     # is created only once the storage check has passed: a refused run writes nothing.
-    path = ledger_file.ledger_path(ledger_path)
-    ledger = Ledger(path, create=False, check=run) if path.exists() else None
+    if ledger_file.is_postgres(ledger_path):
+        # a database server, not a file: opening it applies the schema, never a job
+        path = ledger_path
+        ledger = Ledger(ledger_path)
+    else:
+        path = ledger_file.ledger_path(ledger_path)
+        ledger = Ledger(path, create=False, check=run) if path.exists() else None
     try:
         if ledger is None:
             ledger_file.precheck(path)
@@ -271,6 +277,7 @@ def resume(
     budget = Budget.parse(max_spend, allow_unpriced)
     max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
     min_free_bytes()
+    lease_seconds()
     ledger = Ledger(ledger_path, create=False, check=True)
     try:
         ledger.require_batch(batch)
@@ -400,16 +407,20 @@ def run_jobs(
     *,
     concurrency: int,
     reporter: Reporter | None = None,
-    lease_s: float = LEASE_S,
+    lease_s: float | None = None,
     budget: Budget | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     checked: frozenset[str] = frozenset(),
+    run_id: str | None = None,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
     ``checked``: batches whose storage the caller has just checked (submit does, before
-    admitting), not checked again: on S3 that is a round trip before the first call."""
+    admitting), not checked again: on S3 that is a round trip before the first call.
+    ``run_id``: the attempts' run, whose spend the budget caps (default: a new one); workers
+    sharing one budget pass one id (afc_cli/worker.py)."""
     if not job_ids and not ledger.has_webhooks():
         return RunStats()
+    lease_s = lease_seconds() if lease_s is None else lease_s
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     if grace_s < 0:
@@ -422,13 +433,13 @@ def run_jobs(
             storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
-    run_id = str(uuid.uuid4())
+    run_id = run_id or str(uuid.uuid4())
     from afc_cli.providers import PROVIDERS
     from afc_cli.providers.http import size_pools
 
     size_pools(PROVIDERS, concurrency, limits)
 
-    spool = Spool.beside(ledger.path)
+    spool = Spool(ledger.spool_root())
     sweep_spool(ledger, spool)
 
     async def main() -> RunStats:
@@ -561,6 +572,23 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
             row["waiting_reason"] = (
                 f"being run by another afc process (pid {rest} on {host}); this run left it alone"
             )
+
+
+def lease_seconds() -> float:
+    """``AFC_LEASE_S``: how long a claim holds a job without being renewed (default 300; a run
+    renews its leases every third of it). Another host's job is taken over only once its
+    lease expired by the ledger's clock, so a shorter lease recovers a dead host's jobs
+    sooner, and a longer one tolerates longer stalls (a paused VM, a slow network)."""
+    value = os.environ.get("AFC_LEASE_S")
+    if value is None or not value.strip():
+        return LEASE_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds >= 3:
+        raise UsageError(f"AFC_LEASE_S must be a number of seconds >= 3, got {value!r}")
+    return seconds
 
 
 def min_free_bytes() -> int:

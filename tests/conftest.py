@@ -116,3 +116,29 @@ def wait_for(afc, sql: str, threshold: int, timeout: float = 30) -> None:
             pass
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
+
+
+# --- PostgreSQL (tests/pgserver.py): one server per session, one database per test ----------
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    from pg_server import Server
+
+    server = Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """A fresh PostgreSQL ledger database (afc's schema applied, no rows)."""
+    return pg_server.database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger_url(request, tmp_path: Path) -> str:
+    """The contract tests' ledger: each runs once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "afc.db")
+    return request.getfixturevalue("pg_url")

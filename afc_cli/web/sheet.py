@@ -18,26 +18,13 @@ from typing import Any
 
 from afc_cli.costs import job_cost
 from afc_cli.costs_report import costs_report, parse_since
-from afc_cli.ledger import JOB_COST_SQL, Ledger
+from afc_cli.ledger import Ledger
 
 # A job that failed in a way a person must look at.
 FAILED = ("failed", "dead")
 # Jobs whose output is stored (a job awaiting review has passed verify: its output is there).
 STORED = ("succeeded", "awaiting_review")
 SPEND_GROUPS = ("provider", "model", "day")
-
-_JOBS_SQL = (
-    "SELECT j.id, j.key, j.batch, j.status, j.step, j.attempts, j.request_json, j.output_key,"
-    " j.output_sha256, j.output_size, j.error_code, j.error_message, j.waiting_reason,"
-    " j.updated_at, b.storage, " + JOB_COST_SQL + ","
-    # the model that made the output (else the last one tried), with its place in the chain
-    " (SELECT a.provider || '/' || a.model || char(9) || a.chain_index FROM attempts a"
-    "  WHERE a.job_id = j.id ORDER BY a.status = 'succeeded' DESC, a.number DESC LIMIT 1)"
-    " AS tried,"
-    " (SELECT v.provider || '/' || v.model FROM avoided v WHERE v.job_id = j.id"
-    "  AND v.reason = 'stored' ORDER BY v.at DESC LIMIT 1) AS found"
-    " FROM jobs j JOIN batches b ON b.name = j.batch"
-)
 
 
 def _card(row: dict[str, Any]) -> dict[str, Any]:
@@ -88,43 +75,20 @@ def cards(
     offset: int = 0,
 ) -> list[dict[str, Any]]:
     """The jobs of the scope as cards, in the batch's order."""
-    where, params = _where(batch, since_ts, statuses)
-    sql = f"{_JOBS_SQL} WHERE {where} ORDER BY j.batch, j.seq"
-    if limit is not None:
-        sql += " LIMIT ? OFFSET ?"
-        params += [limit, offset]
-    return [_card(row) for row in ledger._all(sql, params)]
+    rows = ledger.sheet_rows(
+        batch=batch, since_ts=since_ts, statuses=statuses, limit=limit, offset=offset
+    )
+    return [_card(row) for row in rows]
 
 
 def card(ledger: Ledger, job_id: str) -> dict[str, Any] | None:
-    rows = ledger._all(f"{_JOBS_SQL} WHERE j.id = ?", [job_id])
+    rows = ledger.sheet_rows(job_id=job_id)
     return _card(rows[0]) if rows else None
 
 
 def counts(ledger: Ledger, *, batch: str | None = None, since_ts: float | None = None):
     """Jobs of the scope by status."""
-    where, params = _where(batch, since_ts, None)
-    return dict(
-        ledger.db.execute(
-            f"SELECT j.status, COUNT(*) FROM jobs j WHERE {where} GROUP BY 1 ORDER BY 1", params
-        ).fetchall()
-    )
-
-
-def _where(
-    batch: str | None, since_ts: float | None, statuses: tuple[str, ...] | None
-) -> tuple[str, list[Any]]:
-    where, params = ["1 = 1"], []
-    if batch is not None:
-        where.append("j.batch = ?")
-        params.append(batch)
-    if since_ts is not None:
-        where.append("j.updated_at >= ?")
-        params.append(since_ts)
-    if statuses:
-        where.append(f"j.status IN ({', '.join('?' for _ in statuses)})")
-        params.extend(statuses)
-    return " AND ".join(where), params
+    return ledger.sheet_counts(batch=batch, since_ts=since_ts)
 
 
 def spend(ledger_path: str, *, batch: str | None, since: str | None) -> dict[str, Any]:

@@ -1,47 +1,33 @@
-"""The ledger: the truth about jobs and money, in SQLite through sqlite-utils.
+"""The ledger's operations and their meaning, written once for every engine.
 
 Every state change is one transaction (``Ledger.tx``), and a step's checkpoint is written in the
-same transaction as its effect. Writes use SQL that PostgreSQL also runs (``INSERT ... ON
-CONFLICT``, conditional ``UPDATE ... WHERE status``) so the ledger can move behind another
-engine without touching the pipeline.
-
-Durability: the ledger runs in WAL mode with ``synchronous=NORMAL``, which survives any process
-crash (SIGKILL included) with every committed transaction intact. The one write whose loss on a
-power cut would cost money unrecorded, the attempt row committed before a paid provider call,
-is synced to disk before the call: alone with ``synchronous=FULL`` (``tx(durable=True)``), or,
-in a run loop, in the shared commit that the jobs starting together await, which then also
-syncs the WAL file (``tx(sync_on_commit=True)``): what FULL does, once for all of them.
+same transaction as its effect. The SQL here runs on SQLite and PostgreSQL alike (``?``
+placeholders, which the PostgreSQL backend translates; ``INSERT ... ON CONFLICT``; conditional
+``UPDATE ... WHERE status``); the engine details (connection, transactions, group commit,
+migrations, durability) are in sqlite.py and postgres.py beside this file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import sqlite3
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-from sqlite_utils import Database
 
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
-from afc_cli.errors import LedgerError, UsageError, ledger_write_error
-from afc_cli.migrations import migrations
-from afc_cli.owner import current_owner, owner_is_dead
+from afc_cli.errors import UsageError
+from afc_cli.owner import owner_is_dead
 from afc_cli.secrets import scrub, scrub_data
 
 # rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
 TERMINAL = ("succeeded", "failed", "cancelled", "dead", "rejected")
 ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for them all)
 ACTIVE = ("queued", "running", "waiting")
-BUSY_TIMEOUT_S = 30.0
+IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
 # bounded much sooner, by AFC_MAX_INTERRUPTS (pipeline.py), since each may have been paid.
@@ -50,11 +36,6 @@ INTERRUPTED_MESSAGE = (
     "the process running this attempt ended before it reported; the provider may have charged "
     "for it"
 )
-# Under group commit, changes wait at most this long for their commit (and other afc
-# processes at most this long for the write lock). Nothing that money depends on waits:
-# attempt rows and failed attempts' outcomes commit at once; a success commits with its spool
-# checkpoint (a crash before that commit adopts the spool file: nothing is paid twice).
-GROUP_COMMIT_S = 0.005
 
 
 def _crash_point(name: str) -> None:
@@ -71,6 +52,11 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def _marks(values: list[Any]) -> str:
+    """``(?, ?, ...)``: one placeholder per value, for ``IN`` lists any engine runs."""
+    return "(" + ", ".join("?" * len(values)) + ")"
+
+
 def _in(values: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"
 
@@ -79,7 +65,8 @@ TERMINAL_SQL = _in(TERMINAL)
 # A job's cost by the one rule (afc_cli/costs.py job_cost): the sum of its known attempt costs,
 # and how many attempts are unpriced; ``j`` is the jobs table.
 JOB_COST_SQL = (
-    "(SELECT SUM(a.cost_micros) FROM attempts a WHERE a.job_id = j.id) AS cost_micros,"
+    "(SELECT CAST(SUM(a.cost_micros) AS BIGINT) FROM attempts a WHERE a.job_id = j.id)"
+    " AS cost_micros,"
     " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL)"
     " AS unpriced_attempts"
 )
@@ -128,6 +115,37 @@ class AdmitResult:
         return self.new + self.replayed
 
 
+def _cost_filters(
+    batch_column: str, time_column: str, batch: str | None, since: float | None
+) -> tuple[list[str], list[Any]]:
+    where, params = ["1 = 1"], []
+    if batch is not None:
+        where.append(f"{batch_column} = ?")
+        params.append(batch)
+    if since is not None:
+        where.append(f"{time_column} >= ?")
+        params.append(since)
+    return where, params
+
+
+def backend(url: Any) -> type[Ledger]:
+    """The ledger class a ``--ledger`` value names (afc_cli/ledger_file.py parses it)."""
+    if ledger_file.is_postgres(url):
+        from afc_cli.ledger.postgres import PostgresLedger
+
+        return PostgresLedger
+    ledger_file.ledger_path(url)  # refuses URLs of engines afc has no backend for
+    from afc_cli.ledger.sqlite import SqliteLedger
+
+    return SqliteLedger
+
+
+def open_ledger(url: Any, *, create: bool = True, check: bool = False) -> Ledger:
+    """Open the ledger ``url`` names: SQLite for a path or ``sqlite:///``, PostgreSQL for
+    ``postgresql://`` (psycopg 3, the ``postgres`` extra). Same operations, same meaning."""
+    return backend(url)(url, create=create, check=check)
+
+
 def _job_id(job: Any) -> str:
     return job.job_id
 
@@ -144,195 +162,21 @@ def _chunks(items: Any, size: int) -> Iterator[list[Any]]:
 
 
 class Ledger:
-    def __init__(self, path: str | Path, *, create: bool = True, check: bool = False):
-        self.path = ledger_file.ledger_path(path)
-        if not create and not self.path.exists():
-            raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
-        if create:
-            ledger_file.prepare_folder(self.path)
-        ledger_file.check_writable(self.path)
-        try:
-            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S)
-        except sqlite3.DatabaseError as exc:
-            raise ledger_file.damaged(self.path, exc) from None
-        try:
-            # whose file this is, before anything (even WAL mode) is written to it
-            found = ledger_file.identity(conn, self.path)
-            if found == "afc" and check:
-                ledger_file.check_pages(conn, self.path)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            self.db = Database(conn, execute_plugins=False)
-            self.owner = current_owner()
-            self._depth = 0
-            self._loop: Any = None
-            self._flush_scheduled = False
-            self._waiters: list[Any] = []  # futures of ``committed`` callers
-            self._broken = False
-            self._broken_by: BaseException | None = None  # why: for the run's message
-            self._sync_pending = False  # the shared transaction holds a row to sync at commit
-            if migrations.pending(self.db) or found == "new" or not ledger_file.stamped(conn):
-                # Under the write lock, so two runs opening a new ledger at once (overlapping
-                # cron jobs) apply each migration once; the loser finds nothing pending.
-                with self.tx():
-                    ledger_file.identity(conn, self.path)  # again, now under the lock
-                    migrations.apply(self.db)
-                    ledger_file.stamp(conn)
-        except LedgerError:
-            conn.close()
-            raise
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise ledger_file.damaged(self.path, exc) from None
+    """Every ledger operation, written once in SQL that both engines run (``?`` placeholders,
+    ``INSERT ... ON CONFLICT``, ``RETURNING``, conditional ``UPDATE ... WHERE status``).
 
-    def close(self) -> None:
-        self.db.close()
+    ``Ledger(url)`` opens the backend the URL names (``open_ledger``): a plain path or
+    ``sqlite:///path`` is ``SqliteLedger`` (afc_cli/ledger/sqlite.py), ``postgresql://`` is
+    ``PostgresLedger`` (afc_cli/ledger/postgres.py). A backend provides ``db`` (``execute``
+    returning a DB-API cursor; ``db.conn.executemany``), ``tx``, ``flush``, ``committed``,
+    ``grouped``, ``close``, ``path`` (where the spool goes beside) and the dialect hooks
+    (``day_sql``); the operations below use nothing else.
+    """
 
-    # --- transactions ---------------------------------------------------------------------
-
-    @contextmanager
-    def tx(
-        self, *, durable: bool = False, commit: bool = False, sync_on_commit: bool = False
-    ) -> Iterator[Database]:
-        """One atomic state change.
-
-        Outside group commit, each outermost block is its own transaction, opened with
-        ``BEGIN IMMEDIATE`` so concurrent afc processes queue on the busy timeout instead of
-        failing a read-to-write upgrade. A nested block joins the block around it.
-
-        Under group commit (``grouped``, used by the run loop), blocks share one transaction
-        that is committed every few milliseconds (``GROUP_COMMIT_S``), so many jobs' changes
-        share one commit. A block that must be on disk before afc acts on it (the attempt row
-        before a provider call) asks ``commit=True``; ``durable=True`` also syncs it
-        (``synchronous=FULL``), for rows that must survive a power cut. Blocks never span an
-        ``await``. Every expected refusal (JobLost, BudgetExhausted) is raised before a block
-        writes anything, so a refused block leaves the shared transaction as it was; a block
-        that fails after writing (a bug, a full disk) rolls the shared transaction back and
-        stops the run: the ledger is then exactly as of the last commit, which every run
-        resumes from.
-
-        Why not sqlite-utils' ``db.atomic()`` here (migrations do use it): it opens a deferred
-        ``BEGIN``, and a savepoint per block, each named at random, which defeats SQLite's
-        statement cache; measured, that cost a third of the run loop's throughput.
-
-        ``sync_on_commit=True``: under group commit, the block joins the shared transaction and
-        the commit that ends it also fsyncs the WAL file, which is what ``synchronous=FULL``
-        does at a commit in WAL mode; the caller awaits ``committed()``. So a hundred paid
-        attempts starting together cost one sync, not a hundred commits of their own, each
-        synced (measured: 200 calls of 1 s at 100 wide took 6.0 s with those, 4.3 s without
-        them). Outside group commit it is ``durable=True``.
-        """
-        if sync_on_commit and self._loop is None:
-            durable = True
-        conn = self.db.conn
-        if self._broken:
-            raise ledger_write_error(
-                self.path, self._broken_by or "a write failed earlier in this run"
-            )
-        if self._depth:
-            self._depth += 1
-            try:
-                yield self.db
-            finally:
-                self._depth -= 1
-            return
-        if durable and conn.in_transaction:
-            self.flush()  # FULL can only be set between transactions
-        own = not conn.in_transaction
-        if own:
-            if durable:
-                conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("BEGIN IMMEDIATE")
-        changes = conn.total_changes
-        self._depth = 1
-        try:
-            yield self.db
-        except BaseException:
-            self._depth = 0
-            if conn.in_transaction and (own or conn.total_changes != changes):
-                conn.execute("ROLLBACK")
-                if not own:
-                    self._broken = True  # other blocks' changes went with it: stop the run
-                    self._broken_by = sys.exc_info()[1]
-            if durable and own:
-                conn.execute("PRAGMA synchronous=NORMAL")
-            raise
-        self._depth = 0
-        if sync_on_commit and not durable:
-            self._sync_pending = True
-        if self._loop is None or commit or durable:
-            self.flush()
-            if durable and own:
-                conn.execute("PRAGMA synchronous=NORMAL")
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_later(GROUP_COMMIT_S, self._scheduled_flush)
-
-    def _scheduled_flush(self) -> None:
-        """A group commit from the event loop. If it fails (a full disk), the jobs waiting on
-        it were told (``flush``); the shared transaction is rolled back to the last commit, and
-        the next block stops the run (exit 1, every job resumable; a spool file whose
-        checkpoint was lost is adopted by the next run)."""
-        try:
-            self.flush()
-        except Exception as exc:  # noqa: BLE001 - reported to the run through _broken
-            self._broken = True
-            self._broken_by = exc
-            with contextlib.suppress(sqlite3.Error):
-                if self.db.conn.in_transaction:
-                    self.db.conn.execute("ROLLBACK")
-
-    def flush(self) -> None:
-        """Commit the shared transaction, if one is open and no block is running."""
-        self._flush_scheduled = False
-        waiters, self._waiters = self._waiters, []
-        try:
-            if self._depth == 0 and self.db.conn.in_transaction:
-                self.db.conn.execute("COMMIT")
-                if self._sync_pending:
-                    self._sync_pending = False
-                    self._sync_wal()
-        except BaseException as exc:
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_exception(ledger_write_error(self.path, exc))
-            raise
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def _sync_wal(self) -> None:
-        """Put the WAL file's committed frames on disk (``synchronous=FULL``'s commit sync)."""
-        fd = os.open(f"{self.path}-wal", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    async def committed(self) -> None:
-        """Return once everything written so far is committed (not synced: see ``tx``).
-
-        Under group commit, callers that ask in the same turn of the event loop share one
-        commit, at the next turn: the attempt rows of jobs starting together are committed
-        before any of their provider calls, with one commit instead of one each."""
-        if self._loop is None or not self.db.conn.in_transaction:
-            return
-        waiter = self._loop.create_future()
-        self._waiters.append(waiter)
-        if len(self._waiters) == 1:
-            self._loop.call_soon(self._scheduled_flush)
-        await waiter
-
-    @contextmanager
-    def grouped(self, loop: Any) -> Iterator[None]:
-        """Group commit for the duration of a run on ``loop``; everything is committed after."""
-        self._loop = loop
-        try:
-            yield
-        finally:
-            self._loop = None
-            self.flush()
+    def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> Ledger:
+        if cls is Ledger:
+            cls = backend(path)
+        return super().__new__(cls)
 
     def _one(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
         cursor = self.db.execute(sql, params)
@@ -561,29 +405,38 @@ class Ledger:
         return self._all("SELECT * FROM jobs WHERE key = ? AND batch = ?", (key, batch))
 
     def batches_of(self, job_ids: list[str]) -> list[str]:
-        rows = self.db.execute(
-            "SELECT DISTINCT batch FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps(job_ids),),
-        )
-        return sorted(row[0] for row in rows)
+        found: set[str] = set()
+        for chunk in _chunks(job_ids, IN_CHUNK):
+            rows = self.db.execute(
+                f"SELECT DISTINCT batch FROM jobs WHERE id IN {_marks(chunk)}", chunk
+            )
+            found.update(row[0] for row in rows)
+        return sorted(found)
 
     def output_keys(self, batch: str, job_ids: list[str]) -> list[str]:
         """The output keys of the given jobs in one batch (for the storage pre-check)."""
-        rows = self.db.execute(
-            "SELECT output_key FROM jobs WHERE batch = ? AND id IN "
-            "(SELECT value FROM json_each(?))",
-            (batch, json.dumps(job_ids)),
-        )
-        return [row[0] for row in rows]
+        keys: list[str] = []
+        for chunk in _chunks(job_ids, IN_CHUNK):
+            rows = self.db.execute(
+                f"SELECT output_key FROM jobs WHERE batch = ? AND id IN {_marks(chunk)}",
+                [batch, *chunk],
+            )
+            keys.extend(row[0] for row in rows)
+        return keys
 
     def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
 
     def runnable_job_ids(
-        self, batch: str | None = None, keys: list[str] | None = None
+        self,
+        batch: str | None = None,
+        keys: list[str] | None = None,
+        *,
+        include_blocked: bool = True,
     ) -> list[str]:
         # blocked jobs too: a run settles them (settle_blocked) and runs those whose needs are met
-        sql = f"SELECT id, key FROM jobs WHERE status IN {RUNNABLE_SQL}"
+        statuses = RUNNABLE_SQL if include_blocked else ACTIVE_SQL
+        sql = f"SELECT id, key FROM jobs WHERE status IN {statuses}"
         params: list[Any] = []
         if batch is not None:
             sql += " AND batch = ?"
@@ -648,7 +501,7 @@ class Ledger:
         Taking over from a dead or expired owner marks that owner's attempts left ``started``
         as ``unknown``: possibly paid, unpriced, never deleted.
         """
-        now = _now()
+        now = self.lease_clock()
         with self.tx():
             # The usual case first, in one statement: a free job is simply taken.
             taken = self._all(
@@ -674,15 +527,16 @@ class Ledger:
                 return None
             cursor = self.db.execute(
                 "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?,"
-                " takeovers = takeovers + ? WHERE id = ? AND lease_owner IS ?"
-                f" AND status NOT IN {TERMINAL_SQL}",
+                " takeovers = takeovers + ? WHERE id = ?"
+                + (" AND lease_owner IS NULL" if holder is None else " AND lease_owner = ?")
+                + f" AND status NOT IN {TERMINAL_SQL}",
                 (
                     self.owner,
                     now + lease_s,
                     now,
                     0 if holder is None or mine else 1,
                     job_id,
-                    holder,
+                    *(() if holder is None else (holder,)),
                 ),
             )
             if cursor.rowcount != 1:
@@ -708,15 +562,57 @@ class Ledger:
                     return None
             return job
 
+    # Appended to the claim's SELECT where the engine locks rows: PostgreSQL's FOR UPDATE SKIP
+    # LOCKED lets workers on many hosts pick different jobs without queuing on the same rows
+    # (SQLite serialises writers on its write lock: nothing to skip there).
+    CLAIM_LOCK = ""
+
+    def claim_runnable(
+        self, limit: int, lease_s: float, batch: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Claim up to ``limit`` runnable jobs (queued, running or waiting; free, or leased by
+        an owner whose lease expired by the ledger's clock, or who died on this host), in the
+        order they were admitted, for ``afc worker``. One transaction: the candidates are
+        selected (locked, skipping rows another worker's claim holds), then each is taken by
+        ``claim``, which re-checks it, counts a takeover and marks the previous owner's
+        attempts in flight ``unknown`` in this same transaction. The id is the primary key,
+        so no claim takes more than ``limit`` rows."""
+        self.settle_ready_blocked(batch)
+        now = self.lease_clock()
+        where = f"status IN {ACTIVE_SQL}" + (" AND batch = ?" if batch is not None else "")
+        params: list[Any] = [batch] if batch is not None else []
+        taken: list[dict[str, Any]] = []
+        with self.tx():
+            rows = self._all(
+                f"SELECT id FROM jobs WHERE {where} AND (lease_owner IS NULL OR lease_expires < ?)"
+                f" ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK}",
+                [*params, now, limit],
+            )
+            # leases of runs that died on this host are free at once (owner.owner_is_dead)
+            if len(rows) < limit:
+                here = self._all(
+                    f"SELECT id, lease_owner FROM jobs WHERE {where} AND lease_owner LIKE ?"
+                    f" AND lease_owner <> ? AND lease_expires >= ? ORDER BY batch, seq"
+                    f" LIMIT ?{self.CLAIM_LOCK}",
+                    [*params, self.owner.split(":", 1)[0] + ":%", self.owner, now, limit],
+                )
+                rows += [row for row in here if owner_is_dead(row["lease_owner"])]
+            for row in rows[:limit]:
+                job = self.claim(row["id"], lease_s)
+                if job is not None:
+                    taken.append(job)
+        return taken
+
     def _mark_unknown(self, job_id: str, batch: str, exclude_owner: str | None) -> int:
         """Attempts a run left ``started`` become ``unknown`` (possibly paid) with the class
         ``interrupted``: they are kept and counted as spend of unknown cost, but never use up
         a model's attempts (attempts.py). Returns how many."""
-        rows = self._all(
-            "SELECT number, provider, owner FROM attempts WHERE job_id = ? AND status = 'started'"
-            " AND (owner IS NOT ? OR ? IS NULL)",
-            (job_id, exclude_owner, exclude_owner),
-        )
+        sql = "SELECT number, provider, owner FROM attempts WHERE job_id = ? AND status = 'started'"
+        params: tuple = (job_id,)
+        if exclude_owner is not None:
+            sql += " AND (owner IS NULL OR owner <> ?)"
+            params = (job_id, exclude_owner)
+        rows = self._all(sql, params)
         for row in rows:
             self.db.execute(
                 "UPDATE attempts SET status = 'unknown', error_class = 'interrupted', ended_at = ?,"
@@ -733,7 +629,7 @@ class Ledger:
             self.db.execute(
                 f"UPDATE jobs SET lease_expires = ? WHERE lease_owner = ?"
                 f" AND status NOT IN {TERMINAL_SQL}",
-                (_now() + lease_s, self.owner),
+                (self.lease_clock() + lease_s, self.owner),
             )
 
     def release_all(self) -> int:
@@ -916,6 +812,7 @@ class Ledger:
         # which also syncs the WAL when any of them is durable.
         with self.tx(sync_on_commit=durable):
             if cap_micros is not None:
+                self._hold_budget(run_id)
                 spent = self.run_spend(run_id)
                 if spent + (reserve_micros or 0) > cap_micros:
                     raise BudgetExhausted(spent, cap_micros, reserve_micros or 0)
@@ -1019,6 +916,91 @@ class Ledger:
             (run_id,),
         ).fetchone()
         return {"priced": int(row[0]), "unknown_cost": int(row[1]), "reserved": int(row[2])}
+
+    # Groupings of ``afc costs report --by``: the attempts' column and the avoided renders'.
+    COST_GROUPS = {
+        "provider": ("a.provider", "v.provider"),
+        "model": ("a.provider || '/' || a.model", "v.provider || '/' || v.model"),
+        "batch": ("j.batch", "v.batch"),
+        "day": ("a.started_at", "v.at"),
+    }
+
+    def spool_root(self) -> Any:
+        """The folder where this ledger's runs spool rendered bytes before storing them."""
+        raise NotImplementedError
+
+    # --- engine hooks for afc ledger copy (afc_cli/ledger/copy.py) --------------------------
+
+    def snapshot(self) -> None:
+        """First thing in a ``tx`` block: the block's reads see one moment of the ledger."""
+
+    def columns(self, table: str) -> list[str]:
+        raise NotImplementedError
+
+    def after_copy(self) -> None:
+        """Inside the copy's transaction, once every row is in (ids included)."""
+
+    def _hold_budget(self, run_id: str | None) -> None:
+        """Inside a transaction: nobody else checks this run's budget until it commits, so
+        two workers cannot both fit the last estimate under the cap. SQLite's write lock,
+        taken by every transaction, already does this."""
+
+    def lease_clock(self) -> float:
+        """Now, in the clock leases are measured by (the database's, where it has one)."""
+        return _now()
+
+    def day_sql(self, column: str) -> str:
+        """The UTC date (``YYYY-MM-DD``) of a column of Unix seconds, in this engine's SQL."""
+        raise NotImplementedError
+
+    def cost_groups(
+        self, by: str, *, batch: str | None, since: float | None
+    ) -> dict[Any, dict[str, int]]:
+        """``afc costs report``'s figures per group (afc_cli/costs_report.py says what each
+        means). Each job's avoided render counts once, at its first row."""
+        attempt_key, avoided_key = self.COST_GROUPS[by]
+        if by == "day":
+            attempt_key, avoided_key = self.day_sql(attempt_key), self.day_sql(avoided_key)
+        where, params = _cost_filters("j.batch", "a.started_at", batch, since)
+        v_where, v_params = _cost_filters("v.batch", "v.at", batch, since)
+        groups: dict[Any, dict[str, int]] = {}
+        for key, priced, unpriced, failed, unknown in self.db.execute(
+            f"SELECT {attempt_key}, CAST(COALESCE(SUM(a.cost_micros), 0) AS BIGINT),"
+            " SUM(CASE WHEN a.cost_micros IS NULL AND a.status <> 'started' THEN 1 ELSE 0 END),"
+            " CAST(COALESCE(SUM(CASE WHEN a.status IN ('failed', 'unknown')"
+            " THEN a.cost_micros END), 0) AS BIGINT),"
+            " SUM(CASE WHEN a.status = 'unknown' THEN 1 ELSE 0 END)"
+            " FROM attempts a JOIN jobs j ON j.id = a.job_id"
+            f" WHERE {' AND '.join(where)} GROUP BY 1",
+            params,
+        ):
+            groups.setdefault(key, {}).update(
+                priced=int(priced),
+                unpriced_attempts=int(unpriced or 0),
+                failed_spend=int(failed),
+                unknown_attempts=int(unknown or 0),
+            )
+        for key, count, cost, unpriced in self.db.execute(
+            f"SELECT {avoided_key}, COUNT(*), CAST(COALESCE(SUM(v.cost_micros), 0) AS BIGINT),"
+            " SUM(CASE WHEN v.cost_micros IS NULL THEN 1 ELSE 0 END)"
+            " FROM avoided v WHERE v.id IN (SELECT MIN(id) FROM avoided GROUP BY job_id)"
+            f" AND {' AND '.join(v_where)} GROUP BY 1",
+            v_params,
+        ):
+            groups.setdefault(key, {}).update(
+                avoided_renders=int(count),
+                avoided_cost=int(cost),
+                avoided_unpriced=int(unpriced or 0),
+            )
+        return groups
+
+    def adopt_attempt(self, attempt_id: int, message: str) -> None:
+        """The attempt whose bytes a later run found in the spool succeeded after all (its
+        usage and cost stay unknown); called inside the block that checkpoints the spool."""
+        self.db.execute(
+            "UPDATE attempts SET status = 'succeeded', error_message = ? WHERE id = ?",
+            (message, attempt_id),
+        )
 
     def record_avoided(
         self,
@@ -1182,12 +1164,11 @@ class Ledger:
             )
         }
         sql = "SELECT DISTINCT webhook_json FROM jobs WHERE webhook_json IS NOT NULL"
-        params: tuple = ()
-        if job_ids is not None:
-            sql += " AND id IN (SELECT value FROM json_each(?))"
-            params = (json.dumps(job_ids),)
-        for (text,) in self.db.execute(sql, params):
-            names.add(json.loads(text)["secret_env"])
+        chunks = [[]] if job_ids is None else list(_chunks(job_ids, IN_CHUNK))
+        for chunk in chunks:
+            where = f" AND id IN {_marks(chunk)}" if job_ids is not None else ""
+            for (text,) in self.db.execute(sql + where, chunk):
+                names.add(json.loads(text)["secret_env"])
         return names
 
     def due_deliveries(self, now: float, limit: int) -> list[dict[str, Any]]:
@@ -1299,7 +1280,8 @@ class Ledger:
         webhook = json.loads(job["webhook_json"])
         event = "failed" if job["status"] == "dead" else job["status"]
         priced = self.db.execute(
-            "SELECT SUM(cost_micros), COUNT(*) FROM attempts WHERE job_id = ?", (job["id"],)
+            "SELECT CAST(SUM(cost_micros) AS BIGINT), COUNT(*) FROM attempts WHERE job_id = ?",
+            (job["id"],),
         ).fetchone()
         error = None
         if job.get("error_message"):
@@ -1544,6 +1526,92 @@ class Ledger:
                 (_dumps(inputs), job["id"], provider, number),
             )
 
+    def settle_ready_blocked(self, batch: str | None = None, limit: int = 1000) -> int:
+        """Settle the blocked jobs none of whose needs is still unfinished (each need
+        succeeded, ended badly or is missing): ``queued``, or failed with DEPENDENCY_FAILED
+        (``settle_blocked``, one transaction each). ``afc worker`` claims only active jobs, so
+        its claims call this first; a job whose need is still being worked on stays blocked
+        for a later claim. Returns how many were settled."""
+        open_needs = _in((*ACTIVE, "blocked", "awaiting_review"))
+        sql = (
+            "SELECT j.id FROM jobs j WHERE j.status = 'blocked'"
+            + (" AND j.batch = ?" if batch is not None else "")
+            + " AND NOT EXISTS (SELECT 1 FROM job_needs n JOIN jobs d ON d.id = n.need_id"
+            f" WHERE n.job_id = j.id AND d.status IN {open_needs}) ORDER BY j.batch, j.seq LIMIT ?"
+        )
+        rows = self._all(sql, [batch, limit] if batch is not None else [limit])
+        settled = 0
+        for row in rows:
+            if self.settle_blocked(row["id"])[0] != "blocked":
+                settled += 1
+        return settled
+
+    # --- the pictures (afc report --html, afc serve: afc_cli/web/sheet.py) -------------------
+
+    _SHEET_SQL = (
+        "SELECT j.id, j.key, j.batch, j.status, j.step, j.attempts, j.request_json, j.output_key,"
+        " j.output_sha256, j.output_size, j.error_code, j.error_message, j.waiting_reason,"
+        " j.updated_at, b.storage, " + JOB_COST_SQL + ","
+        # the model that made the output (else the last one tried), with its place in the chain
+        # after a tab (a literal tab in the string: both engines take it)
+        " (SELECT a.provider || '/' || a.model || '\t' || a.chain_index FROM attempts a"
+        "  WHERE a.job_id = j.id"
+        "  ORDER BY CASE WHEN a.status = 'succeeded' THEN 1 ELSE 0 END DESC, a.number DESC"
+        "  LIMIT 1) AS tried,"
+        " (SELECT v.provider || '/' || v.model FROM avoided v WHERE v.job_id = j.id"
+        "  AND v.reason = 'stored' ORDER BY v.at DESC LIMIT 1) AS found"
+        " FROM jobs j JOIN batches b ON b.name = j.batch"
+    )
+
+    @staticmethod
+    def _sheet_where(
+        batch: str | None, since_ts: float | None, statuses: tuple[str, ...] | None
+    ) -> tuple[str, list[Any]]:
+        where, params = ["1 = 1"], []
+        if batch is not None:
+            where.append("j.batch = ?")
+            params.append(batch)
+        if since_ts is not None:
+            where.append("j.updated_at >= ?")
+            params.append(since_ts)
+        if statuses:
+            where.append(f"j.status IN ({', '.join('?' for _ in statuses)})")
+            params.extend(statuses)
+        return " AND ".join(where), params
+
+    def sheet_rows(
+        self,
+        *,
+        batch: str | None = None,
+        since_ts: float | None = None,
+        statuses: tuple[str, ...] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        job_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Jobs as the contact sheet shows them (with their storage, cost, and the model that
+        made the output), in the batch's order; ``changed since`` is ``updated_at``."""
+        if job_id is not None:
+            return self._all(f"{self._SHEET_SQL} WHERE j.id = ?", [job_id])
+        where, params = self._sheet_where(batch, since_ts, statuses)
+        sql = f"{self._SHEET_SQL} WHERE {where} ORDER BY j.batch, j.seq"
+        if limit is not None:
+            sql += " LIMIT ? OFFSET ?"
+            params += [limit, offset]
+        return self._all(sql, params)
+
+    def sheet_counts(
+        self, *, batch: str | None = None, since_ts: float | None = None
+    ) -> dict[str, int]:
+        """Jobs of the contact sheet's scope by status."""
+        where, params = self._sheet_where(batch, since_ts, None)
+        rows = self.db.execute(
+            f"SELECT j.status, COUNT(*) FROM jobs j WHERE {where} GROUP BY j.status"
+            " ORDER BY j.status",
+            params,
+        ).fetchall()
+        return {status: int(count) for status, count in rows}
+
     def blocked_job_ids(self, job_ids: list[str]) -> list[str]:
         """Which of these jobs are blocked on their needs (one query for a run's jobs)."""
         if not job_ids:
@@ -1560,3 +1628,11 @@ class Ledger:
             " WHERE j.id = ?",
             (job_id,),
         )
+
+
+def read_admitted(
+    ledger_path: str, batch: str
+) -> tuple[str | None, dict[str, tuple[str, str, str | None]]]:
+    """A batch's storage and its jobs (key: request hash, status, body) as ``afc plan`` needs
+    them, read without writing anything (no migrations, no lock)."""
+    return backend(ledger_path).read_admitted(ledger_path, batch)

@@ -1,0 +1,107 @@
+"""``afc ledger copy SRC DST``: move a ledger between backends (SQLite to PostgreSQL, or back),
+history included: batches, jobs and their needs, steps, attempts, events, avoided renders,
+review decisions, webhook deliveries and disabled endpoints, every row with its id.
+
+- The source is read in one snapshot (SQLite: under its write lock; PostgreSQL: a REPEATABLE
+  READ transaction), so a copy never holds half of a change.
+- The destination must hold no batch yet (a new file, an empty database, or a ledger just
+  created); everything is written in one transaction there, so a copy that fails leaves it as
+  it was. Its schema is brought to this afc's first (the same migrations).
+- A source with a live lease (a run or worker is using it) is refused: stop it, then copy.
+  Leases of dead or expired owners are copied as they are; the next run takes them over as it
+  would have in the source.
+- Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
+  PostgreSQL ledger's in ``AFC_SPOOL_DIR`` (afc_cli/ledger/postgres.py). The copy reports how
+  many are waiting beside a SQLite source, so they can be moved (or ``AFC_SPOOL_DIR`` pointed
+  at them) before the next run adopts them instead of paying for those renders again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from afc_cli.errors import UsageError
+from afc_cli.ledger.core import TERMINAL_SQL, Ledger
+from afc_cli.owner import owner_is_dead
+
+# every table of the schema but the migrations' own bookkeeping, parents before children
+# (foreign keys); tests/test_ledger_copy.py checks that none is left out
+TABLES = (
+    "batches",
+    "jobs",
+    "job_needs",
+    "steps",
+    "attempts",
+    "events",
+    "avoided",
+    "reviews",
+    "deliveries",
+    "endpoints",
+)
+# tables whose integer ids a PostgreSQL destination continues after the copied ones
+IDENTITY_TABLES = ("attempts", "events", "avoided", "reviews")
+CHUNK = 1000
+
+
+def copy_ledger(src_url: str, dst_url: str) -> dict[str, Any]:
+    if str(src_url) == str(dst_url):
+        raise UsageError("afc ledger copy needs two different ledgers")
+    src = Ledger(src_url, create=False)
+    try:
+        dst = Ledger(dst_url)
+        try:
+            if dst.batches():
+                raise UsageError(
+                    f"the destination {dst.path} already holds batches; copy into a new or "
+                    "empty ledger (nothing was written)"
+                )
+            counts: dict[str, int] = {}
+            with src.tx():
+                src.snapshot()
+                live = [
+                    row
+                    for row in src._all(
+                        "SELECT key, batch, lease_owner FROM jobs WHERE lease_owner IS NOT NULL"
+                        f" AND lease_expires >= ? AND status NOT IN {TERMINAL_SQL}",
+                        (src.lease_clock(),),
+                    )
+                    if not owner_is_dead(row["lease_owner"])
+                ]
+                if live:
+                    row = live[0]
+                    raise UsageError(
+                        f"{len(live)} jobs of {src.path} are held by a live run (e.g. "
+                        f"{row['batch']}/{row['key']}, by {row['lease_owner']}); stop it (or "
+                        "let its leases expire), then copy (nothing was written)"
+                    )
+                with dst.tx():
+                    for table in TABLES:
+                        counts[table] = _copy_table(src, dst, table)
+                    dst.after_copy()
+            spooled = _spooled(src)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    return {"source": str(src.path), "destination": str(dst.path), "rows": counts, **spooled}
+
+
+def _copy_table(src: Ledger, dst: Ledger, table: str) -> int:
+    columns = dst.columns(table)
+    wanted = [c for c in src.columns(table) if c in columns]
+    names = ", ".join(wanted)
+    marks = ", ".join("?" * len(wanted))
+    cursor = src.db.execute(f"SELECT {names} FROM {table}")
+    copied = 0
+    while True:
+        rows = cursor.fetchmany(CHUNK)
+        if not rows:
+            return copied
+        dst.db.conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
+        copied += len(rows)
+
+
+def _spooled(src: Ledger) -> dict[str, Any]:
+    root = src.spool_root()
+    files = sorted(root.glob("*.spool")) if root.is_dir() else []
+    return {"spool": str(root), "spooled_files": len(files)}

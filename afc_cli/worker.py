@@ -1,0 +1,176 @@
+"""``afc worker``: claim runnable jobs of any batch from a shared ledger, run them, repeat.
+
+Run one on each machine (README: "Running on several machines"); they share one PostgreSQL
+ledger and one bucket. Each round claims up to ``claim`` jobs in one transaction
+(``Ledger.claim_runnable``: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so workers pick different
+jobs), runs them through the same loop as ``afc resume`` (``run.run_jobs``: leases renewed,
+every write fenced by the lease owner, webhooks drained beside), then claims again. With
+nothing to claim it polls every ``poll_s`` seconds, draining due webhooks meanwhile.
+
+SIGTERM or Ctrl-C stops it: while idle at once; while jobs run, by the run loop's drain (no
+new provider call; calls in flight finish within ``--grace``, are recorded and stored; then
+the leases are released for other workers). A worker that drained cleanly exits 0: stopping
+is its normal end. One that abandoned calls in flight (a second signal, the grace ran out)
+exits 130, since those attempts are recorded ``unknown`` and possibly paid.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from afc_cli.errors import EXIT_BUDGET, EXIT_INTERRUPTED, UsageError
+from afc_cli.ledger import Ledger
+
+DEFAULT_POLL_S = 2.0
+
+
+@dataclass
+class WorkerResult:
+    rounds: int = 0  # claims that found work
+    claimed: int = 0
+    finished: int = 0  # jobs brought to a terminal state by this worker
+    spent_micros: int = 0  # priced spend of this worker's rounds (all workers' under a budget)
+    unknown_cost_attempts: int = 0
+    stopped_by_signal: bool = False
+    abandoned: int = 0
+    budget_hit: bool = False
+    budget: dict[str, Any] | None = None  # the shared budget's cap and spend, all workers
+
+    @property
+    def exit_code(self) -> int:
+        if self.abandoned:
+            return EXIT_INTERRUPTED
+        return EXIT_BUDGET if self.budget_hit else 0
+
+    def as_json(self) -> dict[str, Any]:
+        from afc_cli.costs import format_usd
+
+        return {
+            "rounds": self.rounds,
+            "claimed": self.claimed,
+            "finished": self.finished,
+            "spent": format_usd(self.spent_micros),
+            "unknown_cost_attempts": self.unknown_cost_attempts,
+            "stopped_by_signal": self.stopped_by_signal,
+            "abandoned_attempts": self.abandoned,
+            "stopped_by_budget": self.budget_hit,
+            "budget": self.budget,
+            "exit_code": self.exit_code,
+        }
+
+
+def work(
+    *,
+    ledger_path: str,
+    batch: str | None = None,
+    concurrency: int,
+    claim: int | None = None,
+    poll_s: float = DEFAULT_POLL_S,
+    grace_s: float,
+    until_idle: bool = False,
+    reporter: Any = None,
+    max_spend: str | None = None,
+    allow_unpriced: bool = False,
+    budget_name: str = "workers",
+) -> WorkerResult:
+    from afc_cli.costs import RateCards
+    from afc_cli.run import (
+        Budget,
+        batch_rates,
+        lease_seconds,
+        max_interrupts,
+        min_free_bytes,
+        require_keys,
+        run_jobs,
+    )
+
+    if concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    if poll_s <= 0:
+        raise UsageError(f"--poll must be a number of seconds > 0, got {poll_s}")
+    claim = claim or max(4 * concurrency, 32)
+    if claim < 1:
+        raise UsageError(f"--claim must be at least 1, got {claim}")
+    lease_s = lease_seconds()
+    budget = Budget.parse(max_spend, allow_unpriced)
+    # One budget for every worker started with the same name on this ledger: their attempts
+    # share a run id, whose spend (known costs, else reservations) the cap holds, checked and
+    # reserved one attempt at a time across hosts (Ledger.start_attempt).
+    run_id = f"budget:{budget_name}" if budget is not None else None
+    max_interrupts()
+    min_free_bytes()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    result = WorkerResult()
+    ledger = Ledger(ledger_path, create=False, check=True)
+    try:
+        ledger.require_batch(batch)
+        while not stop.is_set():
+            jobs = ledger.claim_runnable(claim, lease_s, batch=batch)
+            if stop.is_set():  # a signal during the claim: nothing of it runs
+                for job in jobs:
+                    ledger.release(job)
+                break
+            if not jobs:
+                if ledger.has_webhooks():
+                    run_jobs(ledger, [], concurrency=concurrency, grace_s=grace_s)
+                if until_idle and not ledger.runnable_job_ids(batch=batch, include_blocked=False):
+                    break
+                stop.wait(poll_s)
+                continue
+            chains = [(job["batch"], json.loads(job["request_json"])["chain"]) for job in jobs]
+            try:
+                require_keys({entry["provider"] for _, chain in chains for entry in chain})
+                if budget is not None:
+                    cards = batch_rates(ledger)
+                    budget.check_priced(chains, lambda b, cards=cards: cards.get(b) or RateCards())
+            except UsageError:
+                for job in jobs:  # not ours to run: left for a worker that has the key
+                    ledger.release(job)
+                raise
+            result.rounds += 1
+            result.claimed += len(jobs)
+            stats = run_jobs(
+                ledger,
+                [job["id"] for job in jobs],
+                concurrency=concurrency,
+                reporter=reporter,
+                lease_s=lease_s,
+                grace_s=grace_s,
+                budget=budget,
+                run_id=run_id,
+            )
+            result.finished += stats.finished
+            result.spent_micros += stats.spent_micros
+            result.unknown_cost_attempts += stats.unknown_cost_attempts
+            result.abandoned += stats.abandoned
+            if stats.budget_hit:
+                result.budget_hit = True
+                break
+            if stats.interrupted:
+                stop.set()
+        result.stopped_by_signal = stop.is_set()
+        if budget is not None:
+            from afc_cli.costs import format_usd
+
+            money = ledger.run_money(run_id)
+            result.spent_micros = money["priced"]  # each round's figure was this, so far
+            result.budget = {
+                "name": budget_name,
+                "cap": format_usd(budget.cap_micros),
+                "priced": format_usd(money["priced"]),
+                "reserved": format_usd(money["reserved"]),
+            }
+        return result
+    finally:
+        ledger.close()
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

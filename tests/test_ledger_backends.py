@@ -1,0 +1,324 @@
+"""The ledger's contract, on both backends: every test here runs once on SQLite and once on
+PostgreSQL (a real server the session starts: tests/pg_server.py), through ``Ledger(url)``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import sqlite3
+
+import pytest
+from conftest import jobs, manifest
+
+from afc_cli.costs import RateCards
+from afc_cli.costs_report import costs_report
+from afc_cli.errors import LedgerError
+from afc_cli.ledger import BudgetExhausted, JobLost, Ledger, open_ledger
+from afc_cli.ledger.postgres import PostgresLedger, translate
+from afc_cli.ledger.sqlite import SqliteLedger
+from afc_cli.manifest import load_manifest
+
+
+@pytest.fixture
+def book(afc, ledger_url):
+    """A ledger on the backend under test, with a batch of three admitted jobs."""
+    path = afc.write_manifest(manifest(jobs(3)))
+    ledger = Ledger(ledger_url)
+    m = load_manifest(path)
+    ledger.admit(m, "file:///tmp/x", RateCards())
+    yield ledger, [ledger.job(j.job_id) for j in m.jobs], m
+    ledger.close()
+
+
+def _ghost(ledger, job, expires: str = "9e18") -> str:
+    """Make ``job`` held by an owner on another host with one attempt in flight."""
+    ghost = "another-host:4242:1"
+    with ledger.tx():
+        ledger.db.execute(
+            f"UPDATE jobs SET lease_owner = ?, lease_expires = {expires}, attempts = 1"
+            " WHERE id = ?",
+            (ghost, job["id"]),
+        )
+        ledger.db.execute(
+            "INSERT INTO attempts (job_id, number, chain_index, provider, model, status, owner,"
+            " started_at) VALUES (?, 1, 0, 'local', 'm1', 'started', ?, 0)",
+            (job["id"], ghost),
+        )
+    return ghost
+
+
+def test_the_url_picks_the_backend(tmp_path, pg_url):
+    assert type(open_ledger(tmp_path / "a.db")) is SqliteLedger
+    assert type(Ledger(f"sqlite:///{tmp_path}/b.db")) is SqliteLedger
+    pg = Ledger(pg_url)
+    assert type(pg) is PostgresLedger
+    pg.close()
+
+
+def test_placeholders_are_translated_outside_quoted_text():
+    assert translate("SELECT '?', \"a?\" FROM t WHERE x = ? AND y LIKE 'p%'") == (
+        "SELECT '?', \"a?\" FROM t WHERE x = %s AND y LIKE 'p%%'"
+    )
+
+
+def test_first_terminal_state_wins(book):
+    ledger, (job, *_), _ = book
+    assert ledger.finish(job, "cancelled", step="render") is True
+    assert ledger.finish(job, "succeeded", step="finish") is False
+    row = ledger.job(job["id"])
+    assert row["status"] == "cancelled"
+    with pytest.raises(JobLost):
+        ledger.checkpoint(row, [("probe", None)], "render", outcome="rendered")
+    assert ledger.steps(job["id"]) == [], "the refused checkpoint wrote nothing"
+    assert [e["kind"] for e in ledger.events(job["id"])].count("cancelled") == 1
+
+
+def test_attempt_upsert_keeps_the_first_outcome(book):
+    ledger, (job, *_), _ = book
+    job = ledger.claim(job["id"], 60)
+    number = ledger.start_attempt(job, 0, "local", "m1", None, durable=True)
+    common = {"chain_index": 0, "provider": "local", "model": "m1"}
+    ledger.end_attempt(job, number, **common, status="failed", error_class="timeout",
+                       error_message="first", started_at=100.0, ended_at=101.0)  # fmt: skip
+    ledger.end_attempt(job, number, **common, status="succeeded", error_message="second",
+                       usage={"seconds": 3.2}, cost_micros=3840, cost_source="derived",
+                       started_at=200.0, ended_at=205.0)  # fmt: skip
+    (row,) = ledger.attempts(job["id"])
+    assert (row["status"], row["error_message"], row["ended_at"]) == ("failed", "first", 101.0)
+    assert (row["cost_micros"], row["cost_source"]) == (3840, "derived")
+    assert row["usage_json"] == '{"seconds":3.2}'
+
+
+def test_a_live_lease_of_another_host_is_not_taken(book):
+    ledger, (job, *_), _ = book
+    _ghost(ledger, job, expires="9e18")
+    assert ledger.claim(job["id"], 60) is None
+    assert [a["status"] for a in ledger.attempts(job["id"])] == ["started"]
+
+
+def test_an_expired_lease_is_taken_over_and_its_attempts_marked_unknown_at_once(book):
+    ledger, (job, *_), _ = book
+    ghost = _ghost(ledger, job, expires="1")
+    claimed = ledger.claim(job["id"], 60)
+    assert claimed is not None and claimed["lease_owner"] == ledger.owner
+    assert claimed["takeovers"] == 1
+    (attempt,) = ledger.attempts(job["id"])
+    assert (attempt["status"], attempt["error_class"]) == ("unknown", "interrupted")
+    takeover = [e for e in ledger.events(job["id"]) if e["kind"] == "takeover"]
+    assert len(takeover) == 1 and ghost in takeover[0]["detail_json"]
+    # the lease is measured by the ledger's clock
+    assert abs(claimed["lease_expires"] - (ledger.lease_clock() + 60)) < 5
+
+
+def test_a_worker_that_lost_its_lease_writes_nothing_more(book):
+    ledger, (job, *_), _ = book
+    job = ledger.claim(job["id"], 60)
+    with ledger.tx():  # another worker took it over (the owner id is the fencing token)
+        ledger.db.execute(
+            "UPDATE jobs SET lease_owner = 'elsewhere:1:1' WHERE id = ?", (job["id"],)
+        )
+    assert ledger.start_attempt(job, 0, "local", "m1", None, durable=False) is None
+    with pytest.raises(JobLost):
+        ledger.checkpoint(job, [("probe", None)], "render")
+    assert ledger.attempts(job["id"]) == [] and ledger.steps(job["id"]) == []
+
+
+def test_the_budget_refuses_an_attempt_that_does_not_fit_and_writes_nothing(book):
+    ledger, (a, b, _), _ = book
+    a, b = ledger.claim(a["id"], 60), ledger.claim(b["id"], 60)
+    assert ledger.start_attempt(a, 0, "local", "m1", None, durable=False, run_id="r",
+                                reserve_micros=60_000, cap_micros=100_000) == 1  # fmt: skip
+    with pytest.raises(BudgetExhausted):
+        ledger.start_attempt(b, 0, "local", "m1", None, durable=False, run_id="r",
+                             reserve_micros=60_000, cap_micros=100_000)  # fmt: skip
+    assert ledger.attempts(b["id"]) == []
+    assert ledger.run_spend("r") == 60_000
+    assert ledger.run_money("r") == {"priced": 0, "unknown_cost": 1, "reserved": 60_000}
+
+
+def test_a_terminal_write_queues_one_delivery_with_a_stable_id(afc, ledger_url, monkeypatch):
+    monkeypatch.setenv("HOOK_SECRET", "whsec_" + "A" * 32)
+    path = afc.write_manifest(
+        manifest(jobs(1), webhook={"url": "http://127.0.0.1:9/h", "secret_env": "HOOK_SECRET"})
+    )
+    ledger = Ledger(ledger_url)
+    try:
+        m = load_manifest(path)
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        job = ledger.claim(m.jobs[0].job_id, 60)
+        assert ledger.webhook_secret_names([job["id"]]) == {"HOOK_SECRET"}
+        assert ledger.finish(job, "succeeded", step="finish") is True
+        assert ledger.finish(job, "failed", step="finish") is False
+        (delivery,) = ledger.deliveries()
+        assert delivery["id"] == f"{job['id']}:job.succeeded"
+        assert ledger.claim_delivery(delivery["id"], 1000.0, 30) is True
+        assert ledger.claim_delivery(delivery["id"], 1001.0, 30) is False
+        assert ledger.delivery_ids_starting(job["id"][:6]) == [delivery["id"]]
+    finally:
+        ledger.close()
+
+
+def test_costs_report_and_reads_agree_on_both_engines(afc, book):
+    ledger, (a, b, c), m = book
+    a = ledger.claim(a["id"], 60)
+    n = ledger.start_attempt(a, 0, "local", "m1", None, durable=False, run_id="r")
+    ledger.end_attempt(a, n, chain_index=0, provider="local", model="m1", status="succeeded",
+                       cost_micros=50_000, cost_source="rate_card")  # fmt: skip
+    b = ledger.claim(b["id"], 60)
+    n = ledger.start_attempt(b, 0, "local", "m1", None, durable=False, run_id="r")
+    ledger.end_attempt(b, n, chain_index=0, provider="local", model="m1", status="failed")
+    ledger.finish(a, "succeeded", step="finish")
+    url = ledger_url_of(ledger, afc)
+    by_day = costs_report(url, batch=None, since=None, by="day")
+    started = ledger.attempts(a["id"])[0]["started_at"]
+    day = dt.datetime.fromtimestamp(started, dt.UTC).strftime("%Y-%m-%d")
+    assert [r["day"] for r in by_day["rows"]] == [day]
+    assert by_day["total"]["priced"] == "0.050000"
+    assert by_day["total"]["unpriced_attempts"] == 1
+    by_model = costs_report(url, batch="b1", since=None, by="model")
+    assert [r["model"] for r in by_model["rows"]] == ["local/m1"]
+    status = {row["key"]: row for row in ledger.status_rows("b1")}
+    assert status["shot-001"]["cost_micros"] == 50_000
+    assert status["shot-002"]["cost_micros"] is None
+    assert status["shot-002"]["unpriced_attempts"] == 1
+    assert ledger.batches_of([a["id"], c["id"]]) == ["b1"]
+    assert sorted(ledger.output_keys("b1", [a["id"], b["id"]])) == [
+        "b1/shot-001.png",
+        "b1/shot-002.png",
+    ]
+    assert [r["key"] for r in ledger.output_rows()] == ["shot-001"]
+    stats = ledger.queue_stats()
+    assert (stats["queued"], stats["in_flight"]) == (1, 1)
+
+
+def ledger_url_of(ledger, afc) -> str:
+    return ledger.url if isinstance(ledger, PostgresLedger) else str(ledger.path)
+
+
+# --- schema ---------------------------------------------------------------------------------
+
+
+def _sqlite_columns(path) -> dict[str, list[str]]:
+    conn = sqlite3.connect(path)
+    try:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                " AND name != '_sqlite_migrations'"
+            )
+        ]
+        return {t: sorted(r[1] for r in conn.execute(f"PRAGMA table_info({t})")) for t in tables}
+    finally:
+        conn.close()
+
+
+def _pg_columns(ledger) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for table, column in ledger.db.execute(
+        "SELECT table_name, column_name FROM information_schema.columns"
+        " WHERE table_schema = 'public' AND table_name <> 'afc_migrations'"
+    ):
+        out.setdefault(table, []).append(column)
+    return {t: sorted(c) for t, c in out.items()}
+
+
+def test_both_engines_end_at_the_same_tables_and_columns(tmp_path, pg_server):
+    Ledger(tmp_path / "a.db").close()
+    url = pg_server.database(migrated=False)  # an empty database: the migrations run here
+    pg = Ledger(url)
+    try:
+        assert _pg_columns(pg) == _sqlite_columns(tmp_path / "a.db")
+        applied = [r[0] for r in pg.db.execute("SELECT name FROM afc_migrations ORDER BY name")]
+        from afc_cli.ledger_file import known_migrations
+
+        assert applied == sorted(known_migrations())
+    finally:
+        pg.close()
+    Ledger(url).close()  # opening again applies nothing and fails on nothing
+
+
+def test_a_postgresql_ledger_with_a_newer_schema_is_refused(pg_url):
+    ledger = Ledger(pg_url)
+    ledger.db.execute(
+        "INSERT INTO afc_migrations (migration_set, name, applied_at)"
+        " VALUES ('afc', 'm099_from_the_future', 0)"
+    )
+    ledger.close()
+    with pytest.raises(LedgerError, match="m099_from_the_future"):
+        Ledger(pg_url)
+
+
+def test_an_empty_postgresql_database_is_no_ledger_for_a_reading_command(pg_server):
+    url = pg_server.database(migrated=False)
+    with pytest.raises(LedgerError, match="no ledger at"):
+        Ledger(url, create=False)
+
+
+def test_a_password_never_reaches_a_message(pg_server):
+    url = pg_server.prefix.replace("afc@", "afc:hunter2@") + "/no_such_database"
+    with pytest.raises(LedgerError) as refused:
+        Ledger(url)
+    assert "hunter2" not in str(refused.value) and "127.0.0.1" in str(refused.value)
+
+
+def test_the_owner_is_this_host_and_process(book):
+    ledger, _, _ = book
+    assert ledger.owner.startswith(socket.gethostname() + ":")
+
+
+# --- claims for afc worker ----------------------------------------------------------------------
+
+
+def test_claims_come_in_rounds_in_admission_order_and_take_expired_leases(book):
+    ledger, (a, b, c), _ = book
+    _ghost(ledger, c, expires="1")  # another host's lease on the third job, expired
+    first = ledger.claim_runnable(2, 60)
+    assert [j["key"] for j in first] == ["shot-001", "shot-002"]
+    assert all(j["lease_owner"] == ledger.owner for j in first)
+    second = ledger.claim_runnable(2, 60)
+    assert [j["key"] for j in second] == ["shot-003"]
+    assert [a["status"] for a in ledger.attempts(c["id"])] == ["unknown"]
+    assert ledger.claim_runnable(2, 60) == []  # nothing free: ours are held by us
+
+
+def test_a_claim_skips_rows_another_worker_has_locked(pg_url, afc):
+    import psycopg
+
+    path = afc.write_manifest(manifest(jobs(3)))
+    ledger = Ledger(pg_url)
+    try:
+        m = load_manifest(path)
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        with psycopg.connect(pg_url) as other:  # another worker, mid-claim on the first job
+            other.execute("SELECT id FROM jobs WHERE key = 'shot-001' FOR UPDATE")
+            taken = ledger.claim_runnable(1, 60)  # does not wait for it
+            assert [j["key"] for j in taken] == ["shot-002"]
+    finally:
+        ledger.close()
+
+
+def test_only_the_commits_money_depends_on_wait_for_the_disk_on_postgresql(pg_url):
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:  # as a production server has it
+        name = admin.execute("SELECT current_database()").fetchone()[0]
+        admin.execute(f"ALTER DATABASE {name} SET synchronous_commit = on")
+    ledger = Ledger(pg_url)
+    try:
+
+        def setting() -> str:
+            return ledger.db.execute("SHOW synchronous_commit").fetchone()[0]
+
+        with ledger.tx():
+            assert setting() == "off"  # a checkpoint, an event: asynchronous
+        with ledger.tx(durable=True):
+            assert setting() == "on"  # the attempt row before a paid call
+        with ledger.tx():
+            with ledger.tx(sync_on_commit=True):  # joins, and makes the whole commit wait
+                pass
+            assert setting() == "on"
+        with ledger.tx():
+            assert setting() == "off"
+    finally:
+        ledger.close()

@@ -1,0 +1,103 @@
+"""``afc ledger copy``: a SQLite ledger into PostgreSQL and back, history included; a replay
+against the copy renders nothing."""
+
+from __future__ import annotations
+
+from conftest import jobs, manifest
+
+
+def _figures(afc, ledger: str) -> dict:
+    env = {"AFC_LEDGER": ledger}
+    status = afc.json("status", "--all", env=env)
+    report = afc.json("costs", "report", "--by", "model", env=env)
+    shown = {key: afc.json("show", key, env=env) for key in ("shot-001", "shot-002")}
+    return {
+        "jobs": sorted((j["key"], j["status"], j["attempts"]) for j in status["jobs"]),
+        "costs": report["total"],
+        "attempts": {k: [a["status"] for a in s["attempts"]] for k, s in shown.items()},
+        "events": {k: [e["kind"] for e in s["events"]] for k, s in shown.items()},
+    }
+
+
+def test_copy_to_postgresql_and_back_keeps_history_and_a_replay_renders_nothing(afc, pg_url):
+    log = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(log)}
+    data = manifest(jobs(4))
+    data["jobs"][1]["params"] = {"fail": ["server"]}  # a failed attempt, then a success
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", env=env).returncode == 0
+    assert afc("submit", "manifest.yaml", env=env).returncode == 0  # a replay: avoided renders
+    before = _figures(afc, "afc.db")
+    calls = log.read_text()
+
+    copied = afc.json("ledger", "copy", "afc.db", pg_url)
+    assert copied["rows"]["jobs"] == 4 and copied["rows"]["attempts"] == 5
+    assert "afc@" in copied["destination"]
+    assert _figures(afc, pg_url) == before
+
+    # a replay against the copy renders nothing; a new job gets ids after the copied ones
+    data["jobs"].append({"key": "shot-005", "prompt": "a new one"})
+    afc.write_manifest(data)
+    replay = afc.json("submit", "manifest.yaml", env={**env, "AFC_LEDGER": pg_url})
+    assert replay["exit_code"] == 0 and replay["admitted"]["new"] == 1
+    new_calls = log.read_text()[len(calls) :].splitlines()
+    assert len(new_calls) == 1, "only the new job was rendered"
+
+    back = afc.cwd / "back.db"
+    afc.json("ledger", "copy", pg_url, f"sqlite:///{back}")
+    assert _figures(afc, str(back)) == _figures(afc, pg_url)
+
+
+def test_copy_refuses_a_destination_that_holds_batches_and_writes_nothing(afc, pg_url):
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--ledger", pg_url).returncode == 0
+    assert afc("submit", "manifest.yaml").returncode == 0
+    refused = afc("ledger", "copy", "afc.db", pg_url)
+    assert refused.returncode == 2
+    assert "already holds batches" in refused.stderr
+    assert afc.json("status", "--all", env={"AFC_LEDGER": pg_url})["jobs"][0]["attempts"] == 1
+    missing = afc("ledger", "copy", "nothing-here.db", pg_url)
+    assert missing.returncode == 2 and "no ledger at" in missing.stderr
+
+
+def test_every_table_of_the_schema_is_copied(tmp_path):
+    """A new table must be added to the copy, or a copy would silently drop its rows."""
+    import sqlite3
+
+    from afc_cli.ledger import Ledger
+    from afc_cli.ledger.copy import IDENTITY_TABLES, TABLES
+
+    Ledger(tmp_path / "a.db").close()
+    conn = sqlite3.connect(tmp_path / "a.db")
+    try:
+        tables = {
+            name: sql
+            for name, sql in conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+                " AND name NOT LIKE 'sqlite_%' AND name != '_sqlite_migrations'"
+            )
+        }
+    finally:
+        conn.close()
+    assert set(TABLES) == set(tables)
+    with_ids = {name for name, sql in tables.items() if "id INTEGER PRIMARY KEY" in sql}
+    assert set(IDENTITY_TABLES) == with_ids
+
+
+def test_a_copy_keeps_needs_and_review_decisions_and_the_next_decision_follows(afc, pg_url):
+    from test_issue17_review import style_manifest
+
+    style_manifest(afc, extra_jobs=[{"key": "alt", "prompt": "alt frame", "review": True}])
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert afc("review", "approve", "style", "--by", "ana").returncode == 0
+    assert afc("resume").returncode == 0  # the shots and the title render
+    afc.json("ledger", "copy", "afc.db", pg_url)
+    env = {"AFC_LEDGER": pg_url}
+    title = afc.json("show", "title", env=env)
+    assert [n["key"] for n in title["needs"]] == ["shot-1", "shot-2"]
+    style = afc.json("show", "style", env=env)
+    assert [(d["decision"], d["by"]) for d in style["decisions"]] == [("approved", "ana")]
+    # a decision on the copy gets an id after the copied ones
+    decided = afc("review", "reject", "alt", "--reason", "off model", env=env)
+    assert decided.returncode == 0, decided.stderr
+    assert afc.json("show", "alt", env=env)["job"]["status"] == "rejected"
