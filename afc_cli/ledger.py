@@ -457,7 +457,7 @@ class Ledger:
                     j.key,
                     j.index,
                     j.request_hash,
-                    _dumps(j.body),
+                    j.request_json or _dumps(j.body),  # the same text, made from shared parts
                     j.output_key,
                     _dumps(j.webhook),
                     now,
@@ -468,7 +468,8 @@ class Ledger:
         )
         self.db.conn.executemany(
             "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
-            [(j.job_id, batch, now, "admitted", _dumps({"hash": j.request_hash})) for j in fresh]
+            # _dumps({"hash": ...}) of a hex digest, written out
+            [(j.job_id, batch, now, "admitted", f'{{"hash":"{j.request_hash}"}}') for j in fresh]
             + [
                 (
                     None,
@@ -572,7 +573,9 @@ class Ledger:
     def status_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         sql = (
             "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.attempts, j.error_code,"
-            " j.error_class, j.error_message, j.waiting_reason, " + JOB_COST_SQL + " FROM jobs j"
+            " j.error_class, j.error_message, j.waiting_reason, j.lease_owner, j.lease_expires, "
+            + JOB_COST_SQL
+            + " FROM jobs j"
         )
         params: list[Any] = []
         if batch is not None:
