@@ -6,6 +6,7 @@ shared parts, no query per job after admitting, no status rows read back for a q
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 import yaml
@@ -117,3 +118,18 @@ def test_a_quiet_admission_reads_no_rows_back_and_still_says_conflicts(afc):
     assert "IDEMPOTENCY_CONFLICT: key 'shot-008' changed prompt" in again.stderr
     shown = afc.json("submit", "manifest.yaml", "--no-run", expect=3)
     assert len(shown["jobs"]) == 39 and shown["counts"] == {"queued": 39}
+
+
+def test_queue_stats_sum_each_status_over_every_batch(afc):
+    """The counts are grouped by batch and status (the index's order) and summed per status."""
+    for batch, n in (("b1", 3), ("b2", 2)):
+        afc.write_manifest(manifest(jobs(n), batch=batch), name=f"{batch}.yaml")
+        assert afc("submit", f"{batch}.yaml", "--no-run", "-q").returncode == 0
+    conn_rows = afc.rows("SELECT id FROM jobs WHERE batch = 'b2' ORDER BY seq")
+    conn = sqlite3.connect(afc.cwd / "afc.db")
+    conn.execute("UPDATE jobs SET status = 'dead' WHERE id = ?", conn_rows[0])
+    conn.execute("UPDATE jobs SET status = 'failed' WHERE batch = 'b1' AND seq = 0")
+    conn.commit()
+    conn.close()
+    stats = afc.json("queue", "stats")
+    assert (stats["queued"], stats["dlq"], stats["failed"]) == (3, 1, 1)
