@@ -212,9 +212,11 @@ class ManifestModel(_Strict):
     jobs_from: str | None = Field(default=None, min_length=1)  # a JSON Lines or CSV job list
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ResolvedJob:
-    """One job as the ledger admits it."""
+    """One job as the ledger admits it. Treated as read-only; not ``frozen``: a frozen
+    dataclass sets each field through ``object.__setattr__``, which made each of a
+    100,000-job list's two constructions per job (resolved, read back) three times slower."""
 
     index: int
     key: str

@@ -133,3 +133,20 @@ def test_queue_stats_sum_each_status_over_every_batch(afc):
     conn.close()
     stats = afc.json("queue", "stats")
     assert (stats["queued"], stats["dlq"], stats["failed"]) == (3, 1, 1)
+
+
+def test_an_admission_leaves_the_page_cache_as_it_found_it(tmp_path):
+    """The bigger page cache is the admission's alone: the run after it keeps SQLite's."""
+    from afc_cli.ledger import Ledger
+    from afc_cli.run import manifest_rates
+
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(manifest(jobs(3)), sort_keys=False))
+    loaded = load_manifest(tmp_path / "m.yaml")
+    ledger = Ledger(tmp_path / "afc.db")
+    try:
+        before = ledger.db.execute("PRAGMA cache_size").fetchone()[0]
+        result = ledger.admit(loaded, "file:///tmp/out", manifest_rates(loaded))
+        assert len(result.new) == 3
+        assert ledger.db.execute("PRAGMA cache_size").fetchone()[0] == before
+    finally:
+        ledger.close()
