@@ -531,7 +531,9 @@ async def _all_done(tasks: list[asyncio.Task]) -> None:
     pending = set(tasks)
     while pending:
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
+        # in the jobs' order, not the set's: of two jobs that failed in the same turn of the
+        # loop, the first job's error is raised, whatever the tasks' hashes
+        for task in [task for task in tasks if task in done]:
             if not task.cancelled() and task.exception() is not None:
                 for other in pending:
                     other.cancel()
