@@ -403,6 +403,8 @@ def submit(
             max_spend=max_spend,
             allow_unpriced=allow_unpriced,
             grace_s=grace,
+            # an admission's exit code does not depend on its jobs' rows: shown, or not read
+            report_jobs=not (no_run and quiet and not json_out),
         )
         _print_run(result, json_out, quiet)
         if no_run and result.exit_code != 3:

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from json.encoder import encode_basestring_ascii as _ascii_string
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -233,9 +234,11 @@ class ManifestModel(_Strict):
     jobs_from: str | None = Field(default=None, min_length=1)  # a JSON Lines or CSV job list
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ResolvedJob:
-    """One job as the ledger admits it."""
+    """One job as the ledger admits it. Treated as read-only; not ``frozen``: a frozen
+    dataclass sets each field through ``object.__setattr__``, which made each of a
+    100,000-job list's two constructions per job (resolved, read back) three times slower."""
 
     index: int
     key: str
@@ -255,6 +258,8 @@ class ResolvedJob:
     review: bool = False
     needs: tuple[str, ...] = ()
     inputs: list[dict[str, Any]] | None = None
+    # ``body`` as the ledger stores it (``body_text``), made from parts the jobs share
+    request_json: str | None = None
 
 
 @dataclass(frozen=True)
@@ -337,6 +342,40 @@ def request_hash(body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
+def _canonical_text(text: str) -> bytes:
+    """``canonical_json`` of a string. Printable ASCII without quotes or backslashes (most
+    prompts) needs no escaping in RFC 8785, so it is written as it is; anything else goes
+    through rfc8785."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return b'"' + text.encode() + b'"'
+    return canonical_json(text)
+
+
+def _json_text(value: Any) -> str:
+    """The ledger's JSON text of a value (``afc_cli/ledger.py`` ``_dumps``: sorted keys, no
+    spaces, ASCII)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def body_text(chain_text: str, output: str, params_text: str, prompt: str) -> str:
+    """``_json_text`` of a request body from its parts, the chain's and params' text already
+    made (shared by the jobs that use the defaults). Sorted keys: chain, output, params,
+    prompt; a string is what ``json.dumps`` makes of it."""
+    return "".join(
+        (
+            '{"chain":',
+            chain_text,
+            ',"output":',
+            _ascii_string(output),
+            ',"params":',
+            params_text,
+            ',"prompt":',
+            _ascii_string(prompt),
+            "}",
+        )
+    )
+
+
 def _canonical_body(chain_json: bytes, output: str, params_json: bytes, prompt: str) -> bytes:
     """``canonical_json`` of a request body from its parts, the chain and params already
     canonical (shared by the jobs that use the defaults: a 100,000-job list canonicalises them
@@ -346,11 +385,11 @@ def _canonical_body(chain_json: bytes, output: str, params_json: bytes, prompt: 
             b'{"chain":',
             chain_json,
             b',"output":',
-            canonical_json(output),
+            _canonical_text(output),
             b',"params":',
             params_json,
             b',"prompt":',
-            canonical_json(prompt),
+            _canonical_text(prompt),
             b"}",
         )
     )
@@ -630,16 +669,19 @@ def output_key_problem(key: str) -> str | None:
     if key.startswith("/") or "\\" in key or (len(key) > 1 and key[1] == ":"):
         return f"renders to {key!r}, an absolute path outside the storage prefix"
     parts = key.split("/")
-    if any(part in ("", ".", "..") for part in parts):
+    if "" in parts or "." in parts or ".." in parts:
         return f"renders to {key!r}: '..', '.' and empty path segments are not allowed"
     if _INVISIBLE_ASCII.search(key) or (
         not key.isascii()
         and any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in key)
     ):
         return f"renders to {key!r}, which has control or invisible format characters"
-    if len(key.encode("utf-8", "surrogatepass")) > MAX_OUTPUT_KEY_BYTES:
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size > MAX_OUTPUT_KEY_BYTES:
         return f"renders to a key longer than {MAX_OUTPUT_KEY_BYTES} bytes"
-    if any(len(part.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for part in parts):
+    if size > MAX_SEGMENT_BYTES and any(  # a key within a segment's limit has no longer segment
+        len(part.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for part in parts
+    ):
         return f"renders to {key!r}, with a path segment longer than {MAX_SEGMENT_BYTES} bytes"
     if key.endswith(".afc.json"):
         return f"renders to {key!r}; names ending in .afc.json are reserved for metadata"
@@ -866,8 +908,17 @@ class JobList:
             self.count += 1
             extra = (job.review, job.needs, job.inputs)
             chunk.append(
-                (job.index, job.key, job.job_id, job.output_key, job.request_hash, job.body)
-                + ((job.webhook, *extra) if job.webhook or any(extra) else ())
+                (
+                    job.index,
+                    job.key,
+                    job.job_id,
+                    job.output_key,
+                    job.request_hash,
+                    job.body,
+                    job.request_json,
+                    job.webhook,
+                )
+                + (extra if any(extra) else ())
             )
             if len(chunk) == self.CHUNK:
                 self._write(marshal.dumps(chunk))
@@ -892,7 +943,7 @@ class JobList:
             if not size:
                 return
             for row in marshal.loads(self.file.read(int.from_bytes(size, "little"))):
-                index, key, job_id, output_key, digest, body = row[:6]
+                index, key, job_id, output_key, digest, body, text, webhook = row[:8]
                 yield ResolvedJob(
                     index=index,
                     key=key,
@@ -904,10 +955,11 @@ class JobList:
                     output_key=output_key,
                     body=body,
                     request_hash=digest,
-                    webhook=row[6] if len(row) > 6 else None,
-                    review=row[7] if len(row) > 7 else False,
-                    needs=tuple(row[8]) if len(row) > 8 else (),
-                    inputs=row[9] if len(row) > 9 else None,
+                    webhook=webhook,
+                    request_json=text,
+                    review=row[8] if len(row) > 8 else False,
+                    needs=tuple(row[9]) if len(row) > 9 else (),
+                    inputs=row[10] if len(row) > 10 else None,
                 )
 
 
@@ -993,28 +1045,28 @@ def resolve_jobs(
         if spec.chain is None:  # the default chain, dumped and canonicalised once
             if "chain" not in cache:
                 dumped = [entry.model_dump(mode="json") for entry in chain]
-                cache["chain"] = (dumped, canonical_json(dumped))
-            chain_dicts, chain_json = cache["chain"]
+                cache["chain"] = (dumped, canonical_json(dumped), _json_text(dumped))
+            chain_dicts, chain_json, chain_text = cache["chain"]
         else:
             chain_dicts = [entry.model_dump(mode="json") for entry in chain]
-            chain_json = None
+            chain_json = chain_text = None
         # provider defaults left out of the hashed body (the rule for defaults); a job with the
         # default chain and params shares the default's result
         as_default = spec.chain is None and not spec.params
         if as_default and "params" in cache:
-            params, params_json = cache["params"]
+            params, params_json, params_text = cache["params"]
         else:
             params = without_provider_defaults(params, chain_dicts, providers)
-            params_json = None
+            params_json = params_text = None
         body = {"chain": chain_dicts, "prompt": spec.prompt, "params": params, "output": template}
         inputs = _resolve_inputs(model.batch, spec, seen, who, problems) if spec.inputs else None
         if inputs is not None:
             body["inputs"] = inputs[0]
         try:
             if params_json is None:
-                params_json = canonical_json(params)
+                params_json, params_text = canonical_json(params), _json_text(params)
                 if as_default:
-                    cache["params"] = (params, params_json)
+                    cache["params"] = (params, params_json, params_text)
             if inputs is not None:
                 digest = request_hash(body)
             else:
@@ -1030,6 +1082,13 @@ def resolve_jobs(
             problems.append(f"{who}: field 'params': cannot be canonicalised ({exc})")
             continue
         seen.hashes[spec.key] = bytes.fromhex(digest)
+        # the ledger's text of the body, from shared parts; a body with inputs has one member
+        # more, so the ledger makes its text itself (``request_json`` None)
+        text = (
+            body_text(chain_text or _json_text(chain_dicts), template, params_text, spec.prompt)
+            if inputs is None
+            else None
+        )
         job = ResolvedJob(
             index=index,
             key=spec.key,
@@ -1047,6 +1106,7 @@ def resolve_jobs(
             review=spec.review if spec.review is not None else model.defaults.review,
             needs=tuple(dict.fromkeys(k for _, ref in refs if (k := _own_key(model.batch, ref)))),
             inputs=inputs[1] if inputs is not None else None,
+            request_json=text,
         )
         if aggregate is not None:
             aggregate.add(job)

@@ -215,6 +215,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--transports", action="store_true")
     parser.add_argument("--only", choices=["start", "wide", "narrow", "poll"], default=None)
+    # fewer predictions show the polling schedule apart from a run loop short of CPU
+    parser.add_argument("--predictions", type=int, default=1000)
     args = parser.parse_args()
     (HERE / "work").mkdir(exist_ok=True)
     print(f"load before: {uptime()}")
@@ -260,7 +262,7 @@ def main() -> None:
                 f"{median(walls):.2f} s; peak RSS {median(rss):.0f} MiB; load {uptime()}"
             )
         if args.only in (None, "poll"):
-            predictions, interval, predict = 1000, 2.0, 5.0
+            predictions, interval, predict = args.predictions, 2.0, 5.0
             results = [
                 afc_run(server, "replicate", predictions, predictions, poll=interval)
                 for _ in range(args.runs)

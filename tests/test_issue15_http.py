@@ -14,7 +14,7 @@ from fakeproviders import KEYS, FakeProviders
 
 from afc_cli.costs import RateCards
 from afc_cli.providers.base import AttemptRequest, ProviderError
-from afc_cli.providers.http import POLL_JITTER, HttpProvider, poll_delay, size_pools
+from afc_cli.providers.http import HttpProvider, poll_delay, size_pools
 from afc_cli.providers.openai import OpenAIProvider
 from afc_cli.providers.replicate import ReplicateProvider
 
@@ -196,11 +196,32 @@ def test_pools_are_sized_to_concurrency_and_provider_limits():
     assert providers["replicate"].connections == 8
 
 
-def test_poll_delay_first_in_the_interval_then_at_least_a_full_one():
-    assert poll_delay(2.0, 0, lambda: 0.0) == 0.0
-    assert poll_delay(2.0, 0, lambda: 0.999) == pytest.approx(1.998)
-    assert poll_delay(2.0, 1, lambda: 0.0) == 2.0
-    assert poll_delay(2.0, 5, lambda: 1.0) == pytest.approx(2.0 * (1 + POLL_JITTER))
+def test_poll_delay_first_about_one_interval_in_then_a_full_one_after_each_send():
+    assert poll_delay(2.0, 0, lambda: 0.0, 0.0) == 1.0
+    assert poll_delay(2.0, 0, lambda: 0.999, 0.0) == pytest.approx(2.998)
+    # later polls: an interval after the previous poll was sent, its answer's time included
+    assert poll_delay(2.0, 1, lambda: 0.0, 0.0) == 2.0
+    assert poll_delay(2.0, 5, lambda: 1.0, 0.3) == pytest.approx(1.7)
+    assert poll_delay(2.0, 5, lambda: 1.0, 2.5) == 0.0  # a late answer: poll at once
+
+
+def test_polls_average_one_per_interval_in_flight():
+    """The first poll lands on average one interval after the submit, so a request in flight
+    for any time T is polled T / interval times on average (with no answer time)."""
+    import random
+
+    rng = random.Random(7)
+    interval = 2.0
+    for length in (0.5, 3.0, 5.0, 11.0):
+        polls = busy = 0.0
+        for _ in range(4000):
+            at, count = poll_delay(interval, 0, rng.random, 0.0), 1
+            while at < length:
+                at += poll_delay(interval, count, rng.random, 0.0)
+                count += 1
+            polls += count
+            busy += at
+        assert polls / (busy / interval) == pytest.approx(1.0, abs=0.05), length
 
 
 def test_replicate_polls_once_per_interval_with_jitter(monkeypatch):
@@ -211,13 +232,20 @@ def test_replicate_polls_once_per_interval_with_jitter(monkeypatch):
         monkeypatch.setenv("AFC_POLL_S", "2")
         waits: list[float] = []
         dice = iter([0.5, 0.3, 0.9, 0.1, 0.7, 0.2])
+        now = [100.0]
 
         async def sleep(seconds: float) -> None:
             waits.append(seconds)  # no real sleep: the fake prediction advances per poll
+            now[0] += seconds
+
+        def clock() -> float:  # the time a poll takes: an eighth of a second between reads
+            now[0] += 0.125
+            return now[0]
 
         provider = ReplicateProvider()
         provider.sleep = sleep
         provider.rand = lambda: next(dice)
+        provider.clock = clock
 
         async def main():
             try:
@@ -231,7 +259,6 @@ def test_replicate_polls_once_per_interval_with_jitter(monkeypatch):
     assert result.data.startswith(b"\x89PNG")
     polls = server.counts["replicate_poll"]
     assert polls == len(waits) >= 3  # one wait before every poll
-    assert waits[0] == pytest.approx(1.0)  # the first: somewhere in the first interval
-    assert waits[1:] == pytest.approx(
-        [2.0 * (1 + POLL_JITTER * d) for d in (0.3, 0.9, 0.1)][: polls - 1]
-    )
+    assert waits[0] == pytest.approx(2.0)  # the first: half to one and a half intervals in
+    # each later one an interval after the previous was sent (0.125 s before the wait began)
+    assert waits[1:] == pytest.approx([1.875] * (polls - 1))

@@ -9,6 +9,7 @@ migrations, durability) are in sqlite.py and postgres.py beside this file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -263,9 +264,11 @@ class Ledger:
                 )
             }
             # In chunks, so a big job list (jobs_from) is never held in memory whole; still
-            # one transaction, so a list that fails part-way leaves nothing admitted.
-            for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
-                self._admit_chunk(manifest.batch, chunk, existing, rates, now, result)
+            # one transaction, so a list that fails part-way leaves nothing admitted (in the
+            # engine's admission cache: SqliteLedger.admission_cache).
+            with self.admission_cache():
+                for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
+                    self._admit_chunk(manifest.batch, chunk, existing, rates, now, result)
         return result
 
     def _admit_chunk(
@@ -310,6 +313,7 @@ class Ledger:
                         "changes": changes_since(stored_body, job.body),
                     }
                 )
+        ordered = sorted(fresh, key=_job_id)  # the table is clustered on the (random) id
         self.db.conn.executemany(
             "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
             " webhook_json, status, step, created_at, updated_at, review, inputs_json)"
@@ -322,7 +326,7 @@ class Ledger:
                     j.key,
                     j.index,
                     j.request_hash,
-                    _dumps(j.body),
+                    j.request_json or _dumps(j.body),  # the same text, made from shared parts
                     j.output_key,
                     _dumps(j.webhook),
                     "blocked" if getattr(j, "needs", ()) else "queued",
@@ -331,12 +335,14 @@ class Ledger:
                     1 if getattr(j, "review", False) else 0,
                     _dumps(getattr(j, "inputs", None) or None),
                 )
-                for j in sorted(fresh, key=_job_id)  # the table is clustered on the (random) id
+                for j in ordered
             ],
         )
         self.db.conn.executemany(
             "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
-            [(j.job_id, batch, now, "admitted", _dumps({"hash": j.request_hash})) for j in fresh]
+            # _dumps({"hash": ...}) of a hex digest, written out; in job id order, as the
+            # events' (job_id, id) index is
+            [(j.job_id, batch, now, "admitted", f'{{"hash":"{j.request_hash}"}}') for j in ordered]
             + [
                 (
                     None,
@@ -451,7 +457,9 @@ class Ledger:
     def status_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         sql = (
             "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.attempts, j.error_code,"
-            " j.error_class, j.error_message, j.waiting_reason, " + JOB_COST_SQL + " FROM jobs j"
+            " j.error_class, j.error_message, j.waiting_reason, j.lease_owner, j.lease_expires, "
+            + JOB_COST_SQL
+            + " FROM jobs j"
         )
         params: list[Any] = []
         if batch is not None:
@@ -663,9 +671,13 @@ class Ledger:
         """Backlog figures for alerting: queued, in flight, delayed, dead-lettered, failed
         (both wait for a person: ``afc retry``), and the age of the oldest unfinished job."""
         now = _now() if now is None else now
-        counts = dict(
-            self.db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
-        )
+        counts: dict[str, int] = {}
+        # grouped in the order of the (batch, status) index: no sort of every job's status
+        # (on 100,000 jobs a third of the time)
+        for _batch, status, count in self.db.execute(
+            "SELECT batch, status, COUNT(*) FROM jobs GROUP BY batch, status"
+        ):
+            counts[status] = counts.get(status, 0) + count
         oldest = self.db.execute(
             f"SELECT MIN(created_at) FROM jobs WHERE status IN {ACTIVE_SQL}"
         ).fetchone()[0]
@@ -948,6 +960,11 @@ class Ledger:
     def lease_clock(self) -> float:
         """Now, in the clock leases are measured by (the database's, where it has one)."""
         return _now()
+
+    def admission_cache(self) -> Any:
+        """A context in which an admission's one transaction runs: an engine may give it more
+        cache (sqlite.py). Nothing by default."""
+        return contextlib.nullcontext()
 
     def day_sql(self, column: str) -> str:
         """The UTC date (``YYYY-MM-DD``) of a column of Unix seconds, in this engine's SQL."""

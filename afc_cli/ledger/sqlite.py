@@ -30,6 +30,8 @@ from afc_cli.ledger.core import Ledger
 from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner
 
+ADMIT_CACHE_KIB = -128 * 1024  # the page cache during an admission (negative: KiB)
+
 BUSY_TIMEOUT_S = 30.0
 # Under group commit, changes wait at most this long for their commit (and other afc
 # processes at most this long for the write lock). Nothing that money depends on waits:
@@ -83,6 +85,18 @@ class SqliteLedger(Ledger):
 
     def day_sql(self, column: str) -> str:
         return f"date({column}, 'unixepoch')"
+
+    @contextmanager
+    def admission_cache(self) -> Iterator[None]:
+        """The admission's pages stay in a bigger cache until its commit, instead of spilling
+        to the WAL and being written again by the next chunks (100,000 jobs: a third less CPU;
+        their pages take about 70 MiB); the old size is put back after."""
+        cache = self.db.execute("PRAGMA cache_size").fetchone()[0]
+        self.db.execute(f"PRAGMA cache_size = {ADMIT_CACHE_KIB}")
+        try:
+            yield
+        finally:
+            self.db.execute(f"PRAGMA cache_size = {int(cache)}")
 
     def columns(self, table: str) -> list[str]:
         return [row[1] for row in self.db.execute(f"PRAGMA table_info({table})")]

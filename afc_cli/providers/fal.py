@@ -117,9 +117,9 @@ class FalProvider(HttpProvider):
                     if queued.get(k)
                 },
             }
-        polls = 0
+        polls, sent = 0, 0.0
         while True:
-            await self.poll_wait(polls)  # at most one poll per interval, jittered
+            sent = await self.poll_wait(polls, sent)  # one poll per interval, never more
             polls += 1
             try:
                 response = await self.client.get(urls["status_url"], headers=self._headers())
