@@ -397,7 +397,12 @@ def test_show_keeps_its_figures_whole_and_pipes_plain(ledger):
 
 
 def test_shell_completion_is_on(afc):
-    script = afc("--show-completion", "bash")
+    # typer finds the shell among afc's parent processes, and a suite started outside a shell
+    # (cron, CI, a background job) has none: its own test switch makes --show-completion take
+    # the shell's name instead
+    script = afc(
+        "--show-completion", "bash", env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+    )
     assert script.returncode == 0
     assert "complete -o default -F _afc_completion afc" in script.stdout
     env = {"_AFC_COMPLETE": "complete_bash", "COMP_WORDS": "afc sta", "COMP_CWORD": "1"}
