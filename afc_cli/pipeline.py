@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import time
 from collections import deque
@@ -40,7 +41,7 @@ from afc_cli.attempts import (
 )
 from afc_cli.costs import RateCards, format_usd, to_micros
 from afc_cli.errors import SpoolError, StorageError
-from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger
+from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
 from afc_cli.providers.base import GONE_PREFIX, RequestGone
 from afc_cli.spool import DirSync, Spool, SpoolFile
@@ -69,7 +70,10 @@ def _interrupts(rows: list[dict[str, Any]], base: int) -> int:
 
 class ProviderLimit:
     """A provider's call limits within one run: at most ``concurrency`` calls at once and at
-    most ``per_minute`` call starts in any 60 seconds (sliding window)."""
+    most ``per_minute`` call starts in any 60 seconds (sliding window). The same limits hold
+    across every process of the ledger (other runs, ``afc worker`` on other hosts): the
+    attempt row is refused (``ProviderBusy``) while they are reached, see
+    ``Ledger.start_attempt``."""
 
     def __init__(
         self,
@@ -78,6 +82,7 @@ class ProviderLimit:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.slots = asyncio.Semaphore(concurrency) if concurrency else None
+        self.concurrency = concurrency
         self.per_minute = per_minute
         self.clock = clock
         self.starts: deque[float] = deque()
@@ -225,6 +230,46 @@ def crash_point(name: str, before: Callable[[], None] | None = None) -> None:
         if before is not None:
             before()  # e.g. commit first, to die right after a committed change
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _start_attempt(
+    ctx: RunContext,
+    job: dict[str, Any],
+    chain_index: int,
+    entry: dict[str, Any],
+    wait: float | None,
+    rates: Any,
+) -> int | None:
+    """``Ledger.start_attempt``, waiting (without a worker slot) while the provider's limits
+    are reached across the ledger's other processes (a jittered wait between tries). Returns
+    None when the job is no longer ours; raises _Stopped when the run began stopping while it
+    waited (nothing was started)."""
+    limit = ctx.limits.get(entry["provider"])
+    shared = (limit.concurrency, limit.per_minute) if limit is not None else None
+    while True:
+        try:
+            return ctx.ledger.start_attempt(
+                job,
+                chain_index,
+                entry["provider"],
+                entry["model"],
+                wait,
+                durable=entry["provider"] != "local",
+                run_id=ctx.run_id,
+                reserve_micros=rates.estimate(entry["provider"], entry["model"]),
+                cap_micros=ctx.cap_micros,
+                limit=shared,
+            )
+        except ProviderBusy as busy:
+            ctx.report(job, "waiting", busy.reason, reason="provider limit")
+            async with ctx.idle():
+                await ctx.sleep(busy.retry_after * (0.5 + random.random()))
+            if ctx.stopping.is_set():
+                raise _Stopped from None
+
+
+class _Stopped(Exception):
+    """The run began stopping while an attempt waited for a provider's shared limit."""
 
 
 async def run_job(ctx: RunContext, job_id: str) -> str:
@@ -493,17 +538,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             provider.warm()  # its client (imports, TLS) made before the row, not after it
             if resume is None:
                 try:
-                    number = ctx.ledger.start_attempt(
-                        job,
-                        chain_index,
-                        entry["provider"],
-                        entry["model"],
-                        wait,
-                        durable=entry["provider"] != "local",
-                        run_id=ctx.run_id,
-                        reserve_micros=rates.estimate(entry["provider"], entry["model"]),
-                        cap_micros=ctx.cap_micros,
-                    )
+                    number = await _start_attempt(ctx, job, chain_index, entry, wait, rates)
+                except _Stopped:
+                    return False
                 except BudgetExhausted as exc:
                     ctx.budget_hit = True
                     ctx.ledger.set_waiting(

@@ -322,3 +322,31 @@ def test_only_the_commits_money_depends_on_wait_for_the_disk_on_postgresql(pg_ur
             assert setting() == "off"
     finally:
         ledger.close()
+
+
+def test_a_provider_limit_counts_every_process_of_the_ledger(book):
+    """``limits: {local: {concurrency: 1}}`` holds across processes: another host's call in
+    flight (a live lease) takes the one slot; its lease expiring frees it. ``per_minute``
+    counts the attempts every process started in the last 60 s. A refusal writes nothing."""
+    from afc_cli.ledger import ProviderBusy
+
+    ledger, (a, b, c), _ = book
+    _ghost(ledger, a, expires="9e18")  # another host's call to local, in flight
+    b = ledger.claim(b["id"], 60)
+    with pytest.raises(ProviderBusy) as busy:
+        ledger.start_attempt(b, 0, "local", "m1", None, durable=False, limit=(1, None))
+    assert "1 calls in flight" in busy.value.reason and busy.value.retry_after > 0
+    assert ledger.attempts(b["id"]) == [] and ledger.job(b["id"])["attempts"] == 0
+    assert ledger.start_attempt(b, 0, "local", "m1", None, durable=False, limit=(2, None)) == 1
+    with ledger.tx():  # the other host died: its lease expires, its call no longer counts
+        ledger.db.execute("UPDATE jobs SET lease_expires = 1 WHERE id = ?", (a["id"],))
+    c = ledger.claim(c["id"], 60)
+    assert ledger.start_attempt(c, 0, "local", "m1", None, durable=False, limit=(2, None)) == 1
+
+    # per minute: b's and c's attempts started within the minute (the ghost's at 0: long ago)
+    with pytest.raises(ProviderBusy) as busy:
+        ledger.start_attempt(c, 0, "local", "m1", None, durable=False, limit=(None, 2))
+    assert "in the last minute" in busy.value.reason
+    assert 0 < busy.value.retry_after <= 60
+    # another provider's limit is its own
+    assert ledger.start_attempt(c, 0, "other", "m1", None, durable=False, limit=(1, 1)) == 2

@@ -130,3 +130,22 @@ def test_one_budget_holds_across_workers_on_two_hosts(pg):
     assert pg.rows("SELECT CAST(SUM(cost_micros) AS BIGINT) FROM attempts") == [(300_000,)]
     hosts = {row[0].split(":")[0] for row in pg.rows("SELECT owner FROM attempts")}
     assert hosts <= {"host-a", "host-b"}
+
+
+def test_a_provider_limit_holds_across_workers_on_two_hosts(pg):
+    """``limits: {local: {concurrency: 1}}`` with two workers, each running 2 jobs at once:
+    never more than one call to the provider in flight across both hosts."""
+    log = pg.cwd / "calls.log"
+    pg.write_manifest(manifest(jobs(6, latency_s=0.3), limits={"local": {"concurrency": 1}}))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    workers = [_worker(pg, host, log) for host in ("host-a", "host-b")]
+    for worker in workers:
+        assert worker.wait(timeout=90) == 0, worker.stderr.read()
+    assert pg.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 6)]
+    spans = sorted(
+        pg.rows("SELECT started_at, ended_at, owner FROM attempts WHERE status = 'succeeded'")
+    )
+    assert len(spans) == 6
+    assert {owner.split(":")[0] for _, _, owner in spans} == {"host-a", "host-b"}
+    for (_, ended, _), (started, _, _) in zip(spans, spans[1:], strict=False):
+        assert started >= ended, "two calls to the provider were in flight at once"

@@ -97,6 +97,17 @@ class ReviewRace(Exception):
         self.batch = batch
 
 
+class ProviderBusy(Exception):
+    """A provider's shared limit (manifest ``limits``) is reached across every process of this
+    ledger: the attempt was not started; try again after ``retry_after`` seconds."""
+
+    def __init__(self, provider: str, reason: str, retry_after: float):
+        super().__init__(f"{provider}: {reason}")
+        self.provider = provider
+        self.reason = reason
+        self.retry_after = retry_after
+
+
 class JobLost(Exception):
     """The job stopped being ours (it ended elsewhere, e.g. cancelled, or its lease was taken):
     the worker stops quietly and the transaction that noticed writes nothing."""
@@ -807,8 +818,14 @@ class Ledger:
         run_id: str | None = None,
         reserve_micros: int | None = None,
         cap_micros: int | None = None,
+        limit: tuple[int | None, int | None] | None = None,
     ) -> int | None:
         """Commit an attempt row (status ``started``) before its provider call.
+
+        Under a provider's limits (``limit``: its ``concurrency`` and ``per_minute`` from the
+        manifest), the attempts of every process on this ledger count, checked in this same
+        transaction (``_check_limit``): over either, ProviderBusy is raised and nothing is
+        written.
 
         Under a budget (``cap_micros``), the attempt's estimated cost is reserved in this same
         transaction: the run's spend so far (each attempt's known cost, else its reservation)
@@ -828,6 +845,8 @@ class Ledger:
                 spent = self.run_spend(run_id)
                 if spent + (reserve_micros or 0) > cap_micros:
                     raise BudgetExhausted(spent, cap_micros, reserve_micros or 0)
+            if limit is not None and any(limit):
+                self._check_limit(provider, *limit, now=now)
             cursor = self.db.execute(
                 "UPDATE jobs SET attempts = ?, status = 'running',"
                 " waiting_reason = NULL, updated_at = ? WHERE id = ? AND lease_owner = ?"
@@ -856,6 +875,50 @@ class Ledger:
                 ),
             )
         return number
+
+    # how soon a call refused by a shared concurrency limit asks again (a slot frees when an
+    # attempt of another process ends, which no process here is told about)
+    LIMIT_POLL_S = 0.5
+
+    def _check_limit(
+        self, provider: str, concurrency: int | None, per_minute: int | None, *, now: float
+    ) -> None:
+        """Raise ProviderBusy when starting one more call to ``provider`` would pass its limits
+        counted over the whole ledger: ``concurrency`` against the attempts in flight (status
+        ``started``) of jobs whose lease is live (a dead process's call stops counting when
+        its lease expires), ``per_minute`` against the attempts started in the last 60 s.
+        Called in start_attempt's transaction, under the engine's lock for this provider
+        (``_hold_limit``), so two processes cannot both take the last slot."""
+        self._hold_limit(provider)
+        if concurrency:
+            in_flight = self.db.execute(
+                "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id"
+                " WHERE a.provider = ? AND a.status = 'started' AND j.lease_expires >= ?",
+                (provider, self.lease_clock()),
+            ).fetchone()[0]
+            if in_flight >= concurrency:
+                raise ProviderBusy(
+                    provider,
+                    f"{in_flight} calls in flight across this ledger (limit {concurrency})",
+                    self.LIMIT_POLL_S,
+                )
+        if per_minute:
+            count, first = self.db.execute(
+                "SELECT COUNT(*), MIN(started_at) FROM attempts WHERE provider = ?"
+                " AND started_at > ?",
+                (provider, now - 60.0),
+            ).fetchone()
+            if count >= per_minute:
+                raise ProviderBusy(
+                    provider,
+                    f"{count} calls started in the last minute across this ledger "
+                    f"(limit {per_minute})",
+                    max(0.05, 60.0 - (now - float(first))),
+                )
+
+    def _hold_limit(self, provider: str) -> None:
+        """Serialise the limit checks of one provider across processes until the transaction
+        ends. SQLite's write transaction already does; PostgreSQL takes an advisory lock."""
 
     def record_request_id(
         self, job: dict[str, Any], number: int, provider: str, request_id: str

@@ -53,6 +53,7 @@ MIGRATIONS_TABLE = "afc_migrations"
 # pg_advisory_xact_lock keys: one for migrations, one per shared limit (afc + a purpose)
 MIGRATION_LOCK = zlib.crc32(b"afc:migrations")
 BUDGET_LOCK = zlib.crc32(b"afc:budget") & 0x7FFFFFFF  # the two-int form takes int4 keys
+LIMIT_LOCK = zlib.crc32(b"afc:limit") & 0x7FFFFFFF
 CONNECT_TIMEOUT_S = 10
 
 
@@ -276,6 +277,11 @@ class PostgresLedger(Ledger):
         # a transaction-scoped advisory lock per budget: workers on every host that share
         # this run id (afc worker --max-spend) check and reserve their estimates one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (BUDGET_LOCK, run_id or ""))
+
+    def _hold_limit(self, provider: str) -> None:
+        # a transaction-scoped advisory lock per provider: the processes of every host check
+        # and take that provider's shared limits one at a time
+        self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (LIMIT_LOCK, provider))
 
     def lease_clock(self) -> float:
         """Now, by the database's clock: the time every host's leases are measured in."""
