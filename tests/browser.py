@@ -117,3 +117,31 @@ def ledger_state(path: Path) -> list[tuple]:
         return rows
     finally:
         conn.close()
+
+
+def awaiting(afc, n: int = 3) -> None:
+    """``n`` jobs rendered, stored and awaiting review (``review: true``)."""
+    from conftest import jobs, manifest
+
+    data = manifest(jobs(n, size="96x64"))
+    data["defaults"]["review"] = True
+    afc.write_manifest(data)
+    afc("submit", "manifest.yaml")
+    statuses = dict(afc.rows("SELECT key, status FROM jobs"))
+    assert set(statuses.values()) == {"awaiting_review"}, statuses
+
+
+def status(afc, key: str) -> str:
+    return afc.rows("SELECT status FROM jobs WHERE key = ?", (key,))[0][0]
+
+
+def after_click(driver, element, timeout: float = 30):
+    """Click ``element`` (a form's button) and wait for the page it loads: the old page's
+    root goes stale, so no find that follows can read the page the click left."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(old))

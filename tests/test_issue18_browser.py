@@ -10,7 +10,17 @@ import json
 
 import httpx
 import pytest
-from browser import LOADED_IMAGES, SKIP, Served, available, browser, ledger_state  # noqa: F401
+from browser import (  # noqa: F401
+    LOADED_IMAGES,
+    SKIP,
+    Served,
+    after_click,
+    available,
+    awaiting,
+    browser,
+    ledger_state,
+    status,
+)
 from conftest import jobs, manifest
 
 pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
@@ -98,22 +108,7 @@ def test_serve_shows_the_same_views_live_and_streams_full_size_outputs(afc, brow
     assert code == 0 and "serve stopped" in stderr and "Traceback" not in stderr
 
 
-def awaiting(afc, n: int = 3) -> None:
-    """``n`` jobs rendered, stored and awaiting review (``review: true``)."""
-    data = manifest(jobs(n, size="96x64"))
-    data["defaults"]["review"] = True
-    afc.write_manifest(data)
-    afc("submit", "manifest.yaml")
-    statuses = dict(afc.rows("SELECT key, status FROM jobs"))
-    assert set(statuses.values()) == {"awaiting_review"}, statuses
-
-
-def status(afc, key: str) -> str:
-    return afc.rows("SELECT status FROM jobs WHERE key = ?", (key,))[0][0]
-
-
 def test_approve_and_reject_in_the_browser_and_the_ledger_shows_the_decisions(afc, browser):  # noqa: F811
-    pytest.importorskip("afc_cli.review", reason="needs the review gates (afc_cli/review.py)")
     from selenium.webdriver.common.by import By
 
     awaiting(afc, 3)
@@ -128,12 +123,15 @@ def test_approve_and_reject_in_the_browser_and_the_ledger_shows_the_decisions(af
         )
         assert all(widths), widths  # each thumbnail loaded from storage
 
-        browser.find_element(By.CSS_SELECTOR, "figure[data-key=shot-001] button.approve").click()
+        after_click(
+            browser,
+            browser.find_element(By.CSS_SELECTOR, "figure[data-key=shot-001] button.approve"),
+        )
         flash = browser.find_element(By.CSS_SELECTOR, ".flash").text
         assert flash == "shot-001: approved."
         card = browser.find_element(By.CSS_SELECTOR, "figure[data-key=shot-002]")
         card.find_element(By.NAME, "reason").send_keys("horizon is tilted")
-        card.find_element(By.CSS_SELECTOR, "button.reject").click()
+        after_click(browser, card.find_element(By.CSS_SELECTOR, "button.reject"))
         assert browser.find_element(By.CSS_SELECTOR, ".flash").text == "shot-002: rejected."
         left = browser.find_elements(By.CSS_SELECTOR, ".review figure[data-key]")
         assert [c.get_attribute("data-key") for c in left] == ["shot-003"]

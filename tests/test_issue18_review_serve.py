@@ -7,25 +7,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from browser import Served, ledger_state
-from conftest import jobs, manifest
+from browser import Served, awaiting, ledger_state, status
 
 pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
-pytest.importorskip("afc_cli.review", reason="needs the review gates (afc_cli/review.py, issue 17)")
-
-
-def awaiting(afc, n: int = 3) -> None:
-    """``n`` jobs rendered, stored and awaiting review (``review: true``)."""
-    data = manifest(jobs(n, size="96x64"))
-    data["defaults"]["review"] = True
-    afc.write_manifest(data)
-    afc("submit", "manifest.yaml")
-    statuses = dict(afc.rows("SELECT key, status FROM jobs"))
-    assert set(statuses.values()) == {"awaiting_review"}, statuses
-
-
-def status(afc, key: str) -> str:
-    return afc.rows("SELECT status FROM jobs WHERE key = ?", (key,))[0][0]
 
 
 def test_a_get_to_an_action_url_decides_nothing(afc):
