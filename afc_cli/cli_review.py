@@ -100,6 +100,24 @@ def review_list(
         emit(shown, columns, notes=[] if rows else ["no job is awaiting review"], group="batch")
 
 
+def _decide(
+    ledger: str, what: str, keys: list[str], by: str | None, json_out: bool, quiet: bool, **why
+) -> None:
+    """Decide through ``afc_cli.review`` (``approve`` or ``reject``, with ``why``: its note or
+    reason) and say what was decided."""
+    from afc_cli import review
+    from afc_cli.ledger import Ledger
+    from afc_cli.ops import who
+
+    decide = review.approve if what == "approved" else review.reject
+    opened = Ledger(ledger, create=False)
+    try:
+        decided = decide(opened, keys, by=by or who(), **why)
+    finally:
+        opened.close()
+    _decided(decided, what, json_out, quiet)
+
+
 def _decided(keys: list[str], what: str, json_out: bool, quiet: bool) -> None:
     if json_out:
         from afc_cli.output import emit_json
@@ -136,16 +154,7 @@ def review_approve(
     All named jobs are decided together or none (exit 2 naming the key that is unknown, in
     several batches without --batch, or not awaiting review)."""
     with _boundary():
-        from afc_cli.ledger import Ledger
-        from afc_cli.ops import who
-        from afc_cli.review import approve
-
-        opened = Ledger(ledger, create=False)
-        try:
-            decided = approve(opened, keys, by=by or who(), note=note, batch=batch)
-        finally:
-            opened.close()
-        _decided(decided, "approved", json_out, quiet)
+        _decide(ledger, "approved", keys, by, json_out, quiet, note=note, batch=batch)
 
 
 @review_app.command(
@@ -166,13 +175,4 @@ def review_reject(
     """Reject jobs awaiting review: final (rejected); jobs that need them fail with
     DEPENDENCY_FAILED. All named jobs are decided together or none (exit 2)."""
     with _boundary():
-        from afc_cli.ledger import Ledger
-        from afc_cli.ops import who
-        from afc_cli.review import reject
-
-        opened = Ledger(ledger, create=False)
-        try:
-            decided = reject(opened, keys, by=by or who(), reason=reason, batch=batch)
-        finally:
-            opened.close()
-        _decided(decided, "rejected", json_out, quiet)
+        _decide(ledger, "rejected", keys, by, json_out, quiet, reason=reason, batch=batch)
