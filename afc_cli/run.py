@@ -24,6 +24,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -329,15 +330,25 @@ PAUSED = ("succeeded", "awaiting_review", "blocked")  # statuses a run may end w
 def max_interrupts() -> int:
     """``AFC_MAX_INTERRUPTS``: how many of a job's attempts its runs' ends may cut off (each
     possibly paid) before it is dead-lettered for a person to look at."""
-    value = os.environ.get("AFC_MAX_INTERRUPTS")
+    return _env_number(
+        "AFC_MAX_INTERRUPTS", MAX_INTERRUPTS, int, lambda n: n >= 1, "a whole number >= 1"
+    )
+
+
+def _env_number(
+    name: str, default: Any, convert: Callable[[str], Any], ok: Callable[[Any], bool], what: str
+) -> Any:
+    """A setting from the environment: ``default`` when unset or blank, else ``convert`` of it,
+    refused (exit 2, naming the variable and its value) unless ``ok`` accepts it."""
+    value = os.environ.get(name)
     if value is None or not value.strip():
-        return MAX_INTERRUPTS
+        return default
     try:
-        number = int(value)
+        number = convert(value)
     except ValueError:
-        number = 0
-    if number < 1:
-        raise UsageError(f"AFC_MAX_INTERRUPTS must be a whole number >= 1, got {value!r}")
+        number = None
+    if number is None or not ok(number):
+        raise UsageError(f"{name} must be {what}, got {value!r}")
     return number
 
 
@@ -586,16 +597,7 @@ def lease_seconds() -> float:
     renews its leases every third of it). Another host's job is taken over only once its
     lease expired by the ledger's clock, so a shorter lease recovers a dead host's jobs
     sooner, and a longer one tolerates longer stalls (a paused VM, a slow network)."""
-    value = os.environ.get("AFC_LEASE_S")
-    if value is None or not value.strip():
-        return LEASE_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not seconds >= 3:
-        raise UsageError(f"AFC_LEASE_S must be a number of seconds >= 3, got {value!r}")
-    return seconds
+    return _env_number("AFC_LEASE_S", LEASE_S, float, lambda s: s >= 3, "a number of seconds >= 3")
 
 
 def min_free_bytes() -> int:
