@@ -636,7 +636,7 @@ class Ledger:
             self.db.execute(
                 "UPDATE attempts SET status = 'unknown', error_class = 'interrupted', ended_at = ?,"
                 " error_message = ? WHERE job_id = ? AND number = ? AND status = 'started'",
-                (_now(), INTERRUPTED_MESSAGE, job_id, row["number"]),
+                (self.clock(), INTERRUPTED_MESSAGE, job_id, row["number"]),
             )
             self._event(
                 job_id, batch, "attempt_unknown", number=row["number"], provider=row["provider"]
@@ -834,8 +834,9 @@ class Ledger:
         more than the budget allows.
 
         Returns the attempt number, or None if the job is no longer ours or no longer active.
+        The attempt's ``started_at`` is on the ledger's clock (``clock``).
         """
-        now = _now()
+        now = self.clock()
         # Committed before the call: here outside a run loop (synced alone when durable);
         # otherwise the caller awaits ``committed()``, shared with other jobs starting now,
         # which also syncs the WAL when any of them is durable.
@@ -846,7 +847,7 @@ class Ledger:
                 if spent + (reserve_micros or 0) > cap_micros:
                     raise BudgetExhausted(spent, cap_micros, reserve_micros or 0)
             if limit is not None and any(limit):
-                self._check_limit(provider, *limit, now=now)
+                self._check_limit(provider, *limit)
             cursor = self.db.execute(
                 "UPDATE jobs SET attempts = ?, status = 'running',"
                 " waiting_reason = NULL, updated_at = ? WHERE id = ? AND lease_owner = ?"
@@ -880,21 +881,26 @@ class Ledger:
     # attempt of another process ends, which no process here is told about)
     LIMIT_POLL_S = 0.5
 
-    def _check_limit(
-        self, provider: str, concurrency: int | None, per_minute: int | None, *, now: float
-    ) -> None:
+    def _check_limit(self, provider: str, concurrency: int | None, per_minute: int | None) -> None:
         """Raise ProviderBusy when starting one more call to ``provider`` would pass its limits
         counted over the whole ledger: ``concurrency`` against the attempts in flight (status
         ``started``) of jobs whose lease is live (a dead process's call stops counting when
         its lease expires), ``per_minute`` against the attempts started in the last 60 s.
         Called in start_attempt's transaction, under the engine's lock for this provider
-        (``_hold_limit``), so two processes cannot both take the last slot."""
+        (``_hold_limit``), so two processes cannot both take the last slot.
+
+        Both windows are measured on the ledger's clock (``lease_clock``: the database
+        server's on PostgreSQL), and the start times they count were stamped on it
+        (``clock``), so hosts whose own clocks disagree count the same calls: a host whose
+        clock is behind cannot squeeze in calls its stamps would date out of the minute, nor
+        one ahead keep the minute full for longer than a minute."""
         self._hold_limit(provider)
+        now = self.lease_clock()
         if concurrency:
             in_flight = self.db.execute(
                 "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id"
                 " WHERE a.provider = ? AND a.status = 'started' AND j.lease_expires >= ?",
-                (provider, self.lease_clock()),
+                (provider, now),
             ).fetchone()[0]
             if in_flight >= concurrency:
                 raise ProviderBusy(
@@ -961,7 +967,7 @@ class Ledger:
                 " ended_at = ?, error_message = ? WHERE job_id = ? AND number = ?"
                 " AND status = 'started'",
                 (
-                    _now(),
+                    self.clock(),
                     "afc stopped while the provider rendered it; the next run polls the request",
                     job["id"],
                     number,
@@ -1023,6 +1029,18 @@ class Ledger:
     def lease_clock(self) -> float:
         """Now, in the clock leases are measured by (the database's, where it has one)."""
         return _now()
+
+    def clock_offset(self) -> float:
+        """How far the ledger's clock is ahead of this host's (the database server's minus
+        ours, on PostgreSQL: postgres.py measures it; nothing on SQLite, one machine)."""
+        return 0.0
+
+    def clock(self) -> float:
+        """Now on the ledger's clock without a round trip to the database: this host's clock
+        corrected by ``clock_offset``. Attempts are stamped with it, so the calls of every
+        host are counted in one clock by ``per_minute`` (``_check_limit``), and deliveries
+        are scheduled with it."""
+        return _now() + self.clock_offset()
 
     def admission_cache(self) -> Any:
         """A context in which an admission's one transaction runs: an engine may give it more
@@ -1121,9 +1139,12 @@ class Ledger:
         """Upsert on (job, provider, attempt number).
 
         A repeated report overwrites usage and cost, but never outcome, error or timing: the
-        first report of an outcome stands.
+        first report of an outcome stands. ``started_at`` and ``ended_at`` are this host's
+        clock; they are stored on the ledger's clock, as ``start_attempt`` stamps the start.
         """
-        ended = ended_at if ended_at is not None else _now()
+        shift = self.clock_offset()
+        ended = (ended_at if ended_at is not None else _now()) + shift
+        started_at = started_at + shift if started_at is not None else None
         self.db.execute(
             "INSERT INTO attempts (job_id, number, chain_index, provider, model, status,"
             " error_class, http_status, error_message, provider_request_id, owner, started_at,"

@@ -27,7 +27,9 @@
   an ``INTEGER PRIMARY KEY`` to an identity column, no ``WITHOUT ROWID``). A database whose
   applied migrations include one this afc does not know (a newer afc's) is refused.
 - **Time.** Lease expiries come from the database's clock (``lease_clock``), so hosts whose
-  clocks disagree still agree on when a lease expired.
+  clocks disagree still agree on when a lease expired. Attempts' start and end times and
+  deliveries' schedules are on it too, without a round trip each: this host's clock plus its
+  offset to the server's (``clock_offset``), measured every ``CLOCK_CHECK_S`` seconds.
 - **Spool.** A PostgreSQL ledger is not a file, so a run's spool is the folder ``AFC_SPOOL_DIR``
   names, else ``afc-spool`` in the working directory: spooled bytes stay on the host that
   rendered them (README: "Running on several machines").
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from afc_cli.errors import LedgerError, UsageError, ledger_write_error
+from afc_cli.ledger import core
 from afc_cli.ledger.core import Ledger
 from afc_cli.owner import current_owner
 
@@ -286,6 +289,28 @@ class PostgresLedger(Ledger):
     def lease_clock(self) -> float:
         """Now, by the database's clock: the time every host's leases are measured in."""
         return float(self.db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0])
+
+    # how often ``clock_offset`` measures this host's clock against the server's again (and
+    # at once when this host's clock moved by more than that: stepped, or a suspended VM)
+    CLOCK_CHECK_S = 30.0
+    _clock_offset: float = 0.0
+    _clock_checked: float | None = None
+
+    def clock_offset(self) -> float:
+        """The server's clock minus this host's: the server's time against the midpoint of a
+        query's round trip, so its error is at most half of that round trip (milliseconds
+        on a network where a ledger is usable). An offset within that error is no offset
+        (0: the server read its clock between our two readings), so a host whose clock
+        agrees with the server's, or the server's own host, stores its times unchanged."""
+        host = core._now()
+        if self._clock_checked is None or abs(host - self._clock_checked) > self.CLOCK_CHECK_S:
+            before = core._now()
+            server = self.lease_clock()
+            after = core._now()
+            offset = server - (before + after) / 2
+            self._clock_offset = offset if abs(offset) > (after - before) / 2 else 0.0
+            self._clock_checked = after
+        return self._clock_offset
 
     @contextmanager
     def tx(
