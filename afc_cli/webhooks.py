@@ -3,8 +3,19 @@
 A delivery row is written by the ledger in the same transaction as the terminal update that
 produced it (``Ledger._queue_delivery``). This module only drains due rows:
 
-- Each row is claimed with a lease (a conditional update), so two afc processes draining at
-  once never post the same row concurrently.
+- Any afc process of the ledger drains it (``afc worker`` on every host, ``submit``/``resume``,
+  ``afc webhooks deliver``). Due rows are claimed in batches (``Ledger.claim_deliveries``:
+  ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so workers on several hosts take different rows
+  without waiting on each other) with a lease on the ledger's clock (the database server's on
+  PostgreSQL) of the row's timeout plus a margin (``lease_margin``). Right before its POST a
+  row's lease is checked and extended (``Ledger.hold_delivery``): a row whose lease lapsed
+  while it waited its turn and that another process took is not posted. The outcome is
+  written only while this process still owns the row (the owner is the fencing token), so a
+  process that lost a row never overwrites the new owner's outcome. No row is posted twice
+  while a lease on it is live; a process killed mid-POST leaves its row to be posted again
+  once its lease expires: at least once, with the same ``webhook-id``.
+- Each POST is bounded in all by the row's ``timeout_s`` (connect, send and answer together),
+  so it always ends within its lease.
 - The body is the row's stored envelope, byte for byte, every time; the headers are
   ``webhook-id`` (the row's stable id: receivers dedupe on it), ``webhook-timestamp`` and
   ``webhook-signature`` (``v1,`` + base64 HMAC-SHA256 of ``id.timestamp.body``), computed
@@ -38,8 +49,16 @@ from afc_cli.ledger import Ledger
 MAX_TRIES = 8
 BACKOFF_BASE_S = 5.0
 BACKOFF_CAP_S = 600.0
-LEASE_S = 120.0
 FINAL_DRAIN_S = 15.0
+
+
+def lease_margin() -> float:
+    """How long a delivery's lease outlasts its POST's timeout: the ledger's margin (120 s,
+    ``Ledger.DELIVERY_LEASE_MARGIN_S``), or ``AFC_LEASE_S`` when that is shorter, so a
+    process killed mid-POST leaves its row to others as soon as it leaves its jobs."""
+    from afc_cli.run import lease_seconds
+
+    return min(Ledger.DELIVERY_LEASE_MARGIN_S, lease_seconds())
 
 
 def require_secrets(names: set[str]) -> None:
@@ -112,12 +131,20 @@ class DrainStats:
 
 
 class Deliverer:
-    def __init__(self, ledger: Ledger, *, rand=random.random, clock=time.time):
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        rand=random.random,
+        clock=time.time,
+        margin_s: float | None = None,
+    ):
         import httpx
 
         self.ledger = ledger
         self.rand = rand
-        self.clock = clock
+        self.clock = clock  # this host's: the pass's deadline and the signatures' timestamps
+        self.margin_s = lease_margin() if margin_s is None else margin_s
         # one client, no retries of its own (httpx makes none by default), explicit timeouts
         # per request from the row's timeout_s
         self.client = httpx.AsyncClient(follow_redirects=False)
@@ -126,35 +153,55 @@ class Deliverer:
         await self.client.aclose()
 
     async def drain(self, *, deadline: float | None = None, parallel: int = 8) -> DrainStats:
-        """Deliver every due row once (this pass), until none is due or the deadline passes.
+        """Deliver every row due when the pass began once, until none is left or the deadline
+        passes.
 
-        Receivers are served in parallel, each one's rows one at a time: a receiver is never
-        hit by a burst, and its 410 or its failure is known before its next row is tried."""
+        Rows are claimed in batches; receivers are served in parallel, each one's rows one at
+        a time: a receiver is never hit by a burst from one process, and its 410 or its
+        failure is known before its next row is tried. Claimed rows this pass does not post
+        (a receiver given up on, the deadline) are released at once for the next pass or
+        another process. A row tried in this pass is not due again within it: a retry is
+        scheduled after the pass began, a row released for want of its secret is due from
+        its release on."""
         stats = DrainStats()
+        ledger = self.ledger
+        began = ledger.lease_clock()
         tried: set[str] = set()
         receivers = asyncio.Semaphore(parallel)
         while deadline is None or self.clock() < deadline:
-            rows = [
-                r
-                for r in self.ledger.due_deliveries(self.clock(), limit=parallel * 8)
-                if r["id"] not in tried and r["url"] not in stats.failed_urls
-            ]
-            if not rows:
-                break
-            tried.update(r["id"] for r in rows)
-            by_url: dict[str, list[dict[str, Any]]] = {}
+            rows = ledger.claim_deliveries(
+                parallel * 8,
+                self.margin_s,
+                due_before=began,
+                skip_urls=tuple(sorted(stats.failed_urls)),
+            )
+            fresh = [r for r in rows if r["id"] not in tried]
             for row in rows:
+                if row["id"] in tried:  # retried at once (a zero backoff): the next pass
+                    ledger.release_delivery(row["id"])
+            if not fresh:
+                break
+            tried.update(r["id"] for r in fresh)
+            by_url: dict[str, list[dict[str, Any]]] = {}
+            for row in fresh:
                 by_url.setdefault(row["url"], []).append(row)
 
             async def serve(url_rows: list[dict[str, Any]]) -> None:
-                async with receivers:
-                    for row in url_rows:
-                        if row["url"] in stats.failed_urls:
-                            stats.skipped += 1
-                            continue
-                        if deadline is not None and self.clock() >= deadline:
-                            return
-                        await self._deliver(row, stats)
+                pending = list(url_rows)
+                try:
+                    async with receivers:
+                        while pending:
+                            row = pending[0]
+                            if row["url"] in stats.failed_urls:
+                                stats.skipped += len(pending)
+                                break
+                            if deadline is not None and self.clock() >= deadline:
+                                break
+                            pending.pop(0)
+                            await self._deliver(row, stats)
+                finally:
+                    for row in pending:  # not posted in this pass: free for the next
+                        ledger.release_delivery(row["id"])
 
             await asyncio.gather(*(serve(url_rows) for url_rows in by_url.values()))
         return stats
@@ -163,14 +210,16 @@ class Deliverer:
         import httpx
 
         ledger = self.ledger
+        row = ledger.hold_delivery(row["id"], self.margin_s)
+        if row is None:
+            stats.skipped += 1  # another process took it after our lease lapsed, or ended it
+            return
         now = self.clock()
-        if not ledger.claim_delivery(row["id"], now, LEASE_S):
-            return  # another drain has it
         if ledger.endpoint_disabled(row["url"]):
-            ledger.delivery_outcome(
+            if ledger.delivery_outcome(
                 row["id"], "dead", None, "the endpoint was disabled by a 410 Gone", now
-            )
-            stats.dead += 1
+            ):
+                stats.dead += 1
             return
         secret = os.environ.get(row["secret_env"])
         if not secret:
@@ -191,36 +240,45 @@ class Deliverer:
         status: int | None = None
         retry_after: float | None = None
         try:
-            response = await self.client.post(
-                row["url"],
-                content=row["envelope"].encode(),
-                headers=headers,
-                timeout=httpx.Timeout(row["timeout_s"]),
+            # the whole POST within timeout_s (httpx's timeout is per phase), so it ends
+            # within the lease hold_delivery just extended
+            response = await asyncio.wait_for(
+                self.client.post(
+                    row["url"],
+                    content=row["envelope"].encode(),
+                    headers=headers,
+                    timeout=httpx.Timeout(row["timeout_s"]),
+                ),
+                row["timeout_s"],
             )
             status = response.status_code
             retry_after = parse_retry_after(response.headers.get("retry-after"))
             error = None if 200 <= status < 300 else f"HTTP {status}"
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):
             error = f"no answer within {row['timeout_s']}s"
         except httpx.TransportError as exc:
             error = f"connection failed: {exc.__class__.__name__}"
         now = self.clock()
         tries = row["attempts"] + 1
+        # Each outcome is written only while this process still owns the row; if another
+        # took it over meanwhile (this one stalled past its lease), the new owner's stands.
         if status is not None and 200 <= status < 300:
-            ledger.delivery_outcome(row["id"], "delivered", status, None, now)
-            stats.delivered += 1
+            if ledger.delivery_outcome(row["id"], "delivered", status, None, now):
+                stats.delivered += 1
         elif status == 410:
             ledger.disable_endpoint(row["url"], f"410 Gone for {row['id']}", now)
-            ledger.delivery_outcome(row["id"], "dead", status, "410 Gone: endpoint disabled", now)
-            stats.dead += 1
+            if ledger.delivery_outcome(
+                row["id"], "dead", status, "410 Gone: endpoint disabled", now
+            ):
+                stats.dead += 1
         elif status is not None and 400 <= status < 500 and status != 429:
-            ledger.delivery_outcome(row["id"], "dead", status, f"{error}: not retried", now)
-            stats.dead += 1
+            if ledger.delivery_outcome(row["id"], "dead", status, f"{error}: not retried", now):
+                stats.dead += 1
         elif tries >= MAX_TRIES:
-            ledger.delivery_outcome(
+            if ledger.delivery_outcome(
                 row["id"], "dead", status, f"{error} (gave up after {tries} tries)", now
-            )
-            stats.dead += 1
+            ):
+                stats.dead += 1
         else:
             delay = backoff_delay(
                 tries,
@@ -229,8 +287,8 @@ class Deliverer:
                 retry_after=retry_after,
                 rand=self.rand,
             )
-            ledger.delivery_retry(row["id"], status, error, now + delay, now)
-            stats.retrying += 1
+            if ledger.delivery_retry(row["id"], status, error, delay):
+                stats.retrying += 1
             if status is None or status >= 500:
                 stats.failed_urls.add(row["url"])  # down or broken: skip it for this pass
 
@@ -301,7 +359,7 @@ def replay(ledger_path: str, delivery_id: str) -> DrainStats:
                 f"delivery {delivery_id!r} is {row['status']}; only dead or delivered ones "
                 "are replayed (pending ones go out with afc webhooks deliver)"
             )
-        ledger.requeue_delivery(delivery_id, time.time())
+        ledger.requeue_delivery(delivery_id)
     finally:
         ledger.close()
     return deliver(ledger_path)

@@ -121,7 +121,10 @@ def work(
                 break
             if not jobs:
                 if ledger.has_webhooks():
-                    run_jobs(ledger, [], concurrency=concurrency, grace_s=grace_s)
+                    drained = run_jobs(ledger, [], concurrency=concurrency, grace_s=grace_s)
+                    if drained.interrupted:  # the drain's loop took the signal: it stops us
+                        stop.set()
+                        break
                 if until_idle and not ledger.runnable_job_ids(batch=batch, include_blocked=False):
                     break
                 stop.wait(poll_s)

@@ -28,10 +28,6 @@ class Receiver:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}/hooks/afc"
 
-    def answer(self) -> tuple[int, float, dict[str, str]]:
-        with self.lock:
-            return self.script.pop(0) if self.script else self.default
-
     def start(self) -> Receiver:
         receiver = self
 
@@ -43,11 +39,12 @@ class Receiver:
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with receiver.lock:
+                with receiver.lock:  # the script answers requests in the order they arrived
                     receiver.received.append(
                         Received({k.lower(): v for k, v in self.headers.items()}, body, time.time())
                     )
-                status, delay, headers = receiver.answer()
+                    scripted = receiver.script.pop(0) if receiver.script else receiver.default
+                status, delay, headers = scripted
                 if delay:
                     time.sleep(delay)
                 self.send_response(status)

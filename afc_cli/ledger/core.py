@@ -1272,29 +1272,92 @@ class Ledger:
                 names.add(json.loads(text)["secret_env"])
         return names
 
-    def due_deliveries(self, now: float, limit: int) -> list[dict[str, Any]]:
-        return self._all(
-            "SELECT * FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ?"
-            " AND (lease_owner IS NULL OR lease_expires < ?) ORDER BY next_attempt_at LIMIT ?",
-            (now, now, limit),
-        )
+    # A delivery's lease: its own timeout (the POST is bounded by it, afc_cli/webhooks.py)
+    # plus this margin (or the caller's, e.g. AFC_LEASE_S when shorter), on the ledger's clock.
+    DELIVERY_LEASE_MARGIN_S = 120.0
 
-    def claim_delivery(self, delivery_id: str, now: float, lease_s: float) -> bool:
+    def claim_deliveries(
+        self,
+        limit: int,
+        margin_s: float = DELIVERY_LEASE_MARGIN_S,
+        *,
+        due_before: float | None = None,
+        skip_urls: tuple[str, ...] = (),
+    ) -> list[dict[str, Any]]:
+        """Claim up to ``limit`` due deliveries for this process, oldest due first: pending,
+        due (``next_attempt_at`` before ``due_before``, default now), free or leased by an
+        owner whose lease expired. One transaction: the candidates are selected (on
+        PostgreSQL ``FOR UPDATE SKIP LOCKED``: workers on other hosts claiming at the same
+        moment take other rows instead of waiting on these), then leased by one conditional
+        update that re-checks each, for its timeout plus ``margin_s``. Times are the
+        ledger's clock (``lease_clock``: the database server's on PostgreSQL), so hosts
+        whose clocks disagree agree on when a delivery is due and when its lease expired.
+        ``skip_urls``: receivers this pass has given up on (afc_cli/webhooks.py)."""
+        now = self.lease_clock()
+        before = now if due_before is None else due_before
+        where = ""
+        params: list[Any] = [before, now]
+        if skip_urls:
+            where = f" AND url NOT IN {_marks(list(skip_urls))}"
+            params += list(skip_urls)
         with self.tx(commit=True):
-            cursor = self.db.execute(
-                "UPDATE deliveries SET lease_owner = ?, lease_expires = ? WHERE id = ?"
-                " AND status = 'pending' AND (lease_owner IS NULL OR lease_expires < ?)",
-                (self.owner, now + lease_s, delivery_id, now),
+            ids = [
+                row[0]
+                for row in self.db.execute(
+                    "SELECT id FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ?"
+                    f" AND (lease_owner IS NULL OR lease_expires < ?){where}"
+                    f" ORDER BY next_attempt_at, id LIMIT ?{self.CLAIM_LOCK}",
+                    [*params, limit],
+                ).fetchall()
+            ]
+            if not ids:
+                return []
+            rows = self._all(
+                "UPDATE deliveries SET lease_owner = ?, lease_expires = ? + timeout_s"
+                f" WHERE id IN {_marks(ids)} AND status = 'pending'"
+                " AND (lease_owner IS NULL OR lease_expires < ?) RETURNING *",
+                [self.owner, now + margin_s, *ids, now],
             )
-            return cursor.rowcount == 1
+        return sorted(rows, key=lambda row: (row["next_attempt_at"], row["id"]))
 
-    def release_delivery(self, delivery_id: str, note: str) -> None:
-        with self.tx():
-            self.db.execute(
-                "UPDATE deliveries SET lease_owner = NULL, lease_expires = NULL, last_error = ?"
-                " WHERE id = ? AND lease_owner = ?",
-                (note, delivery_id, self.owner),
+    def hold_delivery(
+        self, delivery_id: str, margin_s: float = DELIVERY_LEASE_MARGIN_S
+    ) -> dict[str, Any] | None:
+        """Right before a delivery is posted: keep it if it is still this process's, or free
+        (our lease lapsed while it waited its turn and nobody took it), and extend the lease
+        to cover the post (its timeout plus ``margin_s`` from now, the ledger's clock).
+        Returns the row as it is now, or None when another process holds it or it is no
+        longer pending: then it is not posted, so no delivery is sent twice while a lease on
+        it is live."""
+        now = self.lease_clock()
+        with self.tx(commit=True):
+            rows = self._all(  # every row fetched: no statement left open at the commit
+                "UPDATE deliveries SET lease_owner = ?, lease_expires = ? + timeout_s"
+                " WHERE id = ? AND status = 'pending'"
+                " AND (lease_owner = ? OR lease_owner IS NULL OR lease_expires < ?) RETURNING *",
+                (self.owner, now + margin_s, delivery_id, self.owner, now),
             )
+        return rows[0] if rows else None
+
+    def release_delivery(self, delivery_id: str, note: str | None = None) -> bool:
+        """Give a claimed delivery back unsent. With a ``note`` (why it was not sent: its
+        secret is missing) it becomes due from now on, so the pass that released it does not
+        claim it again; without one it keeps its place (a receiver skipped for this pass, a
+        pass out of time)."""
+        with self.tx(commit=True):
+            if note is None:
+                cursor = self.db.execute(
+                    "UPDATE deliveries SET lease_owner = NULL, lease_expires = NULL"
+                    " WHERE id = ? AND lease_owner = ?",
+                    (delivery_id, self.owner),
+                )
+            else:
+                cursor = self.db.execute(
+                    "UPDATE deliveries SET lease_owner = NULL, lease_expires = NULL,"
+                    " last_error = ?, next_attempt_at = ? WHERE id = ? AND lease_owner = ?",
+                    (note, self.lease_clock(), delivery_id, self.owner),
+                )
+            return cursor.rowcount == 1
 
     def delivery_outcome(
         self,
@@ -1303,29 +1366,37 @@ class Ledger:
         http_status: int | None,
         error: str | None,
         now: float,
-    ) -> None:
+    ) -> bool:
+        """Record a try's end (``delivered`` or ``dead``) and free the row, only while this
+        process still owns it: the owner is the fencing token, so a process whose lease was
+        taken over never overwrites the new owner's outcome. Returns whether it was written."""
         with self.tx(commit=True):
-            self.db.execute(
+            cursor = self.db.execute(
                 "UPDATE deliveries SET status = ?, attempts = attempts + 1, last_status = ?,"
                 " last_error = ?, delivered_at = CASE WHEN ? = 'delivered' THEN ? END,"
-                " lease_owner = NULL, lease_expires = NULL WHERE id = ?",
-                (status, http_status, error, status, now, delivery_id),
+                " lease_owner = NULL, lease_expires = NULL WHERE id = ? AND lease_owner = ?"
+                " AND status = 'pending'",
+                (status, http_status, error, status, now, delivery_id, self.owner),
             )
+            return cursor.rowcount == 1
 
     def delivery_retry(
         self,
         delivery_id: str,
         http_status: int | None,
         error: str | None,
-        next_at: float,
-        now: float,
-    ) -> None:
+        delay_s: float,
+    ) -> bool:
+        """Record a failed try and schedule the next one ``delay_s`` from now, on the ledger's
+        clock; fenced by the owner as ``delivery_outcome``. Returns whether it was written."""
         with self.tx(commit=True):
-            self.db.execute(
+            cursor = self.db.execute(
                 "UPDATE deliveries SET attempts = attempts + 1, last_status = ?, last_error = ?,"
-                " next_attempt_at = ?, lease_owner = NULL, lease_expires = NULL WHERE id = ?",
-                (http_status, error, next_at, delivery_id),
+                " next_attempt_at = ?, lease_owner = NULL, lease_expires = NULL WHERE id = ?"
+                " AND lease_owner = ? AND status = 'pending'",
+                (http_status, error, self.lease_clock() + delay_s, delivery_id, self.owner),
             )
+            return cursor.rowcount == 1
 
     def endpoint_disabled(self, url: str) -> bool:
         row = self.db.execute("SELECT disabled_at FROM endpoints WHERE url = ?", (url,)).fetchone()
@@ -1360,13 +1431,14 @@ class Ledger:
         )
         return [row[0] for row in rows]
 
-    def requeue_delivery(self, delivery_id: str, now: float) -> None:
+    def requeue_delivery(self, delivery_id: str) -> None:
+        """Make a dead or delivered row pending again, due now (the ledger's clock)."""
         with self.tx():
             row = self.delivery(delivery_id)
             self.db.execute(
                 "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?,"
                 " last_error = NULL, lease_owner = NULL, lease_expires = NULL WHERE id = ?",
-                (now, delivery_id),
+                (self.clock(), delivery_id),
             )
             self.db.execute("DELETE FROM endpoints WHERE url = ?", (row["url"],))
             self._event(row["job_id"], row["batch"], "webhook_replayed", delivery=delivery_id)
@@ -1375,7 +1447,8 @@ class Ledger:
         """The transactional outbox: the delivery row commits with the terminal update that
         produced it, so no terminal state exists without its event. Its id is stable (job id
         and event, and the retry count once a person retried the job: each retry's ending is
-        news of its own), and inserting it again does nothing."""
+        news of its own), and inserting it again does nothing. It is due at once, on the
+        ledger's clock (``clock``), which the claims compare it with."""
         from afc_cli.costs import job_cost
 
         webhook = json.loads(job["webhook_json"])
@@ -1420,7 +1493,7 @@ class Ledger:
                 webhook["secret_env"],
                 webhook.get("timeout_s", 10.0),
                 json.dumps(envelope, separators=(",", ":")),
-                now,
+                self.clock(),
                 now,
             ),
         )
