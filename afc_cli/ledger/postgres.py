@@ -6,12 +6,18 @@
 - **SQL.** The operations (core.py) are written once with ``?`` placeholders, as SQLite takes
   them; this backend turns each ``?`` outside a quoted string into psycopg's ``%s`` (and a
   literal ``%`` into ``%%``), once per distinct statement.
-- **Transactions.** Every outermost ``tx`` block is its own transaction, committed when the block
-  ends (READ COMMITTED; every write that decides something is a conditional ``UPDATE`` or an
-  ``INSERT ... ON CONFLICT``, which PostgreSQL re-checks on the row it locked). There is no
-  group commit: a transaction shared by many jobs would hold their row locks for milliseconds
-  against the other hosts' workers. No transaction is held open across an ``await``, a provider
-  call or an upload.
+- **Transactions.** Outside a run loop, every outermost ``tx`` block is its own transaction,
+  committed when the block ends (READ COMMITTED; every write that decides something is a
+  conditional ``UPDATE`` or an ``INSERT ... ON CONFLICT``, which PostgreSQL re-checks on the row
+  it locked). In a run loop (``grouped``), as on SQLite, the blocks of many jobs share one
+  transaction committed every few milliseconds (``GROUP_COMMIT_S``) or when a job awaits
+  ``committed()`` (its attempt row, before the provider call): one ``BEGIN``/``COMMIT`` for
+  many jobs' changes instead of one per change. The rows such a transaction locks are the
+  worker's own leased jobs, which no other worker writes; the advisory locks of the shared
+  budget and provider limits are held by one block only, committed at its end
+  (``_lock_alone``). A failed statement aborts a PostgreSQL transaction: it rolls back every
+  change since the last commit and stops the run, which the next run resumes from (``tx``).
+  No transaction is held open across an ``await``, a provider call or an upload.
 - **Durability**, as on SQLite (sqlite.py): a block that asks ``durable`` or ``sync_on_commit``
   (the attempt row committed before a paid provider call, a submitted request's id) commits
   with the server's ``synchronous_commit`` (``on`` by default): on disk when the commit returns.
@@ -26,8 +32,9 @@
   their SQLite DDL is translated (``INTEGER`` to ``BIGINT``, ``REAL`` to ``DOUBLE PRECISION``,
   an ``INTEGER PRIMARY KEY`` to an identity column, no ``WITHOUT ROWID``). A database whose
   applied migrations include one this afc does not know (a newer afc's) is refused.
-- **Time.** Lease expiries come from the database's clock (``lease_clock``), so hosts whose
-  clocks disagree still agree on when a lease expired.
+- **Time.** Lease expiries come from the database's clock (``lease_clock``: sampled every
+  ten seconds, advanced by the host's monotonic clock between samples), so hosts whose clocks
+  disagree still agree on when a lease expired.
 - **Spool.** A PostgreSQL ledger is not a file, so a run's spool is the folder ``AFC_SPOOL_DIR``
   names, else ``afc-spool`` in the working directory: spooled bytes stay on the host that
   rendered them (README: "Running on several machines").
@@ -35,6 +42,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -55,6 +63,13 @@ MIGRATION_LOCK = zlib.crc32(b"afc:migrations")
 BUDGET_LOCK = zlib.crc32(b"afc:budget") & 0x7FFFFFFF  # the two-int form takes int4 keys
 LIMIT_LOCK = zlib.crc32(b"afc:limit") & 0x7FFFFFFF
 CONNECT_TIMEOUT_S = 10
+# Under group commit, changes wait at most this long for their commit. Nothing that money
+# depends on waits: the attempt row before a paid call is committed (synced) before the call
+# by ``committed()``; a success commits with its spool checkpoint (sqlite.py says why a crash
+# before that commit costs nothing paid twice).
+GROUP_COMMIT_S = 0.005
+# how often the lease clock is sampled from the server (``lease_clock``)
+CLOCK_SAMPLE_S = 10.0
 
 
 def display_url(url: str) -> str:
@@ -109,6 +124,7 @@ class PgDatabase:
     def __init__(self, conn: Any):
         self.raw = conn
         self.migrating = False  # statements without parameters are DDL to translate
+        self.writes = 0  # statements that changed rows: tells a block that wrote (Ledger.tx)
 
     @property
     def conn(self) -> PgDatabase:
@@ -120,6 +136,8 @@ class PgDatabase:
             cursor.execute(translate(sql), list(params))
         else:  # no parameters: psycopg sends the text as it is
             cursor.execute(translate_ddl(sql) if self.migrating else sql)
+        if cursor.rowcount > 0 and sql.lstrip()[:4].upper() not in ("SELE", "SHOW", "SET "):
+            self.writes += 1
         return cursor
 
     def executemany(self, sql: str, rows: Any) -> Any:
@@ -127,6 +145,7 @@ class PgDatabase:
         cursor = self.raw.cursor()
         if rows:
             cursor.executemany(translate(sql), rows)
+            self.writes += 1
         return cursor
 
     def executescript(self, script: str) -> None:
@@ -167,6 +186,13 @@ class PostgresLedger(Ledger):
         conn.execute("SET synchronous_commit = off")
         self.owner = current_owner()
         self._depth = 0
+        self._clock: tuple[float, float] | None = None  # (server epoch, monotonic) sampled
+        self._loop: Any = None  # the run loop under group commit (``grouped``)
+        self._in_tx = False  # a transaction is open (a group's, between its blocks)
+        self._tx_writes = self._block_writes = 0
+        self._synced = self._block_sync = self._commit_at_end = False
+        self._flush_scheduled = False
+        self._waiters: list[Any] = []  # futures of ``committed`` callers
         self._broken = False
         self._broken_by: BaseException | None = None
         try:
@@ -274,31 +300,69 @@ class PostgresLedger(Ledger):
             )
 
     def _hold_budget(self, run_id: str | None) -> None:
+        self._lock_alone()
         # a transaction-scoped advisory lock per budget: workers on every host that share
         # this run id (afc worker --max-spend) check and reserve their estimates one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (BUDGET_LOCK, run_id or ""))
 
     def _hold_limit(self, provider: str) -> None:
+        self._lock_alone()
         # a transaction-scoped advisory lock per provider: the processes of every host check
         # and take that provider's shared limits one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (LIMIT_LOCK, provider))
 
     def lease_clock(self) -> float:
-        """Now, by the database's clock: the time every host's leases are measured in."""
-        return float(self.db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0])
+        """Now, by the database's clock: the time every host's leases are measured in.
+
+        Sampled from the server (``clock_timestamp()``) at most every ``CLOCK_SAMPLE_S``
+        seconds and advanced between samples by this host's monotonic clock, which no change
+        of the wall clock moves: hosts whose clocks disagree still agree on when a lease
+        expired (to within a round trip), and a claim or renewal costs no round trip for it."""
+        mono = time.monotonic()
+        if self._clock is None or mono - self._clock[1] > CLOCK_SAMPLE_S:
+            before = time.monotonic()
+            server = float(
+                self.db.raw.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]
+            )
+            mono = time.monotonic()
+            self._clock = (server - (mono - before) / 2, mono)
+        return self._clock[0] + (mono - self._clock[1])
+
+    # --- transactions -----------------------------------------------------------------------
 
     @contextmanager
     def tx(
         self, *, durable: bool = False, commit: bool = False, sync_on_commit: bool = False
     ) -> Iterator[PgDatabase]:
-        """One atomic state change: the outermost block is a transaction, committed when it
-        ends; a nested block joins it; an exception rolls it back (module docstring)."""
+        """One atomic state change: a nested block joins the block around it; an exception
+        rolls back what the block wrote.
+
+        Outside group commit, each outermost block is its own transaction, committed when it
+        ends. Under group commit (``grouped``: a run loop), blocks share one transaction,
+        committed every few milliseconds (``GROUP_COMMIT_S``), so many jobs' changes share
+        one commit; a block asking ``commit`` or ``durable`` commits it at its end. Blocks
+        never span an ``await``.
+
+        ``durable`` / ``sync_on_commit``: the commit that holds this block waits for the
+        server's disk (module docstring). Under group commit, the pipeline awaits
+        ``committed()`` after starting an attempt: the attempt rows of the jobs starting
+        together share one synced commit before their provider calls.
+
+        A failed statement aborts a PostgreSQL transaction, and a refusal raised after a
+        block wrote (none is: JobLost, BudgetExhausted and ProviderBusy are raised before a
+        block writes) takes that block's writes back: the shared transaction is rolled back,
+        and if it held other blocks' changes the run stops (``_broken``; the next write raises
+        the ledger error): the ledger is then exactly as of the last commit, which every run
+        resumes from, as on SQLite (sqlite.py).
+        """
         if self._broken:
             raise ledger_write_error(self.path, self._broken_by or "the connection failed")
-        durable = durable or sync_on_commit
+        wants_sync = durable or sync_on_commit
         if self._depth:
-            if durable:  # the enclosing transaction's commit waits for the disk too
-                self._durable_commit()
+            if wants_sync:  # the enclosing transaction's commit waits for the disk too
+                self._sync_commit()
+            if durable or commit:
+                self._commit_at_end = True
             self._depth += 1
             try:
                 yield self.db
@@ -306,33 +370,151 @@ class PostgresLedger(Ledger):
                 self._depth -= 1
             return
         psycopg = _psycopg()
+        if self._loop is None and self._in_tx:  # a group left open: commit it first
+            self.flush()
+        if not self._in_tx:
+            self._begin()
+        self._block_writes = self.db.writes
+        self._block_sync = wants_sync
         self._depth = 1
+        self._commit_at_end = self._loop is None or durable or commit
         try:
-            with self.db.raw.transaction():
-                if durable:
-                    self._durable_commit()
-                yield self.db
-        except psycopg.OperationalError as exc:  # the server or the connection went away
-            self._broken, self._broken_by = True, exc
-            raise ledger_write_error(self.path, exc) from None
-        finally:
+            if wants_sync:
+                self._sync_commit()
+            yield self.db
+        except BaseException as exc:
             self._depth = 0
+            self._abort(exc, psycopg)
+            if isinstance(exc, psycopg.OperationalError):  # the server or the connection
+                raise ledger_write_error(self.path, exc) from None
+            raise
+        self._depth = 0
+        if self._commit_at_end:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_later(GROUP_COMMIT_S, self._scheduled_flush)
 
-    def _durable_commit(self) -> None:
-        if self._sync_setting != "off":
+    def _begin(self) -> None:
+        self.db.raw.execute("BEGIN")
+        self._in_tx = True
+        self._tx_writes = self.db.writes  # to tell whether other blocks wrote in it
+        self._synced = False
+
+    def _abort(self, exc: BaseException, psycopg: Any) -> None:
+        """A block raised: roll back if it wrote, its transaction failed, or it is a
+        transaction of its own; the run stops if that took other blocks' changes (``tx``)."""
+        from psycopg.pq import TransactionStatus
+
+        raw = self.db.raw
+        if isinstance(exc, psycopg.OperationalError) or raw.closed:
+            self._broken, self._broken_by, self._in_tx = True, exc, False
+            self._fail_waiters(exc)
+            return
+        failed = raw.info.transaction_status == TransactionStatus.INERROR
+        wrote = self.db.writes != self._block_writes
+        if not (failed or wrote or self._loop is None):
+            return  # nothing of it to take back: the shared transaction goes on
+        try:
+            raw.execute("ROLLBACK")
+        except psycopg.Error as error:
+            self._broken, self._broken_by = True, error
+        self._in_tx = False
+        if self._block_writes != self._tx_writes:  # other blocks' changes went with it
+            self._broken, self._broken_by = True, exc
+            self._fail_waiters(exc)
+
+    def _fail_waiters(self, exc: BaseException) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(ledger_write_error(self.path, exc))
+
+    def _lock_alone(self) -> None:
+        """Before an advisory lock (budget, provider limits) under group commit: the other
+        blocks' changes are committed first and this block commits at its end, so the lock is
+        held for one block, waited for holding no other job's row, and taken in one order
+        (budget, then provider) by every process: no deadlock, no lock held for a group."""
+        if (
+            self._loop is not None
+            and self._depth == 1
+            and self.db.writes == self._block_writes  # this block wrote nothing yet
+            and self._block_writes != self._tx_writes  # others did
+        ):
+            waiters, self._waiters = self._waiters, []
+            self.db.raw.execute("COMMIT")
+            self._begin()
+            self._block_writes = self.db.writes
+            if self._block_sync:
+                self._sync_commit()
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        self._commit_at_end = True
+
+    def _sync_commit(self) -> None:
+        """Make the open transaction's commit wait for the disk (once per transaction)."""
+        if self._sync_setting != "off" and not self._synced:
             self.db.raw.execute(
                 "SELECT set_config('synchronous_commit', %s, true)", (self._sync_setting,)
             )
+        self._synced = True
+
+    def _scheduled_flush(self) -> None:
+        """A group commit from the event loop; a failure stops the run (``tx``)."""
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - reported to the run through _broken
+            self._broken, self._broken_by = True, exc
 
     def flush(self) -> None:
-        """Nothing waits for a commit here: every block committed when it ended."""
+        """Commit the shared transaction, if one is open and no block is running."""
+        self._flush_scheduled = False
+        if self._depth:
+            return
+        waiters, self._waiters = self._waiters, []
+        if self._in_tx:
+            self._in_tx = False
+            try:
+                self.db.raw.execute("COMMIT")
+            except BaseException as exc:
+                psycopg = _psycopg()
+                if not self.db.raw.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        self.db.raw.execute("ROLLBACK")
+                self._waiters = waiters
+                self._fail_waiters(exc)
+                if isinstance(exc, psycopg.Error):
+                    raise ledger_write_error(self.path, exc) from None
+                raise
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def committed(self) -> None:
-        return None
+        """Return once everything written so far is committed (synced where a block asked).
+
+        Under group commit, callers that ask in the same turn of the event loop share one
+        commit, at the next turn: the attempt rows of jobs starting together are committed
+        before any of their provider calls, with one commit instead of one each."""
+        if self._loop is None or not self._in_tx:
+            return
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        if len(self._waiters) == 1:
+            self._loop.call_soon(self._scheduled_flush)
+        await waiter
 
     @contextmanager
     def grouped(self, loop: Any) -> Iterator[None]:
-        yield
+        """Group commit for the duration of a run on ``loop``; everything is committed after."""
+        self._loop = loop
+        try:
+            yield
+        finally:
+            self._loop = None
+            if self._in_tx and not self._broken:
+                self.flush()
 
     @staticmethod
     def read_admitted(
