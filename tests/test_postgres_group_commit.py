@@ -161,12 +161,33 @@ def test_a_failed_statement_takes_back_the_group_and_stops_the_run(pg_book):
         with ledger.grouped(asyncio.get_running_loop()):
             ledger.note(a, "lost")
             with pytest.raises(psycopg.Error), ledger.tx():
-                ledger.db.execute("INSERT INTO no_such_table VALUES (1)")
+                ledger.db.execute("UPDATE no_such_table SET x = 1")
             with pytest.raises(LedgerWriteError):
                 ledger.note(b, "refused")
 
     asyncio.run(run())
     assert _seen(url, "SELECT COUNT(*) FROM events WHERE kind IN ('lost', 'refused')") == 0
+
+
+def test_a_failed_append_sent_without_waiting_fails_the_commit_its_jobs_await(pg_book):
+    """An ``INSERT`` nobody reads is pipelined (not waited for): its error surfaces at the
+    commit, which the jobs awaiting it are told about (none goes on to its provider call);
+    the group is rolled back and the run stops."""
+    ledger, (a, b, _), url = pg_book
+
+    async def run() -> None:
+        with ledger.grouped(asyncio.get_running_loop()):
+            assert ledger.start_attempt(a, 0, "local", "m1", None, durable=True) == 1
+            with ledger.tx():
+                ledger.db.execute("INSERT INTO no_such_table VALUES (1)")
+            with pytest.raises(LedgerWriteError):
+                await ledger.committed()
+            with pytest.raises(LedgerWriteError):
+                ledger.note(b, "refused")
+
+    asyncio.run(run())
+    assert _seen(url, "SELECT COUNT(*) FROM attempts") == 0
+    assert _seen(url, "SELECT COUNT(*) FROM events WHERE kind = 'refused'") == 0
 
 
 def test_a_failed_statement_alone_rolls_back_only_itself(pg_book):
@@ -176,7 +197,7 @@ def test_a_failed_statement_alone_rolls_back_only_itself(pg_book):
         with ledger.grouped(asyncio.get_running_loop()):
             await ledger.committed()
             with pytest.raises(psycopg.Error), ledger.tx():
-                ledger.db.execute("INSERT INTO no_such_table VALUES (1)")
+                ledger.db.execute("UPDATE no_such_table SET x = 1")
             ledger.note(a, "after")  # nothing else was lost: the run goes on
             await ledger.committed()
 

@@ -117,18 +117,46 @@ def translate_ddl(statement: str) -> str:
     return statement
 
 
+@lru_cache(maxsize=512)
+def _unread(sql: str) -> bool:
+    """An ``INSERT`` without ``RETURNING``: nothing of its result is read (an append to the
+    events, steps or attempts; every one ``ON CONFLICT``-safe), so in a pipeline it is sent
+    without waiting for its answer."""
+    head = sql.lstrip()[:6].upper()
+    return head == "INSERT" and "RETURNING" not in sql.upper()
+
+
 class PgDatabase:
     """What the operations use of sqlite-utils' ``Database``: ``execute`` (a DB-API cursor),
-    ``conn.executemany`` and, for migrations, ``executescript``."""
+    ``conn.executemany`` and, for migrations, ``executescript``.
+
+    In a group transaction (``PostgresLedger.tx`` under ``grouped``) the connection is in
+    psycopg's pipeline mode: statements whose result nobody reads (``_unread``) are sent
+    without waiting for the server, and the next statement whose result is read (a
+    conditional ``UPDATE``'s row count, a ``SELECT``) or the ``COMMIT`` waits for all of
+    them at once. An error in one surfaces there: as any failed statement in a group, it
+    takes the group back and stops the run."""
 
     def __init__(self, conn: Any):
         self.raw = conn
         self.migrating = False  # statements without parameters are DDL to translate
         self.writes = 0  # statements that changed rows: tells a block that wrote (Ledger.tx)
+        self.pipe: Any = None  # psycopg's Pipeline while one is open
+        self._pipe_cm: Any = None
 
     @property
     def conn(self) -> PgDatabase:
         return self
+
+    def open_pipeline(self) -> None:
+        self._pipe_cm = self.raw.pipeline()
+        self.pipe = self._pipe_cm.__enter__()
+
+    def close_pipeline(self, exc: BaseException | None = None) -> None:
+        """Leave pipeline mode: everything sent is answered (its first error is raised)."""
+        cm, self._pipe_cm, self.pipe = self._pipe_cm, None, None
+        if cm is not None:
+            cm.__exit__(type(exc) if exc else None, exc, None)
 
     def execute(self, sql: str, params: Any = ()) -> Any:
         cursor = self.raw.cursor()
@@ -136,6 +164,11 @@ class PgDatabase:
             cursor.execute(translate(sql), list(params))
         else:  # no parameters: psycopg sends the text as it is
             cursor.execute(translate_ddl(sql) if self.migrating else sql)
+        if self.pipe is not None:
+            if _unread(sql):
+                self.writes += 1  # its row count is not known yet: counted as a write
+                return cursor
+            self.pipe.sync()  # this statement's answer, and those of all sent before it
         if cursor.rowcount > 0 and sql.lstrip()[:4].upper() not in ("SELE", "SHOW", "SET "):
             self.writes += 1
         return cursor
@@ -396,6 +429,8 @@ class PostgresLedger(Ledger):
             self._loop.call_later(GROUP_COMMIT_S, self._scheduled_flush)
 
     def _begin(self) -> None:
+        if self._loop is not None and self.db.pipe is None:
+            self.db.open_pipeline()
         self.db.raw.execute("BEGIN")
         self._in_tx = True
         self._tx_writes = self.db.writes  # to tell whether other blocks wrote in it
@@ -409,12 +444,16 @@ class PostgresLedger(Ledger):
         raw = self.db.raw
         if isinstance(exc, psycopg.OperationalError) or raw.closed:
             self._broken, self._broken_by, self._in_tx = True, exc, False
+            self._close_pipeline()
             self._fail_waiters(exc)
             return
-        failed = raw.info.transaction_status == TransactionStatus.INERROR
+        failed = isinstance(exc, psycopg.Error) or (
+            raw.info.transaction_status == TransactionStatus.INERROR
+        )
         wrote = self.db.writes != self._block_writes
         if not (failed or wrote or self._loop is None):
             return  # nothing of it to take back: the shared transaction goes on
+        self._close_pipeline()
         try:
             raw.execute("ROLLBACK")
         except psycopg.Error as error:
@@ -423,6 +462,12 @@ class PostgresLedger(Ledger):
         if self._block_writes != self._tx_writes:  # other blocks' changes went with it
             self._broken, self._broken_by = True, exc
             self._fail_waiters(exc)
+
+    def _close_pipeline(self) -> None:
+        """Leave pipeline mode after a failure (the failure is already being handled)."""
+        with contextlib.suppress(Exception):
+            self.db.close_pipeline()
+        self.db.pipe = self.db._pipe_cm = None
 
     def _fail_waiters(self, exc: BaseException) -> None:
         waiters, self._waiters = self._waiters, []
@@ -443,6 +488,8 @@ class PostgresLedger(Ledger):
         ):
             waiters, self._waiters = self._waiters, []
             self.db.raw.execute("COMMIT")
+            if self.db.pipe is not None:
+                self.db.pipe.sync()  # committed before the waiters are told
             self._begin()
             self._block_writes = self.db.writes
             if self._block_sync:
@@ -477,8 +524,10 @@ class PostgresLedger(Ledger):
             self._in_tx = False
             try:
                 self.db.raw.execute("COMMIT")
+                self.db.close_pipeline()  # waits for the COMMIT and all sent before it
             except BaseException as exc:
                 psycopg = _psycopg()
+                self._close_pipeline()
                 if not self.db.raw.closed:
                     with contextlib.suppress(psycopg.Error):
                         self.db.raw.execute("ROLLBACK")
