@@ -265,3 +265,20 @@ def test_a_claim_round_is_one_statement_and_takes_at_most_its_limit(afc, pg_url)
         assert _seen(pg_url, "SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL") == 4
     finally:
         ledger.close()
+
+
+def test_a_failed_append_found_by_a_read_outside_any_block_stops_the_run(pg_book):
+    ledger, (a, b, _), url = pg_book
+
+    async def run() -> None:
+        with ledger.grouped(asyncio.get_running_loop()):
+            ledger.note(a, "lost")
+            with ledger.tx():
+                ledger.db.execute("INSERT INTO no_such_table VALUES (1)")
+            with pytest.raises(LedgerWriteError):
+                ledger.job(b["id"])  # the read waits for the group's answers
+            with pytest.raises(LedgerWriteError):
+                ledger.note(b, "refused")
+
+    asyncio.run(run())
+    assert _seen(url, "SELECT COUNT(*) FROM events WHERE kind IN ('lost', 'refused')") == 0

@@ -143,6 +143,7 @@ class PgDatabase:
         self.writes = 0  # statements that changed rows: tells a block that wrote (Ledger.tx)
         self.pipe: Any = None  # psycopg's Pipeline while one is open
         self._pipe_cm: Any = None
+        self.on_failure: Any = None  # called with an error a pipeline sync raised
 
     @property
     def conn(self) -> PgDatabase:
@@ -168,7 +169,12 @@ class PgDatabase:
             if _unread(sql):
                 self.writes += 1  # its row count is not known yet: counted as a write
                 return cursor
-            self.pipe.sync()  # this statement's answer, and those of all sent before it
+            try:
+                self.pipe.sync()  # this statement's answer, and those of all sent before it
+            except Exception as exc:
+                if self.on_failure is not None:
+                    self.on_failure(exc)  # raises the ledger's error if outside any block
+                raise
         if cursor.rowcount > 0 and sql.lstrip()[:4].upper() not in ("SELE", "SHOW", "SET "):
             self.writes += 1
         return cursor
@@ -213,6 +219,7 @@ class PostgresLedger(Ledger):
                 f"cannot connect to the ledger {self.path}: {str(exc).strip().splitlines()[0]}"
             ) from None
         self.db = PgDatabase(conn)
+        self.db.on_failure = self._pipeline_failed
         # Commits wait for the disk only where money depends on it (module docstring): the
         # server's own setting is kept for those, the session's other commits are async.
         self._sync_setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
@@ -352,7 +359,10 @@ class PostgresLedger(Ledger):
         of the wall clock moves: hosts whose clocks disagree still agree on when a lease
         expired (to within a round trip), and a claim or renewal costs no round trip for it."""
         mono = time.monotonic()
-        if self._clock is None or mono - self._clock[1] > CLOCK_SAMPLE_S:
+        due = self._clock is None or mono - self._clock[1] > CLOCK_SAMPLE_S
+        # not in a group's pipeline, unless there is no sample yet: a read outside any block
+        # would answer for the group's pending statements (a later block's wait does)
+        if self._clock is None or due and self.db.pipe is None:
             before = time.monotonic()
             server = float(
                 self.db.raw.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]
@@ -462,6 +472,19 @@ class PostgresLedger(Ledger):
         if self._block_writes != self._tx_writes:  # other blocks' changes went with it
             self._broken, self._broken_by = True, exc
             self._fail_waiters(exc)
+
+    def _pipeline_failed(self, exc: BaseException) -> None:
+        """A pipelined statement's error surfaced in a read outside any block (a block's own
+        failure is ``_abort``'s): the group is lost, so the run stops with the ledger's error."""
+        if self._depth:
+            return
+        self._close_pipeline()
+        with contextlib.suppress(Exception):
+            self.db.raw.execute("ROLLBACK")
+        self._in_tx = False
+        self._broken, self._broken_by = True, exc
+        self._fail_waiters(exc)
+        raise ledger_write_error(self.path, exc) from None
 
     def _close_pipeline(self) -> None:
         """Leave pipeline mode after a failure (the failure is already being handled)."""
