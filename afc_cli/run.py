@@ -429,12 +429,16 @@ def run_jobs(
     grace_s: float = DEFAULT_GRACE_S,
     checked: frozenset[str] = frozenset(),
     run_id: str | None = None,
+    more: Callable[[], list[str]] | None = None,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
     ``checked``: batches whose storage the caller has just checked (submit does, before
     admitting), not checked again: on S3 that is a round trip before the first call.
     ``run_id``: the attempts' run, whose spend the budget caps (default: a new one); workers
-    sharing one budget pass one id (afc_cli/worker.py)."""
+    sharing one budget pass one id (afc_cli/worker.py).
+    ``more``: asked for the ids of more jobs (claimed already, of batches this run opened)
+    whenever no more than ``concurrency`` of the run's jobs are left unfinished, until it
+    returns none; they run in this same loop (afc worker: no new loop per claim)."""
     if not job_ids and not ledger.has_webhooks():
         return RunStats()
     lease_s = lease_seconds() if lease_s is None else lease_s
@@ -498,7 +502,10 @@ def run_jobs(
                     # beside the batch, never inside a job's steps
                     outbox = asyncio.create_task(run_beside(ledger, stop))
                     interruption.on_stop.append(outbox.cancel)  # its rows wait for the next run
-                await _all_done(list(tasks.values()))
+                if more is None:
+                    await _all_done(list(tasks.values()))
+                else:
+                    await _fed(ctx, tasks, more, concurrency)
                 stop.set()
                 if outbox is not None:
                     await asyncio.wait({outbox})  # cancelled by a stop: no error
@@ -521,7 +528,7 @@ def run_jobs(
         )
         money = ledger.run_money(run_id)
         return RunStats(
-            len(job_ids),
+            len(job_ids) if more is None else len(tasks),
             ctx.budget_hit,
             money["priced"],
             money["unknown_cost"],
@@ -568,6 +575,33 @@ async def _all_done(tasks: list[asyncio.Task]) -> None:
                 if pending:
                     await asyncio.wait(pending)
                 raise task.exception()
+
+
+async def _fed(
+    ctx: RunContext, tasks: dict[str, asyncio.Task], more: Callable[[], list[str]], low: int
+) -> None:
+    """``run_jobs(more=...)``: like ``_all_done``, and whenever no more than ``low`` jobs are
+    left unfinished (the run not stopping), ask ``more`` for others and run them beside; done
+    when every job is, once ``more`` had none (it is not asked again in this run)."""
+    asked_out = False
+    while True:
+        pending = {task for task in tasks.values() if not task.done()}
+        if len(pending) <= low and not (asked_out or ctx.stopping.is_set() or ctx.budget_hit):
+            new = [job_id for job_id in more() if job_id not in tasks or tasks[job_id].done()]
+            asked_out = not new
+            if new:
+                ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))
+                for name in ctx.ledger.batches_of(new):
+                    ctx.storages[name].check_keys(ctx.ledger.output_keys(name, new))
+                for job_id in new:
+                    tasks[job_id] = asyncio.ensure_future(run_job(ctx, job_id))
+                continue
+        if not pending:
+            return
+        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+        if failed:
+            await _all_done([*failed, *(task for task in tasks.values() if not task.done())])
 
 
 def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:

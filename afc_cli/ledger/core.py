@@ -522,12 +522,13 @@ class Ledger:
         """
         now = self.lease_clock()
         with self.tx():
-            # The usual case first, in one statement: a free job is simply taken.
+            # The usual case first, in one statement: a free job is simply taken (or one
+            # this process holds already, as a worker's claimed jobs are: its lease renewed).
             taken = self._all(
                 "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?"
-                f" WHERE id = ? AND lease_owner IS NULL AND status NOT IN {TERMINAL_SQL}"
-                " RETURNING *",
-                (self.owner, now + lease_s, now, job_id),
+                " WHERE id = ? AND (lease_owner IS NULL OR lease_owner = ?)"
+                f" AND status NOT IN {TERMINAL_SQL} RETURNING *",
+                (self.owner, now + lease_s, now, job_id, self.owner),
             )
             if taken:
                 job = taken[0]
@@ -591,35 +592,59 @@ class Ledger:
     ) -> list[dict[str, Any]]:
         """Claim up to ``limit`` runnable jobs (queued, running or waiting; free, or leased by
         an owner whose lease expired by the ledger's clock, or who died on this host), in the
-        order they were admitted, for ``afc worker``. One transaction: the candidates are
-        selected (locked, skipping rows another worker's claim holds), then each is taken by
-        ``claim``, which re-checks it, counts a takeover and marks the previous owner's
-        attempts in flight ``unknown`` in this same transaction. The id is the primary key,
-        so no claim takes more than ``limit`` rows."""
+        order they were admitted, for ``afc worker``. One transaction.
+
+        Free jobs are taken in one statement: an ``UPDATE`` of the ids a ``MATERIALIZED`` CTE
+        selected (and, on PostgreSQL, locked, skipping rows another worker's claim holds): the
+        CTE runs once, so no claim takes more than ``limit`` rows (a bare ``IN (... LIMIT n)``
+        subquery may be run again and take more). Only if that leaves
+        room are leases of other owners looked at: each is taken by ``claim``, which
+        re-checks it, counts a takeover and marks the previous owner's attempts in flight
+        ``unknown`` in this same transaction."""
         self.settle_ready_blocked(batch)
         now = self.lease_clock()
         where = f"status IN {ACTIVE_SQL}" + (" AND batch = ?" if batch is not None else "")
         params: list[Any] = [batch] if batch is not None else []
-        taken: list[dict[str, Any]] = []
         with self.tx():
-            rows = self._all(
-                f"SELECT id FROM jobs WHERE {where} AND (lease_owner IS NULL OR lease_expires < ?)"
-                f" ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK}",
-                [*params, now, limit],
+            taken = self._all(
+                "WITH c AS MATERIALIZED (SELECT id FROM jobs"
+                f" WHERE {where} AND lease_owner IS NULL"
+                f" ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK})"
+                " UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?"
+                " WHERE id IN (SELECT id FROM c) RETURNING *",
+                [*params, limit, self.owner, now + lease_s, now],
             )
-            # leases of runs that died on this host are free at once (owner.owner_is_dead)
-            if len(rows) < limit:
-                here = self._all(
-                    f"SELECT id, lease_owner FROM jobs WHERE {where} AND lease_owner LIKE ?"
-                    f" AND lease_owner <> ? AND lease_expires >= ? ORDER BY batch, seq"
-                    f" LIMIT ?{self.CLAIM_LOCK}",
-                    [*params, self.owner.split(":", 1)[0] + ":%", self.owner, now, limit],
-                )
-                rows += [row for row in here if owner_is_dead(row["lease_owner"])]
-            for row in rows[:limit]:
-                job = self.claim(row["id"], lease_s)
-                if job is not None:
-                    taken.append(job)
+            taken.sort(key=lambda job: (job["batch"], job["seq"]))
+            for job in taken:
+                if job["attempts"]:  # a released job: nothing of it may still be ``started``
+                    self._mark_unknown(job["id"], job["batch"], exclude_owner=self.owner)
+            if len(taken) < limit:
+                taken += self._claim_held(limit - len(taken), lease_s, where, params, now)
+        return taken
+
+    def _claim_held(
+        self, limit: int, lease_s: float, where: str, params: list[Any], now: float
+    ) -> list[dict[str, Any]]:
+        """``claim_runnable``'s takeovers: jobs whose lease expired by the ledger's clock, and
+        those of runs that died on this host (owner.owner_is_dead), taken one by one."""
+        rows = self._all(
+            f"SELECT id FROM jobs WHERE {where} AND lease_owner IS NOT NULL"
+            f" AND lease_expires < ? ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK}",
+            [*params, now, limit],
+        )
+        if len(rows) < limit:
+            here = self._all(
+                f"SELECT id, lease_owner FROM jobs WHERE {where} AND lease_owner LIKE ?"
+                f" AND lease_owner <> ? AND lease_expires >= ? ORDER BY batch, seq"
+                f" LIMIT ?{self.CLAIM_LOCK}",
+                [*params, self.owner.split(":", 1)[0] + ":%", self.owner, now, limit],
+            )
+            rows += [row for row in here if owner_is_dead(row["lease_owner"])]
+        taken = []
+        for row in rows[:limit]:
+            job = self.claim(row["id"], lease_s)
+            if job is not None:
+                taken.append(job)
         return taken
 
     def _mark_unknown(self, job_id: str, batch: str, exclude_owner: str | None) -> int:

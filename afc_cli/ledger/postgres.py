@@ -6,12 +6,18 @@
 - **SQL.** The operations (core.py) are written once with ``?`` placeholders, as SQLite takes
   them; this backend turns each ``?`` outside a quoted string into psycopg's ``%s`` (and a
   literal ``%`` into ``%%``), once per distinct statement.
-- **Transactions.** Every outermost ``tx`` block is its own transaction, committed when the block
-  ends (READ COMMITTED; every write that decides something is a conditional ``UPDATE`` or an
-  ``INSERT ... ON CONFLICT``, which PostgreSQL re-checks on the row it locked). There is no
-  group commit: a transaction shared by many jobs would hold their row locks for milliseconds
-  against the other hosts' workers. No transaction is held open across an ``await``, a provider
-  call or an upload.
+- **Transactions.** Outside a run loop, every outermost ``tx`` block is its own transaction,
+  committed when the block ends (READ COMMITTED; every write that decides something is a
+  conditional ``UPDATE`` or an ``INSERT ... ON CONFLICT``, which PostgreSQL re-checks on the row
+  it locked). In a run loop (``grouped``), as on SQLite, the blocks of many jobs share one
+  transaction committed every few milliseconds (``GROUP_COMMIT_S``) or when a job awaits
+  ``committed()`` (its attempt row, before the provider call): one ``BEGIN``/``COMMIT`` for
+  many jobs' changes instead of one per change. The rows such a transaction locks are the
+  worker's own leased jobs, which no other worker writes; the advisory locks of the shared
+  budget and provider limits are held by one block only, committed at its end
+  (``_lock_alone``). A failed statement aborts a PostgreSQL transaction: it rolls back every
+  change since the last commit and stops the run, which the next run resumes from (``tx``).
+  No transaction is held open across an ``await``, a provider call or an upload.
 - **Durability**, as on SQLite (sqlite.py): a block that asks ``durable`` or ``sync_on_commit``
   (the attempt row committed before a paid provider call, a submitted request's id) commits
   with the server's ``synchronous_commit`` (``on`` by default): on disk when the commit returns.
@@ -26,10 +32,11 @@
   their SQLite DDL is translated (``INTEGER`` to ``BIGINT``, ``REAL`` to ``DOUBLE PRECISION``,
   an ``INTEGER PRIMARY KEY`` to an identity column, no ``WITHOUT ROWID``). A database whose
   applied migrations include one this afc does not know (a newer afc's) is refused.
-- **Time.** Lease expiries come from the database's clock (``lease_clock``), so hosts whose
-  clocks disagree still agree on when a lease expired. Attempts' start and end times and
+- **Time.** Lease expiries come from the database's clock (``lease_clock``: sampled every
+  ``CLOCK_SAMPLE_S`` seconds, advanced by the host's monotonic clock between samples), so hosts
+  whose clocks disagree still agree on when a lease expired. Attempts' start and end times and
   deliveries' schedules are on it too, without a round trip each: this host's clock plus its
-  offset to the server's (``clock_offset``), measured every ``CLOCK_CHECK_S`` seconds.
+  offset to the server's (``clock_offset``), measured at each sample.
 - **Spool.** A PostgreSQL ledger is not a file, so a run's spool is the folder ``AFC_SPOOL_DIR``
   names, else ``afc-spool`` in the working directory: spooled bytes stay on the host that
   rendered them (README: "Running on several machines").
@@ -37,6 +44,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -58,6 +66,13 @@ MIGRATION_LOCK = zlib.crc32(b"afc:migrations")
 BUDGET_LOCK = zlib.crc32(b"afc:budget") & 0x7FFFFFFF  # the two-int form takes int4 keys
 LIMIT_LOCK = zlib.crc32(b"afc:limit") & 0x7FFFFFFF
 CONNECT_TIMEOUT_S = 10
+# Under group commit, changes wait at most this long for their commit. Nothing that money
+# depends on waits: the attempt row before a paid call is committed (synced) before the call
+# by ``committed()``; a success commits with its spool checkpoint (sqlite.py says why a crash
+# before that commit costs nothing paid twice).
+GROUP_COMMIT_S = 0.005
+# how often the lease clock is sampled from the server (``lease_clock``)
+CLOCK_SAMPLE_S = 10.0
 
 
 def display_url(url: str) -> str:
@@ -105,17 +120,47 @@ def translate_ddl(statement: str) -> str:
     return statement
 
 
+@lru_cache(maxsize=512)
+def _unread(sql: str) -> bool:
+    """An ``INSERT`` without ``RETURNING``: nothing of its result is read (an append to the
+    events, steps or attempts; every one ``ON CONFLICT``-safe), so in a pipeline it is sent
+    without waiting for its answer."""
+    head = sql.lstrip()[:6].upper()
+    return head == "INSERT" and "RETURNING" not in sql.upper()
+
+
 class PgDatabase:
     """What the operations use of sqlite-utils' ``Database``: ``execute`` (a DB-API cursor),
-    ``conn.executemany`` and, for migrations, ``executescript``."""
+    ``conn.executemany`` and, for migrations, ``executescript``.
+
+    In a group transaction (``PostgresLedger.tx`` under ``grouped``) the connection is in
+    psycopg's pipeline mode: statements whose result nobody reads (``_unread``) are sent
+    without waiting for the server, and the next statement whose result is read (a
+    conditional ``UPDATE``'s row count, a ``SELECT``) or the ``COMMIT`` waits for all of
+    them at once. An error in one surfaces there: as any failed statement in a group, it
+    takes the group back and stops the run."""
 
     def __init__(self, conn: Any):
         self.raw = conn
         self.migrating = False  # statements without parameters are DDL to translate
+        self.writes = 0  # statements that changed rows: tells a block that wrote (Ledger.tx)
+        self.pipe: Any = None  # psycopg's Pipeline while one is open
+        self._pipe_cm: Any = None
+        self.on_failure: Any = None  # called with an error a pipeline sync raised
 
     @property
     def conn(self) -> PgDatabase:
         return self
+
+    def open_pipeline(self) -> None:
+        self._pipe_cm = self.raw.pipeline()
+        self.pipe = self._pipe_cm.__enter__()
+
+    def close_pipeline(self, exc: BaseException | None = None) -> None:
+        """Leave pipeline mode: everything sent is answered (its first error is raised)."""
+        cm, self._pipe_cm, self.pipe = self._pipe_cm, None, None
+        if cm is not None:
+            cm.__exit__(type(exc) if exc else None, exc, None)
 
     def execute(self, sql: str, params: Any = ()) -> Any:
         cursor = self.raw.cursor()
@@ -123,6 +168,18 @@ class PgDatabase:
             cursor.execute(translate(sql), list(params))
         else:  # no parameters: psycopg sends the text as it is
             cursor.execute(translate_ddl(sql) if self.migrating else sql)
+        if self.pipe is not None:
+            if _unread(sql):
+                self.writes += 1  # its row count is not known yet: counted as a write
+                return cursor
+            try:
+                self.pipe.sync()  # this statement's answer, and those of all sent before it
+            except Exception as exc:
+                if self.on_failure is not None:
+                    self.on_failure(exc)  # raises the ledger's error if outside any block
+                raise
+        if cursor.rowcount > 0 and sql.lstrip()[:4].upper() not in ("SELE", "SHOW", "SET "):
+            self.writes += 1
         return cursor
 
     def executemany(self, sql: str, rows: Any) -> Any:
@@ -130,6 +187,7 @@ class PgDatabase:
         cursor = self.raw.cursor()
         if rows:
             cursor.executemany(translate(sql), rows)
+            self.writes += 1
         return cursor
 
     def executescript(self, script: str) -> None:
@@ -164,12 +222,22 @@ class PostgresLedger(Ledger):
                 f"cannot connect to the ledger {self.path}: {str(exc).strip().splitlines()[0]}"
             ) from None
         self.db = PgDatabase(conn)
+        self.db.on_failure = self._pipeline_failed
         # Commits wait for the disk only where money depends on it (module docstring): the
         # server's own setting is kept for those, the session's other commits are async.
         self._sync_setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
         conn.execute("SET synchronous_commit = off")
         self.owner = current_owner()
         self._depth = 0
+        # (server epoch, monotonic, host epoch) at the last sample of the server's clock
+        self._clock: tuple[float, float, float] | None = None
+        self._clock_offset = 0.0
+        self._loop: Any = None  # the run loop under group commit (``grouped``)
+        self._in_tx = False  # a transaction is open (a group's, between its blocks)
+        self._tx_writes = self._block_writes = 0
+        self._synced = self._block_sync = self._commit_at_end = False
+        self._flush_scheduled = False
+        self._waiters: list[Any] = []  # futures of ``committed`` callers
         self._broken = False
         self._broken_by: BaseException | None = None
         try:
@@ -277,53 +345,97 @@ class PostgresLedger(Ledger):
             )
 
     def _hold_budget(self, run_id: str | None) -> None:
+        self._lock_alone()
         # a transaction-scoped advisory lock per budget: workers on every host that share
         # this run id (afc worker --max-spend) check and reserve their estimates one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (BUDGET_LOCK, run_id or ""))
 
     def _hold_limit(self, provider: str) -> None:
+        self._lock_alone()
         # a transaction-scoped advisory lock per provider: the processes of every host check
         # and take that provider's shared limits one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (LIMIT_LOCK, provider))
 
     def lease_clock(self) -> float:
-        """Now, by the database's clock: the time every host's leases are measured in."""
-        return float(self.db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0])
+        """Now, by the database's clock: the time every host's leases are measured in.
 
-    # how often ``clock_offset`` measures this host's clock against the server's again (and
-    # at once when this host's clock moved by more than that: stepped, or a suspended VM)
-    CLOCK_CHECK_S = 30.0
-    _clock_offset: float = 0.0
-    _clock_checked: float | None = None
+        Sampled from the server (``clock_timestamp()``) at most every ``CLOCK_SAMPLE_S``
+        seconds (and at once when this host's wall clock moved against its monotonic clock by
+        more than that: stepped, or a suspended VM), and advanced between samples by this
+        host's monotonic clock, which no change of the wall clock moves: hosts whose clocks
+        disagree still agree on when a lease expired (to within a round trip), and a claim or
+        renewal costs no round trip for it."""
+        mono = time.monotonic()
+        due = (
+            self._clock is None
+            or mono - self._clock[1] > CLOCK_SAMPLE_S
+            or abs((core._now() - self._clock[2]) - (mono - self._clock[1])) > CLOCK_SAMPLE_S
+        )
+        # not in a group's pipeline, unless there is no sample yet: a read outside any block
+        # would answer for the group's pending statements (a later block's wait does)
+        if self._clock is None or due and self.db.pipe is None:
+            self._sample_clock()
+            mono = time.monotonic()
+        return self._clock[0] + (mono - self._clock[1])
+
+    def _sample_clock(self) -> None:
+        """Read the server's clock; keep it (as of the end of the round trip) beside this
+        host's monotonic and wall clocks, and the offset ``clock_offset`` reports."""
+        before, host_before = time.monotonic(), core._now()
+        server = float(
+            self.db.raw.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]
+        )
+        after, host_after = time.monotonic(), core._now()
+        half = (after - before) / 2  # the server read its clock about halfway through
+        self._clock = (server + half, after, host_after)
+        # An offset within the round trip's error is no offset (0: the server read its clock
+        # between our two readings), so a host whose clock agrees with the server's, or the
+        # server's own host, stores its times unchanged.
+        offset = server - (host_before + host_after) / 2
+        self._clock_offset = offset if abs(offset) > (host_after - host_before) / 2 else 0.0
 
     def clock_offset(self) -> float:
-        """The server's clock minus this host's: the server's time against the midpoint of a
-        query's round trip, so its error is at most half of that round trip (milliseconds
-        on a network where a ledger is usable). An offset within that error is no offset
-        (0: the server read its clock between our two readings), so a host whose clock
-        agrees with the server's, or the server's own host, stores its times unchanged."""
-        host = core._now()
-        if self._clock_checked is None or abs(host - self._clock_checked) > self.CLOCK_CHECK_S:
-            before = core._now()
-            server = self.lease_clock()
-            after = core._now()
-            offset = server - (before + after) / 2
-            self._clock_offset = offset if abs(offset) > (after - before) / 2 else 0.0
-            self._clock_checked = after
+        """The server's clock minus this host's, as of the last sample of ``lease_clock``:
+        the server's time against the midpoint of the query's round trip, so its error is at
+        most half of that round trip (milliseconds on a network where a ledger is usable)."""
+        self.lease_clock()
         return self._clock_offset
+
+    # --- transactions -----------------------------------------------------------------------
 
     @contextmanager
     def tx(
         self, *, durable: bool = False, commit: bool = False, sync_on_commit: bool = False
     ) -> Iterator[PgDatabase]:
-        """One atomic state change: the outermost block is a transaction, committed when it
-        ends; a nested block joins it; an exception rolls it back (module docstring)."""
+        """One atomic state change: a nested block joins the block around it; an exception
+        rolls back what the block wrote.
+
+        Outside group commit, each outermost block is its own transaction, committed when it
+        ends. Under group commit (``grouped``: a run loop), blocks share one transaction,
+        committed every few milliseconds (``GROUP_COMMIT_S``), so many jobs' changes share
+        one commit; a block asking ``commit`` or ``durable`` commits it at its end. Blocks
+        never span an ``await``.
+
+        ``durable`` / ``sync_on_commit``: the commit that holds this block waits for the
+        server's disk (module docstring). Under group commit, the pipeline awaits
+        ``committed()`` after starting an attempt: the attempt rows of the jobs starting
+        together share one synced commit before their provider calls.
+
+        A failed statement aborts a PostgreSQL transaction, and a refusal raised after a
+        block wrote (none is: JobLost, BudgetExhausted and ProviderBusy are raised before a
+        block writes) takes that block's writes back: the shared transaction is rolled back,
+        and if it held other blocks' changes the run stops (``_broken``; the next write raises
+        the ledger error): the ledger is then exactly as of the last commit, which every run
+        resumes from, as on SQLite (sqlite.py).
+        """
         if self._broken:
             raise ledger_write_error(self.path, self._broken_by or "the connection failed")
-        durable = durable or sync_on_commit
+        wants_sync = durable or sync_on_commit
         if self._depth:
-            if durable:  # the enclosing transaction's commit waits for the disk too
-                self._durable_commit()
+            if wants_sync:  # the enclosing transaction's commit waits for the disk too
+                self._sync_commit()
+            if durable or commit:
+                self._commit_at_end = True
             self._depth += 1
             try:
                 yield self.db
@@ -331,33 +443,180 @@ class PostgresLedger(Ledger):
                 self._depth -= 1
             return
         psycopg = _psycopg()
+        if self._loop is None and self._in_tx:  # a group left open: commit it first
+            self.flush()
+        if not self._in_tx:
+            self._begin()
+        self._block_writes = self.db.writes
+        self._block_sync = wants_sync
         self._depth = 1
+        self._commit_at_end = self._loop is None or durable or commit
         try:
-            with self.db.raw.transaction():
-                if durable:
-                    self._durable_commit()
-                yield self.db
-        except psycopg.OperationalError as exc:  # the server or the connection went away
-            self._broken, self._broken_by = True, exc
-            raise ledger_write_error(self.path, exc) from None
-        finally:
+            if wants_sync:
+                self._sync_commit()
+            yield self.db
+        except BaseException as exc:
             self._depth = 0
+            self._abort(exc, psycopg)
+            if isinstance(exc, psycopg.OperationalError):  # the server or the connection
+                raise ledger_write_error(self.path, exc) from None
+            raise
+        self._depth = 0
+        if self._commit_at_end:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_later(GROUP_COMMIT_S, self._scheduled_flush)
 
-    def _durable_commit(self) -> None:
-        if self._sync_setting != "off":
+    def _begin(self) -> None:
+        if self._loop is not None and self.db.pipe is None:
+            self.db.open_pipeline()
+        self.db.raw.execute("BEGIN")
+        self._in_tx = True
+        self._tx_writes = self.db.writes  # to tell whether other blocks wrote in it
+        self._synced = False
+
+    def _abort(self, exc: BaseException, psycopg: Any) -> None:
+        """A block raised: roll back if it wrote, its transaction failed, or it is a
+        transaction of its own; the run stops if that took other blocks' changes (``tx``)."""
+        from psycopg.pq import TransactionStatus
+
+        raw = self.db.raw
+        if isinstance(exc, psycopg.OperationalError) or raw.closed:
+            self._broken, self._broken_by, self._in_tx = True, exc, False
+            self._close_pipeline()
+            self._fail_waiters(exc)
+            return
+        failed = isinstance(exc, psycopg.Error) or (
+            raw.info.transaction_status == TransactionStatus.INERROR
+        )
+        wrote = self.db.writes != self._block_writes
+        if not (failed or wrote or self._loop is None):
+            return  # nothing of it to take back: the shared transaction goes on
+        self._close_pipeline()
+        try:
+            raw.execute("ROLLBACK")
+        except psycopg.Error as error:
+            self._broken, self._broken_by = True, error
+        self._in_tx = False
+        if self._block_writes != self._tx_writes:  # other blocks' changes went with it
+            self._broken, self._broken_by = True, exc
+            self._fail_waiters(exc)
+
+    def _pipeline_failed(self, exc: BaseException) -> None:
+        """A pipelined statement's error surfaced in a read outside any block (a block's own
+        failure is ``_abort``'s): the group is lost, so the run stops with the ledger's error."""
+        if self._depth:
+            return
+        self._close_pipeline()
+        with contextlib.suppress(Exception):
+            self.db.raw.execute("ROLLBACK")
+        self._in_tx = False
+        self._broken, self._broken_by = True, exc
+        self._fail_waiters(exc)
+        raise ledger_write_error(self.path, exc) from None
+
+    def _close_pipeline(self) -> None:
+        """Leave pipeline mode after a failure (the failure is already being handled)."""
+        with contextlib.suppress(Exception):
+            self.db.close_pipeline()
+        self.db.pipe = self.db._pipe_cm = None
+
+    def _fail_waiters(self, exc: BaseException) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(ledger_write_error(self.path, exc))
+
+    def _lock_alone(self) -> None:
+        """Before an advisory lock (budget, provider limits) under group commit: the other
+        blocks' changes are committed first and this block commits at its end, so the lock is
+        held for one block, waited for holding no other job's row, and taken in one order
+        (budget, then provider) by every process: no deadlock, no lock held for a group."""
+        if (
+            self._loop is not None
+            and self._depth == 1
+            and self.db.writes == self._block_writes  # this block wrote nothing yet
+            and self._block_writes != self._tx_writes  # others did
+        ):
+            waiters, self._waiters = self._waiters, []
+            self.db.raw.execute("COMMIT")
+            if self.db.pipe is not None:
+                self.db.pipe.sync()  # committed before the waiters are told
+            self._begin()
+            self._block_writes = self.db.writes
+            if self._block_sync:
+                self._sync_commit()
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        self._commit_at_end = True
+
+    def _sync_commit(self) -> None:
+        """Make the open transaction's commit wait for the disk (once per transaction)."""
+        if self._sync_setting != "off" and not self._synced:
             self.db.raw.execute(
                 "SELECT set_config('synchronous_commit', %s, true)", (self._sync_setting,)
             )
+        self._synced = True
+
+    def _scheduled_flush(self) -> None:
+        """A group commit from the event loop; a failure stops the run (``tx``)."""
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - reported to the run through _broken
+            self._broken, self._broken_by = True, exc
 
     def flush(self) -> None:
-        """Nothing waits for a commit here: every block committed when it ended."""
+        """Commit the shared transaction, if one is open and no block is running."""
+        self._flush_scheduled = False
+        if self._depth:
+            return
+        waiters, self._waiters = self._waiters, []
+        if self._in_tx:
+            self._in_tx = False
+            try:
+                self.db.raw.execute("COMMIT")
+                self.db.close_pipeline()  # waits for the COMMIT and all sent before it
+            except BaseException as exc:
+                psycopg = _psycopg()
+                self._close_pipeline()
+                if not self.db.raw.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        self.db.raw.execute("ROLLBACK")
+                self._waiters = waiters
+                self._fail_waiters(exc)
+                if isinstance(exc, psycopg.Error):
+                    raise ledger_write_error(self.path, exc) from None
+                raise
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def committed(self) -> None:
-        return None
+        """Return once everything written so far is committed (synced where a block asked).
+
+        Under group commit, callers that ask in the same turn of the event loop share one
+        commit, at the next turn: the attempt rows of jobs starting together are committed
+        before any of their provider calls, with one commit instead of one each."""
+        if self._loop is None or not self._in_tx:
+            return
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        if len(self._waiters) == 1:
+            self._loop.call_soon(self._scheduled_flush)
+        await waiter
 
     @contextmanager
     def grouped(self, loop: Any) -> Iterator[None]:
-        yield
+        """Group commit for the duration of a run on ``loop``; everything is committed after."""
+        self._loop = loop
+        try:
+            yield
+        finally:
+            self._loop = None
+            if self._in_tx and not self._broken:
+                self.flush()
 
     @staticmethod
     def read_admitted(

@@ -1,0 +1,71 @@
+"""``afc worker`` keeps one run loop across its claims (afc_cli/worker.py ``Refill``): when the
+loop runs low, the next claim's jobs join it; a claim it cannot run there is released."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import jobs, manifest
+
+from afc_cli import run as run_mod
+from afc_cli.costs import RateCards
+from afc_cli.ledger import Ledger
+from afc_cli.manifest import load_manifest
+from afc_cli.worker import Refill, WorkerResult, work
+
+
+@pytest.fixture
+def admitted(afc, ledger_url):
+    path = afc.write_manifest(manifest(jobs(10)))
+    ledger = Ledger(ledger_url)
+    m = load_manifest(path)
+    ledger.admit(m, f"file://{afc.cwd}/out", RateCards())
+    ledger.close()
+    return ledger_url, m
+
+
+def test_claims_join_one_run_loop_and_every_job_runs_once(admitted, monkeypatch, tmp_path):
+    url, m = admitted
+    loops = []
+    real = run_mod.run_jobs
+
+    def counted(*args, **kwargs):
+        loops.append(len(args[1]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run_mod, "run_jobs", counted)
+    monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))  # a PostgreSQL ledger's
+    result = work(ledger_path=url, concurrency=1, claim=3, grace_s=5, until_idle=True)
+    assert (result.claimed, result.rounds, result.finished) == (10, 4, 10)
+    assert loops == [3]  # one loop, started with the first claim; the others joined it
+    ledger = Ledger(url)
+    try:
+        for job in m.jobs:
+            row = ledger.job(job.job_id)
+            assert row["status"] == "succeeded" and row["lease_owner"] is None
+            assert len(ledger.attempts(job.job_id)) == 1
+    finally:
+        ledger.close()
+
+
+def test_a_claim_the_loop_cannot_run_is_released_and_ends_the_feeding(admitted):
+    """Jobs of a batch admitted after the loop started (it has not opened its storage, rates
+    and limits) go back at once; the worker's next round claims them with a fresh loop."""
+    url, _ = admitted
+    ledger = Ledger(url)
+    try:
+        refill = Refill(
+            ledger, 4, 60, None, set(), lambda jobs: None, _Never(), WorkerResult(), None
+        )
+        assert refill() == []
+        assert refill.done and refill() == []
+        held = ledger.db.execute("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")
+        assert held.fetchone()[0] == 0
+        fed = Refill(ledger, 4, 60, None, {"b1"}, lambda jobs: None, _Never(), WorkerResult(), None)
+        assert len(fed()) == 4 and fed.result.claimed == 4
+    finally:
+        ledger.close()
+
+
+class _Never:
+    def is_set(self) -> bool:
+        return False
