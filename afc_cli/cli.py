@@ -807,7 +807,7 @@ def queue_stats_command(
         stats = queue_stats(ledger)
         met = failed_conditions(stats, fail_if or [])
         if json_out:
-            from afc_cli.output import emit_json
+            from afc_cli.jsonout import emit_json  # not output's: it imports the run's modules
 
             emit_json(stats)
         else:
@@ -1111,6 +1111,9 @@ def main() -> None:
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.environ.setdefault("PYTHONIOENCODING", "utf-8")
+    from afc_cli.cli_coercion import install
+
+    install()  # plain options coerced without pydantic (afc_cli/cli_coercion.py)
     app(prog_name="afc")  # "afc" in help and usage, also under python -m afc_cli
 
 

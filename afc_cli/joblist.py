@@ -50,6 +50,30 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 # one decoder for every line (json.loads with a hook makes a new one per call)
 _DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+# the C scanner without the hook: for lines that show they cannot hold a key twice (_flat)
+_SCAN = json.JSONDecoder().scan_once
+
+
+def _flat(text: str) -> dict[str, Any] | None:
+    """A line that is one JSON object of string members, decoded without the duplicate-key
+    hook (a third of a line's decoding), or None (then the hooked decoder reads it). Exact:
+    with no backslash in the line, every ``"`` opens or closes a string, and an object whose
+    members are all strings has exactly two strings a member, so four quotes a member; a key
+    written twice would leave the decoded object with fewer members than the quotes count."""
+    if "\\" in text:
+        return None
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return None  # the hooked decoder reads it and says what is wrong
+    if (
+        end != len(text)
+        or type(value) is not dict
+        or text.count('"') != 4 * len(value)
+        or not all(type(item) is str for item in value.values())
+    ):
+        return None
+    return value
 
 
 def _cell(text: str) -> Any:
@@ -110,7 +134,12 @@ class JobFile:
     def _jsonl(self) -> Iterator[tuple[int, Any]]:
         with open(self.path, encoding="utf-8") as handle:
             for number, text in enumerate(handle, 1):
-                if not text.strip():
+                line = text.strip()
+                if not line:
+                    continue
+                value = _flat(line)
+                if value is not None:
+                    yield number, value
                     continue
                 try:
                     yield number, _DECODER.decode(text)
@@ -200,8 +229,6 @@ def plain_spec(row: dict[str, Any]) -> PlainSpec | None:
     """The line as a ``PlainSpec`` when ``JobSpec`` would accept it unchanged (its constraints:
     a key of 1 to 200 characters, a prompt of at most ``MAX_PROMPT_CHARS``, all of them
     ``str``), else None (then ``JobSpec`` validates it and names each problem)."""
-    from afc_cli.manifest import MAX_PROMPT_CHARS
-
     key, prompt, output = row.get("key"), row.get("prompt"), row.get("output")
     if (
         type(key) is str
@@ -209,13 +236,25 @@ def plain_spec(row: dict[str, Any]) -> PlainSpec | None:
         and (output is None or type(output) is str)
         and len(row) == 2 + ("output" in row)
         and 0 < len(key) <= 200
-        and len(prompt) <= MAX_PROMPT_CHARS
+        and len(prompt) <= _max_prompt_chars()
         and _unicode(key)
         and _unicode(prompt)
         and (output is None or _unicode(output))
     ):
         return PlainSpec(key, prompt, output)
     return None
+
+
+def _max_prompt_chars() -> int:
+    global _MAX_PROMPT
+    if _MAX_PROMPT is None:  # afc_cli/manifest.py's, read once (it imports this module)
+        from afc_cli.manifest import MAX_PROMPT_CHARS
+
+        _MAX_PROMPT = MAX_PROMPT_CHARS
+    return _MAX_PROMPT
+
+
+_MAX_PROMPT: int | None = None
 
 
 def _unicode(text: str) -> bool:

@@ -150,11 +150,26 @@ def identity(conn: sqlite3.Connection, path: Path) -> str:
 
 def known_migrations() -> list[str]:
     """The names of every migration this version of afc has, in order."""
-    from sqlite_utils import Database
+    from afc_cli.migrations import names
 
-    from afc_cli.migrations import migrations
+    return names()
 
-    return [m.name for m in migrations.pending(Database(memory=True))]
+
+def pending(conn: sqlite3.Connection) -> bool:
+    """Whether a migration of this afc is not applied to the ledger yet (what sqlite-utils'
+    ``Migrations.pending`` answers, read without importing it)."""
+    has_table = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlite_migrations'"
+    ).fetchone()
+    if not has_table:
+        return True
+    applied = {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (MIGRATION_SET,)
+        )
+    }
+    return any(name not in applied for name in known_migrations())
 
 
 def stamp(conn: sqlite3.Connection) -> None:

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from json.encoder import encode_basestring as _utf8_string
 from json.encoder import encode_basestring_ascii as _ascii_string
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -45,6 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from afc_cli.errors import ManifestError
+from afc_cli.joblist import PlainSpec
 
 # Stable namespace for job ids: uuid5(namespace, batch NUL key). Never change it: a rebuilt
 # ledger must derive the same job ids to recognise outputs already in storage.
@@ -327,11 +329,18 @@ def job_id_for(batch: str, key: str) -> str:
 
     ``uuid.uuid5(JOB_ID_NAMESPACE, batch NUL key)``, computed without building UUID objects
     (a third of the time; tests/test_issue15_joblist.py checks it against ``uuid.uuid5``)."""
-    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + f"{batch}\x00{key}".encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = digest.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    base = _BATCH_SHA1.get(batch)
+    if base is None:  # the namespace and batch hashed once per batch, copied per job
+        base = _BATCH_SHA1[batch] = hashlib.sha1(_NAMESPACE_BYTES + f"{batch}\x00".encode())
+    digest = base.copy()
+    digest.update(key.encode())
+    h = digest.hexdigest()
+    # version 5 in the 13th hex digit; the RFC 4122 variant (10xx) in the 17th
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
+
+
+_BATCH_SHA1: dict[str, Any] = {}
+_VARIANT = {f"{n:x}": f"{(n & 0x3) | 0x8:x}" for n in range(16)}
 
 
 def canonical_json(value: Any) -> bytes:
@@ -344,11 +353,18 @@ def request_hash(body: dict[str, Any]) -> str:
 
 def _canonical_text(text: str) -> bytes:
     """``canonical_json`` of a string. Printable ASCII without quotes or backslashes (most
-    prompts) needs no escaping in RFC 8785, so it is written as it is; anything else goes
-    through rfc8785."""
+    prompts) needs no escaping in RFC 8785, so it is written as it is. Any other string is
+    escaped by the standard library's C encoder with ``ensure_ascii`` off, which escapes the
+    same characters the same way as rfc8785 (``"``, ``\\``, ``\\b \\f \\n \\r \\t`` and
+    the other controls as lower-case ``\\u00xx``; everything else as UTF-8:
+    tests/test_issue15_hashing.py checks it against rfc8785 with hypothesis); a string UTF-8
+    cannot encode (a lone surrogate) goes through rfc8785, which refuses it as before."""
     if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
         return b'"' + text.encode() + b'"'
-    return canonical_json(text)
+    try:
+        return _utf8_string(text).encode()
+    except UnicodeEncodeError:
+        return canonical_json(text)
 
 
 def _json_text(value: Any) -> str:
@@ -976,7 +992,18 @@ def resolve_jobs(
     same rules hold for the manifest's ``jobs`` and for each line of a ``jobs_from`` list."""
     default_template_problem = _template_problem(model.defaults.output)
     cache: dict[str, Any] = {}  # what jobs with the default chain or params share
+    plain: _PlainJobs | None = None
     for index, where, spec in specs:
+        if type(spec) is PlainSpec and spec.output is None:
+            if plain is None and cache.get("chain_problems") == [] and "params" in cache:
+                plain = _PlainJobs(model, cache)  # once a job of the defaults has resolved
+            if plain is not None:
+                job = plain.resolve(index, where, spec, seen)
+                if job is not None:
+                    if aggregate is not None:
+                        aggregate.add(job)
+                    yield job
+                    continue
         who = f"{where} (key {spec.key!r})"
         if spec.key in seen.keys and seen.keys[spec.key] != where:
             problems.append(
@@ -1113,6 +1140,78 @@ def resolve_jobs(
         yield job
         if len(problems) >= MAX_PROBLEMS:
             break
+
+
+class _PlainJobs:
+    """``resolve_jobs`` for a job list's common line (``PlainSpec``: a key and a prompt, the
+    default chain, params and output template), with what those jobs share made once: the
+    output template's fields, the request body's canonical JSON up to the prompt (hashed once,
+    its SHA-256 state copied per job), the ledger's text up to the prompt, the webhook. The
+    same checks in the same order as the general path; a line that fails any of them (a
+    duplicate key or output key, a key outside the alphabet, an output key that escapes)
+    returns None and goes through the general path, which names the problem. Only built
+    after a job of the defaults resolved with no chain problem, so the shared parts exist."""
+
+    def __init__(self, model: ManifestModel, cache: dict[str, Any]) -> None:
+        chain, chain_json, chain_text = cache["chain"]
+        params, params_json, params_text = cache["params"]
+        template = model.defaults.output
+        self.batch = model.batch
+        self.chain, self.params, self.template = chain, params, template
+        self.ext = str({**model.defaults.params}.get("output_format", "png"))
+        self.hashed = hashlib.sha256(
+            b"".join(
+                (
+                    b'{"chain":',
+                    chain_json,
+                    b',"output":',
+                    _canonical_text(template),
+                    b',"params":',
+                    params_json,
+                    b',"prompt":',
+                )
+            )
+        )
+        self.text = body_text(chain_text, template, params_text, "")[:-3]  # less '""}'
+        self.webhook = model.webhook.model_dump() if model.webhook else None
+        self.review = model.defaults.review
+
+    def resolve(self, index: int, where: str, spec: Any, seen: Seen) -> ResolvedJob | None:
+        key = spec.key
+        if key in seen.keys or _key_problem(key):
+            return None
+        job_id = job_id_for(self.batch, key)
+        output_key = self.template.format(batch=self.batch, key=key, ext=self.ext, job_id=job_id)
+        if output_key in seen.outputs or output_key_problem(output_key):
+            return None
+        prompt = spec.prompt
+        digest = self.hashed.copy()
+        digest.update(_canonical_text(prompt) + b"}")
+        raw = digest.digest()
+        seen.keys[key] = where
+        seen.outputs[output_key] = where
+        seen.named[where] = f"{where} (key {key!r})"
+        seen.hashes[key] = raw
+        return ResolvedJob(
+            index=index,
+            key=key,
+            job_id=job_id,
+            prompt=prompt,
+            params=self.params,
+            chain=self.chain,
+            output_template=self.template,
+            output_key=output_key,
+            body={
+                "chain": self.chain,
+                "prompt": prompt,
+                "params": self.params,
+                "output": self.template,
+            },
+            request_hash=raw.hex(),
+            webhook=self.webhook,
+            review=self.review,
+            request_json=self.text + _ascii_string(prompt) + "}",
+        )
 
 
 def resolve_deferred(

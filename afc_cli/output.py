@@ -8,23 +8,15 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from afc_cli.costs import job_cost
+from afc_cli.jsonout import emit_json  # noqa: F401 - here for every command that imports it
 from afc_cli.run import Reporter
-from afc_cli.secrets import scrub, scrub_data
-
-
-def emit_json(value: Any) -> None:
-    """``value`` as JSON on stdout, scrubbed twice: each string before encoding (JSON escapes
-    a secret holding a quote, a backslash or a non-ASCII character, which the text scrub would
-    no longer recognise) and the encoded text after (keys and shapes split across values)."""
-    text = json.dumps(scrub_data(value), indent=2, sort_keys=False)
-    sys.stdout.write(scrub(text) + "\n")
+from afc_cli.secrets import scrub
 
 
 def emit_csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:

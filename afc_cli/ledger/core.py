@@ -708,15 +708,23 @@ class Ledger:
         (both wait for a person: ``afc retry``), and the age of the oldest unfinished job."""
         now = _now() if now is None else now
         counts: dict[str, int] = {}
-        # grouped in the order of the (batch, status) index: no sort of every job's status
-        # (on 100,000 jobs a third of the time)
+        # grouped in the order of the (batch, status, created_at) index: no sort of every
+        # job's status (on 100,000 jobs a third of the time)
         for _batch, status, count in self.db.execute(
             "SELECT batch, status, COUNT(*) FROM jobs GROUP BY batch, status"
         ):
             counts[status] = counts.get(status, 0) + count
-        oldest = self.db.execute(
-            f"SELECT MIN(created_at) FROM jobs WHERE status IN {ACTIVE_SQL}"
-        ).fetchone()[0]
+        # the oldest active job: one lookup in that index per batch and status (m008), where
+        # MIN over ``status IN (...)`` read every job row
+        ages = [
+            self.db.execute(
+                "SELECT MIN(created_at) FROM jobs WHERE batch = ? AND status = ?",
+                (name, status),
+            ).fetchone()[0]
+            for name in self._batch_names()
+            for status in ACTIVE
+        ]
+        oldest = min((age for age in ages if age is not None), default=None)
         return {
             "queued": counts.get("queued", 0),
             "in_flight": counts.get("running", 0),
@@ -726,6 +734,9 @@ class Ledger:
             "oldest_age_seconds": 0 if oldest is None else int(now - oldest),
             **self._review_stats(counts, now),
         }
+
+    def _batch_names(self) -> list[str]:
+        return [row[0] for row in self.db.execute("SELECT name FROM batches")]
 
     def retry(self, job: dict[str, Any], by: str) -> bool:
         """Put a failed, dead-lettered or cancelled job back to ``queued``: a person's decision.
@@ -1705,9 +1716,15 @@ class Ledger:
         return self._all("SELECT * FROM reviews WHERE job_id = ? ORDER BY id", (job_id,))
 
     def _review_stats(self, counts: dict[str, int], now: float) -> dict[str, Any]:
-        oldest = self.db.execute(
-            "SELECT MIN(review_at) FROM jobs WHERE status = 'awaiting_review'"
-        ).fetchone()[0]
+        # per batch, so the (batch, status, ...) index finds the jobs awaiting review
+        ages = [
+            self.db.execute(
+                "SELECT MIN(review_at) FROM jobs WHERE batch = ? AND status = 'awaiting_review'",
+                (name,),
+            ).fetchone()[0]
+            for name in (self._batch_names() if counts.get("awaiting_review") else ())
+        ]
+        oldest = min((age for age in ages if age is not None), default=None)
         return {
             "blocked": counts.get("blocked", 0),
             "awaiting_review": counts.get("awaiting_review", 0),

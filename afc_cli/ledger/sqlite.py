@@ -1,4 +1,4 @@
-"""The SQLite backend of the ledger: one file, through sqlite-utils.
+"""The SQLite backend of the ledger: one file, through sqlite3 (sqlite-utils applies migrations).
 
 Durability: the ledger runs in WAL mode with ``synchronous=NORMAL``, which survives any process
 crash (SIGKILL included) with every committed transaction intact. The one write whose loss on a
@@ -22,12 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Database
-
 from afc_cli import ledger_file
 from afc_cli.errors import LedgerError, ledger_write_error
 from afc_cli.ledger.core import Ledger
-from afc_cli.migrations import migrations
 from afc_cli.owner import current_owner
 
 ADMIT_CACHE_KIB = -128 * 1024  # the page cache during an admission (negative: KiB)
@@ -38,6 +35,59 @@ BUSY_TIMEOUT_S = 30.0
 # attempt rows and failed attempts' outcomes commit at once; a success commits with its spool
 # checkpoint (a crash before that commit adopts the spool file: nothing is paid twice).
 GROUP_COMMIT_S = 0.005
+
+
+_TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
+
+
+class Connection:
+    """What the ledger's operations use of sqlite-utils' ``Database`` (``execute``, ``conn``,
+    ``close``), with its meaning, without importing sqlite-utils (about 0.15 s of every
+    command's start-up; it is imported only to apply migrations). As sqlite-utils 4 does: a
+    statement that opens an implicit transaction outside any transaction (a lone ``UPDATE``)
+    is committed at once, and one that fails is rolled back; ``recursive_triggers`` is on."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        conn.execute("PRAGMA recursive_triggers=on;")
+
+    def execute(self, sql: str, parameters: Any = None) -> sqlite3.Cursor:
+        conn = self.conn
+        was_in_transaction = conn.in_transaction
+        try:
+            cursor = conn.execute(sql) if parameters is None else conn.execute(sql, parameters)
+        except Exception:
+            if not was_in_transaction and conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if (
+            not was_in_transaction
+            and conn.in_transaction
+            and cursor.description is None
+            and _first_keyword(sql) not in _TRANSACTION_CONTROL
+        ):
+            conn.execute("COMMIT")
+        return cursor
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _first_keyword(sql: str) -> str:
+    """The statement's first word, upper-cased, past blanks, ``;`` and SQL comments."""
+    text = sql
+    while True:
+        text = text.lstrip(" \t\r\n\f\v;\ufeff")
+        if text.startswith("--"):
+            text = text.partition("\n")[2]
+        elif text.startswith("/*"):
+            text = text.partition("*/")[2]
+        else:
+            break
+    end = 0
+    while end < len(text) and (text[end].isalpha() or text[end] == "_"):
+        end += 1
+    return text[:end].upper()
 
 
 class SqliteLedger(Ledger):
@@ -60,7 +110,7 @@ class SqliteLedger(Ledger):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            self.db = Database(conn, execute_plugins=False)
+            self.db = Connection(conn)
             self.owner = current_owner()
             self._depth = 0
             self._loop: Any = None
@@ -69,12 +119,16 @@ class SqliteLedger(Ledger):
             self._broken = False
             self._broken_by: BaseException | None = None  # why: for the run's message
             self._sync_pending = False  # the shared transaction holds a row to sync at commit
-            if migrations.pending(self.db) or found == "new" or not ledger_file.stamped(conn):
+            if found == "new" or not ledger_file.stamped(conn) or ledger_file.pending(conn):
                 # Under the write lock, so two runs opening a new ledger at once (overlapping
                 # cron jobs) apply each migration once; the loser finds nothing pending.
+                from sqlite_utils import Database
+
+                from afc_cli.migrations import migrations
+
                 with self.tx():
                     ledger_file.identity(conn, self.path)  # again, now under the lock
-                    migrations.apply(self.db)
+                    migrations.apply(Database(conn, execute_plugins=False))
                     ledger_file.stamp(conn)
         except LedgerError:
             conn.close()
@@ -113,7 +167,7 @@ class SqliteLedger(Ledger):
     @contextmanager
     def tx(
         self, *, durable: bool = False, commit: bool = False, sync_on_commit: bool = False
-    ) -> Iterator[Database]:
+    ) -> Iterator[Connection]:
         """One atomic state change.
 
         Outside group commit, each outermost block is its own transaction, opened with
