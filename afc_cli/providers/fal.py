@@ -98,7 +98,7 @@ class FalProvider(HttpProvider):
                     uris = [image.data_uri() for image in request.inputs]
                     body.update({"image_url": uris[0]} if len(uris) == 1 else {"image_urls": uris})
                 response = await self.client.post(
-                    f"{self.base}/{request.model}", json=body, headers=self._headers()
+                    self.url(f"/{request.model}"), json=body, headers=self._headers()
                 )
             except httpx.TransportError as exc:
                 raise transport_error(self.name, exc, paid_call=True) from None

@@ -96,7 +96,7 @@ class ReplicateProvider(HttpProvider):
                 },
             )
         else:
-            url, body = f"{self.base}/models/{request.model}/predictions", {"input": inputs}
+            url, body = self.url(f"/models/{request.model}/predictions"), {"input": inputs}
         try:
             response = await self.client.post(url, json=body, headers=headers)
         except httpx.TransportError as exc:
