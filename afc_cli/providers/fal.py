@@ -117,9 +117,9 @@ class FalProvider(HttpProvider):
                     if queued.get(k)
                 },
             }
-        polls, sent = 0, 0.0
+        polls, last = 0, None
         while True:
-            sent = await self.poll_wait(polls, sent)  # one poll per interval, never more
+            last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
             try:
                 response = await self.client.get(urls["status_url"], headers=self._headers())

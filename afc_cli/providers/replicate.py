@@ -115,9 +115,9 @@ class ReplicateProvider(HttpProvider):
         if prediction_id is None:
             prediction_id = await self._submit(request)
             await request.on_submitted(prediction_id)
-        polls, sent = 0, 0.0
+        polls, last = 0, None
         while True:
-            sent = await self.poll_wait(polls, sent)  # one poll per interval, never more
+            last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
             try:
                 response = await self.client.get(
