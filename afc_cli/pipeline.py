@@ -622,7 +622,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # a provider that enforces the window itself (Replicate's Cancel-After) gets a
                 # little longer here, so its own answer (and cost) is the one recorded
                 limit = window * 1.25 + 5 if window and provider.resumable else window
-                result = await ctx.call(job["id"], asyncio.wait_for(call, limit) if limit else call)
+                call = asyncio.wait_for(call, limit) if limit else call
+                # only a job-style request is ever left polling (``abandon_poll``): a call to a
+                # synchronous provider is awaited here, without a task of its own
+                result = await (ctx.call(job["id"], call) if provider.resumable else call)
             except PollAbandoned:
                 # A stopping run leaves a submitted job-style request to the next run, which
                 # polls it by id: nothing is paid twice, so there is no need to wait for it.
