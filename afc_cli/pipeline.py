@@ -407,9 +407,9 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
         return True
     # Nothing stored: the job goes on to render with no write of its own here. The probe's
     # step row and the job's move to ``render`` are written with its attempt row
-    # (``Ledger.start_attempt``), or with its terminal write if it ends first; until then the
-    # ledger has it at ``probe``, and a crash or a wait before that makes the next run look
-    # again (one more look, no payment).
+    # (``Ledger.start_attempt``), or with its terminal or waiting write if it ends or waits
+    # first; until then the ledger has it at ``probe``, and a crash (or a stopping run's
+    # release) before that makes the next run look again (one more look, no payment).
     job["step"] = "render"
     job.setdefault("unwritten_steps", []).append(("probe", {"found": None}, time.time()))
     return True

@@ -803,8 +803,13 @@ class Ledger:
         job.update(updates)
 
     def set_waiting(self, job: dict[str, Any], reason: str, **updates: Any) -> None:
+        """The job waits (a backoff, the budget, a full disk, storage), resting at its step:
+        one the job reached without a write of its own (``render`` after a probe that found
+        nothing) is written here, with its step rows (``_checkpoint``)."""
         with self.tx():
+            updates.setdefault("step", job["step"])
             self._update_job(job, status="waiting", waiting_reason=reason, **updates)
+            self._checkpoint(job, ())
             self._event(job["id"], job["batch"], "waiting", reason=reason)
 
     # --- attempts -------------------------------------------------------------------------------
