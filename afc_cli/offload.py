@@ -82,6 +82,7 @@ class FileWorker:
         self._pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count()
         self._reader: asyncio.Task | None = None
+        self._out: list[bytes] = []  # calls made in this turn of the loop, not yet sent
 
     async def start(self) -> None:
         global _early
@@ -109,10 +110,21 @@ class FileWorker:
             raise HelperGone()
         call_id = next(self._ids)
         frame = pickle.dumps((fn, args, kwargs), pickle.HIGHEST_PROTOCOL)
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self._pending[call_id] = future
-        self._pipe.writelines([REQUEST.pack(call_id, len(frame), lane), frame])
+        if not self._out:
+            loop.call_soon(self._send)
+        self._out += (REQUEST.pack(call_id, len(frame), lane), frame)
         return await future
+
+    def _send(self) -> None:
+        """Send the calls made in one turn of the loop with one write: a write to the pipe
+        wakes the helper, and at hundreds of jobs in flight one per call measured a third of
+        a millisecond each, on the run loop's core."""
+        out, self._out = self._out, []
+        if out and self._pipe is not None and not self._pipe.is_closing():
+            self._pipe.writelines(out)
 
     async def _read(self, stdout: asyncio.StreamReader) -> None:
         try:
@@ -138,6 +150,7 @@ class FileWorker:
         """Let the helper finish what it was given, then end it."""
         if self._proc is None:
             return
+        self._send()
         if self._pipe is not None and not self._pipe.is_closing():
             self._pipe.close()  # end of input: the helper finishes its calls and exits
         if self._reader is not None:

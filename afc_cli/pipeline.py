@@ -405,7 +405,13 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
                 job, "stored", meta.get("provider"), meta.get("model"), cost, source
             )
         return True
-    ctx.ledger.checkpoint(job, [("probe", {"found": None})], "render")
+    # Nothing stored: the job goes on to render with no write of its own here. The probe's
+    # step row and the job's move to ``render`` are written with its attempt row
+    # (``Ledger.start_attempt``), or with its terminal or waiting write if it ends or waits
+    # first; until then the ledger has it at ``probe``, and a crash (or a stopping run's
+    # release) before that makes the next run look again (one more look, no payment).
+    job["step"] = "render"
+    job.setdefault("unwritten_steps", []).append(("probe", {"found": None}, time.time()))
     return True
 
 
@@ -616,7 +622,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # a provider that enforces the window itself (Replicate's Cancel-After) gets a
                 # little longer here, so its own answer (and cost) is the one recorded
                 limit = window * 1.25 + 5 if window and provider.resumable else window
-                result = await ctx.call(job["id"], asyncio.wait_for(call, limit) if limit else call)
+                call = asyncio.wait_for(call, limit) if limit else call
+                # only a job-style request is ever left polling (``abandon_poll``): a call to a
+                # synchronous provider is awaited here, without a task of its own
+                result = await (ctx.call(job["id"], call) if provider.resumable else call)
             except PollAbandoned:
                 # A stopping run leaves a submitted job-style request to the next run, which
                 # polls it by id: nothing is paid twice, so there is no need to wait for it.

@@ -48,17 +48,55 @@ class Server:
         self.peak_open = 0
         self.connections = 0
         self.predictions: dict[str, float] = {}
+        self.polls: dict[str, list[float]] = {}
+        self.downloads: dict[str, float] = {}
         self.first = 0.0
         self.last = 0.0
+        self.first_wall = self.last_wall = 0.0  # the same, by the wall clock (the ledger's)
         self.base = ""
+
+    def polling(self) -> dict:
+        """How the predictions were polled: per prediction, its submit, its polls and its
+        download (the server's clock). ``gap``: the mean time between two polls of one
+        prediction; ``first``: the mean time from the submit to the first poll; ``span``: the
+        summed time from each submit to its last poll (what one poll per interval is counted
+        against); ``after``: the mean time from the last poll to the output's download."""
+        gaps, firsts, spans, afters, polls = [], [], 0.0, [], 0
+        for prediction_id, submitted in self.predictions.items():
+            times = self.polls.get(prediction_id, [])
+            if not times:
+                continue
+            polls += len(times)
+            firsts.append(times[0] - submitted)
+            gaps += [b - a for a, b in zip(times, times[1:], strict=False)]
+            spans += times[-1] - submitted
+            if prediction_id in self.downloads:
+                afters.append(self.downloads[prediction_id] - times[-1])
+
+        def mean(values: list[float]) -> float:
+            return sum(values) / len(values) if values else 0.0
+
+        return {
+            "predictions": len(firsts),
+            "polls": polls,
+            "gap": mean(gaps),
+            "max_gap": max(gaps, default=0.0),
+            "min_gap": min(gaps, default=0.0),
+            "first": mean(firsts),
+            "span": spans,
+            "after": mean(afters),
+        }
 
     def stats(self) -> dict:
         return {
+            "polling": self.polling(),
             "counts": dict(self.counts),
             "peak_open": self.peak_open,
             "connections": self.connections,
             "first": self.first,
             "last": self.last,
+            "first_wall": self.first_wall,
+            "last_wall": self.last_wall,
         }
 
     def reset(self) -> None:
@@ -66,7 +104,10 @@ class Server:
         self.peak_open = self.open
         self.connections = 0
         self.predictions.clear()
+        self.polls.clear()
+        self.downloads.clear()
         self.first = self.last = 0.0
+        self.first_wall = self.last_wall = 0.0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.open += 1
@@ -103,6 +144,8 @@ class Server:
         now = time.monotonic()
         self.first = self.first or now
         self.last = now
+        self.last_wall = time.time()
+        self.first_wall = self.first_wall or self.last_wall
         self.counts[kind] += 1
 
     async def route(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
@@ -133,6 +176,7 @@ class Server:
             self._count("poll")
             prediction_id = path.rsplit("/", 1)[-1]
             started = self.predictions.get(prediction_id)
+            self.polls.setdefault(prediction_id, []).append(time.monotonic())
             if started is None:
                 return 404, b'{"detail": "not found"}', "application/json"
             if time.monotonic() - started < self.predict:
@@ -147,6 +191,7 @@ class Server:
             return 200, json.dumps(answer).encode(), "application/json"
         if method == "GET" and path.startswith("/files/"):
             self._count("download")
+            self.downloads[path.rsplit("/", 1)[-1].split(".")[0]] = time.monotonic()
             return 200, PNG, "image/png"
         return 404, b'{"error": {"message": "no route"}}', "application/json"
 

@@ -14,7 +14,7 @@ from fakeproviders import KEYS, FakeProviders
 
 from afc_cli.costs import RateCards
 from afc_cli.providers.base import AttemptRequest, ProviderError
-from afc_cli.providers.http import HttpProvider, poll_delay, size_pools
+from afc_cli.providers.http import HttpProvider, next_poll, size_pools
 from afc_cli.providers.openai import OpenAIProvider
 from afc_cli.providers.replicate import ReplicateProvider
 
@@ -196,32 +196,47 @@ def test_pools_are_sized_to_concurrency_and_provider_limits():
     assert providers["replicate"].connections == 8
 
 
-def test_poll_delay_first_about_one_interval_in_then_a_full_one_after_each_send():
-    assert poll_delay(2.0, 0, lambda: 0.0, 0.0) == 1.0
-    assert poll_delay(2.0, 0, lambda: 0.999, 0.0) == pytest.approx(2.998)
-    # later polls: an interval after the previous poll was sent, its answer's time included
-    assert poll_delay(2.0, 1, lambda: 0.0, 0.0) == 2.0
-    assert poll_delay(2.0, 5, lambda: 1.0, 0.3) == pytest.approx(1.7)
-    assert poll_delay(2.0, 5, lambda: 1.0, 2.5) == 0.0  # a late answer: poll at once
+def test_next_poll_first_about_one_interval_in_then_on_a_grid_of_intervals():
+    # the first: half to one and a half intervals after the submit (at 10.0)
+    assert next_poll(2.0, 0, lambda: 0.0, 10.0, 10.0) == 11.0
+    assert next_poll(2.0, 0, lambda: 0.999, 10.0, 10.0) == pytest.approx(12.998)
+    # later ones an interval after the previous one was due, however late it was sent
+    assert next_poll(2.0, 1, lambda: 0.0, 11.0, 11.0) == 13.0
+    assert next_poll(2.0, 5, lambda: 1.0, 11.0, 12.9) == 13.0  # late within its slot
+    # sent later than its whole slot: the next goes in the slot after the one it went out in,
+    # never two in one slot
+    assert next_poll(2.0, 5, lambda: 1.0, 11.0, 13.0) == 15.0
+    assert next_poll(2.0, 5, lambda: 1.0, 11.0, 16.5) == 17.0
 
 
-def test_polls_average_one_per_interval_in_flight():
-    """The first poll lands on average one interval after the submit, so a request in flight
-    for any time T is polled T / interval times on average (with no answer time)."""
+def test_polls_average_one_per_interval_in_flight_however_late_the_loop_sends_them():
+    """A request in flight for a time T is polled T / interval times on average (counted from
+    the submit to the last poll's due time), whether the loop sends each poll on time or up to
+    most of an interval late; and however late, no two polls ever go out in one slot of the
+    grid (a loop that missed whole slots skips them rather than catching up)."""
     import random
 
     rng = random.Random(7)
     interval = 2.0
-    for length in (0.5, 3.0, 5.0, 11.0):
-        polls = busy = 0.0
-        for _ in range(4000):
-            at, count = poll_delay(interval, 0, rng.random, 0.0), 1
-            while at < length:
-                at += poll_delay(interval, count, rng.random, 0.0)
-                count += 1
-            polls += count
-            busy += at
-        assert polls / (busy / interval) == pytest.approx(1.0, abs=0.05), length
+    for lateness in (0.0, 0.5, 1.0, 1.9, 5.0):
+        for length in (0.5, 3.0, 5.0, 11.0):
+            polls = span = 0.0
+            for _ in range(2000):
+                due = sent = first = 0.0
+                count, slot = 0, -1
+                while count == 0 or sent < length:
+                    due = next_poll(interval, count, rng.random, due, sent)
+                    first = first if count else due
+                    sent = due + rng.random() * lateness
+                    sent_in = int((sent - first) / interval + 1e-9)
+                    assert sent_in > slot  # a slot of its own, after the previous poll's
+                    slot = sent_in
+                    count += 1
+                polls += count
+                span += due
+            if lateness < interval:
+                ratio = polls / (span / interval)
+                assert ratio == pytest.approx(1.0, abs=0.05), (lateness, length)
 
 
 def test_replicate_polls_once_per_interval_with_jitter(monkeypatch):
@@ -238,9 +253,16 @@ def test_replicate_polls_once_per_interval_with_jitter(monkeypatch):
             waits.append(seconds)  # no real sleep: the fake prediction advances per poll
             now[0] += seconds
 
+        woke: list[float] = []
+
         def clock() -> float:  # the time a poll takes: an eighth of a second between reads
             now[0] += 0.125
             return now[0]
+
+        async def sleep(seconds: float) -> None:  # noqa: F811 - records when each wait ends
+            waits.append(seconds)  # no real sleep: the fake prediction advances per poll
+            now[0] += seconds
+            woke.append(now[0])
 
         provider = ReplicateProvider()
         provider.sleep = sleep
@@ -260,5 +282,6 @@ def test_replicate_polls_once_per_interval_with_jitter(monkeypatch):
     polls = server.counts["replicate_poll"]
     assert polls == len(waits) >= 3  # one wait before every poll
     assert waits[0] == pytest.approx(2.0)  # the first: half to one and a half intervals in
-    # each later one an interval after the previous was sent (0.125 s before the wait began)
-    assert waits[1:] == pytest.approx([1.875] * (polls - 1))
+    # each later one due a whole interval after the previous one was due (its answer's time
+    # and the clock's reads are not added to the interval)
+    assert woke == pytest.approx([woke[0] + 2.0 * n for n in range(polls)])

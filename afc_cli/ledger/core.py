@@ -793,14 +793,17 @@ class Ledger:
     # --- steps ----------------------------------------------------------------------------------
 
     def _checkpoint(self, job: dict[str, Any], steps: Any) -> None:
-        """Record completed steps, ``[(step, detail), ...]``, in one statement."""
-        steps = list(steps)
+        """Record completed steps, ``[(step, detail), ...]``, in one statement, after the
+        steps the job completed without a write of their own (``job["unwritten_steps"]``,
+        ``[(step, detail, at), ...]``: a probe that found nothing). Called in a transaction
+        whose fenced update of the job has succeeded."""
+        steps = [*job.pop("unwritten_steps", ()), *steps]
         if not steps:
             return
         now = _now()
         params: list[Any] = []
-        for step, detail in steps:
-            params += (job["id"], step, now, _dumps(detail))
+        for step, detail, *at in steps:
+            params += (job["id"], step, at[0] if at else now, _dumps(detail))
         self.db.execute(
             "INSERT INTO steps (job_id, step, completed_at, detail_json) VALUES "
             + ", ".join(["(?, ?, ?, ?)"] * len(steps))
@@ -836,8 +839,13 @@ class Ledger:
         job.update(updates)
 
     def set_waiting(self, job: dict[str, Any], reason: str, **updates: Any) -> None:
+        """The job waits (a backoff, the budget, a full disk, storage), resting at its step:
+        one the job reached without a write of its own (``render`` after a probe that found
+        nothing) is written here, with its step rows (``_checkpoint``)."""
         with self.tx():
+            updates.setdefault("step", job["step"])
             self._update_job(job, status="waiting", waiting_reason=reason, **updates)
+            self._checkpoint(job, ())
             self._event(job["id"], job["batch"], "waiting", reason=reason)
 
     # --- attempts -------------------------------------------------------------------------------
@@ -869,6 +877,10 @@ class Ledger:
         written. Transactions are serialised, so no number of concurrent workers can start
         more than the budget allows.
 
+        The job's step is written with the attempt (``job["step"]``: ``render`` when the probe
+        found nothing, which writes nothing of its own), and so are the steps it completed
+        without a write (``_checkpoint``): a fresh job's first attempt is three statements.
+
         Returns the attempt number, or None if the job is no longer ours or no longer active.
         The attempt's ``started_at`` is on the ledger's clock (``clock``).
         """
@@ -885,15 +897,16 @@ class Ledger:
             if limit is not None and any(limit):
                 self._check_limit(provider, *limit)
             cursor = self.db.execute(
-                "UPDATE jobs SET attempts = ?, status = 'running',"
+                "UPDATE jobs SET attempts = ?, status = 'running', step = ?,"
                 " waiting_reason = NULL, updated_at = ? WHERE id = ? AND lease_owner = ?"
                 f" AND attempts = ? AND status NOT IN {TERMINAL_SQL}",
-                (job["attempts"] + 1, now, job["id"], self.owner, job["attempts"]),
+                (job["attempts"] + 1, job["step"], now, job["id"], self.owner, job["attempts"]),
             )
             if cursor.rowcount != 1:
                 return None
             number = job["attempts"] + 1
             job.update(attempts=number, status="running", waiting_reason=None, updated_at=now)
+            self._checkpoint(job, ())
             self.db.execute(
                 "INSERT INTO attempts (job_id, number, chain_index, provider, model, status,"
                 " owner, wait_s, started_at, run_id, reserved_micros)"

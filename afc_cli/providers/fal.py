@@ -98,7 +98,7 @@ class FalProvider(HttpProvider):
                     uris = [image.data_uri() for image in request.inputs]
                     body.update({"image_url": uris[0]} if len(uris) == 1 else {"image_urls": uris})
                 response = await self.client.post(
-                    f"{self.base}/{request.model}", json=body, headers=self._headers()
+                    self.url(f"/{request.model}"), json=body, headers=self._headers()
                 )
             except httpx.TransportError as exc:
                 raise transport_error(self.name, exc, paid_call=True) from None
@@ -117,9 +117,9 @@ class FalProvider(HttpProvider):
                     if queued.get(k)
                 },
             }
-        polls, sent = 0, 0.0
+        polls, last = 0, None
         while True:
-            sent = await self.poll_wait(polls, sent)  # one poll per interval, never more
+            last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
             try:
                 response = await self.client.get(urls["status_url"], headers=self._headers())

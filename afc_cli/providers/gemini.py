@@ -64,7 +64,7 @@ class GeminiProvider(HttpProvider):
         body = {"contents": [{"parts": parts}], "generationConfig": config}
         try:
             response = await self.client.post(
-                f"{self.base}/models/{request.model}:generateContent",
+                self.url(f"/models/{request.model}:generateContent"),
                 json=body,
                 headers={"x-goog-api-key": self.api_key()},
             )

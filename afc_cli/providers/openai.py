@@ -58,7 +58,7 @@ class OpenAIProvider(HttpProvider):
                 )
             else:
                 response = await self.client.post(
-                    f"{self.base}/images/generations", json=body, headers=headers
+                    self.url("/images/generations"), json=body, headers=headers
                 )
         except httpx.TransportError as exc:
             raise transport_error(self.name, exc, paid_call=True) from None

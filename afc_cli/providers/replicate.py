@@ -96,7 +96,7 @@ class ReplicateProvider(HttpProvider):
                 },
             )
         else:
-            url, body = f"{self.base}/models/{request.model}/predictions", {"input": inputs}
+            url, body = self.url(f"/models/{request.model}/predictions"), {"input": inputs}
         try:
             response = await self.client.post(url, json=body, headers=headers)
         except httpx.TransportError as exc:
@@ -115,9 +115,9 @@ class ReplicateProvider(HttpProvider):
         if prediction_id is None:
             prediction_id = await self._submit(request)
             await request.on_submitted(prediction_id)
-        polls, sent = 0, 0.0
+        polls, last = 0, None
         while True:
-            sent = await self.poll_wait(polls, sent)  # one poll per interval, never more
+            last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
             try:
                 response = await self.client.get(
