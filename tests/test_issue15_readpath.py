@@ -9,7 +9,6 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import jobs, manifest
@@ -211,4 +210,36 @@ def test_an_admission_writes_one_status_index_entry_a_job(afc):
         )
     ]
     assert indexes == ["jobs_batch_status_age"]
-    assert time.time() > 0
+
+
+def test_both_engines_have_the_age_index_and_answer_the_same_figures(ledger_url):
+    ledger = Ledger(ledger_url)
+    try:
+        if ledger_url.startswith("postgresql"):
+            names = {
+                r[0]
+                for r in ledger.db.execute(
+                    "SELECT indexname FROM pg_indexes WHERE tablename = ?", ("jobs",)
+                )
+            }
+        else:
+            names = {
+                r[0]
+                for r in ledger.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+            }
+        assert "jobs_batch_status_age" in names and "jobs_batch_status" not in names
+        ledger.db.execute(
+            "INSERT INTO batches (name, storage, rates_json, created_at, updated_at)"
+            " VALUES ('b', 'file:///x', '[]', 0, 0)"
+        )
+        for seq, (status, created) in enumerate((("queued", 900.0), ("running", 400.0))):
+            ledger.db.execute(
+                "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
+                " status, step, created_at, updated_at)"
+                " VALUES (?, 'b', ?, ?, 'h', '{}', ?, ?, 'probe', ?, ?)",
+                (f"j{seq}", f"k{seq}", seq, f"o{seq}", status, created, created),
+            )
+        stats = ledger.queue_stats(now=1000.0)
+        assert (stats["queued"], stats["in_flight"], stats["oldest_age_seconds"]) == (1, 1, 600)
+    finally:
+        ledger.close()
