@@ -306,6 +306,13 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
         async with ctx.store_slots:
             job = await _run_steps(ctx, job, STORE_STEPS)
     if job["status"] not in TERMINAL:
+        if job.get("unwritten_steps"):
+            # stopped after a probe that wrote nothing (the run is stopping): the job rests
+            # at the step it reached, with its step rows, as any other
+            try:
+                ctx.ledger.checkpoint(job, [], job["step"])
+            except JobLost:
+                pass
         ctx.ledger.release(job)
     ctx.protected.discard(job_id)  # no longer in a call or its storage work
     ctx.report(job, "ended", job["status"])
@@ -408,8 +415,9 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
     # Nothing stored: the job goes on to render with no write of its own here. The probe's
     # step row and the job's move to ``render`` are written with its attempt row
     # (``Ledger.start_attempt``), or with its terminal or waiting write if it ends or waits
-    # first; until then the ledger has it at ``probe``, and a crash (or a stopping run's
-    # release) before that makes the next run look again (one more look, no payment).
+    # first, or before a stopping run releases it (``run_job``); until then the ledger has it
+    # at ``probe``, and a crash before that makes the next run look again (one more look, no
+    # payment).
     job["step"] = "render"
     job.setdefault("unwritten_steps", []).append(("probe", {"found": None}, time.time()))
     return True

@@ -388,6 +388,15 @@ class Interruption:
         return self.signals > 0
 
     def signalled(self) -> None:
+        # after the ledger's commit sync in flight, if any (SqliteLedger.after_sync): the
+        # jobs whose attempt rows were committed before the signal go on to their calls
+        after_sync = getattr(self.ctx.ledger, "after_sync", None)
+        if after_sync is None:
+            self.act()
+        else:
+            after_sync(self.act)
+
+    def act(self) -> None:
         self.signals += 1
         if self.signals == 1:
             self.drain()
