@@ -36,6 +36,13 @@ def install() -> bool:
     original = getattr(core, "build_runtime_param", None)
     if original is None or getattr(original, "_afc_light", False):
         return original is not None
+    # the private shapes this relies on; a typer that changed them keeps its own coercion
+    fields = getattr(RuntimeParam, "__dataclass_fields__", {})
+    if not (
+        {"parameter_info", "annotation"} <= set(fields)
+        and callable(getattr(RuntimeParam, "_coerce_value", None))
+    ):
+        return False
 
     @dataclass(frozen=True)
     class LightParam(RuntimeParam):  # type: ignore[misc, valid-type]
@@ -57,11 +64,14 @@ def install() -> bool:
             return self._built[0]._coerce_value(value, param=param, ctx=ctx)
 
     def build(descriptor: TypeDescriptor) -> Any:
-        return LightParam(
-            parameter_info=descriptor.parameter_info,
-            annotation=descriptor.annotation,
-            descriptor=descriptor,
-        )
+        try:
+            return LightParam(
+                parameter_info=descriptor.parameter_info,
+                annotation=descriptor.annotation,
+                descriptor=descriptor,
+            )
+        except (TypeError, AttributeError):  # a typer whose runtime params differ
+            return original(descriptor)
 
     build._afc_light = True  # type: ignore[attr-defined]
     core.build_runtime_param = build
