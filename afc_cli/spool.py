@@ -53,6 +53,10 @@ class DirSync:
         future = self._next.get(directory)
         if future is None:
             future = self._next[directory] = asyncio.get_running_loop().create_future()
+            # Its error is read here too: when every caller was cancelled (a stopping run),
+            # asyncio.shield stops listening, and an fsync failing after that (the helper was
+            # closed) would be reported as "Future exception was never retrieved".
+            future.add_done_callback(_read_error)
             if directory not in self._running:
                 self._running[directory] = asyncio.create_task(self._drain(directory))
         await asyncio.shield(future)
@@ -74,6 +78,11 @@ class DirSync:
             left = self._next.pop(directory, None)  # callers who came as we were stopped
             if left is not None:
                 left.cancel()
+
+
+def _read_error(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def file_digest(path: Path) -> tuple[int, str]:

@@ -206,3 +206,36 @@ def test_a_failed_directory_fsync_reaches_every_caller_and_the_next_one_runs(tmp
 
     first = asyncio.run(asyncio.wait_for(main(), 10))
     assert all(isinstance(e, HelperGone) for e in first) and len(calls) == 2
+
+
+def test_a_failed_fsync_whose_callers_were_all_cancelled_is_not_reported_as_unread(tmp_path):
+    """A stopping run cancels the jobs waiting on a directory fsync; asyncio.shield then stops
+    listening to the shared fsync. If that fsync fails afterwards (the helper was closed:
+    HelperGone), nobody reads its error, and asyncio printed "Future exception was never
+    retrieved" with a traceback on the user's terminal (seen in tests/test_full_disk.py)."""
+    import gc
+
+    unread = []
+    release = asyncio.Event()
+
+    async def run(fn, directory):
+        await release.wait()
+        raise HelperGone()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda loop, context: unread.append(context["message"]))
+        dirs = DirSync(run)
+        waiting = [asyncio.create_task(dirs.sync(tmp_path)) for _ in range(2)]
+        await asyncio.sleep(0)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        release.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        gc.collect()
+        await asyncio.sleep(0)
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert unread == []
