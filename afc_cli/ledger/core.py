@@ -20,7 +20,7 @@ from typing import Any
 
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
-from afc_cli.errors import UsageError
+from afc_cli.errors import UsageError, ledger_write_error
 from afc_cli.owner import owner_is_dead
 from afc_cli.secrets import scrub, scrub_data
 
@@ -1074,6 +1074,27 @@ class Ledger:
         """Inside a transaction: nobody else checks this run's budget until it commits, so
         two workers cannot both fit the last estimate under the cap. SQLite's write lock,
         taken by every transaction, already does this."""
+
+    # --- group commit (a run loop's, on either engine: sqlite.py, postgres.py) --------------
+
+    async def _join_commit(self) -> None:
+        """Wait for the next group commit, which every caller of this turn of the loop shares
+        (``committed``): the first to ask schedules it for the next turn."""
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        if len(self._waiters) == 1:
+            self._loop.call_soon(self._scheduled_flush)
+        await waiter
+
+    def _settle(self, waiters: list[Any], error: BaseException | None = None) -> None:
+        """Tell ``committed()`` callers how their commit ended: done, or the ledger's error."""
+        for waiter in waiters:
+            if waiter.done():
+                continue
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(ledger_write_error(self.path, error))
 
     def lease_clock(self) -> float:
         """Now, in the clock leases are measured by (the database's, where it has one)."""

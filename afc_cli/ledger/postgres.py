@@ -524,9 +524,7 @@ class PostgresLedger(Ledger):
 
     def _fail_waiters(self, exc: BaseException) -> None:
         waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(ledger_write_error(self.path, exc))
+        self._settle(waiters, exc)
 
     def _lock_alone(self) -> None:
         """Before an advisory lock (budget, provider limits) under group commit: the other
@@ -547,9 +545,7 @@ class PostgresLedger(Ledger):
             self._block_writes = self.db.writes
             if self._block_sync:
                 self._sync_commit()
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+            self._settle(waiters)
         self._commit_at_end = True
 
     def _sync_commit(self) -> None:
@@ -589,9 +585,7 @@ class PostgresLedger(Ledger):
                 if isinstance(exc, psycopg.Error):
                     raise ledger_write_error(self.path, exc) from None
                 raise
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self._settle(waiters)
 
     async def committed(self) -> None:
         """Return once everything written so far is committed (synced where a block asked).
@@ -601,11 +595,7 @@ class PostgresLedger(Ledger):
         before any of their provider calls, with one commit instead of one each."""
         if self._loop is None or not self._in_tx:
             return
-        waiter = self._loop.create_future()
-        self._waiters.append(waiter)
-        if len(self._waiters) == 1:
-            self._loop.call_soon(self._scheduled_flush)
-        await waiter
+        await self._join_commit()
 
     @contextmanager
     def grouped(self, loop: Any) -> Iterator[None]:

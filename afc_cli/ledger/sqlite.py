@@ -282,13 +282,9 @@ class SqliteLedger(Ledger):
                         return
                     self._sync_wal()
         except BaseException as exc:
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_exception(ledger_write_error(self.path, exc))
+            self._settle(waiters, exc)
             raise
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self._settle(waiters)
 
     def _sync_beside(self, waiters: list[Any]) -> None:
         """Sync the WAL file in a thread while the loop goes on, and tell ``waiters`` once it
@@ -309,13 +305,7 @@ class SqliteLedger(Ledger):
             if error is not None:
                 self._broken = True
                 self._broken_by = error
-            for waiter in waiters:
-                if waiter.done():
-                    continue
-                if error is None:
-                    waiter.set_result(None)
-                else:
-                    waiter.set_exception(ledger_write_error(self.path, error))
+            self._settle(waiters, error)
 
         syncing.add_done_callback(synced)
 
@@ -358,24 +348,10 @@ class SqliteLedger(Ledger):
             syncing = self._syncing  # the last commit may still be syncing beside the loop
             if syncing is not None:
                 waiter = self._loop.create_future()
-
-                def synced(done: Any) -> None:
-                    if waiter.done():
-                        return
-                    error = _failure(done)
-                    if error is None:
-                        waiter.set_result(None)
-                    else:
-                        waiter.set_exception(ledger_write_error(self.path, error))
-
-                syncing.add_done_callback(synced)
+                syncing.add_done_callback(lambda done: self._settle([waiter], _failure(done)))
                 await waiter
             return
-        waiter = self._loop.create_future()
-        self._waiters.append(waiter)
-        if len(self._waiters) == 1:
-            self._loop.call_soon(self._scheduled_flush)
-        await waiter
+        await self._join_commit()
 
     @contextmanager
     def grouped(self, loop: Any) -> Iterator[None]:
