@@ -593,8 +593,10 @@ async def _fed(
     left unfinished (the run not stopping), ask ``more`` for others and run them beside; done
     when every job is, once ``more`` had none (it is not asked again in this run)."""
     asked_out = False
+    # kept as jobs start and end: a worker's loop runs thousands of jobs, and recounting
+    # every task it ever ran at each job's end grew with the square of their number
+    pending = {task for task in tasks.values() if not task.done()}
     while True:
-        pending = {task for task in tasks.values() if not task.done()}
         if len(pending) <= low and not (asked_out or ctx.stopping.is_set() or ctx.budget_hit):
             new = [job_id for job_id in more() if job_id not in tasks or tasks[job_id].done()]
             asked_out = not new
@@ -604,13 +606,15 @@ async def _fed(
                     ctx.storages[name].check_keys(ctx.ledger.output_keys(name, new))
                 for job_id in new:
                     tasks[job_id] = asyncio.ensure_future(run_job(ctx, job_id))
+                    pending.add(tasks[job_id])
                 continue
         if not pending:
             return
-        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         failed = [t for t in done if not t.cancelled() and t.exception() is not None]
         if failed:
-            await _all_done([*failed, *(task for task in tasks.values() if not task.done())])
+            await _all_done([*failed, *pending])
+            pending = {task for task in pending if not task.done()}
 
 
 def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
