@@ -59,11 +59,18 @@ def browser():
 
 
 # Every <img> on the page, decoded: [alt, naturalWidth] (0 for one that failed to load).
+# Every picture of the page once the whole document is parsed and loaded (a big report file
+# on a busy machine may still be parsing when the driver hands the page back): [alt, width],
+# width 0 for a picture that did not decode.
 LOADED_IMAGES = """
 const done = arguments[arguments.length - 1];
-const imgs = Array.from(document.images);
-Promise.all(imgs.map(i => i.decode().then(() => [i.alt, i.naturalWidth], () => [i.alt, 0])))
-  .then(done);
+function collect() {
+  const imgs = Array.from(document.images);
+  Promise.all(imgs.map(i => i.decode().then(() => [i.alt, i.naturalWidth], () => [i.alt, 0])))
+    .then(done);
+}
+if (document.readyState === "complete") collect();
+else window.addEventListener("load", collect);
 """
 
 
