@@ -68,7 +68,12 @@ class LedgerWriteError(AfcError):
 
 def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
     why = str(exc)
-    fix = "free space on its disk" if "full" in why else "fix the disk or file system"
+    if str(path).startswith(("postgresql:", "postgres:")):
+        fix = "check the database server and the connection to it"
+    elif "full" in why:
+        fix = "free space on its disk"
+    else:
+        fix = "fix the disk or file system"
     where = f"the ledger {path}" if path else "the ledger"
     return LedgerWriteError(
         f"cannot write to {where}: {why}. The run stopped; every job stays "

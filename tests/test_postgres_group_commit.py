@@ -282,3 +282,57 @@ def test_a_failed_append_found_by_a_read_outside_any_block_stops_the_run(pg_book
 
     asyncio.run(run())
     assert _seen(url, "SELECT COUNT(*) FROM events WHERE kind IN ('lost', 'refused')") == 0
+
+
+def test_two_runs_claiming_the_same_jobs_in_opposite_orders_never_deadlock(afc, pg_url):
+    """Two runs (two hosts' ``afc resume``) each claim a job in their open group transaction,
+    then the job the other just claimed. A claim that waited for the other's row lock while its
+    own group held the first row would deadlock (PostgreSQL aborts one run: seen as a resume
+    stopping with "deadlock detected"); a claim waits alone instead, and each job goes to
+    exactly one run."""
+    import threading
+
+    path = afc.write_manifest(manifest(jobs(2)))
+    m = load_manifest(path)
+    Ledger(pg_url).admit(m, "file:///tmp/x", RateCards())
+    first, second = (j.job_id for j in m.jobs)
+    claimed = {"a": threading.Event(), "b": threading.Event()}
+    got: dict[str, list] = {}
+    errors: list[BaseException] = []
+
+    def run(me: str, other: str, order: tuple[str, str]) -> None:
+        ledger = Ledger(pg_url)
+        ledger.owner = f"host-{me}:1:1"
+        ledger.db.raw.execute("SET lock_timeout = '20s'")  # a hang fails, never blocks CI
+
+        async def claims() -> list:
+            with ledger.grouped(asyncio.get_running_loop()):
+                mine = [ledger.claim(order[0], 60)]
+                claimed[me].set()
+                # blocking, as a busy loop between two jobs: no group commit runs meanwhile
+                assert claimed[other].wait(20)
+                mine.append(ledger.claim(order[1], 60))
+            return mine
+
+        try:
+            got[me] = asyncio.run(claims())
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+        finally:
+            ledger.close()
+
+    threads = [
+        threading.Thread(target=run, args=("a", "b", (first, second))),
+        threading.Thread(target=run, args=("b", "a", (second, first))),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    owners = {who: [job["id"] if job else None for job in taken] for who, taken in got.items()}
+    assert owners == {"a": [first, None], "b": [second, None]}
+    assert sorted(_seen(pg_url, "SELECT array_agg(lease_owner ORDER BY seq) FROM jobs")) == [
+        "host-a:1:1",
+        "host-b:1:1",
+    ]

@@ -521,20 +521,34 @@ class Ledger:
         as ``unknown``: possibly paid, unpriced, never deleted.
         """
         now = self.lease_clock()
+        free = f"(lease_owner IS NULL OR lease_owner = ?) AND status NOT IN {TERMINAL_SQL}"
+        if self.CLAIM_LOCK:
+            # a row another process's transaction has locked is skipped, never waited for
+            # here: this block may share a group transaction holding other jobs' rows (the
+            # slow path below waits, alone)
+            sql = (
+                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ? WHERE id ="
+                f" (SELECT id FROM jobs WHERE id = ? AND {free}{self.CLAIM_LOCK}) RETURNING *"
+            )
+        else:
+            sql = (
+                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?"
+                f" WHERE id = ? AND {free} RETURNING *"
+            )
         with self.tx():
             # The usual case first, in one statement: a free job is simply taken (or one
             # this process holds already, as a worker's claimed jobs are: its lease renewed).
-            taken = self._all(
-                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?"
-                " WHERE id = ? AND (lease_owner IS NULL OR lease_owner = ?)"
-                f" AND status NOT IN {TERMINAL_SQL} RETURNING *",
-                (self.owner, now + lease_s, now, job_id, self.owner),
-            )
+            taken = self._all(sql, (self.owner, now + lease_s, now, job_id, self.owner))
             if taken:
                 job = taken[0]
                 if job["attempts"]:
                     self._mark_unknown(job_id, job["batch"], exclude_owner=self.owner)
                 return job
+            # Held by another run, ended, or being written by another process right now:
+            # what follows may wait for that process's row lock, so it waits holding no other
+            # row of this process (``_alone``): two runs claiming the same jobs in different
+            # orders never deadlock.
+            self._alone()
             job = self.job(job_id)
             if job is None or job["status"] in TERMINAL:
                 return None
@@ -646,6 +660,13 @@ class Ledger:
             if job is not None:
                 taken.append(job)
         return taken
+
+    def _alone(self) -> None:
+        """Called by a block before a write that may wait for another process's row lock (a
+        job another run may be claiming or settling). An engine whose run loop shares one
+        transaction among many jobs' blocks (PostgreSQL's group commit) commits the others'
+        changes first and this block at its end, so the wait holds no other row: waits form
+        no cycle. SQLite has one writer at a time and no row locks: nothing to do."""
 
     def _mark_unknown(self, job_id: str, batch: str, exclude_owner: str | None) -> int:
         """Attempts a run left ``started`` become ``unknown`` (possibly paid) with the class
@@ -1611,12 +1632,13 @@ class Ledger:
                 return job["status"], []
             needs = self.needs_of(job_id)
             ended = [n for n in needs if n["status"] is None or n["status"] in NEED_FAILED]
+            waiting = [n["need_id"] for n in needs if n["status"] != "succeeded"]
+            if waiting and not ended:
+                return "blocked", waiting
+            self._alone()  # another run may be settling the same job
             if ended:
                 self._fail_dependency(job, ended[0])
                 return job["status"], []
-            waiting = [n["need_id"] for n in needs if n["status"] != "succeeded"]
-            if waiting:
-                return "blocked", waiting
             cursor = self.db.execute(
                 "UPDATE jobs SET status = 'queued', updated_at = ? WHERE id = ?"
                 " AND status = 'blocked'",

@@ -13,9 +13,13 @@
   transaction committed every few milliseconds (``GROUP_COMMIT_S``) or when a job awaits
   ``committed()`` (its attempt row, before the provider call): one ``BEGIN``/``COMMIT`` for
   many jobs' changes instead of one per change. The rows such a transaction locks are the
-  worker's own leased jobs, which no other worker writes; the advisory locks of the shared
-  budget and provider limits are held by one block only, committed at its end
-  (``_lock_alone``). A failed statement aborts a PostgreSQL transaction: it rolls back every
+  run's own leased jobs, which no other run writes. A block that may have to wait for a row
+  another run holds waits alone: a claim takes a free job with ``SKIP LOCKED`` (a row another
+  process is writing is never waited for there) and otherwise, like the settling of a blocked
+  job, commits the group first and commits itself at its end (``_alone``); the advisory locks
+  of the shared budget and provider limits are held by one block only, the same way
+  (``_lock_alone``). So no wait happens while holding another job's row: two runs claiming
+  the same jobs in different orders never deadlock. A failed statement aborts a PostgreSQL transaction: it rolls back every
   change since the last commit and stops the run, which the next run resumes from (``tx``).
   No transaction is held open across an ``await``, a provider call or an upload.
 - **Durability**, as on SQLite (sqlite.py): a block that asks ``durable`` or ``sync_on_commit``
@@ -164,20 +168,22 @@ class PgDatabase:
 
     def execute(self, sql: str, params: Any = ()) -> Any:
         cursor = self.raw.cursor()
-        if params:
-            cursor.execute(translate(sql), list(params))
-        else:  # no parameters: psycopg sends the text as it is
-            cursor.execute(translate_ddl(sql) if self.migrating else sql)
-        if self.pipe is not None:
-            if _unread(sql):
-                self.writes += 1  # its row count is not known yet: counted as a write
-                return cursor
-            try:
+        try:
+            if params:
+                cursor.execute(translate(sql), list(params))
+            else:  # no parameters: psycopg sends the text as it is
+                cursor.execute(translate_ddl(sql) if self.migrating else sql)
+            if self.pipe is not None:
+                if _unread(sql):
+                    self.writes += 1  # its row count is not known yet: counted as a write
+                    return cursor
                 self.pipe.sync()  # this statement's answer, and those of all sent before it
-            except Exception as exc:
-                if self.on_failure is not None:
-                    self.on_failure(exc)  # raises the ledger's error if outside any block
-                raise
+        except Exception as exc:
+            # In a pipeline, an earlier statement's error surfaces at the next send (psycopg
+            # reads the answers that arrived) or at the sync: either way the group failed.
+            if self.pipe is not None and self.on_failure is not None:
+                self.on_failure(exc)  # raises the ledger's error if outside any block
+            raise
         if cursor.rowcount > 0 and sql.lstrip()[:4].upper() not in ("SELE", "SHOW", "SET "):
             self.writes += 1
         return cursor
@@ -547,6 +553,11 @@ class PostgresLedger(Ledger):
                 self._sync_commit()
             self._settle(waiters)
         self._commit_at_end = True
+
+    def _alone(self) -> None:
+        # core.Ledger._alone: a block that may wait for another process's row lock waits
+        # holding no row of the rest of the group
+        self._lock_alone()
 
     def _sync_commit(self) -> None:
         """Make the open transaction's commit wait for the disk (once per transaction)."""
