@@ -20,6 +20,8 @@ class Receiver:
     script: list[tuple[int, float, dict[str, str]]] = field(default_factory=list)
     default: tuple[int, float, dict[str, str]] = (200, 0.0, {})
     received: list[Received] = field(default_factory=list)
+    # when set to an unset Event, every POST is held unanswered until the test sets it
+    gate: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
 
@@ -45,6 +47,8 @@ class Receiver:
                     )
                     scripted = receiver.script.pop(0) if receiver.script else receiver.default
                 status, delay, headers = scripted
+                if receiver.gate is not None:
+                    receiver.gate.wait()
                 if delay:
                     time.sleep(delay)
                 self.send_response(status)
@@ -59,5 +63,7 @@ class Receiver:
         return self
 
     def stop(self) -> None:
+        if self.gate is not None:
+            self.gate.set()
         if self.server:
             self.server.shutdown()
