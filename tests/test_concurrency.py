@@ -64,10 +64,12 @@ def test_cancelled_queued_job_is_never_rendered(afc):
 
 
 def test_cancel_mid_render_wins_and_the_late_result_is_recorded(afc):
-    afc.write_manifest(manifest([{"key": "long", "prompt": "p", "params": {"latency_s": 1.5}}]))
-    proc = afc.popen("submit", "manifest.yaml")
+    afc.write_manifest(manifest([{"key": "long", "prompt": "p"}]))
+    release = afc.cwd / "release"  # the render returns when this file exists
+    proc = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
     wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
     assert afc.json("cancel", "long")["cancelled"]
+    release.touch()
     assert proc.wait(timeout=30) == 1
     assert afc.rows("SELECT status FROM jobs") == [("cancelled",)]
     # the provider succeeded after the cancel: the paid attempt is recorded with its cost

@@ -391,8 +391,9 @@ def test_a_succeeded_job_is_never_retried(afc):
 
 def test_retry_racing_a_running_worker_never_runs_the_job_twice(afc):
     log = afc.cwd / "calls.log"
-    afc.write_manifest(manifest(jobs(1, latency_s=8)))
-    env = {"AFC_LOCAL_CALL_LOG": str(log)}
+    afc.write_manifest(manifest(jobs(1)))
+    release = afc.cwd / "release"  # the render returns when this file exists
+    env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LOCAL_RELEASE": str(release)}
     worker = afc.popen("submit", "manifest.yaml", env=env)
     try:
         wait_for(afc, STARTED, 1)
@@ -403,6 +404,7 @@ def test_retry_racing_a_running_worker_never_runs_the_job_twice(afc):
         busy = afc("retry", "shot-001")
         assert busy.returncode == 2 and "still in flight" in busy.stderr
     finally:
+        release.touch()
         assert worker.wait(timeout=30) == 1
     assert afc("retry", "shot-001").returncode == 0
     assert afc("resume", env=env).returncode == 0
