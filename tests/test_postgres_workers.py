@@ -27,7 +27,7 @@ def _wait(pg: PgAfc, sql: str, threshold: int, timeout: float = 30) -> None:
     raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
 
 
-def _worker(pg: PgAfc, host: str, log, *extra: str):
+def _worker(pg: PgAfc, host: str, log, *extra: str, env: dict[str, str] | None = None):
     return pg.popen(
         "worker",
         "--until-idle",
@@ -38,7 +38,12 @@ def _worker(pg: PgAfc, host: str, log, *extra: str):
         "--claim",
         "3",
         *extra,
-        env={"AFC_HOST_ID": host, "AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(log)},
+        env={
+            "AFC_HOST_ID": host,
+            "AFC_LEASE_S": "3",
+            "AFC_LOCAL_CALL_LOG": str(log),
+            **(env or {}),
+        },
     )
 
 
@@ -47,11 +52,18 @@ def test_three_hosts_one_killed_every_job_ends_once(pg):
     log = pg.cwd / "calls.log"
     pg.write_manifest(manifest(jobs(n, latency_s=0.3)))
     assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
-    workers = {host: _worker(pg, host, log) for host in ("host-a", "host-b", "host-c")}
-    # host-a dies with calls in flight
-    _wait(pg, "SELECT COUNT(*) FROM attempts WHERE owner LIKE 'host-a:%' AND status = 'started'", 1)
+    # every render is held until each host has one in flight (a host that boots late on a
+    # busy machine still gets work), then host-a dies with its calls in flight
+    release = pg.cwd / "release"
+    workers = {
+        host: _worker(pg, host, log, env={"AFC_LOCAL_RELEASE": str(release)})
+        for host in ("host-a", "host-b", "host-c")
+    }
+    for host in workers:
+        _wait(pg, f"SELECT COUNT(*) FROM attempts WHERE owner LIKE '{host}:%'", 1)
     workers["host-a"].send_signal(signal.SIGKILL)
     assert workers["host-a"].wait(timeout=30) == -signal.SIGKILL
+    release.touch()
     for host in ("host-b", "host-c"):
         assert workers[host].wait(timeout=90) == 0, workers[host].stderr.read()
 
