@@ -114,8 +114,11 @@ def test_foreign_object_survives_and_its_job_conflicts(afc, s3):
 
 def test_a_key_taken_between_probe_and_store_is_never_overwritten(afc, s3):
     # the object appears after probe looked (a racing writer): the create-only PUT gets 412
-    afc.write_manifest(manifest([{"key": "race", "prompt": "p", "params": {"latency_s": 1.0}}]))
-    proc = afc.popen("submit", "manifest.yaml", "--storage", s3.url)
+    afc.write_manifest(manifest([{"key": "race", "prompt": "p"}]))
+    release = afc.cwd / "release"  # the render returns once the racing writer has written
+    proc = afc.popen(
+        "submit", "manifest.yaml", "--storage", s3.url, env={"AFC_LOCAL_RELEASE": str(release)}
+    )
     deadline = time.time() + 20
     while time.time() < deadline:
         try:
@@ -125,6 +128,7 @@ def test_a_key_taken_between_probe_and_store_is_never_overwritten(afc, s3):
             pass
         time.sleep(0.02)
     s3.client.put_object(Bucket=s3.bucket, Key="films/b1/race.png", Body=b"racing writer")
+    release.touch()
     assert proc.wait(timeout=30) == 1
     body = s3.client.get_object(Bucket=s3.bucket, Key="films/b1/race.png")["Body"].read()
     assert body == b"racing writer"
