@@ -156,16 +156,17 @@ def test_sigterm_drains_the_calls_in_flight_then_resume_renders_the_rest(afc):
 @pytest.mark.parametrize("how", ["sigterm-grace-0", "sigkill"])
 def test_an_interruption_never_spends_the_only_attempt(afc, how):
     """attempts: 1 and the run ends mid-call: the job is not failed; resume renders it."""
-    data = manifest(jobs(1, latency_s=3))
+    data = manifest(jobs(1))
     data["defaults"]["chain"][0]["attempts"] = 1
     afc.write_manifest(data)
+    held = {"AFC_LOCAL_RELEASE": str(afc.cwd / "never")}  # the call never returns
     if how == "sigkill":
-        proc = afc.popen("submit", "manifest.yaml")
+        proc = afc.popen("submit", "manifest.yaml", env=held)
         wait_for(afc, STARTED, 1)
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
     else:
-        proc = afc.popen("submit", "manifest.yaml", "--grace", "0")
+        proc = afc.popen("submit", "manifest.yaml", "--grace", "0", env=held)
         wait_for(afc, STARTED, 1)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 130
@@ -182,8 +183,9 @@ def test_an_interruption_never_spends_the_only_attempt(afc, how):
 
 
 def test_a_second_signal_abandons_the_calls_in_flight_at_once(afc):
-    afc.write_manifest(manifest(jobs(2, latency_s=4)))
-    proc = afc.popen("submit", "manifest.yaml")
+    afc.write_manifest(manifest(jobs(2)))
+    # the calls never return on their own: only the second signal can end the run
+    proc = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(afc.cwd / "never")})
     wait_for(afc, STARTED, 2)
     proc.send_signal(signal.SIGINT)
     wait_line(proc, "stopping")
@@ -192,7 +194,7 @@ def test_a_second_signal_abandons_the_calls_in_flight_at_once(afc):
     err = proc.stderr.read()
     assert "a second signal: abandoning 2 job(s)" in err
     assert "2 call(s) in flight abandoned" in err
-    # abandoned before the 4 s calls could end: recorded unknown (possibly paid), not lost
+    # abandoned before the calls could end: recorded unknown (possibly paid), not lost
     assert afc.rows("SELECT status, error_class, COUNT(*) FROM attempts GROUP BY 1, 2") == [
         ("unknown", INTERRUPTED, 2)
     ]
