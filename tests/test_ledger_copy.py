@@ -3,6 +3,8 @@ against the copy renders nothing."""
 
 from __future__ import annotations
 
+import time
+
 from conftest import jobs, manifest
 
 
@@ -101,3 +103,32 @@ def test_a_copy_keeps_needs_and_review_decisions_and_the_next_decision_follows(a
     decided = afc("review", "reject", "alt", "--reason", "off model", env=env)
     assert decided.returncode == 0, decided.stderr
     assert afc.json("show", "alt", env=env)["job"]["status"] == "rejected"
+
+
+def test_copy_refuses_a_source_a_live_run_holds_and_creates_nothing(afc):
+    afc.write_manifest(manifest(jobs(1)))
+    release = afc.cwd / "release"  # the run holds its job until this file exists
+    run = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        deadline = time.monotonic() + 60
+        while not _held(afc):
+            assert time.monotonic() < deadline, "the run never claimed its job"
+            time.sleep(0.05)
+        refused = afc("ledger", "copy", "afc.db", "copy.db")
+        assert refused.returncode == 2, refused.stderr
+        assert "held by a live run" in refused.stderr and "b1/shot-001" in refused.stderr
+        assert not (afc.cwd / "copy.db").exists(), "the destination was not even created"
+    finally:
+        release.touch()
+        assert run.wait(timeout=60) == 0
+    copied = afc.json("ledger", "copy", "afc.db", "copy.db")
+    assert copied["rows"]["jobs"] == 1
+
+
+def _held(afc) -> bool:
+    if not (afc.cwd / "afc.db").exists():  # never create it before the run does
+        return False
+    try:
+        return afc.rows("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")[0][0] == 1
+    except Exception:  # noqa: BLE001 - the ledger is still being created
+        return False

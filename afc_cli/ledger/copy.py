@@ -48,6 +48,7 @@ def copy_ledger(src_url: str, dst_url: str) -> dict[str, Any]:
         raise UsageError("afc ledger copy needs two different ledgers")
     src = Ledger(src_url, create=False)
     try:
+        _refuse_live(src)  # before the destination is created or migrated
         dst = Ledger(dst_url)
         try:
             if dst.batches():
@@ -58,22 +59,7 @@ def copy_ledger(src_url: str, dst_url: str) -> dict[str, Any]:
             counts: dict[str, int] = {}
             with src.tx():
                 src.snapshot()
-                live = [
-                    row
-                    for row in src._all(
-                        "SELECT key, batch, lease_owner FROM jobs WHERE lease_owner IS NOT NULL"
-                        f" AND lease_expires >= ? AND status NOT IN {TERMINAL_SQL}",
-                        (src.lease_clock(),),
-                    )
-                    if not owner_is_dead(row["lease_owner"])
-                ]
-                if live:
-                    row = live[0]
-                    raise UsageError(
-                        f"{len(live)} jobs of {src.path} are held by a live run (e.g. "
-                        f"{row['batch']}/{row['key']}, by {row['lease_owner']}); stop it (or "
-                        "let its leases expire), then copy (nothing was written)"
-                    )
+                _refuse_live(src)  # again, in the snapshot the copy reads
                 with dst.tx():
                     for table in TABLES:
                         counts[table] = _copy_table(src, dst, table)
@@ -84,6 +70,27 @@ def copy_ledger(src_url: str, dst_url: str) -> dict[str, Any]:
     finally:
         src.close()
     return {"source": str(src.path), "destination": str(dst.path), "rows": counts, **spooled}
+
+
+def _refuse_live(src: Ledger) -> None:
+    """A source with a job held by a live run (its lease not expired, its owner not known
+    dead) is refused: the copy would miss what that run is about to record."""
+    live = [
+        row
+        for row in src._all(
+            "SELECT key, batch, lease_owner FROM jobs WHERE lease_owner IS NOT NULL"
+            f" AND lease_expires >= ? AND status NOT IN {TERMINAL_SQL}",
+            (src.lease_clock(),),
+        )
+        if not owner_is_dead(row["lease_owner"])
+    ]
+    if live:
+        row = live[0]
+        raise UsageError(
+            f"{len(live)} jobs of {src.path} are held by a live run (e.g. "
+            f"{row['batch']}/{row['key']}, by {row['lease_owner']}); stop it (or "
+            "let its leases expire), then copy (nothing was written)"
+        )
 
 
 def _copy_table(src: Ledger, dst: Ledger, table: str) -> int:
