@@ -332,18 +332,21 @@ def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
     groups: dict[tuple[str, str, str], list[tuple[dict[str, Any], str]]] = {}
     for job in jobs:
         why = job["error"]["message"] if job["error"] else job["waiting"] or paused_reason(job)
+        if not why and job["status"] == "queued":  # admitted, not run (--no-run, a stop)
+            why = "not started; 'afc resume' (or an 'afc worker') runs it"
         groups.setdefault((job["status"], job["step"], same_message(why)), []).append((job, why))
     lines = []
     for (status, step, _), members in groups.items():
         job, why = members[0]
+        because = f": {why}" if why else ""
         if len(members) == 1:
-            lines.append(f"{job['batch']}/{job['key']}: {status} at {step}: {why}")
+            lines.append(f"{job['batch']}/{job['key']}: {status} at {step}{because}")
             continue
         names = ", ".join(f"{j['batch']}/{j['key']}" for j, _ in members[:shown])
         more = f" and {len(members) - shown} more" if len(members) > shown else ""
         lines.append(
             f"{len(members)} jobs {status} at {step} ({names}{more}; afc status --status "
-            f"{status} lists them): {why}"
+            f"{status} lists them){because}"
         )
     return lines
 
