@@ -180,7 +180,7 @@ def work(
                     ledger.release(job)
                 break
             if not jobs:
-                if ledger.has_webhooks():
+                if ledger.deliveries_due():  # none due: no run loop is started for nothing
                     drained = run_jobs(ledger, [], concurrency=concurrency, grace_s=grace_s)
                     if drained.interrupted:  # the drain's loop took the signal: it stops us
                         stop.set()

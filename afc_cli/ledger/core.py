@@ -1367,6 +1367,17 @@ class Ledger:
     # plus this margin (or the caller's, e.g. AFC_LEASE_S when shorter), on the ledger's clock.
     DELIVERY_LEASE_MARGIN_S = 120.0
 
+    def deliveries_due(self) -> bool:
+        """Whether any delivery is due now and free to claim (an idle ``afc worker`` drains
+        only then: a row waiting out its backoff costs it nothing)."""
+        now = self.lease_clock()
+        row = self.db.execute(
+            "SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'pending'"
+            " AND next_attempt_at <= ? AND (lease_owner IS NULL OR lease_expires < ?))",
+            (now, now),
+        ).fetchone()
+        return bool(row[0])
+
     def claim_deliveries(
         self,
         limit: int,

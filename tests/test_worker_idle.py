@@ -1,0 +1,51 @@
+"""An idle ``afc worker`` (no job to claim) starts a run loop only to drain deliveries that are
+due: a delivery waiting out its backoff costs an idle worker nothing at each poll."""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+
+from conftest import jobs, manifest
+
+from afc_cli import run as run_mod
+from afc_cli.worker import work
+
+SECRET = "whsec_" + base64.b64encode(b"afc test secret, 32 bytes long!!").decode()
+
+
+def test_an_idle_worker_drains_only_due_deliveries(afc, monkeypatch):
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    monkeypatch.setenv("AFC_HOOK_SECRET", SECRET)
+    data = manifest(jobs(1))
+    data["webhook"] = {"url": "http://127.0.0.1:9/down", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    # the receiver was down: its delivery waits out a backoff, due seconds from now
+    assert afc.rows("SELECT status, attempts FROM deliveries") == [("pending", 1)]
+
+    loops: list[list[str]] = []
+    real = run_mod.run_jobs
+
+    def counted(ledger, job_ids, **kwargs):
+        loops.append(list(job_ids))
+        return real(ledger, job_ids, **kwargs)
+
+    monkeypatch.setattr(run_mod, "run_jobs", counted)
+    monkeypatch.chdir(afc.cwd)
+
+    def idle_worker() -> None:
+        result = work(
+            ledger_path=str(afc.cwd / "afc.db"), concurrency=1, grace_s=0, until_idle=True
+        )
+        assert result.exit_code == 0
+
+    idle_worker()
+    assert loops == [], "nothing was due: no run loop"
+    assert afc.rows("SELECT attempts FROM deliveries") == [(1,)]
+
+    with sqlite3.connect(afc.cwd / "afc.db") as conn:  # now it is due
+        conn.execute("UPDATE deliveries SET next_attempt_at = 0")
+    idle_worker()
+    assert loops == [[]], "a due delivery: one drain"
+    assert afc.rows("SELECT attempts FROM deliveries") == [(2,)]
