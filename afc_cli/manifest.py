@@ -1211,10 +1211,10 @@ class PlainJob:
     """A job of a list's common line, resolved by ``_PlainJobs``: what is its own (index, key,
     job id, output key, the request's SHA-256 as bytes, prompt), the rest shared with every
     such job of the list. It reads like a ``ResolvedJob`` (the same attributes, read-only),
-    each shared part or derived one made when read: a 100,000-job list built, stored
-    (``JobList``) and admitted a full ``ResolvedJob`` with its own body dict and text per job,
-    twice. ``body`` and ``request_json`` are the same values ``resolve_jobs`` makes for the
-    same line (tests/test_issue15_plainjob.py)."""
+    each shared or derived part made when read. Before it, each job of a 100,000-job list
+    was a full ``ResolvedJob`` with a body dict and a stored text of its own, made twice
+    (resolved, then read back from ``JobList``). ``body`` and ``request_json`` are the values
+    ``resolve_jobs`` makes for the same line (tests/test_issue15_plainjob.py)."""
 
     __slots__ = ("index", "key", "job_id", "output_key", "digest", "prompt", "shared")
     needs: tuple[str, ...] = ()
