@@ -919,23 +919,31 @@ class JobList:
         self.inline = inline
         self.file = tempfile.TemporaryFile()  # deleted when closed, or when afc exits
         self.count = len(inline)
+        self.shared: _PlainJobs | None = None  # what the list's PlainJobs share (one list's)
         chunk: list[tuple] = []
         for job in resolved:
             self.count += 1
-            extra = (job.review, job.needs, job.inputs)
-            chunk.append(
-                (
-                    job.index,
-                    job.key,
-                    job.job_id,
-                    job.output_key,
-                    job.request_hash,
-                    job.body,
-                    job.request_json,
-                    job.webhook,
+            if type(job) is PlainJob and self.shared in (None, job.shared):
+                # only its own parts: six fields, no body (tests/test_issue15_plainjob.py)
+                self.shared = job.shared
+                chunk.append(
+                    (job.index, job.key, job.job_id, job.output_key, job.digest, job.prompt)
                 )
-                + (extra if any(extra) else ())
-            )
+            else:
+                extra = (job.review, job.needs, job.inputs)
+                chunk.append(
+                    (
+                        job.index,
+                        job.key,
+                        job.job_id,
+                        job.output_key,
+                        job.request_hash,
+                        job.body,
+                        job.request_json,
+                        job.webhook,
+                    )
+                    + (extra if any(extra) else ())
+                )
             if len(chunk) == self.CHUNK:
                 self._write(marshal.dumps(chunk))
                 chunk = []
@@ -958,7 +966,11 @@ class JobList:
             size = self.file.read(8)
             if not size:
                 return
+            shared = self.shared
             for row in marshal.loads(self.file.read(int.from_bytes(size, "little"))):
+                if len(row) == 6:  # a PlainJob's own parts
+                    yield PlainJob(*row, shared)
+                    continue
                 index, key, job_id, output_key, digest, body, text, webhook = row[:8]
                 yield ResolvedJob(
                     index=index,
@@ -1176,7 +1188,7 @@ class _PlainJobs:
         self.webhook = model.webhook.model_dump() if model.webhook else None
         self.review = model.defaults.review
 
-    def resolve(self, index: int, where: str, spec: Any, seen: Seen) -> ResolvedJob | None:
+    def resolve(self, index: int, where: str, spec: Any, seen: Seen) -> PlainJob | None:
         key = spec.key
         if key in seen.keys or _key_problem(key):
             return None
@@ -1192,26 +1204,77 @@ class _PlainJobs:
         seen.outputs[output_key] = where
         seen.named[where] = f"{where} (key {key!r})"
         seen.hashes[key] = raw
-        return ResolvedJob(
-            index=index,
-            key=key,
-            job_id=job_id,
-            prompt=prompt,
-            params=self.params,
-            chain=self.chain,
-            output_template=self.template,
-            output_key=output_key,
-            body={
-                "chain": self.chain,
-                "prompt": prompt,
-                "params": self.params,
-                "output": self.template,
-            },
-            request_hash=raw.hex(),
-            webhook=self.webhook,
-            review=self.review,
-            request_json=self.text + _ascii_string(prompt) + "}",
-        )
+        return PlainJob(index, key, job_id, output_key, raw, prompt, self)
+
+
+class PlainJob:
+    """A job of a list's common line, resolved by ``_PlainJobs``: what is its own (index, key,
+    job id, output key, the request's SHA-256 as bytes, prompt), the rest shared with every
+    such job of the list. It reads like a ``ResolvedJob`` (the same attributes, read-only),
+    each shared or derived part made when read. Before it, each job of a 100,000-job list
+    was a full ``ResolvedJob`` with a body dict and a stored text of its own, made twice
+    (resolved, then read back from ``JobList``). ``body`` and ``request_json`` are the values
+    ``resolve_jobs`` makes for the same line (tests/test_issue15_plainjob.py)."""
+
+    __slots__ = ("index", "key", "job_id", "output_key", "digest", "prompt", "shared")
+    needs: tuple[str, ...] = ()
+    inputs = None
+
+    def __init__(
+        self,
+        index: int,
+        key: str,
+        job_id: str,
+        output_key: str,
+        digest: bytes,
+        prompt: str,
+        shared: _PlainJobs,
+    ) -> None:
+        self.index = index
+        self.key = key
+        self.job_id = job_id
+        self.output_key = output_key
+        self.digest = digest
+        self.prompt = prompt
+        self.shared = shared
+
+    @property
+    def request_hash(self) -> str:
+        return self.digest.hex()
+
+    @property
+    def chain(self) -> list[dict[str, Any]]:
+        return self.shared.chain
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.shared.params
+
+    @property
+    def output_template(self) -> str:
+        return self.shared.template
+
+    @property
+    def webhook(self) -> dict[str, Any] | None:
+        return self.shared.webhook
+
+    @property
+    def review(self) -> bool:
+        return self.shared.review
+
+    @property
+    def body(self) -> dict[str, Any]:
+        shared = self.shared
+        return {
+            "chain": shared.chain,
+            "prompt": self.prompt,
+            "params": shared.params,
+            "output": shared.template,
+        }
+
+    @property
+    def request_json(self) -> str:
+        return self.shared.text + _ascii_string(self.prompt) + "}"
 
 
 def resolve_deferred(

@@ -325,18 +325,16 @@ class Ledger:
                     }
                 )
         ordered = sorted(fresh, key=_job_id)  # the table is clustered on the (random) id
-        self.db.conn.executemany(
-            "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
-            " webhook_json, status, step, created_at, updated_at, review, inputs_json)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'probe', ?, ?, ?, ?)"
-            " ON CONFLICT (batch, key) DO NOTHING",
-            [
+        job_rows, events = [], []
+        for j in ordered:
+            digest = j.request_hash  # a PlainJob makes its hex once here (manifest.PlainJob)
+            job_rows.append(
                 (
                     j.job_id,
                     batch,
                     j.key,
                     j.index,
-                    j.request_hash,
+                    digest,
                     j.request_json or _dumps(j.body),  # the same text, made from shared parts
                     j.output_key,
                     _dumps(j.webhook),
@@ -346,24 +344,21 @@ class Ledger:
                     1 if getattr(j, "review", False) else 0,
                     _dumps(getattr(j, "inputs", None) or None),
                 )
-                for j in ordered
-            ],
-        )
-        self.db.conn.executemany(
-            "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
+            )
             # _dumps({"hash": ...}) of a hex digest, written out; in job id order, as the
             # events' (job_id, id) index is
-            [(j.job_id, batch, now, "admitted", f'{{"hash":"{j.request_hash}"}}') for j in ordered]
-            + [
-                (
-                    None,
-                    batch,
-                    now,
-                    "conflict_refused",
-                    _dumps(c),
-                )
-                for c in conflicts
-            ],
+            events.append((j.job_id, batch, now, "admitted", f'{{"hash":"{digest}"}}'))
+        self.db.conn.executemany(
+            "INSERT INTO jobs (id, batch, key, seq, request_hash, request_json, output_key,"
+            " webhook_json, status, step, created_at, updated_at, review, inputs_json)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'probe', ?, ?, ?, ?)"
+            " ON CONFLICT (batch, key) DO NOTHING",
+            job_rows,
+        )
+        events.extend((None, batch, now, "conflict_refused", _dumps(c)) for c in conflicts)
+        self.db.conn.executemany(
+            "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
+            events,
         )
         self._admit_needs(batch, [j for j in fresh if getattr(j, "needs", ())])
         if done:
