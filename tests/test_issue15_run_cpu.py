@@ -141,3 +141,16 @@ def test_the_url_cache_stays_bounded():
     for i in range(PoolTransport.URL_CACHE * 3):
         transport._url(httpx.URL(f"http://127.0.0.1:9/v1/predictions/{i}"))
     assert 0 < len(transport._urls) <= PoolTransport.URL_CACHE
+
+
+def test_the_ledgers_json_is_the_text_it_was():
+    from afc_cli.ledger.core import _dumps
+
+    for value in (
+        {"b": 1, "a": [1.5, None, True], "é": "ü\u2028"},
+        {"provider": "openai", "model": "gpt-image-1", "attempt": 1},
+        [],
+        "text",
+    ):
+        assert _dumps(value) == json.dumps(value, sort_keys=True, separators=(",", ":"))
+    assert _dumps(None) is None
