@@ -154,3 +154,30 @@ def test_the_ledgers_json_is_the_text_it_was():
     ):
         assert _dumps(value) == json.dumps(value, sort_keys=True, separators=(",", ":"))
     assert _dumps(None) is None
+
+
+def test_the_file_helper_keeps_a_stable_objects_callable_and_sends_others_fresh(tmp_path):
+    from collections import Counter
+
+    from afc_cli.offload import FileWorker
+    from afc_cli.spool import Spool
+
+    spool = Spool(tmp_path / "spool")
+    counts = Counter(a=1)
+
+    async def main():
+        worker = FileWorker()
+        await worker.start()
+        try:
+            paths = [await worker.call(spool.path, f"job-{i}") for i in range(3)]
+            first = await worker.call(counts.most_common)
+            counts["b"] = 5  # a change to an object that is not offload_stable reaches the helper
+            second = await worker.call(counts.most_common)
+            return paths, first, second, len(worker._callables)
+        finally:
+            await worker.close()
+
+    paths, first, second, kept = asyncio.run(main())
+    assert paths == [spool.path(f"job-{i}") for i in range(3)]
+    assert first == [("a", 1)] and second == [("b", 5), ("a", 1)]
+    assert kept == 1  # spool.path, pickled once for three calls; the Counter's never kept
