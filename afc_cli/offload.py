@@ -34,6 +34,7 @@ import struct
 import subprocess
 import sys
 import threading
+import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -127,11 +128,15 @@ class FileWorker:
         state does not change (``offload_stable``: a run's storage and spool). A bound method
         pickles its whole object each time (measured: 15-20 us of the run loop's time, five
         calls a job); the helper keeps what it unpickled by these bytes, too. The object is
-        held here, so its id cannot be reused by another while the worker lives."""
+        held here, so its id cannot be reused by another while the worker lives. Anything
+        else (a ``functools.partial``, a method of another object) is pickled per call, and
+        never kept: it may carry state that changes, or be made anew for each call."""
         owner = getattr(fn, "__self__", None)
-        if owner is None or isinstance(owner, type(sys)):
+        if isinstance(owner, types.ModuleType) or (
+            owner is None and isinstance(fn, types.FunctionType)
+        ):
             key: Any = fn  # a module-level function: pickled by name
-        elif getattr(owner, "offload_stable", False):
+        elif owner is not None and getattr(owner, "offload_stable", False):
             key = (id(owner), fn.__func__)
         else:
             return pickle.dumps(fn, pickle.HIGHEST_PROTOCOL)

@@ -181,3 +181,25 @@ def test_the_file_helper_keeps_a_stable_objects_callable_and_sends_others_fresh(
     assert paths == [spool.path(f"job-{i}") for i in range(3)]
     assert first == [("a", 1)] and second == [("b", 5), ("a", 1)]
     assert kept == 1  # spool.path, pickled once for three calls; the Counter's never kept
+
+
+def test_a_partial_is_sent_fresh_and_never_kept(tmp_path):
+    import functools
+
+    from afc_cli.offload import FileWorker
+
+    numbers = [1, 2]
+
+    async def main():
+        worker = FileWorker()
+        await worker.start()
+        try:
+            call = functools.partial(sum, numbers)
+            first = await worker.call(call)
+            numbers.append(3)  # the partial's state changed: the helper sees it
+            second = await worker.call(call)
+            return first, second, len(worker._callables)
+        finally:
+            await worker.close()
+
+    assert asyncio.run(main()) == (3, 6, 0)
