@@ -96,6 +96,8 @@ def file_digest(path: Path) -> tuple[int, str]:
 
 
 class Spool:
+    offload_stable = True  # its state never changes: the file helper may keep it (offload.py)
+
     def __init__(self, root: str | Path):
         self.root = Path(root).absolute()
 

@@ -49,8 +49,13 @@ def _now() -> float:
     return time.time()
 
 
+# ``json.dumps`` with any option builds a new encoder per call; one made once writes the same
+# text (steps, usage and events are written several times a job)
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return None if value is None else _ENCODER.encode(value)
 
 
 def _marks(values: list[Any]) -> str:

@@ -31,6 +31,7 @@ _MADE: set[Path] = set()  # directories this process made or found (skips a mkdi
 
 class FileStorage(Storage):
     local = True
+    offload_stable = True  # its state never changes: the file helper may keep it (offload.py)
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
