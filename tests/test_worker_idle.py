@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import sqlite3
+import time
 
 from conftest import jobs, manifest
 
@@ -21,8 +22,11 @@ def test_an_idle_worker_drains_only_due_deliveries(afc, monkeypatch):
     data["webhook"] = {"url": "http://127.0.0.1:9/down", "secret_env": "AFC_HOOK_SECRET"}
     afc.write_manifest(data)
     assert afc("submit", "manifest.yaml").returncode == 0
-    # the receiver was down: its delivery waits out a backoff, due seconds from now
+    # the receiver was down: its delivery waits out a backoff (an hour here: full jitter
+    # may draw a backoff short enough to be due by the time the worker looks)
     assert afc.rows("SELECT status, attempts FROM deliveries") == [("pending", 1)]
+    with sqlite3.connect(afc.cwd / "afc.db") as conn:
+        conn.execute("UPDATE deliveries SET next_attempt_at = ?", (time.time() + 3600,))
 
     loops: list[list[str]] = []
     real = run_mod.run_jobs
