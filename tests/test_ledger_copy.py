@@ -3,9 +3,7 @@ against the copy renders nothing."""
 
 from __future__ import annotations
 
-import time
-
-from conftest import jobs, manifest
+from conftest import jobs, manifest, wait_for
 
 
 def _figures(afc, ledger: str) -> dict:
@@ -110,10 +108,7 @@ def test_copy_refuses_a_source_a_live_run_holds_and_creates_nothing(afc):
     release = afc.cwd / "release"  # the run holds its job until this file exists
     run = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
     try:
-        deadline = time.monotonic() + 60
-        while not _held(afc):
-            assert time.monotonic() < deadline, "the run never claimed its job"
-            time.sleep(0.05)
+        wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL", 1, timeout=60)
         refused = afc("ledger", "copy", "afc.db", "copy.db")
         assert refused.returncode == 2, refused.stderr
         assert "held by a live run" in refused.stderr and "b1/shot-001" in refused.stderr
@@ -123,12 +118,3 @@ def test_copy_refuses_a_source_a_live_run_holds_and_creates_nothing(afc):
         assert run.wait(timeout=60) == 0
     copied = afc.json("ledger", "copy", "afc.db", "copy.db")
     assert copied["rows"]["jobs"] == 1
-
-
-def _held(afc) -> bool:
-    if not (afc.cwd / "afc.db").exists():  # never create it before the run does
-        return False
-    try:
-        return afc.rows("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")[0][0] == 1
-    except Exception:  # noqa: BLE001 - the ledger is still being created
-        return False

@@ -521,24 +521,18 @@ class Ledger:
         as ``unknown``: possibly paid, unpriced, never deleted.
         """
         now = self.lease_clock()
-        free = f"(lease_owner IS NULL OR lease_owner = ?) AND status NOT IN {TERMINAL_SQL}"
-        if self.CLAIM_LOCK:
-            # a row another process's transaction has locked is skipped, never waited for
-            # here: this block may share a group transaction holding other jobs' rows (the
-            # slow path below waits, alone)
-            sql = (
-                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ? WHERE id ="
-                f" (SELECT id FROM jobs WHERE id = ? AND {free}{self.CLAIM_LOCK}) RETURNING *"
-            )
-        else:
-            sql = (
-                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?"
-                f" WHERE id = ? AND {free} RETURNING *"
-            )
         with self.tx():
             # The usual case first, in one statement: a free job is simply taken (or one
             # this process holds already, as a worker's claimed jobs are: its lease renewed).
-            taken = self._all(sql, (self.owner, now + lease_s, now, job_id, self.owner))
+            # On PostgreSQL (CLAIM_LOCK) a row another process's transaction has locked is
+            # skipped, never waited for here: this block may share a group transaction that
+            # holds other jobs' rows (the slow path below waits, alone).
+            taken = self._all(
+                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ? WHERE id ="
+                " (SELECT id FROM jobs WHERE id = ? AND (lease_owner IS NULL OR lease_owner = ?)"
+                f" AND status NOT IN {TERMINAL_SQL}{self.CLAIM_LOCK}) RETURNING *",
+                (self.owner, now + lease_s, now, job_id, self.owner),
+            )
             if taken:
                 job = taken[0]
                 if job["attempts"]:
@@ -1367,14 +1361,18 @@ class Ledger:
     # plus this margin (or the caller's, e.g. AFC_LEASE_S when shorter), on the ledger's clock.
     DELIVERY_LEASE_MARGIN_S = 120.0
 
+    # a delivery to post: pending, due before the first parameter, its lease (if any) expired
+    # before the second
+    _DELIVERY_DUE = (
+        "status = 'pending' AND next_attempt_at <= ? AND (lease_owner IS NULL OR lease_expires < ?)"
+    )
+
     def deliveries_due(self) -> bool:
         """Whether any delivery is due now and free to claim (an idle ``afc worker`` drains
         only then: a row waiting out its backoff costs it nothing)."""
         now = self.lease_clock()
         row = self.db.execute(
-            "SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'pending'"
-            " AND next_attempt_at <= ? AND (lease_owner IS NULL OR lease_expires < ?))",
-            (now, now),
+            f"SELECT EXISTS (SELECT 1 FROM deliveries WHERE {self._DELIVERY_DUE})", (now, now)
         ).fetchone()
         return bool(row[0])
 
@@ -1406,8 +1404,7 @@ class Ledger:
             ids = [
                 row[0]
                 for row in self.db.execute(
-                    "SELECT id FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ?"
-                    f" AND (lease_owner IS NULL OR lease_expires < ?){where}"
+                    f"SELECT id FROM deliveries WHERE {self._DELIVERY_DUE}{where}"
                     f" ORDER BY next_attempt_at, id LIMIT ?{self.CLAIM_LOCK}",
                     [*params, limit],
                 ).fetchall()

@@ -16,11 +16,11 @@
   run's own leased jobs, which no other run writes. A block that may have to wait for a row
   another run holds waits alone: a claim takes a free job with ``SKIP LOCKED`` (a row another
   process is writing is never waited for there) and otherwise, like the settling of a blocked
-  job, commits the group first and commits itself at its end (``_alone``); the advisory locks
-  of the shared budget and provider limits are held by one block only, the same way
-  (``_lock_alone``). So no wait happens while holding another job's row: two runs claiming
-  the same jobs in different orders never deadlock. A failed statement aborts a PostgreSQL transaction: it rolls back every
-  change since the last commit and stops the run, which the next run resumes from (``tx``).
+  job and the taking of the shared budget's and provider limits' advisory locks, commits the
+  group first and commits itself at its end (``_alone``). So no wait happens while holding
+  another job's row: two runs claiming the same jobs in different orders never deadlock. A
+  failed statement aborts a PostgreSQL transaction: it rolls back every change since the
+  last commit and stops the run, which the next run resumes from (``tx``).
   No transaction is held open across an ``await``, a provider call or an upload.
 - **Durability**, as on SQLite (sqlite.py): a block that asks ``durable`` or ``sync_on_commit``
   (the attempt row committed before a paid provider call, a submitted request's id) commits
@@ -351,13 +351,13 @@ class PostgresLedger(Ledger):
             )
 
     def _hold_budget(self, run_id: str | None) -> None:
-        self._lock_alone()
+        self._alone()
         # a transaction-scoped advisory lock per budget: workers on every host that share
         # this run id (afc worker --max-spend) check and reserve their estimates one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (BUDGET_LOCK, run_id or ""))
 
     def _hold_limit(self, provider: str) -> None:
-        self._lock_alone()
+        self._alone()
         # a transaction-scoped advisory lock per provider: the processes of every host check
         # and take that provider's shared limits one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (LIMIT_LOCK, provider))
@@ -532,10 +532,11 @@ class PostgresLedger(Ledger):
         waiters, self._waiters = self._waiters, []
         self._settle(waiters, exc)
 
-    def _lock_alone(self) -> None:
-        """Before an advisory lock (budget, provider limits) under group commit: the other
-        blocks' changes are committed first and this block commits at its end, so the lock is
-        held for one block, waited for holding no other job's row, and taken in one order
+    def _alone(self) -> None:
+        """core.Ledger._alone under group commit: the other blocks' changes are committed
+        first and this block commits at its end, so whatever it waits for (an advisory lock
+        of the budget or a provider's limits, another run's job row) it waits for holding no
+        other job's row, and an advisory lock is held for one block and taken in one order
         (budget, then provider) by every process: no deadlock, no lock held for a group."""
         if (
             self._loop is not None
@@ -553,11 +554,6 @@ class PostgresLedger(Ledger):
                 self._sync_commit()
             self._settle(waiters)
         self._commit_at_end = True
-
-    def _alone(self) -> None:
-        # core.Ledger._alone: a block that may wait for another process's row lock waits
-        # holding no row of the rest of the group
-        self._lock_alone()
 
     def _sync_commit(self) -> None:
         """Make the open transaction's commit wait for the disk (once per transaction)."""
