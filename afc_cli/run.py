@@ -356,36 +356,65 @@ class Interruption:
     """What Ctrl-C and SIGTERM mean while jobs run (see the module docstring): the first drains,
     the second (or the grace running out) abandons, the third exits at once."""
 
-    def __init__(self, ctx: RunContext, tasks: dict[str, asyncio.Task], grace_s: float, reporter):
+    def __init__(
+        self,
+        ctx: RunContext,
+        tasks: dict[str, asyncio.Task],
+        grace_s: float,
+        reporter,
+        already: Callable[[], bool] | None = None,
+    ):
         self.ctx = ctx
         self.tasks = tasks
         self.grace_s = grace_s
         self.reporter = reporter
-        self.signals = 0
+        self.already = already  # a stop asked for before the loop took the signals (a worker)
+        self.received = 0  # signals this run took, whether or not the loop got to act on them
+        self.signals = 0  # those acted on
+        self.ended = False
         self.timer: asyncio.TimerHandle | None = None
         self.saved: dict[int, Any] = {}
         self.on_stop: list[Any] = []  # called at the first signal (e.g. end the outbox's drain)
 
     @contextlib.contextmanager
     def installed(self, loop: asyncio.AbstractEventLoop):
+        """The run's own handlers for SIGINT and SIGTERM while the block runs, then the
+        previous ones again.
+
+        A plain ``signal.signal`` handler, not ``loop.add_signal_handler``: asyncio's handler
+        only writes to a wake-up pipe that the loop reads on its next turn, so a signal that
+        came after the loop's last turn but before the handlers were removed was dropped
+        unseen (an ``afc worker`` stopped just as its loop ended went on polling, deaf to the
+        SIGTERM it had been sent; CI caught it). This handler counts the signal at once, in
+        the main thread, and wakes the loop to act on it (``call_soon_threadsafe``: what
+        asyncio's own Ctrl-C handling does); ``interrupted`` is true for a signal the loop
+        never got to act on, so the caller still stops."""
+
+        def taken(signum: int, frame: Any) -> None:
+            self.received += 1
+            loop.call_soon_threadsafe(self.signalled)
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                self.saved[sig] = signal.getsignal(sig)
-                loop.add_signal_handler(sig, self.signalled)
-            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
-                self.saved.pop(sig, None)
+                self.saved[sig] = signal.signal(sig, taken)
+            except ValueError:  # not the main thread: the caller's handlers stay
+                continue
+            signal.siginterrupt(sig, False)  # a system call in a library resumes, as asyncio had it
+        if self.already is not None and self.already():
+            self.received += 1
+            loop.call_soon(self.signalled)
         try:
             yield self
         finally:
+            self.ended = True
             if self.timer is not None:
                 self.timer.cancel()
             for sig, handler in self.saved.items():
-                loop.remove_signal_handler(sig)
                 signal.signal(sig, handler)  # the CLI's own handlers, for after the run
 
     @property
     def interrupted(self) -> bool:
-        return self.signals > 0
+        return self.received > 0 or self.signals > 0
 
     def signalled(self) -> None:
         # after the ledger's commit sync in flight, if any (SqliteLedger.after_sync): the
@@ -397,6 +426,8 @@ class Interruption:
             after_sync(self.act)
 
     def act(self) -> None:
+        if self.ended:  # the run is over: nothing left to drain (``interrupted`` says it)
+            return
         self.signals += 1
         if self.signals == 1:
             self.drain()
@@ -439,6 +470,7 @@ def run_jobs(
     checked: frozenset[str] = frozenset(),
     run_id: str | None = None,
     more: Callable[[], list[str]] | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
     ``checked``: batches whose storage the caller has just checked (submit does, before
@@ -447,7 +479,10 @@ def run_jobs(
     sharing one budget pass one id (afc_cli/worker.py).
     ``more``: asked for the ids of more jobs (claimed already, of batches this run opened)
     whenever no more than ``concurrency`` of the run's jobs are left unfinished, until it
-    returns none; they run in this same loop (afc worker: no new loop per claim)."""
+    returns none; they run in this same loop (afc worker: no new loop per claim).
+    ``stopped``: whether a stop was asked for before the loop took the signals over (a
+    worker's SIGTERM while it opened the storages): the loop then starts by draining, as if
+    the signal had come a moment later."""
     if not job_ids and not ledger.has_webhooks():
         return RunStats()
     lease_s = lease_seconds() if lease_s is None else lease_s
@@ -502,7 +537,7 @@ def run_jobs(
         ctx.blocked = set(ledger.blocked_job_ids(job_ids))
         tasks = {job_id: asyncio.ensure_future(run_job(ctx, job_id)) for job_id in job_ids}
         ctx.tasks = tasks
-        interruption = Interruption(ctx, tasks, grace_s, reporter)
+        interruption = Interruption(ctx, tasks, grace_s, reporter, already=stopped)
         try:
             with ledger.grouped(loop), interruption.installed(loop):
                 if ledger.has_webhooks():

@@ -19,8 +19,9 @@ exits 130, since those attempts are recorded ``unknown`` and possibly paid.
 from __future__ import annotations
 
 import json
+import os
+import select
 import signal
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,39 @@ from afc_cli.errors import EXIT_BUDGET, EXIT_INTERRUPTED, UsageError
 from afc_cli.ledger import Ledger
 
 DEFAULT_POLL_S = 2.0
+
+
+class Stop:
+    """A stop that a signal handler may ask for: a flag and a pipe, no lock.
+
+    ``threading.Event.set`` takes the event's lock; a handler runs in the main thread between
+    two bytecodes, possibly while that same thread holds the lock inside ``Event.wait``, and
+    would then wait for itself forever (a worker deaf to SIGTERM). ``set`` here only assigns
+    and writes a byte; ``wait`` sleeps in ``select`` on the pipe, woken by that byte at once."""
+
+    def __init__(self) -> None:
+        self.flag = False
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+
+    def set(self) -> None:
+        self.flag = True
+        try:
+            os.write(self._write, b"x")
+        except (BlockingIOError, OSError):  # full (already woken) or closed: the flag is set
+            pass
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def wait(self, timeout: float) -> bool:
+        if not self.flag:
+            select.select([self._read], [], [], timeout)
+        return self.flag
+
+    def close(self) -> None:
+        os.close(self._read)
+        os.close(self._write)
 
 
 class Refill:
@@ -47,7 +81,7 @@ class Refill:
         batch: str | None,
         known: set[str],
         check: Any,
-        stop: threading.Event,
+        stop: Stop,
         result: WorkerResult,
         reporter: Any,
     ):
@@ -154,7 +188,6 @@ def work(
     run_id = f"budget:{budget_name}" if budget is not None else None
     max_interrupts()
     min_free_bytes()
-    stop = threading.Event()
 
     def check(jobs: list[dict[str, Any]]) -> None:
         """What a claim must pass before its jobs run: every provider's key is set here, and
@@ -168,9 +201,10 @@ def work(
     def on_signal(signum: int, frame: Any) -> None:
         stop.set()
 
-    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     result = WorkerResult()
     ledger = Ledger(ledger_path, create=False, check=True)
+    stop = Stop()
+    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         ledger.require_batch(batch)
         while not stop.is_set():
@@ -181,7 +215,9 @@ def work(
                 break
             if not jobs:
                 if ledger.deliveries_due():  # none due: no run loop is started for nothing
-                    drained = run_jobs(ledger, [], concurrency=concurrency, grace_s=grace_s)
+                    drained = run_jobs(
+                        ledger, [], concurrency=concurrency, grace_s=grace_s, stopped=stop.is_set
+                    )
                     if drained.interrupted:  # the drain's loop took the signal: it stops us
                         stop.set()
                         break
@@ -209,6 +245,7 @@ def work(
                 budget=budget,
                 run_id=run_id,
                 more=refill,
+                stopped=stop.is_set,
             )
             result.finished += stats.finished
             result.spent_micros += stats.spent_micros
@@ -236,3 +273,4 @@ def work(
         ledger.close()
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+        stop.close()
