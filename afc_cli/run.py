@@ -401,8 +401,9 @@ class Interruption:
                 continue
             signal.siginterrupt(sig, False)  # a system call in a library resumes, as asyncio had it
         if self.already is not None and self.already():
+            # acted on now, before any job's first step: none has an attempt row yet
             self.received += 1
-            loop.call_soon(self.signalled)
+            self.act()
         try:
             yield self
         finally:
