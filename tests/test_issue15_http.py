@@ -36,12 +36,16 @@ def request(provider: str, model: str, prompt: str = "a lighthouse") -> AttemptR
 
 class RawServer:
     """An asyncio HTTP/1.1 server whose behaviour per request is a coroutine; counts
-    connections."""
+    connections and keeps each request's head and body (``received``)."""
 
     def __init__(self, behaviour):
         self.behaviour = behaviour
         self.connections = 0
-        self.requests = 0
+        self.received: list[tuple[bytes, bytes]] = []
+
+    @property
+    def requests(self) -> int:
+        return len(self.received)
 
     async def handle(self, reader, writer):
         self.connections += 1
@@ -52,8 +56,7 @@ class RawServer:
                 for line in head.split(b"\r\n"):
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
-                await reader.readexactly(length)
-                self.requests += 1
+                self.received.append((head, await reader.readexactly(length)))
                 if not await self.behaviour(writer):
                     break
         except (asyncio.IncompleteReadError, ConnectionError):

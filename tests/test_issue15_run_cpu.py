@@ -8,42 +8,21 @@ import asyncio
 import json
 
 import httpx
+from test_issue15_http import RawServer
 
 from afc_cli.providers.http import new_client
 from afc_cli.providers.transport import PoolTransport
 
 
-class Capture:
-    """An HTTP/1.1 server that keeps each request's head and body and answers ``reply``."""
+def answering(reply: bytes):
+    """A behaviour for ``RawServer``: answer every request with ``reply``."""
 
-    def __init__(self, reply: bytes) -> None:
-        self.reply = reply
-        self.requests: list[tuple[bytes, bytes]] = []
+    async def behaviour(writer) -> bool:
+        writer.write(reply)
+        await writer.drain()
+        return True
 
-    async def handle(self, reader, writer):
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                body = await reader.readexactly(length)
-                self.requests.append((head, body))
-                writer.write(self.reply)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    async def __aenter__(self):
-        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc):
-        self.server.close()
+    return behaviour
 
 
 def reply(payload: bytes) -> bytes:
@@ -67,7 +46,7 @@ def test_a_request_goes_out_whole_and_its_timeouts_and_url_are_made_once():
     big = json.dumps({"data": [{"b64_json": "A" * 300_000}]}).encode()  # many chunks
 
     async def main():
-        async with Capture(reply(big)) as server:
+        async with RawServer(answering(reply(big))) as server:
             client = new_client(connections=2)
             transport = client._transport
             assert isinstance(transport, PoolTransport)
@@ -105,7 +84,7 @@ def test_a_request_goes_out_whole_and_its_timeouts_and_url_are_made_once():
 
 def test_headers_and_bodies_reach_the_server(tmp_path):
     async def main():
-        async with Capture(reply(b"{}")) as server:
+        async with RawServer(answering(reply(b"{}"))) as server:
             client = new_client(connections=1)
             url = f"http://127.0.0.1:{server.port}/v1/x"
             try:
@@ -121,7 +100,7 @@ def test_headers_and_bodies_reach_the_server(tmp_path):
                 )
             finally:
                 await client.aclose()
-            return server.requests
+            return server.received
 
     (head, body), (form_head, form_body) = asyncio.run(main())
     assert head.startswith(b"POST /v1/x HTTP/1.1\r\n")
