@@ -415,7 +415,7 @@ class Interruption:
 
     @property
     def interrupted(self) -> bool:
-        return self.received > 0 or self.signals > 0
+        return self.received > 0  # every signal acted on was received first
 
     def signalled(self) -> None:
         # after the ledger's commit sync in flight, if any (SqliteLedger.after_sync): the

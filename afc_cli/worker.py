@@ -48,7 +48,7 @@ class Stop:
         self.flag = True
         try:
             os.write(self._write, b"x")
-        except (BlockingIOError, OSError):  # full (already woken) or closed: the flag is set
+        except OSError:  # the pipe is full (already woken) or closed: the flag is set
             pass
 
     def is_set(self) -> bool:
