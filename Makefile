@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 
 # afc's own modules compiled to bytecode up front: an editable install leaves that to the first
 # import, which writes nothing when PYTHONDONTWRITEBYTECODE is set (as on this project's
-# machines), and then every `afc` process compiles them again (~0.15 s of each command's
-# start-up, ~1,500 commands a test run). Only changed files are compiled again.
+# machines), and then every `afc` process compiles them again: ~0.15 s of each command's
+# start-up, in a test suite that runs `afc` in child processes throughout. Only changed files
+# are compiled again.
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q afc_cli
 

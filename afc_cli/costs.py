@@ -10,8 +10,29 @@ Sources: ``quoted`` (the provider said), ``derived`` (reported units x rate card
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
+
+MAX_USD = Decimal(1_000_000)  # rates and budgets stay below this (the ledger's numeric(12,6))
+
+
+def usd_problem(value: str) -> str | None:
+    """Why a USD amount (a rate, a budget, --max-spend) is refused, or None.
+
+    Amounts are exact decimal strings, not negative, and below 1,000,000 USD, the range the
+    ledger's money columns hold (numeric(12,6)); a larger one would also overflow the exact
+    micro-USD arithmetic. Here with the money, not with the manifest: a resume checks the
+    ledger's recorded cards with it and imports no manifest machinery (pydantic, YAML)."""
+    try:
+        amount = Decimal(value)
+    except (InvalidOperation, TypeError, ValueError):
+        return f'must be a decimal string such as "0.04", got {value!r}'
+    if not amount.is_finite() or amount < 0:
+        return f"must be a non-negative decimal, got {value!r}"
+    if amount >= MAX_USD:
+        return f"must be below 1000000 USD, got {value!r}"
+    return None
+
 
 MICROS = Decimal(1_000_000)
 

@@ -35,7 +35,7 @@ import unicodedata
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from json.encoder import encode_basestring as _utf8_string
 from json.encoder import encode_basestring_ascii as _ascii_string
 from pathlib import Path
@@ -45,6 +45,7 @@ import rfc8785
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from afc_cli.costs import usd_problem
 from afc_cli.errors import ManifestError
 from afc_cli.joblist import PlainSpec
 
@@ -79,30 +80,12 @@ MAX_YAML_DEPTH = 64  # nesting of mappings and lists
 MAX_PROMPT_CHARS = 32_000  # the longest prompt a provider here accepts (OpenAI gpt-image)
 MAX_OUTPUT_KEY_BYTES = 1024  # S3's limit on an object key
 MAX_SEGMENT_BYTES = 255  # a file name's limit on common file systems
-MAX_USD = Decimal(1_000_000)  # rates and budgets stay below this (the ledger's numeric(12,6))
 MAX_INPUT_BYTES = 50 * 1024 * 1024  # a reference image (OpenAI's image edits take up to 50 MB)
 
 
 class _Strict(BaseModel):
     # strict: a quoted number is not an integer ("2" is not attempts: 2), true is not 1
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-
-def usd_problem(value: str) -> str | None:
-    """Why a USD amount (a rate, a budget, --max-spend) is refused, or None.
-
-    Amounts are exact decimal strings, not negative, and below 1,000,000 USD, the range the
-    ledger's money columns hold (numeric(12,6)); a larger one would also overflow the exact
-    micro-USD arithmetic."""
-    try:
-        amount = Decimal(value)
-    except (InvalidOperation, TypeError, ValueError):
-        return f'must be a decimal string such as "0.04", got {value!r}'
-    if not amount.is_finite() or amount < 0:
-        return f"must be a non-negative decimal, got {value!r}"
-    if amount >= MAX_USD:
-        return f"must be below 1000000 USD, got {value!r}"
-    return None
 
 
 def _usd(value: str | None) -> str | None:

@@ -42,7 +42,6 @@ from afc_cli.errors import (
     UsageError,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
-from afc_cli.manifest import load_config_rates, load_manifest
 from afc_cli.pipeline import MAX_INTERRUPTS, ProviderLimit, RunContext, run_job
 from afc_cli.spool import Spool
 
@@ -97,7 +96,7 @@ class Budget:
     def parse(cls, value: str | None, allow_unpriced: bool) -> Budget | None:
         if value is None:
             return None
-        from afc_cli.manifest import usd_problem
+        from afc_cli.costs import usd_problem
 
         problem = usd_problem(value)
         if problem:
@@ -204,6 +203,10 @@ def submit(
     """Admit a manifest's jobs and run them (``run``). ``report_jobs=False`` leaves the jobs'
     status rows out of the result (an admission of 100,000 jobs spent a second reading them
     back), for a caller that shows none (``submit --no-run -q``)."""
+    # imported here, not with this module: resume and worker, which read no manifest, need
+    # neither it nor pydantic and YAML (a fifth of their start-up)
+    from afc_cli.manifest import load_manifest
+
     # everything that can refuse the run is checked before the ledger is even opened
     manifest = load_manifest(manifest_path)
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
@@ -267,6 +270,8 @@ def submit(
 
 def manifest_rates(manifest: Any) -> RateCards:
     """Rate cards of the config file (AFC_CONFIG), with the manifest's own winning."""
+    from afc_cli.manifest import load_config_rates
+
     return RateCards.from_rates(load_config_rates(os.environ.get("AFC_CONFIG")) + manifest.rates)
 
 
@@ -740,7 +745,7 @@ def batch_rates(ledger: Ledger) -> dict[str, RateCards]:
     """Each batch's rate cards, as recorded at its latest admission. A card admitted by an
     older afc that this one refuses (an amount of 1,000,000 USD or more overflows the exact
     micro-USD arithmetic) stops the run before anything is written, naming the batch."""
-    from afc_cli.manifest import usd_problem
+    from afc_cli.costs import usd_problem
 
     cards = {}
     for row in ledger.batches():

@@ -1,7 +1,9 @@
 """Issue 15, start-up of a command that only reads the ledger: ``afc queue stats`` imports
 neither pydantic (typer's option adapters, afc_cli/cli_coercion.py) nor sqlite-utils (the
 ledger's own ``Connection``, afc_cli/ledger/sqlite.py), yet refuses a newer schema and a damaged
-file as before, migrates an older ledger, and keeps typer's messages for bad option values. The
+file as before, migrates an older ledger, and keeps typer's messages for bad option values.
+Number options are coerced as typer's adapter would, without it; a resume that runs jobs
+imports none of the manifest's machinery (pydantic, YAML, rfc8785). The
 oldest-age figures come from one index lookup per batch and status (m008)."""
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import sys
 
 import pytest
 from conftest import jobs, manifest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlite_utils import Database
 
 from afc_cli.ledger import Ledger
@@ -243,3 +247,80 @@ def test_both_engines_have_the_age_index_and_answer_the_same_figures(ledger_url)
         assert (stats["queued"], stats["in_flight"], stats["oldest_age_seconds"]) == (1, 1, 600)
     finally:
         ledger.close()
+
+
+NUMBER_OPTIONS = [
+    (int, {"min": 1}),  # --concurrency
+    (float, {"min": 0}),
+    (float, {}),  # --grace
+    (int, {}),
+    (float, {"max": 10.5}),
+    (int, {"min": 1, "clamp": True}),  # clamped: always typer's own
+]
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    option=st.sampled_from(NUMBER_OPTIONS),
+    value=st.one_of(
+        st.integers(min_value=-(10**20), max_value=10**20),
+        st.floats(),
+        st.booleans(),
+        st.from_regex(r"[0-9]{1,18}(\.[0-9]{1,17})?", fullmatch=True),
+        st.text(alphabet="0123456789+-._eE xinfa", max_size=8),
+    ),
+)
+def test_plain_numbers_coerce_exactly_as_typers_adapter(option, value):
+    """Every number option value afc coerces without pydantic (afc_cli/cli_coercion.py) comes
+    out as typer's own adapter makes it: the same number of the same type, or the same
+    refusal."""
+    import typer.core
+    from typer._click.exceptions import BadParameter
+    from typer._coercion import build_runtime_param, resolve_type_descriptor
+    from typer.models import OptionInfo
+
+    from afc_cli.cli_coercion import install
+
+    assert install()
+    annotation, bounds = option
+    descriptor = resolve_type_descriptor(annotation, OptionInfo(**bounds))
+    light, typers = typer.core.build_runtime_param(descriptor), build_runtime_param(descriptor)
+    assert type(light).__name__ == "LightParam" and type(typers).__name__ != "LightParam"
+
+    def outcome(param):
+        try:
+            result = param._coerce_value(value, param=None, ctx=None)
+        except BadParameter as exc:
+            return ("refused", exc.message)
+        return ("value", type(result), result if result == result else "nan")
+
+    assert outcome(light) == outcome(typers)
+
+
+def test_resume_runs_jobs_without_pydantic_yaml_or_rfc8785(afc):
+    """A resume reads no manifest: the run path imports none of the manifest's machinery, and
+    its number options (their defaults, or values given) build no pydantic adapter."""
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run", "-q").returncode == 0
+    result, heavy = imported_by(afc.cwd, "resume", "--concurrency", "4", "--grace", "2.5", "-q")
+    assert result.returncode == 0, result.stderr
+    assert heavy == [] or heavy == ["httpx"], heavy
+    assert afc.json("status")["counts"] == {"succeeded": 2}
+
+
+def test_plain_numbers_build_no_adapter_and_others_go_to_typer():
+    from typer._coercion import resolve_type_descriptor
+    from typer.core import build_runtime_param
+    from typer.models import OptionInfo
+
+    from afc_cli.cli_coercion import install
+
+    assert install()
+    light = build_runtime_param(resolve_type_descriptor(int, OptionInfo(min=1)))
+    assert [light._coerce_value(v, param=None, ctx=None) for v in (8, "500")] == [8, 500]
+    grace = build_runtime_param(resolve_type_descriptor(float, OptionInfo()))
+    assert grace._coerce_value(30.0, param=None, ctx=None) == 30.0
+    assert grace._coerce_value("2.5", param=None, ctx=None) == 2.5
+    assert light._built == [] and grace._built == [], "no pydantic adapter was built"
+    assert light._coerce_value("+5", param=None, ctx=None) == 5
+    assert len(light._built) == 1, "a signed value is typer's to read"

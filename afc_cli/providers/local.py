@@ -38,7 +38,6 @@ import struct
 import zlib
 from typing import Any
 
-from afc_cli.manifest import ERROR_CLASSES
 from afc_cli.providers.base import AttemptRequest, AttemptResult, Provider, ProviderError
 
 _STATUS = {
@@ -73,6 +72,8 @@ class LocalProvider(Provider):
         if not isinstance(fail, list) or not all(isinstance(c, str) for c in fail):
             problems.append(f"fail: must be a list of error classes, got {fail!r}")
         else:
+            from afc_cli.manifest import ERROR_CLASSES  # only a manifest's check comes here
+
             for cls in fail:
                 if cls not in ERROR_CLASSES or cls == "exhausted":
                     problems.append(f"fail: {cls!r} is not an error class")
