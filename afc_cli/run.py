@@ -39,6 +39,7 @@ from afc_cli.errors import (
     EXIT_INTERRUPTED,
     EXIT_JOB_FAILED,
     EXIT_OK,
+    SpoolError,
     UsageError,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
@@ -457,6 +458,18 @@ class Interruption:
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(self.grace_s, self.abandon, "the grace period ran out")
 
+    def stop_for_spool(self) -> None:
+        """A render's bytes could not be spooled (``pipeline.spool``): stop as at a first
+        signal, so no new provider call starts (an attempt row committed but not sent ends
+        unsent, at a known 0) and the calls already in flight finish within the grace and are
+        recorded with their cost, instead of being cancelled into ``unknown`` (possibly paid
+        twice over: once at the provider, once more by the next run). A signal after it
+        abandons them, as a second signal does."""
+        if self.ended or self.signals:
+            return
+        self.signals = 1
+        self.drain()
+
     def abandon(self, why: str) -> None:
         left = [task for task in self.tasks.values() if not task.done()]
         self.reporter.abandoning(why, len(left))
@@ -511,6 +524,14 @@ def run_jobs(
     size_pools(PROVIDERS, concurrency, limits)
 
     spool = Spool(ledger.spool_root())
+    if job_ids or more is not None:
+        try:
+            spool.check()  # before any render is paid for: its bytes must have somewhere to go
+        except OSError as exc:
+            raise SpoolError(
+                f"the spool {spool.root} cannot be written: {exc}. No render was started; "
+                "fix the disk or move what is in the way, then run again."
+            ) from None
     sweep_spool(ledger, spool)
 
     async def main() -> RunStats:
@@ -553,9 +574,9 @@ def run_jobs(
                     outbox = asyncio.create_task(run_beside(ledger, stop))
                     interruption.on_stop.append(outbox.cancel)  # its rows wait for the next run
                 if more is None:
-                    await _all_done(list(tasks.values()))
+                    await _all_done(list(tasks.values()), interruption.stop_for_spool)
                 else:
-                    await _fed(ctx, tasks, more, concurrency)
+                    await _fed(ctx, tasks, more, concurrency, interruption.stop_for_spool)
                 stop.set()
                 if outbox is not None:
                     await asyncio.wait({outbox})  # cancelled by a stop: no error
@@ -609,26 +630,44 @@ def run_jobs(
         reporter.end()
 
 
-async def _all_done(tasks: list[asyncio.Task]) -> None:
-    """Wait for every job's task. The first one that fails (a full disk, a broken ledger)
-    stops the run: the others are cancelled, then its error is raised. A cancelled task (a
-    stopping run) is no failure."""
+async def _all_done(tasks: list[asyncio.Task], drain: Callable[[], None] | None = None) -> None:
+    """Wait for every job's task. The first one that fails stops the run, and its error is
+    raised once every task has ended. A cancelled task (a stopping run) is no failure.
+
+    A spool that could not be written (``SpoolError``; the ledger is sound) stops the run
+    through ``drain`` (``Interruption.stop_for_spool``): no new call starts and the calls in
+    flight finish, so what they cost is known. Any other failure (a broken ledger) cancels
+    the other tasks at once."""
     pending = set(tasks)
+    first: BaseException | None = None
     while pending:
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
         # in the jobs' order, not the set's: of two jobs that failed in the same turn of the
         # loop, the first job's error is raised, whatever the tasks' hashes
         for task in [task for task in tasks if task in done]:
-            if not task.cancelled() and task.exception() is not None:
-                for other in pending:
-                    other.cancel()
-                if pending:
-                    await asyncio.wait(pending)
-                raise task.exception()
+            if task.cancelled() or task.exception() is None:
+                continue
+            error = task.exception()
+            if isinstance(error, SpoolError) and drain is not None:
+                if first is None:
+                    first = error
+                    drain()
+                continue
+            for other in pending:
+                other.cancel()
+            if pending:
+                await asyncio.wait(pending)
+            raise error
+    if first is not None:
+        raise first
 
 
 async def _fed(
-    ctx: RunContext, tasks: dict[str, asyncio.Task], more: Callable[[], list[str]], low: int
+    ctx: RunContext,
+    tasks: dict[str, asyncio.Task],
+    more: Callable[[], list[str]],
+    low: int,
+    drain: Callable[[], None] | None = None,
 ) -> None:
     """``run_jobs(more=...)``: like ``_all_done``, and whenever no more than ``low`` jobs are
     left unfinished (the run not stopping), ask ``more`` for others and run them beside; done
@@ -654,7 +693,7 @@ async def _fed(
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         failed = [t for t in done if not t.cancelled() and t.exception() is not None]
         if failed:
-            await _all_done([*failed, *pending])
+            await _all_done([*failed, *pending], drain)
             pending = {task for task in pending if not task.done()}
 
 

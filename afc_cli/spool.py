@@ -117,6 +117,22 @@ class Spool:
     def path(self, job_id: str) -> Path:
         return self.root / f"{job_id}.spool"
 
+    def check(self) -> None:
+        """That this process can create, sync and remove a file in the spool (the folder is
+        made if missing). A run checks it before its first job: a spool that cannot be
+        written (a file in the way, a read-only or over-quota disk, permissions) is then found
+        before any render is paid for, not by the first render's bytes, which would be lost.
+        Raises ``OSError``."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        probe = self.root / f".afc-check-{os.getpid()}.probe"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"afc")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+
     def write(self, job_id: str, data: bytes, *, sync_dir: bool = True) -> SpoolFile:
         """Write, fsync and rename into place. ``sync_dir=False`` leaves the directory fsync
         that makes the rename durable to the caller (a ``DirSync``)."""

@@ -168,23 +168,81 @@ def test_a_quick_look_never_waits_behind_busy_file_work(tmp_path):
     assert asyncio.run(main()) == [fifo.name for fifo in fifos]
 
 
-def test_a_spool_that_cannot_be_written_stops_the_run_with_the_paid_attempt_recorded(afc):
-    """A render whose bytes cannot be kept (here the spool path is a file, as a full or broken
-    disk would refuse them): exit 1 with a message, no traceback, the attempt recorded with its
-    cost; once the disk is fixed, resume finishes every job."""
+def test_a_spool_that_cannot_be_written_is_found_before_any_render_is_paid(afc):
+    """A spool that refuses files (here its path is a file, as a broken, read-only or
+    over-quota disk would refuse them) is found by the run's check before its first job: exit
+    1 with a message, no traceback, no attempt at all (the first render's bytes would have
+    had nowhere to go); once the disk is fixed, resume finishes every job."""
     afc.write_manifest(manifest([{"key": f"k{i}", "prompt": f"p{i}"} for i in range(3)]))
     (afc.cwd / "afc.db-spool").write_text("in the way")
     result = afc("submit", "manifest.yaml", "--concurrency", "1")
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
-    assert "cannot keep the output of b1/k0 in the spool" in result.stderr
-    paid = afc.rows("SELECT status, cost_micros FROM attempts WHERE number = 1 ORDER BY id")
-    assert paid[0] == ("succeeded", 50_000)
-    assert not afc.rows("SELECT 1 FROM attempts WHERE status = 'started'")
+    assert "afc.db-spool cannot be written" in result.stderr
+    assert "No render was started" in result.stderr
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
     (afc.cwd / "afc.db-spool").unlink()
     result = afc("resume")
     assert result.returncode == 0, result.stderr
     assert afc.rows("SELECT DISTINCT status FROM jobs") == [("succeeded",)]
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(3,)]
+
+
+def test_a_spool_that_breaks_mid_run_stops_new_calls_and_records_the_ones_in_flight(afc):
+    """The spool breaks while two calls are in flight (the folder is swapped for a file, as a
+    disk that fails mid-run would refuse writes). k0's output cannot be kept: that stops the
+    run as a first signal does. k1's call, still in flight, is not cancelled into an unknown,
+    possibly paid attempt: it finishes, and its cost is recorded. No new call starts: k2 took
+    k0's slot and may have sent its call before the failure was known (then it is recorded
+    the same way), or is stopped before sending it (a known 0) or before its attempt row; k3
+    never starts. Exit 1 with the
+    spool's message; once the disk is fixed, resume finishes every job."""
+    latencies = [1.0, 3.0, 1.0, 1.0]
+    afc.write_manifest(
+        manifest(
+            [
+                {"key": f"k{i}", "prompt": f"p{i}", "params": {"latency_s": latency}}
+                for i, latency in enumerate(latencies)
+            ]
+        )
+    )
+    spool = afc.cwd / "afc.db-spool"
+    run = afc.popen("submit", "manifest.yaml", "--concurrency", "2")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (afc.cwd / "afc.db").exists() and spool.is_dir():
+            started = afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'started'")[0][0]
+            if started == 2:
+                break
+        time.sleep(0.02)
+    else:
+        run.kill()
+        pytest.fail("the two calls never started")
+    spool.rename(afc.cwd / "spool-away")
+    spool.write_text("the disk broke")
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    assert "cannot keep the output of b1/k0" in stderr
+    attempts = dict(
+        afc.rows(
+            "SELECT j.key, a.status || ' ' || COALESCE(a.cost_source, '') || ' '"
+            " || COALESCE(a.cost_micros, 'unknown') FROM attempts a JOIN jobs j ON j.id = a.job_id"
+        )
+    )
+    assert attempts["k0"] == attempts["k1"] == "succeeded local 50000", attempts
+    assert attempts.get("k2") in (None, "succeeded local 50000", "failed unsent 0"), attempts
+    assert attempts.get("k3") in (None, "failed unsent 0"), attempts
+    lost = afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'spool_failed'")[0][0]
+    assert lost == 2 + (attempts.get("k2") == "succeeded local 50000"), lost
+    spool.unlink()
+    (afc.cwd / "spool-away").rename(spool)
+    result = afc("resume")
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT DISTINCT status FROM jobs") == [("succeeded",)]
+    assert afc.rows(
+        "SELECT COUNT(*) FROM attempts WHERE status NOT IN ('succeeded', 'failed')"
+    ) == [(0,)]
 
 
 def test_a_failed_directory_fsync_reaches_every_caller_and_the_next_one_runs(tmp_path):
