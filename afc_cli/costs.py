@@ -101,26 +101,35 @@ class RateCards:
         So ``{openai, gpt-image-1, per_image: "0.04"}`` prices a gpt-image answer that reports
         tokens at 0.04 an image, and a card with token rates prices the same answer by its
         tokens. Unpriced only when no reported unit has a rate: never a guessed zero.
+
+        The usage comes from a provider's answer, after the call was paid for: a count that is
+        not a finite number >= 0 (a string, NaN, a negative, a list) counts as not reported
+        (``usage_amount``; one such token count and the tokens price nothing), and a cost of
+        1,000,000 USD or more is unpriced. Raising here would
+        lose the paid output and stop the run, at every resume again.
         """
         card = self.cards.get((provider, model))
         if card is None:
             return None
-        tokens = {
-            rate: _per_k(usage.get(unit))
+        reported = {
+            rate: usage_amount(usage[unit])
             for rate, unit in (
                 ("per_1k_input_tokens", "input_tokens"),
                 ("per_1k_output_tokens", "output_tokens"),
             )
             if usage.get(unit) is not None
         }
+        # one unreadable count and the tokens cannot price the answer (half of it would be
+        # an underpriced guess); the images still can
+        tokens = {} if None in reported.values() else reported
         if tokens and all(rate in card for rate in tokens):
-            return to_micros(
-                sum((amount * card[rate] for rate, amount in tokens.items()), Decimal(0))
+            return _bounded(
+                sum((amount / 1000 * card[rate] for rate, amount in tokens.items()), Decimal(0))
             )
         for rate, unit in (("per_image", "images"), ("per_second", "seconds")):
-            amount = usage.get(unit)
+            amount = usage_amount(usage.get(unit))
             if amount is not None and rate in card:
-                return to_micros(Decimal(str(amount)) * card[rate])
+                return _bounded(amount * card[rate])
         return None
 
     def estimate(self, provider: str, model: str) -> int | None:
@@ -135,7 +144,25 @@ class RateCards:
         return to_micros(card["per_image"])
 
 
-def _per_k(tokens: Any) -> Decimal | None:
-    if tokens is None:
+MAX_COUNT = Decimal(10**15)  # more tokens, images or seconds than any one answer reports
+
+
+def usage_amount(value: Any) -> Decimal | None:
+    """A usage count from a provider's answer as an exact decimal, or None where it is not a
+    finite number from 0 to ``MAX_COUNT``: a JSON number (int or float, not a bool) or a
+    decimal string."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    return Decimal(str(tokens)) / Decimal(1000)
+    try:
+        amount = Decimal(str(value).strip()) if isinstance(value, str) else Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    if not amount.is_finite() or not 0 <= amount < MAX_COUNT:
+        return None
+    return amount
+
+
+def _bounded(amount: Decimal) -> int | None:
+    """Micro-USD of a priced usage, or None (unpriced) from 1,000,000 USD up: no real answer
+    costs that, and the ledger's money columns stop there."""
+    return to_micros(amount) if amount < MAX_USD else None

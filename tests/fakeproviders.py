@@ -246,20 +246,15 @@ class FakeProviders:
                 200, {"created": 1, "data": [{"url": f"{self.base}/files/d.png"}]}, headers=headers
             )
         image = base64.b64encode(render_png(prompt, 32, 32)).decode()
-        h.reply(
-            200,
-            {
-                "created": 1,
-                "data": [{"b64_json": image}],
-                "usage": {
-                    "input_tokens": 50,
-                    "output_tokens": 4160,
-                    "total_tokens": 4210,
-                    "input_tokens_details": {"text_tokens": 50, "image_tokens": 0},
-                },
-            },
-            headers=headers,
-        )
+        usage = {
+            "input_tokens": 50,
+            "output_tokens": 4160,
+            "total_tokens": 4210,
+            "input_tokens_details": {"text_tokens": 50, "image_tokens": 0},
+        }
+        if "odd-usage" in prompt:  # a paid answer whose counts are not numbers
+            usage = {"input_tokens": "fifty", "output_tokens": float("nan"), "total_tokens": []}
+        h.reply(200, {"created": 1, "data": [{"b64_json": image}], "usage": usage}, headers=headers)
 
     def openai_edits(self, h) -> None:
         """``POST /v1/images/edits``: multipart form data, the fields as form fields and each

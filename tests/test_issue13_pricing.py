@@ -5,11 +5,14 @@ provider servers."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import pytest
 from conftest import manifest
 from fakeproviders import FakeProviders
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from afc_cli.costs import RateCards
 
@@ -54,6 +57,66 @@ def test_unpriced_only_when_no_reported_unit_has_a_rate():
     assert cards(per_image="0.04").price("p", "m", {}) is None
     assert cards(per_image="0.04").price("p", "other", {"images": 1}) is None
     assert cards(per_image="0.04").price("p", "m", {"images": 0}) == 0  # reported: nothing made
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats()
+    | st.text(alphabet="0123456789.-+eEinfaNs x", max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=5,
+)
+UNITS = ("images", "seconds", "input_tokens", "output_tokens")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    usage=st.dictionaries(st.sampled_from(UNITS), JSON_VALUES),
+    prices=st.dictionaries(
+        st.sampled_from(["per_image", "per_second", *TOKENS]),
+        st.decimals(min_value=0, max_value=999_999, places=6),
+    ),
+)
+def test_a_providers_usage_never_breaks_the_pricing(usage, prices):
+    """Usage comes from a provider's answer, after the call was paid for: whatever it holds,
+    the rule prices it (micro-USD from 0 up to the ledger's 1,000,000 USD) or leaves it
+    unpriced; it never raises, which lost the paid output and stopped the run."""
+    cost = RateCards({("p", "m"): prices}).price("p", "m", usage)
+    assert cost is None or (isinstance(cost, int) and 0 <= cost < 10**12)
+
+
+def test_unreadable_counts_count_as_not_reported():
+    tokens = cards(per_image="0.04", **TOKENS)
+    # one unreadable token count: the tokens price nothing (half would be a guess), images do
+    assert tokens.price(
+        "p", "m", {"images": 1, "input_tokens": "fifty", "output_tokens": 4160}
+    ) == (40_000)
+    assert tokens.price("p", "m", {"images": 1, "output_tokens": float("nan")}) == 40_000
+    assert cards(**TOKENS).price("p", "m", {"images": 1, "input_tokens": -5}) is None
+    assert cards(per_second="0.001").price("p", "m", {"seconds": "12.5"}) == 12_500
+    assert cards(per_second="0.001").price("p", "m", {"seconds": True}) is None
+    assert cards(per_image="999999").price("p", "m", {"images": 2}) is None  # >= 1,000,000 USD
+
+
+def test_an_openai_answer_with_unreadable_usage_is_kept_and_priced_by_its_images(afc, fake):
+    """A paid OpenAI answer whose token counts are a word and NaN: the image is stored, the
+    job succeeds, the attempt keeps the usage as the provider sent it (the NaN as text, so the
+    ledger and ``--json`` stay valid JSON) and is priced by the card's per-image rate (with
+    tokens alone it would be unpriced, never a guessed zero)."""
+    planned, run, report = run_priced(
+        afc, "openai", {"per_image": "0.04", **TOKENS}, prompts=("odd-usage one", "a")
+    )
+    assert {j["key"]: j["cost"] for j in run["jobs"]} == {"j0": "0.040000", "j1": "0.166650"}
+    assert [j["status"] for j in run["jobs"]] == ["succeeded", "succeeded"]
+    shown = afc("show", "j0", "--json").stdout
+    # strict JSON for scripts (jq refuses NaN): the NaN count is kept as its text
+    attempt = json.loads(shown, parse_constant=pytest.fail)["attempts"][0]
+    assert attempt["usage"]["input_tokens"] == "fifty"
+    assert attempt["usage"]["output_tokens"] == "nan"
+    assert attempt["cost"] == "0.040000" and attempt["cost_source"] == "derived"
+    assert (afc.outputs() / "b1" / "j0.png").read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.fixture

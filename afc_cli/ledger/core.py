@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import time
@@ -56,6 +57,18 @@ _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 def _dumps(value: Any) -> str | None:
     return None if value is None else _ENCODER.encode(value)
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every float that is not finite (a provider's ``NaN`` usage count) as its
+    text: the ledger's JSON, and every ``--json`` made from it, stays valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    return value
 
 
 def _marks(values: list[Any]) -> str:
@@ -1270,7 +1283,7 @@ class Ledger:
                 started_at if started_at is not None else ended,
                 ended,
                 (ended - started_at) if started_at is not None else 0.0,
-                _dumps(usage),
+                _dumps(_json_safe(usage)),
                 cost_micros,
                 cost_source,
                 retry_after_s,
