@@ -114,10 +114,14 @@ def scrub(text: Any) -> Any:
 
 def scrub_data(value: Any) -> Any:
     """``scrub`` applied to every string inside a JSON-like value (dicts, lists)."""
-    if isinstance(value, str):
-        return scrub(value)
+    return map_leaves(value, scrub)  # scrub leaves anything but a string as it is
+
+
+def map_leaves(value: Any, leaf: Any) -> Any:
+    """``leaf`` applied to every value inside a JSON-like value that is neither a dict nor a
+    list, the dicts and lists kept (a tuple becomes a list, as in JSON)."""
     if isinstance(value, dict):
-        return {key: scrub_data(item) for key, item in value.items()}
+        return {key: map_leaves(item, leaf) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [scrub_data(item) for item in value]
-    return value
+        return [map_leaves(item, leaf) for item in value]
+    return leaf(value)

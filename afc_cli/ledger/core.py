@@ -23,7 +23,7 @@ from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
 from afc_cli.errors import UsageError, ledger_write_error
 from afc_cli.owner import owner_is_dead
-from afc_cli.secrets import scrub, scrub_data
+from afc_cli.secrets import map_leaves, scrub, scrub_data
 
 # rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
 TERMINAL = ("succeeded", "failed", "cancelled", "dead", "rejected")
@@ -62,13 +62,10 @@ def _dumps(value: Any) -> str | None:
 def _json_safe(value: Any) -> Any:
     """``value`` with every float that is not finite (a provider's ``NaN`` usage count) as its
     text: the ledger's JSON, and every ``--json`` made from it, stays valid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(item) for item in value]
-    return value
+    return map_leaves(
+        value,
+        lambda leaf: str(leaf) if isinstance(leaf, float) and not math.isfinite(leaf) else leaf,
+    )
 
 
 def _marks(values: list[Any]) -> str:
