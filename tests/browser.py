@@ -145,10 +145,24 @@ def status(afc, key: str) -> str:
 def after_click(driver, element, timeout: float = 30):
     """Click ``element`` (a form's button) and wait for the page it loads: the old page's
     root goes stale, so no find that follows can read the page the click left."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(old))
+
+    def gone(_driver) -> bool:
+        try:
+            old.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            # caught mid-navigation, ChromeDriver may answer with an inspector error instead
+            # of a stale reference (seen once in a full suite): the old page is gone all the same
+            if "does not belong to the document" in (exc.msg or ""):
+                return True
+            raise
+        return False
+
+    WebDriverWait(driver, timeout).until(gone)
