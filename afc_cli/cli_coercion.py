@@ -17,8 +17,9 @@ not do itself. ``install()`` makes typer's ``build_runtime_param`` return ``Ligh
   typer's. Every command with such an option (submit, resume, worker) paid for pydantic's
   adapters for its defaults alone: ~0.1 s of a submit, where the manifest's models import
   pydantic anyway, and ~0.25 s of a resume or a worker, which need no pydantic otherwise;
-- any other type (int, float, list, choices, paths) is handed to typer's own runtime param,
-  built on the first value that needs it, so its checks and messages are typer's;
+- any other type (list, choices, paths), and any int or float value the item above leaves
+  out, is handed to typer's own runtime param, built on the first value that needs it, so
+  its checks and messages are typer's;
 - a value that is not given (None) never reaches either: typer's ``RuntimeParam.coerce`` returns
   it before coercion, so an unset ``--concurrency`` builds no adapter.
 
@@ -122,10 +123,10 @@ _FLOAT = re.compile(r"(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
 
 def _plain_number(kind: str, value: Any, info: Any) -> int | float | None:
     """``value`` as the ``int`` or ``float`` typer's adapter would make of it, when that is
-    beyond doubt: a number already (not a bool; a float finite, an int to a float exact), or plain ASCII decimal digits with at most
-    one point (a float's) and no sign; within the option's ``min`` and ``max`` (inclusive, as
-    the adapter's ``ge``/``le``). None otherwise: typer's adapter decides, and words its
-    refusal."""
+    beyond doubt: a number already (not a bool; a float finite, an int to a float exact), or
+    plain ASCII decimal digits with at most one point (a float's) and no sign; within the
+    option's ``min`` and ``max`` (inclusive, as the adapter's ``ge``/``le``). None otherwise:
+    typer's adapter decides, and words its refusal."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):

@@ -105,8 +105,8 @@ class RateCards:
         The usage comes from a provider's answer, after the call was paid for: a count that is
         not a finite number >= 0 (a string, NaN, a negative, a list) counts as not reported
         (``usage_amount``; one such token count and the tokens price nothing), and a cost of
-        1,000,000 USD or more is unpriced. Raising here would
-        lose the paid output and stop the run, at every resume again.
+        1,000,000 USD or more is unpriced. Raising here would lose the paid output and stop
+        the run, at every resume again.
         """
         card = self.cards.get((provider, model))
         if card is None:
@@ -154,8 +154,8 @@ def usage_amount(value: Any) -> Decimal | None:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:
-        amount = Decimal(str(value).strip()) if isinstance(value, str) else Decimal(str(value))
-    except (InvalidOperation, ValueError):
+        amount = Decimal(str(value))  # a string's surrounding whitespace is allowed
+    except InvalidOperation:
         return None
     if not amount.is_finite() or not 0 <= amount < MAX_COUNT:
         return None
