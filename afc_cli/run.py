@@ -225,7 +225,8 @@ def submit(
 
         require_secrets(manifest.secret_envs)
     # An existing ledger is read first (its identity, its pages, the batch's storage); a new one
-    # is created only once the storage check has passed: a refused run writes nothing.
+    # is created only once the storage and spool checks have passed: a refused run writes
+    # nothing.
     if ledger_file.is_postgres(ledger_path):
         # a database server, not a file: opening it applies the schema, never a job
         path = ledger_path
@@ -242,6 +243,7 @@ def submit(
             store = storage_mod.open(chosen)
             store.check()  # before admitting or paying for anything
             store.check_keys([job.output_key for job in manifest.jobs])
+            check_spool(Spool(ledger.spool_root()) if ledger is not None else Spool.beside(path))
         if ledger is None:
             ledger = Ledger(path)
         admitted = ledger.admit(manifest, chosen, rates)
@@ -257,6 +259,7 @@ def submit(
                 budget=budget,
                 grace_s=grace_s,
                 checked=frozenset({manifest.batch}),
+                spool_checked=True,
             )
         rows = []
         if report_jobs:
@@ -487,6 +490,7 @@ def run_jobs(
     budget: Budget | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     checked: frozenset[str] = frozenset(),
+    spool_checked: bool = False,
     run_id: str | None = None,
     more: Callable[[], list[str]] | None = None,
     stopped: Callable[[], bool] | None = None,
@@ -494,6 +498,8 @@ def run_jobs(
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
     ``checked``: batches whose storage the caller has just checked (submit does, before
     admitting), not checked again: on S3 that is a round trip before the first call.
+    ``spool_checked``: the caller has just checked the spool (``check_spool``; submit does,
+    before admitting), so it is not written to again here.
     ``run_id``: the attempts' run, whose spend the budget caps (default: a new one); workers
     sharing one budget pass one id (afc_cli/worker.py).
     ``more``: asked for the ids of more jobs (claimed already, of batches this run opened)
@@ -524,14 +530,8 @@ def run_jobs(
     size_pools(PROVIDERS, concurrency, limits)
 
     spool = Spool(ledger.spool_root())
-    if job_ids or more is not None:
-        try:
-            spool.check()  # before any render is paid for: its bytes must have somewhere to go
-        except OSError as exc:
-            raise SpoolError(
-                f"the spool {spool.root} cannot be written: {exc}. No render was started; "
-                "fix the disk or move what is in the way, then run again."
-            ) from None
+    if (job_ids or more is not None) and not spool_checked:
+        check_spool(spool)
     sweep_spool(ledger, spool)
 
     async def main() -> RunStats:
@@ -737,6 +737,18 @@ def min_free_bytes() -> int:
     if not 0 <= mib < 2**40:
         raise UsageError(f"AFC_MIN_FREE_MB must be a number of MiB >= 0, got {value!r}")
     return int(mib * 1024 * 1024)
+
+
+def check_spool(spool: Spool) -> None:
+    """Refuse a run whose spool cannot be written (``Spool.check``), before any render is paid
+    for: its bytes must have somewhere to go."""
+    try:
+        spool.check()
+    except OSError as exc:
+        raise SpoolError(
+            f"the spool {spool.root} cannot be written: {exc}. No render was started; "
+            "fix the disk or move what is in the way, then run again."
+        ) from None
 
 
 def sweep_spool(ledger: Ledger, spool: Spool) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import pickle
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -170,9 +171,10 @@ def test_a_quick_look_never_waits_behind_busy_file_work(tmp_path):
 
 def test_a_spool_that_cannot_be_written_is_found_before_any_render_is_paid(afc):
     """A spool that refuses files (here its path is a file, as a broken, read-only or
-    over-quota disk would refuse them) is found by the run's check before its first job: exit
-    1 with a message, no traceback, no attempt at all (the first render's bytes would have
-    had nowhere to go); once the disk is fixed, resume finishes every job."""
+    over-quota disk would refuse them) is found before any render is paid for (the first
+    render's bytes would have had nowhere to go): exit 1 with a message and no traceback. A
+    submit checks it beside the storage, before admitting: no ledger is written. A resume
+    checks it before its first job: no attempt. Once the disk is fixed, every job finishes."""
     afc.write_manifest(manifest([{"key": f"k{i}", "prompt": f"p{i}"} for i in range(3)]))
     (afc.cwd / "afc.db-spool").write_text("in the way")
     result = afc("submit", "manifest.yaml", "--concurrency", "1")
@@ -180,6 +182,13 @@ def test_a_spool_that_cannot_be_written_is_found_before_any_render_is_paid(afc):
     assert "Traceback" not in result.stderr
     assert "afc.db-spool cannot be written" in result.stderr
     assert "No render was started" in result.stderr
+    assert not (afc.cwd / "afc.db").exists(), "a refused submit writes no ledger"
+    (afc.cwd / "afc.db-spool").unlink()
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    (afc.cwd / "afc.db-spool").write_text("in the way")
+    result = afc("resume")
+    assert result.returncode == 1, result.stderr
+    assert "afc.db-spool cannot be written" in result.stderr and "Traceback" not in result.stderr
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
     (afc.cwd / "afc.db-spool").unlink()
     result = afc("resume")
@@ -211,8 +220,11 @@ def test_a_spool_that_breaks_mid_run_stops_new_calls_and_records_the_ones_in_fli
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if (afc.cwd / "afc.db").exists() and spool.is_dir():
-            started = afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'started'")[0][0]
-            if started == 2:
+            try:
+                started = afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'started'")
+            except sqlite3.OperationalError:  # the ledger is being created: no tables yet
+                started = [(0,)]
+            if started == [(2,)]:
                 break
         time.sleep(0.02)
     else:
