@@ -254,6 +254,10 @@ class FakeProviders:
         }
         if "odd-usage" in prompt:  # a paid answer whose counts are not numbers
             usage = {"input_tokens": "fifty", "output_tokens": float("nan"), "total_tokens": []}
+        if "garbled" in prompt:  # a paid answer whose image is not base64 (and "data" items odd)
+            return h.reply(
+                200, {"created": 1, "data": [{"b64_json": "QUJ"}], "usage": usage}, headers=headers
+            )
         h.reply(200, {"created": 1, "data": [{"b64_json": image}], "usage": usage}, headers=headers)
 
     def openai_edits(self, h) -> None:

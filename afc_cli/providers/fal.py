@@ -25,7 +25,9 @@ from afc_cli.providers.http import (
     class_for_status,
     download,
     json_or_empty,
+    objs,
     retry_after_of,
+    text,
     transport_error,
 )
 
@@ -105,8 +107,8 @@ class FalProvider(HttpProvider):
             if response.status_code not in (200, 201, 202):
                 raise self._error(response, "submit")
             queued = json_or_empty(response)
-            request_id = queued.get("request_id")
-            if not request_id:
+            request_id = text(queued.get("request_id"))
+            if request_id is None:
                 raise ProviderError("server", "fal: submit answered without a request_id")
             await request.on_submitted(request_id)
             urls = {
@@ -114,7 +116,7 @@ class FalProvider(HttpProvider):
                 **{
                     k: queued[k]
                     for k in ("status_url", "response_url", "cancel_url")
-                    if queued.get(k)
+                    if text(queued.get(k))
                 },
             }
         polls, last = 0, None
@@ -152,14 +154,15 @@ class FalProvider(HttpProvider):
             error.cost_micros, error.cost_source = None, None  # the work was done
             raise error
         result = json_or_empty(response)
-        images = result.get("images") or ([result["image"]] if result.get("image") else [])
-        if not images or not images[0].get("url"):
+        images = objs(result.get("images")) or objs([result.get("image")])
+        url = text(images[0].get("url")) if images else None
+        if url is None:
             raise ProviderError("server", "fal: completed without an image", cost_micros=None)
         image = images[0]
-        data = await download(self.client, self.name, image["url"])
+        data = await download(self.client, self.name, url)
         usage = {"images": len(images)}  # every image made was paid for (the first is kept)
         cost = request.rates.price(self.name, request.model, usage)
-        content_type = image.get("content_type") or "image/png"
+        content_type = text(image.get("content_type")) or "image/png"
         return AttemptResult(
             data=data,
             ext=content_type.split("/")[-1].replace("jpeg", "jpeg"),

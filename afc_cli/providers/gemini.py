@@ -10,12 +10,20 @@ count: whether a per-image price applies to a refusal is not known, so it is not
 
 from __future__ import annotations
 
-import base64
 import re
 from typing import Any
 
 from afc_cli.providers.base import AttemptRequest, AttemptResult, ProviderError
-from afc_cli.providers.http import HttpProvider, class_for_status, json_or_empty, transport_error
+from afc_cli.providers.http import (
+    HttpProvider,
+    class_for_status,
+    decode_b64,
+    json_or_empty,
+    obj,
+    objs,
+    text,
+    transport_error,
+)
 
 SAFETY = {
     "SAFETY",
@@ -33,7 +41,7 @@ EXT = {"image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp"}
 
 
 def retry_delay(error: dict[str, Any]) -> float | None:
-    for detail in error.get("details") or []:
+    for detail in objs(error.get("details")):
         if str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
             match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(detail.get("retryDelay", "")))
             if match:
@@ -72,9 +80,9 @@ class GeminiProvider(HttpProvider):
             raise transport_error(self.name, exc, paid_call=True) from None
         data = json_or_empty(response)
         if response.status_code != 200:
-            error = data.get("error") or {}
+            error = obj(data.get("error"))
             status = response.status_code
-            reasons = {d.get("reason") for d in error.get("details") or []}
+            reasons = {text(d.get("reason")) for d in objs(error.get("details"))}
             cls = "auth" if "API_KEY_INVALID" in reasons else class_for_status(status)
             raise ProviderError(
                 cls,
@@ -84,19 +92,19 @@ class GeminiProvider(HttpProvider):
                 cost_micros=0 if status < 500 else None,
                 cost_source="derived" if status < 500 else None,
             )
-        meta = data.get("usageMetadata") or {}
+        meta = obj(data.get("usageMetadata"))
         usage = {
             "input_tokens": meta.get("promptTokenCount"),
             "output_tokens": meta.get("candidatesTokenCount"),
         }
         cost = request.rates.price(self.name, request.model, usage) if meta else None
-        feedback = (data.get("promptFeedback") or {}).get("blockReason")
+        feedback = text(obj(data.get("promptFeedback")).get("blockReason"))
         image, finish, images = None, None, 0
-        for candidate in data.get("candidates") or []:
-            finish = candidate.get("finishReason") or finish
-            for part in (candidate.get("content") or {}).get("parts") or []:
-                inline = part.get("inlineData") or part.get("inline_data")
-                if inline and inline.get("data"):
+        for candidate in objs(data.get("candidates")):
+            finish = text(candidate.get("finishReason")) or finish
+            for part in objs(obj(candidate.get("content")).get("parts")):
+                inline = obj(part.get("inlineData") or part.get("inline_data"))
+                if text(inline.get("data")):
                     images += 1
                     image = image or inline
         if image is None:
@@ -114,10 +122,10 @@ class GeminiProvider(HttpProvider):
         usage = {**{k: v for k, v in usage.items() if v is not None}, "images": images}
         cost = request.rates.price(self.name, request.model, usage)
         return AttemptResult(
-            data=base64.b64decode(image["data"]),
-            ext=EXT.get(image.get("mimeType", ""), "png"),
+            data=decode_b64(self.name, image["data"]),
+            ext=EXT.get(text(image.get("mimeType")) or "", "png"),
             usage=usage,
             cost_micros=cost,
             cost_source="derived" if cost is not None else None,
-            provider_request_id=data.get("responseId"),
+            provider_request_id=text(data.get("responseId")),
         )

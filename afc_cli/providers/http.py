@@ -225,14 +225,55 @@ async def download(client: Any, provider: str, url: str) -> bytes:
         err = transport_error(provider, exc, paid_call=False)
         err.cost_micros, err.cost_source = None, None  # the render it belongs to was paid
         raise err from None
+    except httpx.InvalidURL:
+        raise ProviderError(
+            "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
+        ) from None
 
 
 def json_or_empty(response: Any) -> dict[str, Any]:
+    """An answer's JSON object: ``{}`` for a body that is not JSON (or nested too deep to
+    read), ``{"value": ...}`` for JSON that is not an object."""
     try:
         value = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {"value": value}
+
+
+# Reading a provider's JSON answer. A field of another type than the API documents (an array
+# where an object belongs, a number where a string does) reads as a field left out, which each
+# adapter already answers with a classified ProviderError: a malformed answer to a paid call is
+# one failed attempt with its cost unknown, never an exception that stops the run and cancels
+# the other calls in flight (tests/test_provider_answers.py sends adapters arbitrary JSON).
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else ``{}``."""
+    return value if isinstance(value, dict) else {}
+
+
+def objs(value: Any) -> list[dict[str, Any]]:
+    """The objects in ``value`` if it is a JSON array (its other items skipped), else ``[]``."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def text(value: Any) -> str | None:
+    """``value`` if it is a non-empty string, else None."""
+    return value if isinstance(value, str) and value else None
+
+
+def decode_b64(provider: str, value: str) -> bytes:
+    """An image sent inline as base64; a text that is not base64 is the provider's fault
+    (``server``), the render behind it possibly paid (cost unknown)."""
+    import base64
+
+    try:
+        return base64.b64decode(value)
+    except ValueError:  # binascii.Error, or a character outside ASCII
+        raise ProviderError(
+            "server", f"{provider}: the image's base64 could not be decoded", cost_micros=None
+        ) from None
 
 
 def size_pools(

@@ -12,16 +12,18 @@ produced.
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from afc_cli.providers.base import AttemptRequest, AttemptResult, ProviderError
 from afc_cli.providers.http import (
     HttpProvider,
     class_for_status,
+    decode_b64,
     download,
     json_or_empty,
+    obj,
     retry_after_of,
+    text,
     transport_error,
 )
 
@@ -66,19 +68,19 @@ class OpenAIProvider(HttpProvider):
         data = json_or_empty(response)
         if response.status_code != 200:
             raise self._error(response, data)
-        items = data.get("data") or []
-        if not items:
+        items = data.get("data")
+        if not isinstance(items, list) or not items:
             raise ProviderError("server", "openai: answered 200 with no image", cost_micros=None)
-        item = items[0]
-        if item.get("b64_json"):
-            image = base64.b64decode(item["b64_json"])
-        elif item.get("url"):
-            image = await download(self.client, self.name, item["url"])
+        item = obj(items[0])
+        if b64 := text(item.get("b64_json")):
+            image = decode_b64(self.name, b64)
+        elif url := text(item.get("url")):
+            image = await download(self.client, self.name, url)
         else:
             raise ProviderError("server", "openai: image has neither b64_json nor url")
         # every image in the answer was paid for (``n`` > 1 makes several; the first is kept)
         usage: dict[str, Any] = {"images": len(items)}
-        usage_in = data.get("usage") or {}
+        usage_in = obj(data.get("usage"))
         for unit in ("input_tokens", "output_tokens"):
             if usage_in.get(unit) is not None:
                 usage[unit] = usage_in[unit]
@@ -94,7 +96,7 @@ class OpenAIProvider(HttpProvider):
 
     def _error(self, response: Any, data: dict[str, Any]) -> ProviderError:
         status = response.status_code
-        error = data.get("error") or {}
+        error = obj(data.get("error"))
         code = error.get("code") or ""
         kind = error.get("type") or ""
         message = f"openai: {error.get('message') or f'HTTP {status}'}"

@@ -27,7 +27,9 @@ from afc_cli.providers.http import (
     class_for_status,
     download,
     json_or_empty,
+    obj,
     retry_after_of,
+    text,
     transport_error,
 )
 
@@ -103,10 +105,10 @@ class ReplicateProvider(HttpProvider):
             raise transport_error(self.name, exc, paid_call=True) from None
         if response.status_code not in (200, 201, 202):
             raise self._error(response, "submit")
-        prediction = json_or_empty(response)
-        if not prediction.get("id"):
+        prediction_id = text(json_or_empty(response).get("id"))
+        if prediction_id is None:
             raise ProviderError("server", "replicate: submit answered without a prediction id")
-        return prediction["id"]
+        return prediction_id
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
         import httpx
@@ -141,7 +143,7 @@ class ReplicateProvider(HttpProvider):
         self, request: AttemptRequest, prediction_id: str, prediction: dict[str, Any]
     ) -> AttemptResult:
         status = prediction.get("status")
-        seconds = (prediction.get("metrics") or {}).get("predict_time")
+        seconds = obj(prediction.get("metrics")).get("predict_time")
         usage = {"seconds": seconds} if seconds is not None else {}
         cost = request.rates.price(self.name, request.model, usage) if usage else None
         priced = {
