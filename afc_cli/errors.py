@@ -49,9 +49,29 @@ class ManifestError(UsageError):
         super().__init__(f"invalid manifest {path}:\n{listed}")
 
 
-class SpoolError(AfcError):
+class StopsRun(AfcError):
+    """One job's failure after which the run stops as at a first signal, the ledger being
+    sound: no new provider call starts, and the calls in flight finish and are recorded with
+    their cost rather than cancelled into ``unknown`` (``run._all_done``). ``reason`` says
+    why in the run's stopping line."""
+
+    reason = "a job failed"
+
+
+class SpoolError(StopsRun):
     """A render's bytes could not be made durable on this machine (disk full, permissions, the
     file helper gone): the run stops, with the paid attempt recorded."""
+
+    reason = "a rendered output could not be spooled"
+
+
+class AnswerNotRead(StopsRun):
+    """A provider call ended in an exception that is not a ``ProviderError``: afc's adapter
+    could not read the answer (a bug in afc, or an API that changed). The attempt is recorded
+    failed with its cost unknown, and the run stops rather than pay for more answers it may
+    not read either."""
+
+    reason = "a provider's answer could not be read"
 
 
 class LedgerError(AfcError):

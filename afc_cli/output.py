@@ -73,10 +73,11 @@ def job_json(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def stopping_message(grace_s: float, in_flight: int) -> str:
+def stopping_message(grace_s: float, in_flight: int, why: str | None = None) -> str:
     return (
-        f"stopping: no new provider calls; waiting up to {grace_s:g}s for {in_flight} job(s) "
-        "in a call or in their storage work (press Ctrl-C again to abandon them)"
+        f"stopping{f' ({why})' if why else ''}: no new provider calls; waiting up to "
+        f"{grace_s:g}s for {in_flight} job(s) in a call or in their storage work (press Ctrl-C "
+        "again to abandon them)"
     )
 
 
@@ -93,8 +94,8 @@ class LineReporter(Reporter):
     def __init__(self, verbose: bool = False):
         self.verbose = verbose
 
-    def stopping(self, grace_s: float, in_flight: int) -> None:
-        self.state(stopping_message(grace_s, in_flight))
+    def stopping(self, grace_s: float, in_flight: int, why: str | None = None) -> None:
+        self.state(stopping_message(grace_s, in_flight, why))
 
     def abandoning(self, why: str, in_flight: int) -> None:
         self.state(abandoning_message(why, in_flight))
@@ -194,10 +195,10 @@ class RichReporter(Reporter):
         if self.progress is not None:
             self.progress.state(message)
 
-    def stopping(self, grace_s: float, in_flight: int) -> None:
+    def stopping(self, grace_s: float, in_flight: int, why: str | None = None) -> None:
         """Say so above the panel, and count the grace period down under it (each redraw)."""
         if self.live is not None:
-            self.live.console.print(stopping_message(grace_s, in_flight))
+            self.live.console.print(stopping_message(grace_s, in_flight, why))
         self.draining_until = time.monotonic() + grace_s
 
     def abandoning(self, why: str, in_flight: int) -> None:

@@ -40,10 +40,11 @@ from afc_cli.attempts import (
     next_try,
 )
 from afc_cli.costs import RateCards, format_usd, to_micros
-from afc_cli.errors import SpoolError, StorageError
+from afc_cli.errors import AnswerNotRead, SpoolError, StorageError
 from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
 from afc_cli.providers.base import GONE_PREFIX, RequestGone
+from afc_cli.secrets import scrub
 from afc_cli.spool import DirSync, Spool, SpoolFile
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
 from afc_cli.storage.base import store_and_verify
@@ -599,10 +600,13 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             window = entry.get("window_s")
 
             async def submitted(request_id: str, number: int = number, entry=entry) -> None:
-                ctx.ledger.record_request_id(job, number, entry["provider"], request_id)
-                # committed (and synced) before the job goes on; the submits that return
-                # together share one commit
-                await ctx.ledger.committed()
+                try:
+                    ctx.ledger.record_request_id(job, number, entry["provider"], request_id)
+                    # committed (and synced) before the job goes on; the submits that return
+                    # together share one commit
+                    await ctx.ledger.committed()
+                except Exception as exc:
+                    raise _LedgerFailed() from exc  # the ledger's, not the adapter's
                 crash_point("after_submit")
                 ctx.polling.add(job["id"])
                 if ctx.stopping.is_set():
@@ -670,6 +674,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     job, "attempt_failed", f"request gone on attempt {number}", cost_micros=None
                 )
                 continue
+            except _LedgerFailed as exc:
+                raise exc.__cause__ from None
             except ProviderError as exc:
                 ctx.ledger.end_attempt(
                     job,
@@ -692,6 +698,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     cost_micros=exc.cost_micros,
                 )
                 continue
+            except Exception as exc:  # noqa: BLE001 - recorded, then the run stops
+                raise _answer_not_read(ctx, job, number, report, started, exc) from exc
 
         # The provider call is over: hand the bytes to the spool step (outside the render
         # slot, so the next render starts now) without touching the ledger's step.
@@ -718,6 +726,46 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         job["step"] = "spool"
         ctx.report(job, "rendered", f"attempt {number}", cost_micros=result.cost_micros)
         return True
+
+
+class _LedgerFailed(Exception):
+    """Wraps a ledger failure met inside a provider call (recording a request id), so the
+    call's handler re-raises it as it is rather than take it for an answer not read."""
+
+
+def _answer_not_read(
+    ctx: RunContext,
+    job: dict[str, Any],
+    number: int,
+    report: dict[str, Any],
+    started: float,
+    exc: Exception,
+) -> AnswerNotRead:
+    """A provider call raised something other than a ``ProviderError``: the adapter could not
+    read the answer (adapters read answers as untrusted input, so this is a bug in afc or an
+    API that changed). The attempt is recorded failed, ``server``, its cost unknown (the
+    render may have happened), and the run stops as at a first signal (``StopsRun``): the
+    calls in flight are let finish and recorded, and no more are paid for answers that the
+    same fault may leave unread. The job stays resumable."""
+    what = f"{exc.__class__.__name__}: {exc}"[:300]
+    ctx.ledger.end_attempt(
+        job,
+        number,
+        **report,
+        status="failed",
+        error_class="server",
+        error_message=scrub(f"{report['provider']}: afc could not read the answer ({what})"),
+        started_at=started,
+    )
+    ctx.report(job, "attempt_failed", f"answer not read on attempt {number}", cost_micros=None)
+    return AnswerNotRead(
+        f"{report['provider']}'s answer to {job['batch']}/{job['key']} (attempt {number}) could "
+        f"not be read ({what}). The attempt is recorded failed with its cost unknown. The run "
+        "stopped so that no more calls are paid for answers afc may not read: the calls in "
+        f"flight were let finish and recorded. This is a bug in afc's {report['provider']} "
+        "adapter or a change in the provider's API; please report it. The job stays "
+        "resumable ('afc resume')."
+    )
 
 
 async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:

@@ -40,6 +40,7 @@ from afc_cli.errors import (
     EXIT_JOB_FAILED,
     EXIT_OK,
     SpoolError,
+    StopsRun,
     UsageError,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
@@ -75,9 +76,10 @@ class Reporter:
     def state(self, message: str | None) -> None:
         pass
 
-    def stopping(self, grace_s: float, in_flight: int) -> None:
-        """The run was asked to stop: it starts no new call and waits up to ``grace_s`` for
-        the ``in_flight`` jobs in a call or in their storage work."""
+    def stopping(self, grace_s: float, in_flight: int, why: str | None = None) -> None:
+        """The run was asked to stop (``why``, when not a signal): it starts no new call and
+        waits up to ``grace_s`` for the ``in_flight`` jobs in a call or in their storage
+        work."""
 
     def abandoning(self, why: str, in_flight: int) -> None:
         """The run stops waiting (``why``) and abandons what is still in flight."""
@@ -446,7 +448,7 @@ class Interruption:
         else:
             os._exit(EXIT_INTERRUPTED)  # the ledger is consistent at every commit
 
-    def drain(self) -> None:
+    def drain(self, why: str | None = None) -> None:
         ctx = self.ctx
         ctx.stopping.set()
         for job_id, task in self.tasks.items():
@@ -457,12 +459,13 @@ class Interruption:
         for callback in self.on_stop:
             callback()
         in_flight = len(ctx.protected - ctx.polling)
-        self.reporter.stopping(self.grace_s, in_flight)
+        self.reporter.stopping(self.grace_s, in_flight, why)
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(self.grace_s, self.abandon, "the grace period ran out")
 
-    def stop_for_spool(self) -> None:
-        """A render's bytes could not be spooled (``pipeline.spool``): stop as at a first
+    def stop_for(self, error: StopsRun) -> None:
+        """A job failed in a way that stops the run (``StopsRun``: its render's bytes could
+        not be spooled, or its provider's answer could not be read): stop as at a first
         signal, so no new provider call starts (an attempt row committed but not sent ends
         unsent, at a known 0) and the calls already in flight finish within the grace and are
         recorded with their cost, instead of being cancelled into ``unknown`` (possibly paid
@@ -471,7 +474,7 @@ class Interruption:
         if self.ended or self.signals:
             return
         self.signals = 1
-        self.drain()
+        self.drain(why=error.reason)
 
     def abandon(self, why: str) -> None:
         left = [task for task in self.tasks.values() if not task.done()]
@@ -574,9 +577,9 @@ def run_jobs(
                     outbox = asyncio.create_task(run_beside(ledger, stop))
                     interruption.on_stop.append(outbox.cancel)  # its rows wait for the next run
                 if more is None:
-                    await _all_done(list(tasks.values()), interruption.stop_for_spool)
+                    await _all_done(list(tasks.values()), interruption.stop_for)
                 else:
-                    await _fed(ctx, tasks, more, concurrency, interruption.stop_for_spool)
+                    await _fed(ctx, tasks, more, concurrency, interruption.stop_for)
                 stop.set()
                 if outbox is not None:
                     await asyncio.wait({outbox})  # cancelled by a stop: no error
@@ -630,14 +633,16 @@ def run_jobs(
         reporter.end()
 
 
-async def _all_done(tasks: list[asyncio.Task], drain: Callable[[], None] | None = None) -> None:
+async def _all_done(
+    tasks: list[asyncio.Task], drain: Callable[[StopsRun], None] | None = None
+) -> None:
     """Wait for every job's task. The first one that fails stops the run, and its error is
     raised once every task has ended. A cancelled task (a stopping run) is no failure.
 
-    A spool that could not be written (``SpoolError``; the ledger is sound) stops the run
-    through ``drain`` (``Interruption.stop_for_spool``): no new call starts and the calls in
-    flight finish, so what they cost is known. Any other failure (a broken ledger) cancels
-    the other tasks at once."""
+    A failure that leaves the ledger sound (``StopsRun``: a spool that could not be written,
+    a provider's answer afc could not read) stops the run through ``drain``
+    (``Interruption.stop_for``): no new call starts and the calls in flight finish, so what
+    they cost is known. Any other failure (a broken ledger) cancels the other tasks at once."""
     pending = set(tasks)
     first: BaseException | None = None
     while pending:
@@ -648,10 +653,10 @@ async def _all_done(tasks: list[asyncio.Task], drain: Callable[[], None] | None 
             if task.cancelled() or task.exception() is None:
                 continue
             error = task.exception()
-            if isinstance(error, SpoolError) and drain is not None:
+            if isinstance(error, StopsRun) and drain is not None:
                 if first is None:
                     first = error
-                    drain()
+                    drain(error)
                 continue
             for other in pending:
                 other.cancel()
@@ -667,7 +672,7 @@ async def _fed(
     tasks: dict[str, asyncio.Task],
     more: Callable[[], list[str]],
     low: int,
-    drain: Callable[[], None] | None = None,
+    drain: Callable[[StopsRun], None] | None = None,
 ) -> None:
     """``run_jobs(more=...)``: like ``_all_done``, and whenever no more than ``low`` jobs are
     left unfinished (the run not stopping), ask ``more`` for others and run them beside; done

@@ -236,6 +236,7 @@ def test_a_spool_that_breaks_mid_run_stops_new_calls_and_records_the_ones_in_fli
     assert run.returncode == 1, stderr
     assert "Traceback" not in stderr
     assert "cannot keep the output of b1/k0" in stderr
+    assert "stopping (a rendered output could not be spooled): no new provider calls" in stderr
     attempts = dict(
         afc.rows(
             "SELECT j.key, a.status || ' ' || COALESCE(a.cost_source, '') || ' '"

@@ -444,3 +444,69 @@ def test_a_garbled_answer_in_a_run_fails_its_attempts_and_the_batch_goes_on(afc)
     shown = afc.json("show", "j1")
     assert shown["job"]["error"]["class"] == "server"
     assert all(a["cost"] is None for a in shown["attempts"])
+
+
+def test_an_answer_afc_cannot_read_stops_the_run_and_lets_the_calls_in_flight_finish(
+    afc, monkeypatch
+):
+    """The net under the adapters, for what they cannot foresee (a bug in afc, an API that
+    changed): a provider call that raises something other than a ProviderError. Simulated in
+    process by an adapter that raises KeyError for one job's answer, while another job's
+    call is in flight. The attempt is recorded failed (``server``, cost unknown, the error
+    named); the run stops as at a first signal, so k1's call is not cancelled into an
+    unknown, possibly paid attempt but finishes and is recorded with its cost; no new call
+    is paid for (k2 took k0's slot: stopped before its call, at a known 0, or its instant
+    call done; k3 never starts). Every job stays resumable, and a resume finishes them."""
+    import sqlite3
+
+    from conftest import manifest
+
+    from afc_cli import run
+    from afc_cli.errors import AnswerNotRead
+    from afc_cli.providers.local import LocalProvider
+
+    spec = [
+        {"key": "k0", "prompt": "unreadable", "params": {"latency_s": 0.3}},
+        {"key": "k1", "prompt": "p1", "params": {"latency_s": 1.5}},
+        {"key": "k2", "prompt": "p2"},
+        {"key": "k3", "prompt": "p3"},
+    ]
+    path = afc.write_manifest(manifest(spec))
+    real = LocalProvider.render
+
+    async def render(self, request):
+        result = await real(self, request)
+        if request.prompt == "unreadable":
+            raise KeyError("data")  # as a mistyped field name would
+        return result
+
+    monkeypatch.setattr(LocalProvider, "render", render)
+    ledger = str(afc.cwd / "afc.db")
+    with pytest.raises(AnswerNotRead) as stopped:
+        run.submit(
+            str(path), ledger_path=ledger, storage=f"file://{afc.cwd / 'out'}", concurrency=2
+        )
+    assert "local's answer to b1/k0 (attempt 1) could not be read (KeyError: 'data')" in str(
+        stopped.value
+    )
+    db = sqlite3.connect(ledger)
+    attempts = dict(
+        db.execute(
+            "SELECT j.key, a.status || ' ' || COALESCE(a.error_class, '-') || ' '"
+            " || COALESCE(a.cost_micros, 'unknown') FROM attempts a JOIN jobs j ON j.id = a.job_id"
+        )
+    )
+    assert attempts["k0"] == "failed server unknown", attempts
+    assert attempts["k1"] == "succeeded - 50000", attempts
+    assert attempts.get("k2") in (None, "succeeded - 50000", "failed interrupted 0"), attempts
+    assert attempts.get("k3") in (None, "failed interrupted 0"), attempts
+    message = db.execute(
+        "SELECT a.error_message FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.key = 'k0'"
+    ).fetchone()[0]
+    assert "afc could not read the answer (KeyError: 'data')" in message
+    statuses = dict(db.execute("SELECT key, status FROM jobs"))
+    assert statuses["k0"] == "queued" and statuses["k1"] == "succeeded", statuses
+    db.close()
+    monkeypatch.setattr(LocalProvider, "render", real)
+    resumed = run.resume(ledger_path=ledger, batch=None, storage=None, concurrency=2)
+    assert {row["status"] for row in resumed.jobs} == {"succeeded"}
