@@ -50,7 +50,7 @@ MODELS = {
 
 class ScriptedServer:
     """Answers each request with the next (status, body) of ``script``; once the script is
-    spent, with ``after`` (a terminal answer, so a polling adapter ends). Any GET under
+    spent, with ``after`` (an answer that ends a polling adapter's loop). Any GET under
     ``/files/`` answers a PNG."""
 
     def __init__(self) -> None:
@@ -264,7 +264,8 @@ PROVIDERS = {
 TERMINAL = {
     "openai": (500, b"{}"),
     "replicate": (200, b'{"status": "failed", "error": "done"}'),
-    "fal": (500, b"{}"),
+    # fal polls on through 5xx and 429 (polling is free): the end is a finished status
+    "fal": (200, b'{"status": "COMPLETED", "error": "done"}'),
     "gemini": (500, b"{}"),
 }
 
@@ -296,7 +297,7 @@ async def render(provider_name: str) -> AttemptResult | ProviderError:
         on_submitted=on_submitted,
     )
     try:
-        return await asyncio.wait_for(provider.render(request), 30)
+        return await asyncio.wait_for(provider.render(request), 10)
     except ProviderError as exc:
         return exc
     finally:
@@ -357,6 +358,15 @@ def test_any_answer_ends_the_attempt_with_a_result_or_a_classified_error(server,
             "without an output URL",
         ),
         ("fal", [(200, b'{"request_id": 5}')], "without a request_id"),
+        ("fal", [(200, b'{"request_id": "\\u001f"}')], "without a request_id"),
+        (
+            "fal",  # an unusable status URL is not polled (in vain, for ever): fal's own is
+            [
+                (200, b'{"request_id": "r1", "status_url": "not a url"}'),
+                (200, b'{"status": "COMPLETED", "error": "boom"}'),
+            ],
+            "fal: boom",
+        ),
         (
             "fal",
             [

@@ -24,8 +24,10 @@ from afc_cli.providers.http import (
     HttpProvider,
     class_for_status,
     download,
+    http_url,
     json_or_empty,
     objs,
+    request_id_of,
     retry_after_of,
     text,
     transport_error,
@@ -107,7 +109,7 @@ class FalProvider(HttpProvider):
             if response.status_code not in (200, 201, 202):
                 raise self._error(response, "submit")
             queued = json_or_empty(response)
-            request_id = text(queued.get("request_id"))
+            request_id = request_id_of(queued.get("request_id"))
             if request_id is None:
                 raise ProviderError("server", "fal: submit answered without a request_id")
             await request.on_submitted(request_id)
@@ -116,7 +118,7 @@ class FalProvider(HttpProvider):
                 **{
                     k: queued[k]
                     for k in ("status_url", "response_url", "cancel_url")
-                    if text(queued.get(k))
+                    if http_url(queued.get(k))
                 },
             }
         polls, last = 0, None

@@ -263,6 +263,30 @@ def text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+
+
+def request_id_of(value: Any) -> str | None:
+    """A provider's id for a submitted request, if it is one afc can put in a URL path (its
+    polls) and record: letters, digits, ``._:-``, at most 200 (Replicate's ids and fal's UUIDs
+    are). Anything else is no id: the submit is a ``server`` failure, its cost unknown."""
+    return value if isinstance(value, str) and _REQUEST_ID.fullmatch(value) else None
+
+
+def http_url(value: Any) -> str | None:
+    """``value`` if it is an absolute http(s) URL that httpx can request, else None: an answer's
+    URL that is not would be polled or fetched in vain (a poll that fails is tried again)."""
+    import httpx
+
+    if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+        return None
+    try:
+        httpx.URL(value)
+    except httpx.InvalidURL:
+        return None
+    return value
+
+
 def decode_b64(provider: str, value: str) -> bytes:
     """An image sent inline as base64; a text that is not base64 is the provider's fault
     (``server``), the render behind it possibly paid (cost unknown)."""

@@ -28,8 +28,8 @@ from afc_cli.providers.http import (
     download,
     json_or_empty,
     obj,
+    request_id_of,
     retry_after_of,
-    text,
     transport_error,
 )
 
@@ -105,7 +105,7 @@ class ReplicateProvider(HttpProvider):
             raise transport_error(self.name, exc, paid_call=True) from None
         if response.status_code not in (200, 201, 202):
             raise self._error(response, "submit")
-        prediction_id = text(json_or_empty(response).get("id"))
+        prediction_id = request_id_of(json_or_empty(response).get("id"))
         if prediction_id is None:
             raise ProviderError("server", "replicate: submit answered without a prediction id")
         return prediction_id
