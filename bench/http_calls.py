@@ -12,6 +12,9 @@ Cases (each run ``--runs`` times, medians reported, with ``uptime``'s load besid
   (from its submit to the poll that saw it finished, by the fake server's clock; also against
   each attempt's whole time, as first counted, and the mean time between two polls of one
   prediction), requests per second, and the run's peak RSS.
+- Beside the two HTTP cases, afc's own HTTP client alone (``afc_cli.providers.http.new_client``:
+  httpx's API over afc's aiohttp pool, sized to the width) sending the same calls and doing
+  nothing else with the answers: what any run loop built on that client cannot go below.
 - ``--transports``: the httpx client alone with httpx's default transport and with the
   httpx-aiohttp transport, pool sized to the width (how the transport was chosen).
 
@@ -138,6 +141,28 @@ async def httpx_calls(base: str, calls: int, width: int, transport: str) -> floa
         return time.perf_counter() - start
 
 
+async def afc_client_calls(base: str, calls: int, width: int) -> float:
+    """afc's own client (the one its adapters use, pool sized as a run sizes it), alone."""
+    sys.path.insert(0, str(HERE.parent))
+    from afc_cli.providers.http import new_client
+
+    sem = asyncio.Semaphore(width)
+    async with new_client(read_s=60.0, connections=width) as client:
+
+        async def one() -> None:
+            async with sem:
+                response = await client.post(
+                    f"{base}/v1/images/generations",
+                    json={"model": "gpt-image-1", "prompt": "p", "n": 1},
+                    headers={"Authorization": "Bearer sk-bench"},
+                )
+                response.json()
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(calls)))
+        return time.perf_counter() - start
+
+
 # --- afc itself -----------------------------------------------------------------------------
 
 
@@ -247,9 +272,10 @@ def main() -> None:
         for calls, width, name in ((1000, 500, "wide"), (200, 100, "narrow")):
             if args.only and args.only != name:
                 continue
-            floors, batches, walls, rss = [], [], [], []
+            floors, clients, batches, walls, rss = [], [], [], [], []
             for _ in range(args.runs):
                 floors.append(floor(server.port, calls, width))
+                clients.append(asyncio.run(afc_client_calls(server.base, calls, width)))
                 run = afc_run(server, "openai", calls, width)
                 batches.append(run["batch"])
                 walls.append(run["wall"])
@@ -257,7 +283,9 @@ def main() -> None:
             ideal = calls / width * 1.0
             print(
                 f"openai {calls} x 1 s at {width}: bare asyncio floor {median(floors):.2f} s "
-                f"(runs {', '.join(f'{t:.2f}' for t in floors)}); afc batch "
+                f"(runs {', '.join(f'{t:.2f}' for t in floors)}); afc's HTTP client alone "
+                f"{median(clients):.2f} s = {median(clients) / ideal:.2f} x ideal (runs "
+                f"{', '.join(f'{t:.2f}' for t in clients)}); afc batch "
                 f"{median(batches):.2f} s = {median(batches) / ideal:.2f} x ideal {ideal:.0f} s, "
                 f"{median(batches) / median(floors):.2f} x floor (runs "
                 f"{', '.join(f'{t:.2f}' for t in batches)}); whole command "
