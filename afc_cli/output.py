@@ -110,6 +110,10 @@ class LineReporter(Reporter):
             sys.stderr.write(f"afc: {message}\n")
             sys.stderr.flush()
 
+    def notice(self, message: str) -> None:
+        sys.stderr.write(scrub(f"afc: {message}") + "\n")
+        sys.stderr.flush()
+
 
 class RichReporter(Reporter):
     """A small live panel on a terminal (stderr): a bar, then succeeded / failed / waiting /
@@ -194,6 +198,12 @@ class RichReporter(Reporter):
     def state(self, message: str | None) -> None:
         if self.progress is not None:
             self.progress.state(message)
+
+    def notice(self, message: str) -> None:
+        """Above the panel, where it stays."""
+        from rich.text import Text
+
+        (self.live.console if self.live is not None else self.console).print(Text(scrub(message)))
 
     def stopping(self, grace_s: float, in_flight: int, why: str | None = None) -> None:
         """Say so above the panel, and count the grace period down under it (each redraw)."""

@@ -76,6 +76,10 @@ class Reporter:
     def state(self, message: str | None) -> None:
         pass
 
+    def notice(self, message: str) -> None:
+        """Something the person watching should know that is no job's event and no state of
+        the run: a provider whose polls have all been failing for a while, and its end."""
+
     def stopping(self, grace_s: float, in_flight: int, why: str | None = None) -> None:
         """The run was asked to stop (``why``, when not a signal): it starts no new call and
         waits up to ``grace_s`` for the ``in_flight`` jobs in a call or in their storage
@@ -528,9 +532,12 @@ def run_jobs(
     rates = batch_rates(ledger)
     run_id = run_id or str(uuid.uuid4())
     from afc_cli.providers import PROVIDERS
-    from afc_cli.providers.http import size_pools
+    from afc_cli.providers.http import HttpProvider, size_pools
 
     size_pools(PROVIDERS, concurrency, limits)
+    for provider in PROVIDERS.values():
+        if isinstance(provider, HttpProvider):
+            provider.watch_polls(reporter.notice)
 
     spool = Spool(ledger.spool_root())
     if (job_ids or more is not None) and not spool_checked:

@@ -22,6 +22,9 @@ KEYS = {
     "FAL_KEY": "fal-test-key-0123456789",
     "GEMINI_API_KEY": "AIza-test-gemini-0123456789",
 }
+# a "poll-outage" prompt's first polls answer 503 (Replicate, fal): twelve intervals of
+# AFC_POLL_S 0.05, past the five a run waits before it says the provider's polls all fail
+OUTAGE_POLLS = 12
 
 
 class FakeProviders:
@@ -379,6 +382,11 @@ class FakeProviders:
         if p is None:
             return h.reply(404, {"title": "Not found", "detail": "Not found.", "status": 404})
         p["polls"] += 1
+        if "poll-outage" in p["prompt"] and p["polls"] <= OUTAGE_POLLS:
+            return h.reply(
+                503,
+                {"title": "Service Unavailable", "detail": "Service Unavailable", "status": 503},
+            )
         if p["status"] in ("starting", "processing"):
             held = "hold" in p["prompt"] and not self.released.is_set()
             if held or p["polls"] < 3:
@@ -450,6 +458,8 @@ class FakeProviders:
         if tail == "/status":
             self.count("fal_poll")
             r["polls"] += 1
+            if "poll-outage" in r["prompt"] and r["polls"] <= OUTAGE_POLLS:
+                return h.reply(503, {"detail": "Service Unavailable"})
             held = "hold" in r["prompt"] and not self.released.is_set()
             if held or r["polls"] < 3:
                 r["status"] = "IN_PROGRESS"

@@ -212,6 +212,41 @@ def test_next_poll_first_about_one_interval_in_then_on_a_grid_of_intervals():
     assert next_poll(2.0, 5, lambda: 1.0, 11.0, 16.5) == 17.0
 
 
+def test_a_provider_whose_polls_all_fail_is_said_after_five_intervals_once(monkeypatch):
+    monkeypatch.setenv("AFC_POLL_S", "2")
+    now = [100.0]
+    said: list[str] = []
+    provider = ReplicateProvider()
+    provider.clock = lambda: now[0]
+    provider.watch_polls(said.append)
+    for t in (100.0, 102.0, 105.0, 109.9):  # under five intervals (10 s) of failures
+        now[0] = t
+        provider.poll_failed("HTTP 503")
+    assert said == []
+    now[0] = 110.0
+    provider.poll_failed("ConnectError")
+    now[0] = 112.0
+    provider.poll_failed("HTTP 503")  # said once, not again for each poll
+    assert said == [
+        "replicate: every poll has failed for 10s (last: ConnectError); afc keeps polling: the "
+        "requests' ids are recorded and nothing is paid again (Ctrl-C stops the run; 'afc "
+        "resume' polls them later)"
+    ]
+    now[0] = 113.5
+    provider.poll_answered()
+    assert said[1:] == ["replicate: polls answer again (after 14s of failures)"]
+    # a poll that answers ends a streak that was never said without a word, and a new streak
+    # counts from its own first failure
+    provider.poll_failed("HTTP 429")
+    now[0] = 120.0
+    provider.poll_answered()
+    now[0] = 130.0
+    provider.poll_failed("HTTP 502")
+    now[0] = 139.0
+    provider.poll_failed("HTTP 502")
+    assert len(said) == 2
+
+
 def test_polls_average_one_per_interval_in_flight_however_late_the_loop_sends_them():
     """A request in flight for a time T is polled T / interval times on average (counted from
     the submit to the last poll's due time), whether the loop sends each poll on time or up to

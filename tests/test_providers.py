@@ -118,6 +118,28 @@ def test_replicate_window_is_sent_as_cancel_after(afc, fake):
     assert {p["cancel_after"] for p in fake.predictions.values()} == {"120s"}
 
 
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_an_outage_of_polls_is_said_once_and_polling_goes_on(afc, fake, provider):
+    """Polls answered 503 for a while: the run says so (once, not per poll) and again when
+    they answer; the request is polled through it and paid once."""
+    data = manifest([{"key": "j0", "prompt": "poll-outage"}], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": provider, "model": MODELS[provider]}]
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    attempts = afc.json("show", "j0")["attempts"]
+    assert [a["status"] for a in attempts] == ["succeeded"]
+    assert fake.counts[f"{provider}_submit"] == 1
+    assert fake.counts[f"{provider}_poll"] > 12  # the outage's polls, then the rest
+    stderr = result.stderr
+    said = [line for line in stderr.splitlines() if "every poll has failed" in line]
+    assert len(said) == 1, stderr
+    assert said[0].startswith(f"afc: {provider}: every poll has failed for ")
+    assert "(last: HTTP 503)" in said[0] and "nothing is paid again" in said[0]
+    assert stderr.count(f"afc: {provider}: polls answer again") == 1, stderr
+    assert stderr.index("every poll has failed") < stderr.index("polls answer again")
+
+
 def test_fal_queue(afc, fake):
     jobs = run(afc, "fal", ["a cat", "nsfw thing"], expect=1)
     assert jobs["j0"]["status"] == "succeeded" and jobs["j0"]["cost"] == "0.025000"

@@ -54,6 +54,7 @@ class HttpProvider(Provider):
         self._client: Any = None
         self.connections = DEFAULT_CONNECTIONS
         self._urls: dict[str, Any] = {}
+        self.watch_polls(lambda message: None)
 
     def url(self, path: str) -> Any:
         """``{base}{path}`` as an ``httpx.URL``, parsed once: httpx parses a URL given as text
@@ -96,10 +97,52 @@ class HttpProvider(Provider):
         await self.sleep(max(0.0, due - now))
         return due, self.clock()
 
+    def watch_polls(self, notice: Callable[[str], None]) -> None:
+        """Tell ``notice`` (a run's ``Reporter.notice``) when every poll of this provider has
+        failed for a while, and when one answers again (``poll_failed``, ``poll_answered``)."""
+        self._notice = notice
+        self._failing_since: float | None = None
+        self._failing_said = False
+
+    def poll_failed(self, why: str) -> None:
+        """A poll got nothing it could use (``why``: an HTTP status, a transport error's
+        name). Polling goes on: it is free, the request id is recorded, and giving up would
+        leave a render that may yet be paid for. But an outage should not be silent: when
+        every poll of this provider (whatever request it was for) has failed for
+        ``POLLS_FAILING_INTERVALS`` poll intervals, the run says so once; and once more when a
+        poll answers again."""
+        now = self.clock()
+        if self._failing_since is None:
+            self._failing_since = now
+        failing = now - self._failing_since
+        if not self._failing_said and failing >= POLLS_FAILING_INTERVALS * poll_interval():
+            self._failing_said = True
+            self._notice(
+                f"{self.name}: every poll has failed for {_seconds(failing)} (last: {why}); afc "
+                "keeps polling: the requests' ids are recorded and nothing is paid again "
+                "(Ctrl-C stops the run; 'afc resume' polls them later)"
+            )
+
+    def poll_answered(self) -> None:
+        """A poll got an answer (``poll_failed``)."""
+        if self._failing_said:
+            failing = self.clock() - (self._failing_since or self.clock())
+            self._notice(f"{self.name}: polls answer again (after {_seconds(failing)} of failures)")
+        self._failing_since, self._failing_said = None, False
+
     async def close(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+# poll intervals in which every poll of a provider failed before a run says so (about 10 s at
+# the default interval): a blip of a few failed polls is normal, an outage is not
+POLLS_FAILING_INTERVALS = 5
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
 
 
 def poll_interval() -> float:

@@ -125,12 +125,15 @@ class ReplicateProvider(HttpProvider):
                 response = await self.client.get(
                     f"{self.base}/predictions/{prediction_id}", headers=self._headers()
                 )
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
+                self.poll_failed(type(exc).__name__)
                 continue  # polling is free: keep going
+            if response.status_code >= 500 or response.status_code == 429:
+                self.poll_failed(f"HTTP {response.status_code}")
+                continue
+            self.poll_answered()
             if response.status_code == 404:
                 raise RequestGone(self.name, prediction_id, "404")
-            if response.status_code >= 500 or response.status_code == 429:
-                continue
             if response.status_code != 200:
                 raise self._error(response, "poll")
             prediction = json_or_empty(response)
