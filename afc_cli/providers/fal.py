@@ -125,17 +125,9 @@ class FalProvider(HttpProvider):
         while True:
             last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
-            try:
-                response = await self.client.get(urls["status_url"], headers=self._headers())
-            except httpx.TransportError as exc:
-                self.poll_failed(type(exc).__name__)
+            response = await self.poll(urls["status_url"], request_id, self._headers())
+            if response is None:
                 continue  # polling is free: keep going
-            if response.status_code >= 500 or response.status_code == 429:
-                self.poll_failed(f"HTTP {response.status_code}")
-                continue
-            self.poll_answered()
-            if response.status_code == 404:
-                raise RequestGone(self.name, request_id, "404")
             state = json_or_empty(response)
             if response.status_code == 202 or state.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
                 continue

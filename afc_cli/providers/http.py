@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from afc_cli.attempts import parse_retry_after
-from afc_cli.providers.base import Provider, ProviderError
+from afc_cli.providers.base import Provider, ProviderError, RequestGone
 
 MAX_OUTPUT_BYTES = 2 * 1024**3
 
@@ -97,6 +97,26 @@ class HttpProvider(Provider):
         await self.sleep(max(0.0, due - now))
         return due, self.clock()
 
+    async def poll(self, url: Any, request_id: str, headers: dict[str, str]) -> Any | None:
+        """One poll of the job-style request ``request_id`` at ``url``: its answer, or None
+        when the poll got nothing usable (a transport error, 429, 5xx), which the caller
+        meets by polling again at the next interval (``poll_failed`` keeps count, so an outage
+        is said). A 404 means the request is gone at the provider (``RequestGone``)."""
+        import httpx
+
+        try:
+            response = await self.client.get(url, headers=headers)
+        except httpx.TransportError as exc:
+            self.poll_failed(type(exc).__name__)
+            return None
+        if response.status_code >= 500 or response.status_code == 429:
+            self.poll_failed(f"HTTP {response.status_code}")
+            return None
+        self.poll_answered()
+        if response.status_code == 404:
+            raise RequestGone(self.name, request_id, "404")
+        return response
+
     def watch_polls(self, notice: Callable[[str], None]) -> None:
         """Tell ``notice`` (a run's ``Reporter.notice``) when every poll of this provider has
         failed for a while, and when one answers again (``poll_failed``, ``poll_answered``)."""
@@ -126,7 +146,7 @@ class HttpProvider(Provider):
     def poll_answered(self) -> None:
         """A poll got an answer (``poll_failed``)."""
         if self._failing_said:
-            failing = self.clock() - (self._failing_since or self.clock())
+            failing = self.clock() - self._failing_since
             self._notice(f"{self.name}: polls answer again (after {_seconds(failing)} of failures)")
         self._failing_since, self._failing_said = None, False
 

@@ -111,8 +111,6 @@ class ReplicateProvider(HttpProvider):
         return prediction_id
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
-        import httpx
-
         prediction_id = request.resume_id
         if prediction_id is None:
             prediction_id = await self._submit(request)
@@ -121,19 +119,11 @@ class ReplicateProvider(HttpProvider):
         while True:
             last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
-            try:
-                response = await self.client.get(
-                    f"{self.base}/predictions/{prediction_id}", headers=self._headers()
-                )
-            except httpx.TransportError as exc:
-                self.poll_failed(type(exc).__name__)
+            response = await self.poll(
+                f"{self.base}/predictions/{prediction_id}", prediction_id, self._headers()
+            )
+            if response is None:
                 continue  # polling is free: keep going
-            if response.status_code >= 500 or response.status_code == 429:
-                self.poll_failed(f"HTTP {response.status_code}")
-                continue
-            self.poll_answered()
-            if response.status_code == 404:
-                raise RequestGone(self.name, prediction_id, "404")
             if response.status_code != 200:
                 raise self._error(response, "poll")
             prediction = json_or_empty(response)
