@@ -18,16 +18,34 @@ What is removed:
   (``https://user:pass@host``) and key-like query parameters (``?key=…``, ``X-Amz-Signature``).
 
 Each is replaced by ``<redacted>`` (no square brackets: rich would read them as markup).
+
+How a value is found, since an echo is not always the value as it was sent:
+
+- the token shapes are matched first, so a fal ``Key id:secret`` echo is removed whole before
+  the id alone would be (the id removed first left the secret's part outside any shape);
+- a value is matched in any letter case, with zero-width characters removed from the text,
+  and also base64-encoded at each of the three byte alignments (a Basic-auth style
+  ``user:key`` echo), hex-encoded and percent-encoded character by character; a text that
+  holds a value only once its percent-escapes or HTML character references are decoded is
+  scrubbed decoded;
+- a run of ``PARTIAL_CHARS`` or more consecutive characters of a provider key, an AWS secret,
+  a webhook secret or the serve token (an echo cut short, ``sk-...abc***``, or broken by a line
+  break) is removed too. Only those: the value of any other ``*_KEY`` variable may be a path
+  or a word, and a piece of it would blank ordinary text.
 """
 
 from __future__ import annotations
 
+import base64
+import html
 import os
 import re
 from typing import Any
+from urllib.parse import unquote
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 8
+PARTIAL_CHARS = 12  # this many consecutive characters of a known key are taken as the key
 SECRET_ENVS = (
     "OPENAI_API_KEY",
     "REPLICATE_API_TOKEN",
@@ -62,9 +80,12 @@ _SHAPES = [
     ),
 ]
 
+_ZERO_WIDTH = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
+
 _extra_envs: set[str] = set()
 _values: list[str] | None = None
 _literal: re.Pattern[str] | None = None
+_pieces: frozenset[str] = frozenset()  # every PARTIAL_CHARS-long piece of a known key, lowered
 
 
 def register(env_name: str) -> None:
@@ -76,40 +97,95 @@ def register(env_name: str) -> None:
 
 def reset() -> None:
     """Forget the secret values read so far (the environment changed)."""
-    global _values, _literal
+    global _values, _literal, _pieces
     _values = None
     _literal = None
+    _pieces = frozenset()
+
+
+def encodings(value: str) -> set[str]:
+    """The forms in which an echo may carry ``value`` besides itself: hex, every character
+    percent-encoded, and base64 at each of the three alignments a value can have inside a
+    longer encoded text (the characters that depend on the neighbouring bytes left out)."""
+    raw = value.encode()
+    forms = {raw.hex(), "".join(f"%{byte:02x}" for byte in raw)}
+    for shift in range(3):
+        encoded = base64.b64encode(bytes(shift) + raw).decode()
+        core = encoded[-(-8 * shift // 6) : 8 * (shift + len(raw)) // 6]
+        if len(core) >= MIN_SECRET_CHARS:
+            forms |= {core, core.replace("+", "-").replace("/", "_")}
+    return forms
 
 
 def _secret_values() -> list[str]:
-    global _values, _literal
+    global _values, _literal, _pieces
     if _values is None:
-        names = set(SECRET_ENVS) | _extra_envs
-        names |= {name for name in os.environ if _SECRET_NAME.search(name)}
+        known = set(SECRET_ENVS) | _extra_envs
+        names = known | {name for name in os.environ if _SECRET_NAME.search(name)}
         values: set[str] = set()
+        pieces: set[str] = set()
         for name in names:
             value = os.environ.get(name) or ""
             for part in (value, *value.split(":")):  # fal keys are "id:secret"
                 part = part.strip()
-                if len(part) >= MIN_SECRET_CHARS:
-                    values.add(part)
+                if len(part) < MIN_SECRET_CHARS:
+                    continue
+                values |= {part, *encodings(part)}
+                if name in known:
+                    low = part.lower()
+                    pieces |= {
+                        low[i : i + PARTIAL_CHARS] for i in range(len(low) - PARTIAL_CHARS + 1)
+                    }
         # longest first, so a key is removed whole before any part of it
         _values = sorted(values, key=len, reverse=True)
-        _literal = re.compile("|".join(re.escape(v) for v in _values)) if _values else None
+        _literal = re.compile("|".join(re.escape(v) for v in _values), re.I) if _values else None
+        _pieces = frozenset(pieces)
     return _values
 
 
+def _partial(text: str) -> str:
+    """``text`` with every run of a known key's characters at least ``PARTIAL_CHARS`` long
+    replaced (``_pieces``)."""
+    low = text.lower()
+    spans: list[list[int]] = []
+    for i in range(len(low) - PARTIAL_CHARS + 1):
+        if low[i : i + PARTIAL_CHARS] in _pieces:
+            if spans and i <= spans[-1][1]:
+                spans[-1][1] = i + PARTIAL_CHARS
+            else:
+                spans.append([i, i + PARTIAL_CHARS])
+    for start, end in reversed(spans):
+        text = text[:start] + REDACTED + text[end:]
+    return text
+
+
+def _scrubbed(text: str) -> str:
+    for pattern, replacement in _SHAPES:
+        text = pattern.sub(replacement, text)
+    if _literal is not None:
+        text = _literal.sub(REDACTED, text)
+    if _pieces and len(text) >= PARTIAL_CHARS:
+        text = _partial(text)
+    return text
+
+
 def scrub(text: Any) -> Any:
-    """``text`` without secret values or token shapes; anything not a string is returned as
-    it is."""
+    """``text`` without secret values or token shapes (module docstring); anything not a
+    string is returned as it is."""
     if not isinstance(text, str) or not text:
         return text
     _secret_values()
-    if _literal is not None:
-        text = _literal.sub(REDACTED, text)
-    for pattern, replacement in _SHAPES:
-        text = pattern.sub(replacement, text)
-    return text
+    text = _ZERO_WIDTH.sub("", text)
+    out = _scrubbed(text)
+    # a value hidden behind escapes: the text is kept decoded where decoding reveals one
+    for decode, sign in ((unquote, "%"), (html.unescape, "&")):
+        if sign in out:
+            decoded = decode(out)
+            if decoded != out:
+                again = _scrubbed(decoded)
+                if again != decoded:
+                    out = again
+    return out
 
 
 def scrub_data(value: Any) -> Any:

@@ -255,6 +255,10 @@ class FakeProviders:
             "total_tokens": 4210,
             "input_tokens_details": {"text_tokens": 50, "image_tokens": 0},
         }
+        if "paid-echo" in prompt:  # a paid answer quoting the key in its id and its usage
+            auth = h.headers.get("Authorization", "")
+            headers = {"x-request-id": auth}
+            usage = {**usage, "input_tokens": auth, "note": [auth.upper()]}
         if "odd-usage" in prompt:  # a paid answer whose counts are not numbers
             usage = {"input_tokens": "fifty", "output_tokens": float("nan"), "total_tokens": []}
         if "garbled" in prompt:  # a paid answer whose image is not base64 (and "data" items odd)

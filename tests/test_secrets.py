@@ -63,6 +63,58 @@ def test_configured_secret_values_are_scrubbed_wherever_they_appear(clean_secret
     )
 
 
+FAL = "3f6c1a2b-9d4e-4f0a-8b7c-1d2e3f4a5b6c:0123456789abcdef0123456789abcdef"
+OPENAI = "sk-proj-AbCdEf0123456789GhIjKl"
+
+
+@pytest.mark.parametrize(
+    ("echo", "gone"),
+    [
+        # fal's key id and most of its secret: the shape is matched before the id alone
+        (f"Invalid credentials: Key {FAL[:-3]}***", FAL.split(":")[1][:20]),
+        # split by a line break, cut short, in another letter case
+        (f"Bearer {OPENAI[:12]}\n{OPENAI[12:]}", OPENAI[12:]),
+        (f"key was {OPENAI[:-4]}...", OPENAI[4:-4]),
+        (OPENAI.upper(), OPENAI.upper()[3:]),
+        # encoded: Basic auth (base64 of user:key), hex, percent, HTML references, zero-width
+        (
+            "Basic " + base64.b64encode(f"user:{OPENAI}".encode()).decode(),
+            base64.b64encode(f"user:{OPENAI}".encode()).decode()[12:28],
+        ),
+        (OPENAI.encode().hex(), OPENAI.encode().hex()[6:]),
+        ("".join(f"%{b:02X}" for b in OPENAI.encode()), "%30%31%32"),
+        ("".join(f"&#{ord(c)};" for c in OPENAI), "&#48;&#49;"),
+        (OPENAI[:9] + "\u200b" + OPENAI[9:], OPENAI[9:]),
+    ],
+)
+def test_a_key_echoed_in_part_or_encoded_is_scrubbed(clean_secrets, echo, gone):
+    clean_secrets.setenv("FAL_KEY", FAL)
+    clean_secrets.setenv("OPENAI_API_KEY", OPENAI)
+    out = secrets.scrub(echo)
+    assert gone not in out and "<redacted>" in out, out
+    # nothing of twelve characters of either key is left, in any case
+    low = out.lower()
+    for key in (FAL, OPENAI):
+        key = key.lower()
+        assert not any(key[i : i + 12] in low for i in range(len(key) - 11)), out
+
+
+def test_pieces_of_other_key_variables_leave_ordinary_text_alone(clean_secrets):
+    """Only known keys are matched in part: another ``*_KEY`` variable may hold a path."""
+    clean_secrets.setenv("DEPLOY_KEY", "/home/studio/.ssh/id_ed25519")
+    text = "cannot write /home/studio/.cache/afc: 50% full & slow"
+    assert secrets.scrub(text) == text
+    assert secrets.scrub("key at /home/studio/.ssh/id_ed25519") == "key at <redacted>"
+
+
+def test_base64_at_every_alignment_is_found(clean_secrets):
+    clean_secrets.setenv("REPLICATE_API_TOKEN", "r8_zyxwvutsrqponmlkjihgfedcba")
+    for prefix in ("", "a", "ab", "abc"):
+        encoded = base64.b64encode(f"{prefix}r8_zyxwvutsrqponmlkjihgfedcba!".encode()).decode()
+        out = secrets.scrub(f"header was {encoded}")
+        assert "<redacted>" in out and len(out) < len(encoded), (prefix, out)
+
+
 def test_errors_scrub_their_message_where_it_enters(clean_secrets):
     clean_secrets.setenv("OPENAI_API_KEY", "sk-live-secret-value-0001")
     assert "secret-value" not in ProviderError("auth", "no: sk-live-secret-value-0001").message
@@ -113,6 +165,34 @@ def test_a_provider_quoting_the_key_back_leaks_it_nowhere(afc):
     finally:
         server.stop()
         receiver.stop()
+
+
+def test_a_paid_answer_quoting_the_key_in_its_id_and_usage_leaves_no_key_in_the_ledger(afc):
+    """A success whose ``x-request-id`` and usage counts carry the Authorization header: the
+    attempt is recorded (paid, its id and usage kept scrubbed), the key is in no ledger row."""
+    key = KEYS["OPENAI_API_KEY"]
+    server = FakeProviders().start()
+    try:
+        afc.env.update(server.env())
+        data = manifest([{"key": "shot", "prompt": "paid-echo please"}])
+        data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1"}]
+        data["rates"] = [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}]
+        afc.write_manifest(data)
+        result = afc("submit", "manifest.yaml")
+        assert result.returncode == 0, result.stderr
+        shown = afc("show", "shot", "--json").stdout
+        assert server.counts["openai"] == 1
+        rows = afc.rows("SELECT status, provider_request_id, usage_json FROM attempts")
+        assert len(rows) == 1 and rows[0][0] == "succeeded"
+        assert rows[0][1] == "Bearer <redacted>" and "<redacted>" in rows[0][2]
+        conn = sqlite3.connect(afc.cwd / "afc.db")
+        dump = "\n".join(conn.iterdump())
+        conn.close()
+        for text in (dump, shown, result.stdout + result.stderr):
+            for secret in (key, key[3:], key.upper()[3:]):
+                assert secret not in text
+    finally:
+        server.stop()
 
 
 def test_a_malformed_webhook_secret_is_refused_before_anything_is_written(afc):

@@ -1011,7 +1011,7 @@ class Ledger:
         with self.tx(sync_on_commit=provider != "local"):
             self.db.execute(
                 "UPDATE attempts SET provider_request_id = ? WHERE job_id = ? AND number = ?",
-                (request_id, job["id"], number),
+                (scrub(request_id), job["id"], number),
             )
 
     def reopen_attempt(self, job: dict[str, Any], attempt: dict[str, Any]) -> bool:
@@ -1275,12 +1275,12 @@ class Ledger:
                 error_class,
                 http_status,
                 scrub(error_message),
-                provider_request_id,
+                scrub(provider_request_id),
                 self.owner,
                 started_at if started_at is not None else ended,
                 ended,
                 (ended - started_at) if started_at is not None else 0.0,
-                _dumps(_json_safe(usage)),
+                _dumps(scrub_data(_json_safe(usage))),
                 cost_micros,
                 cost_source,
                 retry_after_s,
