@@ -10,7 +10,14 @@ file and its line number. The file is relative to the manifest's folder.
   ``chain``, ``webhook``, ``review``, ``needs`` and ``inputs`` as JSON text; and
   ``params.NAME`` columns, one param each, whose cell is read as JSON when it is a JSON
   number, ``true``, ``false``, an object, a list or a quoted string, and as plain
-  text otherwise (``64x64``, ``007``). An empty cell leaves the field out.
+  text otherwise (``64x64``, ``007``). An empty cell leaves the field out. A quoted cell
+  never closed, or a cell longer than the csv module's limit (128 KiB), refuses the list at
+  its line (the rest of the file cannot be split reliably after it).
+
+Either format: a byte order mark opening the file is skipped; JSON nested more than 64 levels
+deep (the manifest YAML's limit) is a line's problem, as is a line that is valid JSON but not
+an object; a list that holds no job, with no inline ``jobs`` beside it, is refused as an empty
+``jobs`` is.
 
 Nothing here keeps more than one line: the manifest loader (``resolve_jobs`` in
 afc_cli/manifest.py) reads the file once, checking every line (and finding duplicate keys and
@@ -35,6 +42,16 @@ CSV_JSON_FIELDS = ("params", "chain", "webhook", "review", "needs", "inputs")
 
 class _Duplicate(ValueError):
     pass
+
+
+class _Bad(str):
+    """Why a line could not be read as a job (a line holding a JSON string is not one)."""
+
+
+# JSON nested deeper than the manifest's YAML may be (MAX_YAML_DEPTH) is refused the same way;
+# deeper still, Python's decoder would raise RecursionError, also a line's problem
+MAX_DEPTH = 64
+NESTING = f"nested more than {MAX_DEPTH} levels deep"
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -80,10 +97,35 @@ def _cell(text: str) -> Any:
     """A ``params.NAME`` cell: JSON when it reads as a JSON value, else the text itself."""
     if text[:1] in '{["-0123456789' or text in ("true", "false"):
         try:
-            return json.loads(text, object_pairs_hook=_no_duplicates)
-        except ValueError:
+            return _nested(json.loads(text, object_pairs_hook=_no_duplicates))
+        except (ValueError, RecursionError):
             pass
     return text
+
+
+def _nested(value: Any, depth: int = 0) -> Any:
+    """``value`` itself; RecursionError when its lists and objects nest more than
+    ``MAX_DEPTH`` deep."""
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list):
+        items = value
+    else:
+        return value
+    if depth >= MAX_DEPTH:
+        raise RecursionError
+    for item in items:
+        _nested(item, depth + 1)
+    return value
+
+
+def _csv_problem(exc: csv.Error) -> str:
+    text = str(exc)
+    if "field larger than field limit" in text:
+        return f"a cell is longer than {csv.field_size_limit():,} characters"
+    if "unexpected end of data" in text:
+        return "a quoted cell is never closed (its closing quote is missing)"
+    return f"not valid CSV: {text}"
 
 
 class JobFile:
@@ -109,7 +151,7 @@ class JobFile:
         try:
             for line, row in rows:
                 where = f"{self.name} line {line}"
-                if isinstance(row, str):  # the line could not be read as a job
+                if isinstance(row, _Bad):  # the line could not be read as a job
                     problems.append(f"{where}: {row}")
                 elif not isinstance(row, dict):
                     problems.append(f"{where}: a job is a JSON object, got {type(row).__name__}")
@@ -132,7 +174,7 @@ class JobFile:
             problems.append(f"{self.name}: not UTF-8 text ({exc.reason})")
 
     def _jsonl(self) -> Iterator[tuple[int, Any]]:
-        with open(self.path, encoding="utf-8") as handle:
+        with open(self.path, encoding="utf-8-sig") as handle:  # a byte order mark is skipped
             for number, text in enumerate(handle, 1):
                 line = text.strip()
                 if not line:
@@ -142,16 +184,23 @@ class JobFile:
                     yield number, value
                     continue
                 try:
-                    yield number, _DECODER.decode(text)
+                    yield number, _nested(_DECODER.decode(text))
                 except _Duplicate as exc:
-                    yield number, str(exc)
+                    yield number, _Bad(exc)
+                except RecursionError:
+                    yield number, _Bad(NESTING)
                 except ValueError as exc:
-                    yield number, f"not valid JSON: {exc}"
+                    yield number, _Bad(f"not valid JSON: {exc}")
 
     def _csv(self, problems: list[str]) -> Iterator[tuple[int, Any]]:
         with open(self.path, encoding="utf-8-sig", newline="") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, None)
+            # strict: a quote left open is an error, not a cell that swallows the file's rest
+            reader = csv.reader(handle, strict=True)
+            try:
+                header = next(reader, None)
+            except csv.Error as exc:
+                problems.append(f"{self.name} line 1: {_csv_problem(exc)}")
+                return
             if header is None:
                 problems.append(f"{self.name}: empty; the first row names the columns")
                 return
@@ -173,17 +222,24 @@ class JobFile:
                 )
                 return
             last = reader.line_num
-            for cells in reader:
+            while True:
+                try:
+                    cells = next(reader, None)
+                except csv.Error as exc:  # the rest of the file cannot be split reliably
+                    yield last + 1, _Bad(_csv_problem(exc))
+                    return
+                if cells is None:
+                    return
                 line, last = last + 1, reader.line_num
                 if not any(cells):
                     continue
                 if len(cells) != len(header):
-                    yield line, f"{len(cells)} cells where the header names {len(header)}"
+                    yield line, _Bad(f"{len(cells)} cells where the header names {len(header)}")
                     continue
                 yield line, self._row(header, cells)
 
     @staticmethod
-    def _row(header: list[str], cells: list[str]) -> dict[str, Any] | str:
+    def _row(header: list[str], cells: list[str]) -> dict[str, Any] | _Bad:
         row: dict[str, Any] = {}
         params: dict[str, Any] = {}
         for column, text in zip(header, cells, strict=True):
@@ -193,14 +249,16 @@ class JobFile:
                 row[column] = text
             elif column in CSV_JSON_FIELDS:
                 try:
-                    row[column] = json.loads(text, object_pairs_hook=_no_duplicates)
+                    row[column] = _nested(json.loads(text, object_pairs_hook=_no_duplicates))
+                except RecursionError:
+                    return _Bad(f"column {column!r}: {NESTING}")
                 except ValueError as exc:
-                    return f"column {column!r}: not valid JSON ({exc})"
+                    return _Bad(f"column {column!r}: not valid JSON ({exc})")
             else:
                 params[column[len("params.") :]] = _cell(text)
         if params:
             if not isinstance(row.get("params", {}), dict):
-                return "column 'params': must be a JSON object"
+                return _Bad("column 'params': must be a JSON object")
             row["params"] = {**row.get("params", {}), **params}
         return row
 

@@ -829,6 +829,8 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
                 resolve_deferred(model, providers, problems, seen, aggregate),
             ),
         )
+        if not len(jobs) and not problems:  # as a manifest whose jobs are an empty list
+            problems.append(f"field 'jobs_from': {model.jobs_from!r} holds no job")
     else:
         jobs.extend(resolve_deferred(model, providers, problems, seen, aggregate))
     problems.extend(dependency_problems(model.batch, seen))

@@ -156,6 +156,65 @@ def test_missing_or_unknown_list_file(tmp_path):
     assert caught.value.problems[0].startswith("field 'jobs': required field is missing")
 
 
+def test_hostile_lines_are_problems_with_their_line_not_crashes(tmp_path):
+    """Found by an outside audit: JSON nested thousands deep was a RecursionError, a line
+    holding a JSON string showed the string as if it were afc's message."""
+    path = big_manifest(tmp_path, [])
+    deep = '{"key": "a", "prompt": "x", "params": ' + '{"a": ' * 3000 + "1" + "}" * 3001
+    too_deep = '{"key": "c", "prompt": "x", "params": ' + "[" * 65 + "]" * 65 + "}"
+    (tmp_path / "jobs.jsonl").write_text(
+        f'{deep}\n"Set prompt to x"\n{too_deep}\n\ufeff{{"key": "b", "prompt": "x"}}\n'
+    )
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    assert caught.value.problems == [
+        "jobs.jsonl line 1: nested more than 64 levels deep",
+        "jobs.jsonl line 2: a job is a JSON object, got str",
+        "jobs.jsonl line 3: nested more than 64 levels deep",
+        "jobs.jsonl line 4: not valid JSON: Expecting value: line 1 column 1 (char 0)",
+    ]
+    # a byte order mark opening the file is skipped, as in CSV and YAML
+    (tmp_path / "jobs.jsonl").write_text('\ufeff{"key": "b", "prompt": "x"}\n')
+    assert [job.key for job in load_manifest(path).jobs] == ["b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        # a quote left open used to swallow the rest of the file into one cell: job b lost
+        ('key,prompt\na,"unterminated\nb,y\n', "line 2: a quoted cell is never closed"),
+        ("key,prompt\na," + "x" * 200_000 + "\nb,y\n", "line 2: a cell is longer than 131,072"),
+        ('key,"prompt\na,b\n', "line 1: a quoted cell is never closed"),
+        ('key,prompt\na,"x"y\n', "line 2: not valid CSV"),
+        (
+            'key,params\na,"{""a"": ' + "[" * 70 + "]" * 70 + '}"\n',
+            "line 2: column 'params': nested",
+        ),
+    ],
+)
+def test_broken_csv_is_refused_with_its_line(tmp_path, text, problem):
+    data = manifest([], jobs_from="jobs.csv")
+    del data["jobs"]
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (tmp_path / "jobs.csv").write_text(text)
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(tmp_path / "m.yaml")
+    assert caught.value.problems[0].startswith(f"jobs.csv {problem}"), caught.value.problems
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_job_list_is_refused_like_an_empty_jobs_list(tmp_path, text):
+    path = big_manifest(tmp_path, [])
+    (tmp_path / "jobs.jsonl").write_text(text)
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    assert caught.value.problems == ["field 'jobs_from': 'jobs.jsonl' holds no job"]
+    # beside inline jobs, an empty list is fine
+    path = big_manifest(tmp_path, [], inline=[{"key": "a", "prompt": "x"}])
+    (tmp_path / "jobs.jsonl").write_text(text)
+    assert [job.key for job in load_manifest(path).jobs] == ["a"]
+
+
 def test_job_id_matches_uuid5():
     for batch, key in [("b", "k"), ("trailer-shots", "shot-001"), ("b:1", "é-ü")]:
         assert job_id_for(batch, key) == str(uuid.uuid5(JOB_ID_NAMESPACE, f"{batch}\x00{key}"))
