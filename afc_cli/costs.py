@@ -22,8 +22,13 @@ def usd_problem(value: str) -> str | None:
     Amounts are exact decimal strings, not negative, and below 1,000,000 USD, the range the
     ledger's money columns hold (numeric(12,6)); a larger one would also overflow the exact
     micro-USD arithmetic. Here with the money, not with the manifest: a resume checks the
-    ledger's recorded cards with it and imports no manifest machinery (pydantic, YAML)."""
+    ledger's recorded cards with it and imports no manifest machinery (pydantic, YAML).
+
+    Written in ASCII digits, without ``_``: Python's ``Decimal`` reads ``"0_1"`` as 1 and
+    ``"٠.١"`` (Arabic-Indic digits) as 0.1, neither what a rate card's reader sees."""
     try:
+        if isinstance(value, str) and (not value.isascii() or "_" in value):
+            raise ValueError(value)
         amount = Decimal(value)
     except (InvalidOperation, TypeError, ValueError):
         return f'must be a decimal string such as "0.04", got {value!r}'

@@ -199,7 +199,8 @@ class ManifestModel(_Strict):
     @field_validator("version", mode="before")
     @classmethod
     def _version(cls, value: Any) -> Any:
-        if isinstance(value, bool):  # YAML's true equals 1 in Python; it is not a version
+        # YAML's true and 1.0 equal 1 in Python; neither is a version (as 2.0 is no count)
+        if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError(f"must be the number 1, got {value!r}")
         return value
 

@@ -96,6 +96,21 @@ def test_rates_and_budgets_beyond_the_ledger_range_are_refused(tmp_path, amount)
     assert "'budget'" in problem and "below 1000000" in problem
 
 
+@pytest.mark.parametrize("amount", ["0_1", "\u0660.\u0661", "\uff10.5", "1_000"])
+def test_amounts_in_other_digits_or_with_underscores_are_refused(afc, amount):
+    """Decimal reads "0_1" as 1 and Arabic-Indic digits as digits: an outside audit was
+    charged 1.000000 a picture for a card that said "0_1"."""
+    rate = f'rates: [{{provider: local, model: m1, per_image: "{amount}"}}]\n'
+    [problem] = refused(afc.cwd, one_job(top=rate))
+    assert "rates[0].per_image" in problem and "must be a decimal string" in problem
+    [problem] = refused(afc.cwd, one_job(top=f'budget: "{amount}"\n'))
+    assert "'budget'" in problem and "must be a decimal string" in problem
+    afc.write_manifest(manifest(jobs(1)))
+    result = afc("submit", "manifest.yaml", "--max-spend", amount)
+    assert result.returncode == 2 and "must be a decimal string" in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
+
+
 def test_a_limits_key_does_not_shadow_the_manifest_path(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text(one_job(params="{sise: 1}", top="limits: {local: {concurrency: 2}}\n"))
@@ -253,3 +268,10 @@ def test_a_huge_rate_admitted_by_an_older_afc_stops_resume_cleanly(afc):
     assert result.returncode == 2, result.stderr
     assert "batch 'b1' has the rate card local/m1 per_image that must be below" in result.stderr
     assert afc.rows("SELECT status FROM jobs") == [("queued",)]
+
+
+@pytest.mark.parametrize("version", ["1.0", "true", '"1"'])
+def test_a_version_that_only_equals_1_is_refused(tmp_path, version):
+    text = one_job().replace("version: 1\n", f"version: {version}\n")
+    [problem] = refused(tmp_path, text)
+    assert problem.startswith("field 'version': "), problem
