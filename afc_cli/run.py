@@ -779,9 +779,10 @@ async def _renew(ledger: Ledger, lease_s: float) -> None:
 
 
 def require_keys(providers: set[str]) -> None:
-    """API keys come only from the environment; a missing one stops the run before any job
-    starts (and nothing is written)."""
-    from afc_cli.providers import missing_keys
+    """API keys come only from the environment; a missing one, or one no HTTP header can carry
+    (``providers.key_problem``), stops the run before any job starts (and nothing is
+    written). The message names the variable, never its value."""
+    from afc_cli.providers import malformed_keys, missing_keys
 
     missing = missing_keys(providers)
     if missing:
@@ -790,6 +791,9 @@ def require_keys(providers: set[str]) -> None:
             + ", ".join(missing)
             + " (afc reads provider keys only from the environment)"
         )
+    malformed = malformed_keys(providers)
+    if malformed:
+        raise UsageError("API key cannot be sent: " + "; ".join(malformed))
 
 
 def provider_limits(ledger: Ledger) -> dict[str, dict[str, int | None]]:

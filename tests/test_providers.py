@@ -265,3 +265,31 @@ def test_a_wrong_key_is_auth_and_stops_the_chain(afc, fake, provider, variable):
     afc.env[variable] = "wrong-key"
     jobs = run(afc, provider, ["x"], expect=1)
     assert jobs["j0"]["error"]["class"] == "auth" and jobs["j0"]["attempts"] == 1
+
+
+@pytest.mark.parametrize(
+    ("provider", "variable", "value", "why"),
+    [
+        ("openai", "OPENAI_API_KEY", "sk-test-openai-0123456789\r", "carriage return"),
+        ("openai", "OPENAI_API_KEY", "sk\u2013test-openai-0123456789", "U+2013"),
+        ("fal", "FAL_KEY", "fal-test key", "space"),
+    ],
+)
+def test_a_key_no_header_can_carry_is_refused_before_anything_is_written(
+    afc, fake, provider, variable, value, why
+):
+    """A key with a carriage return (a Windows .env file) or a pasted en dash failed inside
+    the HTTP client after its attempt row was written: recorded as 'a bug in afc', failed,
+    cost unknown, though no request left (found by an outside audit). Now refused up front."""
+    afc.env[variable] = value
+    data = manifest([{"key": "j0", "prompt": "x"}], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": provider, "model": MODELS[provider]}]
+    afc.write_manifest(data)
+    for command in (("submit", "manifest.yaml"), ("submit", "manifest.yaml", "--json")):
+        result = afc(*command)
+        assert result.returncode == 2, result.stderr
+        assert f"API key cannot be sent: {variable} holds" in result.stderr
+        assert why in result.stderr and value.strip() not in result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    assert sum(fake.counts.values()) == 0

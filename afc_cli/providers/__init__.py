@@ -26,8 +26,38 @@ def missing_keys(providers: set[str]) -> list[str]:
     return sorted(env for env in needed if env and not os.environ.get(env))
 
 
+def key_problem(value: str) -> str | None:
+    """Why an API key cannot be sent in an HTTP header, or None: a header carries printable
+    ASCII only. A carriage return (a .env file written on Windows), a line break, a space or a
+    typographic dash pasted from a document would otherwise fail inside the HTTP client, after
+    the attempt row was written, as if the call might have been paid."""
+    for char in value:
+        if char in "\r\n":
+            return "holds a line break or carriage return (a .env file written on Windows?)"
+        if char.isspace():
+            return "holds a space or tab"
+        if not char.isascii() or not char.isprintable():
+            return f"holds the character U+{ord(char):04X}, which an HTTP header cannot carry"
+    return None
+
+
+def malformed_keys(providers: set[str]) -> list[str]:
+    """``"NAME: why"`` for each set API key of the named providers that is not header-safe."""
+    import os
+
+    needed = {PROVIDERS[name].key_env for name in providers if name in PROVIDERS}
+    found = []
+    for env in sorted(filter(None, needed)):
+        problem = key_problem(os.environ.get(env) or "")
+        if problem:
+            found.append(f"{env} {problem}")
+    return found
+
+
 __all__ = [
     "PROVIDERS",
+    "key_problem",
+    "malformed_keys",
     "missing_keys",
     "AttemptRequest",
     "AttemptResult",
