@@ -156,7 +156,10 @@ def _err(message: str) -> None:
 
 
 @contextmanager
-def _boundary() -> Iterator[None]:
+def _boundary(again: str | None = None) -> Iterator[None]:
+    """Domain errors to their exit codes, in one line each. ``again``: the command that picks
+    up after an interruption outside a run loop, when it is not ``afc resume`` (a submit
+    interrupted while it admits has perhaps admitted nothing: resume would find no job)."""
     from afc_cli.errors import EXIT_INTERRUPTED, AfcError
 
     try:
@@ -165,7 +168,12 @@ def _boundary() -> Iterator[None]:
         _err(exc.message)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
-        _err("interrupted; every job stays resumable (run 'afc resume')")
+        if again:
+            _err(
+                f"interrupted; nothing is lost: run this again (it admits what is missing): {again}"
+            )
+        else:
+            _err("interrupted; every job stays resumable (run 'afc resume')")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except (typer.Exit, typer.Abort):
         raise
@@ -190,6 +198,13 @@ def _boundary() -> Iterator[None]:
                 "AFC_DEBUG=1 shows where)"
             )
         raise typer.Exit(EXIT_JOB_FAILED) from None
+
+
+def _again(command: str, manifest: str, ledger: str) -> str:
+    import shlex
+
+    words = ["afc", command, manifest] + ([] if ledger == DEFAULT_LEDGER else ["--ledger", ledger])
+    return shlex.join(words)
 
 
 def _reporter(json_out: bool, quiet: bool, verbose: bool):
@@ -390,7 +405,7 @@ def submit(
     if dry_run:
         _plan(manifest, ledger, storage, max_spend, json_out)
         return
-    with _boundary():
+    with _boundary(again=_again("submit", manifest, ledger)):
         if not no_run:
             _prestart_helper()
         from afc_cli import run
@@ -1114,6 +1129,13 @@ def main() -> None:
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.environ.setdefault("PYTHONIOENCODING", "utf-8")
+    for number, arg in enumerate(sys.argv[1:], 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the locale could not decode (surrogate escapes)
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            _err(f"argument {number} ({shown}) is not UTF-8 text; afc reads its arguments as UTF-8")
+            sys.exit(2)
     from afc_cli.cli_coercion import install
 
     install()  # plain options coerced without pydantic (afc_cli/cli_coercion.py)

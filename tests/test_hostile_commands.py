@@ -51,3 +51,44 @@ def test_resume_beside_a_submit_says_the_other_process_has_the_jobs(afc):
     finally:
         release.touch()
         assert submit.wait(timeout=60) == 0
+
+
+def test_a_submit_interrupted_before_its_run_says_to_submit_again(tmp_path, monkeypatch):
+    """Interrupted while it admits, a submit may have admitted nothing: 'afc resume' would find
+    no job and exit 0, the batch never rendered (found by an outside audit). The advice is the
+    submit itself, which admits what is missing and resumes the rest."""
+    from typer.testing import CliRunner
+
+    from afc_cli import cli, run
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "submit", interrupted)
+    monkeypatch.setattr(cli, "_interrupt_on_sigterm", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(cli.app, ["submit", "my shots.yaml", "--no-run"])
+    assert result.exit_code == 130
+    assert result.stderr.strip() == (
+        "afc: interrupted; nothing is lost: run this again (it admits what is missing): "
+        "afc submit 'my shots.yaml'"
+    )
+    result = runner.invoke(cli.app, ["submit", "m.yaml", "--no-run", "--ledger", "b.db"])
+    assert result.stderr.strip().endswith("afc submit m.yaml --ledger b.db")
+
+
+def test_arguments_that_are_not_utf8_are_refused_before_anything_is_written(afc):
+    """Bytes the locale cannot decode reach Python as surrogate escapes; writing one to the
+    ledger was 'a bug in afc' (exit 1) after the ledger and output folder were created."""
+    afc.write_manifest(manifest(jobs(1)))
+    odd = (afc.cwd / "manifest.yaml").read_bytes()
+    (afc.cwd / b"m\xff.yaml".decode("utf-8", "surrogateescape")).write_bytes(odd)
+    for args in (("submit", b"m\xff.yaml"), ("show", b"k\xff"), ("status", "--batch", b"b\xfe")):
+        result = afc(
+            *[a.decode("utf-8", "surrogateescape") if isinstance(a, bytes) else a for a in args]
+        )
+        assert result.returncode == 2, result.stderr
+        assert "is not UTF-8 text" in result.stderr and "Traceback" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    assert not (afc.cwd / "afc-outputs").exists()
