@@ -56,3 +56,28 @@ def test_urls_and_object_keys():
     assert STORAGE.object_key("b1/shot.png") == "films/b1/shot.png"
     assert S3Storage("s3://bucket").object_key("k") == "k"
     assert S3Storage("s3://bucket/a/b/").url == "s3://bucket/a/b"
+
+
+def test_a_request_botocore_refuses_is_final():
+    from botocore.exceptions import ParamValidationError
+
+    error = classify(ParamValidationError(report="Invalid bucket name"))
+    assert not error.retryable
+
+
+def test_credentials_or_a_bad_bucket_in_the_url_are_usage_errors_that_show_no_secret(afc):
+    """Found by an outside audit: s3://KEY:SECRET@bucket reached botocore, whose validation
+    error quoted the secret unscrubbed, retried as transient, exit 1."""
+    from conftest import jobs, manifest
+
+    afc.write_manifest(manifest(jobs(1)))
+    for url, said in (
+        ("s3://AKIAEXAMPLE:supersecretvalue123@bucket/x", "carries no credentials"),
+        ("s3://bad bucket!/x", "is not a bucket name"),
+    ):
+        for command in ("submit", "plan"):
+            result = afc(command, "manifest.yaml", "--storage", url)
+            assert result.returncode == 2, result.stderr
+            assert said in result.stderr and "supersecretvalue123" not in result.stderr
+            assert "Traceback" not in result.stderr and "regex" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,26 @@ META_FIELDS = {
 INT_FIELDS = {"attempt", "size"}
 
 
+# what botocore itself accepts as a bucket name (its regex, less the ARN forms): checked here,
+# so a bad name is a usage error before anything is written, not a retried validation error
+_BUCKET = re.compile(r"[a-zA-Z0-9.\-_]{1,255}")
+
+
 def parse_url(url: str) -> tuple[str, str]:
     rest = url[len("s3://") :]
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise UsageError(f"storage {url!r} names no bucket (use s3://BUCKET/PREFIX)")
+    if "@" in bucket:  # s3://KEY:SECRET@bucket: the message is scrubbed (AfcError)
+        raise UsageError(
+            f"storage {url!r}: an s3:// URL carries no credentials; set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment"
+        )
+    if not _BUCKET.fullmatch(bucket):
+        raise UsageError(
+            f"storage {url!r}: {bucket!r} is not a bucket name (letters, digits, '.', '-' "
+            "and '_' only)"
+        )
     return bucket, prefix.strip("/")
 
 
@@ -113,6 +129,7 @@ class S3Storage(Storage):
             ConnectionError,
             HTTPClientError,
             NoCredentialsError,
+            ParamValidationError,
             ReadTimeoutError,
         )
 
@@ -150,6 +167,8 @@ class S3Storage(Storage):
             if fix:
                 message += f" ({fix})"
             return StorageError(message, retryable=retryable, retry_after=retry_after)
+        if isinstance(exc, ParamValidationError):  # afc's own request: no retry mends it
+            return StorageError(f"{action} {where}: {exc}", retryable=False)
         if isinstance(exc, ConnectionError | HTTPClientError | ReadTimeoutError):
             return StorageError(f"{action} {where}: connection problem: {exc}", retryable=True)
         if isinstance(exc, BotoCoreError):
