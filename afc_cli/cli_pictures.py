@@ -116,7 +116,10 @@ def serve_command(
             if json_out:  # for a script that started it on --port 0
                 import json
 
-                sys.stdout.write(json.dumps({"url": url, "ledger": ledger, "batch": batch}) + "\n")
+                from afc_cli.web.server import ledger_name
+
+                shown = {"url": url, "ledger": ledger_name(ledger), "batch": batch}
+                sys.stdout.write(json.dumps(shown) + "\n")
                 sys.stdout.flush()
 
         serve(

@@ -4,6 +4,10 @@ then carries it), a port in use is one message, Ctrl-C and SIGTERM stop it clean
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+
 import httpx
 import pytest
 from browser import Served, ledger_state
@@ -109,3 +113,38 @@ def test_sigterm_stops_serve_cleanly_too(afc):
     served.proc.send_signal(signal.SIGTERM)
     code, stderr = served.stop()
     assert code == 0 and "serve stopped" in stderr and "Traceback" not in stderr
+
+
+def test_a_password_in_a_postgresql_ledger_url_is_on_no_page_and_in_no_json(afc, pg_url):
+    """Found by an outside audit: every page said 'live from postgresql://afc:PASSWORD@…'
+    and ``--json`` carried the URL as given. The server trusts loopback, so any password
+    connects."""
+    password = "Sup3rS3cretPW-0123"
+    url = pg_url.replace("postgresql://afc@", f"postgresql://afc:{password}@")
+    afc.env["AFC_LEDGER"] = url
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    served = Served(afc, "--json")
+    try:
+        pages = [httpx.get(served.url + path).text for path in ("", "review", "spend")]
+    finally:
+        code, stderr = served.stop()
+    assert code == 0
+    assert "postgresql://&lt;redacted&gt;@127.0.0.1" in pages[0]
+    for text in (*pages, stderr):
+        assert password not in text
+    proc = subprocess.Popen(
+        afc.command("serve", "--port", "0", "--json"),
+        cwd=afc.cwd,
+        env=afc.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert json.loads(line)["ledger"].startswith("postgresql://<redacted>@127.0.0.1")
+    assert password not in line

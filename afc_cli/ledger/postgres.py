@@ -81,7 +81,11 @@ CLOCK_SAMPLE_S = 10.0
 
 def display_url(url: str) -> str:
     """The URL with its password masked: what messages and ``--json`` may show."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    from afc_cli.secrets import REDACTED, scrub
+
+    # the user name kept (it tells which role), the password and any key-like query
+    # parameter (?password=...) as every other message shows a secret
+    return scrub(re.sub(r"(://[^:/@]+:)[^@]*@", r"\1" + REDACTED + "@", url))
 
 
 @lru_cache(maxsize=512)

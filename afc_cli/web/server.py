@@ -75,6 +75,7 @@ class Pages:
         from afc_cli.web.html import environment, stylesheet
 
         self.ledger_path = ledger_path
+        self.ledger_name = ledger_name(ledger_path)  # shown on every page: no password
         self.batch = batch
         self.form_token = form_token
         self.thumbs: dict[str, bytes | None] = {}
@@ -101,7 +102,7 @@ class Pages:
             view=template.removeprefix("serve_").removesuffix(".html"),
             batch=self.batch,
             form_token=self.form_token,
-            ledger=self.ledger_path,
+            ledger=self.ledger_name,
             **scrub_data(context),
         )
         return HTMLResponse(text, status_code=status)
@@ -305,6 +306,14 @@ def _params(name: str, args: tuple[Any, ...]) -> dict[str, Any]:
     return {"action": args[0]} if name == "decide" else {"job_id": args[0]}
 
 
+def ledger_name(ledger_path: str) -> str:
+    """The ledger as pages, messages and ``--json`` show it: a PostgreSQL URL's password
+    masked (``afc_cli.ledger.postgres.display_url``), any other secret scrubbed."""
+    from afc_cli.ledger.postgres import display_url
+
+    return display_url(ledger_path)
+
+
 def build_app(ledger_path: str, *, batch: str | None, host: str, token: str | None):
     """The ASGI application, with its form token (``app.state.form_token``)."""
     from starlette.applications import Starlette
@@ -432,7 +441,7 @@ def serve(
     shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
     url = f"http://{shown}:{bound}/"
     announce(
-        f"serving {ledger_path} at {url}"
+        f"serving {ledger_name(ledger_path)} at {url}"
         + (f" (open it once with the query parameter token set to {TOKEN_ENV})" if token else "")
         + "; Ctrl-C stops",
         url,
