@@ -156,6 +156,26 @@ def test_refusals_write_nothing(afc):
     assert no_ledger.returncode == 2 and not (afc.cwd / "other.db").exists()
 
 
+def test_only_an_html_file_is_ever_replaced(afc):
+    """Found by an outside audit: ``afc report --html afc.db`` replaced the ledger (its paid
+    history gone) and ``--html manifest.yaml`` the manifest."""
+    afc.write_manifest(shots())
+    afc("submit", "manifest.yaml")
+    (afc.cwd / "notes.txt").write_text("keep me")
+    for name in ("afc.db", "manifest.yaml", "notes.txt"):
+        before = (afc.cwd / name).read_bytes()
+        result = afc("report", "--html", name)
+        assert result.returncode == 2, result.stderr
+        assert "exists and is not an HTML file" in result.stderr
+        assert (afc.cwd / name).read_bytes() == before
+    assert afc("status").returncode == 0
+    # a report written before is replaced, as a rerun from cron does
+    assert afc("report", "--html", "r.html").returncode == 0
+    (afc.cwd / "r.html").write_text((afc.cwd / "r.html").read_text() + "<!-- old -->")
+    assert afc("report", "--html", "r.html").returncode == 0
+    assert "<!-- old -->" not in (afc.cwd / "r.html").read_text()
+
+
 def test_an_output_gone_from_storage_is_said_on_its_card(afc):
     afc.write_manifest(manifest(jobs(2)))
     afc("submit", "manifest.yaml")

@@ -71,6 +71,18 @@ def render(sheet: dict[str, Any], thumbs: dict[str, Any]) -> str:
     )
 
 
+def _is_html(path: Path) -> bool:
+    """Whether ``path`` holds an HTML document (as this report is): its text opens with a
+    doctype or an ``<html>`` tag."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return False
+    head = head.removeprefix(b"\xef\xbb\xbf").lstrip().lower()
+    return head.startswith((b"<!doctype html", b"<html"))
+
+
 def write_report(
     ledger_path: str, out: str, *, batch: str | None, since: str | None
 ) -> dict[str, Any]:
@@ -86,6 +98,13 @@ def write_report(
         raise UsageError(f"--html {out}: is a folder; name the file to write")
     if not target.parent.is_dir():
         raise UsageError(f"--html {out}: the folder {target.parent} does not exist")
+    if target.exists() and not _is_html(target):
+        # a slip of the argument (--html afc.db, --html manifest.yaml) must not cost the
+        # ledger's history or a manifest: only an HTML file is ever replaced
+        raise UsageError(
+            f"--html {out}: exists and is not an HTML file; afc replaces only an HTML report "
+            "(remove it, or name another file)"
+        )
     data = read_sheet(ledger_path, batch=batch, since=since)
     thumbs = make_all(data["jobs"], storage.open)
     text = render(data, thumbs)
