@@ -489,7 +489,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             # poll it instead of paying for a new one.
             chain_index, number = resume["chain_index"], resume["number"]
             entry = chain[chain_index]
-            if not ctx.ledger.reopen_attempt(job, resume):
+            if not ctx.ledger.reopen_attempt(job, resume, ctx.run_id):
                 raise JobLost(job["id"])
             wait = None
         else:

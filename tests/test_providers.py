@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from decimal import Decimal
 
 import pytest
 from conftest import manifest, wait_for
@@ -182,12 +183,16 @@ def test_killed_after_submit_resume_polls_with_zero_new_submits(afc, fake, provi
     submits = fake.counts[f"{provider}_submit"]
     assert submits == 3
     fake.released.set()
-    result = afc("resume")
-    assert result.returncode == 0, result.stderr
+    resumed = afc.json("resume")
+    assert resumed["exit_code"] == 0, resumed
     assert fake.counts[f"{provider}_submit"] == submits, "zero new submits"
     rows = afc.rows("SELECT number, status FROM attempts ORDER BY job_id")
     assert rows == [(1, "succeeded")] * 3
     assert afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'attempt_resumed'") == [(3,)]
+    # the run that learnt the three costs shows them: its spend is the costs report's priced
+    # (an outside audit found it said 0.000000, the attempts left to the killed run)
+    priced = afc.json("costs", "report")["total"]["priced"]
+    assert Decimal(priced) > 0 and resumed["spent"] == priced
 
 
 def test_a_forgotten_prediction_is_unknown_and_a_new_one_is_made(afc, fake):

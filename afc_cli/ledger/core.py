@@ -1014,13 +1014,19 @@ class Ledger:
                 (scrub(request_id), job["id"], number),
             )
 
-    def reopen_attempt(self, job: dict[str, Any], attempt: dict[str, Any]) -> bool:
-        """Take over an attempt a dead run left submitted, to poll it to its end."""
+    def reopen_attempt(
+        self, job: dict[str, Any], attempt: dict[str, Any], run_id: str | None = None
+    ) -> bool:
+        """Take over an attempt a dead run left submitted, to poll it to its end. It becomes
+        ``run_id``'s: the run that learns its outcome and cost shows that cost in its summary
+        and counts it against its budget (the run that submitted it ended saying it left an
+        attempt of unknown cost)."""
         with self.tx(commit=True):
             cursor = self.db.execute(
                 "UPDATE attempts SET status = 'started', owner = ?, ended_at = NULL,"
-                " error_class = NULL, error_message = NULL WHERE id = ? AND status = 'unknown'",
-                (self.owner, attempt["id"]),
+                " error_class = NULL, error_message = NULL, run_id = COALESCE(?, run_id)"
+                " WHERE id = ? AND status = 'unknown'",
+                (self.owner, run_id, attempt["id"]),
             )
             if cursor.rowcount == 1:
                 self._event(
