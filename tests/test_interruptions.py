@@ -183,7 +183,13 @@ def test_an_interruption_never_spends_the_only_attempt(afc, how):
     assert attempts == [(1, "unknown", INTERRUPTED), (2, "succeeded", None)]
     story = afc.json("show", "shot-001")
     assert "may have charged" in story["attempts"][0]["error"]
-    assert afc.json("status")["jobs"][0]["unpriced_attempts"] == 1  # possibly paid, kept
+    status = afc.json("status")["jobs"][0]
+    assert status["unpriced_attempts"] == 1  # possibly paid, kept
+    # ``attempts`` counts the provider's answers: the interrupted one is not one (an outside
+    # audit saw 2 here, the interrupted attempt counted), everywhere a job's attempts show
+    assert status["attempts"] == 1 and resumed["jobs"][0]["attempts"] == 1
+    table = afc("status", "--all").stdout.splitlines()  # piped: tab-separated
+    assert table[1].split("\t")[:4] == ["shot-001", "succeeded", "done", "1"], table
 
 
 def test_a_second_signal_abandons_the_calls_in_flight_at_once(afc):

@@ -86,6 +86,15 @@ JOB_COST_SQL = (
     " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL)"
     " AS unpriced_attempts"
 )
+# What ``afc status``, ``--json`` and the pictures show as a job's ``attempts``: its
+# provider's answers (an attempt that ended, not cut off by afc's own end, as
+# ``attempts.counted`` counts them for the chain); ``jobs.attempts`` is the latest attempt's
+# number, which also counts interrupted ones and one in flight
+ANSWERED_SQL = (
+    "(SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id"
+    " AND a.status IN ('succeeded', 'failed', 'unknown')"
+    " AND COALESCE(a.error_class, '') != 'interrupted') AS attempts"
+)
 ACTIVE_SQL = _in(ACTIVE)
 # A run's candidates: the active jobs and the blocked ones (run when their needs have succeeded)
 RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
@@ -477,8 +486,10 @@ class Ledger:
 
     def status_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         sql = (
-            "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.attempts, j.error_code,"
+            "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.error_code,"
             " j.error_class, j.error_message, j.waiting_reason, j.lease_owner, j.lease_expires, "
+            + ANSWERED_SQL
+            + ", "
             + JOB_COST_SQL
             + " FROM jobs j"
         )
@@ -1845,9 +1856,9 @@ class Ledger:
     # --- the pictures (afc report --html, afc serve: afc_cli/web/sheet.py) -------------------
 
     _SHEET_SQL = (
-        "SELECT j.id, j.key, j.batch, j.status, j.step, j.attempts, j.request_json, j.output_key,"
+        "SELECT j.id, j.key, j.batch, j.status, j.step, j.request_json, j.output_key,"
         " j.output_sha256, j.output_size, j.error_code, j.error_message, j.waiting_reason,"
-        " j.updated_at, b.storage, " + JOB_COST_SQL + ","
+        " j.updated_at, b.storage, " + ANSWERED_SQL + ", " + JOB_COST_SQL + ","
         # the model that made the output (else the last one tried), with its place in the chain
         # after a tab (a literal tab in the string: both engines take it)
         " (SELECT a.provider || '/' || a.model || '\t' || a.chain_index FROM attempts a"
