@@ -19,6 +19,7 @@ from typing import Any
 from afc_cli import storage as storage_mod
 from afc_cli.conflicts import changes_since, describe_changes
 from afc_cli.costs import format_usd
+from afc_cli.ledger.core import TERMINAL
 from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
 from afc_cli.run import Budget, manifest_rates, resolve_storage
@@ -54,9 +55,9 @@ def plan(
     conflicts = []
     reviewed = []
     for job in manifest.jobs:
-        if job.review:
-            reviewed.append(job.key)
         known = admitted.get(job.key)
+        if job.review and not (known and known[1] in TERMINAL):
+            reviewed.append(job.key)  # not yet decided: approved and rejected ones are
         entry = job.chain[0]
         model = f"{entry['provider']}/{entry['model']}"
         detail: dict[str, Any] = {}
@@ -72,7 +73,8 @@ def plan(
                     "changes": detail["changes"],
                 }
             )
-        elif known is not None and known[1] in ("succeeded", "failed", "cancelled", "dead"):
+        elif known is not None and known[1] in PAST_RENDERING:
+            # ended, or stored and waiting for a person: a submit renders none of them
             action = f"replay ({known[1]})"
             counts["replayed"] += 1
         else:
@@ -119,6 +121,9 @@ def plan(
         "review": reviewed,
         "jobs": jobs,
     }
+
+
+PAST_RENDERING = (*TERMINAL, "awaiting_review")
 
 
 def describe(result: dict[str, Any]) -> str:

@@ -250,6 +250,25 @@ def test_plan_shows_the_dependency_order_and_the_reviews(afc):
     assert not (afc.cwd / "afc.db").exists()
 
 
+def test_plan_counts_awaiting_and_rejected_jobs_once_and_prices_no_render_for_them(afc):
+    """Found by an outside audit: a job awaiting review was counted replayed and stored; a
+    rejected one whose output was deleted was priced as a render no run would make; decided
+    jobs were listed as waiting for a review."""
+    style_manifest(afc)
+    assert afc("submit", "manifest.yaml").returncode == 0  # style awaits review
+    plan = afc.json("plan", "manifest.yaml")
+    # style once (awaiting review, not also "stored"); its three blocked dependents to render
+    assert (plan["replayed"], plan["stored"], plan["to_render"]) == (4, 0, 3)
+    assert plan["review"] == ["style"]
+    assert afc("review", "reject", "style", "--reason", "too dark").returncode == 0
+    [(output,)] = afc.rows("SELECT output_key FROM jobs WHERE key = 'style'")
+    (afc.cwd / "afc-outputs" / output).unlink()
+    plan = afc.json("plan", "manifest.yaml")
+    assert (plan["replayed"], plan["to_render"], plan["estimated_spend"]) == (4, 0, "0.000000")
+    assert plan["review"] == []
+    assert {job["action"] for job in plan["jobs"]} == {"replay (rejected)", "replay (failed)"}
+
+
 @pytest.mark.parametrize("point", ["review_uncommitted", "review_committed"])
 def test_a_decision_and_its_event_survive_sigkill_together(afc, point):
     data = style_manifest(afc)
