@@ -42,3 +42,38 @@ def test_a_get_to_an_action_url_decides_nothing(afc):
     assert code == 0
     assert ledger_state(afc.cwd / "afc.db") == before
     assert status(afc, "shot-001") == "awaiting_review"
+
+
+def test_a_server_of_one_batch_decides_and_shows_that_batch_only(afc):
+    """Found by an outside audit: ``afc serve --batch b1`` approved a job of another batch
+    sent in its form, and streamed another batch's outputs by job id. A page number past the
+    last (``?page=10**20``) was a 500 with a traceback."""
+    from conftest import jobs, manifest
+
+    awaiting(afc, 1)  # b1/shot-001 awaits review
+    other = manifest(jobs(1, size="96x64"), batch="b2")
+    other["defaults"]["review"] = True
+    afc.write_manifest(other, "other.yaml")
+    afc("submit", "other.yaml")
+    [(b2_id,)] = afc.rows("SELECT id FROM jobs WHERE batch = 'b2'")
+    [(b1_id,)] = afc.rows("SELECT id FROM jobs WHERE batch = 'b1'")
+    before = ledger_state(afc.cwd / "afc.db")
+    served = Served(afc, "--batch", "b1")
+    try:
+        page = httpx.get(served.url + "review").text
+        token = page.split('name="form_token" value="', 1)[1].split('"', 1)[0]
+        named = httpx.post(
+            served.url + "review/approve",
+            data={"key": "shot-001", "batch": "b2", "form_token": token},
+        )
+        assert named.status_code == 403 and "batch b1 only" in named.text
+        assert httpx.get(f"{served.url}output/{b2_id}").status_code == 404
+        assert httpx.get(f"{served.url}thumb/{b2_id}").status_code == 404
+        assert httpx.get(f"{served.url}output/{b1_id}").status_code == 200
+        huge = httpx.get(served.url, params={"page": "9" * 20})
+        assert huge.status_code == 200 and "shot-001" in huge.text
+    finally:
+        code, stderr = served.stop()
+    assert code == 0 and "Traceback" not in stderr
+    assert ledger_state(afc.cwd / "afc.db") == before
+    assert status(afc, "shot-001") == "awaiting_review"

@@ -120,11 +120,11 @@ class Pages:
         book = self.book()
         try:
             by_status = counts(book, batch=self.batch)
+            pages = max(1, -(-sum(by_status.values()) // PAGE))
+            number = min(number, pages)  # past the last page (?page=10**20): the last one
             jobs = cards(book, batch=self.batch, limit=PAGE, offset=(number - 1) * PAGE)
         finally:
             book.close()
-        total = sum(by_status.values())
-        pages = max(1, -(-total // PAGE))
         return self.page(
             request,
             "serve_sheet.html",
@@ -207,6 +207,15 @@ class Pages:
             )
         key = str(form.get("key", "")).strip()
         batch = str(form.get("batch", "")).strip() or None
+        if self.batch is not None and batch not in (None, self.batch):
+            return self.page(
+                request,
+                "serve_error.html",
+                status=403,
+                message=f"this afc serve shows batch {self.batch} only; decide on {batch} "
+                "with 'afc review' or an afc serve of that batch",
+            )
+        batch = batch or self.batch  # a key is looked up in the served batch only
         by = f"{getpass.getuser()} (afc serve)"  # who runs the server decides through it
         reason = str(form.get("reason", "")).strip()
         try:
@@ -232,6 +241,20 @@ class Pages:
         finally:
             book.close()
 
+    def _card(self, job_id: str) -> dict[str, Any] | None:
+        """A job's card for its picture, or None: also None for a job outside the served
+        batch (``--batch``), whose pictures this server does not show."""
+        from afc_cli.web.sheet import card
+
+        book = self.book()
+        try:
+            job = card(book, job_id)
+        finally:
+            book.close()
+        if job is None or (self.batch is not None and job["batch"] != self.batch):
+            return None
+        return job
+
     def thumb(self, request: Any):
         from starlette.responses import Response
 
@@ -244,14 +267,9 @@ class Pages:
 
     def _thumb(self, job_id: str) -> bytes | None:
         from afc_cli import storage
-        from afc_cli.web.sheet import card
         from afc_cli.web.thumbs import make
 
-        book = self.book()
-        try:
-            job = card(book, job_id)
-        finally:
-            book.close()
+        job = self._card(job_id)
         if job is None or not job["output"]:
             return None
         cached = self.thumbs.get(job["sha256"])
@@ -267,13 +285,8 @@ class Pages:
 
         from afc_cli import storage
         from afc_cli.errors import StorageError
-        from afc_cli.web.sheet import card
 
-        book = self.book()
-        try:
-            job = card(book, request.path_params["job_id"])
-        finally:
-            book.close()
+        job = self._card(request.path_params["job_id"])
         if job is None or not job["output"]:
             return PlainTextResponse("no stored output for this job", status_code=404)
         chunks = storage.open(job["storage"]).read_chunks(job["output_key"])
