@@ -131,6 +131,24 @@ def test_provider_concurrency_limit(afc):
     assert afc("submit", "bad.yaml").returncode == 2
 
 
+def test_a_dead_processs_call_frees_its_limit_slot_at_once(afc):
+    """Found by an outside audit: a SIGKILLed run's call held the provider's only slot
+    (``limits: concurrency: 1``) until its lease ran out, 300 s, stalling every batch of the
+    ledger, though its job was taken over at once."""
+    held = manifest(jobs(1), batch="la", limits={"local": {"concurrency": 1}})
+    afc.write_manifest(held, "a.yaml")
+    proc = afc.popen("submit", "a.yaml", env={"AFC_LOCAL_RELEASE": str(afc.cwd / "never")})
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    other = manifest(jobs(1), batch="lb", limits={"local": {"concurrency": 1}})
+    afc.write_manifest(other, "b.yaml")
+    assert afc("submit", "b.yaml", "--no-run", "-q").returncode == 0
+    result = afc("resume", "--batch", "lb", timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT status FROM jobs WHERE batch = 'lb'") == [("succeeded",)]
+
+
 def test_per_minute_limit_waits_without_sleeping_for_real():
     now = [1000.0]
     waits = []

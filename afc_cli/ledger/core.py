@@ -970,7 +970,8 @@ class Ledger:
         """Raise ProviderBusy when starting one more call to ``provider`` would pass its limits
         counted over the whole ledger: ``concurrency`` against the attempts in flight (status
         ``started``) of jobs whose lease is live (a dead process's call stops counting when
-        its lease expires), ``per_minute`` against the attempts started in the last 60 s.
+        its lease expires, or at once when it died on this host), ``per_minute`` against the
+        attempts started in the last 60 s.
         Called in start_attempt's transaction, under the engine's lock for this provider
         (``_hold_limit``), so two processes cannot both take the last slot.
 
@@ -987,6 +988,19 @@ class Ledger:
                 " WHERE a.provider = ? AND a.status = 'started' AND j.lease_expires >= ?",
                 (provider, now),
             ).fetchone()[0]
+            if in_flight >= concurrency:
+                # a call of a process known dead on this host frees its slot at once, as its
+                # job is taken over at once (``claim``), not when its lease runs out
+                in_flight = sum(
+                    calls
+                    for owner, calls in self.db.execute(
+                        "SELECT a.owner, COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id"
+                        " WHERE a.provider = ? AND a.status = 'started' AND j.lease_expires >= ?"
+                        " GROUP BY a.owner",
+                        (provider, now),
+                    ).fetchall()
+                    if not owner_is_dead(owner)
+                )
             if in_flight >= concurrency:
                 raise ProviderBusy(
                     provider,
