@@ -72,6 +72,7 @@ UnusedStorageOpt = Annotated[str | None, typer.Option("--storage", hidden=True)]
 UnusedConcurrencyOpt = Annotated[int | None, typer.Option("--concurrency", hidden=True)]
 UnusedQuietOpt = Annotated[bool, typer.Option("--quiet", "-q", hidden=True)]
 UnusedVerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", hidden=True)]
+UnusedLedgerOpt = Annotated[str | None, typer.Option("--ledger", hidden=True)]
 MaxSpendOpt = Annotated[
     str | None,
     typer.Option(
@@ -510,6 +511,7 @@ def worker(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    storage: UnusedStorageOpt = None,
 ) -> None:
     """Run jobs of any batch until SIGTERM: one worker per machine.
 
@@ -561,6 +563,11 @@ def ledger_copy(
         str, typer.Argument(metavar="DST", help="A new or empty ledger (path or URL).")
     ],
     json_out: JsonOpt = False,
+    ledger: UnusedLedgerOpt = None,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Copy a ledger, history included, into a new one (SQLite to PostgreSQL, or back).
 
@@ -1050,6 +1057,10 @@ def outputs(
     batch: BatchOpt = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     json_out: JsonOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """The stored outputs: key, path or URL, size, SHA-256, cost.
 

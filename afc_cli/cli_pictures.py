@@ -17,6 +17,10 @@ from afc_cli.cli import (
     BatchOpt,
     JsonOpt,
     LedgerOpt,
+    UnusedConcurrencyOpt,
+    UnusedQuietOpt,
+    UnusedStorageOpt,
+    UnusedVerboseOpt,
     _boundary,
     _err,
     _examples,
@@ -44,6 +48,10 @@ def report_command(
     ] = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     json_out: JsonOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """A batch as one HTML file: contact sheet, failures, review, spend.
 
@@ -101,6 +109,10 @@ def serve_command(
         bool,
         typer.Option("--json", help="Once listening, its address as one JSON line on stdout."),
     ] = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """The report's views live, and the review queue, in a browser.
 

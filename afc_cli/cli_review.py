@@ -16,6 +16,10 @@ from afc_cli.cli import (
     JsonOpt,
     LedgerOpt,
     QuietOpt,
+    UnusedConcurrencyOpt,
+    UnusedQuietOpt,
+    UnusedStorageOpt,
+    UnusedVerboseOpt,
     _boundary,
     _err,
     _examples,
@@ -56,6 +60,10 @@ def review_list(
     batch: BatchOpt = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     json_out: JsonOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    quiet: UnusedQuietOpt = False,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Jobs awaiting review, oldest first: key, stored output, cost, age.
 
@@ -148,6 +156,9 @@ def review_approve(
     ledger: LedgerOpt = DEFAULT_LEDGER,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Approve jobs awaiting review: they succeed, and jobs that need them can run.
 
@@ -171,6 +182,9 @@ def review_reject(
     ledger: LedgerOpt = DEFAULT_LEDGER,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    storage: UnusedStorageOpt = None,
+    concurrency: UnusedConcurrencyOpt = None,
+    verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Reject jobs awaiting review: final (rejected); jobs that need them fail with
     DEPENDENCY_FAILED. All named jobs are decided together or none (exit 2)."""

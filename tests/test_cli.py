@@ -73,3 +73,36 @@ def test_the_readme_manifest_example_is_valid(afc):
     (afc.cwd / "readme.yaml").write_text(block)
     result = afc("plan", "readme.yaml", "--json")
     assert result.returncode == 0, result.stderr
+
+
+def test_every_command_accepts_the_shared_options(afc):
+    """SPEC's rule: every command takes --ledger, --storage, --concurrency, --json, -q and -v
+    after its name (those it does not use are hidden and ignored). An outside audit found the
+    newer commands (report, serve, outputs, review, ledger copy) refusing them with exit 2."""
+    import typer.main
+
+    shared = {"--ledger", "--storage", "--concurrency", "--json", "-q", "-v"}
+    lacking = {}
+
+    def walk(command, path):
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+            return
+        opts = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        if shared - opts:
+            lacking[" ".join(path)] = sorted(shared - opts)
+
+    walk(typer.main.get_command(app), [])
+    assert lacking == {}
+    from conftest import jobs, manifest
+
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", "-q").returncode == 0
+    for args in (
+        ("outputs",),
+        ("review", "list"),
+        ("report", "--html", "r.html"),
+    ):
+        result = afc(*args, "-q", "-v", "--storage", "file://./elsewhere", "--concurrency", "2")
+        assert result.returncode == 0, (args, result.stderr)
