@@ -133,6 +133,9 @@ def test_reject_fails_dependents_with_dependency_failed(afc):
     }
     errors = dict(afc.rows("SELECT key, error_code || ': ' || error_message FROM jobs"))
     assert errors["shot-1"].startswith("DEPENDENCY_FAILED: need 'style' ended rejected")
+    # no advice to retry what cannot be retried (an outside audit found 'afc retry style')
+    assert "afc retry" not in errors["shot-1"] and "new key" in errors["shot-1"]
+    assert afc("retry", "style").returncode == 2
     assert errors["title"].startswith("DEPENDENCY_FAILED: need 'shot-1' ended failed")
     assert "rejected by" in errors["style"] and "too dark" in errors["style"]
     # rejected is terminal: a second decision is refused, naming the key

@@ -1700,7 +1700,19 @@ class Ledger:
 
     def _fail_dependency(self, job: dict[str, Any], need: dict[str, Any]) -> None:
         key = need["need_key"]
-        ended = "is not in the ledger" if need["status"] is None else f"ended {need['status']}"
+        if need["status"] is None:
+            why = f"need {key!r} is not in the ledger, so this job was not rendered"
+        elif need["status"] == "rejected":  # final: 'afc retry' refuses it
+            why = (
+                f"need {key!r} ended rejected, so this job was not rendered; a rejected job is "
+                "final: a new job under a new key replaces it, and the jobs that need it name "
+                "that key (under new keys of their own)"
+            )
+        else:
+            why = (
+                f"need {key!r} ended {need['status']}, so this job was not rendered; once "
+                f"{key!r} is fixed, 'afc retry {key}' lets this job run again"
+            )
         self.finish(
             job,
             "failed",
@@ -1708,8 +1720,7 @@ class Ledger:
             outcome="failed",
             error_code="DEPENDENCY_FAILED",
             error_class="dependency",
-            error_message=f"need {key!r} {ended}, so this job was not rendered; once "
-            f"{key!r} is fixed, 'afc retry {key}' lets this job run again",
+            error_message=why,
         )
 
     def _fail_dependents(self, need_id: str) -> None:
