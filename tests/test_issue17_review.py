@@ -294,6 +294,12 @@ def test_a_decision_and_its_event_survive_sigkill_together(afc, point):
     else:
         assert state == ("rejected", 1, 1, 1, 3), "all of the decision survives"
     assert afc.rows("SELECT COUNT(*) FROM deliveries WHERE event = 'job.awaiting_review'") == [(1,)]
+    # the receiver is told who decided and why, and which stored output was rejected (an
+    # outside audit found neither in the envelope)
+    [(body,)] = afc.rows("SELECT envelope FROM deliveries WHERE event = 'job.rejected'")
+    data = json.loads(body)["data"]
+    assert data["review"] == {"decision": "rejected", "by": data["review"]["by"], "note": "no"}
+    assert data["review"]["by"] and data["output_key"] == "b1/style.png"
 
 
 def test_two_concurrent_approvals_record_one_decision(afc):

@@ -1583,12 +1583,15 @@ class Ledger:
             self.db.execute("DELETE FROM endpoints WHERE url = ?", (row["url"],))
             self._event(row["job_id"], row["batch"], "webhook_replayed", delivery=delivery_id)
 
-    def _queue_delivery(self, job: dict[str, Any], now: float) -> None:
+    def _queue_delivery(
+        self, job: dict[str, Any], now: float, review: dict[str, Any] | None = None
+    ) -> None:
         """The transactional outbox: the delivery row commits with the terminal update that
         produced it, so no terminal state exists without its event. Its id is stable (job id
         and event, and the retry count once a person retried the job: each retry's ending is
         news of its own), and inserting it again does nothing. It is due at once, on the
-        ledger's clock (``clock``), which the claims compare it with."""
+        ledger's clock (``clock``), which the claims compare it with. A person's decision
+        (``review``: decision, by, note) rides in the envelope's ``data.review``."""
         from afc_cli.costs import job_cost
 
         webhook = json.loads(job["webhook_json"])
@@ -1613,12 +1616,14 @@ class Ledger:
                 "batch": job["batch"],
                 "status": job["status"],
                 "output_key": job["output_key"]
-                if job["status"] in ("succeeded", "awaiting_review")
+                if job["status"] in ("succeeded", "awaiting_review", "rejected")
                 else None,
                 "cost": job_cost(priced[0], priced[1]),
                 "error": error,
             },
         }
+        if review is not None:
+            envelope["data"]["review"] = review
         self.db.execute(
             "INSERT INTO deliveries (id, job_id, batch, event, url, secret_env, timeout_s,"
             " envelope, status, next_attempt_at, created_at)"
@@ -1807,7 +1812,8 @@ class Ledger:
                     self._checkpoint(job, [("finish", {"output_key": job["output_key"]})])
                 self._event(job["id"], job["batch"], decision, by=by, note=note)
                 if job.get("webhook_json"):
-                    self._queue_delivery(job, now)
+                    decided = {"decision": decision, "by": by, "note": note}
+                    self._queue_delivery(job, now, review=decided)
                 if decision == "rejected":
                     self._fail_dependents(job["id"])
             _crash_point("review_uncommitted")  # crash tests: everything written, no commit
