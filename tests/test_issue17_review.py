@@ -145,6 +145,24 @@ def test_reject_fails_dependents_with_dependency_failed(afc):
     assert afc("resume").returncode == 1
 
 
+def test_cancelling_a_need_fails_its_blocked_dependents_at_once(afc):
+    """As a rejection does, in the same transaction: an outside audit found them left
+    ``blocked`` (queue stats: failed 0) until a run next looked."""
+    style_manifest(afc)
+    assert afc("submit", "manifest.yaml").returncode == 0  # style awaits review
+    assert afc("cancel", "style").returncode == 0
+    assert statuses(afc) == {
+        "style": "cancelled",
+        "shot-1": "failed",
+        "shot-2": "failed",
+        "title": "failed",
+    }
+    assert afc.json("queue", "stats")["failed"] == 3
+    # a retry of the need puts its dependents back to wait for it
+    assert afc("retry", "style").returncode == 0
+    assert statuses(afc)["shot-1"] == "blocked"
+
+
 def test_retry_of_a_failed_need_lets_its_dependents_run_again(afc):
     style_manifest(afc, fail_style=["invalid"], review=False)
     first = afc.json("submit", "manifest.yaml", expect=1)

@@ -734,10 +734,17 @@ class Ledger:
             self._event(job["id"], job["batch"], kind, **detail)
 
     def cancel(self, job: dict[str, Any], reason: str) -> bool:
-        """Cancel a job: final, through the same first-terminal-wins update as any ending."""
-        return self.finish(
-            job, "cancelled", step=job["step"], error_code="CANCELLED", error_message=reason
-        )
+        """Cancel a job: final, through the same first-terminal-wins update as any ending. The
+        blocked jobs that need it fail with it (DEPENDENCY_FAILED) in the same transaction, as
+        a rejection's do: ``afc status`` and ``queue stats`` show them failed at once, not when
+        a run next looks."""
+        with self.tx():
+            cancelled = self.finish(
+                job, "cancelled", step=job["step"], error_code="CANCELLED", error_message=reason
+            )
+            if cancelled:
+                self._fail_dependents(job["id"])
+        return cancelled
 
     def queue_stats(self, now: float | None = None) -> dict[str, Any]:
         """Backlog figures for alerting: queued, in flight, delayed, dead-lettered, failed
