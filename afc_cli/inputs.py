@@ -23,8 +23,11 @@ class InputProblem(Exception):
     """An input cannot be sent as admitted (changed, gone): the job fails with the reason."""
 
 
-def media_type(data: bytes, name: str) -> str:
-    """The image's media type from its first bytes, else from its name."""
+IMAGE_KINDS = "PNG, JPEG, WebP or GIF"
+
+
+def image_type(data: bytes) -> str | None:
+    """The media type of a PNG, JPEG, WebP or GIF image from its first bytes, else None."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         return "image/png"
     if data.startswith(b"\xff\xd8\xff"):
@@ -33,7 +36,12 @@ def media_type(data: bytes, name: str) -> str:
         return "image/webp"
     if data[:6] in (b"GIF87a", b"GIF89a"):
         return "image/gif"
-    return mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return None
+
+
+def media_type(data: bytes, name: str) -> str:
+    """The image's media type from its first bytes, else from its name."""
+    return image_type(data) or mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
 def needed_outputs(job: dict[str, Any], ledger: Any) -> dict[str, Any]:

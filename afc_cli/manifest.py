@@ -1324,8 +1324,18 @@ def _input_file(seen: Seen, name: str) -> tuple[str, str] | str:
         elif path.stat().st_size > MAX_INPUT_BYTES:
             found = f"{str(path)!r} is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB"
         else:
+            from afc_cli.inputs import IMAGE_KINDS, image_type
+
             digest = hashlib.sha256()
             with open(path, "rb") as handle:
+                head = handle.read(1 << 20)
+                # a reference image is sent to a paid provider as one: a text file or an
+                # archive named by mistake is refused here, not posted and paid for
+                if image_type(head) is None:
+                    found = f"{str(path)!r} is not a {IMAGE_KINDS} image"
+                    seen.files[name] = found
+                    return found
+                digest.update(head)
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
             found = (str(path.resolve()), digest.hexdigest())

@@ -54,8 +54,8 @@ def test_a_job_without_the_new_fields_keeps_its_request_hash(tmp_path):
 
 def test_a_path_input_is_hashed_by_content_not_by_name(tmp_path):
     (tmp_path / "one").mkdir()
-    (tmp_path / "one" / "ref.png").write_bytes(b"\x89PNG same bytes")
-    (tmp_path / "ref2.png").write_bytes(b"\x89PNG same bytes")
+    (tmp_path / "one" / "ref.png").write_bytes(b"\x89PNG\r\n\x1a\n same bytes")
+    (tmp_path / "ref2.png").write_bytes(b"\x89PNG\r\n\x1a\n same bytes")
     (tmp_path / "m.yaml").write_text(
         HEAD
         + "jobs:\n"
@@ -80,3 +80,25 @@ def test_every_dependency_problem_is_listed_at_once(tmp_path):
     assert "job 0 (key 'a'): field 'needs[0]': unknown key 'zz'" in problems
     assert "job 0 (key 'a'): field 'needs[1]': 'other/x' is a job of another batch" in problems
     assert "job 1 (key 'b'): field 'inputs[0].path': no such file" in problems
+
+
+def test_an_input_that_is_not_an_image_is_refused_before_anything_is_sent(afc):
+    """Found by an outside audit: a text file named as a reference image was posted to
+    OpenAI's edits endpoint as ``image[]`` (a paid API), the job failing with a 400."""
+    from conftest import manifest
+
+    (afc.cwd / "creds.txt").write_text("not a picture")
+    (afc.cwd / "ref.png").write_bytes(b"PK\x03\x04 a zip named .png")
+    data = manifest(
+        [
+            {"key": "a", "prompt": "p", "inputs": [{"path": "creds.txt"}]},
+            {"key": "b", "prompt": "p", "inputs": [{"path": "ref.png"}]},
+        ]
+    )
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    assert "job 0 (key 'a'): field 'inputs[0].path'" in result.stderr
+    assert "is not a PNG, JPEG, WebP or GIF image" in result.stderr
+    assert "job 1 (key 'b')" in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
