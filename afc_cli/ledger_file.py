@@ -103,6 +103,28 @@ def check_writable(path: Path) -> None:
         )
 
 
+def holds_something(path: Path) -> bool:
+    """Whether ``path`` exists and is more than an empty database (a 0-byte file, or one a
+    submit interrupted before its schema left): a reading command finds no ledger in an empty
+    one, and a submit starts its ledger there as in a missing file. Reads only."""
+    if not path.exists():
+        return False
+    if path.is_file() and path.stat().st_size == 0:
+        return False
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            marks = conn.execute(
+                "SELECT (SELECT COUNT(*) FROM sqlite_master), application_id, user_version"
+                " FROM pragma_application_id, pragma_user_version"
+            ).fetchone()
+            return any(marks)  # a table, or another application's stamp
+        finally:
+            conn.close()
+    except (sqlite3.Error, OSError, ValueError):
+        return True  # not a database afc can read: opening it says what it is
+
+
 def identity(conn: sqlite3.Connection, path: Path) -> str:
     """``"new"`` for an empty database, ``"afc"`` for an afc ledger this version can use;
     raises LedgerError for another application's file or a newer afc's ledger. Reads only."""

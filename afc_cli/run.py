@@ -239,7 +239,9 @@ def submit(
         ledger = Ledger(ledger_path)
     else:
         path = ledger_file.ledger_path(ledger_path)
-        ledger = Ledger(path, create=False, check=run) if path.exists() else None
+        ledger = (
+            Ledger(path, create=False, check=run) if ledger_file.holds_something(path) else None
+        )
     try:
         if ledger is None:
             ledger_file.precheck(path)

@@ -232,3 +232,21 @@ def test_a_damage_report_of_several_lines_is_one_line():
         check_pages(Damaged(), Path("afc.db"))
     assert "\n" not in caught.value.message
     assert "*** in database main *** Page 42" in caught.value.message
+
+
+def test_a_reading_command_writes_nothing_into_an_empty_file(afc):
+    """Found by an outside audit: 'afc status --ledger empty.db' on a 0-byte file wrote a
+    100 KB schema into it and listed no job, exit 0."""
+    (afc.cwd / "empty.db").touch()
+    for args in (("status",), ("outputs",), ("queue", "stats"), ("costs", "report")):
+        result = afc(*args, "--ledger", "empty.db")
+        assert result.returncode == 2, (args, result.stderr)
+        assert "no ledger at empty.db (the file is empty" in result.stderr
+    assert (afc.cwd / "empty.db").stat().st_size == 0
+    assert sorted(p.name for p in afc.cwd.iterdir()) == ["empty.db"]
+    # a submit makes it a ledger, as it would a missing file
+    from conftest import jobs, manifest
+
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", "--ledger", "empty.db").returncode == 0
+    assert afc("status", "--ledger", "empty.db").returncode == 0

@@ -114,6 +114,10 @@ class SqliteLedger(Ledger):
         try:
             # whose file this is, before anything (even WAL mode) is written to it
             found = ledger_file.identity(conn, self.path)
+            if found == "new" and not create:  # an empty file: a reading command writes none
+                raise LedgerError(
+                    f"no ledger at {self.path} (the file is empty; run 'afc submit MANIFEST' first)"
+                )
             if found == "afc" and check:
                 ledger_file.check_pages(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
