@@ -148,3 +148,28 @@ def test_a_password_in_a_postgresql_ledger_url_is_on_no_page_and_in_no_json(afc,
         proc.communicate(timeout=30)
     assert json.loads(line)["ledger"].startswith("postgresql://<redacted>@127.0.0.1")
     assert password not in line
+
+
+def test_ctrl_c_the_moment_serve_says_its_address_stops_it(afc):
+    """A script that read the address (``--json``) and stops the server at once: the signal
+    may land before uvicorn takes the signals. CI once saw such a serve never stop; it was
+    also exit 130 'interrupted' where a stop is exit 0."""
+    afc.write_manifest(manifest(jobs(1)))
+    afc("submit", "manifest.yaml")
+    for how in (signal.SIGINT, signal.SIGTERM) * 3:
+        proc = subprocess.Popen(
+            afc.command("serve", "--port", "0", "--json"),
+            cwd=afc.cwd,
+            env=afc.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert json.loads(proc.stdout.readline())["url"].startswith("http://127.0.0.1:")
+        proc.send_signal(how)
+        try:
+            _, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        assert proc.returncode == 0 and "serve stopped" in stderr, (how, stderr)

@@ -453,23 +453,30 @@ def serve(
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
     url = f"http://{shown}:{bound}/"
-    announce(
-        f"serving {ledger_name(ledger_path)} at {url}"
-        + (f" (open it once with the query parameter token set to {TOKEN_ENV})" if token else "")
-        + "; Ctrl-C stops",
-        url,
-    )
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
 
-    def stop(signum: int, frame: Any) -> None:  # uvicorn re-raises the signal it handled
-        raise KeyboardInterrupt
+    def stop(signum: int, frame: Any) -> None:
+        # Ctrl-C or SIGTERM before uvicorn takes the signals (from the announce on: a script
+        # that read the address may stop it at once) asks it to stop as soon as it serves;
+        # uvicorn's own handlers take over while it serves, and re-raise what they caught on
+        # the way out, which lands here again, harmlessly
+        server.should_exit = True
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        announce(
+            f"serving {ledger_name(ledger_path)} at {url}"
+            + (
+                f" (open it once with the query parameter token set to {TOKEN_ENV})"
+                if token
+                else ""
+            )
+            + "; Ctrl-C stops",
+            url,
+        )
         server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         sock.close()
