@@ -25,6 +25,18 @@ def batch_with_a_failure(afc, n: int) -> list[dict]:
     return afc.json("outputs")["outputs"]
 
 
+def serve_json(afc) -> subprocess.Popen:
+    """``afc serve --port 0 --json`` with its stdout (the address line) and stderr piped."""
+    return subprocess.Popen(
+        afc.command("serve", "--port", "0", "--json"),
+        cwd=afc.cwd,
+        env=afc.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_a_get_to_an_action_url_changes_nothing_and_a_post_needs_the_form_token(afc):
     batch_with_a_failure(afc, 2)
     before = ledger_state(afc.cwd / "afc.db")
@@ -133,14 +145,7 @@ def test_a_password_in_a_postgresql_ledger_url_is_on_no_page_and_in_no_json(afc,
     assert "postgresql://&lt;redacted&gt;@127.0.0.1" in pages[0]
     for text in (*pages, stderr):
         assert password not in text
-    proc = subprocess.Popen(
-        afc.command("serve", "--port", "0", "--json"),
-        cwd=afc.cwd,
-        env=afc.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = serve_json(afc)
     try:
         line = proc.stdout.readline()
     finally:
@@ -157,14 +162,7 @@ def test_ctrl_c_the_moment_serve_says_its_address_stops_it(afc):
     afc.write_manifest(manifest(jobs(1)))
     afc("submit", "manifest.yaml")
     for how in (signal.SIGINT, signal.SIGTERM) * 3:
-        proc = subprocess.Popen(
-            afc.command("serve", "--port", "0", "--json"),
-            cwd=afc.cwd,
-            env=afc.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = serve_json(afc)
         assert json.loads(proc.stdout.readline())["url"].startswith("http://127.0.0.1:")
         proc.send_signal(how)
         try:
