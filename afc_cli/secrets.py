@@ -86,6 +86,7 @@ _extra_envs: set[str] = set()
 _values: list[str] | None = None
 _literal: re.Pattern[str] | None = None
 _pieces: frozenset[str] = frozenset()  # every PARTIAL_CHARS-long piece of a known key, lowered
+_runs: re.Pattern[str] | None = None  # runs of the known keys' characters long enough to hold one
 
 
 def register(env_name: str) -> None:
@@ -97,10 +98,11 @@ def register(env_name: str) -> None:
 
 def reset() -> None:
     """Forget the secret values read so far (the environment changed)."""
-    global _values, _literal, _pieces
+    global _values, _literal, _pieces, _runs
     _values = None
     _literal = None
     _pieces = frozenset()
+    _runs = None
 
 
 def encodings(value: str) -> set[str]:
@@ -118,7 +120,7 @@ def encodings(value: str) -> set[str]:
 
 
 def _secret_values() -> list[str]:
-    global _values, _literal, _pieces
+    global _values, _literal, _pieces, _runs
     if _values is None:
         known = set(SECRET_ENVS) | _extra_envs
         names = known | {name for name in os.environ if _SECRET_NAME.search(name)}
@@ -136,34 +138,60 @@ def _secret_values() -> list[str]:
                     pieces |= {
                         low[i : i + PARTIAL_CHARS] for i in range(len(low) - PARTIAL_CHARS + 1)
                     }
-        # longest first, so a key is removed whole before any part of it
-        _values = sorted(values, key=len, reverse=True)
-        _literal = re.compile("|".join(re.escape(v) for v in _values), re.I) if _values else None
+        # longest first, so a key is removed whole before any part of it; lowered, as the
+        # text is matched lowered (re.I over many alternatives took five times as long)
+        _values = sorted({value.lower() for value in values}, key=len, reverse=True)
+        _literal = re.compile("|".join(re.escape(v) for v in _values)) if _values else None
         _pieces = frozenset(pieces)
+        chars = {char for piece in pieces for char in piece + piece.upper()}
+        _runs = (
+            re.compile(
+                "[" + "".join(re.escape(c) for c in sorted(chars)) + f"]{{{PARTIAL_CHARS},}}"
+            )
+            if chars
+            else None
+        )
     return _values
 
 
 def _partial(text: str) -> str:
     """``text`` with every run of a known key's characters at least ``PARTIAL_CHARS`` long
     replaced (``_pieces``)."""
+    assert _runs is not None
     low = text.lower()
     spans: list[list[int]] = []
-    for i in range(len(low) - PARTIAL_CHARS + 1):
-        if low[i : i + PARTIAL_CHARS] in _pieces:
-            if spans and i <= spans[-1][1]:
-                spans[-1][1] = i + PARTIAL_CHARS
-            else:
-                spans.append([i, i + PARTIAL_CHARS])
+    # only where the text has a run of the keys' characters long enough to hold a piece
+    # (a message's words are shorter): the C regex finds those, Python looks inside them
+    for run in _runs.finditer(text):
+        for i in range(run.start(), run.end() - PARTIAL_CHARS + 1):
+            if low[i : i + PARTIAL_CHARS] in _pieces:
+                if spans and i <= spans[-1][1]:
+                    spans[-1][1] = i + PARTIAL_CHARS
+                else:
+                    spans.append([i, i + PARTIAL_CHARS])
     for start, end in reversed(spans):
         text = text[:start] + REDACTED + text[end:]
     return text
+
+
+def _literals(text: str) -> str:
+    """``text`` with the secret values (``_literal``) replaced, matched in any letter case."""
+    assert _literal is not None
+    low = text.lower()
+    if len(low) != len(text):  # a character whose lower case is longer: match it as it is
+        return re.compile(_literal.pattern, re.I).sub(REDACTED, text)
+    out, at = [], 0
+    for found in _literal.finditer(low):
+        out += (text[at : found.start()], REDACTED)
+        at = found.end()
+    return "".join(out) + text[at:] if out else text
 
 
 def _scrubbed(text: str) -> str:
     for pattern, replacement in _SHAPES:
         text = pattern.sub(replacement, text)
     if _literal is not None:
-        text = _literal.sub(REDACTED, text)
+        text = _literals(text)
     if _pieces and len(text) >= PARTIAL_CHARS:
         text = _partial(text)
     return text
