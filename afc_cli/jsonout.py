@@ -16,4 +16,4 @@ def emit_json(value: Any) -> None:
     a secret holding a quote, a backslash or a non-ASCII character, which the text scrub would
     no longer recognise) and the encoded text after (keys and shapes split across values)."""
     text = json.dumps(scrub_data(value), indent=2, sort_keys=False)
-    sys.stdout.write(scrub(text) + "\n")
+    sys.stdout.write(scrub(text, decode=False) + "\n")

@@ -67,8 +67,8 @@ _SHAPES = [
     (re.compile(r"\br8_[A-Za-z0-9]{6,}"), "r8_" + REDACTED),
     (re.compile(r"\bAIza[0-9A-Za-z_\-]{10,}"), REDACTED),
     (re.compile(r"\bwhsec_[A-Za-z0-9+/=]{4,}"), "whsec_" + REDACTED),
-    # https://user:password@host
-    (re.compile(r"(?<=://)[^/\s:@\"']+:[^/\s@\"']+@"), REDACTED + "@"),
+    # https://user:password@host (a password may hold '/': an AWS secret often does)
+    (re.compile(r"(?<=://)[^/\s:@\"']+:[^\s@\"']+@"), REDACTED + "@"),
     # ?key=..., &api_key=..., X-Amz-Signature=...
     (
         re.compile(
@@ -158,7 +158,7 @@ def _partial(text: str) -> str:
     """``text`` with every run of a known key's characters at least ``PARTIAL_CHARS`` long
     replaced (``_pieces``)."""
     assert _runs is not None
-    low = text.lower()
+    low = _lowered(text)
     spans: list[list[int]] = []
     # only where the text has a run of the keys' characters long enough to hold a piece
     # (a message's words are shorter): the C regex finds those, Python looks inside them
@@ -174,12 +174,19 @@ def _partial(text: str) -> str:
     return text
 
 
+def _lowered(text: str) -> str:
+    """``text`` in lower case, character for character: a character whose lower case is
+    longer (``İ``) stays as it is, so positions in the result are positions in ``text``."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    return "".join(char if len(char.lower()) != 1 else char.lower() for char in text)
+
+
 def _literals(text: str) -> str:
     """``text`` with the secret values (``_literal``) replaced, matched in any letter case."""
     assert _literal is not None
-    low = text.lower()
-    if len(low) != len(text):  # a character whose lower case is longer: match it as it is
-        return re.compile(_literal.pattern, re.I).sub(REDACTED, text)
+    low = _lowered(text)
     out, at = [], 0
     for found in _literal.finditer(low):
         out += (text[at : found.start()], REDACTED)
@@ -197,28 +204,43 @@ def _scrubbed(text: str) -> str:
     return text
 
 
-def scrub(text: Any) -> Any:
+def _without_zero_width(text: str) -> str:
+    return _ZERO_WIDTH.sub("", text)
+
+
+# what may hide a value: zero-width characters inside it, percent-escapes, HTML references
+_DECODERS = ((_without_zero_width, _ZERO_WIDTH), (unquote, "%"), (html.unescape, "&"))
+
+
+def scrub(text: Any, *, decode: bool = True) -> Any:
     """``text`` without secret values or token shapes (module docstring); anything not a
-    string is returned as it is."""
+    string is returned as it is. ``decode``: a text that holds a value only once decoded
+    (``_DECODERS``) is kept decoded and scrubbed; otherwise it keeps its characters (an emoji's
+    zero-width joiner, a prompt's ``%``). Off for a serialised document (``emit_json``), whose
+    escapes decoded would break it; its strings were scrubbed one by one before."""
     if not isinstance(text, str) or not text:
         return text
     _secret_values()
-    text = _ZERO_WIDTH.sub("", text)
     out = _scrubbed(text)
-    # a value hidden behind escapes: the text is kept decoded where decoding reveals one
-    for decode, sign in ((unquote, "%"), (html.unescape, "&")):
-        if sign in out:
-            decoded = decode(out)
-            if decoded != out:
-                again = _scrubbed(decoded)
-                if again != decoded:
-                    out = again
+    if decode:
+        for decoder, sign in _DECODERS:
+            if sign.search(out) if isinstance(sign, re.Pattern) else sign in out:
+                decoded = decoder(out)
+                if decoded != out:
+                    again = _scrubbed(decoded)
+                    if again != decoded:
+                        out = again
     return out
 
 
 def scrub_data(value: Any) -> Any:
-    """``scrub`` applied to every string inside a JSON-like value (dicts, lists)."""
-    return map_leaves(value, scrub)  # scrub leaves anything but a string as it is
+    """``scrub`` applied to every string inside a JSON-like value (dicts, lists), their keys
+    included (a provider's usage object is the provider's to name)."""
+    if isinstance(value, dict):
+        return {scrub(key): scrub_data(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_data(item) for item in value]
+    return scrub(value)  # scrub leaves anything but a string as it is
 
 
 def map_leaves(value: Any, leaf: Any) -> Any:

@@ -73,11 +73,13 @@ def test_credentials_or_a_bad_bucket_in_the_url_are_usage_errors_that_show_no_se
     afc.write_manifest(manifest(jobs(1)))
     for url, said in (
         ("s3://AKIAEXAMPLE:supersecretvalue123@bucket/x", "carries no credentials"),
+        # a secret holding '/' (as AWS secrets often do) split the bucket off inside it
+        ("s3://AKIAEXAMPLE:supersecret/value123@bucket/x", "carries no credentials"),
         ("s3://bad bucket!/x", "is not a bucket name"),
     ):
         for command in ("submit", "plan"):
             result = afc(command, "manifest.yaml", "--storage", url)
             assert result.returncode == 2, result.stderr
-            assert said in result.stderr and "supersecretvalue123" not in result.stderr
+            assert said in result.stderr and "supersecret" not in result.stderr
             assert "Traceback" not in result.stderr and "regex" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()

@@ -36,6 +36,7 @@ def clean_secrets(monkeypatch):
         ("Authorization: Key 1234abcd-12ab:0123456789abcdef", "0123456789abcdef"),
         ("GET https://x.googleapis.com/v1?key=AIzaSyA0123456789abcdef&alt=json", "0123456789"),
         ("https://minio:supersecretpw@minio.internal:9000/bucket", "supersecretpw"),
+        ("s3://AKIAEXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCY@bucket/p", "K7MDENG"),
         ("PUT /b/k?X-Amz-Signature=deadbeef0123&X-Amz-Date=x", "deadbeef0123"),
         ("secret whsec_c2VjcmV0c2VjcmV0", "c2VjcmV0c2VjcmV0"),
     ],
@@ -231,3 +232,36 @@ def test_json_output_scrubs_a_secret_that_json_would_escape(clean_secrets, capsy
     out = capsys.readouterr().out
     assert "0123456789" not in out
     assert out.count("<redacted>") == 2
+
+
+def test_text_that_hides_no_secret_keeps_its_characters(clean_secrets, capsys):
+    """A review found every shown string stripped of zero-width characters (an emoji's
+    joiner, a Persian non-joiner), and a --json document whose escapes were decoded whole,
+    invalid JSON, when one escape revealed a key."""
+    import json
+
+    from afc_cli.output import emit_json
+
+    clean_secrets.setenv("OPENAI_API_KEY", OPENAI)
+    prompt = (
+        "family \U0001f468\u200d\U0001f469 \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645 50%25"
+    )
+    assert secrets.scrub(prompt) == prompt
+    hidden = OPENAI[:9] + "\u200b" + OPENAI[9:]
+    assert OPENAI[9:] not in secrets.scrub(f"{prompt} {hidden}")
+    emit_json({"a": "x%22y &quot;", "b%20Bearer%20" + OPENAI: 1, "c": [prompt]})
+    out = capsys.readouterr().out
+    parsed = json.loads(out)  # still JSON
+    assert parsed["a"] == "x%22y &quot;" and parsed["c"] == [prompt]
+    assert OPENAI[4:] not in out and "<redacted>" in next(iter(k for k in parsed if k != "a"))
+
+
+def test_a_character_whose_lower_case_is_longer_does_not_shift_the_match(clean_secrets):
+    """``'İ'.lower()`` is two characters: matching the lowered text at the original's
+    positions leaked part of a key and cut ordinary text (a review)."""
+    clean_secrets.setenv("OPENAI_API_KEY", "sk-proj-AbCdEf0123456789GhIjKl")
+    for n in (3, 12):
+        out = secrets.scrub("\u0130" * n + " echo proj-AbCdEf012345 end")
+        assert out == "\u0130" * n + " echo <redacted> end", out
+    out = secrets.scrub("\u0130\u0130 SK-PROJ-ABCDEF0123456789GHIJKL!")
+    assert out == "\u0130\u0130 <redacted>!", out

@@ -69,10 +69,12 @@ def parse_url(url: str) -> tuple[str, str]:
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise UsageError(f"storage {url!r} names no bucket (use s3://BUCKET/PREFIX)")
-    if "@" in bucket:  # s3://KEY:SECRET@bucket: the message is scrubbed (AfcError)
+    if "@" in bucket or ":" in bucket:
+        # s3://KEY:SECRET@bucket (a secret may hold '/', which splits it here): the URL is
+        # not shown at all, no part of the secret can reach the message
         raise UsageError(
-            f"storage {url!r}: an s3:// URL carries no credentials; set AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment"
+            "storage: an s3:// URL carries no credentials (s3://BUCKET/PREFIX); set "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment"
         )
     if not _BUCKET.fullmatch(bucket):
         raise UsageError(
