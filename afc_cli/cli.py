@@ -201,11 +201,11 @@ def _boundary(again: str | None = None) -> Iterator[None]:
         raise typer.Exit(EXIT_JOB_FAILED) from None
 
 
-def _again(command: str, manifest: str, ledger: str) -> str:
+def _again() -> str:
+    """This very command, as the user typed it (every option kept: --no-run, --max-spend)."""
     import shlex
 
-    words = ["afc", command, manifest] + ([] if ledger == DEFAULT_LEDGER else ["--ledger", ledger])
-    return shlex.join(words)
+    return shlex.join(["afc", *sys.argv[1:]])
 
 
 def _reporter(json_out: bool, quiet: bool, verbose: bool):
@@ -406,7 +406,7 @@ def submit(
     if dry_run:
         _plan(manifest, ledger, storage, max_spend, json_out)
         return
-    with _boundary(again=_again("submit", manifest, ledger)):
+    with _boundary(again=_again()):
         if not no_run:
             _prestart_helper()
         from afc_cli import run

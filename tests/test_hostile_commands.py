@@ -3,6 +3,8 @@ documented exit code, and exit 2 only when nothing was written."""
 
 from __future__ import annotations
 
+import shlex
+import sys
 import time
 
 from conftest import jobs, manifest
@@ -68,14 +70,19 @@ def test_a_submit_interrupted_before_its_run_says_to_submit_again(tmp_path, monk
     monkeypatch.setattr(cli, "_interrupt_on_sigterm", lambda: None)
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
-    result = runner.invoke(cli.app, ["submit", "my shots.yaml", "--no-run"])
-    assert result.exit_code == 130
-    assert result.stderr.strip() == (
-        "afc: interrupted; nothing is lost: run this again (it admits what is missing): "
-        "afc submit 'my shots.yaml'"
-    )
-    result = runner.invoke(cli.app, ["submit", "m.yaml", "--no-run", "--ledger", "b.db"])
-    assert result.stderr.strip().endswith("afc submit m.yaml --ledger b.db")
+    # the advice is the command as typed, every option kept (a review found --no-run and
+    # --max-spend dropped: the advice would have rendered everything, uncapped)
+    for args in (
+        ["submit", "my shots.yaml", "--no-run"],
+        ["submit", "m.yaml", "--max-spend", "5", "--ledger", "b.db", "--no-run"],
+    ):
+        monkeypatch.setattr(sys, "argv", ["afc", *args])
+        result = runner.invoke(cli.app, args)
+        assert result.exit_code == 130
+        assert result.stderr.strip() == (
+            "afc: interrupted; nothing is lost: run this again (it admits what is missing): "
+            + shlex.join(["afc", *args])
+        )
 
 
 def test_arguments_that_are_not_utf8_are_refused_before_anything_is_written(afc):
