@@ -100,14 +100,20 @@ def cancel(
             targets = [job for job in ledger.batch_jobs(batch) if job["status"] in unfinished]
             _confirmed(confirm, "cancel", targets)
         why = reason or "cancelled with afc cancel"
+        cancelled = []
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"]}
-            if ledger.cancel(job, why):
+            # the jobs waiting for it fail once every target is cancelled: one of them may be
+            # a target too, to be cancelled, not failed
+            if ledger.cancel(job, why, dependents=False):
                 out["cancelled"].append(entry)
+                cancelled.append(job["id"])
                 _cancel_at_provider(ledger, job)
             else:
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["already_final"].append(entry)
+        for job_id in cancelled:
+            ledger.fail_dependents(job_id)
     finally:
         ledger.close()
     return out

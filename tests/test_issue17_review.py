@@ -161,6 +161,16 @@ def test_cancelling_a_need_fails_its_blocked_dependents_at_once(afc):
     # a retry of the need puts its dependents back to wait for it
     assert afc("retry", "style").returncode == 0
     assert statuses(afc)["shot-1"] == "blocked"
+    # cancelling the whole batch cancels the dependents too, not fails them on the way (a
+    # review found them 'already final: failed', announced as job.failed)
+    cancelled = afc.json("cancel", "--batch", "b1", "--yes")
+    assert sorted(entry["key"] for entry in cancelled["cancelled"]) == [
+        "shot-1",
+        "shot-2",
+        "style",
+        "title",
+    ]
+    assert set(statuses(afc).values()) == {"cancelled"}
 
 
 def test_retry_of_a_failed_need_lets_its_dependents_run_again(afc):

@@ -733,18 +733,24 @@ class Ledger:
         with self.tx():
             self._event(job["id"], job["batch"], kind, **detail)
 
-    def cancel(self, job: dict[str, Any], reason: str) -> bool:
+    def cancel(self, job: dict[str, Any], reason: str, *, dependents: bool = True) -> bool:
         """Cancel a job: final, through the same first-terminal-wins update as any ending. The
         blocked jobs that need it fail with it (DEPENDENCY_FAILED) in the same transaction, as
         a rejection's do: ``afc status`` and ``queue stats`` show them failed at once, not when
-        a run next looks."""
+        a run next looks. ``dependents=False`` leaves them to ``fail_dependents``, for a
+        cancel of several jobs that may include them (they are cancelled, not failed)."""
         with self.tx():
             cancelled = self.finish(
                 job, "cancelled", step=job["step"], error_code="CANCELLED", error_message=reason
             )
-            if cancelled:
+            if cancelled and dependents:
                 self._fail_dependents(job["id"])
         return cancelled
+
+    def fail_dependents(self, job_id: str) -> None:
+        """Fail the blocked jobs that wait, directly or not, for a job that ended badly."""
+        with self.tx():
+            self._fail_dependents(job_id)
 
     def queue_stats(self, now: float | None = None) -> dict[str, Any]:
         """Backlog figures for alerting: queued, in flight, delayed, dead-lettered, failed
@@ -1719,6 +1725,11 @@ class Ledger:
                 f"need {key!r} ended rejected, so this job was not rendered; a rejected job is "
                 "final: a new job under a new key replaces it, and the jobs that need it name "
                 "that key (under new keys of their own)"
+            )
+        elif need["status"] == "cancelled":
+            why = (
+                f"need {key!r} was cancelled, so this job was not rendered; 'afc retry {key}' "
+                "puts it back, and this job with it"
             )
         else:
             why = (
