@@ -162,13 +162,20 @@ def test_only_an_html_file_is_ever_replaced(afc):
     afc.write_manifest(shots())
     afc("submit", "manifest.yaml")
     (afc.cwd / "notes.txt").write_text("keep me")
-    for name in ("afc.db", "manifest.yaml", "notes.txt"):
+    (afc.cwd / "afc.db-empty").touch()
+    for name in ("afc.db", "manifest.yaml", "notes.txt", "afc.db-empty"):
         before = (afc.cwd / name).read_bytes()
         result = afc("report", "--html", name)
         assert result.returncode == 2, result.stderr
         assert "exists and is not an HTML file" in result.stderr
         assert (afc.cwd / name).read_bytes() == before
     assert afc("status").returncode == 0
+    # an empty file (mktemp) and an HTML file opening with a comment are replaced
+    (afc.cwd / "empty.html").touch()
+    (afc.cwd / "commented.html").write_text("<!-- kept by hand -->\n<!DOCTYPE html><p>old")
+    for name in ("empty.html", "commented.html"):
+        assert afc("report", "--html", name).returncode == 0, name
+        assert "<!doctype html>" in (afc.cwd / name).read_text().lower()
     # a report written before is replaced, as a rerun from cron does
     assert afc("report", "--html", "r.html").returncode == 0
     (afc.cwd / "r.html").write_text((afc.cwd / "r.html").read_text() + "<!-- old -->")

@@ -72,14 +72,19 @@ def render(sheet: dict[str, Any], thumbs: dict[str, Any]) -> str:
 
 
 def _is_html(path: Path) -> bool:
-    """Whether ``path`` holds an HTML document (as this report is): its text opens with a
-    doctype or an ``<html>`` tag."""
+    """Whether ``path`` may be replaced by a report: an empty file (``mktemp --suffix
+    .html``), or an HTML document, whose text opens (after comments) with a doctype or an
+    ``<html>`` tag."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(512)
+            head = handle.read(4096)
     except OSError:
         return False
     head = head.removeprefix(b"\xef\xbb\xbf").lstrip().lower()
+    while head.startswith(b"<!--") and b"-->" in head:
+        head = head.split(b"-->", 1)[1].lstrip()
+    if not head:  # empty: replaceable when named as HTML (not a ledger's empty -wal file)
+        return path.suffix.lower() in (".html", ".htm")
     return head.startswith((b"<!doctype html", b"<html"))
 
 
