@@ -23,11 +23,25 @@ class InputProblem(Exception):
     """An input cannot be sent as admitted (changed, gone): the job fails with the reason."""
 
 
-IMAGE_KINDS = "PNG, JPEG, WebP or GIF"
+IMAGE_KINDS = "PNG, JPEG, WebP, GIF, HEIC/HEIF, AVIF, TIFF or BMP"
+# ISO base media files (HEIF, AVIF): the brand in their ``ftyp`` box names the image kind
+_FTYP_BRANDS = {
+    b"heic": "image/heic",
+    b"heix": "image/heic",
+    b"heim": "image/heic",
+    b"heis": "image/heic",
+    b"hevc": "image/heic",
+    b"mif1": "image/heif",
+    b"msf1": "image/heif",
+    b"avif": "image/avif",
+    b"avis": "image/avif",
+}
 
 
 def image_type(data: bytes) -> str | None:
-    """The media type of a PNG, JPEG, WebP or GIF image from its first bytes, else None."""
+    """The media type of an image (``IMAGE_KINDS``) from its first bytes, else None. Which
+    kinds a provider takes is the provider's to say (OpenAI's edits take PNG, JPEG and WebP;
+    an other kind is its 400, not billed); what is never sent is a file that is no image."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         return "image/png"
     if data.startswith(b"\xff\xd8\xff"):
@@ -36,6 +50,16 @@ def image_type(data: bytes) -> str | None:
         return "image/webp"
     if data[:6] in (b"GIF87a", b"GIF89a"):
         return "image/gif"
+    if data[4:8] == b"ftyp" and data[8:12] in _FTYP_BRANDS:
+        return _FTYP_BRANDS[data[8:12]]
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return "image/tiff"
+    if (  # BMP: its reserved bytes zero, its DIB header one of the sizes the format has
+        data[:2] == b"BM"
+        and data[6:10] == bytes(4)
+        and int.from_bytes(data[14:18], "little") in (12, 40, 52, 56, 64, 108, 124)
+    ):
+        return "image/bmp"
     return None
 
 

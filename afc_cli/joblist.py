@@ -125,6 +125,11 @@ def _csv_problem(exc: csv.Error) -> str:
         return f"a cell is longer than {csv.field_size_limit():,} characters"
     if "unexpected end of data" in text:
         return "a quoted cell is never closed (its closing quote is missing)"
+    if "expected after" in text:
+        return (
+            "text after a quoted cell's closing quote (a space after it, or a quote inside a "
+            'quoted cell not written as "")'
+        )
     return f"not valid CSV: {text}"
 
 

@@ -129,9 +129,12 @@ PAST_RENDERING = (*TERMINAL, "awaiting_review")
 def describe(result: dict[str, Any]) -> str:
     lines = [
         f"batch {result['batch']} -> {result['storage']}",
-        f"  new {result['new']}, replayed {result['replayed']}, already stored "
-        f"{result['stored']}, conflicting {result['conflicting']}",
-        f"  to render: {result['to_render']}, estimated spend {result['estimated_spend']} USD"
+        # two counts of the same jobs: what admission finds (new, replayed, conflicting), and
+        # what the run would do with the unfinished ones (render, or find already stored)
+        f"  new {result['new']}, replayed {result['replayed']}, conflicting "
+        f"{result['conflicting']}",
+        f"  to render: {result['to_render']}, already stored: {result['stored']}, estimated "
+        f"spend {result['estimated_spend']} USD"
         + (" (if no attempt fails)" if result["to_render"] else ""),
     ]
     for job in result["jobs"]:

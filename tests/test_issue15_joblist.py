@@ -185,7 +185,8 @@ def test_hostile_lines_are_problems_with_their_line_not_crashes(tmp_path):
         ('key,prompt\na,"unterminated\nb,y\n', "line 2: a quoted cell is never closed"),
         ("key,prompt\na," + "x" * 200_000 + "\nb,y\n", "line 2: a cell is longer than 131,072"),
         ('key,"prompt\na,b\n', "line 1: a quoted cell is never closed"),
-        ('key,prompt\na,"x"y\n', "line 2: not valid CSV"),
+        ('key,prompt\na,"x"y\n', "line 2: text after a quoted cell's closing quote"),
+        ('key,prompt\nj1,"a cat" \n', "line 2: text after a quoted cell's closing quote"),
         (
             'key,params\na,"{""a"": ' + "[" * 70 + "]" * 70 + '}"\n',
             "line 2: column 'params': nested",

@@ -99,6 +99,19 @@ def test_an_input_that_is_not_an_image_is_refused_before_anything_is_sent(afc):
     result = afc("submit", "manifest.yaml")
     assert result.returncode == 2, result.stderr
     assert "job 0 (key 'a'): field 'inputs[0].path'" in result.stderr
-    assert "is not a PNG, JPEG, WebP or GIF image" in result.stderr
+    assert "is not a PNG, JPEG, WebP, GIF, HEIC/HEIF, AVIF, TIFF or BMP image" in result.stderr
     assert "job 1 (key 'b')" in result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_image_kinds_are_told_by_their_first_bytes():
+    from afc_cli.inputs import image_type
+
+    assert image_type(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00") == "image/heic"
+    assert image_type(b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00") == "image/avif"
+    assert image_type(b"\x00\x00\x00\x18ftypisom\x00\x00\x00\x00") is None  # an MP4
+    assert image_type(b"II*\x00\x08\x00\x00\x00") == "image/tiff"
+    bmp = b"BM" + (70).to_bytes(4, "little") + bytes(4) + (54).to_bytes(4, "little")
+    assert image_type(bmp + (40).to_bytes(4, "little") + bytes(16)) == "image/bmp"
+    assert image_type(b"BMW owners' notes about the car, 2026") is None
+    assert image_type(b"PK\x03\x04") is None
