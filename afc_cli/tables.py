@@ -139,6 +139,11 @@ def emit(
 
     ``group`` names a column (the batch) that, on a terminal, becomes a heading over each
     group's rows instead of a column, so it takes no width from the keys."""
+    from afc_cli.secrets import scrub_data
+
+    # every table leaves through here: a cell may hold outside text (a webhook URL with
+    # user:pass@, a provider's message), scrubbed as every other way out is
+    rows = [scrub_data(row) for row in rows]
     out = stream or sys.stdout
     if not out.isatty():
         emit_plain(rows, columns, out)

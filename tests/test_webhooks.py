@@ -218,6 +218,19 @@ def test_no_secret_in_ledger_logs_or_json(afc, receiver, hooked):
                 )
 
 
+def test_a_password_in_a_webhook_url_is_in_no_table(afc, receiver, hooked):
+    """Found by an outside audit: 'afc webhooks list' printed http://user:PASSWORD@... in
+    its table (piped or on a terminal); --json and afc show scrubbed it."""
+    url = receiver.url.replace("http://", "http://hookuser:Sup3rS3cretPw@")
+    hooked(manifest(jobs(1)), url=url)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    for args in (("webhooks", "list"), ("webhooks", "list", "--json"), ("show", "shot-001")):
+        result = afc(*args)
+        assert result.returncode == 0, result.stderr
+        assert "Sup3rS3cretPw" not in result.stdout + result.stderr
+        assert "<redacted>@127.0.0.1" in result.stdout + result.stderr
+
+
 def test_webhook_is_validated_and_its_secret_required(afc, receiver):
     data = manifest(jobs(1))
     data["webhook"] = {"url": "ftp://x", "secret_env": "AFC_HOOK_SECRET"}
