@@ -645,7 +645,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 return False
             except TimeoutError:
                 # The provider's own per-attempt window passed: it may have billed the whole
-                # run, so the cost is unknown and this model is not tried again.
+                # run, so the cost is unknown and this model is not tried again. A job-style
+                # request left running is asked to stop (fal has no window of its own: it
+                # would run on and be billed beside the next model's attempt).
+                if provider.resumable:
+                    await _cancel_left_request(ctx, provider, job, number, entry["model"])
                 ctx.ledger.end_attempt(
                     job,
                     number,
@@ -840,6 +844,25 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
     )
     ctx.report(job, "waiting", "disk nearly full")
     return True
+
+
+async def _cancel_left_request(
+    ctx: RunContext, provider: Any, job: dict[str, Any], number: int, model: str
+) -> None:
+    """Ask a job-style provider to stop the request an attempt leaves behind (its id as the
+    ledger recorded it); best effort, at most ``CANCEL_WAIT_S``: whatever it answers, the
+    attempt's cost stays unknown."""
+    found = [a for a in ctx.ledger.attempts(job["id"]) if a["number"] == number]
+    request_id = found[0]["provider_request_id"] if found else None
+    if not request_id:
+        return
+    try:
+        await asyncio.wait_for(provider.cancel(request_id, model), CANCEL_WAIT_S)
+    except Exception:  # noqa: BLE001 - best effort: the attempt is recorded either way
+        pass
+
+
+CANCEL_WAIT_S = 10.0
 
 
 def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | None:

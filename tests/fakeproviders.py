@@ -39,6 +39,8 @@ class FakeProviders:
         self.server: ThreadingHTTPServer | None = None
         # reference images received, by prompt: [(field, media type, sha256 of the bytes)]
         self.inputs: dict[str, list[tuple[str, str, str]]] = {}
+        # outputs whose first download answers 503 (a "flaky-download" prompt's)
+        self.flaky_files: set[str] = set()
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -116,6 +118,12 @@ class FakeProviders:
         path = h.path.split("?")[0]
         if path.startswith("/files/"):
             self.count("download")
+            if "cdn-down" in path:  # an output URL that never answers
+                return h.reply(
+                    503, raw=b"<html>503</html>", ctype="text/html", headers={"Retry-After": "99"}
+                )
+            if path in self.flaky_files and self.first_time(f"download {path}"):
+                return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
             return h.reply(200, raw=render_png(path, 32, 32), ctype="image/png")
         if method == "POST" and path == "/v1/images/generations":
             return self.openai(h)
@@ -391,6 +399,14 @@ class FakeProviders:
                 503,
                 {"title": "Service Unavailable", "detail": "Service Unavailable", "status": 503},
             )
+        if "garbled-poll" in p["prompt"] and p["polls"] in (2, 3):  # a proxy's page, twice
+            return h.reply(200, raw=b"<html><body>upstream hiccup</body></html>", ctype="text/html")
+        if "poll-401" in p["prompt"] and p["polls"] >= 2:  # the key revoked mid-render
+            return h.reply(
+                401, {"title": "Unauthenticated", "detail": "Invalid token", "status": 401}
+            )
+        if "flaky-download" in p["prompt"]:
+            self.flaky_files.add(f"/files/{pid}.png")
         if p["status"] in ("starting", "processing"):
             held = "hold" in p["prompt"] and not self.released.is_set()
             if held or p["polls"] < 3:
@@ -423,6 +439,12 @@ class FakeProviders:
         )
         if bad:
             return h.reply(422, {"detail": [{"loc": ["body"], "msg": bad, "type": "value_error"}]})
+        if "runner-503" in prompt and self.first_time(f"runner {prompt}"):
+            return h.reply(
+                503,
+                {"detail": "Runner scheduling failure", "error_type": "runner_scheduling_failure"},
+                headers={"X-Fal-Error-Type": "runner_scheduling_failure"},
+            )
         if "nsfw" in prompt:
             return h.reply(
                 422,
@@ -464,6 +486,12 @@ class FakeProviders:
             r["polls"] += 1
             if "poll-outage" in r["prompt"] and r["polls"] <= OUTAGE_POLLS:
                 return h.reply(503, {"detail": "Service Unavailable"})
+            if "garbled-poll" in r["prompt"] and r["polls"] in (2, 3):
+                return h.reply(200, raw=b"<html>upstream hiccup</html>", ctype="text/html")
+            if "poll-401" in r["prompt"] and r["polls"] >= 2:
+                return h.reply(401, {"detail": "Unauthorized"})
+            if "flaky-download" in r["prompt"]:
+                self.flaky_files.add(f"/files/{rid}.png")
             held = "hold" in r["prompt"] and not self.released.is_set()
             if held or r["polls"] < 3:
                 r["status"] = "IN_PROGRESS"

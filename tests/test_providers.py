@@ -298,3 +298,82 @@ def test_a_key_no_header_can_carry_is_refused_before_anything_is_written(
         assert "Traceback" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
     assert sum(fake.counts.values()) == 0
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_an_output_whose_first_download_fails_is_fetched_again_not_paid_again(afc, fake, provider):
+    """Found by an outside audit: one 503 from the output URL failed the paid attempt (cost
+    unknown) and the next attempt submitted, and paid for, a second render."""
+    jobs = run(afc, provider, ["flaky-download"], expect=0)
+    assert jobs["j0"]["status"] == "succeeded" and jobs["j0"]["attempts"] == 1
+    assert fake.counts[f"{provider}_submit"] == 1
+    assert fake.counts["download"] == 2  # the 503, then the image
+    assert jobs["j0"]["cost"] is not None
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_a_poll_answered_with_a_page_that_is_no_status_is_made_again(afc, fake, provider):
+    """Found by an outside audit: one 200 HTML poll answer ended a Replicate attempt as
+    'replicate: None' (fal's as completed), and a second render was paid for."""
+    jobs = run(afc, provider, ["garbled-poll"], expect=0)
+    assert jobs["j0"]["status"] == "succeeded" and jobs["j0"]["attempts"] == 1
+    assert fake.counts[f"{provider}_submit"] == 1
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_a_poll_refused_after_the_submit_leaves_the_cost_unknown_not_zero(afc, fake, provider):
+    """Found by an outside audit: a 401 on a poll recorded the submitted (and billable)
+    request at a known cost of 0."""
+    jobs = run(afc, provider, ["poll-401"], expect=1)
+    assert jobs["j0"]["error"]["class"] == "auth"
+    [attempt] = attempts_of(afc, "j0")
+    assert attempt["cost"] is None and attempt["provider_request_id"]
+    assert afc.json("costs", "report")["total"]["unpriced_attempts"] == 1
+
+
+def test_a_fal_submit_ending_in_5xx_is_known_to_cost_nothing(afc, fake):
+    """fal bills no request that ends in 5xx (its docs); the adapter said so in a comment and
+    recorded the opposite, so a budget held reservations for free failures."""
+    run(afc, "fal", ["runner-503"], expect=0)
+    first, second = attempts_of(afc, "j0")
+    assert first["error_class"] == "unavailable" and first["cost"] == "0.000000"
+    assert second["status"] == "succeeded"
+
+
+def test_a_download_is_tried_four_times_with_waits_and_no_real_sleep(fake):
+    """The free GET of an output is made again on 5xx (Retry-After honoured up to its cap),
+    FETCH_TRIES in all; then the attempt fails with its cost left for the adapter to set."""
+    import asyncio
+
+    from afc_cli.providers.base import ProviderError
+    from afc_cli.providers.http import FETCH_TRIES, FETCH_WAIT_CAP_S, download, new_client
+
+    waits = []
+
+    async def sleep(seconds):
+        waits.append(seconds)
+
+    async def fetch(path):
+        client = new_client(connections=2)
+        try:
+            return await download(client, "x", fake.base + path, sleep=sleep, rand=lambda: 0.5)
+        finally:
+            await client.aclose()
+
+    before = fake.counts["download"]
+    with pytest.raises(ProviderError) as caught:
+        asyncio.run(fetch("/files/cdn-down.png"))
+    assert fake.counts["download"] - before == FETCH_TRIES
+    assert waits == [FETCH_WAIT_CAP_S] * (FETCH_TRIES - 1)  # Retry-After: 99, capped
+    assert caught.value.error_class == "server" and caught.value.cost_micros is None
+    assert asyncio.run(fetch("/files/fine.png")).startswith(b"\x89PNG")
+
+
+def test_a_fal_request_left_by_an_expired_window_is_cancelled(afc, fake):
+    """fal keeps no window of its own: a request afc stops waiting for would run on and be
+    billed beside the next model's attempt (an outside audit saw no cancel sent)."""
+    jobs = run(afc, "fal", ["hold"], expect=1, attempts=1, window_s=1)
+    assert jobs["j0"]["error"]["class"] == "window_expired"
+    [attempt] = attempts_of(afc, "j0")
+    assert fake.cancels == [attempt["provider_request_id"]]
+    assert attempt["cost"] is None  # it may have run, and been billed, before the cancel

@@ -21,9 +21,11 @@ from afc_cli.providers.base import (
     RequestGone,
 )
 from afc_cli.providers.http import (
+    UNREADABLE_POLLS,
     HttpProvider,
     class_for_status,
     download,
+    fetched,
     http_url,
     json_or_empty,
     objs,
@@ -78,13 +80,17 @@ class FalProvider(HttpProvider):
         if response.headers.get("x-fal-retryable", "").lower() == "false" and cls not in ("auth",):
             cls = "invalid"
         detail = data.get("detail") or f"HTTP {status}"
+        # A refused submit was not queued (fal bills no request that ends in 5xx, nor one it
+        # refused); once a request is queued (a status or result error) it may run on and
+        # be billed whatever that answer was: its cost is unknown.
+        free = action == "submit"
         return ProviderError(
             cls,
             f"fal: {action}: {detail}",
             http_status=status,
             retry_after=retry_after_of(response.headers) if cls == "rate_limited" else None,
-            cost_micros=0 if status < 500 else None,  # fal does not bill requests ending in 5xx
-            cost_source="derived" if status < 500 else None,
+            cost_micros=0 if free else None,
+            cost_source="derived" if free else None,
         )
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
@@ -121,7 +127,7 @@ class FalProvider(HttpProvider):
                     if http_url(queued.get(k))
                 },
             }
-        polls, last = 0, None
+        polls, last, unreadable = 0, None, 0
         while True:
             last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
@@ -130,16 +136,34 @@ class FalProvider(HttpProvider):
                 continue  # polling is free: keep going
             state = json_or_empty(response)
             if response.status_code == 202 or state.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
+                unreadable = 0
                 continue
             if response.status_code != 200:
                 raise self._error(response, "status")
+            if state.get("status") != "COMPLETED":
+                # a 200 that is no status (an HTML page, a body cut short): polled again,
+                # never taken for the request's end (it may still run, and be paid)
+                unreadable += 1
+                if unreadable < UNREADABLE_POLLS:
+                    self.poll_failed("HTTP 200 without a status")
+                    continue
+                raise ProviderError(
+                    "server",
+                    f"fal: {UNREADABLE_POLLS} status answers in a row said no status",
+                    http_status=200,
+                    cost_micros=None,
+                )
             break
         if state.get("error"):
             if _policy_violation(state):
                 raise ProviderError("refusal", f"fal: {state.get('error')}", cost_micros=None)
             raise ProviderError("server", f"fal: {state.get('error')}", cost_micros=None)
         try:
-            response = await self.client.get(urls["response_url"], headers=self._headers())
+            response = await fetched(
+                lambda: self.client.get(urls["response_url"], headers=self._headers()),
+                self.sleep,
+                self.rand,
+            )
         except httpx.TransportError as exc:
             err = transport_error(self.name, exc, paid_call=False)
             err.cost_micros, err.cost_source = None, None
@@ -156,9 +180,14 @@ class FalProvider(HttpProvider):
         if url is None:
             raise ProviderError("server", "fal: completed without an image", cost_micros=None)
         image = images[0]
-        data = await download(self.client, self.name, url)
         usage = {"images": len(images)}  # every image made was paid for (the first is kept)
         cost = request.rates.price(self.name, request.model, usage)
+        try:
+            data = await download(self.client, self.name, url, sleep=self.sleep, rand=self.rand)
+        except ProviderError as exc:  # paid, its output out of reach: the cost is known
+            exc.usage, exc.cost_micros = usage, cost
+            exc.cost_source = "derived" if cost is not None else None
+            raise
         content_type = text(image.get("content_type")) or "image/png"
         return AttemptResult(
             data=data,

@@ -165,6 +165,12 @@ def _seconds(seconds: float) -> str:
     return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
 
 
+# A 200 poll answer afc cannot read (an HTML page from a proxy, a body cut short) is polled
+# again, as a failed poll is; this many in a row for one request end the attempt (class
+# ``server``, cost unknown), so an answer that never makes sense does not poll forever.
+UNREADABLE_POLLS = 5
+
+
 def poll_interval() -> float:
     """Seconds between polls of a job-style provider (``AFC_POLL_S``, default 2)."""
     return float(os.environ.get("AFC_POLL_S", "2"))
@@ -264,34 +270,92 @@ def retry_after_of(headers: Any) -> float | None:
     return seconds
 
 
-async def download(client: Any, provider: str, url: str) -> bytes:
-    """Fetch an output URL at once (providers delete them within minutes to an hour)."""
+# An output (or a result) the provider made is fetched with free GETs: one that fails for a
+# moment (a 503 from a CDN, a dropped connection) is fetched again, these many times in all,
+# after full-jitter waits of up to a half, one and two poll intervals (1, 2, 4 s by default;
+# a Retry-After up to FETCH_WAIT_CAP_S): the attempt that paid for the render ends failed
+# (and the next attempt pays again) only when the output stays out of reach that long.
+FETCH_TRIES = 4
+FETCH_WAIT_CAP_S = 30.0
+
+
+async def fetched(
+    get: Callable[[], Awaitable[Any]],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    rand: Callable[[], float] = random.random,
+) -> Any:
+    """``get()`` (a free GET: a response, or an ``httpx.TransportError``) made again while it
+    fails for a moment: a transport error, 408, 429 or 5xx. The last failure is returned (a
+    response) or raised (a transport error); any other answer is returned at once."""
     import httpx
 
-    try:
-        async with client.stream("GET", url) as response:
-            if response.status_code != 200:
-                raise ProviderError(
-                    "server" if response.status_code >= 500 else "unavailable",
-                    f"{provider}: output download answered HTTP {response.status_code}",
-                    http_status=response.status_code,
+    for tried in range(1, FETCH_TRIES + 1):
+        wait = rand() * poll_interval() / 2 * 2 ** (tried - 1)
+        try:
+            response = await get()
+        except httpx.TransportError:
+            if tried == FETCH_TRIES:
+                raise
+        else:
+            status = response.status_code
+            if status not in (408, 429) and status < 500 or tried == FETCH_TRIES:
+                return response
+            told = retry_after_of(response.headers)
+            if told is not None:
+                wait = min(told, FETCH_WAIT_CAP_S)
+            await response.aclose()
+        await sleep(wait)
+    raise AssertionError("unreachable")
+
+
+async def download(
+    client: Any,
+    provider: str,
+    url: str,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    rand: Callable[[], float] = random.random,
+) -> bytes:
+    """Fetch an output URL at once (providers delete them within minutes to an hour), again
+    when it fails for a moment: a transport error (a body cut short included), 408, 429 or
+    5xx, ``FETCH_TRIES`` in all (see ``fetched``). A failure that outlasts them raises a
+    ProviderError with the cost unknown; the adapter, which knows what the render cost, puts
+    its usage and cost on it."""
+    import httpx
+
+    for tried in range(1, FETCH_TRIES + 1):
+        wait, told = rand() * poll_interval() / 2 * 2 ** (tried - 1), None
+        try:
+            async with client.stream("GET", url) as response:
+                status = response.status_code
+                if status == 200:
+                    chunks, size = [], 0
+                    async for chunk in response.aiter_bytes():
+                        size += len(chunk)
+                        if size > MAX_OUTPUT_BYTES:
+                            raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
+                        chunks.append(chunk)
+                    return b"".join(chunks)
+                failure = ProviderError(
+                    "server" if status >= 500 else "unavailable",
+                    f"{provider}: output download answered HTTP {status}",
+                    http_status=status,
                     cost_micros=None,
                 )
-            chunks, size = [], 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_OUTPUT_BYTES:
-                    raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
-                chunks.append(chunk)
-            return b"".join(chunks)
-    except httpx.TransportError as exc:
-        err = transport_error(provider, exc, paid_call=False)
-        err.cost_micros, err.cost_source = None, None  # the render it belongs to was paid
-        raise err from None
-    except httpx.InvalidURL:
-        raise ProviderError(
-            "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
-        ) from None
+                transient = status in (408, 429) or status >= 500
+                told = retry_after_of(response.headers)
+        except httpx.TransportError as exc:
+            failure = transport_error(provider, exc, paid_call=False)
+            failure.cost_micros, failure.cost_source = None, None  # its render was paid
+            transient = True
+        except httpx.InvalidURL:
+            raise ProviderError(
+                "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
+            ) from None
+        if not transient or tried == FETCH_TRIES:
+            raise failure
+        await sleep(min(told, FETCH_WAIT_CAP_S) if told is not None else wait)
+    raise AssertionError("unreachable")
 
 
 def json_or_empty(response: Any) -> dict[str, Any]:

@@ -72,12 +72,6 @@ class OpenAIProvider(HttpProvider):
         if not isinstance(items, list) or not items:
             raise ProviderError("server", "openai: answered 200 with no image", cost_micros=None)
         item = obj(items[0])
-        if b64 := text(item.get("b64_json")):
-            image = decode_b64(self.name, b64)
-        elif url := text(item.get("url")):
-            image = await download(self.client, self.name, url)
-        else:
-            raise ProviderError("server", "openai: image has neither b64_json nor url")
         # every image in the answer was paid for (``n`` > 1 makes several; the first is kept)
         usage: dict[str, Any] = {"images": len(items)}
         usage_in = obj(data.get("usage"))
@@ -85,6 +79,19 @@ class OpenAIProvider(HttpProvider):
             if usage_in.get(unit) is not None:
                 usage[unit] = usage_in[unit]
         cost = request.rates.price(self.name, request.model, usage)
+        if b64 := text(item.get("b64_json")):
+            image = decode_b64(self.name, b64)
+        elif url := text(item.get("url")):
+            try:
+                image = await download(
+                    self.client, self.name, url, sleep=self.sleep, rand=self.rand
+                )
+            except ProviderError as exc:  # paid, its image out of reach: the cost is known
+                exc.usage, exc.cost_micros = usage, cost
+                exc.cost_source = "derived" if cost is not None else None
+                raise
+        else:
+            raise ProviderError("server", "openai: image has neither b64_json nor url")
         return AttemptResult(
             data=image,
             ext=request.params.get("output_format", "png"),

@@ -23,6 +23,7 @@ from afc_cli.providers.base import (
     RequestGone,
 )
 from afc_cli.providers.http import (
+    UNREADABLE_POLLS,
     HttpProvider,
     class_for_status,
     download,
@@ -45,6 +46,10 @@ def reference_inputs(field: str | None, images: Any) -> dict[str, Any]:
         return {"image": uris[0]} if len(uris) == 1 else {"image_input": uris}
     listed = field.endswith(("s", "_input")) or len(uris) > 1
     return {field: uris if listed else uris[0]}
+
+
+# the statuses a prediction ends in (Replicate's prediction lifecycle)
+FINAL = ("succeeded", "failed", "canceled", "aborted")
 
 
 class ReplicateProvider(HttpProvider):
@@ -70,13 +75,16 @@ class ReplicateProvider(HttpProvider):
             match = re.search(r"resets in ~?(\d+(?:\.\d+)?)s", str(detail))
             if retry_after is None and match:
                 retry_after = float(match.group(1))
+        # a refused submit made nothing; once a prediction exists (a poll's error), it may
+        # run on and be billed whatever the poll was told: its cost is unknown
+        free = action == "submit" and status < 500
         return ProviderError(
             cls,
             f"replicate: {action}: {detail}",
             http_status=status,
             retry_after=retry_after,
-            cost_micros=0 if status < 500 else None,
-            cost_source="derived" if status < 500 else None,
+            cost_micros=0 if free else None,
+            cost_source="derived" if free else None,
         )
 
     async def _submit(self, request: AttemptRequest) -> str:
@@ -115,7 +123,7 @@ class ReplicateProvider(HttpProvider):
         if prediction_id is None:
             prediction_id = await self._submit(request)
             await request.on_submitted(prediction_id)
-        polls, last = 0, None
+        polls, last, unreadable = 0, None, 0
         while True:
             last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
@@ -129,7 +137,15 @@ class ReplicateProvider(HttpProvider):
             prediction = json_or_empty(response)
             status = prediction.get("status")
             if status in ("starting", "processing"):
+                unreadable = 0
                 continue
+            if status not in FINAL:
+                # a 200 that is no prediction (an HTML page, a body cut short): polled again,
+                # never taken for the prediction's end (it may still run, and be paid)
+                unreadable += 1
+                if unreadable < UNREADABLE_POLLS:
+                    self.poll_failed("HTTP 200 without a prediction status")
+                    continue
             return await self._finished(request, prediction_id, prediction)
 
     async def _finished(
@@ -153,11 +169,16 @@ class ReplicateProvider(HttpProvider):
                 raise ProviderError(
                     "server", "replicate: succeeded without an output URL", **priced
                 )
-            data = await download(self.client, self.name, url)
             ext = url.rsplit(".", 1)[-1].split("?")[0] if "." in url.rsplit("/", 1)[-1] else "png"
             # every output the prediction made was paid for (the first is kept)
             usage = {**usage, "images": len(output) if isinstance(output, list) else 1}
             cost = request.rates.price(self.name, request.model, usage)
+            try:
+                data = await download(self.client, self.name, url, sleep=self.sleep, rand=self.rand)
+            except ProviderError as exc:  # paid, its output out of reach: the cost is known
+                exc.usage, exc.cost_micros = usage, cost
+                exc.cost_source = "derived" if cost is not None else None
+                raise
             return AttemptResult(
                 data=data,
                 ext=ext,
@@ -165,6 +186,13 @@ class ReplicateProvider(HttpProvider):
                 cost_micros=cost,
                 cost_source="derived" if cost is not None else None,
                 provider_request_id=prediction_id,
+            )
+        if status not in FINAL:
+            raise ProviderError(
+                "server",
+                f"replicate: {UNREADABLE_POLLS} poll answers in a row held no prediction status",
+                http_status=200,
+                **priced,
             )
         error = str(prediction.get("error") or status)
         if status == "failed" and ("E005" in error or "flagged as sensitive" in error):
