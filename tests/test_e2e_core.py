@@ -205,6 +205,27 @@ def test_foreign_object_at_output_key_is_never_overwritten(afc):
     assert status["shot-001"]["status"] == status["shot-003"]["status"] == "succeeded"
 
 
+def test_a_file_that_takes_the_key_while_the_job_renders_is_a_conflict_not_ours(afc):
+    """Found by an outside audit: a file written at the output key during the render got
+    afc's metadata written beside it (naming this job), the job ended VERIFY_FAILED, and
+    every retry, even from a fresh ledger, failed the same way."""
+    from conftest import wait_for
+
+    release = afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(1)))
+    proc = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+    target = afc.outputs() / "b1" / "shot-001.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(b"SOMEONE ELSE'S BYTES")
+    release.touch()
+    assert proc.wait(timeout=60) == 1
+    assert target.read_bytes() == b"SOMEONE ELSE'S BYTES"
+    assert not (target.parent / "shot-001.png.afc.json").exists()
+    [job] = afc.json("status")["jobs"]
+    assert job["error"]["code"] == "OUTPUT_KEY_CONFLICT", job
+
+
 def test_output_of_another_job_is_never_overwritten(afc):
     # batch one writes shot-001's output; batch two aims a job at the same key
     afc.write_manifest(manifest(jobs(1)), "one.yaml")

@@ -88,8 +88,10 @@ class FileStorage(Storage):
                 obj.parent.mkdir(parents=True, exist_ok=True)
                 _MADE.add(obj.parent)
             meta_bytes = json.dumps(meta, sort_keys=True, indent=2).encode()
+            wrote_meta = False
             try:
                 self._create(self._meta(key), data=meta_bytes)
+                wrote_meta = True
             except FileExistsError:
                 existing = self._read_meta(key) or {}
                 if (
@@ -100,6 +102,11 @@ class FileStorage(Storage):
             try:
                 self._create(obj, source=source)
             except FileExistsError:
+                # Someone else's file took the key since the probe. The metadata just written
+                # beside it would name this job as its author: it goes, so the key reads as
+                # the other party's (OUTPUT_KEY_CONFLICT), never as this job's output.
+                if wrote_meta:
+                    self._meta(key).unlink(missing_ok=True)
                 raise ObjectExists(key) from None
             if sync:
                 fsync_dir(obj.parent)
