@@ -253,6 +253,27 @@ def test_webhook_is_validated_and_its_secret_required(afc, receiver):
     assert afc("submit", "manifest.yaml").returncode == 0
 
 
+def test_a_batch_s_pending_deliveries_never_block_another_batch(afc, receiver, hooked):
+    """Found by an outside audit: with one batch's deliveries pending and its secret unset,
+    'afc resume --batch other' (a batch with no webhook) was exit 2, nothing rendered."""
+    receiver.script = [(500, 0, {"Retry-After": "0"})] * 50  # deliveries stay pending
+    hooked(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert afc.rows("SELECT COUNT(*) FROM deliveries WHERE status = 'pending'") == [(1,)]
+    del afc.env["AFC_HOOK_SECRET"]
+    afc.write_manifest(manifest(jobs(1), batch="other"), "other.yaml")
+    assert afc("submit", "other.yaml", "--no-run").returncode == 0
+    result = afc("resume", "--batch", "other")
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT status FROM jobs WHERE batch = 'other'") == [("succeeded",)]
+    # and its own delivery waits, not lost, for a run that has the secret
+    assert afc.rows("SELECT status FROM deliveries") == [("pending",)]
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    receiver.script = []
+    assert afc("webhooks", "deliver").returncode == 0
+    assert afc.rows("SELECT status FROM deliveries") == [("delivered",)]
+
+
 def test_envelope_is_stable_json(afc, receiver, hooked):
     hooked(manifest(jobs(1)))
     assert afc("submit", "manifest.yaml").returncode == 0

@@ -1397,18 +1397,25 @@ class Ledger:
         return bool(row[0])
 
     def webhook_secret_names(self, job_ids: list[str] | None = None) -> set[str]:
-        names = {
-            row[0]
-            for row in self.db.execute(
-                "SELECT DISTINCT secret_env FROM deliveries WHERE status = 'pending'"
-            )
-        }
-        sql = "SELECT DISTINCT webhook_json FROM jobs WHERE webhook_json IS NOT NULL"
+        """The webhook secret variables the jobs ``job_ids`` (None: every job) need: their
+        webhooks' and their pending deliveries'. Another batch's pending delivery is not
+        among them: a run that drains it without its secret leaves it pending with a note
+        (``webhooks.Drain``), and a broken receiver's batch never blocks another's renders."""
+        names: set[str] = set()
         chunks = [[]] if job_ids is None else list(_chunks(job_ids, IN_CHUNK))
         for chunk in chunks:
             where = f" AND id IN {_marks(chunk)}" if job_ids is not None else ""
-            for (text,) in self.db.execute(sql + where, chunk):
+            for (text,) in self.db.execute(
+                "SELECT DISTINCT webhook_json FROM jobs WHERE webhook_json IS NOT NULL" + where,
+                chunk,
+            ):
                 names.add(json.loads(text)["secret_env"])
+            where = f" AND job_id IN {_marks(chunk)}" if job_ids is not None else ""
+            for (name,) in self.db.execute(
+                "SELECT DISTINCT secret_env FROM deliveries WHERE status = 'pending'" + where,
+                chunk,
+            ):
+                names.add(name)
         return names
 
     # A delivery's lease: its own timeout (the POST is bounded by it, afc_cli/webhooks.py)
