@@ -152,7 +152,13 @@ class Deliverer:
     async def close(self) -> None:
         await self.client.aclose()
 
-    async def drain(self, *, deadline: float | None = None, parallel: int = 8) -> DrainStats:
+    async def drain(
+        self,
+        *,
+        deadline: float | None = None,
+        parallel: int = 8,
+        failed_urls: set[str] | frozenset[str] = frozenset(),
+    ) -> DrainStats:
         """Deliver every row due when the pass began once, until none is left or the deadline
         passes.
 
@@ -162,8 +168,11 @@ class Deliverer:
         (a receiver given up on, the deadline) are released at once for the next pass or
         another process. A row tried in this pass is not due again within it: a retry is
         scheduled after the pass began, a row released for want of its secret is due from
-        its release on."""
+        its release on. ``failed_urls``: receivers that failed in the pass just before, not
+        tried again in this one (a run's last pass does not wait out a slow receiver's
+        timeout a second time)."""
         stats = DrainStats()
+        stats.failed_urls.update(failed_urls)
         ledger = self.ledger
         began = ledger.lease_clock()
         tried: set[str] = set()
@@ -296,14 +305,17 @@ class Deliverer:
 async def run_beside(ledger: Ledger, stop: asyncio.Event, interval: float = 1.0) -> None:
     """Drain due deliveries while a batch runs, then once more after it (bounded)."""
     deliverer = Deliverer(ledger)
+    last = DrainStats()
     try:
         while not stop.is_set():
-            await deliverer.drain(deadline=time.time() + interval * 5)
+            last = await deliverer.drain(deadline=time.time() + interval * 5)
             try:
                 await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
                 pass
-        await deliverer.drain(deadline=time.time() + FINAL_DRAIN_S)
+        # a receiver that just failed (a slow one timed out as the batch ended) is left to
+        # the next run or 'afc webhooks deliver': the run ends one timeout after its renders
+        await deliverer.drain(deadline=time.time() + FINAL_DRAIN_S, failed_urls=last.failed_urls)
     finally:
         await deliverer.close()
 

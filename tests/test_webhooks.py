@@ -157,6 +157,18 @@ def test_a_broken_receiver_never_delays_renders(afc, receiver, hooked):
     assert len(pending) == 8 and {d["status"] for d in pending} == {"pending"}
 
 
+def test_a_slow_receiver_delays_the_end_of_a_run_by_one_timeout_only(afc, receiver, hooked):
+    """Found by an outside audit: a receiver slower than the delivery's timeout was posted
+    to in the pass that ran as the batch ended, and again in the run's last pass: two
+    timeouts (up to 240 s at the largest timeout_s), where the README promises one."""
+    receiver.default = (200, 8.0, {})  # answers after the 3 s timeout, every time
+    # three waves of renders: a pass posts while they run (its POST hangs past their end)
+    hooked(manifest(jobs(6, latency_s=0.5)), timeout_s=3.0)
+    assert afc("submit", "manifest.yaml", "--concurrency", "2").returncode == 0
+    assert len(receiver.received) == 1, [r.body[:40] for r in receiver.received]
+    assert {d["status"] for d in afc.json("webhooks", "list")["deliveries"]} == {"pending"}
+
+
 def _until(check, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while not check():
