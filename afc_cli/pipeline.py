@@ -362,22 +362,34 @@ def ownership(job: dict[str, Any], info: ObjectInfo) -> str | None:
         return f"the output of another job ({other!r}, job id {meta.get('job_id')})"
     if meta.get("request_hash") != job["request_hash"]:
         return (
-            f"this key's output for a different request (hash {meta.get('request_hash')}, "
+            f"{OTHER_REQUEST} (hash {meta.get('request_hash')}, "
             f"this request is {job['request_hash']})"
         )
     return None
 
 
+# ``ownership``'s word for this job's own key holding another request's output: the same
+# (batch, key) admitted with another body, found in storage (a lost or another ledger) rather
+# than at admission; an idempotency conflict like admission's (exit 3), not another's object
+OTHER_REQUEST = "this key's output for a different request"
+
+
 async def _fail_conflict(ctx: RunContext, job: dict[str, Any], storage: Storage, why: str, step):
+    same_key = why.startswith(OTHER_REQUEST)
     ctx.ledger.finish(
         job,
         "failed",
         step=step,
         outcome="conflict",
-        error_code="OUTPUT_KEY_CONFLICT",
+        error_code="IDEMPOTENCY_CONFLICT" if same_key else "OUTPUT_KEY_CONFLICT",
         error_class="invalid",
         error_message=f"{storage.describe(job['output_key'])} already holds {why}; "
-        "afc never overwrites it",
+        "afc never overwrites it"
+        + (
+            " (restore the manifest's earlier request for this key, or give the new one a new key)"
+            if same_key
+            else ""
+        ),
     )
 
 

@@ -172,6 +172,8 @@ class RunResult:
             return EXIT_INTERRUPTED
         if self.admit is not None and self.admit.conflicts:
             return EXIT_CONFLICT
+        if any(row.get("error_code") == "IDEMPOTENCY_CONFLICT" for row in self.jobs):
+            return EXIT_CONFLICT  # found by the probe: storage holds the key's earlier request
         if self.stats.budget_hit:
             return EXIT_BUDGET
         # a job paused for a person's review, or blocked behind one, is not a failure: a review

@@ -258,9 +258,13 @@ def test_fresh_ledger_over_stored_outputs_renders_nothing(afc):
     data = manifest(jobs(3))
     data["jobs"][0]["prompt"] = "changed"
     afc.write_manifest(data)
-    result = afc.json("submit", "manifest.yaml", expect=1)
+    # an idempotency conflict, found in storage rather than in the ledger: exit 3, as at
+    # admission (an outside audit saw exit 1 and OUTPUT_KEY_CONFLICT where plan said conflict)
+    result = afc.json("submit", "manifest.yaml", expect=3)
     by_key = {j["key"]: j for j in result["jobs"]}
-    assert by_key["shot-001"]["error"]["code"] == "OUTPUT_KEY_CONFLICT"
+    assert by_key["shot-001"]["error"]["code"] == "IDEMPOTENCY_CONFLICT"
+    assert "this request is" in by_key["shot-001"]["error"]["message"]
+    assert by_key["shot-002"]["status"] == "succeeded"
     assert attempts_count(afc) == 0
 
 

@@ -155,8 +155,8 @@ def test_fresh_ledger_over_a_stored_bucket_makes_no_provider_call(afc, s3):
     data = manifest(jobs(4))
     data["jobs"][0]["prompt"] = "changed"
     afc.write_manifest(data)
-    assert submit(afc, s3).returncode == 1
-    assert afc.json("show", "shot-001")["job"]["error"]["code"] == "OUTPUT_KEY_CONFLICT"
+    assert submit(afc, s3).returncode == 3  # an idempotency conflict, found in the bucket
+    assert afc.json("show", "shot-001")["job"]["error"]["code"] == "IDEMPOTENCY_CONFLICT"
     assert attempts(afc) == 0
 
 
