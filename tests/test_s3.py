@@ -291,3 +291,21 @@ def test_multipart_upload_of_a_large_output(afc, s3, tmp_path, monkeypatch):
     with pytest.raises(s3mod.StorageError):
         storage.put_if_absent("big/other.mp4", source, meta)
     assert s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", []) == []
+
+
+def test_a_model_named_in_other_than_ascii_is_stored_and_read_back(afc, s3):
+    """S3 takes ASCII metadata only: a model named 'démo-v1' made every store fail after the
+    render was paid, five runs in a row (an outside audit). Its name is RFC 2047-encoded in
+    the object's metadata and read back as written."""
+    data = manifest(jobs(1))
+    data["defaults"]["chain"][0]["model"] = "d\u00e9mo-v1"
+    data["rates"] = [{"provider": "local", "model": "d\u00e9mo-v1", "per_image": "0.01"}]
+    afc.write_manifest(data)
+    result = submit(afc, s3)
+    assert result.returncode == 0, result.stderr
+    for suffix in ("", "-wal", "-shm"):
+        (afc.cwd / f"afc.db{suffix}").unlink(missing_ok=True)
+    assert submit(afc, s3).returncode == 0
+    assert attempts(afc) == 0  # found stored, its metadata read
+    [row] = afc.json("outputs")["outputs"]
+    assert row["model"] == "local/d\u00e9mo-v1", row

@@ -84,6 +84,26 @@ def parse_url(url: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
+def _ascii(value: str) -> str:
+    """An object metadata value as S3 takes it: ASCII. Other text (a model named ``démo``)
+    is RFC 2047-encoded (``=?utf-8?b?...?=``), as AWS's documentation advises, and read back
+    by ``_unascii``; a value afc writes in ASCII is kept as it is."""
+    if value.isascii():
+        return value
+    from email.header import Header
+
+    return Header(value, "utf-8", maxlinelen=10_000).encode().replace("\n", "")
+
+
+def _unascii(value: str) -> str:
+    from email.header import decode_header, make_header
+
+    try:
+        return str(make_header(decode_header(value)))
+    except (ValueError, LookupError):
+        return value
+
+
 def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode()
 
@@ -230,6 +250,8 @@ class S3Storage(Storage):
             meta = {}
             for field, header in META_FIELDS.items():
                 value = raw.get(header)
+                if value is not None and value.startswith("=?"):
+                    value = _unascii(value)
                 if value is not None and field in INT_FIELDS:
                     value = int(value) if value.isascii() and value.isdigit() else None
                 meta[field] = value
@@ -239,7 +261,9 @@ class S3Storage(Storage):
         self, key: str, source: Path, meta: dict[str, Any], *, sync: bool = True
     ) -> None:
         metadata = {
-            header: str(meta[field]) for field, header in META_FIELDS.items() if meta.get(field)
+            header: _ascii(str(meta[field]))
+            for field, header in META_FIELDS.items()
+            if meta.get(field)
         }
         size = source.stat().st_size
         try:
