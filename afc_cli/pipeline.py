@@ -701,6 +701,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     error_class=exc.error_class,
                     http_status=exc.http_status,
                     error_message=exc.message,
+                    provider_request_id=exc.request_id,
                     usage=exc.usage or None,
                     cost_micros=exc.cost_micros,
                     cost_source=exc.cost_source,

@@ -263,6 +263,17 @@ class FakeProviders:
             "total_tokens": 4210,
             "input_tokens_details": {"text_tokens": 50, "image_tokens": 0},
         }
+        if "cut-body" in prompt:  # paid, then the connection drops halfway through the body
+            payload = json.dumps({"created": 1, "data": [{"b64_json": "A" * 4000}]}).encode()
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("x-request-id", "req_cut_0123456789")
+            h.send_header("Content-Length", str(len(payload)))
+            h.end_headers()
+            h.wfile.write(payload[: len(payload) // 2])
+            h.wfile.flush()
+            h.close_connection = True
+            return None
         if "paid-echo" in prompt:  # a paid answer quoting the key in its id and its usage
             auth = h.headers.get("Authorization", "")
             headers = {"x-request-id": auth}

@@ -377,3 +377,14 @@ def test_a_fal_request_left_by_an_expired_window_is_cancelled(afc, fake):
     [attempt] = attempts_of(afc, "j0")
     assert fake.cancels == [attempt["provider_request_id"]]
     assert attempt["cost"] is None  # it may have run, and been billed, before the cancel
+
+
+def test_a_paid_answer_cut_short_keeps_its_status_and_request_id(afc, fake):
+    """Found by an outside audit: a 200 whose body the connection cut was recorded as a
+    connection failure with no HTTP status and no request id, though the 200 and the
+    x-request-id header had arrived: the call was paid, and the id is what reconciles it."""
+    run(afc, "openai", ["cut-body"], expect=1, attempts=1)
+    [attempt] = attempts_of(afc, "j0")
+    assert attempt["error_class"] == "server" and attempt["http_status"] == 200
+    assert attempt["provider_request_id"] == "req_cut_0123456789"
+    assert attempt["cost"] is None and "before its body ended" in attempt["error"]

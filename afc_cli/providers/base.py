@@ -76,6 +76,7 @@ class ProviderError(Exception):
         usage: dict[str, Any] | None = None,
         cost_micros: int | None = None,
         cost_source: str | None = None,
+        request_id: str | None = None,
     ):
         message = scrub(message)  # a provider may quote the API key back
         super().__init__(message)
@@ -86,6 +87,7 @@ class ProviderError(Exception):
         self.usage = usage or {}
         self.cost_micros = cost_micros
         self.cost_source = cost_source
+        self.request_id = request_id  # the provider's id for the call, when it gave one
 
 
 GONE_PREFIX = "the provider no longer has request"

@@ -46,7 +46,8 @@ class OpenAIProvider(HttpProvider):
         headers = {"Authorization": f"Bearer {self.api_key()}"}
         try:
             if request.inputs:
-                response = await self.client.post(
+                sent = self.client.build_request(
+                    "POST",
                     f"{self.base}/images/edits",
                     data={name: str(value) for name, value in body.items()},
                     files=[
@@ -59,15 +60,33 @@ class OpenAIProvider(HttpProvider):
                     headers=headers,
                 )
             else:
-                response = await self.client.post(
-                    self.url("/images/generations"), json=body, headers=headers
+                sent = self.client.build_request(
+                    "POST", self.url("/images/generations"), json=body, headers=headers
                 )
+            response = await self.client.send(sent, stream=True)
         except httpx.TransportError as exc:
             raise transport_error(self.name, exc, paid_call=True) from None
         request_id = response.headers.get("x-request-id")
+        try:
+            await response.aread()
+        except httpx.TransportError as exc:
+            # The status line and headers came, the body did not: a 200 means the image was
+            # made (and paid for) and lost on the way; its id is kept for reconciling the bill
+            cut = transport_error(self.name, exc, paid_call=True)
+            raise ProviderError(
+                "server" if response.status_code == 200 else cut.error_class,
+                f"openai: answered HTTP {response.status_code}, then the connection dropped "
+                f"before its body ended ({type(exc).__name__})",
+                http_status=response.status_code,
+                request_id=request_id,
+            ) from None
+        finally:
+            await response.aclose()
         data = json_or_empty(response)
         if response.status_code != 200:
-            raise self._error(response, data)
+            error = self._error(response, data)
+            error.request_id = request_id
+            raise error
         items = data.get("data")
         if not isinstance(items, list) or not items:
             raise ProviderError("server", "openai: answered 200 with no image", cost_micros=None)
@@ -89,6 +108,7 @@ class OpenAIProvider(HttpProvider):
             except ProviderError as exc:  # paid, its image out of reach: the cost is known
                 exc.usage, exc.cost_micros = usage, cost
                 exc.cost_source = "derived" if cost is not None else None
+                exc.request_id = request_id
                 raise
         else:
             raise ProviderError("server", "openai: image has neither b64_json nor url")
