@@ -1120,6 +1120,12 @@ async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, s
     succeeded (verify and finish commit together: verify only reads, so a crash before this
     transaction costs one read-back, and a job never rests "verified but not finished")."""
     if problem:
+        spooled = ctx.spool.path(job["id"])
+        kept = (
+            f"The spool file {spooled} is kept."
+            if spooled.exists()
+            else "No spool file is left for it (it was found in storage, not rendered here)."
+        )
         ctx.ledger.finish(
             job,
             "failed",
@@ -1128,7 +1134,7 @@ async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, s
             error_code="VERIFY_FAILED",
             error_class="storage",
             error_message=f"{problem}; expected {job['output_size']} bytes sha256 "
-            f"{job['output_sha256']}. The spool file {ctx.spool.path(job['id'])} is kept.",
+            f"{job['output_sha256']}. {kept}",
         )
         return False
     checked = ("verify", {"size": job["output_size"], "sha256": job["output_sha256"]})
