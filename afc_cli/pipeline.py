@@ -677,13 +677,17 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 continue
             except RequestGone as exc:
                 # The provider no longer has the request we were to resume: it may have been
-                # paid for, so the attempt stays on the books as unknown; a new one follows.
+                # paid for, so the attempt stays on the books as unknown (its cost too, unless
+                # the provider said what it ran: Replicate's seconds); a new one follows.
                 ctx.ledger.end_attempt(
                     job,
                     number,
                     **report,
                     status="unknown",
                     error_message=exc.message,
+                    usage=exc.usage or None,
+                    cost_micros=exc.cost_micros,
+                    cost_source=exc.cost_source,
                     started_at=started,
                 )
                 ctx.report(

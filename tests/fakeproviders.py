@@ -422,6 +422,8 @@ class FakeProviders:
             held = "hold" in p["prompt"] and not self.released.is_set()
             if held or p["polls"] < 3:
                 p["status"] = "processing"
+            elif "data-removed" in p["prompt"]:  # it ran (and was billed); output deleted
+                p.update(status="succeeded", data_removed=True, metrics={"predict_time": 3.2})
             elif "flagged" in p["prompt"]:
                 p.update(
                     status="failed",

@@ -388,3 +388,12 @@ def test_a_paid_answer_cut_short_keeps_its_status_and_request_id(afc, fake):
     assert attempt["error_class"] == "server" and attempt["http_status"] == 200
     assert attempt["provider_request_id"] == "req_cut_0123456789"
     assert attempt["cost"] is None and "before its body ended" in attempt["error"]
+
+
+def test_a_prediction_whose_output_was_deleted_keeps_the_cost_of_its_seconds(afc, fake):
+    """Found by an outside audit: a succeeded prediction with ``data_removed`` was recorded
+    unknown with no cost, though its ``predict_time`` says what it was billed."""
+    run(afc, "replicate", ["data-removed"], expect=1, attempts=1)
+    [attempt] = attempts_of(afc, "j0")
+    assert attempt["status"] == "unknown"
+    assert attempt["cost"] == "0.003840"  # 3.2 s x 0.0012

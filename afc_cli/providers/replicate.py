@@ -162,7 +162,11 @@ class ReplicateProvider(HttpProvider):
         }
         if status == "succeeded":
             if prediction.get("data_removed"):
-                raise RequestGone(self.name, prediction_id, "its output was already deleted")
+                gone = RequestGone(self.name, prediction_id, "its output was already deleted")
+                # it ran and was billed: what it cost is known from its seconds
+                gone.usage, gone.cost_micros = usage, cost
+                gone.cost_source = priced["cost_source"]
+                raise gone
             output = prediction.get("output")
             url = output[0] if isinstance(output, list) and output else output
             if not isinstance(url, str):
