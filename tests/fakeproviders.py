@@ -590,6 +590,7 @@ class FakeProviders:
                     "promptFeedback": {"blockReason": "SAFETY"},
                     "candidates": [],
                     "usageMetadata": {"promptTokenCount": 10, "totalTokenCount": 10},
+                    "responseId": "resp-blocked-01",
                 },
             )
         if "image-safety" in prompt:

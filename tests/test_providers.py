@@ -153,6 +153,8 @@ def test_gemini(afc, fake):
     assert jobs["j0"]["status"] == "succeeded"
     assert jobs["j0"]["cost"] == "0.038703"  # 10 x 0.0003/1k + 1290 x 0.03/1k
     assert jobs["j1"]["error"]["class"] == "refusal" and "SAFETY" in jobs["j1"]["error"]["message"]
+    # a refusal's input tokens are billed: its responseId is kept to reconcile them
+    assert attempts_of(afc, "j1")[0]["provider_request_id"] == "resp-blocked-01"
     assert jobs["j2"]["error"]["class"] == "refusal"
     first = attempts_of(afc, "j3")[0]
     assert first["error_class"] == "rate_limited" and jobs["j3"]["status"] == "succeeded"

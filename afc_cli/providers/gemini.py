@@ -118,6 +118,7 @@ class GeminiProvider(HttpProvider):
                 usage={k: v for k, v in usage.items() if v is not None},
                 cost_micros=cost,
                 cost_source="derived" if cost is not None else None,
+                request_id=text(data.get("responseId")),  # a billed refusal's id, to reconcile
             )
         usage = {**{k: v for k, v in usage.items() if v is not None}, "images": images}
         cost = request.rates.price(self.name, request.model, usage)
