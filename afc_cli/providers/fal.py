@@ -21,7 +21,6 @@ from afc_cli.providers.base import (
     RequestGone,
 )
 from afc_cli.providers.http import (
-    UNREADABLE_POLLS,
     HttpProvider,
     class_for_status,
     download,
@@ -127,7 +126,7 @@ class FalProvider(HttpProvider):
                     if http_url(queued.get(k))
                 },
             }
-        polls, last, unreadable = 0, None, 0
+        polls, last = 0, None
         while True:
             last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
@@ -136,23 +135,14 @@ class FalProvider(HttpProvider):
                 continue  # polling is free: keep going
             state = json_or_empty(response)
             if response.status_code == 202 or state.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
-                unreadable = 0
                 continue
             if response.status_code != 200:
                 raise self._error(response, "status")
             if state.get("status") != "COMPLETED":
-                # a 200 that is no status (an HTML page, a body cut short): polled again,
-                # never taken for the request's end (it may still run, and be paid)
-                unreadable += 1
-                if unreadable < UNREADABLE_POLLS:
-                    self.poll_failed("HTTP 200 without a status")
-                    continue
-                raise ProviderError(
-                    "server",
-                    f"fal: {UNREADABLE_POLLS} status answers in a row said no status",
-                    http_status=200,
-                    cost_micros=None,
-                )
+                # JSON without a request's status: no word about the request, which may still
+                # run and be billed; polled again (ending here would pay again)
+                self.poll_failed("HTTP 200 without a status")
+                continue
             break
         if state.get("error"):
             if _policy_violation(state):

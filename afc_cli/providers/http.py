@@ -99,7 +99,8 @@ class HttpProvider(Provider):
 
     async def poll(self, url: Any, request_id: str, headers: dict[str, str]) -> Any | None:
         """One poll of the job-style request ``request_id`` at ``url``: its answer, or None
-        when the poll got nothing usable (a transport error, 429, 5xx), which the caller
+        when the poll got nothing usable (a transport error, 429, 5xx, a 200 or 202 whose
+        body is not JSON), which the caller
         meets by polling again at the next interval (``poll_failed`` keeps count, so an outage
         is said). A 404 means the request is gone at the provider (``RequestGone``)."""
         import httpx
@@ -111,6 +112,11 @@ class HttpProvider(Provider):
             return None
         if response.status_code >= 500 or response.status_code == 429:
             self.poll_failed(f"HTTP {response.status_code}")
+            return None
+        if response.status_code in (200, 202) and not json_or_empty(response):
+            # a proxy's HTML page, a body cut short: no word about the request, which may
+            # still run and be billed; polled again, as a 503 is
+            self.poll_failed(f"HTTP {response.status_code} whose body is not JSON")
             return None
         self.poll_answered()
         if response.status_code == 404:
@@ -163,12 +169,6 @@ POLLS_FAILING_INTERVALS = 5
 
 def _seconds(seconds: float) -> str:
     return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
-
-
-# A 200 poll answer afc cannot read (an HTML page from a proxy, a body cut short) is polled
-# again, as a failed poll is; this many in a row for one request end the attempt (class
-# ``server``, cost unknown), so an answer that never makes sense does not poll forever.
-UNREADABLE_POLLS = 5
 
 
 def poll_interval() -> float:

@@ -23,7 +23,6 @@ from afc_cli.providers.base import (
     RequestGone,
 )
 from afc_cli.providers.http import (
-    UNREADABLE_POLLS,
     HttpProvider,
     class_for_status,
     download,
@@ -123,7 +122,7 @@ class ReplicateProvider(HttpProvider):
         if prediction_id is None:
             prediction_id = await self._submit(request)
             await request.on_submitted(prediction_id)
-        polls, last, unreadable = 0, None, 0
+        polls, last = 0, None
         while True:
             last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
@@ -137,15 +136,12 @@ class ReplicateProvider(HttpProvider):
             prediction = json_or_empty(response)
             status = prediction.get("status")
             if status in ("starting", "processing"):
-                unreadable = 0
                 continue
             if status not in FINAL:
-                # a 200 that is no prediction (an HTML page, a body cut short): polled again,
-                # never taken for the prediction's end (it may still run, and be paid)
-                unreadable += 1
-                if unreadable < UNREADABLE_POLLS:
-                    self.poll_failed("HTTP 200 without a prediction status")
-                    continue
+                # JSON without a prediction's status: no word about the prediction, which
+                # may still run and be billed; polled again (ending here would pay again)
+                self.poll_failed("HTTP 200 without a prediction status")
+                continue
             return await self._finished(request, prediction_id, prediction)
 
     async def _finished(
@@ -190,13 +186,6 @@ class ReplicateProvider(HttpProvider):
                 cost_micros=cost,
                 cost_source="derived" if cost is not None else None,
                 provider_request_id=prediction_id,
-            )
-        if status not in FINAL:
-            raise ProviderError(
-                "server",
-                f"replicate: {UNREADABLE_POLLS} poll answers in a row held no prediction status",
-                http_status=200,
-                **priced,
             )
         error = str(prediction.get("error") or status)
         if status == "failed" and ("E005" in error or "flagged as sensitive" in error):
