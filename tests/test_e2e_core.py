@@ -400,3 +400,51 @@ def test_example_manifest_runs_offline_and_replays(afc):
     second = afc.json("submit", str(example))
     assert second["admitted"]["replayed"] == 6 and second["exit_code"] == 0
     assert attempts_count(afc) == attempts
+
+
+def test_a_same_job_output_stored_by_another_process_keeps_its_metadata(tmp_path, monkeypatch):
+    """Two afc processes storing one job (two ledgers over one storage): A writes the
+    metadata, B finds it is its own and links its object first, A's object create then
+    fails. A must not remove the metadata, which now describes B's object (a review found
+    the object left without it, read as a stranger's on every later probe)."""
+    import pytest
+
+    from afc_cli.storage.base import ObjectExists
+    from afc_cli.storage.file import FileStorage
+
+    data = b"the same render"
+    source = tmp_path / "spooled"
+    source.write_bytes(data)
+    meta = {
+        "job_id": "j1",
+        "request_hash": "h1",
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+    }
+    store = FileStorage(tmp_path / "out")
+    real_create = FileStorage._create
+
+    def racing(self, final, **kwargs):
+        if final.name == "k.png" and not final.exists():  # B links the same bytes first
+            real_create(self, final, **kwargs)
+        return real_create(self, final, **kwargs)
+
+    monkeypatch.setattr(FileStorage, "_create", racing)
+    with pytest.raises(ObjectExists):
+        store.put_if_absent("k.png", source, meta)
+    monkeypatch.setattr(FileStorage, "_create", real_create)
+    info = store.head("k.png")
+    assert info.exists and info.meta and info.meta["job_id"] == "j1"
+    # a stranger's bytes at the key: the metadata just written goes
+    (tmp_path / "out" / "k.png").unlink()
+    (tmp_path / "out" / "k.png.afc.json").unlink()
+
+    def stranger(self, final, **kwargs):
+        if final.name == "k.png" and not final.exists():
+            final.write_bytes(b"someone else's")
+        return real_create(self, final, **kwargs)
+
+    monkeypatch.setattr(FileStorage, "_create", stranger)
+    with pytest.raises(ObjectExists):
+        store.put_if_absent("k.png", source, meta)
+    assert store.head("k.png").meta is None

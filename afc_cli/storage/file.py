@@ -13,6 +13,7 @@ spool file when both are on one file system (no second copy, no second fsync of 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -102,10 +103,12 @@ class FileStorage(Storage):
             try:
                 self._create(obj, source=source)
             except FileExistsError:
-                # Someone else's file took the key since the probe. The metadata just written
-                # beside it would name this job as its author: it goes, so the key reads as
-                # the other party's (OUTPUT_KEY_CONFLICT), never as this job's output.
-                if wrote_meta:
+                # The key was taken since the probe. If by someone else's file, the metadata
+                # just written beside it would name this job as its author: it goes, so the
+                # key reads as theirs (OUTPUT_KEY_CONFLICT). If by this same job's output
+                # (another afc process storing it, as two ledgers over one storage can), the
+                # metadata describes that object and stays.
+                if wrote_meta and not self._holds(obj, meta):
                     self._meta(key).unlink(missing_ok=True)
                 raise ObjectExists(key) from None
             if sync:
@@ -116,6 +119,20 @@ class FileStorage(Storage):
             _MADE.discard(obj.parent)  # e.g. removed meanwhile: the retry makes it again
             retryable = exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR)
             raise StorageError(f"cannot write {obj}: {exc}", retryable=retryable) from None
+
+    @staticmethod
+    def _holds(obj: Path, meta: dict[str, Any]) -> bool:
+        """Whether ``obj`` holds the output ``meta`` describes (its size and SHA-256)."""
+        try:
+            if obj.stat().st_size != meta.get("size"):
+                return False
+            digest = hashlib.sha256()
+            with open(obj, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError:
+            return False
+        return digest.hexdigest() == meta.get("sha256")
 
     def _create(self, final: Path, *, data: bytes | None = None, source: Path | None = None):
         """Exclusive create of ``final``: raises FileExistsError if the name is taken."""
