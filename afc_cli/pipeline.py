@@ -386,7 +386,8 @@ async def _fail_conflict(ctx: RunContext, job: dict[str, Any], storage: Storage,
         error_message=f"{storage.describe(job['output_key'])} already holds {why}; "
         "afc never overwrites it"
         + (
-            " (restore the manifest's earlier request for this key, or give the new one a new key)"
+            " (give the changed request a new key, or run the earlier request with the ledger"
+            " that admitted it)"
             if same_key
             else ""
         ),

@@ -399,3 +399,12 @@ def test_a_prediction_whose_output_was_deleted_keeps_the_cost_of_its_seconds(afc
     [attempt] = attempts_of(afc, "j0")
     assert attempt["status"] == "unknown"
     assert attempt["cost"] == "0.003840"  # 3.2 s x 0.0012
+
+
+def test_a_bare_gateway_5xx_on_a_fal_submit_leaves_the_cost_unknown(afc, fake):
+    """A 502 without fal's own words may come from a gateway in front of a request already
+    queued (a review): only fal's refusals are known to cost nothing."""
+    run(afc, "fal", ["gateway-502"], expect=0)
+    first, second = attempts_of(afc, "j0")
+    assert first["http_status"] == 502 and first["cost"] is None
+    assert second["status"] == "succeeded"

@@ -79,10 +79,13 @@ class FalProvider(HttpProvider):
         if response.headers.get("x-fal-retryable", "").lower() == "false" and cls not in ("auth",):
             cls = "invalid"
         detail = data.get("detail") or f"HTTP {status}"
-        # A refused submit was not queued (fal bills no request that ends in 5xx, nor one it
-        # refused); once a request is queued (a status or result error) it may run on and
-        # be billed whatever that answer was: its cost is unknown.
-        free = action == "submit"
+        # A submit fal itself refused was not queued (fal bills no request that ends in 5xx,
+        # nor one it refused): a 4xx, or a 5xx in fal's own words (its JSON detail, its
+        # X-Fal-Error-Type). A bare 502/504 may come from a gateway in front of a request
+        # already queued, and once a request is queued (a status or result error) it may run
+        # on and be billed whatever that answer was: its cost is unknown.
+        fals_own = bool(data.get("detail")) or "x-fal-error-type" in response.headers
+        free = action == "submit" and (status < 500 or fals_own)
         return ProviderError(
             cls,
             f"fal: {action}: {detail}",
