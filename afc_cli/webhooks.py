@@ -128,6 +128,7 @@ class DrainStats:
     dead: int = 0
     skipped: int = 0
     failed_urls: set[str] = field(default_factory=set)
+    slow_urls: set[str] = field(default_factory=set)  # of those, the ones that timed out
 
 
 class Deliverer:
@@ -168,8 +169,8 @@ class Deliverer:
         (a receiver given up on, the deadline) are released at once for the next pass or
         another process. A row tried in this pass is not due again within it: a retry is
         scheduled after the pass began, a row released for want of its secret is due from
-        its release on. ``failed_urls``: receivers that failed in the pass just before, not
-        tried again in this one (a run's last pass does not wait out a slow receiver's
+        its release on. ``failed_urls``: receivers that timed out in the pass just before,
+        not tried again in this one (a run's last pass does not wait out a slow receiver's
         timeout a second time)."""
         stats = DrainStats()
         stats.failed_urls.update(failed_urls)
@@ -265,6 +266,7 @@ class Deliverer:
             error = None if 200 <= status < 300 else f"HTTP {status}"
         except (httpx.TimeoutException, TimeoutError):
             error = f"no answer within {row['timeout_s']}s"
+            stats.slow_urls.add(row["url"])
         except httpx.TransportError as exc:
             error = f"connection failed: {exc.__class__.__name__}"
         now = self.clock()
@@ -313,9 +315,10 @@ async def run_beside(ledger: Ledger, stop: asyncio.Event, interval: float = 1.0)
                 await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
                 pass
-        # a receiver that just failed (a slow one timed out as the batch ended) is left to
-        # the next run or 'afc webhooks deliver': the run ends one timeout after its renders
-        await deliverer.drain(deadline=time.time() + FINAL_DRAIN_S, failed_urls=last.failed_urls)
+        # a receiver that just timed out (as the batch ended) is left to the next run or
+        # 'afc webhooks deliver': the run ends one timeout after its renders, not two; one
+        # that failed fast (a 503, a refused connection) costs nothing to try once more
+        await deliverer.drain(deadline=time.time() + FINAL_DRAIN_S, failed_urls=last.slow_urls)
     finally:
         await deliverer.close()
 
