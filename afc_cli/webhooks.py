@@ -146,6 +146,7 @@ class Deliverer:
         self.rand = rand
         self.clock = clock  # this host's: the pass's deadline and the signatures' timestamps
         self.margin_s = lease_margin() if margin_s is None else margin_s
+        self.unset_secrets: set[str] = set()  # secret variables found unset (not claimed again)
         # one client, no retries of its own (httpx makes none by default), explicit timeouts
         # per request from the row's timeout_s
         self.client = httpx.AsyncClient(follow_redirects=False)
@@ -184,6 +185,7 @@ class Deliverer:
                 self.margin_s,
                 due_before=began,
                 skip_urls=tuple(sorted(stats.failed_urls)),
+                skip_secrets=tuple(sorted(self.unset_secrets)),
             )
             fresh = [r for r in rows if r["id"] not in tried]
             for row in rows:
@@ -233,6 +235,7 @@ class Deliverer:
             return
         secret = os.environ.get(row["secret_env"])
         if not secret:
+            self.unset_secrets.add(row["secret_env"])  # its other rows: left alone this run
             ledger.release_delivery(
                 row["id"], f"{row['secret_env']} is not set in the environment; not sent"
             )

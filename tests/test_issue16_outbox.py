@@ -133,6 +133,34 @@ def test_a_receiver_given_up_on_is_skipped_by_the_claim(outbox):
     assert len(ledger.claim_deliveries(10, skip_urls=("http://elsewhere/h",))) == 5
 
 
+def test_rows_whose_secret_is_unset_are_left_alone_after_the_first(outbox, monkeypatch):
+    """A run without a batch's webhook secret (another batch's run) used to claim and
+    release every such row on every pass: three commits a row a second (a review)."""
+    import asyncio
+
+    from afc_cli import webhooks
+
+    ledger, _ = outbox
+    assert ledger.claim_deliveries(10, skip_secrets=(SECRET_ENV,)) == []
+    monkeypatch.delenv(SECRET_ENV)
+    deliverer = webhooks.Deliverer(ledger)
+
+    async def passes():
+        try:
+            first = await deliverer.drain()
+            marks = [ledger.delivery(r["id"])["next_attempt_at"] for r in ledger.deliveries(False)]
+            second = await deliverer.drain()
+            after = [ledger.delivery(r["id"])["next_attempt_at"] for r in ledger.deliveries(False)]
+            return first, second, marks, after
+        finally:
+            await deliverer.close()
+
+    first, second, marks, after = asyncio.run(passes())
+    assert first.skipped == 5 and second.skipped == 0  # tried once, then not claimed again
+    assert marks == after
+    assert deliverer.unset_secrets == {SECRET_ENV}
+
+
 # --- PostgreSQL: row locks skipped, the server's clock ---------------------------------------
 
 

@@ -1444,6 +1444,7 @@ class Ledger:
         *,
         due_before: float | None = None,
         skip_urls: tuple[str, ...] = (),
+        skip_secrets: tuple[str, ...] = (),
     ) -> list[dict[str, Any]]:
         """Claim up to ``limit`` due deliveries for this process, oldest due first: pending,
         due (``next_attempt_at`` before ``due_before``, default now), free or leased by an
@@ -1453,7 +1454,9 @@ class Ledger:
         update that re-checks each, for its timeout plus ``margin_s``. Times are the
         ledger's clock (``lease_clock``: the database server's on PostgreSQL), so hosts
         whose clocks disagree agree on when a delivery is due and when its lease expired.
-        ``skip_urls``: receivers this pass has given up on (afc_cli/webhooks.py)."""
+        ``skip_urls``: receivers this pass has given up on; ``skip_secrets``: secret variables
+        this process found unset (their rows would only be claimed and released again, each
+        pass) (afc_cli/webhooks.py)."""
         now = self.lease_clock()
         before = now if due_before is None else due_before
         where = ""
@@ -1461,6 +1464,9 @@ class Ledger:
         if skip_urls:
             where = f" AND url NOT IN {_marks(list(skip_urls))}"
             params += list(skip_urls)
+        if skip_secrets:
+            where += f" AND secret_env NOT IN {_marks(list(skip_secrets))}"
+            params += list(skip_secrets)
         with self.tx(commit=True):
             ids = [
                 row[0]
