@@ -274,9 +274,11 @@ def retry_after_of(headers: Any) -> float | None:
 # moment (a 503 from a CDN, a dropped connection) is fetched again, these many times in all,
 # after full-jitter waits of up to a half, one and two poll intervals (1, 2, 4 s by default;
 # a Retry-After up to FETCH_WAIT_CAP_S): the attempt that paid for the render ends failed
-# (and the next attempt pays again) only when the output stays out of reach that long.
+# (and the next attempt pays again) only when the output stays out of reach that long. The
+# cap keeps the tries inside the slack a run gives a job-style provider's window (a quarter
+# of it, and 5 s), so a render done near its window's end is not lost to the fetch.
 FETCH_TRIES = 4
-FETCH_WAIT_CAP_S = 30.0
+FETCH_WAIT_CAP_S = 5.0
 
 
 async def fetched(
@@ -344,6 +346,10 @@ async def download(
                 )
                 transient = status in (408, 429) or status >= 500
                 told = retry_after_of(response.headers)
+        except httpx.UnsupportedProtocol:  # not http(s): no retry fetches it
+            raise ProviderError(
+                "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
+            ) from None
         except httpx.TransportError as exc:
             failure = transport_error(provider, exc, paid_call=False)
             failure.cost_micros, failure.cost_source = None, None  # its render was paid

@@ -88,7 +88,7 @@ def _ascii(value: str) -> str:
     """An object metadata value as S3 takes it: ASCII. Other text (a model named ``démo``)
     is RFC 2047-encoded (``=?utf-8?b?...?=``), as AWS's documentation advises, and read back
     by ``_unascii``; a value afc writes in ASCII is kept as it is."""
-    if value.isascii():
+    if value.isascii() and not value.startswith("=?"):  # "=?": read back as encoded
         return value
     from email.header import Header
 
