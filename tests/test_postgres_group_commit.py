@@ -237,6 +237,54 @@ def test_a_budget_lock_is_held_by_its_block_alone_under_group_commit(pg_book):
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("refusal", ["budget", "limit"])
+def test_a_refused_check_releases_its_lock_at_once_under_group_commit(pg_book, refusal):
+    """A limit or budget check that refuses (ProviderBusy, BudgetExhausted) ends the
+    transaction that took the advisory lock. An outside audit found it left open until the
+    group's next commit: three workers under 'concurrency: 1' waited on each other, the
+    holder's finished calls unrecorded, 2 of 15 jobs rendered in 90 s."""
+    from afc_cli.ledger import ProviderBusy
+    from afc_cli.ledger.postgres import BUDGET_LOCK, LIMIT_LOCK
+
+    ledger, (a, b, c), url = pg_book
+
+    async def run() -> None:
+        with ledger.grouped(asyncio.get_running_loop()):
+            if refusal == "limit":
+                assert ledger.start_attempt(
+                    a, 0, "local", "m1", None, durable=False, limit=(1, None)
+                )
+                await ledger.committed()
+                with pytest.raises(ProviderBusy):
+                    ledger.start_attempt(b, 0, "local", "m1", None, durable=False, limit=(1, None))
+                key = (LIMIT_LOCK, "local")
+            else:
+                with pytest.raises(BudgetExhausted):
+                    ledger.start_attempt(
+                        b,
+                        0,
+                        "local",
+                        "m1",
+                        None,
+                        durable=False,
+                        run_id="r",
+                        reserve_micros=5,
+                        cap_micros=1,
+                    )
+                key = (BUDGET_LOCK, "r")
+            assert not ledger._in_tx  # the refusing block's transaction ended with it
+            with psycopg.connect(url, autocommit=True) as other:
+                got = other.execute(
+                    "SELECT pg_try_advisory_lock(%s, hashtext(%s))", key
+                ).fetchone()[0]
+            assert got, "another worker can take the lock at once"
+            ledger.note(c, "after")  # and the run goes on
+            await ledger.committed()
+
+    asyncio.run(run())
+    assert _seen(url, "SELECT COUNT(*) FROM events WHERE kind = 'after'") == 1
+
+
 def test_the_lease_clock_is_the_servers_without_a_round_trip_per_claim(pg_book):
     ledger, _, url = pg_book
     sent = _statements(ledger)

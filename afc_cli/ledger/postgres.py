@@ -502,7 +502,14 @@ class PostgresLedger(Ledger):
         )
         wrote = self.db.writes != self._block_writes
         if not (failed or wrote or self._loop is None):
-            return  # nothing of it to take back: the shared transaction goes on
+            # Nothing of it to take back: the shared transaction goes on. But a block that was
+            # to end it (one that took an advisory lock, ``_alone``: a limit or budget check
+            # that refused with ProviderBusy or BudgetExhausted) ends it now: left open, the
+            # lock would be held until the group's next commit, and every other worker's
+            # check would wait on it, the holder's own finished calls unrecorded meanwhile.
+            if self._commit_at_end:
+                self.flush()
+            return
         self._close_pipeline()
         try:
             raw.execute("ROLLBACK")
