@@ -456,13 +456,15 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         except StorageError as exc:
             return _storage_gave_up(ctx, job, "render", exc)
         if info.exists and ownership(job, info) is None:
-            ctx.ledger.checkpoint(
-                job,
-                [("render", {"found": "own output"})],
-                "verify",
-                output_sha256=info.meta.get("sha256"),
-                output_size=info.meta.get("size"),
-            )
+            with ctx.ledger.tx():
+                ctx.ledger.checkpoint(
+                    job,
+                    [("render", {"found": "own output"})],
+                    "verify",
+                    output_sha256=info.meta.get("sha256"),
+                    output_size=info.meta.get("size"),
+                )
+                _adopt_stored(ctx, job, info.meta)
             return True
 
     request = json.loads(job["request_json"])
@@ -925,6 +927,27 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
                 last["id"],
                 "adopted from the spool after the process ended; usage and cost unknown",
             )
+
+
+def _adopt_stored(ctx: RunContext, job: dict[str, Any], meta: dict[str, Any]) -> None:
+    """The job's output was stored by its last attempt, whose end a killed process never
+    committed (its spool already removed): the object's metadata names that attempt and
+    what it cost, so it is recorded succeeded at that cost rather than left unknown."""
+    attempts = ctx.ledger.attempts(job["id"])
+    last = attempts[-1] if attempts else None
+    if (
+        last is not None
+        and last["status"] in ("started", "unknown")
+        and meta.get("attempt") == last["number"]
+        and meta.get("provider") in (None, last["provider"])
+    ):
+        cost = _micros(meta.get("cost"))
+        ctx.ledger.adopt_attempt(
+            last["id"],
+            "found stored after the process ended (the object's metadata names this attempt)",
+            cost_micros=cost,
+            cost_source=meta.get("cost_source") if cost is not None else None,
+        )
 
 
 # --- store, verify, finish ----------------------------------------------------------------------

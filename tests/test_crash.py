@@ -150,3 +150,34 @@ def test_live_owner_keeps_its_jobs(afc):
     finally:
         assert first.wait(timeout=30) == 0
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(2,)]
+
+
+def test_an_attempt_whose_end_was_lost_after_its_output_was_stored_is_adopted_at_its_cost(afc):
+    """A run killed after it stored an output and removed its spool file, before the group
+    commit of the attempt's end and the job's last steps: the next run finds the output
+    stored and the attempt cut off. The object's metadata names the attempt and its cost,
+    so it is recorded succeeded at that cost, not left unknown (seen under load in the
+    SIGKILL-loop test: 48 succeeded attempts for 50 stored outputs)."""
+    log = afc.cwd / "calls.log"
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", env={"AFC_LOCAL_CALL_LOG": str(log)}).returncode == 0
+    # the ledger as the lost commit left it: the attempt started, the job at render, held by
+    # a process that is gone
+    conn = sqlite3.connect(afc.cwd / "afc.db")
+    with conn:
+        conn.execute(
+            "UPDATE attempts SET status = 'started', ended_at = NULL, cost_micros = NULL,"
+            " cost_source = NULL, usage_json = NULL, owner = 'ghost:1:1'"
+        )
+        conn.execute(
+            "UPDATE jobs SET status = 'running', step = 'render', outcome = NULL,"
+            " lease_owner = 'ghost:1:1', lease_expires = 0"
+        )
+        conn.execute("DELETE FROM steps WHERE step != 'probe'")
+    conn.close()
+    resumed = afc("resume", env={"AFC_LOCAL_CALL_LOG": str(log)})
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(log.read_text().splitlines()) == 1, "nothing rendered again"
+    rows = afc.rows("SELECT status, error_class, cost_micros FROM attempts")
+    assert rows == [("succeeded", None, 50000)], rows
+    assert afc.json("status")["jobs"][0]["attempts"] == 1

@@ -1231,12 +1231,22 @@ class Ledger:
             )
         return groups
 
-    def adopt_attempt(self, attempt_id: int, message: str) -> None:
-        """The attempt whose bytes a later run found in the spool succeeded after all (its
-        usage and cost stay unknown); called inside the block that checkpoints the spool."""
+    def adopt_attempt(
+        self,
+        attempt_id: int,
+        message: str,
+        *,
+        cost_micros: int | None = None,
+        cost_source: str | None = None,
+    ) -> None:
+        """The attempt whose bytes a later run found (in the spool, or stored) succeeded after
+        all; its cost stays unknown unless the stored object's metadata said it. Called inside
+        the block that checkpoints what was found."""
         self.db.execute(
-            "UPDATE attempts SET status = 'succeeded', error_message = ? WHERE id = ?",
-            (message, attempt_id),
+            "UPDATE attempts SET status = 'succeeded', error_class = NULL, error_message = ?,"
+            " cost_micros = COALESCE(?, cost_micros), cost_source = COALESCE(?, cost_source)"
+            " WHERE id = ?",
+            (message, cost_micros, cost_source, attempt_id),
         )
 
     def record_avoided(
