@@ -261,7 +261,10 @@ def work(
             from afc_cli.costs import format_usd
 
             money = ledger.run_money(run_id)
-            result.spent_micros = money["priced"]  # each round's figure was this, so far
+            # each round's figures were the whole budget's so far (its run id is shared):
+            # the last reading stands, not their sum
+            result.spent_micros = money["priced"]
+            result.unknown_cost_attempts = money["unknown_cost"]
             result.budget = {
                 "name": budget_name,
                 "cap": format_usd(budget.cap_micros),

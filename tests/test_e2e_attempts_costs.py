@@ -286,3 +286,21 @@ def test_a_backoff_wait_gives_its_slot_to_other_jobs(afc):
     assert started["quick-1#1"] < started["slow#2"]
     assert started["quick-2#1"] < started["slow#2"]
     assert started["slow#2"] - started["slow#1"] >= 1.0
+
+
+def test_a_call_in_flight_is_not_shown_unpriced(afc):
+    """afc status counted an attempt still in flight as unpriced while afc costs report did
+    not (an outside audit): a call in flight has no cost yet, known or unknown."""
+    from conftest import wait_for
+
+    release = afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(1)))
+    proc = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+        [job] = afc.json("status", "--all")["jobs"]
+        assert job["status"] == "running" and job["unpriced_attempts"] == 0, job
+        assert afc.json("costs", "report")["total"]["unpriced_attempts"] == 0
+    finally:
+        release.touch()
+    assert proc.wait(timeout=60) == 0

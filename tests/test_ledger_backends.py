@@ -133,6 +133,10 @@ def test_the_budget_refuses_an_attempt_that_does_not_fit_and_writes_nothing(book
                              reserve_micros=60_000, cap_micros=100_000)  # fmt: skip
     assert ledger.attempts(b["id"]) == []
     assert ledger.run_spend("r") == 60_000
+    # a call in flight has no cost yet, known or not (another worker's, under a shared
+    # budget, was counted as this worker's unknown-cost attempt: an outside audit)
+    assert ledger.run_money("r") == {"priced": 0, "unknown_cost": 0, "reserved": 60_000}
+    ledger.end_attempt(a, 1, chain_index=0, provider="local", model="m1", status="unknown")
     assert ledger.run_money("r") == {"priced": 0, "unknown_cost": 1, "reserved": 60_000}
 
 

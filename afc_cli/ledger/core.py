@@ -83,8 +83,8 @@ TERMINAL_SQL = _in(TERMINAL)
 JOB_COST_SQL = (
     "(SELECT CAST(SUM(a.cost_micros) AS BIGINT) FROM attempts a WHERE a.job_id = j.id)"
     " AS cost_micros,"
-    " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL)"
-    " AS unpriced_attempts"
+    " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL"
+    " AND a.status <> 'started') AS unpriced_attempts"  # a call in flight has no cost yet
 )
 # What ``afc status``, ``--json`` and the pictures show as a job's ``attempts``: its
 # provider's answers (an attempt that ended, not cut off by afc's own end, as
@@ -1108,8 +1108,11 @@ class Ledger:
         the figure ``afc costs report`` sums as ``priced``), ``unknown_cost`` (its attempts
         whose cost is unknown: unpriced, or possibly paid) and ``reserved`` (the estimates
         the budget holds for those). ``run_spend`` adds the two for the budget only."""
+        # ``unknown_cost`` counts ended attempts only: a call still in flight (another
+        # worker's, under a shared budget's run id) has no cost yet, known or not
         row = self.db.execute(
-            "SELECT COALESCE(SUM(cost_micros), 0), COUNT(*) - COUNT(cost_micros),"
+            "SELECT COALESCE(SUM(cost_micros), 0),"
+            " COALESCE(SUM(CASE WHEN cost_micros IS NULL AND status <> 'started' THEN 1 END), 0),"
             " COALESCE(SUM(CASE WHEN cost_micros IS NULL THEN reserved_micros END), 0)"
             " FROM attempts WHERE run_id = ?",
             (run_id,),
