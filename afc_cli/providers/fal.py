@@ -23,7 +23,6 @@ from afc_cli.providers.base import (
 from afc_cli.providers.http import (
     HttpProvider,
     class_for_status,
-    download,
     fetched,
     http_url,
     json_or_empty,
@@ -175,12 +174,7 @@ class FalProvider(HttpProvider):
         image = images[0]
         usage = {"images": len(images)}  # every image made was paid for (the first is kept)
         cost = request.rates.price(self.name, request.model, usage)
-        try:
-            data = await download(self.client, self.name, url, sleep=self.sleep, rand=self.rand)
-        except ProviderError as exc:  # paid, its output out of reach: the cost is known
-            exc.usage, exc.cost_micros = usage, cost
-            exc.cost_source = "derived" if cost is not None else None
-            raise
+        data = await self.fetch_output(url, usage, cost, request_id)
         content_type = text(image.get("content_type")) or "image/png"
         return AttemptResult(
             data=data,

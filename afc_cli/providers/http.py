@@ -123,6 +123,23 @@ class HttpProvider(Provider):
             raise RequestGone(self.name, request_id, "404")
         return response
 
+    async def fetch_output(
+        self,
+        url: str,
+        usage: dict[str, Any],
+        cost: int | None,
+        request_id: str | None = None,
+    ) -> bytes:
+        """``download`` of a paid render's output: a failure that outlasts its tries carries
+        the render's usage and cost (it was paid) and its request id."""
+        try:
+            return await download(self.client, self.name, url, sleep=self.sleep, rand=self.rand)
+        except ProviderError as exc:
+            exc.usage, exc.cost_micros = usage, cost
+            exc.cost_source = "derived" if cost is not None else None
+            exc.request_id = exc.request_id or request_id
+            raise
+
     def watch_polls(self, notice: Callable[[str], None]) -> None:
         """Tell ``notice`` (a run's ``Reporter.notice``) when every poll of this provider has
         failed for a while, and when one answers again (``poll_failed``, ``poll_answered``)."""

@@ -19,7 +19,6 @@ from afc_cli.providers.http import (
     HttpProvider,
     class_for_status,
     decode_b64,
-    download,
     json_or_empty,
     obj,
     retry_after_of,
@@ -101,15 +100,7 @@ class OpenAIProvider(HttpProvider):
         if b64 := text(item.get("b64_json")):
             image = decode_b64(self.name, b64)
         elif url := text(item.get("url")):
-            try:
-                image = await download(
-                    self.client, self.name, url, sleep=self.sleep, rand=self.rand
-                )
-            except ProviderError as exc:  # paid, its image out of reach: the cost is known
-                exc.usage, exc.cost_micros = usage, cost
-                exc.cost_source = "derived" if cost is not None else None
-                exc.request_id = request_id
-                raise
+            image = await self.fetch_output(url, usage, cost, request_id)
         else:
             raise ProviderError("server", "openai: image has neither b64_json nor url")
         return AttemptResult(

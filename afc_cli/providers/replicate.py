@@ -25,7 +25,6 @@ from afc_cli.providers.base import (
 from afc_cli.providers.http import (
     HttpProvider,
     class_for_status,
-    download,
     json_or_empty,
     obj,
     request_id_of,
@@ -173,12 +172,7 @@ class ReplicateProvider(HttpProvider):
             # every output the prediction made was paid for (the first is kept)
             usage = {**usage, "images": len(output) if isinstance(output, list) else 1}
             cost = request.rates.price(self.name, request.model, usage)
-            try:
-                data = await download(self.client, self.name, url, sleep=self.sleep, rand=self.rand)
-            except ProviderError as exc:  # paid, its output out of reach: the cost is known
-                exc.usage, exc.cost_micros = usage, cost
-                exc.cost_source = "derived" if cost is not None else None
-                raise
+            data = await self.fetch_output(url, usage, cost, prediction_id)
             return AttemptResult(
                 data=data,
                 ext=ext,
