@@ -312,6 +312,8 @@ async def fetched(
         wait = rand() * poll_interval() / 2 * 2 ** (tried - 1)
         try:
             response = await get()
+        except httpx.UnsupportedProtocol:  # not an http(s) URL: no try fetches it
+            raise
         except httpx.TransportError:
             if tried == FETCH_TRIES:
                 raise
@@ -336,49 +338,42 @@ async def download(
     rand: Callable[[], float] = random.random,
 ) -> bytes:
     """Fetch an output URL at once (providers delete them within minutes to an hour), again
-    when it fails for a moment: a transport error (a body cut short included), 408, 429 or
-    5xx, ``FETCH_TRIES`` in all (see ``fetched``). A failure that outlasts them raises a
-    ProviderError with the cost unknown; the adapter, which knows what the render cost, puts
-    its usage and cost on it."""
+    when it fails for a moment (``fetched``; a body cut short is a transport error too). A
+    failure that outlasts the tries raises a ProviderError with the cost unknown; the
+    adapter, which knows what the render cost, puts its usage and cost on it
+    (``HttpProvider.fetch_output``)."""
     import httpx
 
-    for tried in range(1, FETCH_TRIES + 1):
-        wait, told = rand() * poll_interval() / 2 * 2 ** (tried - 1), None
-        try:
-            async with client.stream("GET", url) as response:
-                status = response.status_code
-                if status == 200:
-                    chunks, size = [], 0
-                    async for chunk in response.aiter_bytes():
-                        size += len(chunk)
-                        if size > MAX_OUTPUT_BYTES:
-                            raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
-                        chunks.append(chunk)
-                    return b"".join(chunks)
-                failure = ProviderError(
-                    "server" if status >= 500 else "unavailable",
-                    f"{provider}: output download answered HTTP {status}",
-                    http_status=status,
-                    cost_micros=None,
-                )
-                transient = status in (408, 429) or status >= 500
-                told = retry_after_of(response.headers)
-        except httpx.UnsupportedProtocol:  # not http(s): no retry fetches it
-            raise ProviderError(
-                "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
-            ) from None
-        except httpx.TransportError as exc:
-            failure = transport_error(provider, exc, paid_call=False)
-            failure.cost_micros, failure.cost_source = None, None  # its render was paid
-            transient = True
-        except httpx.InvalidURL:
-            raise ProviderError(
-                "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
-            ) from None
-        if not transient or tried == FETCH_TRIES:
-            raise failure
-        await sleep(min(told, FETCH_WAIT_CAP_S) if told is not None else wait)
-    raise AssertionError("unreachable")
+    async def get() -> Any:
+        async with client.stream("GET", url) as response:
+            if response.status_code == 200:  # the body read here: a cut is this try's failure
+                chunks, size = [], 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > MAX_OUTPUT_BYTES:
+                        raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
+                    chunks.append(chunk)
+                response.output = b"".join(chunks)
+            return response
+
+    try:
+        response = await fetched(get, sleep, rand)
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL):
+        raise ProviderError(
+            "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
+        ) from None
+    except httpx.TransportError as exc:
+        failure = transport_error(provider, exc, paid_call=False)
+        failure.cost_micros, failure.cost_source = None, None  # its render was paid
+        raise failure from None
+    if response.status_code != 200:
+        raise ProviderError(
+            "server" if response.status_code >= 500 else "unavailable",
+            f"{provider}: output download answered HTTP {response.status_code}",
+            http_status=response.status_code,
+            cost_micros=None,
+        )
+    return response.output
 
 
 def json_or_empty(response: Any) -> dict[str, Any]:
