@@ -13,7 +13,6 @@ spool file when both are on one file system (no second copy, no second fsync of 
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -124,15 +123,9 @@ class FileStorage(Storage):
     def _holds(obj: Path, meta: dict[str, Any]) -> bool:
         """Whether ``obj`` holds the output ``meta`` describes (its size and SHA-256)."""
         try:
-            if obj.stat().st_size != meta.get("size"):
-                return False
-            digest = hashlib.sha256()
-            with open(obj, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
+            return file_digest(obj) == (meta.get("size"), meta.get("sha256"))
         except OSError:
             return False
-        return digest.hexdigest() == meta.get("sha256")
 
     def _create(self, final: Path, *, data: bytes | None = None, source: Path | None = None):
         """Exclusive create of ``final``: raises FileExistsError if the name is taken."""
