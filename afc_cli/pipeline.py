@@ -362,20 +362,20 @@ def ownership(job: dict[str, Any], info: ObjectInfo) -> str | None:
         return f"the output of another job ({other!r}, job id {meta.get('job_id')})"
     if meta.get("request_hash") != job["request_hash"]:
         return (
-            f"{OTHER_REQUEST} (hash {meta.get('request_hash')}, "
+            f"this key's output for a different request (hash {meta.get('request_hash')}, "
             f"this request is {job['request_hash']})"
         )
     return None
 
 
-# ``ownership``'s word for this job's own key holding another request's output: the same
-# (batch, key) admitted with another body, found in storage (a lost or another ledger) rather
-# than at admission; an idempotency conflict like admission's (exit 3), not another's object
-OTHER_REQUEST = "this key's output for a different request"
-
-
-async def _fail_conflict(ctx: RunContext, job: dict[str, Any], storage: Storage, why: str, step):
-    same_key = why.startswith(OTHER_REQUEST)
+async def _fail_conflict(
+    ctx: RunContext, job: dict[str, Any], storage: Storage, info: ObjectInfo, why: str, step
+):
+    """``why`` (``ownership``'s reason) ends the job. An object of this very job (its id in the
+    metadata) for another request is the same (batch, key) admitted with another body, found
+    in storage (a lost or another ledger) rather than at admission: an idempotency conflict
+    like admission's (exit 3), not another's object."""
+    same_key = (info.meta or {}).get("job_id") == job["id"]
     ctx.ledger.finish(
         job,
         "failed",
@@ -402,7 +402,7 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
         return _storage_gave_up(ctx, job, "probe", exc)
     foreign = ownership(job, info)
     if foreign:
-        await _fail_conflict(ctx, job, storage, foreign, "probe")
+        await _fail_conflict(ctx, job, storage, info, foreign, "probe")
         return False
     if info.exists:
         # Stored by this very job (an earlier run, or a ledger rebuilt over the same storage):
@@ -1093,7 +1093,7 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
             info = await _storage(ctx, storage, storage.head, key)
             foreign = ownership(job, info)
             if foreign:
-                await _fail_conflict(ctx, job, storage, foreign, "store")
+                await _fail_conflict(ctx, job, storage, info, foreign, "store")
                 return False
             ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
             return True
