@@ -209,7 +209,8 @@ def _without_zero_width(text: str) -> str:
 
 
 # what may hide a value: zero-width characters inside it, percent-escapes, HTML references
-_DECODERS = ((_without_zero_width, _ZERO_WIDTH), (unquote, "%"), (html.unescape, "&"))
+# (each returns a text with none of them as it is, at once)
+_DECODERS = (_without_zero_width, unquote, html.unescape)
 
 
 def scrub(text: Any, *, decode: bool = True) -> Any:
@@ -223,13 +224,12 @@ def scrub(text: Any, *, decode: bool = True) -> Any:
     _secret_values()
     out = _scrubbed(text)
     if decode:
-        for decoder, sign in _DECODERS:
-            if sign.search(out) if isinstance(sign, re.Pattern) else sign in out:
-                decoded = decoder(out)
-                if decoded != out:
-                    again = _scrubbed(decoded)
-                    if again != decoded:
-                        out = again
+        for decoder in _DECODERS:
+            decoded = decoder(out)
+            if decoded != out:
+                again = _scrubbed(decoded)
+                if again != decoded:
+                    out = again
     return out
 
 
