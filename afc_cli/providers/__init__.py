@@ -18,12 +18,16 @@ PROVIDERS: dict[str, Provider] = {
 }
 
 
+def key_envs(providers: set[str]) -> list[str]:
+    """The API key variables the named providers need, sorted."""
+    return sorted({PROVIDERS[name].key_env or "" for name in providers if name in PROVIDERS} - {""})
+
+
 def missing_keys(providers: set[str]) -> list[str]:
     """The API key variables that the named providers need and the environment lacks."""
     import os
 
-    needed = {PROVIDERS[name].key_env for name in providers if name in PROVIDERS}
-    return sorted(env for env in needed if env and not os.environ.get(env))
+    return [env for env in key_envs(providers) if not os.environ.get(env)]
 
 
 def key_problem(value: str) -> str | None:
@@ -45,9 +49,8 @@ def malformed_keys(providers: set[str]) -> list[str]:
     """``"NAME: why"`` for each set API key of the named providers that is not header-safe."""
     import os
 
-    needed = {PROVIDERS[name].key_env for name in providers if name in PROVIDERS}
     found = []
-    for env in sorted(filter(None, needed)):
+    for env in key_envs(providers):
         problem = key_problem(os.environ.get(env) or "")
         if problem:
             found.append(f"{env} {problem}")
