@@ -55,6 +55,14 @@ def _statements(ledger) -> list[str]:
     return sent
 
 
+def _refused_by_budget(ledger, job) -> None:
+    """An attempt of ``job`` the budget of run "r" refuses (its estimate over the cap)."""
+    with pytest.raises(BudgetExhausted):
+        ledger.start_attempt(
+            job, 0, "local", "m1", None, durable=False, run_id="r", reserve_micros=5, cap_micros=1
+        )
+
+
 def test_many_jobs_changes_share_one_commit_in_a_run_loop(pg_book):
     ledger, (a, b, c), url = pg_book
     sent = _statements(ledger)
@@ -132,18 +140,7 @@ def test_a_refusal_that_wrote_nothing_leaves_the_shared_transaction_alone(pg_boo
     async def run() -> None:
         with ledger.grouped(asyncio.get_running_loop()):
             ledger.note(a, "kept")
-            with pytest.raises(BudgetExhausted):
-                ledger.start_attempt(
-                    b,
-                    0,
-                    "local",
-                    "m1",
-                    None,
-                    durable=False,
-                    run_id="r",
-                    reserve_micros=5,
-                    cap_micros=1,
-                )
+            _refused_by_budget(ledger, b)
             await ledger.committed()
 
     asyncio.run(run())
@@ -259,18 +256,7 @@ def test_a_refused_check_releases_its_lock_at_once_under_group_commit(pg_book, r
                     ledger.start_attempt(b, 0, "local", "m1", None, durable=False, limit=(1, None))
                 key = (LIMIT_LOCK, "local")
             else:
-                with pytest.raises(BudgetExhausted):
-                    ledger.start_attempt(
-                        b,
-                        0,
-                        "local",
-                        "m1",
-                        None,
-                        durable=False,
-                        run_id="r",
-                        reserve_micros=5,
-                        cap_micros=1,
-                    )
+                _refused_by_budget(ledger, b)
                 key = (BUDGET_LOCK, "r")
             assert not ledger._in_tx  # the refusing block's transaction ended with it
             with psycopg.connect(url, autocommit=True) as other:
