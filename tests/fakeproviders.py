@@ -410,6 +410,8 @@ class FakeProviders:
                 503,
                 {"title": "Service Unavailable", "detail": "Service Unavailable", "status": 503},
             )
+        if "garbled-forever" in p["prompt"]:  # a status that never makes sense
+            return h.reply(200, raw=b"<html>not a prediction</html>", ctype="text/html")
         if "garbled-poll" in p["prompt"] and p["polls"] in (2, 3):  # a proxy's page, twice
             return h.reply(200, raw=b"<html><body>upstream hiccup</body></html>", ctype="text/html")
         if "poll-401" in p["prompt"] and p["polls"] >= 2:  # the key revoked mid-render
@@ -501,6 +503,8 @@ class FakeProviders:
             r["polls"] += 1
             if "poll-outage" in r["prompt"] and r["polls"] <= OUTAGE_POLLS:
                 return h.reply(503, {"detail": "Service Unavailable"})
+            if "garbled-forever" in r["prompt"]:
+                return h.reply(200, raw=b"<html>not a status</html>", ctype="text/html")
             if "garbled-poll" in r["prompt"] and r["polls"] in (2, 3):
                 return h.reply(200, raw=b"<html>upstream hiccup</html>", ctype="text/html")
             if "poll-401" in r["prompt"] and r["polls"] >= 2:

@@ -408,3 +408,25 @@ def test_a_bare_gateway_5xx_on_a_fal_submit_leaves_the_cost_unknown(afc, fake):
     first, second = attempts_of(afc, "j0")
     assert first["http_status"] == 502 and first["cost"] is None
     assert second["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_a_status_that_never_makes_sense_is_given_up_without_polling_for_ever(
+    afc, fake, provider
+):
+    """Unreadable poll answers are polled again (transient ones cost nothing), but not for
+    ever (the hypothesis test found a status URL serving a picture polled until its 10 s
+    bound): after UNREADABLE_POLLS, Replicate's prediction is asked to stop, fal's result is
+    asked for (free) and here found."""
+    from afc_cli.providers.http import UNREADABLE_POLLS
+
+    if provider == "replicate":
+        jobs = run(afc, provider, ["garbled-forever"], expect=1, attempts=1)
+        assert jobs["j0"]["error"]["class"] == "server"
+        assert fake.counts["replicate_poll"] == UNREADABLE_POLLS
+        [attempt] = attempts_of(afc, "j0")
+        assert fake.cancels == [attempt["provider_request_id"]] and attempt["cost"] is None
+    else:
+        jobs = run(afc, provider, ["garbled-forever"], expect=0, attempts=1)
+        assert jobs["j0"]["status"] == "succeeded" and fake.counts["fal_submit"] == 1
+        assert fake.counts["fal_poll"] == UNREADABLE_POLLS

@@ -128,23 +128,25 @@ class FalProvider(HttpProvider):
                     if http_url(queued.get(k))
                 },
             }
-        polls, last = 0, None
+        polls, last, unreadable = 0, None, 0
         while True:
             last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
-            response = await self.poll(urls["status_url"], request_id, self._headers())
-            if response is None:
+            answer = await self.poll(urls["status_url"], request_id, self._headers())
+            if answer is None:
                 continue  # polling is free: keep going
-            state = json_or_empty(response)
+            response, state = answer
             if response.status_code == 202 or state.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
+                unreadable = 0
                 continue
             if response.status_code != 200:
                 raise self._error(response, "status")
             if state.get("status") != "COMPLETED":
-                # JSON without a request's status: no word about the request, which may still
-                # run and be billed; polled again (ending here would pay again)
-                self.poll_failed("HTTP 200 without a status")
-                continue
+                unreadable += 1
+                if not self.unreadable_poll(unreadable):
+                    continue
+                # given up on the status: its result is asked for (free), which a request
+                # still running does not have
             break
         if state.get("error"):
             if _policy_violation(state):

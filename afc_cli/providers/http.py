@@ -97,12 +97,15 @@ class HttpProvider(Provider):
         await self.sleep(max(0.0, due - now))
         return due, self.clock()
 
-    async def poll(self, url: Any, request_id: str, headers: dict[str, str]) -> Any | None:
-        """One poll of the job-style request ``request_id`` at ``url``: its answer, or None
-        when the poll got nothing usable (a transport error, 429, 5xx, a 200 or 202 whose
-        body is not JSON), which the caller
-        meets by polling again at the next interval (``poll_failed`` keeps count, so an outage
-        is said). A 404 means the request is gone at the provider (``RequestGone``)."""
+    async def poll(
+        self, url: Any, request_id: str, headers: dict[str, str]
+    ) -> tuple[Any, dict[str, Any]] | None:
+        """One poll of the job-style request ``request_id`` at ``url``: its answer and the
+        answer's JSON object (``json_or_empty``), or None when the poll got nothing (a
+        transport error, 429, 5xx), which the caller meets by polling again at the next
+        interval (``poll_failed`` keeps count, so an outage is said). A 200 or 202 whose body
+        is no JSON object is returned for the caller to count (``unreadable_poll``). A 404
+        means the request is gone at the provider (``RequestGone``)."""
         import httpx
 
         try:
@@ -113,15 +116,22 @@ class HttpProvider(Provider):
         if response.status_code >= 500 or response.status_code == 429:
             self.poll_failed(f"HTTP {response.status_code}")
             return None
-        if response.status_code in (200, 202) and not json_or_empty(response):
-            # a proxy's HTML page, a body cut short: no word about the request, which may
-            # still run and be billed; polled again, as a 503 is
-            self.poll_failed(f"HTTP {response.status_code} whose body is not JSON")
-            return None
+        state = json_or_empty(response)
+        if response.status_code in (200, 202) and not state:
+            return response, state  # no word about the request: not an answer (the caller's)
         self.poll_answered()
         if response.status_code == 404:
             raise RequestGone(self.name, request_id, "404")
-        return response
+        return response, state
+
+    def unreadable_poll(self, seen: int) -> bool:
+        """A poll answered 200 with no status afc can read (an HTML page from a proxy, a body
+        cut short), the ``seen``-th in a row for one request: a failed poll, made again, as
+        ending the attempt there would pay again for a request that may still run. True at
+        the ``UNREADABLE_POLLS``-th: an answer that never makes sense (a status URL serving
+        something else) would otherwise be polled until the window ends, or for ever."""
+        self.poll_failed("HTTP 200 without a status afc can read")
+        return seen >= UNREADABLE_POLLS
 
     async def fetch_output(
         self,
@@ -182,6 +192,10 @@ class HttpProvider(Provider):
 # poll intervals in which every poll of a provider failed before a run says so (about 10 s at
 # the default interval): a blip of a few failed polls is normal, an outage is not
 POLLS_FAILING_INTERVALS = 5
+# unreadable poll answers in a row for one request before its adapter stops polling it (a
+# minute at the default interval): Replicate's prediction is then asked to stop, fal's result
+# asked for (free)
+UNREADABLE_POLLS = 30
 
 
 def _seconds(seconds: float) -> str:

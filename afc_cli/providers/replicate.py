@@ -23,6 +23,7 @@ from afc_cli.providers.base import (
     RequestGone,
 )
 from afc_cli.providers.http import (
+    UNREADABLE_POLLS,
     HttpProvider,
     class_for_status,
     json_or_empty,
@@ -121,26 +122,35 @@ class ReplicateProvider(HttpProvider):
         if prediction_id is None:
             prediction_id = await self._submit(request)
             await request.on_submitted(prediction_id)
-        polls, last = 0, None
+        polls, last, unreadable = 0, None, 0
         while True:
             last = await self.poll_wait(polls, last)  # one poll per interval, never more
             polls += 1
-            response = await self.poll(
+            answer = await self.poll(
                 f"{self.base}/predictions/{prediction_id}", prediction_id, self._headers()
             )
-            if response is None:
+            if answer is None:
                 continue  # polling is free: keep going
+            response, prediction = answer
             if response.status_code != 200:
                 raise self._error(response, "poll")
-            prediction = json_or_empty(response)
             status = prediction.get("status")
             if status in ("starting", "processing"):
+                unreadable = 0
                 continue
             if status not in FINAL:
-                # JSON without a prediction's status: no word about the prediction, which
-                # may still run and be billed; polled again (ending here would pay again)
-                self.poll_failed("HTTP 200 without a prediction status")
-                continue
+                unreadable += 1
+                if not self.unreadable_poll(unreadable):
+                    continue
+                # given up on: asked to stop, so it is not billed beside the next attempt
+                await self.cancel(prediction_id, request.model)
+                raise ProviderError(
+                    "server",
+                    f"replicate: {UNREADABLE_POLLS} poll answers in a row held no prediction "
+                    "status; the prediction was asked to stop",
+                    http_status=200,
+                    cost_micros=None,
+                )
             return await self._finished(request, prediction_id, prediction)
 
     async def _finished(
