@@ -411,9 +411,7 @@ def test_a_bare_gateway_5xx_on_a_fal_submit_leaves_the_cost_unknown(afc, fake):
 
 
 @pytest.mark.parametrize("provider", ["replicate", "fal"])
-def test_a_status_that_never_makes_sense_is_given_up_without_polling_for_ever(
-    afc, fake, provider
-):
+def test_a_status_that_never_makes_sense_is_given_up_without_polling_for_ever(afc, fake, provider):
     """Unreadable poll answers are polled again (transient ones cost nothing), but not for
     ever (the hypothesis test found a status URL serving a picture polled until its 10 s
     bound): after UNREADABLE_POLLS, Replicate's prediction is asked to stop, fal's result is
