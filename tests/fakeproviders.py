@@ -454,6 +454,12 @@ class FakeProviders:
         )
         if bad:
             return h.reply(422, {"detail": [{"loc": ["body"], "msg": bad, "type": "value_error"}]})
+        if "retryable-422" in prompt and self.first_time(f"retryable {prompt}"):
+            return h.reply(
+                422,
+                {"detail": [{"loc": ["body", "image_url"], "msg": "timed out", "type": "x"}]},
+                headers={"X-Fal-Retryable": "true"},
+            )
         if "gateway-502" in prompt and self.first_time(f"gateway {prompt}"):
             return h.reply(502, raw=b"<html>502 Bad Gateway</html>", ctype="text/html")
         if "runner-503" in prompt and self.first_time(f"runner {prompt}"):

@@ -342,6 +342,17 @@ def test_a_fal_submit_ending_in_5xx_is_known_to_cost_nothing(afc, fake):
     assert second["status"] == "succeeded"
 
 
+def test_a_fal_422_it_marks_retryable_is_sent_again_not_the_end_of_the_model(afc, fake):
+    """fal's X-Fal-Retryable: true on a 422 says the request may pass when sent again; it was
+    taken as invalid input and the job failed (left alone by an earlier audit). A refused
+    submit costs nothing, so the retry risks no money."""
+    run(afc, "fal", ["retryable-422"], expect=0)
+    first, second = attempts_of(afc, "j0")
+    assert first["http_status"] == 422 and first["error_class"] == "unavailable"
+    assert first["cost"] == "0.000000"
+    assert second["status"] == "succeeded"
+
+
 def test_a_download_is_tried_four_times_with_waits_and_no_real_sleep(fake):
     """The free GET of an output is made again on 5xx (Retry-After honoured up to its cap),
     FETCH_TRIES in all; then the attempt fails with its cost left for the adapter to set."""

@@ -75,8 +75,14 @@ class FalProvider(HttpProvider):
                 "refusal", f"fal: {action}: content policy violation", http_status=status
             )
         cls = class_for_status(status)
-        if response.headers.get("x-fal-retryable", "").lower() == "false" and cls not in ("auth",):
+        retryable = response.headers.get("x-fal-retryable", "").lower()
+        if retryable == "false" and cls not in ("auth",):
             cls = "invalid"
+        elif retryable == "true" and cls == "invalid":
+            # fal says this 4xx may pass when sent again (an input URL it could not fetch in
+            # time, say): a transient failure, retried with backoff like a 503, not the end
+            # of the model. Its submit was refused, so it cost nothing (below).
+            cls = "unavailable"
         detail = data.get("detail") or f"HTTP {status}"
         # A submit fal itself refused was not queued (fal bills no request that ends in 5xx,
         # nor one it refused): a 4xx, or a 5xx in fal's own words (its JSON detail, its
