@@ -16,6 +16,7 @@ import json
 import mimetypes
 from typing import Any
 
+from afc_cli.errors import StorageError
 from afc_cli.providers.base import InputImage
 
 
@@ -106,7 +107,18 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
                 f"input job {item['job']!r} has no approved, stored output "
                 f"({'not in the ledger' if need is None else need['status']})"
             )
-        data = storages[need["batch"]].read(need["output_key"])
+        storage = storages[need["batch"]]
+        try:
+            data = storage.read(need["output_key"])
+        except StorageError:
+            # gone for good (deleted from storage), not a storage failure to wait out
+            if not storage.head(need["output_key"]).exists:
+                raise InputProblem(
+                    f"the stored output of input job {item['job']!r} "
+                    f"({storage.describe(need['output_key'])}) is gone from storage: restore "
+                    f"it, then 'afc retry {job['key']}'"
+                ) from None
+            raise
         digest = hashlib.sha256(data).hexdigest()
         if need["output_sha256"] and digest != need["output_sha256"]:
             raise InputProblem(

@@ -471,26 +471,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     chain = request["chain"]
     rates = ctx.rates.get(job["batch"]) or RateCards()
     base = job["attempt_base"]
-    inputs: tuple = ()
-    if job.get("inputs_json"):
-        from afc_cli.inputs import InputProblem, needed_outputs, read_inputs
-
-        try:
-            outputs = needed_outputs(job, ctx.ledger)
-            inputs = await asyncio.to_thread(read_inputs, job, outputs, ctx.storages)
-        except StorageError as exc:
-            return _storage_gave_up(ctx, job, "render", exc)
-        except InputProblem as exc:
-            ctx.ledger.finish(
-                job,
-                "failed",
-                step="render",
-                outcome="failed",
-                error_code="INPUT_UNAVAILABLE",
-                error_class="invalid",
-                error_message=str(exc),
-            )
-            return False
+    # Read when a new request is about to be sent, not before: a request a dead run left at
+    # a job-style provider is polled by its id and needs no input, so an input file changed
+    # or a need's output unreadable since then must not abandon a render already paid for.
+    inputs: tuple | None = None if job.get("inputs_json") else ()
     while True:
         # Between attempts a job may wait (backoff, provider limits): a stopping run may cut
         # such a wait short, so the job is not "in a call" until its next attempt row.
@@ -508,6 +492,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 raise JobLost(job["id"])
             wait = None
         else:
+            if inputs is None:
+                inputs = await _read_inputs(ctx, job)
+                if inputs is None:
+                    return False
             if _interrupts(rows, base) >= ctx.max_interrupts:
                 ctx.ledger.finish(
                     job,
@@ -642,7 +630,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     on_submitted=submitted,
                     resume_id=resume["provider_request_id"] if resume else None,
                     window_s=window,
-                    inputs=inputs,
+                    inputs=inputs or (),  # none when polling a resumed request
                 )
             )
             try:
@@ -885,6 +873,29 @@ async def _cancel_left_request(
 CANCEL_WAIT_S = 10.0
 
 
+async def _read_inputs(ctx: RunContext, job: dict[str, Any]) -> tuple | None:
+    """The job's input images, or None once the job has been failed (an input changed or
+    gone) or left waiting (a need's output could not be read from storage)."""
+    from afc_cli.inputs import InputProblem, needed_outputs, read_inputs
+
+    try:
+        outputs = needed_outputs(job, ctx.ledger)
+        return await asyncio.to_thread(read_inputs, job, outputs, ctx.storages)
+    except StorageError as exc:
+        _storage_gave_up(ctx, job, "render", exc)
+    except InputProblem as exc:
+        ctx.ledger.finish(
+            job,
+            "failed",
+            step="render",
+            outcome="failed",
+            error_code="INPUT_UNAVAILABLE",
+            error_class="invalid",
+            error_message=str(exc),
+        )
+    return None
+
+
 def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The job's last attempt, if a dead run left it submitted to a provider that can be
     polled by id (and it was not already found gone)."""
@@ -929,15 +940,31 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
             )
 
 
+def _found_own(ctx: RunContext, job: dict[str, Any], meta: dict[str, Any]) -> None:
+    """The store step found this job's own object at its key (stored before a crash)."""
+    with ctx.ledger.tx():
+        ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
+        _adopt_stored(ctx, job, meta)
+
+
 def _adopt_stored(ctx: RunContext, job: dict[str, Any], meta: dict[str, Any]) -> None:
     """The job's output was stored by its last attempt, whose end a killed process never
-    committed (its spool already removed): the object's metadata names that attempt and
-    what it cost, so it is recorded succeeded at that cost rather than left unknown."""
+    committed: the object's metadata names that attempt and what it cost, so it is recorded
+    succeeded at that cost rather than left unknown. Also when the attempt was adopted from
+    its spool file first (a crash after the store, before the spool was removed), which
+    knew no cost: the metadata does."""
     attempts = ctx.ledger.attempts(job["id"])
     last = attempts[-1] if attempts else None
     if (
         last is not None
-        and last["status"] in ("started", "unknown")
+        and (
+            last["status"] in ("started", "unknown")
+            or (
+                last["status"] == "succeeded"
+                and last["cost_micros"] is None
+                and _micros(meta.get("cost")) is not None
+            )
+        )
         and meta.get("attempt") == last["number"]
         and meta.get("provider") in (None, last["provider"])
     ):
@@ -1039,8 +1066,16 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
     an incident record that says what to do."""
     failures = job["store_failures"] + 1
     spool_path = ctx.spool.path(job["id"])
+    # At the render step nothing was rendered yet: storage was read (a need's output, or
+    # the job's own key looked up before paying again) and could not be.
+    before_render = step == "render"
     if failures >= MAX_STORE_REQUEUES:
         safe = f" The paid output is safe in {spool_path}." if spool_path.exists() else ""
+        then = (
+            "it reads storage again before any render is paid"
+            if before_render
+            else "it stores the spooled output; no render"
+        )
         ctx.ledger.finish(
             job,
             "dead",
@@ -1049,14 +1084,15 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
             error_code="STORE_FAILED",
             error_class="storage",
             error_message=f"{error.message} (storage failed in {failures} runs).{safe} Fix the "
-            f"storage, then 'afc retry {job['key']}' (it stores the spooled output; no render).",
+            f"storage, then 'afc retry {job['key']}' ({then}).",
         )
     else:
-        ctx.ledger.set_waiting(
-            job,
-            f"storage: {error.message}; the next run retries the {step} step, never the render",
-            store_failures=failures,
+        then = (
+            "the next run reads storage again before any render is paid"
+            if before_render
+            else f"the next run retries the {step} step, never the render"
         )
+        ctx.ledger.set_waiting(job, f"storage: {error.message}; {then}", store_failures=failures)
         ctx.report(
             job,
             "waiting",
@@ -1095,12 +1131,12 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
             if foreign:
                 await _fail_conflict(ctx, job, storage, info, foreign, "store")
                 return False
-            ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
+            _found_own(ctx, job, info.meta)
             return True
         if outcome == "missing":
             info = await _storage(ctx, storage, storage.head, key)
             if info.exists and ownership(job, info) is None:
-                ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
+                _found_own(ctx, job, info.meta)
                 return True
             ctx.ledger.finish(
                 job,

@@ -133,6 +133,10 @@ def test_crash_after_store_finishes_without_render_or_second_object(afc):
     resumed = afc("resume")
     assert resumed.returncode == 0, resumed.stderr
     _assert_all_done_once(afc, 2)
+    # Found by an outside audit: the attempt was adopted from its spool file (cost unknown)
+    # though the object stored before the crash records what it cost
+    costs = afc.rows("SELECT cost_micros, cost_source FROM attempts")
+    assert costs == [(50000, "local"), (50000, "local")], costs
 
 
 def test_live_owner_keeps_its_jobs(afc):

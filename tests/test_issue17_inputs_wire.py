@@ -92,3 +92,32 @@ def test_without_inputs_openai_still_generates(afc, fake):
     )
     assert afc("submit", "manifest.yaml").returncode == 0
     assert fake.counts["openai"] == 1 and fake.counts["openai_edits"] == 0
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_a_request_a_killed_run_left_is_polled_though_its_input_file_changed_since(
+    afc, fake, provider
+):
+    """Found by an outside audit: the resuming run read (and checked) the job's inputs before
+    it looked for a request left at the provider, so an input file touched after the paid
+    submit failed the job without polling it, and 'afc retry' then paid for a second render.
+    A poll sends no input: the request is polled and its render kept."""
+    import signal
+
+    from conftest import wait_for
+
+    (afc.cwd / "ref.png").write_bytes(render_png("a reference", 24, 24))
+    shot = {"key": "shot", "prompt": "hold the shot", "inputs": [{"path": "ref.png"}]}
+    shot["chain"] = [{"provider": provider, "model": MODELS[provider], "backoff": FAST}]
+    afc.write_manifest(manifest([shot], rates=RATES))
+    run = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    (afc.cwd / "ref.png").write_bytes((afc.cwd / "ref.png").read_bytes() + b"\0")
+    fake.released.set()
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert fake.counts[f"{provider}_submit"] == 1, "the request already paid for was abandoned"
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert afc.rows("SELECT status FROM attempts") == [("succeeded",)]

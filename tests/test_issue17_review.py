@@ -400,3 +400,45 @@ def test_review_functions_for_the_web_page(afc):
         assert review.pending(ledger) == []
     finally:
         ledger.close()
+
+
+def _approved_style_then(afc, damage):
+    style_manifest(afc)
+    assert afc.json("submit", "manifest.yaml")["exit_code"] == 0
+    assert afc("review", "approve", "style").returncode == 0
+    damage(afc.outputs() / "b1" / "style.png")
+    return afc.json("resume", expect=None)
+
+
+def test_a_needs_output_deleted_from_storage_fails_its_dependents_saying_so(afc):
+    """Found by an outside audit: a need's output deleted from storage left its dependents
+    waiting run after run ('the next run retries the render step, never the render'), then
+    dead-lettered with advice that 'afc retry' stores a spooled output, though none existed
+    and the retry would render and pay. It is an input gone, said at once."""
+    run = _approved_style_then(afc, lambda path: path.unlink())
+    assert run["exit_code"] == 1
+    jobs = {job["key"]: job for job in run["jobs"]}
+    for key in ("shot-1", "shot-2"):
+        assert jobs[key]["status"] == "failed"
+        assert jobs[key]["error"]["code"] == "INPUT_UNAVAILABLE"
+        assert "is gone from storage" in jobs[key]["error"]["message"]
+    assert jobs["title"]["error"]["code"] == "DEPENDENCY_FAILED"
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)], "nothing rendered or paid"
+
+
+def test_a_need_unreadable_in_storage_waits_and_says_nothing_was_rendered(afc):
+    """A need's output that storage holds but cannot read (here a folder where the file
+    was) is a storage failure to wait out; the message must not speak of a render to keep
+    or a spool file to store (none exists: nothing was rendered for the dependent)."""
+
+    def folder(path):
+        path.unlink()
+        path.mkdir()
+
+    run = _approved_style_then(afc, folder)
+    jobs = {job["key"]: job for job in run["jobs"]}
+    for key in ("shot-1", "shot-2"):
+        assert jobs[key]["status"] == "waiting", jobs[key]
+        assert "before any render is paid" in jobs[key]["waiting"]
+        assert "never the render" not in jobs[key]["waiting"]
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
