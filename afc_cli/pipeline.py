@@ -714,7 +714,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 raise _answer_not_read(ctx, job, number, report, started, exc) from exc
 
         # The provider call is over: hand the bytes to the spool step (outside the render
-        # slot, so the next render starts now) without touching the ledger's step.
+        # slot, so the next render starts now) without touching the ledger's step. Its known
+        # cost is what the budget holds from now on, not the estimate (the next render's
+        # budget check may come before the spool step writes the attempt's end).
+        if result.cost_micros is not None and ctx.cap_micros is not None:
+            ctx.ledger.hold_known_cost(job, number, entry["provider"], result.cost_micros)
         job["rendered_by"] = {
             "provider": entry["provider"],
             "model": entry["model"],

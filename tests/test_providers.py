@@ -353,6 +353,26 @@ def test_a_fal_422_it_marks_retryable_is_sent_again_not_the_end_of_the_model(afc
     assert second["status"] == "succeeded"
 
 
+def test_a_calls_known_cost_counts_against_the_budget_before_its_output_is_spooled(afc, fake):
+    """Found by an outside audit: at --concurrency 1 the first call cost 0.166650 (tokens)
+    against a 0.10 cap, yet the next call started: its budget check saw the first attempt's
+    0.04 per-image reservation, its known cost being written only at the spool step, after
+    the slot went to the next render. Three calls were paid past the cap."""
+    card = {"per_image": "0.04", "per_1k_input_tokens": "0.005", "per_1k_output_tokens": "0.04"}
+    data = manifest(
+        [{"key": f"j{i}", "prompt": f"prompt {i}"} for i in range(4)],
+        rates=[{"provider": "openai", "model": "gpt-image-1", **card}],
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "openai", "model": "gpt-image-1", "attempts": 1, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    out = afc.json("submit", "manifest.yaml", "--max-spend", "0.10", "--concurrency", "1", expect=4)
+    assert fake.counts["openai"] == 1, "no call starts once the known spend is past"
+    assert out["spent"] == "0.166650"
+    assert afc.rows("SELECT cost_micros, reserved_micros FROM attempts") == [(166650, 166650)]
+
+
 def test_a_download_is_tried_four_times_with_waits_and_no_real_sleep(fake):
     """The free GET of an output is made again on 5xx (Retry-After honoured up to its cap),
     FETCH_TRIES in all; then the attempt fails with its cost left for the adapter to set."""

@@ -1897,6 +1897,21 @@ class Ledger:
             "oldest_review_age_seconds": 0 if oldest is None else int(now - oldest),
         }
 
+    def hold_known_cost(
+        self, job: dict[str, Any], number: int, provider: str, cost_micros: int
+    ) -> None:
+        """A call's cost is known the moment it returns, but its attempt's end is written
+        with the spool checkpoint, after the job gave its slot to the next render: until
+        then the budget holds this cost instead of the estimate, so the next attempt's check
+        counts what the call really cost (a call dearer than its per-image estimate, or one
+        that returned more images, no longer lets further calls start past the cap)."""
+        with self.tx():
+            self.db.execute(
+                "UPDATE attempts SET reserved_micros = ? WHERE job_id = ? AND provider = ?"
+                " AND number = ? AND status = 'started'",
+                (cost_micros, job["id"], provider, number),
+            )
+
     def set_attempt_inputs(
         self, job: dict[str, Any], number: int, provider: str, inputs: list[dict[str, Any]]
     ) -> None:
