@@ -269,6 +269,7 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
                 "interrupted": result.stats.interrupted,
                 "abandoned_attempts": result.stats.abandoned,
                 "stuck": [job_json(row) for row in result.stuck],
+                "unlisted": result.unlisted,
                 "exit_code": result.exit_code,
             }
         )
@@ -285,6 +286,16 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         _err(
             f"batch {admit.batch}: {len(admit.new)} new, {len(admit.replayed)} replayed, "
             f"{len(conflicts)} conflicting; storage {admit.storage}"
+        )
+    unlisted = result.unlisted
+    if unlisted:
+        shown = ", ".join(unlisted[:10]) + (
+            f" and {len(unlisted) - 10} more" * (len(unlisted) > 10)
+        )
+        _err(
+            f"{len(unlisted)} unfinished job(s) of batch {result.admit.batch} are not in this "
+            f"manifest and ran with it, as 'afc resume' runs them: {shown} ('afc cancel KEY' "
+            "drops a job from its batch)"
         )
     not_ok = [j for j in jobs if j["status"] != "succeeded"]
     if result.stats.interrupted:  # jobs a stop left to do are counted in the tally below

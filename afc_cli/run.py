@@ -154,6 +154,8 @@ class RunResult:
     # resume: failed or dead-lettered jobs in its scope that this run did not touch; they wait
     # for a person ('afc retry'), so the run does not report success while they exist
     stuck: list[dict[str, Any]] = field(default_factory=list)
+    # submit: unfinished jobs of the batch that the manifest no longer lists (run with it)
+    unlisted: list[str] = field(default_factory=list)
 
     @property
     def ran(self) -> int:
@@ -257,10 +259,21 @@ def submit(
         if ledger is None:
             ledger = Ledger(path)
         admitted = ledger.admit(manifest, chosen, rates)
-        keys = admitted.admitted_keys
+        keys = set(admitted.admitted_keys)
+        # Every unfinished job of the batch runs, as `afc resume` (cron) would run it: also a
+        # job admitted by an earlier manifest and left out of this one (it is still part of
+        # the batch; 'afc cancel' drops a job), named in the result so it is not run unseen.
+        # Not a key this manifest changed: its admitted request is what the user just edited
+        # away (refused as a conflict), and this command does not pay for it.
+        refused = {conflict["key"] for conflict in admitted.conflicts}
+        pending, unlisted = {}, []
+        if run or report_jobs:  # a quiet --no-run reads no job rows back (100,000-job lists)
+            pending = ledger.runnable_job_keys(batch=manifest.batch)
+            unlisted = sorted(key for key in pending if key not in keys and key not in refused)
+            keys.update(unlisted)
         stats = RunStats()
         if run:
-            job_ids = ledger.runnable_job_ids(batch=manifest.batch, keys=keys)
+            job_ids = [job_id for key, job_id in pending.items() if key in keys]
             stats = run_jobs(
                 ledger,
                 job_ids,
@@ -273,10 +286,9 @@ def submit(
             )
         rows = []
         if report_jobs:
-            wanted = set(keys)
-            rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in wanted]
+            rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in keys]
             note_held_elsewhere(ledger, rows)
-        return RunResult(jobs=rows, admit=admitted, stats=stats, budget=budget)
+        return RunResult(jobs=rows, admit=admitted, stats=stats, budget=budget, unlisted=unlisted)
     finally:
         if ledger is not None:
             ledger.close()

@@ -310,6 +310,38 @@ def test_no_run_admits_only_and_resume_runs(afc):
     assert again["jobs"] == [] and again["exit_code"] == 0
 
 
+def test_an_unfinished_job_left_out_of_the_manifest_still_runs_and_is_named(afc):
+    """Found by an outside audit: a job admitted by an earlier manifest and left out of the
+    next one was neither run nor reported by its submit, which exited 0 ("every requested
+    job ended succeeded") while cron's resume would render it later. A batch's unfinished
+    jobs run until done, as SPEC's submit says; the submit names them. A key the manifest
+    changed (refused as a conflict) is not run by it."""
+    data = manifest(jobs(3))
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    data["jobs"] = [data["jobs"][0], {"key": "shot-002", "prompt": "changed"}]
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 3, result.stderr
+    assert "1 unfinished job(s) of batch b1 are not in this manifest and ran with it" in (
+        result.stderr
+    )
+    assert "shot-003" in result.stderr
+    assert dict(afc.rows("SELECT key, status FROM jobs")) == {
+        "shot-001": "succeeded",
+        "shot-002": "queued",  # its admitted request was edited away: not paid for here
+        "shot-003": "succeeded",
+    }
+    payload = afc.json("submit", "manifest.yaml", expect=3)
+    assert payload["unlisted"] == []  # nothing left to run outside the manifest
+    data["jobs"].append({"key": "shot-004", "prompt": "later"})
+    afc.write_manifest(data, "more.yaml")
+    assert afc("submit", "more.yaml", "--no-run").returncode == 3
+    payload = afc.json("submit", "manifest.yaml", expect=3)
+    assert payload["unlisted"] == ["shot-004"]
+    assert "shot-004" in {job["key"] for job in payload["jobs"]}
+
+
 def test_failed_job_exit_1_with_last_real_cause(afc):
     data = manifest(
         [

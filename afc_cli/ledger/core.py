@@ -463,13 +463,7 @@ class Ledger:
     def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
 
-    def runnable_job_ids(
-        self,
-        batch: str | None = None,
-        keys: list[str] | None = None,
-        *,
-        include_blocked: bool = True,
-    ) -> list[str]:
+    def _runnable(self, batch: str | None, include_blocked: bool = True) -> list[tuple]:
         # blocked jobs too: a run settles them (settle_blocked) and runs those whose needs are met
         statuses = RUNNABLE_SQL if include_blocked else ACTIVE_SQL
         sql = f"SELECT id, key FROM jobs WHERE status IN {statuses}"
@@ -478,11 +472,16 @@ class Ledger:
             sql += " AND batch = ?"
             params.append(batch)
         sql += " ORDER BY batch, seq"
-        rows = self.db.execute(sql, params).fetchall()
-        if keys is not None:
-            wanted = set(keys)
-            return [job_id for job_id, key in rows if key in wanted]
-        return [job_id for job_id, _ in rows]
+        return self.db.execute(sql, params).fetchall()
+
+    def runnable_job_ids(
+        self, batch: str | None = None, *, include_blocked: bool = True
+    ) -> list[str]:
+        return [job_id for job_id, _ in self._runnable(batch, include_blocked)]
+
+    def runnable_job_keys(self, batch: str) -> dict[str, str]:
+        """A batch's unfinished jobs (blocked ones too), key -> job id, in admission order."""
+        return {key: job_id for job_id, key in self._runnable(batch)}
 
     def status_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         sql = (
