@@ -92,6 +92,13 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
         fix = "check the database server and the connection to it"
     elif "full" in why:
         fix = "free space on its disk"
+    elif "locked" in why or "busy" in why:
+        # another process held SQLite's write lock past the busy timeout (a sqlite3 shell in
+        # a transaction, say): nothing is wrong with the disk
+        fix = (
+            "another process held the ledger's write lock too long (a sqlite3 shell or a "
+            "script in an open transaction?): end it"
+        )
     else:
         fix = "fix the disk or file system"
     where = f"the ledger {path}" if path else "the ledger"

@@ -140,3 +140,17 @@ def test_a_spool_write_that_fails_leaves_no_partial_file(tmp_path, monkeypatch):
         spool.write("job1", b"x" * 1024)
     assert list(spool.root.iterdir()) == []
     assert spool.job_ids() == set()
+
+
+def test_a_ledger_locked_by_another_process_is_not_blamed_on_the_disk():
+    """Found by an outside audit: a sqlite3 shell holding the write lock past the busy timeout
+    stopped the run with 'fix the disk or file system'."""
+    import sqlite3
+
+    from afc_cli.errors import ledger_write_error
+
+    locked = str(ledger_write_error("afc.db", sqlite3.OperationalError("database is locked")))
+    assert "another process held the ledger's write lock" in locked
+    assert "disk" not in locked
+    full = str(ledger_write_error("afc.db", sqlite3.OperationalError("database or disk is full")))
+    assert "free space on its disk" in full
