@@ -304,7 +304,10 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         _err(line)
     _print_stuck(result.stuck)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
-    _err(f"{result.ran} run; {counts or 'no jobs'}; {_spend_line(result.stats)}")
+    # "run here": the jobs this process worked on; the tally is every job the command
+    # reports (replayed ones, and ones another afc process finished or holds, included)
+    tally = f"of {len(jobs)} job(s): {counts}" if counts else "no jobs"
+    _err(f"{result.ran} run here; {tally}; {_spend_line(result.stats)}")
     if result.stats.budget_hit:
         _err(
             f"stopped by the budget of {format_usd(result.budget.cap_micros)} USD: no new "

@@ -48,6 +48,11 @@ def test_replay_makes_no_new_attempt(afc):
     assert second["exit_code"] == 0
     assert attempts_count(afc) == before
     assert {p: p.stat().st_mtime_ns for p in afc.outputs().rglob("*")} == stamp
+    # the summary tells the jobs this process ran from the tally of all it reports (an
+    # audit read "1 run; 4 succeeded" as a contradiction)
+    afc.write_manifest(manifest(jobs(4)))
+    said = afc("submit", "manifest.yaml").stderr
+    assert "afc: 1 run here; of 4 job(s): 4 succeeded; this run spent 0.050000" in said
 
 
 def test_changed_body_under_old_key_conflicts_and_leaves_output(afc):
