@@ -43,7 +43,7 @@ LedgerOpt = Annotated[
         "--ledger",
         envvar="AFC_LEDGER",
         metavar="PATH",
-        help="Ledger file (SQLite).",
+        help="The ledger: a SQLite file, or a postgresql:// URL (afc-cli[postgres]).",
         show_envvar=True,
     ),
 ]
