@@ -29,6 +29,8 @@ def parse_statuses(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
     wanted = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    if not wanted:  # an unset shell variable, most likely: not "every status"
+        raise UsageError(f"--status {values[0]!r} names no status; one of {', '.join(STATUSES)}")
     unknown = [name for name in wanted if name not in STATUSES]
     if unknown:
         raise UsageError(

@@ -257,6 +257,11 @@ def failed_conditions(stats: dict[str, Any], expressions: list[str]) -> list[str
     or repeated) that hold for these figures."""
     met = []
     for expression in expressions:
+        if not expression.replace(",", "").strip():
+            # an alert that can never fire, most likely an unset shell variable in cron
+            raise UsageError(
+                f"--fail-if {expression!r} names no condition; write FIELD OP NUMBER, e.g. dlq>0"
+            )
         for part in expression.split(","):
             if not part.strip():
                 continue

@@ -115,6 +115,10 @@ def test_queue_stats_and_fail_if(afc):
     alert = afc("queue", "stats", "--fail-if", "dlq>0,queued>=3")
     assert alert.returncode == 1 and "queued=3" in alert.stderr
     assert afc("queue", "stats", "--fail-if", "queued>>1").returncode == 2
+    # an empty condition (an unset variable in a cron line) would never alert: refused
+    for empty in ("", " , "):
+        refused = afc("queue", "stats", "--fail-if", empty)
+        assert refused.returncode == 2 and "names no condition" in refused.stderr
     assert afc("resume").returncode == 0
     assert afc.json("queue", "stats")["queued"] == 0
 

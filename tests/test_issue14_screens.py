@@ -135,6 +135,9 @@ def test_status_filter_by_status(ledger):
     assert [r["key"] for r in rows] == ["teaser-0001"]
     bad = ledger("status", "--status", "finished")
     assert bad.returncode == 2 and "not a job status" in bad.stderr and "succeeded" in bad.stderr
+    for empty in ("", ","):  # an unset variable in a script: refused, not a silent filter
+        refused = ledger("status", "--status", empty)
+        assert refused.returncode == 2 and "names no status" in refused.stderr
     # --json without a filter keeps its contract: every job of the scope
     assert len(ledger.json("status")["jobs"]) == 5
 
