@@ -1316,6 +1316,8 @@ def _input_file(seen: Seen, name: str) -> tuple[str, str] | str:
     known = seen.files.get(name)
     if known is not None:
         return known
+    if "://" in name:
+        return f"{name!r} is a URL; an input path names a local file (download it first)"
     path = Path(name) if Path(name).is_absolute() else seen.base / name
     found: tuple[str, str] | str
     try:

@@ -217,6 +217,10 @@ def test_retry_of_a_failed_need_lets_its_dependents_run_again(afc):
             "job 0 (key 'a'): field 'inputs[0].path': no such file",
         ),
         (
+            [{"key": "a", "prompt": "a", "inputs": [{"path": "https://x.example/y.png"}]}],
+            "field 'inputs[0].path': 'https://x.example/y.png' is a URL; an input path names a",
+        ),
+        (
             [{"key": "a", "prompt": "a", "inputs": [{"path": "x.png", "job": "b"}]}],
             "an input names either job: KEY or path: FILE",
         ),
