@@ -7,6 +7,8 @@
 # Exit codes (cron mails or your monitor alerts on non-zero):
 #   0   everything finished, queue healthy
 #   1   some job failed or waits (see `afc status`), or a --fail-if threshold was crossed
+#   2   a usage problem: a bad AFC_* value, no ledger, a missing API key (nothing was done)
+#   3   a job's stored output belongs to another request (IDEMPOTENCY_CONFLICT; see `afc show`)
 #   4   the run stopped at its spending budget (work is resumable)
 #   75  another run still holds the lock (EX_TEMPFAIL): nothing was done
 #   130 interrupted: everything is resumable, the next run continues
