@@ -59,12 +59,22 @@ def ledger_path(value: str | Path) -> Path:
 
 def precheck(path: Path) -> None:
     """For a ledger not created yet: refuse, without creating anything, a path under a regular
-    file or in a folder that cannot be written."""
+    file, in a folder that cannot be written, or in a folder that does not exist. afc does not
+    create a ledger's folder, so that a mistyped --ledger or an unmounted volume in a cron
+    line is not taken for a new, empty ledger (which would render, and pay for, every job
+    whose output it cannot find, the ones cancelled in the real ledger too)."""
     for parent in [path.parent, *path.parent.parents]:
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
                 raise LedgerError(
                     f"cannot create the ledger {path}: {parent} is a file, not a folder"
+                )
+            if parent != path.parent:
+                raise LedgerError(
+                    f"cannot create the ledger {path}: the folder {path.parent} does not exist;"
+                    " create it first (afc does not: a mistyped path or an unmounted volume "
+                    "would otherwise start a new, empty ledger that pays again for every job "
+                    "it cannot find stored)"
                 )
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise LedgerError(
@@ -74,14 +84,8 @@ def precheck(path: Path) -> None:
 
 
 def prepare_folder(path: Path) -> None:
-    """Create the ledger's folder, or say why it cannot be (a path under a regular file)."""
+    """Check the folder a new ledger is created in (``precheck``): afc does not create it."""
     precheck(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise LedgerError(
-            f"cannot create the ledger's folder {path.parent}: {exc.strerror or exc}"
-        ) from None
 
 
 def check_writable(path: Path) -> None:

@@ -108,6 +108,12 @@ def test_ledger_urls_other_than_sqlite_are_refused_not_taken_for_a_folder(afc):
         assert list(afc.cwd.iterdir()) == [afc.cwd / "manifest.yaml"]
     status = afc("status", "--ledger", "postgresql://afc@127.0.0.1:1/afc")
     assert status.returncode == 2 and "cannot connect" in status.stderr
+    # a ledger's folder is not created: a mistyped path or an unmounted volume in a cron
+    # line would start a new, empty ledger that pays again for every job not found stored
+    result = afc("submit", "manifest.yaml", "--ledger", "sqlite:///books/afc.db")
+    assert result.returncode == 2 and "the folder books does not exist" in one_line(result)
+    assert list(afc.cwd.iterdir()) == [afc.cwd / "manifest.yaml"]
+    (afc.cwd / "books").mkdir()
     result = afc("submit", "manifest.yaml", "--ledger", "sqlite:///books/afc.db")
     assert result.returncode == 0, result.stderr
     assert (afc.cwd / "books" / "afc.db").exists()
