@@ -1036,7 +1036,7 @@ def status(
             Col("attempts", header="tries", right=True, drop=3),
             Col("cost", right=True),
             # the reason is what a person reads this view for: it keeps room before the output key
-            Col("reason", kind="text", drop=4, least=30),
+            Col("reason", kind="text", drop=4, least=30, below=True),
             Col("output_key", kind="tail", drop=1),
         ]
         if one_batch is None:

@@ -34,6 +34,9 @@ class Col:
     header: str | None = None  # shown on a terminal; default: the name, "_" as spaces
     right: bool = False  # numbers and money
     least: int | None = None  # a text or tail column's narrowest (TEXT_MIN, TAIL_MIN)
+    # dropped for want of room, its values are printed under the table, one line each after
+    # the row's first column ("KEY: value"): a failed job's reason is what the view is for
+    below: bool = False
 
     @property
     def title(self) -> str:
@@ -192,8 +195,15 @@ def emit_terminal(
         for name, members in sections.items():
             console.print(Text(f"{group} {cell(name)}", style="bold"))
             console.print(_table(members, plan))
-    if plan.dropped:
-        names = ", ".join(c.name for c in plan.dropped)
+    under = [c for c in plan.dropped if c.below]
+    for col in under:
+        for row in rows:
+            if row.get(col.name):
+                label = cell(row.get(plan.columns[0].name)) if plan.columns else ""
+                console.print(Text(f"{label}: {cell(row.get(col.name))}"))
+    unseen = [c for c in plan.dropped if not c.below]
+    if unseen:
+        names = ", ".join(c.name for c in unseen)
         console.print(
             Text(
                 f"(not shown at {width} columns: {names}; see them on a wider terminal, "

@@ -102,6 +102,21 @@ def test_status_shows_counts_then_the_jobs_that_need_attention(ledger):
     assert "batch " not in shown.lines[1]
 
 
+def test_a_failed_jobs_reason_shows_under_the_table_when_its_column_has_no_room(afc):
+    """Found by an outside audit: with a long key at 80 columns the reason column was dropped
+    for a failed job, though the reason is what a person runs 'afc status' for."""
+    key = "s01-a-very-long-shot-key-name-for-the-harbour-at-dawn-and-more"
+    data = manifest([{"key": key, "prompt": "a", "params": {"fail": ["auth"]}}])
+    data["defaults"]["chain"][0]["attempts"] = 1
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 1
+    shown = screen(afc, "status")
+    assert_fits(shown.output)
+    flat = " ".join(shown.output.split())  # the line wraps at 80 columns
+    assert f"{key}: CHAIN_FAILED: auth from local/m1" in flat
+    assert "(not shown at 80 columns: output_key, step, attempts;" in flat
+
+
 def test_status_on_a_pipe_is_tab_separated_and_whole(ledger):
     result = piped(ledger, "status", "--all")
     assert result.returncode == 0
