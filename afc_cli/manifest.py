@@ -1396,15 +1396,24 @@ def dependency_problems(batch: str, seen: Seen) -> list[str]:
                 )
             else:
                 graph[key].append(own)
-    try:
-        graphlib.TopologicalSorter(graph).prepare()
-    except graphlib.CycleError as exc:
-        cycle = exc.args[1]
-        problems.append(
-            f"field 'needs': jobs {' -> '.join(repr(k) for k in cycle)} wait for each other "
-            "(a cycle): none of them could ever run"
-        )
+    # every cycle, not only the first: each one found is broken (one of its edges removed)
+    # and the graph sorted again, a bounded number of times
+    for _ in range(MAX_CYCLES_LISTED):
+        try:
+            graphlib.TopologicalSorter(graph).prepare()
+            break
+        except graphlib.CycleError as exc:
+            cycle = exc.args[1]  # each node an immediate predecessor (a need) of the next
+            named = " -> ".join(f"{key!r} ({seen.keys.get(key, 'a job')})" for key in cycle)
+            problems.append(
+                f"field 'needs': jobs {named} wait for each other (a cycle): none of them "
+                "could ever run"
+            )
+            graph[cycle[1]] = [need for need in graph[cycle[1]] if need != cycle[0]]
     return problems
+
+
+MAX_CYCLES_LISTED = 20
 
 
 def dependency_order(jobs: Iterable[ResolvedJob]) -> list[list[str]]:

@@ -115,3 +115,25 @@ def test_image_kinds_are_told_by_their_first_bytes():
     assert image_type(bmp + (40).to_bytes(4, "little") + bytes(16)) == "image/bmp"
     assert image_type(b"BMW owners' notes about the car, 2026") is None
     assert image_type(b"PK\x03\x04") is None
+
+
+def test_every_cycle_is_listed_with_its_jobs_indexes(tmp_path):
+    """Found by an outside audit: with two cycles only the first was reported, by key alone."""
+    (tmp_path / "m.yaml").write_text(
+        HEAD
+        + "jobs:\n"
+        + "  - {key: a, prompt: p, needs: [b]}\n"
+        + "  - {key: b, prompt: p, needs: [a]}\n"
+        + "  - {key: c, prompt: p, needs: [d]}\n"
+        + "  - {key: d, prompt: p, needs: [c]}\n"
+        + "  - {key: e, prompt: p, needs: [e]}\n"
+        + "  - {key: f, prompt: p, needs: [a]}\n"
+    )
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(tmp_path / "m.yaml")
+    cycles = [p for p in caught.value.problems if "(a cycle)" in p]
+    assert len(cycles) == 3, cycles
+    text = "\n".join(cycles)
+    for key, index in (("a", 0), ("b", 1), ("c", 2), ("d", 3), ("e", 4)):
+        assert f"'{key}' (job {index})" in text
+    assert "'f'" not in text  # waits on a cycle, but is not in one
