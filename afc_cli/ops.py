@@ -44,21 +44,28 @@ _OPS = {
 _CONDITION = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*$")
 
 
-def _named(ledger: Ledger, ledger_path: str, keys: list[str], batch: str | None) -> list[dict]:
-    """The jobs named by key (within ``batch``, which the caller checked, if given). Every key
-    must exist, or nothing is done (exit 2): a typo never leaves half of a command's work
-    done."""
-    targets, missing = [], []
-    for key in keys:
+def _named(
+    ledger: Ledger, ledger_path: str, keys: list[str], batch: str | None, verb: str
+) -> list[dict]:
+    """The jobs named by key (within ``batch``, which the caller checked, if given): one job a
+    key. Every key must exist, and without ``batch`` name a job of one batch only (two films
+    may both have a ``shot-001``: which one is meant is the person's to say, as ``afc show``
+    and ``afc review`` ask), or nothing is done (exit 2): a typo never leaves half of a
+    command's work done, and one key never acts on several batches' jobs unasked."""
+    targets, problems = [], []
+    where = f" in batch {batch!r}" if batch else ""
+    for key in dict.fromkeys(keys):  # a key named twice is one job
         found = ledger.jobs_by_key(key, batch)
         if not found:
-            missing.append(key)
-        targets.extend(found)
-    if missing:
-        where = f" in batch {batch!r}" if batch else ""
+            problems.append(f"no job with key {key!r}{where} in {ledger_path}")
+        elif len(found) > 1:
+            batches = ", ".join(repr(job["batch"]) for job in found)
+            problems.append(f"key {key!r} is a key of several batches ({batches}): add --batch")
+        else:
+            targets.extend(found)
+    if problems:
         raise UsageError(
-            f"no job with key {', '.join(repr(k) for k in missing)}{where} in {ledger_path}; "
-            "nothing was changed"
+            f"cannot {verb}, nothing was changed:\n" + "\n".join(f"  - {p}" for p in problems)
         )
     return targets
 
@@ -92,7 +99,7 @@ def cancel(
     try:
         ledger.require_batch(batch)
         if keys:
-            targets = _named(ledger, ledger_path, keys, batch)
+            targets = _named(ledger, ledger_path, keys, batch, "cancel")
         else:
             # blocked jobs too: they are unfinished work that a run would pick up; a job
             # awaiting review is left to the review (reject it to end it)
@@ -193,7 +200,7 @@ def retry(
     try:
         ledger.require_batch(batch)
         if keys:
-            targets = _named(ledger, ledger_path, keys, batch)
+            targets = _named(ledger, ledger_path, keys, batch, "retry")
         else:
             targets = [job for job in ledger.batch_jobs(batch) if job["status"] in statuses]
         refused = []

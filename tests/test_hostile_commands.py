@@ -99,3 +99,28 @@ def test_arguments_that_are_not_utf8_are_refused_before_anything_is_written(afc)
         assert "is not UTF-8 text" in result.stderr and "Traceback" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
     assert not (afc.cwd / "afc-outputs").exists()
+
+
+def test_a_key_of_two_batches_is_neither_retried_nor_cancelled_without_batch(afc):
+    """Two films may both have a shot-001: a bare key names neither, so retry and cancel
+    refuse it (exit 2, nothing changed), as show and review do; with --batch one job acts."""
+    afc.write_manifest(manifest(jobs(1)))
+    afc.write_manifest(manifest(jobs(1), batch="b2"), "m2.yaml")
+    for name in ("manifest.yaml", "m2.yaml"):
+        assert afc("submit", name, "--no-run").returncode == 0
+    both = "SELECT batch, status FROM jobs ORDER BY batch"
+    refused = afc("cancel", "shot-001")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "'shot-001' is a key of several batches ('b1', 'b2'): add --batch" in refused.stderr
+    assert "nothing was changed" in refused.stderr
+    assert afc.rows(both) == [("b1", "queued"), ("b2", "queued")]
+    assert afc("cancel", "shot-001", "--batch", "b1").returncode == 0
+    assert afc("cancel", "shot-001", "--batch", "b2").returncode == 0
+    # the next run would pay for every job a retry queued: one key never queues two
+    refused = afc("retry", "shot-001")
+    assert refused.returncode == 2 and "several batches" in refused.stderr
+    assert afc.rows(both) == [("b1", "cancelled"), ("b2", "cancelled")]
+    assert afc.json("retry", "shot-001", "--batch", "b2")["retried"] == [
+        {"key": "shot-001", "batch": "b2", "was": "cancelled"}
+    ]
+    assert afc.rows(both) == [("b1", "cancelled"), ("b2", "queued")]
