@@ -122,7 +122,7 @@ def outputs(ledger_path: str, *, batch: str | None) -> list[dict[str, Any]]:
                 "url": url,
                 "size": row["output_size"],
                 "sha256": row["output_sha256"],
-                "cost": job_cost(row["cost_micros"], row["unpriced_attempts"] or 0),
+                "cost": job_cost(row["cost_micros"], row["attempts_made"] or 0),
                 "model": row["model"],
                 "prompt": request.get("prompt"),
             }

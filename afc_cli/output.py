@@ -66,7 +66,7 @@ def job_json(row: dict[str, Any]) -> dict[str, Any]:
         "step": row["step"],
         "output_key": row["output_key"],
         "attempts": row["attempts"],
-        "cost": job_cost(row.get("cost_micros"), unpriced),
+        "cost": job_cost(row.get("cost_micros"), row.get("attempts_made") or 0),
         "unpriced_attempts": unpriced,
         "waiting": row.get("waiting_reason"),
         "error": error,

@@ -8,7 +8,7 @@ from typing import Any
 
 from afc_cli.costs import format_usd, job_cost
 from afc_cli.errors import UsageError
-from afc_cli.ledger import Ledger
+from afc_cli.ledger import TERMINAL, Ledger
 
 
 def _iso(ts: float | None) -> str | None:
@@ -80,7 +80,14 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                     "message": job["error_message"],
                 },
                 "cost": job_cost(sum(priced) if priced else None, len(attempts)),
-                "unpriced_attempts": sum(1 for a in attempts if a["cost"] is None),
+                # as afc status counts them (ledger JOB_COST_SQL): a call in flight has no
+                # cost yet; one left started by a job that ended is possibly paid, unpriced
+                "unpriced_attempts": sum(
+                    1
+                    for a in rows
+                    if a["cost_micros"] is None
+                    and (a["status"] != "started" or job["status"] in TERMINAL)
+                ),
                 "created_at": _iso(job["created_at"]),
                 "finished_at": _iso(job["finished_at"]),
             },

@@ -185,3 +185,46 @@ def test_an_attempt_whose_end_was_lost_after_its_output_was_stored_is_adopted_at
     rows = afc.rows("SELECT status, error_class, cost_micros FROM attempts")
     assert rows == [("succeeded", None, 50000)], rows
     assert afc.json("status")["jobs"][0]["attempts"] == 1
+
+
+def _left_call_is_counted(afc) -> None:
+    """Every total shows the cancelled job's possibly paid call as unpriced, never as 0."""
+    total = afc.json("costs", "report")["total"]
+    assert (total["unpriced_attempts"], total["unknown_attempts"]) == (1, 1), total
+    [job] = afc.json("status", "--all")["jobs"]
+    assert (job["status"], job["cost"], job["unpriced_attempts"]) == ("cancelled", None, 1)
+    shown = afc.json("show", "shot-001")["job"]
+    assert (shown["cost"], shown["unpriced_attempts"]) == (None, 1)
+
+
+def test_a_cancel_after_a_crash_mid_call_marks_the_call_unknown(afc):
+    """No run takes a cancelled job over, so the cancel marks the dead run's call unknown
+    (possibly paid) itself: it is never left started, out of every total."""
+    afc.write_manifest(manifest(jobs(1)))
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_attempt_row"})
+    assert died.returncode == -signal.SIGKILL
+    assert afc("cancel", "shot-001").returncode == 0
+    afc("resume")
+    assert afc.rows("SELECT status, error_class FROM attempts") == [("unknown", "interrupted")]
+    _left_call_is_counted(afc)
+
+
+def test_a_call_left_started_by_a_cancelled_jobs_run_that_died_is_counted(afc):
+    """Cancelled mid-call while its run lived (the call is that run's to record), then the
+    run died before the answer came: the call stays started for ever, and counts as possibly
+    paid, unpriced."""
+    release = afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(1)))
+    proc = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        deadline = time.time() + 30
+        while _count(afc, RENDERING) < 1 and time.time() < deadline:
+            time.sleep(0.01)
+        assert afc("cancel", "shot-001").returncode == 0
+        assert afc.rows("SELECT status FROM attempts") == [("started",)]  # its run lives
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    afc("resume")
+    assert afc.rows("SELECT status FROM attempts") == [("started",)]
+    _left_call_is_counted(afc)

@@ -301,6 +301,13 @@ def test_a_call_in_flight_is_not_shown_unpriced(afc):
         [job] = afc.json("status", "--all")["jobs"]
         assert job["status"] == "running" and job["unpriced_attempts"] == 0, job
         assert afc.json("costs", "report")["total"]["unpriced_attempts"] == 0
+        # nor is its cost 0: it is not known yet (the job has an attempt; status and the
+        # pictures priced it as a job with none, "0.000000", while afc show said null)
+        assert job["cost"] is None and afc.json("show", "shot-001")["job"]["cost"] is None
+        from afc_cli.web.sheet import sheet
+
+        [card] = sheet(str(afc.cwd / "afc.db"), batch=None, since=None)["jobs"]
+        assert card["cost"] is None, card
     finally:
         release.touch()
     assert proc.wait(timeout=60) == 0

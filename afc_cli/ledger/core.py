@@ -78,13 +78,20 @@ def _in(values: tuple[str, ...]) -> str:
 
 
 TERMINAL_SQL = _in(TERMINAL)
+# An attempt still ``started`` whose job has ended (cancelled while its run was live, and that
+# run died before the answer came) will never be marked: it is possibly paid, of unknown
+# outcome, and counted as an ``unknown`` attempt would be. One of a job that is still active is
+# a call in flight: it has no cost yet, known or unknown, and is not counted unpriced.
+LEFT_STARTED_SQL = f"(a.status = 'started' AND j.status IN {TERMINAL_SQL})"
 # A job's cost by the one rule (afc_cli/costs.py job_cost): the sum of its known attempt costs,
-# and how many attempts are unpriced; ``j`` is the jobs table.
+# how many attempts are unpriced, and how many attempts it made (``jobs.attempts``, the latest
+# attempt's number: 0 for a job that never called a provider); ``j`` is the jobs table.
 JOB_COST_SQL = (
     "(SELECT CAST(SUM(a.cost_micros) AS BIGINT) FROM attempts a WHERE a.job_id = j.id)"
     " AS cost_micros,"
     " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL"
-    " AND a.status <> 'started') AS unpriced_attempts"  # a call in flight has no cost yet
+    f" AND (a.status <> 'started' OR j.status IN {TERMINAL_SQL})) AS unpriced_attempts,"
+    " j.attempts AS attempts_made"
 )
 # What ``afc status``, ``--json`` and the pictures show as a job's ``attempts``: its
 # provider's answers (an attempt that ended, not cut off by afc's own end, as
@@ -614,6 +621,10 @@ class Ledger:
     # LOCKED lets workers on many hosts pick different jobs without queuing on the same rows
     # (SQLite serialises writers on its write lock: nothing to skip there).
     CLAIM_LOCK = ""
+    # Appended to a SELECT of one row that the transaction goes on to change, where the engine
+    # locks rows (PostgreSQL's FOR UPDATE): nobody changes it between the read and the write.
+    # SQLite's write lock serialises writers already.
+    ROW_LOCK = ""
 
     def claim_runnable(
         self, limit: int, lease_s: float, batch: str | None = None
@@ -737,13 +748,33 @@ class Ledger:
         blocked jobs that need it fail with it (DEPENDENCY_FAILED) in the same transaction, as
         a rejection's do: ``afc status`` and ``queue stats`` show them failed at once, not when
         a run next looks. ``dependents=False`` leaves them to ``fail_dependents``, for a
-        cancel of several jobs that may include them (they are cancelled, not failed)."""
+        cancel of several jobs that may include them (they are cancelled, not failed).
+
+        An attempt the job has ``started`` that belongs to no live run (its owner's lease
+        expired by the ledger's clock, or its process died on this host: the rule a takeover
+        follows, ``claim``) becomes ``unknown`` in the same transaction, as a takeover would
+        have marked it: no run takes a cancelled job over, so it would otherwise stay
+        ``started``, possibly paid, for ever. A live run's call is left to that run, which
+        records its answer (and cost) when it comes."""
         with self.tx():
+            self._alone()  # the lock below may wait for a run's write of this job
+            held = self._one(
+                f"SELECT lease_owner, lease_expires FROM jobs WHERE id = ?{self.ROW_LOCK}",
+                (job["id"],),
+            )
             cancelled = self.finish(
                 job, "cancelled", step=job["step"], error_code="CANCELLED", error_message=reason
             )
-            if cancelled and dependents:
-                self._fail_dependents(job["id"])
+            if cancelled:
+                holder = held["lease_owner"] if held else None
+                live = (
+                    holder is not None
+                    and (held["lease_expires"] or 0) >= self.lease_clock()
+                    and not owner_is_dead(holder)
+                )
+                self._mark_unknown(job["id"], job["batch"], exclude_owner=holder if live else None)
+                if dependents:
+                    self._fail_dependents(job["id"])
         return cancelled
 
     def fail_dependents(self, job_id: str) -> None:
@@ -1205,10 +1236,11 @@ class Ledger:
         groups: dict[Any, dict[str, int]] = {}
         for key, priced, unpriced, failed, unknown in self.db.execute(
             f"SELECT {attempt_key}, CAST(COALESCE(SUM(a.cost_micros), 0) AS BIGINT),"
-            " SUM(CASE WHEN a.cost_micros IS NULL AND a.status <> 'started' THEN 1 ELSE 0 END),"
+            " SUM(CASE WHEN a.cost_micros IS NULL"
+            f" AND (a.status <> 'started' OR {LEFT_STARTED_SQL}) THEN 1 ELSE 0 END),"
             " CAST(COALESCE(SUM(CASE WHEN a.status IN ('failed', 'unknown')"
             " THEN a.cost_micros END), 0) AS BIGINT),"
-            " SUM(CASE WHEN a.status = 'unknown' THEN 1 ELSE 0 END)"
+            f" SUM(CASE WHEN a.status = 'unknown' OR {LEFT_STARTED_SQL} THEN 1 ELSE 0 END)"
             " FROM attempts a JOIN jobs j ON j.id = a.job_id"
             f" WHERE {' AND '.join(where)} GROUP BY 1",
             params,

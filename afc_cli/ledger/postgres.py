@@ -218,6 +218,7 @@ def _psycopg() -> Any:
 
 class PostgresLedger(Ledger):
     CLAIM_LOCK = " FOR UPDATE SKIP LOCKED"
+    ROW_LOCK = " FOR UPDATE"
 
     def __init__(self, url: str, *, create: bool = True, check: bool = False):
         psycopg = _psycopg()

@@ -51,7 +51,7 @@ def _card(row: dict[str, Any]) -> dict[str, Any]:
         "model": model,
         "fallback": fallback,
         "attempts": row["attempts"],
-        "cost": job_cost(row["cost_micros"], row["unpriced_attempts"] or 0),
+        "cost": job_cost(row["cost_micros"], row["attempts_made"] or 0),
         "unpriced_attempts": row["unpriced_attempts"] or 0,
         "storage": row["storage"],
         "output_key": row["output_key"],
