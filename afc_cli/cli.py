@@ -558,6 +558,13 @@ def worker(
                 f"afc: worker claimed {result.claimed} jobs in {result.rounds} rounds; "
                 f"{result.finished} finished; spent {format_usd(result.spent_micros)} USD (priced)"
                 + (f"; {result.abandoned} calls abandoned" if result.abandoned else "")
+                + (
+                    # the budget's figure is every worker's of that budget, not this one's
+                    f"; budget {result.budget['name']!r}: {result.budget['priced']} of "
+                    f"{result.budget['cap']} USD priced"
+                    if result.budget
+                    else ""
+                )
                 + ("; stopped by the budget" if result.budget_hit else "")
                 + "\n"
             )

@@ -118,8 +118,8 @@ class WorkerResult:
     rounds: int = 0  # claims that found work
     claimed: int = 0
     finished: int = 0  # jobs brought to a terminal state by this worker
-    spent_micros: int = 0  # priced spend of this worker's rounds (all workers' under a budget)
-    unknown_cost_attempts: int = 0
+    spent_micros: int = 0  # priced spend of the attempts this worker started (never others')
+    unknown_cost_attempts: int = 0  # of those, the ones whose cost is unknown
     stopped_by_signal: bool = False
     abandoned: int = 0
     budget_hit: bool = False
@@ -260,11 +260,12 @@ def work(
         if budget is not None:
             from afc_cli.costs import format_usd
 
+            # each round's figures were the whole budget's so far (its run id is shared by
+            # every worker of the budget): this worker's own are the attempts it started
+            own = ledger.run_money(run_id, owner=ledger.owner)
+            result.spent_micros = own["priced"]
+            result.unknown_cost_attempts = own["unknown_cost"]
             money = ledger.run_money(run_id)
-            # each round's figures were the whole budget's so far (its run id is shared):
-            # the last reading stands, not their sum
-            result.spent_micros = money["priced"]
-            result.unknown_cost_attempts = money["unknown_cost"]
             result.budget = {
                 "name": budget_name,
                 "cap": format_usd(budget.cap_micros),

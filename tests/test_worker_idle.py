@@ -53,3 +53,22 @@ def test_an_idle_worker_drains_only_due_deliveries(afc, monkeypatch):
     idle_worker()
     assert loops == [[]], "a due delivery: one drain"
     assert afc.rows("SELECT attempts FROM deliveries") == [(2,)]
+
+
+def test_a_worker_reports_its_own_spend_and_the_shared_budget_apart(afc):
+    """Workers of one budget share its run id: a second worker that started no attempt
+    reported the first one's 0.10 as its own ``spent`` (summing cron's log lines counted it
+    twice). ``spent`` is this worker's; the budget's figures are under ``budget``."""
+    afc.write_manifest(manifest(jobs(2)))  # 0.05 USD a render
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    first = afc.json("worker", "--until-idle", "--max-spend", "0.10")
+    assert (first["spent"], first["budget"]["priced"]) == ("0.100000", "0.100000")
+    afc.write_manifest(manifest(jobs(2), batch="b2"), "m2.yaml")
+    assert afc("submit", "m2.yaml", "--no-run").returncode == 0
+    second = afc.json("worker", "--until-idle", "--max-spend", "0.10", expect=4)
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(2,)]  # the first worker's
+    assert (second["spent"], second["unknown_cost_attempts"]) == ("0.000000", 0)
+    assert second["budget"]["priced"] == "0.100000"
+    line = afc("worker", "--until-idle", "--max-spend", "0.10").stderr
+    assert "spent 0.000000 USD (priced)" in line, line
+    assert "budget 'workers': 0.100000 of 0.100000 USD priced" in line, line

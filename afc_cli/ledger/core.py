@@ -1133,19 +1133,21 @@ class Ledger:
         ).fetchone()
         return int(row[0])
 
-    def run_money(self, run_id: str | None) -> dict[str, int]:
+    def run_money(self, run_id: str | None, owner: str | None = None) -> dict[str, int]:
         """A run's money as shown to a person: ``priced`` (the known costs of its attempts,
         the figure ``afc costs report`` sums as ``priced``), ``unknown_cost`` (its attempts
         whose cost is unknown: unpriced, or possibly paid) and ``reserved`` (the estimates
-        the budget holds for those). ``run_spend`` adds the two for the budget only."""
+        the budget holds for those). ``run_spend`` adds the two for the budget only.
+        ``owner``: only the attempts that process started (one worker's share of a budget
+        that several workers' attempts share, under one run id)."""
         # ``unknown_cost`` counts ended attempts only: a call still in flight (another
         # worker's, under a shared budget's run id) has no cost yet, known or not
         row = self.db.execute(
             "SELECT COALESCE(SUM(cost_micros), 0),"
             " COALESCE(SUM(CASE WHEN cost_micros IS NULL AND status <> 'started' THEN 1 END), 0),"
             " COALESCE(SUM(CASE WHEN cost_micros IS NULL THEN reserved_micros END), 0)"
-            " FROM attempts WHERE run_id = ?",
-            (run_id,),
+            " FROM attempts WHERE run_id = ?" + ("" if owner is None else " AND owner = ?"),
+            (run_id,) if owner is None else (run_id, owner),
         ).fetchone()
         return {"priced": int(row[0]), "unknown_cost": int(row[1]), "reserved": int(row[2])}
 
