@@ -241,3 +241,15 @@ def test_thumbnail_of_what_is_not_a_picture(tmp_path):
     assert make(store, "notes.png").note == "not a picture this afc can preview"
     missing = make(store, "gone.png")
     assert missing.data is None and re.search(r"gone\.png: missing", missing.note)
+
+
+def test_the_charts_show_a_micro_dollar_spend_not_zero(afc):
+    """The charts' figures were cents (``$0.00`` for a real 0.000006): they keep the digits
+    afc counts in."""
+    afc.write_manifest(
+        manifest(jobs(1), rates=[{"provider": "local", "model": "m1", "per_image": "0.000006"}])
+    )
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert afc("report", "--html", "report.html").returncode == 0
+    text = (afc.cwd / "report.html").read_text()
+    assert "$0.000006" in text

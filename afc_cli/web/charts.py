@@ -6,7 +6,7 @@ strings, never rounded through a float.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 COLOURS = ("#2f6fb0", "#c0392b", "#2e8b57", "#8e6c8a")
@@ -14,6 +14,14 @@ COLOURS = ("#2f6fb0", "#c0392b", "#2e8b57", "#8e6c8a")
 
 def _usd(value: str | None) -> float:
     return float(Decimal(value)) if value is not None else 0.0
+
+
+def usd_label(value: float) -> str:
+    """A chart's figure as money with the digits it has, to the micro-dollar afc counts in:
+    ``$0.04``, ``$1,234.50``, ``$0.000006`` (cents alone read a real 0.000006 as ``$0.00``)."""
+    amount = Decimal(repr(float(value))).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
+    whole, _, frac = f"{amount:,.6f}".partition(".")
+    return f"${whole}.{frac.rstrip('0').ljust(2, '0')}"
 
 
 def _chart(kind: str, title: str, labels: list[str], series: list[tuple[str, list[float]]]):
@@ -46,7 +54,7 @@ def _chart(kind: str, title: str, labels: list[str], series: list[tuple[str, lis
         legend_at_bottom_columns=len(series),
         print_values=False,
         show_y_guides=True,
-        value_formatter=lambda v: f"${v:,.2f}",
+        value_formatter=usd_label,
         x_label_rotation=0 if len(labels) < 8 else 30,
         truncate_label=40,
         truncate_legend=-1,
