@@ -7,6 +7,7 @@ YAML, the providers) are imported inside the commands so ``afc --help`` stays fa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -1161,6 +1162,12 @@ def main() -> None:
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.environ.setdefault("PYTHONIOENCODING", "utf-8")
+    # An output encoding that cannot write a prompt's text (PYTHONIOENCODING=ascii, a C
+    # locale) degrades it to backslash escapes (caf\xe9), as stderr does by default: never a
+    # UnicodeEncodeError after the work is done. --json is ASCII already (json.dumps).
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):  # replaced or closed streams
+            stream.reconfigure(errors="backslashreplace")
     for number, arg in enumerate(sys.argv[1:], 1):
         try:
             arg.encode("utf-8")

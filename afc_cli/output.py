@@ -35,15 +35,16 @@ def emit_table(
     title: str | None = None,
     footer: str | None = None,
 ) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from afc_cli.tables import rich_console
 
     table = Table(title=title, show_lines=False)
     for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*("" if row.get(c) is None else scrub(str(row.get(c))) for c in columns))
-    console = Console()
+    console = rich_console()
     console.print(table)
     if footer:
         console.print(footer)
@@ -125,10 +126,10 @@ class RichReporter(Reporter):
     """
 
     def __init__(self, verbose: bool = False):
-        from rich.console import Console
+        from afc_cli.tables import rich_console
 
         self.verbose = verbose
-        self.console = Console(stderr=True, highlight=False)
+        self.console = rich_console(stderr=True, highlight=False)
         self.progress = None
         self.live = None
         self.draining_until: float | None = None  # set while a stopping run drains

@@ -165,6 +165,17 @@ def emit_plain(rows: Sequence[dict[str, Any]], columns: Sequence[Col], out: Text
         out.write("\t".join(field(row.get(c.name)) for c in columns) + "\n")
 
 
+def rich_console(**options: Any):
+    """A rich Console for a person's terminal. ``NO_COLOR`` set and not empty (no-color.org)
+    turns every style off, bold and dim too, not only colour (rich's own ``NO_COLOR`` keeps
+    those): what is printed is plain text and cursor moves only."""
+    from rich.console import Console
+
+    if os.environ.get("NO_COLOR", ""):
+        options["color_system"] = None
+    return Console(**options)
+
+
 def emit_terminal(
     rows: Sequence[dict[str, Any]],
     columns: Sequence[Col],
@@ -174,7 +185,6 @@ def emit_terminal(
     notes: Sequence[str] = (),
     group: str | None = None,
 ) -> None:
-    from rich.console import Console
     from rich.text import Text
 
     width = terminal_width(out)
@@ -183,7 +193,7 @@ def emit_terminal(
     if group is not None:
         columns = [c for c in columns if c.name != group]
     plan = layout(rows, columns, width)
-    console = Console(file=out, width=max(width, plan.width), highlight=False)
+    console = rich_console(file=out, width=max(width, plan.width), highlight=False)
     if title:
         console.print(Text(title, style="bold"))
     if group is None:

@@ -2,7 +2,8 @@
 
 ``on_pty`` gives the child a pty (stdout, and stderr unless ``stderr_pipe``) sized with
 TIOCSWINSZ and ``COLUMNS`` set to the same width, reads everything it writes, and returns the
-text with colour and cursor escapes removed. ``on_pipe`` runs the same command with stdout on
+text with colour and cursor escapes removed (``raw`` keeps them); ``no_color`` sets
+``NO_COLOR``. ``on_pipe`` runs the same command with stdout on
 a pipe, as ``afc status | grep`` would.
 """
 
@@ -25,6 +26,7 @@ class Screen:
     returncode: int
     output: str  # what the terminal showed (stdout, and stderr unless piped apart)
     stderr: str = ""
+    raw: str = ""  # what the child wrote to the terminal, escapes and all
 
     @property
     def lines(self) -> list[str]:
@@ -44,11 +46,14 @@ def on_pty(
     rows: int = 40,
     stderr_pipe: bool = False,
     timeout: float = 120,
+    no_color: bool = False,
 ) -> Screen:
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     env = {**env, "COLUMNS": str(columns), "LINES": str(rows), "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
+    if no_color:  # no-color.org: set and not empty
+        env["NO_COLOR"] = "1"
     proc = subprocess.Popen(
         command,
         cwd=cwd,
@@ -73,7 +78,8 @@ def on_pty(
     os.close(master)
     err = proc.stderr.read().decode() if stderr_pipe else ""
     returncode = proc.wait(timeout=timeout)
-    return Screen(returncode, plain(b"".join(chunks).decode("utf-8", "replace")), err)
+    raw = b"".join(chunks).decode("utf-8", "replace")
+    return Screen(returncode, plain(raw), err, raw)
 
 
 def on_pipe(

@@ -124,3 +124,16 @@ def test_a_key_of_two_batches_is_neither_retried_nor_cancelled_without_batch(afc
         {"key": "shot-001", "batch": "b2", "was": "cancelled"}
     ]
     assert afc.rows(both) == [("b1", "cancelled"), ("b2", "queued")]
+
+
+def test_text_an_ascii_terminal_cannot_write_is_escaped_not_a_crash(afc):
+    """PYTHONIOENCODING=ascii (or a C locale) and a prompt in any other script: afc show
+    ended in "unexpected error: UnicodeEncodeError (a bug in afc)", exit 1."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "café ☕ 東京"}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    ascii_only = {"PYTHONIOENCODING": "ascii"}
+    for args in (("show", "a"), ("status", "--all"), ("outputs",)):
+        result = afc(*args, env=ascii_only)
+        assert result.returncode == 0, (args, result.stderr)
+        assert "Traceback" not in result.stderr and "a bug in afc" not in result.stderr
+    assert "caf\\xe9 \\u2615 \\u6771\\u4eac" in afc("show", "a", env=ascii_only).stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 
 import pytest
@@ -427,3 +428,22 @@ def test_shell_completion_is_on(afc):
     assert afc(env=env).stdout.split() == ["status"]
     env.update(COMP_WORDS="afc status --st", COMP_CWORD="2")
     assert afc(env=env).stdout.split() == ["--status"]
+
+
+STYLE = re.compile(r"\x1b\[[0-9;]*m")  # SGR: colour, bold, dim
+
+
+def test_no_color_means_no_style_at_all_on_a_terminal(ledger, afc):
+    """no-color.org: NO_COLOR set (and not empty) and afc's terminal output has no SGR
+    escape at all: rich's own NO_COLOR dropped colour but kept the bold titles and headers and
+    the dim notes."""
+
+    def styles(who, *args, no_color):
+        shown = on_pty(who.command(*args), cwd=who.cwd, env=who.env, no_color=no_color)
+        return set(STYLE.findall(shown.raw))
+
+    for args in (("status",), ("costs", "report"), ("show", LONG_KEYS[2])):
+        assert styles(ledger, *args, no_color=False), args  # styled without NO_COLOR
+        assert not styles(ledger, *args, no_color=True), args
+    afc.write_manifest(manifest([{"key": "k1", "prompt": "p"}]))
+    assert not styles(afc, "submit", "manifest.yaml", no_color=True)  # the live progress
