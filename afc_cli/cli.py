@@ -308,7 +308,7 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
     # "run here": the jobs this process worked on; the tally is every job the command
     # reports (replayed ones, and ones another afc process finished or holds, included)
     tally = f"of {len(jobs)} job(s): {counts}" if counts else "no jobs"
-    _err(f"{result.ran} run here; {tally}; {_spend_line(result.stats)}")
+    _err(f"{result.ran} run here; {tally}; {_spend_line(result.stats, result.budget)}")
     if result.stats.budget_hit:
         _err(
             f"stopped by the budget of {format_usd(result.budget.cap_micros)} USD: no new "
@@ -324,7 +324,7 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         )
         _err(
             f"interrupted: {stats.finished} job(s) finished in this run, {left} left to do, "
-            f"{abandoned}; {_spend_line(stats)}. Continue with 'afc resume'."
+            f"{abandoned}; {_spend_line(stats, result.budget)}. Continue with 'afc resume'."
         )
 
 
@@ -342,16 +342,19 @@ def _print_stuck(stuck: list[dict[str, Any]]) -> None:
     )
 
 
-def _spend_line(stats: Any) -> str:
+def _spend_line(stats: Any, budget: Any) -> str:
     """The run's spend as ``afc costs report`` counts it (``priced``); attempts of unknown
-    cost, and what the budget reserved for them, apart and never added in."""
-    from afc_cli.costs import format_usd
+    cost apart and never added in, and, under a budget (``budget``), what it holds for them
+    (their rate-card estimates). Without a budget reservations mean nothing to a person, so
+    nothing is said of them (``--json`` still has ``reserved``)."""
+    from afc_cli.costs import format_usd, plural
 
     line = f"this run spent {format_usd(stats.spent_micros)} USD (priced)"
     if stats.unknown_cost_attempts:
-        line += f" + {stats.unknown_cost_attempts} attempts of unknown cost"
-        if stats.reserved_micros:
-            line += f", reserved {format_usd(stats.reserved_micros)}"
+        line += f" + {plural(stats.unknown_cost_attempts, 'attempt')} of unknown cost"
+        if budget is not None and stats.reserved_micros:
+            them = "it" if stats.unknown_cost_attempts == 1 else "them"
+            line += f"; the budget counts {format_usd(stats.reserved_micros)} USD for {them}"
     return line
 
 

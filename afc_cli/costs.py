@@ -55,6 +55,11 @@ def format_usd(micros: int | None) -> str | None:
     return f"{sign}{whole}.{frac:06d}"
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 attempt``, ``2 attempts``: the counts beside the money, in words that agree."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def job_cost(priced_micros: int | None, attempts: int) -> str | None:
     """What a job cost so far, as shown everywhere: the sum of its priced attempts; 0 for a
     job with no attempt at all (taken from storage); unpriced (None) when it had attempts and

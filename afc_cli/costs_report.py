@@ -3,12 +3,14 @@
 For each group: ``priced`` (the sum of known attempt costs), ``unpriced_attempts`` (attempts
 whose cost is unknown: real spend is higher than ``priced`` by their cost), ``failed_spend``
 (known cost of attempts that failed or whose outcome is unknown), ``unknown_attempts``
-(attempts a dead process left: possibly paid), ``avoided_renders`` (renders a stored output
-made unnecessary: a replay of a finished job, or an output found in storage) and
-``avoided_cost`` (what those would have cost: the original render's cost, else the rate card;
-``avoided_unpriced`` counts the ones neither knows). Each job's avoided render counts once, at
-the first time it was avoided, however often the job is replayed afterwards (ledgers written
-before afc counted it once may hold a row per replay: the report takes each job's first).
+(attempts whose answer afc never got: a process ended during the call, or the provider no
+longer had the request when a run came back for it; possibly paid), ``avoided_renders``
+(renders a stored output made unnecessary: a replay of a finished job, or an output found in
+storage) and ``avoided_cost`` (what those would have cost: the original render's cost, else
+the rate card; ``avoided_unpriced`` counts the ones neither knows). Each job's avoided render
+counts once, at the first time it was avoided, however often the job is replayed afterwards
+(ledgers written before afc counted it once may hold a row per replay: the report takes each
+job's first).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from afc_cli.costs import format_usd
+from afc_cli.costs import format_usd, plural
 from afc_cli.errors import UsageError
 from afc_cli.ledger import Ledger
 
@@ -79,15 +81,26 @@ def _shown(values: dict[str, int]) -> dict[str, Any]:
 def footer(report: dict[str, Any]) -> str | None:
     total = report["total"]
     notes = []
-    if total["unpriced_attempts"]:
+    unpriced, unknown, avoided = (
+        total["unpriced_attempts"],
+        total["unknown_attempts"],
+        total["avoided_unpriced"],
+    )
+    if unpriced:
         notes.append(
-            f"{total['unpriced_attempts']} attempts are unpriced: real spend is higher than shown."
+            f"{plural(unpriced, 'attempt')} {'is' if unpriced == 1 else 'are'} unpriced: real "
+            "spend is higher than shown."
         )
-    if total["unknown_attempts"]:
+    if unknown:
         notes.append(
-            f"{total['unknown_attempts']} attempts have an unknown outcome (a process ended "
-            "during them): the provider may have charged for them."
+            f"{plural(unknown, 'attempt')} {'has' if unknown == 1 else 'have'} an unknown "
+            "outcome (afc never got the provider's answer: a process ended during the call, or "
+            "the provider no longer had the request): the provider may have charged for "
+            f"{'it' if unknown == 1 else 'them'}."
         )
-    if total["avoided_unpriced"]:
-        notes.append(f"{total['avoided_unpriced']} avoided renders have no known price.")
+    if avoided:
+        notes.append(
+            f"{plural(avoided, 'avoided render')} {'has' if avoided == 1 else 'have'} no "
+            "known price."
+        )
     return "\n".join(notes) or None

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from afc_cli.costs import format_usd, job_cost
+from afc_cli.costs import format_usd, job_cost, plural
 from afc_cli.errors import UsageError
 from afc_cli.ledger import TERMINAL, Ledger
 
@@ -154,12 +154,17 @@ def print_story(story: dict[str, Any]) -> None:
     say(f"{job['batch']}/{job['key']}  {job['status']} (step {job['step']})")
     say(f"job id        {job['id']}")
     say(f"request hash  {job['request_hash']}")
-    say(f"output        {job['output_url']}")
     if job["output_sha256"]:
+        say(f"output        {job['output_url']}")
         say(f"sha256        {job['output_sha256']} ({job['output_size']} bytes)")
-    cost = job["cost"] if job["cost"] is not None else "unpriced"
-    extra = f", {job['unpriced_attempts']} attempts unpriced" if job["unpriced_attempts"] else ""
-    say(f"cost          {cost} USD{extra}")
+    else:  # a failed, cancelled or unfinished job: its key holds nothing of it
+        say(f"output        none stored (key {job['output_key']})")
+    unpriced = job["unpriced_attempts"]
+    if job["cost"] is None:
+        say(f"cost          unpriced ({plural(unpriced, 'attempt')} of unknown cost)")
+    else:
+        extra = f" + {plural(unpriced, 'attempt')} of unknown cost" if unpriced else ""
+        say(f"cost          {job['cost']} USD{extra}")
     if job["waiting"]:
         say(f"waiting       {job['waiting']}")
     if job["error"]:

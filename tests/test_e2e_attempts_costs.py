@@ -163,7 +163,7 @@ def test_costs_report_exact_totals_unpriced_and_avoided(afc):
     assert by_model["local/no-card"]["unpriced_attempts"] == 1
     assert by_model["local/video"]["priced"] == "0.003840"
     table = afc("costs", "report")
-    assert "1 attempts are unpriced: real spend is higher than shown" in table.stderr
+    assert "1 attempt is unpriced: real spend is higher than shown" in table.stderr
     rows = list(csv.DictReader(io.StringIO(afc("costs", "report", "--csv").stdout)))
     assert rows[-1]["provider"] == "total" and rows[-1]["unpriced_attempts"] == "1"
     assert rows[-1]["priced"] == "0.103840"
@@ -311,3 +311,23 @@ def test_a_call_in_flight_is_not_shown_unpriced(afc):
     finally:
         release.touch()
     assert proc.wait(timeout=60) == 0
+
+
+def test_one_unpriced_attempt_reads_as_one_and_a_failed_job_shows_no_output(afc):
+    """Outside audit: "1 attempts of unknown cost", "1 attempts unpriced", and `afc show`
+    gave a failed job's output as a file:// URL where nothing is stored."""
+    job, _ = run_one(afc, {"fail": ["window_expired"]}, [{"model": "m1", "attempts": 1}], 1)
+    assert job["status"] == "failed" and job["cost"] is None
+    shown = afc("show", "j")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "output        none stored (key b1/j.png)" in lines, shown.stdout
+    assert "file://" not in shown.stdout
+    assert "cost          unpriced (1 attempt of unknown cost)" in lines, shown.stdout
+    (afc.cwd / "x").mkdir()
+    afc.cwd = afc.cwd / "x"
+    afc.write_manifest(manifest([{"key": "j", "prompt": "p", "params": {"fail": ["timeout"]}}]))
+    summary = afc("submit", "manifest.yaml").stderr
+    assert "+ 1 attempt of unknown cost\n" in summary, summary
+    report = afc("costs", "report")
+    assert "1 attempt is unpriced: real spend" in report.stderr, report.stderr
