@@ -6,6 +6,8 @@ finished job), or refuse it (a changed body under an admitted key, its changed f
 as ``afc submit`` names them; or an output key holding another object). The estimate is one
 paid attempt of each job's first model at its rate card's per-image price: what the run costs
 when nothing fails. Models with no such price are named as unpriced, never counted as zero.
+The budget it compares the estimate with is the submit's own (``Budget.of_manifest``:
+``--max-spend``, else the manifest's ``budget``).
 
 The ledger, if there is one, is opened read-only (no migrations, no lock); a missing ledger
 means every job is new. Storage is only read.
@@ -105,7 +107,8 @@ def plan(
             detail["review"] = True
         jobs.append({"key": job.key, "action": action, "model": model, **detail})
 
-    budget = Budget.parse(max_spend, allow_unpriced)
+    # the budget the submit would run under: --max-spend over the manifest's budget
+    budget = Budget.of_manifest(max_spend, manifest, allow_unpriced)
     return {
         "batch": manifest.batch,
         "storage": url,

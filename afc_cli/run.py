@@ -98,9 +98,13 @@ class Budget:
 
     cap_micros: int
     allow_unpriced: bool = False
+    # where the cap was set, as its errors name it: the option, or the manifest's field
+    source: str = "--max-spend"
 
     @classmethod
-    def parse(cls, value: str | None, allow_unpriced: bool) -> Budget | None:
+    def parse(
+        cls, value: str | None, allow_unpriced: bool, source: str = "--max-spend"
+    ) -> Budget | None:
         if value is None:
             return None
         from afc_cli.costs import usd_problem
@@ -108,7 +112,17 @@ class Budget:
         problem = usd_problem(value)
         if problem:
             raise UsageError(f"--max-spend (or the manifest's budget) {problem}")
-        return cls(to_micros(Decimal(value)), allow_unpriced)
+        return cls(to_micros(Decimal(value)), allow_unpriced, source)
+
+    @classmethod
+    def of_manifest(
+        cls, max_spend: str | None, manifest: Any, allow_unpriced: bool
+    ) -> Budget | None:
+        """The budget a submit of ``manifest`` runs under, and its plan shows: ``--max-spend``
+        when given, else the manifest's ``budget``, else none."""
+        if max_spend is not None:
+            return cls.parse(max_spend, allow_unpriced)
+        return cls.parse(manifest.budget, allow_unpriced, f"{manifest.path}: field 'budget'")
 
     def check_priced(self, chains: list[tuple[str, list[dict[str, Any]]]], rates) -> None:
         """Refuse unpriced models under a budget unless --allow-unpriced: a cap cannot hold
@@ -222,7 +236,7 @@ def submit(
     manifest = load_manifest(manifest_path)
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
     rates = manifest_rates(manifest)
-    budget = Budget.parse(max_spend if max_spend is not None else manifest.budget, allow_unpriced)
+    budget = Budget.of_manifest(max_spend, manifest, allow_unpriced)
     if budget is not None and run:
         budget.check_priced([(manifest.batch, chain) for chain in manifest.chains], lambda b: rates)
     if run:
