@@ -422,7 +422,7 @@ def submit(
     Validates the manifest first (exit 2, nothing written, on any problem); a job whose key and
     request were admitted before is a replay and is not rendered again."""
     if dry_run:
-        _plan(manifest, ledger, storage, max_spend, json_out)
+        _plan(manifest, ledger, storage, max_spend, allow_unpriced, json_out)
         return
     with _boundary(again=_again()):
         if not no_run:
@@ -616,17 +616,37 @@ def ledger_copy(
             )
 
 
-def _plan(manifest: str, ledger: str, storage: str | None, max_spend: str | None, json_out: bool):
+def _plan(
+    manifest: str,
+    ledger: str,
+    storage: str | None,
+    max_spend: str | None,
+    allow_unpriced: bool,
+    json_out: bool,
+):
     with _boundary():
         from afc_cli.plan import describe, plan
 
-        result = plan(manifest, ledger_path=ledger, storage=storage, max_spend=max_spend)
+        result = plan(
+            manifest,
+            ledger_path=ledger,
+            storage=storage,
+            max_spend=max_spend,
+            allow_unpriced=allow_unpriced,
+        )
         if json_out:
             from afc_cli.output import emit_json
 
             emit_json(result)
         else:
             sys.stdout.write(describe(result) + "\n")
+    if result["problems"]:
+        from afc_cli.errors import EXIT_USAGE
+
+        # what the submit would refuse, on stderr too, with the submit's exit code
+        for problem in result["problems"]:
+            _err(problem)
+        raise typer.Exit(EXIT_USAGE)
 
 
 @app.command(
@@ -636,6 +656,14 @@ def _plan(manifest: str, ledger: str, storage: str | None, max_spend: str | None
 def plan_command(
     manifest: Annotated[str, typer.Argument(metavar="MANIFEST", help="The job manifest (YAML).")],
     max_spend: MaxSpendOpt = None,
+    allow_unpriced: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unpriced",
+            help="As a submit given it: under a budget, models with no rate card are "
+            "allowed (their spend uncapped), not refused with exit 2.",
+        ),
+    ] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     storage: StorageOpt = None,
     json_out: JsonOpt = False,
@@ -646,8 +674,9 @@ def plan_command(
     """Say what a submit would do and cost, writing nothing.
 
     Per job: new, replayed, already stored or conflicting; the estimated spend and the models
-    without a price. Writes nothing: no ledger, no storage, no provider call."""
-    _plan(manifest, ledger, storage, max_spend, json_out)
+    without a price. Under a budget, exit 2 where the submit would refuse to run (a model that
+    may run has no per-image price). Writes nothing: no ledger, no storage, no provider call."""
+    _plan(manifest, ledger, storage, max_spend, allow_unpriced, json_out)
 
 
 @costs_app.command(

@@ -5,9 +5,13 @@ finished), take it from storage (its own output is already there), nothing (a re
 finished job), or refuse it (a changed body under an admitted key, its changed fields named
 as ``afc submit`` names them; or an output key holding another object). The estimate is one
 paid attempt of each job's first model at its rate card's per-image price: what the run costs
-when nothing fails. Models with no such price are named as unpriced, never counted as zero.
+when nothing fails. Every model of those jobs' chains with no such price (a fallback may run
+too) is named as unpriced, never counted as zero.
 The budget it compares the estimate with is the submit's own (``Budget.of_manifest``:
-``--max-spend``, else the manifest's ``budget``).
+``--max-spend``, else the manifest's ``budget``), checked as the submit checks it
+(``Budget.check_priced``): where the submit would refuse to run under it (an unpriced model,
+without ``--allow-unpriced``), the plan says so in ``problems`` and the command exits 2, as the
+submit would; ``fits_budget`` is then None (the estimate cannot say).
 
 The ledger, if there is one, is opened read-only (no migrations, no lock); a missing ledger
 means every job is new. Storage is only read.
@@ -21,6 +25,7 @@ from typing import Any
 from afc_cli import storage as storage_mod
 from afc_cli.conflicts import changes_since, describe_changes
 from afc_cli.costs import format_usd
+from afc_cli.errors import UsageError
 from afc_cli.ledger.core import TERMINAL
 from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
@@ -39,13 +44,22 @@ def plan(
 
     manifest = load_manifest(manifest_path)
     rates = manifest_rates(manifest)
+    # the budget the submit would run under: --max-spend over the manifest's budget
+    budget = Budget.of_manifest(max_spend, manifest, allow_unpriced)
+    # what the submit would refuse before writing anything, said here too (exit 2)
+    problems = []
+    if budget is not None:
+        try:
+            budget.check_priced(
+                [(manifest.batch, chain) for chain in manifest.chains], lambda batch: rates
+            )
+        except UsageError as exc:
+            problems.append(exc.message)
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
     from afc_cli.ledger import read_admitted
 
     bound, admitted = read_admitted(ledger_path, manifest.batch)
     if bound and named and bound != named:
-        from afc_cli.errors import UsageError
-
         raise UsageError(f"batch {manifest.batch!r} stores its outputs in {bound}, not {named}")
     url = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
     store = storage_mod.open(url)
@@ -97,18 +111,20 @@ def plan(
                 action = "render"
                 counts["to_render"] += 1
                 price = rates.estimate(entry["provider"], entry["model"])
-                if price is None:
-                    unpriced.add(model)
-                else:
+                if price is not None:
                     estimate += price
+                # a fallback may run too: every model of the chain without an estimate is named
+                unpriced.update(
+                    f"{e['provider']}/{e['model']}"
+                    for e in job.chain
+                    if rates.estimate(e["provider"], e["model"]) is None
+                )
         if job.needs:
             detail["needs"] = list(job.needs)
         if job.review:
             detail["review"] = True
         jobs.append({"key": job.key, "action": action, "model": model, **detail})
 
-    # the budget the submit would run under: --max-spend over the manifest's budget
-    budget = Budget.of_manifest(max_spend, manifest, allow_unpriced)
     return {
         "batch": manifest.batch,
         "storage": url,
@@ -116,7 +132,9 @@ def plan(
         "estimated_spend": format_usd(estimate),
         "unpriced_models": sorted(unpriced),
         "budget": format_usd(budget.cap_micros) if budget else None,
-        "fits_budget": None if budget is None else estimate <= budget.cap_micros,
+        # None without a budget, or when the submit would refuse to run under it (problems)
+        "fits_budget": None if budget is None or problems else estimate <= budget.cap_micros,
+        "problems": problems,
         "conflicts": conflicts,
         # the jobs with needs and the jobs they need, in waves (each needs only earlier ones),
         # and the jobs that pause for a person's review after verify
@@ -153,7 +171,9 @@ def describe(result: dict[str, Any]) -> str:
         lines.append("  waits for a review: " + ", ".join(result["review"]))
     if result["unpriced_models"]:
         lines.append("  unpriced (not in the estimate): " + ", ".join(result["unpriced_models"]))
-    if result["budget"] is not None:
+    if result["budget"] is not None and not result["problems"]:
         verdict = "fits" if result["fits_budget"] else "does NOT fit"
         lines.append(f"  budget {result['budget']} USD: the estimate {verdict}")
+    for problem in result["problems"]:
+        lines.append(f"  a submit would be refused (exit 2): {problem}")
     return "\n".join(lines)
