@@ -655,7 +655,15 @@ def _plan(
 )
 def plan_command(
     manifest: Annotated[str, typer.Argument(metavar="MANIFEST", help="The job manifest (YAML).")],
-    max_spend: MaxSpendOpt = None,
+    max_spend: Annotated[
+        str | None,
+        typer.Option(
+            "--max-spend",
+            metavar="USD",
+            help="Plan a submit with this cap instead of the manifest's budget: say whether "
+            "the estimate fits it. Nothing is run.",
+        ),
+    ] = None,
     allow_unpriced: Annotated[
         bool,
         typer.Option(

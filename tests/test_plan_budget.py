@@ -58,3 +58,12 @@ def test_plan_refuses_what_the_submit_refuses_under_a_budget(afc):
     assert free["problems"] == [] and free["unpriced_models"] == ["local/m2"]
     assert not (afc.cwd / "afc.db").exists()
     assert afc("submit", "manifest.yaml", "--max-spend", "1", "--allow-unpriced").returncode == 0
+
+
+def test_plans_max_spend_help_says_what_plan_does_with_it(afc):
+    """An outside audit: `afc plan -h` said --max-spend would "stop starting attempts before it
+    (exit 4)", though a plan starts none."""
+    text = afc("plan", "-h").stdout
+    option = " ".join(text.split("--max-spend USD", 1)[1].split("--allow-unpriced")[0].split())
+    assert "stop starting attempts" not in option and "exit 4" not in option
+    assert "the estimate fits" in option and "manifest's budget" in option
