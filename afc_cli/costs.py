@@ -40,6 +40,7 @@ def usd_problem(value: str) -> str | None:
 
 
 MICROS = Decimal(1_000_000)
+MAX_ESTIMATE = 999_999_999_999  # micro-USD: the most the ledger's numeric(12,6) holds
 
 
 def to_micros(amount: Decimal) -> int:
@@ -142,16 +143,22 @@ class RateCards:
                 return _bounded(amount * card[rate])
         return None
 
-    def estimate(self, provider: str, model: str) -> int | None:
+    def estimate(self, provider: str, model: str, images: int = 1) -> int | None:
         """What one attempt is expected to cost, for plans and budgets: the card's per-image
-        price. None where the card has none (a per-second or per-token card alone cannot say
-        in advance). By ``price``'s rule, a card whose only rate that a provider's answer can
-        use is per_image charges exactly this estimate; a card that also has token rates
-        charges the reported tokens (per_image is then only the estimate)."""
+        price times the ``images`` the request asks for (``images_requested`` in
+        afc_cli/providers: OpenAI's ``n``, Replicate's ``num_outputs``, fal's ``num_images``;
+        every image of an answer is billed). None where the card has no per-image price (a
+        per-second or per-token card alone cannot say in advance). By ``price``'s rule, a
+        card whose only rate that a provider's answer can use is per_image charges exactly
+        this estimate when the answer holds the images asked for; a card that also has token
+        rates charges the reported tokens (per_image is then only the estimate).
+
+        Bounded just under 1,000,000 USD (the ledger's reservation column), which no budget
+        admits: an absurd image count is refused by the budget, never reserved as nothing."""
         card = self.cards.get((provider, model))
         if card is None or "per_image" not in card:
             return None
-        return to_micros(card["per_image"])
+        return min(to_micros(card["per_image"] * max(images, 1)), MAX_ESTIMATE)
 
 
 MAX_COUNT = Decimal(10**15)  # more tokens, images or seconds than any one answer reports

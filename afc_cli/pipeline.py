@@ -42,7 +42,7 @@ from afc_cli.attempts import (
 from afc_cli.costs import RateCards, format_usd, to_micros
 from afc_cli.errors import AnswerNotRead, SpoolError, StorageError
 from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
-from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError
+from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
 from afc_cli.providers.base import GONE_PREFIX, RequestGone
 from afc_cli.secrets import scrub
 from afc_cli.spool import DirSync, Spool, SpoolFile
@@ -240,6 +240,7 @@ async def _start_attempt(
     entry: dict[str, Any],
     wait: float | None,
     rates: Any,
+    params: dict[str, Any],
 ) -> int | None:
     """``Ledger.start_attempt``, waiting (without a worker slot) while the provider's limits
     are reached across the ledger's other processes (a jittered wait between tries). Returns
@@ -257,7 +258,12 @@ async def _start_attempt(
                 wait,
                 durable=entry["provider"] != "local",
                 run_id=ctx.run_id,
-                reserve_micros=rates.estimate(entry["provider"], entry["model"]),
+                # the images the request asks for (n, num_outputs, num_images), each billed
+                reserve_micros=rates.estimate(
+                    entry["provider"],
+                    entry["model"],
+                    images_requested(entry["provider"], params),
+                ),
                 cap_micros=ctx.cap_micros,
                 limit=shared,
             )
@@ -556,7 +562,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             provider.warm()  # its client (imports, TLS) made before the row, not after it
             if resume is None:
                 try:
-                    number = await _start_attempt(ctx, job, chain_index, entry, wait, rates)
+                    number = await _start_attempt(
+                        ctx, job, chain_index, entry, wait, rates, request["params"]
+                    )
                 except _Stopped:
                     return False
                 except BudgetExhausted as exc:

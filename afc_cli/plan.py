@@ -29,6 +29,7 @@ from afc_cli.errors import UsageError
 from afc_cli.ledger.core import TERMINAL
 from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
+from afc_cli.providers import images_requested
 from afc_cli.run import Budget, manifest_rates, resolve_storage
 
 
@@ -110,7 +111,9 @@ def plan(
             else:
                 action = "render"
                 counts["to_render"] += 1
-                price = rates.estimate(entry["provider"], entry["model"])
+                # every image the request asks for is billed (n, num_outputs, num_images)
+                images = images_requested(entry["provider"], job.params)
+                price = rates.estimate(entry["provider"], entry["model"], images)
                 if price is not None:
                     estimate += price
                 # a fallback may run too: every model of the chain without an estimate is named

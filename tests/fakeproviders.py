@@ -284,7 +284,13 @@ class FakeProviders:
             return h.reply(
                 200, {"created": 1, "data": [{"b64_json": "QUJ"}], "usage": usage}, headers=headers
             )
-        h.reply(200, {"created": 1, "data": [{"b64_json": image}], "usage": usage}, headers=headers)
+        # ``n`` images, each billed (their output tokens with them), as OpenAI answers
+        n = body.get("n") if isinstance(body.get("n"), int) else 1
+        if n > 1:
+            usage = {**usage, "output_tokens": 4160 * n, "total_tokens": 50 + 4160 * n}
+        h.reply(
+            200, {"created": 1, "data": [{"b64_json": image}] * n, "usage": usage}, headers=headers
+        )
 
     def openai_edits(self, h) -> None:
         """``POST /v1/images/edits``: multipart form data, the fields as form fields and each
@@ -434,9 +440,14 @@ class FakeProviders:
                     metrics={"predict_time": 1.5},
                 )
             else:
+                # ``num_outputs`` outputs (a model input several image models take)
+                count = p["input"].get("num_outputs") if isinstance(p["input"], dict) else None
+                count = count if isinstance(count, int) else 1
                 p.update(
                     status="succeeded",
-                    output=[f"{self.base}/files/{pid}.png"],
+                    output=[f"{self.base}/files/{pid}-{i}.png" for i in range(count)]
+                    if count > 1
+                    else [f"{self.base}/files/{pid}.png"],
                     metrics={"predict_time": 3.2, "total_time": 3.5},
                 )
         h.reply(200, {k: v for k, v in p.items() if k not in ("polls", "prompt")})
@@ -483,7 +494,13 @@ class FakeProviders:
                 headers={"X-Fal-Retryable": "false"},
             )
         rid = str(uuid.uuid4())
-        self.fal[rid] = {"prompt": prompt, "polls": 0, "status": "IN_QUEUE"}
+        count = body.get("num_images")  # several images of one request, each billed
+        self.fal[rid] = {
+            "prompt": prompt,
+            "polls": 0,
+            "status": "IN_QUEUE",
+            "images": count if isinstance(count, int) else 1,
+        }
         root = f"{self.base}/fal-ai/flux/requests/{rid}"
         h.reply(
             200,
@@ -536,7 +553,8 @@ class FakeProviders:
                         "height": 32,
                         "content_type": "image/png",
                     }
-                ],
+                ]
+                * r["images"],
                 "timings": {"inference": 1.1},
                 "seed": 1,
                 "has_nsfw_concepts": [False],

@@ -4,7 +4,19 @@ estimate that counts every image a request asks for (README "Money: know before 
 
 from __future__ import annotations
 
+import pytest
 from conftest import manifest
+from fakeproviders import FakeProviders
+
+FAST = {"base": 0.01, "cap": 0.05}
+
+
+@pytest.fixture
+def fake(afc):
+    server = FakeProviders().start()
+    afc.env.update(server.env())
+    yield server
+    server.stop()
 
 
 def test_plan_compares_the_estimate_with_the_manifests_budget(afc):
@@ -67,3 +79,70 @@ def test_plans_max_spend_help_says_what_plan_does_with_it(afc):
     option = " ".join(text.split("--max-spend USD", 1)[1].split("--allow-unpriced")[0].split())
     assert "stop starting attempts" not in option and "exit 4" not in option
     assert "the estimate fits" in option and "manifest's budget" in option
+
+
+@pytest.mark.parametrize(
+    "provider, model, param",
+    [
+        ("openai", "gpt-image-1", "n"),
+        ("replicate", "black-forest-labs/flux-schnell", "num_outputs"),
+        ("fal", "fal-ai/flux/dev", "num_images"),
+    ],
+)
+def test_the_estimate_counts_every_image_a_request_asks_for(afc, fake, provider, model, param):
+    """An outside audit: with `n: 4` and a per_image card of 0.04, plan estimated 0.04 a job
+    and the run was charged 0.16 a job (every image of an answer is billed); the same estimate
+    was the budget's reservation, so a 0.10 budget let 0.16 and more through. Each provider's
+    own image-count param counts, in the plan and in the reservation."""
+
+    def write(name, batch):
+        data = manifest(
+            [{"key": f"j{i}", "prompt": f"prompt {i}"} for i in range(3)],
+            batch=batch,
+            rates=[{"provider": provider, "model": model, "per_image": "0.04"}],
+        )
+        data["defaults"]["chain"] = [
+            {"provider": provider, "model": model, "attempts": 1, "backoff": FAST}
+        ]
+        data["defaults"]["params"] = {param: 4}
+        afc.write_manifest(data, name)
+
+    write("manifest.yaml", "b1")
+    planned = afc.json("plan", "manifest.yaml")
+    assert planned["estimated_spend"] == "0.480000"
+    run = afc.json("submit", "manifest.yaml")
+    assert run["spent"] == planned["estimated_spend"]  # the plan said what the run was charged
+    # each attempt is reserved at its four images: under 0.10 none of them starts
+    write("m2.yaml", "b2")
+    assert afc.json("plan", "m2.yaml", "--max-spend", "0.10")["fits_budget"] is False
+    capped = afc.json("submit", "m2.yaml", "--max-spend", "0.10", "--concurrency", "1", expect=4)
+    assert capped["spent"] == "0.000000"
+    started = afc.rows(
+        "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.batch = 'b2'"
+    )
+    assert started == [(0,)]
+    waiting = [j["waiting"] for j in capped["jobs"] if j["status"] == "waiting"]
+    assert waiting and "the next attempt is estimated at 0.160000" in waiting[0]
+
+
+def test_an_image_count_is_read_as_the_provider_would_take_it():
+    """Whole numbers from 1 count (also "4" and 4.0, which a model's input may accept); any
+    other value is the provider's default of one image (the provider refuses what it cannot
+    read, unbilled); a provider without an image-count param always makes one image."""
+    from afc_cli.costs import RateCards
+    from afc_cli.providers import images_requested
+
+    assert images_requested("openai", {"n": 3}) == 3
+    assert images_requested("replicate", {"num_outputs": "2"}) == 2
+    assert images_requested("fal", {"num_images": 4.0}) == 4
+    for odd in (0, -2, 1.5, True, "many", None, [4], "NaN"):
+        assert images_requested("openai", {"n": odd}) == 1, odd
+    assert images_requested("openai", {}) == 1
+    assert images_requested("gemini", {"n": 4}) == 1 and images_requested("local", {"n": 4}) == 1
+    cards = RateCards.from_json(
+        [{"provider": "openai", "model": "m", "prices": {"per_image": "0.04"}}]
+    )
+    assert cards.estimate("openai", "m", 4) == 160_000
+    # an absurd count stays within what the ledger's reservation holds, and fits no budget
+    huge = cards.estimate("openai", "m", images_requested("openai", {"n": 10**30}))
+    assert huge == 999_999_999_999

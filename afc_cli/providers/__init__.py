@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from afc_cli.providers.base import AttemptRequest, AttemptResult, Provider, ProviderError
 from afc_cli.providers.fal import FalProvider
 from afc_cli.providers.gemini import GeminiProvider
@@ -16,6 +18,13 @@ PROVIDERS: dict[str, Provider] = {
     "fal": FalProvider(),
     "gemini": GeminiProvider(),
 }
+
+
+def images_requested(provider: str, params: dict[str, Any]) -> int:
+    """How many images one request to ``provider`` with ``params`` asks for (1 unless the
+    adapter's ``images_param`` asks for more): what a plan and a budget estimate."""
+    adapter = PROVIDERS.get(provider)
+    return adapter.images_requested(params) if adapter is not None else 1
 
 
 def key_envs(providers: set[str]) -> list[str]:
@@ -59,6 +68,7 @@ def malformed_keys(providers: set[str]) -> list[str]:
 
 __all__ = [
     "PROVIDERS",
+    "images_requested",
     "key_problem",
     "malformed_keys",
     "missing_keys",

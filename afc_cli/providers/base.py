@@ -111,6 +111,27 @@ class Provider:
     # The params this adapter reads or sends. None: the params are the model's own inputs,
     # passed through as they are (Replicate, fal), so any name may be meaningful.
     params: frozenset[str] | None = None
+    # The param that asks one request for several images (OpenAI's ``n``), each produced and
+    # billed (every adapter reports them all as ``images``); None: one image a request.
+    images_param: str | None = None
+
+    def images_requested(self, params: dict[str, Any]) -> int:
+        """How many images a request with ``params`` asks for, for the estimates of plans and
+        budgets (``RateCards.estimate``): ``images_param``'s value when it is a whole number
+        from 1 up (also written as ``"4"`` or ``4.0``, which a model's input may accept),
+        else 1, the providers' default (a value they cannot read is refused, unbilled)."""
+        from decimal import Decimal, InvalidOperation
+
+        value = params.get(self.images_param) if self.images_param else None
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            return 1
+        try:
+            count = Decimal(str(value).strip())
+        except InvalidOperation:
+            return 1
+        if not count.is_finite() or count < 1 or count != count.to_integral_value():
+            return 1
+        return int(min(count, Decimal(10**9)))  # the estimate is bounded anyway
 
     def params_problems(self, params: dict[str, Any]) -> list[str]:
         """Problems with a job's params, each 'field: message'. Checked with the manifest."""

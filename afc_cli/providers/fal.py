@@ -50,6 +50,9 @@ class FalProvider(HttpProvider):
     name = "fal"
     key_env = "FAL_KEY"
     resumable = True
+    # the model's own input, passed through: the name fal's image models use for several
+    # images (every image of the result is counted)
+    images_param = "num_images"
 
     base_env = "FAL_QUEUE_URL"
     default_base = "https://queue.fal.run"

@@ -33,6 +33,7 @@ class OpenAIProvider(HttpProvider):
     name = "openai"
     key_env = "OPENAI_API_KEY"
     params = frozenset(PASSED)
+    images_param = "n"  # sent as given (default 1); every image of the answer is billed
 
     base_env = "OPENAI_BASE_URL"
     default_base = "https://api.openai.com/v1"

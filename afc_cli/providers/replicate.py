@@ -55,6 +55,9 @@ class ReplicateProvider(HttpProvider):
     name = "replicate"
     key_env = "REPLICATE_API_TOKEN"
     resumable = True
+    # the model's own input, passed through: the name Replicate's image models use for
+    # several outputs (every output is counted as an image)
+    images_param = "num_outputs"
 
     base_env = "REPLICATE_BASE_URL"
     default_base = "https://api.replicate.com/v1"
