@@ -139,7 +139,8 @@ class Budget:
         )
         if unpriced:
             raise UsageError(
-                "a budget needs a per-image rate card for every model that may run; unpriced: "
+                f"{self.source}: a budget needs a per-image rate card for every model that may "
+                "run; unpriced: "
                 + ", ".join(unpriced)
                 + ". Add rates, or pass --allow-unpriced (their spend is then not capped)."
             )
@@ -247,7 +248,7 @@ def submit(
     if run:
         from afc_cli.webhooks import require_secrets
 
-        require_secrets(manifest.secret_envs)
+        require_secrets(manifest.secret_envs, f"{manifest.path}: field 'webhook.secret_env'")
     # An existing ledger is read first (its identity, its pages, the batch's storage); a new one
     # is created only once the storage and spool checks have passed: a refused run writes
     # nothing.

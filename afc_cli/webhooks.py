@@ -61,25 +61,27 @@ def lease_margin() -> float:
     return min(Ledger.DELIVERY_LEASE_MARGIN_S, lease_seconds())
 
 
-def require_secrets(names: set[str]) -> None:
+def require_secrets(names: set[str], where: str | None = None) -> None:
     """Stop before any job runs when a webhook secret variable is not set, or does not hold a
     ``whsec_`` secret the signing library accepts (found only at the first delivery, that would
-    end a paid run with a delivery left leased). The value is never shown."""
+    end a paid run with a delivery left leased). The value is never shown. ``where``: the
+    manifest file and field naming the variables, put first in the message."""
     from afc_cli import secrets
 
     for name in names:
         secrets.register(name)  # its value is scrubbed from every text afc keeps or shows
+    prefix = f"{where}: " if where else ""
     missing = sorted(name for name in names if not os.environ.get(name))
     if missing:
         raise UsageError(
-            "webhook secret not set in the environment: "
+            f"{prefix}webhook secret not set in the environment: "
             + ", ".join(missing)
             + " (the manifest names the variable; its value is a whsec_... secret)"
         )
     malformed = sorted(name for name in names if secret_problem(os.environ[name]))
     if malformed:
         raise UsageError(
-            "webhook secret malformed in the environment: "
+            f"{prefix}webhook secret malformed in the environment: "
             + ", ".join(f"{name} ({secret_problem(os.environ[name])})" for name in malformed)
             + "; a webhook secret is whsec_ followed by base64, as receivers issue them"
         )

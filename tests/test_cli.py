@@ -75,6 +75,42 @@ def test_the_readme_manifest_example_is_valid(afc):
     assert result.returncode == 0, result.stderr
 
 
+def test_the_readme_manifest_example_runs_as_its_text_says(afc):
+    """An outside audit: the README's manifest example did not run as written (a budget over a
+    job's model with no rate card; a webhook secret variable not set), and neither refusal
+    named the file and field (SPEC's rule for errors). The text under it says what it needs."""
+    import base64
+    import json
+    import os
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block, after = re.search(
+        r"## The manifest\n\n```yaml\n(.*?)```\n(.*?)\n\n", readme, re.S
+    ).groups()
+    assert "export AFC_WEBHOOK_SECRET=whsec_" in after
+    (afc.cwd / "readme.yaml").write_text(block)
+    unset = afc("submit", "readme.yaml")
+    assert unset.returncode == 2 and not (afc.cwd / "afc.db").exists()
+    assert "readme.yaml: field 'webhook.secret_env'" in unset.stderr
+    assert "AFC_WEBHOOK_SECRET" in unset.stderr
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    ran = afc("submit", "readme.yaml", "--json", env={"AFC_WEBHOOK_SECRET": secret})
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["counts"] == {"succeeded": 2}
+    # the budget's refusal names the file and the field too
+    (afc.cwd / "nocard.yaml").write_text(
+        block.replace("batch: trailer-shots", "batch: other").replace(
+            '  - {provider: local, model: demo-hq, per_image: "0.04"}', ""
+        )
+    )
+    refused = afc("submit", "nocard.yaml", env={"AFC_WEBHOOK_SECRET": secret})
+    assert refused.returncode == 2
+    assert "nocard.yaml: field 'budget': a budget needs a per-image rate card" in refused.stderr
+    assert "local/demo-hq" in refused.stderr
+
+
 def test_every_command_accepts_the_shared_options(afc):
     """SPEC's rule: every command takes --ledger, --storage, --concurrency, --json, -q and -v
     after its name (those it does not use are hidden and ignored). An outside audit found the
