@@ -42,11 +42,12 @@ class UsageError(AfcError):
 class ManifestError(UsageError):
     """The manifest is invalid. Raised before anything is written to the ledger."""
 
-    def __init__(self, path: str, problems: list[str]):
+    def __init__(self, path: str, problems: list[str], what: str = "manifest"):
         self.path = path
         self.problems = problems
         listed = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"invalid manifest {path}:\n{listed}")
+        # ``what``: the kind of file, as the user knows it ("AFC_CONFIG rate file")
+        super().__init__(f"invalid {what} {path}:\n{listed}")
 
 
 class StopsRun(AfcError):

@@ -776,16 +776,7 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
     bad_batch = _key_problem(model.batch)
     if bad_batch:
         problems.append(f"field 'batch': {bad_batch}")
-    seen_rates: set[tuple[str, str]] = set()
-    for i, rate in enumerate(model.rates):
-        where = f"field 'rates[{i}]'"
-        if rate.provider not in providers:
-            problems.append(f"{where}: unknown provider {rate.provider!r}")
-        if not rate.prices():
-            problems.append(f"{where}: names no price (per_image, per_second, per_1k_*_tokens)")
-        if (rate.provider, rate.model) in seen_rates:
-            problems.append(f"{where}: a second rate card for {rate.provider}/{rate.model}")
-        seen_rates.add((rate.provider, rate.model))
+    problems += rate_problems(model.rates, providers)
 
     for limited in model.limits:
         if limited not in providers:
@@ -1436,25 +1427,47 @@ class RatesConfig(_Strict):
     rates: list[Rate] = Field(default_factory=list)
 
 
+def rate_problems(rates: list[Rate], providers: Any) -> list[str]:
+    """A ``rates`` list's problems, the manifest's and the config file's alike: an unknown
+    provider, a card naming no price, a second card for one provider and model (which would
+    silently replace the first)."""
+    problems = []
+    seen: set[tuple[str, str]] = set()
+    for i, rate in enumerate(rates):
+        where = f"field 'rates[{i}]'"
+        if rate.provider not in providers:
+            problems.append(f"{where}: unknown provider {rate.provider!r}")
+        if not rate.prices():
+            problems.append(f"{where}: names no price (per_image, per_second, per_1k_*_tokens)")
+        if (rate.provider, rate.model) in seen:
+            problems.append(f"{where}: a second rate card for {rate.provider}/{rate.model}")
+        seen.add((rate.provider, rate.model))
+    return problems
+
+
+CONFIG_FILE = "AFC_CONFIG rate file"  # how its errors name it: the variable, then the path
+
+
 def load_config_rates(path: str | Path | None) -> list[Rate]:
     """Rate cards from the optional config file (``AFC_CONFIG``): ``rates:`` in the manifest's
-    format. A manifest's own card for the same provider and model wins over it."""
+    format, checked by the manifest's rules (``rate_problems``: a second card for one model is
+    refused, not silently the winner). A manifest's own card for the same provider and model
+    wins over it. Its errors name it as the AFC_CONFIG rate file, never as a manifest."""
     if not path:
         return []
     from afc_cli.providers import PROVIDERS
 
     path = Path(path)
-    raw = _read_yaml(path)
+    try:
+        raw = _read_yaml(path)
+    except ManifestError as exc:
+        raise ManifestError(exc.path, exc.problems, CONFIG_FILE) from None
     try:
         config = RatesConfig.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
         problems = _pydantic_problems(raw, exc, RatesConfig)
-        raise ManifestError(str(path), problems[:MAX_PROBLEMS]) from None
-    problems = [
-        f"field 'rates[{i}]': unknown provider {r.provider!r}"
-        for i, r in enumerate(config.rates)
-        if r.provider not in PROVIDERS
-    ]
+        raise ManifestError(str(path), problems[:MAX_PROBLEMS], CONFIG_FILE) from None
+    problems = rate_problems(config.rates, PROVIDERS)
     if problems:
-        raise ManifestError(str(path), problems)
+        raise ManifestError(str(path), problems[:MAX_PROBLEMS], CONFIG_FILE)
     return config.rates

@@ -261,6 +261,33 @@ def test_rate_cards_from_the_config_file(afc):
     assert bad.returncode == 2 and "bad.yaml" in bad.stderr
 
 
+def test_the_config_files_rate_cards_are_checked_as_the_manifests_and_named_so(afc):
+    """An outside audit: two cards for one model in the AFC_CONFIG file were accepted and the
+    last silently won (the same in a manifest is refused), and the file's errors said
+    "invalid manifest nope.yaml". It is refused by the manifest's rules, as the AFC_CONFIG
+    rate file, by every command that reads it, before anything is written."""
+    (afc.cwd / "afc.yaml").write_text(
+        'rates:\n  - {provider: local, model: m1, per_image: "0.02"}\n'
+        '  - {provider: local, model: m1, per_image: "0.20"}\n'
+        "  - {provider: local, model: m2}\n"
+    )
+    data = manifest(jobs(1))
+    data["rates"] = []
+    afc.write_manifest(data)
+    env = {"AFC_CONFIG": str(afc.cwd / "afc.yaml")}
+    for args in (("submit",), ("plan",), ("submit", "--dry-run")):
+        refused = afc(*args, "manifest.yaml", env=env)
+        assert refused.returncode == 2, (args, refused.stderr)
+        assert f"invalid AFC_CONFIG rate file {afc.cwd / 'afc.yaml'}:" in refused.stderr
+        assert "field 'rates[1]': a second rate card for local/m1" in refused.stderr
+        assert "field 'rates[2]': names no price" in refused.stderr
+        assert "manifest" not in refused.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    missing = afc("plan", "manifest.yaml", env={"AFC_CONFIG": "nope.yaml"})
+    assert missing.returncode == 2
+    assert "invalid AFC_CONFIG rate file nope.yaml:\n  - file not found" in missing.stderr
+
+
 def test_a_backoff_wait_gives_its_slot_to_other_jobs(afc):
     data = manifest(
         [
