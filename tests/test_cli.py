@@ -64,6 +64,34 @@ def test_every_example_manifest_is_valid(afc):
     assert not (afc.cwd / "afc.db").exists()
 
 
+def test_every_example_prices_every_model_for_a_plan_and_a_budget(afc):
+    """An outside audit: examples/openai.yaml gave token rates only (plan: unpriced; a budget
+    refused), and replicate.yaml priced flux-1.1-pro per second where fallback.yaml says it is
+    billed per output image. Every example's models have a per-image estimate, so plan and
+    --max-spend work on each as written, and a model is priced alike in every example."""
+    from decimal import Decimal
+    from pathlib import Path
+
+    import yaml
+
+    examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
+    cards: dict[tuple[str, str], dict[str, set[Decimal]]] = {}
+    for example in examples:
+        planned = afc.json("plan", str(example), "--max-spend", "100")
+        assert planned["unpriced_models"] == [] and planned["problems"] == [], example.name
+        assert planned["fits_budget"] is True, example.name
+        for card in yaml.safe_load(example.read_text()).get("rates", []):
+            prices = cards.setdefault((card["provider"], card["model"]), {})
+            for unit, value in card.items():
+                if unit.startswith("per_"):
+                    prices.setdefault(unit, set()).add(Decimal(value))
+    replicate = cards[("replicate", "black-forest-labs/flux-1.1-pro")]
+    assert set(replicate) == {"per_image"}  # billed per output image
+    for model, prices in cards.items():
+        assert all(len(values) == 1 for values in prices.values()), (model, prices)
+    assert not (afc.cwd / "afc.db").exists()
+
+
 def test_the_readme_manifest_example_is_valid(afc):
     import re
     from pathlib import Path
