@@ -721,6 +721,10 @@ def costs_report_command(
         from afc_cli.output import emit_csv, emit_json
         from afc_cli.tables import Col, emit
 
+        if json_out and csv_out:  # one document on stdout: which one is the caller's to say
+            from afc_cli.errors import UsageError
+
+            raise UsageError("--json and --csv: choose one")
         report = costs_report(ledger, batch=batch, since=since, by=by)
         columns = [by, *FIELDS]
         if json_out:

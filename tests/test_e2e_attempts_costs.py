@@ -167,6 +167,8 @@ def test_costs_report_exact_totals_unpriced_and_avoided(afc):
     rows = list(csv.DictReader(io.StringIO(afc("costs", "report", "--csv").stdout)))
     assert rows[-1]["provider"] == "total" and rows[-1]["unpriced_attempts"] == "1"
     assert rows[-1]["priced"] == "0.103840"
+    both = afc("costs", "report", "--csv", "--json")  # JSON silently won (an audit)
+    assert both.returncode == 2 and "choose one" in both.stderr and both.stdout == ""
 
     # a replay renders nothing and counts four avoided renders, priced where known
     assert afc("submit", "manifest.yaml").returncode == 0
