@@ -96,6 +96,15 @@ def describe_changes(changes: list[dict[str, Any]]) -> str:
 
 def conflict_message(conflict: dict[str, Any]) -> str:
     """The IDEMPOTENCY_CONFLICT message: the key, what changed, both hashes, what to do."""
+    need = conflict.get("refused_need")
+    if need is not None:  # refused with a job it needs (afc_cli/gates.py)
+        return (
+            f"IDEMPOTENCY_CONFLICT: key {conflict['key']!r} needs {need!r}, whose changed "
+            f"request was refused as a conflict, so {conflict['key']!r} is refused too and "
+            f"nothing is rendered for it: it would wait for, or be sent the output of, the "
+            f"admitted {need!r} this manifest changed. Give the changed {need!r} a new key and "
+            f"name that key here (request hash {conflict['new_hash']})."
+        )
     changes = conflict.get("changes") or []
     what = (
         f"changed {describe_changes(changes)}"

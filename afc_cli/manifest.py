@@ -1410,7 +1410,11 @@ MAX_CYCLES_LISTED = 20
 def dependency_order(jobs: Iterable[ResolvedJob]) -> list[list[str]]:
     """The keys of the jobs with needs and of the jobs they need, in waves: each wave needs
     only jobs of earlier waves (``afc plan`` shows it)."""
-    graph = {job.key: list(job.needs) for job in jobs if job.needs}
+    return dependency_waves({job.key: list(job.needs) for job in jobs if job.needs})
+
+
+def dependency_waves(graph: dict[str, list[str]]) -> list[list[str]]:
+    """``dependency_order`` of a graph: each key with needs -> its needs."""
     if not graph:
         return []
     sorter = graphlib.TopologicalSorter(graph)

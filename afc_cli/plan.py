@@ -3,7 +3,8 @@
 For each job of the manifest it says what a run would do: render it (new, or admitted but not
 finished), take it from storage (its own output is already there), nothing (a replay of a
 finished job), or refuse it (a changed body under an admitted key, its changed fields named
-as ``afc submit`` names them; or an output key holding another object). The estimate is one
+as ``afc submit`` names them; a new job that needs such a key, as ``Ledger.admit`` decides it
+(``afc_cli/gates.py``); or an output key holding another object). The estimate is one
 paid attempt of each job's first model at its rate card's per-image price: what the run costs
 when nothing fails. Every model of those jobs' chains with no such price (a fallback may run
 too) is named as unpriced, never counted as zero.
@@ -26,6 +27,7 @@ from afc_cli import storage as storage_mod
 from afc_cli.conflicts import changes_since, describe_changes
 from afc_cli.costs import format_usd
 from afc_cli.errors import UsageError
+from afc_cli.gates import HELD, Refusals, refused_dependent
 from afc_cli.ledger.core import TERMINAL
 from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
@@ -41,7 +43,7 @@ def plan(
     max_spend: str | None = None,
     allow_unpriced: bool = True,
 ) -> dict[str, Any]:
-    from afc_cli.manifest import dependency_order, load_manifest
+    from afc_cli.manifest import dependency_waves, load_manifest
 
     manifest = load_manifest(manifest_path)
     rates = manifest_rates(manifest)
@@ -68,29 +70,23 @@ def plan(
     counts = {"new": 0, "replayed": 0, "stored": 0, "conflicting": 0, "to_render": 0}
     estimate = 0
     unpriced: set[str] = set()
-    jobs = []
+    jobs: list[dict[str, Any] | None] = []
     conflicts = []
-    reviewed = []
-    for job in manifest.jobs:
-        known = admitted.get(job.key)
-        if job.review and not (known and known[1] in TERMINAL):
-            reviewed.append(job.key)  # not yet decided: approved and rejected ones are
+    refusals = Refusals()  # a new job that needs a conflicting key is refused with it
+
+    def refused(job: Any, need: str) -> dict[str, Any]:
+        counts["conflicting"] += 1
+        conflicts.append(refused_dependent(job, None, need))
+        entry = job.chain[0]
+        model = f"{entry['provider']}/{entry['model']}"
+        return {"key": job.key, "action": "conflict", "model": model, "refused_need": need}
+
+    def to_run(job: Any, known: tuple | None) -> dict[str, Any]:
+        nonlocal estimate
         entry = job.chain[0]
         model = f"{entry['provider']}/{entry['model']}"
         detail: dict[str, Any] = {}
-        if known is not None and not same_request(known[0], known[2], job):
-            action = "conflict"
-            counts["conflicting"] += 1
-            detail["changes"] = changes_since(known[2], job.body)
-            conflicts.append(
-                {
-                    "key": job.key,
-                    "stored_hash": known[0],
-                    "new_hash": job.request_hash,
-                    "changes": detail["changes"],
-                }
-            )
-        elif known is not None and known[1] in PAST_RENDERING:
+        if known is not None and known[1] in PAST_RENDERING:
             # ended, or stored and waiting for a person: a submit renders none of them
             action = f"replay ({known[1]})"
             counts["replayed"] += 1
@@ -122,11 +118,54 @@ def plan(
                     for e in job.chain
                     if rates.estimate(e["provider"], e["model"]) is None
                 )
-        if job.needs:
-            detail["needs"] = list(job.needs)
-        if job.review:
-            detail["review"] = True
-        jobs.append({"key": job.key, "action": action, "model": model, **detail})
+        return {"key": job.key, "action": action, "model": model, **detail}
+
+    held: dict[int, Any] = {}
+    gates = []  # each job's key, review and needs, read in the one pass over the jobs
+    for job in manifest.jobs:
+        known = admitted.get(job.key)
+        gates.append((job.key, job.review, job.needs, known))
+        if known is not None and not same_request(known[0], known[2], job):
+            refusals.conflict(job.key)
+            counts["conflicting"] += 1
+            changes = changes_since(known[2], job.body)
+            conflicts.append(
+                {
+                    "key": job.key,
+                    "stored_hash": known[0],
+                    "new_hash": job.request_hash,
+                    "changes": changes,
+                }
+            )
+            entry = job.chain[0]
+            model = f"{entry['provider']}/{entry['model']}"
+            jobs.append({"key": job.key, "action": "conflict", "model": model, "changes": changes})
+            continue
+        cause = refusals.check(job.key, job.needs, len(jobs)) if known is None else None
+        if known is not None:
+            refusals.accept(job.key)
+        if cause is HELD:  # a need later in the list: decided once every job is seen
+            held[len(jobs)] = job
+            jobs.append(None)
+        else:
+            jobs.append(refused(job, cause) if cause else to_run(job, known))
+    for index, cause in refusals.settle():
+        jobs[index] = refused(held[index], cause) if cause else to_run(held[index], None)
+    listed = []
+    reviewed = []
+    graph = {}
+    for (key, review, needs, known), shown in zip(gates, jobs, strict=True):
+        assert shown is not None
+        listed.append(shown)
+        if refusals.refused.get(key):
+            continue  # not admitted: neither waits nor is waited for
+        if review and not (known and known[1] in TERMINAL):
+            reviewed.append(key)  # not yet decided: approved and rejected ones are
+        if needs:
+            shown["needs"] = list(needs)
+            graph[key] = list(needs)
+        if review:
+            shown["review"] = True
 
     return {
         "batch": manifest.batch,
@@ -141,9 +180,9 @@ def plan(
         "conflicts": conflicts,
         # the jobs with needs and the jobs they need, in waves (each needs only earlier ones),
         # and the jobs that pause for a person's review after verify
-        "order": dependency_order(manifest.jobs),
+        "order": dependency_waves(graph),
         "review": reviewed,
-        "jobs": jobs,
+        "jobs": listed,
     }
 
 
@@ -162,7 +201,11 @@ def describe(result: dict[str, Any]) -> str:
         + (" (if no attempt fails)" if result["to_render"] else ""),
     ]
     for job in result["jobs"]:
-        if job["action"] == "conflict":
+        if job.get("refused_need"):
+            lines.append(
+                f"  conflict {job['key']}: needs {job['refused_need']}, whose change is refused"
+            )
+        elif job["action"] == "conflict":
             lines.append(f"  conflict {job['key']}: changed {describe_changes(job['changes'])}")
         elif job["action"].startswith("conflict"):
             lines.append(

@@ -22,6 +22,7 @@ from typing import Any
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
 from afc_cli.errors import UsageError, ledger_write_error
+from afc_cli.gates import HELD, Refusals, refused_dependent
 from afc_cli.owner import owner_is_dead
 from afc_cli.secrets import map_leaves, scrub, scrub_data
 
@@ -273,7 +274,8 @@ class Ledger:
         """Admit a manifest's jobs idempotently, in one transaction.
 
         Same key, same request hash: a replay (the existing job is used). Same key, another
-        hash: a conflict, reported with both hashes, the stored job untouched. The first replay
+        hash: a conflict, reported with both hashes, the stored job untouched; so is a new job
+        that needs a conflicting key, in turn (``afc_cli/gates.py``). The first replay
         of a job that already succeeded is a render avoided, and is recorded as one with what
         it would have cost (the original render's cost, else the rate card's price).
         """
@@ -308,9 +310,19 @@ class Ledger:
             # In chunks, so a big job list (jobs_from) is never held in memory whole; still
             # one transaction, so a list that fails part-way leaves nothing admitted (in the
             # engine's admission cache: SqliteLedger.admission_cache).
+            # A new job that needs a key refused as a conflict is refused with it
+            # (afc_cli/gates.py); one whose need comes later in the list is decided at the end.
+            refusals = Refusals()
             with self.admission_cache():
                 for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
-                    self._admit_chunk(manifest.batch, chunk, existing, rates, now, result)
+                    self._admit_chunk(manifest.batch, chunk, existing, rates, now, result, refusals)
+                fresh, conflicts = [], []
+                for job, cause in refusals.settle():
+                    if cause is None:
+                        fresh.append(job)
+                    else:
+                        conflicts.append(refused_dependent(job, None, cause))
+                self._insert_admitted(manifest.batch, fresh, conflicts, now, result)
         return result
 
     def _admit_chunk(
@@ -321,6 +333,7 @@ class Ledger:
         rates: Any,
         now: float,
         result: AdmitResult,
+        refusals: Refusals,
     ) -> None:
         from afc_cli.manifest import same_request
 
@@ -328,6 +341,7 @@ class Ledger:
         conflicts: list[dict[str, Any]] = []
         done = []
         rewebhooked = []
+        accept = refusals.decided.add  # a job decided (admitted or replayed), per job: cheap
         for job in jobs:
             stored, status, job_id, webhook = existing.get(job.key, (None,) * 4)
             stored_body = None
@@ -338,8 +352,18 @@ class Ledger:
                     "SELECT request_json FROM jobs WHERE id = ?", (job_id,)
                 ).fetchone()[0]
             if stored is None:
-                fresh.append(job)
+                needs = job.needs
+                if not needs:
+                    accept(job.key)
+                    fresh.append(job)
+                    continue
+                cause = refusals.check(job.key, needs, job)
+                if cause is None:
+                    fresh.append(job)
+                elif cause is not HELD:
+                    conflicts.append(refused_dependent(job, None, cause))
             elif same_request(stored, stored_body, job):
+                accept(job.key)
                 result.replayed.append(job.key)
                 if status == "succeeded":
                     done.append(job)
@@ -347,6 +371,7 @@ class Ledger:
                     # where events go is not part of the request: the latest manifest says
                     rewebhooked.append((_dumps(job.webhook), job_id))
             else:
+                refusals.conflict(job.key)
                 conflicts.append(
                     {
                         "key": job.key,
@@ -355,6 +380,23 @@ class Ledger:
                         "changes": changes_since(stored_body, job.body),
                     }
                 )
+        self._insert_admitted(batch, fresh, conflicts, now, result)
+        if done:
+            self._record_replays_avoided(batch, done, rates, now)
+        if rewebhooked:
+            self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked)
+
+    def _insert_admitted(
+        self,
+        batch: str,
+        fresh: list[Any],
+        conflicts: list[dict[str, Any]],
+        now: float,
+        result: AdmitResult,
+    ) -> None:
+        """Write new jobs (rows, ``admitted`` events, needs) and the conflicts' events."""
+        if not fresh and not conflicts:
+            return
         ordered = sorted(fresh, key=_job_id)  # the table is clustered on the (random) id
         job_rows, events = [], []
         for j in ordered:
@@ -369,11 +411,11 @@ class Ledger:
                     j.request_json or _dumps(j.body),  # the same text, made from shared parts
                     j.output_key,
                     _dumps(j.webhook),
-                    "blocked" if getattr(j, "needs", ()) else "queued",
+                    "blocked" if j.needs else "queued",
                     now,
                     now,
-                    1 if getattr(j, "review", False) else 0,
-                    _dumps(getattr(j, "inputs", None) or None),
+                    1 if j.review else 0,
+                    _dumps(j.inputs or None),
                 )
             )
             # _dumps({"hash": ...}) of a hex digest, written out; in job id order, as the
@@ -391,11 +433,7 @@ class Ledger:
             "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
             events,
         )
-        self._admit_needs(batch, [j for j in fresh if getattr(j, "needs", ())])
-        if done:
-            self._record_replays_avoided(batch, done, rates, now)
-        if rewebhooked:
-            self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked)
+        self._admit_needs(batch, [j for j in fresh if j.needs])
         result.new.extend(j.key for j in fresh)
         result.conflicts.extend(conflicts)
 
