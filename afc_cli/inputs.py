@@ -4,8 +4,9 @@ A ``path`` input is read from the file the manifest named (its absolute path is 
 job row) and must still have the SHA-256 it was admitted with: the request hash covers that
 digest, so a changed file is a changed request, refused here rather than sent under the old
 hash. A ``job`` input is the stored output of another job of the batch (which the job needed,
-so it has succeeded), read from that batch's storage and checked against the SHA-256 its
-verify step recorded. Either way, what an attempt sends is recorded on its row with the
+so it has succeeded) as the request this job's hash covers (its request hash, kept beside
+the input), read from that batch's storage and checked against the SHA-256 its verify step
+recorded. Either way, what an attempt sends is recorded on its row with the
 digest (``Ledger.set_attempt_inputs``) and shown by ``afc show``.
 """
 
@@ -81,7 +82,7 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
     ``needed_outputs``). Raises InputProblem, or StorageError when a needed job's output
     cannot be read (retryable)."""
     images = []
-    for item in json.loads(job.get("inputs_json") or "[]"):
+    for index, item in enumerate(json.loads(job.get("inputs_json") or "[]")):
         if "path" in item:
             try:
                 with open(item["path"], "rb") as handle:
@@ -107,6 +108,15 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
                 f"input job {item['job']!r} has no approved, stored output "
                 f"({'not in the ledger' if need is None else need['status']})"
             )
+        covered = _covered_hash(job, index, item)
+        if covered not in (None, need["request_hash"]) and not _restated_is(need, covered):
+            raise InputProblem(
+                f"input job {item['job']!r} is request {need['request_hash']} in the ledger, "
+                f"but this job's request hash covers {item['job']!r} as request {covered} (a "
+                f"change to {item['job']!r} refused as a conflict): its stored output is not "
+                "the image this job's request names, so nothing was sent. Submit this job "
+                f"under a new key to render it from {item['job']!r} as the ledger has it"
+            )
         storage = storages[need["batch"]]
         try:
             data = storage.read(need["output_key"])
@@ -130,6 +140,30 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
             InputImage(data, media_type(data, need["output_key"]), digest, f"job:{item['job']}")
         )
     return tuple(images)
+
+
+def _covered_hash(job: dict[str, Any], index: int, item: dict[str, Any]) -> str | None:
+    """The request hash of a ``job`` input that this job's own request hash covers: kept
+    beside the input (``inputs_json``), or, for a job admitted before it was, read from the
+    hashed body (``request_json``: ``inputs[index].job.request_hash``)."""
+    if "request_hash" in item:
+        return item["request_hash"]
+    try:
+        hashed = json.loads(job.get("request_json") or "{}")["inputs"][index]["job"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return hashed.get("request_hash") if hashed.get("key") == item["job"] else None
+
+
+def _restated_is(need: dict[str, Any], digest: str) -> bool:
+    """Whether a need admitted before the rule for defaults is, under it, the request
+    ``digest`` (a replay, as ``manifest.same_request`` finds it): its output is that one's."""
+    from afc_cli.manifest import request_hash, restated
+
+    try:
+        return request_hash(restated(json.loads(need["request_json"]))) == digest
+    except Exception:
+        return False
 
 
 def recorded(images: tuple) -> list[dict[str, Any]]:

@@ -1357,10 +1357,10 @@ def _resolve_inputs(
         else:
             key = _own_key(batch, item.job)
             assert key is not None  # deferred (and reported) otherwise
-            hashed.append(
-                {"job": {"batch": batch, "key": key, "request_hash": seen.hashes[key].hex()}}
-            )
-            rows.append({"job": key, "job_id": job_id_for(batch, key)})
+            need_hash = seen.hashes[key].hex()
+            hashed.append({"job": {"batch": batch, "key": key, "request_hash": need_hash}})
+            # the need's request hash, so a run sends only the output of that request
+            rows.append({"job": key, "job_id": job_id_for(batch, key), "request_hash": need_hash})
     return None if bad else (hashed, rows)
 
 

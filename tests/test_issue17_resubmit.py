@@ -4,6 +4,9 @@ the admitted output its request does not name."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
+
 from test_issue17_review import statuses, style_manifest
 
 
@@ -99,3 +102,68 @@ def test_a_refusal_follows_needs_in_turn_also_to_jobs_listed_before_their_need(a
     assert statuses(afc)["free"] == "succeeded"
     assert not {"poster", "early", "shot-3"} & set(statuses(afc))
     assert attempts(afc) == paid + 1
+
+
+def ids(afc):
+    return dict(afc.rows("SELECT key, id FROM jobs"))
+
+
+def failed_on_its_input(afc, key):
+    [(status, code, message, tried)] = afc.rows(
+        "SELECT status, error_code, error_message, attempts FROM jobs WHERE key = ?", (key,)
+    )
+    assert (status, code, tried) == ("failed", "INPUT_UNAVAILABLE", 0), message
+    return message
+
+
+def test_a_job_input_whose_request_is_not_the_one_the_hash_covers_fails_sending_nothing(afc):
+    """Defence in depth: a job admitted against another request of its input job (the
+    audit's ledger: a shot covering a refused style-frame request) fails, naming both
+    requests, instead of being sent the admitted request's output."""
+    style_manifest(afc, review=False)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    hashes = dict(afc.rows("SELECT key, request_hash FROM jobs"))
+    stored = json.loads(afc.rows("SELECT inputs_json FROM jobs WHERE key = 'shot-1'")[0][0])
+    # the input job's request hash is kept beside it, as the shot's own hash covers it
+    assert stored == [
+        {"job": "style", "job_id": ids(afc)["style"], "request_hash": hashes["style"]}
+    ]
+    other = "e" * 64  # a request of 'style' that was refused
+    stored[0]["request_hash"] = other
+    conn = sqlite3.connect(afc.cwd / "afc.db")
+    with conn:
+        conn.execute("UPDATE jobs SET inputs_json = ? WHERE key = 'shot-1'", (json.dumps(stored),))
+    conn.close()
+    log = afc.cwd / "calls.log"
+    result = afc("resume", env={"AFC_LOCAL_CALL_LOG": str(log)})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    message = failed_on_its_input(afc, "shot-1")
+    assert f"input job 'style' is request {hashes['style']} in the ledger" in message
+    assert f"covers 'style' as request {other}" in message and "nothing was sent" in message
+    assert ids(afc)["shot-1"] not in log.read_text()
+    assert statuses(afc)["shot-2"] == "succeeded"
+
+
+def test_a_job_admitted_before_the_hash_was_kept_beside_its_input_is_checked_by_its_body(afc):
+    """A row written before ``inputs_json`` kept the input's request hash: the hashed body
+    (``request_json``) says which request it covers."""
+    style_manifest(afc, review=False)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    style_hash = afc.rows("SELECT request_hash FROM jobs WHERE key = 'style'")[0][0]
+    conn = sqlite3.connect(afc.cwd / "afc.db")
+    with conn:
+        for key, job_id in ids(afc).items():
+            if key.startswith("shot-"):  # the old shape: the key and id only
+                old = json.dumps([{"job": "style", "job_id": ids(afc)["style"]}])
+                conn.execute("UPDATE jobs SET inputs_json = ? WHERE id = ?", (old, job_id))
+        # shot-1 as the audit left it: its hashed body names a request of 'style' that was
+        # refused as a conflict, while the ledger's 'style' is the one admitted first
+        conn.execute(
+            "UPDATE jobs SET request_json = replace(request_json, ?, ?) WHERE key = 'shot-1'",
+            (style_hash, "e" * 64),
+        )
+    conn.close()
+    result = afc("resume")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "nothing was sent" in failed_on_its_input(afc, "shot-1")
+    assert statuses(afc)["shot-2"] == "succeeded", "an old row that matches still renders"

@@ -2089,11 +2089,12 @@ class Ledger:
         return [row[0] for row in rows if row[0] in wanted]
 
     def stored_output(self, job_id: str) -> dict[str, Any] | None:
-        """A job's stored output: its key, SHA-256, size, status and its batch's storage."""
+        """A job's stored output: its key, SHA-256, size, status, request hash and its batch's
+        storage."""
         return self._one(
-            "SELECT j.id, j.key, j.batch, j.status, j.output_key, j.output_sha256,"
-            " j.output_size, b.storage FROM jobs j JOIN batches b ON b.name = j.batch"
-            " WHERE j.id = ?",
+            "SELECT j.id, j.key, j.batch, j.status, j.request_hash, j.request_json,"
+            " j.output_key, j.output_sha256, j.output_size, b.storage"
+            " FROM jobs j JOIN batches b ON b.name = j.batch WHERE j.id = ?",
             (job_id,),
         )
 
