@@ -257,6 +257,8 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
                 "replayed": len(result.admit.replayed),
                 "conflicts": len(conflicts),
             }
+            payload["gates_changed"] = result.admit.gates_changed
+            payload["gates_kept"] = result.admit.gates_kept
         payload.update(
             {
                 "jobs": jobs,
@@ -277,9 +279,12 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         emit_json(payload)
         return
     from afc_cli.conflicts import conflict_message
+    from afc_cli.gates import changed_message, kept_message
 
     for conflict in conflicts:
         _err(conflict_message(conflict))
+    for kept in result.admit.gates_kept if result.admit else ():
+        _err(kept_message(kept))  # the manifest says a gate that this submit cannot apply
     if quiet:
         return
     if result.admit is not None:
@@ -288,6 +293,8 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
             f"batch {admit.batch}: {len(admit.new)} new, {len(admit.replayed)} replayed, "
             f"{len(conflicts)} conflicting; storage {admit.storage}"
         )
+        if admit.gates_changed:
+            _err(changed_message(admit.gates_changed))
     unlisted = result.unlisted
     if unlisted:
         shown = ", ".join(unlisted[:10]) + (

@@ -1,5 +1,6 @@
-"""What one admission refuses beyond its own conflicts, decided the same way by
-``Ledger.admit`` and by ``afc plan`` (so the plan says what the submit will do).
+"""What one admission refuses beyond its own conflicts, and which review gates and needs a
+re-submit changes (the second half of this module), decided the same way by ``Ledger.admit``
+and by ``afc plan`` (so the plan says what the submit will do).
 
 A key whose request changed is refused as an ``IDEMPOTENCY_CONFLICT`` and keeps its admitted
 request. A job the same admission would add that needs such a key (in ``needs``, or through a
@@ -17,6 +18,7 @@ job is decided.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -88,3 +90,208 @@ def refused_dependent(job: Any, stored_hash: str | None, need: str) -> dict[str,
         "changes": [],
         "refused_need": need,
     }
+
+
+# --- review and needs at a re-submit ---------------------------------------------------------
+#
+# Neither ``review`` nor ``needs`` is part of the request: they are gates, not what is
+# rendered. So a re-submit with the same request applies the manifest's gates to a job that
+# has not started rendering (``not_started``), and says, per job and field, when it cannot:
+# the job has been rendered (attempts), is being rendered, or has ended. A job whose new needs
+# name a refused key is refused like a new one (its gates stay as admitted, the submit does not
+# run it); new needs that would wait, through needs kept as admitted, for the job itself are
+# not applied either (a cycle the manifest alone cannot show).
+
+NOT_STARTED = ("queued", "blocked", "waiting")
+
+
+def not_started(status: str, attempts: int, held: bool = False) -> bool:
+    """A job no run has rendered (no attempt) nor holds (``held``: a live lease; a run reads
+    the job's review flag when it claims it): its gates may still change."""
+    return status in NOT_STARTED and not attempts and not held
+
+
+def lease_held(owner: str | None, expires: float | None, now: float) -> bool:
+    """Whether a live run holds a job's lease (not one left by a run that ended)."""
+    from afc_cli.owner import owner_is_dead
+
+    return owner is not None and (expires or 0) >= now and not owner_is_dead(owner)
+
+
+@dataclass
+class Regate:
+    """A replayed job whose manifest gates differ from the admitted ones."""
+
+    job: Any
+    job_id: str
+    status: str
+    attempts: int
+    review: bool  # as admitted
+    needs: tuple[str, ...]  # as admitted
+    stored_hash: str | None = None  # the admitted request hash
+    webhook: str | None = None  # the admitted webhook (``Ledger.admit``)
+    held: bool = False  # a live run holds its lease (``lease_held``)
+    owner: str | None = None  # the lease's owner as read (``Ledger._regate`` guards on it)
+
+    @property
+    def key(self) -> str:
+        return self.job.key
+
+    @property
+    def fields(self) -> list[str]:
+        return changed_gates(self.review, self.needs, self.job.review, self.job.needs)
+
+
+@dataclass
+class Change:
+    """The gates a re-submit writes on a job: each None when it stays as admitted."""
+
+    review: bool | None = None
+    needs: tuple[str, ...] | None = None
+
+
+def changed_gates(
+    review: Any, needs: tuple[str, ...], new_review: Any, new_needs: tuple[str, ...]
+) -> list[str]:
+    fields = []
+    if bool(review) != bool(new_review):
+        fields.append("review")
+    if set(needs) != set(new_needs):
+        fields.append("needs")
+    return fields
+
+
+class Gates(Refusals):
+    """``Refusals`` plus the gates of replayed jobs. ``stored``: the batch's needs as the
+    ledger has them (key -> need keys)."""
+
+    def __init__(self, stored: dict[str, tuple[str, ...]]) -> None:
+        super().__init__()
+        self.stored = stored
+        self.graph: dict[str, set[str]] = {key: set(needs) for key, needs in stored.items()}
+        self.kept: list[dict[str, Any]] = []  # the changes that cannot take effect, why
+
+    def fresh(self, key: str, needs: tuple[str, ...], item: Any) -> str | None:
+        """A new job: as ``Refusals.check``."""
+        cause = self.check(key, needs, item)
+        if cause is None and needs:
+            self.graph[key] = set(needs)
+        return cause
+
+    def replay(self, regate: Regate) -> Change | str | None:
+        """A replayed job whose gates may differ: the ``Change`` to write, None (nothing to
+        write; a change that cannot take effect is in ``kept``), the refused need that
+        refuses it, or ``HELD`` (``settle`` returns it)."""
+        fields = regate.fields
+        if not fields:
+            self.accept(regate.key)
+            return None
+        if not not_started(regate.status, regate.attempts, regate.held):
+            self.kept.extend(gate_kept(regate, name, None) for name in fields)
+            self.accept(regate.key)
+            return None
+        if "needs" not in fields:
+            self.accept(regate.key)
+            return Change(review=bool(regate.job.review))
+        cause = self.check(regate.key, regate.job.needs, regate)
+        if cause is HELD or cause is not None:
+            return cause
+        return self._change(regate)
+
+    def _change(self, regate: Regate) -> Change | None:
+        needs = tuple(regate.job.needs)
+        change = Change(review=bool(regate.job.review) if "review" in regate.fields else None)
+        loop = self._waits_for(regate.key, needs)
+        if loop is not None:
+            self.kept.append(gate_kept(regate, "needs", loop))
+            return change if change.review is not None else None
+        change.needs = needs
+        if needs:
+            self.graph[regate.key] = set(needs)
+        else:
+            self.graph.pop(regate.key, None)
+        return change
+
+    def _waits_for(self, key: str, needs: tuple[str, ...]) -> str | None:
+        """The need through which ``key`` would wait for itself, else None."""
+        for need in needs:
+            stack, seen = [need], set()
+            while stack:
+                at = stack.pop()
+                if at == key:
+                    return need
+                if at not in seen:
+                    seen.add(at)
+                    stack.extend(self.graph.get(at, ()))
+        return None
+
+    def settle_all(self) -> list[tuple[Any, Any]]:
+        """``settle``, each held item with its outcome: for a new job the refused need or
+        None; for a ``Regate`` the refused need or its ``Change`` (or None)."""
+        out = []
+        for item, cause in self.settle():
+            if isinstance(item, Regate):
+                out.append((item, cause if cause is not None else self._change(item)))
+            else:  # a new job
+                if cause is None and item.needs:
+                    self.graph[item.key] = set(item.needs)
+                out.append((item, cause))
+        return out
+
+
+def gate_kept(regate: Regate, name: str, loop: str | None) -> dict[str, Any]:
+    """A gate change that cannot take effect, and why."""
+    job = regate.job
+    if name == "review":
+        admitted, manifest = bool(regate.review), bool(job.review)
+    else:
+        admitted, manifest = sorted(regate.needs), sorted(job.needs)
+    if loop is not None:
+        why = (
+            f"it would wait for {loop!r}, which waits for {job.key!r} through needs kept as "
+            "admitted (a job already rendered keeps its needs)"
+        )
+    elif regate.attempts:
+        why = f"the job has been rendered ({regate.attempts} attempt(s); now {regate.status})"
+    elif regate.status == "running" or regate.held:
+        why = "a run holds the job"
+    else:
+        why = f"the job is {regate.status}"
+    return {
+        "key": job.key,
+        "field": name,
+        "admitted": admitted,
+        "manifest": manifest,
+        "status": regate.status,
+        "why": why,
+    }
+
+
+def kept_message(kept: dict[str, Any]) -> str:
+    """A gate change that does not take effect, as a warning."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return "[" + ", ".join(value) + "]"
+
+    if kept["status"] == "awaiting_review":
+        then = f"'afc review approve {kept['key']}' (or reject) decides it"
+    else:
+        then = "a new key renders the request again under the new gates"
+    return (
+        f"warning: key {kept['key']!r}: {kept['field']}: {shown(kept['manifest'])} in the "
+        f"manifest does not take effect: {kept['why']}; it keeps {kept['field']}: "
+        f"{shown(kept['admitted'])} as admitted. Gates change only on a job not yet "
+        f"rendered; {then}."
+    )
+
+
+def changed_message(changed: list[dict[str, Any]], verb: str = "changed") -> str:
+    """The jobs whose gates a re-submit changed (each ``{"key", "review"?, "needs"?}``)."""
+    parts = [
+        f"{c['key']} ({', '.join(name for name in ('review', 'needs') if name in c)})"
+        for c in changed[:10]
+    ]
+    more = f" and {len(changed) - 10} more" if len(changed) > 10 else ""
+    return f"gates {verb} on jobs not yet rendered: " + ", ".join(parts) + more

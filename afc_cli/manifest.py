@@ -237,8 +237,8 @@ class ResolvedJob:
     body: dict[str, Any]
     request_hash: str
     webhook: dict[str, Any] | None = None  # not part of the request: it does not change output
-    # Neither review nor needs changes the output, so neither is part of the request hash; the
-    # ledger keeps them as first admitted. ``needs``: explicit needs and the jobs of ``job``
+    # Neither review nor needs changes the output, so neither is part of the request hash; a
+    # re-submit applies them to a job not yet rendered (afc_cli/gates.py). ``needs``: explicit needs and the jobs of ``job``
     # inputs. ``inputs``: where each input is read from at render time (a file's absolute path
     # and SHA-256, or a job); the hashed body has what identifies them (``body["inputs"]``).
     review: bool = False

@@ -20,6 +20,7 @@ means every job is new. Storage is only read.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,16 @@ from afc_cli import storage as storage_mod
 from afc_cli.conflicts import changes_since, describe_changes
 from afc_cli.costs import format_usd
 from afc_cli.errors import UsageError
-from afc_cli.gates import HELD, Refusals, refused_dependent
+from afc_cli.gates import (
+    HELD,
+    Change,
+    Gates,
+    Regate,
+    changed_message,
+    kept_message,
+    lease_held,
+    refused_dependent,
+)
 from afc_cli.ledger.core import TERMINAL
 from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
@@ -61,7 +71,7 @@ def plan(
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
     from afc_cli.ledger import read_admitted
 
-    bound, admitted = read_admitted(ledger_path, manifest.batch)
+    bound, admitted, stored_needs = read_admitted(ledger_path, manifest.batch)
     if bound and named and bound != named:
         raise UsageError(f"batch {manifest.batch!r} stores its outputs in {bound}, not {named}")
     url = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
@@ -72,11 +82,10 @@ def plan(
     unpriced: set[str] = set()
     jobs: list[dict[str, Any] | None] = []
     conflicts = []
-    refusals = Refusals()  # a new job that needs a conflicting key is refused with it
 
-    def refused(job: Any, need: str) -> dict[str, Any]:
+    def refused(job: Any, stored_hash: str | None, need: str) -> dict[str, Any]:
         counts["conflicting"] += 1
-        conflicts.append(refused_dependent(job, None, need))
+        conflicts.append(refused_dependent(job, stored_hash, need))
         entry = job.chain[0]
         model = f"{entry['provider']}/{entry['model']}"
         return {"key": job.key, "action": "conflict", "model": model, "refused_need": need}
@@ -120,13 +129,51 @@ def plan(
                 )
         return {"key": job.key, "action": action, "model": model, **detail}
 
-    held: dict[int, Any] = {}
-    gates = []  # each job's key, review and needs, read in the one pass over the jobs
+    # Decided as Ledger.admit decides (afc_cli/gates.py): which new jobs a conflict refuses
+    # with it, and which replayed jobs take the manifest's review and needs.
+    gates = Gates(stored_needs)
+    now = time.time()
+    index_of: dict[str, int] = {}
+    # per job, the review flag and needs the ledger will have after the submit (None: the
+    # job is not admitted)
+    effective: list[tuple[bool, tuple[str, ...]] | None] = []
+    changed: list[dict[str, Any]] = []
+
+    def apply(index: int, change: Change | None) -> None:
+        gated = effective[index]
+        if change is None or gated is None or (change.review is None and change.needs is None):
+            return
+        review, needs = gated
+        detail: dict[str, Any] = {}
+        if change.review is not None:
+            review = detail["review"] = change.review
+        if change.needs is not None:
+            needs = change.needs
+            detail["needs"] = list(needs)
+        effective[index] = (review, needs)
+        changed.append({"key": listed_keys[index], **detail})
+
+    listed_keys: list[str] = []
     for job in manifest.jobs:
         known = admitted.get(job.key)
-        gates.append((job.key, job.review, job.needs, known))
-        if known is not None and not same_request(known[0], known[2], job):
-            refusals.conflict(job.key)
+        index = len(jobs)
+        index_of[job.key] = index
+        listed_keys.append(job.key)
+        if known is None:
+            effective.append((bool(job.review), tuple(job.needs)))
+            cause = gates.fresh(job.key, job.needs, job)
+            if cause is HELD:  # a need later in the list: decided once every job is seen
+                jobs.append(None)
+            elif cause is not None:
+                effective[index] = None
+                jobs.append(refused(job, None, cause))
+            else:
+                jobs.append(to_run(job, None))
+            continue
+        stored = stored_needs.get(job.key, ())
+        effective.append((bool(known[3]), stored))
+        if not same_request(known[0], known[2], job):
+            gates.conflict(job.key)
             counts["conflicting"] += 1
             changes = changes_since(known[2], job.body)
             conflicts.append(
@@ -141,24 +188,47 @@ def plan(
             model = f"{entry['provider']}/{entry['model']}"
             jobs.append({"key": job.key, "action": "conflict", "model": model, "changes": changes})
             continue
-        cause = refusals.check(job.key, job.needs, len(jobs)) if known is None else None
-        if known is not None:
-            refusals.accept(job.key)
-        if cause is HELD:  # a need later in the list: decided once every job is seen
-            held[len(jobs)] = job
+        regate = Regate(
+            job,
+            job.job_id,
+            known[1],
+            known[4],
+            bool(known[3]),
+            stored,
+            known[0],
+            held=lease_held(known[5], known[6], now),
+        )
+        outcome = gates.replay(regate)
+        if outcome is HELD:
             jobs.append(None)
+        elif isinstance(outcome, str):
+            jobs.append(refused(job, known[0], outcome))
         else:
-            jobs.append(refused(job, cause) if cause else to_run(job, known))
-    for index, cause in refusals.settle():
-        jobs[index] = refused(held[index], cause) if cause else to_run(held[index], None)
+            apply(index, outcome)
+            jobs.append(to_run(job, known))
+    for item, outcome in gates.settle_all():
+        index = index_of[item.key]
+        if isinstance(item, Regate):
+            if isinstance(outcome, str):
+                jobs[index] = refused(item.job, item.stored_hash, outcome)
+            else:
+                apply(index, outcome)
+                jobs[index] = to_run(item.job, admitted[item.key])
+        elif outcome is not None:
+            effective[index] = None
+            jobs[index] = refused(item, None, outcome)
+        else:
+            jobs[index] = to_run(item, None)
     listed = []
     reviewed = []
     graph = {}
-    for (key, review, needs, known), shown in zip(gates, jobs, strict=True):
+    for key, gated, shown in zip(listed_keys, effective, jobs, strict=True):
         assert shown is not None
         listed.append(shown)
-        if refusals.refused.get(key):
+        if gated is None:
             continue  # not admitted: neither waits nor is waited for
+        review, needs = gated
+        known = admitted.get(key)
         if review and not (known and known[1] in TERMINAL):
             reviewed.append(key)  # not yet decided: approved and rejected ones are
         if needs:
@@ -182,6 +252,10 @@ def plan(
         # and the jobs that pause for a person's review after verify
         "order": dependency_waves(graph),
         "review": reviewed,
+        # replayed jobs not yet rendered whose review or needs the submit would change, and
+        # the changes it cannot make (a job rendered, being rendered, or ended)
+        "gates_changed": changed,
+        "gates_kept": gates.kept,
         "jobs": listed,
     }
 
@@ -215,6 +289,10 @@ def describe(result: dict[str, Any]) -> str:
         lines.append("  order: " + " -> ".join(", ".join(wave) for wave in result["order"]))
     if result.get("review"):
         lines.append("  waits for a review: " + ", ".join(result["review"]))
+    if result.get("gates_changed"):
+        lines.append("  " + changed_message(result["gates_changed"], "to change"))
+    for kept in result.get("gates_kept") or ():
+        lines.append("  " + kept_message(kept))
     if result["unpriced_models"]:
         lines.append("  unpriced (not in the estimate): " + ", ".join(result["unpriced_models"]))
     if result["budget"] is not None and not result["problems"]:

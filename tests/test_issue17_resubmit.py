@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import pytest
+from conftest import manifest
 from test_issue17_review import statuses, style_manifest
 
 
@@ -167,3 +169,131 @@ def test_a_job_admitted_before_the_hash_was_kept_beside_its_input_is_checked_by_
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "nothing was sent" in failed_on_its_input(afc, "shot-1")
     assert statuses(afc)["shot-2"] == "succeeded", "an old row that matches still renders"
+
+
+def two_jobs(afc, frame=None, shot=None):
+    afc.write_manifest(
+        manifest(
+            [
+                {"key": "frame", "prompt": "frame", **(frame or {})},
+                {"key": "shot", "prompt": "shot", **(shot or {})},
+            ]
+        )
+    )
+
+
+def gates_in_ledger(afc):
+    needs = dict(
+        afc.rows("SELECT j.key, n.need_key FROM job_needs n JOIN jobs j ON j.id = n.job_id")
+    )
+    return {
+        key: (review, needs.get(key)) for key, review in afc.rows("SELECT key, review FROM jobs")
+    }
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def on_both(request, tmp_path):
+    """``afc`` on a SQLite ledger, then on a PostgreSQL one (tests/test_postgres_e2e.py)."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("afc")
+    from test_postgres_e2e import PgAfc
+
+    return PgAfc(tmp_path, request.getfixturevalue("pg_url"))
+
+
+def test_review_and_needs_added_before_a_job_is_rendered_take_effect_as_plan_says(on_both):
+    """Found by an outside audit: review and needs added on a re-submit of admitted jobs
+    not yet rendered were dropped silently, while 'afc plan' promised both."""
+    afc = on_both
+    two_jobs(afc)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    two_jobs(afc, frame={"review": True}, shot={"needs": ["frame"]})
+    plan = afc.json("plan", "manifest.yaml")
+    assert plan["order"] == [["frame"], ["shot"]] and plan["review"] == ["frame"]
+    assert plan["gates_changed"] == [
+        {"key": "frame", "review": True},
+        {"key": "shot", "needs": ["frame"]},
+    ]
+    assert plan["gates_kept"] == []
+    result = afc.json("submit", "manifest.yaml")
+    assert result["gates_changed"] == plan["gates_changed"] and result["gates_kept"] == []
+    assert statuses(afc) == {"frame": "awaiting_review", "shot": "blocked"}
+    assert attempts(afc) == 1, "the shot waits for the frame's review"
+    assert gates_in_ledger(afc) == {"frame": (1, None), "shot": (0, "frame")}
+    assert afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'gates_changed'") == [(2,)]
+    assert afc("review", "approve", "frame").returncode == 0
+    assert afc("resume").returncode == 0
+    assert statuses(afc) == {"frame": "succeeded", "shot": "succeeded"}
+
+
+def test_review_and_needs_removed_before_a_job_is_rendered_are_lifted(afc):
+    two_jobs(afc, frame={"review": True}, shot={"needs": ["frame"]})
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    two_jobs(afc)
+    assert afc.json("plan", "manifest.yaml")["order"] == []
+    text = afc("submit", "manifest.yaml")
+    assert text.returncode == 0, text.stderr
+    assert "gates changed on jobs not yet rendered: frame (review), shot (needs)" in text.stderr
+    assert statuses(afc) == {"frame": "succeeded", "shot": "succeeded"}
+    assert gates_in_ledger(afc) == {"frame": (0, None), "shot": (0, None)}
+
+
+def test_a_gate_change_on_a_rendered_job_is_kept_and_said_by_plan_and_submit_alike(on_both):
+    afc = on_both
+    two_jobs(afc)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    paid = attempts(afc)
+    two_jobs(afc, frame={"review": True}, shot={"needs": ["frame"]})
+    plan = afc.json("plan", "manifest.yaml")
+    assert plan["order"] == [] and plan["review"] == [] and plan["gates_changed"] == []
+    assert [(k["key"], k["field"], k["admitted"], k["manifest"]) for k in plan["gates_kept"]] == [
+        ("frame", "review", False, True),
+        ("shot", "needs", [], ["frame"]),
+    ]
+    text = afc("plan", "manifest.yaml")
+    assert "warning: key 'frame': review: true in the manifest does not take effect" in (
+        text.stdout
+    )
+    result = afc.json("submit", "manifest.yaml")
+    assert result["gates_kept"] == plan["gates_kept"] and result["gates_changed"] == []
+    said = afc("submit", "manifest.yaml")
+    assert said.returncode == 0
+    assert (
+        "warning: key 'shot': needs: [frame] in the manifest does not take effect: the job has "
+        "been rendered (1 attempt(s); now succeeded); it keeps needs: [] as admitted"
+    ) in said.stderr
+    assert gates_in_ledger(afc) == {"frame": (0, None), "shot": (0, None)}
+    assert attempts(afc) == paid
+
+
+def test_new_needs_naming_a_refused_key_refuse_the_job_as_a_new_job_would_be(on_both):
+    afc = on_both
+    two_jobs(afc)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    two_jobs(afc, frame={"prompt": "another frame"}, shot={"needs": ["frame"]})
+    plan = afc.json("plan", "manifest.yaml")
+    result = afc.json("submit", "manifest.yaml", expect=3)
+    for said in (plan, result):
+        refused = {c["key"]: c.get("refused_need") for c in said["conflicts"]}
+        assert refused == {"frame": None, "shot": "frame"}
+        assert said["gates_changed"] == []
+    assert attempts(afc) == 0, "neither the refused frame nor the shot that needs it ran"
+    assert gates_in_ledger(afc) == {"frame": (0, None), "shot": (0, None)}
+
+
+def test_new_needs_that_would_wait_through_kept_needs_for_the_job_itself_are_not_applied(afc):
+    """'frame' needs 'shot' and was cancelled (its needs kept); a manifest where 'shot'
+    needs 'frame' instead has no cycle of its own, but applied it would make one: each
+    waiting for the other once 'frame' is retried."""
+    two_jobs(afc, frame={"needs": ["shot"]})
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    assert afc("cancel", "frame", "--yes").returncode == 0
+    two_jobs(afc, shot={"needs": ["frame"]})
+    plan = afc.json("plan", "manifest.yaml")
+    kept = {(k["key"], k["field"]): k["why"] for k in plan["gates_kept"]}
+    assert kept[("frame", "needs")] == "the job is cancelled"
+    assert kept[("shot", "needs")].startswith("it would wait for 'frame', which waits for 'shot'")
+    result = afc.json("submit", "manifest.yaml", expect=1)  # 1: 'frame' is cancelled
+    assert result["gates_kept"] == plan["gates_kept"] and result["gates_changed"] == []
+    assert gates_in_ledger(afc) == {"frame": (0, "shot"), "shot": (0, None)}
+    assert statuses(afc) == {"frame": "cancelled", "shot": "succeeded"}

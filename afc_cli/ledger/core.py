@@ -22,7 +22,15 @@ from typing import Any
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
 from afc_cli.errors import UsageError, ledger_write_error
-from afc_cli.gates import HELD, Refusals, refused_dependent
+from afc_cli.gates import (
+    HELD,
+    Change,
+    Gates,
+    Regate,
+    gate_kept,
+    lease_held,
+    refused_dependent,
+)
 from afc_cli.owner import owner_is_dead
 from afc_cli.secrets import map_leaves, scrub, scrub_data
 
@@ -153,6 +161,11 @@ class AdmitResult:
     replayed: list[str] = field(default_factory=list)
     # each {"key", "stored_hash", "new_hash", "changes": [{"field", "old", "new"}]}
     conflicts: list[dict[str, Any]] = field(default_factory=list)
+    # replayed jobs not yet rendered whose review or needs this admission changed, each
+    # {"key", "review"?, "needs"?}; and the changes that could not take effect, each
+    # {"key", "field", "admitted", "manifest", "status", "why"} (afc_cli/gates.py)
+    gates_changed: list[dict[str, Any]] = field(default_factory=list)
+    gates_kept: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def admitted_keys(self) -> list[str]:
@@ -303,27 +316,97 @@ class Ledger:
             existing = {
                 row[0]: row[1:]
                 for row in self.db.execute(
-                    "SELECT key, request_hash, status, id, webhook_json FROM jobs WHERE batch = ?",
+                    "SELECT key, request_hash, status, id, webhook_json, review, attempts,"
+                    " lease_owner, lease_expires FROM jobs WHERE batch = ?",
                     (manifest.batch,),
                 )
             }
             # In chunks, so a big job list (jobs_from) is never held in memory whole; still
             # one transaction, so a list that fails part-way leaves nothing admitted (in the
             # engine's admission cache: SqliteLedger.admission_cache).
-            # A new job that needs a key refused as a conflict is refused with it
+            # A new job that needs a key refused as a conflict is refused with it, and a
+            # replayed job not yet rendered takes the manifest's review and needs
             # (afc_cli/gates.py); one whose need comes later in the list is decided at the end.
-            refusals = Refusals()
+            gates = Gates(self.batch_needs(manifest.batch))
             with self.admission_cache():
                 for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
-                    self._admit_chunk(manifest.batch, chunk, existing, rates, now, result, refusals)
-                fresh, conflicts = [], []
-                for job, cause in refusals.settle():
-                    if cause is None:
-                        fresh.append(job)
+                    self._admit_chunk(manifest.batch, chunk, existing, rates, now, result, gates)
+                fresh, conflicts, rewebhooked = [], [], []
+                for item, outcome in gates.settle_all():
+                    if isinstance(item, Regate):
+                        if isinstance(outcome, str):
+                            conflicts.append(refused_dependent(item.job, item.stored_hash, outcome))
+                            continue
+                        self._regate(manifest.batch, item, outcome, now, result)
+                        result.replayed.append(item.key)
+                        if item.webhook != _dumps(item.job.webhook):
+                            rewebhooked.append((_dumps(item.job.webhook), item.job_id))
+                    elif outcome is None:
+                        fresh.append(item)
                     else:
-                        conflicts.append(refused_dependent(job, None, cause))
+                        conflicts.append(refused_dependent(item, None, outcome))
                 self._insert_admitted(manifest.batch, fresh, conflicts, now, result)
+                if rewebhooked:
+                    self.db.conn.executemany(
+                        "UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked
+                    )
+                result.gates_kept.extend(gates.kept)
         return result
+
+    def batch_needs(self, batch: str) -> dict[str, tuple[str, ...]]:
+        """The needs of a batch's jobs as admitted: key -> need keys."""
+        return admitted_needs(self.db, batch, "?")
+
+    def _regate(
+        self, batch: str, regate: Regate, change: Change | None, now: float, result: AdmitResult
+    ) -> None:
+        """Write a replayed job's new review flag and needs, guarded by the status and the
+        attempts it had when read: a job a run started meanwhile keeps its gates (said)."""
+        if change is None or (change.review is None and change.needs is None):
+            return
+        sets, params, detail = ["updated_at = ?"], [now], {}
+        if change.review is not None:
+            sets.append("review = ?")
+            params.append(1 if change.review else 0)
+            detail["review"] = change.review
+        if change.needs is not None:
+            status = (
+                "blocked"
+                if change.needs
+                else ("queued" if regate.status == "blocked" else regate.status)
+            )
+            sets.append("status = ?")
+            params.append(status)
+            if status != regate.status:
+                sets.append("waiting_reason = NULL")
+            detail["needs"] = list(change.needs)
+        # guarded by what was read: no attempt since, and no run has taken the job's lease
+        cursor = self.db.execute(
+            f"UPDATE jobs SET {', '.join(sets)} WHERE id = ? AND status = ? AND attempts = 0"
+            + (" AND lease_owner IS NULL" if regate.owner is None else " AND lease_owner = ?"),
+            (
+                *params,
+                regate.job_id,
+                regate.status,
+                *(() if regate.owner is None else (regate.owner,)),
+            ),
+        )
+        if cursor.rowcount != 1:  # another host's run claimed it since it was read
+            started = Regate(regate.job, regate.job_id, "running", 0, regate.review, regate.needs)
+            for name in detail:
+                result.gates_kept.append(gate_kept(started, name, None))
+            return
+        if change.needs is not None:
+            from afc_cli.manifest import job_id_for
+
+            self.db.execute("DELETE FROM job_needs WHERE job_id = ?", (regate.job_id,))
+            if change.needs:
+                self.db.conn.executemany(
+                    "INSERT INTO job_needs (job_id, need_id, need_key) VALUES (?, ?, ?)",
+                    [(regate.job_id, job_id_for(batch, need), need) for need in change.needs],
+                )
+        self._event(regate.job_id, batch, "gates_changed", **detail)
+        result.gates_changed.append({"key": regate.key, **detail})
 
     def _admit_chunk(
         self,
@@ -333,7 +416,7 @@ class Ledger:
         rates: Any,
         now: float,
         result: AdmitResult,
-        refusals: Refusals,
+        gates: Gates,
     ) -> None:
         from afc_cli.manifest import same_request
 
@@ -341,9 +424,13 @@ class Ledger:
         conflicts: list[dict[str, Any]] = []
         done = []
         rewebhooked = []
-        accept = refusals.decided.add  # a job decided (admitted or replayed), per job: cheap
+        accept = gates.decided.add  # a job decided (admitted or replayed), per job: cheap
+        lease_now = self.lease_clock()
+        stored_needs = gates.stored
         for job in jobs:
-            stored, status, job_id, webhook = existing.get(job.key, (None,) * 4)
+            stored, status, job_id, webhook, review, tried, owner, expires = existing.get(
+                job.key, (None,) * 8
+            )
             stored_body = None
             if stored is not None and stored != job.request_hash:
                 # only a changed hash needs the stored body: a body admitted before the rule
@@ -357,13 +444,35 @@ class Ledger:
                     accept(job.key)
                     fresh.append(job)
                     continue
-                cause = refusals.check(job.key, needs, job)
+                cause = gates.fresh(job.key, needs, job)
                 if cause is None:
                     fresh.append(job)
                 elif cause is not HELD:
                     conflicts.append(refused_dependent(job, None, cause))
             elif same_request(stored, stored_body, job):
-                accept(job.key)
+                if bool(review) != bool(job.review) or job.needs or job.key in stored_needs:
+                    # the gates may differ: the manifest's apply to a job not yet rendered
+                    regate = Regate(
+                        job,
+                        job_id,
+                        status,
+                        tried,
+                        bool(review),
+                        stored_needs.get(job.key, ()),
+                        stored_hash=stored,
+                        webhook=webhook,
+                        held=lease_held(owner, expires, lease_now),
+                        owner=owner,
+                    )
+                    outcome = gates.replay(regate)
+                    if outcome is HELD:
+                        continue
+                    if isinstance(outcome, str):
+                        conflicts.append(refused_dependent(job, stored, outcome))
+                        continue
+                    self._regate(batch, regate, outcome, now, result)
+                else:
+                    accept(job.key)
                 result.replayed.append(job.key)
                 if status == "succeeded":
                     done.append(job)
@@ -371,7 +480,7 @@ class Ledger:
                     # where events go is not part of the request: the latest manifest says
                     rewebhooked.append((_dumps(job.webhook), job_id))
             else:
-                refusals.conflict(job.key)
+                gates.conflict(job.key)
                 conflicts.append(
                     {
                         "key": job.key,
@@ -2099,9 +2208,21 @@ class Ledger:
         )
 
 
-def read_admitted(
-    ledger_path: str, batch: str
-) -> tuple[str | None, dict[str, tuple[str, str, str | None]]]:
-    """A batch's storage and its jobs (key: request hash, status, body) as ``afc plan`` needs
-    them, read without writing anything (no migrations, no lock)."""
+def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict]:
+    """A batch's storage, its jobs (key: request hash, status, body, review, attempts, lease owner and expiry) and
+    their needs (key: need keys) as ``afc plan`` needs them, read without writing anything
+    (no migrations, no lock)."""
     return backend(ledger_path).read_admitted(ledger_path, batch)
+
+
+def admitted_needs(conn: Any, batch: str, mark: str) -> dict[str, tuple[str, ...]]:
+    """``Ledger.batch_needs`` on a bare connection (``read_admitted``; ``mark``: the
+    driver's parameter mark)."""
+    needs: dict[str, list[str]] = {}
+    for key, need in conn.execute(
+        "SELECT j.key, n.need_key FROM job_needs n JOIN jobs j ON j.id = n.job_id"
+        f" WHERE j.batch = {mark}",
+        (batch,),
+    ):
+        needs.setdefault(key, []).append(need)
+    return {key: tuple(sorted(keys)) for key, keys in needs.items()}

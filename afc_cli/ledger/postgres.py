@@ -61,7 +61,7 @@ from typing import Any
 
 from afc_cli.errors import LedgerError, UsageError, ledger_write_error
 from afc_cli.ledger import core
-from afc_cli.ledger.core import Ledger
+from afc_cli.ledger.core import Ledger, admitted_needs
 from afc_cli.owner import current_owner
 
 MIGRATIONS_TABLE = "afc_migrations"
@@ -628,9 +628,7 @@ class PostgresLedger(Ledger):
                 self.flush()
 
     @staticmethod
-    def read_admitted(
-        url: str, batch: str
-    ) -> tuple[str | None, dict[str, tuple[str, str, str | None]]]:
+    def read_admitted(url: str, batch: str) -> tuple[str | None, dict, dict]:
         psycopg = _psycopg()
         try:
             conn = psycopg.connect(
@@ -645,15 +643,20 @@ class PostgresLedger(Ledger):
         try:
             conn.read_only = True
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
-                return None, {}
+                return None, {}, {}
             row = conn.execute("SELECT storage FROM batches WHERE name = %s", (batch,)).fetchone()
+            # a ledger before m007 (read-only: not migrated) has no review and no needs
+            gated = conn.execute("SELECT to_regclass('job_needs')").fetchone()[0] is not None
             jobs = {
-                key: (request_hash, status, request_json)
-                for key, request_hash, status, request_json in conn.execute(
-                    "SELECT key, request_hash, status, request_json FROM jobs WHERE batch = %s",
+                key: tuple(rest)
+                for key, *rest in conn.execute(
+                    "SELECT key, request_hash, status, request_json, "
+                    + ("review" if gated else "0")
+                    + ", attempts, lease_owner, lease_expires FROM jobs WHERE batch = %s",
                     (batch,),
                 )
             }
-            return (row[0] if row else None), jobs
+            needs = admitted_needs(conn, batch, "%s") if gated else {}
+            return (row[0] if row else None), jobs, needs
         finally:
             conn.close()

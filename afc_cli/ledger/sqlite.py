@@ -26,7 +26,7 @@ from typing import Any
 
 from afc_cli import ledger_file
 from afc_cli.errors import LedgerError, ledger_write_error
-from afc_cli.ledger.core import Ledger
+from afc_cli.ledger.core import Ledger, admitted_needs
 from afc_cli.owner import current_owner
 
 ADMIT_CACHE_KIB = -128 * 1024  # the page cache during an admission (negative: KiB)
@@ -368,15 +368,14 @@ class SqliteLedger(Ledger):
             self.flush()
 
     @staticmethod
-    def read_admitted(
-        ledger_path: str, batch: str
-    ) -> tuple[str | None, dict[str, tuple[str, str, str | None]]]:
-        """A batch's storage and its jobs (key: request hash, status, body) as ``afc plan`` needs
-        them, read without writing anything: the file is opened read-only (no migrations, no
-        lock); no ledger, or a file afc has not written yet, means nothing is admitted."""
+    def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict]:
+        """A batch's storage, its jobs (key: request hash, status, body, review, attempts, lease owner and expiry)
+        and their needs (key: need keys) as ``afc plan`` needs them, read without writing
+        anything: the file is opened read-only (no migrations, no lock); no ledger, or a file
+        afc has not written yet, means nothing is admitted."""
         path = ledger_file.ledger_path(ledger_path)
         if not path.exists():
-            return None, {}
+            return None, {}, {}
         try:
             conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         except sqlite3.DatabaseError as exc:
@@ -384,19 +383,26 @@ class SqliteLedger(Ledger):
         try:
             try:
                 if ledger_file.identity(conn, path) == "new":
-                    return None, {}
+                    return None, {}, {}
             except sqlite3.DatabaseError as exc:
                 raise ledger_file.damaged(path, exc) from None
             row = conn.execute("SELECT storage FROM batches WHERE name = ?", (batch,)).fetchone()
+            # a ledger before m007 (read-only: not migrated) has no review and no needs
+            gated = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_needs'"
+            ).fetchone()
             jobs = {
-                key: (request_hash, status, request_json)
-                for key, request_hash, status, request_json in conn.execute(
-                    "SELECT key, request_hash, status, request_json FROM jobs WHERE batch = ?",
+                key: rest
+                for key, *rest in conn.execute(
+                    "SELECT key, request_hash, status, request_json, "
+                    + ("review" if gated else "0")
+                    + ", attempts, lease_owner, lease_expires FROM jobs WHERE batch = ?",
                     (batch,),
                 )
             }
-            return (row[0] if row else None), jobs
+            needs = admitted_needs(conn, batch, "?") if gated else {}
+            return (row[0] if row else None), jobs, needs
         except sqlite3.DatabaseError:
-            return None, {}
+            return None, {}, {}
         finally:
             conn.close()
