@@ -6,8 +6,10 @@ narrow windows between a side effect and its checkpoint.
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
+import subprocess
 import time
 
 import pytest
@@ -209,6 +211,36 @@ def test_a_cancel_after_a_crash_mid_call_marks_the_call_unknown(afc):
     afc("resume")
     assert afc.rows("SELECT status, error_class FROM attempts") == [("unknown", "interrupted")]
     _left_call_is_counted(afc)
+
+
+def test_a_run_stopped_after_its_job_was_cancelled_mid_call_marks_that_call_unknown(afc):
+    """Found by a review: the cancel left the call to its live run (right), which then
+    abandoned it at a SIGTERM, but marked only the calls of jobs it still held: the cancelled
+    job's call stayed started, out of the run's own summary."""
+    release = afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(2)))
+    proc = subprocess.Popen(
+        afc.command("submit", "manifest.yaml", "--grace", "0.5", "--json"),
+        cwd=afc.cwd,
+        env={**afc.env, "AFC_LOCAL_RELEASE": str(release)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 30
+        while _count(afc, RENDERING) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        assert afc("cancel", "shot-001").returncode == 0
+        proc.send_signal(signal.SIGTERM)
+        out, _err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert afc.rows("SELECT DISTINCT status FROM attempts") == [("unknown",)]
+    summary = json.loads(out)
+    assert summary["abandoned_attempts"] == 2 and summary["unknown_cost_attempts"] == 2
 
 
 def test_a_call_left_started_by_a_cancelled_jobs_run_that_died_is_counted(afc):

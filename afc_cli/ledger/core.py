@@ -840,15 +840,21 @@ class Ledger:
         changes first and this block at its end, so the wait holds no other row: waits form
         no cycle. SQLite has one writer at a time and no row locks: nothing to do."""
 
-    def _mark_unknown(self, job_id: str, batch: str, exclude_owner: str | None) -> int:
+    def _mark_unknown(
+        self, job_id: str, batch: str, exclude_owner: str | None, only_owner: str | None = None
+    ) -> int:
         """Attempts a run left ``started`` become ``unknown`` (possibly paid) with the class
         ``interrupted``: they are kept and counted as spend of unknown cost, but never use up
-        a model's attempts (attempts.py). Returns how many."""
+        a model's attempts (attempts.py). ``only_owner``: that run's attempts alone. Returns
+        how many."""
         sql = "SELECT number, provider, owner FROM attempts WHERE job_id = ? AND status = 'started'"
         params: tuple = (job_id,)
         if exclude_owner is not None:
             sql += " AND (owner IS NULL OR owner <> ?)"
-            params = (job_id, exclude_owner)
+            params = (*params, exclude_owner)
+        if only_owner is not None:
+            sql += " AND owner = ?"
+            params = (*params, only_owner)
         rows = self._all(sql, params)
         for row in rows:
             self.db.execute(
@@ -877,6 +883,17 @@ class Ledger:
             for row in self._all("SELECT id, batch FROM jobs WHERE lease_owner = ?", (self.owner,)):
                 abandoned += self._mark_unknown(row["id"], row["batch"], exclude_owner=None)
                 self._event(row["id"], row["batch"], "released", reason="interrupted")
+            # a call of ours whose job no longer names us (cancelled while it rendered: the
+            # cancel left the call to this run, which now abandons it) is ours to mark too
+            for row in self._all(
+                "SELECT DISTINCT a.job_id, j.batch FROM attempts a JOIN jobs j ON j.id = a.job_id"
+                " WHERE a.owner = ? AND a.status = 'started'"
+                " AND (j.lease_owner IS NULL OR j.lease_owner <> ?)",
+                (self.owner, self.owner),
+            ):
+                abandoned += self._mark_unknown(
+                    row["job_id"], row["batch"], exclude_owner=None, only_owner=self.owner
+                )
             self.db.execute(
                 "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL,"
                 " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
