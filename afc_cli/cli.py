@@ -241,7 +241,7 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, first)
 
 
-def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
+def _print_run(result: Any, json_out: bool, quiet: bool, admitted_only: bool = False) -> None:
     from afc_cli.costs import format_usd
     from afc_cli.output import emit_json, job_json
 
@@ -300,10 +300,14 @@ def _print_run(result: Any, json_out: bool, quiet: bool) -> None:
         shown = ", ".join(unlisted[:10]) + (
             f" and {len(unlisted) - 10} more" * (len(unlisted) > 10)
         )
+        how = (
+            "stay in its batch: 'afc resume' (or a submit) runs them"
+            if admitted_only
+            else "ran with it, as 'afc resume' runs them"
+        )
         _err(
             f"{len(unlisted)} unfinished job(s) of batch {result.admit.batch} are not in this "
-            f"manifest and ran with it, as 'afc resume' runs them: {shown} ('afc cancel KEY' "
-            "drops a job from its batch)"
+            f"manifest and {how}: {shown} ('afc cancel KEY' drops a job from its batch)"
         )
     not_ok = [j for j in jobs if j["status"] != "succeeded"]
     if result.stats.interrupted:  # jobs a stop left to do are counted in the tally below
@@ -450,7 +454,7 @@ def submit(
             # an admission's exit code does not depend on its jobs' rows: shown, or not read
             report_jobs=not (no_run and quiet and not json_out),
         )
-        _print_run(result, json_out, quiet)
+        _print_run(result, json_out, quiet, admitted_only=no_run)
         if no_run and result.exit_code != 3:
             raise typer.Exit(0)
         raise typer.Exit(result.exit_code)

@@ -20,6 +20,7 @@ means every job is new. Storage is only read.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -59,19 +60,25 @@ def plan(
     rates = manifest_rates(manifest)
     # the budget the submit would run under: --max-spend over the manifest's budget
     budget = Budget.of_manifest(max_spend, manifest, allow_unpriced)
-    # what the submit would refuse before writing anything, said here too (exit 2)
-    problems = []
-    if budget is not None:
-        try:
-            budget.check_priced(
-                [(manifest.batch, chain) for chain in manifest.chains], lambda batch: rates
-            )
-        except UsageError as exc:
-            problems.append(exc.message)
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
     from afc_cli.ledger import read_admitted
 
     bound, admitted, stored_needs = read_admitted(ledger_path, manifest.batch)
+    # the batch's unfinished jobs that this manifest does not list: the submit runs them too
+    listed_keys = {job.key for job in manifest.jobs}
+    unlisted = {
+        key: json.loads(known[2])
+        for key, known in sorted(admitted.items())
+        if key not in listed_keys and known[1] not in PAST_RENDERING
+    }
+    # what the submit would refuse before writing anything, said here too (exit 2)
+    problems = []
+    if budget is not None:
+        chains = [*manifest.chains, *(body["chain"] for body in unlisted.values())]
+        try:
+            budget.check_priced([(manifest.batch, chain) for chain in chains], lambda b: rates)
+        except UsageError as exc:
+            problems.append(exc.message)
     if bound and named and bound != named:
         raise UsageError(f"batch {manifest.batch!r} stores its outputs in {bound}, not {named}")
     url = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
@@ -236,6 +243,24 @@ def plan(
             graph[key] = list(needs)
         if review:
             shown["review"] = True
+    for key, body in unlisted.items():
+        entry = body["chain"][0]
+        images = images_requested(entry["provider"], body.get("params") or {})
+        price = rates.estimate(entry["provider"], entry["model"], images)
+        estimate += price or 0
+        unpriced.update(
+            f"{e['provider']}/{e['model']}"
+            for e in body["chain"]
+            if rates.estimate(e["provider"], e["model"]) is None
+        )
+        counts["to_render"] += 1
+        listed.append(
+            {
+                "key": key,
+                "action": "render (not in this manifest)",
+                "model": f"{entry['provider']}/{entry['model']}",
+            }
+        )
 
     return {
         "batch": manifest.batch,
@@ -256,6 +281,8 @@ def plan(
         # the changes it cannot make (a job rendered, being rendered, or ended)
         "gates_changed": changed,
         "gates_kept": gates.kept,
+        # unfinished jobs of the batch this manifest does not list, which the submit runs too
+        "unlisted": list(unlisted),
         "jobs": listed,
     }
 
@@ -285,6 +312,10 @@ def describe(result: dict[str, Any]) -> str:
             lines.append(
                 f"  conflict {job['key']}: output key {job['output_key']} holds {job['holds']}"
             )
+    if result.get("unlisted"):
+        lines.append(
+            "  not in this manifest, unfinished, run with it: " + ", ".join(result["unlisted"])
+        )
     if result.get("order"):
         lines.append("  order: " + " -> ".join(", ".join(wave) for wave in result["order"]))
     if result.get("review"):

@@ -266,10 +266,20 @@ def submit(
             ledger_file.precheck(path)
         bound = ledger.check_storage(manifest.batch, named) if ledger is not None else None
         chosen = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
+        # the batch's unfinished jobs this manifest no longer lists run with it (below): they
+        # are checked as its own jobs are, before anything is written (as 'afc resume' checks)
+        left = _unlisted_jobs(ledger, manifest) if run and ledger is not None else []
+        if left:
+            chains = [json.loads(job["request_json"])["chain"] for job in left]
+            require_keys({entry["provider"] for chain in chains for entry in chain})
+            if budget is not None:
+                budget.check_priced([(manifest.batch, chain) for chain in chains], lambda b: rates)
         if run:
             store = storage_mod.open(chosen)
             store.check()  # before admitting or paying for anything
-            store.check_keys([job.output_key for job in manifest.jobs])
+            store.check_keys(
+                [job.output_key for job in manifest.jobs] + [job["output_key"] for job in left]
+            )
             check_spool(Spool(ledger.spool_root()) if ledger is not None else Spool.beside(path))
         if ledger is None:
             ledger = Ledger(path)
@@ -307,6 +317,14 @@ def submit(
     finally:
         if ledger is not None:
             ledger.close()
+
+
+def _unlisted_jobs(ledger: Ledger, manifest: Any) -> list[dict[str, Any]]:
+    """The batch's unfinished jobs that the manifest does not list (admitted by an earlier
+    one), as ledger rows."""
+    listed = {job.key for job in manifest.jobs}
+    pending = ledger.runnable_job_keys(batch=manifest.batch)
+    return [ledger.job(job_id) for key, job_id in pending.items() if key not in listed]
 
 
 def manifest_rates(manifest: Any) -> RateCards:

@@ -347,6 +347,38 @@ def test_an_unfinished_job_left_out_of_the_manifest_still_runs_and_is_named(afc)
     assert "shot-004" in {job["key"] for job in payload["jobs"]}
 
 
+def test_an_unlisted_job_is_checked_and_planned_as_the_manifests_own_are(afc):
+    """Found by a review: the unfinished job a manifest left out ran on a model the budget
+    could not price (no --allow-unpriced), and the plan did not show it."""
+    data = manifest(
+        [
+            {"key": "a", "prompt": "a"},
+            {"key": "b", "prompt": "b", "chain": [{"provider": "local", "model": "m2"}]},
+        ],
+        rates=[
+            {"provider": "local", "model": "m1", "per_image": "0.05"},
+            {"provider": "local", "model": "m2", "per_image": "0.05"},
+        ],
+    )
+    afc.write_manifest(data, "v1.yaml")
+    said = afc("submit", "v1.yaml", "--no-run").stderr
+    data["jobs"] = data["jobs"][:1]
+    data["rates"] = data["rates"][:1]
+    afc.write_manifest(data, "v2.yaml")
+    said = afc("submit", "v2.yaml", "--no-run").stderr
+    assert "are not in this manifest and stay in its batch: 'afc resume'" in said
+    assert "ran with it" not in said
+    before = afc.rows("SELECT COUNT(*) FROM events")
+    refused = afc("submit", "v2.yaml", "--max-spend", "1")
+    assert refused.returncode == 2 and "unpriced: local/m2" in refused.stderr
+    assert afc.rows("SELECT COUNT(*) FROM events") == before, "nothing written"
+    plan = afc.json("plan", "v2.yaml", "--max-spend", "1", expect=2)
+    assert plan["unlisted"] == ["b"] and plan["to_render"] == 2
+    assert plan["unpriced_models"] == ["local/m2"] and plan["problems"]
+    ran = afc.json("submit", "v2.yaml", "--max-spend", "1", "--allow-unpriced")
+    assert ran["unlisted"] == ["b"] and ran["counts"] == {"succeeded": 2}
+
+
 def test_failed_job_exit_1_with_last_real_cause(afc):
     data = manifest(
         [
