@@ -543,6 +543,13 @@ class FakeProviders:
                 200, {"status": "COMPLETED", "logs": None, "metrics": {"inference_time": 1.1}}
             )
         self.count("fal_result")
+        if "result-422" in r["prompt"]:
+            # the queued request failed its model's validation: fal marks it retryable
+            return h.reply(
+                422,
+                {"detail": [{"loc": ["body", "image_url"], "msg": "bad input", "type": "x"}]},
+                headers={"X-Fal-Retryable": "true"},
+            )
         h.reply(
             200,
             {

@@ -353,6 +353,16 @@ def test_a_fal_422_it_marks_retryable_is_sent_again_not_the_end_of_the_model(afc
     assert second["status"] == "succeeded"
 
 
+def test_a_retryable_422_on_a_queued_requests_result_is_not_sent_again(afc, fake):
+    """Found by a review: X-Fal-Retryable on a result (the request was queued and may have
+    run, cost unknown) also became a retry, that is a second, paid submit. Only a refused
+    submit is provably free to send again."""
+    run(afc, "fal", ["result-422"], expect=1)
+    [attempt] = attempts_of(afc, "j0")
+    assert attempt["error_class"] == "invalid" and attempt["cost"] is None
+    assert fake.counts["fal_submit"] == 1
+
+
 def test_a_calls_known_cost_counts_against_the_budget_before_its_output_is_spooled(afc, fake):
     """Found by an outside audit: at --concurrency 1 the first call cost 0.166650 (tokens)
     against a 0.10 cap, yet the next call started: its budget check saw the first attempt's

@@ -81,10 +81,11 @@ class FalProvider(HttpProvider):
         retryable = response.headers.get("x-fal-retryable", "").lower()
         if retryable == "false" and cls not in ("auth",):
             cls = "invalid"
-        elif retryable == "true" and cls == "invalid":
-            # fal says this 4xx may pass when sent again (an input URL it could not fetch in
-            # time, say): a transient failure, retried with backoff like a 503, not the end
-            # of the model. Its submit was refused, so it cost nothing (below).
+        elif retryable == "true" and cls == "invalid" and action == "submit":
+            # fal says this refused submit may pass when sent again (an input URL it could not
+            # fetch in time, say): a transient failure, retried with backoff like a 503, not
+            # the end of the model; it cost nothing (below). Not on a status or result answer:
+            # that request was queued and may have run, and sending again is a new payment.
             cls = "unavailable"
         detail = data.get("detail") or f"HTTP {status}"
         # A submit fal itself refused was not queued (fal bills no request that ends in 5xx,
