@@ -498,10 +498,6 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 raise JobLost(job["id"])
             wait = None
         else:
-            if inputs is None:
-                inputs = await _read_inputs(ctx, job)
-                if inputs is None:
-                    return False
             if _interrupts(rows, base) >= ctx.max_interrupts:
                 ctx.ledger.finish(
                     job,
@@ -534,6 +530,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 )
                 return False
             chain_index, entry, wait = decision.chain_index, chain[decision.chain_index], None
+            if inputs is None:  # read once, before the first new request (and any wait)
+                inputs = await _read_inputs(ctx, job)
+                if inputs is None:
+                    return False
             if decision.delay > 0:
                 wait = decision.delay
                 ctx.ledger.set_waiting(job, f"backoff {wait:.2f}s after {decision.after}")
