@@ -142,3 +142,15 @@ def ledger_url(request, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "afc.db")
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def fake(afc):
+    """Fake provider servers speaking each provider's wire format (tests/fakeproviders.py),
+    with ``afc`` pointed at them."""
+    from fakeproviders import FakeProviders
+
+    server = FakeProviders().start()
+    afc.env.update(server.env())
+    yield server
+    server.stop()

@@ -10,7 +10,6 @@ from decimal import Decimal
 
 import pytest
 from conftest import manifest
-from fakeproviders import FakeProviders
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,14 +116,6 @@ def test_an_openai_answer_with_unreadable_usage_is_kept_and_priced_by_its_images
     assert attempt["usage"]["output_tokens"] == "nan"
     assert attempt["cost"] == "0.040000" and attempt["cost_source"] == "derived"
     assert (afc.outputs() / "b1" / "j0.png").read_bytes().startswith(b"\x89PNG")
-
-
-@pytest.fixture
-def fake(afc):
-    server = FakeProviders().start()
-    afc.env.update(server.env())
-    yield server
-    server.stop()
 
 
 def run_priced(afc, provider, rate, prompts=("a", "b", "c")):

@@ -9,20 +9,11 @@ import hashlib
 
 import pytest
 from conftest import manifest
-from fakeproviders import FakeProviders
 from test_providers import FAST, MODELS, RATES
 
 from afc_cli.providers.local import render_png
 
 PNG = "image/png"
-
-
-@pytest.fixture
-def fake(afc):
-    server = FakeProviders().start()
-    afc.env.update(server.env())
-    yield server
-    server.stop()
 
 
 def submit(afc, provider, inputs, params=None):

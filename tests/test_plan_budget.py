@@ -6,17 +6,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import manifest
-from fakeproviders import FakeProviders
 
 FAST = {"base": 0.01, "cap": 0.05}
-
-
-@pytest.fixture
-def fake(afc):
-    server = FakeProviders().start()
-    afc.env.update(server.env())
-    yield server
-    server.stop()
 
 
 def test_plan_compares_the_estimate_with_the_manifests_budget(afc):

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 from conftest import manifest, wait_for
-from fakeproviders import KEYS, FakeProviders
+from fakeproviders import KEYS
 
 FAST = {"base": 0.01, "cap": 0.05}
 RATES = [
@@ -33,14 +33,6 @@ MODELS = {
     "fal": "fal-ai/flux/dev",
     "gemini": "gemini-2.5-flash-image",
 }
-
-
-@pytest.fixture
-def fake(afc):
-    server = FakeProviders().start()
-    afc.env.update(server.env())
-    yield server
-    server.stop()
 
 
 def run(afc, provider, prompts, expect=None, attempts=3, **entry):
