@@ -288,21 +288,29 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
     memory behind slow uploads), then stores and verifies under the storage slots, so neither
     an fsync nor a slow upload holds back the next provider call.
     """
-    if job_id in ctx.blocked:
-        status = await wait_for_needs(ctx, job_id)
-        if status != "queued":
-            if status != "blocked":
-                job = ctx.ledger.job(job_id)
-                if job is not None:
-                    ctx.report(job, "ended", status)
-            return status
-    async with ctx.slots:
-        job = ctx.ledger.claim(job_id, ctx.lease_s)
-        if job is None:
-            current = ctx.ledger.job(job_id)
-            return current["status"] if current else "missing"
-        ctx.report(job, "started", job["step"])
-        job = await _run_steps(ctx, job, RENDER_STEPS)
+    while True:
+        if job_id in ctx.blocked:
+            status = await wait_for_needs(ctx, job_id)
+            if status != "queued":
+                if status != "blocked":
+                    job = ctx.ledger.job(job_id)
+                    if job is not None:
+                        ctx.report(job, "ended", status)
+                return status
+        async with ctx.slots:
+            job = ctx.ledger.claim(job_id, ctx.lease_s)
+            if job is None:
+                current = ctx.ledger.job(job_id)
+                return current["status"] if current else "missing"
+            if job["status"] == "blocked":
+                # given needs after this run began (a re-submit changes the gates of a job
+                # not yet rendered that no run holds): it waits for them like any blocked job
+                ctx.ledger.release(job)
+                ctx.blocked.add(job_id)
+                continue
+            ctx.report(job, "started", job["step"])
+            job = await _run_steps(ctx, job, RENDER_STEPS)
+        break
     if job["status"] not in TERMINAL and job["step"] in SPOOL_STEP:
         # Let the job that just took our render slot reach its provider call first: renders
         # are the long waits, storage work can follow a moment later.

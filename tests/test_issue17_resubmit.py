@@ -297,3 +297,33 @@ def test_new_needs_that_would_wait_through_kept_needs_for_the_job_itself_are_not
     assert result["gates_kept"] == plan["gates_kept"] and result["gates_changed"] == []
     assert gates_in_ledger(afc) == {"frame": (0, "shot"), "shot": (0, None)}
     assert statuses(afc) == {"frame": "cancelled", "shot": "succeeded"}
+
+
+def test_a_need_added_while_a_run_is_going_is_waited_for_by_that_run(afc):
+    """Found by a review: a run that began before a re-submit gave a job it had not claimed
+    yet a new need rendered the job at once: its claim took a job now blocked."""
+    from conftest import wait_for
+
+    jobs = [
+        {"key": "s1", "prompt": "s1", "params": {"latency_s": 1.5}},
+        {"key": "s3", "prompt": "s3"},
+        {"key": "final", "prompt": "final", "params": {"latency_s": 0.3}},
+    ]
+    afc.write_manifest(manifest(jobs))
+    run = afc.popen("submit", "manifest.yaml", "--concurrency", "1")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+        jobs[1]["needs"] = ["final"]
+        afc.write_manifest(manifest(jobs))
+        changed = afc("submit", "manifest.yaml", "--no-run")
+        assert "gates changed on jobs not yet rendered: s3 (needs)" in changed.stderr
+    finally:
+        assert run.wait(timeout=60) == 0, run.stderr.read()
+    assert set(statuses(afc).values()) == {"succeeded"}
+    began = dict(
+        afc.rows("SELECT j.key, a.started_at FROM attempts a JOIN jobs j ON j.id = a.job_id")
+    )
+    ended = dict(
+        afc.rows("SELECT j.key, a.ended_at FROM attempts a JOIN jobs j ON j.id = a.job_id")
+    )
+    assert began["s3"] >= ended["final"], "s3 rendered before the need it was given"
