@@ -60,24 +60,42 @@ class Refusals:
         return None
 
     def settle(self) -> list[tuple[Any, str | None]]:
-        """Each held job's ``item`` with the refused need that refuses it, or None."""
+        """Each held job's ``item`` with the refused need that refuses it, or None.
+
+        In dependency order, each held job once: a job is decided when the last of its
+        undecided needs is (a count per job, and each need's held dependents), so a long
+        chain listed in reverse costs one pass, not one pass per link (a review measured a
+        20,000-job chain at 247 s with the pass-per-level way)."""
+        from collections import deque
+
         held, self.held = self.held, []
+        entries = {}
+        undecided: dict[str, int] = {}
+        dependents: dict[str, list[str]] = {}
+        ready: deque[str] = deque()
+        for key, needs, item in held:
+            entries[key] = (needs, item)
+            pending = {need for need in needs if need not in self.decided}
+            undecided[key] = len(pending)
+            for need in pending:
+                dependents.setdefault(need, []).append(key)
+            if not pending:
+                ready.append(key)
         out: list[tuple[Any, str | None]] = []
-        while held:
-            rest = []
-            for key, needs, item in held:
-                cause = next((need for need in needs if need in self.refused), None)
-                if cause is not None:
-                    self.refused[key] = cause
-                elif any(need not in self.decided for need in needs):
-                    rest.append((key, needs, item))
-                    continue
-                self.decided.add(key)
-                out.append((item, cause))
-            if len(rest) == len(held):  # never, for a manifest that loaded (no cycle)
-                out.extend((item, None) for _, _, item in rest)
-                break
-            held = rest
+        while ready:
+            key = ready.popleft()
+            needs, item = entries.pop(key)
+            cause = next((need for need in needs if need in self.refused), None)
+            if cause is not None:
+                self.refused[key] = cause
+            self.decided.add(key)
+            out.append((item, cause))
+            for dependent in dependents.pop(key, ()):
+                undecided[dependent] -= 1
+                if undecided[dependent] == 0:
+                    ready.append(dependent)
+        # never, for a manifest that loaded (no cycle, no unknown key): admitted as they are
+        out.extend((item, None) for _needs, item in entries.values())
         return out
 
 
