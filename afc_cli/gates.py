@@ -36,6 +36,11 @@ class Refusals:
         self.decided: set[str] = set()
         self.held: list[tuple[str, tuple[str, ...], Any]] = []
 
+    def admitted_already(self, item: Any) -> bool:
+        """Whether ``item`` is a job the ledger holds already (``Gates``: a re-gated one): a
+        refused need cannot refuse it, and its dependents are not refused on its account."""
+        return False
+
     def conflict(self, key: str) -> None:
         """``key``'s own request changed: it is refused."""
         self.refused[key] = None
@@ -50,7 +55,8 @@ class Refusals:
         ``item``)."""
         for need in needs:
             if need in self.refused:
-                self.refused[key] = need
+                if not self.admitted_already(item):
+                    self.refused[key] = need
                 self.decided.add(key)
                 return need
         if any(need not in self.decided for need in needs):
@@ -86,7 +92,7 @@ class Refusals:
             key = ready.popleft()
             needs, item = entries.pop(key)
             cause = next((need for need in needs if need in self.refused), None)
-            if cause is not None:
+            if cause is not None and not self.admitted_already(item):
                 self.refused[key] = cause
             self.decided.add(key)
             out.append((item, cause))
@@ -116,8 +122,8 @@ def refused_dependent(job: Any, stored_hash: str | None, need: str) -> dict[str,
 # rendered. So a re-submit with the same request applies the manifest's gates to a job that
 # has not started rendering (``not_started``), and says, per job and field, when it cannot:
 # the job has been rendered (attempts), is being rendered, or has ended. A job whose new needs
-# name a refused key is refused like a new one (its gates stay as admitted, the submit does not
-# run it); new needs that would wait, through needs kept as admitted, for the job itself are
+# name a refused key keeps its admitted needs (a warning: it was admitted, and runs as
+# admitted; its dependents are not refused on its account); new needs that would wait, through needs kept as admitted, for the job itself are
 # not applied either (a cycle the manifest alone cannot show).
 
 NOT_STARTED = ("queued", "blocked", "waiting")
@@ -212,9 +218,23 @@ class Gates(Refusals):
             self.accept(regate.key)
             return Change(review=bool(regate.job.review))
         cause = self.check(regate.key, regate.job.needs, regate)
-        if cause is HELD or cause is not None:
+        if cause is HELD:
             return cause
+        if cause is not None:
+            return self._refused_need(regate, cause)
         return self._change(regate)
+
+    def admitted_already(self, item: Any) -> bool:
+        return isinstance(item, Regate)
+
+    def _refused_need(self, regate: Regate, need: str) -> Change | None:
+        """New needs of an admitted job that name a refused key: the job is admitted already
+        (refusing it now would not stop it: it runs as admitted), so its needs stay as
+        admitted, said as a warning; a review change still applies."""
+        self.kept.append(gate_kept(regate, "needs", None, refused=need))
+        if "review" in regate.fields:
+            return Change(review=bool(regate.job.review))
+        return None
 
     def _change(self, regate: Regate) -> Change | None:
         needs = tuple(regate.job.needs)
@@ -249,7 +269,8 @@ class Gates(Refusals):
         out = []
         for item, cause in self.settle():
             if isinstance(item, Regate):
-                out.append((item, cause if cause is not None else self._change(item)))
+                change = self._change(item) if cause is None else self._refused_need(item, cause)
+                out.append((item, change))
             else:  # a new job
                 if cause is None and item.needs:
                     self.graph[item.key] = set(item.needs)
@@ -257,14 +278,21 @@ class Gates(Refusals):
         return out
 
 
-def gate_kept(regate: Regate, name: str, loop: str | None) -> dict[str, Any]:
+def gate_kept(
+    regate: Regate, name: str, loop: str | None, refused: str | None = None
+) -> dict[str, Any]:
     """A gate change that cannot take effect, and why."""
     job = regate.job
     if name == "review":
         admitted, manifest = bool(regate.review), bool(job.review)
     else:
         admitted, manifest = sorted(regate.needs), sorted(job.needs)
-    if loop is not None:
+    if refused is not None:
+        why = (
+            f"it names {refused!r}, whose change this submit refused (a conflict): the job "
+            "was admitted before and runs as admitted ('afc cancel' stops it)"
+        )
+    elif loop is not None:
         why = (
             f"it would wait for {loop!r}, which waits for {job.key!r} through needs kept as "
             "admitted (a job already rendered keeps its needs)"

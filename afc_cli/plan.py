@@ -208,19 +208,14 @@ def plan(
         outcome = gates.replay(regate)
         if outcome is HELD:
             jobs.append(None)
-        elif isinstance(outcome, str):
-            jobs.append(refused(job, known[0], outcome))
         else:
             apply(index, outcome)
             jobs.append(to_run(job, known))
     for item, outcome in gates.settle_all():
         index = index_of[item.key]
-        if isinstance(item, Regate):
-            if isinstance(outcome, str):
-                jobs[index] = refused(item.job, item.stored_hash, outcome)
-            else:
-                apply(index, outcome)
-                jobs[index] = to_run(item.job, admitted[item.key])
+        if isinstance(item, Regate):  # admitted already: never refused here
+            apply(index, outcome)
+            jobs[index] = to_run(item.job, admitted[item.key])
         elif outcome is not None:
             effective[index] = None
             jobs[index] = refused(item, None, outcome)

@@ -266,19 +266,26 @@ def test_a_gate_change_on_a_rendered_job_is_kept_and_said_by_plan_and_submit_ali
     assert attempts(afc) == paid
 
 
-def test_new_needs_naming_a_refused_key_refuse_the_job_as_a_new_job_would_be(on_both):
+def test_new_needs_naming_a_refused_key_are_kept_as_admitted_and_said(on_both):
+    """An admitted job cannot be refused by a later submit: it runs as admitted (a review
+    found it reported "refused too, nothing is rendered for it", then rendered by the next
+    resume without the review asked for). Its needs naming the refused key stay as
+    admitted, said as a warning by plan and submit alike; its review change still applies."""
     afc = on_both
     two_jobs(afc)
     assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
-    two_jobs(afc, frame={"prompt": "another frame"}, shot={"needs": ["frame"]})
+    two_jobs(afc, frame={"prompt": "another frame"}, shot={"needs": ["frame"], "review": True})
     plan = afc.json("plan", "manifest.yaml")
-    result = afc.json("submit", "manifest.yaml", expect=3)
+    result = afc.json("submit", "manifest.yaml", "--no-run", expect=3)
     for said in (plan, result):
-        refused = {c["key"]: c.get("refused_need") for c in said["conflicts"]}
-        assert refused == {"frame": None, "shot": "frame"}
-        assert said["gates_changed"] == []
-    assert attempts(afc) == 0, "neither the refused frame nor the shot that needs it ran"
-    assert gates_in_ledger(afc) == {"frame": (0, None), "shot": (0, None)}
+        assert [c["key"] for c in said["conflicts"]] == ["frame"]
+        assert said["gates_changed"] == [{"key": "shot", "review": True}]
+        [kept] = said["gates_kept"]
+        assert (kept["key"], kept["field"]) == ("shot", "needs")
+        assert "names 'frame', whose change this submit refused" in kept["why"]
+    assert gates_in_ledger(afc) == {"frame": (0, None), "shot": (1, None)}
+    assert afc("resume").returncode == 0
+    assert statuses(afc) == {"frame": "succeeded", "shot": "awaiting_review"}
 
 
 def test_new_needs_that_would_wait_through_kept_needs_for_the_job_itself_are_not_applied(afc):

@@ -333,10 +333,7 @@ class Ledger:
                     self._admit_chunk(manifest.batch, chunk, existing, rates, now, result, gates)
                 fresh, conflicts, rewebhooked = [], [], []
                 for item, outcome in gates.settle_all():
-                    if isinstance(item, Regate):
-                        if isinstance(outcome, str):
-                            conflicts.append(refused_dependent(item.job, item.stored_hash, outcome))
-                            continue
+                    if isinstance(item, Regate):  # admitted already: never refused here
                         self._regate(manifest.batch, item, outcome, now, result)
                         result.replayed.append(item.key)
                         if item.webhook != _dumps(item.job.webhook):
@@ -466,9 +463,6 @@ class Ledger:
                     )
                     outcome = gates.replay(regate)
                     if outcome is HELD:
-                        continue
-                    if isinstance(outcome, str):
-                        conflicts.append(refused_dependent(job, stored, outcome))
                         continue
                     self._regate(batch, regate, outcome, now, result)
                 else:
