@@ -192,14 +192,17 @@ class Gates(Refusals):
     def __init__(self, stored: dict[str, tuple[str, ...]]) -> None:
         super().__init__()
         self.stored = stored
-        self.graph: dict[str, set[str]] = {key: set(needs) for key, needs in stored.items()}
+        self.graph: dict[str, set[str]] = {}  # key -> its needs, as the ledger will have them
+        self.needed_by: dict[str, set[str]] = {}  # the same edges the other way
+        for key, needs in stored.items():
+            self._set_needs(key, needs)
         self.kept: list[dict[str, Any]] = []  # the changes that cannot take effect, why
 
     def fresh(self, key: str, needs: tuple[str, ...], item: Any) -> str | None:
         """A new job: as ``Refusals.check``."""
         cause = self.check(key, needs, item)
         if cause is None and needs:
-            self.graph[key] = set(needs)
+            self._set_needs(key, needs)
         return cause
 
     def replay(self, regate: Regate) -> Change | str | None:
@@ -244,15 +247,39 @@ class Gates(Refusals):
             self.kept.append(gate_kept(regate, "needs", loop))
             return change if change.review is not None else None
         change.needs = needs
-        if needs:
-            self.graph[regate.key] = set(needs)
-        else:
-            self.graph.pop(regate.key, None)
+        self._set_needs(regate.key, needs)
         return change
 
+    def _set_needs(self, key: str, needs: Any) -> None:
+        for need in self.graph.pop(key, ()):
+            self.needed_by[need].discard(key)
+        if needs:
+            self.graph[key] = set(needs)
+            for need in needs:
+                self.needed_by.setdefault(need, set()).add(key)
+
     def _waits_for(self, key: str, needs: tuple[str, ...]) -> str | None:
-        """The need through which ``key`` would wait for itself, else None."""
-        for need in needs:
+        """The need through which ``key`` would wait for itself, else None.
+
+        Whether any path leads from the needs to ``key`` is searched from both ends at once
+        (the needs' needs forward, the jobs that need ``key`` backward), always widening the
+        smaller side (in turn when equal): on a chain of needs one side is nearly empty whichever order the list
+        comes in, so re-gating a long chain costs a step a job, not a walk of the chain (a
+        review measured a 10,000-job chain at 9.7 s with a walk from each need)."""
+        forward, ahead = set(needs), list(needs)
+        backward, behind = {key}, [key]
+        found = key in forward
+        turn = True  # frontiers of one size widen in turn
+        while not found and ahead and behind:
+            if len(ahead) < len(behind) or (len(ahead) == len(behind) and turn):
+                ahead = self._widen(ahead, forward, self.graph)
+            else:
+                behind = self._widen(behind, backward, self.needed_by)
+            turn = not turn
+            found = not forward.isdisjoint(backward)
+        if not found:
+            return None
+        for need in needs:  # a loop exists (rare): name the need it goes through
             stack, seen = [need], set()
             while stack:
                 at = stack.pop()
@@ -262,6 +289,17 @@ class Gates(Refusals):
                     seen.add(at)
                     stack.extend(self.graph.get(at, ()))
         return None
+
+    @staticmethod
+    def _widen(frontier: list[str], seen: set[str], edges: dict[str, set[str]]) -> list[str]:
+        """One step of a search: the nodes next to ``frontier`` not seen yet (added to it)."""
+        out = []
+        for at in frontier:
+            for nxt in edges.get(at, ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    out.append(nxt)
+        return out
 
     def settle_all(self) -> list[tuple[Any, Any]]:
         """``settle``, each held item with its outcome: for a new job the refused need or
@@ -273,7 +311,7 @@ class Gates(Refusals):
                 out.append((item, change))
             else:  # a new job
                 if cause is None and item.needs:
-                    self.graph[item.key] = set(item.needs)
+                    self._set_needs(item.key, item.needs)
                 out.append((item, cause))
         return out
 
