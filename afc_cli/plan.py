@@ -65,11 +65,11 @@ def plan(
 
     bound, admitted, stored_needs = read_admitted(ledger_path, manifest.batch)
     # the batch's unfinished jobs that this manifest does not list: the submit runs them too
-    listed_keys = {job.key for job in manifest.jobs}
+    manifest_keys = {job.key for job in manifest.jobs}
     unlisted = {
         key: json.loads(known[2])
         for key, known in sorted(admitted.items())
-        if key not in listed_keys and known[1] not in PAST_RENDERING
+        if key not in manifest_keys and known[1] not in PAST_RENDERING
     }
     # what the submit would refuse before writing anything, said here too (exit 2)
     problems = []
