@@ -39,7 +39,7 @@ from afc_cli.gates import (
     lease_held,
     refused_dependent,
 )
-from afc_cli.ledger.core import TERMINAL
+from afc_cli.ledger.core import NEED_FAILED, TERMINAL
 from afc_cli.manifest import same_request
 from afc_cli.pipeline import ownership
 from afc_cli.providers import images_requested
@@ -97,6 +97,8 @@ def plan(
         model = f"{entry['provider']}/{entry['model']}"
         return {"key": job.key, "action": "conflict", "model": model, "refused_need": need}
 
+    prices: dict[str, int] = {}  # the estimate of each job to render
+
     def to_run(job: Any, known: tuple | None) -> dict[str, Any]:
         nonlocal estimate
         entry = job.chain[0]
@@ -128,6 +130,7 @@ def plan(
                 price = rates.estimate(entry["provider"], entry["model"], images)
                 if price is not None:
                     estimate += price
+                    prices[job.key] = price
                 # a fallback may run too: every model of the chain without an estimate is named
                 unpriced.update(
                     f"{e['provider']}/{e['model']}"
@@ -238,6 +241,23 @@ def plan(
             graph[key] = list(needs)
         if review:
             shown["review"] = True
+    # A job that needs one that ended badly (failed, rejected, cancelled, dead: a submit
+    # retries none of them) fails with DEPENDENCY_FAILED when the run settles it, rendering
+    # nothing (Ledger.settle_blocked), and so do the jobs that need it in turn.
+    ended = {key: known[1] for key, known in admitted.items() if known[1] in NEED_FAILED}
+    doomed: dict[str, str] = {}
+    for wave in dependency_waves(graph):
+        for key in wave:
+            cause = next((n for n in graph.get(key, ()) if n in ended or n in doomed), None)
+            if cause is not None:
+                doomed[key] = cause
+    for shown in listed:
+        cause = doomed.get(shown["key"])
+        if cause is not None and shown["action"] == "render":
+            shown["action"] = "dependency failed"
+            shown["failed_need"] = cause
+            counts["to_render"] -= 1
+            estimate -= prices.get(shown["key"], 0)
     for key, body in unlisted.items():
         entry = body["chain"][0]
         images = images_requested(entry["provider"], body.get("params") or {})
@@ -300,6 +320,11 @@ def describe(result: dict[str, Any]) -> str:
         if job.get("refused_need"):
             lines.append(
                 f"  conflict {job['key']}: needs {job['refused_need']}, whose change is refused"
+            )
+        elif job["action"] == "dependency failed":
+            lines.append(
+                f"  fails {job['key']}: needs {job['failed_need']}, which ended badly "
+                "(DEPENDENCY_FAILED; nothing rendered)"
             )
         elif job["action"] == "conflict":
             lines.append(f"  conflict {job['key']}: changed {describe_changes(job['changes'])}")

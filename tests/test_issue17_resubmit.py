@@ -334,3 +334,23 @@ def test_a_need_added_while_a_run_is_going_is_waited_for_by_that_run(afc):
         afc.rows("SELECT j.key, a.ended_at FROM attempts a JOIN jobs j ON j.id = a.job_id")
     )
     assert began["s3"] >= ended["final"], "s3 rendered before the need it was given"
+
+
+def test_plan_says_a_job_whose_need_was_rejected_fails_and_prices_no_render_for_it(afc):
+    """Found by a review: plan counted (and priced) a render for a job whose need had been
+    rejected, which the submit fails with DEPENDENCY_FAILED without rendering."""
+    afc.write_manifest(manifest([{"key": "frame", "prompt": "frame", "review": True}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert afc("review", "reject", "frame", "--reason", "too dark").returncode == 0
+    two_jobs(afc, frame={"review": True}, shot={"needs": ["frame"]})
+    plan = afc.json("plan", "manifest.yaml")
+    shown = {job["key"]: job for job in plan["jobs"]}
+    assert shown["shot"]["action"] == "dependency failed"
+    assert shown["shot"]["failed_need"] == "frame"
+    assert plan["to_render"] == 0 and plan["estimated_spend"] == "0.000000"
+    text = afc("plan", "manifest.yaml").stdout
+    assert "fails shot: needs frame, which ended badly (DEPENDENCY_FAILED" in text
+    result = afc.json("submit", "manifest.yaml", expect=1)
+    jobs = {job["key"]: job for job in result["jobs"]}
+    assert jobs["shot"]["error"]["code"] == "DEPENDENCY_FAILED"
+    assert attempts(afc) == 1, "only the frame was ever rendered"
