@@ -266,10 +266,16 @@ def submit(
             ledger_file.precheck(path)
         bound = ledger.check_storage(manifest.batch, named) if ledger is not None else None
         chosen = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
-        # the batch's unfinished jobs this manifest no longer lists run with it (below): they
-        # are checked as its own jobs are, before anything is written (as 'afc resume' checks)
-        left = _unlisted_jobs(ledger, manifest) if run and ledger is not None else []
-        if left:
+        # Every unfinished job of the batch runs, as `afc resume` (cron) would run it: also a
+        # job admitted by an earlier manifest and left out of this one (it is still part of
+        # the batch; 'afc cancel' drops a job), named in the result so it is not run unseen,
+        # and checked as the manifest's own jobs are, before anything is written. A key this
+        # manifest changed is listed (refused as a conflict): its admitted request is what the
+        # user just edited away, and this command does not pay for it. Admission adds none of
+        # these (it writes the manifest's jobs only), so they are read before it.
+        shown = run or report_jobs  # a quiet --no-run reads no job rows (100,000-job lists)
+        left = _unlisted_jobs(ledger, manifest) if shown and ledger is not None else []
+        if run and left:
             chains = [json.loads(job["request_json"])["chain"] for job in left]
             require_keys({entry["provider"] for chain in chains for entry in chain})
             if budget is not None:
@@ -284,20 +290,11 @@ def submit(
         if ledger is None:
             ledger = Ledger(path)
         admitted = ledger.admit(manifest, chosen, rates)
-        keys = set(admitted.admitted_keys)
-        # Every unfinished job of the batch runs, as `afc resume` (cron) would run it: also a
-        # job admitted by an earlier manifest and left out of this one (it is still part of
-        # the batch; 'afc cancel' drops a job), named in the result so it is not run unseen.
-        # Not a key this manifest changed: its admitted request is what the user just edited
-        # away (refused as a conflict), and this command does not pay for it.
-        refused = {conflict["key"] for conflict in admitted.conflicts}
-        pending, unlisted = {}, []
-        if run or report_jobs:  # a quiet --no-run reads no job rows back (100,000-job lists)
-            pending = ledger.runnable_job_keys(batch=manifest.batch)
-            unlisted = sorted(key for key in pending if key not in keys and key not in refused)
-            keys.update(unlisted)
+        unlisted = sorted(job["key"] for job in left)
+        keys = {*admitted.admitted_keys, *unlisted}
         stats = RunStats()
         if run:
+            pending = ledger.runnable_job_keys(batch=manifest.batch)
             job_ids = [job_id for key, job_id in pending.items() if key in keys]
             stats = run_jobs(
                 ledger,
