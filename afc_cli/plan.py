@@ -99,6 +99,22 @@ def plan(
 
     prices: dict[str, int] = {}  # the estimate of each job to render
 
+    def priced(chain: list[dict[str, Any]], params: dict[str, Any]) -> int:
+        """One attempt of the chain's first model, added to the estimate: every image the
+        request asks for is billed (n, num_outputs, num_images). A fallback may run too:
+        every model of the chain without an estimate is named unpriced."""
+        nonlocal estimate
+        entry = chain[0]
+        images = images_requested(entry["provider"], params)
+        price = rates.estimate(entry["provider"], entry["model"], images) or 0
+        estimate += price
+        unpriced.update(
+            f"{e['provider']}/{e['model']}"
+            for e in chain
+            if rates.estimate(e["provider"], e["model"]) is None
+        )
+        return price
+
     def to_run(job: Any, known: tuple | None) -> dict[str, Any]:
         nonlocal estimate
         entry = job.chain[0]
@@ -125,18 +141,7 @@ def plan(
             else:
                 action = "render"
                 counts["to_render"] += 1
-                # every image the request asks for is billed (n, num_outputs, num_images)
-                images = images_requested(entry["provider"], job.params)
-                price = rates.estimate(entry["provider"], entry["model"], images)
-                if price is not None:
-                    estimate += price
-                    prices[job.key] = price
-                # a fallback may run too: every model of the chain without an estimate is named
-                unpriced.update(
-                    f"{e['provider']}/{e['model']}"
-                    for e in job.chain
-                    if rates.estimate(e["provider"], e["model"]) is None
-                )
+                prices[job.key] = priced(job.chain, job.params)
         return {"key": job.key, "action": action, "model": model, **detail}
 
     # Decided as Ledger.admit decides (afc_cli/gates.py): which new jobs a conflict refuses
@@ -246,7 +251,8 @@ def plan(
     # nothing (Ledger.settle_blocked), and so do the jobs that need it in turn.
     ended = {key: known[1] for key, known in admitted.items() if known[1] in NEED_FAILED}
     doomed: dict[str, str] = {}
-    for wave in dependency_waves(graph):
+    order = dependency_waves(graph)
+    for wave in order:
         for key in wave:
             cause = next((n for n in graph.get(key, ()) if n in ended or n in doomed), None)
             if cause is not None:
@@ -260,14 +266,7 @@ def plan(
             estimate -= prices.get(shown["key"], 0)
     for key, body in unlisted.items():
         entry = body["chain"][0]
-        images = images_requested(entry["provider"], body.get("params") or {})
-        price = rates.estimate(entry["provider"], entry["model"], images)
-        estimate += price or 0
-        unpriced.update(
-            f"{e['provider']}/{e['model']}"
-            for e in body["chain"]
-            if rates.estimate(e["provider"], e["model"]) is None
-        )
+        priced(body["chain"], body.get("params") or {})
         counts["to_render"] += 1
         listed.append(
             {
@@ -290,7 +289,7 @@ def plan(
         "conflicts": conflicts,
         # the jobs with needs and the jobs they need, in waves (each needs only earlier ones),
         # and the jobs that pause for a person's review after verify
-        "order": dependency_waves(graph),
+        "order": order,
         "review": reviewed,
         # replayed jobs not yet rendered whose review or needs the submit would change, and
         # the changes it cannot make (a job rendered, being rendered, or ended)
