@@ -135,13 +135,6 @@ def not_started(status: str, attempts: int, held: bool = False) -> bool:
     return status in NOT_STARTED and not attempts and not held
 
 
-def lease_held(owner: str | None, expires: float | None, now: float) -> bool:
-    """Whether a live run holds a job's lease (not one left by a run that ended)."""
-    from afc_cli.owner import owner_is_dead
-
-    return owner is not None and (expires or 0) >= now and not owner_is_dead(owner)
-
-
 @dataclass
 class Regate:
     """A replayed job whose manifest gates differ from the admitted ones."""
@@ -154,7 +147,7 @@ class Regate:
     needs: tuple[str, ...]  # as admitted
     stored_hash: str | None = None  # the admitted request hash
     webhook: str | None = None  # the admitted webhook (``Ledger.admit``)
-    held: bool = False  # a live run holds its lease (``lease_held``)
+    held: bool = False  # a live run holds its lease (``owner.lease_held``)
     owner: str | None = None  # the lease's owner as read (``Ledger._regate`` guards on it)
 
     @property

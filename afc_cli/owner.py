@@ -59,3 +59,11 @@ def owner_is_dead(owner: str | None) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def lease_held(owner: str | None, expires: float | None, now: float) -> bool:
+    """Whether a live run holds a job's lease: the rule a takeover follows (``Ledger.claim``),
+    a cancel (which leaves a live run's call to it) and a re-submit's gates (which change
+    only a job no run holds). Not one whose lease ran out by the ledger's clock (``now``), nor
+    one whose process is known to be gone."""
+    return owner is not None and (expires or 0) >= now and not owner_is_dead(owner)

@@ -36,11 +36,11 @@ from afc_cli.gates import (
     Regate,
     changed_message,
     kept_message,
-    lease_held,
     refused_dependent,
 )
 from afc_cli.ledger.core import NEED_FAILED, TERMINAL
 from afc_cli.manifest import same_request
+from afc_cli.owner import lease_held
 from afc_cli.pipeline import ownership
 from afc_cli.providers import images_requested
 from afc_cli.run import Budget, manifest_rates, resolve_storage

@@ -28,10 +28,9 @@ from afc_cli.gates import (
     Gates,
     Regate,
     gate_kept,
-    lease_held,
     refused_dependent,
 )
-from afc_cli.owner import owner_is_dead
+from afc_cli.owner import lease_held, owner_is_dead
 from afc_cli.secrets import map_leaves, scrub, scrub_data
 
 # rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
@@ -716,9 +715,7 @@ class Ledger:
                 return None
             holder = job["lease_owner"]
             mine = holder == self.owner
-            free = (
-                holder is None or mine or (job["lease_expires"] or 0) < now or owner_is_dead(holder)
-            )
+            free = mine or not lease_held(holder, job["lease_expires"], now)
             if not free:
                 return None
             cursor = self.db.execute(
@@ -925,10 +922,8 @@ class Ledger:
             )
             if cancelled:
                 holder = held["lease_owner"] if held else None
-                live = (
-                    holder is not None
-                    and (held["lease_expires"] or 0) >= self.lease_clock()
-                    and not owner_is_dead(holder)
+                live = held is not None and lease_held(
+                    holder, held["lease_expires"], self.lease_clock()
                 )
                 self._mark_unknown(job["id"], job["batch"], exclude_owner=holder if live else None)
                 if dependents:
