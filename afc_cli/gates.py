@@ -123,8 +123,9 @@ def refused_dependent(job: Any, stored_hash: str | None, need: str) -> dict[str,
 # has not started rendering (``not_started``), and says, per job and field, when it cannot:
 # the job has been rendered (attempts), is being rendered, or has ended. A job whose new needs
 # name a refused key keeps its admitted needs (a warning: it was admitted, and runs as
-# admitted; its dependents are not refused on its account); new needs that would wait, through needs kept as admitted, for the job itself are
-# not applied either (a cycle the manifest alone cannot show).
+# admitted; its dependents are not refused on its account); new needs that would wait,
+# through needs kept as admitted, for the job itself are not applied either (a cycle the
+# manifest alone cannot show).
 
 NOT_STARTED = ("queued", "blocked", "waiting")
 
@@ -256,9 +257,10 @@ class Gates(Refusals):
 
         Whether any path leads from the needs to ``key`` is searched from both ends at once
         (the needs' needs forward, the jobs that need ``key`` backward), always widening the
-        smaller side (in turn when equal): on a chain of needs one side is nearly empty whichever order the list
-        comes in, so re-gating a long chain costs a step a job, not a walk of the chain (a
-        review measured a 10,000-job chain at 9.7 s with a walk from each need)."""
+        smaller side (in turn when equal): on a chain of needs one side is nearly empty
+        whichever order the list comes in, so re-gating a long chain costs a step a job, not
+        a walk of the chain (a review measured a 10,000-job chain at 9.7 s with a walk from
+        each need)."""
         forward, ahead = set(needs), list(needs)
         backward, behind = {key}, [key]
         found = key in forward

@@ -2215,9 +2215,9 @@ class Ledger:
 
 
 def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict]:
-    """A batch's storage, its jobs (key: request hash, status, body, review, attempts, lease owner and expiry) and
-    their needs (key: need keys) as ``afc plan`` needs them, read without writing anything
-    (no migrations, no lock)."""
+    """A batch's storage, its jobs (key: request hash, status, body, review, attempts, lease
+    owner and expiry) and their needs (key: need keys) as ``afc plan`` needs them, read
+    without writing anything (no migrations, no lock)."""
     return backend(ledger_path).read_admitted(ledger_path, batch)
 
 

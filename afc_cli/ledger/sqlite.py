@@ -369,10 +369,10 @@ class SqliteLedger(Ledger):
 
     @staticmethod
     def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict]:
-        """A batch's storage, its jobs (key: request hash, status, body, review, attempts, lease owner and expiry)
-        and their needs (key: need keys) as ``afc plan`` needs them, read without writing
-        anything: the file is opened read-only (no migrations, no lock); no ledger, or a file
-        afc has not written yet, means nothing is admitted."""
+        """A batch's storage, its jobs (key: request hash, status, body, review, attempts,
+        lease owner and expiry) and their needs (key: need keys) as ``afc plan`` needs them,
+        read without writing anything: the file is opened read-only (no migrations, no lock);
+        no ledger, or a file afc has not written yet, means nothing is admitted."""
         path = ledger_file.ledger_path(ledger_path)
         if not path.exists():
             return None, {}, {}
