@@ -22,6 +22,9 @@ KEYS = {
     "FAL_KEY": "fal-test-key-0123456789",
     "GEMINI_API_KEY": "AIza-test-gemini-0123456789",
 }
+# a "cdn-outage" prompt's output answers 503 to its first downloads: more than two rounds of
+# FETCH_TRIES (afc_cli/providers/http.py), so only later rounds get it
+CDN_OUTAGE = 9
 # a "poll-outage" prompt's first polls answer 503 (Replicate, fal): twelve intervals of
 # AFC_POLL_S 0.05, past the five a run waits before it says the provider's polls all fail
 OUTAGE_POLLS = 12
@@ -41,6 +44,10 @@ class FakeProviders:
         self.inputs: dict[str, list[tuple[str, str, str]]] = {}
         # outputs whose first download answers 503 (a "flaky-download" prompt's)
         self.flaky_files: set[str] = set()
+        # outputs out of reach for a while (503s): a "cdn-outage" prompt's for its first
+        # CDN_OUTAGE downloads, a "cdn-held" prompt's until ``cdn_back`` is set
+        self.down_files: dict[str, int | None] = {}
+        self.cdn_back = threading.Event()
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -58,6 +65,16 @@ class FakeProviders:
             "GEMINI_BASE_URL": f"{self.base}/v1beta",
             "AFC_POLL_S": "0.05",
         }
+
+    def cdn_outage(self, prompt: str, path: str) -> None:
+        """Make ``path`` (an output's) out of reach for a while, as its prompt asks."""
+        with self.lock:
+            if path in self.down_files:
+                return
+            if "cdn-outage" in prompt:
+                self.down_files[path] = CDN_OUTAGE
+            elif "cdn-held" in prompt:
+                self.down_files[path] = None
 
     def first_time(self, tag: str) -> bool:
         with self.lock:
@@ -122,6 +139,14 @@ class FakeProviders:
                 return h.reply(
                     503, raw=b"<html>503</html>", ctype="text/html", headers={"Retry-After": "99"}
                 )
+            with self.lock:
+                left = self.down_files.get(path, 0)
+                down = left is None and not self.cdn_back.is_set() or bool(left)
+                if left:
+                    self.down_files[path] = left - 1
+            if down:
+                self.count("download_refused")
+                return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
             if path in self.flaky_files and self.first_time(f"download {path}"):
                 return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
             return h.reply(200, raw=render_png(path, 32, 32), ctype="image/png")
@@ -253,8 +278,10 @@ class FakeProviders:
         self.count("openai_billed")
         headers = {"x-request-id": f"req_{uuid.uuid4().hex[:12]}"}
         if "dalle-url" in prompt:
+            path = f"/files/d-{uuid.uuid4().hex[:8]}.png" if "cdn-" in prompt else "/files/d.png"
+            self.cdn_outage(prompt, path)
             return h.reply(
-                200, {"created": 1, "data": [{"url": f"{self.base}/files/d.png"}]}, headers=headers
+                200, {"created": 1, "data": [{"url": f"{self.base}{path}"}]}, headers=headers
             )
         image = base64.b64encode(render_png(prompt, 32, 32)).decode()
         usage = {
@@ -426,6 +453,7 @@ class FakeProviders:
             )
         if "flaky-download" in p["prompt"]:
             self.flaky_files.add(f"/files/{pid}.png")
+        self.cdn_outage(p["prompt"], f"/files/{pid}.png")
         if p["status"] in ("starting", "processing"):
             held = "hold" in p["prompt"] and not self.released.is_set()
             if held or p["polls"] < 3:
@@ -534,6 +562,7 @@ class FakeProviders:
                 return h.reply(401, {"detail": "Unauthorized"})
             if "flaky-download" in r["prompt"]:
                 self.flaky_files.add(f"/files/{rid}.png")
+            self.cdn_outage(r["prompt"], f"/files/{rid}.png")
             held = "hold" in r["prompt"] and not self.released.is_set()
             if held or r["polls"] < 3:
                 r["status"] = "IN_PROGRESS"
@@ -543,6 +572,12 @@ class FakeProviders:
                 200, {"status": "COMPLETED", "logs": None, "metrics": {"inference_time": 1.1}}
             )
         self.count("fal_result")
+        if "result-outage" in r["prompt"]:
+            with self.lock:
+                r["result_gets"] = r.get("result_gets", 0) + 1
+                down = r["result_gets"] <= CDN_OUTAGE
+            if down:
+                return h.reply(504, {"detail": "Gateway timeout", "error_type": "request_timeout"})
         if "result-422" in r["prompt"]:
             # the queued request failed its model's validation: fal marks it retryable
             return h.reply(

@@ -3,7 +3,8 @@
 ``POST {FAL_QUEUE_URL}/{model_id}`` answers ``request_id``, ``status_url``, ``response_url``
 and ``cancel_url``; afc commits the request id at once, polls the status URL (202 while
 IN_QUEUE / IN_PROGRESS, 200 when COMPLETED), then fetches the result and its image right away
-(results are kept minutes for large payloads). A resumed job rebuilds those URLs from the id
+(results are kept minutes for large payloads), again in later rounds while they stay out of
+reach (``keeps_outputs_s``). A resumed job rebuilds those URLs from the id
 (``{FAL_QUEUE_URL}/{owner}/{app}/requests/{id}/status``: fal drops the model's subpath) and
 polls instead of submitting again. The synchronous ``fal.run`` endpoint, billed even when the
 connection drops, is never used. Cost: the images produced at the rate card's ``per_image``
@@ -27,10 +28,12 @@ from afc_cli.providers.http import (
     http_url,
     json_or_empty,
     objs,
+    passing,
     request_id_of,
     retry_after_of,
     text,
     transport_error,
+    unreachable,
 )
 
 
@@ -57,6 +60,9 @@ class FalProvider(HttpProvider):
     base_env = "FAL_QUEUE_URL"
     default_base = "https://queue.fal.run"
     read_s = 90.0
+    # a result of 10 KB or more is kept 6 minutes (unless payload storage is on), a smaller
+    # one an hour: the shorter, less a margin
+    keeps_outputs_s = 5 * 60.0
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Key {self.api_key()}"}
@@ -107,6 +113,7 @@ class FalProvider(HttpProvider):
     async def render(self, request: AttemptRequest) -> AttemptResult:
         import httpx
 
+        began = self.clock()
         if request.resume_id:
             request_id = request.resume_id
             urls = self.urls(request.model, request_id)
@@ -162,16 +169,21 @@ class FalProvider(HttpProvider):
             if _policy_violation(state):
                 raise ProviderError("refusal", f"fal: {state.get('error')}", cost_micros=None)
             raise ProviderError("server", f"fal: {state.get('error')}", cost_micros=None)
-        try:
-            response = await fetched(
-                lambda: self.client.get(urls["response_url"], headers=self._headers()),
-                self.sleep,
-                self.rand,
-            )
-        except httpx.TransportError as exc:
-            err = transport_error(self.name, exc, paid_call=False)
-            err.cost_micros, err.cost_source = None, None
-            raise err from None
+
+        async def result() -> Any:  # free GETs, a round of them; the work was done
+            try:
+                response = await fetched(
+                    lambda: self.client.get(urls["response_url"], headers=self._headers()),
+                    self.sleep,
+                    self.rand,
+                )
+            except httpx.TransportError as exc:
+                raise unreachable(transport_error(self.name, exc, paid_call=False)) from None
+            if passing(response.status_code):
+                raise unreachable(self._error(response, "result"))
+            return response
+
+        response = await self.outlast(request, began, result)
         if response.status_code == 404:
             raise RequestGone(self.name, request_id, "its result was already deleted")
         if response.status_code != 200:
@@ -186,7 +198,7 @@ class FalProvider(HttpProvider):
         image = images[0]
         usage = {"images": len(images)}  # every image made was paid for (the first is kept)
         cost = request.rates.price(self.name, request.model, usage)
-        data = await self.fetch_output(url, usage, cost, request_id)
+        data = await self.fetch_output(request, began, url, usage, cost, request_id)
         content_type = text(image.get("content_type")) or "image/png"
         return AttemptResult(
             data=data,

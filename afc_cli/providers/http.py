@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from afc_cli.attempts import parse_retry_after
-from afc_cli.providers.base import Provider, ProviderError, RequestGone
+from afc_cli.providers.base import AttemptRequest, Provider, ProviderError, RequestGone
 
 MAX_OUTPUT_BYTES = 2 * 1024**3
 
@@ -45,6 +45,10 @@ class HttpProvider(Provider):
     base_env = ""
     default_base = ""
     read_s = 300.0  # how long one answer may take (a synchronous render, or one poll)
+    # how long the provider keeps what a finished request made (its output URLs, fal's
+    # result) fetchable, less a margin: paid outputs out of reach are fetched again for this
+    # long (``outlast``); 0, one round only
+    keeps_outputs_s = 0.0
     # polling's clock and dice, replaceable in tests
     sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
     rand: Callable[[], float] = staticmethod(random.random)
@@ -135,25 +139,79 @@ class HttpProvider(Provider):
 
     async def fetch_output(
         self,
+        request: AttemptRequest,
+        began: float,
         url: str,
         usage: dict[str, Any],
         cost: int | None,
         request_id: str | None = None,
     ) -> bytes:
-        """``download`` of a paid render's output: a failure that outlasts its tries carries
-        the render's usage and cost (it was paid) and its request id."""
+        """``download`` of a paid render's output, in rounds while it stays out of reach for
+        a moment (``outlast``): a failure that outlasts them carries the render's usage and
+        cost (it was paid) and its request id. ``began``: the call's start on ``clock``."""
         try:
-            return await download(self.client, self.name, url, sleep=self.sleep, rand=self.rand)
+            return await self.outlast(
+                request,
+                began,
+                lambda: download(self.client, self.name, url, sleep=self.sleep, rand=self.rand),
+            )
         except ProviderError as exc:
             exc.usage, exc.cost_micros = usage, cost
             exc.cost_source = "derived" if cost is not None else None
             exc.request_id = exc.request_id or request_id
             raise
 
+    async def outlast(
+        self, request: AttemptRequest, began: float, fetch: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """``fetch()`` (free GETs of what a paid render made: a round of ``FETCH_TRIES``)
+        made again in later rounds while it fails with ``OutputUnreachable``, each after a
+        pause (``refetch_pause``), for as long as the provider keeps what it made
+        (``keeps_outputs_s`` after the first round failed) and the attempt's window leaves a
+        round's room (``began``: the call's start on ``clock``). The render was paid for: a
+        new one would be paid again, and would land behind the same CDN. The first pause of an
+        outage is said once (``Reporter.notice``), and so is the first fetch after it."""
+        rounds, first_failed = 0, None
+        while True:
+            try:
+                result = await fetch()
+            except OutputUnreachable as exc:
+                now = self.clock()
+                first_failed = now if first_failed is None else first_failed
+                rounds += 1
+                pause = refetch_pause(rounds, self.rand)
+                end = first_failed + self.keeps_outputs_s
+                if request.window_s:
+                    # the run's own limit on the call (afc_cli/pipeline.py, render): a round
+                    # cut off by it would record the paid render's cost as unknown
+                    end = min(end, began + request.window_s * (1.25 if self.resumable else 1))
+                if now + pause + FETCH_ROUND_INTERVALS * poll_interval() > end:
+                    if rounds > 1:
+                        exc.message = f"{exc.message} ({rounds} rounds of {FETCH_TRIES} tries)"
+                        exc.args = (exc.message,)
+                    raise
+                if not self._fetch_failing_said:
+                    self._fetch_failing_said = True
+                    self._notice(
+                        f"{self.name}: an output it rendered (and billed) is out of reach "
+                        f"({exc.message}); afc fetches it again every "
+                        f"{_seconds(REFETCH_PAUSE_INTERVALS[-1] * poll_interval())} at most, "
+                        f"for up to {_minutes(self.keeps_outputs_s)} while {self.name} keeps it, "
+                        "rather than pay for a new render (Ctrl-C stops the run)"
+                    )
+                await self.sleep(pause)
+                continue
+            if rounds and self._fetch_failing_said:
+                self._fetch_failing_said = False
+                self._notice(f"{self.name}: an output out of reach was fetched again")
+            return result
+
     def watch_polls(self, notice: Callable[[str], None]) -> None:
         """Tell ``notice`` (a run's ``Reporter.notice``) when every poll of this provider has
-        failed for a while, and when one answers again (``poll_failed``, ``poll_answered``)."""
+        failed for a while, and when one answers again (``poll_failed``, ``poll_answered``);
+        and when a paid output is fetched again in later rounds, and got (``outlast``)."""
         self._notice = notice
+        self._fetch_failing_said = False
         self._failing_since: float | None = None
         self._failing_said = False
 
@@ -200,6 +258,10 @@ UNREADABLE_POLLS = 30
 
 def _seconds(seconds: float) -> str:
     return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else _seconds(seconds)
 
 
 def poll_interval() -> float:
@@ -310,6 +372,26 @@ def retry_after_of(headers: Any) -> float | None:
 # of it, and 5 s), so a render done near its window's end is not lost to the fetch.
 FETCH_TRIES = 4
 FETCH_WAIT_CAP_S = 5.0
+# the most a round of FETCH_TRIES waits between its tries, in poll intervals (0.5 + 1 + 2)
+FETCH_ROUND_INTERVALS = 3.5
+# An output still out of reach after a round is fetched again in later rounds (``outlast``),
+# after pauses of 8, 16, then 30 poll intervals at most (16, 32 and 60 s by default; each
+# between half and the whole of that, at random), for as long as the provider keeps it.
+REFETCH_PAUSE_INTERVALS = (8, 16, 30)
+
+
+def refetch_pause(rounds: int, rand: Callable[[], float] = random.random) -> float:
+    """Seconds to pause after the ``rounds``-th round of fetches (>= 1) failed: between half
+    and the whole of ``REFETCH_PAUSE_INTERVALS``'s step for it (the last one from then on).
+    Pure: the random source is injected."""
+    step = REFETCH_PAUSE_INTERVALS[min(rounds, len(REFETCH_PAUSE_INTERVALS)) - 1]
+    return step * poll_interval() * (0.5 + rand() / 2)
+
+
+class OutputUnreachable(ProviderError):
+    """A round of free GETs of what a paid render made (its output, fal's result) failed for
+    a moment each time (a transport error, 408, 429, 5xx): worth another round later
+    (``HttpProvider.outlast``), where a definite answer (a 404, a 403) is not."""
 
 
 async def fetched(
@@ -332,8 +414,7 @@ async def fetched(
             if tried == FETCH_TRIES:
                 raise
         else:
-            status = response.status_code
-            if status not in (408, 429) and status < 500 or tried == FETCH_TRIES:
+            if not passing(response.status_code) or tried == FETCH_TRIES:
                 return response
             told = retry_after_of(response.headers)
             if told is not None:
@@ -377,17 +458,34 @@ async def download(
             "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
         ) from None
     except httpx.TransportError as exc:
-        failure = transport_error(provider, exc, paid_call=False)
-        failure.cost_micros, failure.cost_source = None, None  # its render was paid
-        raise failure from None
-    if response.status_code != 200:
-        raise ProviderError(
-            "server" if response.status_code >= 500 else "unavailable",
-            f"{provider}: output download answered HTTP {response.status_code}",
-            http_status=response.status_code,
+        raise unreachable(transport_error(provider, exc, paid_call=False)) from None
+    status = response.status_code
+    if status != 200:
+        failure = ProviderError(
+            "server" if status >= 500 else "unavailable",
+            f"{provider}: output download answered HTTP {status}",
+            http_status=status,
             cost_micros=None,
         )
+        raise unreachable(failure) if passing(status) else failure
     return response.output
+
+
+def passing(status: int) -> bool:
+    """Whether an HTTP status says a free GET failed for a moment (``fetched`` tries again)."""
+    return status in (408, 429) or status >= 500
+
+
+def unreachable(failure: ProviderError) -> OutputUnreachable:
+    """``failure`` (of a round of free GETs) as an ``OutputUnreachable``, its cost unknown:
+    the render behind it was paid for, and the adapter says what it cost."""
+    return OutputUnreachable(
+        failure.error_class,
+        failure.message,
+        http_status=failure.http_status,
+        retry_after=failure.retry_after,
+        cost_micros=None,
+    )
 
 
 def json_or_empty(response: Any) -> dict[str, Any]:

@@ -6,8 +6,8 @@ The call itself is the paid window: there is no lookup by id and no idempotency 
 process that dies during it leaves an ``unknown`` attempt (possibly paid) behind.
 gpt-image models answer ``data[].b64_json`` and ``usage`` tokens (cost derived from the rate
 card's token rates, or per image: see ``RateCards.price`` in afc_cli/costs.py); DALL-E may
-answer a ``url`` (valid about an hour: downloaded at once). Usage always reports the images
-produced.
+answer a ``url`` (valid about an hour: downloaded at once, and fetched again in later rounds
+while it stays out of reach, ``keeps_outputs_s``). Usage always reports the images produced.
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ class OpenAIProvider(HttpProvider):
 
     base_env = "OPENAI_BASE_URL"
     default_base = "https://api.openai.com/v1"
+    keeps_outputs_s = 55 * 60.0  # DALL-E's image URLs are valid about an hour
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
         import httpx
 
+        began = self.clock()
         body = {"model": request.model, "prompt": request.prompt, "n": 1}
         body.update({k: v for k, v in request.params.items() if k in PASSED})
         headers = {"Authorization": f"Bearer {self.api_key()}"}
@@ -101,7 +103,7 @@ class OpenAIProvider(HttpProvider):
         if b64 := text(item.get("b64_json")):
             image = decode_b64(self.name, b64)
         elif url := text(item.get("url")):
-            image = await self.fetch_output(url, usage, cost, request_id)
+            image = await self.fetch_output(request, began, url, usage, cost, request_id)
         else:
             raise ProviderError("server", "openai: image has neither b64_json nor url")
         return AttemptResult(

@@ -5,7 +5,8 @@
 succeeded / failed / canceled / aborted. The prediction id is committed to the attempt row as
 soon as the submit returns; a run that died after that polls the same prediction instead of
 paying for a new one. The attempt window is sent as ``Cancel-After`` so Replicate itself stops
-the prediction. Outputs are URLs that Replicate deletes after an hour: downloaded at once.
+the prediction. Outputs are URLs that Replicate deletes after an hour: downloaded at once, and
+fetched again in later rounds while they stay out of reach (``keeps_outputs_s``).
 Cost: a succeeded prediction reports its outputs as ``images`` and ``metrics.predict_time`` as
 ``seconds``; the card prices them by the one rule (``RateCards.price`` in afc_cli/costs.py:
 per_image when the card has it, else per_second). A failed one reports seconds only.
@@ -62,6 +63,8 @@ class ReplicateProvider(HttpProvider):
     base_env = "REPLICATE_BASE_URL"
     default_base = "https://api.replicate.com/v1"
     read_s = 90.0
+    # API predictions' outputs are deleted an hour after they finish
+    keeps_outputs_s = 55 * 60.0
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key()}"}
@@ -121,6 +124,7 @@ class ReplicateProvider(HttpProvider):
         return prediction_id
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
+        began = self.clock()
         prediction_id = request.resume_id
         if prediction_id is None:
             prediction_id = await self._submit(request)
@@ -154,10 +158,10 @@ class ReplicateProvider(HttpProvider):
                     http_status=200,
                     cost_micros=None,
                 )
-            return await self._finished(request, prediction_id, prediction)
+            return await self._finished(request, began, prediction_id, prediction)
 
     async def _finished(
-        self, request: AttemptRequest, prediction_id: str, prediction: dict[str, Any]
+        self, request: AttemptRequest, began: float, prediction_id: str, prediction: dict[str, Any]
     ) -> AttemptResult:
         status = prediction.get("status")
         seconds = obj(prediction.get("metrics")).get("predict_time")
@@ -185,7 +189,7 @@ class ReplicateProvider(HttpProvider):
             # every output the prediction made was paid for (the first is kept)
             usage = {**usage, "images": len(output) if isinstance(output, list) else 1}
             cost = request.rates.price(self.name, request.model, usage)
-            data = await self.fetch_output(url, usage, cost, prediction_id)
+            data = await self.fetch_output(request, began, url, usage, cost, prediction_id)
             return AttemptResult(
                 data=data,
                 ext=ext,

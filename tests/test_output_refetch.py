@@ -1,0 +1,192 @@
+"""A paid render whose output stays out of reach for longer than one round of fetches.
+
+Before: four free GETs over about 7 s, then the paid attempt failed and the next attempt
+submitted (and paid for) a second render, though the provider kept the first one's output
+for minutes (fal) to an hour (Replicate, DALL-E URLs). Now the output is fetched again in
+later rounds, after growing pauses, for as long as the provider keeps it and the attempt's
+window leaves room (``HttpProvider.outlast`` in afc_cli/providers/http.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import pytest
+from conftest import manifest
+from fakeproviders import CDN_OUTAGE
+from test_providers import FAST, MODELS, RATES, attempts_of
+
+from afc_cli.costs import RateCards
+from afc_cli.providers.base import AttemptRequest, ProviderError
+from afc_cli.providers.http import (
+    FETCH_TRIES,
+    REFETCH_PAUSE_INTERVALS,
+    HttpProvider,
+    OutputUnreachable,
+    refetch_pause,
+)
+
+SUBMITS = {"replicate": "replicate_submit", "fal": "fal_submit", "openai": "openai_billed"}
+
+
+def write(afc, provider: str, prompt: str, **entry) -> None:
+    data = manifest([{"key": "j0", "prompt": prompt}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": provider, "model": MODELS[provider], "attempts": 3, "backoff": FAST, **entry}
+    ]
+    afc.write_manifest(data)
+
+
+@pytest.mark.parametrize(
+    "provider, prompt",
+    [
+        ("replicate", "cdn-outage"),
+        ("fal", "cdn-outage"),
+        ("openai", "dalle-url cdn-outage"),
+        ("fal", "result-outage"),  # fal's result (its image list) out of reach, not the image
+    ],
+)
+def test_an_output_out_of_reach_past_a_round_is_fetched_in_later_rounds_not_paid_again(
+    afc, fake, provider, prompt
+):
+    write(afc, provider, prompt)
+    result = afc("submit", "manifest.yaml", "--json")
+    assert result.returncode == 0, result.stderr
+    assert afc.json("show", "j0")["job"]["status"] == "succeeded"
+    [attempt] = attempts_of(afc, "j0")
+    assert attempt["status"] == "succeeded" and attempt["number"] == 1
+    assert fake.counts[SUBMITS[provider]] == 1, "one render, paid once"
+    if prompt.endswith("cdn-outage"):
+        assert fake.counts["download_refused"] == CDN_OUTAGE > 2 * FETCH_TRIES
+        assert fake.counts["download"] == CDN_OUTAGE + 1
+    else:
+        assert fake.counts["fal_result"] == CDN_OUTAGE + 1
+    # the outage and its end are said once each, on stderr (not in --json's stdout)
+    assert result.stderr.count("is out of reach") == 1, result.stderr
+    assert "rather than pay for a new render" in result.stderr
+    assert result.stderr.count("an output out of reach was fetched again") == 1
+    assert (afc.outputs() / "b1" / "j0.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_run_stopped_while_an_output_is_out_of_reach_leaves_it_to_the_next_run(afc, fake):
+    """Ctrl-C during the later rounds: the prediction is left polling (its id recorded), and
+    the next run fetches its output, paying nothing again."""
+    write(afc, "replicate", "cdn-held")
+    proc = afc.popen("submit", "manifest.yaml")
+    deadline = time.time() + 30
+    while fake.counts["download_refused"] <= FETCH_TRIES and time.time() < deadline:
+        time.sleep(0.02)  # the first round failed: later rounds are under way
+    assert fake.counts["download_refused"] > FETCH_TRIES
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    assert proc.returncode == 130
+    [left] = afc.rows("SELECT status, error_class FROM attempts")
+    assert left == ("unknown", "interrupted")
+    fake.cdn_back.set()
+    resumed = afc.json("resume")
+    assert resumed["exit_code"] == 0, resumed
+    assert fake.counts["replicate_submit"] == 1, "the render was not paid for again"
+    assert afc.rows("SELECT number, status FROM attempts") == [(1, "succeeded")]
+
+
+# --- the rounds' bounds, with the provider's clock and sleep replaced (no real waits) ------
+
+
+class Gone(HttpProvider):
+    """A provider whose outputs stay out of reach: each round fails at once."""
+
+    name = "x"
+    keeps_outputs_s = 300.0
+
+    def __init__(self, failure: ProviderError) -> None:
+        super().__init__()
+        self.now, self.pauses, self.rounds, self.failure = 0.0, [], 0, failure
+        self.notices: list[str] = []
+        self.watch_polls(self.notices.append)
+        self.clock = lambda: self.now
+        self.rand = lambda: 1.0
+
+        async def sleep(seconds: float) -> None:
+            self.pauses.append(seconds)
+            self.now += seconds
+
+        self.sleep = sleep
+
+    async def fetch(self):
+        self.rounds += 1
+        self.now += 1.0  # a round's own time
+        raise self.failure
+
+
+def request(window_s: float | None = None) -> AttemptRequest:
+    return AttemptRequest(
+        job_id="j",
+        key="k",
+        prompt="p",
+        params={},
+        provider="x",
+        model="m",
+        attempt=1,
+        rates=RateCards(),
+        window_s=window_s,
+    )
+
+
+def outage(provider: Gone, window_s: float | None = None) -> ProviderError:
+    with pytest.raises(ProviderError) as raised:
+        asyncio.run(provider.outlast(request(window_s), 0.0, provider.fetch))
+    return raised.value
+
+
+def test_rounds_go_on_while_the_provider_keeps_the_output_and_no_longer(monkeypatch):
+    monkeypatch.setenv("AFC_POLL_S", "2")
+    provider = Gone(OutputUnreachable("unavailable", "x: output download answered HTTP 503"))
+    error = outage(provider)
+    # pauses of 16, 32, then 60 s (rand 1.0: the whole step), while a next round fits in the
+    # 300 s the provider keeps its outputs (each round's own waits: 3.5 intervals at most)
+    assert provider.pauses[:3] == [16.0, 32.0, 60.0]
+    assert set(provider.pauses[3:]) == {60.0}
+    assert provider.now - 1.0 + 60.0 + 7.0 > 300.0 >= provider.now - 1.0 - 60.0
+    assert provider.rounds == len(provider.pauses) + 1
+    assert f"({provider.rounds} rounds of {FETCH_TRIES} tries)" in error.message
+    assert len(provider.notices) == 1 and "out of reach" in provider.notices[0]
+
+
+def test_a_window_ends_the_rounds_before_the_runs_own_limit_cuts_them(monkeypatch):
+    monkeypatch.setenv("AFC_POLL_S", "2")
+    provider = Gone(OutputUnreachable("unavailable", "x: output download answered HTTP 503"))
+    outage(provider, window_s=40.0)
+    # a synchronous provider's call is cut at its window (40 s): one pause of 16 s fits
+    assert provider.pauses == [16.0] and provider.rounds == 2
+    provider = Gone(OutputUnreachable("unavailable", "x: output download answered HTTP 503"))
+    provider.resumable = True  # a job-style one gets a quarter more (50 s): still one
+    outage(provider, window_s=40.0)
+    assert provider.pauses == [16.0]
+
+
+def test_a_definite_answer_ends_the_fetch_at_once(monkeypatch):
+    """A 404 or a 403 is no passing failure: no later round (Replicate says data_removed)."""
+    monkeypatch.setenv("AFC_POLL_S", "2")
+    provider = Gone(ProviderError("unavailable", "x: output download answered HTTP 404"))
+    outage(provider)
+    assert provider.pauses == [] and provider.rounds == 1 and provider.notices == []
+
+
+def test_a_provider_that_keeps_nothing_makes_one_round(monkeypatch):
+    provider = Gone(OutputUnreachable("unavailable", "x: output download answered HTTP 503"))
+    provider.keeps_outputs_s = 0.0
+    outage(provider)
+    assert provider.rounds == 1 and provider.pauses == []
+
+
+def test_refetch_pauses_are_half_to_whole_steps(monkeypatch):
+    monkeypatch.setenv("AFC_POLL_S", "2")
+    steps = [s * 2 for s in REFETCH_PAUSE_INTERVALS]
+    assert [refetch_pause(n, lambda: 0.0) for n in (1, 2, 3, 9)] == [
+        steps[0] / 2,
+        steps[1] / 2,
+        steps[2] / 2,
+        steps[2] / 2,
+    ]
+    assert [refetch_pause(n, lambda: 1.0) for n in (1, 2, 3, 9)] == [*steps, steps[2]]
