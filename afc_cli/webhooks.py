@@ -235,6 +235,15 @@ class Deliverer:
             ):
                 stats.dead += 1
             return
+        from afc_cli.manifest import webhook_url_problem
+
+        bad_url = webhook_url_problem(row["url"])
+        if bad_url:
+            if ledger.delivery_outcome(
+                row["id"], "dead", None, f"not sent: the URL {bad_url}", now
+            ):
+                stats.dead += 1
+            return
         secret = os.environ.get(row["secret_env"])
         if not secret:
             self.unset_secrets.add(row["secret_env"])  # its other rows: left alone this run
