@@ -52,3 +52,27 @@ def test_a_stored_delivery_to_an_unreachable_url_ends_dead_not_in_a_crash(afc):
     assert result.returncode == 1 and "1 dead" in result.stderr
     (row,) = afc.json("webhooks", "list", "--dead")["deliveries"]
     assert "port" in row["last_error"].lower()
+
+
+def test_the_review_queue_is_paged_as_the_contact_sheet(afc):
+    """10,000 jobs awaiting review were one 14 MB page asking for 10,000 thumbnails at once:
+    98 s in headless Chromium (2 s a page of 120 now)."""
+    pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
+    import re
+
+    import httpx
+    from browser import Served, awaiting
+
+    from afc_cli.web.server import PAGE
+
+    awaiting(afc, PAGE + 5)
+    served = Served(afc)
+    try:
+        first = httpx.get(served.url + "review").text
+        last = httpx.get(served.url + "review", params={"page": "99"}).text
+    finally:
+        served.stop()
+    cards = re.compile(r'<figure class="card" data-key="([^"]+)"')
+    assert len(cards.findall(first)) == PAGE and len(cards.findall(last)) == 5
+    assert f"{PAGE + 5} jobs awaiting review" in first and 'href="?page=2"' in first
+    assert set(cards.findall(first)).isdisjoint(cards.findall(last))

@@ -113,15 +113,10 @@ class Pages:
         from afc_cli.listing import counts_line
         from afc_cli.web.sheet import cards, counts
 
-        try:
-            number = max(1, int(request.query_params.get("page", "1")))
-        except ValueError:
-            number = 1
         book = self.book()
         try:
             by_status = counts(book, batch=self.batch)
-            pages = max(1, -(-sum(by_status.values()) // PAGE))
-            number = min(number, pages)  # past the last page (?page=10**20): the last one
+            number, pages = page_number(request, sum(by_status.values()))
             jobs = cards(book, batch=self.batch, limit=PAGE, offset=(number - 1) * PAGE)
         finally:
             book.close()
@@ -170,6 +165,11 @@ class Pages:
             pending = review.pending(book, batch=self.batch)
         finally:
             book.close()
+        # a page at a time, as the contact sheet: 10,000 jobs awaiting review on one page
+        # were a 14 MB page and 10,000 thumbnails, over a minute and a half in a browser
+        total = len(pending)
+        number, pages = page_number(request, total)
+        pending = pending[(number - 1) * PAGE : number * PAGE]
         for item in pending:
             cost = item.get("cost_micros")
             item["cost"] = format_usd(cost) if cost is not None else None
@@ -180,6 +180,9 @@ class Pages:
             "serve_review.html",
             available=True,
             pending=pending,
+            total=total,
+            number=number,
+            pages=pages,
             decided=query.get("decided"),
             decided_key=query.get("key"),
             error=None,
@@ -302,6 +305,17 @@ class Pages:
         kind = mimetypes.guess_type(job["output_key"])[0] or "application/octet-stream"
         headers = {"Content-Length": str(job["size"])} if job["size"] is not None else {}
         return StreamingResponse(body(), media_type=kind, headers=headers)
+
+
+def page_number(request: Any, total: int) -> tuple[int, int]:
+    """The page asked for (``?page=N``, from 1) and how many pages of ``PAGE`` there are; a
+    page past the last (``?page=10**20``) is the last one, anything not a number the first."""
+    try:
+        number = max(1, int(request.query_params.get("page", "1")))
+    except ValueError:
+        number = 1
+    pages = max(1, -(-total // PAGE))
+    return min(number, pages), pages
 
 
 def age(seconds: float) -> str:
