@@ -76,3 +76,58 @@ def test_the_review_queue_is_paged_as_the_contact_sheet(afc):
     assert len(cards.findall(first)) == PAGE and len(cards.findall(last)) == 5
     assert f"{PAGE + 5} jobs awaiting review" in first and 'href="?page=2"' in first
     assert set(cards.findall(first)).isdisjoint(cards.findall(last))
+
+
+def _svg_output(afc) -> str:
+    """A stored output that is an SVG with a script (a vector model's answer, or an object
+    changed in storage), the size the ledger has for it; its job id."""
+    data = manifest([{"key": "logo", "prompt": "a logo", "output": "{batch}/{key}.svg"}])
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    path = afc.outputs() / "b1" / "logo.svg"
+    svg = (
+        '<svg xmlns="http://www.w3.org/2000/svg"><script>'
+        "document.documentElement.setAttribute('data-ran', document.domain)"
+        "</script><!--"
+    )
+    svg += "x" * (path.stat().st_size - len(svg) - 9) + "--></svg>"
+    path.write_text(svg)
+    return afc.rows("SELECT id FROM jobs WHERE key = 'logo'")[0][0]
+
+
+def test_a_full_size_output_runs_no_script_on_the_servers_origin(afc):
+    """A stored SVG (or HTML) output was streamed as image/svg+xml from afc serve's own
+    origin: its script ran there, where it could read a review page's form token and approve
+    or reject anything. Outputs are sent sandboxed, as documents with no script."""
+    pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
+    import httpx
+    from browser import Served, available
+
+    job_id = _svg_output(afc)
+    served = Served(afc)
+    try:
+        answer = httpx.get(f"{served.url}output/{job_id}")
+        assert answer.status_code == 200
+        assert answer.headers["content-security-policy"].startswith("sandbox")
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        if available():
+            from browser import _binaries
+            from selenium import webdriver
+            from selenium.webdriver.chrome.options import Options
+            from selenium.webdriver.chrome.service import Service
+
+            options = Options()
+            options.binary_location = _binaries()[0]
+            for arg in ("--headless=new", "--no-sandbox", "--disable-gpu"):
+                options.add_argument(arg)
+            driver = webdriver.Chrome(service=Service(_binaries()[1]), options=options)
+            try:
+                driver.get(f"{served.url}output/{job_id}")
+                ran = driver.execute_script(
+                    "return document.documentElement.getAttribute('data-ran')"
+                )
+            finally:
+                driver.quit()
+            assert ran is None
+    finally:
+        served.stop()

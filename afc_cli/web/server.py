@@ -17,7 +17,8 @@ Who may do what:
   made when the server starts, written into its own pages' forms, compared in constant time.
   A page elsewhere cannot read it, so it cannot post a decision (403).
 
-Full-size outputs are streamed from storage a chunk at a time (``Storage.read_chunks``);
+Full-size outputs are streamed from storage a chunk at a time (``Storage.read_chunks``),
+sandboxed (``OUTPUT_HEADERS``: an SVG's script never runs on this server's origin);
 thumbnails are made on first request and kept in memory, keyed by the output's SHA-256.
 """
 
@@ -42,6 +43,10 @@ TOKEN_MIN = 16
 COOKIE = "afc_serve_token"
 PAGE = 120
 DECIDED = {"approve": "approved", "reject": "rejected"}
+# A stored output is a provider's bytes: an SVG or HTML one is shown as a document with no
+# script and an origin of its own (sandbox), never run on this server's origin, where it could
+# read a review page's form token; nor is any output's type guessed from its bytes.
+OUTPUT_HEADERS = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
 
 
 def is_loopback(host: str) -> bool:
@@ -303,7 +308,9 @@ class Pages:
             yield from chunks
 
         kind = mimetypes.guess_type(job["output_key"])[0] or "application/octet-stream"
-        headers = {"Content-Length": str(job["size"])} if job["size"] is not None else {}
+        headers = dict(OUTPUT_HEADERS)
+        if job["size"] is not None:
+            headers["Content-Length"] = str(job["size"])
         return StreamingResponse(body(), media_type=kind, headers=headers)
 
 
