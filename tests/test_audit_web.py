@@ -131,3 +131,21 @@ def test_a_full_size_output_runs_no_script_on_the_servers_origin(afc):
             assert ran is None
     finally:
         served.stop()
+
+
+def test_no_page_can_be_framed_by_another_site(afc):
+    """The review page could be shown in another site's frame, under a decoy, for a visitor
+    to click Approve or Reject without knowing (clickjacking): the form token does not help."""
+    pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
+    import httpx
+    from browser import Served, awaiting
+
+    awaiting(afc, 1)
+    served = Served(afc)
+    try:
+        for path in ("", "review", "failures", "spend"):
+            headers = httpx.get(served.url + path).headers
+            assert headers["x-frame-options"] == "DENY", path
+            assert "frame-ancestors 'none'" in headers["content-security-policy"], path
+    finally:
+        served.stop()

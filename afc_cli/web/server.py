@@ -15,7 +15,8 @@ Who may do what:
 - A GET never changes anything. Approve and reject are POSTs only (a GET of their address
   is 405 and decides nothing), and each must carry this server's form token: a random value
   made when the server starts, written into its own pages' forms, compared in constant time.
-  A page elsewhere cannot read it, so it cannot post a decision (403).
+  A page elsewhere cannot read it, so it cannot post a decision (403), nor show a page of
+  this server in a frame of its own for a visitor to click in (``PAGE_HEADERS``).
 
 Full-size outputs are streamed from storage a chunk at a time (``Storage.read_chunks``),
 sandboxed (``OUTPUT_HEADERS``: an SVG's script never runs on this server's origin);
@@ -43,6 +44,9 @@ TOKEN_MIN = 16
 COOKIE = "afc_serve_token"
 PAGE = 120
 DECIDED = {"approve": "approved", "reject": "rejected"}
+# No page is shown inside another site's frame: a page elsewhere could lay this server's
+# review page under its own and have a visitor click Approve or Reject (clickjacking).
+PAGE_HEADERS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
 # A stored output is a provider's bytes: an SVG or HTML one is shown as a document with no
 # script and an origin of its own (sandbox), never run on this server's origin, where it could
 # read a review page's form token; nor is any output's type guessed from its bytes.
@@ -110,7 +114,7 @@ class Pages:
             ledger=self.ledger_name,
             **scrub_data(context),
         )
-        return HTMLResponse(text, status_code=status)
+        return HTMLResponse(text, status_code=status, headers=PAGE_HEADERS)
 
     # --- views --------------------------------------------------------------------------
 
