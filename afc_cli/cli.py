@@ -273,6 +273,7 @@ def _print_run(result: Any, json_out: bool, quiet: bool, admitted_only: bool = F
                 "abandoned_attempts": result.stats.abandoned,
                 "stuck": [job_json(row) for row in result.stuck],
                 "unlisted": result.unlisted,
+                "webhooks": result.webhooks or None,
                 "exit_code": result.exit_code,
             }
         )
@@ -315,6 +316,7 @@ def _print_run(result: Any, json_out: bool, quiet: bool, admitted_only: bool = F
     for line in _not_ok_lines(not_ok):
         _err(line)
     _print_stuck(result.stuck)
+    _print_webhooks(result.webhooks)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
     # "run here": the jobs this process worked on; the tally is every job the command
     # reports (replayed ones, and ones another afc process finished or holds, included)
@@ -351,6 +353,18 @@ def _print_stuck(stuck: list[dict[str, Any]]) -> None:
         "'afc show KEY'; once the cause is fixed, 'afc retry KEY' (or 'afc retry --batch B "
         "--failed') queues them again."
     )
+
+
+def _print_webhooks(counts: dict[str, int]) -> None:
+    """Job events the run could not deliver: said, not left for 'afc webhooks list' to find
+    (the exit code stays the jobs': a receiver that is down fails no render)."""
+    pending, dead = counts.get("pending", 0), counts.get("dead", 0)
+    if pending or dead:
+        _err(
+            f"webhooks: {pending} event(s) not delivered yet (they go out with the next run or "
+            f"'afc webhooks deliver'), {dead} dead (refused, or given up on: 'afc webhooks "
+            "replay ID' sends one again); 'afc webhooks list' shows them and why"
+        )
 
 
 def _spend_line(stats: Any, budget: Any) -> str:

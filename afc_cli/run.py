@@ -171,6 +171,8 @@ class RunResult:
     stuck: list[dict[str, Any]] = field(default_factory=list)
     # submit: unfinished jobs of the batch that the manifest no longer lists (run with it)
     unlisted: list[str] = field(default_factory=list)
+    # the scope's webhook events not delivered when the run ended: {"pending": n, "dead": n}
+    webhooks: dict[str, int] = field(default_factory=dict)
 
     @property
     def ran(self) -> int:
@@ -310,7 +312,14 @@ def submit(
         if report_jobs:
             rows = [r for r in ledger.status_rows(manifest.batch) if r["key"] in keys]
             note_held_elsewhere(ledger, rows)
-        return RunResult(jobs=rows, admit=admitted, stats=stats, budget=budget, unlisted=unlisted)
+        return RunResult(
+            jobs=rows,
+            admit=admitted,
+            stats=stats,
+            budget=budget,
+            unlisted=unlisted,
+            webhooks=ledger.delivery_counts(manifest.batch) if run else {},
+        )
     finally:
         if ledger is not None:
             ledger.close()
@@ -379,7 +388,13 @@ def resume(
         rows = [r for r in everything if r["id"] in wanted]
         note_held_elsewhere(ledger, rows)
         stuck = [r for r in everything if r["id"] not in wanted and r["status"] in STUCK]
-        return RunResult(jobs=rows, stats=stats, budget=budget, stuck=stuck)
+        return RunResult(
+            jobs=rows,
+            stats=stats,
+            budget=budget,
+            stuck=stuck,
+            webhooks=ledger.delivery_counts(batch),
+        )
     finally:
         ledger.close()
 

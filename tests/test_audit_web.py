@@ -149,3 +149,31 @@ def test_no_page_can_be_framed_by_another_site(afc):
             assert "frame-ancestors 'none'" in headers["content-security-policy"], path
     finally:
         served.stop()
+
+
+def test_a_run_says_which_events_its_receiver_did_not_get(afc):
+    """A receiver that was down, or refused the events (dead at once), left a submit that
+    exited 0 and said nothing: the events were found only by 'afc webhooks list'."""
+    from receiver import Receiver
+
+    receiver = Receiver(default=(400, 0.0, {})).start()
+    try:
+        afc.env["AFC_HOOK_SECRET"] = SECRET
+        data = manifest(jobs(2))
+        data["webhook"] = {"url": receiver.url, "secret_env": "AFC_HOOK_SECRET", "timeout_s": 2}
+        afc.write_manifest(data)
+        refused = afc("submit", "manifest.yaml")
+        assert refused.returncode == 0, refused.stderr  # the renders succeeded
+        assert "webhooks: 0 event(s) not delivered yet" in refused.stderr
+        assert "2 dead" in refused.stderr and "afc webhooks list" in refused.stderr
+    finally:
+        receiver.stop()
+    data["webhook"]["url"] = "http://127.0.0.1:9/hooks"  # nothing listens there
+    data["jobs"] = jobs(3)
+    afc.write_manifest(data)
+    down = afc.json("submit", "manifest.yaml")
+    assert down["exit_code"] == 0 and down["webhooks"] == {"pending": 1, "dead": 2}
+    afc.write_manifest(manifest(jobs(1), batch="other"), "other.yaml")
+    other = afc("submit", "other.yaml")
+    assert other.returncode == 0 and "webhooks:" not in other.stderr  # another batch's events
+    assert afc.json("resume")["webhooks"] == {"pending": 1, "dead": 2}  # resume: every batch

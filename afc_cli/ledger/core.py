@@ -1776,6 +1776,17 @@ class Ledger:
                 (url, now, reason),
             )
 
+    def delivery_counts(self, batch: str | None = None) -> dict[str, int]:
+        """Deliveries still pending and dead, of one batch or all: what a run's summary says
+        of its events that have not reached their receiver."""
+        sql = "SELECT status, COUNT(*) FROM deliveries WHERE status IN ('pending', 'dead')"
+        params: tuple[Any, ...] = ()
+        if batch is not None:
+            sql += " AND batch = ?"
+            params = (batch,)
+        counts = dict(self.db.execute(sql + " GROUP BY status", params).fetchall())
+        return {status: int(counts.get(status, 0)) for status in ("pending", "dead")}
+
     def deliveries(self, dead_only: bool = False) -> list[dict[str, Any]]:
         sql = "SELECT * FROM deliveries"
         if dead_only:
