@@ -145,28 +145,12 @@ class Webhook(_Strict):
     @field_validator("url")
     @classmethod
     def _http(cls, value: str) -> str:
+        from afc_cli.webhooks import webhook_url_problem
+
         problem = webhook_url_problem(value)
         if problem:
             raise ValueError(f"{problem}, got {value!r}")
         return value
-
-
-def webhook_url_problem(value: str) -> str | None:
-    """Why no POST can reach this webhook URL, or None: the manifest refuses it before
-    anything is written, and a delivery admitted before this check was made ends dead with
-    it, rather than break every run that tries it (a port past 65535 crashed the drain)."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(value)
-        _ = parts.port  # a port that is not a number, or past 65535, raises here
-    except ValueError as exc:
-        return f"must be an http:// or https:// URL ({exc})"
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return "must be an http:// or https:// URL"
-    if not parts.hostname or any(char.isspace() or not char.isprintable() for char in value):
-        return "must be an http:// or https:// URL naming a host, without spaces or controls"
-    return None
 
 
 class ProviderLimits(_Strict):

@@ -52,6 +52,24 @@ BACKOFF_CAP_S = 600.0
 FINAL_DRAIN_S = 15.0
 
 
+def webhook_url_problem(value: str) -> str | None:
+    """Why no POST can reach this webhook URL, or None: the manifest refuses it before
+    anything is written, and a delivery admitted before this check was made ends dead with
+    it, rather than break every run that tries it (a port past 65535 crashed the drain)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # a port that is not a number, or past 65535, raises here
+    except ValueError as exc:
+        return f"must be an http:// or https:// URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return "must be an http:// or https:// URL"
+    if not parts.hostname or any(char.isspace() or not char.isprintable() for char in value):
+        return "must be an http:// or https:// URL naming a host, without spaces or controls"
+    return None
+
+
 def lease_margin() -> float:
     """How long a delivery's lease outlasts its POST's timeout: the ledger's margin (120 s,
     ``Ledger.DELIVERY_LEASE_MARGIN_S``), or ``AFC_LEASE_S`` when that is shorter, so a
@@ -235,8 +253,6 @@ class Deliverer:
             ):
                 stats.dead += 1
             return
-        from afc_cli.manifest import webhook_url_problem
-
         bad_url = webhook_url_problem(row["url"])
         if bad_url:
             if ledger.delivery_outcome(
