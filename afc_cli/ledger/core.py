@@ -1920,12 +1920,19 @@ class Ledger:
                 return "missing", []
             if job["status"] != "blocked":
                 return job["status"], []
-            needs = self.needs_of(job_id)
-            ended = [n for n in needs if n["status"] is None or n["status"] in NEED_FAILED]
-            waiting = [n["need_id"] for n in needs if n["status"] != "succeeded"]
+            needs, ended, waiting = self._needs_state(job_id)
             if waiting and not ended:
                 return "blocked", waiting
             self._alone()  # another run may be settling the same job
+            # Decided again under the job's row lock: a re-submit that gave the job new needs
+            # since they were read (``_regate``, which writes the row before the needs) is
+            # waited for, never overwritten by a ``queued`` that would render the job first.
+            job = self._one(f"SELECT * FROM jobs WHERE id = ?{self.ROW_LOCK}", (job_id,))
+            if job["status"] != "blocked":
+                return job["status"], []
+            needs, ended, waiting = self._needs_state(job_id)
+            if waiting and not ended:
+                return "blocked", waiting
             if ended:
                 self._fail_dependency(job, ended[0])
                 return job["status"], []
@@ -1938,6 +1945,14 @@ class Ledger:
                 self._event(job_id, job["batch"], "unblocked", needs=[n["need_key"] for n in needs])
                 return "queued", []
             return self.job(job_id)["status"], []
+
+    def _needs_state(self, job_id: str) -> tuple[list[dict[str, Any]], list, list[str]]:
+        """A job's needs, those that ended badly (or are missing), and the ids of those it
+        still waits for."""
+        needs = self.needs_of(job_id)
+        ended = [n for n in needs if n["status"] is None or n["status"] in NEED_FAILED]
+        waiting = [n["need_id"] for n in needs if n["status"] != "succeeded"]
+        return needs, ended, waiting
 
     def _fail_dependency(self, job: dict[str, Any], need: dict[str, Any]) -> None:
         key = need["need_key"]
