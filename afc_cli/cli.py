@@ -544,13 +544,13 @@ def worker(
     max_spend: MaxSpendOpt = None,
     allow_unpriced: AllowUnpricedOpt = False,
     budget_name: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--budget",
             metavar="NAME",
-            help="Workers given the same name share one --max-spend.",
+            help="Workers given the same name share one --max-spend (default name: workers).",
         ),
-    ] = "workers",
+    ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,

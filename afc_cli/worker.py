@@ -160,7 +160,7 @@ def work(
     reporter: Any = None,
     max_spend: str | None = None,
     allow_unpriced: bool = False,
-    budget_name: str = "workers",
+    budget_name: str | None = None,
 ) -> WorkerResult:
     from afc_cli.costs import RateCards
     from afc_cli.run import (
@@ -182,6 +182,15 @@ def work(
         raise UsageError(f"--claim must be at least 1, got {claim}")
     lease_s = lease_seconds()
     budget = Budget.parse(max_spend, allow_unpriced)
+    if budget is None and budget_name is not None:
+        # the cap is each worker's --max-spend, not kept in the ledger: a name alone would
+        # run this worker uncapped, its spend not even counted against that budget's cap
+        raise UsageError(
+            f"--budget {budget_name} names a shared --max-spend: give --max-spend USD too "
+            "(a worker without one is not capped, and its spend does not count toward that "
+            "budget)"
+        )
+    budget_name = budget_name or "workers"
     # One budget for every worker started with the same name on this ledger: their attempts
     # share a run id, whose spend (known costs, else reservations) the cap holds, checked and
     # reserved one attempt at a time across hosts (Ledger.start_attempt).

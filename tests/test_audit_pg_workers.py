@@ -5,7 +5,7 @@ where a race would take milliseconds to hit."""
 from __future__ import annotations
 
 import pytest
-from conftest import manifest
+from conftest import jobs, manifest
 from test_postgres_e2e import PgAfc
 
 from afc_cli.ledger import Ledger
@@ -59,3 +59,19 @@ def test_a_need_given_while_a_worker_settles_the_blocked_job_is_waited_for(pg):
         "grade": "queued",
         "shot": "blocked",
     }
+
+
+def test_a_worker_named_into_a_budget_without_a_cap_is_refused(pg):
+    """``--budget NAME`` alone ran the worker uncapped, its attempts outside that budget's
+    spend: started beside a capped worker of the same name, it spent past their cap."""
+    pg.write_manifest(manifest(jobs(4)))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    refused = pg("worker", "--until-idle", "--budget", "nightly")
+    assert refused.returncode == 2
+    assert "--budget nightly" in refused.stderr and "--max-spend" in refused.stderr
+    assert pg.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
+    capped = pg.json(
+        "worker", "--until-idle", "--budget", "nightly", "--max-spend", "0.10", expect=4
+    )
+    assert capped["budget"]["name"] == "nightly"
+    assert pg.rows("SELECT COUNT(*) FROM attempts") == [(2,)]
