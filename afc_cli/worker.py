@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from afc_cli.errors import EXIT_BUDGET, EXIT_INTERRUPTED, UsageError
-from afc_cli.ledger import Ledger
+from afc_cli.ledger import SHARED_BUDGET, Ledger
 
 DEFAULT_POLL_S = 2.0
 
@@ -194,7 +194,7 @@ def work(
     # One budget for every worker started with the same name on this ledger: their attempts
     # share a run id, whose spend (known costs, else reservations) the cap holds, checked and
     # reserved one attempt at a time across hosts (Ledger.start_attempt).
-    run_id = f"budget:{budget_name}" if budget is not None else None
+    run_id = f"{SHARED_BUDGET}{budget_name}" if budget is not None else None
     max_interrupts()
     min_free_bytes()
 

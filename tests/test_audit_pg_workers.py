@@ -4,6 +4,9 @@ where a race would take milliseconds to hit."""
 
 from __future__ import annotations
 
+import signal
+import time
+
 import pytest
 from conftest import jobs, manifest
 from test_postgres_e2e import PgAfc
@@ -75,3 +78,43 @@ def test_a_worker_named_into_a_budget_without_a_cap_is_refused(pg):
     )
     assert capped["budget"]["name"] == "nightly"
     assert pg.rows("SELECT COUNT(*) FROM attempts") == [(2,)]
+
+
+def _wait(pg: PgAfc, sql: str, threshold: int, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pg.rows(sql)[0][0] >= threshold:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
+
+
+def test_a_request_polled_by_another_run_stays_in_the_budget_that_paid_it(pg, fake):
+    """Two Replicate predictions submitted by a worker of a shared budget (its whole cap
+    reserved), the worker killed; another host's run without that budget polls them to their
+    end. They were paid under the budget and stay counted in it: moved to the polling run's
+    id, the budget's spend fell to 0 and its next worker paid for the cap a second time."""
+    pg.env.update(fake.env())
+    chain = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
+    rates = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    held = [{"key": f"held-{i}", "prompt": f"hold render {i}"} for i in range(2)]
+    later = [{"key": f"later-{i}", "prompt": f"later render {i}"} for i in range(2)]
+    pg.write_manifest(manifest(held, defaults={"chain": chain}, rates=rates))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    lease = {"AFC_LEASE_S": "3"}
+    worker = pg.popen(
+        "worker", "--concurrency", "2", "--max-spend", "0.10", env={"AFC_HOST_ID": "a", **lease}
+    )
+    _wait(pg, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 2)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=30)
+    fake.released.set()
+    time.sleep(3.2)  # the dead host's leases expire
+    resumed = pg("resume", env={"AFC_HOST_ID": "b", **lease})
+    assert resumed.returncode == 0, resumed.stderr
+    assert fake.counts["replicate_submit"] == 2, "polled, not paid again"
+    pg.write_manifest(manifest([*held, *later], defaults={"chain": chain}, rates=rates))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    again = pg.json("worker", "--until-idle", "--max-spend", "0.10", expect=4)
+    assert again["budget"]["priced"] == "0.100000"
+    assert fake.counts["replicate_submit"] == 2, "the budget's cap was spent already"

@@ -113,6 +113,9 @@ ANSWERED_SQL = (
 ACTIVE_SQL = _in(ACTIVE)
 # A run's candidates: the active jobs and the blocked ones (run when their needs have succeeded)
 RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
+# The run id of the attempts of workers that share a budget: this prefix and its name
+# (afc_cli/worker.py), where a submit's or resume's run has a UUID of its own
+SHARED_BUDGET = "budget:"
 # A need that ended so fails the jobs that wait for it (DEPENDENCY_FAILED)
 NEED_FAILED = ("failed", "rejected", "cancelled", "dead")
 
@@ -1241,13 +1244,15 @@ class Ledger:
         """Take over an attempt a dead run left submitted, to poll it to its end. It becomes
         ``run_id``'s: the run that learns its outcome and cost shows that cost in its summary
         and counts it against its budget (the run that submitted it ended saying it left an
-        attempt of unknown cost)."""
+        attempt of unknown cost). An attempt of a workers' shared budget (``afc worker
+        --budget``, SHARED_BUDGET) stays that budget's: its other workers go on, and moved
+        out, what it paid for would no longer count against their cap."""
         with self.tx(commit=True):
             cursor = self.db.execute(
                 "UPDATE attempts SET status = 'started', owner = ?, ended_at = NULL,"
-                " error_class = NULL, error_message = NULL, run_id = COALESCE(?, run_id)"
-                " WHERE id = ? AND status = 'unknown'",
-                (self.owner, run_id, attempt["id"]),
+                " error_class = NULL, error_message = NULL, run_id = CASE WHEN run_id LIKE ?"
+                " THEN run_id ELSE COALESCE(?, run_id) END WHERE id = ? AND status = 'unknown'",
+                (self.owner, SHARED_BUDGET + "%", run_id, attempt["id"]),
             )
             if cursor.rowcount == 1:
                 self._event(
