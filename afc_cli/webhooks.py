@@ -25,6 +25,9 @@ produced it (``Ledger._queue_delivery``). This module only drains due rows:
   again until a replay re-enables it). 429, 5xx, timeouts and connection errors: retried with
   full-jitter backoff honouring Retry-After, up to MAX_TRIES, then dead with the envelope kept.
   Other 4xx: dead at once (the receiver refuses the event; retrying will not change that).
+  Redirects are never followed (a signed event goes only to the URL the manifest names): a
+  301 or 308 is dead at once, naming where it points; another 3xx is retried as a 5xx is.
+  An answer's body is never read (``Deliverer._post``).
 - Delivery never runs inside a job's steps: ``afc submit``/``afc resume`` drain beside the
   batch and once after it (bounded in time), ``afc webhooks deliver`` drains alone (cron).
   A receiver that is down or slow is skipped for the rest of a pass after its first failure,
@@ -45,8 +48,11 @@ from typing import Any
 from afc_cli.attempts import backoff_delay, parse_retry_after
 from afc_cli.errors import UsageError
 from afc_cli.ledger import Ledger
+from afc_cli.secrets import scrub
 
 MAX_TRIES = 8
+# a receiver that answers it has moved for good: not followed, and not tried again
+PERMANENT_REDIRECTS = (301, 308)
 BACKOFF_BASE_S = 5.0
 BACKOFF_CAP_S = 600.0
 FINAL_DRAIN_S = 15.0
@@ -238,6 +244,20 @@ class Deliverer:
             await asyncio.gather(*(serve(url_rows) for url_rows in by_url.values()))
         return stats
 
+    async def _post(self, row: dict[str, Any], headers: dict[str, str]) -> Any:
+        """POST a row's envelope; the answer's status and headers are read, its body never (a
+        receiver's answer may be of any size, and afc needs nothing from it)."""
+        import httpx
+
+        async with self.client.stream(
+            "POST",
+            row["url"],
+            content=row["envelope"].encode(),
+            headers=headers,
+            timeout=httpx.Timeout(row["timeout_s"]),
+        ) as response:
+            return response
+
     async def _deliver(self, row: dict[str, Any], stats: DrainStats) -> None:
         import httpx
 
@@ -282,18 +302,13 @@ class Deliverer:
         try:
             # the whole POST within timeout_s (httpx's timeout is per phase), so it ends
             # within the lease hold_delivery just extended
-            response = await asyncio.wait_for(
-                self.client.post(
-                    row["url"],
-                    content=row["envelope"].encode(),
-                    headers=headers,
-                    timeout=httpx.Timeout(row["timeout_s"]),
-                ),
-                row["timeout_s"],
-            )
+            response = await asyncio.wait_for(self._post(row, headers), row["timeout_s"])
             status = response.status_code
             retry_after = parse_retry_after(response.headers.get("retry-after"))
             error = None if 200 <= status < 300 else f"HTTP {status}"
+            if status in PERMANENT_REDIRECTS:
+                moved = scrub(str(response.headers.get("location", "")))[:300]
+                error += f" to {moved!r}: not followed (an event goes only where the manifest says)"
         except (httpx.TimeoutException, TimeoutError):
             error = f"no answer within {row['timeout_s']}s"
             stats.slow_urls.add(row["url"])
@@ -312,7 +327,9 @@ class Deliverer:
                 row["id"], "dead", status, "410 Gone: endpoint disabled", now
             ):
                 stats.dead += 1
-        elif status is not None and 400 <= status < 500 and status != 429:
+        elif status is not None and (
+            400 <= status < 500 and status != 429 or status in PERMANENT_REDIRECTS
+        ):
             if ledger.delivery_outcome(row["id"], "dead", status, f"{error}: not retried", now):
                 stats.dead += 1
         elif tries >= MAX_TRIES:

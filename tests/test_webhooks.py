@@ -291,3 +291,64 @@ def test_envelope_is_stable_json(afc, receiver, hooked):
     assert afc("submit", "manifest.yaml").returncode == 0
     body = receiver.received[0].body
     assert json.loads(body)["data"]["key"] == "shot-001"
+
+
+def test_a_permanent_redirect_is_dead_at_once_and_not_followed(afc, receiver, hooked):
+    """A 301/308 was retried eight times, hours apart, for an answer that never changes."""
+    elsewhere = Receiver().start()
+    try:
+        receiver.script = [(308, 0, {"Location": elsewhere.url})]
+        hooked(manifest(jobs(1)))
+        assert afc("submit", "manifest.yaml").returncode == 0
+        afc("webhooks", "deliver")
+        assert len(receiver.received) == 1 and elsewhere.received == []
+        [dead] = afc.json("webhooks", "list", "--dead")["deliveries"]
+        assert dead["last_status"] == 308 and elsewhere.url in dead["last_error"]
+        assert "not followed" in dead["last_error"]
+    finally:
+        elsewhere.stop()
+
+
+def test_a_temporary_redirect_is_tried_again(afc, receiver, hooked):
+    receiver.script = [(307, 0, {"Location": "http://127.0.0.1:9/x", "Retry-After": "0"})]
+    hooked(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    [pending] = afc.json("webhooks", "list")["deliveries"]
+    assert pending["status"] == "pending" and pending["last_status"] == 307
+    assert afc("webhooks", "deliver").returncode == 0
+    assert afc.json("webhooks", "list")["deliveries"][0]["status"] == "delivered"
+
+
+def test_an_answer_body_is_never_read(afc, hooked):
+    """A receiver whose 200 came with an endless body: afc read it until the POST's timeout
+    and took the delivered event for a failure (a huge one could fill its memory)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    posts: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                posts.append(conn.recv(65536))
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                try:
+                    while True:
+                        conn.sendall(b"10000\r\n" + b"x" * 0x10000 + b"\r\n")
+                except OSError:
+                    pass  # afc closed the connection
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+        hooked(manifest(jobs(1)), timeout_s=3.0, url=url)
+        assert afc("submit", "manifest.yaml").returncode == 0
+        [delivery] = afc.json("webhooks", "list")["deliveries"]
+        assert delivery["status"] == "delivered" and len(posts) == 1
+    finally:
+        listener.close()
