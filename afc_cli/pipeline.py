@@ -41,7 +41,7 @@ from afc_cli.attempts import (
 )
 from afc_cli.costs import RateCards, format_usd, to_micros
 from afc_cli.errors import AnswerNotRead, SpoolError, StorageError
-from afc_cli.ledger import TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
+from afc_cli.ledger import SHARED_BUDGET, TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
 from afc_cli.providers.base import GONE_PREFIX, RequestGone
 from afc_cli.secrets import scrub
@@ -577,9 +577,15 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     return False
                 except BudgetExhausted as exc:
                     ctx.budget_hit = True
+                    shared = (ctx.run_id or "").startswith(SHARED_BUDGET)
+                    spender = (
+                        f"the workers of budget {ctx.run_id[len(SHARED_BUDGET) :]} have"
+                        if shared
+                        else "this run has"
+                    )
                     ctx.ledger.set_waiting(
                         job,
-                        f"budget: this run has spent or reserved {format_usd(exc.spent)} of "
+                        f"budget: {spender} spent or reserved {format_usd(exc.spent)} of "
                         f"{format_usd(exc.cap)} USD; the next attempt is estimated at "
                         f"{format_usd(exc.estimate)}",
                     )

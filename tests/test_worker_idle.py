@@ -72,3 +72,9 @@ def test_a_worker_reports_its_own_spend_and_the_shared_budget_apart(afc):
     line = afc("worker", "--until-idle", "--max-spend", "0.10").stderr
     assert "spent 0.000000 USD (priced)" in line, line
     assert "budget 'workers': 0.100000 of 0.100000 USD priced" in line, line
+    # the jobs left waiting say whose spend stopped them: the budget's workers', not "this run"
+    reasons = {r for (r,) in afc.rows("SELECT waiting_reason FROM jobs WHERE batch = 'b2'")}
+    assert reasons == {
+        "budget: the workers of budget workers have spent or reserved 0.100000 of 0.100000 "
+        "USD; the next attempt is estimated at 0.050000"
+    }, reasons
