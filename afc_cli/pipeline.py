@@ -330,7 +330,11 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
                 pass
         ctx.ledger.release(job)
     ctx.protected.discard(job_id)  # no longer in a call or its storage work
-    ctx.report(job, "ended", job["status"])
+    if job.get("lost") and job["status"] not in TERMINAL:
+        # its lease expired while this process was stalled, and another took the job over
+        ctx.report(job, "ended", "here: taken over by another afc process, which goes on with it")
+    else:
+        ctx.report(job, "ended", job["status"])
     return job["status"]
 
 
@@ -359,7 +363,7 @@ async def _run_steps(ctx: RunContext, job: dict[str, Any], steps: frozenset[str]
             if not await step(ctx, job):
                 break
     except JobLost:
-        job = ctx.ledger.job(job["id"])
+        job = {**ctx.ledger.job(job["id"]), "lost": True}
     return job
 
 

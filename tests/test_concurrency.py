@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,30 @@ def test_crash_looping_job_is_dead_lettered(afc):
         ledger.close()
     stats = afc.json("queue", "stats")
     assert stats["dlq"] == 1
+
+
+def test_a_process_that_lost_its_job_to_a_takeover_says_so(afc):
+    """Found by an outside audit: a run stalled past its lease, whose job another host took
+    over and was still working on, ended its line with 'ended running', as if it had left
+    the job running itself."""
+    afc.write_manifest(manifest(jobs(1)))
+    release_a, release_b = afc.cwd / "release-a", afc.cwd / "release-b"
+    env_a = {"AFC_LEASE_S": "3", "AFC_LOCAL_RELEASE": str(release_a), "AFC_HOST_ID": "host-a"}
+    env_b = {"AFC_LEASE_S": "3", "AFC_LOCAL_RELEASE": str(release_b), "AFC_HOST_ID": "host-b"}
+    stalled = afc.popen("submit", "manifest.yaml", env=env_a)
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+    stalled.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(3.5)  # past its 3 s lease: host-b may take the job over
+        other = afc.popen("resume", env=env_b)
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+        wait_for(afc, "SELECT COUNT(*) FROM attempts", 2)  # host-b's call, held
+        release_a.touch()
+    finally:
+        stalled.send_signal(signal.SIGCONT)
+    _, err = stalled.communicate(timeout=60)
+    release_b.touch()
+    assert other.wait(timeout=60) == 0, other.stderr.read()
+    assert "b1/shot-001: ended here: taken over by another afc process" in err, err
+    assert "ended running" not in err
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
