@@ -855,12 +855,32 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
             )
             ctx.ledger.report_attempt(job, number, **success)
     except JobLost:
-        # The job ended meanwhile (cancelled): its state stays as it is, but this attempt
-        # was paid, so its outcome and cost are recorded, and its output stays in the spool.
+        # The job ended meanwhile (cancelled) or was taken over: its state stays as it is, but
+        # this attempt was paid, so its outcome and cost are recorded, and its output is kept.
         ctx.ledger.end_attempt(job, number, **success)
-        ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path))
+        await _keep_late_result(ctx, job, spooled)
         raise
     return True
+
+
+async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:
+    """A paid render that arrived after its job ended here (cancelled, or taken over by
+    another process): stored under the job's output key, create-only and tagged as the job's
+    own (as the store step does), so that the probe of any later run of the job, on any host
+    (after ``afc retry``), finds it and pays for nothing. The spool file stays too (removed
+    when the job succeeds, ``sweep_spool``; another run of the job on this host may be using
+    that path): where the output cannot be stored (the key is taken, the storage fails), it is
+    what a retry run on this host uses. No job state is written: the job's ending stands."""
+    storage = ctx.storages[job["batch"]]
+    key = job["output_key"]
+    meta = _object_meta(ctx, {**job, "output_sha256": spooled.sha256, "output_size": spooled.size})
+    try:
+        await _storage(ctx, storage, storage.put_if_absent, key, spooled.path, meta, inline=False)
+        await _sync_dirs(ctx, storage, key)
+    except (ObjectExists, StorageError) as exc:
+        ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path), not_stored=str(exc))
+        return
+    ctx.ledger.note(job, "late_result_stored", url=storage.describe(key), spool=str(spooled.path))
 
 
 def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
