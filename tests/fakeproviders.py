@@ -25,6 +25,8 @@ KEYS = {
 # a "cdn-outage" prompt's output answers 503 to its first downloads: more than two rounds of
 # FETCH_TRIES (afc_cli/providers/http.py), so only later rounds get it
 CDN_OUTAGE = 9
+# how long a "cdn-slow" prompt's output takes to answer each of its 503s
+CDN_SLOW_S = 0.4
 # a "poll-outage" prompt's first polls answer 503 (Replicate, fal): twelve intervals of
 # AFC_POLL_S 0.05, past the five a run waits before it says the provider's polls all fail
 OUTAGE_POLLS = 12
@@ -47,6 +49,8 @@ class FakeProviders:
         # outputs out of reach for a while (503s): a "cdn-outage" prompt's for its first
         # CDN_OUTAGE downloads, a "cdn-held" prompt's until ``cdn_back`` is set
         self.down_files: dict[str, int | None] = {}
+        # outputs whose 503s come slowly (a "cdn-slow" prompt's: a gateway's own timeout)
+        self.slow_files: set[str] = set()
         self.cdn_back = threading.Event()
 
     # --- plumbing ---------------------------------------------------------------------------
@@ -75,6 +79,9 @@ class FakeProviders:
                 self.down_files[path] = CDN_OUTAGE
             elif "cdn-held" in prompt:
                 self.down_files[path] = None
+            elif "cdn-slow" in prompt:
+                self.down_files[path] = None
+                self.slow_files.add(path)
 
     def first_time(self, tag: str) -> bool:
         with self.lock:
@@ -146,6 +153,8 @@ class FakeProviders:
                     self.down_files[path] = left - 1
             if down:
                 self.count("download_refused")
+                if path in self.slow_files:
+                    time.sleep(CDN_SLOW_S)
                 return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
             if path in self.flaky_files and self.first_time(f"download {path}"):
                 return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")

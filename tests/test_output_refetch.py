@@ -27,6 +27,11 @@ from afc_cli.providers.http import (
     refetch_pause,
 )
 
+# DALL-E URL answers carry no tokens: a per-image rate prices them
+PRICED = [
+    {"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"},
+    *[rate for rate in RATES if rate["provider"] != "openai"],
+]
 SUBMITS = {"replicate": "replicate_submit", "fal": "fal_submit", "openai": "openai_billed"}
 
 
@@ -190,3 +195,45 @@ def test_refetch_pauses_are_half_to_whole_steps(monkeypatch):
         steps[2] / 2,
     ]
     assert [refetch_pause(n, lambda: 1.0) for n in (1, 2, 3, 9)] == [*steps, steps[2]]
+
+
+# --- a round's own GETs take time: the run's limit on the call must not cut it ---------------
+
+
+def test_a_round_whose_gets_are_slow_ends_before_the_runs_limit_on_the_call(afc, fake):
+    """Each 503 takes CDN_SLOW_S (a gateway's own timeout, a connect timeout): the rounds'
+    room was reckoned from their waits alone, so a synchronous provider's last round ran
+    past its window, the run's wait_for cut it, and the paid DALL-E render (its cost known)
+    was recorded window_expired at an unknown cost."""
+    data = manifest([{"key": "j0", "prompt": "dalle-url cdn-slow"}], rates=PRICED)
+    data["defaults"]["chain"] = [
+        {"provider": "openai", "model": MODELS["openai"], "attempts": 1, "window_s": 4}
+    ]
+    afc.write_manifest(data)
+    afc("submit", "manifest.yaml")
+    [row] = afc.rows("SELECT status, error_class, cost_micros FROM attempts")
+    assert row == ("failed", "server", 40_000), row
+
+
+class Slow(Gone):
+    """Rounds that take real time (0.25 s each), on the real clock."""
+
+    def __init__(self) -> None:
+        super().__init__(OutputUnreachable("server", "x: output download answered HTTP 503"))
+        self.clock = time.monotonic
+        self.sleep = asyncio.sleep
+
+    async def fetch(self):
+        self.rounds += 1
+        await asyncio.sleep(0.25)
+        raise self.failure
+
+
+def test_the_rounds_end_within_the_window_whatever_a_round_takes(monkeypatch):
+    monkeypatch.setenv("AFC_POLL_S", "0.01")
+    provider = Slow()
+    began = time.monotonic()
+    with pytest.raises(OutputUnreachable):
+        asyncio.run(provider.outlast(request(window_s=2.0), began, provider.fetch))
+    assert time.monotonic() - began < 2.0, "the run's own limit (the window) would cut it"
+    assert provider.rounds > 2

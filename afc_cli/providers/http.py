@@ -172,19 +172,27 @@ class HttpProvider(Provider):
         new one would be paid again, and would land behind the same CDN. The first pause of an
         outage is said once (``Reporter.notice``), and so is the first fetch after it."""
         rounds, first_failed = 0, None
+        last: OutputUnreachable | None = None
+        # the run's own limit on the call (afc_cli/pipeline.py, render), less a margin: a
+        # round cut off by it would record the paid render's cost as unknown, so each round
+        # is cut here first (its GETs' own time is no part of FETCH_ROUND_INTERVALS: a
+        # gateway's 504 or a connect timeout takes seconds each)
+        window_end = None
+        if request.window_s:
+            limit = request.window_s * (1.25 if self.resumable else 1)
+            window_end = began + limit - min(WINDOW_MARGIN_S, limit / 10)
         while True:
             try:
-                result = await fetch()
+                result = await self._round(fetch, window_end, last)
             except OutputUnreachable as exc:
+                last = exc
                 now = self.clock()
                 first_failed = now if first_failed is None else first_failed
                 rounds += 1
                 pause = refetch_pause(rounds, self.rand)
                 end = first_failed + self.keeps_outputs_s
-                if request.window_s:
-                    # the run's own limit on the call (afc_cli/pipeline.py, render): a round
-                    # cut off by it would record the paid render's cost as unknown
-                    end = min(end, began + request.window_s * (1.25 if self.resumable else 1))
+                if window_end is not None:
+                    end = min(end, window_end)
                 if now + pause + FETCH_ROUND_INTERVALS * poll_interval() > end:
                     if rounds > 1:
                         exc.message = f"{exc.message} ({rounds} rounds of {FETCH_TRIES} tries)"
@@ -205,6 +213,30 @@ class HttpProvider(Provider):
                 self._fetch_failing_said = False
                 self._notice(f"{self.name}: an output out of reach was fetched again")
             return result
+
+    async def _round(
+        self,
+        fetch: Callable[[], Awaitable[Any]],
+        window_end: float | None,
+        last: OutputUnreachable | None,
+    ) -> Any:
+        """One round of ``fetch``, cut at ``window_end`` (on ``clock``; None: not cut): then
+        ``last`` (the previous round's failure) is raised, or a timeout's."""
+        if window_end is None:
+            return await fetch()
+        left = window_end - self.clock()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            return await asyncio.wait_for(fetch(), left)
+        except TimeoutError:
+            if last is not None:
+                raise last from None
+            raise OutputUnreachable(
+                "timeout",
+                f"{self.name}: the output was not fetched within the attempt window",
+                cost_micros=None,
+            ) from None
 
     def watch_polls(self, notice: Callable[[str], None]) -> None:
         """Tell ``notice`` (a run's ``Reporter.notice``) when every poll of this provider has
@@ -378,6 +410,9 @@ FETCH_ROUND_INTERVALS = 3.5
 # after pauses of 8, 16, then 30 poll intervals at most (16, 32 and 60 s by default; each
 # between half and the whole of that, at random), for as long as the provider keeps it.
 REFETCH_PAUSE_INTERVALS = (8, 16, 30)
+# a round of fetches ends this long (at most a tenth of the limit) before the run's own limit
+# on the call would cut it (the run's clock starts a moment before the adapter's)
+WINDOW_MARGIN_S = 1.0
 
 
 def refetch_pause(rounds: int, rand: Callable[[], float] = random.random) -> float:
