@@ -657,6 +657,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     resume_id=resume["provider_request_id"] if resume else None,
                     window_s=window,
                     inputs=inputs or (),  # none when polling a resumed request
+                    stopping=ctx.stopping,
                 )
             )
             try:

@@ -237,3 +237,25 @@ def test_the_rounds_end_within_the_window_whatever_a_round_takes(monkeypatch):
         asyncio.run(provider.outlast(request(window_s=2.0), began, provider.fetch))
     assert time.monotonic() - began < 2.0, "the run's own limit (the window) would cut it"
     assert provider.rounds > 2
+
+
+def test_a_synchronous_providers_rounds_end_at_a_stop_with_the_renders_cost(afc, fake):
+    """Ctrl-C (as the notice says) while a DALL-E URL is out of reach: no request id to leave
+    to the next run, so the stopping run waited its whole grace period on the rounds, then
+    abandoned the call: the paid render, its cost known, was recorded unknown at no cost."""
+    data = manifest([{"key": "j0", "prompt": "dalle-url cdn-held"}], rates=PRICED)
+    data["defaults"]["chain"] = [{"provider": "openai", "model": MODELS["openai"]}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml", "--grace", "20")
+    deadline = time.time() + 30
+    while fake.counts["download_refused"] <= FETCH_TRIES and time.time() < deadline:
+        time.sleep(0.02)
+    assert fake.counts["download_refused"] > FETCH_TRIES
+    stopped = time.time()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert time.time() - stopped < 10, "the run waited out its grace period"
+    assert proc.returncode == 130
+    [row] = afc.rows("SELECT status, cost_micros, error_message FROM attempts")
+    assert row[:2] == ("failed", 40_000) and "afc stopped" in row[2], row
+    assert fake.counts["openai_billed"] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -51,6 +52,10 @@ class AttemptRequest:
     window_s: float | None = None
     # reference images, in the manifest's order; each adapter sends them in its own format
     inputs: tuple[InputImage, ...] = ()
+    # the run's stop (afc_cli/pipeline.py, RunContext.stopping): a synchronous provider's
+    # later rounds of fetching a paid output end at it (``HttpProvider.outlast``), its cost
+    # recorded, rather than run until the grace period abandons them as unknown
+    stopping: asyncio.Event | None = None
 
 
 @dataclass

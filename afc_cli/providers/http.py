@@ -193,9 +193,10 @@ class HttpProvider(Provider):
                 end = first_failed + self.keeps_outputs_s
                 if window_end is not None:
                     end = min(end, window_end)
-                if now + pause + FETCH_ROUND_INTERVALS * poll_interval() > end:
-                    if rounds > 1:
-                        exc.message = f"{exc.message} ({rounds} rounds of {FETCH_TRIES} tries)"
+                stopped = self._stopped(request)
+                if now + pause + FETCH_ROUND_INTERVALS * poll_interval() > end or stopped:
+                    if rounds > 1 or stopped:
+                        exc.message = _rounds_said(exc.message, rounds, stopped)
                         exc.args = (exc.message,)
                     raise
                 if not self._fetch_failing_said:
@@ -207,12 +208,35 @@ class HttpProvider(Provider):
                         f"for up to {_minutes(self.keeps_outputs_s)} while {self.name} keeps it, "
                         "rather than pay for a new render (Ctrl-C stops the run)"
                     )
-                await self.sleep(pause)
+                await self._pause(pause, request)
+                if self._stopped(request):
+                    exc.message = _rounds_said(exc.message, rounds, stopped=True)
+                    exc.args = (exc.message,)
+                    raise
                 continue
             if rounds and self._fetch_failing_said:
                 self._fetch_failing_said = False
                 self._notice(f"{self.name}: an output out of reach was fetched again")
             return result
+
+    def _stopped(self, request: AttemptRequest) -> bool:
+        """Whether the run is stopping and this call is awaited to its end: a synchronous
+        provider's (a job-style one's is left polling, ``abandon_poll``, and the next run
+        fetches its output with no new payment)."""
+        return not self.resumable and request.stopping is not None and request.stopping.is_set()
+
+    async def _pause(self, seconds: float, request: AttemptRequest) -> None:
+        """``sleep(seconds)``, cut short when the run stops (``_stopped``)."""
+        if self.resumable or request.stopping is None:
+            await self.sleep(seconds)
+            return
+        waits = [asyncio.ensure_future(self.sleep(seconds))]
+        waits.append(asyncio.ensure_future(request.stopping.wait()))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     async def _round(
         self,
@@ -290,6 +314,14 @@ UNREADABLE_POLLS = 30
 
 def _seconds(seconds: float) -> str:
     return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+
+
+def _rounds_said(message: str, rounds: int, stopped: bool) -> str:
+    """An output's fetch failure said with its rounds, and whether the run's stop ended them."""
+    said = f"{rounds} rounds of {FETCH_TRIES} tries" if rounds > 1 else ""
+    if stopped:
+        said = f"{said}; afc stopped" if said else "afc stopped"
+    return f"{message} ({said})"
 
 
 def _minutes(seconds: float) -> str:
