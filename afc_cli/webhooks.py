@@ -73,6 +73,12 @@ def webhook_url_problem(value: str) -> str | None:
         return "must be an http:// or https:// URL"
     if not parts.hostname or any(char.isspace() or not char.isprintable() for char in value):
         return "must be an http:// or https:// URL naming a host, without spaces or controls"
+    import httpx
+
+    try:
+        _ = httpx.URL(value).host  # what the POST parses and decodes: IDNA refuses a host here
+    except (httpx.InvalidURL, ValueError) as exc:  # IDNAError is a ValueError
+        return f"must be an http:// or https:// URL with a valid host name ({exc})"
     return None
 
 

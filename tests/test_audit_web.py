@@ -18,6 +18,8 @@ SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode
         "http://127.0.0.1:80a/hooks",  # not a number: InvalidURL, 'a bug in afc'
         "http://:8080/hooks",  # no host: retried 8 times, hours apart
         "http://hooks.example com/afc",  # a space in the host
+        "http://xn--a.example/hooks",  # an A-label IDNA refuses: 'a bug in afc' at the POST
+        "http://\uff0e.example/hooks",  # a fullwidth dot, an empty label: the same
     ],
 )
 def test_a_webhook_url_no_post_can_reach_is_a_manifest_error(afc, url):
