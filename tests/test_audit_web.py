@@ -80,6 +80,33 @@ def test_the_review_queue_is_paged_as_the_contact_sheet(afc):
     assert set(cards.findall(first)).isdisjoint(cards.findall(last))
 
 
+def test_a_decision_on_a_later_review_page_comes_back_to_that_page(afc):
+    """Approve on page 2 of the review queue: the answer went to page 1, so each decision on
+    a later page sent the reviewer back to the first."""
+    pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
+    import re
+
+    import httpx
+    from browser import Served, awaiting
+
+    from afc_cli.web.server import PAGE
+
+    awaiting(afc, PAGE + 5)
+    served = Served(afc)
+    try:
+        page = httpx.get(served.url + "review", params={"page": "2"}).text
+        token = page.split('name="form_token" value="', 1)[1].split('"', 1)[0]
+        key = re.search(r'<figure class="card" data-key="([^"]+)"', page).group(1)
+        answer = httpx.post(
+            served.url + "review/approve",
+            data={"key": key, "batch": "b1", "form_token": token, "page": "2"},
+        )
+    finally:
+        served.stop()
+    assert answer.status_code == 303, answer.text
+    assert "page=2" in answer.headers["location"], answer.headers["location"]
+
+
 def _svg_output(afc) -> str:
     """A stored output that is an SVG with a script (a vector model's answer, or an object
     changed in storage), the size the ledger has for it; its job id."""

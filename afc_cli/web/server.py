@@ -235,6 +235,9 @@ class Pages:
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
         url = request.url_for("review").include_query_params(decided=DECIDED[action], key=key)
+        page = str(form.get("page", ""))
+        if page.isdigit() and page != "1":  # back to the page decided on, not the first
+            url = url.include_query_params(page=page)
         return RedirectResponse(str(url), status_code=303)
 
     def _decide(self, action: str, key: str, batch: str | None, by: str, reason: str) -> None:
