@@ -658,6 +658,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     window_s=window,
                     inputs=inputs or (),  # none when polling a resumed request
                     stopping=ctx.stopping,
+                    idle=ctx.idle,
+                    ended=lambda: _ended_elsewhere(ctx, job),
                 )
             )
             try:
@@ -769,6 +771,19 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         job["step"] = "spool"
         ctx.report(job, "rendered", f"attempt {number}", cost_micros=result.cost_micros)
         return True
+
+
+def _ended_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
+    """Why a job in its provider call is no longer this run's to finish (``afc cancel`` from
+    another process, a takeover after this run stalled past its lease), or None."""
+    current = ctx.ledger.job(job["id"])
+    if current is None:
+        return "is gone from the ledger"
+    if current["status"] in TERMINAL:
+        return f"is {current['status']}"
+    if current["lease_owner"] != ctx.ledger.owner:
+        return "was taken over by another afc process"
+    return None
 
 
 class _LedgerFailed(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,12 @@ class AttemptRequest:
     # later rounds of fetching a paid output end at it (``HttpProvider.outlast``), its cost
     # recorded, rather than run until the grace period abandons them as unknown
     stopping: asyncio.Event | None = None
+    # Between later rounds of fetching a paid output (``HttpProvider.outlast``): ``idle()``
+    # gives the job's run slot back for the pause (RunContext.idle, as a backoff wait does),
+    # and ``ended()`` says why the job is no longer this run's to finish (cancelled, taken
+    # over), or None: then the rounds end, the render's cost recorded, and nothing holds on.
+    idle: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+    ended: Callable[[], str | None] | None = None
 
 
 @dataclass

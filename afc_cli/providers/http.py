@@ -208,9 +208,14 @@ class HttpProvider(Provider):
                         f"for up to {_minutes(self.keeps_outputs_s)} while {self.name} keeps it, "
                         "rather than pay for a new render (Ctrl-C stops the run)"
                     )
-                await self._pause(pause, request)
-                if self._stopped(request):
-                    exc.message = _rounds_said(exc.message, rounds, stopped=True)
+                if request.idle is not None:
+                    async with request.idle():  # the job's slot serves another meanwhile
+                        await self._pause(pause, request)
+                else:
+                    await self._pause(pause, request)
+                ended = request.ended() if request.ended is not None else None
+                if self._stopped(request) or ended:
+                    exc.message = _rounds_said(exc.message, rounds, not ended, ended)
                     exc.args = (exc.message,)
                     raise
                 continue
@@ -316,12 +321,15 @@ def _seconds(seconds: float) -> str:
     return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
 
 
-def _rounds_said(message: str, rounds: int, stopped: bool) -> str:
-    """An output's fetch failure said with its rounds, and whether the run's stop ended them."""
-    said = f"{rounds} rounds of {FETCH_TRIES} tries" if rounds > 1 else ""
-    if stopped:
-        said = f"{said}; afc stopped" if said else "afc stopped"
-    return f"{message} ({said})"
+def _rounds_said(message: str, rounds: int, stopped: bool, ended: str | None = None) -> str:
+    """An output's fetch failure said with its rounds, and what ended them: the run's stop,
+    or the job's end elsewhere (``ended``: why)."""
+    said = [f"{rounds} rounds of {FETCH_TRIES} tries"] if rounds > 1 else []
+    if ended:
+        said.append(f"not fetched further: the job {ended}")
+    elif stopped:
+        said.append("afc stopped")
+    return f"{message} ({'; '.join(said)})"
 
 
 def _minutes(seconds: float) -> str:
