@@ -1247,7 +1247,17 @@ def main() -> None:
     from afc_cli.cli_coercion import install
 
     install()  # plain options coerced without pydantic (afc_cli/cli_coercion.py)
-    app(prog_name="afc")  # "afc" in help and usage, also under python -m afc_cli
+    try:
+        app(prog_name="afc")  # "afc" in help and usage, also under python -m afc_cli
+    except KeyboardInterrupt:  # a signal just as the command ended, outside its boundary
+        sys.exit(130)
+    finally:
+        # The command is over and its exit code decided. Python puts SIGINT and SIGTERM back
+        # to their defaults before its teardown (a tenth of a second or more: the ledger's
+        # connection closes then), so a signal in it killed the process (exit -15 / 143, not
+        # a code README documents) after the work and its summary were done: ignored now.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 # afc report --html and afc serve: their module attaches them to ``app`` (afc_cli/cli_pictures.py)
