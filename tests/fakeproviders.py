@@ -52,6 +52,9 @@ class FakeProviders:
         # outputs whose 503s come slowly (a "cdn-slow" prompt's: a gateway's own timeout)
         self.slow_files: set[str] = set()
         self.cdn_back = threading.Event()
+        # every generation request: (time it arrived, provider, prompt, billed); ``billed`` is
+        # True once the provider has done (and charges for) the work, whatever the client hears
+        self.log: list[tuple[float, str, str, bool]] = []
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -89,6 +92,11 @@ class FakeProviders:
                 return False
             self.seen_once.add(tag)
             return True
+
+    def record(self, provider: str, prompt: str, billed: bool, at: float | None = None) -> None:
+        """Log a generation request (``at``: when it arrived, default now)."""
+        with self.lock:
+            self.log.append((at or time.time(), provider, prompt, billed))
 
     def count(self, name: str) -> None:
         with self.lock:
@@ -199,6 +207,8 @@ class FakeProviders:
                 },
             )
         prompt = body.get("prompt", "")
+        arrived = time.time()
+        self.record("openai", prompt, False, arrived)
         if "echo-key" in prompt:  # as OpenAI does for a revoked key: the header, quoted back
             return h.reply(
                 401,
@@ -285,6 +295,7 @@ class FakeProviders:
             time.sleep(1.0)
         # the generation is done: OpenAI bills it now, whether or not the client still listens
         self.count("openai_billed")
+        self.record("openai", prompt, True, arrived)
         headers = {"x-request-id": f"req_{uuid.uuid4().hex[:12]}"}
         if "dalle-url" in prompt:
             path = f"/files/d-{uuid.uuid4().hex[:8]}.png" if "cdn-" in prompt else "/files/d.png"
@@ -358,7 +369,9 @@ class FakeProviders:
         if not images or "prompt" not in fields or "model" not in fields:
             return h.reply(400, _openai_invalid("image, prompt and model are required", "image"))
         self.inputs[fields["prompt"]] = images
+        self.record("openai", fields["prompt"], False)
         self.count("openai_billed")
+        self.record("openai", fields["prompt"], True)
         image = base64.b64encode(render_png(fields["prompt"] + str(images), 32, 32)).decode()
         h.reply(
             200,
@@ -401,6 +414,7 @@ class FakeProviders:
                 },
             )
         prompt = body.get("input", {}).get("prompt", "")
+        self.record("replicate", prompt, False)
         bad = self.record_data_uris(prompt, body.get("input", {}))
         if bad:
             return h.reply(422, {"title": "Input validation failed", "detail": bad, "status": 422})
@@ -420,6 +434,7 @@ class FakeProviders:
                 },
             )
         pid = uuid.uuid4().hex[:20]
+        self.record("replicate", prompt, True)  # a created prediction runs and is billed
         self.predictions[pid] = {
             "id": pid,
             "status": "starting",
@@ -497,6 +512,7 @@ class FakeProviders:
         if h.headers.get("Authorization") != f"Key {KEYS['FAL_KEY']}":
             return h.reply(401, {"detail": "Unauthorized"})
         prompt = body.get("prompt", "")
+        self.record("fal", prompt, False)
         bad = self.record_data_uris(
             prompt, {k: v for k, v in body.items() if k in ("image_url", "image_urls")}
         )
@@ -531,6 +547,7 @@ class FakeProviders:
                 headers={"X-Fal-Retryable": "false"},
             )
         rid = str(uuid.uuid4())
+        self.record("fal", prompt, True)  # a queued request runs and is billed
         count = body.get("num_images")  # several images of one request, each billed
         self.fal[rid] = {
             "prompt": prompt,
@@ -635,6 +652,7 @@ class FakeProviders:
                 },
             )
         prompt = body["contents"][0]["parts"][0]["text"]
+        self.record("gemini", prompt, False)
         for part in body["contents"][0]["parts"][1:]:
             inline = part.get("inline_data") or part.get("inlineData") or {}
             mime = inline.get("mime_type") or inline.get("mimeType")
@@ -688,6 +706,7 @@ class FakeProviders:
                 },
             )
         data = base64.b64encode(render_png(prompt, 32, 32)).decode()
+        self.record("gemini", prompt, True)
         h.reply(
             200,
             {

@@ -1,0 +1,608 @@
+"""Chaos reconciliation: afc killed at random moments, then checked from outside.
+
+Run it (after ``make bytecode``)::
+
+    .venv/bin/python bench/chaos.py [--rounds 4] [--jobs 240] [--seed 1] [--keep DIR]
+
+Each round admits a few hundred jobs spread over the four fake providers of
+``tests/fakeproviders.py`` (OpenAI, Replicate, fal, Gemini), with their failure prompts
+(throttling, 5xx, refusals, flaky downloads, CDN and poll outages, cut bodies, slow renders),
+chains with fallbacks, ``needs`` and ``inputs``; some rounds under ``--max-spend``, some on S3
+(moto's server, with SlowDown faults at the wire) and the others on ``file://``. It runs
+``afc submit`` then ``afc resume`` (or ``afc worker --until-idle``) again and again, killing
+the process at random moments with SIGKILL, SIGTERM, SIGINT or two signals, until every job
+is terminal. Then it reconciles, from the fake servers' own request log and the storage:
+
+- every billed provider request has an attempt row (matched by provider and time);
+- no job was billed more than once, except for calls in flight at a kill (``unknown``) and
+  paid failures recorded as such; nothing is billed for a job after its output was spooled;
+- every job is terminal; each succeeded job has exactly one object whose metadata (job id,
+  request hash, sha256, attempt) matches the ledger, and nothing else is stored;
+- ``afc costs report --json`` totals equal the sums of the attempt rows; ``afc status --json``
+  costs equal each job's known attempt costs;
+- no run of a budget round spent (known cost, else reservation) past its ``--max-spend``;
+- exit codes are the documented ones (SIGKILL aside); no attempt is left ``started`` and no
+  spool file is left behind.
+
+It prints the figures of each round and every violation, and exits 1 if there was any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from fakeproviders import FakeProviders  # noqa: E402
+
+TERMINAL = {"succeeded", "failed", "cancelled", "dead", "rejected"}
+DOCUMENTED = {0, 1, 3, 4, 130}
+MODELS = {
+    "openai": "gpt-image-1",
+    "replicate": "black-forest-labs/flux-1.1-pro",
+    "fal": "fal-ai/flux/dev",
+    "gemini": "gemini-2.5-flash-image",
+}
+RATES = {"openai": "0.04", "replicate": "0.04", "fal": "0.025", "gemini": "0.039"}
+BEHAVIOURS = {
+    "openai": ["", "", "", "rate-limit", "boom", "moderation", "slow-1.5s", "slow-0.6s"]
+    + ["cut-body", "garbled"],
+    "replicate": ["", "", "", "throttle", "flagged", "flaky-download", "poll-outage"]
+    + ["data-removed", "garbled-poll", "cdn-outage"],
+    "fal": ["", "", "", "retryable-422", "gateway-502", "runner-503", "nsfw", "result-outage"]
+    + ["flaky-download", "poll-outage"],
+    "gemini": ["", "", "", "quota", "blocked", "image-safety"],
+}
+PROVIDERS = list(MODELS)
+
+
+def entry(provider: str, last: bool, attempts: int) -> dict:
+    e = {
+        "provider": provider,
+        "model": MODELS[provider],
+        "attempts": attempts,
+        "backoff": {"base": 0.01, "cap": 0.05},
+    }
+    if not last:
+        e["fallback_on"] = ["exhausted", "refusal", "unavailable"]
+    return e
+
+
+def make_manifest(rng: random.Random, batch: str, n: int) -> dict:
+    jobs = []
+    for i in range(n):
+        key = f"k{i:04d}"
+        first = PROVIDERS[i % 4]
+        behaviour = rng.choice(BEHAVIOURS[first])
+        chain = [first]
+        if rng.random() < 0.6:
+            chain.append(rng.choice([p for p in PROVIDERS if p != first]))
+        job = {
+            "key": key,
+            "prompt": f"{key} {batch} {behaviour}".strip(),
+            "chain": [
+                entry(p, j == len(chain) - 1, rng.choice([1, 2, 3])) for j, p in enumerate(chain)
+            ],
+        }
+        if i >= 4 and i % 10 == 0:
+            job["needs"] = [f"k{i - rng.randint(1, 4):04d}"]
+        if i >= 4 and i % 15 == 7:
+            job["inputs"] = [{"job": f"k{i - rng.randint(1, 4):04d}"}]
+        jobs.append(job)
+    return {
+        "version": 1,
+        "batch": batch,
+        "defaults": {"output": "{batch}/{key}.{ext}"},
+        "rates": [{"provider": p, "model": MODELS[p], "per_image": RATES[p]} for p in PROVIDERS],
+        "jobs": jobs,
+    }
+
+
+class S3:
+    def __init__(self):
+        import boto3
+        from botocore.config import Config
+        from moto.server import ThreadedMotoServer
+        from s3fake import Fault, FaultPlan, make_proxy
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.server.start()
+        host, port = self.server.get_host_and_port()
+        self.plan = FaultPlan()
+        self.plan.add(Fault("PUT", r".", "slowdown", 25), Fault("HEAD", r".", "500", 10))
+        self.proxy = make_proxy((host, port), self.plan)
+        self.proxy.handle_error = lambda *a: None
+        phost, pport = self.proxy.server_address[:2]
+        self.env = {
+            "AWS_ENDPOINT_URL_S3": f"http://{phost}:{pport}",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+        }
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=f"http://{host}:{port}",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}),
+        )
+
+    def bucket(self, name: str) -> str:
+        self.client.create_bucket(Bucket=name)
+        return name
+
+    def stop(self):
+        self.proxy.shutdown()
+        self.server.stop()
+
+
+class Round:
+    def __init__(self, args, index: int, storage: str, budget: str | None, worker: bool, s3):
+        self.args, self.index, self.budget, self.worker = args, index, budget, worker
+        self.rng = random.Random(args.seed * 1000 + index)
+        self.batch = f"chaos{index}"
+        self.dir = Path(tempfile.mkdtemp(prefix=f"afc-chaos-{index}-", dir=args.keep))
+        self.fake = FakeProviders().start()
+        self.fake.server.handle_error = lambda *a: None  # a killed client's broken pipes
+        self.s3 = s3 if storage == "s3" else None
+        self.bucket = self.s3.bucket(f"chaos-{index}-{int(time.time())}") if self.s3 else None
+        self.storage = f"s3://{self.bucket}/films" if self.s3 else f"file://{self.dir}/out"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AFC_", "AWS_"))}
+        self.env.update(self.fake.env(), PYTHONUNBUFFERED="1", AFC_GRACE_S="3")
+        self.env["AFC_POLL_S"] = args.poll
+        if self.s3:
+            self.env.update(self.s3.env)
+        self.runs: list[dict] = []
+        self.problems: list[str] = []
+        self.manifest = make_manifest(self.rng, self.batch, args.jobs)
+        (self.dir / "manifest.yaml").write_text(yaml.safe_dump(self.manifest, sort_keys=False))
+
+    # --- running -------------------------------------------------------------------------
+
+    def afc(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "afc_cli", *argv],
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def statuses(self) -> Counter:
+        try:
+            db = sqlite3.connect(self.dir / "afc.db")
+            try:
+                return Counter(dict(db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY 1")))
+            finally:
+                db.close()
+        except sqlite3.Error:
+            return Counter()
+
+    def one_run(self, first: bool) -> dict:
+        cap = None
+        if first:
+            argv = ["submit", "manifest.yaml", "--storage", self.storage]
+        elif self.worker and self.rng.random() < 0.4:
+            argv = ["worker", "--until-idle", "--poll", "0.2"]
+        else:
+            argv = ["resume"]
+        if self.budget and argv[0] != "worker":
+            cap = self.budget
+            argv += ["--max-spend", cap]
+        argv += ["--concurrency", str(self.rng.choice([4, 16, 32]))]
+        actions = ["kill", "kill", "kill", "term", "int", "double", "term-kill"]
+        if len(self.runs) >= self.args.min_kills:
+            actions.append("none")
+        action = self.rng.choice(actions)
+        delay = self.rng.uniform(0.3, self.args.max_delay)
+        errlog = open(self.dir / f"run{len(self.runs):03d}.err", "w")
+        started = time.time()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "afc_cli", *argv],
+            cwd=self.dir,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+        )
+        sent = []
+        try:
+            proc.wait(timeout=delay if action != "none" else 180)
+        except subprocess.TimeoutExpired:
+            if action == "none":
+                proc.kill()
+                sent.append("HUNG-kill")
+            elif action == "kill":
+                proc.send_signal(signal.SIGKILL)
+                sent.append("KILL")
+            elif action in ("term", "int"):
+                proc.send_signal(signal.SIGTERM if action == "term" else signal.SIGINT)
+                sent.append(action.upper())
+            elif action == "double":
+                proc.send_signal(signal.SIGINT)
+                time.sleep(self.rng.uniform(0.05, 0.5))
+                proc.send_signal(signal.SIGTERM)
+                sent += ["INT", "TERM"]
+            elif action == "term-kill":
+                proc.send_signal(signal.SIGTERM)
+                time.sleep(self.rng.uniform(0.1, 1.5))
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+                    sent += ["TERM", "KILL"]
+                else:
+                    sent.append("TERM")
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                sent.append("HUNG-kill")
+        errlog.close()
+        run = {
+            "argv": argv,
+            "cap": cap,
+            "signals": sent,
+            "rc": proc.returncode,
+            "seconds": round(time.time() - started, 2),
+        }
+        self.check_rc(run)
+        return run
+
+    def check_rc(self, run: dict) -> None:
+        rc, sent = run["rc"], run["signals"]
+        where = f"run {len(self.runs)} {run['argv'][0]} signals={sent}"
+        if "HUNG-kill" in sent:
+            self.problems.append(f"{where}: hung, killed after 60 s")
+        elif "KILL" in sent:
+            if rc not in (-9, *DOCUMENTED):
+                self.problems.append(f"{where}: exit {rc}")
+        elif sent:
+            # a signal may land before afc has installed its handlers (-15 / -2 then) or after
+            # the run ended on its own
+            if rc not in DOCUMENTED:
+                self.problems.append(f"{where}: exit {rc} after {sent} (not a documented code)")
+        elif rc not in DOCUMENTED - {130}:
+            self.problems.append(f"{where}: exit {rc} with no signal")
+        if run["argv"][0] == "worker" and not sent and rc not in (0, 4):
+            self.problems.append(f"{where}: worker exit {rc}")
+
+    def drive(self) -> None:
+        first = True
+        while len(self.runs) < self.args.max_runs:
+            run = self.one_run(first)
+            self.runs.append(run)
+            counts = self.statuses()
+            if first and not counts:
+                continue  # killed before the admission committed: submit again
+            first = False
+            # the last run is a clean resume (a worker's exit says nothing of failed jobs)
+            if (
+                counts
+                and set(counts) <= TERMINAL
+                and not run["signals"]
+                and run["argv"][0] != "worker"
+            ):
+                if run["rc"] not in (0, 1):
+                    self.problems.append(f"final run exit {run['rc']} with every job terminal")
+                if run["rc"] == 0 and set(counts) != {"succeeded"}:
+                    self.problems.append(f"final run exit 0 with {dict(counts)}")
+                return
+        self.problems.append(f"not terminal after {len(self.runs)} runs: {dict(self.statuses())}")
+
+    # --- reconciling -------------------------------------------------------------------------
+
+    def reconcile(self) -> dict:
+        db = sqlite3.connect(self.dir / "afc.db")
+        db.row_factory = sqlite3.Row
+        jobs = {r["key"]: dict(r) for r in db.execute("SELECT * FROM jobs")}
+        by_id = {j["id"]: j for j in jobs.values()}
+        attempts = defaultdict(list)
+        for r in db.execute("SELECT * FROM attempts ORDER BY id"):
+            attempts[by_id[r["job_id"]]["key"]].append(dict(r))
+        spooled = {
+            by_id[r["job_id"]]["key"]: r["completed_at"]
+            for r in db.execute("SELECT job_id, completed_at FROM steps WHERE step = 'spool'")
+        }
+        with open(self.dir / "fake-log.jsonl", "w") as out:
+            for line in self.fake.log:
+                out.write(json.dumps(line) + "\n")
+        log = defaultdict(list)
+        for t, provider, prompt, billed in self.fake.log:
+            log[prompt.split(" ")[0]].append((t, provider, billed))
+        p = self.problems
+        figures = Counter()
+        figures["jobs"] = len(jobs)
+        for key, job in sorted(jobs.items()):
+            rows = attempts[key]
+            figures["attempts"] += len(rows)
+            figures["unknown"] += sum(a["status"] == "unknown" for a in rows)
+            if job["status"] not in TERMINAL:
+                p.append(f"{key}: not terminal ({job['status']})")
+            for a in rows:
+                if a["status"] == "started":
+                    p.append(f"{key}: attempt {a['number']} left started")
+            sent = [a for a in rows if a["cost_source"] != "unsent"]
+            for provider in PROVIDERS:
+                requests = sum(1 for _, pr, b in log[key] if pr == provider and not b)
+                rows_p = sum(1 for a in sent if a["provider"] == provider)
+                if requests > rows_p:
+                    p.append(f"{key}: {requests} {provider} requests, {rows_p} attempt rows")
+                unsent_hit = [
+                    a for a in rows if a["provider"] == provider and a["cost_source"] == "unsent"
+                ]
+                for a in unsent_hit:  # an 'unsent' attempt whose request did reach the fake
+                    if any(
+                        pr == provider and a["started_at"] - 0.01 <= t <= (a["ended_at"] or 1e12)
+                        for t, pr, _ in log[key]
+                    ):
+                        p.append(f"{key}: attempt {a['number']} recorded unsent but was sent")
+            billed = [(t, pr) for t, pr, b in log[key] if b]
+            figures["requests"] += sum(1 for _, _, b in log[key] if not b)
+            figures["billed"] += len(billed)
+            # match each billed request to the attempt in flight for it
+            used = set()
+            for t, provider in billed:
+                # the latest attempt of that provider started before it and not ended before it
+                match = None
+                for a in rows:
+                    if a["id"] in used or a["provider"] != provider:
+                        continue
+                    if a["started_at"] - 0.01 <= t <= (a["ended_at"] or 1e12) + 0.05:
+                        if match is None or a["started_at"] > match["started_at"]:
+                            match = a
+                if match is None:
+                    p.append(f"{key}: billed {provider} request at {t:.3f} has no attempt row")
+                    continue
+                used.add(match["id"])
+                if match["status"] == "failed" and match["cost_micros"] == 0:
+                    p.append(f"{key}: billed attempt {match['number']} recorded as costing 0")
+                if match["cost_source"] == "unsent":
+                    p.append(f"{key}: billed attempt {match['number']} recorded unsent")
+            if key in spooled:
+                late = [t for t, _ in billed if t > spooled[key] + 0.05]
+                if late:
+                    p.append(f"{key}: billed {len(late)} time(s) after its output was spooled")
+            extra = len(billed) - 1
+            if extra > 0:
+                figures["jobs_billed_more_than_once"] += 1
+                figures["extra_billed"] += extra
+                causes = Counter(
+                    f"{a['provider']} {a['status']}/{a['error_class'] or '-'}"
+                    for a in rows
+                    if a["id"] in used and a["status"] != "succeeded"
+                )
+                for cause, n in causes.items():
+                    figures[f"extra billed: {cause}"] += n
+            ok = [a for a in rows if a["status"] == "succeeded"]
+            if len(ok) > 1:
+                p.append(f"{key}: {len(ok)} succeeded attempts (rendered twice)")
+            if job["status"] == "succeeded" and job["outcome"] == "rendered" and not ok:
+                p.append(f"{key}: succeeded rendered with no succeeded attempt")
+        self.check_outputs(jobs, attempts, figures)
+        self.check_reports(jobs, attempts, figures)
+        self.check_budget(db, figures)
+        figures["statuses"] = dict(Counter(j["status"] for j in jobs.values()))
+        self.check_replays(jobs, figures)
+        spool = [f for d in ("afc.db-spool", "afc-spool") for f in (self.dir / d).glob("*")]
+        spool = [f for f in spool if f.is_file() and f.suffix in (".spool", ".part")]
+        if spool:
+            self.problems.append(f"spool files left: {[f.name for f in spool][:5]}")
+        db.close()
+        return figures
+
+    def check_replays(self, jobs, figures) -> None:
+        """Replaying the finished batch renders nothing and counts each avoided render once;
+        a brand-new ledger on the same storage renders nothing that is stored."""
+        done = {k for k, j in jobs.items() if j["status"] == "succeeded"}
+        before = len(self.fake.log)
+        reports = []
+        for _ in range(2):
+            replay = self.afc("submit", "manifest.yaml", "--json")
+            if replay.returncode not in (0, 1):
+                self.problems.append(f"replay exit {replay.returncode}: {replay.stderr[-300:]}")
+            report = json.loads(self.afc("costs", "report", "--json").stdout)["total"]
+            reports.append((report["avoided_renders"], report["avoided_cost"]))
+        if len(self.fake.log) != before:
+            self.problems.append(f"replays sent {len(self.fake.log) - before} provider requests")
+        if reports[0] != reports[1]:
+            self.problems.append(f"a second replay changed the avoided renders: {reports}")
+        if reports[0][0] != len(done):
+            self.problems.append(f"avoided renders {reports[0][0]} for {len(done)} stored jobs")
+        figures["avoided_renders"] = reports[0][0]
+        fresh = self.afc(
+            "submit", "manifest.yaml", "--ledger", "fresh.db", "--storage", self.storage
+        )
+        figures["fresh_ledger_exit"] = fresh.returncode
+        again = {line[2].split(" ")[0] for line in self.fake.log[before:] if line[3]}
+        if again & done:
+            self.problems.append(f"a fresh ledger paid again for stored {sorted(again & done)[:5]}")
+        db = sqlite3.connect(self.dir / "fresh.db")
+        stored = dict(db.execute("SELECT key, outcome FROM jobs"))
+        db.close()
+        wrong = [k for k in done if stored.get(k) != "stored"]
+        if wrong:
+            self.problems.append(f"a fresh ledger did not find stored outputs of {wrong[:5]}")
+
+    def objects(self) -> dict[str, tuple[bytes, dict]]:
+        found = {}
+        if self.s3:
+            pages = self.s3.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket)
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    got = self.s3.client.get_object(Bucket=self.bucket, Key=obj["Key"])
+                    key = obj["Key"].removeprefix("films/")
+                    meta = {k.removeprefix("afc-"): v for k, v in got["Metadata"].items()}
+                    found[key] = (got["Body"].read(), meta)
+            return found
+        root = self.dir / "out"
+        for path in root.rglob("*"):
+            if path.is_file() and not path.name.endswith(".afc.json"):
+                rel = str(path.relative_to(root))
+                side = path.with_name(path.name + ".afc.json")
+                meta = json.loads(side.read_text()) if side.exists() else {}
+                found[rel] = (path.read_bytes(), meta)
+            elif path.is_file():
+                if not Path(str(path).removesuffix(".afc.json")).exists():
+                    self.problems.append(f"metadata without object: {path.name}")
+        return found
+
+    def check_outputs(self, jobs, attempts, figures) -> None:
+        objects = self.objects()
+        figures["objects"] = len(objects)
+        wanted = {j["output_key"] for j in jobs.values() if j["status"] == "succeeded"}
+        for stray in sorted(set(objects) - wanted):
+            self.problems.append(f"object {stray} stored for no succeeded job")
+        for key, job in jobs.items():
+            if job["status"] != "succeeded":
+                continue
+            if job["output_key"] not in objects:
+                self.problems.append(f"{key}: succeeded, no object at {job['output_key']}")
+                continue
+            data, meta = objects[job["output_key"]]
+            digest = hashlib.sha256(data).hexdigest()
+            want = {
+                "job_id": job["id"],
+                "request_hash": job["request_hash"],
+                "sha256": job["output_sha256"],
+            }
+            got = {k: meta.get(k, meta.get(k.replace("_", "-"))) for k in want}
+            if got != want or digest != job["output_sha256"]:
+                self.problems.append(f"{key}: object metadata {got} vs ledger {want} ({digest})")
+            number = meta.get("attempt")
+            ok = {a["number"] for a in attempts[key] if a["status"] == "succeeded"}
+            if number is not None and ok and int(number) not in ok:
+                self.problems.append(f"{key}: object says attempt {number}, ledger {ok}")
+
+    def check_reports(self, jobs, attempts, figures) -> None:
+        rows = [a for rs in attempts.values() for a in rs]
+        priced = sum(a["cost_micros"] or 0 for a in rows)
+        figures["priced_micros"] = priced
+        report = self.afc("costs", "report", "--json")
+        if report.returncode != 0:
+            self.problems.append(f"costs report exit {report.returncode}: {report.stderr[-300:]}")
+            return
+        total = json.loads(report.stdout)["total"]
+        if Decimal(total["priced"]) * 1_000_000 != priced:
+            self.problems.append(f"costs report priced {total['priced']} vs attempts {priced}")
+        unknown = sum(a["status"] == "unknown" for a in rows)
+        if total["unknown_attempts"] != unknown:
+            self.problems.append(f"report unknown {total['unknown_attempts']} vs {unknown}")
+        unpriced = sum(a["cost_micros"] is None and a["status"] != "started" for a in rows)
+        if total["unpriced_attempts"] != unpriced:
+            self.problems.append(f"report unpriced {total['unpriced_attempts']} vs {unpriced}")
+        failed = sum(a["cost_micros"] or 0 for a in rows if a["status"] in ("failed", "unknown"))
+        if Decimal(total["failed_spend"]) * 1_000_000 != failed:
+            self.problems.append(f"report failed_spend {total['failed_spend']} vs {failed}")
+        status = self.afc("status", "--json", "--all")
+        if status.returncode not in (0, 1):
+            self.problems.append(f"status exit {status.returncode}: {status.stderr[-300:]}")
+            return
+        for row in json.loads(status.stdout)["jobs"]:
+            rs = attempts[row["key"]]
+            known = [a["cost_micros"] for a in rs if a["cost_micros"] is not None]
+            want = None if rs and not known else sum(known)
+            got = None if row["cost"] is None else int(Decimal(row["cost"]) * 1_000_000)
+            if got != want and not (not rs and got == 0):
+                self.problems.append(f"{row['key']}: status cost {row['cost']} vs attempts {want}")
+
+    def check_budget(self, db, figures) -> None:
+        caps = {}
+        for r in self.runs:
+            if r["cap"]:
+                caps.setdefault("cap", Decimal(r["cap"]))
+        if not caps:
+            return
+        cap = int(caps["cap"] * 1_000_000)
+        for run_id, spent, n in db.execute(
+            "SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)), COUNT(*)"
+            " FROM attempts GROUP BY run_id"
+        ):
+            figures["budget_runs"] += 1
+            figures["budget_max_run_micros"] = max(figures["budget_max_run_micros"], spent)
+            if spent > cap:
+                self.problems.append(f"run {run_id}: {n} attempts counted {spent} > cap {cap}")
+
+    def close(self):
+        self.fake.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--jobs", type=int, default=240)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-runs", type=int, default=60)
+    ap.add_argument("--min-kills", type=int, default=8, help="signalled runs before a clean one")
+    ap.add_argument("--max-delay", type=float, default=6.0, help="latest kill, in seconds")
+    ap.add_argument("--poll", default="0.2", help="AFC_POLL_S (Replicate and fal polls)")
+    ap.add_argument("--keep", help="folder for the rounds' work (kept); default a temp dir")
+    args = ap.parse_args()
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+    s3 = S3()
+    plans = [
+        ("file", None, False),
+        ("s3", "2.00", False),
+        ("file", "1.50", False),
+        ("s3", None, True),
+    ]
+    failed = False
+    totals = Counter()
+    try:
+        for index in range(args.rounds):
+            storage, budget, worker = plans[index % len(plans)]
+            rnd = Round(args, index, storage, budget, worker, s3)
+            started = time.time()
+            try:
+                rnd.drive()
+                figures = rnd.reconcile()
+            finally:
+                rnd.close()
+            signals = Counter(s for r in rnd.runs for s in r["signals"])
+            rcs = Counter(r["rc"] for r in rnd.runs)
+            print(
+                f"round {index} ({storage}, budget {budget}, worker {worker}) in "
+                f"{time.time() - started:.0f}s: {len(rnd.runs)} runs, signals {dict(signals)}, "
+                f"exit codes {dict(rcs)}"
+            )
+            print("  " + json.dumps(figures, sort_keys=True, default=str))
+            for problem in rnd.problems:
+                print("  PROBLEM " + problem)
+            failed |= bool(rnd.problems)
+            for k, v in figures.items():
+                if isinstance(v, int):
+                    totals[k] += v
+            totals["runs"] += len(rnd.runs)
+            totals["kills"] += sum(bool(r["signals"]) for r in rnd.runs)
+            if not args.keep and not rnd.problems:
+                shutil.rmtree(rnd.dir, ignore_errors=True)
+            else:
+                print(f"  work kept in {rnd.dir}")
+    finally:
+        s3.stop()
+    print("totals " + json.dumps(totals, sort_keys=True))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
