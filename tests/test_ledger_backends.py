@@ -379,3 +379,31 @@ def test_a_provider_limit_counts_every_process_of_the_ledger(book):
     assert 0 < busy.value.retry_after <= 60
     # another provider's limit is its own
     assert ledger.start_attempt(c, 0, "other", "m1", None, durable=False, limit=(1, 1)) == 2
+
+
+@pytest.mark.parametrize(
+    "ended, left, base",
+    [
+        ("dead", ("unknown", "pred-1", None), 0),  # polled after the retry
+        ("cancelled", ("unknown", "pred-1", None), 1),  # the cancel asked it to stop
+        ("dead", ("unknown", "pred-1", "the provider no longer has request pred-1"), 1),
+        ("dead", ("unknown", None, None), 1),  # nothing to poll
+        ("failed", ("failed", "pred-1", None), 1),  # it ended
+    ],
+)
+def test_a_retry_keeps_a_request_left_polling_after_its_base(book, ended, left, base):
+    """``afc retry`` moves the chain's base past the job's attempts, except a last one left
+    polling at a job-style provider (found by bench/chaos.py: dead-lettered by takeovers
+    while it polled, the retried job paid for a new prediction)."""
+    ledger, (job, *_), _ = book
+    _ghost(ledger, job)
+    status, request_id, message = left
+    with ledger.tx():
+        ledger.db.execute(
+            "UPDATE attempts SET status = ?, provider_request_id = ?, error_message = ?"
+            " WHERE job_id = ?",
+            (status, request_id, message, job["id"]),
+        )
+    assert ledger.finish(ledger.job(job["id"]), ended, step="render")
+    assert ledger.retry(ledger.job(job["id"]), "me")
+    assert ledger.job(job["id"])["attempt_base"] == base

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
 from decimal import Decimal
 
 import pytest
 from conftest import manifest, wait_for
 from fakeproviders import KEYS
+
+from afc_cli.ledger import MAX_TAKEOVERS
 
 FAST = {"base": 0.01, "cap": 0.05}
 RATES = [
@@ -461,3 +464,47 @@ def test_a_status_that_never_makes_sense_is_given_up_without_polling_for_ever(af
         jobs = run(afc, provider, ["garbled-forever"], expect=0, attempts=1)
         assert jobs["j0"]["status"] == "succeeded" and fake.counts["fal_submit"] == 1
         assert fake.counts["fal_poll"] == UNREADABLE_POLLS
+
+
+def test_a_job_dead_lettered_while_it_polled_is_polled_after_its_retry(afc, fake):
+    """Found by bench/chaos.py: a job whose runs kept dying while it polled a prediction was
+    dead-lettered (CRASH_LOOP, at a claim), and 'afc retry' then submitted, and paid for, a
+    second prediction though the first one's id was recorded."""
+    data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    with sqlite3.connect(afc.cwd / "afc.db") as conn:  # the runs kept dying
+        conn.execute("UPDATE jobs SET takeovers = ?", (MAX_TAKEOVERS,))
+    assert afc("resume").returncode == 1
+    assert afc.rows("SELECT status, error_code FROM jobs") == [("dead", "CRASH_LOOP")]
+    assert afc("retry", "j").returncode == 0
+    fake.released.set()
+    assert afc("resume").returncode == 0
+    assert fake.counts["replicate_submit"] == 1, "the recorded prediction was polled"
+    assert afc.rows("SELECT number, status FROM attempts") == [(1, "succeeded")]
+
+
+def test_a_cancelled_job_retried_pays_for_a_new_request(afc, fake):
+    """The cancel asked the provider to stop the request: a retry submits a new one."""
+    data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert afc("cancel", "j").returncode == 0
+    assert afc.rows("SELECT status FROM attempts") == [("unknown",)]
+    assert afc("retry", "j").returncode == 0
+    fake.released.set()
+    assert afc("resume").returncode == 0
+    assert fake.counts["replicate_submit"] == 2
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]

@@ -978,24 +978,34 @@ class Ledger:
 
         Its key, request hash and whole history stay; the attempts so far stop counting toward
         its chain (``attempt_base``), and it starts again at the probe, so an output it already
-        stored (or a spool file it left) is used before anything is paid for. A conditional
+        stored (or a spool file it left) is used before anything is paid for. A last attempt
+        left polling at a job-style provider (``unknown``, its request id recorded and not
+        found gone: a job dead-lettered by takeovers while it polled) stays after the base, so
+        the next run polls that request rather than pay for a new one; not for a cancelled job,
+        whose request the cancel asked the provider to stop. A conditional
         update: of two racing retries, or a retry racing a worker's terminal write, one wins.
         Returns False (writing nothing) if the job is not failed, dead or cancelled.
         """
+        from afc_cli.providers.base import GONE_PREFIX
+
         now = _now()
         with self.tx():
             cursor = self.db.execute(
                 # a job with needs waits for them again (they may have been retried too)
                 "UPDATE jobs SET status = CASE WHEN EXISTS (SELECT 1 FROM job_needs n"
                 " WHERE n.job_id = jobs.id) THEN 'blocked' ELSE 'queued' END,"
-                " step = 'probe', attempt_base = attempts,"
+                " step = 'probe', attempt_base = CASE WHEN status <> 'cancelled' AND EXISTS"
+                " (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.number = jobs.attempts"
+                " AND a.status = 'unknown' AND a.provider_request_id IS NOT NULL"
+                " AND COALESCE(a.error_message, '') NOT LIKE ?)"
+                " THEN attempts - 1 ELSE attempts END,"
                 " retries = retries + 1,"
                 " takeovers = 0, store_failures = 0, lease_owner = NULL, lease_expires = NULL,"
                 " outcome = NULL, error_code = NULL, error_class = NULL, error_provider = NULL,"
                 " error_http_status = NULL, error_message = NULL, waiting_reason = NULL,"
                 " finished_at = NULL, updated_at = ?"
                 " WHERE id = ? AND status IN ('failed', 'dead', 'cancelled')",
-                (now, job["id"]),
+                (GONE_PREFIX + "%", now, job["id"]),
             )
             if cursor.rowcount != 1:
                 return False
