@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-http bench-postgres clean bytecode
+.PHONY: run test lint bench bench-http bench-postgres chaos clean bytecode
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ bench-http: bytecode
 # claim (a server is started for it, as the tests do)
 bench-postgres: bytecode
 	$(BIN)/python bench/postgres_workers.py
+
+# afc killed at random over rounds of a few hundred jobs on the four fake providers, then
+# reconciled from outside (every billed request, every stored object, every figure)
+chaos: bytecode
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) afc.db afc.db-wal afc.db-shm afc.db-spool afc-outputs

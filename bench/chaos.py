@@ -362,14 +362,19 @@ class Round:
             # match each billed request to the attempt in flight for it
             used = set()
             for t, provider in billed:
-                # the latest attempt of that provider started before it and not ended before it
+                # the attempt of that provider in flight when it arrived: one whose row was
+                # written before it and which ended after it, else (clock slack) the latest
+                # started within 10 ms before it and ended at most 50 ms before it
                 match = None
-                for a in rows:
-                    if a["id"] in used or a["provider"] != provider:
-                        continue
-                    if a["started_at"] - 0.01 <= t <= (a["ended_at"] or 1e12) + 0.05:
-                        if match is None or a["started_at"] > match["started_at"]:
-                            match = a
+                for slack in ((0.0, 0.0), (0.01, 0.05)):
+                    for a in rows:
+                        if a["id"] in used or a["provider"] != provider:
+                            continue
+                        if a["started_at"] - slack[0] <= t <= (a["ended_at"] or 1e12) + slack[1]:
+                            if match is None or a["started_at"] > match["started_at"]:
+                                match = a
+                    if match is not None:
+                        break
                 if match is None:
                     p.append(f"{key}: billed {provider} request at {t:.3f} has no attempt row")
                     continue
