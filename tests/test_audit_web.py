@@ -206,3 +206,23 @@ def test_a_run_says_which_events_its_receiver_did_not_get(afc):
     other = afc("submit", "other.yaml")
     assert other.returncode == 0 and "webhooks:" not in other.stderr  # another batch's events
     assert afc.json("resume")["webhooks"] == {"pending": 1, "dead": 2}  # resume: every batch
+
+
+def test_a_full_size_output_changed_in_storage_is_served_whole(afc):
+    """``/output`` took its Content-Length from the ledger: an object replaced in storage by
+    another tool since (another size) made a response that broke off, or was cut short."""
+    pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
+    import httpx
+    from browser import Served
+
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    job_id, key = afc.rows("SELECT id, output_key FROM jobs")[0]
+    replaced = (afc.outputs() / key).read_bytes() + b"\0" * 5000
+    (afc.outputs() / key).write_bytes(replaced)
+    served = Served(afc)
+    try:
+        answer = httpx.get(f"{served.url}output/{job_id}")
+        assert answer.status_code == 200 and answer.content == replaced
+    finally:
+        served.stop()

@@ -315,10 +315,9 @@ class Pages:
             yield from chunks
 
         kind = mimetypes.guess_type(job["output_key"])[0] or "application/octet-stream"
-        headers = dict(OUTPUT_HEADERS)
-        if job["size"] is not None:
-            headers["Content-Length"] = str(job["size"])
-        return StreamingResponse(body(), media_type=kind, headers=headers)
+        # no Content-Length from the ledger: the object in storage is what is sent (chunked),
+        # and one replaced there since (another size) would break the response
+        return StreamingResponse(body(), media_type=kind, headers=dict(OUTPUT_HEADERS))
 
 
 def page_number(request: Any, total: int) -> tuple[int, int]:
