@@ -352,7 +352,7 @@ def _canonical_text(text: str) -> bytes:
 
 
 def _json_text(value: Any) -> str:
-    """The ledger's JSON text of a value (``afc_cli/ledger.py`` ``_dumps``: sorted keys, no
+    """The ledger's JSON text of a value (``afc_cli/ledger/core.py`` ``_dumps``: sorted keys, no
     spaces, ASCII)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 

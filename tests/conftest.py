@@ -118,7 +118,7 @@ def wait_for(afc, sql: str, threshold: int, timeout: float = 30) -> None:
     raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
 
 
-# --- PostgreSQL (tests/pgserver.py): one server per session, one database per test ----------
+# --- PostgreSQL (tests/pg_server.py): one server per session, one database per test ----------
 
 
 @pytest.fixture(scope="session")
