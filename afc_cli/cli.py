@@ -807,7 +807,11 @@ def retry(
     yes: YesOpt = False,
     by: Annotated[
         str | None,
-        typer.Option("--by", metavar="NAME", help="Who decides (recorded; default: the OS user)."),
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            help="Who decides (recorded; default: AFC_USER, else the OS user).",
+        ),
     ] = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     json_out: JsonOpt = False,

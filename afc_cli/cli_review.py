@@ -36,7 +36,9 @@ review_app = typer.Typer(
 )
 ByOpt = Annotated[
     str | None,
-    typer.Option("--by", metavar="NAME", help="Who decides (recorded; default: the OS user)."),
+    typer.Option(
+        "--by", metavar="NAME", help="Who decides (recorded; default: AFC_USER, else the OS user)."
+    ),
 ]
 KeysArg = Annotated[list[str], typer.Argument(metavar="KEY", help="Keys of the jobs to decide.")]
 
