@@ -1007,9 +1007,16 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
 
 
 def _found_own(ctx: RunContext, job: dict[str, Any], meta: dict[str, Any]) -> None:
-    """The store step found this job's own object at its key (stored before a crash)."""
+    """The store step found this job's own object at its key: stored before a crash, or
+    another render of the same request that landed first (a run that stalled past its lease
+    and stored its late result, ``_keep_late_result``, while this one rendered the job
+    again). Either is the job's output: it is verified against the checksum and size its
+    metadata records, not against this run's spool, which then holds a second paid render
+    (its attempt recorded with its cost)."""
+    sha256, size = meta.get("sha256"), meta.get("size")
+    found = {"output_sha256": sha256, "output_size": size} if sha256 and size is not None else {}
     with ctx.ledger.tx():
-        ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify")
+        ctx.ledger.checkpoint(job, [("store", {"found": "own output"})], "verify", **found)
         _adopt_stored(ctx, job, meta)
 
 

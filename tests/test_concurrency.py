@@ -230,3 +230,38 @@ def test_a_process_that_lost_its_job_to_a_takeover_says_so(afc):
     assert "b1/shot-001: ended here: taken over by another afc process" in err, err
     assert "ended running" not in err
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+
+
+def test_a_store_that_finds_another_render_of_its_own_request_adopts_it(afc):
+    """Two renders of one job (a run stalled past its lease, its job taken over): the first
+    to land at the output key is the job's output. The other run's store found it (the job's
+    own: same job id and request hash) but verified it against its own render's checksum,
+    and failed the job VERIFY_FAILED though a valid output was stored."""
+    import hashlib
+
+    from afc_cli.storage.file import FileStorage
+
+    afc.write_manifest(manifest(jobs(1)))
+    release = afc.cwd / "release"
+    proc = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+    job_id, key, request_hash = afc.rows("SELECT id, output_key, request_hash FROM jobs")[0]
+    other = afc.cwd / "other.png"  # the stalled run's render, stored first
+    other.write_bytes(b"\x89PNG another render of the same request")
+    data = other.read_bytes()
+    meta = {
+        "job_id": job_id,
+        "key": "shot-001",
+        "batch": "b1",
+        "request_hash": request_hash,
+        "attempt": 1,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+    }
+    FileStorage(str(afc.outputs())).put_if_absent(key, other, meta)
+    release.touch()
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    assert afc.rows("SELECT status, output_sha256 FROM jobs") == [
+        ("succeeded", hashlib.sha256(data).hexdigest())
+    ]
+    assert (afc.outputs() / key).read_bytes() == data
