@@ -247,6 +247,7 @@ def submit(
         max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
         lease_seconds()
         min_free_bytes()  # a bad AFC_MIN_FREE_MB is refused before anything is written
+        poll_seconds()
     if run:
         from afc_cli.webhooks import require_secrets
 
@@ -355,6 +356,7 @@ def resume(
     max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
     min_free_bytes()
     lease_seconds()
+    poll_seconds()
     ledger = Ledger(ledger_path, create=False, check=True)
     try:
         ledger.require_batch(batch)
@@ -798,6 +800,15 @@ def lease_seconds() -> float:
     lease expired by the ledger's clock, so a shorter lease recovers a dead host's jobs
     sooner, and a longer one tolerates longer stalls (a paused VM, a slow network)."""
     return _env_number("AFC_LEASE_S", LEASE_S, float, lambda s: s >= 3, "a number of seconds >= 3")
+
+
+def poll_seconds() -> float:
+    """``AFC_POLL_S`` (default 2): seconds between polls of a job-style provider. Checked
+    before a run, since the adapters read it only at their first poll, after the paid submit
+    (``providers/http.py``: ``poll_interval``)."""
+    return _env_number(
+        "AFC_POLL_S", 2.0, float, lambda s: 0 < s <= 3600, "a number of seconds > 0, at most 3600"
+    )
 
 
 def min_free_bytes() -> int:

@@ -169,6 +169,7 @@ def work(
         lease_seconds,
         max_interrupts,
         min_free_bytes,
+        poll_seconds,
         require_keys,
         run_jobs,
     )
@@ -197,6 +198,7 @@ def work(
     run_id = f"{SHARED_BUDGET}{budget_name}" if budget is not None else None
     max_interrupts()
     min_free_bytes()
+    poll_seconds()
 
     def check(jobs: list[dict[str, Any]]) -> None:
         """What a claim must pass before its jobs run: every provider's key is set here, and

@@ -337,8 +337,10 @@ def _minutes(seconds: float) -> str:
 
 
 def poll_interval() -> float:
-    """Seconds between polls of a job-style provider (``AFC_POLL_S``, default 2)."""
-    return float(os.environ.get("AFC_POLL_S", "2"))
+    """Seconds between polls of a job-style provider (``AFC_POLL_S``, default 2; blank is the
+    default, and a run refuses a bad value before it starts: ``run.poll_seconds``)."""
+    value = os.environ.get("AFC_POLL_S", "").strip()
+    return float(value) if value else 2.0
 
 
 def next_poll(

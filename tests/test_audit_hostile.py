@@ -1,0 +1,24 @@
+"""Hostile and careless use found by an audit: each is refused with one clear message, a
+documented exit code and nothing written or paid, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import manifest
+
+REPLICATE = [{"provider": "replicate", "model": "black-forest-labs/flux-1.1-pro", "attempts": 1}]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf"])
+def test_a_bad_poll_interval_is_refused_before_a_paid_submit(afc, fake, value):
+    afc.write_manifest(
+        manifest([{"key": "a", "prompt": "a cat"}], defaults={"chain": REPLICATE}, rates=[])
+    )
+    result = afc("submit", "manifest.yaml", env={"AFC_POLL_S": value})
+    assert result.returncode == 2, result.stderr
+    assert f"AFC_POLL_S must be a number of seconds > 0, at most 3600, got {value!r}" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    assert sum(fake.counts.values()) == 0  # nothing paid
+    assert not (afc.cwd / "afc.db").exists()  # nothing written
