@@ -22,3 +22,18 @@ def test_a_bad_poll_interval_is_refused_before_a_paid_submit(afc, fake, value):
     assert "Traceback" not in result.stderr
     assert sum(fake.counts.values()) == 0  # nothing paid
     assert not (afc.cwd / "afc.db").exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    "url", ["s3://renders/../other", "s3://renders/films//x", "s3://renders/./x"]
+)
+def test_an_s3_prefix_that_could_leave_its_folder_is_refused(afc, url):
+    """The output keys' rule ('..', '.' and empty segments refused) held for the key but not
+    for the prefix: s3://renders/../other stored its outputs as 'renders/../other/...', which
+    a proxy in front of a path-style store may resolve into the bucket 'other'."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    for command in ("submit", "plan"):
+        result = afc(command, "manifest.yaml", "--storage", url)
+        assert result.returncode == 2, result.stderr
+        assert "empty path segment" in result.stderr and "Traceback" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()

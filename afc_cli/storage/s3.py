@@ -81,7 +81,18 @@ def parse_url(url: str) -> tuple[str, str]:
             f"storage {url!r}: {bucket!r} is not a bucket name (letters, digits, '.', '-' "
             "and '_' only)"
         )
-    return bucket, prefix.strip("/")
+    prefix = prefix.strip("/")
+    # the prefix is held to the output keys' rule (manifest.output_key_problem): a '..'
+    # segment is a literal key on AWS, but a proxy or an S3-compatible store in front of
+    # path-style URLs may resolve it, into another bucket
+    if prefix and (
+        {"", ".", ".."} & set(prefix.split("/")) or re.search(r"[\x00-\x1f\x7f\\]", prefix)
+    ):
+        raise UsageError(
+            f"storage {url!r}: the prefix {prefix!r} has a '..', '.' or empty path segment, a "
+            "backslash or a control character; name the folder plainly (s3://BUCKET/PREFIX)"
+        )
+    return bucket, prefix
 
 
 def _ascii(value: str) -> str:
