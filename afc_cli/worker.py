@@ -176,8 +176,8 @@ def work(
 
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
-    if poll_s <= 0:
-        raise UsageError(f"--poll must be a number of seconds > 0, got {poll_s}")
+    if not 0 < poll_s <= 3600:  # nan and inf too: the idle wait cannot take them
+        raise UsageError(f"--poll must be a number of seconds > 0, at most 3600, got {poll_s}")
     claim = claim or max(4 * concurrency, 32)
     if claim < 1:
         raise UsageError(f"--claim must be at least 1, got {claim}")

@@ -37,3 +37,15 @@ def test_an_s3_prefix_that_could_leave_its_folder_is_refused(afc, url):
         assert result.returncode == 2, result.stderr
         assert "empty path segment" in result.stderr and "Traceback" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e308"])
+def test_a_worker_poll_that_is_not_a_finite_wait_is_a_usage_error(afc, value):
+    """``afc worker --poll nan`` (or inf) passed the '> 0' check and crashed at the first idle
+    wait: 'unexpected error ... a bug in afc', exit 1."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    result = afc("worker", "--poll", value, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert "--poll must be a number of seconds > 0, at most 3600" in result.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("queued",)]
