@@ -14,7 +14,10 @@ file and its line number. The file is relative to the manifest's folder.
   never closed, or a cell longer than the csv module's limit (128 KiB), refuses the list at
   its line (the rest of the file cannot be split reliably after it).
 
-Either format: a byte order mark opening the file is skipped; JSON nested more than 64 levels
+Either format: a byte order mark opening the file is skipped; a line longer than
+``MAX_LINE_CHARS`` (1 Mi characters: a job's line is a few hundred) refuses the list at that
+line, unread (a file of one endless line, such as a binary or a log named by mistake, would
+otherwise be held in memory whole, and a CSV line of commas as millions of cells); JSON nested more than 64 levels
 deep (the manifest YAML's limit) is a line's problem, as is a line that is valid JSON but not
 an object; a list that holds no job, with no inline ``jobs`` beside it, is refused as an empty
 ``jobs`` is.
@@ -52,6 +55,27 @@ class _Bad(str):
 # deeper still, Python's decoder would raise RecursionError, also a line's problem
 MAX_DEPTH = 64
 NESTING = f"nested more than {MAX_DEPTH} levels deep"
+MAX_LINE_CHARS = 1 << 20
+TOO_LONG = (
+    f"a line longer than {MAX_LINE_CHARS:,} characters (is this a job list?); the rest of the "
+    "file was not read"
+)
+
+
+class _TooLong(Exception):
+    pass
+
+
+def _lines(handle: Any) -> Iterator[str]:
+    """``handle``'s lines, as iterating it gives them; ``_TooLong`` at a line longer than
+    ``MAX_LINE_CHARS``, which is never read whole."""
+    while True:
+        text = handle.readline(MAX_LINE_CHARS + 1)
+        if not text:
+            return
+        if len(text) > MAX_LINE_CHARS:
+            raise _TooLong
+        yield text
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -179,32 +203,39 @@ class JobFile:
             problems.append(f"{self.name}: not UTF-8 text ({exc.reason})")
 
     def _jsonl(self) -> Iterator[tuple[int, Any]]:
+        number = 0
         with open(self.path, encoding="utf-8-sig") as handle:  # a byte order mark is skipped
-            for number, text in enumerate(handle, 1):
-                line = text.strip()
-                if not line:
-                    continue
-                value = _flat(line)
-                if value is not None:
-                    yield number, value
-                    continue
-                try:
-                    yield number, _nested(_DECODER.decode(text))
-                except _Duplicate as exc:
-                    yield number, _Bad(exc)
-                except RecursionError:
-                    yield number, _Bad(NESTING)
-                except ValueError as exc:
-                    yield number, _Bad(f"not valid JSON: {exc}")
+            try:
+                for number, text in enumerate(_lines(handle), 1):
+                    line = text.strip()
+                    if not line:
+                        continue
+                    value = _flat(line)
+                    if value is not None:
+                        yield number, value
+                        continue
+                    try:
+                        yield number, _nested(_DECODER.decode(text))
+                    except _Duplicate as exc:
+                        yield number, _Bad(exc)
+                    except RecursionError:
+                        yield number, _Bad(NESTING)
+                    except ValueError as exc:
+                        yield number, _Bad(f"not valid JSON: {exc}")
+            except _TooLong:
+                yield number + 1, _Bad(TOO_LONG)
 
     def _csv(self, problems: list[str]) -> Iterator[tuple[int, Any]]:
         with open(self.path, encoding="utf-8-sig", newline="") as handle:
             # strict: a quote left open is an error, not a cell that swallows the file's rest
-            reader = csv.reader(handle, strict=True)
+            reader = csv.reader(_lines(handle), strict=True)
             try:
                 header = next(reader, None)
             except csv.Error as exc:
                 problems.append(f"{self.name} line 1: {_csv_problem(exc)}")
+                return
+            except _TooLong:
+                problems.append(f"{self.name} line 1: {TOO_LONG}")
                 return
             if header is None:
                 problems.append(f"{self.name}: empty; the first row names the columns")
@@ -232,6 +263,9 @@ class JobFile:
                     cells = next(reader, None)
                 except csv.Error as exc:  # the rest of the file cannot be split reliably
                     yield last + 1, _Bad(_csv_problem(exc))
+                    return
+                except _TooLong:
+                    yield last + 1, _Bad(TOO_LONG)
                     return
                 if cells is None:
                     return

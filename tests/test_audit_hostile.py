@@ -49,3 +49,40 @@ def test_a_worker_poll_that_is_not_a_finite_wait_is_a_usage_error(afc, value):
     assert result.returncode == 2, result.stderr
     assert "--poll must be a number of seconds > 0, at most 3600" in result.stderr
     assert afc.rows("SELECT status FROM jobs") == [("queued",)]
+
+
+@pytest.mark.parametrize("name", ["jobs.jsonl", "jobs.csv"])
+def test_an_endless_line_in_a_job_list_is_refused_without_reading_it_whole(tmp_path, name):
+    """A job list of one 300 MB line (a binary or a log named by mistake) was read into memory
+    whole (630 MB peak for JSON Lines; a CSV line of commas became millions of cells)."""
+    from afc_cli.errors import ManifestError
+    from afc_cli.joblist import MAX_LINE_CHARS
+    from afc_cli.manifest import load_manifest
+
+    header = "key,prompt\n" if name.endswith(".csv") else '{"key": "a", "prompt": "p"}\n'
+    (tmp_path / name).write_text(header + "," * (MAX_LINE_CHARS + 1) + "\n")
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        f"version: 1\nbatch: b\ndefaults:\n  chain: [{{provider: local, model: m1}}]\n"
+        f"jobs_from: {name}\n"
+    )
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    assert caught.value.problems == [
+        f"{name} line 2: a line longer than {MAX_LINE_CHARS:,} characters (is this a job "
+        "list?); the rest of the file was not read"
+    ]
+
+
+def test_a_job_list_line_at_the_limit_is_read(tmp_path):
+    from afc_cli.joblist import MAX_LINE_CHARS
+    from afc_cli.manifest import load_manifest
+
+    line = '{"key": "a", "prompt": "p", "output": "b/a.png"}'
+    (tmp_path / "j.jsonl").write_text(line + " " * (MAX_LINE_CHARS - len(line) - 1) + "\n")
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "version: 1\nbatch: b\ndefaults:\n  chain: [{provider: local, model: m1}]\n"
+        "jobs_from: j.jsonl\n"
+    )
+    assert [job.key for job in load_manifest(path).jobs] == ["a"]
