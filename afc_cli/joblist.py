@@ -167,6 +167,10 @@ class JobFile:
         if self.format is None:
             return f"{self.name!r}: a job list is a .jsonl (JSON Lines) or .csv file"
         if not self.path.is_file():
+            import os
+
+            if os.path.lexists(self.path):  # a directory, a FIFO, a device, a symlink loop
+                return f"{self.name!r} next to the manifest is not a regular file"
             return f"no file {self.name!r} next to the manifest"
         return None
 

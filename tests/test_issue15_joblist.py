@@ -143,6 +143,13 @@ def test_missing_or_unknown_list_file(tmp_path):
     assert caught.value.problems == [
         "field 'jobs_from': no file 'nowhere.jsonl' next to the manifest"
     ]
+    # something is there, but not a file to read (found by an audit: "no file" misled)
+    (tmp_path / "nowhere.jsonl").mkdir()
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    assert caught.value.problems == [
+        "field 'jobs_from': 'nowhere.jsonl' next to the manifest is not a regular file"
+    ]
     data = manifest([], jobs_from="jobs.txt")
     (tmp_path / "m.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ManifestError) as caught:
