@@ -50,6 +50,9 @@ def test_client_errors_are_final_and_name_the_bucket_and_the_fix():
     assert not nocreds.retryable and "AWS_PROFILE" in nocreds.message
     head_missing = STORAGE._error(client_error(404, "404", op="HeadBucket"), "cannot use")
     assert not head_missing.retryable and "create bucket" in head_missing.message
+    # a store without conditional writes (found by an audit: retried, said nothing of why)
+    unsupported = classify(client_error(501, "NotImplemented", "A header you provided implies"))
+    assert not unsupported.retryable and "If-None-Match" in unsupported.message
 
 
 def test_urls_and_object_keys():

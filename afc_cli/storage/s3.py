@@ -193,9 +193,19 @@ class S3Storage(Storage):
                 )
             elif code == "InvalidBucketName":
                 fix = f"{self.bucket!r} is not a valid bucket name; fix --storage"
+            elif code == "NotImplemented" or status == 501:
+                # an S3-compatible store without create-only writes (If-None-Match: *) or
+                # SHA-256 checksums: no retry mends it, and afc never writes without them
+                fix = (
+                    "this store does not support a request afc needs: create-only writes "
+                    "(If-None-Match: *) and SHA-256 checksums; use one that does (AWS S3, "
+                    "Cloudflare R2, a recent MinIO)"
+                )
             else:
                 fix = None
-            retryable = status >= 500 or status == 429 or code in RETRYABLE_CODES
+            retryable = (
+                status >= 500 and status != 501 or status == 429 or code in RETRYABLE_CODES
+            ) and code != "NotImplemented"
             message = f"{action} {where}: {code or status} {error.get('Message', '')}".strip()
             if fix:
                 message += f" ({fix})"
