@@ -7,7 +7,9 @@ jobs), runs them through the same loop as ``afc resume`` (``run.run_jobs``: leas
 every write fenced by the lease owner, webhooks drained beside); whenever that loop runs low
 (no more than ``concurrency`` jobs left) it claims the next round into the same loop
 (``Refill``), and a new loop starts only once a claim finds nothing. With nothing to claim it
-polls every ``poll_s`` seconds, draining due webhooks meanwhile.
+polls every ``poll_s`` seconds, draining due webhooks meanwhile. A round whose storage check
+fails (before any of it ran) is released at once; a retryable failure is tried again after
+``poll_s``, any other ends the worker.
 
 SIGTERM or Ctrl-C stops it: while idle at once; while jobs run, by the run loop's drain (no
 new provider call; calls in flight finish within ``--grace``, are recorded and stored; then
@@ -25,7 +27,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from afc_cli.errors import EXIT_BUDGET, EXIT_INTERRUPTED, UsageError
+from afc_cli.errors import EXIT_BUDGET, EXIT_INTERRUPTED, StorageError, UsageError
 from afc_cli.ledger import SHARED_BUDGET, Ledger
 
 DEFAULT_POLL_S = 2.0
@@ -246,18 +248,31 @@ def work(
             result.claimed += len(jobs)
             known = {row["name"] for row in ledger.batches()}  # what run_jobs opens
             refill = Refill(ledger, claim, lease_s, batch, known, check, stop, result, reporter)
-            stats = run_jobs(
-                ledger,
-                [job["id"] for job in jobs],
-                concurrency=concurrency,
-                reporter=reporter,
-                lease_s=lease_s,
-                grace_s=grace_s,
-                budget=budget,
-                run_id=run_id,
-                more=refill,
-                stopped=stop.is_set,
-            )
+            try:
+                stats = run_jobs(
+                    ledger,
+                    [job["id"] for job in jobs],
+                    concurrency=concurrency,
+                    reporter=reporter,
+                    lease_s=lease_s,
+                    grace_s=grace_s,
+                    budget=budget,
+                    run_id=run_id,
+                    more=refill,
+                    stopped=stop.is_set,
+                )
+            except (StorageError, UsageError) as exc:
+                # the storage check before the loop (a bucket's HEAD): nothing of the claim
+                # ran, and its jobs go back at once rather than stay leased to a worker that
+                # is gone; a retryable error (a 5xx) is tried again at the next poll
+                for job in jobs:
+                    ledger.release(job)
+                if isinstance(exc, UsageError) or not exc.retryable:
+                    raise
+                if reporter is not None:
+                    reporter.notice(f"{exc.message}; trying again in {poll_s:g} s")
+                stop.wait(poll_s)
+                continue
             result.finished += stats.finished
             result.spent_micros += stats.spent_micros
             result.unknown_cost_attempts += stats.unknown_cost_attempts
