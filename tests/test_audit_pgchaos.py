@@ -3,6 +3,9 @@ one bucket, killed, stalled past their lease and drained at random, then reconci
 
 from __future__ import annotations
 
+import collections
+import time
+
 import pytest
 import test_s3
 from conftest import jobs, manifest
@@ -45,3 +48,62 @@ def test_a_worker_refused_by_its_storage_gives_its_claim_back(afc, s3):
     assert refused.returncode == 2, refused.stderr
     assert afc.rows("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL") == [(0,)]
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
+
+
+def _wait_for(afc, sql: str, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if afc.rows(sql)[0][0]:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {sql}")
+
+
+def test_a_host_back_after_a_crash_adopts_its_spooled_render_before_taking_new_jobs(afc):
+    """A worker killed between spooling a paid render and storing it leaves the bytes in its
+    host's spool. The README promises the host's next worker adopts them if it comes back
+    before the lease runs out; but a claim took free jobs first and the dead predecessor's
+    only with room left, so with work queued the new worker rendered other jobs while the
+    lease ran out, and another host, finding the job's spool file nowhere, rendered it and
+    paid again."""
+    calls, release = afc.cwd / "calls.log", afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    host_a = {"AFC_HOST_ID": "host-a", "AFC_SPOOL_DIR": str(afc.cwd / "spool-a")}
+    held = {"AFC_LOCAL_CALL_LOG": str(calls), "AFC_LOCAL_RELEASE": str(release)}
+    one = ["worker", "--until-idle", "--poll", "0.2", "--concurrency", "1", "--claim", "1"]
+    crashed = afc(
+        *one,
+        env={
+            **host_a,
+            "AFC_LEASE_S": "3",
+            "AFC_CRASH_POINT": "after_spool",
+            "AFC_LOCAL_CALL_LOG": str(calls),
+        },
+    )
+    assert crashed.returncode == -9
+    assert len(list((afc.cwd / "spool-a").glob("*.spool"))) == 1  # shot-001, paid, not stored
+    afc.write_manifest(manifest(jobs(5)))  # more work queued meanwhile
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    # host-a's worker is back at once; its renders are held until the end
+    back = afc.popen(*one, env={**host_a, **held})
+    _wait_for(afc, f"SELECT COUNT(*) FROM jobs WHERE lease_owner LIKE 'host-a:{back.pid}:%'")
+    time.sleep(3.5)  # past the dead worker's lease: another host may take over what it left
+    other = afc.popen(
+        "worker",
+        "--until-idle",
+        "--poll",
+        "0.2",
+        "--concurrency",
+        "8",
+        env={"AFC_HOST_ID": "host-b", "AFC_SPOOL_DIR": str(afc.cwd / "spool-b"), **held},
+    )
+    _wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE lease_owner LIKE 'host-b:%'")
+    time.sleep(1)
+    release.touch()
+    assert back.wait(timeout=60) == 0, back.stderr.read()
+    assert other.wait(timeout=60) == 0, other.stderr.read()
+    assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 5)]
+    rendered = collections.Counter(line.split()[0] for line in calls.read_text().splitlines())
+    assert set(rendered.values()) == {1}, "a render was paid for twice"
+    assert list((afc.cwd / "spool-a").glob("*.spool")) == []

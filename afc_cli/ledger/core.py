@@ -786,32 +786,46 @@ class Ledger:
         where = f"status IN {ACTIVE_SQL}" + (" AND batch = ?" if batch is not None else "")
         params: list[Any] = [batch] if batch is not None else []
         with self.tx():
+            # First the jobs of runs that died on this host: a render such a run spooled but
+            # did not store is in this host's spool alone, and another host would pay for it
+            # again once the lease runs out (README: "Where a dead host's bytes are").
+            adopted = self._claim_held(limit, lease_s, where, params, now, here_only=True)
             taken = self._all(
                 "WITH c AS MATERIALIZED (SELECT id FROM jobs"
                 f" WHERE {where} AND lease_owner IS NULL"
                 f" ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK})"
                 " UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?"
                 " WHERE id IN (SELECT id FROM c) RETURNING *",
-                [*params, limit, self.owner, now + lease_s, now],
+                [*params, limit - len(adopted), self.owner, now + lease_s, now],
             )
             taken.sort(key=lambda job: (job["batch"], job["seq"]))
             for job in taken:
                 if job["attempts"]:  # a released job: nothing of it may still be ``started``
                     self._mark_unknown(job["id"], job["batch"], exclude_owner=self.owner)
+            taken = adopted + taken
             if len(taken) < limit:
                 taken += self._claim_held(limit - len(taken), lease_s, where, params, now)
         return taken
 
     def _claim_held(
-        self, limit: int, lease_s: float, where: str, params: list[Any], now: float
+        self,
+        limit: int,
+        lease_s: float,
+        where: str,
+        params: list[Any],
+        now: float,
+        here_only: bool = False,
     ) -> list[dict[str, Any]]:
         """``claim_runnable``'s takeovers: jobs whose lease expired by the ledger's clock, and
-        those of runs that died on this host (owner.owner_is_dead), taken one by one."""
-        rows = self._all(
-            f"SELECT id FROM jobs WHERE {where} AND lease_owner IS NOT NULL"
-            f" AND lease_expires < ? ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK}",
-            [*params, now, limit],
-        )
+        those of runs that died on this host (owner.owner_is_dead; ``here_only``: those
+        alone), taken one by one."""
+        rows = []
+        if not here_only:
+            rows = self._all(
+                f"SELECT id FROM jobs WHERE {where} AND lease_owner IS NOT NULL"
+                f" AND lease_expires < ? ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK}",
+                [*params, now, limit],
+            )
         if len(rows) < limit:
             here = self._all(
                 f"SELECT id, lease_owner FROM jobs WHERE {where} AND lease_owner LIKE ?"
