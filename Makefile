@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-http bench-postgres chaos clean bytecode
+.PHONY: run test lint bench bench-http bench-postgres chaos chaos-postgres clean bytecode
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ bench-postgres: bytecode
 # reconciled from outside (every billed request, every stored object, every figure)
 chaos: bytecode
 	$(BIN)/python bench/chaos.py
+
+# the same on one PostgreSQL ledger, three worker hosts killed, stalled past their lease,
+# drained; cancels, retries and re-submits beside them
+chaos-postgres: bytecode
+	$(BIN)/python bench/chaos.py --postgres --jobs 400
 
 clean:
 	rm -rf $(VENV) afc.db afc.db-wal afc.db-shm afc.db-spool afc-outputs

@@ -3,6 +3,7 @@
 Run it (after ``make bytecode``)::
 
     .venv/bin/python bench/chaos.py [--rounds 4] [--jobs 240] [--seed 1] [--keep DIR]
+    .venv/bin/python bench/chaos.py --postgres [--jobs 400] [--lease 4] [--pg-seconds 60]
 
 Each round admits a few hundred jobs spread over the four fake providers of
 ``tests/fakeproviders.py`` (OpenAI, Replicate, fal, Gemini), with their failure prompts
@@ -23,6 +24,24 @@ is terminal. Then it reconciles, from the fake servers' own request log and the 
 - no run of a budget round spent (known cost, else reservation) past its ``--max-spend``;
 - exit codes are the documented ones (SIGKILL aside); no attempt is left ``started`` and no
   spool file is left behind.
+
+``--postgres`` (``make chaos-postgres``, about 5 minutes) runs the rounds on a PostgreSQL
+ledger (a server started as the tests do, tests/pg_server.py) as several machines would: the
+jobs are admitted with ``submit --no-run``, then three ``afc worker`` processes run at once as
+three hosts (own ``AFC_HOST_ID`` and ``AFC_SPOOL_DIR``, ``AFC_LEASE_S`` of ``--lease`` s),
+S3 in half the rounds and a shared ``--budget NAME --max-spend`` in two, disturbed at random
+for up to ``--pg-seconds``: SIGKILL of one and a replacement on its host, SIGSTOP of one past
+its lease then SIGCONT (a stalled host; one near the end, when few jobs are free, so its jobs
+are taken over), SIGTERM (a drain) and a replacement, ``afc cancel`` / ``afc retry`` of a
+few jobs and a re-submit of the manifest (left to run, then SIGTERM) from a fourth host.
+Then every worker is stopped and one clean ``afc worker --until-idle`` or ``afc resume``
+ends the rest. The reconciliation above, and also: each job ended exactly once per retry (its
+events: a terminal one, then ``retried``, ...); an ``unknown`` attempt belongs to a process
+that was killed, stalled or abandoned calls (exit 130), or was gone at the provider; a stalled
+host that drained has its late answers' costs recorded; a second succeeded attempt of a job
+is a stalled host's; a stored object no succeeded job has is a cancelled job's late result
+whose own metadata matches; the shared budget's spend (known cost, else reservation) is within
+its cap; a spool file left is of a job that did not succeed (its paid output) or swept later.
 
 It prints the figures of each round and every violation, and exits 1 if there was any.
 """
@@ -189,14 +208,21 @@ class Round:
             timeout=timeout,
         )
 
+    def connect(self):
+        """The round's ledger, rows read by column name."""
+        db = sqlite3.connect(self.dir / "afc.db")
+        db.row_factory = sqlite3.Row
+        return db
+
     def statuses(self) -> Counter:
         try:
-            db = sqlite3.connect(self.dir / "afc.db")
+            db = self.connect()
             try:
-                return Counter(dict(db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY 1")))
+                rows = db.execute("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")
+                return Counter({r["status"]: r["n"] for r in rows})
             finally:
                 db.close()
-        except sqlite3.Error:
+        except Exception:  # not created yet
             return Counter()
 
     def one_run(self, first: bool) -> dict:
@@ -312,8 +338,7 @@ class Round:
     # --- reconciling -------------------------------------------------------------------------
 
     def reconcile(self) -> dict:
-        db = sqlite3.connect(self.dir / "afc.db")
-        db.row_factory = sqlite3.Row
+        db = self.connect()
         jobs = {r["key"]: dict(r) for r in db.execute("SELECT * FROM jobs")}
         by_id = {j["id"]: j for j in jobs.values()}
         attempts = defaultdict(list)
@@ -399,7 +424,7 @@ class Round:
                 for cause, n in causes.items():
                     figures[f"extra billed: {cause}"] += n
             ok = [a for a in rows if a["status"] == "succeeded"]
-            if len(ok) > 1:
+            if len(ok) > 1 and not self.may_render_twice(ok):
                 p.append(f"{key}: {len(ok)} succeeded attempts (rendered twice)")
             if job["status"] == "succeeded" and job["outcome"] == "rendered" and not ok:
                 p.append(f"{key}: succeeded rendered with no succeeded attempt")
@@ -408,12 +433,22 @@ class Round:
         self.check_budget(db, figures)
         figures["statuses"] = dict(Counter(j["status"] for j in jobs.values()))
         self.check_replays(jobs, figures)
-        spool = [f for d in ("afc.db-spool", "afc-spool") for f in (self.dir / d).glob("*")]
+        self.extra_checks(db, jobs, attempts, log, figures)
+        spool = [f for d in self.spool_dirs() for f in (self.dir / d).glob("*")]
         spool = [f for f in spool if f.is_file() and f.suffix in (".spool", ".part")]
         if spool:
             self.problems.append(f"spool files left: {[f.name for f in spool][:5]}")
         db.close()
         return figures
+
+    def may_render_twice(self, ok: list[dict]) -> bool:
+        return False
+
+    def extra_checks(self, db, jobs, attempts, log, figures) -> None:
+        pass
+
+    def spool_dirs(self) -> list[str]:
+        return ["afc.db-spool", "afc-spool"]
 
     def check_replays(self, jobs, figures) -> None:
         """Replaying the finished batch renders nothing and counts each avoided render once;
@@ -475,8 +510,23 @@ class Round:
         objects = self.objects()
         figures["objects"] = len(objects)
         wanted = {j["output_key"] for j in jobs.values() if j["status"] == "succeeded"}
+        late = {  # a cancelled job's late result, stored under its key (README)
+            j["output_key"]: j for j in jobs.values() if j["status"] == "cancelled"
+        }
         for stray in sorted(set(objects) - wanted):
-            self.problems.append(f"object {stray} stored for no succeeded job")
+            data, meta = objects[stray]
+            job = late.get(stray)
+            got = {
+                k: meta.get(k, meta.get(k.replace("_", "-"))) for k in ("job_id", "request_hash")
+            }
+            own = job is not None and got == {
+                "job_id": job["id"],
+                "request_hash": job["request_hash"],
+            }
+            if own and meta.get("sha256") == hashlib.sha256(data).hexdigest():
+                figures["late results of cancelled jobs stored"] += 1
+            else:
+                self.problems.append(f"object {stray} stored for no succeeded job")
         for key, job in jobs.items():
             if job["status"] != "succeeded":
                 continue
@@ -538,10 +588,11 @@ class Round:
         if not caps:
             return
         cap = int(caps["cap"] * 1_000_000)
-        for run_id, spent, n in db.execute(
-            "SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)), COUNT(*)"
-            " FROM attempts GROUP BY run_id"
+        for row in db.execute(
+            "SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)) AS spent,"
+            " COUNT(*) AS n FROM attempts GROUP BY run_id"
         ):
+            run_id, spent, n = row["run_id"], row["spent"], row["n"]
             figures["budget_runs"] += 1
             figures["budget_max_run_micros"] = max(figures["budget_max_run_micros"], spent)
             if spent > cap:
@@ -549,6 +600,343 @@ class Round:
 
     def close(self):
         self.fake.stop()
+
+
+HOSTS = ("host-a", "host-b", "host-c")
+OTHER = "host-d"
+GONE = "the provider no longer has request"  # afc_cli/providers/base.py GONE_PREFIX  # the fourth process: cancels, retries, re-submits
+PG_ACTIONS = ["kill", "kill", "stop", "stop", "term", "cancel", "retry", "resubmit"]
+
+
+class PgRound(Round):
+    """``--postgres``: the jobs admitted into a PostgreSQL ledger, then three ``afc worker``
+    processes as three hosts (own ``AFC_HOST_ID`` and ``AFC_SPOOL_DIR``, a short lease),
+    disturbed at random: SIGKILL and a replacement, SIGSTOP past the lease then SIGCONT,
+    SIGTERM (a drain) and a replacement, cancels, retries and re-submits from a fourth."""
+
+    def __init__(self, args, index, storage, budget, worker, s3, server):
+        super().__init__(args, index, storage, budget, worker, s3)
+        self.url = server.database()
+        self.env.update(AFC_LEDGER=self.url, AFC_LEASE_S=str(args.lease))
+        self.procs: dict[str, dict] = {}  # host -> the process running there now
+        self.disturbed: dict[str, str] = {}  # owner prefix "host:pid:" -> what was done
+        self.stalled_clean: set[str] = set()  # stalled, then drained with exit 0
+        self.actions: Counter = Counter()
+        self.spawned = 0
+        self.late_stall = False
+
+    def connect(self):
+        import psycopg
+        from psycopg.rows import dict_row
+
+        return psycopg.connect(self.url, autocommit=True, row_factory=dict_row)
+
+    def host_env(self, host: str) -> dict[str, str]:
+        spool = self.dir / f"spool-{host}"
+        spool.mkdir(exist_ok=True)
+        return {**self.env, "AFC_HOST_ID": host, "AFC_SPOOL_DIR": str(spool)}
+
+    def afc_from(self, host: str, *argv: str, timeout: float = 120):
+        return subprocess.run(
+            [sys.executable, "-m", "afc_cli", *argv],
+            cwd=self.dir,
+            env=self.host_env(host),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def spawn(self, host: str, argv: list[str], **extra) -> None:
+        self.spawned += 1
+        errlog = open(self.dir / f"run{self.spawned:03d}-{host}.err", "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "afc_cli", *argv],
+            cwd=self.dir,
+            env=self.host_env(host),
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+        )
+        self.procs[host] = {
+            "proc": proc,
+            "argv": argv,
+            "errlog": errlog,
+            "owner": f"{host}:{proc.pid}:",
+            "log": errlog.name,
+            "signals": [],
+            "started": time.time(),
+            **extra,
+        }
+
+    def start_worker(self, host: str) -> None:
+        argv = ["worker", "--poll", "0.2", "--concurrency", str(self.rng.choice([4, 8, 16]))]
+        if self.budget:
+            argv += ["--budget", "nightly", "--max-spend", self.budget]
+        self.spawn(host, argv)
+
+    def signal(self, host: str, sig: signal.Signals) -> None:
+        p = self.procs[host]
+        if p["proc"].poll() is None:
+            p["proc"].send_signal(sig)
+            p["signals"].append(sig.name.removeprefix("SIG"))
+
+    def reap(self, restart: bool) -> None:
+        for host, p in list(self.procs.items()):
+            rc = p["proc"].poll()
+            if rc is None:
+                if p.get("term_at") and time.time() >= p["term_at"]:
+                    p.pop("term_at")
+                    self.signal(host, signal.SIGTERM)
+                continue
+            del self.procs[host]
+            p["errlog"].close()
+            run = {
+                "argv": p["argv"],
+                "host": host,
+                "owner": p["owner"],
+                "log": Path(p["log"]).name,
+                "signals": p["signals"],
+                "rc": rc,
+                "seconds": round(time.time() - p["started"], 2),
+            }
+            self.runs.append(run)
+            self.check_pg_rc(run)
+            if rc not in (0, 4):  # killed, or it abandoned calls (130): those may be paid twice
+                self.disturbed.setdefault(p["owner"], f"exit {rc}")
+            elif self.disturbed.get(p["owner"]) == "stalled":
+                self.stalled_clean.add(p["owner"])
+            if restart and host in HOSTS and rc != 4:
+                self.start_worker(host)
+
+    def check_pg_rc(self, run: dict) -> None:
+        rc, sent = run["rc"], run["signals"]
+        where = f"{run['host']} {run['argv'][0]} signals={sent}"
+        if "KILL" in sent:
+            if rc != -9:
+                self.problems.append(f"{where}: exit {rc}")
+        elif "TERM" in sent:
+            if rc not in (0, 4, 130) and not (rc == -15 and run["seconds"] < 3):
+                self.problems.append(f"{where}: exit {rc} after SIGTERM")
+        elif run["argv"][0] == "worker" and not (rc == 4 and self.budget):
+            self.problems.append(f"{where}: worker exit {rc} with no signal")
+        elif run["argv"][0] == "submit" and rc not in (0, 1, 4):
+            self.problems.append(f"{where}: submit exit {rc}")
+
+    def alive(self, stalled: dict) -> list[str]:
+        return [h for h in HOSTS if h in self.procs and not self.procs[h]["signals"]]
+
+    def keys(self, statuses: set[str]) -> list[str]:
+        db = self.connect()
+        try:
+            return [
+                r["key"]
+                for r in db.execute("SELECT key, status FROM jobs ORDER BY key")
+                if r["status"] in statuses
+            ]
+        finally:
+            db.close()
+
+    def free_jobs(self) -> int:
+        db = self.connect()
+        try:
+            return db.execute(
+                "SELECT COUNT(*) AS n FROM jobs WHERE lease_owner IS NULL"
+                " AND status IN ('queued', 'waiting', 'running')"
+            ).fetchone()["n"]
+        finally:
+            db.close()
+
+    def disturb(self, stalled: dict, action: str | None = None) -> None:
+        action = action or (self.rng.choice(PG_ACTIONS) if self.actions else "stop")
+        alive = self.alive(stalled)
+        if action in ("kill", "stop", "term") and not alive:
+            return
+        if action == "kill":
+            host = self.rng.choice(alive)
+            self.signal(host, signal.SIGKILL)
+            self.disturbed[self.procs[host]["owner"]] = "killed"
+            self.procs[host]["proc"].wait(timeout=30)
+            self.reap(restart=True)
+        elif action == "stop":
+            host = self.rng.choice(alive)
+            self.signal(host, signal.SIGSTOP)
+            self.disturbed[self.procs[host]["owner"]] = "stalled"
+            stalled[host] = time.time() + self.args.lease + self.rng.uniform(1.5, 4)
+        elif action == "term":
+            self.signal(self.rng.choice(alive), signal.SIGTERM)
+        elif action == "cancel":
+            keys = self.rng.sample(
+                self.keys({"queued", "running", "waiting", "blocked"}) or [""], 1
+            )
+            keys = [k for k in keys if k]
+            if self.rng.random() < 0.5:
+                keys += self.rng.sample(sorted(self.manifest_keys()), 2)
+            done = self.afc_from(OTHER, "cancel", *keys, "--yes")
+            if done.returncode not in (0, 1):
+                self.problems.append(f"cancel {keys}: exit {done.returncode} {done.stderr[-300:]}")
+        elif action == "retry":
+            keys = self.keys({"failed", "dead", "cancelled"})
+            if not keys:
+                return
+            keys = self.rng.sample(keys, min(3, len(keys)))
+            done = self.afc_from(OTHER, "retry", *keys, "--yes")
+            if done.returncode not in (0, 1):
+                self.problems.append(f"retry {keys}: exit {done.returncode} {done.stderr[-300:]}")
+        elif action == "resubmit":
+            if OTHER in self.procs:
+                return
+            if self.rng.random() < 0.5:
+                self.spawn(OTHER, ["submit", "manifest.yaml", "--no-run"])
+            else:
+                argv = ["submit", "manifest.yaml", "--concurrency", "8"]
+                self.spawn(OTHER, argv, term_at=time.time() + self.rng.uniform(1, 5))
+        self.actions[action] += 1
+
+    def manifest_keys(self) -> set[str]:
+        return {job["key"] for job in self.manifest["jobs"]}
+
+    def drive(self) -> None:
+        for _ in range(3):
+            admitted = self.afc_from(
+                OTHER, "submit", "manifest.yaml", "--storage", self.storage, "--no-run"
+            )
+            if admitted.returncode == 0:
+                break
+        else:
+            self.problems.append(f"admission exit {admitted.returncode}: {admitted.stderr[-300:]}")
+            return
+        for host in HOSTS:
+            self.start_worker(host)
+        deadline = time.time() + self.args.pg_seconds
+        next_action = time.time() + self.rng.uniform(1, 3)
+        stalled: dict[str, float] = {}
+        while time.time() < deadline:
+            time.sleep(0.2)
+            now = time.time()
+            for host, until in list(stalled.items()):
+                if now >= until:
+                    self.signal(host, signal.SIGCONT)
+                    del stalled[host]
+            self.reap(restart=True)
+            if not stalled and (set(self.statuses()) <= TERMINAL or not self.procs):
+                break
+            if not self.late_stall and now >= next_action and self.free_jobs() < 60:
+                # with free jobs left no worker takes another's (claim_runnable): a stall
+                # near the end is what makes takeovers
+                self.late_stall = True
+                self.disturb(stalled, "stop")
+                next_action = now + self.rng.uniform(0.7, 2.5)
+            if now >= next_action:
+                self.disturb(stalled)
+                next_action = now + self.rng.uniform(0.7, 2.5)
+        for host in stalled:
+            self.signal(host, signal.SIGCONT)
+        for host in list(self.procs):
+            self.signal(host, signal.SIGTERM)
+        stop_by = time.time() + 60
+        while self.procs and time.time() < stop_by:
+            time.sleep(0.2)
+            self.reap(restart=False)
+        for host in list(self.procs):
+            self.signal(host, signal.SIGKILL)
+            self.problems.append(f"{host}: hung after SIGTERM, killed")
+            self.procs[host]["proc"].wait()
+        self.reap(restart=False)
+        # the end: one clean run (no budget) until every job is terminal
+        for _ in range(4):
+            if set(self.statuses()) <= TERMINAL:
+                return
+            if self.rng.random() < 0.5:
+                argv = ["worker", "--until-idle", "--poll", "0.2", "--concurrency", "16"]
+            else:
+                argv = ["resume", "--concurrency", "16"]
+            done = self.afc_from("host-a", *argv, timeout=300)
+            self.runs.append({"argv": argv, "host": "host-a", "signals": [], "rc": done.returncode})
+            if done.returncode not in (0, 1):
+                self.problems.append(
+                    f"final {argv[0]} exit {done.returncode}: {done.stderr[-300:]}"
+                )
+        self.problems.append(f"not terminal at the end: {dict(self.statuses())}")
+
+    def spool_dirs(self) -> list[str]:
+        return []  # extra_checks: per host
+
+    def may_render_twice(self, ok: list[dict]) -> bool:
+        # a stalled host's late result and the render of the host that took the job over
+        return sum(self.owner_of(a) is None for a in ok) <= 1
+
+    def owner_of(self, attempt: dict) -> str | None:
+        """What was done to the process that made an attempt (None: nothing)."""
+        owner = attempt["owner"] or ""
+        return self.disturbed.get(owner[: owner.rfind(":") + 1])
+
+    def extra_checks(self, db, jobs, attempts, log, figures) -> None:
+        p = self.problems
+        by_id = {j["id"]: k for k, j in jobs.items()}
+        ends = defaultdict(list)
+        for r in db.execute("SELECT job_id, kind FROM events WHERE job_id IS NOT NULL ORDER BY id"):
+            if r["kind"] in TERMINAL or r["kind"] == "retried":
+                ends[by_id.get(r["job_id"], r["job_id"])].append(r["kind"])
+            figures["takeover_events"] += r["kind"] == "takeover"
+            figures["late_result_events"] += r["kind"].startswith("late_result")
+        for key, job in jobs.items():
+            seq = ends[key]
+            expect = ["retried" if i % 2 else "end" for i in range(len(seq))]
+            got = ["retried" if k == "retried" else "end" for k in seq]
+            if got != expect or not seq or seq[-1] != job["status"]:
+                p.append(f"{key}: ended {seq} (status {job['status']}): not once per retry")
+        figures["retried"] = sum(k == "retried" for seq in ends.values() for k in seq)
+        for key, rows in attempts.items():
+            for a in rows:
+                what = self.owner_of(a)
+                if what is not None:
+                    figures[f"attempts of {what} processes"] += 1
+                gone = (a["error_message"] or "").startswith(GONE)  # ran, output deleted
+                if a["status"] == "unknown" and what is None and not gone:
+                    p.append(
+                        f"{key}: attempt {a['number']} unknown, its process {a['owner']} "
+                        "was never killed nor stalled"
+                    )
+                if (a["owner"] or "").rsplit(":", 1)[0] + ":" in self.stalled_clean:
+                    # a stalled host's late answer: recorded on its attempt (kept unknown, as
+                    # the takeover marked it) with what it cost
+                    figures[f"stalled-host attempts {a['status']}"] += 1
+                    if a["status"] == "unknown" and a["cost_micros"] is None and not gone:
+                        p.append(
+                            f"{key}: attempt {a['number']} of stalled {a['owner']} has no cost"
+                            " though that process drained cleanly"
+                        )
+        for d in (*HOSTS, OTHER):
+            for f in (self.dir / f"spool-{d}").glob("*.spool"):
+                job = jobs.get(by_id.get(f.stem, ""))
+                if job is not None and job["status"] == "succeeded":
+                    # swept by that host's next run loop (run.sweep_spool)
+                    figures["spool files of succeeded jobs left"] += 1
+                elif job is not None and job["error_code"] == "SPOOL_MISSING":
+                    # another host found the job at its store step and not the spool file,
+                    # which is here: dead-lettered, the paid render on this host alone
+                    p.append(f"{job['key']}: dead SPOOL_MISSING, its spool file is in {d}'s")
+                elif job is not None and job["status"] in TERMINAL:
+                    # paid output of a job that did not succeed: kept (run.sweep_spool)
+                    figures[f"spool files of {job['status']} jobs kept"] += 1
+                else:
+                    p.append(f"spool file {d}/{f.name} left for {job and job['status']}")
+
+        figures["disturbed_processes"] = len(self.disturbed)
+        record = {"runs": self.runs, "disturbed": self.disturbed, "url": self.url}
+        (self.dir / "runs.json").write_text(json.dumps(record, indent=1))
+
+    def check_budget(self, db, figures) -> None:
+        if not self.budget:
+            return
+        cap = int(Decimal(self.budget) * 1_000_000)
+        for row in db.execute(
+            "SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)) AS spent,"
+            " COUNT(*) AS n FROM attempts WHERE run_id LIKE 'budget:%' GROUP BY run_id"
+        ):
+            figures["budget_runs"] += 1
+            figures["budget_spent_micros"] = int(row["spent"])
+            if row["spent"] > cap:
+                self.problems.append(f"{row['run_id']}: {row['n']} attempts {row['spent']} > {cap}")
 
 
 def main() -> int:
@@ -561,22 +949,39 @@ def main() -> int:
     ap.add_argument("--max-delay", type=float, default=6.0, help="latest kill, in seconds")
     ap.add_argument("--poll", default="0.2", help="AFC_POLL_S (Replicate and fal polls)")
     ap.add_argument("--keep", help="folder for the rounds' work (kept); default a temp dir")
+    ap.add_argument("--postgres", action="store_true", help="three worker hosts, one PostgreSQL")
+    ap.add_argument("--lease", type=float, default=4.0, help="AFC_LEASE_S (--postgres)")
+    ap.add_argument("--pg-seconds", type=float, default=60, help="disturbed time (--postgres)")
     args = ap.parse_args()
     if args.keep:
         Path(args.keep).mkdir(parents=True, exist_ok=True)
     s3 = S3()
+    server = None
     plans = [
         ("file", None, False),
         ("s3", "2.00", False),
         ("file", "1.50", False),
         ("s3", None, True),
     ]
+    if args.postgres:
+        from pg_server import Server
+
+        server = Server()
+        plans = [
+            ("s3", None, True),
+            ("file", "6.00", True),
+            ("s3", "5.00", True),
+            ("file", None, True),
+        ]
     failed = False
     totals = Counter()
     try:
         for index in range(args.rounds):
             storage, budget, worker = plans[index % len(plans)]
-            rnd = Round(args, index, storage, budget, worker, s3)
+            if server is not None:
+                rnd = PgRound(args, index, storage, budget, worker, s3, server)
+            else:
+                rnd = Round(args, index, storage, budget, worker, s3)
             started = time.time()
             try:
                 rnd.drive()
@@ -589,6 +994,7 @@ def main() -> int:
                 f"round {index} ({storage}, budget {budget}, worker {worker}) in "
                 f"{time.time() - started:.0f}s: {len(rnd.runs)} runs, signals {dict(signals)}, "
                 f"exit codes {dict(rcs)}"
+                + (f", actions {dict(rnd.actions)}" if server is not None else "")
             )
             print("  " + json.dumps(figures, sort_keys=True, default=str))
             for problem in rnd.problems:
@@ -605,6 +1011,8 @@ def main() -> int:
                 print(f"  work kept in {rnd.dir}")
     finally:
         s3.stop()
+        if server is not None:
+            server.stop()
     print("totals " + json.dumps(totals, sort_keys=True))
     return 1 if failed else 0
 
