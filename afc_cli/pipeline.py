@@ -1216,10 +1216,7 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
                 "dead",
                 step="store",
                 error_code="SPOOL_MISSING",
-                error_message=f"the rendered output's spool file {spool_path} is gone and the "
-                "output was never stored; afc will not pay for a new render on its own. "
-                f"Restore the file, then 'afc retry {job['key']}' (without the file, a retry "
-                "renders and pays again).",
+                error_message=_spool_missing(ctx, job, spool_path),
             )
             return False
         await _sync_dirs(ctx, storage, key)
@@ -1231,6 +1228,32 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
         return await _verified(ctx, job, problem, [stored])
     ctx.ledger.checkpoint(job, [stored], "verify")
     return True
+
+
+def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str:
+    """Why a job at its store step has no spool file here, and what a person can do: the file
+    may be on the host whose run rendered it (workers on several machines each spool on their
+    own disk), or gone."""
+    from afc_cli.owner import host_id
+
+    rendered = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
+    host = (rendered[-1]["owner"] or "").rsplit(":", 2)[0] if rendered else ""
+    keep = (
+        f"afc will not pay for a new render on its own: put the file back, then 'afc retry "
+        f"{job['key']}' (the run that takes it stores the file and pays nothing; without the "
+        "file, a retry renders and pays again)."
+    )
+    if host and host != host_id():
+        return (
+            f"the rendered output was spooled on host {host} and never stored; its spool file "
+            f"({spool_path.name}, in that host's AFC_SPOOL_DIR) is not on this host "
+            f"({host_id()}). Copy it into this host's spool ({spool_path.parent}) or any "
+            f"worker's; {keep}"
+        )
+    return (
+        f"the rendered output's spool file {spool_path} is gone and the output was never "
+        f"stored; {keep}"
+    )
 
 
 async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:

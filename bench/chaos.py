@@ -913,8 +913,11 @@ class PgRound(Round):
                     figures["spool files of succeeded jobs left"] += 1
                 elif job is not None and job["error_code"] == "SPOOL_MISSING":
                     # another host found the job at its store step and not the spool file,
-                    # which is here: dead-lettered, the paid render on this host alone
-                    p.append(f"{job['key']}: dead SPOOL_MISSING, its spool file is in {d}'s")
+                    # which is here: dead-lettered, nothing paid again, its message naming
+                    # this host (README: "Where a dead host's bytes are")
+                    figures["dead SPOOL_MISSING, spool on another host"] += 1
+                    if f"spooled on host {d}" not in (job["error_message"] or ""):
+                        p.append(f"{job['key']}: SPOOL_MISSING does not name host {d}")
                 elif job is not None and job["status"] in TERMINAL:
                     # paid output of a job that did not succeed: kept (run.sweep_spool)
                     figures[f"spool files of {job['status']} jobs kept"] += 1
