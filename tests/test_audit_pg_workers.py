@@ -10,6 +10,7 @@ import time
 import pytest
 from conftest import jobs, manifest
 from test_postgres_e2e import PgAfc
+from test_postgres_workers import _wait
 
 from afc_cli.ledger import Ledger
 from afc_cli.manifest import job_id_for, load_manifest
@@ -78,15 +79,6 @@ def test_a_worker_named_into_a_budget_without_a_cap_is_refused(pg):
     )
     assert capped["budget"]["name"] == "nightly"
     assert pg.rows("SELECT COUNT(*) FROM attempts") == [(2,)]
-
-
-def _wait(pg: PgAfc, sql: str, threshold: int, timeout: float = 30) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pg.rows(sql)[0][0] >= threshold:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
 
 
 def test_a_request_polled_by_another_run_stays_in_the_budget_that_paid_it(pg, fake):

@@ -192,7 +192,9 @@ def test_killed_after_submit_resume_polls_with_zero_new_submits(afc, fake, provi
     assert Decimal(priced) > 0 and resumed["spent"] == priced
 
 
-def test_a_forgotten_prediction_is_unknown_and_a_new_one_is_made(afc, fake):
+def _killed_while_polling(afc) -> None:
+    """A Replicate job 'j' whose run was SIGKILLed while it polled (its prediction's id
+    recorded; the fake holds the prediction until ``fake.released``)."""
     data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
     data["defaults"]["chain"] = [
         {"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}
@@ -202,6 +204,10 @@ def test_a_forgotten_prediction_is_unknown_and_a_new_one_is_made(afc, fake):
     wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+
+
+def test_a_forgotten_prediction_is_unknown_and_a_new_one_is_made(afc, fake):
+    _killed_while_polling(afc)
     fake.predictions.clear()  # the provider no longer has it
     fake.released.set()
     assert afc("resume").returncode == 0
@@ -470,15 +476,7 @@ def test_a_job_dead_lettered_while_it_polled_is_polled_after_its_retry(afc, fake
     """Found by bench/chaos.py: a job whose runs kept dying while it polled a prediction was
     dead-lettered (CRASH_LOOP, at a claim), and 'afc retry' then submitted, and paid for, a
     second prediction though the first one's id was recorded."""
-    data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
-    data["defaults"]["chain"] = [
-        {"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}
-    ]
-    afc.write_manifest(data)
-    proc = afc.popen("submit", "manifest.yaml")
-    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    _killed_while_polling(afc)
     with sqlite3.connect(afc.cwd / "afc.db") as conn:  # the runs kept dying
         conn.execute("UPDATE jobs SET takeovers = ?", (MAX_TAKEOVERS,))
     assert afc("resume").returncode == 1
@@ -492,15 +490,7 @@ def test_a_job_dead_lettered_while_it_polled_is_polled_after_its_retry(afc, fake
 
 def test_a_cancelled_job_retried_pays_for_a_new_request(afc, fake):
     """The cancel asked the provider to stop the request: a retry submits a new one."""
-    data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
-    data["defaults"]["chain"] = [
-        {"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}
-    ]
-    afc.write_manifest(data)
-    proc = afc.popen("submit", "manifest.yaml")
-    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    _killed_while_polling(afc)
     assert afc("cancel", "j").returncode == 0
     assert afc.rows("SELECT status FROM attempts") == [("unknown",)]
     assert afc("retry", "j").returncode == 0
