@@ -605,6 +605,7 @@ class Round:
 HOSTS = ("host-a", "host-b", "host-c")
 OTHER = "host-d"
 GONE = "the provider no longer has request"  # afc_cli/providers/base.py GONE_PREFIX  # the fourth process: cancels, retries, re-submits
+LEDGER = ("jobs", "attempts", "events", "steps")  # kept as ledger.json when a round is flagged
 PG_ACTIONS = ["kill", "kill", "stop", "stop", "term", "cancel", "retry", "resubmit"]
 
 
@@ -927,6 +928,10 @@ class PgRound(Round):
         figures["disturbed_processes"] = len(self.disturbed)
         record = {"runs": self.runs, "disturbed": self.disturbed, "url": self.url}
         (self.dir / "runs.json").write_text(json.dumps(record, indent=1))
+        if self.problems:
+            # the ledger's server goes when the run ends: keep what a flag is examined with
+            tables = {t: db.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in LEDGER}
+            (self.dir / "ledger.json").write_text(json.dumps(tables, indent=1, default=str))
 
     def check_budget(self, db, figures) -> None:
         if not self.budget:
