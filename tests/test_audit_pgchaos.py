@@ -107,3 +107,57 @@ def test_a_host_back_after_a_crash_adopts_its_spooled_render_before_taking_new_j
     rendered = collections.Counter(line.split()[0] for line in calls.read_text().splitlines())
     assert set(rendered.values()) == {1}, "a render was paid for twice"
     assert list((afc.cwd / "spool-a").glob("*.spool")) == []
+
+
+def test_a_stalled_hosts_late_answer_does_not_end_the_attempt_another_host_polls(afc, pg_url):
+    """A host stalled (SIGSTOP) past its lease while it fetched a Replicate output through a
+    CDN outage (``HttpProvider.outlast``). Another host took the job over and, the request id
+    being known, reopened the attempt to poll it (no second payment). The stalled host woke,
+    saw the job taken over and stopped fetching: its report of the attempt ("failed: not
+    fetched further") landed on the reopened row, still ``started``, and ended it; the
+    poller's success came second and changed nothing (the first outcome stands), so the job
+    succeeded with no succeeded attempt. A report from a process that no longer owns the
+    attempt changes neither its outcome nor a cost already known; it may give a cost that is
+    not (the same request's)."""
+    from afc_cli.costs import RateCards
+    from afc_cli.ledger import Ledger
+    from afc_cli.manifest import load_manifest
+
+    m = load_manifest(afc.write_manifest(manifest(jobs(2))))
+    poller = Ledger(pg_url)
+    poller.admit(m, "file:///tmp/x", RateCards())
+    stalled = Ledger(pg_url)
+    stalled.owner = "host-b:4242:1"
+    model = "black-forest-labs/flux-1.1-pro"
+    report = {"chain_index": 0, "provider": "replicate", "model": model}
+    gave_up = {
+        **report,
+        "status": "failed",
+        "error_class": "server",
+        "error_message": "replicate: output download answered HTTP 503 (not fetched further:"
+        " the job was taken over by another afc process)",
+    }
+    paid = {"cost_micros": 40_000, "cost_source": "derived"}
+    for job, late_first in zip([poller.job(j.job_id) for j in m.jobs], (True, False), strict=True):
+        job = stalled.claim(job["id"], 0.01)  # its lease runs out at once: a stall
+        assert stalled.start_attempt(job, 0, "replicate", model, None, durable=False) == 1
+        stalled.record_request_id(job, 1, "replicate", "pred-1")
+        time.sleep(0.05)
+        job = poller.claim(job["id"], 60)  # the takeover: the attempt is unknown, then polled
+        (attempt,) = poller.attempts(job["id"])
+        assert attempt["status"] == "unknown" and poller.reopen_attempt(job, attempt)
+        if late_first:
+            stalled.end_attempt(job, 1, **gave_up, **paid)
+            poller.end_attempt(job, 1, **report, status="succeeded", **paid)
+        else:  # the poller's success first, then the stalled host's report, its cost unknown
+            poller.end_attempt(job, 1, **report, status="succeeded", **paid)
+            stalled.end_attempt(job, 1, **gave_up)
+        (attempt,) = poller.attempts(job["id"])
+        assert (attempt["status"], attempt["owner"], attempt["error_message"]) == (
+            "succeeded",
+            poller.owner,
+            None,
+        ), late_first
+        assert (attempt["cost_micros"], attempt["cost_source"]) == (40_000, "derived")
+    stalled.close()
+    poller.close()

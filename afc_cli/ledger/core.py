@@ -1506,36 +1506,44 @@ class Ledger:
         """Upsert on (job, provider, attempt number).
 
         A repeated report overwrites usage and cost, but never outcome, error or timing: the
-        first report of an outcome stands. ``started_at`` and ``ended_at`` are this host's
-        clock; they are stored on the ledger's clock, as ``start_attempt`` stamps the start.
+        first report of an outcome stands. A report from a process that no longer owns the
+        attempt (a host stalled past its lease, whose attempt another process reopened to
+        poll the same request, ``reopen_attempt``) ends nothing and replaces no known cost:
+        it only gives a cost where none is known. ``started_at`` and ``ended_at`` are this
+        host's clock; they are stored on the ledger's clock, as ``start_attempt`` stamps the
+        start.
         """
         shift = self.clock_offset()
         ended = (ended_at if ended_at is not None else _now()) + shift
         started_at = started_at + shift if started_at is not None else None
+        mine = "COALESCE(attempts.owner, excluded.owner) = excluded.owner"
+        open_ = f"attempts.status = 'started' AND {mine}"  # this report's outcome is the first
+        priced = f"{mine} OR attempts.cost_micros IS NULL"
         self.db.execute(
             "INSERT INTO attempts (job_id, number, chain_index, provider, model, status,"
             " error_class, http_status, error_message, provider_request_id, owner, started_at,"
             " ended_at, duration_s, usage_json, cost_micros, cost_source, retry_after_s)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (job_id, provider, number) DO UPDATE SET"
-            " usage_json = excluded.usage_json,"
-            " cost_micros = excluded.cost_micros,"
-            " cost_source = excluded.cost_source,"
+            f" usage_json = CASE WHEN {priced} THEN excluded.usage_json"
+            "   ELSE attempts.usage_json END,"
+            f" cost_micros = CASE WHEN {priced} THEN excluded.cost_micros"
+            "   ELSE attempts.cost_micros END,"
+            f" cost_source = CASE WHEN {priced} THEN excluded.cost_source"
+            "   ELSE attempts.cost_source END,"
             " provider_request_id = COALESCE(attempts.provider_request_id,"
             "   excluded.provider_request_id),"
-            " status = CASE WHEN attempts.status = 'started' THEN excluded.status"
-            "   ELSE attempts.status END,"
-            " error_class = CASE WHEN attempts.status = 'started' THEN excluded.error_class"
+            f" status = CASE WHEN {open_} THEN excluded.status ELSE attempts.status END,"
+            f" error_class = CASE WHEN {open_} THEN excluded.error_class"
             "   ELSE attempts.error_class END,"
-            " http_status = CASE WHEN attempts.status = 'started' THEN excluded.http_status"
+            f" http_status = CASE WHEN {open_} THEN excluded.http_status"
             "   ELSE attempts.http_status END,"
-            " error_message = CASE WHEN attempts.status = 'started' THEN excluded.error_message"
+            f" error_message = CASE WHEN {open_} THEN excluded.error_message"
             "   ELSE attempts.error_message END,"
-            " ended_at = CASE WHEN attempts.status = 'started' THEN excluded.ended_at"
-            "   ELSE attempts.ended_at END,"
-            " retry_after_s = CASE WHEN attempts.status = 'started' THEN excluded.retry_after_s"
+            f" ended_at = CASE WHEN {open_} THEN excluded.ended_at ELSE attempts.ended_at END,"
+            f" retry_after_s = CASE WHEN {open_} THEN excluded.retry_after_s"
             "   ELSE attempts.retry_after_s END,"
-            " duration_s = CASE WHEN attempts.status = 'started'"
+            f" duration_s = CASE WHEN {open_}"
             "   THEN excluded.ended_at - attempts.started_at ELSE attempts.duration_s END",
             (
                 job["id"],
