@@ -38,7 +38,8 @@ Then every worker is stopped and one clean ``afc worker --until-idle`` or ``afc 
 ends the rest. The reconciliation above, and also: each job ended exactly once per retry (its
 events: a terminal one, then ``retried``, ...); an ``unknown`` attempt belongs to a process
 that was killed, stalled or abandoned calls (exit 130), or was gone at the provider; a stalled
-host that drained has its late answers' costs recorded; a second succeeded attempt of a job
+host that drained has its late answers' costs recorded (where the request was billed and afc
+prices that answer: a refusal or a bare gateway 502, say, is of unknown cost on any host); a second succeeded attempt of a job
 is a stalled host's; a stored object no succeeded job has is a cancelled job's late result
 whose own metadata matches; the shared budget's spend (known cost, else reservation) is within
 its cap; a spool file left is of a job that did not succeed (its paid output) or swept later.
@@ -193,6 +194,7 @@ class Round:
             self.env.update(self.s3.env)
         self.runs: list[dict] = []
         self.problems: list[str] = []
+        self.billed_ids: set[int] = set()  # attempts a billed request was matched to
         self.manifest = make_manifest(self.rng, self.batch, args.jobs)
         (self.dir / "manifest.yaml").write_text(yaml.safe_dump(self.manifest, sort_keys=False))
 
@@ -404,6 +406,7 @@ class Round:
                     p.append(f"{key}: billed {provider} request at {t:.3f} has no attempt row")
                     continue
                 used.add(match["id"])
+                self.billed_ids.add(match["id"])
                 if match["status"] == "failed" and match["cost_micros"] == 0:
                     p.append(f"{key}: billed attempt {match['number']} recorded as costing 0")
                 if match["cost_source"] == "unsent":
@@ -886,6 +889,19 @@ class PgRound(Round):
             if got != expect or not seq or seq[-1] != job["status"]:
                 p.append(f"{key}: ended {seq} (status {job['status']}): not once per retry")
         figures["retried"] = sum(k == "retried" for seq in ends.values() for k in seq)
+
+        def answer(key: str, a: dict) -> str:  # the provider and the prompt's behaviour
+            prompt = json.loads(jobs[key]["request_json"])["prompt"]
+            return " ".join([a["provider"], *prompt.split(" ")[2:]])
+
+        # answers afc records at an unknown cost by design (a refusal of Replicate or Gemini,
+        # a bare gateway 502 on fal's submit, an OpenAI 500 or cut body): failed, unpriced
+        unpriced = {
+            answer(key, a)
+            for key, rows in attempts.items()
+            for a in rows
+            if a["status"] == "failed" and a["cost_micros"] is None
+        }
         for key, rows in attempts.items():
             for a in rows:
                 what = self.owner_of(a)
@@ -901,7 +917,15 @@ class PgRound(Round):
                     # a stalled host's late answer: recorded on its attempt (kept unknown, as
                     # the takeover marked it) with what it cost
                     figures[f"stalled-host attempts {a['status']}"] += 1
-                    if a["status"] == "unknown" and a["cost_micros"] is None and not gone:
+                    # its cost is wanted where its request was billed and afc prices that
+                    # answer (its message is the takeover's: the answer is the prompt's)
+                    if (
+                        a["status"] == "unknown"
+                        and a["cost_micros"] is None
+                        and not gone
+                        and a["id"] in self.billed_ids
+                        and answer(key, a) not in unpriced
+                    ):
                         p.append(
                             f"{key}: attempt {a['number']} of stalled {a['owner']} has no cost"
                             " though that process drained cleanly"
