@@ -377,9 +377,18 @@ class Round:
                 unsent_hit = [
                     a for a in rows if a["provider"] == provider and a["cost_source"] == "unsent"
                 ]
+                # the request of a sent attempt in flight at its time is that attempt's (the
+                # next one may start a millisecond after a refusal arrived: within the slack)
+                sent_then = [
+                    (b["started_at"], b["ended_at"] or 1e12)
+                    for b in sent
+                    if b["provider"] == provider
+                ]
                 for a in unsent_hit:  # an 'unsent' attempt whose request did reach the fake
                     if any(
-                        pr == provider and a["started_at"] - 0.01 <= t <= (a["ended_at"] or 1e12)
+                        pr == provider
+                        and a["started_at"] - 0.01 <= t <= (a["ended_at"] or 1e12)
+                        and not any(start <= t <= end for start, end in sent_then)
                         for t, pr, _ in log[key]
                     ):
                         p.append(f"{key}: attempt {a['number']} recorded unsent but was sent")
