@@ -406,7 +406,8 @@ class Round:
                     for a in rows:
                         if a["id"] in used or a["provider"] != provider:
                             continue
-                        if a["started_at"] - slack[0] <= t <= (a["ended_at"] or 1e12) + slack[1]:
+                        end = self.sent_until(a)
+                        if a["started_at"] - slack[0] <= t <= (end or 1e12) + slack[1]:
                             if match is None or a["started_at"] > match["started_at"]:
                                 match = a
                     if match is not None:
@@ -421,7 +422,15 @@ class Round:
                 if match["cost_source"] == "unsent":
                     p.append(f"{key}: billed attempt {match['number']} recorded unsent")
             if key in spooled:
-                late = [t for t, _ in billed if t > spooled[key] + 0.05]
+                stalled = {  # a frozen process's request, sent when it woke (in flight)
+                    t
+                    for t, provider in billed
+                    for a in rows
+                    if a["provider"] == provider
+                    and self.sent_until(a) is None
+                    and t >= a["started_at"]
+                }
+                late = [t for t, _ in billed if t > spooled[key] + 0.05 and t not in stalled]
                 if late:
                     p.append(f"{key}: billed {len(late)} time(s) after its output was spooled")
             extra = len(billed) - 1
@@ -455,6 +464,10 @@ class Round:
 
     def may_render_twice(self, ok: list[dict]) -> bool:
         return False
+
+    def sent_until(self, attempt: dict) -> float | None:
+        """Until when an attempt's request may reach the provider (None: any time later)."""
+        return attempt["ended_at"]
 
     def extra_checks(self, db, jobs, attempts, log, figures) -> None:
         pass
@@ -522,8 +535,11 @@ class Round:
         objects = self.objects()
         figures["objects"] = len(objects)
         wanted = {j["output_key"] for j in jobs.values() if j["status"] == "succeeded"}
-        late = {  # a cancelled job's late result, stored under its key (README)
-            j["output_key"]: j for j in jobs.values() if j["status"] == "cancelled"
+        late = {  # a cancelled job's late result, stored under its key (README), or the upload
+            # of a host that woke after another dead-lettered the job (SPOOL_MISSING)
+            j["output_key"]: j
+            for j in jobs.values()
+            if j["status"] != "succeeded"
         }
         for stray in sorted(set(objects) - wanted):
             data, meta = objects[stray]
@@ -536,7 +552,7 @@ class Round:
                 "request_hash": job["request_hash"],
             }
             if own and meta.get("sha256") == hashlib.sha256(data).hexdigest():
-                figures["late results of cancelled jobs stored"] += 1
+                figures[f"own outputs of {job['status']} jobs stored"] += 1
             else:
                 self.problems.append(f"object {stray} stored for no succeeded job")
         for key, job in jobs.items():
@@ -876,6 +892,15 @@ class PgRound(Round):
     def may_render_twice(self, ok: list[dict]) -> bool:
         # a stalled host's late result and the render of the host that took the job over
         return sum(self.owner_of(a) is None for a in ok) <= 1
+
+    def sent_until(self, attempt: dict) -> float | None:
+        # A process frozen (or killed) after its attempt row was committed and before its
+        # request left sends it when it wakes, after the takeover marked the attempt unknown
+        # (ended_at): a call in flight on a disturbed host, which README allows to be paid
+        # twice. Its request may reach the provider any time after that.
+        if attempt["status"] == "unknown" and self.owner_of(attempt) is not None:
+            return None
+        return attempt["ended_at"]
 
     def owner_of(self, attempt: dict) -> str | None:
         """What was done to the process that made an attempt (None: nothing)."""
