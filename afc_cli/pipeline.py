@@ -233,6 +233,19 @@ def crash_point(name: str, before: Callable[[], None] | None = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def stall_point(name: str) -> None:
+    """Freeze here, as a SIGSTOP, a paused VM or a swap storm would, when a test arms this
+    point (AFC_STALL_POINT=name); the test sends SIGCONT."""
+    if os.environ.get("AFC_STALL_POINT") == name:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+# A job whose attempt row took longer than this to commit (a process frozen or starved in
+# between) is checked to be still this run's before its paid request is sent: another host
+# may have taken it over meanwhile, and would be paying for it too.
+LEASE_RECHECK_S = 1.0
+
+
 async def _start_attempt(
     ctx: RunContext,
     job: dict[str, Any],
@@ -601,7 +614,15 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     from afc_cli.inputs import recorded
 
                     ctx.ledger.set_attempt_inputs(job, number, entry["provider"], recorded(inputs))
+                waited = time.monotonic()
                 await ctx.ledger.committed()  # the attempt row is on disk before the call
+                stall_point("after_attempt_row")
+                if time.monotonic() - waited > LEASE_RECHECK_S and _ended_elsewhere(ctx, job):
+                    # This process stalled between its attempt row and its request, long
+                    # enough for its lease to run out and another to take the job over (and
+                    # mark this attempt unknown): the request has not left, and it is no
+                    # longer this run's to pay for.
+                    raise JobLost(job["id"])
                 if ctx.stopping.is_set():
                     # The run began stopping while the row was committed: the request never
                     # left this machine, so this attempt is known to have cost nothing.

@@ -296,3 +296,32 @@ def test_a_job_whose_spool_is_on_another_host_names_that_host(afc):
     assert afc("resume", env={"AFC_HOST_ID": "host-b"}).returncode == 0
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
     assert (afc.outputs() / key).read_bytes() == kept
+
+
+def test_a_process_frozen_before_its_request_does_not_send_it_once_taken_over(afc):
+    """Found by bench/chaos.py --postgres: a worker frozen between its attempt row and its
+    paid request, its job taken over (and rendered) by another host, sent the request when it
+    woke and paid for the job a second time, after it had succeeded."""
+    afc.write_manifest(manifest(jobs(1)))
+    calls = afc.cwd / "calls.log"
+    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(calls)}
+    frozen = afc.popen(
+        "submit",
+        "manifest.yaml",
+        env={**env, "AFC_HOST_ID": "host-a", "AFC_STALL_POINT": "after_attempt_row"},
+    )
+    try:
+        deadline = time.time() + 30
+        state = None
+        while state != "T" and time.time() < deadline:  # until it froze itself
+            time.sleep(0.02)
+            state = Path(f"/proc/{frozen.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state == "T", "the stall point was not reached"
+        time.sleep(3.5)  # past its 3 s lease
+        other = afc("resume", env={**env, "AFC_HOST_ID": "host-b"})
+        assert other.returncode == 0, other.stderr
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    frozen.communicate(timeout=60)
+    assert len(calls.read_text().splitlines()) == 1, "host-b's call alone"
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
