@@ -267,37 +267,6 @@ def test_a_store_that_finds_another_render_of_its_own_request_adopts_it(afc):
     assert (afc.outputs() / key).read_bytes() == data
 
 
-def test_a_job_whose_spool_is_on_another_host_names_that_host(afc):
-    """Found by bench/chaos.py --postgres: a job spooled on one host and not stored, met at its
-    store step by a worker on another host, was dead-lettered SPOOL_MISSING with a message
-    that its spool file 'is gone', while it sat in the first host's spool."""
-    afc.write_manifest(manifest(jobs(1)))
-    crashed = afc(
-        "submit",
-        "manifest.yaml",
-        env={"AFC_HOST_ID": "host-a", "AFC_CRASH_POINT": "after_store", "AFC_LEASE_S": "3"},
-    )
-    assert crashed.returncode == -9
-    job_id, key = afc.rows("SELECT id, output_key FROM jobs")[0]
-    (afc.outputs() / key).unlink()  # not stored after all: its spool is host-a's alone
-    spool = next((afc.cwd / "afc.db-spool").glob(f"{job_id}*"))
-    kept = spool.read_bytes()
-    spool.unlink()
-    time.sleep(3.2)  # host-a's lease ran out: host-b takes the job over
-    result = afc("resume", env={"AFC_HOST_ID": "host-b"})
-    assert result.returncode == 1
-    [(status, code, message)] = afc.rows("SELECT status, error_code, error_message FROM jobs")
-    assert (status, code) == ("dead", "SPOOL_MISSING")
-    assert "spooled on host host-a" in message and "not on this host (host-b)" in message
-    assert "is gone" not in message
-    # the remedy it names: the file put back, a retry stores it and pays for nothing
-    spool.write_bytes(kept)
-    assert afc("retry", "shot-001").returncode == 0
-    assert afc("resume", env={"AFC_HOST_ID": "host-b"}).returncode == 0
-    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
-    assert (afc.outputs() / key).read_bytes() == kept
-
-
 def test_a_process_frozen_before_its_request_does_not_send_it_once_taken_over(afc):
     """Found by bench/chaos.py --postgres: a worker frozen between its attempt row and its
     paid request, its job taken over (and rendered) by another host, sent the request when it

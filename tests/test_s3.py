@@ -309,3 +309,32 @@ def test_a_model_named_in_other_than_ascii_is_stored_and_read_back(afc, s3):
     assert attempts(afc) == 0  # found stored, its metadata read
     [row] = afc.json("outputs")["outputs"]
     assert row["model"] == "local/d\u00e9mo-v1", row
+
+
+def test_a_job_whose_spool_is_on_another_host_names_that_host(afc, s3):
+    """Found by bench/chaos.py --postgres: a job spooled on one host whose upload failed (it
+    waited at its store step), met by a worker on another host, was dead-lettered
+    SPOOL_MISSING with a message that its spool file 'is gone', while it sat in the first
+    host's spool. (One machine here: the spool file is moved away to play the other host.)"""
+    afc.write_manifest(manifest(jobs(1), storage=s3.url))
+    s3.plan.add(Fault("PUT", r"/films/", "500", -1))
+    first = afc("submit", "manifest.yaml", env={"AFC_HOST_ID": "host-a"})
+    assert first.returncode == 1, first.stderr
+    assert afc.rows("SELECT status, step FROM jobs") == [("waiting", "store")]
+    s3.plan.clear()
+    job_id = afc.rows("SELECT id FROM jobs")[0][0]
+    spool = afc.cwd / "afc.db-spool" / f"{job_id}.spool"
+    kept = spool.read_bytes()
+    spool.unlink()  # it is on host-a, not here
+    assert afc("resume", env={"AFC_HOST_ID": "host-b"}).returncode == 1
+    [(status, code, message)] = afc.rows("SELECT status, error_code, error_message FROM jobs")
+    assert (status, code) == ("dead", "SPOOL_MISSING")
+    assert "spooled on host host-a" in message and "not on this host (host-b)" in message
+    assert "is gone" not in message
+    # the remedy it names: the file put back, a retry stores it and pays for nothing
+    spool.write_bytes(kept)
+    assert afc("retry", "shot-001").returncode == 0
+    assert afc("resume", env={"AFC_HOST_ID": "host-b"}).returncode == 0
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
+    stored = s3.client.get_object(Bucket=s3.bucket, Key="films/b1/shot-001.png")["Body"].read()
+    assert stored == kept
