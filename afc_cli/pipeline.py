@@ -617,11 +617,26 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 waited = time.monotonic()
                 await ctx.ledger.committed()  # the attempt row is on disk before the call
                 stall_point("after_attempt_row")
-                if time.monotonic() - waited > LEASE_RECHECK_S and _ended_elsewhere(ctx, job):
+                ended = time.monotonic() - waited > LEASE_RECHECK_S and _ended_elsewhere(ctx, job)
+                if ended:
                     # This process stalled between its attempt row and its request, long
                     # enough for its lease to run out and another to take the job over (and
-                    # mark this attempt unknown): the request has not left, and it is no
-                    # longer this run's to pay for.
+                    # mark this attempt unknown), or for the job to be cancelled (which left
+                    # the attempt to this live run): the request has not left, and it is no
+                    # longer this run's to pay for. Its cost is known: nothing (a row the
+                    # takeover marked unknown keeps that status; its cost is still filled in).
+                    ctx.ledger.end_attempt(
+                        job,
+                        number,
+                        chain_index=chain_index,
+                        provider=entry["provider"],
+                        model=entry["model"],
+                        status="failed",
+                        error_class=INTERRUPTED,
+                        error_message=f"never sent: the job {ended}",
+                        cost_micros=0,
+                        cost_source="unsent",
+                    )
                     raise JobLost(job["id"])
                 if ctx.stopping.is_set():
                     # The run began stopping while the row was committed: the request never

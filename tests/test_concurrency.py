@@ -294,3 +294,32 @@ def test_a_process_frozen_before_its_request_does_not_send_it_once_taken_over(af
     frozen.communicate(timeout=60)
     assert len(calls.read_text().splitlines()) == 1, "host-b's call alone"
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+
+
+def test_a_job_cancelled_while_its_run_froze_before_the_request_records_it_unsent(afc):
+    """The look at the job after a slow attempt-row commit (LEASE_RECHECK_S) found it
+    cancelled and sent nothing, but left the attempt 'started' for ever: the cancel leaves a
+    live run's attempt to that run, which wrote nothing. It is a failed attempt that cost
+    nothing, as when the run begins stopping there."""
+    afc.write_manifest(manifest(jobs(1)))
+    calls = afc.cwd / "calls.log"
+    frozen = afc.popen(
+        "submit",
+        "manifest.yaml",
+        env={"AFC_LOCAL_CALL_LOG": str(calls), "AFC_STALL_POINT": "after_attempt_row"},
+    )
+    try:
+        deadline = time.time() + 30
+        state = None
+        while state != "T" and time.time() < deadline:
+            time.sleep(0.02)
+            state = Path(f"/proc/{frozen.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state == "T", "the stall point was not reached"
+        assert afc("cancel", "shot-001").returncode == 0
+        time.sleep(1.2)
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    frozen.communicate(timeout=60)
+    assert not calls.exists() or calls.read_text() == "", "no request was sent"
+    assert afc.rows("SELECT status FROM jobs") == [("cancelled",)]
+    assert afc.rows("SELECT status, cost_micros FROM attempts") == [("failed", 0)]
