@@ -407,3 +407,36 @@ def test_a_retry_keeps_a_request_left_polling_after_its_base(book, ended, left, 
     assert ledger.finish(ledger.job(job["id"]), ended, step="render")
     assert ledger.retry(ledger.job(job["id"]), "me")
     assert ledger.job(job["id"])["attempt_base"] == base
+
+
+def _held_here(ledger, job, owner: str, expires: str) -> None:
+    with ledger.tx():
+        ledger.db.execute(
+            f"UPDATE jobs SET lease_owner = ?, lease_expires = {expires} WHERE id = ?",
+            (owner, job["id"]),
+        )
+
+
+def test_a_claim_takes_this_hosts_dead_owners_job_first_once_its_lease_expired(book):
+    """A worker back on its host after its predecessor's lease ran out (a slow restart, a
+    reboot) still adopts that predecessor's job (its render may be in this host's spool
+    alone) before free jobs: another host may take it over now, and would pay again."""
+    from afc_cli.owner import host_id
+
+    ledger, (a, b, c), _ = book
+    _held_here(ledger, c, f"{host_id()}:999999999:1", expires="1")  # dead, lease run out
+    assert [j["key"] for j in ledger.claim_runnable(1, 60)] == ["shot-003"]
+
+
+def test_a_claim_finds_this_hosts_dead_owners_job_behind_a_live_workers(book):
+    """The dead owner's job is found though another live worker on this host holds jobs
+    admitted before it (the lookup was limited before the dead were picked out)."""
+    import os
+
+    from afc_cli.owner import _start_ticks, host_id
+
+    ledger, (a, b, c), _ = book
+    parent = os.getppid()
+    _held_here(ledger, a, f"{host_id()}:{parent}:{_start_ticks(parent)}", expires="9e18")
+    _held_here(ledger, b, f"{host_id()}:999999999:1", expires="9e18")  # dead, lease running
+    assert [j["key"] for j in ledger.claim_runnable(1, 60)] == ["shot-002"]

@@ -827,11 +827,21 @@ class Ledger:
                 [*params, now, limit],
             )
         if len(rows) < limit:
+            # Every job an owner on this host holds is looked at (other live workers' too:
+            # a LIMIT before the dead are picked out would stop at theirs), unlocked: ``claim``
+            # re-checks each it takes. ``here_only`` takes them whether or not their lease
+            # ran out (a worker back after a slow restart comes before any other host).
             here = self._all(
                 f"SELECT id, lease_owner FROM jobs WHERE {where} AND lease_owner LIKE ?"
-                f" AND lease_owner <> ? AND lease_expires >= ? ORDER BY batch, seq"
-                f" LIMIT ?{self.CLAIM_LOCK}",
-                [*params, self.owner.split(":", 1)[0] + ":%", self.owner, now, limit],
+                " AND lease_owner <> ?"
+                + ("" if here_only else " AND lease_expires >= ?")
+                + " ORDER BY batch, seq",
+                [
+                    *params,
+                    self.owner.split(":", 1)[0] + ":%",
+                    self.owner,
+                    *(() if here_only else (now,)),
+                ],
             )
             rows += [row for row in here if owner_is_dead(row["lease_owner"])]
         taken = []
