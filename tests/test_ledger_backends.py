@@ -440,3 +440,42 @@ def test_a_claim_finds_this_hosts_dead_owners_job_behind_a_live_workers(book):
     _held_here(ledger, a, f"{host_id()}:{parent}:{_start_ticks(parent)}", expires="9e18")
     _held_here(ledger, b, f"{host_id()}:999999999:1", expires="9e18")  # dead, lease running
     assert [j["key"] for j in ledger.claim_runnable(1, 60)] == ["shot-002"]
+
+
+def test_a_stalled_owners_interrupt_does_not_end_the_attempt_another_process_polls(
+    book, ledger_url
+):
+    """A process stalled while it polled, its job taken over and the attempt reopened by the
+    new owner; it woke into a stopping run (SIGTERM meanwhile), abandoned its poll and marked
+    the attempt ``unknown`` (``interrupt_attempt``) on the row the new owner polls: the
+    poller's success then changed nothing (an outcome is written only while ``started``), and
+    the job succeeded with no succeeded attempt, the path report_attempt's owner check closed."""
+    import time
+
+    ledger, (a, _, _), _ = book
+    stalled = Ledger(ledger_url)
+    stalled.owner = "host-b:4242:1"
+    try:
+        model = "black-forest-labs/flux-1.1-pro"
+        job = stalled.claim(a["id"], 0.01)
+        assert stalled.start_attempt(job, 0, "replicate", model, None, durable=False) == 1
+        stalled.record_request_id(job, 1, "replicate", "pred-1")
+        time.sleep(0.05)
+        job = ledger.claim(a["id"], 60)  # the takeover: unknown, then reopened to poll
+        (attempt,) = ledger.attempts(job["id"])
+        assert attempt["status"] == "unknown" and ledger.reopen_attempt(job, attempt)
+        stalled.interrupt_attempt(job, 1)  # the stalled process wakes, stopping
+        ledger.end_attempt(
+            job,
+            1,
+            chain_index=0,
+            provider="replicate",
+            model=model,
+            status="succeeded",
+            cost_micros=40_000,
+            cost_source="derived",
+        )
+        (attempt,) = ledger.attempts(job["id"])
+        assert (attempt["status"], attempt["owner"]) == ("succeeded", ledger.owner)
+    finally:
+        stalled.close()

@@ -1300,20 +1300,26 @@ class Ledger:
 
     def interrupt_attempt(self, job: dict[str, Any], number: int) -> None:
         """A stopping run leaves a submitted job-style request (its id committed) to the next
-        run: the attempt becomes ``unknown``/``interrupted`` until that run polls it again."""
+        run: the attempt becomes ``unknown``/``interrupted`` until that run polls it again.
+        Only while this process owns it: a process that stalled past its lease and woke into
+        a stopping run must not end the row another process reopened to poll
+        (``reopen_attempt``), as ``report_attempt`` does not."""
         with self.tx(commit=True):
-            self.db.execute(
+            cursor = self.db.execute(
                 "UPDATE attempts SET status = 'unknown', error_class = 'interrupted',"
                 " ended_at = ?, error_message = ? WHERE job_id = ? AND number = ?"
-                " AND status = 'started'",
+                " AND status = 'started' AND COALESCE(owner, ?) = ?",
                 (
                     self.clock(),
                     "afc stopped while the provider rendered it; the next run polls the request",
                     job["id"],
                     number,
+                    self.owner,
+                    self.owner,
                 ),
             )
-            self._event(job["id"], job["batch"], "attempt_left_polling", number=number)
+            if cursor.rowcount == 1:
+                self._event(job["id"], job["batch"], "attempt_left_polling", number=number)
 
     def run_spend(self, run_id: str | None) -> int:
         """What a run's budget counts: known costs, and reservations where the cost is unknown
