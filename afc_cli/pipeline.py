@@ -716,7 +716,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # run, so the cost is unknown and this model is not tried again. A job-style
                 # request left running is asked to stop (fal has no window of its own: it
                 # would run on and be billed beside the next model's attempt).
-                if provider.resumable:
+                if provider.resumable and _ended_elsewhere(ctx, job) is None:
+                    # (a job ended or taken over meanwhile: its request may be the one the
+                    # new owner polls, and a cancel reached the provider already)
                     await _cancel_left_request(ctx, provider, job, number, entry["model"])
                 ctx.ledger.end_attempt(
                     job,

@@ -323,3 +323,44 @@ def test_a_job_cancelled_while_its_run_froze_before_the_request_records_it_unsen
     assert not calls.exists() or calls.read_text() == "", "no request was sent"
     assert afc.rows("SELECT status FROM jobs") == [("cancelled",)]
     assert afc.rows("SELECT status, cost_micros FROM attempts") == [("failed", 0)]
+
+
+def test_a_second_render_of_a_job_stands_back_from_a_file_store_in_progress(tmp_path):
+    """Found by a review: a stalled run's late result stored (FileStorage.put_if_absent)
+    while the run that took the job over was storing its own render. The metadata file is
+    created first and the object second: the late one, finding the job's metadata, linked
+    its own bytes under the other render's metadata, and the other run, finding an object
+    that was not its render, removed the metadata, so the key read as foreign
+    (OUTPUT_KEY_CONFLICT). A render whose checksum is not the metadata's now stands back."""
+    import hashlib
+    import json as jsonlib
+
+    from afc_cli.storage import ObjectExists
+    from afc_cli.storage.file import FileStorage
+
+    storage = FileStorage(str(tmp_path / "out"))
+    renders = {}
+    for name in ("taken-over", "late"):
+        path = tmp_path / f"{name}.png"
+        path.write_bytes(b"\x89PNG " + name.encode())
+        data = path.read_bytes()
+        renders[name] = (
+            path,
+            {
+                "job_id": "j",
+                "request_hash": "h",
+                "key": "k",
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+            },
+        )
+    key = "b1/k.png"
+    storage._object(key).parent.mkdir(parents=True)
+    # the run that took the job over has created its metadata, and not yet its object
+    storage._create(storage._meta(key), data=jsonlib.dumps(renders["taken-over"][1]).encode())
+    with pytest.raises(ObjectExists):
+        storage.put_if_absent(key, *renders["late"])
+    assert not storage._object(key).exists(), "the late render stood back"
+    storage._create(storage._object(key), source=renders["taken-over"][0])  # its object next
+    info = storage.head(key)
+    assert info.exists and info.meta["sha256"] == renders["taken-over"][1]["sha256"]

@@ -97,6 +97,10 @@ class FileStorage(Storage):
                 if (
                     existing.get("job_id") != meta["job_id"]
                     or existing.get("request_hash") != meta["request_hash"]
+                    # another render of this same job holds the key (the metadata is created
+                    # first, so its writer owns it): a stalled run's late result and the run
+                    # that took the job over may store at once; this one stands back
+                    or existing.get("sha256") not in (None, meta.get("sha256"))
                 ):
                     raise ObjectExists(key) from None
             try:
