@@ -42,6 +42,9 @@ IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on p
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
 # bounded much sooner, by AFC_MAX_INTERRUPTS (pipeline.py), since each may have been paid.
 MAX_TAKEOVERS = 20
+# How often a worker's claim looks first for the jobs of dead processes on its host
+# (``Ledger.claim_runnable``)
+HERE_CHECK_S = 10.0
 INTERRUPTED_MESSAGE = (
     "the process running this attempt ended before it reported; the provider may have charged "
     "for it"
@@ -231,6 +234,9 @@ class Ledger:
     ``grouped``, ``close``, ``path`` (where the spool goes beside) and the dialect hooks
     (``day_sql``); the operations below use nothing else.
     """
+
+    # when this process's claims last looked for its host's dead processes' jobs (monotonic)
+    _here_checked = float("-inf")
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> Ledger:
         if cls is Ledger:
@@ -788,8 +794,13 @@ class Ledger:
         with self.tx():
             # First the jobs of runs that died on this host: a render such a run spooled but
             # did not store is in this host's spool alone, and another host would pay for it
-            # again once the lease runs out (README: "Where a dead host's bytes are").
-            adopted = self._claim_held(limit, lease_s, where, params, now, here_only=True)
+            # again once the lease runs out (README: "Where a dead host's bytes are"). Looked
+            # for at a worker's first claim and then every HERE_CHECK_S (a process on this
+            # host dies seldom; the look reads every job this host's processes hold).
+            adopted = []
+            if time.monotonic() >= self._here_checked + HERE_CHECK_S:
+                self._here_checked = time.monotonic()
+                adopted = self._claim_held(limit, lease_s, where, params, now, here_only=True)
             taken = self._all(
                 "WITH c AS MATERIALIZED (SELECT id FROM jobs"
                 f" WHERE {where} AND lease_owner IS NULL"
