@@ -370,3 +370,40 @@ def test_two_runs_claiming_the_same_jobs_in_opposite_orders_never_deadlock(afc, 
         "host-a:1:1",
         "host-b:1:1",
     ]
+
+
+def test_a_claim_round_in_a_run_loop_is_a_transaction_of_its_own(afc, pg_url):
+    """A worker's claim round commits the group before it and itself at its end. Its ``FOR
+    UPDATE SKIP LOCKED`` skips the rows locked when it reaches them, but a row another worker
+    claimed and committed while the statement ran is locked, found taken on the re-check and
+    skipped *still locked* until the transaction ends: left in the shared transaction, that
+    lock made the row's owner wait to start its job, and two workers each holding such a lock
+    on a job of the other while writing their own deadlocked (bench-postgres: "deadlock
+    detected ... while updating tuple in relation jobs")."""
+    path = afc.write_manifest(manifest(jobs(4)))
+    ledger = Ledger(pg_url)
+    try:
+        ledger.admit(load_manifest(path), "file:///tmp/x", RateCards())
+        ledger.lease_clock()
+
+        async def run() -> tuple[int, int, list]:
+            with ledger.grouped(asyncio.get_running_loop()):
+                (first,) = ledger.claim_runnable(1, 60)
+                ledger.note(first, "hello")  # the group has a write of its own
+                taken = ledger.claim_runnable(2, 60)
+                # before any group commit or await: both are already committed, and no lock
+                # of the claim is held (another worker may lock the jobs without waiting)
+                events = _seen(pg_url, "SELECT COUNT(*) FROM events WHERE kind = 'hello'")
+                leased = _seen(pg_url, "SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")
+                with psycopg.connect(pg_url) as other:
+                    other.execute("SET lock_timeout = '2s'")
+                    locked = other.execute(
+                        "SELECT id FROM jobs WHERE id = ANY(%s) FOR UPDATE NOWAIT",
+                        ([job["id"] for job in taken],),
+                    ).fetchall()
+            return events, leased, locked
+
+        events, leased, locked = asyncio.run(run())
+        assert (events, leased, len(locked)) == (1, 3, 2)
+    finally:
+        ledger.close()

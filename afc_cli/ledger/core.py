@@ -792,6 +792,16 @@ class Ledger:
         where = f"status IN {ACTIVE_SQL}" + (" AND batch = ?" if batch is not None else "")
         params: list[Any] = [batch] if batch is not None else []
         with self.tx():
+            # A transaction of its own, holding no other job's row and committed at its end
+            # (``_alone``): on PostgreSQL, FOR UPDATE SKIP LOCKED skips the rows locked when
+            # it reaches them, but a row another worker claimed and committed while this
+            # statement ran (free in its snapshot) is locked, re-checked, found taken and
+            # skipped still locked until this transaction ends. In a group transaction that
+            # lock would outlive the claim by milliseconds while the owner's next write of
+            # its job (start_attempt, finish, release) waits for it, and this group's write
+            # of one of its own jobs may wait for a lock the other's claim left the same way:
+            # a deadlock.
+            self._alone()
             # First the jobs of runs that died on this host: a render such a run spooled but
             # did not store is in this host's spool alone, and another host would pay for it
             # again once the lease runs out (README: "Where a dead host's bytes are"). Looked

@@ -19,6 +19,12 @@
   job and the taking of the shared budget's and provider limits' advisory locks, commits the
   group first and commits itself at its end (``_alone``). So no wait happens while holding
   another job's row: two runs claiming the same jobs in different orders never deadlock. A
+  worker's claim of free jobs (``claim_runnable``) is a transaction of its own too, though it
+  waits for nothing: ``SKIP LOCKED`` still locks a row another worker claimed and committed
+  while the statement ran (free in its snapshot, taken when re-checked) and keeps it locked,
+  skipped, until the transaction ends; in a group transaction that lock would make the row's
+  owner wait milliseconds to write its own job, and two groups each holding such a lock on a
+  job of the other deadlocked (``deadlock detected`` while updating ``jobs``). A
   failed statement aborts a PostgreSQL transaction: it rolls back every change since the
   last commit and stops the run, which the next run resumes from (``tx``).
   No transaction is held open across an ``await``, a provider call or an upload.
