@@ -241,9 +241,23 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, first)
 
 
+def _settled() -> None:
+    """The command's result is decided (its run is over; the summary and the exit code are
+    all that is left): a signal from here on (a cron job's timeout, a container stopping, a
+    Ctrl-C) changes nothing. Ignored, and blocked in this thread, the only one left: Python's
+    teardown puts its handlers back to the defaults (3.11 even an ignore set from Python), and
+    a signal then killed the finished run (exit -15 / 143, not a code README documents)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def _print_run(result: Any, json_out: bool, quiet: bool, admitted_only: bool = False) -> None:
     from afc_cli.costs import format_usd
     from afc_cli.output import emit_json, job_json
+
+    _settled()
 
     jobs = [job_json(row) for row in result.jobs]
     conflicts = result.admit.conflicts if result.admit else []
@@ -1256,12 +1270,7 @@ def main() -> None:
     except KeyboardInterrupt:  # a signal just as the command ended, outside its boundary
         sys.exit(130)
     finally:
-        # The command is over and its exit code decided. Python puts SIGINT and SIGTERM back
-        # to their defaults before its teardown (a tenth of a second or more: the ledger's
-        # connection closes then), so a signal in it killed the process (exit -15 / 143, not
-        # a code README documents) after the work and its summary were done: ignored now.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
+        _settled()  # the command is over, its exit code decided
 
 
 # afc report --html and afc serve: their module attaches them to ``app`` (afc_cli/cli_pictures.py)
