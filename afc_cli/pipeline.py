@@ -625,34 +625,12 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     # the attempt to this live run): the request has not left, and it is no
                     # longer this run's to pay for. Its cost is known: nothing (a row the
                     # takeover marked unknown keeps that status; its cost is still filled in).
-                    ctx.ledger.end_attempt(
-                        job,
-                        number,
-                        chain_index=chain_index,
-                        provider=entry["provider"],
-                        model=entry["model"],
-                        status="failed",
-                        error_class=INTERRUPTED,
-                        error_message=f"never sent: the job {ended}",
-                        cost_micros=0,
-                        cost_source="unsent",
-                    )
+                    _never_sent(ctx, job, number, chain_index, entry, f"the job {ended}")
                     raise JobLost(job["id"])
                 if ctx.stopping.is_set():
                     # The run began stopping while the row was committed: the request never
                     # left this machine, so this attempt is known to have cost nothing.
-                    ctx.ledger.end_attempt(
-                        job,
-                        number,
-                        chain_index=chain_index,
-                        provider=entry["provider"],
-                        model=entry["model"],
-                        status="failed",
-                        error_class=INTERRUPTED,
-                        error_message="never sent: afc was stopping",
-                        cost_micros=0,
-                        cost_source="unsent",
-                    )
+                    _never_sent(ctx, job, number, chain_index, entry, "afc was stopping")
                     return False
             ctx.report(job, "attempt", f"{entry['provider']}/{entry['model']} attempt {number}")
             crash_point("after_attempt_row")
@@ -822,6 +800,30 @@ def _ended_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
     if current["lease_owner"] != ctx.ledger.owner:
         return "was taken over by another afc process"
     return None
+
+
+def _never_sent(
+    ctx: RunContext,
+    job: dict[str, Any],
+    number: int,
+    chain_index: int,
+    entry: dict[str, Any],
+    why: str,
+) -> None:
+    """An attempt whose row was committed and whose request never left this machine: failed,
+    ``interrupted``, at a known cost of 0 (source ``unsent``)."""
+    ctx.ledger.end_attempt(
+        job,
+        number,
+        chain_index=chain_index,
+        provider=entry["provider"],
+        model=entry["model"],
+        status="failed",
+        error_class=INTERRUPTED,
+        error_message=f"never sent: {why}",
+        cost_micros=0,
+        cost_source="unsent",
+    )
 
 
 class _LedgerFailed(Exception):
