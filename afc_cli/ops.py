@@ -13,7 +13,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, Ledger
-from afc_cli.owner import owner_is_dead
+from afc_cli.owner import host_of, owner_is_dead
 
 STAT_FIELDS = (
     "queued",
@@ -247,8 +247,10 @@ def _in_flight(attempt: dict[str, Any]) -> bool:
     host, or on another host less than STALE_CALL_S ago."""
     if attempt["status"] != "started" or owner_is_dead(attempt["owner"]):
         return False
-    host = (attempt["owner"] or "").rsplit(":", 2)[0]
-    return host == socket.gethostname() or time.time() - attempt["started_at"] < STALE_CALL_S
+    return (
+        host_of(attempt["owner"]) == socket.gethostname()
+        or time.time() - attempt["started_at"] < STALE_CALL_S
+    )
 
 
 def queue_stats(ledger_path: str) -> dict[str, Any]:

@@ -34,6 +34,11 @@ def current_owner() -> str:
     return f"{host_id()}:{pid}:{_start_ticks(pid) or '0'}"
 
 
+def host_of(owner: str | None) -> str:
+    """The host part of an owner id (``host:pid:start``); "" for none."""
+    return (owner or "").rsplit(":", 2)[0]
+
+
 def owner_is_dead(owner: str | None) -> bool:
     """True only when we can tell for certain that the owning process is gone."""
     if not owner:

@@ -1274,10 +1274,10 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
     """Why a job at its store step has no spool file here, and what a person can do: the file
     may be on the host whose run rendered it (workers on several machines each spool on their
     own disk), or gone."""
-    from afc_cli.owner import host_id
+    from afc_cli.owner import host_id, host_of
 
     rendered = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
-    host = (rendered[-1]["owner"] or "").rsplit(":", 2)[0] if rendered else ""
+    host = host_of(rendered[-1]["owner"]) if rendered else ""
     keep = (
         f"afc will not pay for a new render on its own: put the file back, then 'afc retry "
         f"{job['key']}' (the run that takes it stores the file and pays nothing; without the "

@@ -30,7 +30,7 @@ from afc_cli.gates import (
     gate_kept,
     refused_dependent,
 )
-from afc_cli.owner import lease_held, owner_is_dead
+from afc_cli.owner import host_of, lease_held, owner_is_dead
 from afc_cli.secrets import map_leaves, scrub, scrub_data
 
 # rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
@@ -859,7 +859,7 @@ class Ledger:
                 + " ORDER BY batch, seq",
                 [
                     *params,
-                    self.owner.split(":", 1)[0] + ":%",
+                    host_of(self.owner) + ":%",
                     self.owner,
                     *(() if here_only else (now,)),
                 ],

@@ -9,6 +9,7 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any
 
 from afc_cli.attempts import parse_retry_after
@@ -196,8 +197,7 @@ class HttpProvider(Provider):
                 stopped = self._stopped(request)
                 if now + pause + FETCH_ROUND_INTERVALS * poll_interval() > end or stopped:
                     if rounds > 1 or stopped:
-                        exc.message = _rounds_said(exc.message, rounds, stopped)
-                        exc.args = (exc.message,)
+                        _rounds_said(exc, rounds, stopped)
                     raise
                 if not self._fetch_failing_said:
                     self._fetch_failing_said = True
@@ -208,15 +208,12 @@ class HttpProvider(Provider):
                         f"for up to {_minutes(self.keeps_outputs_s)} while {self.name} keeps it, "
                         "rather than pay for a new render (Ctrl-C stops the run)"
                     )
-                if request.idle is not None:
-                    async with request.idle():  # the job's slot serves another meanwhile
-                        await self._pause(pause, request)
-                else:
+                # the job's slot serves another meanwhile
+                async with request.idle() if request.idle is not None else nullcontext():
                     await self._pause(pause, request)
                 ended = request.ended() if request.ended is not None else None
                 if self._stopped(request) or ended:
-                    exc.message = _rounds_said(exc.message, rounds, not ended, ended)
-                    exc.args = (exc.message,)
+                    _rounds_said(exc, rounds, not ended, ended)
                     raise
                 continue
             if rounds and self._fetch_failing_said:
@@ -321,7 +318,7 @@ def _seconds(seconds: float) -> str:
     return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
 
 
-def _rounds_said(message: str, rounds: int, stopped: bool, ended: str | None = None) -> str:
+def _rounds_said(exc: ProviderError, rounds: int, stopped: bool, ended: str | None = None) -> None:
     """An output's fetch failure said with its rounds, and what ended them: the run's stop,
     or the job's end elsewhere (``ended``: why)."""
     said = [f"{rounds} rounds of {FETCH_TRIES} tries"] if rounds > 1 else []
@@ -329,7 +326,8 @@ def _rounds_said(message: str, rounds: int, stopped: bool, ended: str | None = N
         said.append(f"not fetched further: the job {ended}")
     elif stopped:
         said.append("afc stopped")
-    return f"{message} ({'; '.join(said)})"
+    exc.message = f"{exc.message} ({'; '.join(said)})"
+    exc.args = (exc.message,)
 
 
 def _minutes(seconds: float) -> str:
