@@ -13,7 +13,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, Ledger
-from afc_cli.owner import host_of, owner_is_dead
+from afc_cli.owner import host_id, host_of, owner_is_dead
 
 STAT_FIELDS = (
     "queued",
@@ -244,11 +244,11 @@ def retry(
 
 def _in_flight(attempt: dict[str, Any]) -> bool:
     """Whether an attempt's call may still be running: started, by a live process of this
-    host, or on another host less than STALE_CALL_S ago."""
+    host (AFC_HOST_ID, else its host name), or on another host less than STALE_CALL_S ago."""
     if attempt["status"] != "started" or owner_is_dead(attempt["owner"]):
         return False
     return (
-        host_of(attempt["owner"]) == socket.gethostname()
+        host_of(attempt["owner"]) == host_id()
         or time.time() - attempt["started_at"] < STALE_CALL_S
     )
 

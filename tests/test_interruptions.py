@@ -446,3 +446,23 @@ def test_a_call_on_another_host_blocks_a_retry_only_until_it_is_stale():
     attempt["started_at"] -= STALE_CALL_S + 1
     assert not _in_flight(attempt)
     assert not _in_flight({**attempt, "started_at": time.time(), "status": "succeeded"})
+
+
+def test_a_live_call_of_this_host_blocks_a_retry_however_old_when_afc_host_id_names_it(
+    monkeypatch,
+):
+    """AFC_HOST_ID names this host in owner ids: a started call of a live process here blocks a
+    retry for as long as that process lives, not only for STALE_CALL_S (it compared the owner's
+    host with the machine's host name, so with AFC_HOST_ID set a long call counted as stale)."""
+    from afc_cli import owner
+    from afc_cli.ops import STALE_CALL_S, _in_flight
+
+    monkeypatch.setenv("AFC_HOST_ID", "render-7")
+    owner.current_owner.cache_clear()
+    try:
+        mine = owner.current_owner()
+        assert mine.startswith("render-7:")
+        old = time.time() - STALE_CALL_S - 60
+        assert _in_flight({"status": "started", "owner": mine, "started_at": old})
+    finally:
+        owner.current_owner.cache_clear()
