@@ -39,6 +39,20 @@ def host_of(owner: str | None) -> str:
     return (owner or "").rsplit(":", 2)[0]
 
 
+def host_lease() -> str:
+    """An owner id that holds a job for this host rather than for one of its processes: pid 0,
+    which no process has. Any run on this host finds that owner dead, so takes the job at once
+    (with no takeover counted: ``Ledger.claim``); a run on another host waits for the lease to
+    expire, as for any other host's job. A job that waits for storage with its paid output in
+    this host's spool is leased so (``Ledger.set_waiting``): no other host meets it without its
+    spool file before this one has had a lease's time to store it."""
+    return f"{host_id()}:0:0"
+
+
+def is_host_lease(owner: str | None) -> bool:
+    return (owner or "").rsplit(":", 2)[1:] == ["0", "0"]
+
+
 def owner_is_dead(owner: str | None) -> bool:
     """True only when we can tell for certain that the owning process is gone."""
     if not owner:
@@ -52,6 +66,8 @@ def owner_is_dead(owner: str | None) -> bool:
         return False
     if owner == current_owner():
         return False
+    if pid == 0:  # a lease held for this host, no process (host_lease)
+        return True
     now_ticks = _start_ticks(pid)
     if now_ticks is not None:
         return ticks != "0" and now_ticks != ticks

@@ -42,6 +42,7 @@ from afc_cli.attempts import (
 from afc_cli.costs import RateCards, format_usd, to_micros
 from afc_cli.errors import AnswerNotRead, SpoolError, StorageError
 from afc_cli.ledger import SHARED_BUDGET, TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
+from afc_cli.owner import host_id, host_of
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
 from afc_cli.providers.base import GONE_PREFIX, RequestGone
 from afc_cli.secrets import scrub
@@ -1200,12 +1201,27 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
             f"storage, then 'afc retry {job['key']}' ({then}).",
         )
     else:
+        # Its paid output is in this host's spool alone: the job stays leased to this host
+        # for a lease's time, so the run that retries its storage is one of this host's,
+        # not a worker elsewhere that would find no spool file (SPOOL_MISSING).
+        here = not before_render and spool_path.exists()
         then = (
             "the next run reads storage again before any render is paid"
             if before_render
             else f"the next run retries the {step} step, never the render"
+            + (
+                f" (a run on host {host_id()}, whose spool holds the output; on another host "
+                "only once that lease has run out)"
+                if here
+                else ""
+            )
         )
-        ctx.ledger.set_waiting(job, f"storage: {error.message}; {then}", store_failures=failures)
+        ctx.ledger.set_waiting(
+            job,
+            f"storage: {error.message}; {then}",
+            here_for_s=ctx.lease_s if here else None,
+            store_failures=failures,
+        )
         ctx.report(
             job,
             "waiting",
@@ -1274,7 +1290,6 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
     """Why a job at its store step has no spool file here, and what a person can do: the file
     may be on the host whose run rendered it (workers on several machines each spool on their
     own disk), or gone."""
-    from afc_cli.owner import host_id, host_of
 
     rendered = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
     host = host_of(rendered[-1]["owner"]) if rendered else ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import socket
 import sqlite3
+import time
 
 import pytest
 from conftest import jobs, manifest
@@ -479,3 +480,39 @@ def test_a_stalled_owners_interrupt_does_not_end_the_attempt_another_process_pol
         assert (attempt["status"], attempt["owner"]) == ("succeeded", ledger.owner)
     finally:
         stalled.close()
+
+
+def test_a_job_leased_to_its_spools_host_is_taken_there_at_once_and_elsewhere_only_later(
+    book, ledger_url, monkeypatch
+):
+    """A job waiting for storage with its output in this host's spool is leased to the host
+    (``set_waiting(here_for_s=...)``, owner ``host:0:0``): a worker on another host leaves it
+    alone while the lease runs; any process here takes it at once, with no takeover counted;
+    once the lease ran out, another host takes it over as any other."""
+    from afc_cli.owner import host_id
+
+    ledger, (a, _, _), _ = book
+    home = host_id()
+    job = ledger.claim(a["id"], 60)
+    ledger.set_waiting(job, "storage: down", here_for_s=60)
+    assert (job["lease_owner"], ledger.job(a["id"])["lease_owner"]) == (f"{home}:0:0",) * 2
+    elsewhere = Ledger(ledger_url)
+    elsewhere.owner = "host-b:4242:1"
+    here = Ledger(ledger_url)
+    here.owner = f"{home}:4243:1"  # another process of this host (a worker's next run)
+    try:
+        monkeypatch.setenv("AFC_HOST_ID", "host-b")  # what host-b's processes see
+        assert elsewhere.claim(a["id"], 60) is None
+        assert [j["key"] for j in elsewhere.claim_runnable(3, 60)] == ["shot-002", "shot-003"]
+        monkeypatch.setenv("AFC_HOST_ID", home)
+        taken = here.claim(a["id"], 60)
+        assert taken is not None and taken["takeovers"] == 0
+        assert [e for e in here.events(a["id"]) if e["kind"] == "takeover"] == []
+        here.set_waiting(taken, "storage: down", here_for_s=0.01)
+        time.sleep(0.05)
+        monkeypatch.setenv("AFC_HOST_ID", "host-b")
+        taken = elsewhere.claim(a["id"], 60)  # the host never came back for it
+        assert taken is not None and taken["lease_owner"] == "host-b:4242:1"
+    finally:
+        elsewhere.close()
+        here.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import sqlite3
 import time
 
 import boto3
@@ -326,6 +327,10 @@ def test_a_job_whose_spool_is_on_another_host_names_that_host(afc, s3):
     spool = afc.cwd / "afc.db-spool" / f"{job_id}.spool"
     kept = spool.read_bytes()
     spool.unlink()  # it is on host-a, not here
+    # host-a kept the job leased to itself for a lease (the test below); host-a never came back
+    with sqlite3.connect(afc.cwd / "afc.db") as db:
+        db.execute("UPDATE jobs SET lease_expires = 0")
+    db.close()
     assert afc("resume", env={"AFC_HOST_ID": "host-b"}).returncode == 1
     [(status, code, message)] = afc.rows("SELECT status, error_code, error_message FROM jobs")
     assert (status, code) == ("dead", "SPOOL_MISSING")
@@ -336,5 +341,42 @@ def test_a_job_whose_spool_is_on_another_host_names_that_host(afc, s3):
     assert afc("retry", "shot-001").returncode == 0
     assert afc("resume", env={"AFC_HOST_ID": "host-b"}).returncode == 0
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
+    stored = s3.client.get_object(Bucket=s3.bucket, Key="films/b1/shot-001.png")["Body"].read()
+    assert stored == kept
+
+
+def test_a_job_waiting_to_store_stays_with_the_host_whose_spool_holds_its_output(afc, s3):
+    """A store that failed (an S3 outage) left the job waiting at its store step, free for any
+    run: on several machines the next to meet it was often a worker on another host, which
+    has no spool file and dead-lettered it SPOOL_MISSING (a person had to copy the file back).
+    The job now stays leased to the host that spooled it for a lease: another host leaves it
+    alone meanwhile, and any run on that host takes it at once (no takeover counted) and stores
+    it without paying again."""
+    afc.write_manifest(manifest(jobs(1), storage=s3.url))
+    s3.plan.add(Fault("PUT", r"/films/", "500", -1))
+    first = afc("submit", "manifest.yaml", env={"AFC_HOST_ID": "host-a"})
+    assert first.returncode == 1, first.stderr
+    s3.plan.clear()
+    [(status, step, holder, reason)] = afc.rows(
+        "SELECT status, step, lease_owner, waiting_reason FROM jobs"
+    )
+    assert (status, step, holder) == ("waiting", "store", "host-a:0:0")
+    assert "a run on host host-a, whose spool holds the output" in reason
+    job_id = afc.rows("SELECT id FROM jobs")[0][0]
+    spool = afc.cwd / "afc.db-spool" / f"{job_id}.spool"
+    kept = spool.read_bytes()
+    spool.rename(spool.with_suffix(".away"))  # host-b's disk has no such file
+    other = afc("resume", env={"AFC_HOST_ID": "host-b"})
+    assert other.returncode == 1, other.stderr  # a job of its scope still waits
+    assert "on host host-a, whose spool holds the output" in other.stderr
+    assert afc.rows("SELECT status, step, lease_owner, error_code FROM jobs") == [
+        ("waiting", "store", "host-a:0:0", None)
+    ]
+    spool.with_suffix(".away").rename(spool)  # back on host-a
+    again = afc("resume", env={"AFC_HOST_ID": "host-a"})
+    assert again.returncode == 0, again.stderr
+    assert afc.rows("SELECT status, lease_owner, takeovers FROM jobs") == [("succeeded", None, 0)]
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
+    assert afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'takeover'") == [(0,)]
     stored = s3.client.get_object(Bucket=s3.bucket, Key="films/b1/shot-001.png")["Body"].read()
     assert stored == kept

@@ -30,7 +30,7 @@ from afc_cli.gates import (
     gate_kept,
     refused_dependent,
 )
-from afc_cli.owner import host_of, lease_held, owner_is_dead
+from afc_cli.owner import host_lease, host_of, is_host_lease, lease_held, owner_is_dead
 from afc_cli.secrets import map_leaves, scrub, scrub_data
 
 # rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
@@ -736,7 +736,7 @@ class Ledger:
                     self.owner,
                     now + lease_s,
                     now,
-                    0 if holder is None or mine else 1,
+                    0 if holder is None or mine or is_host_lease(holder) else 1,
                     job_id,
                     *(() if holder is None else (holder,)),
                 ),
@@ -746,7 +746,7 @@ class Ledger:
             if job["attempts"]:
                 self._mark_unknown(job_id, job["batch"], exclude_owner=self.owner)
             job.update(lease_owner=self.owner, lease_expires=now + lease_s, updated_at=now)
-            if holder is not None and not mine:
+            if holder is not None and not mine and not is_host_lease(holder):
                 self._event(job_id, job["batch"], "takeover", previous_owner=holder)
                 job["takeovers"] += 1
                 if job["takeovers"] > MAX_TAKEOVERS:
@@ -1128,12 +1128,27 @@ class Ledger:
             raise JobLost(job["id"])
         job.update(updates)
 
-    def set_waiting(self, job: dict[str, Any], reason: str, **updates: Any) -> None:
+    def set_waiting(
+        self,
+        job: dict[str, Any],
+        reason: str,
+        *,
+        here_for_s: float | None = None,
+        **updates: Any,
+    ) -> None:
         """The job waits (a backoff, the budget, a full disk, storage), resting at its step:
         one the job reached without a write of its own (``render`` after a probe that found
-        nothing) is written here, with its step rows (``_checkpoint``)."""
+        nothing) is written here, with its step rows (``_checkpoint``).
+
+        ``here_for_s``: the job stays leased to this host (``owner.host_lease``) for that long
+        instead of being freed: its paid output is in this host's spool alone, so a run on
+        another host would find no spool file (``SPOOL_MISSING``); any run here takes it."""
         with self.tx():
             updates.setdefault("step", job["step"])
+            if here_for_s is not None:
+                updates.update(
+                    lease_owner=host_lease(), lease_expires=self.lease_clock() + here_for_s
+                )
             self._update_job(job, status="waiting", waiting_reason=reason, **updates)
             self._checkpoint(job, ())
             self._event(job["id"], job["batch"], "waiting", reason=reason)
