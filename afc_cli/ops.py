@@ -248,8 +248,7 @@ def _in_flight(attempt: dict[str, Any]) -> bool:
     if attempt["status"] != "started" or owner_is_dead(attempt["owner"]):
         return False
     return (
-        host_of(attempt["owner"]) == host_id()
-        or time.time() - attempt["started_at"] < STALE_CALL_S
+        host_of(attempt["owner"]) == host_id() or time.time() - attempt["started_at"] < STALE_CALL_S
     )
 
 

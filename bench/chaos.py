@@ -136,6 +136,30 @@ def make_manifest(rng: random.Random, batch: str, n: int) -> dict:
     }
 
 
+def budget_spend(db) -> dict[str, tuple[int, int, int]]:
+    """Per run id, what its budget counts (known cost, else the reservation) of the attempts
+    its runs started, of those it adopted, and how many attempts. A request another run
+    started and left polling, adopted by this run, counts in its budget from then on (README
+    "Budget"; its attempt_resumed event names the run it came from, ``from_run``): the cap
+    bounds what the run started, not what it adopted."""
+    adopted = set()
+    for event in db.execute(
+        "SELECT job_id, detail_json FROM events WHERE kind = 'attempt_resumed'"
+    ):
+        detail = json.loads(event["detail_json"])
+        if "from_run" in detail:
+            adopted.add((event["job_id"], detail["number"]))
+    spend: dict[str, list[int]] = {}
+    for a in db.execute(
+        "SELECT run_id, job_id, number, cost_micros, reserved_micros FROM attempts"
+    ):
+        counted = a["cost_micros"] if a["cost_micros"] is not None else a["reserved_micros"] or 0
+        entry = spend.setdefault(a["run_id"] or "", [0, 0, 0])
+        entry[1 if (a["job_id"], a["number"]) in adopted else 0] += counted
+        entry[2] += 1
+    return {run_id: tuple(entry) for run_id, entry in spend.items()}
+
+
 class S3:
     def __init__(self):
         import boto3
@@ -616,15 +640,11 @@ class Round:
         if not caps:
             return
         cap = int(caps["cap"] * 1_000_000)
-        for row in db.execute(
-            "SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)) AS spent,"
-            " COUNT(*) AS n FROM attempts GROUP BY run_id"
-        ):
-            run_id, spent, n = row["run_id"], row["spent"], row["n"]
+        for run_id, (started, _adopted, n) in budget_spend(db).items():
             figures["budget_runs"] += 1
-            figures["budget_max_run_micros"] = max(figures["budget_max_run_micros"], spent)
-            if spent > cap:
-                self.problems.append(f"run {run_id}: {n} attempts counted {spent} > cap {cap}")
+            figures["budget_max_run_micros"] = max(figures["budget_max_run_micros"], started)
+            if started > cap:
+                self.problems.append(f"run {run_id}: {n} attempts, {started} started > cap {cap}")
 
     def close(self):
         self.fake.stop()
@@ -995,14 +1015,14 @@ class PgRound(Round):
         if not self.budget:
             return
         cap = int(Decimal(self.budget) * 1_000_000)
-        for row in db.execute(
-            "SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)) AS spent,"
-            " COUNT(*) AS n FROM attempts WHERE run_id LIKE 'budget:%' GROUP BY run_id"
-        ):
+        for run_id, (started, adopted, n) in budget_spend(db).items():
+            if not run_id.startswith("budget:"):
+                continue
             figures["budget_runs"] += 1
-            figures["budget_spent_micros"] = int(row["spent"])
-            if row["spent"] > cap:
-                self.problems.append(f"{row['run_id']}: {row['n']} attempts {row['spent']} > {cap}")
+            figures["budget_spent_micros"] = started + adopted
+            figures["budget_adopted_micros"] = adopted
+            if started > cap:
+                self.problems.append(f"{run_id}: {n} attempts, {started} started > {cap}")
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import time
@@ -179,6 +180,7 @@ def test_killed_after_submit_resume_polls_with_zero_new_submits(afc, fake, provi
     proc.wait(timeout=30)
     submits = fake.counts[f"{provider}_submit"]
     assert submits == 3
+    [(killed_run,)] = afc.rows("SELECT DISTINCT run_id FROM attempts")
     fake.released.set()
     resumed = afc.json("resume")
     assert resumed["exit_code"] == 0, resumed
@@ -186,6 +188,11 @@ def test_killed_after_submit_resume_polls_with_zero_new_submits(afc, fake, provi
     rows = afc.rows("SELECT number, status FROM attempts ORDER BY job_id")
     assert rows == [(1, "succeeded")] * 3
     assert afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'attempt_resumed'") == [(3,)]
+    # each moved into this run (its spend and budget), and its event names the killed run
+    [(run,)] = afc.rows("SELECT DISTINCT run_id FROM attempts")
+    assert run != killed_run
+    details = afc.rows("SELECT detail_json FROM events WHERE kind = 'attempt_resumed'")
+    assert {json.loads(d)["from_run"] for (d,) in details} == {killed_run}
     # the run that learnt the three costs shows them: its spend is the costs report's priced
     # (an outside audit found it said 0.000000, the attempts left to the killed run)
     priced = afc.json("costs", "report")["total"]["priced"]

@@ -1314,7 +1314,9 @@ class Ledger:
         """Take over an attempt a dead run left submitted, to poll it to its end. It becomes
         ``run_id``'s: the run that learns its outcome and cost shows that cost in its summary
         and counts it against its budget (the run that submitted it ended saying it left an
-        attempt of unknown cost). An attempt of a workers' shared budget (``afc worker
+        attempt of unknown cost); its ``attempt_resumed`` event names the run it came from
+        (``from_run``). So a budget's counted spend may pass its cap by requests it adopted,
+        never by attempts it started. An attempt of a workers' shared budget (``afc worker
         --budget``, SHARED_BUDGET) stays that budget's: its other workers go on, and moved
         out, what it paid for would no longer count against their cap."""
         with self.tx(commit=True):
@@ -1325,12 +1327,20 @@ class Ledger:
                 (self.owner, SHARED_BUDGET + "%", run_id, attempt["id"]),
             )
             if cursor.rowcount == 1:
+                before = attempt.get("run_id")
+                moved = (
+                    run_id is not None
+                    and run_id != before
+                    and not (before or "").startswith(SHARED_BUDGET)
+                )
                 self._event(
                     job["id"],
                     job["batch"],
                     "attempt_resumed",
                     number=attempt["number"],
                     request=attempt["provider_request_id"],
+                    # its cost now counts in this run's spend (and budget), not that run's
+                    **({"from_run": before} if moved else {}),
                 )
             return cursor.rowcount == 1
 
