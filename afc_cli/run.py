@@ -562,7 +562,7 @@ def run_jobs(
     checked: frozenset[str] = frozenset(),
     spool_checked: bool = False,
     run_id: str | None = None,
-    more: Callable[[], list[str]] | None = None,
+    more: Callable[[set[str]], list[str]] | None = None,
     stopped: Callable[[], bool] | None = None,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
@@ -574,7 +574,8 @@ def run_jobs(
     sharing one budget pass one id (afc_cli/worker.py).
     ``more``: asked for the ids of more jobs (claimed already, of batches this run opened)
     whenever no more than ``concurrency`` of the run's jobs are left unfinished, until it
-    returns none; they run in this same loop (afc worker: no new loop per claim).
+    returns none; they run in this same loop (afc worker: no new loop per claim). It is
+    given the ids of the jobs still running here, which it must not claim: see ``_fed``.
     ``stopped``: whether a stop was asked for before the loop took the signals over (a
     worker's SIGTERM while it opened the storages): the loop then starts by draining, as if
     the signal had come a moment later."""
@@ -740,20 +741,30 @@ async def _all_done(
 async def _fed(
     ctx: RunContext,
     tasks: dict[str, asyncio.Task],
-    more: Callable[[], list[str]],
+    more: Callable[[set[str]], list[str]],
     low: int,
     drain: Callable[[StopsRun], None] | None = None,
 ) -> None:
     """``run_jobs(more=...)``: like ``_all_done``, and whenever no more than ``low`` jobs are
     left unfinished (the run not stopping), ask ``more`` for others and run them beside; done
-    when every job is, once ``more`` had none (it is not asked again in this run)."""
+    when every job is, once ``more`` had none (it is not asked again in this run).
+
+    ``more`` is told which jobs still run here, and claims none of them. A job whose task
+    here stalled past its lease may have been taken over by another process and released
+    again (a drain); a claim of it by this process would make the stalled task its lease
+    holder again, though its view of the job is stale: it went on to finish the job on a
+    request the other process had taken over (the attempt left ``unknown`` on a succeeded
+    job). Left unclaimed, the stalled task's next fenced write fails as any lost lease's
+    does (``JobLost``; a paid result is kept, ``pipeline._keep_late_result``), and the job
+    is claimed afresh once that task has ended."""
     asked_out = False
     # kept as jobs start and end: a worker's loop runs thousands of jobs, and recounting
     # every task it ever ran at each job's end grew with the square of their number
     pending = {task for task in tasks.values() if not task.done()}
+    ids = {task: job_id for job_id, task in tasks.items()}
     while True:
         if len(pending) <= low and not (asked_out or ctx.stopping.is_set() or ctx.budget_hit):
-            new = [job_id for job_id in more() if job_id not in tasks or tasks[job_id].done()]
+            new = more({ids[task] for task in pending})
             asked_out = not new
             if new:
                 ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))
@@ -761,6 +772,7 @@ async def _fed(
                     ctx.storages[name].check_keys(ctx.ledger.output_keys(name, new))
                 for job_id in new:
                     tasks[job_id] = asyncio.ensure_future(run_job(ctx, job_id))
+                    ids[tasks[job_id]] = job_id
                     pending.add(tasks[job_id])
                 continue
         if not pending:

@@ -92,10 +92,10 @@ class Refill:
         self.result, self.reporter = result, reporter
         self.done = False
 
-    def __call__(self) -> list[str]:
+    def __call__(self, running: set[str]) -> list[str]:
         if self.done or self.stop.is_set():
             return []
-        jobs = self.ledger.claim_runnable(self.claim, self.lease_s, batch=self.batch)
+        jobs = self.ledger.claim_runnable(self.claim, self.lease_s, batch=self.batch, skip=running)
         if not jobs:
             return []
         try:

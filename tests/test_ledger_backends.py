@@ -516,3 +516,23 @@ def test_a_job_leased_to_its_spools_host_is_taken_there_at_once_and_elsewhere_on
     finally:
         elsewhere.close()
         here.close()
+
+
+def test_a_claim_never_takes_a_job_this_loop_still_runs(book):
+    """A worker's run loop tells its claims which jobs it still runs (``skip``). Its task of
+    a job it stalled on, taken over by another process and released again, must not become
+    the lease holder again through its own process's claim: its view of the job is stale (it
+    finished a job on a request the other process had taken over, leaving that attempt
+    ``unknown``). Free, expired or held by a dead process here: a skipped job is not taken."""
+    from afc_cli.owner import host_id
+
+    ledger, (a, b, c), _ = book
+    _held_here(ledger, b, "another-host:4242:1", expires="1")  # expired elsewhere
+    _held_here(ledger, c, f"{host_id()}:999999999:1", expires="9e18")  # dead here
+    skip = {a["id"], b["id"], c["id"]}
+    assert ledger.claim_runnable(3, 60, skip=skip) == []
+    assert [j["key"] for j in ledger.claim_runnable(3, 60, skip={b["id"]})] == [
+        "shot-001",
+        "shot-003",
+    ]
+    assert ledger.job(b["id"])["lease_owner"] == "another-host:4242:1"

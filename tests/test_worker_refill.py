@@ -56,12 +56,12 @@ def test_a_claim_the_loop_cannot_run_is_released_and_ends_the_feeding(admitted):
         refill = Refill(
             ledger, 4, 60, None, set(), lambda jobs: None, _Never(), WorkerResult(), None
         )
-        assert refill() == []
-        assert refill.done and refill() == []
+        assert refill(set()) == []
+        assert refill.done and refill(set()) == []
         held = ledger.db.execute("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")
         assert held.fetchone()[0] == 0
         fed = Refill(ledger, 4, 60, None, {"b1"}, lambda jobs: None, _Never(), WorkerResult(), None)
-        assert len(fed()) == 4 and fed.result.claimed == 4
+        assert len(fed(set())) == 4 and fed.result.claimed == 4
     finally:
         ledger.close()
 

@@ -15,7 +15,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -774,7 +774,11 @@ class Ledger:
     ROW_LOCK = ""
 
     def claim_runnable(
-        self, limit: int, lease_s: float, batch: str | None = None
+        self,
+        limit: int,
+        lease_s: float,
+        batch: str | None = None,
+        skip: Collection[str] = (),
     ) -> list[dict[str, Any]]:
         """Claim up to ``limit`` runnable jobs (queued, running or waiting; free, or leased by
         an owner whose lease expired by the ledger's clock, or who died on this host), in the
@@ -786,11 +790,17 @@ class Ledger:
         subquery may be run again and take more). Only if that leaves
         room are leases of other owners looked at: each is taken by ``claim``, which
         re-checks it, counts a takeover and marks the previous owner's attempts in flight
-        ``unknown`` in this same transaction."""
+        ``unknown`` in this same transaction.
+
+        ``skip``: ids of jobs this process is running still (a worker's run loop), never
+        claimed here, free or not (``run._fed`` says why)."""
         self.settle_ready_blocked(batch)
         now = self.lease_clock()
         where = f"status IN {ACTIVE_SQL}" + (" AND batch = ?" if batch is not None else "")
         params: list[Any] = [batch] if batch is not None else []
+        if skip:
+            where += f" AND id NOT IN ({', '.join('?' * len(skip))})"
+            params += list(skip)
         with self.tx():
             # A transaction of its own, holding no other job's row and committed at its end
             # (``_alone``): on PostgreSQL, FOR UPDATE SKIP LOCKED skips the rows locked when
