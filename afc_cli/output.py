@@ -75,9 +75,11 @@ def job_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def stopping_message(grace_s: float, in_flight: int, why: str | None = None) -> str:
+    # ``--grace inf`` waits for every call in flight however long it takes
+    wait = "with no limit" if grace_s == float("inf") else f"up to {grace_s:g}s"
     return (
-        f"stopping{f' ({why})' if why else ''}: no new provider calls; waiting up to "
-        f"{grace_s:g}s for {in_flight} job(s) in a call or in their storage work (press Ctrl-C "
+        f"stopping{f' ({why})' if why else ''}: no new provider calls; waiting {wait} "
+        f"for {in_flight} job(s) in a call or in their storage work (press Ctrl-C "
         "again to abandon them)"
     )
 

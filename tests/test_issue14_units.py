@@ -147,3 +147,13 @@ def test_a_text_column_with_room_to_spare_narrows_before_it_is_dropped():
     plan = layout(rows, cols, 55)
     assert [c.name for c in plan.columns] == ["key", "reason"] and plan.widths == [40, 13]
     assert [c.name for c in layout(rows, cols, 50).columns] == ["key"]
+
+
+def test_the_stopping_line_says_how_long_it_waits_even_with_no_limit():
+    """``--grace inf`` waits for calls in flight however long they take: the line said
+    'waiting up to infs'."""
+    from afc_cli.output import stopping_message
+
+    assert "waiting up to 2.5s for 3 job(s)" in stopping_message(2.5, 3)
+    line = stopping_message(float("inf"), 3, "SIGTERM")
+    assert "waiting with no limit for 3 job(s)" in line and "inf" not in line
