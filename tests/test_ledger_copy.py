@@ -3,6 +3,8 @@ against the copy renders nothing."""
 
 from __future__ import annotations
 
+import sqlite3
+
 from conftest import jobs, manifest, wait_for
 
 
@@ -118,3 +120,20 @@ def test_copy_refuses_a_source_a_live_run_holds_and_creates_nothing(afc):
         assert run.wait(timeout=60) == 0
     copied = afc.json("ledger", "copy", "afc.db", "copy.db")
     assert copied["rows"]["jobs"] == 1
+
+
+def test_copy_takes_a_job_leased_to_another_host_with_its_lease(afc):
+    """A job waiting for storage, leased to the host whose spool holds its output, has no run
+    writing it: the copy is not refused, and the lease travels with the job."""
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    with sqlite3.connect(afc.cwd / "afc.db") as db:
+        db.execute(
+            "UPDATE jobs SET status = 'waiting', lease_owner = 'render-2:0:0', lease_expires = 9e18"
+        )
+    db.close()
+    copied = afc("ledger", "copy", "afc.db", "copy.db")
+    assert copied.returncode == 0, copied.stderr
+    with sqlite3.connect(afc.cwd / "copy.db") as db:
+        assert db.execute("SELECT lease_owner FROM jobs").fetchall() == [("render-2:0:0",)]
+    db.close()

@@ -22,7 +22,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger.core import TERMINAL_SQL, Ledger
-from afc_cli.owner import owner_is_dead
+from afc_cli.owner import is_host_lease, owner_is_dead
 
 # every table of the schema but the migrations' own bookkeeping, parents before children
 # (foreign keys); tests/test_ledger_copy.py checks that none is left out
@@ -74,7 +74,9 @@ def copy_ledger(src_url: str, dst_url: str) -> dict[str, Any]:
 
 def _refuse_live(src: Ledger) -> None:
     """A source with a job held by a live run (its lease not expired, its owner not known
-    dead) is refused: the copy would miss what that run is about to record."""
+    dead) is refused: the copy would miss what that run is about to record. A job leased to
+    a host rather than a run (waiting for storage, its output in that host's spool:
+    ``owner.host_lease``) has no run writing it and is copied with its lease."""
     live = [
         row
         for row in src._all(
@@ -82,7 +84,7 @@ def _refuse_live(src: Ledger) -> None:
             f" AND lease_expires >= ? AND status NOT IN {TERMINAL_SQL}",
             (src.lease_clock(),),
         )
-        if not owner_is_dead(row["lease_owner"])
+        if not owner_is_dead(row["lease_owner"]) and not is_host_lease(row["lease_owner"])
     ]
     if live:
         row = live[0]
