@@ -1290,7 +1290,6 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
     """Why a job at its store step has no spool file here, and what a person can do: the file
     may be on the host whose run rendered it (workers on several machines each spool on their
     own disk), or gone."""
-
     rendered = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
     host = host_of(rendered[-1]["owner"]) if rendered else ""
     keep = (
