@@ -692,13 +692,15 @@ class FakeProviders:
                     "responseId": "resp-blocked-01",
                 },
             )
-        if "image-safety" in prompt:
+        if "image-safety" in prompt or "image-recitation" in prompt:
             return h.reply(
                 200,
                 {
                     "candidates": [
                         {
-                            "finishReason": "IMAGE_SAFETY",
+                            "finishReason": "IMAGE_SAFETY"
+                            if "image-safety" in prompt
+                            else "IMAGE_RECITATION",
                             "content": {"parts": [{"text": "I can't make that."}], "role": "model"},
                         }
                     ],

@@ -505,3 +505,23 @@ def test_a_cancelled_job_retried_pays_for_a_new_request(afc, fake):
     assert afc("resume").returncode == 0
     assert fake.counts["replicate_submit"] == 2
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+
+
+def test_a_gemini_image_withheld_as_recitation_is_a_refusal_not_a_server_failure(afc, fake):
+    """Gemini withholds an image that recites protected work with the finishReason
+    IMAGE_RECITATION, an image finish reason beside IMAGE_SAFETY (README: the finishReason
+    SAFETY family is a refusal). It was taken for a server failure: its paid attempts were backed
+    off and, exhausted, handed to the next model by the default fallback_on [exhausted],
+    which paid again for a prompt Gemini refuses."""
+    data = manifest([{"key": "j0", "prompt": "image-recitation"}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": "gemini", "model": MODELS["gemini"], "attempts": 2, "backoff": FAST},
+        {"provider": "openai", "model": MODELS["openai"], "backoff": FAST},
+    ]
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml", "--json")
+    assert result.returncode == 1, result.stderr
+    [job] = json.loads(result.stdout)["jobs"]
+    assert job["error"]["class"] == "refusal" and "IMAGE_RECITATION" in job["error"]["message"]
+    assert [a["error_class"] for a in attempts_of(afc, "j0")] == ["refusal", "refusal"]
+    assert fake.counts["gemini"] == 2 and fake.counts["openai"] == 0

@@ -33,6 +33,7 @@ SAFETY = {
     "IMAGE_SAFETY",
     "IMAGE_PROHIBITED_CONTENT",
     "IMAGE_OTHER",
+    "IMAGE_RECITATION",  # an image withheld as reciting protected work, as RECITATION is text
     "NO_IMAGE",
     "SPII",
     "RECITATION",
