@@ -525,3 +525,14 @@ def test_a_gemini_image_withheld_as_recitation_is_a_refusal_not_a_server_failure
     assert job["error"]["class"] == "refusal" and "IMAGE_RECITATION" in job["error"]["message"]
     assert [a["error_class"] for a in attempts_of(afc, "j0")] == ["refusal", "refusal"]
     assert fake.counts["gemini"] == 2 and fake.counts["openai"] == 0
+
+
+def test_a_fal_submit_refused_for_its_content_is_known_to_cost_nothing(afc, fake):
+    """fal's 422 content_policy_violation on a submit: the request was never queued, so it
+    cost nothing, as any other submit fal refuses. The refusal was recorded with its cost
+    unknown, each of the model's attempts an unpriced one whose reservation a budget held."""
+    jobs = run(afc, "fal", ["nsfw thing"], expect=1)
+    assert jobs["j0"]["error"]["class"] == "refusal"
+    attempts = attempts_of(afc, "j0")
+    assert [(a["http_status"], a["cost"]) for a in attempts] == [(422, "0.000000")] * 3
+    assert afc.json("costs", "report")["total"]["unpriced_attempts"] == 0

@@ -79,9 +79,20 @@ class FalProvider(HttpProvider):
     def _error(self, response: Any, action: str) -> ProviderError:
         data = json_or_empty(response)
         status = response.status_code
+        # A submit fal itself refused was not queued (fal bills no request that ends in 5xx,
+        # nor one it refused): a 4xx, or a 5xx in fal's own words (its JSON detail, its
+        # X-Fal-Error-Type). A bare 502/504 may come from a gateway in front of a request
+        # already queued, and once a request is queued (a status or result error) it may run
+        # on and be billed whatever that answer was: its cost is unknown.
+        fals_own = bool(data.get("detail")) or "x-fal-error-type" in response.headers
+        free = action == "submit" and (status < 500 or fals_own)
         if _policy_violation(data):
             return ProviderError(
-                "refusal", f"fal: {action}: content policy violation", http_status=status
+                "refusal",
+                f"fal: {action}: content policy violation",
+                http_status=status,
+                cost_micros=0 if free else None,
+                cost_source="derived" if free else None,
             )
         cls = class_for_status(status)
         retryable = response.headers.get("x-fal-retryable", "").lower()
@@ -94,13 +105,6 @@ class FalProvider(HttpProvider):
             # that request was queued and may have run, and sending again is a new payment.
             cls = "unavailable"
         detail = data.get("detail") or f"HTTP {status}"
-        # A submit fal itself refused was not queued (fal bills no request that ends in 5xx,
-        # nor one it refused): a 4xx, or a 5xx in fal's own words (its JSON detail, its
-        # X-Fal-Error-Type). A bare 502/504 may come from a gateway in front of a request
-        # already queued, and once a request is queued (a status or result error) it may run
-        # on and be billed whatever that answer was: its cost is unknown.
-        fals_own = bool(data.get("detail")) or "x-fal-error-type" in response.headers
-        free = action == "submit" and (status < 500 or fals_own)
         return ProviderError(
             cls,
             f"fal: {action}: {detail}",
