@@ -594,6 +594,18 @@ class FakeProviders:
                 r["status"] = "IN_PROGRESS"
                 return h.reply(202, {"status": "IN_PROGRESS", "logs": None})
             r["status"] = "COMPLETED"
+            if "runner-died" in r["prompt"] and self.first_time(f"runner-died {r['prompt']}"):
+                # fal's own retries of a runner lost mid-request ran out: the request ended
+                # in a 503, which fal does not bill
+                return h.reply(
+                    200,
+                    {
+                        "status": "COMPLETED",
+                        "logs": None,
+                        "error": "Runner disconnected",
+                        "error_type": "runner_disconnected",
+                    },
+                )
             return h.reply(
                 200, {"status": "COMPLETED", "logs": None, "metrics": {"inference_time": 1.1}}
             )

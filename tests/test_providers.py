@@ -536,3 +536,17 @@ def test_a_fal_submit_refused_for_its_content_is_known_to_cost_nothing(afc, fake
     attempts = attempts_of(afc, "j0")
     assert [(a["http_status"], a["cost"]) for a in attempts] == [(422, "0.000000")] * 3
     assert afc.json("costs", "report")["total"]["unpriced_attempts"] == 0
+
+
+def test_a_fal_request_ended_by_fals_own_infrastructure_error_is_known_to_cost_nothing(afc, fake):
+    """A queued request whose status ends COMPLETED with fal's own error_type (here
+    runner_disconnected: a 503 after fal's own retries) ended in a 5xx, which fal does not
+    bill. It was recorded as a server failure of unknown cost: unpriced, its reservation held
+    by a budget, and not the 'unavailable' a fallback_on names, as the same error on a submit
+    is."""
+    run(afc, "fal", ["runner-died"], expect=0)
+    first, second = attempts_of(afc, "j0")
+    assert first["error_class"] == "unavailable" and first["cost"] == "0.000000"
+    assert "runner_disconnected" in first["error"]
+    assert second["status"] == "succeeded"
+    assert fake.counts["fal_submit"] == 2

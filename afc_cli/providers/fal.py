@@ -36,6 +36,12 @@ from afc_cli.providers.http import (
     unreachable,
 )
 
+# fal's error_type for a request its infrastructure failed (its request errors: 504 for the
+# timeouts, 503 for the runners), which fal retries itself before the request ends in it
+INFRASTRUCTURE_ERRORS = frozenset(
+    {"request_timeout", "startup_timeout", "runner_scheduling_failure", "runner_disconnected"}
+)
+
 
 def _policy_violation(data: dict[str, Any]) -> bool:
     detail = data.get("detail")
@@ -172,6 +178,15 @@ class FalProvider(HttpProvider):
         if state.get("error"):
             if _policy_violation(state):
                 raise ProviderError("refusal", f"fal: {state.get('error')}", cost_micros=None)
+            if (error_type := text(state.get("error_type"))) in INFRASTRUCTURE_ERRORS:
+                # the request ended in fal's own 503 or 504, after fal's own retries: fal
+                # bills no request that ends in 5xx, and a submit's 503/504 is unavailable too
+                raise ProviderError(
+                    "unavailable",
+                    f"fal: {state.get('error')} ({error_type})",
+                    cost_micros=0,
+                    cost_source="derived",
+                )
             raise ProviderError("server", f"fal: {state.get('error')}", cost_micros=None)
 
         async def result() -> Any:  # free GETs, a round of them; the work was done
