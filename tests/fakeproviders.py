@@ -241,6 +241,20 @@ class FakeProviders:
                     "x-ratelimit-remaining-requests": "0",
                 },
             )
+        if "conflict-once" in prompt and self.first_time(prompt):  # a 409, sent again: OK
+            return h.reply(
+                409,
+                {
+                    "error": {
+                        "message": "The request conflicted with another; please retry.",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
+        if "request-timeout-once" in prompt and self.first_time(prompt):
+            return h.reply(408, raw=b"Request Timeout", ctype="text/plain")
         if "quota" in prompt:
             return h.reply(
                 429,
@@ -586,6 +600,8 @@ class FakeProviders:
                 return h.reply(200, raw=b"<html>upstream hiccup</html>", ctype="text/html")
             if "poll-401" in r["prompt"] and r["polls"] >= 2:
                 return h.reply(401, {"detail": "Unauthorized"})
+            if "poll-409" in r["prompt"] and r["polls"] <= 2:  # a conflict: ask again
+                return h.reply(409, {"detail": "Conflict"})
             if "flaky-download" in r["prompt"]:
                 self.flaky_files.add(f"/files/{rid}.png")
             self.cdn_outage(r["prompt"], f"/files/{rid}.png")

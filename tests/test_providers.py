@@ -73,6 +73,34 @@ def test_openai_success_and_token_cost(afc, fake):
     assert (afc.outputs() / "b1" / "j0.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_408_or_409_is_sent_again_not_the_end_of_the_job(afc, fake):
+    """OpenAI's own SDK sends a 408 (the request timed out) or a 409 (a conflict) again, as
+    Gemini's 409 ABORTED asks: classed ``invalid`` they stopped the chain and failed the job,
+    leaving it to a person's retry. They are retried as ``unavailable`` (within the model's
+    attempts), each refused request at its known cost, nothing."""
+    jobs = run(afc, "openai", ["conflict-once", "request-timeout-once"], expect=0)
+    for key, status in (("j0", 409), ("j1", 408)):
+        assert jobs[key]["status"] == "succeeded", jobs[key]
+        first, second = attempts_of(afc, key)
+        assert (first["error_class"], first["http_status"], first["cost"]) == (
+            "unavailable",
+            status,
+            "0.000000",
+        )
+        assert second["status"] == "succeeded"
+
+
+def test_a_fal_status_poll_answered_409_is_polled_again_not_paid_again(afc, fake):
+    """A 409 is "send it again" (``class_for_status``): on a poll of a request already queued
+    (and so possibly billed) that means polling again, as for a 429 or a 5xx, never a new
+    attempt that would pay for a second request while the first may run on."""
+    jobs = run(afc, "fal", ["poll-409"], expect=0)
+    assert jobs["j0"]["status"] == "succeeded"
+    assert fake.counts["fal_submit"] == 1
+    [attempt] = attempts_of(afc, "j0")
+    assert attempt["status"] == "succeeded"
+
+
 def test_openai_error_classes(afc, fake):
     jobs = run(
         afc,

@@ -107,7 +107,7 @@ class HttpProvider(Provider):
     ) -> tuple[Any, dict[str, Any]] | None:
         """One poll of the job-style request ``request_id`` at ``url``: its answer and the
         answer's JSON object (``json_or_empty``), or None when the poll got nothing (a
-        transport error, 429, 5xx), which the caller meets by polling again at the next
+        transport error, 408, 409, 429, 5xx), which the caller meets by polling again at the next
         interval (``poll_failed`` keeps count, so an outage is said). A 200 or 202 whose body
         is no JSON object is returned for the caller to count (``unreadable_poll``). A 404
         means the request is gone at the provider (``RequestGone``)."""
@@ -118,7 +118,7 @@ class HttpProvider(Provider):
         except httpx.TransportError as exc:
             self.poll_failed(type(exc).__name__)
             return None
-        if response.status_code >= 500 or response.status_code == 429:
+        if response.status_code >= 500 or response.status_code in (408, 409, 429):
             self.poll_failed(f"HTTP {response.status_code}")
             return None
         state = json_or_empty(response)
@@ -365,11 +365,14 @@ def next_poll(
 
 
 def class_for_status(status: int) -> str:
+    """An error answer's class (README: "Error classes"). 408 (the request
+    timed out at the server) and 409 (a conflict, Gemini's ABORTED) say "send it again", as
+    the providers' own SDKs do: ``unavailable``, retried within the model's attempts."""
     if status in (401, 403):
         return "auth"
     if status == 429:
         return "rate_limited"
-    if status in (502, 503, 504):
+    if status in (408, 409, 502, 503, 504):
         return "unavailable"
     if status >= 500:
         return "server"
@@ -465,7 +468,7 @@ def refetch_pause(rounds: int, rand: Callable[[], float] = random.random) -> flo
 
 class OutputUnreachable(ProviderError):
     """A round of free GETs of what a paid render made (its output, fal's result) failed for
-    a moment each time (a transport error, 408, 429, 5xx): worth another round later
+    a moment each time (a transport error, 408, 409, 429, 5xx): worth another round later
     (``HttpProvider.outlast``), where a definite answer (a 404, a 403) is not."""
 
 
@@ -475,7 +478,7 @@ async def fetched(
     rand: Callable[[], float] = random.random,
 ) -> Any:
     """``get()`` (a free GET: a response, or an ``httpx.TransportError``) made again while it
-    fails for a moment: a transport error, 408, 429 or 5xx. The last failure is returned (a
+    fails for a moment: a transport error, 408, 409, 429 or 5xx. The last failure is returned (a
     response) or raised (a transport error); any other answer is returned at once."""
     import httpx
 
@@ -548,7 +551,7 @@ async def download(
 
 def passing(status: int) -> bool:
     """Whether an HTTP status says a free GET failed for a moment (``fetched`` tries again)."""
-    return status in (408, 429) or status >= 500
+    return status in (408, 409, 429) or status >= 500
 
 
 def unreachable(failure: ProviderError) -> OutputUnreachable:
