@@ -253,6 +253,19 @@ class FakeProviders:
                     }
                 },
             )
+        if "overloaded-once" in prompt and self.first_time(prompt):  # says when to return
+            return h.reply(
+                503,
+                {
+                    "error": {
+                        "message": "The engine is currently overloaded, please try again later",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+                headers={"Retry-After": "2", "x-ratelimit-reset-requests": "6m0s"},
+            )
         if "request-timeout-once" in prompt and self.first_time(prompt):
             return h.reply(408, raw=b"Request Timeout", ctype="text/plain")
         if "quota" in prompt:

@@ -90,6 +90,17 @@ def test_a_408_or_409_is_sent_again_not_the_end_of_the_job(afc, fake):
         assert second["status"] == "succeeded"
 
 
+def test_a_503_that_says_when_to_come_back_is_waited_for(afc, fake):
+    """A 503 with Retry-After: the backoff honours it (up to its cap) as it does a 429's, not
+    the rate-limit reset OpenAI sends on every answer; it was ignored for any class but
+    ``rate_limited`` (the retry came at a random moment of the jittered backoff)."""
+    jobs = run(afc, "openai", ["overloaded-once"], expect=0)
+    assert jobs["j0"]["status"] == "succeeded"
+    first, second = attempts_of(afc, "j0")
+    assert (first["error_class"], first["http_status"]) == ("unavailable", 503)
+    assert second["waited_s"] == pytest.approx(0.05)  # Retry-After 2 s, capped by FAST
+
+
 def test_a_fal_status_poll_answered_409_is_polled_again_not_paid_again(afc, fake):
     """A 409 is "send it again" (``class_for_status``): on a poll of a request already queued
     (and so possibly billed) that means polling again, as for a 429 or a 5xx, never a new

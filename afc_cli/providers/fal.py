@@ -30,7 +30,7 @@ from afc_cli.providers.http import (
     objs,
     passing,
     request_id_of,
-    retry_after_of,
+    retry_after_for,
     text,
     transport_error,
     unreachable,
@@ -115,7 +115,7 @@ class FalProvider(HttpProvider):
             cls,
             f"fal: {action}: {detail}",
             http_status=status,
-            retry_after=retry_after_of(response.headers) if cls == "rate_limited" else None,
+            retry_after=retry_after_for(cls, response.headers),
             cost_micros=0 if free else None,
             cost_source="derived" if free else None,
         )

@@ -425,6 +425,15 @@ def parse_reset(value: str | None) -> float | None:
 
 
 def retry_after_of(headers: Any) -> float | None:
+    """A 429's wait: its ``Retry-After`` (or ``retry-after-ms``), else the rate-limit reset
+    OpenAI names (``x-ratelimit-reset-requests``)."""
+    seconds = _said_retry_after(headers)
+    if seconds is None:
+        seconds = parse_reset(headers.get("x-ratelimit-reset-requests"))
+    return seconds
+
+
+def _said_retry_after(headers: Any) -> float | None:
     seconds = parse_retry_after(headers.get("retry-after"))
     if seconds is None:
         ms = headers.get("retry-after-ms")
@@ -433,9 +442,20 @@ def retry_after_of(headers: Any) -> float | None:
                 seconds = float(ms) / 1000
             except ValueError:
                 seconds = None
-    if seconds is None:
-        seconds = parse_reset(headers.get("x-ratelimit-reset-requests"))
     return seconds
+
+
+def retry_after_for(cls: str, headers: Any) -> float | None:
+    """The wait an error answer of class ``cls`` asks for before the next attempt: a 429's
+    (``retry_after_of``: its Retry-After, or the rate-limit reset it names), or the explicit
+    ``Retry-After`` of an overloaded or failing server (a 503 that says when to come back),
+    which backoff honours up to its cap (afc_cli/attempts.py). Not a 503's rate-limit
+    headers: OpenAI sends ``x-ratelimit-reset-requests`` on every answer."""
+    if cls == "rate_limited":
+        return retry_after_of(headers)
+    if cls in ("unavailable", "server"):
+        return _said_retry_after(headers)
+    return None
 
 
 # An output (or a result) the provider made is fetched with free GETs: one that fails for a

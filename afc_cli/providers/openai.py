@@ -21,7 +21,7 @@ from afc_cli.providers.http import (
     decode_b64,
     json_or_empty,
     obj,
-    retry_after_of,
+    retry_after_for,
     text,
     transport_error,
 )
@@ -137,7 +137,7 @@ class OpenAIProvider(HttpProvider):
             cls,
             message,
             http_status=status,
-            retry_after=retry_after_of(response.headers) if cls == "rate_limited" else None,
+            retry_after=retry_after_for(cls, response.headers),
             cost_micros=0 if status < 500 else None,
             cost_source="derived" if status < 500 else None,
         )

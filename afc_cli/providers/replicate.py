@@ -30,7 +30,7 @@ from afc_cli.providers.http import (
     json_or_empty,
     obj,
     request_id_of,
-    retry_after_of,
+    retry_after_for,
     transport_error,
 )
 
@@ -74,9 +74,8 @@ class ReplicateProvider(HttpProvider):
         status = response.status_code
         detail = data.get("detail") or data.get("title") or f"HTTP {status}"
         cls = "auth" if status == 402 else class_for_status(status)  # 402: out of credit
-        retry_after = None
+        retry_after = retry_after_for(cls, response.headers)
         if cls == "rate_limited":
-            retry_after = retry_after_of(response.headers)
             match = re.search(r"resets in ~?(\d+(?:\.\d+)?)s", str(detail))
             if retry_after is None and match:
                 retry_after = float(match.group(1))
