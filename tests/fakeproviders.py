@@ -581,6 +581,7 @@ class FakeProviders:
             "polls": 0,
             "status": "IN_QUEUE",
             "images": count if isinstance(count, int) else 1,
+            "sync_mode": body.get("sync_mode") is True,  # images inline, as data URLs
         }
         root = f"{self.base}/fal-ai/flux/requests/{rid}"
         h.reply(
@@ -657,7 +658,10 @@ class FakeProviders:
             {
                 "images": [
                     {
-                        "url": f"{self.base}/files/{rid}.png",
+                        "url": "data:image/png;base64,"
+                        + base64.b64encode(render_png(f"/files/{rid}.png", 32, 32)).decode()
+                        if r.get("sync_mode")
+                        else f"{self.base}/files/{rid}.png",
                         "width": 32,
                         "height": 32,
                         "content_type": "image/png",

@@ -101,6 +101,21 @@ def test_a_503_that_says_when_to_come_back_is_waited_for(afc, fake):
     assert second["waited_s"] == pytest.approx(0.05)  # Retry-After 2 s, capped by FAST
 
 
+def test_a_fal_image_sent_inline_as_a_data_url_is_stored_not_paid_for_again(afc, fake):
+    """With the model input ``sync_mode: true`` fal returns its images as data URLs: afc could
+    not fetch such a URL, so each attempt failed after its render was paid, and the next paid
+    again for an answer that came back the same way."""
+    data = manifest([{"key": "j", "prompt": "inline", "params": {"sync_mode": True}}], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": "fal", "model": MODELS["fal"], "backoff": FAST}]
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert fake.counts["fal_submit"] == 1 and fake.counts["download"] == 0
+    [attempt] = attempts_of(afc, "j")
+    assert (attempt["status"], attempt["cost"]) == ("succeeded", "0.025000")
+    stored = (afc.outputs() / "b1" / "j.png").read_bytes()
+    assert stored.startswith(b"\x89PNG")
+
+
 def test_a_fal_status_poll_answered_409_is_polled_again_not_paid_again(afc, fake):
     """A 409 is "send it again" (``class_for_status``): on a poll of a request already queued
     (and so possibly billed) that means polling again, as for a 429 or a 5xx, never a new

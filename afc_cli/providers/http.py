@@ -534,8 +534,15 @@ async def download(
     when it fails for a moment (``fetched``; a body cut short is a transport error too). A
     failure that outlasts the tries raises a ProviderError with the cost unknown; the
     adapter, which knows what the render cost, puts its usage and cost on it
-    (``HttpProvider.fetch_output``)."""
+    (``HttpProvider.fetch_output``).
+
+    A ``data:`` URL (fal with the model input ``sync_mode: true`` sends its images inline so)
+    is the output itself: decoded here, nothing fetched. It failed as a URL afc cannot fetch,
+    and each retry paid for a new render that came back the same way."""
     import httpx
+
+    if url[:5].lower() == "data:":
+        return data_url_bytes(provider, url)
 
     async def get() -> Any:
         async with client.stream("GET", url) as response:
@@ -640,6 +647,23 @@ def http_url(value: Any) -> str | None:
     except httpx.InvalidURL:
         return None
     return value
+
+
+def data_url_bytes(provider: str, url: str) -> bytes:
+    """The bytes an RFC 2397 ``data:`` URL carries (``data:image/png;base64,....``, or
+    percent-encoded without ``;base64``)."""
+    from urllib.parse import unquote_to_bytes
+
+    header, comma, payload = url[5:].partition(",")
+    if not comma:
+        raise ProviderError(
+            "server", f"{provider}: the output's data URL has no data", cost_micros=None
+        )
+    if len(payload) > MAX_OUTPUT_BYTES * 4 // 3 + 4:
+        raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
+    if header.lower().endswith(";base64"):
+        return decode_b64(provider, payload)
+    return unquote_to_bytes(payload)
 
 
 def decode_b64(provider: str, value: str) -> bytes:
