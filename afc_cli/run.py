@@ -787,7 +787,7 @@ async def _fed(
 def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
     """A job this run left alone because another live afc process holds it (a submit and a
     resume of one batch at once) says so, instead of a bare "running at render"."""
-    from afc_cli.owner import owner_is_dead
+    from afc_cli.owner import host_of, is_host_lease, owner_is_dead
 
     now = time.time()
     for row in rows:  # status rows carry the lease: no query per job (100,000 took seconds)
@@ -800,6 +800,13 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
             and (row.get("lease_expires") or 0) > now
             and not owner_is_dead(holder)
         ):
+            if is_host_lease(holder):
+                row["waiting_reason"] = (
+                    f"its rendered output is in the spool of host {host_of(holder)}, where a run "
+                    "stores it; this run left it alone (a run on another host takes it once "
+                    "that lease has run out)"
+                )
+                continue
             host, _, rest = holder.rpartition(":")[0].rpartition(":")
             row["waiting_reason"] = (
                 f"being run by another afc process (pid {rest} on {host}); this run left it alone"

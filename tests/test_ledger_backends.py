@@ -536,3 +536,47 @@ def test_a_claim_never_takes_a_job_this_loop_still_runs(book):
         "shot-003",
     ]
     assert ledger.job(b["id"])["lease_owner"] == "another-host:4242:1"
+
+
+def test_a_job_released_with_its_output_in_this_hosts_spool_goes_to_this_host(
+    book, tmp_path, monkeypatch
+):
+    """A run gives back a job whose rendered output is in this host's spool (a worker whose
+    round could not start with storage down; a stopping run): it goes to this host
+    (``host:0:0``) for what is left of the run's lease, not to every host, whose workers find
+    no spool file (SPOOL_MISSING). Any run here takes it at once; a job with no spool file
+    here is freed as before."""
+    from afc_cli.owner import host_id
+
+    monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))  # PostgreSQL's spool
+    ledger, (a, b, c), _ = book
+    root = ledger.spool_root()
+    root.mkdir(parents=True, exist_ok=True)
+    for job in (a, b):
+        (root / f"{job['id']}.spool").write_bytes(b"paid")
+    home = f"{host_id()}:0:0"
+    taken = {j["key"]: j for j in ledger.claim_runnable(3, 60)}
+    ledger.release(taken["shot-001"])
+    row = ledger.job(a["id"])
+    assert row["lease_owner"] == home
+    assert row["lease_expires"] == pytest.approx(taken["shot-001"]["lease_expires"])
+    ledger.release_all()  # the end of an interrupted run
+    assert ledger.job(b["id"])["lease_owner"] == home
+    assert ledger.job(c["id"])["lease_owner"] is None  # nothing of it here
+    again = ledger.claim(a["id"], 60)  # any process here takes it at once
+    assert again is not None and again["takeovers"] == 0
+
+
+def test_a_run_says_a_job_left_to_the_host_whose_spool_holds_its_output(book):
+    """A job leased to another host (its output in that host's spool) is not "being run by
+    another afc process (pid 0 ...)": the run says where its output waits."""
+    from afc_cli.run import note_held_elsewhere
+
+    ledger, _, _ = book
+    rows = [
+        {"status": "queued", "lease_owner": "render-2:0:0", "lease_expires": 9e18},
+        {"status": "queued", "lease_owner": "render-2:4242:1", "lease_expires": 9e18},
+    ]
+    note_held_elsewhere(ledger, rows)
+    assert "in the spool of host render-2" in rows[0]["waiting_reason"]
+    assert "pid 4242 on render-2" in rows[1]["waiting_reason"]

@@ -380,3 +380,38 @@ def test_a_job_waiting_to_store_stays_with_the_host_whose_spool_holds_its_output
     assert afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'takeover'") == [(0,)]
     stored = s3.client.get_object(Bucket=s3.bucket, Key="films/b1/shot-001.png")["Body"].read()
     assert stored == kept
+
+
+def test_a_worker_that_cannot_reach_storage_gives_back_a_host_leased_job_to_its_host(afc, s3):
+    """A worker of the host whose spool holds a waiting job's output takes it at once (its
+    host lease), and gives it back when its round cannot start (the storage check before the
+    loop fails: S3 still down). Given back, the job was free for any host: a worker elsewhere
+    met it first once S3 was back, found no spool file and dead-lettered it SPOOL_MISSING, the
+    very thing the host lease is for."""
+    import signal
+
+    afc.write_manifest(manifest(jobs(1), storage=s3.url))
+    s3.plan.add(Fault("PUT", r"/films/", "500", -1))
+    first = afc("submit", "manifest.yaml", env={"AFC_HOST_ID": "host-a"})
+    assert first.returncode == 1, first.stderr
+    assert afc.rows("SELECT status, lease_owner FROM jobs") == [("waiting", "host-a:0:0")]
+    s3.plan.clear()
+    s3.plan.add(Fault("HEAD", rf"^/{s3.bucket}/?$", "500", -1))  # the bucket check: S3 is down
+    worker = afc.popen("worker", "--poll", "0.2", env={"AFC_HOST_ID": "host-a"})
+    try:
+        deadline = time.time() + 60
+        while sum(1 for m, p, _ in s3.plan.injected if m == "HEAD") < 2:
+            assert time.time() < deadline and worker.poll() is None, worker.stderr.read()
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    assert afc.rows("SELECT status, step, lease_owner FROM jobs") == [
+        ("waiting", "store", "host-a:0:0")
+    ]
+    s3.plan.clear()
+    job_id = afc.rows("SELECT id FROM jobs")[0][0]
+    spool = afc.cwd / "afc.db-spool" / f"{job_id}.spool"
+    spool.rename(spool.with_suffix(".away"))  # host-b's disk has no such file
+    assert afc("resume", env={"AFC_HOST_ID": "host-b"}).returncode == 1
+    assert afc.rows("SELECT status, error_code FROM jobs") == [("waiting", None)]

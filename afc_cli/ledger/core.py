@@ -926,12 +926,16 @@ class Ledger:
 
     def release_all(self) -> int:
         """At the end of an interrupted run: the attempts still in flight (abandoned) become
-        unknown, our leases are freed. Returns how many attempts were abandoned."""
+        unknown, our leases are freed (a job whose output is in this host's spool goes to this
+        host: ``release``). Returns how many attempts were abandoned."""
         abandoned = 0
         with self.tx():
+            spooled = []
             for row in self._all("SELECT id, batch FROM jobs WHERE lease_owner = ?", (self.owner,)):
                 abandoned += self._mark_unknown(row["id"], row["batch"], exclude_owner=None)
                 self._event(row["id"], row["batch"], "released", reason="interrupted")
+                if self._spooled_here(row["id"]):
+                    spooled.append(row["id"])
             # a call of ours whose job no longer names us (cancelled while it rendered: the
             # cancel left the call to this run, which now abandons it) is ours to mark too
             for row in self._all(
@@ -942,6 +946,13 @@ class Ledger:
             ):
                 abandoned += self._mark_unknown(
                     row["job_id"], row["batch"], exclude_owner=None, only_owner=self.owner
+                )
+            for job_id in spooled:  # to this host, not to any (``release``)
+                self.db.execute(
+                    "UPDATE jobs SET lease_owner = ?,"
+                    " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
+                    f" WHERE id = ? AND lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
+                    (host_lease(), job_id, self.owner),
                 )
             self.db.execute(
                 "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL,"
@@ -1077,18 +1088,36 @@ class Ledger:
 
     def release(self, job: dict[str, Any]) -> None:
         """Free a job this run holds but did not finish (it waits, or the run is stopping);
-        a job left ``running`` goes back to ``queued``."""
+        a job left ``running`` goes back to ``queued``. One whose rendered output is in this
+        host's spool (``_spooled_here``) goes to this host instead (``owner.host_lease``), for
+        what is left of this run's lease: a run on another host would find no spool file."""
+        here = self._spooled_here(job["id"])
         with self.tx():
             cursor = self.db.execute(
-                "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL,"
+                "UPDATE jobs SET lease_owner = ?,"
+                " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
                 " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
                 " WHERE id = ? AND lease_owner = ?",
-                (job["id"], self.owner),
+                (host_lease() if here else None, here, job["id"], self.owner),
             )
         if cursor.rowcount == 1:
-            job.update(lease_owner=None, lease_expires=None)
+            job.update(
+                lease_owner=host_lease() if here else None,
+                lease_expires=job["lease_expires"] if here else None,
+            )
             if job["status"] == "running":
                 job["status"] = "queued"
+
+    def _spooled_here(self, job_id: str) -> bool:
+        """Whether this host's spool holds a job's rendered output (a ``.spool`` file): only a
+        run on this host can store it (or adopt it) without paying for it again. Released so,
+        a job goes to this host rather than to any (``release``, ``release_all``): a worker
+        whose round could not start with storage down, a stopping run, gave such a job to
+        every host, and another host's worker dead-lettered it ``SPOOL_MISSING``."""
+        try:
+            return (self.spool_root() / f"{job_id}.spool").exists()
+        except OSError:
+            return False
 
     # --- steps ----------------------------------------------------------------------------------
 
