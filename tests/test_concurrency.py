@@ -364,3 +364,28 @@ def test_a_second_render_of_a_job_stands_back_from_a_file_store_in_progress(tmp_
     storage._create(storage._object(key), source=renders["taken-over"][0])  # its object next
     info = storage.head(key)
     assert info.exists and info.meta["sha256"] == renders["taken-over"][1]["sha256"]
+
+
+def test_a_ledger_locked_past_the_busy_timeout_stops_the_run_once(afc):
+    """Found by an outside audit: a sqlite3 shell (or a backup, a script) holding the ledger's
+    write lock stopped a run only after every job that had a render slot waited its own busy
+    timeout in turn, in the run loop's thread: --concurrency 8 took 4.5 minutes to exit, cron's
+    32 took 16, while the wrapper's flock skipped the runs meant to follow."""
+    import sqlite3
+
+    afc.write_manifest(manifest(jobs(20)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    holder = sqlite3.connect(afc.cwd / "afc.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        result = afc("resume", "--concurrency", "8", timeout=150)
+        took = time.monotonic() - started
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.returncode == 1, result.stderr
+    assert "another process held the ledger's write lock too long" in result.stderr
+    assert took < 75, f"the run took {took:.0f}s to stop"  # one busy timeout (30 s), not 9
+    assert afc("resume").returncode == 0  # the lock gone, the next run renders everything
+    assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 20)]

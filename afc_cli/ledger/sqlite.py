@@ -230,7 +230,17 @@ class SqliteLedger(Ledger):
         if own:
             if durable:
                 conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if self._loop is not None:
+                    # Another process kept the write lock past the busy timeout (a sqlite3
+                    # shell in a transaction): the run stops. Each job with a render slot
+                    # would otherwise wait its own busy timeout in turn in the loop's thread
+                    # (32 slots: 16 minutes) before the run could end.
+                    self._broken = True
+                    self._broken_by = exc
+                raise
         changes = conn.total_changes
         self._depth = 1
         try:
