@@ -733,6 +733,11 @@ async def _all_done(
                 other.cancel()
             if pending:
                 await asyncio.wait(pending)
+            # the jobs that failed beside this one (a locked or full ledger fails every job's
+            # next write) are this error too: retrieved, so asyncio prints no traceback of them
+            for other in tasks:
+                if other.done() and not other.cancelled():
+                    other.exception()
             raise error
     if first is not None:
         raise first
