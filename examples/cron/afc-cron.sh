@@ -11,6 +11,11 @@
 #   3   a job's stored output belongs to another request (IDEMPOTENCY_CONFLICT; see `afc show`)
 #   4   the run stopped at its spending budget (work is resumable)
 #   75  another run still holds the lock (EX_TEMPFAIL): nothing was done
+#
+# The lock is $AFC_DIR/.afc-cron.lock. If it cannot be taken for another reason (the file
+# cannot be opened: a read-only or full folder, a lock file left by another user; flock(1)
+# missing) the wrapper says so and exits 2, never 75: that is not an overlap, and it would
+# skip every run to come.
 #   130 interrupted: everything is resumable, the next run continues
 set -uo pipefail
 
@@ -19,10 +24,18 @@ cd "$AFC_DIR" || exit 2
 
 # One afc per ledger at a time is not needed for safety (leases keep two runs off the same
 # job), but a cron run that overlaps the previous one only adds contention: skip it.
-exec 9>"$AFC_DIR/.afc-cron.lock"
-if ! flock -n 9; then
+if ! exec 9>"$AFC_DIR/.afc-cron.lock"; then
+    echo "$(date -Is) afc-cron: cannot open the lock file $AFC_DIR/.afc-cron.lock; nothing was done"
+    exit 2
+fi
+flock -n -E 75 9
+locked=$?
+if [ "$locked" -eq 75 ]; then
     echo "$(date -Is) afc-cron: previous run still active; skipping"
     exit 75
+elif [ "$locked" -ne 0 ]; then
+    echo "$(date -Is) afc-cron: flock failed (exit $locked; is flock(1) installed?); nothing was done"
+    exit 2
 fi
 
 echo "$(date -Is) afc-cron: resume"
