@@ -11,12 +11,12 @@
 #   3   a job's stored output belongs to another request (IDEMPOTENCY_CONFLICT; see `afc show`)
 #   4   the run stopped at its spending budget (work is resumable)
 #   75  another run still holds the lock (EX_TEMPFAIL): nothing was done
+#   130 interrupted: everything is resumable, the next run continues
 #
 # The lock is $AFC_DIR/.afc-cron.lock. If it cannot be taken for another reason (the file
 # cannot be opened: a read-only or full folder, a lock file left by another user; flock(1)
 # missing) the wrapper says so and exits 2, never 75: that is not an overlap, and it would
 # skip every run to come.
-#   130 interrupted: everything is resumable, the next run continues
 set -uo pipefail
 
 AFC_DIR=${AFC_DIR:-$(cd "$(dirname "$0")" && pwd)}
