@@ -4,6 +4,7 @@ PostgreSQL (a real server the session starts: tests/pg_server.py), through ``Led
 from __future__ import annotations
 
 import datetime as dt
+import json
 import socket
 import sqlite3
 import time
@@ -513,6 +514,10 @@ def test_a_job_leased_to_its_spools_host_is_taken_there_at_once_and_elsewhere_on
         monkeypatch.setenv("AFC_HOST_ID", "host-b")
         taken = elsewhere.claim(a["id"], 60)  # the host never came back for it
         assert taken is not None and taken["lease_owner"] == "host-b:4242:1"
+        # a move between hosts, told as any takeover (afc show)
+        [moved] = [e for e in here.events(a["id"]) if e["kind"] == "takeover"]
+        assert json.loads(moved["detail_json"]) == {"previous_owner": f"{home}:0:0"}
+        assert taken["takeovers"] == 1
     finally:
         elsewhere.close()
         here.close()

@@ -723,7 +723,11 @@ class Ledger:
             if job is None or job["status"] in TERMINAL:
                 return None
             holder = job["lease_owner"]
-            mine = holder == self.owner
+            # this host's lease (``owner.host_lease``) is this process's to take, as its own:
+            # no takeover; another host's, expired, is a move between hosts like any other
+            mine = holder == self.owner or (
+                is_host_lease(holder) and host_of(holder) == host_of(self.owner)
+            )
             free = mine or not lease_held(holder, job["lease_expires"], now)
             if not free:
                 return None
@@ -736,7 +740,7 @@ class Ledger:
                     self.owner,
                     now + lease_s,
                     now,
-                    0 if holder is None or mine or is_host_lease(holder) else 1,
+                    0 if holder is None or mine else 1,
                     job_id,
                     *(() if holder is None else (holder,)),
                 ),
@@ -746,7 +750,7 @@ class Ledger:
             if job["attempts"]:
                 self._mark_unknown(job_id, job["batch"], exclude_owner=self.owner)
             job.update(lease_owner=self.owner, lease_expires=now + lease_s, updated_at=now)
-            if holder is not None and not mine and not is_host_lease(holder):
+            if holder is not None and not mine:
                 self._event(job_id, job["batch"], "takeover", previous_owner=holder)
                 job["takeovers"] += 1
                 if job["takeovers"] > MAX_TAKEOVERS:
