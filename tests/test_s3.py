@@ -8,6 +8,7 @@ import hashlib
 import json
 import sqlite3
 import time
+from pathlib import Path
 
 import boto3
 import pytest
@@ -312,19 +313,25 @@ def test_a_model_named_in_other_than_ascii_is_stored_and_read_back(afc, s3):
     assert row["model"] == "local/d\u00e9mo-v1", row
 
 
+def _store_failed_on_host_a(afc, s3) -> Path:
+    """One job rendered by a submit on host-a whose upload failed (S3 answered 500): it waits
+    at its store step, its paid output in the spool file returned (playing host-a's disk)."""
+    afc.write_manifest(manifest(jobs(1), storage=s3.url))
+    s3.plan.add(Fault("PUT", r"/films/", "500", -1))
+    first = afc("submit", "manifest.yaml", env={"AFC_HOST_ID": "host-a"})
+    assert first.returncode == 1, first.stderr
+    s3.plan.clear()
+    assert afc.rows("SELECT status, step FROM jobs") == [("waiting", "store")]
+    job_id = afc.rows("SELECT id FROM jobs")[0][0]
+    return afc.cwd / "afc.db-spool" / f"{job_id}.spool"
+
+
 def test_a_job_whose_spool_is_on_another_host_names_that_host(afc, s3):
     """Found by bench/chaos.py --postgres: a job spooled on one host whose upload failed (it
     waited at its store step), met by a worker on another host, was dead-lettered
     SPOOL_MISSING with a message that its spool file 'is gone', while it sat in the first
     host's spool. (One machine here: the spool file is moved away to play the other host.)"""
-    afc.write_manifest(manifest(jobs(1), storage=s3.url))
-    s3.plan.add(Fault("PUT", r"/films/", "500", -1))
-    first = afc("submit", "manifest.yaml", env={"AFC_HOST_ID": "host-a"})
-    assert first.returncode == 1, first.stderr
-    assert afc.rows("SELECT status, step FROM jobs") == [("waiting", "store")]
-    s3.plan.clear()
-    job_id = afc.rows("SELECT id FROM jobs")[0][0]
-    spool = afc.cwd / "afc.db-spool" / f"{job_id}.spool"
+    spool = _store_failed_on_host_a(afc, s3)
     kept = spool.read_bytes()
     spool.unlink()  # it is on host-a, not here
     # host-a kept the job leased to itself for a lease (the test below); host-a never came back
@@ -352,18 +359,12 @@ def test_a_job_waiting_to_store_stays_with_the_host_whose_spool_holds_its_output
     The job now stays leased to the host that spooled it for a lease: another host leaves it
     alone meanwhile, and any run on that host takes it at once (no takeover counted) and stores
     it without paying again."""
-    afc.write_manifest(manifest(jobs(1), storage=s3.url))
-    s3.plan.add(Fault("PUT", r"/films/", "500", -1))
-    first = afc("submit", "manifest.yaml", env={"AFC_HOST_ID": "host-a"})
-    assert first.returncode == 1, first.stderr
-    s3.plan.clear()
+    spool = _store_failed_on_host_a(afc, s3)
     [(status, step, holder, reason)] = afc.rows(
         "SELECT status, step, lease_owner, waiting_reason FROM jobs"
     )
     assert (status, step, holder) == ("waiting", "store", "host-a:0:0")
     assert "a run on host host-a, whose spool holds the output" in reason
-    job_id = afc.rows("SELECT id FROM jobs")[0][0]
-    spool = afc.cwd / "afc.db-spool" / f"{job_id}.spool"
     kept = spool.read_bytes()
     spool.rename(spool.with_suffix(".away"))  # host-b's disk has no such file
     other = afc("resume", env={"AFC_HOST_ID": "host-b"})
@@ -390,12 +391,8 @@ def test_a_worker_that_cannot_reach_storage_gives_back_a_host_leased_job_to_its_
     very thing the host lease is for."""
     import signal
 
-    afc.write_manifest(manifest(jobs(1), storage=s3.url))
-    s3.plan.add(Fault("PUT", r"/films/", "500", -1))
-    first = afc("submit", "manifest.yaml", env={"AFC_HOST_ID": "host-a"})
-    assert first.returncode == 1, first.stderr
-    assert afc.rows("SELECT status, lease_owner FROM jobs") == [("waiting", "host-a:0:0")]
-    s3.plan.clear()
+    spool = _store_failed_on_host_a(afc, s3)
+    assert afc.rows("SELECT lease_owner FROM jobs") == [("host-a:0:0",)]
     s3.plan.add(Fault("HEAD", rf"^/{s3.bucket}/?$", "500", -1))  # the bucket check: S3 is down
     worker = afc.popen("worker", "--poll", "0.2", env={"AFC_HOST_ID": "host-a"})
     try:
@@ -410,8 +407,6 @@ def test_a_worker_that_cannot_reach_storage_gives_back_a_host_leased_job_to_its_
         ("waiting", "store", "host-a:0:0")
     ]
     s3.plan.clear()
-    job_id = afc.rows("SELECT id FROM jobs")[0][0]
-    spool = afc.cwd / "afc.db-spool" / f"{job_id}.spool"
     spool.rename(spool.with_suffix(".away"))  # host-b's disk has no such file
     assert afc("resume", env={"AFC_HOST_ID": "host-b"}).returncode == 1
     assert afc.rows("SELECT status, error_code FROM jobs") == [("waiting", None)]
