@@ -666,6 +666,11 @@ def run_jobs(
                 outbox.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await outbox
+            elif outbox is not None and not outbox.cancelled():
+                # an outbox that failed beside the jobs (a locked or full ledger fails its next
+                # write as it fails theirs) is the run's error too: retrieved, so asyncio prints
+                # no "Task exception was never retrieved" and traceback of it
+                outbox.exception()
             if helper is not None:
                 await helper.close()
         finished = sum(

@@ -352,3 +352,28 @@ def test_an_answer_body_is_never_read(afc, hooked):
         assert delivery["status"] == "delivered" and len(posts) == 1
     finally:
         listener.close()
+
+
+def test_a_ledger_locked_past_the_busy_timeout_stops_a_hooked_run_in_one_line(
+    afc, receiver, hooked
+):
+    """A batch with a webhook runs its outbox beside the jobs: a ledger whose write lock another
+    process keeps past the busy timeout fails the outbox's next write as it fails every job's.
+    The run stops with one line (as without a webhook), not with asyncio's 'Task exception was
+    never retrieved' and the outbox's traceback after it."""
+    import sqlite3
+
+    hooked(manifest(jobs(4)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    holder = sqlite3.connect(afc.cwd / "afc.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        result = afc("resume", timeout=150)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.returncode == 1, result.stderr
+    assert "another process held the ledger's write lock too long" in result.stderr
+    assert "Traceback" not in result.stderr and "never retrieved" not in result.stderr, (
+        result.stderr
+    )
