@@ -324,3 +324,21 @@ def test_replicate_polls_once_per_interval_with_jitter(monkeypatch):
     # each later one due a whole interval after the previous one was due (its answer's time
     # and the clock's reads are not added to the interval)
     assert woke == pytest.approx([woke[0] + 2.0 * n for n in range(polls)])
+
+
+def test_an_inline_output_names_its_type_and_its_decoded_size_is_capped(monkeypatch):
+    """A ``data:`` URL output (fal's ``sync_mode``, a Replicate model's inline file) is stored
+    under its media type's extension (it was taken from the base64 text after the last '/'),
+    and its decoded size is held to the download limit (percent-encoding can hold more bytes
+    than its length suggests)."""
+    from afc_cli.providers import http
+
+    png = base64.b64encode(b"\x89PNG....").decode()
+    assert http.output_ext(f"data:image/jpeg;base64,{png}") == "jpeg"
+    assert http.output_ext("data:image/svg+xml,%3Csvg%3E") == "svg"
+    assert http.output_ext("https://cdn.example/a/b/out.webp?sig=1") == "webp"
+    assert http.output_ext("https://cdn.example/a/b/out") == "png"
+    assert http.data_url_bytes("fal", "data:text/plain,a%20b") == b"a b"
+    monkeypatch.setattr(http, "MAX_OUTPUT_BYTES", 4)
+    with pytest.raises(ProviderError, match="larger than 2 GiB"):
+        http.data_url_bytes("fal", "data:text/plain,AAAAAAA")  # 7 bytes, within 4/3 x 4 + 4

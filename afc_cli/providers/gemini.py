@@ -21,6 +21,7 @@ from afc_cli.providers.http import (
     json_or_empty,
     obj,
     objs,
+    retry_after_for,
     text,
     transport_error,
 )
@@ -85,13 +86,18 @@ class GeminiProvider(HttpProvider):
             status = response.status_code
             reasons = {text(d.get("reason")) for d in objs(error.get("details"))}
             cls = "auth" if "API_KEY_INVALID" in reasons else class_for_status(status)
+            # a refused request made nothing; a 5xx may come after the image was made, and
+            # so may a 408 from a gateway that stopped waiting: their cost is not known
+            free = status < 500 and status != 408
             raise ProviderError(
                 cls,
                 f"gemini: {error.get('status', '')} {error.get('message', f'HTTP {status}')}",
                 http_status=status,
-                retry_after=retry_delay(error) if cls == "rate_limited" else None,
-                cost_micros=0 if status < 500 else None,
-                cost_source="derived" if status < 500 else None,
+                retry_after=retry_delay(error)
+                if cls == "rate_limited"
+                else retry_after_for(cls, response.headers),
+                cost_micros=0 if free else None,
+                cost_source="derived" if free else None,
             )
         meta = obj(data.get("usageMetadata"))
         usage = {

@@ -661,9 +661,25 @@ def data_url_bytes(provider: str, url: str) -> bytes:
         )
     if len(payload) > MAX_OUTPUT_BYTES * 4 // 3 + 4:
         raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
-    if header.lower().endswith(";base64"):
-        return decode_b64(provider, payload)
-    return unquote_to_bytes(payload)
+    data = (
+        decode_b64(provider, payload)
+        if header.lower().endswith(";base64")
+        else unquote_to_bytes(payload)
+    )
+    if len(data) > MAX_OUTPUT_BYTES:  # percent-encoding may hold more than its length says
+        raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
+    return data
+
+
+def output_ext(url: str, default: str = "png") -> str:
+    """An output's file extension from its URL: the last path segment's (``.../x.webp?sig``),
+    or a ``data:`` URL's media type (``data:image/jpeg;base64,...``)."""
+    if url[:5].lower() == "data:":
+        media = url[5:].split(",", 1)[0].split(";", 1)[0]
+        subtype = media.split("/", 1)[1] if "/" in media else ""
+        return subtype.split("+", 1)[0] or default
+    last = url.rsplit("/", 1)[-1]
+    return last.rsplit(".", 1)[-1].split("?")[0] if "." in last else default
 
 
 def decode_b64(provider: str, value: str) -> bytes:

@@ -133,11 +133,14 @@ class OpenAIProvider(HttpProvider):
             # a moderation block may come after the image was made: its cost is not known
             return ProviderError("refusal", message, http_status=status)
         cls = class_for_status(status)
+        # a refused request made nothing; a 5xx may come after the image was made, and so
+        # may a 408 from a gateway that stopped waiting: their cost is not known
+        free = status < 500 and status != 408
         return ProviderError(
             cls,
             message,
             http_status=status,
             retry_after=retry_after_for(cls, response.headers),
-            cost_micros=0 if status < 500 else None,
-            cost_source="derived" if status < 500 else None,
+            cost_micros=0 if free else None,
+            cost_source="derived" if free else None,
         )

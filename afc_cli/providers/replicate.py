@@ -29,6 +29,7 @@ from afc_cli.providers.http import (
     class_for_status,
     json_or_empty,
     obj,
+    output_ext,
     request_id_of,
     retry_after_for,
     transport_error,
@@ -184,7 +185,7 @@ class ReplicateProvider(HttpProvider):
                 raise ProviderError(
                     "server", "replicate: succeeded without an output URL", **priced
                 )
-            ext = url.rsplit(".", 1)[-1].split("?")[0] if "." in url.rsplit("/", 1)[-1] else "png"
+            ext = output_ext(url)
             # every output the prediction made was paid for (the first is kept)
             usage = {**usage, "images": len(output) if isinstance(output, list) else 1}
             cost = request.rates.price(self.name, request.model, usage)
