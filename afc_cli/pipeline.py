@@ -121,6 +121,9 @@ class RunContext:
     slots: asyncio.Semaphore
     store_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     spool_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(64))
+    # a paid render spooled after its job ended elsewhere, to store under the storage slots
+    # (``spool``, ``run_job``), by job id: (the job as it rendered, its spool file)
+    late_results: dict[str, tuple[dict[str, Any], SpoolFile]] = field(default_factory=dict)
     lease_s: float = 300.0
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
@@ -342,6 +345,10 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
             job = await _run_steps(ctx, job, SPOOL_STEP)
         finally:
             ctx.spool_slots.release()
+        late = ctx.late_results.pop(job_id, None)
+        if late is not None:  # its job ended elsewhere while it rendered (``spool``)
+            async with ctx.store_slots:
+                await _keep_late_result(ctx, *late)
     if job["status"] not in TERMINAL and job["step"] in STORE_STEPS:
         async with ctx.store_slots:
             job = await _run_steps(ctx, job, STORE_STEPS)
@@ -924,9 +931,10 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
             ctx.ledger.report_attempt(job, number, **success)
     except JobLost:
         # The job ended meanwhile (cancelled) or was taken over: its state stays as it is, but
-        # this attempt was paid, so its outcome and cost are recorded, and its output is kept.
+        # this attempt was paid, so its outcome and cost are recorded, and its output is kept
+        # (stored by ``run_job`` once this spool slot is free: an upload must not hold one).
         ctx.ledger.end_attempt(job, number, **success)
-        await _keep_late_result(ctx, job, spooled)
+        ctx.late_results[job["id"]] = (job, spooled)
         raise
     return True
 
