@@ -88,7 +88,9 @@ class LedgerWriteError(AfcError):
 
 
 def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
-    why = str(exc)
+    # one line: libpq adds lines of its own ("This probably means the server terminated
+    # abnormally...") to a lost connection's message
+    why = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
     if str(path).startswith(("postgresql:", "postgres:")):
         fix = "check the database server and the connection to it"
     elif "full" in why:

@@ -190,8 +190,11 @@ class PgDatabase:
                 self.pipe.sync()  # this statement's answer, and those of all sent before it
         except Exception as exc:
             # In a pipeline, an earlier statement's error surfaces at the next send (psycopg
-            # reads the answers that arrived) or at the sync: either way the group failed.
-            if self.pipe is not None and self.on_failure is not None:
+            # reads the answers that arrived) or at the sync: either way the group failed. A
+            # lost connection (a server restarted, a backend terminated) fails a read outside
+            # any block too: the ledger's error, not psycopg's (tests/test_postgres_connection_lost.py)
+            lost = isinstance(exc, _psycopg().OperationalError)
+            if (self.pipe is not None or lost) and self.on_failure is not None:
                 self.on_failure(exc)  # raises the ledger's error if outside any block
             raise
         if cursor.rowcount > 0 and sql.lstrip()[:4].upper() not in ("SELE", "SHOW", "SET "):
@@ -400,7 +403,7 @@ class PostgresLedger(Ledger):
         host's monotonic and wall clocks, and the offset ``clock_offset`` reports."""
         before, host_before = time.monotonic(), core._now()
         server = float(
-            self.db.raw.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]
+            self.db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]
         )
         after, host_after = time.monotonic(), core._now()
         half = (after - before) / 2  # the server read its clock about halfway through
@@ -463,7 +466,11 @@ class PostgresLedger(Ledger):
         if self._loop is None and self._in_tx:  # a group left open: commit it first
             self.flush()
         if not self._in_tx:
-            self._begin()
+            try:
+                self._begin()
+            except psycopg.OperationalError as exc:  # the connection is gone: the run stops
+                self._abort(exc, psycopg)
+                raise ledger_write_error(self.path, exc) from None
         self._block_writes = self.db.writes
         self._block_sync = wants_sync
         self._depth = 1
@@ -528,8 +535,9 @@ class PostgresLedger(Ledger):
             self._fail_waiters(exc)
 
     def _pipeline_failed(self, exc: BaseException) -> None:
-        """A pipelined statement's error surfaced in a read outside any block (a block's own
-        failure is ``_abort``'s): the group is lost, so the run stops with the ledger's error."""
+        """A pipelined statement's error, or a lost connection, surfaced in a read outside any
+        block (a block's own failure is ``_abort``'s): the group is lost, so the run stops with
+        the ledger's error."""
         if self._depth:
             return
         self._close_pipeline()

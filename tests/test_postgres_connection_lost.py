@@ -1,0 +1,96 @@
+"""A PostgreSQL ledger whose connection goes away under a real ``afc``: the server restarted
+(a fast shutdown ends every session with ``AdminShutdown``), the backend terminated by an
+administrator (``pg_terminate_backend``), an idle-in-transaction timeout. The run stops with
+the ledger's own message and exit 1 (README, exit codes), never "a bug in afc", and the next
+run finishes every job without paying again for what was recorded."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+
+import pytest
+from conftest import jobs, manifest
+from test_postgres_e2e import PgAfc
+
+LOST = "check the database server and the connection to it, then run 'afc resume'"
+
+
+@pytest.fixture
+def pg(tmp_path, pg_url) -> PgAfc:
+    return PgAfc(tmp_path, pg_url)
+
+
+def _wait(pg: PgAfc, sql: str, threshold: int, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pg.rows(sql)[0][0] >= threshold:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
+
+
+def _terminate_afc(pg: PgAfc) -> int:
+    """What an administrator (or a fast shutdown) does: end every other session of the
+    ledger's database, the afc process's among them."""
+    return len(
+        pg.rows(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    )
+
+
+def _stopped_cleanly(stderr: str) -> None:
+    assert LOST in stderr, stderr
+    assert "cannot write to the ledger postgresql://" in stderr, stderr
+    for noise in ("unexpected error", "a bug in afc", "Traceback", "error ignored", "..", "\n\t"):
+        assert noise not in stderr, stderr
+
+
+def test_a_worker_whose_connection_is_killed_mid_run_stops_with_the_ledgers_message(pg):
+    n = 8
+    log = pg.cwd / "calls.log"
+    release = pg.cwd / "release"
+    pg.write_manifest(manifest(jobs(n)))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(log)}
+    worker = pg.popen(
+        "worker",
+        "--until-idle",
+        "--poll",
+        "0.2",
+        "--concurrency",
+        "3",
+        env={**env, "AFC_LOCAL_RELEASE": str(release)},
+    )
+    _wait(pg, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 3)
+    assert _terminate_afc(pg) >= 1
+    release.touch()  # the paid calls in flight answer after the connection is gone
+    assert worker.wait(timeout=60) == 1
+    _stopped_cleanly(worker.stderr.read())
+
+    # the next worker finishes every job; only the calls in flight may be paid again
+    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
+    assert done["exit_code"] == 0
+    assert pg.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", n)]
+    assert pg.rows("SELECT COUNT(*) FROM attempts WHERE status = 'started'") == [(0,)]
+    calls = collections.Counter(line.split()[0] for line in log.read_text().splitlines())
+    assert len(calls) == n and sum(calls.values()) <= n + 3
+
+
+def test_an_idle_worker_whose_connection_is_killed_stops_with_the_ledgers_message(pg):
+    pg.write_manifest(manifest(jobs(1)))
+    assert pg("submit", "manifest.yaml").returncode == 0
+    worker = pg.popen("worker", "--poll", "0.2")
+    _wait(pg, "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()", 2)
+    time.sleep(0.5)  # polling: nothing to claim
+    assert _terminate_afc(pg) >= 1
+    try:
+        code = worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGKILL)
+    assert code == 1
+    _stopped_cleanly(worker.stderr.read())
