@@ -293,6 +293,20 @@ def test_a_password_never_reaches_a_message(pg_server):
     assert "hunter2" not in str(refused.value) and "127.0.0.1" in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "password", ["Hunter2 with spaces", "Hunter2%ZZsecret", "Hunter2%00secret", "Hunter2%"]
+)
+def test_a_password_libpq_cannot_parse_never_reaches_a_message(pg_server, afc, password):
+    """libpq quotes a password it cannot read ("unexpected spaces found in ...", "invalid
+    percent-encoded token: ...") in its error: the real ``afc`` never shows it."""
+    url = pg_server.prefix.replace("afc@", f"afc:{password}@") + "/afc"
+    for command in (["status"], ["queue", "stats"], ["worker", "--until-idle"]):
+        refused = afc(*command, env={"AFC_LEDGER": url})
+        assert refused.returncode == 2, refused.stderr
+        assert "cannot connect to the ledger" in refused.stderr
+        assert "Hunter2" not in refused.stderr + refused.stdout, refused.stderr
+
+
 def test_the_owner_is_this_host_and_process(book):
     ledger, _, _ = book
     assert ledger.owner.startswith(socket.gethostname() + ":")

@@ -94,6 +94,23 @@ def display_url(url: str) -> str:
     return scrub(re.sub(r"(://[^:/@]+:)[^@]*@", r"\1" + REDACTED + "@", url))
 
 
+def connect_error(url: str, exc: BaseException) -> LedgerError:
+    """``cannot connect to the ledger``, in one line, without the URL's password: libpq
+    quotes a password it cannot read in its message (``unexpected spaces found in "..."``,
+    ``invalid percent-encoded token: "..."``), and ``scrub`` cannot know that value."""
+    from urllib.parse import unquote
+
+    from afc_cli.secrets import REDACTED
+
+    why = (str(exc).strip().splitlines() or [""])[0]
+    passwords = re.findall(r"://[^:/@]+:([^@]*)@", url) + re.findall(r"[?&]password=([^&]*)", url)
+    for password in passwords:
+        for form in sorted({password, unquote(password)}, key=len, reverse=True):
+            if form:
+                why = why.replace(form, REDACTED)
+    return LedgerError(f"cannot connect to the ledger {display_url(url)}: {why}")
+
+
 @lru_cache(maxsize=512)
 def translate(sql: str) -> str:
     """SQLite-style ``?`` placeholders to psycopg's ``%s``; a literal ``%`` doubles."""
@@ -238,9 +255,7 @@ class PostgresLedger(Ledger):
             # the run waits on a provider; a block is an explicit transaction (``tx``)
             conn = psycopg.connect(self._dsn(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as exc:
-            raise LedgerError(
-                f"cannot connect to the ledger {self.path}: {str(exc).strip().splitlines()[0]}"
-            ) from None
+            raise connect_error(self.url, exc) from None
         self.db = PgDatabase(conn)
         self.db.on_failure = self._pipeline_failed
         # Commits wait for the disk only where money depends on it (module docstring): the
@@ -650,10 +665,7 @@ class PostgresLedger(Ledger):
                 connect_timeout=CONNECT_TIMEOUT_S,
             )
         except psycopg.Error as exc:
-            raise LedgerError(
-                f"cannot connect to the ledger {display_url(str(url))}: "
-                f"{str(exc).strip().splitlines()[0]}"
-            ) from None
+            raise connect_error(str(url), exc) from None
         try:
             conn.read_only = True
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
