@@ -980,7 +980,12 @@ class PgRound(Round):
                     figures[f"stalled-host attempts {a['status']}"] += 1
                     # its cost is wanted where its request was billed and afc prices that
                     # answer (its message is the takeover's: the answer is the prompt's)
-                    if (
+                    # (not a request it woke into a stop to find cancelled: left polling,
+                    # unanswered, asked to stop at the provider, and of a job no run polls)
+                    left = a["error_class"] == "interrupted" and jobs[key]["status"] == "cancelled"
+                    if left and a["status"] == "unknown" and a["cost_micros"] is None:
+                        figures["stalled-host requests of cancelled jobs left unanswered"] += 1
+                    elif (
                         a["status"] == "unknown"
                         and a["cost_micros"] is None
                         and not gone
