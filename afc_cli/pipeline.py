@@ -706,7 +706,17 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             except PollAbandoned:
                 # A stopping run leaves a submitted job-style request to the next run, which
                 # polls it by id: nothing is paid twice, so there is no need to wait for it.
-                ctx.ledger.interrupt_attempt(job, number)
+                # (Not a cancelled job's: no run polls it again, and its cost stays unknown.)
+                ended = _ended_elsewhere(ctx, job)
+                ctx.ledger.interrupt_attempt(
+                    job,
+                    number,
+                    "afc stopped while the provider rendered it; the job was cancelled (the "
+                    "provider was asked to stop it) and no run polls it again: its cost is "
+                    "unknown"
+                    if ended == "is cancelled"
+                    else None,
+                )
                 return False
             except TimeoutError:
                 # The provider's own per-attempt window passed: it may have billed the whole

@@ -312,6 +312,23 @@ def test_cancel_reaches_a_job_style_provider(afc, fake):
     assert afc.rows("SELECT status, error_class FROM attempts") == [("failed", "cancelled")]
 
 
+def test_a_cancelled_jobs_request_left_at_a_stop_is_not_promised_to_a_next_run(afc, fake):
+    """A run stopped (SIGTERM) while it polled a request whose job another process had just
+    cancelled left the attempt saying "the next run polls the request": no run polls a
+    cancelled job's request, so its cost stays unknown, and the attempt says so."""
+    data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": "replicate", "model": MODELS["replicate"]}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml", env={"AFC_POLL_S": "30"})  # asleep in a poll
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    assert afc.json("cancel", "j")["cancelled"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 130
+    [(status, message)] = afc.rows("SELECT status, error_message FROM attempts")
+    assert status == "unknown"
+    assert "the job was cancelled" in message and "next run polls" not in message
+
+
 def test_keys_never_reach_the_ledger_or_output(afc, fake):
     outputs = []
     for provider in MODELS:

@@ -1387,7 +1387,9 @@ class Ledger:
                 )
             return cursor.rowcount == 1
 
-    def interrupt_attempt(self, job: dict[str, Any], number: int) -> None:
+    def interrupt_attempt(
+        self, job: dict[str, Any], number: int, message: str | None = None
+    ) -> None:
         """A stopping run leaves a submitted job-style request (its id committed) to the next
         run: the attempt becomes ``unknown``/``interrupted`` until that run polls it again.
         Only while this process owns it: a process that stalled past its lease and woke into
@@ -1400,7 +1402,8 @@ class Ledger:
                 " AND status = 'started' AND COALESCE(owner, ?) = ?",
                 (
                     self.clock(),
-                    "afc stopped while the provider rendered it; the next run polls the request",
+                    message
+                    or "afc stopped while the provider rendered it; the next run polls the request",
                     job["id"],
                     number,
                     self.owner,
