@@ -300,7 +300,8 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
     """Run one job from its first incomplete step. Returns its status afterwards.
 
     ``--concurrency`` bounds the jobs in their paid part (claim, probe, render): once a
-    provider call returned, the job gives its slot to the next render, spools its bytes under
+    provider call returned (and a spool slot is held: below), the job gives its slot to the
+    next render, spools its bytes under
     slots of their own (local writes that free them in a moment: rendered bytes never wait in
     memory behind slow uploads), then stores and verifies under the storage slots, so neither
     an fsync nor a slow upload holds back the next provider call.

@@ -694,7 +694,9 @@ class Ledger:
         """Take a job for this process, or None if it is terminal or another live run holds it.
 
         Taking over from a dead or expired owner marks that owner's attempts left ``started``
-        as ``unknown``: possibly paid, unpriced, never deleted.
+        as ``unknown``: possibly paid, unpriced, never deleted. A job leased to this host
+        (``owner.host_lease``) is taken as this process's own (no takeover counted); one leased
+        to another host only once that lease expired, as a takeover.
         """
         now = self.lease_clock()
         with self.tx():
@@ -1392,7 +1394,8 @@ class Ledger:
     ) -> None:
         """A stopping run leaves a submitted job-style request (its id committed) to the next
         run: the attempt becomes ``unknown``/``interrupted`` until that run polls it again.
-        Only while this process owns it: a process that stalled past its lease and woke into
+        ``message`` replaces the attempt's default message (a cancelled job's request, which
+        no run polls again, says its cost stays unknown). Only while this process owns it: a process that stalled past its lease and woke into
         a stopping run must not end the row another process reopened to poll
         (``reopen_attempt``), as ``report_attempt`` does not."""
         with self.tx(commit=True):
