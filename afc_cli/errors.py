@@ -87,10 +87,14 @@ class LedgerWriteError(AfcError):
     last commit, and every job resumes from there."""
 
 
+def first_line(exc: object) -> str:
+    """An error's message in one line: libpq adds lines of its own ("This probably means the
+    server terminated abnormally...") to a lost connection's."""
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
 def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
-    # one line: libpq adds lines of its own ("This probably means the server terminated
-    # abnormally...") to a lost connection's message
-    why = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
+    why = first_line(exc).rstrip(".")
     if str(path).startswith(("postgresql:", "postgres:")):
         fix = "check the database server and the connection to it"
     elif "full" in why:

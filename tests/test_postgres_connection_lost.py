@@ -13,6 +13,7 @@ import time
 import pytest
 from conftest import jobs, manifest
 from test_postgres_e2e import PgAfc
+from test_postgres_workers import _wait
 
 LOST = "check the database server and the connection to it, then run 'afc resume'"
 
@@ -20,15 +21,6 @@ LOST = "check the database server and the connection to it, then run 'afc resume
 @pytest.fixture
 def pg(tmp_path, pg_url) -> PgAfc:
     return PgAfc(tmp_path, pg_url)
-
-
-def _wait(pg: PgAfc, sql: str, threshold: int, timeout: float = 30) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pg.rows(sql)[0][0] >= threshold:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
 
 
 def _terminate_afc(pg: PgAfc) -> int:

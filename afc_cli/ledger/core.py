@@ -954,12 +954,7 @@ class Ledger:
                     row["job_id"], row["batch"], exclude_owner=None, only_owner=self.owner
                 )
             for job_id in spooled:  # to this host, not to any (``release``)
-                self.db.execute(
-                    "UPDATE jobs SET lease_owner = ?,"
-                    " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
-                    f" WHERE id = ? AND lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
-                    (host_lease(), job_id, self.owner),
-                )
+                self._give_back(job_id, here=True)
             self.db.execute(
                 "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL,"
                 " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
@@ -1099,20 +1094,27 @@ class Ledger:
         what is left of this run's lease: a run on another host would find no spool file."""
         here = self._spooled_here(job["id"])
         with self.tx():
-            cursor = self.db.execute(
-                "UPDATE jobs SET lease_owner = ?,"
-                " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
-                " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
-                " WHERE id = ? AND lease_owner = ?",
-                (host_lease() if here else None, here, job["id"], self.owner),
-            )
-        if cursor.rowcount == 1:
+            given = self._give_back(job["id"], here)
+        if given:
             job.update(
                 lease_owner=host_lease() if here else None,
                 lease_expires=job["lease_expires"] if here else None,
             )
             if job["status"] == "running":
                 job["status"] = "queued"
+
+    def _give_back(self, job_id: str, here: bool) -> bool:
+        """This run's lease of a job it did not finish, given up: to nobody, or (``here``: its
+        output is in this host's spool) to this host for what is left of the lease. A job
+        left ``running`` goes back to ``queued``. Whether the job was this run's."""
+        cursor = self.db.execute(
+            "UPDATE jobs SET lease_owner = ?,"
+            " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
+            " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
+            f" WHERE id = ? AND lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
+            (host_lease() if here else None, here, job_id, self.owner),
+        )
+        return cursor.rowcount == 1
 
     def _spooled_here(self, job_id: str) -> bool:
         """Whether this host's spool holds a job's rendered output (a ``.spool`` file): only a

@@ -65,7 +65,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from afc_cli.errors import LedgerError, UsageError, ledger_write_error
+from afc_cli.errors import LedgerError, UsageError, first_line, ledger_write_error
 from afc_cli.ledger import core
 from afc_cli.ledger.core import Ledger, admitted_needs
 from afc_cli.owner import current_owner
@@ -102,7 +102,7 @@ def connect_error(url: str, exc: BaseException) -> LedgerError:
 
     from afc_cli.secrets import REDACTED
 
-    why = (str(exc).strip().splitlines() or [""])[0]
+    why = first_line(exc)
     passwords = re.findall(r"://[^:/@]+:([^@]*)@", url) + re.findall(r"[?&]password=([^&]*)", url)
     for password in passwords:
         for form in sorted({password, unquote(password)}, key=len, reverse=True):

@@ -221,7 +221,7 @@ class FalProvider(HttpProvider):
         content_type = text(image.get("content_type")) or "image/png"
         return AttemptResult(
             data=data,
-            ext=content_type.split("/")[-1].replace("jpeg", "jpeg"),
+            ext=content_type.split("/")[-1],
             usage=usage,
             cost_micros=cost,
             cost_source="derived" if cost is not None else None,

@@ -21,6 +21,7 @@ from afc_cli.providers.http import (
     json_or_empty,
     obj,
     objs,
+    refused_free,
     retry_after_for,
     text,
     transport_error,
@@ -86,9 +87,7 @@ class GeminiProvider(HttpProvider):
             status = response.status_code
             reasons = {text(d.get("reason")) for d in objs(error.get("details"))}
             cls = "auth" if "API_KEY_INVALID" in reasons else class_for_status(status)
-            # a refused request made nothing; a 5xx may come after the image was made, and
-            # so may a 408 from a gateway that stopped waiting: their cost is not known
-            free = status < 500 and status != 408
+            free = refused_free(status)
             raise ProviderError(
                 cls,
                 f"gemini: {error.get('status', '')} {error.get('message', f'HTTP {status}')}",

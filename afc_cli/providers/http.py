@@ -445,6 +445,18 @@ def _said_retry_after(headers: Any) -> float | None:
     return seconds
 
 
+def refused_free(status: int) -> bool:
+    """Whether an error answer to a paid synchronous call (OpenAI, Gemini) is known to have
+    cost nothing: a refused request made nothing; a 5xx may come after the image was made,
+    and so may a 408 from a gateway that stopped waiting."""
+    return status < 500 and status != 408
+
+
+def is_data_url(url: str) -> bool:
+    """An output sent inline (RFC 2397), not a URL to fetch."""
+    return url[:5].lower() == "data:"
+
+
 def retry_after_for(cls: str, headers: Any) -> float | None:
     """The wait an error answer of class ``cls`` asks for before the next attempt: a 429's
     (``retry_after_of``: its Retry-After, or the rate-limit reset it names), or the explicit
@@ -541,7 +553,7 @@ async def download(
     and each retry paid for a new render that came back the same way."""
     import httpx
 
-    if url[:5].lower() == "data:":
+    if is_data_url(url):
         return data_url_bytes(provider, url)
 
     async def get() -> Any:
@@ -674,7 +686,7 @@ def data_url_bytes(provider: str, url: str) -> bytes:
 def output_ext(url: str, default: str = "png") -> str:
     """An output's file extension from its URL: the last path segment's (``.../x.webp?sig``),
     or a ``data:`` URL's media type (``data:image/jpeg;base64,...``)."""
-    if url[:5].lower() == "data:":
+    if is_data_url(url):
         media = url[5:].split(",", 1)[0].split(";", 1)[0]
         subtype = media.split("/", 1)[1] if "/" in media else ""
         return subtype.split("+", 1)[0] or default

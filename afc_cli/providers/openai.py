@@ -21,6 +21,7 @@ from afc_cli.providers.http import (
     decode_b64,
     json_or_empty,
     obj,
+    refused_free,
     retry_after_for,
     text,
     transport_error,
@@ -133,9 +134,7 @@ class OpenAIProvider(HttpProvider):
             # a moderation block may come after the image was made: its cost is not known
             return ProviderError("refusal", message, http_status=status)
         cls = class_for_status(status)
-        # a refused request made nothing; a 5xx may come after the image was made, and so
-        # may a 408 from a gateway that stopped waiting: their cost is not known
-        free = status < 500 and status != 408
+        free = refused_free(status)
         return ProviderError(
             cls,
             message,
