@@ -54,6 +54,10 @@ STORE_TRIES = 3
 STORE_BACKOFF_BASE_S = 0.5
 STORE_BACKOFF_CAP_S = 10.0
 MAX_STORE_REQUEUES = 5
+# A worker tries a job whose storage work gave up again only after this pause, doubled at
+# each failure (30, 60, 120, 240 s: the fifth try comes 7.5 minutes into an outage, not
+# seconds), and within the host lease that keeps other hosts off it (at most 0.8 of it).
+STORE_PAUSE_S = 30.0
 MAX_INTERRUPTS = 5  # default of AFC_MAX_INTERRUPTS
 
 
@@ -1252,6 +1256,8 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
             here_for_s=ctx.lease_s if here else None,
             store_failures=failures,
         )
+        pause = STORE_PAUSE_S * 2 ** (failures - 1)
+        ctx.ledger.pause_claims(job["id"], min(pause, 0.8 * ctx.lease_s) if here else pause)
         ctx.report(
             job,
             "waiting",

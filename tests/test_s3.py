@@ -410,3 +410,32 @@ def test_a_worker_that_cannot_reach_storage_gives_back_a_host_leased_job_to_its_
     spool.rename(spool.with_suffix(".away"))  # host-b's disk has no such file
     assert afc("resume", env={"AFC_HOST_ID": "host-b"}).returncode == 1
     assert afc.rows("SELECT status, error_code FROM jobs") == [("waiting", None)]
+
+
+def test_a_worker_pauses_a_job_whose_upload_failed_instead_of_spending_its_tries(afc, s3):
+    """A storage outage that lets the bucket check pass but fails the uploads: a worker tried
+    a job waiting to store again at each round (every --poll), so MAX_STORE_REQUEUES was spent
+    in seconds and the job dead-lettered STORE_FAILED. The worker now leaves it for a pause
+    that doubles at each failure (30 s first); the job waits, its output safe in the spool."""
+    import signal
+
+    afc.write_manifest(manifest(jobs(1), storage=s3.url))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    s3.plan.add(Fault("PUT", r"/films/", "500", -1))
+    worker = afc.popen("worker", "--poll", "0.2", env={"AFC_HOST_ID": "host-a"})
+    try:
+        deadline = time.time() + 60
+        while afc.rows("SELECT store_failures FROM jobs")[0][0] < 1:
+            assert time.time() < deadline and worker.poll() is None, worker.stderr.read()
+            time.sleep(0.1)
+        time.sleep(6)  # thirty rounds of polling: it tried every round, five runs in seconds
+        assert afc.rows("SELECT status, step, store_failures FROM jobs") == [
+            ("waiting", "store", 1)
+        ]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) in (0, 1)
+    s3.plan.clear()
+    assert afc("resume", env={"AFC_HOST_ID": "host-a"}).returncode == 0  # a person: at once
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]

@@ -238,6 +238,24 @@ class Ledger:
     # when this process's claims last looked for its host's dead processes' jobs (monotonic)
     _here_checked = float("-inf")
 
+    def pause_claims(self, job_id: str, seconds: float) -> None:
+        """This process's claims (``claim_runnable``: a worker's rounds) leave a job alone for
+        ``seconds``: one whose storage work just gave up (``pipeline._storage_gave_up``) is not
+        tried again at the next round, every ``--poll``, which spent its ``MAX_STORE_REQUEUES``
+        in seconds of a storage outage. In this process only (the job's host lease keeps other
+        hosts off it meanwhile; a person's ``afc resume`` tries it at once)."""
+        paused = self.__dict__.setdefault("_paused", {})
+        paused[job_id] = time.monotonic() + seconds
+
+    def _paused_ids(self) -> set[str]:
+        paused = self.__dict__.get("_paused")
+        if not paused:
+            return set()
+        now = time.monotonic()
+        for job_id in [j for j, until in paused.items() if until <= now]:
+            del paused[job_id]
+        return set(paused)
+
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> Ledger:
         if cls is Ledger:
             cls = backend(path)
@@ -799,11 +817,13 @@ class Ledger:
         ``unknown`` in this same transaction.
 
         ``skip``: ids of jobs this process is running still (a worker's run loop), never
-        claimed here, free or not (``run._fed`` says why)."""
+        claimed here, free or not (``run._fed`` says why); nor are the jobs it paused
+        (``pause_claims``)."""
         self.settle_ready_blocked(batch)
         now = self.lease_clock()
         where = f"status IN {ACTIVE_SQL}" + (" AND batch = ?" if batch is not None else "")
         params: list[Any] = [batch] if batch is not None else []
+        skip = set(skip) | self._paused_ids()
         if skip:
             where += f" AND id NOT IN ({', '.join('?' * len(skip))})"
             params += list(skip)
