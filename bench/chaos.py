@@ -924,8 +924,13 @@ class PgRound(Round):
         # A process frozen (or killed) after its attempt row was committed and before its
         # request left sends it when it wakes, after the takeover marked the attempt unknown
         # (ended_at): a call in flight on a disturbed host, which README allows to be paid
-        # twice. Its request may reach the provider any time after that.
-        if attempt["status"] == "unknown" and self.owner_of(attempt) is not None:
+        # twice. Its request may reach the provider any time after that, and its answer may
+        # still end the attempt well (a late result stored, then adopted by the job's next
+        # run: "found stored" or "adopted from the spool after the process ended").
+        if self.owner_of(attempt) is not None and (
+            attempt["status"] == "unknown"
+            or "after the process ended" in (attempt["error_message"] or "")
+        ):
             return None
         return attempt["ended_at"]
 
