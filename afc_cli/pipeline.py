@@ -305,10 +305,10 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
 
     ``--concurrency`` bounds the jobs in their paid part (claim, probe, render): once a
     provider call returned (and a spool slot is held: below), the job gives its slot to the
-    next render, spools its bytes under
-    slots of their own (local writes that free them in a moment: rendered bytes never wait in
-    memory behind slow uploads), then stores and verifies under the storage slots, so neither
-    an fsync nor a slow upload holds back the next provider call.
+    next render, spools its bytes under slots of their own (local writes that free them in a
+    moment: rendered bytes never wait in memory behind slow uploads), then stores and
+    verifies under the storage slots, so neither an fsync nor a slow upload holds back the
+    next provider call.
 
     The render slot is given back only once a spool slot is taken: paid bytes wait in memory,
     where a crash loses them (and the next run pays again), for at most ``--concurrency`` jobs
@@ -712,14 +712,14 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # A stopping run leaves a submitted job-style request to the next run, which
                 # polls it by id: nothing is paid twice, so there is no need to wait for it.
                 # (Not a cancelled job's: no run polls it again, and its cost stays unknown.)
-                ended = _ended_elsewhere(ctx, job)
+                current = ctx.ledger.job(job["id"])
                 ctx.ledger.interrupt_attempt(
                     job,
                     number,
                     "afc stopped while the provider rendered it; the job was cancelled (the "
                     "provider was asked to stop it) and no run polls it again: its cost is "
                     "unknown"
-                    if ended == "is cancelled"
+                    if current is not None and current["status"] == "cancelled"
                     else None,
                 )
                 return False

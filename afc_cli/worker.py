@@ -14,9 +14,10 @@ fails (before any of it ran) is released at once; a retryable failure is tried a
 SIGTERM or Ctrl-C stops it: while idle at once; while jobs run, by the run loop's drain (no
 new provider call; calls in flight finish within ``--grace``, are recorded and stored; then
 the leases are released for other workers, but a job whose output is in this host's spool
-goes to this host, ``owner.host_lease``, for what is left of the lease). A worker that drained cleanly exits 0: stopping
-is its normal end. One that abandoned calls in flight (a second signal, the grace ran out)
-exits 130, since those attempts are recorded ``unknown`` and possibly paid.
+goes to this host, ``owner.host_lease``, for what is left of the lease). A worker that
+drained cleanly exits 0: stopping is its normal end. One that abandoned calls in flight (a
+second signal, the grace ran out) exits 130, since those attempts are recorded ``unknown``
+and possibly paid.
 """
 
 from __future__ import annotations

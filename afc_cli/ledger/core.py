@@ -238,23 +238,25 @@ class Ledger:
     # when this process's claims last looked for its host's dead processes' jobs (monotonic)
     _here_checked = float("-inf")
 
+    # jobs this process's claims leave alone until then (monotonic), by id (``pause_claims``)
+    _paused: dict[str, float] | None = None
+
     def pause_claims(self, job_id: str, seconds: float) -> None:
         """This process's claims (``claim_runnable``: a worker's rounds) leave a job alone for
         ``seconds``: one whose storage work just gave up (``pipeline._storage_gave_up``) is not
         tried again at the next round, every ``--poll``, which spent its ``MAX_STORE_REQUEUES``
         in seconds of a storage outage. In this process only (the job's host lease keeps other
         hosts off it meanwhile; a person's ``afc resume`` tries it at once)."""
-        paused = self.__dict__.setdefault("_paused", {})
-        paused[job_id] = time.monotonic() + seconds
+        if self._paused is None:
+            self._paused = {}
+        self._paused[job_id] = time.monotonic() + seconds
 
     def _paused_ids(self) -> set[str]:
-        paused = self.__dict__.get("_paused")
-        if not paused:
+        if not self._paused:
             return set()
         now = time.monotonic()
-        for job_id in [j for j, until in paused.items() if until <= now]:
-            del paused[job_id]
-        return set(paused)
+        self._paused = {j: until for j, until in self._paused.items() if until > now}
+        return set(self._paused)
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> Ledger:
         if cls is Ledger:
@@ -1417,9 +1419,10 @@ class Ledger:
         """A stopping run leaves a submitted job-style request (its id committed) to the next
         run: the attempt becomes ``unknown``/``interrupted`` until that run polls it again.
         ``message`` replaces the attempt's default message (a cancelled job's request, which
-        no run polls again, says its cost stays unknown). Only while this process owns it: a process that stalled past its lease and woke into
-        a stopping run must not end the row another process reopened to poll
-        (``reopen_attempt``), as ``report_attempt`` does not."""
+        no run polls again, says its cost stays unknown). Only while this process owns it: a
+        process that stalled past its lease and woke into a stopping run must not end the row
+        another process reopened to poll (``reopen_attempt``), as ``report_attempt`` does
+        not."""
         with self.tx(commit=True):
             cursor = self.db.execute(
                 "UPDATE attempts SET status = 'unknown', error_class = 'interrupted',"

@@ -85,13 +85,17 @@ GROUP_COMMIT_S = 0.005
 CLOCK_SAMPLE_S = 10.0
 
 
+# a URL's password in its user part (``postgresql://user:PASSWORD@host``), the user kept
+USERINFO_PASSWORD = re.compile(r"(://[^:/@]+:)([^@]*)@")
+
+
 def display_url(url: str) -> str:
     """The URL with its password masked: what messages and ``--json`` may show."""
     from afc_cli.secrets import REDACTED, scrub
 
     # the user name kept (it tells which role), the password and any key-like query
     # parameter (?password=...) as every other message shows a secret
-    return scrub(re.sub(r"(://[^:/@]+:)[^@]*@", r"\1" + REDACTED + "@", url))
+    return scrub(USERINFO_PASSWORD.sub(r"\1" + REDACTED + "@", url))
 
 
 def connect_error(url: str, exc: BaseException) -> LedgerError:
@@ -103,7 +107,8 @@ def connect_error(url: str, exc: BaseException) -> LedgerError:
     from afc_cli.secrets import REDACTED
 
     why = first_line(exc)
-    passwords = re.findall(r"://[^:/@]+:([^@]*)@", url) + re.findall(r"[?&]password=([^&]*)", url)
+    passwords = [m.group(2) for m in USERINFO_PASSWORD.finditer(url)]
+    passwords += re.findall(r"[?&]password=([^&]*)", url)
     for password in passwords:
         for form in sorted({password, unquote(password)}, key=len, reverse=True):
             if form:
@@ -209,7 +214,8 @@ class PgDatabase:
             # In a pipeline, an earlier statement's error surfaces at the next send (psycopg
             # reads the answers that arrived) or at the sync: either way the group failed. A
             # lost connection (a server restarted, a backend terminated) fails a read outside
-            # any block too: the ledger's error, not psycopg's (tests/test_postgres_connection_lost.py)
+            # any block too: the ledger's error, not psycopg's
+            # (tests/test_postgres_connection_lost.py)
             lost = isinstance(exc, _psycopg().OperationalError)
             if (self.pipe is not None or lost) and self.on_failure is not None:
                 self.on_failure(exc)  # raises the ledger's error if outside any block

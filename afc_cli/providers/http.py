@@ -107,8 +107,9 @@ class HttpProvider(Provider):
     ) -> tuple[Any, dict[str, Any]] | None:
         """One poll of the job-style request ``request_id`` at ``url``: its answer and the
         answer's JSON object (``json_or_empty``), or None when the poll got nothing (a
-        transport error, 408, 409, 429, 5xx), which the caller meets by polling again at the next
-        interval (``poll_failed`` keeps count, so an outage is said). A 200 or 202 whose body
+        transport error, or a status that says it failed for a moment: ``passing``), which
+        the caller meets by polling again at the next interval (``poll_failed`` keeps count,
+        so an outage is said). A 200 or 202 whose body
         is no JSON object is returned for the caller to count (``unreadable_poll``). A 404
         means the request is gone at the provider (``RequestGone``)."""
         import httpx
@@ -118,7 +119,7 @@ class HttpProvider(Provider):
         except httpx.TransportError as exc:
             self.poll_failed(type(exc).__name__)
             return None
-        if response.status_code >= 500 or response.status_code in (408, 409, 429):
+        if passing(response.status_code):
             self.poll_failed(f"HTTP {response.status_code}")
             return None
         state = json_or_empty(response)
@@ -365,9 +366,9 @@ def next_poll(
 
 
 def class_for_status(status: int) -> str:
-    """An error answer's class (README: "Error classes"). 408 (the request
-    timed out at the server) and 409 (a conflict, Gemini's ABORTED) say "send it again", as
-    the providers' own SDKs do: ``unavailable``, retried within the model's attempts."""
+    """An error answer's class (README: "Error classes"). 408 (the request timed out at the
+    server) and 409 (a conflict, Gemini's ABORTED) say "send it again", as the providers' own
+    SDKs do: ``unavailable``, retried within the model's attempts."""
     if status in (401, 403):
         return "auth"
     if status == 429:
@@ -510,8 +511,8 @@ async def fetched(
     rand: Callable[[], float] = random.random,
 ) -> Any:
     """``get()`` (a free GET: a response, or an ``httpx.TransportError``) made again while it
-    fails for a moment: a transport error, 408, 409, 429 or 5xx. The last failure is returned (a
-    response) or raised (a transport error); any other answer is returned at once."""
+    fails for a moment: a transport error, or a ``passing`` status. The last failure is
+    returned (a response) or raised (a transport error); any other answer at once."""
     import httpx
 
     for tried in range(1, FETCH_TRIES + 1):
@@ -589,7 +590,8 @@ async def download(
 
 
 def passing(status: int) -> bool:
-    """Whether an HTTP status says a free GET failed for a moment (``fetched`` tries again)."""
+    """Whether an HTTP status says a free GET (a poll, an output, a result) failed for a
+    moment and is asked again: 408, 409, 429, 5xx (``fetched``, ``HttpProvider.poll``)."""
     return status in (408, 409, 429) or status >= 500
 
 
@@ -678,7 +680,7 @@ def data_url_bytes(provider: str, url: str) -> bytes:
         if header.lower().endswith(";base64")
         else unquote_to_bytes(payload)
     )
-    if len(data) > MAX_OUTPUT_BYTES:  # percent-encoding may hold more than its length says
+    if len(data) > MAX_OUTPUT_BYTES:  # text without base64 decodes a byte a character
         raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
     return data
 
