@@ -44,7 +44,7 @@ from afc_cli.errors import AnswerNotRead, SpoolError, StorageError
 from afc_cli.ledger import SHARED_BUDGET, TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
 from afc_cli.owner import host_id, host_of
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
-from afc_cli.providers.base import GONE_PREFIX, RequestGone
+from afc_cli.providers.base import GONE_PREFIX, NeverSent, RequestGone, no_look
 from afc_cli.secrets import scrub
 from afc_cli.spool import DirSync, Spool, SpoolFile
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
@@ -248,9 +248,10 @@ def stall_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-# A job whose attempt row took longer than this to commit (a process frozen or starved in
-# between) is checked to be still this run's before its paid request is sent: another host
-# may have taken it over meanwhile, and would be paying for it too.
+# A job whose paid request leaves more than this after its attempt row was written (a process
+# frozen, starved or asleep in between) is checked to be still this run's before it is sent
+# (``_last_look``): another host may have taken it over meanwhile, and would be paying for it
+# too.
 LEASE_RECHECK_S = 1.0
 
 
@@ -638,25 +639,16 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     from afc_cli.inputs import recorded
 
                     ctx.ledger.set_attempt_inputs(job, number, entry["provider"], recorded(inputs))
-                waited = time.monotonic()
+                looked = _stall_clock()
                 await ctx.ledger.committed()  # the attempt row is on disk before the call
                 stall_point("after_attempt_row")
-                ended = time.monotonic() - waited > LEASE_RECHECK_S and _ended_elsewhere(ctx, job)
-                if ended:
-                    # This process stalled between its attempt row and its request, long
-                    # enough for its lease to run out and another to take the job over (and
-                    # mark this attempt unknown), or for the job to be cancelled (which left
-                    # the attempt to this live run): the request has not left, and it is no
-                    # longer this run's to pay for. Its cost is known: nothing (a row the
-                    # takeover marked unknown keeps that status; its cost is still filled in).
-                    _never_sent(ctx, job, number, chain_index, entry, f"the job {ended}")
-                    raise JobLost(job["id"])
                 if ctx.stopping.is_set():
                     # The run began stopping while the row was committed: the request never
                     # left this machine, so this attempt is known to have cost nothing.
                     _never_sent(ctx, job, number, chain_index, entry, "afc was stopping")
                     return False
             ctx.report(job, "attempt", f"{entry['provider']}/{entry['model']} attempt {number}")
+            stall_point("before_request")
             crash_point("after_attempt_row")
             report = {
                 "chain_index": chain_index,
@@ -698,6 +690,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     stopping=ctx.stopping,
                     idle=ctx.idle,
                     ended=lambda: _ended_elsewhere(ctx, job),
+                    # (a resumed request is only polled: nothing paid is sent)
+                    last_look=(lambda at=looked: _last_look(ctx, job, at))
+                    if resume is None
+                    else no_look,
                 )
             )
             try:
@@ -764,6 +760,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     job, "attempt_failed", f"request gone on attempt {number}", cost_micros=None
                 )
                 continue
+            except NeverSent as exc:
+                _never_sent(ctx, job, number, chain_index, entry, exc.why)
+                raise JobLost(job["id"]) from None
             except _LedgerFailed as exc:
                 raise exc.__cause__ from None
             except ProviderError as exc:
@@ -821,6 +820,35 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         job["step"] = "spool"
         ctx.report(job, "rendered", f"attempt {number}", cost_micros=result.cost_micros)
         return True
+
+
+def _stall_clock() -> float:
+    """Seconds on a clock that runs on while the machine sleeps (Linux's CLOCK_BOOTTIME;
+    ``time.monotonic`` elsewhere): a laptop suspended between an attempt row and its request
+    has stalled as surely as a frozen process, though the monotonic clock stood still."""
+    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
+
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def _last_look(ctx: RunContext, job: dict[str, Any], since: float) -> None:
+    """The last look before a paid request leaves (``AttemptRequest.last_look``, taken by
+    the adapter with nothing awaited between it and the send): raises ``NeverSent`` when more than
+    ``LEASE_RECHECK_S`` passed since the row was written (``since``, on ``_stall_clock``)
+    and the job is no longer this run's: another process took it over while this one
+    stalled past its lease (it marked this attempt unknown, and pays for the job itself), or
+    it was cancelled (which left the attempt to this live run). The request has not left,
+    so the attempt is known to have cost nothing (``_never_sent``; a row a takeover marked
+    unknown keeps that status, its cost filled in).
+
+    A run that begins stopping after the step's look still sends the request: the jobs whose
+    attempt rows were committed before a signal go on to their calls, and are drained
+    (afc_cli/run.py ``Interruption``)."""
+    if _stall_clock() - since > LEASE_RECHECK_S:
+        ended = _ended_elsewhere(ctx, job)
+        if ended:
+            raise NeverSent(f"the job {ended}")
 
 
 def _ended_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:

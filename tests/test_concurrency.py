@@ -296,6 +296,69 @@ def test_a_process_frozen_before_its_request_does_not_send_it_once_taken_over(af
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
 
 
+def _frozen_at(proc, deadline_s: float = 30) -> None:
+    """Wait until ``proc`` froze itself at its stall point (its /proc state 'T')."""
+    deadline = time.time() + deadline_s
+    state = None
+    while state != "T" and time.time() < deadline:
+        time.sleep(0.02)
+        state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    assert state == "T", "the stall point was not reached"
+
+
+def _taken_over_while_frozen_before_the_send(afc, env: dict[str, str]) -> None:
+    """Run one job on host-a frozen after its attempt row had been looked at, past its
+    3 s lease, while host-b takes the job over and renders it; then wake host-a."""
+    env = {**env, "AFC_LEASE_S": "3"}
+    frozen = afc.popen(
+        "submit",
+        "manifest.yaml",
+        env={**env, "AFC_HOST_ID": "host-a", "AFC_STALL_POINT": "before_request"},
+    )
+    try:
+        _frozen_at(frozen)
+        time.sleep(3.5)  # past its 3 s lease
+        other = afc("resume", env={**env, "AFC_HOST_ID": "host-b"})
+        assert other.returncode == 0, other.stderr
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    frozen.communicate(timeout=60)
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    # host-a's attempt: marked unknown by the takeover, its cost now known to be nothing
+    assert afc.rows(
+        "SELECT number, status, cost_micros, cost_source FROM attempts ORDER BY number"
+    )[0] == (1, "unknown", 0, "unsent")
+    assert afc.rows("SELECT number, status FROM attempts ORDER BY number") == [
+        (1, "unknown"),
+        (2, "succeeded"),
+    ]
+
+
+def test_a_process_frozen_after_its_look_does_not_send_the_request_once_taken_over(afc):
+    """The look after the attempt row's commit came before the request was built and sent
+    (a job-style call's task scheduled later, reference images read and encoded): a freeze
+    in between sent the paid request on waking, after another host had taken the job over
+    and paid for it. The look is now taken by the adapter itself, with nothing awaited
+    between it and the send (AttemptRequest.last_look)."""
+    afc.write_manifest(manifest(jobs(1)))
+    calls = afc.cwd / "calls.log"
+    _taken_over_while_frozen_before_the_send(afc, {"AFC_LOCAL_CALL_LOG": str(calls)})
+    assert len(calls.read_text().splitlines()) == 1, "host-b's call alone"
+
+
+@pytest.mark.parametrize("provider", ["openai", "replicate", "fal", "gemini"])
+def test_every_provider_takes_the_last_look_before_its_paid_request(afc, fake, provider):
+    """Each HTTP adapter calls ``last_look`` right before its paid request: frozen past its
+    lease and taken over, a run sends nothing when it wakes (one billed request in all)."""
+    from test_providers import MODELS, RATES
+
+    data = manifest([{"key": "j", "prompt": "one"}], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": provider, "model": MODELS[provider]}]
+    afc.write_manifest(data)
+    _taken_over_while_frozen_before_the_send(afc, {})
+    assert [entry[1:] for entry in fake.log if entry[3]] == [(provider, "one", True)]
+
+
 def test_a_job_cancelled_while_its_run_froze_before_the_request_records_it_unsent(afc):
     """The look at the job after a slow attempt-row commit (LEASE_RECHECK_S) found it
     cancelled and sent nothing, but left the attempt 'started' for ever: the cancel leaves a

@@ -17,6 +17,21 @@ async def _nothing(request_id: str) -> None:
     pass
 
 
+def no_look() -> None:
+    """``AttemptRequest.last_look`'s default: a request sent with no look (tests, tools)."""
+    pass
+
+
+class NeverSent(Exception):
+    """Raised by ``AttemptRequest.last_look`` right before a paid request would leave: the
+    job is no longer this run's to pay for (taken over by another process while this one
+    stalled, cancelled). Nothing was sent, so the attempt cost nothing."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
 @dataclass(frozen=True)
 class InputImage:
     """A reference image sent with a request (a manifest's ``inputs``): its bytes, media type,
@@ -63,6 +78,13 @@ class AttemptRequest:
     # over), or None: then the rounds end, the render's cost recorded, and nothing holds on.
     idle: Callable[[], AbstractAsyncContextManager[Any]] | None = None
     ended: Callable[[], str | None] | None = None
+    # Called by every adapter with nothing awaited between it and the paid request's send
+    # (a job-style provider's submit; a synchronous provider's one call): raises
+    # ``NeverSent`` when the job is no longer this run's (afc_cli/pipeline.py, ``_last_look``).
+    # The run's own look after the attempt row's commit can come long before the send: a
+    # job-style call waits for its task to be scheduled, an adapter reads and encodes the
+    # reference images, a process is frozen (SIGSTOP, a paused VM, a laptop's sleep).
+    last_look: Callable[[], None] = no_look
 
 
 @dataclass

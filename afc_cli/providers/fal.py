@@ -135,6 +135,7 @@ class FalProvider(HttpProvider):
                     # several as image_urls
                     uris = [image.data_uri() for image in request.inputs]
                     body.update({"image_url": uris[0]} if len(uris) == 1 else {"image_urls": uris})
+                request.last_look()
                 response = await self.client.post(
                     self.url(f"/{request.model}"), json=body, headers=self._headers()
                 )

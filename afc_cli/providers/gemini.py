@@ -74,6 +74,7 @@ class GeminiProvider(HttpProvider):
         ]
         body = {"contents": [{"parts": parts}], "generationConfig": config}
         try:
+            request.last_look()
             response = await self.client.post(
                 self.url(f"/models/{request.model}:generateContent"),
                 json=body,

@@ -107,6 +107,7 @@ class LocalProvider(Provider):
 
     async def render(self, request: AttemptRequest) -> AttemptResult:
         params = request.params
+        request.last_look()  # as a paid adapter's, right before its request
         call_log = os.environ.get("AFC_LOCAL_CALL_LOG")
         if call_log:
             with open(call_log, "a", encoding="utf-8") as log:

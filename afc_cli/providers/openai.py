@@ -66,6 +66,7 @@ class OpenAIProvider(HttpProvider):
                 sent = self.client.build_request(
                     "POST", self.url("/images/generations"), json=body, headers=headers
                 )
+            request.last_look()
             response = await self.client.send(sent, stream=True)
         except httpx.TransportError as exc:
             raise transport_error(self.name, exc, paid_call=True) from None

@@ -113,6 +113,7 @@ class ReplicateProvider(HttpProvider):
         else:
             url, body = self.url(f"/models/{request.model}/predictions"), {"input": inputs}
         try:
+            request.last_look()
             response = await self.client.post(url, json=body, headers=headers)
         except httpx.TransportError as exc:
             raise transport_error(self.name, exc, paid_call=True) from None
