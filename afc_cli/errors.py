@@ -84,7 +84,11 @@ class LedgerError(AfcError):
 class LedgerWriteError(AfcError):
     """A write to the ledger failed during a run (a full disk, an I/O error): the run stops.
     Exit 1, not 2: admission and attempts may already be written; the ledger is as of its
-    last commit, and every job resumes from there."""
+    last commit, and every job resumes from there. The run stops as at a first signal
+    (``run._all_done``): no new call starts, and the calls in flight finish within the grace
+    period, their renders kept in the spool for the next run (``pipeline.keep_rendered``)."""
+
+    reason = "the ledger cannot be written"
 
 
 def first_line(exc: object) -> str:

@@ -40,7 +40,7 @@ from afc_cli.attempts import (
     next_try,
 )
 from afc_cli.costs import RateCards, format_usd, to_micros
-from afc_cli.errors import AnswerNotRead, SpoolError, StorageError
+from afc_cli.errors import AnswerNotRead, LedgerWriteError, SpoolError, StorageError
 from afc_cli.ledger import SHARED_BUDGET, TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
 from afc_cli.owner import host_id, host_of
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
@@ -128,6 +128,10 @@ class RunContext:
     # a paid render spooled after its job ended elsewhere, to store under the storage slots
     # (``spool``, ``run_job``), by job id: (the job as it rendered, its spool file)
     late_results: dict[str, tuple[dict[str, Any], SpoolFile]] = field(default_factory=dict)
+    # jobs whose paid render's bytes are in memory, between their provider call and their
+    # spool step, by id: kept in the spool if the ledger breaks first (``keep_rendered``)
+    rendered: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kept_unrecorded: int = 0  # renders spooled whose checkpoint the broken ledger refused
     lease_s: float = 300.0
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
@@ -795,8 +799,6 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # slot, so the next render starts now) without touching the ledger's step. Its known
         # cost is what the budget holds from now on, not the estimate (the next render's
         # budget check may come before the spool step writes the attempt's end).
-        if result.cost_micros is not None and ctx.cap_micros is not None:
-            ctx.ledger.hold_known_cost(job, number, entry["provider"], result.cost_micros)
         job["rendered_by"] = {
             "provider": entry["provider"],
             "model": entry["model"],
@@ -817,6 +819,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 "ended_at": time.time(),  # the call's end, not the spool's
             },
         )
+        ctx.rendered[job["id"]] = job  # until the spool step takes the bytes (``keep_rendered``)
+        if result.cost_micros is not None and ctx.cap_micros is not None:
+            ctx.ledger.hold_known_cost(job, number, entry["provider"], result.cost_micros)
         job["step"] = "spool"
         ctx.report(job, "rendered", f"attempt {number}", cost_micros=result.cost_micros)
         return True
@@ -931,6 +936,7 @@ def _answer_not_read(
 async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
     """Make a render's bytes durable, then record the attempt and both checkpoints at once."""
     pending = job.pop("unspooled", None)
+    ctx.rendered.pop(job["id"], None)
     if pending is None:
         # Not a step the ledger rests at (render checkpoints straight to store); were a job
         # found here, the next run's render step decides (adopt the spool file, or retry)
@@ -972,6 +978,9 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
                 output_size=spooled.size,
             )
             ctx.ledger.report_attempt(job, number, **success)
+    except LedgerWriteError:
+        ctx.kept_unrecorded += 1  # in the spool, beside its attempt row: adopted next run
+        raise
     except JobLost:
         # The job ended meanwhile (cancelled) or was taken over: its state stays as it is, but
         # this attempt was paid, so its outcome and cost are recorded, and its output is kept
@@ -980,6 +989,29 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         ctx.late_results[job["id"]] = (job, spooled)
         raise
     return True
+
+
+async def keep_rendered(ctx: RunContext) -> int:
+    """Write to the spool the paid renders still in memory (``RunContext.rendered``) when the
+    ledger broke under the run (a full disk, a lost PostgreSQL connection, a write lock held
+    past the busy timeout): their spool steps cannot record them, but a spool file beside a
+    committed attempt row is what a crash between the spool write and its checkpoint leaves,
+    and the next run on this host adopts it (``_adopt_spool``: stored, its cost unknown)
+    instead of paying for the render again. Returns how many renders are kept so, these and
+    the ones whose spool step wrote the file and then met the broken ledger; one that cannot
+    be written (the disk is the one that failed) is left, as before, to be rendered again."""
+    kept = ctx.kept_unrecorded
+    for job_id, job in list(ctx.rendered.items()):
+        pending = job.pop("unspooled", None)
+        ctx.rendered.pop(job_id, None)
+        if pending is None:
+            continue
+        try:
+            await ctx.offload(ctx.spool.write, job_id, pending[0])
+        except (OSError, SpoolError):
+            continue
+        kept += 1
+    return kept
 
 
 async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:

@@ -39,12 +39,13 @@ from afc_cli.errors import (
     EXIT_INTERRUPTED,
     EXIT_JOB_FAILED,
     EXIT_OK,
+    LedgerWriteError,
     SpoolError,
     StopsRun,
     UsageError,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
-from afc_cli.pipeline import MAX_INTERRUPTS, ProviderLimit, RunContext, run_job
+from afc_cli.pipeline import MAX_INTERRUPTS, ProviderLimit, RunContext, keep_rendered, run_job
 from afc_cli.spool import Spool
 
 DEFAULT_CONCURRENCY = 8
@@ -530,7 +531,7 @@ class Interruption:
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(self.grace_s, self.abandon, "the grace period ran out")
 
-    def stop_for(self, error: StopsRun) -> None:
+    def stop_for(self, error: StopsRun | LedgerWriteError) -> None:
         """A job failed in a way that stops the run (``StopsRun``: its render's bytes could
         not be spooled, or its provider's answer could not be read): stop as at a first
         signal, so no new provider call starts (an attempt row committed but not sent ends
@@ -647,10 +648,20 @@ def run_jobs(
                     # beside the batch, never inside a job's steps
                     outbox = asyncio.create_task(run_beside(ledger, stop))
                     interruption.on_stop.append(outbox.cancel)  # its rows wait for the next run
-                if more is None:
-                    await _all_done(list(tasks.values()), interruption.stop_for)
-                else:
-                    await _fed(ctx, tasks, more, concurrency, interruption.stop_for)
+                try:
+                    if more is None:
+                        await _all_done(list(tasks.values()), interruption.stop_for)
+                    else:
+                        await _fed(ctx, tasks, more, concurrency, interruption.stop_for)
+                except LedgerWriteError:
+                    kept = await keep_rendered(ctx)
+                    if kept:
+                        reporter.notice(
+                            f"{kept} paid render{'s' if kept != 1 else ''} the ledger could "
+                            f"not record kept in the spool {spool.root}: the next run on this "
+                            "host stores them without paying again (their cost is unknown)"
+                        )
+                    raise
                 stop.set()
                 if outbox is not None:
                     await asyncio.wait({outbox})  # cancelled by a stop: no error
@@ -710,7 +721,8 @@ def run_jobs(
 
 
 async def _all_done(
-    tasks: list[asyncio.Task], drain: Callable[[StopsRun], None] | None = None
+    tasks: list[asyncio.Task],
+    drain: Callable[[StopsRun | LedgerWriteError], None] | None = None,
 ) -> None:
     """Wait for every job's task. The first one that fails stops the run, and its error is
     raised once every task has ended. A cancelled task (a stopping run) is no failure.
@@ -718,7 +730,11 @@ async def _all_done(
     A failure that leaves the ledger sound (``StopsRun``: a spool that could not be written,
     a provider's answer afc could not read) stops the run through ``drain``
     (``Interruption.stop_for``): no new call starts and the calls in flight finish, so what
-    they cost is known. Any other failure (a broken ledger) cancels the other tasks at once."""
+    they cost is known. So does a ledger that cannot be written (``LedgerWriteError``): the
+    calls in flight were paid whatever happens here, and once they answer, their renders are
+    kept in the spool (``pipeline.keep_rendered``) for the next run to store without paying
+    again; cancelled, they would be paid twice. Any other failure (afc's own bug) cancels the
+    other tasks at once."""
     pending = set(tasks)
     first: BaseException | None = None
     while pending:
@@ -729,7 +745,9 @@ async def _all_done(
             if task.cancelled() or task.exception() is None:
                 continue
             error = task.exception()
-            if isinstance(error, StopsRun) and drain is not None:
+            if isinstance(error, StopsRun | LedgerWriteError) and drain is not None:
+                # (a broken ledger fails every job's next write: the jobs still in their
+                # calls finish, and their renders go to the spool, ``pipeline.keep_rendered``)
                 if first is None:
                     first = error
                     drain(error)
@@ -753,7 +771,7 @@ async def _fed(
     tasks: dict[str, asyncio.Task],
     more: Callable[[set[str]], list[str]],
     low: int,
-    drain: Callable[[StopsRun], None] | None = None,
+    drain: Callable[[StopsRun | LedgerWriteError], None] | None = None,
 ) -> None:
     """``run_jobs(more=...)``: like ``_all_done``, and whenever no more than ``low`` jobs are
     left unfinished (the run not stopping), ask ``more`` for others and run them beside; done

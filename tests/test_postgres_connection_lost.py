@@ -72,6 +72,45 @@ def test_a_worker_whose_connection_is_killed_mid_run_stops_with_the_ledgers_mess
     assert len(calls) == n and sum(calls.values()) <= n + 3
 
 
+@pytest.mark.parametrize("budget", [[], ["--max-spend", "10"]])
+def test_a_call_in_flight_when_the_connection_is_lost_is_kept_not_paid_again(pg, budget):
+    """Before: the first job whose write failed after the connection was lost cancelled every
+    other job's task at once, calls in flight included: those calls had been paid and their
+    renders were thrown away, and the next worker paid for each again (a server restart mid
+    batch: a second bill for every call in flight on every worker). Now the run stops as at a
+    signal: the calls in flight finish within the grace period, their renders go to the
+    spool, and the next worker on the host adopts them without a new call. Under a budget a
+    render's known cost is held in the ledger before its spool step, a write that fails
+    first: the render, still in memory, is written to the spool as the run ends."""
+    pg.write_manifest(
+        manifest(
+            [
+                {"key": f"quick-{i}", "prompt": f"quick {i}", "params": {"latency_s": 1}}
+                for i in range(3)
+            ]
+            + [{"key": "slow", "prompt": "slow", "params": {"latency_s": 6}}]
+        )
+    )
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    log = pg.cwd / "calls.log"
+    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(log)}
+    worker = pg.popen(
+        "worker", "--until-idle", "--poll", "0.2", "--concurrency", "4", *budget, env=env
+    )
+    _wait(pg, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 4)
+    assert _terminate_afc(pg) >= 1  # the quick calls answer first, and fail their writes
+    assert worker.wait(timeout=60) == 1
+    stderr = worker.stderr.read()
+    _stopped_cleanly(stderr)
+    assert "kept in the spool" in stderr, stderr
+
+    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
+    assert done["exit_code"] == 0
+    assert pg.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 4)]
+    calls = collections.Counter(line.split()[0] for line in log.read_text().splitlines())
+    assert sorted(calls.values()) == [1, 1, 1, 1], "every call in flight was paid once"
+
+
 def test_an_idle_worker_whose_connection_is_killed_stops_with_the_ledgers_message(pg):
     pg.write_manifest(manifest(jobs(1)))
     assert pg("submit", "manifest.yaml").returncode == 0
