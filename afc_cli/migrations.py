@@ -270,3 +270,18 @@ def m008_status_age_index(db):
         CREATE INDEX jobs_batch_status_age ON jobs (batch, status, created_at);
         """
     )
+
+
+@_step
+def m009_lease_mono(db):
+    # jobs.lease_mono: the lease's expiry on its owner's host's monotonic clock (Linux's
+    # CLOCK_MONOTONIC, one clock for every process of a host, never stepped, standing still
+    # while the host sleeps), written with lease_expires by each claim and renewal. The other
+    # processes of that host judge a live owner's lease by it (owner.lease_held), so a step of
+    # the wall clock or a suspend does not hand a live run's jobs to them; other hosts, and
+    # every judgement of a dead owner, go by lease_expires as before.
+    db.executescript(
+        """
+        ALTER TABLE jobs ADD COLUMN lease_mono REAL;
+        """
+    )

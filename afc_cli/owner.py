@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from functools import cache
 
 
@@ -82,9 +83,24 @@ def owner_is_dead(owner: str | None) -> bool:
     return False
 
 
-def lease_held(owner: str | None, expires: float | None, now: float) -> bool:
+def lease_held(
+    owner: str | None, expires: float | None, now: float, mono: float | None = None
+) -> bool:
     """Whether a live run holds a job's lease: the rule a takeover follows (``Ledger.claim``),
     a cancel (which leaves a live run's call to it) and a re-submit's gates (which change
     only a job no run holds). Not one whose lease ran out by the ledger's clock (``now``), nor
-    one whose process is known to be gone."""
-    return owner is not None and (expires or 0) >= now and not owner_is_dead(owner)
+    one whose process is known to be gone.
+
+    A live process of this host holds its lease until ``mono`` (``jobs.lease_mono``: the
+    expiry on this host's monotonic clock, which every process of the host shares) where it
+    wrote one, whatever the wall clock says: a step of the wall clock (NTP) or a suspend
+    (the monotonic clock, which the run's renewals wait on, stands still while the host
+    sleeps; the wall clock does not) would otherwise make a live run's jobs look expired to
+    another afc process here at once, which would take them over and pay for them again.
+    A stalled process (``SIGSTOP``, a hung disk) still loses them once its lease has run out
+    on that clock."""
+    if owner is None:
+        return False
+    if mono is not None and host_of(owner) == host_id() and not is_host_lease(owner):
+        return mono >= time.monotonic() and not owner_is_dead(owner)
+    return (expires or 0) >= now and not owner_is_dead(owner)

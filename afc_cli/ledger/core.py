@@ -345,7 +345,7 @@ class Ledger:
                 row[0]: row[1:]
                 for row in self.db.execute(
                     "SELECT key, request_hash, status, id, webhook_json, review, attempts,"
-                    " lease_owner, lease_expires FROM jobs WHERE batch = ?",
+                    " lease_owner, lease_expires, lease_mono FROM jobs WHERE batch = ?",
                     (manifest.batch,),
                 )
             }
@@ -453,8 +453,8 @@ class Ledger:
         lease_now = self.lease_clock()
         stored_needs = gates.stored
         for job in jobs:
-            stored, status, job_id, webhook, review, tried, owner, expires = existing.get(
-                job.key, (None,) * 8
+            stored, status, job_id, webhook, review, tried, owner, expires, mono = existing.get(
+                job.key, (None,) * 9
             )
             stored_body = None
             if stored is not None and stored != job.request_hash:
@@ -486,7 +486,7 @@ class Ledger:
                         stored_needs.get(job.key, ()),
                         stored_hash=stored,
                         webhook=webhook,
-                        held=lease_held(owner, expires, lease_now),
+                        held=lease_held(owner, expires, lease_now, mono),
                         owner=owner,
                     )
                     outcome = gates.replay(regate)
@@ -719,6 +719,7 @@ class Ledger:
         to another host only once that lease expired, as a takeover.
         """
         now = self.lease_clock()
+        mono = time.monotonic() + lease_s  # the expiry for this host's processes (lease_held)
         with self.tx():
             # The usual case first, in one statement: a free job is simply taken (or one
             # this process holds already, as a worker's claimed jobs are: its lease renewed).
@@ -726,10 +727,11 @@ class Ledger:
             # skipped, never waited for here: this block may share a group transaction that
             # holds other jobs' rows (the slow path below waits, alone).
             taken = self._all(
-                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ? WHERE id ="
-                " (SELECT id FROM jobs WHERE id = ? AND (lease_owner IS NULL OR lease_owner = ?)"
+                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, lease_mono = ?, updated_at = ?"
+                " WHERE id = (SELECT id FROM jobs WHERE id = ?"
+                " AND (lease_owner IS NULL OR lease_owner = ?)"
                 f" AND status NOT IN {TERMINAL_SQL}{self.CLAIM_LOCK}) RETURNING *",
-                (self.owner, now + lease_s, now, job_id, self.owner),
+                (self.owner, now + lease_s, mono, now, job_id, self.owner),
             )
             if taken:
                 job = taken[0]
@@ -750,17 +752,18 @@ class Ledger:
             mine = holder == self.owner or (
                 is_host_lease(holder) and host_of(holder) == host_of(self.owner)
             )
-            free = mine or not lease_held(holder, job["lease_expires"], now)
+            free = mine or not lease_held(holder, job["lease_expires"], now, job["lease_mono"])
             if not free:
                 return None
             cursor = self.db.execute(
-                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?,"
+                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, lease_mono = ?, updated_at = ?,"
                 " takeovers = takeovers + ? WHERE id = ?"
                 + (" AND lease_owner IS NULL" if holder is None else " AND lease_owner = ?")
                 + f" AND status NOT IN {TERMINAL_SQL}",
                 (
                     self.owner,
                     now + lease_s,
+                    mono,
                     now,
                     0 if holder is None or mine else 1,
                     job_id,
@@ -771,7 +774,9 @@ class Ledger:
                 return None
             if job["attempts"]:
                 self._mark_unknown(job_id, job["batch"], exclude_owner=self.owner)
-            job.update(lease_owner=self.owner, lease_expires=now + lease_s, updated_at=now)
+            job.update(
+                lease_owner=self.owner, lease_expires=now + lease_s, lease_mono=mono, updated_at=now
+            )
             if holder is not None and not mine:
                 self._event(job_id, job["batch"], "takeover", previous_owner=holder)
                 job["takeovers"] += 1
@@ -853,9 +858,16 @@ class Ledger:
                 "WITH c AS MATERIALIZED (SELECT id FROM jobs"
                 f" WHERE {where} AND lease_owner IS NULL"
                 f" ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK})"
-                " UPDATE jobs SET lease_owner = ?, lease_expires = ?, updated_at = ?"
+                " UPDATE jobs SET lease_owner = ?, lease_expires = ?, lease_mono = ?, updated_at = ?"
                 " WHERE id IN (SELECT id FROM c) RETURNING *",
-                [*params, limit - len(adopted), self.owner, now + lease_s, now],
+                [
+                    *params,
+                    limit - len(adopted),
+                    self.owner,
+                    now + lease_s,
+                    time.monotonic() + lease_s,
+                    now,
+                ],
             )
             taken.sort(key=lambda job: (job["batch"], job["seq"]))
             for job in taken:
@@ -947,9 +959,9 @@ class Ledger:
     def renew_leases(self, lease_s: float) -> None:
         with self.tx():
             self.db.execute(
-                f"UPDATE jobs SET lease_expires = ? WHERE lease_owner = ?"
+                "UPDATE jobs SET lease_expires = ?, lease_mono = ? WHERE lease_owner = ?"
                 f" AND status NOT IN {TERMINAL_SQL}",
-                (self.lease_clock() + lease_s, self.owner),
+                (self.lease_clock() + lease_s, time.monotonic() + lease_s, self.owner),
             )
 
     def release_all(self) -> int:
@@ -1006,7 +1018,8 @@ class Ledger:
         with self.tx():
             self._alone()  # the lock below may wait for a run's write of this job
             held = self._one(
-                f"SELECT lease_owner, lease_expires FROM jobs WHERE id = ?{self.ROW_LOCK}",
+                "SELECT lease_owner, lease_expires, lease_mono FROM jobs"
+                f" WHERE id = ?{self.ROW_LOCK}",
                 (job["id"],),
             )
             cancelled = self.finish(
@@ -1015,7 +1028,7 @@ class Ledger:
             if cancelled:
                 holder = held["lease_owner"] if held else None
                 live = held is not None and lease_held(
-                    holder, held["lease_expires"], self.lease_clock()
+                    holder, held["lease_expires"], self.lease_clock(), held["lease_mono"]
                 )
                 self._mark_unknown(job["id"], job["batch"], exclude_owner=holder if live else None)
                 if dependents:

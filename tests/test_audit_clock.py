@@ -1,0 +1,95 @@
+"""Audit: clocks and time. What afc does when a host's wall clock jumps (an NTP step, a laptop's
+suspend: Linux's ``time.monotonic()`` does not advance while the system sleeps, its wall clock
+does), simulated in a child ``afc`` by a ``sitecustomize`` that shifts its clocks by amounts
+read from files the test changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import jobs, manifest, wait_for
+
+# Shifts ``time.time`` (the wall clock afc's ledger and pipeline read) by the seconds in
+# ``$AFC_TEST_WALL_SHIFT``'s file, and ``time.monotonic`` by those in ``$AFC_TEST_MONO_SHIFT``'s;
+# each file is read again when it changes.
+SITECUSTOMIZE = """
+import os
+import time
+
+_real_time, _real_mono = time.time, time.monotonic
+
+
+def _shift(var, cache={}):
+    path = os.environ.get(var)
+    if not path:
+        return 0.0
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return 0.0
+    if cache.get(var, (None,))[0] != stamp:
+        with open(path) as fh:
+            cache[var] = (stamp, float(fh.read() or 0))
+    return cache[var][1]
+
+
+time.time = lambda: _real_time() + _shift("AFC_TEST_WALL_SHIFT")
+time.monotonic = lambda: _real_mono() + _shift("AFC_TEST_MONO_SHIFT")
+"""
+
+
+def shifted(afc, **files: Path) -> dict[str, str]:
+    """The environment of an ``afc`` whose clocks are shifted by what ``files`` hold
+    (``wall=``, ``mono=``)."""
+    site = afc.cwd / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = {"PYTHONPATH": str(site)}
+    if "wall" in files:
+        env["AFC_TEST_WALL_SHIFT"] = str(files["wall"])
+    if "mono" in files:
+        env["AFC_TEST_MONO_SHIFT"] = str(files["mono"])
+    return env
+
+
+def test_a_wall_clock_jump_does_not_let_a_second_run_on_the_host_take_a_live_runs_job(afc):
+    """A live run's job was taken over by another afc process on the same host once the wall
+    clock had moved past its lease (an NTP step forward, or a laptop that slept longer than
+    the lease: the run's renewals wait on the monotonic clock, which stood still): the second
+    run marked the first one's call in flight unknown and paid for the job again. On one
+    host a lease is measured by the monotonic clock, which neither moves."""
+    afc.write_manifest(manifest(jobs(1)))
+    calls, release = afc.cwd / "calls.log", afc.cwd / "release"
+    env = {"AFC_LOCAL_CALL_LOG": str(calls)}
+    first = afc.popen("submit", "manifest.yaml", env={**env, "AFC_LOCAL_RELEASE": str(release)})
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+        jump = afc.cwd / "wall-shift"
+        jump.write_text("600")  # the wall clock, 10 minutes on: past the 300 s lease
+        second = afc("resume", env={**env, **shifted(afc, wall=jump)})
+        assert afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'takeover'") == [(0,)], (
+            second.stderr
+        )
+        assert len(calls.read_text().splitlines()) == 1, "the job was paid for twice"
+    finally:
+        release.touch()
+    assert first.wait(timeout=60) == 0, first.stderr.read()
+    assert afc.rows("SELECT status, attempts FROM jobs") == [("succeeded", 1)]
+    assert afc.rows("SELECT status FROM attempts") == [("succeeded",)]
+
+
+def test_a_live_owner_here_holds_its_lease_by_the_monotonic_clock():
+    """``lease_held`` for a live process of this host (here, the test's parent): its monotonic
+    expiry decides, whatever the wall clock says; a stalled one (that expiry past) loses it."""
+    import os
+    import time
+
+    from afc_cli.owner import _start_ticks, host_id, lease_held
+
+    parent = f"{host_id()}:{os.getppid()}:{_start_ticks(os.getppid())}"
+    now, mono = time.time(), time.monotonic()
+    assert lease_held(parent, now - 600, now, mono + 100), "a wall clock moved on"
+    assert not lease_held(parent, now + 600, now, mono - 1), "stalled past its lease"
+    assert not lease_held(parent, now - 1, now), "no monotonic expiry: the wall clock decides"
+    other = f"elsewhere-{host_id()}:{os.getppid()}:1"
+    assert not lease_held(other, now - 1, now, mono + 100), "another host's: its expiry decides"
