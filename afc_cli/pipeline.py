@@ -259,6 +259,24 @@ def stall_point(name: str) -> None:
 LEASE_RECHECK_S = 1.0
 
 
+def _awake_stamp() -> tuple[float, float]:
+    """Now, for ``_awake_since``: Linux's ``CLOCK_BOOTTIME`` (never stepped, and it counts a
+    suspend; the monotonic clock elsewhere) and the wall clock."""
+    boot = time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else None
+    return (time.monotonic() if boot is None else boot), time.time()
+
+
+def _awake_since(stamp: tuple[float, float]) -> float:
+    """Seconds since ``stamp`` (``_awake_stamp``), counting a time the host slept: the longer
+    of the two clocks' measures. ``time.monotonic()`` stands still while a host is suspended
+    (a laptop's lid closed), so a process suspended between its attempt row and its request
+    measured a quick commit on it when it woke, and sent a request another host had paid for
+    meanwhile. The wall clock moves on in a suspend (and in a paused VM once NTP corrects it);
+    a step of it forward costs one needless look at the job, never a request."""
+    boot, wall = _awake_stamp()
+    return max(boot - stamp[0], wall - stamp[1])
+
+
 async def _start_attempt(
     ctx: RunContext,
     job: dict[str, Any],
@@ -643,7 +661,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     from afc_cli.inputs import recorded
 
                     ctx.ledger.set_attempt_inputs(job, number, entry["provider"], recorded(inputs))
-                looked = _stall_clock()
+                looked = _awake_stamp()
                 await ctx.ledger.committed()  # the attempt row is on disk before the call
                 stall_point("after_attempt_row")
                 if ctx.stopping.is_set():
@@ -827,20 +845,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         return True
 
 
-def _stall_clock() -> float:
-    """Seconds on a clock that runs on while the machine sleeps (Linux's CLOCK_BOOTTIME;
-    ``time.monotonic`` elsewhere): a laptop suspended between an attempt row and its request
-    has stalled as surely as a frozen process, though the monotonic clock stood still."""
-    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
-
-
-_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
-
-
-def _last_look(ctx: RunContext, job: dict[str, Any], since: float) -> None:
+def _last_look(ctx: RunContext, job: dict[str, Any], since: tuple[float, float]) -> None:
     """The last look before a paid request leaves (``AttemptRequest.last_look``, taken by
     the adapter with nothing awaited between it and the send): raises ``NeverSent`` when more than
-    ``LEASE_RECHECK_S`` passed since the row was written (``since``, on ``_stall_clock``)
+    ``LEASE_RECHECK_S`` passed since the row was written (``since``, ``_awake_since``)
     and the job is no longer this run's: another process took it over while this one
     stalled past its lease (it marked this attempt unknown, and pays for the job itself), or
     it was cancelled (which left the attempt to this live run). The request has not left,
@@ -850,7 +858,7 @@ def _last_look(ctx: RunContext, job: dict[str, Any], since: float) -> None:
     A run that begins stopping after the step's look still sends the request: the jobs whose
     attempt rows were committed before a signal go on to their calls, and are drained
     (afc_cli/run.py ``Interruption``)."""
-    if _stall_clock() - since > LEASE_RECHECK_S:
+    if _awake_since(since) > LEASE_RECHECK_S:
         ended = _ended_elsewhere(ctx, job)
         if ended:
             raise NeverSent(f"the job {ended}")

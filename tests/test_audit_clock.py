@@ -5,6 +5,8 @@ read from files the test changes."""
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 
 from conftest import jobs, manifest, wait_for
@@ -93,3 +95,45 @@ def test_a_live_owner_here_holds_its_lease_by_the_monotonic_clock():
     assert not lease_held(parent, now - 1, now), "no monotonic expiry: the wall clock decides"
     other = f"elsewhere-{host_id()}:{os.getppid()}:1"
     assert not lease_held(other, now - 1, now, mono + 100), "another host's: its expiry decides"
+
+
+def test_a_host_that_slept_before_its_request_does_not_send_it_once_taken_over(afc):
+    """The look at a job after a slow attempt-row commit (``pipeline.LEASE_RECHECK_S``) timed
+    the commit on ``time.monotonic()``, which stands still while a host sleeps: a worker whose
+    laptop was suspended between its attempt row and its paid request, its job taken over
+    and rendered by another host meanwhile, found the commit quick when it woke and sent the
+    request, paying for the job a second time (as test_concurrency's frozen process did
+    before the look). The sleep is simulated: host-a's monotonic clock is set back by as long
+    as it was stopped."""
+    afc.write_manifest(manifest(jobs(1)))
+    calls, mono = afc.cwd / "calls.log", afc.cwd / "mono-shift"
+    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(calls)}
+    frozen = afc.popen(
+        "submit",
+        "manifest.yaml",
+        env={
+            **env,
+            **shifted(afc, mono=mono),
+            "AFC_HOST_ID": "host-a",
+            "AFC_STALL_POINT": "after_attempt_row",
+        },
+    )
+    try:
+        deadline = time.time() + 30
+        state = None
+        while state != "T" and time.time() < deadline:  # until it froze itself
+            time.sleep(0.02)
+            state = Path(f"/proc/{frozen.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state == "T", "the stall point was not reached"
+        asleep = time.monotonic()
+        time.sleep(3.5)  # past its 3 s lease
+        other = afc("resume", env={**env, "AFC_HOST_ID": "host-b"})
+        assert other.returncode == 0, other.stderr
+        # host-a's monotonic clock did not count the time it slept
+        mono.write_text(str(-(time.monotonic() - asleep)))
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    _, err = frozen.communicate(timeout=60)
+    assert len(calls.read_text().splitlines()) == 1, f"host-b's call alone\n{err}"
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(2,)]
