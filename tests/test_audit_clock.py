@@ -9,6 +9,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from conftest import jobs, manifest, wait_for
 
 # Shifts ``time.time`` (the wall clock afc's ledger and pipeline read) by the seconds in
@@ -137,3 +138,41 @@ def test_a_host_that_slept_before_its_request_does_not_send_it_once_taken_over(a
     assert len(calls.read_text().splitlines()) == 1, f"host-b's call alone\n{err}"
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(2,)]
+
+
+def test_a_wall_clock_set_back_does_not_hold_a_per_minute_limit_full_for_as_long(
+    afc, tmp_path, monkeypatch
+):
+    """A SQLite ledger's clock is the host's. Set back an hour (an NTP step after a boot with
+    the hardware clock in local time), the calls started just before were dated an hour
+    ahead, and ``per_minute`` counted them in "the last minute" for that hour: every start
+    was refused and told to wait an hour (the run slept up to 1.5 times that). A start dated
+    ahead of the ledger's clock by more than a minute no longer counts, and no wait is longer
+    than the minute."""
+    from afc_cli.costs import RateCards
+    from afc_cli.ledger import Ledger, ProviderBusy, core
+    from afc_cli.manifest import load_manifest
+
+    m = load_manifest(afc.write_manifest(manifest(jobs(3))))
+    real = core._now
+    ledger = Ledger(tmp_path / "afc.db")
+    try:
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        monkeypatch.setattr(core, "_now", lambda: real() + 3600)  # before the step
+        first = ledger.claim(m.jobs[0].job_id, 60)
+        assert ledger.start_attempt(first, 0, "local", "m1", None, durable=False, limit=(None, 1))
+        monkeypatch.setattr(core, "_now", real)  # the wall clock, an hour back
+        second = ledger.claim(m.jobs[1].job_id, 60)
+        try:
+            started = ledger.start_attempt(
+                second, 0, "local", "m1", None, durable=False, limit=(None, 1)
+            )
+        except ProviderBusy as busy:
+            raise AssertionError(f"refused: {busy.reason}, wait {busy.retry_after:.0f}s") from None
+        assert started == 1
+        third = ledger.claim(m.jobs[2].job_id, 60)
+        with pytest.raises(ProviderBusy) as busy:  # the minute is full again, on the new clock
+            ledger.start_attempt(third, 0, "local", "m1", None, durable=False, limit=(None, 1))
+        assert 0 < busy.value.retry_after <= 60
+    finally:
+        ledger.close()

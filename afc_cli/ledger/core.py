@@ -1359,17 +1359,22 @@ class Ledger:
                     self.LIMIT_POLL_S,
                 )
         if per_minute:
+            # A start dated more than a minute ahead of ``now`` was stamped before the clock
+            # was set back (an NTP step; SQLite's clock is the host's): counted, it would keep
+            # the minute full for as long as the step, every start refused and told to wait
+            # that long. It counts no more (a provider's 429 costs nothing), and no wait is
+            # longer than the minute.
             count, first = self.db.execute(
                 "SELECT COUNT(*), MIN(started_at) FROM attempts WHERE provider = ?"
-                " AND started_at > ?",
-                (provider, now - 60.0),
+                " AND started_at > ? AND started_at <= ?",
+                (provider, now - 60.0, now + 60.0),
             ).fetchone()
             if count >= per_minute:
                 raise ProviderBusy(
                     provider,
                     f"{count} calls started in the last minute across this ledger "
                     f"(limit {per_minute})",
-                    max(0.05, 60.0 - (now - float(first))),
+                    min(60.0, max(0.05, 60.0 - (now - float(first)))),
                 )
 
     def _hold_limit(self, provider: str) -> None:
