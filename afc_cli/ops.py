@@ -216,7 +216,8 @@ def retry(
                 }.get(job["status"], f"it is {job['status']}: it runs (or will) without a retry")
                 refused.append(f"{job['batch']}/{job['key']}: {why}")
                 continue
-            busy = [a for a in ledger.attempts(job["id"]) if _in_flight(a)]
+            now = ledger.clock()  # the clock attempts' starts are stamped on
+            busy = [a for a in ledger.attempts(job["id"]) if _in_flight(a, now)]
             if busy:
                 refused.append(
                     f"{job['batch']}/{job['key']}: attempt {busy[-1]['number']} of an earlier run "
@@ -242,14 +243,18 @@ def retry(
         ledger.close()
 
 
-def _in_flight(attempt: dict[str, Any]) -> bool:
+def _in_flight(attempt: dict[str, Any], now: float | None = None) -> bool:
     """Whether an attempt's call may still be running: started, by a live process of this
-    host (AFC_HOST_ID, else its host name), or on another host less than STALE_CALL_S ago."""
+    host (AFC_HOST_ID, else its host name), or on another host less than STALE_CALL_S ago.
+
+    ``now`` is the ledger's ``clock()``, the clock the start was stamped on (the database
+    server's on PostgreSQL): with this host's wall clock, a host 15 minutes ahead of the
+    server took another host's call of a moment ago for a stale one, and a retry queued its
+    job for a second paid render while the first still ran."""
     if attempt["status"] != "started" or owner_is_dead(attempt["owner"]):
         return False
-    return (
-        host_of(attempt["owner"]) == host_id() or time.time() - attempt["started_at"] < STALE_CALL_S
-    )
+    now = time.time() if now is None else now
+    return host_of(attempt["owner"]) == host_id() or now - attempt["started_at"] < STALE_CALL_S
 
 
 def queue_stats(ledger_path: str) -> dict[str, Any]:

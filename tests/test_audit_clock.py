@@ -176,3 +176,31 @@ def test_a_wall_clock_set_back_does_not_hold_a_per_minute_limit_full_for_as_long
         assert 0 < busy.value.retry_after <= 60
     finally:
         ledger.close()
+
+
+def test_a_retry_on_a_host_whose_clock_is_ahead_still_sees_another_hosts_call(afc, pg_url):
+    """``afc retry`` refuses a job whose earlier run (on another host, which it cannot prove
+    dead) has a call in flight, until STALE_CALL_S after its start. On PostgreSQL that start
+    is stamped on the database server's clock, but the age was taken from this host's wall
+    clock: run on a host 20 minutes ahead of the server, the retry took the call of a moment
+    ago for a stale one and queued the job again, a second render paid while the first was
+    still running."""
+    from afc_cli.costs import RateCards
+    from afc_cli.ledger import Ledger
+    from afc_cli.manifest import load_manifest
+
+    m = load_manifest(afc.write_manifest(manifest(jobs(1))))
+    ledger = Ledger(pg_url)
+    try:
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        ledger.owner = "host-b:1:1"  # a worker on another host, mid-call
+        job = ledger.claim(m.jobs[0].job_id, 300)
+        assert ledger.start_attempt(job, 0, "local", "m1", None, durable=True) == 1
+        assert ledger.cancel(ledger.job(job["id"]), "a person cancelled it")
+    finally:
+        ledger.close()
+    ahead = afc.cwd / "wall-shift"
+    ahead.write_text("1200")  # this host's clock, 20 minutes ahead of the server's
+    refused = afc("retry", "shot-001", "--ledger", pg_url, env=shifted(afc, wall=ahead))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "still in flight" in refused.stderr
