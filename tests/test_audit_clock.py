@@ -204,3 +204,27 @@ def test_a_retry_on_a_host_whose_clock_is_ahead_still_sees_another_hosts_call(af
     refused = afc("retry", "shot-001", "--ledger", pg_url, env=shifted(afc, wall=ahead))
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "still in flight" in refused.stderr
+
+
+def test_queue_stats_ages_are_never_negative_after_the_clock_was_set_back(
+    afc, tmp_path, monkeypatch
+):
+    """Jobs admitted before the host's clock was set back an hour were dated an hour ahead:
+    ``afc queue stats`` gave ``oldest_age_seconds`` of about -3600, which no ``--fail-if
+    'oldest_age_seconds>...'`` alert fires on. An age is at least 0."""
+    from afc_cli.costs import RateCards
+    from afc_cli.ledger import Ledger, core
+    from afc_cli.manifest import load_manifest
+
+    m = load_manifest(afc.write_manifest(manifest(jobs(1))))
+    real = core._now
+    ledger = Ledger(tmp_path / "afc.db")
+    try:
+        monkeypatch.setattr(core, "_now", lambda: real() + 3600)  # before the step
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        monkeypatch.setattr(core, "_now", real)
+        stats = ledger.queue_stats()
+    finally:
+        ledger.close()
+    assert stats["queued"] == 1
+    assert stats["oldest_age_seconds"] == 0

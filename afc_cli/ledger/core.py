@@ -1068,7 +1068,9 @@ class Ledger:
             "delayed": counts.get("waiting", 0),
             "dlq": counts.get("dead", 0),
             "failed": counts.get("failed", 0),
-            "oldest_age_seconds": 0 if oldest is None else int(now - oldest),
+            # at least 0: a job admitted before the clock was set back is dated ahead of it,
+            # and a negative age is one no --fail-if 'oldest_age_seconds>N' alert fires on
+            "oldest_age_seconds": 0 if oldest is None else max(0, int(now - oldest)),
             **self._review_stats(counts, now),
         }
 
@@ -2297,7 +2299,7 @@ class Ledger:
         return {
             "blocked": counts.get("blocked", 0),
             "awaiting_review": counts.get("awaiting_review", 0),
-            "oldest_review_age_seconds": 0 if oldest is None else int(now - oldest),
+            "oldest_review_age_seconds": 0 if oldest is None else max(0, int(now - oldest)),
         }
 
     def hold_known_cost(
