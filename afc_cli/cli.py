@@ -737,10 +737,16 @@ def plan_command(
 def costs_report_command(
     batch: BatchOpt = None,
     since: Annotated[
-        str | None, typer.Option("--since", metavar="DATE", help="Only attempts since (ISO).")
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="DATE",
+            help="Only attempts since (ISO; UTC unless it gives an offset).",
+        ),
     ] = None,
     by: Annotated[
-        str, typer.Option("--by", metavar="GROUP", help="Group by provider, model, batch or day.")
+        str,
+        typer.Option("--by", metavar="GROUP", help="Group by provider, model, batch or day (UTC)."),
     ] = "provider",
     csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout.")] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,

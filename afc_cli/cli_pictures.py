@@ -44,7 +44,11 @@ def report_command(
     batch: BatchOpt = None,
     since: Annotated[
         str | None,
-        typer.Option("--since", metavar="DATE", help="Only jobs and spend since (ISO)."),
+        typer.Option(
+            "--since",
+            metavar="DATE",
+            help="Only jobs and spend since (ISO; UTC unless it gives an offset).",
+        ),
     ] = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     json_out: JsonOpt = False,

@@ -228,3 +228,16 @@ def test_queue_stats_ages_are_never_negative_after_the_clock_was_set_back(
         ledger.close()
     assert stats["queued"] == 1
     assert stats["oldest_age_seconds"] == 0
+
+
+def test_costs_since_and_by_day_say_their_dates_are_utc(afc):
+    """``--since 2026-11-29`` means midnight UTC and ``--by day`` groups UTC days, but neither
+    the help nor the README said so: a studio in California read a day's spend eight hours
+    off. An offset given with the date is honoured."""
+    from afc_cli.costs_report import parse_since
+
+    assert "UTC" in afc("costs", "report", "-h").stdout.split("--since", 1)[1].split("\n")[0]
+    assert "day (UTC)" in afc("costs", "report", "-h").stdout
+    assert "UTC" in afc("report", "-h").stdout.split("--since", 1)[1]
+    assert parse_since("2026-11-29") == 1795910400.0
+    assert parse_since("2026-11-29T00:00-08:00") == 1795910400.0 + 8 * 3600
