@@ -241,3 +241,44 @@ def test_costs_since_and_by_day_say_their_dates_are_utc(afc):
     assert "UTC" in afc("report", "-h").stdout.split("--since", 1)[1]
     assert parse_since("2026-11-29") == 1795910400.0
     assert parse_since("2026-11-29T00:00-08:00") == 1795910400.0 + 8 * 3600
+
+
+def test_the_postgres_lease_clock_counts_a_suspend_between_its_samples(afc, pg_url, monkeypatch):
+    """On PostgreSQL the lease clock is the server's, sampled every 10 s and advanced between
+    samples by this host's monotonic clock, which stands still while the host sleeps. Inside
+    a run's group transaction no sample is taken, so a worker woken from a suspend read the
+    server's time as it was when it went to sleep: the leases its renewals and claims wrote
+    were short by the whole suspend (expired as written, past the lease), for another host
+    to take over while it worked on them, and pay for them again. The suspend is simulated:
+    this host's monotonic clock falls 600 s behind its wall clock and the server's."""
+    import asyncio
+    import types
+
+    from afc_cli.costs import RateCards
+    from afc_cli.ledger import Ledger, postgres
+    from afc_cli.manifest import load_manifest
+
+    m = load_manifest(afc.write_manifest(manifest(jobs(1))))
+    ledger = Ledger(pg_url)
+    try:
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        job = ledger.claim(m.jobs[0].job_id, 60)
+        ledger.lease_clock()  # a fresh sample
+        real = time.monotonic
+        slept = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if n[0] != "_"})
+        slept.monotonic = lambda: real() - 600
+        monkeypatch.setattr(postgres, "time", slept)
+
+        async def run() -> float:
+            with ledger.grouped(asyncio.get_running_loop()):
+                ledger.note(job, "woke")  # a group transaction open, as in a run
+                assert ledger.db.pipe is not None
+                return ledger.lease_clock()
+
+        now = asyncio.run(run())
+        server = float(
+            ledger.db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]
+        )
+    finally:
+        ledger.close()
+    assert abs(now - server) < 5, f"the lease clock is {server - now:.0f} s behind the server's"

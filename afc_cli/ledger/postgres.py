@@ -43,8 +43,9 @@
   an ``INTEGER PRIMARY KEY`` to an identity column, no ``WITHOUT ROWID``). A database whose
   applied migrations include one this afc does not know (a newer afc's) is refused.
 - **Time.** Lease expiries come from the database's clock (``lease_clock``: sampled every
-  ``CLOCK_SAMPLE_S`` seconds, advanced by the host's monotonic clock between samples), so hosts
-  whose clocks disagree still agree on when a lease expired. Attempts' start and end times and
+  ``CLOCK_SAMPLE_S`` seconds, advanced between samples by the host's boot-time clock: monotonic,
+  and counting a suspend, as the server's clock goes on meanwhile), so hosts whose clocks
+  disagree still agree on when a lease expired. Attempts' start and end times and
   deliveries' schedules are on it too, without a round trip each: this host's clock plus its
   offset to the server's (``clock_offset``), measured at each sample.
 - **Spool.** A PostgreSQL ledger is not a file, so a run's spool is the folder ``AFC_SPOOL_DIR``
@@ -83,6 +84,19 @@ CONNECT_TIMEOUT_S = 10
 GROUP_COMMIT_S = 0.005
 # how often the lease clock is sampled from the server (``lease_clock``)
 CLOCK_SAMPLE_S = 10.0
+
+
+def _ticks() -> float:
+    """What advances the lease clock between samples: Linux's ``CLOCK_BOOTTIME``, which no
+    change of the wall clock moves and which, unlike ``time.monotonic()``, goes on while the
+    host is suspended, as the server's clock does (the monotonic clock where there is none).
+    On the monotonic clock a worker woken from a suspend read the server's time as it was
+    when it went to sleep until its next sample, which a run's group transaction puts off:
+    its renewals and claims wrote leases short by the whole suspend, for other hosts to take
+    over while it worked, paying again."""
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.monotonic()
 
 
 # a URL's password in its user part (``postgresql://user:PASSWORD@host``), the user kept
@@ -270,7 +284,7 @@ class PostgresLedger(Ledger):
         conn.execute("SET synchronous_commit = off")
         self.owner = current_owner()
         self._depth = 0
-        # (server epoch, monotonic, host epoch) at the last sample of the server's clock
+        # (server epoch, ``_ticks``, host epoch) at the last sample of the server's clock
         self._clock: tuple[float, float, float] | None = None
         self._clock_offset = 0.0
         self._loop: Any = None  # the run loop under group commit (``grouped``)
@@ -401,12 +415,12 @@ class PostgresLedger(Ledger):
         """Now, by the database's clock: the time every host's leases are measured in.
 
         Sampled from the server (``clock_timestamp()``) at most every ``CLOCK_SAMPLE_S``
-        seconds (and at once when this host's wall clock moved against its monotonic clock by
-        more than that: stepped, or a suspended VM), and advanced between samples by this
-        host's monotonic clock, which no change of the wall clock moves: hosts whose clocks
-        disagree still agree on when a lease expired (to within a round trip), and a claim or
-        renewal costs no round trip for it."""
-        mono = time.monotonic()
+        seconds (and at once when this host's wall clock moved against ``_ticks`` by more
+        than that: stepped, or a paused VM), and advanced between samples by ``_ticks``
+        (a monotonic clock that counts a suspend), which no change of the wall clock moves:
+        hosts whose clocks disagree still agree on when a lease expired (to within a round
+        trip), and a claim or renewal costs no round trip for it."""
+        mono = _ticks()
         due = (
             self._clock is None
             or mono - self._clock[1] > CLOCK_SAMPLE_S
@@ -416,17 +430,17 @@ class PostgresLedger(Ledger):
         # would answer for the group's pending statements (a later block's wait does)
         if self._clock is None or due and self.db.pipe is None:
             self._sample_clock()
-            mono = time.monotonic()
+            mono = _ticks()
         return self._clock[0] + (mono - self._clock[1])
 
     def _sample_clock(self) -> None:
         """Read the server's clock; keep it (as of the end of the round trip) beside this
-        host's monotonic and wall clocks, and the offset ``clock_offset`` reports."""
-        before, host_before = time.monotonic(), core._now()
+        host's ``_ticks`` and wall clock, and the offset ``clock_offset`` reports."""
+        before, host_before = _ticks(), core._now()
         server = float(
             self.db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]
         )
-        after, host_after = time.monotonic(), core._now()
+        after, host_after = _ticks(), core._now()
         half = (after - before) / 2  # the server read its clock about halfway through
         self._clock = (server + half, after, host_after)
         # An offset within the round trip's error is no offset (0: the server read its clock
