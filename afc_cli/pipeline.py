@@ -259,11 +259,17 @@ def stall_point(name: str) -> None:
 LEASE_RECHECK_S = 1.0
 
 
+def awake_clock() -> float:
+    """Linux's ``CLOCK_BOOTTIME``: never stepped, and, unlike ``time.monotonic()``, it goes on
+    while the host is suspended (the monotonic clock where there is none)."""
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.monotonic()
+
+
 def _awake_stamp() -> tuple[float, float]:
-    """Now, for ``_awake_since``: Linux's ``CLOCK_BOOTTIME`` (never stepped, and it counts a
-    suspend; the monotonic clock elsewhere) and the wall clock."""
-    boot = time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else None
-    return (time.monotonic() if boot is None else boot), time.time()
+    """Now, for ``_awake_since``: ``awake_clock`` and the wall clock."""
+    return awake_clock(), time.time()
 
 
 def _awake_since(stamp: tuple[float, float]) -> float:

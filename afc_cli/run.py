@@ -45,7 +45,14 @@ from afc_cli.errors import (
     UsageError,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
-from afc_cli.pipeline import MAX_INTERRUPTS, ProviderLimit, RunContext, keep_rendered, run_job
+from afc_cli.pipeline import (
+    MAX_INTERRUPTS,
+    ProviderLimit,
+    RunContext,
+    awake_clock,
+    keep_rendered,
+    run_job,
+)
 from afc_cli.spool import Spool
 
 DEFAULT_CONCURRENCY = 8
@@ -891,10 +898,22 @@ def sweep_spool(ledger: Ledger, spool: Spool) -> None:
             spool.remove(job_id)
 
 
+# the longest a run's lease renewal task sleeps at a time (``_renew``)
+RENEW_TICK_S = 5.0
+
+
 async def _renew(ledger: Ledger, lease_s: float) -> None:
+    """Renew this run's leases every third of ``lease_s``, timed by ``awake_clock``, looked at
+    every ``RENEW_TICK_S``. A sleep of a third of the lease on the event loop's (monotonic)
+    clock stood still while the host was suspended: woken, the run renewed up to that long
+    later, and other hosts took over (and paid again for) jobs whose leases had outlived the
+    suspend and then ran out while the run worked on them."""
+    due = awake_clock() + lease_s / 3
     while True:
-        await asyncio.sleep(lease_s / 3)
-        ledger.renew_leases(lease_s)
+        await asyncio.sleep(min(RENEW_TICK_S, max(0.0, due - awake_clock())))
+        if awake_clock() >= due - 0.01:  # the loop's timers may fire a hair early
+            ledger.renew_leases(lease_s)
+            due = awake_clock() + lease_s / 3
 
 
 def require_keys(providers: set[str]) -> None:

@@ -282,3 +282,47 @@ def test_the_postgres_lease_clock_counts_a_suspend_between_its_samples(afc, pg_u
     finally:
         ledger.close()
     assert abs(now - server) < 5, f"the lease clock is {server - now:.0f} s behind the server's"
+
+
+def test_a_run_renews_its_leases_soon_after_its_host_wakes(monkeypatch):
+    """A run renewed its leases every third of the lease on the event loop's clock, which
+    stands still while the host is suspended. Renewed at t=100 (300 s lease: held until 400),
+    suspended at 130 for 250 s, woken at 380 with its leases still held, it renewed at 450:
+    from 400 other hosts could take its jobs over while it worked on them, and pay again.
+    Driven without an event loop: ``asyncio.sleep`` advances a fake boot-time clock (and
+    the suspend adds to it), ``time.clock_gettime`` reads it."""
+    import asyncio
+
+    from afc_cli import run
+
+    start = 1000.0
+    boot = [start]
+    suspend = {"at": start + 130, "for": 250.0}
+    renewals: list[float] = []
+
+    class Enough(Exception):
+        pass
+
+    class Book:
+        def renew_leases(self, lease_s: float) -> None:
+            assert lease_s == 300
+            renewals.append(boot[0])
+
+    async def sleep(seconds: float) -> None:
+        began = boot[0]
+        boot[0] += seconds
+        if suspend and began <= suspend["at"] < boot[0]:
+            boot[0] += suspend.pop("for")
+        if boot[0] > start + 1000:
+            raise Enough
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    monkeypatch.setattr(time, "clock_gettime", lambda clock: boot[0])
+    monkeypatch.setattr(time, "monotonic", lambda: boot[0])  # where there is no boot clock
+    try:
+        run._renew(Book(), 300.0).send(None)
+    except Enough:
+        pass
+    assert abs(renewals[0] - (start + 100)) < 0.1, renewals
+    gaps = [b - a for a, b in zip([start, *renewals], renewals, strict=False)]
+    assert max(gaps) < 300, f"a renewal came {max(gaps):.0f} s after the last: {renewals}"
