@@ -326,3 +326,22 @@ def test_a_run_renews_its_leases_soon_after_its_host_wakes(monkeypatch):
     assert abs(renewals[0] - (start + 100)) < 0.1, renewals
     gaps = [b - a for a, b in zip([start, *renewals], renewals, strict=False)]
     assert max(gaps) < 300, f"a renewal came {max(gaps):.0f} s after the last: {renewals}"
+
+
+def test_a_copy_after_the_wall_clock_jumped_still_refuses_a_source_a_live_run_holds(afc):
+    """``afc ledger copy`` refuses a source a live run holds, or the copy misses what that run
+    is about to record (its paid attempts among them). It read "held" off the wall clock
+    alone: with the clock stepped past the run's leases it copied beside the live run."""
+    afc.write_manifest(manifest(jobs(1)))
+    release = afc.cwd / "release"
+    run = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+        jump = afc.cwd / "wall-shift"
+        jump.write_text("600")
+        refused = afc("ledger", "copy", "afc.db", "copy.db", env=shifted(afc, wall=jump))
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "held by a live run" in refused.stderr
+    finally:
+        release.touch()
+        assert run.wait(timeout=60) == 0

@@ -22,7 +22,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger.core import TERMINAL_SQL, Ledger
-from afc_cli.owner import is_host_lease, owner_is_dead
+from afc_cli.owner import is_host_lease, lease_held
 
 # every table of the schema but the migrations' own bookkeeping, parents before children
 # (foreign keys); tests/test_ledger_copy.py checks that none is left out
@@ -76,15 +76,20 @@ def _refuse_live(src: Ledger) -> None:
     """A source with a job held by a live run (its lease not expired, its owner not known
     dead) is refused: the copy would miss what that run is about to record. A job leased to
     a host rather than a run (waiting for storage, its output in that host's spool:
-    ``owner.host_lease``) has no run writing it and is copied with its lease."""
+    ``owner.host_lease``) has no run writing it and is copied with its lease.
+
+    Held as a claim decides (``owner.lease_held``): a live run of this host holds its jobs by
+    the monotonic clock, so a wall clock stepped past its leases does not let the copy go on
+    beside it."""
+    now = src.lease_clock()
     live = [
         row
         for row in src._all(
-            "SELECT key, batch, lease_owner FROM jobs WHERE lease_owner IS NOT NULL"
-            f" AND lease_expires >= ? AND status NOT IN {TERMINAL_SQL}",
-            (src.lease_clock(),),
+            "SELECT key, batch, lease_owner, lease_expires, lease_mono FROM jobs"
+            f" WHERE lease_owner IS NOT NULL AND status NOT IN {TERMINAL_SQL}",
         )
-        if not owner_is_dead(row["lease_owner"]) and not is_host_lease(row["lease_owner"])
+        if not is_host_lease(row["lease_owner"])
+        and lease_held(row["lease_owner"], row["lease_expires"], now, row["lease_mono"])
     ]
     if live:
         row = live[0]
