@@ -73,10 +73,17 @@ def backoff_delay(
     return rand() * ceiling
 
 
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+def parse_retry_after(
+    value: str | None, *, now: float | None = None, date: str | None = None
+) -> float | None:
     """Seconds to wait from a Retry-After header: delay-seconds or an HTTP date.
 
-    None when absent or unreadable; a date in the past means 0.
+    None when absent or unreadable; a date in the past means 0. A date is measured against
+    ``date``, the same answer's ``Date`` header (both are the server's clock: RFC 9110
+    10.2.3), where it has a readable one, else against this host's clock (``now``): on a
+    host whose clock ran a minute ahead, every "come back in 30 s" read as a date already
+    past, 0 s, and the next try went at once, with no backoff, using up the attempts (or a
+    webhook's tries) in a burst the server had asked to be spared.
     """
     if value is None:
         return None
@@ -97,10 +104,28 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         if when.tzinfo is None:
             return None
         current = time.time() if now is None else now
+        sent = _http_date(date)
+        if sent is not None:
+            current = sent
         return max(0.0, when.timestamp() - current)
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
         return None
     return max(0.0, seconds)
+
+
+def _http_date(value: str | None) -> float | None:
+    """A ``Date`` header's time, or None when absent or unreadable."""
+    if not value:
+        return None
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return when.timestamp()
 
 
 @dataclass(frozen=True)

@@ -310,7 +310,9 @@ class Deliverer:
             # within the lease hold_delivery just extended
             response = await asyncio.wait_for(self._post(row, headers), row["timeout_s"])
             status = response.status_code
-            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            retry_after = parse_retry_after(
+                response.headers.get("retry-after"), date=response.headers.get("date")
+            )
             error = None if 200 <= status < 300 else f"HTTP {status}"
             if status in PERMANENT_REDIRECTS:
                 moved = scrub(str(response.headers.get("location", "")))[:300]

@@ -345,3 +345,25 @@ def test_a_copy_after_the_wall_clock_jumped_still_refuses_a_source_a_live_run_ho
     finally:
         release.touch()
         assert run.wait(timeout=60) == 0
+
+
+def test_a_retry_after_date_is_measured_against_the_answers_own_date():
+    """A 429 or 503 may say when to come back as an HTTP date. afc measured it against this
+    host's clock: a minute fast, "in 30 s" read as a date already past, a wait of 0 s, and
+    the retries went at once with no backoff, using up the model's attempts in a burst. The
+    answer's ``Date`` header is the server's clock: the wait is measured against it."""
+    import httpx
+
+    from afc_cli.attempts import parse_retry_after
+    from afc_cli.providers.http import retry_after_for
+
+    # the server's clock in 2015; this host's (now) years later: far "ahead"
+    headers = httpx.Headers(
+        {"retry-after": "Wed, 21 Oct 2015 07:28:30 GMT", "date": "Wed, 21 Oct 2015 07:28:00 GMT"}
+    )
+    assert retry_after_for("rate_limited", headers) == 30
+    assert retry_after_for("unavailable", headers) == 30
+    # no readable Date: this host's clock, as before
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", date="garbage") == 0
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now=1445412480.0) == 30
+    assert parse_retry_after("12", date="Wed, 21 Oct 2015 07:28:00 GMT") == 12

@@ -435,7 +435,7 @@ def retry_after_of(headers: Any) -> float | None:
 
 
 def _said_retry_after(headers: Any) -> float | None:
-    seconds = parse_retry_after(headers.get("retry-after"))
+    seconds = parse_retry_after(headers.get("retry-after"), date=headers.get("date"))
     if seconds is None:
         ms = headers.get("retry-after-ms")
         if ms:

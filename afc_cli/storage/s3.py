@@ -181,7 +181,7 @@ class S3Storage(Storage):
             headers = meta.get("HTTPHeaders", {})
             from afc_cli.attempts import parse_retry_after
 
-            retry_after = parse_retry_after(headers.get("retry-after"))
+            retry_after = parse_retry_after(headers.get("retry-after"), date=headers.get("date"))
             if code in ("NoSuchBucket",) or (action == "cannot use" and status == 404):
                 fix = f"create bucket {self.bucket!r} or point --storage at an existing one"
             elif code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch") or (
