@@ -28,11 +28,16 @@ def new_client(read_s: float = 300.0, connections: int = DEFAULT_CONNECTIONS) ->
     from afc_cli.providers.transport import LeanClient, new_transport, pool_limits
 
     # httpx sends each request once (no transport retries unless asked): a paid POST that
-    # timed out is never resent behind afc's back. The transport is aiohttp's pool (see
-    # afc_cli/providers/transport.py for why, and for its error mapping).
+    # timed out is never resent behind afc's back. Nor does an API call follow a redirect: httpx
+    # sends a POST's body again to a 307/308's Location (a second paid request), and keeps
+    # every header but ``Authorization`` on a redirect to another host (Gemini's
+    # ``x-goog-api-key`` went wherever a proxy's Location pointed); a redirect is the call's
+    # answer, classified by its status. Only ``download`` follows them, a GET with no key. The
+    # transport is aiohttp's pool (see afc_cli/providers/transport.py for why, and for its
+    # error mapping).
     return LeanClient(
         timeout=httpx.Timeout(connect=15.0, read=read_s, write=60.0, pool=60.0),
-        follow_redirects=True,
+        follow_redirects=False,
         limits=pool_limits(connections),
         transport=new_transport(connections),
     )
@@ -551,14 +556,18 @@ async def download(
 
     A ``data:`` URL (fal with the model input ``sync_mode: true`` sends its images inline so)
     is the output itself: decoded here, nothing fetched. It failed as a URL afc cannot fetch,
-    and each retry paid for a new render that came back the same way."""
+    and each retry paid for a new render that came back the same way.
+
+    An output URL's redirects are followed (a CDN's signed URL may redirect; no key goes with
+    a download, see ``new_client``), up to httpx's 20: more is the download's failure, not an
+    exception that stopped the run with the paid render's cost unknown."""
     import httpx
 
     if is_data_url(url):
         return data_url_bytes(provider, url)
 
     async def get() -> Any:
-        async with client.stream("GET", url) as response:
+        async with client.stream("GET", url, follow_redirects=True) as response:
             if response.status_code == 200:  # the body read here: a cut is this try's failure
                 chunks, size = [], 0
                 async for chunk in response.aiter_bytes():
@@ -574,6 +583,10 @@ async def download(
     except (httpx.UnsupportedProtocol, httpx.InvalidURL):
         raise ProviderError(
             "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
+        ) from None
+    except httpx.TooManyRedirects:
+        raise ProviderError(
+            "server", f"{provider}: the output URL redirects too many times", cost_micros=None
         ) from None
     except httpx.TransportError as exc:
         raise unreachable(transport_error(provider, exc, paid_call=False)) from None

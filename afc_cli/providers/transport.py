@@ -132,8 +132,14 @@ class PoolTransport(AiohttpTransport):
         try:
             data: Any = request.content or None
         except httpx.RequestNotRead:
-            data = request.stream  # a streamed body (multipart): aiohttp frames it
-            request.headers.pop("transfer-encoding", None)
+            if isinstance(request.stream, httpx.ByteStream):
+                # a redirect's request (a download's): httpx hands it the first request's
+                # stream unread; given to aiohttp it went out as an empty chunked body, a GET
+                # that a CDN may refuse (CloudFront answers a GET with a body 403)
+                data = request.read() or None
+            else:
+                data = request.stream  # a streamed body (multipart): aiohttp frames it
+                request.headers.pop("transfer-encoding", None)
         headers = CIMultiDict(
             (name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw
         )

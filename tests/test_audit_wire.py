@@ -1,0 +1,220 @@
+"""A provider (or a proxy or CDN in front of it) that misbehaves below the JSON: redirects of
+API calls and of output URLs, answers that drip in a byte at a time, bodies too big to hold.
+Servers are raw asyncio sockets on 127.0.0.1, in a thread of their own so that a real ``afc``
+child process can call them; the transport-level cases call an adapter in-process, as
+tests/test_issue15_http.py does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable
+
+from conftest import manifest
+from fakeproviders import KEYS
+
+from afc_cli.providers.local import render_png
+
+PNG = render_png("wire", 16, 16)
+
+Behaviour = Callable[[bytes, bytes, asyncio.StreamWriter], Awaitable[bool]]
+
+
+class WireServer:
+    """An HTTP/1.1 server on 127.0.0.1, run by an event loop in a thread of its own. Each
+    request's head and body are kept (``received``); ``behaviour(head, body, writer)``
+    answers it and says whether the connection stays open for the next request."""
+
+    def __init__(self, behaviour: Behaviour):
+        self.behaviour = behaviour
+        self.received: list[tuple[bytes, bytes]] = []
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+
+            async def start() -> None:
+                self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+                self.port = self.server.sockets[0].getsockname()[1]
+                ready.set()
+
+            self.loop.run_until_complete(start())
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def handle(self, reader, writer) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                self.received.append((head, body))
+                if not await self.behaviour(head, body, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def reply(status: str, body: bytes = b"", headers: dict[str, str] | None = None) -> bytes:
+    lines = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def json_reply(data: dict) -> bytes:
+    return reply("200 OK", json.dumps(data).encode(), {"Content-Type": "application/json"})
+
+
+def answered(payload: bytes) -> Behaviour:
+    async def behaviour(head, body, writer) -> bool:
+        writer.write(payload)
+        await writer.drain()
+        return True
+
+    return behaviour
+
+
+OPENAI_RATES = [{"provider": "openai", "model": "dall-e-3", "per_image": "0.04"}]
+
+
+def run(afc, provider: str, model: str, rates: list[dict], env: dict[str, str]):
+    """``afc submit`` of one job on ``provider``/``model``, one attempt, with ``env``."""
+    data = manifest([{"key": "shot", "prompt": "a lighthouse"}], rates=rates)
+    data["defaults"]["chain"] = [
+        {
+            "provider": provider,
+            "model": model,
+            "attempts": 1,
+            "backoff": {"base": 0.01, "cap": 0.05},
+        }
+    ]
+    afc.write_manifest(data)
+    return afc("submit", "manifest.yaml", env={**KEYS, "AFC_POLL_S": "0.05", **env})
+
+
+def attempts(afc) -> list[dict]:
+    return afc.json("show", "shot", expect=None)["attempts"]
+
+
+# --- redirects -------------------------------------------------------------------------------
+
+
+def test_a_paid_post_redirected_elsewhere_is_not_sent_again_nor_its_key(afc):
+    """A 307 to a paid Gemini call, pointing at another host: httpx followed it, sending the
+    POST again (a second paid request, behind afc's one retry loop) with ``x-goog-api-key``
+    (httpx drops only ``Authorization`` on a redirect to another origin). No API call follows
+    a redirect: the answer is the attempt's failure, a refused request that cost nothing."""
+    elsewhere = WireServer(answered(json_reply({})))
+    target = f"http://localhost:{elsewhere.port}/steal"
+    provider = WireServer(answered(reply("307 Temporary Redirect", headers={"Location": target})))
+    try:
+        result = run(
+            afc,
+            "gemini",
+            "gemini-2.5-flash-image",
+            [{"provider": "gemini", "model": "gemini-2.5-flash-image", "per_image": "0.04"}],
+            {"GEMINI_BASE_URL": f"{provider.url}/v1beta"},
+        )
+        assert "Traceback" not in result.stderr
+        assert elsewhere.received == []  # neither the key nor a second paid POST
+        assert len(provider.received) == 1
+        (attempt,) = attempts(afc)
+        assert attempt["status"] == "failed" and attempt["http_status"] == 307, attempt
+        assert attempt["cost"] == "0.000000"  # a redirect rendered nothing
+        assert result.returncode == 1
+    finally:
+        provider.stop()
+        elsewhere.stop()
+
+
+def test_a_paid_post_redirected_to_itself_is_sent_once(afc):
+    """A proxy answering a paid OpenAI POST with a 308 back to the same URL: httpx re-sent the
+    paid POST (body and key) 20 more times before it gave up with an exception afc stopped the
+    run on."""
+    provider = WireServer(
+        answered(reply("308 Permanent Redirect", headers={"Location": "/v1/images/generations"}))
+    )
+    try:
+        result = run(
+            afc, "openai", "dall-e-3", OPENAI_RATES, {"OPENAI_BASE_URL": f"{provider.url}/v1"}
+        )
+        assert "Traceback" not in result.stderr
+        assert len(provider.received) == 1, len(provider.received)
+        (attempt,) = attempts(afc)
+        assert attempt["status"] == "failed" and attempt["http_status"] == 308, attempt
+        assert result.returncode == 1
+    finally:
+        provider.stop()
+
+
+def dalle(url: str) -> bytes:
+    return json_reply({"created": 1, "data": [{"url": url}]})
+
+
+def test_an_output_url_redirecting_in_a_loop_fails_its_attempt_at_its_known_cost(afc):
+    """A CDN whose output URL redirects to itself for ever: httpx's TooManyRedirects is no
+    transport error, so it escaped the download as an answer afc could not read: the run
+    stopped (exit 1) and the paid render was recorded at a cost unknown, though its usage
+    (one image at 0.04) was known. It is the attempt's failure, at its cost."""
+    cdn = WireServer(answered(reply("302 Found", headers={"Location": "/out.png"})))
+    provider = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    try:
+        result = run(
+            afc, "openai", "dall-e-3", OPENAI_RATES, {"OPENAI_BASE_URL": f"{provider.url}/v1"}
+        )
+        assert "Traceback" not in result.stderr
+        assert len(provider.received) == 1
+        (attempt,) = attempts(afc)
+        assert attempt["status"] == "failed", attempt
+        assert attempt["cost"] == "0.040000" and attempt["cost_source"] == "derived", attempt
+        assert attempt["error"] == "openai: the output URL redirects too many times", attempt
+        assert afc.json("status", expect=None)["jobs"][0]["status"] == "failed"
+    finally:
+        provider.stop()
+        cdn.stop()
+
+
+def test_an_output_url_redirected_to_another_host_is_fetched_without_a_key(afc):
+    """Output URLs still follow redirects (a CDN's signed URL may), as one plain GET each, and
+    no key goes with a download, wherever it is redirected. A redirected GET went out with an
+    empty chunked body (``Transfer-Encoding: chunked``, ``Content-Type:
+    application/octet-stream``): the transport handed httpx's unread request stream to
+    aiohttp as a body."""
+    store = WireServer(answered(reply("200 OK", PNG, {"Content-Type": "image/png"})))
+    target = f"http://localhost:{store.port}/real.png"
+    cdn = WireServer(answered(reply("302 Found", headers={"Location": target})))
+    provider = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    try:
+        result = run(
+            afc, "openai", "dall-e-3", OPENAI_RATES, {"OPENAI_BASE_URL": f"{provider.url}/v1"}
+        )
+        assert result.returncode == 0, result.stderr
+        assert (afc.outputs() / "b1" / "shot.png").read_bytes() == PNG
+        # one plain GET: no key, and no body (an empty chunked one, as httpx's redirected
+        # request went out, is a GET a CDN such as CloudFront refuses with a 403)
+        ((head, _),) = store.received
+        assert b"authorization" not in head.lower() and KEYS["OPENAI_API_KEY"].encode() not in head
+        assert b"transfer-encoding" not in head.lower() and b"content-type" not in head.lower()
+    finally:
+        provider.stop()
+        cdn.stop()
+        store.stop()
