@@ -11,10 +11,14 @@ import json
 import threading
 from collections.abc import Awaitable, Callable
 
+import pytest
 from conftest import manifest
 from fakeproviders import KEYS
 
+from afc_cli.providers.base import ProviderError
+from afc_cli.providers.gemini import GeminiProvider
 from afc_cli.providers.local import render_png
+from afc_cli.providers.openai import OpenAIProvider
 
 PNG = render_png("wire", 16, 16)
 
@@ -69,7 +73,14 @@ class WireServer:
             writer.close()
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        async def close() -> None:
+            self.server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(close(), self.loop).result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
 
@@ -218,3 +229,118 @@ def test_an_output_url_redirected_to_another_host_is_fetched_without_a_key(afc):
         provider.stop()
         cdn.stop()
         store.stop()
+
+
+# --- answers that drip in --------------------------------------------------------------------
+
+
+def drip(head: bytes) -> Behaviour:
+    """Send ``head``, then a byte every 50 ms for as long as the client listens."""
+
+    async def behaviour(_head, _body, writer) -> bool:
+        writer.write(head)
+        while True:
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b" ")
+
+    return behaviour
+
+
+def adapter(monkeypatch, provider_class, base_env: str, base: str, read_s: float = 0.3):
+    """An adapter pointed at ``base`` whose client's timeouts (read, pool) are all ``read_s``,
+    with no pause between fetches and one round of them."""
+    import httpx
+
+    monkeypatch.setenv(base_env, base)
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+    provider = provider_class()
+    provider.client.timeout = httpx.Timeout(read_s)
+
+    async def no_pause(seconds: float) -> None:
+        return None
+
+    provider.sleep = no_pause
+    provider.keeps_outputs_s = 0.0
+    return provider
+
+
+def rendered(provider, model: str, per_image: str = "0.04"):
+    """``provider.render`` of one request (its model priced ``per_image``), in a loop of its
+    own; a safety net of 20 s turns a hang into a failure, not a stuck test."""
+    from decimal import Decimal
+
+    from afc_cli.costs import RateCards
+    from afc_cli.providers.base import AttemptRequest
+
+    cards = RateCards({(provider.name, model): {"per_image": Decimal(per_image)}})
+
+    async def main():
+        try:
+            return await asyncio.wait_for(
+                provider.render(
+                    AttemptRequest(
+                        job_id="j1",
+                        key="k1",
+                        prompt="a lighthouse",
+                        params={},
+                        provider=provider.name,
+                        model=model,
+                        attempt=1,
+                        rates=cards,
+                    )
+                ),
+                20,
+            )
+        finally:
+            await provider.close()
+
+    return asyncio.run(main())
+
+
+HEAD_200 = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "provider_class, base_env, path, head",
+    [
+        (OpenAIProvider, "OPENAI_BASE_URL", "/v1", HEAD_200),  # the body drips in
+        (OpenAIProvider, "OPENAI_BASE_URL", "/v1", b"HTTP/1.1 200 OK\r\nX-Slow: "),  # headers
+        (GeminiProvider, "GEMINI_BASE_URL", "/v1beta", HEAD_200),
+    ],
+)
+def test_a_paid_answer_that_drips_in_ends_in_time(
+    monkeypatch, provider_class, base_env, path, head
+):
+    """A paid call answered a byte every 50 ms, with no ``window_s``: each read came well
+    within the read timeout, so the call (its job, the run, a cron slot) waited for ever. It
+    ends as a timeout, possibly paid (cost unknown), as a silent server's does."""
+    server = WireServer(drip(head))
+    try:
+        provider = adapter(monkeypatch, provider_class, base_env, server.url + path)
+        with pytest.raises(ProviderError) as caught:
+            rendered(provider, "dall-e-3")
+    finally:
+        server.stop()
+    assert caught.value.error_class in ("timeout", "server"), caught.value.message
+    assert "Timeout" in caught.value.message or "no answer in time" in caught.value.message
+    assert caught.value.cost_micros is None
+    assert len(server.received) == 1  # never sent again
+
+
+def test_an_output_that_drips_in_fails_its_fetch_at_the_render_s_known_cost(monkeypatch):
+    """A DALL-E output URL whose CDN drips the image in: the download waited for ever. Each
+    GET ends in time; the paid attempt fails at its known cost (one image, 0.04)."""
+    cdn = WireServer(drip(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"))
+    provider_server = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    try:
+        provider = adapter(monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", provider_server.url)
+        with pytest.raises(ProviderError) as caught:
+            rendered(provider, "dall-e-3")
+    finally:
+        provider_server.stop()
+        cdn.stop()
+    assert caught.value.error_class == "timeout", caught.value.message
+    assert caught.value.cost_micros == 40_000 and caught.value.usage == {"images": 1}
+    assert len(provider_server.received) == 1

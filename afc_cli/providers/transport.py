@@ -22,10 +22,18 @@ What this module adds to the library's transport:
   transport, CPU per call, alternating runs): 1.01-1.05 ms before, 0.84-0.96 ms after.
 - **No resent POST.** aiohttp retries a request on a reused keep-alive connection that turned
   out closed only for idempotent methods (GET, PUT, DELETE...); a paid POST is sent once.
+- **An answer comes whole in time** (``PoolTransport``, ``_Stream``): a read timeout bounds
+  only the silence between two reads, so a server (or a proxy, a CDN) that drips a byte every
+  few seconds into its headers or body held a paid call, a poll or a download, and with it
+  the job and the run, for ever when no ``window_s`` bounds the attempt. The status line and
+  headers must come within the pool and read timeouts of the request (and the time its body
+  takes to send at ``MIN_RATE``), the body within the read timeout of the headers plus the
+  time it takes at ``MIN_RATE``; past that, ``ReadTimeout`` as for silence.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, NoReturn
 
 import aiohttp
@@ -59,6 +67,18 @@ def httpx_error(exc: BaseException) -> BaseException:
     return exc
 
 
+# The slowest average an answer's body (and a request's) may keep beyond the read timeout:
+# 256 KiB/s, a 2 GiB output in about 2 h 20 min, a 10 MB JSON answer in 40 s.
+MIN_RATE = 256 * 1024
+
+
+def _deadline(timeout: dict[str, Any], after: float, sized: int = 0) -> float | None:
+    """When an answer's part must have come (on the loop's clock): ``after`` plus the read
+    timeout and ``sized`` bytes' time at ``MIN_RATE``. None when no read timeout is set."""
+    read = timeout.get("read")
+    return None if read is None else after + read + sized / MIN_RATE
+
+
 def _raise_mapped(exc: Exception) -> NoReturn:
     """Raise ``exc`` as the httpx error it stands for (chained to it), or as it is."""
     mapped = httpx_error(exc)
@@ -70,16 +90,28 @@ def _raise_mapped(exc: Exception) -> NoReturn:
 class _Stream(httpx.AsyncByteStream):
     """An answer's body, read from aiohttp's response in chunks, its errors mapped by cause
     (``httpx_error``); closing it releases the connection to the pool. One layer: the
-    library's stream wrapped in a second one for the mapping cost a generator per chunk."""
+    library's stream wrapped in a second one for the mapping cost a generator per chunk.
+    The body must come within the read timeout of the headers, and each chunk received gives
+    it its time at ``MIN_RATE`` more (module docstring): a body that drips in ends as a
+    ``ReadTimeout``."""
 
     CHUNK = 64 * 1024
 
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: Any, timeout: dict[str, Any]) -> None:
         self.response = response
+        self.timeout = timeout
 
     async def __aiter__(self):
+        # No timer per read: silence is aiohttp's read timeout, and a body that drips in
+        # sends chunks, each checked against the deadline as it comes (one clock read).
+        clock = asyncio.get_running_loop().time
+        deadline = _deadline(self.timeout, clock())
         try:
             async for chunk in self.response.content.iter_chunked(self.CHUNK):
+                if deadline is not None:
+                    if clock() > deadline:
+                        raise httpx.ReadTimeout("the answer's body came too slowly")
+                    deadline += len(chunk) / MIN_RATE
                 yield chunk
         except Exception as exc:
             _raise_mapped(exc)
@@ -144,24 +176,32 @@ class PoolTransport(AiohttpTransport):
             (name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw
         )
         extensions = request.extensions
+        timeout = extensions.get("timeout", {})
+        # the status line and headers within the pool and read timeouts (and the request
+        # body's time at MIN_RATE): aiohttp's own bound the silence between reads only
+        sized = int(request.headers.get("content-length") or 0)
+        deadline = _deadline(
+            timeout, asyncio.get_running_loop().time() + (timeout.get("pool") or 0), sized
+        )
         try:
-            response = await self.client.request(
-                request.method,
-                self._url(request.url),
-                headers=headers,
-                data=data,
-                allow_redirects=False,
-                auto_decompress=False,
-                compress=False,
-                timeout=self._timeout(extensions.get("timeout", {})),
-                server_hostname=extensions.get("sni_hostname"),
-            )
+            async with asyncio.timeout_at(deadline):
+                response = await self.client.request(
+                    request.method,
+                    self._url(request.url),
+                    headers=headers,
+                    data=data,
+                    allow_redirects=False,
+                    auto_decompress=False,
+                    compress=False,
+                    timeout=self._timeout(timeout),
+                    server_hostname=extensions.get("sni_hostname"),
+                )
         except Exception as exc:
             _raise_mapped(exc)
         return httpx.Response(
             status_code=response.status,
             headers=response.raw_headers,
-            stream=_Stream(response),
+            stream=_Stream(response, timeout),
             request=request,
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": response.reason.encode()}
             if response.reason
