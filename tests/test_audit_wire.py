@@ -7,6 +7,7 @@ tests/test_issue15_http.py does."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import threading
 from collections.abc import Awaitable, Callable
@@ -344,3 +345,89 @@ def test_an_output_that_drips_in_fails_its_fetch_at_the_render_s_known_cost(monk
     assert caught.value.error_class == "timeout", caught.value.message
     assert caught.value.cost_micros == 40_000 and caught.value.usage == {"images": 1}
     assert len(provider_server.received) == 1
+
+
+# --- answers too big to hold -----------------------------------------------------------------
+
+
+def gzipped_answer(data: dict, padding: int) -> bytes:
+    """``data`` as a JSON answer padded with ``padding`` spaces, sent gzipped: a small body on
+    the wire that decodes to ``padding`` bytes and more."""
+    import gzip
+
+    text = json.dumps(data).encode()
+    body = gzip.compress(text[:-1] + b" " * padding + b"}", 9)
+    return reply("200 OK", body, {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+
+
+GEMINI_IMAGE = {
+    "candidates": [
+        {
+            "content": {
+                "parts": [
+                    {
+                        "inlineData": {
+                            "mimeType": "image/png",
+                            "data": base64.b64encode(PNG).decode(),
+                        }
+                    }
+                ]
+            },
+            "finishReason": "STOP",
+        }
+    ],
+    "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 1290},
+}
+
+
+@pytest.mark.parametrize(
+    "provider_class, base_env, path, data",
+    [
+        (GeminiProvider, "GEMINI_BASE_URL", "/v1beta", GEMINI_IMAGE),
+        (
+            OpenAIProvider,
+            "OPENAI_BASE_URL",
+            "/v1",
+            {"data": [{"b64_json": base64.b64encode(PNG).decode()}], "usage": {}},
+        ),
+    ],
+)
+def test_a_paid_answer_that_decodes_past_the_limit_is_not_held_whole(
+    monkeypatch, provider_class, base_env, path, data
+):
+    """A paid answer gzipped from 8 MiB to a few KB (the limit lowered to 1 MiB here; it is
+    256 MiB): httpx decoded it whole into memory, however large (a 10 MB bomb is 10 GB), and
+    a run killed for its memory leaves every call in flight possibly paid. It is read up to
+    the limit and ends as a body not read, its cost unknown."""
+    from afc_cli.providers import transport
+
+    monkeypatch.setattr(transport, "MAX_ANSWER_BYTES", 1024**2, raising=False)
+    server = WireServer(answered(gzipped_answer(data, 8 * 1024**2)))
+    try:
+        provider = adapter(monkeypatch, provider_class, base_env, server.url + path)
+        with pytest.raises(ProviderError) as caught:
+            rendered(provider, "dall-e-3")
+    finally:
+        server.stop()
+    assert "larger than 1 MiB" in caught.value.message or "AnswerTooLarge" in caught.value.message
+    assert caught.value.cost_micros is None
+    assert len(server.received) == 1
+    assert len(gzipped_answer(data, 8 * 1024**2)) < 64 * 1024  # what the wire carried
+
+
+def test_an_output_larger_than_the_json_limit_is_still_downloaded(monkeypatch):
+    """The limit is for answers read whole: an output (streamed, counted up to 2 GiB by the
+    download) is not cut at it."""
+    from afc_cli.providers import transport
+
+    monkeypatch.setattr(transport, "MAX_ANSWER_BYTES", 1024, raising=False)
+    big = PNG + b"\0" * 4096
+    cdn = WireServer(answered(reply("200 OK", big, {"Content-Type": "image/png"})))
+    provider_server = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    try:
+        provider = adapter(monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", provider_server.url)
+        result = rendered(provider, "dall-e-3")
+    finally:
+        provider_server.stop()
+        cdn.stop()
+    assert result.data == big and result.cost_micros == 40_000

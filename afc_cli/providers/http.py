@@ -569,6 +569,7 @@ async def download(
     async def get() -> Any:
         async with client.stream("GET", url, follow_redirects=True) as response:
             if response.status_code == 200:  # the body read here: a cut is this try's failure
+                response.limited = False  # counted here (MAX_ANSWER_BYTES is for JSON)
                 chunks, size = [], 0
                 async for chunk in response.aiter_bytes():
                     size += len(chunk)

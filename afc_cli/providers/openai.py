@@ -76,11 +76,17 @@ class OpenAIProvider(HttpProvider):
         except httpx.TransportError as exc:
             # The status line and headers came, the body did not: a 200 means the image was
             # made (and paid for) and lost on the way; its id is kept for reconciling the bill
+            from afc_cli.providers.transport import AnswerTooLarge
+
             cut = transport_error(self.name, exc, paid_call=True)
+            what = (
+                str(exc)
+                if isinstance(exc, AnswerTooLarge)
+                else f"the connection dropped before its body ended ({type(exc).__name__})"
+            )
             raise ProviderError(
                 "server" if response.status_code == 200 else cut.error_class,
-                f"openai: answered HTTP {response.status_code}, then the connection dropped "
-                f"before its body ended ({type(exc).__name__})",
+                f"openai: answered HTTP {response.status_code}, then {what}",
                 http_status=response.status_code,
                 request_id=request_id,
             ) from None

@@ -79,6 +79,36 @@ def _deadline(timeout: dict[str, Any], after: float, sized: int = 0) -> float | 
     return None if read is None else after + read + sized / MIN_RATE
 
 
+# The most an answer read whole may decode to: a JSON answer (OpenAI's and Gemini's carry their
+# images inline as base64, a few MB each; the others a few KB). An output download is streamed
+# and counts its own bytes (``http.download``, up to ``http.MAX_OUTPUT_BYTES``).
+MAX_ANSWER_BYTES = 256 * 1024**2
+
+
+class AnswerTooLarge(httpx.ReadError):
+    """An answer that decoded to more than its limit (``_Answer``): a body not read whole, as a
+    cut one is not (a paid call's cost unknown)."""
+
+
+class _Answer(httpx.Response):
+    """An answer whose decoded bytes are counted as they are read, up to ``MAX_ANSWER_BYTES``
+    (unless ``limited`` is False: ``http.download`` counts its own). Unbounded, a multi-GB
+    JSON answer, or a gzip bomb (10 MB on the wire, 10 GB decoded: httpx decodes what
+    ``Content-Encoding`` names), was held whole in memory by ``aread``, until the kernel
+    killed the run and every call in flight became possibly paid."""
+
+    limited = True
+
+    async def aiter_bytes(self, chunk_size: int | None = None):
+        limit, size = MAX_ANSWER_BYTES if self.limited else None, 0
+        async for chunk in super().aiter_bytes(chunk_size):
+            if limit is not None:
+                size += len(chunk)
+                if size > limit:
+                    raise AnswerTooLarge(f"an answer larger than {limit // 1024**2} MiB")
+            yield chunk
+
+
 def _raise_mapped(exc: Exception) -> NoReturn:
     """Raise ``exc`` as the httpx error it stands for (chained to it), or as it is."""
     mapped = httpx_error(exc)
@@ -198,7 +228,7 @@ class PoolTransport(AiohttpTransport):
                 )
         except Exception as exc:
             _raise_mapped(exc)
-        return httpx.Response(
+        return _Answer(
             status_code=response.status,
             headers=response.raw_headers,
             stream=_Stream(response, timeout),
