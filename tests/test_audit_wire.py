@@ -431,3 +431,70 @@ def test_an_output_larger_than_the_json_limit_is_still_downloaded(monkeypatch):
         provider_server.stop()
         cdn.stop()
     assert result.data == big and result.cost_micros == 40_000
+
+
+# --- the key goes only to the provider's own host --------------------------------------------
+
+FAL_RESULT = {
+    "images": [
+        {
+            "url": "data:image/png;base64," + base64.b64encode(PNG).decode(),
+            "content_type": "image/png",
+        }
+    ]
+}
+
+
+def fal_queue(elsewhere: str) -> Behaviour:
+    """fal's queue API for one request ``r1`` of ``fal-ai/flux/dev``, its submit answer naming
+    its status, result and cancel URLs on ``elsewhere``."""
+
+    async def behaviour(head, body, writer) -> bool:
+        method, path = head.split(b" ")[:2]
+        root = f"{elsewhere}/fal-ai/flux/requests/r1"
+        if method == b"POST":
+            data = {
+                "request_id": "r1",
+                "status_url": f"{root}/status",
+                "response_url": root,
+                "cancel_url": f"{root}/cancel",
+            }
+        elif path.endswith(b"/status"):
+            data = {"status": "COMPLETED"}
+        else:
+            data = FAL_RESULT
+        writer.write(json_reply(data))
+        await writer.drain()
+        return True
+
+    return behaviour
+
+
+def test_fal_urls_on_another_host_get_no_key(afc):
+    """A fal submit answer (from a proxy in front of fal, or a fal gone wrong) naming its
+    status and result URLs on another host: afc polled them there with ``Authorization: Key
+    FAL_KEY``. URLs off the queue's own origin are not used: afc polls its own, on the queue
+    it was given, and the render is fetched as usual."""
+    elsewhere = WireServer(answered(json_reply({"status": "IN_QUEUE"})))
+    provider = WireServer(answered(b""))
+    provider.behaviour = fal_queue(f"http://localhost:{elsewhere.port}")
+    elsewhere.behaviour = fal_queue(f"http://localhost:{elsewhere.port}")
+    try:
+        result = run(
+            afc,
+            "fal",
+            "fal-ai/flux/dev",
+            [{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}],
+            {"FAL_QUEUE_URL": provider.url},
+        )
+        assert result.returncode == 0, result.stderr
+        assert elsewhere.received == []  # no poll, no key
+        assert [head.split(b" ")[1] for head, _ in provider.received] == [
+            b"/fal-ai/flux/dev",
+            b"/fal-ai/flux/requests/r1/status",
+            b"/fal-ai/flux/requests/r1",
+        ]
+        assert (afc.outputs() / "b1" / "shot.png").read_bytes() == PNG
+    finally:
+        provider.stop()
+        elsewhere.stop()

@@ -1,7 +1,8 @@
 """fal's queue API: job-style, resumable by request id.
 
 ``POST {FAL_QUEUE_URL}/{model_id}`` answers ``request_id``, ``status_url``, ``response_url``
-and ``cancel_url``; afc commits the request id at once, polls the status URL (202 while
+and ``cancel_url`` (used when on the queue's own origin, as they carry the key; else afc's
+own, below); afc commits the request id at once, polls the status URL (202 while
 IN_QUEUE / IN_PROGRESS, 200 when COMPLETED), then fetches the result and its image right away
 (results are kept minutes for large payloads), again in later rounds while they stay out of
 reach (``keeps_outputs_s``). A resumed job rebuilds those URLs from the id
@@ -31,6 +32,7 @@ from afc_cli.providers.http import (
     passing,
     request_id_of,
     retry_after_for,
+    same_origin,
     text,
     transport_error,
     unreachable,
@@ -148,12 +150,14 @@ class FalProvider(HttpProvider):
             if request_id is None:
                 raise ProviderError("server", "fal: submit answered without a request_id")
             await request.on_submitted(request_id)
+            # the answer's URLs where they are on the queue's own origin (they carry the key),
+            # else afc's own for the request
             urls = {
                 **self.urls(request.model, request_id),
                 **{
                     k: queued[k]
                     for k in ("status_url", "response_url", "cancel_url")
-                    if http_url(queued.get(k))
+                    if http_url(queued.get(k)) and same_origin(queued[k], self.base)
                 },
             }
         polls, last, unreadable = 0, None, 0

@@ -677,6 +677,17 @@ def http_url(value: Any) -> str | None:
     return value
 
 
+def same_origin(url: str, base: str) -> bool:
+    """Whether ``url`` (an absolute http(s) URL, ``http_url``) is on ``base``'s origin: the same
+    scheme, host and port, where the provider's key may go. A URL an answer names elsewhere
+    (fal's status and result URLs, from a proxy in front of it or a provider gone wrong) would
+    be sent the key with every poll."""
+    import httpx
+
+    a, b = httpx.URL(url), httpx.URL(base)
+    return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
+
+
 def data_url_bytes(provider: str, url: str) -> bytes:
     """The bytes an RFC 2397 ``data:`` URL carries (``data:image/png;base64,....``, or
     percent-encoded without ``;base64``)."""
