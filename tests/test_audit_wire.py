@@ -498,3 +498,87 @@ def test_fal_urls_on_another_host_get_no_key(afc):
     finally:
         provider.stop()
         elsewhere.stop()
+
+
+# --- addresses no provider is at -------------------------------------------------------------
+
+
+@pytest.fixture
+def connects(monkeypatch) -> list[str]:
+    """The addresses afc's HTTP clients connect to; any but 127.0.0.1 is refused here (no
+    test sends a byte to a metadata service) and recorded."""
+    import aiohappyeyeballs
+
+    real = aiohappyeyeballs.start_connection
+    elsewhere: list[str] = []
+
+    async def start_connection(addr_infos, *args, **kwargs):
+        addresses = [info[4][0] for info in addr_infos]
+        if any(address != "127.0.0.1" for address in addresses):
+            elsewhere.extend(addresses)
+            raise OSError("the test allows 127.0.0.1 only")
+        return await real(addr_infos, *args, **kwargs)
+
+    monkeypatch.setattr(aiohappyeyeballs, "start_connection", start_connection)
+    return elsewhere
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
+        "http://[::ffff:169.254.169.254]/latest/meta-data/",
+        "http://metadata.wire.test/latest/meta-data/",  # a name resolving there (below)
+    ],
+)
+def test_an_output_redirected_to_the_metadata_service_is_never_fetched(
+    monkeypatch, connects, location
+):
+    """A CDN (or a provider's answer) sending afc's download to the cloud's metadata service:
+    afc fetched the instance's credentials and stored them as the job's output. The request
+    is refused before it connects; the paid attempt fails at its known cost, at once (not in
+    later rounds)."""
+    import socket
+
+    import aiohttp
+
+    real_resolve = aiohttp.ThreadedResolver.resolve
+
+    async def resolve(self, host, port=0, family=socket.AF_INET):
+        if host == "metadata.wire.test":
+            return [
+                {
+                    "hostname": host,
+                    "host": "169.254.169.254",
+                    "port": port,
+                    "family": socket.AF_INET,
+                    "proto": 0,
+                    "flags": 0,
+                }
+            ]
+        return await real_resolve(self, host, port, family)
+
+    monkeypatch.setattr(aiohttp.ThreadedResolver, "resolve", resolve)
+    cdn = WireServer(answered(reply("302 Found", headers={"Location": location})))
+    provider_server = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    try:
+        provider = adapter(monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", provider_server.url)
+        provider.keeps_outputs_s = 3600.0  # a failure for a moment would be fetched again
+        with pytest.raises(ProviderError) as caught:
+            rendered(provider, "dall-e-3")
+    finally:
+        provider_server.stop()
+        cdn.stop()
+    assert connects == []
+    assert caught.value.message == "openai: the answer's output URL cannot be fetched"
+    assert caught.value.cost_micros == 40_000
+    assert len(cdn.received) == 1  # one try: it will not pass later
+
+
+def test_a_paid_call_to_a_link_local_base_url_is_never_sent_and_costs_0(monkeypatch, connects):
+    """The same refusal for an API call (a base URL set there): never sent, a known 0."""
+    provider = adapter(monkeypatch, GeminiProvider, "GEMINI_BASE_URL", "http://169.254.169.254")
+    with pytest.raises(ProviderError) as caught:
+        rendered(provider, "dall-e-3")
+    assert connects == []
+    assert caught.value.cost_micros == 0 and caught.value.cost_source == "unsent"

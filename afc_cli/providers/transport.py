@@ -22,6 +22,12 @@ What this module adds to the library's transport:
   transport, CPU per call, alternating runs): 1.01-1.05 ms before, 0.84-0.96 ms after.
 - **No resent POST.** aiohttp retries a request on a reused keep-alive connection that turned
   out closed only for idempotent methods (GET, PUT, DELETE...); a paid POST is sent once.
+- **No connection to a link-local address** (``PoolTransport``, ``_Resolver``): an output URL
+  is the provider's to name, and a redirect the CDN's; one naming the cloud's metadata service
+  (``169.254.169.254``, AWS's ``fd00:ec2::254``; a name resolving to it too) had afc fetch
+  what it answers (on AWS with IMDSv1, the instance's credentials) and store it as the job's
+  output. No provider is there: such a request is refused before it connects
+  (``AddressRefused``: never sent, and a download's definite failure).
 - **An answer comes whole in time** (``PoolTransport``, ``_Stream``): a read timeout bounds
   only the silence between two reads, so a server (or a proxy, a CDN) that drips a byte every
   few seconds into its headers or body held a paid call, a poll or a download, and with it
@@ -34,6 +40,8 @@ What this module adds to the library's transport:
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 from typing import Any, NoReturn
 
 import aiohttp
@@ -41,6 +49,44 @@ import httpx
 import yarl
 from httpx_aiohttp import AiohttpTransport
 from multidict import CIMultiDict
+
+# AWS's instance metadata service over IPv6 (a unique local address, not link-local)
+_METADATA_V6 = ipaddress.ip_address("fd00:ec2::254")
+
+
+def refused_address(address: str) -> bool:
+    """Whether ``address`` (an IP address, else False) is one no provider is at and afc never
+    connects to: link-local (the cloud's metadata service at 169.254.169.254), or AWS's IPv6
+    metadata address; an IPv4 address mapped into IPv6 counts as itself."""
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_link_local or ip == _METADATA_V6
+
+
+class AddressRefused(httpx.UnsupportedProtocol, httpx.ConnectError):
+    """A request to an address afc never connects to (``refused_address``): never sent (a
+    ``ConnectError``, so ``http.never_sent`` says so) and not worth sending again (an
+    ``UnsupportedProtocol``, which ``http.fetched`` does not try again)."""
+
+
+class _RefusedName(OSError):
+    """A name that resolves only to refused addresses (``_Resolver``)."""
+
+
+class _Resolver(aiohttp.ThreadedResolver):
+    """The system's resolver, without the addresses afc never connects to: a name that
+    resolves only to them is refused (``_RefusedName``, then ``AddressRefused``)."""
+
+    async def resolve(self, host: str, port: int = 0, family: Any = socket.AF_INET) -> Any:
+        found = await super().resolve(host, port, family)
+        kept = [item for item in found if not refused_address(item["host"])]
+        if not kept:
+            raise _RefusedName(f"{host} resolves to a link-local address only")
+        return kept
 
 
 def httpx_error(exc: BaseException) -> BaseException:
@@ -50,6 +96,8 @@ def httpx_error(exc: BaseException) -> BaseException:
     message = str(cause) or cause.__class__.__name__
     if isinstance(cause, httpx.HTTPError):
         return cause
+    if isinstance(cause, aiohttp.ClientConnectorError) and isinstance(cause.os_error, _RefusedName):
+        return AddressRefused(str(cause.os_error))
     if isinstance(cause, aiohttp.ConnectionTimeoutError):
         return httpx.ConnectTimeout(message)
     if isinstance(cause, TimeoutError):  # aiohttp's socket/server timeouts and asyncio's
@@ -167,6 +215,7 @@ class PoolTransport(AiohttpTransport):
         super().__init__(**kwargs)
         self._timeouts: dict[tuple, aiohttp.ClientTimeout] = {}
         self._urls: dict[str, Any] = {}
+        self._refused: dict[str, bool] = {}
 
     def _timeout(self, timeout: dict[str, Any]) -> aiohttp.ClientTimeout:
         key = (timeout.get("connect"), timeout.get("read"), timeout.get("pool"))
@@ -176,6 +225,18 @@ class PoolTransport(AiohttpTransport):
                 sock_connect=key[0], sock_read=key[1], connect=key[2]
             )
         return found
+
+    def get_client(self) -> aiohttp.ClientSession:
+        """The library's session (its connector's pool size and keep-alive, afc's TLS
+        defaults), its names resolved by ``_Resolver``."""
+        limit = self.limits.max_connections
+        connector = aiohttp.TCPConnector(
+            keepalive_timeout=self.limits.keepalive_expiry,
+            ssl=self.ssl_context,
+            resolver=_Resolver(),
+            **({"limit": limit} if limit is not None else {}),
+        )
+        return aiohttp.ClientSession(connector=connector)
 
     def _url(self, url: httpx.URL) -> Any:
         text = str(url)
@@ -191,6 +252,14 @@ class PoolTransport(AiohttpTransport):
             return await self._library_request(request)
         if not isinstance(self.client, aiohttp.ClientSession):
             self.client = self.get_client()
+        host = request.url.host
+        refused = self._refused.get(host)
+        if refused is None:
+            if len(self._refused) >= self.URL_CACHE:
+                self._refused.clear()
+            refused = self._refused[host] = refused_address(host)
+        if refused:  # an address given as such: the resolver never sees it
+            raise AddressRefused(f"{host} is a link-local address")
         try:
             data: Any = request.content or None
         except httpx.RequestNotRead:
