@@ -582,3 +582,38 @@ def test_a_paid_call_to_a_link_local_base_url_is_never_sent_and_costs_0(monkeypa
         rendered(provider, "dall-e-3")
     assert connects == []
     assert caught.value.cost_micros == 0 and caught.value.cost_source == "unsent"
+
+
+def test_fal_s_result_and_polls_still_follow_a_redirect_on_their_own_host(afc):
+    """Free GETs follow redirects (fal's own client does): a status and a result answered
+    with a 307 to another path of the queue are read there, with the key (same origin)."""
+
+    async def behaviour(head, body, writer) -> bool:
+        method, path = head.split(b" ")[:2]
+        if path in (b"/fal-ai/flux/requests/r1/status", b"/fal-ai/flux/requests/r1"):
+            moved = {"Location": path.decode() + "/moved"}
+            writer.write(reply("307 Temporary Redirect", headers=moved))
+        elif method == b"POST":
+            writer.write(json_reply({"request_id": "r1"}))
+        elif path.endswith(b"/status/moved"):
+            writer.write(json_reply({"status": "COMPLETED"}))
+        else:
+            writer.write(json_reply(FAL_RESULT))
+        await writer.drain()
+        return True
+
+    provider = WireServer(behaviour)
+    try:
+        result = run(
+            afc,
+            "fal",
+            "fal-ai/flux/dev",
+            [{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}],
+            {"FAL_QUEUE_URL": provider.url},
+        )
+        assert result.returncode == 0, result.stderr
+        assert (afc.outputs() / "b1" / "shot.png").read_bytes() == PNG
+        moved = [head for head, _ in provider.received if b"/moved" in head.split(b"\r\n")[0]]
+        assert len(moved) == 2 and all(KEYS["FAL_KEY"].encode() in head for head in moved)
+    finally:
+        provider.stop()

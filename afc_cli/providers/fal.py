@@ -197,7 +197,9 @@ class FalProvider(HttpProvider):
         async def result() -> Any:  # free GETs, a round of them; the work was done
             try:
                 response = await fetched(
-                    lambda: self.client.get(urls["response_url"], headers=self._headers()),
+                    lambda: self.client.get(
+                        urls["response_url"], headers=self._headers(), follow_redirects=True
+                    ),
                     self.sleep,
                     self.rand,
                 )

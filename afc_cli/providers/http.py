@@ -32,9 +32,10 @@ def new_client(read_s: float = 300.0, connections: int = DEFAULT_CONNECTIONS) ->
     # sends a POST's body again to a 307/308's Location (a second paid request), and keeps
     # every header but ``Authorization`` on a redirect to another host (Gemini's
     # ``x-goog-api-key`` went wherever a proxy's Location pointed); a redirect is the call's
-    # answer, classified by its status. Only ``download`` follows them, a GET with no key. The
-    # transport is aiohttp's pool (see afc_cli/providers/transport.py for why, and for its
-    # error mapping).
+    # answer, classified by its status. Only free GETs follow them: ``download`` (no key), and
+    # a poll and fal's result (fal's own client follows them), whose key is in
+    # ``Authorization``, which httpx drops on a redirect to another origin. The transport is
+    # aiohttp's pool (see afc_cli/providers/transport.py for why, and for its error mapping).
     return LeanClient(
         timeout=httpx.Timeout(connect=15.0, read=read_s, write=60.0, pool=60.0),
         follow_redirects=False,
@@ -120,7 +121,9 @@ class HttpProvider(Provider):
         import httpx
 
         try:
-            response = await self.client.get(url, headers=headers)
+            # a free GET follows redirects (``new_client``): its key is in ``Authorization``,
+            # which httpx drops on a redirect to another origin
+            response = await self.client.get(url, headers=headers, follow_redirects=True)
         except httpx.TransportError as exc:
             self.poll_failed(type(exc).__name__)
             return None
