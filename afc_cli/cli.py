@@ -221,24 +221,26 @@ def _reporter(json_out: bool, quiet: bool, verbose: bool):
 
 
 def _interrupt_on_sigterm() -> None:
-    """SIGTERM (a stopped cron job, a container shutdown) is an interruption like Ctrl-C.
+    """SIGTERM (a stopped cron job, a container shutdown) and SIGHUP (the terminal hung up)
+    are an interruption like Ctrl-C.
 
-    While jobs run, the run loop handles both (run.py's ``Interruption``: drain within the
+    While jobs run, the run loop handles them (run.py's ``Interruption``: drain within the
     grace period, then exit 130). Before and after that (validation, admission, the summary)
     these handlers apply: stop, release, exit 130; every job stays resumable. A second Ctrl-C
     or SIGTERM exits at once (the ledger is consistent at every commit, so nothing is lost by
     not tidying up)."""
+    from afc_cli.errors import STOP_SIGNALS
 
     def first(signum, frame):
-        signal.signal(signal.SIGINT, second)
-        signal.signal(signal.SIGTERM, second)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, second)
         raise KeyboardInterrupt
 
     def second(signum, frame):
         os._exit(130)
 
-    signal.signal(signal.SIGINT, first)
-    signal.signal(signal.SIGTERM, first)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, first)
 
 
 def _settled() -> None:
@@ -247,10 +249,12 @@ def _settled() -> None:
     Ctrl-C) changes nothing. Ignored, and blocked in this thread, the only one left: Python's
     teardown puts its handlers back to the defaults (3.11 even an ignore set from Python), and
     a signal then killed the finished run (exit -15 / 143, not a code README documents)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    from afc_cli.errors import STOP_SIGNALS
+
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
 
 
 def _print_run(result: Any, json_out: bool, quiet: bool, admitted_only: bool = False) -> None:

@@ -12,12 +12,22 @@ Exit codes (the README documents them):
 
 from __future__ import annotations
 
+import signal
+
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CONFLICT = 3
 EXIT_BUDGET = 4
 EXIT_INTERRUPTED = 130
+
+# What interrupts a run (a drain, then exit 130): Ctrl-C, SIGTERM (a stopped cron job or
+# container), and SIGHUP, the terminal hanging up (an ssh connection dropped under an
+# ``afc submit`` started by hand). SIGHUP's default, death on the spot, abandoned every call
+# in flight as possibly paid (exit 129), where a drain records and stores what they return.
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 class AfcError(Exception):

@@ -15,7 +15,7 @@ the calling process, which brings back the GIL hand-offs this module exists to a
 
 The helper runs each call on a small thread pool (fsyncs overlap; stats and small reads have
 threads of their own), is started by ``afc submit``/``afc resume`` before they import the run
-and ended after it, ignores Ctrl-C and SIGTERM (the run loop decides what an interruption
+and ended after it, ignores Ctrl-C, SIGTERM and SIGHUP (the run loop decides what an interruption
 means) and, on Linux, dies with its parent: a SIGKILLed run leaves no helper finishing its file
 work behind it. Every
 call it makes is one the pipeline already treats as interruptible at any instant (fsync +
@@ -39,7 +39,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from afc_cli.errors import SpoolError
+from afc_cli.errors import STOP_SIGNALS, SpoolError
 
 # call id, length of the pickled call that follows, lane, length of its pickled callable (the
 # call's first bytes; its arguments follow)
@@ -248,7 +248,7 @@ def serve(inp: Any, out: Any) -> None:
 
 def main() -> None:
     _die_with_parent()
-    for signum in (signal.SIGINT, signal.SIGTERM):  # the run loop decides what they mean
+    for signum in STOP_SIGNALS:  # the run loop decides what they mean (a hangup reaches us too)
         signal.signal(signum, signal.SIG_IGN)
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # nothing but replies goes to the pipe

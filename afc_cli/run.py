@@ -39,6 +39,7 @@ from afc_cli.errors import (
     EXIT_INTERRUPTED,
     EXIT_JOB_FAILED,
     EXIT_OK,
+    STOP_SIGNALS,
     LedgerWriteError,
     SpoolError,
     StopsRun,
@@ -439,7 +440,7 @@ def _env_number(
 
 
 class Interruption:
-    """What Ctrl-C and SIGTERM mean while jobs run (see the module docstring): the first drains,
+    """What Ctrl-C, SIGTERM and SIGHUP mean while jobs run (see the module docstring): the first drains,
     the second (or the grace running out) abandons, the third exits at once."""
 
     def __init__(
@@ -464,7 +465,7 @@ class Interruption:
 
     @contextlib.contextmanager
     def installed(self, loop: asyncio.AbstractEventLoop):
-        """The run's own handlers for SIGINT and SIGTERM while the block runs, then the
+        """The run's own handlers for SIGINT, SIGTERM and SIGHUP while the block runs, then the
         previous ones again.
 
         A plain ``signal.signal`` handler, not ``loop.add_signal_handler``: asyncio's handler
@@ -480,7 +481,7 @@ class Interruption:
             self.received += 1
             loop.call_soon_threadsafe(self.signalled)
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:  # SIGHUP too: a terminal hanging up drains as SIGTERM does
             try:
                 self.saved[sig] = signal.signal(sig, taken)
             except ValueError:  # not the main thread: the caller's handlers stay

@@ -11,7 +11,7 @@ polls every ``poll_s`` seconds, draining due webhooks meanwhile. A round whose s
 fails (before any of it ran) is released at once; a retryable failure is tried again after
 ``poll_s``, any other ends the worker.
 
-SIGTERM or Ctrl-C stops it: while idle at once; while jobs run, by the run loop's drain (no
+SIGTERM, SIGHUP or Ctrl-C stops it: while idle at once; while jobs run, by the run loop's drain (no
 new provider call; calls in flight finish within ``--grace``, are recorded and stored; then
 the leases are released for other workers, but a job whose output is in this host's spool
 goes to this host, ``owner.host_lease``, for what is left of the lease). A worker that
@@ -29,7 +29,13 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from afc_cli.errors import EXIT_BUDGET, EXIT_INTERRUPTED, StorageError, UsageError
+from afc_cli.errors import (
+    EXIT_BUDGET,
+    EXIT_INTERRUPTED,
+    STOP_SIGNALS,
+    StorageError,
+    UsageError,
+)
 from afc_cli.ledger import SHARED_BUDGET, Ledger
 
 DEFAULT_POLL_S = 2.0
@@ -219,7 +225,7 @@ def work(
     result = WorkerResult()
     ledger = Ledger(ledger_path, create=False, check=True)
     stop = Stop()
-    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:
         ledger.require_batch(batch)
         while not stop.is_set():
