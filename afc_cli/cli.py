@@ -428,6 +428,16 @@ def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
     return lines
 
 
+def _outlive_output() -> None:
+    """A command that pays for calls or posts webhooks: SIGPIPE ignored (a socket's peer that
+    hangs up mid-request is a failed call, not the death of the run), and stdout and stderr
+    that may fail without failing it (a closed pipe stops a run as a first signal does);
+    afc_cli/streams.py."""
+    from afc_cli import streams
+
+    streams.guard()
+
+
 def _prestart_helper() -> None:
     """Boot the file helper (afc_cli/offload.py) while this process imports the run and
     admits jobs, instead of after: the first provider calls wait for its first answer."""
@@ -468,6 +478,7 @@ def submit(
         _plan(manifest, ledger, storage, max_spend, allow_unpriced, json_out)
         return
     with _boundary(again=_again()):
+        _outlive_output()
         if not no_run:
             _prestart_helper()
         from afc_cli import run
@@ -515,6 +526,7 @@ def resume(
 
     Exits 1 while a job of its scope is failed or dead-lettered (until 'afc retry')."""
     with _boundary():
+        _outlive_output()
         _prestart_helper()
         from afc_cli import run
 
@@ -578,6 +590,7 @@ def worker(
 
     Claims jobs in rounds, runs them as 'afc resume' does, polls when idle. SIGTERM drains."""
     with _boundary():
+        _outlive_output()
         _prestart_helper()
         from afc_cli.worker import work
 
@@ -1045,6 +1058,7 @@ def webhooks_deliver(
 ) -> None:
     """Deliver every due webhook now (for cron); exit 1 if one became dead."""
     with _boundary():
+        _outlive_output()
         from afc_cli.webhooks import deliver
 
         _deliveries_out(deliver(ledger), json_out, quiet)
@@ -1070,6 +1084,7 @@ def webhooks_replay(
 ) -> None:
     """Send a dead or delivered event again: its exact envelope, signed afresh."""
     with _boundary():
+        _outlive_output()
         from afc_cli.webhooks import replay
 
         _deliveries_out(replay(ledger, delivery_id), json_out, quiet)

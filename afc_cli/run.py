@@ -30,7 +30,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from afc_cli import ledger_file
+from afc_cli import ledger_file, streams
 from afc_cli import storage as storage_mod
 from afc_cli.costs import RateCards, to_micros
 from afc_cli.errors import (
@@ -487,18 +487,29 @@ class Interruption:
             except ValueError:  # not the main thread: the caller's handlers stay
                 continue
             signal.siginterrupt(sig, False)  # a system call in a library resumes, as asyncio had it
-        if self.already is not None and self.already():
+        if (self.already is not None and self.already()) or streams.pipe_closed():
             # acted on now, before any job's first step: none has an attempt row yet
             self.received += 1
             self.act()
         try:
-            yield self
+            with streams.watch(lambda: loop.call_soon_threadsafe(self.reader_gone)):
+                yield self
         finally:
             self.ended = True
             if self.timer is not None:
                 self.timer.cancel()
             for sig, handler in self.saved.items():
                 signal.signal(sig, handler)  # the CLI's own handlers, for after the run
+
+    def reader_gone(self) -> None:
+        """The pipe afc's output goes to was closed (``afc submit ... | head -3``; see
+        afc_cli/streams.py): what SIGPIPE means, acted on as a first signal is (a drain, exit
+        130) rather than as death on the spot. Once: a stop already under way (a hangup, after
+        which writes fail too; a ``StopsRun``) is not pushed on to abandoning its calls."""
+        if self.received or self.signals or self.ended:
+            return
+        self.received += 1
+        self.signalled()
 
     @property
     def interrupted(self) -> bool:

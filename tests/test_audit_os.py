@@ -7,9 +7,12 @@ its whole process group, the file helper included, as a terminal's hangup does).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
+import threading
 
 import pytest
 from conftest import jobs, manifest, wait_for
@@ -71,6 +74,131 @@ def test_a_hangup_drains_the_calls_in_flight_and_records_them(afc, command):
         ("succeeded", 3),
     ]
     assert afc.rows("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL") == [(0,)]
+    resumed = afc("resume", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(log.read_text().splitlines()) == 6, "no job rendered twice"
+
+
+# --- SIGPIPE and output that goes away mid-run -------------------------------------------------
+
+
+def settled(afc) -> None:
+    """What an interrupted run leaves: every call it made answered and recorded (or never
+    sent), every job succeeded or queued, no lease held."""
+    kinds = set(afc.rows("SELECT status, cost_source FROM attempts"))
+    assert kinds <= {("succeeded", "local"), ("failed", "unsent")}, kinds
+    assert ("succeeded", "local") in kinds
+    assert {s for (s,) in afc.rows("SELECT status FROM jobs")} <= {"succeeded", "queued"}
+    assert afc.rows("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL") == [(0,)]
+
+
+def test_a_provider_hanging_up_mid_upload_is_a_failed_call_not_a_dead_run(afc, tmp_path):
+    """A provider that answers a large upload by closing the connection (an early 413, a
+    proxy's limit): afc's next write to that socket raised SIGPIPE, whose default (afc sets it
+    for ``afc status | head``) killed the whole run, exit 141 and not a word, its attempt left
+    ``started`` and every other call in flight with it. Each such attempt is one failed call."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+
+    def hang_up() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.recv(1024)  # the headers' start; the image parts stay unread
+            conn.close()  # unread data: the kernel answers the rest with a reset
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        (afc.cwd / "ref.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(8 << 20))
+        data = manifest(
+            [{"key": "edit", "prompt": "p", "inputs": [{"path": "ref.png"}]}],
+            rates=[{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}],
+        )
+        data["defaults"]["chain"] = [
+            {
+                "provider": "openai",
+                "model": "gpt-image-1",
+                "attempts": 3,
+                "backoff": {"base": 0.01, "cap": 0.02},
+            }
+        ]
+        afc.write_manifest(data)
+        env = {
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{server.getsockname()[1]}/v1",
+        }
+        result = afc("submit", "manifest.yaml", env=env)
+    finally:
+        server.close()
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "failed at render: unavailable from openai/gpt-image-1" in result.stderr
+    assert afc.rows("SELECT status, error_class, COUNT(*) FROM attempts GROUP BY 1, 2") == [
+        ("failed", "unavailable", 3)
+    ]
+
+
+def test_the_reader_of_its_output_going_away_drains_the_run(afc):
+    """``afc submit ... 2>&1 | head -3``: the reader exits, and afc's next progress line hit a
+    closed pipe. That killed the run by SIGPIPE (exit 141) with calls in flight; with SIGPIPE
+    ignored the write's BrokenPipeError would break a job's task. The reader gone is what
+    SIGPIPE means, acted on as a first signal: the calls in flight finish and are recorded,
+    exit 130, and resume renders the rest, none twice."""
+    log, release = afc.cwd / "calls.log", afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(6)))
+    env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LOCAL_RELEASE": str(release)}
+    proc = session(afc, "submit", "manifest.yaml", "--concurrency", "3", env=env)
+    wait_for(afc, STARTED, 3)
+    proc.stderr.close()  # the reader goes away
+    release.touch()  # the calls end; the first "ended" line meets the closed pipe
+    assert proc.wait(timeout=30) == 130
+    settled(afc)
+    resumed = afc("resume", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(log.read_text().splitlines()) == 6, "no job rendered twice"
+
+
+def test_a_terminal_that_hangs_up_mid_run_drains_it(afc):
+    """The run's terminal goes away (the ssh connection drops): SIGHUP comes, and every write
+    to the terminal fails with EIO from then on, the drain's own lines included, which broke
+    the run (exit 1) even once SIGHUP drained it. The calls in flight are recorded and
+    stored, exit 130."""
+    import fcntl
+    import termios
+
+    log, release = afc.cwd / "calls.log", afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(6)))
+    env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LOCAL_RELEASE": str(release)}
+    master, slave = os.openpty()
+
+    def take_terminal() -> None:  # the pty becomes the session's controlling terminal
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        afc.command("submit", "manifest.yaml", "--concurrency", "3"),
+        cwd=afc.cwd,
+        env={**afc.env, **env, "TERM": "xterm"},
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=take_terminal,
+    )
+    os.close(slave)
+
+    def read() -> None:  # a terminal that shows what it is sent, until it is gone
+        with contextlib.suppress(OSError):
+            while os.read(master, 1 << 16):
+                pass
+
+    threading.Thread(target=read, daemon=True).start()
+    wait_for(afc, STARTED, 3)
+    os.close(master)  # hang up
+    release.touch()
+    assert proc.wait(timeout=30) == 130
+    settled(afc)
     resumed = afc("resume", env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert len(log.read_text().splitlines()) == 6, "no job rendered twice"
