@@ -20,7 +20,10 @@ means) and, on Linux, dies with its parent: a SIGKILLed run leaves no helper fin
 work behind it. Every
 call it makes is one the pipeline already treats as interruptible at any instant (fsync +
 rename into the spool, create-only stores), so a crash on either side of the pipe is a crash
-like any other.
+like any other; and a helper that dies alone under a live run (killed by an OOM killer or a
+person) is not one: its outstanding calls are made again, and every later one made, in threads
+of the run's process (``FileWorker._without_helper``), so no rendered output handed to it is
+lost.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ QUICK_THREADS = 2  # for stats and small reads, which must not queue behind fsyn
 
 
 class HelperGone(SpoolError):
-    """The helper process ended while calls were outstanding (it was killed, say)."""
+    """The helper process ended while calls were outstanding (it was killed, say). A
+    ``FileWorker`` then makes them in this process instead (``_without_helper``)."""
 
     def __init__(self, message: str = "the file helper process (afc_cli.offload) ended"):
         super().__init__(message + "; nothing is lost that the ledger recorded: run 'afc resume'")
@@ -79,7 +83,9 @@ class FileWorker:
     ``fn`` and its arguments must pickle (module-level functions, bound methods of picklable
     objects); its result or exception comes back pickled."""
 
-    def __init__(self) -> None:
+    def __init__(self, notice: Callable[[str], None] = lambda message: None) -> None:
+        self.notice = notice  # told once if the helper ends under the run (``_without_helper``)
+        self._told = False
         self._proc: subprocess.Popen | None = None
         self._pipe: asyncio.WriteTransport | None = None
         self._pending: dict[int, asyncio.Future] = {}
@@ -111,7 +117,7 @@ class FileWorker:
     async def _call(self, lane: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         assert self._pipe is not None
         if self._reader is None or self._reader.done() or self._pipe.is_closing():
-            raise HelperGone()
+            return await self._without_helper(fn, args, kwargs)
         call_id = next(self._ids)
         head = self._pickled_callable(fn)
         frame = pickle.dumps((args, kwargs), pickle.HIGHEST_PROTOCOL)
@@ -121,7 +127,29 @@ class FileWorker:
         if not self._out:
             loop.call_soon(self._send)
         self._out += (REQUEST.pack(call_id, len(head) + len(frame), lane, len(head)), head + frame)
-        return await future
+        try:
+            return await future
+        except HelperGone:  # it died with this call outstanding: the call is made again here
+            return await self._without_helper(fn, args, kwargs)
+
+    async def _without_helper(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """The helper ended under a live run (killed alone: an OOM killer, a person's
+        ``kill``): its calls, and every later one, run in threads of this process. A rendered
+        output handed to it was otherwise lost (HelperGone stopped the run as a broken disk:
+        the paid render made again by the next run) though the disk was sound. Making a call
+        again is safe: each is one the pipeline treats as interruptible at any instant (a
+        spool write starts its ``.part`` afresh, a create-only store that landed finds its
+        own object, a read or fsync is idempotent), and the dead helper runs none of them."""
+        if not self._told:
+            self._told = True
+            code = self._proc.poll() if self._proc is not None else None
+            self.notice(
+                f"the file helper process (afc_cli.offload, pid "
+                f"{self._proc.pid if self._proc else '?'}) ended"
+                + (f" (exit {code})" if code is not None else "")
+                + "; its file work goes on in this process: nothing is lost"
+            )
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
     def _pickled_callable(self, fn: Callable[..., Any]) -> bytes:
         """``fn`` pickled, once per function or per bound method of an object that says its

@@ -633,7 +633,7 @@ def run_jobs(
         if any(storage.local for storage in storages.values()):
             from afc_cli.offload import FileWorker
 
-            helper = FileWorker()
+            helper = FileWorker(notice=reporter.notice)
             await helper.start()
         ctx = RunContext(
             ledger=ledger,

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 from conftest import jobs, manifest, wait_for
@@ -202,3 +203,33 @@ def test_a_terminal_that_hangs_up_mid_run_drains_it(afc):
     resumed = afc("resume", env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert len(log.read_text().splitlines()) == 6, "no job rendered twice"
+
+
+# --- the file helper killed alone ------------------------------------------------------------
+
+
+def test_the_file_helper_killed_alone_loses_no_paid_render(afc):
+    """The file helper (afc_cli/offload.py) is killed by itself mid-run (an OOM killer, a
+    person's ``kill``) while three calls are out. Their outputs, handed to it to spool, were
+    lost ("cannot keep the output ... fix the disk", exit 1; a sound disk) and the next run
+    paid for each again: 9 calls for 6 jobs. The file work goes on in the run's process."""
+    log, release = afc.cwd / "calls.log", afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(6)))
+    env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LOCAL_RELEASE": str(release)}
+    proc = session(afc, "submit", "manifest.yaml", "--concurrency", "3", env=env)
+    wait_for(afc, STARTED, 3)
+    children = (Path(f"/proc/{proc.pid}/task/{proc.pid}/children")).read_text().split()
+    helpers = [
+        int(pid)
+        for pid in children
+        if b"afc_cli.offload" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    assert len(helpers) == 1, children
+    os.kill(helpers[0], signal.SIGKILL)
+    release.touch()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "the file helper process" in err and "nothing is lost" in err
+    assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY 1") == [("succeeded", 6)]
+    assert afc.rows("SELECT status, COUNT(*) FROM attempts GROUP BY 1") == [("succeeded", 6)]
+    assert len(log.read_text().splitlines()) == 6, "no render paid for twice"

@@ -55,16 +55,21 @@ def test_storage_errors_pickle_with_their_retry_facts():
     assert (error.message, error.retryable, error.retry_after) == ("slow down", True, 3.5)
 
 
-def test_calls_fail_when_the_helper_is_gone():
+def test_calls_go_on_in_this_process_when_the_helper_is_gone():
+    """A helper killed alone under a live run: its calls run in this process, told once
+    (tests/test_audit_os.py has the whole run)."""
+
     async def main():
-        worker = FileWorker()
+        told = []
+        worker = FileWorker(notice=told.append)
         await worker.start()
         assert worker._proc is not None
         worker._proc.kill()
         worker._proc.wait()
         await worker._reader  # the end of its pipe reached the loop
-        with pytest.raises(HelperGone):
-            await worker.call(os.getpid)
+        assert await worker.call(os.getpid) == os.getpid()
+        assert await worker.quick(os.getpid) == os.getpid()
+        assert len(told) == 1 and "nothing is lost" in told[0]
         await worker.close()
 
     asyncio.run(main())
