@@ -257,6 +257,7 @@ def submit(
         lease_seconds()
         min_free_bytes()  # a bad AFC_MIN_FREE_MB is refused before anything is written
         poll_seconds()
+        open_files(concurrency)
     if run:
         from afc_cli.webhooks import require_secrets
 
@@ -366,6 +367,7 @@ def resume(
     min_free_bytes()
     lease_seconds()
     poll_seconds()
+    open_files(concurrency)
     ledger = Ledger(ledger_path, create=False, check=True)
     try:
         ledger.require_batch(batch)
@@ -887,6 +889,53 @@ def min_free_bytes() -> int:
     if not 0 <= mib < 2**40:
         raise UsageError(f"AFC_MIN_FREE_MB must be a number of MiB >= 0, got {value!r}")
     return int(mib * 1024 * 1024)
+
+
+# Open files a run holds beside one socket per call in flight: the ledger (database, WAL,
+# shared memory), the file helper's pipes, the event loop's own (measured: 117 at
+# --concurrency 100, 17 of them beside the sockets), with room for the spool and storage slots'
+# files (a big output spooled from a thread, an S3 upload's file and socket).
+FILES_BESIDE_CALLS = 48
+FILES_WANTED_BESIDE_CALLS = 256
+
+
+def open_files(concurrency: int) -> None:
+    """Room for the files a run of ``concurrency`` calls holds open, made before anything is
+    written. A process that ran out mid-run (EMFILE: ``ulimit -n``, 1024 in many shells, 256
+    on macOS, below a ``--concurrency`` of hundreds) failed its calls' sockets as transient
+    errors and then the ledger's next write, which stopped the run with every call in flight
+    left possibly paid (paid again by the next run), or a big output's spool file, losing a
+    paid render. So the soft limit is raised as far as the hard limit lets it (as Go does for
+    every program), and a run that would still lack room for a socket per call is refused
+    (UsageError, exit 2) with the concurrency that fits."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: nothing to raise
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    infinite = resource.RLIM_INFINITY
+    wanted = 2 * concurrency + FILES_WANTED_BESIDE_CALLS
+    if soft != infinite and soft < wanted:
+        # the hard limit itself where it is finite (more room costs nothing); else what the
+        # run wants (macOS refuses a soft limit past OPEN_MAX under an infinite hard one)
+        for target in (hard, wanted) if hard != infinite else (wanted,):
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, target), hard))
+                break
+            except (ValueError, OSError):
+                continue
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    need = concurrency + FILES_BESIDE_CALLS
+    if soft != infinite and soft < need:
+        fits = soft - FILES_BESIDE_CALLS
+        raise UsageError(
+            f"--concurrency {concurrency} needs at least {need} open files (a socket per call "
+            f"in flight, and {FILES_BESIDE_CALLS} beside), but this process may open only "
+            f"{soft} (ulimit -n, hard limit {'unlimited' if hard == infinite else hard}): "
+            + (f"give --concurrency {fits} or less, or " if fits >= 1 else "")
+            + "raise the limit ('ulimit -n', or LimitNOFILE= for a systemd service); "
+            "nothing was run"
+        )
 
 
 def check_spool(spool: Spool) -> None:

@@ -179,6 +179,7 @@ def work(
         lease_seconds,
         max_interrupts,
         min_free_bytes,
+        open_files,
         poll_seconds,
         require_keys,
         run_jobs,
@@ -209,6 +210,7 @@ def work(
     max_interrupts()
     min_free_bytes()
     poll_seconds()
+    open_files(concurrency)
 
     def check(jobs: list[dict[str, Any]]) -> None:
         """What a claim must pass before its jobs run: every provider's key is set here, and

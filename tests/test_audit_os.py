@@ -233,3 +233,71 @@ def test_the_file_helper_killed_alone_loses_no_paid_render(afc):
     assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY 1") == [("succeeded", 6)]
     assert afc.rows("SELECT status, COUNT(*) FROM attempts GROUP BY 1") == [("succeeded", 6)]
     assert len(log.read_text().splitlines()) == 6, "no render paid for twice"
+
+
+# --- open files: --concurrency in the hundreds under a low ulimit -n ----------------------------
+
+
+def openai_jobs(afc, n: int) -> None:
+    data = manifest(
+        [{"key": f"s{i:03d}", "prompt": f"slow-0.5s shot {i}"} for i in range(n)],
+        rates=[{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}],
+    )
+    data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1"}]
+    afc.write_manifest(data)
+
+
+def limited(afc, soft: int, hard: int, *args: str) -> subprocess.CompletedProcess:
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return subprocess.run(
+        afc.command(*args),
+        cwd=afc.cwd,
+        env=afc.env,
+        preexec_fn=limit,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_low_soft_open_file_limit_is_raised_for_a_wide_run(afc, fake):
+    """``ulimit -n 64`` (the hard limit higher) and 100 calls in flight: sockets past the
+    limit failed as transient errors, then the ledger's WAL could not be opened (EMFILE), and
+    the run stopped with its calls in flight left ``started`` (possibly paid, paid again by the
+    next run), exit 1 and "fix the disk". The soft limit is raised for the run."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 2 * 100 + 256:
+        pytest.skip(f"the hard limit ({hard}) is too low for this test")
+    openai_jobs(afc, 100)
+    result = limited(afc, 64, hard, "submit", "manifest.yaml", "--concurrency", "100")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert afc.rows("SELECT status, COUNT(*) FROM attempts GROUP BY 1") == [("succeeded", 100)]
+    assert fake.counts["openai"] == fake.counts["openai_billed"] == 100
+
+
+@pytest.mark.parametrize("command", ["submit", "resume"])
+def test_a_concurrency_the_hard_limit_cannot_hold_is_refused_before_anything_runs(
+    afc, fake, command
+):
+    openai_jobs(afc, 100)
+    if command == "resume":
+        assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    before = afc.rows("SELECT COUNT(*) FROM jobs") if command == "resume" else None
+    args = ("submit", "manifest.yaml") if command == "submit" else ("resume",)
+    result = limited(afc, 64, 64, *args, "--concurrency", "100")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "--concurrency 100 needs at least 148 open files" in result.stderr
+    assert "give --concurrency 16 or less" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert fake.counts["openai"] == 0
+    if command == "submit":
+        assert not (afc.cwd / "afc.db").exists(), "nothing written"
+    else:
+        assert afc.rows("SELECT COUNT(*) FROM jobs") == before
+        assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
