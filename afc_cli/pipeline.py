@@ -46,7 +46,7 @@ from afc_cli.owner import host_id, host_of
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
 from afc_cli.providers.base import GONE_PREFIX, NeverSent, RequestGone, no_look
 from afc_cli.secrets import scrub
-from afc_cli.spool import DirSync, Spool, SpoolFile
+from afc_cli.spool import DirSync, Spool, SpoolFile, damage, set_aside
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
 from afc_cli.storage.base import store_and_verify
 
@@ -1357,10 +1357,16 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
                     ctx, storage, store_and_verify, storage, key, spool_path, meta, inline=False
                 )
             elif spool_path.exists():
-                await _storage(
-                    ctx, storage, storage.put_if_absent, key, spool_path, meta, inline=False
+                problem = await asyncio.to_thread(
+                    damage, spool_path, meta.get("size"), meta.get("sha256")
                 )
-                outcome = "stored"
+                if problem:
+                    outcome = "damaged"
+                else:
+                    await _storage(
+                        ctx, storage, storage.put_if_absent, key, spool_path, meta, inline=False
+                    )
+                    outcome = "stored"
             else:
                 outcome = "missing"
         except ObjectExists:
@@ -1372,11 +1378,13 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
                 return False
             _found_own(ctx, job, info.meta)
             return True
-        if outcome == "missing":
+        if outcome in ("missing", "damaged"):
             info = await _storage(ctx, storage, storage.head, key)
             if info.exists and ownership(job, info) is None:
-                _found_own(ctx, job, info.meta)
+                _found_own(ctx, job, info.meta)  # stored before (verify reads it back)
                 return True
+            if outcome == "damaged":
+                return await _spool_damaged(ctx, job, spool_path, problem)
             ctx.ledger.finish(
                 job,
                 "dead",
@@ -1394,6 +1402,31 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
         return await _verified(ctx, job, problem, [stored])
     ctx.ledger.checkpoint(job, [stored], "verify")
     return True
+
+
+async def _spool_damaged(ctx: RunContext, job: dict[str, Any], spool_path: Any, problem) -> bool:
+    """The spool file is not what its checkpoint recorded (``spool.damage``): its bytes are
+    not the render that was paid for, and are never stored as the job's output. It is moved
+    aside (never adopted by a later run), and the job dead-lettered for a person, as a
+    missing spool file is: afc does not pay for a new render on its own."""
+    try:
+        aside = await ctx.offload(set_aside, spool_path)
+    except OSError as exc:
+        aside, kept = spool_path, f"it could not be moved aside ({exc}): remove it, then "
+    else:
+        kept = "it is kept at that path; "
+    ctx.ledger.finish(
+        job,
+        "dead",
+        step="store",
+        error_code="SPOOL_DAMAGED",
+        error_class="storage",
+        error_message=f"the rendered output's spool file {aside} was damaged after it was "
+        f"spooled: {problem}. Nothing was stored under {job['output_key']}; {kept}"
+        f"'afc retry {job['key']}' renders the job again (a new paid render: the one paid for "
+        "is lost).",
+    )
+    return False
 
 
 def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str:

@@ -95,6 +95,30 @@ def file_digest(path: Path) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
+def damage(path: Path, size: int | None, sha256: str | None) -> str | None:
+    """What is wrong with a spool file against its checkpoint's size and SHA-256, or None.
+
+    Checked before its upload: a file damaged since its checkpoint (a disk error, another
+    process writing in place) was stored under the output key tagged with the checkpoint's
+    SHA-256 and failed verify, and every later run found "its own" object there and failed
+    the same way (a multipart S3 upload even passed verify: its checksum came from the same
+    damaged file). Nothing to check against without a checkpoint (``None``)."""
+    if size is None or not sha256:
+        return None
+    found = file_digest(path)
+    if found == (size, sha256):
+        return None
+    return f"it holds {found[0]} bytes sha256 {found[1]}, not the {size} bytes sha256 {sha256} it was spooled with"
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged spool file out of the way (``<job id>.damaged``): never adopted nor
+    uploaded, kept for a person to look at."""
+    aside = path.with_suffix(".damaged")
+    os.replace(path, aside)
+    return aside
+
+
 class Spool:
     offload_stable = True  # its state never changes: the file helper may keep it (offload.py)
 

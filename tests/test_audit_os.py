@@ -301,3 +301,49 @@ def test_a_concurrency_the_hard_limit_cannot_hold_is_refused_before_anything_run
     else:
         assert afc.rows("SELECT COUNT(*) FROM jobs") == before
         assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
+
+
+# --- a spool file damaged between its checkpoint and the upload --------------------------------
+
+
+def test_a_spool_file_damaged_before_its_upload_is_never_stored_as_the_output(afc):
+    """A job waits at its store step (the storage failed), its spool file checkpointed with
+    its size and SHA-256; then the file is damaged (a disk error, another process writing
+    in place: the same size, other bytes). The next run stored those bytes under the output
+    key, tagged with the checkpoint's SHA-256, and failed the job VERIFY_FAILED; from then on
+    every retry found "its own" object at the key and failed the same way, for good (a
+    multipart S3 upload even passed verify, its checksum taken from the damaged file). The
+    file is checked against its checkpoint before the upload: nothing is stored, the job is
+    dead-lettered SPOOL_DAMAGED with the file moved aside, and 'afc retry' renders it anew."""
+    release = afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(1)))
+    env = {"AFC_LOCAL_RELEASE": str(release)}
+    proc = session(afc, "submit", "manifest.yaml", env=env)
+    wait_for(afc, STARTED, 1)
+    afc.outputs().mkdir(exist_ok=True)
+    (afc.outputs() / "b1").write_text("in the way")  # the store fails: a file, not a folder
+    release.touch()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert afc.rows("SELECT status, step FROM jobs") == [("waiting", "store")]
+    (spooled,) = (afc.cwd / "afc.db-spool").glob("*.spool")
+    data = bytearray(spooled.read_bytes())
+    data[-20] ^= 0xFF  # one byte flipped, the size unchanged
+    spooled.write_bytes(bytes(data))
+    (afc.outputs() / "b1").unlink()
+    result = afc("resume", env=env)
+    assert result.returncode == 1, result.stderr
+    assert not (afc.outputs() / "b1" / "shot-001.png").exists(), "damaged bytes stored"
+    assert not list(afc.outputs().glob("b1/*.afc.json"))
+    story = afc.json("show", "shot-001")
+    assert story["job"]["status"] == "dead", story["job"]
+    assert story["job"]["error"]["code"] == "SPOOL_DAMAGED", story["job"]["error"]
+    aside = spooled.with_suffix(".damaged")
+    assert aside.exists() and not spooled.exists()
+    assert str(aside) in story["job"]["error"]["message"]
+    retried = afc("retry", "shot-001")
+    assert retried.returncode == 0, retried.stderr
+    again = afc("resume", env=env)
+    assert again.returncode == 0, again.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'succeeded'") == [(2,)]

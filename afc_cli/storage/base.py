@@ -75,10 +75,16 @@ def store_and_verify(
     storage: Storage, key: str, source: Path, meta: dict[str, Any]
 ) -> tuple[str, str | None]:
     """Store and read back in one call, for local storage (one trip to the file helper):
-    ``("missing", None)`` if the spool file is gone, else ``("stored", problem)`` where
+    ``("missing", None)`` if the spool file is gone, ``("damaged", what)`` if it is not what
+    its checkpoint says (``spool.damage``: nothing stored), else ``("stored", problem)`` where
     problem is what ``verify`` found wrong, or None. Raises ObjectExists if the key is taken.
     The directory fsync is left to the caller (``unsynced_dirs``)."""
+    from afc_cli.spool import damage
+
     if not source.exists():
         return "missing", None
+    wrong = damage(source, meta.get("size"), meta.get("sha256"))
+    if wrong:
+        return "damaged", wrong
     storage.put_if_absent(key, source, meta, sync=False)
     return "stored", storage.verify(key, meta["size"], meta["sha256"], source)
