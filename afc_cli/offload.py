@@ -86,6 +86,7 @@ class FileWorker:
     def __init__(self, notice: Callable[[str], None] = lambda message: None) -> None:
         self.notice = notice  # told once if the helper ends under the run (``_without_helper``)
         self._told = False
+        self._closing = False
         self._proc: subprocess.Popen | None = None
         self._pipe: asyncio.WriteTransport | None = None
         self._pending: dict[int, asyncio.Future] = {}
@@ -130,6 +131,8 @@ class FileWorker:
         try:
             return await future
         except HelperGone:  # it died with this call outstanding: the call is made again here
+            if self._closing:  # killed by ``close``: the run is over
+                raise
             return await self._without_helper(fn, args, kwargs)
 
     async def _without_helper(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -201,13 +204,33 @@ class FileWorker:
                     future.set_exception(HelperGone())
             self._pending.clear()
 
-    async def close(self) -> None:
-        """Let the helper finish what it was given, then end it."""
+    async def close(self, timeout: float | None = None) -> None:
+        """Let the helper finish what it was given, then end it.
+
+        ``timeout``: how long that may take. The run's jobs have all ended by now, so a call
+        still outstanding is one whose job was cancelled (a stopping run) and whose result
+        nobody waits for; one that never returns (a hung network mount, a FIFO put where a
+        spool file was: an open that waits for a writer) held the run past its grace and its
+        exit forever, deaf to the first signal. After ``timeout`` the helper is killed: each
+        of its calls is one the pipeline treats as interruptible at any instant."""
         if self._proc is None:
             return
+        self._closing = True
         self._send()
         if self._pipe is not None and not self._pipe.is_closing():
             self._pipe.close()  # end of input: the helper finishes its calls and exits
+        ended = asyncio.ensure_future(self._ended())
+        done, _ = await asyncio.wait({ended}, timeout=timeout)
+        if not done:
+            self._proc.kill()
+            self.notice(
+                f"the file helper process (afc_cli.offload, pid {self._proc.pid}) had file work "
+                f"left {timeout:g}s after the run ended (a hung disk or network mount?): it was "
+                "stopped; every job stays resumable"
+            )
+        await ended
+
+    async def _ended(self) -> None:
         if self._reader is not None:
             await self._reader
         await asyncio.get_running_loop().run_in_executor(None, self._proc.wait)

@@ -64,6 +64,9 @@ LEASE_S = 300.0
 # and uploads that overlap well: a 10,000-job run of instant renders measured ~40% faster with
 # 64 than with 8. (Spool writes have slots of their own: RunContext.spool_slots.)
 STORE_SLOTS = 64
+# How long the file helper's calls may go on once every job of the run has ended (those of
+# jobs a stopping run cancelled): then it is killed (``FileWorker.close``)
+HELPER_CLOSE_S = 5.0
 DEFAULT_MIN_FREE_MB = 64
 
 
@@ -704,7 +707,7 @@ def run_jobs(
                 # no "Task exception was never retrieved" and traceback of it
                 outbox.exception()
             if helper is not None:
-                await helper.close()
+                await helper.close(timeout=HELPER_CLOSE_S)
         finished = sum(
             1 for task in tasks.values() if not task.cancelled() and task.result() in TERMINAL
         )

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -306,15 +307,9 @@ def test_a_concurrency_the_hard_limit_cannot_hold_is_refused_before_anything_run
 # --- a spool file damaged between its checkpoint and the upload --------------------------------
 
 
-def test_a_spool_file_damaged_before_its_upload_is_never_stored_as_the_output(afc):
-    """A job waits at its store step (the storage failed), its spool file checkpointed with
-    its size and SHA-256; then the file is damaged (a disk error, another process writing
-    in place: the same size, other bytes). The next run stored those bytes under the output
-    key, tagged with the checkpoint's SHA-256, and failed the job VERIFY_FAILED; from then on
-    every retry found "its own" object at the key and failed the same way, for good (a
-    multipart S3 upload even passed verify, its checksum taken from the damaged file). The
-    file is checked against its checkpoint before the upload: nothing is stored, the job is
-    dead-lettered SPOOL_DAMAGED with the file moved aside, and 'afc retry' renders it anew."""
+def waiting_at_store(afc) -> tuple[dict[str, str], Path]:
+    """One job rendered and spooled, its store failed (a file where its folder goes, since
+    removed): it waits at its store step. Its spool file's path."""
     release = afc.cwd / "release"
     afc.write_manifest(manifest(jobs(1)))
     env = {"AFC_LOCAL_RELEASE": str(release)}
@@ -326,11 +321,24 @@ def test_a_spool_file_damaged_before_its_upload_is_never_stored_as_the_output(af
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     assert afc.rows("SELECT status, step FROM jobs") == [("waiting", "store")]
+    (afc.outputs() / "b1").unlink()
     (spooled,) = (afc.cwd / "afc.db-spool").glob("*.spool")
+    return env, spooled
+
+
+def test_a_spool_file_damaged_before_its_upload_is_never_stored_as_the_output(afc):
+    """A job waits at its store step (the storage failed), its spool file checkpointed with
+    its size and SHA-256; then the file is damaged (a disk error, another process writing
+    in place: the same size, other bytes). The next run stored those bytes under the output
+    key, tagged with the checkpoint's SHA-256, and failed the job VERIFY_FAILED; from then on
+    every retry found "its own" object at the key and failed the same way, for good (a
+    multipart S3 upload even passed verify, its checksum taken from the damaged file). The
+    file is checked against its checkpoint before the upload: nothing is stored, the job is
+    dead-lettered SPOOL_DAMAGED with the file moved aside, and 'afc retry' renders it anew."""
+    env, spooled = waiting_at_store(afc)
     data = bytearray(spooled.read_bytes())
     data[-20] ^= 0xFF  # one byte flipped, the size unchanged
     spooled.write_bytes(bytes(data))
-    (afc.outputs() / "b1").unlink()
     result = afc("resume", env=env)
     assert result.returncode == 1, result.stderr
     assert not (afc.outputs() / "b1" / "shot-001.png").exists(), "damaged bytes stored"
@@ -347,3 +355,38 @@ def test_a_spool_file_damaged_before_its_upload_is_never_stored_as_the_output(af
     assert again.returncode == 0, again.stderr
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'succeeded'") == [(2,)]
+
+
+def test_file_work_that_never_returns_does_not_hold_a_stopped_run_forever(afc):
+    """The helper's file work hangs (a hung network mount; here a FIFO put where the spool
+    file was: opening it waits for a writer that never comes). SIGTERM stops the run, the
+    job's task ends, but the run then waited for the helper's calls without end, past its
+    grace, never exiting: under cron's 'timeout' its lock stayed held and every later run was
+    skipped. The helper is killed a few seconds after the run's end; exit 130."""
+    env, spooled = waiting_at_store(afc)
+    spooled.unlink()
+    os.mkfifo(spooled)
+    proc = session(afc, "resume", env=env)
+    try:
+        helper = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and helper is None:  # the helper opens the FIFO
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            for pid in children:
+                with contextlib.suppress(OSError):
+                    for task in Path(f"/proc/{pid}/task").iterdir():
+                        if (task / "wchan").read_text() == "wait_for_partner":
+                            helper = pid
+            time.sleep(0.05)
+        if helper is None:
+            pytest.skip("this kernel does not show a FIFO open's wait in /proc/*/wchan")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "had file work left 5s after the run ended" in err, err
+    assert "Traceback" not in err
+    assert afc.rows("SELECT status, step FROM jobs") == [("waiting", "store")]
