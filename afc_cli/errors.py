@@ -25,8 +25,14 @@ EXIT_INTERRUPTED = 130
 # container), and SIGHUP, the terminal hanging up (an ssh connection dropped under an
 # ``afc submit`` started by hand). SIGHUP's default, death on the spot, abandoned every call
 # in flight as possibly paid (exit 129), where a drain records and stores what they return.
+# Not SIGHUP when it came ignored (``nohup afc submit ...``): a run started so is meant to
+# outlive its terminal, and goes on ignoring it. Read when this module is first imported,
+# before afc installs any handler of its own.
 STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP")
+    if hasattr(signal, name)
+    and not (name == "SIGHUP" and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN)
 )
 
 

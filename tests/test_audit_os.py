@@ -390,3 +390,30 @@ def test_file_work_that_never_returns_does_not_hold_a_stopped_run_forever(afc):
     assert "had file work left 5s after the run ended" in err, err
     assert "Traceback" not in err
     assert afc.rows("SELECT status, step FROM jobs") == [("waiting", "store")]
+
+
+def test_a_run_started_under_nohup_outlives_its_terminal(afc):
+    """``nohup afc submit ...``: SIGHUP comes ignored, and the run is meant to outlive its
+    terminal. afc's own SIGHUP handler (the drain above) must not undo that: it stopped a
+    nohup run at the hangup."""
+    log, release = afc.cwd / "calls.log", afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(6)))
+    env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LOCAL_RELEASE": str(release)}
+    proc = subprocess.Popen(
+        afc.command("submit", "manifest.yaml", "--concurrency", "3"),
+        cwd=afc.cwd,
+        env={**afc.env, **env},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does
+    )
+    wait_for(afc, STARTED, 3)
+    os.killpg(proc.pid, signal.SIGHUP)
+    release.touch()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "stopping" not in err
+    assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY 1") == [("succeeded", 6)]
+    assert len(log.read_text().splitlines()) == 6
