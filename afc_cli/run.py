@@ -445,8 +445,8 @@ def _env_number(
 
 
 class Interruption:
-    """What Ctrl-C, SIGTERM and SIGHUP mean while jobs run (see the module docstring): the first drains,
-    the second (or the grace running out) abandons, the third exits at once."""
+    """What Ctrl-C, SIGTERM and SIGHUP mean while jobs run (see the module docstring): the
+    first drains, the second (or the grace running out) abandons, the third exits at once."""
 
     def __init__(
         self,

@@ -108,7 +108,10 @@ def damage(path: Path, size: int | None, sha256: str | None) -> str | None:
     found = file_digest(path)
     if found == (size, sha256):
         return None
-    return f"it holds {found[0]} bytes sha256 {found[1]}, not the {size} bytes sha256 {sha256} it was spooled with"
+    return (
+        f"it holds {found[0]} bytes sha256 {found[1]}, not the {size} bytes sha256 {sha256} "
+        "it was spooled with"
+    )
 
 
 def set_aside(path: Path) -> Path:
