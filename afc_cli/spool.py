@@ -102,10 +102,20 @@ def damage(path: Path, size: int | None, sha256: str | None) -> str | None:
     process writing in place) was stored under the output key tagged with the checkpoint's
     SHA-256 and failed verify, and every later run found "its own" object there and failed
     the same way (a multipart S3 upload even passed verify: its checksum came from the same
-    damaged file). Nothing to check against without a checkpoint (``None``)."""
+    damaged file). Nothing to check against without a checkpoint (``None``). A file that
+    cannot be read (a folder put in its place, a disk's read error) is a ``StorageError``, as
+    the upload's own read of it was: the job waits at its store step for the next run, and
+    the run goes on (an OSError here broke the whole run, its calls in flight with it)."""
+    from afc_cli.errors import StorageError
+
     if size is None or not sha256:
         return None
-    found = file_digest(path)
+    try:
+        found = file_digest(path)
+    except OSError as exc:
+        raise StorageError(
+            f"cannot read the spool file {path}: {exc.strerror or exc}", retryable=False
+        ) from None
     if found == (size, sha256):
         return None
     return (

@@ -417,3 +417,19 @@ def test_a_run_started_under_nohup_outlives_its_terminal(afc):
     assert "stopping" not in err
     assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY 1") == [("succeeded", 6)]
     assert len(log.read_text().splitlines()) == 6
+
+
+def test_a_spool_file_that_cannot_be_read_leaves_its_job_waiting_at_store(afc):
+    """Something not a file where the spool file was (a folder; or a disk's read error): the
+    check against the checkpoint (above) raised its OSError out of the job's task, which broke
+    the whole run. It is a storage error, as the upload's own read of the file was before:
+    the job waits at its store step, the run goes on and exits 1."""
+    env, spooled = waiting_at_store(afc)
+    spooled.unlink()
+    spooled.mkdir()
+    result = afc("resume", env=env)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "[Errno" not in result.stderr.split("\n")[0]
+    assert afc.rows("SELECT status, step FROM jobs") == [("waiting", "store")]
+    (reason,) = afc.rows("SELECT waiting_reason FROM jobs")[0]
+    assert f"cannot read the spool file {spooled}" in reason, reason
