@@ -94,10 +94,15 @@ def test_sigkill_at_several_instants_then_resume(afc, kills):
     assert final.returncode == 0, final.stderr
     _assert_all_done_once(afc, N_JOBS)
     unknown = afc.rows("SELECT COUNT(*) FROM attempts WHERE status = 'unknown'")[0][0]
-    adopted = afc.rows("SELECT COUNT(*) FROM attempts WHERE error_message LIKE 'adopted%'")[0][0]
+    adopted = afc.rows(
+        "SELECT COUNT(*) FROM attempts WHERE error_message LIKE 'adopted%'"
+        " OR error_message LIKE 'found stored after the process ended%'"
+    )[0][0]
     marked = afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'attempt_unknown'")[0][0]
     # every attempt a kill interrupted was marked unknown; the ones whose spool had landed
-    # were then adopted as succeeded instead of being rendered again
+    # were then adopted as succeeded instead of being rendered again, and so were the ones
+    # whose output the killed run had stored before its checkpoint (found by the probe: a
+    # kill in that window made this test fail about one run in ten, its count left out)
     assert unknown + adopted == marked
 
 
