@@ -22,6 +22,14 @@ from conftest import jobs, manifest, wait_for
 STARTED = "SELECT COUNT(*) FROM attempts WHERE status = 'started'"
 
 
+def hangups_as_in_a_terminal() -> None:
+    """In the child: SIGHUP at its default, as a command typed in a terminal has it. The
+    suite itself may run with SIGHUP ignored (under ``nohup``, or a CI runner started so),
+    and a child inherits that: its afc kept ignoring the hangup (as it must under nohup, see
+    ``test_a_run_started_under_nohup_outlives_its_terminal``) and the test waited for ever."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def session(afc, *args: str, env: dict[str, str] | None = None, **io) -> subprocess.Popen:
     """``afc`` in a session of its own: ``os.killpg`` reaches it and its file helper."""
     io = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, **io}
@@ -31,6 +39,7 @@ def session(afc, *args: str, env: dict[str, str] | None = None, **io) -> subproc
         env={**afc.env, **(env or {})},
         start_new_session=True,
         text=True,
+        preexec_fn=hangups_as_in_a_terminal,
         **io,
     )
 
@@ -177,6 +186,7 @@ def test_a_terminal_that_hangs_up_mid_run_drains_it(afc):
 
     def take_terminal() -> None:  # the pty becomes the session's controlling terminal
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        hangups_as_in_a_terminal()
 
     proc = subprocess.Popen(
         afc.command("submit", "manifest.yaml", "--concurrency", "3"),
