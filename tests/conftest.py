@@ -118,6 +118,17 @@ def wait_for(afc, sql: str, threshold: int, timeout: float = 30) -> None:
     raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
 
 
+def frozen_at(proc, timeout: float = 30) -> None:
+    """Wait until ``proc`` froze itself at its stall point (AFC_STALL_POINT: its /proc state
+    'T')."""
+    deadline = time.time() + timeout
+    state = None
+    while state != "T" and time.time() < deadline:
+        time.sleep(0.02)
+        state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    assert state == "T", "the stall point was not reached"
+
+
 # --- PostgreSQL (tests/pg_server.py): one server per session, one database per test ----------
 
 

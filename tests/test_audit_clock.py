@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import jobs, manifest, wait_for
+from conftest import frozen_at, jobs, manifest, wait_for
 
 # Shifts ``time.time`` (the wall clock afc's ledger and pipeline read) by the seconds in
 # ``$AFC_TEST_WALL_SHIFT``'s file, and ``time.monotonic`` by those in ``$AFC_TEST_MONO_SHIFT``'s;
@@ -120,12 +120,7 @@ def test_a_host_that_slept_before_its_request_does_not_send_it_once_taken_over(a
         },
     )
     try:
-        deadline = time.time() + 30
-        state = None
-        while state != "T" and time.time() < deadline:  # until it froze itself
-            time.sleep(0.02)
-            state = Path(f"/proc/{frozen.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        assert state == "T", "the stall point was not reached"
+        frozen_at(frozen)
         asleep = time.monotonic()
         time.sleep(3.5)  # past its 3 s lease
         other = afc("resume", env={**env, "AFC_HOST_ID": "host-b"})

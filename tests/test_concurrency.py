@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import jobs, manifest, wait_for
+from conftest import frozen_at, jobs, manifest, wait_for
 
 from afc_cli.ledger import MAX_TAKEOVERS, Ledger
 from afc_cli.pipeline import ProviderLimit
@@ -267,56 +267,20 @@ def test_a_store_that_finds_another_render_of_its_own_request_adopts_it(afc):
     assert (afc.outputs() / key).read_bytes() == data
 
 
-def test_a_process_frozen_before_its_request_does_not_send_it_once_taken_over(afc):
-    """Found by bench/chaos.py --postgres: a worker frozen between its attempt row and its
-    paid request, its job taken over (and rendered) by another host, sent the request when it
-    woke and paid for the job a second time, after it had succeeded."""
-    afc.write_manifest(manifest(jobs(1)))
-    calls = afc.cwd / "calls.log"
-    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(calls)}
-    frozen = afc.popen(
-        "submit",
-        "manifest.yaml",
-        env={**env, "AFC_HOST_ID": "host-a", "AFC_STALL_POINT": "after_attempt_row"},
-    )
-    try:
-        deadline = time.time() + 30
-        state = None
-        while state != "T" and time.time() < deadline:  # until it froze itself
-            time.sleep(0.02)
-            state = Path(f"/proc/{frozen.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        assert state == "T", "the stall point was not reached"
-        time.sleep(3.5)  # past its 3 s lease
-        other = afc("resume", env={**env, "AFC_HOST_ID": "host-b"})
-        assert other.returncode == 0, other.stderr
-    finally:
-        frozen.send_signal(signal.SIGCONT)
-    frozen.communicate(timeout=60)
-    assert len(calls.read_text().splitlines()) == 1, "host-b's call alone"
-    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
-
-
-def _frozen_at(proc, deadline_s: float = 30) -> None:
-    """Wait until ``proc`` froze itself at its stall point (its /proc state 'T')."""
-    deadline = time.time() + deadline_s
-    state = None
-    while state != "T" and time.time() < deadline:
-        time.sleep(0.02)
-        state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    assert state == "T", "the stall point was not reached"
-
-
-def _taken_over_while_frozen_before_the_send(afc, env: dict[str, str]) -> None:
-    """Run one job on host-a frozen after its attempt row had been looked at, past its
-    3 s lease, while host-b takes the job over and renders it; then wake host-a."""
+def _taken_over_while_frozen_before_the_send(
+    afc, env: dict[str, str], point: str = "before_request"
+) -> None:
+    """Run one job on host-a frozen at ``point`` (after its attempt row; by default after
+    the render step's own look too), past its 3 s lease, while host-b takes the job over and
+    renders it; then wake host-a."""
     env = {**env, "AFC_LEASE_S": "3"}
     frozen = afc.popen(
         "submit",
         "manifest.yaml",
-        env={**env, "AFC_HOST_ID": "host-a", "AFC_STALL_POINT": "before_request"},
+        env={**env, "AFC_HOST_ID": "host-a", "AFC_STALL_POINT": point},
     )
     try:
-        _frozen_at(frozen)
+        frozen_at(frozen)
         time.sleep(3.5)  # past its 3 s lease
         other = afc("resume", env={**env, "AFC_HOST_ID": "host-b"})
         assert other.returncode == 0, other.stderr
@@ -334,15 +298,19 @@ def _taken_over_while_frozen_before_the_send(afc, env: dict[str, str]) -> None:
     ]
 
 
-def test_a_process_frozen_after_its_look_does_not_send_the_request_once_taken_over(afc):
-    """The look after the attempt row's commit came before the request was built and sent
-    (a job-style call's task scheduled later, reference images read and encoded): a freeze
-    in between sent the paid request on waking, after another host had taken the job over
-    and paid for it. The look is now taken by the adapter itself, with nothing awaited
-    between it and the send (AttemptRequest.last_look)."""
+@pytest.mark.parametrize("point", ["after_attempt_row", "before_request"])
+def test_a_process_frozen_before_its_request_does_not_send_it_once_taken_over(afc, point):
+    """Found by bench/chaos.py --postgres: a worker frozen between its attempt row and its
+    paid request, its job taken over (and rendered) by another host, sent the request when it
+    woke and paid for the job a second time, after it had succeeded. The render step's look
+    after the attempt row then came before the request was built and sent (a job-style
+    call's task scheduled later, reference images read and encoded): frozen after it
+    (``before_request``), a process sent the request on waking all the same. The look is now
+    the adapter's, with nothing awaited between it and the send (AttemptRequest.last_look).
+    Each HTTP adapter: the next test."""
     afc.write_manifest(manifest(jobs(1)))
     calls = afc.cwd / "calls.log"
-    _taken_over_while_frozen_before_the_send(afc, {"AFC_LOCAL_CALL_LOG": str(calls)})
+    _taken_over_while_frozen_before_the_send(afc, {"AFC_LOCAL_CALL_LOG": str(calls)}, point)
     assert len(calls.read_text().splitlines()) == 1, "host-b's call alone"
 
 
@@ -372,12 +340,7 @@ def test_a_job_cancelled_while_its_run_froze_before_the_request_records_it_unsen
         env={"AFC_LOCAL_CALL_LOG": str(calls), "AFC_STALL_POINT": "after_attempt_row"},
     )
     try:
-        deadline = time.time() + 30
-        state = None
-        while state != "T" and time.time() < deadline:
-            time.sleep(0.02)
-            state = Path(f"/proc/{frozen.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        assert state == "T", "the stall point was not reached"
+        frozen_at(frozen)
         assert afc("cancel", "shot-001").returncode == 0
         time.sleep(1.2)
     finally:
