@@ -123,6 +123,12 @@ def run(afc, provider: str, model: str, rates: list[dict], env: dict[str, str]):
     return afc("submit", "manifest.yaml", env={**KEYS, "AFC_POLL_S": "0.05", **env})
 
 
+def run_fal(afc, provider: WireServer):
+    """``run`` on fal's flux/dev, its queue at ``provider``."""
+    rates = [{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}]
+    return run(afc, "fal", "fal-ai/flux/dev", rates, {"FAL_QUEUE_URL": provider.url})
+
+
 def attempts(afc) -> list[dict]:
     return afc.json("show", "shot", expect=None)["attempts"]
 
@@ -480,13 +486,7 @@ def test_fal_urls_on_another_host_get_no_key(afc):
     provider.behaviour = fal_queue(f"http://localhost:{elsewhere.port}")
     elsewhere.behaviour = fal_queue(f"http://localhost:{elsewhere.port}")
     try:
-        result = run(
-            afc,
-            "fal",
-            "fal-ai/flux/dev",
-            [{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}],
-            {"FAL_QUEUE_URL": provider.url},
-        )
+        result = run_fal(afc, provider)
         assert result.returncode == 0, result.stderr
         assert elsewhere.received == []  # no poll, no key
         assert [head.split(b" ")[1] for head, _ in provider.received] == [
@@ -604,13 +604,7 @@ def test_fal_s_result_and_polls_still_follow_a_redirect_on_their_own_host(afc):
 
     provider = WireServer(behaviour)
     try:
-        result = run(
-            afc,
-            "fal",
-            "fal-ai/flux/dev",
-            [{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}],
-            {"FAL_QUEUE_URL": provider.url},
-        )
+        result = run_fal(afc, provider)
         assert result.returncode == 0, result.stderr
         assert (afc.outputs() / "b1" / "shot.png").read_bytes() == PNG
         moved = [head for head, _ in provider.received if b"/moved" in head.split(b"\r\n")[0]]
