@@ -20,10 +20,10 @@ import json
 import threading
 import typing
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
-from fakeproviders import KEYS
+from fakeproviders import KEYS, BackloggedServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -86,8 +86,7 @@ class ScriptedServer:
 
             do_GET = do_POST = do_PUT = _answer
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = BackloggedServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         host, port = self.server.server_address[:2]
         self.base = f"http://{host}:{port}"
