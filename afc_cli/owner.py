@@ -83,6 +83,19 @@ def owner_is_dead(owner: str | None) -> bool:
     return False
 
 
+def awake_clock() -> float:
+    """Seconds on Linux's ``CLOCK_BOOTTIME`` (the monotonic clock where there is none): never
+    stepped, and, unlike ``time.monotonic()``, it goes on while the host is suspended, as other
+    hosts' clocks and the database server's do. What a lease's renewals (run._renew), the look
+    before a paid request (pipeline._awake_since) and PostgreSQL's lease clock between its
+    samples (PostgresLedger.lease_clock) are timed by: on the monotonic clock, a host woken
+    from a suspend found no time had passed, renewed late, sent requests for jobs taken over
+    meanwhile, and wrote leases short by the whole suspend."""
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.monotonic()
+
+
 def lease_held(
     owner: str | None, expires: float | None, now: float, mono: float | None = None
 ) -> bool:

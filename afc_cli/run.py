@@ -46,11 +46,12 @@ from afc_cli.errors import (
     UsageError,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
+from afc_cli.owner import awake_clock
 from afc_cli.pipeline import (
     MAX_INTERRUPTS,
+    SPOOL_SLOTS,
     ProviderLimit,
     RunContext,
-    awake_clock,
     keep_rendered,
     run_job,
 )
@@ -62,14 +63,8 @@ LEASE_S = 300.0
 # Jobs in their storage steps at once (store, verify), apart from --concurrency, which bounds
 # paid provider calls. Storage work costs nothing at the provider, and its latency is fsyncs
 # and uploads that overlap well: a 10,000-job run of instant renders measured ~40% faster with
-# 64 than with 8. (Spool writes have slots of their own: RunContext.spool_slots.)
+# 64 than with 8. (Spool writes have slots of their own: pipeline.SPOOL_SLOTS.)
 STORE_SLOTS = 64
-# Jobs writing their spool files at once: at least one per render slot. A job keeps its render
-# slot until it holds a spool slot (pipeline.run_job), so at 500 wide the 64 spool slots of
-# the runs before held back the next wave of provider calls behind the spool's writes
-# (measured, 1,000 x 1 s OpenAI calls at 500 wide: 3.42-3.60 s with 64, 2.95-3.18 s with
-# one per render slot). Paid bytes waiting in memory stay bounded, at twice --concurrency.
-SPOOL_SLOTS = 64
 # How long the file helper's calls may go on once every job of the run has ended (those of
 # jobs a stopping run cancelled): then it is killed (``FileWorker.close``)
 HELPER_CLOSE_S = 5.0

@@ -249,6 +249,7 @@ def test_the_postgres_lease_clock_counts_a_suspend_between_its_samples(afc, pg_u
     import asyncio
     import types
 
+    from afc_cli import owner
     from afc_cli.costs import RateCards
     from afc_cli.ledger import Ledger, postgres
     from afc_cli.manifest import load_manifest
@@ -263,6 +264,7 @@ def test_the_postgres_lease_clock_counts_a_suspend_between_its_samples(afc, pg_u
         slept = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if n[0] != "_"})
         slept.monotonic = lambda: real() - 600
         monkeypatch.setattr(postgres, "time", slept)
+        monkeypatch.setattr(owner, "time", slept)  # owner.awake_clock, the lease clock's ticks
 
         async def run() -> float:
             with ledger.grouped(asyncio.get_running_loop()):

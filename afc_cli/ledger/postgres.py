@@ -69,7 +69,7 @@ from typing import Any
 from afc_cli.errors import LedgerError, UsageError, first_line, ledger_write_error
 from afc_cli.ledger import core
 from afc_cli.ledger.core import Ledger, admitted_needs
-from afc_cli.owner import current_owner
+from afc_cli.owner import awake_clock, current_owner
 
 MIGRATIONS_TABLE = "afc_migrations"
 # pg_advisory_xact_lock keys: one for migrations, one per shared limit (afc + a purpose)
@@ -84,19 +84,6 @@ CONNECT_TIMEOUT_S = 10
 GROUP_COMMIT_S = 0.005
 # how often the lease clock is sampled from the server (``lease_clock``)
 CLOCK_SAMPLE_S = 10.0
-
-
-def _ticks() -> float:
-    """What advances the lease clock between samples: Linux's ``CLOCK_BOOTTIME``, which no
-    change of the wall clock moves and which, unlike ``time.monotonic()``, goes on while the
-    host is suspended, as the server's clock does (the monotonic clock where there is none).
-    On the monotonic clock a worker woken from a suspend read the server's time as it was
-    when it went to sleep until its next sample, which a run's group transaction puts off:
-    its renewals and claims wrote leases short by the whole suspend, for other hosts to take
-    over while it worked, paying again."""
-    if hasattr(time, "CLOCK_BOOTTIME"):
-        return time.clock_gettime(time.CLOCK_BOOTTIME)
-    return time.monotonic()
 
 
 # a URL's password in its user part (``postgresql://user:PASSWORD@host``), the user kept
@@ -284,7 +271,7 @@ class PostgresLedger(Ledger):
         conn.execute("SET synchronous_commit = off")
         self.owner = current_owner()
         self._depth = 0
-        # (server epoch, ``_ticks``, host epoch) at the last sample of the server's clock
+        # (server epoch, ``awake_clock``, host epoch) at the last sample of the server's clock
         self._clock: tuple[float, float, float] | None = None
         self._clock_offset = 0.0
         self._loop: Any = None  # the run loop under group commit (``grouped``)
@@ -415,12 +402,12 @@ class PostgresLedger(Ledger):
         """Now, by the database's clock: the time every host's leases are measured in.
 
         Sampled from the server (``clock_timestamp()``) at most every ``CLOCK_SAMPLE_S``
-        seconds (and at once when this host's wall clock moved against ``_ticks`` by more
-        than that: stepped, or a paused VM), and advanced between samples by ``_ticks``
-        (a monotonic clock that counts a suspend), which no change of the wall clock moves:
-        hosts whose clocks disagree still agree on when a lease expired (to within a round
-        trip), and a claim or renewal costs no round trip for it."""
-        mono = _ticks()
+        seconds (and at once when this host's wall clock moved against ``owner.awake_clock``
+        by more than that: stepped, or a paused VM), and advanced between samples by
+        ``awake_clock`` (a monotonic clock that counts a suspend), which no change of the wall
+        clock moves: hosts whose clocks disagree still agree on when a lease expired (to
+        within a round trip), and a claim or renewal costs no round trip for it."""
+        mono = awake_clock()
         due = (
             self._clock is None
             or mono - self._clock[1] > CLOCK_SAMPLE_S
@@ -430,17 +417,17 @@ class PostgresLedger(Ledger):
         # would answer for the group's pending statements (a later block's wait does)
         if self._clock is None or due and self.db.pipe is None:
             self._sample_clock()
-            mono = _ticks()
+            mono = awake_clock()
         return self._clock[0] + (mono - self._clock[1])
 
     def _sample_clock(self) -> None:
         """Read the server's clock; keep it (as of the end of the round trip) beside this
-        host's ``_ticks`` and wall clock, and the offset ``clock_offset`` reports."""
-        before, host_before = _ticks(), core._now()
+        host's ``owner.awake_clock`` and wall clock, and the offset ``clock_offset`` reports."""
+        before, host_before = awake_clock(), core._now()
         server = float(
             self.db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]
         )
-        after, host_after = _ticks(), core._now()
+        after, host_after = awake_clock(), core._now()
         half = (after - before) / 2  # the server read its clock about halfway through
         self._clock = (server + half, after, host_after)
         # An offset within the round trip's error is no offset (0: the server read its clock
