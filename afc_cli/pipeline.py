@@ -59,12 +59,14 @@ MAX_STORE_REQUEUES = 5
 # seconds), and within the host lease that keeps other hosts off it (at most 0.8 of it).
 STORE_PAUSE_S = 30.0
 MAX_INTERRUPTS = 5  # default of AFC_MAX_INTERRUPTS
-# Jobs writing their spool files at once, at the least (a run gives one per render slot when
-# --concurrency is more: run.run_jobs). A job keeps its render slot until it holds a spool
-# slot (``run_job``), so at 500 wide 64 of them held back the next wave of provider calls
-# behind the spool's writes (measured, 1,000 x 1 s OpenAI calls at 500 wide: 3.42-3.60 s with
-# 64, 2.95-3.18 s with one per render slot). Paid bytes waiting in memory stay bounded, at
-# twice --concurrency.
+# Spool writes at once (``RunContext.spool_writes``), and the least number of spool slots: a
+# run gives one spool slot per render slot when --concurrency is more (run.run_jobs). A job
+# keeps its render slot until it holds a spool slot (``run_job``), so at 500 wide 64 spool
+# slots held back the next wave of provider calls behind the spool's writes (1,000 x 1 s
+# OpenAI calls at 500 wide: 3.42-3.60 s); 500 slots each writing at once queued the next
+# wave's probes behind 500 writes in the file helper (2.84-3.14 s). So a spool slot, taken
+# before the render slot goes, bounds the paid bytes waiting in memory (at twice
+# --concurrency), and of its holders at most SPOOL_SLOTS write at once (2.71-2.85 s).
 SPOOL_SLOTS = 64
 
 
@@ -132,6 +134,7 @@ class RunContext:
     slots: asyncio.Semaphore
     store_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     spool_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SPOOL_SLOTS))
+    spool_writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SPOOL_SLOTS))
     # a paid render spooled after its job ended elsewhere, to store under the storage slots
     # (``spool``, ``run_job``), by job id: (the job as it rendered, its spool file)
     late_results: dict[str, tuple[dict[str, Any], SpoolFile]] = field(default_factory=dict)
@@ -342,7 +345,9 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
     where a crash loses them (and the next run pays again), for at most ``--concurrency`` jobs
     beside the spool slots' own. Given back first, a spool slower than the renders (a disk
     stalled, instant renders) let every job of the run render into memory: a SIGKILL after
-    4 s of a 10,000-job run at 32 wide left 657 paid renders to pay again.
+    4 s of a 10,000-job run at 32 wide left 657 paid renders to pay again. Of the spool
+    slots' holders, at most ``SPOOL_SLOTS`` write at once (``ctx.spool_writes``), so a wide
+    wave's writes do not queue in the file helper ahead of the next wave's probes.
     """
     while True:
         if job_id in ctx.blocked:
@@ -375,7 +380,8 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
             # Let the job that just took our render slot reach its provider call first:
             # renders are the long waits, storage work can follow a moment later.
             await asyncio.sleep(0)
-            job = await _run_steps(ctx, job, SPOOL_STEP)
+            async with ctx.spool_writes:
+                job = await _run_steps(ctx, job, SPOOL_STEP)
         finally:
             ctx.spool_slots.release()
         late = ctx.late_results.pop(job_id, None)
