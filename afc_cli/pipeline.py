@@ -142,6 +142,16 @@ class RunContext:
     # spool step, by id: kept in the spool if the ledger breaks first (``keep_rendered``)
     rendered: dict[str, dict[str, Any]] = field(default_factory=dict)
     kept_unrecorded: int = 0  # renders spooled whose checkpoint the broken ledger refused
+    # job-style submits the provider accepted (paid) whose request id the ledger could not
+    # record, by job id: (job key, provider, request id). Polled on to their end within the
+    # run's grace (their renders kept like any other); one still here when the run ends is
+    # named in its stop message, the only record of a request afc can no longer poll.
+    unrecorded: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    # the first ledger failure met where the job goes on (``unrecorded``), raised as the run
+    # ends; ``ledger_broke`` stops the run as the first failed write of a job does (run.py
+    # sets it to ``Interruption.stop_for``)
+    ledger_error: LedgerWriteError | None = None
+    ledger_broke: Callable[[LedgerWriteError], None] = lambda error: None
     lease_s: float = 300.0
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
@@ -692,11 +702,23 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             window = entry.get("window_s")
 
             async def submitted(request_id: str, number: int = number, entry=entry) -> None:
+                stall_point("before_request_id")
                 try:
                     ctx.ledger.record_request_id(job, number, entry["provider"], request_id)
                     # committed (and synced) before the job goes on; the submits that return
                     # together share one commit
                     await ctx.ledger.committed()
+                except LedgerWriteError as exc:
+                    # The provider accepted the request (it is paid for) and only this
+                    # process knows its id. Given up here, its render was paid for again by
+                    # the next run. So it is polled on to its end while the run stops (the
+                    # ledger broke): its render goes to the spool like any call in flight's
+                    # (``keep_rendered``), and the next run stores it without a new request.
+                    ctx.unrecorded[job["id"]] = (job["key"], entry["provider"], request_id)
+                    if ctx.ledger_error is None:
+                        ctx.ledger_error = exc
+                    ctx.ledger_broke(exc)
+                    return
                 except Exception as exc:
                     raise _LedgerFailed() from exc  # the ledger's, not the adapter's
                 crash_point("after_submit")
@@ -736,7 +758,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 call = asyncio.wait_for(call, limit) if limit else call
                 # only a job-style request is ever left polling (``abandon_poll``): a call to a
                 # synchronous provider is awaited here, without a task of its own
-                result = await (ctx.call(job["id"], call) if provider.resumable else call)
+                try:
+                    result = await (ctx.call(job["id"], call) if provider.resumable else call)
+                finally:
+                    if not asyncio.current_task().cancelling():  # its call came to an end
+                        ctx.unrecorded.pop(job["id"], None)
             except PollAbandoned:
                 # A stopping run leaves a submitted job-style request to the next run, which
                 # polls it by id: nothing is paid twice, so there is no need to wait for it.

@@ -666,6 +666,7 @@ def run_jobs(
         tasks = {job_id: asyncio.ensure_future(run_job(ctx, job_id)) for job_id in job_ids}
         ctx.tasks = tasks
         interruption = Interruption(ctx, tasks, grace_s, reporter, already=stopped)
+        ctx.ledger_broke = interruption.stop_for
         try:
             with ledger.grouped(loop), interruption.installed(loop):
                 if ledger.has_webhooks():
@@ -679,6 +680,8 @@ def run_jobs(
                         await _all_done(list(tasks.values()), interruption.stop_for)
                     else:
                         await _fed(ctx, tasks, more, concurrency, interruption.stop_for)
+                    if ctx.ledger_error is not None:  # met where its job went on (a submit)
+                        raise ctx.ledger_error
                 except LedgerWriteError:
                     kept = await keep_rendered(ctx)
                     if kept:
@@ -687,15 +690,26 @@ def run_jobs(
                             f"not record kept in the spool {spool.root}: the next run on this "
                             "host stores them without paying again (their cost is unknown)"
                         )
+                    for key, provider, request_id in ctx.unrecorded.values():
+                        reporter.notice(
+                            f"job {key}: {provider} request {request_id} was submitted (and "
+                            "may be billed) but the ledger could not record it, and it did not "
+                            "end within the grace period: afc cannot poll it again, and the "
+                            "next run renders the job anew; its output, if any, is at "
+                            f"{provider} under that id"
+                        )
                     raise
                 stop.set()
                 if outbox is not None:
                     await asyncio.wait({outbox})  # cancelled by a stop: no error
                     if not outbox.cancelled() and outbox.exception() is not None:
                         raise outbox.exception()
-            for provider in ctx.providers.values():
-                await provider.close()
         finally:
+            # on every way out: a run stopped by an error (a broken ledger, an answer it could
+            # not read) left aiohttp's "Unclosed client session" lines on its stderr
+            for provider in ctx.providers.values():
+                with contextlib.suppress(Exception):
+                    await provider.close()
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat

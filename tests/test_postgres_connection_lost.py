@@ -11,7 +11,7 @@ import signal
 import time
 
 import pytest
-from conftest import jobs, manifest
+from conftest import frozen_at, jobs, manifest
 from test_postgres_e2e import PgAfc
 from test_postgres_workers import _wait
 
@@ -37,7 +37,15 @@ def _terminate_afc(pg: PgAfc) -> int:
 def _stopped_cleanly(stderr: str) -> None:
     assert LOST in stderr, stderr
     assert "cannot write to the ledger postgresql://" in stderr, stderr
-    for noise in ("unexpected error", "a bug in afc", "Traceback", "error ignored", "..", "\n\t"):
+    for noise in (
+        "unexpected error",
+        "a bug in afc",
+        "Traceback",
+        "error ignored",
+        "Unclosed",
+        "..",
+        "\n\t",
+    ):
         assert noise not in stderr, stderr
 
 
@@ -125,3 +133,70 @@ def test_an_idle_worker_whose_connection_is_killed_stops_with_the_ledgers_messag
             worker.send_signal(signal.SIGKILL)
     assert code == 1
     _stopped_cleanly(worker.stderr.read())
+
+
+def test_a_submit_whose_request_id_the_lost_ledger_cannot_record_is_polled_not_paid_again(pg, fake):
+    """Replicate accepted the prediction (it is paid for) and the connection was lost before
+    its id was committed. Before: the call was given up on the spot, the attempt was left
+    without a request id, and the next worker paid for a second prediction. Now the run stops
+    as at a signal and polls the prediction to its end within the grace period; its render
+    goes to the spool, and the next worker stores it without a new submit."""
+    pg.env.update(fake.env())
+    chain = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
+    rates = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    pg.write_manifest(
+        manifest([{"key": "shot", "prompt": "one render"}], defaults={"chain": chain}, rates=rates)
+    )
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    env = {"AFC_LEASE_S": "3", "AFC_POLL_S": "0.05"}
+    worker = pg.popen(
+        "worker",
+        "--until-idle",
+        "--poll",
+        "0.2",
+        env={**env, "AFC_STALL_POINT": "before_request_id"},
+    )
+    try:
+        frozen_at(worker)  # the submit answered: the prediction is paid for
+        assert fake.counts["replicate_submit"] == 1
+        assert _terminate_afc(pg) >= 1
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    assert worker.wait(timeout=60) == 1
+    stderr = worker.stderr.read()
+    _stopped_cleanly(stderr)
+    assert "1 paid render the ledger could not record kept in the spool" in stderr, stderr
+
+    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
+    assert done["exit_code"] == 0
+    assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert fake.counts["replicate_submit"] == 1, "the prediction was paid for once"
+
+
+def test_an_unrecorded_request_still_running_when_the_grace_ends_is_named(pg, fake):
+    """The same, with a prediction that outlasts the grace period: the one record of a paid
+    request afc can no longer poll is the run's own last lines, so they name it."""
+    pg.env.update(fake.env())
+    chain = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
+    pg.write_manifest(
+        manifest([{"key": "long-shot", "prompt": "hold render"}], defaults={"chain": chain})
+    )
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    worker = pg.popen(
+        "worker",
+        "--until-idle",
+        "--grace",
+        "1",
+        env={"AFC_POLL_S": "0.05", "AFC_STALL_POINT": "before_request_id"},
+    )
+    try:
+        frozen_at(worker)
+        assert _terminate_afc(pg) >= 1
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    code = worker.wait(timeout=60)
+    stderr = worker.stderr.read()
+    [request_id] = fake.predictions
+    assert f"job long-shot: replicate request {request_id} was submitted" in stderr, stderr
+    assert code == 1, stderr
+    _stopped_cleanly(stderr)
