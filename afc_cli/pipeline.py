@@ -143,10 +143,11 @@ class RunContext:
     rendered: dict[str, dict[str, Any]] = field(default_factory=dict)
     kept_unrecorded: int = 0  # renders spooled whose checkpoint the broken ledger refused
     # job-style submits the provider accepted (paid) whose request id the ledger could not
-    # record, by job id: (job key, provider, request id). Polled on to their end within the
-    # run's grace (their renders kept like any other); one still here when the run ends is
-    # named in its stop message, the only record of a request afc can no longer poll.
-    unrecorded: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    # record, by job id: (job key, provider, request id, kept beside the spool). Polled on to
+    # their end within the run's grace (their renders kept like any other); one still here
+    # when the run ends is named in its stop message: the next run on this host polls it by
+    # the id kept beside the spool (``Spool.note_request``), if that could be written.
+    unrecorded: dict[str, tuple[str, str, str, bool]] = field(default_factory=dict)
     # the first ledger failure met where the job goes on (``unrecorded``), raised as the run
     # ends; ``ledger_broke`` stops the run as the first failed write of a job does (run.py
     # sets it to ``Interruption.stop_for``)
@@ -581,6 +582,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         if ctx.stopping.is_set():
             return False  # no new provider call once the run is stopping
         rows = ctx.ledger.attempts(job["id"]) if job["attempts"] else []
+        rows = _noted_request(ctx, job, rows)
         resume = _resumable(ctx, [r for r in rows if r["number"] > base])
         if resume is not None:
             # A job-style provider has this request already (a run died while it rendered):
@@ -589,6 +591,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             entry = chain[chain_index]
             if not ctx.ledger.reopen_attempt(job, resume, ctx.run_id):
                 raise JobLost(job["id"])
+            ctx.spool.forget_request(job["id"])  # its id is committed now (``_noted_request``)
             wait = None
         else:
             if _interrupts(rows, base) >= ctx.max_interrupts:
@@ -714,7 +717,14 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     # the next run. So it is polled on to its end while the run stops (the
                     # ledger broke): its render goes to the spool like any call in flight's
                     # (``keep_rendered``), and the next run stores it without a new request.
-                    ctx.unrecorded[job["id"]] = (job["key"], entry["provider"], request_id)
+                    try:  # and beside the spool, for the next run here if the grace runs out
+                        await ctx.offload(
+                            ctx.spool.note_request, job["id"], number, entry["provider"], request_id
+                        )
+                        noted = True
+                    except OSError:
+                        noted = False  # the run's last lines name the request (run.run_jobs)
+                    ctx.unrecorded[job["id"]] = (job["key"], entry["provider"], request_id, noted)
                     if ctx.ledger_error is None:
                         ctx.ledger_error = exc
                     ctx.ledger_broke(exc)
@@ -1140,6 +1150,30 @@ async def _read_inputs(ctx: RunContext, job: dict[str, Any]) -> tuple | None:
             error_message=str(exc),
         )
     return None
+
+
+def _noted_request(
+    ctx: RunContext, job: dict[str, Any], rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The job's attempts, the last one given the request id a run kept beside the spool when
+    the ledger could not record it (``Spool.note_request``: the ledger broke as the provider
+    accepted the request, and the request outlasted that run's grace period). Recorded, it is
+    polled like any request a dead run left (``_resumable``), not paid for again."""
+    last = rows[-1] if rows else None
+    if last is None or last["status"] != "unknown" or last["provider_request_id"]:
+        return rows
+    noted = ctx.spool.noted_request(job["id"])
+    if (
+        noted is None
+        or noted.get("attempt") != last["number"]
+        or noted.get("provider") != last["provider"]
+    ):
+        return rows
+    request_id = noted["request_id"]
+    with ctx.ledger.tx():
+        ctx.ledger.record_request_id(job, last["number"], last["provider"], request_id)
+        ctx.ledger.note(job, "request_id_recovered", attempt=last["number"], from_spool=True)
+    return [*rows[:-1], {**last, "provider_request_id": scrub(request_id)}]
 
 
 def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | None:

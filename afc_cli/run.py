@@ -690,13 +690,18 @@ def run_jobs(
                             f"not record kept in the spool {spool.root}: the next run on this "
                             "host stores them without paying again (their cost is unknown)"
                         )
-                    for key, provider, request_id in ctx.unrecorded.values():
+                    for key, provider, request_id, noted in ctx.unrecorded.values():
+                        then = (
+                            f"its id is kept in the spool {spool.root}: the next run on this "
+                            "host polls it instead of paying again"
+                            if noted
+                            else "afc cannot poll it again, and the next run renders the job "
+                            f"anew; its output, if any, is at {provider} under that id"
+                        )
                         reporter.notice(
                             f"job {key}: {provider} request {request_id} was submitted (and "
                             "may be billed) but the ledger could not record it, and it did not "
-                            "end within the grace period: afc cannot poll it again, and the "
-                            "next run renders the job anew; its output, if any, is at "
-                            f"{provider} under that id"
+                            f"end within the grace period: {then}"
                         )
                     raise
                 stop.set()

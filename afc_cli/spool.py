@@ -200,6 +200,43 @@ class Spool:
             fsync_dir(self.root)
         return SpoolFile(final, len(data), hashlib.sha256(data).hexdigest())
 
+    def note_request(self, job_id: str, attempt: int, provider: str, request_id: str) -> None:
+        """Keep beside the spool a job-style request's id that the ledger could not record
+        (``<job id>.request``: written, fsynced, renamed, the folder fsynced): the next run on
+        this host polls that request (``noted_request``) instead of paying for a new one."""
+        import json
+
+        final = self.root / f"{job_id}.request"
+        part = self.root / f"{job_id}.request-part"
+        record = {"attempt": attempt, "provider": provider, "request_id": request_id}
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            try:
+                os.write(fd, json.dumps(record).encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(part, final)
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
+        fsync_dir(self.root)
+
+    def noted_request(self, job_id: str) -> dict[str, Any] | None:
+        """The request ``note_request`` kept for this job, or None (none, or unreadable)."""
+        import json
+
+        try:
+            record = json.loads((self.root / f"{job_id}.request").read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict) or not isinstance(record.get("request_id"), str):
+            return None
+        return record
+
+    def forget_request(self, job_id: str) -> None:
+        (self.root / f"{job_id}.request").unlink(missing_ok=True)
+
     def find(self, job_id: str) -> SpoolFile | None:
         """A complete spool file left for this job, if any (a leftover ``.part`` is not)."""
         final = self.path(job_id)
@@ -214,10 +251,19 @@ class Spool:
             names = [entry.name for entry in os.scandir(self.root)]
         except (FileNotFoundError, NotADirectoryError):
             return set()
-        return {name.rsplit(".", 1)[0] for name in names if name.endswith((".spool", ".part"))}
+        return {
+            name.rsplit(".", 1)[0]
+            for name in names
+            if name.endswith((".spool", ".part", ".request", ".request-part"))
+        }
 
     def remove(self, job_id: str) -> None:
-        for path in (self.path(job_id), self.path(job_id).with_suffix(".part")):
+        for path in (
+            self.path(job_id),
+            self.path(job_id).with_suffix(".part"),
+            self.root / f"{job_id}.request",
+            self.root / f"{job_id}.request-part",
+        ):
             try:
                 path.unlink()
             except FileNotFoundError:

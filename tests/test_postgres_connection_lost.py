@@ -173,21 +173,23 @@ def test_a_submit_whose_request_id_the_lost_ledger_cannot_record_is_polled_not_p
     assert fake.counts["replicate_submit"] == 1, "the prediction was paid for once"
 
 
-def test_an_unrecorded_request_still_running_when_the_grace_ends_is_named(pg, fake):
-    """The same, with a prediction that outlasts the grace period: the one record of a paid
-    request afc can no longer poll is the run's own last lines, so they name it."""
+def test_an_unrecorded_request_that_outlasts_the_grace_is_polled_by_the_next_run(pg, fake):
+    """The same, with a prediction that outlasts the grace period: its id is kept beside the
+    spool (``<job id>.request``) and named in the run's last lines, and the next worker on the
+    host polls it instead of submitting the job again."""
     pg.env.update(fake.env())
     chain = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
     pg.write_manifest(
         manifest([{"key": "long-shot", "prompt": "hold render"}], defaults={"chain": chain})
     )
     assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    env = {"AFC_POLL_S": "0.05", "AFC_LEASE_S": "3"}
     worker = pg.popen(
         "worker",
         "--until-idle",
         "--grace",
         "1",
-        env={"AFC_POLL_S": "0.05", "AFC_STALL_POINT": "before_request_id"},
+        env={**env, "AFC_STALL_POINT": "before_request_id"},
     )
     try:
         frozen_at(worker)
@@ -198,5 +200,20 @@ def test_an_unrecorded_request_still_running_when_the_grace_ends_is_named(pg, fa
     stderr = worker.stderr.read()
     [request_id] = fake.predictions
     assert f"job long-shot: replicate request {request_id} was submitted" in stderr, stderr
+    assert "the next run on this host polls it instead of paying again" in stderr, stderr
     assert code == 1, stderr
     _stopped_cleanly(stderr)
+    assert pg.rows("SELECT provider_request_id FROM attempts") == [(None,)]
+    [(job_id,)] = pg.rows("SELECT id FROM jobs")
+    spool = pg.cwd / "afc-spool"
+    assert (spool / f"{job_id}.request").exists()
+
+    fake.released.set()
+    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
+    assert done["exit_code"] == 0
+    assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert fake.counts["replicate_submit"] == 1, "polled by its kept id, not paid again"
+    assert pg.rows("SELECT provider_request_id, status FROM attempts") == [
+        (request_id, "succeeded")
+    ]
+    assert list(spool.iterdir()) == []
