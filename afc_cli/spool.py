@@ -174,28 +174,7 @@ class Spool:
         """Write, fsync and rename into place. ``sync_dir=False`` leaves the directory fsync
         that makes the rename durable to the caller (a ``DirSync``)."""
         final = self.path(job_id)
-        part = final.with_suffix(".part")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        try:
-            fd = os.open(part, flags, 0o644)
-        except FileNotFoundError:
-            self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(part, flags, 0o644)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(part, final)
-        except BaseException:
-            # a partial file is worth nothing (it is never adopted) and may be large: a full
-            # disk must not keep it
-            part.unlink(missing_ok=True)
-            raise
+        _write_whole(final.with_suffix(".part"), final, data)
         if sync_dir:
             fsync_dir(self.root)
         return SpoolFile(final, len(data), hashlib.sha256(data).hexdigest())
@@ -209,17 +188,7 @@ class Spool:
         final = self.root / f"{job_id}.request"
         part = self.root / f"{job_id}.request-part"
         record = {"attempt": attempt, "provider": provider, "request_id": request_id}
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            try:
-                os.write(fd, json.dumps(record).encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(part, final)
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
+        _write_whole(part, final, json.dumps(record).encode())
         fsync_dir(self.root)
 
     def noted_request(self, job_id: str) -> dict[str, Any] | None:
@@ -268,3 +237,29 @@ class Spool:
                 path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _write_whole(part: Path, final: Path, data: bytes) -> None:
+    """Write ``data`` to ``part``, fsync it and rename it to ``final`` (the folder is made if
+    missing): ``final`` is always whole. The caller fsyncs the folder to make the rename
+    durable. A partial file is worth nothing (it is never adopted) and may be large: a full
+    disk must not keep it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    try:
+        fd = os.open(part, flags, 0o644)
+    except FileNotFoundError:
+        part.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(part, flags, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(part, final)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise

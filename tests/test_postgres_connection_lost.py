@@ -135,26 +135,21 @@ def test_an_idle_worker_whose_connection_is_killed_stops_with_the_ledgers_messag
     _stopped_cleanly(worker.stderr.read())
 
 
-def test_a_submit_whose_request_id_the_lost_ledger_cannot_record_is_polled_not_paid_again(pg, fake):
-    """Replicate accepted the prediction (it is paid for) and the connection was lost before
-    its id was committed. Before: the call was given up on the spot, the attempt was left
-    without a request id, and the next worker paid for a second prediction. Now the run stops
-    as at a signal and polls the prediction to its end within the grace period; its render
-    goes to the spool, and the next worker stores it without a new submit."""
+ENV = {"AFC_LEASE_S": "3", "AFC_POLL_S": "0.05"}
+
+
+def _connection_lost_at_submit(pg, fake, key: str, prompt: str, *args: str) -> tuple[int, str]:
+    """A worker (``args`` its options) whose one Replicate job's prediction was accepted, then
+    its ledger connection lost before the request id was committed: (exit code, stderr)."""
     pg.env.update(fake.env())
     chain = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
     rates = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
     pg.write_manifest(
-        manifest([{"key": "shot", "prompt": "one render"}], defaults={"chain": chain}, rates=rates)
+        manifest([{"key": key, "prompt": prompt}], defaults={"chain": chain}, rates=rates)
     )
     assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
-    env = {"AFC_LEASE_S": "3", "AFC_POLL_S": "0.05"}
     worker = pg.popen(
-        "worker",
-        "--until-idle",
-        "--poll",
-        "0.2",
-        env={**env, "AFC_STALL_POINT": "before_request_id"},
+        "worker", "--until-idle", *args, env={**ENV, "AFC_STALL_POINT": "before_request_id"}
     )
     try:
         frozen_at(worker)  # the submit answered: the prediction is paid for
@@ -162,12 +157,23 @@ def test_a_submit_whose_request_id_the_lost_ledger_cannot_record_is_polled_not_p
         assert _terminate_afc(pg) >= 1
     finally:
         worker.send_signal(signal.SIGCONT)
-    assert worker.wait(timeout=60) == 1
+    code = worker.wait(timeout=60)
     stderr = worker.stderr.read()
     _stopped_cleanly(stderr)
+    return code, stderr
+
+
+def test_a_submit_whose_request_id_the_lost_ledger_cannot_record_is_polled_not_paid_again(pg, fake):
+    """Replicate accepted the prediction (it is paid for) and the connection was lost before
+    its id was committed. Before: the call was given up on the spot, the attempt was left
+    without a request id, and the next worker paid for a second prediction. Now the run stops
+    as at a signal and polls the prediction to its end within the grace period; its render
+    goes to the spool, and the next worker stores it without a new submit."""
+    code, stderr = _connection_lost_at_submit(pg, fake, "shot", "one render")
+    assert code == 1, stderr
     assert "1 paid render the ledger could not record kept in the spool" in stderr, stderr
 
-    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
+    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=ENV)
     assert done["exit_code"] == 0
     assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert fake.counts["replicate_submit"] == 1, "the prediction was paid for once"
@@ -177,39 +183,18 @@ def test_an_unrecorded_request_that_outlasts_the_grace_is_polled_by_the_next_run
     """The same, with a prediction that outlasts the grace period: its id is kept beside the
     spool (``<job id>.request``) and named in the run's last lines, and the next worker on the
     host polls it instead of submitting the job again."""
-    pg.env.update(fake.env())
-    chain = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
-    pg.write_manifest(
-        manifest([{"key": "long-shot", "prompt": "hold render"}], defaults={"chain": chain})
-    )
-    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
-    env = {"AFC_POLL_S": "0.05", "AFC_LEASE_S": "3"}
-    worker = pg.popen(
-        "worker",
-        "--until-idle",
-        "--grace",
-        "1",
-        env={**env, "AFC_STALL_POINT": "before_request_id"},
-    )
-    try:
-        frozen_at(worker)
-        assert _terminate_afc(pg) >= 1
-    finally:
-        worker.send_signal(signal.SIGCONT)
-    code = worker.wait(timeout=60)
-    stderr = worker.stderr.read()
+    code, stderr = _connection_lost_at_submit(pg, fake, "long-shot", "hold render", "--grace", "1")
     [request_id] = fake.predictions
     assert f"job long-shot: replicate request {request_id} was submitted" in stderr, stderr
     assert "the next run on this host polls it instead of paying again" in stderr, stderr
     assert code == 1, stderr
-    _stopped_cleanly(stderr)
     assert pg.rows("SELECT provider_request_id FROM attempts") == [(None,)]
     [(job_id,)] = pg.rows("SELECT id FROM jobs")
     spool = pg.cwd / "afc-spool"
     assert (spool / f"{job_id}.request").exists()
 
     fake.released.set()
-    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
+    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=ENV)
     assert done["exit_code"] == 0
     assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert fake.counts["replicate_submit"] == 1, "polled by its kept id, not paid again"
