@@ -18,6 +18,7 @@ continues at its first incomplete step. Where each paid window opens and closes:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -141,7 +142,9 @@ class RunContext:
     # jobs whose paid render's bytes are in memory, between their provider call and their
     # spool step, by id: kept in the spool if the ledger breaks first (``keep_rendered``)
     rendered: dict[str, dict[str, Any]] = field(default_factory=dict)
-    kept_unrecorded: int = 0  # renders spooled whose checkpoint the broken ledger refused
+    # renders spooled whose checkpoint the broken ledger refused, and the ones still in memory
+    # when it broke (``keep_rendered``): stored as the run ends (``store_kept``)
+    kept: list[tuple[dict[str, Any], SpoolFile]] = field(default_factory=list)
     # job-style submits the provider accepted (paid) whose request id the ledger could not
     # record, by job id: (job key, provider, request id, kept beside the spool). Polled on to
     # their end within the run's grace (their renders kept like any other); one still here
@@ -1034,7 +1037,7 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
             )
             ctx.ledger.report_attempt(job, number, **success)
     except LedgerWriteError:
-        ctx.kept_unrecorded += 1  # in the spool, beside its attempt row: adopted next run
+        ctx.kept.append((job, spooled))  # in the spool, beside its attempt row (``keep_rendered``)
         raise
     except JobLost:
         # The job ended meanwhile (cancelled) or was taken over: its state stays as it is, but
@@ -1055,38 +1058,70 @@ async def keep_rendered(ctx: RunContext) -> int:
     instead of paying for the render again. Returns how many renders are kept so, these and
     the ones whose spool step wrote the file and then met the broken ledger; one that cannot
     be written (the disk is the one that failed) is left, as before, to be rendered again."""
-    kept = ctx.kept_unrecorded
     for job_id, job in list(ctx.rendered.items()):
         pending = job.pop("unspooled", None)
         ctx.rendered.pop(job_id, None)
         if pending is None:
             continue
         try:
-            await ctx.offload(ctx.spool.write, job_id, pending[0])
+            spooled = await ctx.offload(ctx.spool.write, job_id, pending[0])
         except (OSError, SpoolError):
             continue
-        kept += 1
-    return kept
+        ctx.kept.append((job, spooled))
+    return len(ctx.kept)
+
+
+async def store_kept(ctx: RunContext, timeout: float) -> int:
+    """Store the renders ``keep_rendered`` kept in the spool under their output keys, as a
+    late result is (``_put_own``: create-only, tagged as the job's own with its attempt and
+    cost), within ``timeout`` seconds in all. The storage still works when the ledger does
+    not: stored, a render is found by the next run of its job on any host (its probe adopts
+    it, at the cost its metadata names), where a spool file helps only this host's next run,
+    and another host that takes the job over once its lease ran out paid for it again.
+    Returns how many were stored; the rest stay in the spool, as before."""
+    stored = 0
+
+    async def put_each() -> None:
+        nonlocal stored
+        for job, spooled in ctx.kept:
+            try:
+                await _put_own(ctx, job, spooled)
+            except (ObjectExists, StorageError, OSError):
+                continue
+            stored += 1
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(put_each(), timeout)
+    return stored
+
+
+async def _put_own(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:
+    """Store a spooled render under its job's output key, create-only and tagged as the job's
+    own (as the store step does), without the ledger: raises ObjectExists or StorageError."""
+    storage = ctx.storages[job["batch"]]
+    key = job["output_key"]
+    meta = _object_meta(ctx, {**job, "output_sha256": spooled.sha256, "output_size": spooled.size})
+    await _storage(ctx, storage, storage.put_if_absent, key, spooled.path, meta, inline=False)
+    await _sync_dirs(ctx, storage, key)
 
 
 async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:
     """A paid render that arrived after its job ended here (cancelled, or taken over by
     another process): stored under the job's output key, create-only and tagged as the job's
-    own (as the store step does), so that the probe of any later run of the job, on any host
-    (after ``afc retry``), finds it and pays for nothing. The spool file stays too (removed
-    when the job succeeds, ``sweep_spool``; another run of the job on this host may be using
-    that path): where the output cannot be stored (the key is taken, the storage fails), it is
+    own (``_put_own``), so that the probe of any later run of the job, on any host (after
+    ``afc retry``), finds it and pays for nothing. The spool file stays too (removed when the
+    job succeeds, ``sweep_spool``; another run of the job on this host may be using that
+    path): where the output cannot be stored (the key is taken, the storage fails), it is
     what a retry run on this host uses. No job state is written: the job's ending stands."""
-    storage = ctx.storages[job["batch"]]
-    key = job["output_key"]
-    meta = _object_meta(ctx, {**job, "output_sha256": spooled.sha256, "output_size": spooled.size})
     try:
-        await _storage(ctx, storage, storage.put_if_absent, key, spooled.path, meta, inline=False)
-        await _sync_dirs(ctx, storage, key)
+        await _put_own(ctx, job, spooled)
     except (ObjectExists, StorageError) as exc:
         ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path), not_stored=str(exc))
         return
-    ctx.ledger.note(job, "late_result_stored", url=storage.describe(key), spool=str(spooled.path))
+    storage = ctx.storages[job["batch"]]
+    ctx.ledger.note(
+        job, "late_result_stored", url=storage.describe(job["output_key"]), spool=str(spooled.path)
+    )
 
 
 def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:

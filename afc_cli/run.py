@@ -54,6 +54,7 @@ from afc_cli.pipeline import (
     RunContext,
     keep_rendered,
     run_job,
+    store_kept,
 )
 from afc_cli.spool import Spool
 
@@ -68,6 +69,9 @@ STORE_SLOTS = 64
 # How long the file helper's calls may go on once every job of the run has ended (those of
 # jobs a stopping run cancelled): then it is killed (``FileWorker.close``)
 HELPER_CLOSE_S = 5.0
+# How long a run stopped by a broken ledger may spend storing the renders it kept in the spool
+# (``pipeline.store_kept``), at the least (the grace period when that is longer)
+KEPT_STORE_S = 10.0
 DEFAULT_MIN_FREE_MB = 64
 
 
@@ -685,11 +689,12 @@ def run_jobs(
                 except LedgerWriteError:
                     kept = await keep_rendered(ctx)
                     if kept:
-                        reporter.notice(
-                            f"{kept} paid render{'s' if kept != 1 else ''} the ledger could "
-                            f"not record kept in the spool {spool.root}: the next run on this "
-                            "host stores them without paying again (their cost is unknown)"
+                        stored = (
+                            0  # a signal asked for the way out at once: they stay spooled
+                            if interruption.signals > 1
+                            else await store_kept(ctx, timeout=max(grace_s, KEPT_STORE_S))
                         )
+                        reporter.notice(_kept_notice(kept, stored, spool.root))
                     for key, provider, request_id, noted in ctx.unrecorded.values():
                         then = (
                             f"its id is kept in the spool {spool.root}: the next run on this "
@@ -972,6 +977,21 @@ def check_spool(spool: Spool) -> None:
             f"the spool {spool.root} cannot be written: {exc}. No render was started; "
             "fix the disk or move what is in the way, then run again."
         ) from None
+
+
+def _kept_notice(kept: int, stored: int, root: Path) -> str:
+    """What a run stopped by a broken ledger says of the paid renders it kept."""
+    head = f"{kept} paid render{'s' if kept != 1 else ''} the ledger could not record kept in "
+    if not stored:
+        return (
+            f"{head}the spool {root}: the next run on this host stores them without paying "
+            "again (their cost is unknown)"
+        )
+    return (
+        f"{head}the spool {root}, {stored} of them stored under their output keys too: the "
+        "next run stores them without paying again (the stored ones on any host, at the cost "
+        "they were paid; the rest on this host, their cost unknown)"
+    )
 
 
 def sweep_spool(ledger: Ledger, spool: Spool) -> None:

@@ -117,6 +117,11 @@ def test_a_call_in_flight_when_the_connection_is_lost_is_kept_not_paid_again(pg,
     assert pg.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 4)]
     calls = collections.Counter(line.split()[0] for line in log.read_text().splitlines())
     assert sorted(calls.values()) == [1, 1, 1, 1], "every call in flight was paid once"
+    # stored as the worker stopped, tagged with its cost: the spool's adoption knows none,
+    # the stored object's metadata does
+    assert pg.rows("SELECT cost_micros, COUNT(*) FROM attempts GROUP BY cost_micros") == [
+        (50_000, 4)
+    ]
 
 
 def test_an_idle_worker_whose_connection_is_killed_stops_with_the_ledgers_message(pg):
@@ -202,3 +207,33 @@ def test_an_unrecorded_request_that_outlasts_the_grace_is_polled_by_the_next_run
         (request_id, "succeeded")
     ]
     assert list(spool.iterdir()) == []
+
+
+def test_renders_kept_by_a_worker_whose_connection_was_lost_are_found_by_another_host(pg):
+    """The renders a worker kept when its ledger connection went away are also stored under
+    their output keys as it stops (the storage still answers when the ledger does not). Its
+    host may never come back: another host that takes the jobs over once their leases ran
+    out finds them stored and records each at the cost it was paid. Before, they were only in
+    the dead host's spool, and the other host paid for every one again."""
+    pg.write_manifest(manifest(jobs(2, latency_s=1)))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    log = pg.cwd / "calls.log"
+    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(log)}
+    host_a = {**env, "AFC_HOST_ID": "a", "AFC_SPOOL_DIR": str(pg.cwd / "spool-a")}
+    worker = pg.popen("worker", "--until-idle", "--concurrency", "2", env=host_a)
+    _wait(pg, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 2)
+    assert _terminate_afc(pg) >= 1  # the calls answer after the connection is gone
+    assert worker.wait(timeout=60) == 1
+    stderr = worker.stderr.read()
+    _stopped_cleanly(stderr)
+    assert "2 paid renders the ledger could not record kept in the spool" in stderr, stderr
+    assert "2 of them stored under their output keys" in stderr, stderr
+
+    time.sleep(3.2)  # host a never comes back: its leases run out
+    host_b = {**env, "AFC_HOST_ID": "b", "AFC_SPOOL_DIR": str(pg.cwd / "spool-b")}
+    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=host_b)
+    assert done["exit_code"] == 0
+    assert pg.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 2)]
+    calls = collections.Counter(line.split()[0] for line in log.read_text().splitlines())
+    assert sorted(calls.values()) == [1, 1], "each render was paid for once"
+    assert pg.rows("SELECT status, cost_micros FROM attempts") == [("succeeded", 50_000)] * 2
