@@ -316,6 +316,7 @@ class Round:
             "signals": sent,
             "rc": proc.returncode,
             "seconds": round(time.time() - started, 2),
+            "said": bool(Path(errlog.name).read_text().strip()),
         }
         self.check_rc(run)
         return run
@@ -329,9 +330,10 @@ class Round:
             if rc not in (-9, *DOCUMENTED):
                 self.problems.append(f"{where}: exit {rc}")
         elif sent:
-            # a signal may land before afc has installed its handlers (-15 / -2 then) or after
-            # the run ended on its own
-            if rc not in DOCUMENTED:
+            # a signal may land before afc has installed its handlers (-15 / -2 then: it had
+            # said nothing yet, its run loop not begun) or after the run ended on its own
+            early = rc in (-15, -2) and not run.get("said")
+            if rc not in DOCUMENTED and not early:
                 self.problems.append(f"{where}: exit {rc} after {sent} (not a documented code)")
         elif rc not in DOCUMENTED - {130}:
             self.problems.append(f"{where}: exit {rc} with no signal")
@@ -661,14 +663,18 @@ HOSTS = ("host-a", "host-b", "host-c")
 OTHER = "host-d"
 GONE = "the provider no longer has request"  # afc_cli/providers/base.py GONE_PREFIX  # the fourth process: cancels, retries, re-submits
 LEDGER = ("jobs", "attempts", "events", "steps")  # kept as ledger.json when a round is flagged
-PG_ACTIONS = ["kill", "kill", "stop", "stop", "term", "cancel", "retry", "resubmit"]
+PG_ACTIONS = ["kill", "kill", "stop", "stop", "term", "cancel", "retry", "resubmit", "sever"]
 
 
 class PgRound(Round):
     """``--postgres``: the jobs admitted into a PostgreSQL ledger, then three ``afc worker``
     processes as three hosts (own ``AFC_HOST_ID`` and ``AFC_SPOOL_DIR``, a short lease),
     disturbed at random: SIGKILL and a replacement, SIGSTOP past the lease then SIGCONT,
-    SIGTERM (a drain) and a replacement, cancels, retries and re-submits from a fourth."""
+    SIGTERM (a drain) and a replacement, cancels, retries and re-submits from a fourth, and
+    every worker's ledger connection ended at once (``sever``: what a server restart does):
+    each stops with exit 1 and the ledger's message, its calls in flight kept and stored
+    (README, "Running on several machines"), and is replaced. A severed worker is not
+    counted as disturbed: a call in flight at a sever must not be paid for twice."""
 
     def __init__(self, args, index, storage, budget, worker, s3, server):
         super().__init__(args, index, storage, budget, worker, s3)
@@ -753,10 +759,13 @@ class PgRound(Round):
                 "signals": p["signals"],
                 "rc": rc,
                 "seconds": round(time.time() - p["started"], 2),
+                **({"severed": True} if p.get("severed") else {}),
             }
             self.runs.append(run)
             self.check_pg_rc(run)
-            if rc not in (0, 4):  # killed, or it abandoned calls (130): those may be paid twice
+            severed = run.get("severed") and rc == 1
+            if rc not in (0, 4) and not severed:
+                # killed, or it abandoned calls (130): those may be paid twice
                 self.disturbed.setdefault(p["owner"], f"exit {rc}")
             elif self.disturbed.get(p["owner"]) == "stalled":
                 self.stalled_clean.add(p["owner"])
@@ -766,6 +775,11 @@ class PgRound(Round):
     def check_pg_rc(self, run: dict) -> None:
         rc, sent = run["rc"], run["signals"]
         where = f"{run['host']} {run['argv'][0]} signals={sent}"
+        if run.get("severed") and rc == 1:
+            stderr = (self.dir / run["log"]).read_text()
+            if "cannot write to the ledger" not in stderr or "Traceback" in stderr:
+                self.problems.append(f"{where}: severed, exit 1 without the ledger's message")
+            return
         if "KILL" in sent:
             if rc != -9:
                 self.problems.append(f"{where}: exit {rc}")
@@ -837,6 +851,19 @@ class PgRound(Round):
             done = self.afc_from(OTHER, "retry", *keys, "--yes")
             if done.returncode not in (0, 1):
                 self.problems.append(f"retry {keys}: exit {done.returncode} {done.stderr[-300:]}")
+        elif action == "sever":
+            if OTHER in self.procs or not self.procs:
+                return  # (a re-submit's own connection would end too)
+            for p in self.procs.values():
+                p["severed"] = True
+            db = self.connect()
+            try:
+                db.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            finally:
+                db.close()
         elif action == "resubmit":
             if OTHER in self.procs:
                 return
