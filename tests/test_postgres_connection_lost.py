@@ -7,6 +7,7 @@ run finishes every job without paying again for what was recorded."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import signal
 import time
 
@@ -237,3 +238,24 @@ def test_renders_kept_by_a_worker_whose_connection_was_lost_are_found_by_another
     calls = collections.Counter(line.split()[0] for line in log.read_text().splitlines())
     assert sorted(calls.values()) == [1, 1], "each render was paid for once"
     assert pg.rows("SELECT status, cost_micros FROM attempts") == [("succeeded", 50_000)] * 2
+
+
+def test_every_read_after_a_lost_connection_is_the_ledgers_error(pg, pg_url):
+    """The first statement after the connection was lost failed with the ledger's error, but
+    psycopg then holds the connection closed, and the next read failed before its statement
+    was sent, with psycopg's own "the connection is closed": in a draining run (a poll's look
+    at its job, a release) that was "a bug in afc", and the calls in flight were abandoned
+    into ``unknown`` (make chaos-postgres, severing every worker's connection)."""
+    from afc_cli.errors import LedgerWriteError
+    from afc_cli.ledger import Ledger
+
+    ledger = Ledger(pg_url)
+    try:
+        assert ledger.job("no-such-job") is None
+        assert _terminate_afc(pg) >= 1
+        for _ in range(3):
+            with pytest.raises(LedgerWriteError, match="cannot write to the ledger"):
+                ledger.job("no-such-job")
+    finally:
+        with contextlib.suppress(Exception):
+            ledger.close()

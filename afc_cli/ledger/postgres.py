@@ -200,8 +200,10 @@ class PgDatabase:
             cm.__exit__(type(exc) if exc else None, exc, None)
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        cursor = self.raw.cursor()
         try:
+            # (inside: on a connection psycopg holds closed since it was lost, making the
+            # cursor is what fails, "the connection is closed")
+            cursor = self.raw.cursor()
             if params:
                 cursor.execute(translate(sql), list(params))
             else:  # no parameters: psycopg sends the text as it is
@@ -227,10 +229,16 @@ class PgDatabase:
 
     def executemany(self, sql: str, rows: Any) -> Any:
         rows = [list(row) for row in rows]
-        cursor = self.raw.cursor()
-        if rows:
-            cursor.executemany(translate(sql), rows)
-            self.writes += 1
+        try:
+            cursor = self.raw.cursor()
+            if rows:
+                cursor.executemany(translate(sql), rows)
+                self.writes += 1
+        except Exception as exc:
+            # a lost connection is the ledger's error, as in ``execute``
+            if isinstance(exc, _psycopg().OperationalError) and self.on_failure is not None:
+                self.on_failure(exc)
+            raise
         return cursor
 
     def executescript(self, script: str) -> None:
