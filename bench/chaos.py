@@ -673,8 +673,9 @@ class PgRound(Round):
     SIGTERM (a drain) and a replacement, cancels, retries and re-submits from a fourth, and
     every worker's ledger connection ended at once (``sever``: what a server restart does):
     each stops with exit 1 and the ledger's message, its calls in flight kept and stored
-    (README, "Running on several machines"), and is replaced. A severed worker is not
-    counted as disturbed: a call in flight at a sever must not be paid for twice."""
+    (README, "Running on several machines"), and is replaced. A severed worker counts as
+    disturbed: the ends of its calls in flight (a failed answer, say) cannot be recorded, so
+    their attempts are left ``unknown``."""
 
     def __init__(self, args, index, storage, budget, worker, s3, server):
         super().__init__(args, index, storage, budget, worker, s3)
@@ -763,10 +764,11 @@ class PgRound(Round):
             }
             self.runs.append(run)
             self.check_pg_rc(run)
-            severed = run.get("severed") and rc == 1
-            if rc not in (0, 4) and not severed:
-                # killed, or it abandoned calls (130): those may be paid twice
-                self.disturbed.setdefault(p["owner"], f"exit {rc}")
+            if rc not in (0, 4):
+                # killed, or it abandoned calls (130), or its ledger went away (severed: the
+                # ends of its calls in flight cannot be recorded): those may be unknown
+                what = "severed" if run.get("severed") and rc == 1 else f"exit {rc}"
+                self.disturbed.setdefault(p["owner"], what)
             elif self.disturbed.get(p["owner"]) == "stalled":
                 self.stalled_clean.add(p["owner"])
             if restart and host in HOSTS and rc != 4:
