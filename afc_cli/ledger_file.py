@@ -10,7 +10,9 @@
   refused untouched: opening it does not even switch it to WAL. A ledger whose schema is newer
   than this afc (a migration it does not know) is refused with both versions named, since this
   version would write rows the newer schema does not expect. Ledgers from before the stamp
-  (afc's migrations, no ``application_id``) are stamped when next opened.
+  (afc's migrations, no ``application_id``) are stamped when next opened. A ledger this afc
+  would migrate is not migrated while a live process (an older afc) holds a job's lease
+  (``check_no_live_runs``).
 - **Whether.** A ledger that cannot be written (a read-only file, folder or file system), a
   ledger path under a regular file, and a damaged file are each one message naming the file and
   the fix, exit 2.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import time
 from pathlib import Path
 
 from afc_cli.errors import LedgerError, UsageError
@@ -172,6 +175,43 @@ def identity(conn: sqlite3.Connection, path: Path) -> str:
             "afc left it untouched: upgrade afc to use it"
         )
     return "afc"
+
+
+def check_no_live_runs(path: object, rows: list[tuple], now: float, pending: list[str]) -> None:
+    """Refuse to migrate a ledger while a live process holds a job's lease (``rows``: each
+    job's ``(lease_owner, lease_expires, lease_mono)``, ``now`` by the ledger's clock).
+
+    That process is most likely an older afc (one of this version would have migrated the
+    ledger itself when it opened it): its code knows the schema it started on, not this one.
+    On PostgreSQL its prepared statements fail once a table they read changes ("cached plan
+    must not change result type"), so it stops in the middle of its jobs, renders it paid for
+    and had not spooled yet lost, and the next run pays for them again; on either engine it
+    writes rows without the columns it does not know. So a migration waits for those runs to
+    end (SIGTERM drains a worker; a dead process's lease runs out), and says so, exit 2, with
+    nothing written. A lease held for a host's spool (``host:0:0``) has no process."""
+    from afc_cli.owner import is_host_lease, lease_held
+
+    live = sorted(
+        {
+            owner
+            for owner, expires, mono in rows
+            if not is_host_lease(owner) and lease_held(owner, expires, now, mono)
+        }
+    )
+    if not live:
+        return
+    held = sum(1 for owner, _, _ in rows if owner in live)  # jobs, for the message
+    until = max(expires or 0 for owner, expires, _ in rows if owner in live)
+    stamp_at = time.strftime("%H:%M:%S UTC", time.gmtime(until))
+    raise LedgerError(
+        f"the ledger {path} needs migrations this afc brings ({', '.join(pending)}), and "
+        f"{held} job(s) are leased by {len(live)} running afc process(es) "
+        f"({', '.join(live[:3])}{', ...' if len(live) > 3 else ''}), most likely an older afc "
+        "that cannot run on the new schema: migrating now would stop them in the middle of "
+        "paid calls. afc left the ledger untouched: stop those processes first (SIGTERM "
+        "drains a worker, its calls in flight finished and recorded), or wait for their leases "
+        f"to run out if they are gone (by {stamp_at}), then start this afc again"
+    )
 
 
 def known_migrations() -> list[str]:

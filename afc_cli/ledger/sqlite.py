@@ -142,6 +142,7 @@ class SqliteLedger(Ledger):
 
                 with self.tx():
                     ledger_file.identity(conn, self.path)  # again, now under the lock
+                    self._check_no_live_runs(conn)
                     migrations.apply(Database(conn, execute_plugins=False))
                     ledger_file.stamp(conn)
         except LedgerError:
@@ -150,6 +151,28 @@ class SqliteLedger(Ledger):
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise ledger_file.damaged(self.path, exc) from None
+
+    def _check_no_live_runs(self, conn: sqlite3.Connection) -> None:
+        """Under the migration's write lock: refuse to migrate under a live (older) run
+        (``ledger_file.check_no_live_runs``)."""
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        if ("_sqlite_migrations",) not in tables or ("jobs",) not in tables:
+            return
+        done = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?",
+                (ledger_file.MIGRATION_SET,),
+            )
+        }
+        pending = [name for name in ledger_file.known_migrations() if name not in done]
+        if not pending:
+            return
+        mono = ", lease_mono" if "m009_lease_mono" in done else ", NULL"
+        rows = conn.execute(
+            f"SELECT lease_owner, lease_expires{mono} FROM jobs WHERE lease_owner IS NOT NULL"
+        ).fetchall()
+        ledger_file.check_no_live_runs(self.path, rows, self.lease_clock(), pending)
 
     def day_sql(self, column: str) -> str:
         return f"date({column}, 'unixepoch')"
