@@ -231,6 +231,7 @@ def work(
     try:
         ledger.require_batch(batch)
         while not stop.is_set():
+            ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
             jobs = ledger.claim_runnable(claim, lease_s, batch=batch)
             if stop.is_set():  # a signal during the claim: nothing of it runs
                 for job in jobs:

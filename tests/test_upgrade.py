@@ -119,3 +119,49 @@ def test_a_dead_process_of_this_host_and_a_spool_hold_do_not_stop_a_migration(af
     result = afc("status", "--ledger", ledger_url)
     assert result.returncode == 0, result.stderr
     assert LAST in _applied(ledger_url, afc)
+
+
+def test_a_running_worker_stops_once_a_newer_afc_migrated_the_ledger(afc, ledger_url):
+    """This afc's worker is the older one of the next upgrade: a newer afc migrates the ledger
+    while it is idle (it holds no lease, so nothing stops that), then queues a job. The worker
+    stops at its next round, exit 2, before claiming that job: it neither pays for it on a
+    schema it does not know nor fails in the middle of it."""
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run", "--ledger", ledger_url).returncode == 0
+    assert afc("cancel", "--batch", "b1", "--yes", "--ledger", ledger_url).returncode == 0
+    calls = afc.cwd / "calls.log"
+    worker = afc.popen(
+        "worker", "--poll", "0.1", "--ledger", ledger_url, env={"AFC_LOCAL_CALL_LOG": str(calls)}
+    )
+    try:
+        time.sleep(1.0)  # idle: polling, nothing to claim (its claim statement prepared)
+        assert worker.poll() is None, worker.stderr.read()
+        newer = "m010_from_a_newer_afc"
+        if ledger_url.startswith("postgresql://"):
+            bookkeeping = [f"INSERT INTO afc_migrations VALUES ('afc', '{newer}', 0)"]
+        else:
+            bookkeeping = [
+                "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
+                f" VALUES ('afc', '{newer}', '0')",
+                "PRAGMA user_version = 10",
+            ]
+        _sql(
+            ledger_url,
+            afc,
+            [
+                "ALTER TABLE jobs ADD COLUMN newer_note TEXT",
+                *bookkeeping,
+                "UPDATE jobs SET status = 'queued', outcome = NULL, error_code = NULL,"
+                " finished_at = NULL WHERE key = 'shot-001'",
+            ],
+        )
+        code = worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    stderr = worker.stderr.read()
+    assert code == 2, stderr
+    assert newer in stderr and "was migrated by a newer afc" in stderr, stderr
+    assert "Traceback" not in stderr and "a bug in afc" not in stderr, stderr
+    assert not calls.exists()  # nothing paid

@@ -21,7 +21,7 @@ from typing import Any
 
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
-from afc_cli.errors import UsageError, ledger_write_error
+from afc_cli.errors import LedgerError, UsageError, ledger_write_error
 from afc_cli.gates import (
     HELD,
     Change,
@@ -288,6 +288,25 @@ class Ledger:
 
     def batches(self) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM batches ORDER BY created_at")
+
+    def newer_migrations(self) -> list[str]:
+        """The migrations applied to the ledger that this afc does not know (a newer afc's,
+        applied since this process opened it); the engines read them (sqlite.py, postgres.py)."""
+        raise NotImplementedError
+
+    def check_schema(self) -> None:
+        """Between a worker's rounds: stop, exit 2, once a newer afc has migrated the ledger.
+        Opening refuses such a ledger (``ledger_file.identity``), but a worker opened it
+        before: left to claim, it would run on a schema it does not know (its statements on
+        a changed table failing in the middle of its jobs on PostgreSQL, rows written
+        without the new columns on SQLite). Here it holds no job and has no call in flight."""
+        newer = self.newer_migrations()
+        if newer:
+            raise LedgerError(
+                f"the ledger {self.path} was migrated by a newer afc while this one ran (it "
+                f"does not know {', '.join(newer)}); this afc stopped before claiming more "
+                "jobs, with nothing in flight: upgrade afc here, then start it again"
+            )
 
     def require_batch(self, name: str | None) -> None:
         """Every command's ``--batch``: a name the ledger does not know is a usage error (exit

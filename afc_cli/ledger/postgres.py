@@ -316,6 +316,16 @@ class PostgresLedger(Ledger):
         ).fetchall()
         return [row[0] for row in rows]
 
+    def newer_migrations(self) -> list[str]:
+        from afc_cli.ledger_file import known_migrations
+
+        known = set(known_migrations())
+        # through PgDatabase.execute: a lost connection is the ledger's error, as elsewhere
+        rows = self.db.execute(
+            f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc'"
+        ).fetchall()
+        return [row[0] for row in rows if row[0] not in known]
+
     def _migrate(self) -> None:
         from afc_cli.ledger_file import check_no_live_runs, known_migrations
         from afc_cli.migrations import migrations

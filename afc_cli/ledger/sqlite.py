@@ -174,6 +174,18 @@ class SqliteLedger(Ledger):
         ).fetchall()
         ledger_file.check_no_live_runs(self.path, rows, self.lease_clock(), pending)
 
+    def newer_migrations(self) -> list[str]:
+        # a newer afc stamps its own count (ledger_file.stamp): one pragma while none has
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        known = ledger_file.known_migrations()
+        if version <= len(known):
+            return []
+        applied = self.db.execute(
+            "SELECT name FROM _sqlite_migrations WHERE migration_set = ? ORDER BY rowid",
+            (ledger_file.MIGRATION_SET,),
+        ).fetchall()
+        return [row[0] for row in applied if row[0] not in known] or [f"version {version}"]
+
     def day_sql(self, column: str) -> str:
         return f"date({column}, 'unixepoch')"
 
