@@ -2,8 +2,9 @@
 
 The older ledger is the current schema taken back by its last migration (m009_lease_mono
 dropped: its column and its bookkeeping row), which is exactly the schema m001..m008 build,
-since migrations are append-only and never edited (afc_cli/migrations.py). Each test runs on
-SQLite and on PostgreSQL (tests/pg_server.py).
+since migrations are append-only and never edited (afc_cli/migrations.py). Those tests run on
+SQLite and on PostgreSQL (tests/pg_server.py). The rolling-upgrade test runs that older build
+itself, from this repository's history (skipped in a clone without it).
 
 What an older afc does when a newer one migrates the PostgreSQL ledger under it was measured
 with the build before m009 (e0b7ccd) running ``afc worker``: its next statement on a changed
@@ -14,9 +15,14 @@ next worker. That build cannot be changed; this afc refuses to migrate under it 
 
 from __future__ import annotations
 
+import collections
+import signal
 import sqlite3
+import subprocess
 import time
+from pathlib import Path
 
+import pytest
 from conftest import jobs, manifest
 
 from afc_cli.owner import host_id
@@ -165,3 +171,62 @@ def test_a_running_worker_stops_once_a_newer_afc_migrated_the_ledger(afc, ledger
     assert newer in stderr and "was migrated by a newer afc" in stderr, stderr
     assert "Traceback" not in stderr and "a bug in afc" not in stderr, stderr
     assert not calls.exists()  # nothing paid
+
+
+# The last build before m009 (2026-12-01 17:30), run from this repository's history: CI runs
+# on a clone of it. Without that commit here (a shallow clone) the test skips.
+BEFORE_M009 = "e0b7ccd"
+
+
+def _old_build(tmp_path: Path) -> Path:
+    repo = Path(__file__).resolve().parent.parent
+    found = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "-e", f"{BEFORE_M009}^{{commit}}"],
+        capture_output=True,
+    )
+    if found.returncode != 0:
+        pytest.skip(f"commit {BEFORE_M009} is not in this clone's history")
+    old = tmp_path / "old-build"
+    old.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", BEFORE_M009, "afc_cli"],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    return old
+
+
+def test_a_rolling_upgrade_with_the_build_before_m009_pays_each_job_once(afc, pg_server, tmp_path):
+    """An older afc's worker (the real build before m009) works through a batch on PostgreSQL
+    when this afc's worker starts: it refuses to migrate (exit 2) instead of breaking the older
+    one mid-batch; once the older worker is drained (SIGTERM), this one migrates and finishes
+    the batch. Every job is rendered once."""
+    url = pg_server.database(migrated=False)
+    old_env = {"PYTHONPATH": str(_old_build(tmp_path))}
+    calls = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(calls), "AFC_SPOOL_DIR": str(afc.cwd / "spool")}
+    afc.write_manifest(manifest(jobs(12, latency_s=0.2)))
+    admitted = afc("submit", "manifest.yaml", "--no-run", "--ledger", url, env=old_env)
+    assert admitted.returncode == 0, admitted.stderr
+    older = afc.popen(
+        "worker", "--concurrency", "2", "--poll", "0.2", "--ledger", url, env={**env, **old_env}
+    )
+    try:
+        deadline = time.time() + 30
+        while not (calls.exists() and calls.read_text()) and time.time() < deadline:
+            time.sleep(0.02)  # the older worker holds jobs and is in its calls
+        refused = afc("worker", "--until-idle", "--ledger", url, env=env)
+        assert refused.returncode == 2, refused.stderr
+        assert LAST in refused.stderr and "running afc process" in refused.stderr
+        older.send_signal(signal.SIGTERM)
+        assert older.wait(timeout=60) == 0, older.stderr.read()
+    finally:
+        if older.poll() is None:
+            older.kill()
+            older.wait()
+    done = afc("worker", "--until-idle", "--ledger", url, env=env)
+    assert done.returncode == 0, done.stderr
+    assert LAST in _applied(url, afc)
+    rendered = collections.Counter(line.split()[0] for line in calls.read_text().splitlines())
+    assert len(rendered) == 12 and set(rendered.values()) == {1}, rendered
