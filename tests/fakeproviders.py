@@ -715,6 +715,10 @@ class FakeProviders:
             digest = hashlib.sha256(base64.b64decode(inline["data"], validate=True)).hexdigest()
             self.inputs.setdefault(prompt, []).append(("inline_data", mime, digest))
         usage = {"promptTokenCount": 10, "candidatesTokenCount": 1290, "totalTokenCount": 1300}
+        if "thinking" in prompt:
+            # a thinking model (gemini-3-pro-image): its thoughts are counted apart from the
+            # candidates (``thoughtsTokenCount``, not in candidatesTokenCount) and billed as output
+            usage = {**usage, "thoughtsTokenCount": 200, "totalTokenCount": 1500}
         if "quota" in prompt and self.first_time(prompt):
             return h.reply(
                 429,

@@ -166,3 +166,37 @@ def test_a_per_image_card_prices_every_provider_as_planned(afc, fake, provider):
     assert report["priced"] == planned["estimated_spend"]
     assert report["unpriced_attempts"] == 0
     assert run["spent"] == planned["estimated_spend"]
+
+
+def test_gemini_thinking_tokens_are_priced_as_output(afc, fake):
+    """Gemini reports a thinking model's thoughts in ``thoughtsTokenCount``, apart from (not
+    inside) ``candidatesTokenCount``, and bills them as output tokens. Leaving them out
+    priced such an answer below its bill: here 10 input and 1290 + 200 output tokens, so
+    10 x 0.005/1k + 1490 x 0.04/1k = 0.05965, where the candidates alone made 0.05165. A
+    refusal that thought before it refused is billed its thoughts as well."""
+    data = manifest(
+        [
+            {"key": f"j{i}", "prompt": p}
+            for i, p in enumerate(("thinking a", "thinking image-safety b", "plain c"))
+        ],
+        rates=[{"provider": "gemini", "model": MODELS["gemini"], **TOKENS}],
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "gemini", "model": MODELS["gemini"], "attempts": 1, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    run = afc.json("submit", "manifest.yaml", expect=1)  # j1 refused
+    assert {j["key"]: j["cost"] for j in run["jobs"]} == {
+        "j0": "0.059650",
+        "j1": "0.059650",
+        "j2": "0.051650",
+    }
+    attempt = afc.json("show", "j0")["attempts"][0]
+    assert attempt["usage"] == {
+        "images": 1,
+        "input_tokens": 10,
+        "output_tokens": 1490,
+        "thoughts_tokens": 200,
+    }
+    assert afc.json("show", "j1")["attempts"][0]["usage"]["output_tokens"] == 1490
+    assert afc.json("costs", "report")["total"]["priced"] == run["spent"] == "0.170950"

@@ -3,7 +3,8 @@
 A safety block arrives as HTTP 200 with no image (``promptFeedback.blockReason``, or a
 candidate whose ``finishReason`` is in the SAFETY / IMAGE_SAFETY family): a refusal. 429
 RESOURCE_EXHAUSTED carries ``google.rpc.RetryInfo.retryDelay`` ("19s"): honoured as the wait.
-``usageMetadata`` token counts and the images in the answer give the derived cost (the rule is
+``usageMetadata`` token counts (output: the candidates' and a thinking model's thoughts',
+``billed_output``) and the images in the answer give the derived cost (the rule is
 ``RateCards.price`` in afc_cli/costs.py). A blocked answer reports its tokens but no image
 count: whether a per-image price applies to a refusal is not known, so it is not claimed.
 """
@@ -11,8 +12,10 @@ count: whether a per-image price applies to a refusal is not known, so it is not
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
+from afc_cli.costs import usage_amount
 from afc_cli.providers.base import AttemptRequest, AttemptResult, ProviderError
 from afc_cli.providers.http import (
     HttpProvider,
@@ -50,6 +53,23 @@ def retry_delay(error: dict[str, Any]) -> float | None:
             if match:
                 return float(match.group(1))
     return None
+
+
+def billed_output(candidates: Any, thoughts: Any) -> Any:
+    """The output tokens Gemini bills: ``candidatesTokenCount`` plus a thinking model's
+    ``thoughtsTokenCount``, which Gemini counts apart from the candidates (not inside them)
+    and bills as output tokens ("output price, including thinking tokens"). Both are priced
+    at the card's one ``per_1k_output_tokens``: where Google's rate for thinking (text)
+    tokens is below its image-output rate, the figure is then above the bill, never below
+    it. An unreadable count stays unreadable (``usage_amount`` in afc_cli/costs.py: then the
+    tokens price nothing, never a part of them)."""
+    if thoughts is None:
+        return candidates
+    parts = [usage_amount(0 if candidates is None else candidates), usage_amount(thoughts)]
+    if None in parts:
+        return thoughts if parts[1] is None else candidates
+    total = sum(parts, Decimal(0))
+    return int(total) if total == total.to_integral_value() else str(total)
 
 
 class GeminiProvider(HttpProvider):
@@ -102,7 +122,10 @@ class GeminiProvider(HttpProvider):
         meta = obj(data.get("usageMetadata"))
         usage = {
             "input_tokens": meta.get("promptTokenCount"),
-            "output_tokens": meta.get("candidatesTokenCount"),
+            "output_tokens": billed_output(
+                meta.get("candidatesTokenCount"), meta.get("thoughtsTokenCount")
+            ),
+            "thoughts_tokens": meta.get("thoughtsTokenCount"),
         }
         cost = request.rates.price(self.name, request.model, usage) if meta else None
         feedback = text(obj(data.get("promptFeedback")).get("blockReason"))
