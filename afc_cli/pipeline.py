@@ -40,7 +40,7 @@ from afc_cli.attempts import (
     interrupted_last,
     next_try,
 )
-from afc_cli.costs import RateCards, format_usd, to_micros
+from afc_cli.costs import MAX_ESTIMATE, RateCards, format_usd, to_micros
 from afc_cli.errors import AnswerNotRead, LedgerWriteError, SpoolError, StorageError
 from afc_cli.ledger import SHARED_BUDGET, TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
 from afc_cli.owner import awake_clock, host_id, host_of
@@ -160,6 +160,9 @@ class RunContext:
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
     budget_hit: bool = False
+    # the dearest a model's answer has cost in this run, per image its request asked for, in
+    # micro-USD, by (provider, model): the budget reserves at least that (``_reservation``)
+    dearest: dict[tuple[str, str], int] = field(default_factory=dict)
     # no render starts while the spool's disk has less free than this (AFC_MIN_FREE_MB): its
     # bytes, and the ledger's record of them, must have somewhere to go
     min_free_bytes: int = 0
@@ -324,12 +327,7 @@ async def _start_attempt(
                 wait,
                 durable=entry["provider"] != "local",
                 run_id=ctx.run_id,
-                # the images the request asks for (n, num_outputs, num_images), each billed
-                reserve_micros=rates.estimate(
-                    entry["provider"],
-                    entry["model"],
-                    images_requested(entry["provider"], params),
-                ),
+                reserve_micros=_reservation(ctx, entry, rates, params),
                 cap_micros=ctx.cap_micros,
                 limit=shared,
             )
@@ -339,6 +337,37 @@ async def _start_attempt(
                 await ctx.sleep(busy.retry_after * (0.5 + random.random()))
             if ctx.stopping.is_set():
                 raise _Stopped from None
+
+
+def _reservation(
+    ctx: RunContext, entry: dict[str, Any], rates: RateCards, params: dict[str, Any]
+) -> int | None:
+    """What the budget reserves for a model's next attempt: the rate card's estimate for the
+    images the request asks for (``n``, ``num_outputs``, ``num_images``: each billed), or,
+    once an answer of that model has cost more per image asked for in this run (a card that
+    charges tokens keeps ``per_image`` as its estimate, and a thinking model's answer can cost
+    five times it), that dearer figure: a run whose reservations were all the estimate went
+    on starting calls that its answers' real costs took past the cap. None (no estimate, a
+    model run with ``--allow-unpriced``) stays None: such spend is not capped."""
+    images = images_requested(entry["provider"], params)
+    estimate = rates.estimate(entry["provider"], entry["model"], images)
+    dearest = ctx.dearest.get((entry["provider"], entry["model"]))
+    if estimate is None or dearest is None:
+        return estimate
+    return min(max(estimate, dearest * images), MAX_ESTIMATE)
+
+
+def _learn_cost(
+    ctx: RunContext, entry: dict[str, Any], params: dict[str, Any], cost: int | None
+) -> None:
+    """Keep the dearest known cost of a model's answers, per image asked for (rounded up),
+    for ``_reservation``."""
+    if cost is None or cost <= 0:
+        return
+    key = (entry["provider"], entry["model"])
+    per_image = -(-cost // images_requested(entry["provider"], params))
+    if per_image > ctx.dearest.get(key, 0):
+        ctx.dearest[key] = per_image
 
 
 class _Stopped(Exception):
@@ -817,6 +846,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # The provider no longer has the request we were to resume: it may have been
                 # paid for, so the attempt stays on the books as unknown (its cost too, unless
                 # the provider said what it ran: Replicate's seconds); a new one follows.
+                _learn_cost(ctx, entry, request["params"], exc.cost_micros)
                 ctx.ledger.end_attempt(
                     job,
                     number,
@@ -838,6 +868,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             except _LedgerFailed as exc:
                 raise exc.__cause__ from None
             except ProviderError as exc:
+                _learn_cost(ctx, entry, request["params"], exc.cost_micros)
                 ctx.ledger.end_attempt(
                     job,
                     number,
@@ -888,6 +919,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             },
         )
         ctx.rendered[job["id"]] = job  # until the spool step takes the bytes (``keep_rendered``)
+        _learn_cost(ctx, entry, request["params"], result.cost_micros)
         if result.cost_micros is not None and ctx.cap_micros is not None:
             ctx.ledger.hold_known_cost(job, number, entry["provider"], result.cost_micros)
         job["step"] = "spool"

@@ -1,0 +1,50 @@
+"""The money figures themselves, end to end: what a budget lets a run spend, and what an
+attempt records that it cost, through the real ``afc`` command against the fake providers
+(tests/fakeproviders.py)."""
+
+from __future__ import annotations
+
+from conftest import manifest
+
+FAST = {"base": 0.01, "cap": 0.05}
+GEMINI = "gemini-2.5-flash-image"
+# per_image is the estimate; the answers are priced by their tokens: 10 x 0.005/1k +
+# 1290 x 0.04/1k = 0.05165 USD, five times the estimate
+TOKEN_CARD = {
+    "provider": "gemini",
+    "model": GEMINI,
+    "per_image": "0.01",
+    "per_1k_input_tokens": "0.005",
+    "per_1k_output_tokens": "0.04",
+}
+
+
+def gemini_jobs(afc, count: int, rates: list[dict]) -> None:
+    data = manifest(
+        [{"key": f"j{i}", "prompt": f"picture {i}"} for i in range(count)],
+        rates=rates,
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "gemini", "model": GEMINI, "attempts": 1, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+
+
+def test_a_budget_reserves_what_the_models_answers_have_cost_not_less(afc, fake):
+    """A card that charges tokens keeps ``per_image`` as the estimate, and an answer can cost
+    more than it (here 0.05165 against 0.01). The budget reserved the estimate for every
+    attempt, so with 0.1033 spent of a 0.12 cap a third call started (0.1033 + 0.01 fits)
+    and the run spent 0.15495, past its cap, by an attempt it started itself. Once an answer
+    of a model has cost more than its estimate, the run reserves that cost (per image asked
+    for) for the model's later attempts: the third does not start, the spend stays under the
+    cap and the run stops by the budget (exit 4) with the rest resumable."""
+    gemini_jobs(afc, 5, [TOKEN_CARD])
+    result = afc.json(
+        "submit", "manifest.yaml", "--max-spend", "0.12", "--concurrency", "1", expect=4
+    )
+    assert result["spent"] == "0.103300"
+    assert [j["status"] for j in result["jobs"]].count("succeeded") == 2
+    assert afc.json("costs", "report")["total"]["priced"] == "0.103300"
+    waiting = afc.json("status", "--status", "waiting", expect=None)["jobs"]
+    assert len(waiting) == 3
+    assert "the next attempt is estimated at 0.051650" in waiting[0]["waiting"]
