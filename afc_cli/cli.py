@@ -340,6 +340,14 @@ def _print_run(result: Any, json_out: bool, quiet: bool, admitted_only: bool = F
     # reports (replayed ones, and ones another afc process finished or holds, included)
     tally = f"of {len(jobs)} job(s): {counts}" if counts else "no jobs"
     _err(f"{result.ran} run here; {tally}; {_spend_line(result.stats, result.budget)}")
+    if result.budget is not None and result.stats.spent_micros > result.budget.cap_micros:
+        # every attempt fitted the cap by what was reserved for it; its answer cost more
+        _err(
+            f"this run spent {format_usd(result.stats.spent_micros)} USD, past its budget of "
+            f"{format_usd(result.budget.cap_micros)}: answers cost more than the estimates "
+            "reserved for them (a card that charges tokens: give it a per_image of at least "
+            "what an image costs in tokens)"
+        )
     if result.stats.budget_hit:
         _err(
             f"stopped by the budget of {format_usd(result.budget.cap_micros)} USD: no new "

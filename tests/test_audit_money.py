@@ -48,3 +48,14 @@ def test_a_budget_reserves_what_the_models_answers_have_cost_not_less(afc, fake)
     waiting = afc.json("status", "--status", "waiting", expect=None)["jobs"]
     assert len(waiting) == 3
     assert "the next attempt is estimated at 0.051650" in waiting[0]["waiting"]
+
+
+def test_a_run_whose_answers_took_it_past_its_cap_says_so(afc, fake):
+    """The first answer of a token-priced model cost 0.05165 against its 0.01 estimate and a
+    0.03 cap: it started within the cap and ended past it. The summary said only "no new
+    attempt was started past it"; it now says the run spent more than its budget, and why."""
+    gemini_jobs(afc, 3, [TOKEN_CARD])
+    result = afc("submit", "manifest.yaml", "--max-spend", "0.03", "--concurrency", "1")
+    assert result.returncode == 4, result.stderr
+    assert "this run spent 0.051650 USD, past its budget of 0.030000" in result.stderr
+    assert "answers cost more than the estimates reserved for them" in result.stderr
