@@ -766,6 +766,8 @@ class FakeProviders:
                 },
             )
         data = base64.b64encode(render_png(prompt, 32, 32)).decode()
+        if "garbled" in prompt:  # a paid answer whose image is not base64
+            data = "QUJ"
         self.record("gemini", prompt, True)
         h.reply(
             200,

@@ -59,3 +59,28 @@ def test_a_run_whose_answers_took_it_past_its_cap_says_so(afc, fake):
     assert result.returncode == 4, result.stderr
     assert "this run spent 0.051650 USD, past its budget of 0.030000" in result.stderr
     assert "answers cost more than the estimates reserved for them" in result.stderr
+
+
+def test_a_paid_answer_whose_image_is_not_base64_keeps_its_known_cost(afc, fake):
+    """Gemini answered 200 with its usage (10 input, 1290 output tokens) and an image whose
+    base64 is broken. The attempt fails (``server``) and the job with it, but the answer
+    said what it billed: the attempt keeps that usage, its cost by the card (0.05165) and
+    the answer's id, where it was recorded unpriced, as if the figure were unknown."""
+    data = manifest(
+        [{"key": "j0", "prompt": "garbled picture"}],
+        rates=[{k: v for k, v in TOKEN_CARD.items() if k != "per_image"}],
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "gemini", "model": GEMINI, "attempts": 1, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    run = afc.json("submit", "manifest.yaml", expect=1)
+    assert run["jobs"][0]["cost"] == "0.051650"
+    [attempt] = afc.json("show", "j0")["attempts"]
+    assert attempt["error_class"] == "server" and "base64" in attempt["error"]
+    assert attempt["cost"] == "0.051650" and attempt["cost_source"] == "derived"
+    assert attempt["usage"] == {"images": 1, "input_tokens": 10, "output_tokens": 1290}
+    assert attempt["provider_request_id"].startswith("resp-")
+    report = afc.json("costs", "report")["total"]
+    assert report["priced"] == report["failed_spend"] == "0.051650"
+    assert report["unpriced_attempts"] == 0

@@ -392,14 +392,16 @@ def test_a_garbled_answer_is_a_server_side_failure_of_unknown_cost(
     ``obj``/``objs``/``text``/``decode_b64`` (afc_cli/providers/http.py): each raised an
     AttributeError, TypeError or binascii.Error that stopped the run. A garbled 200 is the
     provider's fault (``server``: retried as a 5xx is) and, the render having maybe happened,
-    its cost is unknown, never a guessed 0."""
+    its cost is unknown, never a guessed 0, unless the answer holds the image it made (a URL
+    out of reach, base64 that is broken): then it is priced as made."""
     server.script = list(script)
     server.after = TERMINAL[provider_name]
     outcome = asyncio.run(render(provider_name))
     assert isinstance(outcome, ProviderError), outcome
     assert message in outcome.message
-    if script[-1][0] == 200 and message == "output URL":
-        # one image made and paid for, its URL out of reach: priced as made (per_image)
+    if script[-1][0] == 200 and message in ("output URL", "base64"):
+        # one image made and paid for, its URL out of reach or its base64 broken: priced as
+        # made (per_image)
         assert outcome.error_class == "server" and outcome.cost_micros is not None
     elif script[-1][0] == 200:
         assert outcome.error_class == "server" and outcome.cost_micros is None
@@ -407,9 +409,12 @@ def test_a_garbled_answer_is_a_server_side_failure_of_unknown_cost(
 
 def test_a_garbled_answer_in_a_run_fails_its_attempts_and_the_batch_goes_on(afc):
     """Through the ``afc`` command against the fake OpenAI server: one job's answers carry an
-    image that is not base64. Its two attempts are recorded failed (``server``) with their
-    cost unknown (shown unpriced, never 0), the job fails with that cause, and the other
-    jobs, in flight beside it, are rendered and stored: the run is not stopped by it."""
+    image that is not base64. Its two attempts are recorded failed (``server``), the job
+    fails with that cause, and the other jobs, in flight beside it, are rendered and stored:
+    the run is not stopped by it. Each of those answers was a paid 200 that said what it
+    billed (its ``usage``, one image): the attempts keep that usage and its cost (0.04 by the
+    per-image card), as an output that could not be downloaded does, where they were once
+    recorded unpriced although the figure was in the answer."""
     from conftest import manifest
     from fakeproviders import FakeProviders
 
@@ -445,12 +450,14 @@ def test_a_garbled_answer_in_a_run_fails_its_attempts_and_the_batch_goes_on(afc)
         "SELECT a.status, a.error_class, a.cost_micros, a.error_message FROM attempts a"
         " JOIN jobs j ON j.id = a.job_id WHERE j.key = 'j1'"
     )
-    assert [row[:3] for row in rows] == [("failed", "server", None)] * 2
+    assert [row[:3] for row in rows] == [("failed", "server", 40000)] * 2
     assert all("base64" in row[3] for row in rows)
     assert fake.counts["openai"] == 5, "two calls for j1, one for each other job"
     shown = afc.json("show", "j1")
     assert shown["job"]["error"]["class"] == "server"
-    assert all(a["cost"] is None for a in shown["attempts"])
+    assert [a["cost"] for a in shown["attempts"]] == ["0.040000"] * 2
+    assert shown["attempts"][0]["usage"]["images"] == 1
+    assert shown["attempts"][0]["provider_request_id"].startswith("req_")
 
 
 def test_an_answer_afc_cannot_read_stops_the_run_and_lets_the_calls_in_flight_finish(

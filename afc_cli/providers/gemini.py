@@ -153,7 +153,7 @@ class GeminiProvider(HttpProvider):
         usage = {**{k: v for k, v in usage.items() if v is not None}, "images": images}
         cost = request.rates.price(self.name, request.model, usage)
         return AttemptResult(
-            data=decode_b64(self.name, image["data"]),
+            data=decode_b64(self.name, image["data"], usage, cost, text(data.get("responseId"))),
             ext=EXT.get(text(image.get("mimeType")) or "", "png"),
             usage=usage,
             cost_micros=cost,

@@ -724,16 +724,29 @@ def output_ext(url: str, default: str = "png") -> str:
     return last.rsplit(".", 1)[-1].split("?")[0] if "." in last else default
 
 
-def decode_b64(provider: str, value: str) -> bytes:
+def decode_b64(
+    provider: str,
+    value: str,
+    usage: dict[str, Any] | None = None,
+    cost: int | None = None,
+    request_id: str | None = None,
+) -> bytes:
     """An image sent inline as base64; a text that is not base64 is the provider's fault
-    (``server``), the render behind it possibly paid (cost unknown)."""
+    (``server``). The render behind it was made and billed: the answer's ``usage``, its
+    ``cost`` by the card and its ``request_id`` stay with the failed attempt, as an output
+    URL out of reach keeps them (``fetch_output``); unknown (None) where the answer said none."""
     import base64
 
     try:
         return base64.b64decode(value)
     except ValueError:  # binascii.Error, or a character outside ASCII
         raise ProviderError(
-            "server", f"{provider}: the image's base64 could not be decoded", cost_micros=None
+            "server",
+            f"{provider}: the image's base64 could not be decoded",
+            usage=usage,
+            cost_micros=cost,
+            cost_source="derived" if cost is not None else None,
+            request_id=request_id,
         ) from None
 
 

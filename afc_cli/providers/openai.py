@@ -109,7 +109,8 @@ class OpenAIProvider(HttpProvider):
                 usage[unit] = usage_in[unit]
         cost = request.rates.price(self.name, request.model, usage)
         if b64 := text(item.get("b64_json")):
-            image = decode_b64(self.name, b64)
+            # a paid answer that said what it billed: its cost stays known if the image is bad
+            image = decode_b64(self.name, b64, usage, cost, request_id)
         elif url := text(item.get("url")):
             image = await self.fetch_output(request, began, url, usage, cost, request_id)
         else:
