@@ -1133,6 +1133,7 @@ def status(
     running ones; --all lists every job, --status S only those with status S. --json holds
     every job of the scope (or those of --status) and the counts."""
     with _boundary():
+        from afc_cli.costs import cost_cell
         from afc_cli.listing import counts_line, needing_attention, status_view
         from afc_cli.output import emit_json
         from afc_cli.tables import Col, emit
@@ -1147,7 +1148,7 @@ def status(
         one_batch = view["batches"][0] if len(view["batches"]) == 1 else None
         shown = needing_attention(rows) if view["attention"] else rows
         for row in shown:
-            row["cost"] = row["cost"] if row["cost"] is not None else "unpriced"
+            row["cost"] = cost_cell(row["cost"], row["unpriced_attempts"])
         head = counts_line(counts, one_batch or batch)
         notes = []
         if view["attention"] and len(shown) < len(rows):
@@ -1209,6 +1210,7 @@ def outputs(
     What to hand to an edit suite. The path is given for file:// storage, the URL for every
     storage; --json adds the batch, output key, model and prompt."""
     with _boundary():
+        from afc_cli.costs import cost_cell
         from afc_cli.listing import outputs as list_outputs
         from afc_cli.output import emit_json
         from afc_cli.tables import Col, emit
@@ -1227,7 +1229,7 @@ def outputs(
                 # a person reads (and copies) the short form; a pipe and --json get it whole
                 relative = os.path.relpath(row["path"])
                 row[where] = relative if not relative.startswith("..") else row["path"]
-            row["cost"] = row["cost"] if row["cost"] is not None else "unpriced"
+            row["cost"] = cost_cell(row["cost"], row["unpriced_attempts"])
         columns = [
             Col("key"),
             Col(where, kind="text"),  # wraps on a narrow terminal, never shortened

@@ -70,6 +70,16 @@ def job_cost(priced_micros: int | None, attempts: int) -> str | None:
     return None if attempts else format_usd(0)
 
 
+def cost_cell(cost: str | None, unpriced: int) -> str:
+    """A job's cost in a table: its known cost, followed by the attempts of unknown cost that
+    it leaves out (``0.050000 + 2 unpriced``: the real cost is higher by theirs), or
+    ``unpriced`` when no attempt's cost is known. ``--json`` has the two apart (``cost``,
+    ``unpriced_attempts``)."""
+    if cost is None:
+        return "unpriced"
+    return f"{cost} + {unpriced} unpriced" if unpriced else cost
+
+
 class RateCards:
     """Rate cards by (provider, model), from the manifest's ``rates`` list."""
 

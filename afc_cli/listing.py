@@ -123,6 +123,8 @@ def outputs(ledger_path: str, *, batch: str | None) -> list[dict[str, Any]]:
                 "size": row["output_size"],
                 "sha256": row["output_sha256"],
                 "cost": job_cost(row["cost_micros"], row["attempts_made"] or 0),
+                # its attempts of unknown cost, left out of ``cost`` (as ``afc status``)
+                "unpriced_attempts": row["unpriced_attempts"] or 0,
                 "model": row["model"],
                 "prompt": request.get("prompt"),
             }

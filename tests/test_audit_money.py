@@ -84,3 +84,47 @@ def test_a_paid_answer_whose_image_is_not_base64_keeps_its_known_cost(afc, fake)
     report = afc.json("costs", "report")["total"]
     assert report["priced"] == report["failed_spend"] == "0.051650"
     assert report["unpriced_attempts"] == 0
+
+
+def test_a_jobs_cost_says_when_some_of_its_attempts_are_of_unknown_cost(afc):
+    """A job whose two timed-out attempts have no known cost (the provider may have billed
+    them) and whose third cost 0.05: its cost is the known 0.05, and every place that shows
+    it says that 2 attempts are not in it. ``afc status --json`` and ``afc show`` did; the
+    status and outputs tables printed a bare 0.050000, and the webhook and ``afc outputs
+    --json`` gave no count at all, so a receiver booking the job read a complete cost."""
+    import base64
+    import json
+
+    from receiver import Receiver
+
+    secret = "whsec_" + base64.b64encode(b"afc test secret, 32 bytes long!!").decode()
+    receiver = Receiver().start()
+    try:
+        afc.env["AFC_HOOK_SECRET"] = secret
+        data = manifest(
+            [
+                {"key": "ok", "prompt": "a"},
+                {"key": "slow", "prompt": "c", "params": {"fail": ["timeout", "timeout"]}},
+            ],
+            webhook={"url": receiver.url, "secret_env": "AFC_HOOK_SECRET"},
+        )
+        afc.write_manifest(data)
+        afc.json("submit", "manifest.yaml")
+    finally:
+        receiver.stop()
+    hooked = {
+        body["data"]["key"]: body["data"]
+        for body in (json.loads(r.body) for r in receiver.received)
+    }
+    assert hooked["slow"]["cost"] == "0.050000" and hooked["slow"]["unpriced_attempts"] == 2
+    assert hooked["ok"]["cost"] == "0.050000" and hooked["ok"]["unpriced_attempts"] == 0
+    listed = {o["key"]: o for o in afc.json("outputs")["outputs"]}
+    assert listed["slow"]["cost"] == "0.050000" and listed["slow"]["unpriced_attempts"] == 2
+    assert listed["ok"]["unpriced_attempts"] == 0
+    status = afc("status", "--all").stdout
+    assert "0.050000 + 2 unpriced" in status
+    outputs = afc("outputs").stdout
+    assert "0.050000 + 2 unpriced" in outputs
+    assert [line for line in outputs.splitlines() if line.startswith("ok\t")][0].endswith(
+        "\t0.050000"
+    )

@@ -67,6 +67,7 @@ def test_each_terminal_state_is_announced_signed(afc, receiver, hooked):
         "status": "succeeded",
         "output_key": "b1/ok.png",
         "cost": "0.050000",
+        "unpriced_attempts": 0,
         "error": None,
     }
     assert ok["timestamp"].endswith("Z")

@@ -2045,7 +2045,8 @@ class Ledger:
         webhook = json.loads(job["webhook_json"])
         event = "failed" if job["status"] == "dead" else job["status"]
         priced = self.db.execute(
-            "SELECT CAST(SUM(cost_micros) AS BIGINT), COUNT(*) FROM attempts WHERE job_id = ?",
+            "SELECT CAST(SUM(cost_micros) AS BIGINT), COUNT(*),"
+            " SUM(CASE WHEN cost_micros IS NULL THEN 1 ELSE 0 END) FROM attempts WHERE job_id = ?",
             (job["id"],),
         ).fetchone()
         error = None
@@ -2067,6 +2068,9 @@ class Ledger:
                 if job["status"] in ("succeeded", "awaiting_review", "rejected")
                 else None,
                 "cost": job_cost(priced[0], priced[1]),
+                # the attempts of unknown cost that ``cost`` leaves out (as ``afc status
+                # --json``): the job's real cost is higher by theirs
+                "unpriced_attempts": int(priced[2] or 0),
                 "error": error,
             },
         }
