@@ -543,7 +543,11 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
         cost, source = _micros(meta.get("cost")), meta.get("cost_source")
         if cost is None and meta.get("provider"):
             rates = ctx.rates.get(job["batch"]) or RateCards()
-            cost = rates.estimate(meta["provider"], meta.get("model"))
+            # the card's price of the request: every image it asks for (as ``afc plan``)
+            params = json.loads(job["request_json"]).get("params") or {}
+            cost = rates.estimate(
+                meta["provider"], meta.get("model"), images_requested(meta["provider"], params)
+            )
             source = "rate_card" if cost is not None else None
         with ctx.ledger.tx():
             ctx.ledger.checkpoint(

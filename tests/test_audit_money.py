@@ -128,3 +128,30 @@ def test_a_jobs_cost_says_when_some_of_its_attempts_are_of_unknown_cost(afc):
     assert [line for line in outputs.splitlines() if line.startswith("ok\t")][0].endswith(
         "\t0.050000"
     )
+
+
+def test_an_avoided_render_priced_by_the_card_counts_every_image_it_asks_for(afc, fake):
+    """A job asking OpenAI for three images (``n: 3``) was rendered while its model had no
+    rate card (unpriced). Submitted again once the card says 0.04 an image, the replay is an
+    avoided render whose cost only the card can tell: three images, 0.12, as ``afc plan``
+    estimates the same request. It was counted at one image, 0.04; so was the output a
+    fresh ledger finds in storage (its metadata names no cost)."""
+    data = manifest([{"key": "trio", "prompt": "three", "params": {"n": 3}}], rates=[])
+    data["defaults"]["chain"] = [
+        {"provider": "openai", "model": "gpt-image-1", "attempts": 1, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    assert afc.json("submit", "manifest.yaml")["jobs"][0]["cost"] is None
+    data["rates"] = [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}]
+    afc.write_manifest(data)
+    assert afc.json("plan", "manifest.yaml")["replayed"] == 1
+    afc.json("submit", "manifest.yaml")
+    total = afc.json("costs", "report")["total"]
+    assert total["avoided_renders"] == 1
+    assert total["avoided_cost"] == "0.120000"
+    for name in ("afc.db", "afc.db-wal", "afc.db-shm"):
+        (afc.cwd / name).unlink(missing_ok=True)
+    afc.json("submit", "manifest.yaml")  # a new ledger: the probe finds the stored output
+    total = afc.json("costs", "report")["total"]
+    assert total["avoided_renders"] == 1 and total["priced"] == "0.000000"
+    assert total["avoided_cost"] == "0.120000"

@@ -607,6 +607,8 @@ class Ledger:
             (batch, batch),
         ):
             renders.setdefault(row[0], row[1:])
+        from afc_cli.providers import images_requested
+
         rows = []
         for job in jobs:
             provider, model, cost, source = renders.get(job.job_id) or (
@@ -616,7 +618,9 @@ class Ledger:
                 None,
             )
             if cost is None and provider is not None:
-                cost = rates.estimate(provider, model)
+                # the card's price of the request: every image it asks for (as ``afc plan``)
+                images = images_requested(provider, getattr(job, "params", None) or {})
+                cost = rates.estimate(provider, model, images)
                 source = "rate_card" if cost is not None else None
             rows.append((job.job_id, batch, now, "replay", provider, model, cost, source))
         self.db.conn.executemany(
