@@ -110,7 +110,9 @@ class RateCards:
     def price(self, provider: str, model: str, usage: dict[str, Any]) -> int | None:
         """Cost in micro-USD of the reported usage by the one pricing rule, or None (unpriced).
 
-        Usage keys: ``images``, ``seconds``, ``input_tokens``, ``output_tokens``; every adapter
+        Usage keys: ``images``, ``seconds``, ``input_tokens`` (of them ``input_image_tokens``,
+        priced apart by a card with ``per_1k_input_image_tokens``: ``_image_input``),
+        ``output_tokens``; every adapter
         reports ``images`` for what it produced, plus whatever else the provider measured. The
         first of these that the card can price wins:
 
@@ -142,7 +144,7 @@ class RateCards:
         }
         # one unreadable count and the tokens cannot price the answer (half of it would be
         # an underpriced guess); the images still can
-        tokens = {} if None in reported.values() else reported
+        tokens = {} if None in reported.values() else _image_input(card, reported, usage)
         if tokens and all(rate in card for rate in tokens):
             return _bounded(
                 sum((amount / 1000 * card[rate] for rate, amount in tokens.items()), Decimal(0))
@@ -169,6 +171,31 @@ class RateCards:
         if card is None or "per_image" not in card:
             return None
         return min(to_micros(card["per_image"] * max(images, 1)), MAX_ESTIMATE)
+
+
+def _image_input(
+    card: dict[str, Decimal], tokens: dict[str, Decimal], usage: dict[str, Any]
+) -> dict[str, Decimal]:
+    """The token counts to price, with the input's image tokens apart where the card prices
+    them apart (``per_1k_input_image_tokens``: OpenAI's gpt-image models charge a reference
+    image's input tokens twice the text's) and the answer says how many there were
+    (``input_image_tokens``, part of ``input_tokens``). A card without that rate prices every
+    input token at ``per_1k_input_tokens``; an image count that cannot be read, or is more
+    than the input, prices no tokens (``{}``), as any unreadable count does."""
+    if (
+        "per_1k_input_image_tokens" not in card
+        or "per_1k_input_tokens" not in tokens
+        or usage.get("input_image_tokens") is None
+    ):
+        return tokens
+    image = usage_amount(usage["input_image_tokens"])
+    if image is None or image > tokens["per_1k_input_tokens"]:
+        return {}
+    return {
+        **tokens,
+        "per_1k_input_tokens": tokens["per_1k_input_tokens"] - image,
+        "per_1k_input_image_tokens": image,
+    }
 
 
 MAX_COUNT = Decimal(10**15)  # more tokens, images or seconds than any one answer reports

@@ -119,9 +119,18 @@ class Rate(_Strict):
     per_image: str | None = None
     per_second: str | None = None
     per_1k_input_tokens: str | None = None
+    # the input tokens of reference images, where the provider charges them apart
+    # (OpenAI's gpt-image models: RateCards.price in afc_cli/costs.py)
+    per_1k_input_image_tokens: str | None = None
     per_1k_output_tokens: str | None = None
 
-    @field_validator("per_image", "per_second", "per_1k_input_tokens", "per_1k_output_tokens")
+    @field_validator(
+        "per_image",
+        "per_second",
+        "per_1k_input_tokens",
+        "per_1k_input_image_tokens",
+        "per_1k_output_tokens",
+    )
     @classmethod
     def _decimal(cls, value: str | None) -> str | None:
         return _usd(value)
@@ -129,7 +138,13 @@ class Rate(_Strict):
     def prices(self) -> dict[str, Decimal]:
         return {
             name: Decimal(getattr(self, name))
-            for name in ("per_image", "per_second", "per_1k_input_tokens", "per_1k_output_tokens")
+            for name in (
+                "per_image",
+                "per_second",
+                "per_1k_input_tokens",
+                "per_1k_input_image_tokens",
+                "per_1k_output_tokens",
+            )
             if getattr(self, name) is not None
         }
 

@@ -414,7 +414,13 @@ class FakeProviders:
             {
                 "created": 1,
                 "data": [{"b64_json": image}],
-                "usage": {"input_tokens": 70, "output_tokens": 4160, "total_tokens": 4230},
+                # the reference images' input tokens among the input, as gpt-image reports
+                "usage": {
+                    "input_tokens": 70 + 323 * len(images),
+                    "input_tokens_details": {"text_tokens": 70, "image_tokens": 323 * len(images)},
+                    "output_tokens": 4160,
+                    "total_tokens": 4230 + 323 * len(images),
+                },
             },
         )
 

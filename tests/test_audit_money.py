@@ -155,3 +155,66 @@ def test_an_avoided_render_priced_by_the_card_counts_every_image_it_asks_for(afc
     total = afc.json("costs", "report")["total"]
     assert total["avoided_renders"] == 1 and total["priced"] == "0.000000"
     assert total["avoided_cost"] == "0.120000"
+
+
+def test_image_input_tokens_are_priced_at_their_own_rate_where_the_card_has_one():
+    """OpenAI's gpt-image models charge a reference image's input tokens above the text's
+    (gpt-image-1: 10 against 5 USD a million). A card can say so with
+    ``per_1k_input_image_tokens``; the answer's ``input_image_tokens`` (part of its
+    ``input_tokens``) are then priced at it, the rest at ``per_1k_input_tokens``. A card
+    without it prices every input token at the input rate, as before; an image count that
+    cannot be read, or exceeds the input, prices no tokens (the images still can)."""
+    from decimal import Decimal
+
+    from afc_cli.costs import RateCards
+
+    card = {
+        "per_1k_input_tokens": Decimal("0.005"),
+        "per_1k_input_image_tokens": Decimal("0.01"),
+        "per_1k_output_tokens": Decimal("0.04"),
+    }
+    cards = RateCards({("openai", "gpt-image-1"): card})
+    usage = {"images": 1, "input_tokens": 393, "input_image_tokens": 323, "output_tokens": 4160}
+    # 70 x 0.005/1k + 323 x 0.01/1k + 4160 x 0.04/1k
+    assert cards.price("openai", "gpt-image-1", usage) == 350 + 3230 + 166400
+    plain = RateCards(
+        {("openai", "gpt-image-1"): {k: v for k, v in card.items() if "image" not in k}}
+    )
+    assert plain.price("openai", "gpt-image-1", usage) == 1965 + 166400
+    assert cards.price("openai", "gpt-image-1", {**usage, "input_image_tokens": 400}) is None
+    assert cards.price("openai", "gpt-image-1", {**usage, "input_image_tokens": "x"}) is None
+    per_image = RateCards({("openai", "gpt-image-1"): {**card, "per_image": Decimal("0.04")}})
+    assert per_image.price("openai", "gpt-image-1", {**usage, "input_image_tokens": -1}) == 40000
+
+
+def test_an_edit_with_a_reference_image_is_priced_by_its_image_tokens(afc, fake):
+    """Through ``afc``: an OpenAI edit with one reference image reports 70 text and 323 image
+    input tokens and 4160 output tokens; the card prices the image tokens at their rate."""
+    from afc_cli.providers.local import render_png
+
+    (afc.cwd / "ref.png").write_bytes(render_png("ref", 8, 8))
+    data = manifest(
+        [{"key": "shot", "prompt": "the shot", "inputs": [{"path": "ref.png"}]}],
+        rates=[
+            {
+                "provider": "openai",
+                "model": "gpt-image-1",
+                "per_1k_input_tokens": "0.005",
+                "per_1k_input_image_tokens": "0.01",
+                "per_1k_output_tokens": "0.04",
+            }
+        ],
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "openai", "model": "gpt-image-1", "attempts": 1, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    run = afc.json("submit", "manifest.yaml")
+    assert run["jobs"][0]["cost"] == "0.169980"  # 0.00035 + 0.00323 + 0.1664
+    [attempt] = afc.json("show", "shot")["attempts"]
+    assert attempt["usage"] == {
+        "images": 1,
+        "input_tokens": 393,
+        "input_image_tokens": 323,
+        "output_tokens": 4160,
+    }

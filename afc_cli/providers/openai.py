@@ -107,6 +107,10 @@ class OpenAIProvider(HttpProvider):
         for unit in ("input_tokens", "output_tokens"):
             if usage_in.get(unit) is not None:
                 usage[unit] = usage_in[unit]
+        # of the input, the reference images' tokens: charged above the text's
+        image_tokens = obj(usage_in.get("input_tokens_details")).get("image_tokens")
+        if image_tokens not in (None, 0) and "input_tokens" in usage:
+            usage["input_image_tokens"] = image_tokens
         cost = request.rates.price(self.name, request.model, usage)
         if b64 := text(item.get("b64_json")):
             # a paid answer that said what it billed: its cost stays known if the image is bad
