@@ -1427,8 +1427,9 @@ class Ledger:
         ``run_id``'s: the run that learns its outcome and cost shows that cost in its summary
         and counts it against its budget (the run that submitted it ended saying it left an
         attempt of unknown cost); its ``attempt_resumed`` event names the run it came from
-        (``from_run``). So a budget's counted spend may pass its cap by requests it adopted,
-        never by attempts it started. An attempt of a workers' shared budget (``afc worker
+        (``from_run``). So a budget's counted spend may pass its cap by requests it adopted
+        (and by answers that cost more than their reservations: README "Budget"), never by
+        an attempt whose reservation did not fit. An attempt of a workers' shared budget (``afc worker
         --budget``, SHARED_BUDGET) stays that budget's: its other workers go on, and moved
         out, what it paid for would no longer count against their cap."""
         with self.tx(commit=True):
