@@ -70,9 +70,10 @@ def review_list(
     """Jobs awaiting review, oldest first: key, stored output, cost, age.
 
     --json gives each job's job_id, batch, key, model, output (file:// or s3:// URI),
-    cost (a decimal string, null when unpriced), age_s and prompt."""
+    cost (a decimal string, null when unpriced; as afc status gives it), unpriced_attempts
+    (its attempts of unknown cost, not in cost), age_s and prompt."""
     with _boundary():
-        from afc_cli.costs import format_usd
+        from afc_cli.costs import cost_cell
         from afc_cli.ledger import Ledger
         from afc_cli.review import pending
 
@@ -87,7 +88,7 @@ def review_list(
             emit_json(
                 {
                     "awaiting_review": [
-                        {**row, "cost": format_usd(row["cost_micros"])} for row in rows
+                        {k: v for k, v in row.items() if k != "cost_micros"} for row in rows
                     ]
                 }
             )
@@ -99,7 +100,7 @@ def review_list(
                 "batch": row["batch"],
                 "key": row["key"],
                 "output": row["output"],
-                "cost": format_usd(row["cost_micros"]) or "unpriced",
+                "cost": cost_cell(row["cost"], row["unpriced_attempts"]),
                 "age": _age(row["age_s"]),
             }
             for row in rows

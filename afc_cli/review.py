@@ -21,8 +21,12 @@ from afc_cli.ledger import Ledger, ReviewRace
 
 def pending(ledger: Ledger, batch: str | None = None, now: float | None = None) -> list[dict]:
     """Jobs awaiting review, oldest first: dicts with keys job_id, batch, key, model,
-    output (the stored output's URI: file:// path or s3:// URL), cost_micros (int or None),
-    age_s (float), prompt."""
+    output (the stored output's URI: file:// path or s3:// URL), cost_micros (int or None:
+    the known attempt costs' sum), cost (the job's cost as ``afc status`` shows it:
+    ``job_cost``, a known 0 for an output found in storage with no attempt),
+    unpriced_attempts (those of unknown cost, not in it), age_s (float), prompt."""
+    from afc_cli.costs import job_cost
+
     ledger.require_batch(batch)
     now = time.time() if now is None else now
     out = []
@@ -39,6 +43,8 @@ def pending(ledger: Ledger, batch: str | None = None, now: float | None = None) 
                 "model": row["model"],
                 "output": f"{row['storage'].rstrip('/')}/{row['output_key']}",
                 "cost_micros": row["cost_micros"],
+                "cost": job_cost(row["cost_micros"], row["attempts_made"] or 0),
+                "unpriced_attempts": row["unpriced_attempts"] or 0,
                 "age_s": max(0.0, now - (row["review_at"] or now)),
                 "prompt": prompt,
             }

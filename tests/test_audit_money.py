@@ -218,3 +218,35 @@ def test_an_edit_with_a_reference_image_is_priced_by_its_image_tokens(afc, fake)
         "input_image_tokens": 323,
         "output_tokens": 4160,
     }
+
+
+def test_a_job_awaiting_review_shows_the_cost_afc_status_shows(afc):
+    """``afc review list`` (and the review page of ``afc serve``) read a job's cost as the
+    bare sum of its known attempt costs: a job whose output a fresh ledger found in storage
+    (no attempt: a known 0 in ``afc status``) was listed as unpriced, and one with attempts
+    of unknown cost beside a priced one showed the priced sum alone. They now give the
+    cost ``afc status`` gives, with ``unpriced_attempts`` beside it."""
+    data = manifest(
+        [
+            {"key": "ok", "prompt": "a"},
+            {"key": "slow", "prompt": "c", "params": {"fail": ["timeout"]}},
+        ],
+        defaults={
+            "review": True,
+            "chain": [{"provider": "local", "model": "m1", "attempts": 3, "backoff": FAST}],
+        },
+    )
+    afc.write_manifest(data)
+    afc.json("submit", "manifest.yaml")
+    status = {j["key"]: j for j in afc.json("status")["jobs"]}
+    assert status["slow"]["cost"] == "0.050000" and status["slow"]["unpriced_attempts"] == 1
+    listed = {j["key"]: j for j in afc.json("review", "list")["awaiting_review"]}
+    assert listed["slow"]["cost"] == "0.050000" and listed["slow"]["unpriced_attempts"] == 1
+    assert listed["ok"]["cost"] == "0.050000" and listed["ok"]["unpriced_attempts"] == 0
+    assert "0.050000 + 1 unpriced" in afc("review", "list").stdout
+    for name in ("afc.db", "afc.db-wal", "afc.db-shm"):
+        (afc.cwd / name).unlink(missing_ok=True)
+    afc.json("submit", "manifest.yaml")  # a fresh ledger finds both outputs in storage
+    assert {j["cost"] for j in afc.json("status")["jobs"]} == {"0.000000"}
+    listed = afc.json("review", "list")["awaiting_review"]
+    assert [j["cost"] for j in listed] == ["0.000000", "0.000000"]

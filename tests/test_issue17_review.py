@@ -394,10 +394,13 @@ def test_review_functions_for_the_web_page(afc):
             "model",
             "output",
             "cost_micros",
+            "cost",
+            "unpriced_attempts",
             "age_s",
             "prompt",
         }
         assert rows[0]["cost_micros"] == 50_000 and rows[0]["age_s"] > 0
+        assert rows[0]["cost"] == "0.050000" and rows[0]["unpriced_attempts"] == 0
         with pytest.raises(UsageError, match="'shot-1'"):
             review.approve(ledger, ["shot-1"], by="ana")
         assert review.approve(ledger, ["style"], by="ana", batch="b1") == ["style"]

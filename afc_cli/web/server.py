@@ -167,8 +167,6 @@ class Pages:
             from afc_cli import review
         except ImportError:
             return self.page(request, "serve_review.html", available=False, pending=[])
-        from afc_cli.costs import format_usd
-
         book = self.book()
         try:
             pending = review.pending(book, batch=self.batch)
@@ -180,8 +178,13 @@ class Pages:
         number, pages = page_number(request, total)
         pending = pending[(number - 1) * PAGE : number * PAGE]
         for item in pending:
-            cost = item.get("cost_micros")
-            item["cost"] = format_usd(cost) if cost is not None else None
+            # as ``afc status`` and ``afc review list`` show it (review.pending)
+            cost, unpriced = item["cost"], item["unpriced_attempts"]
+            item["cost"] = (
+                "unpriced"
+                if cost is None
+                else f"{cost} USD" + (f" + {unpriced} unpriced" if unpriced else "")
+            )
             item["age"] = age(item.get("age_s") or 0)
         query = request.query_params
         return self.page(
