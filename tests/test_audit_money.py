@@ -250,3 +250,18 @@ def test_a_job_awaiting_review_shows_the_cost_afc_status_shows(afc):
     assert {j["cost"] for j in afc.json("status")["jobs"]} == {"0.000000"}
     listed = afc.json("review", "list")["awaiting_review"]
     assert [j["cost"] for j in listed] == ["0.000000", "0.000000"]
+
+
+def test_the_reports_failures_table_names_the_attempts_of_unknown_cost(afc):
+    """A job that failed after a timed-out attempt (cost unknown) and a refused one (a known
+    0): ``afc report --html``'s failures table showed its cost as 0.000000, where ``afc
+    status`` and the report's own contact sheet add that one attempt is unpriced."""
+    data = manifest([{"key": "bad", "prompt": "a", "params": {"fail": ["timeout", "auth"]}}])
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 1
+    assert "0.000000 + 1 unpriced" in afc("status").stdout
+    assert afc("report", "--html", "r.html").returncode == 0
+    page = (afc.cwd / "r.html").read_text()
+    row = page[page.index('<tr data-key="bad">') :]
+    row = row[: row.index("</tr>")]
+    assert "0.000000 + 1 unpriced" in row
