@@ -265,3 +265,33 @@ def test_the_reports_failures_table_names_the_attempts_of_unknown_cost(afc):
     row = page[page.index('<tr data-key="bad">') :]
     row = row[: row.index("</tr>")]
     assert "0.000000 + 1 unpriced" in row
+
+
+def test_the_examples_openai_cards_charge_what_the_answer_reports(afc, fake):
+    """gpt-image-1's price depends on quality and size (OpenAI's own table: 0.011 to 0.25 an
+    image; medium square 0.042, high square 0.167), and its answer reports the tokens that
+    are billed. examples/openai.yaml and fallback.yaml priced it with ``per_image: "0.04"``
+    alone, so afc recorded 0.04 for an answer of 4160 output tokens (high quality: 0.1664
+    billed). Their cards now charge the tokens and keep per_image as the estimate."""
+    from pathlib import Path
+
+    import yaml
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    for name in ("openai.yaml", "fallback.yaml"):
+        card = next(
+            r
+            for r in yaml.safe_load((examples / name).read_text())["rates"]
+            if r["provider"] == "openai"
+        )
+        afc.write_manifest(
+            manifest(
+                [{"key": name, "prompt": "a lighthouse"}],
+                batch=name.split(".")[0],
+                rates=[card],
+                defaults={"chain": [{"provider": "openai", "model": card["model"]}]},
+            )
+        )
+        run = afc.json("submit", "manifest.yaml")
+        # 50 input tokens at 0.005/1k + 4160 output tokens at 0.04/1k
+        assert run["jobs"][0]["cost"] == "0.166650", name
