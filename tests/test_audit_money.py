@@ -295,3 +295,54 @@ def test_the_examples_openai_cards_charge_what_the_answer_reports(afc, fake):
         run = afc.json("submit", "manifest.yaml")
         # 50 input tokens at 0.005/1k + 4160 output tokens at 0.04/1k
         assert run["jobs"][0]["cost"] == "0.166650", name
+
+
+def _half_up_micros(amount) -> int:
+    """A reference for afc's rounding: exact fractions, half up at the micro-dollar."""
+    from fractions import Fraction
+
+    scaled = Fraction(amount) * 1_000_000
+    return int(scaled + Fraction(1, 2))  # floor(x + 1/2), x >= 0
+
+
+def test_token_prices_are_exact_against_fractions():
+    """Property: whatever the counts and rates, a token price is the exact sum of each
+    count x its rate / 1000 (the input's image tokens at their own rate, Gemini's thoughts
+    in the output), rounded half up once at the micro-dollar: no float on the way, no
+    rounding of the parts."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from afc_cli.costs import RateCards
+    from afc_cli.providers.gemini import billed_output
+
+    rate = st.decimals(min_value=0, max_value=100, places=6).map(str)
+    count = st.integers(min_value=0, max_value=10**9)
+
+    @settings(max_examples=300, deadline=None)
+    @given(rate, rate, rate, count, count, count, count)
+    def check(text_rate, image_rate, out_rate, text, image, candidates, thoughts):
+        card = {
+            "per_1k_input_tokens": Decimal(text_rate),
+            "per_1k_input_image_tokens": Decimal(image_rate),
+            "per_1k_output_tokens": Decimal(out_rate),
+        }
+        output = billed_output(candidates, thoughts)
+        assert output == candidates + thoughts
+        usage = {
+            "input_tokens": text + image,
+            "input_image_tokens": image,
+            "output_tokens": output,
+        }
+        exact = (
+            Fraction(text) * Fraction(text_rate)
+            + Fraction(image) * Fraction(image_rate)
+            + Fraction(output) * Fraction(out_rate)
+        ) / 1000
+        got = RateCards({("p", "m"): card}).price("p", "m", usage)
+        assert got == (_half_up_micros(exact) if exact < 1_000_000 else None)
+
+    check()
