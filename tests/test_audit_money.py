@@ -244,6 +244,15 @@ def test_a_job_awaiting_review_shows_the_cost_afc_status_shows(afc):
     assert listed["slow"]["cost"] == "0.050000" and listed["slow"]["unpriced_attempts"] == 1
     assert listed["ok"]["cost"] == "0.050000" and listed["ok"]["unpriced_attempts"] == 0
     assert "0.050000 + 1 unpriced" in afc("review", "list").stdout
+    import httpx
+    from browser import Served
+
+    served = Served(afc)
+    try:
+        page = httpx.get(served.url + "review").text
+    finally:
+        served.stop()
+    assert "0.050000 USD + 1 unpriced" in page
     for name in ("afc.db", "afc.db-wal", "afc.db-shm"):
         (afc.cwd / name).unlink(missing_ok=True)
     afc.json("submit", "manifest.yaml")  # a fresh ledger finds both outputs in storage
