@@ -863,7 +863,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     started_at=started,
                 )
                 ctx.report(
-                    job, "attempt_failed", f"request gone on attempt {number}", cost_micros=None
+                    job,
+                    "attempt_failed",
+                    f"request gone on attempt {number}",
+                    cost_micros=exc.cost_micros,  # Replicate's seconds: known, as recorded
                 )
                 continue
             except NeverSent as exc:

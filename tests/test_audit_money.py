@@ -355,3 +355,30 @@ def test_token_prices_are_exact_against_fractions():
         assert got == (_half_up_micros(exact) if exact < 1_000_000 else None)
 
     check()
+
+
+def test_the_progress_counts_a_gone_requests_known_cost_as_spent(afc, fake):
+    """A Replicate prediction that ran (3.2 s, billed) but whose output was deleted before
+    afc read it: the ledger records its cost from its seconds (0.00352), and the run's
+    summary says so, but the progress on a terminal counted it as an unpriced attempt
+    ("spent 0.000000 USD + 1 unpriced"): the event it was told of carried no cost."""
+    from terminal import on_pty
+
+    data = manifest(
+        [{"key": "a", "prompt": "data-removed x"}],
+        rates=[
+            {
+                "provider": "replicate",
+                "model": "black-forest-labs/flux-1.1-pro",
+                "per_second": "0.0011",
+            }
+        ],
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "replicate", "model": "black-forest-labs/flux-1.1-pro", "attempts": 1}
+    ]
+    afc.write_manifest(data)
+    shown = on_pty(afc.command("submit", "manifest.yaml"), cwd=afc.cwd, env=afc.env)
+    assert shown.returncode == 1
+    assert "spent 0.003520 USD" in shown.output
+    assert "unpriced" not in shown.output
