@@ -186,10 +186,14 @@ class RunContext:
     polling: set[str] = field(default_factory=set)
     calls: dict[str, asyncio.Future] = field(default_factory=dict)
     abandoned: set[str] = field(default_factory=set)
-    # jobs blocked on their needs when the run began, and every job's task in this run: a
-    # blocked job waits for the tasks of its needs, then runs in the same run if they succeeded
+    # jobs blocked on their needs when the run began, and the task of every job this run is
+    # running: a blocked job waits for the tasks of its needs, then runs in the same run if
+    # they succeeded. A job leaves both when its task ends (run.py ``_start``), which only
+    # counts it (``ran``, ``finished``): a worker's loop runs as long as its claims find work.
     blocked: set[str] = field(default_factory=set)
     tasks: dict[str, asyncio.Future] = field(default_factory=dict)
+    ran: int = 0  # jobs' tasks started in this run
+    finished: int = 0  # of those, the ones that ended with their job in a terminal state
 
     def __post_init__(self) -> None:
         self.dirs = DirSync(self.offload)

@@ -1,0 +1,82 @@
+"""What a long run keeps: an ``afc worker`` feeds one run loop for as long as claims find work
+(``run.run_jobs(more=...)``), for weeks, so nothing the loop keeps may grow with the jobs it
+has finished. Counted in-process, after a few hundred jobs."""
+
+from __future__ import annotations
+
+import gc
+
+from conftest import jobs, manifest
+
+from afc_cli import run as run_mod
+from afc_cli.costs import RateCards
+from afc_cli.ledger import Ledger
+from afc_cli.manifest import load_manifest
+
+
+def _fed_run(afc, monkeypatch, job_list, concurrency=4, chunk=10):
+    """Run ``job_list`` through one loop fed ``chunk`` ids at a time (a worker's rounds); at
+    each feed, what the loop keeps: (tasks it holds, blocked ids, finished run_job tasks
+    still alive)."""
+    path = afc.write_manifest(manifest(job_list))
+    m = load_manifest(path)
+    ledger = Ledger(afc.cwd / "afc.db")
+    ledger.admit(m, f"file://{afc.cwd}/out", RateCards())
+    ids = [job.job_id for job in m.jobs]
+    contexts = []
+    real = run_mod.run_job
+
+    def recorded(ctx, job_id):
+        if not contexts:
+            contexts.append(ctx)
+        return real(ctx, job_id)
+
+    monkeypatch.setattr(run_mod, "run_job", recorded)
+    left = ids[chunk:]
+    kept = []
+
+    def more(running):
+        gc.collect()
+        ctx = contexts[0]
+        done = sum(
+            1
+            for obj in gc.get_objects()
+            if type(obj).__name__ == "Task" and obj.done() and "run_job" in repr(obj.get_coro())
+        )
+        kept.append((len(ctx.tasks), len(ctx.blocked), done))
+        new = left[:chunk]
+        del left[:chunk]
+        return new
+
+    try:
+        stats = run_mod.run_jobs(ledger, ids[:chunk], concurrency=concurrency, more=more)
+        statuses = {ledger.job(job_id)["status"] for job_id in ids}
+    finally:
+        ledger.close()
+    return stats, statuses, kept, contexts[0]
+
+
+def test_a_fed_run_loop_keeps_only_its_unfinished_jobs_tasks(afc, monkeypatch):
+    """Before, the loop kept every job's task (and its id) until it ended: about 0.8 KB a job
+    done, for as long as a worker's claims found work (50,000 jobs: 40 MB)."""
+    n, concurrency = 400, 4
+    stats, statuses, kept, ctx = _fed_run(afc, monkeypatch, jobs(n), concurrency)
+    assert statuses == {"succeeded"}
+    assert (stats.ran, stats.finished) == (n, n)
+    late = kept[len(kept) // 2 :]  # hundreds of jobs finished by then
+    assert max(tasks for tasks, _, _ in late) <= 2 * concurrency, kept
+    assert max(done for _, _, done in late) <= 2 * concurrency, kept
+    assert ctx.tasks == {}
+
+
+def test_a_fed_run_loop_forgets_blocked_jobs_once_they_ran(afc, monkeypatch):
+    """A job admitted blocked on its needs is remembered as such while it waits, not after."""
+    job_list = jobs(200)
+    for i, job in enumerate(job_list):
+        if i % 2:
+            job["needs"] = [job_list[i - 1]["key"]]
+    stats, statuses, kept, ctx = _fed_run(afc, monkeypatch, job_list, chunk=20)
+    assert statuses == {"succeeded"}
+    assert stats.finished == 200
+    assert max(blocked for _, blocked, _ in kept[len(kept) // 2 :]) <= 20, kept
+    assert ctx.blocked == set()
