@@ -80,3 +80,23 @@ def test_a_fed_run_loop_forgets_blocked_jobs_once_they_ran(afc, monkeypatch):
     assert stats.finished == 200
     assert max(blocked for _, blocked, _ in kept[len(kept) // 2 :]) <= 20, kept
     assert ctx.blocked == set()
+
+
+def test_file_storage_remembers_a_bounded_number_of_folders(tmp_path, monkeypatch):
+    """``FileStorage`` skips the mkdir of a folder it made before; with a folder per job
+    (``{batch}/{key}/frame.png``) that memory grew by one path a job in the file helper."""
+    from afc_cli.spool import Spool
+    from afc_cli.storage import file as file_mod
+
+    monkeypatch.setattr(file_mod, "MADE_DIRS", 8, raising=False)
+    monkeypatch.setattr(file_mod, "_MADE", set())
+    storage = file_mod.FileStorage(tmp_path / "out")
+    spooled = Spool(tmp_path / "spool").write("job", b"png bytes", sync_dir=False)
+    for i in range(40):
+        meta = {"job_id": f"j{i}", "request_hash": "h", "sha256": spooled.sha256}
+        storage.put_if_absent(f"b/shot-{i}/frame.png", spooled.path, meta, sync=False)
+        assert len(file_mod._MADE) <= 8
+    assert (tmp_path / "out/b/shot-39/frame.png").read_bytes() == b"png bytes"
+    # a folder forgotten is found again: the next store in it works
+    storage.put_if_absent("b/shot-0/other.png", spooled.path, {"job_id": "x", "request_hash": "h"})
+    assert (tmp_path / "out/b/shot-0/other.png").exists()

@@ -27,6 +27,10 @@ from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
 
 META_SUFFIX = ".afc.json"
 _MADE: set[Path] = set()  # directories this process made or found (skips a mkdir per store)
+# at most this many remembered (then forgotten, and found again by one mkdir each): a layout
+# with a folder per job (``{batch}/{key}/frame.png``) made the set grow by one path a job, in
+# the file helper that a worker's loop keeps for weeks (30,000 folders: 12 MB)
+MADE_DIRS = 4096
 
 
 class FileStorage(Storage):
@@ -86,6 +90,8 @@ class FileStorage(Storage):
         try:
             if obj.parent not in _MADE:
                 obj.parent.mkdir(parents=True, exist_ok=True)
+                if len(_MADE) >= MADE_DIRS:
+                    _MADE.clear()
                 _MADE.add(obj.parent)
             meta_bytes = json.dumps(meta, sort_keys=True, indent=2).encode()
             wrote_meta = False
