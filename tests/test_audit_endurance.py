@@ -100,3 +100,34 @@ def test_file_storage_remembers_a_bounded_number_of_folders(tmp_path, monkeypatc
     # a folder forgotten is found again: the next store in it works
     storage.put_if_absent("b/shot-0/other.png", spooled.path, {"job_id": "x", "request_hash": "h"})
     assert (tmp_path / "out/b/shot-0/other.png").exists()
+
+
+def test_afc_serve_keeps_a_bounded_number_of_thumbnails(tmp_path, monkeypatch):
+    """``afc serve`` cached every thumbnail it made (about 3 KB each) for as long as it ran:
+    a server left open over a 100,000-job ledger kept every picture anyone scrolled past.
+    It keeps the ``THUMBS`` most recently shown."""
+    from afc_cli.web import server, thumbs
+
+    monkeypatch.setattr(server, "THUMBS", 16, raising=False)
+    pages = server.Pages(str(tmp_path / "afc.db"), None, "token")
+    made = []
+
+    def card(job_id):
+        return {
+            "output": True,
+            "sha256": f"sha-{job_id}",
+            "storage": "file:///x",
+            "output_key": "k",
+        }
+
+    def make(storage, key):
+        made.append(key)
+        return thumbs.Thumb(b"webp", None)
+
+    monkeypatch.setattr(pages, "_card", card)
+    monkeypatch.setattr(thumbs, "make", make)
+    for i in range(100):
+        assert pages._thumb(str(i)) == b"webp"
+        assert len(pages.thumbs) <= 16
+    assert len(made) == 100
+    assert pages._thumb("99") == b"webp" and len(made) == 100  # a recent one is still kept

@@ -33,6 +33,7 @@ import secrets
 import signal
 import socket
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +78,12 @@ def access_token(host: str, environ: dict[str, str]) -> str | None:
     return token
 
 
+# thumbnails a server keeps (about 3 KB each: afc_cli/web/thumbs.py), the least recently shown
+# forgotten first: 34 pages of a contact sheet. Kept all, a server left open for weeks over a
+# 100,000-job ledger kept every picture anyone had scrolled past (~300 MB).
+THUMBS = 4096
+
+
 class Pages:
     """The live pages. ``form_token`` guards every POST; ``thumbs`` caches thumbnails."""
 
@@ -87,8 +94,8 @@ class Pages:
         self.ledger_name = ledger_name(ledger_path)  # shown on every page: no password
         self.batch = batch
         self.form_token = form_token
-        self.thumbs: dict[str, bytes | None] = {}
-        self.notes: dict[str, str | None] = {}
+        # by output SHA-256, the most recently shown last; at most THUMBS (``_thumb``)
+        self.thumbs: OrderedDict[str, bytes | None] = OrderedDict()
         self.lock = threading.Lock()
         self.css = stylesheet()
         self.env = environment()
@@ -290,12 +297,15 @@ class Pages:
         job = self._card(job_id)
         if job is None or not job["output"]:
             return None
-        cached = self.thumbs.get(job["sha256"])
-        if cached is not None or job["sha256"] in self.thumbs:
-            return cached
+        with self.lock:
+            if job["sha256"] in self.thumbs:
+                self.thumbs.move_to_end(job["sha256"])
+                return self.thumbs[job["sha256"]]
         made = make(storage.open(job["storage"]), job["output_key"])
         with self.lock:
             self.thumbs[job["sha256"]] = made.data
+            while len(self.thumbs) > THUMBS:
+                self.thumbs.popitem(last=False)
         return made.data
 
     def output(self, request: Any):
