@@ -20,6 +20,10 @@ from typing import Any
 from afc_cli.costs import format_usd
 
 FAILED = ("failed", "dead")
+# Distinct messages remembered to collapse their repeats (``RunProgress._say``), the least
+# recently seen forgotten first: a message that names its job (a spool file, an output path)
+# is a new one every time, and a worker on a terminal remembered each for as long as it ran.
+SEEN_MESSAGES = 1024
 _FIGURES = re.compile(r"\d+(\.\d+)?")
 
 
@@ -83,7 +87,8 @@ class RunProgress:
         self.unpriced = 0
         self.run_state: str | None = None
         self._messages: list[str] = []
-        self._seen: dict[str, int] = {}
+        self._seen: dict[str, None] = {}  # message shapes, least recently seen first
+        self._repeats = 0
         self._lock = threading.Lock()  # events come from the run's loop, drawing from rich's
 
     # --- what happened -------------------------------------------------------------------
@@ -122,9 +127,13 @@ class RunProgress:
         """Queue a message once; a repeat (same up to its figures and its job) is counted."""
         shape = same_message(message.split(": ", 1)[1] if ": " in message else message)
         if shape in self._seen:
-            self._seen[shape] += 1
+            self._repeats += 1
+            del self._seen[shape]  # seen again: the last to be forgotten
+            self._seen[shape] = None
             return
-        self._seen[shape] = 0
+        if len(self._seen) >= SEEN_MESSAGES:
+            del self._seen[next(iter(self._seen))]
+        self._seen[shape] = None
         self._messages.append(message)
 
     def state(self, message: str | None) -> None:
@@ -139,7 +148,7 @@ class RunProgress:
 
     @property
     def repeats(self) -> int:
-        return sum(self._seen.values())
+        return self._repeats
 
     # --- figures ---------------------------------------------------------------------------
 

@@ -131,3 +131,22 @@ def test_afc_serve_keeps_a_bounded_number_of_thumbnails(tmp_path, monkeypatch):
         assert len(pages.thumbs) <= 16
     assert len(made) == 100
     assert pages._thumb("99") == b"webp" and len(made) == 100  # a recent one is still kept
+
+
+def test_the_live_panel_remembers_a_bounded_number_of_messages(monkeypatch):
+    """The live panel collapses a message's repeats; a message that names its job (here its
+    output path) is new each time, and every one was remembered for as long as the run (a
+    worker's, for weeks) went on. Repeats still collapse and are still counted."""
+    from afc_cli import progress as progress_mod
+
+    monkeypatch.setattr(progress_mod, "SEEN_MESSAGES", 32, raising=False)
+    progress = progress_mod.RunProgress(5000)
+    for i in range(5000):
+        key = f"shot-{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}{chr(97 + i // 676)}"
+        row = {"batch": "b", "key": key, "waiting_reason": f"storage: cannot write /out/{key}.png"}
+        progress.event(row, "ended", "waiting")
+        progress.event({**row, "key": "again"}, "ended", "waiting")  # a repeat of the same
+        progress.take()
+        assert len(progress._seen) <= 32
+    assert progress.repeats == 5000
+    assert progress.lines()[0].startswith("ok 0  failed 0  waiting 10000")
