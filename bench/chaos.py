@@ -547,7 +547,11 @@ class Round:
             return found
         root = self.dir / "out"
         for path in root.rglob("*"):
-            if path.is_file() and not path.name.endswith(".afc.json"):
+            if path.is_file() and path.name.startswith(".") and path.name.endswith(".tmp"):
+                # a file being written under a hidden temporary name (FileStorage._create)
+                # when a SIGKILL came: never an output nor a key's metadata (README, file://)
+                self.temp_left += 1
+            elif path.is_file() and not path.name.endswith(".afc.json"):
                 rel = str(path.relative_to(root))
                 side = path.with_name(path.name + ".afc.json")
                 meta = json.loads(side.read_text()) if side.exists() else {}
@@ -558,8 +562,11 @@ class Round:
         return found
 
     def check_outputs(self, jobs, attempts, figures) -> None:
+        self.temp_left = 0
         objects = self.objects()
         figures["objects"] = len(objects)
+        if self.temp_left:
+            figures["temporary files a kill left in file storage"] = self.temp_left
         wanted = {j["output_key"] for j in jobs.values() if j["status"] == "succeeded"}
         late = {  # a cancelled job's late result, stored under its key (README), or the upload
             # of a host that woke after another dead-lettered the job (SPOOL_MISSING)
