@@ -185,8 +185,8 @@ class Spool:
         this host polls that request (``noted_request``) instead of paying for a new one."""
         import json
 
-        final = self.root / f"{job_id}.request"
-        part = self.root / f"{job_id}.request-part"
+        final = self.request_path(job_id)
+        part = final.with_suffix(".request-part")
         record = {"attempt": attempt, "provider": provider, "request_id": request_id}
         _write_whole(part, final, json.dumps(record).encode())
         fsync_dir(self.root)
@@ -196,7 +196,7 @@ class Spool:
         import json
 
         try:
-            record = json.loads((self.root / f"{job_id}.request").read_bytes())
+            record = json.loads(self.request_path(job_id).read_bytes())
         except (OSError, ValueError):
             return None
         if not isinstance(record, dict) or not isinstance(record.get("request_id"), str):
@@ -204,7 +204,11 @@ class Spool:
         return record
 
     def forget_request(self, job_id: str) -> None:
-        (self.root / f"{job_id}.request").unlink(missing_ok=True)
+        self.request_path(job_id).unlink(missing_ok=True)
+
+    def request_path(self, job_id: str) -> Path:
+        """Where ``note_request`` keeps a job's request id (``<job id>.request``)."""
+        return self.root / f"{job_id}.request"
 
     def find(self, job_id: str) -> SpoolFile | None:
         """A complete spool file left for this job, if any (a leftover ``.part`` is not)."""
@@ -230,8 +234,8 @@ class Spool:
         for path in (
             self.path(job_id),
             self.path(job_id).with_suffix(".part"),
-            self.root / f"{job_id}.request",
-            self.root / f"{job_id}.request-part",
+            self.request_path(job_id),
+            self.request_path(job_id).with_suffix(".request-part"),
         ):
             try:
                 path.unlink()
