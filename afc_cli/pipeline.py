@@ -1240,6 +1240,9 @@ def _noted_request(
     last = rows[-1] if rows else None
     if last is None or last["status"] != "unknown" or last["provider_request_id"]:
         return rows
+    provider = ctx.providers.get(last["provider"])
+    if provider is None or not provider.resumable:
+        return rows  # only a job-style submit's id is ever kept (``render``'s ``submitted``)
     noted = ctx.spool.noted_request(job["id"])
     if (
         noted is None
