@@ -177,6 +177,13 @@ def identity(conn: sqlite3.Connection, path: Path) -> str:
     return "afc"
 
 
+def leases_sql(done: set[str]) -> str:
+    """The query ``check_no_live_runs`` takes its rows from, on a ledger whose applied
+    migrations are ``done`` (``lease_mono`` exists from m009 on)."""
+    mono = "lease_mono" if "m009_lease_mono" in done else "NULL"
+    return f"SELECT lease_owner, lease_expires, {mono} FROM jobs WHERE lease_owner IS NOT NULL"
+
+
 def check_no_live_runs(path: object, rows: list[tuple], now: float, pending: list[str]) -> None:
     """Refuse to migrate a ledger while a live process holds a job's lease (``rows``: each
     job's ``(lease_owner, lease_expires, lease_mono)``, ``now`` by the ledger's clock).

@@ -327,7 +327,7 @@ class PostgresLedger(Ledger):
         return [row[0] for row in rows if row[0] not in known]
 
     def _migrate(self) -> None:
-        from afc_cli.ledger_file import check_no_live_runs, known_migrations
+        from afc_cli.ledger_file import check_no_live_runs, known_migrations, leases_sql
         from afc_cli.migrations import migrations
 
         known = known_migrations()
@@ -359,11 +359,7 @@ class PostgresLedger(Ledger):
             if pending and "m001_initial" in done:
                 # no claim or renewal commits between this look and the migration
                 raw.execute("LOCK TABLE jobs IN EXCLUSIVE MODE")
-                mono = ", lease_mono" if "m009_lease_mono" in done else ", NULL"
-                rows = raw.execute(
-                    f"SELECT lease_owner, lease_expires{mono} FROM jobs"
-                    " WHERE lease_owner IS NOT NULL"
-                ).fetchall()
+                rows = raw.execute(leases_sql(done)).fetchall()
                 now = raw.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0]
                 check_no_live_runs(self.path, rows, float(now), pending)
             for migration in migrations._migrations:

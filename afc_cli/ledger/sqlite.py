@@ -168,10 +168,7 @@ class SqliteLedger(Ledger):
         pending = [name for name in ledger_file.known_migrations() if name not in done]
         if not pending:
             return
-        mono = ", lease_mono" if "m009_lease_mono" in done else ", NULL"
-        rows = conn.execute(
-            f"SELECT lease_owner, lease_expires{mono} FROM jobs WHERE lease_owner IS NOT NULL"
-        ).fetchall()
+        rows = conn.execute(ledger_file.leases_sql(done)).fetchall()
         ledger_file.check_no_live_runs(self.path, rows, self.lease_clock(), pending)
 
     def newer_migrations(self) -> list[str]:
