@@ -43,14 +43,13 @@ def _count(afc: PgAfc, sql: str) -> int:
         return 0
 
 
-def _kill_when(afc: PgAfc, args: list[str], sql: str, threshold: int, delay: float = 0.0) -> int:
-    proc = afc.popen(*args)
+def _kill_when(afc: PgAfc, args: list[str], sql: str, threshold: int, env: dict) -> int:
+    proc = afc.popen(*args, env=env)
     deadline = time.time() + 30
     while time.time() < deadline and proc.poll() is None:
         if _count(afc, sql) >= threshold:
             break
         time.sleep(0.01)
-    time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     return proc.returncode
@@ -89,30 +88,50 @@ def test_submit_replay_and_reports_on_postgresql(pg):
     assert (plan["replayed"], plan["to_render"], plan["new"]) == (5, 0, 0)
 
 
+STARTED = "SELECT COUNT(*) FROM attempts WHERE status = 'started' AND id > {after}"
+
+
 @pytest.mark.parametrize(
     "kills",
     [
-        [("SELECT COUNT(*) FROM attempts WHERE status = 'started'", 2, 0.1)],
+        # every call held (AFC_LOCAL_RELEASE): killed with two calls in flight
+        [((), STARTED, 2)],
+        # shots 1-3 released, the rest held: killed once those three are spooled, so shots
+        # 4-10 are provably unrendered; then a resume killed with two new calls in flight
         [
-            ("SELECT COUNT(*) FROM steps WHERE step = 'spool'", 3, 0.0),
-            ("SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1, 0.05),
+            (
+                ("shot-001", "shot-002", "shot-003"),
+                "SELECT COUNT(*) FROM steps WHERE step = 'spool'",
+                3,
+            ),
+            ((), STARTED, 2),
         ],
     ],
     ids=["during", "spooled-then-resume"],
 )
 def test_sigkill_then_resume_finishes_every_job_once(pg, kills):
-    pg.write_manifest(manifest(jobs(10, latency_s=0.25)))
-    for i, (sql, threshold, delay) in enumerate(kills):
+    pg.write_manifest(manifest(jobs(10)))
+    release = pg.cwd / "release"
+    for i, (released, sql, threshold) in enumerate(kills):
+        for key in released:
+            (pg.cwd / f"release.{key}").touch()
+        after = _count(pg, "SELECT COALESCE(MAX(id), 0) FROM attempts") if i else 0
         args = ["submit", "manifest.yaml"] if i == 0 else ["resume"]
-        code = _kill_when(pg, [*args, "--concurrency", "4"], sql, threshold, delay)
+        env = {"AFC_LOCAL_RELEASE": str(release)}
+        code = _kill_when(
+            pg, [*args, "--concurrency", "4"], sql.format(after=after), threshold, env
+        )
         assert code == -signal.SIGKILL
+        if i == 0 and released:
+            rendered = pg.rows("SELECT COUNT(*) FROM steps WHERE step = 'spool'")[0][0]
+            assert rendered == len(released), "the held shots were not rendered"
     final = pg("resume", "--concurrency", "4")
     assert final.returncode == 0, final.stderr
     _all_done_once(pg, 10)
     unknown = pg.rows("SELECT COUNT(*) FROM attempts WHERE status = 'unknown'")[0][0]
     adopted = pg.rows("SELECT COUNT(*) FROM attempts WHERE error_message LIKE 'adopted%'")[0][0]
     marked = pg.rows("SELECT COUNT(*) FROM events WHERE kind = 'attempt_unknown'")[0][0]
-    assert unknown + adopted == marked >= 1
+    assert unknown + adopted == marked >= 2  # at least the calls in flight at the last kill
 
 
 def test_crash_after_the_attempt_row_is_unknown_and_retried(pg):

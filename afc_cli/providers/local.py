@@ -15,8 +15,9 @@ With ``AFC_LOCAL_CALL_LOG`` set to a file, every call appends ``<job id> <attemp
 (then, when the request has reference images, the SHA-256 of each as it arrived, joined by
 commas): the independent call counter that concurrency and crash tests check against.
 With ``AFC_LOCAL_RELEASE`` set to a path, every call is held (after its ``latency_s``) until
-a file exists there: a test decides the instant a render returns, instead of racing a
-latency against its own commands on a busy machine.
+a file exists there, or one named ``<path>.<job key>`` for that job alone: a test decides the
+instant a render returns (and which jobs a run it kills has provably left unrendered), instead
+of racing a latency against its own commands on a busy machine.
 
 Reference images (``inputs``) change the picture: their SHA-256 digests join the seed, so
 the same prompt with another style frame renders differently, as on a real model.
@@ -118,7 +119,8 @@ class LocalProvider(Provider):
             await asyncio.sleep(latency)
         release = os.environ.get("AFC_LOCAL_RELEASE")
         if release:
-            while not os.path.exists(release):
+            mine = f"{release}.{request.key}"
+            while not (os.path.exists(release) or os.path.exists(mine)):
                 await asyncio.sleep(0.02)
         fail = params.get("fail", [])
         if request.attempt <= len(fail):
