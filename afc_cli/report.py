@@ -201,6 +201,7 @@ def print_story(story: dict[str, Any]) -> None:
             "usage": json.dumps(a["usage"]) if a["usage"] else None,
             "cost": a["cost"] if a["cost"] is not None else "unpriced",
             "source": a["cost_source"],
+            "error": a["error"],
         }
         for a in story["attempts"]
     ]
@@ -220,6 +221,10 @@ def print_story(story: dict[str, Any]) -> None:
             Col("usage", kind="text", drop=1),
             Col("cost", right=True),
             Col("source", drop=2),
+            # why an attempt failed (a refusal's wording, a key the provider rejected): without
+            # it a fallback's first model left only its class. The first to give up its room,
+            # as it loses nothing: it is then printed under the table, "2: message"
+            Col("error", kind="text", drop=0, below=True),
         ],
     )
     steps = [
