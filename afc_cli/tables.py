@@ -124,9 +124,13 @@ def terminal_width(stream: TextIO) -> int:
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
     try:
-        return os.get_terminal_size(stream.fileno()).columns
+        size = os.get_terminal_size(stream.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return 80
+    # a terminal that reports no size (0x0: `script` on a pipe, some serial consoles and
+    # container ttys) is not one column wide: laid out to 0, every column but the key
+    # was dropped and the reasons wrapped a word a line
+    return size if size > 0 else 80
 
 
 def emit(

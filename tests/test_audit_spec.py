@@ -52,3 +52,18 @@ def test_show_tells_every_attempts_error_on_a_pipe_and_a_terminal(afc):
     assert f"1: {message}" in shown.lines
     rows = [line for line in shown.lines if line[:1] in "12" and " local/m" in line]
     assert len(rows) == 2 and all(len(row) <= 80 for row in rows), rows
+
+
+def test_a_terminal_that_reports_no_size_gets_tables_80_columns_wide(afc):
+    """A tty that answers 0x0 for its size (`script` writing to a pipe, some container and
+    serial consoles) was taken as 0 columns wide: `afc status` dropped every column but the
+    key and said '(not shown at 0 columns: ...)'. It is laid out at 80, as with no size."""
+    afc.write_manifest(manifest([{"key": "k", "prompt": "p", "params": {"fail": ["auth"]}}]))
+    assert afc("submit", "manifest.yaml").returncode == 1
+    env = {k: v for k, v in afc.env.items() if k != "COLUMNS"}
+    shown = on_pty(afc.command("status"), cwd=afc.cwd, env=env, columns=0)
+    assert shown.returncode == 0, shown.output
+    flat = " ".join(shown.output.split())  # a note may wrap
+    assert "at 0 columns" not in flat, shown.output
+    row = next(line for line in shown.lines if line.startswith("k "))
+    assert row.split()[:4] == ["k", "failed", "render", "1"], shown.output  # step, attempts
