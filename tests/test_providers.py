@@ -622,3 +622,40 @@ def test_a_fal_request_ended_by_fals_own_infrastructure_error_is_known_to_cost_n
     assert "runner_disconnected" in first["error"]
     assert second["status"] == "succeeded"
     assert fake.counts["fal_submit"] == 2
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_a_job_whose_provider_is_still_rendering_is_waiting(afc, fake, provider):
+    """The contract's job statuses: ``waiting`` is a backoff or a provider still rendering.
+    A Replicate or fal job whose request the provider renders showed ``running``, as a call in
+    progress, and, left by a stopped run, ``queued``, as a job never started. It is
+    ``waiting``, its reason naming the request, while a run polls it and once a stopped run
+    released it; ``running`` again once the provider answered; and one request is paid."""
+    data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
+    data["defaults"]["chain"] = [{"provider": provider, "model": MODELS[provider]}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml", "--grace", "0.5")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    [request_id] = [r for (r,) in afc.rows("SELECT provider_request_id FROM attempts")]
+
+    def job() -> dict:
+        [row] = afc.json("status", "--all")["jobs"]
+        return row
+
+    polled = job()
+    assert polled["status"] == "waiting"
+    assert polled["waiting"] == f"provider still rendering: {provider} request {request_id}"
+    assert afc.json("queue", "stats")["delayed"] == 1
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 130
+    left = job()
+    assert (left["status"], left["waiting"]) == ("waiting", polled["waiting"])
+    assert afc.rows("SELECT lease_owner FROM jobs") == [(None,)], "released: any run polls it"
+    fake.released.set()
+    assert afc("resume").returncode == 0
+    assert job()["status"] == "succeeded"
+    assert fake.counts[f"{provider}_submit"] == 1
+    kinds = [k for (k,) in afc.rows("SELECT kind FROM events ORDER BY id")]
+    # running again (its attempt answered) before it was spooled and stored
+    assert afc.rows("SELECT waiting_reason FROM jobs") == [(None,)]
+    assert kinds.index("attempt_resumed") < kinds.index("succeeded")

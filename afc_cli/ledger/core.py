@@ -37,6 +37,8 @@ from afc_cli.secrets import map_leaves, scrub, scrub_data
 TERMINAL = ("succeeded", "failed", "cancelled", "dead", "rejected")
 ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for them all)
 ACTIVE = ("queued", "running", "waiting")
+# the waiting reason of a job whose provider renders a request a run polls (``_rendering``)
+RENDERING = "provider still rendering: "
 IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
@@ -1419,6 +1421,24 @@ class Ledger:
                 "UPDATE attempts SET provider_request_id = ? WHERE job_id = ? AND number = ?",
                 (scrub(request_id), job["id"], number),
             )
+            self._rendering(job, provider, request_id)
+
+    def _rendering(self, job: dict[str, Any], provider: str, request_id: str | None) -> None:
+        """The job is ``waiting`` while its provider renders a request this run polls (the
+        contract's "provider still rendering"), its reason naming the request: ``afc status``
+        tells it from a call in progress, and a run that stops leaves it so (released like any
+        waiting job), as the next run polls that request rather than paying for a new one.
+        Only a job this process holds; ``report_attempt`` puts it back to ``running`` when the
+        provider answered. In the caller's transaction, with the request id."""
+        reason = f"{RENDERING}{provider} request {scrub(request_id or '?')}"
+        now = _now()
+        cursor = self.db.execute(
+            "UPDATE jobs SET status = 'waiting', waiting_reason = ?, updated_at = ?"
+            f" WHERE id = ? AND lease_owner = ? AND status IN {ACTIVE_SQL}",
+            (reason, now, job["id"], self.owner),
+        )
+        if cursor.rowcount == 1:
+            job.update(status="waiting", waiting_reason=reason, updated_at=now)
 
     def reopen_attempt(
         self, job: dict[str, Any], attempt: dict[str, Any], run_id: str | None = None
@@ -1440,6 +1460,7 @@ class Ledger:
                 (self.owner, SHARED_BUDGET + "%", run_id, attempt["id"]),
             )
             if cursor.rowcount == 1:
+                self._rendering(job, attempt["provider"], attempt["provider_request_id"])
                 before = attempt.get("run_id")
                 moved = (
                     run_id is not None
@@ -1746,6 +1767,19 @@ class Ledger:
                 retry_after_s,
             ),
         )
+        if status in ("succeeded", "failed") and (job.get("waiting_reason") or "").startswith(
+            RENDERING
+        ):
+            # the provider answered the request the job waited on: it is the run's again
+            # (spooled, stored, or its next attempt), not a render still in progress
+            now = _now()
+            cursor = self.db.execute(
+                "UPDATE jobs SET status = 'running', waiting_reason = NULL, updated_at = ?"
+                " WHERE id = ? AND lease_owner = ? AND status = 'waiting'",
+                (now, job["id"], self.owner),
+            )
+            if cursor.rowcount == 1:
+                job.update(status="running", waiting_reason=None, updated_at=now)
 
     def end_attempt(self, job: dict[str, Any], number: int, **report: Any) -> None:
         with self.tx(commit=True):
