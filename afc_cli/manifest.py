@@ -191,8 +191,11 @@ class Defaults(_Strict):
     output: str = DEFAULT_OUTPUT
     chain: list[ChainEntry] | None = None
     params: dict[str, Any] = Field(default_factory=dict)
-    # needs and inputs name other jobs, so they are per job; review may be a batch's default
     review: bool = False
+    # a job without needs (or inputs) of its own takes these, less any naming the job itself
+    # (``_with_default_gates``): ``needs: [style-frame]`` makes every other job wait for it
+    needs: list[str] | None = None
+    inputs: list[InputSpec] | None = None
 
 
 class JobSpec(_Strict):
@@ -998,6 +1001,7 @@ def resolve_jobs(
     cache: dict[str, Any] = {}  # what jobs with the default chain or params share
     plain: _PlainJobs | None = None
     for index, where, spec in specs:
+        spec = _with_default_gates(model, spec)
         if type(spec) is PlainSpec and spec.output is None:
             if plain is None and cache.get("chain_problems") == [] and "params" in cache:
                 plain = _PlainJobs(model, cache)  # once a job of the defaults has resolved
@@ -1293,6 +1297,29 @@ def resolve_deferred(
             return
         pending = [item for item in pending if item not in ready]
         yield from resolve_jobs(model, providers, ready, problems, seen, aggregate)
+
+
+def _with_default_gates(model: ManifestModel, spec: Any) -> Any:
+    """``spec`` with the defaults' ``needs`` and ``inputs`` where it names none of its own (an
+    empty list of its own is its own: no needs). A default need or input job that is the job
+    itself is left out for it: the job every other one waits for does not wait for itself."""
+    defaults = model.defaults
+    update: dict[str, Any] = {}
+    if defaults.needs is not None and spec.needs is None:
+        update["needs"] = [ref for ref in defaults.needs if _own_key(model.batch, ref) != spec.key]
+    if defaults.inputs is not None and spec.inputs is None:
+        update["inputs"] = [
+            item
+            for item in defaults.inputs
+            if item.job is None or _own_key(model.batch, item.job) != spec.key
+        ]
+    if not update:
+        return spec
+    if type(spec) is PlainSpec:  # a job list's plain line: the general path, with the gates
+        return JobSpec.model_construct(
+            key=spec.key, prompt=spec.prompt, output=spec.output, review=None, **update
+        )
+    return spec.model_copy(update=update)
 
 
 def _own_key(batch: str, ref: str | None) -> str | None:

@@ -1,0 +1,56 @@
+"""Conformance to the product contract's later sections (concurrency and cron, storage,
+providers, webhooks, the round-2 additions), checked from outside through the ``afc``
+command, sentence by sentence."""
+
+from __future__ import annotations
+
+import hashlib
+
+from conftest import manifest
+
+from afc_cli.providers.local import render_png
+
+
+def test_needs_and_inputs_are_taken_from_defaults(afc):
+    """``needs`` and ``inputs`` are job fields "also in defaults", as ``review`` is: a job
+    without its own takes the defaults' (the job a default names does not wait for itself),
+    and a job's own list, even an empty one, overrides them. afc refused both in defaults
+    as unknown fields (exit 2)."""
+    (afc.cwd / "ref.png").write_bytes(render_png("a palette", 16, 16))
+    data = manifest(
+        [
+            {"key": "style", "prompt": "the style frame", "review": True},
+            {"key": "shot-1", "prompt": "a lighthouse"},
+            {"key": "loose", "prompt": "on its own", "needs": [], "inputs": []},
+        ],
+        jobs_from="more.jsonl",
+    )
+    data["defaults"]["needs"] = ["style"]
+    data["defaults"]["inputs"] = [{"path": "ref.png"}, {"job": "style"}]
+    (afc.cwd / "more.jsonl").write_text('{"key": "shot-2", "prompt": "a harbour"}\n')
+    afc.write_manifest(data)
+
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    status = {j["key"]: j["status"] for j in afc.json("status")["jobs"]}
+    assert status == {
+        "style": "awaiting_review",
+        "shot-1": "blocked",
+        "shot-2": "blocked",
+        "loose": "succeeded",
+    }
+    palette = hashlib.sha256((afc.cwd / "ref.png").read_bytes()).hexdigest()
+    style = afc.json("show", "style")
+    assert style["needs"] == []
+    assert [i.get("sha256") for i in style["inputs"]] == [palette]
+    for key in ("shot-1", "shot-2"):
+        shot = afc.json("show", key)
+        assert [n["key"] for n in shot["needs"]] == ["style"]
+        assert [i.get("sha256") or i.get("job") for i in shot["inputs"]] == [palette, "style"]
+    assert afc.json("show", "loose")["inputs"] is None
+
+    assert afc("review", "approve", "style").returncode == 0
+    assert afc("resume").returncode == 0
+    assert {j["status"] for j in afc.json("status")["jobs"]} == {"succeeded"}
+    sent = afc.json("show", "shot-1")["attempts"][-1]["inputs"]
+    assert len(sent) == 2 and sent[0]["sha256"] == palette
