@@ -976,7 +976,9 @@ def queue_stats_command(
 
             emit_json(stats)
         else:
-            sys.stdout.write("".join(f"{name} {value}\n" for name, value in stats.items()))
+            # one row a figure, its name and value separated by a tab as every piped row is
+            # (``afc queue stats | grep dlq | cut -f2``)
+            sys.stdout.write("".join(f"{name}\t{value}\n" for name, value in stats.items()))
         if met:
             _err("alert: " + "; ".join(met))
             raise typer.Exit(1)

@@ -54,3 +54,16 @@ def test_needs_and_inputs_are_taken_from_defaults(afc):
     assert {j["status"] for j in afc.json("status")["jobs"]} == {"succeeded"}
     sent = afc.json("show", "shot-1")["attempts"][-1]["inputs"]
     assert len(sent) == 2 and sent[0]["sha256"] == palette
+
+
+def test_queue_stats_rows_are_tab_separated(afc):
+    """Piped output is plain text, tab-separated rows: ``afc queue stats`` printed
+    ``dlq 0`` with a space, so ``afc queue stats | grep dlq | cut -f2`` gave the whole line."""
+    afc.write_manifest(manifest([{"key": "k", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml", "--no-run", "-q").returncode == 0
+    result = afc("queue", "stats")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    figures = afc.json("queue", "stats")
+    assert {name: int(value) for name, value in rows} == figures
+    assert figures["queued"] == 1
