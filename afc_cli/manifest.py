@@ -419,7 +419,8 @@ def _chain_problems(
     """A chain's and its params' problems (the same for every job with the same chain and
     params: resolve_jobs finds the default's once)."""
     problems = []
-    for c, entry in enumerate(chain):
+    checked: set[str] = set()  # a provider's params problems are said once, however many
+    for c, entry in enumerate(chain):  # of the chain's models it serves
         provider = providers.get(entry.provider)
         if provider is None:
             problems.append(
@@ -430,6 +431,9 @@ def _chain_problems(
                 )
             )
             continue
+        if entry.provider in checked:
+            continue
+        checked.add(entry.provider)
         for problem in provider.params_problems(params):
             param, _, message = problem.partition(": ")
             problems.append(f"field 'params.{param}': {message}")

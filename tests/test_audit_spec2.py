@@ -67,3 +67,14 @@ def test_queue_stats_rows_are_tab_separated(afc):
     figures = afc.json("queue", "stats")
     assert {name: int(value) for name, value in rows} == figures
     assert figures["queued"] == 1
+
+
+def test_a_params_problem_is_named_once_for_a_chain_of_one_provider(afc):
+    """An error names the file, the job and the field: once. With two models of one provider
+    in the chain, each bad param was listed twice, word for word."""
+    data = manifest([{"key": "k", "prompt": "p", "params": {"fail": ["bogus"]}}])
+    data["defaults"]["chain"].append({"provider": "local", "model": "m2"})
+    afc.write_manifest(data)
+    result = afc("plan", "manifest.yaml")
+    assert result.returncode == 2
+    assert result.stderr.count("'bogus' is not an error class") == 1, result.stderr
