@@ -592,7 +592,15 @@ def worker(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
-    storage: UnusedStorageOpt = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage",
+            metavar="URL",
+            help="Refuse (exit 2) a batch whose outputs are stored elsewhere: each batch "
+            "keeps the storage it was admitted with.",
+        ),
+    ] = None,
 ) -> None:
     """Run jobs of any batch until SIGTERM: one worker per machine.
 
@@ -614,6 +622,7 @@ def worker(
             max_spend=max_spend,
             allow_unpriced=allow_unpriced,
             budget_name=budget_name,
+            storage=storage,
         )
         if json_out:
             from afc_cli.output import emit_json

@@ -171,7 +171,9 @@ def work(
     max_spend: str | None = None,
     allow_unpriced: bool = False,
     budget_name: str | None = None,
+    storage: str | None = None,
 ) -> WorkerResult:
+    from afc_cli import storage as storage_mod
     from afc_cli.costs import RateCards
     from afc_cli.run import (
         Budget,
@@ -215,6 +217,9 @@ def work(
     def check(jobs: list[dict[str, Any]]) -> None:
         """What a claim must pass before its jobs run: every provider's key is set here, and
         under a budget every chain is priced (UsageError otherwise)."""
+        if named:  # a batch admitted since the start is held to --storage too
+            for name in sorted({job["batch"] for job in jobs}):
+                ledger.check_storage(name, named)
         chains = [(job["batch"], json.loads(job["request_json"])["chain"]) for job in jobs]
         require_keys({entry["provider"] for _, chain in chains for entry in chain})
         if budget is not None:
@@ -230,6 +235,14 @@ def work(
     saved = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:
         ledger.require_batch(batch)
+        # --storage names where this worker's outputs go, as for 'afc resume': a batch bound
+        # to another storage is refused, both named, before anything is claimed
+        named = storage_mod.normalize_url(storage) if storage else None
+        if named:
+            for name in sorted(
+                {row["name"] for row in ledger.batches()} if batch is None else {batch}
+            ):
+                ledger.check_storage(name, named)
         while not stop.is_set():
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
             jobs = ledger.claim_runnable(claim, lease_s, batch=batch)

@@ -78,3 +78,45 @@ def test_a_params_problem_is_named_once_for_a_chain_of_one_provider(afc):
     result = afc("plan", "manifest.yaml")
     assert result.returncode == 2
     assert result.stderr.count("'bogus' is not an error class") == 1, result.stderr
+
+
+def test_a_worker_named_another_storage_is_refused_with_both_named(afc):
+    """A later run that names a different storage for a batch is refused (exit 2) with both
+    named. ``afc worker --storage`` was accepted and ignored: the worker rendered into the
+    batch's own storage, exit 0, where the operator had named another."""
+    afc.write_manifest(manifest([{"key": "k", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml", "--no-run", "-q").returncode == 0
+    bound = (afc.cwd / "afc-outputs").resolve().as_uri()
+    elsewhere = (afc.cwd / "elsewhere").resolve().as_uri()
+
+    result = afc("worker", "--until-idle", "--storage", "file://./elsewhere")
+    assert result.returncode == 2
+    assert bound in result.stderr and elsewhere in result.stderr
+    assert afc.json("status")["jobs"][0]["status"] == "queued", "nothing was claimed"
+    assert afc.rows("SELECT COUNT(*) FROM attempts")[0][0] == 0
+
+    assert afc("worker", "--until-idle", "--storage", "file://./afc-outputs").returncode == 0
+    assert afc.json("status")["jobs"][0]["status"] == "succeeded"
+
+
+def test_a_batch_admitted_while_a_worker_runs_is_held_to_its_storage(afc):
+    """The same check at each claim: a batch admitted since the worker started, bound to
+    another storage, is refused (exit 2), its job given back unrendered."""
+    afc.write_manifest(manifest([{"key": "k", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml", "-q").returncode == 0
+    worker = afc.popen(
+        "worker", "--storage", "file://./afc-outputs", "--poll", "0.05", "--grace", "0"
+    )
+    try:
+        later = manifest([{"key": "k2", "prompt": "p2"}], batch="b2")
+        afc.write_manifest(later, name="later.yaml")
+        admitted = afc("submit", "later.yaml", "--no-run", "--storage", "file://./other")
+        assert admitted.returncode == 0, admitted.stderr
+        assert worker.wait(timeout=60) == 2
+        stderr = worker.stderr.read()
+        assert "batch 'b2'" in stderr and (afc.cwd / "other").resolve().as_uri() in stderr
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert afc.rows("SELECT status, lease_owner FROM jobs WHERE key = 'k2'") == [("queued", None)]
