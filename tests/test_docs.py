@@ -1,0 +1,213 @@
+"""The documentation names what is in the repository.
+
+README.md and docs/*.md cite files, functions, classes, tests and make targets so that a
+reader can check them (docs/README.md: "Cite files in this repository by path"). A rename
+that leaves a page behind is found here, not by the next maintainer. Checked: every
+backticked repository path exists; every backticked ``module.name`` whose first part is one
+of afc_cli's modules is defined at the top of that module (or of its package), and every
+``Class.member`` whose class is defined in the repository is a member of that class or of a
+class it derives from or that derives from it; every backticked ``test_...`` name is a test
+function; every ``make TARGET`` is a Makefile target. Anything else in backticks (options,
+SQL, shell, the standard library) is not checked. docs/benchmarks.md is left out: it records
+measurements of earlier builds, with the files and names of their time.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md"] + sorted(
+    p for p in (ROOT / "docs").glob("*.md") if p.name != "benchmarks.md"
+)
+CODE_DIRS = ("afc_cli", "tests", "bench")
+TOP_DIRS = ("afc_cli/", "tests/", "bench/", "examples/", "docs/")
+EXTENSIONS = {"py", "md", "yaml", "yml", "json", "jsonl", "csv", "txt", "sh", "toml", "png"}
+# dotted names that are not afc's code though they start like it
+NOT_CODE = {"fal.run"}  # fal's synchronous endpoint, which afc never calls
+
+
+def _ticks(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # examples, not citations
+    return re.findall(r"`([^`\n]+)`", text)
+
+
+@cache
+def _trees() -> dict[Path, ast.Module]:
+    return {
+        path: ast.parse(path.read_text())
+        for folder in CODE_DIRS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+    }
+
+
+def _top_names(tree: ast.Module) -> set[str]:
+    """Names a module defines at its top (not the ones it imports)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    if "__getattr__" in names:  # a lazy attribute: the names the module compares against
+        names.update(
+            n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier()
+        )
+    return names
+
+
+@cache
+def _modules() -> dict[str, list[set[str]]]:
+    """afc_cli's modules by dotted tail ('pipeline', 'base', 'storage.base', 'ledger'): the
+    names each defines. A package stands for every module in it."""
+    found: dict[str, list[set[str]]] = {}
+    for path, tree in _trees().items():
+        if path.parts[len(ROOT.parts)] != "afc_cli":
+            continue
+        rel = path.relative_to(ROOT / "afc_cli").with_suffix("")
+        parts = [p for p in rel.parts if p != "__init__"]
+        names = _top_names(tree)
+        for start in range(len(parts)):
+            for end in range(start + 1, len(parts) + 1):
+                found.setdefault(".".join(parts[start:end]), []).append(names)
+    return found
+
+
+@cache
+def _classes() -> dict[str, list[tuple[set[str], set[str]]]]:
+    """Every class in the repository's code by name: (its bases' names, its members)."""
+    found: dict[str, list[tuple[set[str], set[str]]]] = {}
+    for tree in _trees().values():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {
+                b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+            }
+            members: set[str] = set()
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    members.add(item.name)
+                elif isinstance(item, ast.Assign):
+                    members.update(t.id for t in item.targets if isinstance(t, ast.Name))
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    members.add(item.target.id)
+            for sub in ast.walk(node):  # self.x = ... in its methods
+                if (
+                    isinstance(sub, ast.Attribute)
+                    and isinstance(sub.ctx, ast.Store)
+                    and isinstance(sub.value, ast.Name)
+                    and sub.value.id == "self"
+                ):
+                    members.add(sub.attr)
+            found.setdefault(node.name, []).append((bases, members))
+    return found
+
+
+def _kin(name: str) -> set[str]:
+    """A class and every class it derives from or that derives from it (by name)."""
+    classes = _classes()
+    kin, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current in kin:
+            continue
+        kin.add(current)
+        for bases, _ in classes.get(current, []):
+            todo.extend(b for b in bases if b in classes)
+        todo.extend(n for n, defs in classes.items() if any(current in b for b, _ in defs))
+    return kin
+
+
+def _member(cls: str, attr: str) -> bool:
+    return any(attr in members for k in _kin(cls) for _, members in _classes().get(k, []))
+
+
+def _problem(token: str) -> str | None:
+    """Why a backticked token names nothing in the repository, or None."""
+    token = token.strip()
+    if token.startswith(TOP_DIRS) and " " not in token:
+        path, _, test = token.partition("::")
+        path = path.rstrip("/")
+        if not (list(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()):
+            return f"no file {path}"
+        if test and test not in _tests():
+            return f"no test {test} in {path}"
+        return None
+    match = re.fullmatch(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(.*\))?", token)
+    if match:
+        parts = match.group(1).split(".")
+        if parts[-1] in EXTENSIONS or match.group(1) in NOT_CODE:
+            return None  # a file name
+        if len(parts) == 2 and parts[0] in _columns():
+            if parts[1] in _columns()[parts[0]]:
+                return None  # a ledger column (afc_cli/migrations.py)
+        modules = _modules()
+        for split in range(len(parts) - 1, 0, -1):
+            module = ".".join(parts[:split])
+            if module in modules:
+                name = parts[split]
+                if not any(name in names for names in modules[module]):
+                    return f"afc_cli's {module} defines no {name}"
+                if split + 1 < len(parts) and name in _classes():
+                    if not _member(name, parts[split + 1]):
+                        return f"{name} has no member {parts[split + 1]}"
+                return None
+        if parts[0] in _classes() and not _member(parts[0], parts[1]):
+            return f"{parts[0]} has no member {parts[1]}"
+        return None
+    if re.fullmatch(r"test_\w+", token) and token not in _tests():
+        return f"no test function {token}"
+    match = re.fullmatch(r"make ([a-z][\w-]*)", token)
+    if match and match.group(1) not in _make_targets():
+        return f"no Makefile target {match.group(1)}"
+    return None
+
+
+@cache
+def _columns() -> dict[str, set[str]]:
+    """The ledger's tables and the names of their columns, from the migrations."""
+    text = (ROOT / "afc_cli" / "migrations.py").read_text()
+    columns: dict[str, set[str]] = {}
+    for table, body in re.findall(
+        r"CREATE TABLE (\w+) \((.*?)\)\s*(?:WITHOUT ROWID)?;", text, re.S
+    ):
+        columns.setdefault(table, set()).update(re.findall(r"(?m)^\s*(\w+) [A-Z]", body))
+    for table, column in re.findall(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", text):
+        columns.setdefault(table, set()).add(column)
+    return columns
+
+
+@cache
+def _tests() -> set[str]:
+    return {
+        node.name
+        for path, tree in _trees().items()
+        if path.parts[len(ROOT.parts)] == "tests"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test_")
+    }
+
+
+@cache
+def _make_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text()
+    return set(re.findall(r"(?m)^([a-z][\w-]*):", text))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_name_a_page_cites_is_in_the_repository(page):
+    problems = sorted({f"`{t}`: {why}" for t in _ticks(page) if (why := _problem(t))})
+    assert not problems, f"{page.relative_to(ROOT)} cites what is not there:\n" + "\n".join(
+        problems
+    )
