@@ -3,6 +3,9 @@
 #
 #   AFC_DIR     the folder holding afc.db and the spool (default: this script's folder)
 #   AFC_LEDGER  / AFC_STORAGE / AFC_CONFIG are read by afc itself
+#   AFC_CONCURRENCY  afc resume's --concurrency (default 32)
+#   AFC_MAX_SPEND    afc resume's --max-spend, a cap per run (default: none)
+#   AFC_MAX_AGE_S    the oldest_age_seconds threshold of the queue check (default 21600)
 #
 # Exit codes (cron mails or your monitor alerts on non-zero):
 #   0   everything finished, queue healthy
