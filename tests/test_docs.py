@@ -15,7 +15,9 @@ measurements of earlier builds, with the files and names of their time.
 from __future__ import annotations
 
 import ast
+import importlib
 import re
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -148,6 +150,8 @@ def _problem(token: str) -> str | None:
         parts = match.group(1).split(".")
         if parts[-1] in EXTENSIONS or match.group(1) in NOT_CODE:
             return None  # a file name
+        if _in_stdlib(parts):
+            return None  # html.escape, http.server, secrets.token_hex: not afc's modules
         if len(parts) == 2 and parts[0] in _columns():
             if parts[1] in _columns()[parts[0]]:
                 return None  # a ledger column (afc_cli/migrations.py)
@@ -171,6 +175,24 @@ def _problem(token: str) -> str | None:
     if match and match.group(1) not in _make_targets():
         return f"no Makefile target {match.group(1)}"
     return None
+
+
+def _in_stdlib(parts: list[str]) -> bool:
+    """A dotted name the standard library has (some of afc's modules share a name with one of
+    its modules: html, http, secrets, copy)."""
+    if parts[0] not in sys.stdlib_module_names:
+        return False
+    for split in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for name in parts[split:]:
+            if not hasattr(value, name):
+                return False
+            value = getattr(value, name)
+        return True
+    return False
 
 
 @cache
