@@ -711,6 +711,8 @@ def _plan(
             from afc_cli.output import emit_json
 
             emit_json(result)
+            for problem in result["environment"]:  # the text above says it on stdout
+                _err(f"a submit in this environment would be refused (exit 2): {problem}")
         else:
             sys.stdout.write(describe(result) + "\n")
     if result["problems"]:

@@ -12,7 +12,11 @@ The budget it compares the estimate with is the submit's own (``Budget.of_manife
 ``--max-spend``, else the manifest's ``budget``), checked as the submit checks it
 (``Budget.check_priced``): where the submit would refuse to run under it (an unpriced model,
 without ``--allow-unpriced``), the plan says so in ``problems`` and the command exits 2, as the
-submit would; ``fits_budget`` is then None (the estimate cannot say).
+submit would; ``fits_budget`` is then None (the estimate cannot say). An API key or a webhook
+secret this environment lacks or cannot send (``run.require_keys``,
+``webhooks.require_secrets``: variable names only, never a value) is said in ``environment``,
+not refused: a plan is often made where the submit is not (CI checking manifests without
+secrets), and the submit refuses on its own, writing nothing.
 
 The ledger, if there is one, is opened read-only (no migrations, no lock); a missing ledger
 means every job is new. Storage is only read.
@@ -43,7 +47,7 @@ from afc_cli.manifest import same_request
 from afc_cli.owner import lease_held
 from afc_cli.pipeline import ownership
 from afc_cli.providers import images_requested
-from afc_cli.run import Budget, manifest_rates, resolve_storage
+from afc_cli.run import Budget, manifest_rates, require_keys, resolve_storage
 
 
 def plan(
@@ -73,12 +77,29 @@ def plan(
     }
     # what the submit would refuse before writing anything, said here too (exit 2)
     problems = []
+    chains = [*manifest.chains, *(body["chain"] for body in unlisted.values())]
     if budget is not None:
-        chains = [*manifest.chains, *(body["chain"] for body in unlisted.values())]
         try:
             budget.check_priced([(manifest.batch, chain) for chain in chains], lambda b: rates)
         except UsageError as exc:
             problems.append(exc.message)
+    # What this environment lacks for the submit (an API key, a webhook secret: names only,
+    # never a value). Said, not a refusal: a plan is often made where the submit is not (a
+    # laptop, CI checking manifests without secrets), and the submit refuses on its own,
+    # writing nothing. ``afc plan`` exits 0 for it.
+    environment = []
+    from afc_cli.webhooks import require_secrets
+
+    for check in (
+        lambda: require_keys({entry["provider"] for chain in chains for entry in chain}),
+        lambda: require_secrets(
+            manifest.secret_envs, f"{manifest.path}: field 'webhook.secret_env'"
+        ),
+    ):
+        try:
+            check()
+        except UsageError as exc:
+            environment.append(exc.message)
     if bound and named and bound != named:
         raise UsageError(f"batch {manifest.batch!r} stores its outputs in {bound}, not {named}")
     url = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
@@ -286,6 +307,8 @@ def plan(
         # None without a budget, or when the submit would refuse to run under it (problems)
         "fits_budget": None if budget is None or problems else estimate <= budget.cap_micros,
         "problems": problems,
+        # what a submit in this environment would be refused for (exit 2), not the plan
+        "environment": environment,
         "conflicts": conflicts,
         # the jobs with needs and the jobs they need, in waves (each needs only earlier ones),
         # and the jobs that pause for a person's review after verify
@@ -350,4 +373,6 @@ def describe(result: dict[str, Any]) -> str:
         lines.append(f"  budget {result['budget']} USD: the estimate {verdict}")
     for problem in result["problems"]:
         lines.append(f"  a submit would be refused (exit 2): {problem}")
+    for problem in result.get("environment") or ():
+        lines.append(f"  a submit in this environment would be refused (exit 2): {problem}")
     return "\n".join(lines)

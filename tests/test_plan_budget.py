@@ -4,6 +4,9 @@ estimate that counts every image a request asks for (README "Money: know before 
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 from conftest import manifest
 
@@ -137,3 +140,40 @@ def test_an_image_count_is_read_as_the_provider_would_take_it():
     # an absurd count stays within what the ledger's reservation holds, and fits no budget
     huge = cards.estimate("openai", "m", images_requested("openai", {"n": 10**30}))
     assert huge == 999_999_999_999
+
+
+def test_plan_says_what_this_environment_lacks_for_the_submit(afc):
+    """An outside audit: `afc plan` of a manifest whose OpenAI key and webhook secret were not
+    set said nothing of them (exit 0), and the submit it planned was refused (exit 2). The plan
+    names the variables (never a value) in `environment`, on stdout as text and on stderr with
+    --json, and still exits 0: a plan made where the submit is not (CI checking manifests) is
+    not a failure."""
+    data = manifest([{"key": "a", "prompt": "a"}])
+    data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1"}]
+    data["rates"] = [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}]
+    data["webhook"] = {"url": "https://hooks.example.com/afc", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data)
+    submit = afc("submit", "manifest.yaml", env={"OPENAI_API_KEY": ""})
+    assert submit.returncode == 2
+    bad_key = "sk-live-123\nX-Leak: 1"  # a value no header can carry: named, never shown
+    for env in ({"OPENAI_API_KEY": ""}, {"OPENAI_API_KEY": bad_key}):
+        planned = afc("plan", "manifest.yaml", "--json", env=env)
+        assert planned.returncode == 0, planned.stderr
+        lacks = json.loads(planned.stdout)["environment"]
+        assert len(lacks) == 2 and "OPENAI_API_KEY" in lacks[0], lacks
+        assert "manifest.yaml: field 'webhook.secret_env'" in lacks[1]
+        assert "AFC_HOOK_SECRET" in lacks[1]
+        for line in lacks:
+            assert f"a submit in this environment would be refused (exit 2): {line}" in (
+                planned.stderr
+            )
+        assert "sk-live" not in planned.stdout + planned.stderr
+        text = afc("plan", "manifest.yaml", env=env)
+        assert text.returncode == 0
+        assert text.stdout.count("a submit in this environment would be refused (exit 2)") == 2
+    secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
+    ready = afc.json(
+        "plan", "manifest.yaml", env={"OPENAI_API_KEY": "sk-1", "AFC_HOOK_SECRET": secret}
+    )
+    assert ready["environment"] == [] and ready["problems"] == []
+    assert not (afc.cwd / "afc.db").exists()
