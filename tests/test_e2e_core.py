@@ -244,7 +244,8 @@ def test_output_of_another_job_is_never_overwritten(afc):
     assert result.returncode == 1
     story = afc.json("show", "intruder")
     assert story["job"]["error"]["code"] == "OUTPUT_KEY_CONFLICT"
-    assert "shot-001" in story["job"]["error"]["message"]
+    # the other job named by its batch and key (an audit: its batch was not said)
+    assert "another job ('b1/shot-001', job id " in story["job"]["error"]["message"]
     assert (afc.outputs() / "b1" / "shot-001.png").read_bytes() == original
 
 
