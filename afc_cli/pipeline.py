@@ -495,10 +495,8 @@ def ownership(job: dict[str, Any], info: ObjectInfo) -> str | None:
         return "an object that afc did not write (no afc metadata)" if info.exists else None
     if meta.get("job_id") != job["id"]:
         other = meta.get("key") or meta.get("job_id") or "unknown"
-        if meta.get("key") and meta.get(
-            "batch"
-        ):  # BATCH/KEY, as a manifest names another batch's job
-            other = f"{meta['batch']}/{meta['key']}"
+        if meta.get("key") and meta.get("batch"):
+            other = f"{meta['batch']}/{meta['key']}"  # as a manifest names another batch's job
         return f"the output of another job ({other!r}, job id {meta.get('job_id')})"
     if meta.get("request_hash") != job["request_hash"]:
         return (
