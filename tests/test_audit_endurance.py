@@ -65,7 +65,10 @@ def test_a_fed_run_loop_keeps_only_its_unfinished_jobs_tasks(afc, monkeypatch):
     assert (stats.ran, stats.finished) == (n, n)
     late = kept[len(kept) // 2 :]  # hundreds of jobs finished by then
     assert max(tasks for tasks, _, _ in late) <= 2 * concurrency, kept
-    assert max(done for _, _, done in late) <= 2 * concurrency, kept
+    # the ended tasks still alive are at most one wait's (``run._fed``'s ``done``: of the
+    # ``concurrency`` running and a fed round of 10, on a busy machine all ended at once,
+    # 9 seen once in a clean clone's suite), however many jobs ended before: never hundreds
+    assert max(done for _, _, done in late) <= concurrency + 10, kept
     assert ctx.tasks == {}
 
 

@@ -33,7 +33,7 @@ def test_wrapper_resumes_and_reports(afc):
     result = run_wrapper(afc)
     assert result.returncode == 0, result.stdout + result.stderr
     assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 3)]
-    assert "dlq 0" in result.stdout
+    assert "dlq\t0" in result.stdout  # one tab-separated row a figure
 
 
 def test_wrapper_alerts_on_a_failed_job_and_skips_when_locked(afc):
