@@ -582,6 +582,29 @@ def _read_yaml(path: Path) -> Any:
 # --- validation -------------------------------------------------------------------------------
 
 
+def _without_refused_jobs(
+    raw: dict[str, Any], exc: ValidationError
+) -> tuple[ManifestModel | None, dict[int, Any]]:
+    """The manifest without the jobs whose fields ``exc`` refused, and those jobs by index,
+    for the checks across jobs (duplicate keys, needs, inputs, outputs, params): None when a
+    problem lies outside the jobs (defaults, rates, the batch), which every job depends on."""
+    jobs = raw.get("jobs")
+    refused: set[int] = set()
+    for err in exc.errors(include_url=False):
+        loc = err["loc"]
+        if not (len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int)):
+            return None, {}
+        refused.add(loc[1])
+    if not isinstance(jobs, list):
+        return None, {}
+    try:
+        kept = [job for index, job in enumerate(jobs) if index not in refused]
+        model = ManifestModel.model_validate({**raw, "jobs": kept})
+    except ValidationError:
+        return None, {}
+    return model, {index: jobs[index] for index in sorted(refused)}
+
+
 def _where(raw: Any, loc: tuple[Any, ...]) -> str:
     """Name the job (index and key) and the field for an error location."""
     if len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int):
@@ -789,12 +812,17 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
     name = str(path)
     if not isinstance(raw, dict):
         raise ManifestError(name, ["the manifest must be a mapping with version, batch and jobs"])
+    # the jobs the fields' check refused (index -> their raw mapping): left out of the checks
+    # across jobs, which still run on the others, so one try lists both kinds of problem
+    refused: dict[int, Any] = {}
     try:
         model = ManifestModel.model_validate(raw)
+        problems: list[str] = []
     except ValidationError as exc:
-        raise ManifestError(name, _pydantic_problems(raw, exc)[:MAX_PROBLEMS]) from None
-
-    problems: list[str] = []
+        problems = _pydantic_problems(raw, exc)
+        model, refused = _without_refused_jobs(raw, exc)
+        if model is None:
+            raise ManifestError(name, problems[:MAX_PROBLEMS]) from None
     bad_batch = _key_problem(model.batch)
     if bad_batch:
         problems.append(f"field 'batch': {bad_batch}")
@@ -824,18 +852,28 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         if missing:
             problems.append(f"field 'jobs_from': {missing}")
             jobs_file = None
-    elif not model.jobs:
+    elif not model.jobs and not refused:
         problems.append("field 'jobs': required field is missing (or name a job list: jobs_from)")
 
     seen, aggregate = Seen(), Aggregate()
     seen.base = path.parent
-    specs = ((index, f"job {index}", spec) for index, spec in enumerate(model.jobs or []))
+    for index, job in refused.items():
+        key = job.get("key") if isinstance(job, dict) else None
+        if isinstance(key, str) and key not in seen.keys:
+            # known, so a duplicate of it or a need of it is judged as with the job whole; its
+            # hash a stand-in (its problems are listed: nothing is admitted)
+            seen.keys[key] = f"job {index}"
+            seen.hashes[key] = bytes(32)
+    inline = [i for i in range(len(model.jobs or []) + len(refused)) if i not in refused]
+    specs = (
+        (index, f"job {index}", spec) for index, spec in zip(inline, model.jobs or [], strict=True)
+    )
     jobs: list[ResolvedJob] | JobList = list(
         resolve_jobs(model, providers, specs, problems, seen, aggregate)
     )
     if jobs_file is not None and len(problems) < MAX_PROBLEMS:
         # every line checked and resolved; the results wait in a temporary file, not memory
-        lines = jobs_file.specs(len(model.jobs or []), problems)
+        lines = jobs_file.specs(len(model.jobs or []) + len(refused), problems)
         jobs = JobList(
             jobs,
             itertools.chain(

@@ -109,3 +109,31 @@ def test_many_problems_are_listed_at_once(tmp_path):
     text = info.value.message
     assert "job 0 (key 'shot-001'): field 'params.latency_s" in text
     assert "job 2 (key 'shot-003'): field 'params.size" in text
+
+
+def test_a_fields_problem_and_a_problem_across_jobs_are_listed_in_one_try(tmp_path):
+    """An outside audit: a manifest with a mistyped field in one job and a duplicate key or an
+    unknown need in others named only the first kind; the rest came on the next try. The
+    checks across jobs now run on the jobs whose fields are well formed, knowing the others'
+    keys: a need of the refused job is not called unknown, a duplicate of it is named."""
+    data = manifest(jobs(5))
+    data["jobs"][1]["prompt"] = 5  # a field's type
+    data["jobs"][2]["key"] = "shot-001"  # a duplicate of job 0
+    data["jobs"][3]["needs"] = ["shot-002", "nope"]  # the refused job, and an unknown key
+    data["jobs"][4]["key"] = "shot-002"  # a duplicate of the refused job
+    with pytest.raises(ManifestError) as info:
+        load_manifest(write(tmp_path, data))
+    lines = info.value.message.splitlines()[1:]
+    assert lines == [
+        "  - job 1 (key 'shot-002'): field 'prompt': Input should be a valid string",
+        "  - job 2 (key 'shot-001'): field 'key': duplicate key, already used by job 0",
+        "  - job 4 (key 'shot-002'): field 'key': duplicate key, already used by job 1",
+        "  - job 3 (key 'shot-004'): field 'needs[1]': unknown key 'nope'; needs and inputs"
+        " name jobs of this manifest",
+    ], lines
+    # a problem outside the jobs (the defaults every job uses) is listed alone, as before
+    data["defaults"]["chain"] = [{"provider": "local", "model": "m", "attempts": "2"}]
+    with pytest.raises(ManifestError) as info:
+        load_manifest(write(tmp_path, data))
+    assert "duplicate key" not in info.value.message
+    assert "field 'defaults.chain[0].attempts'" in info.value.message
