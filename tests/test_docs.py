@@ -48,16 +48,23 @@ def _trees() -> dict[Path, ast.Module]:
     }
 
 
-def _top_names(tree: ast.Module) -> set[str]:
-    """Names a module defines at its top (not the ones it imports)."""
+def _defined(body: list[ast.stmt]) -> set[str]:
+    """Names a module's or a class's body defines (functions, classes, assignments), not the
+    ones it imports."""
     names: set[str] = set()
-    for node in tree.body:
+    for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
+    return names
+
+
+def _top_names(tree: ast.Module) -> set[str]:
+    """Names a module defines at its top (not the ones it imports)."""
+    names = _defined(tree.body)
     if "__getattr__" in names:  # a lazy attribute: the names the module compares against
         names.update(
             n.value
@@ -95,14 +102,7 @@ def _classes() -> dict[str, list[tuple[set[str], set[str]]]]:
             bases = {
                 b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
             }
-            members: set[str] = set()
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                    members.add(item.name)
-                elif isinstance(item, ast.Assign):
-                    members.update(t.id for t in item.targets if isinstance(t, ast.Name))
-                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                    members.add(item.target.id)
+            members = _defined(node.body)
             for sub in ast.walk(node):  # self.x = ... in its methods
                 if (
                     isinstance(sub, ast.Attribute)
