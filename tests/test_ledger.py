@@ -84,26 +84,6 @@ def test_attempt_report_upsert_keeps_first_outcome(ledger_with_job):
     assert row["usage_json"] == '{"seconds":3.2}'
 
 
-def test_a_polled_request_makes_the_job_waiting_until_its_provider_answers(ledger_with_job):
-    """A job-style request's id recorded: the job waits on its provider (``waiting``, the
-    request named); its answer, good or bad, makes it the run's again (``running``), in the
-    ledger and in the run's own copy of the row."""
-    ledger, job = ledger_with_job
-    job = ledger.claim(job["id"], 60)
-    common = {"chain_index": 0, "provider": "replicate", "model": "m1"}
-    for status in ("failed", "succeeded"):
-        number = ledger.start_attempt(job, 0, "replicate", "m1", None, durable=False)
-        ledger.record_request_id(job, number, "replicate", f"p{number}")
-        for row in (job, ledger.job(job["id"])):
-            assert (row["status"], row["waiting_reason"]) == (
-                "waiting",
-                f"provider still rendering: replicate request p{number}",
-            )
-        ledger.end_attempt(job, number, **common, status=status, error_class=None)
-        for row in (job, ledger.job(job["id"])):
-            assert (row["status"], row["waiting_reason"]) == ("running", None)
-
-
 def test_claim_from_dead_owner_marks_started_attempts_unknown(ledger_with_job, afc):
     ledger, job = ledger_with_job
     dead = subprocess.run(

@@ -32,6 +32,28 @@ def book(afc, ledger_url):
     ledger.close()
 
 
+def test_a_polled_request_makes_the_job_waiting_until_its_provider_answers(book):
+    """A job-style request's id recorded: the job waits on its provider (``waiting``, the
+    request named); its answer, good or bad, makes it the run's again (``running``), in the
+    ledger and in the run's own copy of the row. Both engines (PostgreSQL reads the row
+    count of each conditional update inside a group)."""
+    ledger, (job, *_), _ = book
+    job = ledger.claim(job["id"], 60)
+    common = {"chain_index": 0, "provider": "replicate", "model": "m1"}
+    for status in ("failed", "succeeded"):
+        number = ledger.start_attempt(job, 0, "replicate", "m1", None, durable=False)
+        with ledger.tx():
+            ledger.record_request_id(job, number, "replicate", f"p{number}")
+        for row in (job, ledger.job(job["id"])):
+            assert (row["status"], row["waiting_reason"]) == (
+                "waiting",
+                f"provider still rendering: replicate request p{number}",
+            )
+        ledger.end_attempt(job, number, **common, status=status, error_class=None)
+        for row in (job, ledger.job(job["id"])):
+            assert (row["status"], row["waiting_reason"]) == ("running", None)
+
+
 def _ghost(ledger, job, expires: str = "9e18") -> str:
     """Make ``job`` held by an owner on another host with one attempt in flight."""
     ghost = "another-host:4242:1"

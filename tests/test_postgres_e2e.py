@@ -166,3 +166,36 @@ def test_two_resumes_at_once_render_every_job_exactly_once(pg):
     calls = log.read_text().split("\n")[:-1]
     assert len(calls) == 30 and len({c.split()[0] for c in calls}) == 30
     assert pg.rows("SELECT COUNT(*) FROM attempts") == [(30,)]
+
+
+def test_a_job_whose_provider_is_still_rendering_is_waiting_on_postgresql(pg, fake):
+    """As on SQLite (tests/test_providers.py): ``waiting`` while a run polls a Replicate
+    request, here with the run's writes grouped in one psycopg pipeline; ``running`` again
+    once the provider answered, and one prediction paid."""
+
+    pg.env.update(fake.env())
+    data = manifest([{"key": "j", "prompt": "hold"}])
+    data["defaults"]["chain"] = [
+        {"provider": "replicate", "model": "black-forest-labs/flux-1.1-pro"}
+    ]
+    data["rates"] = [
+        {"provider": "replicate", "model": "black-forest-labs/flux-1.1-pro", "per_image": "0.04"}
+    ]
+    pg.write_manifest(data)
+    proc = pg.popen("submit", "manifest.yaml")
+    deadline = time.time() + 30
+    while (
+        time.time() < deadline
+        and _count(pg, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL") < 1
+    ):
+        time.sleep(0.02)
+    [(request_id,)] = pg.rows("SELECT provider_request_id FROM attempts")
+    [(status, reason)] = pg.rows("SELECT status, waiting_reason FROM jobs")
+    assert (status, reason) == (
+        "waiting",
+        f"provider still rendering: replicate request {request_id}",
+    )
+    fake.released.set()
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    assert pg.rows("SELECT status, waiting_reason FROM jobs") == [("succeeded", None)]
+    assert fake.counts["replicate_submit"] == 1
