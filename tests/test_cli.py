@@ -106,7 +106,8 @@ def test_the_readme_manifest_example_is_valid(afc):
 def test_the_readme_manifest_example_runs_as_its_text_says(afc):
     """An outside audit: the README's manifest example did not run as written (a budget over a
     job's model with no rate card; a webhook secret variable not set), and neither refusal
-    named the file and field (SPEC's rule for errors). The text under it says what it needs."""
+    named the file and field (the rule for errors: README, "The manifest"). The text under
+    it says what it needs."""
     import base64
     import json
     import os
@@ -140,9 +141,10 @@ def test_the_readme_manifest_example_runs_as_its_text_says(afc):
 
 
 def test_every_command_accepts_the_shared_options(afc):
-    """SPEC's rule: every command takes --ledger, --storage, --concurrency, --json, -q and -v
-    after its name (those it does not use are hidden and ignored). An outside audit found the
-    newer commands (report, serve, outputs, review, ledger copy) refusing them with exit 2."""
+    """The CLI's rule (README, "Commands"): every command takes --ledger, --storage,
+    --concurrency, --json, -q and -v after its name (those it does not use are hidden and
+    ignored). An outside audit found the newer commands (report, serve, outputs, review,
+    ledger copy) refusing them with exit 2."""
     import typer.main
 
     shared = {"--ledger", "--storage", "--concurrency", "--json", "-q", "-v"}

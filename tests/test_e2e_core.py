@@ -320,7 +320,7 @@ def test_an_unfinished_job_left_out_of_the_manifest_still_runs_and_is_named(afc)
     """Found by an outside audit: a job admitted by an earlier manifest and left out of the
     next one was neither run nor reported by its submit, which exited 0 ("every requested
     job ended succeeded") while cron's resume would render it later. A batch's unfinished
-    jobs run until done, as SPEC's submit says; the submit names them. A key the manifest
+    jobs run until done, as README's `afc submit` says; the submit names them. A key the manifest
     changed (refused as a conflict) is not run by it."""
     data = manifest(jobs(3))
     afc.write_manifest(data)
