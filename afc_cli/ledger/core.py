@@ -2412,6 +2412,8 @@ class Ledger:
 
     # --- the pictures (afc report --html, afc serve: afc_cli/web/sheet.py) -------------------
 
+    # The contact sheet's columns of ``j`` (a job row, or a page of them: ``sheet_rows``); the
+    # model of a replayed output found stored (``avoided``) is read apart (``_stored_models``)
     _SHEET_SQL = (
         "SELECT j.id, j.key, j.batch, j.status, j.step, j.request_json, j.output_key,"
         " j.output_sha256, j.output_size, j.error_code, j.error_message, j.waiting_reason,"
@@ -2421,11 +2423,11 @@ class Ledger:
         " (SELECT a.provider || '/' || a.model || '\t' || a.chain_index FROM attempts a"
         "  WHERE a.job_id = j.id"
         "  ORDER BY CASE WHEN a.status = 'succeeded' THEN 1 ELSE 0 END DESC, a.number DESC"
-        "  LIMIT 1) AS tried,"
-        " (SELECT v.provider || '/' || v.model FROM avoided v WHERE v.job_id = j.id"
-        "  AND v.reason = 'stored' ORDER BY v.at DESC LIMIT 1) AS found"
-        " FROM jobs j JOIN batches b ON b.name = j.batch"
+        "  LIMIT 1) AS tried"
+        " FROM {jobs} JOIN batches b ON b.name = j.batch"
     )
+    # job ids a query of ``_stored_models`` names at once (under SQLite's oldest limit of 999)
+    _IDS_AT_ONCE = 500
 
     @staticmethod
     def _sheet_where(
@@ -2443,6 +2445,25 @@ class Ledger:
             params.extend(statuses)
         return " AND ".join(where), params
 
+    def _stored_models(self, job_ids: list[str]) -> dict[str, str]:
+        """The model that made the stored output each of these jobs found (its latest
+        ``avoided`` row of reason ``stored``), by job id: one read of ``avoided`` per
+        ``_IDS_AT_ONCE`` jobs. ``avoided`` has no index on job_id: a subquery per job read the
+        whole table for each job: over 10,000 jobs and the 7,000 replay rows of one more
+        submit of their manifest, a page of ``afc serve`` took 4.5 s (and grows with every
+        resubmit)."""
+        found: dict[str, str] = {}
+        for start in range(0, len(job_ids), self._IDS_AT_ONCE):
+            chunk = job_ids[start : start + self._IDS_AT_ONCE]
+            rows = self.db.execute(
+                "SELECT job_id, provider || '/' || model FROM avoided"
+                f" WHERE reason = 'stored' AND job_id IN ({', '.join('?' for _ in chunk)})"
+                " ORDER BY at, id",
+                chunk,
+            ).fetchall()
+            found.update((job_id, model) for job_id, model in rows)  # the latest last
+        return found
+
     def sheet_rows(
         self,
         *,
@@ -2454,15 +2475,31 @@ class Ledger:
         job_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """Jobs as the contact sheet shows them (with their storage, cost, and the model that
-        made the output), in the batch's order; ``changed since`` is ``updated_at``."""
+        made the output), in the batch's order; ``changed since`` is ``updated_at``.
+
+        A page (``limit``) is cut from the jobs before their attempts are read: the attempts
+        of the page's jobs only, not of every job of the ledger sorted and then cut."""
         if job_id is not None:
-            return self._all(f"{self._SHEET_SQL} WHERE j.id = ?", [job_id])
-        where, params = self._sheet_where(batch, since_ts, statuses)
-        sql = f"{self._SHEET_SQL} WHERE {where} ORDER BY j.batch, j.seq"
-        if limit is not None:
-            sql += " LIMIT ? OFFSET ?"
-            params += [limit, offset]
-        return self._all(sql, params)
+            rows = self._all(self._SHEET_SQL.format(jobs="jobs j") + " WHERE j.id = ?", [job_id])
+        else:
+            where, params = self._sheet_where(batch, since_ts, statuses)
+            if limit is None:
+                jobs = "jobs j"
+            else:  # the page's job ids (sorted without their rows), then their rows
+                jobs = (
+                    f"(SELECT j.id FROM jobs j WHERE {where} ORDER BY j.batch, j.seq"
+                    " LIMIT ? OFFSET ?) page JOIN jobs j ON j.id = page.id"
+                )
+                where = "1 = 1"
+                params += [limit, offset]
+            rows = self._all(
+                self._SHEET_SQL.format(jobs=jobs) + f" WHERE {where} ORDER BY j.batch, j.seq",
+                params,
+            )
+        found = self._stored_models([row["id"] for row in rows])
+        for row in rows:
+            row["found"] = found.get(row["id"])
+        return rows
 
     def sheet_counts(
         self, *, batch: str | None = None, since_ts: float | None = None

@@ -1,0 +1,114 @@
+"""The pictures at a studio's scale: what a 10,000-job ledger costs the contact sheet, read as
+SQLite's own count of the work a query does (its virtual machine's steps), never as a time."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+from conftest import jobs, manifest
+
+from afc_cli.ledger import Ledger
+
+
+def steps(book: Ledger, **query) -> tuple[int, list[dict]]:
+    """The sheet's rows for ``query`` and the virtual-machine steps SQLite
+    took to read them, in hundreds."""
+    counted = [0]
+
+    def tick() -> int:
+        counted[0] += 1
+        return 0
+
+    book.db.conn.set_progress_handler(tick, 100)
+    try:
+        rows = book.sheet_rows(**query)
+    finally:
+        book.db.conn.set_progress_handler(None, 0)
+    return counted[0], rows
+
+
+def replays(path, n: int) -> None:
+    """``n`` rows of ``avoided`` for the ledger's jobs, as ``afc submit`` of the same manifest
+    again writes one replay row per job each time."""
+    conn = sqlite3.connect(path)
+    with conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM jobs")]
+        conn.executemany(
+            "INSERT INTO avoided (job_id, batch, at, reason, provider, model, cost_micros,"
+            " cost_source) VALUES (?, 'b1', ?, 'replay', 'local', 'm1', 50000, 'rate_card')",
+            [(ids[i % len(ids)], time.time()) for i in range(n)],
+        )
+    conn.close()
+
+
+@pytest.fixture
+def forty(afc):
+    afc.write_manifest(manifest(jobs(40, size="16x16")))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    return afc
+
+
+def test_the_sheet_reads_the_replays_once_not_once_a_job(forty):
+    # the model of a found stored output was a subquery of avoided per job, which has no
+    # index on job_id: every job read the whole table. A 10,000-job ledger whose manifest had
+    # been submitted again (7,000 replay rows) took 4.5 s a page of afc serve and as long for
+    # the report; a studio's ledger of a few resubmits, minutes
+    path = forty.cwd / "afc.db"
+    book = Ledger(str(path), create=False)
+    try:
+        before, rows = steps(book)
+    finally:
+        book.close()
+    replays(path, 4000)
+    book = Ledger(str(path), create=False)
+    try:
+        after, again = steps(book)
+    finally:
+        book.close()
+    assert [r["key"] for r in again] == [r["key"] for r in rows]
+    # one read of 4,000 rows is tens of thousands of steps; one per job (40 x 4,000), over a
+    # million
+    assert after - before < 2000, (before, after)
+
+
+def test_a_page_of_the_sheet_reads_the_attempts_of_its_own_jobs_only(forty):
+    # a page was every job of the scope with its attempts read, sorted, then cut to 120: the
+    # last page of 10,000 jobs read all of them
+    book = Ledger(str(forty.cwd / "afc.db"), create=False)
+    try:
+        whole, rows = steps(book)
+        paged, page = steps(book, limit=5, offset=30)
+    finally:
+        book.close()
+    assert [r["key"] for r in page] == [r["key"] for r in rows[30:35]]
+    assert paged * 4 < whole, (paged, whole)
+
+
+def test_both_engines_page_the_sheet_and_name_the_model_of_a_found_output(afc, ledger_url):
+    afc.env["AFC_LEDGER"] = ledger_url
+    afc.write_manifest(manifest(jobs(9, size="16x16")))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    book = Ledger(ledger_url, create=False)
+    try:
+        found = book.jobs_by_key("shot-004")[0]
+        # a ledger rebuilt over the same storage finds the output stored: the model it names
+        # is the latest such row's
+        book.record_avoided(found, "stored", "local", "m0", None, None)
+        book.record_avoided(found, "stored", "local", "m9", None, None)
+        book.record_avoided(found, "replay", "local", "m7", None, None)
+        whole = book.sheet_rows()
+        page = book.sheet_rows(limit=4, offset=2)
+        one = book.sheet_rows(job_id=found["id"])
+    finally:
+        book.close()
+    assert [r["key"] for r in page] == [r["key"] for r in whole[2:6]]
+    assert [r["key"] for r in page] == ["shot-003", "shot-004", "shot-005", "shot-006"]
+    assert {r["key"]: r["found"] for r in page} == {
+        "shot-003": None,
+        "shot-004": "local/m9",
+        "shot-005": None,
+        "shot-006": None,
+    }
+    assert one[0]["found"] == "local/m9"
