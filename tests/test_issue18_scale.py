@@ -3,10 +3,13 @@ SQLite's own count of the work a query does (its virtual machine's steps), never
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 
+import httpx
 import pytest
+from browser import Served
 from conftest import jobs, manifest
 
 from afc_cli.ledger import Ledger
@@ -112,3 +115,64 @@ def test_both_engines_page_the_sheet_and_name_the_model_of_a_found_output(afc, l
         "shot-006": None,
     }
     assert one[0]["found"] == "local/m9"
+
+
+def failing(afc) -> None:
+    """Five failures of two causes (three refused as invalid, two as auth) and one picture."""
+    listed = jobs(6, size="16x16")
+    for job, cause in zip(listed, ["invalid", "auth", "invalid", "auth", "invalid"], strict=False):
+        job["params"] = {**job["params"], "fail": [cause]}
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml").returncode == 1
+
+
+def cause_rows(html: str) -> list[tuple[int, str, str]]:
+    table = html.split('<table class="causes">', 1)[1].split("</table>", 1)[0]
+    return [
+        (int(count), cause, keys)
+        for count, cause, keys in re.findall(
+            r'<tr data-count="(\d+)"><td class="num">\d+</td><td class="cause">([^<]*)</td>\s*'
+            r"<td>([^<]*)</td></tr>",
+            table,
+        )
+    ]
+
+
+EXPECTED = [
+    (3, "invalid", "shot-001, shot-003, shot-005"),
+    (2, "auth", "shot-002, shot-004"),
+]
+
+
+def test_the_failures_are_grouped_by_cause_the_commonest_first(afc):
+    # 1,000 failures of three causes were 1,000 lines of the same three messages: the cause of
+    # most of them is now one line with its count, in the report and on afc serve
+    failing(afc)
+    assert afc("report", "--html", "report.html").returncode == 0
+    pages = [(afc.cwd / "report.html").read_text(encoding="utf-8")]
+    served = Served(afc)
+    try:
+        pages.append(httpx.get(f"{served.url}failures").text)
+    finally:
+        served.stop()
+    for html in pages:
+        rows = cause_rows(html)
+        assert [(count, keys) for count, _, keys in rows] == [
+            (count, keys) for count, _, keys in EXPECTED
+        ]
+        for (_, cause, _), (_, word, _) in zip(rows, EXPECTED, strict=True):
+            assert f"injected {word} on attempt 1" in cause
+        assert html.count('<tr data-key="shot-') == 5  # and each failure still listed
+
+
+def test_a_cause_of_many_failures_names_a_few_keys_and_counts_the_rest():
+    from afc_cli.web.sheet import CAUSE_KEYS, causes
+
+    failures = [{"key": f"k{i}", "error": "E: same", "waiting": None} for i in range(40)]
+    failures.append({"key": "odd", "error": None, "waiting": None})
+    grouped = causes(failures)
+    assert [(g["cause"], g["count"]) for g in grouped] == [
+        ("E: same", 40),
+        ("(no cause recorded)", 1),
+    ]
+    assert grouped[0]["keys"] == [f"k{i}" for i in range(CAUSE_KEYS)]

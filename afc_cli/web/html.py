@@ -25,6 +25,8 @@ PAGE = 200
 def environment(**globals_: Any):
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+    from afc_cli.web.sheet import causes
+
     env = Environment(
         loader=PackageLoader("afc_cli.web", "templates"),
         autoescape=select_autoescape(["html"]),
@@ -32,7 +34,7 @@ def environment(**globals_: Any):
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(globals_)
+    env.globals.update(causes=causes, **globals_)
     return env
 
 

@@ -91,6 +91,23 @@ def counts(ledger: Ledger, *, batch: str | None = None, since_ts: float | None =
     return ledger.sheet_counts(batch=batch, since_ts=since_ts)
 
 
+# keys a cause of the failures lists beside its count (the rest are in the list below it)
+CAUSE_KEYS = 5
+
+
+def causes(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The failures grouped by their cause (the same text), the commonest first: 1,000
+    failures of three causes are three lines to read, not 1,000."""
+    groups: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        cause = job["error"] or job["waiting"] or "(no cause recorded)"
+        group = groups.setdefault(cause, {"cause": cause, "count": 0, "keys": []})
+        group["count"] += 1
+        if len(group["keys"]) < CAUSE_KEYS:
+            group["keys"].append(job["key"])
+    return sorted(groups.values(), key=lambda g: (-g["count"], g["cause"]))
+
+
 def spend(ledger_path: str, *, batch: str | None, since: str | None) -> dict[str, Any]:
     """``afc costs report`` by provider, by model and by day: the same rows and totals."""
     return {by: costs_report(ledger_path, batch=batch, since=since, by=by) for by in SPEND_GROUPS}
