@@ -706,10 +706,8 @@ class Ledger:
         sql = (
             "SELECT j.id, j.key, j.batch, j.output_key, j.output_size, j.output_sha256,"
             " j.request_json, b.storage, " + JOB_COST_SQL + ","
-            " COALESCE((SELECT a.provider || '/' || a.model FROM attempts a WHERE a.job_id = j.id"
-            " AND a.status = 'succeeded' ORDER BY a.number DESC LIMIT 1),"
-            " (SELECT v.provider || '/' || v.model FROM avoided v WHERE v.job_id = j.id"
-            " AND v.reason = 'stored' ORDER BY v.at DESC LIMIT 1)) AS model"
+            " (SELECT a.provider || '/' || a.model FROM attempts a WHERE a.job_id = j.id"
+            " AND a.status = 'succeeded' ORDER BY a.number DESC LIMIT 1) AS model"
             " FROM jobs j JOIN batches b ON b.name = j.batch WHERE j.status = 'succeeded'"
         )
         params: list[Any] = []
@@ -717,7 +715,16 @@ class Ledger:
             sql += " AND j.batch = ?"
             params.append(batch)
         sql += " ORDER BY j.batch, j.seq"
-        return self._all(sql, params)
+        rows = self._all(sql, params)
+        # an output found stored (no attempt of this ledger made it): the model its metadata
+        # named, read from ``avoided`` for those jobs at once (a subquery per job read the
+        # whole table for each: ``afc outputs`` of 5,000 outputs a fresh ledger found took 3 s,
+        # growing with the square of their number)
+        found = self._stored_models([row["id"] for row in rows if row["model"] is None])
+        for row in rows:
+            if row["model"] is None:
+                row["model"] = found.get(row["id"])
+        return rows
 
     def steps(self, job_id: str) -> list[dict[str, Any]]:
         return self._all(
