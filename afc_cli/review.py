@@ -80,31 +80,43 @@ def reject(
     return _decide(ledger, keys, "rejected", by=by, note=reason, batch=batch)
 
 
+def approve_shown(ledger: Ledger, shown: list[tuple[str, str]], *, by: str) -> list[str]:
+    """Approve the jobs a review page showed, as (batch, key) pairs (``afc serve``'s "approve
+    all shown"; a page of a server of the whole ledger may hold several batches): all in one
+    transaction or none, as ``approve``, naming each job that is no longer awaiting review
+    (decided meanwhile, elsewhere). Returns the keys decided."""
+    return _decide(ledger, shown, "approved", by=by, note=None, batch=None)
+
+
 def _decide(
     ledger: Ledger,
-    keys: list[str],
+    keys: list[str] | list[tuple[str, str]],
     decision: str,
     *,
     by: str,
     note: str | None,
     batch: str | None,
 ) -> list[str]:
+    """``keys``: job keys (of ``batch``, else of the one batch holding each), or (batch, key)
+    pairs (``approve_shown``)."""
     if not keys:
         raise UsageError("name the jobs to decide (KEY...); 'afc review list' shows them")
     if not by or not by.strip():
         raise UsageError("a decision names who made it (--by)")
     ledger.require_batch(batch)
     jobs, problems = [], []
-    for key in dict.fromkeys(keys):
-        found = ledger.jobs_by_key(key, batch)
-        where = f" in batch {batch!r}" if batch else ""
+    for named in dict.fromkeys(keys):
+        of, key = named if isinstance(named, tuple) else (batch, named)
+        found = ledger.jobs_by_key(key, of)
+        where = f" in batch {of!r}" if of else ""
+        label = repr(f"{of}/{key}" if isinstance(named, tuple) else key)
         if not found:
-            problems.append(f"{key!r}: no job with this key{where}")
+            problems.append(f"{label}: no job with this key{where}")
         elif len(found) > 1:
             batches = ", ".join(repr(job["batch"]) for job in found)
-            problems.append(f"{key!r}: a key of several batches ({batches}): add --batch")
+            problems.append(f"{label}: a key of several batches ({batches}): add --batch")
         elif found[0]["status"] != "awaiting_review":
-            problems.append(f"{key!r}: it is {found[0]['status']}, not awaiting review")
+            problems.append(f"{label}: it is {found[0]['status']}, not awaiting review")
         else:
             jobs.extend(found)
     if problems:

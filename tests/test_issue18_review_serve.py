@@ -67,6 +67,11 @@ def test_a_server_of_one_batch_decides_and_shows_that_batch_only(afc):
             data={"key": "shot-001", "batch": "b2", "form_token": token},
         )
         assert named.status_code == 403 and "batch b1 only" in named.text
+        shown = httpx.post(  # "approve the shown" of a page this server never shows
+            served.url + "review/approve-shown",
+            data={"key": "shot-001", "batch": "b2", "form_token": token},
+        )
+        assert shown.status_code == 403 and "batch b1 only" in shown.text
         assert httpx.get(f"{served.url}output/{b2_id}").status_code == 404
         assert httpx.get(f"{served.url}thumb/{b2_id}").status_code == 404
         assert httpx.get(f"{served.url}output/{b1_id}").status_code == 200
@@ -77,3 +82,55 @@ def test_a_server_of_one_batch_decides_and_shows_that_batch_only(afc):
     assert code == 0 and "Traceback" not in stderr
     assert ledger_state(afc.cwd / "afc.db") == before
     assert status(afc, "shot-001") == "awaiting_review"
+
+
+def test_the_jobs_a_review_page_shows_are_approved_at_once_all_or_none(afc):
+    """An audit at a studio's scale: 2,000 jobs awaiting review were 2,000 clicks of Approve
+    in afc serve, a page load each. "Approve the N shown" sends the page's own cards (batch
+    and key: no job the reviewer did not see) and approves them in one transaction, or none
+    when one was decided meanwhile; it needs the form token as every decision does."""
+    import html
+    import re
+    from urllib.parse import urlencode
+
+    awaiting(afc, 3)
+    served = Served(afc)
+    try:
+        page = httpx.get(served.url + "review").text
+        token = page.split('name="form_token" value="', 1)[1].split('"', 1)[0]
+        form = page.split('class="approve-shown-form"', 1)[1].split("</form>", 1)[0]
+        shown = re.findall(r'name="key" value="([^"]+)"', form)
+        assert sorted(shown) == ["shot-001", "shot-002", "shot-003"]  # the oldest first
+        assert "Approve the 3 shown" in form
+        pairs = [("batch", "b1"), ("key", "shot-001"), ("batch", "b1"), ("key", "shot-002")]
+
+        def post(fields: list[tuple[str, str]]) -> httpx.Response:
+            return httpx.post(
+                served.url + "review/approve-shown",
+                content=urlencode(fields),  # repeated fields, in the page's order
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )
+
+        forged = post(pairs)
+        assert forged.status_code == 403
+        # shot-003 decided meanwhile (afc review in a terminal): none of the three is approved
+        assert afc("review", "approve", "shot-003").returncode == 0
+        late = [*pairs, ("batch", "b1"), ("key", "shot-003"), ("form_token", token)]
+        refused = post(late)
+        said = html.unescape(refused.text)
+        assert refused.status_code == 409 and "'b1/shot-003': it is succeeded" in said
+        assert "nothing was decided" in said
+        assert status(afc, "shot-001") == status(afc, "shot-002") == "awaiting_review"
+        done = post([*pairs, ("form_token", token)])
+        assert done.status_code == 303
+        after = httpx.get(done.url.join(done.headers["location"])).text
+        assert "2 jobs: approved." in after and "No job is awaiting review." in after
+    finally:
+        code, stderr = served.stop()
+    assert code == 0 and "Traceback" not in stderr
+    assert {status(afc, f"shot-00{i}") for i in (1, 2, 3)} == {"succeeded"}
+    who = afc.rows(
+        "SELECT j.key, r.decided_by FROM reviews r JOIN jobs j ON j.id = r.job_id ORDER BY j.key"
+    )
+    assert [key for key, _ in who] == ["shot-001", "shot-002", "shot-003"]
+    assert who[0][1] == who[1][1] and who[0][1].endswith("(afc serve)")

@@ -213,15 +213,9 @@ class Pages:
         from starlette.responses import RedirectResponse
 
         form = await request.form()
-        sent = str(form.get("form_token", ""))
-        if not hmac.compare_digest(sent.encode(), self.form_token.encode()):
-            return self.page(
-                request,
-                "serve_error.html",
-                status=403,
-                message="this form did not come from this afc serve (its token is missing or "
-                "stale): reload the review page and decide again",
-            )
+        forged = self._forged(request, form)
+        if forged is not None:
+            return forged
         action = request.path_params["action"]
         if action not in DECIDED:
             return self.page(
@@ -248,6 +242,73 @@ class Pages:
         page = str(form.get("page", ""))
         if page.isdigit() and page != "1":  # back to the page decided on, not the first
             url = url.include_query_params(page=page)
+        return RedirectResponse(str(url), status_code=303)
+
+    def _forged(self, request: Any, form: Any) -> Any:
+        """The 403 page for a form without this server's token (a page of another site, or
+        of an earlier run of this server), else None."""
+        sent = str(form.get("form_token", ""))
+        if hmac.compare_digest(sent.encode(), self.form_token.encode()):
+            return None
+        return self.page(
+            request,
+            "serve_error.html",
+            status=403,
+            message="this form did not come from this afc serve (its token is missing or "
+            "stale): reload the review page and decide again",
+        )
+
+    async def approve_shown(self, request: Any):
+        """POST /review/approve-shown: approve every job the review page showed (its cards'
+        batch and key, sent with the form: none the reviewer did not see), in one
+        transaction or none (``review.approve_shown``): 2,000 jobs awaiting review were 2,000
+        clicks of Approve, one page load each."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import RedirectResponse
+
+        from afc_cli import review
+
+        form = await request.form()
+        forged = self._forged(request, form)
+        if forged is not None:
+            return forged
+        shown = [
+            (batch.strip(), key.strip())
+            for batch, key in zip(form.getlist("batch"), form.getlist("key"), strict=False)
+            if isinstance(batch, str) and isinstance(key, str) and key.strip()
+        ]
+        if not shown or len(shown) > PAGE:
+            return self.page(
+                request,
+                "serve_error.html",
+                status=409,
+                message=f"send the jobs one page shows (1 to {PAGE}): reload the review page",
+            )
+        other = sorted({batch for batch, _ in shown if batch != self.batch})
+        if self.batch is not None and other:
+            return self.page(
+                request,
+                "serve_error.html",
+                status=403,
+                message=f"this afc serve shows batch {self.batch} only; decide on "
+                f"{', '.join(other)} with 'afc review' or an afc serve of that batch",
+            )
+        by = f"{getpass.getuser()} (afc serve)"
+
+        def decide() -> list[str]:
+            book = self.book()
+            try:
+                return review.approve_shown(book, shown, by=by)
+            finally:
+                book.close()
+
+        try:
+            decided = await run_in_threadpool(decide)
+        except AfcError as exc:
+            return self.page(request, "serve_error.html", status=409, message=exc.message)
+        url = request.url_for("review").include_query_params(
+            decided="approved", key=f"{len(decided)} job{'' if len(decided) == 1 else 's'}"
+        )
         return RedirectResponse(str(url), status_code=303)
 
     def _decide(self, action: str, key: str, batch: str | None, by: str, reason: str) -> None:
@@ -379,6 +440,12 @@ def build_app(ledger_path: str, *, batch: str | None, host: str, token: str | No
         Route("/failures", pages.failures, name="failures"),
         Route("/spend", pages.spend, name="spend"),
         Route("/review", pages.review, name="review"),
+        Route(
+            "/review/approve-shown",
+            pages.approve_shown,
+            methods=["POST"],
+            name="approve_shown",
+        ),
         Route("/review/{action:str}", pages.decide, methods=["POST"], name="decide"),
         Route("/thumb/{job_id:str}", pages.thumb, name="thumb"),
         Route("/output/{job_id:str}", pages.output, name="output"),
