@@ -233,14 +233,28 @@ def scrub(text: Any, *, decode: bool = True) -> Any:
     return out
 
 
-def scrub_data(value: Any) -> Any:
+def scrub_data(value: Any, _seen: dict[str, str] | None = None) -> Any:
     """``scrub`` applied to every string inside a JSON-like value (dicts, lists), their keys
-    included (a provider's usage object is the provider's to name)."""
+    included (a provider's usage object is the provider's to name). Each distinct string is
+    scrubbed once a call (``_seen``): the rows of ``afc status --json`` repeat their keys and
+    most values, and scrubbing each of 10,000 rows' strings anew took most of the command."""
+    seen: dict[str, str] = {} if _seen is None else _seen
     if isinstance(value, dict):
-        return {scrub(key): scrub_data(item) for key, item in value.items()}
+        return {_once(key, seen): scrub_data(item, seen) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [scrub_data(item) for item in value]
-    return scrub(value)  # scrub leaves anything but a string as it is
+        return [scrub_data(item, seen) for item in value]
+    return _once(value, seen)
+
+
+def _once(value: Any, seen: dict[str, str]) -> Any:
+    """``scrub(value)``, a string looked up in ``seen`` first (the same text scrubs alike
+    within one call: the secrets it is checked against do not change meanwhile)."""
+    if not isinstance(value, str):
+        return value  # scrub leaves anything but a string as it is
+    done = seen.get(value)
+    if done is None:
+        done = seen[value] = scrub(value)
+    return done
 
 
 def map_leaves(value: Any, leaf: Any) -> Any:

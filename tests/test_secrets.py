@@ -265,3 +265,29 @@ def test_a_character_whose_lower_case_is_longer_does_not_shift_the_match(clean_s
         assert out == "\u0130" * n + " echo <redacted> end", out
     out = secrets.scrub("\u0130\u0130 SK-PROJ-ABCDEF0123456789GHIJKL!")
     assert out == "\u0130\u0130 <redacted>!", out
+
+
+def test_scrub_data_scrubs_each_distinct_string_once_and_every_copy_of_it(clean_secrets):
+    """``afc status --json`` of 5,000 jobs spent 1.5 of its 1.8 s scrubbing the same keys and
+    values again in every row (0.8 s now). Each distinct string is scrubbed once a call, and
+    every place it appears gets the scrubbed text, a secret in a key or a value included."""
+    clean_secrets.setenv("STUDIO_HOOK", "not-shaped-like-a-token")
+    secrets.register("STUDIO_HOOK")
+    calls: list[str] = []
+    real = secrets.scrub
+
+    def counted(text, **kwargs):
+        calls.append(text)
+        return real(text, **kwargs)
+
+    clean_secrets.setattr(secrets, "scrub", counted)
+    rows = [
+        {"key": f"shot-{i}", "status": "failed", "error": "hook not-shaped-like-a-token", "n": i}
+        for i in range(100)
+    ]
+    out = secrets.scrub_data({"jobs": rows, "not-shaped-like-a-token": ["sk-abcdef0123456789"]})
+    # six keys (jobs, key, status, error, n, the secret), 100 shot-i, and three other values
+    assert len(calls) == len(set(calls)) == 6 + 100 + 3
+    assert all(row["error"] == "hook <redacted>" for row in out["jobs"])
+    assert [row["key"] for row in out["jobs"]] == [f"shot-{i}" for i in range(100)]
+    assert out["<redacted>"] == ["sk-<redacted>"]
