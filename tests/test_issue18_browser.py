@@ -138,11 +138,18 @@ def test_approve_and_reject_in_the_browser_and_the_ledger_shows_the_decisions(af
         assert browser.find_element(By.CSS_SELECTOR, ".flash").text == "shot-002: rejected."
         left = browser.find_elements(By.CSS_SELECTOR, ".review figure[data-key]")
         assert [c.get_attribute("data-key") for c in left] == ["shot-003"]
+        assert status(afc, "shot-003") == "awaiting_review"
+        # the page's own cards, approved at once (their batch and key sent by the form)
+        shown = browser.find_element(By.CSS_SELECTOR, "button.approve-shown")
+        assert shown.text == "Approve the 1 shown"
+        after_click(browser, shown)
+        assert browser.find_element(By.CSS_SELECTOR, ".flash").text == "1 job: approved."
+        assert not browser.find_elements(By.CSS_SELECTOR, ".review figure[data-key]")
     finally:
         code, _ = served.stop()
     assert code == 0
     assert status(afc, "shot-001") == "succeeded"
     assert status(afc, "shot-002") == "rejected"
-    assert status(afc, "shot-003") == "awaiting_review"
+    assert status(afc, "shot-003") == "succeeded"
     story = json.dumps(afc.json("show", "shot-002"))
     assert "horizon is tilted" in story and "(afc serve)" in story
