@@ -84,6 +84,60 @@ def _interrupts(rows: list[dict[str, Any]], base: int) -> int:
     )
 
 
+class Slots:
+    """The run's ``--concurrency`` slots: an ``asyncio.Semaphore`` (``async with``,
+    ``acquire``, ``release``) whose waiters for a slot they gave back a moment ago
+    (``acquire(first=True)``: ``RunContext.idle``, a job back from a backoff, a pause between
+    rounds of fetching a paid output, a provider's limit) are served before the jobs not yet
+    begun. A submit or a resume starts every job's task at once, each waiting for a slot in
+    turn: with a plain semaphore a job that gave its slot back for a 0.05 s backoff, or for a
+    pause while a rendered (and billed) output was out of reach, queued behind every job of
+    the batch not yet begun. In a 10,000-job batch at 64 wide (bench/soak.py) 748 jobs were
+    ``waiting`` on a backoff of at most 0.05 s, their last attempt ended 78 s before on
+    average, 146 s at most, growing with the batch; a paid output's next fetch waited as long,
+    and past the time its provider keeps it (fal 5 minutes, Replicate an hour) the job paid
+    for a new render."""
+
+    def __init__(self, value: int):
+        self._value = value
+        # waiters' futures; a cancelled one stays until ``release`` passes it over
+        self._first: deque[asyncio.Future] = deque()
+        self._rest: deque[asyncio.Future] = deque()
+
+    def locked(self) -> bool:
+        return self._value == 0
+
+    async def acquire(self, first: bool = False) -> bool:
+        # a free slot means no waiter is left (``release`` hands a slot to one directly)
+        if self._value > 0:
+            self._value -= 1
+            return True
+        future = asyncio.get_running_loop().create_future()
+        (self._first if first else self._rest).append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release()  # handed a slot, then cancelled before it ran: pass it on
+            raise
+        return True
+
+    def release(self) -> None:
+        for waiters in (self._first, self._rest):
+            while waiters:
+                future = waiters.popleft()
+                if not future.done():
+                    future.set_result(True)
+                    return
+        self._value += 1
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
 class ProviderLimit:
     """A provider's call limits within one run: at most ``concurrency`` calls at once and at
     most ``per_minute`` call starts in any 60 seconds (sliding window). The same limits hold
@@ -132,7 +186,7 @@ class RunContext:
     spool: Spool
     storages: dict[str, Storage]  # by batch name
     rates: dict[str, RateCards]  # by batch name
-    slots: asyncio.Semaphore
+    slots: Slots | asyncio.Semaphore
     store_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     spool_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SPOOL_SLOTS))
     spool_writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SPOOL_SLOTS))
@@ -239,12 +293,16 @@ class RunContext:
 
     @asynccontextmanager
     async def idle(self):
-        """Give the worker slot back while a job only waits (backoff), and take it again."""
+        """Give the worker slot back while a job only waits (backoff), and take it again,
+        before the jobs not yet begun (``Slots``)."""
         self.slots.release()
         try:
             yield
         finally:
-            await self.slots.acquire()
+            if isinstance(self.slots, Slots):
+                await self.slots.acquire(first=True)
+            else:
+                await self.slots.acquire()
 
 
 INLINE_READ_BYTES = 1 << 20
