@@ -1166,8 +1166,11 @@ def status(
         notes = []
         if view["attention"] and len(shown) < len(rows):
             hidden: dict[str, int] = {}
+            # by identity: ``row not in shown`` compared each row with every row listed (1.1 s
+            # of 1.5 on a 10,000-job ledger with 1,426 failed; the product of the two)
+            listed_rows = {id(row) for row in shown}
             for row in rows:
-                if row not in shown:
+                if id(row) not in listed_rows:
                     hidden[row["status"]] = hidden.get(row["status"], 0) + 1
             listed = ", ".join(f"{n} {s}" for s, n in hidden.items())
             notes.append(f"not listed: {listed} (afc status --all lists every job)")
