@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-http bench-postgres chaos chaos-postgres clean bytecode
+.PHONY: run test lint bench bench-http bench-postgres chaos chaos-postgres soak clean bytecode
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ chaos: bytecode
 # drained; cancels, retries and re-submits beside them
 chaos-postgres: bytecode
 	$(BIN)/python bench/chaos.py --postgres --jobs 400
+
+# one overnight-shaped batch over HTTP (2,000 jobs; --jobs 10000 for the night's size), the
+# fake providers holding each render 0.2-2 s: a submit stopped by SIGTERM, a resume by SIGKILL,
+# a last resume; then reconciled as chaos does, and the read commands timed on the ledger
+soak: bytecode
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf $(VENV) afc.db afc.db-wal afc.db-shm afc.db-spool afc-outputs
