@@ -26,10 +26,11 @@ def test_a_worker_outlives_a_5xx_on_its_storage_check_and_holds_no_lease(afc, s3
     claimed a round of jobs, ended the worker with exit 1 ('cannot use bucket'), its claimed
     jobs left leased to a dead process: other hosts could not run them before the lease ran
     out (AFC_LEASE_S, default 5 minutes). A worker runs until SIGTERM: a retryable storage
-    error gives the claim back and it tries again at its next poll."""
+    error gives the claim back and it tries again at its next poll. (The check itself tries
+    three times, as any storage call: three 500s in a row fail it.)"""
     afc.write_manifest(manifest(jobs(4)))
     assert afc("submit", "manifest.yaml", "--storage", s3.url, "--no-run").returncode == 0
-    s3.plan.add(Fault("HEAD", r".", "500", 1))
+    s3.plan.add(Fault("HEAD", r".", "500", 3, retry_after="0"))
     done = afc("worker", "--until-idle", "--poll", "0.2", env={"AFC_HOST_ID": "host-a"})
     assert done.returncode == 0, done.stderr
     assert "cannot use bucket" in done.stderr  # said, not fatal

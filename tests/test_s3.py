@@ -439,3 +439,26 @@ def test_a_worker_pauses_a_job_whose_upload_failed_instead_of_spending_its_tries
     assert afc("resume", env={"AFC_HOST_ID": "host-a"}).returncode == 0  # a person: at once
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
+
+
+@pytest.mark.parametrize("kind", ["slowdown", "500"])
+def test_a_passing_fault_on_the_bucket_check_does_not_end_the_run(afc, s3, kind):
+    """The bucket's HEAD before a run is tried as the storage policy tries any storage call
+    (README, "Retries": 3 tries for 5xx and SlowDown): it had one try, so a single SlowDown
+    or 500 at the start of a submit (bench/soak.py --s3 met one) ended it with exit 1, and
+    a batch left to run overnight did not start. Two faults, then S3 answers: it runs."""
+    s3.plan.add(Fault("HEAD", rf"^/{s3.bucket}/?$", kind, 2, retry_after="0"))
+    afc.write_manifest(manifest(jobs(2)))
+    result = submit(afc, s3)
+    assert result.returncode == 0, result.stderr
+    assert [m for m, _, _ in s3.plan.injected] == ["HEAD", "HEAD"]
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",), ("succeeded",)]
+
+
+def test_a_bucket_check_failing_every_try_still_ends_the_run_before_any_render(afc, s3):
+    s3.plan.add(Fault("HEAD", rf"^/{s3.bucket}/?$", "500", -1, retry_after="0"))
+    afc.write_manifest(manifest(jobs(2)))
+    result = submit(afc, s3)
+    assert result.returncode == 1 and "cannot use bucket" in result.stderr
+    assert [m for m, _, _ in s3.plan.injected] == ["HEAD"] * 3
+    assert not (afc.cwd / "afc.db").exists() or attempts(afc) == 0
