@@ -200,6 +200,17 @@ class S3:
         self.server.stop()
 
 
+def spawn(argv: list[str], cwd: Path, env: dict[str, str], errlog) -> subprocess.Popen:
+    """``afc argv`` started in ``cwd``, its stderr to ``errlog`` (bench/soak.py's runs too)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "afc_cli", *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=errlog,
+    )
+
+
 class Round:
     def __init__(self, args, index: int, storage: str, budget: str | None, worker: bool, s3):
         self.args, self.index, self.budget, self.worker = args, index, budget, worker
@@ -270,13 +281,7 @@ class Round:
         delay = self.rng.uniform(0.3, self.args.max_delay)
         errlog = open(self.dir / f"run{len(self.runs):03d}.err", "w")
         started = time.time()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "afc_cli", *argv],
-            cwd=self.dir,
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=errlog,
-        )
+        proc = spawn(argv, self.dir, self.env, errlog)
         sent = []
         try:
             proc.wait(timeout=delay if action != "none" else 180)

@@ -113,13 +113,7 @@ class Soak(Round):
         n = len(self.runs)
         errlog = open(self.dir / f"run{n}.err", "w")
         started = time.time()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "afc_cli", *argv],
-            cwd=self.dir,
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=errlog,
-        )
+        proc = chaos.spawn(argv, self.dir, self.env, errlog)
         peak: dict = Counter()
         sent, series = [], []
         done_at_start = self.terminal()
