@@ -1857,7 +1857,8 @@ class Ledger:
         """The webhook secret variables the jobs ``job_ids`` (None: every job) need: their
         webhooks' and their pending deliveries'. Another batch's pending delivery is not
         among them: a run that drains it without its secret leaves it pending with a note
-        (``webhooks.Deliverer._deliver``), and a broken receiver's batch never blocks another's renders."""
+        (``webhooks.Deliverer._deliver``), and a broken receiver's batch never blocks
+        another's renders."""
         names: set[str] = set()
         chunks = [[]] if job_ids is None else list(_chunks(job_ids, IN_CHUNK))
         for chunk in chunks:
