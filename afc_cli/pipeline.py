@@ -1468,15 +1468,29 @@ async def _storage(ctx: RunContext, storage: Storage, fn, *args, inline: bool = 
         except StorageError as exc:
             if not exc.retryable or attempt == STORE_TRIES:
                 raise
-            await ctx.sleep(
-                backoff_delay(
-                    attempt,
-                    base=STORE_BACKOFF_BASE_S,
-                    cap=STORE_BACKOFF_CAP_S,
-                    retry_after=exc.retry_after,
-                )
-            )
+            await ctx.sleep(_store_delay(attempt, exc))
     raise AssertionError("unreachable")
+
+
+def _store_delay(attempt: int, exc: StorageError) -> float:
+    """The storage policy's wait after a retryable failure of try ``attempt``."""
+    return backoff_delay(
+        attempt, base=STORE_BACKOFF_BASE_S, cap=STORE_BACKOFF_CAP_S, retry_after=exc.retry_after
+    )
+
+
+def check_storage(storage: Storage, sleep: Callable[[float], None] = time.sleep) -> None:
+    """``storage.check()`` before a run renders anything, under the storage policy as every
+    storage call of a job (``_storage``): with one try, a single passing 500 or SlowDown on
+    the bucket's HEAD ended an ``afc submit`` or ``resume`` (exit 1), and a batch left to run
+    overnight did not start (bench/soak.py --s3)."""
+    for attempt in range(1, STORE_TRIES + 1):
+        try:
+            return storage.check()
+        except StorageError as exc:
+            if not exc.retryable or attempt == STORE_TRIES:
+                raise
+            sleep(_store_delay(attempt, exc))
 
 
 async def _sync_dirs(ctx: RunContext, storage: Storage, key: str) -> None:

@@ -53,6 +53,7 @@ from afc_cli.pipeline import (
     ProviderLimit,
     RunContext,
     Slots,
+    check_storage,
     keep_rendered,
     run_job,
     store_kept,
@@ -304,7 +305,7 @@ def submit(
                 budget.check_priced([(manifest.batch, chain) for chain in chains], lambda b: rates)
         if run:
             store = storage_mod.open(chosen)
-            store.check()  # before admitting or paying for anything
+            check_storage(store)  # before admitting or paying for anything
             store.check_keys(
                 [job.output_key for job in manifest.jobs] + [job["output_key"] for job in left]
             )
@@ -621,7 +622,7 @@ def run_jobs(
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
         if name not in checked:
-            storages[name].check()  # no render is paid for that could not be stored
+            check_storage(storages[name])  # no render is paid for that could not be stored
             storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)

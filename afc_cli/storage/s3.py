@@ -23,7 +23,6 @@ import base64
 import hashlib
 import os
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,11 +33,6 @@ from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 PART_SIZE = 16 * 1024 * 1024
 MAX_PARTS = 10_000
-# the bucket check's tries for a retryable failure, as the storage policy's (pipeline.STORE_TRIES,
-# STORE_BACKOFF_BASE_S, STORE_BACKOFF_CAP_S)
-CHECK_TRIES = 3
-CHECK_BACKOFF_BASE_S = 0.5
-CHECK_BACKOFF_CAP_S = 10.0
 RETRYABLE_CODES = {
     "SlowDown",
     "Throttling",
@@ -249,30 +243,15 @@ class S3Storage(Storage):
     # --- the storage interface ------------------------------------------------------------
 
     def check(self) -> None:
-        """The bucket's HEAD, under the storage policy's tries (``CHECK_TRIES``, full-jitter
-        backoff honouring Retry-After) for a retryable failure: with one try, a single 500 or
-        SlowDown at the start of an ``afc submit`` or ``resume`` ended it (exit 1), and a
-        batch left to run overnight did not start."""
-        from afc_cli.attempts import backoff_delay
-
-        for attempt in range(1, CHECK_TRIES + 1):
-            try:
-                self.client.head_bucket(Bucket=self.bucket)
-                return
-            except Exception as exc:  # noqa: BLE001 - classified below
-                error = self._error(exc, "cannot use")
-                if not error.retryable:
-                    raise UsageError(error.message) from None
-                if attempt == CHECK_TRIES:
-                    raise error from None
-            time.sleep(
-                backoff_delay(
-                    attempt,
-                    base=CHECK_BACKOFF_BASE_S,
-                    cap=CHECK_BACKOFF_CAP_S,
-                    retry_after=error.retry_after,
-                )
-            )
+        """The bucket's HEAD: a retryable failure is raised as a StorageError, tried again
+        under the storage policy by the run (``pipeline.check_storage``)."""
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            error = self._error(exc, "cannot use")
+            if not error.retryable:
+                raise UsageError(error.message) from None
+            raise error from None
 
     def _head(self, key: str) -> dict[str, Any] | None:
         try:
