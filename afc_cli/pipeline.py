@@ -186,7 +186,7 @@ class RunContext:
     spool: Spool
     storages: dict[str, Storage]  # by batch name
     rates: dict[str, RateCards]  # by batch name
-    slots: Slots | asyncio.Semaphore
+    slots: Slots
     store_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     spool_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SPOOL_SLOTS))
     spool_writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SPOOL_SLOTS))
@@ -299,10 +299,7 @@ class RunContext:
         try:
             yield
         finally:
-            if isinstance(self.slots, Slots):
-                await self.slots.acquire(first=True)
-            else:
-                await self.slots.acquire()
+            await self.slots.acquire(first=True)
 
 
 INLINE_READ_BYTES = 1 << 20

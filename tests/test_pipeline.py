@@ -10,7 +10,7 @@ from conftest import jobs, manifest
 from afc_cli import storage as storage_mod
 from afc_cli.ledger import Ledger
 from afc_cli.manifest import load_manifest
-from afc_cli.pipeline import RunContext, run_job
+from afc_cli.pipeline import RunContext, Slots, run_job
 from afc_cli.run import manifest_rates
 from afc_cli.spool import Spool
 from afc_cli.storage.file import FileStorage
@@ -34,7 +34,7 @@ class OneJob:
             spool=self.spool,
             storages={batch: storage or storage_mod.open(self.url)},
             rates={batch: manifest_rates(self.manifest)},
-            slots=asyncio.Semaphore(1),
+            slots=Slots(1),
             **overrides,
         )
 
