@@ -214,12 +214,18 @@ def work(
     poll_seconds()
     open_files(concurrency)
 
+    # --storage names where this worker's outputs go, as for 'afc resume': a batch bound to
+    # another storage is refused, both named (UsageError), before its jobs run
+    named = storage_mod.normalize_url(storage) if storage else None
+
+    def held_to_storage(batches: set[str]) -> None:
+        for name in sorted(batches) if named else ():
+            ledger.check_storage(name, named)
+
     def check(jobs: list[dict[str, Any]]) -> None:
         """What a claim must pass before its jobs run: every provider's key is set here, and
         under a budget every chain is priced (UsageError otherwise)."""
-        if named:  # a batch admitted since the start is held to --storage too
-            for name in sorted({job["batch"] for job in jobs}):
-                ledger.check_storage(name, named)
+        held_to_storage({job["batch"] for job in jobs})  # one admitted since the start too
         chains = [(job["batch"], json.loads(job["request_json"])["chain"]) for job in jobs]
         require_keys({entry["provider"] for _, chain in chains for entry in chain})
         if budget is not None:
@@ -235,14 +241,7 @@ def work(
     saved = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:
         ledger.require_batch(batch)
-        # --storage names where this worker's outputs go, as for 'afc resume': a batch bound
-        # to another storage is refused, both named, before anything is claimed
-        named = storage_mod.normalize_url(storage) if storage else None
-        if named:
-            for name in sorted(
-                {row["name"] for row in ledger.batches()} if batch is None else {batch}
-            ):
-                ledger.check_storage(name, named)
+        held_to_storage({row["name"] for row in ledger.batches()} if batch is None else {batch})
         while not stop.is_set():
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
             jobs = ledger.claim_runnable(claim, lease_s, batch=batch)
