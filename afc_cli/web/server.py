@@ -223,14 +223,9 @@ class Pages:
             )
         key = str(form.get("key", "")).strip()
         batch = str(form.get("batch", "")).strip() or None
-        if self.batch is not None and batch not in (None, self.batch):
-            return self.page(
-                request,
-                "serve_error.html",
-                status=403,
-                message=f"this afc serve shows batch {self.batch} only; decide on {batch} "
-                "with 'afc review' or an afc serve of that batch",
-            )
+        outside = self._outside(request, {batch} - {None})
+        if outside is not None:
+            return outside
         batch = batch or self.batch  # a key is looked up in the served batch only
         by = f"{getpass.getuser()} (afc serve)"  # who runs the server decides through it
         reason = str(form.get("reason", "")).strip()
@@ -256,6 +251,20 @@ class Pages:
             status=403,
             message="this form did not come from this afc serve (its token is missing or "
             "stale): reload the review page and decide again",
+        )
+
+    def _outside(self, request: Any, batches: set[str]) -> Any:
+        """The 403 page for a decision on a batch a server of one batch does not show (a
+        form of another page or server), else None."""
+        other = sorted(batches - {self.batch})
+        if self.batch is None or not other:
+            return None
+        return self.page(
+            request,
+            "serve_error.html",
+            status=403,
+            message=f"this afc serve shows batch {self.batch} only; decide on "
+            f"{', '.join(other)} with 'afc review' or an afc serve of that batch",
         )
 
     async def approve_shown(self, request: Any):
@@ -284,15 +293,9 @@ class Pages:
                 status=409,
                 message=f"send the jobs one page shows (1 to {PAGE}): reload the review page",
             )
-        other = sorted({batch for batch, _ in shown if batch != self.batch})
-        if self.batch is not None and other:
-            return self.page(
-                request,
-                "serve_error.html",
-                status=403,
-                message=f"this afc serve shows batch {self.batch} only; decide on "
-                f"{', '.join(other)} with 'afc review' or an afc serve of that batch",
-            )
+        outside = self._outside(request, {batch for batch, _ in shown})
+        if outside is not None:
+            return outside
         by = f"{getpass.getuser()} (afc serve)"
 
         def decide() -> list[str]:
