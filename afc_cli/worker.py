@@ -244,7 +244,14 @@ def work(
         held_to_storage({row["name"] for row in ledger.batches()} if batch is None else {batch})
         while not stop.is_set():
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
-            jobs = ledger.claim_runnable(claim, lease_s, batch=batch)
+            try:
+                jobs = ledger.claim_runnable(claim, lease_s, batch=batch)
+            except Exception:
+                # migrated between that look and this claim (they are not one transaction):
+                # on PostgreSQL the prepared claim fails ('cached plan must not change result
+                # type'); the migration is the reason, said as above (exit 2), not a bug
+                ledger.check_schema()
+                raise
             if stop.is_set():  # a signal during the claim: nothing of it runs
                 for job in jobs:
                     ledger.release(job)
