@@ -227,6 +227,11 @@ def test_sigterm_while_openai_renders_keeps_every_paid_image(afc):
         env = fake.env()
         proc = afc.popen("submit", "manifest.yaml", "--concurrency", "12", env=env)
         wait_for(afc, STARTED, 12)
+        # each row is committed before its request is sent: a SIGTERM between the two sends
+        # nothing (a clean clone's suite saw 11 billed), so wait for all 12 at the server
+        deadline = time.time() + 30
+        while fake.counts["openai"] < 12 and time.time() < deadline:
+            time.sleep(0.01)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130
         assert fake.counts["openai_billed"] == 12
