@@ -165,6 +165,32 @@ def test_the_failures_are_grouped_by_cause_the_commonest_first(afc):
         assert html.count('<tr data-key="shot-') == 5  # and each failure still listed
 
 
+def test_the_failures_page_lists_a_page_of_failures_and_counts_every_cause(afc):
+    # a night's 10,000 failures were one table of 10,000 rows on afc serve's failures page;
+    # it lists them a page at a time, as the contact sheet and the review queue do, while its
+    # causes still count every failure
+    from afc_cli.web.server import PAGE
+
+    listed = jobs(PAGE + 3, size="16x16")
+    for index, job in enumerate(listed):
+        job["params"] = {**job["params"], "fail": ["invalid" if index % 3 else "auth"]}
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml").returncode == 1
+    served = Served(afc)
+    try:
+        first = httpx.get(f"{served.url}failures").text
+        last = httpx.get(f"{served.url}failures", params={"page": "2"}).text
+    finally:
+        served.stop()
+    listed_keys = re.compile(r'<tr data-key="([^"]+)">')
+    assert len(listed_keys.findall(first)) == PAGE and len(listed_keys.findall(last)) == 3
+    assert set(listed_keys.findall(first)).isdisjoint(listed_keys.findall(last))
+    assert f"{PAGE + 3} failed or dead-lettered jobs, {PAGE} on this page" in first
+    assert 'href="?page=2"' in first
+    for html in (first, last):
+        assert [count for count, _, _ in cause_rows(html)] == [82, 41]
+
+
 def test_a_cause_of_many_failures_names_a_few_keys_and_counts_the_rest():
     from afc_cli.web.sheet import CAUSE_KEYS, causes
 

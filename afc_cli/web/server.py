@@ -146,14 +146,27 @@ class Pages:
         )
 
     def failures(self, request: Any):
-        from afc_cli.web.sheet import FAILED, cards
+        """Every failure's cause counted, the failures themselves listed a page at a time:
+        a night's 10,000 failures were one table of 10,000 rows."""
+        from afc_cli.web.sheet import FAILED, cards, causes
 
         book = self.book()
         try:
             jobs = cards(book, batch=self.batch, statuses=FAILED)
         finally:
             book.close()
-        return self.page(request, "serve_failures.html", jobs=jobs)
+        number, pages = page_number(request, len(jobs))
+        shown = jobs[(number - 1) * PAGE : number * PAGE]
+        return self.page(
+            request,
+            "serve_failures.html",
+            jobs=shown,
+            groups=causes(jobs),
+            total=len(jobs),
+            shown=len(shown),
+            number=number,
+            pages=pages,
+        )
 
     def spend(self, request: Any):
         from afc_cli.costs_report import footer
