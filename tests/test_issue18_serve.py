@@ -171,3 +171,37 @@ def test_ctrl_c_the_moment_serve_says_its_address_stops_it(afc):
             proc.kill()
             raise
         assert proc.returncode == 0 and "serve stopped" in stderr, (how, stderr)
+
+
+# The web extra's check imports each library by the name it has now: python-multipart's old
+# name ``multipart`` warns that it is deprecated (PendingDeprecationWarning from 0.0.13), and
+# once it is gone ``afc serve`` would have said the extra was missing when it was not.
+CHECK = (
+    "import sys\n"
+    "sys.modules.update({name: None for name in sys.argv[1:]})\n"
+    "from afc_cli.errors import UsageError\n"
+    "from afc_cli.web import SERVE_MODULES, require\n"
+    "try:\n"
+    "    require(SERVE_MODULES)\n"
+    "except UsageError as exc:\n"
+    "    print(exc.message)\n"
+)
+
+
+def test_serve_checks_its_libraries_by_their_current_names_and_names_a_missing_one():
+    import sys
+
+    deprecated = ["-W", "error::DeprecationWarning", "-W", "error::PendingDeprecationWarning"]
+
+    quiet = subprocess.run(
+        [sys.executable, *deprecated, "-c", CHECK], capture_output=True, text=True
+    )
+    assert quiet.returncode == 0 and quiet.stdout == "", quiet.stdout + quiet.stderr
+    missing = subprocess.run(
+        [sys.executable, *deprecated, "-c", CHECK, "python_multipart", "uvicorn"],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 0, missing.stderr
+    assert "uvicorn, python-multipart" in missing.stdout
+    assert "pip install 'afc-cli[web]'" in missing.stdout

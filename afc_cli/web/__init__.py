@@ -21,7 +21,7 @@ SERVE_MODULES = (
     *REPORT_MODULES,
     ("starlette", "Starlette"),
     ("uvicorn", "uvicorn"),
-    ("multipart", "python-multipart"),
+    ("python_multipart", "python-multipart"),  # its name from 0.0.13 (multipart: deprecated)
 )
 
 
