@@ -54,6 +54,34 @@ def test_a_polled_request_makes_the_job_waiting_until_its_provider_answers(book)
             assert (row["status"], row["waiting_reason"]) == ("running", None)
 
 
+def test_a_request_the_provider_no_longer_has_leaves_no_job_still_rendering_it(book):
+    """A polled request the provider says it no longer has (``RequestGone``: pipeline.render
+    ends the attempt ``unknown``) is the provider's answer too: the job is the run's again.
+    It stayed ``waiting``, "provider still rendering" a request that is gone, through the
+    next attempt's wait for a provider limit (which writes no status) and after a stop there,
+    and README's status table then told the user the next run polls it, paying nothing: it
+    pays for a new render."""
+    from afc_cli.providers.base import GONE_PREFIX
+
+    ledger, (job, *_), _ = book
+    job = ledger.claim(job["id"], 60)
+    number = ledger.start_attempt(job, 0, "fal", "m1", None, durable=False)
+    with ledger.tx():
+        ledger.record_request_id(job, number, "fal", "r1")
+    assert ledger.job(job["id"])["status"] == "waiting"
+    ledger.end_attempt(
+        job,
+        number,
+        chain_index=0,
+        provider="fal",
+        model="m1",
+        status="unknown",
+        error_message=f"{GONE_PREFIX} r1 (fal); it may have been paid for",
+    )
+    for row in (job, ledger.job(job["id"])):
+        assert (row["status"], row["waiting_reason"]) == ("running", None)
+
+
 def _ghost(ledger, job, expires: str = "9e18") -> str:
     """Make ``job`` held by an owner on another host with one attempt in flight."""
     ghost = "another-host:4242:1"

@@ -1774,11 +1774,12 @@ class Ledger:
                 retry_after_s,
             ),
         )
-        if status in ("succeeded", "failed") and (job.get("waiting_reason") or "").startswith(
-            RENDERING
-        ):
+        if status in ("succeeded", "failed", "unknown") and (
+            job.get("waiting_reason") or ""
+        ).startswith(RENDERING):
             # the provider answered the request the job waited on: it is the run's again
-            # (spooled, stored, or its next attempt), not a render still in progress
+            # (spooled, stored, or its next attempt), not a render still in progress; also
+            # when the answer is that the request is gone (``unknown``: RequestGone)
             now = _now()
             cursor = self.db.execute(
                 "UPDATE jobs SET status = 'running', waiting_reason = NULL, updated_at = ?"
