@@ -241,7 +241,10 @@ def work(
     saved = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:
         ledger.require_batch(batch)
-        held_to_storage({row["name"] for row in ledger.batches()} if batch is None else {batch})
+        # the batches it may run: one bound elsewhere whose jobs have all ended is not this
+        # worker's concern (a long-lived ledger's old batches on an old bucket refused every
+        # worker naming the new one); a job retried there later is checked at its claim
+        held_to_storage(set(ledger.unfinished_batches()) if batch is None else {batch})
         while not stop.is_set():
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
             try:

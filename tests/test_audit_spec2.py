@@ -99,6 +99,31 @@ def test_a_worker_named_another_storage_is_refused_with_both_named(afc):
     assert afc.json("status")["jobs"][0]["status"] == "succeeded"
 
 
+def test_a_worker_naming_a_storage_is_not_refused_by_a_finished_batch_bound_elsewhere(afc):
+    """A long-lived ledger's old batch, every job ended, was stored on another storage: a
+    worker naming the new batch's storage was refused at its start (exit 2) for that batch,
+    though it had nothing of it to run."""
+    old = [{"key": "k", "prompt": "p", "params": {"fail": ["invalid"]}}]
+    afc.write_manifest(manifest(old))
+    assert afc("submit", "manifest.yaml", "-q").returncode == 1  # b1, on afc-outputs: ended
+    later = manifest([{"key": "k2", "prompt": "p2"}], batch="b2")
+    afc.write_manifest(later, name="later.yaml")
+    assert (
+        afc("submit", "later.yaml", "--no-run", "-q", "--storage", "file://./other").returncode == 0
+    )
+
+    result = afc("worker", "--until-idle", "--storage", "file://./other")
+    assert result.returncode == 0, result.stderr
+    assert dict(afc.rows("SELECT key, status FROM jobs")) == {"k": "failed", "k2": "succeeded"}
+    assert (afc.cwd / "other").is_dir()
+
+    # that batch's job retried later is the worker's again: refused at its claim, given back
+    assert afc("retry", "k", "--batch", "b1").returncode == 0
+    refused = afc("worker", "--until-idle", "--storage", "file://./other")
+    assert refused.returncode == 2 and "batch 'b1'" in refused.stderr, refused.stderr
+    assert afc.rows("SELECT status, lease_owner FROM jobs WHERE key = 'k'") == [("queued", None)]
+
+
 def test_a_batch_admitted_while_a_worker_runs_is_held_to_its_storage(afc):
     """The same check at each claim: a batch admitted since the worker started, bound to
     another storage, is refused (exit 2), its job given back unrendered."""

@@ -82,6 +82,23 @@ def test_a_request_the_provider_no_longer_has_leaves_no_job_still_rendering_it(b
         assert (row["status"], row["waiting_reason"]) == ("running", None)
 
 
+def test_the_batches_a_worker_may_run_are_those_with_jobs_left(book):
+    """``unfinished_batches``: a batch with a queued, running, waiting or blocked job; none
+    once every job of it has ended (afc worker checks its --storage against these)."""
+    ledger, listed, _ = book
+    assert ledger.unfinished_batches() == ["b1"]
+    with ledger.tx():
+        ledger.db.execute("UPDATE jobs SET status = 'blocked' WHERE id = ?", (listed[0]["id"],))
+        ledger.db.execute(
+            "UPDATE jobs SET status = 'succeeded' WHERE id IN (?, ?)",
+            (listed[1]["id"], listed[2]["id"]),
+        )
+    assert ledger.unfinished_batches() == ["b1"]
+    with ledger.tx():
+        ledger.db.execute("UPDATE jobs SET status = 'cancelled' WHERE id = ?", (listed[0]["id"],))
+    assert ledger.unfinished_batches() == []
+
+
 def _ghost(ledger, job, expires: str = "9e18") -> str:
     """Make ``job`` held by an owner on another host with one attempt in flight."""
     ghost = "another-host:4242:1"

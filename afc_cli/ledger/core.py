@@ -641,6 +641,13 @@ class Ledger:
             return self._all("SELECT * FROM jobs WHERE key = ? ORDER BY created_at", (key,))
         return self._all("SELECT * FROM jobs WHERE key = ? AND batch = ?", (key, batch))
 
+    def unfinished_batches(self) -> list[str]:
+        """The batches with a job a run may still take (queued, running, waiting or blocked)."""
+        rows = self.db.execute(
+            f"SELECT DISTINCT batch FROM jobs WHERE status IN {RUNNABLE_SQL} ORDER BY batch"
+        )
+        return [row[0] for row in rows]
+
     def batches_of(self, job_ids: list[str]) -> list[str]:
         found: set[str] = set()
         for chunk in _chunks(job_ids, IN_CHUNK):
