@@ -18,8 +18,13 @@ secret this environment lacks or cannot send (``run.require_keys``,
 not refused: a plan is often made where the submit is not (CI checking manifests without
 secrets), and the submit refuses on its own, writing nothing.
 
+An admitted job whose render is paid for already is not priced again: its bytes kept in this
+host's spool (a run stopped before storing them) are stored, and a request the provider is
+still rendering (Replicate, fal) is polled, as the run does it (``resumed``; the action says
+which).
+
 The ledger, if there is one, is opened read-only (no migrations, no lock); a missing ledger
-means every job is new. Storage is only read.
+means every job is new. Storage and the spool are only read.
 """
 
 from __future__ import annotations
@@ -42,12 +47,14 @@ from afc_cli.gates import (
     kept_message,
     refused_dependent,
 )
-from afc_cli.ledger.core import NEED_FAILED, TERMINAL
-from afc_cli.manifest import same_request
+from afc_cli.ledger import spool_root_of
+from afc_cli.ledger.core import NEED_FAILED, RENDERING, TERMINAL
+from afc_cli.manifest import job_id_for, same_request
 from afc_cli.owner import lease_held
 from afc_cli.pipeline import ownership
 from afc_cli.providers import images_requested
 from afc_cli.run import Budget, manifest_rates, require_keys, resolve_storage
+from afc_cli.spool import Spool
 
 
 def plan(
@@ -105,7 +112,27 @@ def plan(
     url = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
     store = storage_mod.open(url)
 
-    counts = {"new": 0, "replayed": 0, "stored": 0, "conflicting": 0, "to_render": 0}
+    counts = {
+        "new": 0,
+        "replayed": 0,
+        "stored": 0,
+        "conflicting": 0,
+        "to_render": 0,
+        "resumed": 0,
+    }
+    spool = Spool(spool_root_of(ledger_path))
+
+    def resumed(job_id: str, known: tuple) -> str | None:
+        """What a run does instead of a render for an admitted job whose render is paid for
+        already (as ``pipeline.render`` finds it), or None: its bytes kept in this host's
+        spool are stored; a request still rendering at the provider (the ledger's waiting
+        reason, or its id kept beside the spool) is polled. Neither is paid again."""
+        if spool.path(job_id).exists():
+            return "store (its paid render is in this host's spool)"
+        if (known[7] or "").startswith(RENDERING) or spool.request_path(job_id).exists():
+            return "poll (the provider is still rendering its paid request)"
+        return None
+
     estimate = 0
     unpriced: set[str] = set()
     jobs: list[dict[str, Any] | None] = []
@@ -145,6 +172,10 @@ def plan(
             # ended, or stored and waiting for a person: a submit renders none of them
             action = f"replay ({known[1]})"
             counts["replayed"] += 1
+        elif known is not None and (kept := resumed(job.job_id, known)) is not None:
+            action = kept
+            counts["replayed"] += 1
+            counts["resumed"] += 1
         else:
             counts["replayed" if known else "new"] += 1
             # an admitted job's object carries the hash it was admitted with
@@ -287,12 +318,16 @@ def plan(
             estimate -= prices.get(shown["key"], 0)
     for key, body in unlisted.items():
         entry = body["chain"][0]
-        priced(body["chain"], body.get("params") or {})
-        counts["to_render"] += 1
+        kept = resumed(job_id_for(manifest.batch, key), admitted[key])
+        if kept is None:
+            priced(body["chain"], body.get("params") or {})
+            counts["to_render"] += 1
+        else:
+            counts["resumed"] += 1
         listed.append(
             {
                 "key": key,
-                "action": "render (not in this manifest)",
+                "action": f"{kept or 'render'} (not in this manifest)",
                 "model": f"{entry['provider']}/{entry['model']}",
             }
         )
@@ -334,8 +369,13 @@ def describe(result: dict[str, Any]) -> str:
         # what the run would do with the unfinished ones (render, or find already stored)
         f"  new {result['new']}, replayed {result['replayed']}, conflicting "
         f"{result['conflicting']}",
-        f"  to render: {result['to_render']}, already stored: {result['stored']}, estimated "
-        f"spend {result['estimated_spend']} USD"
+        f"  to render: {result['to_render']}, already stored: {result['stored']}, "
+        + (
+            f"paid renders resumed (stored or polled, not paid again): {result['resumed']}, "
+            if result.get("resumed")
+            else ""
+        )
+        + f"estimated spend {result['estimated_spend']} USD"
         + (" (if no attempt fails)" if result["to_render"] else ""),
     ]
     for job in result["jobs"]:

@@ -119,6 +119,39 @@ def test_crash_after_spool_adopts_it_without_rendering_again(afc):
     _assert_all_done_once(afc, 1)
 
 
+def test_a_plan_after_a_crash_prices_no_render_whose_bytes_are_in_the_spool(afc):
+    """``afc plan`` after a run killed with a paid render in the spool: the resume stores
+    it without paying again, and the plan said 'render' and priced it (its job listed in
+    the manifest, or left out of it and run with it all the same)."""
+    afc.write_manifest(manifest(jobs(1)))
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_spool"})
+    assert died.returncode == -signal.SIGKILL
+    planned = afc.json("plan", "manifest.yaml")
+    assert (planned["to_render"], planned["resumed"], planned["estimated_spend"]) == (
+        0,
+        1,
+        "0.000000",
+    )
+    [job] = planned["jobs"]
+    assert job["action"] == "store (its paid render is in this host's spool)"
+    text = afc("plan", "manifest.yaml").stdout
+    assert "paid renders resumed (stored or polled, not paid again): 1" in text, text
+    other = manifest([{"key": "another", "prompt": "p"}])
+    afc.write_manifest(other, name="other.yaml")
+    planned = afc.json("plan", "other.yaml")
+    assert (planned["to_render"], planned["resumed"], planned["estimated_spend"]) == (
+        1,
+        1,
+        "0.050000",
+    )
+    assert planned["unlisted"] == ["shot-001"]
+    assert planned["jobs"][-1]["action"] == (
+        "store (its paid render is in this host's spool) (not in this manifest)"
+    )
+    assert afc("resume").returncode == 0
+    assert afc.rows("SELECT number, status FROM attempts") == [(1, "succeeded")]
+
+
 def test_crash_after_attempt_row_marks_it_unknown_and_retries(afc):
     afc.write_manifest(manifest(jobs(1)))
     died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_attempt_row"})

@@ -624,6 +624,25 @@ def test_a_fal_request_ended_by_fals_own_infrastructure_error_is_known_to_cost_n
     assert fake.counts["fal_submit"] == 2
 
 
+def test_a_plan_prices_no_render_the_provider_is_still_rendering(afc, fake):
+    """``afc plan`` of a job whose paid request the provider is still rendering (its run
+    killed while it polled): the next run polls that request and pays nothing more, and the
+    plan said 'render' and counted its model among the unpriced ones ahead."""
+    _killed_while_polling(afc)
+    planned = afc.json("plan", "manifest.yaml")
+    assert (planned["to_render"], planned["resumed"], planned["estimated_spend"]) == (
+        0,
+        1,
+        "0.000000",
+    )
+    assert planned["unpriced_models"] == []  # (Replicate's per-second price: none ahead)
+    [job] = planned["jobs"]
+    assert job["action"] == "poll (the provider is still rendering its paid request)"
+    fake.released.set()
+    assert afc("resume").returncode == 0
+    assert fake.counts["replicate_submit"] == 1
+
+
 @pytest.mark.parametrize("provider", ["replicate", "fal"])
 def test_a_job_whose_provider_is_still_rendering_is_waiting(afc, fake, provider):
     """The contract's job statuses: ``waiting`` is a backoff or a provider still rendering.

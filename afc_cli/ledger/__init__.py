@@ -20,6 +20,7 @@ from afc_cli.ledger.core import (
     ReviewRace,
     open_ledger,
     read_admitted,
+    spool_root_of,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "ReviewRace",
     "open_ledger",
     "read_admitted",
+    "spool_root_of",
 ]

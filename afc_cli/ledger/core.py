@@ -1560,6 +1560,11 @@ class Ledger:
         """The folder where this ledger's runs spool rendered bytes before storing them."""
         raise NotImplementedError
 
+    @staticmethod
+    def spool_root_of(url: Any) -> Any:
+        """``spool_root`` of the ledger ``url`` names, without opening it (``afc plan``)."""
+        raise NotImplementedError
+
     # --- engine hooks for afc ledger copy (afc_cli/ledger/copy.py) --------------------------
 
     def snapshot(self) -> None:
@@ -2550,9 +2555,14 @@ class Ledger:
 
 def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict]:
     """A batch's storage, its jobs (key: request hash, status, body, review, attempts, lease
-    owner and expiry) and their needs (key: need keys) as ``afc plan`` needs them, read
-    without writing anything (no migrations, no lock)."""
+    owner and expiry, waiting reason) and their needs (key: need keys) as ``afc plan`` needs
+    them, read without writing anything (no migrations, no lock)."""
     return backend(ledger_path).read_admitted(ledger_path, batch)
+
+
+def spool_root_of(ledger_path: Any) -> Any:
+    """Where the runs of this ledger on this host spool their paid renders (``afc plan``)."""
+    return backend(ledger_path).spool_root_of(ledger_path)
 
 
 def admitted_needs(conn: Any, batch: str, mark: str) -> dict[str, tuple[str, ...]]:

@@ -385,6 +385,11 @@ class PostgresLedger(Ledger):
         return f"to_char(to_timestamp({column}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
     def spool_root(self) -> Path:
+        return self.spool_root_of(self.url)
+
+    @staticmethod
+    def spool_root_of(url: Any) -> Path:
+        # this host's: a shared ledger has no folder beside it (README, several machines)
         return Path(os.environ.get("AFC_SPOOL_DIR") or "afc-spool")
 
     def snapshot(self) -> None:
@@ -710,7 +715,8 @@ class PostgresLedger(Ledger):
                 for key, *rest in conn.execute(
                     "SELECT key, request_hash, status, request_json, "
                     + ("review" if gated else "0")
-                    + ", attempts, lease_owner, lease_expires FROM jobs WHERE batch = %s",
+                    + ", attempts, lease_owner, lease_expires, waiting_reason FROM jobs"
+                    " WHERE batch = %s",
                     (batch,),
                 )
             }

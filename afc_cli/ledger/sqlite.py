@@ -205,6 +205,11 @@ class SqliteLedger(Ledger):
         """Spooled bytes live beside the ledger file (``afc.db-spool``)."""
         return self.path.with_name(self.path.name + "-spool")
 
+    @staticmethod
+    def spool_root_of(url: Any) -> Path:
+        path = ledger_file.ledger_path(url)
+        return path.with_name(path.name + "-spool")
+
     def close(self) -> None:
         self.db.close()
 
@@ -412,7 +417,7 @@ class SqliteLedger(Ledger):
     @staticmethod
     def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict]:
         """A batch's storage, its jobs (key: request hash, status, body, review, attempts,
-        lease owner and expiry) and their needs (key: need keys) as ``afc plan`` needs them,
+        lease owner and expiry, waiting reason) and their needs (key: need keys) as ``afc plan`` needs them,
         read without writing anything: the file is opened read-only (no migrations, no lock);
         no ledger, or a file afc has not written yet, means nothing is admitted."""
         path = ledger_file.ledger_path(ledger_path)
@@ -438,7 +443,8 @@ class SqliteLedger(Ledger):
                 for key, *rest in conn.execute(
                     "SELECT key, request_hash, status, request_json, "
                     + ("review" if gated else "0")
-                    + ", attempts, lease_owner, lease_expires FROM jobs WHERE batch = ?",
+                    + ", attempts, lease_owner, lease_expires, waiting_reason FROM jobs"
+                    " WHERE batch = ?",
                     (batch,),
                 )
             }
