@@ -682,9 +682,17 @@ def ledger_copy(
         rows = ", ".join(f"{count} {table}" for table, count in result["rows"].items())
         sys.stdout.write(f"copied {result['source']} to {result['destination']}: {rows}\n")
         if result["spooled_files"]:
+            from afc_cli.ledger_file import is_postgres
+
+            # a SQLite ledger's runs read the folder beside it, whatever AFC_SPOOL_DIR says
+            where = (
+                " (AFC_SPOOL_DIR of the runs on this host, else afc-spool in their working folder)"
+                if is_postgres(destination)
+                else ""
+            )
             sys.stdout.write(
                 f"{result['spooled_files']} rendered files wait in {result['spool']}: move them "
-                "to the new ledger's spool (AFC_SPOOL_DIR) so the next run stores them instead "
+                f"into {result['destination_spool']}{where} so the next run stores them instead "
                 "of rendering them again\n"
             )
 

@@ -3,7 +3,10 @@ against the copy renders nothing."""
 
 from __future__ import annotations
 
+import shutil
+import signal
 import sqlite3
+from pathlib import Path
 
 from conftest import jobs, manifest, wait_for
 
@@ -137,3 +140,55 @@ def test_copy_takes_a_job_leased_to_another_host_with_its_lease(afc):
     with sqlite3.connect(afc.cwd / "copy.db") as db:
         assert db.execute("SELECT lease_owner FROM jobs").fetchall() == [("render-2:0:0",)]
     db.close()
+
+
+def _move_spool(spool: Path, into: Path) -> None:
+    """What the copy's output tells a person to do: the source's spool files into the spool
+    the copy's runs read."""
+    into.mkdir(parents=True, exist_ok=True)
+    for path in spool.iterdir():
+        shutil.move(path, into / path.name)
+
+
+def test_a_copy_back_to_sqlite_names_the_spool_its_runs_read_and_the_render_is_not_paid_again(
+    afc, pg_url
+):
+    """A PostgreSQL ledger's run killed with a paid render in its spool (``./afc-spool``),
+    copied to SQLite: that ledger's runs read ``back.db-spool``, not ``AFC_SPOOL_DIR``. The
+    copy said to move the file to AFC_SPOOL_DIR, and a resume of the copy with AFC_SPOOL_DIR
+    pointed there paid for the render again."""
+    log = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(log)}
+    afc.write_manifest(manifest(jobs(1)))
+    crash = {**env, "AFC_CRASH_POINT": "after_spool"}
+    died = afc("submit", "manifest.yaml", "--ledger", pg_url, env=crash)
+    assert died.returncode == -signal.SIGKILL
+    calls = log.read_text()
+
+    copied = afc.json("ledger", "copy", pg_url, f"sqlite:///{afc.cwd / 'other.db'}")
+    assert copied["spooled_files"] == 1
+    assert copied["spool"] == str(afc.cwd / "afc-spool")
+    assert copied["destination_spool"] == str(afc.cwd / "other.db-spool")
+    back = afc.cwd / "back.db"
+    said = afc("ledger", "copy", pg_url, str(back))
+    assert said.returncode == 0, said.stderr
+    assert f"wait in {afc.cwd / 'afc-spool'}: " in said.stdout, said.stdout
+    assert f"move them into {afc.cwd / 'back.db-spool'} so" in said.stdout, said.stdout
+    assert "AFC_SPOOL_DIR" not in said.stdout, said.stdout
+
+    _move_spool(afc.cwd / "afc-spool", afc.cwd / "back.db-spool")
+    resumed = afc("resume", "--ledger", str(back), env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert log.read_text() == calls, "the spooled render was stored, not rendered again"
+    attempts = afc.json("show", "shot-001", env={"AFC_LEDGER": str(back)})["attempts"]
+    assert [a["status"] for a in attempts] == ["succeeded"]
+
+
+def test_a_copy_to_postgresql_names_the_spool_of_this_hosts_runs(afc, pg_url):
+    afc.write_manifest(manifest(jobs(1)))
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_spool"})
+    assert died.returncode == -signal.SIGKILL
+    said = afc("ledger", "copy", "afc.db", pg_url, env={"AFC_SPOOL_DIR": "spool-here"})
+    assert said.returncode == 0, said.stderr
+    assert f"wait in {afc.cwd / 'afc.db-spool'}: " in said.stdout, said.stdout
+    assert f"move them into {afc.cwd / 'spool-here'} (AFC_SPOOL_DIR" in said.stdout, said.stdout

@@ -11,9 +11,11 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   Leases of dead or expired owners are copied as they are; the next run takes them over as it
   would have in the source.
 - Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
-  PostgreSQL ledger's in ``AFC_SPOOL_DIR`` (afc_cli/ledger/postgres.py). The copy reports how
-  many are waiting beside a SQLite source, so they can be moved (or ``AFC_SPOOL_DIR`` pointed
-  at them) before the next run adopts them instead of paying for those renders again.
+  PostgreSQL ledger's in ``AFC_SPOOL_DIR``, else ``afc-spool`` in the working folder
+  (afc_cli/ledger/postgres.py). The copy reports how many wait in the source's spool on this
+  host and the folder the destination's runs here read (``destination_spool``: beside a
+  SQLite destination, whatever ``AFC_SPOOL_DIR`` says), so they can be moved there before the
+  next run adopts them instead of paying for those renders again.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def copy_ledger(src_url: str, dst_url: str) -> dict[str, Any]:
                     for table in TABLES:
                         counts[table] = _copy_table(src, dst, table)
                     dst.after_copy()
-            spooled = _spooled(src)
+            spooled = _spooled(src, dst)
         finally:
             dst.close()
     finally:
@@ -115,7 +117,11 @@ def _copy_table(src: Ledger, dst: Ledger, table: str) -> int:
         copied += len(rows)
 
 
-def _spooled(src: Ledger) -> dict[str, Any]:
-    root = src.spool_root()
+def _spooled(src: Ledger, dst: Ledger) -> dict[str, Any]:
+    root = src.spool_root().absolute()
     files = sorted(root.glob("*.spool")) if root.is_dir() else []
-    return {"spool": str(root), "spooled_files": len(files)}
+    return {
+        "spool": str(root),
+        "spooled_files": len(files),
+        "destination_spool": str(dst.spool_root().absolute()),
+    }
