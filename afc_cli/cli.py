@@ -691,9 +691,10 @@ def ledger_copy(
                 else ""
             )
             sys.stdout.write(
-                f"{result['spooled_files']} rendered files wait in {result['spool']}: move them "
-                f"into {result['destination_spool']}{where} so the next run stores them instead "
-                "of rendering them again\n"
+                f"{result['spooled_files']} files wait in {result['spool']}: paid renders, or "
+                "the ids of requests a provider still renders; move them into "
+                f"{result['destination_spool']}{where} so the next run stores or polls them "
+                "instead of paying for them again\n"
             )
 
 

@@ -192,3 +192,33 @@ def test_a_copy_to_postgresql_names_the_spool_of_this_hosts_runs(afc, pg_url):
     assert said.returncode == 0, said.stderr
     assert f"wait in {afc.cwd / 'afc.db-spool'}: " in said.stdout, said.stdout
     assert f"move them into {afc.cwd / 'spool-here'} (AFC_SPOOL_DIR" in said.stdout, said.stdout
+
+
+def test_a_copy_counts_the_request_ids_kept_in_the_spool_and_the_request_is_polled(
+    afc, pg_url, fake
+):
+    """A Replicate prediction accepted (paid) as the PostgreSQL ledger's connection was lost
+    has its id kept in the spool (``<job id>.request``, ``Spool.note_request``), not in the
+    ledger. The copy counted only ``.spool`` files: it said nothing of it, and a resume of
+    the copy submitted the job again, a second paid prediction."""
+    from test_postgres_connection_lost import _connection_lost_at_submit
+    from test_postgres_e2e import PgAfc
+
+    _connection_lost_at_submit(PgAfc(afc.cwd, pg_url), fake, "long-shot", "hold", "--grace", "1")
+    assert [p.suffix for p in (afc.cwd / "afc-spool").iterdir()] == [".request"]
+
+    back = afc.cwd / "back.db"
+    said = afc("ledger", "copy", pg_url, str(back))
+    assert said.returncode == 0, said.stderr
+    assert f"1 files wait in {afc.cwd / 'afc-spool'}: " in said.stdout, said.stdout
+    assert f"move them into {afc.cwd / 'back.db-spool'} so" in said.stdout, said.stdout
+    copied = afc.json("ledger", "copy", pg_url, str(afc.cwd / "other.db"))
+    assert copied["spooled_files"] == 1
+
+    _move_spool(afc.cwd / "afc-spool", afc.cwd / "back.db-spool")
+    fake.released.set()
+    resumed = afc("resume", "--ledger", str(back))
+    assert resumed.returncode == 0, resumed.stderr
+    assert fake.counts["replicate_submit"] == 1, "polled by its kept id, not paid again"
+    shown = afc.json("show", "long-shot", env={"AFC_LEDGER": str(back)})
+    assert shown["job"]["status"] == "succeeded"

@@ -12,8 +12,9 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   would have in the source.
 - Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
   PostgreSQL ledger's in ``AFC_SPOOL_DIR``, else ``afc-spool`` in the working folder
-  (afc_cli/ledger/postgres.py). The copy reports how many wait in the source's spool on this
-  host and the folder the destination's runs here read (``destination_spool``: beside a
+  (afc_cli/ledger/postgres.py), beside the ids of requests a provider still renders that the
+  ledger could not record (``<job id>.request``, afc_cli/spool.py). The copy reports how many
+  such files wait in the source's spool on this host and the folder the destination's runs here read (``destination_spool``: beside a
   SQLite destination, whatever ``AFC_SPOOL_DIR`` says), so they can be moved there before the
   next run adopts them instead of paying for those renders again.
 """
@@ -119,7 +120,13 @@ def _copy_table(src: Ledger, dst: Ledger, table: str) -> int:
 
 def _spooled(src: Ledger, dst: Ledger) -> dict[str, Any]:
     root = src.spool_root().absolute()
-    files = sorted(root.glob("*.spool")) if root.is_dir() else []
+    # paid renders' bytes, and the ids of job-style requests (Replicate, fal) the ledger could
+    # not record (``Spool.note_request``): without either, the next run pays again
+    files = [
+        path
+        for path in (root.iterdir() if root.is_dir() else ())
+        if path.name.endswith((".spool", ".request"))
+    ]
     return {
         "spool": str(root),
         "spooled_files": len(files),
