@@ -125,6 +125,30 @@ def test_copy_refuses_a_source_a_live_run_holds_and_creates_nothing(afc):
     assert copied["rows"]["jobs"] == 1
 
 
+def test_copy_refuses_a_source_whose_live_run_is_in_a_call_for_a_cancelled_job(afc):
+    """A cancel ends the job's lease and leaves its call to the live run, which records the
+    answer and its cost when it comes. The copy looked only at leases: it went on, and the
+    copy kept the paid attempt 'started', its cost unknown (the source then had 0.05 USD)."""
+    afc.write_manifest(manifest(jobs(1)))
+    release = afc.cwd / "release"
+    run = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1, timeout=60)
+        assert afc("cancel", "shot-001").returncode == 0
+        assert afc.rows("SELECT status, lease_owner FROM jobs") == [("cancelled", None)]
+        refused = afc("ledger", "copy", "afc.db", "copy.db")
+        assert refused.returncode == 2, refused.stderr
+        assert "in a call of a live run" in refused.stderr and "b1/shot-001" in refused.stderr
+        assert not (afc.cwd / "copy.db").exists(), "the destination was not even created"
+    finally:
+        release.touch()
+        run.wait(timeout=60)
+    copied = afc.json("ledger", "copy", "afc.db", "copy.db")
+    assert copied["rows"]["attempts"] == 1
+    report = afc.json("costs", "report", env={"AFC_LEDGER": "copy.db"})["total"]
+    assert (report["priced"], report["unknown_attempts"]) == ("0.050000", 0)
+
+
 def test_copy_takes_a_job_leased_to_another_host_with_its_lease(afc):
     """A job waiting for storage, leased to the host whose spool holds its output, has no run
     writing it: the copy is not refused, and the lease travels with the job."""

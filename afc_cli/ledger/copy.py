@@ -7,7 +7,9 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
 - The destination must hold no batch yet (a new file, an empty database, or a ledger just
   created); everything is written in one transaction there, so a copy that fails leaves it as
   it was. Its schema is brought to this afc's first (the same migrations).
-- A source with a live lease (a run or worker is using it) is refused: stop it, then copy.
+- A source with a live lease (a run or worker is using it) is refused: stop it, then copy. So
+  is one with an attempt in a call of a live process of this host (a cancelled job's: the
+  cancel ended its lease, and that run records the call's answer and cost when it comes).
   Leases of dead or expired owners are copied as they are; the next run takes them over as it
   would have in the source.
 - Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
@@ -25,7 +27,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger.core import TERMINAL_SQL, Ledger
-from afc_cli.owner import is_host_lease, lease_held
+from afc_cli.owner import host_id, host_of, is_host_lease, lease_held, owner_is_dead
 
 # every table of the schema but the migrations' own bookkeeping, parents before children
 # (foreign keys); tests/test_ledger_copy.py checks that none is left out
@@ -100,6 +102,24 @@ def _refuse_live(src: Ledger) -> None:
             f"{len(live)} jobs of {src.path} are held by a live run (e.g. "
             f"{row['batch']}/{row['key']}, by {row['lease_owner']}); stop it (or "
             "let its leases expire), then copy (nothing was written)"
+        )
+    # A cancel ends the job's lease and leaves its call to the live run, which records the
+    # answer and its cost when it comes (``Ledger.cancel``): a call of a live process of this
+    # host (the only one whose process can be looked at) holds the source as a lease does.
+    calls = [
+        row
+        for row in src._all(
+            "SELECT j.key, j.batch, a.owner FROM attempts a JOIN jobs j ON j.id = a.job_id"
+            " WHERE a.status = 'started'"
+        )
+        if host_of(row["owner"]) == host_id() and not owner_is_dead(row["owner"])
+    ]
+    if calls:
+        row = calls[0]
+        raise UsageError(
+            f"{len(calls)} attempts of {src.path} are in a call of a live run (e.g. "
+            f"{row['batch']}/{row['key']}, by {row['owner']}); let it end, then copy (nothing "
+            "was written)"
         )
 
 
