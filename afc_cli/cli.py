@@ -660,6 +660,14 @@ def ledger_copy(
     destination: Annotated[
         str, typer.Argument(metavar="DST", help="A new or empty ledger (path or URL).")
     ],
+    keep_source: Annotated[
+        bool,
+        typer.Option(
+            "--keep-source",
+            help="Leave the source able to run jobs (a backup, a test copy): then run only "
+            "one of the two, or jobs are paid for in both.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     ledger: UnusedLedgerOpt = None,
     storage: UnusedStorageOpt = None,
@@ -667,13 +675,15 @@ def ledger_copy(
     quiet: UnusedQuietOpt = False,
     verbose: UnusedVerboseOpt = False,
 ) -> None:
-    """Copy a ledger, history included, into a new one (SQLite to PostgreSQL, or back).
+    """Move a ledger, history included, into a new one (SQLite to PostgreSQL, or back).
 
-    The source is read in one snapshot; the destination is written in one transaction."""
+    The source is read in one snapshot; the destination is written in one transaction. The
+    source is then marked moved: it keeps its history for reading, and submit, resume and
+    worker refuse it (exit 2), so no job is paid for in both."""
     with _boundary():
         from afc_cli.ledger.copy import copy_ledger
 
-        result = copy_ledger(source, destination)
+        result = copy_ledger(source, destination, keep_source=keep_source)
         if json_out:
             from afc_cli.output import emit_json
 
@@ -681,6 +691,13 @@ def ledger_copy(
             return
         rows = ", ".join(f"{count} {table}" for table, count in result["rows"].items())
         sys.stdout.write(f"copied {result['source']} to {result['destination']}: {rows}\n")
+        sys.stdout.write(
+            f"{result['source']} is marked moved: it runs nothing from now on (submit, resume "
+            "and worker refuse it), its history still reads\n"
+            if result["source_moved"]
+            else f"{result['source']} is kept as it was (--keep-source): run only one of the "
+            "two ledgers, or jobs are paid for in both\n"
+        )
         if result["spooled_files"]:
             from afc_cli.ledger_file import is_postgres
 

@@ -285,3 +285,20 @@ def m009_lease_mono(db):
         ALTER TABLE jobs ADD COLUMN lease_mono REAL;
         """
     )
+
+
+@_step
+def m010_ledger_moves(db):
+    # ledger_moves: a row per 'afc ledger copy' that moved this ledger's work elsewhere (its
+    # destination, as messages name it: never a password; and when). A moved ledger keeps its
+    # history for reading and runs nothing: submit, resume and worker refuse it, and the copy
+    # leased its unfinished jobs to MOVED_OWNER for good, so a claim already waiting when it
+    # committed takes none of them (Ledger.refuse_moved, afc_cli/ledger/copy.py). Not copied.
+    db.executescript(
+        """
+        CREATE TABLE ledger_moves (
+            destination TEXT NOT NULL,
+            moved_at REAL NOT NULL
+        );
+        """
+    )

@@ -97,6 +97,7 @@ def cancel(
     ledger = Ledger(ledger_path, create=False)
     out: dict[str, list[dict[str, str]]] = {"cancelled": [], "already_final": [], "not_found": []}
     try:
+        ledger.refuse_moved()  # a change here would not reach the ledger its work moved to
         ledger.require_batch(batch)
         if keys:
             targets = _named(ledger, ledger_path, keys, batch, "cancel")
@@ -198,6 +199,7 @@ def retry(
         raise UsageError("--failed, --dead and --cancelled select within one batch: add --batch B")
     ledger = Ledger(ledger_path, create=False)
     try:
+        ledger.refuse_moved()
         ledger.require_batch(batch)
         if keys:
             targets = _named(ledger, ledger_path, keys, batch, "retry")

@@ -103,6 +103,7 @@ def _decide(
         raise UsageError("name the jobs to decide (KEY...); 'afc review list' shows them")
     if not by or not by.strip():
         raise UsageError("a decision names who made it (--by)")
+    ledger.refuse_moved()  # a decision here would not reach the ledger its work moved to
     ledger.require_batch(batch)
     jobs, problems = [], []
     for named in dict.fromkeys(keys):

@@ -287,6 +287,8 @@ def submit(
     try:
         if ledger is None:
             ledger_file.precheck(path)
+        else:
+            ledger.refuse_moved()  # its work is in another ledger now: nothing here, not --no-run
         bound = ledger.check_storage(manifest.batch, named) if ledger is not None else None
         chosen = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
         # Every unfinished job of the batch runs, as `afc resume` (cron) would run it: also a
@@ -380,6 +382,7 @@ def resume(
     open_files(concurrency)
     ledger = Ledger(ledger_path, create=False, check=True)
     try:
+        ledger.refuse_moved()
         ledger.require_batch(batch)
         named = storage_mod.normalize_url(storage) if storage else None
         job_ids = ledger.runnable_job_ids(batch=batch)

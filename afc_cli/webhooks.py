@@ -382,6 +382,7 @@ def deliver(ledger_path: str) -> DrainStats:
     """``afc webhooks deliver``: drain every due delivery, alone (for cron)."""
     ledger = Ledger(ledger_path, create=False)
     try:
+        ledger.refuse_moved()  # its outbox was copied: the destination's runs send it
 
         async def main() -> DrainStats:
             deliverer = Deliverer(ledger)

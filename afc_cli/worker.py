@@ -247,6 +247,7 @@ def work(
         held_to_storage(set(ledger.unfinished_batches()) if batch is None else {batch})
         while not stop.is_set():
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
+            ledger.refuse_moved()  # 'afc ledger copy' moved its work elsewhere: the same
             try:
                 jobs = ledger.claim_runnable(claim, lease_s, batch=batch)
             except Exception:

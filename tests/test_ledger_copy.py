@@ -70,7 +70,7 @@ def test_every_table_of_the_schema_is_copied(tmp_path):
     import sqlite3
 
     from afc_cli.ledger import Ledger
-    from afc_cli.ledger.copy import IDENTITY_TABLES, TABLES
+    from afc_cli.ledger.copy import IDENTITY_TABLES, NOT_COPIED, TABLES
 
     Ledger(tmp_path / "a.db").close()
     conn = sqlite3.connect(tmp_path / "a.db")
@@ -84,7 +84,8 @@ def test_every_table_of_the_schema_is_copied(tmp_path):
         }
     finally:
         conn.close()
-    assert set(TABLES) == set(tables)
+    assert set(TABLES) | set(NOT_COPIED) == set(tables)
+    assert not set(TABLES) & set(NOT_COPIED)
     with_ids = {name for name, sql in tables.items() if "id INTEGER PRIMARY KEY" in sql}
     assert set(IDENTITY_TABLES) == with_ids
 
@@ -189,7 +190,9 @@ def test_a_copy_back_to_sqlite_names_the_spool_its_runs_read_and_the_render_is_n
     assert died.returncode == -signal.SIGKILL
     calls = log.read_text()
 
-    copied = afc.json("ledger", "copy", pg_url, f"sqlite:///{afc.cwd / 'other.db'}")
+    copied = afc.json(
+        "ledger", "copy", pg_url, f"sqlite:///{afc.cwd / 'other.db'}", "--keep-source"
+    )
     assert copied["spooled_files"] == 1
     assert copied["spool"] == str(afc.cwd / "afc-spool")
     assert copied["destination_spool"] == str(afc.cwd / "other.db-spool")
@@ -232,7 +235,7 @@ def test_a_copy_counts_the_request_ids_kept_in_the_spool_and_the_request_is_poll
     assert [p.suffix for p in (afc.cwd / "afc-spool").iterdir()] == [".request"]
 
     back = afc.cwd / "back.db"
-    said = afc("ledger", "copy", pg_url, str(back))
+    said = afc("ledger", "copy", pg_url, str(back), "--keep-source")
     assert said.returncode == 0, said.stderr
     assert f"1 files wait in {afc.cwd / 'afc-spool'}: " in said.stdout, said.stdout
     assert f"move them into {afc.cwd / 'back.db-spool'} so" in said.stdout, said.stdout
@@ -246,3 +249,89 @@ def test_a_copy_counts_the_request_ids_kept_in_the_spool_and_the_request_is_poll
     assert fake.counts["replicate_submit"] == 1, "polled by its kept id, not paid again"
     shown = afc.json("show", "long-shot", env={"AFC_LEDGER": str(back)})
     assert shown["job"]["status"] == "succeeded"
+
+
+def test_a_moved_ledger_runs_nothing_and_its_history_still_reads(afc, pg_url):
+    """A ledger moved into PostgreSQL: a cron line or a worker left on the old SQLite file ran
+    its unfinished jobs there too, each paid for in both ledgers. It now refuses every run and
+    every change (exit 2, the destination named), its history still reads, and the
+    destination runs each job once."""
+    log = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(log)}
+    afc.write_manifest(manifest(jobs(3)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    said = afc("ledger", "copy", "afc.db", pg_url)
+    assert said.returncode == 0, said.stderr
+    assert "afc.db is marked moved: it runs nothing from now on" in said.stdout, said.stdout
+
+    for command in (
+        ["resume"],
+        ["submit", "manifest.yaml"],
+        ["submit", "manifest.yaml", "--no-run"],
+        ["worker", "--until-idle"],
+        ["cancel", "shot-001"],
+        ["webhooks", "deliver"],
+    ):
+        refused = afc(*command, env=env)
+        assert refused.returncode == 2, (command, refused.stderr)
+        assert "was moved to postgresql://" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert not log.exists(), "nothing was rendered from the moved ledger"
+    listed = afc.json("status", "--all")["jobs"]
+    assert [job["status"] for job in listed] == ["queued"] * 3  # its history reads
+
+    assert afc("resume", "--ledger", pg_url, env=env).returncode == 0
+    assert sorted(line.split()[0] for line in log.read_text().splitlines()) == sorted(
+        afc.rows("SELECT id FROM jobs")[i][0] for i in range(3)
+    )
+    assert afc("ledger", "copy", "afc.db", str(afc.cwd / "again.db")).returncode == 2
+
+
+def test_a_copy_that_keeps_its_source_leaves_it_able_to_run(afc, tmp_path):
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    copied = afc.json("ledger", "copy", "afc.db", str(tmp_path / "backup.db"), "--keep-source")
+    assert copied["source_moved"] is False
+    assert afc("resume").returncode == 0
+    assert afc.rows("SELECT DISTINCT status FROM jobs") == [("succeeded",)]
+
+
+def test_a_worker_idle_on_a_moved_postgresql_ledger_stops_and_claims_nothing(afc, pg_url):
+    """A worker idle on the PostgreSQL ledger (it held no lease, so nothing refused the copy)
+    while the ledger is moved back to SQLite: it stops at its next round (exit 2), and the
+    source's unfinished jobs are leased for good to no process, so even a claim that was
+    already on its way takes none of them."""
+    from afc_cli.ledger import Ledger
+    from afc_cli.ledger.core import MOVED_OWNER
+
+    log = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LEDGER": pg_url}
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", env=env).returncode == 0  # batch b1, done
+    worker = afc.popen("worker", "--batch", "b1", "--poll", "0.05", env=env)
+    try:
+        later = manifest([{"key": "later", "prompt": "p"}], batch="b2")
+        afc.write_manifest(later, name="later.yaml")
+        assert afc("submit", "later.yaml", "--no-run", env=env).returncode == 0
+        back = afc.cwd / "back.db"
+        assert afc("ledger", "copy", pg_url, str(back)).returncode == 0
+        code = worker.wait(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    stderr = worker.stderr.read()
+    assert code == 2 and f"was moved to {back}" in stderr, stderr
+    source = Ledger(pg_url, create=False)
+    try:
+        [job] = [row for row in source.batch_jobs("b2")]
+        assert (job["status"], job["lease_owner"]) == ("queued", MOVED_OWNER)
+        assert source.claim_runnable(10, 60) == []
+        assert source.claim(job["id"], 60) is None
+    finally:
+        source.close()
+    assert len(log.read_text().splitlines()) == 1  # b1's job; b2's runs in the copy only
+    assert (
+        afc("resume", "--ledger", str(back), env={"AFC_LOCAL_CALL_LOG": str(log)}).returncode == 0
+    )
+    assert len(log.read_text().splitlines()) == 2

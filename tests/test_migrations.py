@@ -56,6 +56,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m007_review_needs_inputs",
         "m008_status_age_index",
         "m009_lease_mono",
+        "m010_ledger_moves",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]

@@ -1,7 +1,7 @@
 """Upgrading afc under a live batch: a ledger an older afc is still running on.
 
-The older ledger is the current schema taken back by its last migration (m009_lease_mono
-dropped: its column and its bookkeeping row), which is exactly the schema m001..m008 build,
+The older ledger is the current schema taken back by its last migration (m010_ledger_moves
+dropped: its table and its bookkeeping row), which is exactly the schema m001..m009 build,
 since migrations are append-only and never edited (afc_cli/migrations.py). Those tests run on
 SQLite and on PostgreSQL (tests/pg_server.py). The rolling-upgrade test runs that older build
 itself, from this repository's history (skipped in a clone without it).
@@ -27,7 +27,7 @@ from conftest import jobs, manifest
 
 from afc_cli.owner import host_id
 
-LAST = "m009_lease_mono"
+LAST = "m010_ledger_moves"
 OTHER_HOST = "render-07:4242:1"  # an older afc's worker on another host
 
 
@@ -68,14 +68,14 @@ def _applied(ledger_url: str, afc) -> list[str]:
 
 
 def _before_last_migration(ledger_url: str, afc) -> None:
-    """The ledger as the afc before m009 left it (its schema, its bookkeeping)."""
+    """The ledger as the afc before the last migration left it (its schema, its bookkeeping)."""
     table = "afc_migrations" if ledger_url.startswith("postgresql://") else "_sqlite_migrations"
     statements = [
-        "ALTER TABLE jobs DROP COLUMN lease_mono",
+        "DROP TABLE ledger_moves",
         f"DELETE FROM {table} WHERE name = '{LAST}'",
     ]
     if table == "_sqlite_migrations":
-        statements.append("PRAGMA user_version = 8")
+        statements.append("PRAGMA user_version = 9")
     _sql(ledger_url, afc, statements)
 
 
@@ -152,14 +152,14 @@ def test_a_running_worker_stops_once_a_newer_afc_migrated_the_ledger(afc, ledger
             time.sleep(0.02)  # the worker runs its one job, then polls: nothing to claim
         assert worker.poll() is None, worker.stderr.read()
         time.sleep(0.6)  # a few idle claims (PostgreSQL prepares a statement run 5 times)
-        newer = "m010_from_a_newer_afc"
+        newer = "m099_from_a_newer_afc"
         if ledger_url.startswith("postgresql://"):
             bookkeeping = [f"INSERT INTO afc_migrations VALUES ('afc', '{newer}', 0)"]
         else:
             bookkeeping = [
                 "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
                 f" VALUES ('afc', '{newer}', '0')",
-                "PRAGMA user_version = 10",
+                "PRAGMA user_version = 99",
             ]
         _sql(ledger_url, afc, ["ALTER TABLE jobs ADD COLUMN newer_note TEXT", *bookkeeping])
         code = worker.wait(timeout=30)

@@ -12,6 +12,14 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   cancel ended its lease, and that run records the call's answer and cost when it comes).
   Leases of dead or expired owners are copied as they are; the next run takes them over as it
   would have in the source.
+- A copy moves the work: the source is marked moved (``ledger_moves``) in the transaction
+  that read it, once the destination committed, and its unfinished jobs are leased to
+  ``MOVED_OWNER`` for good; from then on submit, resume and worker refuse it (exit 2,
+  ``Ledger.refuse_moved``) and no claim takes its jobs (PostgreSQL: the copy holds the jobs
+  table against claims until then), while every reading command still reads its history.
+  A cron line or a worker left on the source would otherwise pay for the jobs the
+  destination's runs pay for. ``keep_source`` (``--keep-source``: a backup, a test copy)
+  leaves the source as it was, both ledgers able to run the same jobs.
 - Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
   PostgreSQL ledger's in ``AFC_SPOOL_DIR``, else ``afc-spool`` in the working folder
   (afc_cli/ledger/postgres.py), beside the ids of requests a provider still renders that the
@@ -23,10 +31,12 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 from afc_cli.errors import UsageError
-from afc_cli.ledger.core import TERMINAL_SQL, Ledger
+from afc_cli.ledger.core import MOVED_OWNER, MOVED_UNTIL, TERMINAL_SQL, Ledger
 from afc_cli.owner import host_id, host_of, is_host_lease, lease_held, owner_is_dead
 
 # every table of the schema but the migrations' own bookkeeping, parents before children
@@ -43,16 +53,24 @@ TABLES = (
     "deliveries",
     "endpoints",
 )
+# the source's own record of where its work was moved (m010): never the destination's
+NOT_COPIED = ("ledger_moves",)
 # tables whose integer ids a PostgreSQL destination continues after the copied ones
 IDENTITY_TABLES = ("attempts", "events", "avoided", "reviews")
 CHUNK = 1000
 
 
-def copy_ledger(src_url: str, dst_url: str) -> dict[str, Any]:
+def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dict[str, Any]:
     if str(src_url) == str(dst_url):
         raise UsageError("afc ledger copy needs two different ledgers")
     src = Ledger(src_url, create=False)
     try:
+        moved = src.moved_to()
+        if moved is not None:
+            raise UsageError(
+                f"the ledger {src.path} was moved to {moved['destination']} already: copy "
+                "from there (nothing was written)"
+            )
         _refuse_live(src)  # before the destination is created or migrated
         dst = Ledger(dst_url)
         try:
@@ -64,17 +82,45 @@ def copy_ledger(src_url: str, dst_url: str) -> dict[str, Any]:
             counts: dict[str, int] = {}
             with src.tx():
                 src.snapshot()
+                src.lock_jobs()  # no claim commits in the source until it is marked moved
                 _refuse_live(src)  # again, in the snapshot the copy reads
                 with dst.tx():
                     for table in TABLES:
                         counts[table] = _copy_table(src, dst, table)
                     dst.after_copy()
+                if not keep_source:
+                    _mark_moved(src, dst)
             spooled = _spooled(src, dst)
         finally:
             dst.close()
     finally:
         src.close()
-    return {"source": str(src.path), "destination": str(dst.path), "rows": counts, **spooled}
+    return {
+        "source": str(src.path),
+        "destination": str(dst.path),
+        "rows": counts,
+        # the source now runs nothing (submit, resume and worker refuse it), unless kept
+        "source_moved": not keep_source,
+        **spooled,
+    }
+
+
+def _mark_moved(src: Ledger, dst: Ledger) -> None:
+    """In the source's transaction, once the destination committed: the move recorded
+    (``Ledger.refuse_moved`` reads it) and every unfinished job leased to ``MOVED_OWNER`` for
+    good. A worker idle on the source at the copy (it held no lease, so nothing refused the
+    copy) claims none of them: one already waiting on the copy's lock re-reads each row it
+    would take and finds it held; one that comes later is refused at its round. Otherwise a
+    cron line or a worker left on the source would pay for jobs the destination pays for."""
+    where = dst.path if not isinstance(dst.path, Path) else dst.path.absolute()
+    src.db.execute(
+        "INSERT INTO ledger_moves (destination, moved_at) VALUES (?, ?)", (str(where), time.time())
+    )
+    src.db.execute(
+        "UPDATE jobs SET lease_owner = ?, lease_expires = ?, lease_mono = NULL"
+        f" WHERE status NOT IN {TERMINAL_SQL}",
+        (MOVED_OWNER, MOVED_UNTIL),
+    )
 
 
 def _refuse_live(src: Ledger) -> None:

@@ -39,6 +39,11 @@ ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for
 ACTIVE = ("queued", "running", "waiting")
 # the waiting reason of a job whose provider renders a request a run polls (``_rendering``)
 RENDERING = "provider still rendering: "
+# The owner a ledger's unfinished jobs are leased to for good once ``afc ledger copy`` moved
+# its work elsewhere (afc_cli/ledger/copy.py): no process has it, none finds it dead (its pid
+# is no number), and its lease never runs out (MOVED_UNTIL), so no claim takes those jobs.
+MOVED_OWNER = "afc-ledger-copy:moved:-"
+MOVED_UNTIL = 9e18
 IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
@@ -309,6 +314,26 @@ class Ledger:
                 f"does not know {', '.join(newer)}); this afc stopped before claiming more "
                 "jobs, with nothing in flight: upgrade afc here, then start it again"
             )
+
+    def moved_to(self) -> dict[str, Any] | None:
+        """Where ``afc ledger copy`` moved this ledger's work (its last move), or None."""
+        return self._one(
+            "SELECT destination, moved_at FROM ledger_moves ORDER BY moved_at DESC LIMIT 1"
+        )
+
+    def refuse_moved(self) -> None:
+        """A ledger ``afc ledger copy`` moved elsewhere runs nothing (exit 2): a cron line or a
+        worker left on it would pay for the jobs the destination's runs pay for too. Called
+        by submit and resume before anything is written, by a worker at each round."""
+        moved = self.moved_to()
+        if moved is None:
+            return
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(moved["moved_at"]))
+        raise UsageError(
+            f"the ledger {self.path} was moved to {moved['destination']} by 'afc ledger copy' "
+            f"({when}): run afc there (--ledger); this one keeps its history for reading and "
+            "runs nothing, so no job is paid for in both"
+        )
 
     def require_batch(self, name: str | None) -> None:
         """Every command's ``--batch``: a name the ledger does not know is a usage error (exit
@@ -1569,6 +1594,10 @@ class Ledger:
 
     def snapshot(self) -> None:
         """First thing in a ``tx`` block: the block's reads see one moment of the ledger."""
+
+    def lock_jobs(self) -> None:
+        """After ``snapshot``: no other process commits a claim (or any change of a job) until
+        this block ends (``afc ledger copy``). SQLite: the block's write lock does it."""
 
     def columns(self, table: str) -> list[str]:
         raise NotImplementedError

@@ -396,6 +396,12 @@ class PostgresLedger(Ledger):
         # READ COMMITTED sees each statement's moment; a copy must see one moment throughout
         self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
+    def lock_jobs(self) -> None:
+        # EXCLUSIVE: plain reads go on; a claim's SELECT ... FOR UPDATE and every write of a
+        # job wait for this transaction. Taken before the snapshot's first read, so that read
+        # sees every claim committed before it.
+        self.db.execute("LOCK TABLE jobs IN EXCLUSIVE MODE")
+
     def columns(self, table: str) -> list[str]:
         return [
             row[0]
