@@ -1179,10 +1179,16 @@ def status(
 
         view = status_view(ledger, batch=batch, statuses=only, everything=everything)
         rows, counts = view["jobs"], view["counts"]
+        if view["moved_to"]:
+            # its unfinished jobs are not stuck here: they run in the ledger they moved to
+            _err(
+                f"this ledger was moved to {view['moved_to']} (afc ledger copy): its jobs run there"
+            )
         if json_out:
             for row in rows:
                 del row["reason"]
-            emit_json({"jobs": rows, "counts": counts})
+            moved = {"moved_to": view["moved_to"]} if view["moved_to"] else {}
+            emit_json({"jobs": rows, "counts": counts, **moved})
             return
         one_batch = view["batches"][0] if len(view["batches"]) == 1 else None
         shown = needing_attention(rows) if view["attention"] else rows

@@ -58,6 +58,7 @@ def status_view(
     try:
         book.require_batch(batch)
         rows = [job_json(r) for r in book.status_rows(batch)]
+        moved = book.moved_to()
     finally:
         book.close()
     counts: dict[str, int] = {}
@@ -74,6 +75,8 @@ def status_view(
         "counts": counts,
         "attention": attention,
         "batches": batches,
+        # where 'afc ledger copy' moved its work (its unfinished jobs run there), or None
+        "moved_to": moved["destination"] if moved else None,
     }
 
 

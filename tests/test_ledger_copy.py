@@ -277,8 +277,11 @@ def test_a_moved_ledger_runs_nothing_and_its_history_still_reads(afc, pg_url):
         assert "was moved to postgresql://" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr
     assert not log.exists(), "nothing was rendered from the moved ledger"
-    listed = afc.json("status", "--all")["jobs"]
-    assert [job["status"] for job in listed] == ["queued"] * 3  # its history reads
+    listed = afc.json("status", "--all")
+    assert [job["status"] for job in listed["jobs"]] == ["queued"] * 3  # its history reads
+    assert listed["moved_to"].startswith("postgresql://")
+    told = afc("status")
+    assert told.returncode == 0 and "this ledger was moved to postgresql://" in told.stderr
 
     assert afc("resume", "--ledger", pg_url, env=env).returncode == 0
     assert sorted(line.split()[0] for line in log.read_text().splitlines()) == sorted(
