@@ -338,3 +338,23 @@ def test_a_worker_idle_on_a_moved_postgresql_ledger_stops_and_claims_nothing(afc
         afc("resume", "--ledger", str(back), env={"AFC_LOCAL_CALL_LOG": str(log)}).returncode == 0
     )
     assert len(log.read_text().splitlines()) == 2
+
+
+def test_a_postgresql_source_is_read_a_chunk_at_a_time(pg_url):
+    """psycopg's ordinary cursor fetches a whole result before its first row: a copy from
+    PostgreSQL held each table (millions of events) in memory at once. It reads through a
+    server-side cursor, a chunk at a time."""
+    from afc_cli.ledger import Ledger
+
+    ledger = Ledger(pg_url)
+    try:
+        with ledger.tx():
+            total = ledger.db.raw.execute("SELECT COUNT(*) FROM pg_class").fetchone()[0]
+            chunks = ledger.chunks("SELECT relname FROM pg_class", 7)
+            first = next(chunks)
+            held = ledger.db.raw.execute("SELECT name FROM pg_cursors").fetchall()
+            rest = [row for chunk in chunks for row in chunk]
+    finally:
+        ledger.close()
+    assert len(first) == 7 and ("afc_chunks",) in held
+    assert len(first) + len(rest) == total

@@ -174,14 +174,11 @@ def _copy_table(src: Ledger, dst: Ledger, table: str) -> int:
     wanted = [c for c in src.columns(table) if c in columns]
     names = ", ".join(wanted)
     marks = ", ".join("?" * len(wanted))
-    cursor = src.db.execute(f"SELECT {names} FROM {table}")
     copied = 0
-    while True:
-        rows = cursor.fetchmany(CHUNK)
-        if not rows:
-            return copied
+    for rows in src.chunks(f"SELECT {names} FROM {table}", CHUNK):
         dst.db.conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
         copied += len(rows)
+    return copied
 
 
 def _spooled(src: Ledger, dst: Ledger) -> dict[str, Any]:

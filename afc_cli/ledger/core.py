@@ -1595,6 +1595,14 @@ class Ledger:
     def snapshot(self) -> None:
         """First thing in a ``tx`` block: the block's reads see one moment of the ledger."""
 
+    def chunks(self, sql: str, size: int) -> Iterator[list[tuple]]:
+        """The rows of ``sql`` (no parameters), ``size`` at a time, never all in memory at
+        once (``afc ledger copy`` of a ledger with millions of events). SQLite's cursor reads
+        as it goes."""
+        cursor = self.db.execute(sql)
+        while rows := cursor.fetchmany(size):
+            yield rows
+
     def lock_jobs(self) -> None:
         """After ``snapshot``: no other process commits a claim (or any change of a job) until
         this block ends (``afc ledger copy``). SQLite: the block's write lock does it."""

@@ -396,6 +396,14 @@ class PostgresLedger(Ledger):
         # READ COMMITTED sees each statement's moment; a copy must see one moment throughout
         self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
+    def chunks(self, sql: str, size: int) -> Iterator[list[tuple]]:
+        # a server-side cursor, inside the block's transaction: psycopg's ordinary cursor
+        # fetches a whole result before its first row (a copy's events table, all in memory)
+        with self.db.raw.cursor(name="afc_chunks") as cursor:
+            cursor.execute(sql)
+            while rows := cursor.fetchmany(size):
+                yield rows
+
     def lock_jobs(self) -> None:
         # EXCLUSIVE: plain reads go on; a claim's SELECT ... FOR UPDATE and every write of a
         # job wait for this transaction. Taken before the snapshot's first read, so that read
