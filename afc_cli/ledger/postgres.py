@@ -94,8 +94,9 @@ def display_url(url: str) -> str:
     """The URL with its password masked: what messages and ``--json`` may show."""
     from afc_cli.secrets import REDACTED, scrub
 
-    # the user name kept (it tells which role), the password and any key-like query
-    # parameter (?password=...) as every other message shows a secret
+    # the password and any key-like query parameter (?password=...) masked as every other
+    # message masks a secret: ``scrub`` masks a URL's whole ``user:password@``, so the user
+    # name shows only where no password follows it (postgresql://afc@db/afc)
     return scrub(USERINFO_PASSWORD.sub(r"\1" + REDACTED + "@", url))
 
 
