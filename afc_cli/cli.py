@@ -1179,15 +1179,14 @@ def status(
 
         view = status_view(ledger, batch=batch, statuses=only, everything=everything)
         rows, counts = view["jobs"], view["counts"]
-        if view["moved_to"]:
+        moved_to = view.get("moved_to")
+        if moved_to:
             # its unfinished jobs are not stuck here: they run in the ledger they moved to
-            _err(
-                f"this ledger was moved to {view['moved_to']} (afc ledger copy): its jobs run there"
-            )
+            _err(f"this ledger was moved to {moved_to} (afc ledger copy): its jobs run there")
         if json_out:
             for row in rows:
                 del row["reason"]
-            moved = {"moved_to": view["moved_to"]} if view["moved_to"] else {}
+            moved = {"moved_to": moved_to} if moved_to else {}
             emit_json({"jobs": rows, "counts": counts, **moved})
             return
         one_batch = view["batches"][0] if len(view["batches"]) == 1 else None
