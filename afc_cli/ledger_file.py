@@ -195,14 +195,19 @@ def check_no_live_runs(path: object, rows: list[tuple], now: float, pending: lis
     and had not spooled yet lost, and the next run pays for them again; on either engine it
     writes rows without the columns it does not know. So a migration waits for those runs to
     end (SIGTERM drains a worker; a dead process's lease runs out), and says so, exit 2, with
-    nothing written. A lease held for a host's spool (``host:0:0``) has no process."""
+    nothing written. A lease held for a host's spool (``host:0:0``) has no process, nor has
+    ``MOVED_OWNER``'s, held for good on a ledger ``afc ledger copy`` moved (a live run for
+    ``lease_held``, which keeps every claim off those jobs, but no process to wait for)."""
+    from afc_cli.ledger.core import MOVED_OWNER
     from afc_cli.owner import is_host_lease, lease_held
 
     live = sorted(
         {
             owner
             for owner, expires, mono in rows
-            if not is_host_lease(owner) and lease_held(owner, expires, now, mono)
+            if not is_host_lease(owner)
+            and owner != MOVED_OWNER
+            and lease_held(owner, expires, now, mono)
         }
     )
     if not live:

@@ -358,3 +358,39 @@ def test_a_postgresql_source_is_read_a_chunk_at_a_time(pg_url):
         ledger.close()
     assert len(first) == 7 and ("afc_chunks",) in held
     assert len(first) + len(rest) == total
+
+
+def test_a_moved_ledger_still_reads_once_a_newer_afc_must_migrate_it(afc, ledger_url):
+    """A moved ledger's unfinished jobs are leased for good to MOVED_OWNER, a lease no process
+    holds. The migration's look for live older runs (ledger_file.check_no_live_runs) took it
+    for one: the next afc that brings a migration refused to open the moved ledger at all,
+    its history included, until the year 285 billion. Here the pending migration is m009
+    taken back (its column and its bookkeeping), as a newer afc's would be."""
+    afc.write_manifest(manifest(jobs(2)))
+    env = {"AFC_LEDGER": ledger_url}
+    assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
+    moved = afc("ledger", "copy", ledger_url, str(afc.cwd / "moved.db"))
+    assert moved.returncode == 0, moved.stderr
+    pending = "m009_lease_mono"
+    if ledger_url.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(ledger_url) as conn:
+            conn.execute("ALTER TABLE jobs DROP COLUMN lease_mono")
+            conn.execute(f"DELETE FROM afc_migrations WHERE name = '{pending}'")
+    else:
+        conn = sqlite3.connect(ledger_url)
+        try:
+            conn.execute("ALTER TABLE jobs DROP COLUMN lease_mono")
+            conn.execute(f"DELETE FROM _sqlite_migrations WHERE name = '{pending}'")
+            conn.execute("PRAGMA user_version = 9")
+            conn.commit()
+        finally:
+            conn.close()
+
+    listed = afc("status", "--all", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "Traceback" not in listed.stderr
+    assert "this ledger was moved to" in listed.stderr, listed.stderr
+    refused = afc("resume", env=env)
+    assert refused.returncode == 2 and "was moved to" in refused.stderr, refused.stderr
