@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import signal
 import sqlite3
+import time
 from pathlib import Path
 
 from conftest import jobs, manifest, wait_for
@@ -394,3 +395,55 @@ def test_a_moved_ledger_still_reads_once_a_newer_afc_must_migrate_it(afc, ledger
     assert "this ledger was moved to" in listed.stderr, listed.stderr
     refused = afc("resume", env=env)
     assert refused.returncode == 2 and "was moved to" in refused.stderr, refused.stderr
+
+
+def test_a_claim_waiting_on_the_copys_lock_takes_nothing_once_the_source_is_moved(
+    afc, pg_url, monkeypatch
+):
+    """A worker's claim that reached the jobs table while the copy held it (its first round
+    passed ``refuse_moved`` before the copy committed) waits; once the copy committed the
+    move it finds every unfinished job leased to MOVED_OWNER and takes none, and its next
+    round stops (exit 2). The copy is the real one, in this process, held just before it
+    marks the source until the worker's claim waits on its lock."""
+    import psycopg
+
+    from afc_cli.ledger import copy as copy_mod
+
+    log = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LEDGER": pg_url}
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
+    started = []
+    mark = copy_mod._mark_moved
+
+    def mark_once_a_claim_waits(src, dst):
+        worker = afc.popen("worker", "--poll", "0.05", env=env)
+        started.append(worker)
+        deadline = time.monotonic() + 30  # a copy that took no lock: nothing waits on it
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            waiting = 0
+            while not waiting and worker.poll() is None and time.monotonic() < deadline:
+                waiting = look.execute(
+                    "SELECT COUNT(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+                    " WHERE c.relname = 'jobs' AND NOT l.granted"
+                ).fetchone()[0]
+        assert waiting, "the worker's claim never waited on the copy's lock"
+        mark(src, dst)
+
+    monkeypatch.setattr(copy_mod, "_mark_moved", mark_once_a_claim_waits)
+    back = afc.cwd / "back.db"
+    try:
+        copy_mod.copy_ledger(pg_url, str(back))
+        code = started[0].wait(timeout=60)
+    finally:
+        for worker in started:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    stderr = started[0].stderr.read()
+    assert code == 2 and f"was moved to {back}" in stderr, stderr
+    assert not log.exists(), "nothing was rendered from the moved ledger"
+    assert (
+        afc("resume", "--ledger", str(back), env={"AFC_LOCAL_CALL_LOG": str(log)}).returncode == 0
+    )
+    assert len(log.read_text().splitlines()) == 2
