@@ -423,6 +423,7 @@ def replay(ledger_path: str, delivery_id: str) -> DrainStats:
     exact stored envelope (signed afresh, same webhook-id) and deliver it now. A replay also re-enables an endpoint a 410 disabled."""
     ledger = Ledger(ledger_path, create=False)
     try:
+        ledger.refuse_moved()  # before the requeue: its delivery (``deliver``) is refused there
         row = ledger.delivery(delivery_id) or _by_prefix(ledger, delivery_id)
         delivery_id = row["id"]
         if row["status"] not in ("dead", "delivered"):

@@ -127,6 +127,25 @@ def test_a_dead_delivery_can_be_replayed_and_arrives(afc, receiver, hooked):
     assert afc("webhooks", "replay", "nope").returncode == 2
 
 
+def test_a_replay_on_a_moved_ledger_is_refused_and_changes_nothing(afc, receiver, hooked):
+    """A moved ledger runs nothing, 'webhooks deliver' included (afc ledger copy): a replay
+    there re-queued the dead delivery (and re-enabled its endpoint) before its delivery was
+    refused, exit 2 with the row changed, left pending where nothing will ever send it. It is
+    refused before anything is written, as the replay in the destination goes out."""
+    receiver.script = [(400, 0, {})]
+    hooked(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    [dead] = afc.json("webhooks", "list", "--dead")["deliveries"]
+    assert afc("ledger", "copy", "afc.db", "moved.db").returncode == 0
+    refused = afc("webhooks", "replay", dead["id"])
+    assert refused.returncode == 2 and "was moved to" in refused.stderr, refused.stderr
+    assert afc.rows("SELECT status FROM deliveries") == [("dead",)]
+    assert len(receiver.received) == 1
+    replayed = afc("webhooks", "replay", dead["id"], "--ledger", "moved.db")
+    assert replayed.returncode == 0, replayed.stderr
+    assert len(receiver.received) == 2
+
+
 def test_a_broken_receiver_never_delays_renders(afc, receiver, hooked):
     """Renders never wait for a webhook receiver. A hung receiver holds every POST unanswered
     (well inside the delivery's timeout, so afc keeps waiting for it): the whole batch still
