@@ -447,3 +447,33 @@ def test_a_claim_waiting_on_the_copys_lock_takes_nothing_once_the_source_is_move
         afc("resume", "--ledger", str(back), env={"AFC_LOCAL_CALL_LOG": str(log)}).returncode == 0
     )
     assert len(log.read_text().splitlines()) == 2
+
+
+def test_a_copy_does_not_wait_for_good_behind_a_frozen_write_and_stall_every_run(afc, pg_url):
+    """The copy's EXCLUSIVE lock on the PostgreSQL source's jobs table waits for every
+    transaction that wrote a job. One that never ends (a run frozen in a write, its host cut
+    off while the server keeps its session; a psql session left open) kept the copy waiting
+    with no word, and every other run's claim and write of a job queued behind the copy's
+    request: the whole ledger stalled. The copy gives up after COPY_LOCK_WAIT_S (exit 2,
+    nothing marked), and the other runs go on."""
+    import psycopg
+
+    from afc_cli.ledger.postgres import COPY_LOCK_WAIT_S
+
+    afc.write_manifest(manifest(jobs(2)))
+    env = {"AFC_LEDGER": pg_url}
+    assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
+    with psycopg.connect(pg_url) as frozen:  # a transaction that wrote a job, left open
+        frozen.execute("UPDATE jobs SET updated_at = updated_at WHERE key = 'shot-001'")
+        copy = afc(
+            "ledger", "copy", pg_url, str(afc.cwd / "back.db"), timeout=COPY_LOCK_WAIT_S + 60
+        )
+        assert copy.returncode == 2, copy.stderr
+        assert "Traceback" not in copy.stderr
+        assert "nothing was written" in copy.stderr and "password" not in copy.stderr
+        cancelled = afc("cancel", "shot-002", env=env, timeout=60)  # not stalled behind it
+        assert cancelled.returncode == 0, cancelled.stderr
+        frozen.rollback()
+    listed = afc.json("status", "--all", env=env)
+    assert "moved_to" not in listed
+    assert afc("resume", env=env).returncode == 0  # the source still runs: nothing was moved

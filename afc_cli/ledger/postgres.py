@@ -84,6 +84,10 @@ CONNECT_TIMEOUT_S = 10
 GROUP_COMMIT_S = 0.005
 # how often the lease clock is sampled from the server (``lease_clock``)
 CLOCK_SAMPLE_S = 10.0
+# How long ``afc ledger copy`` waits for the source's jobs table (``lock_jobs``): the runs'
+# transactions last milliseconds, and while the copy's request waits, every other claim and
+# write of a job queues behind it
+COPY_LOCK_WAIT_S = 10.0
 
 
 # a URL's password in its user part (``postgresql://user:PASSWORD@host``), the user kept
@@ -408,8 +412,21 @@ class PostgresLedger(Ledger):
     def lock_jobs(self) -> None:
         # EXCLUSIVE: plain reads go on; a claim's SELECT ... FOR UPDATE and every write of a
         # job wait for this transaction. Taken before the snapshot's first read, so that read
-        # sees every claim committed before it.
-        self.db.execute("LOCK TABLE jobs IN EXCLUSIVE MODE")
+        # sees every claim committed before it. A transaction that wrote a job and never ends
+        # (a run frozen in a write, its host cut off while the server keeps its session, a
+        # psql session left open) is waited for COPY_LOCK_WAIT_S at most: the whole ledger's
+        # runs would wait behind this request for as long.
+        self.db.execute(f"SET LOCAL lock_timeout = {int(COPY_LOCK_WAIT_S * 1000)}")
+        try:
+            self.db.execute("LOCK TABLE jobs IN EXCLUSIVE MODE")
+        except _psycopg().errors.LockNotAvailable:
+            raise UsageError(
+                f"the jobs of {self.path} are held by a transaction that did not end within "
+                f"{COPY_LOCK_WAIT_S:g} s (a run stopped in the middle of a write, or a session "
+                "left open: pg_stat_activity shows it); the copy gave up rather than hold every "
+                "run's claims behind it (nothing was written): end it, then copy again"
+            ) from None
+        self.db.execute("SET LOCAL lock_timeout = 0")
 
     def columns(self, table: str) -> list[str]:
         return [
