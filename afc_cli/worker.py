@@ -261,6 +261,9 @@ def work(
                     ledger.release(job)
                 break
             if not jobs:
+                # a copy that waited for this claim may have moved the ledger meanwhile: its
+                # outbox is the destination's to send now
+                ledger.refuse_moved()
                 if ledger.deliveries_due():  # none due: no run loop is started for nothing
                     drained = run_jobs(
                         ledger, [], concurrency=concurrency, grace_s=grace_s, stopped=stop.is_set

@@ -406,13 +406,19 @@ def test_a_claim_waiting_on_the_copys_lock_takes_nothing_once_the_source_is_move
     round stops (exit 2). The copy is the real one, in this process, held just before it
     marks the source until the worker's claim waits on its lock."""
     import psycopg
+    from test_audit_web import SECRET
 
     from afc_cli.ledger import copy as copy_mod
 
     log = afc.cwd / "calls.log"
-    env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LEDGER": pg_url}
-    afc.write_manifest(manifest(jobs(2)))
+    env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LEDGER": pg_url, "AFC_HOOK_SECRET": SECRET}
+    data = manifest(jobs(2))
+    # a delivery due in the source's outbox (shot-002 cancelled), to a port nothing answers:
+    # the worker whose claim came back empty drained it there, then the destination again
+    data["webhook"] = {"url": "http://127.0.0.1:9/hooks", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data)
     assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
+    assert afc("cancel", "shot-002", env=env).returncode == 0
     started = []
     mark = copy_mod._mark_moved
 
@@ -443,10 +449,12 @@ def test_a_claim_waiting_on_the_copys_lock_takes_nothing_once_the_source_is_move
     stderr = started[0].stderr.read()
     assert code == 2 and f"was moved to {back}" in stderr, stderr
     assert not log.exists(), "nothing was rendered from the moved ledger"
-    assert (
-        afc("resume", "--ledger", str(back), env={"AFC_LOCAL_CALL_LOG": str(log)}).returncode == 0
-    )
-    assert len(log.read_text().splitlines()) == 2
+    with psycopg.connect(pg_url) as look:
+        sent = look.execute("SELECT COALESCE(SUM(attempts), 0) FROM deliveries").fetchone()[0]
+    assert sent == 0, "the moved ledger's outbox is the destination's to send"
+    after = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_HOOK_SECRET": SECRET}
+    assert afc("resume", "--ledger", str(back), env=after).returncode == 0
+    assert len(log.read_text().splitlines()) == 1  # shot-001; shot-002 was cancelled
 
 
 def test_a_copy_does_not_wait_for_good_behind_a_frozen_write_and_stall_every_run(afc, pg_url):
@@ -477,3 +485,49 @@ def test_a_copy_does_not_wait_for_good_behind_a_frozen_write_and_stall_every_run
     listed = afc.json("status", "--all", env=env)
     assert "moved_to" not in listed
     assert afc("resume", env=env).returncode == 0  # the source still runs: nothing was moved
+
+
+def test_two_copies_of_one_source_at_once_move_it_once(afc, pg_url, monkeypatch):
+    """A second copy of the PostgreSQL source started while the first holds its jobs table
+    waits for it, then finds the source moved and writes nothing: both went through (each
+    destination able to run the ledger's work, ``ledger_moves`` naming one), the look for a
+    move being made before the copy's transaction only."""
+    import psycopg
+
+    from afc_cli.ledger import copy as copy_mod
+
+    env = {"AFC_LEDGER": pg_url}
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", env=env).returncode == 0
+    second = []
+    mark = copy_mod._mark_moved
+
+    def mark_once_the_second_waits(src, dst):
+        other = afc.popen("ledger", "copy", pg_url, str(afc.cwd / "other.db"))
+        second.append(other)
+        deadline = time.monotonic() + 30
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            waiting = 0
+            while not waiting and other.poll() is None and time.monotonic() < deadline:
+                waiting = look.execute(
+                    "SELECT COUNT(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+                    " WHERE c.relname = 'jobs' AND NOT l.granted"
+                ).fetchone()[0]
+        assert waiting, "the second copy never waited on the first one's lock"
+        mark(src, dst)
+
+    monkeypatch.setattr(copy_mod, "_mark_moved", mark_once_the_second_waits)
+    back = afc.cwd / "back.db"
+    try:
+        copy_mod.copy_ledger(pg_url, str(back))
+        code = second[0].wait(timeout=60)
+    finally:
+        for other in second:
+            if other.poll() is None:
+                other.kill()
+                other.wait()
+    stderr = second[0].stderr.read()
+    assert code == 2 and f"was moved to {back} already" in stderr, stderr
+    assert not (afc.cwd / "other.db").exists() or not afc.json(
+        "status", "--all", env={"AFC_LEDGER": str(afc.cwd / "other.db")}
+    ).get("jobs")

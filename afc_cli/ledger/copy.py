@@ -65,12 +65,7 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
         raise UsageError("afc ledger copy needs two different ledgers")
     src = Ledger(src_url, create=False)
     try:
-        moved = src.moved_to()
-        if moved is not None:
-            raise UsageError(
-                f"the ledger {src.path} was moved to {moved['destination']} already: copy "
-                "from there (nothing was written)"
-            )
+        _refuse_moved(src)
         _refuse_live(src)  # before the destination is created or migrated
         dst = Ledger(dst_url)
         try:
@@ -83,6 +78,7 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
             with src.tx():
                 src.snapshot()
                 src.lock_jobs()  # no claim commits in the source until it is marked moved
+                _refuse_moved(src)  # again: a copy of it beside this one may have moved it
                 _refuse_live(src)  # again, in the snapshot the copy reads
                 with dst.tx():
                     for table in TABLES:
@@ -103,6 +99,15 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
         "source_moved": not keep_source,
         **spooled,
     }
+
+
+def _refuse_moved(src: Ledger) -> None:
+    moved = src.moved_to()
+    if moved is not None:
+        raise UsageError(
+            f"the ledger {src.path} was moved to {moved['destination']} already: copy from "
+            "there (nothing was written)"
+        )
 
 
 def _mark_moved(src: Ledger, dst: Ledger) -> None:
