@@ -74,7 +74,7 @@ def plan(
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
     from afc_cli.ledger import read_admitted
 
-    bound, admitted, stored_needs = read_admitted(ledger_path, manifest.batch)
+    bound, admitted, stored_needs, moved = read_admitted(ledger_path, manifest.batch)
     # the batch's unfinished jobs that this manifest does not list: the submit runs them too
     manifest_keys = {job.key for job in manifest.jobs}
     unlisted = {
@@ -84,6 +84,10 @@ def plan(
     }
     # what the submit would refuse before writing anything, said here too (exit 2)
     problems = []
+    if moved is not None:  # as Ledger.refuse_moved refuses the submit
+        problems.append(
+            f"the ledger was moved to {moved} by 'afc ledger copy': run afc there (--ledger)"
+        )
     chains = [*manifest.chains, *(body["chain"] for body in unlisted.values())]
     if budget is not None:
         try:

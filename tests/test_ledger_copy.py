@@ -269,6 +269,7 @@ def test_a_moved_ledger_runs_nothing_and_its_history_still_reads(afc, pg_url):
         ["resume"],
         ["submit", "manifest.yaml"],
         ["submit", "manifest.yaml", "--no-run"],
+        ["plan", "manifest.yaml"],  # says what the submit would do: refuse
         ["worker", "--until-idle"],
         ["cancel", "shot-001"],
         ["webhooks", "deliver"],

@@ -2590,16 +2590,25 @@ class Ledger:
         )
 
 
-def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict]:
+def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict, str | None]:
     """A batch's storage, its jobs (key: request hash, status, body, review, attempts, lease
-    owner and expiry, waiting reason) and their needs (key: need keys) as ``afc plan`` needs
-    them, read without writing anything (no migrations, no lock)."""
+    owner and expiry, waiting reason), their needs (key: need keys) and where ``afc ledger
+    copy`` moved the ledger's work (None: nowhere) as ``afc plan`` needs them, read without
+    writing anything (no migrations, no lock)."""
     return backend(ledger_path).read_admitted(ledger_path, batch)
 
 
 def spool_root_of(ledger_path: Any) -> Any:
     """Where the runs of this ledger on this host spool their paid renders (``afc plan``)."""
     return backend(ledger_path).spool_root_of(ledger_path)
+
+
+def moved_to(conn: Any) -> str | None:
+    """``Ledger.moved_to``'s destination on a bare connection (``read_admitted``)."""
+    row = conn.execute(
+        "SELECT destination FROM ledger_moves ORDER BY moved_at DESC LIMIT 1"
+    ).fetchone()
+    return row[0] if row else None
 
 
 def admitted_needs(conn: Any, batch: str, mark: str) -> dict[str, tuple[str, ...]]:

@@ -68,7 +68,7 @@ from typing import Any
 
 from afc_cli.errors import LedgerError, UsageError, first_line, ledger_write_error
 from afc_cli.ledger import core
-from afc_cli.ledger.core import Ledger, admitted_needs
+from afc_cli.ledger.core import Ledger, admitted_needs, moved_to
 from afc_cli.owner import awake_clock, current_owner
 
 MIGRATIONS_TABLE = "afc_migrations"
@@ -726,7 +726,7 @@ class PostgresLedger(Ledger):
                 self.flush()
 
     @staticmethod
-    def read_admitted(url: str, batch: str) -> tuple[str | None, dict, dict]:
+    def read_admitted(url: str, batch: str) -> tuple[str | None, dict, dict, str | None]:
         psycopg = _psycopg()
         try:
             conn = psycopg.connect(
@@ -738,7 +738,7 @@ class PostgresLedger(Ledger):
         try:
             conn.read_only = True
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
-                return None, {}, {}
+                return None, {}, {}, None
             row = conn.execute("SELECT storage FROM batches WHERE name = %s", (batch,)).fetchone()
             # a ledger before m007 (read-only: not migrated) has no review and no needs
             gated = conn.execute("SELECT to_regclass('job_needs')").fetchone()[0] is not None
@@ -753,6 +753,9 @@ class PostgresLedger(Ledger):
                 )
             }
             needs = admitted_needs(conn, batch, "%s") if gated else {}
-            return (row[0] if row else None), jobs, needs
+            # a ledger before m010 (read-only: not migrated) was never moved
+            moves = conn.execute("SELECT to_regclass('ledger_moves')").fetchone()[0] is not None
+            moved = moved_to(conn) if moves else None
+            return (row[0] if row else None), jobs, needs, moved
         finally:
             conn.close()

@@ -26,7 +26,7 @@ from typing import Any
 
 from afc_cli import ledger_file
 from afc_cli.errors import LedgerError, ledger_write_error
-from afc_cli.ledger.core import Ledger, admitted_needs
+from afc_cli.ledger.core import Ledger, admitted_needs, moved_to
 from afc_cli.owner import current_owner
 
 ADMIT_CACHE_KIB = -128 * 1024  # the page cache during an admission (negative: KiB)
@@ -415,14 +415,14 @@ class SqliteLedger(Ledger):
             self.flush()
 
     @staticmethod
-    def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict]:
+    def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict, str | None]:
         """A batch's storage, its jobs (key: request hash, status, body, review, attempts,
         lease owner and expiry, waiting reason) and their needs (key: need keys) as ``afc plan`` needs them,
         read without writing anything: the file is opened read-only (no migrations, no lock);
         no ledger, or a file afc has not written yet, means nothing is admitted."""
         path = ledger_file.ledger_path(ledger_path)
         if not path.exists():
-            return None, {}, {}
+            return None, {}, {}, None
         try:
             conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         except sqlite3.DatabaseError as exc:
@@ -430,7 +430,7 @@ class SqliteLedger(Ledger):
         try:
             try:
                 if ledger_file.identity(conn, path) == "new":
-                    return None, {}, {}
+                    return None, {}, {}, None
             except sqlite3.DatabaseError as exc:
                 raise ledger_file.damaged(path, exc) from None
             row = conn.execute("SELECT storage FROM batches WHERE name = ?", (batch,)).fetchone()
@@ -449,8 +449,13 @@ class SqliteLedger(Ledger):
                 )
             }
             needs = admitted_needs(conn, batch, "?") if gated else {}
-            return (row[0] if row else None), jobs, needs
+            # a ledger before m010 (read-only: not migrated) was never moved
+            moves = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_moves'"
+            ).fetchone()
+            moved = moved_to(conn) if moves else None
+            return (row[0] if row else None), jobs, needs, moved
         except sqlite3.DatabaseError:
-            return None, {}, {}
+            return None, {}, {}, None
         finally:
             conn.close()
