@@ -678,8 +678,8 @@ def ledger_copy(
     """Move a ledger, history included, into a new one (SQLite to PostgreSQL, or back).
 
     The source is read in one snapshot; the destination is written in one transaction. The
-    source is then marked moved: it keeps its history for reading, and submit, resume and
-    worker refuse it (exit 2), so no job is paid for in both."""
+    source is then marked moved: it keeps its history for reading, and the commands that
+    run or change jobs refuse it (exit 2), so no job is paid for in both."""
     with _boundary():
         from afc_cli.ledger.copy import copy_ledger
 
@@ -692,8 +692,9 @@ def ledger_copy(
         rows = ", ".join(f"{count} {table}" for table, count in result["rows"].items())
         sys.stdout.write(f"copied {result['source']} to {result['destination']}: {rows}\n")
         sys.stdout.write(
-            f"{result['source']} is marked moved: it runs nothing from now on (submit, resume "
-            "and worker refuse it), its history still reads\n"
+            f"{result['source']} is marked moved: it runs and changes nothing from now on "
+            "(submit, resume, worker, cancel, retry, reviews and webhooks refuse it), its "
+            "history still reads\n"
             if result["source_moved"]
             else f"{result['source']} is kept as it was (--keep-source): run only one of the "
             "two ledgers, or jobs are paid for in both\n"
