@@ -263,7 +263,9 @@ def test_a_moved_ledger_runs_nothing_and_its_history_still_reads(afc, pg_url):
     assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
     said = afc("ledger", "copy", "afc.db", pg_url)
     assert said.returncode == 0, said.stderr
-    assert "afc.db is marked moved: it runs and changes nothing from now on" in said.stdout, said.stdout
+    assert "afc.db is marked moved: it runs and changes nothing from now on" in said.stdout, (
+        said.stdout
+    )
 
     for command in (
         ["resume"],
