@@ -534,3 +534,36 @@ def test_two_copies_of_one_source_at_once_move_it_once(afc, pg_url, monkeypatch)
     assert not (afc.cwd / "other.db").exists() or not afc.json(
         "status", "--all", env={"AFC_LEDGER": str(afc.cwd / "other.db")}
     ).get("jobs")
+
+
+def test_a_source_that_cannot_be_marked_after_the_copy_is_said_so(afc, tmp_path, monkeypatch):
+    """The destination commits first, then the source is marked moved: a failure between the
+    two left a whole copy and an unmarked source that still runs, and the copy ended in an
+    error that did not say the copy was made (a copy again: 'already holds batches')."""
+    import sqlite3
+
+    import pytest
+
+    from afc_cli.errors import LedgerError
+    from afc_cli.ledger import Ledger
+    from afc_cli.ledger import copy as copy_mod
+
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+
+    def fails(src, dst):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(copy_mod, "_mark_moved", fails)
+    back = tmp_path / "back.db"
+    with pytest.raises(LedgerError) as raised:
+        copy_mod.copy_ledger(str(afc.cwd / "afc.db"), str(back))
+    message = raised.value.message
+    assert f"was copied into {back}, but could not be marked moved" in message, message
+    assert "disk I/O error" in message and "paid for in both" in message
+    copy = Ledger(back, create=False)
+    try:
+        assert len(copy.batch_jobs("b1")) == 2
+    finally:
+        copy.close()
+    assert afc.rows("SELECT COUNT(*) FROM ledger_moves") == [(0,)]

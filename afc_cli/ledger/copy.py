@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from afc_cli.errors import UsageError
+from afc_cli.errors import LedgerError, UsageError, first_line
 from afc_cli.ledger.core import MOVED_OWNER, MOVED_UNTIL, TERMINAL_SQL, Ledger
 from afc_cli.owner import host_id, host_of, is_host_lease, lease_held, owner_is_dead
 
@@ -75,17 +75,29 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
                     "empty ledger (nothing was written)"
                 )
             counts: dict[str, int] = {}
-            with src.tx():
-                src.snapshot()
-                src.lock_jobs()  # no claim commits in the source until it is marked moved
-                _refuse_moved(src)  # again: a copy of it beside this one may have moved it
-                _refuse_live(src)  # again, in the snapshot the copy reads
-                with dst.tx():
-                    for table in TABLES:
-                        counts[table] = _copy_table(src, dst, table)
-                    dst.after_copy()
-                if not keep_source:
-                    _mark_moved(src, dst)
+            copied = False
+            try:
+                with src.tx():
+                    src.snapshot()
+                    src.lock_jobs()  # no claim commits in the source until it is marked moved
+                    _refuse_moved(src)  # again: a copy of it beside this one may have moved it
+                    _refuse_live(src)  # again, in the snapshot the copy reads
+                    with dst.tx():
+                        for table in TABLES:
+                            counts[table] = _copy_table(src, dst, table)
+                        dst.after_copy()
+                    copied = True
+                    if not keep_source:
+                        _mark_moved(src, dst)
+            except Exception as exc:
+                if not copied or keep_source:
+                    raise
+                # the destination holds the copy; the source, unmarked, would still run
+                raise LedgerError(
+                    f"{src.path} was copied into {dst.path}, but could not be marked moved "
+                    f"({first_line(exc)}): stop every afc that runs on it (cron lines and "
+                    "workers too) before any run on the copy, or its jobs are paid for in both"
+                ) from None
             spooled = _spooled(src, dst)
         finally:
             dst.close()
