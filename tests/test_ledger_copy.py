@@ -400,6 +400,42 @@ def test_a_moved_ledger_still_reads_once_a_newer_afc_must_migrate_it(afc, ledger
     assert refused.returncode == 2 and "was moved to" in refused.stderr, refused.stderr
 
 
+def _copy_held_until_waited_on(start, pg_url: str, back: Path, monkeypatch) -> tuple:
+    """Copy the PostgreSQL ledger ``pg_url`` into ``back`` with the real copy, in this
+    process, held just before it marks the source until the process ``start()`` starts waits
+    on its lock on the jobs table (``pg_locks``); that process's exit code and stderr."""
+    import psycopg
+
+    from afc_cli.ledger import copy as copy_mod
+
+    started = []
+    mark = copy_mod._mark_moved
+
+    def mark_once_waited_on(src, dst):
+        started.append(start())
+        deadline = time.monotonic() + 30  # a copy that took no lock: nothing waits on it
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            waiting = 0
+            while not waiting and started[0].poll() is None and time.monotonic() < deadline:
+                waiting = look.execute(
+                    "SELECT COUNT(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+                    " WHERE c.relname = 'jobs' AND NOT l.granted"
+                ).fetchone()[0]
+        assert waiting, "the process never waited on the copy's lock"
+        mark(src, dst)
+
+    monkeypatch.setattr(copy_mod, "_mark_moved", mark_once_waited_on)
+    try:
+        copy_mod.copy_ledger(pg_url, str(back))
+        code = started[0].wait(timeout=60)
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return code, started[0].stderr.read()
+
+
 def test_a_claim_waiting_on_the_copys_lock_takes_nothing_once_the_source_is_moved(
     afc, pg_url, monkeypatch
 ):
@@ -411,8 +447,6 @@ def test_a_claim_waiting_on_the_copys_lock_takes_nothing_once_the_source_is_move
     import psycopg
     from test_audit_web import SECRET
 
-    from afc_cli.ledger import copy as copy_mod
-
     log = afc.cwd / "calls.log"
     env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LEDGER": pg_url, "AFC_HOOK_SECRET": SECRET}
     data = manifest(jobs(2))
@@ -422,34 +456,10 @@ def test_a_claim_waiting_on_the_copys_lock_takes_nothing_once_the_source_is_move
     afc.write_manifest(data)
     assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
     assert afc("cancel", "shot-002", env=env).returncode == 0
-    started = []
-    mark = copy_mod._mark_moved
-
-    def mark_once_a_claim_waits(src, dst):
-        worker = afc.popen("worker", "--poll", "0.05", env=env)
-        started.append(worker)
-        deadline = time.monotonic() + 30  # a copy that took no lock: nothing waits on it
-        with psycopg.connect(pg_url, autocommit=True) as look:
-            waiting = 0
-            while not waiting and worker.poll() is None and time.monotonic() < deadline:
-                waiting = look.execute(
-                    "SELECT COUNT(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
-                    " WHERE c.relname = 'jobs' AND NOT l.granted"
-                ).fetchone()[0]
-        assert waiting, "the worker's claim never waited on the copy's lock"
-        mark(src, dst)
-
-    monkeypatch.setattr(copy_mod, "_mark_moved", mark_once_a_claim_waits)
     back = afc.cwd / "back.db"
-    try:
-        copy_mod.copy_ledger(pg_url, str(back))
-        code = started[0].wait(timeout=60)
-    finally:
-        for worker in started:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-    stderr = started[0].stderr.read()
+    code, stderr = _copy_held_until_waited_on(
+        lambda: afc.popen("worker", "--poll", "0.05", env=env), pg_url, back, monkeypatch
+    )
     assert code == 2 and f"was moved to {back}" in stderr, stderr
     assert not log.exists(), "nothing was rendered from the moved ledger"
     with psycopg.connect(pg_url) as look:
@@ -495,41 +505,17 @@ def test_two_copies_of_one_source_at_once_move_it_once(afc, pg_url, monkeypatch)
     waits for it, then finds the source moved and writes nothing: both went through (each
     destination able to run the ledger's work, ``ledger_moves`` naming one), the look for a
     move being made before the copy's transaction only."""
-    import psycopg
-
-    from afc_cli.ledger import copy as copy_mod
 
     env = {"AFC_LEDGER": pg_url}
     afc.write_manifest(manifest(jobs(1)))
     assert afc("submit", "manifest.yaml", env=env).returncode == 0
-    second = []
-    mark = copy_mod._mark_moved
-
-    def mark_once_the_second_waits(src, dst):
-        other = afc.popen("ledger", "copy", pg_url, str(afc.cwd / "other.db"))
-        second.append(other)
-        deadline = time.monotonic() + 30
-        with psycopg.connect(pg_url, autocommit=True) as look:
-            waiting = 0
-            while not waiting and other.poll() is None and time.monotonic() < deadline:
-                waiting = look.execute(
-                    "SELECT COUNT(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
-                    " WHERE c.relname = 'jobs' AND NOT l.granted"
-                ).fetchone()[0]
-        assert waiting, "the second copy never waited on the first one's lock"
-        mark(src, dst)
-
-    monkeypatch.setattr(copy_mod, "_mark_moved", mark_once_the_second_waits)
     back = afc.cwd / "back.db"
-    try:
-        copy_mod.copy_ledger(pg_url, str(back))
-        code = second[0].wait(timeout=60)
-    finally:
-        for other in second:
-            if other.poll() is None:
-                other.kill()
-                other.wait()
-    stderr = second[0].stderr.read()
+    code, stderr = _copy_held_until_waited_on(
+        lambda: afc.popen("ledger", "copy", pg_url, str(afc.cwd / "other.db")),
+        pg_url,
+        back,
+        monkeypatch,
+    )
     assert code == 2 and f"was moved to {back} already" in stderr, stderr
     assert not (afc.cwd / "other.db").exists() or not afc.json(
         "status", "--all", env={"AFC_LEDGER": str(afc.cwd / "other.db")}
