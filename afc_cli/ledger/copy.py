@@ -107,7 +107,7 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
         "source": str(src.path),
         "destination": str(dst.path),
         "rows": counts,
-        # the source now runs nothing (submit, resume and worker refuse it), unless kept
+        # the source now runs and changes nothing (Ledger.refuse_moved), unless kept
         "source_moved": not keep_source,
         **spooled,
     }
