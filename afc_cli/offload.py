@@ -65,10 +65,27 @@ _early: subprocess.Popen | None = None
 
 def prestart() -> None:
     """Start the helper now, before a run's imports and admission, so that it has booted by
-    the time the first job needs it (the first provider calls wait for its first answer)."""
+    the time the first job needs it (the first provider calls wait for its first answer).
+    One no run took (a submit with nothing to run, or refused) is ended at exit: it holds
+    nothing, and left to the garbage collector it was a ResourceWarning ('subprocess is
+    still running') under ``python -X dev``."""
     global _early
     if _early is None:
+        import atexit
+
         _early = _spawn()
+        atexit.register(_end_unused)
+
+
+def _end_unused() -> None:
+    global _early
+    if _early is not None:
+        proc, _early = _early, None
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def _spawn() -> subprocess.Popen:

@@ -315,3 +315,24 @@ def test_a_failed_fsync_whose_callers_were_all_cancelled_is_not_reported_as_unre
 
     asyncio.run(asyncio.wait_for(main(), 10))
     assert unread == []
+
+
+def test_a_helper_started_early_and_never_used_is_ended_at_exit(afc):
+    """``afc submit`` starts its file helper before it knows whether any job runs; a submit
+    with nothing to run (a replay) left it to the garbage collector: 'ResourceWarning:
+    subprocess ... is still running' and two unclosed pipes under ``python -X dev``."""
+    import subprocess
+    import sys
+
+    afc.write_manifest(manifest([{"key": "k", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml", "-q").returncode == 0
+    again = subprocess.run(
+        [sys.executable, "-X", "dev", "-m", "afc_cli", "submit", "manifest.yaml", "-q"],
+        cwd=afc.cwd,
+        env=afc.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0, again.stderr
+    assert "ResourceWarning" not in again.stderr, again.stderr
