@@ -1007,7 +1007,9 @@ def queue_stats_command(
     with _boundary():
         from afc_cli.ops import failed_conditions, queue_stats
 
-        stats = queue_stats(ledger)
+        stats, moved_to = queue_stats(ledger)
+        if moved_to:  # an alert on these figures watches the wrong ledger
+            _err(f"this ledger was moved to {moved_to} (afc ledger copy): its backlog is there")
         met = failed_conditions(stats, fail_if or [])
         if json_out:
             from afc_cli.jsonout import emit_json  # not output's: it imports the run's modules

@@ -259,10 +259,13 @@ def _in_flight(attempt: dict[str, Any], now: float | None = None) -> bool:
     return host_of(attempt["owner"]) == host_id() or now - attempt["started_at"] < STALE_CALL_S
 
 
-def queue_stats(ledger_path: str) -> dict[str, Any]:
+def queue_stats(ledger_path: str) -> tuple[dict[str, Any], str | None]:
+    """The backlog's figures, and where ``afc ledger copy`` moved the ledger's work (its
+    backlog is there: the figures here are of jobs no run takes), else None."""
     ledger = Ledger(ledger_path, create=False)
     try:
-        return ledger.queue_stats()
+        moved = ledger.moved_to()
+        return ledger.queue_stats(), (moved["destination"] if moved else None)
     finally:
         ledger.close()
 

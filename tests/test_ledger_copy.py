@@ -286,6 +286,8 @@ def test_a_moved_ledger_runs_nothing_and_its_history_still_reads(afc, pg_url):
     assert listed["moved_to"].startswith("postgresql://")
     told = afc("status")
     assert told.returncode == 0 and "this ledger was moved to postgresql://" in told.stderr
+    stats = afc("queue", "stats")  # an alert on it watches the wrong ledger: said
+    assert stats.returncode == 0 and "its backlog is there" in stats.stderr, stats.stderr
 
     assert afc("resume", "--ledger", pg_url, env=env).returncode == 0
     assert sorted(line.split()[0] for line in log.read_text().splitlines()) == sorted(
