@@ -295,6 +295,43 @@ def test_multipart_upload_of_a_large_output(afc, s3, tmp_path, monkeypatch):
     assert s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", []) == []
 
 
+def test_an_upload_a_killed_run_left_in_progress_is_aborted(afc, s3, tmp_path, monkeypatch):
+    """A run SIGKILLed in a multipart upload leaves its parts in the bucket, billed as stored
+    bytes until aborted, and no run ever completed or aborted them. The next upload of that
+    key (the job's lease makes it the key's one writer) aborts them first; another key's
+    upload in progress is left alone."""
+    from afc_cli.storage import s3 as s3mod
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", afc.env["AWS_ENDPOINT_URL_S3"])
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+        monkeypatch.setenv(name, afc.env[name])
+    monkeypatch.setattr(s3mod, "MULTIPART_THRESHOLD", 6 * 1024 * 1024)
+    monkeypatch.setattr(s3mod, "PART_SIZE", 5 * 1024 * 1024)
+    left = {}
+    for key in ("films/big/video.mp4", "films/big/video.mp4.other"):
+        upload = s3.client.create_multipart_upload(Bucket=s3.bucket, Key=key)
+        s3.client.upload_part(
+            Bucket=s3.bucket,
+            Key=key,
+            UploadId=upload["UploadId"],
+            PartNumber=1,
+            Body=b"x" * (5 * 1024 * 1024),
+        )
+        left[key] = upload["UploadId"]
+    data = bytes(range(256)) * (13 * 4096)
+    source = tmp_path / "big.spool"
+    source.write_bytes(data)
+    meta = {"job_id": "j", "request_hash": "h", "sha256": hashlib.sha256(data).hexdigest()}
+    s3mod.S3Storage(s3.url).put_if_absent("big/video.mp4", source, meta)
+    in_progress = s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", [])
+    assert [(u["Key"], u["UploadId"]) for u in in_progress] == [
+        ("films/big/video.mp4.other", left["films/big/video.mp4.other"])
+    ]
+    assert s3.client.head_object(Bucket=s3.bucket, Key="films/big/video.mp4")[
+        "ContentLength"
+    ] == len(data)
+
+
 def test_a_model_named_in_other_than_ascii_is_stored_and_read_back(afc, s3):
     """S3 takes ASCII metadata only: a model named 'démo-v1' made every store fail after the
     render was paid, five runs in a row (an outside audit). Its name is RFC 2047-encoded in

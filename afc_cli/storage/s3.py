@@ -12,7 +12,8 @@ retries, so a retry is counted, backed off with full jitter and honours Retry-Af
 - put: a create-only ``PutObject`` with ``If-None-Match: *`` from the spool file, with the
   metadata and a SHA-256 checksum S3 verifies on arrival. Outputs above 64 MiB go up as a
   multipart upload streamed part by part from the spool (memory holds one part), completed
-  with ``If-None-Match: *``; a failed multipart upload is aborted. 412 means the key is taken.
+  with ``If-None-Match: *``; a failed multipart upload is aborted, and one of the same key a
+  killed run left in progress is aborted before a new one starts. 412 means the key is taken.
 - verify: ``HeadObject`` with checksum mode: size and the SHA-256 checksum S3 computed (for a
   multipart upload, the checksum of the parts' checksums, recomputed from the spool).
 """
@@ -319,8 +320,29 @@ class S3Storage(Storage):
     def _part_size(self, size: int) -> int:
         return max(PART_SIZE, -(-size // MAX_PARTS))
 
+    def _abort_left(self, object_key: str) -> None:
+        """Abort the uploads of this key a run left in progress when it died mid-upload
+        (SIGKILL, a host lost): S3 bills their parts as stored bytes until they are aborted
+        (or a bucket lifecycle rule ends them), and no run would ever complete them. The job's
+        lease makes this run the key's one writer, so any upload of it in progress is such a
+        leftover. A listing refused (no ``s3:ListBucketMultipartUploads``) only leaves them."""
+        try:
+            found = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=object_key)
+        except Exception:  # noqa: BLE001 - the upload goes on; leftovers cost storage only
+            return
+        for upload in found.get("Uploads", []):
+            if upload.get("Key") != object_key:
+                continue
+            try:
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=object_key, UploadId=upload["UploadId"]
+                )
+            except Exception:  # noqa: BLE001, S110 - as the listing
+                pass
+
     def _multipart(self, key: str, source: Path, metadata: dict[str, str], size: int) -> None:
         object_key = self.object_key(key)
+        self._abort_left(object_key)
         upload = self.client.create_multipart_upload(
             Bucket=self.bucket,
             Key=object_key,
