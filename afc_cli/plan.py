@@ -18,10 +18,11 @@ secret this environment lacks or cannot send (``run.require_keys``,
 not refused: a plan is often made where the submit is not (CI checking manifests without
 secrets), and the submit refuses on its own, writing nothing.
 
-An admitted job whose render is paid for already is not priced again: its bytes kept in this
+An admitted job whose render is paid for already is not rendered again: its bytes kept in this
 host's spool (a run stopped before storing them) are stored, and a request the provider is
 still rendering (Replicate, fal) is polled, as the run does it (``resumed``; the action says
-which).
+which). A polled request is priced all the same: the run that polls it counts its cost in its
+spend and budget (``Ledger.reopen_attempt``).
 
 The ledger, if there is one, is opened read-only (no migrations, no lock); a missing ledger
 means every job is new. Storage and the spool are only read.
@@ -180,6 +181,10 @@ def plan(
             action = kept
             counts["replayed"] += 1
             counts["resumed"] += 1
+            if kept.startswith("poll"):
+                # not paid again, but the run that polls it counts its cost in its spend
+                # and budget (Ledger.reopen_attempt, README "Budget")
+                prices[job.key] = priced(job.chain, job.params)
         else:
             counts["replayed" if known else "new"] += 1
             # an admitted job's object carries the hash it was admitted with
@@ -323,8 +328,9 @@ def plan(
     for key, body in unlisted.items():
         entry = body["chain"][0]
         kept = resumed(job_id_for(manifest.batch, key), admitted[key])
-        if kept is None:
+        if kept is None or kept.startswith("poll"):  # a polled request's cost: as above
             priced(body["chain"], body.get("params") or {})
+        if kept is None:
             counts["to_render"] += 1
         else:
             counts["resumed"] += 1

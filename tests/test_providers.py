@@ -627,7 +627,8 @@ def test_a_fal_request_ended_by_fals_own_infrastructure_error_is_known_to_cost_n
 def test_a_plan_prices_no_render_the_provider_is_still_rendering(afc, fake):
     """``afc plan`` of a job whose paid request the provider is still rendering (its run
     killed while it polled): the next run polls that request and pays nothing more, and the
-    plan said 'render' and counted its model among the unpriced ones ahead."""
+    plan said 'render'. Its cost counts in that run's spend all the same, unknown ahead under
+    Replicate's per-second price: its model is unpriced."""
     _killed_while_polling(afc)
     planned = afc.json("plan", "manifest.yaml")
     assert (planned["to_render"], planned["resumed"], planned["estimated_spend"]) == (
@@ -635,12 +636,37 @@ def test_a_plan_prices_no_render_the_provider_is_still_rendering(afc, fake):
         1,
         "0.000000",
     )
-    assert planned["unpriced_models"] == []  # (Replicate's per-second price: none ahead)
+    assert planned["unpriced_models"] == [f"replicate/{MODELS['replicate']}"]
     [job] = planned["jobs"]
     assert job["action"] == "poll (the provider is still rendering its paid request)"
     fake.released.set()
     assert afc("resume").returncode == 0
     assert fake.counts["replicate_submit"] == 1
+
+
+def test_a_plans_budget_counts_a_request_the_run_polls_as_the_runs_budget_does(afc, fake):
+    """A fal request a killed run left rendering is polled, not paid again, but the run that
+    polls it counts its cost against its own budget (README "Budget"): the plan left it out
+    of the estimate and said a budget fits that the submit then stopped at (exit 4)."""
+    chain = [{"provider": "fal", "model": MODELS["fal"], "backoff": FAST}]
+    data = manifest([{"key": "j", "prompt": "hold"}], rates=RATES)
+    data["defaults"]["chain"] = chain
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    data = manifest([{"key": "j", "prompt": "hold"}, {"key": "k", "prompt": "p"}], rates=RATES)
+    data["defaults"]["chain"] = chain
+    afc.write_manifest(data)
+    planned = afc.json("plan", "manifest.yaml", "--max-spend", "0.04")
+    actions = [job["action"] for job in planned["jobs"]]
+    assert actions == ["poll (the provider is still rendering its paid request)", "render"]
+    fake.released.set()
+    ran = afc("submit", "manifest.yaml", "--max-spend", "0.04", "--concurrency", "1")
+    assert ran.returncode == 4, ran.stderr  # the polled request's 0.025 and k's do not fit
+    assert fake.counts["fal_submit"] == 1
+    assert (planned["estimated_spend"], planned["fits_budget"]) == ("0.050000", False)
 
 
 @pytest.mark.parametrize("provider", ["replicate", "fal"])
