@@ -298,8 +298,7 @@ def test_multipart_upload_of_a_large_output(afc, s3, tmp_path, monkeypatch):
 def test_an_upload_a_killed_run_left_in_progress_is_aborted(afc, s3, tmp_path, monkeypatch):
     """A run SIGKILLed in a multipart upload leaves its parts in the bucket, billed as stored
     bytes until aborted, and no run ever completed or aborted them. The next upload of that
-    key (the job's lease makes it the key's one writer) aborts them first; another key's
-    upload in progress is left alone."""
+    key aborts them once it completed; another key's upload in progress is left alone."""
     from afc_cli.storage import s3 as s3mod
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", afc.env["AWS_ENDPOINT_URL_S3"])
@@ -330,6 +329,83 @@ def test_an_upload_a_killed_run_left_in_progress_is_aborted(afc, s3, tmp_path, m
     assert s3.client.head_object(Bucket=s3.bucket, Key="films/big/video.mp4")[
         "ContentLength"
     ] == len(data)
+
+
+def _writers_of_one_key(afc, s3, tmp_path, monkeypatch):
+    """Two S3Storage writers of one key (clients of their own) and their spool files, writer
+    'a' held before its CompleteMultipartUpload until ``go`` (``at_complete`` set there)."""
+    import threading
+
+    from afc_cli.storage import s3 as s3mod
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", afc.env["AWS_ENDPOINT_URL_S3"])
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+        monkeypatch.setenv(name, afc.env[name])
+    monkeypatch.setattr(s3mod, "MULTIPART_THRESHOLD", 6 * 1024 * 1024)
+    monkeypatch.setattr(s3mod, "PART_SIZE", 5 * 1024 * 1024)
+    writers = {}
+    for name, fill in (("a", b"a"), ("b", b"b")):
+        data = fill * (7 * 1024 * 1024)
+        source = tmp_path / f"{name}.spool"
+        source.write_bytes(data)
+        meta = {"job_id": name, "request_hash": "h", "sha256": hashlib.sha256(data).hexdigest()}
+        writers[name] = (s3mod.S3Storage(s3.url), source, meta)
+    at_complete, go = threading.Event(), threading.Event()
+    client = writers["a"][0].client
+    complete = client.complete_multipart_upload
+
+    def held(**kwargs):
+        at_complete.set()
+        assert go.wait(30)
+        return complete(**kwargs)
+
+    monkeypatch.setattr(client, "complete_multipart_upload", held)
+    outcome: dict[str, object] = {}
+
+    def write_a():
+        storage, source, meta = writers["a"]
+        try:
+            storage.put_if_absent("shared/video.mp4", source, meta)
+            outcome["a"] = "stored"
+        except Exception as exc:  # noqa: BLE001 - what the test looks at
+            outcome["a"] = exc
+
+    thread = threading.Thread(target=write_a)
+    thread.start()
+    assert at_complete.wait(30)
+    return writers, go, thread, outcome
+
+
+def test_an_upload_of_a_key_another_writer_started_leaves_that_upload_alone(
+    afc, s3, tmp_path, monkeypatch
+):
+    """Two writers of one key at once (two batches whose output template gives them one key;
+    a run that stalled past its lease storing its late result while the job's new owner
+    stores another render, pipeline._found_own): the first to complete holds the key and the
+    other finds it taken, as a create-only write does. Each upload began by aborting every
+    upload of its key in progress, the live one ahead of it too: the writer ahead lost its
+    upload (NoSuchUpload, a storage error never retried, its job left waiting at store) to
+    the one behind it."""
+    from afc_cli.storage import ObjectExists
+
+    writers, go, thread, outcome = _writers_of_one_key(afc, s3, tmp_path, monkeypatch)
+    storage, source, meta = writers["b"]
+    client = storage.client
+    upload_part = client.upload_part
+
+    def a_completes_first(**kwargs):
+        go.set()  # writer a, ahead, completes while b uploads its parts
+        thread.join(30)
+        return upload_part(**kwargs)
+
+    monkeypatch.setattr(client, "upload_part", a_completes_first)
+    with pytest.raises(ObjectExists):
+        storage.put_if_absent("shared/video.mp4", source, meta)
+    assert not thread.is_alive()
+    assert outcome["a"] == "stored", outcome["a"]
+    held = s3.client.head_object(Bucket=s3.bucket, Key="films/shared/video.mp4")
+    assert held["Metadata"]["afc-job-id"] == "a"
+    assert s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", []) == []
 
 
 def test_a_model_named_in_other_than_ascii_is_stored_and_read_back(afc, s3):

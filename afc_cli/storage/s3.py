@@ -12,8 +12,8 @@ retries, so a retry is counted, backed off with full jitter and honours Retry-Af
 - put: a create-only ``PutObject`` with ``If-None-Match: *`` from the spool file, with the
   metadata and a SHA-256 checksum S3 verifies on arrival. Outputs above 64 MiB go up as a
   multipart upload streamed part by part from the spool (memory holds one part), completed
-  with ``If-None-Match: *``; a failed multipart upload is aborted, and one of the same key a
-  killed run left in progress is aborted before a new one starts. 412 means the key is taken.
+  with ``If-None-Match: *``; a failed multipart upload is aborted, and once one completed, the
+  uploads of its key a killed run left in progress are aborted. 412 means the key is taken.
 - verify: ``HeadObject`` with checksum mode: size and the SHA-256 checksum S3 computed (for a
   multipart upload, the checksum of the parts' checksums, recomputed from the spool).
 """
@@ -323,9 +323,13 @@ class S3Storage(Storage):
     def _abort_left(self, object_key: str) -> None:
         """Abort the uploads of this key a run left in progress when it died mid-upload
         (SIGKILL, a host lost): S3 bills their parts as stored bytes until they are aborted
-        (or a bucket lifecycle rule ends them), and no run would ever complete them. The job's
-        lease makes this run the key's one writer, so any upload of it in progress is such a
-        leftover. A listing refused (no ``s3:ListBucketMultipartUploads``) only leaves them."""
+        (or a bucket lifecycle rule ends them), and no run would ever complete them. Called
+        once this run's upload completed: every afc upload completes with ``If-None-Match:
+        *``, so none in progress can complete now, while before it one may be a live writer's
+        that completes first (a job of another batch whose output template gives it the same
+        key; a run that stalled past its lease storing its late result, pipeline._found_own):
+        the job's lease does not make a run the key's one writer. A listing refused (no
+        ``s3:ListBucketMultipartUploads``) only leaves them."""
         try:
             found = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=object_key)
         except Exception:  # noqa: BLE001 - the upload goes on; leftovers cost storage only
@@ -342,7 +346,6 @@ class S3Storage(Storage):
 
     def _multipart(self, key: str, source: Path, metadata: dict[str, str], size: int) -> None:
         object_key = self.object_key(key)
-        self._abort_left(object_key)
         upload = self.client.create_multipart_upload(
             Bucket=self.bucket,
             Key=object_key,
@@ -379,7 +382,7 @@ class S3Storage(Storage):
                 MultipartUpload={"Parts": parts},
                 IfNoneMatch="*",
             )
-        except BaseException:
+        except BaseException as exc:
             # An aborted upload leaves no parts behind to be billed for storage.
             try:
                 self.client.abort_multipart_upload(
@@ -387,7 +390,17 @@ class S3Storage(Storage):
                 )
             except Exception:  # noqa: BLE001, S110 - the original error is the one to report
                 pass
+            if isinstance(exc, Exception) and not self._is_precondition(exc):
+                # an upload that completed first aborted this one (``_abort_left``), whose
+                # part or completion then failed: the key is taken, as a 412 says
+                try:
+                    taken = self._head(key) is not None
+                except StorageError:
+                    taken = False
+                if taken:
+                    raise ObjectExists(key) from None
             raise
+        self._abort_left(object_key)  # the key is taken: no other upload of it can complete
 
     def expected_checksum(self, source: Path) -> str:
         """The SHA-256 checksum S3 reports for this file uploaded by ``put_if_absent``."""
