@@ -259,9 +259,9 @@ def test_client_errors_are_not_retried_and_name_the_fix(afc, s3):
     assert attempts(afc) == 0 if (afc.cwd / "afc.db").exists() else True
 
 
-def test_multipart_upload_of_a_large_output(afc, s3, tmp_path, monkeypatch):
-    """Outputs above the threshold go up in parts from the spool; verify checks the composite
-    checksum; a failed multipart upload is aborted."""
+def _small_multipart(afc, monkeypatch) -> None:
+    """This process's S3Storage on the test's S3 (the afc child's environment), with the
+    multipart threshold at 6 MiB and 5 MiB parts, so a 13 MiB file goes up in three."""
     from afc_cli.storage import s3 as s3mod
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", afc.env["AWS_ENDPOINT_URL_S3"])
@@ -269,6 +269,14 @@ def test_multipart_upload_of_a_large_output(afc, s3, tmp_path, monkeypatch):
         monkeypatch.setenv(name, afc.env[name])
     monkeypatch.setattr(s3mod, "MULTIPART_THRESHOLD", 6 * 1024 * 1024)
     monkeypatch.setattr(s3mod, "PART_SIZE", 5 * 1024 * 1024)
+
+
+def test_multipart_upload_of_a_large_output(afc, s3, tmp_path, monkeypatch):
+    """Outputs above the threshold go up in parts from the spool; verify checks the composite
+    checksum; a failed multipart upload is aborted."""
+    from afc_cli.storage import s3 as s3mod
+
+    _small_multipart(afc, monkeypatch)
     source = tmp_path / "big.spool"
     data = bytes(range(256)) * (13 * 4096)  # 13 MiB: three parts
     source.write_bytes(data)
@@ -301,11 +309,7 @@ def test_an_upload_a_killed_run_left_in_progress_is_aborted(afc, s3, tmp_path, m
     key aborts them once it completed; another key's upload in progress is left alone."""
     from afc_cli.storage import s3 as s3mod
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", afc.env["AWS_ENDPOINT_URL_S3"])
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
-        monkeypatch.setenv(name, afc.env[name])
-    monkeypatch.setattr(s3mod, "MULTIPART_THRESHOLD", 6 * 1024 * 1024)
-    monkeypatch.setattr(s3mod, "PART_SIZE", 5 * 1024 * 1024)
+    _small_multipart(afc, monkeypatch)
     left = {}
     for key in ("films/big/video.mp4", "films/big/video.mp4.other"):
         upload = s3.client.create_multipart_upload(Bucket=s3.bucket, Key=key)
@@ -338,11 +342,7 @@ def _writers_of_one_key(afc, s3, tmp_path, monkeypatch):
 
     from afc_cli.storage import s3 as s3mod
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", afc.env["AWS_ENDPOINT_URL_S3"])
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
-        monkeypatch.setenv(name, afc.env[name])
-    monkeypatch.setattr(s3mod, "MULTIPART_THRESHOLD", 6 * 1024 * 1024)
-    monkeypatch.setattr(s3mod, "PART_SIZE", 5 * 1024 * 1024)
+    _small_multipart(afc, monkeypatch)
     writers = {}
     for name, fill in (("a", b"a"), ("b", b"b")):
         data = fill * (7 * 1024 * 1024)
