@@ -198,16 +198,13 @@ def check_no_live_runs(path: object, rows: list[tuple], now: float, pending: lis
     nothing written. A lease held for a host's spool (``host:0:0``) has no process, nor has
     ``MOVED_OWNER``'s, held for good on a ledger ``afc ledger copy`` moved (a live run for
     ``lease_held``, which keeps every claim off those jobs, but no process to wait for)."""
-    from afc_cli.ledger.core import MOVED_OWNER
-    from afc_cli.owner import is_host_lease, lease_held
+    from afc_cli.owner import held_by_no_process, lease_held
 
     live = sorted(
         {
             owner
             for owner, expires, mono in rows
-            if not is_host_lease(owner)
-            and owner != MOVED_OWNER
-            and lease_held(owner, expires, now, mono)
+            if not held_by_no_process(owner) and lease_held(owner, expires, now, mono)
         }
     )
     if not live:

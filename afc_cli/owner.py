@@ -54,6 +54,20 @@ def is_host_lease(owner: str | None) -> bool:
     return (owner or "").rsplit(":", 2)[1:] == ["0", "0"]
 
 
+# The owner a ledger's unfinished jobs are leased to for good once ``afc ledger copy`` moved
+# its work elsewhere (afc_cli/ledger/copy.py): no process has it, none finds it dead (its pid
+# is no number), and its lease never runs out (ledger.core.MOVED_UNTIL), so no claim takes
+# those jobs.
+MOVED_OWNER = "afc-ledger-copy:moved:-"
+
+
+def held_by_no_process(owner: str | None) -> bool:
+    """A lease no process holds, though ``lease_held`` keeps claims off it: a host's spool
+    hold (``host_lease``) or a moved ledger's (``MOVED_OWNER``). Nothing to wait for before
+    a migration (``ledger_file.check_no_live_runs``) or a copy (``ledger/copy.py``)."""
+    return is_host_lease(owner) or owner == MOVED_OWNER
+
+
 def owner_is_dead(owner: str | None) -> bool:
     """True only when we can tell for certain that the owning process is gone."""
     if not owner:

@@ -130,12 +130,13 @@ def plan(
     def resumed(job_id: str, known: tuple) -> str | None:
         """What a run does instead of a render for an admitted job whose render is paid for
         already (as ``pipeline.render`` finds it), or None: its bytes kept in this host's
-        spool are stored; a request still rendering at the provider (the ledger's waiting
-        reason, or its id kept beside the spool) is polled. Neither is paid again."""
+        spool are stored (``FROM_SPOOL``); a request still rendering at the provider (the
+        ledger's waiting reason, or its id kept beside the spool) is polled (``POLLED``).
+        Neither is paid again."""
         if spool.path(job_id).exists():
-            return "store (its paid render is in this host's spool)"
+            return FROM_SPOOL
         if (known[7] or "").startswith(RENDERING) or spool.request_path(job_id).exists():
-            return "poll (the provider is still rendering its paid request)"
+            return POLLED
         return None
 
     estimate = 0
@@ -181,7 +182,7 @@ def plan(
             action = kept
             counts["replayed"] += 1
             counts["resumed"] += 1
-            if kept.startswith("poll"):
+            if kept == POLLED:
                 # not paid again, but the run that polls it counts its cost in its spend
                 # and budget (Ledger.reopen_attempt, README "Budget")
                 prices[job.key] = priced(job.chain, job.params)
@@ -328,7 +329,7 @@ def plan(
     for key, body in unlisted.items():
         entry = body["chain"][0]
         kept = resumed(job_id_for(manifest.batch, key), admitted[key])
-        if kept is None or kept.startswith("poll"):  # a polled request's cost: as above
+        if kept in (None, POLLED):  # a polled request's cost: as above
             priced(body["chain"], body.get("params") or {})
         if kept is None:
             counts["to_render"] += 1
@@ -370,6 +371,9 @@ def plan(
 
 
 PAST_RENDERING = (*TERMINAL, "awaiting_review")
+# the actions of admitted jobs whose render is paid for already (``resumed``)
+FROM_SPOOL = "store (its paid render is in this host's spool)"
+POLLED = "poll (the provider is still rendering its paid request)"
 
 
 def describe(result: dict[str, Any]) -> str:

@@ -311,7 +311,7 @@ def test_a_worker_idle_on_a_moved_postgresql_ledger_stops_and_claims_nothing(afc
     source's unfinished jobs are leased for good to no process, so even a claim that was
     already on its way takes none of them."""
     from afc_cli.ledger import Ledger
-    from afc_cli.ledger.core import MOVED_OWNER
+    from afc_cli.owner import MOVED_OWNER
 
     log = afc.cwd / "calls.log"
     env = {"AFC_LOCAL_CALL_LOG": str(log), "AFC_LEDGER": pg_url}

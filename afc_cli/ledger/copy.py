@@ -36,8 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from afc_cli.errors import LedgerError, UsageError, first_line
-from afc_cli.ledger.core import MOVED_OWNER, MOVED_UNTIL, TERMINAL_SQL, Ledger
-from afc_cli.owner import host_id, host_of, is_host_lease, lease_held, owner_is_dead
+from afc_cli.ledger.core import MOVED_UNTIL, TERMINAL_SQL, Ledger
+from afc_cli.owner import (
+    MOVED_OWNER,
+    held_by_no_process,
+    host_id,
+    host_of,
+    lease_held,
+    owner_is_dead,
+)
 
 # every table of the schema but the migrations' own bookkeeping, parents before children
 # (foreign keys); tests/test_ledger_copy.py checks that none is left out
@@ -144,7 +151,8 @@ def _refuse_live(src: Ledger) -> None:
     """A source with a job held by a live run (its lease not expired, its owner not known
     dead) is refused: the copy would miss what that run is about to record. A job leased to
     a host rather than a run (waiting for storage, its output in that host's spool:
-    ``owner.host_lease``) has no run writing it and is copied with its lease.
+    ``owner.host_lease``) has no run writing it and is copied with its lease
+    (``owner.held_by_no_process``).
 
     Held as a claim decides (``owner.lease_held``): a live run of this host holds its jobs by
     the monotonic clock, so a wall clock stepped past its leases does not let the copy go on
@@ -156,7 +164,7 @@ def _refuse_live(src: Ledger) -> None:
             "SELECT key, batch, lease_owner, lease_expires, lease_mono FROM jobs"
             f" WHERE lease_owner IS NOT NULL AND status NOT IN {TERMINAL_SQL}",
         )
-        if not is_host_lease(row["lease_owner"])
+        if not held_by_no_process(row["lease_owner"])
         and lease_held(row["lease_owner"], row["lease_expires"], now, row["lease_mono"])
     ]
     if live:

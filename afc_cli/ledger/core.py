@@ -39,11 +39,10 @@ ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for
 ACTIVE = ("queued", "running", "waiting")
 # the waiting reason of a job whose provider renders a request a run polls (``_rendering``)
 RENDERING = "provider still rendering: "
-# The owner a ledger's unfinished jobs are leased to for good once ``afc ledger copy`` moved
-# its work elsewhere (afc_cli/ledger/copy.py): no process has it, none finds it dead (its pid
-# is no number), and its lease never runs out (MOVED_UNTIL), so no claim takes those jobs.
-MOVED_OWNER = "afc-ledger-copy:moved:-"
+# the lease expiry of a moved ledger's jobs (``owner.MOVED_OWNER``): never
 MOVED_UNTIL = 9e18
+# where ``afc ledger copy`` moved a ledger's work, its last move (m010)
+LAST_MOVE_SQL = "SELECT destination, moved_at FROM ledger_moves ORDER BY moved_at DESC LIMIT 1"
 IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
@@ -317,9 +316,7 @@ class Ledger:
 
     def moved_to(self) -> dict[str, Any] | None:
         """Where ``afc ledger copy`` moved this ledger's work (its last move), or None."""
-        return self._one(
-            "SELECT destination, moved_at FROM ledger_moves ORDER BY moved_at DESC LIMIT 1"
-        )
+        return self._one(LAST_MOVE_SQL)
 
     def refuse_moved(self) -> None:
         """A ledger ``afc ledger copy`` moved elsewhere runs nothing (exit 2): a cron line or a
@@ -2605,9 +2602,7 @@ def spool_root_of(ledger_path: Any) -> Any:
 
 def moved_to(conn: Any) -> str | None:
     """``Ledger.moved_to``'s destination on a bare connection (``read_admitted``)."""
-    row = conn.execute(
-        "SELECT destination FROM ledger_moves ORDER BY moved_at DESC LIMIT 1"
-    ).fetchone()
+    row = conn.execute(LAST_MOVE_SQL).fetchone()
     return row[0] if row else None
 
 

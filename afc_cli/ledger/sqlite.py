@@ -202,11 +202,11 @@ class SqliteLedger(Ledger):
         return [row[1] for row in self.db.execute(f"PRAGMA table_info({table})")]
 
     def spool_root(self) -> Path:
-        """Spooled bytes live beside the ledger file (``afc.db-spool``)."""
-        return self.path.with_name(self.path.name + "-spool")
+        return self.spool_root_of(self.path)
 
     @staticmethod
     def spool_root_of(url: Any) -> Path:
+        """Spooled bytes live beside the ledger file (``afc.db-spool``)."""
         path = ledger_file.ledger_path(url)
         return path.with_name(path.name + "-spool")
 
@@ -416,10 +416,9 @@ class SqliteLedger(Ledger):
 
     @staticmethod
     def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict, str | None]:
-        """A batch's storage, its jobs (key: request hash, status, body, review, attempts,
-        lease owner and expiry, waiting reason) and their needs (key: need keys) as ``afc plan`` needs them,
-        read without writing anything: the file is opened read-only (no migrations, no lock);
-        no ledger, or a file afc has not written yet, means nothing is admitted."""
+        """``core.read_admitted`` on SQLite, read without writing anything: the file is opened
+        read-only (no migrations, no lock); no ledger, or a file afc has not written yet,
+        means nothing is admitted."""
         path = ledger_file.ledger_path(ledger_path)
         if not path.exists():
             return None, {}, {}, None
