@@ -332,6 +332,22 @@ class Ledger:
             "runs nothing, so no job is paid for in both"
         )
 
+    def hold_unmoved(self) -> None:
+        """First in the transaction of a change a person makes outside a run (an admission, a
+        review decision, a cancel, a retry): wait for a copy of this ledger under way, then
+        refuse (``refuse_moved``) if it moved the ledger. The command's own look comes before
+        its transaction; a change that then waited on the copy (PostgreSQL: its lock on the
+        jobs table, ``lock_jobs``; SQLite: its write lock) was written into the moved source,
+        which runs nothing, and the destination, whose runs go on, never had it: a job
+        cancelled there was still rendered and paid for, a decision or an admission was
+        lost."""
+        self._wait_for_copy()
+        self.refuse_moved()
+
+    def _wait_for_copy(self) -> None:
+        """Wait until no ``afc ledger copy`` of this ledger holds it. SQLite: nothing to do,
+        the transaction began by taking the write lock, which the copy holds throughout."""
+
     def require_batch(self, name: str | None) -> None:
         """Every command's ``--batch``: a name the ledger does not know is a usage error (exit
         2) that lists the batches it does know, never an empty answer that looks like zero."""
@@ -367,6 +383,7 @@ class Ledger:
         result = AdmitResult(batch=manifest.batch, storage=storage)
         now = _now()
         with self.tx():
+            self.hold_unmoved()
             self.check_storage(manifest.batch, storage)
             self.db.execute(
                 "INSERT INTO batches (name, storage, rates_json, limits_json, manifest_path,"
@@ -1078,6 +1095,7 @@ class Ledger:
         records its answer (and cost) when it comes."""
         with self.tx():
             self._alone()  # the lock below may wait for a run's write of this job
+            self.hold_unmoved()
             held = self._one(
                 "SELECT lease_owner, lease_expires, lease_mono FROM jobs"
                 f" WHERE id = ?{self.ROW_LOCK}",
@@ -1155,6 +1173,7 @@ class Ledger:
 
         now = _now()
         with self.tx():
+            self.hold_unmoved()
             cursor = self.db.execute(
                 # a job with needs waits for them again (they may have been retried too)
                 "UPDATE jobs SET status = CASE WHEN EXISTS (SELECT 1 FROM job_needs n"
@@ -2349,6 +2368,7 @@ class Ledger:
         now = _now()
         note = scrub(note) if note else note
         with self.tx():
+            self.hold_unmoved()
             for job in jobs:
                 if decision == "approved":
                     values: dict[str, Any] = {"status": "succeeded", "step": "done"}

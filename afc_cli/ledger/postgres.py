@@ -428,6 +428,12 @@ class PostgresLedger(Ledger):
             ) from None
         self.db.execute("SET LOCAL lock_timeout = 0")
 
+    def _wait_for_copy(self) -> None:
+        # ROW EXCLUSIVE, as any write of a job takes, conflicts with a copy's EXCLUSIVE lock
+        # (``lock_jobs``): taken first, it waits for the copy to end; the reads that follow
+        # (READ COMMITTED) then see the move it committed
+        self.db.execute("LOCK TABLE jobs IN ROW EXCLUSIVE MODE")
+
     def columns(self, table: str) -> list[str]:
         return [
             row[0]

@@ -1,0 +1,136 @@
+"""SPEC section 12 line by line (audit 17): the interplay of review gates, dependencies and
+reference images with workers, ``afc serve`` and ``afc ledger copy`` on PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import jobs, manifest
+from test_issue17_review import style_manifest
+from test_ledger_copy import _copy_held_until_waited_on
+
+
+def _moved_refused(code: int, stderr: str, back) -> None:
+    assert code == 2 and f"was moved to {back}" in stderr, (code, stderr)
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("decision", [("approve",), ("reject", "--reason", "too dark")])
+def test_a_decision_waiting_on_the_copys_lock_is_refused_once_the_source_is_moved(
+    afc, pg_url, monkeypatch, decision
+):
+    """A review decision that passed ``refuse_moved`` before the copy committed waited on the
+    copy's lock on the jobs table, then committed on the moved source: the reviewer was told
+    'approved' (exit 0) while the destination, the ledger whose runs go on, kept the job
+    awaiting review (its dependents blocked for good there), and the source, which runs
+    nothing, held a decision no run reads."""
+    env = {"AFC_LEDGER": pg_url}
+    style_manifest(afc)
+    assert afc("submit", "manifest.yaml", env=env).returncode == 0
+    back = afc.cwd / "back.db"
+    code, stderr = _copy_held_until_waited_on(
+        lambda: afc.popen("review", *decision[:1], "style", *decision[1:], env=env),
+        pg_url,
+        back,
+        monkeypatch,
+    )
+    _moved_refused(code, stderr, back)
+    import psycopg
+
+    with psycopg.connect(pg_url) as look:
+        assert look.execute("SELECT COUNT(*) FROM reviews").fetchone()[0] == 0
+        assert look.execute("SELECT status FROM jobs WHERE key = 'style'").fetchone()[0] == (
+            "awaiting_review"
+        )
+    # the decision is taken where the work is now
+    there = {"AFC_LEDGER": str(back)}
+    assert afc("review", *decision[:1], "style", *decision[1:], env=there).returncode == 0
+
+
+def test_a_cancel_waiting_on_the_copys_lock_is_refused_once_the_source_is_moved(
+    afc, pg_url, monkeypatch
+):
+    """A cancel that waited on the copy's lock committed on the moved source: the user was
+    told 'cancelled' while the destination's next run rendered and paid for the job."""
+    log = afc.cwd / "calls.log"
+    env = {"AFC_LEDGER": pg_url, "AFC_LOCAL_CALL_LOG": str(log)}
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
+    back = afc.cwd / "back.db"
+    code, stderr = _copy_held_until_waited_on(
+        lambda: afc.popen("cancel", "shot-002", env=env), pg_url, back, monkeypatch
+    )
+    _moved_refused(code, stderr, back)
+    assert not log.exists()
+
+
+def test_a_retry_waiting_on_the_copys_lock_is_refused_once_the_source_is_moved(
+    afc, pg_url, monkeypatch
+):
+    env = {"AFC_LEDGER": pg_url}
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
+    assert afc("cancel", "shot-002", env=env).returncode == 0
+    back = afc.cwd / "back.db"
+    code, stderr = _copy_held_until_waited_on(
+        lambda: afc.popen("retry", "shot-002", env=env), pg_url, back, monkeypatch
+    )
+    _moved_refused(code, stderr, back)
+
+
+def test_an_admission_waiting_on_the_copys_lock_is_refused_once_the_source_is_moved(
+    afc, pg_url, monkeypatch
+):
+    """'afc submit --no-run' of new jobs during the copy: admitted into the moved source
+    (exit 0), so no ledger would ever run them."""
+    env = {"AFC_LEDGER": pg_url}
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
+    afc.write_manifest(manifest(jobs(3)))
+    back = afc.cwd / "back.db"
+    code, stderr = _copy_held_until_waited_on(
+        lambda: afc.popen("submit", "manifest.yaml", "--no-run", env=env),
+        pg_url,
+        back,
+        monkeypatch,
+    )
+    _moved_refused(code, stderr, back)
+
+
+def test_a_decision_waiting_on_a_sqlite_copys_write_lock_is_refused_once_moved(afc, monkeypatch):
+    """The same on a SQLite source, whose copy holds the write lock: the decision's
+    transaction began once the copy committed the move, and wrote it into the source."""
+    import threading
+
+    from afc_cli import review
+    from afc_cli.errors import UsageError
+    from afc_cli.ledger import Ledger
+    from afc_cli.ledger import copy as copy_mod
+
+    style_manifest(afc)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    source, back = afc.cwd / "afc.db", afc.cwd / "back.db"
+    outcome: dict = {}
+
+    def decide() -> None:
+        book = Ledger(source, create=False)
+        try:
+            outcome["decided"] = review.approve(book, ["style"], by="ana")
+        except UsageError as exc:
+            outcome["refused"] = exc.message
+        finally:
+            book.close()
+
+    mark = copy_mod._mark_moved
+
+    def mark_once_a_decision_waits(src, dst):
+        outcome["thread"] = threading.Thread(target=decide)
+        outcome["thread"].start()
+        outcome["thread"].join(0.5)  # it waits for the copy's write lock
+        assert outcome["thread"].is_alive()
+        mark(src, dst)
+
+    monkeypatch.setattr(copy_mod, "_mark_moved", mark_once_a_decision_waits)
+    copy_mod.copy_ledger(str(source), str(back))
+    outcome["thread"].join(60)
+    assert "decided" not in outcome and f"was moved to {back}" in outcome["refused"]
+    assert afc.rows("SELECT COUNT(*) FROM reviews") == [(0,)]
