@@ -3,6 +3,8 @@ reference images with workers, ``afc serve`` and ``afc ledger copy`` on PostgreS
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from conftest import jobs, manifest
 from test_issue17_review import style_manifest
@@ -134,3 +136,78 @@ def test_a_decision_waiting_on_a_sqlite_copys_write_lock_is_refused_once_moved(a
     outcome["thread"].join(60)
     assert "decided" not in outcome and f"was moved to {back}" in outcome["refused"]
     assert afc.rows("SELECT COUNT(*) FROM reviews") == [(0,)]
+
+
+def test_two_reviewers_deciding_the_same_jobs_in_opposite_orders_record_one_decision(afc, pg_url):
+    """'afc review approve x y' and 'afc review reject y x' at once on PostgreSQL: each
+    locked its first job's row and waited for the other's, a deadlock the server broke by
+    failing one of them with 'cannot write to the ledger ...: deadlock detected ... check the
+    database server and the connection to it, then run afc resume' (exit 1), rather than
+    the 'decided meanwhile' of a review race (exit 2). Both now lock their jobs in one order.
+    Here the approval is held after its first job's update until the rejection waits on a
+    row lock."""
+    import threading
+
+    import psycopg
+
+    from afc_cli.errors import AfcError
+    from afc_cli.ledger import Ledger, ReviewRace
+
+    data = manifest(jobs(2))
+    data["defaults"]["review"] = True
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", env={"AFC_LEDGER": pg_url}).returncode == 0
+    first, second = Ledger(pg_url, create=False), Ledger(pg_url, create=False)
+    outcome: dict = {}
+    held, proceed = threading.Event(), threading.Event()
+    execute = first.db.execute
+
+    def held_after_first_update(sql, params=()):
+        cursor = execute(sql, params)
+        if sql.startswith("UPDATE jobs SET") and not held.is_set():
+            held.set()
+            proceed.wait(30)
+        return cursor
+
+    first.db.execute = held_after_first_update
+
+    def decide(name, ledger, keys, decision):
+        try:
+            ledger.decide_reviews(
+                [ledger.jobs_by_key(key)[0] for key in keys], decision, by=name, note="n"
+            )
+            outcome[name] = "decided"
+        except ReviewRace:
+            outcome[name] = "race"
+        except AfcError as exc:
+            outcome[name] = f"error: {exc.message}"
+
+    approving = threading.Thread(
+        target=decide, args=("ana", first, ["shot-001", "shot-002"], "approved")
+    )
+    rejecting = threading.Thread(
+        target=decide, args=("ben", second, ["shot-002", "shot-001"], "rejected")
+    )
+    try:
+        approving.start()
+        assert held.wait(30)
+        rejecting.start()
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and rejecting.is_alive():
+                waiting = look.execute(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                ).fetchone()[0]
+                if waiting:
+                    break
+        proceed.set()
+        approving.join(60)
+        rejecting.join(60)
+    finally:
+        proceed.set()
+        first.close()
+        second.close()
+    assert sorted(outcome.values()) == ["decided", "race"], outcome
+    with psycopg.connect(pg_url) as look:
+        deciders = look.execute("SELECT DISTINCT decided_by FROM reviews").fetchall()
+    assert len(deciders) == 1

@@ -2361,7 +2361,9 @@ class Ledger:
         """Approve (-> ``succeeded``) or reject (-> ``rejected``) jobs awaiting review, all or
         none, in one transaction: each status change is guarded by the status it leaves
         (``WHERE status = 'awaiting_review'``), so of two concurrent decisions on one job one
-        wins; the loser raises ReviewRace and writes nothing. The decision row (who, when,
+        wins; the loser raises ReviewRace and writes nothing (the rows are updated in the
+        order of their ids, so two decisions on the same jobs never wait for each other
+        both). The decision row (who, when,
         why), the event and the webhook row commit with the status change; a rejection also
         fails the jobs waiting for it (DEPENDENCY_FAILED)."""
         assert decision in ("approved", "rejected")
@@ -2369,7 +2371,10 @@ class Ledger:
         note = scrub(note) if note else note
         with self.tx():
             self.hold_unmoved()
-            for job in jobs:
+            # in one order (job id) whatever order the keys were named in: two reviewers
+            # deciding the same jobs at once each locked a first row and waited for the
+            # other's, a deadlock PostgreSQL broke by failing one with a ledger error
+            for job in sorted(jobs, key=lambda job: job["id"]):
                 if decision == "approved":
                     values: dict[str, Any] = {"status": "succeeded", "step": "done"}
                 else:
