@@ -81,7 +81,11 @@ class Refill:
     job of a batch the loop did not open (admitted since), a provider without its key here,
     or a chain the budget cannot price is released at once and ends the feeding: the loop
     drains, and the worker's next round claims again with everything read afresh (and
-    reports the error as it did)."""
+    reports the error as it did). So is a claim made once a batch's provider ``limits`` or
+    rate cards differ from those the loop read (``opened``: ``batch_settings``), as a
+    re-submit of its manifest changes them: the loop holds the limits and prices of its
+    start, and a busy worker's loop, fed claim after claim, never ended to read them again
+    (a limit lowered after a provider's 429s went on unheeded for as long as work came)."""
 
     def __init__(
         self,
@@ -94,9 +98,11 @@ class Refill:
         stop: Stop,
         result: WorkerResult,
         reporter: Any,
+        opened: dict[str, tuple] | None = None,
     ):
         self.ledger, self.claim, self.lease_s, self.batch = ledger, claim, lease_s, batch
         self.known, self.check, self.stop = known, check, stop
+        self.opened = opened
         self.result, self.reporter = result, reporter
         self.done = False
 
@@ -109,6 +115,8 @@ class Refill:
         try:
             if any(job["batch"] not in self.known for job in jobs):
                 raise UsageError("a batch admitted since the loop started")
+            if self.opened is not None and batch_settings(self.ledger) != self.opened:
+                raise UsageError("a batch's limits or rate cards changed since the loop started")
             self.check(jobs)
         except UsageError:
             for job in jobs:
@@ -121,6 +129,12 @@ class Refill:
         if progress is not None:
             progress.total += len(jobs)
         return [job["id"] for job in jobs]
+
+
+def batch_settings(ledger: Ledger) -> dict[str, tuple]:
+    """Each batch's provider limits and rate cards as admitted (what a run loop reads at its
+    start: ``run.provider_limits``, ``run.batch_rates``), by batch name."""
+    return {row["name"]: (row["limits_json"], row["rates_json"]) for row in ledger.batches()}
 
 
 @dataclass
@@ -283,8 +297,10 @@ def work(
                 raise
             result.rounds += 1
             result.claimed += len(jobs)
-            known = {row["name"] for row in ledger.batches()}  # what run_jobs opens
-            refill = Refill(ledger, claim, lease_s, batch, known, check, stop, result, reporter)
+            opened = batch_settings(ledger)  # what run_jobs opens and reads
+            refill = Refill(
+                ledger, claim, lease_s, batch, set(opened), check, stop, result, reporter, opened
+            )
             try:
                 stats = run_jobs(
                     ledger,

@@ -11,6 +11,50 @@ from test_issue17_review import style_manifest
 from test_ledger_copy import _copy_held_until_waited_on
 
 
+@pytest.fixture
+def pg(tmp_path, pg_url):
+    from test_postgres_e2e import PgAfc
+
+    return PgAfc(tmp_path, pg_url)
+
+
+def test_limits_a_re_submit_lowers_reach_a_busy_worker(pg):
+    """A worker's run loop reads the provider limits when it starts, and a busy worker's loop
+    is fed claim after claim (Refill) without ending: a re-submit that lowered a provider's
+    ``limits`` (after its 429s, say) went unheeded for as long as work came. Here 40 jobs
+    of 0.3 s at 4 at once; the manifest, re-submitted after the first calls, allows one call
+    at a time: the loop that follows (its attempts under a run id of their own) makes one
+    call at a time, where the old loop made 4 to the end."""
+    pg.write_manifest(manifest(jobs(40, latency_s=0.3)))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    worker = pg.popen(
+        "worker", "--until-idle", "--poll", "0.1", "--concurrency", "4", "--claim", "4"
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and worker.poll() is None:
+            if pg.rows("SELECT COUNT(*) FROM attempts WHERE status = 'succeeded'")[0][0] >= 4:
+                break
+            time.sleep(0.02)
+        before = {row[0] for row in pg.rows("SELECT DISTINCT run_id FROM attempts")}
+        pg.write_manifest(manifest(jobs(40, latency_s=0.3), limits={"local": {"concurrency": 1}}))
+        resubmitted = pg("submit", "manifest.yaml", "--no-run")
+        assert resubmitted.returncode == 0, resubmitted.stderr
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert pg.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 40)]
+    spans = sorted(pg.rows("SELECT started_at, ended_at, run_id FROM attempts"))
+    later = [(start, end) for start, end, run in spans if run not in before]
+    assert later, "no loop of the worker read the lowered limit"
+    first_later = later[0][0]
+    assert all(end <= first_later for start, end, run in spans if run in before)
+    for (_, ended), (started, _) in zip(later, later[1:], strict=False):
+        assert started >= ended, "two calls in flight at once under a limit of one"
+
+
 def _moved_refused(code: int, stderr: str, back) -> None:
     assert code == 2 and f"was moved to {back}" in stderr, (code, stderr)
     assert "Traceback" not in stderr
