@@ -159,11 +159,16 @@ def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> None:
 
 def who() -> str:
     """Who made a decision, for the ledger's events: ``AFC_USER`` or the OS user, at this host."""
+    return f"{os.environ.get('AFC_USER') or os_user()}@{socket.gethostname()}"
+
+
+def os_user() -> str:
+    """The OS user's name, or ``uid N`` where the uid has none (a bare container: no passwd
+    entry, no USER or LOGNAME)."""
     try:
-        user = os.environ.get("AFC_USER") or getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a bare container)
-        user = f"uid {os.getuid()}"
-    return f"{user}@{socket.gethostname()}"
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
 
 
 def retry(

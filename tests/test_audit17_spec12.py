@@ -255,3 +255,46 @@ def test_two_reviewers_deciding_the_same_jobs_in_opposite_orders_record_one_deci
     with psycopg.connect(pg_url) as look:
         deciders = look.execute("SELECT DISTINCT decided_by FROM reviews").fetchall()
     assert len(deciders) == 1
+
+
+def test_a_decision_in_afc_serve_where_the_os_user_has_no_name_is_recorded(afc, monkeypatch):
+    """``afc serve`` in a container whose uid has no passwd entry and no USER or LOGNAME set
+    (docker run --user 12345): Approve and Reject were a 500 with a traceback, nothing
+    decided, since the server named the decider by ``getpass.getuser()`` alone, where
+    ``afc review`` falls back to the uid (``ops.who``)."""
+    import pwd
+
+    pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
+    import asyncio
+
+    import httpx
+    from browser import awaiting
+
+    from afc_cli.web.server import build_app
+
+    awaiting(afc, 2)
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    app = build_app(str(afc.cwd / "afc.db"), batch=None, host="127.0.0.1", token=None)
+    form = {"batch": "b1", "form_token": app.state.form_token}
+
+    async def decide() -> list:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            return [
+                await client.post("/review/approve", data={**form, "key": "shot-001"}),
+                await client.post(
+                    "/review/reject", data={**form, "key": "shot-002", "reason": "too dark"}
+                ),
+            ]
+
+    for answer in asyncio.run(decide()):
+        assert answer.status_code == 303, answer.text
+    decided = dict(afc.rows("SELECT decision, decided_by FROM reviews"))
+    uid = f"uid {__import__('os').getuid()} (afc serve)"
+    assert decided == {"approved": uid, "rejected": uid}

@@ -25,7 +25,6 @@ thumbnails are made on first request and kept in memory, keyed by the output's S
 
 from __future__ import annotations
 
-import getpass
 import hmac
 import ipaddress
 import mimetypes
@@ -38,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from afc_cli.errors import AfcError, UsageError
+from afc_cli.ops import os_user
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 TOKEN_ENV = "AFC_SERVE_TOKEN"
@@ -240,7 +240,7 @@ class Pages:
         if outside is not None:
             return outside
         batch = batch or self.batch  # a key is looked up in the served batch only
-        by = f"{getpass.getuser()} (afc serve)"  # who runs the server decides through it
+        by = f"{os_user()} (afc serve)"  # who runs the server decides through it
         reason = str(form.get("reason", "")).strip()
         try:
             await run_in_threadpool(self._decide, action, key, batch, by, reason)
@@ -309,7 +309,7 @@ class Pages:
         outside = self._outside(request, {batch for batch, _ in shown})
         if outside is not None:
             return outside
-        by = f"{getpass.getuser()} (afc serve)"
+        by = f"{os_user()} (afc serve)"
 
         def decide() -> list[str]:
             book = self.book()
