@@ -3,6 +3,7 @@ reference images with workers, ``afc serve`` and ``afc ledger copy`` on PostgreS
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import pytest
@@ -298,3 +299,44 @@ def test_a_decision_in_afc_serve_where_the_os_user_has_no_name_is_recorded(afc, 
     decided = dict(afc.rows("SELECT decision, decided_by FROM reviews"))
     uid = f"uid {__import__('os').getuid()} (afc serve)"
     assert decided == {"approved": uid, "rejected": uid}
+
+
+def test_a_reference_file_moved_and_named_anew_in_an_edited_job_list_is_read_there(afc, ledger_url):
+    """The request hash covers an input file's SHA-256, not its path: a file moved, and the
+    job list edited to name its new place, is the same request (a replay). The job, not yet
+    rendered, kept the path it was admitted with, so its run read the old place, gone, and
+    failed it (INPUT_UNAVAILABLE: 'restore it, then afc retry'), retried or re-submitted
+    alike, while the manifest named a file with exactly the admitted bytes."""
+    import json
+
+    from afc_cli.providers.local import render_png
+
+    env = {"AFC_LEDGER": ledger_url}
+    (afc.cwd / "refs").mkdir()
+    palette = render_png("palette", 16, 16)
+    (afc.cwd / "refs" / "palette.png").write_bytes(palette)
+    data = manifest([])
+    del data["jobs"]
+    data["jobs_from"] = "shots.jsonl"
+    afc.write_manifest(data)
+
+    def job_list(where: str) -> None:
+        lines = [
+            {"key": "frame", "prompt": "harbour", "inputs": [{"path": where}]},
+            {"key": "shot", "prompt": "a boat", "inputs": [{"job": "frame"}, {"path": where}]},
+        ]
+        (afc.cwd / "shots.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    job_list("refs/palette.png")
+    assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
+    (afc.cwd / "assets").mkdir()
+    (afc.cwd / "refs" / "palette.png").rename(afc.cwd / "assets" / "palette.png")
+    job_list("assets/palette.png")
+    plan = afc.json("plan", "manifest.yaml", env=env)
+    assert (plan["replayed"], plan["to_render"]) == (2, 2)
+    done = afc.json("submit", "manifest.yaml", env=env, expect=None)
+    assert done["exit_code"] == 0, done
+    assert done["counts"] == {"succeeded": 2}
+    shown = afc.json("show", "shot", env=env)
+    sent = [item["sha256"] for item in shown["attempts"][0]["inputs"]]
+    assert sent[1] == hashlib.sha256(palette).hexdigest()

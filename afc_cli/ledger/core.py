@@ -35,6 +35,8 @@ from afc_cli.secrets import map_leaves, scrub, scrub_data
 
 # rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
 TERMINAL = ("succeeded", "failed", "cancelled", "dead", "rejected")
+# statuses of a job whose output is rendered and stored: it reads no input again
+RENDERED = ("succeeded", "awaiting_review", "rejected")
 ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for them all)
 ACTIVE = ("queued", "running", "waiting")
 # the waiting reason of a job whose provider renders a request a run polls (``_rendering``)
@@ -509,6 +511,7 @@ class Ledger:
         conflicts: list[dict[str, Any]] = []
         done = []
         rewebhooked = []
+        refiled = []  # replayed jobs not yet rendered whose manifest names input files
         accept = gates.decided.add  # a job decided (admitted or replayed), per job: cheap
         lease_now = self.lease_clock()
         stored_needs = gates.stored
@@ -535,6 +538,8 @@ class Ledger:
                 elif cause is not HELD:
                     conflicts.append(refused_dependent(job, None, cause))
             elif same_request(stored, stored_body, job):
+                if job.inputs and status not in RENDERED and any("path" in i for i in job.inputs):
+                    refiled.append((job_id, job.inputs))
                 if bool(review) != bool(job.review) or job.needs or job.key in stored_needs:
                     # the gates may differ: the manifest's apply to a job not yet rendered
                     regate = Regate(
@@ -576,6 +581,43 @@ class Ledger:
             self._record_replays_avoided(batch, done, rates, now)
         if rewebhooked:
             self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked)
+        if refiled:
+            self._refile_inputs(refiled)
+
+    def _refile_inputs(self, jobs: list[tuple[str, list[dict[str, Any]]]]) -> None:
+        """Where a replayed job's input files are read from is the manifest's to say, as where
+        its events go is (``webhook_json``): the request hash covers a file's SHA-256, not its
+        path, so a file moved (its manifest naming the new place) is the same request, and the
+        job, not yet rendered, reads it there. Kept as admitted, its run read the old place,
+        gone, and failed the job (INPUT_UNAVAILABLE: 'restore it, then afc retry') however
+        often it was retried or re-submitted. Each file input whose SHA-256 is the admitted
+        one takes the manifest's path; everything else stays as admitted."""
+        moved = []
+        for chunk in _chunks(jobs, IN_CHUNK):
+            wanted = dict(chunk)
+            rows = self.db.execute(
+                f"SELECT id, inputs_json FROM jobs WHERE id IN {_marks(list(wanted))}",
+                list(wanted),
+            ).fetchall()
+            for job_id, text in rows:
+                admitted = json.loads(text or "[]")
+                named = wanted[job_id]
+                if len(admitted) != len(named):
+                    continue
+                changed = False
+                for old, new in zip(admitted, named, strict=True):
+                    if (
+                        "path" in old
+                        and "path" in new
+                        and old.get("sha256") == new.get("sha256")
+                        and (old["path"], old.get("name")) != (new["path"], new.get("name"))
+                    ):
+                        old["path"], old["name"] = new["path"], new.get("name")
+                        changed = True
+                if changed:
+                    moved.append((_dumps(admitted), job_id))
+        if moved:
+            self.db.conn.executemany("UPDATE jobs SET inputs_json = ? WHERE id = ?", moved)
 
     def _insert_admitted(
         self,
