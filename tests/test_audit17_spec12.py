@@ -242,6 +242,7 @@ def test_two_reviewers_deciding_the_same_jobs_in_opposite_orders_record_one_deci
             while time.monotonic() < deadline and rejecting.is_alive():
                 waiting = look.execute(
                     "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
                 ).fetchone()[0]
                 if waiting:
                     break
