@@ -1,0 +1,62 @@
+"""Audit 17, money: what an attempt records that it cost, and what a budget lets start, through
+the real ``afc`` command (the local provider, and the fake providers of tests/fakeproviders.py)."""
+
+from __future__ import annotations
+
+from conftest import manifest, wait_for
+
+
+def test_a_workers_loop_prices_a_job_by_the_cards_it_was_admitted_with(afc):
+    """A long-running worker's loop read the batches' rate cards once, as it began, and jobs
+    its later claims fed into it (``Refill``) ran by those. A submit that added a job of a new
+    model with that model's card, while the loop ran, passed the claim's budget check (which
+    read the cards afresh), then ran in the old loop without the card: under ``--max-spend``
+    the attempt reserved nothing, and its cost was recorded unpriced although the batch has a
+    card for it. A claim of a batch whose cards changed since the loop began now ends the
+    feeding, as one of a batch admitted since does: the next round reads the cards afresh."""
+    chain = {"provider": "local", "model": "m1", "attempts": 1}
+    first = manifest([{"key": "j1", "prompt": "p1"}, {"key": "j2", "prompt": "p2"}])
+    first["defaults"]["chain"] = [chain]
+    afc.write_manifest(first, "m1.yaml")
+    assert afc("submit", "m1.yaml", "--no-run").returncode == 0
+    release = afc.cwd / "release"
+    worker = afc.popen(
+        "worker",
+        "--until-idle",
+        "--claim",
+        "1",
+        "--concurrency",
+        "1",
+        "--max-spend",
+        "1.00",
+        "--json",
+        env={"AFC_LOCAL_RELEASE": str(release)},
+    )
+    wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)  # j1's call, held; j2 claimed beside it
+    second = manifest(
+        [
+            {"key": "j1", "prompt": "p1"},
+            {"key": "j2", "prompt": "p2"},
+            {
+                "key": "j3",
+                "prompt": "p3",
+                "chain": [{"provider": "local", "model": "m2", "attempts": 1}],
+            },
+        ],
+        rates=[
+            {"provider": "local", "model": "m1", "per_image": "0.05"},
+            {"provider": "local", "model": "m2", "per_image": "0.07"},
+        ],
+    )
+    second["defaults"]["chain"] = [chain]
+    afc.write_manifest(second, "m2.yaml")
+    assert afc("submit", "m2.yaml", "--no-run").returncode == 0
+    release.write_text("go")
+    assert worker.wait(timeout=60) == 0, worker.stderr.read()
+    rows = afc.rows(
+        "SELECT a.cost_micros, a.cost_source, a.reserved_micros FROM attempts a"
+        " JOIN jobs j ON j.id = a.job_id WHERE j.key = 'j3'"
+    )
+    assert rows == [(70_000, "local", 70_000)], rows
+    status = {j["key"]: j["cost"] for j in afc.json("status", "--all")["jobs"]}
+    assert status == {"j1": "0.050000", "j2": "0.050000", "j3": "0.070000"}
