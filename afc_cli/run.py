@@ -599,6 +599,7 @@ def run_jobs(
     run_id: str | None = None,
     more: Callable[[set[str]], list[str]] | None = None,
     stopped: Callable[[], bool] | None = None,
+    dearest: dict[tuple[str, str], int] | None = None,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
     ``checked``: batches whose storage the caller has just checked (submit does, before
@@ -613,7 +614,11 @@ def run_jobs(
     given the ids of the jobs still running here, which it must not claim: see ``_fed``.
     ``stopped``: whether a stop was asked for before the loop took the signals over (a
     worker's SIGTERM while it opened the storages): the loop then starts by draining, as if
-    the signal had come a moment later."""
+    the signal had come a moment later.
+    ``dearest``: the dearest cost per image asked for that each model's answers have had
+    (``RunContext.dearest``, which the budget reserves at least), kept and added to across
+    the caller's runs: a worker's rounds share one budget, and a round that began knowing
+    nothing reserved only the rate card's estimate again."""
     if not job_ids and not ledger.has_webhooks():
         return RunStats()
     lease_s = lease_seconds() if lease_s is None else lease_s
@@ -666,6 +671,7 @@ def run_jobs(
             limits={name: ProviderLimit(**values) for name, values in limits.items()},
             max_interrupts=interrupts_cap,
             **({"offload": helper.call, "quick": helper.quick} if helper else {}),
+            **({"dearest": dearest} if dearest is not None else {}),
         )
         heartbeat = asyncio.create_task(_renew(ledger, lease_s))
         stop = asyncio.Event()

@@ -223,6 +223,9 @@ def work(
     # share a run id, whose spend (known costs, else reservations) the cap holds, checked and
     # reserved one attempt at a time across hosts (Ledger.start_attempt).
     run_id = f"{SHARED_BUDGET}{budget_name}" if budget is not None else None
+    # what each model's answers have cost per image asked for, kept across this worker's
+    # rounds (run_jobs ``dearest``): a round reserves at least that, as one run does
+    dearest: dict[tuple[str, str], int] = {}
     max_interrupts()
     min_free_bytes()
     poll_seconds()
@@ -313,6 +316,7 @@ def work(
                     run_id=run_id,
                     more=refill,
                     stopped=stop.is_set,
+                    dearest=dearest,
                 )
             except (StorageError, UsageError) as exc:
                 # the storage check before the loop (a bucket's HEAD): nothing of the claim

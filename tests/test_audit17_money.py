@@ -60,3 +60,37 @@ def test_a_workers_loop_prices_a_job_by_the_cards_it_was_admitted_with(afc):
     assert rows == [(70_000, "local", 70_000)], rows
     status = {j["key"]: j["cost"] for j in afc.json("status", "--all")["jobs"]}
     assert status == {"j1": "0.050000", "j2": "0.050000", "j3": "0.070000"}
+
+
+def test_a_workers_later_rounds_reserve_what_a_models_answers_have_cost(afc, fake):
+    """Once a model's answer cost more than its estimate (here a fal model that makes and bills
+    one image more than asked: 0.10 against 0.05), a run reserves that cost for the model's
+    later attempts (README "Budget"). A worker began every round (a loop per claim that
+    found work after the last ended) knowing nothing, so the next round's first call
+    reserved 0.05 with 0.10 spent of a 0.16 cap, started, and took the budget to 0.20. The
+    worker keeps what its rounds learned: that call does not start, and the worker stops by
+    the budget (exit 4) with 0.10 spent."""
+    chain = [{"provider": "fal", "model": "fal-ai/flux/dev", "attempts": 1}]
+    rates = [{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.05"}]
+    first = manifest([{"key": "a", "prompt": "hold extra-image a"}], rates=rates)
+    first["defaults"]["chain"] = chain
+    afc.write_manifest(first, "m1.yaml")
+    assert afc("submit", "m1.yaml", "--no-run").returncode == 0
+    worker = afc.popen(
+        "worker", "--until-idle", "--concurrency", "1", "--max-spend", "0.16", "--json"
+    )
+    wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    # admitted while the first round's only job renders: the next round claims them
+    second = manifest(
+        [{"key": f"b{i}", "prompt": f"extra-image b{i}"} for i in range(2)],
+        rates=rates,
+        batch="b2",
+    )
+    second["defaults"]["chain"] = chain
+    afc.write_manifest(second, "m2.yaml")
+    assert afc("submit", "m2.yaml", "--no-run").returncode == 0
+    fake.released.set()
+    assert worker.wait(timeout=60) == 4, worker.stderr.read()
+    costs = afc.rows("SELECT cost_micros FROM attempts ORDER BY id")
+    assert costs == [(100_000,)], costs
+    assert afc.json("costs", "report")["total"]["priced"] == "0.100000"
