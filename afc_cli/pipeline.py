@@ -989,7 +989,13 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         ctx.rendered[job["id"]] = job  # until the spool step takes the bytes (``keep_rendered``)
         _learn_cost(ctx, entry, request["params"], result.cost_micros)
         if result.cost_micros is not None and ctx.cap_micros is not None:
-            ctx.ledger.hold_known_cost(job, number, entry["provider"], result.cost_micros)
+            ctx.ledger.hold_known_cost(
+                job, number, entry["provider"], result.cost_micros, result.cost_source
+            )
+            # committed (the group's next commit, shared) before the bytes go to the spool:
+            # a process ending during or after the spool write leaves the attempt at this cost
+            # (and the budget's other workers count it, not the estimate)
+            await ctx.ledger.committed()
         job["step"] = "spool"
         ctx.report(job, "rendered", f"attempt {number}", cost_micros=result.cost_micros)
         return True
@@ -1336,8 +1342,9 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
     """A spool file landed but its checkpoint did not (a crash in between): use it.
 
     The attempt that produced it is the job's last one; it becomes ``succeeded``. Its usage
-    and cost were lost with the process, so its cost stays unpriced: never claim more than is
-    known.
+    was lost with the process, and so was its cost unless a budget's run recorded it when the
+    answer came (``Ledger.hold_known_cost``): otherwise its cost stays unpriced, never
+    claiming more than is known.
     """
     attempts = ctx.ledger.attempts(job["id"])
     last = attempts[-1] if attempts else None
@@ -1354,7 +1361,8 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
         if last is not None and last["status"] in ("started", "unknown"):
             ctx.ledger.adopt_attempt(
                 last["id"],
-                "adopted from the spool after the process ended; usage and cost unknown",
+                "adopted from the spool after the process ended; usage "
+                + ("unknown" if last["cost_micros"] is not None else "and cost unknown"),
             )
 
 

@@ -3,6 +3,8 @@ the real ``afc`` command (the local provider, and the fake providers of tests/fa
 
 from __future__ import annotations
 
+import signal
+
 from conftest import manifest, wait_for
 
 
@@ -94,3 +96,22 @@ def test_a_workers_later_rounds_reserve_what_a_models_answers_have_cost(afc, fak
     costs = afc.rows("SELECT cost_micros FROM attempts ORDER BY id")
     assert costs == [(100_000,)], costs
     assert afc.json("costs", "report")["total"]["priced"] == "0.100000"
+
+
+def test_a_render_spooled_before_a_crash_keeps_the_cost_its_budget_recorded(afc):
+    """Under a budget a run records an answer's cost the moment it is read (the budget counts
+    it instead of the estimate from then on), before the spool checkpoint writes the
+    attempt's end. It kept the figure in the attempt's reservation alone: a SIGKILL between
+    the spool file and its checkpoint left the attempt, adopted from the spool by the next
+    run, unpriced (``afc costs report``: 0.000000 priced, 2 unpriced) although the ledger held
+    what it cost. The cost is the attempt's now, and the adopted attempt keeps it."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "a"}, {"key": "b", "prompt": "b"}]))
+    died = afc(
+        "submit", "manifest.yaml", "--max-spend", "1", env={"AFC_CRASH_POINT": "after_spool"}
+    )
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert afc("resume").returncode == 0
+    rows = afc.rows("SELECT status, cost_micros, cost_source FROM attempts ORDER BY id")
+    assert rows == [("succeeded", 50_000, "local")] * 2, rows
+    total = afc.json("costs", "report")["total"]
+    assert (total["priced"], total["unpriced_attempts"]) == ("0.100000", 0), total

@@ -2487,18 +2487,28 @@ class Ledger:
         }
 
     def hold_known_cost(
-        self, job: dict[str, Any], number: int, provider: str, cost_micros: int
+        self,
+        job: dict[str, Any],
+        number: int,
+        provider: str,
+        cost_micros: int,
+        cost_source: str | None,
     ) -> None:
         """A call's cost is known the moment it returns, but its attempt's end is written
         with the spool checkpoint, after the job gave its slot to the next render: until
         then the budget holds this cost instead of the estimate, so the next attempt's check
         counts what the call really cost (a call dearer than its per-image estimate, or one
-        that returned more images, no longer lets further calls start past the cap)."""
+        that returned more images, no longer lets further calls start past the cap).
+
+        The cost is the attempt's from here on, too: a process that ends before the spool
+        checkpoint leaves the attempt (``unknown``, or ``succeeded`` once a later run adopts
+        its spool file) at the cost it was paid, where it was recorded unpriced although the
+        ledger held the figure. Its outcome, usage and timing come with the checkpoint."""
         with self.tx():
             self.db.execute(
-                "UPDATE attempts SET reserved_micros = ? WHERE job_id = ? AND provider = ?"
-                " AND number = ? AND status = 'started'",
-                (cost_micros, job["id"], provider, number),
+                "UPDATE attempts SET reserved_micros = ?, cost_micros = ?, cost_source = ?"
+                " WHERE job_id = ? AND provider = ? AND number = ? AND status = 'started'",
+                (cost_micros, cost_micros, cost_source, job["id"], provider, number),
             )
 
     def set_attempt_inputs(
