@@ -115,3 +115,32 @@ def test_a_render_spooled_before_a_crash_keeps_the_cost_its_budget_recorded(afc)
     assert rows == [("succeeded", 50_000, "local")] * 2, rows
     total = afc.json("costs", "report")["total"]
     assert (total["priced"], total["unpriced_attempts"]) == ("0.100000", 0), total
+
+
+def test_a_call_whose_process_died_counts_as_unknown_before_any_run_takes_it_over(afc):
+    """A call left ``started`` by a process that died is marked unknown (possibly paid) by
+    the run that takes its job over. Until one did, ``afc costs report`` counted it nowhere:
+    after a SIGKILL mid-call it said no attempt was unpriced or of unknown outcome (a batch
+    given up after a crash kept saying so). It counts it now, as that run will mark it; a
+    call of a live run is still in flight and counted neither way."""
+    release = afc.cwd / "release"
+    afc.write_manifest(manifest([{"key": "a", "prompt": "a"}]))
+    live = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+    total = afc.json("costs", "report")["total"]
+    assert (total["unknown_attempts"], total["unpriced_attempts"]) == (0, 0), total
+    release.write_text("go")
+    assert live.wait(timeout=60) == 0, live.stderr.read()
+
+    afc.write_manifest(manifest([{"key": "b", "prompt": "b"}], batch="b2"), "m2.yaml")
+    died = afc("submit", "m2.yaml", env={"AFC_CRASH_POINT": "after_attempt_row"})
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    report = afc.json("costs", "report", "--by", "batch")
+    rows = {row["batch"]: row for row in report["rows"]}
+    assert (rows["b2"]["unknown_attempts"], rows["b2"]["unpriced_attempts"]) == (1, 1), rows
+    assert (rows["b1"]["unknown_attempts"], rows["b1"]["priced"]) == (0, "0.050000"), rows
+    assert "1 attempt has an unknown outcome" in afc("costs", "report").stderr
+    # the run that takes the job over marks it unknown: the same figures
+    assert afc("resume").returncode == 0
+    rows = {row["batch"]: row for row in afc.json("costs", "report", "--by", "batch")["rows"]}
+    assert (rows["b2"]["unknown_attempts"], rows["b2"]["unpriced_attempts"]) == (1, 1), rows

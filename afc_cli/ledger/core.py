@@ -1750,6 +1750,25 @@ class Ledger:
                 failed_spend=int(failed),
                 unknown_attempts=int(unknown or 0),
             )
+        # A call whose process is gone (it ended on this host, or its job's lease ran out) is
+        # marked unknown by the run that takes its job over (``claim``), and until then was
+        # counted nowhere: after a crash, with no run since, the report said no attempt was
+        # of unknown outcome or cost. It is counted as that run will mark it.
+        now = self.lease_clock()
+        for key, owner, expires, cost in self.db.execute(
+            f"SELECT {attempt_key}, a.owner, j.lease_expires, a.cost_micros"
+            " FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.status = 'started'"
+            f" AND j.status NOT IN {TERMINAL_SQL} AND {' AND '.join(where)}",
+            params,
+        ):
+            if not owner_is_dead(owner) and expires is not None and expires >= now:
+                continue  # a call in flight: no cost yet, known or unknown
+            values = groups.setdefault(key, {})
+            values["unknown_attempts"] = values.get("unknown_attempts", 0) + 1
+            if cost is None:
+                values["unpriced_attempts"] = values.get("unpriced_attempts", 0) + 1
+            else:
+                values["failed_spend"] = values.get("failed_spend", 0) + int(cost)
         for key, count, cost, unpriced in self.db.execute(
             f"SELECT {avoided_key}, COUNT(*), CAST(COALESCE(SUM(v.cost_micros), 0) AS BIGINT),"
             " SUM(CASE WHEN v.cost_micros IS NULL THEN 1 ELSE 0 END)"
