@@ -13,7 +13,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
-MAX_USD = Decimal(1_000_000)  # rates and budgets stay below this (the ledger's numeric(12,6))
+MAX_USD = Decimal(1_000_000)  # rates, budgets and one answer's cost stay below this
 
 
 def usd_problem(value: str) -> str | None:
@@ -40,7 +40,10 @@ def usd_problem(value: str) -> str | None:
 
 
 MICROS = Decimal(1_000_000)
-MAX_ESTIMATE = 999_999_999_999  # micro-USD: the most the ledger's numeric(12,6) holds
+# micro-USD: just under 1,000,000 USD, where a cost becomes unpriced (``_bounded``)
+MAX_ESTIMATE = 999_999_999_999
+# the token rates of a card and the usage counts they price
+TOKEN_RATES = {"per_1k_input_tokens": "input_tokens", "per_1k_output_tokens": "output_tokens"}
 
 
 def to_micros(amount: Decimal) -> int:
@@ -117,7 +120,11 @@ class RateCards:
         first of these that the card can price wins:
 
         1. tokens, when tokens were reported and the card has a rate for each token count
-           reported (a card pricing input tokens only cannot price input and output);
+           reported (a card pricing input tokens only cannot price input and output), and,
+           for an answer that produced images, each token count the card prices was reported
+           (an image whose output tokens the answer leaves out would be priced by its prompt
+           alone, a thousandth of its price: a refusal, which makes nothing, is billed its
+           prompt only, so its reported tokens still price it);
         2. ``per_image`` x images produced;
         3. ``per_second`` x seconds.
 
@@ -136,15 +143,15 @@ class RateCards:
             return None
         reported = {
             rate: usage_amount(usage[unit])
-            for rate, unit in (
-                ("per_1k_input_tokens", "input_tokens"),
-                ("per_1k_output_tokens", "output_tokens"),
-            )
+            for rate, unit in TOKEN_RATES.items()
             if usage.get(unit) is not None
         }
         # one unreadable count and the tokens cannot price the answer (half of it would be
         # an underpriced guess); the images still can
         tokens = {} if None in reported.values() else _image_input(card, reported, usage)
+        made = usage_amount(usage.get("images"))
+        if made and any(rate in card and rate not in reported for rate in TOKEN_RATES):
+            tokens = {}  # an image's answer without a token count the card prices
         if tokens and all(rate in card for rate in tokens):
             return _bounded(
                 sum((amount / 1000 * card[rate] for rate, amount in tokens.items()), Decimal(0))

@@ -1517,16 +1517,26 @@ class RatesConfig(_Strict):
 
 def rate_problems(rates: list[Rate], providers: Any) -> list[str]:
     """A ``rates`` list's problems, the manifest's and the config file's alike: an unknown
-    provider, a card naming no price, a second card for one provider and model (which would
-    silently replace the first)."""
+    provider, a card naming no price, a card naming only prices its provider's answers never
+    report a unit for (``Provider.priced_by``: fal reports images alone, so a per_second card
+    would leave every fal attempt unpriced, with nothing said until the costs report), a
+    second card for one provider and model (which would silently replace the first)."""
     problems = []
     seen: set[tuple[str, str]] = set()
     for i, rate in enumerate(rates):
         where = f"field 'rates[{i}]'"
         if rate.provider not in providers:
             problems.append(f"{where}: unknown provider {rate.provider!r}")
-        if not rate.prices():
+        names = rate.prices().keys()
+        if not names:
             problems.append(f"{where}: names no price (per_image, per_second, per_1k_*_tokens)")
+        usable = getattr(providers.get(rate.provider), "priced_by", None)
+        if names and usable is not None and not names & usable:
+            problems.append(
+                f"{where}: {rate.provider}'s answers report no unit that"
+                f" {' or '.join(sorted(names))} prices, so every attempt would be unpriced: give "
+                f"{' or '.join(sorted(usable))}"
+            )
         if (rate.provider, rate.model) in seen:
             problems.append(f"{where}: a second rate card for {rate.provider}/{rate.model}")
         seen.add((rate.provider, rate.model))

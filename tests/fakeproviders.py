@@ -728,6 +728,9 @@ class FakeProviders:
             # a thinking model (gemini-3-pro-image): its thoughts are counted apart from the
             # candidates (``thoughtsTokenCount``, not in candidatesTokenCount) and billed as output
             usage = {**usage, "thoughtsTokenCount": 200, "totalTokenCount": 1500}
+        if "no-output-count" in prompt:
+            # an answer whose usage leaves the output's count out (the prompt's alone)
+            usage = {"promptTokenCount": 10, "totalTokenCount": 1300}
         if "quota" in prompt and self.first_time(prompt):
             return h.reply(
                 429,

@@ -148,6 +148,10 @@ class Provider:
     # The param that asks one request for several images (OpenAI's ``n``), each produced and
     # billed (every adapter reports them all as ``images``); None: one image a request.
     images_param: str | None = None
+    # The rate card prices this adapter's answers can be priced by (RateCards.price in
+    # afc_cli/costs.py): the units its answers report. A card naming none of them could
+    # never price an answer, so the manifest refuses it (manifest.rate_problems).
+    priced_by: frozenset[str] = frozenset({"per_image"})
 
     def images_requested(self, params: dict[str, Any]) -> int:
         """How many images a request with ``params`` asks for, for the estimates of plans and

@@ -74,6 +74,7 @@ def billed_output(candidates: Any, thoughts: Any) -> Any:
 
 class GeminiProvider(HttpProvider):
     name = "gemini"
+    priced_by = frozenset({"per_image", "per_1k_input_tokens", "per_1k_output_tokens"})
     key_env = "GEMINI_API_KEY"
     params = frozenset({"aspect_ratio"})
 

@@ -32,6 +32,9 @@ PASSED = ("size", "quality", "output_format", "background", "moderation", "n", "
 
 class OpenAIProvider(HttpProvider):
     name = "openai"
+    priced_by = frozenset(
+        {"per_image", "per_1k_input_tokens", "per_1k_input_image_tokens", "per_1k_output_tokens"}
+    )
     key_env = "OPENAI_API_KEY"
     params = frozenset(PASSED)
     images_param = "n"  # sent as given (default 1); every image of the answer is billed

@@ -55,6 +55,7 @@ FINAL = ("succeeded", "failed", "canceled", "aborted")
 
 class ReplicateProvider(HttpProvider):
     name = "replicate"
+    priced_by = frozenset({"per_image", "per_second"})
     key_env = "REPLICATE_API_TOKEN"
     resumable = True
     # the model's own input, passed through: the name Replicate's image models use for
