@@ -68,8 +68,11 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
             image.save(out, "WEBP", quality=QUALITY, method=0)  # fastest; 15 % bigger
     except (UnidentifiedImageError, Image.DecompressionBombError):
         return Thumb(None, "not a picture this afc can preview")
-    except (OSError, ValueError) as exc:
-        return Thumb(None, f"cannot decode the picture: {exc}")
+    except Exception as exc:
+        # a picture's bytes are the provider's: Pillow's decoders fail on broken ones with
+        # more than OSError and ValueError (a PNG whose chunk length lies is a SyntaxError;
+        # others raise struct.error, EOFError...), and one such output ended the whole report
+        return Thumb(None, f"cannot decode the picture: {exc or exc.__class__.__name__}")
     return Thumb(out.getvalue())
 
 

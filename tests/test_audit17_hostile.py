@@ -1,0 +1,34 @@
+"""Hostile input and secrets, found by an outside audit: provider answers, manifests and job
+lists that afc must meet with one clear message, a documented exit code, nothing written that
+should not be and no secret shown."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from conftest import jobs, manifest
+
+
+def _lying_png(data: bytes) -> bytes:
+    """``data`` (a PNG) with its IDAT chunk's length field made shorter than the chunk: the
+    decoder then reads image bytes as the next chunk's header."""
+    at = data.index(b"IDAT") - 4
+    return data[:at] + struct.pack(">I", 16) + data[at + 4 :]
+
+
+def test_an_output_pillow_fails_on_oddly_is_said_on_its_card_not_the_end_of_the_report(afc):
+    """A stored output whose PNG chunk length lies (a provider's broken bytes) made Pillow
+    raise SyntaxError, which the thumbnail did not catch: ``afc report --html`` ended with
+    'unexpected error' and wrote no report for the whole batch."""
+    pytest.importorskip("PIL", reason="the web extra: pip install 'afc-cli[web]'")
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    stored = afc.outputs() / "b1" / "shot-001.png"
+    stored.write_bytes(_lying_png(stored.read_bytes()))
+    result = afc("report", "--html", "r.html")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "unexpected error" not in result.stderr
+    assert "1 stored outputs have no picture in the report (shot-001)" in result.stderr
+    text = (afc.cwd / "r.html").read_text()
+    assert "cannot decode the picture: broken PNG file" in text
