@@ -32,3 +32,32 @@ def test_an_output_pillow_fails_on_oddly_is_said_on_its_card_not_the_end_of_the_
     assert "1 stored outputs have no picture in the report (shot-001)" in result.stderr
     text = (afc.cwd / "r.html").read_text()
     assert "cannot decode the picture: broken PNG file" in text
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "said"),
+    [
+        ("minio.internal:9000", "Invalid endpoint: minio.internal:9000"),
+        ("http://minio.internal:99999", "was not a valid URI"),
+        ("ftp://minio:s3cretPassw0rd@minio.internal/", "was not a valid URI"),
+    ],
+)
+def test_an_s3_endpoint_botocore_refuses_is_a_usage_error(afc, endpoint, said):
+    """An endpoint without its scheme (``AWS_ENDPOINT_URL_S3=minio:9000``) made botocore raise
+    ValueError, which afc called 'unexpected error ... (a bug in afc)' with exit 1; one it
+    cannot resolve (a port past 65535, another scheme) was retried as a connection problem
+    under the storage policy, then exit 1. Both are the user's setting: exit 2, said once,
+    nothing written, no password shown."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    env = {
+        "AWS_ENDPOINT_URL_S3": endpoint,
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
+    }
+    result = afc("submit", "manifest.yaml", "--storage", "s3://renders/films", env=env)
+    assert result.returncode == 2, result.stderr
+    assert "AWS_ENDPOINT_URL_S3 is not an S3 endpoint URL (" in result.stderr
+    assert said in result.stderr and result.stderr.count("\n") == 1
+    assert "unexpected error" not in result.stderr and "Traceback" not in result.stderr
+    assert "s3cretPassw0rd" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()

@@ -120,6 +120,13 @@ def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode()
 
 
+def _endpoint_problem(exc: Exception) -> str:
+    """What is wrong with the endpoint the environment names, which botocore refused (a value
+    without its scheme, ``minio:9000``, was an 'unexpected error' exiting 1)."""
+    name = "AWS_ENDPOINT_URL_S3" if os.environ.get("AWS_ENDPOINT_URL_S3") else "AWS_ENDPOINT_URL"
+    return f"{name} is not an S3 endpoint URL ({exc}); set it to http(s)://HOST[:PORT]"
+
+
 class S3Storage(Storage):
     local = False
 
@@ -146,9 +153,12 @@ class S3Storage(Storage):
                 response_checksum_validation="when_required",
                 s3={"addressing_style": "path"} if custom_endpoint else None,
             )
-            self._client = session.client(
-                "s3", region_name=session.region_name or "us-east-1", config=config
-            )
+            try:
+                self._client = session.client(
+                    "s3", region_name=session.region_name or "us-east-1", config=config
+                )
+            except ValueError as exc:  # botocore's "Invalid endpoint: minio:9000"
+                raise UsageError(_endpoint_problem(exc)) from None
         return self._client
 
     def object_key(self, key: str) -> str:
@@ -161,6 +171,7 @@ class S3Storage(Storage):
             BotoCoreError,
             ClientError,
             ConnectionError,
+            EndpointResolutionError,
             HTTPClientError,
             NoCredentialsError,
             ParamValidationError,
@@ -211,6 +222,8 @@ class S3Storage(Storage):
             if fix:
                 message += f" ({fix})"
             return StorageError(message, retryable=retryable, retry_after=retry_after)
+        if isinstance(exc, EndpointResolutionError):  # the endpoint named: no retry mends it
+            return StorageError(f"{action} {where}: {_endpoint_problem(exc)}", retryable=False)
         if isinstance(exc, ParamValidationError):  # afc's own request: no retry mends it
             return StorageError(f"{action} {where}: {exc}", retryable=False)
         if isinstance(exc, ConnectionError | HTTPClientError | ReadTimeoutError):
