@@ -112,6 +112,20 @@ class ChainEntry(_Strict):
         default=None, gt=0, description="the provider's own per-attempt limit, in seconds"
     )
 
+    @field_validator("model")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        # most adapters put the model's name in the provider's URL, where a control character
+        # (a line break or tab from a pasted name) cannot be sent: refused here, not met at
+        # the call, where it stopped the run as an answer afc could not read, its attempt
+        # recorded as possibly paid though nothing was sent
+        if not value.isprintable():
+            raise ValueError(
+                f"{value!r} has a control or invisible character (no provider names a model "
+                "so; a model name goes into the provider's URL)"
+            )
+        return value
+
 
 class Rate(_Strict):
     provider: str

@@ -61,3 +61,27 @@ def test_an_s3_endpoint_botocore_refuses_is_a_usage_error(afc, endpoint, said):
     assert "unexpected error" not in result.stderr and "Traceback" not in result.stderr
     assert "s3cretPassw0rd" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal", "gemini", "openai"])
+@pytest.mark.parametrize(
+    "model", ["black-forest-labs/flux-1.1-pro\n", "fal-ai/flux\t/dev", "m\x00"]
+)
+def test_a_model_name_that_cannot_go_into_a_url_is_a_manifest_error(afc, fake, provider, model):
+    """A model name with a control character (a pasted line break or tab) was admitted; the
+    adapter's URL then could not be built, which the run took for a provider answer it could
+    not read: the run stopped, the attempt was recorded failed with its cost unknown (possibly
+    paid, though nothing left) and the job stayed queued to do it again at every resume."""
+    afc.write_manifest(
+        manifest(
+            [{"key": "a", "prompt": "p"}],
+            defaults={"chain": [{"provider": provider, "model": model, "attempts": 1}]},
+            rates=[],
+        )
+    )
+    result = afc("submit", "manifest.yaml", "--allow-unpriced")
+    assert result.returncode == 2, result.stderr
+    assert "field 'defaults.chain[0].model'" in result.stderr
+    assert "has a control or invisible character" in result.stderr
+    assert sum(fake.counts.values()) == 0
+    assert not (afc.cwd / "afc.db").exists()
