@@ -1052,8 +1052,9 @@ async def _renew(ledger: Ledger, lease_s: float) -> None:
 def require_keys(providers: set[str]) -> None:
     """API keys come only from the environment; a missing one, or one no HTTP header can carry
     (``providers.key_problem``), stops the run before any job starts (and nothing is
-    written). The message names the variable, never its value."""
-    from afc_cli.providers import malformed_keys, missing_keys
+    written). The message names the variable, never its value. So does a provider's base URL
+    variable set to what no request can go to (``providers.malformed_bases``)."""
+    from afc_cli.providers import malformed_bases, malformed_keys, missing_keys
 
     missing = missing_keys(providers)
     if missing:
@@ -1065,6 +1066,9 @@ def require_keys(providers: set[str]) -> None:
     malformed = malformed_keys(providers)
     if malformed:
         raise UsageError("API key cannot be sent: " + "; ".join(malformed))
+    bases = malformed_bases(providers)
+    if bases:
+        raise UsageError("provider base URL cannot be used: " + "; ".join(bases))
 
 
 def provider_limits(ledger: Ledger) -> dict[str, dict[str, int | None]]:

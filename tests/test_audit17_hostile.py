@@ -85,3 +85,57 @@ def test_a_model_name_that_cannot_go_into_a_url_is_a_manifest_error(afc, fake, p
     assert "has a control or invisible character" in result.stderr
     assert sum(fake.counts.values()) == 0
     assert not (afc.cwd / "afc.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("{base}\r", "naming a host, without spaces or controls"),  # a .env file from Windows
+        ("{hostport}/v1", "must be an http:// or https:// URL"),  # the scheme left out
+        ("ftp://{hostport}/v1", "must be an http:// or https:// URL"),
+        ("http://127.0.0.1:99999/v1", "Port out of range"),
+    ],
+)
+@pytest.mark.parametrize("command", ["submit", "resume"])
+def test_a_provider_base_url_no_request_can_go_to_is_refused_before_anything_is_paid(
+    afc, fake, value, said, command
+):
+    """REPLICATE_BASE_URL set to what no request can be sent to was met only inside the HTTP
+    client, after each job's attempt row was written: a missing scheme or another one failed
+    every job with an attempt 'of unknown cost' (possibly paid, though nothing was sent); a
+    carriage return or a bad port stopped the run as if Replicate's answer could not be read,
+    'a bug in afc's replicate adapter', the job left to do it again at every resume."""
+    afc.write_manifest(
+        manifest(
+            [{"key": "a", "prompt": "p"}],
+            defaults={"chain": [{"provider": "replicate", "model": "o/m", "attempts": 1}]},
+            rates=[{"provider": "replicate", "model": "o/m", "per_image": "0.01"}],
+        )
+    )
+    base = afc.env["REPLICATE_BASE_URL"]
+    env = {"REPLICATE_BASE_URL": value.format(base=base, hostport=base.split("://", 1)[1][:-3])}
+    if command == "resume":
+        assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+        result = afc("resume", env=env)
+    else:
+        result = afc("submit", "manifest.yaml", env=env)
+    assert result.returncode == 2, result.stderr
+    assert "provider base URL cannot be used: REPLICATE_BASE_URL must be" in result.stderr
+    assert said in result.stderr and "Traceback" not in result.stderr
+    assert sum(fake.counts.values()) == 0
+    if command == "submit":
+        assert not (afc.cwd / "afc.db").exists()
+    else:
+        assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
+    plan = afc("plan", "manifest.yaml", env=env)
+    assert "would be refused (exit 2): provider base URL cannot be used" in plan.stdout
+
+
+def test_a_provider_base_url_set_but_empty_is_the_default(monkeypatch):
+    """``OPENAI_BASE_URL=`` (left empty in a .env file) made every request's URL a bare path,
+    failed in the HTTP client after the attempt row was written; empty is unset, as afc
+    reads AWS_ENDPOINT_URL."""
+    from afc_cli.providers.openai import OpenAIProvider
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    assert OpenAIProvider().base == "https://api.openai.com/v1"

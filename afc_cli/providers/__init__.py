@@ -66,10 +66,31 @@ def malformed_keys(providers: set[str]) -> list[str]:
     return found
 
 
+def malformed_bases(providers: set[str]) -> list[str]:
+    """``"NAME why"`` for each base URL variable of the named providers (``OPENAI_BASE_URL``...)
+    that is set to what no request can be sent to: no http(s) scheme (``127.0.0.1:8080/v1``),
+    a carriage return, a port past 65535. Such a value failed inside the HTTP client after the
+    attempt row was written: each job's attempt recorded as possibly paid (its cost unknown),
+    some runs stopped as if the provider's answer could not be read."""
+    import os
+
+    from afc_cli.webhooks import webhook_url_problem
+
+    found = []
+    for name in sorted(providers):
+        env = getattr(PROVIDERS.get(name), "base_env", "")
+        value = os.environ.get(env) if env else None
+        problem = webhook_url_problem(value) if value else None
+        if problem:
+            found.append(f"{env} {problem}")
+    return found
+
+
 __all__ = [
     "PROVIDERS",
     "images_requested",
     "key_problem",
+    "malformed_bases",
     "malformed_keys",
     "missing_keys",
     "AttemptRequest",

@@ -87,7 +87,8 @@ class HttpProvider(Provider):
 
     @property
     def base(self) -> str:
-        return os.environ.get(self.base_env, self.default_base).rstrip("/")
+        # set but empty (``OPENAI_BASE_URL=`` in a .env file) is not set, as for AWS_ENDPOINT_URL
+        return (os.environ.get(self.base_env) or self.default_base).rstrip("/")
 
     @property
     def client(self) -> Any:
