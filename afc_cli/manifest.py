@@ -80,6 +80,8 @@ MAX_YAML_DEPTH = 64  # nesting of mappings and lists
 MAX_PROMPT_CHARS = 32_000  # the longest prompt a provider here accepts (OpenAI gpt-image)
 MAX_OUTPUT_KEY_BYTES = 1024  # S3's limit on an object key
 MAX_SEGMENT_BYTES = 255  # a file name's limit on common file systems
+# an output's own file name: file storage keeps its metadata beside it as NAME.afc.json
+MAX_NAME_BYTES = MAX_SEGMENT_BYTES - len(".afc.json")
 MAX_INPUT_BYTES = 50 * 1024 * 1024  # a reference image (OpenAI's image edits take up to 50 MB)
 
 
@@ -742,6 +744,14 @@ def output_key_problem(key: str) -> str | None:
         len(part.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for part in parts
     ):
         return f"renders to {key!r}, with a path segment longer than {MAX_SEGMENT_BYTES} bytes"
+    if size > MAX_NAME_BYTES and len(parts[-1].encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        # a longer name was admitted and rendered (paid), then never stored: its metadata
+        # file's name passed the file system's limit at every store
+        return (
+            f"renders to {key!r}, whose file name is longer than {MAX_NAME_BYTES} bytes (file "
+            f"storage keeps NAME.afc.json beside it, and a file name has at most "
+            f"{MAX_SEGMENT_BYTES})"
+        )
     if key.endswith(".afc.json"):
         return f"renders to {key!r}; names ending in .afc.json are reserved for metadata"
     return None

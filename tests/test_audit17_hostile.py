@@ -139,3 +139,37 @@ def test_a_provider_base_url_set_but_empty_is_the_default(monkeypatch):
 
     monkeypatch.setenv("OPENAI_BASE_URL", "")
     assert OpenAIProvider().base == "https://api.openai.com/v1"
+
+
+def test_an_output_file_name_its_metadata_file_could_not_have_is_refused(afc):
+    """A key's last segment within 255 bytes but over 246 (``{key}-{job_id}.{ext}`` with a
+    long key) was admitted, rendered and paid for, then never stored: its ``.afc.json``
+    metadata file (and the temporary name it is written under) passed the file system's
+    255-byte limit at every store, and the job waited at store run after run."""
+    key = "k" * 200  # the longest key: with its job id, a file name of 241 bytes
+    data = manifest([{"key": key, "prompt": "p"}])
+    data["defaults"]["output"] = "{batch}/{key}-{job_id}.{ext}"
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0  # 241 + 9 < 255: stored
+    assert afc.json("status")["jobs"][0]["status"] == "succeeded"
+    data["batch"] = "b2"
+    data["defaults"]["output"] = "{batch}/{key}-{job_id}-extra.{ext}"  # 247 bytes
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    assert "whose file name is longer than 246 bytes" in result.stderr
+    assert afc.rows("SELECT COUNT(*) FROM jobs") == [(1,)]
+
+
+def test_a_file_name_near_the_limit_is_stored_under_a_short_temporary_name(tmp_path):
+    """The temporary file a create is written under was named after the final one (plus 38
+    bytes): a name of 209 to 246 bytes, admitted, was never stored."""
+    from afc_cli.storage.file import FileStorage
+
+    source = tmp_path / "spooled"
+    source.write_bytes(b"\x89PNG\r\n\x1a\n")
+    store = FileStorage(tmp_path / "out")
+    name = "n" * 240 + ".png"
+    meta = {"job_id": "j", "request_hash": "h", "sha256": "s", "size": 8}
+    store.put_if_absent(name, source, meta)
+    assert store.head(name).exists and store.head(name).meta["job_id"] == "j"

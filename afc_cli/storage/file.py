@@ -148,7 +148,9 @@ class FileStorage(Storage):
                     raise FileExistsError(final) from None
                 if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
                     raise
-        tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+        # not named after ``final``: a name near the file system's limit (255 bytes) made the
+        # temporary name too long, and the output was never stored
+        tmp = final.with_name(f".afc-{uuid.uuid4().hex}.tmp")
         try:
             with open(tmp, "xb") as out:
                 if source is not None:
