@@ -4,6 +4,7 @@ should not be and no secret shown."""
 
 from __future__ import annotations
 
+import re
 import struct
 
 import pytest
@@ -173,3 +174,37 @@ def test_a_file_name_near_the_limit_is_stored_under_a_short_temporary_name(tmp_p
     meta = {"job_id": "j", "request_hash": "h", "sha256": "s", "size": 8}
     store.put_if_absent(name, source, meta)
     assert store.head(name).exists and store.head(name).meta["job_id"] == "j"
+
+
+def test_a_provider_error_of_megabytes_is_kept_and_shown_cut(afc):
+    """A 400 whose message was 20 MB (a gateway quoting the request back: a reference image's
+    base64 is megabytes) was kept whole: written to the ledger three times (the attempt, the
+    job, its event: a 63 MB ledger), printed whole on stderr, and by every 'afc status'."""
+    import json
+
+    from test_audit_wire import OPENAI_RATES, WireServer, reply, run
+
+    body = json.dumps(
+        {"error": {"message": "Invalid prompt: " + "x " * (10 * 1024 * 1024), "type": "x"}}
+    ).encode()
+    payload = reply("400 Bad Request", body, {"Content-Type": "application/json"})
+
+    async def answer(head, sent, writer) -> bool:
+        writer.write(payload)
+        await writer.drain()
+        return True
+
+    server = WireServer(answer)
+    try:
+        result = run(afc, "openai", "dall-e-3", OPENAI_RATES, {"OPENAI_BASE_URL": server.url})
+    finally:
+        server.stop()
+    assert result.returncode == 1, result.stderr[-500:]
+    assert "openai: Invalid prompt: x x" in result.stderr
+    assert re.search(r"\.\.\. \(cut: the message had 209715\d\d characters\)", result.stderr)
+    assert len(result.stderr) < 20_000
+    status = afc("status")
+    assert len(status.stdout + status.stderr) < 20_000
+    assert (afc.cwd / "afc.db").stat().st_size < 2_000_000
+    [(error,)] = afc.rows("SELECT error_message FROM attempts")
+    assert error.startswith("openai: Invalid prompt: x x") and len(error) < 4200

@@ -97,6 +97,22 @@ class AttemptResult:
     provider_request_id: str | None = None
 
 
+# The most of a provider's error message afc keeps. A provider, or a gateway in front of it,
+# may quote the whole request back (a reference image's base64 is megabytes) or answer with a
+# page of any size: kept whole, one 20 MB message was written to the ledger three times (the
+# attempt, the job, its event), printed whole on stderr and by every 'afc status'.
+MAX_MESSAGE_CHARS = 4000
+
+
+def bounded(message: str) -> str:
+    """``message`` scrubbed (``secrets.scrub``) and cut to ``MAX_MESSAGE_CHARS``, the cut said.
+    Only its head is scrubbed (twice what is kept), so a huge message costs no more."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return scrub(message)
+    head = scrub(message[: 2 * MAX_MESSAGE_CHARS])[:MAX_MESSAGE_CHARS]
+    return f"{head}... (cut: the message had {len(message)} characters)"
+
+
 class ProviderError(Exception):
     """A failed attempt, classified into one of afc's error classes (afc_cli/attempts.py)."""
 
@@ -112,7 +128,7 @@ class ProviderError(Exception):
         cost_source: str | None = None,
         request_id: str | None = None,
     ):
-        message = scrub(message)  # a provider may quote the API key back
+        message = bounded(message)  # a provider may quote the API key back, or anything
         super().__init__(message)
         self.error_class = error_class
         self.message = message
