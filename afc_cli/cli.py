@@ -152,9 +152,9 @@ DEFAULT_CONCURRENCY = 8
 
 
 def _err(message: str) -> None:
-    from afc_cli.secrets import scrub
+    from afc_cli.secrets import scrub, visible
 
-    sys.stderr.write(f"afc: {scrub(message)}\n")
+    sys.stderr.write(f"afc: {visible(scrub(message))}\n")
 
 
 @contextmanager

@@ -42,9 +42,10 @@ class AfcError(Exception):
     exit_code = EXIT_JOB_FAILED
 
     def __init__(self, message: str):
-        from afc_cli.secrets import scrub
+        from afc_cli.secrets import scrub, visible
 
-        message = scrub(message)  # it may quote outside text: never a secret in it
+        # it may quote outside text: never a secret in it, nor a terminal's escape sequence
+        message = visible(scrub(message))
         super().__init__(message)
         self.message = message
 

@@ -46,7 +46,7 @@ from afc_cli.ledger import SHARED_BUDGET, TERMINAL, BudgetExhausted, JobLost, Le
 from afc_cli.owner import awake_clock, host_id, host_of
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
 from afc_cli.providers.base import GONE_PREFIX, NeverSent, RequestGone, no_look
-from afc_cli.secrets import scrub
+from afc_cli.secrets import scrub, visible
 from afc_cli.spool import DirSync, Spool, SpoolFile, damage, set_aside
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
 from afc_cli.storage.base import store_and_verify
@@ -1083,7 +1083,9 @@ def _answer_not_read(
         **report,
         status="failed",
         error_class="server",
-        error_message=scrub(f"{report['provider']}: afc could not read the answer ({what})"),
+        error_message=visible(
+            scrub(f"{report['provider']}: afc could not read the answer ({what})")
+        ),
         started_at=started,
     )
     ctx.report(job, "attempt_failed", f"answer not read on attempt {number}", cost_micros=None)

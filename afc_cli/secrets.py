@@ -89,6 +89,21 @@ _pieces: frozenset[str] = frozenset()  # every PARTIAL_CHARS-long piece of a kno
 _runs: re.Pattern[str] | None = None  # runs of the known keys' characters long enough to hold one
 
 
+# C0 controls but the line break and tab, DEL and C1 controls: a terminal acts on them (ESC
+# starts a sequence that recolours, moves the cursor up to rewrite lines, retitles the window,
+# writes the clipboard; a carriage return writes over the line)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: Any) -> Any:
+    """``text`` with each control character a terminal would act on written as ``\\xNN``:
+    outside text (a provider's error message, a storage server's) shown on a terminal or
+    kept in a log that is read on one. Anything not a string is returned as it is."""
+    if not isinstance(text, str) or not _CONTROLS.search(text):
+        return text
+    return _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 def register(env_name: str) -> None:
     """Treat this environment variable's value as a secret too (a webhook's ``secret_env``)."""
     if env_name not in _extra_envs:

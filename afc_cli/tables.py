@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
+from afc_cli.secrets import visible
+
 GAP = 2  # spaces between columns on a terminal
 TEXT_MIN = 12  # narrowest a wrapping text column gets before columns are dropped
 TAIL_MIN = 16  # narrowest a left-shortened column gets
@@ -52,7 +54,8 @@ class Layout:
 
 
 def cell(value: Any) -> str:
-    return "" if value is None else str(value)
+    # a terminal's escapes in outside text (a message kept by an older afc) are shown, not run
+    return "" if value is None else visible(str(value))
 
 
 def shorten_left(text: str, width: int) -> str:

@@ -208,3 +208,41 @@ def test_a_provider_error_of_megabytes_is_kept_and_shown_cut(afc):
     assert (afc.cwd / "afc.db").stat().st_size < 2_000_000
     [(error,)] = afc.rows("SELECT error_message FROM attempts")
     assert error.startswith("openai: Invalid prompt: x x") and len(error) < 4200
+
+
+ESCAPES = "\x1b]0;PWNED\x07 \x1b[1A\x1b[2K\rall 12 jobs succeeded \x1b]52;c;ZWNobyBoaQ==\x07\x9b2J"
+
+
+def test_a_provider_message_s_terminal_escapes_are_shown_not_run(afc):
+    """A provider's error message holding escape sequences (a hostile or broken gateway) was
+    written raw to the run's log lines, 'afc status' and 'afc show': read on a terminal (or a
+    cron log read with cat or tail -f), it retitled the window, wrote the clipboard (OSC 52),
+    or moved the cursor up and wrote over the failure with a line of its own."""
+    import json
+
+    from test_audit_wire import OPENAI_RATES, WireServer, reply, run
+
+    body = json.dumps({"error": {"message": f"bad {ESCAPES} end", "type": "x"}}).encode()
+    payload = reply("400 Bad Request", body, {"Content-Type": "application/json"})
+
+    async def answer(head, sent, writer) -> bool:
+        writer.write(payload)
+        await writer.drain()
+        return True
+
+    server = WireServer(answer)
+    try:
+        result = run(afc, "openai", "dall-e-3", OPENAI_RATES, {"OPENAI_BASE_URL": server.url})
+    finally:
+        server.stop()
+    assert result.returncode == 1, result.stderr
+    shown = [result.stderr]
+    for args in (("status",), ("show", "shot"), ("show", "shot", "-v")):
+        done = afc(*args)
+        shown.append(done.stdout + done.stderr)
+    for text in shown:
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", text), repr(text)
+    assert r"openai: bad \x1b]0;PWNED\x07 \x1b[1A\x1b[2K\x0dall 12 jobs" in shown[1]
+    # --json carries the same text (JSON escapes control characters anyway)
+    message = afc.json("status", expect=None)["jobs"][0]["error"]["message"]
+    assert r"\x1b]52;c;ZWNobyBoaQ==\x07\x9b2J end" in message

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from afc_cli.costs import RateCards
-from afc_cli.secrets import scrub
+from afc_cli.secrets import scrub, visible
 
 
 async def _nothing(request_id: str) -> None:
@@ -128,7 +128,8 @@ class ProviderError(Exception):
         cost_source: str | None = None,
         request_id: str | None = None,
     ):
-        message = bounded(message)  # a provider may quote the API key back, or anything
+        # a provider may quote the API key back, send megabytes, or a terminal's escapes
+        message = visible(bounded(message))
         super().__init__(message)
         self.error_class = error_class
         self.message = message
