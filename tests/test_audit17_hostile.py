@@ -246,3 +246,127 @@ def test_a_provider_message_s_terminal_escapes_are_shown_not_run(afc):
     # --json carries the same text (JSON escapes control characters anyway)
     message = afc.json("status", expect=None)["jobs"][0]["error"]["message"]
     assert r"\x1b]52;c;ZWNobyBoaQ==\x07\x9b2J end" in message
+
+
+def _names(monkeypatch, names: dict[str, str]) -> None:
+    """aiohttp's resolver answers ``names`` (name -> address); the system's resolver does not
+    know them, so a provider whose base URL names one is a provider on a public address."""
+    import socket
+
+    import aiohttp
+
+    real = aiohttp.ThreadedResolver.resolve
+
+    async def resolve(self, host, port=0, family=socket.AF_INET):
+        if host in names:
+            entry = {"hostname": host, "host": names[host], "port": port, "family": family}
+            return [{**entry, "proto": 0, "flags": 0}]
+        return await real(self, host, port, family)
+
+    monkeypatch.setattr(aiohttp.ThreadedResolver, "resolve", resolve)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "http://127.0.0.1:{port}/out.png",  # this host, named as such
+        "http://localhost:{port}/out.png",  # by a name resolving there
+        "http://cdn.wire.test:{port}/out.png",  # by a name the provider's DNS points there
+        "http://[::ffff:10.1.2.3]:{port}/out.png",  # the private network
+    ],
+)
+def test_an_output_of_a_public_provider_on_this_host_or_its_network_is_never_fetched(
+    monkeypatch, where
+):
+    """An output URL is the provider's answer (and on Replicate a model's output is the
+    model's to write): one naming this host or its private network (a Docker API on
+    127.0.0.1:2375, an admin page on 10.0.0.5) was fetched and what it answered stored as the
+    job's output, which a studio may deliver to whoever wrote the model. Only the metadata
+    service's link-local address was refused. A provider on a public address has its outputs
+    fetched from public addresses only; the paid attempt fails at its known cost."""
+    from test_audit_wire import WireServer, adapter, answered, dalle, rendered
+
+    from afc_cli.providers.base import ProviderError
+    from afc_cli.providers.openai import OpenAIProvider
+
+    cdn = WireServer(answered(reply_png()))
+    api = WireServer(answered(b""))
+    api.behaviour = answered(dalle(where.format(port=cdn.port)))
+    _names(monkeypatch, {"api.wire.test": "127.0.0.1", "cdn.wire.test": "127.0.0.1"})
+    try:
+        provider = adapter(
+            monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", f"http://api.wire.test:{api.port}"
+        )
+        with pytest.raises(ProviderError) as caught:
+            rendered(provider, "dall-e-3")
+    finally:
+        api.stop()
+        cdn.stop()
+    assert cdn.received == [] and len(api.received) == 1
+    assert "which is not a public address" in caught.value.message or (
+        "which resolves to no public address" in caught.value.message
+    )
+    assert "afc fetches the outputs of a provider on a public address from public" in (
+        caught.value.message
+    )
+    assert caught.value.error_class == "server" and caught.value.cost_micros == 40_000
+
+
+def reply_png() -> bytes:
+    from test_audit_wire import PNG, reply
+
+    return reply("200 OK", PNG, {"Content-Type": "image/png"})
+
+
+def test_a_public_cdn_s_redirect_to_this_host_is_not_followed(monkeypatch):
+    """The same for a redirect: a public CDN answering 302 to 127.0.0.2 (127.0.0.1 stands for
+    a public address here: the test's servers all listen on it)."""
+    from test_audit_wire import WireServer, adapter, answered, dalle, rendered, reply
+
+    from afc_cli.providers import transport
+    from afc_cli.providers.base import ProviderError
+    from afc_cli.providers.openai import OpenAIProvider
+
+    real_public = transport.public_address
+    monkeypatch.setattr(transport, "public_address", lambda a: a == "127.0.0.1" or real_public(a))
+    private = WireServer(answered(reply_png()))
+    cdn = WireServer(
+        answered(reply("302 Found", headers={"Location": f"http://127.0.0.2:{private.port}/"}))
+    )
+    api = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    _names(monkeypatch, {"api.wire.test": "127.0.0.1"})
+    try:
+        provider = adapter(
+            monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", f"http://api.wire.test:{api.port}"
+        )
+        with pytest.raises(ProviderError) as caught:
+            rendered(provider, "dall-e-3")
+        assert "127.0.0.2, which is not a public address" in caught.value.message
+        assert len(cdn.received) == 1 and private.received == []
+        # and an output on the public CDN itself is fetched as ever
+        cdn.behaviour = answered(reply_png())
+        provider = adapter(
+            monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", f"http://api.wire.test:{api.port}"
+        )
+        assert rendered(provider, "dall-e-3").data.startswith(b"\x89PNG")
+    finally:
+        api.stop()
+        cdn.stop()
+        private.stop()
+
+
+def test_a_provider_on_this_host_or_its_network_may_have_its_outputs_there(monkeypatch):
+    """A base URL on a loopback or private address (a proxy on the studio's network, the
+    tests' fake servers) keeps its outputs fetchable there."""
+    from test_audit_wire import WireServer, adapter, answered, dalle, rendered
+
+    from afc_cli.providers.openai import OpenAIProvider
+
+    cdn = WireServer(answered(reply_png()))
+    api = WireServer(answered(dalle(f"http://localhost:{cdn.port}/out.png")))
+    try:
+        provider = adapter(monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", api.url)
+        assert rendered(provider, "dall-e-3").data.startswith(b"\x89PNG")
+    finally:
+        api.stop()
+        cdn.stop()

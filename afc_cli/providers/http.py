@@ -63,6 +63,7 @@ class HttpProvider(Provider):
 
     def __init__(self) -> None:
         self._client: Any = None
+        self._private_bases: dict[str, bool] = {}
         self.connections = DEFAULT_CONNECTIONS
         self._urls: dict[str, Any] = {}
         self.watch_polls(lambda message: None)
@@ -160,17 +161,47 @@ class HttpProvider(Provider):
         """``download`` of a paid render's output, in rounds while it stays out of reach for
         a moment (``outlast``): a failure that outlasts them carries the render's usage and
         cost (it was paid) and its request id. ``began``: the call's start on ``clock``."""
+        public_only = not await self._private_base()
         try:
             return await self.outlast(
                 request,
                 began,
-                lambda: download(self.client, self.name, url, sleep=self.sleep, rand=self.rand),
+                lambda: download(
+                    self.client,
+                    self.name,
+                    url,
+                    sleep=self.sleep,
+                    rand=self.rand,
+                    public_only=public_only,
+                ),
             )
         except ProviderError as exc:
             exc.usage, exc.cost_micros = usage, cost
             exc.cost_source = "derived" if cost is not None else None
             exc.request_id = exc.request_id or request_id
             raise
+
+    async def _private_base(self) -> bool:
+        """Whether this provider's base URL is on a loopback or private address (a proxy on
+        the studio's network, a test's server): then its output URLs may be too. Otherwise
+        an output is fetched from public addresses only (``transport.PUBLIC_ONLY``). A base
+        whose name does not resolve is taken as public. Looked up once a base URL."""
+        import httpx
+
+        from afc_cli.providers.transport import public_address
+
+        base = self.base
+        found = self._private_bases.get(base)
+        if found is None:
+            host = httpx.URL(base).host
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(host, None)
+            except (OSError, UnicodeError):
+                infos = []
+            addresses = [info[4][0] for info in infos]
+            found = bool(addresses) and not all(public_address(a) for a in addresses)
+            self._private_bases[base] = found
+        return found
 
     async def outlast(
         self, request: AttemptRequest, began: float, fetch: Callable[[], Awaitable[Any]]
@@ -551,6 +582,7 @@ async def download(
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     rand: Callable[[], float] = random.random,
+    public_only: bool = False,
 ) -> bytes:
     """Fetch an output URL at once (providers delete them within minutes to an hour), again
     when it fails for a moment (``fetched``; a body cut short is a transport error too). A
@@ -564,14 +596,22 @@ async def download(
 
     An output URL's redirects are followed (a CDN's signed URL may redirect; no key goes with
     a download, see ``new_client``), up to httpx's 20: more is the download's failure, not an
-    exception that stopped the run with the paid render's cost unknown."""
+    exception that stopped the run with the paid render's cost unknown.
+
+    ``public_only``: the URL, and each redirect, must be on a public address
+    (``transport.PUBLIC_ONLY``): one on this host or its private network is not fetched."""
     import httpx
 
     if is_data_url(url):
         return data_url_bytes(provider, url)
+    from afc_cli.providers.transport import PUBLIC_ONLY, NotPublic
+
+    extensions = {PUBLIC_ONLY: True} if public_only else None
 
     async def get() -> Any:
-        async with client.stream("GET", url, follow_redirects=True) as response:
+        async with client.stream(
+            "GET", url, follow_redirects=True, extensions=extensions
+        ) as response:
             if response.status_code == 200:  # the body read here: a cut is this try's failure
                 response.limited = False  # counted here (MAX_ANSWER_BYTES is for JSON)
                 chunks, size = [], 0
@@ -585,6 +625,14 @@ async def download(
 
     try:
         response = await fetched(get, sleep, rand)
+    except NotPublic as exc:
+        raise ProviderError(
+            "server",
+            f"{provider}: the output URL leads to {exc}; afc fetches the outputs of a provider "
+            "on a public address from public addresses only, never from this host or its "
+            "private network",
+            cost_micros=None,
+        ) from None
     except (httpx.UnsupportedProtocol, httpx.InvalidURL):
         raise ProviderError(
             "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None

@@ -28,6 +28,13 @@ What this module adds to the library's transport:
   what it answers (on AWS with IMDSv1, the instance's credentials) and store it as the job's
   output. No provider is there: such a request is refused before it connects
   (``AddressRefused``: never sent, and a download's definite failure).
+- **An output from a public provider comes from a public address** (``PUBLIC_ONLY``,
+  ``_PublicResolver``): an output URL is the provider's answer, and a model's output on
+  Replicate is the model's to write. One naming this host or its private network
+  (``http://127.0.0.1:2375/containers/json``, ``http://10.0.0.5/``, a name resolving there, or
+  a redirect to one) had afc fetch what a service there answers and store it as the job's
+  output, which a studio may deliver to whoever wrote the model. Refused unless the provider's
+  own base URL is on such an address (a proxy on the private network: ``http.HttpProvider``).
 - **An answer comes whole in time** (``PoolTransport``, ``_Stream``): a read timeout bounds
   only the silence between two reads, so a server (or a proxy, a CDN) that drips a byte every
   few seconds into its headers or body held a paid call, a poll or a download, and with it
@@ -67,14 +74,39 @@ def refused_address(address: str) -> bool:
     return ip.is_link_local or ip == _METADATA_V6
 
 
+# A request extension: the request (an output download, and each of its redirects) connects
+# to public addresses only (``public_address``), never to this host or its private network
+PUBLIC_ONLY = "afc_public_only"
+
+
+def public_address(address: str) -> bool:
+    """Whether ``address`` is a public (globally routable) IP address; a name is taken as
+    public here (its addresses are checked as it is resolved: ``_PublicResolver``)."""
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global
+
+
 class AddressRefused(httpx.UnsupportedProtocol, httpx.ConnectError):
     """A request to an address afc never connects to (``refused_address``): never sent (a
     ``ConnectError``, so ``http.never_sent`` says so) and not worth sending again (an
     ``UnsupportedProtocol``, which ``http.fetched`` does not try again)."""
 
 
+class NotPublic(AddressRefused):
+    """A ``PUBLIC_ONLY`` request to an address that is not public (``public_address``)."""
+
+
 class _RefusedName(OSError):
     """A name that resolves only to refused addresses (``_Resolver``)."""
+
+
+class _PrivateName(_RefusedName):
+    """A name that resolves to no public address (``_PublicResolver``)."""
 
 
 class _Resolver(aiohttp.ThreadedResolver):
@@ -89,6 +121,17 @@ class _Resolver(aiohttp.ThreadedResolver):
         return kept
 
 
+class _PublicResolver(_Resolver):
+    """``_Resolver`` keeping public addresses only (``PUBLIC_ONLY`` requests)."""
+
+    async def resolve(self, host: str, port: int = 0, family: Any = socket.AF_INET) -> Any:
+        found = await super().resolve(host, port, family)
+        kept = [item for item in found if public_address(item["host"])]
+        if not kept:
+            raise _PrivateName(f"{host}, which resolves to no public address")
+        return kept
+
+
 def httpx_error(exc: BaseException) -> BaseException:
     """The httpx exception an aiohttp or socket failure stands for (``exc`` itself when it is
     neither)."""
@@ -97,7 +140,8 @@ def httpx_error(exc: BaseException) -> BaseException:
     if isinstance(cause, httpx.HTTPError):
         return cause
     if isinstance(cause, aiohttp.ClientConnectorError) and isinstance(cause.os_error, _RefusedName):
-        return AddressRefused(str(cause.os_error))
+        refused = NotPublic if isinstance(cause.os_error, _PrivateName) else AddressRefused
+        return refused(str(cause.os_error))
     if isinstance(cause, aiohttp.ConnectionTimeoutError):
         return httpx.ConnectTimeout(message)
     if isinstance(cause, TimeoutError):  # aiohttp's socket/server timeouts and asyncio's
@@ -216,6 +260,7 @@ class PoolTransport(AiohttpTransport):
         self._timeouts: dict[tuple, aiohttp.ClientTimeout] = {}
         self._urls: dict[str, Any] = {}
         self._refused: dict[str, bool] = {}
+        self._public: aiohttp.ClientSession | None = None  # PUBLIC_ONLY requests' own pool
 
     def _timeout(self, timeout: dict[str, Any]) -> aiohttp.ClientTimeout:
         key = (timeout.get("connect"), timeout.get("read"), timeout.get("pool"))
@@ -226,14 +271,14 @@ class PoolTransport(AiohttpTransport):
             )
         return found
 
-    def get_client(self) -> aiohttp.ClientSession:
+    def get_client(self, resolver: Any = None) -> aiohttp.ClientSession:
         """The library's session (its connector's pool size and keep-alive, afc's TLS
-        defaults), its names resolved by ``_Resolver``."""
+        defaults), its names resolved by ``resolver`` (default ``_Resolver``)."""
         limit = self.limits.max_connections
         connector = aiohttp.TCPConnector(
             keepalive_timeout=self.limits.keepalive_expiry,
             ssl=self.ssl_context,
-            resolver=_Resolver(),
+            resolver=resolver or _Resolver(),
             **({"limit": limit} if limit is not None else {}),
         )
         return aiohttp.ClientSession(connector=connector)
@@ -260,6 +305,13 @@ class PoolTransport(AiohttpTransport):
             refused = self._refused[host] = refused_address(host)
         if refused:  # an address given as such: the resolver never sees it
             raise AddressRefused(f"{host} is a link-local address")
+        session = self.client
+        if request.extensions.get(PUBLIC_ONLY):
+            if not public_address(host):
+                raise NotPublic(f"{host}, which is not a public address")
+            if self._public is None:
+                self._public = self.get_client(_PublicResolver())
+            session = self._public
         try:
             data: Any = request.content or None
         except httpx.RequestNotRead:
@@ -284,7 +336,7 @@ class PoolTransport(AiohttpTransport):
         )
         try:
             async with asyncio.timeout_at(deadline):
-                response = await self.client.request(
+                response = await session.request(
                     request.method,
                     self._url(request.url),
                     headers=headers,
@@ -306,6 +358,12 @@ class PoolTransport(AiohttpTransport):
             if response.reason
             else {"http_version": b"HTTP/1.1"},
         )
+
+    async def aclose(self) -> None:
+        if self._public is not None:
+            await self._public.close()
+            self._public = None
+        await super().aclose()
 
     async def _library_request(self, request: httpx.Request) -> httpx.Response:
         try:
