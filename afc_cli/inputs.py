@@ -85,8 +85,7 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
     for index, item in enumerate(json.loads(job.get("inputs_json") or "[]")):
         if "path" in item:
             try:
-                with open(item["path"], "rb") as handle:
-                    data = handle.read()
+                data = _read_file(item["path"])
             except OSError as exc:
                 raise InputProblem(
                     f"input file {item['path']!r} cannot be read ({exc.strerror or exc}); the "
@@ -140,6 +139,23 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
             InputImage(data, media_type(data, need["output_key"]), digest, f"job:{item['job']}")
         )
     return tuple(images)
+
+
+def _read_file(path: str) -> bytes:
+    """The input file at ``path``, read as admitted: a regular file of at most
+    ``MAX_INPUT_BYTES`` (one byte more is read, so a grown file reads as changed). What was
+    put in its place since is not read whole or waited on: a named pipe held the run for
+    ever (its signals too), a link to /dev/zero read until the memory ran out."""
+    import os
+    import stat
+
+    from afc_cli.manifest import MAX_INPUT_BYTES
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a pipe: no wait
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "no longer a regular file")
+        return handle.read(MAX_INPUT_BYTES + 1)
 
 
 def _covered_hash(job: dict[str, Any], index: int, item: dict[str, Any]) -> str | None:

@@ -370,3 +370,24 @@ def test_a_provider_on_this_host_or_its_network_may_have_its_outputs_there(monke
     finally:
         api.stop()
         cdn.stop()
+
+
+def test_an_input_file_replaced_by_a_named_pipe_fails_its_job_and_the_run_ends(afc):
+    """An input file replaced after admission by a named pipe (or a link to /dev/zero) was
+    opened and read whole at render: the pipe held the run for ever, through SIGTERM and a
+    second signal alike (the reading thread kept the process alive), and /dev/zero read until
+    the memory ran out. Only a regular file is read, and no more than an input may hold."""
+    import os
+
+    from afc_cli.providers.local import render_png
+
+    ref = afc.cwd / "ref.png"
+    ref.write_bytes(render_png("a reference", 24, 24))
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p", "inputs": [{"path": "ref.png"}]}]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    ref.unlink()
+    os.mkfifo(ref)
+    result = afc("resume", timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert "input file" in result.stderr and "no longer a regular file" in result.stderr
+    assert afc.json("status", expect=None)["jobs"][0]["status"] == "failed"
