@@ -391,3 +391,21 @@ def test_an_input_file_replaced_by_a_named_pipe_fails_its_job_and_the_run_ends(a
     assert result.returncode == 1, result.stderr
     assert "input file" in result.stderr and "no longer a regular file" in result.stderr
     assert afc.json("status", expect=None)["jobs"][0]["status"] == "failed"
+
+
+def test_a_picture_over_pillow_s_pixel_limit_gets_no_preview_and_no_warning(afc):
+    """A stored output of 9,500 x 9,500 pixels (a PNG of 90 KB) printed Pillow's warning on
+    stderr ('.../PIL/Image.py:3593: DecompressionBombWarning: ... could be decompression bomb
+    DOS attack.') and was decoded whole (90 MB, in each of make_all's threads at once, up to
+    712 MB a picture below Pillow's hard limit). It gets no preview, said on its card."""
+    pytest.importorskip("PIL", reason="the web extra: pip install 'afc-cli[web]'")
+    from PIL import Image
+
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    Image.new("L", (9500, 9500)).save(afc.outputs() / "b1" / "shot-001.png")
+    result = afc("report", "--html", "r.html")
+    assert result.returncode == 0, result.stderr
+    assert "Warning" not in result.stderr and "PIL" not in result.stderr, result.stderr
+    assert "1 stored outputs have no picture in the report (shot-001)" in result.stderr
+    assert "90 million pixels: no preview" in (afc.cwd / "r.html").read_text()

@@ -7,7 +7,7 @@ through the storage backend (``Storage.read_chunks``), never a path or URL of it
 
 What cannot be shown is said on the card, never left blank: an output missing from storage,
 one that cannot be read, a video or another file that is not a picture, one over
-``MAX_BYTES``.
+``MAX_BYTES``, or over Pillow's ``MAX_IMAGE_PIXELS`` (about 89 million).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import base64
 import io
 import mimetypes
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,9 +56,17 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
     except StorageError as exc:
         return Thumb(None, exc.message)
     buffer.seek(0)
+    # Pillow warns on stderr (a line naming its own source, 'could be decompression bomb DOS
+    # attack') when it opens a picture over its MAX_IMAGE_PIXELS: such a picture is not
+    # previewed here (below), so the warning says nothing a card does not
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
     try:
         with Image.open(buffer) as image:
             image.draft("RGB", (size, size))  # JPEG: decode at a reduced scale
+            if image.width * image.height > Image.MAX_IMAGE_PIXELS:
+                # decoded whole, a few hundred MB each, in every thread of make_all at once
+                pixels = image.width * image.height
+                return Thumb(None, f"{pixels // 10**6} million pixels: no preview")
             image = ImageOps.exif_transpose(image)
             # reduce by a whole factor first, then bilinear: a quarter of LANCZOS's time, and
             # no visible difference at this size
