@@ -409,3 +409,43 @@ def test_a_picture_over_pillow_s_pixel_limit_gets_no_preview_and_no_warning(afc)
     assert "Warning" not in result.stderr and "PIL" not in result.stderr, result.stderr
     assert "1 stored outputs have no picture in the report (shot-001)" in result.stderr
     assert "90 million pixels: no preview" in (afc.cwd / "r.html").read_text()
+
+
+@pytest.mark.parametrize("where", ["responseId", "error"])
+def test_a_nul_in_a_provider_s_answer_is_kept_on_either_ledger(afc, ledger_url, where):
+    """On a PostgreSQL ledger (whose text columns cannot hold NUL) a paid Gemini answer whose
+    ``responseId`` held a NUL ended the run in 'unexpected error: DataError' (exit 1): the
+    image it had paid for was lost, the attempt left of unknown cost, and the next run paid
+    again. So did an error message holding one. Both are kept with the NUL as ``\\x00``."""
+    import json
+
+    from test_audit_wire import GEMINI_IMAGE, WireServer, json_reply, reply, run
+
+    if where == "responseId":
+        payload = json_reply({**GEMINI_IMAGE, "responseId": "resp\x00\x1b[2Jid"})
+    else:
+        body = {"error": {"code": 400, "message": "bad\x00 request", "status": "INVALID_ARGUMENT"}}
+        payload = reply("400 Bad Request", json.dumps(body).encode())
+
+    async def answer(head, sent, writer) -> bool:
+        writer.write(payload)
+        await writer.drain()
+        return True
+
+    server = WireServer(answer)
+    rates = [{"provider": "gemini", "model": "gemini-2.5-flash-image", "per_image": "0.039"}]
+    env = {"GEMINI_BASE_URL": server.url, "AFC_LEDGER": ledger_url}
+    try:
+        result = run(afc, "gemini", "gemini-2.5-flash-image", rates, env)
+    finally:
+        server.stop()
+    assert "unexpected error" not in result.stderr, result.stderr
+    shown = afc.json("show", "shot", env={"AFC_LEDGER": ledger_url})
+    [attempt] = shown["attempts"]
+    if where == "responseId":
+        assert result.returncode == 0, result.stderr
+        assert attempt["status"] == "succeeded" and attempt["cost"] == "0.039000"
+        assert attempt["provider_request_id"] == r"resp\x00\x1b[2Jid"
+    else:
+        assert result.returncode == 1
+        assert attempt["error"] == r"gemini: INVALID_ARGUMENT bad\x00 request"

@@ -31,7 +31,7 @@ from afc_cli.gates import (
     refused_dependent,
 )
 from afc_cli.owner import host_lease, host_of, is_host_lease, lease_held, owner_is_dead
-from afc_cli.secrets import map_leaves, scrub, scrub_data
+from afc_cli.secrets import map_leaves, scrub, scrub_data, visible
 
 # rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
 TERMINAL = ("succeeded", "failed", "cancelled", "dead", "rejected")
@@ -1516,7 +1516,7 @@ class Ledger:
         with self.tx(sync_on_commit=provider != "local"):
             self.db.execute(
                 "UPDATE attempts SET provider_request_id = ? WHERE job_id = ? AND number = ?",
-                (scrub(request_id), job["id"], number),
+                (request_id_kept(request_id), job["id"], number),
             )
             self._rendering(job, provider, request_id)
 
@@ -1889,7 +1889,7 @@ class Ledger:
                 error_class,
                 http_status,
                 scrub(error_message),
-                scrub(provider_request_id),
+                request_id_kept(provider_request_id),
                 self.owner,
                 started_at if started_at is not None else ended,
                 ended,
@@ -2694,6 +2694,22 @@ def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict,
 def spool_root_of(ledger_path: Any) -> Any:
     """Where the runs of this ledger on this host spool their paid renders (``afc plan``)."""
     return backend(ledger_path).spool_root_of(ledger_path)
+
+
+# the most of a provider's id for a call the ledger keeps (job-style ids, which afc polls by,
+# are 200 characters at most: ``providers.http.request_id_of``)
+MAX_REQUEST_ID_CHARS = 1000
+
+
+def request_id_kept(value: str | None) -> str | None:
+    """A provider's id for a call as the ledger keeps it. A synchronous provider's id is its
+    answer's to say (Gemini's ``responseId``, OpenAI's ``x-request-id``): scrubbed (it may
+    quote the key), its control characters as ``\\xNN`` (a NUL in a paid answer's id made
+    PostgreSQL refuse the attempt's row: the run ended in 'unexpected error', the render paid
+    and lost), and cut to ``MAX_REQUEST_ID_CHARS``."""
+    if value is None:
+        return None
+    return visible(scrub(value[: 2 * MAX_REQUEST_ID_CHARS]))[:MAX_REQUEST_ID_CHARS]
 
 
 def moved_to(conn: Any) -> str | None:
