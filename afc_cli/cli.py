@@ -291,7 +291,8 @@ def _print_run(result: Any, json_out: bool, quiet: bool, admitted_only: bool = F
                 "abandoned_attempts": result.stats.abandoned,
                 "stuck": [job_json(row) for row in result.stuck],
                 "unlisted": result.unlisted,
-                "webhooks": result.webhooks or None,
+                # null when every event arrived (README), as the summary then says nothing
+                "webhooks": result.webhooks if any(result.webhooks.values()) else None,
                 "exit_code": result.exit_code,
             }
         )
