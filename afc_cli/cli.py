@@ -1038,6 +1038,12 @@ def _deliveries_out(stats: Any, json_out: bool, quiet: bool) -> None:
         emit_json(summary)
     elif not quiet:
         _err(", ".join(f"{n} {k}" for k, n in summary.items()))
+    for name, why in sorted(stats.secret_problems.items()):
+        # said even with -q or --json: these events cannot go out until a person sets it
+        _err(
+            f"webhook events signed with {name} were not sent: {name} {why}; they stay "
+            "pending: set it to the receiver's whsec_... secret and run 'afc webhooks deliver'"
+        )
     if stats.dead:
         raise typer.Exit(1)
 

@@ -161,6 +161,8 @@ class DrainStats:
     skipped: int = 0
     failed_urls: set[str] = field(default_factory=set)
     slow_urls: set[str] = field(default_factory=set)  # of those, the ones that timed out
+    # secret variables whose events were left pending unsigned: name -> why (never the value)
+    secret_problems: dict[str, str] = field(default_factory=dict)
 
 
 class Deliverer:
@@ -292,6 +294,7 @@ class Deliverer:
             ledger.release_delivery(
                 row["id"], f"{row['secret_env']} is not set in the environment; not sent"
             )
+            stats.secret_problems[row["secret_env"]] = "is not set in the environment"
             stats.skipped += 1
             return
         problem = secret_problem(secret)
@@ -300,6 +303,7 @@ class Deliverer:
                 row["id"],
                 f"{row['secret_env']} is not a valid webhook secret ({problem}); not sent",
             )
+            stats.secret_problems[row["secret_env"]] = f"is not a valid webhook secret ({problem})"
             stats.skipped += 1
             return
         headers = signed_headers(secret, row["id"], row["envelope"], now)
@@ -431,6 +435,9 @@ def replay(ledger_path: str, delivery_id: str) -> DrainStats:
                 f"delivery {delivery_id!r} is {row['status']}; only dead or delivered ones "
                 "are replayed (pending ones go out with afc webhooks deliver)"
             )
+        # a replay is sent now, signed: without its secret it would only be queued, the
+        # command saying nothing of why (exit 0, "1 skipped"). Refused first, nothing changed
+        require_secrets({row["secret_env"]}, f"afc webhooks replay {delivery_id}")
         ledger.requeue_delivery(delivery_id)
     finally:
         ledger.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import sqlite3
 
 from conftest import jobs, manifest
 
@@ -17,3 +18,46 @@ def test_json_webhooks_is_null_when_every_event_arrived(afc):
     assert afc.json("submit", "manifest.yaml")["webhooks"] is None
     assert afc.json("submit", "manifest.yaml")["webhooks"] is None  # a replay
     assert afc.json("resume")["webhooks"] is None
+
+
+def test_deliver_and_replay_say_when_a_webhook_secret_is_missing(afc):
+    """'afc webhooks deliver' where the manifest's secret variable is not set printed
+    '0 delivered, 0 retrying, 0 dead, 1 skipped' and exited 0 (cron saw nothing wrong, the
+    events never went out), and 'afc webhooks replay ID' re-queued the event, sent nothing
+    and exited 0 the same way: why was only in 'afc webhooks list'."""
+    from receiver import Receiver
+
+    receiver = Receiver(default=(400, 0.0, {})).start()  # the events end dead
+    try:
+        afc.env["AFC_HOOK_SECRET"] = SECRET
+        data = manifest(jobs(2))
+        data["webhook"] = {"url": receiver.url, "secret_env": "AFC_HOOK_SECRET", "timeout_s": 2}
+        afc.write_manifest(data)
+        assert afc("submit", "manifest.yaml").returncode == 0
+        dead = afc.json("webhooks", "list", "--dead")["deliveries"]
+        assert len(dead) == 2 and len(receiver.received) == 2
+        receiver.default = (500, 0.0, {"Retry-After": "0"})
+        del afc.env["AFC_HOOK_SECRET"]
+
+        replay = afc("webhooks", "replay", dead[0]["id"][:8])
+        assert replay.returncode == 2, replay.stderr
+        assert "AFC_HOOK_SECRET" in replay.stderr and "not set" in replay.stderr
+        assert [d["id"] for d in afc.json("webhooks", "list", "--dead")["deliveries"]] == [
+            d["id"] for d in dead
+        ]  # nothing re-queued
+
+        conn = sqlite3.connect(afc.cwd / "afc.db")
+        with conn:  # the events due again, as a later cron pass finds them
+            conn.execute(
+                "UPDATE deliveries SET status = 'pending', next_attempt_at = 0,"
+                " lease_owner = NULL, lease_expires = NULL"
+            )
+        conn.close()
+        for args in (("webhooks", "deliver"), ("webhooks", "deliver", "-q", "--json")):
+            result = afc(*args)
+            assert result.returncode == 0, result.stderr  # pending, not dead: nothing lost
+            assert "AFC_HOOK_SECRET is not set in the environment" in result.stderr, args
+            assert "afc webhooks deliver" in result.stderr
+        assert len(receiver.received) == 2  # nothing was sent unsigned
+    finally:
+        receiver.stop()
