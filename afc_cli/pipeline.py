@@ -246,7 +246,7 @@ class RunContext:
     # counts it (``ran``, ``finished``): a worker's loop runs as long as its claims find work.
     blocked: set[str] = field(default_factory=set)
     tasks: dict[str, asyncio.Future] = field(default_factory=dict)
-    ran: int = 0  # jobs' tasks started in this run
+    ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
 
     def __post_init__(self) -> None:
@@ -463,6 +463,9 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
         async with ctx.slots:
             job = ctx.ledger.claim(job_id, ctx.lease_s)
             if job is None:
+                # another afc process holds it (or ended it): not run here, and the summary's
+                # "N run here" does not count it (it said "2 run here" of two jobs it left alone)
+                ctx.ran -= 1
                 current = ctx.ledger.job(job_id)
                 return current["status"] if current else "missing"
             if job["status"] == "blocked":

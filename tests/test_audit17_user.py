@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import base64
+import signal
 import sqlite3
 
-from conftest import jobs, manifest
+from conftest import frozen_at, jobs, manifest
 
 SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
 
@@ -61,3 +62,21 @@ def test_deliver_and_replay_say_when_a_webhook_secret_is_missing(afc):
         assert len(receiver.received) == 2  # nothing was sent unsigned
     finally:
         receiver.stop()
+
+
+def test_a_run_that_left_every_job_to_another_process_says_it_ran_none(afc):
+    """An overlapping submit (cron, a second terminal) whose jobs another afc process held
+    said 'afc: 1 run here; of 1 job(s): 1 running' right after 'this run left it alone'."""
+    afc.write_manifest(manifest(jobs(1)))
+    frozen = afc.popen("submit", "manifest.yaml", env={"AFC_STALL_POINT": "after_attempt_row"})
+    try:
+        frozen_at(frozen)
+        second = afc("submit", "manifest.yaml")
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    frozen.communicate(timeout=60)
+    assert second.returncode == 1, second.stderr  # another process runs them: not all stored
+    assert "left it alone" in second.stderr
+    assert "afc: 0 run here; of 1 job(s): 1 running" in second.stderr, second.stderr
+    assert afc("resume").returncode == 0
+    assert "afc: 0 run here; of 1 job(s): 1 succeeded" in afc("submit", "manifest.yaml").stderr
