@@ -971,6 +971,13 @@ def cancel(
                 _err(f"{item['batch']}/{item['key']}: already {item['status']}, left as it is")
             for item in result["not_found"]:
                 _err(f"{item['key']}: no such job")
+        for item in result["not_stopped_at_provider"]:
+            # said even with -q or --json: the render may go on, and be billed
+            _err(
+                f"warning: {item['batch']}/{item['key']}: {item['provider']} was not seen to "
+                f"stop request {item['request']} ({item['why']}): it may render on and be "
+                f"billed; stop it with {item['provider']} itself. The job is cancelled here"
+            )
         if result["not_found"]:
             raise typer.Exit(2)
 

@@ -95,7 +95,12 @@ def cancel(
     if not keys and batch is None:
         raise UsageError("name the jobs to cancel (KEY...) or a whole batch (--batch B)")
     ledger = Ledger(ledger_path, create=False)
-    out: dict[str, list[dict[str, str]]] = {"cancelled": [], "already_final": [], "not_found": []}
+    out: dict[str, list[dict[str, str]]] = {
+        "cancelled": [],
+        "already_final": [],
+        "not_found": [],
+        "not_stopped_at_provider": [],
+    }
     try:
         ledger.refuse_moved()  # a change here would not reach the ledger its work moved to
         ledger.require_batch(batch)
@@ -116,7 +121,7 @@ def cancel(
             if ledger.cancel(job, why, dependents=False):
                 out["cancelled"].append(entry)
                 cancelled.append(job["id"])
-                _cancel_at_provider(ledger, job)
+                out["not_stopped_at_provider"] += _cancel_at_provider(ledger, job)
             else:
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["already_final"].append(entry)
@@ -127,13 +132,18 @@ def cancel(
     return out
 
 
-def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> None:
+def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> list[dict[str, str]]:
     """A job rendering on a job-style provider (Replicate, fal): ask it to stop too, so the
-    render stops costing money. Whatever it reports later is still recorded."""
+    render stops costing money. Whatever it reports later is still recorded. Returns the
+    requests the provider was not seen to stop (its key not set here, no answer, an error
+    status), each with why: the job is cancelled all the same, but the request may render on,
+    billed, and the person who cancelled is told so rather than left to think it stopped."""
     import asyncio
 
     from afc_cli.providers import PROVIDERS
+    from afc_cli.secrets import scrub
 
+    not_stopped = []
     for attempt in ledger.attempts(job["id"]):
         provider = PROVIDERS.get(attempt["provider"])
         if (
@@ -143,18 +153,31 @@ def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> None:
             and provider.resumable
         ):
 
-            async def stop(provider=provider, attempt=attempt) -> None:
+            async def stop(provider=provider, attempt=attempt) -> str | None:
                 try:
-                    await provider.cancel(attempt["provider_request_id"], attempt["model"])
+                    return await provider.cancel(attempt["provider_request_id"], attempt["model"])
                 finally:
                     await provider.close()
 
+            request = attempt["provider_request_id"]
             try:
-                asyncio.run(stop())
-            except Exception:  # noqa: BLE001 - the cancel in the ledger stands regardless
-                ledger.note(job, "provider_cancel_failed", request=attempt["provider_request_id"])
+                why = asyncio.run(stop())
+            except Exception as exc:  # noqa: BLE001 - the cancel in the ledger stands regardless
+                why = scrub(str(exc)) or exc.__class__.__name__
+            if why is None:
+                ledger.note(job, "provider_cancel_sent", request=request)
             else:
-                ledger.note(job, "provider_cancel_sent", request=attempt["provider_request_id"])
+                ledger.note(job, "provider_cancel_failed", request=request, why=why)
+                not_stopped.append(
+                    {
+                        "key": job["key"],
+                        "batch": job["batch"],
+                        "provider": attempt["provider"],
+                        "request": request,
+                        "why": why,
+                    }
+                )
+    return not_stopped
 
 
 def who() -> str:

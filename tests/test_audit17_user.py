@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import json
 import signal
 import sqlite3
+import subprocess
 
-from conftest import frozen_at, jobs, manifest
+import pytest
+from conftest import frozen_at, jobs, manifest, wait_for
 
 SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
 
@@ -80,3 +83,59 @@ def test_a_run_that_left_every_job_to_another_process_says_it_ran_none(afc):
     assert "afc: 0 run here; of 1 job(s): 1 running" in second.stderr, second.stderr
     assert afc("resume").returncode == 0
     assert "afc: 0 run here; of 1 job(s): 1 succeeded" in afc("submit", "manifest.yaml").stderr
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_cancel_says_when_the_provider_was_not_told_to_stop(afc, fake, provider):
+    """README: 'afc cancel of a job rendering on Replicate or fal also cancels the prediction
+    or request there'. Run where the provider's key is not set (another shell, an operator's
+    laptop), it asked nothing, said 'b1/j: cancelled' and exited 0: the request rendered on,
+    billed, and the person took it as stopped. The job is cancelled all the same; the request
+    left running is now named on stderr and in --json."""
+    model = {"replicate": "black-forest-labs/flux-1.1-pro", "fal": "fal-ai/flux/dev"}[provider]
+    key_env = {"replicate": "REPLICATE_API_TOKEN", "fal": "FAL_KEY"}[provider]
+    data = manifest([{"key": "j", "prompt": "hold"}])
+    data["defaults"]["chain"] = [{"provider": provider, "model": model}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+        env = {k: v for k, v in afc.env.items() if k != key_env}
+        result = subprocess.run(
+            afc.command("cancel", "j", "--json"),
+            cwd=afc.cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)  # it polls the request on: nothing stopped it
+        proc.wait(timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert fake.cancels == []  # nothing could be asked without the key
+    [request] = afc.rows("SELECT provider_request_id FROM attempts")
+    out = json.loads(result.stdout)
+    assert out["cancelled"] == [{"key": "j", "batch": "b1"}]
+    [left] = out["not_stopped_at_provider"]
+    assert (left["key"], left["provider"], left["request"]) == ("j", provider, request[0])
+    assert key_env in left["why"]
+    assert f"request {request[0]}" in result.stderr and "billed" in result.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("cancelled",)]
+
+
+def test_cancel_reached_the_provider_says_nothing_more(afc, fake):
+    data = manifest([{"key": "j", "prompt": "hold"}])
+    data["defaults"]["chain"] = [
+        {"provider": "replicate", "model": "black-forest-labs/flux-1.1-pro"}
+    ]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+        result = afc("cancel", "j", "--json")
+    finally:
+        assert proc.wait(timeout=30) == 1  # its poll saw the prediction canceled
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+    assert json.loads(result.stdout)["not_stopped_at_provider"] == []
+    assert len(fake.cancels) == 1

@@ -213,8 +213,11 @@ class Provider:
     async def render(self, request: AttemptRequest) -> AttemptResult:
         raise NotImplementedError
 
-    async def cancel(self, request_id: str, model: str) -> None:
-        """Ask the provider to stop a submitted request (job-style providers)."""
+    async def cancel(self, request_id: str, model: str) -> str | None:
+        """Ask the provider to stop a submitted request (job-style providers). Returns None
+        when the provider took the request (a 2xx), else why it may not have (``HTTP 401``,
+        ``no answer (ConnectError)``); never raises for an answer or a transport error."""
+        return None
 
     async def close(self) -> None:
         """Release connections."""

@@ -235,12 +235,13 @@ class FalProvider(HttpProvider):
             provider_request_id=request_id,
         )
 
-    async def cancel(self, request_id: str, model: str) -> None:
+    async def cancel(self, request_id: str, model: str) -> str | None:
         import httpx
 
         try:
-            await self.client.put(
+            response = await self.client.put(
                 self.urls(model, request_id)["cancel_url"], headers=self._headers()
             )
-        except httpx.TransportError:
-            pass
+        except httpx.TransportError as exc:
+            return f"no answer ({exc.__class__.__name__})"
+        return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"

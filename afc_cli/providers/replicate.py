@@ -216,12 +216,13 @@ class ReplicateProvider(HttpProvider):
             raise ProviderError(cls, f"replicate: prediction {status}", **priced)
         raise ProviderError("server", f"replicate: {error}", **priced)
 
-    async def cancel(self, request_id: str, model: str) -> None:
+    async def cancel(self, request_id: str, model: str) -> str | None:
         import httpx
 
         try:
-            await self.client.post(
+            response = await self.client.post(
                 f"{self.base}/predictions/{request_id}/cancel", headers=self._headers()
             )
-        except httpx.TransportError:
-            pass
+        except httpx.TransportError as exc:
+            return f"no answer ({exc.__class__.__name__})"
+        return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
