@@ -139,3 +139,34 @@ def test_cancel_reached_the_provider_says_nothing_more(afc, fake):
     assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
     assert json.loads(result.stdout)["not_stopped_at_provider"] == []
     assert len(fake.cancels) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "why"),
+    [
+        (202, {"status": "CANCELLATION_REQUESTED"}, None),
+        (400, {"status": "ALREADY_COMPLETED"}, None),  # it renders no more
+        (404, {"status": "NOT_FOUND"}, "HTTP 404"),
+        (401, {"detail": "Unauthorized"}, "HTTP 401"),
+    ],
+)
+def test_fal_cancel_says_whether_the_request_renders_on(monkeypatch, status, body, why):
+    import asyncio
+
+    import httpx
+
+    from afc_cli.providers.fal import FalProvider
+
+    monkeypatch.setenv("FAL_KEY", "fal-test-key-0123456789")
+    provider = FalProvider()
+    provider._client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda request: httpx.Response(status, json=body))
+    )
+
+    async def cancel():
+        try:
+            return await provider.cancel("r-1", "fal-ai/flux/dev")
+        finally:
+            await provider._client.aclose()
+
+    assert asyncio.run(cancel()) == why

@@ -244,4 +244,8 @@ class FalProvider(HttpProvider):
             )
         except httpx.TransportError as exc:
             return f"no answer ({exc.__class__.__name__})"
+        if response.status_code == 400 and json_or_empty(response).get("status") == (
+            "ALREADY_COMPLETED"
+        ):
+            return None  # it renders no more (its cost, already paid, stays unknown)
         return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
