@@ -200,6 +200,7 @@ def work(
         require_keys,
         run_jobs,
     )
+    from afc_cli.webhooks import check_secrets
 
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
@@ -241,10 +242,13 @@ def work(
 
     def check(jobs: list[dict[str, Any]]) -> None:
         """What a claim must pass before its jobs run: every provider's key is set here, and
+        every webhook secret their events are signed with (as 'afc resume' checks: a worker
+        without it ran the jobs and left their events pending for ever, saying nothing), and
         under a budget every chain is priced (UsageError otherwise)."""
         held_to_storage({job["batch"] for job in jobs})  # one admitted since the start too
         chains = [(job["batch"], json.loads(job["request_json"])["chain"]) for job in jobs]
         require_keys({entry["provider"] for _, chain in chains for entry in chain})
+        check_secrets(ledger, [job["id"] for job in jobs])
         if budget is not None:
             cards = batch_rates(ledger)
             budget.check_priced(chains, lambda b, cards=cards: cards.get(b) or RateCards())

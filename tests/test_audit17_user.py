@@ -170,3 +170,26 @@ def test_fal_cancel_says_whether_the_request_renders_on(monkeypatch, status, bod
             await provider._client.aclose()
 
     assert asyncio.run(cancel()) == why
+
+
+def test_a_worker_without_the_webhook_secret_runs_nothing_as_resume(afc):
+    """'afc resume' refuses (exit 2) to run jobs whose webhook secret is not set; 'afc
+    worker', which README says runs them as 'afc resume' does, ran them and left their
+    events pending for ever (every later drain skips a row without its secret), saying
+    nothing. It now refuses at the claim as for a missing API key: exit 2 naming the
+    variable, the jobs given back to a worker that has it."""
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    data = manifest(jobs(2))
+    data["webhook"] = {"url": "http://127.0.0.1:9/hooks", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    del afc.env["AFC_HOOK_SECRET"]
+    assert afc("resume").returncode == 2
+    worker = afc("worker", "--until-idle", "--poll", "0.1")
+    assert worker.returncode == 2, worker.stderr
+    assert "AFC_HOOK_SECRET" in worker.stderr
+    assert afc.rows("SELECT status, lease_owner FROM jobs") == [("queued", None)] * 2
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    assert afc("worker", "--until-idle", "--poll", "0.1").returncode == 0
+    assert afc.rows("SELECT DISTINCT status FROM jobs") == [("succeeded",)]
