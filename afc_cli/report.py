@@ -154,7 +154,12 @@ def print_story(story: dict[str, Any]) -> None:
     say(f"{job['batch']}/{job['key']}  {job['status']} (step {job['step']})")
     say(f"job id        {job['id']}")
     say(f"request hash  {job['request_hash']}")
-    if job["output_sha256"]:
+    if job["output_sha256"] and job["step"] in ("probe", "render", "spool", "store"):
+        # rendered and spooled, its store not done (storage failing, a stopped run): the URL
+        # alone read as a stored output, with nothing at it
+        say(f"output        {job['output_url']}: not stored yet (its store step is not done)")
+        say(f"sha256        {job['output_sha256']} ({job['output_size']} bytes)")
+    elif job["output_sha256"]:
         say(f"output        {job['output_url']}")
         say(f"sha256        {job['output_sha256']} ({job['output_size']} bytes)")
     else:  # a failed, cancelled or unfinished job: its key holds nothing of it

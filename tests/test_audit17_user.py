@@ -193,3 +193,52 @@ def test_a_worker_without_the_webhook_secret_runs_nothing_as_resume(afc):
     afc.env["AFC_HOOK_SECRET"] = SECRET
     assert afc("worker", "--until-idle", "--poll", "0.1").returncode == 0
     assert afc.rows("SELECT DISTINCT status FROM jobs") == [("succeeded",)]
+
+
+def test_show_does_not_give_an_unstored_output_as_stored(afc):
+    """A job rendered and spooled whose store failed (an S3 outage: the job waits at store)
+    was shown by 'afc show' as 'output s3://...' with its SHA-256, as a stored job is; the
+    object was not there."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+    from s3fake import Fault, FaultPlan, make_proxy
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    plan = FaultPlan()
+    proxy = make_proxy(server.get_host_and_port(), plan)
+    try:
+        host, port = proxy.server_address[:2]
+        afc.env.update(
+            {
+                "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_REGION": "us-east-1",
+            }
+        )
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
+            afc.env.pop(name, None)
+        boto3.client(
+            "s3",
+            endpoint_url=f"http://{host}:{port}",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket="renders")
+        afc.write_manifest(manifest(jobs(1)))
+        plan.add(Fault("PUT", r"/films/", "slowdown", -1))
+        result = afc("submit", "manifest.yaml", "--storage", "s3://renders/films")
+        assert result.returncode == 1, result.stderr
+        assert afc.rows("SELECT status, step FROM jobs") == [("waiting", "store")]
+        shown = afc("show", "shot-001").stdout.splitlines()
+        [output] = [line for line in shown if line.startswith("output ")]
+        assert "not stored yet" in output, shown
+        plan.clear()
+        assert afc("resume").returncode == 0
+        shown = afc("show", "shot-001").stdout.splitlines()
+        [output] = [line for line in shown if line.startswith("output ")]
+        assert output.split() == ["output", "s3://renders/films/b1/shot-001.png"], output
+    finally:
+        proxy.shutdown()
+        server.stop()
