@@ -392,14 +392,17 @@ def describe(result: dict[str, Any]) -> str:
         + f"estimated spend {result['estimated_spend']} USD"
         + (" (if no attempt fails)" if result["to_render"] else ""),
     ]
+    failing = {job["key"] for job in result["jobs"] if job["action"] == "dependency failed"}
     for job in result["jobs"]:
         if job.get("refused_need"):
             lines.append(
                 f"  conflict {job['key']}: needs {job['refused_need']}, whose change is refused"
             )
         elif job["action"] == "dependency failed":
+            # the need ended badly, or fails the same way in this run (a need of a need)
+            how = "fails too" if job["failed_need"] in failing else "ended badly"
             lines.append(
-                f"  fails {job['key']}: needs {job['failed_need']}, which ended badly "
+                f"  fails {job['key']}: needs {job['failed_need']}, which {how} "
                 "(DEPENDENCY_FAILED; nothing rendered)"
             )
         elif job["action"] == "conflict":

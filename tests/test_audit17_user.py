@@ -242,3 +242,19 @@ def test_show_does_not_give_an_unstored_output_as_stored(afc):
     finally:
         proxy.shutdown()
         server.stop()
+
+
+def test_plan_does_not_say_a_need_that_has_not_run_ended_badly(afc):
+    """A job whose need's need failed was planned as 'fails c: needs b, which ended badly'
+    though b had never run: b fails in the same run, for its own need."""
+    data = manifest([{"key": "a", "prompt": "a", "params": {"fail": ["invalid"]}}])
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 1
+    data["jobs"] += [
+        {"key": "b", "prompt": "b", "needs": ["a"]},
+        {"key": "c", "prompt": "c", "needs": ["b"]},
+    ]
+    afc.write_manifest(data)
+    said = afc("plan", "manifest.yaml").stdout
+    assert "fails b: needs a, which ended badly" in said, said
+    assert "fails c: needs b, which fails too" in said, said
