@@ -258,3 +258,50 @@ def test_plan_does_not_say_a_need_that_has_not_run_ended_badly(afc):
     said = afc("plan", "manifest.yaml").stdout
     assert "fails b: needs a, which ended badly" in said, said
     assert "fails c: needs b, which fails too" in said, said
+
+
+def test_a_providers_terminal_escapes_never_reach_the_terminal(afc):
+    """A provider's (or a proxy's) error text is printed by every run's stderr, 'afc status'
+    and 'afc show': one holding ESC sequences ('\\x1b[2J' clears the screen, '\\x1b]0;...'
+    sets the terminal's title, others rewrite the lines above: a failure hidden) reached the
+    terminal raw. It is now kept and shown with those characters escaped, visible."""
+    import threading
+    from http.server import BaseHTTPRequestHandler
+
+    from fakeproviders import BackloggedServer
+
+    evil = "bad \x1b[2J\x1b]0;owned\x07 \x1b[31mRED\x1b[0m \x9b1m"
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = json.dumps({"error": {"message": evil, "type": "x", "code": None}}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = BackloggedServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        afc.env.update(
+            {
+                "OPENAI_API_KEY": "sk-test-openai-0123456789",
+                "OPENAI_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}/v1",
+            }
+        )
+        data = manifest(jobs(1))
+        data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1"}]
+        afc.write_manifest(data)
+        run = afc("submit", "manifest.yaml")
+    finally:
+        server.shutdown()
+    assert run.returncode == 1, run.stderr
+    said = [run.stderr, afc("status").stdout, afc("show", "shot-001").stdout]
+    for text in said:
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text, text
+    assert "\\x1b[2J" in run.stderr and "RED" in said[1]
