@@ -162,8 +162,19 @@ def print_story(story: dict[str, Any]) -> None:
     elif job["output_sha256"]:
         say(f"output        {job['output_url']}")
         say(f"sha256        {job['output_sha256']} ({job['output_size']} bytes)")
-    else:  # a failed, cancelled or unfinished job: its key holds nothing of it
-        say(f"output        none stored (key {job['output_key']})")
+    else:  # a failed, cancelled or unfinished job: its key holds nothing of it...
+        late = [e for e in story["events"] if e["kind"] == "late_result_stored"]
+        if late and job["status"] == "cancelled":
+            # ...but a cancelled job's call that answered after the cancel: its paid render
+            # stored under the key as the job's own (README "Cancel"), which "none stored"
+            # denied a few lines above the event saying so
+            url = (late[-1]["detail"] or {}).get("url") or job["output_url"]
+            say(
+                f"output        {url}: a late result, stored after the cancel "
+                "('afc retry' uses it, paying nothing)"
+            )
+        else:
+            say(f"output        none stored (key {job['output_key']})")
     unpriced = job["unpriced_attempts"]
     if job["cost"] is None:
         say(f"cost          unpriced ({plural(unpriced, 'attempt')} of unknown cost)")

@@ -305,3 +305,41 @@ def test_a_providers_terminal_escapes_never_reach_the_terminal(afc):
     for text in said:
         assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text, text
     assert "\\x1b[2J" in run.stderr and "RED" in said[1]
+
+
+def test_an_escape_decoded_with_a_secret_is_still_made_visible(monkeypatch):
+    """The scrub keeps a text decoded when only its decoded form shows a secret (a key with
+    some of its characters percent-encoded): an ESC percent-encoded beside it came out raw
+    if the text was made printable before it was scrubbed."""
+    from afc_cli.providers.base import ProviderError
+    from afc_cli.secrets import reset
+
+    key = "sk-test-openai-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    reset()
+    try:
+        encoded = "".join(f"%{ord(c):02x}" if i % 6 == 5 else c for i, c in enumerate(key))
+        message = ProviderError("invalid", f"echo {encoded} %1b[2J").message
+    finally:
+        reset()
+    assert key not in message and "\x1b" not in message, message
+    assert "<redacted>" in message and "\\x1b[2J" in message, message
+
+
+def test_show_names_a_late_result_stored_after_a_cancel(afc, fake):
+    """A call that answered after 'afc cancel' is stored under the job's output key as its
+    own (README: a later 'afc retry' finds it); 'afc show' said 'output  none stored' above
+    the event 'late_result_stored' naming the file."""
+    data = manifest([{"key": "j", "prompt": "slow-2s please"}])
+    data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1", "attempts": 1}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+        assert afc("cancel", "j").returncode == 0
+    finally:
+        proc.wait(timeout=60)
+    assert afc.rows("SELECT kind FROM events WHERE kind = 'late_result_stored'")
+    shown = afc("show", "j").stdout.splitlines()
+    [output] = [line for line in shown if line.startswith("output ")]
+    assert "none stored" not in output and "b1/j.png" in output and "late result" in output
