@@ -971,6 +971,9 @@ def cancel(
                 _err(f"{item['batch']}/{item['key']}: already {item['status']}, left as it is")
             for item in result["not_found"]:
                 _err(f"{item['key']}: no such job")
+            if not any(result[k] for k in ("cancelled", "already_final", "not_found")):
+                # 'afc cancel --batch B --yes' on a batch with nothing unfinished said nothing
+                _err(f"no unfinished job to cancel in batch {batch}")
         for item in result["not_stopped_at_provider"]:
             # said even with -q or --json: the render may go on, and be billed
             _err(

@@ -343,3 +343,13 @@ def test_show_names_a_late_result_stored_after_a_cancel(afc, fake):
     shown = afc("show", "j").stdout.splitlines()
     [output] = [line for line in shown if line.startswith("output ")]
     assert "none stored" not in output and "b1/j.png" in output and "late result" in output
+
+
+def test_cancel_of_a_batch_with_nothing_left_says_so(afc):
+    """'afc cancel --batch B --yes' on a batch whose jobs had all ended printed nothing at
+    all (exit 0), where 'afc retry --batch B --failed' says 'no job to retry'."""
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    result = afc("cancel", "--batch", "b1", "--yes")
+    assert result.returncode == 0
+    assert "no unfinished job to cancel in batch b1" in result.stderr, result.stderr
