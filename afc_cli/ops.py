@@ -71,11 +71,14 @@ def _named(
 
 
 def _confirmed(confirm: Confirm | None, what: str, jobs: list[dict[str, Any]]) -> None:
-    if len(jobs) > 1 and (confirm is None or not confirm(what, jobs)):
+    if len(jobs) > 1 and confirm is None:
         raise UsageError(
             f"{what} {len(jobs)} jobs: not confirmed (pass --yes to confirm without a "
             "terminal); nothing was changed"
         )
+    if len(jobs) > 1 and not confirm(what, jobs):
+        # a person on a terminal said no: not told to pass --yes "without a terminal"
+        raise UsageError(f"{what} {len(jobs)} jobs: declined; nothing was changed")
 
 
 def cancel(

@@ -353,3 +353,43 @@ def test_cancel_of_a_batch_with_nothing_left_says_so(afc):
     result = afc("cancel", "--batch", "b1", "--yes")
     assert result.returncode == 0
     assert "no unfinished job to cancel in batch b1" in result.stderr, result.stderr
+
+
+def test_a_person_who_declines_is_not_told_to_pass_yes_without_a_terminal(afc):
+    """Answering 'n' to 'cancel these 2 jobs? [y/N]' on a terminal was refused as
+    'not confirmed (pass --yes to confirm without a terminal)': the person was at one."""
+    import os
+    import pty
+    import time
+
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        afc.command("cancel", "--batch", "b1"),
+        cwd=afc.cwd,
+        env=afc.env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+    )
+    os.close(slave)
+    said = b""
+    deadline = time.time() + 60
+    while b"[y/N]" not in said and time.time() < deadline:
+        said += os.read(master, 4096)
+    os.write(master, b"n\n")
+    try:
+        while True:
+            chunk = os.read(master, 4096)
+            if not chunk:
+                break
+            said += chunk
+    except OSError:  # the child closed the terminal
+        pass
+    assert proc.wait(timeout=60) == 2
+    os.close(master)
+    text = said.decode(errors="replace")
+    assert "declined; nothing was changed" in text, text
+    assert "without a terminal" not in text, text
+    assert afc.rows("SELECT DISTINCT status FROM jobs") == [("queued",)]
