@@ -7,6 +7,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, TERMINAL, Ledger
+from afc_cli.owner import held_by_no_process, owner_is_dead
 
 STATUSES = (*ACTIVE, "blocked", "awaiting_review", *TERMINAL)
 # Shown without --all: what a person may have to act on. Everything but the quiet states, so a
@@ -22,6 +23,23 @@ def _reason(job: dict[str, Any]) -> str | None:
     if error:
         return ": ".join(part for part in (error.get("code"), error.get("message")) if part)
     return job.get("waiting")
+
+
+# A running (or waiting) job whose afc process ended without finishing it: killed (SIGKILL, an
+# OOM kill, a reboot), or a host whose lease ran out. Nothing runs it until a run takes it over
+PROCESS_GONE = (
+    "the afc process running it is gone (killed?): the next afc resume or afc worker takes it over"
+)
+
+
+def process_gone(job: dict[str, Any], now: float) -> bool:
+    """Whether ``job``'s lease is held by a process that is gone: dead on this host, or its
+    lease expired (another host's that stopped renewing it). A host's spool hold and a
+    moved ledger's lease are held by no process and say so in their own words."""
+    owner, expires = job.get("lease_owner"), job.get("lease_expires")
+    if owner is None or held_by_no_process(owner):
+        return False
+    return owner_is_dead(owner) or (expires is not None and expires < now)
 
 
 def parse_statuses(values: list[str] | None) -> list[str] | None:
@@ -57,10 +75,16 @@ def status_view(
     book = Ledger(ledger_path, create=False)
     try:
         book.require_batch(batch)
-        rows = [job_json(r) for r in book.status_rows(batch)]
+        raw = book.status_rows(batch)
+        now = book.lease_clock()
         moved = book.moved_to()
     finally:
         book.close()
+    rows = [job_json(r) for r in raw]
+    for row, job in zip(rows, raw, strict=True):
+        if job["status"] in ("running", "waiting") and process_gone(job, now):
+            said = row["waiting"]
+            row["waiting"] = f"{said}; {PROCESS_GONE}" if said else PROCESS_GONE
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
