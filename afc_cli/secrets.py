@@ -72,7 +72,7 @@ _SHAPES = [
     # ?key=..., &api_key=..., X-Amz-Signature=...
     (
         re.compile(
-            r"([?&](?:key|api_key|apikey|token|access_token|secret|password|"
+            r"([?&](?:key|api_key|apikey|token|access_token|secret|password|sslpassword|"
             r"x-amz-signature|x-amz-credential|x-amz-security-token|signature)=)[^&\s\"'#]+",
             re.I,
         ),

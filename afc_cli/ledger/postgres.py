@@ -104,6 +104,27 @@ def display_url(url: str) -> str:
     return scrub(USERINFO_PASSWORD.sub(r"\1" + REDACTED + "@", url))
 
 
+# what a URL's user name and password must percent-encode before libpq can read them: an
+# '@' ('%40'), a '/' ('%2F'), a space or another blank, a '%' not starting %XX
+_USERINFO_UNREADABLE = re.compile(r"[@/\s]|%(?![0-9A-Fa-f]{2})")
+
+
+def check_url(url: str) -> None:
+    """Refuse (exit 2, before any connection) a URL whose user name or password holds a
+    character it must percent-encode: libpq splits such a URL elsewhere than its writer
+    meant and quotes the pieces in its error (``failed to resolve host 'et@db'``,
+    ``unexpected spaces found in "cret word@db"``), where no mask can know them as a
+    password's. The URL is not shown: it holds the password."""
+    rest = url.split("://", 1)[-1].split("?", 1)[0]
+    userinfo = rest[: rest.rfind("@")] if "@" in rest else ""
+    if _USERINFO_UNREADABLE.search(userinfo):
+        raise UsageError(
+            "the PostgreSQL ledger URL's user name or password holds a character a URL must "
+            "percent-encode: write '@' as %40, '/' as %2F, a space as %20 and '%' as %25 (the "
+            "URL is not shown here: it holds the password)"
+        )
+
+
 def connect_error(url: str, exc: BaseException) -> LedgerError:
     """``cannot connect to the ledger``, in one line, without the URL's password: libpq
     quotes a password it cannot read in its message (``unexpected spaces found in "..."``,
@@ -114,7 +135,7 @@ def connect_error(url: str, exc: BaseException) -> LedgerError:
 
     why = first_line(exc)
     passwords = [m.group(2) for m in USERINFO_PASSWORD.finditer(url)]
-    passwords += re.findall(r"[?&]password=([^&]*)", url)
+    passwords += re.findall(r"[?&](?:ssl)?password=([^&]*)", url)
     for password in passwords:
         for form in sorted({password, unquote(password)}, key=len, reverse=True):
             if form:
@@ -267,6 +288,7 @@ class PostgresLedger(Ledger):
     ROW_LOCK = " FOR UPDATE"
 
     def __init__(self, url: str, *, create: bool = True, check: bool = False):
+        check_url(str(url))
         psycopg = _psycopg()
         self.url = str(url)
         self.path = display_url(self.url)  # named in messages; never the password
@@ -733,6 +755,7 @@ class PostgresLedger(Ledger):
 
     @staticmethod
     def read_admitted(url: str, batch: str) -> tuple[str | None, dict, dict, str | None]:
+        check_url(str(url))
         psycopg = _psycopg()
         try:
             conn = psycopg.connect(
