@@ -923,8 +923,19 @@ def lease_seconds() -> float:
     """``AFC_LEASE_S``: how long a claim holds a job without being renewed (default 300; a run
     renews its leases every third of it). Another host's job is taken over only once its
     lease expired by the ledger's clock, so a shorter lease recovers a dead host's jobs
-    sooner, and a longer one tolerates longer stalls (a paused VM, a slow network)."""
-    return _env_number("AFC_LEASE_S", LEASE_S, float, lambda s: s >= 3, "a number of seconds >= 3")
+    sooner, and a longer one tolerates longer stalls (a paused VM, a slow network). At most a
+    day (``MAX_LEASE_S``): ``inf`` or ``1e400`` was taken, and a dead host's jobs were then
+    never taken over by anyone."""
+    return _env_number(
+        "AFC_LEASE_S",
+        LEASE_S,
+        float,
+        lambda s: 3 <= s <= MAX_LEASE_S,
+        f"a number of seconds from 3 to {MAX_LEASE_S}",
+    )
+
+
+MAX_LEASE_S = 86_400
 
 
 def poll_seconds() -> float:
