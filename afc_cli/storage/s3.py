@@ -122,9 +122,21 @@ def _b64(digest: bytes) -> str:
 
 def _endpoint_problem(exc: Exception) -> str:
     """What is wrong with the endpoint the environment names, which botocore refused (a value
-    without its scheme, ``minio:9000``, was an 'unexpected error' exiting 1)."""
-    name = "AWS_ENDPOINT_URL_S3" if os.environ.get("AWS_ENDPOINT_URL_S3") else "AWS_ENDPOINT_URL"
-    return f"{name} is not an S3 endpoint URL ({exc}); set it to http(s)://HOST[:PORT]"
+    without its scheme, ``minio:9000``, was an 'unexpected error' exiting 1). Where neither
+    variable is set, no variable is named: the endpoint is botocore's own (from the region)."""
+    from botocore.exceptions import InvalidRegionError
+
+    if isinstance(exc, InvalidRegionError):
+        # a region botocore refuses (``us_east_1``, a carriage return from a .env file) was
+        # said to be AWS_ENDPOINT_URL's fault, a variable not even set
+        return (
+            f"the AWS region is not a region name ({exc}); set AWS_DEFAULT_REGION (or the AWS "
+            "profile's region) to one such as us-east-1"
+        )
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(name):
+            return f"{name} is not an S3 endpoint URL ({exc}); set it to http(s)://HOST[:PORT]"
+    return f"the S3 endpoint cannot be used ({exc})"
 
 
 class S3Storage(Storage):
@@ -157,7 +169,7 @@ class S3Storage(Storage):
                 self._client = session.client(
                     "s3", region_name=session.region_name or "us-east-1", config=config
                 )
-            except ValueError as exc:  # botocore's "Invalid endpoint: minio:9000"
+            except ValueError as exc:  # "Invalid endpoint: minio:9000", a region refused
                 raise UsageError(_endpoint_problem(exc)) from None
         return self._client
 
