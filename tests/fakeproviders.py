@@ -731,6 +731,8 @@ class FakeProviders:
         if "no-output-count" in prompt:
             # an answer whose usage leaves the output's count out (the prompt's alone)
             usage = {"promptTokenCount": 10, "totalTokenCount": 1300}
+            if "thinking" in prompt:  # a thinking model's answer: its thoughts still counted
+                usage = {**usage, "thoughtsTokenCount": 200, "totalTokenCount": 1500}
         if "quota" in prompt and self.first_time(prompt):
             return h.reply(
                 429,

@@ -3,6 +3,8 @@ that it did not mean to, each through the real ``afc`` command where it can be."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import manifest
 
@@ -27,3 +29,36 @@ def test_a_region_botocore_refuses_is_not_blamed_on_an_unset_endpoint_variable(a
     assert "AWS_DEFAULT_REGION" in result.stderr and "region" in result.stderr
     assert "unexpected error" not in result.stderr and "Traceback" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_a_thinking_gemini_image_without_its_output_count_is_not_priced_by_its_thoughts(afc, fake):
+    """0e156a6 priced an image whose answer leaves out its output tokens per image (or left
+    it unpriced) rather than by its prompt alone; a thinking model's answer (gemini-3-pro-image)
+    that leaves out candidatesTokenCount but reports thoughtsTokenCount was still priced by its
+    tokens: ``billed_output`` took the thoughts alone as the output, 10 x 0.005/1k + 200 x
+    0.04/1k = 0.008050 for a 0.039 image, with nothing said."""
+    data = manifest(
+        [{"key": "j0", "prompt": "thinking no-output-count a"}],
+        rates=[
+            {
+                "provider": "gemini",
+                "model": "gemini-3-pro-image-preview",
+                "per_image": "0.039",
+                "per_1k_input_tokens": "0.005",
+                "per_1k_output_tokens": "0.04",
+            }
+        ],
+    )
+    data["defaults"]["chain"] = [
+        {
+            "provider": "gemini",
+            "model": "gemini-3-pro-image-preview",
+            "attempts": 1,
+            "backoff": {"base": 0.01, "cap": 0.05},
+        }
+    ]
+    afc.write_manifest(data)
+    [job] = afc.json("submit", "manifest.yaml")["jobs"]
+    assert job["cost"] == "0.039000"  # was 0.008050
+    [(usage,)] = afc.rows("SELECT usage_json FROM attempts")
+    assert json.loads(usage) == {"images": 1, "input_tokens": 10, "thoughts_tokens": 200}

@@ -152,6 +152,10 @@ class GeminiProvider(HttpProvider):
                 request_id=text(data.get("responseId")),  # a billed refusal's id, to reconcile
             )
         usage = {**{k: v for k, v in usage.items() if v is not None}, "images": images}
+        if meta.get("candidatesTokenCount") is None:
+            # an image's output tokens are not known: a thinking model's thoughts alone
+            # (``billed_output``) would price it by its prompt and thoughts, a fraction of it
+            usage.pop("output_tokens", None)
         cost = request.rates.price(self.name, request.model, usage)
         return AttemptResult(
             data=decode_b64(self.name, image["data"], usage, cost, text(data.get("responseId"))),
