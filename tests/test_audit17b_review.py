@@ -62,3 +62,23 @@ def test_a_thinking_gemini_image_without_its_output_count_is_not_priced_by_its_t
     assert job["cost"] == "0.039000"  # was 0.008050
     [(usage,)] = afc.rows("SELECT usage_json FROM attempts")
     assert json.loads(usage) == {"images": 1, "input_tokens": 10, "thoughts_tokens": 200}
+
+
+def test_aws_region_names_the_region_as_readme_says(monkeypatch):
+    """README's examples set AWS_REGION, which botocore does not read: the client was made
+    for us-east-1 whatever it said. afc reads it first, then botocore's own."""
+    import boto3
+
+    from afc_cli.storage.s3 import S3Storage, region
+
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/afc-test-config")
+    assert region(boto3.session.Session()) == "us-east-1"
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-central-1")
+    assert region(boto3.session.Session()) == "eu-central-1"
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    assert region(boto3.session.Session()) == "eu-west-1"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    assert S3Storage("s3://bucket/prefix").client.meta.region_name == "eu-west-1"

@@ -1,8 +1,8 @@
 """``s3://bucket/prefix`` storage through boto3: AWS S3, Cloudflare R2, MinIO.
 
 Configured by boto3's own conventions: the credential chain and profiles (``AWS_PROFILE``,
-``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``), the region (``AWS_REGION``, default
-us-east-1), and the endpoint (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``) for R2 and
+``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``), the region (``AWS_REGION``, else
+``AWS_DEFAULT_REGION`` or the profile's, default us-east-1: ``region``), and the endpoint (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``) for R2 and
 MinIO; with a custom endpoint, path-style addressing is used. boto3 is imported only here.
 
 botocore's own retries are off (one try per call): afc's storage policy in the pipeline owns
@@ -130,13 +130,20 @@ def _endpoint_problem(exc: Exception) -> str:
         # a region botocore refuses (``us_east_1``, a carriage return from a .env file) was
         # said to be AWS_ENDPOINT_URL's fault, a variable not even set
         return (
-            f"the AWS region is not a region name ({exc}); set AWS_DEFAULT_REGION (or the AWS "
-            "profile's region) to one such as us-east-1"
+            f"the AWS region is not a region name ({exc}); set AWS_REGION (or "
+            "AWS_DEFAULT_REGION, or the AWS profile's region) to one such as us-east-1"
         )
     for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
         if os.environ.get(name):
             return f"{name} is not an S3 endpoint URL ({exc}); set it to http(s)://HOST[:PORT]"
     return f"the S3 endpoint cannot be used ({exc})"
+
+
+def region(session: Any) -> str:
+    """The region afc's S3 client uses: ``AWS_REGION`` (the variable every other AWS SDK and
+    the AWS CLI read, which botocore does not: README's examples set it, and it was
+    ignored), else botocore's own (``AWS_DEFAULT_REGION``, the profile's), else us-east-1."""
+    return os.environ.get("AWS_REGION") or session.region_name or "us-east-1"
 
 
 class S3Storage(Storage):
@@ -166,9 +173,7 @@ class S3Storage(Storage):
                 s3={"addressing_style": "path"} if custom_endpoint else None,
             )
             try:
-                self._client = session.client(
-                    "s3", region_name=session.region_name or "us-east-1", config=config
-                )
+                self._client = session.client("s3", region_name=region(session), config=config)
             except ValueError as exc:  # "Invalid endpoint: minio:9000", a region refused
                 raise UsageError(_endpoint_problem(exc)) from None
         return self._client
