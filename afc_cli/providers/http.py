@@ -185,7 +185,9 @@ class HttpProvider(Provider):
         """Whether this provider's base URL is on a loopback or private address (a proxy on
         the studio's network, a test's server): then its output URLs may be too. Otherwise
         an output is fetched from public addresses only (``transport.PUBLIC_ONLY``). A base
-        whose name does not resolve is taken as public. Looked up once a base URL."""
+        whose name does not resolve is taken as public, and looked up again at the next output
+        (a proxy's name that failed once would otherwise have every output of the run refused);
+        one that resolved is looked up once a base URL."""
         import httpx
 
         from afc_cli.providers.transport import public_address
@@ -200,7 +202,8 @@ class HttpProvider(Provider):
                 infos = []
             addresses = [info[4][0] for info in infos]
             found = bool(addresses) and not all(public_address(a) for a in addresses)
-            self._private_bases[base] = found
+            if addresses:  # a name that did not resolve this time is looked up again next
+                self._private_bases[base] = found
         return found
 
     async def outlast(

@@ -81,7 +81,7 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
         # a picture's bytes are the provider's: Pillow's decoders fail on broken ones with
         # more than OSError and ValueError (a PNG whose chunk length lies is a SyntaxError;
         # others raise struct.error, EOFError...), and one such output ended the whole report
-        return Thumb(None, f"cannot decode the picture: {exc or exc.__class__.__name__}")
+        return Thumb(None, f"cannot decode the picture: {str(exc) or exc.__class__.__name__}")
     return Thumb(out.getvalue())
 
 
