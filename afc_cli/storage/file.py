@@ -56,6 +56,10 @@ class FileStorage(Storage):
         try:
             size = obj.stat().st_size
         except FileNotFoundError:
+            if os.path.islink(obj):
+                # a link whose target is gone takes the name: no create can go there, and it
+                # is not afc's (it read as a free key: a render paid, then no store possible)
+                return ObjectInfo(exists=True, meta=meta)
             return ObjectInfo(exists=False, meta=meta)
         except OSError as exc:
             raise StorageError(f"cannot read {obj}: {exc}") from None
