@@ -1606,6 +1606,23 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
             if foreign:
                 await _fail_conflict(ctx, job, storage, info, foreign, "store")
                 return False
+            if not info.exists:
+                # taken, yet no object: metadata (written first) of another render of this
+                # job whose writer died before its object, or is writing it now (a stalled
+                # run's late result), or an object gone since. Nothing to verify: the job
+                # waits in store with its spool file, and the next run tries the store again
+                raise StorageError(
+                    f"cannot store {storage.describe(key)}: the key was taken as it was "
+                    "written and holds no object now"
+                    + (
+                        " (its metadata names another render of this job: its writer died "
+                        "before the object, or is storing it now; if no afc process is, "
+                        f"remove {storage.describe(key)}.afc.json)"
+                        if info.meta
+                        else ""
+                    ),
+                    retryable=False,
+                ) from None
             _found_own(ctx, job, info.meta)
             return True
         if outcome in ("missing", "damaged"):

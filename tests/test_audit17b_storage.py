@@ -4,6 +4,8 @@ error' (a bug in afc) while its paid render waits in the spool."""
 
 from __future__ import annotations
 
+import json
+
 from conftest import manifest
 
 
@@ -29,3 +31,35 @@ def test_a_dangling_link_at_an_output_key_is_someone_elses_before_any_render(afc
     assert _attempts(afc) == 0  # nothing paid
     assert (folder / "a.png").is_symlink()
     assert not (folder / "a.png.afc.json").exists()
+
+
+def test_metadata_of_another_render_without_its_object_keeps_the_paid_render_waiting(afc):
+    """The metadata is created before the object: a run that died in between (or one still
+    writing: a stalled run's late result) leaves ``<key>.afc.json`` of the job naming another
+    render's SHA-256 and no object. The next render's create-only store stood back, the key
+    read as the job's own, and the job was ended VERIFY_FAILED ('... is not there'), its paid
+    render in the spool; 'afc retry' adopted that spool file and failed the same way. The key
+    is taken by no object: the job waits in store with its spool file (the next run tries the
+    store again), and once the stale metadata is gone the next run stores the paid render,
+    with no second render."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    [(job_id, request_hash)] = afc.rows("SELECT id, request_hash FROM jobs")
+    folder = afc.outputs() / "b1"
+    folder.mkdir(parents=True)
+    sidecar = folder / "a.png.afc.json"
+    stale = {"job_id": job_id, "key": "a", "batch": "b1", "request_hash": request_hash}
+    sidecar.write_text(json.dumps({**stale, "sha256": "ab" * 32, "size": 7, "attempt": 1}))
+    result = afc("resume")
+    assert "unexpected error" not in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 1, result.stderr
+    [(status, step, code)] = afc.rows("SELECT status, step, error_code FROM jobs")
+    assert (status, step, code) == ("waiting", "store", None), result.stderr
+    assert list((afc.cwd / "afc.db-spool").glob("*.spool"))  # the paid render is kept
+    assert _attempts(afc) == 1
+    sidecar.unlink()  # a person removes the stale metadata (or its writer finishes)
+    result = afc("resume")
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert _attempts(afc) == 1  # stored from the spool: no second render
+    assert (folder / "a.png").exists()
