@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import manifest
 
 
@@ -63,3 +64,39 @@ def test_metadata_of_another_render_without_its_object_keeps_the_paid_render_wai
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert _attempts(afc) == 1  # stored from the spool: no second render
     assert (folder / "a.png").exists()
+
+
+def test_a_part_answered_without_an_etag_is_a_storage_error_and_the_upload_aborted(
+    tmp_path, monkeypatch
+):
+    """An S3-compatible store (or a proxy in front of it) that answers UploadPart without its
+    ETag header: ``answer['ETag']`` raised KeyError out of the storage call, past the storage
+    policy, and the run ended 'unexpected error: KeyError' (a bug in afc), exit 1. It is a
+    StorageError naming the store's answer (the job waits in store with its spool file), and
+    the upload is aborted so its parts are not billed."""
+    from botocore.stub import Stubber
+
+    from afc_cli.errors import StorageError
+    from afc_cli.storage import s3 as s3mod
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setattr(s3mod, "MULTIPART_THRESHOLD", 8)
+    monkeypatch.setattr(s3mod, "PART_SIZE", 64)
+    source = tmp_path / "j.spool"
+    source.write_bytes(b"x" * 100)
+    storage = s3mod.S3Storage("s3://renders/films")
+    stub = Stubber(storage.client)
+    stub.add_response("create_multipart_upload", {"UploadId": "u1"})
+    stub.add_response("upload_part", {})  # no ETag
+    stub.add_response(
+        "abort_multipart_upload",
+        {},
+        {"Bucket": "renders", "Key": "films/b1/a.png", "UploadId": "u1"},
+    )
+    stub.add_client_error("head_object", "404", http_status_code=404)
+    meta = {"job_id": "j", "request_hash": "h", "sha256": "ab" * 32, "size": 100}
+    with stub, pytest.raises(StorageError) as raised:
+        storage.put_if_absent("b1/a.png", source, meta)
+    assert "no ETag" in raised.value.message and not raised.value.retryable
+    stub.assert_no_pending_responses()  # the upload was aborted

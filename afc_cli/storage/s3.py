@@ -400,9 +400,16 @@ class S3Storage(Storage):
                         ChecksumAlgorithm="SHA256",
                         ChecksumSHA256=digest,
                     )
-                    parts.append(
-                        {"ETag": answer["ETag"], "PartNumber": number, "ChecksumSHA256": digest}
-                    )
+                    etag = answer.get("ETag")
+                    if not etag:  # a store's answer the completion cannot name the part by
+                        raise StorageError(
+                            f"cannot write {self.describe(key)}: the store answered part "
+                            f"{number} of the multipart upload with no ETag (an S3-compatible "
+                            "store or a proxy in front of it that drops the header); afc "
+                            "cannot complete an upload without it",
+                            retryable=False,
+                        )
+                    parts.append({"ETag": etag, "PartNumber": number, "ChecksumSHA256": digest})
                     del chunk
                     number += 1
             self.client.complete_multipart_upload(
