@@ -1519,8 +1519,9 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
     failures = job["store_failures"] + 1
     spool_path = ctx.spool.path(job["id"])
     # At the render step nothing was rendered yet: storage was read (a need's output, or
-    # the job's own key looked up before paying again) and could not be.
-    before_render = step == "render"
+    # the job's own key looked up before paying again) and could not be. Nor at the probe,
+    # unless a run left a spool file for it (a retried job: its render adopts that file)
+    before_render = step == "render" or (step == "probe" and not spool_path.exists())
     if failures >= MAX_STORE_REQUEUES:
         safe = f" The paid output is safe in {spool_path}." if spool_path.exists() else ""
         then = (

@@ -8,6 +8,8 @@ import json
 
 import pytest
 from conftest import manifest
+from s3fake import Fault
+from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 
 def _attempts(afc) -> int:
@@ -100,3 +102,26 @@ def test_a_part_answered_without_an_etag_is_a_storage_error_and_the_upload_abort
         storage.put_if_absent("b1/a.png", source, meta)
     assert "no ETag" in raised.value.message and not raised.value.retryable
     stub.assert_no_pending_responses()  # the upload was aborted
+
+
+def test_a_job_whose_storage_fails_at_its_probe_is_not_promised_a_free_retry(afc, s3):  # noqa: F811
+    """Storage failing at a fresh job's probe (its key could not be read: an outage, expired
+    credentials) said 'the next run retries the probe step, never the render', and once
+    dead-lettered, 'afc retry KEY' (it stores the spooled output; no render)': nothing was
+    ever rendered, no spool file exists, and the retry pays for a render. The job is told
+    what the render step's storage failure is told: storage is read again before any render
+    is paid."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    s3.plan.add(Fault("HEAD", r"/films/", "500", -1))
+    first = afc.json("submit", "manifest.yaml", "--storage", s3.url, expect=1)
+    [job] = first["jobs"]
+    assert (job["status"], job["step"]) == ("waiting", "probe")
+    assert "never the render" not in job["waiting"]
+    assert "before any render is paid" in job["waiting"]
+    for _ in range(4):
+        afc("resume")
+    story = afc.json("show", "a")
+    assert story["job"]["error"]["code"] == "STORE_FAILED"
+    message = story["job"]["error"]["message"]
+    assert "no render" not in message and "before any render is paid" in message
+    assert _attempts(afc) == 0
