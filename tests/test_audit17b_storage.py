@@ -125,3 +125,34 @@ def test_a_job_whose_storage_fails_at_its_probe_is_not_promised_a_free_retry(afc
     message = story["job"]["error"]["message"]
     assert "no render" not in message and "before any render is paid" in message
     assert _attempts(afc) == 0
+
+
+def test_an_aws_profile_that_cannot_give_credentials_is_a_usage_error_tried_once(afc, tmp_path):
+    """AWS_PROFILE naming no profile (a typo), or one whose credentials cannot be had (an SSO
+    session expired, a credential_process failing): botocore raises a BotoCoreError, which
+    the storage policy retried as a passing fault, three tries with backoff, then exit 1 as
+    if S3 were down. Like no credentials at all, it is the user's setting: exit 2 before
+    anything is written, one try, the message naming the profile and the fix."""
+    config = tmp_path / "aws-config"
+    config.write_text("[profile broken]\ncredential_process = /bin/false\nregion = us-east-1\n")
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        afc.env.pop(name, None)
+    env = {
+        "AWS_CONFIG_FILE": str(config),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9",  # never reached: no credentials to sign
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    for profile, said in (("typo", "profile (typo) could not be found"), ("broken", "custom")):
+        result = afc(
+            "submit",
+            "manifest.yaml",
+            "--storage",
+            "s3://renders/films",
+            env={**env, "AWS_PROFILE": profile},
+        )
+        assert result.returncode == 2, result.stderr
+        assert said in result.stderr and "AWS_PROFILE" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert not (afc.cwd / "afc.db").exists()

@@ -187,12 +187,20 @@ class S3Storage(Storage):
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
+            ConfigParseError,
             ConnectionError,
+            CredentialRetrievalError,
             EndpointResolutionError,
             HTTPClientError,
+            InvalidConfigError,
             NoCredentialsError,
             ParamValidationError,
+            PartialCredentialsError,
+            ProfileNotFound,
             ReadTimeoutError,
+            SSOError,
+            TokenRetrievalError,
+            UnknownCredentialError,
         )
 
         where = f"s3://{self.bucket}/{self.object_key(key)}" if key else f"bucket {self.bucket}"
@@ -200,6 +208,27 @@ class S3Storage(Storage):
             return StorageError(
                 f"{action} {where}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
                 "AWS_SECRET_ACCESS_KEY or AWS_PROFILE",
+                retryable=False,
+            )
+        if isinstance(
+            exc,
+            PartialCredentialsError
+            | CredentialRetrievalError
+            | UnknownCredentialError
+            | ProfileNotFound
+            | InvalidConfigError
+            | ConfigParseError
+            | TokenRetrievalError
+            | SSOError,
+        ):
+            # the credentials or profile the environment names (AWS_PROFILE misspelt, an SSO
+            # session expired, a credential_process failing): no retry mends them; a retried
+            # BotoCoreError, they were three tries and exit 1 before a run, 'aws sso login'
+            # unsaid
+            return StorageError(
+                f"{action} {where}: {exc} (fix the AWS credentials or profile: AWS_PROFILE, "
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; for an SSO profile, 'aws sso "
+                "login')",
                 retryable=False,
             )
         if isinstance(exc, ClientError):
