@@ -156,3 +156,24 @@ def test_an_aws_profile_that_cannot_give_credentials_is_a_usage_error_tried_once
         assert said in result.stderr and "AWS_PROFILE" in result.stderr
         assert "Traceback" not in result.stderr
         assert not (afc.cwd / "afc.db").exists()
+
+
+def test_a_link_loop_at_an_output_key_is_someone_elses_and_the_batch_runs(afc):
+    """A symbolic link at an output key that points at itself (a loop): the folder check
+    before the run followed it (ELOOP) and the submit ended exit 1 with 'Too many levels of
+    symbolic links ...; every job stays resumable: fix it, then run afc resume', no ledger
+    written for that resume to find, and no other job of the batch run. The link is an entry
+    afc did not write: that job fails OUTPUT_KEY_CONFLICT before any render, the others run."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}, {"key": "b", "prompt": "q"}]))
+    folder = afc.outputs() / "b1"
+    folder.mkdir(parents=True)
+    (folder / "a.png").symlink_to("a.png")
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 1, result.stderr
+    assert "afc resume" not in result.stderr and "Traceback" not in result.stderr
+    assert afc.rows("SELECT key, status, error_code FROM jobs ORDER BY key") == [
+        ("a", "failed", "OUTPUT_KEY_CONFLICT"),
+        ("b", "succeeded", None),
+    ]
+    assert _attempts(afc) == 1  # b's alone
+    assert (folder / "a.png").is_symlink()

@@ -55,13 +55,14 @@ class FileStorage(Storage):
         meta = self._read_meta(key)
         try:
             size = obj.stat().st_size
-        except FileNotFoundError:
-            if os.path.islink(obj):
-                # a link whose target is gone takes the name: no create can go there, and it
-                # is not afc's (it read as a free key: a render paid, then no store possible)
-                return ObjectInfo(exists=True, meta=meta)
-            return ObjectInfo(exists=False, meta=meta)
         except OSError as exc:
+            if os.path.islink(obj):
+                # a link whose target is gone (or a loop) takes the name: no create can go
+                # there, and it is not afc's (it read as a free key: a render paid, then no
+                # store possible)
+                return ObjectInfo(exists=True, meta=meta)
+            if isinstance(exc, FileNotFoundError):
+                return ObjectInfo(exists=False, meta=meta)
             raise StorageError(f"cannot read {obj}: {exc}") from None
         return ObjectInfo(exists=True, size=size, meta=meta)
 
@@ -219,8 +220,11 @@ class FileStorage(Storage):
                 raise UsageError(f"cannot store outputs in {self.url}: {where} is not writable")
             if exists.get(folder, False):
                 full = os.path.join(root, folder) if folder else root
-                with os.scandir(full) as entries:
-                    folders = {entry.name for entry in entries if entry.is_dir()}
+                try:
+                    with os.scandir(full) as entries:
+                        folders = {entry.name for entry in entries if _is_dir(entry)}
+                except OSError:  # a folder that may be written but not listed: the probe looks
+                    continue
                 for name in names:
                     if name in folders:
                         raise UsageError(
@@ -239,3 +243,13 @@ class FileStorage(Storage):
         if found != (size, sha256):
             return f"{self._object(key)} reads back {found[0]} bytes sha256 {found[1]}"
         return None
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    """Whether a folder entry is a folder; a link that cannot be followed (a loop) is not:
+    the probe finds it taken, where it stopped the whole submit with exit 1, no ledger
+    written, and advice to 'afc resume' a ledger that did not exist."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
