@@ -349,6 +349,7 @@ class Deliverer:
                 row["id"], "dead", status, f"{error} (gave up after {tries} tries)", now
             ):
                 stats.dead += 1
+            stats.failed_urls.add(row["url"])  # it failed: skip it for this pass, as below
         else:
             delay = backoff_delay(
                 tries,
@@ -359,8 +360,9 @@ class Deliverer:
             )
             if ledger.delivery_retry(row["id"], status, error, delay):
                 stats.retrying += 1
-            if status is None or status >= 500:
-                stats.failed_urls.add(row["url"])  # down or broken: skip it for this pass
+            # down, broken, or asking to be spared (a 429, a temporary redirect): its other
+            # rows wait for the next pass, not posted one after another into the same answer
+            stats.failed_urls.add(row["url"])
 
 
 async def run_beside(ledger: Ledger, stop: asyncio.Event, interval: float = 1.0) -> None:
