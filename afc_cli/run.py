@@ -18,10 +18,13 @@ A third signal exits at once. Every job stays resumable throughout.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
+import queue
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -163,6 +166,68 @@ class Budget:
                 + ", ".join(unpriced)
                 + ". Add rates, or pass --allow-unpriced (their spend is then not capped)."
             )
+
+
+class RunThreads(concurrent.futures.ThreadPoolExecutor):
+    """The run loop's threads (``asyncio.to_thread``: S3 calls, spool writes without the file
+    helper, the ledger's WAL syncs): daemon threads, and once the run abandoned its calls (a
+    second signal, the grace running out) its end no longer waits for them. asyncio's own pool
+    was joined by ``asyncio.run`` and again at the interpreter's exit, so an S3 upload that
+    stalled (read timeout 120 s a try, a big output on a slow link longer) held an abandoned
+    run's exit 130 for as long as it took, deaf to the second signal. A storage call cut off
+    so stored nothing, or an object the next run finds at its key and adopts (a multipart
+    upload's parts are aborted by that key's next completion). Only ``submit`` and
+    ``shutdown`` are used (asyncio's contract); ThreadPoolExecutor is subclassed because
+    ``loop.set_default_executor`` accepts nothing else."""
+
+    def __init__(self, max_workers: int):
+        super().__init__(max_workers=1)  # its own machinery is never started
+        self.most = max_workers
+        self.work: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle = threading.Semaphore(0)
+        self.threads: list[threading.Thread] = []
+        self.guard = threading.Lock()
+        self.closed = False
+        self.abandoned = False
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self.guard:
+            if self.closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            self.work.put((future, fn, args, kwargs))
+            if not self.idle.acquire(blocking=False) and len(self.threads) < self.most:
+                thread = threading.Thread(
+                    target=self._serve, name=f"afc-run-{len(self.threads)}", daemon=True
+                )
+                thread.start()
+                self.threads.append(thread)
+            return future
+
+    def _serve(self) -> None:
+        while (item := self.work.get()) is not None:
+            future, fn, args, kwargs = item
+            del item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+                    del result
+            del future, fn, args, kwargs
+            self.idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self.guard:
+            self.closed = True
+            threads = list(self.threads)
+        for _ in threads:
+            self.work.put(None)
+        if wait and not self.abandoned:
+            for thread in threads:
+                thread.join()
 
 
 @dataclass
@@ -477,6 +542,7 @@ class Interruption:
         self.timer: asyncio.TimerHandle | None = None
         self.saved: dict[int, Any] = {}
         self.on_stop: list[Any] = []  # called at the first signal (e.g. end the outbox's drain)
+        self.threads: RunThreads | None = None  # the loop's (``RunThreads``)
 
     @contextlib.contextmanager
     def installed(self, loop: asyncio.AbstractEventLoop):
@@ -579,6 +645,8 @@ class Interruption:
         self.drain(why=error.reason)
 
     def abandon(self, why: str) -> None:
+        if self.threads is not None:
+            self.threads.abandoned = True  # the run's end waits for no call left in a thread
         left = [task for task in self.tasks.values() if not task.done()]
         self.reporter.abandoning(why, len(left))
         for task in left:
@@ -648,7 +716,11 @@ def run_jobs(
         check_spool(spool)
     sweep_spool(ledger, spool)
 
+    # asyncio's own default: min(32, CPUs + 4)
+    threads = RunThreads(min(32, (os.cpu_count() or 1) + 4))
+
     async def main() -> RunStats:
+        asyncio.get_running_loop().set_default_executor(threads)
         helper = None
         if any(storage.local for storage in storages.values()):
             from afc_cli.offload import FileWorker
@@ -680,6 +752,7 @@ def run_jobs(
         ctx.blocked = set(ledger.blocked_job_ids(job_ids))
         started = [_start(ctx, job_id) for job_id in job_ids]
         interruption = Interruption(ctx, ctx.tasks, grace_s, reporter, already=stopped)
+        interruption.threads = threads
         ctx.ledger_broke = interruption.stop_for
         try:
             with ledger.grouped(loop), interruption.installed(loop):

@@ -1,0 +1,56 @@
+"""Interruptions, found by an outside audit: what a first and a second signal mean through the
+real ``afc`` command, whatever the run is doing when they come."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+
+from conftest import jobs, manifest
+from test_interruptions import wait_line
+from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
+
+
+def test_a_second_signal_ends_a_run_whose_s3_upload_stalls(afc, s3):  # noqa: F811
+    """A run stopped while its S3 uploads stalled (a slow link, a store that holds the
+    request): the second signal said 'abandoning 2 job(s) still in flight', and the process
+    went on waiting for the uploads' threads, asyncio's pool being joined at the run's end and
+    again at the interpreter's exit: up to the client's read timeout of 120 s a try, longer for
+    a big output trickling up, the exit 130 never came. Now the abandoned uploads hold nothing:
+    exit 130 at once, the paid renders recorded, their jobs left at store for 'afc resume',
+    which stores them without paying again."""
+    afc.write_manifest(manifest(jobs(2)))
+    stalled, release = threading.Event(), threading.Event()
+    take = s3.plan.take
+
+    def stall(method, path):
+        if method == "PUT" and "/b1/" in path and not release.is_set():
+            stalled.set()
+            release.wait(60)
+        return take(method, path)
+
+    s3.plan.take = stall
+    proc = afc.popen("submit", "manifest.yaml", "--storage", s3.url, "--grace", "60")
+    try:
+        assert stalled.wait(30), "no upload began"
+        proc.send_signal(signal.SIGTERM)
+        wait_line(proc, "stopping")
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            code = None
+        err = proc.stderr.read() if code is not None else ""
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.wait(timeout=60)
+    assert code == 130, "the abandoned uploads held the exit"
+    assert "a second signal: abandoning" in err and "Traceback" not in err, err
+    assert afc.rows("SELECT status, cost_micros FROM attempts") == [("succeeded", 50_000)] * 2
+    assert set(afc.rows("SELECT status FROM jobs")) == {("queued",)}
+    resumed = afc("resume", "--storage", s3.url)
+    assert resumed.returncode == 0, resumed.stderr
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(2,)], "a render paid twice"
+    assert set(afc.rows("SELECT status FROM jobs")) == {("succeeded",)}
