@@ -158,10 +158,11 @@ def _err(message: str) -> None:
 
 
 @contextmanager
-def _boundary(again: str | None = None) -> Iterator[None]:
+def _boundary(again: str | None = None, why: str = "it admits what is missing") -> Iterator[None]:
     """Domain errors to their exit codes, in one line each. ``again``: the command that picks
     up after an interruption outside a run loop, when it is not ``afc resume`` (a submit
-    interrupted while it admits has perhaps admitted nothing: resume would find no job)."""
+    interrupted while it admits has perhaps admitted nothing: resume would find no job), and
+    ``why`` running it again is safe."""
     from afc_cli.errors import EXIT_INTERRUPTED, AfcError
 
     try:
@@ -171,9 +172,7 @@ def _boundary(again: str | None = None) -> Iterator[None]:
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         if again:
-            _err(
-                f"interrupted; nothing is lost: run this again (it admits what is missing): {again}"
-            )
+            _err(f"interrupted; nothing is lost: run this again ({why}): {again}")
         else:
             _err("interrupted; every job stays resumable (run 'afc resume')")
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -241,6 +240,19 @@ def _interrupt_on_sigterm() -> None:
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, first)
+
+
+def _sigterm_as_ctrl_c() -> None:
+    """SIGTERM and SIGHUP are a Ctrl-C (exit 130) for a command whose asyncio loop has no
+    run's own handlers (afc webhooks deliver, replay): each raises SIGINT, which
+    ``asyncio.run`` turns into its main task's cancellation and a KeyboardInterrupt at its
+    end, where a KeyboardInterrupt raised by a handler inside a task is printed as
+    'unhandled exception during asyncio.run() shutdown' with its traceback."""
+    from afc_cli.errors import STOP_SIGNALS
+
+    for sig in STOP_SIGNALS:
+        if sig != signal.SIGINT:
+            signal.signal(sig, lambda signum, frame: signal.raise_signal(signal.SIGINT))
 
 
 def _settled() -> None:
@@ -681,7 +693,8 @@ def ledger_copy(
     The source is read in one snapshot; the destination is written in one transaction. The
     source is then marked moved: it keeps its history for reading, and the commands that
     run or change jobs refuse it (exit 2), so no job is paid for in both."""
-    with _boundary():
+    with _boundary(again=_again(), why="the copy is one transaction, not committed"):
+        _interrupt_on_sigterm()
         from afc_cli.ledger.copy import copy_ledger
 
         result = copy_ledger(source, destination, keep_source=keep_source)
@@ -1124,7 +1137,8 @@ def webhooks_deliver(
     verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Deliver every due webhook now (for cron); exit 1 if one became dead."""
-    with _boundary():
+    with _boundary(again=_again(), why="receivers dedupe on webhook-id"):
+        _sigterm_as_ctrl_c()  # a cron job's timeout: exit 130, as README's codes say
         _outlive_output()
         from afc_cli.webhooks import deliver
 
@@ -1150,7 +1164,8 @@ def webhooks_replay(
     verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Send a dead or delivered event again: its exact envelope, signed afresh."""
-    with _boundary():
+    with _boundary(again=_again(), why="receivers dedupe on webhook-id"):
+        _sigterm_as_ctrl_c()
         _outlive_output()
         from afc_cli.webhooks import replay
 

@@ -3,7 +3,9 @@ real ``afc`` command, whatever the run is doing when they come."""
 
 from __future__ import annotations
 
+import base64
 import signal
+import socket
 import subprocess
 import threading
 
@@ -54,3 +56,41 @@ def test_a_second_signal_ends_a_run_whose_s3_upload_stalls(afc, s3):  # noqa: F8
     assert resumed.returncode == 0, resumed.stderr
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(2,)], "a render paid twice"
     assert set(afc.rows("SELECT status FROM jobs")) == {("succeeded",)}
+
+
+def test_sigterm_to_webhooks_deliver_exits_130_and_the_events_go_out_later(afc):
+    """'afc webhooks deliver' run from cron and stopped by its timeout (SIGTERM) while a
+    receiver held the request died by the signal (exit -15, 143 in a shell), a code README's
+    table does not have; Ctrl-C said 'every job stays resumable (run afc resume)', advice for
+    another command. Now both are an interruption: exit 130, the command to run again named,
+    every event still pending for the next delivery."""
+    receiver = socket.socket()  # accepts and never answers: a receiver that hangs
+    receiver.bind(("127.0.0.1", 0))
+    receiver.listen(16)
+    receiver.settimeout(30)
+    port = receiver.getsockname()[1]
+    data = manifest(
+        jobs(2), webhook={"url": f"http://127.0.0.1:{port}/hook", "secret_env": "WH_SECRET"}
+    )
+    afc.write_manifest(data)
+    env = {"WH_SECRET": "whsec_" + base64.b64encode(b"0123456789abcdef").decode()}
+    held = []
+    try:
+        assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 0
+        # the jobs end with no receiver answering: their events wait in the outbox
+        run = afc.popen("resume", env=env)
+        held.append(receiver.accept()[0])
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=30) == 130
+        proc = afc.popen("webhooks", "deliver", env=env)
+        held.append(receiver.accept()[0])  # the delivery is under way
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 130
+        err = proc.stderr.read()
+        assert "run this again" in err and "afc webhooks deliver" in err, err
+        assert "Traceback" not in err
+    finally:
+        for conn in held:
+            conn.close()
+        receiver.close()
+    assert afc.rows("SELECT status, COUNT(*) FROM deliveries GROUP BY 1") == [("pending", 2)]

@@ -96,13 +96,13 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
                     copied = True
                     if not keep_source:
                         _mark_moved(src, dst)
-            except Exception as exc:
+            except BaseException as exc:  # a signal too (SIGTERM is a KeyboardInterrupt here)
                 if not copied or keep_source:
                     raise
                 # the destination holds the copy; the source, unmarked, would still run
                 raise LedgerError(
                     f"{src.path} was copied into {dst.path}, but could not be marked moved "
-                    f"({first_line(exc)}): stop every afc that runs on it (cron lines and "
+                    f"({first_line(exc) or 'interrupted'}): stop every afc that runs on it (cron lines and "
                     "workers too) before any run on the copy, or its jobs are paid for in both"
                 ) from None
             spooled = _spooled(src, dst)
