@@ -176,17 +176,13 @@ def test_a_file_name_near_the_limit_is_stored_under_a_short_temporary_name(tmp_p
     assert store.head(name).exists and store.head(name).meta["job_id"] == "j"
 
 
-def test_a_provider_error_of_megabytes_is_kept_and_shown_cut(afc):
-    """A 400 whose message was 20 MB (a gateway quoting the request back: a reference image's
-    base64 is megabytes) was kept whole: written to the ledger three times (the attempt, the
-    job, its event: a 63 MB ledger), printed whole on stderr, and by every 'afc status'."""
+def openai_400(afc, message: str):
+    """A one-job submit to dall-e-3 against a server answering 400 with ``message``."""
     import json
 
     from test_audit_wire import OPENAI_RATES, WireServer, reply, run
 
-    body = json.dumps(
-        {"error": {"message": "Invalid prompt: " + "x " * (10 * 1024 * 1024), "type": "x"}}
-    ).encode()
+    body = json.dumps({"error": {"message": message, "type": "x"}}).encode()
     payload = reply("400 Bad Request", body, {"Content-Type": "application/json"})
 
     async def answer(head, sent, writer) -> bool:
@@ -196,9 +192,16 @@ def test_a_provider_error_of_megabytes_is_kept_and_shown_cut(afc):
 
     server = WireServer(answer)
     try:
-        result = run(afc, "openai", "dall-e-3", OPENAI_RATES, {"OPENAI_BASE_URL": server.url})
+        return run(afc, "openai", "dall-e-3", OPENAI_RATES, {"OPENAI_BASE_URL": server.url})
     finally:
         server.stop()
+
+
+def test_a_provider_error_of_megabytes_is_kept_and_shown_cut(afc):
+    """A 400 whose message was 20 MB (a gateway quoting the request back: a reference image's
+    base64 is megabytes) was kept whole: written to the ledger three times (the attempt, the
+    job, its event: a 63 MB ledger), printed whole on stderr, and by every 'afc status'."""
+    result = openai_400(afc, "Invalid prompt: " + "x " * (10 * 1024 * 1024))
     assert result.returncode == 1, result.stderr[-500:]
     assert "openai: Invalid prompt: x x" in result.stderr
     assert re.search(r"\.\.\. \(cut: the message had 209715\d\d characters\)", result.stderr)
@@ -218,23 +221,7 @@ def test_a_provider_message_s_terminal_escapes_are_shown_not_run(afc):
     written raw to the run's log lines, 'afc status' and 'afc show': read on a terminal (or a
     cron log read with cat or tail -f), it retitled the window, wrote the clipboard (OSC 52),
     or moved the cursor up and wrote over the failure with a line of its own."""
-    import json
-
-    from test_audit_wire import OPENAI_RATES, WireServer, reply, run
-
-    body = json.dumps({"error": {"message": f"bad {ESCAPES} end", "type": "x"}}).encode()
-    payload = reply("400 Bad Request", body, {"Content-Type": "application/json"})
-
-    async def answer(head, sent, writer) -> bool:
-        writer.write(payload)
-        await writer.drain()
-        return True
-
-    server = WireServer(answer)
-    try:
-        result = run(afc, "openai", "dall-e-3", OPENAI_RATES, {"OPENAI_BASE_URL": server.url})
-    finally:
-        server.stop()
+    result = openai_400(afc, f"bad {ESCAPES} end")
     assert result.returncode == 1, result.stderr
     shown = [result.stderr]
     for args in (("status",), ("show", "shot"), ("show", "shot", "-v")):

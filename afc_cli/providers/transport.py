@@ -61,17 +61,24 @@ from multidict import CIMultiDict
 _METADATA_V6 = ipaddress.ip_address("fd00:ec2::254")
 
 
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``address`` as an IP address (an IPv4 address mapped into IPv6 as itself), or None for
+    a name."""
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
 def refused_address(address: str) -> bool:
     """Whether ``address`` (an IP address, else False) is one no provider is at and afc never
     connects to: link-local (the cloud's metadata service at 169.254.169.254), or AWS's IPv6
     metadata address; an IPv4 address mapped into IPv6 counts as itself."""
-    try:
-        ip = ipaddress.ip_address(address.strip("[]"))
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_link_local or ip == _METADATA_V6
+    ip = _ip(address)
+    return ip is not None and (ip.is_link_local or ip == _METADATA_V6)
 
 
 # A request extension: the request (an output download, and each of its redirects) connects
@@ -82,13 +89,8 @@ PUBLIC_ONLY = "afc_public_only"
 def public_address(address: str) -> bool:
     """Whether ``address`` is a public (globally routable) IP address; a name is taken as
     public here (its addresses are checked as it is resolved: ``_PublicResolver``)."""
-    try:
-        ip = ipaddress.ip_address(address.strip("[]"))
-    except ValueError:
-        return True
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global
+    ip = _ip(address)
+    return ip is None or ip.is_global
 
 
 class AddressRefused(httpx.UnsupportedProtocol, httpx.ConnectError):
