@@ -77,15 +77,15 @@ class Stop:
 class Refill:
     """The run loop's ``more`` (run.run_jobs): when it runs low, the next claim's jobs join the
     running loop instead of a new loop starting per claim (a third of a worker's time went
-    to restarting the loop, at a claim of a thousand instant jobs). A claim that holds a
-    job of a batch the loop did not open (admitted since), a provider without its key here,
-    or a chain the budget cannot price is released at once and ends the feeding: the loop
-    drains, and the worker's next round claims again with everything read afresh (and
-    reports the error as it did). So is a claim made once a batch's provider ``limits`` or
-    rate cards differ from those the loop read (``opened``: ``batch_settings``), as a
-    re-submit of its manifest changes them: the loop holds the limits and prices of its
-    start, and a busy worker's loop, fed claim after claim, never ended to read them again
-    (a limit lowered after a provider's 429s went on unheeded for as long as work came)."""
+    to restarting the loop, at a claim of a thousand instant jobs). A claim made once the
+    ledger's batches differ from those the loop opened (``opened``: ``batch_settings``, its
+    batches with their provider ``limits`` and rate cards: a batch admitted since, or one a
+    re-submit changed), or that holds a provider without its key here or a chain the budget
+    cannot price, is released at once and ends the feeding: the loop drains, and the
+    worker's next round claims again with everything read afresh (and reports the error as
+    it did). The loop holds the batches, limits and prices of its start, and a busy worker's
+    loop, fed claim after claim, never ended to read them again (a limit lowered after a
+    provider's 429s went on unheeded for as long as work came)."""
 
     def __init__(
         self,
@@ -93,16 +93,14 @@ class Refill:
         claim: int,
         lease_s: float,
         batch: str | None,
-        known: set[str],
+        opened: dict[str, tuple],
         check: Any,
         stop: Stop,
         result: WorkerResult,
         reporter: Any,
-        opened: dict[str, tuple] | None = None,
     ):
         self.ledger, self.claim, self.lease_s, self.batch = ledger, claim, lease_s, batch
-        self.known, self.check, self.stop = known, check, stop
-        self.opened = opened
+        self.opened, self.check, self.stop = opened, check, stop
         self.result, self.reporter = result, reporter
         self.done = False
 
@@ -113,10 +111,8 @@ class Refill:
         if not jobs:
             return []
         try:
-            if any(job["batch"] not in self.known for job in jobs):
-                raise UsageError("a batch admitted since the loop started")
-            if self.opened is not None and batch_settings(self.ledger) != self.opened:
-                raise UsageError("a batch's limits or rate cards changed since the loop started")
+            if batch_settings(self.ledger) != self.opened:
+                raise UsageError("a batch admitted, or changed, since the loop started")
             self.check(jobs)
         except UsageError:
             for job in jobs:
@@ -305,9 +301,7 @@ def work(
             result.rounds += 1
             result.claimed += len(jobs)
             opened = batch_settings(ledger)  # what run_jobs opens and reads
-            refill = Refill(
-                ledger, claim, lease_s, batch, set(opened), check, stop, result, reporter, opened
-            )
+            refill = Refill(ledger, claim, lease_s, batch, opened, check, stop, result, reporter)
             try:
                 stats = run_jobs(
                     ledger,

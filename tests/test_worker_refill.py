@@ -10,7 +10,7 @@ from afc_cli import run as run_mod
 from afc_cli.costs import RateCards
 from afc_cli.ledger import Ledger
 from afc_cli.manifest import load_manifest
-from afc_cli.worker import Refill, WorkerResult, work
+from afc_cli.worker import Refill, WorkerResult, batch_settings, work
 
 
 @pytest.fixture
@@ -53,14 +53,13 @@ def test_a_claim_the_loop_cannot_run_is_released_and_ends_the_feeding(admitted):
     url, _ = admitted
     ledger = Ledger(url)
     try:
-        refill = Refill(
-            ledger, 4, 60, None, set(), lambda jobs: None, _Never(), WorkerResult(), None
-        )
+        refill = Refill(ledger, 4, 60, None, {}, lambda jobs: None, _Never(), WorkerResult(), None)
         assert refill(set()) == []
         assert refill.done and refill(set()) == []
         held = ledger.db.execute("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")
         assert held.fetchone()[0] == 0
-        fed = Refill(ledger, 4, 60, None, {"b1"}, lambda jobs: None, _Never(), WorkerResult(), None)
+        opened = batch_settings(ledger)
+        fed = Refill(ledger, 4, 60, None, opened, lambda jobs: None, _Never(), WorkerResult(), None)
         assert len(fed(set())) == 4 and fed.result.claimed == 4
     finally:
         ledger.close()
