@@ -9,7 +9,7 @@ import socket
 import subprocess
 import threading
 
-from conftest import jobs, manifest
+from conftest import jobs, manifest, wait_for
 from test_interruptions import wait_line
 from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
@@ -36,6 +36,9 @@ def test_a_second_signal_ends_a_run_whose_s3_upload_stalls(afc, s3):  # noqa: F8
     proc = afc.popen("submit", "manifest.yaml", "--storage", s3.url, "--grace", "60")
     try:
         assert stalled.wait(30), "no upload began"
+        # both renders paid and spooled before the signals (under load the second could still
+        # be in its call, and an abandoned call is rightly recorded unknown)
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'succeeded'", 2)
         proc.send_signal(signal.SIGTERM)
         wait_line(proc, "stopping")
         proc.send_signal(signal.SIGTERM)
