@@ -7,7 +7,8 @@ jobs), runs them through the same loop as ``afc resume`` (``run.run_jobs``: leas
 every write fenced by the lease owner, webhooks drained beside); whenever that loop runs low
 (no more than ``concurrency`` jobs left) it claims the next round into the same loop
 (``Refill``), and a new loop starts only once a claim finds nothing. With nothing to claim it
-polls every ``poll_s`` seconds, draining due webhooks meanwhile. A round whose storage check
+polls every ``poll_s`` seconds; due webhooks are drained meanwhile with a claim beside every
+``poll_s`` (``drain_while_idle``: a hung receiver never holds new jobs back). A round whose storage check
 fails (before any of it ran) is released at once; a retryable failure is tried again after
 ``poll_s``, any other ends the worker.
 
@@ -26,6 +27,7 @@ import json
 import os
 import select
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +70,10 @@ class Stop:
         if not self.flag:
             select.select([self._read], [], [], timeout)
         return self.flag
+
+    def fileno(self) -> int:
+        """Readable once ``set``: an event loop waits on it (``drain_while_idle``)."""
+        return self._read
 
     def close(self) -> None:
         os.close(self._read)
@@ -125,6 +131,60 @@ class Refill:
         if progress is not None:
             progress.total += len(jobs)
         return [job["id"] for job in jobs]
+
+
+def drain_while_idle(
+    ledger: Ledger,
+    stop: Stop,
+    poll_s: float,
+    claim: Callable[[], list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """An idle worker's drain of its due webhook events (one pass, ``Deliverer.drain``), with
+    a claim every ``poll_s`` seconds beside it: the jobs of the first claim that finds any are
+    returned at once, the drain cancelled, for the worker's round to run (none if the pass
+    ended, or a stop came, first).
+
+    SPEC §11: a receiver that is down or slow never holds up a render. The drain used to run
+    alone, and a receiver holding its POST kept every new job waiting until the POST's
+    ``timeout_s`` (at most 120 s). A POST the cancel abandons keeps its row leased to this
+    worker until the lease runs out, then it is posted again with the same ``webhook-id``
+    (at least once, as after any interrupted run); the rows of the pass not yet posted are
+    released at once, and the round's run loop drains them beside its jobs."""
+    import asyncio
+
+    from afc_cli.webhooks import Deliverer
+
+    async def main() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        loop.add_reader(stop.fileno(), woken.set)  # a signal's byte: stop waiting at once
+        deliverer = Deliverer(ledger)
+        try:
+            with ledger.grouped(loop):
+                drain = asyncio.create_task(deliverer.drain())
+                signalled = asyncio.create_task(woken.wait())
+                try:
+                    while True:
+                        await asyncio.wait(
+                            {drain, signalled}, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED
+                        )
+                        if drain.done():
+                            drain.result()  # its error, if any, is the worker's
+                            return []
+                        if stop.is_set():
+                            return []
+                        jobs = claim()
+                        if jobs:
+                            return jobs
+                finally:
+                    signalled.cancel()
+                    drain.cancel()
+                    await asyncio.wait({drain, signalled})
+        finally:
+            loop.remove_reader(stop.fileno())
+            await deliverer.close()
+
+    return asyncio.run(main())
 
 
 def batch_settings(ledger: Ledger) -> dict[str, tuple]:
@@ -262,32 +322,32 @@ def work(
         # worker's concern (a long-lived ledger's old batches on an old bucket refused every
         # worker naming the new one); a job retried there later is checked at its claim
         held_to_storage(set(ledger.unfinished_batches()) if batch is None else {batch})
-        while not stop.is_set():
+
+        def claim_now() -> list[dict[str, Any]]:
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
             ledger.refuse_moved()  # 'afc ledger copy' moved its work elsewhere: the same
             try:
-                jobs = ledger.claim_runnable(claim, lease_s, batch=batch)
+                return ledger.claim_runnable(claim, lease_s, batch=batch)
             except Exception:
                 # migrated between that look and this claim (they are not one transaction):
                 # on PostgreSQL the prepared claim fails ('cached plan must not change result
                 # type'); the migration is the reason, said as above (exit 2), not a bug
                 ledger.check_schema()
                 raise
-            if stop.is_set():  # a signal during the claim: nothing of it runs
-                for job in jobs:
-                    ledger.release(job)
-                break
+
+        while not stop.is_set():
+            jobs = claim_now()
             if not jobs:
                 # a copy that waited for this claim may have moved the ledger meanwhile: its
                 # outbox is the destination's to send now
                 ledger.refuse_moved()
-                if ledger.deliveries_due():  # none due: no run loop is started for nothing
-                    drained = run_jobs(
-                        ledger, [], concurrency=concurrency, grace_s=grace_s, stopped=stop.is_set
-                    )
-                    if drained.interrupted:  # the drain's loop took the signal: it stops us
-                        stop.set()
-                        break
+                if ledger.deliveries_due():  # none due: nothing is started for nothing
+                    jobs = drain_while_idle(ledger, stop, poll_s, claim_now)
+            if stop.is_set():  # a signal during the claim or the drain: nothing of it runs
+                for job in jobs:
+                    ledger.release(job)
+                break
+            if not jobs:
                 if until_idle and not ledger.runnable_job_ids(batch=batch, include_blocked=False):
                     break
                 stop.wait(poll_s)

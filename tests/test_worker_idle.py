@@ -1,5 +1,5 @@
-"""An idle ``afc worker`` (no job to claim) starts a run loop only to drain deliveries that are
-due: a delivery waiting out its backoff costs an idle worker nothing at each poll."""
+"""An idle ``afc worker`` (no job to claim) starts a drain only for deliveries that are due: a
+delivery waiting out its backoff costs an idle worker nothing at each poll."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import base64
 import sqlite3
 import time
 
-from conftest import jobs, manifest
+from conftest import jobs, manifest, wait_for
 
-from afc_cli import run as run_mod
+from afc_cli import worker as worker_mod
 from afc_cli.worker import work
 
 SECRET = "whsec_" + base64.b64encode(b"afc test secret, 32 bytes long!!").decode()
@@ -28,14 +28,14 @@ def test_an_idle_worker_drains_only_due_deliveries(afc, monkeypatch):
     with sqlite3.connect(afc.cwd / "afc.db") as conn:
         conn.execute("UPDATE deliveries SET next_attempt_at = ?", (time.time() + 3600,))
 
-    loops: list[list[str]] = []
-    real = run_mod.run_jobs
+    drains: list[list] = []
+    real = worker_mod.drain_while_idle
 
-    def counted(ledger, job_ids, **kwargs):
-        loops.append(list(job_ids))
-        return real(ledger, job_ids, **kwargs)
+    def counted(*args, **kwargs):
+        drains.append(real(*args, **kwargs))
+        return drains[-1]
 
-    monkeypatch.setattr(run_mod, "run_jobs", counted)
+    monkeypatch.setattr(worker_mod, "drain_while_idle", counted)
     monkeypatch.chdir(afc.cwd)
 
     def idle_worker() -> None:
@@ -45,13 +45,13 @@ def test_an_idle_worker_drains_only_due_deliveries(afc, monkeypatch):
         assert result.exit_code == 0
 
     idle_worker()
-    assert loops == [], "nothing was due: no run loop"
+    assert drains == [], "nothing was due: no drain"
     assert afc.rows("SELECT attempts FROM deliveries") == [(1,)]
 
     with sqlite3.connect(afc.cwd / "afc.db") as conn:  # now it is due
         conn.execute("UPDATE deliveries SET next_attempt_at = 0")
     idle_worker()
-    assert loops == [[]], "a due delivery: one drain"
+    assert drains == [[]], "a due delivery: one drain, which claimed nothing"
     assert afc.rows("SELECT attempts FROM deliveries") == [(2,)]
 
 
@@ -78,3 +78,86 @@ def test_a_worker_reports_its_own_spend_and_the_shared_budget_apart(afc):
         "budget: the workers of budget workers have spent or reserved 0.100000 of 0.100000 "
         "USD; the next attempt is estimated at 0.050000"
     }, reasons
+
+
+def test_an_idle_worker_draining_a_hung_receiver_still_takes_new_jobs(afc):
+    """SPEC §11: a broken receiver never slows a render. An idle worker drained its due
+    events in a run loop of no jobs, which returned only when the receiver's POST timed out
+    (up to the webhook's ``timeout_s``, at most 120 s): a job submitted meanwhile, another
+    batch's too, waited that long before any worker took it. The drain now claims beside it
+    every ``--poll`` seconds and gives way (its POST abandoned, the event posted again with
+    the same id once its lease runs out) as soon as a claim finds work."""
+    import signal
+    import threading
+
+    from receiver import Receiver
+
+    receiver = Receiver().start()
+    receiver.gate = threading.Event()  # every POST held unanswered
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    try:
+        data = manifest(jobs(1))
+        data["webhook"] = {
+            "url": "http://127.0.0.1:9/down",
+            "secret_env": "AFC_HOOK_SECRET",
+            "timeout_s": 120,
+        }
+        afc.write_manifest(data)
+        assert afc("submit", "manifest.yaml").returncode == 0
+        with sqlite3.connect(afc.cwd / "afc.db") as conn:  # due now, at the hung receiver
+            conn.execute("UPDATE deliveries SET url = ?, next_attempt_at = 0", (receiver.url,))
+        worker = afc.popen("worker", "--poll", "0.2")
+        try:
+            deadline = time.time() + 30
+            while not receiver.received:  # the idle worker's POST is in flight, held
+                assert worker.poll() is None and time.time() < deadline, worker.stderr
+                time.sleep(0.02)
+            afc.write_manifest(manifest(jobs(1), batch="b2"), "m2.yaml")
+            assert afc("submit", "m2.yaml", "--no-run").returncode == 0
+            wait_for(
+                afc, "SELECT COUNT(*) FROM jobs WHERE batch = 'b2' AND status = 'succeeded'", 1
+            )
+            assert not receiver.gate.is_set() and len(receiver.received) == 1
+        finally:
+            receiver.gate.set()
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(30) == 0, worker.stderr.read()
+    finally:
+        receiver.stop()
+    # the abandoned POST's event is still to be delivered (at least once, same id)
+    assert afc.rows("SELECT status FROM deliveries") == [("pending",)]
+
+
+def test_a_signal_stops_an_idle_worker_whose_receiver_holds_its_post(afc):
+    """The idle drain wakes on the worker's stop at once (the signal's byte on ``Stop``'s
+    pipe), not when the held POST times out."""
+    import signal
+    import threading
+
+    from receiver import Receiver
+
+    receiver = Receiver().start()
+    receiver.gate = threading.Event()
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    try:
+        data = manifest(jobs(1))
+        data["webhook"] = {
+            "url": "http://127.0.0.1:9/down",
+            "secret_env": "AFC_HOOK_SECRET",
+            "timeout_s": 120,
+        }
+        afc.write_manifest(data)
+        assert afc("submit", "manifest.yaml").returncode == 0
+        with sqlite3.connect(afc.cwd / "afc.db") as conn:
+            conn.execute("UPDATE deliveries SET url = ?, next_attempt_at = 0", (receiver.url,))
+        worker = afc.popen("worker", "--poll", "60")
+        deadline = time.time() + 30
+        while not receiver.received:
+            assert worker.poll() is None and time.time() < deadline, worker.stderr
+            time.sleep(0.02)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.stderr.read()
+        assert not receiver.gate.is_set()  # still held: the worker did not wait it out
+    finally:
+        receiver.stop()
+    assert afc.rows("SELECT status FROM deliveries") == [("pending",)]
