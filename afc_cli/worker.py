@@ -8,9 +8,9 @@ every write fenced by the lease owner, webhooks drained beside); whenever that l
 (no more than ``concurrency`` jobs left) it claims the next round into the same loop
 (``Refill``), and a new loop starts only once a claim finds nothing. With nothing to claim it
 polls every ``poll_s`` seconds; due webhooks are drained meanwhile with a claim beside every
-``poll_s`` (``drain_while_idle``: a hung receiver never holds new jobs back). A round whose storage check
-fails (before any of it ran) is released at once; a retryable failure is tried again after
-``poll_s``, any other ends the worker.
+``poll_s`` (``drain_while_idle``: a hung receiver never holds new jobs back). A round whose
+storage check fails (before any of it ran) is released at once; a retryable failure is tried
+again after ``poll_s``, any other ends the worker.
 
 SIGTERM, SIGHUP or Ctrl-C stops it: while idle at once; while jobs run, by the run loop's drain (no
 new provider call; calls in flight finish within ``--grace``, are recorded and stored; then
