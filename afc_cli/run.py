@@ -61,7 +61,7 @@ from afc_cli.pipeline import (
     run_job,
     store_kept,
 )
-from afc_cli.spool import Spool
+from afc_cli.spool import OWNER_FILE, Spool
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_GRACE_S = 30.0
@@ -376,7 +376,10 @@ def submit(
             store.check_keys(
                 [job.output_key for job in manifest.jobs] + [job["output_key"] for job in left]
             )
-            check_spool(Spool(ledger.spool_root()) if ledger is not None else Spool.beside(path))
+            spool = Spool(ledger.spool_root()) if ledger is not None else Spool.beside(path)
+            check_spool(spool)
+            if ledger is not None:
+                own_spool(ledger, spool, running=True)
         if ledger is None:
             ledger = Ledger(path)
         admitted = ledger.admit(manifest, chosen, rates)
@@ -712,9 +715,11 @@ def run_jobs(
             provider.watch_polls(reporter.notice)
 
     spool = Spool(ledger.spool_root())
-    if (job_ids or more is not None) and not spool_checked:
+    running = bool(job_ids or more is not None)
+    if running and not spool_checked:
         check_spool(spool)
-    sweep_spool(ledger, spool)
+    if own_spool(ledger, spool, running=running):
+        sweep_spool(ledger, spool)
 
     # asyncio's own default: min(32, CPUs + 4)
     threads = RunThreads(min(32, (os.cpu_count() or 1) + 4))
@@ -1089,6 +1094,42 @@ def check_spool(spool: Spool) -> None:
             f"the spool {spool.root} cannot be written: {exc}. No render was started; "
             "fix the disk or move what is in the way, then run again."
         ) from None
+
+
+def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
+    """Whether ``spool`` is this ledger's (``Spool.mark``): a run marks an unmarked one as
+    its ledger's. Two ledgers' runs in one spool (two PostgreSQL ledgers run from one working
+    folder both spool to ./afc-spool) take each other's paid renders: a job's spool file is
+    named after its batch and key, alike in both, so one's render overwrote the other's
+    spooled one and its success removed it (paid again), and one adopted the other's file as
+    its own output. A run of another ledger's spool is refused (exit 2, before it admits or
+    renders anything); one with nothing to run leaves the spool alone (False: no sweep)."""
+    identity = ledger.spool_identity()
+    if identity is None:  # its own by its name (a SQLite ledger's)
+        return True
+    found = spool.owner()
+    if found is None:
+        if not running:
+            return True
+        try:
+            found = spool.mark(identity, str(ledger.path))
+        except OSError as exc:
+            raise SpoolError(
+                f"the spool {spool.root} cannot be written: {exc}. No render was started; "
+                "fix the disk or move what is in the way, then run again."
+            ) from None
+    if found.get("ledger") == identity:
+        return True
+    if not running:
+        return False
+    raise UsageError(
+        f"the spool {spool.root} is the spool of another ledger, {found.get('named')} "
+        f"(marked in {spool.root / OWNER_FILE}): runs of two ledgers in one spool take each "
+        "other's paid renders, their job files being named alike. Set AFC_SPOOL_DIR to a "
+        f"folder of this ledger's own, or run it from another folder; nothing was run. If "
+        f"that ledger is gone for good, its .spool files are paid renders no run will store: "
+        f"move them and {OWNER_FILE} away first."
+    )
 
 
 def _kept_notice(kept: int, stored: int, root: Path) -> str:

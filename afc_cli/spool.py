@@ -10,6 +10,7 @@ and a job's file is removed only after its output is stored, verified and the jo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 CHUNK = 1 << 20
+# The spool's mark of the ledger whose runs use it (``Spool.mark``): a folder shared by two
+# ledgers' runs (two PostgreSQL ledgers run from one working folder both spool to
+# ``./afc-spool``) is refused to the second, since their job ids are alike (batch and key).
+OWNER_FILE = ".afc-ledger"
 
 
 @dataclass(frozen=True)
@@ -230,6 +235,50 @@ class Spool:
             if name.endswith((".spool", ".part", ".request", ".request-part"))
         }
 
+    def owner(self) -> dict[str, Any] | None:
+        """The ledger this spool was marked for (``mark``): ``{"ledger": its identity, "named":
+        its name for messages}``, or None when unmarked. A mark that cannot be read is
+        nobody's identity (``ledger`` None), so no ledger takes the spool for its own."""
+        import json
+
+        path = self.root / OWNER_FILE
+        try:
+            record = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("ledger"), str):
+            return {"ledger": None, "named": f"unreadable ({path})"}
+        return record
+
+    def mark(self, identity: str, named: str, *, replace: bool = False) -> dict[str, Any]:
+        """Mark an unmarked spool as this ledger's, and return the mark that holds: a mark
+        another run made first is kept (it is created with a hard link, which fails when the
+        name exists), so of two ledgers starting together one holds the spool. ``replace``:
+        the spool changes hands (``afc ledger copy`` moved its ledger's work)."""
+        import json
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        data = json.dumps({"ledger": identity, "named": named}).encode()
+        final = self.root / OWNER_FILE
+        part = self.root / f"{OWNER_FILE}-{os.getpid()}.tmp"
+        _write_file(part, data, os.O_TRUNC)
+        try:
+            if replace:
+                os.replace(part, final)
+            else:
+                os.link(part, final)
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: created whole or not at all
+            with contextlib.suppress(FileExistsError):
+                _write_file(final, data, os.O_EXCL)
+        finally:
+            part.unlink(missing_ok=True)
+        fsync_dir(self.root)
+        return self.owner() or {"ledger": None, "named": "unreadable"}
+
     def remove(self, job_id: str) -> None:
         for path in (
             self.path(job_id),
@@ -241,6 +290,15 @@ class Spool:
                 path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_whole(part: Path, final: Path, data: bytes) -> None:

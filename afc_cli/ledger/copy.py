@@ -105,6 +105,8 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
                     f"({first_line(exc) or 'interrupted'}): stop every afc that runs on it (cron lines and "
                     "workers too) before any run on the copy, or its jobs are paid for in both"
                 ) from None
+            if not keep_source:
+                _hand_over_spool(src, dst)
             spooled = _spooled(src, dst)
         finally:
             dst.close()
@@ -204,6 +206,24 @@ def _copy_table(src: Ledger, dst: Ledger, table: str) -> int:
         dst.db.conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
         copied += len(rows)
     return copied
+
+
+def _hand_over_spool(src: Ledger, dst: Ledger) -> None:
+    """A moved source's spool, when the destination's runs here read the same folder (two
+    PostgreSQL ledgers, ``AFC_SPOOL_DIR`` or ``./afc-spool``), becomes the destination's: its
+    files are the destination's jobs' now, and the mark that refuses another ledger's runs
+    there (``run.own_spool``) names the destination."""
+    from afc_cli.spool import Spool
+
+    src_id, dst_id = src.spool_identity(), dst.spool_identity()
+    if src_id is None or dst_id is None:
+        return
+    spool = Spool(src.spool_root())
+    if Spool(dst.spool_root()).root != spool.root:
+        return
+    found = spool.owner()
+    if found is not None and found.get("ledger") == src_id:
+        spool.mark(dst_id, str(dst.path), replace=True)
 
 
 def _spooled(src: Ledger, dst: Ledger) -> dict[str, Any]:

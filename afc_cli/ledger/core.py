@@ -1648,6 +1648,12 @@ class Ledger:
         """``spool_root`` of the ledger ``url`` names, without opening it (``afc plan``)."""
         raise NotImplementedError
 
+    def spool_identity(self) -> str | None:
+        """What tells this ledger's spool from another ledger's (``Spool.mark``), or None
+        when no other ledger's runs can use its spool: a SQLite ledger's is named after its
+        file (``afc.db-spool``)."""
+        return None
+
     # --- engine hooks for afc ledger copy (afc_cli/ledger/copy.py) --------------------------
 
     def snapshot(self) -> None:

@@ -50,7 +50,8 @@
   offset to the server's (``clock_offset``), measured at each sample.
 - **Spool.** A PostgreSQL ledger is not a file, so a run's spool is the folder ``AFC_SPOOL_DIR``
   names, else ``afc-spool`` in the working directory: spooled bytes stay on the host that
-  rendered them (README: "Running on several machines").
+  rendered them (README: "Running on several machines"). Two ledgers run from one folder
+  would share it, so a run marks it as its ledger's (``spool_identity``, ``run.own_spool``).
 """
 
 from __future__ import annotations
@@ -418,6 +419,18 @@ class PostgresLedger(Ledger):
     def spool_root_of(url: Any) -> Path:
         # this host's: a shared ledger has no folder beside it (README, several machines)
         return Path(os.environ.get("AFC_SPOOL_DIR") or "afc-spool")
+
+    def spool_identity(self) -> str:
+        # Every PostgreSQL ledger run here without AFC_SPOOL_DIR spools to ./afc-spool. This
+        # database (its oid: two made from one template differ) and when afc's schema was
+        # first applied to it (two databases, or two schemas of one, differ), not its URL,
+        # which names one ledger in many ways (localhost or 127.0.0.1, a port given or not).
+        row = self.db.execute(
+            "SELECT d.oid, (SELECT m.applied_at FROM"
+            f" {MIGRATIONS_TABLE} m WHERE m.migration_set = 'afc' AND m.name = 'm001_initial')"
+            " FROM pg_database d WHERE d.datname = current_database()"
+        ).fetchone()
+        return f"postgresql:{row[0]}:{row[1]!r}"
 
     def snapshot(self) -> None:
         # READ COMMITTED sees each statement's moment; a copy must see one moment throughout
