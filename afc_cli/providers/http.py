@@ -554,7 +554,8 @@ async def fetched(
     rand: Callable[[], float] = random.random,
 ) -> Any:
     """``get()`` (a free GET: a response, or an ``httpx.TransportError``) made again while it
-    fails for a moment: a transport error, or a ``passing`` status. The last failure is
+    fails for a moment: a transport error, a ``passing`` status, or an output's 200 that
+    carried no output (``NotAnOutput``). The last failure is
     returned (a response) or raised (a transport error); any other answer at once."""
     import httpx
 
@@ -564,7 +565,7 @@ async def fetched(
             response = await get()
         except httpx.UnsupportedProtocol:  # not an http(s) URL: no try fetches it
             raise
-        except httpx.TransportError:
+        except (httpx.TransportError, NotAnOutput):
             if tried == FETCH_TRIES:
                 raise
         else:
@@ -601,6 +602,9 @@ async def download(
     a download, see ``new_client``), up to httpx's 20: more is the download's failure, not an
     exception that stopped the run with the paid render's cost unknown.
 
+    A 200 whose body is no output (``not_an_output``: empty, or an HTML page such as a
+    captive portal's login page) fails the try as a 503 does, and is never returned.
+
     ``public_only``: the URL, and each redirect, must be on a public address
     (``transport.PUBLIC_ONLY``): one on this host or its private network is not fetched."""
     import httpx
@@ -624,6 +628,9 @@ async def download(
                         raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
                     chunks.append(chunk)
                 response.output = b"".join(chunks)
+                instead = not_an_output(response.headers.get("content-type"), response.output)
+                if instead is not None:
+                    raise NotAnOutput(instead)
             return response
 
     try:
@@ -644,6 +651,15 @@ async def download(
         raise ProviderError(
             "server", f"{provider}: the output URL redirects too many times", cost_micros=None
         ) from None
+    except NotAnOutput as exc:
+        raise unreachable(
+            ProviderError(
+                "unavailable",
+                f"{provider}: the output URL answered HTTP 200 with {exc}, not the output (a "
+                "login page, or a proxy's or CDN's error page); never stored as the output",
+                cost_micros=None,
+            )
+        ) from None
     except httpx.TransportError as exc:
         raise unreachable(transport_error(provider, exc, paid_call=False)) from None
     status = response.status_code
@@ -656,6 +672,33 @@ async def download(
         )
         raise unreachable(failure) if passing(status) else failure
     return response.output
+
+
+class NotAnOutput(Exception):
+    """An output URL's 200 whose body is no output (``not_an_output``): failed for a moment,
+    as a 503 is (``fetched`` tries again, then ``outlast``'s rounds)."""
+
+
+# what a page starts with (after a byte-order mark and white space), in lower case
+_PAGE_STARTS = (b"<!doctype html", b"<html", b"<head", b"<body")
+_PAGE_TYPES = ("text/html", "application/xhtml+xml")
+
+
+def not_an_output(content_type: str | None, data: bytes) -> str | None:
+    """What an output download's 200 carried instead of an output, or None when it may be
+    one: an empty body, or an HTML page (its first bytes an HTML document's, or markup
+    served as ``text/html``). A captive portal's login page, or a CDN's or proxy's error page
+    answered with 200, was stored as the job's output and the job succeeded: the paid render
+    was lost with nothing said. An output afc stores is an image, a video or another binary a
+    model made, none of which starts with ``<`` (which kinds a model makes is its own: the
+    bytes are not held to a list of formats)."""
+    if not data:
+        return "an empty body"
+    head = data[:256].lstrip(b"\xef\xbb\xbf \t\r\n\x0c").lower()
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if head.startswith(_PAGE_STARTS) or (media in _PAGE_TYPES and head.startswith(b"<")):
+        return f"an HTML page ({media or 'no Content-Type'})"
+    return None
 
 
 def passing(status: int) -> bool:
@@ -749,7 +792,7 @@ def data_url_bytes(provider: str, url: str) -> bytes:
     from urllib.parse import unquote_to_bytes
 
     header, comma, payload = url[5:].partition(",")
-    if not comma:
+    if not comma or not payload:  # an empty output is none (``not_an_output``)
         raise ProviderError(
             "server", f"{provider}: the output's data URL has no data", cost_micros=None
         )
