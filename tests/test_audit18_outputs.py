@@ -5,6 +5,8 @@ bounded in memory by its decoded bytes."""
 from __future__ import annotations
 
 import pytest
+from conftest import manifest
+from fakeproviders import KEYS
 from test_audit_wire import (
     OPENAI_RATES,
     PNG,
@@ -120,3 +122,81 @@ def test_an_empty_data_url_is_no_output():
     with pytest.raises(ProviderError) as caught:
         asyncio.run(download(None, "fal", "data:image/png;base64,"))
     assert caught.value.error_class == "server" and "no data" in caught.value.message
+
+
+# --- what an answer decodes to -----------------------------------------------------------------
+
+
+def gzipped_twice(zeros: int) -> bytes:
+    """``zeros`` zero bytes gzipped, then gzipped again: a few KB on the wire."""
+    import gzip
+    import zlib
+
+    inner = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1024**2)
+    parts = [inner.compress(block) for _ in range(zeros // len(block))]
+    return gzip.compress(b"".join(parts) + inner.flush(), 9)
+
+
+def test_an_output_in_stacked_codings_is_not_decoded_whole_in_one_piece(monkeypatch):
+    """An output URL answering ``Content-Encoding: gzip, gzip`` (a few KB on the wire): the
+    first chunk read decoded in one piece to everything (the ratios multiply: 10 KB can be
+    10 GB) before the download counted a byte, and a run killed for its memory leaves every
+    call in flight possibly paid. An answer in stacked codings (afc asks for one) is refused
+    unread, a failed fetch at the render's known cost; this one decodes to 96 MiB, which
+    must never be held (the output limit lowered to 1 MiB here)."""
+    import tracemalloc
+
+    from afc_cli.providers import http
+
+    monkeypatch.setattr(http, "MAX_OUTPUT_BYTES", 1024**2)
+    bomb = gzipped_twice(96 * 1024**2)
+    assert len(bomb) < 64 * 1024  # one chunk on the wire
+    headers = {"Content-Type": "image/png", "Content-Encoding": "gzip, gzip"}
+    cdn = WireServer(answered(reply("200 OK", bomb, headers)))
+    provider_server = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    tracemalloc.start()
+    try:
+        provider = adapter(monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", provider_server.url)
+        with pytest.raises(ProviderError) as caught:
+            rendered(provider, "dall-e-3")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        provider_server.stop()
+        cdn.stop()
+    assert peak < 32 * 1024**2, f"{peak / 1024**2:.0f} MiB held"
+    assert caught.value.cost_micros == 40_000  # the render's known cost
+    assert len(provider_server.received) == 1
+
+
+def test_an_output_that_does_not_decode_is_a_failed_fetch_not_a_stopped_run(afc):
+    """A CDN answering ``Content-Encoding: gzip`` with a body that is not gzip (a proxy that
+    labels what it did not compress): httpx's DecodingError is no transport error, so it
+    escaped the download as an answer afc could not read; the run stopped ('a bug in afc's
+    openai adapter'), the job stayed queued and the paid render was recorded at a cost
+    unknown though its usage was known. It is a fetch that failed: tried again, then the
+    attempt fails at its cost, and the run goes on."""
+    headers = {"Content-Type": "image/png", "Content-Encoding": "gzip"}
+    cdn = WireServer(answered(reply("200 OK", b"not gzip at all", headers)))
+    provider = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    try:
+        data = manifest([{"key": "shot", "prompt": "a lighthouse"}], rates=OPENAI_RATES)
+        # a window ends the fetch rounds (DALL-E's URLs are otherwise fetched for 55 min)
+        data["defaults"]["chain"] = [
+            {"provider": "openai", "model": "dall-e-3", "attempts": 1, "window_s": 2}
+        ]
+        afc.write_manifest(data)
+        env = {**KEYS, "AFC_POLL_S": "0.05", "OPENAI_BASE_URL": f"{provider.url}/v1"}
+        result = afc("submit", "manifest.yaml", env=env)
+        assert "could not be read" not in result.stderr + result.stdout
+        assert "bug in afc" not in result.stderr + result.stdout
+        assert len(provider.received) == 1
+        (attempt,) = attempts(afc)
+        assert attempt["status"] == "failed", attempt
+        assert attempt["cost"] == "0.040000" and attempt["cost_source"] == "derived", attempt
+        assert afc.rows("SELECT status FROM jobs") == [("failed",)]
+        assert len(cdn.received) >= FETCH_TRIES
+    finally:
+        provider.stop()
+        cdn.stop()

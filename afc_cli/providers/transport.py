@@ -184,23 +184,49 @@ class AnswerTooLarge(httpx.ReadError):
     cut one is not (a paid call's cost unknown)."""
 
 
+class AnswerUndecodable(httpx.ReadError):
+    """An answer whose body does not decode as its ``Content-Encoding`` says (``_Answer``): a
+    body not read whole, as a cut one is not."""
+
+
 class _Answer(httpx.Response):
     """An answer whose decoded bytes are counted as they are read, up to ``MAX_ANSWER_BYTES``
     (unless ``limited`` is False: ``http.download`` counts its own). Unbounded, a multi-GB
     JSON answer, or a gzip bomb (10 MB on the wire, 10 GB decoded: httpx decodes what
     ``Content-Encoding`` names), was held whole in memory by ``aread``, until the kernel
-    killed the run and every call in flight became possibly paid."""
+    killed the run and every call in flight became possibly paid.
+
+    A chunk read (64 KiB at most, ``_Stream``) decodes whole before it is counted: one coding
+    makes it at most about 64 MiB (deflate's ratio is about 1,000 to 1), but codings stacked
+    (``Content-Encoding: gzip, gzip``) multiply the ratios, and one chunk decoded to
+    gigabytes in one piece before any count. afc asks for one coding (``Accept-Encoding:
+    gzip, deflate``): an answer with more is refused unread (``AnswerUndecodable``), and so is
+    a body that does not decode as its coding says (httpx's ``DecodingError``, no transport
+    error: it stopped the run as an answer afc could not read, a download's paid render
+    recorded at a cost unknown)."""
 
     limited = True
 
+    def _get_content_decoder(self) -> Any:
+        if not hasattr(self, "_decoder"):
+            codings = self.headers.get_list("content-encoding", split_commas=True)
+            if sum(c.strip().lower() not in ("", "identity") for c in codings) > 1:
+                raise AnswerUndecodable(
+                    f"an answer with more than one content coding ({', '.join(codings)})"
+                )
+        return super()._get_content_decoder()
+
     async def aiter_bytes(self, chunk_size: int | None = None):
         limit, size = MAX_ANSWER_BYTES if self.limited else None, 0
-        async for chunk in super().aiter_bytes(chunk_size):
-            if limit is not None:
-                size += len(chunk)
-                if size > limit:
-                    raise AnswerTooLarge(f"an answer larger than {limit // 1024**2} MiB")
-            yield chunk
+        try:
+            async for chunk in super().aiter_bytes(chunk_size):
+                if limit is not None:
+                    size += len(chunk)
+                    if size > limit:
+                        raise AnswerTooLarge(f"an answer larger than {limit // 1024**2} MiB")
+                yield chunk
+        except httpx.DecodingError as exc:
+            raise AnswerUndecodable(f"an answer that does not decode ({exc})") from exc
 
 
 def _raise_mapped(exc: Exception) -> NoReturn:
