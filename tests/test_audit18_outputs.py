@@ -8,6 +8,7 @@ import pytest
 from conftest import manifest
 from fakeproviders import KEYS
 from test_audit_wire import (
+    FAL_RESULT,
     OPENAI_RATES,
     PNG,
     WireServer,
@@ -15,6 +16,7 @@ from test_audit_wire import (
     answered,
     attempts,
     dalle,
+    json_reply,
     rendered,
     reply,
     run,
@@ -24,6 +26,7 @@ from afc_cli.providers.base import ProviderError
 from afc_cli.providers.http import FETCH_TRIES
 from afc_cli.providers.openai import OpenAIProvider
 
+FAL_RATES = [{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}]
 LOGIN = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>Wi-Fi login</body></html>"
 
 
@@ -200,3 +203,50 @@ def test_an_output_that_does_not_decode_is_a_failed_fetch_not_a_stopped_run(afc)
     finally:
         provider.stop()
         cdn.stop()
+
+
+def fal_result_pages(pages: int):
+    """fal's queue API for one request ``r1``, its result answered ``pages`` times with a
+    200 HTML page (a proxy's or captive portal's) before the result itself."""
+    left = [pages]
+
+    async def behaviour(head, body, writer) -> bool:
+        method, path = head.split(b" ")[:2]
+        if method == b"POST":
+            writer.write(json_reply({"request_id": "r1"}))
+        elif path.endswith(b"/status"):
+            writer.write(json_reply({"status": "COMPLETED"}))
+        elif left[0]:
+            left[0] -= 1
+            writer.write(reply("200 OK", LOGIN, {"Content-Type": "text/html"}))
+        else:
+            writer.write(json_reply(FAL_RESULT))
+        await writer.drain()
+        return True
+
+    return behaviour
+
+
+def test_a_fal_result_answered_200_with_a_page_is_fetched_again_not_paid_again(afc):
+    """fal's result (the JSON naming the images, kept 5 minutes) answered 200 with an HTML
+    page by a proxy or captive portal: read as a result without an image, the paid attempt
+    failed ('fal: completed without an image', its cost unknown though fal had billed one
+    image) and the next attempt paid for a new render. A result that is no JSON is a fetch
+    that failed for a moment, as for an output: fetched again, and the render paid once."""
+    provider = WireServer(fal_result_pages(2))
+    try:
+        data = manifest([{"key": "shot", "prompt": "a lighthouse"}], rates=FAL_RATES)
+        data["defaults"]["chain"] = [
+            {"provider": "fal", "model": "fal-ai/flux/dev", "attempts": 2, "window_s": 5}
+        ]
+        afc.write_manifest(data)
+        env = {**KEYS, "AFC_POLL_S": "0.05", "FAL_QUEUE_URL": provider.url}
+        result = afc("submit", "manifest.yaml", env=env)
+        assert result.returncode == 0, result.stderr
+        assert (afc.outputs() / "b1" / "shot.png").read_bytes() == PNG
+        posts = [head for head, _ in provider.received if head.startswith(b"POST")]
+        assert len(posts) == 1  # one paid render
+        (attempt,) = attempts(afc)
+        assert attempt["status"] == "succeeded" and attempt["cost"] == "0.025000", attempt
+    finally:
+        provider.stop()

@@ -24,9 +24,11 @@ from afc_cli.providers.base import (
 )
 from afc_cli.providers.http import (
     HttpProvider,
+    NotAnOutput,
     class_for_status,
     fetched,
     http_url,
+    json_object,
     json_or_empty,
     objs,
     passing,
@@ -194,17 +196,28 @@ class FalProvider(HttpProvider):
                 )
             raise ProviderError("server", f"fal: {state.get('error')}", cost_micros=None)
 
+        async def get() -> Any:
+            response = await self.client.get(
+                urls["response_url"], headers=self._headers(), follow_redirects=True
+            )
+            if response.status_code == 200 and not json_object(response):
+                # a proxy's or captive portal's page: the result is still at fal
+                raise NotAnOutput("a body that is no JSON object")
+            return response
+
         async def result() -> Any:  # free GETs, a round of them; the work was done
             try:
-                response = await fetched(
-                    lambda: self.client.get(
-                        urls["response_url"], headers=self._headers(), follow_redirects=True
-                    ),
-                    self.sleep,
-                    self.rand,
-                )
+                response = await fetched(get, self.sleep, self.rand)
             except httpx.TransportError as exc:
                 raise unreachable(transport_error(self.name, exc, paid_call=False)) from None
+            except NotAnOutput as exc:
+                raise unreachable(
+                    ProviderError(
+                        "unavailable",
+                        f"{self.name}: the result answered HTTP 200 with {exc}, not the result",
+                        cost_micros=None,
+                    )
+                ) from None
             if passing(response.status_code):
                 raise unreachable(self._error(response, "result"))
             return response

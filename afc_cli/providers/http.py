@@ -675,8 +675,9 @@ async def download(
 
 
 class NotAnOutput(Exception):
-    """An output URL's 200 whose body is no output (``not_an_output``): failed for a moment,
-    as a 503 is (``fetched`` tries again, then ``outlast``'s rounds)."""
+    """A free GET's 200 whose body is not what it fetches (an output URL's: ``not_an_output``;
+    fal's result that is no JSON object): failed for a moment, as a 503 is (``fetched`` tries
+    again, then ``outlast``'s rounds)."""
 
 
 # what a page starts with (after a byte-order mark and white space), in lower case
@@ -717,6 +718,14 @@ def unreachable(failure: ProviderError) -> OutputUnreachable:
         retry_after=failure.retry_after,
         cost_micros=None,
     )
+
+
+def json_object(response: Any) -> bool:
+    """Whether an answer's body is a JSON object (an empty one too)."""
+    try:
+        return isinstance(response.json(), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def json_or_empty(response: Any) -> dict[str, Any]:
