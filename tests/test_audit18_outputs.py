@@ -250,3 +250,54 @@ def test_a_fal_result_answered_200_with_a_page_is_fetched_again_not_paid_again(a
         assert attempt["status"] == "succeeded" and attempt["cost"] == "0.025000", attempt
     finally:
         provider.stop()
+
+
+def cdn_download(monkeypatch, payload: bytes):
+    """An OpenAI render whose output URL answers ``payload``: the result, or the failure;
+    and what the CDN received."""
+    cdn = WireServer(answered(payload))
+    provider_server = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    try:
+        provider = adapter(monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", provider_server.url)
+        try:
+            return rendered(provider, "dall-e-3"), cdn.received
+        except ProviderError as exc:
+            return exc, cdn.received
+    finally:
+        provider_server.stop()
+        cdn.stop()
+
+
+def test_an_output_in_a_coding_httpx_cannot_decode_is_not_stored_encoded(monkeypatch):
+    """An output answered ``Content-Encoding: br`` where the brotli package is not installed
+    (afc does not ask for it): httpx passes a coding it has no decoder for as it is, so the
+    compressed bytes were the job's output and the job succeeded. Refused unread: a failed
+    fetch at the render's known cost."""
+    headers = {"Content-Type": "image/png", "Content-Encoding": "br"}
+    found, _ = cdn_download(monkeypatch, reply("200 OK", b"\x1b\x03\x00\xf8brotli", headers))
+    assert isinstance(found, ProviderError), found.data
+    assert found.cost_micros == 40_000
+
+
+def test_an_output_in_x_gzip_is_decoded_as_gzip(monkeypatch):
+    """``x-gzip`` is gzip's old name (RFC 9110: a recipient takes it as gzip); httpx passed it
+    as it is, and the gzipped bytes were stored as the image."""
+    import gzip
+
+    headers = {"Content-Type": "image/png", "Content-Encoding": "x-gzip"}
+    found, _ = cdn_download(monkeypatch, reply("200 OK", gzip.compress(PNG), headers))
+    assert not isinstance(found, ProviderError), found.message
+    assert found.data == PNG
+
+
+def test_afc_asks_only_for_the_codings_it_decodes_bounded(monkeypatch):
+    """httpx asks for brotli and zstd wherever their packages are installed (another tool's
+    dependency is enough), and decodes them without bound: a chunk of either can decode to
+    gigabytes in one piece. afc asks for gzip and deflate only, whatever is installed."""
+    import httpx._client
+
+    monkeypatch.setattr(httpx._client, "ACCEPT_ENCODING", "gzip, deflate, br, zstd")
+    found, received = cdn_download(monkeypatch, reply("200 OK", PNG, {"Content-Type": "image/png"}))
+    assert found.data == PNG
+    ((head, _),) = received
+    assert b"accept-encoding: gzip, deflate\r\n" in head.lower(), head

@@ -25,7 +25,12 @@ DEFAULT_CONNECTIONS = 100
 def new_client(read_s: float = 300.0, connections: int = DEFAULT_CONNECTIONS) -> Any:
     import httpx
 
-    from afc_cli.providers.transport import LeanClient, new_transport, pool_limits
+    from afc_cli.providers.transport import (
+        ACCEPT_ENCODING,
+        LeanClient,
+        new_transport,
+        pool_limits,
+    )
 
     # httpx sends each request once (no transport retries unless asked): a paid POST that
     # timed out is never resent behind afc's back. Nor does an API call follow a redirect: httpx
@@ -36,7 +41,10 @@ def new_client(read_s: float = 300.0, connections: int = DEFAULT_CONNECTIONS) ->
     # a poll and fal's result (fal's own client follows them), whose key is in
     # ``Authorization``, which httpx drops on a redirect to another origin. The transport is
     # aiohttp's pool (see afc_cli/providers/transport.py for why, and for its error mapping).
+    # Only the codings whose answers stay bounded as they decode (transport.ACCEPT_ENCODING),
+    # whatever decoders httpx finds installed.
     return LeanClient(
+        headers={"Accept-Encoding": ACCEPT_ENCODING},
         timeout=httpx.Timeout(connect=15.0, read=read_s, write=60.0, pool=60.0),
         follow_redirects=False,
         limits=pool_limits(connections),

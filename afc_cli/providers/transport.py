@@ -184,6 +184,16 @@ class AnswerTooLarge(httpx.ReadError):
     cut one is not (a paid call's cost unknown)."""
 
 
+# The content codings afc asks for (``http.new_client``) and decodes: deflate's ratio is about
+# 1,000 to 1, so a chunk decodes to some 64 MiB at most; httpx would also ask for brotli and
+# zstd where their packages are installed, whose ratios reach far higher
+ACCEPT_ENCODING = "gzip, deflate"
+IDENTITY = ("", "identity")
+# the other codings of IANA's registry: refused (a token outside it, as a misconfigured
+# server's ``Content-Encoding: none`` or ``binary``, is no coding, and httpx ignores it)
+OTHER_CODINGS = frozenset("aes128gcm br compress dcb dcz exi pack200-gzip x-compress zstd".split())
+
+
 class AnswerUndecodable(httpx.ReadError):
     """An answer whose body does not decode as its ``Content-Encoding`` says (``_Answer``): a
     body not read whole, as a cut one is not."""
@@ -199,8 +209,8 @@ class _Answer(httpx.Response):
     A chunk read (64 KiB at most, ``_Stream``) decodes whole before it is counted: one coding
     makes it at most about 64 MiB (deflate's ratio is about 1,000 to 1), but codings stacked
     (``Content-Encoding: gzip, gzip``) multiply the ratios, and one chunk decoded to
-    gigabytes in one piece before any count. afc asks for one coding (``Accept-Encoding:
-    gzip, deflate``): an answer with more is refused unread (``AnswerUndecodable``), and so is
+    gigabytes in one piece before any count. afc asks for one coding of ``ACCEPT_ENCODING``:
+    an answer with more, or with another, is refused unread (``AnswerUndecodable``), and so is
     a body that does not decode as its coding says (httpx's ``DecodingError``, no transport
     error: it stopped the run as an answer afc could not read, a download's paid render
     recorded at a cost unknown)."""
@@ -210,10 +220,21 @@ class _Answer(httpx.Response):
     def _get_content_decoder(self) -> Any:
         if not hasattr(self, "_decoder"):
             codings = self.headers.get_list("content-encoding", split_commas=True)
-            if sum(c.strip().lower() not in ("", "identity") for c in codings) > 1:
+            named = [c.strip().lower() for c in codings if c.strip().lower() not in IDENTITY]
+            if len(named) > 1:
                 raise AnswerUndecodable(
                     f"an answer with more than one content coding ({', '.join(codings)})"
                 )
+            if named and named[0] in OTHER_CODINGS:
+                # httpx passes a coding it has no decoder for as it is (an output stored
+                # still encoded, its job succeeded), and decodes brotli and zstd unbounded
+                raise AnswerUndecodable(
+                    f"an answer in a content coding afc did not ask for ({named[0]})"
+                )
+            if named == ["x-gzip"]:  # gzip's old name (RFC 9110), which httpx passes as it is
+                from httpx._decoders import GZipDecoder
+
+                self._decoder = GZipDecoder()
         return super()._get_content_decoder()
 
     async def aiter_bytes(self, chunk_size: int | None = None):
