@@ -7,7 +7,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, TERMINAL, Ledger
-from afc_cli.owner import held_by_no_process, owner_is_dead
+from afc_cli.owner import process_gone as owner_process_gone
 
 STATUSES = (*ACTIVE, "blocked", "awaiting_review", *TERMINAL)
 # Shown without --all: what a person may have to act on. Everything but the quiet states, so a
@@ -34,12 +34,13 @@ PROCESS_GONE = (
 
 def process_gone(job: dict[str, Any], now: float) -> bool:
     """Whether ``job``'s lease is held by a process that is gone: dead on this host, or its
-    lease expired (another host's that stopped renewing it). A host's spool hold and a
-    moved ledger's lease are held by no process and say so in their own words."""
-    owner, expires = job.get("lease_owner"), job.get("lease_expires")
-    if owner is None or held_by_no_process(owner):
-        return False
-    return owner_is_dead(owner) or (expires is not None and expires < now)
+    lease expired (another host's that stopped renewing it): ``owner.process_gone``, the rule
+    the money follows too. A free job has no process to be gone, and a host's spool hold and
+    a moved ledger's lease are held by no process and say so in their own words."""
+    owner = job.get("lease_owner")
+    return owner is not None and owner_process_gone(
+        owner, job.get("lease_expires"), now, job.get("lease_mono")
+    )
 
 
 def parse_statuses(values: list[str] | None) -> list[str] | None:

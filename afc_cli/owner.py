@@ -131,3 +131,18 @@ def lease_held(
     if mono is not None and host_of(owner) == host_id() and not is_host_lease(owner):
         return mono >= time.monotonic() and not owner_is_dead(owner)
     return (expires or 0) >= now and not owner_is_dead(owner)
+
+
+def process_gone(
+    owner: str | None, expires: float | None, now: float, mono: float | None = None
+) -> bool:
+    """Whether no live run holds a job any more: its lease's process died on this host, or
+    the lease ran out (``lease_held``: the rule a takeover follows), or nothing holds it (no
+    owner: a retry freed it). The one rule for "its run is gone": a call such a run left
+    ``started`` is abandoned, which the run that takes the job over marks ``unknown``, and
+    every figure counts it so before that run comes (``Ledger.gone_calls``); ``afc status``
+    says a leased job's process is gone (``listing.process_gone``). Not a lease no process
+    holds (``held_by_no_process``): a host's spool hold, a moved ledger's lease."""
+    if held_by_no_process(owner):
+        return False
+    return not lease_held(owner, expires, now, mono)

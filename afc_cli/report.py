@@ -56,6 +56,20 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
             for a in rows
         ]
         priced = [a["cost_micros"] for a in rows if a["cost_micros"] is not None]
+        # as afc status counts them (ledger JOB_COST_SQL, gone_calls): a call in flight has no
+        # cost yet; one left started by a job that ended, or by a run that is gone, is
+        # possibly paid, unpriced
+        unknown = [a["status"] for a in rows if a["cost_micros"] is None]
+        ended = job["status"] in TERMINAL
+        [counted] = ledger.gone_calls(
+            [
+                {
+                    **job,
+                    "unpriced_attempts": sum(ended or s != "started" for s in unknown),
+                    "calls_started": 0 if ended else unknown.count("started"),
+                }
+            ]
+        )
         return {
             "job": {
                 "id": job["id"],
@@ -80,14 +94,7 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                     "message": job["error_message"],
                 },
                 "cost": job_cost(sum(priced) if priced else None, len(attempts)),
-                # as afc status counts them (ledger JOB_COST_SQL): a call in flight has no
-                # cost yet; one left started by a job that ended is possibly paid, unpriced
-                "unpriced_attempts": sum(
-                    1
-                    for a in rows
-                    if a["cost_micros"] is None
-                    and (a["status"] != "started" or job["status"] in TERMINAL)
-                ),
+                "unpriced_attempts": counted["unpriced_attempts"],
                 "created_at": _iso(job["created_at"]),
                 "finished_at": _iso(job["finished_at"]),
             },

@@ -30,7 +30,14 @@ from afc_cli.gates import (
     gate_kept,
     refused_dependent,
 )
-from afc_cli.owner import host_lease, host_of, is_host_lease, lease_held, owner_is_dead
+from afc_cli.owner import (
+    host_lease,
+    host_of,
+    is_host_lease,
+    lease_held,
+    owner_is_dead,
+    process_gone,
+)
 from afc_cli.secrets import map_leaves, scrub, scrub_data, visible
 
 # rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
@@ -104,12 +111,17 @@ TERMINAL_SQL = _in(TERMINAL)
 LEFT_STARTED_SQL = f"(a.status = 'started' AND j.status IN {TERMINAL_SQL})"
 # A job's cost by the one rule (afc_cli/costs.py job_cost): the sum of its known attempt costs,
 # how many attempts are unpriced, and how many attempts it made (``jobs.attempts``, the latest
-# attempt's number: 0 for a job that never called a provider); ``j`` is the jobs table.
+# attempt's number: 0 for a job that never called a provider); ``j`` is the jobs table. Its
+# unpriced calls still ``started`` (``calls_started``) and its lease, for ``Ledger.gone_calls``:
+# those of a run that is gone count as unpriced too, as ``afc costs report`` counts them.
 JOB_COST_SQL = (
     "(SELECT CAST(SUM(a.cost_micros) AS BIGINT) FROM attempts a WHERE a.job_id = j.id)"
     " AS cost_micros,"
     " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL"
     f" AND (a.status <> 'started' OR j.status IN {TERMINAL_SQL})) AS unpriced_attempts,"
+    f" CASE WHEN j.status IN {TERMINAL_SQL} THEN 0 ELSE (SELECT COUNT(*) FROM attempts a"
+    " WHERE a.job_id = j.id AND a.cost_micros IS NULL AND a.status = 'started') END"
+    " AS calls_started, j.lease_owner, j.lease_expires, j.lease_mono,"
     " j.attempts AS attempts_made"
 )
 # What ``afc status``, ``--json`` and the pictures show as a job's ``attempts``: its
@@ -775,7 +787,7 @@ class Ledger:
     def status_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         sql = (
             "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.error_code,"
-            " j.error_class, j.error_message, j.waiting_reason, j.lease_owner, j.lease_expires, "
+            " j.error_class, j.error_message, j.waiting_reason, "
             + ANSWERED_SQL
             + ", "
             + JOB_COST_SQL
@@ -786,7 +798,23 @@ class Ledger:
             sql += " WHERE j.batch = ?"
             params.append(batch)
         sql += " ORDER BY j.batch, j.seq"
-        return self._all(sql, params)
+        return self.gone_calls(self._all(sql, params))
+
+    def gone_calls(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Rows of ``JOB_COST_SQL`` with the unpriced calls left ``started`` by a run that is
+        gone (``owner.process_gone``: dead on this host, its lease run out, or its job freed)
+        counted in ``unpriced_attempts``, as ``cost_groups`` counts them: the run that takes
+        the job over marks them ``unknown``, possibly paid. A live run's call is in flight,
+        with no cost yet, and is not counted."""
+        now = None
+        for row in rows:
+            if not row.get("calls_started"):
+                continue
+            if now is None:
+                now = self.lease_clock()
+            if process_gone(row["lease_owner"], row["lease_expires"], now, row["lease_mono"]):
+                row["unpriced_attempts"] = (row["unpriced_attempts"] or 0) + row["calls_started"]
+        return rows
 
     def output_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         """Succeeded jobs with their stored output: where it is, what it is, what it cost, and
@@ -1756,18 +1784,19 @@ class Ledger:
                 failed_spend=int(failed),
                 unknown_attempts=int(unknown or 0),
             )
-        # A call whose process is gone (it ended on this host, or its job's lease ran out) is
-        # marked unknown by the run that takes its job over (``claim``), and until then was
-        # counted nowhere: after a crash, with no run since, the report said no attempt was
-        # of unknown outcome or cost. It is counted as that run will mark it.
+        # A call whose run is gone (``owner.process_gone``: it ended on this host, or its
+        # job's lease ran out) is marked unknown by the run that takes its job over
+        # (``claim``), and until then was counted nowhere: after a crash, with no run since,
+        # the report said no attempt was of unknown outcome or cost. It is counted as that
+        # run will mark it, as a job's own figures count it (``gone_calls``).
         now = self.lease_clock()
-        for key, owner, expires, cost in self.db.execute(
-            f"SELECT {attempt_key}, a.owner, j.lease_expires, a.cost_micros"
+        for key, owner, expires, mono, cost in self.db.execute(
+            f"SELECT {attempt_key}, j.lease_owner, j.lease_expires, j.lease_mono, a.cost_micros"
             " FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.status = 'started'"
             f" AND j.status NOT IN {TERMINAL_SQL} AND {' AND '.join(where)}",
             params,
         ):
-            if not owner_is_dead(owner) and expires is not None and expires >= now:
+            if not process_gone(owner, expires, now, mono):
                 continue  # a call in flight: no cost yet, known or unknown
             values = groups.setdefault(key, {})
             values["unknown_attempts"] = values.get("unknown_attempts", 0) + 1
@@ -2490,7 +2519,7 @@ class Ledger:
         if batch is not None:
             sql += " AND j.batch = ?"
             params.append(batch)
-        return self._all(sql + " ORDER BY j.review_at, j.batch, j.seq", params)
+        return self.gone_calls(self._all(sql + " ORDER BY j.review_at, j.batch, j.seq", params))
 
     def reviews(self, job_id: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM reviews WHERE job_id = ? ORDER BY id", (job_id,))
@@ -2656,7 +2685,7 @@ class Ledger:
         found = self._stored_models([row["id"] for row in rows])
         for row in rows:
             row["found"] = found.get(row["id"])
-        return rows
+        return self.gone_calls(rows)
 
     def sheet_counts(
         self, *, batch: str | None = None, since_ts: float | None = None

@@ -1,0 +1,43 @@
+"""Audit 18: what the ledger tells a person about money and jobs after an afc process died
+(SIGKILL, an OOM kill), before any run takes its jobs over, through the real ``afc`` command,
+on SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import signal
+
+from conftest import frozen_at, manifest
+
+
+def test_a_dead_runs_call_is_unpriced_in_status_and_show_as_in_the_costs_report(afc, ledger_url):
+    """A call left ``started`` by a process that died is counted by ``afc costs report`` as an
+    attempt of unknown outcome and cost (the run that takes the job over marks it so). ``afc
+    status`` and ``afc show`` counted it nowhere: the same attempt was unpriced in the report
+    and absent from the job's ``unpriced_attempts``, so a person saw two figures for one job.
+    They count it by the same rule now; a call of a live run is in flight in all three."""
+    env = {"AFC_LEDGER": ledger_url}
+    afc.write_manifest(manifest([{"key": "a", "prompt": "a"}]))
+    frozen = afc.popen("submit", "manifest.yaml", env={**env, "AFC_STALL_POINT": "before_request"})
+    try:
+        frozen_at(frozen)  # its attempt row committed, its process alive: a call in flight
+        total = afc.json("costs", "report", env=env)["total"]
+        assert (total["unknown_attempts"], total["unpriced_attempts"]) == (0, 0), total
+        [job] = afc.json("status", env=env)["jobs"]
+        assert (job["cost"], job["unpriced_attempts"], job["waiting"]) == (None, 0, None), job
+        assert afc.json("show", "a", env=env)["job"]["unpriced_attempts"] == 0
+    finally:
+        frozen.kill()
+    assert frozen.wait(timeout=30) == -signal.SIGKILL
+    total = afc.json("costs", "report", env=env)["total"]
+    assert (total["unknown_attempts"], total["unpriced_attempts"]) == (1, 1), total
+    [job] = afc.json("status", env=env)["jobs"]
+    assert (job["cost"], job["unpriced_attempts"]) == (None, 1), job
+    shown = afc.json("show", "a", env=env)["job"]
+    assert (shown["cost"], shown["unpriced_attempts"]) == (None, 1), shown
+    assert "unpriced (1 attempt of unknown cost)" in afc("show", "a", env=env).stdout
+    # taken over and finished: the same count, now from the attempt's own status
+    assert afc("resume", env=env).returncode == 0
+    [job] = afc.json("status", "--all", env=env)["jobs"]
+    assert (job["cost"], job["unpriced_attempts"]) == ("0.050000", 1), job
+    total = afc.json("costs", "report", env=env)["total"]
+    assert (total["priced"], total["unpriced_attempts"]) == ("0.050000", 1), total
