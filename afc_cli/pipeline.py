@@ -836,6 +836,22 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 if ctx.stopping.is_set():
                     ctx.abandon_poll(job["id"])
 
+            async def priced(cost: int, source: str, number: int = number, entry=entry) -> None:
+                # a paid render's cost, known, while its output is fetched again in later
+                # rounds (up to an hour): on its attempt now, as a budget holds it
+                # (``hold_known_cost``), so a process killed meanwhile leaves it priced
+                try:
+                    ctx.ledger.hold_known_cost(job, number, entry["provider"], cost, source)
+                    await ctx.ledger.committed()
+                except LedgerWriteError as exc:
+                    # the fetch goes on (the render is paid for): its end records the cost,
+                    # or keeps the bytes in the spool while the run stops (``ledger_broke``)
+                    if ctx.ledger_error is None:
+                        ctx.ledger_error = exc
+                    ctx.ledger_broke(exc)
+                except Exception as exc:
+                    raise _LedgerFailed() from exc  # the ledger's, not the adapter's
+
             if resume is not None:
                 ctx.polling.add(job["id"])  # its request id is known: it can be polled later
             call = provider.render(
@@ -855,6 +871,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     stopping=ctx.stopping,
                     idle=ctx.idle,
                     ended=lambda: _ended_elsewhere(ctx, job),
+                    on_priced=priced,
                     # (a resumed request is only polled: nothing paid is sent)
                     last_look=(lambda at=looked: _last_look(ctx, job, at))
                     if resume is None

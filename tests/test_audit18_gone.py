@@ -5,8 +5,12 @@ on SQLite and PostgreSQL alike."""
 from __future__ import annotations
 
 import signal
+import time
 
 from conftest import frozen_at, manifest
+from test_output_refetch import PRICED
+
+from afc_cli.providers.http import FETCH_TRIES
 
 
 def test_a_dead_runs_call_is_unpriced_in_status_and_show_as_in_the_costs_report(afc, ledger_url):
@@ -41,3 +45,34 @@ def test_a_dead_runs_call_is_unpriced_in_status_and_show_as_in_the_costs_report(
     assert (job["cost"], job["unpriced_attempts"]) == ("0.050000", 1), job
     total = afc.json("costs", "report", env=env)["total"]
     assert (total["priced"], total["unpriced_attempts"]) == ("0.050000", 1), total
+
+
+def test_a_renders_known_cost_survives_a_kill_while_its_output_is_out_of_reach(afc, fake):
+    """OpenAI answered a DALL-E URL and its usage (the render is billed, its cost known), and
+    the URL stayed out of reach: afc fetches it again in later rounds, for up to an hour. The
+    cost was held in memory until the fetch ended, so a process killed meanwhile (an OOM kill,
+    a reboot, a cron timeout's SIGKILL) left the attempt unpriced, recorded ``unknown`` at no
+    known cost by the next run, though the answer had said what it cost. It is written on the
+    attempt as the later rounds begin, as a budget's ``hold_known_cost`` writes it."""
+    data = manifest([{"key": "j0", "prompt": "dalle-url cdn-held"}], rates=PRICED)
+    data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1"}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    try:
+        deadline = time.time() + 30
+        while fake.counts["download_refused"] <= FETCH_TRIES and time.time() < deadline:
+            time.sleep(0.02)  # the first round failed: later rounds are under way
+        assert fake.counts["download_refused"] > FETCH_TRIES
+    finally:
+        proc.kill()
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert afc.rows("SELECT status, cost_micros FROM attempts") == [("started", 40_000)]
+    total = afc.json("costs", "report")["total"]
+    assert (total["priced"], total["unpriced_attempts"]) == ("0.040000", 0), total
+    assert (total["unknown_attempts"], total["failed_spend"]) == (1, "0.040000"), total
+    fake.cdn_back.set()
+    assert afc("resume").returncode == 0
+    assert afc.rows("SELECT status, cost_micros FROM attempts ORDER BY number") == [
+        ("unknown", 40_000),
+        ("succeeded", 40_000),
+    ]

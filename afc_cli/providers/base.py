@@ -85,6 +85,11 @@ class AttemptRequest:
     # job-style call waits for its task to be scheduled, an adapter reads and encodes the
     # reference images, a process is frozen (SIGSTOP, a paused VM, a laptop's sleep).
     last_look: Callable[[], None] = no_look
+    # A paid render's known cost (micro-USD) and its source, awaited before the later rounds
+    # of fetching its output (``HttpProvider.fetch_output``), which may last an hour: it is
+    # written on the attempt at once (afc_cli/pipeline.py), not held in memory until the
+    # fetch ends, so a process killed meanwhile leaves the attempt at the cost it was paid
+    on_priced: Callable[[int, str], Awaitable[None]] | None = None
 
 
 @dataclass

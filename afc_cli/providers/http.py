@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
+from functools import partial
 from typing import Any
 
 from afc_cli.attempts import parse_retry_after
@@ -170,6 +171,9 @@ class HttpProvider(Provider):
         a moment (``outlast``): a failure that outlasts them carries the render's usage and
         cost (it was paid) and its request id. ``began``: the call's start on ``clock``."""
         public_only = not await self._private_base()
+        priced = None
+        if cost is not None and request.on_priced is not None:
+            priced = partial(request.on_priced, cost, "derived")
         try:
             return await self.outlast(
                 request,
@@ -182,6 +186,7 @@ class HttpProvider(Provider):
                     rand=self.rand,
                     public_only=public_only,
                 ),
+                priced,
             )
         except ProviderError as exc:
             exc.usage, exc.cost_micros = usage, cost
@@ -215,7 +220,11 @@ class HttpProvider(Provider):
         return found
 
     async def outlast(
-        self, request: AttemptRequest, began: float, fetch: Callable[[], Awaitable[Any]]
+        self,
+        request: AttemptRequest,
+        began: float,
+        fetch: Callable[[], Awaitable[Any]],
+        priced: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
         """``fetch()`` (free GETs of what a paid render made: a round of ``FETCH_TRIES``)
         made again in later rounds while it fails with ``OutputUnreachable``, each after a
@@ -223,7 +232,9 @@ class HttpProvider(Provider):
         (``keeps_outputs_s`` after the first round failed) and the attempt's window leaves a
         round's room (``began``: the call's start on ``clock``). The render was paid for: a
         new one would be paid again, and would land behind the same CDN. The first pause of an
-        outage is said once (``Reporter.notice``), and so is the first fetch after it."""
+        outage is said once (``Reporter.notice``), and so is the first fetch after it.
+        ``priced()`` is awaited once, before the first pause: the render's known cost is
+        written on its attempt then (``AttemptRequest.on_priced``)."""
         rounds, first_failed = 0, None
         last: OutputUnreachable | None = None
         # the run's own limit on the call (afc_cli/pipeline.py, render), less a margin: a
@@ -251,6 +262,8 @@ class HttpProvider(Provider):
                     if rounds > 1 or stopped:
                         _rounds_said(exc, rounds, stopped)
                     raise
+                if rounds == 1 and priced is not None:
+                    await priced()
                 if not self._fetch_failing_said:
                     self._fetch_failing_said = True
                     self._notice(
