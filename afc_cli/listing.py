@@ -7,6 +7,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, TERMINAL, Ledger
+from afc_cli.owner import held_by_no_process
 from afc_cli.owner import process_gone as owner_process_gone
 
 STATUSES = (*ACTIVE, "blocked", "awaiting_review", *TERMINAL)
@@ -38,9 +39,9 @@ def process_gone(job: dict[str, Any], now: float) -> bool:
     the money follows too. A free job has no process to be gone, and a host's spool hold and
     a moved ledger's lease are held by no process and say so in their own words."""
     owner = job.get("lease_owner")
-    return owner is not None and owner_process_gone(
-        owner, job.get("lease_expires"), now, job.get("lease_mono")
-    )
+    if owner is None or held_by_no_process(owner):
+        return False
+    return owner_process_gone(owner, job.get("lease_expires"), now, job.get("lease_mono"))
 
 
 def parse_statuses(values: list[str] | None) -> list[str] | None:

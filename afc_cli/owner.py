@@ -138,11 +138,10 @@ def process_gone(
 ) -> bool:
     """Whether no live run holds a job any more: its lease's process died on this host, or
     the lease ran out (``lease_held``: the rule a takeover follows), or nothing holds it (no
-    owner: a retry freed it). The one rule for "its run is gone": a call such a run left
-    ``started`` is abandoned, which the run that takes the job over marks ``unknown``, and
-    every figure counts it so before that run comes (``Ledger.gone_calls``); ``afc status``
-    says a leased job's process is gone (``listing.process_gone``). Not a lease no process
-    holds (``held_by_no_process``): a host's spool hold, a moved ledger's lease."""
-    if held_by_no_process(owner):
-        return False
-    return not lease_held(owner, expires, now, mono)
+    owner: a retry freed it), or ``afc ledger copy`` moved it (``MOVED_OWNER``: no run here
+    takes it again). The one rule for "its run is gone": a call such a run left ``started``
+    is abandoned, which the run that takes the job over marks ``unknown``, and every figure
+    counts it so before that run comes (``Ledger.gone_calls``, ``Ledger.cost_groups``);
+    ``afc status`` says a job's process is gone when a process held it
+    (``listing.process_gone``: not a free job, nor a lease ``held_by_no_process``)."""
+    return owner == MOVED_OWNER or not lease_held(owner, expires, now, mono)

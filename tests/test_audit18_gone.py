@@ -47,6 +47,30 @@ def test_a_dead_runs_call_is_unpriced_in_status_and_show_as_in_the_costs_report(
     assert (total["priced"], total["unpriced_attempts"]) == ("0.050000", 1), total
 
 
+def test_one_rule_says_whose_calls_are_abandoned_and_whose_process_is_gone():
+    """``owner.process_gone`` is the money's rule (a call left ``started`` counts as unknown)
+    and, for a lease a process held, the status's: a free job's calls and a moved ledger's
+    are abandoned (the claim that takes a free job marks them; no run takes a moved job
+    again), though no process of theirs is said to be gone."""
+    from afc_cli.ledger.core import MOVED_UNTIL
+    from afc_cli.listing import process_gone as status_says_gone
+    from afc_cli.owner import MOVED_OWNER, current_owner, host_lease, process_gone
+
+    now = 1000.0
+    for owner, expires, gone, said in [
+        (current_owner(), now + 60, False, False),  # a live run's call: in flight
+        (current_owner(), now - 1, True, True),  # its lease ran out
+        ("elsewhere:1:1", now + 1, False, False),  # another host's, still renewed
+        ("elsewhere:1:1", now - 1, True, True),
+        (None, None, True, False),  # a free job (a retry freed it)
+        (MOVED_OWNER, MOVED_UNTIL, True, False),
+        (host_lease(), now + 60, True, False),  # this host's spool hold: this host takes it
+    ]:
+        assert process_gone(owner, expires, now) is gone, owner
+        job = {"lease_owner": owner, "lease_expires": expires}
+        assert status_says_gone(job, now) is said, owner
+
+
 def test_a_renders_known_cost_survives_a_kill_while_its_output_is_out_of_reach(afc, fake):
     """OpenAI answered a DALL-E URL and its usage (the render is billed, its cost known), and
     the URL stayed out of reach: afc fetches it again in later rounds, for up to an hour. The
