@@ -44,6 +44,15 @@ def process_gone(job: dict[str, Any], now: float) -> bool:
     return owner_process_gone(owner, job.get("lease_expires"), now, job.get("lease_mono"))
 
 
+def waiting_now(job: dict[str, Any], said: str | None, now: float) -> str | None:
+    """A job's reason (``said``: what the ledger has, ``waiting_reason``), with the word that
+    its process is gone where it is (``process_gone``): as ``afc status`` and ``afc show``
+    give it."""
+    if job["status"] in ("running", "waiting") and process_gone(job, now):
+        return f"{said}; {PROCESS_GONE}" if said else PROCESS_GONE
+    return said
+
+
 def parse_statuses(values: list[str] | None) -> list[str] | None:
     """``--status failed --status dead`` or ``--status failed,dead``; None when not given."""
     if not values:
@@ -84,9 +93,7 @@ def status_view(
         book.close()
     rows = [job_json(r) for r in raw]
     for row, job in zip(rows, raw, strict=True):
-        if job["status"] in ("running", "waiting") and process_gone(job, now):
-            said = row["waiting"]
-            row["waiting"] = f"{said}; {PROCESS_GONE}" if said else PROCESS_GONE
+        row["waiting"] = waiting_now(job, row["waiting"], now)
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1

@@ -9,6 +9,7 @@ from typing import Any
 from afc_cli.costs import format_usd, job_cost, plural
 from afc_cli.errors import UsageError
 from afc_cli.ledger import TERMINAL, Ledger
+from afc_cli.listing import waiting_now
 
 
 def _iso(ts: float | None) -> str | None:
@@ -83,7 +84,8 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                 "output_url": f"{batch_row['storage'].rstrip('/')}/{job['output_key']}",
                 "output_sha256": job["output_sha256"],
                 "output_size": job["output_size"],
-                "waiting": job["waiting_reason"],
+                # as afc status says it: with the word that its process is gone
+                "waiting": waiting_now(job, job["waiting_reason"], ledger.lease_clock()),
                 "error": None
                 if not job["error_message"]
                 else {

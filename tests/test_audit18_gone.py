@@ -100,3 +100,21 @@ def test_a_renders_known_cost_survives_a_kill_while_its_output_is_out_of_reach(a
         ("unknown", 40_000),
         ("succeeded", 40_000),
     ]
+
+
+def test_afc_show_says_a_jobs_process_is_gone_as_afc_status_does(afc):
+    """After a SIGKILL, ``afc status`` says of a running job that the afc process running it
+    is gone (README 'Job statuses'); ``afc show``, where a person goes next for the job's
+    whole story, said it was running, with no reason, as if a run were rendering it."""
+    from afc_cli.listing import PROCESS_GONE
+
+    afc.write_manifest(manifest([{"key": "a", "prompt": "a"}]))
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_attempt_row"})
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    [job] = afc.json("status")["jobs"]
+    assert job["waiting"] == PROCESS_GONE
+    shown = afc.json("show", "a")["job"]
+    assert (shown["status"], shown["waiting"]) == ("running", PROCESS_GONE), shown
+    assert f"waiting       {PROCESS_GONE}" in afc("show", "a").stdout
+    assert afc("resume").returncode == 0
+    assert afc.json("show", "a")["job"]["waiting"] is None
