@@ -122,3 +122,23 @@ def test_afc_show_says_a_jobs_process_is_gone_as_afc_status_does(afc):
     assert f"waiting       {PROCESS_GONE}" in afc("show", "a").stdout
     assert afc("resume").returncode == 0
     assert afc.json("show", "a")["job"]["waiting"] is None
+
+
+def test_the_contact_sheet_says_a_jobs_process_is_gone_as_afc_status_does(afc):
+    """The contact sheet's card of a running job whose afc process was killed said nothing
+    of it (its reason is the ledger's ``waiting_reason``, none), where ``afc status`` and
+    ``afc show`` say the process is gone and the next run takes it over; its cost is
+    ``unpriced``, as the killed call counts."""
+    import html
+
+    import pytest
+
+    from afc_cli.listing import PROCESS_GONE
+
+    pytest.importorskip("jinja2", reason="the web extra: pip install 'afc-cli[web]'")
+    afc.write_manifest(manifest([{"key": "a", "prompt": "a"}]))
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_attempt_row"})
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    result = afc("report", "--html", "r.html")
+    assert result.returncode == 0, result.stderr
+    assert html.escape(PROCESS_GONE) in (afc.cwd / "r.html").read_text()

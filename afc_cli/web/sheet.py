@@ -19,6 +19,7 @@ from typing import Any
 from afc_cli.costs import job_cost
 from afc_cli.costs_report import costs_report, parse_since
 from afc_cli.ledger import Ledger
+from afc_cli.listing import waiting_now
 
 # A job that failed in a way a person must look at.
 FAILED = ("failed", "dead")
@@ -27,7 +28,7 @@ STORED = ("succeeded", "awaiting_review")
 SPEND_GROUPS = ("provider", "model", "day")
 
 
-def _card(row: dict[str, Any]) -> dict[str, Any]:
+def _card(row: dict[str, Any], now: float) -> dict[str, Any]:
     request = json.loads(row["request_json"]) if row["request_json"] else {}
     chain = [f"{c['provider']}/{c['model']}" for c in request.get("chain", [])]
     model, fallback = None, False
@@ -60,7 +61,8 @@ def _card(row: dict[str, Any]) -> dict[str, Any]:
         "size": row["output_size"],
         "sha256": row["output_sha256"],
         "error": error,
-        "waiting": row["waiting_reason"],
+        # as afc status and afc show give it: with the word that its process is gone
+        "waiting": waiting_now(row, row["waiting_reason"], now),
         "updated_at": row["updated_at"],
     }
 
@@ -78,12 +80,13 @@ def cards(
     rows = ledger.sheet_rows(
         batch=batch, since_ts=since_ts, statuses=statuses, limit=limit, offset=offset
     )
-    return [_card(row) for row in rows]
+    now = ledger.lease_clock()
+    return [_card(row, now) for row in rows]
 
 
 def card(ledger: Ledger, job_id: str) -> dict[str, Any] | None:
     rows = ledger.sheet_rows(job_id=job_id)
-    return _card(rows[0]) if rows else None
+    return _card(rows[0], ledger.lease_clock()) if rows else None
 
 
 def counts(ledger: Ledger, *, batch: str | None = None, since_ts: float | None = None):
