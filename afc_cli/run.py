@@ -324,8 +324,6 @@ def submit(
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
     rates = manifest_rates(manifest)
     budget = Budget.of_manifest(max_spend, manifest, allow_unpriced)
-    if budget is not None and run:
-        budget.check_priced([(manifest.batch, chain) for chain in manifest.chains], lambda b: rates)
     if run:
         require_keys({entry["provider"] for chain in manifest.chains for entry in chain})
         max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
@@ -368,8 +366,12 @@ def submit(
         if run and left:
             chains = [json.loads(job["request_json"])["chain"] for job in left]
             require_keys({entry["provider"] for chain in chains for entry in chain})
-            if budget is not None:
-                budget.check_priced([(manifest.batch, chain) for chain in chains], lambda b: rates)
+        if run and budget is not None:
+            # the models of the jobs this run may render: a replay of a finished job renders
+            # nothing, so an unpriced model that only it names refuses nothing
+            chains = [json.loads(job["request_json"])["chain"] for job in left]
+            chains += _chains_to_run(manifest, ledger)
+            budget.check_priced([(manifest.batch, chain) for chain in chains], lambda b: rates)
         if run:
             store = storage_mod.open(chosen)
             check_storage(store)  # before admitting or paying for anything
@@ -414,6 +416,20 @@ def submit(
     finally:
         if ledger is not None:
             ledger.close()
+
+
+def _chains_to_run(manifest: Any, ledger: Ledger | None) -> list[list[dict[str, Any]]]:
+    """The chains of the manifest's jobs that a submit may render: all of them, less those of
+    jobs the ledger has ended or holds for review (a replay renders nothing). A job whose
+    request changed is refused as a conflict, not rendered, so dropping it too is safe."""
+    finished = ledger.finished_job_keys(manifest.batch) if ledger is not None else set()
+    if not finished:
+        return manifest.chains
+    chains: dict[str, list[dict[str, Any]]] = {}
+    for job in manifest.jobs:
+        if job.key not in finished:
+            chains.setdefault(repr(job.chain), job.chain)
+    return list(chains.values())
 
 
 def _unlisted_jobs(ledger: Ledger, manifest: Any) -> list[dict[str, Any]]:

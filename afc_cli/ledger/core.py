@@ -784,6 +784,11 @@ class Ledger:
         """A batch's unfinished jobs (blocked ones too), key -> job id, in admission order."""
         return {key: job_id for job_id, key in self._runnable(batch)}
 
+    def finished_job_keys(self, batch: str) -> set[str]:
+        """The keys of a batch's jobs that no run renders again: ended, or awaiting review."""
+        sql = f"SELECT key FROM jobs WHERE batch = ? AND status NOT IN {RUNNABLE_SQL}"
+        return {key for (key,) in self.db.execute(sql, (batch,)).fetchall()}
+
     def status_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         sql = (
             "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.error_code,"
