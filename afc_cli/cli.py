@@ -935,7 +935,13 @@ def retry(
             emit_json(result)
         elif not quiet:
             for item in result["retried"]:
-                _err(f"{item['batch']}/{item['key']}: queued again (was {item['was']})")
+                if item["status"] == "blocked":
+                    _err(
+                        f"{item['batch']}/{item['key']}: blocked again (was {item['was']}): it "
+                        "waits for the jobs it needs ('afc show KEY' names them)"
+                    )
+                else:
+                    _err(f"{item['batch']}/{item['key']}: queued again (was {item['was']})")
             for item in result["unchanged"]:
                 _err(f"{item['batch']}/{item['key']}: now {item['status']}, left as it is")
             if result["retried"]:

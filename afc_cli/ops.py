@@ -267,6 +267,8 @@ def retry(
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"], "was": job["status"]}
             if ledger.retry(job, decided_by):
+                # queued, or blocked: a job with needs waits for them again
+                entry["status"] = ledger.job(job["id"])["status"]
                 out["retried"].append(entry)
             else:  # changed meanwhile (another retry won)
                 entry["status"] = ledger.job(job["id"])["status"]

@@ -27,3 +27,38 @@ def test_a_budget_refuses_no_finished_batch_for_its_unpriced_models(afc):
     assert refused.returncode == 2 and "local/unpriced" in refused.stderr
     assert afc.rows("SELECT key FROM jobs") == [("a",)]
     assert afc("plan", "manifest.yaml", "--max-spend", "1").returncode == 2
+
+
+def test_retry_of_a_job_with_needs_says_it_is_blocked_not_queued(afc):
+    """'afc retry' of a job failed DEPENDENCY_FAILED said 'queued again (was failed)' and 'run
+    afc resume to render them', though the retry put it back to blocked (its need still
+    failed): the next run renders nothing of it. It says blocked, and --json gives each
+    retried job's status."""
+    data = manifest(
+        [
+            {"key": "a", "prompt": "a", "params": {"fail": ["auth"]}},
+            {"key": "b", "prompt": "b", "needs": ["a"]},
+            {"key": "c", "prompt": "c", "params": {"fail": ["auth"]}},
+        ]
+    )
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 1
+    assert dict(afc.rows("SELECT key, status FROM jobs")) == {
+        "a": "failed",
+        "b": "failed",
+        "c": "failed",
+    }
+    retried = afc("retry", "b", "c")
+    assert retried.returncode == 0, retried.stderr
+    assert "b1/b: blocked again (was failed)" in retried.stderr
+    assert "b1/b: queued again" not in retried.stderr
+    assert "b1/c: queued again (was failed)" in retried.stderr
+    afc("cancel", "b", "c")
+    assert afc("retry", "--batch", "b1", "--cancelled", "--yes").returncode == 0
+    out = afc.json("retry", "--batch", "b1", "--failed", "--yes")
+    assert [(r["key"], r["status"]) for r in out["retried"]] == [("a", "queued")]
+    assert dict(afc.rows("SELECT key, status FROM jobs")) == {
+        "a": "queued",
+        "b": "blocked",
+        "c": "queued",
+    }

@@ -121,7 +121,7 @@ def test_a_key_of_two_batches_is_neither_retried_nor_cancelled_without_batch(afc
     assert refused.returncode == 2 and "several batches" in refused.stderr
     assert afc.rows(both) == [("b1", "cancelled"), ("b2", "cancelled")]
     assert afc.json("retry", "shot-001", "--batch", "b2")["retried"] == [
-        {"key": "shot-001", "batch": "b2", "was": "cancelled"}
+        {"key": "shot-001", "batch": "b2", "was": "cancelled", "status": "queued"}
     ]
     assert afc.rows(both) == [("b1", "cancelled"), ("b2", "queued")]
 

@@ -380,7 +380,9 @@ def test_retry_of_a_cancelled_job_and_by_filter(afc):
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert statuses(afc) == {"cancelled": 3}
     one = afc.json("retry", "shot-001")
-    assert one["retried"] == [{"key": "shot-001", "batch": "b1", "was": "cancelled"}]
+    assert one["retried"] == [
+        {"key": "shot-001", "batch": "b1", "was": "cancelled", "status": "queued"}
+    ]
     rest = afc.json("retry", "--batch", "b1", "--cancelled", "--yes")
     assert [r["key"] for r in rest["retried"]] == ["shot-002", "shot-003"]
     assert afc("resume").returncode == 0
