@@ -25,6 +25,7 @@ STAT_FIELDS = (
     "blocked",
     "awaiting_review",
     "oldest_review_age_seconds",
+    "process_gone",
 )
 RETRYABLE = ("failed", "dead", "cancelled")
 # A call started on another host can't be proved dead from here; after this long it has ended
@@ -295,10 +296,20 @@ def _in_flight(attempt: dict[str, Any], now: float | None = None) -> bool:
 def queue_stats(ledger_path: str) -> tuple[dict[str, Any], str | None]:
     """The backlog's figures, and where ``afc ledger copy`` moved the ledger's work (its
     backlog is there: the figures here are of jobs no run takes), else None."""
+    from afc_cli.listing import process_gone
+
     ledger = Ledger(ledger_path, create=False)
     try:
         moved = ledger.moved_to()
-        return ledger.queue_stats(), (moved["destination"] if moved else None)
+        stats = ledger.queue_stats()
+        # a job whose afc process is gone (a killed run) is in flight or delayed no more: it
+        # waits for the next run to take it over, as 'afc status' says (PROCESS_GONE)
+        now = ledger.lease_clock()
+        gone = [job["status"] for job in ledger.held_jobs() if process_gone(job, now)]
+        stats["in_flight"] -= gone.count("running")
+        stats["delayed"] -= gone.count("waiting")
+        stats["process_gone"] = len(gone)
+        return stats, (moved["destination"] if moved else None)
     finally:
         ledger.close()
 

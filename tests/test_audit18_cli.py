@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import manifest
+import signal
+
+from conftest import jobs, manifest, wait_for
 
 
 def test_a_budget_refuses_no_finished_batch_for_its_unpriced_models(afc):
@@ -62,3 +64,25 @@ def test_retry_of_a_job_with_needs_says_it_is_blocked_not_queued(afc):
         "b": "blocked",
         "c": "queued",
     }
+
+
+def test_queue_stats_counts_no_killed_runs_jobs_in_flight(afc):
+    """A run killed mid-call (SIGKILL, an OOM kill) leaves its jobs 'running' with the lease of
+    a dead process: 'afc status' said 'the afc process running it is gone', while 'afc queue
+    stats' counted them in_flight, so an operator saw renders under way that nothing ran. They
+    are counted as process_gone (--fail-if 'process_gone>0' alerts), not in flight."""
+    afc.write_manifest(manifest(jobs(2, latency_s=60)))
+    proc = afc.popen("submit", "manifest.yaml", "--concurrency", "2")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert afc.rows("SELECT DISTINCT status FROM jobs") == [("running",)]
+    status = afc.json("status")
+    assert all("process running it is gone" in job["waiting"] for job in status["jobs"])
+    stats = afc.json("queue", "stats")
+    assert (stats["in_flight"], stats["delayed"]) == (0, 0)
+    assert stats["process_gone"] == 2
+    alert = afc("queue", "stats", "--fail-if", "process_gone>0")
+    assert alert.returncode == 1 and "process_gone=2" in alert.stderr

@@ -1228,6 +1228,20 @@ class Ledger:
             **self._review_stats(counts, now),
         }
 
+    def held_jobs(self) -> list[dict[str, Any]]:
+        """The status and lease of every running or waiting job (``afc queue stats`` tells
+        those whose process is gone from those in flight): one lookup in the (batch, status)
+        index per batch and status."""
+        return [
+            row
+            for name in self._batch_names()
+            for status in ("running", "waiting")
+            for row in self._all(
+                "SELECT status, lease_owner, lease_expires FROM jobs WHERE batch = ? AND status = ?",
+                (name, status),
+            )
+        ]
+
     def _batch_names(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT name FROM batches")]
 
