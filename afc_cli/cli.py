@@ -642,12 +642,13 @@ def worker(
 
             emit_json(result.as_json())
         elif not quiet:
-            from afc_cli.costs import format_usd
+            from afc_cli.costs import format_usd, plural
 
             sys.stderr.write(
-                f"afc: worker claimed {result.claimed} jobs in {result.rounds} rounds; "
-                f"{result.finished} finished; spent {format_usd(result.spent_micros)} USD (priced)"
-                + (f"; {result.abandoned} calls abandoned" if result.abandoned else "")
+                f"afc: worker claimed {plural(result.claimed, 'job')} in "
+                f"{plural(result.rounds, 'round')}; {result.finished} finished; spent "
+                f"{format_usd(result.spent_micros)} USD (priced)"
+                + (f"; {plural(result.abandoned, 'call')} abandoned" if result.abandoned else "")
                 + (
                     # the budget's figure is every worker's of that budget, not this one's
                     f"; budget {result.budget['name']!r}: {result.budget['priced']} of "
@@ -703,8 +704,9 @@ def ledger_copy(
 
             emit_json(result)
             return
-        rows = ", ".join(f"{count} {table}" for table, count in result["rows"].items())
-        sys.stdout.write(f"copied {result['source']} to {result['destination']}: {rows}\n")
+        # rows by table name ("batches 1", not "1 batches")
+        rows = ", ".join(f"{table} {count}" for table, count in result["rows"].items())
+        sys.stdout.write(f"copied {result['source']} to {result['destination']}, rows: {rows}\n")
         sys.stdout.write(
             f"{result['source']} is marked moved: it runs and changes nothing from now on "
             "(submit, resume, worker, cancel, retry, reviews and webhooks refuse it), its "
@@ -722,8 +724,10 @@ def ledger_copy(
                 if is_postgres(destination)
                 else ""
             )
+            files = result["spooled_files"]
             sys.stdout.write(
-                f"{result['spooled_files']} files wait in {result['spool']}: paid renders, or "
+                ("1 file waits" if files == 1 else f"{files} files wait")
+                + f" in {result['spool']}: paid renders, or "
                 "the ids of requests a provider still renders; move them into "
                 f"{result['destination_spool']}{where} so the next run stores or polls them "
                 "instead of paying for them again\n"

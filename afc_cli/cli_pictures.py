@@ -73,9 +73,12 @@ def report_command(
             return
         sys.stdout.write(f"{result['file']}\n")
         total = result["total"]
+        from afc_cli.costs import plural
+
         _err(
-            f"wrote {result['file']} ({result['bytes'] / 1e6:.1f} MB): {result['jobs']} jobs, "
-            f"{result['pictures']} pictures, {result['failures']} failed, "
+            f"wrote {result['file']} ({result['bytes'] / 1e6:.1f} MB): "
+            f"{plural(result['jobs'], 'job')}, {plural(result['pictures'], 'picture')}, "
+            f"{result['failures']} failed, "
             f"{result['awaiting_review']} awaiting review; spent {total['priced']} USD (priced)"
         )
         if result["without_picture"]:

@@ -276,7 +276,8 @@ def print_story(story: dict[str, Any]) -> None:
     for hook in story["webhooks"]:
         say(
             f"webhook       {hook['id']} -> {hook['url']}: {hook['status']} after "
-            f"{hook['attempts']} tries" + (f" ({hook['last_error']})" if hook["last_error"] else "")
+            + ("1 try" if hook["attempts"] == 1 else f"{hook['attempts']} tries")
+            + (f" ({hook['last_error']})" if hook["last_error"] else "")
         )
     say("events")
     for e in story["events"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 from conftest import jobs, manifest, wait_for
 
 
@@ -86,3 +87,42 @@ def test_queue_stats_counts_no_killed_runs_jobs_in_flight(afc):
     assert stats["process_gone"] == 2
     alert = afc("queue", "stats", "--fail-if", "process_gone>0")
     assert alert.returncode == 1 and "process_gone=2" in alert.stderr
+
+
+def test_counts_of_one_are_said_in_the_singular(afc):
+    """'afc worker claimed 1 jobs in 1 rounds', 'afc report: 1 jobs, 1 pictures', 'afc ledger
+    copy: 1 batches, 1 jobs, 0 job_needs, ...' (table names read as nouns), 'afc show':
+    'delivered after 1 tries' (tests/test_webhooks.py), 'afc ledger copy': '1 files wait'
+    (tests/test_ledger_copy.py), a provider limit's '1 calls in flight'."""
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    worker = afc("worker", "--until-idle")
+    assert worker.returncode == 0, worker.stderr
+    assert "afc: worker claimed 1 job in 1 round;" in worker.stderr, worker.stderr
+    report = afc("report", "--html", "report.html")
+    assert report.returncode == 0, report.stderr
+    assert "1 job, 1 picture, 0 failed" in report.stderr, report.stderr
+    copied = afc("ledger", "copy", "afc.db", "copy.db")
+    assert copied.returncode == 0, copied.stderr
+    assert "rows: batches 1, jobs 1, " in copied.stdout, copied.stdout
+
+
+def test_a_provider_limit_of_one_call_says_one_call(afc):
+    """A provider's limits of one call ('limits: {local: {concurrency: 1}}'): the job that
+    waits for the slot said '1 calls in flight across this ledger (limit 1)'."""
+    from afc_cli.costs import RateCards
+    from afc_cli.ledger import Ledger, ProviderBusy
+    from afc_cli.manifest import load_manifest
+
+    m = load_manifest(afc.write_manifest(manifest(jobs(2))))
+    ledger = Ledger(str(afc.cwd / "afc.db"))
+    try:
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        first = ledger.claim(m.jobs[0].job_id, 60)
+        assert ledger.start_attempt(first, 0, "local", "m1", None, durable=False, limit=(1, None))
+        second = ledger.claim(m.jobs[1].job_id, 60)
+        with pytest.raises(ProviderBusy) as busy:
+            ledger.start_attempt(second, 0, "local", "m1", None, durable=False, limit=(1, None))
+        assert "1 call in flight across this ledger (limit 1)" in busy.value.reason
+    finally:
+        ledger.close()

@@ -49,7 +49,7 @@ def test_per_minute_counts_a_slow_hosts_calls_on_the_servers_clock(afc, pg_url, 
         b = host_b.claim(m.jobs[1].job_id, 60)
         with pytest.raises(ProviderBusy) as busy:
             host_b.start_attempt(b, 0, "local", "m1", None, durable=False, limit=(None, 1))
-        assert "1 calls started in the last minute" in busy.value.reason
+        assert "1 call started in the last minute" in busy.value.reason  # not "1 calls"
         assert 55 <= busy.value.retry_after <= 60.5
         assert host_b.attempts(b["id"]) == []
     finally:

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from afc_cli.costs import plural
 from afc_cli.errors import LedgerError, UsageError, first_line
 from afc_cli.ledger.core import MOVED_UNTIL, TERMINAL_SQL, Ledger
 from afc_cli.owner import (
@@ -172,7 +173,8 @@ def _refuse_live(src: Ledger) -> None:
     if live:
         row = live[0]
         raise UsageError(
-            f"{len(live)} jobs of {src.path} are held by a live run (e.g. "
+            f"{plural(len(live), 'job')} of {src.path} {'is' if len(live) == 1 else 'are'} "
+            "held by a live run (e.g. "
             f"{row['batch']}/{row['key']}, by {row['lease_owner']}); stop it (or "
             "let its leases expire), then copy (nothing was written)"
         )
@@ -190,7 +192,8 @@ def _refuse_live(src: Ledger) -> None:
     if calls:
         row = calls[0]
         raise UsageError(
-            f"{len(calls)} attempts of {src.path} are in a call of a live run (e.g. "
+            f"{plural(len(calls), 'attempt')} of {src.path} {'is' if len(calls) == 1 else 'are'}"
+            " in a call of a live run (e.g. "
             f"{row['batch']}/{row['key']}, by {row['owner']}); let it end, then copy (nothing "
             "was written)"
         )

@@ -72,6 +72,10 @@ def _crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _calls(count: int) -> str:
+    return "1 call" if count == 1 else f"{count} calls"
+
+
 def _now() -> float:
     return time.time()
 
@@ -1526,7 +1530,7 @@ class Ledger:
             if in_flight >= concurrency:
                 raise ProviderBusy(
                     provider,
-                    f"{in_flight} calls in flight across this ledger (limit {concurrency})",
+                    f"{_calls(in_flight)} in flight across this ledger (limit {concurrency})",
                     self.LIMIT_POLL_S,
                 )
         if per_minute:
@@ -1543,7 +1547,7 @@ class Ledger:
             if count >= per_minute:
                 raise ProviderBusy(
                     provider,
-                    f"{count} calls started in the last minute across this ledger "
+                    f"{_calls(count)} started in the last minute across this ledger "
                     f"(limit {per_minute})",
                     min(60.0, max(0.05, 60.0 - (now - float(first)))),
                 )
