@@ -23,7 +23,8 @@ produced it (``Ledger._queue_delivery``). This module only drains due rows:
   the environment variable the manifest names and is never stored or printed.
 - 2xx: delivered. 410 Gone: the endpoint is disabled (its pending rows end, none is posted
   again until a replay re-enables it). 429, 5xx, timeouts and connection errors: retried with
-  full-jitter backoff honouring Retry-After, up to MAX_TRIES, then dead with the envelope kept.
+  full-jitter backoff honouring Retry-After as a floor (``retry_delay``), up to MAX_TRIES,
+  then dead with the envelope kept.
   Other 4xx: dead at once (the receiver refuses the event; retrying will not change that).
   Redirects are never followed (a signed event goes only to the URL the manifest names): a
   301 or 308 is dead at once, naming where it points; another 3xx is retried as a 5xx is.
@@ -56,6 +57,18 @@ PERMANENT_REDIRECTS = (301, 308)
 BACKOFF_BASE_S = 5.0
 BACKOFF_CAP_S = 600.0
 FINAL_DRAIN_S = 15.0
+
+
+def retry_delay(tries: int, retry_after: float | None, *, rand=random.random) -> float:
+    """Seconds until a delivery's next try after ``tries`` failed ones: the full-jitter
+    backoff, or the receiver's Retry-After where that is longer (up to the cap). A Retry-After
+    is a floor, never a shortcut: a receiver answering 429 or 503 with ``Retry-After: 0`` (or
+    a date already past) had its event posted again by the very next drain (an idle worker's
+    every --poll seconds, a run's every second), its MAX_TRIES spent within seconds."""
+    delay = backoff_delay(tries, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, rand=rand)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, BACKOFF_CAP_S))
+    return delay
 
 
 def webhook_url_problem(value: str) -> str | None:
@@ -351,13 +364,7 @@ class Deliverer:
                 stats.dead += 1
             stats.failed_urls.add(row["url"])  # it failed: skip it for this pass, as below
         else:
-            delay = backoff_delay(
-                tries,
-                base=BACKOFF_BASE_S,
-                cap=BACKOFF_CAP_S,
-                retry_after=retry_after,
-                rand=self.rand,
-            )
+            delay = retry_delay(tries, retry_after, rand=self.rand)
             if ledger.delivery_retry(row["id"], status, error, delay):
                 stats.retrying += 1
             # down, broken, or asking to be spared (a 429, a temporary redirect): its other
