@@ -89,19 +89,18 @@ def plan(
         problems.append(
             f"the ledger was moved to {moved} by 'afc ledger copy': run afc there (--ledger)"
         )
+    # the chains of the jobs the submit may render, as it checks them (run._chains_to_run): a
+    # replay of a finished job calls no provider, so its models need no price and no API key
+    finished = {key for key, known in admitted.items() if known[1] in PAST_RENDERING}
+    to_run = manifest.chains
+    if finished:
+        distinct = {repr(job.chain): job.chain for job in manifest.jobs if job.key not in finished}
+        to_run = list(distinct.values())
     unlisted_chains = [body["chain"] for body in unlisted.values()]
-    chains = [*manifest.chains, *unlisted_chains]
+    chains = [*to_run, *unlisted_chains]
     if budget is not None:
-        # as the submit checks it (run._chains_to_run): a replay of a finished job renders
-        # nothing, so its models need no price
-        finished = {key for key, known in admitted.items() if known[1] in PAST_RENDERING}
-        to_run = manifest.chains
-        if finished:
-            to_run = [job.chain for job in manifest.jobs if job.key not in finished]
         try:
-            budget.check_priced(
-                [(manifest.batch, chain) for chain in [*to_run, *unlisted_chains]], lambda b: rates
-            )
+            budget.check_priced([(manifest.batch, chain) for chain in chains], lambda b: rates)
         except UsageError as exc:
             problems.append(exc.message)
     # What this environment lacks for the submit (an API key, a webhook secret: names only,

@@ -324,8 +324,24 @@ def submit(
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
     rates = manifest_rates(manifest)
     budget = Budget.of_manifest(max_spend, manifest, allow_unpriced)
+
+    def keys_set(chains: list[list[dict[str, Any]]]) -> None:
+        require_keys({entry["provider"] for chain in chains for entry in chain})
+
+    def priced(chains: list[list[dict[str, Any]]]) -> None:
+        if budget is not None:
+            budget.check_priced([(manifest.batch, chain) for chain in chains], lambda b: rates)
+
+    # Under a budget the rate cards, and the API keys, of the manifest's models. One that is
+    # missing is decided again once the ledger is read, over the jobs a run may render only:
+    # a replay of a finished job calls no provider (``refused``; a new ledger runs them all).
+    refused = []
     if run:
-        require_keys({entry["provider"] for chain in manifest.chains for entry in chain})
+        for check in (priced, keys_set):
+            try:
+                check(manifest.chains)
+            except UsageError:
+                refused.append(check)
         max_interrupts()  # a bad AFC_MAX_INTERRUPTS refuses the run before anything is written
         lease_seconds()
         min_free_bytes()  # a bad AFC_MIN_FREE_MB is refused before anything is written
@@ -349,6 +365,8 @@ def submit(
         )
     try:
         if ledger is None:
+            for check in refused:  # every job is new: it refuses as before
+                check(manifest.chains)
             ledger_file.precheck(path)
         else:
             ledger.refuse_moved()  # its work is in another ledger now: nothing here, not --no-run
@@ -363,15 +381,14 @@ def submit(
         # these (it writes the manifest's jobs only), so they are read before it.
         shown = run or report_jobs  # a quiet --no-run reads no job rows (100,000-job lists)
         left = _unlisted_jobs(ledger, manifest) if shown and ledger is not None else []
-        if run and left:
-            chains = [json.loads(job["request_json"])["chain"] for job in left]
-            require_keys({entry["provider"] for chain in chains for entry in chain})
-        if run and budget is not None:
-            # the models of the jobs this run may render: a replay of a finished job renders
-            # nothing, so an unpriced model that only it names refuses nothing
-            chains = [json.loads(job["request_json"])["chain"] for job in left]
-            chains += _chains_to_run(manifest, ledger)
-            budget.check_priced([(manifest.batch, chain) for chain in chains], lambda b: rates)
+        if run:
+            unlisted_chains = [json.loads(job["request_json"])["chain"] for job in left]
+            to_run = _chains_to_run(manifest, ledger) if refused else []
+            for check in (priced, keys_set):
+                if check in refused:
+                    check([*to_run, *unlisted_chains])
+                elif unlisted_chains:
+                    check(unlisted_chains)
         if run:
             store = storage_mod.open(chosen)
             check_storage(store)  # before admitting or paying for anything

@@ -126,3 +126,30 @@ def test_a_provider_limit_of_one_call_says_one_call(afc):
         assert "1 call in flight across this ledger (limit 1)" in busy.value.reason
     finally:
         ledger.close()
+
+
+def test_a_finished_batch_is_not_refused_for_an_api_key_it_no_longer_needs(afc, fake):
+    """A finished OpenAI batch, submitted again (cron) where OPENAI_API_KEY is no longer set
+    (rotated out, another machine): exit 2 'API key not set in the environment', though no
+    provider would be called. Only the jobs a run may render need their keys, as for a
+    budget's rate cards; a new job on that provider is still refused, nothing written, and
+    on a new ledger the refusal comes before the ledger is made."""
+    data = manifest([{"key": "a", "prompt": "a lighthouse"}])
+    data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1", "attempts": 1}]
+    data["rates"] = [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}]
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    afc.env.pop("OPENAI_API_KEY")
+    again = afc("submit", "manifest.yaml", "--max-spend", "1")
+    assert again.returncode == 0, again.stderr
+    planned = afc.json("plan", "manifest.yaml")
+    assert planned["environment"] == [], planned
+    data["jobs"].append({"key": "b", "prompt": "b"})
+    afc.write_manifest(data)
+    refused = afc("submit", "manifest.yaml")
+    assert refused.returncode == 2 and "OPENAI_API_KEY" in refused.stderr
+    assert afc.rows("SELECT key FROM jobs") == [("a",)]
+    assert any("OPENAI_API_KEY" in e for e in afc.json("plan", "manifest.yaml")["environment"])
+    fresh = afc("submit", "manifest.yaml", "--ledger", "new.db")
+    assert fresh.returncode == 2 and "OPENAI_API_KEY" in fresh.stderr
+    assert not (afc.cwd / "new.db").exists()
