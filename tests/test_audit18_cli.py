@@ -153,3 +153,17 @@ def test_a_finished_batch_is_not_refused_for_an_api_key_it_no_longer_needs(afc, 
     fresh = afc("submit", "manifest.yaml", "--ledger", "new.db")
     assert fresh.returncode == 2 and "OPENAI_API_KEY" in fresh.stderr
     assert not (afc.cwd / "new.db").exists()
+
+
+def test_the_pictures_say_one_avoided_render_in_the_singular(afc):
+    """'afc report --html' (and 'afc serve') said 'saved by stored outputs 0.050000 USD, 1
+    renders'."""
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    # a second ledger finds the output stored by the first: one render avoided
+    assert afc("submit", "manifest.yaml", "--ledger", "other.db").returncode == 0
+    assert afc.json("costs", "report", "--ledger", "other.db")["total"]["avoided_renders"] == 1
+    result = afc("report", "--html", "report.html", "--ledger", "other.db")
+    assert result.returncode == 0, result.stderr
+    page = (afc.cwd / "report.html").read_text()
+    assert "USD, 1 render</div>" in page and "1 renders" not in page
