@@ -1241,7 +1241,8 @@ class Ledger:
             for name in self._batch_names()
             for status in ("running", "waiting")
             for row in self._all(
-                "SELECT status, lease_owner, lease_expires FROM jobs WHERE batch = ? AND status = ?",
+                "SELECT status, lease_owner, lease_expires, lease_mono FROM jobs"
+                " WHERE batch = ? AND status = ?",
                 (name, status),
             )
         ]
