@@ -1,13 +1,18 @@
 """An idle ``afc worker`` (no job to claim) starts a drain only for deliveries that are due: a
-delivery waiting out its backoff costs an idle worker nothing at each poll."""
+delivery waiting out its backoff costs an idle worker nothing at each poll. A drain held up by
+its receiver holds back neither a new job nor the worker's stop."""
 
 from __future__ import annotations
 
 import base64
+import signal
 import sqlite3
+import threading
 import time
 
+import pytest
 from conftest import jobs, manifest, wait_for
+from receiver import Receiver
 
 from afc_cli import worker as worker_mod
 from afc_cli.worker import work
@@ -80,84 +85,64 @@ def test_a_worker_reports_its_own_spend_and_the_shared_budget_apart(afc):
     }, reasons
 
 
-def test_an_idle_worker_draining_a_hung_receiver_still_takes_new_jobs(afc):
+@pytest.fixture
+def held(afc):
+    """A receiver that holds every POST unanswered, and one event due for it now (its
+    webhook's ``timeout_s`` 120 s); a started worker waits until its POST is held."""
+    receiver = Receiver().start()
+    receiver.gate = threading.Event()  # set by receiver.stop
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    data = manifest(jobs(1))
+    data["webhook"] = {
+        "url": "http://127.0.0.1:9/down",
+        "secret_env": "AFC_HOOK_SECRET",
+        "timeout_s": 120,
+    }
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    with sqlite3.connect(afc.cwd / "afc.db") as conn:  # due now, at the held receiver
+        conn.execute("UPDATE deliveries SET url = ?, next_attempt_at = 0", (receiver.url,))
+
+    def worker(*args: str):
+        proc = afc.popen("worker", *args)
+        deadline = time.time() + 30
+        while not receiver.received:  # the idle worker's POST is in flight, held
+            assert proc.poll() is None and time.time() < deadline, proc.stderr
+            time.sleep(0.02)
+        return proc
+
+    yield receiver, worker
+    receiver.stop()
+
+
+def test_an_idle_worker_draining_a_hung_receiver_still_takes_new_jobs(afc, held):
     """SPEC §11: a broken receiver never slows a render. An idle worker drained its due
     events in a run loop of no jobs, which returned only when the receiver's POST timed out
     (up to the webhook's ``timeout_s``, at most 120 s): a job submitted meanwhile, another
     batch's too, waited that long before any worker took it. The drain now claims beside it
     every ``--poll`` seconds and gives way (its POST abandoned, the event posted again with
     the same id once its lease runs out) as soon as a claim finds work."""
-    import signal
-    import threading
-
-    from receiver import Receiver
-
-    receiver = Receiver().start()
-    receiver.gate = threading.Event()  # every POST held unanswered
-    afc.env["AFC_HOOK_SECRET"] = SECRET
+    receiver, start = held
+    worker = start("--poll", "0.2")
     try:
-        data = manifest(jobs(1))
-        data["webhook"] = {
-            "url": "http://127.0.0.1:9/down",
-            "secret_env": "AFC_HOOK_SECRET",
-            "timeout_s": 120,
-        }
-        afc.write_manifest(data)
-        assert afc("submit", "manifest.yaml").returncode == 0
-        with sqlite3.connect(afc.cwd / "afc.db") as conn:  # due now, at the hung receiver
-            conn.execute("UPDATE deliveries SET url = ?, next_attempt_at = 0", (receiver.url,))
-        worker = afc.popen("worker", "--poll", "0.2")
-        try:
-            deadline = time.time() + 30
-            while not receiver.received:  # the idle worker's POST is in flight, held
-                assert worker.poll() is None and time.time() < deadline, worker.stderr
-                time.sleep(0.02)
-            afc.write_manifest(manifest(jobs(1), batch="b2"), "m2.yaml")
-            assert afc("submit", "m2.yaml", "--no-run").returncode == 0
-            wait_for(
-                afc, "SELECT COUNT(*) FROM jobs WHERE batch = 'b2' AND status = 'succeeded'", 1
-            )
-            assert not receiver.gate.is_set() and len(receiver.received) == 1
-        finally:
-            receiver.gate.set()
-            worker.send_signal(signal.SIGTERM)
-            assert worker.wait(30) == 0, worker.stderr.read()
+        afc.write_manifest(manifest(jobs(1), batch="b2"), "m2.yaml")
+        assert afc("submit", "m2.yaml", "--no-run").returncode == 0
+        wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE batch = 'b2' AND status = 'succeeded'", 1)
+        assert not receiver.gate.is_set() and len(receiver.received) == 1
     finally:
-        receiver.stop()
+        receiver.gate.set()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.stderr.read()
     # the abandoned POST's event is still to be delivered (at least once, same id)
     assert afc.rows("SELECT status FROM deliveries") == [("pending",)]
 
 
-def test_a_signal_stops_an_idle_worker_whose_receiver_holds_its_post(afc):
+def test_a_signal_stops_an_idle_worker_whose_receiver_holds_its_post(afc, held):
     """The idle drain wakes on the worker's stop at once (the signal's byte on ``Stop``'s
-    pipe), not when the held POST times out."""
-    import signal
-    import threading
-
-    from receiver import Receiver
-
-    receiver = Receiver().start()
-    receiver.gate = threading.Event()
-    afc.env["AFC_HOOK_SECRET"] = SECRET
-    try:
-        data = manifest(jobs(1))
-        data["webhook"] = {
-            "url": "http://127.0.0.1:9/down",
-            "secret_env": "AFC_HOOK_SECRET",
-            "timeout_s": 120,
-        }
-        afc.write_manifest(data)
-        assert afc("submit", "manifest.yaml").returncode == 0
-        with sqlite3.connect(afc.cwd / "afc.db") as conn:
-            conn.execute("UPDATE deliveries SET url = ?, next_attempt_at = 0", (receiver.url,))
-        worker = afc.popen("worker", "--poll", "60")
-        deadline = time.time() + 30
-        while not receiver.received:
-            assert worker.poll() is None and time.time() < deadline, worker.stderr
-            time.sleep(0.02)
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(30) == 0, worker.stderr.read()
-        assert not receiver.gate.is_set()  # still held: the worker did not wait it out
-    finally:
-        receiver.stop()
+    pipe), not when the held POST times out (120 s)."""
+    receiver, start = held
+    worker = start("--poll", "60")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.stderr.read()
+    assert not receiver.gate.is_set()  # still held: the worker did not wait it out
     assert afc.rows("SELECT status FROM deliveries") == [("pending",)]
