@@ -449,7 +449,7 @@ def test_a_provider_limit_counts_every_process_of_the_ledger(book):
     b = ledger.claim(b["id"], 60)
     with pytest.raises(ProviderBusy) as busy:
         ledger.start_attempt(b, 0, "local", "m1", None, durable=False, limit=(1, None))
-    assert "1 calls in flight" in busy.value.reason and busy.value.retry_after > 0
+    assert "1 call in flight" in busy.value.reason and busy.value.retry_after > 0
     assert ledger.attempts(b["id"]) == [] and ledger.job(b["id"])["attempts"] == 0
     assert ledger.start_attempt(b, 0, "local", "m1", None, durable=False, limit=(2, None)) == 1
     with ledger.tx():  # the other host died: its lease expires, its call no longer counts
