@@ -794,7 +794,10 @@ def run_jobs(
         ctx.ledger_broke = interruption.stop_for
         try:
             with ledger.grouped(loop), interruption.installed(loop):
-                if ledger.has_webhooks():
+                # a stop acted on as the handlers went in (a worker's SIGTERM while it opened
+                # the storages, a closed pipe) was acted on before the outbox began: no drain
+                # is started to post events after it, and its rows wait for the next run
+                if ledger.has_webhooks() and not ctx.stopping.is_set():
                     from afc_cli.webhooks import run_beside
 
                     # beside the batch, never inside a job's steps
