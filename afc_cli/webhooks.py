@@ -214,12 +214,12 @@ class Deliverer:
         Rows are claimed in batches; receivers are served in parallel, each one's rows one at
         a time: a receiver is never hit by a burst from one process, and its 410 or its
         failure is known before its next row is tried. Claimed rows this pass does not post
-        (a receiver given up on, the deadline) are released at once for the next pass or
-        another process. A row tried in this pass is not due again within it: a retry is
-        scheduled after the pass began, a row released for want of its secret is due from
-        its release on. ``failed_urls``: receivers that timed out in the pass just before,
-        not tried again in this one (a run's last pass does not wait out a slow receiver's
-        timeout a second time)."""
+        (a receiver given up on, the deadline, a stop that cancels the pass) are released at
+        once for the next pass or another process. A row tried in this pass is not due again
+        within it: a retry is scheduled after the pass began, a row released for want of its
+        secret is due from its release on. ``failed_urls``: receivers that timed out in the
+        pass just before, not tried again in this one (a run's last pass does not wait out a
+        slow receiver's timeout a second time)."""
         stats = DrainStats()
         stats.failed_urls.update(failed_urls)
         ledger = self.ledger
@@ -244,8 +244,9 @@ class Deliverer:
             by_url: dict[str, list[dict[str, Any]]] = {}
             for row in fresh:
                 by_url.setdefault(row["url"], []).append(row)
+            unposted = {row["id"] for row in fresh}  # claimed, and no turn to post them yet
 
-            async def serve(url_rows: list[dict[str, Any]]) -> None:
+            async def serve(url_rows: list[dict[str, Any]], unposted: set[str]) -> None:
                 pending = list(url_rows)
                 try:
                     async with receivers:
@@ -257,12 +258,20 @@ class Deliverer:
                             if deadline is not None and self.clock() >= deadline:
                                 break
                             pending.pop(0)
+                            unposted.discard(row["id"])
                             await self._deliver(row, stats)
                 finally:
                     for row in pending:  # not posted in this pass: free for the next
+                        unposted.discard(row["id"])
                         ledger.release_delivery(row["id"])
 
-            await asyncio.gather(*(serve(url_rows) for url_rows in by_url.values()))
+            try:
+                await asyncio.gather(*(serve(rows, unposted) for rows in by_url.values()))
+            finally:
+                # a stop that cancelled the pass before a receiver's turn began (acted on
+                # right after the claim): that turn never ran, nor its release above
+                for delivery_id in sorted(unposted):
+                    ledger.release_delivery(delivery_id)
         return stats
 
     async def _post(self, row: dict[str, Any], headers: dict[str, str]) -> Any:

@@ -65,3 +65,53 @@ def test_a_worker_stopped_before_its_loop_began_posts_no_event(afc, s3):  # noqa
         assert afc.rows("SELECT status, lease_owner FROM deliveries") == [("pending", None)]
     finally:
         receiver.stop()
+
+
+def test_a_drain_stopped_as_its_claim_returned_leaves_no_row_leased(afc, monkeypatch):
+    """A stop acted on in the loop's turn right after a drain's claim (on PostgreSQL a signal
+    during the claim's round trip: the run acts on it at once, no commit sync to wait for)
+    cancelled the drain before any receiver's turn had begun: those turns never ran, so their
+    'release what was not posted' never did, and every row of the claim (up to 64) stayed
+    leased to the stopped process for its timeout plus 120 s, skipped by 'afc webhooks
+    deliver' meanwhile though nothing was posting them. Rows claimed and not posted are
+    released whatever stopped the drain."""
+    import asyncio
+
+    import pytest
+
+    from afc_cli.ledger import Ledger
+    from afc_cli.webhooks import Deliverer
+
+    hook = {"url": "http://127.0.0.1:9/down", "secret_env": "AFC_HOOK_SECRET"}
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    afc.write_manifest(manifest(jobs(3), webhook=hook))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    with sqlite3.connect(afc.cwd / "afc.db") as conn:  # all three due now
+        conn.execute("UPDATE deliveries SET next_attempt_at = 0")
+    monkeypatch.setenv("AFC_HOOK_SECRET", SECRET)
+    ledger = Ledger(str(afc.cwd / "afc.db"), create=False)
+    try:
+        real = ledger.claim_deliveries
+        claimed: list[dict] = []
+
+        def claim(*args, **kwargs):
+            rows = real(*args, **kwargs)
+            claimed.extend(rows)
+            asyncio.current_task().cancel()  # the stop, acted on before the next turn
+            return rows
+
+        ledger.claim_deliveries = claim
+
+        async def main() -> None:
+            deliverer = Deliverer(ledger)
+            try:
+                await deliverer.drain()
+            finally:
+                await deliverer.close()
+
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(main())
+    finally:
+        ledger.close()
+    assert len(claimed) == 3
+    assert afc.rows("SELECT status, lease_owner FROM deliveries") == [("pending", None)] * 3
