@@ -115,3 +115,80 @@ def test_a_drain_stopped_as_its_claim_returned_leaves_no_row_leased(afc, monkeyp
         ledger.close()
     assert len(claimed) == 3
     assert afc.rows("SELECT status, lease_owner FROM deliveries") == [("pending", None)] * 3
+
+
+def test_a_delivery_under_way_on_a_copied_ledger_posts_nothing_more_from_it(afc, tmp_path):
+    """'afc webhooks deliver' (cron) was posting the source's events to a slow receiver when
+    'afc ledger copy' moved the ledger (a deliver holds no job's lease, so nothing refused
+    the copy). The deliver went on with its pass on the moved source, posting every event it
+    had claimed or claimed next, while the new ledger, which holds them all pending, posts
+    them too: each one twice, two processes at once, the source's outcomes (a 410 that
+    disables an endpoint, a dead row) recorded where no run reads them. A moved ledger's
+    deliveries are neither claimed nor held for a POST: only the POST in flight at the copy
+    goes out from the source (the copy holds it leased to that process, and posts it again,
+    same webhook-id, once the lease runs out)."""
+    receiver = Receiver().start()
+    receiver.gate = threading.Event()
+    try:
+        afc.env["AFC_HOOK_SECRET"] = SECRET
+        hook = {"url": "http://127.0.0.1:9/down", "secret_env": "AFC_HOOK_SECRET"}
+        afc.write_manifest(manifest(jobs(3), webhook={**hook, "timeout_s": 60}))
+        assert afc("submit", "manifest.yaml").returncode == 0
+        with sqlite3.connect(afc.cwd / "afc.db") as conn:  # all three due at the receiver
+            conn.execute("UPDATE deliveries SET url = ?, next_attempt_at = 0", (receiver.url,))
+        deliver = afc.popen("webhooks", "deliver")
+        try:
+            deadline = time.time() + 30
+            while not receiver.received:  # its first POST is under way, held
+                assert deliver.poll() is None and time.time() < deadline, deliver.stderr.read()
+                time.sleep(0.02)
+            moved = afc("ledger", "copy", "afc.db", str(tmp_path / "new.db"))
+            assert moved.returncode == 0, moved.stderr
+            receiver.gate.set()
+            assert deliver.wait(timeout=60) == 0, deliver.stderr.read()
+        finally:
+            receiver.gate.set()
+            if deliver.poll() is None:
+                deliver.kill()
+                deliver.wait()
+        first = receiver.received[0].headers["webhook-id"]
+        assert [r.headers["webhook-id"] for r in receiver.received] == [first], (
+            "the moved source went on posting"
+        )
+        # the new ledger holds them as the copy found them, leased to the deliver that had
+        # claimed them: it sends all three once those leases have run out (here: made to),
+        # the one that was in flight again with the same webhook-id
+        with sqlite3.connect(tmp_path / "new.db") as conn:
+            assert conn.execute("SELECT COUNT(*) FROM deliveries WHERE lease_owner IS NOT NULL")
+            conn.execute("UPDATE deliveries SET lease_expires = 0")
+        sent = afc("webhooks", "deliver", "--ledger", str(tmp_path / "new.db"))
+        assert sent.returncode == 0, sent.stderr
+        ids = [r.headers["webhook-id"] for r in receiver.received]
+        assert len(ids) == 4 and len(set(ids)) == 3 and ids.count(first) == 2, ids
+    finally:
+        receiver.stop()
+
+
+def test_a_moved_ledgers_deliveries_are_neither_claimed_nor_held(afc, ledger_url):
+    """The rule above on both engines: once 'afc ledger copy' moved a ledger, no claim takes
+    its due deliveries and no pass that claimed them before holds one for its POST."""
+    from afc_cli.ledger import Ledger
+
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    hook = {"url": "http://127.0.0.1:9/down", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(manifest(jobs(2), webhook=hook))
+    assert afc("submit", "manifest.yaml", env={"AFC_LEDGER": ledger_url}).returncode == 0
+    source = Ledger(ledger_url, create=False)
+    try:
+        with source.tx():
+            source.db.execute("UPDATE deliveries SET next_attempt_at = 0")
+        [claimed] = source.claim_deliveries(1)  # a pass under way on the source
+        assert source.deliveries_due()
+        moved = afc("ledger", "copy", ledger_url, str(afc.cwd / "new.db"))
+        assert moved.returncode == 0, moved.stderr
+        assert not source.deliveries_due()
+        assert source.claim_deliveries(10) == []
+        assert source.hold_delivery(claimed["id"]) is None
+        assert [row["status"] for row in source.deliveries()] == ["pending"] * 2
+    finally:
+        source.close()

@@ -17,6 +17,9 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   ``MOVED_OWNER`` for good; from then on submit, resume and worker refuse it (exit 2,
   ``Ledger.refuse_moved``) and no claim takes its jobs (PostgreSQL: the copy holds the jobs
   table against claims until then), while every reading command still reads its history.
+  Its deliveries are neither claimed nor held for a POST any more (``Ledger._NOT_MOVED``): a
+  drain still going on the source posts nothing after the POST it had in flight, and the
+  destination posts what it had claimed once the leases copied with them run out.
   A cron line or a worker left on the source would otherwise pay for the jobs the
   destination's runs pay for. ``keep_source`` (``--keep-source``: a backup, a test copy)
   leaves the source as it was, both ledgers able to run the same jobs.

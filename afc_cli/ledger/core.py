@@ -2066,10 +2066,14 @@ class Ledger:
     # plus this margin (or the caller's, e.g. AFC_LEASE_S when shorter), on the ledger's clock.
     DELIVERY_LEASE_MARGIN_S = 120.0
 
+    # a moved ledger's deliveries are the destination's to post (``afc ledger copy``): a
+    # drain still going on the source (a deliver, a run's last pass) claims and holds none
+    _NOT_MOVED = "NOT EXISTS (SELECT 1 FROM ledger_moves)"
     # a delivery to post: pending, due before the first parameter, its lease (if any) expired
-    # before the second
+    # before the second, its ledger not moved
     _DELIVERY_DUE = (
         "status = 'pending' AND next_attempt_at <= ? AND (lease_owner IS NULL OR lease_expires < ?)"
+        f" AND {_NOT_MOVED}"
     )
 
     def deliveries_due(self) -> bool:
@@ -2138,13 +2142,15 @@ class Ledger:
         to cover the post (its timeout plus ``margin_s`` from now, the ledger's clock).
         Returns the row as it is now, or None when another process holds it or it is no
         longer pending: then it is not posted, so no delivery is sent twice while a lease on
-        it is live."""
+        it is live. None too once ``afc ledger copy`` moved the ledger: its copy there is
+        posted by the destination's runs, not also by a pass that claimed it here before."""
         now = self.lease_clock()
         with self.tx(commit=True):
             rows = self._all(  # every row fetched: no statement left open at the commit
                 "UPDATE deliveries SET lease_owner = ?, lease_expires = ? + timeout_s"
                 " WHERE id = ? AND status = 'pending'"
-                " AND (lease_owner = ? OR lease_owner IS NULL OR lease_expires < ?) RETURNING *",
+                " AND (lease_owner = ? OR lease_owner IS NULL OR lease_expires < ?)"
+                f" AND {self._NOT_MOVED} RETURNING *",
                 (self.owner, now + margin_s, delivery_id, self.owner, now),
             )
         return rows[0] if rows else None
