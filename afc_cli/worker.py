@@ -149,10 +149,15 @@ def drain_while_idle(
     ``timeout_s`` (at most 120 s). A POST the cancel abandons keeps its row leased to this
     worker until the lease runs out, then it is posted again with the same ``webhook-id``
     (at least once, as after any interrupted run); the rows of the pass not yet posted are
-    released at once, and the round's run loop drains them beside its jobs."""
+    released at once, and the round's run loop drains them beside its jobs. A worker already
+    stopping (a signal during its claim, or its look for due events) starts no drain: its
+    first turn claimed and began a POST before it saw the stop."""
     import asyncio
 
     from afc_cli.webhooks import Deliverer
+
+    if stop.is_set():  # a signal during the look for due events: no POST starts after it
+        return []
 
     async def main() -> list[dict[str, Any]]:
         loop = asyncio.get_running_loop()

@@ -192,3 +192,40 @@ def test_a_moved_ledgers_deliveries_are_neither_claimed_nor_held(afc, ledger_url
         assert [row["status"] for row in source.deliveries()] == ["pending"] * 2
     finally:
         source.close()
+
+
+def test_a_worker_stopped_as_it_found_events_due_posts_none(afc, monkeypatch):
+    """A worker with no job to claim looks whether any event is due, then drains. A SIGTERM
+    that came during that look (or the claim before it: round trips, a busy ledger's wait)
+    set the worker's stop, and the drain began all the same: in its first turn it claimed
+    the due rows and opened a POST before it saw the stop, and the POST it then abandoned
+    kept its row leased to the stopped worker for its timeout plus 120 s. A worker that is
+    stopping starts no drain."""
+    import os
+
+    from afc_cli.ledger import Ledger
+    from afc_cli.worker import work
+
+    receiver = Receiver().start()
+    try:
+        afc.env["AFC_HOOK_SECRET"] = SECRET
+        monkeypatch.setenv("AFC_HOOK_SECRET", SECRET)
+        hook = {"url": "http://127.0.0.1:9/down", "secret_env": "AFC_HOOK_SECRET"}
+        afc.write_manifest(manifest(jobs(1), webhook=hook))
+        assert afc("submit", "manifest.yaml").returncode == 0
+        with sqlite3.connect(afc.cwd / "afc.db") as conn:  # due now, at a receiver that answers
+            conn.execute("UPDATE deliveries SET url = ?, next_attempt_at = 0", (receiver.url,))
+        real = Ledger.deliveries_due
+
+        def signalled_meanwhile(self):
+            os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler: its stop
+            return real(self)
+
+        monkeypatch.setattr(Ledger, "deliveries_due", signalled_meanwhile)
+        monkeypatch.chdir(afc.cwd)
+        result = work(ledger_path=str(afc.cwd / "afc.db"), concurrency=1, grace_s=0, poll_s=0.2)
+        assert result.exit_code == 0 and result.stopped_by_signal
+        assert receiver.received == [], "a stopping worker posted an event"
+        assert afc.rows("SELECT status, lease_owner FROM deliveries") == [("pending", None)]
+    finally:
+        receiver.stop()
