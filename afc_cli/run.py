@@ -1143,18 +1143,26 @@ def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
     identity = ledger.spool_identity()
     if identity is None:  # its own by its name (a SQLite ledger's)
         return True
-    found = spool.owner()
-    if found is None:
-        if not running:
-            return True
+
+    def mark(replace: bool = False) -> dict[str, Any]:
         try:
-            found = spool.mark(identity, str(ledger.path))
+            return spool.mark(identity, str(ledger.path), replace=replace)
         except OSError as exc:
             raise SpoolError(
                 f"the spool {spool.root} cannot be written: {exc}. No render was started; "
                 "fix the disk or move what is in the way, then run again."
             ) from None
+
+    found = spool.owner()
+    if found is None:
+        if not running:
+            return True
+        found = mark()
     if found.get("ledger") == identity:
+        return True
+    if _restored(found, identity, str(ledger.path)):
+        if running:  # marked anew: the ledger's new database is the spool's
+            mark(replace=True)
         return True
     if not running:
         return False
@@ -1166,6 +1174,22 @@ def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
         f"that ledger is gone for good, its .spool files are paid renders no run will store: "
         f"move them and {OWNER_FILE} away first."
     )
+
+
+def _restored(found: dict[str, Any], identity: str, named: str) -> bool:
+    """Whether a spool's mark of another identity is this ledger's own, made before it moved
+    to a new database of the same name (pg_dump and a restore, a server upgraded by dump, a
+    managed database restored): another oid, but the same URL and the same moment afc's
+    schema was first applied (``PostgresLedger.spool_identity``, ``postgresql:OID:APPLIED``;
+    the moment is in the dump). Every run of such a ledger was refused as another ledger's,
+    its own URL named, and told to move its spooled renders away (paid again). A copy of the
+    database beside it (``CREATE DATABASE ... TEMPLATE``) has another URL, and a database made
+    anew has another moment: those are still another ledger's."""
+    old = found.get("ledger")
+    if not isinstance(old, str) or found.get("named") != named:
+        return False
+    was, now = old.split(":", 2), identity.split(":", 2)
+    return len(was) == len(now) == 3 and was[0] == now[0] and was[2] == now[2] != "None"
 
 
 def _kept_notice(kept: int, stored: int, root: Path) -> str:

@@ -1,0 +1,41 @@
+"""The spool's mark of its PostgreSQL ledger, reviewed (outside audit 18e): a ledger restored
+into a new database keeps its spool."""
+
+from __future__ import annotations
+
+from conftest import manifest
+from test_postgres_e2e import PgAfc
+
+
+def test_a_ledger_restored_into_a_new_database_keeps_its_spool(tmp_path, pg_server):
+    """A PostgreSQL ledger's run marks ./afc-spool as its own by the database's oid and when
+    afc's schema was applied. A ledger moved to a new database of the same name (pg_dump and
+    restore, a server upgrade by dump, a managed database restored) has another oid: every
+    run of it from its folder was refused (exit 2) as 'another ledger's', though the mark
+    named its own URL, and the message said to move the spooled renders away (to pay for
+    them again). The same URL and the same schema's date are the same ledger: its resume
+    stores the render its run spooled before it died, without paying again."""
+    a = PgAfc(tmp_path, pg_server.database())
+    a.write_manifest(manifest([{"key": "k", "prompt": "a cat"}]), "a.yaml")
+    died = a("submit", "a.yaml", env={"AFC_CRASH_POINT": "after_spool"})
+    assert died.returncode != 0
+    [spooled] = a.spool().glob("*.spool")
+    paid = spooled.read_bytes()
+
+    # restored: the same rows in a new database that takes the old one's name
+    name = a.url.rsplit("/", 1)[1]
+    pg_server._admin(f"CREATE DATABASE {name}_restored TEMPLATE {name}")
+    pg_server._admin(f"ALTER DATABASE {name} RENAME TO {name}_old")
+    pg_server._admin(f"ALTER DATABASE {name}_restored RENAME TO {name}")
+
+    resumed = a("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert a.rows("SELECT number, status FROM attempts") == [(1, "succeeded")]  # not paid again
+    assert (a.outputs() / "b1" / "k.png").read_bytes() == paid
+
+    # the database it was copied from, named by another URL, is another ledger now
+    before = PgAfc(tmp_path, f"{a.url}_old")
+    refused = before("resume")
+    assert refused.returncode == 2, refused.stderr
+    assert "another ledger" in refused.stderr and "Traceback" not in refused.stderr
+    assert before.rows("SELECT number, status FROM attempts") == [(1, "started")]
