@@ -35,7 +35,7 @@ from typing import Any
 
 from afc_cli import ledger_file, streams
 from afc_cli import storage as storage_mod
-from afc_cli.costs import RateCards, to_micros
+from afc_cli.costs import RateCards, plural, to_micros
 from afc_cli.errors import (
     EXIT_BUDGET,
     EXIT_CONFLICT,
@@ -1157,6 +1157,19 @@ def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
     if found is None:
         if not running:
             return True
+        # files of jobs this ledger does not have are another ledger's (a folder run from
+        # before spools were marked, or whose mark was removed): marked as this one's, that
+        # ledger's runs would be refused here and its paid renders left behind (paid again)
+        foreign = sorted(job_id for job_id in spool.job_ids() if ledger.job(job_id) is None)
+        if foreign:
+            raise UsageError(
+                f"the spool {spool.root} holds files of {plural(len(foreign), 'job')} that "
+                f"{'is' if len(foreign) == 1 else 'are'} not this ledger's (e.g. "
+                f"{foreign[0]}): another ledger's runs spool there, and its paid renders wait "
+                "in it. Set AFC_SPOOL_DIR to a folder of this ledger's own, or run it from "
+                "another folder; run that ledger here to store them (its run marks the spool "
+                "as its own); nothing was run."
+            )
         found = mark()
     if found.get("ledger") == identity:
         return True

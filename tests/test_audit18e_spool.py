@@ -39,3 +39,37 @@ def test_a_ledger_restored_into_a_new_database_keeps_its_spool(tmp_path, pg_serv
     assert refused.returncode == 2, refused.stderr
     assert "another ledger" in refused.stderr and "Traceback" not in refused.stderr
     assert before.rows("SELECT number, status FROM attempts") == [(1, "started")]
+
+
+def test_a_ledger_does_not_mark_as_its_own_a_spool_holding_another_ledgers_renders(
+    tmp_path, pg_server
+):
+    """The spool's mark is made by the first run that finds none: a folder two PostgreSQL
+    ledgers ran from before afc marked spools (or one whose mark a person removed) holds
+    ledger A's paid render, spooled by a run that died. Ledger B's run (another batch) marked
+    it as B's and ran; A's resume was then refused as another ledger's run, told to set
+    AFC_SPOOL_DIR to a folder of its own, where its render is not: paid again. A run does
+    not mark a spool holding files of jobs its ledger does not have: B is refused (exit 2,
+    nothing admitted), and A's resume stores its render without paying again."""
+    a = PgAfc(tmp_path, pg_server.database())
+    b = PgAfc(tmp_path, pg_server.database())
+    a.write_manifest(manifest([{"key": "k", "prompt": "a cat"}]), "a.yaml")
+    ours = manifest([{"key": "k", "prompt": "a dog"}])
+    ours["batch"] = "other"
+    b.write_manifest(ours, "b.yaml")
+    died = a("submit", "a.yaml", env={"AFC_CRASH_POINT": "after_spool"})
+    assert died.returncode != 0
+    [spooled] = a.spool().glob("*.spool")
+    paid = spooled.read_bytes()
+    (a.spool() / ".afc-ledger").unlink()  # as an older afc left it: no mark
+
+    refused = b("submit", "b.yaml", "--storage", f"file://{tmp_path}/out-b")
+    assert refused.returncode == 2, refused.stderr
+    assert "not this ledger's" in refused.stderr and "AFC_SPOOL_DIR" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert b.rows("SELECT COUNT(*) FROM jobs") == [(0,)]
+
+    resumed = a("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert a.rows("SELECT number, status FROM attempts") == [(1, "succeeded")]  # not paid again
+    assert (a.outputs() / "b1" / "k.png").read_bytes() == paid
