@@ -397,8 +397,10 @@ def submit(
             )
             spool = Spool(ledger.spool_root()) if ledger is not None else Spool.beside(path)
             check_spool(spool)
-            if ledger is not None:
-                own_spool(ledger, spool, running=True)
+            if ledger is not None and ledger.spool_identity() is not None:
+                # a replay of ended jobs renders nothing: it leaves another's spool alone
+                may_render = bool(left or _chains_to_run(manifest, ledger))
+                own_spool(ledger, spool, running=may_render)
         if ledger is None:
             ledger = Ledger(path)
         admitted = ledger.admit(manifest, chosen, rates)

@@ -73,3 +73,27 @@ def test_a_ledger_does_not_mark_as_its_own_a_spool_holding_another_ledgers_rende
     assert resumed.returncode == 0, resumed.stderr
     assert a.rows("SELECT number, status FROM attempts") == [(1, "succeeded")]  # not paid again
     assert (a.outputs() / "b1" / "k.png").read_bytes() == paid
+
+
+def test_a_replay_of_a_finished_batch_is_not_refused_for_another_ledgers_spool(tmp_path, pg_server):
+    """A run with no job to render leaves another ledger's spool alone (README) and is not
+    refused for it, as 'afc resume' is not; 'afc submit' of a batch whose jobs have all
+    ended (a cron line that submits the same manifest) was refused exit 2 in a folder whose
+    spool another ledger had marked, though it renders nothing. It replays, exit 0, and the
+    spool stays the other ledger's."""
+    a = PgAfc(tmp_path, pg_server.database())
+    b = PgAfc(tmp_path, pg_server.database())
+    a.write_manifest(manifest([{"key": "k", "prompt": "a cat"}]), "a.yaml")
+    b.write_manifest(manifest([{"key": "k", "prompt": "a dog"}]), "b.yaml")
+    ran = a("submit", "a.yaml", "--storage", f"file://{tmp_path}/out-a")
+    assert ran.returncode == 0, ran.stderr  # marks ./afc-spool as A's
+    mark = (a.spool() / ".afc-ledger").read_bytes()
+    own = {"AFC_SPOOL_DIR": str(tmp_path / "b-spool")}
+    done = b("submit", "b.yaml", "--storage", f"file://{tmp_path}/out-b", env=own)
+    assert done.returncode == 0, done.stderr
+
+    replayed = b("submit", "b.yaml", "--storage", f"file://{tmp_path}/out-b")
+    assert replayed.returncode == 0, replayed.stderr
+    assert b.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert b.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
+    assert (a.spool() / ".afc-ledger").read_bytes() == mark
