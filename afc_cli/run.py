@@ -1161,8 +1161,14 @@ def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
             return True
         # files of jobs this ledger does not have are another ledger's (a folder run from
         # before spools were marked, or whose mark was removed): marked as this one's, that
-        # ledger's runs would be refused here and its paid renders left behind (paid again)
-        foreign = sorted(job_id for job_id in spool.job_ids() if ledger.job(job_id) is None)
+        # ledger's runs would be refused here and its paid renders left behind (paid again).
+        # With files of its own there too, it runs unmarked (as both did before marks), or
+        # each ledger would be refused for the other's files for ever; the one whose files
+        # are all stored first is refused next, and the other marks the spool.
+        held = spool.job_ids()
+        foreign = sorted(job_id for job_id in held if ledger.job(job_id) is None)
+        if foreign and len(foreign) < len(held):
+            return True
         if foreign:
             raise UsageError(
                 f"the spool {spool.root} holds files of {plural(len(foreign), 'job')} that "
@@ -1170,7 +1176,8 @@ def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
                 f"{foreign[0]}): another ledger's runs spool there, and its paid renders wait "
                 "in it. Set AFC_SPOOL_DIR to a folder of this ledger's own, or run it from "
                 "another folder; run that ledger here to store them (its run marks the spool "
-                "as its own); nothing was run."
+                "as its own); nothing was run. If that ledger is gone for good, its files are "
+                "paid renders no run will store: move them away first."
             )
         found = mark()
     if found.get("ledger") == identity:

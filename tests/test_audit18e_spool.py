@@ -97,3 +97,34 @@ def test_a_replay_of_a_finished_batch_is_not_refused_for_another_ledgers_spool(t
     assert b.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert b.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
     assert (a.spool() / ".afc-ledger").read_bytes() == mark
+
+
+def test_two_ledgers_with_renders_in_one_unmarked_spool_both_store_theirs(tmp_path, pg_server):
+    """Two ledgers' dead runs both left a paid render in one unmarked spool (run there before
+    afc marked spools): neither run may mark it as its own, and neither is refused for the
+    other's file (each would be, for ever): each stores its own render, paying nothing
+    again. Once a ledger's files are stored, the other's next run marks the spool."""
+    a = PgAfc(tmp_path, pg_server.database())
+    b = PgAfc(tmp_path, pg_server.database())
+    a.write_manifest(manifest([{"key": "k", "prompt": "a cat"}]), "a.yaml")
+    ours = manifest([{"key": "k", "prompt": "a dog"}])
+    ours["batch"] = "other"
+    b.write_manifest(ours, "b.yaml")
+    died = a("submit", "a.yaml", env={"AFC_CRASH_POINT": "after_spool"})
+    assert died.returncode != 0
+    apart = tmp_path / "b-spool"
+    died = b(
+        "submit", "b.yaml", env={"AFC_CRASH_POINT": "after_spool", "AFC_SPOOL_DIR": str(apart)}
+    )
+    assert died.returncode != 0
+    [spooled] = apart.glob("*.spool")
+    spooled.rename(a.spool() / spooled.name)  # both in ./afc-spool, as an older afc left them
+    (a.spool() / ".afc-ledger").unlink()
+    assert len(list(a.spool().glob("*.spool"))) == 2
+
+    for afc in (a, b):
+        resumed = afc("resume")
+        assert resumed.returncode == 0, resumed.stderr
+        assert afc.rows("SELECT number, status FROM attempts") == [(1, "succeeded")]
+    assert not list(a.spool().glob("*.spool"))
+    assert b.url in (a.spool() / ".afc-ledger").read_text()  # B's run, alone there, marked it
