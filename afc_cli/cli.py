@@ -725,13 +725,21 @@ def ledger_copy(
                 else ""
             )
             files = result["spooled_files"]
-            sys.stdout.write(
-                ("1 file waits" if files == 1 else f"{files} files wait")
-                + f" in {result['spool']}: paid renders, or "
-                "the ids of requests a provider still renders; move them into "
-                f"{result['destination_spool']}{where} so the next run stores or polls them "
-                "instead of paying for them again\n"
+            waiting = ("1 file waits" if files == 1 else f"{files} files wait") + (
+                f" in {result['spool']}: paid renders, or the ids of requests a provider "
+                "still renders; "
             )
+            if result["spool"] == result["destination_spool"]:
+                # two PostgreSQL ledgers run from one folder: the spool was handed over
+                sys.stdout.write(
+                    waiting + "it is the destination's spool too: the destination's next run "
+                    "here stores or polls them instead of paying for them again\n"
+                )
+            else:
+                sys.stdout.write(
+                    waiting + f"move them into {result['destination_spool']}{where} so the "
+                    "next run stores or polls them instead of paying for them again\n"
+                )
 
 
 def _plan(

@@ -128,3 +128,22 @@ def test_two_ledgers_with_renders_in_one_unmarked_spool_both_store_theirs(tmp_pa
         assert afc.rows("SELECT number, status FROM attempts") == [(1, "succeeded")]
     assert not list(a.spool().glob("*.spool"))
     assert b.url in (a.spool() / ".afc-ledger").read_text()  # B's run, alone there, marked it
+
+
+def test_a_copy_between_postgresql_ledgers_does_not_ask_to_move_a_spool_into_itself(
+    tmp_path, pg_server
+):
+    """'afc ledger copy' from one PostgreSQL ledger to another run from the same folder hands
+    the spool over (its files are the destination's jobs'), but said '1 file waits in
+    ./afc-spool: ... move them into ./afc-spool', the folder they are in. It says they wait
+    there for the destination's next run."""
+    a = PgAfc(tmp_path, pg_server.database())
+    a.write_manifest(manifest([{"key": "k", "prompt": "a cat"}]), "a.yaml")
+    died = a("submit", "a.yaml", env={"AFC_CRASH_POINT": "after_spool"})
+    assert died.returncode != 0
+    copied = a("ledger", "copy", a.url, pg_server.database())
+    assert copied.returncode == 0, copied.stderr
+    spool = str(a.spool())
+    assert f"1 file waits in {spool}" in copied.stdout
+    assert f"move them into {spool}" not in copied.stdout
+    assert "the destination's next run here stores or polls them" in copied.stdout
