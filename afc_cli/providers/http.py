@@ -649,7 +649,7 @@ async def download(
                         raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
                     chunks.append(chunk)
                 response.output = b"".join(chunks)
-                instead = not_an_output(response.headers.get("content-type"), response.output)
+                instead = not_an_output(response.headers.get("content-type"), response.output, url)
                 if instead is not None:
                     raise NotAnOutput(instead)
             return response
@@ -704,18 +704,27 @@ class NotAnOutput(Exception):
 # what a page starts with (after a byte-order mark and white space), in lower case
 _PAGE_STARTS = (b"<!doctype html", b"<html", b"<head", b"<body")
 _PAGE_TYPES = ("text/html", "application/xhtml+xml")
+# the endings of an output URL's path that name a web page: its page is the output
+_PAGE_FILES = (".html", ".htm", ".xhtml")
 
 
-def not_an_output(content_type: str | None, data: bytes) -> str | None:
+def not_an_output(content_type: str | None, data: bytes, url: str | None = None) -> str | None:
     """What an output download's 200 carried instead of an output, or None when it may be
     one: an empty body, or an HTML page (its first bytes an HTML document's, or markup
     served as ``text/html``). A captive portal's login page, or a CDN's or proxy's error page
     answered with 200, was stored as the job's output and the job succeeded: the paid render
-    was lost with nothing said. An output afc stores is an image, a video or another binary a
-    model made, none of which starts with ``<`` (which kinds a model makes is its own: the
-    bytes are not held to a list of formats)."""
+    was lost with nothing said. An output afc stores is an image, a video or another file a
+    model made (which kinds a model makes is its own: the bytes are not held to a list of
+    formats); a page is one only where the output ``url`` the provider gave names an HTML
+    file (a model's web page: README 'afc serve' sends such an output sandboxed), which
+    every try fetched again and the attempt then failed, paid, for the next to pay again."""
     if not data:
         return "an empty body"
+    if url is not None:
+        from urllib.parse import urlsplit
+
+        if urlsplit(url).path.lower().endswith(_PAGE_FILES):
+            return None
     head = data[:256].lstrip(b"\xef\xbb\xbf \t\r\n\x0c").lower()
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if head.startswith(_PAGE_STARTS) or (media in _PAGE_TYPES and head.startswith(b"<")):
