@@ -48,13 +48,19 @@ from afc_cli.gates import (
     kept_message,
     refused_dependent,
 )
-from afc_cli.ledger import spool_root_of
+from afc_cli.ledger import spool_holder_of, spool_root_of
 from afc_cli.ledger.core import NEED_FAILED, RENDERING, TERMINAL
 from afc_cli.manifest import job_id_for, same_request
 from afc_cli.owner import lease_held
 from afc_cli.pipeline import ownership
 from afc_cli.providers import images_requested
-from afc_cli.run import Budget, manifest_rates, require_keys, resolve_storage
+from afc_cli.run import (
+    Budget,
+    manifest_rates,
+    require_keys,
+    resolve_storage,
+    spool_problem,
+)
 from afc_cli.spool import Spool
 
 
@@ -120,6 +126,14 @@ def plan(
             check()
         except UsageError as exc:
             environment.append(exc.message)
+    spool = Spool(spool_root_of(ledger_path))
+    if to_run or unlisted_chains:
+        # the spool of another ledger here refuses a submit that renders (run.own_spool), as
+        # surely as a missing key: said with the environment's problems, read only
+        identity, ledger_name, known = spool_holder_of(ledger_path, spool.job_ids())
+        problem = spool_problem(spool, identity, ledger_name, known)
+        if problem is not None:
+            environment.append(problem)
     if bound and named and bound != named:
         raise UsageError(f"batch {manifest.batch!r} stores its outputs in {bound}, not {named}")
     url = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
@@ -133,7 +147,6 @@ def plan(
         "to_render": 0,
         "resumed": 0,
     }
-    spool = Spool(spool_root_of(ledger_path))
 
     def resumed(job_id: str, known: tuple) -> str | None:
         """What a run does instead of a render for an admitted job whose render is paid for

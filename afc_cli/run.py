@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -1170,15 +1170,7 @@ def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
         if foreign and len(foreign) < len(held):
             return True
         if foreign:
-            raise UsageError(
-                f"the spool {spool.root} holds files of {plural(len(foreign), 'job')} that "
-                f"{'is' if len(foreign) == 1 else 'are'} not this ledger's (e.g. "
-                f"{foreign[0]}): another ledger's runs spool there, and its paid renders wait "
-                "in it. Set AFC_SPOOL_DIR to a folder of this ledger's own, or run it from "
-                "another folder; run that ledger here to store them (its run marks the spool "
-                "as its own); nothing was run. If that ledger is gone for good, its files are "
-                "paid renders no run will store: move them away first."
-            )
+            raise UsageError(_foreign_files(spool, foreign))
         found = mark()
     if found.get("ledger") == identity:
         return True
@@ -1188,13 +1180,48 @@ def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
         return True
     if not running:
         return False
-    raise UsageError(
+    raise UsageError(_another_ledgers(spool, found))
+
+
+def spool_problem(
+    spool: Spool, identity: str | None, named: str, known: Collection[str]
+) -> str | None:
+    """What refuses a run that renders of the ledger ``identity`` names (``named``) in
+    ``spool``, as ``own_spool`` decides it, read without writing anything (``afc plan``):
+    another ledger's mark, or an unmarked spool holding files only of jobs not in ``known``
+    (the ledger's jobs among the spool's files). None: the run is not refused for it."""
+    if identity is None:
+        return None
+    found = spool.owner()
+    if found is None:
+        held = spool.job_ids()
+        foreign = sorted(job_id for job_id in held if job_id not in known)
+        return _foreign_files(spool, foreign) if foreign and len(foreign) == len(held) else None
+    if found.get("ledger") == identity or _restored(found, identity, named):
+        return None
+    return _another_ledgers(spool, found)
+
+
+def _another_ledgers(spool: Spool, found: dict[str, Any]) -> str:
+    return (
         f"the spool {spool.root} is the spool of another ledger, {found.get('named')} "
         f"(marked in {spool.root / OWNER_FILE}): runs of two ledgers in one spool take each "
         "other's paid renders, their job files being named alike. Set AFC_SPOOL_DIR to a "
         f"folder of this ledger's own, or run it from another folder; nothing was run. If "
         f"that ledger is gone for good, its .spool files are paid renders no run will store: "
         f"move them and {OWNER_FILE} away first."
+    )
+
+
+def _foreign_files(spool: Spool, foreign: list[str]) -> str:
+    return (
+        f"the spool {spool.root} holds files of {plural(len(foreign), 'job')} that "
+        f"{'is' if len(foreign) == 1 else 'are'} not this ledger's (e.g. "
+        f"{foreign[0]}): another ledger's runs spool there, and its paid renders wait "
+        "in it. Set AFC_SPOOL_DIR to a folder of this ledger's own, or run it from "
+        "another folder; run that ledger here to store them (its run marks the spool "
+        "as its own); nothing was run. If that ledger is gone for good, its files are "
+        "paid renders no run will store: move them away first."
     )
 
 

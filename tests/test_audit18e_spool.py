@@ -3,6 +3,8 @@ into a new database keeps its spool."""
 
 from __future__ import annotations
 
+import json
+
 from conftest import manifest
 from test_postgres_e2e import PgAfc
 
@@ -147,3 +149,30 @@ def test_a_copy_between_postgresql_ledgers_does_not_ask_to_move_a_spool_into_its
     assert f"1 file waits in {spool}" in copied.stdout
     assert f"move them into {spool}" not in copied.stdout
     assert "the destination's next run here stores or polls them" in copied.stdout
+
+
+def test_afc_plan_says_a_submit_would_be_refused_for_another_ledgers_spool(tmp_path, pg_server):
+    """'afc plan' says what this environment lacks for the submit (an API key, a webhook
+    secret: exit 0, the submit refuses on its own). The spool of another ledger in the
+    working folder refuses the submit (exit 2) as surely, but the plan said nothing of it. It
+    is said with them, in --json 'environment' too; a plan with nothing to render, as the
+    submit, is not concerned."""
+    a = PgAfc(tmp_path, pg_server.database())
+    b = PgAfc(tmp_path, pg_server.database())
+    a.write_manifest(manifest([{"key": "k", "prompt": "a cat"}]), "a.yaml")
+    b.write_manifest(manifest([{"key": "k", "prompt": "a dog"}]), "b.yaml")
+    ran = a("submit", "a.yaml", "--storage", f"file://{tmp_path}/out-a")
+    assert ran.returncode == 0, ran.stderr  # marks ./afc-spool as A's
+
+    planned = b("plan", "b.yaml", "--json", "--storage", f"file://{tmp_path}/out-b")
+    assert planned.returncode == 0, planned.stderr
+    [said] = json.loads(planned.stdout)["environment"]
+    assert "another ledger" in said and "AFC_SPOOL_DIR" in said, said
+    assert "would be refused (exit 2)" in planned.stderr
+    refused = b("submit", "b.yaml", "--storage", f"file://{tmp_path}/out-b")
+    assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+
+    mine = a("plan", "a.yaml", "--json")  # A's own spool; its job ended
+    assert mine.returncode == 0, mine.stderr
+    assert json.loads(mine.stdout)["environment"] == []
+    assert b.rows("SELECT COUNT(*) FROM jobs") == [(0,)]  # a plan writes nothing

@@ -20,6 +20,7 @@ from afc_cli.ledger.core import (
     ReviewRace,
     open_ledger,
     read_admitted,
+    spool_holder_of,
     spool_root_of,
 )
 
@@ -37,5 +38,6 @@ __all__ = [
     "ReviewRace",
     "open_ledger",
     "read_admitted",
+    "spool_holder_of",
     "spool_root_of",
 ]

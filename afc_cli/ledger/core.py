@@ -1706,6 +1706,12 @@ class Ledger:
         file (``afc.db-spool``)."""
         return None
 
+    @staticmethod
+    def read_spool_holder(url: Any, job_ids: Collection[str]) -> tuple[str | None, str, set]:
+        """``spool_identity`` of the ledger ``url`` names, its name for messages, and which
+        of ``job_ids`` are its jobs, without opening it (``afc plan``)."""
+        return None, str(url), set(job_ids)
+
     # --- engine hooks for afc ledger copy (afc_cli/ledger/copy.py) --------------------------
 
     def snapshot(self) -> None:
@@ -2759,6 +2765,11 @@ def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict,
 def spool_root_of(ledger_path: Any) -> Any:
     """Where the runs of this ledger on this host spool their paid renders (``afc plan``)."""
     return backend(ledger_path).spool_root_of(ledger_path)
+
+
+def spool_holder_of(ledger_path: Any, job_ids: Collection[str]) -> tuple[str | None, str, set]:
+    """``Ledger.read_spool_holder`` of the ledger ``ledger_path`` names (``afc plan``)."""
+    return backend(ledger_path).read_spool_holder(ledger_path, job_ids)
 
 
 # the most of a provider's id for a call the ledger keeps (job-style ids, which afc polls by,

@@ -61,7 +61,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -73,6 +73,12 @@ from afc_cli.ledger.core import Ledger, admitted_needs, moved_to
 from afc_cli.owner import awake_clock, current_owner
 
 MIGRATIONS_TABLE = "afc_migrations"
+# what tells this ledger's spool from another's (``PostgresLedger.spool_identity``)
+SPOOL_IDENTITY_SQL = (
+    "SELECT d.oid, (SELECT m.applied_at FROM"
+    f" {MIGRATIONS_TABLE} m WHERE m.migration_set = 'afc' AND m.name = 'm001_initial')"
+    " FROM pg_database d WHERE d.datname = current_database()"
+)
 # pg_advisory_xact_lock keys: one for migrations, one per shared limit (afc + a purpose)
 MIGRATION_LOCK = zlib.crc32(b"afc:migrations")
 BUDGET_LOCK = zlib.crc32(b"afc:budget") & 0x7FFFFFFF  # the two-int form takes int4 keys
@@ -425,12 +431,38 @@ class PostgresLedger(Ledger):
         # database (its oid: two made from one template differ) and when afc's schema was
         # first applied to it (two databases, or two schemas of one, differ), not its URL,
         # which names one ledger in many ways (localhost or 127.0.0.1, a port given or not).
-        row = self.db.execute(
-            "SELECT d.oid, (SELECT m.applied_at FROM"
-            f" {MIGRATIONS_TABLE} m WHERE m.migration_set = 'afc' AND m.name = 'm001_initial')"
-            " FROM pg_database d WHERE d.datname = current_database()"
-        ).fetchone()
+        row = self.db.execute(SPOOL_IDENTITY_SQL).fetchone()
         return f"postgresql:{row[0]}:{row[1]!r}"
+
+    @staticmethod
+    def read_spool_holder(url: Any, job_ids: Collection[str]) -> tuple[str | None, str, set]:
+        """``spool_identity`` of the ledger ``url`` names, its name, and which of ``job_ids``
+        are its jobs, read without writing anything (``afc plan``); no identity for a
+        database afc's schema is not in yet (its first run marks the spool)."""
+        check_url(str(url))
+        psycopg = _psycopg()
+        try:
+            conn = psycopg.connect(
+                re.sub(r"^postgres://", "postgresql://", str(url)),
+                connect_timeout=CONNECT_TIMEOUT_S,
+            )
+        except psycopg.Error as exc:
+            raise connect_error(str(url), exc) from None
+        try:
+            conn.read_only = True
+            named = display_url(str(url))
+            if conn.execute(f"SELECT to_regclass('{MIGRATIONS_TABLE}')").fetchone()[0] is None:
+                return None, named, set()
+            row = conn.execute(SPOOL_IDENTITY_SQL).fetchone()
+            known = {
+                job_id
+                for (job_id,) in conn.execute(
+                    "SELECT id FROM jobs WHERE id = ANY(%s)", (list(job_ids),)
+                )
+            }
+            return f"postgresql:{row[0]}:{row[1]!r}", named, known
+        finally:
+            conn.close()
 
     def snapshot(self) -> None:
         # READ COMMITTED sees each statement's moment; a copy must see one moment throughout
