@@ -243,16 +243,23 @@ def _interrupt_on_sigterm() -> None:
 
 
 def _sigterm_as_ctrl_c() -> None:
-    """SIGTERM and SIGHUP are a Ctrl-C (exit 130) for a command whose asyncio loop has no
-    run's own handlers (afc webhooks deliver, replay): each raises SIGINT, which
-    ``asyncio.run`` turns into its main task's cancellation and a KeyboardInterrupt at its
-    end, where a KeyboardInterrupt raised by a handler inside a task is printed as
-    'unhandled exception during asyncio.run() shutdown' with its traceback."""
+    """SIGTERM and SIGHUP are a Ctrl-C (exit 130) for afc webhooks deliver and replay, before
+    and after their asyncio loop (inside it, ``webhooks.run_stoppable``'s handlers cancel the
+    loop's main task: a KeyboardInterrupt raised by a handler inside a task is printed as
+    'unhandled exception during asyncio.run() shutdown' with its traceback). Each raises
+    SIGINT, or a KeyboardInterrupt at once where SIGINT is ignored (a background job)."""
     from afc_cli.errors import STOP_SIGNALS
+
+    def as_ctrl_c(signum: int, frame: Any) -> None:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            # a background job's SIGINT is ignored (a shell's '&', nohup): a stop all the same,
+            # outside the loop (inside it, webhooks.run_stoppable's handlers cancel the loop)
+            raise KeyboardInterrupt
+        signal.raise_signal(signal.SIGINT)
 
     for sig in STOP_SIGNALS:
         if sig != signal.SIGINT:
-            signal.signal(sig, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+            signal.signal(sig, as_ctrl_c)
 
 
 def _settled() -> None:

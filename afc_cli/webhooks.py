@@ -42,9 +42,11 @@ import base64
 import datetime as dt
 import os
 import random
+import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from afc_cli.attempts import backoff_delay, parse_retry_after
 from afc_cli.errors import UsageError
@@ -414,9 +416,51 @@ def deliver(ledger_path: str) -> DrainStats:
             finally:
                 await deliverer.close()
 
-        return asyncio.run(main())
+        return run_stoppable(main)
     finally:
         ledger.close()
+
+
+T = TypeVar("T")
+
+
+def run_stoppable(main: Callable[[], Awaitable[T]]) -> T:
+    """``asyncio.run(main())`` with SIGINT, SIGTERM and SIGHUP cancelling it, then raising
+    KeyboardInterrupt (exit 130 at the CLI's boundary, with what to run again).
+
+    Not left to asyncio's own Ctrl-C handling, which it installs only when SIGINT has its
+    default handler: a shell starts a background job (a script's ``afc webhooks deliver &``,
+    ``nohup``) with SIGINT ignored, so a SIGTERM turned into a SIGINT did nothing, and a
+    delivery held by its receiver went on until the POST's timeout (up to 120 s), past a cron
+    job's ``timeout``. The handlers are plain ones, as the run loop's (run.Interruption): each
+    signal is counted in the main thread and wakes the loop to cancel the main task; the
+    previous handlers come back once it ends."""
+    from afc_cli.errors import STOP_SIGNALS
+
+    stopped = False
+
+    async def stoppable() -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            nonlocal stopped
+            stopped = True
+            loop.call_soon_threadsafe(task.cancel)
+
+        saved = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+        try:
+            return await main()
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+
+    try:
+        return asyncio.run(stoppable())
+    except asyncio.CancelledError:
+        if stopped:
+            raise KeyboardInterrupt from None
+        raise
 
 
 def listing(ledger_path: str, dead_only: bool) -> list[dict[str, Any]]:
