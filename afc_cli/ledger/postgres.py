@@ -290,6 +290,21 @@ def _psycopg() -> Any:
     return psycopg
 
 
+def _read_only(url: Any) -> Any:
+    """A read-only connection to the ledger ``url`` names, outside any pool (``afc plan``'s
+    reads: nothing is written, not even the schema); the caller closes it."""
+    check_url(str(url))
+    psycopg = _psycopg()
+    try:
+        conn = psycopg.connect(
+            re.sub(r"^postgres://", "postgresql://", str(url)), connect_timeout=CONNECT_TIMEOUT_S
+        )
+    except psycopg.Error as exc:
+        raise connect_error(str(url), exc) from None
+    conn.read_only = True
+    return conn
+
+
 class PostgresLedger(Ledger):
     CLAIM_LOCK = " FOR UPDATE SKIP LOCKED"
     ROW_LOCK = " FOR UPDATE"
@@ -439,17 +454,8 @@ class PostgresLedger(Ledger):
         """``spool_identity`` of the ledger ``url`` names, its name, and which of ``job_ids``
         are its jobs, read without writing anything (``afc plan``); no identity for a
         database afc's schema is not in yet (its first run marks the spool)."""
-        check_url(str(url))
-        psycopg = _psycopg()
+        conn = _read_only(url)
         try:
-            conn = psycopg.connect(
-                re.sub(r"^postgres://", "postgresql://", str(url)),
-                connect_timeout=CONNECT_TIMEOUT_S,
-            )
-        except psycopg.Error as exc:
-            raise connect_error(str(url), exc) from None
-        try:
-            conn.read_only = True
             named = display_url(str(url))
             if conn.execute(f"SELECT to_regclass('{MIGRATIONS_TABLE}')").fetchone()[0] is None:
                 return None, named, set()
@@ -800,17 +806,8 @@ class PostgresLedger(Ledger):
 
     @staticmethod
     def read_admitted(url: str, batch: str) -> tuple[str | None, dict, dict, str | None]:
-        check_url(str(url))
-        psycopg = _psycopg()
+        conn = _read_only(url)
         try:
-            conn = psycopg.connect(
-                re.sub(r"^postgres://", "postgresql://", str(url)),
-                connect_timeout=CONNECT_TIMEOUT_S,
-            )
-        except psycopg.Error as exc:
-            raise connect_error(str(url), exc) from None
-        try:
-            conn.read_only = True
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
                 return None, {}, {}, None
             row = conn.execute("SELECT storage FROM batches WHERE name = %s", (batch,)).fetchone()
