@@ -18,6 +18,7 @@ import asyncio
 import base64
 import json
 import threading
+import time
 import typing
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler
@@ -276,12 +277,18 @@ TERMINAL = {
 async def render(provider_name: str) -> AttemptResult | ProviderError:
     provider = PROVIDERS[provider_name]()
     waits: list[float] = []
+    # the adapter's time runs on its sleeps: a result fetched again in later rounds (fal's
+    # response_url answering a PNG, no JSON: ``NotAnOutput``) ends when the provider's
+    # retention ends, by this clock, not after minutes of real time past the 10 s below
+    now = [time.monotonic()]
 
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
+        now[0] += seconds
         await asyncio.sleep(0)
 
     provider.sleep = sleep
+    provider.clock = lambda: now[0]
     submitted: list[str] = []
 
     async def on_submitted(request_id: str) -> None:
