@@ -21,6 +21,7 @@ from typing import Any
 
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
+from afc_cli.costs import plural
 from afc_cli.errors import LedgerError, UsageError, ledger_write_error
 from afc_cli.gates import (
     HELD,
@@ -70,10 +71,6 @@ def _crash_point(name: str) -> None:
     """A named crash point (afc_cli/pipeline.py ``crash_point``), armed by crash tests."""
     if os.environ.get("AFC_CRASH_POINT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _calls(count: int) -> str:
-    return "1 call" if count == 1 else f"{count} calls"
 
 
 def _now() -> float:
@@ -1531,7 +1528,7 @@ class Ledger:
             if in_flight >= concurrency:
                 raise ProviderBusy(
                     provider,
-                    f"{_calls(in_flight)} in flight across this ledger (limit {concurrency})",
+                    f"{plural(in_flight, 'call')} in flight across this ledger (limit {concurrency})",
                     self.LIMIT_POLL_S,
                 )
         if per_minute:
@@ -1548,7 +1545,7 @@ class Ledger:
             if count >= per_minute:
                 raise ProviderBusy(
                     provider,
-                    f"{_calls(count)} started in the last minute across this ledger "
+                    f"{plural(count, 'call')} started in the last minute across this ledger "
                     f"(limit {per_minute})",
                     min(60.0, max(0.05, 60.0 - (now - float(first)))),
                 )

@@ -290,6 +290,12 @@ def _psycopg() -> Any:
     return psycopg
 
 
+def _spool_identity(row: Any) -> str:
+    """``PostgresLedger.spool_identity`` from ``SPOOL_IDENTITY_SQL``'s row: the database's oid
+    and when afc's schema was applied (``run._restored`` reads the two parts)."""
+    return f"postgresql:{row[0]}:{row[1]!r}"
+
+
 def _read_only(url: Any) -> Any:
     """A read-only connection to the ledger ``url`` names, outside any pool (``afc plan``'s
     reads: nothing is written, not even the schema); the caller closes it."""
@@ -446,8 +452,7 @@ class PostgresLedger(Ledger):
         # database (its oid: two made from one template differ) and when afc's schema was
         # first applied to it (two databases, or two schemas of one, differ), not its URL,
         # which names one ledger in many ways (localhost or 127.0.0.1, a port given or not).
-        row = self.db.execute(SPOOL_IDENTITY_SQL).fetchone()
-        return f"postgresql:{row[0]}:{row[1]!r}"
+        return _spool_identity(self.db.execute(SPOOL_IDENTITY_SQL).fetchone())
 
     @staticmethod
     def read_spool_holder(url: Any, job_ids: Collection[str]) -> tuple[str | None, str, set]:
@@ -459,14 +464,14 @@ class PostgresLedger(Ledger):
             named = display_url(str(url))
             if conn.execute(f"SELECT to_regclass('{MIGRATIONS_TABLE}')").fetchone()[0] is None:
                 return None, named, set()
-            row = conn.execute(SPOOL_IDENTITY_SQL).fetchone()
+            identity = _spool_identity(conn.execute(SPOOL_IDENTITY_SQL).fetchone())
             known = {
                 job_id
                 for (job_id,) in conn.execute(
                     "SELECT id FROM jobs WHERE id = ANY(%s)", (list(job_ids),)
                 )
             }
-            return f"postgresql:{row[0]}:{row[1]!r}", named, known
+            return identity, named, known
         finally:
             conn.close()
 
