@@ -56,6 +56,7 @@ from afc_cli.pipeline import ownership
 from afc_cli.providers import images_requested
 from afc_cli.run import (
     Budget,
+    chains_except,
     manifest_rates,
     require_keys,
     resolve_storage,
@@ -98,10 +99,7 @@ def plan(
     # the chains of the jobs the submit may render, as it checks them (run._chains_to_run): a
     # replay of a finished job calls no provider, so its models need no price and no API key
     finished = {key for key, known in admitted.items() if known[1] in PAST_RENDERING}
-    to_run = manifest.chains
-    if finished:
-        distinct = {repr(job.chain): job.chain for job in manifest.jobs if job.key not in finished}
-        to_run = list(distinct.values())
+    to_run = chains_except(manifest, finished)
     unlisted_chains = [body["chain"] for body in unlisted.values()]
     chains = [*to_run, *unlisted_chains]
     if budget is not None:

@@ -383,13 +383,16 @@ def submit(
         left = _unlisted_jobs(ledger, manifest) if shown and ledger is not None else []
         if run:
             unlisted_chains = [json.loads(job["request_json"])["chain"] for job in left]
-            to_run = _chains_to_run(manifest, ledger) if refused else []
+            # a PostgreSQL ledger's spool is marked by the runs that may render (own_spool)
+            marked = ledger is not None and ledger.spool_identity() is not None
+            # the jobs' chains read once, for the checks and the spool: only when needed (a
+            # lookup of the batch's ended jobs, a 100,000-job list's too)
+            to_run = _chains_to_run(manifest, ledger) if refused or marked else []
             for check in (priced, keys_set):
                 if check in refused:
                     check([*to_run, *unlisted_chains])
                 elif unlisted_chains:
                     check(unlisted_chains)
-        if run:
             store = storage_mod.open(chosen)
             check_storage(store)  # before admitting or paying for anything
             store.check_keys(
@@ -397,10 +400,9 @@ def submit(
             )
             spool = Spool(ledger.spool_root()) if ledger is not None else Spool.beside(path)
             check_spool(spool)
-            if ledger is not None and ledger.spool_identity() is not None:
+            if marked:
                 # a replay of ended jobs renders nothing: it leaves another's spool alone
-                may_render = bool(left or _chains_to_run(manifest, ledger))
-                own_spool(ledger, spool, running=may_render)
+                own_spool(ledger, spool, running=bool(left or to_run))
         if ledger is None:
             ledger = Ledger(path)
         admitted = ledger.admit(manifest, chosen, rates)
@@ -442,6 +444,12 @@ def _chains_to_run(manifest: Any, ledger: Ledger | None) -> list[list[dict[str, 
     jobs the ledger has ended or holds for review (a replay renders nothing). A job whose
     request changed is refused as a conflict, not rendered, so dropping it too is safe."""
     finished = ledger.finished_job_keys(manifest.batch) if ledger is not None else set()
+    return chains_except(manifest, finished)
+
+
+def chains_except(manifest: Any, finished: set[str]) -> list[list[dict[str, Any]]]:
+    """The manifest's distinct chains, less those only jobs keyed in ``finished`` have
+    (``_chains_to_run``; ``afc plan`` reads the finished keys without opening the ledger)."""
     if not finished:
         return manifest.chains
     chains: dict[str, list[dict[str, Any]]] = {}
