@@ -52,8 +52,11 @@ def backoff_delay(
     """Seconds to wait before the next try, after ``failures`` consecutive failures (>= 1).
 
     Exponential with full jitter, uniform in [0, min(cap, base * 2**(failures-1))]; a provider's
-    Retry-After (or equivalent) is honoured, but never beyond ``cap``. Pure: the random source
-    is injected, so tests assert the maths without sleeping.
+    Retry-After (or equivalent) is honoured as a floor over that draw, but never beyond ``cap``.
+    A floor, never a shortcut: a gateway answering 429 or 503 with ``Retry-After: 0`` (or an
+    HTTP date already past) had every try of a model spent within a second, where the backoff
+    would have spread them; a Retry-After longer than the draw is waited in full. Pure: the
+    random source is injected, so tests assert the maths without sleeping.
 
     Every retry in afc waits through this function, and none through the ``backoff`` package
     (no longer a dependency): its decorators sleep with ``asyncio.sleep`` / ``time.sleep``
@@ -67,10 +70,11 @@ def backoff_delay(
     """
     if failures < 1:
         return 0.0
-    if retry_after is not None and retry_after >= 0:
-        return min(float(retry_after), cap)
     ceiling = min(cap, base * (2 ** min(failures - 1, 62)))
-    return rand() * ceiling
+    delay = rand() * ceiling
+    if retry_after is not None and retry_after >= 0:
+        delay = max(delay, min(float(retry_after), cap))
+    return delay
 
 
 def parse_retry_after(

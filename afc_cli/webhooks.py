@@ -66,11 +66,11 @@ def retry_delay(tries: int, retry_after: float | None, *, rand=random.random) ->
     backoff, or the receiver's Retry-After where that is longer (up to the cap). A Retry-After
     is a floor, never a shortcut: a receiver answering 429 or 503 with ``Retry-After: 0`` (or
     a date already past) had its event posted again by the very next drain (an idle worker's
-    every --poll seconds, a run's every second), its MAX_TRIES spent within seconds."""
-    delay = backoff_delay(tries, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, rand=rand)
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, BACKOFF_CAP_S))
-    return delay
+    every --poll seconds, a run's every second), its MAX_TRIES spent within seconds. The
+    rule is ``attempts.backoff_delay``'s, as for a provider's attempts."""
+    return backoff_delay(
+        tries, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, retry_after=retry_after, rand=rand
+    )
 
 
 def webhook_url_problem(value: str) -> str | None:

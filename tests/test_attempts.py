@@ -48,6 +48,26 @@ def test_retry_after_is_honoured_up_to_the_cap(retry_after, cap):
     assert delay == min(retry_after, cap)
 
 
+@given(
+    failures=st.integers(min_value=1, max_value=70),
+    r=st.floats(min_value=0, max_value=1),
+    retry_after=st.floats(min_value=0, max_value=1e6),
+)
+def test_retry_after_is_a_floor_over_the_jitter_never_a_shortcut(failures, r, retry_after):
+    """A provider (or gateway) answering 429 with ``Retry-After: 0`` gets the backoff's draw,
+    not an immediate retry that spends the model's attempts within a second."""
+    drawn = backoff_delay(failures, base=2, cap=60, rand=lambda: r)
+    delay = backoff_delay(failures, base=2, cap=60, retry_after=retry_after, rand=lambda: r)
+    assert delay == max(drawn, min(retry_after, 60))
+
+
+def test_retry_after_zero_backs_off_like_no_retry_after():
+    decision = next_try(
+        [entry()], [failed("rate_limited"), failed("rate_limited")], retry_after=0, rand=half
+    )
+    assert decision.delay == 0.5 * 2.0  # the second failure's ceiling (base 1), half drawn
+
+
 def test_backoff_grows_exponentially_until_the_cap():
     ceilings = [backoff_delay(n, base=2, cap=20, rand=lambda: 1.0) for n in range(1, 7)]
     assert ceilings == [2, 4, 8, 16, 20, 20]
