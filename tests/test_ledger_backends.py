@@ -54,6 +54,34 @@ def test_a_polled_request_makes_the_job_waiting_until_its_provider_answers(book)
             assert (row["status"], row["waiting_reason"]) == ("running", None)
 
 
+def test_a_report_without_a_cost_never_erases_a_known_one(book):
+    """A render's cost written on its attempt as it became known (``hold_known_cost``: the
+    answer said what it billed, its output is still being fetched) stays when the attempt
+    then ends at a cost reported unknown (the run's limit on the call, an answer afc could
+    not read): it was overwritten with NULL, the paid render left unpriced in ``afc costs
+    report``. A later report that knows a cost still replaces it."""
+    ledger, (job, other, *_), _ = book
+    common = {"chain_index": 0, "provider": "openai", "model": "gpt-image-1"}
+    job = ledger.claim(job["id"], 60)
+    number = ledger.start_attempt(job, 0, "openai", "gpt-image-1", None, durable=False)
+    ledger.hold_known_cost(job, number, "openai", 40_000, "derived")
+    ledger.end_attempt(
+        job, number, **common, status="failed", error_class="window_expired", usage=None
+    )
+    (row,) = ledger.attempts(job["id"])
+    assert (row["status"], row["error_class"]) == ("failed", "window_expired")
+    assert (row["cost_micros"], row["cost_source"]) == (40_000, "derived")
+
+    other = ledger.claim(other["id"], 60)
+    number = ledger.start_attempt(other, 0, "openai", "gpt-image-1", None, durable=False)
+    ledger.hold_known_cost(other, number, "openai", 40_000, "derived")
+    ledger.end_attempt(
+        other, number, **common, status="succeeded", cost_micros=52_000, cost_source="derived"
+    )
+    (row,) = ledger.attempts(other["id"])
+    assert (row["status"], row["cost_micros"]) == ("succeeded", 52_000)
+
+
 def test_a_request_the_provider_no_longer_has_leaves_no_job_still_rendering_it(book):
     """A polled request the provider says it no longer has (``RequestGone``: pipeline.render
     ends the attempt ``unknown``) is the provider's answer too: the job is the run's again.

@@ -1902,7 +1902,11 @@ class Ledger:
         """Upsert on (job, provider, attempt number).
 
         A repeated report overwrites usage and cost, but never outcome, error or timing: the
-        first report of an outcome stands. A report from a process that no longer owns the
+        first report of an outcome stands. A report without a cost never erases a known one
+        (with its usage and source): a render's cost written as it became known
+        (``hold_known_cost``) stays when its attempt ends by the run's limit on the call or
+        by an answer afc could not read later on (both report the cost unknown), where the
+        paid render was left unpriced though the provider had said what it cost. A report from a process that no longer owns the
         attempt (a host stalled past its lease, whose attempt another process reopened to
         poll the same request, ``reopen_attempt``) ends nothing and replaces no known cost:
         it only gives a cost where none is known. ``started_at`` and ``ended_at`` are this
@@ -1914,7 +1918,7 @@ class Ledger:
         started_at = started_at + shift if started_at is not None else None
         mine = "COALESCE(attempts.owner, excluded.owner) = excluded.owner"
         open_ = f"attempts.status = 'started' AND {mine}"  # this report's outcome is the first
-        priced = f"{mine} OR attempts.cost_micros IS NULL"
+        priced = f"({mine} AND excluded.cost_micros IS NOT NULL) OR attempts.cost_micros IS NULL"
         self.db.execute(
             "INSERT INTO attempts (job_id, number, chain_index, provider, model, status,"
             " error_class, http_status, error_message, provider_request_id, owner, started_at,"
