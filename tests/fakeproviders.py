@@ -54,6 +54,8 @@ class FakeProviders:
         self.server: ThreadingHTTPServer | None = None
         # reference images received, by prompt: [(field, media type, sha256 of the bytes)]
         self.inputs: dict[str, list[tuple[str, str, str]]] = {}
+        # every JSON body POSTed to OpenAI's /images/generations, as it arrived
+        self.openai_bodies: list[dict] = []
         # outputs whose first download answers 503 (a "flaky-download" prompt's)
         self.flaky_files: set[str] = set()
         # outputs out of reach for a while (503s): a "cdn-outage" prompt's for its first
@@ -218,6 +220,13 @@ class FakeProviders:
         prompt = body.get("prompt", "")
         arrived = time.time()
         self.record("openai", prompt, False, arrived)
+        with self.lock:
+            self.openai_bodies.append(body)
+        dalle = str(body.get("model", "")).startswith("dall-e-")
+        if "response_format" in body and not dalle:  # as gpt-image models answer it
+            error = _openai_invalid("Unknown parameter: 'response_format'.", "response_format")
+            error["error"]["code"] = "unknown_parameter"
+            return h.reply(400, error)
         if "echo-key" in prompt:  # as OpenAI does for a revoked key: the header, quoted back
             return h.reply(
                 401,
@@ -333,6 +342,9 @@ class FakeProviders:
         self.count("openai_billed")
         self.record("openai", prompt, True, arrived)
         headers = {"x-request-id": f"req_{uuid.uuid4().hex[:12]}"}
+        if dalle and body.get("response_format") == "b64_json":  # DALL-E: the image, no usage
+            image = base64.b64encode(render_png(prompt, 32, 32)).decode()
+            return h.reply(200, {"created": 1, "data": [{"b64_json": image}]}, headers=headers)
         if "dalle-url" in prompt:
             path = f"/files/d-{uuid.uuid4().hex[:8]}.png" if "cdn-" in prompt else "/files/d.png"
             self.cdn_outage(prompt, path)

@@ -5,9 +5,16 @@ data: the same fields as form fields and each image as an ``image[]`` file part.
 The call itself is the paid window: there is no lookup by id and no idempotency key, so a
 process that dies during it leaves an ``unknown`` attempt (possibly paid) behind.
 gpt-image models answer ``data[].b64_json`` and ``usage`` tokens (cost derived from the rate
-card's token rates, or per image: see ``RateCards.price`` in afc_cli/costs.py); DALL-E may
-answer a ``url`` (valid about an hour: downloaded at once, and fetched again in later rounds
-while it stays out of reach, ``keeps_outputs_s``). Usage always reports the images produced.
+card's token rates, or per image: see ``RateCards.price`` in afc_cli/costs.py). DALL-E answers
+a ``url`` by default (valid about an hour): afc asks DALL-E models for ``response_format:
+b64_json`` instead (``B64_MODELS``), so the image comes in the paid answer itself, as a
+gpt-image model's does. An output URL is a second paid window: a process killed while
+fetching it (later rounds go on for up to an hour while the CDN is out of reach) left a
+render that no later run can find (a synchronous call has no id to look it up by), and the
+next run paid for it again. gpt-image models refuse the field (400 ``unknown_parameter``),
+so it is sent to DALL-E only. A ``url`` still answered (an OpenAI-compatible gateway that
+ignores the field) is downloaded at once and fetched again in later rounds while it stays
+out of reach (``keeps_outputs_s``). Usage always reports the images produced.
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ from afc_cli.providers.http import (
 )
 
 PASSED = ("size", "quality", "output_format", "background", "moderation", "n", "style")
+# models that answer a URL unless asked for the image itself (``response_format``), which
+# the others refuse
+B64_MODELS = ("dall-e-",)
 
 
 class OpenAIProvider(HttpProvider):
@@ -49,6 +59,8 @@ class OpenAIProvider(HttpProvider):
         began = self.clock()
         body = {"model": request.model, "prompt": request.prompt, "n": 1}
         body.update({k: v for k, v in request.params.items() if k in PASSED})
+        if request.model.startswith(B64_MODELS):
+            body["response_format"] = "b64_json"  # the image in the paid answer, not a URL
         headers = {"Authorization": f"Bearer {self.api_key()}"}
         try:
             if request.inputs:

@@ -1,0 +1,40 @@
+"""Money, nineteenth session: paid windows a careful user of a paid API would close."""
+
+from __future__ import annotations
+
+from conftest import manifest
+
+RATES = [
+    {"provider": "openai", "model": "dall-e-3", "per_image": "0.04"},
+    {"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"},
+]
+
+
+def test_dall_e_is_asked_for_the_image_in_its_paid_answer_not_a_url(afc, fake):
+    """DALL-E answers a URL by default (valid about an hour): a second paid window, since a
+    process killed while fetching it (later rounds go on for up to an hour while a CDN is out
+    of reach) left a render no later run could find (a synchronous call has no id to look it
+    up by), and the next run paid for it again. afc now asks DALL-E for ``response_format:
+    b64_json``; gpt-image models, which refuse the field (400 ``unknown_parameter``, as the
+    fake answers), are not sent it."""
+    jobs = [
+        {
+            "key": "dalle",
+            "prompt": "dalle-url one",
+            "chain": [{"provider": "openai", "model": "dall-e-3"}],
+        },
+        {
+            "key": "gpt",
+            "prompt": "plain two",
+            "chain": [{"provider": "openai", "model": "gpt-image-1"}],
+        },
+    ]
+    afc.write_manifest(manifest(jobs, rates=RATES))
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    bodies = {body["model"]: body for body in fake.openai_bodies}
+    assert bodies["dall-e-3"].get("response_format") == "b64_json"
+    assert "response_format" not in bodies["gpt-image-1"]
+    assert fake.counts["download"] == 0  # the DALL-E image came in the answer itself
+    shown = afc.json("show", "dalle")["attempts"]
+    assert [(a["status"], a["cost"]) for a in shown] == [("succeeded", "0.040000")]
