@@ -653,7 +653,9 @@ def worker(
 
             sys.stderr.write(
                 f"afc: worker claimed {plural(result.claimed, 'job')} in "
-                f"{plural(result.rounds, 'round')}; {result.finished} finished; spent "
+                f"{plural(result.rounds, 'round')}; {result.finished} finished"
+                + (f" ({result.failed} failed)" if result.failed else "")
+                + "; spent "
                 f"{format_usd(result.spent_micros)} USD (priced)"
                 + (f"; {plural(result.abandoned, 'call')} abandoned" if result.abandoned else "")
                 + (

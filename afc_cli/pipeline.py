@@ -248,6 +248,7 @@ class RunContext:
     tasks: dict[str, asyncio.Future] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
+    ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
 
     def __post_init__(self) -> None:
         self.dirs = DirSync(self.offload)

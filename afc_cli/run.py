@@ -239,6 +239,7 @@ class RunStats:
     reserved_micros: int = 0  # the budget's reservations for those
     interrupted: bool = False  # a signal stopped the run (exit 130)
     finished: int = 0  # jobs this run brought to a terminal state
+    ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
     abandoned: int = 0  # attempts left in flight at the end (recorded unknown)
 
 
@@ -878,6 +879,7 @@ def run_jobs(
             money["reserved"],
             interrupted=interruption.interrupted,
             finished=ctx.finished,
+            ended_badly=ctx.ended_badly,
         )
 
     interrupts_cap = max_interrupts()
@@ -951,7 +953,7 @@ async def _all_done(
 def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
     """Start a job's task (``pipeline.run_job``), kept in ``ctx.tasks`` while it runs. Once it
     has ended the loop keeps nothing of the job but two counts (``RunContext.ran``,
-    ``finished``): an ``afc worker`` feeds one loop for as long as its claims find work
+    ``finished``, ``ended_badly``): an ``afc worker`` feeds one loop for as long as its claims find work
     (``_fed``), and that loop kept every task it ever ran, with its id, until it ended
     (about 0.8 KB a job: 40 MB over 50,000 jobs; tests/test_audit_endurance.py)."""
     task = asyncio.ensure_future(run_job(ctx, job_id))
@@ -964,6 +966,7 @@ def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
             ctx.blocked.discard(job_id)
         if not done.cancelled() and done.exception() is None and done.result() in TERMINAL:
             ctx.finished += 1
+            ctx.ended_badly += done.result() != "succeeded"
 
     task.add_done_callback(ended)
     return task

@@ -18,7 +18,8 @@ the leases are released for other workers, but a job whose output is in this hos
 goes to this host, ``owner.host_lease``, for what is left of the lease). A worker that
 drained cleanly exits 0: stopping is its normal end. One that abandoned calls in flight (a
 second signal, the grace ran out) exits 130, since those attempts are recorded ``unknown``
-and possibly paid.
+and possibly paid. ``--until-idle`` (a script's worker) exits 1 when a job it ran ended
+failed, dead or cancelled, as ``afc resume`` does (``WorkerResult.exit_code``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 from afc_cli.errors import (
     EXIT_BUDGET,
     EXIT_INTERRUPTED,
+    EXIT_JOB_FAILED,
     STOP_SIGNALS,
     StorageError,
     UsageError,
@@ -203,6 +205,8 @@ class WorkerResult:
     rounds: int = 0  # claims that found work
     claimed: int = 0
     finished: int = 0  # jobs brought to a terminal state by this worker
+    failed: int = 0  # of those, the ones that ended failed, dead or cancelled
+    until_idle: bool = False  # --until-idle: a job it ran that failed makes its exit 1
     spent_micros: int = 0  # priced spend of the attempts this worker started (never others')
     unknown_cost_attempts: int = 0  # of those, the ones whose cost is unknown
     stopped_by_signal: bool = False
@@ -214,7 +218,12 @@ class WorkerResult:
     def exit_code(self) -> int:
         if self.abandoned:
             return EXIT_INTERRUPTED
-        return EXIT_BUDGET if self.budget_hit else 0
+        if self.budget_hit:
+            return EXIT_BUDGET
+        # a script's 'afc worker --until-idle' is a run, as 'afc resume' is: a job it ran
+        # that failed is exit 1; a service's worker stopped by SIGTERM exits 0 whatever its
+        # jobs did (stopping is its normal end: 'afc status' and 'queue stats' say the rest)
+        return EXIT_JOB_FAILED if self.until_idle and self.failed else 0
 
     def as_json(self) -> dict[str, Any]:
         from afc_cli.costs import format_usd
@@ -223,6 +232,7 @@ class WorkerResult:
             "rounds": self.rounds,
             "claimed": self.claimed,
             "finished": self.finished,
+            "failed": self.failed,
             "spent": format_usd(self.spent_micros),
             "unknown_cost_attempts": self.unknown_cost_attempts,
             "stopped_by_signal": self.stopped_by_signal,
@@ -317,7 +327,7 @@ def work(
     def on_signal(signum: int, frame: Any) -> None:
         stop.set()
 
-    result = WorkerResult()
+    result = WorkerResult(until_idle=until_idle)
     ledger = Ledger(ledger_path, create=False, check=True)
     stop = Stop()
     saved = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
@@ -394,6 +404,7 @@ def work(
                 stop.wait(poll_s)
                 continue
             result.finished += stats.finished
+            result.failed += stats.ended_badly
             result.spent_micros += stats.spent_micros
             result.unknown_cost_attempts += stats.unknown_cost_attempts
             result.abandoned += stats.abandoned

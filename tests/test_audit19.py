@@ -1,8 +1,8 @@
-"""Money, nineteenth session: paid windows a careful user of a paid API would close."""
+"""Nineteenth session: paid windows, exit codes and edges a careful user would expect."""
 
 from __future__ import annotations
 
-from conftest import manifest
+from conftest import jobs, manifest
 
 RATES = [
     {"provider": "openai", "model": "dall-e-3", "per_image": "0.04"},
@@ -38,3 +38,22 @@ def test_dall_e_is_asked_for_the_image_in_its_paid_answer_not_a_url(afc, fake):
     assert fake.counts["download"] == 0  # the DALL-E image came in the answer itself
     shown = afc.json("show", "dalle")["attempts"]
     assert [(a["status"], a["cost"]) for a in shown] == [("succeeded", "0.040000")]
+
+
+def test_worker_until_idle_exits_1_when_a_job_it_ran_failed(afc):
+    """'afc worker --until-idle' in a script (CI, cron) is a run, as 'afc resume' is: it
+    exited 0 though a job it ran failed, so the script went on as if the batch were done.
+    Now exit 1, with the count in its line and its JSON; a worker with nothing failed exits 0
+    (and a service's worker stopped by SIGTERM exits 0 whatever its jobs did:
+    tests/test_worker_idle.py and the README's worker section)."""
+    listed = jobs(2)
+    listed[1]["params"] = {"fail": ["invalid", "invalid"]}
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    worker = afc("worker", "--until-idle")
+    assert worker.returncode == 1, worker.stderr
+    assert "2 finished (1 failed);" in worker.stderr, worker.stderr
+    assert afc.json("worker", "--until-idle")["failed"] == 0  # nothing left: nothing failed
+    assert afc("retry", "shot-002").returncode == 0
+    again = afc.json("worker", "--until-idle", expect=1)
+    assert (again["finished"], again["failed"], again["exit_code"]) == (1, 1, 1)
