@@ -1152,46 +1152,28 @@ def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
     named after its batch and key, alike in both, so one's render overwrote the other's
     spooled one and its success removed it (paid again), and one adopted the other's file as
     its own output. A run of another ledger's spool is refused (exit 2, before it admits or
-    renders anything); one with nothing to run leaves the spool alone (False: no sweep)."""
+    renders anything); one with nothing to run leaves the spool alone (False: no sweep).
+    The rule is ``_spool_verdict``'s, which ``spool_problem`` reads for ``afc plan``."""
     identity = ledger.spool_identity()
     if identity is None:  # its own by its name (a SQLite ledger's)
         return True
-
-    def mark(replace: bool = False) -> dict[str, Any]:
-        try:
-            return spool.mark(identity, str(ledger.path), replace=replace)
+    if not running and spool.owner() is None:  # nothing to mark, nothing refused
+        return True
+    named = str(ledger.path)
+    verdict, detail = _spool_verdict(spool, identity, named, lambda job_id: ledger.job(job_id))
+    if verdict in ("mark", "restored") and running:
+        try:  # a spool marked anew: a restored ledger's new database is the spool's
+            spool.mark(identity, named, replace=verdict == "restored")
         except OSError as exc:
             raise SpoolError(
                 f"the spool {spool.root} cannot be written: {exc}. No render was started; "
                 "fix the disk or move what is in the way, then run again."
             ) from None
-
-    found = spool.owner()
-    if found is None:
-        if not running:
-            return True
-        # files of jobs this ledger does not have are another ledger's (a folder run from
-        # before spools were marked, or whose mark was removed): marked as this one's, that
-        # ledger's runs would be refused here and its paid renders left behind (paid again).
-        # With files of its own there too, it runs unmarked (as both did before marks), or
-        # each ledger would be refused for the other's files for ever; the one whose files
-        # are all stored first is refused next, and the other marks the spool.
-        held = spool.job_ids()
-        foreign = sorted(job_id for job_id in held if ledger.job(job_id) is None)
-        if foreign and len(foreign) < len(held):
-            return True
-        if foreign:
-            raise UsageError(_foreign_files(spool, foreign))
-        found = mark()
-    if found.get("ledger") == identity:
-        return True
-    if _restored(found, identity, str(ledger.path)):
-        if running:  # marked anew: the ledger's new database is the spool's
-            mark(replace=True)
+    if verdict not in ("foreign", "other"):
         return True
     if not running:
         return False
-    raise UsageError(_another_ledgers(spool, found))
+    raise UsageError(detail)
 
 
 def spool_problem(
@@ -1199,18 +1181,45 @@ def spool_problem(
 ) -> str | None:
     """What refuses a run that renders of the ledger ``identity`` names (``named``) in
     ``spool``, as ``own_spool`` decides it, read without writing anything (``afc plan``):
-    another ledger's mark, or an unmarked spool holding files only of jobs not in ``known``
-    (the ledger's jobs among the spool's files). None: the run is not refused for it."""
+    ``known`` holds the ledger's jobs among the spool's files. None: the run is not refused
+    for it."""
     if identity is None:
         return None
+    verdict, detail = _spool_verdict(spool, identity, named, known.__contains__)
+    return detail if verdict in ("foreign", "other") else None
+
+
+def _spool_verdict(
+    spool: Spool, identity: str, named: str, known: Callable[[str], Any]
+) -> tuple[str, str | None]:
+    """A spool's standing for a run of the ledger ``identity`` (named ``named``; ``known``:
+    whether a job id is that ledger's), with why a run is refused there:
+
+    - ``own``: marked as this ledger's;
+    - ``restored``: marked as this ledger's before it moved to a new database (``_restored``):
+      its own, to be marked anew;
+    - ``other``: marked as another ledger's: refused;
+    - ``mark``: unmarked, and every file in it (if any) this ledger's: to be marked;
+    - ``foreign``: unmarked, and every file in it another ledger's (a folder run from before
+      spools were marked, or whose mark was removed): refused, as marked as this one's, that
+      ledger's runs would be refused here and its paid renders left behind (paid again);
+    - ``shared``: unmarked, with files of both: run unmarked (as both did before marks), or
+      each ledger would be refused for the other's files for ever; the one whose files are
+      all stored first is refused next, and the other marks the spool."""
     found = spool.owner()
     if found is None:
         held = spool.job_ids()
-        foreign = sorted(job_id for job_id in held if job_id not in known)
-        return _foreign_files(spool, foreign) if foreign and len(foreign) == len(held) else None
-    if found.get("ledger") == identity or _restored(found, identity, named):
-        return None
-    return _another_ledgers(spool, found)
+        foreign = sorted(job_id for job_id in held if not known(job_id))
+        if not foreign:
+            return "mark", None
+        if len(foreign) < len(held):
+            return "shared", None
+        return "foreign", _foreign_files(spool, foreign)
+    if found.get("ledger") == identity:
+        return "own", None
+    if _restored(found, identity, named):
+        return "restored", None
+    return "other", _another_ledgers(spool, found)
 
 
 def _another_ledgers(spool: Spool, found: dict[str, Any]) -> str:
