@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from conftest import jobs, manifest
 
 RATES = [
@@ -57,3 +60,38 @@ def test_worker_until_idle_exits_1_when_a_job_it_ran_failed(afc):
     assert afc("retry", "shot-002").returncode == 0
     again = afc.json("worker", "--until-idle", expect=1)
     assert (again["finished"], again["failed"], again["exit_code"]) == (1, 1, 1)
+
+
+def test_an_output_declared_larger_than_2_gib_is_refused_before_its_body_is_read(monkeypatch):
+    """An output URL answering ``Content-Length`` past afc's 2 GiB limit was read until
+    2 GiB had come (minutes of a slot, 2 GiB of memory) before it was refused, or, from a CDN
+    that then stalled, fetched again in rounds. The declared length is refused at once, with
+    the paid render's cost kept on the failure, after one GET."""
+    from test_audit_wire import PNG, WireServer, adapter, answered, dalle, rendered
+
+    from afc_cli.providers.base import ProviderError
+    from afc_cli.providers.openai import OpenAIProvider
+
+    async def huge(head, body, writer) -> bool:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\n"
+            + f"Content-Length: {3 * 1024**3}\r\n\r\n".encode()
+            + PNG
+        )
+        await writer.drain()
+        await asyncio.sleep(5)  # the rest never comes (a stalled CDN)
+        return False
+
+    cdn = WireServer(huge)
+    provider_server = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    try:
+        provider = adapter(monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", provider_server.url)
+        with pytest.raises(ProviderError) as caught:
+            rendered(provider, "dall-e-3")
+        assert caught.value.error_class == "invalid", caught.value.message
+        assert "larger than 2 GiB" in caught.value.message
+        assert caught.value.cost_micros == 40_000
+        assert len(cdn.received) == 1
+    finally:
+        provider_server.stop()
+        cdn.stop()

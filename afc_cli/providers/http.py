@@ -641,6 +641,11 @@ async def download(
             "GET", url, follow_redirects=True, extensions=extensions
         ) as response:
             if response.status_code == 200:  # the body read here: a cut is this try's failure
+                declared = response.headers.get("content-length", "").strip()
+                if declared.isdigit() and int(declared) > MAX_OUTPUT_BYTES:
+                    # refused before a byte is read (it was read until 2 GiB had come: minutes
+                    # of a slot and 2 GiB of memory, or, from a CDN that stalled, rounds)
+                    raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
                 response.limited = False  # counted here (MAX_ANSWER_BYTES is for JSON)
                 chunks, size = [], 0
                 async for chunk in response.aiter_bytes():
