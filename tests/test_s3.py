@@ -575,3 +575,34 @@ def test_a_bucket_check_failing_every_try_still_ends_the_run_before_any_render(a
     assert result.returncode == 1 and "cannot use bucket" in result.stderr
     assert [m for m, _, _ in s3.plan.injected] == ["HEAD"] * 3
     assert not (afc.cwd / "afc.db").exists() or attempts(afc) == 0
+
+
+def test_an_objects_content_type_is_what_its_bytes_are(afc, s3, monkeypatch, tmp_path):
+    """An output key's ``{ext}`` is ``params.output_format`` (default png), and a model may
+    answer another format (Replicate's flux answers WebP unless asked): the object was
+    stored as ``image/png``, WebP bytes labelled PNG for every browser and CDN that served
+    it. Its Content-Type is now what its first bytes say, else its key's extension."""
+    from afc_cli import storage
+
+    for name, value in afc.env.items():
+        if name.startswith("AWS_"):
+            monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    target = storage.open(s3.url)
+    for name, data, expected in [
+        ("webp", b"RIFF\x24\x00\x00\x00WEBPVP8 " + bytes(24), "image/webp"),
+        ("jpeg", b"\xff\xd8\xff\xe0" + bytes(28), "image/jpeg"),
+        ("text", b"not an image at all", "image/png"),  # its key's extension
+    ]:
+        source = tmp_path / name
+        source.write_bytes(data)
+        meta = {
+            "job_id": name,
+            "key": name,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+        }
+        target.put_if_absent(f"b1/{name}.png", source, meta)
+        head = s3.client.head_object(Bucket=s3.bucket, Key=f"films/b1/{name}.png")
+        assert head["ContentType"] == expected, name

@@ -373,7 +373,7 @@ class S3Storage(Storage):
                 Metadata=metadata,
                 ChecksumAlgorithm="SHA256",
                 ChecksumSHA256=_b64(bytes.fromhex(sha256)),
-                ContentType=_content_type(key),
+                ContentType=_content_type(key, source),
             )
 
     def _part_size(self, size: int) -> int:
@@ -410,7 +410,7 @@ class S3Storage(Storage):
             Key=object_key,
             Metadata=metadata,
             ChecksumAlgorithm="SHA256",
-            ContentType=_content_type(key),
+            ContentType=_content_type(key, source),
         )
         upload_id = upload["UploadId"]
         parts = []
@@ -535,7 +535,19 @@ class S3Storage(Storage):
         return None
 
 
-def _content_type(key: str) -> str:
-    import mimetypes
+def _content_type(key: str, source: Path | None = None) -> str:
+    """The object's Content-Type: what its bytes are where their first bytes say so
+    (``inputs.media_type``: PNG, JPEG, WebP, GIF, HEIF, AVIF, TIFF, BMP), else what its key's
+    extension says. An output key's ``{ext}`` is ``params.output_format`` (default png) and a
+    model may answer another format (Replicate's flux answers WebP unless asked otherwise):
+    stored as ``image/png``, a browser or CDN was handed WebP bytes labelled PNG."""
+    from afc_cli.inputs import media_type
 
-    return mimetypes.guess_type(key)[0] or "application/octet-stream"
+    head = b""
+    if source is not None:
+        try:
+            with open(source, "rb") as fh:
+                head = fh.read(32)
+        except OSError:
+            pass
+    return media_type(head, key)
