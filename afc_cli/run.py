@@ -525,7 +525,11 @@ def resume(
         everything = ledger.status_rows(batch)
         rows = [r for r in everything if r["id"] in wanted]
         note_held_elsewhere(ledger, rows)
-        stuck = [r for r in everything if r["id"] not in wanted and r["status"] in STUCK]
+        stuck = [
+            r
+            for r in everything
+            if r["id"] not in wanted and r["status"] in STUCK and not follows_a_decision(ledger, r)
+        ]
         return RunResult(
             jobs=rows,
             stats=stats,
@@ -538,6 +542,35 @@ def resume(
 
 
 STUCK = ("failed", "dead")  # statuses that wait for a person
+DECIDED = ("rejected", "cancelled")  # a person's decisions, which resume passes by
+
+
+def follows_a_decision(ledger: Ledger, row: dict[str, Any]) -> bool:
+    """Whether a failed job is the consequence of a person's decision, not a failure that
+    waits for one: it failed with ``DEPENDENCY_FAILED`` and each need that ended badly was
+    rejected or cancelled, or failed so itself. ``afc resume`` passes such a job by, as it
+    passes the rejected or cancelled need by: a rejection is final ('afc retry' of its
+    dependent fails it again at once; a new job under a new key replaces it), and a cron'd
+    resume exited 1 at every run for ever after one rejection, with nothing a person could
+    retry to clear it. A dependent of a need that failed for real still waits for a person
+    (retrying the need puts it back)."""
+    from afc_cli.ledger.core import NEED_FAILED
+
+    if row["status"] != "failed" or row.get("error_code") != "DEPENDENCY_FAILED":
+        return False
+    needs = ledger.needs_of(row["id"])
+    ended = [n for n in needs if n["status"] is None or n["status"] in NEED_FAILED]
+    for need in ended:  # (needs form no cycle: admission refuses one)
+        if need["status"] in DECIDED:
+            continue
+        if need["status"] == "failed":
+            job = ledger.job(need["need_id"])
+            if job is not None and follows_a_decision(ledger, job):
+                continue
+        return False  # missing (a submit adds it), dead, or failed for real: a person's
+    return bool(ended)
+
+
 PAUSED = ("succeeded", "awaiting_review", "blocked")  # statuses a run may end with, exit 0
 
 

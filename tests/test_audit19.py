@@ -95,3 +95,37 @@ def test_an_output_declared_larger_than_2_gib_is_refused_before_its_body_is_read
     finally:
         provider_server.stop()
         cdn.stop()
+
+
+def test_resume_passes_by_the_dependents_of_a_rejection_not_of_a_failure(afc):
+    """A rejection is final ('afc retry' of its dependent fails it again at once; a new key
+    replaces it), and 'afc resume' passes the rejected job by; but its dependents, failed
+    DEPENDENCY_FAILED, kept every cron'd resume at exit 1 for ever, with nothing a person
+    could retry to clear them. They are passed by as the rejected need is (transitively: a
+    dependent of a dependent too). A dependent of a need that failed for real still keeps
+    resume at 1: retrying that need puts it back."""
+    listed = [
+        {"key": "style", "prompt": "a style frame", "review": True},
+        {"key": "shot", "prompt": "a shot", "needs": ["style"]},
+        {"key": "title", "prompt": "a title", "needs": ["shot"]},
+    ]
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml").returncode == 0  # style awaits review
+    rejected = afc("review", "reject", "style", "--reason", "too dark")
+    assert rejected.returncode == 0, rejected.stderr
+    assert "'afc resume' passes them by" in rejected.stderr, rejected.stderr
+    status = {job["key"]: job["status"] for job in afc.json("status")["jobs"]}
+    assert status == {"style": "rejected", "shot": "failed", "title": "failed"}
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+
+    # a need that failed for real (an invalid request): its dependent waits for a person
+    listed += [
+        {"key": "broken", "prompt": "broken", "params": {"fail": ["invalid"] * 3}},
+        {"key": "after", "prompt": "after", "needs": ["broken"]},
+    ]
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml").returncode == 1
+    status = {job["key"]: job["status"] for job in afc.json("status")["jobs"]}
+    assert (status["broken"], status["after"]) == ("failed", "failed")
+    assert afc("resume").returncode == 1
