@@ -15,6 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+# The suite's servers are on loopback: a proxy in the environment (a CI machine's) would be
+# asked for them (afc's provider calls, webhooks and S3 honour HTTP_PROXY / HTTPS_PROXY)
+for _name in [k for k in os.environ if k.lower() in ("http_proxy", "https_proxy", "all_proxy")]:
+    del os.environ[_name]
+
 
 class Afc:
     def __init__(self, cwd: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from conftest import jobs, manifest
@@ -129,3 +130,69 @@ def test_resume_passes_by_the_dependents_of_a_rejection_not_of_a_failure(afc):
     status = {job["key"]: job["status"] for job in afc.json("status")["jobs"]}
     assert (status["broken"], status["after"]) == ("failed", "failed")
     assert afc("resume").returncode == 1
+
+
+def test_a_provider_behind_the_environments_proxy_is_reached_through_it(afc):
+    """A studio whose network lets nothing out but through its proxy (``HTTPS_PROXY`` /
+    ``HTTP_PROXY``): afc's provider calls ignored the variables (its client has a transport
+    of its own, and httpx reads them only for the transport it makes), so no provider could
+    be reached at all, while webhooks and S3 went through the proxy. Calls now go through
+    it; ``NO_PROXY`` is honoured."""
+    import base64 as b64
+
+    from test_audit_wire import OPENAI_RATES, PNG, WireServer, answered, json_reply, run
+
+    proxy = WireServer(answered(json_reply({"data": [{"b64_json": b64.b64encode(PNG).decode()}]})))
+    try:
+        env = {"OPENAI_BASE_URL": "http://api.openai.invalid/v1", "HTTP_PROXY": proxy.url}
+        result = run(afc, "openai", "dall-e-3", OPENAI_RATES, env)
+        assert result.returncode == 0, result.stderr
+        ((head, _),) = proxy.received
+        assert head.startswith(b"POST http://api.openai.invalid/v1/images/generations "), head
+        assert (afc.outputs() / "b1" / "shot.png").read_bytes() == PNG
+    finally:
+        proxy.stop()
+
+
+def test_the_proxy_is_not_used_for_no_proxy_hosts():
+    import httpx
+
+    from afc_cli.providers.transport import PoolTransport, pool_limits
+
+    saved = dict(os.environ)
+    try:
+        os.environ.update(HTTP_PROXY="http://proxy.invalid:3128", NO_PROXY="direct.invalid")
+        transport = PoolTransport(limits=pool_limits(4))
+        assert transport._proxy_for(httpx.URL("http://direct.invalid/x")) == (None, None)
+        proxied, _ = transport._proxy_for(httpx.URL("http://api.invalid/x"))
+        assert str(proxied) == "http://proxy.invalid:3128"
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.mark.parametrize(
+    "output, said",
+    [
+        ("http://127.0.0.1:9/secret.png", "not a public address"),
+        ("http://169.254.169.254/latest/meta-data/", "cannot be fetched"),
+    ],
+)
+def test_outputs_through_the_proxy_keep_the_address_rules(afc, output, said):
+    """Through a proxy the connection is the proxy's, so afc's resolver never sees the
+    output's host: an output URL on this host's private network, or the cloud's metadata
+    service, would have been fetched by the proxy and stored as the job's output. Its host
+    is checked here first, and the proxy is never asked for it."""
+    from test_audit_wire import OPENAI_RATES, WireServer, answered, attempts, dalle, run
+
+    proxy = WireServer(answered(dalle(output)))
+    try:
+        env = {"OPENAI_BASE_URL": "http://api.openai.invalid/v1", "HTTP_PROXY": proxy.url}
+        result = run(afc, "openai", "dall-e-3", OPENAI_RATES, env)
+        assert result.returncode == 1, result.stderr
+        assert [head.split(b" ")[0] for head, _ in proxy.received] == [b"POST"]
+        (attempt,) = attempts(afc)
+        assert said in attempt["error"], attempt
+        assert attempt["cost"] == "0.040000"
+    finally:
+        proxy.stop()

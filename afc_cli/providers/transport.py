@@ -42,6 +42,14 @@ What this module adds to the library's transport:
   headers must come within the pool and read timeouts of the request (and the time its body
   takes to send at ``MIN_RATE``), the body within the read timeout of the headers plus the
   time it takes at ``MIN_RATE``; past that, ``ReadTimeout`` as for silence.
+- **The environment's proxy** (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``, as curl,
+  boto3 and httpx read them: ``_env_proxy``): a studio whose network lets no
+  connection out but through its proxy could not reach a provider at all (afc's client was
+  given its own transport, and httpx reads the proxy variables only for the transport it
+  makes itself), while its webhooks and S3 calls went through the proxy. A proxied request
+  takes the same path as any other, with the rules above applied to the host it names, as
+  this host resolves it (``_checked_through_proxy``): a name that does not resolve here (the
+  proxy resolves it) cannot be checked, and is sent.
 """
 
 from __future__ import annotations
@@ -310,6 +318,8 @@ class PoolTransport(AiohttpTransport):
         self._urls: dict[str, Any] = {}
         self._refused: dict[str, bool] = {}
         self._public: aiohttp.ClientSession | None = None  # PUBLIC_ONLY requests' own pool
+        self._proxies: dict[tuple[str, str], tuple[Any, Any]] = {}  # (scheme, host) -> proxy
+        self._looked_up: dict[str, tuple[float, list[str]]] = {}  # proxied hosts' addresses
 
     def _timeout(self, timeout: dict[str, Any]) -> aiohttp.ClientTimeout:
         key = (timeout.get("connect"), timeout.get("read"), timeout.get("pool"))
@@ -355,9 +365,13 @@ class PoolTransport(AiohttpTransport):
         if refused:  # an address given as such: the resolver never sees it
             raise AddressRefused(f"{host} is a link-local address")
         session = self.client
-        if request.extensions.get(PUBLIC_ONLY):
-            if not public_address(host):
-                raise NotPublic(f"{host}, which is not a public address")
+        public_only = request.extensions.get(PUBLIC_ONLY)
+        if public_only and not public_address(host):
+            raise NotPublic(f"{host}, which is not a public address")
+        proxy, proxy_auth = self._proxy_for(request.url)
+        if proxy is not None:  # connected to the proxy: the host's rules are checked here
+            await self._checked_through_proxy(host, public_only)
+        elif public_only:
             if self._public is None:
                 self._public = self.get_client(_PublicResolver())
             session = self._public
@@ -395,6 +409,8 @@ class PoolTransport(AiohttpTransport):
                     compress=False,
                     timeout=self._timeout(timeout),
                     server_hostname=extensions.get("sni_hostname"),
+                    proxy=proxy,
+                    proxy_auth=proxy_auth,
                 )
         except Exception as exc:
             _raise_mapped(exc)
@@ -407,6 +423,40 @@ class PoolTransport(AiohttpTransport):
             if response.reason
             else {"http_version": b"HTTP/1.1"},
         )
+
+    def _proxy_for(self, url: httpx.URL) -> tuple[Any, Any]:
+        """The environment's proxy for ``url`` and its credentials (None, None: none), looked
+        up once a scheme and host (``_env_proxy``)."""
+        key = (url.scheme, url.host)
+        found = self._proxies.get(key)
+        if found is None:
+            if len(self._proxies) >= self.URL_CACHE:
+                self._proxies.clear()
+            found = self._proxies[key] = _env_proxy(self._url(url))
+        return found
+
+    async def _checked_through_proxy(self, host: str, public_only: Any) -> None:
+        """The address rules for a host reached through a proxy, which connects to it: the
+        host's addresses as this host resolves them (kept ``DNS_TTL_S``, as aiohttp's own
+        resolver keeps them) must not be link-local (``AddressRefused``), nor, for a
+        ``PUBLIC_ONLY`` request, other than public (``NotPublic``). A name that does not
+        resolve here is the proxy's to resolve, and is not refused."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        found = self._looked_up.get(host)
+        if found is None or found[0] < now:
+            try:
+                infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            except (OSError, UnicodeError):
+                infos = []
+            if len(self._looked_up) >= self.URL_CACHE:
+                self._looked_up.clear()
+            found = self._looked_up[host] = (now + DNS_TTL_S, [info[4][0] for info in infos])
+        addresses = found[1]
+        if any(refused_address(address) for address in addresses):
+            raise AddressRefused(f"{host} resolves to a link-local address")
+        if public_only and not all(public_address(address) for address in addresses):
+            raise NotPublic(f"{host}, which resolves to an address that is not public")
 
     async def aclose(self) -> None:
         if self._public is not None:
@@ -449,6 +499,22 @@ class LeanCookies(httpx.Cookies):
     def extract_cookies(self, response: httpx.Response) -> None:
         if "set-cookie" in response.headers:
             super().extract_cookies(response)
+
+
+DNS_TTL_S = 10.0  # how long a proxied host's addresses are kept (aiohttp's resolver's own)
+
+
+def _env_proxy(url: yarl.URL) -> tuple[Any, Any]:
+    """The proxy the environment names for ``url`` (``HTTPS_PROXY`` or ``HTTP_PROXY`` by its
+    scheme, upper or lower case, unless ``NO_PROXY`` lists its host: the rules curl, boto3
+    and httpx follow, read by the standard library), with the proxy's credentials from its
+    URL or ``~/.netrc`` (aiohttp's reading), or (None, None)."""
+    from aiohttp.helpers import get_env_proxy_for_url
+
+    try:
+        return get_env_proxy_for_url(url)
+    except LookupError:
+        return None, None
 
 
 class LeanClient(httpx.AsyncClient):
