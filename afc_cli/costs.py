@@ -10,7 +10,7 @@ Sources: ``quoted`` (the provider said), ``derived`` (reported units x rate card
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 MAX_USD = Decimal(1_000_000)  # rates, budgets and one answer's cost stay below this
@@ -48,6 +48,13 @@ TOKEN_RATES = {"per_1k_input_tokens": "input_tokens", "per_1k_output_tokens": "o
 
 def to_micros(amount: Decimal) -> int:
     return int((amount * MICROS).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def cap_micros(amount: Decimal) -> int:
+    """A spending cap in micro-USD, rounded down: a budget of ``0.0000005`` is 0, not 1
+    micro-USD (rounded half-up, as costs are, the cap rose above what was given, and a call
+    priced between the two started past it)."""
+    return int((amount * MICROS).quantize(Decimal(1), rounding=ROUND_FLOOR))
 
 
 def format_usd(micros: int | None) -> str | None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from afc_cli import ledger_file, streams
 from afc_cli import storage as storage_mod
-from afc_cli.costs import RateCards, plural, to_micros
+from afc_cli.costs import RateCards, cap_micros, plural
 from afc_cli.errors import (
     EXIT_BUDGET,
     EXIT_CONFLICT,
@@ -134,7 +134,7 @@ class Budget:
         problem = usd_problem(value)
         if problem:
             raise UsageError(f"--max-spend (or the manifest's budget) {problem}")
-        return cls(to_micros(Decimal(value)), allow_unpriced, source)
+        return cls(cap_micros(Decimal(value)), allow_unpriced, source)
 
     @classmethod
     def of_manifest(
