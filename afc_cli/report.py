@@ -185,7 +185,10 @@ def print_story(story: dict[str, Any]) -> None:
         else:
             say(f"output        none stored (key {job['output_key']})")
     unpriced = job["unpriced_attempts"]
-    if job["cost"] is None:
+    if job["cost"] is None and not unpriced:
+        # its only attempts are calls still in flight: no cost yet, known or unknown
+        say("cost          unpriced (no cost known yet: its call is in flight)")
+    elif job["cost"] is None:
         say(f"cost          unpriced ({plural(unpriced, 'attempt')} of unknown cost)")
     else:
         extra = f" + {plural(unpriced, 'attempt')} of unknown cost" if unpriced else ""

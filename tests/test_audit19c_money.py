@@ -20,3 +20,27 @@ def test_a_budget_below_one_micro_usd_is_not_rounded_up_past_what_was_given(afc)
     assert result.returncode == 4, result.stderr
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
     assert afc.json("costs", "report")["total"]["priced"] == "0.000000"
+
+
+def test_afc_show_of_a_job_whose_call_is_in_flight_says_no_cost_is_known_yet(afc):
+    """``afc show`` of a job whose only attempt was a call still in flight said "cost
+    unpriced (0 attempts of unknown cost)": unpriced for want of attempts of unknown cost, a
+    line that contradicts itself (its ``--json`` has cost null and ``unpriced_attempts`` 0, as
+    ``afc status`` does). It says the call is in flight, with no cost known yet."""
+    from conftest import wait_for
+
+    release = afc.cwd / "release"
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    proc = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+        shown = afc("show", "a")
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert "cost          unpriced (no cost known yet: its call is in flight)" in lines, lines
+        assert "0 attempts" not in shown.stdout
+    finally:
+        release.touch()
+    assert proc.wait(timeout=60) == 0
+    lines = afc("show", "a").stdout.splitlines()
+    assert "cost          0.050000 USD" in lines, lines
