@@ -224,6 +224,9 @@ class RunContext:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     # progress for the person watching (afc_cli/output.py): report(job, event, detail, **info)
     report: Callable[..., None] = lambda job, event, detail, **info: None
+    notice: Callable[[str], None] = lambda message: None  # a line above the progress
+    # (batch, provider, model, what the bytes are, what the key names) said by ``_named_as``
+    formats_said: set[tuple[str, ...]] = field(default_factory=set)
     providers: dict[str, Any] = field(default_factory=lambda: PROVIDERS)
     # how blocking local file work runs: a thread, or the file helper process (offload.py);
     # ``quick``: how a local look (stat, small read) runs: None is inline, in the loop
@@ -1008,6 +1011,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             },
         )
         ctx.rendered[job["id"]] = job  # until the spool step takes the bytes (``keep_rendered``)
+        _named_as(ctx, job, entry, result.data)
         _learn_cost(ctx, entry, request["params"], result.cost_micros)
         if result.cost_micros is not None and ctx.cap_micros is not None:
             ctx.ledger.hold_known_cost(
@@ -1020,6 +1024,31 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         job["step"] = "spool"
         ctx.report(job, "rendered", f"attempt {number}", cost_micros=result.cost_micros)
         return True
+
+
+def _named_as(ctx: RunContext, job: dict[str, Any], entry: dict[str, Any], data: bytes) -> None:
+    """Say once a batch and model when a render's bytes are another image format than its
+    output key names: the key's ``{ext}`` is ``params.output_format`` (default png), decided
+    before the render, and a model may answer another (Replicate's flux answers WebP unless
+    asked), so a batch of 10,000 ``.png`` keys held WebP with nothing said. The output is
+    stored as named (its S3 Content-Type is what its bytes are: storage/s3.py)."""
+    import mimetypes
+
+    from afc_cli.inputs import image_type
+
+    found = image_type(data[:32])
+    named = mimetypes.guess_type(job["output_key"])[0]
+    if found is None or named is None or found == named:
+        return
+    said = (job["batch"], entry["provider"], entry["model"], found, named)
+    if said in ctx.formats_said:
+        return
+    ctx.formats_said.add(said)
+    ctx.notice(
+        f"{entry['provider']}/{entry['model']} answered {found} for {job['batch']}/{job['key']}, "
+        f"stored under {job['output_key']} ({named}): set params.output_format to what the "
+        "model makes (or ask it for the named format) so output keys name what they hold"
+    )
 
 
 def _last_look(ctx: RunContext, job: dict[str, Any], since: tuple[float, float]) -> None:

@@ -819,6 +819,7 @@ def run_jobs(
             store_slots=asyncio.Semaphore(STORE_SLOTS),
             lease_s=lease_s,
             report=reporter.event,
+            notice=reporter.notice,
             run_id=run_id,
             cap_micros=budget.cap_micros if budget else None,
             min_free_bytes=min_free_bytes(),

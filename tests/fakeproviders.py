@@ -177,6 +177,8 @@ class FakeProviders:
                 return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
             if path in self.flaky_files and self.first_time(f"download {path}"):
                 return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
+            if path.endswith(".webp"):  # a model answering WebP (Replicate's flux, by default)
+                return h.reply(200, raw=render_webp(), ctype="image/webp")
             return h.reply(200, raw=render_png(path, 32, 32), ctype="image/png")
         if method == "POST" and path == "/v1/images/generations":
             return self.openai(h)
@@ -549,11 +551,12 @@ class FakeProviders:
                 # ``num_outputs`` outputs (a model input several image models take)
                 count = p["input"].get("num_outputs") if isinstance(p["input"], dict) else None
                 count = count if isinstance(count, int) else 1
+                ext = "webp" if "webp-out" in p["prompt"] else "png"
                 p.update(
                     status="succeeded",
-                    output=[f"{self.base}/files/{pid}-{i}.png" for i in range(count)]
+                    output=[f"{self.base}/files/{pid}-{i}.{ext}" for i in range(count)]
                     if count > 1
-                    else [f"{self.base}/files/{pid}.png"],
+                    else [f"{self.base}/files/{pid}.{ext}"],
                     metrics={"predict_time": 3.2, "total_time": 3.5},
                 )
         h.reply(200, {k: v for k, v in p.items() if k not in ("polls", "prompt")})
@@ -815,6 +818,17 @@ class FakeProviders:
 
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
+
+
+def render_webp() -> bytes:
+    """A small WebP image (Pillow, afc's web extra)."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 120, 40)).save(out, "WEBP")
+    return out.getvalue()
 
 
 def _openai_invalid(message: str, param: str | None) -> dict:

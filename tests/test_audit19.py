@@ -196,3 +196,24 @@ def test_outputs_through_the_proxy_keep_the_address_rules(afc, output, said):
         assert attempt["cost"] == "0.040000"
     finally:
         proxy.stop()
+
+
+def test_a_model_answering_another_format_than_the_key_names_is_said_once(afc, fake):
+    """Replicate's flux answers WebP unless asked, and an output key's ``{ext}`` is
+    ``params.output_format`` (default png): a batch of ``.png`` keys held WebP with nothing
+    said. The run says so once for the batch and model (stored as named)."""
+    from test_providers import MODELS, RATES
+
+    data = manifest(
+        [{"key": f"j{i}", "prompt": f"webp-out {i}"} for i in range(3)]
+        + [{"key": "plain", "prompt": "a png"}],
+        rates=RATES,
+    )
+    data["defaults"]["chain"] = [{"provider": "replicate", "model": MODELS["replicate"]}]
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "answered image/webp" in line]
+    assert len(said) == 1, result.stderr
+    assert "stored under b1/j" in said[0] and "params.output_format" in said[0], said
+    assert (afc.outputs() / "b1" / "j0.png").read_bytes()[8:12] == b"WEBP"
