@@ -14,7 +14,8 @@ file and its line number. The file is relative to the manifest's folder.
   never closed, or a cell longer than the csv module's limit (128 KiB), refuses the list at
   its line (the rest of the file cannot be split reliably after it).
 
-Either format: a byte order mark opening the file is skipped; a line longer than
+Either format: a byte order mark opening the file is skipped; a byte that is not UTF-8 refuses
+the list at its line (named, with the byte); a line longer than
 ``MAX_LINE_CHARS`` (1 Mi characters: a job's line is a few hundred) refuses the list at that
 line, unread (a file of one endless line, such as a binary or a log named by mistake, would
 otherwise be held in memory whole, and a CSV line of commas as millions of cells); JSON nested more than 64 levels
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,15 +68,37 @@ class _TooLong(Exception):
     pass
 
 
+# a byte that is not UTF-8, as the ``surrogateescape`` handler the list is read with gives it
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+class _NotUtf8(Exception):
+    """A line holding a byte that is not UTF-8 (a list saved as Latin-1 or Windows-1252): the
+    list is refused at that line, named, instead of at a decoder's chunk with no line."""
+
+    def __init__(self, line: int, column: int, byte: int) -> None:
+        super().__init__(line)
+        self.line = line
+        self.problem = (
+            f"not UTF-8 text: byte 0x{byte:02X} at column {column} (saved as Latin-1 or "
+            "Windows-1252? save the list as UTF-8); the rest of the file was not read"
+        )
+
+
 def _lines(handle: Any) -> Iterator[str]:
     """``handle``'s lines, as iterating it gives them; ``_TooLong`` at a line longer than
-    ``MAX_LINE_CHARS``, which is never read whole."""
+    ``MAX_LINE_CHARS``, which is never read whole; ``_NotUtf8`` at a line with a byte that is
+    not UTF-8 (``handle`` decodes with ``surrogateescape``)."""
+    number = 0
     while True:
         text = handle.readline(MAX_LINE_CHARS + 1)
         if not text:
             return
+        number += 1
         if len(text) > MAX_LINE_CHARS:
             raise _TooLong
+        if not text.isascii() and (bad := _NOT_UTF8.search(text)) is not None:
+            raise _NotUtf8(number, bad.start() + 1, ord(bad.group()) - 0xDC00)
         yield text
 
 
@@ -203,12 +227,11 @@ class JobFile:
                     return
         except OSError as exc:
             problems.append(f"{self.name}: cannot read: {exc}")
-        except UnicodeDecodeError as exc:
-            problems.append(f"{self.name}: not UTF-8 text ({exc.reason})")
 
     def _jsonl(self) -> Iterator[tuple[int, Any]]:
         number = 0
-        with open(self.path, encoding="utf-8-sig") as handle:  # a byte order mark is skipped
+        # a byte order mark is skipped; a byte that is not UTF-8 is named with its line
+        with open(self.path, encoding="utf-8-sig", errors="surrogateescape") as handle:
             try:
                 for number, text in enumerate(_lines(handle), 1):
                     line = text.strip()
@@ -228,9 +251,11 @@ class JobFile:
                         yield number, _Bad(f"not valid JSON: {exc}")
             except _TooLong:
                 yield number + 1, _Bad(TOO_LONG)
+            except _NotUtf8 as exc:
+                yield exc.line, _Bad(exc.problem)
 
     def _csv(self, problems: list[str]) -> Iterator[tuple[int, Any]]:
-        with open(self.path, encoding="utf-8-sig", newline="") as handle:
+        with open(self.path, encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
             # strict: a quote left open is an error, not a cell that swallows the file's rest
             reader = csv.reader(_lines(handle), strict=True)
             try:
@@ -240,6 +265,9 @@ class JobFile:
                 return
             except _TooLong:
                 problems.append(f"{self.name} line 1: {TOO_LONG}")
+                return
+            except _NotUtf8 as exc:
+                problems.append(f"{self.name} line {exc.line}: {exc.problem}")
                 return
             if header is None:
                 problems.append(f"{self.name}: empty; the first row names the columns")
@@ -270,6 +298,9 @@ class JobFile:
                     return
                 except _TooLong:
                     yield last + 1, _Bad(TOO_LONG)
+                    return
+                except _NotUtf8 as exc:  # the line itself, inside a cell of many lines too
+                    yield exc.line, _Bad(exc.problem)
                     return
                 if cells is None:
                     return

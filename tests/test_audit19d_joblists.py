@@ -1,0 +1,48 @@
+"""Outside audit 19d: ``jobs_from`` job lists through the real ``afc`` command (README "Big job
+lists"): what a list that cannot be admitted says, and that it writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import manifest
+
+
+def _listed(afc, name: str, data: bytes) -> None:
+    top = manifest([], jobs_from=name)
+    del top["jobs"]
+    afc.write_manifest(top)
+    (afc.cwd / name).write_bytes(data)
+
+
+LATIN1_JSONL = b"".join(
+    [b'{"key": "shot-%04d", "prompt": "plain"}\n' % i for i in range(1, 400)]
+    + [b'{"key": "shot-0400", "prompt": "caf\xe9 au lait"}\n']
+    + [b'{"key": "shot-%04d", "prompt": "plain"}\n' % i for i in range(401, 450)]
+)
+LATIN1_CSV = (
+    b"key,prompt\r\n"
+    + b"".join(b"shot-%04d,plain\r\n" % i for i in range(1, 300))
+    # a quoted cell over two lines: the byte is on the record's second line, the file's 302nd
+    + b'shot-0300,"two\r\nlines, na\xefve"\r\n'
+    + b"".join(b"shot-%04d,plain\r\n" % i for i in range(301, 350))
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "line"),
+    [("jobs.jsonl", LATIN1_JSONL, 400), ("jobs.csv", LATIN1_CSV, 302)],
+    ids=["jsonl", "csv"],
+)
+def test_a_list_saved_as_latin_1_names_the_line_of_its_first_byte_that_is_not_utf_8(
+    afc, name, data, line
+):
+    """README: problems name the file and line. A list exported as Latin-1 or Windows-1252 (a
+    spreadsheet's plain CSV) was refused as 'jobs.csv: not UTF-8 text (invalid continuation
+    byte)', no line named: in a list of thousands of lines a person could not find the one
+    accented word to fix. It now names the line (and the byte), and still writes nothing."""
+    _listed(afc, name, data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    assert f"{name} line {line}: not UTF-8 text" in result.stderr, result.stderr
+    assert "byte 0x" in result.stderr and "Traceback" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
