@@ -46,7 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from afc_cli.costs import usd_problem
-from afc_cli.errors import ManifestError
+from afc_cli.errors import ManifestError, UsageError
 from afc_cli.joblist import PlainSpec
 
 # Stable namespace for job ids: uuid5(namespace, batch NUL key). Never change it: a rebuilt
@@ -898,13 +898,23 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
     if jobs_file is not None and len(problems) < MAX_PROBLEMS:
         # every line checked and resolved; the results wait in a temporary file, not memory
         lines = jobs_file.specs(len(model.jobs or []) + len(refused), problems)
-        jobs = JobList(
-            jobs,
-            itertools.chain(
-                resolve_jobs(model, providers, lines, problems, seen, aggregate),
-                resolve_deferred(model, providers, problems, seen, aggregate),
-            ),
-        )
+        try:
+            jobs = JobList(
+                jobs,
+                itertools.chain(
+                    resolve_jobs(model, providers, lines, problems, seen, aggregate),
+                    resolve_deferred(model, providers, problems, seen, aggregate),
+                ),
+            )
+        except OSError as exc:  # the temporary file's (the list's own are a line's problem)
+            import tempfile
+
+            raise UsageError(
+                f"cannot check the job list {model.jobs_from!r} of {name}: its resolved jobs "
+                f"wait in a temporary file in {tempfile.gettempdir()} (TMPDIR), and writing it "
+                f"failed: {exc.strerror or exc}. Nothing was admitted: free space there, or "
+                "set TMPDIR to a folder with room, then run this command again"
+            ) from None
         if not len(jobs) and not problems:  # as a manifest whose jobs are an empty list
             problems.append(f"field 'jobs_from': {model.jobs_from!r} holds no job")
     else:

@@ -3,6 +3,11 @@ lists"): what a list that cannot be admitted says, and that it writes nothing.""
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import subprocess
+import sys
+
 import pytest
 from conftest import manifest
 
@@ -45,4 +50,36 @@ def test_a_list_saved_as_latin_1_names_the_line_of_its_first_byte_that_is_not_ut
     assert result.returncode == 2, result.stderr
     assert f"{name} line {line}: not UTF-8 text" in result.stderr, result.stderr
     assert "byte 0x" in result.stderr and "Traceback" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or not shutil.which("unshare"), reason="needs unshare (Linux)"
+)
+def test_a_job_list_with_no_room_in_tmpdir_is_refused_as_nothing_admitted(afc):
+    """A job list's resolved jobs wait in a temporary file (README "Big job lists"). With no
+    room in TMPDIR, 'afc submit' exited 1 with '[Errno 28] No space left on device; every job
+    stays resumable: fix it, then run 'afc resume'', though nothing had been admitted: the
+    resume it named renders nothing of that list (exit 0 on a ledger with other batches), and
+    a script took the list for submitted. It is now exit 2, nothing written, naming TMPDIR and
+    saying to run the submit again."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged mount namespaces are not available")
+    rows = b"".join(b'{"key": "k%05d", "prompt": "%s"}\n' % (i, b"p" * 200) for i in range(3000))
+    _listed(afc, "jobs.jsonl", rows)
+    command = " ".join(shlex.quote(part) for part in afc.command("submit", "manifest.yaml"))
+    script = (
+        f"mkdir -p tmp && mount -t tmpfs -o size=64k tmpfs tmp || exit 9\nTMPDIR=$PWD/tmp {command}"
+    )
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=afc.cwd,
+        env=afc.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "TMPDIR" in result.stderr and "Nothing was admitted" in result.stderr, result.stderr
+    assert "afc resume" not in result.stderr and "Traceback" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
