@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import manifest
@@ -83,3 +84,50 @@ def test_a_job_list_with_no_room_in_tmpdir_is_refused_as_nothing_admitted(afc):
     assert "TMPDIR" in result.stderr and "Nothing was admitted" in result.stderr, result.stderr
     assert "afc resume" not in result.stderr and "Traceback" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_two_first_submits_of_a_batch_naming_two_storages_at_once_refuse_the_second(afc, pg_url):
+    """SPEC section 1: a run that names another storage for a batch than the one it was
+    admitted with is refused (exit 2) with both named. On PostgreSQL, two first submits of a
+    new batch at once (two cron lines, two hosts) each checked the batch's storage before the
+    other's admission committed: the second waited on the first's batch row, then admitted
+    its jobs as replays (exit 0, its --json 'storage' the one it named) while the batch kept
+    the first's storage, where its run rendered them; a script looked for the outputs where
+    it had been told they went, and found none. The storage is now checked once the batch's
+    row is this transaction's (after its upsert). Here the first admission is a transaction
+    the test holds open until the submit waits on it."""
+    import psycopg
+
+    env = {"AFC_LEDGER": pg_url}
+    afc.write_manifest(manifest([{"key": "k", "prompt": "p"}]))
+    first = (afc.cwd / "first").resolve().as_uri()
+    holder = psycopg.connect(pg_url)
+    try:
+        holder.execute(
+            "INSERT INTO batches (name, storage, rates_json, limits_json, manifest_path,"
+            " created_at, updated_at) VALUES ('b1', %s, '[]', '{}', 'other.yaml', 0, 0)",
+            (first,),
+        )
+        second = afc.popen(
+            "submit", "manifest.yaml", "--no-run", "--storage", "file://./second", env=env
+        )
+        with psycopg.connect(pg_url, autocommit=True) as watch:
+            deadline = time.time() + 30
+            while time.time() < deadline and second.poll() is None:
+                waiting = watch.execute(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
+                ).fetchone()[0]
+                if waiting:
+                    break
+                time.sleep(0.02)
+            assert second.poll() is None, second.stderr.read()
+        holder.commit()
+    finally:
+        holder.close()
+    assert second.wait(timeout=60) == 2, second.stderr.read()
+    stderr = second.stderr.read()
+    assert first in stderr and (afc.cwd / "second").resolve().as_uri() in stderr, stderr
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone() == (0,)
+        assert conn.execute("SELECT storage FROM batches").fetchall() == [(first,)]

@@ -399,7 +399,6 @@ class Ledger:
         now = _now()
         with self.tx():
             self.hold_unmoved()
-            self.check_storage(manifest.batch, storage)
             self.db.execute(
                 "INSERT INTO batches (name, storage, rates_json, limits_json, manifest_path,"
                 " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name)"
@@ -416,6 +415,10 @@ class Ledger:
                     now,
                 ),
             )
+            # checked once the batch's row is this transaction's: on PostgreSQL a first
+            # admission of the batch committed meanwhile (another host's submit naming another
+            # storage, whose row this upsert waited for) is seen here, not before it
+            self.check_storage(manifest.batch, storage)
             existing = {
                 row[0]: row[1:]
                 for row in self.db.execute(
