@@ -249,6 +249,12 @@ class RunContext:
     # counts it (``ran``, ``finished``): a worker's loop runs as long as its claims find work.
     blocked: set[str] = field(default_factory=set)
     tasks: dict[str, asyncio.Future] = field(default_factory=dict)
+    # (storage, output key) of the run's jobs whose batch shares its storage with another
+    # batch (run.py ``_note_outputs``), taken off as each job's task ends, and the task holding
+    # each such key: two jobs of one key (two batches whose template leaves out {batch}) run
+    # one after the other, so the second's probe finds the first's object (``run_job``)
+    output_of: dict[str, tuple[str, str]] = field(default_factory=dict)
+    holding: dict[tuple[str, str], asyncio.Future] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -438,6 +444,27 @@ class _Stopped(Exception):
 
 
 async def run_job(ctx: RunContext, job_id: str) -> str:
+    """Run one job (``_run_job``). A job whose output key in its storage another job of this
+    run also has (``RunContext.output_of``: batches sharing a storage, an output template
+    without {batch}) waits until that job's task has ended: run side by side, both probes
+    found the key free and both renders were paid, the second thrown away at its store
+    (OUTPUT_KEY_CONFLICT); one after the other, the second's probe finds the first's object
+    and pays for nothing (or renders, if the first stored nothing)."""
+    held = ctx.output_of.get(job_id)
+    if held is None:
+        return await _run_job(ctx, job_id)
+    while (holder := ctx.holding.get(held)) is not None:
+        await asyncio.wait({holder})
+    me = asyncio.current_task()
+    ctx.holding[held] = me
+    try:
+        return await _run_job(ctx, job_id)
+    finally:
+        if ctx.holding.get(held) is me:
+            del ctx.holding[held]
+
+
+async def _run_job(ctx: RunContext, job_id: str) -> str:
     """Run one job from its first incomplete step. Returns its status afterwards.
 
     ``--concurrency`` bounds the jobs in their paid part (claim, probe, render): once a

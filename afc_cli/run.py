@@ -833,6 +833,7 @@ def run_jobs(
         outbox = None
         loop = asyncio.get_running_loop()
         ctx.blocked = set(ledger.blocked_job_ids(job_ids))
+        _note_outputs(ctx, job_ids)
         started = [_start(ctx, job_id) for job_id in job_ids]
         interruption = Interruption(ctx, ctx.tasks, grace_s, reporter, already=stopped)
         interruption.threads = threads
@@ -984,6 +985,23 @@ async def _all_done(
         raise first
 
 
+def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:
+    """Where batches of the ledger share a storage, the (storage, output key) of each of
+    ``job_ids`` of those batches (``RunContext.output_of``): two such jobs with one key run
+    one after the other (``pipeline.run_job``). Nothing is read when no storage is shared
+    (one batch per storage, or a template with {batch} in separate folders of one bucket
+    still reads them: the keys are compared, not the templates)."""
+    batches: dict[str, list[str]] = {}
+    for name, storage in ctx.storages.items():
+        batches.setdefault(storage.url, []).append(name)
+    shared = {name for names in batches.values() if len(names) > 1 for name in names}
+    if not shared or not job_ids:
+        return
+    for job_id, batch, key in ctx.ledger.job_outputs(job_ids):
+        if batch in shared:
+            ctx.output_of[job_id] = (ctx.storages[batch].url, key)
+
+
 def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
     """Start a job's task (``pipeline.run_job``), kept in ``ctx.tasks`` while it runs. Once it
     has ended the loop keeps nothing of the job but two counts (``RunContext.ran``,
@@ -998,6 +1016,7 @@ def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
         if ctx.tasks.get(job_id) is done:  # (not a later task of the same job)
             del ctx.tasks[job_id]
             ctx.blocked.discard(job_id)
+            ctx.output_of.pop(job_id, None)
         if not done.cancelled() and done.exception() is None and done.result() in TERMINAL:
             ctx.finished += 1
             ctx.ended_badly += done.result() != "succeeded"
@@ -1037,6 +1056,7 @@ async def _fed(
                 ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))
                 for name in ctx.ledger.batches_of(new):
                     ctx.storages[name].check_keys(ctx.ledger.output_keys(name, new))
+                _note_outputs(ctx, new)
                 for job_id in new:
                     pending[_start(ctx, job_id)] = job_id
                 continue

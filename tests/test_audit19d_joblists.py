@@ -131,3 +131,28 @@ def test_two_first_submits_of_a_batch_naming_two_storages_at_once_refuse_the_sec
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone() == (0,)
         assert conn.execute("SELECT storage FROM batches").fetchall() == [(first,)]
+
+
+def test_two_batches_sharing_an_output_key_in_one_storage_pay_for_one_render(afc):
+    """README (pipeline, probe): an output key another job holds is OUTPUT_KEY_CONFLICT,
+    'never overwritten, no render paid'. Two films' batches whose output template leaves out
+    {batch} ('{key}.{ext}', both with a shot-1: SPEC section 3 lets two films have one) into
+    one storage, admitted with --no-run and run by one 'afc resume' (cron's line, or a
+    worker): both probes found the key free, both renders were paid, and the second to store
+    failed OUTPUT_KEY_CONFLICT with its paid render thrown away. A run now takes such jobs one
+    after the other: the second's probe finds the first's object and pays for nothing."""
+    for batch in ("v1", "v2"):
+        data = manifest(
+            [{"key": "shot-1", "prompt": f"the {batch} lighthouse", "params": {"latency_s": 0.3}}],
+            batch=batch,
+        )
+        data["defaults"]["output"] = "{key}.{ext}"
+        afc.write_manifest(data, name=f"{batch}.yaml")
+        assert afc("submit", f"{batch}.yaml", "--no-run", "-q").returncode == 0
+    result = afc("resume")
+    assert result.returncode == 1, result.stderr
+    rows = afc.rows("SELECT j.batch, j.status, j.error_code, j.attempts FROM jobs j ORDER BY 2")
+    assert sorted(status for _, status, _, _ in rows) == ["failed", "succeeded"], rows
+    failed = next(row for row in rows if row[1] == "failed")
+    assert failed[2] == "OUTPUT_KEY_CONFLICT" and failed[3] == 0, rows
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]

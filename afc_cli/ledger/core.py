@@ -765,6 +765,17 @@ class Ledger:
             keys.extend(row[0] for row in rows)
         return keys
 
+    def job_outputs(self, job_ids: list[str]) -> list[tuple[str, str, str]]:
+        """``(job id, batch, output key)`` of the given jobs (a run's jobs whose batches share
+        a storage: ``run._note_outputs``)."""
+        found: list[tuple[str, str, str]] = []
+        for chunk in _chunks(job_ids, IN_CHUNK):
+            rows = self.db.execute(
+                f"SELECT id, batch, output_key FROM jobs WHERE id IN {_marks(chunk)}", chunk
+            )
+            found.extend((row[0], row[1], row[2]) for row in rows)
+        return found
+
     def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
 
