@@ -76,12 +76,17 @@ class _NotUtf8(Exception):
     """A line holding a byte that is not UTF-8 (a list saved as Latin-1 or Windows-1252): the
     list is refused at that line, named, instead of at a decoder's chunk with no line."""
 
-    def __init__(self, line: int, column: int, byte: int) -> None:
+    def __init__(self, line: int, column: int, byte: int, utf16: bool = False) -> None:
         super().__init__(line)
         self.line = line
+        saved = (
+            "saved as UTF-16, as 'Unicode text' exports are:"
+            if utf16
+            else "saved as Latin-1 or Windows-1252?"
+        )
         self.problem = (
-            f"not UTF-8 text: byte 0x{byte:02X} at column {column} (saved as Latin-1 or "
-            "Windows-1252? save the list as UTF-8); the rest of the file was not read"
+            f"not UTF-8 text: byte 0x{byte:02X} at column {column} ({saved} save the list as "
+            "UTF-8); the rest of the file was not read"
         )
 
 
@@ -98,7 +103,8 @@ def _lines(handle: Any) -> Iterator[str]:
         if len(text) > MAX_LINE_CHARS:
             raise _TooLong
         if not text.isascii() and (bad := _NOT_UTF8.search(text)) is not None:
-            raise _NotUtf8(number, bad.start() + 1, ord(bad.group()) - 0xDC00)
+            utf16 = number == 1 and text[:2] in ("\udcff\udcfe", "\udcfe\udcff")  # its BOM
+            raise _NotUtf8(number, bad.start() + 1, ord(bad.group()) - 0xDC00, utf16)
         yield text
 
 

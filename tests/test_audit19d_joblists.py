@@ -156,3 +156,15 @@ def test_two_batches_sharing_an_output_key_in_one_storage_pay_for_one_render(afc
     failed = next(row for row in rows if row[1] == "failed")
     assert failed[2] == "OUTPUT_KEY_CONFLICT" and failed[3] == 0, rows
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
+
+
+def test_a_list_saved_as_utf_16_is_named_so(afc):
+    """A spreadsheet's 'Unicode text' export is UTF-16: its byte order mark is named for what
+    it is, not taken for Latin-1."""
+    _listed(afc, "jobs.csv", "key,prompt\na,x\n".encode("utf-16"))
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    assert "jobs.csv line 1: not UTF-8 text: byte 0xFF at column 1 (saved as UTF-16" in (
+        result.stderr
+    ), result.stderr
+    assert not (afc.cwd / "afc.db").exists()
