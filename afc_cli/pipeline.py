@@ -453,18 +453,25 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
     held = ctx.output_of.get(job_id)
     if held is None:
         return await _run_job(ctx, job_id)
-    while (holder := ctx.holding.get(held)) is not None:
-        await asyncio.wait({holder})
     me = asyncio.current_task()
-    ctx.holding[held] = me
+
+    async def hold() -> None:
+        # once its needs are settled (a job holding the key while it waited for a need that
+        # waited for the key would wait for ever)
+        while (holder := ctx.holding.get(held)) not in (None, me):
+            await asyncio.wait({holder})
+        ctx.holding[held] = me
+
     try:
-        return await _run_job(ctx, job_id)
+        return await _run_job(ctx, job_id, hold)
     finally:
         if ctx.holding.get(held) is me:
             del ctx.holding[held]
 
 
-async def _run_job(ctx: RunContext, job_id: str) -> str:
+async def _run_job(
+    ctx: RunContext, job_id: str, hold: Callable[[], Awaitable[None]] | None = None
+) -> str:
     """Run one job from its first incomplete step. Returns its status afterwards.
 
     ``--concurrency`` bounds the jobs in their paid part (claim, probe, render): once a
@@ -491,6 +498,8 @@ async def _run_job(ctx: RunContext, job_id: str) -> str:
                     if job is not None:
                         ctx.report(job, "ended", status)
                 return status
+        if hold is not None:
+            await hold()
         async with ctx.slots:
             job = ctx.ledger.claim(job_id, ctx.lease_s)
             if job is None:
