@@ -339,6 +339,12 @@ class JobFile:
         if params:
             if not isinstance(row.get("params", {}), dict):
                 return _Bad("column 'params': must be a JSON object")
+            twice = sorted(set(row.get("params", {})) & set(params))
+            if twice:  # a param given twice, as a key twice in JSON or YAML: refused
+                return _Bad(
+                    f"param {twice[0]!r} is given twice: in column 'params' and in column "
+                    f"'params.{twice[0]}'"
+                )
             row["params"] = {**row.get("params", {}), **params}
         return row
 

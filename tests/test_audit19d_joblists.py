@@ -168,3 +168,14 @@ def test_a_list_saved_as_utf_16_is_named_so(afc):
         result.stderr
     ), result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_a_csv_param_given_in_both_its_column_and_the_params_cell_is_refused(afc):
+    """A key given twice is an error in a JSON Lines object and in the YAML. A CSV row whose
+    'params' cell and 'params.size' column both named the size was admitted with the column's
+    value, silently: a person who read the params cell saw a render paid at another size."""
+    _listed(afc, "jobs.csv", b'key,prompt,params,params.size\na,x,"{""size"": ""64x64""}",96x64\n')
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    assert "jobs.csv line 2: param 'size' is given twice" in result.stderr, result.stderr
+    assert not (afc.cwd / "afc.db").exists()
