@@ -249,11 +249,13 @@ class RunContext:
     # counts it (``ran``, ``finished``): a worker's loop runs as long as its claims find work.
     blocked: set[str] = field(default_factory=set)
     tasks: dict[str, asyncio.Future] = field(default_factory=dict)
-    # (storage, output key) of the run's jobs whose batch shares its storage with another
-    # batch (run.py ``_note_outputs``), taken off as each job's task ends, and the task holding
-    # each such key: two jobs of one key (two batches whose template leaves out {batch}) run
-    # one after the other, so the second's probe finds the first's object (``run_job``)
+    # (storage, output key) of the run's jobs that share one with another unfinished job of
+    # the run's batches in that storage (run.py ``_note_outputs``), taken off as each job's
+    # task ends, and the task holding each such key: two jobs of one key (two batches whose
+    # template leaves out {batch}) run one after the other, so the second's probe finds the
+    # first's object (``run_job``)
     output_of: dict[str, tuple[str, str]] = field(default_factory=dict)
+    noted_batches: set[str] = field(default_factory=set)  # the batches ``output_of`` covers
     holding: dict[tuple[str, str], asyncio.Future] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state

@@ -986,20 +986,23 @@ async def _all_done(
 
 
 def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:
-    """Where batches of the ledger share a storage, the (storage, output key) of each of
-    ``job_ids`` of those batches (``RunContext.output_of``): two such jobs with one key run
-    one after the other (``pipeline.run_job``). Nothing is read when no storage is shared
-    (one batch per storage, or a template with {batch} in separate folders of one bucket
-    still reads them: the keys are compared, not the templates)."""
-    batches: dict[str, list[str]] = {}
-    for name, storage in ctx.storages.items():
-        batches.setdefault(storage.url, []).append(name)
-    shared = {name for names in batches.values() if len(names) > 1 for name in names}
-    if not shared or not job_ids:
+    """Where this run's jobs come from two or more batches of one storage, the unfinished
+    jobs of those batches that share an output key (``Ledger.shared_outputs``) go into
+    ``RunContext.output_of``: such jobs run one after the other (``pipeline.run_job``).
+    Nothing is read for a run of one batch, or of batches in storages of their own; a
+    worker's refill reads again only when it brings a batch the run had not met."""
+    met = ctx.noted_batches
+    new = [name for name in ctx.ledger.batches_of(job_ids) if name not in met]
+    if not new:
         return
-    for job_id, batch, key in ctx.ledger.job_outputs(job_ids):
-        if batch in shared:
-            ctx.output_of[job_id] = (ctx.storages[batch].url, key)
+    met.update(new)
+    groups: dict[str, list[str]] = {}
+    for name in met:
+        groups.setdefault(ctx.storages[name].url, []).append(name)
+    for url, names in groups.items():
+        if len(names) > 1 and any(name in new for name in names):
+            for job_id, key in ctx.ledger.shared_outputs(sorted(names)):
+                ctx.output_of[job_id] = (url, key)
 
 
 def _start(ctx: RunContext, job_id: str) -> asyncio.Future:

@@ -765,16 +765,19 @@ class Ledger:
             keys.extend(row[0] for row in rows)
         return keys
 
-    def job_outputs(self, job_ids: list[str]) -> list[tuple[str, str, str]]:
-        """``(job id, batch, output key)`` of the given jobs (a run's jobs whose batches share
-        a storage: ``run._note_outputs``)."""
-        found: list[tuple[str, str, str]] = []
-        for chunk in _chunks(job_ids, IN_CHUNK):
-            rows = self.db.execute(
-                f"SELECT id, batch, output_key FROM jobs WHERE id IN {_marks(chunk)}", chunk
-            )
-            found.extend((row[0], row[1], row[2]) for row in rows)
-        return found
+    def shared_outputs(self, batches: list[str]) -> list[tuple[str, str]]:
+        """``(job id, output key)`` of the unfinished jobs of ``batches`` (batches of one
+        storage) whose output key another unfinished job of theirs has too: jobs a run must
+        not render side by side (``run._note_outputs``). Usually none, found with one
+        grouping of their unfinished jobs (through the (batch, status) index)."""
+        where = f"batch IN {_marks(batches)} AND status IN {RUNNABLE_SQL}"
+        rows = self.db.execute(
+            f"SELECT id, output_key FROM jobs WHERE {where} AND output_key IN"
+            f" (SELECT output_key FROM jobs WHERE {where} GROUP BY output_key"
+            " HAVING COUNT(*) > 1)",
+            [*batches, *batches],
+        )
+        return [(row[0], row[1]) for row in rows]
 
     def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
