@@ -1277,39 +1277,45 @@ class Ledger:
         update: of two racing retries, or a retry racing a worker's terminal write, one wins.
         Returns False (writing nothing) if the job is not failed, dead or cancelled.
         """
+        with self.tx():
+            self.hold_unmoved()
+            if not self._requeue(job, by):
+                return False
+            self._reblock_dependents(job, by)
+        return True
+
+    def _requeue(self, job: dict[str, Any], by: str) -> bool:
+        """``retry``'s update and event for one job (in the caller's transaction)."""
         from afc_cli.providers.base import GONE_PREFIX
 
         now = _now()
-        with self.tx():
-            self.hold_unmoved()
-            cursor = self.db.execute(
-                # a job with needs waits for them again (they may have been retried too)
-                "UPDATE jobs SET status = CASE WHEN EXISTS (SELECT 1 FROM job_needs n"
-                " WHERE n.job_id = jobs.id) THEN 'blocked' ELSE 'queued' END,"
-                " step = 'probe', attempt_base = CASE WHEN status <> 'cancelled' AND EXISTS"
-                " (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.number = jobs.attempts"
-                " AND a.status = 'unknown' AND a.provider_request_id IS NOT NULL"
-                " AND COALESCE(a.error_message, '') NOT LIKE ?)"
-                " THEN attempts - 1 ELSE attempts END,"
-                " retries = retries + 1,"
-                " takeovers = 0, store_failures = 0, lease_owner = NULL, lease_expires = NULL,"
-                " outcome = NULL, error_code = NULL, error_class = NULL, error_provider = NULL,"
-                " error_http_status = NULL, error_message = NULL, waiting_reason = NULL,"
-                " finished_at = NULL, updated_at = ?"
-                " WHERE id = ? AND status IN ('failed', 'dead', 'cancelled')",
-                (GONE_PREFIX + "%", now, job["id"]),
-            )
-            if cursor.rowcount != 1:
-                return False
-            self._event(
-                job["id"],
-                job["batch"],
-                "retried",
-                by=by,
-                previous_status=job["status"],
-                previous_error=job.get("error_code"),
-            )
-            self._reblock_dependents(job, by)
+        cursor = self.db.execute(
+            # a job with needs waits for them again (they may have been retried too)
+            "UPDATE jobs SET status = CASE WHEN EXISTS (SELECT 1 FROM job_needs n"
+            " WHERE n.job_id = jobs.id) THEN 'blocked' ELSE 'queued' END,"
+            " step = 'probe', attempt_base = CASE WHEN status <> 'cancelled' AND EXISTS"
+            " (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.number = jobs.attempts"
+            " AND a.status = 'unknown' AND a.provider_request_id IS NOT NULL"
+            " AND COALESCE(a.error_message, '') NOT LIKE ?)"
+            " THEN attempts - 1 ELSE attempts END,"
+            " retries = retries + 1,"
+            " takeovers = 0, store_failures = 0, lease_owner = NULL, lease_expires = NULL,"
+            " outcome = NULL, error_code = NULL, error_class = NULL, error_provider = NULL,"
+            " error_http_status = NULL, error_message = NULL, waiting_reason = NULL,"
+            " finished_at = NULL, updated_at = ?"
+            " WHERE id = ? AND status IN ('failed', 'dead', 'cancelled')",
+            (GONE_PREFIX + "%", now, job["id"]),
+        )
+        if cursor.rowcount != 1:
+            return False
+        self._event(
+            job["id"],
+            job["batch"],
+            "retried",
+            by=by,
+            previous_status=job["status"],
+            previous_error=job.get("error_code"),
+        )
         return True
 
     def release(self, job: dict[str, Any]) -> None:
@@ -2464,16 +2470,25 @@ class Ledger:
         )
 
     def _fail_dependents(self, need_id: str) -> None:
-        """Fail, transitively, the blocked jobs that wait for a job that just ended badly."""
-        for row in self.dependents_of(need_id):
-            if row["status"] == "blocked" and self.settle_blocked(row["id"])[0] == "failed":
-                self._fail_dependents(row["id"])
+        """Fail, transitively, the blocked jobs that wait for a job that just ended badly.
+        A walk with a list, not a call per link: a chain of a thousand jobs rejected or
+        cancelled at its head passed Python's recursion limit, and the decision was refused
+        as an unexpected error."""
+        pending = [need_id]
+        while pending:
+            for row in self.dependents_of(pending.pop()):
+                if row["status"] == "blocked" and self.settle_blocked(row["id"])[0] == "failed":
+                    pending.append(row["id"])
 
     def _reblock_dependents(self, job: dict[str, Any], by: str) -> None:
-        """A retried job's dependents that failed because of it wait for it again."""
-        for row in self.dependents_of(job["id"]):
-            if row["status"] == "failed" and row["error_code"] == "DEPENDENCY_FAILED":
-                self.retry(row, by)
+        """A retried job's dependents that failed because of it wait for it again, and
+        theirs in turn (a walk with a list, as ``_fail_dependents``)."""
+        pending = [job["id"]]
+        while pending:
+            for row in self.dependents_of(pending.pop()):
+                if row["status"] == "failed" and row["error_code"] == "DEPENDENCY_FAILED":
+                    if self._requeue(row, by):
+                        pending.append(row["id"])
 
     def await_review(self, job: dict[str, Any], steps: Any = ()) -> bool:
         """Pause a verified job for a person's review, with its checkpoints, its event and its
