@@ -151,12 +151,14 @@ def print_story(story: dict[str, Any]) -> None:
     rows on a pipe)."""
     import sys
 
+    from afc_cli.secrets import scrub_data, visible
     from afc_cli.tables import Col, emit
 
     def say(text: str = "") -> None:
-        sys.stdout.write(text + "\n")
-
-    from afc_cli.secrets import scrub_data
+        # a person's words (a rejection's reason, a decision's note, typed into 'afc serve'
+        # from another machine) and a path are shown as the tables show them: the control
+        # characters a terminal acts on as \xNN, not an escape sequence run on this terminal
+        sys.stdout.write(visible(text) + "\n")
 
     story = scrub_data(story)  # the last line of defence: no secret reaches the terminal
     job = story["job"]

@@ -45,3 +45,21 @@ def test_a_long_chain_cancelled_and_retried_at_its_head(afc, ledger_url):
     assert shown.returncode == 0, shown.stderr
     stats = afc.json("queue", "stats", env=env)
     assert stats["blocked"] == CHAIN - 1 and stats["failed"] == 0, stats
+
+
+def test_a_rejections_reason_is_shown_by_afc_show_without_running_its_escapes(afc):
+    """A reason or note is a person's words, typed into 'afc review' or into the review page
+    of 'afc serve' (from another machine, with the token): 'afc show' printed them raw on the
+    operator's terminal, an escape sequence in them run there (here: clear the screen, set
+    the window's title), where 'afc status' and every table show them as \\xNN."""
+    afc.write_manifest(manifest([{"key": "frame", "prompt": "a frame", "review": True}]))
+    assert afc("submit", "manifest.yaml", "-q").returncode == 0
+    reason = "too dark\x1b[2J\x1b]0;owned\x07 redo"
+    assert afc("review", "reject", "frame", "--reason", reason, "--by", "x\x1b[8m").returncode == 0
+    shown = afc("show", "frame")
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout, shown.stdout
+    assert "too dark\\x1b[2J\\x1b]0;owned\\x07 redo" in shown.stdout
+    # what was decided is kept as written: --json has it whole
+    story = afc.json("show", "frame")
+    assert story["decisions"][0]["note"] == reason
