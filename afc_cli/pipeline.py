@@ -716,8 +716,12 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     # Read when a new request is about to be sent, not before: a request a dead run left at
     # a job-style provider is polled by its id and needs no input, so an input file changed
     # or a need's output unreadable since then must not abandon a render already paid for.
-    inputs: tuple | None = None if job.get("inputs_json") else ()
+    # Read anew for each attempt, holding the job's slots (below), and let go before the
+    # next wait: read before the waits, every job of a run waiting out a provider's limit or
+    # a backoff (its slot given back) held its inputs, 40 jobs with a 16 MiB reference
+    # 640 MiB, a big batch more than the machine had.
     while True:
+        inputs: tuple | None = None if job.get("inputs_json") else ()
         # Between attempts a job may wait (backoff, provider limits): a stopping run may cut
         # such a wait short, so the job is not "in a call" until its next attempt row.
         ctx.protected.discard(job["id"])
@@ -768,10 +772,6 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 )
                 return False
             chain_index, entry, wait = decision.chain_index, chain[decision.chain_index], None
-            if inputs is None:  # read once, before the first new request (and any wait)
-                inputs = await _read_inputs(ctx, job)
-                if inputs is None:
-                    return False
             if decision.delay > 0:
                 wait = decision.delay
                 ctx.ledger.set_waiting(job, f"backoff {wait:.2f}s after {decision.after}")
@@ -794,6 +794,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             provider = ctx.providers[entry["provider"]]
             if resume is None and _disk_low(ctx, job):
                 return False
+            if resume is None and inputs is None:  # its slot and the provider's held
+                inputs = await _read_inputs(ctx, job)
+                if inputs is None or ctx.stopping.is_set():
+                    return False
             # from its attempt row to the end of its storage work, a stopping run lets this
             # job finish (within the grace period) rather than abandon a paid call
             ctx.protected.add(job["id"])
