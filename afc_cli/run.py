@@ -525,11 +525,9 @@ def resume(
         everything = ledger.status_rows(batch)
         rows = [r for r in everything if r["id"] in wanted]
         note_held_elsewhere(ledger, rows)
-        stuck = [
-            r
-            for r in everything
-            if r["id"] not in wanted and r["status"] in STUCK and not follows_a_decision(ledger, r)
-        ]
+        stuck = [r for r in everything if r["id"] not in wanted and r["status"] in STUCK]
+        decided = follow_decisions(ledger, stuck)
+        stuck = [r for r in stuck if r["id"] not in decided]
         return RunResult(
             jobs=rows,
             stats=stats,
@@ -545,30 +543,66 @@ STUCK = ("failed", "dead")  # statuses that wait for a person
 DECIDED = ("rejected", "cancelled")  # a person's decisions, which resume passes by
 
 
-def follows_a_decision(ledger: Ledger, row: dict[str, Any]) -> bool:
-    """Whether a failed job is the consequence of a person's decision, not a failure that
-    waits for one: it failed with ``DEPENDENCY_FAILED`` and each need that ended badly was
-    rejected or cancelled, or failed so itself. ``afc resume`` passes such a job by, as it
-    passes the rejected or cancelled need by: a rejection is final ('afc retry' of its
-    dependent fails it again at once; a new job under a new key replaces it), and a cron'd
-    resume exited 1 at every run for ever after one rejection, with nothing a person could
-    retry to clear it. A dependent of a need that failed for real still waits for a person
-    (retrying the need puts it back)."""
+def follow_decisions(ledger: Ledger, rows: list[dict[str, Any]]) -> set[str]:
+    """The ids of the failed jobs among ``rows`` that are the consequence of a person's
+    decision, not failures that wait for one: each failed with ``DEPENDENCY_FAILED``, and
+    each of its needs that ended badly was rejected or cancelled, or is such a job itself.
+    ``afc resume`` passes them by, as it passes the rejected or cancelled need by: a
+    rejection is final ('afc retry' of its dependent fails it again at once; a new job under
+    a new key replaces it), and a cron'd resume exited 1 at every run for ever after one
+    rejection, with nothing a person could retry to clear it. A dependent of a need that
+    failed for real, is dead or missing still waits for a person (retrying the need puts it
+    back). Each job's needs are read once, walked with a list (a chain of a thousand shots,
+    each the next one's reference, would pass Python's recursion limit, and a walk from each
+    job to the chain's head would read a million needs)."""
     from afc_cli.ledger.core import NEED_FAILED
 
-    if row["status"] != "failed" or row.get("error_code") != "DEPENDENCY_FAILED":
-        return False
-    needs = ledger.needs_of(row["id"])
-    ended = [n for n in needs if n["status"] is None or n["status"] in NEED_FAILED]
-    for need in ended:  # (needs form no cycle: admission refuses one)
-        if need["status"] in DECIDED:
+    verdict: dict[str, bool] = {}
+    ended: dict[str, list[dict[str, Any]]] = {}
+
+    def candidate(job: dict[str, Any] | None) -> bool:
+        return (
+            job is not None
+            and job["status"] == "failed"
+            and job.get("error_code") == "DEPENDENCY_FAILED"
+        )
+
+    for row in rows:
+        if not candidate(row):
+            verdict.setdefault(row["id"], False)
             continue
-        if need["status"] == "failed":
-            job = ledger.job(need["need_id"])
-            if job is not None and follows_a_decision(ledger, job):
+        stack = [row["id"]]
+        while stack:
+            job_id = stack[-1]
+            if job_id in verdict:
+                stack.pop()
                 continue
-        return False  # missing (a submit adds it), dead, or failed for real: a person's
-    return bool(ended)
+            if job_id not in ended:
+                needs = ledger.needs_of(job_id)
+                ended[job_id] = [
+                    n for n in needs if n["status"] is None or n["status"] in NEED_FAILED
+                ]
+                # a need failed itself: its verdict first (needs form no cycle: admission
+                # refuses one)
+                later = [
+                    n["need_id"]
+                    for n in ended[job_id]
+                    if n["status"] == "failed" and n["need_id"] not in verdict
+                ]
+                if later:
+                    for need_id in later:
+                        if not candidate(ledger.job(need_id)):
+                            verdict[need_id] = False
+                        else:
+                            stack.append(need_id)
+                    continue
+            bad = ended[job_id]
+            verdict[job_id] = bool(bad) and all(
+                n["status"] in DECIDED or (n["status"] == "failed" and verdict[n["need_id"]])
+                for n in bad
+            )
+            stack.pop()
+    return {row["id"] for row in rows if verdict.get(row["id"])}
 
 
 PAUSED = ("succeeded", "awaiting_review", "blocked")  # statuses a run may end with, exit 0
