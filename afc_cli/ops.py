@@ -53,12 +53,15 @@ def _named(
     may both have a ``shot-001``: which one is meant is the person's to say, as ``afc show``
     and ``afc review`` ask), or nothing is done (exit 2): a typo never leaves half of a
     command's work done, and one key never acts on several batches' jobs unasked."""
+    from afc_cli.ledger.postgres import display_url
+
     targets, problems = [], []
     where = f" in batch {batch!r}" if batch else ""
     for key in dict.fromkeys(keys):  # a key named twice is one job
         found = ledger.jobs_by_key(key, batch)
         if not found:
-            problems.append(f"no job with key {key!r}{where} in {ledger_path}")
+            # the ledger as every message names it: a PostgreSQL URL's password masked
+            problems.append(f"no job with key {key!r}{where} in {display_url(ledger_path)}")
         elif len(found) > 1:
             batches = ", ".join(repr(job["batch"]) for job in found)
             problems.append(f"key {key!r} is a key of several batches ({batches}): add --batch")

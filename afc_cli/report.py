@@ -28,8 +28,11 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
         ledger.require_batch(batch)
         matches = ledger.jobs_by_key(key, batch)
         if not matches:
+            from afc_cli.ledger.postgres import display_url
+
             where = f" in batch {batch!r}" if batch else ""
-            raise UsageError(f"no job with key {key!r}{where} in {ledger_path}")
+            # the ledger as every message names it: a PostgreSQL URL's password masked
+            raise UsageError(f"no job with key {key!r}{where} in {display_url(ledger_path)}")
         if len(matches) > 1:
             names = ", ".join(sorted(m["batch"] for m in matches))
             raise UsageError(f"key {key!r} is in several batches ({names}); name one with --batch")

@@ -129,8 +129,11 @@ def sheet(ledger_path: str, *, batch: str | None, since: str | None) -> dict[str
     by_status: dict[str, int] = {}
     for job in jobs:
         by_status[job["status"]] = by_status.get(job["status"], 0) + 1
+    from afc_cli.ledger.postgres import display_url
+
     return {
-        "ledger": ledger_path,
+        # as afc serve and every message name it: a PostgreSQL URL's password masked
+        "ledger": display_url(ledger_path),
         "batch": batch,
         "batches": [batch] if batch else batches,
         "since": since,
