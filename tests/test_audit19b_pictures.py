@@ -3,7 +3,9 @@ as a user meets them, over plain HTTP and HTML."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
+from browser import Served
 from conftest import jobs, manifest
 
 pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
@@ -29,3 +31,28 @@ def test_a_password_with_a_quote_in_a_postgresql_ledger_url_is_in_no_report(afc,
     assert retried.returncode == 2 and "no job with key 'no-such-key'" in retried.stderr
     for said in (text, result.stderr, shown.stderr, retried.stderr):
         assert "S3cretPW" not in said and "Sup3r" not in said
+
+
+def test_a_ledger_serve_cannot_read_is_a_page_saying_so_not_a_traceback(afc):
+    """The ledger moved away, a PostgreSQL server restarting, a ledger upgraded by a newer
+    afc: every page of afc serve was 'Internal Server Error' and every request wrote a
+    Python traceback on serve's terminal (uvicorn's), the ledger's own one-line message in
+    its last line. Now each page is a 503 saying it, and once the ledger is back the pages
+    are too."""
+    afc.write_manifest(manifest(jobs(2, size="32x32")))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    [job_id] = afc.rows("SELECT id FROM jobs WHERE key = 'shot-001'")[0]
+    served = Served(afc)
+    try:
+        (afc.cwd / "afc.db").rename(afc.cwd / "moved.db")
+        for path in ("", "failures", "spend", "review", f"thumb/{job_id}", f"output/{job_id}"):
+            answer = httpx.get(served.url + path)
+            assert answer.status_code == 503, (path, answer.status_code, answer.text[:200])
+            assert "no ledger at afc.db" in answer.text, path
+        (afc.cwd / "moved.db").rename(afc.cwd / "afc.db")
+        assert httpx.get(served.url).status_code == 200
+        assert httpx.get(f"{served.url}thumb/{job_id}").status_code == 200
+    finally:
+        code, stderr = served.stop()
+    assert code == 0
+    assert "Traceback" not in stderr and "no ledger at afc.db" in stderr, stderr

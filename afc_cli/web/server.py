@@ -123,6 +123,18 @@ class Pages:
         )
         return HTMLResponse(text, status_code=status, headers=PAGE_HEADERS)
 
+    def unavailable(self, request: Any, exc: AfcError):
+        """What a page could not read (the ledger moved away or upgraded by a newer afc, a
+        PostgreSQL server restarting, an S3 endpoint the environment misnames): a 503 page
+        saying it, and its one line on serve's stderr, not a 500 and a traceback each
+        request. The next request reads afresh: once mended, the pages are back."""
+        import sys
+
+        from afc_cli.secrets import scrub, visible
+
+        sys.stderr.write(f"afc: serve: {request.url.path}: {visible(scrub(exc.message))}\n")
+        return self.page(request, "serve_error.html", status=503, message=exc.message)
+
     # --- views --------------------------------------------------------------------------
 
     def sheet(self, request: Any):
@@ -471,7 +483,9 @@ def build_app(ledger_path: str, *, batch: str | None, host: str, token: str | No
         middleware.append(Middleware(LoopbackHosts))
     if token is not None:
         middleware.append(Middleware(TokenGate, token=token))
-    app = Starlette(routes=routes, middleware=middleware)
+    app = Starlette(
+        routes=routes, middleware=middleware, exception_handlers={AfcError: pages.unavailable}
+    )
     app.state.form_token = pages.form_token
     return app
 
