@@ -3,6 +3,8 @@ as a user meets them, over plain HTTP and HTML."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 from browser import Served
@@ -56,3 +58,25 @@ def test_a_ledger_serve_cannot_read_is_a_page_saying_so_not_a_traceback(afc):
         code, stderr = served.stop()
     assert code == 0
     assert "Traceback" not in stderr and "no ledger at afc.db" in stderr, stderr
+
+
+def test_a_thumbnail_storage_could_not_read_is_read_again_once_the_output_is_back(afc):
+    """afc serve kept a thumbnail it could not read from storage (an S3 blip, a mount not yet
+    there, an output deleted and then restored) as 'no thumbnail' for that SHA-256 until the
+    server restarted: the card's picture stayed broken while the full-size output beside it
+    was served. A storage error is not kept; what the bytes themselves are is."""
+    afc.write_manifest(manifest(jobs(1, size="32x32")))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    [[job_id]] = afc.rows("SELECT id FROM jobs")
+    [stored] = [Path(o["path"]) for o in afc.json("outputs")["outputs"]]
+    served = Served(afc)
+    try:
+        stored.rename(stored.with_name("aside"))
+        assert httpx.get(f"{served.url}thumb/{job_id}").status_code != 200
+        stored.with_name("aside").rename(stored)
+        assert httpx.get(f"{served.url}output/{job_id}").status_code == 200
+        thumb = httpx.get(f"{served.url}thumb/{job_id}")
+        assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/webp"
+    finally:
+        code, _ = served.stop()
+    assert code == 0

@@ -20,7 +20,8 @@ Who may do what:
 
 Full-size outputs are streamed from storage a chunk at a time (``Storage.read_chunks``),
 sandboxed (``OUTPUT_HEADERS``: an SVG's script never runs on this server's origin);
-thumbnails are made on first request and kept in memory, keyed by the output's SHA-256.
+thumbnails are made on first request and kept in memory, keyed by the output's SHA-256 (not
+one storage could not be read for: it is read again on the next request).
 """
 
 from __future__ import annotations
@@ -391,6 +392,10 @@ class Pages:
                 self.thumbs.move_to_end(job["sha256"])
                 return self.thumbs[job["sha256"]]
         made = make(storage.open(job["storage"]), job["output_key"])
+        if not made.lasting:
+            # storage could not be read (an S3 blip, an output deleted and then restored):
+            # not kept, or the card's picture stayed broken until the server restarted
+            return None
         with self.lock:
             self.thumbs[job["sha256"]] = made.data
             while len(self.thumbs) > THUMBS:

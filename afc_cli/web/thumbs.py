@@ -31,6 +31,9 @@ MAX_BYTES = 64 * 1024 * 1024  # a picture bigger than this is not read for a pre
 class Thumb:
     data: bytes | None  # WebP bytes, or None when there is no preview
     note: str | None = None  # why there is none
+    # whether the answer is the stored bytes' own (a picture, or what they are not), which a
+    # server may keep by their SHA-256; False for a storage read that failed, asked again
+    lasting: bool = True
 
     def data_uri(self) -> str | None:
         if self.data is None:
@@ -54,7 +57,7 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
             if buffer.tell() > MAX_BYTES:
                 return Thumb(None, f"over {MAX_BYTES >> 20} MiB: no preview")
     except StorageError as exc:
-        return Thumb(None, exc.message)
+        return Thumb(None, exc.message, lasting=False)
     buffer.seek(0)
     # Pillow warns on stderr (a line naming its own source, 'could be decompression bomb DOS
     # attack') when it opens a picture over its MAX_IMAGE_PIXELS: such a picture is not
