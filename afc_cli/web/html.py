@@ -2,9 +2,10 @@
 
 Everything is inside the file: the style, the charts (inline SVG), the thumbnails (WebP data
 URIs) and a few lines of script that page the contact sheet. Nothing is fetched when it
-opens, so it opens offline and can be mailed. The contact sheet is cut into pages of
-``PAGE`` cards; the browser lays out only the page shown (and, without script, skips the
-off-screen ones: ``content-visibility``), so a 5,000-job report opens in seconds.
+opens, so it opens offline and can be mailed. The contact sheet, and the jobs awaiting
+review, are cut into pages of ``PAGE`` cards; the browser lays out only the page shown (and,
+without script, skips the off-screen ones: ``content-visibility``), so a 5,000-job report
+opens in seconds.
 
 The file is written to a temporary name beside ``FILE`` and renamed into place: an
 interrupted report never leaves half a file under the name asked for.
@@ -56,6 +57,8 @@ def render(sheet: dict[str, Any], thumbs: dict[str, Any]) -> str:
     sheet = scrub_data(sheet)  # the last line of defence: no secret reaches the file
     jobs = sheet["jobs"]
     pages = [jobs[i : i + PAGE] for i in range(0, len(jobs), PAGE)]
+    review = sheet["review"]
+    review_pages = [review[i : i + PAGE] for i in range(0, len(review), PAGE)]
     title = sheet["batch"] or ", ".join(sheet["batches"]) or "empty ledger"
     return (
         environment()
@@ -64,6 +67,7 @@ def render(sheet: dict[str, Any], thumbs: dict[str, Any]) -> str:
             sheet=sheet,
             title=title,
             pages=pages,
+            review_pages=review_pages,
             thumbs=thumbs,
             charts=charts(sheet["spend"]),
             notes=footer(sheet["spend"]["provider"]),
