@@ -139,3 +139,18 @@ def test_the_reports_jobs_awaiting_review_are_paged_as_its_contact_sheet(afc, br
     assert not sheet_card.is_displayed()
     press(browser, "#sheet ~ .paged .pager button[data-page='2']")
     assert sheet_card.is_displayed() and card.is_displayed()
+
+
+def test_a_report_that_cannot_be_written_says_so_and_sends_no_one_to_resume(afc):
+    """A folder the report cannot be written in (no permission, a read-only or full disk)
+    said '[Errno 13] Permission denied: '/dir/.r.html.x1y2z3.part'; every job stays
+    resumable: fix it, then run 'afc resume'' with exit 1: a temporary name the user never
+    gave, and an 'afc resume' that would start the batch's unfinished jobs, paid, to mend a
+    report. Now it is the file asked for, why, and exit 2 with nothing written."""
+    afc.write_manifest(manifest(jobs(1, size="16x16")))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    result = afc("report", "--html", "/sys/report.html")  # sysfs: refused even to root
+    assert result.returncode == 2, result.stderr
+    assert "/sys/report.html" in result.stderr and "ermission denied" in result.stderr
+    assert "resume" not in result.stderr and ".part" not in result.stderr
+    assert "Traceback" not in result.stderr

@@ -116,17 +116,29 @@ def write_report(
             f"--html {out}: exists and is not an HTML file; afc replaces only an HTML report "
             "(remove it, or name another file)"
         )
-    data = read_sheet(ledger_path, batch=batch, since=since)
-    thumbs = make_all(data["jobs"], storage.open)
-    text = render(data, thumbs)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    # a folder it cannot be written in (no permission, a read-only or full disk) is said of
+    # the file asked for, exit 2, before the thumbnails are made (minutes for a big batch):
+    # not of the temporary name, nor with the generic advice to 'afc resume' (which would
+    # start the batch's unfinished jobs, to mend a report)
+    unwritable = f"--html {out}: cannot write it ({{}}); nothing was written under that name"
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    except OSError as exc:
+        raise UsageError(unwritable.format(exc.strerror or exc)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
-        os.replace(temp, target)
+            data = read_sheet(ledger_path, batch=batch, since=since)
+            thumbs = make_all(data["jobs"], storage.open)
+            text = render(data, thumbs)
+            try:
+                handle.write(text)
+                handle.flush()
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(temp, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
+                os.replace(temp, target)
+            except OSError as exc:
+                raise UsageError(unwritable.format(exc.strerror or exc)) from None
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
