@@ -73,7 +73,8 @@ def test_a_thumbnail_storage_could_not_read_is_read_again_once_the_output_is_bac
     served = Served(afc)
     try:
         stored.rename(stored.with_name("aside"))
-        assert httpx.get(f"{served.url}thumb/{job_id}").status_code != 200
+        gone = httpx.get(f"{served.url}thumb/{job_id}")
+        assert gone.headers.get("content-type") != "image/webp"
         stored.with_name("aside").rename(stored)
         assert httpx.get(f"{served.url}output/{job_id}").status_code == 200
         thumb = httpx.get(f"{served.url}thumb/{job_id}")
@@ -154,3 +155,29 @@ def test_a_report_that_cannot_be_written_says_so_and_sends_no_one_to_resume(afc)
     assert "/sys/report.html" in result.stderr and "ermission denied" in result.stderr
     assert "resume" not in result.stderr and ".part" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_live_card_whose_output_cannot_be_shown_says_why(afc):
+    """The report's card of an output it cannot show says why (missing from storage, not a
+    picture, a video); afc serve's showed a broken-image icon: its thumbnail was a bare 404.
+    Now the thumbnail is a picture of that sentence, sandboxed as every output is."""
+    afc.write_manifest(manifest(jobs(2, size="16x16")))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    ids = dict(afc.rows("SELECT key, id FROM jobs"))
+    paths = {o["key"]: Path(o["path"]) for o in afc.json("outputs")["outputs"]}
+    paths["shot-001"].unlink()
+    paths["shot-002"].write_bytes(b"not a picture at all")
+    served = Served(afc)
+    try:
+        gone = httpx.get(f"{served.url}thumb/{ids['shot-001']}")
+        odd = httpx.get(f"{served.url}thumb/{ids['shot-002']}")
+        nothing = httpx.get(f"{served.url}thumb/no-such-job")
+    finally:
+        code, _ = served.stop()
+    assert code == 0
+    for answer, said in ((gone, "missing"), (odd, "not a picture this afc can preview")):
+        assert answer.status_code == 200, answer.status_code
+        assert answer.headers["content-type"].startswith("image/svg+xml")
+        assert answer.headers["content-security-policy"] == "sandbox"
+        assert said in answer.text and "<script" not in answer.text
+    assert nothing.status_code == 404

@@ -95,8 +95,8 @@ class Pages:
         self.ledger_name = ledger_name(ledger_path)  # shown on every page: no password
         self.batch = batch
         self.form_token = form_token
-        # by output SHA-256, the most recently shown last; at most THUMBS (``_thumb``)
-        self.thumbs: OrderedDict[str, bytes | None] = OrderedDict()
+        # Thumbs by output SHA-256, the most recently shown last; at most THUMBS (``_thumb``)
+        self.thumbs: OrderedDict[str, Any] = OrderedDict()
         self.lock = threading.Lock()
         self.css = stylesheet()
         self.env = environment()
@@ -373,14 +373,29 @@ class Pages:
     def thumb(self, request: Any):
         from starlette.responses import Response
 
-        found = self._thumb(request.path_params["job_id"])
+        found = self._picture(request.path_params["job_id"])
         if found is None:
             return Response(status_code=404)
+        if found.data is None:
+            # the card says why, as the report's does (missing from storage, not a picture,
+            # a video), where a bare 404 was a broken-image icon
+            return Response(
+                placeholder(found.note or "no preview"),
+                media_type="image/svg+xml",
+                headers={**OUTPUT_HEADERS, "Cache-Control": "no-store"},
+            )
         return Response(
-            found, media_type="image/webp", headers={"Cache-Control": "private, max-age=3600"}
+            found.data, media_type="image/webp", headers={"Cache-Control": "private, max-age=3600"}
         )
 
     def _thumb(self, job_id: str) -> bytes | None:
+        """The job's thumbnail (WebP bytes), or None."""
+        found = self._picture(job_id)
+        return None if found is None else found.data
+
+    def _picture(self, job_id: str) -> Any:
+        """The job's ``Thumb`` (its data None when there is no preview, with the note why), or
+        None for no such job or no stored output."""
         from afc_cli import storage
         from afc_cli.web.thumbs import make
 
@@ -395,12 +410,12 @@ class Pages:
         if not made.lasting:
             # storage could not be read (an S3 blip, an output deleted and then restored):
             # not kept, or the card's picture stayed broken until the server restarted
-            return None
+            return made
         with self.lock:
-            self.thumbs[job["sha256"]] = made.data
+            self.thumbs[job["sha256"]] = made
             while len(self.thumbs) > THUMBS:
                 self.thumbs.popitem(last=False)
-        return made.data
+        return made
 
     def output(self, request: Any):
         from starlette.responses import PlainTextResponse, StreamingResponse
@@ -425,6 +440,29 @@ class Pages:
         # no Content-Length from the ledger: the object in storage is what is sent (chunked),
         # and one replaced there since (another size) would break the response
         return StreamingResponse(body(), media_type=kind, headers=dict(OUTPUT_HEADERS))
+
+
+def placeholder(note: str) -> bytes:
+    """A card's picture that says why it has none: an SVG of the sentence, a line at a time
+    (its whole in the title), no script, nothing fetched."""
+    import textwrap
+    from html import escape
+
+    from afc_cli.secrets import scrub
+
+    note = scrub(note)
+    lines = textwrap.wrap(note, 34)[:7] or ["no preview"]
+    top = 80 - 8 * (len(lines) - 1)
+    spans = "".join(
+        f'<tspan x="120" dy="{"0" if i == 0 else "16"}">{escape(line)}</tspan>'
+        for i, line in enumerate(lines)
+    )
+    return (
+        '<svg xmlns="http://www.w3.org/2000/svg" width="240" height="160" viewBox="0 0 240 160">'
+        f"<title>{escape(note)}</title>"
+        f'<text x="120" y="{top}" font-family="system-ui, sans-serif" font-size="12" '
+        f'fill="#6b6b70" text-anchor="middle">{spans}</text></svg>'
+    ).encode()
 
 
 def page_number(request: Any, total: int) -> tuple[int, int]:
