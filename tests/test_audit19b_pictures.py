@@ -181,3 +181,27 @@ def test_a_live_card_whose_output_cannot_be_shown_says_why(afc):
         assert answer.headers["content-security-policy"] == "sandbox"
         assert said in answer.text and "<script" not in answer.text
     assert nothing.status_code == 404
+
+
+def test_a_review_of_an_output_found_in_storage_names_the_model_that_made_it(afc):
+    """A job awaiting review whose output a fresh ledger found in storage (the ledger lost,
+    the manifest submitted again: no render, no attempt) had model null in 'afc review list
+    --json' and 'None' on afc serve's review page, where the contact sheet named the model
+    that made it (from the stored object)."""
+    data = manifest(jobs(1, size="16x16"))
+    data["defaults"]["review"] = True
+    afc.write_manifest(data)
+    afc("submit", "manifest.yaml")
+    for path in afc.cwd.glob("afc.db*"):
+        if path.is_file():
+            path.unlink()
+    afc("submit", "manifest.yaml")
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
+    [listed] = afc.json("review", "list")["awaiting_review"]
+    assert listed["model"] == "local/m1", listed
+    served = Served(afc)
+    try:
+        page = httpx.get(f"{served.url}review").text
+    finally:
+        served.stop()
+    assert "local/m1 · " in page and "None" not in page

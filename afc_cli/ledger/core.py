@@ -2588,7 +2588,13 @@ class Ledger:
         if batch is not None:
             sql += " AND j.batch = ?"
             params.append(batch)
-        return self.gone_calls(self._all(sql + " ORDER BY j.review_at, j.batch, j.seq", params))
+        rows = self._all(sql + " ORDER BY j.review_at, j.batch, j.seq", params)
+        # an output found in storage (no attempt made it here): the model that made it, from
+        # the stored object, as the contact sheet names it (``sheet_rows``)
+        found = self._stored_models([row["id"] for row in rows if row["model"] is None])
+        for row in rows:
+            row["model"] = row["model"] or found.get(row["id"])
+        return self.gone_calls(rows)
 
     def reviews(self, job_id: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM reviews WHERE job_id = ? ORDER BY id", (job_id,))
