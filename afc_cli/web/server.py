@@ -98,6 +98,10 @@ class Pages:
         # Thumbs by output SHA-256, the most recently shown last; at most THUMBS (``_thumb``)
         self.thumbs: OrderedDict[str, Any] = OrderedDict()
         self.lock = threading.Lock()
+        # one storage backend per storage URL for the server's life: an S3 one made anew for
+        # each picture made a boto3 client each time (a third of a second of CPU each: a page
+        # of 120 thumbnails took a minute to fill, each full-size output a second)
+        self.stores: dict[str, Any] = {}
         self.css = stylesheet()
         self.env = environment()
 
@@ -135,6 +139,19 @@ class Pages:
 
         sys.stderr.write(f"afc: serve: {request.url.path}: {visible(scrub(exc.message))}\n")
         return self.page(request, "serve_error.html", status=503, message=exc.message)
+
+    def store(self, url: str) -> Any:
+        """The storage backend of ``url`` (``afc_cli.storage.open``), kept: its S3 client is
+        thread-safe, and read by every thumbnail and output request of that storage."""
+        from afc_cli import storage
+
+        with self.lock:
+            found = self.stores.get(url)
+        if found is None:
+            found = storage.open(url)
+            with self.lock:
+                found = self.stores.setdefault(url, found)
+        return found
 
     # --- views --------------------------------------------------------------------------
 
@@ -396,7 +413,6 @@ class Pages:
     def _picture(self, job_id: str) -> Any:
         """The job's ``Thumb`` (its data None when there is no preview, with the note why), or
         None for no such job or no stored output."""
-        from afc_cli import storage
         from afc_cli.web.thumbs import make
 
         job = self._card(job_id)
@@ -406,7 +422,7 @@ class Pages:
             if job["sha256"] in self.thumbs:
                 self.thumbs.move_to_end(job["sha256"])
                 return self.thumbs[job["sha256"]]
-        made = make(storage.open(job["storage"]), job["output_key"])
+        made = make(self.store(job["storage"]), job["output_key"])
         if not made.lasting:
             # storage could not be read (an S3 blip, an output deleted and then restored):
             # not kept, or the card's picture stayed broken until the server restarted
@@ -420,13 +436,12 @@ class Pages:
     def output(self, request: Any):
         from starlette.responses import PlainTextResponse, StreamingResponse
 
-        from afc_cli import storage
         from afc_cli.errors import StorageError
 
         job = self._card(request.path_params["job_id"])
         if job is None or not job["output"]:
             return PlainTextResponse("no stored output for this job", status_code=404)
-        chunks = storage.open(job["storage"]).read_chunks(job["output_key"])
+        chunks = self.store(job["storage"]).read_chunks(job["output_key"])
         try:
             first = next(chunks, b"")  # a missing object is a 404 here, not a broken stream
         except StorageError as exc:
