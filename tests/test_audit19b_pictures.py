@@ -242,3 +242,27 @@ def test_serve_opens_a_storage_once_not_once_a_picture(afc, monkeypatch):
 
     asyncio.run(browse())
     assert len(opened) == 1, opened
+
+
+def test_a_card_never_shows_another_jobs_picture_of_the_same_bytes(afc):
+    """afc serve kept thumbnails by the output's SHA-256 alone: two jobs whose outputs are
+    the same bytes (the same prompt, a deterministic model) shared one, so once one job's
+    picture was shown, the other's card showed it too after its own output was deleted from
+    storage, its full-size link answering 404 'missing'."""
+    listed = [{"key": key, "prompt": "the same", "params": {"size": "16x16"}} for key in "ab"]
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert afc.rows("SELECT COUNT(DISTINCT output_sha256) FROM jobs") == [(1,)]
+    ids = dict(afc.rows("SELECT key, id FROM jobs"))
+    paths = {o["key"]: Path(o["path"]) for o in afc.json("outputs")["outputs"]}
+    served = Served(afc)
+    try:
+        shown = httpx.get(f"{served.url}thumb/{ids['b']}")
+        assert shown.headers["content-type"] == "image/webp"
+        paths["a"].unlink()
+        assert httpx.get(f"{served.url}output/{ids['a']}").status_code == 404
+        gone = httpx.get(f"{served.url}thumb/{ids['a']}")
+    finally:
+        served.stop()
+    assert gone.headers["content-type"].startswith("image/svg+xml"), gone.headers
+    assert "missing" in gone.text

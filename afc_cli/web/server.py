@@ -20,8 +20,8 @@ Who may do what:
 
 Full-size outputs are streamed from storage a chunk at a time (``Storage.read_chunks``),
 sandboxed (``OUTPUT_HEADERS``: an SVG's script never runs on this server's origin);
-thumbnails are made on first request and kept in memory, keyed by the output's SHA-256 (not
-one storage could not be read for: it is read again on the next request).
+thumbnails are made on first request and kept in memory, keyed by the output's storage, key
+and SHA-256 (not one storage could not be read for: it is read again on the next request).
 """
 
 from __future__ import annotations
@@ -95,8 +95,9 @@ class Pages:
         self.ledger_name = ledger_name(ledger_path)  # shown on every page: no password
         self.batch = batch
         self.form_token = form_token
-        # Thumbs by output SHA-256, the most recently shown last; at most THUMBS (``_thumb``)
-        self.thumbs: OrderedDict[str, Any] = OrderedDict()
+        # Thumbs by (storage, output key, SHA-256), the most recently shown last; at most
+        # THUMBS (``_thumb``)
+        self.thumbs: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self.lock = threading.Lock()
         # one storage backend per storage URL for the server's life: an S3 one made anew for
         # each picture made a boto3 client each time (a third of a second of CPU each: a page
@@ -418,17 +419,20 @@ class Pages:
         job = self._card(job_id)
         if job is None or not job["output"]:
             return None
+        # by the object and its bytes: by SHA-256 alone, two jobs of the same bytes shared one,
+        # and a job whose own output was gone showed the other's picture
+        kept = (job["storage"], job["output_key"], job["sha256"])
         with self.lock:
-            if job["sha256"] in self.thumbs:
-                self.thumbs.move_to_end(job["sha256"])
-                return self.thumbs[job["sha256"]]
+            if kept in self.thumbs:
+                self.thumbs.move_to_end(kept)
+                return self.thumbs[kept]
         made = make(self.store(job["storage"]), job["output_key"])
         if not made.lasting:
             # storage could not be read (an S3 blip, an output deleted and then restored):
             # not kept, or the card's picture stayed broken until the server restarted
             return made
         with self.lock:
-            self.thumbs[job["sha256"]] = made
+            self.thumbs[kept] = made
             while len(self.thumbs) > THUMBS:
                 self.thumbs.popitem(last=False)
         return made
