@@ -67,8 +67,10 @@ _SHAPES = [
     (re.compile(r"\br8_[A-Za-z0-9]{6,}"), "r8_" + REDACTED),
     (re.compile(r"\bAIza[0-9A-Za-z_\-]{10,}"), REDACTED),
     (re.compile(r"\bwhsec_[A-Za-z0-9+/=]{4,}"), "whsec_" + REDACTED),
-    # https://user:password@host (a password may hold '/': an AWS secret often does)
-    (re.compile(r"(?<=://)[^/\s:@\"']+:[^\s@\"']+@"), REDACTED + "@"),
+    # https://user:password@host (a password may hold '/': an AWS secret often does; and a
+    # quote, which a URL's userinfo allows and libpq takes: a PostgreSQL ledger's password
+    # with one was shown from the quote on)
+    (re.compile(r"(?<=://)[^/\s:@\"']+:[^\s@]+@"), REDACTED + "@"),
     # ?key=..., &api_key=..., X-Amz-Signature=...
     (
         re.compile(

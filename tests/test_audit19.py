@@ -217,3 +217,21 @@ def test_a_model_answering_another_format_than_the_key_names_is_said_once(afc, f
     assert len(said) == 1, result.stderr
     assert "stored under b1/j" in said[0] and "params.output_format" in said[0], said
     assert (afc.outputs() / "b1" / "j0.png").read_bytes()[8:12] == b"WEBP"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cannot connect to postgresql://afc:Sup3r'S3cret@db.internal/afc",
+        'cannot connect to postgresql://afc:Sup3r"S3cret@db.internal/afc',
+        "s3 endpoint https://minio:pa'ss/w0rd@minio.lan:9000 refused",
+    ],
+)
+def test_a_url_password_holding_a_quote_is_scrubbed_whole(text):
+    """A URL's userinfo may hold a quote (libpq takes one in a password): the scrubber's
+    pattern stopped at it, and the password was shown from the quote on (an outside audit
+    found it in afc report --html's header and afc show's 'no job' message)."""
+    from afc_cli.secrets import scrub
+
+    shown = scrub(text)
+    assert "S3cret" not in shown and "w0rd" not in shown and "<redacted>@" in shown, shown
