@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from afc_cli.costs import plural
 from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, TERMINAL, Ledger
 from afc_cli.owner import held_by_no_process
@@ -53,6 +54,20 @@ def waiting_now(job: dict[str, Any], said: str | None, now: float) -> str | None
     return said
 
 
+def paused_for(job: dict[str, Any], awaited: dict[str, list[str]]) -> str | None:
+    """What a blocked job waits for (its needs not yet succeeded: ``Ledger.awaited_needs``)
+    and what a job awaiting review waits for: ``afc status`` showed them with no reason, where
+    the run's summary said why."""
+    if job["status"] == "awaiting_review":
+        return f"awaiting a person's review: afc review approve {job['key']} (or reject)"
+    if job["status"] == "blocked":
+        needs = awaited.get(job["id"])
+        if needs:
+            more = f" and {len(needs) - 3} more" if len(needs) > 3 else ""
+            return f"waiting for {plural(len(needs), 'need')}: {', '.join(needs[:3])}{more}"
+    return None
+
+
 def parse_statuses(values: list[str] | None) -> list[str] | None:
     """``--status failed --status dead`` or ``--status failed,dead``; None when not given."""
     if not values:
@@ -87,13 +102,14 @@ def status_view(
     try:
         book.require_batch(batch)
         raw = book.status_rows(batch)
+        awaited = book.awaited_needs(batch)
         now = book.lease_clock()
         moved = book.moved_to()
     finally:
         book.close()
     rows = [job_json(r) for r in raw]
     for row, job in zip(rows, raw, strict=True):
-        row["waiting"] = waiting_now(job, row["waiting"], now)
+        row["waiting"] = waiting_now(job, row["waiting"], now) or paused_for(job, awaited)
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1

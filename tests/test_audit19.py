@@ -235,3 +235,23 @@ def test_a_url_password_holding_a_quote_is_scrubbed_whole(text):
 
     shown = scrub(text)
     assert "S3cret" not in shown and "w0rd" not in shown and "<redacted>@" in shown, shown
+
+
+def test_afc_status_says_what_a_blocked_or_reviewed_job_waits_for(afc):
+    """'afc status' showed a job awaiting review and the job blocked behind it with no
+    reason, where the run's summary said why; a person reading the table could not tell
+    which key to approve."""
+    listed = [
+        {"key": "style", "prompt": "a style frame", "review": True},
+        {"key": "shot", "prompt": "a shot", "needs": ["style"]},
+    ]
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml", "-q").returncode == 0
+    reasons = {job["key"]: job["waiting"] for job in afc.json("status")["jobs"]}
+    assert reasons == {
+        "style": "awaiting a person's review: afc review approve style (or reject)",
+        "shot": "waiting for 1 need: style",
+    }
+    assert afc("review", "approve", "style").returncode == 0
+    reasons = {job["key"]: job["waiting"] for job in afc.json("status")["jobs"]}
+    assert reasons["style"] is None  # succeeded

@@ -2774,6 +2774,23 @@ class Ledger:
         ).fetchall()
         return {status: int(count) for status, count in rows}
 
+    def awaited_needs(self, batch: str | None = None) -> dict[str, list[str]]:
+        """For each blocked job (of ``batch``, or the ledger), the keys of the needs it still
+        waits for (not succeeded), in one query: what ``afc status`` says it waits for."""
+        sql = (
+            "SELECT n.job_id, n.need_key FROM job_needs n JOIN jobs j ON j.id = n.job_id"
+            " LEFT JOIN jobs d ON d.id = n.need_id WHERE j.status = 'blocked'"
+            " AND (d.status IS NULL OR d.status <> 'succeeded')"
+        )
+        params: list[Any] = []
+        if batch is not None:
+            sql += " AND j.batch = ?"
+            params.append(batch)
+        awaited: dict[str, list[str]] = {}
+        for job_id, key in self.db.execute(sql + " ORDER BY n.job_id, n.need_key", params):
+            awaited.setdefault(job_id, []).append(key)
+        return awaited
+
     def blocked_job_ids(self, job_ids: list[str]) -> list[str]:
         """Which of these jobs are blocked on their needs (one query for a run's jobs)."""
         if not job_ids:
