@@ -111,6 +111,14 @@ class NotPublic(AddressRefused):
     """A ``PUBLIC_ONLY`` request to an address that is not public (``public_address``)."""
 
 
+class ProxyRefused(httpx.ConnectError):
+    """The environment's proxy answered a tunnel's ``CONNECT`` with other than 200 (407 for
+    credentials it wants, 403 for a host it does not allow, 502 for one it cannot reach): no
+    connection to the host was made, so the request never left (``http.never_sent``). Mapped
+    as any other aiohttp error, it was a read error after the request was sent, and each paid
+    call was recorded at a cost unknown, its message naming no proxy."""
+
+
 class _RefusedName(OSError):
     """A name that resolves only to refused addresses (``_Resolver``)."""
 
@@ -152,6 +160,8 @@ def httpx_error(exc: BaseException) -> BaseException:
     if isinstance(cause, aiohttp.ClientConnectorError) and isinstance(cause.os_error, _RefusedName):
         refused = NotPublic if isinstance(cause.os_error, _PrivateName) else AddressRefused
         return refused(str(cause.os_error))
+    if isinstance(cause, aiohttp.ClientHttpProxyError):
+        return ProxyRefused(f"the proxy answered {cause.status} {cause.message} to CONNECT")
     if isinstance(cause, aiohttp.ConnectionTimeoutError):
         return httpx.ConnectTimeout(message)
     if isinstance(cause, TimeoutError):  # aiohttp's socket/server timeouts and asyncio's
