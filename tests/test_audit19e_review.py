@@ -39,3 +39,89 @@ def test_a_proxy_refusing_the_tunnel_costs_nothing_and_says_so(afc, status):
         assert "unknown cost" not in result.stderr, result.stderr
     finally:
         proxy.stop()
+
+
+@pytest.mark.parametrize("first", ["rejected", "failed"])
+def test_resume_looks_at_each_dependent_once_not_down_its_whole_chain(afc, monkeypatch, first):
+    """'afc resume' asks of every failed job whether it failed only because of a person's
+    decision (``run.follow_decisions``). Each asked by recursion down its chain of needs
+    again: a sequence of N shots, each needing the one before, took N²/2 ledger reads on every
+    resume (a minute at 900 shots on SQLite) and, past about a thousand, ended every resume
+    in a RecursionError. Each job is now looked at once; the answers are as before."""
+    from conftest import manifest
+
+    from afc_cli import run
+    from afc_cli.ledger.core import Ledger
+
+    n = 30
+    listed = [{"key": "k0", "prompt": "p0"}]
+    listed += [{"key": f"k{i}", "prompt": f"p{i}", "needs": [f"k{i - 1}"]} for i in range(1, n)]
+    if first == "rejected":
+        listed[0]["review"] = True
+    else:
+        listed[0]["params"] = {"fail": ["invalid"]}
+    afc.write_manifest(manifest(listed))
+    afc("submit", "manifest.yaml")
+    if first == "rejected":
+        assert afc("review", "reject", "k0", "--reason", "no").returncode == 0
+    status = {job["key"]: job["status"] for job in afc.json("status", expect=None)["jobs"]}
+    assert status == {"k0": first, **{f"k{i}": "failed" for i in range(1, n)}}
+
+    reads = []
+    needs_of = Ledger.needs_of
+    monkeypatch.setattr(
+        Ledger, "needs_of", lambda self, job_id: reads.append(job_id) or needs_of(self, job_id)
+    )
+    result = run.resume(
+        ledger_path=str(afc.cwd / "afc.db"), batch=None, storage=None, concurrency=2
+    )
+    assert len(reads) <= n, len(reads)  # was n * (n - 1) / 2
+    if first == "rejected":
+        assert (result.stuck, result.exit_code) == ([], 0)
+    else:
+        assert len(result.stuck) == n and result.exit_code == 1
+
+
+def test_a_proxy_named_without_a_scheme_is_an_http_one(afc):
+    """``HTTPS_PROXY=proxy.studio:3128`` (no scheme) is an http proxy for curl, httpx (afc's
+    webhooks) and botocore (its S3 calls); aiohttp's reading of the variables made it a URL
+    of an unknown scheme, and each paid call failed before it left, recorded at a cost
+    unknown ('connection failed (UnsupportedProtocol)')."""
+    import base64
+
+    from test_audit_wire import PNG, answered, json_reply
+
+    proxy = WireServer(
+        answered(json_reply({"data": [{"b64_json": base64.b64encode(PNG).decode()}]}))
+    )
+    try:
+        env = {
+            "OPENAI_BASE_URL": "http://api.openai.invalid/v1",
+            "HTTP_PROXY": f"127.0.0.1:{proxy.port}",
+        }
+        result = run(afc, "openai", "dall-e-3", OPENAI_RATES, env)
+        assert result.returncode == 0, result.stderr
+        ((head, _),) = proxy.received
+        assert head.startswith(b"POST http://api.openai.invalid/v1/images/generations "), head
+    finally:
+        proxy.stop()
+
+
+def test_a_proxy_on_https_is_kept_not_passed_by(monkeypatch):
+    """A proxy the environment names on https (TLS to the proxy itself): aiohttp's reading of
+    the variables dropped it with a log line ('HTTPS proxies ... are not supported,
+    ignoring') and the provider calls went straight out, past the proxy the studio's network
+    requires; aiohttp's requests take it (TLS in TLS, Python 3.11). Its credentials are kept
+    apart from its URL, which is what any message could show."""
+    import httpx
+
+    from afc_cli.providers.transport import PoolTransport, pool_limits
+
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "https://afc:s3cret@proxy.invalid:3129")
+    transport = PoolTransport(limits=pool_limits(4))
+    proxy, auth = transport._proxy_for(httpx.URL("https://api.openai.invalid/v1"))
+    assert str(proxy) == "https://proxy.invalid:3129"
+    assert (auth.login, auth.password) == ("afc", "s3cret")
+    assert transport._proxy_for(httpx.URL("http://api.openai.invalid/v1")) == (None, None)

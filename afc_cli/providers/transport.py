@@ -518,13 +518,29 @@ def _env_proxy(url: yarl.URL) -> tuple[Any, Any]:
     """The proxy the environment names for ``url`` (``HTTPS_PROXY`` or ``HTTP_PROXY`` by its
     scheme, upper or lower case, unless ``NO_PROXY`` lists its host: the rules curl, boto3
     and httpx follow, read by the standard library), with the proxy's credentials from its
-    URL or ``~/.netrc`` (aiohttp's reading), or (None, None)."""
-    from aiohttp.helpers import get_env_proxy_for_url
+    URL or ``~/.netrc`` (aiohttp's reading), or (None, None).
 
-    try:
-        return get_env_proxy_for_url(url)
-    except LookupError:
+    A proxy named without a scheme (``HTTPS_PROXY=proxy.studio:3128``) is an http one, as
+    curl, httpx and botocore take it, and one on https is kept: aiohttp's own reading
+    (``get_env_proxy_for_url``) made the first a URL of an unknown scheme (each paid call
+    failed, at a cost unknown) and dropped the second with a log line, the calls going
+    straight out past the proxy."""
+    import urllib.request
+
+    from aiohttp.helpers import basicauth_from_netrc, netrc_from_env, strip_auth_from_url
+
+    if url.host is not None and urllib.request.proxy_bypass(url.host):
         return None, None
+    named = urllib.request.getproxies().get(url.scheme)
+    if not named:
+        return None, None
+    proxy, auth = strip_auth_from_url(yarl.URL(named if "://" in named else f"http://{named}"))
+    if auth is None and proxy.host is not None:
+        try:
+            auth = basicauth_from_netrc(netrc_from_env(), proxy.host)
+        except LookupError:
+            pass
+    return proxy, auth
 
 
 class LeanClient(httpx.AsyncClient):
