@@ -1254,12 +1254,16 @@ def own_spool(ledger: Ledger, spool: Spool, *, running: bool) -> bool:
     verdict, detail = _spool_verdict(spool, identity, named, lambda job_id: ledger.job(job_id))
     if verdict in ("mark", "restored") and running:
         try:  # a spool marked anew: a restored ledger's new database is the spool's
-            spool.mark(identity, named, replace=verdict == "restored")
+            found = spool.mark(identity, named, replace=verdict == "restored")
         except OSError as exc:
             raise SpoolError(
                 f"the spool {spool.root} cannot be written: {exc}. No render was started; "
                 "fix the disk or move what is in the way, then run again."
             ) from None
+        if found.get("ledger") != identity and not _restored(found, identity, named):
+            # another ledger's run marked it first (``Spool.mark`` keeps the first mark):
+            # of two starting together one holds the spool, the other is refused
+            raise UsageError(_another_ledgers(spool, found))
     if verdict not in ("foreign", "other"):
         return True
     if not running:

@@ -125,3 +125,34 @@ def test_a_proxy_on_https_is_kept_not_passed_by(monkeypatch):
     assert str(proxy) == "https://proxy.invalid:3129"
     assert (auth.login, auth.password) == ("afc", "s3cret")
     assert transport._proxy_for(httpx.URL("http://api.openai.invalid/v1")) == (None, None)
+
+
+def test_of_two_ledgers_marking_one_spool_together_the_second_is_refused(tmp_path):
+    """Two PostgreSQL ledgers' runs starting together in one working folder both find
+    ./afc-spool unmarked; ``Spool.mark`` keeps the first mark and returns the one that holds,
+    so the other run was refused (its renders and the first's would otherwise overwrite and
+    adopt each other's files, paid again). The spool verdict's refactor (ddb34ba) dropped the
+    returned mark: both ran. The second is refused again, as before it."""
+    from afc_cli.errors import UsageError
+    from afc_cli.run import own_spool
+    from afc_cli.spool import Spool
+
+    class Ledger:
+        path = "postgresql://afc@db/second"
+
+        def spool_identity(self):
+            return "postgresql:2:2026-01-01"
+
+        def job(self, job_id):
+            return None
+
+    class Raced(Spool):
+        def mark(self, identity, named, *, replace=False):
+            # the first ledger's run marks it between this run's look and its mark
+            super().mark("postgresql:1:2026-01-01", "postgresql://afc@db/first")
+            return super().mark(identity, named, replace=replace)
+
+    spool = Raced(tmp_path / "afc-spool")
+    with pytest.raises(UsageError, match="postgresql://afc@db/first"):
+        own_spool(Ledger(), spool, running=True)
+    assert spool.owner()["ledger"] == "postgresql:1:2026-01-01"
