@@ -156,3 +156,65 @@ def test_of_two_ledgers_marking_one_spool_together_the_second_is_refused(tmp_pat
     with pytest.raises(UsageError, match="postgresql://afc@db/first"):
         own_spool(Ledger(), spool, running=True)
     assert spool.owner()["ledger"] == "postgresql:1:2026-01-01"
+
+
+def test_a_long_chain_of_needs_is_rejected_retried_and_resumed_without_a_recursion_error(afc):
+    """A sequence of shots each needing the one before (a reference image for continuity) is
+    a chain of needs as long as the sequence. 'afc review reject' of its first failed the
+    dependents by recursion, one frame a job, and ended in a RecursionError past about a
+    thousand ('unexpected error', nothing decided); 'afc retry' of a failed first put the
+    dependents back by recursion too, two frames a job (about 500); and 'afc resume' asked
+    of each failed dependent whether it followed the rejection by recursion as well."""
+    from conftest import manifest
+
+    n = 1100
+    for first, batch in (("rejected", "graded"), ("failed", "broken")):
+        listed = [{"key": f"{batch}0", "prompt": "p0"}]
+        listed += [
+            {"key": f"{batch}{i}", "prompt": f"p{i}", "needs": [f"{batch}{i - 1}"]}
+            for i in range(1, n)
+        ]
+        if first == "rejected":
+            listed[0]["review"] = True
+        else:
+            listed[0]["params"] = {"fail": ["invalid"]}
+        data = manifest(listed)
+        data["batch"] = batch
+        afc.write_manifest(data, f"{batch}.yaml")
+        afc("submit", f"{batch}.yaml", timeout=300)
+    rejected = afc("review", "reject", "graded0", "--reason", "too dark")
+    assert rejected.returncode == 0, rejected.stderr
+    resumed = afc("resume", "--batch", "graded")  # passes the rejection's dependents by
+    assert resumed.returncode == 0, resumed.stderr
+    retried = afc("retry", "broken0")
+    assert retried.returncode == 0, retried.stderr
+    counts = {}
+    for job in afc.json("status", expect=None)["jobs"]:
+        counts[job["batch"], job["status"]] = counts.get((job["batch"], job["status"]), 0) + 1
+    assert counts == {
+        ("graded", "rejected"): 1,
+        ("graded", "failed"): n - 1,
+        ("broken", "queued"): 1,
+        ("broken", "blocked"): n - 1,
+    }
+
+
+def test_an_output_named_on_this_host_is_not_fetched_through_the_proxy(afc):
+    """Through a proxy afc's resolver never sees an output's host, so the address rules are
+    applied to its name as this machine resolves it (``_checked_through_proxy``). The tests
+    of da26aac name outputs by IP address, which the rule for addresses given as such refused
+    before any proxy: with the name check removed they still passed. A name on this host
+    (``localhost``) is refused, and the proxy is never asked for it."""
+    from test_audit_wire import answered, dalle
+
+    proxy = WireServer(answered(dalle("http://localhost:9/secret.png")))
+    try:
+        env = {"OPENAI_BASE_URL": "http://api.openai.invalid/v1", "HTTP_PROXY": proxy.url}
+        result = run(afc, "openai", "dall-e-3", OPENAI_RATES, env)
+        assert result.returncode == 1, result.stderr
+        assert [head.split(b" ")[0] for head, _ in proxy.received] == [b"POST"]
+        (attempt,) = attempts(afc)
+        assert "not public" in attempt["error"], attempt
+        assert attempt["cost"] == "0.040000"
+    finally:
+        proxy.stop()
