@@ -141,8 +141,8 @@ def _decided(keys: list[str], what: str, json_out: bool, quiet: bool) -> None:
             _err("jobs that needed them run at the next 'afc resume' (or cron)")
         elif keys:
             _err(
-                "jobs that needed them failed (DEPENDENCY_FAILED: 'afc status' lists them); "
-                "'afc resume' passes them by, as it passes a rejected job"
+                "any job that needed them failed (DEPENDENCY_FAILED: 'afc status' lists them); "
+                "'afc resume' passes those by, as it passes a rejected job"
             )
     sys.stdout.flush()
 
