@@ -255,3 +255,33 @@ def test_afc_status_says_what_a_blocked_or_reviewed_job_waits_for(afc):
     assert afc("review", "approve", "style").returncode == 0
     reasons = {job["key"]: job["waiting"] for job in afc.json("status")["jobs"]}
     assert reasons["style"] is None  # succeeded
+
+
+def test_a_socks_proxy_in_the_environment_is_refused_before_any_call(afc):
+    """``HTTP_PROXY=socks5://...`` (a SOCKS proxy, which afc's provider calls cannot use):
+    aiohttp took it for an http proxy and spoke HTTP to it, so a SOCKS server's refusal came
+    after the request was written and each paid call was recorded at a cost unknown. The run
+    is refused before anything is written (exit 2, the proxy named without its password),
+    and a request that meets one anyway is never sent, at 0."""
+    import httpx
+    from test_audit_wire import OPENAI_RATES, run
+
+    from afc_cli.providers.transport import PoolTransport, ProxyUnsupported, pool_limits
+
+    proxy = "socks5://studio:hunter22@127.0.0.1:9"
+    env = {"OPENAI_BASE_URL": "http://api.openai.invalid/v1", "HTTP_PROXY": proxy}
+    result = run(afc, "openai", "dall-e-3", OPENAI_RATES, env)
+    assert result.returncode == 2, result.stderr
+    assert "HTTP_PROXY names a socks5 proxy (127.0.0.1:9)" in result.stderr, result.stderr
+    assert "hunter22" not in result.stderr and not (afc.cwd / "afc.db").exists()
+
+    saved = dict(os.environ)
+    try:
+        os.environ["HTTP_PROXY"] = proxy
+        transport = PoolTransport(limits=pool_limits(4))
+        with pytest.raises(ProxyUnsupported) as caught:
+            transport._proxy_for(httpx.URL("http://api.openai.invalid/v1"))
+        assert isinstance(caught.value, httpx.ConnectError)  # never sent: a known 0
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)

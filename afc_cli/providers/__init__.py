@@ -83,7 +83,28 @@ def malformed_bases(providers: set[str]) -> list[str]:
         problem = webhook_url_problem(value) if value else None
         if problem:
             found.append(f"{env} {problem}")
+        elif env:
+            found += _unusable_proxy(value or PROVIDERS[name].default_base, env)
     return found
+
+
+def _unusable_proxy(base: str, env: str) -> list[str]:
+    """A proxy the environment names for ``base`` that the provider calls cannot go through
+    (``transport.ProxyUnsupported``: a SOCKS one), said before anything is written: each call
+    would fail never sent, one attempt after another, in every job of the run."""
+    import os
+
+    if not any(name.lower() in ("http_proxy", "https_proxy") for name in os.environ):
+        return []  # (no proxy named: aiohttp is not imported for nothing)
+    import yarl
+
+    from afc_cli.providers.transport import ProxyUnsupported, env_proxy
+
+    try:
+        env_proxy(yarl.URL(base))
+    except ProxyUnsupported as exc:
+        return [f"{env} ({base}): {exc}"]
+    return []
 
 
 __all__ = [

@@ -460,14 +460,14 @@ def transport_error(provider: str, exc: Exception, *, paid_call: bool) -> Provid
     known 0 with the source ``unsent``. For a download or a poll nothing was charged by it."""
     import httpx
 
-    from afc_cli.providers.transport import ProxyRefused
+    from afc_cli.providers.transport import ProxyRefused, ProxyUnsupported
 
     unsent = never_sent(exc)
     if isinstance(exc, httpx.TimeoutException):
         cls, what = "timeout", "no connection in time" if unsent else "no answer in time"
     else:
         cls, what = "unavailable", f"connection failed ({exc.__class__.__name__})"
-        if isinstance(exc, ProxyRefused):  # what the proxy said is what a person fixes
+        if isinstance(exc, ProxyRefused | ProxyUnsupported):  # what a person fixes
             what = f"connection failed ({exc})"
     if unsent:
         what += "; the request was never sent"

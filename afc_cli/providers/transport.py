@@ -43,7 +43,7 @@ What this module adds to the library's transport:
   takes to send at ``MIN_RATE``), the body within the read timeout of the headers plus the
   time it takes at ``MIN_RATE``; past that, ``ReadTimeout`` as for silence.
 - **The environment's proxy** (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``, as curl,
-  boto3 and httpx read them: ``_env_proxy``): a studio whose network lets no
+  boto3 and httpx read them: ``env_proxy``): a studio whose network lets no
   connection out but through its proxy could not reach a provider at all (afc's client was
   given its own transport, and httpx reads the proxy variables only for the transport it
   makes itself), while its webhooks and S3 calls went through the proxy. A proxied request
@@ -117,6 +117,13 @@ class ProxyRefused(httpx.ConnectError):
     connection to the host was made, so the request never left (``http.never_sent``). Mapped
     as any other aiohttp error, it was a read error after the request was sent, and each paid
     call was recorded at a cost unknown, its message naming no proxy."""
+
+
+class ProxyUnsupported(httpx.UnsupportedProtocol, httpx.ConnectError):
+    """The environment names a proxy of a scheme afc's provider calls cannot use (a SOCKS
+    proxy, ``socks5://``): aiohttp took it for an http proxy and spoke HTTP to it, so a SOCKS
+    server's refusal came after the request was written, each paid call recorded at a cost
+    unknown though none reached the provider. Never sent, and not worth sending again."""
 
 
 class _RefusedName(OSError):
@@ -436,13 +443,13 @@ class PoolTransport(AiohttpTransport):
 
     def _proxy_for(self, url: httpx.URL) -> tuple[Any, Any]:
         """The environment's proxy for ``url`` and its credentials (None, None: none), looked
-        up once a scheme and host (``_env_proxy``)."""
+        up once a scheme and host (``env_proxy``)."""
         key = (url.scheme, url.host)
         found = self._proxies.get(key)
         if found is None:
             if len(self._proxies) >= self.URL_CACHE:
                 self._proxies.clear()
-            found = self._proxies[key] = _env_proxy(self._url(url))
+            found = self._proxies[key] = env_proxy(self._url(url))
         return found
 
     async def _checked_through_proxy(self, host: str, public_only: Any) -> None:
@@ -514,7 +521,7 @@ class LeanCookies(httpx.Cookies):
 DNS_TTL_S = 10.0  # how long a proxied host's addresses are kept (aiohttp's resolver's own)
 
 
-def _env_proxy(url: yarl.URL) -> tuple[Any, Any]:
+def env_proxy(url: yarl.URL) -> tuple[Any, Any]:
     """The proxy the environment names for ``url`` (``HTTPS_PROXY`` or ``HTTP_PROXY`` by its
     scheme, upper or lower case, unless ``NO_PROXY`` lists its host: the rules curl, boto3
     and httpx follow, read by the standard library), with the proxy's credentials from its
@@ -522,7 +529,7 @@ def _env_proxy(url: yarl.URL) -> tuple[Any, Any]:
 
     A proxy named without a scheme (``HTTPS_PROXY=proxy.studio:3128``) is an http one, as
     curl, httpx and botocore take it, and one on https is kept: aiohttp's own reading
-    (``get_env_proxy_for_url``) made the first a URL of an unknown scheme (each paid call
+    (``getenv_proxy_for_url``) made the first a URL of an unknown scheme (each paid call
     failed, at a cost unknown) and dropped the second with a log line, the calls going
     straight out past the proxy."""
     import urllib.request
@@ -535,6 +542,12 @@ def _env_proxy(url: yarl.URL) -> tuple[Any, Any]:
     if not named:
         return None, None
     proxy, auth = strip_auth_from_url(yarl.URL(named if "://" in named else f"http://{named}"))
+    if proxy.scheme not in ("http", "https"):
+        raise ProxyUnsupported(
+            f"{url.scheme.upper()}_PROXY names a {proxy.scheme} proxy ({proxy.host}:{proxy.port}):"
+            " afc's provider calls go through http and https proxies only; name one, or list "
+            "the provider's host in NO_PROXY"
+        )
     if auth is None and proxy.host is not None:
         try:
             auth = basicauth_from_netrc(netrc_from_env(), proxy.host)
