@@ -161,9 +161,14 @@ def test_the_proxy_is_not_used_for_no_proxy_hosts():
 
     saved = dict(os.environ)
     try:
-        os.environ.update(HTTP_PROXY="http://proxy.invalid:3128", NO_PROXY="direct.invalid")
+        os.environ.update(
+            HTTP_PROXY="http://proxy.invalid:3128", NO_PROXY="direct.invalid,minio.lan:9000"
+        )
         transport = PoolTransport(limits=pool_limits(4))
         assert transport._proxy_for(httpx.URL("http://direct.invalid/x")) == (None, None)
+        # an entry naming a port matches that port only (it matched none)
+        assert transport._proxy_for(httpx.URL("http://minio.lan:9000/x")) == (None, None)
+        assert transport._proxy_for(httpx.URL("http://minio.lan:9001/x"))[0] is not None
         proxied, _ = transport._proxy_for(httpx.URL("http://api.invalid/x"))
         assert str(proxied) == "http://proxy.invalid:3128"
     finally:

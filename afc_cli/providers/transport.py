@@ -335,7 +335,8 @@ class PoolTransport(AiohttpTransport):
         self._urls: dict[str, Any] = {}
         self._refused: dict[str, bool] = {}
         self._public: aiohttp.ClientSession | None = None  # PUBLIC_ONLY requests' own pool
-        self._proxies: dict[tuple[str, str], tuple[Any, Any]] = {}  # (scheme, host) -> proxy
+        # (scheme, host, port) -> proxy
+        self._proxies: dict[tuple[str, str, int | None], tuple[Any, Any]] = {}
         self._looked_up: dict[str, tuple[float, list[str]]] = {}  # proxied hosts' addresses
 
     def _timeout(self, timeout: dict[str, Any]) -> aiohttp.ClientTimeout:
@@ -443,8 +444,8 @@ class PoolTransport(AiohttpTransport):
 
     def _proxy_for(self, url: httpx.URL) -> tuple[Any, Any]:
         """The environment's proxy for ``url`` and its credentials (None, None: none), looked
-        up once a scheme and host (``env_proxy``)."""
-        key = (url.scheme, url.host)
+        up once a scheme, host and port (``env_proxy``)."""
+        key = (url.scheme, url.host, url.port)
         found = self._proxies.get(key)
         if found is None:
             if len(self._proxies) >= self.URL_CACHE:
@@ -536,7 +537,12 @@ def env_proxy(url: yarl.URL) -> tuple[Any, Any]:
 
     from aiohttp.helpers import basicauth_from_netrc, netrc_from_env, strip_auth_from_url
 
-    if url.host is not None and urllib.request.proxy_bypass(url.host):
+    # a NO_PROXY entry may name a port too (``minio.lan:9000``): the standard library matches
+    # an entry against the host alone and against host:port
+    port = url.explicit_port
+    if url.host is not None and urllib.request.proxy_bypass(
+        url.host if port is None else f"{url.host}:{port}"
+    ):
         return None, None
     named = urllib.request.getproxies().get(url.scheme)
     if not named:
