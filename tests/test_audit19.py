@@ -290,3 +290,27 @@ def test_a_socks_proxy_in_the_environment_is_refused_before_any_call(afc):
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_a_downloads_retry_after_is_a_floor_over_its_draw():
+    """An output URL answering 503 with ``Retry-After: 0`` had its free GETs sent again at
+    once, the round spent within milliseconds where the draw would have spread it: the
+    download's waits take a Retry-After as a floor, as every other retry in afc does."""
+    import httpx
+
+    from afc_cli.providers.http import FETCH_TRIES, fetched
+
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    async def get():
+        return httpx.Response(503, headers={"Retry-After": "0"})
+
+    async def main():
+        return await fetched(get, sleep, lambda: 1.0)
+
+    assert asyncio.run(main()).status_code == 503
+    assert len(waits) == FETCH_TRIES - 1 and all(w > 0 for w in waits), waits
+    assert waits == sorted(waits)  # the draw's growth, not a string of zeros

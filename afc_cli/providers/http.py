@@ -597,8 +597,8 @@ async def fetched(
             if not passing(response.status_code) or tried == FETCH_TRIES:
                 return response
             told = retry_after_of(response.headers)
-            if told is not None:
-                wait = min(told, FETCH_WAIT_CAP_S)
+            if told is not None:  # a floor over the draw, as every retry's (attempts.py)
+                wait = max(wait, min(told, FETCH_WAIT_CAP_S))
             await response.aclose()
         await sleep(wait)
     raise AssertionError("unreachable")
