@@ -555,7 +555,7 @@ def follow_decisions(ledger: Ledger, rows: list[dict[str, Any]]) -> set[str]:
     back). Each job's needs are read once, walked with a list (a chain of a thousand shots,
     each the next one's reference, would pass Python's recursion limit, and a walk from each
     job to the chain's head would read a million needs)."""
-    from afc_cli.ledger.core import NEED_FAILED
+    from afc_cli.ledger.core import ended_needs
 
     verdict: dict[str, bool] = {}
     ended: dict[str, list[dict[str, Any]]] = {}
@@ -578,10 +578,7 @@ def follow_decisions(ledger: Ledger, rows: list[dict[str, Any]]) -> set[str]:
                 stack.pop()
                 continue
             if job_id not in ended:
-                needs = ledger.needs_of(job_id)
-                ended[job_id] = [
-                    n for n in needs if n["status"] is None or n["status"] in NEED_FAILED
-                ]
+                ended[job_id] = ended_needs(ledger.needs_of(job_id))
                 # a need failed itself: its verdict first (needs form no cycle: admission
                 # refuses one)
                 later = [
@@ -1041,9 +1038,9 @@ def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:
 
 def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
     """Start a job's task (``pipeline.run_job``), kept in ``ctx.tasks`` while it runs. Once it
-    has ended the loop keeps nothing of the job but two counts (``RunContext.ran``,
-    ``finished``, ``ended_badly``): an ``afc worker`` feeds one loop for as long as its claims find work
-    (``_fed``), and that loop kept every task it ever ran, with its id, until it ended
+    has ended the loop keeps nothing of the job but its counts (``RunContext.ran``,
+    ``finished``, ``ended_badly``): an ``afc worker`` feeds one loop for as long as its
+    claims find work (``_fed``), and that loop kept every task it ever ran, with its id, until it ended
     (about 0.8 KB a job: 40 MB over 50,000 jobs; tests/test_audit_endurance.py)."""
     task = asyncio.ensure_future(run_job(ctx, job_id))
     ctx.tasks[job_id] = task

@@ -144,6 +144,12 @@ SHARED_BUDGET = "budget:"
 NEED_FAILED = ("failed", "rejected", "cancelled", "dead")
 
 
+def ended_needs(needs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of a job's needs (``Ledger.needs_of``), those that ended badly or are missing from the
+    ledger: any one fails the job with DEPENDENCY_FAILED (``Ledger.settle_blocked``)."""
+    return [n for n in needs if n["status"] is None or n["status"] in NEED_FAILED]
+
+
 class BudgetExhausted(Exception):
     """The next attempt's estimate does not fit the run's budget; nothing was started."""
 
@@ -1929,10 +1935,10 @@ class Ledger:
         (with its usage and source): a render's cost written as it became known
         (``hold_known_cost``) stays when its attempt ends by the run's limit on the call or
         by an answer afc could not read later on (both report the cost unknown), where the
-        paid render was left unpriced though the provider had said what it cost. A report from a process that no longer owns the
-        attempt (a host stalled past its lease, whose attempt another process reopened to
-        poll the same request, ``reopen_attempt``) ends nothing and replaces no known cost:
-        it only gives a cost where none is known. ``started_at`` and ``ended_at`` are this
+        paid render was left unpriced though the provider had said what it cost. A report
+        from a process that no longer owns the attempt (a host stalled past its lease, whose
+        attempt another process reopened to poll the same request, ``reopen_attempt``) ends
+        nothing and replaces no known cost: it only gives a cost where none is known. ``started_at`` and ``ended_at`` are this
         host's clock; they are stored on the ledger's clock, as ``start_attempt`` stamps the
         start.
         """
@@ -2435,7 +2441,7 @@ class Ledger:
         """A job's needs, those that ended badly (or are missing), and the ids of those it
         still waits for."""
         needs = self.needs_of(job_id)
-        ended = [n for n in needs if n["status"] is None or n["status"] in NEED_FAILED]
+        ended = ended_needs(needs)
         waiting = [n["need_id"] for n in needs if n["status"] != "succeeded"]
         return needs, ended, waiting
 

@@ -530,7 +530,7 @@ def env_proxy(url: yarl.URL) -> tuple[Any, Any]:
 
     A proxy named without a scheme (``HTTPS_PROXY=proxy.studio:3128``) is an http one, as
     curl, httpx and botocore take it, and one on https is kept: aiohttp's own reading
-    (``getenv_proxy_for_url``) made the first a URL of an unknown scheme (each paid call
+    (``get_env_proxy_for_url``) made the first a URL of an unknown scheme (each paid call
     failed, at a cost unknown) and dropped the second with a log line, the calls going
     straight out past the proxy."""
     import urllib.request

@@ -535,7 +535,7 @@ class S3Storage(Storage):
         return None
 
 
-def _content_type(key: str, source: Path | None = None) -> str:
+def _content_type(key: str, source: Path) -> str:
     """The object's Content-Type: what its bytes are where their first bytes say so
     (``inputs.media_type``: PNG, JPEG, WebP, GIF, HEIF, AVIF, TIFF, BMP), else what its key's
     extension says. An output key's ``{ext}`` is ``params.output_format`` (default png) and a
@@ -543,11 +543,9 @@ def _content_type(key: str, source: Path | None = None) -> str:
     stored as ``image/png``, a browser or CDN was handed WebP bytes labelled PNG."""
     from afc_cli.inputs import media_type
 
-    head = b""
-    if source is not None:
-        try:
-            with open(source, "rb") as fh:
-                head = fh.read(32)
-        except OSError:
-            pass
+    try:
+        with open(source, "rb") as fh:
+            head = fh.read(32)
+    except OSError:
+        head = b""
     return media_type(head, key)
