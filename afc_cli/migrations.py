@@ -302,3 +302,18 @@ def m010_ledger_moves(db):
         );
         """
     )
+
+
+@_step
+def m011_output_key_holders(db):
+    # An index of the jobs that hold their output key: rendering it (running) or having stored
+    # an output under it. Two jobs of one key (batches of one storage whose output template
+    # leaves out {batch}) run by two processes at once both found the key free and both paid;
+    # each attempt now looks here first (Ledger._check_output). Partial: an admission writes
+    # no entry of it (its jobs are queued), a job one as it runs and one as it ends.
+    db.executescript(
+        """
+        CREATE INDEX jobs_output_holders ON jobs (output_key)
+            WHERE status IN ('running', 'succeeded', 'awaiting_review', 'rejected');
+        """
+    )

@@ -42,7 +42,15 @@ from afc_cli.attempts import (
 )
 from afc_cli.costs import MAX_ESTIMATE, RateCards, format_usd, to_micros
 from afc_cli.errors import AnswerNotRead, LedgerWriteError, SpoolError, StorageError
-from afc_cli.ledger import SHARED_BUDGET, TERMINAL, BudgetExhausted, JobLost, Ledger, ProviderBusy
+from afc_cli.ledger import (
+    SHARED_BUDGET,
+    TERMINAL,
+    BudgetExhausted,
+    JobLost,
+    Ledger,
+    OutputBusy,
+    ProviderBusy,
+)
 from afc_cli.owner import awake_clock, host_id, host_of
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
 from afc_cli.providers.base import GONE_PREFIX, NeverSent, RequestGone, no_look
@@ -373,6 +381,10 @@ def _awake_since(stamp: tuple[float, float]) -> float:
     return max(boot - stamp[0], wall - stamp[1])
 
 
+# the longest a job waits between looks at an output key another job is rendering
+OUTPUT_POLL_MAX_S = 5.0
+
+
 async def _start_attempt(
     ctx: RunContext,
     job: dict[str, Any],
@@ -383,11 +395,14 @@ async def _start_attempt(
     params: dict[str, Any],
 ) -> int | None:
     """``Ledger.start_attempt``, waiting (without a worker slot) while the provider's limits
-    are reached across the ledger's other processes (a jittered wait between tries). Returns
-    None when the job is no longer ours; raises _Stopped when the run began stopping while it
-    waited (nothing was started)."""
+    are reached across the ledger's other processes (a jittered wait between tries), and
+    while another job renders this job's output key (``OutputBusy``: the job rests
+    ``waiting``, saying for which job, and looks again less and less often, up to every
+    ``OUTPUT_POLL_MAX_S``). Returns None when the job is no longer ours; raises _Stopped when
+    the run began stopping while it waited (nothing was started)."""
     limit = ctx.limits.get(entry["provider"])
     shared = (limit.concurrency, limit.per_minute) if limit is not None else None
+    key_waits = 0
     while True:
         try:
             return ctx.ledger.start_attempt(
@@ -406,6 +421,26 @@ async def _start_attempt(
             ctx.report(job, "waiting", busy.reason, reason="provider limit")
             async with ctx.idle():
                 await ctx.sleep(busy.retry_after * (0.5 + random.random()))
+            if ctx.stopping.is_set():
+                raise _Stopped from None
+        except OutputBusy as busy:
+            if busy.key is None:  # another process was checking this key: at once again
+                async with ctx.idle():
+                    await ctx.sleep(busy.retry_after * (0.5 + random.random()))
+                if ctx.stopping.is_set():
+                    raise _Stopped from None
+                continue
+            if not key_waits:
+                why = (
+                    f"output key {job['output_key']} is being rendered by job {busy.key!r} "
+                    f"of batch {busy.batch!r}"
+                )
+                ctx.ledger.set_waiting(job, why)
+                ctx.report(job, "waiting", why, reason="output key")
+            poll = min(busy.retry_after * 2**key_waits, OUTPUT_POLL_MAX_S)
+            key_waits += 1
+            async with ctx.idle():
+                await ctx.sleep(poll * (0.5 + random.random()))
             if ctx.stopping.is_set():
                 raise _Stopped from None
 
@@ -839,6 +874,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     # left this machine, so this attempt is known to have cost nothing.
                     _never_sent(ctx, job, number, chain_index, entry, "afc was stopping")
                     return False
+                if job.pop("output_shared", False):
+                    taken = await _stored_meanwhile(ctx, job, number, chain_index, entry)
+                    if taken is not None:
+                        return taken
             ctx.report(job, "attempt", f"{entry['provider']}/{entry['model']} attempt {number}")
             stall_point("before_request")
             crash_point("after_attempt_row")
@@ -1123,6 +1162,41 @@ def _ended_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
     if current["lease_owner"] != ctx.ledger.owner:
         return "was taken over by another afc process"
     return None
+
+
+async def _stored_meanwhile(
+    ctx: RunContext, job: dict[str, Any], number: int, chain_index: int, entry: dict[str, Any]
+) -> bool | None:
+    """Another job of this output key has stored an output under it (``Ledger._check_output``
+    said so in this attempt's transaction, when no job of the key was rendering any more):
+    look in storage before the request leaves. An object there ends this attempt unsent (at
+    0) and the job as its probe would have ended it (another job's object: a conflict; this
+    job's own: stored); none (deleted since) lets the request go. Returns what ``render``
+    returns, or None to go on."""
+    storage = ctx.storages[job["batch"]]
+    try:
+        info = await _storage(ctx, storage, storage.head, job["output_key"])
+    except StorageError as exc:
+        _never_sent(ctx, job, number, chain_index, entry, "its output key could not be looked up")
+        return _storage_gave_up(ctx, job, "render", exc)
+    if not info.exists:
+        return None
+    foreign = ownership(job, info)
+    found = "another job stored its output key first" if foreign else "its output was stored"
+    _never_sent(ctx, job, number, chain_index, entry, found)
+    if foreign:
+        await _fail_conflict(ctx, job, storage, info, foreign, "render")
+        return False
+    with ctx.ledger.tx():
+        ctx.ledger.checkpoint(
+            job,
+            [("render", {"found": "own output"})],
+            "verify",
+            output_sha256=info.meta.get("sha256"),
+            output_size=info.meta.get("size"),
+        )
+        _adopt_stored(ctx, job, info.meta)
+    return True
 
 
 def _never_sent(

@@ -57,6 +57,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m008_status_age_index",
         "m009_lease_mono",
         "m010_ledger_moves",
+        "m011_output_key_holders",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]

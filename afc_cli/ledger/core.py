@@ -15,14 +15,14 @@ import math
 import os
 import signal
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
 from afc_cli.costs import plural
-from afc_cli.errors import LedgerError, UsageError, ledger_write_error
+from afc_cli.errors import LedgerError, ManifestError, UsageError, ledger_write_error
 from afc_cli.gates import (
     HELD,
     Change,
@@ -135,6 +135,10 @@ ANSWERED_SQL = (
     " AND COALESCE(a.error_class, '') != 'interrupted') AS attempts"
 )
 ACTIVE_SQL = _in(ACTIVE)
+# A job that holds its output key against the other jobs of that key (``_check_output``):
+# rendering it, or having stored an output under it. The words of the partial index's WHERE
+# (afc_cli/migrations.py m011): SQLite uses the index only for a query that repeats them.
+OUTPUT_HOLDERS_SQL = _in(("running", *RENDERED))
 # A run's candidates: the active jobs and the blocked ones (run when their needs have succeeded)
 RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
 # The run id of the attempts of workers that share a budget: this prefix and its name
@@ -180,6 +184,23 @@ class ProviderBusy(Exception):
         self.retry_after = retry_after
 
 
+def _held() -> bool:
+    return True
+
+
+class OutputBusy(Exception):
+    """Another job of this output key in this storage is rendering it (its attempt started,
+    its lease live): the attempt was not started; look again after ``retry_after`` seconds
+    (``Ledger._check_output``). No ``key`` (None): another process was checking this output
+    key at the same moment (PostgreSQL), and the look is tried again at once."""
+
+    def __init__(self, batch: str | None, key: str | None, retry_after: float):
+        super().__init__(f"job {key!r} of batch {batch!r} is rendering this output key")
+        self.batch = batch
+        self.key = key
+        self.retry_after = retry_after
+
+
 class JobLost(Exception):
     """The job stopped being ours (it ended elsewhere, e.g. cancelled, or its lease was taken):
     the worker stops quietly and the transaction that noticed writes nothing."""
@@ -215,6 +236,26 @@ def _cost_filters(
         where.append(f"{time_column} >= ?")
         params.append(since)
     return where, params
+
+
+def _refuse_shared_outputs(
+    manifest: Any, jobs: list[Any], existing: dict[str, tuple], outputs: dict[str, str]
+) -> None:
+    """A new job whose output key a job admitted to the batch earlier has (another manifest
+    of the batch, or a jobs_from list, giving two keys one ``output``): the admission is
+    refused (ManifestError, exit 2, nothing admitted), as two jobs of one manifest are. One
+    of them could only ever end OUTPUT_KEY_CONFLICT."""
+    from afc_cli.manifest import MAX_PROBLEMS
+
+    problems = [
+        f"job {job.key!r}: field 'output': output key {job.output_key!r} is job "
+        f"{outputs[job.output_key]!r}'s, admitted to batch {manifest.batch!r} before; each "
+        "job needs its own"
+        for job in jobs
+        if job.key not in existing and outputs.get(job.output_key, job.key) != job.key
+    ]
+    if problems:
+        raise ManifestError(str(manifest.path), problems[:MAX_PROBLEMS])
 
 
 def backend(url: Any) -> type[Ledger]:
@@ -425,14 +466,15 @@ class Ledger:
             # admission of the batch committed meanwhile (another host's submit naming another
             # storage, whose row this upsert waited for) is seen here, not before it
             self.check_storage(manifest.batch, storage)
-            existing = {
-                row[0]: row[1:]
-                for row in self.db.execute(
-                    "SELECT key, request_hash, status, id, webhook_json, review, attempts,"
-                    " lease_owner, lease_expires, lease_mono FROM jobs WHERE batch = ?",
-                    (manifest.batch,),
-                )
-            }
+            existing: dict[str, tuple] = {}
+            outputs: dict[str, str] = {}  # the batch's output keys, each its job's key
+            for row in self.db.execute(
+                "SELECT key, request_hash, status, id, webhook_json, review, attempts,"
+                " lease_owner, lease_expires, lease_mono, output_key FROM jobs WHERE batch = ?",
+                (manifest.batch,),
+            ):
+                existing[row[0]] = row[1:10]
+                outputs[row[10]] = row[0]
             # In chunks, so a big job list (jobs_from) is never held in memory whole; still
             # one transaction, so a list that fails part-way leaves nothing admitted (in the
             # engine's admission cache: SqliteLedger.admission_cache).
@@ -442,6 +484,8 @@ class Ledger:
             gates = Gates(self.batch_needs(manifest.batch))
             with self.admission_cache():
                 for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
+                    if outputs:
+                        _refuse_shared_outputs(manifest, chunk, existing, outputs)
                     self._admit_chunk(manifest.batch, chunk, existing, rates, now, result, gates)
                 fresh, conflicts, rewebhooked = [], [], []
                 for item, outcome in gates.settle_all():
@@ -1485,6 +1529,7 @@ class Ledger:
                     raise BudgetExhausted(spent, cap_micros, reserve_micros or 0)
             if limit is not None and any(limit):
                 self._check_limit(provider, *limit)
+            shared = self._check_output(job)
             cursor = self.db.execute(
                 "UPDATE jobs SET attempts = ?, status = 'running', step = ?,"
                 " waiting_reason = NULL, updated_at = ? WHERE id = ? AND lease_owner = ?"
@@ -1495,6 +1540,7 @@ class Ledger:
                 return None
             number = job["attempts"] + 1
             job.update(attempts=number, status="running", waiting_reason=None, updated_at=now)
+            job["output_shared"] = shared
             self._checkpoint(job, ())
             self.db.execute(
                 "INSERT INTO attempts (job_id, number, chain_index, provider, model, status,"
@@ -1514,6 +1560,53 @@ class Ledger:
                 ),
             )
         return number
+
+    def _check_output(self, job: dict[str, Any]) -> bool:
+        """Whether another job of this job's output key in its storage holds the key: raises
+        OutputBusy when one is rendering it (``running``, its lease live: a dead process's
+        job stops counting when its lease expires, or at once when it died on this host), and
+        returns True when one has stored an output under it (the caller looks in storage
+        after this attempt's row is committed, before the request leaves: ``pipeline.render``).
+
+        Two batches of one storage whose output template leaves out {batch} give two jobs one
+        key. Run by two processes at once, both probes found the key free and both renders
+        were paid, the second thrown away at its store (OUTPUT_KEY_CONFLICT); one process runs
+        them one after the other by itself (``run._note_outputs``). Here, in start_attempt's
+        transaction and under the engine's lock for the key (``_hold_output``), the first to
+        start holds the key until its job stops running; the others wait, then look. A job
+        that waits is ``waiting``, never ``running``, so two jobs never wait on each other.
+        One index lookup (``jobs_output_holders``, afc_cli/migrations.py m011), empty for
+        nearly every job."""
+        held = self._hold_output(job["output_key"])
+        rows = self.db.execute(
+            "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires FROM jobs o"
+            " JOIN batches ob ON ob.name = o.batch WHERE o.output_key = ?"
+            f" AND o.status IN {OUTPUT_HOLDERS_SQL} AND o.id <> ?"
+            " AND ob.storage = (SELECT storage FROM batches WHERE name = ?)",
+            (job["output_key"], job["id"], job["batch"]),
+        ).fetchall()
+        if not held():
+            raise OutputBusy(None, None, self.OUTPUT_RACE_S)
+        if not rows:
+            return False
+        now = self.lease_clock()
+        for key, batch, status, owner, expires in rows:
+            if status == "running" and expires is not None and float(expires) >= now:
+                if not owner_is_dead(owner):
+                    raise OutputBusy(batch, key, self.OUTPUT_POLL_S)
+        return True
+
+    def _hold_output(self, output_key: str) -> Callable[[], bool]:
+        """Serialise the output-key checks of one key across processes until the transaction
+        ends; returns whether that was done (called after the lookup). SQLite's write
+        transaction already does; PostgreSQL tries an advisory lock."""
+        return _held
+
+    # how soon an attempt refused because another job renders its output key looks again
+    # (the waiting job backs off from there: pipeline._start_attempt), and how soon one whose
+    # key another process was checking at that very moment tries again
+    OUTPUT_POLL_S = 0.5
+    OUTPUT_RACE_S = 0.05
 
     # how soon a call refused by a shared concurrency limit asks again (a slot frees when an
     # attempt of another process ends, which no process here is told about)

@@ -61,7 +61,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -83,6 +83,7 @@ SPOOL_IDENTITY_SQL = (
 MIGRATION_LOCK = zlib.crc32(b"afc:migrations")
 BUDGET_LOCK = zlib.crc32(b"afc:budget") & 0x7FFFFFFF  # the two-int form takes int4 keys
 LIMIT_LOCK = zlib.crc32(b"afc:limit") & 0x7FFFFFFF
+OUTPUT_LOCK = zlib.crc32(b"afc:output") & 0x7FFFFFFF
 CONNECT_TIMEOUT_S = 10
 # Under group commit, changes wait at most this long for their commit. Nothing that money
 # depends on waits: the attempt row before a paid call is committed (synced) before the call
@@ -232,7 +233,10 @@ class PgDatabase:
         if cm is not None:
             cm.__exit__(type(exc) if exc else None, exc, None)
 
-    def execute(self, sql: str, params: Any = ()) -> Any:
+    def execute(self, sql: str, params: Any = (), *, wait: bool = True) -> Any:
+        """``wait=False``: in a pipeline, send the statement and return its cursor without
+        waiting for the answer; it arrives with the next statement that waits, and is read
+        from the cursor then (two reads for one round trip)."""
         try:
             # (inside: on a connection psycopg holds closed since it was lost, making the
             # cursor is what fails, "the connection is closed")
@@ -242,6 +246,8 @@ class PgDatabase:
             else:  # no parameters: psycopg sends the text as it is
                 cursor.execute(translate_ddl(sql) if self.migrating else sql)
             if self.pipe is not None:
+                if not wait:
+                    return cursor
                 if _unread(sql):
                     self.writes += 1  # its row count is not known yet: counted as a write
                     return cursor
@@ -543,6 +549,22 @@ class PostgresLedger(Ledger):
         # a transaction-scoped advisory lock per provider: the processes of every host check
         # and take that provider's shared limits one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (LIMIT_LOCK, provider))
+
+    def _hold_output(self, output_key: str) -> Callable[[], bool]:
+        # A transaction-scoped advisory lock per output key (a hash: two keys sharing one
+        # only refuse each other for a moment), tried, never waited for: a group transaction
+        # takes one for each job starting in it, and waiting for one while holding others
+        # could deadlock two groups, where committing the group first (``_alone``, as the
+        # budget's and the limits' locks do) would cost every attempt row a commit of its
+        # own. Not taken: another process is checking this key now; the attempt is refused
+        # (OutputBusy without a holder) and tried again a moment later. Sent without
+        # waiting: its answer comes with the lookup's (one round trip).
+        cursor = self.db.execute(
+            "SELECT pg_try_advisory_xact_lock(?, hashtext(?))",
+            (OUTPUT_LOCK, output_key),
+            wait=False,
+        )
+        return lambda: bool(cursor.fetchone()[0])
 
     def lease_clock(self) -> float:
         """Now, by the database's clock: the time every host's leases are measured in.
