@@ -377,6 +377,8 @@ class FakeProviders:
             usage = {**usage, "input_tokens": auth, "note": [auth.upper()]}
         if "odd-usage" in prompt:  # a paid answer whose counts are not numbers
             usage = {"input_tokens": "fifty", "output_tokens": float("nan"), "total_tokens": []}
+        if "no-image" in prompt:  # a paid answer (its usage, its id) holding no image at all
+            return h.reply(200, {"created": 1, "data": [], "usage": usage}, headers=headers)
         if "garbled" in prompt:  # a paid answer whose image is not base64 (and "data" items odd)
             return h.reply(
                 200, {"created": 1, "data": [{"b64_json": "QUJ"}], "usage": usage}, headers=headers

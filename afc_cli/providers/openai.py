@@ -112,28 +112,42 @@ class OpenAIProvider(HttpProvider):
             error = self._error(response, data)
             error.request_id = request_id
             raise error
-        items = data.get("data")
-        if not isinstance(items, list) or not items:
-            raise ProviderError("server", "openai: answered 200 with no image", cost_micros=None)
-        item = obj(items[0])
-        # every image in the answer was paid for (``n`` > 1 makes several; the first is kept)
-        usage: dict[str, Any] = {"images": len(items)}
+        tokens: dict[str, Any] = {}
         usage_in = obj(data.get("usage"))
         for unit in ("input_tokens", "output_tokens"):
             if usage_in.get(unit) is not None:
-                usage[unit] = usage_in[unit]
+                tokens[unit] = usage_in[unit]
         # of the input, the reference images' tokens: charged above the text's
         image_tokens = obj(usage_in.get("input_tokens_details")).get("image_tokens")
-        if image_tokens not in (None, 0) and "input_tokens" in usage:
-            usage["input_image_tokens"] = image_tokens
+        if image_tokens not in (None, 0) and "input_tokens" in tokens:
+            tokens["input_image_tokens"] = image_tokens
+        items = data.get("data")
+        item = obj(items[0]) if isinstance(items, list) and items else {}
+        b64, url = text(item.get("b64_json")), text(item.get("url"))
+        if not (b64 or url):
+            # A 200 with no usable image was still a call made and billed: the tokens it
+            # reported, their cost by the card (a token card; no image count is claimed, so a
+            # per-image card leaves it unpriced, never a guessed 0) and its id stay with the
+            # failed attempt, as Gemini's answer without an image keeps them
+            cost = request.rates.price(self.name, request.model, tokens) if tokens else None
+            raise ProviderError(
+                "server",
+                "openai: image has neither b64_json nor url"
+                if isinstance(items, list) and items
+                else "openai: answered 200 with no image",
+                usage=tokens,
+                cost_micros=cost,
+                cost_source="derived" if cost is not None else None,
+                request_id=request_id,
+            )
+        # every image in the answer was paid for (``n`` > 1 makes several; the first is kept)
+        usage: dict[str, Any] = {"images": len(items), **tokens}
         cost = request.rates.price(self.name, request.model, usage)
-        if b64 := text(item.get("b64_json")):
+        if b64:
             # a paid answer that said what it billed: its cost stays known if the image is bad
             image = decode_b64(self.name, b64, usage, cost, request_id)
-        elif url := text(item.get("url")):
-            image = await self.fetch_output(request, began, url, usage, cost, request_id)
         else:
-            raise ProviderError("server", "openai: image has neither b64_json nor url")
+            image = await self.fetch_output(request, began, url, usage, cost, request_id)
         return AttemptResult(
             data=image,
             ext=request.params.get("output_format", "png"),
