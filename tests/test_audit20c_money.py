@@ -54,3 +54,49 @@ def test_an_openai_answer_without_an_image_keeps_the_usage_it_billed(afc, fake):
     assert request_id and request_id.startswith("req_"), rows
     total = afc.json("costs", "report")["total"]
     assert (total["priced"], total["unpriced_attempts"]) == ("0.166650", 0), total
+
+
+FLUX = "black-forest-labs/flux-1.1-pro"
+
+
+def test_a_succeeded_prediction_whose_output_was_deleted_is_priced_per_image(afc, fake):
+    """A Replicate prediction that a run polled after its data was removed (``status:
+    succeeded``, ``data_removed: true``, no output left, ``predict_time`` 3.2 s) was priced
+    by its seconds alone: under a card that prices the model per image (flux-1.1-pro, as
+    Replicate bills it) it was recorded unpriced, and under a card with per_image and
+    per_second at 0.003520, a tenth of the 0.08 its two images were billed, though README
+    says such a card charges per image. A succeeded prediction made the images its request
+    asked for (``num_outputs``): the attempt (unknown, possibly paid) is priced by them."""
+    for rates, batch in (
+        ([{"provider": "replicate", "model": FLUX, "per_image": "0.04"}], "b1"),
+        (
+            [{"provider": "replicate", "model": FLUX, "per_image": "0.04", "per_second": "0.0011"}],
+            "b2",
+        ),
+    ):
+        data = manifest(
+            [{"key": "a", "prompt": "data-removed a", "params": {"num_outputs": 2}}],
+            rates=rates,
+            batch=batch,
+        )
+        data["defaults"]["chain"] = [{"provider": "replicate", "model": FLUX, "attempts": 1}]
+        afc.write_manifest(data, f"{batch}.yaml")
+        result = afc("submit", f"{batch}.yaml", "--json")
+        assert result.returncode == 1, result.stderr
+        rows = afc.rows(
+            "SELECT a.status, a.cost_micros, a.cost_source, a.usage_json FROM attempts a"
+            " JOIN jobs j ON j.id = a.job_id WHERE j.batch = ?",
+            (batch,),
+        )
+        assert len(rows) == 1, rows
+        status, cost, source, usage = rows[0]
+        assert (status, cost, source) == ("unknown", 80_000, "derived"), (batch, rows)
+        assert json.loads(usage)["images"] == 2, usage
+    report = {r["batch"]: r for r in afc.json("costs", "report", "--by", "batch")["rows"]}
+    for batch in ("b1", "b2"):
+        row = report[batch]
+        assert (row["priced"], row["unpriced_attempts"], row["unknown_attempts"]) == (
+            "0.080000",
+            0,
+            1,
+        ), row

@@ -9,7 +9,9 @@ the prediction. Outputs are URLs that Replicate deletes after an hour: downloade
 fetched again in later rounds while they stay out of reach (``keeps_outputs_s``).
 Cost: a succeeded prediction reports its outputs as ``images`` and ``metrics.predict_time`` as
 ``seconds``; the card prices them by the one rule (``RateCards.price`` in afc_cli/costs.py:
-per_image when the card has it, else per_second). A failed one reports seconds only.
+per_image when the card has it, else per_second). A failed one reports seconds only; a
+succeeded one whose data Replicate already removed (its output list gone) reports the images
+its request asked for (``num_outputs``), which a succeeded prediction made.
 """
 
 from __future__ import annotations
@@ -177,9 +179,13 @@ class ReplicateProvider(HttpProvider):
         if status == "succeeded":
             if prediction.get("data_removed"):
                 gone = RequestGone(self.name, prediction_id, "its output was already deleted")
-                # it ran and was billed: what it cost is known from its seconds
-                gone.usage, gone.cost_micros = usage, cost
-                gone.cost_source = priced["cost_source"]
+                # It ran and was billed, and, succeeded, made the images its request asked for
+                # (their list went with its data): priced by the card's one rule, per image
+                # where the card has it, as the outputs would have been, else by its seconds
+                made = self.images_requested(request.params)
+                gone.usage = {**usage, "images": made}
+                gone.cost_micros = request.rates.price(self.name, request.model, gone.usage)
+                gone.cost_source = "derived" if gone.cost_micros is not None else None
                 raise gone
             output = prediction.get("output")
             url = output[0] if isinstance(output, list) and output else output
