@@ -681,6 +681,8 @@ class FakeProviders:
                 down = r["result_gets"] <= CDN_OUTAGE
             if down:
                 return h.reply(504, {"detail": "Gateway timeout", "error_type": "request_timeout"})
+        if "result-gone" in r["prompt"]:  # completed and billed; its result already deleted
+            return h.reply(404, {"detail": "Request not found"})
         if "result-422" in r["prompt"]:
             # the queued request failed its model's validation: fal marks it retryable
             return h.reply(

@@ -9,7 +9,8 @@ reach (``keeps_outputs_s``). A resumed job rebuilds those URLs from the id
 (``{FAL_QUEUE_URL}/{owner}/{app}/requests/{id}/status``: fal drops the model's subpath) and
 polls instead of submitting again. The synchronous ``fal.run`` endpoint, billed even when the
 connection drops, is never used. Cost: the images produced at the rate card's ``per_image``
-(derived; the rule is ``RateCards.price`` in afc_cli/costs.py).
+(derived; the rule is ``RateCards.price`` in afc_cli/costs.py); a request that completed but
+whose result fal already deleted (404), the images its request asked for (``num_images``).
 """
 
 from __future__ import annotations
@@ -224,7 +225,15 @@ class FalProvider(HttpProvider):
 
         response = await self.outlast(request, began, result)
         if response.status_code == 404:
-            raise RequestGone(self.name, request_id, "its result was already deleted")
+            gone = RequestGone(self.name, request_id, "its result was already deleted")
+            if state.get("status") == "COMPLETED":
+                # It completed without an error, so it made (and fal billed) the images its
+                # request asked for: their list went with the result, their price did not.
+                # (Not a status given up on as unreadable: it may never have completed.)
+                gone.usage = {"images": self.images_requested(request.params)}
+                gone.cost_micros = request.rates.price(self.name, request.model, gone.usage)
+                gone.cost_source = "derived" if gone.cost_micros is not None else None
+            raise gone
         if response.status_code != 200:
             error = self._error(response, "result")
             error.cost_micros, error.cost_source = None, None  # the work was done
