@@ -873,7 +873,14 @@ def costs_report_command(
         if json_out:
             emit_json({"rows": report["rows"], "total": report["total"]})
         elif csv_out:
-            emit_csv([*report["rows"], {by: "total", **report["total"]}], columns)
+            # the total row says so in a last column: a batch may be named "total" too
+            emit_csv(
+                [
+                    *({**row, "row": "group"} for row in report["rows"]),
+                    {by: "total", **report["total"], "row": "total"},
+                ],
+                [*columns, "row"],
+            )
         else:
             rows = [*report["rows"], {by: "total", **report["total"]}]
             drop = {"avoided_unpriced": 1, "avoided_renders": 2, "avoided_cost": 3}

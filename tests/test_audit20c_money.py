@@ -128,3 +128,29 @@ def test_a_fal_request_completed_whose_result_was_deleted_is_priced_per_image(af
         0,
         1,
     ), total
+
+
+def test_the_csv_total_row_is_told_apart_from_a_batch_named_total(afc):
+    """``afc costs report --by batch --csv`` ended with a row whose batch cell says
+    ``total``: a batch named ``total`` (a studio's roll-up batch) gave two such rows, and a
+    script dropping the total row dropped that batch's spend too (or summed the total in as
+    a batch). The JSON keeps ``total`` apart from ``rows``; the CSV now says which row is the
+    total in a last column, ``row`` (``group`` or ``total``), every column before it as it
+    was."""
+    import csv
+    import io
+
+    afc.write_manifest(manifest([{"key": "a", "prompt": "a"}], batch="total"), "t.yaml")
+    assert afc("submit", "t.yaml").returncode == 0
+    afc.write_manifest(manifest([{"key": "a", "prompt": "a"}], batch="other"), "o.yaml")
+    assert afc("submit", "o.yaml").returncode == 0
+    out = afc("costs", "report", "--by", "batch", "--csv")
+    assert out.returncode == 0, out.stderr
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert [(r["batch"], r.get("row"), r["priced"]) for r in rows] == [
+        ("other", "group", "0.050000"),
+        ("total", "group", "0.050000"),
+        ("total", "total", "0.100000"),
+    ], rows
+    header = out.stdout.splitlines()[0].split(",")
+    assert header[:2] == ["batch", "priced"] and header[-1] == "row", header
