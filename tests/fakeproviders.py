@@ -377,6 +377,10 @@ class FakeProviders:
             usage = {**usage, "input_tokens": auth, "note": [auth.upper()]}
         if "odd-usage" in prompt:  # a paid answer whose counts are not numbers
             usage = {"input_tokens": "fifty", "output_tokens": float("nan"), "total_tokens": []}
+        if "empty-b64" in prompt:  # a paid answer whose base64 decodes to no bytes at all
+            return h.reply(
+                200, {"created": 1, "data": [{"b64_json": "===="}], "usage": usage}, headers=headers
+            )
         if "no-image" in prompt:  # a paid answer (its usage, its id) holding no image at all
             return h.reply(200, {"created": 1, "data": [], "usage": usage}, headers=headers)
         if "garbled" in prompt:  # a paid answer whose image is not base64 (and "data" items odd)

@@ -154,3 +154,24 @@ def test_the_csv_total_row_is_told_apart_from_a_batch_named_total(afc):
     ], rows
     header = out.stdout.splitlines()[0].split(",")
     assert header[:2] == ["batch", "priced"] and header[-1] == "row", header
+
+
+def test_a_paid_image_whose_base64_decodes_to_nothing_is_no_output(afc, fake):
+    """OpenAI answered 200 with its usage and a ``b64_json`` of ``====``: base64 that
+    decodes to no bytes at all. afc stored the empty file as the job's output, the job
+    succeeded (exit 0, ``afc outputs`` listing a 0-byte a.png at 0.040000), and no later run
+    renders it again: the paid image was lost with success said. An empty decoded image is
+    a failed ``server`` attempt that keeps the answer's usage and cost, as base64 that does
+    not decode is, and the next attempt renders again; nothing is stored."""
+    _openai(
+        afc,
+        [{"key": "a", "prompt": "empty-b64 a"}],
+        [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}],
+    )
+    result = afc("submit", "manifest.yaml", "--json")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    rows = afc.rows("SELECT status, error_class, cost_micros FROM attempts")
+    assert rows == [("failed", "server", 40_000)], rows
+    assert not (afc.outputs() / "b1" / "a.png").exists()
+    assert json.loads(result.stdout)["jobs"][0]["status"] == "failed"

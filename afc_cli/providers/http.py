@@ -874,23 +874,29 @@ def decode_b64(
     cost: int | None = None,
     request_id: str | None = None,
 ) -> bytes:
-    """An image sent inline as base64; a text that is not base64 is the provider's fault
-    (``server``). The render behind it was made and billed: the answer's ``usage``, its
-    ``cost`` by the card and its ``request_id`` stay with the failed attempt, as an output
-    URL out of reach keeps them (``fetch_output``); unknown (None) where the answer said none."""
+    """An image sent inline as base64; a text that is not base64, or that decodes to no
+    bytes (``====``: stored, it was an empty file as the job's output, the job succeeded and
+    the paid image was lost), is the provider's fault (``server``). The render behind it was
+    made and billed: the answer's ``usage``, its ``cost`` by the card and its ``request_id``
+    stay with the failed attempt, as an output URL out of reach keeps them
+    (``fetch_output``); unknown (None) where the answer said none."""
     import base64
 
     try:
-        return base64.b64decode(value)
+        data = base64.b64decode(value)
+        problem = None if data else "decodes to no bytes at all"
     except ValueError:  # binascii.Error, or a character outside ASCII
-        raise ProviderError(
-            "server",
-            f"{provider}: the image's base64 could not be decoded",
-            usage=usage,
-            cost_micros=cost,
-            cost_source="derived" if cost is not None else None,
-            request_id=request_id,
-        ) from None
+        data, problem = b"", "could not be decoded"
+    if problem is None:
+        return data
+    raise ProviderError(
+        "server",
+        f"{provider}: the image's base64 {problem}",
+        usage=usage,
+        cost_micros=cost,
+        cost_source="derived" if cost is not None else None,
+        request_id=request_id,
+    )
 
 
 def size_pools(
