@@ -19,9 +19,9 @@ MAX_USD = Decimal(1_000_000)  # rates, budgets and one answer's cost stay below 
 def usd_problem(value: str) -> str | None:
     """Why a USD amount (a rate, a budget, --max-spend) is refused, or None.
 
-    Amounts are exact decimal strings, not negative, and below 1,000,000 USD, the range the
-    ledger's money columns hold (numeric(12,6)); a larger one would also overflow the exact
-    micro-USD arithmetic. Here with the money, not with the manifest: a resume checks the
+    Amounts are exact decimal strings, not negative, and below 1,000,000 USD: a cap on what
+    a rate, a budget or one answer can say, which keeps every sum of the ledger's micro-USD
+    integer columns (``cost_micros``: BIGINT on PostgreSQL) far inside their range. Here with the money, not with the manifest: a resume checks the
     ledger's recorded cards with it and imports no manifest machinery (pydantic, YAML).
 
     Written in ASCII digits, without ``_``: Python's ``Decimal`` reads ``"0_1"`` as 1 and
