@@ -1253,6 +1253,15 @@ class Ledger:
                     holder, held["lease_expires"], self.lease_clock(), held["lease_mono"]
                 )
                 self._mark_unknown(job["id"], job["batch"], exclude_owner=holder if live else None)
+                if live:
+                    # the live run's call goes on (a synchronous provider's cannot be
+                    # stopped): it keeps counting toward its provider's shared concurrency
+                    # limit (``_check_limit``) until that run records it, or its lease as of
+                    # the cancel runs out (the run died), as any call of a job held does
+                    self.db.execute(
+                        "UPDATE jobs SET lease_expires = ? WHERE id = ?",
+                        (held["lease_expires"], job["id"]),
+                    )
                 if dependents:
                     self._fail_dependents(job["id"])
         return cancelled
