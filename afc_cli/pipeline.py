@@ -1718,14 +1718,16 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
                 else ""
             )
         )
+        pause = STORE_PAUSE_S * 2 ** (failures - 1)
+        pause = min(pause, 0.8 * ctx.lease_s) if here else pause
         ctx.ledger.set_waiting(
             job,
             f"storage: {error.message}; {then}",
             here_for_s=ctx.lease_s if here else None,
+            paused_s=pause if here else None,  # for every worker of this host
             store_failures=failures,
         )
-        pause = STORE_PAUSE_S * 2 ** (failures - 1)
-        ctx.ledger.pause_claims(job["id"], min(pause, 0.8 * ctx.lease_s) if here else pause)
+        ctx.ledger.pause_claims(job["id"], pause)
         ctx.report(
             job,
             "waiting",

@@ -3,18 +3,29 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
 import pytest
+import test_s3
 from conftest import jobs, manifest
+from s3fake import Fault
 from test_postgres_e2e import PgAfc
 from test_postgres_workers import _wait
 
+# test_s3's fixtures: its bucket behind a fault proxy, here with this file's afc (PostgreSQL)
+moto_server, s3 = test_s3.moto_server, test_s3.s3
+
 
 @pytest.fixture
-def pg(tmp_path, pg_url) -> PgAfc:
+def afc(tmp_path, pg_url) -> PgAfc:
     return PgAfc(tmp_path, pg_url)
+
+
+@pytest.fixture
+def pg(afc) -> PgAfc:
+    return afc
 
 
 def _lines(proc) -> list[str]:
@@ -75,3 +86,47 @@ def test_a_cancelled_jobs_call_in_flight_still_counts_toward_a_shared_limit(pg):
         ("b1", "cancelled"),
         ("b2", "succeeded"),
     ]
+
+
+def test_a_paused_upload_is_not_tried_again_at_once_by_another_worker_of_the_host(pg, s3):
+    """README "Retries": a worker tries a job whose upload gave up again only after a pause
+    that doubles at each failure (30, 60, 120, 240 s), so a storage outage that lets the bucket
+    check pass but fails the uploads dead-letters it after about 7.5 minutes. The pause was
+    kept by the worker that failed alone: a second worker on the same host (the job is leased
+    to the host, whose spool holds the output) took the job at its next claim and tried the
+    upload again within a second, spending a second of its five requeues; a few workers on a
+    machine dead-lettered it STORE_FAILED in well under a minute."""
+    pg.write_manifest(manifest(jobs(1), storage=s3.url))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    s3.plan.add(Fault("PUT", r"/", "500", -1, retry_after="0"))
+    env = {"AFC_HOST_ID": "host-a"}
+    first = pg.popen("worker", "--poll", "0.1", "--batch", "b1", env=env)
+    try:
+        _wait(pg, "SELECT store_failures FROM jobs", 1)
+        assert pg.rows("SELECT status, step, lease_owner, store_failures FROM jobs") == [
+            ("waiting", "store", "host-a:0:0", 1)
+        ]
+        puts = len(s3.plan.injected)
+        # a second worker of the host, with a job of its own (local storage) to run meanwhile
+        other = manifest([{"key": "other", "prompt": "another"}], batch="b2")
+        pg.write_manifest(other, "other.yaml")
+        assert pg("submit", "other.yaml", "--no-run").returncode == 0
+        second = pg.popen("worker", "--poll", "0.1", env=env)
+        _wait(pg, "SELECT COUNT(*) FROM jobs WHERE batch = 'b2' AND status = 'succeeded'", 1)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0
+        said = second.stderr.read()
+        assert "worker claimed 1 job in 1 round" in said, said  # b2's, never b1's
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=60) == 0, first.stderr.read()
+    assert len(s3.plan.injected) == puts, "the second worker tried the upload again"
+    assert pg.rows("SELECT batch, status, store_failures FROM jobs ORDER BY batch") == [
+        ("b1", "waiting", 1),
+        ("b2", "succeeded", 0),
+    ]
+    # a person's afc resume still tries it at once, and the spooled render is stored
+    s3.plan.clear()
+    assert pg("resume", "--batch", "b1", env=env).returncode == 0
+    assert pg.rows("SELECT status FROM jobs WHERE batch = 'b1'") == [("succeeded",)]
+    assert pg.rows("SELECT COUNT(*) FROM attempts") == [(2,)]

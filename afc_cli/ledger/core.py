@@ -314,7 +314,8 @@ class Ledger:
         ``seconds``: one whose storage work just gave up (``pipeline._storage_gave_up``) is not
         tried again at the next round, every ``--poll``, which spent its ``MAX_STORE_REQUEUES``
         in seconds of a storage outage. In this process only (the job's host lease keeps other
-        hosts off it meanwhile; a person's ``afc resume`` tries it at once)."""
+        hosts off it meanwhile, and its ``lease_mono`` this host's other workers: ``set_waiting``
+        ``paused_s``; a person's ``afc resume`` tries it at once)."""
         if self._paused is None:
             self._paused = {}
         self._paused[job_id] = time.monotonic() + seconds
@@ -1124,7 +1125,7 @@ class Ledger:
             # re-checks each it takes. ``here_only`` takes them whether or not their lease
             # ran out (a worker back after a slow restart comes before any other host).
             here = self._all(
-                f"SELECT id, lease_owner FROM jobs WHERE {where} AND lease_owner LIKE ?"
+                f"SELECT id, lease_owner, lease_mono FROM jobs WHERE {where} AND lease_owner LIKE ?"
                 " AND lease_owner <> ?"
                 + ("" if here_only else " AND lease_expires >= ?")
                 + " ORDER BY batch, seq",
@@ -1135,7 +1136,20 @@ class Ledger:
                     *(() if here_only else (now,)),
                 ],
             )
-            rows += [row for row in here if owner_is_dead(row["lease_owner"])]
+            # a host lease whose ``lease_mono`` is still ahead is a pause every process here
+            # keeps (``set_waiting``'s ``paused_s``: storage work that just gave up), where
+            # a pause kept by the process alone (``pause_claims``) let this host's other
+            # workers try the job again at once, each try spending one of its requeues (never
+            # past the lease: an expired one is taken above, whatever its ``lease_mono``)
+            rows += [
+                row
+                for row in here
+                if owner_is_dead(row["lease_owner"])
+                and not (
+                    is_host_lease(row["lease_owner"])
+                    and (row["lease_mono"] or float("-inf")) > time.monotonic()
+                )
+            ]
         taken = []
         for row in rows[:limit]:
             job = self.claim(row["id"], lease_s)
@@ -1398,7 +1412,7 @@ class Ledger:
         output is in this host's spool) to this host for what is left of the lease. A job
         left ``running`` goes back to ``queued``. Whether the job was this run's."""
         cursor = self.db.execute(
-            "UPDATE jobs SET lease_owner = ?,"
+            "UPDATE jobs SET lease_owner = ?, lease_mono = NULL,"
             " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
             " status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
             f" WHERE id = ? AND lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
@@ -1471,6 +1485,7 @@ class Ledger:
         reason: str,
         *,
         here_for_s: float | None = None,
+        paused_s: float | None = None,
         **updates: Any,
     ) -> None:
         """The job waits (a backoff, the budget, a full disk, storage), resting at its step:
@@ -1479,12 +1494,17 @@ class Ledger:
 
         ``here_for_s``: the job stays leased to this host (``owner.host_lease``) for that long
         instead of being freed: its paid output is in this host's spool alone, so a run on
-        another host would find no spool file (``SPOOL_MISSING``); any run here takes it."""
+        another host would find no spool file (``SPOOL_MISSING``); any run here takes it,
+        but ``paused_s``: no worker's round here takes it before that many seconds have
+        passed (``lease_mono``, this host's monotonic clock: ``_claim_held``); a person's
+        ``afc resume`` takes it at once."""
         with self.tx():
             updates.setdefault("step", job["step"])
             if here_for_s is not None:
                 updates.update(
-                    lease_owner=host_lease(), lease_expires=self.lease_clock() + here_for_s
+                    lease_owner=host_lease(),
+                    lease_expires=self.lease_clock() + here_for_s,
+                    lease_mono=None if paused_s is None else time.monotonic() + paused_s,
                 )
             self._update_job(job, status="waiting", waiting_reason=reason, **updates)
             self._checkpoint(job, ())
