@@ -1087,9 +1087,22 @@ async def _fed(
             new = more(set(pending.values()))
             asked_out = not new
             if new:
+                try:
+                    for name in ctx.ledger.batches_of(new):
+                        ctx.storages[name].check_keys(ctx.ledger.output_keys(name, new))
+                except UsageError:
+                    # an output of this claim could not be stored (a file where its folder
+                    # goes): the claim is given back and the feeding ends, as a claim
+                    # ``more`` refuses (worker.Refill); the jobs in their calls finish, and
+                    # the worker's next round claims it afresh and says why. Raised here, it
+                    # ended the loop at once, abandoning the paid calls in flight
+                    for job_id in new:
+                        job = ctx.ledger.job(job_id)
+                        if job is not None:
+                            ctx.ledger.release(job)
+                    asked_out = True
+                    continue
                 ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))
-                for name in ctx.ledger.batches_of(new):
-                    ctx.storages[name].check_keys(ctx.ledger.output_keys(name, new))
                 _note_outputs(ctx, new)
                 for job_id in new:
                     pending[_start(ctx, job_id)] = job_id

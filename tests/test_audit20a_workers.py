@@ -130,3 +130,44 @@ def test_a_paused_upload_is_not_tried_again_at_once_by_another_worker_of_the_hos
     assert pg("resume", "--batch", "b1", env=env).returncode == 0
     assert pg.rows("SELECT status FROM jobs WHERE batch = 'b1'") == [("succeeded",)]
     assert pg.rows("SELECT COUNT(*) FROM attempts") == [(2,)]
+
+
+def test_a_claim_whose_output_cannot_be_stored_leaves_the_calls_in_flight_to_finish(pg):
+    """A worker's loop takes its next claim while jobs are in their calls (run._fed); a job of
+    that claim whose output could not be stored (a file where its folder goes) raised its
+    UsageError inside the loop, which ended at once: the paid call in flight was abandoned,
+    its attempt left unknown (possibly paid) and the job queued to be paid for again. The
+    claim is now given back, the call finishes and is stored, and the worker's next round
+    says why it cannot run the other job (exit 2, as before)."""
+    log = pg.cwd / "calls.log"
+    release = pg.cwd / "release"
+    data = manifest(jobs(2))
+    data["jobs"][1]["output"] = "blocker/{key}.{ext}"
+    pg.write_manifest(data)
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    (pg.cwd / "afc-outputs").mkdir()
+    (pg.cwd / "afc-outputs" / "blocker").write_text("in the way")
+    worker = pg.popen(
+        "worker", "--poll", "0.1", "--claim", "1", "--concurrency", "2",
+        env={"AFC_LOCAL_CALL_LOG": str(log), "AFC_LOCAL_RELEASE": str(release)},
+    )  # fmt: skip
+    # shot-002 claimed beside shot-001's call and given back (its lease freed), shot-001's
+    # attempt row written: the call is still in flight, not abandoned (the loop that ended
+    # marked it unknown in the transaction that freed shot-002's lease)
+    seen = (
+        "SELECT (SELECT COUNT(*) FROM jobs WHERE key = 'shot-002' AND lease_owner IS NULL"
+        " AND updated_at > created_at) * (SELECT COUNT(*) FROM attempts)"
+    )
+    deadline = time.time() + 30
+    while worker.poll() is None and time.time() < deadline and not pg.rows(seen)[0][0]:
+        time.sleep(0.02)
+    assert pg.rows("SELECT status FROM attempts") == [("started",)], worker.stderr.read()
+    release.touch()  # shot-001's call answers
+    assert worker.wait(timeout=60) == 2
+    assert "blocker is a file, not a folder" in worker.stderr.read()
+    assert pg.rows(
+        "SELECT j.key, j.status, j.lease_owner, a.status FROM jobs j"
+        " LEFT JOIN attempts a ON a.job_id = j.id ORDER BY j.key"
+    ) == [("shot-001", "succeeded", None, "succeeded"), ("shot-002", "queued", None, None)]
+    assert len(log.read_text().splitlines()) == 1
+    assert (pg.cwd / "afc-outputs" / "b1" / "shot-001.png").exists()
