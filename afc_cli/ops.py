@@ -266,11 +266,14 @@ def retry(
             )
         if not keys:
             _confirmed(confirm, "retry", targets)
+        from afc_cli.run import lease_seconds
+
         out: dict[str, Any] = {"retried": [], "unchanged": []}
         decided_by = by or who()
+        lease_s = lease_seconds()  # a job whose render waits in a host's spool: its lease there
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"], "was": job["status"]}
-            if ledger.retry(job, decided_by):
+            if ledger.retry(job, decided_by, lease_s):
                 # queued, or blocked: a job with needs waits for them again
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["retried"].append(entry)

@@ -171,3 +171,34 @@ def test_a_claim_whose_output_cannot_be_stored_leaves_the_calls_in_flight_to_fin
     ) == [("shot-001", "succeeded", None, "succeeded"), ("shot-002", "queued", None, None)]
     assert len(log.read_text().splitlines()) == 1
     assert (pg.cwd / "afc-outputs" / "b1" / "shot-001.png").exists()
+
+
+def test_a_retried_store_failed_job_is_stored_by_the_host_whose_spool_holds_it(pg, s3):
+    """A job dead-lettered STORE_FAILED says 'afc retry KEY (it stores the spooled output; no
+    render)', but its render is in the spool of the host that made it alone, and the retry
+    queued it at the probe for any worker: one on another host found nothing stored and no
+    spool file, and paid for the render again. The retry now leaves it at its store step,
+    leased to that host: another host's run leaves it alone, that host's worker stores it."""
+    log = pg.cwd / "calls.log"
+    here = {"AFC_HOST_ID": "host-a", "AFC_LOCAL_CALL_LOG": str(log)}
+    there = {**here, "AFC_HOST_ID": "host-b", "AFC_SPOOL_DIR": str(pg.cwd / "spool-b")}
+    pg.write_manifest(manifest(jobs(1), storage=s3.url))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    s3.plan.add(Fault("PUT", r"/", "500", -1, retry_after="0"))
+    for _ in range(5):  # a person's resume tries the upload at once: five runs
+        assert pg("resume", env=here).returncode == 1
+    assert pg.rows("SELECT status, step, error_code FROM jobs") == [
+        ("dead", "store", "STORE_FAILED")
+    ]
+    s3.plan.clear()
+    assert pg("retry", "shot-001", env=here).returncode == 0
+    pg("resume", env=there)  # another host: its spool has no such file
+    assert len(log.read_text().splitlines()) == 1, "the render was paid for again"
+    assert pg.rows("SELECT status, step, lease_owner FROM jobs") == [
+        ("queued", "store", "host-a:0:0")
+    ]
+    done = pg("worker", "--until-idle", "--poll", "0.1", env=here)
+    assert done.returncode == 0, done.stderr
+    assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert len(log.read_text().splitlines()) == 1, "the render was paid for again"
+    assert pg.rows("SELECT status FROM attempts") == [("succeeded",)]

@@ -1337,12 +1337,17 @@ class Ledger:
     def _batch_names(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT name FROM batches")]
 
-    def retry(self, job: dict[str, Any], by: str) -> bool:
+    def retry(self, job: dict[str, Any], by: str, lease_s: float = 300.0) -> bool:
         """Put a failed, dead-lettered or cancelled job back to ``queued``: a person's decision.
 
         Its key, request hash and whole history stay; the attempts so far stop counting toward
         its chain (``attempt_base``), and it starts again at the probe, so an output it already
-        stored (or a spool file it left) is used before anything is paid for. A last attempt
+        stored (or a spool file it left) is used before anything is paid for. One dead-lettered
+        ``STORE_FAILED`` at its store step has its paid render in the spool of the host that
+        rendered it alone: it starts again at that step, leased to that host for ``lease_s``
+        (``owner.host_lease``, as a job waiting to store is), so a worker there stores it and
+        one elsewhere, without the file, renders nothing (``SPOOL_MISSING``, naming the host);
+        from the probe, a worker on another host took it and paid for the render again. A last attempt
         left polling at a job-style provider (``unknown``, its request id recorded and not
         found gone: a job dead-lettered by takeovers while it polled) stays after the base, so
         the next run polls that request rather than pay for a new one; not for a cancelled job,
@@ -1352,32 +1357,52 @@ class Ledger:
         """
         with self.tx():
             self.hold_unmoved()
-            if not self._requeue(job, by):
+            if not self._requeue(job, by, lease_s):
                 return False
             self._reblock_dependents(job, by)
         return True
 
-    def _requeue(self, job: dict[str, Any], by: str) -> bool:
+    # a job dead-lettered at its store step, its paid render spooled (``retry``)
+    SPOOLED_DEAD_SQL = "(status = 'dead' AND error_code = 'STORE_FAILED' AND step = 'store')"
+
+    def _requeue(self, job: dict[str, Any], by: str, lease_s: float = 300.0) -> bool:
         """``retry``'s update and event for one job (in the caller's transaction)."""
         from afc_cli.providers.base import GONE_PREFIX
 
         now = _now()
+        rendered = self._one(
+            "SELECT owner FROM attempts WHERE job_id = ? AND status = 'succeeded'"
+            " ORDER BY number DESC LIMIT 1",
+            (job["id"],),
+        )
+        spooled_at = f"{host_of(rendered['owner'])}:0:0" if rendered and rendered["owner"] else None
+        spooled = self.SPOOLED_DEAD_SQL if spooled_at else "1 = 0"
         cursor = self.db.execute(
             # a job with needs waits for them again (they may have been retried too)
             "UPDATE jobs SET status = CASE WHEN EXISTS (SELECT 1 FROM job_needs n"
             " WHERE n.job_id = jobs.id) THEN 'blocked' ELSE 'queued' END,"
-            " step = 'probe', attempt_base = CASE WHEN status <> 'cancelled' AND EXISTS"
+            f" step = CASE WHEN {spooled} THEN 'store' ELSE 'probe' END,"
+            f" lease_owner = CASE WHEN {spooled} THEN ? END,"
+            f" lease_expires = CASE WHEN {spooled} THEN ? END,"
+            " lease_mono = NULL,"
+            " attempt_base = CASE WHEN status <> 'cancelled' AND EXISTS"
             " (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.number = jobs.attempts"
             " AND a.status = 'unknown' AND a.provider_request_id IS NOT NULL"
             " AND COALESCE(a.error_message, '') NOT LIKE ?)"
             " THEN attempts - 1 ELSE attempts END,"
             " retries = retries + 1,"
-            " takeovers = 0, store_failures = 0, lease_owner = NULL, lease_expires = NULL,"
+            " takeovers = 0, store_failures = 0,"
             " outcome = NULL, error_code = NULL, error_class = NULL, error_provider = NULL,"
             " error_http_status = NULL, error_message = NULL, waiting_reason = NULL,"
             " finished_at = NULL, updated_at = ?"
             " WHERE id = ? AND status IN ('failed', 'dead', 'cancelled')",
-            (GONE_PREFIX + "%", now, job["id"]),
+            (
+                spooled_at or "",
+                self.lease_clock() + lease_s,
+                GONE_PREFIX + "%",
+                now,
+                job["id"],
+            ),
         )
         if cursor.rowcount != 1:
             return False
