@@ -13,7 +13,8 @@ produced it (``Ledger._queue_delivery``). This module only drains due rows:
   written only while this process still owns the row (the owner is the fencing token), so a
   process that lost a row never overwrites the new owner's outcome. No row is posted twice
   while a lease on it is live; a process killed mid-POST leaves its row to be posted again
-  once its lease expires: at least once, with the same ``webhook-id``.
+  once its lease expires, one stopped cleanly (SIGTERM, Ctrl-C) gives it back at once: at
+  least once, with the same ``webhook-id``.
 - Each POST is bounded in all by the row's ``timeout_s`` (connect, send and answer together),
   so it always ends within its lease.
 - The body is the row's stored envelope, byte for byte, every time; the headers are
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime as dt
 import os
 import random
@@ -196,6 +198,9 @@ class Deliverer:
         self.clock = clock  # this host's: the pass's deadline and the signatures' timestamps
         self.margin_s = lease_margin() if margin_s is None else margin_s
         self.unset_secrets: set[str] = set()  # secret variables found unset (not claimed again)
+        # whether a POST a cancel cuts short is given back at once (a stop), or stays leased
+        # until its lease runs out (``worker.drain_while_idle`` giving way to jobs)
+        self.give_back = True
         # one client, no retries of its own (httpx makes none by default), explicit timeouts
         # per request from the row's timeout_s
         self.client = httpx.AsyncClient(follow_redirects=False)
@@ -350,6 +355,18 @@ class Deliverer:
             stats.slow_urls.add(row["url"])
         except httpx.TransportError as exc:
             error = f"connection failed: {exc.__class__.__name__}"
+        except asyncio.CancelledError:
+            # a stop (SIGTERM, Ctrl-C) cut the POST short: whether the receiver got it is
+            # unknown, so the row goes back in its place, its tries unchanged, for the next
+            # run to post again (at least once, same webhook-id), rather than stay leased to
+            # a stopped process until its lease runs out (a ledger that fails now: it does).
+            # Not when this process goes on (``give_back`` False: an idle worker's drain
+            # giving way to jobs), whose next drain would post it again at once into a
+            # receiver perhaps still holding the first
+            if self.give_back:
+                with contextlib.suppress(Exception):
+                    ledger.release_delivery(row["id"])
+            raise
         now = self.clock()
         tries = row["attempts"] + 1
         # Each outcome is written only while this process still owns the row; if another

@@ -148,9 +148,11 @@ def drain_while_idle(
 
     SPEC §11: a receiver that is down or slow never holds up a render. The drain used to run
     alone, and a receiver holding its POST kept every new job waiting until the POST's
-    ``timeout_s`` (at most 120 s). A POST the cancel abandons keeps its row leased to this
-    worker until the lease runs out, then it is posted again with the same ``webhook-id``
-    (at least once, as after any interrupted run); the rows of the pass not yet posted are
+    ``timeout_s`` (at most 120 s). A POST the cancel abandons for jobs keeps its row leased to
+    this worker until the lease runs out (the round's drain would post it again at once into
+    a receiver perhaps still holding it), then it is posted again with the same
+    ``webhook-id`` (at least once, as after any interrupted run); one a stop cuts short is
+    given back at once (``Deliverer.give_back``). The rows of the pass not yet posted are
     released at once, and the round's run loop drains them beside its jobs. A worker already
     stopping (a signal during its claim, or its look for due events) starts no drain: its
     first turn claimed and began a POST before it saw the stop."""
@@ -182,6 +184,7 @@ def drain_while_idle(
                             return []
                         jobs = claim()
                         if jobs:
+                            deliverer.give_back = False  # a POST under way stays leased
                             return jobs
                 finally:
                     signalled.cancel()
