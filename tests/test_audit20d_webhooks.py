@@ -61,3 +61,33 @@ def test_a_post_cut_short_by_a_stop_is_released_for_the_next_run(afc, command, c
         assert afc.rows("SELECT attempts FROM deliveries") == before
     finally:
         receiver.stop()
+
+
+def test_a_jobs_events_carry_the_moment_they_happened_to_order_them_by(afc):
+    """Events of one job can reach a receiver out of order: a job.awaiting_review whose first
+    POST failed is retried after its backoff, while the job.succeeded of the approval that
+    followed is due at once. Standard Webhooks leaves ordering to the receiver, by the
+    envelope's ``timestamp``, which afc wrote in whole seconds: a review approved by a script
+    within the second of the pause gave both events one timestamp, and a receiver could not
+    tell which came last (it showed the job awaiting review for good). The timestamp is the
+    event's moment to the microsecond, as Standard Webhooks' own examples have it."""
+    import datetime as dt
+    import json
+
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    hook = {"url": "http://127.0.0.1:9/down", "secret_env": "AFC_HOOK_SECRET"}
+    data = manifest(jobs(1), webhook=hook)
+    data["defaults"]["review"] = True
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert afc("review", "approve", "shot-001").returncode == 0
+    rows = afc.rows("SELECT event, envelope, created_at FROM deliveries ORDER BY created_at")
+    assert [event for event, _, _ in rows] == ["job.awaiting_review", "job.succeeded"]
+    stamps = []
+    for _, envelope, created_at in rows:
+        stamp = json.loads(envelope)["timestamp"]
+        assert stamp.endswith("Z"), stamp
+        moment = dt.datetime.fromisoformat(stamp).timestamp()
+        assert abs(moment - created_at) < 1e-3, (stamp, created_at)
+        stamps.append(moment)
+    assert stamps[0] < stamps[1]

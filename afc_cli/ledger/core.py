@@ -10,6 +10,7 @@ migrations, durability) are in sqlite.py and postgres.py beside this file.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import math
 import os
@@ -2480,7 +2481,12 @@ class Ledger:
             }
         envelope = {
             "type": f"job.{event}",
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            # to the microsecond, as Standard Webhooks' examples: a receiver orders a job's
+            # events by it (a retried one arrives after a later one), and two events of one
+            # job within a second (a pause and a scripted approval) had one whole second
+            "timestamp": dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%S.%fZ"
+            ),
             "data": {
                 "job_id": job["id"],
                 "key": job["key"],
