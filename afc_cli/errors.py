@@ -152,6 +152,15 @@ def _storage_error(message: str, retryable: bool, retry_after: float | None) -> 
     return StorageError(message, retryable=retryable, retry_after=retry_after)
 
 
+class StorageUnreachable(StorageError):
+    """A storage call that found no connection to its store (refused, reset, timed out): the
+    store, not the object, is at fault, so a reader of many objects (``afc report``'s
+    thumbnails) stops asking it for the others."""
+
+    def __reduce__(self):
+        return (StorageUnreachable, (self.message,))
+
+
 class OutputKeyConflict(AfcError):
     """The output key holds an object that another job (or something else) wrote."""
 

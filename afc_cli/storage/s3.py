@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from afc_cli.errors import StorageError, UsageError
+from afc_cli.errors import StorageError, StorageUnreachable, UsageError
 from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
 
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
@@ -273,7 +273,7 @@ class S3Storage(Storage):
         if isinstance(exc, ParamValidationError):  # afc's own request: no retry mends it
             return StorageError(f"{action} {where}: {exc}", retryable=False)
         if isinstance(exc, ConnectionError | HTTPClientError | ReadTimeoutError):
-            return StorageError(f"{action} {where}: connection problem: {exc}", retryable=True)
+            return StorageUnreachable(f"{action} {where}: connection problem: {exc}")
         if isinstance(exc, BotoCoreError):
             return StorageError(f"{action} {where}: {exc}", retryable=True)
         if isinstance(exc, OSError):

@@ -45,7 +45,7 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
     """The thumbnail of the object at ``key`` in ``storage`` (an afc_cli.storage backend)."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
-    from afc_cli.errors import StorageError
+    from afc_cli.errors import StorageError, UsageError
 
     kind = mimetypes.guess_type(key)[0] or ""
     if kind.startswith(("video/", "audio/")):
@@ -56,7 +56,7 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
             buffer.write(chunk)
             if buffer.tell() > MAX_BYTES:
                 return Thumb(None, f"over {MAX_BYTES >> 20} MiB: no preview")
-    except StorageError as exc:
+    except (StorageError, UsageError) as exc:  # a usage error: the store's configuration
         return Thumb(None, exc.message, lasting=False)
     buffer.seek(0)
     # Pillow warns on stderr (a line naming its own source, 'could be decompression bomb DOS
@@ -88,6 +88,27 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
     return Thumb(out.getvalue())
 
 
+class _Unreachable:
+    """A store read for many thumbnails: once one read finds no connection to it (an endpoint
+    down, a VPN not up), the others are not tried, each one more connect or read timeout (10
+    to 120 s) with nothing said; their cards say why."""
+
+    def __init__(self, store: Any):
+        self.store = store
+        self.down: str | None = None
+
+    def read_chunks(self, key: str) -> Any:
+        from afc_cli.errors import StorageError, StorageUnreachable
+
+        if self.down is not None:
+            raise StorageError(f"not read: {self.down}", retryable=False)
+        try:
+            yield from self.store.read_chunks(key)
+        except StorageUnreachable as exc:
+            self.down = f"{self.store.url} could not be reached ({exc.message})"
+            raise
+
+
 def make_all(
     jobs: Iterable[dict[str, Any]],
     opener: Callable[[str], Any],
@@ -100,7 +121,7 @@ def make_all(
     stores: dict[str, Any] = {}
     for job in wanted:
         if job["storage"] not in stores:
-            stores[job["storage"]] = opener(job["storage"])
+            stores[job["storage"]] = _Unreachable(opener(job["storage"]))
     workers = workers or min(16, (os.cpu_count() or 2) * 2)
 
     def one(job: dict[str, Any]) -> tuple[str, Thumb]:
