@@ -317,3 +317,17 @@ def m011_output_key_holders(db):
             WHERE status IN ('running', 'succeeded', 'awaiting_review', 'rejected');
         """
     )
+
+
+@_step
+def m012_batch_storage_endpoint(db):
+    # batches.storage_endpoint: the S3 endpoint a batch's storage was reached through when it
+    # was admitted (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL: a MinIO, an R2 account), '' for
+    # none (AWS's own, and every file:// storage). One bucket name on two endpoints is two
+    # stores: a run that reaches the batch's through another is refused as another storage is
+    # (Ledger.check_storage). NULL for a batch admitted before: recorded by its next run.
+    db.executescript(
+        """
+        ALTER TABLE batches ADD COLUMN storage_endpoint TEXT;
+        """
+    )

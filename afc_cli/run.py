@@ -373,6 +373,9 @@ def submit(
             ledger.refuse_moved()  # its work is in another ledger now: nothing here, not --no-run
         bound = ledger.check_storage(manifest.batch, named) if ledger is not None else None
         chosen = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
+        endpoint = storage_mod.endpoint_of(chosen)
+        if ledger is not None:  # the batch's bucket through another endpoint: refused too
+            ledger.check_storage(manifest.batch, None, endpoint)
         # Every unfinished job of the batch runs, as `afc resume` (cron) would run it: also a
         # job admitted by an earlier manifest and left out of this one (it is still part of
         # the batch; 'afc cancel' drops a job), named in the result so it is not run unseen,
@@ -406,7 +409,7 @@ def submit(
                 own_spool(ledger, spool, running=bool(left or to_run))
         if ledger is None:
             ledger = Ledger(path)
-        admitted = ledger.admit(manifest, chosen, rates)
+        admitted = ledger.admit(manifest, chosen, rates, endpoint)
         unlisted = sorted(job["key"] for job in left)
         keys = {*admitted.admitted_keys, *unlisted}
         stats = RunStats()
@@ -809,6 +812,8 @@ def run_jobs(
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
         if name not in checked:
+            # its bucket through the endpoint it was admitted through, not another store's
+            ledger.hold_endpoint(name, storage_mod.endpoint_of(storages[name].url))
             check_storage(storages[name])  # no render is paid for that could not be stored
             storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)

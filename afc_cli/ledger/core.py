@@ -421,8 +421,14 @@ class Ledger:
         listed = ", ".join(known) if known else "none yet"
         raise UsageError(f"no batch {name!r} in {self.path}; known batches: {listed}")
 
-    def check_storage(self, batch: str, storage: str | None) -> str | None:
-        """The storage a batch is bound to; refuses a different one named explicitly."""
+    def check_storage(
+        self, batch: str, storage: str | None, endpoint: str | None = None
+    ) -> str | None:
+        """The storage a batch is bound to; refuses a different one named explicitly, and
+        (``endpoint``: ``storage.endpoint_of``, this environment's) the batch's S3 bucket
+        reached through another endpoint than the one it was admitted through: one bucket
+        name on two endpoints (two MinIOs, R2 and AWS) is two stores, and the other's probe
+        finds none of the batch's outputs."""
         row = self.batch(batch)
         if row is None:
             return None
@@ -432,9 +438,46 @@ class Ledger:
                 "a batch keeps the storage it was first admitted with, so no output is "
                 "rendered twice into two places. Use that storage or a new batch name."
             )
+        recorded = row.get("storage_endpoint")
+        if endpoint is not None and recorded is not None and endpoint != recorded:
+
+            def named(value: str) -> str:
+                return f"the endpoint {value}" if value else "AWS's own endpoint"
+
+            raise UsageError(
+                f"batch {batch!r} stores its outputs in {row['storage']} through "
+                f"{named(recorded)}, and this environment reaches it through {named(endpoint)} "
+                "(AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL); a batch keeps the storage it "
+                "was first admitted with, so no output is rendered twice into two places. "
+                + (
+                    f"Set AWS_ENDPOINT_URL_S3={recorded}"
+                    if recorded
+                    else "Unset AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL"
+                )
+                + ", or use a new batch name."
+            )
         return row["storage"]
 
-    def admit(self, manifest: Any, storage: str, rates: Any) -> AdmitResult:
+    def hold_endpoint(self, batch: str, endpoint: str | None) -> None:
+        """Before a run of a batch's jobs: refuse it when this environment reaches the batch's
+        storage through another endpoint than the batch's (``check_storage``). A batch
+        admitted before afc recorded endpoints has this one recorded (a write only then: a
+        worker's every round reads)."""
+        if endpoint is None:  # none any S3 call can use: the storage check says so
+            return
+        row = self.batch(batch)
+        if row is not None and row.get("storage_endpoint") is None:
+            with self.tx():
+                self.db.execute(
+                    "UPDATE batches SET storage_endpoint = ? WHERE name = ?"
+                    " AND storage_endpoint IS NULL",
+                    (endpoint, batch),
+                )
+        self.check_storage(batch, None, endpoint)
+
+    def admit(
+        self, manifest: Any, storage: str, rates: Any, endpoint: str | None = None
+    ) -> AdmitResult:
         """Admit a manifest's jobs idempotently, in one transaction.
 
         Same key, same request hash: a replay (the existing job is used). Same key, another
@@ -450,10 +493,11 @@ class Ledger:
             self.hold_unmoved()
             self.db.execute(
                 "INSERT INTO batches (name, storage, rates_json, limits_json, manifest_path,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name)"
-                " DO UPDATE SET rates_json = excluded.rates_json,"
+                " created_at, updated_at, storage_endpoint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET rates_json = excluded.rates_json,"
                 " limits_json = excluded.limits_json, manifest_path = excluded.manifest_path,"
-                " updated_at = excluded.updated_at",
+                " updated_at = excluded.updated_at, storage_endpoint ="
+                " COALESCE(batches.storage_endpoint, excluded.storage_endpoint)",
                 (
                     manifest.batch,
                     storage,
@@ -462,12 +506,13 @@ class Ledger:
                     manifest.path,
                     now,
                     now,
+                    endpoint,
                 ),
             )
             # checked once the batch's row is this transaction's: on PostgreSQL a first
             # admission of the batch committed meanwhile (another host's submit naming another
             # storage, whose row this upsert waited for) is seen here, not before it
-            self.check_storage(manifest.batch, storage)
+            self.check_storage(manifest.batch, storage, endpoint)
             existing: dict[str, tuple] = {}
             outputs: dict[str, str] = {}  # the batch's output keys, each its job's key
             for row in self.db.execute(

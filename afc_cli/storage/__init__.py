@@ -10,7 +10,15 @@ from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
 
 DEFAULT_STORAGE = "file://./afc-outputs"
 
-__all__ = ["DEFAULT_STORAGE", "ObjectExists", "ObjectInfo", "Storage", "normalize_url", "open"]
+__all__ = [
+    "DEFAULT_STORAGE",
+    "ObjectExists",
+    "ObjectInfo",
+    "Storage",
+    "endpoint_of",
+    "normalize_url",
+    "open",
+]
 
 
 def normalize_url(url: str, base: Path | None = None) -> str:
@@ -37,6 +45,18 @@ def normalize_url(url: str, base: Path | None = None) -> str:
             "(supported: file://PATH, s3://BUCKET/PREFIX)"
         )
     raise UsageError(f"storage {url!r} is not a URL; use file://PATH or s3://BUCKET/PREFIX")
+
+
+def endpoint_of(url: str) -> str | None:
+    """The endpoint through which this environment reaches storage ``url``, as a batch records
+    it beside its storage URL: an S3-compatible store's (``AWS_ENDPOINT_URL_S3``, one bucket
+    name on two endpoints being two stores), '' for AWS's own and for ``file://``; None
+    when the environment names one no S3 call can use (``s3.endpoint``)."""
+    if url.startswith("s3://"):
+        from afc_cli.storage.s3 import endpoint
+
+        return endpoint()
+    return ""
 
 
 def open(url: str) -> Storage:  # noqa: A001 - mirrors the builtin on purpose: storage.open(url)

@@ -139,6 +139,32 @@ def _endpoint_problem(exc: Exception) -> str:
     return f"the S3 endpoint cannot be used ({exc})"
 
 
+def custom_endpoint() -> str | None:
+    """The S3 endpoint the environment names (``AWS_ENDPOINT_URL_S3``, else
+    ``AWS_ENDPOINT_URL``: R2, MinIO), or None for AWS's own."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def endpoint() -> str | None:
+    """The endpoint as a batch records it (``storage.endpoint_of``): the environment's, its
+    credentials (a URL's user and password, which botocore does not use) and a closing '/'
+    left out; '' for AWS's own. None for a value that is no http(s) URL (``minio:9000``),
+    which no S3 call can use (``_endpoint_problem``): not recorded, nor held against one."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    value = (custom_endpoint() or "").strip()
+    if not value:
+        return ""
+    try:
+        parts = urlsplit(value)
+        netloc = parts.netloc.rpartition("@")[2]
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not netloc:
+        return None
+    return urlunsplit((parts.scheme.lower(), netloc.lower(), parts.path, "", "")).rstrip("/")
+
+
 def region(session: Any) -> str:
     """The region afc's S3 client uses: ``AWS_REGION`` (the variable every other AWS SDK and
     the AWS CLI read, which botocore does not: README's examples set it, and it was
@@ -161,16 +187,14 @@ class S3Storage(Storage):
             from botocore.config import Config
 
             session = boto3.session.Session()
-            custom_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
-                "AWS_ENDPOINT_URL"
-            )
+            custom = custom_endpoint()
             config = Config(
                 retries={"total_max_attempts": 1, "mode": "standard"},  # afc owns retries
                 connect_timeout=10,
                 read_timeout=120,
                 request_checksum_calculation="when_required",
                 response_checksum_validation="when_required",
-                s3={"addressing_style": "path"} if custom_endpoint else None,
+                s3={"addressing_style": "path"} if custom else None,
             )
             try:
                 self._client = session.client("s3", region_name=region(session), config=config)
