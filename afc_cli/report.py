@@ -148,6 +148,14 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
         ledger.close()
 
 
+def _text(value: Any) -> str:
+    """A detail as JSON for a person: their words in their own script (a reviewer's reason,
+    a provider's message), not as ``\\u`` escapes; what the output's encoding cannot write
+    becomes a backslash escape there, as everywhere (``main``), and control characters stay
+    JSON-escaped."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 def print_story(story: dict[str, Any]) -> None:
     """The story as text: plain lines (a terminal wraps them; a pipe gets them whole), and its
     attempts and steps as tables (afc_cli/tables.py: whole figures at any width, tab-separated
@@ -231,7 +239,7 @@ def print_story(story: dict[str, Any]) -> None:
             "http": a["http_status"],
             "waited": f"{a['waited_s']:.2f}s" if a["waited_s"] else None,
             "duration": f"{a['duration_s']:.3f}s" if a["duration_s"] is not None else None,
-            "usage": json.dumps(a["usage"]) if a["usage"] else None,
+            "usage": _text(a["usage"]) if a["usage"] else None,
             "cost": a["cost"] if a["cost"] is not None else "unpriced",
             "source": a["cost_source"],
             "error": a["error"],
@@ -264,7 +272,7 @@ def print_story(story: dict[str, Any]) -> None:
         {
             "step": s["step"],
             "at": s["at"],
-            "detail": json.dumps(s["detail"]) if s["detail"] else None,
+            "detail": _text(s["detail"]) if s["detail"] else None,
         }
         for s in story["steps"]
     ]
@@ -289,5 +297,5 @@ def print_story(story: dict[str, Any]) -> None:
         )
     say("events")
     for e in story["events"]:
-        detail = json.dumps(e["detail"]) if e["detail"] else ""
+        detail = _text(e["detail"]) if e["detail"] else ""
         say(f"  {e['at']}  {e['kind']}  {detail}")
