@@ -6,7 +6,8 @@ Keys, ids, money and counts are ``whole`` columns: never cut, never wrapped. Fre
 left, so the file name stays. Headers wrap at their words. When the whole columns do not fit,
 the least useful columns are dropped (``drop``: 1 first) and a note names them; if even the
 columns that are never dropped do not fit, the table is printed wider than the terminal (the
-terminal wraps the lines) rather than cut a key or a figure.
+terminal wraps the lines) rather than cut a key or a figure; what is said under it (reasons,
+notes) wraps at the terminal's width.
 
 On a pipe or a file: one header line of field names (the ``--json`` names), then one line per
 row, fields separated by tabs, no box drawing, no colour, nothing shortened. Notes (counts,
@@ -201,6 +202,9 @@ def emit_terminal(
         columns = [c for c in columns if c.name != group]
     plan = layout(rows, columns, width)
     console = rich_console(file=out, width=max(width, plan.width), highlight=False)
+    # only the table may be wider than the terminal: what is said under it wraps at the
+    # terminal's width (at the table's, the terminal broke each line again)
+    below = rich_console(file=out, width=width, highlight=False)
     if title:
         console.print(Text(title, style="bold"))
     if group is None:
@@ -217,11 +221,11 @@ def emit_terminal(
         for row in rows:
             if row.get(col.name):
                 label = cell(row.get(plan.columns[0].name)) if plan.columns else ""
-                console.print(Text(f"{label}: {cell(row.get(col.name))}"))
+                below.print(Text(f"{label}: {cell(row.get(col.name))}"))
     unseen = [c for c in plan.dropped if not c.below]
     if unseen:
         names = ", ".join(c.name for c in unseen)
-        console.print(
+        below.print(
             Text(
                 f"(not shown at {width} columns: {names}; see them on a wider terminal, "
                 "with --json, or piped)",
@@ -229,7 +233,7 @@ def emit_terminal(
             )
         )
     for note in notes:
-        console.print(Text(note))
+        below.print(Text(note))
 
 
 def _table(rows: Sequence[dict[str, Any]], plan: Layout):

@@ -22,3 +22,33 @@ def test_show_writes_a_person_s_words_in_their_own_script_not_as_json_escapes(af
     [event] = [line for line in shown.stdout.splitlines() if "Z  rejected  " in line]
     assert reason in event and "José" in event, event
     assert "\\u" not in shown.stdout, shown.stdout
+
+
+LONG_KEY = "trailer-2026-act-three-scene-fourteen-shot-0042-keeper-close-up-alt-take"
+
+
+def test_what_is_said_under_a_table_wider_than_the_terminal_is_wrapped_at_the_terminal(afc):
+    """README: if even a table's essential columns do not fit, the table is printed wider
+    than the terminal rather than cut a key. Everything said under it was wrapped at the
+    table's width too: with a 72-character key (keys may have 200) at 80 columns, a failed
+    job's reason ('KEY: reason') and the note naming the columns not shown came in lines of
+    85 to 90 characters, which the terminal broke again, a word or two a line. Only the
+    table may be wider than the terminal."""
+    from terminal import on_pty
+
+    afc.write_manifest(
+        manifest([{"key": LONG_KEY, "prompt": "hands", "params": {"fail": ["invalid"]}}])
+    )
+    assert afc("submit", "manifest.yaml").returncode == 1
+    shown = on_pty(afc.command("status"), cwd=afc.cwd, env=afc.env, columns=80)
+    assert shown.returncode == 0, shown.output
+    lines = shown.lines
+    [row] = [i for i, line in enumerate(lines) if line.startswith(f"{LONG_KEY} ")]
+    assert len(lines[row]) > 80  # the table itself: wider, its key whole
+    under = [line for line in lines[row + 1 :] if line.strip()]
+    assert under[0].startswith(f"{LONG_KEY}:"), lines
+    assert any(line.startswith("(not shown at 80 columns") for line in under), lines
+    for line in under:
+        assert len(line) <= 80, line
+    said = " ".join(line.strip() for line in under)
+    assert "injected invalid on attempt 1 (invalid stops the chain)" in said, said
