@@ -59,13 +59,32 @@ def cell(value: Any) -> str:
     return "" if value is None else visible(str(value))
 
 
+def cells(text: str) -> int:
+    """How many terminal columns ``text`` takes: two a wide character (CJK, most emoji), as
+    rich lays them out; counted in characters, such text got half the room it needed."""
+    if text.isascii():  # nearly every cell: one column a character (controls are escaped)
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
 def shorten_left(text: str, width: int) -> str:
-    """``…ts/titles/shot-001.png``: the end of a long key is the part that tells keys apart."""
-    if len(text) <= width:
+    """``…ts/titles/shot-001.png``: the end of a long key is the part that tells keys apart.
+    ``width`` is in terminal columns."""
+    if cells(text) <= width:
         return text
     if width <= 1:
         return "…"[:width]
-    return "…" + text[len(text) - width + 1 :]
+    if text.isascii():
+        return "…" + text[len(text) - width + 1 :]
+    from rich.cells import get_character_cell_size
+
+    room, kept = width - 1, len(text)
+    while kept and get_character_cell_size(text[kept - 1]) <= room:
+        kept -= 1
+        room -= get_character_cell_size(text[kept])
+    return "…" + text[kept:]
 
 
 def layout(rows: Sequence[dict[str, Any]], columns: Sequence[Col], width: int) -> Layout:
@@ -74,13 +93,13 @@ def layout(rows: Sequence[dict[str, Any]], columns: Sequence[Col], width: int) -
     least = {}
     floor_of = {}  # the narrowest a column may get when room is short
     for col in columns:
-        longest_cell = max((len(cell(row.get(col.name))) for row in rows), default=0)
-        longest_word = max((len(word) for word in col.title.split()), default=0)
+        longest_cell = max((cells(cell(row.get(col.name))) for row in rows), default=0)
+        longest_word = max((cells(word) for word in col.title.split()), default=0)
         if col.kind == "whole":
-            natural[col.name] = max(longest_cell, len(col.title))
+            natural[col.name] = max(longest_cell, cells(col.title))
             least[col.name] = max(longest_cell, longest_word)
         else:
-            natural[col.name] = max(longest_cell, len(col.title), 1)
+            natural[col.name] = max(longest_cell, cells(col.title), 1)
             default = TEXT_MIN if col.kind == "text" else TAIL_MIN
             floor = col.least or default
             least[col.name] = max(min(natural[col.name], floor), longest_word)

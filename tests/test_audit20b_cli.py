@@ -52,3 +52,36 @@ def test_what_is_said_under_a_table_wider_than_the_terminal_is_wrapped_at_the_te
         assert len(line) <= 80, line
     said = " ".join(line.strip() for line in under)
     assert "injected invalid on attempt 1 (invalid stops the chain)" in said, said
+
+
+def test_a_wide_character_output_key_is_shortened_from_the_left_keeping_its_file_name(afc):
+    """README: long output keys are shortened from the left ('…titles/title-card.png'), so
+    the file name that tells jobs apart stays. Tables measured text in characters, not in the
+    terminal's columns: an output folder named in Japanese (two columns a character) was given
+    half the room it needed and cut at the right, 'b1/予告編の素材フォルダ/第三' on every
+    row, the file names gone and two jobs' rows alike. Widths are now the terminal's cells."""
+    import unicodedata
+
+    from terminal import on_pty
+
+    afc.write_manifest(
+        manifest(
+            [
+                {"key": key, "prompt": "p", "params": {"fail": ["invalid"]}}
+                for key in ("shot-001", "shot-002")
+            ],
+            defaults={
+                "output": "{batch}/予告編の素材フォルダ/第三幕のショット/{key}.{ext}",
+                "chain": [{"provider": "local", "model": "m1", "attempts": 1}],
+            },
+        )
+    )
+    assert afc("submit", "manifest.yaml").returncode == 1
+    shown = on_pty(afc.command("status"), cwd=afc.cwd, env=afc.env, columns=120)
+    assert shown.returncode == 0, shown.output
+    for key in ("shot-001", "shot-002"):
+        [row] = [line for line in shown.lines if line.startswith(f"{key} ")]
+        assert f"/{key}.png" in row, shown.output
+    for line in shown.lines:
+        cells = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+        assert cells <= 120, line
