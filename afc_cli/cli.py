@@ -276,7 +276,13 @@ def _settled() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
 
 
-def _print_run(result: Any, json_out: bool, quiet: bool, admitted_only: bool = False) -> None:
+def _print_run(
+    result: Any,
+    json_out: bool,
+    quiet: bool,
+    admitted_only: bool = False,
+    exit_code: int | None = None,
+) -> None:
     from afc_cli.costs import format_usd
     from afc_cli.output import emit_json, job_json
 
@@ -312,7 +318,7 @@ def _print_run(result: Any, json_out: bool, quiet: bool, admitted_only: bool = F
                 "unlisted": result.unlisted,
                 # null when every event arrived (README), as the summary then says nothing
                 "webhooks": result.webhooks if any(result.webhooks.values()) else None,
-                "exit_code": result.exit_code,
+                "exit_code": result.exit_code if exit_code is None else exit_code,
             }
         )
         emit_json(payload)
@@ -525,10 +531,11 @@ def submit(
             # an admission's exit code does not depend on its jobs' rows: shown, or not read
             report_jobs=not (no_run and quiet and not json_out),
         )
-        _print_run(result, json_out, quiet, admitted_only=no_run)
-        if no_run and result.exit_code != 3:
-            raise typer.Exit(0)
-        raise typer.Exit(result.exit_code)
+        # an admission (--no-run) is done when its jobs are in the ledger: 0, or 3 for a
+        # conflict; its --json says the code it exits with, not the one a run would have
+        code = 0 if no_run and result.exit_code != 3 else result.exit_code
+        _print_run(result, json_out, quiet, admitted_only=no_run, exit_code=code)
+        raise typer.Exit(code)
 
 
 @app.command(

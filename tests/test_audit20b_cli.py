@@ -3,6 +3,8 @@ command: what a person reads on a terminal or a pipe, and what a script reads.""
 
 from __future__ import annotations
 
+import json
+
 from conftest import manifest
 
 
@@ -85,3 +87,18 @@ def test_a_wide_character_output_key_is_shortened_from_the_left_keeping_its_file
     for line in shown.lines:
         cells = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
         assert cells <= 120, line
+
+
+def test_an_admission_s_json_says_the_exit_code_it_exits_with(afc):
+    """README: submit's --json ends with ``exit_code``. 'afc submit --no-run --json' exits 0
+    (3 for a conflict) once its jobs are admitted, but its JSON said ``"exit_code": 1``, the
+    code of a run that had not happened (its jobs queued, not succeeded): a script reading the
+    document (``jq .exit_code``) took every admission for a failure. A conflict still says 3."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}, {"key": "b", "prompt": "q"}]))
+    result = afc("submit", "manifest.yaml", "--no-run", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["exit_code"] == 0
+    afc.write_manifest(manifest([{"key": "a", "prompt": "changed"}, {"key": "b", "prompt": "q"}]))
+    conflict = afc("submit", "manifest.yaml", "--no-run", "--json")
+    assert conflict.returncode == 3, conflict.stderr
+    assert json.loads(conflict.stdout)["exit_code"] == 3
