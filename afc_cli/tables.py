@@ -224,10 +224,22 @@ def emit_terminal(
     # only the table may be wider than the terminal: what is said under it wraps at the
     # terminal's width (at the table's, the terminal broke each line again)
     below = rich_console(file=out, width=width, highlight=False)
+    under = [c for c in plan.dropped if c.below]
+
+    def said_under(members: Sequence[dict[str, Any]]) -> None:
+        # under its own table: with several batches, under its batch's heading ("KEY: why"
+        # names the key only, and two batches may both have a shot-001)
+        for col in under:
+            for row in members:
+                if row.get(col.name):
+                    label = cell(row.get(plan.columns[0].name)) if plan.columns else ""
+                    below.print(Text(f"{label}: {cell(row.get(col.name))}"))
+
     if title:
         console.print(Text(title, style="bold"))
     if group is None:
         console.print(_table(rows, plan))
+        said_under(rows)
     else:
         sections: dict[Any, list[dict[str, Any]]] = {}
         for row in rows:
@@ -235,12 +247,7 @@ def emit_terminal(
         for name, members in sections.items():
             console.print(Text(f"{group} {cell(name)}", style="bold"))
             console.print(_table(members, plan))
-    under = [c for c in plan.dropped if c.below]
-    for col in under:
-        for row in rows:
-            if row.get(col.name):
-                label = cell(row.get(plan.columns[0].name)) if plan.columns else ""
-                below.print(Text(f"{label}: {cell(row.get(col.name))}"))
+            said_under(members)
     unseen = [c for c in plan.dropped if not c.below]
     if unseen:
         names = ", ".join(c.name for c in unseen)

@@ -102,3 +102,29 @@ def test_an_admission_s_json_says_the_exit_code_it_exits_with(afc):
     conflict = afc("submit", "manifest.yaml", "--no-run", "--json")
     assert conflict.returncode == 3, conflict.stderr
     assert json.loads(conflict.stdout)["exit_code"] == 3
+
+
+def test_with_several_batches_a_reason_said_under_the_table_is_under_its_batch(afc):
+    """SPEC section 3: two films may both have a shot-001. With several batches 'afc status'
+    gives each batch a heading over its rows; a failed job's reason that found no room as a
+    column was printed as 'KEY: reason' under the last batch's table, every batch's together:
+    two batches' failed shots of one key read as two reasons of one job, with nothing to say
+    which batch had which. Each batch's reasons are now under its own table."""
+    from terminal import on_pty
+
+    for batch, fail in (("film-a", "invalid"), ("film-b", "refusal")):
+        afc.write_manifest(
+            manifest(
+                [{"key": LONG_KEY, "prompt": "p", "params": {"fail": [fail]}}],
+                batch=batch,
+                defaults={"chain": [{"provider": "local", "model": "m1", "attempts": 1}]},
+            ),
+            f"{batch}.yaml",
+        )
+        assert afc("submit", f"{batch}.yaml").returncode == 1
+    shown = on_pty(afc.command("status"), cwd=afc.cwd, env=afc.env, columns=80)
+    assert shown.returncode == 0, shown.output
+    text = " ".join(line.strip() for line in shown.lines)
+    a, b = text.index("batch film-a"), text.index("batch film-b")
+    invalid, refusal = text.index("injected invalid"), text.index("injected refusal")
+    assert a < invalid < b < refusal, shown.output
