@@ -699,10 +699,36 @@ def _pydantic_problems(
             message = "unknown field" + did_you_mean(loc[-1], _fields_at(model, loc[:-1]))
         elif err["type"] == "missing":
             message = "required field is missing"
+        elif err["type"] == "string_type" and loc and _money_number(loc[-1], err.get("input")):
+            # 'budget: 25', 'per_image: 0.04': YAML reads a number, and money is never a float
+            message = (
+                f'{err["msg"]}: write USD in quotes, as "{err["input"]}" (money is an exact '
+                "decimal string, never a YAML number: 0.1 would be a binary float)"
+            )
         else:
             message = err["msg"]
         problems.append(f"{_where(raw, loc)}: {message}")
     return problems
+
+
+MONEY_FIELDS = frozenset(
+    {
+        "budget",
+        "per_image",
+        "per_second",
+        "per_1k_input_tokens",
+        "per_1k_input_image_tokens",
+        "per_1k_output_tokens",
+    }
+)
+
+
+def _money_number(field_name: Any, value: Any) -> bool:
+    return (
+        field_name in MONEY_FIELDS
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+    )
 
 
 def _template_problem(template: str) -> str | None:

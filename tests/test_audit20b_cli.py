@@ -128,3 +128,23 @@ def test_with_several_batches_a_reason_said_under_the_table_is_under_its_batch(a
     a, b = text.index("batch film-a"), text.index("batch film-b")
     invalid, refusal = text.index("injected invalid"), text.index("injected refusal")
     assert a < invalid < b < refusal, shown.output
+
+
+def test_money_written_as_a_yaml_number_is_refused_with_the_fix(afc):
+    """README: every failure a user can cause ends with one message naming the field and the
+    fix. A manifest's 'budget: 25' or a rate card's 'per_image: 0.04', as anyone writes YAML,
+    was refused as "field 'budget': Input should be a valid string", which says neither why
+    (money is an exact decimal string, never a float) nor how: quote it. It now says both,
+    with the value to write; nothing is written, exit 2 as before."""
+    data = manifest([{"key": "a", "prompt": "p"}], budget=25)
+    data["rates"] = [{"provider": "local", "model": "m1", "per_image": 0.04}]
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    assert "field 'budget': Input should be a valid string: write USD in quotes, as \"25\"" in (
+        result.stderr
+    )
+    assert "field 'rates[0].per_image': " in result.stderr
+    assert 'write USD in quotes, as "0.04"' in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
