@@ -395,6 +395,13 @@ FROM_SPOOL = "store (its paid render is in this host's spool)"
 POLLED = "poll (the provider is still rendering its paid request)"
 
 
+def _some(keys: list[str], shown: int = 10) -> str:
+    """The first keys of a list and how many more, as a submit names them: a batch of
+    thousands (a job list) is not one line of every key; --json has them all."""
+    more = f" and {len(keys) - shown} more (--json lists them)" if len(keys) > shown else ""
+    return ", ".join(keys[:shown]) + more
+
+
 def describe(result: dict[str, Any]) -> str:
     lines = [
         f"batch {result['batch']} -> {result['storage']}",
@@ -432,12 +439,12 @@ def describe(result: dict[str, Any]) -> str:
             )
     if result.get("unlisted"):
         lines.append(
-            "  not in this manifest, unfinished, run with it: " + ", ".join(result["unlisted"])
+            "  not in this manifest, unfinished, run with it: " + _some(result["unlisted"])
         )
     if result.get("order"):
         lines.append("  order: " + " -> ".join(", ".join(wave) for wave in result["order"]))
     if result.get("review"):
-        lines.append("  waits for a review: " + ", ".join(result["review"]))
+        lines.append("  waits for a review: " + _some(result["review"]))
     if result.get("gates_changed"):
         lines.append("  " + changed_message(result["gates_changed"], "to change"))
     for kept in result.get("gates_kept") or ():

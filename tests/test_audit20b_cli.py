@@ -148,3 +148,20 @@ def test_money_written_as_a_yaml_number_is_refused_with_the_fix(afc):
     assert 'write USD in quotes, as "0.04"' in result.stderr
     assert "Traceback" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_a_plan_names_a_few_unlisted_jobs_not_every_key_of_the_batch(afc):
+    """A submit names the first ten unfinished jobs an earlier manifest admitted and this one
+    leaves out, 'and N more'. 'afc plan' printed every key in one line: a batch of thousands
+    (README "Big job lists") planned from a manifest of one job gave a line of every key,
+    megabytes for a 100,000-job list. It now names ten and how many more, as the submit does;
+    --json still lists them all."""
+    listed = [{"key": f"shot-{i:04d}", "prompt": "p"} for i in range(300)]
+    afc.write_manifest(manifest(listed), "all.yaml")
+    assert afc("submit", "all.yaml", "--no-run", "-q").returncode == 0
+    afc.write_manifest(manifest(listed[:1]), "one.yaml")
+    text = afc("plan", "one.yaml")
+    assert text.returncode == 0, text.stderr
+    [line] = [line for line in text.stdout.splitlines() if "not in this manifest" in line]
+    assert "shot-0010 and 289 more" in line and "shot-0011" not in line, line
+    assert len(afc.json("plan", "one.yaml")["unlisted"]) == 299
