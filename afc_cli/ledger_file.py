@@ -39,11 +39,30 @@ def is_postgres(value: object) -> bool:
     return match is not None and match.group(1).lower() in ("postgresql", "postgres")
 
 
+# a libpq connection string in key=value form ("host=db dbname=afc password=..."), which
+# psycopg and libpq accept: it starts with one of their keywords and '='
+_CONNINFO = re.compile(
+    r"^\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|"
+    r"connect_timeout|application_name|options|target_session_attrs)\s*=",
+    re.IGNORECASE,
+)
+
+
 def ledger_path(value: str | Path) -> Path:
-    """The SQLite file a ``--ledger`` value names; other URL schemes are refused."""
+    """The SQLite file a ``--ledger`` value names; other URL schemes are refused, and so is a
+    PostgreSQL connection string in libpq's key=value form: taken for a file name, it started
+    a new SQLite ledger named after it (its password in the name) beside the shared one."""
     text = str(value)
     match = _SCHEME.match(text)
     if match is None:
+        if _CONNINFO.match(text):
+            # not echoed: it may hold the password
+            raise UsageError(
+                "the ledger is a PostgreSQL connection string in key=value form (host=... "
+                "dbname=...), which afc does not read: write it as a URL, "
+                "postgresql://USER@HOST:PORT/DBNAME (the password from PGPASSWORD or "
+                "~/.pgpass), or name a SQLite file"
+            )
         return Path(text)
     scheme = match.group(1).lower()
     if scheme == "sqlite":

@@ -165,3 +165,25 @@ def test_a_plan_names_a_few_unlisted_jobs_not_every_key_of_the_batch(afc):
     [line] = [line for line in text.stdout.splitlines() if "not in this manifest" in line]
     assert "shot-0010 and 289 more" in line and "shot-0011" not in line, line
     assert len(afc.json("plan", "one.yaml")["unlisted"]) == 299
+
+
+def test_a_postgresql_connection_string_is_refused_not_made_a_sqlite_file(afc):
+    """README: --ledger is a path, a sqlite:/// URL or a postgresql:// URL. A PostgreSQL
+    connection string in libpq's key=value form, as psycopg's and libpq's documents show it
+    first ('host=db.internal dbname=afc user=afc password=...'), was taken for a file name:
+    'afc submit' admitted the batch into a new SQLite ledger in the working folder named after
+    it, password and all, beside the shared ledger the workers run (a second ledger of one
+    batch renders, and pays for, its jobs again), and every other command echoed the string
+    with its password ('no ledger at dbname=afc password=...'). It is refused, exit 2, naming
+    the URL form, without the string."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    conninfo = "host=db.internal dbname=afc user=afc password=Sup3rSecretPw"
+    submitted = afc("submit", "manifest.yaml", "--no-run", "--ledger", conninfo)
+    assert submitted.returncode == 2, submitted.stderr
+    assert "postgresql://" in submitted.stderr
+    assert sorted(p.name for p in afc.cwd.iterdir()) == ["manifest.yaml"]
+    status = afc("status", env={"AFC_LEDGER": "dbname=afc password=Sup3rSecretPw"})
+    assert status.returncode == 2, status.stderr
+    for said in (submitted, status):
+        assert "Sup3rSecretPw" not in said.stdout + said.stderr, said.stderr
+        assert "Traceback" not in said.stderr
