@@ -1620,6 +1620,11 @@ def load_config_rates(path: str | Path | None) -> list[Rate]:
         raw = _read_yaml(path)
     except ManifestError as exc:
         raise ManifestError(exc.path, exc.problems, CONFIG_FILE) from None
+    if raw is not None and not isinstance(raw, dict):
+        # pydantic's words named its model: "field '': ... instance of RatesConfig"
+        raise ManifestError(
+            str(path), ["the rate file must be a mapping holding a rates: list"], CONFIG_FILE
+        )
     try:
         config = RatesConfig.model_validate(raw if raw is not None else {})
     except ValidationError as exc:

@@ -187,3 +187,19 @@ def test_a_postgresql_connection_string_is_refused_not_made_a_sqlite_file(afc):
     for said in (submitted, status):
         assert "Sup3rSecretPw" not in said.stdout + said.stderr, said.stderr
         assert "Traceback" not in said.stderr
+
+
+def test_a_rate_file_that_is_not_a_mapping_is_named_in_the_user_s_words(afc):
+    """A manifest that is a list is refused as 'the manifest must be a mapping ...'. The
+    AFC_CONFIG rate file in that shape (a list of cards without 'rates:', or a file named by
+    mistake) was refused as "field '': Input should be a valid dictionary or instance of
+    RatesConfig": an empty field name and afc's internal class. It now says what the file
+    must be; exit 2, nothing written, as before."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    (afc.cwd / "rates.yaml").write_text("- {provider: local, model: m1, per_image: '0.05'}\n")
+    result = afc("submit", "manifest.yaml", env={"AFC_CONFIG": "rates.yaml"})
+    assert result.returncode == 2, result.stderr
+    assert "invalid AFC_CONFIG rate file rates.yaml" in result.stderr, result.stderr
+    assert "must be a mapping holding a rates: list" in result.stderr
+    assert "RatesConfig" not in result.stderr and "field ''" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
