@@ -699,6 +699,11 @@ def _pydantic_problems(
             message = "unknown field" + did_you_mean(loc[-1], _fields_at(model, loc[:-1]))
         elif err["type"] == "missing":
             message = "required field is missing"
+        elif err["type"] == "model_type":
+            # pydantic's words name afc's class ("... or instance of JobSpec")
+            message = (
+                f"must be a mapping of fields (name: value), got {_yaml_kind(err.get('input'))}"
+            )
         elif err["type"] == "string_type" and loc and _money_number(loc[-1], err.get("input")):
             # 'budget: 25', 'per_image: 0.04': YAML reads a number, and money is never a float
             message = (
@@ -721,6 +726,21 @@ MONEY_FIELDS = frozenset(
         "per_1k_output_tokens",
     }
 )
+
+
+def _yaml_kind(value: Any) -> str:
+    """What a YAML value is, in YAML's words."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
 
 
 def _money_number(field_name: Any, value: Any) -> bool:

@@ -203,3 +203,25 @@ def test_a_rate_file_that_is_not_a_mapping_is_named_in_the_user_s_words(afc):
     assert "must be a mapping holding a rates: list" in result.stderr
     assert "RatesConfig" not in result.stderr and "field ''" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_a_field_that_must_be_a_mapping_is_said_in_yaml_s_words_not_afc_s_classes(afc):
+    """README: an error names the file, the job and the field, and the fix. A job written as
+    a bare key ('jobs: [shot-001]'), a chain entry as a model's name, 'defaults' as a list or
+    a provider's 'limits' as a number were refused as 'Input should be a valid dictionary or
+    instance of JobSpec' (ChainEntry, Defaults, ProviderLimits): afc's internal classes, and
+    no word of what to write. They now say a mapping of fields is needed, and what was given."""
+    data = manifest([{"key": "a", "prompt": "p", "chain": ["m1"]}])
+    data["jobs"].append("shot-002")
+    data["limits"] = {"local": 2}
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    said = result.stderr
+    assert "job 0 (key 'a'): field 'chain[0]': must be a mapping of fields (name: value), got" in (
+        said
+    )
+    assert "job 1: must be a mapping of fields (name: value), got the text 'shot-002'" in said
+    assert "field 'limits.local': must be a mapping of fields (name: value), got a number" in said
+    assert "instance of" not in said and "Traceback" not in said
+    assert not (afc.cwd / "afc.db").exists()
