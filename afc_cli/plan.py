@@ -395,11 +395,11 @@ FROM_SPOOL = "store (its paid render is in this host's spool)"
 POLLED = "poll (the provider is still rendering its paid request)"
 
 
-def _some(keys: list[str], shown: int = 10) -> str:
+def _some(keys: list[str], shown: int = 10, more: str = " (--json lists them)") -> str:
     """The first keys of a list and how many more, as a submit names them: a batch of
     thousands (a job list) is not one line of every key; --json has them all."""
-    more = f" and {len(keys) - shown} more (--json lists them)" if len(keys) > shown else ""
-    return ", ".join(keys[:shown]) + more
+    rest = f" and {len(keys) - shown} more{more}" if len(keys) > shown else ""
+    return ", ".join(keys[:shown]) + rest
 
 
 def describe(result: dict[str, Any]) -> str:
@@ -442,7 +442,8 @@ def describe(result: dict[str, Any]) -> str:
             "  not in this manifest, unfinished, run with it: " + _some(result["unlisted"])
         )
     if result.get("order"):
-        lines.append("  order: " + " -> ".join(", ".join(wave) for wave in result["order"]))
+        waves = [_some(wave, more="") for wave in result["order"]]
+        lines.append("  order: " + " -> ".join(waves))
     if result.get("review"):
         lines.append("  waits for a review: " + _some(result["review"]))
     if result.get("gates_changed"):

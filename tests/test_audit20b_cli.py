@@ -225,3 +225,20 @@ def test_a_field_that_must_be_a_mapping_is_said_in_yaml_s_words_not_afc_s_classe
     assert "field 'limits.local': must be a mapping of fields (name: value), got a number" in said
     assert "instance of" not in said and "Traceback" not in said
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_a_plan_s_dependency_order_names_a_few_jobs_of_each_wave(afc):
+    """The plan's 'order' line listed every key of each wave: three hundred shots that need
+    one style frame made a line of 3,300 characters (a job list's 100,000, megabytes). Each
+    wave now names ten and how many more; --json's order is whole."""
+    listed = [{"key": "style", "prompt": "p"}] + [
+        {"key": f"shot-{i:04d}", "prompt": "p", "needs": ["style"]} for i in range(300)
+    ]
+    afc.write_manifest(manifest(listed))
+    text = afc("plan", "manifest.yaml")
+    assert text.returncode == 0, text.stderr
+    [line] = [line for line in text.stdout.splitlines() if line.startswith("  order: ")]
+    assert line == "  order: style -> " + ", ".join(f"shot-{i:04d}" for i in range(10)) + (
+        " and 290 more"
+    ), line
+    assert len(afc.json("plan", "manifest.yaml")["order"][1]) == 300
