@@ -43,6 +43,7 @@ from afc_cli.errors import (
 from afc_cli.ledger import SHARED_BUDGET, Ledger
 
 DEFAULT_POLL_S = 2.0
+MAX_CLAIM = 1_000_000  # jobs one claim round takes at most (--claim)
 
 
 class Stop:
@@ -281,8 +282,10 @@ def work(
     if not 0 < poll_s <= 3600:  # nan and inf too: the idle wait cannot take them
         raise UsageError(f"--poll must be a number of seconds > 0, at most 3600, got {poll_s}")
     claim = claim or max(4 * concurrency, 32)
-    if claim < 1:
-        raise UsageError(f"--claim must be at least 1, got {claim}")
+    if not 1 <= claim <= MAX_CLAIM:
+        # past a 64-bit integer the claim's LIMIT failed in the database driver, after the
+        # checks, as "unexpected error: OverflowError (a bug in afc)", exit 1
+        raise UsageError(f"--claim must be from 1 to {MAX_CLAIM}, got {claim}")
     lease_s = lease_seconds()
     budget = Budget.parse(max_spend, allow_unpriced)
     if budget is None and budget_name is not None:

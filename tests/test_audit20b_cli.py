@@ -242,3 +242,18 @@ def test_a_plan_s_dependency_order_names_a_few_jobs_of_each_wave(afc):
         " and 290 more"
     ), line
     assert len(afc.json("plan", "manifest.yaml")["order"][1]) == 300
+
+
+def test_a_worker_s_claim_past_what_a_database_counts_is_a_usage_error(afc):
+    """README: exit 2 for a usage error, and an error afc did not expect is 'a bug in afc'.
+    'afc worker --claim 99999999999999999999' (a slip of the finger) passed the option's
+    checks and failed in the database driver at its first claim: 'unexpected error:
+    OverflowError: Python int too large to convert to SQLite INTEGER (a bug in afc)', exit 1.
+    It is refused before the worker starts, exit 2, naming the range."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml", "--no-run", "-q").returncode == 0
+    result = afc("worker", "--until-idle", "--claim", "99999999999999999999")
+    assert result.returncode == 2, result.stderr
+    assert "--claim must be from 1 to" in result.stderr, result.stderr
+    assert "a bug in afc" not in result.stderr and "Traceback" not in result.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("queued",)]
