@@ -1163,6 +1163,8 @@ def webhooks_list(
                     Col("url", kind="text", drop=1),
                     Col("event", drop=0),
                 ],
+                # an empty table said nothing at all (review list and outputs say why)
+                notes=[] if rows else ["no dead deliveries" if dead else "no webhook deliveries"],
             )
 
 

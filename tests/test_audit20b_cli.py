@@ -257,3 +257,25 @@ def test_a_worker_s_claim_past_what_a_database_counts_is_a_usage_error(afc):
     assert "--claim must be from 1 to" in result.stderr, result.stderr
     assert "a bug in afc" not in result.stderr and "Traceback" not in result.stderr
     assert afc.rows("SELECT status FROM jobs") == [("queued",)]
+
+
+def test_an_empty_webhooks_list_says_so(afc):
+    """'afc review list' and 'afc outputs' say when they have nothing to list. 'afc webhooks
+    list' (and '--dead', an operator's check after a receiver's outage) printed a header and
+    a rule and nothing else on a terminal, and only the header line on a pipe: nothing told a
+    person that there was nothing, rather than that the command had failed to show it."""
+    from terminal import on_pty
+
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    for args, said in (
+        (("webhooks", "list"), "no webhook deliveries"),
+        (("webhooks", "list", "--dead"), "no dead deliveries"),
+    ):
+        shown = on_pty(afc.command(*args), cwd=afc.cwd, env=afc.env, columns=80)
+        assert shown.returncode == 0 and said in shown.output, shown.output
+        piped = afc(*args)
+        assert piped.stdout.splitlines() == [
+            "id\tstatus\tattempts\tlast_status\tlast_error\turl\tevent"
+        ], piped.stdout
+        assert said in piped.stderr, piped.stderr
