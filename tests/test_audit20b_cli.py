@@ -4,7 +4,12 @@ command: what a person reads on a terminal or a pipe, and what a script reads.""
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
+import sys
 
+import pytest
 from conftest import manifest
 
 
@@ -279,3 +284,40 @@ def test_an_empty_webhooks_list_says_so(afc):
             "id\tstatus\tattempts\tlast_status\tlast_error\turl\tevent"
         ], piped.stdout
         assert said in piped.stderr, piped.stderr
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or not shutil.which("unshare"), reason="needs unshare (Linux)"
+)
+def test_a_plan_reads_a_ledger_in_a_folder_it_cannot_write(afc):
+    """README: 'afc plan' writes nothing, the ledger opened read-only. A ledger in a folder
+    the planner cannot write (a read-only mount of the render host's ledger, the folder of
+    the user who runs the renders) was refused, exit 2, as 'cannot open the ledger ...
+    (unable to open database file): check the path and folder': SQLite's reader of a WAL
+    database makes a shared-memory file beside it. With no -wal file there (no run is
+    writing it) the plan now reads it, and says the job is replayed, as it is."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged mount namespaces are not available")
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    (afc.cwd / "data").mkdir()
+    assert afc("submit", "manifest.yaml", "--ledger", "data/afc.db").returncode == 0
+    assert not (afc.cwd / "data" / "afc.db-wal").exists()
+    command = " ".join(
+        shlex.quote(part)
+        for part in afc.command("plan", "manifest.yaml", "--ledger", "data/afc.db", "--json")
+    )
+    script = (
+        "mount --bind data data && mount -o remount,bind,ro data || exit 9\n"
+        f"touch data/probe 2>/dev/null && exit 8\n{command}"
+    )
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=afc.cwd,
+        env=afc.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert (plan["new"], plan["replayed"], plan["to_render"]) == (0, 1, 0), plan

@@ -99,6 +99,26 @@ def _failure(done: Any) -> BaseException | None:
     return done.exception()
 
 
+def _read_only(path: Path) -> sqlite3.Connection:
+    """``path`` opened read-only. A WAL ledger's reader needs SQLite's shared-memory file
+    beside it, which it cannot make in a folder it cannot write (a read-only mount, a folder
+    of the user that runs the renders): 'afc plan', which writes nothing, was refused there
+    as 'cannot open the ledger ... check the path and folder'. With no ``-wal`` file beside
+    it, no run is writing it (a run would have made one) and the file is the whole ledger:
+    it is read as immutable."""
+    uri = path.resolve().as_uri()
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        wal = path.with_name(path.name + "-wal")
+        if "unable to open" not in str(exc) or wal.exists() or os.access(path.parent, os.W_OK):
+            raise
+    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True)
+
+
 class SqliteLedger(Ledger):
     def __init__(self, path: str | Path, *, create: bool = True, check: bool = False):
         self.path = ledger_file.ledger_path(path)
@@ -423,7 +443,7 @@ class SqliteLedger(Ledger):
         if not path.exists():
             return None, {}, {}, None
         try:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            conn = _read_only(path)
         except sqlite3.DatabaseError as exc:
             raise ledger_file.damaged(path, exc) from None
         try:
