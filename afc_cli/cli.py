@@ -158,11 +158,13 @@ def _err(message: str) -> None:
 
 
 @contextmanager
-def _boundary(again: str | None = None, why: str = "it admits what is missing") -> Iterator[None]:
+def _boundary(
+    again: str | None = None, why: str = "it admits what is missing", reads: str | None = None
+) -> Iterator[None]:
     """Domain errors to their exit codes, in one line each. ``again``: the command that picks
     up after an interruption outside a run loop, when it is not ``afc resume`` (a submit
     interrupted while it admits has perhaps admitted nothing: resume would find no job), and
-    ``why`` running it again is safe."""
+    ``why`` running it again is safe. ``reads``: the ledger of a command that only reads it."""
     from afc_cli.errors import EXIT_INTERRUPTED, AfcError
 
     try:
@@ -186,6 +188,13 @@ def _boundary(again: str | None = None, why: str = "it admits what is missing") 
 
         from afc_cli.errors import EXIT_JOB_FAILED, ledger_write_error
 
+        if reads and isinstance(exc, sqlite3.DatabaseError) and _damaged(exc):
+            # a command that only reads met a damaged page: nothing was written, and 'afc
+            # resume' is no fix (it refuses the ledger): exit 2 as a ledger refused up front
+            from afc_cli.ledger_file import damaged, ledger_path
+
+            _err(damaged(ledger_path(reads), exc).message)
+            raise typer.Exit(2) from None
         if isinstance(exc, sqlite3.Error | OSError):
             # after writing started (a full disk, an I/O error): exit 1, the ledger as of its
             # last commit, every job resumable
@@ -199,6 +208,11 @@ def _boundary(again: str | None = None, why: str = "it admits what is missing") 
                 "AFC_DEBUG=1 shows where)"
             )
         raise typer.Exit(EXIT_JOB_FAILED) from None
+
+
+def _damaged(exc: BaseException) -> bool:
+    text = str(exc)
+    return "malformed" in text or "not a database" in text
 
 
 def _again() -> str:
@@ -766,7 +780,7 @@ def _plan(
     allow_unpriced: bool,
     json_out: bool,
 ):
-    with _boundary():
+    with _boundary(reads=ledger):
         from afc_cli.plan import describe, plan
 
         result = plan(
@@ -866,7 +880,7 @@ def costs_report_command(
     Per group: priced spend, unpriced attempts (real spend is higher), spend on failed
     attempts, attempts of unknown outcome (possibly paid), and renders avoided by stored
     outputs with what they would have cost."""
-    with _boundary():
+    with _boundary(reads=ledger):
         from afc_cli.costs_report import FIELDS, costs_report, footer
         from afc_cli.output import emit_csv, emit_json
         from afc_cli.tables import Col, emit
@@ -1069,7 +1083,7 @@ def queue_stats_command(
     Queued, in flight, delayed, dead-lettered (dlq), failed (both wait for a person: afc
     retry), and the age of the oldest unfinished job in seconds. With --fail-if, exit 1 when a
     condition holds."""
-    with _boundary():
+    with _boundary(reads=ledger):
         from afc_cli.ops import failed_conditions, queue_stats
 
         stats, moved_to = queue_stats(ledger)
@@ -1128,7 +1142,7 @@ def webhooks_list(
 
     The id is whole on every screen; 'afc webhooks replay' takes it or any unique prefix.
     --json adds each delivery's stored envelope."""
-    with _boundary():
+    with _boundary(reads=ledger):
         from afc_cli.output import emit_json
         from afc_cli.report import _iso
         from afc_cli.tables import Col, emit
@@ -1249,7 +1263,7 @@ def status(
     Jobs that need attention are failed, dead-lettered, waiting (with the reason) and
     running ones; --all lists every job, --status S only those with status S. --json holds
     every job of the scope (or those of --status) and the counts."""
-    with _boundary():
+    with _boundary(reads=ledger):
         from afc_cli.costs import cost_cell
         from afc_cli.listing import counts_line, needing_attention, status_view
         from afc_cli.output import emit_json
@@ -1334,7 +1348,7 @@ def outputs(
 
     What to hand to an edit suite. The path is given for file:// storage, the URL for every
     storage; --json adds the batch, output key, model and prompt."""
-    with _boundary():
+    with _boundary(reads=ledger):
         from afc_cli.costs import cost_cell
         from afc_cli.listing import outputs as list_outputs
         from afc_cli.output import emit_json
@@ -1387,7 +1401,7 @@ def show(
 
     Its request, steps, every attempt (provider, model, class, HTTP status, wait, duration,
     usage, cost and source), its output and its events."""
-    with _boundary():
+    with _boundary(reads=ledger):
         from afc_cli.report import job_story, print_story
 
         story = job_story(ledger, key, batch)

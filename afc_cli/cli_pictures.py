@@ -62,7 +62,7 @@ def report_command(
     Self-contained (thumbnails, charts and style inside): it opens offline and can be mailed.
     The spend has the same figures as 'afc costs report'. Needs the web extra
     (pip install 'afc-cli[web]')."""
-    with _boundary():
+    with _boundary(reads=ledger):
         from afc_cli.web.html import write_report
 
         result = write_report(ledger, html, batch=batch, since=since)

@@ -321,3 +321,32 @@ def test_a_plan_reads_a_ledger_in_a_folder_it_cannot_write(afc):
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert (plan["new"], plan["replayed"], plan["to_render"]) == (0, 1, 0), plan
+
+
+def test_a_damaged_ledger_found_by_a_command_that_reads_is_exit_2_not_a_failed_write(afc):
+    """README: a damaged ledger is one line and exit 2. A damaged page that the up-front
+    checks do not read (they read the ledger's first pages; 'afc submit' and 'afc resume'
+    read every page) was met by 'afc status' (and outputs, costs report, review list, report)
+    as 'cannot write to the ledger: database disk image is malformed. The run stopped; ...
+    then run 'afc resume'', exit 1: no run, no write, and a fix that refuses the ledger. And
+    'afc plan' read it as a ledger with nothing admitted: every job 'new', its render priced,
+    exit 0, where the submit it plans is refused with exit 2. Both now say the ledger is
+    damaged and how to recover it, exit 2."""
+    import sqlite3
+
+    listed = [{"key": f"shot-{i:03d}", "prompt": "p" * 200} for i in range(20)]
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml", "--no-run", "-q").returncode == 0
+    ledger = afc.cwd / "afc.db"
+    conn = sqlite3.connect(ledger)
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'jobs'").fetchone()[0]
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    data = bytearray(ledger.read_bytes())
+    data[(root - 1) * size : (root - 1) * size + 8] = b"\xff" * 8  # the jobs table's root page
+    ledger.write_bytes(bytes(data))
+    for args in (("status",), ("plan", "manifest.yaml")):
+        result = afc(*args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "afc.db is damaged" in result.stderr and ".recover" in result.stderr, result.stderr
+        assert "afc resume" not in result.stderr and "Traceback" not in result.stderr

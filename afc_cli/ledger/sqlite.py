@@ -474,7 +474,11 @@ class SqliteLedger(Ledger):
             ).fetchone()
             moved = moved_to(conn) if moves else None
             return (row[0] if row else None), jobs, needs, moved
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as exc:
+            if "malformed" in str(exc):
+                # a damaged page: the plan said every job was new (and priced its render)
+                # while the submit it plans is refused, exit 2; so is the plan now
+                raise ledger_file.damaged(path, exc) from None
             return None, {}, {}, None
         finally:
             conn.close()
