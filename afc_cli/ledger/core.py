@@ -1693,6 +1693,7 @@ class Ledger:
         for key, batch, status, owner, expires in rows:
             if status == "running" and expires is not None and float(expires) >= now:
                 if not owner_is_dead(owner):
+                    self._let_go_of_output()
                     raise OutputBusy(batch, key, self.OUTPUT_POLL_S)
         return True
 
@@ -1701,6 +1702,12 @@ class Ledger:
         ends; returns whether that was done (called after the lookup). SQLite's write
         transaction already does; PostgreSQL tries an advisory lock."""
         return _held
+
+    def _let_go_of_output(self) -> None:
+        """The attempt is refused (OutputBusy) while holding the engine's lock for the key:
+        its transaction ends with the refusal, so the lock is not held while the job waits.
+        SQLite rolls a refused block's own transaction back already; PostgreSQL's group
+        transaction would stay open (``PostgresLedger._let_go_of_output``)."""
 
     # how soon an attempt refused because another job renders its output key looks again
     # (the waiting job backs off from there: pipeline._start_attempt), and how soon one whose

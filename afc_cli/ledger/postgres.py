@@ -566,6 +566,14 @@ class PostgresLedger(Ledger):
         )
         return lambda: bool(cursor.fetchone()[0])
 
+    def _let_go_of_output(self) -> None:
+        # A refusal writes nothing, so under group commit the shared transaction went on
+        # (``_abort``), holding the key's lock until the process's next commit: a process
+        # whose only job waits for the key commits nothing between its looks, and kept the
+        # lock for as long as it waited, refusing the holding job's next attempt (its chain's
+        # fallback) every 50 ms. The block commits at its end, as a refused ``_alone`` does.
+        self._commit_at_end = True
+
     def lease_clock(self) -> float:
         """Now, by the database's clock: the time every host's leases are measured in.
 

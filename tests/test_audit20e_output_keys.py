@@ -1,0 +1,162 @@
+"""Outside audit 20e: output keys shared across processes (``Ledger._check_output``, the
+PostgreSQL advisory lock per key, ``pipeline._start_attempt``'s wait), tried through real
+``afc`` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sqlite3
+import time
+
+import pytest
+from conftest import jobs, manifest
+
+from afc_cli.costs import RateCards
+from afc_cli.ledger import Ledger, OutputBusy
+from afc_cli.manifest import load_manifest
+
+GHOST = "another-host:4242:1"
+
+
+def _shared(batch: str, n: int = 1, **params) -> dict:
+    data = manifest(jobs(n, **params), batch=batch)
+    data["defaults"]["output"] = "{key}.{ext}"
+    return data
+
+
+def _count(afc, ledger_url: str, sql: str) -> int:
+    if ledger_url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(ledger_url) as conn:
+            return conn.execute(sql).fetchone()[0]
+    try:
+        return afc.rows(sql)[0][0]
+    except sqlite3.OperationalError:  # the ledger not made yet
+        return 0
+
+
+def _until(afc, ledger_url: str, sql: str, timeout: float = 60, proc=None) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if _count(afc, ledger_url, sql):
+            return
+        assert proc is None or proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {sql}")
+
+
+def _stop(*procs) -> None:
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+# --- PostgreSQL: a job waiting for an output key must not keep the key's advisory lock ---------
+
+
+def test_on_postgresql_a_refused_attempt_lets_go_of_the_keys_lock(afc, pg_url):
+    """Under group commit (a run's loop) a refused attempt wrote nothing, so the shared
+    transaction was left open, holding the key's advisory lock until the process's next
+    commit: a waiting job's process with nothing else to commit held it between its looks,
+    for as long as it waited."""
+    import psycopg
+
+    from afc_cli.ledger.postgres import OUTPUT_LOCK
+
+    ledger = Ledger(pg_url)
+    films = {}
+    for batch in ("v1", "v2"):
+        m = load_manifest(afc.write_manifest(_shared(batch), name=f"{batch}.yaml"))
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        films[batch] = m.jobs[0].job_id
+    with ledger.tx():  # another host renders v1's shot-001.png
+        ledger.db.execute(
+            "UPDATE jobs SET status = 'running', lease_owner = ?, lease_expires = 9e18,"
+            " attempts = 1 WHERE id = ?",
+            (GHOST, films["v1"]),
+        )
+    job = ledger.claim(films["v2"], 60)
+    loop = asyncio.new_event_loop()
+    try:
+        with ledger.grouped(loop), psycopg.connect(pg_url, autocommit=True) as other:
+            for _ in range(2):  # its first look and the next
+                with pytest.raises(OutputBusy) as busy:
+                    ledger.start_attempt(job, 0, "local", "m1", None, durable=False)
+                assert busy.value.key == "shot-001"
+                taken = other.execute(
+                    "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (OUTPUT_LOCK, "shot-001.png")
+                ).fetchone()[0]
+                assert taken, "the waiting job's process holds the output key's lock"
+                other.execute(
+                    "SELECT pg_advisory_unlock(%s, hashtext(%s))", (OUTPUT_LOCK, "shot-001.png")
+                )
+    finally:
+        loop.close()
+        ledger.close()
+
+
+def test_on_postgresql_the_holders_fallback_is_not_held_up_by_the_waiting_process(afc, pg_url):
+    """Through afc: v1's job renders shot-001.png (its first model's call held), v2's job of
+    the same key in another process waits for it. v1's first model fails and its chain falls
+    back to the next model at once (no backoff, so it still holds the key): that attempt
+    took the key's advisory lock, which v2's idle process kept between its looks, so v1 was
+    refused every 50 ms until v2's process next committed anything (its lease renewal, a
+    third of AFC_LEASE_S): here 200 s."""
+    from afc_cli.ledger.postgres import OUTPUT_LOCK
+
+    release = afc.cwd / "release"
+    env = {
+        "AFC_LEDGER": pg_url,
+        "AFC_LOCAL_CALL_LOG": str(afc.cwd / "calls.log"),
+        "AFC_LOCAL_RELEASE": str(release),
+        "AFC_LEASE_S": "600",
+    }
+    first = _shared("v1", fail=["server"])
+    first["defaults"]["chain"] = [
+        {"provider": "local", "model": "m1", "attempts": 1, "fallback_on": ["exhausted"]},
+        {"provider": "local", "model": "m2", "attempts": 1},
+    ]
+    first["rates"].append({"provider": "local", "model": "m2", "per_image": "0.05"})
+    afc.write_manifest(first, name="v1.yaml")
+    afc.write_manifest(_shared("v2"), name="v2.yaml")
+    holder = afc.popen("submit", "v1.yaml", env=env)
+    waiter = None
+    try:
+        _until(afc, pg_url, "SELECT COUNT(*) FROM attempts", proc=holder)
+        waiter = afc.popen("submit", "v2.yaml", env=env)
+        _until(
+            afc,
+            pg_url,
+            "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason LIKE 'output key%'",
+            proc=waiter,
+        )
+        # let the waiting job look again a few times (0.5 s, then 1 s, ...), or see its
+        # process sit on the key's lock
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            held = _count(
+                afc,
+                pg_url,
+                "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                f" AND classid::bigint = {OUTPUT_LOCK} AND objsubid = 2",
+            )
+            if held:
+                break
+            time.sleep(0.05)
+        release.touch()
+        assert holder.wait(timeout=30) == 0, holder.stderr.read()
+        assert waiter.wait(timeout=30) == 1, waiter.stderr.read()
+    finally:
+        _stop(holder, waiter)
+    # one image paid: v1's second model; v2 found it and paid nothing
+    sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND error_code = 'OUTPUT_KEY_CONFLICT'"
+    assert _count(afc, pg_url, sql) == 1
+    sql = (
+        "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.batch = 'v2'"
+        " AND a.cost_source IS DISTINCT FROM 'unsent'"
+    )
+    assert _count(afc, pg_url, sql) == 0
