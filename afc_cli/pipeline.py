@@ -443,6 +443,10 @@ async def _start_attempt(
                 await ctx.sleep(poll * (0.5 + random.random()))
             if ctx.stopping.is_set():
                 raise _Stopped from None
+            # cancelled (or taken over) while it waited: the refusal comes before the attempt's
+            # own check of the job, so without this look it waited out the other job's render
+            if _ended_elsewhere(ctx, job) is not None:
+                return None
 
 
 def _reservation(

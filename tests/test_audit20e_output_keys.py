@@ -160,3 +160,41 @@ def test_on_postgresql_the_holders_fallback_is_not_held_up_by_the_waiting_proces
         " AND a.cost_source IS DISTINCT FROM 'unsent'"
     )
     assert _count(afc, pg_url, sql) == 0
+
+
+# --- a job cancelled while it waits for the key ------------------------------------------------
+
+
+def test_a_job_cancelled_while_it_waits_for_the_key_ends_its_run(afc, ledger_url):
+    """v2's job waits for shot-001.png, which v1's job renders (its call held); `afc cancel`
+    of v2's job must end v2's run at its next look, not when v1's render ends (the refusal
+    came before the attempt's own check of the job: its run went on waiting, for as long as
+    the other job rendered)."""
+    release = afc.cwd / "release"
+    env = {"AFC_LOCAL_CALL_LOG": str(afc.cwd / "calls.log"), "AFC_LOCAL_RELEASE": str(release)}
+    if ledger_url.startswith("postgresql"):
+        env["AFC_LEDGER"] = ledger_url
+    for batch in ("v1", "v2"):
+        afc.write_manifest(_shared(batch), name=f"{batch}.yaml")
+    holder = afc.popen("submit", "v1.yaml", env=env)
+    waiter = None
+    try:
+        _until(afc, ledger_url, "SELECT COUNT(*) FROM attempts", proc=holder)
+        waiter = afc.popen("submit", "v2.yaml", env=env)
+        _until(
+            afc,
+            ledger_url,
+            "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason LIKE 'output key%'",
+            proc=waiter,
+        )
+        result = afc("cancel", "shot-001", "--batch", "v2", env=env)
+        assert result.returncode == 0, result.stderr
+        assert waiter.wait(timeout=30) == 1, "its run ended, the job cancelled"
+        assert holder.poll() is None, "v1's render is still held"
+        release.touch()
+        assert holder.wait(timeout=60) == 0, holder.stderr.read()
+    finally:
+        _stop(holder, waiter)
+    sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND status = 'cancelled'"
+    assert _count(afc, ledger_url, sql) == 1
+    assert _count(afc, ledger_url, "SELECT COUNT(*) FROM attempts") == 1
