@@ -439,8 +439,12 @@ async def _start_attempt(
                 ctx.report(job, "waiting", why, reason="output key")
             poll = min(busy.retry_after * 2**key_waits, OUTPUT_POLL_MAX_S)
             key_waits += 1
+            # Resting waiting is no call: a stopping run cancels this wait (as a backoff's),
+            # instead of counting the job as in a call and letting it sleep out a look's pause
+            ctx.protected.discard(job["id"])
             async with ctx.idle():
                 await ctx.sleep(poll * (0.5 + random.random()))
+            ctx.protected.add(job["id"])
             if ctx.stopping.is_set():
                 raise _Stopped from None
             # cancelled (or taken over) while it waited: the refusal comes before the attempt's

@@ -198,3 +198,48 @@ def test_a_job_cancelled_while_it_waits_for_the_key_ends_its_run(afc, ledger_url
     sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND status = 'cancelled'"
     assert _count(afc, ledger_url, sql) == 1
     assert _count(afc, ledger_url, "SELECT COUNT(*) FROM attempts") == 1
+
+
+# --- a stopping run does not count a job waiting for the key as in a call ----------------------
+
+
+def test_a_stopping_run_cancels_a_wait_for_the_key_as_a_backoffs(afc, ledger_url):
+    """SIGTERM while v2's job waits for shot-001.png (v1's job renders it in another process):
+    the run said it waited for 1 job in a call and slept out the job's pause between looks
+    (up to 7.5 s) before stopping; the job is in no call, and its wait is cut as a backoff's.
+    It rests waiting, nothing paid, for the next run."""
+    release = afc.cwd / "release"
+    env = {"AFC_LOCAL_CALL_LOG": str(afc.cwd / "calls.log"), "AFC_LOCAL_RELEASE": str(release)}
+    if ledger_url.startswith("postgresql"):
+        env["AFC_LEDGER"] = ledger_url
+    for batch in ("v1", "v2"):
+        afc.write_manifest(_shared(batch), name=f"{batch}.yaml")
+    holder = afc.popen("submit", "v1.yaml", env=env)
+    waiter = None
+    try:
+        _until(afc, ledger_url, "SELECT COUNT(*) FROM attempts", proc=holder)
+        waiter = afc.popen("submit", "v2.yaml", env=env)
+        _until(
+            afc,
+            ledger_url,
+            "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason LIKE 'output key%'",
+            proc=waiter,
+        )
+        waiter.send_signal(signal.SIGTERM)
+        assert waiter.wait(timeout=30) == 130
+        stderr = waiter.stderr.read()
+        assert "waiting up to 30s for 0 job(s) in a call" in stderr, stderr
+        assert "Traceback" not in stderr
+        release.touch()
+        assert holder.wait(timeout=60) == 0, holder.stderr.read()
+    finally:
+        _stop(holder, waiter)
+    sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND status = 'waiting'"
+    assert _count(afc, ledger_url, sql) == 1
+    assert _count(afc, ledger_url, "SELECT COUNT(*) FROM attempts") == 1
+    # the next run of v2 finds v1's object and pays for nothing
+    result = afc("resume", "--batch", "v2", env=env)
+    assert result.returncode == 1, result.stderr
+    sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND error_code = 'OUTPUT_KEY_CONFLICT'"
+    assert _count(afc, ledger_url, sql) == 1
+    assert len((afc.cwd / "calls.log").read_text().splitlines()) == 1
