@@ -243,3 +243,34 @@ def test_a_stopping_run_cancels_a_wait_for_the_key_as_a_backoffs(afc, ledger_url
     sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND error_code = 'OUTPUT_KEY_CONFLICT'"
     assert _count(afc, ledger_url, sql) == 1
     assert len((afc.cwd / "calls.log").read_text().splitlines()) == 1
+
+
+# --- afc plan says what the submit refuses: a batch's output key given to another job ----------
+
+
+def test_plan_refuses_a_second_manifest_giving_a_batchs_output_key_to_another_job(afc, ledger_url):
+    """`afc submit` refuses a second manifest of a batch that gives a new job the output key
+    an earlier manifest gave another job (exit 2, invalid manifest); `afc plan` and
+    `afc submit --dry-run` of it said it would admit 2 new jobs and render 3, exit 0: a script
+    that plans first went on to a submit that refused. They refuse it as the submit does."""
+    env = {"AFC_LEDGER": ledger_url} if ledger_url.startswith("postgresql") else {}
+    afc.write_manifest(manifest([{"key": "a", "prompt": "one", "output": "hero.png"}]), "one.yaml")
+    assert afc("submit", "one.yaml", "--no-run", env=env).returncode == 0
+    second = manifest(
+        [{"key": "c", "prompt": "three"}, {"key": "b", "prompt": "two", "output": "hero.png"}]
+    )
+    afc.write_manifest(second, name="two.yaml")
+    refusal = "job 'b': field 'output': output key 'hero.png' is job 'a''s"
+    submitted = afc("submit", "two.yaml", "--no-run", env=env)
+    assert submitted.returncode == 2 and refusal in submitted.stderr, submitted.stderr
+    for args in (("plan", "two.yaml"), ("submit", "two.yaml", "--dry-run")):
+        result = afc(*args, env=env)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "two.yaml" in result.stderr and refusal in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    # the job that has the key replays: planned as before
+    second["jobs"][1] = {"key": "a", "prompt": "one", "output": "hero.png"}
+    afc.write_manifest(second, name="two.yaml")
+    result = afc("plan", "two.yaml", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "new 1, replayed 1" in result.stdout, result.stdout

@@ -462,7 +462,7 @@ class SqliteLedger(Ledger):
                 for key, *rest in conn.execute(
                     "SELECT key, request_hash, status, request_json, "
                     + ("review" if gated else "0")
-                    + ", attempts, lease_owner, lease_expires, waiting_reason FROM jobs"
+                    + ", attempts, lease_owner, lease_expires, waiting_reason, output_key FROM jobs"
                     " WHERE batch = ?",
                     (batch,),
                 )
