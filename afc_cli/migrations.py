@@ -331,3 +331,16 @@ def m012_batch_storage_endpoint(db):
         ALTER TABLE batches ADD COLUMN storage_endpoint TEXT;
         """
     )
+
+
+@_step
+def m013_output_key_rendering(db):
+    # The waiting jobs by output key: a job whose job-style provider (Replicate, fal) renders
+    # its request is ``waiting`` ("provider still rendering") while it is polled, and holds
+    # its key as a running job does (Ledger._check_output); m011's index has no waiting job.
+    # Partial: an admission writes no entry of it.
+    db.executescript(
+        """
+        CREATE INDEX jobs_output_rendering ON jobs (output_key) WHERE status = 'waiting';
+        """
+    )

@@ -274,3 +274,82 @@ def test_plan_refuses_a_second_manifest_giving_a_batchs_output_key_to_another_jo
     result = afc("plan", "two.yaml", env=env)
     assert result.returncode == 0, result.stderr
     assert "new 1, replayed 1" in result.stdout, result.stdout
+
+
+# --- a job whose provider renders its request (Replicate, fal) holds its key -------------------
+
+
+def test_a_job_whose_prediction_is_rendering_holds_its_output_key(afc, fake, ledger_url):
+    """v1's job renders shot-001.png on Replicate: while its prediction renders, polled, the
+    job is ``waiting`` ("provider still rendering"), not ``running``, and v2's job of the same
+    key in another process was not refused: it paid for its own render and stored it, and
+    v1's prediction, paid too, ended OUTPUT_KEY_CONFLICT at its store. Now v2's job waits for
+    it, then finds v1's object and pays for nothing."""
+    env = {"AFC_LOCAL_CALL_LOG": str(afc.cwd / "calls.log")}
+    if ledger_url.startswith("postgresql"):
+        env["AFC_LEDGER"] = ledger_url
+    first = _shared("v1")
+    first["jobs"][0]["prompt"] = "hold render one"
+    first["defaults"]["chain"] = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
+    first["rates"] = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    afc.write_manifest(first, name="v1.yaml")
+    afc.write_manifest(_shared("v2"), name="v2.yaml")
+    holder = afc.popen("submit", "v1.yaml", env=env)
+    waiter = None
+    try:
+        _until(
+            afc,
+            ledger_url,
+            "SELECT COUNT(*) FROM jobs WHERE batch = 'v1' AND status = 'waiting'"
+            " AND waiting_reason LIKE 'provider still rendering%'",
+            proc=holder,
+        )
+        waiter = afc.popen("submit", "v2.yaml", env=env)
+        waiting = (
+            "output key shot-001.png is being rendered by job 'shot-001' of batch 'v1'"
+        ).replace("'", "''")
+        _until(
+            afc,
+            ledger_url,
+            f"SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason = '{waiting}'",
+            proc=waiter,
+        )
+        fake.released.set()
+        assert holder.wait(timeout=60) == 0, holder.stderr.read()
+        assert waiter.wait(timeout=60) == 1, waiter.stderr.read()
+    finally:
+        fake.released.set()
+        _stop(holder, waiter)
+    assert not (afc.cwd / "calls.log").exists(), "v2's job paid for no render"
+    assert fake.counts["replicate_submit"] == 1
+    sql = "SELECT batch, status, COALESCE(error_code, '') FROM jobs ORDER BY batch"
+    if ledger_url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(ledger_url) as conn:
+            rows = conn.execute(sql).fetchall()
+    else:
+        rows = afc.rows(sql)
+    assert [tuple(r) for r in rows] == [
+        ("v1", "succeeded", ""),
+        ("v2", "failed", "OUTPUT_KEY_CONFLICT"),
+    ]
+
+
+def test_the_rendering_holders_lookup_uses_its_partial_index(tmp_path, afc):
+    """The waiting jobs of a key are found by their own partial index (m012), not by a scan
+    of every waiting job of the storage's batches (2 ms an attempt with 1,000 of them)."""
+    m = load_manifest(afc.write_manifest(_shared("v1")))
+    ledger = Ledger(str(tmp_path / "afc.db"))
+    ledger.admit(m, "file:///tmp/x", RateCards())
+    ledger.close()
+    from afc_cli.ledger.core import OUTPUT_HOLDERS_LOOKUP
+
+    conn = sqlite3.connect(tmp_path / "afc.db")
+    plan = " ".join(
+        row[3]
+        for row in conn.execute("EXPLAIN QUERY PLAN " + OUTPUT_HOLDERS_LOOKUP, ("x", "y", "v1") * 2)
+    )
+    conn.close()
+    assert "USING INDEX jobs_output_holders" in plan, plan
+    assert "USING INDEX jobs_output_rendering" in plan, plan

@@ -140,6 +140,19 @@ ACTIVE_SQL = _in(ACTIVE)
 # rendering it, or having stored an output under it. The words of the partial index's WHERE
 # (afc_cli/migrations.py m011): SQLite uses the index only for a query that repeats them.
 OUTPUT_HOLDERS_SQL = _in(("running", *RENDERED))
+# The other jobs of an output key in a storage (params: output key, job id, batch, twice):
+# those of m011's index, and the waiting ones (m013's index, ``status = 'waiting'`` word for
+# word), of which one whose provider renders its request holds the key (``_check_output``)
+_OUTPUT_OF_STORAGE = (
+    " FROM jobs o JOIN batches ob ON ob.name = o.batch WHERE o.output_key = ?"
+    " AND {status} AND o.id <> ? AND ob.storage = (SELECT storage FROM batches WHERE name = ?)"
+)
+OUTPUT_HOLDERS_LOOKUP = (
+    "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL"
+    + _OUTPUT_OF_STORAGE.format(status=f"o.status IN {OUTPUT_HOLDERS_SQL}")
+    + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires,"
+    " o.waiting_reason" + _OUTPUT_OF_STORAGE.format(status="o.status = 'waiting'")
+)
 # A run's candidates: the active jobs and the blocked ones (run when their needs have succeeded)
 RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
 # The run id of the attempts of workers that share a budget: this prefix and its name
@@ -1663,7 +1676,8 @@ class Ledger:
 
     def _check_output(self, job: dict[str, Any]) -> bool:
         """Whether another job of this job's output key in its storage holds the key: raises
-        OutputBusy when one is rendering it (``running``, its lease live: a dead process's
+        OutputBusy when one is rendering it (``running``, or ``waiting`` while its job-style
+        provider renders its request, its lease live: a dead process's
         job stops counting when its lease expires, or at once when it died on this host), and
         returns True when one has stored an output under it (the caller looks in storage
         after this attempt's row is committed, before the request leaves: ``pipeline.render``).
@@ -1679,19 +1693,18 @@ class Ledger:
         nearly every job."""
         held = self._hold_output(job["output_key"])
         rows = self.db.execute(
-            "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires FROM jobs o"
-            " JOIN batches ob ON ob.name = o.batch WHERE o.output_key = ?"
-            f" AND o.status IN {OUTPUT_HOLDERS_SQL} AND o.id <> ?"
-            " AND ob.storage = (SELECT storage FROM batches WHERE name = ?)",
-            (job["output_key"], job["id"], job["batch"]),
+            OUTPUT_HOLDERS_LOOKUP, (job["output_key"], job["id"], job["batch"]) * 2
         ).fetchall()
         if not held():
             raise OutputBusy(None, None, self.OUTPUT_RACE_S)
+        # A waiting job holds the key only while its provider renders its request (polled:
+        # Replicate, fal); one waiting out a backoff, a budget or another key holds nothing
+        rows = [row for row in rows if row[2] != "waiting" or (row[5] or "").startswith(RENDERING)]
         if not rows:
             return False
         now = self.lease_clock()
-        for key, batch, status, owner, expires in rows:
-            if status == "running" and expires is not None and float(expires) >= now:
+        for key, batch, status, owner, expires, _ in rows:
+            if status in ("running", "waiting") and expires is not None and float(expires) >= now:
                 if not owner_is_dead(owner):
                     self._let_go_of_output()
                     raise OutputBusy(batch, key, self.OUTPUT_POLL_S)
