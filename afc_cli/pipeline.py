@@ -442,8 +442,17 @@ async def _start_attempt(
             # Resting waiting is no call: a stopping run cancels this wait (as a backoff's),
             # instead of counting the job as in a call and letting it sleep out a look's pause
             ctx.protected.discard(job["id"])
-            async with ctx.idle():
-                await ctx.sleep(poll * (0.5 + random.random()))
+            # nor does it hold a call slot of its provider's limits (``provider_slot``): the
+            # run's other jobs of that provider, whose keys nobody renders, go on meanwhile
+            slots = limit.slots if limit is not None else None
+            if slots is not None:
+                slots.release()
+            try:
+                async with ctx.idle():
+                    await ctx.sleep(poll * (0.5 + random.random()))
+            finally:
+                if slots is not None:
+                    await slots.acquire()
             ctx.protected.add(job["id"])
             if ctx.stopping.is_set():
                 raise _Stopped from None

@@ -353,3 +353,64 @@ def test_the_rendering_holders_lookup_uses_its_partial_index(tmp_path, afc):
     conn.close()
     assert "USING INDEX jobs_output_holders" in plan, plan
     assert "USING INDEX jobs_output_rendering" in plan, plan
+
+
+# --- a job waiting for the key holds no call slot of its provider ------------------------------
+
+
+def test_a_job_waiting_for_the_key_leaves_its_providers_call_slot_to_the_others(
+    afc, fake, ledger_url
+):
+    """v1's job renders shot-001.png on Replicate (its prediction held). v2's run, on the
+    local provider under a limit of one call at a time, has shot-001, which waits for that
+    key, and five jobs whose keys nobody holds: shot-001 waited holding the provider's one
+    call slot, so the jobs behind it could not start until v1's render ended."""
+    env = {"AFC_LEDGER": ledger_url} if ledger_url.startswith("postgresql") else {}
+    first = _shared("v1")
+    first["jobs"][0]["prompt"] = "hold render one"
+    first["defaults"]["chain"] = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
+    first["rates"] = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    afc.write_manifest(first, name="v1.yaml")
+    second = _shared("v2")
+    # keys whose job ids sort after shot-001's: a run starts its jobs in that order on SQLite
+    # (the admission's on PostgreSQL), so shot-001 is first to the provider's call slot
+    second["jobs"] += [
+        {"key": f"solo-{i}", "prompt": f"alone {i}", "output": f"solo-{i}.png"}
+        for i in (2, 3, 4, 5, 7)
+    ]
+    second["limits"] = {"local": {"concurrency": 1}}
+    afc.write_manifest(second, name="v2.yaml")
+    holder = afc.popen("submit", "v1.yaml", env=env)
+    waiter = None
+    try:
+        _until(
+            afc,
+            ledger_url,
+            "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL",
+            proc=holder,
+        )
+        waiter = afc.popen("submit", "v2.yaml", env=env)
+        _until(
+            afc,
+            ledger_url,
+            "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason LIKE 'output key%'",
+            proc=waiter,
+        )
+        _until(
+            afc,
+            ledger_url,
+            "SELECT COUNT(*) = 5 FROM jobs WHERE batch = 'v2' AND key LIKE 'solo-%'"
+            " AND status = 'succeeded'",
+            timeout=30,
+            proc=waiter,
+        )
+        assert holder.poll() is None, "v1's render is still held"
+        fake.released.set()
+        assert holder.wait(timeout=60) == 0, holder.stderr.read()
+        assert waiter.wait(timeout=60) == 1, waiter.stderr.read()
+    finally:
+        fake.released.set()
+        _stop(holder, waiter)
+    sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND error_code = 'OUTPUT_KEY_CONFLICT'"
+    assert _count(afc, ledger_url, sql) == 1
+    assert fake.counts["replicate_submit"] == 1
