@@ -337,7 +337,7 @@ def test_a_job_whose_prediction_is_rendering_holds_its_output_key(afc, fake, led
 
 
 def test_the_rendering_holders_lookup_uses_its_partial_index(tmp_path, afc):
-    """The waiting jobs of a key are found by their own partial index (m012), not by a scan
+    """The waiting jobs of a key are found by their own partial index (m013), not by a scan
     of every waiting job of the storage's batches (2 ms an attempt with 1,000 of them)."""
     m = load_manifest(afc.write_manifest(_shared("v1")))
     ledger = Ledger(str(tmp_path / "afc.db"))
