@@ -203,17 +203,25 @@ def test_first_keyword_reads_statements_as_sqlite_utils_does(sql):
 
 
 def test_an_admission_writes_one_status_index_entry_a_job(afc):
-    """The age index replaced the (batch, status) one: a job still costs one entry in it."""
+    """The age index replaced the (batch, status) one: a job still costs one entry in it. The
+    output-key indexes (m011, m013) are partial, over running, waiting and rendered jobs: an
+    admitted job (queued) has no entry in them."""
     afc.write_manifest(manifest(jobs(5)))
     assert afc("submit", "manifest.yaml", "--no-run", "-q").returncode == 0
-    indexes = [
-        r[0]
-        for r in afc.rows(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'"
-            " AND sql IS NOT NULL"
-        )
+    indexes = afc.rows(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'"
+        " AND sql IS NOT NULL ORDER BY name"
+    )
+    assert [name for name, sql in indexes if " WHERE " not in sql] == ["jobs_batch_status_age"]
+    assert [name for name, sql in indexes if " WHERE " in sql] == [
+        "jobs_output_holders",
+        "jobs_output_rendering",
     ]
-    assert indexes == ["jobs_batch_status_age"]
+    queued = afc.rows(
+        "SELECT COUNT(*) FROM jobs INDEXED BY jobs_output_holders WHERE status IN"
+        " ('running', 'succeeded', 'awaiting_review', 'rejected')"
+    )
+    assert queued == [(0,)]
 
 
 def test_both_engines_have_the_age_index_and_answer_the_same_figures(ledger_url):
