@@ -750,15 +750,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         except StorageError as exc:
             return _storage_gave_up(ctx, job, "render", exc)
         if info.exists and ownership(job, info) is None:
-            with ctx.ledger.tx():
-                ctx.ledger.checkpoint(
-                    job,
-                    [("render", {"found": "own output"})],
-                    "verify",
-                    output_sha256=info.meta.get("sha256"),
-                    output_size=info.meta.get("size"),
-                )
-                _adopt_stored(ctx, job, info.meta)
+            _found_stored(ctx, job, info)
             return True
 
     request = json.loads(job["request_json"])
@@ -1204,6 +1196,13 @@ async def _stored_meanwhile(
     if foreign:
         await _fail_conflict(ctx, job, storage, info, foreign, "render")
         return False
+    _found_stored(ctx, job, info)
+    return True
+
+
+def _found_stored(ctx: RunContext, job: dict[str, Any], info: ObjectInfo) -> None:
+    """This job's own output found stored at its render step: on to verify, its last attempt
+    adopted where the object's metadata names it (``_adopt_stored``), in one transaction."""
     with ctx.ledger.tx():
         ctx.ledger.checkpoint(
             job,
@@ -1213,7 +1212,6 @@ async def _stored_meanwhile(
             output_size=info.meta.get("size"),
         )
         _adopt_stored(ctx, job, info.meta)
-    return True
 
 
 def _never_sent(

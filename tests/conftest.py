@@ -123,6 +123,31 @@ def wait_for(afc, sql: str, threshold: int, timeout: float = 30) -> None:
     raise AssertionError(f"timed out waiting for {sql} >= {threshold}")
 
 
+def ledger_count(afc, ledger_url: str, sql: str) -> int:
+    """``sql`` (a COUNT) on the test's ledger: SQLite's afc.db, or the PostgreSQL
+    ``ledger_url``; 0 while the SQLite ledger is not made yet."""
+    if ledger_url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(ledger_url) as conn:
+            return conn.execute(sql).fetchone()[0]
+    try:
+        return afc.rows(sql)[0][0]
+    except sqlite3.OperationalError:  # the ledger not made yet
+        return 0
+
+
+def wait_for_ledger(afc, ledger_url: str, sql: str, timeout: float = 60, proc=None) -> None:
+    """Poll ``ledger_count`` until it is not 0; ``proc``, a child that must not end first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if ledger_count(afc, ledger_url, sql):
+            return
+        assert proc is None or proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {sql}")
+
+
 def frozen_at(proc, timeout: float = 30) -> None:
     """Wait until ``proc`` froze itself at its stall point (AFC_STALL_POINT: its /proc state
     'T')."""

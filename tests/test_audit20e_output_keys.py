@@ -10,7 +10,7 @@ import sqlite3
 import time
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, ledger_count, manifest, wait_for_ledger
 
 from afc_cli.costs import RateCards
 from afc_cli.ledger import Ledger, OutputBusy
@@ -23,28 +23,6 @@ def _shared(batch: str, n: int = 1, **params) -> dict:
     data = manifest(jobs(n, **params), batch=batch)
     data["defaults"]["output"] = "{key}.{ext}"
     return data
-
-
-def _count(afc, ledger_url: str, sql: str) -> int:
-    if ledger_url.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(ledger_url) as conn:
-            return conn.execute(sql).fetchone()[0]
-    try:
-        return afc.rows(sql)[0][0]
-    except sqlite3.OperationalError:  # the ledger not made yet
-        return 0
-
-
-def _until(afc, ledger_url: str, sql: str, timeout: float = 60, proc=None) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if _count(afc, ledger_url, sql):
-            return
-        assert proc is None or proc.poll() is None, proc.stderr.read()
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {sql}")
 
 
 def _stop(*procs) -> None:
@@ -126,9 +104,9 @@ def test_on_postgresql_the_holders_fallback_is_not_held_up_by_the_waiting_proces
     holder = afc.popen("submit", "v1.yaml", env=env)
     waiter = None
     try:
-        _until(afc, pg_url, "SELECT COUNT(*) FROM attempts", proc=holder)
+        wait_for_ledger(afc, pg_url, "SELECT COUNT(*) FROM attempts", proc=holder)
         waiter = afc.popen("submit", "v2.yaml", env=env)
-        _until(
+        wait_for_ledger(
             afc,
             pg_url,
             "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason LIKE 'output key%'",
@@ -138,7 +116,7 @@ def test_on_postgresql_the_holders_fallback_is_not_held_up_by_the_waiting_proces
         # process sit on the key's lock
         deadline = time.time() + 3
         while time.time() < deadline:
-            held = _count(
+            held = ledger_count(
                 afc,
                 pg_url,
                 "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
@@ -154,12 +132,12 @@ def test_on_postgresql_the_holders_fallback_is_not_held_up_by_the_waiting_proces
         _stop(holder, waiter)
     # one image paid: v1's second model; v2 found it and paid nothing
     sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND error_code = 'OUTPUT_KEY_CONFLICT'"
-    assert _count(afc, pg_url, sql) == 1
+    assert ledger_count(afc, pg_url, sql) == 1
     sql = (
         "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.batch = 'v2'"
         " AND a.cost_source IS DISTINCT FROM 'unsent'"
     )
-    assert _count(afc, pg_url, sql) == 0
+    assert ledger_count(afc, pg_url, sql) == 0
 
 
 # --- a job cancelled while it waits for the key ------------------------------------------------
@@ -179,9 +157,9 @@ def test_a_job_cancelled_while_it_waits_for_the_key_ends_its_run(afc, ledger_url
     holder = afc.popen("submit", "v1.yaml", env=env)
     waiter = None
     try:
-        _until(afc, ledger_url, "SELECT COUNT(*) FROM attempts", proc=holder)
+        wait_for_ledger(afc, ledger_url, "SELECT COUNT(*) FROM attempts", proc=holder)
         waiter = afc.popen("submit", "v2.yaml", env=env)
-        _until(
+        wait_for_ledger(
             afc,
             ledger_url,
             "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason LIKE 'output key%'",
@@ -196,8 +174,8 @@ def test_a_job_cancelled_while_it_waits_for_the_key_ends_its_run(afc, ledger_url
     finally:
         _stop(holder, waiter)
     sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND status = 'cancelled'"
-    assert _count(afc, ledger_url, sql) == 1
-    assert _count(afc, ledger_url, "SELECT COUNT(*) FROM attempts") == 1
+    assert ledger_count(afc, ledger_url, sql) == 1
+    assert ledger_count(afc, ledger_url, "SELECT COUNT(*) FROM attempts") == 1
 
 
 # --- a stopping run does not count a job waiting for the key as in a call ----------------------
@@ -217,9 +195,9 @@ def test_a_stopping_run_cancels_a_wait_for_the_key_as_a_backoffs(afc, ledger_url
     holder = afc.popen("submit", "v1.yaml", env=env)
     waiter = None
     try:
-        _until(afc, ledger_url, "SELECT COUNT(*) FROM attempts", proc=holder)
+        wait_for_ledger(afc, ledger_url, "SELECT COUNT(*) FROM attempts", proc=holder)
         waiter = afc.popen("submit", "v2.yaml", env=env)
-        _until(
+        wait_for_ledger(
             afc,
             ledger_url,
             "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason LIKE 'output key%'",
@@ -235,13 +213,13 @@ def test_a_stopping_run_cancels_a_wait_for_the_key_as_a_backoffs(afc, ledger_url
     finally:
         _stop(holder, waiter)
     sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND status = 'waiting'"
-    assert _count(afc, ledger_url, sql) == 1
-    assert _count(afc, ledger_url, "SELECT COUNT(*) FROM attempts") == 1
+    assert ledger_count(afc, ledger_url, sql) == 1
+    assert ledger_count(afc, ledger_url, "SELECT COUNT(*) FROM attempts") == 1
     # the next run of v2 finds v1's object and pays for nothing
     result = afc("resume", "--batch", "v2", env=env)
     assert result.returncode == 1, result.stderr
     sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND error_code = 'OUTPUT_KEY_CONFLICT'"
-    assert _count(afc, ledger_url, sql) == 1
+    assert ledger_count(afc, ledger_url, sql) == 1
     assert len((afc.cwd / "calls.log").read_text().splitlines()) == 1
 
 
@@ -297,7 +275,7 @@ def test_a_job_whose_prediction_is_rendering_holds_its_output_key(afc, fake, led
     holder = afc.popen("submit", "v1.yaml", env=env)
     waiter = None
     try:
-        _until(
+        wait_for_ledger(
             afc,
             ledger_url,
             "SELECT COUNT(*) FROM jobs WHERE batch = 'v1' AND status = 'waiting'"
@@ -308,7 +286,7 @@ def test_a_job_whose_prediction_is_rendering_holds_its_output_key(afc, fake, led
         waiting = (
             "output key shot-001.png is being rendered by job 'shot-001' of batch 'v1'"
         ).replace("'", "''")
-        _until(
+        wait_for_ledger(
             afc,
             ledger_url,
             f"SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason = '{waiting}'",
@@ -383,20 +361,20 @@ def test_a_job_waiting_for_the_key_leaves_its_providers_call_slot_to_the_others(
     holder = afc.popen("submit", "v1.yaml", env=env)
     waiter = None
     try:
-        _until(
+        wait_for_ledger(
             afc,
             ledger_url,
             "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL",
             proc=holder,
         )
         waiter = afc.popen("submit", "v2.yaml", env=env)
-        _until(
+        wait_for_ledger(
             afc,
             ledger_url,
             "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason LIKE 'output key%'",
             proc=waiter,
         )
-        _until(
+        wait_for_ledger(
             afc,
             ledger_url,
             "SELECT COUNT(*) = 5 FROM jobs WHERE batch = 'v2' AND key LIKE 'solo-%'"
@@ -412,5 +390,5 @@ def test_a_job_waiting_for_the_key_leaves_its_providers_call_slot_to_the_others(
         fake.released.set()
         _stop(holder, waiter)
     sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND error_code = 'OUTPUT_KEY_CONFLICT'"
-    assert _count(afc, ledger_url, sql) == 1
+    assert ledger_count(afc, ledger_url, sql) == 1
     assert fake.counts["replicate_submit"] == 1

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import time
 
 import pytest
-from conftest import frozen_at, jobs, manifest
+from conftest import frozen_at, jobs, ledger_count, manifest, wait_for_ledger
 
 from afc_cli.costs import RateCards
 from afc_cli.ledger import Ledger, OutputBusy
@@ -152,28 +151,6 @@ def _env(ledger_url: str, calls) -> dict[str, str]:
     return env
 
 
-def _count(afc, ledger_url: str, sql: str) -> int:
-    if ledger_url.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(ledger_url) as conn:
-            return conn.execute(sql).fetchone()[0]
-    try:
-        return afc.rows(sql)[0][0]
-    except sqlite3.OperationalError:  # the ledger not made yet
-        return 0
-
-
-def _until(afc, ledger_url: str, sql: str, timeout: float = 60, proc=None) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if _count(afc, ledger_url, sql):
-            return
-        assert proc is None or proc.poll() is None, proc.stderr.read()
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {sql}")
-
-
 def test_two_processes_running_two_films_of_one_key_pay_for_each_render_once(afc, ledger_url):
     """v1's run is in its provider call (frozen there, as a slow provider would hold it) when
     v2's run starts: v2's job waits, saying for which job, then finds v1's object and pays
@@ -190,7 +167,7 @@ def test_two_processes_running_two_films_of_one_key_pay_for_each_render_once(afc
         waiting = (
             "output key shot-001.png is being rendered by job 'shot-001' of batch 'v1'"
         ).replace("'", "''")
-        _until(
+        wait_for_ledger(
             afc,
             ledger_url,
             f"SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND waiting_reason = '{waiting}'",
@@ -206,9 +183,9 @@ def test_two_processes_running_two_films_of_one_key_pay_for_each_render_once(afc
                 proc.kill()
     assert len(calls.read_text().splitlines()) == 1, "one paid render"
     sql = "SELECT COUNT(*) FROM jobs WHERE batch = 'v2' AND error_code = 'OUTPUT_KEY_CONFLICT'"
-    assert _count(afc, ledger_url, sql) == 1
+    assert ledger_count(afc, ledger_url, sql) == 1
     sql = "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.batch = 'v2'"
-    assert _count(afc, ledger_url, sql + " AND a.cost_source IS DISTINCT FROM 'unsent'") == 0
+    assert ledger_count(afc, ledger_url, sql + " AND a.cost_source IS DISTINCT FROM 'unsent'") == 0
 
 
 def test_a_key_whose_output_was_removed_since_is_rendered_again(afc):
@@ -239,7 +216,7 @@ def test_a_key_held_by_a_killed_run_on_this_host_is_not_waited_for(afc):
     afc.write_manifest(_shared(afc, "v2", n=1), name="v2.yaml")
     first = afc.popen("submit", "v1.yaml", env={**env, "AFC_LEASE_S": "600"})
     try:
-        _until(afc, "", "SELECT COUNT(*) FROM attempts")
+        wait_for_ledger(afc, "", "SELECT COUNT(*) FROM attempts")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
