@@ -85,11 +85,10 @@ def plan(
     bound, admitted, stored_needs, moved = read_admitted(ledger_path, manifest.batch)
     # a new job given the output key of a job admitted to the batch before: the submit
     # refuses the manifest (exit 2, Ledger.admit), and so does its plan
-    from afc_cli.ledger.core import _refuse_shared_outputs
+    from afc_cli.ledger.core import refuse_shared_outputs
 
     outputs = {known[8]: key for key, known in admitted.items()}
-    if outputs:
-        _refuse_shared_outputs(manifest, manifest.jobs, admitted, outputs)
+    refuse_shared_outputs(manifest, manifest.jobs, admitted, outputs)
     # the batch's unfinished jobs that this manifest does not list: the submit runs them too
     manifest_keys = {job.key for job in manifest.jobs}
     unlisted = {

@@ -252,13 +252,15 @@ def _cost_filters(
     return where, params
 
 
-def _refuse_shared_outputs(
+def refuse_shared_outputs(
     manifest: Any, jobs: list[Any], existing: dict[str, tuple], outputs: dict[str, str]
 ) -> None:
     """A new job whose output key a job admitted to the batch earlier has (another manifest
     of the batch, or a jobs_from list, giving two keys one ``output``): the admission is
     refused (ManifestError, exit 2, nothing admitted), as two jobs of one manifest are. One
-    of them could only ever end OUTPUT_KEY_CONFLICT."""
+    of them could only ever end OUTPUT_KEY_CONFLICT. ``afc plan`` refuses it alike."""
+    if not outputs:  # a batch's first admission: nothing to share a key with
+        return
     from afc_cli.manifest import MAX_PROBLEMS
 
     problems = [
@@ -544,8 +546,7 @@ class Ledger:
             gates = Gates(self.batch_needs(manifest.batch))
             with self.admission_cache():
                 for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
-                    if outputs:
-                        _refuse_shared_outputs(manifest, chunk, existing, outputs)
+                    refuse_shared_outputs(manifest, chunk, existing, outputs)
                     self._admit_chunk(manifest.batch, chunk, existing, rates, now, result, gates)
                 fresh, conflicts, rewebhooked = [], [], []
                 for item, outcome in gates.settle_all():
