@@ -344,3 +344,18 @@ def m013_output_key_rendering(db):
         CREATE INDEX jobs_output_rendering ON jobs (output_key) WHERE status = 'waiting';
         """
     )
+
+
+@_step
+def m014_output_key_spooled(db):
+    # The jobs whose paid render of their output key is spooled and not stored, that no run
+    # holds: dead-lettered at the store step (STORE_FAILED, SPOOL_MISSING), or queued there
+    # again by 'afc retry'. Such a job holds its key against another job of the key, which
+    # would pay for a render the store step then refuses (Ledger._check_output); m011's and
+    # m013's indexes have no queued or dead job. Partial: only such jobs have an entry.
+    db.executescript(
+        """
+        CREATE INDEX jobs_output_spooled ON jobs (output_key)
+            WHERE step = 'store' AND status IN ('queued', 'dead');
+        """
+    )

@@ -49,6 +49,7 @@ from afc_cli.ledger import (
     JobLost,
     Ledger,
     OutputBusy,
+    OutputHeld,
     ProviderBusy,
 )
 from afc_cli.owner import awake_clock, host_id, host_of
@@ -383,6 +384,9 @@ def _awake_since(stamp: tuple[float, float]) -> float:
 
 # the longest a job waits between looks at an output key another job is rendering
 OUTPUT_POLL_MAX_S = 5.0
+# how long a worker's rounds leave a job alone whose output key another job holds with a
+# paid render no run is working on (``OutputHeld``): that job's batch must run first
+OUTPUT_HELD_PAUSE_S = 30.0
 
 
 async def _start_attempt(
@@ -460,6 +464,38 @@ async def _start_attempt(
             # own check of the job, so without this look it waited out the other job's render
             if _ended_elsewhere(ctx, job) is not None:
                 return None
+
+
+def _wait_for_holder(ctx: RunContext, job: dict[str, Any], held: OutputHeld) -> None:
+    """Another job of this output key holds a paid render of it that no run is working on
+    (``Ledger._check_output``): rendered here too, one of the two would be thrown away at its
+    store (OUTPUT_KEY_CONFLICT), paid for nothing. So this job pays for nothing and rests
+    ``waiting``, saying which job holds the key and what stores its render; its run leaves it
+    (exit 1), and a worker's rounds leave it alone for ``OUTPUT_HELD_PAUSE_S``. Once that job
+    has stored its render, this job's next run finds the object (OUTPUT_KEY_CONFLICT, at no
+    cost); once it has ended without (cancelled, its render lost), this job renders.
+
+    A holder dead-lettered with its render spooled waits for a person (``OutputHeld.final``):
+    this job ends ``OUTPUT_KEY_CONFLICT`` at once, paid nothing, rather than wait with no run
+    to end the wait (a worker's ``--until-idle`` never went idle)."""
+    why = f"output key {job['output_key']} is held by job {held.key!r} of batch {held.batch!r}, "
+    if held.final:
+        ctx.ledger.finish(
+            job,
+            "failed",
+            step="render",
+            outcome="conflict",
+            error_code="OUTPUT_KEY_CONFLICT",
+            error_class="invalid",
+            error_message=f"{why}{held.held}: {held.how}. Nothing was paid for this job (to "
+            f"render it instead: retry that job, cancel it, then 'afc retry {job['key']} --batch "
+            f"{job['batch']}')",
+        )
+        return
+    why += f"{held.held}: {held.how}; this job renders nothing until that job has ended"
+    ctx.ledger.set_waiting(job, why)
+    ctx.ledger.pause_claims(job["id"], OUTPUT_HELD_PAUSE_S)
+    ctx.report(job, "waiting", why, reason="output key held")
 
 
 def _reservation(
@@ -868,6 +904,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         f"{format_usd(exc.estimate)}",
                     )
                     ctx.report(job, "waiting", "budget reached", reason="budget reached")
+                    return False
+                except OutputHeld as held:
+                    _wait_for_holder(ctx, job, held)
                     return False
                 if number is None:
                     raise JobLost(job["id"])

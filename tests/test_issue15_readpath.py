@@ -204,8 +204,9 @@ def test_first_keyword_reads_statements_as_sqlite_utils_does(sql):
 
 def test_an_admission_writes_one_status_index_entry_a_job(afc):
     """The age index replaced the (batch, status) one: a job still costs one entry in it. The
-    output-key indexes (m011, m013) are partial, over running, waiting and rendered jobs: an
-    admitted job (queued) has no entry in them."""
+    output-key indexes (m011, m013, m014) are partial, over running, waiting and rendered jobs
+    and those queued or dead at their store step: an admitted job (queued at its probe) has no
+    entry in them."""
     afc.write_manifest(manifest(jobs(5)))
     assert afc("submit", "manifest.yaml", "--no-run", "-q").returncode == 0
     indexes = afc.rows(
@@ -216,10 +217,16 @@ def test_an_admission_writes_one_status_index_entry_a_job(afc):
     assert [name for name, sql in indexes if " WHERE " in sql] == [
         "jobs_output_holders",
         "jobs_output_rendering",
+        "jobs_output_spooled",
     ]
     queued = afc.rows(
         "SELECT COUNT(*) FROM jobs INDEXED BY jobs_output_holders WHERE status IN"
         " ('running', 'succeeded', 'awaiting_review', 'rejected')"
+    )
+    assert queued == [(0,)]
+    queued = afc.rows(
+        "SELECT COUNT(*) FROM jobs INDEXED BY jobs_output_spooled"
+        " WHERE step = 'store' AND status IN ('queued', 'dead')"
     )
     assert queued == [(0,)]
 

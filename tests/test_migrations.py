@@ -60,6 +60,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m011_output_key_holders",
         "m012_batch_storage_endpoint",
         "m013_output_key_rendering",
+        "m014_output_key_spooled",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]

@@ -1,8 +1,8 @@
 """Upgrading afc under a live batch: a ledger an older afc is still running on.
 
 The older ledger is the current schema taken back by its last migration
-(m013_output_key_rendering dropped: its index and its bookkeeping row), which is exactly the
-schema m001..m012 build, since migrations are append-only and never edited
+(m014_output_key_spooled dropped: its index and its bookkeeping row), which is exactly the
+schema m001..m013 build, since migrations are append-only and never edited
 (afc_cli/migrations.py). Those tests run on
 SQLite and on PostgreSQL (tests/pg_server.py). The rolling-upgrade test runs that older build
 itself, from this repository's history (skipped in a clone without it).
@@ -28,7 +28,7 @@ from conftest import jobs, manifest
 
 from afc_cli.owner import host_id
 
-LAST = "m013_output_key_rendering"
+LAST = "m014_output_key_spooled"
 OTHER_HOST = "render-07:4242:1"  # an older afc's worker on another host
 
 
@@ -72,11 +72,11 @@ def _before_last_migration(ledger_url: str, afc) -> None:
     """The ledger as the afc before the last migration left it (its schema, its bookkeeping)."""
     table = "afc_migrations" if ledger_url.startswith("postgresql://") else "_sqlite_migrations"
     statements = [
-        "DROP INDEX jobs_output_rendering",
+        "DROP INDEX jobs_output_spooled",
         f"DELETE FROM {table} WHERE name = '{LAST}'",
     ]
     if table == "_sqlite_migrations":
-        statements.append("PRAGMA user_version = 12")
+        statements.append("PRAGMA user_version = 13")
     _sql(ledger_url, afc, statements)
 
 

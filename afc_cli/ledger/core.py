@@ -147,11 +147,18 @@ _OUTPUT_OF_STORAGE = (
     " FROM jobs o JOIN batches ob ON ob.name = o.batch WHERE o.output_key = ?"
     " AND {status} AND o.id <> ? AND ob.storage = (SELECT storage FROM batches WHERE name = ?)"
 )
+# The jobs no run holds whose paid render of their key is spooled, not stored: queued again
+# by ``afc retry`` at their store step, or dead-lettered there (STORE_FAILED, SPOOL_MISSING):
+# the words of m014's partial index ``jobs_output_spooled``
+OUTPUT_SPOOLED_SQL = "o.step = 'store' AND o.status IN ('queued', 'dead')"
 OUTPUT_HOLDERS_LOOKUP = (
-    "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL"
+    "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL, o.step, NULL"
     + _OUTPUT_OF_STORAGE.format(status=f"o.status IN {OUTPUT_HOLDERS_SQL}")
     + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires,"
-    " o.waiting_reason" + _OUTPUT_OF_STORAGE.format(status="o.status = 'waiting'")
+    " o.waiting_reason, o.step, NULL"
+    + _OUTPUT_OF_STORAGE.format(status="o.status = 'waiting'")
+    + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL,"
+    " o.step, o.error_code" + _OUTPUT_OF_STORAGE.format(status=OUTPUT_SPOOLED_SQL)
 )
 # A run's candidates: the active jobs and the blocked ones (run when their needs have succeeded)
 RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
@@ -202,6 +209,30 @@ def _held() -> bool:
     return True
 
 
+def _pending_render(
+    key: str, batch: str, status: str, reason: str | None, step: str, error: str | None
+) -> tuple[str, str, bool] | None:
+    """Of another job of an output key that no live run works on (``Ledger._check_output``):
+    what paid render of the key it holds that can still be stored without paying again, and
+    what stores it; None when it holds none (it stored its output, or its render, if any, is
+    lost: another job may render the key). A request a stopped run left at a job-style
+    provider is polled by the next run of its batch; a render spooled and not stored (its run
+    died or stopped at the store step, or storage failed) is stored by the next run on the
+    host whose spool has it. A dead-lettered one waits for a person's ``afc retry``; one whose
+    spool file was damaged holds nothing (its retry renders anew). The last item: whether only
+    a person's decision stores it (``OutputHeld.final``)."""
+    resume = f"'afc resume --batch {batch}' stores it"
+    if status == "waiting" and (reason or "").startswith(RENDERING):
+        held = "whose provider renders (or has rendered) a paid request a stopped run left"
+        return held, resume, False
+    if step != "store" or error == "SPOOL_DAMAGED":
+        return None
+    if status == "dead":
+        held = f"whose paid render is spooled and not stored (dead-lettered, {error})"
+        return held, f"'afc retry {key} --batch {batch}' stores it", True
+    return "whose paid render is spooled and not stored yet", resume, False
+
+
 class OutputBusy(Exception):
     """Another job of this output key in this storage is rendering it (its attempt started,
     its lease live): the attempt was not started; look again after ``retry_after`` seconds
@@ -213,6 +244,23 @@ class OutputBusy(Exception):
         self.batch = batch
         self.key = key
         self.retry_after = retry_after
+
+
+class OutputHeld(Exception):
+    """Another job of this output key in this storage has a paid render of it that no run is
+    working on now and that can still be stored without paying again: a request a stopped
+    run left at a job-style provider (Replicate, fal), or a render spooled and not stored. The
+    attempt was not started (``Ledger._check_output``). ``how``: what stores that render (a
+    command for a person); ``final``: only a person's decision does (that job is dead-lettered),
+    so the job ends rather than wait for it."""
+
+    def __init__(self, batch: str, key: str, held: str, how: str, final: bool = False):
+        super().__init__(f"job {key!r} of batch {batch!r} holds a paid render of this output key")
+        self.batch = batch
+        self.key = key
+        self.held = held
+        self.how = how
+        self.final = final
 
 
 class JobLost(Exception):
@@ -1679,8 +1727,11 @@ class Ledger:
         """Whether another job of this job's output key in its storage holds the key: raises
         OutputBusy when one is rendering it (``running``, or ``waiting`` while its job-style
         provider renders its request, its lease live: a dead process's
-        job stops counting when its lease expires, or at once when it died on this host), and
-        returns True when one has stored an output under it (the caller looks in storage
+        job stops counting when its lease expires, or at once when it died on this host),
+        raises OutputHeld when one that no live run works on holds a paid render of the key
+        that can still be stored (``_pending_render``: rendered here too, one of the two
+        renders would be refused at its store, paid for nothing), and
+        returns True when one may have stored an output under it (the caller looks in storage
         after this attempt's row is committed, before the request leaves: ``pipeline.render``).
 
         Two batches of one storage whose output template leaves out {batch} give two jobs one
@@ -1694,22 +1745,35 @@ class Ledger:
         nearly every job."""
         held = self._hold_output(job["output_key"])
         rows = self.db.execute(
-            OUTPUT_HOLDERS_LOOKUP, (job["output_key"], job["id"], job["batch"]) * 2
+            OUTPUT_HOLDERS_LOOKUP, (job["output_key"], job["id"], job["batch"]) * 3
         ).fetchall()
         if not held():
             raise OutputBusy(None, None, self.OUTPUT_RACE_S)
         # A waiting job holds the key only while its provider renders its request (polled:
-        # Replicate, fal); one waiting out a backoff, a budget or another key holds nothing
-        rows = [row for row in rows if row[2] != "waiting" or (row[5] or "").startswith(RENDERING)]
+        # Replicate, fal) or its render waits in the spool for storage; one waiting out a
+        # backoff, a budget or another key holds nothing
+        rows = [
+            row
+            for row in rows
+            if row[2] != "waiting" or (row[5] or "").startswith(RENDERING) or row[6] == "store"
+        ]
         if not rows:
             return False
         now = self.lease_clock()
-        for key, batch, status, owner, expires, _ in rows:
-            if status in ("running", "waiting") and expires is not None and float(expires) >= now:
+        for key, batch, status, owner, expires, reason, _, _ in rows:
+            working = status == "running" or (reason or "").startswith(RENDERING)
+            if working and expires is not None and float(expires) >= now:
                 if not owner_is_dead(owner):
                     self._let_go_of_output()
                     raise OutputBusy(batch, key, self.OUTPUT_POLL_S)
-        return True
+        for key, batch, status, _, _, reason, step, error in rows:
+            pending = _pending_render(key, batch, status, reason, step, error)
+            if pending is not None:
+                self._let_go_of_output()
+                raise OutputHeld(batch, key, *pending)
+        # one that may have stored an output under the key (not a dead-lettered one, whose
+        # spooled render was lost)
+        return any(row[2] != "dead" for row in rows)
 
     def _hold_output(self, output_key: str) -> Callable[[], bool]:
         """Serialise the output-key checks of one key across processes until the transaction
