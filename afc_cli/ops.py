@@ -267,13 +267,19 @@ def retry(
         if not keys:
             _confirmed(confirm, "retry", targets)
         from afc_cli.run import lease_seconds
+        from afc_cli.spool import Spool
 
         out: dict[str, Any] = {"retried": [], "unchanged": []}
         decided_by = by or who()
         lease_s = lease_seconds()  # a job whose render waits in a host's spool: its lease there
+        # A job's spool file in this host's spool (copied here, as SPOOL_MISSING asks): the
+        # job stays with this host for a lease, so a run elsewhere does not pay for it again
+        # (a shared ledger's hosts each spool on their own disk; not a SQLite ledger's)
+        spool = Spool(ledger.spool_root()) if ledger.SPOOL_PER_HOST else None
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"], "was": job["status"]}
-            if ledger.retry(job, decided_by, lease_s):
+            here = spool is not None and spool.path(job["id"]).is_file()
+            if ledger.retry(job, decided_by, lease_s, spooled_here=here):
                 # queued, or blocked: a job with needs waits for them again
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["retried"].append(entry)

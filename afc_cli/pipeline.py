@@ -1904,8 +1904,9 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
     host = host_of(rendered[-1]["owner"]) if rendered else ""
     keep = (
         f"afc will not pay for a new render on its own: put the file back, then 'afc retry "
-        f"{job['key']}' (the run that takes it stores the file and pays nothing; without the "
-        "file, a retry renders and pays again)."
+        f"{job['key']}' on the host whose spool has it (the job stays with that host for a "
+        "lease, and a run there stores the file and pays nothing; without the file, a retry "
+        "renders and pays again)."
     )
     if host and host != host_id():
         return (

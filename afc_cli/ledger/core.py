@@ -1445,7 +1445,9 @@ class Ledger:
     def _batch_names(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT name FROM batches")]
 
-    def retry(self, job: dict[str, Any], by: str, lease_s: float = 300.0) -> bool:
+    def retry(
+        self, job: dict[str, Any], by: str, lease_s: float = 300.0, *, spooled_here: bool = False
+    ) -> bool:
         """Put a failed, dead-lettered or cancelled job back to ``queued``: a person's decision.
 
         Its key, request hash and whole history stay; the attempts so far stop counting toward
@@ -1459,13 +1461,17 @@ class Ledger:
         left polling at a job-style provider (``unknown``, its request id recorded and not
         found gone: a job dead-lettered by takeovers while it polled) stays after the base, so
         the next run polls that request rather than pay for a new one; not for a cancelled job,
-        whose request the cancel asked the provider to stop. A conditional
+        whose request the cancel asked the provider to stop. ``spooled_here``: a spool file of
+        the job is in the spool of the host the retry runs on (a person copied it there, as
+        ``SPOOL_MISSING`` asks): the job is leased to this host for ``lease_s`` likewise, so a
+        run elsewhere, without the file, does not render and pay again before a run here has
+        stored it. A conditional
         update: of two racing retries, or a retry racing a worker's terminal write, one wins.
         Returns False (writing nothing) if the job is not failed, dead or cancelled.
         """
         with self.tx():
             self.hold_unmoved()
-            if not self._requeue(job, by, lease_s):
+            if not self._requeue(job, by, lease_s, host_lease() if spooled_here else None):
                 return False
             self._reblock_dependents(job, by)
         return True
@@ -1473,8 +1479,12 @@ class Ledger:
     # a job dead-lettered at its store step, its paid render spooled (``retry``)
     SPOOLED_DEAD_SQL = "(status = 'dead' AND error_code = 'STORE_FAILED' AND step = 'store')"
 
-    def _requeue(self, job: dict[str, Any], by: str, lease_s: float = 300.0) -> bool:
-        """``retry``'s update and event for one job (in the caller's transaction)."""
+    def _requeue(
+        self, job: dict[str, Any], by: str, lease_s: float = 300.0, here: str | None = None
+    ) -> bool:
+        """``retry``'s update and event for one job (in the caller's transaction); ``here``:
+        the host lease of the host whose spool has the job's file (``retry``'s
+        ``spooled_here``)."""
         from afc_cli.providers.base import GONE_PREFIX
 
         now = _now()
@@ -1485,13 +1495,14 @@ class Ledger:
         )
         spooled_at = f"{host_of(rendered['owner'])}:0:0" if rendered and rendered["owner"] else None
         spooled = self.SPOOLED_DEAD_SQL if spooled_at else "1 = 0"
+        leased = "1 = 1" if here is not None else spooled
         cursor = self.db.execute(
             # a job with needs waits for them again (they may have been retried too)
             "UPDATE jobs SET status = CASE WHEN EXISTS (SELECT 1 FROM job_needs n"
             " WHERE n.job_id = jobs.id) THEN 'blocked' ELSE 'queued' END,"
             f" step = CASE WHEN {spooled} THEN 'store' ELSE 'probe' END,"
-            f" lease_owner = CASE WHEN {spooled} THEN ? END,"
-            f" lease_expires = CASE WHEN {spooled} THEN ? END,"
+            f" lease_owner = CASE WHEN {leased} THEN ? END,"
+            f" lease_expires = CASE WHEN {leased} THEN ? END,"
             " lease_mono = NULL,"
             " attempt_base = CASE WHEN status <> 'cancelled' AND EXISTS"
             " (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.number = jobs.attempts"
@@ -1505,7 +1516,7 @@ class Ledger:
             " finished_at = NULL, updated_at = ?"
             " WHERE id = ? AND status IN ('failed', 'dead', 'cancelled')",
             (
-                spooled_at or "",
+                here or spooled_at or "",
                 self.lease_clock() + lease_s,
                 GONE_PREFIX + "%",
                 now,
@@ -1994,6 +2005,11 @@ class Ledger:
         "batch": ("j.batch", "v.batch"),
         "day": ("a.started_at", "v.at"),
     }
+
+    # Whether each host's runs spool to a folder of their own (a shared PostgreSQL ledger's
+    # AFC_SPOOL_DIR), so a job's spool file is on one host alone; a SQLite ledger's spool is
+    # the folder beside its file, the same for every process that opens it
+    SPOOL_PER_HOST = False
 
     def spool_root(self) -> Any:
         """The folder where this ledger's runs spool rendered bytes before storing them."""

@@ -445,6 +445,8 @@ class PostgresLedger(Ledger):
     def day_sql(self, column: str) -> str:
         return f"to_char(to_timestamp({column}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
+    SPOOL_PER_HOST = True
+
     def spool_root(self) -> Path:
         return self.spool_root_of(self.url)
 
