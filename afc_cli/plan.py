@@ -82,7 +82,7 @@ def plan(
     named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
     from afc_cli.ledger import read_admitted
 
-    bound, admitted, stored_needs, moved = read_admitted(ledger_path, manifest.batch)
+    bound, endpoint, admitted, stored_needs, moved = read_admitted(ledger_path, manifest.batch)
     # a new job given the output key of a job admitted to the batch before: the submit
     # refuses the manifest (exit 2, Ledger.admit), and so does its plan
     from afc_cli.ledger.core import refuse_shared_outputs
@@ -141,6 +141,15 @@ def plan(
     if bound and named and bound != named:
         raise UsageError(f"batch {manifest.batch!r} stores its outputs in {bound}, not {named}")
     url = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
+    # the batch's bucket reached through another S3 endpoint than it was admitted through:
+    # another store, which the submit refuses (Ledger.check_storage), and whose probe here
+    # would report none of the batch's outputs stored
+    if bound:
+        from afc_cli.ledger.core import other_endpoint
+
+        refused = other_endpoint(manifest.batch, bound, endpoint, storage_mod.endpoint_of(bound))
+        if refused is not None:
+            raise UsageError(refused)
     store = storage_mod.open(url)
 
     counts = {

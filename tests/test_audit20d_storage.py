@@ -36,7 +36,14 @@ def test_a_run_through_another_s3_endpoint_is_refused_as_another_storage(
     afc.write_manifest(manifest(jobs(2)))
     assert afc("submit", "manifest.yaml", "--no-run", "--storage", s3.url).returncode == 0
 
-    for command in (("resume",), ("submit", "manifest.yaml"), ("worker", "--until-idle")):
+    # afc plan says what the submit would do: it refuses too (it probed the other store and
+    # reported every job to render, where the submit refuses)
+    for command in (
+        ("resume",),
+        ("submit", "manifest.yaml"),
+        ("worker", "--until-idle"),
+        ("plan", "manifest.yaml"),
+    ):
         refused = afc(*command, env={"AWS_ENDPOINT_URL_S3": other})
         assert refused.returncode == 2, (command, refused.stderr)
         assert f"through the endpoint {first}" in refused.stderr, refused.stderr

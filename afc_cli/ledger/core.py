@@ -501,24 +501,9 @@ class Ledger:
                 "a batch keeps the storage it was first admitted with, so no output is "
                 "rendered twice into two places. Use that storage or a new batch name."
             )
-        recorded = row.get("storage_endpoint")
-        if endpoint is not None and recorded is not None and endpoint != recorded:
-
-            def named(value: str) -> str:
-                return f"the endpoint {value}" if value else "AWS's own endpoint"
-
-            raise UsageError(
-                f"batch {batch!r} stores its outputs in {row['storage']} through "
-                f"{named(recorded)}, and this environment reaches it through {named(endpoint)} "
-                "(AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL); a batch keeps the storage it "
-                "was first admitted with, so no output is rendered twice into two places. "
-                + (
-                    f"Set AWS_ENDPOINT_URL_S3={recorded}"
-                    if recorded
-                    else "Unset AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL"
-                )
-                + ", or use a new batch name."
-            )
+        refused = other_endpoint(batch, row["storage"], row.get("storage_endpoint"), endpoint)
+        if refused is not None:
+            raise UsageError(refused)
         return row["storage"]
 
     def hold_endpoint(self, batch: str, endpoint: str | None) -> None:
@@ -3115,8 +3100,36 @@ class Ledger:
         )
 
 
-def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict, str | None]:
-    """A batch's storage, its jobs (key: request hash, status, body, review, attempts, lease
+def other_endpoint(
+    batch: str, storage: str, recorded: str | None, endpoint: str | None
+) -> str | None:
+    """Why a batch's S3 storage cannot be used through ``endpoint`` (``storage.endpoint_of``,
+    this environment's), when it was admitted through another (``recorded``,
+    ``batches.storage_endpoint``); None when it can (either unknown, or the same)."""
+    if endpoint is None or recorded is None or endpoint == recorded:
+        return None
+
+    def named(value: str) -> str:
+        return f"the endpoint {value}" if value else "AWS's own endpoint"
+
+    return (
+        f"batch {batch!r} stores its outputs in {storage} through "
+        f"{named(recorded)}, and this environment reaches it through {named(endpoint)} "
+        "(AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL); a batch keeps the storage it "
+        "was first admitted with, so no output is rendered twice into two places. "
+        + (
+            f"Set AWS_ENDPOINT_URL_S3={recorded}"
+            if recorded
+            else "Unset AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL"
+        )
+        + ", or use a new batch name."
+    )
+
+
+def read_admitted(
+    ledger_path: str, batch: str
+) -> tuple[str | None, str | None, dict, dict, str | None]:
+    """A batch's storage and the S3 endpoint it was admitted through (None: unknown), its jobs (key: request hash, status, body, review, attempts, lease
     owner and expiry, waiting reason, output key), their needs (key: need keys) and where
     ``afc ledger copy`` moved the ledger's work (None: nowhere) as ``afc plan`` needs them,
     read without writing anything (no migrations, no lock)."""
@@ -3147,6 +3160,17 @@ def request_id_kept(value: str | None) -> str | None:
     if value is None:
         return None
     return visible(scrub(value[: 2 * MAX_REQUEST_ID_CHARS]))[:MAX_REQUEST_ID_CHARS]
+
+
+def admitted_storage(conn: Any, batch: str, mark: str) -> tuple[str | None, str | None]:
+    """A batch's storage and recorded S3 endpoint (``read_admitted``), on a ledger opened
+    read-only: one before m012 (not migrated) has no endpoint."""
+    cursor = conn.execute(f"SELECT * FROM batches WHERE name = {mark}", (batch,))
+    row = cursor.fetchone()
+    if row is None:
+        return None, None
+    found = dict(zip([d[0] for d in cursor.description], row, strict=True))
+    return found["storage"], found.get("storage_endpoint")
 
 
 def moved_to(conn: Any) -> str | None:

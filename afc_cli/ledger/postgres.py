@@ -69,7 +69,7 @@ from typing import Any
 
 from afc_cli.errors import LedgerError, UsageError, first_line, ledger_write_error
 from afc_cli.ledger import core
-from afc_cli.ledger.core import Ledger, admitted_needs, moved_to
+from afc_cli.ledger.core import Ledger, admitted_needs, admitted_storage, moved_to
 from afc_cli.owner import awake_clock, current_owner
 
 MIGRATIONS_TABLE = "afc_migrations"
@@ -842,12 +842,14 @@ class PostgresLedger(Ledger):
                 self.flush()
 
     @staticmethod
-    def read_admitted(url: str, batch: str) -> tuple[str | None, dict, dict, str | None]:
+    def read_admitted(
+        url: str, batch: str
+    ) -> tuple[str | None, str | None, dict, dict, str | None]:
         conn = _read_only(url)
         try:
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
-                return None, {}, {}, None
-            row = conn.execute("SELECT storage FROM batches WHERE name = %s", (batch,)).fetchone()
+                return None, None, {}, {}, None
+            storage, endpoint = admitted_storage(conn, batch, "%s")
             # a ledger before m007 (read-only: not migrated) has no review and no needs
             gated = conn.execute("SELECT to_regclass('job_needs')").fetchone()[0] is not None
             jobs = {
@@ -864,6 +866,6 @@ class PostgresLedger(Ledger):
             # a ledger before m010 (read-only: not migrated) was never moved
             moves = conn.execute("SELECT to_regclass('ledger_moves')").fetchone()[0] is not None
             moved = moved_to(conn) if moves else None
-            return (row[0] if row else None), jobs, needs, moved
+            return storage, endpoint, jobs, needs, moved
         finally:
             conn.close()

@@ -26,7 +26,7 @@ from typing import Any
 
 from afc_cli import ledger_file
 from afc_cli.errors import LedgerError, ledger_write_error
-from afc_cli.ledger.core import Ledger, admitted_needs, moved_to
+from afc_cli.ledger.core import Ledger, admitted_needs, admitted_storage, moved_to
 from afc_cli.owner import current_owner
 
 ADMIT_CACHE_KIB = -128 * 1024  # the page cache during an admission (negative: KiB)
@@ -435,13 +435,15 @@ class SqliteLedger(Ledger):
             self.flush()
 
     @staticmethod
-    def read_admitted(ledger_path: str, batch: str) -> tuple[str | None, dict, dict, str | None]:
+    def read_admitted(
+        ledger_path: str, batch: str
+    ) -> tuple[str | None, str | None, dict, dict, str | None]:
         """``core.read_admitted`` on SQLite, read without writing anything: the file is opened
         read-only (no migrations, no lock); no ledger, or a file afc has not written yet,
         means nothing is admitted."""
         path = ledger_file.ledger_path(ledger_path)
         if not path.exists():
-            return None, {}, {}, None
+            return None, None, {}, {}, None
         try:
             conn = _read_only(path)
         except sqlite3.DatabaseError as exc:
@@ -449,10 +451,10 @@ class SqliteLedger(Ledger):
         try:
             try:
                 if ledger_file.identity(conn, path) == "new":
-                    return None, {}, {}, None
+                    return None, None, {}, {}, None
             except sqlite3.DatabaseError as exc:
                 raise ledger_file.damaged(path, exc) from None
-            row = conn.execute("SELECT storage FROM batches WHERE name = ?", (batch,)).fetchone()
+            storage, endpoint = admitted_storage(conn, batch, "?")
             # a ledger before m007 (read-only: not migrated) has no review and no needs
             gated = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_needs'"
@@ -473,12 +475,12 @@ class SqliteLedger(Ledger):
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_moves'"
             ).fetchone()
             moved = moved_to(conn) if moves else None
-            return (row[0] if row else None), jobs, needs, moved
+            return storage, endpoint, jobs, needs, moved
         except sqlite3.DatabaseError as exc:
             if "malformed" in str(exc):
                 # a damaged page: the plan said every job was new (and priced its render)
                 # while the submit it plans is refused, exit 2; so is the plan now
                 raise ledger_file.damaged(path, exc) from None
-            return None, {}, {}, None
+            return None, None, {}, {}, None
         finally:
             conn.close()
