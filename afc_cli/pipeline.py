@@ -1774,11 +1774,16 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
         )
         pause = STORE_PAUSE_S * 2 ** (failures - 1)
         pause = min(pause, 0.8 * ctx.lease_s) if here else pause
+        # The pause holds for every worker of this host (``paused_s``), and for every other
+        # host: the job stays leased to this host for a lease (its output in this spool), or
+        # else for the pause alone. Kept by the failing process only, another worker took the
+        # job at its next claim and read the failing storage again within a second: a few
+        # workers spent its MAX_STORE_REQUEUES in seconds of an outage, dead-lettering it.
         ctx.ledger.set_waiting(
             job,
             f"storage: {error.message}; {then}",
-            here_for_s=ctx.lease_s if here else None,
-            paused_s=pause if here else None,  # for every worker of this host
+            here_for_s=ctx.lease_s if here else pause,
+            paused_s=pause,
             store_failures=failures,
         )
         ctx.ledger.pause_claims(job["id"], pause)

@@ -202,3 +202,44 @@ def test_a_retried_store_failed_job_is_stored_by_the_host_whose_spool_holds_it(p
     assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert len(log.read_text().splitlines()) == 1, "the render was paid for again"
     assert pg.rows("SELECT status FROM attempts") == [("succeeded",)]
+
+
+def test_a_paused_probe_is_not_tried_again_at_once_by_a_worker_of_another_host(pg, s3):
+    """The pause after storage gave up at a job's probe (nothing rendered yet: the job's key
+    could not be read) was kept by the failing worker alone, the job left free: a worker of
+    another host (or of this one) took it at its next claim and read the failing storage again
+    within a second, spending its MAX_STORE_REQUEUES in seconds of an outage that lets the
+    bucket check pass, and it was dead-lettered STORE_FAILED. Now the job is leased to the
+    failing worker's host for the pause, as an upload's is for a lease."""
+    pg.write_manifest(manifest(jobs(1), storage=s3.url))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    s3.plan.add(Fault("HEAD", r"/films/", "500", -1, retry_after="0"))
+    first = pg.popen("worker", "--poll", "0.1", "--batch", "b1", env={"AFC_HOST_ID": "host-a"})
+    try:
+        _wait(pg, "SELECT store_failures FROM jobs", 1)
+        assert pg.rows("SELECT status, step, lease_owner, store_failures FROM jobs") == [
+            ("waiting", "probe", "host-a:0:0", 1)
+        ]
+        heads = len(s3.plan.injected)
+        other = manifest([{"key": "other", "prompt": "another"}], batch="b2")
+        pg.write_manifest(other, "other.yaml")
+        assert pg("submit", "other.yaml", "--no-run").returncode == 0
+        second = pg.popen("worker", "--poll", "0.1", env={"AFC_HOST_ID": "host-b"})
+        _wait(pg, "SELECT COUNT(*) FROM jobs WHERE batch = 'b2' AND status = 'succeeded'", 1)
+        time.sleep(0.5)  # a few of its polls
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0
+        said = second.stderr.read()
+        assert "worker claimed 1 job in 1 round" in said, said  # b2's, never b1's
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=60) == 0, first.stderr.read()
+    assert len(s3.plan.injected) == heads, "the other host's worker read the storage again"
+    assert pg.rows("SELECT batch, status, store_failures FROM jobs ORDER BY batch") == [
+        ("b1", "waiting", 1),
+        ("b2", "succeeded", 0),
+    ]
+    # a person's afc resume on that host still tries it at once, and nothing was paid
+    s3.plan.clear()
+    assert pg("resume", "--batch", "b1", env={"AFC_HOST_ID": "host-a"}).returncode == 0
+    assert pg.rows("SELECT status FROM jobs WHERE batch = 'b1'") == [("succeeded",)]
