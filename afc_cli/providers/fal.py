@@ -33,6 +33,7 @@ from afc_cli.providers.http import (
     json_or_empty,
     objs,
     passing,
+    refused_free,
     request_id_of,
     retry_after_for,
     same_origin,
@@ -94,9 +95,11 @@ class FalProvider(HttpProvider):
         # nor one it refused): a 4xx, or a 5xx in fal's own words (its JSON detail, its
         # X-Fal-Error-Type). A bare 502/504 may come from a gateway in front of a request
         # already queued, and once a request is queued (a status or result error) it may run
-        # on and be billed whatever that answer was: its cost is unknown.
+        # on and be billed whatever that answer was: its cost is unknown. So is a 408's (a
+        # gateway that stopped waiting may answer it after fal queued the request:
+        # ``refused_free``).
         fals_own = bool(data.get("detail")) or "x-fal-error-type" in response.headers
-        free = action == "submit" and (status < 500 or fals_own)
+        free = action == "submit" and (refused_free(status) or (status >= 500 and fals_own))
         if _policy_violation(data):
             return ProviderError(
                 "refusal",

@@ -32,6 +32,7 @@ from afc_cli.providers.http import (
     json_or_empty,
     obj,
     output_ext,
+    refused_free,
     request_id_of,
     retry_after_for,
     transport_error,
@@ -84,8 +85,10 @@ class ReplicateProvider(HttpProvider):
             if retry_after is None and match:
                 retry_after = float(match.group(1))
         # a refused submit made nothing; once a prediction exists (a poll's error), it may
-        # run on and be billed whatever the poll was told: its cost is unknown
-        free = action == "submit" and status < 500
+        # run on and be billed whatever the poll was told: its cost is unknown. A 408 (a
+        # gateway in front of Replicate that stopped waiting) may come after the prediction
+        # was created, its id lost with the answer: unknown too (``refused_free``)
+        free = action == "submit" and refused_free(status)
         return ProviderError(
             cls,
             f"replicate: {action}: {detail}",
