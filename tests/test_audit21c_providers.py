@@ -80,3 +80,49 @@ def test_a_submit_a_gateway_answered_408_stays_possibly_paid(afc, fake, provider
     report = afc.json("costs", "report")["total"]
     assert report["unpriced_attempts"] == 1, report
     assert json.loads(result.stdout)["jobs"][0]["status"] == "succeeded"
+
+
+def redirect_loop(fake, name: str, gets: int, only=lambda args: True) -> None:
+    """Make ``fake``'s handler ``name`` answer its first ``gets`` GETs (those ``only`` takes,
+    by the handler's arguments) with a 302 back to the same URL, as a proxy or a captive
+    portal in a redirect loop does for a while: more than a GET's 20 redirects in a row."""
+    handler = getattr(fake, name)
+    left = {"n": gets}
+
+    def wrapped(h, *args):
+        if h.command == "GET" and only(args):
+            with fake.lock:
+                loop = left["n"] > 0
+                left["n"] -= 1
+            if loop:
+                return h.reply(302, raw=b"", headers={"Location": h.path})
+        return handler(h, *args)
+
+    setattr(fake, name, wrapped)
+
+
+@pytest.mark.parametrize(
+    "provider, handler, only",
+    [
+        ("replicate", "replicate_get", lambda args: True),
+        ("fal", "fal_request", lambda args: args[2] == "/status"),
+        ("fal", "fal_request", lambda args: args[2] == ""),
+    ],
+    ids=["replicate-poll", "fal-poll", "fal-result"],
+)
+def test_a_redirect_loop_on_a_free_get_is_tried_again_not_a_bug_that_stops_the_run(
+    afc, fake, provider, handler, only
+):
+    """A poll of a submitted request (or fal's result) redirected in a loop for a while:
+    httpx's TooManyRedirects is no transport error, so it escaped the adapter, the run
+    stopped as at a bug in afc ('could not be read ... please report it'), and the attempt
+    ended failed though its request ran on at the provider: the next run paid for a new one.
+    A GET that gets no answer through the loop is a failed poll (or a round of the result's
+    fetch) like a 503, made again, and the request's one payment renders the job."""
+    redirect_loop(fake, handler, 25, only)
+    result = run(afc, provider, "a lighthouse")
+    assert result.returncode == 0, result.stderr
+    assert "could not be read" not in result.stderr
+    assert fake.counts[f"{provider}_submit"] == 1
+    [attempt] = afc.json("show", "shot")["attempts"]
+    assert attempt["status"] == "succeeded", attempt

@@ -214,6 +214,14 @@ class FalProvider(HttpProvider):
                 response = await fetched(get, self.sleep, self.rand)
             except httpx.TransportError as exc:
                 raise unreachable(transport_error(self.name, exc, paid_call=False)) from None
+            except httpx.TooManyRedirects:  # a proxy's loop: the result is still at fal
+                raise unreachable(
+                    ProviderError(
+                        "unavailable",
+                        f"{self.name}: the result URL redirects too many times",
+                        cost_micros=None,
+                    )
+                ) from None
             except NotAnOutput as exc:
                 raise unreachable(
                     ProviderError(

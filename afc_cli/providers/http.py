@@ -124,7 +124,8 @@ class HttpProvider(Provider):
     ) -> tuple[Any, dict[str, Any]] | None:
         """One poll of the job-style request ``request_id`` at ``url``: its answer and the
         answer's JSON object (``json_or_empty``), or None when the poll got nothing (a
-        transport error, or a status that says it failed for a moment: ``passing``), which
+        transport error, a redirect loop, or a status that says it failed for a moment:
+        ``passing``), which
         the caller meets by polling again at the next interval (``poll_failed`` keeps count,
         so an outage is said). A 200 or 202 whose body
         is no JSON object is returned for the caller to count (``unreadable_poll``). A 404
@@ -137,6 +138,11 @@ class HttpProvider(Provider):
             response = await self.client.get(url, headers=headers, follow_redirects=True)
         except httpx.TransportError as exc:
             self.poll_failed(type(exc).__name__)
+            return None
+        except httpx.TooManyRedirects:
+            # a proxy's or a captive portal's redirect loop: no word from the provider, whose
+            # request may run on; no transport error (httpx's), it stopped the run as a bug
+            self.poll_failed("too many redirects")
             return None
         if passing(response.status_code):
             self.poll_failed(f"HTTP {response.status_code}")
