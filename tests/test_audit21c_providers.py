@@ -126,3 +126,36 @@ def test_a_redirect_loop_on_a_free_get_is_tried_again_not_a_bug_that_stops_the_r
     assert fake.counts[f"{provider}_submit"] == 1
     [attempt] = afc.json("show", "shot")["attempts"]
     assert attempt["status"] == "succeeded", attempt
+
+
+def test_a_gemini_429_saying_retry_after_in_a_header_is_waited_for(afc, fake):
+    """A Gemini 429 whose wait is in a ``Retry-After`` header (a gateway or proxy in front of
+    the API answers so) and not in ``RetryInfo``: the adapter read ``retryDelay`` only, so the
+    header was ignored and the retry came at a random moment of the backoff's draw, sooner
+    than asked, spending the model's attempts on more 429s. It is honoured (up to the cap) as
+    every other provider's is."""
+    gemini = fake.gemini
+
+    def wrapped(h, model):
+        if fake.first_time("gemini 429"):
+            h.body()
+            return h.reply(
+                429,
+                {
+                    "error": {
+                        "code": 429,
+                        "message": "Resource has been exhausted (e.g. check quota).",
+                        "status": "RESOURCE_EXHAUSTED",
+                    }
+                },
+                headers={"Retry-After": "2"},
+            )
+        return gemini(h, model)
+
+    fake.gemini = wrapped
+    result = run(afc, "gemini", "a lighthouse")
+    assert result.returncode == 0, result.stderr
+    first, second = afc.json("show", "shot")["attempts"]
+    assert (first["error_class"], first["http_status"]) == ("rate_limited", 429)
+    assert second["status"] == "succeeded"
+    assert second["waited_s"] == pytest.approx(0.05)  # Retry-After 2 s, capped by FAST

@@ -2,7 +2,8 @@
 
 A safety block arrives as HTTP 200 with no image (``promptFeedback.blockReason``, or a
 candidate whose ``finishReason`` is in the SAFETY / IMAGE_SAFETY family): a refusal. 429
-RESOURCE_EXHAUSTED carries ``google.rpc.RetryInfo.retryDelay`` ("19s"): honoured as the wait.
+RESOURCE_EXHAUSTED carries ``google.rpc.RetryInfo.retryDelay`` ("19s"): honoured as the wait
+(else the answer's ``Retry-After``, as a gateway in front of the API may say it).
 ``usageMetadata`` token counts (output: the candidates' and a thinking model's thoughts',
 ``billed_output``) and the images in the answer give the derived cost (the rule is
 ``RateCards.price`` in afc_cli/costs.py). A blocked answer reports its tokens but no image
@@ -110,13 +111,13 @@ class GeminiProvider(HttpProvider):
             reasons = {text(d.get("reason")) for d in objs(error.get("details"))}
             cls = "auth" if "API_KEY_INVALID" in reasons else class_for_status(status)
             free = refused_free(status)
+            # a 429's RetryInfo, else the answer's Retry-After (a gateway in front says so)
+            told = retry_delay(error) if cls == "rate_limited" else None
             raise ProviderError(
                 cls,
                 f"gemini: {error.get('status', '')} {error.get('message', f'HTTP {status}')}",
                 http_status=status,
-                retry_after=retry_delay(error)
-                if cls == "rate_limited"
-                else retry_after_for(cls, response.headers),
+                retry_after=told if told is not None else retry_after_for(cls, response.headers),
                 cost_micros=0 if free else None,
                 cost_source="derived" if free else None,
             )
