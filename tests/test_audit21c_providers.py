@@ -159,3 +159,36 @@ def test_a_gemini_429_saying_retry_after_in_a_header_is_waited_for(afc, fake):
     assert (first["error_class"], first["http_status"]) == ("rate_limited", 429)
     assert second["status"] == "succeeded"
     assert second["waited_s"] == pytest.approx(0.05)  # Retry-After 2 s, capped by FAST
+
+
+@pytest.mark.parametrize("field", [["image"], 5, ""])
+def test_a_replicate_inputs_field_that_is_no_field_name_is_a_manifest_error(afc, fake, field):
+    """``params.inputs_field`` (Replicate: the model input that takes the reference images)
+    given as a list or a number passed the manifest; each run then stopped at the job's
+    first attempt with "could not be read (AttributeError: 'list' object has no attribute
+    'endswith') ... a bug in afc's replicate adapter", the attempt recorded failed at a cost
+    unknown (possibly paid) though nothing was sent, and every 'afc resume' did it again.
+    It is a manifest error naming the field (exit 2, nothing written)."""
+    from afc_cli.providers.local import render_png
+
+    (afc.cwd / "ref.png").write_bytes(render_png("a reference", 16, 16))
+    data = manifest(
+        [
+            {
+                "key": "shot",
+                "prompt": "the shot",
+                "params": {"inputs_field": field},
+                "inputs": [{"path": "ref.png"}],
+            }
+        ],
+        rates=RATES,
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    assert "params.inputs_field" in result.stderr and "could not be read" not in result.stderr
+    assert fake.counts["replicate_submit"] == 0
+    assert not (afc.cwd / "afc.db").exists() or afc.rows("SELECT COUNT(*) FROM jobs") == [(0,)]

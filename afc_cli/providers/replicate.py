@@ -71,6 +71,18 @@ class ReplicateProvider(HttpProvider):
     # API predictions' outputs are deleted an hour after they finish
     keeps_outputs_s = 55 * 60.0
 
+    def params_problems(self, params: dict[str, Any]) -> list[str]:
+        """``inputs_field``, afc's own param (``reference_inputs``), must name a field: given
+        as a list or a number it passed the manifest, and each run stopped at the job's first
+        attempt as at a bug in afc, recording a request never sent as possibly paid."""
+        field = params.get("inputs_field")
+        if field is not None and not (isinstance(field, str) and field):
+            return [
+                "inputs_field: must be the name of the model's input field that takes the "
+                f"reference images (text), got {field!r}"
+            ]
+        return []
+
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key()}"}
 
