@@ -299,6 +299,7 @@ def _print_run(
 ) -> None:
     from afc_cli.costs import format_usd
     from afc_cli.output import emit_json, job_json
+    from afc_cli.storage import shown_url
 
     _settled()
 
@@ -308,7 +309,7 @@ def _print_run(
         payload: dict[str, Any] = {}
         if result.admit is not None:
             payload["batch"] = result.admit.batch
-            payload["storage"] = result.admit.storage
+            payload["storage"] = shown_url(result.admit.storage)
             payload["admitted"] = {
                 "new": len(result.admit.new),
                 "replayed": len(result.admit.replayed),
@@ -339,6 +340,7 @@ def _print_run(
         return
     from afc_cli.conflicts import conflict_message
     from afc_cli.gates import changed_message, kept_message
+    from afc_cli.storage import shown_url
 
     for conflict in conflicts:
         _err(conflict_message(conflict))
@@ -350,7 +352,7 @@ def _print_run(
         admit = result.admit
         _err(
             f"batch {admit.batch}: {len(admit.new)} new, {len(admit.replayed)} replayed, "
-            f"{len(conflicts)} conflicting; storage {admit.storage}"
+            f"{len(conflicts)} conflicting; storage {shown_url(admit.storage)}"
         )
         if admit.gates_changed:
             _err(changed_message(admit.gates_changed))

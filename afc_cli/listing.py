@@ -10,6 +10,7 @@ from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, TERMINAL, Ledger
 from afc_cli.owner import held_by_no_process
 from afc_cli.owner import process_gone as owner_process_gone
+from afc_cli.storage import object_path, object_url
 
 STATUSES = (*ACTIVE, "blocked", "awaiting_review", *TERMINAL)
 # Shown without --all: what a person may have to act on. Everything but the quiet states, so a
@@ -163,15 +164,14 @@ def outputs(ledger_path: str, *, batch: str | None) -> list[dict[str, Any]]:
         book.close()
     listed = []
     for row in rows:
-        url = f"{row['storage'].rstrip('/')}/{row['output_key']}"
         request = json.loads(row["request_json"]) if row["request_json"] else {}
         listed.append(
             {
                 "key": row["key"],
                 "batch": row["batch"],
                 "output_key": row["output_key"],
-                "path": url[len("file://") :] if url.startswith("file://") else None,
-                "url": url,
+                "path": object_path(row["storage"], row["output_key"]),
+                "url": object_url(row["storage"], row["output_key"]),
                 "size": row["output_size"],
                 "sha256": row["output_sha256"],
                 "cost": job_cost(row["cost_micros"], row["attempts_made"] or 0),

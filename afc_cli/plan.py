@@ -379,7 +379,7 @@ def plan(
 
     return {
         "batch": manifest.batch,
-        "storage": url,
+        "storage": storage_mod.shown_url(url),
         **counts,
         "estimated_spend": format_usd(estimate),
         "unpriced_models": sorted(unpriced),

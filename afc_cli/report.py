@@ -10,6 +10,7 @@ from afc_cli.costs import format_usd, job_cost, plural
 from afc_cli.errors import UsageError
 from afc_cli.ledger import TERMINAL, Ledger
 from afc_cli.listing import waiting_now
+from afc_cli.storage import object_url
 
 
 def _iso(ts: float | None) -> str | None:
@@ -84,7 +85,7 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                 "outcome": job["outcome"],
                 "request_hash": job["request_hash"],
                 "output_key": job["output_key"],
-                "output_url": f"{batch_row['storage'].rstrip('/')}/{job['output_key']}",
+                "output_url": object_url(batch_row["storage"], job["output_key"]),
                 "output_sha256": job["output_sha256"],
                 "output_size": job["output_size"],
                 # as afc status says it: with the word that its process is gone

@@ -17,6 +17,7 @@ import time
 
 from afc_cli.errors import UsageError
 from afc_cli.ledger import Ledger, ReviewRace
+from afc_cli.storage import object_url
 
 
 def pending(ledger: Ledger, batch: str | None = None, now: float | None = None) -> list[dict]:
@@ -41,7 +42,7 @@ def pending(ledger: Ledger, batch: str | None = None, now: float | None = None) 
                 "batch": row["batch"],
                 "key": row["key"],
                 "model": row["model"],
-                "output": f"{row['storage'].rstrip('/')}/{row['output_key']}",
+                "output": object_url(row["storage"], row["output_key"]),
                 "cost_micros": row["cost_micros"],
                 "cost": job_cost(row["cost_micros"], row["attempts_made"] or 0),
                 "unpriced_attempts": row["unpriced_attempts"] or 0,

@@ -41,6 +41,7 @@ from afc_cli.owner import (
     process_gone,
 )
 from afc_cli.secrets import map_leaves, scrub, scrub_data, visible
+from afc_cli.storage import shown_url
 
 # rejected: a person refused a reviewed output (afc_cli/review.py); final, like the others
 TERMINAL = ("succeeded", "failed", "cancelled", "dead", "rejected")
@@ -497,7 +498,8 @@ class Ledger:
             return None
         if storage is not None and storage != row["storage"]:
             raise UsageError(
-                f"batch {batch!r} stores its outputs in {row['storage']}, not {storage}; "
+                f"batch {batch!r} stores its outputs in {shown_url(row['storage'])}, not "
+                f"{shown_url(storage)}; "
                 "a batch keeps the storage it was first admitted with, so no output is "
                 "rendered twice into two places. Use that storage or a new batch name."
             )
@@ -3113,7 +3115,7 @@ def other_endpoint(
         return f"the endpoint {value}" if value else "AWS's own endpoint"
 
     return (
-        f"batch {batch!r} stores its outputs in {storage} through "
+        f"batch {batch!r} stores its outputs in {shown_url(storage)} through "
         f"{named(recorded)}, and this environment reaches it through {named(endpoint)} "
         "(AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL); a batch keeps the storage it "
         "was first admitted with, so no output is rendered twice into two places. "

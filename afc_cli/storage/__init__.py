@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import unquote
 
 from afc_cli.errors import UsageError
 from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
@@ -17,18 +18,71 @@ __all__ = [
     "Storage",
     "endpoint_of",
     "normalize_url",
+    "object_url",
     "open",
+    "shown_url",
 ]
+
+# RFC 3986 path characters that need no escape beside letters, digits and -._~ (pchar)
+_PATH_SAFE = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~/:@!$&'()*+,;="
+)
+
+
+def _escaped(path: str) -> str:
+    """``path`` as a URL's path (RFC 8089 ``file:`` URLs are percent-encoded): a space, '%',
+    '#', '?' and every other character a URL path cannot hold are escaped as UTF-8 bytes; a
+    printable letter of another script is kept as it is (an IRI, RFC 3987: what a person
+    reads), an invisible or control character is escaped."""
+    out = []
+    for ch in path:
+        if ch in _PATH_SAFE or (not ch.isascii() and ch.isprintable()):
+            out.append(ch)
+        else:
+            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass")))
+    return "".join(out)
+
+
+def shown_url(url: str) -> str:
+    """A batch's storage as afc prints it. The ledger records a ``file://`` storage as
+    ``file://`` and the directory's path as it is (what afc always recorded); printed, the
+    path is percent-encoded, so the URL reads back (``--storage``, ``storage:``) as the
+    same directory."""
+    if url.startswith("file://"):
+        return "file://" + _escaped(url[len("file://") :])
+    return url
+
+
+def object_url(url: str, key: str) -> str:
+    """The URL of output ``key`` in the batch storage ``url`` (as the ledger records it)."""
+    return shown_url(f"{url.rstrip('/')}/{key}")
+
+
+def object_path(url: str, key: str) -> str | None:
+    """The local path of output ``key`` in ``file://`` storage ``url``; None elsewhere."""
+    if not url.startswith("file://"):
+        return None
+    return f"{url[len('file://') :].rstrip('/')}/{key}"
 
 
 def normalize_url(url: str, base: Path | None = None) -> str:
-    """Canonical form recorded with a batch: ``file://`` URLs become absolute, so a batch's
-    outputs do not move when afc runs from another directory."""
+    """Canonical form recorded with a batch, of a URL a person gave: ``file://`` URLs become
+    absolute, so a batch's outputs do not move when afc runs from another directory, and
+    their percent-escapes are decoded (RFC 8089: ``file:///tmp/my%20renders`` is the
+    directory ``/tmp/my renders``; a '%' not followed by two hex digits is itself)."""
     url = url.strip()
     if url.startswith("file://"):
-        raw = url[len("file://") :]
+        try:
+            raw = unquote(url[len("file://") :], errors="strict")
+        except UnicodeDecodeError:
+            raise UsageError(
+                f"storage {url!r}: its percent-escapes are not UTF-8 text (a file URL's "
+                "path is percent-encoded UTF-8: a space is %20, a '%' is %25)"
+            ) from None
         if not raw:
             raise UsageError(f"storage {url!r} names no directory")
+        if "\x00" in raw:
+            raise UsageError(f"storage {url!r}: a path cannot hold a NUL character (%00)")
         path = Path(os.path.expanduser(raw))
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
@@ -60,6 +114,15 @@ def endpoint_of(url: str) -> str | None:
 
 
 def open(url: str) -> Storage:  # noqa: A001 - mirrors the builtin on purpose: storage.open(url)
+    """The backend of a storage URL as the ledger records it (``normalize_url``'s: a
+    ``file://`` path is not decoded again)."""
+    url = url.strip()
+    if url.startswith("file://"):
+        from afc_cli.storage.file import FileStorage
+
+        if not url[len("file://") :]:
+            raise UsageError(f"storage {url!r} names no directory")
+        return FileStorage(os.path.abspath(os.path.expanduser(url[len("file://") :])))
     url = normalize_url(url)
     if url.startswith("s3://"):
         from afc_cli.storage.s3 import S3Storage

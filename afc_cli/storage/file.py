@@ -23,6 +23,7 @@ from typing import Any
 
 from afc_cli.errors import StorageError, UsageError
 from afc_cli.spool import file_digest, fsync_dir
+from afc_cli.storage import object_url, shown_url
 from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
 
 META_SUFFIX = ".afc.json"
@@ -39,7 +40,11 @@ class FileStorage(Storage):
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self.url = f"file://{self.root}"
+        self.url = f"file://{self.root}"  # as the ledger records it (the path not encoded)
+        self.shown = shown_url(self.url)  # as afc prints it (storage.shown_url)
+
+    def describe(self, key: str) -> str:
+        return object_url(self.url, key)
 
     def unsynced_dirs(self, key: str) -> tuple[Path, ...]:
         return (self._object(key).parent,)
@@ -181,9 +186,9 @@ class FileStorage(Storage):
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UsageError(f"cannot use storage {self.url}: {exc}") from None
+            raise UsageError(f"cannot use storage {self.shown}: {exc}") from None
         if not os.access(self.root, os.W_OK):
-            raise UsageError(f"cannot use storage {self.url}: the directory is not writable")
+            raise UsageError(f"cannot use storage {self.shown}: the directory is not writable")
 
     def check_keys(self, keys: list[str]) -> None:
         """Every folder the batch will write must be a folder (not a file someone left there)
@@ -207,7 +212,7 @@ class FileStorage(Storage):
                         exists[rel] = True
                     elif os.path.lexists(full) and exists["/".join(parts[: end - 1])]:
                         raise UsageError(
-                            f"cannot store {folder + '/' + names[0]!r} in {self.url}: {full} is "
+                            f"cannot store {folder + '/' + names[0]!r} in {self.shown}: {full} is "
                             "a file, not a folder; move it, or change the output template"
                         )
                     else:
@@ -217,7 +222,7 @@ class FileStorage(Storage):
                 deepest = rel
             where = os.path.join(root, deepest) if deepest else root
             if os.path.isdir(where) and not os.access(where, os.W_OK | os.X_OK):
-                raise UsageError(f"cannot store outputs in {self.url}: {where} is not writable")
+                raise UsageError(f"cannot store outputs in {self.shown}: {where} is not writable")
             if exists.get(folder, False):
                 full = os.path.join(root, folder) if folder else root
                 try:
@@ -229,7 +234,7 @@ class FileStorage(Storage):
                     if name in folders:
                         raise UsageError(
                             f"cannot store {folder + '/' + name if folder else name!r} in "
-                            f"{self.url}: {os.path.join(full, name)} is a folder; move it, or "
+                            f"{self.shown}: {os.path.join(full, name)} is a folder; move it, or "
                             "change the output template"
                         )
 

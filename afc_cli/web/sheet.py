@@ -20,6 +20,7 @@ from afc_cli.costs import job_cost
 from afc_cli.costs_report import costs_report, parse_since
 from afc_cli.ledger import Ledger
 from afc_cli.listing import waiting_now
+from afc_cli.storage import object_url
 
 # A job that failed in a way a person must look at.
 FAILED = ("failed", "dead")
@@ -56,7 +57,7 @@ def _card(row: dict[str, Any], now: float) -> dict[str, Any]:
         "unpriced_attempts": row["unpriced_attempts"] or 0,
         "storage": row["storage"],
         "output_key": row["output_key"],
-        "output_url": f"{row['storage'].rstrip('/')}/{row['output_key']}",
+        "output_url": object_url(row["storage"], row["output_key"]),
         "output": has_output,
         "size": row["output_size"],
         "sha256": row["output_sha256"],

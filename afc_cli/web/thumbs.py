@@ -99,13 +99,14 @@ class _Unreachable:
 
     def read_chunks(self, key: str) -> Any:
         from afc_cli.errors import StorageError, StorageUnreachable
+        from afc_cli.storage import shown_url
 
         if self.down is not None:
             raise StorageError(f"not read: {self.down}", retryable=False)
         try:
             yield from self.store.read_chunks(key)
         except StorageUnreachable as exc:
-            self.down = f"{self.store.url} could not be reached ({exc.message})"
+            self.down = f"{shown_url(self.store.url)} could not be reached ({exc.message})"
             raise
 
 

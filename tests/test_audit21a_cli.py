@@ -1,0 +1,69 @@
+"""Outside audit 21a: the command line and the manifest as a user meets them, through the real
+``afc`` command: storage URLs, messages, hints, money options, what tables show."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.request import url2pathname
+
+from conftest import manifest
+
+
+def test_a_file_url_is_percent_encoded_both_ways_and_what_afc_prints_reads_back(afc):
+    """RFC 8089 file URLs are percent-encoded. afc took the text after 'file://' as the path
+    as it was: 'file:///tmp/my%20renders' made a folder literally named 'my%20renders', and a
+    folder with a space or '#' was printed as 'file:///tmp/my renders#1/b1/frame.png' (in
+    'outputs --json', 'show', the submit's storage line), which no URL reader takes for that
+    file ('#1/b1/frame.png' is a fragment). Now a file URL's escapes are decoded, and every
+    URL afc prints is encoded, and names the same folder when given back."""
+    afc.write_manifest(manifest([{"key": "frame", "prompt": "p"}]))
+    folder = afc.cwd / "my renders #1 100%"
+    given = "file://" + str(afc.cwd).replace("%", "%25") + "/my%20renders%20%231%20100%25"
+    done = afc("submit", "manifest.yaml", "--storage", given, "--json")
+    assert done.returncode == 0, done.stderr
+    assert (folder / "b1" / "frame.png").is_file(), sorted(p.name for p in afc.cwd.iterdir())
+    shown = json.loads(done.stdout)["storage"]
+    assert url2pathname(shown[len("file://") :]) == str(folder), shown
+
+    [listed] = afc.json("outputs")["outputs"]
+    assert listed["path"] == str(folder / "b1" / "frame.png"), listed
+    url = listed["url"]
+    assert " " not in url and "#" not in url, url
+    assert url2pathname(url[len("file://") :]) == listed["path"], url
+    story = afc("show", "frame")
+    assert f"output        {url}" in story.stdout, story.stdout
+
+    # what afc printed is the batch's storage: given back, the job is found stored, not paid
+    again = afc("submit", "manifest.yaml", "--storage", shown, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["admitted"]["replayed"] == 1, again.stdout
+    # the same folder written as it is (a space, a '#') is the same storage too
+    raw = afc("submit", "manifest.yaml", "--storage", f"file://{folder}".replace("%", "%25"))
+    assert raw.returncode == 0, raw.stderr
+    # and a folder literally named with '%20' is another folder, refused for this batch
+    other = afc("submit", "manifest.yaml", "--storage", f"file://{afc.cwd}/my%2520renders")
+    assert other.returncode == 2, other.stderr
+    assert "my%2520renders" in other.stderr and not Path(afc.cwd / "my%20renders").exists()
+
+
+def test_a_relative_file_url_with_escapes_in_a_manifest_is_its_folder_s(afc):
+    """The manifest's 'storage:' is decoded as --storage is, relative to the manifest."""
+    afc.write_manifest(
+        manifest([{"key": "frame", "prompt": "p"}], storage="file://./r%C3%A9sultats%20v2")
+    )
+    done = afc("submit", "manifest.yaml")
+    assert done.returncode == 0, done.stderr
+    assert (afc.cwd / "résultats v2" / "b1" / "frame.png").is_file()
+    # a letter of another script is kept readable (an IRI); the space is escaped
+    assert "storage file://" in done.stderr and "/résultats%20v2" in done.stderr, done.stderr
+
+
+def test_a_file_url_whose_escapes_are_not_utf8_is_refused_as_a_usage_error(afc):
+    afc.write_manifest(manifest([{"key": "frame", "prompt": "p"}]))
+    done = afc("submit", "manifest.yaml", "--storage", f"file://{afc.cwd}/bad%FF")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "UTF-8" in done.stderr, done.stderr
+    nul = afc("submit", "manifest.yaml", "--storage", f"file://{afc.cwd}/bad%00")
+    assert nul.returncode == 2, nul.stderr
+    assert "Traceback" not in nul.stderr and "NUL" in nul.stderr, nul.stderr
