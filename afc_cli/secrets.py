@@ -71,11 +71,15 @@ _SHAPES = [
     # quote, which a URL's userinfo allows and libpq takes: a PostgreSQL ledger's password
     # with one was shown from the quote on)
     (re.compile(r"(?<=://)[^/\s:@\"']+:[^\s@]+@"), REDACTED + "@"),
-    # ?key=..., &api_key=..., X-Amz-Signature=...
+    # ?key=..., &api_key=..., X-Amz-Signature=...; a value masked already is matched as the
+    # mask alone: a text scrubbed twice (a message naming a masked URL, scrubbed where it
+    # leaves) kept the mask and lost what followed it, 'db?password=<redacted> connection
+    # failed' for '...<redacted>: connection failed'
     (
         re.compile(
             r"([?&](?:key|api_key|apikey|token|access_token|secret|password|sslpassword|"
-            r"x-amz-signature|x-amz-credential|x-amz-security-token|signature)=)[^&\s\"'#]+",
+            r"x-amz-signature|x-amz-credential|x-amz-security-token|signature)=)"
+            r"(?:" + re.escape(REDACTED) + r"|[^&\s\"'#]+)",
             re.I,
         ),
         r"\1" + REDACTED,

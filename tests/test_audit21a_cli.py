@@ -67,3 +67,21 @@ def test_a_file_url_whose_escapes_are_not_utf8_is_refused_as_a_usage_error(afc):
     nul = afc("submit", "manifest.yaml", "--storage", f"file://{afc.cwd}/bad%00")
     assert nul.returncode == 2, nul.stderr
     assert "Traceback" not in nul.stderr and "NUL" in nul.stderr, nul.stderr
+
+
+def test_a_ledger_url_s_masked_password_keeps_the_colon_that_follows_it(afc):
+    """The scrubber masked a '?password=' value up to the next blank, and a message is
+    scrubbed where it is made and again where it leaves: the second pass took the ':' after
+    the masked URL with it ('...db?password=<redacted> connection failed'). The mask is kept
+    as the mask alone; the password never shows, in any of its forms."""
+    for url in (
+        "postgresql://u:pw-one-secret@127.0.0.1:1/db?password=two-secret",
+        "postgresql:///db?host=127.0.0.1&port=1&password=two-secret",
+        "postgresql://127.0.0.1:1/db?sslmode=disable&password=two%3Asecret:",
+    ):
+        for args in ((), ("--json",)):
+            done = afc("status", "--ledger", url, *args)
+            assert done.returncode != 0, done.stdout
+            said = done.stderr + done.stdout
+            assert "secret" not in said, said
+            assert "password=<redacted>: " in said, said
