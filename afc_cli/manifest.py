@@ -710,6 +710,13 @@ def _pydantic_problems(
                 f'{err["msg"]}: write USD in quotes, as "{err["input"]}" (money is an exact '
                 "decimal string, never a YAML number: 0.1 would be a binary float)"
             )
+        elif err["type"] == "string_type" and _key_number(loc, err.get("input")):
+            # 'key: 001', 'batch: 2024': YAML reads a number, and its text is gone (001 is 1,
+            # 12:30 is 750); said as money's is, not only 'should be a valid string'
+            message = (
+                f"{err['msg']}: YAML read the number {err['input']!r} here; write it in "
+                'quotes to keep it as written ("001", not 001, which YAML reads as the number 1)'
+            )
         else:
             message = err["msg"]
         problems.append(f"{_where(raw, loc)}: {message}")
@@ -743,12 +750,19 @@ def _yaml_kind(value: Any) -> str:
     return type(value).__name__
 
 
+def _yaml_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _key_number(loc: tuple[Any, ...], value: Any) -> bool:
+    """A YAML number where a name is wanted: the batch, a job's key, a key it needs or whose
+    output it takes (``inputs[N].job``)."""
+    named = loc[-2] if len(loc) >= 2 and isinstance(loc[-1], int) else loc[-1] if loc else None
+    return named in ("batch", "key", "needs", "job") and _yaml_number(value)
+
+
 def _money_number(field_name: Any, value: Any) -> bool:
-    return (
-        field_name in MONEY_FIELDS
-        and isinstance(value, int | float)
-        and not isinstance(value, bool)
-    )
+    return field_name in MONEY_FIELDS and _yaml_number(value)
 
 
 def _template_problem(template: str) -> str | None:

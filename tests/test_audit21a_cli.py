@@ -85,3 +85,38 @@ def test_a_ledger_url_s_masked_password_keeps_the_colon_that_follows_it(afc):
             said = done.stderr + done.stdout
             assert "secret" not in said, said
             assert "password=<redacted>: " in said, said
+
+
+NUMBERS = """\
+version: 1
+batch: 2024
+defaults:
+  chain: [{provider: local, model: m1}]
+jobs:
+  - key: 001
+    prompt: p
+  - key: 12:30
+    prompt: p
+  - key: b
+    prompt: p
+    inputs: [{job: 001}]
+"""
+
+
+def test_a_yaml_number_as_batch_or_key_is_told_to_be_quoted_as_money_is(afc):
+    """'key: 001' is the number 1 to YAML, '12:30' is 750; afc said only 'Input should be a
+    valid string', where a money field given a number is told to write it in quotes. The same
+    hint now names what YAML read and says to quote it, for the batch and a job's key."""
+    (afc.cwd / "manifest.yaml").write_text(NUMBERS)
+    done = afc("plan", "manifest.yaml")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    for where, number in (
+        ("field 'batch'", 2024),
+        ("job 0 (key 1): field 'key'", 1),
+        ("job 1 (key 750): field 'key'", 750),
+        ("job 2 (key 'b'): field 'inputs[0].job'", 1),
+    ):
+        [line] = [line for line in lines if f"- {where}:" in line]
+        assert f"YAML read the number {number} here" in line, line
+        assert 'write it in quotes to keep it as written ("001"' in line, line
