@@ -937,7 +937,16 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
             problems.append(f"field 'jobs_from': {missing}")
             jobs_file = None
     elif not model.jobs and not refused:
-        problems.append("field 'jobs': required field is missing (or name a job list: jobs_from)")
+        given = raw.get("jobs", ...) if isinstance(raw, dict) else ...
+        if given is ...:
+            problems.append(
+                "field 'jobs': required field is missing (or name a job list: jobs_from)"
+            )
+        else:  # 'jobs: []' or 'jobs:' is there, with no job in it
+            problems.append(
+                f"field 'jobs': {'the list is empty' if given == [] else 'it is empty (null)'}: "
+                "a manifest names at least one job (or names a job list: jobs_from)"
+            )
 
     seen, aggregate = Seen(), Aggregate()
     seen.base = path.parent

@@ -120,3 +120,16 @@ def test_a_yaml_number_as_batch_or_key_is_told_to_be_quoted_as_money_is(afc):
         [line] = [line for line in lines if f"- {where}:" in line]
         assert f"YAML read the number {number} here" in line, line
         assert 'write it in quotes to keep it as written ("001"' in line, line
+
+
+def test_an_empty_jobs_list_is_said_to_be_empty_not_missing(afc):
+    """'jobs: []' was refused as 'required field is missing', with the field right there."""
+    for text, said in (
+        ("jobs: []\n", "field 'jobs': the list is empty: a manifest names at least one job"),
+        ("jobs:\n", "field 'jobs': it is empty (null): a manifest names at least one job"),
+        ("", "field 'jobs': required field is missing"),
+    ):
+        (afc.cwd / "manifest.yaml").write_text("version: 1\nbatch: b1\n" + text)
+        done = afc("plan", "manifest.yaml")
+        assert done.returncode == 2, done.stderr
+        assert said in done.stderr, done.stderr
