@@ -39,6 +39,32 @@ def usd_problem(value: str) -> str | None:
     return None
 
 
+def cap_problem(value: str) -> str | None:
+    """Why a spending cap (``--max-spend``, a manifest's ``budget``) is refused, or None: a
+    USD amount (``usd_problem``) that afc can hold to as given. afc counts money in whole
+    micro-USD, so a cap finer than that (``1e-20``, ``1.0000001``) could only be kept as
+    another amount than the one written (rounded down: ``1e-20`` became a cap of 0, the
+    run stopped by a budget that said 0.000000), and a cap written with a minus sign
+    (``-0``) is not the non-negative amount a cap is. A rate may be finer (it is multiplied
+    by what the provider reports before the sum is rounded)."""
+    problem = usd_problem(value)
+    if problem:
+        return problem
+    amount = Decimal(value)
+    if amount.is_signed():
+        return f"must be a non-negative decimal, got {value!r}"
+    sign, digits, exponent = amount.as_tuple()
+    # the digits below the sixth decimal, read off the written digits (not computed: a
+    # Decimal product rounds at 28 digits, and 1e-999999999 underflows to 0)
+    below = digits[max(0, len(digits) - (-6 - int(exponent))) :] if int(exponent) < -6 else ()
+    if any(below):
+        return (
+            f"must be a whole number of micro-USD (at most 6 decimals: afc counts money in "
+            f"millionths of a USD), got {value!r}"
+        )
+    return None
+
+
 MICROS = Decimal(1_000_000)
 # micro-USD: just under 1,000,000 USD, where a cost becomes unpriced (``_bounded``)
 MAX_ESTIMATE = 999_999_999_999

@@ -45,7 +45,7 @@ import rfc8785
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from afc_cli.costs import usd_problem
+from afc_cli.costs import cap_problem, usd_problem
 from afc_cli.errors import ManifestError, UsageError
 from afc_cli.joblist import PlainSpec
 
@@ -244,6 +244,9 @@ class ManifestModel(_Strict):
     @field_validator("budget")
     @classmethod
     def _budget(cls, value: str | None) -> str | None:
+        problem = cap_problem(value) if isinstance(value, str) else None
+        if problem:
+            raise ValueError(problem)
         return _usd(value)
 
     defaults: Defaults = Field(default_factory=Defaults)

@@ -129,9 +129,9 @@ class Budget:
     ) -> Budget | None:
         if value is None:
             return None
-        from afc_cli.costs import usd_problem
+        from afc_cli.costs import cap_problem
 
-        problem = usd_problem(value)
+        problem = cap_problem(value)
         if problem:
             raise UsageError(f"--max-spend (or the manifest's budget) {problem}")
         return cls(cap_micros(Decimal(value)), allow_unpriced, source)

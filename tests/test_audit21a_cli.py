@@ -133,3 +133,31 @@ def test_an_empty_jobs_list_is_said_to_be_empty_not_missing(afc):
         done = afc("plan", "manifest.yaml")
         assert done.returncode == 2, done.stderr
         assert said in done.stderr, done.stderr
+
+
+def test_a_spending_cap_afc_cannot_hold_as_written_is_refused(afc):
+    """afc counts money in whole micro-USD. '--max-spend 1e-20' was taken as a cap of 0 (the
+    plan said budget 0.000000, the submit stopped by the budget, exit 4), '1.0000001' as
+    1.000000, and '-0' as 0: each a cap other than the one written. They are refused as any
+    bad amount is (exit 2, nothing written), on the command line and as a manifest's budget;
+    six decimals, trailing zeros and exponents that name whole micro-USD are kept."""
+    data = manifest([{"key": "a", "prompt": "p"}])
+    afc.write_manifest(data)
+    for cap in ("1e-20", "0.0000001", "1.0000001", "1e-999999999", "1." + "0" * 30 + "1"):
+        for command in ("plan", "submit"):
+            done = afc(command, "manifest.yaml", "--max-spend", cap)
+            assert done.returncode == 2, (cap, done.stderr)
+            assert "whole number of micro-USD (at most 6 decimals" in done.stderr, done.stderr
+            assert repr(cap) in done.stderr, done.stderr
+    for cap in ("-0", "-0.0"):
+        done = afc("submit", "manifest.yaml", "--max-spend", cap)
+        assert done.returncode == 2 and "non-negative" in done.stderr, (cap, done.stderr)
+    assert not (afc.cwd / "afc.db").exists()
+    for cap, budget in (("0.0000010", "0.000001"), ("1e-6", "0.000001"), ("2.5", "2.500000")):
+        assert afc.json("plan", "manifest.yaml", "--max-spend", cap)["budget"] == budget
+    afc.write_manifest({**data, "budget": "0.00000001"})
+    done = afc("plan", "manifest.yaml")
+    assert done.returncode == 2, done.stderr
+    assert "field 'budget'" in done.stderr and "whole number of micro-USD" in done.stderr
+    worker = afc("worker", "--until-idle", "--max-spend", "1e-20")
+    assert worker.returncode == 2 and "micro-USD" in worker.stderr, worker.stderr
