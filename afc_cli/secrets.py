@@ -98,16 +98,39 @@ _runs: re.Pattern[str] | None = None  # runs of the known keys' characters long 
 # C0 controls but the line break and tab, DEL and C1 controls: a terminal acts on them (ESC
 # starts a sequence that recolours, moves the cursor up to rewrite lines, retitles the window,
 # writes the clipboard; a carriage return writes over the line)
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# and the invisible format characters (Unicode's Cf, and the line and paragraph separators):
+# a bidirectional override (U+202E) shows a reviewer's note or a prompt reversed or reordered
+# ('too dark \u202egnol' read 'too dark long'), a zero-width space or a tag character hides
+# text. The zero-width joiner and non-joiner (U+200C, U+200D) are kept: an emoji sequence and
+# Persian or Indic writing need them, and they move nothing
+_CONTROLS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891"
+    "\u08e2\u180e\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff"
+    "\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return (
+        f"\\x{code:02x}"
+        if code <= 0xFF
+        else f"\\u{code:04x}"
+        if code <= 0xFFFF
+        else f"\\U{code:08x}"
+    )
 
 
 def visible(text: Any) -> Any:
-    """``text`` with each control character a terminal would act on written as ``\\xNN``:
-    outside text (a provider's error message, a storage server's) shown on a terminal or
-    kept in a log that is read on one. Anything not a string is returned as it is."""
+    """``text`` with each control character a terminal would act on written as ``\\xNN``,
+    and each invisible format character (a bidirectional override, a zero-width space) as
+    ``\\uNNNN``: outside text (a provider's error message, a storage server's, a reviewer's
+    note) shown on a terminal or kept in a log that is read on one. Anything not a string
+    is returned as it is."""
     if not isinstance(text, str) or not _CONTROLS.search(text):
         return text
-    return _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+    return _CONTROLS.sub(_escape, text)
 
 
 def register(env_name: str) -> None:

@@ -161,3 +161,30 @@ def test_a_spending_cap_afc_cannot_hold_as_written_is_refused(afc):
     assert "field 'budget'" in done.stderr and "whole number of micro-USD" in done.stderr
     worker = afc("worker", "--until-idle", "--max-spend", "1e-20")
     assert worker.returncode == 2 and "micro-USD" in worker.stderr, worker.stderr
+
+
+def test_bidi_overrides_and_invisible_characters_in_a_reviewer_s_words_are_shown_escaped(afc):
+    """afc writes the control characters a terminal acts on as '\\xNN', but a reviewer's
+    rejection reason or name with a right-to-left override (U+202E) or a zero-width space
+    was shown raw: 'too dark \\u202egnol\\u202c ok' read 'too dark long ok' in 'afc status',
+    'afc show' (its error, decision and event lines) on a pipe and on a terminal. They are
+    now written as '\\uNNNN' there too; a zero-width joiner (an emoji's) and another
+    script's letters are kept."""
+    from terminal import on_pty
+
+    afc.write_manifest(manifest([{"key": "frame", "prompt": "p", "review": True}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    reason = "too dark \u202egnol\u202c ok \U0001f469\u200d\U0001f52c 暗い"
+    by = "Jo\u200bse\u2066"
+    rejected = afc("review", "reject", "frame", "--reason", reason, "--by", by)
+    assert rejected.returncode == 0, rejected.stderr
+    shown_reason = "too dark \\u202egnol\\u202c ok \U0001f469\u200d\U0001f52c 暗い"
+    env = {"PYTHONIOENCODING": "utf-8"}
+    story = afc("show", "frame", env=env).stdout
+    status = afc("status", env=env).stdout
+    screen = on_pty(afc.command("status"), cwd=afc.cwd, env={**afc.env, **env}, columns=200)
+    for said in (story, status, screen.output):
+        assert "\u202e" not in said and "\u200b" not in said and "\u2066" not in said, said
+        assert shown_reason in said, said
+        assert "Jo\\u200bse\\u2066" in said, said
+    assert len([line for line in story.splitlines() if shown_reason in line]) == 3, story
