@@ -909,7 +909,7 @@ def costs_report_command(
             drop = {"avoided_unpriced": 1, "avoided_renders": 2, "avoided_cost": 3}
             cols = [Col(by)] + [Col(f, right=True, drop=drop.get(f)) for f in FIELDS]
             notes = [n for n in [footer(report)] if n]
-            emit(rows, cols, title=f"spend by {by} (USD)", notes=notes)
+            emit(rows, cols, title=f"spend by {by} (USD)", notes=notes, total=True)
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Act on several jobs without asking.")]

@@ -164,11 +164,14 @@ def emit(
     notes: Sequence[str] = (),
     group: str | None = None,
     stream: TextIO | None = None,
+    total: bool = False,
 ) -> None:
     """Print ``rows``: a laid-out table on a terminal, tab-separated lines on a pipe.
 
     ``group`` names a column (the batch) that, on a terminal, becomes a heading over each
-    group's rows instead of a column, so it takes no width from the keys."""
+    group's rows instead of a column, so it takes no width from the keys. ``total``: the
+    last row is the rows' total, which a terminal's table sets apart under a rule (its label
+    may also be a row's: a batch named ``total``)."""
     from afc_cli.secrets import scrub_data
 
     # every table leaves through here: a cell may hold outside text (a webhook URL with
@@ -180,7 +183,7 @@ def emit(
         for note in notes:
             sys.stderr.write(note + "\n")
         return
-    emit_terminal(rows, columns, out, title=title, notes=notes, group=group)
+    emit_terminal(rows, columns, out, title=title, notes=notes, group=group, total=total)
 
 
 def emit_plain(rows: Sequence[dict[str, Any]], columns: Sequence[Col], out: TextIO) -> None:
@@ -211,6 +214,7 @@ def emit_terminal(
     title: str | None = None,
     notes: Sequence[str] = (),
     group: str | None = None,
+    total: bool = False,
 ) -> None:
     from rich.text import Text
 
@@ -238,7 +242,7 @@ def emit_terminal(
     if title:
         console.print(Text(title, style="bold"))
     if group is None:
-        console.print(_table(rows, plan))
+        console.print(_table(rows, plan, total=total))
         said_under(rows)
     else:
         sections: dict[Any, list[dict[str, Any]]] = {}
@@ -262,13 +266,24 @@ def emit_terminal(
         below.print(Text(note))
 
 
-def _table(rows: Sequence[dict[str, Any]], plan: Layout):
+def _table(rows: Sequence[dict[str, Any]], plan: Layout, *, total: bool = False):
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
+    def shown(row: dict[str, Any], col: Col, size: int) -> Text:
+        text = cell(row.get(col.name))
+        return Text(shorten_left(text, size) if col.kind == "tail" else text)
+
+    # the total as the table's footer, under a rule: on a row of its own it looked like any
+    # other (a batch named 'total' and the total, two alike rows)
+    footer = rows[-1] if total and len(rows) > 1 else None  # no group: the total alone
+    if footer is not None:
+        rows = rows[:-1]
     table = Table(
-        box=box.SIMPLE_HEAD,
+        box=box.SIMPLE if footer is not None else box.SIMPLE_HEAD,
+        show_footer=footer is not None,
+        footer_style="bold",
         show_edge=False,
         pad_edge=False,
         padding=(0, 1),
@@ -278,15 +293,14 @@ def _table(rows: Sequence[dict[str, Any]], plan: Layout):
     for col, size in zip(plan.columns, plan.widths, strict=True):
         table.add_column(
             col.title,
+            footer=shown(footer, col, size) if footer is not None else "",
             width=size,
             justify="right" if col.right else "left",
             overflow="fold",
             no_wrap=col.kind == "tail",
         )
     for row in rows:
-        cells = []
-        for col, size in zip(plan.columns, plan.widths, strict=True):
-            text = cell(row.get(col.name))
-            cells.append(Text(shorten_left(text, size) if col.kind == "tail" else text))
-        table.add_row(*cells)
+        table.add_row(
+            *(shown(row, col, size) for col, size in zip(plan.columns, plan.widths, strict=True))
+        )
     return table

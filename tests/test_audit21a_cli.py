@@ -188,3 +188,37 @@ def test_bidi_overrides_and_invisible_characters_in_a_reviewer_s_words_are_shown
         assert shown_reason in said, said
         assert "Jo\\u200bse\\u2066" in said, said
     assert len([line for line in story.splitlines() if shown_reason in line]) == 3, story
+
+
+def test_the_costs_table_sets_its_total_apart_from_a_batch_named_total(afc):
+    """'afc costs report --by batch' on a terminal: a batch named 'total' (a valid name) and
+    the total row were two alike rows, 'total 0.050000' and 'total 0.100000', where --csv
+    (its 'row' column) and --json (rows, total) tell them apart. The table's total is now
+    its footer, under a rule; the batch's row is one of the rows above it."""
+    from terminal import on_pty
+
+    for batch in ("total", "b1"):
+        afc.write_manifest(manifest([{"key": "a", "prompt": "p"}], batch=batch), f"{batch}.yaml")
+        assert afc("submit", f"{batch}.yaml").returncode == 0
+    for no_color in (False, True):
+        shown = on_pty(
+            afc.command("costs", "report", "--by", "batch"),
+            cwd=afc.cwd,
+            env=afc.env,
+            columns=160,
+            no_color=no_color,
+        )
+        assert shown.returncode == 0, shown.output
+        lines = shown.lines
+        rule = [i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"─"}]
+        assert len(rule) == 2, lines  # under the header, and over the total
+        above, below = lines[rule[0] + 1 : rule[1]], lines[rule[1] + 1 :]
+        assert [line.split()[:2] for line in above] == [["b1", "0.050000"], ["total", "0.050000"]]
+        assert below[0].split()[:2] == ["total", "0.100000"], lines
+    # a pipe keeps its rows as they were (the total last, as scripts read it)
+    piped = afc("costs", "report", "--by", "batch").stdout.splitlines()
+    assert [line.split("\t")[:2] for line in piped[1:]] == [
+        ["b1", "0.050000"],
+        ["total", "0.050000"],
+        ["total", "0.100000"],
+    ]
