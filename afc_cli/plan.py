@@ -14,8 +14,8 @@ The budget it compares the estimate with is the submit's own (``Budget.of_manife
 without ``--allow-unpriced``), the plan says so in ``problems`` and the command exits 2, as the
 submit would; ``fits_budget`` is then None (the estimate cannot say). An API key or a webhook
 secret this environment lacks or cannot send (``run.require_keys``,
-``webhooks.require_secrets``: variable names only, never a value) is said in ``environment``,
-not refused: a plan is often made where the submit is not (CI checking manifests without
+``webhooks.require_secrets``: variable names only, never a value), and a storage it could not
+read (its jobs then counted as to render), are said in ``environment``, not refused: a plan is often made where the submit is not (CI checking manifests without
 secrets), and the submit refuses on its own, writing nothing.
 
 An admitted job whose render is paid for already is not rendered again: its bytes kept in this
@@ -38,7 +38,7 @@ from typing import Any
 from afc_cli import storage as storage_mod
 from afc_cli.conflicts import changes_since, describe_changes
 from afc_cli.costs import format_usd
-from afc_cli.errors import UsageError
+from afc_cli.errors import StorageError, UsageError
 from afc_cli.gates import (
     HELD,
     Change,
@@ -151,6 +151,11 @@ def plan(
         if refused is not None:
             raise UsageError(refused)
     store = storage_mod.open(url)
+    # the storage's first read that failed (no AWS credentials where the plan is made, an
+    # output key's folder that is a file): said with the environment's problems, as the
+    # submit's own storage check would refuse it there; the jobs after it are not looked
+    # for, and counted as to render (the estimate then the most the run can cost)
+    unread: list[str] = []
 
     counts = {
         "new": 0,
@@ -224,9 +229,18 @@ def plan(
             counts["replayed" if known else "new"] += 1
             # an admitted job's object carries the hash it was admitted with
             fake = {"id": job.job_id, "request_hash": known[0] if known else job.request_hash}
-            info = store.head(job.output_key)
-            foreign = ownership(fake, info)
-            if foreign:
+            info = None
+            if not unread:
+                try:
+                    info = store.head(job.output_key)
+                except (StorageError, UsageError) as exc:
+                    unread.append(exc.message)
+            foreign = ownership(fake, info) if info is not None else None
+            if info is None:
+                action = "render"
+                counts["to_render"] += 1
+                prices[job.key] = priced(job.chain, job.params)
+            elif foreign:
                 action = "conflict (output key taken)"
                 counts["conflicting"] += 1
                 detail["output_key"] = job.output_key
@@ -377,6 +391,11 @@ def plan(
             }
         )
 
+    if unread:
+        environment.append(
+            f"{unread[0]} (the storage could not be read: its jobs were not looked for there, "
+            "and are counted as to render)"
+        )
     return {
         "batch": manifest.batch,
         "storage": storage_mod.shown_url(url),

@@ -222,3 +222,39 @@ def test_the_costs_table_sets_its_total_apart_from_a_batch_named_total(afc):
         ["total", "0.050000"],
         ["total", "0.100000"],
     ]
+
+
+def test_a_plan_where_its_storage_cannot_be_read_says_so_and_plans(afc):
+    """README: a plan is often made where the submit is not (CI checking manifests without
+    secrets); what this environment lacks is said ('a submit in this environment would be
+    refused (exit 2)', --json 'environment') and the plan exits 0. A storage the plan could
+    not read stopped it instead, exit 1, nothing planned: an S3 manifest planned where no
+    AWS credentials are ('cannot read s3://...: no AWS credentials found'), or a file
+    storage where an output key's folder is a file. It is now said as the environment's
+    problems are; the jobs are counted as to render (the estimate then the most a run
+    could cost), and the submit still refuses, exit 2."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}, {"key": "b", "prompt": "p"}]))
+    (afc.cwd / "here").mkdir()
+    (afc.cwd / "here" / "b1").write_text("a file where a folder should be")
+    for name in [name for name in afc.env if name.startswith("AWS_")]:
+        del afc.env[name]  # where the plan is made: no AWS credentials at all
+    bare = {
+        "AWS_CONFIG_FILE": str(afc.cwd / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(afc.cwd / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    for storage, said in (
+        (f"file://{afc.cwd}/here", "Not a directory"),
+        ("s3://bucket/renders", "no AWS credentials"),
+    ):
+        planned = afc("plan", "manifest.yaml", "--storage", storage, "--json", env=bare)
+        assert planned.returncode == 0, planned.stderr
+        result = json.loads(planned.stdout)
+        [problem] = result["environment"]
+        assert said in problem and "counted as to render" in problem, problem
+        assert result["to_render"] == 2 and result["estimated_spend"] == "0.100000", result
+        assert [job["action"] for job in result["jobs"]] == ["render", "render"], result
+        assert "a submit in this environment would be refused (exit 2)" in planned.stderr
+        submitted = afc("submit", "manifest.yaml", "--storage", storage, env=bare)
+        assert submitted.returncode == 2, submitted.stderr
+    assert not (afc.cwd / "afc.db").exists()
