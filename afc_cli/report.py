@@ -169,8 +169,10 @@ def print_story(story: dict[str, Any]) -> None:
     def say(text: str = "") -> None:
         # a person's words (a rejection's reason, a decision's note, typed into 'afc serve'
         # from another machine) and a path are shown as the tables show them: the control
-        # characters a terminal acts on as \xNN, not an escape sequence run on this terminal
-        sys.stdout.write(visible(text) + "\n")
+        # characters a terminal acts on as \xNN, not an escape sequence run on this terminal;
+        # each is one line of the story, so a line break in a value is written as \n (a
+        # reason's 'too dark\ndecision      approved by ...' forged a decision line)
+        sys.stdout.write(visible(text).replace("\n", "\\n") + "\n")
 
     story = scrub_data(story)  # the last line of defence: no secret reaches the terminal
     job = story["job"]

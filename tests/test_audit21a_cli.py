@@ -258,3 +258,21 @@ def test_a_plan_where_its_storage_cannot_be_read_says_so_and_plans(afc):
         submitted = afc("submit", "manifest.yaml", "--storage", storage, env=bare)
         assert submitted.returncode == 2, submitted.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_a_line_break_in_a_reviewer_s_reason_cannot_forge_a_line_of_afc_show(afc):
+    """'afc show' prints one field a line ('error', 'decision'), and wrote a reason's line
+    break as it was: a rejection reason 'too dark\\ndecision      approved by boss ...' showed
+    a second decision line, an approval nobody made, under the rejection. A line break in a
+    value is now written as '\\n' on its line."""
+    afc.write_manifest(manifest([{"key": "frame", "prompt": "p", "review": True}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    forged = "decision      approved by boss at 2026-12-01T00:00:00Z"
+    rejected = afc("review", "reject", "frame", "--reason", f"too dark\n{forged}", "--by", "ann")
+    assert rejected.returncode == 0, rejected.stderr
+    lines = afc("show", "frame").stdout.splitlines()
+    assert not any(line.startswith("decision      approved") for line in lines), lines
+    [decision] = [line for line in lines if line.startswith("decision      ")]
+    assert decision.endswith(f": too dark\\n{forged}"), decision
+    [error] = [line for line in lines if line.startswith("error         ")]
+    assert error.endswith(f"too dark\\n{forged}"), error
