@@ -433,17 +433,18 @@ def _canonical_body(chain_json: bytes, output: str, params_json: bytes, prompt: 
 
 
 def _chain_problems(
-    chain: list[Any], params: dict[str, Any], providers: dict[str, Any]
+    chain: list[Any], params: dict[str, Any], providers: dict[str, Any], field: str = "chain"
 ) -> list[str]:
     """A chain's and its params' problems (the same for every job with the same chain and
-    params: resolve_jobs finds the default's once)."""
+    params: resolve_jobs finds the default's once). ``field``: where the chain is written
+    (a job's ``chain``, or ``defaults.chain`` for a job without one)."""
     problems = []
     checked: set[str] = set()  # a provider's params problems are said once, however many
     for c, entry in enumerate(chain):  # of the chain's models it serves
         provider = providers.get(entry.provider)
         if provider is None:
             problems.append(
-                f"field 'chain[{c}].provider': unknown provider {entry.provider!r}"
+                f"field '{field}[{c}].provider': unknown provider {entry.provider!r}"
                 + (
                     did_you_mean(entry.provider, list(providers))
                     or f" (available: {', '.join(sorted(providers))})"
@@ -852,7 +853,7 @@ def _unknown_params(
     for entry in chain:
         provider = providers.get(entry.provider)
         if provider is None:
-            continue
+            return []  # what it reads is not known (the unknown provider is said)
         taken = getattr(provider, "params", None)
         if taken is None:
             return []
@@ -1026,6 +1027,7 @@ class Seen:
         self.deferred: list[tuple[int, str, JobSpec]] = []
         self.base = Path(".")  # the manifest's folder: input paths are relative to it
         self.files: dict[str, tuple[str, str] | str] = {}  # input path -> (abs, sha256) | why
+        self.said: set[str] = set()  # the defaults' problems said (once, not a job's)
 
 
 class Aggregate:
@@ -1196,10 +1198,23 @@ def resolve_jobs(
         as_default = spec.chain is None and not spec.params
         chain_problems = cache.get("chain_problems") if as_default else None
         if chain_problems is None:
-            chain_problems = _chain_problems(chain, params, providers)
+            field = "chain" if spec.chain is not None else "defaults.chain"
+            chain_problems = _chain_problems(chain, params, providers, field)
             if as_default:
                 cache["chain_problems"] = chain_problems
-        problems.extend(f"{who}: {problem}" for problem in chain_problems)
+        for problem in chain_problems:
+            if as_default and problem.startswith("field 'params."):
+                # a job without params of its own has the defaults' params
+                problem = "field 'defaults." + problem[len("field '") :]
+            if not problem.startswith("field 'defaults."):
+                problems.append(f"{who}: {problem}")
+            elif problem not in seen.said:
+                # the defaults' own problem (an unknown provider in defaults.chain, a
+                # parameter of defaults.params), said once where it is written: each job
+                # without a chain (or params) of its own was named with it, at a field
+                # ('chain[0].provider', 'params.sise') the job does not have
+                seen.said.add(problem)
+                problems.append(problem)
 
         template = spec.output if spec.output is not None else model.defaults.output
         if spec.output is not None:

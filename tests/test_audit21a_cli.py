@@ -276,3 +276,45 @@ def test_a_line_break_in_a_reviewer_s_reason_cannot_forge_a_line_of_afc_show(afc
     assert decision.endswith(f": too dark\\n{forged}"), decision
     [error] = [line for line in lines if line.startswith("error         ")]
     assert error.endswith(f"too dark\\n{forged}"), error
+
+
+def test_an_unknown_provider_in_the_defaults_chain_is_named_once_where_it_is_written(afc):
+    """SPEC: a manifest error names the job and the field. An unknown provider in
+    'defaults.chain' was said for every job without a chain of its own, each named with a
+    field it does not have ('job 0 (key 'a'): field 'chain[0].provider'', then job 1, 2...,
+    the 25 problems shown all this one), and a job's own params were called 'not a
+    parameter of nope (known: )'. It is said once, at 'defaults.chain[0].provider', inline
+    jobs and a job list alike; a job's own chain is still named as the job's."""
+    data = manifest(
+        [{"key": f"shot-{i:02d}", "prompt": "p"} for i in range(30)]
+        + [
+            {"key": "own", "prompt": "p", "chain": [{"provider": "nope", "model": "m"}]},
+            {"key": "sized", "prompt": "p", "params": {"size": "1024x1024"}},
+        ],
+        jobs_from="list.csv",
+    )
+    data["defaults"]["chain"] = [{"provider": "nope", "model": "m1"}]
+    (afc.cwd / "list.csv").write_text("key,prompt\nfrom-list,p\n")
+    afc.write_manifest(data)
+    done = afc("plan", "manifest.yaml")
+    assert done.returncode == 2, done.stderr
+    problems = [line for line in done.stderr.splitlines() if line.startswith("  - ")]
+    assert problems == [
+        "  - field 'defaults.chain[0].provider': unknown provider 'nope' (did you mean 'openai'?)",
+        "  - job 30 (key 'own'): field 'chain[0].provider': unknown provider 'nope' (did you "
+        "mean 'openai'?)",
+    ], problems
+
+
+def test_a_mistyped_parameter_in_defaults_params_is_named_once_where_it_is_written(afc):
+    """The same for 'defaults.params': 'sise' was said for every job, as the job's
+    'params.sise'; a job with params of its own is still named with its own."""
+    data = manifest([{"key": f"shot-{i}", "prompt": "p"} for i in range(5)])
+    data["defaults"]["params"] = {"sise": "8x8"}
+    afc.write_manifest(data)
+    done = afc("plan", "manifest.yaml")
+    assert done.returncode == 2, done.stderr
+    problems = [line for line in done.stderr.splitlines() if line.startswith("  - ")]
+    assert problems == [
+        "  - field 'defaults.params.sise': not a parameter of local (did you mean 'size'?)"
+    ], problems
