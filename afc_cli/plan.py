@@ -79,7 +79,9 @@ def plan(
     rates = manifest_rates(manifest)
     # the budget the submit would run under: --max-spend over the manifest's budget
     budget = Budget.of_manifest(max_spend, manifest, allow_unpriced)
-    named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
+    named = resolve_storage(
+        storage, manifest.storage, Path(manifest_path).resolve().parent, str(manifest_path)
+    )
     from afc_cli.ledger import read_admitted
 
     bound, endpoint, admitted, stored_needs, moved = read_admitted(ledger_path, manifest.batch)

@@ -44,6 +44,7 @@ from afc_cli.errors import (
     EXIT_OK,
     STOP_SIGNALS,
     LedgerWriteError,
+    ManifestError,
     SpoolError,
     StopsRun,
     UsageError,
@@ -289,14 +290,20 @@ class RunResult:
 
 
 def resolve_storage(
-    cli_storage: str | None, manifest_storage: str | None, base: Path
+    cli_storage: str | None, manifest_storage: str | None, base: Path, manifest_path: str = ""
 ) -> str | None:
-    """The storage named explicitly (command line or AFC_STORAGE over the manifest), or None."""
+    """The storage named explicitly (command line or AFC_STORAGE over the manifest), or None.
+    A manifest's storage that is no usable URL is a manifest error naming the file and the
+    field, as every other manifest error does (it read as if --storage had named it)."""
     if cli_storage:
         return storage_mod.normalize_url(cli_storage)
     if manifest_storage:
         # relative file:// paths in a manifest are relative to the manifest's folder
-        return storage_mod.normalize_url(manifest_storage, base=base)
+        try:
+            return storage_mod.normalize_url(manifest_storage, base=base)
+        except UsageError as exc:
+            said = exc.message.removeprefix("storage: ").removeprefix("storage ")
+            raise ManifestError(manifest_path, [f"field 'storage': {said}"]) from None
     return None
 
 
@@ -322,7 +329,9 @@ def submit(
 
     # everything that can refuse the run is checked before the ledger is even opened
     manifest = load_manifest(manifest_path)
-    named = resolve_storage(storage, manifest.storage, Path(manifest_path).resolve().parent)
+    named = resolve_storage(
+        storage, manifest.storage, Path(manifest_path).resolve().parent, str(manifest_path)
+    )
     rates = manifest_rates(manifest)
     budget = Budget.of_manifest(max_spend, manifest, allow_unpriced)
 

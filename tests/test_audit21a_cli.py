@@ -318,3 +318,26 @@ def test_a_mistyped_parameter_in_defaults_params_is_named_once_where_it_is_writt
     assert problems == [
         "  - field 'defaults.params.sise': not a parameter of local (did you mean 'size'?)"
     ], problems
+
+
+def test_a_manifest_s_storage_that_is_no_usable_url_names_the_manifest_and_its_field(afc):
+    """SPEC: a manifest error names the file and the field. A manifest's 'storage:' that is
+    no usable URL was said as 'afc: storage 'ftp://x': the ftp:// scheme is not supported',
+    the words of --storage: nothing said it came from the manifest (rather than --storage or
+    AFC_STORAGE, which a cron job may set). It is an invalid manifest now, exit 2, naming the
+    file and 'field 'storage''; nothing is written, and --storage still wins over it."""
+    for storage, said in (
+        ("ftp://x", "'ftp://x': the ftp:// scheme is not supported"),
+        ("renders", "'renders' is not a URL"),
+        ("file://", "'file://' names no directory"),
+        ("s3://key:secret-value@bucket", "an s3:// URL carries no credentials"),
+    ):
+        afc.write_manifest(manifest([{"key": "a", "prompt": "p"}], storage=storage))
+        for command in ("plan", "submit"):
+            done = afc(command, "manifest.yaml")
+            assert done.returncode == 2, done.stderr
+            assert done.stderr.startswith("afc: invalid manifest manifest.yaml:\n"), done.stderr
+            assert f"  - field 'storage': {said}" in done.stderr, done.stderr
+            assert "secret-value" not in done.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    assert afc("submit", "manifest.yaml", "--storage", "file://./elsewhere").returncode == 0
