@@ -108,6 +108,15 @@ class LedgerWriteError(AfcError):
     reason = "the ledger cannot be written"
 
 
+def batch_key_hint(key: str) -> str:
+    """A key given as afc prints a job, ``BATCH/KEY`` (``afc: trailer/shot-001: ended
+    failed``), found no job: a key has no '/'; what to write instead, or ''."""
+    of, slash, own = key.partition("/")
+    if not slash or not of or not own or "/" in own:
+        return ""
+    return f" (afc prints a job as BATCH/KEY; name it as KEY --batch BATCH: {own} --batch {of})"
+
+
 def first_line(exc: object) -> str:
     """An error's message in one line: libpq adds lines of its own ("This probably means the
     server terminated abnormally...") to a lost connection's."""

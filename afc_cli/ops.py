@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from afc_cli.errors import UsageError
+from afc_cli.errors import UsageError, batch_key_hint
 from afc_cli.ledger import ACTIVE, Ledger
 from afc_cli.owner import host_id, host_of, owner_is_dead
 
@@ -61,7 +61,10 @@ def _named(
         found = ledger.jobs_by_key(key, batch)
         if not found:
             # the ledger as every message names it: a PostgreSQL URL's password masked
-            problems.append(f"no job with key {key!r}{where} in {display_url(ledger_path)}")
+            problems.append(
+                f"no job with key {key!r}{where} in {display_url(ledger_path)}"
+                + batch_key_hint(key)
+            )
         elif len(found) > 1:
             batches = ", ".join(repr(job["batch"]) for job in found)
             problems.append(f"key {key!r} is a key of several batches ({batches}): add --batch")

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from afc_cli.costs import format_usd, job_cost, plural
-from afc_cli.errors import UsageError
+from afc_cli.errors import UsageError, batch_key_hint
 from afc_cli.ledger import TERMINAL, Ledger
 from afc_cli.listing import waiting_now
 from afc_cli.storage import object_url
@@ -33,7 +33,10 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
 
             where = f" in batch {batch!r}" if batch else ""
             # the ledger as every message names it: a PostgreSQL URL's password masked
-            raise UsageError(f"no job with key {key!r}{where} in {display_url(ledger_path)}")
+            raise UsageError(
+                f"no job with key {key!r}{where} in {display_url(ledger_path)}"
+                + batch_key_hint(key)
+            )
         if len(matches) > 1:
             names = ", ".join(sorted(m["batch"] for m in matches))
             raise UsageError(f"key {key!r} is in several batches ({names}); name one with --batch")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 
-from afc_cli.errors import UsageError
+from afc_cli.errors import UsageError, batch_key_hint
 from afc_cli.ledger import Ledger, ReviewRace
 from afc_cli.storage import object_url
 
@@ -113,7 +113,7 @@ def _decide(
         where = f" in batch {of!r}" if of else ""
         label = repr(f"{of}/{key}" if isinstance(named, tuple) else key)
         if not found:
-            problems.append(f"{label}: no job with this key{where}")
+            problems.append(f"{label}: no job with this key{where}" + batch_key_hint(key))
         elif len(found) > 1:
             batches = ", ".join(repr(job["batch"]) for job in found)
             problems.append(f"{label}: a key of several batches ({batches}): add --batch")

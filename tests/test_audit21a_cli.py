@@ -341,3 +341,25 @@ def test_a_manifest_s_storage_that_is_no_usable_url_names_the_manifest_and_its_f
             assert "secret-value" not in done.stderr
     assert not (afc.cwd / "afc.db").exists()
     assert afc("submit", "manifest.yaml", "--storage", "file://./elsewhere").returncode == 0
+
+
+def test_a_job_named_as_afc_prints_it_batch_slash_key_is_told_how_to_name_it(afc):
+    """afc prints a job as BATCH/KEY ('afc: b1/frame: ended failed', show's first line), and
+    a person copies that into 'afc show b1/frame', 'afc retry', 'afc cancel' or 'afc review':
+    each said only 'no job with key 'b1/frame'' (a key has no '/'). They now say how to name
+    it: 'frame --batch b1'. Nothing is done (exit 2), as before."""
+    afc.write_manifest(manifest([{"key": "frame", "prompt": "p", "params": {"fail": ["invalid"]}}]))
+    done = afc("submit", "manifest.yaml")
+    assert done.returncode == 1 and "afc: b1/frame: ended failed" in done.stderr, done.stderr
+    hint = "(afc prints a job as BATCH/KEY; name it as KEY --batch BATCH: frame --batch b1)"
+    for args in (
+        ("show", "b1/frame"),
+        ("retry", "b1/frame", "--yes"),
+        ("cancel", "b1/frame", "--yes"),
+        ("review", "approve", "b1/frame"),
+    ):
+        refused = afc(*args)
+        assert refused.returncode == 2, refused.stderr
+        assert "'b1/frame'" in refused.stderr and hint in refused.stderr, refused.stderr
+    assert afc("show", "frame", "--batch", "b1").returncode == 0
+    assert afc.json("status")["counts"] == {"failed": 1}
