@@ -365,7 +365,14 @@ def submit(
     # is created only once the storage and spool checks have passed: a refused run writes
     # nothing.
     if ledger_file.is_postgres(ledger_path):
-        # a database server, not a file: opening it applies the schema, never a job
+        # a database server, not a file: opening it applies the schema, never a job. A
+        # missing API key or price is refused first in a database afc has not written yet
+        # (every job is new there), as in a new SQLite ledger: it stays empty
+        from afc_cli.ledger.postgres import holds_ledger
+
+        if refused and not holds_ledger(ledger_path):
+            for check in refused:
+                check(manifest.chains)
         path = ledger_path
         ledger = Ledger(ledger_path)
     else:

@@ -317,6 +317,16 @@ def _read_only(url: Any) -> Any:
     return conn
 
 
+def holds_ledger(url: Any) -> bool:
+    """Whether the database ``url`` names holds afc's schema, read without writing it (a
+    submit refused before anything is written leaves an empty database empty)."""
+    conn = _read_only(url)
+    try:
+        return conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is not None
+    finally:
+        conn.close()
+
+
 class PostgresLedger(Ledger):
     CLAIM_LOCK = " FOR UPDATE SKIP LOCKED"
     ROW_LOCK = " FOR UPDATE"
