@@ -1060,7 +1060,7 @@ def cancel(
     epilog=_examples(
         "afc queue stats",
         "afc queue stats --json",
-        "afc queue stats --fail-if 'failed>0' --fail-if 'dlq>0'",
+        "afc queue stats --fail-if 'stuck>0'",
         "afc queue stats --fail-if 'oldest_age_seconds>21600'",
     ),
 )
@@ -1082,9 +1082,10 @@ def queue_stats_command(
 ) -> None:
     """Backlog figures for alerting.
 
-    Queued, in flight, delayed, dead-lettered (dlq), failed (both wait for a person: afc
-    retry), and the age of the oldest unfinished job in seconds. With --fail-if, exit 1 when a
-    condition holds."""
+    Queued, in flight, delayed, dead-lettered (dlq), failed, stuck (the failed and dead jobs
+    that wait for a person, afc retry: not one failed only because a job it needs was
+    rejected or cancelled), and the age of the oldest unfinished job in seconds. With
+    --fail-if, exit 1 when a condition holds."""
     with _boundary(reads=ledger):
         from afc_cli.ops import failed_conditions, queue_stats
 

@@ -26,6 +26,7 @@ STAT_FIELDS = (
     "awaiting_review",
     "oldest_review_age_seconds",
     "process_gone",
+    "stuck",
 )
 RETRYABLE = ("failed", "dead", "cancelled")
 # A call started on another host can't be proved dead from here; after this long it has ended
@@ -324,6 +325,16 @@ def queue_stats(ledger_path: str) -> tuple[dict[str, Any], str | None]:
         stats["in_flight"] -= gone.count("running")
         stats["delayed"] -= gone.count("waiting")
         stats["process_gone"] = len(gone)
+        # the failed and dead jobs that wait for a person ('afc retry'), those 'afc resume'
+        # exits 1 for: not one failed DEPENDENCY_FAILED only because a need was rejected or
+        # cancelled, which a retry fails again at once (``run.follow_decisions``). An alert
+        # on failed>0 (the cron wrapper's) fired at every run for ever after one rejection.
+        stats["stuck"] = stats["failed"] + stats["dlq"]
+        dependents = ledger.failed_dependents() if stats["failed"] else []
+        if dependents:
+            from afc_cli.run import follow_decisions
+
+            stats["stuck"] -= len(follow_decisions(ledger, dependents))
         return stats, (moved["destination"] if moved else None)
     finally:
         ledger.close()

@@ -119,6 +119,7 @@ def test_queue_stats_and_fail_if(afc):
         "awaiting_review": 0,
         "oldest_review_age_seconds": 0,
         "process_gone": 0,  # outside audit 18: a killed run's jobs
+        "stuck": 0,  # outside audit 21: failed or dead, waiting for a person
     }
     assert stats["oldest_age_seconds"] >= 0
     assert afc("queue", "stats", "--fail-if", "dlq>0").returncode == 0

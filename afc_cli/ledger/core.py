@@ -1429,6 +1429,20 @@ class Ledger:
             )
         ]
 
+    def failed_dependents(self) -> list[dict[str, Any]]:
+        """The jobs failed ``DEPENDENCY_FAILED`` (``afc queue stats`` tells those that follow
+        a person's decision, ``run.follow_decisions``): one lookup in the (batch, status)
+        index per batch."""
+        return [
+            row
+            for name in self._batch_names()
+            for row in self._all(
+                "SELECT id, status, error_code FROM jobs"
+                " WHERE batch = ? AND status = 'failed' AND error_code = 'DEPENDENCY_FAILED'",
+                (name,),
+            )
+        ]
+
     def _batch_names(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT name FROM batches")]
 

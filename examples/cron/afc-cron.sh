@@ -45,9 +45,10 @@ echo "$(date -Is) afc-cron: resume"
 afc resume --concurrency "${AFC_CONCURRENCY:-32}" ${AFC_MAX_SPEND:+--max-spend "$AFC_MAX_SPEND"}
 run=$?
 
-# Alert on what needs a person, not on the error rate: failed and dead-lettered jobs (they
-# wait for 'afc retry'), and a backlog that stopped draining.
-afc queue stats --fail-if "failed>0" --fail-if "dlq>0" \
+# Alert on what needs a person, not on the error rate: failed and dead-lettered jobs that
+# wait for 'afc retry' (stuck: not a job failed only because a person rejected or cancelled
+# a job it needs, which no retry clears), and a backlog that stopped draining.
+afc queue stats --fail-if "stuck>0" \
     --fail-if "oldest_age_seconds>${AFC_MAX_AGE_S:-21600}"
 queue=$?
 
