@@ -302,6 +302,20 @@ def _spool_identity(row: Any) -> str:
     return f"postgresql:{row[0]}:{row[1]!r}"
 
 
+def _refuse_newer(path: str, done: set[str]) -> None:
+    """A ledger a newer afc migrated (``done``: the migrations applied to it) is refused."""
+    from afc_cli.ledger_file import known_migrations
+
+    known = known_migrations()
+    unknown = sorted(done - set(known))
+    if unknown:
+        raise LedgerError(
+            f"the ledger {path} has schema version {len(done)} (migrations this "
+            f"afc does not know: {', '.join(unknown)}); this afc knows version "
+            f"{len(known)}. Upgrade afc to use it."
+        )
+
+
 def _read_only(url: Any) -> Any:
     """A read-only connection to the ledger ``url`` names, outside any pool (``afc plan``'s
     reads: nothing is written, not even the schema); the caller closes it."""
@@ -419,13 +433,7 @@ class PostgresLedger(Ledger):
                     f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc'"
                 )
             }
-            unknown = sorted(done - set(known))
-            if unknown:
-                raise LedgerError(
-                    f"the ledger {self.path} has schema version {len(done)} (migrations this "
-                    f"afc does not know: {', '.join(unknown)}); this afc knows version "
-                    f"{len(known)}. Upgrade afc to use it."
-                )
+            _refuse_newer(self.path, done)
             pending = [name for name in known if name not in done]
             if pending and "m001_initial" in done:
                 # no claim or renewal commits between this look and the migration
@@ -859,6 +867,17 @@ class PostgresLedger(Ledger):
         try:
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
                 return None, None, {}, {}, None
+            # a newer afc's ledger is refused, as the submit refuses it (and SQLite's plan)
+            if conn.execute("SELECT to_regclass(%s)", (MIGRATIONS_TABLE,)).fetchone()[0]:
+                _refuse_newer(
+                    display_url(str(url)),
+                    {
+                        row[0]
+                        for row in conn.execute(
+                            f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc'"
+                        )
+                    },
+                )
             storage, endpoint = admitted_storage(conn, batch, "%s")
             # a ledger before m007 (read-only: not migrated) has no review and no needs
             gated = conn.execute("SELECT to_regclass('job_needs')").fetchone()[0] is not None
