@@ -1338,13 +1338,34 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         await ctx.dirs.sync(ctx.spool.root)  # the rename is durable: shared with other jobs
     except (OSError, SpoolError) as exc:
         # The bytes cannot be kept here (a full disk, say): record the paid attempt, then
-        # stop the run, since every other render would land on the same disk.
+        # stop the run, since every other render would land on the same disk. A job-style
+        # provider's request (its id committed) still holds the output for a while
+        # (Replicate an hour, fal minutes): the attempt is left to the next run, which polls
+        # that request and fetches its output again for free (``_resumable``), at the cost
+        # known now, rather than paying for a new render as a synchronous provider's must.
+        request_id = success.get("provider_request_id")
+        provider = ctx.providers.get(success["provider"])
+        left = request_id is not None and provider is not None and provider.resumable
+        if left:
+            success = {
+                **success,
+                "status": "unknown",
+                "error_class": INTERRUPTED,
+                "error_message": f"its output could not be kept in the spool ({exc}); the "
+                f"next run fetches it again from request {request_id}",
+            }
         ctx.ledger.end_attempt(job, number, **success)
         ctx.ledger.note(job, "spool_failed", error=str(exc))
+        again = (
+            f"the next run fetches it again from {success['provider']} request {request_id} "
+            "while the provider keeps it, paying nothing again"
+            if left
+            else "the job renders again"
+        )
         raise SpoolError(
             f"cannot keep the output of {job['batch']}/{job['key']} in the spool "
             f"{ctx.spool.root}: {exc}. Its render (attempt {number}) is recorded with its "
-            "cost; fix the disk, then run 'afc resume' (the job renders again)."
+            f"cost; fix the disk, then run 'afc resume' ({again})."
         ) from None
     crash_point("after_spool")
     try:
