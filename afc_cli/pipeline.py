@@ -1063,13 +1063,18 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             except RequestGone as exc:
                 # The provider no longer has the request we were to resume: it may have been
                 # paid for, so the attempt stays on the books as unknown (its cost too, unless
-                # the provider said what it ran: Replicate's seconds); a new one follows.
+                # the provider said what it ran: Replicate's seconds); a new one follows. A
+                # request a run that ended left behind (``resume``) was lost by afc's own end,
+                # not by an answer: ``interrupted``, it never uses up a model's attempts (an
+                # ``attempts: 1`` job failed here, no new attempt made, on a resume after
+                # a SIGKILL that came back once the provider had let its output go).
                 _learn_cost(ctx, entry, request["params"], exc.cost_micros)
                 ctx.ledger.end_attempt(
                     job,
                     number,
                     **report,
                     status="unknown",
+                    error_class=INTERRUPTED if resume is not None else None,
                     error_message=exc.message,
                     usage=exc.usage or None,
                     cost_micros=exc.cost_micros,

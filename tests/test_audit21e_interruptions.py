@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -94,3 +95,34 @@ def test_a_render_the_full_spool_could_not_keep_is_fetched_again_not_paid_again(
     total = afc.json("costs", "report")["total"]
     assert total["priced"] == f"{cost / 1e6:.6f}" and total["unknown_attempts"] == 0, total
     assert (afc.outputs() / "b1" / "j0.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_a_request_a_killed_run_left_that_the_provider_let_go_never_fails_the_job(
+    afc, fake, provider
+):
+    """Found by outside audit 21e: a run SIGKILLed while its only attempt (``attempts: 1``)
+    rendered at a job-style provider; the next run came back once the provider no longer had
+    the request (a 404: fal's results go after minutes, Replicate's data after an hour), and
+    the job failed 'used 1 of 1 attempts' with no render made, though an attempt cut off by
+    afc's own end never uses up a model's attempts nor fails a job by itself (SPEC 12)."""
+    data = manifest([{"key": "j0", "prompt": "hold a lighthouse"}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": provider, "model": MODELS[provider], "attempts": 1, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    (fake.predictions if provider == "replicate" else fake.fal).clear()  # let go of it
+    fake.released.set()
+    resumed = afc.json("resume", expect=None)
+    assert resumed["exit_code"] == 0, resumed
+    rows = afc.rows("SELECT number, status, error_class FROM attempts ORDER BY number")
+    assert rows == [(1, "unknown", "interrupted"), (2, "succeeded", None)], rows
+    assert fake.counts[SUBMITS[provider]] == 2
+    assert afc.json("costs", "report")["total"]["unknown_attempts"] == 1  # possibly paid
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
