@@ -126,3 +126,32 @@ def test_a_request_a_killed_run_left_that_the_provider_let_go_never_fails_the_jo
     assert fake.counts[SUBMITS[provider]] == 2
     assert afc.json("costs", "report")["total"]["unknown_attempts"] == 1  # possibly paid
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+
+
+def test_the_spool_file_of_a_success_a_crash_left_goes_at_a_resume_with_nothing_to_run(afc):
+    """Found by outside audit 21e: a run killed after its last job's final commit, before
+    that job's spool file was removed, left the file (a whole copy of the output) for good:
+    docs/pipeline.md says the next run sweeps it, but every later 'afc resume' had nothing
+    to run and returned before its sweep."""
+    afc.write_manifest(manifest([{"key": "j0", "prompt": "a lighthouse"}]))
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_terminal"})
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    spool = afc.cwd / "afc.db-spool"
+    assert [p.suffix for p in spool.glob("*.spool")] == [".spool"]  # the window was hit
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert list(spool.glob("*.spool")) == []
+    assert (afc.outputs() / "b1" / "j0.png").exists()
+
+
+def test_the_same_on_a_postgresql_ledger_whose_spool_a_run_marked(afc, pg_url):
+    afc.write_manifest(manifest([{"key": "j0", "prompt": "a lighthouse"}]))
+    afc.env["AFC_LEDGER"] = pg_url
+    died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_terminal"})
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    spool = afc.cwd / "afc-spool"
+    assert len(list(spool.glob("*.spool"))) == 1
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert list(spool.glob("*.spool")) == []
