@@ -278,11 +278,12 @@ def retry(
         lease_s = lease_seconds()  # a job whose render waits in a host's spool: its lease there
         # A job's spool file in this host's spool (copied here, as SPOOL_MISSING asks): the
         # job stays with this host for a lease, so a run elsewhere does not pay for it again
-        # (a shared ledger's hosts each spool on their own disk; not a SQLite ledger's)
-        spool = Spool(ledger.spool_root()) if ledger.SPOOL_PER_HOST else None
+        # (a shared ledger's hosts each spool on their own disk; not a SQLite ledger's), and
+        # one dead-lettered SPOOL_MISSING goes back to its store step, holding its output key
+        spool = Spool(ledger.spool_root())
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"], "was": job["status"]}
-            here = spool is not None and spool.path(job["id"]).is_file()
+            here = spool.path(job["id"]).is_file()
             if ledger.retry(job, decided_by, lease_s, spooled_here=here):
                 # queued, or blocked: a job with needs waits for them again
                 entry["status"] = ledger.job(job["id"])["status"]

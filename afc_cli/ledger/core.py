@@ -1464,28 +1464,41 @@ class Ledger:
         the next run polls that request rather than pay for a new one; not for a cancelled job,
         whose request the cancel asked the provider to stop. ``spooled_here``: a spool file of
         the job is in the spool of the host the retry runs on (a person copied it there, as
-        ``SPOOL_MISSING`` asks): the job is leased to this host for ``lease_s`` likewise, so a
-        run elsewhere, without the file, does not render and pay again before a run here has
-        stored it. A conditional
+        ``SPOOL_MISSING`` asks): on a ledger whose hosts spool each on their own disk
+        (``SPOOL_PER_HOST``) the job is leased to this host for ``lease_s`` likewise, so a run
+        elsewhere, without the file, does not render and pay again before a run here has
+        stored it; and one dead-lettered ``SPOOL_MISSING`` at its store step starts again at
+        that step (on either engine), where it holds its output key as a spooled render
+        (``_check_output``): from the probe it held nothing, and another job of the key paid
+        for a render of its own, one of the two thrown away at its store. A conditional
         update: of two racing retries, or a retry racing a worker's terminal write, one wins.
         Returns False (writing nothing) if the job is not failed, dead or cancelled.
         """
         with self.tx():
             self.hold_unmoved()
-            if not self._requeue(job, by, lease_s, host_lease() if spooled_here else None):
+            here = host_lease() if spooled_here and self.SPOOL_PER_HOST else None
+            if not self._requeue(job, by, lease_s, here, spooled=spooled_here):
                 return False
             self._reblock_dependents(job, by)
         return True
 
     # a job dead-lettered at its store step, its paid render spooled (``retry``)
     SPOOLED_DEAD_SQL = "(status = 'dead' AND error_code = 'STORE_FAILED' AND step = 'store')"
+    # one dead-lettered at its store step for want of its spool file, given it back (``retry``)
+    SPOOL_GIVEN_SQL = "(status = 'dead' AND error_code = 'SPOOL_MISSING' AND step = 'store')"
 
     def _requeue(
-        self, job: dict[str, Any], by: str, lease_s: float = 300.0, here: str | None = None
+        self,
+        job: dict[str, Any],
+        by: str,
+        lease_s: float = 300.0,
+        here: str | None = None,
+        *,
+        spooled: bool = False,
     ) -> bool:
         """``retry``'s update and event for one job (in the caller's transaction); ``here``:
-        the host lease of the host whose spool has the job's file (``retry``'s
-        ``spooled_here``)."""
+        the host lease of the host whose spool has the job's file, ``spooled``: whether this
+        host's spool has it (``retry``'s ``spooled_here``)."""
         from afc_cli.providers.base import GONE_PREFIX
 
         now = _now()
@@ -1495,13 +1508,14 @@ class Ledger:
             (job["id"],),
         )
         spooled_at = f"{host_of(rendered['owner'])}:0:0" if rendered and rendered["owner"] else None
-        spooled = self.SPOOLED_DEAD_SQL if spooled_at else "1 = 0"
-        leased = "1 = 1" if here is not None else spooled
+        stored_by = self.SPOOLED_DEAD_SQL if spooled_at else "1 = 0"
+        leased = "1 = 1" if here is not None else stored_by
+        at_store = f"({stored_by} OR {self.SPOOL_GIVEN_SQL})" if spooled else stored_by
         cursor = self.db.execute(
             # a job with needs waits for them again (they may have been retried too)
             "UPDATE jobs SET status = CASE WHEN EXISTS (SELECT 1 FROM job_needs n"
             " WHERE n.job_id = jobs.id) THEN 'blocked' ELSE 'queued' END,"
-            f" step = CASE WHEN {spooled} THEN 'store' ELSE 'probe' END,"
+            f" step = CASE WHEN {at_store} THEN 'store' ELSE 'probe' END,"
             f" lease_owner = CASE WHEN {leased} THEN ? END,"
             f" lease_expires = CASE WHEN {leased} THEN ? END,"
             " lease_mono = NULL,"
