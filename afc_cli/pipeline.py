@@ -25,7 +25,7 @@ import random
 import signal
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -922,10 +922,17 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     # left this machine, so this attempt is known to have cost nothing.
                     _never_sent(ctx, job, number, chain_index, entry, "afc was stopping")
                     return False
+                left = job.pop("output_left", ())
                 if job.pop("output_shared", False):
                     taken = await _stored_meanwhile(ctx, job, number, chain_index, entry)
                     if taken is not None:
                         return taken
+                    held = _spooled_left(ctx, left)
+                    if held is not None:
+                        why = f"job {held.key!r} of batch {held.batch!r} {held.held}"
+                        _never_sent(ctx, job, number, chain_index, entry, why)
+                        _wait_for_holder(ctx, job, held)
+                        return False
             ctx.report(job, "attempt", f"{entry['provider']}/{entry['model']} attempt {number}")
             stall_point("before_request")
             crash_point("after_attempt_row")
@@ -1242,6 +1249,24 @@ async def _stored_meanwhile(
         return False
     _found_stored(ctx, job, info)
     return True
+
+
+def _spooled_left(ctx: RunContext, left: Collection[tuple[str, str, str]]) -> OutputHeld | None:
+    """Of the jobs of this job's output key whose run is gone at their render step
+    (``Ledger._check_output``'s ``output_left``), one whose paid render is in this host's
+    spool: its run died after the file landed, before the checkpoint saying so, and its next
+    run adopts the file (``_adopt_spool``) and stores it. Rendered here too, one of the two
+    paid renders was thrown away at its store (OUTPUT_KEY_CONFLICT). None when there is none
+    (this job renders)."""
+    for job_id, key, batch in left:
+        if ctx.spool.path(job_id).exists():  # a stat, as the store step's
+            return OutputHeld(
+                batch,
+                key,
+                "whose paid render is spooled on this host and not stored yet",
+                f"'afc resume --batch {batch}' stores it",
+            )
+    return None
 
 
 def _found_stored(ctx: RunContext, job: dict[str, Any], info: ObjectInfo) -> None:

@@ -86,3 +86,47 @@ def test_a_spool_missing_job_retried_with_its_file_holds_its_output_key(afc, s3,
     ]
     sql = "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.batch = 'v2'"
     assert ledger_count(afc, ledger_url, sql + " AND a.cost_source IS DISTINCT FROM 'unsent'") == 0
+
+
+def test_a_render_spooled_by_a_run_that_died_before_its_checkpoint_holds_its_key(afc, ledger_url):
+    """v1's run dies (SIGKILL) after its paid render landed in the spool and before the
+    checkpoint saying so: the ledger has v1 running at its render step, and v1's next run
+    adopts the spool file (``pipeline._adopt_spool``). v2's job of the same key found the key
+    held by a dead run with nothing stored, paid for a render of its own and stored it, and
+    v1's run then ended OUTPUT_KEY_CONFLICT with its paid render thrown away. Now v2's job
+    sees the file in this host's spool before its request leaves: it pays for nothing
+    (its attempt unsent, at 0) and waits until v1's batch has run."""
+    calls = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(calls)}
+    if ledger_url.startswith("postgresql"):
+        env["AFC_LEDGER"] = ledger_url
+        env["AFC_SPOOL_DIR"] = str(afc.cwd / "spool")
+    for batch in ("v1", "v2"):
+        afc.write_manifest(_shared(batch, "file://" + str(afc.outputs())), name=f"{batch}.yaml")
+    died = afc("submit", "v1.yaml", env={**env, "AFC_CRASH_POINT": "after_spool"})
+    assert died.returncode == -9, died.stderr
+    assert _rows(afc, ledger_url, "SELECT status, step FROM jobs") == [("running", "render")]
+    assert len(calls.read_text().splitlines()) == 1
+
+    second = afc("submit", "v2.yaml", env=env, timeout=60)
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert len(calls.read_text().splitlines()) == 1, "v2's job paid for a render of v1's key"
+    [(status, reason)] = _rows(
+        afc, ledger_url, "SELECT status, waiting_reason FROM jobs WHERE batch = 'v2'"
+    )
+    assert status == "waiting"
+    assert "held by job 'shot-001' of batch 'v1'" in reason, reason
+    assert "'afc resume --batch v1' stores it" in reason, reason
+
+    stored = afc("resume", "--batch", "v1", env=env)
+    assert stored.returncode == 0, stored.stderr
+    again = afc("submit", "v2.yaml", env=env, timeout=60)
+    assert again.returncode == 1
+    assert len(calls.read_text().splitlines()) == 1
+    sql = "SELECT batch, status, COALESCE(error_code, '') FROM jobs ORDER BY batch"
+    assert _rows(afc, ledger_url, sql) == [
+        ("v1", "succeeded", ""),
+        ("v2", "failed", "OUTPUT_KEY_CONFLICT"),
+    ]
+    sql = "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.batch = 'v2'"
+    assert ledger_count(afc, ledger_url, sql + " AND a.cost_source IS DISTINCT FROM 'unsent'") == 0

@@ -153,13 +153,13 @@ _OUTPUT_OF_STORAGE = (
 # the words of m014's partial index ``jobs_output_spooled``
 OUTPUT_SPOOLED_SQL = "o.step = 'store' AND o.status IN ('queued', 'dead')"
 OUTPUT_HOLDERS_LOOKUP = (
-    "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL, o.step, NULL"
+    "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL, o.step, NULL, o.id"
     + _OUTPUT_OF_STORAGE.format(status=f"o.status IN {OUTPUT_HOLDERS_SQL}")
     + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires,"
-    " o.waiting_reason, o.step, NULL"
+    " o.waiting_reason, o.step, NULL, o.id"
     + _OUTPUT_OF_STORAGE.format(status="o.status = 'waiting'")
     + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL,"
-    " o.step, o.error_code" + _OUTPUT_OF_STORAGE.format(status=OUTPUT_SPOOLED_SQL)
+    " o.step, o.error_code, o.id" + _OUTPUT_OF_STORAGE.format(status=OUTPUT_SPOOLED_SQL)
 )
 # A run's candidates: the active jobs and the blocked ones (run when their needs have succeeded)
 RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
@@ -1759,6 +1759,10 @@ class Ledger:
         renders would be refused at its store, paid for nothing), and
         returns True when one may have stored an output under it (the caller looks in storage
         after this attempt's row is committed, before the request leaves: ``pipeline.render``).
+        The jobs of the key whose run is gone at their render step are kept in
+        ``job["output_left"]`` (id, key, batch): a run that died after its paid render landed
+        in its host's spool, before the checkpoint saying so, left a render its next run
+        adopts, which only that host's spool tells (``pipeline._spooled_left``).
 
         Two batches of one storage whose output template leaves out {batch} give two jobs one
         key. Run by two processes at once, both probes found the key free and both renders
@@ -1786,17 +1790,20 @@ class Ledger:
         if not rows:
             return False
         now = self.lease_clock()
-        for key, batch, status, owner, expires, reason, _, _ in rows:
+        for key, batch, status, owner, expires, reason, _, _, _ in rows:
             working = status == "running" or (reason or "").startswith(RENDERING)
             if working and expires is not None and float(expires) >= now:
                 if not owner_is_dead(owner):
                     self._let_go_of_output()
                     raise OutputBusy(batch, key, self.OUTPUT_POLL_S)
-        for key, batch, status, _, _, reason, step, error in rows:
+        for key, batch, status, _, _, reason, step, error, _ in rows:
             pending = _pending_render(key, batch, status, reason, step, error)
             if pending is not None:
                 self._let_go_of_output()
                 raise OutputHeld(batch, key, *pending)
+        job["output_left"] = [
+            (row[8], row[0], row[1]) for row in rows if row[2] == "running" and row[6] == "render"
+        ]
         # one that may have stored an output under the key (not a dead-lettered one, whose
         # spooled render was lost)
         return any(row[2] != "dead" for row in rows)
