@@ -266,6 +266,9 @@ class RunContext:
     output_of: dict[str, tuple[str, str]] = field(default_factory=dict)
     noted_batches: set[str] = field(default_factory=set)  # the batches ``output_of`` covers
     holding: dict[tuple[str, str], asyncio.Future] = field(default_factory=dict)
+    # a job whose key another job of this run holds with a paid render (``OutputHeld``), and
+    # that job's task: the job looks again once that task has ended (``run_job``)
+    held_here: dict[str, asyncio.Future] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -494,7 +497,13 @@ def _wait_for_holder(ctx: RunContext, job: dict[str, Any], held: OutputHeld) -> 
         return
     why += f"{held.held}: {held.how}; this job renders nothing until that job has ended"
     ctx.ledger.set_waiting(job, why)
-    ctx.ledger.pause_claims(job["id"], OUTPUT_HELD_PAUSE_S)
+    first = ctx.tasks.get(held.job_id or "")
+    if first is not None and not first.done():
+        # that job runs in this run: this job looks again once its task has ended
+        # (``run_job``), rather than be left waiting on a job this run then finished
+        ctx.held_here[job["id"]] = first
+    else:
+        ctx.ledger.pause_claims(job["id"], OUTPUT_HELD_PAUSE_S)
     ctx.report(job, "waiting", why, reason="output key held")
 
 
@@ -543,7 +552,8 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
     held = ctx.output_of.get(job_id)
     if held is None:
         return await _run_job(ctx, job_id)
-    me = asyncio.current_task()
+    # set when this job lets go of the key: the next job of the key waits for it
+    me = asyncio.get_running_loop().create_future()
 
     async def hold() -> None:
         # once its needs are settled (a job holding the key while it waited for a need that
@@ -552,11 +562,26 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
             await asyncio.wait({holder})
         ctx.holding[held] = me
 
-    try:
-        return await _run_job(ctx, job_id, hold)
-    finally:
+    def let_go() -> None:
         if ctx.holding.get(held) is me:
             del ctx.holding[held]
+        if not me.done():
+            me.set_result(None)
+
+    try:
+        while True:
+            status = await _run_job(ctx, job_id, hold)
+            # Another job of the key that this run runs too holds a paid render of it
+            # (``_wait_for_holder``): that job stores it here, so this one lets go of the key,
+            # waits for that job's task (holding no slot) and looks again, once
+            first = ctx.held_here.pop(job_id, None)
+            if first is None or status in TERMINAL:
+                return status
+            let_go()
+            await asyncio.wait({first})
+            me = asyncio.get_running_loop().create_future()
+    finally:
+        let_go()
 
 
 async def _run_job(
@@ -1265,6 +1290,7 @@ def _spooled_left(ctx: RunContext, left: Collection[tuple[str, str, str]]) -> Ou
                 key,
                 "whose paid render is spooled on this host and not stored yet",
                 f"'afc resume --batch {batch}' stores it",
+                job_id=job_id,
             )
     return None
 

@@ -130,3 +130,34 @@ def test_a_render_spooled_by_a_run_that_died_before_its_checkpoint_holds_its_key
     ]
     sql = "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.batch = 'v2'"
     assert ledger_count(afc, ledger_url, sql + " AND a.cost_source IS DISTINCT FROM 'unsent'") == 0
+
+
+def test_one_run_of_the_holder_and_the_other_job_ends_the_wait_itself(afc, ledger_url):
+    """Batch b's job holds the key with a paid render its killed run spooled; batch a's job
+    of the same key is queued. One 'afc resume' runs both: a's job, taking the key first,
+    rested waiting 'held by job shot-001 of batch b ... afc resume --batch b stores it',
+    then b's job stored its render in that same run, and a's job was left waiting on a job
+    that had ended, for the next run to find the object (exit 1, the wait's words stale in
+    afc status). Now a's job waits for b's task in that run and then looks again: it ends
+    OUTPUT_KEY_CONFLICT there, nothing paid, as the next run would have ended it."""
+    calls = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(calls)}
+    if ledger_url.startswith("postgresql"):
+        env["AFC_LEDGER"] = ledger_url
+        env["AFC_SPOOL_DIR"] = str(afc.cwd / "spool")
+    for batch in ("a", "b"):
+        afc.write_manifest(_shared(batch, "file://" + str(afc.outputs())), name=f"{batch}.yaml")
+    died = afc("submit", "b.yaml", env={**env, "AFC_CRASH_POINT": "after_spool"})
+    assert died.returncode == -9, died.stderr
+    assert afc("submit", "--no-run", "a.yaml", env=env).returncode == 0
+
+    resumed = afc("resume", env=env, timeout=60)
+    assert len(calls.read_text().splitlines()) == 1, "a's job paid for a render of b's key"
+    sql = "SELECT batch, status, COALESCE(error_code, '') FROM jobs ORDER BY batch"
+    assert _rows(afc, ledger_url, sql) == [
+        ("a", "failed", "OUTPUT_KEY_CONFLICT"),
+        ("b", "succeeded", ""),
+    ], resumed.stderr
+    assert resumed.returncode == 1  # a's job failed (a conflict), as the run says
+    sql = "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.batch = 'a'"
+    assert ledger_count(afc, ledger_url, sql + " AND a.cost_source IS DISTINCT FROM 'unsent'") == 0

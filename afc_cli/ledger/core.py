@@ -253,15 +253,25 @@ class OutputHeld(Exception):
     run left at a job-style provider (Replicate, fal), or a render spooled and not stored. The
     attempt was not started (``Ledger._check_output``). ``how``: what stores that render (a
     command for a person); ``final``: only a person's decision does (that job is dead-lettered),
-    so the job ends rather than wait for it."""
+    so the job ends rather than wait for it; ``job_id``: that job's id (a run that runs it too
+    waits for it: ``pipeline.run_job``)."""
 
-    def __init__(self, batch: str, key: str, held: str, how: str, final: bool = False):
+    def __init__(
+        self,
+        batch: str,
+        key: str,
+        held: str,
+        how: str,
+        final: bool = False,
+        job_id: str | None = None,
+    ):
         super().__init__(f"job {key!r} of batch {batch!r} holds a paid render of this output key")
         self.batch = batch
         self.key = key
         self.held = held
         self.how = how
         self.final = final
+        self.job_id = job_id
 
 
 class JobLost(Exception):
@@ -1796,11 +1806,11 @@ class Ledger:
                 if not owner_is_dead(owner):
                     self._let_go_of_output()
                     raise OutputBusy(batch, key, self.OUTPUT_POLL_S)
-        for key, batch, status, _, _, reason, step, error, _ in rows:
+        for key, batch, status, _, _, reason, step, error, holder in rows:
             pending = _pending_render(key, batch, status, reason, step, error)
             if pending is not None:
                 self._let_go_of_output()
-                raise OutputHeld(batch, key, *pending)
+                raise OutputHeld(batch, key, *pending, job_id=holder)
         job["output_left"] = [
             (row[8], row[0], row[1]) for row in rows if row[2] == "running" and row[6] == "render"
         ]
