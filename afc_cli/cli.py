@@ -689,6 +689,11 @@ def worker(
                     else ""
                 )
                 + ("; stopped by the budget" if result.budget_hit else "")
+                + (
+                    f"; {result.held_elsewhere} left waiting on another batch's output key"
+                    if result.held_elsewhere
+                    else ""
+                )
                 + "\n"
             )
         raise typer.Exit(result.exit_code)

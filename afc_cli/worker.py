@@ -217,6 +217,8 @@ class WorkerResult:
     abandoned: int = 0
     budget_hit: bool = False
     budget: dict[str, Any] | None = None  # the shared budget's cap and spend, all workers
+    # --until-idle --batch: its jobs left waiting on an output key another batch's job holds
+    held_elsewhere: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -227,7 +229,7 @@ class WorkerResult:
         # a script's 'afc worker --until-idle' is a run, as 'afc resume' is: a job it ran
         # that failed is exit 1; a service's worker stopped by SIGTERM exits 0 whatever its
         # jobs did (stopping is its normal end: 'afc status' and 'queue stats' say the rest)
-        return EXIT_JOB_FAILED if self.until_idle and self.failed else 0
+        return EXIT_JOB_FAILED if self.until_idle and (self.failed or self.held_elsewhere) else 0
 
     def as_json(self) -> dict[str, Any]:
         from afc_cli.costs import format_usd
@@ -243,6 +245,7 @@ class WorkerResult:
             "abandoned_attempts": self.abandoned,
             "stopped_by_budget": self.budget_hit,
             "budget": self.budget,
+            "held_elsewhere": self.held_elsewhere,
             "exit_code": self.exit_code,
         }
 
@@ -356,6 +359,26 @@ def work(
                 ledger.check_schema()
                 raise
 
+        def idle(runnable: list[str]) -> bool:
+            """Nothing left that a round of this worker can end: no runnable job, or (with
+            --batch) only jobs waiting on an output key a job of another batch holds with a
+            paid render, which only a run of that batch stores (``Ledger.held_elsewhere``):
+            said, counted, and exit 1, as ``afc resume --batch`` leaves such a job waiting."""
+            if not runnable or batch is None:
+                result.held_elsewhere = 0
+                return not runnable
+            held = ledger.held_elsewhere(batch)
+            result.held_elsewhere = len(held)
+            if len(held) < len(runnable):
+                return False
+            for job in held if reporter is not None else ():
+                reporter.notice(
+                    f"job {job['key']!r} of batch {batch!r} waits: output key "
+                    f"{job['output_key']} is held by job {job['held'].key!r} of batch "
+                    f"{job['held'].batch!r}, {job['held'].held}: {job['held'].how}"
+                )
+            return True
+
         while not stop.is_set():
             jobs = claim_now()
             if not jobs:
@@ -369,7 +392,7 @@ def work(
                     ledger.release(job)
                 break
             if not jobs:
-                if until_idle and not ledger.runnable_job_ids(batch=batch, include_blocked=False):
+                if until_idle and idle(ledger.runnable_job_ids(batch=batch, include_blocked=False)):
                     break
                 stop.wait(poll_s)
                 continue

@@ -1784,39 +1784,68 @@ class Ledger:
         One index lookup (``jobs_output_holders``, afc_cli/migrations.py m011), empty for
         nearly every job."""
         held = self._hold_output(job["output_key"])
-        rows = self.db.execute(
-            OUTPUT_HOLDERS_LOOKUP, (job["output_key"], job["id"], job["batch"]) * 3
-        ).fetchall()
+        rows = self._output_holders(job)
         if not held():
             raise OutputBusy(None, None, self.OUTPUT_RACE_S)
-        # A waiting job holds the key only while its provider renders its request (polled:
-        # Replicate, fal) or its render waits in the spool for storage; one waiting out a
-        # backoff, a budget or another key holds nothing
-        rows = [
-            row
-            for row in rows
-            if row[2] != "waiting" or (row[5] or "").startswith(RENDERING) or row[6] == "store"
-        ]
         if not rows:
             return False
-        now = self.lease_clock()
-        for key, batch, status, owner, expires, reason, _, _, _ in rows:
-            working = status == "running" or (reason or "").startswith(RENDERING)
-            if working and expires is not None and float(expires) >= now:
-                if not owner_is_dead(owner):
-                    self._let_go_of_output()
-                    raise OutputBusy(batch, key, self.OUTPUT_POLL_S)
-        for key, batch, status, _, _, reason, step, error, holder in rows:
-            pending = _pending_render(key, batch, status, reason, step, error)
-            if pending is not None:
-                self._let_go_of_output()
-                raise OutputHeld(batch, key, *pending, job_id=holder)
+        refusal = self._holding(rows)
+        if refusal is not None:
+            self._let_go_of_output()
+            raise refusal
         job["output_left"] = [
             (row[8], row[0], row[1]) for row in rows if row[2] == "running" and row[6] == "render"
         ]
         # one that may have stored an output under the key (not a dead-lettered one, whose
         # spooled render was lost)
         return any(row[2] != "dead" for row in rows)
+
+    def _output_holders(self, job: dict[str, Any]) -> list[tuple]:
+        """The other jobs of this job's output key in its storage that may hold it (rows of
+        ``OUTPUT_HOLDERS_LOOKUP``). A waiting job holds the key only while its provider renders
+        its request (polled: Replicate, fal) or its render waits in the spool for storage; one
+        waiting out a backoff, a budget or another key holds nothing."""
+        rows = self.db.execute(
+            OUTPUT_HOLDERS_LOOKUP, (job["output_key"], job["id"], job["batch"]) * 3
+        ).fetchall()
+        return [
+            row
+            for row in rows
+            if row[2] != "waiting" or (row[5] or "").startswith(RENDERING) or row[6] == "store"
+        ]
+
+    def _holding(self, rows: list[tuple]) -> OutputBusy | OutputHeld | None:
+        """Of ``_output_holders``: OutputBusy when a live run renders the key, OutputHeld when
+        a job no live run works on holds a paid render of it (``_pending_render``), else None."""
+        now = self.lease_clock()
+        for key, batch, status, owner, expires, reason, _, _, _ in rows:
+            working = status == "running" or (reason or "").startswith(RENDERING)
+            if working and expires is not None and float(expires) >= now:
+                if not owner_is_dead(owner):
+                    return OutputBusy(batch, key, self.OUTPUT_POLL_S)
+        for key, batch, status, _, _, reason, step, error, holder in rows:
+            pending = _pending_render(key, batch, status, reason, step, error)
+            if pending is not None:
+                return OutputHeld(batch, key, *pending, job_id=holder)
+        return None
+
+    def held_elsewhere(self, batch: str) -> list[dict[str, Any]]:
+        """The waiting jobs of ``batch`` whose output key a job of another batch holds with a
+        paid render no live run works on (``_holding``), each with ``held`` (its OutputHeld):
+        only a run of that batch ends their wait, so a worker confined to ``batch`` is idle
+        with nothing else to run (``worker.work``'s ``--until-idle``). Read only, no lock: the
+        worker's next claim looks again under it."""
+        found = []
+        for job in self._all(
+            "SELECT id, key, batch, output_key FROM jobs WHERE batch = ? AND status = 'waiting'"
+            " ORDER BY seq",
+            (batch,),
+        ):
+            rows = self._output_holders(job)
+            holding = self._holding(rows) if rows else None
+            if isinstance(holding, OutputHeld) and holding.batch != batch:
+                found.append({**job, "held": holding})
+        return found
 
     def _hold_output(self, output_key: str) -> Callable[[], bool]:
         """Serialise the output-key checks of one key across processes until the transaction
