@@ -364,13 +364,10 @@ def work(
             --batch) only jobs waiting on an output key a job of another batch holds with a
             paid render, which only a run of that batch stores (``Ledger.held_elsewhere``):
             said, counted, and exit 1, as ``afc resume --batch`` leaves such a job waiting."""
-            if not runnable or batch is None:
-                result.held_elsewhere = 0
+            held = ledger.held_elsewhere(batch) if runnable and batch is not None else None
+            result.held_elsewhere = len(held or ())
+            if held is None:
                 return not runnable
-            held = ledger.held_elsewhere(batch)
-            result.held_elsewhere = len(held)
-            if len(held) < len(runnable):
-                return False
             for job in held if reporter is not None else ():
                 reporter.notice(
                     f"job {job['key']!r} of batch {batch!r} waits: output key "

@@ -103,3 +103,49 @@ def test_a_worker_of_every_batch_runs_the_holder_and_ends_the_wait(afc, fake, le
     assert fake.counts["replicate_submit"] == 1
     sql = "SELECT COUNT(*) FROM jobs WHERE status = 'succeeded' AND batch = 'v1'"
     assert ledger_count(afc, ledger_url, sql) == 1
+
+
+def test_held_elsewhere_is_every_active_job_of_the_batch_or_none(afc, ledger_url):
+    """``Ledger.held_elsewhere``: the batch's jobs when each waits on another batch's holder;
+    None as soon as one does not (a job waiting out a backoff, a queued one, one held by a
+    job of its own batch, which a worker of that batch runs)."""
+    from afc_cli.costs import RateCards
+    from afc_cli.ledger import Ledger
+    from afc_cli.ledger.core import RENDERING
+    from afc_cli.manifest import load_manifest
+
+    ledger = Ledger(ledger_url)
+    try:
+        ids = {}
+        for batch in ("v1", "v2"):
+            data = manifest(jobs(2), batch=batch)
+            data["defaults"]["output"] = "{key}.{ext}"
+            m = load_manifest(afc.write_manifest(data, name=f"{batch}.yaml"))
+            ledger.admit(m, "file:///tmp/x", RateCards())
+            ids[batch] = [job.job_id for job in m.jobs]
+
+        def put(job_id, **fields):
+            with ledger.tx():
+                ledger.db.execute(
+                    f"UPDATE jobs SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?",
+                    (*fields.values(), job_id),
+                )
+
+        rendering = dict(status="waiting", waiting_reason=RENDERING + "replicate r-1")
+        for job_id in ids["v1"]:
+            put(job_id, attempts=1, **rendering)
+        assert ledger.held_elsewhere("v2") is None  # both queued
+        put(ids["v2"][0], status="waiting", waiting_reason="output key held")
+        assert ledger.held_elsewhere("v2") is None  # the second one is queued
+        put(ids["v2"][1], status="waiting", waiting_reason="backoff 2.00s after 503")
+        held = ledger.held_elsewhere("v2")
+        assert [(job["key"], job["held"].batch) for job in held] == [
+            ("shot-001", "v1"),
+            ("shot-002", "v1"),
+        ]
+        put(ids["v1"][1], status="succeeded", waiting_reason=None, step="done")
+        assert ledger.held_elsewhere("v2") is None  # shot-002's key is free: it renders
+        # v1's own jobs are held by no other batch
+        assert ledger.held_elsewhere("v1") is None
+    finally:
+        ledger.close()

@@ -1829,22 +1829,24 @@ class Ledger:
                 return OutputHeld(batch, key, *pending, job_id=holder)
         return None
 
-    def held_elsewhere(self, batch: str) -> list[dict[str, Any]]:
-        """The waiting jobs of ``batch`` whose output key a job of another batch holds with a
-        paid render no live run works on (``_holding``), each with ``held`` (its OutputHeld):
-        only a run of that batch ends their wait, so a worker confined to ``batch`` is idle
-        with nothing else to run (``worker.work``'s ``--until-idle``). Read only, no lock: the
-        worker's next claim looks again under it."""
+    def held_elsewhere(self, batch: str) -> list[dict[str, Any]] | None:
+        """When every active job of ``batch`` is waiting on an output key that a job of
+        another batch holds with a paid render no live run works on (``_holding``): those
+        jobs, each with ``held`` (its OutputHeld); else None, found at the first job that is
+        not (a batch waiting out a provider's backoff costs one lookup, not one a job). Only a
+        run of the holder's batch ends such a wait, so a worker confined to ``batch`` is idle
+        (``worker.work``'s ``--until-idle``). Read only, no lock: the next claim looks again."""
         found = []
         for job in self._all(
-            "SELECT id, key, batch, output_key FROM jobs WHERE batch = ? AND status = 'waiting'"
-            " ORDER BY seq",
+            "SELECT id, key, batch, status, output_key FROM jobs WHERE batch = ?"
+            f" AND status IN {ACTIVE_SQL} ORDER BY status = 'waiting', seq",
             (batch,),
         ):
-            rows = self._output_holders(job)
+            rows = self._output_holders(job) if job["status"] == "waiting" else ()
             holding = self._holding(rows) if rows else None
-            if isinstance(holding, OutputHeld) and holding.batch != batch:
-                found.append({**job, "held": holding})
+            if not isinstance(holding, OutputHeld) or holding.batch == batch:
+                return None
+            found.append({**job, "held": holding})
         return found
 
     def _hold_output(self, output_key: str) -> Callable[[], bool]:
