@@ -69,8 +69,9 @@ _SHAPES = [
     (re.compile(r"\bwhsec_[A-Za-z0-9+/=]{4,}"), "whsec_" + REDACTED),
     # https://user:password@host (a password may hold '/': an AWS secret often does; and a
     # quote, which a URL's userinfo allows and libpq takes: a PostgreSQL ledger's password
-    # with one was shown from the quote on)
-    (re.compile(r"(?<=://)[^/\s:@\"']+:[^\s@]+@"), REDACTED + "@"),
+    # with one was shown from the quote on); the user name may be empty (https://:pass@host,
+    # which libpq and HTTP clients read as a password with no user name)
+    (re.compile(r"(?<=://)[^/\s:@\"']*:[^\s@]+@"), REDACTED + "@"),
     # ?key=..., &api_key=..., X-Amz-Signature=...; a value masked already is matched as the
     # mask alone: a text scrubbed twice (a message naming a masked URL, scrubbed where it
     # leaves) kept the mask and lost what followed it, 'db?password=<redacted> connection

@@ -98,8 +98,10 @@ CLOCK_SAMPLE_S = 10.0
 COPY_LOCK_WAIT_S = 10.0
 
 
-# a URL's password in its user part (``postgresql://user:PASSWORD@host``), the user kept
-USERINFO_PASSWORD = re.compile(r"(://[^:/@]+:)([^@]*)@")
+# a URL's password in its user part (``postgresql://user:PASSWORD@host``), the user kept;
+# the user name may be empty (``postgresql://:PASSWORD@host``: libpq takes the user from
+# PGUSER or the login), which a mask wanting one before the colon showed whole
+USERINFO_PASSWORD = re.compile(r"(://[^:/@]*:)([^@]*)@")
 
 
 def display_url(url: str) -> str:
