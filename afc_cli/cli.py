@@ -383,12 +383,25 @@ def _print_run(
     tally = f"of {len(jobs)} job(s): {counts}" if counts else "no jobs"
     _err(f"{result.ran} run here; {tally}; {_spend_line(result.stats, result.budget)}")
     if result.budget is not None and result.stats.spent_micros > result.budget.cap_micros:
-        # every attempt fitted the cap by what was reserved for it; its answer cost more
+        # every attempt this run started fitted the cap by what was reserved for it: either
+        # its answer cost more, or requests an earlier run left were polled to their end here
+        # (README "Budget"), which no reservation of this run held
+        stats, cap = result.stats, result.budget.cap_micros
+        why = []
+        if stats.adopted_micros:
+            why.append(
+                f"{format_usd(stats.adopted_micros)} USD of it was requests an earlier run left "
+                "rendering, which this run polled to their end (never paid for again; their "
+                "cost counts in the run that learns it)"
+            )
+        if stats.spent_micros - stats.adopted_micros > cap:
+            why.append(
+                "answers cost more than the estimates reserved for them (a card that charges "
+                "tokens: give it a per_image of at least what an image costs in tokens)"
+            )
         _err(
-            f"this run spent {format_usd(result.stats.spent_micros)} USD, past its budget of "
-            f"{format_usd(result.budget.cap_micros)}: answers cost more than the estimates "
-            "reserved for them (a card that charges tokens: give it a per_image of at least "
-            "what an image costs in tokens)"
+            f"this run spent {format_usd(stats.spent_micros)} USD, past its budget of "
+            f"{format_usd(cap)}: " + "; and ".join(why)
         )
     if result.stats.budget_hit:
         _err(

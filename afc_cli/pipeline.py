@@ -226,6 +226,10 @@ class RunContext:
     # the dearest a model's answer has cost in this run, per image its request asked for, in
     # micro-USD, by (provider, model): the budget reserves at least that (``_reservation``)
     dearest: dict[tuple[str, str], int] = field(default_factory=dict)
+    # the attempts (job id, provider, number) an earlier run left rendering at a job-style
+    # provider that this run polls to their end (``reopen_attempt``): their cost counts in
+    # this run's spend and budget, though this run started none of them (its summary says so)
+    adopted: set[tuple[str, str, int]] = field(default_factory=set)
     # no render starts while the spool's disk has less free than this (AFC_MIN_FREE_MB): its
     # bytes, and the ledger's record of them, must have somewhere to go
     min_free_bytes: int = 0
@@ -842,6 +846,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             entry = chain[chain_index]
             if not ctx.ledger.reopen_attempt(job, resume, ctx.run_id):
                 raise JobLost(job["id"])
+            ctx.adopted.add((job["id"], resume["provider"], number))
             ctx.spool.forget_request(job["id"])  # its id is committed now (``_noted_request``)
             wait = None
         else:

@@ -238,6 +238,10 @@ class RunStats:
     spent_micros: int = 0  # priced: the known costs of this run's attempts (costs report's)
     unknown_cost_attempts: int = 0  # this run's attempts whose cost is unknown, shown apart
     reserved_micros: int = 0  # the budget's reservations for those
+    # of ``spent_micros``, the known cost of requests an earlier run left rendering, which
+    # this run polled to their end (``RunContext.adopted``): no reservation of this run's
+    # held them, so a budget's spend may pass its cap by them (README "Budget")
+    adopted_micros: int = 0
     interrupted: bool = False  # a signal stopped the run (exit 130)
     finished: int = 0  # jobs this run brought to a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -973,6 +977,7 @@ def run_jobs(
             money["priced"],
             money["unknown_cost"],
             money["reserved"],
+            adopted_micros=ledger.attempts_cost(ctx.adopted, run_id),
             interrupted=interruption.interrupted,
             finished=ctx.finished,
             ended_badly=ctx.ended_badly,

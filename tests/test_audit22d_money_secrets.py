@@ -3,9 +3,11 @@ must never say (an API key, a ledger's password), through the real ``afc`` comma
 
 from __future__ import annotations
 
+import signal
 import socket
+import time
 
-from conftest import jobs, manifest
+from conftest import jobs, ledger_count, manifest
 
 PASSWORD = "Sup3rS3cretPW-0123"
 
@@ -57,3 +59,39 @@ def test_an_s3_endpoint_with_a_password_and_no_user_name_is_shown_masked(afc):
     assert result.returncode != 0
     assert "http://<redacted>@127.0.0.1" in result.stderr, result.stderr
     assert PASSWORD not in result.stderr + result.stdout and "Sup3r" not in result.stderr
+
+
+def test_a_budget_passed_by_requests_a_killed_run_left_says_so(afc, fake, ledger_url):
+    """A fal card of 0.025 an image charges exactly its estimate. A run killed while fal
+    rendered three requests left them to the next run, which polled them to their end under
+    ``--max-spend 0.03`` (README "Budget": a budget's counted spend can pass its cap by
+    requests it adopted). Its summary said 'past its budget of 0.030000: answers cost more
+    than the estimates reserved for them (a card that charges tokens: give it a per_image of
+    at least what an image costs in tokens)', a cause that was not this run's and a fix for a
+    card that has no token rate."""
+    afc.env["AFC_LEDGER"] = ledger_url
+    data = manifest(
+        [{"key": f"j{i}", "prompt": f"hold {i}"} for i in range(3)],
+        rates=[{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}],
+    )
+    data["defaults"]["chain"] = [{"provider": "fal", "model": "fal-ai/flux/dev"}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    sql = "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL"
+    deadline = time.time() + 60
+    while ledger_count(afc, ledger_url, sql) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    fake.released.set()
+    result = afc("resume", "--max-spend", "0.03")
+    assert (
+        ledger_count(afc, ledger_url, "SELECT COUNT(*) FROM events WHERE kind = 'attempt_resumed'")
+        == 3
+    )
+    assert fake.counts["fal_submit"] == 3, "polled, never paid again"
+    assert "this run spent 0.075000 USD (priced)" in result.stderr, result.stderr
+    said = "this run spent 0.075000 USD, past its budget of 0.030000: 0.075000 USD of it was requests an earlier run left rendering"
+    assert said in result.stderr, result.stderr
+    assert "answers cost more than the estimates" not in result.stderr, result.stderr
+    assert "tokens" not in result.stderr, result.stderr

@@ -2061,6 +2061,21 @@ class Ledger:
         ).fetchone()
         return {"priced": int(row[0]), "unknown_cost": int(row[1]), "reserved": int(row[2])}
 
+    def attempts_cost(self, attempts: Collection[tuple[str, str, int]], run_id: str | None) -> int:
+        """The known cost of ``attempts`` (job id, provider, number) that are still
+        ``run_id``'s: the requests a run adopted from an earlier one (``run_money``'s
+        ``priced`` counts them with the run's own)."""
+        total = 0
+        for job_id, provider, number in attempts:
+            row = self.db.execute(
+                "SELECT cost_micros FROM attempts WHERE job_id = ? AND provider = ?"
+                " AND number = ? AND run_id = ?",
+                (job_id, provider, number, run_id),
+            ).fetchone()
+            if row is not None and row[0] is not None:
+                total += int(row[0])
+        return total
+
     # Groupings of ``afc costs report --by``: the attempts' column and the avoided renders'.
     COST_GROUPS = {
         "provider": ("a.provider", "v.provider"),
