@@ -977,7 +977,11 @@ def run_jobs(
             money["priced"],
             money["unknown_cost"],
             money["reserved"],
-            adopted_micros=ledger.attempts_cost(ctx.adopted, run_id),
+            # looked up only for the summary of a run past its cap (one row an adopted
+            # request: thousands after a crashed batch)
+            adopted_micros=ledger.attempts_cost(ctx.adopted, run_id)
+            if budget is not None and money["priced"] > budget.cap_micros
+            else 0,
             interrupted=interruption.interrupted,
             finished=ctx.finished,
             ended_badly=ctx.ended_badly,
