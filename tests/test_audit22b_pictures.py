@@ -37,3 +37,40 @@ def test_a_base64_token_pasted_into_the_address_is_taken_as_it_is(afc):
     finally:
         code, stderr = served.stop()
     assert code == 0 and token not in stderr and "Traceback" not in stderr
+
+
+def test_a_full_size_output_is_sent_as_what_its_bytes_are(afc, monkeypatch):
+    """The full-size view labelled an output by its key's extension alone, through Python's
+    mimetypes, which knows .webp only from the system's mime.types (3.11 and 3.12 have none
+    of their own): where there is none (a slim container image) a .webp output was
+    application/octet-stream, sent with nosniff, so clicking its thumbnail downloaded a file
+    instead of showing the picture; and a key whose extension is not what the model answered
+    (``pipeline._named_as``: a .png key holding WebP) was labelled by the key. It is labelled
+    as S3 storage labels the object: by its first bytes, else by its key."""
+    import asyncio
+    import mimetypes
+
+    from afc_cli.web.server import build_app
+
+    data = manifest(jobs(1, size="32x32"))
+    data["defaults"]["output"] = "{batch}/{key}.webp"  # the local model answers PNG
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    [[job_id]] = afc.rows("SELECT id FROM jobs")
+    # Python's own table, without the system's mime.types
+    monkeypatch.setattr(mimetypes, "_db", mimetypes.MimeTypes(filenames=()))
+    monkeypatch.setattr(mimetypes, "inited", True)
+    assert mimetypes.guess_type("x.webp")[0] is None
+    monkeypatch.chdir(afc.cwd)
+    app = build_app("afc.db", batch=None, host="127.0.0.1", token=None)
+
+    async def get() -> httpx.Response:  # the server's app in this process, its mimetypes these
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            return await client.get(f"/output/{job_id}")
+
+    answer = asyncio.run(get())
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "image/png"
+    assert answer.content.startswith(b"\x89PNG")
+    assert answer.headers["x-content-type-options"] == "nosniff"

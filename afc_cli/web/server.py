@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import mimetypes
 import secrets
 import signal
 import socket
@@ -441,6 +440,7 @@ class Pages:
         from starlette.responses import PlainTextResponse, StreamingResponse
 
         from afc_cli.errors import StorageError
+        from afc_cli.inputs import media_type
 
         job = self._card(request.path_params["job_id"])
         if job is None or not job["output"]:
@@ -455,7 +455,12 @@ class Pages:
             yield first
             yield from chunks
 
-        kind = mimetypes.guess_type(job["output_key"])[0] or "application/octet-stream"
+        # what its bytes are, as S3 storage labels an object (``inputs.media_type``), else its
+        # key's: from the name alone, a .webp output was application/octet-stream, a file
+        # to download (nosniff), where Python finds no mime.types (3.11 and 3.12 know no
+        # .webp of their own: a slim container image), and a .png key holding a model's WebP
+        # (``pipeline._named_as``) was said to be a PNG
+        kind = media_type(first[:32], job["output_key"])
         # no Content-Length from the ledger: the object in storage is what is sent (chunked),
         # and one replaced there since (another size) would break the response
         return StreamingResponse(body(), media_type=kind, headers=dict(OUTPUT_HEADERS))
