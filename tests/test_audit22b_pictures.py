@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from urllib.parse import quote
 
 import httpx
 import pytest
-from browser import Served
+from browser import LOADED_IMAGES, Served, browser  # noqa: F401 - the browser fixture
 from conftest import jobs, manifest
 
 pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
@@ -74,3 +75,45 @@ def test_a_full_size_output_is_sent_as_what_its_bytes_are(afc, monkeypatch):
     assert answer.headers["content-type"] == "image/png"
     assert answer.content.startswith(b"\x89PNG")
     assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_browser_shows_each_ledgers_own_pictures_on_the_same_port(afc, browser):  # noqa: F811
+    """A job's id is its batch's and key's (``job_id_for``), and its thumbnail's address is
+    /thumb/<job id>, sent as fresh for an hour (max-age=3600): a batch re-run in a fresh ledger
+    (new prompts, same batch name and keys) and served on the same port (8765, the default)
+    showed, on its review page, the first ledger's pictures, even after a reload, and a
+    reviewer approved a picture the job never made. Each thumbnail is now asked for again
+    at each use (no-cache, answered 304 by its ETag while it is the same)."""
+    from selenium.webdriver.common.by import By
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+    seen = {}
+    for name, size in (("first", "32x32"), ("second", "64x48")):
+        data = manifest(jobs(1, size=size))
+        data["defaults"]["review"] = True
+        afc.write_manifest(data, f"{name}.yaml")
+        ledger = ["--ledger", f"{name}.db"]
+        submitted = afc("submit", f"{name}.yaml", *ledger, "--storage", f"file://./{name}")
+        assert submitted.returncode == 0, submitted.stderr
+        served = Served(afc, "--port", str(port), *ledger)
+        try:
+            assert served.url.endswith(f":{port}/")
+            for again in (False, True):  # a reload uses what the browser keeps
+                browser.get(served.url + "review")
+                seen[name, again] = dict(browser.execute_async_script(LOADED_IMAGES))
+            thumb = browser.find_element(By.CSS_SELECTOR, "figure[data-key=shot-001] img")
+            first = httpx.get(thumb.get_attribute("src"))
+            tag = first.headers["etag"]
+            again = httpx.get(thumb.get_attribute("src"), headers={"If-None-Match": tag})
+            assert again.status_code == 304 and again.content == b""  # the same: not sent again
+            full = browser.find_element(By.CSS_SELECTOR, "figure[data-key=shot-001] a")
+            browser.get(full.get_attribute("href"))
+            seen[name, "full"] = browser.execute_script("return document.images[0].naturalWidth")
+        finally:
+            code, stderr = served.stop()
+        assert code == 0 and "Traceback" not in stderr
+    assert seen["first", False] == seen["first", True] == {"shot-001": 32}
+    assert seen["second", False] == seen["second", True] == {"shot-001": 64}
+    assert seen["first", "full"] == 32 and seen["second", "full"] == 64

@@ -26,6 +26,7 @@ and SHA-256 (not one storage could not be read for: it is read again on the next
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import secrets
@@ -401,9 +402,17 @@ class Pages:
                 media_type="image/svg+xml",
                 headers={**OUTPUT_HEADERS, "Cache-Control": "no-store"},
             )
-        return Response(
-            found.data, media_type="image/webp", headers={"Cache-Control": "private, max-age=3600"}
-        )
+        # asked for again at each use (no-cache) and answered 304 while the picture is the
+        # same: kept for an hour (max-age) under its address, /thumb/<job id>, where a job's id
+        # is its batch's and key's, a browser showed another ledger's picture for a job of the
+        # same batch and key (a batch re-run in a fresh ledger and served on the same port),
+        # on the review page too, where a reviewer approved a picture the job never made
+        tag = f'"{hashlib.blake2b(found.data, digest_size=16).hexdigest()}"'
+        headers = {"ETag": tag, "Cache-Control": "private, no-cache"}
+        sent = request.headers.get("if-none-match", "")
+        if tag in (value.strip().removeprefix("W/") for value in sent.split(",")):
+            return Response(status_code=304, headers=headers)
+        return Response(found.data, media_type="image/webp", headers=headers)
 
     def _thumb(self, job_id: str) -> bytes | None:
         """The job's thumbnail (WebP bytes), or None."""
