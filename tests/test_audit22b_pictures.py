@@ -117,3 +117,18 @@ def test_a_browser_shows_each_ledgers_own_pictures_on_the_same_port(afc, browser
     assert seen["first", False] == seen["first", True] == {"shot-001": 32}
     assert seen["second", False] == seen["second", True] == {"shot-001": 64}
     assert seen["first", "full"] == 32 and seen["second", "full"] == 64
+
+
+def test_a_host_given_with_its_port_or_scheme_is_told_where_the_port_goes(afc):
+    """``--host 127.0.0.1:9000`` (or localhost:9000, http://127.0.0.1) was told that it would
+    serve the ledger to other machines, to set AFC_SERVE_TOKEN 'or serve on 127.0.0.1'; with
+    the token set, 'cannot listen on 127.0.0.1:9000 port 8765: Name or service not known'."""
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    for host in ("127.0.0.1:9000", "localhost:9000", "[::1]:9000", "http://127.0.0.1"):
+        for env in ({}, {"AFC_SERVE_TOKEN": "t0ken-" + "x" * 20}):
+            result = afc("serve", "--host", host, "--port", "0", env=env, timeout=30)
+            assert result.returncode == 2, (host, env, result.stderr)
+            assert f"--host {host}: give the address alone" in result.stderr
+            assert "the port goes in --port" in result.stderr
+            assert "other machines" not in result.stderr and "Traceback" not in result.stderr

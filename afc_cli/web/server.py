@@ -64,9 +64,35 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_problem(host: str) -> str | None:
+    """Why ``--host`` is no address to listen on, or None: an address with its port or a URL
+    (``127.0.0.1:9000``, ``http://localhost``) was told it 'would serve the ledger to other
+    machines' and to set a token, 'or serve on 127.0.0.1', and with a token set, that it was
+    no name ('Name or service not known')."""
+    bare = host.strip("[]")
+    if "/" in host or (":" in bare and not _is_ip(bare)):
+        return (
+            f"--host {host}: give the address alone (127.0.0.1, 0.0.0.0, ::1, a host name), "
+            "without a scheme, path or port: the port goes in --port"
+        )
+    return None
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
 def access_token(host: str, environ: dict[str, str]) -> str | None:
-    """The token every request must carry, or None; refuses (exit 2) a host other than
-    loopback without one, and a token too short to be a secret."""
+    """The token every request must carry, or None; refuses (exit 2) a host that is no
+    address (``host_problem``), a host other than loopback without a token, and a token too
+    short to be a secret."""
+    problem = host_problem(host)
+    if problem:
+        raise UsageError(problem)
     token = environ.get(TOKEN_ENV) or None
     if token is not None and len(token) < TOKEN_MIN:
         raise UsageError(f"{TOKEN_ENV} is too short: use a random value of {TOKEN_MIN} or more")
