@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import socket
+import threading
 from urllib.parse import quote
 
 import httpx
 import pytest
 from browser import LOADED_IMAGES, Served, browser  # noqa: F401 - the browser fixture
 from conftest import jobs, manifest
+from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
 
@@ -132,3 +134,47 @@ def test_a_host_given_with_its_port_or_scheme_is_told_where_the_port_goes(afc):
             assert f"--host {host}: give the address alone" in result.stderr
             assert "the port goes in --port" in result.stderr
             assert "other machines" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_store_out_of_reach_is_not_asked_again_for_every_picture(afc, s3):  # noqa: F811
+    """An S3 endpoint afc serve cannot reach (a MinIO down or hung, a VPN not up) was asked
+    again for every thumbnail and full-size view, each waiting out its own connect or read
+    timeout (10 to 120 s), six at a time in a browser, whose clicks on the server's other
+    pages queued behind them: a contact sheet of 120 cards took many minutes to settle. As
+    the report does (tests/test_audit20d_report_s3.py), once a read finds no connection to
+    a store, its other pictures say so at once (for DOWN_S), and a full-size view is a 503."""
+    n = 30
+    afc.write_manifest(manifest(jobs(n, size="32x32")))
+    assert afc("submit", "manifest.yaml", "--storage", s3.url).returncode == 0
+    ids = [job_id for (job_id,) in afc.rows("SELECT id FROM jobs ORDER BY key")]
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    connections = []
+
+    def refuse() -> None:  # takes each connection and closes it unanswered
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            connections.append(1)
+            conn.close()
+
+    threading.Thread(target=refuse, daemon=True).start()
+    served = Served(
+        afc, env={"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{listener.getsockname()[1]}"}
+    )
+    try:
+        for job_id in ids:
+            thumb = httpx.get(f"{served.url}thumb/{job_id}")
+            assert thumb.headers["content-type"].startswith("image/svg+xml")
+            assert "connection problem" in thumb.text, thumb.text
+        full = httpx.get(f"{served.url}output/{ids[0]}")
+        assert full.status_code == 503 and "could not be reached" in full.text
+        assert httpx.get(served.url).status_code == 200
+    finally:
+        listener.close()
+        code, stderr = served.stop()
+    assert code == 0 and "Traceback" not in stderr
+    assert len(connections) < 3, len(connections)

@@ -33,12 +33,14 @@ import secrets
 import signal
 import socket
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from afc_cli.errors import AfcError, UsageError
 from afc_cli.ops import os_user
+from afc_cli.web.thumbs import _Unreachable
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 TOKEN_ENV = "AFC_SERVE_TOKEN"
@@ -109,6 +111,11 @@ def access_token(host: str, environ: dict[str, str]) -> str | None:
 # forgotten first: 34 pages of a contact sheet. Kept all, a server left open for weeks over a
 # 100,000-job ledger kept every picture anyone had scrolled past (~300 MB).
 THUMBS = 4096
+# how long a store that a read found no connection to (an S3 endpoint down or hung, a VPN not
+# up) is not asked again: its cards and full-size views say so at once meanwhile. Asked for
+# each picture, every thumbnail of a page waited out its own connect or read timeout (10 to
+# 120 s), six at a time in a browser, whose every other click on this server queued behind them
+DOWN_S = 30.0
 
 
 class Pages:
@@ -125,6 +132,8 @@ class Pages:
         # THUMBS (``_thumb``)
         self.thumbs: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self.lock = threading.Lock()
+        # stores a read found no connection to: storage URL -> (until, on time.monotonic; why)
+        self.down: dict[str, tuple[float, str]] = {}
         # one storage backend per storage URL for the server's life: an S3 one made anew for
         # each picture made a boto3 client each time (a third of a second of CPU each: a page
         # of 120 thumbnails took a minute to fill, each full-size output a second)
@@ -179,6 +188,23 @@ class Pages:
             with self.lock:
                 found = self.stores.setdefault(url, found)
         return found
+
+    def unreachable(self, url: str) -> str | None:
+        """Why the store of ``url`` is not asked now (a read found no connection to it less
+        than ``DOWN_S`` ago), else None."""
+        with self.lock:
+            found = self.down.get(url)
+        return found[1] if found is not None and time.monotonic() < found[0] else None
+
+    def watched(self, url: str) -> Any:
+        """The store of ``url`` for one read, noted as down (``unreachable``) when the read
+        finds no connection to it."""
+
+        def noted(why: str) -> None:
+            with self.lock:
+                self.down[url] = (time.monotonic() + DOWN_S, why)
+
+        return Watched(self.store(url), noted)
 
     # --- views --------------------------------------------------------------------------
 
@@ -448,11 +474,14 @@ class Pages:
     def _picture(self, job_id: str) -> Any:
         """The job's ``Thumb`` (its data None when there is no preview, with the note why), or
         None for no such job or no stored output."""
-        from afc_cli.web.thumbs import make
+        from afc_cli.web.thumbs import Thumb, make
 
         job = self._card(job_id)
         if job is None or not job["output"]:
             return None
+        down = self.unreachable(job["storage"])
+        if down is not None:
+            return Thumb(None, f"not read: {down}", lasting=False)
         # by the object and its bytes: by SHA-256 alone, two jobs of the same bytes shared one,
         # and a job whose own output was gone showed the other's picture
         kept = (job["storage"], job["output_key"], job["sha256"])
@@ -460,7 +489,7 @@ class Pages:
             if kept in self.thumbs:
                 self.thumbs.move_to_end(kept)
                 return self.thumbs[kept]
-        made = make(self.store(job["storage"]), job["output_key"])
+        made = make(self.watched(job["storage"]), job["output_key"])
         if not made.lasting:
             # storage could not be read (an S3 blip, an output deleted and then restored):
             # not kept, or the card's picture stayed broken until the server restarted
@@ -480,11 +509,15 @@ class Pages:
         job = self._card(request.path_params["job_id"])
         if job is None or not job["output"]:
             return PlainTextResponse("no stored output for this job", status_code=404)
-        chunks = self.store(job["storage"]).read_chunks(job["output_key"])
+        down = self.unreachable(job["storage"])
+        if down is not None:
+            return PlainTextResponse(f"not read: {down}", status_code=503)
+        chunks = self.watched(job["storage"]).read_chunks(job["output_key"])
         try:
             first = next(chunks, b"")  # a missing object is a 404 here, not a broken stream
         except StorageError as exc:
-            return PlainTextResponse(exc.message, status_code=404)
+            gone = self.unreachable(job["storage"]) is None  # else a store out of reach
+            return PlainTextResponse(exc.message, status_code=404 if gone else 503)
 
         def body():
             yield first
@@ -499,6 +532,22 @@ class Pages:
         # no Content-Length from the ledger: the object in storage is what is sent (chunked),
         # and one replaced there since (another size) would break the response
         return StreamingResponse(body(), media_type=kind, headers=dict(OUTPUT_HEADERS))
+
+
+class Watched(_Unreachable):
+    """A store read by one request, which tells ``noted`` why when the read finds no
+    connection to it (``thumbs._Unreachable``)."""
+
+    def __init__(self, store: Any, noted: Callable[[str], None]):
+        super().__init__(store)
+        self.noted = noted
+
+    def read_chunks(self, key: str) -> Any:
+        try:
+            yield from super().read_chunks(key)
+        finally:
+            if self.down is not None:
+                self.noted(self.down)
 
 
 def placeholder(note: str) -> bytes:
