@@ -178,3 +178,25 @@ def test_a_store_out_of_reach_is_not_asked_again_for_every_picture(afc, s3):  # 
         code, stderr = served.stop()
     assert code == 0 and "Traceback" not in stderr
     assert len(connections) < 3, len(connections)
+
+
+def test_two_servers_of_one_machine_keep_their_own_tokens(afc):
+    """A browser sends a host's cookies to each of its ports, and every afc serve stored its
+    token in the one cookie afc_serve_token: with two served on one machine (two ledgers, each
+    started with its own AFC_SERVE_TOKEN), opening the second with its token logged the
+    browser out of the first (401 'needs its token' on a tab already open), and back again."""
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    tokens = ["first-" + "a" * 20, "second-" + "b" * 20]
+    servers = [Served(afc, env={"AFC_SERVE_TOKEN": token}) for token in tokens]
+    try:
+        with httpx.Client() as browser_like:  # one cookie jar, as a browser's, ports ignored
+            for served, token in zip(servers, tokens, strict=True):
+                opened = browser_like.get(f"{served.url}?token={token}", follow_redirects=True)
+                assert opened.status_code == 200
+            for served in servers:
+                assert browser_like.get(served.url + "review").status_code == 200, served.url
+    finally:
+        stopped = [served.stop() for served in servers]
+    for code, stderr in stopped:
+        assert code == 0 and not any(token in stderr for token in tokens)

@@ -668,6 +668,15 @@ class LoopbackHosts:
         await self.app(scope, receive, send)
 
 
+def cookie_name(scope: Any) -> str:
+    """The cookie that holds the token, one per port this server listens on: a browser sends
+    a host's cookies to each of its ports, and two afc serve of one machine (two ledgers, each
+    with its own token) wrote one cookie, the second opened logging the browser out of the
+    first."""
+    server = scope.get("server") or (None, None)
+    return f"{COOKIE}_{server[1]}" if server[1] else COOKIE
+
+
 class TokenGate:
     """Every request carries ``AFC_SERVE_TOKEN``: as ``?token=`` (which sets a cookie and
     redirects to the address without it) or in that cookie. Plain ASGI middleware."""
@@ -703,15 +712,16 @@ class TokenGate:
         from starlette.responses import PlainTextResponse, RedirectResponse
 
         request = Request(scope)
+        cookie = cookie_name(scope)
         if self._sent(scope.get("query_string", b"")):
             url = request.url.remove_query_params("token")
             response = RedirectResponse(str(url), status_code=303)
             response.set_cookie(
-                COOKIE, self.token.decode(), httponly=True, samesite="strict", path="/"
+                cookie, self.token.decode(), httponly=True, samesite="strict", path="/"
             )
             await response(scope, receive, send)
             return
-        if self._ok(request.cookies.get(COOKIE)):
+        if self._ok(request.cookies.get(cookie)):
             await self.app(scope, receive, send)
             return
         response = PlainTextResponse(
