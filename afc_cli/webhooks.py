@@ -354,7 +354,11 @@ class Deliverer:
             error = f"no answer within {row['timeout_s']}s"
             stats.slow_urls.add(row["url"])
         except httpx.TransportError as exc:
-            error = f"connection failed: {exc.__class__.__name__}"
+            # with what the connection met: a receiver down ('Connection refused'), a host
+            # name that does not resolve and a certificate this host does not trust
+            # (CERTIFICATE_VERIFY_FAILED: SSL_CERT_FILE names the CA) all read 'ConnectError'
+            said = " ".join(scrub(str(exc)).split())[:200]
+            error = f"connection failed: {exc.__class__.__name__}" + (f" ({said})" if said else "")
         except asyncio.CancelledError:
             # a stop (SIGTERM, Ctrl-C) cut the POST short: whether the receiver got it is
             # unknown, so the row goes back in its place, its tries unchanged, for the next
