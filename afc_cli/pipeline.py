@@ -1519,8 +1519,8 @@ async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: Spool
     """A paid render that arrived after its job ended here (cancelled, or taken over by
     another process): stored under the job's output key, create-only and tagged as the job's
     own (``_put_own``), so that the probe of any later run of the job, on any host (after
-    ``afc retry``), finds it and pays for nothing. The spool file stays too (removed when the
-    job succeeds, ``sweep_spool``; another run of the job on this host may be using that
+    ``afc retry``), finds it and pays for nothing. The spool file stays too (removed once the
+    job's output is stored and verified, ``sweep_spool``; another run of the job on this host may be using that
     path): where the output cannot be stored (the key is taken, the storage fails), it is
     what a retry run on this host uses. No job state is written: the job's ending stands."""
     try:

@@ -1421,11 +1421,15 @@ def _kept_notice(kept: int, stored: int, root: Path) -> str:
 
 
 def sweep_spool(ledger: Ledger, spool: Spool) -> None:
-    """Remove spool files of jobs that succeeded (a crash between the job's final commit and
-    the file's removal leaves one). Files of every other job are kept: they are paid output."""
+    """Remove spool files of jobs whose output is stored and verified: succeeded, awaiting
+    review or rejected (a crash between the job's final commit, or its review pause's, and the
+    file's removal leaves one; a rejected job is final, so its file stayed for good). Files of
+    every other job are kept: they are paid output."""
+    from afc_cli.ledger.core import RENDERED
+
     for job_id in spool.job_ids():
         job = ledger.job(job_id)
-        if job is not None and job["status"] == "succeeded":
+        if job is not None and job["status"] in RENDERED:
             spool.remove(job_id)
 
 
