@@ -139,10 +139,14 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
     else:
         fix = "fix the disk or file system"
     where = f"the ledger {path}" if path else "the ledger"
-    return LedgerWriteError(
+    error = LedgerWriteError(
         f"cannot write to {where}: {why}. The run stopped; every job stays "
         f"resumable as of the last commit: {fix}, then run 'afc resume'"
     )
+    # what a command that writes in one transaction outside a run (a review decision) says
+    # instead of the run's words: what failed, and what to fix before running it again
+    error.failed, error.fix = f"cannot write to {where}: {why}", fix
+    return error
 
 
 class StorageError(AfcError):

@@ -43,3 +43,43 @@ def test_a_reviewed_jobs_spool_file_a_crash_left_is_swept_as_a_successs_is(
     assert afc.json("status", "--all")["counts"] == (
         {"awaiting_review": 1, "blocked": 1} if decision is None else {"rejected": 1, "failed": 1}
     )
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_a_decision_the_locked_ledger_could_not_take_says_to_decide_again(
+    afc, monkeypatch, decision
+):
+    """Found by outside audit 22a: 'afc review approve' on a SQLite ledger whose write lock
+    another process held past the busy timeout (a sqlite3 shell, a backup) said 'The run
+    stopped; every job stays resumable as of the last commit: ... then run afc resume': no run
+    had stopped, and 'afc resume' decides nothing (the job stays awaiting review, the jobs
+    that need it blocked). It now says that nothing was decided and to run the decision
+    again, still exit 1 (a ledger that cannot be written)."""
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from afc_cli.cli import app
+
+    afc.write_manifest(_reviewed())
+    assert afc("submit", "manifest.yaml").returncode == 0
+    monkeypatch.setattr("afc_cli.ledger.sqlite.BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr("sys.argv", ["afc", "review", decision, "frame"])
+    args = ["review", decision, "frame", "--ledger", str(afc.cwd / "afc.db")]
+    if decision == "reject":
+        args += ["--reason", "too dark"]
+    holder = sqlite3.connect(afc.cwd / "afc.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        result = CliRunner().invoke(app, args)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "database is locked; nothing was decided (a decision is one transaction;" in said
+    assert f"then run this again: afc review {decision} frame" in said, said
+    assert "afc resume" not in said and "The run stopped" not in said, said
+    assert afc.rows("SELECT status FROM jobs WHERE key = 'frame'") == [("awaiting_review",)]
+    again = afc(*args[:3], *args[5:])
+    assert again.returncode == 0, again.stderr
