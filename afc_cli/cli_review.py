@@ -125,33 +125,11 @@ def _decide(
     opened = Ledger(ledger, create=False)
     try:
         decided = decide(opened, keys, by=by or who(), **why)
-    except Exception as exc:
-        raise _not_written(exc) from None
+    except review.NotDecided as exc:
+        raise review.NotDecided(exc.failed, exc.fix, f"run this again: {_again()}") from None
     finally:
         opened.close()
     _decided(decided, what, json_out, quiet)
-
-
-def _not_written(exc: Exception) -> Exception:
-    """A decision the ledger could not take (SQLite's write lock held past its busy timeout
-    by another process, a full disk, a PostgreSQL connection lost): said as what it is, the
-    decision not recorded and this command to run again, not as a run's stop with 'afc
-    resume' to run (which decides nothing: the job stayed awaiting review, its dependents
-    blocked). Exit 1, as for any ledger that cannot be written. (A PostgreSQL connection lost
-    as its COMMIT went out may have recorded it: run again, the decision is refused as made,
-    exit 2, and 'afc review list' shows it.) Any other error as it is."""
-    import sqlite3
-
-    from afc_cli.errors import AfcError, LedgerWriteError, ledger_write_error
-
-    if isinstance(exc, sqlite3.OperationalError):
-        exc = ledger_write_error(None, exc)
-    if not isinstance(exc, LedgerWriteError) or not hasattr(exc, "failed"):
-        return exc
-    return AfcError(
-        f"{exc.failed}; nothing was decided (a decision is one transaction; 'afc review "
-        f"list' shows what still awaits one): {exc.fix}, then run this again: {_again()}"
-    )
 
 
 def _decided(keys: list[str], what: str, json_out: bool, quiet: bool) -> None:

@@ -143,8 +143,8 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
         f"cannot write to {where}: {why}. The run stopped; every job stays "
         f"resumable as of the last commit: {fix}, then run 'afc resume'"
     )
-    # what a command that writes in one transaction outside a run (a review decision) says
-    # instead of the run's words: what failed, and what to fix before running it again
+    # what a change written in one transaction outside a run (a review decision:
+    # review.NotDecided) says instead of the run's words: what failed, and its fix
     error.failed, error.fix = f"cannot write to {where}: {why}", fix
     return error
 

@@ -13,11 +13,33 @@ that need the rejected one (``DEPENDENCY_FAILED``) in the same transaction.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 
-from afc_cli.errors import UsageError, batch_key_hint
+from afc_cli.errors import (
+    AfcError,
+    LedgerWriteError,
+    UsageError,
+    batch_key_hint,
+    ledger_write_error,
+)
 from afc_cli.ledger import Ledger, ReviewRace
 from afc_cli.storage import object_url
+
+
+class NotDecided(AfcError):
+    """The ledger could not take a decision (SQLite's write lock held past its busy timeout
+    by another process, a full disk, a PostgreSQL connection lost): nothing of it was written
+    (one transaction), and the same decision may be made again. Exit 1, as for any ledger
+    that cannot be written; ``failed`` and ``fix`` say it in parts (``afc review`` adds the
+    command to run again, ``afc serve`` shows the message)."""
+
+    def __init__(self, failed: str, fix: str, then: str = "decide again"):
+        super().__init__(
+            f"{failed}; nothing was decided (a decision is one transaction; 'afc review list' "
+            f"shows what still awaits one): {fix}, then {then}"
+        )
+        self.failed, self.fix = failed, fix
 
 
 def pending(ledger: Ledger, batch: str | None = None, now: float | None = None) -> list[dict]:
@@ -128,6 +150,15 @@ def _decide(
         )
     try:
         ledger.decide_reviews(jobs, decision, by=by, note=note)
+    except (sqlite3.OperationalError, LedgerWriteError) as exc:
+        # said as what it is, not as a run's stop with 'afc resume' to run (which decides
+        # nothing), nor as a traceback and a 500 on the review page. (A PostgreSQL connection
+        # lost as its COMMIT went out may have recorded it: decided again, it is refused as
+        # made, and 'afc review list' shows it.)
+        written = exc if isinstance(exc, LedgerWriteError) else ledger_write_error(None, exc)
+        if not hasattr(written, "failed"):
+            raise
+        raise NotDecided(written.failed, written.fix) from None
     except ReviewRace as exc:
         raise UsageError(
             f"cannot decide {exc.key!r} (batch {exc.batch!r}): it was decided meanwhile, by "

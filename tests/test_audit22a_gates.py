@@ -83,3 +83,45 @@ def test_a_decision_the_locked_ledger_could_not_take_says_to_decide_again(
     assert afc.rows("SELECT status FROM jobs WHERE key = 'frame'") == [("awaiting_review",)]
     again = afc(*args[:3], *args[5:])
     assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize("shown", [False, True])
+def test_a_decision_on_the_review_page_the_locked_ledger_could_not_take_is_a_503(
+    afc, monkeypatch, capsys, shown
+):
+    """Found by outside audit 22a: Approve (or Approve the N shown) on afc serve's review
+    page, while another process held the SQLite ledger's write lock past the busy timeout,
+    was a 500 'Internal Server Error' with a traceback on serve's stderr: the reviewer was
+    not told that nothing was decided, nor why. It is now the 503 page the other views give
+    a ledger they cannot use, saying so, with its one line on stderr."""
+    pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
+    import sqlite3
+    import warnings
+
+    from afc_cli.web.server import build_app
+
+    afc.write_manifest(_reviewed())
+    assert afc("submit", "manifest.yaml").returncode == 0
+    monkeypatch.setattr("afc_cli.ledger.sqlite.BUSY_TIMEOUT_S", 0.2)
+    app = build_app(str(afc.cwd / "afc.db"), batch=None, host="127.0.0.1", token=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # starlette's own note on its test client
+        from starlette.testclient import TestClient
+
+        client = TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
+    form = {"key": "frame", "batch": "b1", "form_token": app.state.form_token}
+    address = "/review/approve-shown" if shown else "/review/approve"
+    holder = sqlite3.connect(afc.cwd / "afc.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        answer = client.post(address, data=form, follow_redirects=False)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert answer.status_code == 503, answer.text
+    assert "nothing was decided" in answer.text and "database is locked" in answer.text
+    assert "Traceback" not in capsys.readouterr().err
+    assert afc.rows("SELECT status FROM jobs WHERE key = 'frame'") == [("awaiting_review",)]
+    again = client.post(address, data=form, follow_redirects=False)
+    assert again.status_code == 303, again.text
+    assert afc.rows("SELECT status FROM jobs WHERE key = 'frame'") == [("succeeded",)]

@@ -325,8 +325,12 @@ class Pages:
         batch = batch or self.batch  # a key is looked up in the served batch only
         by = f"{os_user()} (afc serve)"  # who runs the server decides through it
         reason = str(form.get("reason", "")).strip()
+        from afc_cli.review import NotDecided
+
         try:
             await run_in_threadpool(self._decide, action, key, batch, by, reason)
+        except NotDecided as exc:  # the ledger could not take it (locked, full, gone): 503
+            return self.unavailable(request, exc)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
         url = request.url_for("review").include_query_params(decided=DECIDED[action], key=key)
@@ -403,6 +407,8 @@ class Pages:
 
         try:
             decided = await run_in_threadpool(decide)
+        except review.NotDecided as exc:  # the ledger could not take it (locked, full, gone)
+            return self.unavailable(request, exc)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
         url = request.url_for("review").include_query_params(
