@@ -41,6 +41,12 @@ ByOpt = Annotated[
         "--by", metavar="NAME", help="Who decides (recorded; default: AFC_USER, else the OS user)."
     ),
 ]
+# what an interrupted decision (Ctrl-C while the ledger's write lock is awaited) tells: not the
+# runs' 'every job stays resumable (run afc resume)', which decides nothing
+DECIDED_WHOLE = (
+    "a decision is one transaction, made whole or not at all: 'afc review list' shows what "
+    "still awaits one"
+)
 KeysArg = Annotated[list[str], typer.Argument(metavar="KEY", help="Keys of the jobs to decide.")]
 
 
@@ -175,7 +181,7 @@ def review_approve(
 
     All named jobs are decided together or none (exit 2 naming the key that is unknown, in
     several batches without --batch, or not awaiting review)."""
-    with _boundary():
+    with _boundary(again=_again(), why=DECIDED_WHOLE):
         _decide(ledger, "approved", keys, by, json_out, quiet, note=note, batch=batch)
 
 
@@ -199,5 +205,5 @@ def review_reject(
 ) -> None:
     """Reject jobs awaiting review: final (rejected); jobs that need them fail with
     DEPENDENCY_FAILED. All named jobs are decided together or none (exit 2)."""
-    with _boundary():
+    with _boundary(again=_again(), why=DECIDED_WHOLE):
         _decide(ledger, "rejected", keys, by, json_out, quiet, reason=reason, batch=batch)

@@ -125,3 +125,31 @@ def test_a_decision_on_the_review_page_the_locked_ledger_could_not_take_is_a_503
     again = client.post(address, data=form, follow_redirects=False)
     assert again.status_code == 303, again.text
     assert afc.rows("SELECT status FROM jobs WHERE key = 'frame'") == [("succeeded",)]
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_an_interrupted_decision_says_to_decide_again_not_to_resume(afc, monkeypatch, decision):
+    """Found by outside audit 22a: Ctrl-C on 'afc review approve' (say while it waited for the
+    ledger's write lock another process held) said 'interrupted; every job stays resumable
+    (run afc resume)': 'afc resume' decides nothing, and the job stayed awaiting review. It
+    now says to run the decision again (exit 130 as before)."""
+    from typer.testing import CliRunner
+
+    from afc_cli.cli import app
+    from afc_cli.ledger import Ledger
+
+    afc.write_manifest(_reviewed())
+    assert afc("submit", "manifest.yaml").returncode == 0
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Ledger, "decide_reviews", interrupted)
+    monkeypatch.setattr("sys.argv", ["afc", "review", decision, "frame"])
+    args = ["review", decision, "frame", "--ledger", str(afc.cwd / "afc.db")]
+    result = CliRunner().invoke(app, [*args, *(["--reason", "dark"] * (decision == "reject"))])
+    assert result.exit_code == 130, result.output
+    said = " ".join(result.output.split())
+    assert "run this again (a decision is one transaction" in said, said
+    assert f"afc review {decision} frame" in said and "afc resume" not in said, said
+    assert afc.rows("SELECT status FROM jobs WHERE key = 'frame'") == [("awaiting_review",)]
