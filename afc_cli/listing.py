@@ -55,12 +55,17 @@ def waiting_now(job: dict[str, Any], said: str | None, now: float) -> str | None
     return said
 
 
-def paused_for(job: dict[str, Any], awaited: dict[str, list[str]]) -> str | None:
+def paused_for(
+    job: dict[str, Any], awaited: dict[str, list[str]], batched: bool = False
+) -> str | None:
     """What a blocked job waits for (its needs not yet succeeded: ``Ledger.awaited_needs``)
     and what a job awaiting review waits for: ``afc status`` showed them with no reason, where
-    the run's summary said why."""
+    the run's summary said why. ``batched``: the ledger has several batches, so the command
+    it names names the batch too (a key of several batches without --batch is refused, exit
+    2: the command said was one a person could not run as said)."""
     if job["status"] == "awaiting_review":
-        return f"awaiting a person's review: afc review approve {job['key']} (or reject)"
+        named = f"{job['key']} --batch {job['batch']}" if batched else job["key"]
+        return f"awaiting a person's review: afc review approve {named} (or reject)"
     if job["status"] == "blocked":
         needs = awaited.get(job["id"])
         if needs:
@@ -104,13 +109,14 @@ def status_view(
         book.require_batch(batch)
         raw = book.status_rows(batch)
         awaited = book.awaited_needs(batch)
+        batched = any(r["status"] == "awaiting_review" for r in raw) and len(book.batches()) > 1
         now = book.lease_clock()
         moved = book.moved_to()
     finally:
         book.close()
     rows = [job_json(r) for r in raw]
     for row, job in zip(rows, raw, strict=True):
-        row["waiting"] = waiting_now(job, row["waiting"], now) or paused_for(job, awaited)
+        row["waiting"] = waiting_now(job, row["waiting"], now) or paused_for(job, awaited, batched)
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1

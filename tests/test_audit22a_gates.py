@@ -153,3 +153,29 @@ def test_an_interrupted_decision_says_to_decide_again_not_to_resume(afc, monkeyp
     assert "run this again (a decision is one transaction" in said, said
     assert f"afc review {decision} frame" in said and "afc resume" not in said, said
     assert afc.rows("SELECT status FROM jobs WHERE key = 'frame'") == [("awaiting_review",)]
+
+
+def test_the_review_command_afc_status_names_can_be_run_as_said_with_two_batches(afc):
+    """Found by outside audit 22a: with two batches of one ledger each holding a 'frame'
+    awaiting review, afc status (and its --json 'waiting') told each 'afc review approve
+    frame (or reject)', which afc refuses (exit 2: a key of several batches, add --batch).
+    With several batches the command it names names the batch; run as said, it decides."""
+    import shlex
+
+    for batch in ("b1", "b2"):
+        afc.write_manifest({**_reviewed(), "batch": batch}, f"{batch}.yaml")
+        assert afc("submit", f"{batch}.yaml").returncode == 0
+    waiting = {
+        (job["batch"], job["key"]): job["waiting"]
+        for job in afc.json("status")["jobs"]
+        if job["status"] == "awaiting_review"
+    }
+    assert set(waiting) == {("b1", "frame"), ("b2", "frame")}
+    said = waiting["b2", "frame"]
+    assert said.startswith("awaiting a person's review: afc review approve frame --batch b2")
+    command = shlex.split(said.split(": ", 1)[1].removesuffix(" (or reject)"))
+    decided = afc(*command[1:])
+    assert decided.returncode == 0, decided.stderr
+    assert afc.rows("SELECT batch FROM jobs WHERE key = 'frame' AND status = 'succeeded'") == [
+        ("b2",)
+    ]
