@@ -179,3 +179,34 @@ def test_the_review_command_afc_status_names_can_be_run_as_said_with_two_batches
     assert afc.rows("SELECT batch FROM jobs WHERE key = 'frame' AND status = 'succeeded'") == [
         ("b2",)
     ]
+
+
+@pytest.mark.parametrize("decision", ["reject", "cancel"])
+def test_a_dependent_two_links_down_is_not_told_to_retry_what_fails_again_at_once(afc, decision):
+    """Found by outside audit 22a: a job whose need failed DEPENDENCY_FAILED in turn (a
+    title card needing a shot that needs a rejected or cancelled style frame) was told 'once
+    'shot' is fixed, 'afc retry shot' lets this job run again'; done, the shot was blocked
+    again behind the style frame, still rejected or cancelled, and failed again at the next
+    run (exit 1), the title card with it. It now names the need as failed for a job it needs
+    and says to retry the job that ended badly, which puts both back."""
+    data = manifest(
+        [
+            {"key": "style", "prompt": "a style frame", "review": True},
+            {"key": "shot", "prompt": "a shot", "inputs": [{"job": "style"}]},
+            {"key": "title", "prompt": "a title card", "needs": ["shot"]},
+        ]
+    )
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    if decision == "reject":
+        ended = afc("review", "reject", "style", "--reason", "too dark")
+    else:
+        ended = afc("cancel", "style")
+    assert ended.returncode == 0, ended.stderr
+    title = afc.json("show", "title")["job"]["error"]["message"]
+    assert title.startswith("need 'shot' ended failed, itself DEPENDENCY_FAILED"), title
+    assert "afc retry shot" not in title, title
+    if decision == "cancel":  # the job that ended badly, retried, puts both back
+        assert afc("retry", "style").returncode == 0
+        statuses = {job["key"]: job["status"] for job in afc.json("status", "--all")["jobs"]}
+        assert statuses == {"style": "queued", "shot": "blocked", "title": "blocked"}

@@ -2764,7 +2764,7 @@ class Ledger:
     def needs_of(self, job_id: str) -> list[dict[str, Any]]:
         """A job's needs with their current status (None: not in the ledger)."""
         return self._all(
-            "SELECT n.need_id, n.need_key, j.status, j.batch FROM job_needs n"
+            "SELECT n.need_id, n.need_key, j.status, j.batch, j.error_code FROM job_needs n"
             " LEFT JOIN jobs j ON j.id = n.need_id WHERE n.job_id = ? ORDER BY n.need_key",
             (job_id,),
         )
@@ -2836,6 +2836,16 @@ class Ledger:
             why = (
                 f"need {key!r} was cancelled, so this job was not rendered; 'afc retry {key}' "
                 "puts it back, and this job with it"
+            )
+        elif need["status"] == "failed" and need.get("error_code") == "DEPENDENCY_FAILED":
+            # failed for a job it needs in turn: retrying it alone fails it again at once (a
+            # rejected or cancelled job up the chain is still so); the job that ended badly
+            # is the one to retry, which puts both back (``_reblock_dependents``)
+            why = (
+                f"need {key!r} ended failed, itself DEPENDENCY_FAILED (a job it needs ended "
+                f"badly: 'afc show {key}' names it), so this job was not rendered; a retry of "
+                f"the job that ended badly puts {key!r} and this job back (a rejected one is "
+                "final: new keys replace it and the jobs after it)"
             )
         else:
             why = (
