@@ -1468,7 +1468,9 @@ class Ledger:
         rendered it alone: it starts again at that step, leased to that host for ``lease_s``
         (``owner.host_lease``, as a job waiting to store is), so a worker there stores it and
         one elsewhere, without the file, renders nothing (``SPOOL_MISSING``, naming the host);
-        from the probe, a worker on another host took it and paid for the render again. A last attempt
+        from the probe, a worker on another host took it and paid for the render again. So does
+        one cancelled at its store step (a person's ``afc cancel`` while its upload kept
+        failing): nothing stored its spooled render, as a late result's is. A last attempt
         left polling at a job-style provider (``unknown``, its request id recorded and not
         found gone: a job dead-lettered by takeovers while it polled) stays after the base, so
         the next run polls that request rather than pay for a new one; not for a cancelled job,
@@ -1492,8 +1494,12 @@ class Ledger:
             self._reblock_dependents(job, by)
         return True
 
-    # a job dead-lettered at its store step, its paid render spooled (``retry``)
-    SPOOLED_DEAD_SQL = "(status = 'dead' AND error_code = 'STORE_FAILED' AND step = 'store')"
+    # a job ended at its store step with its paid render spooled (``retry``): dead-lettered
+    # there (its upload kept failing), or cancelled while it waited to store it
+    SPOOLED_DEAD_SQL = (
+        "(step = 'store' AND (status = 'cancelled'"
+        " OR (status = 'dead' AND error_code = 'STORE_FAILED')))"
+    )
     # one dead-lettered at its store step for want of its spool file, given it back (``retry``)
     SPOOL_GIVEN_SQL = "(status = 'dead' AND error_code = 'SPOOL_MISSING' AND step = 'store')"
 
