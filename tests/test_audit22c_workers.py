@@ -55,3 +55,45 @@ def test_a_job_cancelled_while_it_waited_to_store_is_retried_on_the_host_of_its_
     assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert len(log.read_text().splitlines()) == 1, "the render was paid for again"
     assert pg.rows("SELECT status, cost_micros FROM attempts") == [("succeeded", 50000)]
+
+
+@pytest.fixture
+def cut_at_connect(pg, monkeypatch):
+    """Every connection afc makes is cut right after it was made, before its first statement:
+    what a PostgreSQL restart (a fast shutdown ends each session with AdminShutdown) or an
+    administrator's pg_terminate_backend does to an afc command that connected a moment
+    before (a worker restarted by systemd while the server restarts)."""
+    import psycopg
+
+    connect = psycopg.connect
+
+    def cut(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        with connect(pg.url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        return conn
+
+    monkeypatch.setattr(psycopg, "connect", cut)
+
+
+def test_a_connection_cut_as_the_ledger_opens_is_the_ledgers_error(pg, cut_at_connect):
+    """The statements a PostgreSQL ledger sends as it opens (its commit setting, its applied
+    migrations) ran outside the ledger's handling of a lost connection: cut then, every
+    command (a worker, a cron 'afc resume', 'afc status') ended 'unexpected error:
+    AdminShutdown: terminating connection due to administrator command (a bug in afc ...)',
+    exit 1, found by a chaos run terminating workers' sessions as they restarted. It is the
+    ledger's error now, naming the ledger, as a refused connection is; and so are the
+    read-only looks 'afc plan' and a submit take before they open it."""
+    from afc_cli.errors import LedgerError
+    from afc_cli.ledger import Ledger
+    from afc_cli.ledger.postgres import PostgresLedger, holds_ledger
+
+    for open_it in (
+        lambda: Ledger(pg.url, create=False),
+        lambda: holds_ledger(pg.url),
+        lambda: PostgresLedger.read_admitted(pg.url, "b1"),
+        lambda: PostgresLedger.read_spool_holder(pg.url, ["x"]),
+    ):
+        with pytest.raises(LedgerError, match="cannot connect to the ledger postgresql://") as err:
+            open_it()
+        assert "terminating connection" in err.value.message

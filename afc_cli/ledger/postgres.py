@@ -318,9 +318,12 @@ def _refuse_newer(path: str, done: set[str]) -> None:
         )
 
 
-def _read_only(url: Any) -> Any:
+@contextmanager
+def _read_only(url: Any) -> Iterator[Any]:
     """A read-only connection to the ledger ``url`` names, outside any pool (``afc plan``'s
-    reads: nothing is written, not even the schema); the caller closes it."""
+    reads: nothing is written, not even the schema), closed after the block. One lost in the
+    block (a server restarted, its session terminated) is the ledger's error, as a refused
+    one is, not psycopg's ("a bug in afc")."""
     check_url(str(url))
     psycopg = _psycopg()
     try:
@@ -330,17 +333,19 @@ def _read_only(url: Any) -> Any:
     except psycopg.Error as exc:
         raise connect_error(str(url), exc) from None
     conn.read_only = True
-    return conn
+    try:
+        yield conn
+    except psycopg.OperationalError as exc:
+        raise connect_error(str(url), exc) from None
+    finally:
+        conn.close()
 
 
 def holds_ledger(url: Any) -> bool:
     """Whether the database ``url`` names holds afc's schema, read without writing it (a
     submit refused before anything is written leaves an empty database empty)."""
-    conn = _read_only(url)
-    try:
+    with _read_only(url) as conn:
         return conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is not None
-    finally:
-        conn.close()
 
 
 class PostgresLedger(Ledger):
@@ -360,10 +365,6 @@ class PostgresLedger(Ledger):
             raise connect_error(self.url, exc) from None
         self.db = PgDatabase(conn)
         self.db.on_failure = self._pipeline_failed
-        # Commits wait for the disk only where money depends on it (module docstring): the
-        # server's own setting is kept for those, the session's other commits are async.
-        self._sync_setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
-        conn.execute("SET synchronous_commit = off")
         self.owner = current_owner()
         self._depth = 0
         # (server epoch, ``awake_clock``, host epoch) at the last sample of the server's clock
@@ -378,10 +379,19 @@ class PostgresLedger(Ledger):
         self._broken = False
         self._broken_by: BaseException | None = None
         try:
+            # Commits wait for the disk only where money depends on it (module docstring): the
+            # server's own setting is kept for those, the session's other commits are async.
+            self._sync_setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
+            conn.execute("SET synchronous_commit = off")
             applied = self._applied()
             if applied is None and not create:
                 raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
             self._migrate()
+        except psycopg.OperationalError as exc:
+            # the connection lost as the ledger opens (a server restarting, its session
+            # terminated): the ledger's error, as a refused connection is, not "a bug in afc"
+            conn.close()
+            raise connect_error(self.url, exc) from None
         except BaseException:
             conn.close()
             raise
@@ -487,8 +497,7 @@ class PostgresLedger(Ledger):
         """``spool_identity`` of the ledger ``url`` names, its name, and which of ``job_ids``
         are its jobs, read without writing anything (``afc plan``); no identity for a
         database afc's schema is not in yet (its first run marks the spool)."""
-        conn = _read_only(url)
-        try:
+        with _read_only(url) as conn:
             named = display_url(str(url))
             if conn.execute(f"SELECT to_regclass('{MIGRATIONS_TABLE}')").fetchone()[0] is None:
                 return None, named, set()
@@ -500,8 +509,6 @@ class PostgresLedger(Ledger):
                 )
             }
             return identity, named, known
-        finally:
-            conn.close()
 
     def snapshot(self) -> None:
         # READ COMMITTED sees each statement's moment; a copy must see one moment throughout
@@ -865,8 +872,7 @@ class PostgresLedger(Ledger):
     def read_admitted(
         url: str, batch: str
     ) -> tuple[str | None, str | None, dict, dict, str | None]:
-        conn = _read_only(url)
-        try:
+        with _read_only(url) as conn:
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
                 return None, None, {}, {}, None
             # a newer afc's ledger is refused, as the submit refuses it (and SQLite's plan)
@@ -898,5 +904,3 @@ class PostgresLedger(Ledger):
             moves = conn.execute("SELECT to_regclass('ledger_moves')").fetchone()[0] is not None
             moved = moved_to(conn) if moves else None
             return storage, endpoint, jobs, needs, moved
-        finally:
-            conn.close()
