@@ -124,6 +124,9 @@ def first_line(exc: object) -> str:
 
 
 def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
+    if isinstance(exc, LedgerWriteError):
+        # worded already (a group commit's failure kept for the run's next write): said once
+        return exc
     why = first_line(exc).rstrip(".")
     if str(path).startswith(("postgresql:", "postgres:")):
         fix = "check the database server and the connection to it"

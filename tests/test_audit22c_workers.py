@@ -97,3 +97,44 @@ def test_a_connection_cut_as_the_ledger_opens_is_the_ledgers_error(pg, cut_at_co
         with pytest.raises(LedgerError, match="cannot connect to the ledger postgresql://") as err:
             open_it()
         assert "terminating connection" in err.value.message
+
+
+def test_a_group_commit_cut_off_by_a_lost_connection_says_so_once(afc, pg_url):
+    """Under group commit (a run loop), a lost connection that surfaces in the scheduled
+    commit a few milliseconds after the blocks (the server restarted meanwhile) was kept as
+    the ledger's error already worded, and the run's next write worded it again: the worker
+    ended 'cannot write to the ledger URL: cannot write to the ledger URL: consuming input
+    failed: ... then run 'afc resume'. The run stopped; ... then run 'afc resume'' (found by a
+    chaos run crashing the server under two workers). Said once now."""
+    import asyncio
+
+    import psycopg
+
+    from afc_cli.costs import RateCards
+    from afc_cli.errors import LedgerWriteError
+    from afc_cli.ledger import Ledger
+    from afc_cli.manifest import load_manifest
+
+    m = load_manifest(afc.write_manifest(manifest(jobs(2))))
+    ledger = Ledger(pg_url)
+    try:
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        a, b = (ledger.claim(j.job_id, 60) for j in m.jobs)
+
+        async def run() -> str:
+            with ledger.grouped(asyncio.get_running_loop()):
+                ledger.note(a, "pending")  # committed by the group a moment later
+                with psycopg.connect(pg_url, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(%s)", (ledger.db.raw.info.backend_pid,)
+                    )
+                await asyncio.sleep(0.2)  # the group's scheduled commit meets the lost session
+                with pytest.raises(LedgerWriteError) as lost:
+                    ledger.note(b, "refused")
+                return lost.value.message
+
+        said = asyncio.run(run())
+    finally:
+        ledger.close()
+    assert said.count("cannot write to the ledger") == 1, said
+    assert said.count("The run stopped") == 1, said
