@@ -822,15 +822,7 @@ def run_jobs(
     the caller's runs: a worker's rounds share one budget, and a round that began knowing
     nothing reserved only the rate card's estimate again."""
     if not job_ids and not ledger.has_webhooks():
-        # Nothing to run, but the spool file of a success a crash left (after the job's final
-        # commit, before the file's removal) goes, as at any run's start: the last job of a
-        # batch left its file (a whole copy of its output) for good, every later 'afc resume'
-        # having nothing to run. A PostgreSQL ledger's spool only once a run marked it as
-        # this ledger's (an unmarked ./afc-spool may hold another ledger's jobs of that id).
-        spool = Spool(ledger.spool_root())
-        mine = ledger.spool_identity() is None or spool.owner() is not None
-        if mine and spool.job_ids() and own_spool(ledger, spool, running=False):
-            sweep_spool(ledger, spool)
+        sweep_left(ledger)
         return RunStats()
     lease_s = lease_seconds() if lease_s is None else lease_s
     if concurrency < 1:
@@ -1418,6 +1410,19 @@ def _kept_notice(kept: int, stored: int, root: Path) -> str:
         "next run stores them without paying again (the stored ones on any host, at the cost "
         "they were paid; the rest on this host, their cost unknown)"
     )
+
+
+def sweep_left(ledger: Ledger) -> None:
+    """With nothing to run, the spool files of successes a crash left (after the job's final
+    commit, before the file's removal) go, as at any run's start: the last job of a batch
+    left its file (a whole copy of its output) for good, every later 'afc resume' having
+    nothing to run, and so did a worker restarted after a crash until its next claim. A
+    PostgreSQL ledger's spool only once a run marked it as this ledger's (an unmarked
+    ./afc-spool may hold another ledger's jobs of that id)."""
+    spool = Spool(ledger.spool_root())
+    mine = ledger.spool_identity() is None or spool.owner() is not None
+    if mine and spool.job_ids() and own_spool(ledger, spool, running=False):
+        sweep_spool(ledger, spool)
 
 
 def sweep_spool(ledger: Ledger, spool: Spool) -> None:

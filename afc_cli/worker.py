@@ -277,6 +277,7 @@ def work(
         poll_seconds,
         require_keys,
         run_jobs,
+        sweep_left,
     )
     from afc_cli.webhooks import check_secrets
 
@@ -346,6 +347,9 @@ def work(
         # worker's concern (a long-lived ledger's old batches on an old bucket refused every
         # worker naming the new one); a job retried there later is checked at its claim
         held_to_storage(set(ledger.unfinished_batches()) if batch is None else {batch})
+        # a worker restarted after a crash: the spool files of successes it left go now, not
+        # at its first claim, which an idle ledger may not give it for days
+        sweep_left(ledger)
 
         def claim_now() -> list[dict[str, Any]]:
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
