@@ -1438,7 +1438,7 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
                         "render",
                         {k: job["rendered_by"][k] for k in ("provider", "model", "attempt")},
                     ),
-                    ("spool", {"size": spooled.size, "sha256": spooled.sha256}),
+                    ("spool", _spooled_detail(ctx, spooled)),
                 ],
                 "store",
                 outcome="rendered",
@@ -1656,7 +1656,7 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
         detail = {"adopted": True, "attempt": last["number"] if last else None}
         ctx.ledger.checkpoint(
             job,
-            [("render", detail), ("spool", {"size": spooled.size, "sha256": spooled.sha256})],
+            [("render", detail), ("spool", _spooled_detail(ctx, spooled))],
             "store",
             outcome="rendered",
             output_sha256=spooled.sha256,
@@ -1878,6 +1878,64 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
     return False
 
 
+def _spooled_detail(ctx: RunContext, spooled: SpoolFile) -> dict[str, Any]:
+    """The spool step's checkpoint: the file's size and SHA-256, and the host and spool
+    folder it is in (``_spooled_beside`` reads them)."""
+    return {
+        "size": spooled.size,
+        "sha256": spooled.sha256,
+        "host": host_id(),
+        "dir": str(ctx.spool.root),
+    }
+
+
+def _spooled_beside(ctx: RunContext, job: dict[str, Any]) -> Any:
+    """This job's spool file in the spool folder its spool step recorded, when that is
+    another folder of this host, marked as this ledger's: a PostgreSQL ledger's spool is
+    ``AFC_SPOOL_DIR``, else ``./afc-spool`` of the working folder, so an 'afc resume' on a
+    worker's host run from another folder (or without the worker's AFC_SPOOL_DIR) found no
+    file in its own spool and dead-lettered the job SPOOL_MISSING, and the retry that
+    message asks for, run there, rendered and paid again. None when there is none."""
+    identity = ctx.ledger.spool_identity()
+    if identity is None:  # a SQLite ledger's spool is beside it: one folder for every run
+        return None
+    for step in ctx.ledger.steps(job["id"]):
+        if step["step"] != "spool":
+            continue
+        detail = json.loads(step["detail_json"] or "{}")
+        folder = detail.get("dir")
+        if detail.get("host") != host_id() or not isinstance(folder, str):
+            return None  # another host's folder (workers spool each on their own disk)
+        if Spool(folder).root == ctx.spool.root:
+            return None
+        other = Spool(folder)
+        found = other.path(job["id"])
+        mine = (other.owner() or {}).get("ledger") == identity
+        return found if mine and found.is_file() else None
+    return None
+
+
+async def _copy_beside(ctx: RunContext, job: dict[str, Any]) -> None:
+    """Before a store finds no spool file here: one in another spool folder of this host
+    (``_spooled_beside``) whose bytes are the ones checkpointed is copied into this spool
+    (that folder's next run sweeps its own copy once the job has succeeded). A copy that
+    fails is a storage failure of the store step (the job waits, the render kept there)."""
+    other = _spooled_beside(ctx, job)
+    if other is None:
+        return
+    if await asyncio.to_thread(damage, other, job["output_size"], job["output_sha256"]):
+        return  # not this job's render: left alone, as a missing file is
+    try:
+        await asyncio.to_thread(ctx.spool.copy_in, job["id"], other)
+    except OSError as exc:
+        raise StorageError(
+            f"cannot copy the spool file {other} into this run's spool {ctx.spool.root}: "
+            f"{exc.strerror or exc}",
+            retryable=False,
+        ) from None
+    ctx.ledger.note(job, "spool_copied", source=str(other))
+
+
 async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
     """Create the object from the spool file. On local storage the read-back follows in the
     same call and the job finishes in one transaction (its ``store`` checkpoint included): a
@@ -1887,6 +1945,8 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
     key = job["output_key"]
     problem = None
     try:
+        if not spool_path.exists():
+            await _copy_beside(ctx, job)
         meta = _object_meta(ctx, job)
         try:
             if storage.local:

@@ -184,6 +184,23 @@ class Spool:
             fsync_dir(self.root)
         return SpoolFile(final, len(data), hashlib.sha256(data).hexdigest())
 
+    def copy_in(self, job_id: str, source: Path) -> None:
+        """Copy ``source``, this job's spool file in another spool folder of this host, into
+        place as ``write`` puts a file: to ``.part``, fsynced, renamed, the folder fsynced.
+        Raises ``OSError``."""
+        import shutil
+
+        final = self.path(job_id)
+        part = final.with_suffix(".part")
+        shutil.copyfile(source, part)
+        fd = os.open(part, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(part, final)
+        fsync_dir(self.root)
+
     def note_request(self, job_id: str, attempt: int, provider: str, request_id: str) -> None:
         """Keep beside the spool a job-style request's id that the ledger could not record
         (``<job id>.request``: written, fsynced, renamed, the folder fsynced): the next run on
