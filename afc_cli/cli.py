@@ -159,21 +159,42 @@ def _err(message: str) -> None:
 
 @contextmanager
 def _boundary(
-    again: str | None = None, why: str = "it admits what is missing", reads: str | None = None
+    again: str | None = None,
+    why: str = "it admits what is missing",
+    reads: str | None = None,
+    each: str | None = None,
 ) -> Iterator[None]:
     """Domain errors to their exit codes, in one line each. ``again``: the command that picks
     up after an interruption outside a run loop, when it is not ``afc resume`` (a submit
     interrupted while it admits has perhaps admitted nothing: resume would find no job), and
-    ``why`` running it again is safe. ``reads``: the ledger of a command that only reads it."""
-    from afc_cli.errors import EXIT_INTERRUPTED, AfcError
+    ``why`` running it again is safe. ``reads``: the ledger of a command that only reads it.
+    ``each``: what a command that changes jobs one transaction each, outside a run, does
+    (``retry``, ``cancel``): interrupted, or meeting a ledger it cannot write, it says that
+    the jobs changed before are kept and the rest are not, not a run's 'afc resume' (which
+    retries and cancels nothing)."""
+    from afc_cli.errors import EXIT_INTERRUPTED, AfcError, LedgerWriteError
+
+    def partly(what: str) -> str:
+        return (
+            f"{what}; each job's {each} is its own transaction: those made before are kept, "
+            "the rest were not made ('afc status' shows which)"
+        )
 
     try:
         yield
+    except LedgerWriteError as exc:
+        if each is None or not hasattr(exc, "failed"):
+            _err(exc.message)
+        else:
+            _err(f"{partly(exc.failed)}: {exc.fix}, then {each} those again")
+        raise typer.Exit(exc.exit_code) from None
     except AfcError as exc:
         _err(exc.message)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
-        if again:
+        if each:
+            _err(f"{partly('interrupted')}: {each} those again")
+        elif again:
             _err(f"interrupted; nothing is lost: run this again ({why}): {again}")
         else:
             _err("interrupted; every job stays resumable (run 'afc resume')")
@@ -199,7 +220,11 @@ def _boundary(
             # after writing started (a full disk, an I/O error): exit 1, the ledger as of its
             # last commit, every job resumable
             if isinstance(exc, sqlite3.Error):
-                _err(ledger_write_error(None, exc).message)
+                written = ledger_write_error(None, exc)
+                if each is not None:
+                    _err(f"{partly(written.failed)}: {written.fix}, then {each} those again")
+                else:
+                    _err(written.message)
             else:
                 _err(f"{exc}; every job stays resumable: fix it, then run 'afc resume'")
         else:
@@ -991,7 +1016,7 @@ def retry(
     The job keeps its key, request and history; 'afc resume' (or cron) then runs it, looking
     for its stored output first. A succeeded job is never retried; a selection of more than
     one job is listed and confirmed (or --yes)."""
-    with _boundary():
+    with _boundary(each="retry"):
         from afc_cli.ops import retry as retry_jobs
 
         statuses = [
@@ -1044,7 +1069,7 @@ def cancel(
     Cancels the jobs named by KEY, or with only --batch every unfinished job of that batch
     (listed and confirmed first, or --yes). A job rendering on Replicate or fal is cancelled at
     the provider too."""
-    with _boundary():
+    with _boundary(each="cancel"):
         from afc_cli.ops import cancel as cancel_jobs
 
         result = cancel_jobs(ledger, keys or [], batch, confirm=_asker(yes))
