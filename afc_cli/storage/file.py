@@ -189,6 +189,36 @@ class FileStorage(Storage):
             raise UsageError(f"cannot use storage {self.shown}: {exc}") from None
         if not os.access(self.root, os.W_OK):
             raise UsageError(f"cannot use storage {self.shown}: the directory is not writable")
+        self._check_links()
+
+    def _check_links(self) -> None:
+        """Every create-only write here ends in a hard link (``_create``): on a file system
+        without them (FAT, exFAT: an external drive; a FUSE mount such as rclone's) every
+        store failed after its render was paid, each job waiting at store until dead-lettered.
+        One link of an empty file finds it before anything is rendered."""
+        probe = self.root / f".afc-{uuid.uuid4().hex}.tmp"
+        linked = probe.with_name(f".afc-{uuid.uuid4().hex}.tmp")
+        try:
+            try:
+                os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except OSError:
+                return  # not afc's question here: the store's own error says what is wrong
+            try:
+                os.link(probe, linked)
+            except OSError as exc:
+                if exc.errno in (errno.EPERM, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    raise UsageError(
+                        f"cannot use storage {self.shown}: its file system does not support "
+                        f"hard links ({exc.strerror}), which afc's create-only writes need (an "
+                        "object never half-written, never over another's); use a folder on "
+                        "another file system (ext4, XFS, APFS, NTFS, NFS)"
+                    ) from None
+        finally:
+            for path in (linked, probe):
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
 
     def check_keys(self, keys: list[str]) -> None:
         """Every folder the batch will write must be a folder (not a file someone left there)
