@@ -41,6 +41,9 @@ class FaultPlan:
     seen: list[tuple[str, str]] = field(default_factory=list)
     injected: list[tuple[str, str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # answer ``x-amz-meta-*`` header names in canonical case (``X-Amz-Meta-Afc-Job-Id``), as
+    # a Go reverse proxy in front of a store (Traefik, Caddy) or some S3-compatible stores do
+    title_case_meta: bool = False
 
     def add(self, *faults: Fault) -> None:
         with self.lock:
@@ -137,6 +140,8 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "date",
                     "server",
                 ):
+                    if plan.title_case_meta and name.lower().startswith("x-amz-meta-"):
+                        name = "-".join(part.capitalize() for part in name.split("-"))
                     self.send_header(name, value)
             if self.command == "HEAD":  # no body, but the object's length
                 self.send_header("Content-Length", answer.getheader("Content-Length") or "0")

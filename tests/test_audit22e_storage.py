@@ -5,9 +5,11 @@ the real ``afc`` command in a child process."""
 
 from __future__ import annotations
 
+import json
 import os
 
-from conftest import manifest
+from conftest import jobs, manifest
+from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 # Makes ``os.link`` fail as on a file system without hard links (FAT, exFAT: vfat answers
 # EPERM; a FUSE mount without them, ENOSYS) for every link made under ``$AFC_TEST_NOLINK``.
@@ -70,3 +72,43 @@ def test_a_folder_on_a_file_system_without_hard_links_is_refused_before_any_rend
         "b.png",
         "b.png.afc.json",
     ]
+
+
+def test_metadata_header_names_in_any_case_are_afcs_own(afc, s3):  # noqa: F811
+    """HTTP header names are case-insensitive, and botocore keeps an object's
+    ``x-amz-meta-*`` names as the server spelt them (boto/botocore#1963): behind a Go
+    reverse proxy (Traefik, Caddy: ``X-Amz-Meta-Afc-Job-Id``) or from an S3-compatible store
+    that answers them so, the metadata read as 'Afc-Job-Id', found no 'afc-' name, and afc's
+    own object read as one 'afc did not write'. A run killed after its upload landed (or a PUT
+    whose answer was lost, tried again) then met its own object at the create-only store and
+    failed OUTPUT_KEY_CONFLICT, its paid, stored render recorded as a failure; a ledger
+    rebuilt over the bucket failed every stored job so. The names are read case-insensitively:
+    the resumed job succeeds from its object, no second render, and a fresh ledger renders
+    nothing."""
+    s3.plan.title_case_meta = True
+    afc.write_manifest(manifest(jobs(2)))
+    calls = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(calls)}
+    killed = afc(
+        "submit",
+        "manifest.yaml",
+        "--storage",
+        s3.url,
+        "--concurrency",
+        "1",
+        env={**env, "AFC_CRASH_POINT": "after_store"},
+    )
+    assert killed.returncode < 0 or killed.returncode == 137, killed.stderr
+    result = afc("resume", env=env)
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT key, status, error_code FROM jobs ORDER BY key") == [
+        ("shot-001", "succeeded", None),
+        ("shot-002", "succeeded", None),
+    ]
+    assert len(calls.read_text().splitlines()) == 2  # one render a job
+    for suffix in ("", "-wal", "-shm"):
+        (afc.cwd / f"afc.db{suffix}").unlink(missing_ok=True)
+    result = afc("submit", "manifest.yaml", "--storage", s3.url, "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["counts"] == {"succeeded": 2}
+    assert len(calls.read_text().splitlines()) == 2  # nothing rendered again

@@ -351,7 +351,10 @@ class S3Storage(Storage):
         found = self._head(key)
         if found is None:
             return ObjectInfo(exists=False)
-        raw = found.get("Metadata") or {}
+        # names as the server spelt them (botocore keeps their case): a Go proxy in front of
+        # the store, or a store, answering ``X-Amz-Meta-Afc-Job-Id`` made afc's own object
+        # one it 'did not write'; header names are case-insensitive (RFC 9110)
+        raw = {str(name).lower(): value for name, value in (found.get("Metadata") or {}).items()}
         meta: dict[str, Any] | None = None
         if any(name.startswith("afc-") for name in raw):
             meta = {}
