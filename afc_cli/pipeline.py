@@ -40,7 +40,7 @@ from afc_cli.attempts import (
     interrupted_last,
     next_try,
 )
-from afc_cli.costs import MAX_ESTIMATE, RateCards, format_usd, to_micros
+from afc_cli.costs import MAX_ESTIMATE, RateCards, format_usd, to_micros, usd_problem
 from afc_cli.errors import AnswerNotRead, LedgerWriteError, SpoolError, StorageError
 from afc_cli.ledger import (
     SHARED_BUDGET,
@@ -1758,8 +1758,10 @@ def _prompt(job: dict[str, Any]) -> str | None:
 
 
 def _micros(text: Any) -> int | None:
-    """Micro-USD from the decimal string in object metadata; None if absent or unreadable."""
-    if not isinstance(text, str):
+    """Micro-USD from the decimal string in object metadata; None if absent or unreadable, or
+    not an amount afc writes (negative, infinite, 1,000,000 USD or more: ``usd_problem``),
+    which as an avoided render's cost stopped the run ('Python int too large')."""
+    if not isinstance(text, str) or usd_problem(text):
         return None
     try:
         return to_micros(Decimal(text))

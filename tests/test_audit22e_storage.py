@@ -112,3 +112,78 @@ def test_metadata_header_names_in_any_case_are_afcs_own(afc, s3):  # noqa: F811
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["counts"] == {"succeeded": 2}
     assert len(calls.read_text().splitlines()) == 2  # nothing rendered again
+
+
+def _fresh_ledger(afc) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        (afc.cwd / f"afc.db{suffix}").unlink(missing_ok=True)
+
+
+def test_a_sidecar_rewritten_with_other_types_does_not_stop_the_run(afc):
+    """A ``<key>.afc.json`` naming the job (its id and request hash) whose other fields a
+    person or a script rewrote (a size as a string, as S3 metadata keeps it; a list where the
+    provider's name was; a cost no render has): at the probe of a ledger rebuilt over the
+    outputs, the size stopped the run 'unexpected error: TypeError ... (a bug in afc)', the
+    list 'cannot write to the ledger ... fix the disk or file system', the cost 'Python int
+    too large', each exit 1 with every job of the batch left queued, and every 'afc resume'
+    the same. Each field is read as afc writes it or not at all: the jobs succeed from
+    storage, nothing rendered; one whose SHA-256 is unreadable fails VERIFY_FAILED alone."""
+    afc.write_manifest(manifest(jobs(4)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    folder = afc.outputs() / "b1"
+    edits = {
+        "shot-001": lambda meta: {"size": str(meta["size"]), "cost": "99999999999999"},
+        "shot-002": lambda meta: {"provider": ["local"], "attempt": "one"},
+        "shot-003": lambda meta: {"cost": "-1", "model": {"name": "m1"}},
+        "shot-004": lambda meta: {"sha256": 12345},
+    }
+    for key, edit in edits.items():
+        sidecar = folder / f"{key}.png.afc.json"
+        meta = json.loads(sidecar.read_text())
+        sidecar.write_text(json.dumps({**meta, **edit(meta)}))
+    _fresh_ledger(afc)
+    calls = afc.cwd / "calls.log"
+    result = afc("submit", "manifest.yaml", env={"AFC_LOCAL_CALL_LOG": str(calls)})
+    assert "unexpected error" not in result.stderr and "Traceback" not in result.stderr
+    assert "cannot write to the ledger" not in result.stderr, result.stderr
+    assert result.returncode == 1, result.stderr
+    assert afc.rows("SELECT key, status, error_code FROM jobs ORDER BY key") == [
+        ("shot-001", "succeeded", None),
+        ("shot-002", "succeeded", None),
+        ("shot-003", "succeeded", None),
+        ("shot-004", "failed", "VERIFY_FAILED"),
+    ]
+    assert not calls.exists(), "a render was paid for"
+    assert afc.rows("SELECT output_size FROM jobs WHERE key = 'shot-001'")[0][0] > 0
+
+
+def test_an_s3_object_whose_checksum_metadata_is_not_hex_fails_its_verify_alone(afc, s3):  # noqa: F811
+    """An object of the job (its id and request hash in its metadata) whose ``afc-sha256``
+    is no SHA-256 (metadata replaced by a copy with a tool, hand-edited): the verify of a
+    ledger rebuilt over the bucket read it as hex and the run stopped 'unexpected error:
+    ValueError ... (a bug in afc)', exit 1, every job of the batch left as it was, and every
+    'afc resume' the same. The field is read as no checksum: that job fails VERIFY_FAILED,
+    the others succeed from storage, nothing rendered."""
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--storage", s3.url).returncode == 0
+    key = "films/b1/shot-001.png"
+    meta = s3.client.head_object(Bucket=s3.bucket, Key=key)["Metadata"]
+    s3.client.copy_object(
+        Bucket=s3.bucket,
+        Key=key,
+        CopySource={"Bucket": s3.bucket, "Key": key},
+        Metadata={**meta, "afc-sha256": "not-a-sha256"},
+        MetadataDirective="REPLACE",
+    )
+    _fresh_ledger(afc)
+    calls = afc.cwd / "calls.log"
+    result = afc(
+        "submit", "manifest.yaml", "--storage", s3.url, env={"AFC_LOCAL_CALL_LOG": str(calls)}
+    )
+    assert "unexpected error" not in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 1, result.stderr
+    assert afc.rows("SELECT key, status, error_code FROM jobs ORDER BY key") == [
+        ("shot-001", "failed", "VERIFY_FAILED"),
+        ("shot-002", "succeeded", None),
+    ]
+    assert not calls.exists(), "a render was paid for"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,33 @@ class ObjectInfo:
     exists: bool
     size: int | None = None
     meta: dict[str, Any] | None = None
+
+
+# the metadata fields afc writes as numbers; the others it reads are text
+META_INTS = ("size", "attempt")
+META_TEXTS = ("job_id", "key", "batch", "request_hash", "provider", "model", "cost", "cost_source")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def typed_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """An object's metadata as the pipeline reads it, each field afc writes of its type or
+    None: a size or attempt an int (a decimal string read as one), the texts text, the
+    SHA-256 64 hex digits. A sidecar edited by hand or rewritten by a script (sizes as
+    strings, a list where a name was) stopped the whole run at the probe ('cannot write to the
+    ledger ... fix the disk', or 'unexpected error'), and every later run the same way."""
+    typed = dict(meta)
+    for field in META_INTS:
+        value = meta.get(field)
+        if isinstance(value, str) and value.isascii() and value.strip().isdigit():
+            value = int(value)
+        typed[field] = value if isinstance(value, int) and not isinstance(value, bool) else None
+    for field in META_TEXTS:
+        value = meta.get(field)
+        typed[field] = value if isinstance(value, str) else None
+    sha256 = meta.get("sha256")
+    sha256 = sha256.lower() if isinstance(sha256, str) else None
+    typed["sha256"] = sha256 if sha256 and _SHA256.fullmatch(sha256) else None
+    return typed
 
 
 class ObjectExists(Exception):

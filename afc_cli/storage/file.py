@@ -24,7 +24,7 @@ from typing import Any
 from afc_cli.errors import StorageError, UsageError
 from afc_cli.spool import file_digest, fsync_dir
 from afc_cli.storage import object_url, shown_url
-from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
+from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage, typed_meta
 
 META_SUFFIX = ".afc.json"
 _MADE: set[Path] = set()  # directories this process made or found (skips a mkdir per store)
@@ -58,6 +58,8 @@ class FileStorage(Storage):
     def head(self, key: str) -> ObjectInfo:
         obj = self._object(key)
         meta = self._read_meta(key)
+        if meta is not None:
+            meta = typed_meta(meta)
         try:
             size = obj.stat().st_size
         except OSError as exc:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from afc_cli.errors import StorageError, StorageUnreachable, UsageError
-from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
+from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage, typed_meta
 
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 PART_SIZE = 16 * 1024 * 1024
@@ -365,6 +365,7 @@ class S3Storage(Storage):
                 if value is not None and field in INT_FIELDS:
                     value = int(value) if value.isascii() and value.isdigit() else None
                 meta[field] = value
+            meta = typed_meta(meta)
         return ObjectInfo(exists=True, size=found.get("ContentLength"), meta=meta)
 
     def put_if_absent(
@@ -517,6 +518,8 @@ class S3Storage(Storage):
             return f"{self.describe(key)} is not there"
         if found.get("ContentLength") != size:
             return f"{self.describe(key)} holds {found.get('ContentLength')} bytes, expected {size}"
+        if not sha256:  # the job's own object found with no SHA-256 in its metadata
+            return f"{self.describe(key)} has no SHA-256 in its metadata to check it against"
         reported = found.get("ChecksumSHA256")
         if reported == _b64(bytes.fromhex(sha256)):
             return None  # S3's own SHA-256 of what it stored is ours
