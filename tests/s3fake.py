@@ -20,6 +20,10 @@ INTERNAL = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
     b"<Message>We encountered an internal error. Please try again.</Message></Error>"
 )
+DENIED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+    b"<Message>Access Denied</Message></Error>"
+)
 THROTTLED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>TooManyRequests</Code>'
     b"<Message>Too many requests.</Message></Error>"
@@ -30,7 +34,7 @@ THROTTLED = (
 class Fault:
     method: str  # "PUT", "HEAD", ... or "*"
     path: str  # regular expression on the request path
-    kind: str  # "slowdown" | "429" | "500" | "reset"
+    kind: str  # "slowdown" | "429" | "500" | "403" | "reset"
     times: int  # how many matching requests it hits; -1: all
     retry_after: str | None = None
 
@@ -111,6 +115,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "slowdown": (503, SLOW_DOWN),
                     "429": (429, THROTTLED),
                     "500": (500, INTERNAL),
+                    "403": (403, DENIED),
                 }[fault.kind]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

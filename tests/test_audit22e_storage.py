@@ -9,6 +9,7 @@ import json
 import os
 
 from conftest import jobs, manifest
+from s3fake import Fault
 from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 # Makes ``os.link`` fail as on a file system without hard links (FAT, exFAT: vfat answers
@@ -187,3 +188,23 @@ def test_an_s3_object_whose_checksum_metadata_is_not_hex_fails_its_verify_alone(
         ("shot-002", "succeeded", None),
     ]
     assert not calls.exists(), "a render was paid for"
+
+
+def test_a_probe_denied_names_the_fix_as_any_access_denied_does(afc, s3):  # noqa: F811
+    """S3 answers a HEAD without a body, so a probe (or a verify) refused 403 reached afc as
+    the bare code '403', not 'AccessDenied', and the job waited at its probe saying only
+    'cannot read s3://...: 403 Forbidden', run after run until dead-lettered, where README
+    says an AccessDenied names the bucket and the fix (a role that may list the bucket, which
+    the check before a run asks, but not read its objects). Nothing is rendered (the key
+    could not be looked at), and the waiting reason names what to fix."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    s3.plan.add(Fault("HEAD", r"/films/b1/", "403", -1))
+    calls = afc.cwd / "calls.log"
+    result = afc(
+        "submit", "manifest.yaml", "--storage", s3.url, env={"AFC_LOCAL_CALL_LOG": str(calls)}
+    )
+    assert result.returncode == 1, result.stderr
+    [(status, step, reason)] = afc.rows("SELECT status, step, waiting_reason FROM jobs")
+    assert (status, step) == ("waiting", "probe"), result.stderr
+    assert "403" in reason and "bucket policy" in reason and "AWS_ACCESS_KEY_ID" in reason, reason
+    assert not calls.exists(), "a render was paid for a key that could not be looked at"

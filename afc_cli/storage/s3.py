@@ -267,7 +267,9 @@ class S3Storage(Storage):
             if code in ("NoSuchBucket",) or (action == "cannot use" and status == 404):
                 fix = f"create bucket {self.bucket!r} or point --storage at an existing one"
             elif code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch") or (
-                action == "cannot use" and status == 403
+                # a HEAD's 403 has no body to name its code: botocore gives the status (the
+                # probe and the verify said only '403 Forbidden')
+                (action == "cannot use" or code == "403") and status == 403
             ):
                 fix = (
                     "check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and that the "
