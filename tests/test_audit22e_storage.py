@@ -208,3 +208,28 @@ def test_a_probe_denied_names_the_fix_as_any_access_denied_does(afc, s3):  # noq
     assert (status, step) == ("waiting", "probe"), result.stderr
     assert "403" in reason and "bucket policy" in reason and "AWS_ACCESS_KEY_ID" in reason, reason
     assert not calls.exists(), "a render was paid for a key that could not be looked at"
+
+
+def test_an_output_key_too_long_with_the_s3_prefix_is_refused_before_any_render(afc, s3):  # noqa: F811
+    """S3 refuses an object key longer than 1024 bytes (KeyTooLongError, not retried). The
+    manifest holds an output key to that limit, but the storage prefix comes before it: a key
+    of 1008 bytes under a 21-byte prefix was admitted, rendered and paid for, then refused at
+    every store until dead-lettered STORE_FAILED. The storage check before a run counts the
+    prefix: the submit is refused (exit 2), nothing admitted or rendered."""
+    key = "k" * 200
+    data = manifest([{"key": key, "prompt": "p"}], batch="b" * 200)
+    data["defaults"]["output"] = "{batch}/{key}/{key}/{key}/{key}.{ext}"  # 1008 bytes
+    afc.write_manifest(data)
+    calls = afc.cwd / "calls.log"
+    url = f"s3://{s3.bucket}/{'p' * 20}"
+    result = afc(
+        "submit", "manifest.yaml", "--storage", url, env={"AFC_LOCAL_CALL_LOG": str(calls)}
+    )
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert "1029 bytes" in result.stderr and "1024" in result.stderr
+    assert not calls.exists(), "a render was paid for"
+    assert not (afc.cwd / "afc.db").exists()
+    # under the bucket's root the same key fits: the batch runs
+    result = afc("submit", "manifest.yaml", "--storage", f"s3://{s3.bucket}")
+    assert result.returncode == 0, result.stderr

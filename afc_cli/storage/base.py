@@ -76,8 +76,8 @@ class Storage:
 
     def check_keys(self, keys: list[str]) -> None:
         """Before a run renders anything: fail fast (UsageError) if these output keys could not
-        be stored (on a file system: a folder on their path that is a file, or not writable).
-        Object stores have no folders: nothing to check."""
+        be stored (on a file system: a folder on their path that is a file, or not writable;
+        on S3: an object key, the prefix included, longer than S3 takes)."""
 
     def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
         """None if the stored object is exactly ``size`` bytes with this SHA-256; otherwise

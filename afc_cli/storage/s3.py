@@ -34,6 +34,7 @@ from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage, typed_meta
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 PART_SIZE = 16 * 1024 * 1024
 MAX_PARTS = 10_000
+MAX_KEY_BYTES = 1024  # S3's limit on an object key, prefix included
 RETRYABLE_CODES = {
     "SlowDown",
     "Throttling",
@@ -204,6 +205,20 @@ class S3Storage(Storage):
 
     def object_key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
+
+    def check_keys(self, keys: list[str]) -> None:
+        """An object key is at most 1024 bytes (S3's limit; a longer one is refused
+        KeyTooLongError). The manifest holds an output key to that limit, and the prefix comes
+        before it: an output key within it but not with the prefix was rendered, paid for and
+        refused at every store, until dead-lettered."""
+        for key in keys:
+            size = len(self.object_key(key).encode("utf-8", "surrogatepass"))
+            if size > MAX_KEY_BYTES:
+                raise UsageError(
+                    f"cannot store {key!r} in {self.url}: with the prefix its object key is "
+                    f"{size} bytes, longer than S3's {MAX_KEY_BYTES}; shorten the output "
+                    "template or the prefix"
+                )
 
     # --- errors -----------------------------------------------------------------------------
 
