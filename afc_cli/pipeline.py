@@ -710,10 +710,27 @@ def ownership(job: dict[str, Any], info: ObjectInfo) -> str | None:
     meta = info.meta
     if meta is None:
         return "an object that afc did not write (no afc metadata)" if info.exists else None
+    if not meta.get("job_id"):
+        # a damaged sidecar (an interrupted copy, a disk error) or another tool's: it read as
+        # 'the output of another job ('unknown', job id None)', of this job's own output too
+        what = (
+            f"cannot be read ({meta['unreadable']})" if meta.get("unreadable") else "names no job"
+        )
+        if info.exists:
+            return f"an object whose afc metadata {what}, so afc cannot tell whose output it is"
+        return f"no object but afc metadata that {what}, so afc cannot tell whose key it is"
     if meta.get("job_id") != job["id"]:
-        other = meta.get("key") or meta.get("job_id") or "unknown"
+        other = meta.get("key") or meta.get("job_id")
         if meta.get("key") and meta.get("batch"):
             other = f"{meta['batch']}/{meta['key']}"  # as a manifest names another batch's job
+        if not info.exists:
+            # written first, the metadata alone: that job's store was cut short (its next run
+            # completes it), or is under way; the key is that job's
+            return (
+                f"the metadata of another job's output ({other!r}, job id {meta['job_id']}), "
+                "its object not written yet: that job's store was interrupted or is under way, "
+                "and a run of that job completes it"
+            )
         return f"the output of another job ({other!r}, job id {meta.get('job_id')})"
     if meta.get("request_hash") != job["request_hash"]:
         return (

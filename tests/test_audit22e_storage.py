@@ -233,3 +233,39 @@ def test_an_output_key_too_long_with_the_s3_prefix_is_refused_before_any_render(
     # under the bucket's root the same key fits: the batch runs
     result = afc("submit", "manifest.yaml", "--storage", f"s3://{s3.bucket}")
     assert result.returncode == 0, result.stderr
+
+
+def test_a_conflict_over_metadata_alone_says_what_is_at_the_key(afc):
+    """What the probe finds at a key decides; the words must say what it found. Metadata of
+    another job's output without its object (that job's store cut short between the two
+    creates: the key is that job's, and its next run completes the store) was reported as
+    'already holds the output of another job', a file a person looked for and did not find;
+    a sidecar that cannot be read (emptied by an interrupted copy, a disk error), of this
+    job's own output too, as 'the output of another job ('unknown', job id None)'. Both stay
+    OUTPUT_KEY_CONFLICT with nothing rendered or overwritten, and say what is there."""
+    data = manifest([{"key": "a", "prompt": "p"}, {"key": "b", "prompt": "q"}])
+    data["defaults"]["output"] = "{key}.{ext}"
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    (afc.outputs() / "a.png").unlink()  # b1/a's metadata alone: its store cut short
+    (afc.outputs() / "b.png.afc.json").write_text("")  # b1/b's own sidecar, emptied
+    _fresh_ledger(afc)
+    afc.write_manifest({**data, "batch": "b2"}, "other.yaml")
+    calls = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(calls)}
+    assert afc("submit", "other.yaml", env=env).returncode == 1
+    assert not calls.exists(), "a render was paid for"
+    story = afc.json("show", "a", "--batch", "b2")["job"]["error"]
+    assert story["code"] == "OUTPUT_KEY_CONFLICT"
+    assert "'b1/a'" in story["message"] and "not written yet" in story["message"], story
+    story = afc.json("show", "b", "--batch", "b2")["job"]["error"]
+    assert story["code"] == "OUTPUT_KEY_CONFLICT"
+    assert "cannot be read" in story["message"] and "unknown" not in story["message"], story
+    assert not (afc.outputs() / "a.png").exists()
+    # b1/b's own output, its sidecar unreadable: the same words, never overwritten
+    _fresh_ledger(afc)
+    assert afc("submit", "manifest.yaml", env=env).returncode == 1
+    story = afc.json("show", "b", "--batch", "b1")["job"]["error"]
+    assert story["code"] == "OUTPUT_KEY_CONFLICT"
+    assert "cannot be read" in story["message"] and "unknown" not in story["message"], story
+    assert (afc.outputs() / "b.png.afc.json").read_text() == ""
