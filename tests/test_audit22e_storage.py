@@ -31,6 +31,41 @@ os.link = _no_link
 """
 
 
+# Refuses every create of a file under ``$AFC_TEST_DENY`` with EACCES while ``os.access`` still
+# says the folder is writable, as an SELinux denial does (a container's volume without its
+# label); reads are let through.
+DENY_CREATES = """
+import builtins
+import errno
+import os
+
+_open, _os_open, _root = builtins.open, os.open, os.environ.get("AFC_TEST_DENY")
+
+
+def _denied(path):
+    try:
+        path = os.path.abspath(os.fsdecode(path))
+    except TypeError:  # a file descriptor
+        return False
+    return bool(_root) and path.startswith(_root + os.sep)
+
+
+def _deny_open(file, mode="r", *args, **kwargs):
+    if any(c in mode for c in "wax+") and _denied(file):
+        raise PermissionError(errno.EACCES, "Permission denied", file)
+    return _open(file, mode, *args, **kwargs)
+
+
+def _deny_os_open(path, flags, *args, **kwargs):
+    if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and _denied(path):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+    return _os_open(path, flags, *args, **kwargs)
+
+
+builtins.open, os.open = _deny_open, _deny_os_open
+"""
+
+
 def _site(afc, text: str) -> dict[str, str]:
     """The environment of an ``afc`` child that runs ``text`` as its ``sitecustomize``, this
     clone's code still first on its path."""
@@ -269,3 +304,27 @@ def test_a_conflict_over_metadata_alone_says_what_is_at_the_key(afc):
     assert story["code"] == "OUTPUT_KEY_CONFLICT"
     assert "cannot be read" in story["message"] and "unknown" not in story["message"], story
     assert (afc.outputs() / "b.png.afc.json").read_text() == ""
+
+
+def test_a_folder_whose_creates_are_denied_though_writable_is_refused_before_any_render(afc):
+    """The check before a run asked ``os.access``, which reads the permission bits alone: a
+    security module's denial (SELinux refusing a container's writes to a volume not labelled
+    for it, the ':Z' left out) passed it, every job's render was paid, and every store failed
+    'Permission denied', not retried: the jobs waited at store run after run until
+    dead-lettered, their paid outputs never stored. The check creates a file: the submit is
+    refused (exit 2) with the reason, nothing rendered or admitted."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    outputs = afc.outputs()
+    outputs.mkdir()
+    calls = afc.cwd / "calls.log"
+    env = {
+        **_site(afc, DENY_CREATES),
+        "AFC_TEST_DENY": str(outputs),
+        "AFC_LOCAL_CALL_LOG": str(calls),
+    }
+    result = afc("submit", "manifest.yaml", env=env)
+    assert "unexpected error" not in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert "Permission denied" in result.stderr and "cannot use storage" in result.stderr
+    assert not calls.exists() or calls.read_text() == "", "a render was paid for"
+    assert not (afc.cwd / "afc.db").exists()

@@ -197,13 +197,22 @@ class FileStorage(Storage):
         """Every create-only write here ends in a hard link (``_create``): on a file system
         without them (FAT, exFAT: an external drive; a FUSE mount such as rclone's) every
         store failed after its render was paid, each job waiting at store until dead-lettered.
-        One link of an empty file finds it before anything is rendered."""
+        One link of an empty file finds it before anything is rendered. So does the create
+        itself where it is refused though ``os.access`` said the folder is writable (a
+        security module's denial, as SELinux gives a container's volume not labelled for it:
+        every store failed 'Permission denied' after its render was paid)."""
         probe = self.root / f".afc-{uuid.uuid4().hex}.tmp"
         linked = probe.with_name(f".afc-{uuid.uuid4().hex}.tmp")
         try:
             try:
                 os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            except OSError:
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise UsageError(
+                        f"cannot use storage {self.shown}: a file cannot be created in it "
+                        f"({exc.strerror}), though its permissions allow it (an SELinux or "
+                        "AppArmor denial: a container's volume needs its label, e.g. ':Z')"
+                    ) from None
                 return  # not afc's question here: the store's own error says what is wrong
             try:
                 os.link(probe, linked)
