@@ -4,6 +4,8 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
 
 - The source is read in one snapshot (SQLite: under its write lock; PostgreSQL: a REPEATABLE
   READ transaction), so a copy never holds half of a change.
+- A SQLite source with damaged pages is refused before anything is written (``check=True``:
+  ``PRAGMA quick_check``, as before a run), not stopped part-way through its read.
 - The destination must hold no batch yet (a new file, an empty database, or a ledger just
   created); everything is written in one transaction there, so a copy that fails leaves it as
   it was. Its schema is brought to this afc's first (the same migrations).
@@ -74,7 +76,7 @@ CHUNK = 1000
 def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dict[str, Any]:
     if str(src_url) == str(dst_url):
         raise UsageError("afc ledger copy needs two different ledgers")
-    src = Ledger(src_url, create=False)
+    src = Ledger(src_url, create=False, check=True)  # damaged pages: refused before the copy
     try:
         _refuse_moved(src)
         _refuse_live(src)  # before the destination is created or migrated
