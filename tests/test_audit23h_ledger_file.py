@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import random
+import shlex
+import shutil
+import subprocess
+import sys
 
+import pytest
 from conftest import jobs, manifest
 
 
@@ -40,3 +45,43 @@ def test_a_copy_of_a_damaged_ledger_is_refused_before_the_destination_is_made(af
     assert "afc resume" not in result.stderr
     assert not (afc.cwd / "copy.db").exists()
     assert _digest(path) == before
+
+
+def test_a_copy_onto_a_full_disk_says_nothing_was_copied_and_to_copy_again(afc):
+    """A copy whose destination's disk filled part-way (its one transaction rolled back) said a
+    run's words, 'The run stopped; every job stays resumable ...: free space on its disk, then
+    run afc resume': a resume on the source, unmoved, runs its jobs there, not what the person
+    copying wanted. It now says nothing was copied and to copy again, naming the ledger that
+    could not be written."""
+    if sys.platform != "linux" or not shutil.which("unshare"):
+        pytest.skip("needs unshare (Linux)")
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged mount namespaces are not available")
+    data = manifest([{"key": f"k{i:04d}", "prompt": "x" * 200 + str(i)} for i in range(2000)])
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    before = _digest(afc.cwd / "afc.db")
+    (afc.cwd / "full").mkdir()
+    command = " ".join(shlex.quote(part) for part in afc.command("ledger", "copy", "afc.db"))
+    result = subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size=300k tmpfs full && {command} full/new.db",
+        ],
+        cwd=afc.cwd,
+        env=afc.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 1, result.stderr
+    assert "full" in result.stderr and "nothing was copied" in result.stderr.lower()
+    assert "afc resume" not in result.stderr, result.stderr
+    assert "full/new.db" in result.stderr
+    # the source is as it was and still runs: nothing moved it
+    assert _digest(afc.cwd / "afc.db") == before
+    assert afc.json("status").get("moved_to") is None

@@ -41,7 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from afc_cli.costs import plural
-from afc_cli.errors import LedgerError, UsageError, first_line
+from afc_cli.errors import (
+    LedgerError,
+    LedgerWriteError,
+    UsageError,
+    first_line,
+    ledger_write_error,
+)
 from afc_cli.ledger.core import MOVED_UNTIL, TERMINAL_SQL, Ledger
 from afc_cli.owner import (
     MOVED_OWNER,
@@ -89,12 +95,14 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
                 )
             counts: dict[str, int] = {}
             copied = False
+            at = src  # the ledger a failure of the copy's transactions is in
             try:
                 with src.tx():
                     src.snapshot()
                     src.lock_jobs()  # no claim commits in the source until it is marked moved
                     _refuse_moved(src)  # again: a copy of it beside this one may have moved it
                     _refuse_live(src)  # again, in the snapshot the copy reads
+                    at = dst
                     with dst.tx():
                         for table in TABLES:
                             counts[table] = _copy_table(src, dst, table)
@@ -104,7 +112,10 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
                         _mark_moved(src, dst)
             except BaseException as exc:  # a signal too (SIGTERM is a KeyboardInterrupt here)
                 if not copied or keep_source:
-                    raise
+                    failed = _not_copied(exc, src, dst, at) if not copied else None
+                    if failed is None:
+                        raise
+                    raise failed from None
                 # the destination holds the copy; the source, unmarked, would still run
                 raise LedgerError(
                     f"{src.path} was copied into {dst.path}, but could not be marked moved "
@@ -126,6 +137,29 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
         "source_moved": not keep_source,
         **spooled,
     }
+
+
+def _not_copied(
+    exc: BaseException, src: Ledger, dst: Ledger, at: Ledger
+) -> LedgerWriteError | None:
+    """A ledger that could not be written or read before the copy committed (a full disk, a
+    lost PostgreSQL connection): nothing was copied, the destination's transaction rolled
+    back and the source left as it was. Said so, with the fix and to copy again, not in a
+    run's words ('every job stays resumable ... run afc resume', which runs the jobs on the
+    source). None: not such a failure (a refusal, a signal, a bug) - raised as it is."""
+    import sqlite3
+
+    if isinstance(exc, LedgerWriteError) and hasattr(exc, "failed"):
+        failed, fix = exc.failed, exc.fix
+    elif isinstance(exc, sqlite3.Error):
+        written = ledger_write_error(at.path, exc)
+        failed, fix = written.failed, written.fix
+    else:
+        return None
+    return LedgerWriteError(
+        f"{failed}. Nothing was copied: {dst.path} holds none of it and {src.path} is as it "
+        f"was (not moved); {fix}, then copy again"
+    )
 
 
 def _refuse_moved(src: Ledger) -> None:
