@@ -292,6 +292,16 @@ def check_pages(conn: sqlite3.Connection, path: Path) -> None:
         )
 
 
+def _no_room(path: Path) -> bool:
+    """Whether the disk of the ledger's folder is full: SQLite says 'disk I/O error', not
+    'disk is full', when it cannot make the ledger's -wal or -shm file there."""
+    try:
+        found = os.statvfs(path.absolute().parent)
+    except OSError:
+        return False
+    return found.f_bavail * found.f_frsize < 64 * 1024
+
+
 def damaged(path: Path, exc: sqlite3.DatabaseError) -> LedgerError:
     """A ledger SQLite cannot read: one line naming the file and what to do."""
     text = str(exc)
@@ -301,6 +311,13 @@ def damaged(path: Path, exc: sqlite3.DatabaseError) -> LedgerError:
         )
     if "unable to open" in text:
         return LedgerError(f"cannot open the ledger {path} ({text}): check the path and folder")
+    if "disk is full" in text or ("disk I/O error" in text and _no_room(path)):
+        # made or migrated on a full disk: its transaction rolled back, the file is whole (told
+        # to restore a backup, a person would lose what the ledger holds since)
+        return LedgerError(
+            f"cannot write to the ledger {path} ({text}): its disk is full; afc left it as it "
+            "was (nothing was written): free space on that disk, then run this again"
+        )
     return LedgerError(
         f"the ledger {path} is damaged or not a SQLite database ({text}); afc left it as it "
         f"is: restore it from a backup, or recover it with 'sqlite3 {path} .recover'"

@@ -85,3 +85,64 @@ def test_a_copy_onto_a_full_disk_says_nothing_was_copied_and_to_copy_again(afc):
     # the source is as it was and still runs: nothing moved it
     assert _digest(afc.cwd / "afc.db") == before
     assert afc.json("status").get("moved_to") is None
+
+
+def _in_namespace(afc, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=afc.cwd,
+        env=afc.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+OLDER = (
+    "import sqlite3, sys\n"
+    "c = sqlite3.connect(sys.argv[1])\n"
+    "c.execute('DROP INDEX jobs_output_spooled')\n"
+    "c.execute(\"DELETE FROM _sqlite_migrations WHERE name = 'm014_output_key_spooled'\")\n"
+    "c.execute('PRAGMA user_version = 13')\n"
+    "c.commit()\n"
+    "c.execute('PRAGMA wal_checkpoint(TRUNCATE)')\n"
+    "c.close()\n"
+)
+
+
+def test_a_ledger_that_cannot_be_made_or_migrated_on_a_full_disk_is_not_called_damaged(afc):
+    """A ledger an afc had to migrate (an upgrade) on a disk with no room left, or a new one
+    made there, was refused as 'damaged or not a SQLite database (disk I/O error); restore it
+    from a backup, or recover it with sqlite3 .recover': the file was whole (the migration's
+    transaction rolled back), and a person restoring a backup over it loses every job and
+    paid attempt recorded since. It now says the disk is full, nothing was written, and to free
+    space and run again; once there is room the same command migrates and reads it."""
+    if sys.platform != "linux" or not shutil.which("unshare"):
+        pytest.skip("needs unshare (Linux)")
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged mount namespaces are not available")
+    afc.write_manifest(manifest(jobs(300)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    (afc.cwd / "older.py").write_text(OLDER)
+    (afc.cwd / "full").mkdir()
+    python = shlex.quote(afc.command()[0])
+    status = " ".join(shlex.quote(p) for p in afc.command("status", "--ledger", "full/l.db"))
+    new = " ".join(
+        shlex.quote(p)
+        for p in afc.command("submit", "manifest.yaml", "--no-run", "--ledger", "full/new.db")
+    )
+    result = _in_namespace(
+        afc,
+        "mount -t tmpfs -o size=1500k tmpfs full && cp afc.db full/l.db"
+        f" && {python} older.py full/l.db"
+        " && { dd if=/dev/zero of=full/fill bs=4k 2>/dev/null; true; }"
+        f" && {{ {status}; echo status=$?; {new}; echo new=$?; rm full/fill;"
+        f" {status} >/dev/null; echo freed=$?; }}",
+    )
+    assert "Traceback" not in result.stderr
+    assert "status=2" in result.stdout and "new=2" in result.stdout, result.stdout
+    lines = result.stderr.strip().splitlines()[:2]  # then the freed status's summary
+    for line in lines:
+        assert "disk is full" in line and "free space" in line, line
+        assert "damaged" not in line and "backup" not in line, line
+    assert "freed=0" in result.stdout, result.stderr
