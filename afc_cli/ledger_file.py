@@ -311,6 +311,14 @@ def damaged(path: Path, exc: sqlite3.DatabaseError) -> LedgerError:
         )
     if "unable to open" in text:
         return LedgerError(f"cannot open the ledger {path} ({text}): check the path and folder")
+    if "locked" in text or "busy" in text:
+        # another process held the write lock past the busy timeout (a migration waits for
+        # it): nothing is wrong with the file
+        return LedgerError(
+            f"the ledger {path} is locked ({text}): another process held its write lock too "
+            "long (a sqlite3 shell or a script in an open transaction?); afc left it as it was "
+            "(nothing was written): end it, then run this again"
+        )
     if "disk is full" in text or ("disk I/O error" in text and _no_room(path)):
         # made or migrated on a full disk: its transaction rolled back, the file is whole (told
         # to restore a backup, a person would lose what the ledger holds since)

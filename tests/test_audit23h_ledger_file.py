@@ -146,3 +146,33 @@ def test_a_ledger_that_cannot_be_made_or_migrated_on_a_full_disk_is_not_called_d
         assert "disk is full" in line and "free space" in line, line
         assert "damaged" not in line and "backup" not in line, line
     assert "freed=0" in result.stdout, result.stderr
+
+
+def test_a_ledger_locked_while_it_is_migrated_is_not_called_damaged(afc, monkeypatch):
+    """A ledger a newer afc had to migrate while another process held its write lock past the
+    busy timeout (a sqlite3 shell or a backup script in an open transaction) was refused, by
+    afc status too, as 'damaged or not a SQLite database (database is locked); restore it from
+    a backup': nothing was wrong with it, and restoring a backup over it loses what it holds
+    since. It now names the lock and what to end."""
+    import sqlite3
+
+    from afc_cli.errors import LedgerError
+    from afc_cli.ledger import sqlite as engine
+
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    path = afc.cwd / "afc.db"
+    (afc.cwd / "older.py").write_text(OLDER)
+    assert subprocess.run([afc.command()[0], "older.py", str(path)], cwd=afc.cwd).returncode == 0
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        monkeypatch.setattr(engine, "BUSY_TIMEOUT_S", 0.1)
+        with pytest.raises(LedgerError) as refused:
+            engine.SqliteLedger(path, create=False)
+    finally:
+        holder.close()
+    message = str(refused.value)
+    assert "damaged" not in message and "backup" not in message, message
+    assert "lock" in message and "afc.db" in message
+    engine.SqliteLedger(path, create=False).close()  # the lock gone, it migrates
