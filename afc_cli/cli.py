@@ -163,6 +163,7 @@ def _boundary(
     why: str = "it admits what is missing",
     reads: str | None = None,
     each: str | None = None,
+    runs: bool = True,
 ) -> Iterator[None]:
     """Domain errors to their exit codes, in one line each. ``again``: the command that picks
     up after an interruption outside a run loop, when it is not ``afc resume`` (a submit
@@ -171,7 +172,8 @@ def _boundary(
     ``each``: what a command that changes jobs one transaction each, outside a run, does
     (``retry``, ``cancel``): interrupted, or meeting a ledger it cannot write, it says that
     the jobs changed before are kept and the rest are not, not a run's 'afc resume' (which
-    retries and cancels nothing)."""
+    retries and cancels nothing). ``runs=False``: a command that runs no job (``webhooks
+    deliver``): a ledger it cannot write says to run ``again``, not a run's 'afc resume'."""
     from afc_cli.errors import EXIT_INTERRUPTED, AfcError, LedgerWriteError
 
     def partly(what: str) -> str:
@@ -183,7 +185,9 @@ def _boundary(
     try:
         yield
     except LedgerWriteError as exc:
-        if each is None or not hasattr(exc, "failed"):
+        if not runs and again and hasattr(exc, "failed"):
+            _err(f"{exc.failed}: {exc.fix}, then run this again ({why}): {again}")
+        elif each is None or not hasattr(exc, "failed"):
             _err(exc.message)
         else:
             _err(f"{partly(exc.failed)}: {exc.fix}, then {each} those again")
@@ -221,7 +225,9 @@ def _boundary(
             # last commit, every job resumable
             if isinstance(exc, sqlite3.Error):
                 written = ledger_write_error(None, exc)
-                if each is not None:
+                if not runs and again:
+                    _err(f"{written.failed}: {written.fix}, then run this again ({why}): {again}")
+                elif each is not None:
                     _err(f"{partly(written.failed)}: {written.fix}, then {each} those again")
                 else:
                     _err(written.message)
@@ -1240,7 +1246,7 @@ def webhooks_deliver(
     verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Deliver every due webhook now (for cron); exit 1 if one became dead."""
-    with _boundary(again=_again(), why="receivers dedupe on webhook-id"):
+    with _boundary(again=_again(), why="receivers dedupe on webhook-id", runs=False):
         _sigterm_as_ctrl_c()  # a cron job's timeout: exit 130, as README's codes say
         _outlive_output()
         from afc_cli.webhooks import deliver
@@ -1267,7 +1273,7 @@ def webhooks_replay(
     verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Send a dead or delivered event again: its exact envelope, signed afresh."""
-    with _boundary(again=_again(), why="receivers dedupe on webhook-id"):
+    with _boundary(again=_again(), why="receivers dedupe on webhook-id", runs=False):
         _sigterm_as_ctrl_c()
         _outlive_output()
         from afc_cli.webhooks import replay

@@ -176,3 +176,43 @@ def test_a_ledger_locked_while_it_is_migrated_is_not_called_damaged(afc, monkeyp
     assert "damaged" not in message and "backup" not in message, message
     assert "lock" in message and "afc.db" in message
     engine.SqliteLedger(path, create=False).close()  # the lock gone, it migrates
+
+
+def test_webhooks_deliver_on_a_ledger_it_cannot_write_says_to_deliver_again(afc, monkeypatch):
+    """'afc webhooks deliver' whose ledger could not be written (another process held its
+    write lock past the busy timeout; a full disk) said a run's words, 'The run stopped;
+    every job stays resumable ...: end it, then run afc resume': it ran no job, and a resume
+    is not what delivers the events on time for a cron'd drain. It now says to run it again."""
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from afc_cli.cli import app
+    from afc_cli.ledger import sqlite as engine
+
+    data = manifest(jobs(1))
+    data["webhook"] = {"url": "http://127.0.0.1:9/hook", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data)
+    secret = {"AFC_HOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+    assert afc("submit", "manifest.yaml", env=secret).returncode == 0
+    path = afc.cwd / "afc.db"
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE deliveries SET next_attempt_at = 0")  # due now
+    conn.commit()
+    conn.close()
+    monkeypatch.chdir(afc.cwd)
+    monkeypatch.setattr(engine, "BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr("sys.argv", ["afc", "webhooks", "deliver"])  # what it says to run
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        result = CliRunner().invoke(
+            app, ["webhooks", "deliver"], env={**secret, "AFC_LEDGER": str(path)}
+        )
+    finally:
+        holder.close()
+    said = result.stderr
+    assert result.exit_code == 1, said
+    assert "Traceback" not in said and "locked" in said
+    assert "afc resume" not in said and "resumable" not in said, said
+    assert "webhooks deliver" in said, said
