@@ -702,16 +702,25 @@ class FakeProviders:
                         "url": "data:image/png;base64,"
                         + base64.b64encode(render_png(f"/files/{rid}.png", 32, 32)).decode()
                         if r.get("sync_mode")
+                        # a flagged first image's followers at URLs of their own
+                        else f"{self.base}/files/{rid}-{i}.png"
+                        if i and "checker-first" in r["prompt"]
                         else f"{self.base}/files/{rid}.png",
                         "width": 32,
                         "height": 32,
                         "content_type": "image/png",
                     }
-                ]
-                * r["images"],
+                    for i in range(r["images"])
+                ],
                 "timings": {"inference": 1.1},
                 "seed": 1,
-                "has_nsfw_concepts": [False],
+                # fal's safety checker (``enable_safety_checker``, on by default) answers a
+                # flagged image as a black one, saying so here; ``checker-flags`` flags all,
+                # ``checker-first`` the first of several
+                "has_nsfw_concepts": [
+                    "checker-flags" in r["prompt"] or ("checker-first" in r["prompt"] and i == 0)
+                    for i in range(r["images"])
+                ],
             },
         )
 

@@ -8,7 +8,8 @@ IN_QUEUE / IN_PROGRESS, 200 when COMPLETED), then fetches the result and its ima
 reach (``keeps_outputs_s``). A resumed job rebuilds those URLs from the id
 (``{FAL_QUEUE_URL}/{owner}/{app}/requests/{id}/status``: fal drops the model's subpath) and
 polls instead of submitting again. The synchronous ``fal.run`` endpoint, billed even when the
-connection drops, is never used. Cost: the images produced at the rate card's ``per_image``
+connection drops, is never used. An image fal's safety checker flagged (``has_nsfw_concepts``)
+comes blacked out: never kept; every image flagged is a refusal, paid. Cost: the images produced at the rate card's ``per_image``
 (derived; the rule is ``RateCards.price`` in afc_cli/costs.py); a request that completed but
 whose result fal already deleted (404), the images its request asked for (``num_images``).
 """
@@ -254,9 +255,34 @@ class FalProvider(HttpProvider):
         url = text(images[0].get("url")) if images else None
         if url is None:
             raise ProviderError("server", "fal: completed without an image", cost_micros=None)
-        image = images[0]
-        usage = {"images": len(images)}  # every image made was paid for (the first is kept)
+        usage = {"images": len(images)}  # every image made was paid for (one is kept)
         cost = request.rates.price(self.name, request.model, usage)
+        # fal's safety checker answers an image it flagged as a black one, saying so in
+        # ``has_nsfw_concepts`` (one flag an image): the first image not flagged is kept; all
+        # flagged is a refusal, made and billed
+        flags = result.get("has_nsfw_concepts")
+        flags = flags if isinstance(flags, list) else []
+        kept = [img for i, img in enumerate(images) if not (i < len(flags) and flags[i] is True)]
+        if not kept:
+            raise ProviderError(
+                "refusal",
+                "fal: blocked by its safety checker (has_nsfw_concepts: the image was blacked out)",
+                usage=usage,
+                cost_micros=cost,
+                cost_source="derived" if cost is not None else None,
+                request_id=request_id,
+            )
+        image = kept[0]
+        url = text(image.get("url"))
+        if url is None:
+            raise ProviderError(
+                "server",
+                "fal: completed without an image URL",
+                usage=usage,
+                cost_micros=cost,
+                cost_source="derived" if cost is not None else None,
+                request_id=request_id,
+            )
         data = await self.fetch_output(request, began, url, usage, cost, request_id)
         content_type = text(image.get("content_type")) or "image/png"
         return AttemptResult(

@@ -1,0 +1,54 @@
+"""Outside audit 23g: the provider adapters at the wire (PROVIDERS.md), through the real
+``afc`` command against the fake providers (tests/fakeproviders.py), extended here where a
+wire behaviour was missing."""
+
+from __future__ import annotations
+
+import hashlib
+
+from conftest import manifest
+from fakeproviders import render_png
+from test_providers import FAST, MODELS, RATES
+
+
+def run(afc, provider, prompt, attempts=2, params=None):
+    job = {"key": "shot", "prompt": prompt}
+    if params:
+        job["params"] = params
+    data = manifest([job], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": provider, "model": MODELS[provider], "attempts": attempts, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    return afc("submit", "manifest.yaml", "--json")
+
+
+def test_a_fal_image_its_safety_checker_flagged_is_a_refusal_not_a_stored_output(afc, fake):
+    """fal's safety checker (on by default for its image models) answers a flagged image as a
+    black one and says so in ``has_nsfw_concepts``. afc read only ``images``: the black image
+    was stored as the job's output, the job succeeded, and nothing said the render was
+    refused. It is a refusal (SPEC section 5), paid: the render was made and billed."""
+    result = run(afc, "fal", "checker-flags a scene")
+    assert result.returncode != 0, result.stdout
+    shown = afc.json("show", "shot")
+    assert shown["job"]["status"] == "failed", shown["job"]
+    assert afc.json("outputs")["outputs"] == []  # no black image stored as the output
+    attempts = shown["attempts"]
+    assert [a["error_class"] for a in attempts] == ["refusal", "refusal"], attempts
+    assert all(a["cost"] == "0.025000" for a in attempts), attempts  # made and billed
+
+
+def test_a_fal_result_with_one_image_flagged_keeps_an_unflagged_one(afc, fake):
+    """Of several images, the first flagged and the second not: the job keeps one that was
+    not blacked out, and every image made is priced."""
+    result = run(afc, "fal", "checker-first a scene", params={"num_images": 2})
+    assert result.returncode == 0, result.stderr
+    shown = afc.json("show", "shot")
+    assert shown["job"]["status"] == "succeeded"
+    (attempt,) = shown["attempts"]
+    assert attempt["cost"] == "0.050000", attempt
+    # the second image (not flagged) is the one stored, not the blacked-out first
+    request_id = attempt["provider_request_id"]
+    unflagged = hashlib.sha256(render_png(f"/files/{request_id}-1.png", 32, 32)).hexdigest()
+    (output,) = afc.json("outputs")["outputs"]
+    assert output["sha256"] == unflagged, output
