@@ -553,6 +553,15 @@ class FakeProviders:
                     "Please try again with different inputs. (E005)",
                     metrics={"predict_time": 1.5},
                 )
+            elif "checker-fails" in p["prompt"]:
+                # a model's own safety checker (Replicate's flux and SDXL models, on unless
+                # ``disable_safety_checker``) filtered every image out: the model fails so
+                p.update(
+                    status="failed",
+                    error="All generated images contained NSFW content. Try running it again "
+                    "with a different prompt.",
+                    metrics={"predict_time": 2.5},
+                )
             else:
                 # ``num_outputs`` outputs (a model input several image models take)
                 count = p["input"].get("num_outputs") if isinstance(p["input"], dict) else None

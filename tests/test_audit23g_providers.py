@@ -52,3 +52,32 @@ def test_a_fal_result_with_one_image_flagged_keeps_an_unflagged_one(afc, fake):
     unflagged = hashlib.sha256(render_png(f"/files/{request_id}-1.png", 32, 32)).hexdigest()
     (output,) = afc.json("outputs")["outputs"]
     assert output["sha256"] == unflagged, output
+
+
+def test_a_replicate_model_whose_safety_checker_filtered_every_image_is_a_refusal(afc, fake):
+    """Replicate's flux and SDXL models run a safety checker of their own (on unless
+    ``disable_safety_checker``): a prediction whose every image it filtered out ends
+    ``failed`` with "All generated images contained NSFW content..." (or "Generated image
+    contained NSFW content..."), not Replicate's E005. afc called it ``server``: a chain
+    written to leave such a model on a refusal (``fallback_on: [refusal]``) never did, and the
+    job failed 'server' with a fallback model waiting unused."""
+    data = manifest([{"key": "shot", "prompt": "checker-fails a scene"}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {
+            "provider": "replicate",
+            "model": MODELS["replicate"],
+            "attempts": 1,
+            "backoff": FAST,
+            "fallback_on": ["refusal"],
+        },
+        {"provider": "fal", "model": MODELS["fal"], "attempts": 1, "backoff": FAST},
+    ]
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml", "--json")
+    assert result.returncode == 0, result.stderr
+    shown = afc.json("show", "shot")
+    assert shown["job"]["status"] == "succeeded", shown["job"]
+    first, second = shown["attempts"]
+    assert (first["provider"], first["error_class"]) == ("replicate", "refusal"), first
+    assert first["cost"] is not None  # it ran: its seconds priced by the card
+    assert second["provider"] == "fal" and second["status"] == "succeeded"

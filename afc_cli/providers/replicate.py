@@ -52,6 +52,15 @@ def reference_inputs(field: str | None, images: Any) -> dict[str, Any]:
     return {field: uris if listed else uris[0]}
 
 
+def refused(error: str) -> bool:
+    """Whether a failed prediction's ``error`` says it was refused: Replicate's moderation
+    (E005, "flagged as sensitive"), or the model's own safety checker that filtered its images
+    out (Replicate's flux and SDXL models: "All generated images contained NSFW content. Try
+    running it again with a different prompt.", "Generated image contained NSFW content...")."""
+    lowered = error.lower()
+    return "E005" in error or "flagged as sensitive" in lowered or "nsfw content" in lowered
+
+
 # the statuses a prediction ends in (Replicate's prediction lifecycle)
 FINAL = ("succeeded", "failed", "canceled", "aborted")
 
@@ -222,7 +231,7 @@ class ReplicateProvider(HttpProvider):
                 provider_request_id=prediction_id,
             )
         error = str(prediction.get("error") or status)
-        if status == "failed" and ("E005" in error or "flagged as sensitive" in error):
+        if status == "failed" and refused(error):
             raise ProviderError("refusal", f"replicate: {error}", **priced)
         if status == "aborted":  # Cancel-After passed before it started: not charged
             raise ProviderError(
