@@ -426,6 +426,21 @@ class FakeProviders:
             return h.reply(400, _openai_invalid("image, prompt and model are required", "image"))
         self.inputs[fields["prompt"]] = images
         self.record("openai", fields["prompt"], False)
+        if "unreadable-image" in fields["prompt"]:
+            # a reference image gpt-image cannot read: an input error under the type its
+            # moderation blocks share, refused before anything is made
+            return h.reply(
+                400,
+                {
+                    "error": {
+                        "message": "Invalid image file or mode for image 1, please check your "
+                        "image file.",
+                        "type": "image_generation_user_error",
+                        "param": "",
+                        "code": "invalid_image_file",
+                    }
+                },
+            )
         self.count("openai_billed")
         self.record("openai", fields["prompt"], True)
         image = base64.b64encode(render_png(fields["prompt"] + str(images), 32, 32)).decode()

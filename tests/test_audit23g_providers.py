@@ -81,3 +81,28 @@ def test_a_replicate_model_whose_safety_checker_filtered_every_image_is_a_refusa
     assert (first["provider"], first["error_class"]) == ("replicate", "refusal"), first
     assert first["cost"] is not None  # it ran: its seconds priced by the card
     assert second["provider"] == "fal" and second["status"] == "succeeded"
+
+
+def test_an_openai_input_error_under_the_image_user_error_type_is_invalid_not_a_refusal(afc, fake):
+    """gpt-image answers a reference image it cannot read with 400 ``type:
+    image_generation_user_error``, ``code: invalid_image_file`` (the type its moderation
+    blocks share, with ``code: moderation_blocked``). afc took the type alone for a refusal:
+    the same unreadable image was sent again for each of the model's attempts, each recorded
+    as possibly paid (a refusal's cost is unknown), the job failed 'refusal', and a chain
+    allowing fallback on refusal sent it on. An input error is ``invalid`` (SPEC section 5:
+    the chain stops), refused before anything was made: a known cost of 0."""
+    from afc_cli.providers.local import render_png
+
+    (afc.cwd / "ref.png").write_bytes(render_png("a reference", 16, 16))
+    job = {"key": "shot", "prompt": "unreadable-image", "inputs": [{"path": "ref.png"}]}
+    data = manifest([job], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": "openai", "model": MODELS["openai"], "attempts": 3, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml", "--json")
+    assert result.returncode != 0, result.stdout
+    (attempt,) = afc.json("show", "shot")["attempts"]  # not sent again
+    assert (attempt["error_class"], attempt["http_status"]) == ("invalid", 400), attempt
+    assert attempt["cost"] == "0.000000", attempt
+    assert fake.counts["openai_edits"] == 1

@@ -168,9 +168,12 @@ class OpenAIProvider(HttpProvider):
             return ProviderError(
                 "auth", message, http_status=status, cost_micros=0, cost_source="derived"
             )
+        # ``image_generation_user_error`` is the type of gpt-image's moderation blocks (code
+        # ``moderation_blocked``) and of its input errors too (``invalid_image_file``: a
+        # reference image it cannot read), which are ``invalid`` like any other 400
         if status == 400 and (
             code in ("content_policy_violation", "moderation_blocked")
-            or kind == "image_generation_user_error"
+            or (kind == "image_generation_user_error" and not code)
         ):
             # a moderation block may come after the image was made: its cost is not known
             return ProviderError("refusal", message, http_status=status)
