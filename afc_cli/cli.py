@@ -1470,10 +1470,30 @@ from afc_cli.cli_review import review_app  # noqa: E402 - it uses the helpers ab
 app.add_typer(review_app, name="review")
 
 
+def _closed_streams_to_devnull() -> None:
+    """A standard stream started closed (``afc resume 2>&-`` in a crontab, a supervisor that
+    closes them) is /dev/null: its output is dropped and the command runs, as on a terminal
+    that went away. Python leaves ``sys.stderr`` None then, and afc stopped at its first
+    message, exit 1, saying nothing and running nothing, or wrote its --json to None after the
+    run ('a bug in afc'); and the descriptor was free for the next file afc opened (an output
+    being written, a spool file) to take as stdout or stderr."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))
+
+
 def main() -> None:
     # Reading a SIGPIPE'd pipe (afc status | head) should end quietly.
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _closed_streams_to_devnull()
     os.environ.setdefault("PYTHONIOENCODING", "utf-8")
     # An output encoding that cannot write a prompt's text (PYTHONIOENCODING=ascii, a C
     # locale) degrades it to backslash escapes (caf\xe9), as stderr does by default: never a

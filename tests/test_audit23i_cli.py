@@ -1,0 +1,53 @@
+"""Outside audit 23i: the command-line contract (streams, exit codes, messages) as a user meets
+it through the real ``afc`` command."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+from conftest import manifest
+
+
+def _shell(afc, line: str) -> subprocess.CompletedProcess:
+    """``afc`` run by a shell line, so that its streams can be closed as a crontab closes them."""
+    command = shlex.join(afc.command())
+    return subprocess.run(
+        ["sh", "-c", line.replace("AFC", command)],
+        cwd=afc.cwd,
+        env=afc.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_run_whose_stderr_or_stdout_is_closed_runs_and_drops_that_output(afc):
+    """A crontab line 'afc resume 2>&-' (stderr closed, not redirected) exited 1 having run
+    nothing and said nothing (Python leaves sys.stderr None, and afc's first message failed),
+    night after night; with stdout closed, 'afc status --json' said 'unexpected error ... (a
+    bug in afc)'. A closed stream is now /dev/null: the command runs, that output is dropped."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}, {"key": "b", "prompt": "q"}]))
+    done = _shell(afc, "AFC submit manifest.yaml 2>&-")
+    assert done.returncode == 0, done
+    assert afc.rows("SELECT key, status FROM jobs ORDER BY key") == [
+        ("a", "succeeded"),
+        ("b", "succeeded"),
+    ]
+
+    # both closed: the run's JSON goes nowhere, and the run is not taken for a failure
+    afc.write_manifest(manifest([{"key": "c", "prompt": "r"}], batch="b2"))
+    done = _shell(afc, "AFC submit manifest.yaml --json >&- 2>&-")
+    assert done.returncode == 0, done
+    assert afc.rows("SELECT status FROM jobs WHERE key = 'c'") == [("succeeded",)]
+
+    # a read command with stdout closed ends 0, no 'bug in afc'
+    for line in ("AFC status --json >&-", "AFC costs report >&-", "AFC outputs >&-"):
+        read = _shell(afc, line)
+        assert read.returncode == 0 and read.stderr == "", (line, read)
+
+    # and stdout still holds the JSON when only stderr is closed
+    shown = _shell(afc, "AFC status --json 2>&-")
+    assert shown.returncode == 0, shown
+    assert len(json.loads(shown.stdout)["jobs"]) == 3
