@@ -231,6 +231,10 @@ def _boundary(
                     _err(f"{partly(written.failed)}: {written.fix}, then {each} those again")
                 else:
                     _err(written.message)
+            elif reads is not None:
+                # a command that only reads the ledger (its output to a full disk, say):
+                # nothing of the ledger changed, and 'afc resume' is no fix
+                _err(f"{exc}; this command changed nothing: fix it, then run it again: {_again()}")
             else:
                 _err(f"{exc}; every job stays resumable: fix it, then run 'afc resume'")
         else:
@@ -1515,6 +1519,11 @@ def main() -> None:
         app(prog_name="afc")  # "afc" in help and usage, also under python -m afc_cli
     except KeyboardInterrupt:  # a signal just as the command ended, outside its boundary
         sys.exit(130)
+    except OSError as exc:  # help or the version written to a full disk: one line, exit 1
+        if os.environ.get("AFC_DEBUG"):
+            raise
+        _err(f"{exc}; nothing was changed")
+        sys.exit(1)
     finally:
         _settled()  # the command is over, its exit code decided
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from pathlib import Path
 
+import pytest
 from conftest import manifest
 
 
@@ -51,3 +53,24 @@ def test_a_run_whose_stderr_or_stdout_is_closed_runs_and_drops_that_output(afc):
     shown = _shell(afc, "AFC status --json 2>&-")
     assert shown.returncode == 0, shown
     assert len(json.loads(shown.stdout)["jobs"]) == 3
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_output_that_cannot_be_written_is_one_line_and_no_advice_to_resume(afc):
+    """'afc status --json > status.json' on a full disk said '[Errno 28] No space left on
+    device; every job stays resumable: fix it, then run 'afc resume'' (a command that reads,
+    and changed nothing: resume is no fix, and runs every unfinished job), and 'afc --help' or
+    '--version' written there printed a traceback. Each is one line now, exit 1."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    for line in ("AFC status --json", "AFC costs report --csv", "AFC queue stats"):
+        read = _shell(afc, line + " > /dev/full")
+        assert read.returncode == 1, (line, read)
+        assert "No space left on device" in read.stderr, (line, read.stderr)
+        assert "afc resume" not in read.stderr and "bug in afc" not in read.stderr, read.stderr
+        assert "run it again: " + line.replace("AFC", "afc") in read.stderr, read.stderr
+    for line in ("AFC --help", "AFC --version", "AFC status -h"):
+        told = _shell(afc, line + " > /dev/full")
+        assert told.returncode == 1, (line, told)
+        assert "Traceback" not in told.stderr and len(told.stderr.splitlines()) == 1, told.stderr
+        assert "No space left on device" in told.stderr, told.stderr
