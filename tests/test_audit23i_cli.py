@@ -74,3 +74,18 @@ def test_output_that_cannot_be_written_is_one_line_and_no_advice_to_resume(afc):
         assert told.returncode == 1, (line, told)
         assert "Traceback" not in told.stderr and len(told.stderr.splitlines()) == 1, told.stderr
         assert "No space left on device" in told.stderr, told.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_run_s_json_lost_to_a_full_disk_is_said_on_stderr(afc):
+    """'afc submit shots.yaml --json > run.json' (the help's own example) on a full disk ran,
+    exited 0 and said nothing: run.json empty, and the script reading it met no JSON with no
+    word why. The run still goes on and exits as its jobs did; stderr now says the JSON was
+    lost and where the run is recorded."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    for line in ("AFC submit manifest.yaml --json", "AFC resume --json"):
+        done = _shell(afc, line + " > /dev/full")
+        assert done.returncode == 0, (line, done)
+        assert "the --json result could not be written to stdout" in done.stderr, done.stderr
+        assert "No space left on device" in done.stderr, done.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
