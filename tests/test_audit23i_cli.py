@@ -89,3 +89,16 @@ def test_a_run_s_json_lost_to_a_full_disk_is_said_on_stderr(afc):
         assert "the --json result could not be written to stdout" in done.stderr, done.stderr
         assert "No space left on device" in done.stderr, done.stderr
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+
+
+def test_readme_names_the_api_key_variable_of_every_provider():
+    """README's providers table named OPENAI_API_KEY and '...': a user of Replicate, fal or
+    Gemini found no word of REPLICATE_API_TOKEN, FAL_KEY or GEMINI_API_KEY in it (only the
+    exit-2 message of a run, or the examples' comments, told the name)."""
+    from afc_cli.providers import PROVIDERS
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for name, provider in PROVIDERS.items():
+        key_env = getattr(provider, "key_env", None)
+        if key_env:
+            assert f"`{name}` (`{key_env}`)" in readme, (name, key_env)
