@@ -1388,7 +1388,7 @@ def _emit_with_head(head: str, rows: list, columns: list, notes: list[str], emit
     epilog=_examples(
         "afc outputs",
         "afc outputs --batch trailer-shots --json > outputs.json",
-        "afc outputs | cut -f2     # the paths (or URLs), one a line",
+        "afc outputs --batch trailer-shots | tail -n +2 | cut -f2  # paths or URLs",
     )
 )
 def outputs(

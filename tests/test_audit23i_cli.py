@@ -102,3 +102,23 @@ def test_readme_names_the_api_key_variable_of_every_provider():
         key_env = getattr(provider, "key_env", None)
         if key_env:
             assert f"`{name}` (`{key_env}`)" in readme, (name, key_env)
+
+
+def test_the_outputs_help_example_for_the_paths_gives_the_paths_with_several_batches(afc):
+    """'afc outputs -h' showed 'afc outputs | cut -f2  # the paths (or URLs), one a line'
+    (README too), which holds for a ledger of one batch only: with a second batch the pipe's
+    rows gain a 'batch' column first, and the same line printed the keys, and before them the
+    header's name. A script written on the first day fed keys to its copy the day a second
+    film was admitted. The example, run as the help writes it, gives the paths alone."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}], batch="trailer-shots"))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    afc.write_manifest(manifest([{"key": "a", "prompt": "q"}], batch="teaser"))
+    assert afc("submit", "manifest.yaml").returncode == 0
+
+    help_text = afc("outputs", "-h").stdout
+    [example] = [line.strip() for line in help_text.splitlines() if "cut -f" in line]
+    line = example.split("#")[0].strip().replace("afc ", "AFC ", 1)
+    paths = _shell(afc, line)
+    assert paths.returncode == 0, paths
+    expected = afc.outputs() / "trailer-shots" / "a.png"
+    assert paths.stdout.splitlines() == [str(expected)], (example, paths.stdout)
