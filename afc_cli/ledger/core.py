@@ -312,23 +312,67 @@ def _cost_filters(
 
 
 def refuse_shared_outputs(
-    manifest: Any, jobs: list[Any], existing: dict[str, tuple], outputs: dict[str, str]
+    manifest: Any,
+    jobs: list[Any],
+    existing: dict[str, tuple],
+    outputs: dict[str, str],
+    folders: dict[str, str] | None = None,
 ) -> None:
     """A new job whose output key a job admitted to the batch earlier has (another manifest
-    of the batch, or a jobs_from list, giving two keys one ``output``): the admission is
-    refused (ManifestError, exit 2, nothing admitted), as two jobs of one manifest are. One
-    of them could only ever end OUTPUT_KEY_CONFLICT. ``afc plan`` refuses it alike."""
+    of the batch, or a jobs_from list, giving two keys one ``output``), or whose output key
+    lies inside an admitted job's or is a folder of one (``x/a.png`` and ``x/a.png/b.png``:
+    a file cannot also be a folder, so one of the two renders would be paid for and never
+    stored): the admission is refused (ManifestError, exit 2, nothing admitted), as two jobs
+    of one manifest are (``manifest.nested_output_problems``). One of them could only ever
+    end OUTPUT_KEY_CONFLICT. ``afc plan`` refuses it alike. ``folders``: a dict the caller
+    keeps across the calls of one admission (its chunks), filled at the first new job with
+    each folder of an admitted output key (its job's key), so the batch is walked once."""
     if not outputs:  # a batch's first admission: nothing to share a key with
         return
     from afc_cli.manifest import MAX_PROBLEMS
 
-    problems = [
-        f"job {job.key!r}: field 'output': output key {job.output_key!r} is job "
-        f"{outputs[job.output_key]!r}'s, admitted to batch {manifest.batch!r} before; each "
-        "job needs its own"
-        for job in jobs
-        if job.key not in existing and outputs.get(job.output_key, job.key) != job.key
-    ]
+    if folders is None:
+        folders = {}
+    problems = []
+    for job in jobs:
+        if job.key in existing:
+            continue
+        key = job.output_key
+        holder = outputs.get(key, job.key)
+        if holder != job.key:
+            problems.append(
+                f"job {job.key!r}: field 'output': output key {key!r} is job {holder!r}'s, "
+                f"admitted to batch {manifest.batch!r} before; each job needs its own"
+            )
+            continue
+        parts = key.split("/")
+        for end in range(1, len(parts)):
+            folder = "/".join(parts[:end])
+            holder = outputs.get(folder)
+            if holder is not None:
+                problems.append(
+                    f"job {job.key!r}: field 'output': output key {key!r} lies inside job "
+                    f"{holder!r}'s output key {folder!r}, admitted to batch "
+                    f"{manifest.batch!r} before; one output key cannot be a folder of another"
+                )
+                break
+        else:
+            if not folders:
+                for admitted in outputs:
+                    at = admitted.rfind("/")
+                    while at > 0:
+                        folders.setdefault(admitted[:at], admitted)
+                        at = admitted.rfind("/", 0, at)
+                folders[""] = ""  # walked (no output key has an empty folder)
+            inner = folders.get(key)
+            if inner:
+                problems.append(
+                    f"job {job.key!r}: field 'output': output key {key!r} is a folder of job "
+                    f"{outputs[inner]!r}'s output key {inner!r}, admitted to batch "
+                    f"{manifest.batch!r} before; one output key cannot be a folder of another"
+                )
+        if len(problems) >= MAX_PROBLEMS:
+            break
     if problems:
         raise ManifestError(str(manifest.path), problems[:MAX_PROBLEMS])
 
@@ -589,9 +633,10 @@ class Ledger:
             # replayed job not yet rendered takes the manifest's review and needs
             # (afc_cli/gates.py); one whose need comes later in the list is decided at the end.
             gates = Gates(self.batch_needs(manifest.batch))
+            folders: dict[str, str] = {}  # refuse_shared_outputs's, made once if needed
             with self.admission_cache():
                 for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
-                    refuse_shared_outputs(manifest, chunk, existing, outputs)
+                    refuse_shared_outputs(manifest, chunk, existing, outputs, folders)
                     self._admit_chunk(manifest.batch, chunk, existing, rates, now, result, gates)
                 fresh, conflicts, rewebhooked = [], [], []
                 for item, outcome in gates.settle_all():
