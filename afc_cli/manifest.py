@@ -476,14 +476,29 @@ class _YamlRefused(Exception):
     """A YAML document afc will not construct: the message says why (and where)."""
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     """Safe loader (the C one when PyYAML has it) that refuses duplicate mapping keys."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """PyYAML's, noting how many of the mapping's pairs came from its merge keys
+        (``<<: *shared``): they come first, and the mapping's own keys override them, as
+        YAML says; only a key the mapping itself gives twice is a duplicate."""
+        own = sum(1 for key_node, _ in node.value if key_node.tag != _MERGE_TAG)
+        super().flatten_mapping(node)
+        if len(node.value) > own:  # flattened again (an alias): the first count stands
+            merged: dict[int, int] = self.__dict__.setdefault("merged_pairs", {})
+            merged.setdefault(id(node), len(node.value) - own)
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
     loader.flatten_mapping(node)
+    merged = loader.__dict__.get("merged_pairs", {}).get(id(node), 0)
     mapping: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
+    own: set[Any] = set()
+    for index, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=deep)
         try:
             hash(key)
@@ -491,8 +506,10 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
             raise _YamlRefused(
                 f"line {key_node.start_mark.line + 1}: a mapping key must be a plain value"
             ) from None
-        if key in mapping:
-            raise _DuplicateKey(key, key_node.start_mark.line + 1)
+        if index >= merged:  # the mapping's own key (a merged one is overridden by it)
+            if key in own:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            own.add(key)
         mapping[key] = loader.construct_object(value_node, deep=deep)
     return mapping
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import ledger_count, manifest
 
@@ -49,3 +51,36 @@ def test_a_second_manifest_nesting_an_output_key_in_an_admitted_one_is_refused(
     )
     assert afc("submit", "two.yaml").returncode == 0
     assert ledger_count(afc, ledger_url, "SELECT COUNT(*) FROM attempts") == 3
+
+
+def test_a_yaml_merge_key_s_fields_are_overridden_not_duplicates(afc):
+    """Found by outside audit 23f: YAML's merge key (``<<: *shot``, the way a YAML file
+    shares fields between mappings) with a field overridden (the job's own ``key``, as each
+    job needs) was refused as "duplicate key 'key'" at the line of the only ``key`` the job
+    has, exit 2: PyYAML's own loaders read it as YAML says, the mapping's keys over the
+    merged ones. Now read so; a key a mapping gives twice itself is still refused."""
+    text = (
+        "version: 1\nbatch: b1\n"
+        "defaults:\n  chain: [{provider: local, model: m1, backoff: {base: 0.01, cap: 0.05}}]\n"
+        "jobs:\n"
+        "  - &shot {key: a, prompt: harbour, params: {seed: 7}}\n"
+        "  - <<: *shot\n    key: b\n"
+        "  - {<<: *shot, key: c, prompt: gulls}\n"
+    )
+    (afc.cwd / "manifest.yaml").write_text(text)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    rows = afc.rows("SELECT key, request_json FROM jobs ORDER BY key")
+    bodies = {key: json.loads(body) for key, body in rows}
+    assert {key: (b["prompt"], b["params"]) for key, b in bodies.items()} == {
+        "a": ("harbour", {"seed": 7}),
+        "b": ("harbour", {"seed": 7}),
+        "c": ("gulls", {"seed": 7}),
+    }
+    assert afc("submit", "manifest.yaml").returncode == 0, "a replay"
+
+    (afc.cwd / "twice.yaml").write_text(text + "  - {<<: *shot, key: d, prompt: x, prompt: y}\n")
+    result = afc("submit", "twice.yaml", "--ledger", "other.db")
+    assert result.returncode == 2, result.stderr
+    assert "line 10: duplicate key 'prompt'" in result.stderr, result.stderr
+    assert not (afc.cwd / "other.db").exists()
