@@ -417,6 +417,18 @@ def submit(
                     check([*to_run, *unlisted_chains])
                 elif unlisted_chains:
                     check(unlisted_chains)
+            if left:
+                # their webhooks' secrets too, as 'afc resume' checks them before running them
+                from afc_cli.webhooks import require_secrets
+
+                keys = sorted(job["key"] for job in left)
+                require_secrets(
+                    ledger.webhook_secret_names([job["id"] for job in left]),
+                    f"the unfinished job(s) of batch {manifest.batch!r} not in {manifest.path}"
+                    f", which this submit runs too ({', '.join(keys[:5])}"
+                    + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+                    + ")",
+                )
             store = storage_mod.open(chosen)
             check_storage(store)  # before admitting or paying for anything
             store.check_keys(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -84,3 +85,33 @@ def test_a_yaml_merge_key_s_fields_are_overridden_not_duplicates(afc):
     assert result.returncode == 2, result.stderr
     assert "line 10: duplicate key 'prompt'" in result.stderr, result.stderr
     assert not (afc.cwd / "other.db").exists()
+
+
+def test_a_submit_running_unlisted_jobs_needs_their_webhook_secrets_as_resume_does(afc):
+    """Found by outside audit 23f: a submit runs the batch's unfinished jobs that its manifest
+    does not list, as 'afc resume' runs them, and checks their API keys and prices first, but
+    not their webhooks' secrets: where 'afc resume' refused to run them (exit 2, the variable
+    named), a second manifest's submit rendered and paid for them, their events left
+    undeliverable. Now refused alike before anything is admitted or rendered."""
+    secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
+    hook = {"url": "http://127.0.0.1:9/hooks", "secret_env": "AFC_TEST_HOOK_SECRET"}
+    afc.write_manifest(manifest([{"key": "a", "prompt": "one"}], webhook=hook), "one.yaml")
+    first = afc("submit", "one.yaml", "--no-run", env={"AFC_TEST_HOOK_SECRET": secret})
+    assert first.returncode == 0, first.stderr
+    assert afc("resume").returncode == 2, "resume refuses to run it without the secret"
+    afc.write_manifest(manifest([{"key": "b", "prompt": "two"}]), "two.yaml")
+
+    result = afc("submit", "two.yaml")
+    assert result.returncode == 2, result.stderr
+    assert "AFC_TEST_HOOK_SECRET" in result.stderr and "not in two.yaml" in result.stderr
+    assert "(a)" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert afc.rows("SELECT key, status FROM jobs") == [("a", "queued")], "nothing admitted"
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)], "nothing paid"
+
+    result = afc("submit", "two.yaml", env={"AFC_TEST_HOOK_SECRET": secret})
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT key, status FROM jobs ORDER BY key") == [
+        ("a", "succeeded"),
+        ("b", "succeeded"),
+    ]
