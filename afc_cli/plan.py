@@ -140,8 +140,10 @@ def plan(
         problem = spool_problem(spool, identity, ledger_name, known)
         if problem is not None:
             environment.append(problem)
-    if bound and named and bound != named:
-        raise UsageError(f"batch {manifest.batch!r} stores its outputs in {bound}, not {named}")
+    if bound and named and bound != named:  # as the submit refuses it (Ledger.check_storage)
+        from afc_cli.ledger.core import other_storage
+
+        raise UsageError(other_storage(manifest.batch, bound, named))
     url = named or bound or storage_mod.normalize_url(storage_mod.DEFAULT_STORAGE)
     # the batch's bucket reached through another S3 endpoint than it was admitted through:
     # another store, which the submit refuses (Ledger.check_storage), and whose probe here

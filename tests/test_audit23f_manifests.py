@@ -115,3 +115,20 @@ def test_a_submit_running_unlisted_jobs_needs_their_webhook_secrets_as_resume_do
         ("a", "succeeded"),
         ("b", "succeeded"),
     ]
+
+
+def test_a_plan_naming_another_storage_for_a_batch_says_it_as_the_submit_does(afc):
+    """Found by outside audit 23f: where a submit naming another storage for a batch is
+    refused with both URLs as afc prints them (percent-encoded, so each reads back as its
+    folder) and what to do, 'afc plan' said the URL it was given decoded
+    ('file:///.../my out', which as --storage names another folder) and nothing more. Now it
+    says what the submit says."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "one"}]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    other = "file://./my%20out"
+    submit = afc("submit", "manifest.yaml", "--storage", other)
+    plan = afc("plan", "manifest.yaml", "--storage", other)
+    assert submit.returncode == plan.returncode == 2, plan.stderr
+    said = submit.stderr.strip()
+    assert "my%20out; a batch keeps the storage it was first admitted with" in said, said
+    assert plan.stderr.strip() == said

@@ -311,6 +311,17 @@ def _cost_filters(
     return where, params
 
 
+def other_storage(batch: str, bound: str, named: str) -> str:
+    """Why a run naming storage ``named`` for a batch bound to ``bound`` is refused (``Ledger
+    .check_storage``; ``afc plan`` says the same): both as afc prints a storage, which reads
+    back as the same place."""
+    return (
+        f"batch {batch!r} stores its outputs in {shown_url(bound)}, not {shown_url(named)}; "
+        "a batch keeps the storage it was first admitted with, so no output is "
+        "rendered twice into two places. Use that storage or a new batch name."
+    )
+
+
 def refuse_shared_outputs(
     manifest: Any,
     jobs: list[Any],
@@ -551,12 +562,7 @@ class Ledger:
         if row is None:
             return None
         if storage is not None and storage != row["storage"]:
-            raise UsageError(
-                f"batch {batch!r} stores its outputs in {shown_url(row['storage'])}, not "
-                f"{shown_url(storage)}; "
-                "a batch keeps the storage it was first admitted with, so no output is "
-                "rendered twice into two places. Use that storage or a new batch name."
-            )
+            raise UsageError(other_storage(batch, row["storage"], storage))
         refused = other_endpoint(batch, row["storage"], row.get("storage_endpoint"), endpoint)
         if refused is not None:
             raise UsageError(refused)
