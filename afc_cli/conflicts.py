@@ -111,8 +111,20 @@ def conflict_message(conflict: dict[str, Any]) -> str:
         if changes
         else "its request differs from the admitted one"
     )
+    status = conflict.get("status")
+    unfinished = (
+        f" Its admitted request has not finished ({status}): the next run of the batch renders "
+        "it ('afc resume', a worker, or a submit of a manifest leaving this key out) unless "
+        f"'afc cancel {conflict['key']}' drops it."
+        if status in UNFINISHED
+        else ""
+    )
     return (
         f"IDEMPOTENCY_CONFLICT: key {conflict['key']!r} {what}. The stored job and its output "
         "are untouched; use a new key for a changed request (request hash admitted "
-        f"{conflict['stored_hash']}, now {conflict['new_hash']})."
+        f"{conflict['stored_hash']}, now {conflict['new_hash']}).{unfinished}"
     )
+
+
+# an admitted job's statuses in which a run still renders its request (``conflict_message``)
+UNFINISHED = ("queued", "blocked", "waiting", "running")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from afc_cli import storage as storage_mod
-from afc_cli.conflicts import changes_since, describe_changes
+from afc_cli.conflicts import UNFINISHED, changes_since, describe_changes
 from afc_cli.costs import format_usd
 from afc_cli.errors import StorageError, UsageError
 from afc_cli.gates import (
@@ -311,11 +311,20 @@ def plan(
                     "stored_hash": known[0],
                     "new_hash": job.request_hash,
                     "changes": changes,
+                    "status": known[1],  # the admitted request's, as it stays
                 }
             )
             entry = job.chain[0]
             model = f"{entry['provider']}/{entry['model']}"
-            jobs.append({"key": job.key, "action": "conflict", "model": model, "changes": changes})
+            jobs.append(
+                {
+                    "key": job.key,
+                    "action": "conflict",
+                    "model": model,
+                    "changes": changes,
+                    "status": known[1],
+                }
+            )
             continue
         regate = Regate(
             job,
@@ -471,6 +480,11 @@ def describe(result: dict[str, Any]) -> str:
             )
         elif job["action"] == "conflict":
             lines.append(f"  conflict {job['key']}: changed {describe_changes(job['changes'])}")
+            if job.get("status") in UNFINISHED:  # the admitted request, which a run renders
+                lines.append(
+                    f"    its admitted request is {job['status']}, and the next run renders it "
+                    f"('afc cancel {job['key']}' drops it)"
+                )
         elif job["action"].startswith("conflict"):
             lines.append(
                 f"  conflict {job['key']}: output key {job['output_key']} holds {job['holds']}"

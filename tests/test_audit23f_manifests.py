@@ -132,3 +132,35 @@ def test_a_plan_naming_another_storage_for_a_batch_says_it_as_the_submit_does(af
     said = submit.stderr.strip()
     assert "my%20out; a batch keeps the storage it was first admitted with" in said, said
     assert plan.stderr.strip() == said
+
+
+def test_a_conflict_over_a_request_not_rendered_yet_says_the_next_run_renders_it(afc):
+    """Found by outside audit 23f: a key admitted with --no-run and submitted again with its
+    prompt changed is refused as a conflict, and afc says to use a new key; a user who did
+    so then had the edited-away request rendered and paid for by the very next submit (the
+    old key, left out of the manifest, runs with it) or by cron's 'afc resume', with nothing
+    in the conflict saying that the admitted request was still waiting to be rendered. Now
+    the conflict says so, and how to drop it (submit and plan; --json ``status``)."""
+    data = manifest([{"key": "a", "prompt": "one"}, {"key": "b", "prompt": "two"}])
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    data["jobs"][0]["prompt"] = "one, at dusk"
+    afc.write_manifest(data)
+
+    plan = afc("plan", "manifest.yaml")
+    assert "its admitted request is queued, and the next run renders it" in plan.stdout
+    assert "'afc cancel a' drops it" in plan.stdout, plan.stdout
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 3, result.stderr
+    assert "Its admitted request has not finished (queued)" in result.stderr, result.stderr
+    assert "unless 'afc cancel a' drops it" in result.stderr
+    result = afc("submit", "manifest.yaml", "--json")
+    assert result.returncode == 3, result.stderr
+    assert json.loads(result.stdout)["conflicts"][0]["status"] == "queued"
+
+    # once it is rendered, nothing more is said: its output is what stays
+    assert afc("cancel", "a").returncode == 0
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 3, result.stderr
+    assert "has not finished" not in result.stderr
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)], "only b was rendered"

@@ -797,6 +797,7 @@ class Ledger:
                         "stored_hash": stored,
                         "new_hash": job.request_hash,
                         "changes": changes_since(stored_body, job.body),
+                        "status": status,  # the admitted request's, as it stays
                     }
                 )
         self._insert_admitted(batch, fresh, conflicts, now, result)
