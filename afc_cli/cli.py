@@ -338,6 +338,15 @@ def _print_run(
 
     _settled()
 
+    if admitted_only and result.budget is not None:
+        # a cap holds the run of the command given it: this one ran nothing, and the run
+        # that renders these jobs (resume, a worker) has its own --max-spend, or none
+        where = "--max-spend" if result.budget.source == "--max-spend" else "the manifest's budget"
+        _err(
+            f"warning: {where} of {format_usd(result.budget.cap_micros)} USD caps a submit's "
+            "own run, and --no-run runs nothing: 'afc resume' and 'afc worker' run these jobs "
+            "under their own --max-spend (none given: no cap)"
+        )
     jobs = [job_json(row) for row in result.jobs]
     conflicts = result.admit.conflicts if result.admit else []
     if json_out:

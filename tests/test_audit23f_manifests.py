@@ -6,7 +6,7 @@ import base64
 import json
 
 import pytest
-from conftest import ledger_count, manifest
+from conftest import jobs, ledger_count, manifest
 
 
 @pytest.mark.parametrize("first", ["x/a.png", "x/a.png/b.png"])
@@ -164,3 +164,30 @@ def test_a_conflict_over_a_request_not_rendered_yet_says_the_next_run_renders_it
     assert result.returncode == 3, result.stderr
     assert "has not finished" not in result.stderr
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)], "only b was rendered"
+
+
+def test_an_admission_under_a_budget_says_the_run_that_renders_its_jobs_is_not_capped(afc):
+    """Found by outside audit 23f: a manifest's ``budget`` (or ``--max-spend``) caps a
+    submit's own run; with --no-run (admit here, run with 'afc resume' or workers, as README
+    shows for several machines) it capped nothing, and the run that rendered the jobs spent
+    past it, with nothing said: the --json even reported the budget. Now the admission says
+    that the cap does not go with the jobs (on stderr, with -q and --json too)."""
+    afc.write_manifest(manifest(jobs(3), budget="0.10"))
+    result = afc("submit", "manifest.yaml", "--no-run", "-q")
+    assert result.returncode == 0, result.stderr
+    assert "the manifest's budget of 0.100000 USD caps a submit's own run" in result.stderr
+    assert "'afc resume' and 'afc worker' run these jobs under their own --max-spend" in (
+        result.stderr
+    )
+    result = afc("submit", "manifest.yaml", "--no-run", "--max-spend", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout)
+    assert "--max-spend of 1.000000 USD caps a submit's own run" in result.stderr
+    # the run that renders them is not capped by it (3 x 0.05 > 0.10), as said
+    assert afc("resume").returncode == 0
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(3,)]
+    # a submit that runs is capped, and says nothing of it
+    afc.write_manifest(manifest(jobs(3), batch="b2", budget="0.10"))
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 4, result.stderr
+    assert "caps a submit's own run" not in result.stderr
