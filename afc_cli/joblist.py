@@ -147,11 +147,19 @@ def _flat(text: str) -> dict[str, Any] | None:
     return value
 
 
+def _not_json(name: str) -> Any:
+    """``json.loads``'s ``parse_constant``: ``NaN``, ``Infinity`` and ``-Infinity``, which
+    Python's reader takes, are no JSON (a cell holding one is its text)."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def _cell(text: str) -> Any:
     """A ``params.NAME`` cell: JSON when it reads as a JSON value, else the text itself."""
     if text[:1] in '{["-0123456789' or text in ("true", "false"):
         try:
-            return _nested(json.loads(text, object_pairs_hook=_no_duplicates))
+            return _nested(
+                json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_not_json)
+            )
         except (ValueError, RecursionError):
             pass
     return text

@@ -191,3 +191,24 @@ def test_an_admission_under_a_budget_says_the_run_that_renders_its_jobs_is_not_c
     result = afc("submit", "manifest.yaml")
     assert result.returncode == 4, result.stderr
     assert "caps a submit's own run" not in result.stderr
+
+
+def test_a_csv_param_cell_that_only_python_reads_as_a_number_is_its_text(afc):
+    """Found by outside audit 23f: a job list's ``params.NAME`` cell is read as JSON when it
+    is a JSON value and as text otherwise (README), but ``-Infinity`` (and ``[NaN]``), which
+    no JSON reader but Python's takes, was read as a float and the whole list refused,
+    exit 2, with 'cannot be canonicalised (-inf is not representable in JCS)'. Now each is
+    its text, as ``NaN`` and ``Infinity`` were."""
+    data = manifest([], jobs_from="jobs.csv")
+    del data["jobs"]
+    afc.write_manifest(data)
+    (afc.cwd / "jobs.csv").write_text(
+        "key,prompt,params.seed\na,one,-Infinity\nb,two,[NaN]\nc,three,Infinity\nd,four,-7\n"
+    )
+    result = afc("submit", "manifest.yaml", "--no-run")
+    assert result.returncode == 0, result.stderr
+    seeds = {
+        key: json.loads(body)["params"]["seed"]
+        for key, body in afc.rows("SELECT key, request_json FROM jobs")
+    }
+    assert seeds == {"a": "-Infinity", "b": "[NaN]", "c": "Infinity", "d": -7}
