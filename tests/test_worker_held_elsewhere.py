@@ -20,7 +20,9 @@ def _shared(batch: str) -> dict:
     return data
 
 
-def test_an_until_idle_worker_of_one_batch_does_not_wait_on_another_batch(afc, fake, ledger_url):
+def _held_by_v1(afc, ledger_url: str):
+    """v1's run stopped (SIGTERM) while Replicate renders its request for shot-001.png; v2,
+    of the same key, admitted. Returns the call log of the local provider and the env."""
     calls = afc.cwd / "calls.log"
     env = {"AFC_LOCAL_CALL_LOG": str(calls), "AFC_GRACE_S": "0"}
     if ledger_url.startswith("postgresql"):
@@ -44,6 +46,11 @@ def test_an_until_idle_worker_of_one_batch_does_not_wait_on_another_batch(afc, f
         holder.send_signal(signal.SIGTERM)
         holder.wait(timeout=60)
     assert afc("submit", "--no-run", "v2.yaml", env=env).returncode == 0
+    return calls, env
+
+
+def test_an_until_idle_worker_of_one_batch_does_not_wait_on_another_batch(afc, fake, ledger_url):
+    calls, env = _held_by_v1(afc, ledger_url)
 
     # the timeout is a hang's bound, not a measurement: the worker used to poll for ever
     args = ("worker", "--until-idle", "--batch", "v2", "--poll", "0.1", "--json")
@@ -72,29 +79,7 @@ def test_an_until_idle_worker_of_one_batch_does_not_wait_on_another_batch(afc, f
 
 def test_a_worker_of_every_batch_runs_the_holder_and_ends_the_wait(afc, fake, ledger_url):
     """Without --batch the holder is the worker's to run: it waits for it, then is idle."""
-    calls = afc.cwd / "calls.log"
-    env = {"AFC_LOCAL_CALL_LOG": str(calls), "AFC_GRACE_S": "0"}
-    if ledger_url.startswith("postgresql"):
-        env["AFC_LEDGER"] = ledger_url
-    first = _shared("v1")
-    first["jobs"][0]["prompt"] = "hold render one"
-    first["defaults"]["chain"] = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
-    first["rates"] = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
-    afc.write_manifest(first, name="v1.yaml")
-    afc.write_manifest(_shared("v2"), name="v2.yaml")
-    holder = afc.popen("submit", "v1.yaml", env=env)
-    try:
-        wait_for_ledger(
-            afc,
-            ledger_url,
-            "SELECT COUNT(*) FROM jobs WHERE batch = 'v1' AND status = 'waiting'"
-            " AND waiting_reason LIKE 'provider still rendering%'",
-            proc=holder,
-        )
-    finally:
-        holder.send_signal(signal.SIGTERM)
-        holder.wait(timeout=60)
-    assert afc("submit", "--no-run", "v2.yaml", env=env).returncode == 0
+    calls, env = _held_by_v1(afc, ledger_url)
     fake.released.set()
     worker = afc("worker", "--until-idle", "--poll", "0.1", "--json", env=env, timeout=120)
     assert worker.returncode == 1, worker.stderr  # v2's job failed OUTPUT_KEY_CONFLICT
