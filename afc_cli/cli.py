@@ -174,7 +174,7 @@ def _boundary(
     the jobs changed before are kept and the rest are not, not a run's 'afc resume' (which
     retries and cancels nothing). ``runs=False``: a command that runs no job (``webhooks
     deliver``): a ledger it cannot write says to run ``again``, not a run's 'afc resume'."""
-    from afc_cli.errors import EXIT_INTERRUPTED, AfcError, LedgerWriteError
+    from afc_cli.errors import EXIT_INTERRUPTED, AfcError, LedgerWriteError, unwritten
 
     def partly(what: str) -> str:
         return (
@@ -182,15 +182,22 @@ def _boundary(
             "the rest were not made ('afc status' shows which)"
         )
 
+    def unwritten_line(exc: BaseException) -> str:
+        """A ledger this command could not write, said for the command (``runs``, ``each``);
+        a run's words ('afc resume') otherwise."""
+        written = unwritten(exc)
+        if written is None:
+            return exc.message if isinstance(exc, AfcError) else str(exc)
+        if not runs and again:
+            return f"{written.failed}: {written.fix}, then run this again ({why}): {again}"
+        if each is not None:
+            return f"{partly(written.failed)}: {written.fix}, then {each} those again"
+        return written.message
+
     try:
         yield
     except LedgerWriteError as exc:
-        if not runs and again and hasattr(exc, "failed"):
-            _err(f"{exc.failed}: {exc.fix}, then run this again ({why}): {again}")
-        elif each is None or not hasattr(exc, "failed"):
-            _err(exc.message)
-        else:
-            _err(f"{partly(exc.failed)}: {exc.fix}, then {each} those again")
+        _err(unwritten_line(exc))
         raise typer.Exit(exc.exit_code) from None
     except AfcError as exc:
         _err(exc.message)
@@ -211,7 +218,7 @@ def _boundary(
             raise
         import sqlite3
 
-        from afc_cli.errors import EXIT_JOB_FAILED, ledger_write_error
+        from afc_cli.errors import EXIT_JOB_FAILED
 
         if reads and isinstance(exc, sqlite3.DatabaseError) and _damaged(exc):
             # a command that only reads met a damaged page: nothing was written, and 'afc
@@ -224,13 +231,7 @@ def _boundary(
             # after writing started (a full disk, an I/O error): exit 1, the ledger as of its
             # last commit, every job resumable
             if isinstance(exc, sqlite3.Error):
-                written = ledger_write_error(None, exc)
-                if not runs and again:
-                    _err(f"{written.failed}: {written.fix}, then run this again ({why}): {again}")
-                elif each is not None:
-                    _err(f"{partly(written.failed)}: {written.fix}, then {each} those again")
-                else:
-                    _err(written.message)
+                _err(unwritten_line(exc))
             elif reads is not None:
                 # a command that only reads the ledger (its output to a full disk, say):
                 # nothing of the ledger changed, and 'afc resume' is no fix

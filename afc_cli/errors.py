@@ -152,6 +152,20 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
     return error
 
 
+def unwritten(exc: BaseException, path: object = None) -> LedgerWriteError | None:
+    """An error met writing a ledger outside a run (a review decision, a copy, a retry), as
+    ``ledger_write_error`` words it, with ``failed`` and ``fix`` apart for the command to say
+    in its own words: a SQLite error, or a ledger write error worded already; None for any
+    other error."""
+    import sqlite3
+
+    if isinstance(exc, LedgerWriteError):
+        return exc if hasattr(exc, "failed") else None
+    if isinstance(exc, sqlite3.Error):
+        return ledger_write_error(path, exc)
+    return None
+
+
 class StorageError(AfcError):
     """A storage operation failed. ``retryable`` tells the store policy whether to try again."""
 

@@ -16,13 +16,7 @@ import json
 import sqlite3
 import time
 
-from afc_cli.errors import (
-    AfcError,
-    LedgerWriteError,
-    UsageError,
-    batch_key_hint,
-    ledger_write_error,
-)
+from afc_cli.errors import AfcError, LedgerWriteError, UsageError, batch_key_hint, unwritten
 from afc_cli.ledger import Ledger, ReviewRace
 from afc_cli.storage import object_url
 
@@ -155,8 +149,8 @@ def _decide(
         # nothing), nor as a traceback and a 500 on the review page. (A PostgreSQL connection
         # lost as its COMMIT went out may have recorded it: decided again, it is refused as
         # made, and 'afc review list' shows it.)
-        written = exc if isinstance(exc, LedgerWriteError) else ledger_write_error(None, exc)
-        if not hasattr(written, "failed"):
+        written = unwritten(exc)
+        if written is None:
             raise
         raise NotDecided(written.failed, written.fix) from None
     except ReviewRace as exc:

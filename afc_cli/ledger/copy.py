@@ -41,13 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from afc_cli.costs import plural
-from afc_cli.errors import (
-    LedgerError,
-    LedgerWriteError,
-    UsageError,
-    first_line,
-    ledger_write_error,
-)
+from afc_cli.errors import LedgerError, LedgerWriteError, UsageError, first_line, unwritten
 from afc_cli.ledger.core import MOVED_UNTIL, TERMINAL_SQL, Ledger
 from afc_cli.owner import (
     MOVED_OWNER,
@@ -147,18 +141,12 @@ def _not_copied(
     back and the source left as it was. Said so, with the fix and to copy again, not in a
     run's words ('every job stays resumable ... run afc resume', which runs the jobs on the
     source). None: not such a failure (a refusal, a signal, a bug) - raised as it is."""
-    import sqlite3
-
-    if isinstance(exc, LedgerWriteError) and hasattr(exc, "failed"):
-        failed, fix = exc.failed, exc.fix
-    elif isinstance(exc, sqlite3.Error):
-        written = ledger_write_error(at.path, exc)
-        failed, fix = written.failed, written.fix
-    else:
+    written = unwritten(exc, at.path)
+    if written is None:
         return None
     return LedgerWriteError(
-        f"{failed}. Nothing was copied: {dst.path} holds none of it and {src.path} is as it "
-        f"was (not moved); {fix}, then copy again"
+        f"{written.failed}. Nothing was copied: {dst.path} holds none of it and {src.path} is "
+        f"as it was (not moved); {written.fix}, then copy again"
     )
 
 
