@@ -485,7 +485,7 @@ def _wait_for_holder(ctx: RunContext, job: dict[str, Any], held: OutputHeld) -> 
     A holder dead-lettered with its render spooled waits for a person (``OutputHeld.final``):
     this job ends ``OUTPUT_KEY_CONFLICT`` at once, paid nothing, rather than wait with no run
     to end the wait (a worker's ``--until-idle`` never went idle)."""
-    why = f"output key {job['output_key']} is held by job {held.key!r} of batch {held.batch!r}, "
+    why = held.said(job["output_key"])
     if held.final:
         ctx.ledger.finish(
             job,
@@ -494,12 +494,12 @@ def _wait_for_holder(ctx: RunContext, job: dict[str, Any], held: OutputHeld) -> 
             outcome="conflict",
             error_code="OUTPUT_KEY_CONFLICT",
             error_class="invalid",
-            error_message=f"{why}{held.held}: {held.how}. Nothing was paid for this job (to "
+            error_message=f"{why}. Nothing was paid for this job (to "
             f"render it instead: retry that job, cancel it, then 'afc retry {job['key']} --batch "
             f"{job['batch']}')",
         )
         return
-    why += f"{held.held}: {held.how}; this job renders nothing until that job has ended"
+    why += "; this job renders nothing until that job has ended"
     ctx.ledger.set_waiting(job, why)
     first = ctx.tasks.get(held.job_id or "")
     if first is not None and not first.done():
@@ -1537,9 +1537,9 @@ async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: Spool
     another process): stored under the job's output key, create-only and tagged as the job's
     own (``_put_own``), so that the probe of any later run of the job, on any host (after
     ``afc retry``), finds it and pays for nothing. The spool file stays too (removed once the
-    job's output is stored and verified, ``sweep_spool``; another run of the job on this host may be using that
-    path): where the output cannot be stored (the key is taken, the storage fails), it is
-    what a retry run on this host uses. No job state is written: the job's ending stands."""
+    job's output is stored and verified, ``sweep_spool``; another run of the job on this host
+    may be using that path): where the output cannot be stored (the key is taken, the storage
+    fails), it is what a retry run on this host uses. No job state is written: the job's ending stands."""
     try:
         await _put_own(ctx, job, spooled)
     except (ObjectExists, StorageError) as exc:
@@ -1918,20 +1918,16 @@ def _spooled_beside(ctx: RunContext, job: dict[str, Any]) -> Any:
     identity = ctx.ledger.spool_identity()
     if identity is None:  # a SQLite ledger's spool is beside it: one folder for every run
         return None
-    for step in ctx.ledger.steps(job["id"]):
-        if step["step"] != "spool":
-            continue
-        detail = json.loads(step["detail_json"] or "{}")
-        folder = detail.get("dir")
-        if detail.get("host") != host_id() or not isinstance(folder, str):
-            return None  # another host's folder (workers spool each on their own disk)
-        if Spool(folder).root == ctx.spool.root:
-            return None
-        other = Spool(folder)
-        found = other.path(job["id"])
-        mine = (other.owner() or {}).get("ledger") == identity
-        return found if mine and found.is_file() else None
-    return None
+    spooled = [s for s in ctx.ledger.steps(job["id"]) if s["step"] == "spool"]
+    detail = json.loads(spooled[0]["detail_json"] or "{}") if spooled else {}
+    folder = detail.get("dir")
+    if detail.get("host") != host_id() or not isinstance(folder, str):
+        return None  # none recorded, or another host's (workers spool each on their own disk)
+    other = Spool(folder)
+    if other.root == ctx.spool.root or (other.owner() or {}).get("ledger") != identity:
+        return None
+    found = other.path(job["id"])
+    return found if found.is_file() else None
 
 
 async def _copy_beside(ctx: RunContext, job: dict[str, Any]) -> None:

@@ -374,9 +374,8 @@ def work(
                 return not runnable
             for job in held if reporter is not None else ():
                 reporter.notice(
-                    f"job {job['key']!r} of batch {batch!r} waits: output key "
-                    f"{job['output_key']} is held by job {job['held'].key!r} of batch "
-                    f"{job['held'].batch!r}, {job['held'].held}: {job['held'].how}"
+                    f"job {job['key']!r} of batch {batch!r} waits: "
+                    + job["held"].said(job["output_key"])
                 )
             return True
 

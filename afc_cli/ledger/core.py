@@ -273,6 +273,14 @@ class OutputHeld(Exception):
         self.final = final
         self.job_id = job_id
 
+    def said(self, output_key: str) -> str:
+        """Which job holds ``output_key``, with what, and what stores it: the words of the
+        waiting job's reason and of a worker that leaves it (``worker.work``)."""
+        return (
+            f"output key {output_key} is held by job {self.key!r} of batch {self.batch!r}, "
+            f"{self.held}: {self.how}"
+        )
+
 
 class JobLost(Exception):
     """The job stopped being ours (it ended elsewhere, e.g. cancelled, or its lease was taken):
