@@ -380,6 +380,17 @@ def test_any_answer_ends_the_attempt_with_a_result_or_a_classified_error(server,
         ("gemini", [(429, b'{"error": {"details": [{"reason": ["x"]}]}}')], "HTTP 429"),
         ("gemini", [(200, b'{"candidates": [{"finishReason": ["SAFETY"]}]}')], "no image"),
         (
+            "gemini",  # a text-only answer: the model's words are the user's only clue
+            [
+                (
+                    200,
+                    b'{"candidates": [{"content": {"parts": [{"text": "I cannot\\n draw'
+                    b' that."}]}, "finishReason": "STOP"}]}',
+                )
+            ],
+            "no image in the answer (finishReason STOP); it answered: I cannot draw that.",
+        ),
+        (
             "gemini",
             [
                 (

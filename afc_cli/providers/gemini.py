@@ -131,7 +131,7 @@ class GeminiProvider(HttpProvider):
         }
         cost = request.rates.price(self.name, request.model, usage) if meta else None
         feedback = text(obj(data.get("promptFeedback")).get("blockReason"))
-        image, finish, images = None, None, 0
+        image, finish, images, said = None, None, 0, ""
         for candidate in objs(data.get("candidates")):
             finish = text(candidate.get("finishReason")) or finish
             for part in objs(obj(candidate.get("content")).get("parts")):
@@ -139,13 +139,22 @@ class GeminiProvider(HttpProvider):
                 if text(inline.get("data")):
                     images += 1
                     image = image or inline
+                said = said or (text(part.get("text")) or "").strip()
         if image is None:
-            reason = feedback or finish or "no image in the answer"
+            blocked = bool(feedback or finish in SAFETY)
+            message = (
+                f"gemini: blocked ({feedback or finish})"
+                if blocked
+                else f"gemini: no image in the answer (finishReason {finish or 'none'})"
+            )
+            if said:
+                # the model's own words (a text-only answer is most often a polite decline):
+                # what the user needs to change the prompt, cut to one line's length
+                said = " ".join(said.split())
+                message += f"; it answered: {said[:200]}{'…' if len(said) > 200 else ''}"
             raise ProviderError(
-                "refusal" if (feedback or finish in SAFETY) else "server",
-                f"gemini: blocked ({reason})"
-                if feedback or finish in SAFETY
-                else f"gemini: {reason}",
+                "refusal" if blocked else "server",
+                message,
                 http_status=200,
                 usage={k: v for k, v in usage.items() if v is not None},
                 cost_micros=cost,
