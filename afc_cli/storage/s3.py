@@ -58,9 +58,6 @@ META_FIELDS = {
     "cost": "afc-cost",
     "cost_source": "afc-cost-source",
 }
-INT_FIELDS = {"attempt", "size"}
-
-
 # what botocore itself accepts as a bucket name (its regex, less the ARN forms): checked here,
 # so a bad name is a usage error before anything is written, not a retried validation error
 _BUCKET = re.compile(r"[a-zA-Z0-9.\-_]{1,255}")
@@ -379,8 +376,6 @@ class S3Storage(Storage):
                 value = raw.get(header)
                 if value is not None and value.startswith("=?"):
                     value = _unascii(value)
-                if value is not None and field in INT_FIELDS:
-                    value = int(value) if value.isascii() and value.isdigit() else None
                 meta[field] = value
             meta = typed_meta(meta)
         return ObjectInfo(exists=True, size=found.get("ContentLength"), meta=meta)
