@@ -738,6 +738,13 @@ def worker(
                 + (f" ({result.failed} failed)" if result.failed else "")
                 + "; spent "
                 f"{format_usd(result.spent_micros)} USD (priced)"
+                + (
+                    # never added in, never left out: its calls of unknown cost, as a run's
+                    # summary says them (_spend_line)
+                    f" + {plural(result.unknown_cost_attempts, 'attempt')} of unknown cost"
+                    if result.unknown_cost_attempts
+                    else ""
+                )
                 + (f"; {plural(result.abandoned, 'call')} abandoned" if result.abandoned else "")
                 + (
                     # the budget's figure is every worker's of that budget, not this one's

@@ -1,0 +1,34 @@
+"""Outside audit 24a: the repository's own words (README, docs/, each command's help) against
+what the real ``afc`` command does."""
+
+from __future__ import annotations
+
+from conftest import jobs, manifest
+
+
+def test_a_worker_line_names_its_attempts_of_unknown_cost_apart(afc):
+    """README ("A run's spend"; SPEC 7: unknown cost is shown as unpriced everywhere, never
+    as zero): a run's summary gives its priced spend and, apart, its attempts of unknown cost.
+    'afc worker' said only 'spent 0.050000 USD (priced)' for a worker whose first call timed
+    out (possibly paid, cost unknown), and 'spent 0.000000 USD (priced)' for one whose every
+    attempt was unpriced, though its --json counted them in unknown_cost_attempts: a service's
+    log read as what it paid."""
+    afc.write_manifest(manifest(jobs(1, fail=["timeout"])))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    done = afc("worker", "--until-idle")
+    assert done.returncode == 0, done
+    assert afc.rows("SELECT status, cost_micros FROM attempts ORDER BY number") == [
+        ("failed", None),
+        ("succeeded", 50000),
+    ]
+    assert "spent 0.050000 USD (priced) + 1 attempt of unknown cost" in done.stderr, done.stderr
+
+    # no rate card for the model: every attempt unpriced, none of them said as zero alone
+    afc.write_manifest(manifest(jobs(2), batch="b2", rates=[]), "m2.yaml")
+    assert afc("submit", "m2.yaml", "--no-run").returncode == 0
+    done = afc("worker", "--until-idle")
+    assert done.returncode == 0, done
+    assert "spent 0.000000 USD (priced) + 2 attempts of unknown cost" in done.stderr, done.stderr
+    # and a worker that started no attempt says nothing of them
+    done = afc("worker", "--until-idle")
+    assert "of unknown cost" not in done.stderr, done.stderr
