@@ -80,6 +80,12 @@ def report_command(
             f"{plural(result['jobs'], 'job')}, {plural(result['pictures'], 'picture')}, "
             f"{result['failures']} failed, "
             f"{result['awaiting_review']} awaiting review; spent {total['priced']} USD (priced)"
+            # its unpriced attempts beside the figure, never left out (as 'afc costs report')
+            + (
+                f" + {plural(total['unpriced_attempts'], 'attempt')} of unknown cost"
+                if total["unpriced_attempts"]
+                else ""
+            )
         )
         if result["without_picture"]:
             shown = ", ".join(result["without_picture"][:5])

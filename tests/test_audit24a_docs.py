@@ -3,6 +3,7 @@ what the real ``afc`` command does."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import jobs, manifest
 
 
@@ -32,3 +33,24 @@ def test_a_worker_line_names_its_attempts_of_unknown_cost_apart(afc):
     # and a worker that started no attempt says nothing of them
     done = afc("worker", "--until-idle")
     assert "of unknown cost" not in done.stderr, done.stderr
+
+
+def test_the_report_line_names_its_attempts_of_unknown_cost_apart(afc):
+    """'afc report --html' ends with a line of its counts and spend; it said 'spent 0.000000
+    USD (priced)' for a batch whose every attempt was unpriced (no rate card), where 'afc
+    costs report' over the same ledger says they are unpriced and real spend is higher, and
+    a run's summary adds its attempts of unknown cost: SPEC 7, never shown as zero alone."""
+    pytest.importorskip("PIL", reason="the web extra: pip install 'afc-cli[web]'")
+    afc.write_manifest(manifest(jobs(1, fail=["timeout"]) + [{"key": "x", "prompt": "q"}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    done = afc("report", "--html", "r.html")
+    assert done.returncode == 0, done
+    assert "spent 0.100000 USD (priced) + 1 attempt of unknown cost" in done.stderr, done.stderr
+
+    afc.write_manifest(manifest(jobs(2), batch="b2", rates=[]), "m2.yaml")
+    assert afc("submit", "m2.yaml").returncode == 0
+    done = afc("report", "--html", "r.html", "--batch", "b2")
+    assert "spent 0.000000 USD (priced) + 2 attempts of unknown cost" in done.stderr, done.stderr
+    assert (
+        afc.json("report", "--html", "r.html", "--batch", "b2")["total"]["unpriced_attempts"] == 2
+    )
