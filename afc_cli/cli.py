@@ -1333,9 +1333,10 @@ def status(
 ) -> None:
     """Counts by status, then the jobs that need attention.
 
-    Jobs that need attention are failed, dead-lettered, waiting (with the reason) and
-    running ones; --all lists every job, --status S only those with status S. --json holds
-    every job of the scope (or those of --status) and the counts."""
+    Jobs that need attention are dead-lettered, failed, waiting (with the reason) and
+    running ones, then those awaiting review, blocked or rejected: every job but the
+    succeeded, queued and cancelled ones. --all lists every job, --status S only those with
+    status S. --json holds every job of the scope (or those of --status) and the counts."""
     with _boundary(reads=ledger):
         from afc_cli.costs import cost_cell
         from afc_cli.listing import counts_line, needing_attention, status_view

@@ -54,3 +54,28 @@ def test_the_report_line_names_its_attempts_of_unknown_cost_apart(afc):
     assert (
         afc.json("report", "--html", "r.html", "--batch", "b2")["total"]["unpriced_attempts"] == 2
     )
+
+
+def test_status_help_names_every_status_it_lists_without_all(afc):
+    """'afc status -h' and README said the jobs that need attention are the failed,
+    dead-lettered, waiting and running ones; 'afc status' lists every job but the succeeded,
+    queued and cancelled ones (listing.QUIET), so a style frame awaiting review, the shots
+    blocked behind it and a rejected job are listed too: a person who read the help took the
+    rows for a bug, or a script that counted the rows took the review queue for failures."""
+    data = manifest(
+        [
+            {"key": "frame", "prompt": "style", "review": True},
+            {"key": "shot", "prompt": "shot", "needs": ["frame"]},
+            {"key": "other", "prompt": "other", "review": True},
+        ]
+    )
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert afc("review", "reject", "other", "--reason", "no").returncode == 0
+    rows = afc("status").stdout.splitlines()
+    assert rows[0].split("\t")[:2] == ["key", "status"]
+    listed = {line.split("\t")[1] for line in rows[1:]}
+    assert listed == {"awaiting_review", "blocked", "rejected"}, rows
+    said = " ".join(afc("status", "-h").stdout.split())
+    for status in ("awaiting review", "blocked", "rejected"):
+        assert status in said, said
