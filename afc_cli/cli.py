@@ -670,7 +670,10 @@ def worker(
     claim: Annotated[
         int | None,
         typer.Option(
-            "--claim", min=1, metavar="N", help="Jobs claimed per round (default 4 x concurrency)."
+            "--claim",
+            min=1,
+            metavar="N",
+            help="Jobs claimed per round (default 4 x concurrency, at least 32).",
         ),
     ] = None,
     poll: Annotated[

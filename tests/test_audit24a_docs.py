@@ -79,3 +79,14 @@ def test_status_help_names_every_status_it_lists_without_all(afc):
     said = " ".join(afc("status", "-h").stdout.split())
     for status in ("awaiting review", "blocked", "rejected"):
         assert status in said, said
+
+
+def test_worker_claim_help_gives_its_default_as_it_is(afc):
+    """'afc worker -h' said --claim defaults to 4 x concurrency; it is that, at least 32
+    (README, Workers): '--concurrency 1' claims 32 a round, not 4, so ten jobs are one round."""
+    afc.write_manifest(manifest(jobs(10)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    done = afc.json("worker", "--until-idle", "--concurrency", "1")
+    assert (done["rounds"], done["claimed"]) == (1, 10), done
+    said = " ".join(afc("worker", "-h").stdout.split())
+    assert "(default 4 x concurrency, at least 32)" in said, said
