@@ -633,7 +633,9 @@ def resume(
 ) -> None:
     """Run every unfinished job in the ledger (what cron calls).
 
-    Exits 1 while a job of its scope is failed or dead-lettered (until 'afc retry')."""
+    Exits 1 while a job of its scope is failed or dead-lettered (until 'afc retry'): not
+    one failed only because a job it needs was rejected or cancelled, which a retry fails
+    again at once."""
     with _boundary():
         _outlive_output()
         _prestart_helper()

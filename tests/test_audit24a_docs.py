@@ -90,3 +90,26 @@ def test_worker_claim_help_gives_its_default_as_it_is(afc):
     assert (done["rounds"], done["claimed"]) == (1, 10), done
     said = " ".join(afc("worker", "-h").stdout.split())
     assert "(default 4 x concurrency, at least 32)" in said, said
+
+
+def test_resume_help_says_which_failed_jobs_it_exits_1_for(afc):
+    """'afc resume -h' said it exits 1 while a job of its scope is failed; after a rejection
+    the jobs that needed the rejected one are failed DEPENDENCY_FAILED and 'afc resume' exits
+    0 for them, as README's exit codes say (a person's decision, which no retry clears): the
+    help now says that exception as 'afc queue stats -h' does."""
+    afc.write_manifest(
+        manifest(
+            [
+                {"key": "frame", "prompt": "style", "review": True},
+                {"key": "shot", "prompt": "shot", "needs": ["frame"]},
+            ]
+        )
+    )
+    assert afc("submit", "manifest.yaml").returncode == 0
+    assert afc("review", "reject", "frame", "--reason", "no").returncode == 0
+    assert afc.rows("SELECT status, error_code FROM jobs WHERE key = 'shot'") == [
+        ("failed", "DEPENDENCY_FAILED")
+    ]
+    assert afc("resume").returncode == 0
+    said = " ".join(afc("resume", "-h").stdout.split())
+    assert "not one failed only because a job it needs was rejected or cancelled" in said, said
