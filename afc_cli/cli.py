@@ -1099,8 +1099,9 @@ def cancel(
     """Cancel jobs: final until a person retries them (afc retry).
 
     Cancels the jobs named by KEY, or with only --batch every unfinished job of that batch
-    (listed and confirmed first, or --yes). A job rendering on Replicate or fal is cancelled at
-    the provider too."""
+    (queued, running, waiting or blocked: one awaiting review is left to its review; listed
+    and confirmed first, or --yes). A job rendering on Replicate or fal is cancelled at the
+    provider too."""
     with _boundary(each="cancel"):
         from afc_cli.ops import cancel as cancel_jobs
 

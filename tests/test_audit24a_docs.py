@@ -113,3 +113,27 @@ def test_resume_help_says_which_failed_jobs_it_exits_1_for(afc):
     assert afc("resume").returncode == 0
     said = " ".join(afc("resume", "-h").stdout.split())
     assert "not one failed only because a job it needs was rejected or cancelled" in said, said
+
+
+def test_cancel_help_says_a_batch_cancel_leaves_a_review_to_its_reviewer(afc):
+    """'afc cancel -h' said '--batch' cancels every unfinished job of the batch; a job awaiting
+    review (neither active nor ended) is left to its review, by design (ops.cancel), while a
+    blocked one is cancelled: after 'afc cancel --batch B --yes' a reviewer could still
+    approve the frame, its job.succeeded sent. The help and README now say which."""
+    afc.write_manifest(
+        manifest(
+            [
+                {"key": "frame", "prompt": "style", "review": True},
+                {"key": "shot", "prompt": "shot", "needs": ["frame"]},
+            ]
+        )
+    )
+    assert afc("submit", "manifest.yaml").returncode == 0
+    done = afc.json("cancel", "--batch", "b1", "--yes")
+    assert [job["key"] for job in done["cancelled"]] == ["shot"]
+    assert afc.rows("SELECT key, status FROM jobs ORDER BY key") == [
+        ("frame", "awaiting_review"),
+        ("shot", "cancelled"),
+    ]
+    said = " ".join(afc("cancel", "-h").stdout.split())
+    assert "one awaiting review is left to its review" in said, said
