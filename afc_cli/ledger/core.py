@@ -163,6 +163,20 @@ OUTPUT_HOLDERS_LOOKUP = (
 )
 # A run's candidates: the active jobs and the blocked ones (run when their needs have succeeded)
 RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
+
+
+def _batch_scope(batch: str | None, column: str = "batch") -> tuple[str, list[Any]]:
+    """The condition (and its parameters) for the jobs of ``batch``, or of every batch. Every
+    batch is named as the batches table's names, a condition on the (batch, status,
+    created_at) index's first column, so that a query by status with no batch ('afc resume',
+    'afc worker') looks each batch's statuses up in that index on both engines: with no
+    condition on batch, SQLite read every job row of the ledger to find the few unfinished
+    ones (each poll of a worker on a ledger of 410,000 finished jobs took 6 s)."""
+    if batch is not None:
+        return f"{column} = ?", [batch]
+    return f"{column} IN (SELECT name FROM batches)", []
+
+
 # The run id of the attempts of workers that share a budget: this prefix and its name
 # (afc_cli/worker.py), where a submit's or resume's run has a UUID of its own
 SHARED_BUDGET = "budget:"
@@ -1001,12 +1015,8 @@ class Ledger:
     def _runnable(self, batch: str | None, include_blocked: bool = True) -> list[tuple]:
         # blocked jobs too: a run settles them (settle_blocked) and runs those whose needs are met
         statuses = RUNNABLE_SQL if include_blocked else ACTIVE_SQL
-        sql = f"SELECT id, key FROM jobs WHERE status IN {statuses}"
-        params: list[Any] = []
-        if batch is not None:
-            sql += " AND batch = ?"
-            params.append(batch)
-        sql += " ORDER BY batch, seq"
+        scope, params = _batch_scope(batch)
+        sql = f"SELECT id, key FROM jobs WHERE {scope} AND status IN {statuses} ORDER BY batch, seq"
         return self.db.execute(sql, params).fetchall()
 
     def runnable_job_ids(
@@ -1215,8 +1225,8 @@ class Ledger:
         (``pause_claims``)."""
         self.settle_ready_blocked(batch)
         now = self.lease_clock()
-        where = f"status IN {ACTIVE_SQL}" + (" AND batch = ?" if batch is not None else "")
-        params: list[Any] = [batch] if batch is not None else []
+        scope, params = _batch_scope(batch)
+        where = f"{scope} AND status IN {ACTIVE_SQL}"
         skip = set(skip) | self._paused_ids()
         if skip:
             where += f" AND id NOT IN ({', '.join('?' * len(skip))})"
@@ -2506,10 +2516,11 @@ class Ledger:
     # --- webhook outbox ---------------------------------------------------------------------
 
     def has_webhooks(self) -> bool:
+        every_batch, _ = _batch_scope(None)
         row = self.db.execute(
             "SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'pending')"
-            " OR EXISTS (SELECT 1 FROM jobs WHERE webhook_json IS NOT NULL"
-            f" AND status IN {ACTIVE_SQL})"
+            f" OR EXISTS (SELECT 1 FROM jobs WHERE {every_batch}"
+            f" AND status IN {ACTIVE_SQL} AND webhook_json IS NOT NULL)"
         ).fetchone()
         return bool(row[0])
 
@@ -3117,13 +3128,13 @@ class Ledger:
         its claims call this first; a job whose need is still being worked on stays blocked
         for a later claim. Returns how many were settled."""
         open_needs = _in((*ACTIVE, "blocked", "awaiting_review"))
+        scope, params = _batch_scope(batch, "j.batch")
         sql = (
-            "SELECT j.id FROM jobs j WHERE j.status = 'blocked'"
-            + (" AND j.batch = ?" if batch is not None else "")
-            + " AND NOT EXISTS (SELECT 1 FROM job_needs n JOIN jobs d ON d.id = n.need_id"
+            f"SELECT j.id FROM jobs j WHERE {scope} AND j.status = 'blocked'"
+            " AND NOT EXISTS (SELECT 1 FROM job_needs n JOIN jobs d ON d.id = n.need_id"
             f" WHERE n.job_id = j.id AND d.status IN {open_needs}) ORDER BY j.batch, j.seq LIMIT ?"
         )
-        rows = self._all(sql, [batch, limit] if batch is not None else [limit])
+        rows = self._all(sql, [*params, limit])
         settled = 0
         for row in rows:
             if self.settle_blocked(row["id"])[0] != "blocked":
@@ -3255,7 +3266,10 @@ class Ledger:
         if not job_ids:
             return []
         wanted = set(job_ids)
-        rows = self.db.execute("SELECT id FROM jobs WHERE status = 'blocked'").fetchall()
+        every_batch, _ = _batch_scope(None)
+        rows = self.db.execute(
+            f"SELECT id FROM jobs WHERE {every_batch} AND status = 'blocked'"
+        ).fetchall()
         return [row[0] for row in rows if row[0] in wanted]
 
     def stored_output(self, job_id: str) -> dict[str, Any] | None:
