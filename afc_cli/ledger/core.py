@@ -1033,21 +1033,39 @@ class Ledger:
         sql = f"SELECT key FROM jobs WHERE batch = ? AND status NOT IN {RUNNABLE_SQL}"
         return {key for (key,) in self.db.execute(sql, (batch,)).fetchall()}
 
-    def status_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
-        sql = (
-            "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.error_code,"
-            " j.error_class, j.error_message, j.waiting_reason, "
-            + ANSWERED_SQL
-            + ", "
-            + JOB_COST_SQL
-            + " FROM jobs j"
-        )
+    _STATUS_SQL = (
+        "SELECT j.id, j.key, j.batch, j.status, j.step, j.output_key, j.error_code,"
+        " j.error_class, j.error_message, j.waiting_reason, "
+        + ANSWERED_SQL
+        + ", "
+        + JOB_COST_SQL
+        + " FROM jobs j"
+    )
+
+    def status_rows(
+        self, batch: str | None = None, statuses: tuple[str, ...] | None = None
+    ) -> list[dict[str, Any]]:
+        """Every job of ``batch`` (or of the ledger) as ``afc status`` shows it, or only those
+        with one of ``statuses`` (looked up in the (batch, status) index)."""
+        sql = self._STATUS_SQL
         params: list[Any] = []
-        if batch is not None:
+        if statuses is not None:
+            scope, params = _batch_scope(batch, "j.batch")
+            sql += f" WHERE {scope} AND j.status IN {_marks(list(statuses))}"
+            params = [*params, *statuses]
+        elif batch is not None:
             sql += " WHERE j.batch = ?"
             params.append(batch)
         sql += " ORDER BY j.batch, j.seq"
         return self.gone_calls(self._all(sql, params))
+
+    def status_rows_of(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        """The jobs of ``job_ids`` as ``status_rows`` gives them, in the order of the ids."""
+        found: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(job_ids, IN_CHUNK):
+            rows = self._all(f"{self._STATUS_SQL} WHERE j.id IN {_marks(chunk)}", chunk)
+            found.update((row["id"], row) for row in rows)
+        return self.gone_calls([found[job_id] for job_id in job_ids if job_id in found])
 
     def gone_calls(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Rows of ``JOB_COST_SQL`` with the unpriced calls left ``started`` by a run that is
