@@ -146,3 +146,63 @@ def test_a_resume_reads_the_jobs_it_ran_and_those_stuck_not_every_job(tmp_path, 
     ]
     assert big.exit_code == 1
     assert many - few < 50, (few, many)
+
+
+def status_steps(afc: Afc, monkeypatch, *args: str) -> tuple[int, str]:
+    """'afc status ARGS' in-process on a pipe: the virtual-machine steps (in hundreds) its
+    ledger connection took, and what it printed (stdout, then stderr)."""
+    from typer.testing import CliRunner
+
+    from afc_cli.cli import app
+    from afc_cli.ledger import sqlite as sqlite_ledger
+
+    ticks = [0]
+
+    def tick() -> int:
+        ticks[0] += 1
+        return 0
+
+    opened = sqlite_ledger.Connection.__init__
+
+    def counting(self, conn: sqlite3.Connection) -> None:
+        opened(self, conn)
+        conn.set_progress_handler(tick, 100)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlite_ledger.Connection, "__init__", counting)
+        patched.chdir(afc.cwd)
+        result = CliRunner().invoke(app, ["status", *args])
+    assert result.exit_code == 0, result.output
+    return ticks[0], result.stdout + result.stderr
+
+
+def test_status_reads_the_jobs_it_lists_and_counts_the_others(tmp_path, monkeypatch):
+    # afc status (and --status failed) read every job of the ledger, each with its cost, to
+    # list the few that need attention and count the rest: on a ledger of 410,000 finished
+    # jobs, 7 s and 650 MB to say that none failed
+    found = {}
+    for old in (150, 3000):
+        afc = grown(tmp_path / f"old{old}", old)
+        conn = sqlite3.connect(afc.cwd / "afc.db")
+        with conn:  # one old job failed, waiting for a person
+            conn.execute(
+                "UPDATE jobs SET status = 'failed', error_code = 'CHAIN_FAILED',"
+                " error_message = 'server: boom' WHERE batch = 'old' AND key = 'o7-shot-002'"
+            )
+        conn.close()
+        found[old] = [
+            status_steps(afc, monkeypatch, *args) for args in ((), ("--status", "failed"))
+        ]
+    for (few, _), (many, shown) in zip(found[150], found[3000], strict=True):
+        # the counts take about 9 steps a job in the (batch, status) index (2,850 more jobs:
+        # some 260 hundreds); each job's row read with its cost took about 95 (2,700)
+        assert many - few < 600, (few, many)
+        assert "old\to7-shot-002\tfailed" in shown and "CHAIN_FAILED: server: boom" in shown
+        assert "3005 jobs: 3002 succeeded, 1 failed, 2 queued" in shown
+        assert [line for line in shown.splitlines() if "\t" in line][1:] == [
+            line for line in shown.splitlines() if "o7-shot-002" in line
+        ]  # the header and the failed job alone
+    attention = found[3000][0][1]
+    assert "not listed: 3002 succeeded, 2 queued (afc status --all lists every job)" in attention
+    everything = status_steps(afc, monkeypatch, "--all")[1]
+    assert everything.count("\tsucceeded\t") == 3002 and everything.count("\tqueued\t") == 2

@@ -1059,6 +1059,16 @@ class Ledger:
         sql += " ORDER BY j.batch, j.seq"
         return self.gone_calls(self._all(sql, params))
 
+    def status_counts(self, batch: str | None = None) -> list[tuple[str, str, int]]:
+        """``(batch, status, count)`` of the jobs of ``batch`` (or of the ledger), counted in
+        the (batch, status) index."""
+        scope, params = _batch_scope(batch)
+        rows = self.db.execute(
+            f"SELECT batch, status, COUNT(*) FROM jobs WHERE {scope} GROUP BY batch, status",
+            params,
+        )
+        return [(name, status, int(count)) for name, status, count in rows]
+
     def status_rows_of(self, job_ids: list[str]) -> list[dict[str, Any]]:
         """The jobs of ``job_ids`` as ``status_rows`` gives them, in the order of the ids."""
         found: dict[str, dict[str, Any]] = {}
