@@ -206,3 +206,31 @@ def test_status_reads_the_jobs_it_lists_and_counts_the_others(tmp_path, monkeypa
     assert "not listed: 3002 succeeded, 2 queued (afc status --all lists every job)" in attention
     everything = status_steps(afc, monkeypatch, "--all")[1]
     assert everything.count("\tsucceeded\t") == 3002 and everything.count("\tqueued\t") == 2
+
+
+def test_a_job_named_by_its_key_alone_is_looked_up_not_searched_for(tmp_path):
+    # 'afc show KEY' (and cancel, retry, review approve KEY) without --batch looked the key up
+    # by key alone, the second column of the (batch, key) index: every job row of the ledger
+    # was read (410,000 jobs: 2.5 s for one job)
+    found = {}
+    for old in (150, 3000):
+        afc = grown(tmp_path / f"old{old}", old)
+        book = Ledger(str(afc.cwd / "afc.db"), create=False)
+        try:
+            found[old] = [
+                counted(book, partial(book.jobs_by_key, key)) for key in ("shot-002", "nope")
+            ]
+        finally:
+            book.close()
+        assert found[old][1][1] == []
+    for (few, _), (many, _) in zip(found[150], found[3000], strict=True):
+        assert many - few < 20, (few, many)
+    jobs_of_key = found[3000][0][1]
+    assert [(job["batch"], job["key"]) for job in jobs_of_key] == [
+        ("b1", "shot-002"),
+        ("b2", "shot-002"),
+    ]
+    result = afc("show", "shot-002")
+    assert result.returncode == 2 and "several batches (b1, b2)" in result.stderr
+    result = afc("show", "o7-shot-002")
+    assert result.returncode == 0 and "old/o7-shot-002" in result.stdout

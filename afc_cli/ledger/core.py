@@ -965,7 +965,12 @@ class Ledger:
 
     def jobs_by_key(self, key: str, batch: str | None = None) -> list[dict[str, Any]]:
         if batch is None:
-            return self._all("SELECT * FROM jobs WHERE key = ? ORDER BY created_at", (key,))
+            # a look-up per batch in the (batch, key) index (_batch_scope): by key alone,
+            # 'afc show KEY' read every job of the ledger (410,000 jobs: 2.5 s)
+            every_batch, _ = _batch_scope(None)
+            return self._all(
+                f"SELECT * FROM jobs WHERE {every_batch} AND key = ? ORDER BY created_at", (key,)
+            )
         return self._all("SELECT * FROM jobs WHERE key = ? AND batch = ?", (key, batch))
 
     def unfinished_batches(self) -> list[str]:
