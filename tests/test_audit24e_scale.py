@@ -234,3 +234,28 @@ def test_a_job_named_by_its_key_alone_is_looked_up_not_searched_for(tmp_path):
     assert result.returncode == 2 and "several batches (b1, b2)" in result.stderr
     result = afc("show", "o7-shot-002")
     assert result.returncode == 0 and "old/o7-shot-002" in result.stdout
+
+
+def test_the_review_queue_is_looked_up_not_searched_for(tmp_path):
+    # 'afc review list' (and afc serve's review page) with no --batch found the jobs awaiting
+    # review by status alone: every job row of the ledger was read for them
+    found = {}
+    for old in (150, 3000):
+        afc = grown(tmp_path / f"old{old}", old)
+        conn = sqlite3.connect(afc.cwd / "afc.db")
+        with conn:  # one old job awaits a person's review
+            conn.execute(
+                "UPDATE jobs SET status = 'awaiting_review', review = 1, review_at = 5"
+                " WHERE batch = 'old' AND key = 'o7-shot-002'"
+            )
+        conn.close()
+        book = Ledger(str(afc.cwd / "afc.db"), create=False)
+        try:
+            found[old] = counted(book, book.review_rows)
+        finally:
+            book.close()
+    (few, _), (many, rows) = found[150], found[3000]
+    assert many - few < 20, (few, many)
+    assert [(row["batch"], row["key"]) for row in rows] == [("old", "o7-shot-002")]
+    result = afc("review", "list")
+    assert result.returncode == 0 and "o7-shot-002" in result.stdout

@@ -3085,12 +3085,12 @@ class Ledger:
             + JOB_COST_SQL
             + ", (SELECT a.provider || '/' || a.model FROM attempts a WHERE a.job_id = j.id"
             " AND a.status = 'succeeded' ORDER BY a.number DESC LIMIT 1) AS model"
-            " FROM jobs j JOIN batches b ON b.name = j.batch WHERE j.status = 'awaiting_review'"
+            " FROM jobs j JOIN batches b ON b.name = j.batch"
         )
-        params: list[Any] = []
-        if batch is not None:
-            sql += " AND j.batch = ?"
-            params.append(batch)
+        # looked up in the (batch, status) index: by status alone, every job row of the ledger
+        # was read to find the few awaiting review (_batch_scope)
+        scope, params = _batch_scope(batch, "j.batch")
+        sql += f" WHERE {scope} AND j.status = 'awaiting_review'"
         rows = self._all(sql + " ORDER BY j.review_at, j.batch, j.seq", params)
         # an output found in storage (no attempt made it here): the model that made it, from
         # the stored object, as the contact sheet names it (``sheet_rows``)
