@@ -259,3 +259,31 @@ def test_the_review_queue_is_looked_up_not_searched_for(tmp_path):
     assert [(row["batch"], row["key"]) for row in rows] == [("old", "o7-shot-002")]
     result = afc("review", "list")
     assert result.returncode == 0 and "o7-shot-002" in result.stdout
+
+
+def _bound(model, name: str, kind: str) -> int:
+    """The bound pydantic holds on ``model.name``: ``max_length`` or ``le``."""
+    for rule in model.model_fields[name].metadata:
+        value = getattr(rule, kind, None)
+        if value is not None:
+            return int(value)
+    raise AssertionError(f"{model.__name__}.{name} has no {kind}")
+
+
+def test_the_readme_states_the_limits_a_manifest_is_refused_for(afc):
+    # a key or batch name over 200 characters, a chain's attempts over 100 and a webhook's
+    # timeout_s over 120 were refused (exit 2) with nothing in README's list of limits to say
+    # so: a studio naming keys after long file names met the first at submit time
+    from afc_cli.manifest import ChainEntry, JobSpec, ManifestModel, Webhook
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    limits = " ".join(readme.split("Limits, refused the same way:", 1)[1].split("\n\n")[0].split())
+    key, batch = _bound(JobSpec, "key", "max_length"), _bound(ManifestModel, "batch", "max_length")
+    assert key == batch
+    assert f"keys and batch names over {key} characters" in limits
+    assert f"`attempts` over {_bound(ChainEntry, 'attempts', 'le')}" in limits
+    assert f"`timeout_s` over {_bound(Webhook, 'timeout_s', 'le')} seconds" in limits
+    afc.write_manifest(manifest([{"key": "k" * (key + 1), "prompt": "p"}]))
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2 and f"at most {key} characters" in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
