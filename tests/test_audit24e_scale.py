@@ -287,3 +287,44 @@ def test_the_readme_states_the_limits_a_manifest_is_refused_for(afc):
     result = afc("submit", "manifest.yaml")
     assert result.returncode == 2 and f"at most {key} characters" in result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_both_engines_find_the_work_left_and_the_jobs_to_show_alike(afc, ledger_url):
+    # the look-ups of this file's fixes ('batch IN (SELECT name FROM batches)', statuses and
+    # ids named) answer alike on SQLite and PostgreSQL
+    afc.env["AFC_LEDGER"] = ledger_url
+    listed = jobs(3, size="16x16")
+    listed[1]["params"] = {**listed[1]["params"], "fail": ["invalid"]}
+    listed[2]["review"] = True
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml").returncode == 1
+    later = jobs(2, size="16x16")
+    later[1]["needs"] = ["shot-001"]
+    afc.write_manifest(manifest(later, batch="b2"), "later.yaml")
+    assert afc("submit", "later.yaml", "--no-run").returncode == 0
+    book = Ledger(ledger_url, create=False)
+    try:
+        counts = sorted(book.status_counts())
+        failed = [(r["batch"], r["key"]) for r in book.status_rows(None, ("failed", "dead"))]
+        ids = [job["id"] for job in book.jobs_by_key("shot-001")]
+        of_ids = [(r["batch"], r["key"], r["status"]) for r in book.status_rows_of(ids[::-1])]
+        review = [(r["batch"], r["key"]) for r in book.review_rows()]
+        runnable = book.runnable_job_ids()
+        blocked = book.blocked_job_ids(runnable)
+        webhooks = book.has_webhooks()
+        settled = book.settle_ready_blocked()
+        claimed = sorted(job["key"] for job in book.claim_runnable(8, 300))
+    finally:
+        book.close()
+    assert counts == [
+        ("b1", "awaiting_review", 1),
+        ("b1", "failed", 1),
+        ("b1", "succeeded", 1),
+        ("b2", "blocked", 1),
+        ("b2", "queued", 1),
+    ]
+    assert failed == [("b1", "shot-002")]
+    assert of_ids == [("b2", "shot-001", "queued"), ("b1", "shot-001", "succeeded")]
+    assert review == [("b1", "shot-003")]
+    assert len(runnable) == 2 and len(blocked) == 1 and webhooks is False
+    assert settled == 0 and claimed == ["shot-001"]
