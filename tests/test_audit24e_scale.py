@@ -328,3 +328,28 @@ def test_both_engines_find_the_work_left_and_the_jobs_to_show_alike(afc, ledger_
     assert review == [("b1", "shot-003")]
     assert len(runnable) == 2 and len(blocked) == 1 and webhooks is False
     assert settled == 0 and claimed == ["shot-001"]
+
+
+def test_the_failures_page_looks_the_failed_jobs_up(tmp_path):
+    # afc serve's failures page with no --batch found the failed and dead
+    # jobs by status alone: every job row of the ledger was read at each page load
+    from afc_cli.web.sheet import FAILED
+
+    found = {}
+    for old in (150, 3000):
+        afc = grown(tmp_path / f"old{old}", old)
+        conn = sqlite3.connect(afc.cwd / "afc.db")
+        with conn:  # one old job failed
+            conn.execute(
+                "UPDATE jobs SET status = 'failed', error_code = 'CHAIN_FAILED'"
+                " WHERE batch = 'old' AND key = 'o7-shot-002'"
+            )
+        conn.close()
+        book = Ledger(str(afc.cwd / "afc.db"), create=False)
+        try:
+            found[old] = counted(book, partial(book.sheet_rows, statuses=FAILED))
+        finally:
+            book.close()
+    (few, _), (many, rows) = found[150], found[3000]
+    assert many - few < 20, (few, many)
+    assert [(row["batch"], row["key"]) for row in rows] == [("old", "o7-shot-002")]

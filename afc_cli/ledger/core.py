@@ -3198,9 +3198,12 @@ class Ledger:
         batch: str | None, since_ts: float | None, statuses: tuple[str, ...] | None
     ) -> tuple[str, list[Any]]:
         where, params = ["1 = 1"], []
-        if batch is not None:
-            where.append("j.batch = ?")
-            params.append(batch)
+        if batch is not None or statuses:
+            # with statuses, every batch is named too, so that they are looked up in the
+            # (batch, status) index (_batch_scope): afc serve's failures page read every job
+            # row of the ledger to find the failed ones
+            scope, params = _batch_scope(batch, "j.batch")
+            where.append(scope)
         if since_ts is not None:
             where.append("j.updated_at >= ?")
             params.append(since_ts)
