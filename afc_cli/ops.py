@@ -120,8 +120,8 @@ def cancel(
         else:
             # blocked jobs too: they are unfinished work that a run would pick up; a job
             # awaiting review is left to the review (reject it to end it)
-            unfinished = (*ACTIVE, "blocked")
-            targets = [job for job in ledger.batch_jobs(batch) if job["status"] in unfinished]
+            # those alone read, each whole (its request too), not every job of the batch
+            targets = ledger.batch_jobs(batch, (*ACTIVE, "blocked"))
             _confirmed(confirm, "cancel", targets)
         why = reason or "cancelled with afc cancel"
         cancelled = []
@@ -243,7 +243,7 @@ def retry(
         if keys:
             targets = _named(ledger, ledger_path, keys, batch, "retry")
         else:
-            targets = [job for job in ledger.batch_jobs(batch) if job["status"] in statuses]
+            targets = ledger.batch_jobs(batch, tuple(statuses))
         refused = []
         for job in targets:
             if job["status"] not in RETRYABLE:

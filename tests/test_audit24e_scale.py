@@ -91,11 +91,11 @@ def test_the_work_left_in_every_batch_is_found_without_reading_every_job(tmp_pat
         assert many - few < 50, (small, big)
 
 
-def resume_steps(afc: Afc, monkeypatch) -> tuple[int, object]:
-    """An in-process 'afc resume' of every batch and the virtual-machine steps (in hundreds)
-    its ledger connection took, less the page check before a run writes (``quick_check``
-    reads every page of the file by design)."""
-    from afc_cli import ledger_file, run
+def steps_of(afc: Afc, monkeypatch, call) -> tuple[int, object]:
+    """What ``call()`` returns, run in-process in ``afc``'s folder, and the virtual-machine
+    steps (in hundreds) its ledger connections took, less the page check before a run
+    writes (``quick_check`` reads every page of the file by design)."""
+    from afc_cli import ledger_file
     from afc_cli.ledger import sqlite as sqlite_ledger
 
     ticks = [0]
@@ -114,10 +114,21 @@ def resume_steps(afc: Afc, monkeypatch) -> tuple[int, object]:
         patched.setattr(sqlite_ledger.Connection, "__init__", counting)
         patched.setattr(ledger_file, "check_pages", lambda conn, path: None)
         patched.chdir(afc.cwd)
-        result = run.resume(
-            ledger_path=str(afc.cwd / "afc.db"), batch=None, storage=None, concurrency=4
-        )
+        result = call()
     return ticks[0], result
+
+
+def resume_steps(afc: Afc, monkeypatch) -> tuple[int, object]:
+    """An in-process 'afc resume' of every batch, and its steps (``steps_of``)."""
+    from afc_cli import run
+
+    return steps_of(
+        afc,
+        monkeypatch,
+        partial(
+            run.resume, ledger_path=str(afc.cwd / "afc.db"), batch=None, storage=None, concurrency=4
+        ),
+    )
 
 
 def test_a_resume_reads_the_jobs_it_ran_and_those_stuck_not_every_job(tmp_path, monkeypatch):
@@ -149,31 +160,15 @@ def test_a_resume_reads_the_jobs_it_ran_and_those_stuck_not_every_job(tmp_path, 
 
 
 def status_steps(afc: Afc, monkeypatch, *args: str) -> tuple[int, str]:
-    """'afc status ARGS' in-process on a pipe: the virtual-machine steps (in hundreds) its
-    ledger connection took, and what it printed (stdout, then stderr)."""
+    """'afc status ARGS' in-process on a pipe: its steps (``steps_of``), and what it printed
+    (stdout, then stderr)."""
     from typer.testing import CliRunner
 
     from afc_cli.cli import app
-    from afc_cli.ledger import sqlite as sqlite_ledger
 
-    ticks = [0]
-
-    def tick() -> int:
-        ticks[0] += 1
-        return 0
-
-    opened = sqlite_ledger.Connection.__init__
-
-    def counting(self, conn: sqlite3.Connection) -> None:
-        opened(self, conn)
-        conn.set_progress_handler(tick, 100)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(sqlite_ledger.Connection, "__init__", counting)
-        patched.chdir(afc.cwd)
-        result = CliRunner().invoke(app, ["status", *args])
+    ticks, result = steps_of(afc, monkeypatch, partial(CliRunner().invoke, app, ["status", *args]))
     assert result.exit_code == 0, result.output
-    return ticks[0], result.stdout + result.stderr
+    return ticks, result.stdout + result.stderr
 
 
 def test_status_reads_the_jobs_it_lists_and_counts_the_others(tmp_path, monkeypatch):
@@ -309,6 +304,7 @@ def test_both_engines_find_the_work_left_and_the_jobs_to_show_alike(afc, ledger_
         ids = [job["id"] for job in book.jobs_by_key("shot-001")]
         of_ids = [(r["batch"], r["key"], r["status"]) for r in book.status_rows_of(ids[::-1])]
         review = [(r["batch"], r["key"]) for r in book.review_rows()]
+        of_batch = [r["key"] for r in book.batch_jobs("b1", ("failed", "awaiting_review"))]
         runnable = book.runnable_job_ids()
         blocked = book.blocked_job_ids(runnable)
         webhooks = book.has_webhooks()
@@ -326,6 +322,7 @@ def test_both_engines_find_the_work_left_and_the_jobs_to_show_alike(afc, ledger_
     assert failed == [("b1", "shot-002")]
     assert of_ids == [("b2", "shot-001", "queued"), ("b1", "shot-001", "succeeded")]
     assert review == [("b1", "shot-003")]
+    assert of_batch == ["shot-002", "shot-003"]
     assert len(runnable) == 2 and len(blocked) == 1 and webhooks is False
     assert settled == 0 and claimed == ["shot-001"]
 
@@ -353,3 +350,38 @@ def test_the_failures_page_looks_the_failed_jobs_up(tmp_path):
     (few, _), (many, rows) = found[150], found[3000]
     assert many - few < 20, (few, many)
     assert [(row["batch"], row["key"]) for row in rows] == [("old", "o7-shot-002")]
+
+
+def test_a_batch_is_cancelled_or_retried_reading_the_jobs_it_changes(tmp_path, monkeypatch):
+    # 'afc retry --batch B --failed' and 'afc cancel --batch B' read every job of the batch
+    # whole (its request, a prompt of up to 32,000 characters, too) to keep those of a few
+    # statuses: 3,000 jobs of 32,000-character prompts took 124 MB to retry none
+    from afc_cli import ops
+
+    def yes(what: str, jobs: list) -> bool:
+        return True
+
+    found = {}
+    for old in (150, 3000):
+        afc = grown(tmp_path / f"old{old}", old)
+        conn = sqlite3.connect(afc.cwd / "afc.db")
+        with conn:  # one old job failed, one still queued
+            conn.execute(
+                "UPDATE jobs SET status = 'failed', error_code = 'CHAIN_FAILED'"
+                " WHERE batch = 'old' AND key = 'o7-shot-002'"
+            )
+            conn.execute(
+                "UPDATE jobs SET status = 'queued' WHERE batch = 'old' AND key = 'o9-shot-001'"
+            )
+        conn.close()
+        path = str(afc.cwd / "afc.db")
+        found[old] = (
+            steps_of(afc, monkeypatch, partial(ops.retry, path, [], "old", ["failed"])),
+            steps_of(afc, monkeypatch, partial(ops.cancel, path, [], "old", confirm=yes)),
+        )
+    for (few, _), (many, _) in zip(found[150], found[3000], strict=True):
+        assert many - few < 50, (few, many)
+    retried, cancelled = found[3000][0][1], found[3000][1][1]
+    assert [job["key"] for job in retried["retried"]] == ["o7-shot-002"]
+    # the retried job is queued again, so the batch's cancel takes it with the queued one
+    assert [job["key"] for job in cancelled["cancelled"]] == ["o7-shot-002", "o9-shot-001"]

@@ -1014,8 +1014,18 @@ class Ledger:
         )
         return [(row[0], row[1]) for row in rows]
 
-    def batch_jobs(self, batch: str) -> list[dict[str, Any]]:
-        return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
+    def batch_jobs(
+        self, batch: str, statuses: tuple[str, ...] | None = None
+    ) -> list[dict[str, Any]]:
+        """A batch's jobs, whole, in admission order; only those with one of ``statuses``
+        (looked up in the (batch, status) index) when given."""
+        if statuses is None:
+            return self._all("SELECT * FROM jobs WHERE batch = ? ORDER BY seq", (batch,))
+        return self._all(
+            f"SELECT * FROM jobs WHERE batch = ? AND status IN {_marks(list(statuses))}"
+            " ORDER BY seq",
+            (batch, *statuses),
+        )
 
     def _runnable(self, batch: str | None, include_blocked: bool = True) -> list[tuple]:
         # blocked jobs too: a run settles them (settle_blocked) and runs those whose needs are met
