@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 
 from afc_cli.errors import AfcError, LedgerWriteError, UsageError, batch_key_hint, unwritten
 from afc_cli.ledger import Ledger, ReviewRace
@@ -45,7 +44,7 @@ def pending(ledger: Ledger, batch: str | None = None, now: float | None = None) 
     from afc_cli.costs import job_cost
 
     ledger.require_batch(batch)
-    now = time.time() if now is None else now
+    now = ledger.clock() if now is None else now  # the clock review_at is dated on
     out = []
     for row in ledger.review_rows(batch):
         try:

@@ -620,7 +620,9 @@ class Ledger:
         """
         rates_json = rates.to_json()
         result = AdmitResult(batch=manifest.batch, storage=storage)
-        now = _now()
+        # the ledger's clock (the database server's on PostgreSQL): a job's age (``afc queue
+        # stats``) is measured on it, whichever host admitted the job and whichever asks
+        now = self.clock()
         with self.tx():
             self.hold_unmoved()
             self.db.execute(
@@ -1505,8 +1507,11 @@ class Ledger:
 
     def queue_stats(self, now: float | None = None) -> dict[str, Any]:
         """Backlog figures for alerting: queued, in flight, delayed, dead-lettered, failed
-        (both wait for a person: ``afc retry``), and the age of the oldest unfinished job."""
-        now = _now() if now is None else now
+        (both wait for a person: ``afc retry``), and the age of the oldest unfinished job,
+        on the ledger's clock (``clock``), the one admissions and reviews are dated by: on a
+        shared PostgreSQL ledger, a host whose clock was 20 minutes behind the one asking
+        dated its jobs 20 minutes old as they were admitted."""
+        now = self.clock() if now is None else now
         counts: dict[str, int] = {}
         # grouped in the order of the (batch, status, created_at) index: no sort of every
         # job's status (on 100,000 jobs a third of the time)
@@ -3006,8 +3011,9 @@ class Ledger:
     def await_review(self, job: dict[str, Any], steps: Any = ()) -> bool:
         """Pause a verified job for a person's review, with its checkpoints, its event and its
         ``job.awaiting_review`` webhook row in one transaction. Its output is stored; no run
-        touches it again (it is neither active nor terminal) until a decision."""
-        now = _now()
+        touches it again (it is neither active nor terminal) until a decision. Dated on the
+        ledger's clock, as an admission is (``queue_stats``' review age)."""
+        now = self.clock()
         with self.tx():
             values = {
                 "status": "awaiting_review",
