@@ -52,3 +52,36 @@ def test_queue_and_review_ages_on_postgres_are_on_the_ledgers_clock(afc, pg_url)
     listed = afc.json("review", "list", "--ledger", pg_url)["awaiting_review"]
     assert [row["key"] for row in listed] == ["hero"]
     assert listed[0]["age_s"] < 60, listed
+
+
+def test_a_resume_does_not_wait_for_ever_on_a_job_row_a_stopped_process_holds(afc, pg_url):
+    """A worker on host-a stopped (SIGSTOP, its laptop's lid closed, its VM paused) in the
+    middle of its group transaction keeps that transaction, and the row locks of the jobs it
+    wrote in it, open on the PostgreSQL server; their leases run out. 'afc resume' on another
+    host came to such a job, found its lease expired and waited for the row's lock to take it
+    over, with no bound: it stopped there, its other jobs not run, its event loop blocked, so
+    the leases of the jobs it held lapsed for other hosts to take over and pay for again.
+    The stopped worker's open transaction is stood for by the test's own session holding the
+    row's lock. The job is left to the process that holds it, as a live run's is."""
+    import psycopg
+
+    afc.write_manifest(manifest(jobs(2)))
+    admitted = afc("submit", "manifest.yaml", "--no-run", "--ledger", pg_url)
+    assert admitted.returncode == 0, admitted.stderr
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE jobs SET status = 'running', lease_owner = 'host-a:4242:1',"
+            " lease_expires = EXTRACT(EPOCH FROM now()) - 60 WHERE key = 'shot-002'"
+        )
+    stopped = psycopg.connect(pg_url)  # host-a's transaction, open while it is stopped
+    try:
+        stopped.execute("SELECT 1 FROM jobs WHERE key = 'shot-002' FOR UPDATE")
+        resumed = afc("resume", "--ledger", pg_url, env={"AFC_LEASE_S": "3"}, timeout=30)
+    finally:
+        stopped.rollback()
+        stopped.close()
+    assert resumed.returncode == 1, resumed.stderr  # shot-002 still unfinished
+    assert "b1/shot-001: ended succeeded" in resumed.stderr
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT key, status, lease_owner FROM jobs ORDER BY key").fetchall()
+    assert rows == [("shot-001", "succeeded", None), ("shot-002", "running", "host-a:4242:1")]

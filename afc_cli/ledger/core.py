@@ -1183,9 +1183,10 @@ class Ledger:
             # Held by another run, ended, or being written by another process right now:
             # what follows may wait for that process's row lock, so it waits holding no other
             # row of this process (``_alone``): two runs claiming the same jobs in different
-            # orders never deadlock.
+            # orders never deadlock. The wait is bounded (``_claimable``): a process whose
+            # transaction never ends is taken to hold the job.
             self._alone()
-            job = self.job(job_id)
+            job = self._claimable(job_id)
             if job is None or job["status"] in TERMINAL:
                 return None
             holder = job["lease_owner"]
@@ -1236,6 +1237,13 @@ class Ledger:
                     )
                     return None
             return job
+
+    def _claimable(self, job_id: str) -> dict[str, Any] | None:
+        """``claim``'s read of a job it could not simply take, the row then this transaction's
+        to change: None when the job is gone, or (an engine with row locks) when another
+        process's transaction holds its row longer than a moment. SQLite's write lock
+        serialises writers already: the job as it is."""
+        return self.job(job_id)
 
     # Appended to the claim's SELECT where the engine locks rows: PostgreSQL's FOR UPDATE SKIP
     # LOCKED lets workers on many hosts pick different jobs without queuing on the same rows

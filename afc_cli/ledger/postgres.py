@@ -90,6 +90,11 @@ CONNECT_TIMEOUT_S = 10
 # by ``committed()``; a success commits with its spool checkpoint (sqlite.py says why a crash
 # before that commit costs nothing paid twice).
 GROUP_COMMIT_S = 0.005
+# How long a claim tries for a job row another transaction has locked (a moment's write of
+# its holder, another claim) before it takes the job to be held (``_claimable``), and the
+# pause between tries.
+CLAIM_ROW_WAIT_S = 0.25
+CLAIM_ROW_RETRY_S = 0.01
 # how often the lease clock is sampled from the server (``lease_clock``)
 CLOCK_SAMPLE_S = 10.0
 # How long ``afc ledger copy`` waits for the source's jobs table (``lock_jobs``): the runs'
@@ -594,6 +599,24 @@ class PostgresLedger(Ledger):
             wait=False,
         )
         return lambda: bool(cursor.fetchone()[0])
+
+    def _claimable(self, job_id: str) -> dict[str, Any] | None:
+        """The job's row, locked for this transaction, or None when it is gone or another
+        transaction held its lock through ``CLAIM_ROW_WAIT_S`` of tries. Waited for without a
+        bound (a plain ``FOR UPDATE``, or the claim's ``UPDATE``), a transaction that never
+        ended held the claiming run for as long: a worker stopped (SIGSTOP, a suspended
+        laptop, a paused VM) with its group transaction open, or a psql session left in one,
+        stopped every 'afc resume' at the first job of its rows whose lease had run out, its
+        event loop blocked, so its own leases lapsed for other hosts to take over and pay for
+        again. Such a job is held as by a live run: not run here."""
+        deadline = time.monotonic() + CLAIM_ROW_WAIT_S
+        while True:
+            job = self._one(f"SELECT * FROM jobs WHERE id = ?{self.CLAIM_LOCK}", (job_id,))
+            if job is not None or self.job(job_id) is None:
+                return job
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(CLAIM_ROW_RETRY_S)
 
     def _let_go_of_output(self) -> None:
         # A refusal writes nothing, so under group commit the shared transaction went on
