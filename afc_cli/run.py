@@ -25,7 +25,6 @@ import os
 import queue
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -1164,10 +1163,13 @@ async def _fed(
 
 def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
     """A job this run left alone because another live afc process holds it (a submit and a
-    resume of one batch at once) says so, instead of a bare "running at render"."""
-    from afc_cli.owner import host_of, is_host_lease, owner_is_dead
+    resume of one batch at once) says so, instead of a bare "running at render". Held as a
+    claim finds it held (``owner.lease_held``): its lease measured on the ledger's clock, the
+    database server's on PostgreSQL, where this host's clock said nothing of another host's
+    live lease once it ran ahead of the server's."""
+    from afc_cli.owner import host_of, is_host_lease, lease_held
 
-    now = time.time()
+    now = ledger.lease_clock()
     for row in rows:  # status rows carry the lease: no query per job (100,000 took seconds)
         if row["status"] not in ("queued", "running", "waiting") or row.get("waiting_reason"):
             continue
@@ -1175,8 +1177,7 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
         if (
             holder
             and holder != ledger.owner
-            and (row.get("lease_expires") or 0) > now
-            and not owner_is_dead(holder)
+            and lease_held(holder, row.get("lease_expires"), now, row.get("lease_mono"))
         ):
             if is_host_lease(holder):
                 row["waiting_reason"] = (

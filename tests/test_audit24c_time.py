@@ -85,3 +85,28 @@ def test_a_resume_does_not_wait_for_ever_on_a_job_row_a_stopped_process_holds(af
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT key, status, lease_owner FROM jobs ORDER BY key").fetchall()
     assert rows == [("shot-001", "succeeded", None), ("shot-002", "running", "host-a:4242:1")]
+
+
+def test_a_job_another_host_holds_is_said_so_on_a_host_whose_clock_runs_ahead(afc, pg_url):
+    """A run that leaves a job alone because another host's live run holds it says so ("being
+    run by another afc process (pid ... on host-a)"). It read the lease against this host's
+    clock, where the lease is the database server's: on a host 20 minutes ahead of the
+    server, another host's live lease read as expired, and the run said only "running at
+    probe", as of a job it had left for no reason, though the claim (on the server's clock)
+    had found it held."""
+    import psycopg
+
+    afc.write_manifest(manifest(jobs(2)))
+    admitted = afc("submit", "manifest.yaml", "--no-run", "--ledger", pg_url)
+    assert admitted.returncode == 0, admitted.stderr
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE jobs SET status = 'running', lease_owner = 'host-a:4242:1',"
+            " lease_expires = EXTRACT(EPOCH FROM now()) + 600 WHERE key = 'shot-002'"
+        )
+    ahead = afc.cwd / "wall-ahead"
+    ahead.write_text("1200")
+    resumed = afc("resume", "--ledger", pg_url, env=shifted(afc, wall=ahead))
+    assert resumed.returncode == 1, resumed.stderr  # shot-002 is not finished
+    assert "b1/shot-001: ended succeeded" in resumed.stderr
+    assert "being run by another afc process (pid 4242 on host-a)" in resumed.stderr, resumed.stderr
