@@ -110,3 +110,24 @@ def test_a_job_another_host_holds_is_said_so_on_a_host_whose_clock_runs_ahead(af
     assert resumed.returncode == 1, resumed.stderr  # shot-002 is not finished
     assert "b1/shot-001: ended succeeded" in resumed.stderr
     assert "being run by another afc process (pid 4242 on host-a)" in resumed.stderr, resumed.stderr
+
+
+def test_a_render_avoided_on_a_lagging_host_counts_since_when_it_was_avoided(afc, pg_url):
+    """``afc costs report --since`` counts an attempt from its start on the ledger's clock
+    and an avoided render from when it was avoided; the avoided render was dated by the host
+    that found the output in storage, by its own clock: a host 20 minutes behind the server
+    of a shared PostgreSQL ledger dated a render it avoided a moment ago 20 minutes back, and
+    a report since 10 minutes ago left it out (near midnight UTC, ``--by day`` put it on the
+    day before)."""
+    import datetime as dt
+
+    afc.write_manifest(manifest(jobs(1)))
+    stored = afc("submit", "manifest.yaml", "--ledger", str(afc.cwd / "first.db"))
+    assert stored.returncode == 0, stored.stderr  # the output is in storage
+    behind = afc.cwd / "wall-behind"
+    behind.write_text("-1200")
+    found = afc("submit", "manifest.yaml", "--ledger", pg_url, env=shifted(afc, wall=behind))
+    assert found.returncode == 0, found.stderr
+    since = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)).isoformat(timespec="seconds")
+    report = afc.json("costs", "report", "--since", since, "--ledger", pg_url)
+    assert report["total"]["avoided_renders"] == 1, report

@@ -2405,11 +2405,14 @@ class Ledger:
         cost_micros: int | None,
         cost_source: str | None,
     ) -> None:
-        """A render that a stored output made unnecessary, and what it would have cost."""
+        """A render that a stored output made unnecessary, and what it would have cost. Dated
+        on the ledger's clock, as attempts are: ``afc costs report --since`` and ``--by day``
+        take both on it."""
+        at = self.clock()
         self.db.execute(
             "INSERT INTO avoided (job_id, batch, at, reason, provider, model, cost_micros,"
             " cost_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (job["id"], job["batch"], _now(), reason, provider, model, cost_micros, cost_source),
+            (job["id"], job["batch"], at, reason, provider, model, cost_micros, cost_source),
         )
 
     def report_attempt(
