@@ -1097,10 +1097,30 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # run, so the cost is unknown and this model is not tried again. A job-style
                 # request left running is asked to stop (fal has no window of its own: it
                 # would run on and be billed beside the next model's attempt).
+                completed = False
                 if provider.resumable and _ended_elsewhere(ctx, job) is None:
                     # (a job ended or taken over meanwhile: its request may be the one the
                     # new owner polls, and a cancel reached the provider already)
-                    await _cancel_left_request(ctx, provider, job, number, entry["model"])
+                    completed = await _cancel_left_request(
+                        ctx, provider, job, number, entry["model"]
+                    )
+                if completed and resume is None:
+                    # It completed as the window ended (after the last poll, before the
+                    # cancel): paid for, its result kept at the provider. Left so, the next
+                    # model (or an 'afc retry') paid again for the one output; it is polled
+                    # by its id instead (free), within one more window, as a request a dead
+                    # run left is (``_resumable``)
+                    ctx.ledger.end_attempt(
+                        job,
+                        number,
+                        **report,
+                        status="unknown",
+                        error_class="window_expired",
+                        error_message=f"no result within the {window}s attempt window; the "
+                        "provider says it completed: its result is fetched by its id",
+                        started_at=started,
+                    )
+                    continue
                 ctx.ledger.end_attempt(
                     job,
                     number,
@@ -1574,18 +1594,19 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
 
 async def _cancel_left_request(
     ctx: RunContext, provider: Any, job: dict[str, Any], number: int, model: str
-) -> None:
+) -> bool:
     """Ask a job-style provider to stop the request an attempt leaves behind (its id as the
-    ledger recorded it); best effort, at most ``CANCEL_WAIT_S``: whatever it answers, the
-    attempt's cost stays unknown."""
+    ledger recorded it); best effort, at most ``CANCEL_WAIT_S``. True when the provider
+    answered that the request had completed already (``stop_left``); else, whatever it
+    answers, the attempt's cost stays unknown."""
     found = [a for a in ctx.ledger.attempts(job["id"]) if a["number"] == number]
     request_id = found[0]["provider_request_id"] if found else None
     if not request_id:
-        return
+        return False
     try:
-        await asyncio.wait_for(provider.cancel(request_id, model), CANCEL_WAIT_S)
+        return await asyncio.wait_for(provider.stop_left(request_id, model), CANCEL_WAIT_S)
     except Exception:  # noqa: BLE001 - best effort: the attempt is recorded either way
-        pass
+        return False
 
 
 CANCEL_WAIT_S = 10.0

@@ -664,6 +664,11 @@ class FakeProviders:
             return h.reply(404, {"detail": "Request not found"})
         if tail == "/cancel":
             self.cancels.append(rid)
+            if "done-at-cancel" in r["prompt"]:
+                # it completed (and was billed) between afc's last poll and its cancel: fal
+                # answers so, and its result is there to fetch
+                r["done"] = True
+                return h.reply(400, {"status": "ALREADY_COMPLETED"})
             r["status"] = "CANCELLED"
             return h.reply(202, {"status": "CANCELLATION_REQUESTED"})
         if tail == "/status":
@@ -683,6 +688,8 @@ class FakeProviders:
                 self.flaky_files.add(f"/files/{rid}.png")
             self.cdn_outage(r["prompt"], f"/files/{rid}.png")
             held = "hold" in r["prompt"] and not self.released.is_set()
+            # a "done-at-cancel" request renders until a cancel finds it completed
+            held = held or ("done-at-cancel" in r["prompt"] and not r.get("done"))
             if held or r["polls"] < 3:
                 r["status"] = "IN_PROGRESS"
                 return h.reply(202, {"status": "IN_PROGRESS", "logs": None})

@@ -224,5 +224,12 @@ class Provider:
         ``no answer (ConnectError)``); never raises for an answer or a transport error."""
         return None
 
+    async def stop_left(self, request_id: str, model: str) -> bool:
+        """Ask the provider to stop a request an attempt's window left behind (``cancel``);
+        True when it answered that the request had completed already: rendered and paid
+        for, its result there to fetch by its id."""
+        await self.cancel(request_id, model)
+        return False
+
     async def close(self) -> None:
         """Release connections."""

@@ -295,6 +295,14 @@ class FalProvider(HttpProvider):
         )
 
     async def cancel(self, request_id: str, model: str) -> str | None:
+        said = await self._cancel(request_id, model)
+        return None if said == ALREADY_COMPLETED else said  # it renders no more
+
+    async def stop_left(self, request_id: str, model: str) -> bool:
+        return await self._cancel(request_id, model) == ALREADY_COMPLETED
+
+    async def _cancel(self, request_id: str, model: str) -> str | None:
+        """``cancel``'s answer, or ALREADY_COMPLETED when fal says the request completed."""
         import httpx
 
         try:
@@ -304,7 +312,11 @@ class FalProvider(HttpProvider):
         except httpx.TransportError as exc:
             return f"no answer ({exc.__class__.__name__})"
         if response.status_code == 400 and json_or_empty(response).get("status") == (
-            "ALREADY_COMPLETED"
+            ALREADY_COMPLETED
         ):
-            return None  # it renders no more (its cost, already paid, stays unknown)
+            return ALREADY_COMPLETED
         return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
+
+
+# fal's answer to a cancel of a request that completed (rendered and billed) before it came
+ALREADY_COMPLETED = "ALREADY_COMPLETED"
