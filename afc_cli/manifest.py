@@ -1553,7 +1553,10 @@ def _input_file(seen: Seen, name: str) -> tuple[str, str] | str:
                 digest.update(head)
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
-            found = (str(path.resolve()), digest.hexdigest())
+            # the path as named, made absolute, not its links resolved: a worker reads it
+            # where the manifest named it (a shared mount's link to this host's mount point,
+            # resolved, named a place only this host has)
+            found = (str(path.absolute()), digest.hexdigest())
     except OSError as exc:
         found = f"cannot read {str(path)!r}: {exc.strerror or exc}"
     seen.files[name] = found

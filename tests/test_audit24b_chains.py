@@ -55,3 +55,33 @@ def test_a_fal_request_cancelled_at_its_window_still_falls_back(afc, fake):
         None,
     )
     assert (second["provider"], second["status"]) == ("openai", "succeeded")
+
+
+def test_a_path_input_is_read_at_the_path_the_submit_found_it_at_not_its_links_target(afc):
+    """README: a path input is kept as the absolute path the submit found it at and read
+    there by whichever worker renders the job, so reference files go where every machine sees
+    them at the same path (a shared mount). afc kept the path with its symbolic links resolved
+    (/mnt/nfs-a/refs/palette.png for /shared/refs/palette.png, /shared a link to this host's
+    mount), and a worker whose /shared links to its own mount failed the job with
+    INPUT_UNAVAILABLE, the file being where the manifest named it. The path is kept as named
+    (made absolute); the file there must still have the SHA-256 it was admitted with."""
+    from afc_cli.providers.local import render_png
+
+    palette = render_png("the palette", 24, 24)
+    for mount in ("mount-a", "mount-b"):
+        (afc.cwd / mount / "refs").mkdir(parents=True)
+        (afc.cwd / mount / "refs" / "palette.png").write_bytes(palette)
+    (afc.cwd / "shared").symlink_to(afc.cwd / "mount-a")
+    job = {"key": "shot", "prompt": "a shot", "inputs": [{"path": "shared/refs/palette.png"}]}
+    afc.write_manifest(manifest([job]))
+    admitted = afc("submit", "manifest.yaml", "--no-run")
+    assert admitted.returncode == 0, admitted.stderr
+    # the worker's host: its /shared is its own mount, holding the same file
+    (afc.cwd / "shared").unlink()
+    (afc.cwd / "shared").symlink_to(afc.cwd / "mount-b")
+    (afc.cwd / "mount-a" / "refs" / "palette.png").unlink()
+    result = afc("resume")
+    assert result.returncode == 0, result.stderr
+    [attempt] = afc.json("show", "shot")["attempts"]
+    assert attempt["status"] == "succeeded"
+    assert [i["source"] for i in attempt["inputs"]] == ["shared/refs/palette.png"]
