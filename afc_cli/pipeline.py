@@ -273,6 +273,9 @@ class RunContext:
     # a job whose key another job of this run holds with a paid render (``OutputHeld``), and
     # that job's task: the job looks again once that task has ended (``run_job``)
     held_here: dict[str, asyncio.Future] = field(default_factory=dict)
+    # jobs with a file in the spool when the run began (run.py): a job the ledger admitted
+    # anew (no attempt) looks there before paying (``render``, ``Spool.left_by``)
+    left_in_spool: set[str] = field(default_factory=set)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -820,6 +823,13 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     spooled = None
     if job["attempts"]:  # only an attempt leaves a spool file (none for a fresh job)
         spooled = await ctx.offload(ctx.spool.find, job["id"])
+    elif job["id"] in ctx.left_in_spool:
+        # a job the ledger has no attempt of, whose file the spool held as the run began:
+        # the render of a ledger deleted or made anew while its store kept failing
+        left = await ctx.offload(ctx.spool.left_by, job["id"], job["request_hash"])
+        if left is not None:
+            _adopt_left(ctx, job, *left)
+            return True
     if spooled is not None:
         _adopt_spool(ctx, job, spooled)
         return True
@@ -1515,6 +1525,8 @@ async def keep_rendered(ctx: RunContext) -> int:
         except (OSError, SpoolError):
             continue
         ctx.kept.append((job, spooled))
+    for job, spooled in ctx.kept:  # kept beyond this run, beside a ledger that broke
+        _describe(ctx, job, spooled.size, spooled.sha256, job.get("rendered_by") or {})
     return len(ctx.kept)
 
 
@@ -1563,6 +1575,7 @@ async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: Spool
     try:
         await _put_own(ctx, job, spooled)
     except (ObjectExists, StorageError) as exc:
+        _describe(ctx, job, spooled.size, spooled.sha256, job.get("rendered_by") or {})
         ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path), not_stored=str(exc))
         return
     storage = ctx.storages[job["batch"]]
@@ -1708,6 +1721,64 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
             )
 
 
+def _adopt_left(
+    ctx: RunContext, job: dict[str, Any], spooled: SpoolFile, about: dict[str, Any]
+) -> None:
+    """A render of this very request in the spool that no attempt of the ledger made: an
+    earlier ledger's (deleted, or made anew, while the render waited here for its store).
+    Rendering again paid for it twice and overwrote the paid file. It is stored instead,
+    tagged with the attempt and cost its ``.about`` record names, and counted as a render
+    avoided at that cost, as the probe counts an output a lost ledger left stored."""
+    cost = about.get("cost_micros")
+    cost = cost if isinstance(cost, int) and not isinstance(cost, bool) else None
+    by = {k: about.get(k) for k in ("provider", "model", "attempt")}
+    if not all(isinstance(v, str) for v in (by["provider"], by["model"])):
+        by = dict.fromkeys(by)
+    source = about.get("cost_source") if cost is not None else None
+    job["rendered_by"] = {**by, "cost_micros": cost, "cost_source": source}
+    with ctx.ledger.tx():
+        ctx.ledger.checkpoint(
+            job,
+            [
+                ("render", {"adopted": True, "left_by": "another ledger", **by}),
+                ("spool", _spooled_detail(ctx, spooled)),
+            ],
+            "store",
+            outcome="rendered",
+            output_sha256=spooled.sha256,
+            output_size=spooled.size,
+        )
+        ctx.ledger.record_avoided(job, "spooled", by["provider"], by["model"], cost, source)
+
+
+def _describe(
+    ctx: RunContext,
+    job: dict[str, Any],
+    size: int | None,
+    sha256: str | None,
+    by: dict[str, Any] | None = None,
+) -> None:
+    """Keep beside the job's spool file what its render is (``Spool.describe``), as the render
+    is left there beyond its run: the request, the attempt that paid for it (``by``, else
+    the job's ``rendered_by`` or the ledger's last succeeded attempt) and the file's size and
+    SHA-256. Best effort: a record that cannot be written costs nothing but that help."""
+    if size is None or not sha256:
+        return
+    if by is None:
+        try:
+            by = _rendered_by(ctx, job)
+        except Exception:  # noqa: BLE001 - the ledger broke: the record says what is known
+            by = job.get("rendered_by") or {}
+    about = {
+        "request_hash": job["request_hash"],
+        **{k: by.get(k) for k in ("provider", "model", "attempt", "cost_micros", "cost_source")},
+        "size": size,
+        "sha256": sha256,
+    }
+    with contextlib.suppress(OSError):
+        ctx.spool.describe(job["id"], about)
+
+
 def _found_own(ctx: RunContext, job: dict[str, Any], meta: dict[str, Any]) -> None:
     """The store step found this job's own object at its key: stored before a crash, or
     another render of the same request that landed first (a run that stalled past its lease
@@ -1755,7 +1826,9 @@ def _adopt_stored(ctx: RunContext, job: dict[str, Any], meta: dict[str, Any]) ->
 # --- store, verify, finish ----------------------------------------------------------------------
 
 
-def _object_meta(ctx: RunContext, job: dict[str, Any]) -> dict[str, Any]:
+def _rendered_by(ctx: RunContext, job: dict[str, Any]) -> dict[str, Any]:
+    """The attempt that rendered the job's output: this run's (``rendered_by``), else the
+    ledger's last succeeded attempt (rendered by an earlier run), else nothing known."""
     last = job.get("rendered_by")
     if last is None:  # rendered by an earlier run: the ledger knows which attempt it was
         done = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
@@ -1769,6 +1842,11 @@ def _object_meta(ctx: RunContext, job: dict[str, Any]) -> dict[str, Any]:
                 "cost_micros": a["cost_micros"],
                 "cost_source": a["cost_source"],
             }
+    return last
+
+
+def _object_meta(ctx: RunContext, job: dict[str, Any]) -> dict[str, Any]:
+    last = _rendered_by(ctx, job)
     return {
         "job_id": job["id"],
         "key": job["key"],
@@ -1861,6 +1939,10 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
     # the job's own key looked up before paying again) and could not be. Nor at the probe,
     # unless a run left a spool file for it (a retried job: its render adopts that file)
     before_render = step == "render" or (step == "probe" and not spool_path.exists())
+    if not before_render and spool_path.exists():
+        # its render waits in the spool beyond this run: said what it is, for a ledger made
+        # anew meanwhile (``Spool.left_by``)
+        _describe(ctx, job, job.get("output_size"), job.get("output_sha256"))
     if failures >= MAX_STORE_REQUEUES:
         safe = f" The paid output is safe in {spool_path}." if spool_path.exists() else ""
         then = (

@@ -897,6 +897,7 @@ def run_jobs(
             **({"offload": helper.call, "quick": helper.quick} if helper else {}),
             **({"dearest": dearest} if dearest is not None else {}),
         )
+        ctx.left_in_spool = spool.described() if running else set()
         heartbeat = asyncio.create_task(_renew(ledger, lease_s))
         stop = asyncio.Event()
         outbox = None

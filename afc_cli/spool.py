@@ -184,6 +184,54 @@ class Spool:
             fsync_dir(self.root)
         return SpoolFile(final, len(data), hashlib.sha256(data).hexdigest())
 
+    def describe(self, job_id: str, about: dict[str, Any]) -> None:
+        """Keep beside a job's spool file what its render is (``<job id>.about``: the job's
+        request hash, the attempt that paid for it and its cost, the file's size and SHA-256),
+        once the render is to outlive its run there (its store failed, the ledger broke, a
+        late result the storage refused): a ledger deleted or made anew meanwhile knows
+        nothing of it, and its next run stores it instead of paying again (``left_by``).
+        Written and renamed into place, not fsynced: one torn by a power cut is unreadable,
+        and a render whose record cannot be read is rendered again, as before."""
+        import json
+
+        path = self.about_path(job_id)
+        record = {**about, "job_id": job_id}
+        _write_whole(path.with_suffix(".about-part"), path, json.dumps(record).encode(), sync=False)
+
+    def about_path(self, job_id: str) -> Path:
+        """Where ``describe`` keeps what a job's spooled render is (``<job id>.about``)."""
+        return self.root / f"{job_id}.about"
+
+    def left_by(self, job_id: str, request_hash: str) -> tuple[SpoolFile, dict[str, Any]] | None:
+        """A spool file of this job that a ledger no longer knows of (deleted or made anew
+        while the render waited here, its store failing): the file and its ``.about``
+        record, when the record names this job and ``request_hash`` and the file is the
+        one it describes (its size and SHA-256). None otherwise: a render of another request
+        (the ledger was made anew to change the job), or one whose record is missing or
+        torn, is never taken for this request's output."""
+        import json
+
+        try:
+            record = json.loads(self.about_path(job_id).read_bytes())
+        except (OSError, ValueError):
+            return None
+        if (
+            not isinstance(record, dict)
+            or record.get("job_id") != job_id
+            or record.get("request_hash") != request_hash
+        ):
+            return None
+        try:
+            found = self.find(job_id)
+        except OSError:
+            return None
+        if found is None or (found.size, found.sha256) != (
+            record.get("size"),
+            record.get("sha256"),
+        ):
+            return None
+        return found, record
+
     def copy_in(self, job_id: str, source: Path) -> None:
         """Copy ``source``, this job's spool file in another spool folder of this host, into
         place as ``write`` puts a file: to ``.part``, fsynced, renamed, the folder fsynced.
@@ -249,7 +297,21 @@ class Spool:
         return {
             name.rsplit(".", 1)[0]
             for name in names
-            if name.endswith((".spool", ".part", ".request", ".request-part"))
+            if name.endswith(
+                (".spool", ".part", ".request", ".request-part", ".about", ".about-part")
+            )
+        }
+
+    def described(self) -> set[str]:
+        """Jobs with a complete spool file and its ``.about`` record (``left_by``)."""
+        try:
+            names = {entry.name for entry in os.scandir(self.root)}
+        except (FileNotFoundError, NotADirectoryError):
+            return set()
+        return {
+            name[: -len(".spool")]
+            for name in names
+            if name.endswith(".spool") and f"{name[: -len('.spool')]}.about" in names
         }
 
     def owner(self) -> dict[str, Any] | None:
@@ -302,6 +364,8 @@ class Spool:
             self.path(job_id).with_suffix(".part"),
             self.request_path(job_id),
             self.request_path(job_id).with_suffix(".request-part"),
+            self.about_path(job_id),
+            self.about_path(job_id).with_suffix(".about-part"),
         ):
             try:
                 path.unlink()
@@ -318,7 +382,7 @@ def _write_file(path: Path, data: bytes, mode: int) -> None:
         os.close(fd)
 
 
-def _write_whole(part: Path, final: Path, data: bytes) -> None:
+def _write_whole(part: Path, final: Path, data: bytes, *, sync: bool = True) -> None:
     """Write ``data`` to ``part``, fsync it and rename it to ``final`` (the folder is made if
     missing): ``final`` is always whole. The caller fsyncs the folder to make the rename
     durable. A partial file is worth nothing (it is never adopted) and may be large: a full
@@ -335,7 +399,8 @@ def _write_whole(part: Path, final: Path, data: bytes) -> None:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(part, final)
