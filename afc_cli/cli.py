@@ -151,6 +151,20 @@ DEFAULT_LEDGER = "afc.db"
 DEFAULT_CONCURRENCY = 8
 
 
+def _moved_line(moved_to: str, there: str) -> str:
+    """What status and queue stats say of a moved ledger, or of an unfinished copy (its own
+    ``ledger_moves`` row, ``COPY_UNFINISHED``: its source was not marked moved yet)."""
+    from afc_cli.ledger.core import COPY_UNFINISHED
+
+    if moved_to.startswith(COPY_UNFINISHED):
+        source = moved_to[len(COPY_UNFINISHED) :]
+        return (
+            f"this ledger is a copy of {source} that 'afc ledger copy' did not finish: it runs "
+            f"nothing, and {source} still runs its jobs; copy again to finish the move"
+        )
+    return f"this ledger was moved to {moved_to} (afc ledger copy): {there}"
+
+
 def _err(message: str) -> None:
     from afc_cli.secrets import scrub, visible
 
@@ -1167,7 +1181,7 @@ def queue_stats_command(
 
         stats, moved_to = queue_stats(ledger)
         if moved_to:  # an alert on these figures watches the wrong ledger
-            _err(f"this ledger was moved to {moved_to} (afc ledger copy): its backlog is there")
+            _err(_moved_line(moved_to, "its backlog is there"))
         met = failed_conditions(stats, fail_if or [])
         if json_out:
             from afc_cli.jsonout import emit_json  # not output's: it imports the run's modules
@@ -1355,7 +1369,7 @@ def status(
         moved_to = view.get("moved_to")
         if moved_to:
             # its unfinished jobs are not stuck here: they run in the ledger they moved to
-            _err(f"this ledger was moved to {moved_to} (afc ledger copy): its jobs run there")
+            _err(_moved_line(moved_to, "its jobs run there"))
         if json_out:
             for row in rows:
                 del row["reason"]

@@ -62,3 +62,74 @@ def test_a_spooled_render_outlives_its_ledger_and_is_stored_not_paid_again(afc, 
     total = afc.json("costs", "report")["total"]
     assert total["avoided_renders"] == 1 and total["avoided_cost"] == "0.050000", total
     assert not list((afc.cwd / "afc.db-spool").iterdir()), "files left in the spool"
+
+
+def test_a_copy_killed_before_it_marked_its_source_never_leaves_both_ledgers_running(afc):
+    """Found by outside audit 24d: 'afc ledger copy' commits the destination, then marks the
+    source moved. Killed in between (SIGKILL, a power cut), it left a whole copy that ran and
+    a source, unmarked, that ran too (its cron line, its workers): every unfinished job paid
+    for in both, and a copy again was refused ('already holds batches'). The copy now runs
+    nothing until its source is marked moved; the source runs on; a copy again copies the
+    source anew (what it did since included) and moves it, and one killed after the mark is
+    finished by a copy again."""
+    import signal
+
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}, {"key": "b", "prompt": "q"}]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    back = afc.cwd / "back.db"
+    died = afc("ledger", "copy", "afc.db", str(back), env={"AFC_CRASH_POINT": "copy_committed"})
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    calls = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(calls), "AFC_LEDGER": str(back)}
+    refused = afc("resume", env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "did not finish" in refused.stderr and "ledger copy" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert afc("submit", "manifest.yaml", "--no-run", env=env).returncode == 2
+    assert _calls(calls) == 0
+    status = afc("status", env=env)
+    assert status.returncode == 0 and "did not finish" in status.stderr, status.stderr
+    # the source was not marked: it runs its jobs (once), as a cron line would
+    ran = afc("resume", env={"AFC_LOCAL_CALL_LOG": str(calls)})
+    assert ran.returncode == 0, ran.stderr
+    assert _calls(calls) == 2
+    # a copy again copies the source as it is now and moves it
+    again = afc("ledger", "copy", "afc.db", str(back))
+    assert again.returncode == 0, again.stderr
+    replay = afc("submit", "manifest.yaml", env=env)
+    assert replay.returncode == 0, replay.stderr
+    assert _calls(calls) == 2, "a job paid for again on the copy"
+    assert afc("resume").returncode == 2  # the source is moved
+
+    # killed after the mark, before the copy was opened: a copy again finishes it
+    other = afc.cwd / "other.db"
+    died = afc("ledger", "copy", str(back), str(other), env={"AFC_CRASH_POINT": "copy_marked"})
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert afc("resume", env={"AFC_LEDGER": str(other)}).returncode == 2
+    finished = afc("ledger", "copy", str(back), str(other), "--json")
+    assert finished.returncode == 0, finished.stderr
+    result = __import__("json").loads(finished.stdout)
+    assert result["source_moved"] and result["rows"]["jobs"] == 2, result
+    assert afc("resume", env={"AFC_LEDGER": str(other)}).returncode == 0
+    assert afc("resume", env={"AFC_LEDGER": str(back)}).returncode == 2
+
+
+def test_a_copy_into_postgresql_killed_before_the_mark_runs_nothing_until_copied_again(afc, pg_url):
+    """The same on a PostgreSQL destination: refused while unfinished, copied anew (its rows
+    deleted first) by the same copy again, then a replay there renders nothing."""
+    import signal
+
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}, {"key": "b", "prompt": "q"}]))
+    calls = afc.cwd / "calls.log"
+    env = {"AFC_LOCAL_CALL_LOG": str(calls)}
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    died = afc("ledger", "copy", "afc.db", pg_url, env={"AFC_CRASH_POINT": "copy_committed"})
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    refused = afc("resume", env={**env, "AFC_LEDGER": pg_url})
+    assert refused.returncode == 2 and "did not finish" in refused.stderr, refused.stderr
+    assert afc("resume", env=env).returncode == 0  # the source runs on
+    again = afc("ledger", "copy", "afc.db", pg_url)
+    assert again.returncode == 0, again.stderr
+    replay = afc("submit", "manifest.yaml", env={**env, "AFC_LEDGER": pg_url})
+    assert replay.returncode == 0, replay.stderr
+    assert _calls(calls) == 2, "a job paid for in both ledgers"

@@ -23,7 +23,10 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   drain still going on the source posts nothing after the POST it had in flight, and the
   destination posts what it had claimed once the leases copied with them run out.
   A cron line or a worker left on the source would otherwise pay for the jobs the
-  destination's runs pay for. ``keep_source`` (``--keep-source``: a backup, a test copy)
+  destination's runs pay for. Until the source is marked, the copy runs nothing either
+  (``_mark_unfinished``): killed between the two commits, a copy left both ledgers running;
+  the same copy again copies the source anew, or opens the copy (``_finish_move``).
+  ``keep_source`` (``--keep-source``: a backup, a test copy)
   leaves the source as it was, both ledgers able to run the same jobs.
 - Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
   PostgreSQL ledger's in ``AFC_SPOOL_DIR``, else ``afc-spool`` in the working folder
@@ -42,7 +45,7 @@ from typing import Any
 
 from afc_cli.costs import plural
 from afc_cli.errors import LedgerError, LedgerWriteError, UsageError, first_line, unwritten
-from afc_cli.ledger.core import MOVED_UNTIL, TERMINAL_SQL, Ledger
+from afc_cli.ledger.core import COPY_UNFINISHED, MOVED_UNTIL, TERMINAL_SQL, Ledger, _crash_point
 from afc_cli.owner import (
     MOVED_OWNER,
     held_by_no_process,
@@ -78,11 +81,15 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
         raise UsageError("afc ledger copy needs two different ledgers")
     src = Ledger(src_url, create=False, check=True)  # damaged pages: refused before the copy
     try:
+        finished = _finish_move(src, dst_url) if not keep_source else None
+        if finished is not None:
+            return finished
         _refuse_moved(src)
         _refuse_live(src)  # before the destination is created or migrated
         dst = Ledger(dst_url)
         try:
-            if dst.batches():
+            anew = not keep_source and _unfinished_copy_of(dst) == ledger_name(src)
+            if dst.batches() and not anew:
                 raise UsageError(
                     f"the destination {dst.path} already holds batches; copy into a new or "
                     "empty ledger (nothing was written)"
@@ -98,10 +105,19 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
                     _refuse_live(src)  # again, in the snapshot the copy reads
                     at = dst
                     with dst.tx():
+                        if anew:
+                            # an unfinished copy of this source (it ran nothing: it refused
+                            # every run and change), copied again from the source as it is now
+                            for table in (*reversed(TABLES), *NOT_COPIED):
+                                dst.db.execute(f"DELETE FROM {table}")
                         for table in TABLES:
                             counts[table] = _copy_table(src, dst, table)
                         dst.after_copy()
+                        if not keep_source:
+                            # the copy runs nothing until the source is marked moved (below)
+                            _mark_unfinished(src, dst)
                     copied = True
+                    _crash_point("copy_committed")  # crash tests: the source not marked yet
                     if not keep_source:
                         _mark_moved(src, dst)
             except BaseException as exc:  # a signal too (SIGTERM is a KeyboardInterrupt here)
@@ -110,13 +126,18 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
                     if failed is None:
                         raise
                     raise failed from None
-                # the destination holds the copy; the source, unmarked, would still run
+                # the destination holds the copy, which runs nothing (``_mark_unfinished``);
+                # the source, unmarked, still runs
                 raise LedgerError(
                     f"{src.path} was copied into {dst.path}, but could not be marked moved "
-                    f"({first_line(exc) or 'interrupted'}): stop every afc that runs on it (cron lines and "
-                    "workers too) before any run on the copy, or its jobs are paid for in both"
+                    f"({first_line(exc) or 'interrupted'}): {src.path} still runs its jobs, and "
+                    f"the copy runs nothing until it is, so no job is paid for in both; run "
+                    f"'afc ledger copy {src.path} {dst.path}' again once {src.path} can be "
+                    "written (it copies the source anew)"
                 ) from None
             if not keep_source:
+                _crash_point("copy_marked")  # crash tests: the copy not opened to runs yet
+                _open_copy(dst)
                 _hand_over_spool(src, dst)
             spooled = _spooled(src, dst)
         finally:
@@ -150,6 +171,69 @@ def _not_copied(
     )
 
 
+def ledger_name(ledger: Ledger) -> str:
+    """A ledger as the move records name it (never a password): a file's absolute path."""
+    return str(ledger.path if not isinstance(ledger.path, Path) else ledger.path.absolute())
+
+
+def _mark_unfinished(src: Ledger, dst: Ledger) -> None:
+    """In the destination's transaction: the copy runs nothing (its own ``ledger_moves``
+    row, ``COPY_UNFINISHED``) until the source is marked moved and ``_open_copy`` removes
+    the row. A copy killed between the two commits left a whole copy beside an unmarked
+    source, both able to run (and pay for) the same jobs."""
+    dst.db.execute(
+        "INSERT INTO ledger_moves (destination, moved_at) VALUES (?, ?)",
+        (COPY_UNFINISHED + ledger_name(src), time.time()),
+    )
+
+
+def _open_copy(dst: Ledger) -> None:
+    """Once the source is marked moved: the copy runs (``_mark_unfinished``'s row removed)."""
+    with dst.tx():
+        dst.db.execute(
+            "DELETE FROM ledger_moves WHERE destination LIKE ?", (COPY_UNFINISHED + "%",)
+        )
+
+
+def _unfinished_copy_of(dst: Ledger) -> str | None:
+    """The source's name of an unfinished copy (``_mark_unfinished``), or None."""
+    moved = dst.moved_to()
+    if moved is None or not moved["destination"].startswith(COPY_UNFINISHED):
+        return None
+    return moved["destination"][len(COPY_UNFINISHED) :]
+
+
+def _finish_move(src: Ledger, dst_url: str) -> dict[str, Any] | None:
+    """A copy killed after the source was marked moved to ``dst_url``, before the copy was
+    opened to runs (both then refused every run): the copy is opened, and the result is the
+    move's. None when that is not the case (the copy goes on, or refuses, as before)."""
+    moved = src.moved_to()
+    if moved is None:
+        return None
+    try:
+        dst = Ledger(dst_url, create=False)
+    except Exception:  # noqa: BLE001 - no such ledger: the source's refusal says where it went
+        return None
+    try:
+        if moved["destination"] != ledger_name(dst) or _unfinished_copy_of(dst) != ledger_name(src):
+            return None
+        _open_copy(dst)
+        _hand_over_spool(src, dst)
+        return {
+            "source": str(src.path),
+            "destination": str(dst.path),
+            "rows": {table: _count(dst, table) for table in TABLES},
+            "source_moved": True,
+            **_spooled(src, dst),
+        }
+    finally:
+        dst.close()
+
+
+def _count(ledger: Ledger, table: str) -> int:
+    return ledger._one(f"SELECT COUNT(*) AS n FROM {table}")["n"]
+
+
 def _refuse_moved(src: Ledger) -> None:
     moved = src.moved_to()
     if moved is not None:
@@ -166,9 +250,9 @@ def _mark_moved(src: Ledger, dst: Ledger) -> None:
     copy) claims none of them: one already waiting on the copy's lock re-reads each row it
     would take and finds it held; one that comes later is refused at its round. Otherwise a
     cron line or a worker left on the source would pay for jobs the destination pays for."""
-    where = dst.path if not isinstance(dst.path, Path) else dst.path.absolute()
     src.db.execute(
-        "INSERT INTO ledger_moves (destination, moved_at) VALUES (?, ?)", (str(where), time.time())
+        "INSERT INTO ledger_moves (destination, moved_at) VALUES (?, ?)",
+        (ledger_name(dst), time.time()),
     )
     src.db.execute(
         "UPDATE jobs SET lease_owner = ?, lease_expires = ?, lease_mono = NULL"

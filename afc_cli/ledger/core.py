@@ -55,6 +55,11 @@ RENDERING = "provider still rendering: "
 MOVED_UNTIL = 9e18
 # where ``afc ledger copy`` moved a ledger's work, its last move (m010)
 LAST_MOVE_SQL = "SELECT destination, moved_at FROM ledger_moves ORDER BY moved_at DESC LIMIT 1"
+# A destination's own ``ledger_moves`` row while ``afc ledger copy`` has not yet marked its
+# source moved (afc_cli/ledger/copy.py): the copy runs nothing until then, as a moved ledger,
+# so a copy stopped between the two commits (SIGKILL) never leaves both ledgers running.
+# Followed by the source's name (``copy.ledger_name``).
+COPY_UNFINISHED = "nowhere yet: it is an unfinished copy of "
 IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
@@ -540,6 +545,15 @@ class Ledger:
         moved = self.moved_to()
         if moved is None:
             return
+        if moved["destination"].startswith(COPY_UNFINISHED):
+            source = moved["destination"][len(COPY_UNFINISHED) :]
+            raise UsageError(
+                f"the ledger {self.path} is a copy of {source} that 'afc ledger copy' did not "
+                f"finish (it stopped before it marked {source} moved, so that ledger may still "
+                "run its jobs): it runs and changes nothing, so no job is paid for in both. "
+                f"Run 'afc ledger copy {source} {self.path}' again: it finishes the move, or "
+                "copies the source anew"
+            )
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(moved["moved_at"]))
         raise UsageError(
             f"the ledger {self.path} was moved to {moved['destination']} by 'afc ledger copy' "
