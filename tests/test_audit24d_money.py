@@ -133,3 +133,61 @@ def test_a_copy_into_postgresql_killed_before_the_mark_runs_nothing_until_copied
     replay = afc("submit", "manifest.yaml", env={**env, "AFC_LEDGER": pg_url})
     assert replay.returncode == 0, replay.stderr
     assert _calls(calls) == 2, "a job paid for in both ledgers"
+
+
+def test_a_retried_late_result_dead_lettered_at_its_probe_stays_with_its_spools_host(
+    afc,
+    pg_url,
+    s3,  # noqa: F811
+):
+    """Found by outside audit 24d: a job cancelled while it rendered keeps its late, paid
+    result in its host's spool when the storage refuses it; 'afc retry' puts it back at the
+    probe, and a probe whose storage kept failing dead-letters it STORE_FAILED there ('Fix
+    the storage, then afc retry (it stores the spooled output; no render)'). That retry,
+    run from another host, queued it for any worker: one on a host without the spool file
+    found nothing stored and paid for the render again. It now stays leased to the host
+    whose spool holds the render for a lease, as a job dead-lettered STORE_FAILED at its
+    store step does, and a run there stores the render without paying again."""
+    import time
+
+    from test_postgres_e2e import PgAfc
+
+    pg = PgAfc(afc.cwd, pg_url)
+    pg.env = {**afc.env, "AFC_LEDGER": pg_url}  # the S3 fixture's endpoint and keys
+    log, release = pg.cwd / "calls.log", pg.cwd / "release"
+    here = {"AFC_HOST_ID": "host-a", "AFC_LOCAL_CALL_LOG": str(log)}
+    there = {**here, "AFC_HOST_ID": "host-b", "AFC_SPOOL_DIR": str(pg.cwd / "spool-b")}
+    pg.write_manifest(manifest([{"key": "a", "prompt": "p"}], storage=s3.url))
+    s3.plan.add(Fault("PUT", r"/films/", "403", -1))
+    run = pg.popen("submit", "manifest.yaml", env={**here, "AFC_LOCAL_RELEASE": str(release)})
+    try:
+        deadline = time.time() + 30
+        while _calls(log) < 1:
+            assert time.time() < deadline and run.poll() is None, run.stderr.read()
+            time.sleep(0.05)
+        cancelled = pg("cancel", "a", env=here)
+        assert cancelled.returncode == 0, cancelled.stderr
+        release.touch()
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert pg.rows("SELECT status FROM jobs") == [("cancelled",)]
+    [spooled] = (pg.cwd / "afc-spool").glob("*.spool")  # the late result, kept on host-a
+    s3.plan.add(Fault("HEAD", r"/films/", "403", -1))
+    assert pg("retry", "a", env=here).returncode == 0
+    for _ in range(5):  # the probe's storage keeps failing, run after run
+        pg("resume", env=here)
+    assert pg.rows("SELECT status, step, error_code FROM jobs") == [
+        ("dead", "probe", "STORE_FAILED")
+    ]
+    s3.plan.clear()
+    # the operator, from another machine, retries it; a worker there meets it first
+    assert pg("retry", "a", env=there).returncode == 0
+    pg("resume", env=there)
+    assert _calls(log) == 1, "the late result was paid for again on a host without it"
+    done = pg("resume", env=here)
+    assert done.returncode == 0, done.stderr
+    assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert _calls(log) == 1
+    assert not spooled.exists()

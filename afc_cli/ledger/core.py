@@ -1610,7 +1610,11 @@ class Ledger:
         one elsewhere, without the file, renders nothing (``SPOOL_MISSING``, naming the host);
         from the probe, a worker on another host took it and paid for the render again. So does
         one cancelled at its store step (a person's ``afc cancel`` while its upload kept
-        failing): nothing stored its spooled render, as a late result's is. A last attempt
+        failing): nothing stored its spooled render, as a late result's is. One whose last
+        attempt succeeded after it ended (a late result, in that host's spool alone when the
+        storage refused it), cancelled, or retried and then dead-lettered STORE_FAILED at
+        its probe (``LATE_SPOOLED_SQL``), starts again at the probe leased to that host: from
+        the probe free for any host, a worker elsewhere paid for the render again. A last attempt
         left polling at a job-style provider (``unknown``, its request id recorded and not
         found gone: a job dead-lettered by takeovers while it polled) stays after the base, so
         the next run polls that request rather than pay for a new one; not for a cancelled job,
@@ -1640,6 +1644,16 @@ class Ledger:
         "(step = 'store' AND (status = 'cancelled'"
         " OR (status = 'dead' AND error_code = 'STORE_FAILED')))"
     )
+    # one whose last attempt's paid render came after it ended, so none of its steps records
+    # it (a late result, kept in that host's spool when the storage refused it), cancelled
+    # before its store step, or retried and then dead-lettered STORE_FAILED at its probe
+    # (``retry``: it goes back to the probe, leased to that host for a lease)
+    LATE_SPOOLED_SQL = (
+        "(step IN ('probe', 'render') AND (status = 'cancelled'"
+        " OR (status = 'dead' AND error_code = 'STORE_FAILED'))"
+        " AND EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id"
+        " AND a.number = jobs.attempts AND a.status = 'succeeded'))"
+    )
     # one dead-lettered at its store step for want of its spool file, given it back (``retry``)
     SPOOL_GIVEN_SQL = "(status = 'dead' AND error_code = 'SPOOL_MISSING' AND step = 'store')"
 
@@ -1665,7 +1679,8 @@ class Ledger:
         )
         spooled_at = f"{host_of(rendered['owner'])}:0:0" if rendered and rendered["owner"] else None
         stored_by = self.SPOOLED_DEAD_SQL if spooled_at else "1 = 0"
-        leased = "1 = 1" if here is not None else stored_by
+        late = f"({stored_by} OR {self.LATE_SPOOLED_SQL})" if spooled_at else stored_by
+        leased = "1 = 1" if here is not None else late
         at_store = f"({stored_by} OR {self.SPOOL_GIVEN_SQL})" if spooled else stored_by
         cursor = self.db.execute(
             # a job with needs waits for them again (they may have been retried too)
