@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from afc_cli.costs import cap_problem, usd_problem
 from afc_cli.errors import ManifestError, UsageError
 from afc_cli.joblist import PlainSpec
+from afc_cli.secrets import token_shaped
 
 # Stable namespace for job ids: uuid5(namespace, batch NUL key). Never change it: a rebuilt
 # ledger must derive the same job ids to recognise outputs already in storage.
@@ -887,6 +888,11 @@ def _unknown_params(
 def _key_problem(key: str) -> str | None:
     if key in (".", "..") or not set(key) <= KEY_ALPHABET:
         return "must use letters, digits and . _ - : only (it names files and objects)"
+    if token_shaped(key):
+        return (
+            "has the shape of an API key or secret (sk-…, r8_…, AIza…, whsec_…), which afc hides as <redacted> in every table, --json and log line it prints: its jobs "
+            "and their outputs would be shown mangled; rename it"
+        )
     return None
 
 

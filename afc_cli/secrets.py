@@ -258,6 +258,14 @@ def _without_zero_width(text: str) -> str:
 _DECODERS = (_without_zero_width, unquote, html.unescape)
 
 
+def token_shaped(text: str) -> bool:
+    """Whether ``text`` holds one of the token shapes ``scrub`` removes whoever's they are
+    (``sk-…``, ``r8_…``, ``AIza…``, ``whsec_…``, ...). afc's own names must not: a job key or
+    batch of that shape (``sk-shot-000123``) was shown as ``sk-<redacted>`` in every table,
+    ``--json`` and ``afc outputs`` path, so the manifest refuses it (afc_cli/manifest.py)."""
+    return any(pattern.search(text) for pattern, _ in _SHAPES)
+
+
 def scrub(text: Any, *, decode: bool = True) -> Any:
     """``text`` without secret values or token shapes (module docstring); anything not a
     string is returned as it is. ``decode``: a text that holds a value only once decoded
