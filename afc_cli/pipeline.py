@@ -364,8 +364,8 @@ def crash_point(name: str, before: Callable[[], None] | None = None) -> None:
 
 def stall_point(name: str) -> None:
     """Freeze here, as a SIGSTOP, a paused VM or a swap storm would, when a test arms this
-    point (AFC_STALL_POINT=name); the test sends SIGCONT."""
-    if os.environ.get("AFC_STALL_POINT") == name:
+    point (AFC_STALL_POINT=name, or several names with commas); the test sends SIGCONT."""
+    if name in os.environ.get("AFC_STALL_POINT", "").split(","):
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
@@ -1279,13 +1279,19 @@ def _last_look(ctx: RunContext, job: dict[str, Any], since: tuple[float, float])
     so the attempt is known to have cost nothing (``_never_sent``; a row a takeover marked
     unknown keeps that status, its cost filled in).
 
+    Still this run's, its lease is renewed in the same look (``Ledger.keep_lease``, a
+    conditional write that a takeover's own conditional write excludes): a run that stalled
+    past its lease found the job still its own, sent the request, and another process that
+    took the job over in the moment before this run's heartbeat renewed the lease paid for it
+    a second time.
+
     A run that begins stopping after the step's look still sends the request: the jobs whose
     attempt rows were committed before a signal go on to their calls, and are drained
     (afc_cli/run.py ``Interruption``)."""
-    if _awake_since(since) > LEASE_RECHECK_S:
-        ended = _ended_elsewhere(ctx, job)
-        if ended:
-            raise NeverSent(f"the job {ended}")
+    if _awake_since(since) > LEASE_RECHECK_S and not ctx.ledger.keep_lease(job["id"], ctx.lease_s):
+        ended = _ended_elsewhere(ctx, job) or "was taken over by another afc process"
+        raise NeverSent(f"the job {ended}")
+    stall_point("after_last_look")
 
 
 def _ended_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:

@@ -329,6 +329,43 @@ def test_every_provider_takes_the_last_look_before_its_paid_request(afc, fake, p
     assert [entry[1:] for entry in fake.log if entry[3]] == [(provider, "one", True)]
 
 
+def test_a_process_that_wakes_past_its_lease_keeps_the_job_it_sends_the_request_for(afc):
+    """Found by outside audit 24c: a run frozen past its lease whose job no one had taken
+    over yet found it still its own at the last look and sent the request; another host
+    that claimed the job in the moment before the woken run's heartbeat renewed its lease
+    took it over (the lease had run out) and paid for it a second time. The last look now
+    renews the lease in the same conditional write: host-b, frozen out here between the
+    look and the send (AFC_STALL_POINT after_last_look), finds the job held and pays
+    nothing."""
+    afc.write_manifest(manifest(jobs(1)))
+    calls = afc.cwd / "calls.log"
+    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(calls)}
+    frozen = afc.popen(
+        "submit",
+        "manifest.yaml",
+        env={
+            **env,
+            "AFC_HOST_ID": "host-a",
+            "AFC_STALL_POINT": "before_request,after_last_look",
+        },
+    )
+    try:
+        frozen_at(frozen)
+        time.sleep(3.5)  # past its 3 s lease, no one taking it over
+        frozen.send_signal(signal.SIGCONT)
+        time.sleep(0.3)
+        frozen_at(frozen)  # woken, looked, and frozen again before the send
+        other = afc("resume", env={**env, "AFC_HOST_ID": "host-b"})
+        assert not calls.exists(), "host-b took the job over and paid for it"
+        assert "being run by another afc process" in other.stdout + other.stderr
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    assert frozen.wait(timeout=60) == 0, frozen.stderr.read()
+    assert len(calls.read_text().splitlines()) == 1, "host-a's call alone"
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert afc.rows("SELECT number, status FROM attempts") == [(1, "succeeded")]
+
+
 def test_a_job_cancelled_while_its_run_froze_before_the_request_records_it_unsent(afc):
     """The look at the job after a slow attempt-row commit (LEASE_RECHECK_S) found it
     cancelled and sent nothing, but left the attempt 'started' for ever: the cancel leaves a

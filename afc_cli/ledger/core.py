@@ -1441,6 +1441,22 @@ class Ledger:
                 (self.lease_clock() + lease_s, time.monotonic() + lease_s, self.owner),
             )
 
+    def keep_lease(self, job_id: str, lease_s: float) -> bool:
+        """Renew this process's lease of one job, if it still holds it and the job is not
+        finished: True then, False when another process took the job over (its lease had
+        run out), or it ended. One conditional write: a takeover (``claim``) changes the
+        row only where its holder is still the one it read, so after True no other process
+        takes the job over before the new lease runs out (afc_cli/pipeline.py
+        ``_last_look``). Committed before this returns (``commit=True``): the request that
+        follows leaves with the renewal visible to every other process."""
+        with self.tx(commit=True):
+            cursor = self.db.execute(
+                "UPDATE jobs SET lease_expires = ?, lease_mono = ? WHERE id = ?"
+                f" AND lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
+                (self.lease_clock() + lease_s, time.monotonic() + lease_s, job_id, self.owner),
+            )
+            return cursor.rowcount == 1
+
     def release_all(self) -> int:
         """At the end of an interrupted run: the attempts still in flight (abandoned) become
         unknown, our leases are freed (a job whose output is in this host's spool goes to this
