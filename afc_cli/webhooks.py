@@ -214,6 +214,7 @@ class Deliverer:
         deadline: float | None = None,
         parallel: int = 8,
         failed_urls: set[str] | frozenset[str] = frozenset(),
+        only: str | None = None,
     ) -> DrainStats:
         """Deliver every row due when the pass began once, until none is left or the deadline
         passes.
@@ -226,7 +227,7 @@ class Deliverer:
         within it: a retry is scheduled after the pass began, a row released for want of its
         secret is due from its release on. ``failed_urls``: receivers that timed out in the
         pass just before, not tried again in this one (a run's last pass does not wait out a
-        slow receiver's timeout a second time)."""
+        slow receiver's timeout a second time). ``only``: that delivery alone (a replay)."""
         stats = DrainStats()
         stats.failed_urls.update(failed_urls)
         ledger = self.ledger
@@ -240,6 +241,7 @@ class Deliverer:
                 due_before=began,
                 skip_urls=tuple(sorted(stats.failed_urls)),
                 skip_secrets=tuple(sorted(self.unset_secrets)),
+                only=only,
             )
             fresh = [r for r in rows if r["id"] not in tried]
             for row in rows:
@@ -423,8 +425,9 @@ async def run_beside(ledger: Ledger, stop: asyncio.Event, interval: float = 1.0)
         await deliverer.close()
 
 
-def deliver(ledger_path: str) -> DrainStats:
-    """``afc webhooks deliver``: drain every due delivery, alone (for cron)."""
+def deliver(ledger_path: str, only: str | None = None) -> DrainStats:
+    """``afc webhooks deliver``: drain every due delivery, alone (for cron); ``only``: that
+    delivery alone (``replay``)."""
     ledger = Ledger(ledger_path, create=False)
     try:
         ledger.refuse_moved()  # its outbox was copied: the destination's runs send it
@@ -433,7 +436,7 @@ def deliver(ledger_path: str) -> DrainStats:
             deliverer = Deliverer(ledger)
             try:
                 with ledger.grouped(asyncio.get_running_loop()):
-                    return await deliverer.drain()
+                    return await deliverer.drain(only=only)
             finally:
                 await deliverer.close()
 
@@ -507,7 +510,10 @@ def _by_prefix(ledger: Ledger, prefix: str) -> dict[str, Any]:
 
 def replay(ledger_path: str, delivery_id: str) -> DrainStats:
     """Re-queue a dead or delivered row (named by its id or a unique prefix of it) with its
-    exact stored envelope (signed afresh, same webhook-id) and deliver it now. A replay also re-enables an endpoint a 410 disabled."""
+    exact stored envelope (signed afresh, same webhook-id) and deliver it now, alone: the
+    other due rows wait for 'afc webhooks deliver' or a run (a replay sent them all, and its
+    exit code could be another receiver's). A replay also re-enables an endpoint a 410
+    disabled."""
     ledger = Ledger(ledger_path, create=False)
     try:
         ledger.refuse_moved()  # before the requeue: its delivery (``deliver``) is refused there
@@ -524,4 +530,4 @@ def replay(ledger_path: str, delivery_id: str) -> DrainStats:
         ledger.requeue_delivery(delivery_id)
     finally:
         ledger.close()
-    return deliver(ledger_path)
+    return deliver(ledger_path, only=delivery_id)

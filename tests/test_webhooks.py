@@ -138,6 +138,26 @@ def test_a_dead_delivery_can_be_replayed_and_arrives(afc, receiver, hooked):
     assert afc("webhooks", "replay", "nope").returncode == 2
 
 
+def test_a_replay_sends_the_one_delivery_it_names(afc, receiver, hooked):
+    """Found by outside audit 24a: 'afc webhooks replay ID' re-queued its row and then drained
+    every due delivery, sending another receiver's pending events too, and its exit code
+    could be theirs. It sends the row it names, alone; the others wait for 'afc webhooks
+    deliver'."""
+    receiver.script = [(400, 0, {}), (500, 0, {"Retry-After": "0"})]
+    hooked(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--concurrency", "1").returncode == 0
+    rows = {d["status"]: d for d in afc.json("webhooks", "list")["deliveries"]}
+    assert set(rows) == {"dead", "pending"}, rows
+    due_now(afc)  # the pending one is due as the replay runs
+    result = afc("webhooks", "replay", rows["dead"]["id"])
+    assert result.returncode == 0, result.stderr
+    assert [wid for wid, _ in verified(receiver)][2:] == [rows["dead"]["id"]]
+    after = {d["id"]: d["status"] for d in afc.json("webhooks", "list")["deliveries"]}
+    assert after == {rows["dead"]["id"]: "delivered", rows["pending"]["id"]: "pending"}
+    assert afc("webhooks", "deliver").returncode == 0
+    assert [wid for wid, _ in verified(receiver)][3:] == [rows["pending"]["id"]]
+
+
 def test_a_replay_on_a_moved_ledger_is_refused_and_changes_nothing(afc, receiver, hooked):
     """A moved ledger runs nothing, 'webhooks deliver' included (afc ledger copy): a replay
     there re-queued the dead delivery (and re-enabled its endpoint) before its delivery was

@@ -2682,6 +2682,7 @@ class Ledger:
         due_before: float | None = None,
         skip_urls: tuple[str, ...] = (),
         skip_secrets: tuple[str, ...] = (),
+        only: str | None = None,
     ) -> list[dict[str, Any]]:
         """Claim up to ``limit`` due deliveries for this process, oldest due first: pending,
         due (``next_attempt_at`` before ``due_before``, default now), free or leased by an
@@ -2693,7 +2694,7 @@ class Ledger:
         whose clocks disagree agree on when a delivery is due and when its lease expired.
         ``skip_urls``: receivers this pass has given up on; ``skip_secrets``: secret variables
         this process found unset (their rows would only be claimed and released again, each
-        pass) (afc_cli/webhooks.py)."""
+        pass) (afc_cli/webhooks.py); ``only``: that delivery alone (``afc webhooks replay``)."""
         now = self.lease_clock()
         before = now if due_before is None else due_before
         where = ""
@@ -2704,6 +2705,9 @@ class Ledger:
         if skip_secrets:
             where += f" AND secret_env NOT IN {_marks(list(skip_secrets))}"
             params += list(skip_secrets)
+        if only is not None:
+            where += " AND id = ?"
+            params.append(only)
         with self.tx(commit=True):
             ids = [
                 row[0]
