@@ -11,8 +11,8 @@ What is removed:
 
 - the values of the configured secrets: the providers' API keys, ``AWS_SECRET_ACCESS_KEY`` and
   ``AWS_SESSION_TOKEN``, the webhook secrets a manifest names (``register``), and any
-  environment variable whose name ends in ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD``
-  (values of 8 characters or more, so a short value does not blank ordinary words);
+  environment variable whose name ends in ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD``, and
+  libpq's ``PGPASSWORD`` (values of 8 characters or more, so a short value does not blank ordinary words);
 - token shapes, whoever's they are: ``Bearer …``, ``Key …`` (fal), ``sk-…`` (OpenAI),
   ``r8_…`` (Replicate), ``AIza…`` (Google), ``whsec_…``, credentials in a URL
   (``https://user:pass@host``) and key-like query parameters (``?key=…``, ``X-Amz-Signature``).
@@ -55,7 +55,10 @@ SECRET_ENVS = (
     "AWS_SESSION_TOKEN",
     "AFC_SERVE_TOKEN",
 )
-_SECRET_NAME = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.I)
+# (PGPASSWORD, libpq's, is named whole: afc's PostgreSQL ledger messages point the user to it)
+_SECRET_NAME = re.compile(
+    r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$|^PGPASSWORD$", re.I
+)
 
 _SHAPES = [
     # Authorization schemes: Bearer (OpenAI, Replicate), Key id:secret (fal), Token (old

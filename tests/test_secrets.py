@@ -46,6 +46,18 @@ def test_token_shapes_are_scrubbed(clean_secrets, text, gone):
     assert gone not in out and "<redacted>" in out
 
 
+def test_libpqs_password_variable_is_a_secret(clean_secrets):
+    """afc's own message about a PostgreSQL ledger URL tells the user to put the password in
+    PGPASSWORD (afc_cli/ledger_file.py), but only names ending in _PASSWORD were read as
+    secrets: its value, quoted by a proxy's or a script's error, was shown (outside audit
+    24a). The other variable names stay as they were: a name merely ending in 'PASSWORD'
+    after letters (SHOWPASSWORD) is no secret's."""
+    clean_secrets.setenv("PGPASSWORD", "pg-hunter2-value")
+    clean_secrets.setenv("SHOWPASSWORD", "yes-show-it-please")
+    out = secrets.scrub("auth failed for pg-hunter2-value; yes-show-it-please")
+    assert "hunter2" not in out and "yes-show-it-please" in out
+
+
 def test_configured_secret_values_are_scrubbed_wherever_they_appear(clean_secrets):
     clean_secrets.setenv("FAL_KEY", "plainid01:plainsecret99")
     clean_secrets.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY")
