@@ -1663,10 +1663,14 @@ class Ledger:
     # one whose last attempt's paid render came after it ended, so none of its steps records
     # it (a late result, kept in that host's spool when the storage refused it), cancelled
     # before its store step, or retried and then dead-lettered STORE_FAILED at its probe
-    # (``retry``: it goes back to the probe, leased to that host for a lease)
+    # (``retry``: it goes back to the probe, leased to that host for a lease); or failed at its
+    # store step for an object another put at its key (its render kept in that host's spool:
+    # retried once a person removed that object, a worker elsewhere paid for it again)
     LATE_SPOOLED_SQL = (
-        "(step IN ('probe', 'render') AND (status = 'cancelled'"
-        " OR (status = 'dead' AND error_code = 'STORE_FAILED'))"
+        "(((step IN ('probe', 'render') AND (status = 'cancelled'"
+        " OR (status = 'dead' AND error_code = 'STORE_FAILED')))"
+        " OR (step = 'store' AND status = 'failed'"
+        " AND error_code IN ('OUTPUT_KEY_CONFLICT', 'IDEMPOTENCY_CONFLICT')))"
         " AND EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id"
         " AND a.number = jobs.attempts AND a.status = 'succeeded'))"
     )
