@@ -154,10 +154,10 @@ DEFAULT_CONCURRENCY = 8
 def _moved_line(moved_to: str, there: str) -> str:
     """What status and queue stats say of a moved ledger, or of an unfinished copy (its own
     ``ledger_moves`` row, ``COPY_UNFINISHED``: its source was not marked moved yet)."""
-    from afc_cli.ledger.core import COPY_UNFINISHED
+    from afc_cli.ledger.core import unfinished_copy_source
 
-    if moved_to.startswith(COPY_UNFINISHED):
-        source = moved_to[len(COPY_UNFINISHED) :]
+    source = unfinished_copy_source(moved_to)
+    if source is not None:
         return (
             f"this ledger is a copy of {source} that 'afc ledger copy' did not finish: it runs "
             f"nothing, and {source} still runs its jobs; copy again to finish the move"
@@ -512,14 +512,13 @@ def _spend_line(stats: Any, budget: Any) -> str:
     cost apart and never added in, and, under a budget (``budget``), what it holds for them
     (their rate-card estimates). Without a budget reservations mean nothing to a person, so
     nothing is said of them (``--json`` still has ``reserved``)."""
-    from afc_cli.costs import format_usd, plural
+    from afc_cli.costs import format_usd, unknown_cost_part
 
     line = f"this run spent {format_usd(stats.spent_micros)} USD (priced)"
-    if stats.unknown_cost_attempts:
-        line += f" + {plural(stats.unknown_cost_attempts, 'attempt')} of unknown cost"
-        if budget is not None and stats.reserved_micros:
-            them = "it" if stats.unknown_cost_attempts == 1 else "them"
-            line += f"; the budget counts {format_usd(stats.reserved_micros)} USD for {them}"
+    line += unknown_cost_part(stats.unknown_cost_attempts)
+    if stats.unknown_cost_attempts and budget is not None and stats.reserved_micros:
+        them = "it" if stats.unknown_cost_attempts == 1 else "them"
+        line += f"; the budget counts {format_usd(stats.reserved_micros)} USD for {them}"
     return line
 
 
@@ -749,7 +748,7 @@ def worker(
 
             emit_json(result.as_json())
         elif not quiet:
-            from afc_cli.costs import format_usd, plural
+            from afc_cli.costs import format_usd, plural, unknown_cost_part
 
             sys.stderr.write(
                 f"afc: worker claimed {plural(result.claimed, 'job')} in "
@@ -757,13 +756,8 @@ def worker(
                 + (f" ({result.failed} failed)" if result.failed else "")
                 + "; spent "
                 f"{format_usd(result.spent_micros)} USD (priced)"
-                + (
-                    # never added in, never left out: its calls of unknown cost, as a run's
-                    # summary says them (_spend_line)
-                    f" + {plural(result.unknown_cost_attempts, 'attempt')} of unknown cost"
-                    if result.unknown_cost_attempts
-                    else ""
-                )
+                # its calls of unknown cost, as a run's summary says them (_spend_line)
+                + unknown_cost_part(result.unknown_cost_attempts)
                 + (f"; {plural(result.abandoned, 'call')} abandoned" if result.abandoned else "")
                 + (
                     # the budget's figure is every worker's of that budget, not this one's

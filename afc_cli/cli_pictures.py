@@ -73,7 +73,7 @@ def report_command(
             return
         sys.stdout.write(f"{result['file']}\n")
         total = result["total"]
-        from afc_cli.costs import plural
+        from afc_cli.costs import plural, unknown_cost_part
 
         _err(
             f"wrote {result['file']} ({result['bytes'] / 1e6:.1f} MB): "
@@ -81,11 +81,7 @@ def report_command(
             f"{result['failures']} failed, "
             f"{result['awaiting_review']} awaiting review; spent {total['priced']} USD (priced)"
             # its unpriced attempts beside the figure, never left out (as 'afc costs report')
-            + (
-                f" + {plural(total['unpriced_attempts'], 'attempt')} of unknown cost"
-                if total["unpriced_attempts"]
-                else ""
-            )
+            + unknown_cost_part(total["unpriced_attempts"])
         )
         if result["without_picture"]:
             shown = ", ".join(result["without_picture"][:5])

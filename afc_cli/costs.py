@@ -97,6 +97,12 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def unknown_cost_part(attempts: int) -> str:
+    """What follows a priced figure for the attempts of unknown cost it leaves out (never
+    added in, never left unsaid): `` + 2 attempts of unknown cost``, or nothing for none."""
+    return f" + {plural(attempts, 'attempt')} of unknown cost" if attempts else ""
+
+
 def job_cost(priced_micros: int | None, attempts: int) -> str | None:
     """What a job cost so far, as shown everywhere: the sum of its priced attempts; 0 for a
     job with no attempt at all (taken from storage); unpriced (None) when it had attempts and

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from afc_cli.costs import format_usd, job_cost, plural
+from afc_cli.costs import format_usd, job_cost, plural, unknown_cost_part
 from afc_cli.errors import UsageError, batch_key_hint
 from afc_cli.ledger import TERMINAL, Ledger
 from afc_cli.listing import waiting_now
@@ -210,8 +210,7 @@ def print_story(story: dict[str, Any]) -> None:
     elif job["cost"] is None:
         say(f"cost          unpriced ({plural(unpriced, 'attempt')} of unknown cost)")
     else:
-        extra = f" + {plural(unpriced, 'attempt')} of unknown cost" if unpriced else ""
-        say(f"cost          {job['cost']} USD{extra}")
+        say(f"cost          {job['cost']} USD{unknown_cost_part(unpriced)}")
     if job["waiting"]:
         say(f"waiting       {job['waiting']}")
     if job["error"]:

@@ -45,7 +45,14 @@ from typing import Any
 
 from afc_cli.costs import plural
 from afc_cli.errors import LedgerError, LedgerWriteError, UsageError, first_line, unwritten
-from afc_cli.ledger.core import COPY_UNFINISHED, MOVED_UNTIL, TERMINAL_SQL, Ledger, _crash_point
+from afc_cli.ledger.core import (
+    COPY_UNFINISHED,
+    MOVED_UNTIL,
+    TERMINAL_SQL,
+    Ledger,
+    _crash_point,
+    unfinished_copy_source,
+)
 from afc_cli.owner import (
     MOVED_OWNER,
     held_by_no_process,
@@ -198,9 +205,7 @@ def _open_copy(dst: Ledger) -> None:
 def _unfinished_copy_of(dst: Ledger) -> str | None:
     """The source's name of an unfinished copy (``_mark_unfinished``), or None."""
     moved = dst.moved_to()
-    if moved is None or not moved["destination"].startswith(COPY_UNFINISHED):
-        return None
-    return moved["destination"][len(COPY_UNFINISHED) :]
+    return None if moved is None else unfinished_copy_source(moved["destination"])
 
 
 def _finish_move(src: Ledger, dst_url: str) -> dict[str, Any] | None:

@@ -60,6 +60,16 @@ LAST_MOVE_SQL = "SELECT destination, moved_at FROM ledger_moves ORDER BY moved_a
 # so a copy stopped between the two commits (SIGKILL) never leaves both ledgers running.
 # Followed by the source's name (``copy.ledger_name``).
 COPY_UNFINISHED = "nowhere yet: it is an unfinished copy of "
+
+
+def unfinished_copy_source(destination: str) -> str | None:
+    """The source an unfinished copy names in its own ``ledger_moves`` row
+    (``COPY_UNFINISHED``), or None for a move row that is a real move's."""
+    if destination.startswith(COPY_UNFINISHED):
+        return destination[len(COPY_UNFINISHED) :]
+    return None
+
+
 IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
@@ -545,8 +555,8 @@ class Ledger:
         moved = self.moved_to()
         if moved is None:
             return
-        if moved["destination"].startswith(COPY_UNFINISHED):
-            source = moved["destination"][len(COPY_UNFINISHED) :]
+        source = unfinished_copy_source(moved["destination"])
+        if source is not None:
             raise UsageError(
                 f"the ledger {self.path} is a copy of {source} that 'afc ledger copy' did not "
                 f"finish (it stopped before it marked {source} moved, so that ledger may still "
