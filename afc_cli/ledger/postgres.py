@@ -85,6 +85,18 @@ BUDGET_LOCK = zlib.crc32(b"afc:budget") & 0x7FFFFFFF  # the two-int form takes i
 LIMIT_LOCK = zlib.crc32(b"afc:limit") & 0x7FFFFFFF
 OUTPUT_LOCK = zlib.crc32(b"afc:output") & 0x7FFFFFFF
 CONNECT_TIMEOUT_S = 10
+# A database host that vanishes (powered off, a network cut) sends no reset: without these a
+# worker waiting on its connection (a claim, a commit) waits as long as the kernel's default
+# keepalive does, over two hours, holding its calls' renders unrecorded. With them the lost
+# connection is found within about a minute and the worker stops as when the server ends its
+# session (README, "Running on several machines"). A URL that sets one of them keeps its own.
+KEEPALIVE_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "30",  # seconds of silence before the first probe
+    "keepalives_interval": "10",  # seconds between probes
+    "keepalives_count": "3",  # probes unanswered before the connection is called lost
+    "tcp_user_timeout": "60000",  # ms a sent packet may stay unacknowledged (Linux)
+}
 # Under group commit, changes wait at most this long for their commit. Nothing that money
 # depends on waits: the attempt row before a paid call is committed (synced) before the call
 # by ``committed()``; a success commits with its spool checkpoint (sqlite.py says why a crash
@@ -323,6 +335,21 @@ def _refuse_newer(path: str, done: set[str]) -> None:
         )
 
 
+def _connect_args(url: str) -> dict[str, Any]:
+    """``psycopg.connect``'s arguments for the ledger ``url``: the URL (``postgres://`` is
+    ``postgresql://`` by another name), the connect timeout and the keepalive defaults
+    (``KEEPALIVE_DEFAULTS``) the URL does not set itself."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    dsn = re.sub(r"^postgres://", "postgresql://", url)
+    given = conninfo_to_dict(dsn)
+    args: dict[str, Any] = {"conninfo": dsn}
+    if "connect_timeout" not in given:
+        args["connect_timeout"] = CONNECT_TIMEOUT_S
+    args.update({k: v for k, v in KEEPALIVE_DEFAULTS.items() if k not in given})
+    return args
+
+
 @contextmanager
 def _read_only(url: Any) -> Iterator[Any]:
     """A read-only connection to the ledger ``url`` names, outside any pool (``afc plan``'s
@@ -332,9 +359,7 @@ def _read_only(url: Any) -> Iterator[Any]:
     check_url(str(url))
     psycopg = _psycopg()
     try:
-        conn = psycopg.connect(
-            re.sub(r"^postgres://", "postgresql://", str(url)), connect_timeout=CONNECT_TIMEOUT_S
-        )
+        conn = psycopg.connect(**_connect_args(str(url)))
     except psycopg.Error as exc:
         raise connect_error(str(url), exc) from None
     conn.read_only = True
@@ -365,7 +390,7 @@ class PostgresLedger(Ledger):
         try:
             # autocommit: a read outside a ``tx`` block never leaves a transaction open while
             # the run waits on a provider; a block is an explicit transaction (``tx``)
-            conn = psycopg.connect(self._dsn(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            conn = psycopg.connect(**_connect_args(self.url), autocommit=True)
         except psycopg.Error as exc:
             raise connect_error(self.url, exc) from None
         self.db = PgDatabase(conn)
@@ -400,10 +425,6 @@ class PostgresLedger(Ledger):
         except BaseException:
             conn.close()
             raise
-
-    def _dsn(self) -> str:
-        # psycopg takes postgresql:// URLs; "postgres://" is the same scheme by another name
-        return re.sub(r"^postgres://", "postgresql://", self.url)
 
     # --- migrations -------------------------------------------------------------------------
 
