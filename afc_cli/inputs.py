@@ -81,6 +81,8 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
     """The job's inputs as ``InputImage`` values, in the manifest's order (``outputs``: from
     ``needed_outputs``). Raises InputProblem, or StorageError when a needed job's output
     cannot be read (retryable)."""
+    from afc_cli.manifest import MAX_INPUT_BYTES
+
     images = []
     for index, item in enumerate(json.loads(job.get("inputs_json") or "[]")):
         if "path" in item:
@@ -118,7 +120,7 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
             )
         storage = storages[need["batch"]]
         try:
-            data = storage.read(need["output_key"])
+            data = storage.read(need["output_key"], MAX_INPUT_BYTES)
         except StorageError:
             # gone for good (deleted from storage), not a storage failure to wait out
             if not storage.head(need["output_key"]).exists:
@@ -128,6 +130,15 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
                     f"it, then 'afc retry {job['key']}'"
                 ) from None
             raise
+        if len(data) > MAX_INPUT_BYTES:
+            # read no further: an object replaced by a huge one in storage (or a render larger
+            # than any provider takes as a reference) is not held in memory to be refused there
+            raise InputProblem(
+                f"the stored output of input job {item['job']!r} "
+                f"({storage.describe(need['output_key'])}) is larger than "
+                f"{MAX_INPUT_BYTES // (1024 * 1024)} MiB, more than a reference image may be; "
+                "nothing was sent"
+            )
         digest = hashlib.sha256(data).hexdigest()
         if need["output_sha256"] and digest != need["output_sha256"]:
             raise InputProblem(

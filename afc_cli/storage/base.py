@@ -87,9 +87,22 @@ class Storage:
     def describe(self, key: str) -> str:
         return f"{self.url.rstrip('/')}/{key}"
 
-    def read(self, key: str) -> bytes:
-        """The stored object's bytes (a job's output used as another job's input)."""
-        return b"".join(self.read_chunks(key))
+    def read(self, key: str, limit: int | None = None) -> bytes:
+        """The stored object's bytes (a job's output used as another job's input). With
+        ``limit``, at most ``limit + 1`` bytes are read (the object's stream closed there): a
+        result longer than ``limit`` says the object is larger, without holding all of it."""
+        parts, size = [], 0
+        chunks = self.read_chunks(key)
+        try:
+            for part in chunks:
+                parts.append(part)
+                size += len(part)
+                if limit is not None and size > limit:
+                    break
+        finally:
+            chunks.close()  # type: ignore[attr-defined]  # a generator: closes the stream
+        data = b"".join(parts)
+        return data if limit is None else data[: limit + 1]
 
     def read_chunks(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         """The stored object's bytes, a chunk at a time (for a picture in ``afc report --html``
