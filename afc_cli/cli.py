@@ -1135,6 +1135,14 @@ def cancel(
                 f"stop request {item['request']} ({item['why']}): it may render on and be "
                 f"billed; stop it with {item['provider']} itself. The job is cancelled here"
             )
+        for item in result["completed_at_provider"]:
+            # said even with -q or --json, as above: it was paid for
+            _err(
+                f"{item['batch']}/{item['key']}: {item['provider']} request {item['request']} "
+                "had completed before the cancel came (rendered and billed): 'afc retry "
+                f"{item['key']}' stores its result without paying for it again, while "
+                f"{item['provider']} keeps it"
+            )
         if result["not_found"]:
             raise typer.Exit(2)
 

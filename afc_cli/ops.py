@@ -111,6 +111,7 @@ def cancel(
         "already_final": [],
         "not_found": [],
         "not_stopped_at_provider": [],
+        "completed_at_provider": [],
     }
     try:
         ledger.refuse_moved()  # a change here would not reach the ledger its work moved to
@@ -132,7 +133,9 @@ def cancel(
             if ledger.cancel(job, why, dependents=False):
                 out["cancelled"].append(entry)
                 cancelled.append(job["id"])
-                out["not_stopped_at_provider"] += _cancel_at_provider(ledger, job)
+                not_stopped, completed = _cancel_at_provider(ledger, job)
+                out["not_stopped_at_provider"] += not_stopped
+                out["completed_at_provider"] += completed
             else:
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["already_final"].append(entry)
@@ -143,18 +146,24 @@ def cancel(
     return out
 
 
-def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> list[dict[str, str]]:
+def _cancel_at_provider(
+    ledger: Ledger, job: dict[str, Any]
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """A job rendering on a job-style provider (Replicate, fal): ask it to stop too, so the
     render stops costing money. Whatever it reports later is still recorded. Returns the
     requests the provider was not seen to stop (its key not set here, no answer, an error
     status), each with why: the job is cancelled all the same, but the request may render on,
-    billed, and the person who cancelled is told so rather than left to think it stopped."""
+    billed, and the person who cancelled is told so rather than left to think it stopped; and
+    those the provider said had completed before the cancel came (paid for: 'afc retry'
+    fetches the result by the request's id)."""
     import asyncio
 
+    from afc_cli.ledger.core import CANCEL_TOO_LATE
     from afc_cli.providers import PROVIDERS
+    from afc_cli.providers.base import COMPLETED
     from afc_cli.secrets import scrub
 
-    not_stopped = []
+    not_stopped, completed = [], []
     for attempt in ledger.attempts(job["id"]):
         provider = PROVIDERS.get(attempt["provider"])
         if (
@@ -166,7 +175,9 @@ def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> list[dict[str, s
 
             async def stop(provider=provider, attempt=attempt) -> str | None:
                 try:
-                    return await provider.cancel(attempt["provider_request_id"], attempt["model"])
+                    return await provider.cancel_answer(
+                        attempt["provider_request_id"], attempt["model"]
+                    )
                 finally:
                     await provider.close()
 
@@ -175,7 +186,20 @@ def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> list[dict[str, s
                 why = asyncio.run(stop())
             except Exception as exc:  # noqa: BLE001 - the cancel in the ledger stands regardless
                 why = scrub(str(exc)) or exc.__class__.__name__
-            if why is None:
+            if why == COMPLETED:
+                # It rendered, and was billed, before the cancel came: nothing was stopped.
+                # An 'afc retry' polls it by its id and stores its result (Ledger.retry),
+                # where a new request paid for the one output again.
+                ledger.note(job, CANCEL_TOO_LATE, request=request, attempt=attempt["number"])
+                completed.append(
+                    {
+                        "key": job["key"],
+                        "batch": job["batch"],
+                        "provider": attempt["provider"],
+                        "request": request,
+                    }
+                )
+            elif why is None:
                 ledger.note(job, "provider_cancel_sent", request=request)
             else:
                 ledger.note(job, "provider_cancel_failed", request=request, why=why)
@@ -188,7 +212,7 @@ def _cancel_at_provider(ledger: Ledger, job: dict[str, Any]) -> list[dict[str, s
                         "why": why,
                     }
                 )
-    return not_stopped
+    return not_stopped, completed
 
 
 def who() -> str:

@@ -189,9 +189,7 @@ class FakeProviders:
         if m := re.fullmatch(r"/v1/predictions/([^/]+)", path):
             return self.replicate_get(h, m.group(1))
         if method == "POST" and (m := re.fullmatch(r"/v1/predictions/([^/]+)/cancel", path)):
-            self.cancels.append(m.group(1))
-            self.predictions.get(m.group(1), {})["status"] = "canceled"
-            return h.reply(200, self.predictions.get(m.group(1), {}))
+            return self.replicate_cancel(h, m.group(1))
         if method == "POST" and (
             m := re.fullmatch(r"/v1beta/models/([^/:]+):generateContent", path)
         ):
@@ -533,6 +531,26 @@ class FakeProviders:
             201, {k: v for k, v in self.predictions[pid].items() if k not in ("polls", "prompt")}
         )
 
+    def replicate_cancel(self, h, pid: str) -> None:
+        """Replicate answers a cancel with the prediction: one still starting or processing
+        ends ``canceled``; a finished one cannot be cancelled and comes back as it is. A
+        "done-at-cancel" prediction completes (rendered and billed) just before the cancel
+        reaches it: it comes back ``succeeded``, its output there to fetch."""
+        self.cancels.append(pid)
+        p = self.predictions.get(pid)
+        if p is None:
+            return h.reply(404, {"title": "Not found", "detail": "Not found.", "status": 404})
+        if p["status"] in ("starting", "processing"):
+            if "done-at-cancel" in p["prompt"]:
+                p.update(
+                    status="succeeded",
+                    output=[f"{self.base}/files/{pid}.png"],
+                    metrics={"predict_time": 3.2, "total_time": 3.5},
+                )
+            else:
+                p["status"] = "canceled"
+        h.reply(200, {k: v for k, v in p.items() if k not in ("polls", "prompt")})
+
     def replicate_get(self, h, pid: str) -> None:
         self.count("replicate_poll")
         p = self.predictions.get(pid)
@@ -557,6 +575,8 @@ class FakeProviders:
         self.cdn_outage(p["prompt"], f"/files/{pid}.png")
         if p["status"] in ("starting", "processing"):
             held = "hold" in p["prompt"] and not self.released.is_set()
+            # a "done-at-cancel" prediction renders until a cancel finds it completed
+            held = held or "done-at-cancel" in p["prompt"]
             if held or p["polls"] < 3:
                 p["status"] = "processing"
             elif "data-removed" in p["prompt"]:  # it ran (and was billed); output deleted

@@ -195,6 +195,10 @@ def _batch_scope(batch: str | None, column: str = "batch") -> tuple[str, list[An
 # The run id of the attempts of workers that share a budget: this prefix and its name
 # (afc_cli/worker.py), where a submit's or resume's run has a UUID of its own
 SHARED_BUDGET = "budget:"
+# The event 'afc cancel' writes for a job-style request the provider said had completed before
+# the cancel came (rendered and billed; ``Provider.cancel_answer``): a retry polls it by its id
+CANCEL_TOO_LATE = "provider_cancel_too_late"
+PROVIDER_CANCELS = ("provider_cancel_sent", "provider_cancel_failed", CANCEL_TOO_LATE)
 # A need that ended so fails the jobs that wait for it (DEPENDENCY_FAILED)
 NEED_FAILED = ("failed", "rejected", "cancelled", "dead")
 
@@ -1644,7 +1648,9 @@ class Ledger:
         left polling at a job-style provider (``unknown``, its request id recorded and not
         found gone: a job dead-lettered by takeovers while it polled) stays after the base, so
         the next run polls that request rather than pay for a new one; not for a cancelled job,
-        whose request the cancel asked the provider to stop. ``spooled_here``: a spool file of
+        whose request the cancel asked the provider to stop, unless the provider answered
+        that cancel that the request had completed already (``CANCEL_TOO_LATE``: paid for,
+        its result there to fetch). ``spooled_here``: a spool file of
         the job is in the spool of the host the retry runs on (a person copied it there, as
         ``SPOOL_MISSING`` asks): on a ledger whose hosts spool each on their own disk
         (``SPOOL_PER_HOST``) the job is leased to this host for ``lease_s`` likewise, so a run
@@ -1720,7 +1726,7 @@ class Ledger:
             f" lease_owner = CASE WHEN {leased} THEN ? END,"
             f" lease_expires = CASE WHEN {leased} THEN ? END,"
             " lease_mono = NULL,"
-            " attempt_base = CASE WHEN status <> 'cancelled' AND EXISTS"
+            " attempt_base = CASE WHEN (status <> 'cancelled' OR ? = 1) AND EXISTS"
             " (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.number = jobs.attempts"
             " AND a.status = 'unknown' AND a.provider_request_id IS NOT NULL"
             " AND COALESCE(a.error_message, '') NOT LIKE ?)"
@@ -1734,6 +1740,7 @@ class Ledger:
             (
                 here or spooled_at or "",
                 self.lease_clock() + lease_s,
+                1 if self._cancelled_too_late(job) else 0,
                 GONE_PREFIX + "%",
                 now,
                 job["id"],
@@ -1750,6 +1757,22 @@ class Ledger:
             previous_error=job.get("error_code"),
         )
         return True
+
+    def _cancelled_too_late(self, job: dict[str, Any]) -> bool:
+        """Whether the job's last attempt is a request 'afc cancel' found completed at the
+        provider (``CANCEL_TOO_LATE``, the job's latest answer to a provider cancel): paid
+        for and kept there, so a retry polls it by its id, as for a job that was not
+        cancelled, rather than pay for the one output again."""
+        row = self._one(
+            f"SELECT kind, detail_json FROM events WHERE job_id = ? AND kind IN"
+            f" {_in(PROVIDER_CANCELS)} ORDER BY id DESC LIMIT 1",
+            (job["id"],),
+        )
+        if row is None or row["kind"] != CANCEL_TOO_LATE:
+            return False
+        attempts = self._one("SELECT attempts FROM jobs WHERE id = ?", (job["id"],))
+        detail = json.loads(row["detail_json"] or "{}")
+        return attempts is not None and detail.get("attempt") == attempts["attempts"]
 
     def release(self, job: dict[str, Any]) -> None:
         """Free a job this run holds but did not finish (it waits, or the run is stopping);

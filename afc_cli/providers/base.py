@@ -147,6 +147,9 @@ class ProviderError(Exception):
 
 
 GONE_PREFIX = "the provider no longer has request"
+# ``Provider.cancel_answer`` when the provider said the request completed before the cancel
+# came: rendered and billed, its result there to fetch by its id (nothing was stopped)
+COMPLETED = "completed"
 
 
 class RequestGone(ProviderError):
@@ -220,16 +223,25 @@ class Provider:
 
     async def cancel(self, request_id: str, model: str) -> str | None:
         """Ask the provider to stop a submitted request (job-style providers). Returns None
-        when the provider took the request (a 2xx), else why it may not have (``HTTP 401``,
-        ``no answer (ConnectError)``); never raises for an answer or a transport error."""
-        return None
+        when the provider took the request (a 2xx) or said it had completed already (it
+        renders no more), else why it may not have (``HTTP 401``, ``no answer
+        (ConnectError)``); never raises for an answer or a transport error."""
+        said = await self.cancel_answer(request_id, model)
+        return None if said == COMPLETED else said
 
     async def stop_left(self, request_id: str, model: str) -> bool:
         """Ask the provider to stop a request an attempt's window left behind (``cancel``);
         True when it answered that the request had completed already: rendered and paid
         for, its result there to fetch by its id."""
-        await self.cancel(request_id, model)
-        return False
+        return await self.cancel_answer(request_id, model) == COMPLETED
+
+    async def cancel_answer(self, request_id: str, model: str) -> str | None:
+        """``cancel``'s answer as the provider gave it: None when it took the request,
+        ``COMPLETED`` when it said the request had completed before the cancel came (rendered
+        and billed; fal's ALREADY_COMPLETED, a Replicate prediction the cancel answers as
+        ``succeeded``), else why it may not have stopped it. Job-style adapters implement
+        it; a synchronous provider has nothing to stop."""
+        return None
 
     async def close(self) -> None:
         """Release connections."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from afc_cli.providers.base import (
+    COMPLETED,
     AttemptRequest,
     AttemptResult,
     ProviderError,
@@ -294,15 +295,8 @@ class FalProvider(HttpProvider):
             provider_request_id=request_id,
         )
 
-    async def cancel(self, request_id: str, model: str) -> str | None:
-        said = await self._cancel(request_id, model)
-        return None if said == ALREADY_COMPLETED else said  # it renders no more
-
-    async def stop_left(self, request_id: str, model: str) -> bool:
-        return await self._cancel(request_id, model) == ALREADY_COMPLETED
-
-    async def _cancel(self, request_id: str, model: str) -> str | None:
-        """``cancel``'s answer, or ALREADY_COMPLETED when fal says the request completed."""
+    async def cancel_answer(self, request_id: str, model: str) -> str | None:
+        """``Provider.cancel_answer``: COMPLETED when fal says ALREADY_COMPLETED."""
         import httpx
 
         try:
@@ -314,7 +308,7 @@ class FalProvider(HttpProvider):
         if response.status_code == 400 and json_or_empty(response).get("status") == (
             ALREADY_COMPLETED
         ):
-            return ALREADY_COMPLETED
+            return COMPLETED
         return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
 
 

@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from afc_cli.providers.base import (
+    COMPLETED,
     AttemptRequest,
     AttemptResult,
     ProviderError,
@@ -246,7 +247,10 @@ class ReplicateProvider(HttpProvider):
             raise ProviderError(cls, f"replicate: prediction {status}", **priced)
         raise ProviderError("server", f"replicate: {error}", **priced)
 
-    async def cancel(self, request_id: str, model: str) -> str | None:
+    async def cancel_answer(self, request_id: str, model: str) -> str | None:
+        """``Provider.cancel_answer``: Replicate answers a cancel with the prediction; one
+        that had succeeded already (it cannot be cancelled) comes back ``succeeded``:
+        COMPLETED, rendered and billed, its output there to fetch by its id."""
         import httpx
 
         try:
@@ -255,4 +259,6 @@ class ReplicateProvider(HttpProvider):
             )
         except httpx.TransportError as exc:
             return f"no answer ({exc.__class__.__name__})"
-        return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
+        if not 200 <= response.status_code < 300:
+            return f"HTTP {response.status_code}"
+        return COMPLETED if json_or_empty(response).get("status") == "succeeded" else None

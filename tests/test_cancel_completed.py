@@ -1,0 +1,121 @@
+"""A job-style request that completed before afc asked the provider to stop it was rendered
+and billed: its result is there to fetch by its id, and afc fetches it rather than pay for the
+one output again.
+
+- At an attempt window's end (``window_s``), Replicate answers the cancel of a prediction that
+  had succeeded meanwhile with the prediction, ``succeeded`` (it cannot be cancelled). afc
+  took any 2xx as "stopped", recorded the attempt window_expired at an unknown cost and fell
+  back to the next model: two providers paid for one output. (fal's ALREADY_COMPLETED was
+  handled so already: tests/test_audit24b_chains.py.)
+- ``afc cancel`` of a job whose run had stopped while its request rendered: the provider said
+  the request had completed. afc noted the cancel as sent, and 'afc retry' made a new request,
+  paying again. Now the cancel says so (stderr, ``--json`` ``completed_at_provider``) and the
+  retry polls the request by its id.
+
+The fake servers (tests/fakeproviders.py) complete a "done-at-cancel" request just before the
+cancel reaches it, as the real ones answer then.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+
+import pytest
+from conftest import manifest
+from test_providers import FAST, MODELS, RATES
+
+
+def _chain(provider: str, **first) -> list[dict]:
+    return [
+        {"provider": provider, "model": MODELS[provider], "backoff": FAST, **first},
+        {"provider": "openai", "model": MODELS["openai"], "backoff": FAST},
+    ]
+
+
+def test_a_replicate_prediction_done_as_its_window_ended_is_fetched_not_paid_again(afc, fake):
+    chain = _chain("replicate", attempts=1, window_s=1, fallback_on=["window_expired"])
+    afc.write_manifest(
+        manifest([{"key": "shot", "prompt": "done-at-cancel shot", "chain": chain}], rates=RATES)
+    )
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    assert len(fake.cancels) == 1, "the window passed: the prediction was asked to stop"
+    assert fake.counts["replicate_submit"] == 1
+    assert fake.counts["openai"] + fake.counts["openai_edits"] == 0, "a second provider paid"
+    [attempt] = afc.json("show", "shot")["attempts"]
+    assert (attempt["provider"], attempt["status"]) == ("replicate", "succeeded")
+    assert attempt["cost"] == "0.003840"  # 3.2 s of predict_time at the card's 0.0012/s
+    assert (afc.outputs() / "b1" / "shot.png").read_bytes().startswith(b"\x89PNG")
+
+
+def _wait_for_request(afc, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            rows = afc.rows(
+                "SELECT provider_request_id FROM attempts WHERE provider_request_id > ''"
+            )
+        except sqlite3.OperationalError:  # the ledger is being made
+            rows = []
+        if rows:
+            return rows[0][0]
+        time.sleep(0.05)
+    raise AssertionError("no request was submitted")
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_a_request_done_before_afc_cancel_is_fetched_by_retry_not_paid_again(afc, fake, provider):
+    chain = [{"provider": provider, "model": MODELS[provider], "backoff": FAST}]
+    afc.write_manifest(
+        manifest([{"key": "shot", "prompt": "done-at-cancel shot", "chain": chain}], rates=RATES)
+    )
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        request = _wait_for_request(afc)
+    finally:
+        run.send_signal(signal.SIGKILL)  # the run dies; its request renders on
+        run.wait(timeout=30)
+    cancelled = afc("cancel", "shot", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    out = json.loads(cancelled.stdout)
+    assert out["cancelled"] == [{"key": "shot", "batch": "b1"}]
+    assert out["not_stopped_at_provider"] == []
+    assert out["completed_at_provider"] == [
+        {"key": "shot", "batch": "b1", "provider": provider, "request": request}
+    ]
+    assert "had completed before the cancel came" in cancelled.stderr
+    assert "'afc retry shot'" in cancelled.stderr
+
+    assert afc("retry", "shot").returncode == 0
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    submits = fake.counts[f"{provider}_submit"]
+    assert submits == 1, "the retry paid for a new request"
+    [attempt] = afc.json("show", "shot")["attempts"]
+    assert (attempt["status"], attempt["provider_request_id"]) == ("succeeded", request)
+    assert attempt["cost"] is not None
+    assert (afc.outputs() / "b1" / "shot.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_request_the_cancel_stopped_is_not_polled_by_retry(afc, fake):
+    """The rule above takes only a request the provider said had completed: one it cancelled
+    is not polled again; the retry makes a new request (the cancelled one is recorded)."""
+    chain = [{"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}]
+    afc.write_manifest(manifest([{"key": "shot", "prompt": "hold", "chain": chain}], rates=RATES))
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        _wait_for_request(afc)
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+    cancelled = afc("cancel", "shot", "--json")
+    assert json.loads(cancelled.stdout)["completed_at_provider"] == []
+    fake.released.set()
+    assert afc("retry", "shot").returncode == 0
+    assert afc("resume").returncode == 0
+    assert fake.counts["replicate_submit"] == 2
+    first, second = afc.json("show", "shot")["attempts"]
+    assert first["status"] == "unknown" and second["status"] == "succeeded"
