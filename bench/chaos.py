@@ -55,6 +55,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -158,6 +159,14 @@ def budget_spend(db) -> dict[str, tuple[int, int, int]]:
         entry[1 if (a["job_id"], a["number"]) in adopted else 0] += counted
         entry[2] += 1
     return {run_id: tuple(entry) for run_id, entry in spend.items()}
+
+
+def _worker_had_failures(log: Path) -> bool:
+    """Whether a worker's closing line counts jobs it ran that ended failed, dead or
+    cancelled ('230 finished (30 failed)'): 'afc worker --until-idle' then exits 1, as 'afc
+    resume' would (README, "Running on several machines")."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return re.search(r"\d+ finished \(\d+ failed\)", text) is not None
 
 
 class S3:
@@ -322,6 +331,7 @@ class Round:
             "rc": proc.returncode,
             "seconds": round(time.time() - started, 2),
             "said": bool(Path(errlog.name).read_text().strip()),
+            "log": errlog.name,
         }
         self.check_rc(run)
         return run
@@ -343,7 +353,8 @@ class Round:
         elif rc not in DOCUMENTED - {130}:
             self.problems.append(f"{where}: exit {rc} with no signal")
         if run["argv"][0] == "worker" and not sent and rc not in (0, 4):
-            self.problems.append(f"{where}: worker exit {rc}")
+            if not (rc == 1 and _worker_had_failures(self.dir / run["log"])):
+                self.problems.append(f"{where}: worker exit {rc}")
 
     def drive(self) -> None:
         first = True
@@ -811,7 +822,8 @@ class PgRound(Round):
                 if not settled:
                     self.problems.append(f"{where}: exit {rc} after SIGTERM")
         elif run["argv"][0] == "worker" and not (rc == 4 and self.budget):
-            self.problems.append(f"{where}: worker exit {rc} with no signal")
+            if not (rc == 1 and _worker_had_failures(self.dir / run["log"])):
+                self.problems.append(f"{where}: worker exit {rc} with no signal")
         elif run["argv"][0] == "submit" and rc not in (0, 1, 4):
             self.problems.append(f"{where}: submit exit {rc}")
 
