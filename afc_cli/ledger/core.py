@@ -2413,8 +2413,10 @@ class Ledger:
             f"SELECT {attempt_key}, CAST(COALESCE(SUM(a.cost_micros), 0) AS BIGINT),"
             " SUM(CASE WHEN a.cost_micros IS NULL"
             f" AND (a.status <> 'started' OR {LEFT_STARTED_SQL}) THEN 1 ELSE 0 END),"
+            # the known cost of failed attempts and of those of unknown outcome (one left
+            # started by a job that has ended among them, as ``unknown_attempts`` counts it)
             " CAST(COALESCE(SUM(CASE WHEN a.status IN ('failed', 'unknown')"
-            " THEN a.cost_micros END), 0) AS BIGINT),"
+            f" OR {LEFT_STARTED_SQL} THEN a.cost_micros END), 0) AS BIGINT),"
             f" SUM(CASE WHEN a.status = 'unknown' OR {LEFT_STARTED_SQL} THEN 1 ELSE 0 END)"
             " FROM attempts a JOIN jobs j ON j.id = a.job_id"
             f" WHERE {' AND '.join(where)} GROUP BY 1",

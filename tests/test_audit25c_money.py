@@ -1,0 +1,55 @@
+"""Outside audit 25c (money figures against the ledger): every figure afc prints of what was
+spent agrees with the attempts table, through the real ``afc`` command (the providers' fakes
+in tests/fakeproviders.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+
+from conftest import manifest, wait_for
+
+REPLICATE = "black-forest-labs/flux-schnell"
+
+
+def test_a_cancelled_jobs_paid_call_left_by_a_killed_run_counts_as_failed_spend(afc, fake):
+    """A Replicate render answered (3.2 s, priced 0.023200 and written on its attempt at once,
+    README "Budget") while its output could not be downloaded yet; the job was cancelled and
+    the run killed before the download: the attempt stays ``started`` with its known cost, of
+    a job that has ended, which afc counts as an attempt of unknown outcome
+    (``LEFT_STARTED_SQL``). ``afc costs report`` counted it in ``unknown_attempts`` but left
+    its cost out of ``failed_spend`` ("known cost of failed and unknown-outcome attempts"),
+    where the same attempt marked ``unknown`` is counted: the report said 0.000000 was
+    wasted of a 0.023200 call that produced nothing."""
+    data = manifest(
+        [
+            {
+                "key": "a",
+                "prompt": "cdn-held sunrise",
+                "chain": [{"provider": "replicate", "model": REPLICATE, "attempts": 1}],
+            }
+        ]
+    )
+    data["rates"] = [{"provider": "replicate", "model": REPLICATE, "per_second": "0.00725"}]
+    afc.write_manifest(data)
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE cost_micros IS NOT NULL", 1)
+        os.kill(run.pid, signal.SIGSTOP)  # its output still out of reach: the call not ended
+        cancelled = afc("cancel", "a", "--batch", "b1", "--yes")
+        assert cancelled.returncode == 0, cancelled.stderr
+    finally:
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+    assert afc.rows("SELECT j.status, a.status, a.cost_micros FROM attempts a JOIN jobs j") == [
+        ("cancelled", "started", 23200)
+    ]
+    total = afc.json("costs", "report")["total"]
+    assert total["priced"] == "0.023200"
+    assert total["unknown_attempts"] == 1
+    assert total["failed_spend"] == "0.023200", total
+    # as the same attempt once marked unknown is counted
+    with sqlite3.connect(afc.cwd / "afc.db") as conn:
+        conn.execute("UPDATE attempts SET status = 'unknown'")
+    assert afc.json("costs", "report")["total"] == total
