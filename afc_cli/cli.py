@@ -975,6 +975,14 @@ def costs_report_command(
 
             raise UsageError("--json and --csv: choose one")
         report = costs_report(ledger, batch=batch, since=since, by=by)
+        if report["moved_to"]:  # a spend report (a cron's, an alert's) read the wrong ledger
+            _err(
+                _moved_line(
+                    report["moved_to"],
+                    "what its runs spend since is there, and its report holds these "
+                    "figures too (the copy took the history)",
+                )
+            )
         columns = [by, *FIELDS]
         if json_out:
             emit_json({"rows": report["rows"], "total": report["total"]})

@@ -58,6 +58,7 @@ def costs_report(
     try:
         ledger.require_batch(batch)
         groups = ledger.cost_groups(by, batch=batch, since=since_ts)
+        moved = ledger.moved_to()
     finally:
         ledger.close()
     for values in groups.values():
@@ -71,7 +72,9 @@ def costs_report(
         for name in FIELDS:
             total[name] += values[name]
         rows.append({by: key, **_shown(values)})
-    return {"by": by, "rows": rows, "total": _shown(total)}
+    # where 'afc ledger copy' moved the ledger's work: its spend from then on is there
+    moved_to = moved["destination"] if moved else None
+    return {"by": by, "rows": rows, "total": _shown(total), "moved_to": moved_to}
 
 
 def _shown(values: dict[str, int]) -> dict[str, Any]:

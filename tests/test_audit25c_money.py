@@ -53,3 +53,23 @@ def test_a_cancelled_jobs_paid_call_left_by_a_killed_run_counts_as_failed_spend(
     with sqlite3.connect(afc.cwd / "afc.db") as conn:
         conn.execute("UPDATE attempts SET status = 'unknown'")
     assert afc.json("costs", "report")["total"] == total
+
+
+def test_the_costs_report_of_a_moved_ledger_says_where_its_spend_went(afc):
+    """'afc ledger copy' moves a ledger's work: its jobs run on the destination from then on,
+    and the copy holds the history too. 'afc status' and 'afc queue stats' of the old ledger
+    say so; 'afc costs report' (a cron's daily spend mail, an alert's figure) printed the old
+    figures alone, which stop growing at the move, with no word that the spend goes on
+    elsewhere, nor that the new ledger's report counts the same attempts again. It now says
+    where the ledger went, on stderr; its figures (stdout, --json) are unchanged."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    copied = afc("ledger", "copy", "afc.db", "sqlite:///back.db")
+    assert copied.returncode == 0, copied.stderr
+    old = afc("costs", "report", "--json")
+    assert old.returncode == 0, old.stderr
+    assert "moved to" in old.stderr and "back.db" in old.stderr, old.stderr
+    new = afc("costs", "report", "--json", "--ledger", "back.db")
+    assert new.returncode == 0 and "moved" not in new.stderr, new.stderr
+    assert old.stdout == new.stdout
+    assert '"priced": "0.050000"' in new.stdout
