@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 from afc_cli.attempts import (
@@ -224,8 +225,9 @@ class RunContext:
     cap_micros: int | None = None  # the run's budget; None: no budget
     budget_hit: bool = False
     # the dearest a model's answer has cost in this run, per image its request asked for, in
-    # micro-USD, by (provider, model): the budget reserves at least that (``_reservation``)
-    dearest: dict[tuple[str, str], int] = field(default_factory=dict)
+    # micro-USD, exact (a fraction), by (provider, model): the budget reserves at least that
+    # (``_reservation``)
+    dearest: dict[tuple[str, str], Fraction] = field(default_factory=dict)
     # the attempts (job id, provider, number) an earlier run left rendering at a job-style
     # provider that this run polls to their end (``reopen_attempt``): their cost counts in
     # this run's spend and budget, though this run started none of them (its summary says so)
@@ -529,18 +531,21 @@ def _reservation(
     dearest = ctx.dearest.get((entry["provider"], entry["model"]))
     if estimate is None or dearest is None:
         return estimate
-    return min(max(estimate, dearest * images), MAX_ESTIMATE)
+    # rounded up to a whole micro-USD once, for these images: the answers' per-image cost
+    # rounded up first (0.0999999 for three images: 0.033334 each) reserved 0.100002 for
+    # requests that cost 0.100000, and a budget those fitted exactly stopped one short
+    return min(max(estimate, -(-dearest * images // 1)), MAX_ESTIMATE)
 
 
 def _learn_cost(
     ctx: RunContext, entry: dict[str, Any], params: dict[str, Any], cost: int | None
 ) -> None:
-    """Keep the dearest known cost of a model's answers, per image asked for (rounded up),
-    for ``_reservation``."""
+    """Keep the dearest known cost of a model's answers, per image asked for (exact), for
+    ``_reservation``."""
     if cost is None or cost <= 0:
         return
     key = (entry["provider"], entry["model"])
-    per_image = -(-cost // images_requested(entry["provider"], params))
+    per_image = Fraction(cost, images_requested(entry["provider"], params))
     if per_image > ctx.dearest.get(key, 0):
         ctx.dearest[key] = per_image
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from afc_cli import ledger_file, streams
 from afc_cli import storage as storage_mod
@@ -62,6 +62,9 @@ from afc_cli.pipeline import (
     store_kept,
 )
 from afc_cli.spool import OWNER_FILE, Spool
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_GRACE_S = 30.0
@@ -813,7 +816,7 @@ def run_jobs(
     run_id: str | None = None,
     more: Callable[[set[str]], list[str]] | None = None,
     stopped: Callable[[], bool] | None = None,
-    dearest: dict[tuple[str, str], int] | None = None,
+    dearest: dict[tuple[str, str], Fraction] | None = None,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
     ``checked``: batches whose storage the caller has just checked (submit does, before

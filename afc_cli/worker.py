@@ -30,7 +30,7 @@ import select
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from afc_cli.errors import (
     EXIT_BUDGET,
@@ -41,6 +41,9 @@ from afc_cli.errors import (
     UsageError,
 )
 from afc_cli.ledger import SHARED_BUDGET, Ledger
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 DEFAULT_POLL_S = 2.0
 MAX_CLAIM = 1_000_000  # jobs one claim round takes at most (--claim)
@@ -307,7 +310,7 @@ def work(
     run_id = f"{SHARED_BUDGET}{budget_name}" if budget is not None else None
     # what each model's answers have cost per image asked for, kept across this worker's
     # rounds (run_jobs ``dearest``): a round reserves at least that, as one run does
-    dearest: dict[tuple[str, str], int] = {}
+    dearest: dict[tuple[str, str], Fraction] = {}
     max_interrupts()
     min_free_bytes()
     poll_seconds()

@@ -73,3 +73,34 @@ def test_the_costs_report_of_a_moved_ledger_says_where_its_spend_went(afc):
     assert new.returncode == 0 and "moved" not in new.stderr, new.stderr
     assert old.stdout == new.stdout
     assert '"priced": "0.050000"' in new.stdout
+
+
+def test_a_budget_that_fits_a_batch_exactly_runs_it_whole_with_a_price_of_many_decimals(afc, fake):
+    """fal at 0.0333333 an image (a third of a dime, as a card may say), three images a
+    request: each request is estimated, and charged, 0.100000 (0.0999999 rounded half-up to
+    the micro-USD), and ten fit a budget of 1.00 exactly, as 'afc plan' says. Once an answer
+    came, the run reserved the model's 'dearest cost per image asked for' rounded up to a
+    whole micro-USD, 0.033334, times three: 0.100002 for every later request, though no
+    answer had cost more than its estimate. The tenth job was refused by the budget ('the
+    next attempt is estimated at 0.100002') and the run exited 4 with 0.100000 of its budget
+    unspent. The dearest cost is now kept exact (a fraction of a micro-USD per image), so a
+    reservation is never above what an answer has cost for the same images."""
+    model = "fal-ai/flux/dev"
+    data = manifest(
+        [
+            {"key": f"shot-{i}", "prompt": f"frame {i}", "params": {"num_images": 3}}
+            for i in range(10)
+        ]
+    )
+    data["defaults"]["chain"] = [{"provider": "fal", "model": model, "attempts": 1}]
+    data["rates"] = [{"provider": "fal", "model": model, "per_image": "0.0333333"}]
+    data["budget"] = "1.00"
+    afc.write_manifest(data)
+    plan = afc.json("plan", "manifest.yaml")
+    assert (plan["estimated_spend"], plan["fits_budget"]) == ("1.000000", True)
+    result = afc("submit", "manifest.yaml", "--concurrency", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT COUNT(*), SUM(cost_micros), MAX(reserved_micros) FROM attempts") == [
+        (10, 1_000_000, 100_000)
+    ]
+    assert afc.json("costs", "report")["total"]["priced"] == "1.000000"
