@@ -225,9 +225,9 @@ class RunContext:
     cap_micros: int | None = None  # the run's budget; None: no budget
     budget_hit: bool = False
     # the dearest a model's answer has cost in this run, per image its request asked for, in
-    # micro-USD, exact (a fraction), by (provider, model): the budget reserves at least that
-    # (``_reservation``)
-    dearest: dict[tuple[str, str], Fraction] = field(default_factory=dict)
+    # micro-USD, exact (a fraction), by model and rate card (``_priced_by``): the budget
+    # reserves at least that (``_reservation``)
+    dearest: dict[tuple, Fraction] = field(default_factory=dict)
     # the attempts (job id, provider, number) an earlier run left rendering at a job-style
     # provider that this run polls to their end (``reopen_attempt``): their cost counts in
     # this run's spend and budget, though this run started none of them (its summary says so)
@@ -528,7 +528,7 @@ def _reservation(
     model run with ``--allow-unpriced``) stays None: such spend is not capped."""
     images = images_requested(entry["provider"], params)
     estimate = rates.estimate(entry["provider"], entry["model"], images)
-    dearest = ctx.dearest.get((entry["provider"], entry["model"]))
+    dearest = ctx.dearest.get(_priced_by(entry, rates))
     if estimate is None or dearest is None:
         return estimate
     # rounded up to a whole micro-USD once, for these images: the answers' per-image cost
@@ -537,14 +537,27 @@ def _reservation(
     return min(max(estimate, -(-dearest * images // 1)), MAX_ESTIMATE)
 
 
+def _priced_by(entry: dict[str, Any], rates: RateCards) -> tuple:
+    """What a model's answers are priced by: the model and its batch's rate card. Two
+    batches may price one model differently (a price cut between their manifests): the
+    answers of the dearer card raised the cheaper one's reservations, and a budget that fit
+    both stopped with most of it unspent."""
+    card = rates.cards.get((entry["provider"], entry["model"])) or {}
+    return (entry["provider"], entry["model"], tuple(sorted(card.items())))
+
+
 def _learn_cost(
-    ctx: RunContext, entry: dict[str, Any], params: dict[str, Any], cost: int | None
+    ctx: RunContext,
+    entry: dict[str, Any],
+    rates: RateCards,
+    params: dict[str, Any],
+    cost: int | None,
 ) -> None:
-    """Keep the dearest known cost of a model's answers, per image asked for (exact), for
-    ``_reservation``."""
+    """Keep the dearest known cost of a model's answers under its card, per image asked for
+    (exact), for ``_reservation``."""
     if cost is None or cost <= 0:
         return
-    key = (entry["provider"], entry["model"])
+    key = _priced_by(entry, rates)
     per_image = Fraction(cost, images_requested(entry["provider"], params))
     if per_image > ctx.dearest.get(key, 0):
         ctx.dearest[key] = per_image
@@ -1157,7 +1170,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # not by an answer: ``interrupted``, it never uses up a model's attempts (an
                 # ``attempts: 1`` job failed here, no new attempt made, on a resume after
                 # a SIGKILL that came back once the provider had let its output go).
-                _learn_cost(ctx, entry, request["params"], exc.cost_micros)
+                _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
                 ctx.ledger.end_attempt(
                     job,
                     number,
@@ -1183,7 +1196,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             except _LedgerFailed as exc:
                 raise exc.__cause__ from None
             except ProviderError as exc:
-                _learn_cost(ctx, entry, request["params"], exc.cost_micros)
+                _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
                 ctx.ledger.end_attempt(
                     job,
                     number,
@@ -1235,7 +1248,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         )
         ctx.rendered[job["id"]] = job  # until the spool step takes the bytes (``keep_rendered``)
         _named_as(ctx, job, entry, result.data)
-        _learn_cost(ctx, entry, request["params"], result.cost_micros)
+        _learn_cost(ctx, entry, rates, request["params"], result.cost_micros)
         if result.cost_micros is not None and ctx.cap_micros is not None:
             ctx.ledger.hold_known_cost(
                 job, number, entry["provider"], result.cost_micros, result.cost_source

@@ -816,7 +816,7 @@ def run_jobs(
     run_id: str | None = None,
     more: Callable[[set[str]], list[str]] | None = None,
     stopped: Callable[[], bool] | None = None,
-    dearest: dict[tuple[str, str], Fraction] | None = None,
+    dearest: dict[tuple, Fraction] | None = None,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
     ``checked``: batches whose storage the caller has just checked (submit does, before

@@ -310,7 +310,7 @@ def work(
     run_id = f"{SHARED_BUDGET}{budget_name}" if budget is not None else None
     # what each model's answers have cost per image asked for, kept across this worker's
     # rounds (run_jobs ``dearest``): a round reserves at least that, as one run does
-    dearest: dict[tuple[str, str], Fraction] = {}
+    dearest: dict[tuple, Fraction] = {}
     max_interrupts()
     min_free_bytes()
     poll_seconds()

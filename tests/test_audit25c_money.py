@@ -8,7 +8,7 @@ import os
 import signal
 import sqlite3
 
-from conftest import manifest, wait_for
+from conftest import jobs, manifest, wait_for
 
 REPLICATE = "black-forest-labs/flux-schnell"
 
@@ -104,3 +104,25 @@ def test_a_budget_that_fits_a_batch_exactly_runs_it_whole_with_a_price_of_many_d
         (10, 1_000_000, 100_000)
     ]
     assert afc.json("costs", "report")["total"]["priced"] == "1.000000"
+
+
+def test_a_models_dearer_answers_in_one_batch_do_not_raise_another_batchs_estimates(afc):
+    """Two batches of one model whose cards differ (the provider cut its price between the
+    manifests: 0.10 an image in the older batch, 0.01 in the newer), resumed together under
+    one budget that fits both. Once the older batch's answer came (0.10, its card's price),
+    the run reserved 0.10 for every later attempt of the model, the newer batch's too,
+    whose card says and charges 0.01: its jobs were refused by the budget ('the next attempt
+    is estimated at 0.100000') and the run exited 4 with most of the budget unspent. What a
+    model's answers have cost is learned per rate card now: the card that priced them."""
+    old = manifest(jobs(1), batch="a-old")
+    old["rates"] = [{"provider": "local", "model": "m1", "per_image": "0.10"}]
+    afc.write_manifest(old, "old.yaml")
+    new = manifest(jobs(5), batch="b-new")
+    new["rates"] = [{"provider": "local", "model": "m1", "per_image": "0.01"}]
+    afc.write_manifest(new, "new.yaml")
+    for name in ("old.yaml", "new.yaml"):
+        assert afc("submit", name, "--no-run").returncode == 0
+    result = afc("resume", "--max-spend", "0.15", "--concurrency", "1")
+    assert result.returncode == 0, result.stderr
+    assert "this run spent 0.150000 USD" in result.stderr, result.stderr
+    assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 6)]
