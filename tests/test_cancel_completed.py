@@ -19,12 +19,13 @@ cancel reaches it, as the real ones answer then.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import time
 
 import pytest
-from conftest import manifest
+from conftest import manifest, wait_for
 from test_providers import FAST, MODELS, RATES
 
 
@@ -119,3 +120,32 @@ def test_a_request_the_cancel_stopped_is_not_polled_by_retry(afc, fake):
     assert fake.counts["replicate_submit"] == 2
     first, second = afc.json("show", "shot")["attempts"]
     assert first["status"] == "unknown" and second["status"] == "succeeded"
+
+
+def test_a_cancelled_jobs_answered_call_left_started_is_fetched_by_retry(afc, fake):
+    """The run had Replicate's answer (priced) but not yet the output when the job was
+    cancelled, and it was killed before the download: its attempt stays ``started``. The
+    cancel finds the prediction succeeded; 'afc retry' kept only an ``unknown`` attempt after
+    its base, so the next run paid for a new prediction (found by outside audit 25c)."""
+    chain = [{"provider": "replicate", "model": MODELS["replicate"], "attempts": 1}]
+    afc.write_manifest(
+        manifest([{"key": "shot", "prompt": "cdn-held sunrise", "chain": chain}], rates=RATES)
+    )
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE cost_micros IS NOT NULL", 1)
+        os.kill(run.pid, signal.SIGSTOP)  # its output still out of reach: the call not ended
+        cancelled = afc("cancel", "shot", "--json")
+        assert cancelled.returncode == 0, cancelled.stderr
+    finally:
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+    assert len(json.loads(cancelled.stdout)["completed_at_provider"]) == 1
+    assert afc.rows("SELECT status FROM attempts") == [("started",)]
+    fake.cdn_back.set()  # the CDN answers again
+    assert afc("retry", "shot").returncode == 0
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert fake.counts["replicate_submit"] == 1, "the retry paid for a new prediction"
+    [attempt] = afc.json("show", "shot")["attempts"]
+    assert (attempt["status"], attempt["cost"]) == ("succeeded", "0.003840")

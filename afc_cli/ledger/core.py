@@ -1647,7 +1647,9 @@ class Ledger:
         the probe free for any host, a worker elsewhere paid for the render again. A last attempt
         left polling at a job-style provider (``unknown``, its request id recorded and not
         found gone: a job dead-lettered by takeovers while it polled) stays after the base, so
-        the next run polls that request rather than pay for a new one; not for a cancelled job,
+        the next run polls that request rather than pay for a new one (one still ``started``
+        too: a run killed while it fetched the answered request's output, which the next run's
+        claim marks ``unknown``); not for a cancelled job,
         whose request the cancel asked the provider to stop, unless the provider answered
         that cancel that the request had completed already (``CANCEL_TOO_LATE``: paid for,
         its result there to fetch). ``spooled_here``: a spool file of
@@ -1728,7 +1730,7 @@ class Ledger:
             " lease_mono = NULL,"
             " attempt_base = CASE WHEN (status <> 'cancelled' OR ? = 1) AND EXISTS"
             " (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.number = jobs.attempts"
-            " AND a.status = 'unknown' AND a.provider_request_id IS NOT NULL"
+            " AND a.status IN ('unknown', 'started') AND a.provider_request_id IS NOT NULL"
             " AND COALESCE(a.error_message, '') NOT LIKE ?)"
             " THEN attempts - 1 ELSE attempts END,"
             " retries = retries + 1,"
