@@ -71,7 +71,12 @@ def paused_for(
         if needs:
             more = f" and {len(needs) - 3} more" if len(needs) > 3 else ""
             return f"waiting for {plural(len(needs), 'need')}: {', '.join(needs[:3])}{more}"
+        # every need succeeded (a style frame approved since the last run): a run settles it
+        return BLOCKED_NEEDS_MET
     return None
+
+
+BLOCKED_NEEDS_MET = "its needs have succeeded: the next 'afc resume' (or an 'afc worker') runs it"
 
 
 def parse_statuses(values: list[str] | None) -> list[str] | None:
