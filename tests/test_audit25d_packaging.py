@@ -1,0 +1,37 @@
+"""Outside audit 25d: what pyproject.toml lets pip install is a afc that keeps its word."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _requirement(name: str) -> Requirement:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (found,) = [r for r in map(Requirement, project["dependencies"]) if r.name == name]
+    return found
+
+
+def test_no_typer_that_ignores_the_environment_variables_is_allowed():
+    """typer 0.26.0, which 'typer>=0.26' allowed (pip keeps it where it is installed already,
+    or a lock file resolved then), reads no option's environment variable: its
+    TyperOption.value_from_envvar returned None. Every AFC_LEDGER, AFC_STORAGE and AFC_GRACE_S
+    was then ignored without a word: with that typer and the newest click, 'afc status' read
+    ./afc.db instead of the ledger AFC_LEDGER named, and a cron 'afc submit' whose AFC_STORAGE
+    named the studio's bucket admitted its batch into a new ./afc.db storing into
+    ./afc-outputs, where no probe found the outputs already paid for. 0.26.1 fixed it."""
+    typer = _requirement("typer")
+    assert not typer.specifier.contains("0.26.0"), typer
+    assert typer.specifier.contains("0.26.1") and typer.specifier.contains("0.29.2"), typer
+
+
+def test_this_environment_reads_the_ledger_from_afc_ledger(afc, tmp_path):
+    """And the typer this suite runs on reads them (README: '--ledger PATH (or AFC_LEDGER)')."""
+    missing = tmp_path / "elsewhere" / "ledger.db"
+    done = afc("status", env={"AFC_LEDGER": str(missing)})
+    assert done.returncode == 2, done
+    assert f"no ledger at {missing}" in done.stderr, done.stderr
