@@ -35,3 +35,22 @@ def test_this_environment_reads_the_ledger_from_afc_ledger(afc, tmp_path):
     done = afc("status", env={"AFC_LEDGER": str(missing)})
     assert done.returncode == 2, done
     assert f"no ledger at {missing}" in done.stderr, done.stderr
+
+
+def test_no_boto3_without_the_checksum_settings_afc_sets_is_allowed():
+    """afc_cli/storage/s3.py makes its client with botocore's request_checksum_calculation and
+    response_checksum_validation, which botocore has from 1.36 (boto3 1.36). 'boto3>=1.34'
+    allowed 1.34 and 1.35 (an environment with AWS tooling pinned there keeps them): every
+    'afc submit --storage s3://...' then stopped 'afc: unexpected error: TypeError: Got
+    unexpected keyword argument 'request_checksum_calculation' (a bug in afc ...)', exit 1,
+    and the pictures of an S3 batch could not be read."""
+    boto3 = _requirement("boto3")
+    assert not boto3.specifier.contains("1.35.99"), boto3
+    assert boto3.specifier.contains("1.36.0"), boto3
+    from botocore.config import Config
+
+    assert "request_checksum_calculation" in (ROOT / "afc_cli/storage/s3.py").read_text()
+    # and this environment's botocore takes them, as the client afc makes passes them
+    Config(
+        request_checksum_calculation="when_required", response_checksum_validation="when_required"
+    )
