@@ -765,10 +765,30 @@ def unreachable(failure: ProviderError) -> OutputUnreachable:
     )
 
 
+# Python reads no integer of more digits than this from text (``sys.int_info``'s default
+# limit is 4,300): a longer one in an answer is read as a float, out of range
+_INT_DIGITS = 4000
+
+
+def _json_int(digits: str) -> int | float:
+    """``json.loads``'s ``parse_int``: an integer of up to ``_INT_DIGITS`` digits as it is, a
+    longer one as a float (infinite: ``usage_amount`` in afc_cli/costs.py reads it as not
+    reported). Python refused it with a ``ValueError``, so a paid answer holding its image and
+    one usage count of 5,000 digits read as no JSON at all: the image lost, and the next
+    attempt paid for it again."""
+    return int(digits) if len(digits) <= _INT_DIGITS else float(digits)
+
+
+def _answer_json(response: Any) -> Any:
+    """An answer's body read as JSON (``ValueError`` or ``RecursionError`` when it is not
+    JSON, or nested too deep to read), its integers read by ``_json_int``."""
+    return response.json(parse_int=_json_int)
+
+
 def json_object(response: Any) -> bool:
     """Whether an answer's body is a JSON object (an empty one too)."""
     try:
-        return isinstance(response.json(), dict)
+        return isinstance(_answer_json(response), dict)
     except (ValueError, RecursionError):
         return False
 
@@ -777,7 +797,7 @@ def json_or_empty(response: Any) -> dict[str, Any]:
     """An answer's JSON object: ``{}`` for a body that is not JSON (or nested too deep to
     read), ``{"value": ...}`` for JSON that is not an object."""
     try:
-        value = response.json()
+        value = _answer_json(response)
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {"value": value}

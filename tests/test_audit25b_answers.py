@@ -1,0 +1,66 @@
+"""Outside audit 25 (b): a paid answer whose JSON is valid but extreme (a number of thousands of
+digits, a value nested hundreds deep) in a field afc only records. The image in the same answer
+is the job's output; the odd field is a count not reported. Servers are tests/test_audit_wire.py's
+raw sockets, the runs the real ``afc`` command."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+from conftest import manifest
+from fakeproviders import KEYS
+from test_audit_wire import PNG, WireServer, answered, attempts, reply
+
+from afc_cli.providers.http import json_or_empty
+
+B64 = base64.b64encode(PNG).decode()
+RATES = [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}]
+
+
+def openai_answer(usage: str) -> bytes:
+    """gpt-image-1's answer (PROVIDERS: ``data[].b64_json`` and ``usage``), its usage object
+    written as the raw JSON text ``usage``."""
+    body = f'{{"created": 1, "data": [{{"b64_json": "{B64}"}}], "usage": {usage}}}'
+    return reply("200 OK", body.encode(), {"Content-Type": "application/json"})
+
+
+def submit_openai(afc, server: WireServer):
+    """One job on gpt-image-1 with two attempts: a second paid call would show."""
+    data = manifest([{"key": "shot", "prompt": "a lighthouse"}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {
+            "provider": "openai",
+            "model": "gpt-image-1",
+            "attempts": 2,
+            "backoff": {"base": 0.01, "cap": 0.05},
+        }
+    ]
+    afc.write_manifest(data)
+    return afc("submit", "manifest.yaml", env={**KEYS, "OPENAI_BASE_URL": server.url})
+
+
+def test_a_paid_answer_with_a_number_of_thousands_of_digits_keeps_its_image(afc):
+    """A usage count of 5,000 digits is valid JSON, but Python reads no integer of more than
+    4,300 digits from text (``ValueError``): the whole answer read as no JSON, 'openai:
+    answered 200 with no image', its cost unknown, and the next attempt paid for the image
+    again. The count is read as a number out of range (not reported); the image is kept."""
+    server = WireServer(answered(openai_answer(f'{{"input_tokens": {"9" * 5000}}}')))
+    try:
+        result = submit_openai(afc, server)
+        assert "Traceback" not in result.stderr
+        assert result.returncode == 0, result.stderr
+        assert len(server.received) == 1  # paid once
+        (attempt,) = attempts(afc)
+        assert attempt["status"] == "succeeded", attempt
+        assert attempt["cost"] == "0.040000"  # the image, by the card; the count not reported
+        (stored,) = [p for p in afc.outputs().rglob("*.png")]
+        assert stored.read_bytes() == PNG
+    finally:
+        server.stop()
+
+
+def test_a_huge_integer_reads_as_a_number_out_of_range():
+    big = "9" * 5000
+    answer = httpx.Response(200, content=f'{{"a": {big}, "b": -{big}, "c": 7}}'.encode())
+    assert json_or_empty(answer) == {"a": float("inf"), "b": float("-inf"), "c": 7}
