@@ -64,3 +64,35 @@ def test_a_huge_integer_reads_as_a_number_out_of_range():
     big = "9" * 5000
     answer = httpx.Response(200, content=f'{{"a": {big}, "b": -{big}, "c": 7}}'.encode())
     assert json_or_empty(answer) == {"a": float("inf"), "b": float("-inf"), "c": 7}
+
+
+def test_a_paid_answer_with_a_count_nested_hundreds_deep_keeps_its_image(afc):
+    """A usage count that is an array nested 600 deep is read (Python's parser takes it), but
+    afc's ledger walks a usage object by recursion (its non-finite floats made text, its strings
+    scrubbed): 'afc: unexpected error: RecursionError' stopped the run, the paid call left
+    ``unknown`` and every resume paid for the image again and stopped there again. A value
+    nested deeper than any provider answer's is read as no value: the count not reported."""
+    deep = "[" * 600 + "1" + "]" * 600
+    server = WireServer(answered(openai_answer(f'{{"input_tokens": {deep}, "output_tokens": 7}}')))
+    try:
+        result = submit_openai(afc, server)
+        assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr
+        assert result.returncode == 0, result.stderr
+        assert len(server.received) == 1  # paid once
+        (attempt,) = attempts(afc)
+        assert attempt["status"] == "succeeded", attempt
+        assert attempt["cost"] == "0.040000"
+        assert attempt["usage"]["output_tokens"] == 7
+    finally:
+        server.stop()
+
+
+def test_a_value_nested_past_the_limit_reads_as_none_and_the_rest_stays():
+    deep = "[" * 100 + "1" + "]" * 100
+    answer = httpx.Response(200, content=f'{{"a": {deep}, "b": {{"c": [1, {{"d": 2}}]}}}}'.encode())
+    value = json_or_empty(answer)
+    assert value["b"] == {"c": [1, {"d": 2}]}
+    depth, node = 0, value["a"]
+    while isinstance(node, list):
+        depth, node = depth + 1, node[0]
+    assert node is None and depth < 64

@@ -779,10 +779,36 @@ def _json_int(digits: str) -> int | float:
     return int(digits) if len(digits) <= _INT_DIGITS else float(digits)
 
 
+# No provider's answer nests deeper than a few levels (Gemini's image: candidates, content,
+# parts, inlineData); a value this deep is read as none (``_shallow``)
+MAX_JSON_DEPTH = 32
+
+
 def _answer_json(response: Any) -> Any:
     """An answer's body read as JSON (``ValueError`` or ``RecursionError`` when it is not
-    JSON, or nested too deep to read), its integers read by ``_json_int``."""
-    return response.json(parse_int=_json_int)
+    JSON, or nested too deep to read), its integers read by ``_json_int``, cut at
+    ``MAX_JSON_DEPTH`` (``_shallow``)."""
+    return _shallow(response.json(parse_int=_json_int))
+
+
+def _shallow(value: Any) -> Any:
+    """``value`` with each array or object nested deeper than ``MAX_JSON_DEPTH`` replaced by
+    None (a field left out), walked without recursion. A usage count nested 600 deep was read
+    (Python's parser takes up to about a thousand levels) and then walked by recursion where
+    the ledger keeps it (its floats made text, its strings scrubbed): a ``RecursionError``
+    stopped the run, the paid call left ``unknown``, and each resume paid again."""
+    if not isinstance(value, dict | list):
+        return value
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        for key, item in list(node.items() if isinstance(node, dict) else enumerate(node)):
+            if isinstance(item, dict | list):
+                if depth >= MAX_JSON_DEPTH:
+                    node[key] = None
+                else:
+                    stack.append((item, depth + 1))
+    return value
 
 
 def json_object(response: Any) -> bool:
