@@ -96,3 +96,27 @@ def test_a_value_nested_past_the_limit_reads_as_none_and_the_rest_stays():
     while isinstance(node, list):
         depth, node = depth + 1, node[0]
     assert node is None and depth < 64
+
+
+def test_a_paid_answer_with_a_count_of_megabytes_keeps_a_line_of_it(afc):
+    """A usage count that is a 5 MB text (or an array of 200,000 numbers) was kept whole in
+    the attempt's row, and 'afc show' printed all of it on every look, as a provider's error
+    message of megabytes was before it was cut (MAX_MESSAGE_CHARS). No count is that long: a
+    value over a line is kept as its length."""
+    long_text, wide = "7" * (5 * 1024 * 1024), ",".join(["1"] * 200_000)
+    usage = f'{{"input_tokens": "{long_text}", "output_tokens": [{wide}]}}'
+    server = WireServer(answered(openai_answer(usage)))
+    try:
+        result = submit_openai(afc, server)
+        assert result.returncode == 0, result.stderr
+        assert len(server.received) == 1
+        ((kept,),) = afc.rows("SELECT usage_json FROM attempts")
+        assert len(kept) < 1000, len(kept)
+        shown = afc("show", "shot")
+        assert shown.returncode == 0 and len(shown.stdout) < 20_000, len(shown.stdout)
+        (attempt,) = attempts(afc)
+        assert attempt["status"] == "succeeded" and attempt["cost"] == "0.040000"
+        assert attempt["usage"]["images"] == 1
+        assert str(5 * 1024 * 1024) in attempt["usage"]["input_tokens"]
+    finally:
+        server.stop()

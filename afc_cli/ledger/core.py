@@ -112,6 +112,28 @@ def _json_safe(value: Any) -> Any:
     )
 
 
+# the most of one usage value's JSON text an attempt's row keeps (a count is a few digits)
+MAX_USAGE_VALUE_CHARS = 200
+
+
+def usage_kept(usage: dict[str, Any] | None) -> Any:
+    """A provider's usage as an attempt's row keeps it (``_json_safe``), each value whose JSON
+    text is longer than ``MAX_USAGE_VALUE_CHARS`` kept as its length: a count the provider
+    sent as a 5 MB text (or an array of 200,000 numbers) was kept whole, and every 'afc show'
+    printed it, as an error message of megabytes was before ``providers.base.bounded``. No
+    count is that long, and none is priced (``usage_amount``)."""
+    if not usage:
+        return usage
+    kept = {}
+    for unit, value in usage.items():
+        if isinstance(value, str | list | dict):
+            size = len(value) if isinstance(value, str) else len(json.dumps(value, default=str))
+            if size > MAX_USAGE_VALUE_CHARS:
+                value = f"(a value of {size} characters, not kept)"
+        kept[unit] = value
+    return _json_safe(kept)
+
+
 def _marks(values: list[Any]) -> str:
     """``(?, ?, ...)``: one placeholder per value, for ``IN`` lists any engine runs."""
     return "(" + ", ".join("?" * len(values)) + ")"
@@ -2582,7 +2604,7 @@ class Ledger:
                 started_at if started_at is not None else ended,
                 ended,
                 (ended - started_at) if started_at is not None else 0.0,
-                _dumps(scrub_data(_json_safe(usage))),
+                _dumps(scrub_data(usage_kept(usage))),
                 cost_micros,
                 cost_source,
                 retry_after_s,
