@@ -26,8 +26,9 @@ How a value is found, since an echo is not always the value as it was sent:
 - a value is matched in any letter case, with zero-width characters removed from the text,
   and also base64-encoded at each of the three byte alignments (a Basic-auth style
   ``user:key`` echo), hex-encoded and percent-encoded character by character; a text that
-  holds a value only once its percent-escapes or HTML character references are decoded is
-  scrubbed decoded;
+  holds a value only once its percent-escapes, HTML character references or JSON escapes
+  (``\\u0073``) are decoded, or its lines joined (a key printed in short lines, its base64
+  wrapped at 76 columns), is scrubbed decoded;
 - a run of ``PARTIAL_CHARS`` or more consecutive characters of a provider key, an AWS secret,
   a webhook secret or the serve token (an echo cut short, ``sk-...abc***``, or broken by a line
   break) is removed too. Only those: the value of any other ``*_KEY`` variable may be a path
@@ -256,9 +257,32 @@ def _without_zero_width(text: str) -> str:
     return _ZERO_WIDTH.sub("", text)
 
 
-# what may hide a value: zero-width characters inside it, percent-escapes, HTML references
-# (each returns a text with none of them as it is, at once)
-_DECODERS = (_without_zero_width, unquote, html.unescape)
+# an escape written once or escaped again (a JSON text held in a JSON string, and so on)
+_JSON_ESCAPE = re.compile(r"\\+(?:u([0-9A-Fa-f]{4})|x([0-9A-Fa-f]{2})|(/))")
+
+
+def _json_unescaped(text: str) -> str:
+    """``text`` with its JSON (and Python) escapes left as text decoded: ``\\u0073``,
+    ``\\x73``, ``\\/``, however many backslashes each has. A gateway's message holding the
+    upstream's JSON answer as a string, or an encoder that escapes every character, quoted a
+    key no run of twelve characters reached (``\\u0073\\u006b...``)."""
+    return _JSON_ESCAPE.sub(
+        lambda m: chr(int(m.group(1) or m.group(2), 16)) if m.group(3) is None else "/", text
+    )
+
+
+_LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
+
+
+def _lines_joined(text: str) -> str:
+    """``text`` with its lines joined: a key printed in short lines, or the base64 of its
+    header wrapped at 76 columns (MIME's), is whole only so."""
+    return _LINE_BREAK.sub("", text)
+
+
+# what may hide a value: zero-width characters inside it, percent-escapes, HTML references,
+# JSON escapes, line breaks (each returns a text with none of them as it is, at once)
+_DECODERS = (_without_zero_width, unquote, html.unescape, _json_unescaped, _lines_joined)
 
 
 def token_shaped(text: str) -> bool:
