@@ -27,6 +27,7 @@ from afc_cli.providers.http import (
     objs,
     refused_free,
     retry_after_for,
+    succeeded,
     text,
     transport_error,
 )
@@ -105,7 +106,7 @@ class GeminiProvider(HttpProvider):
         except httpx.TransportError as exc:
             raise transport_error(self.name, exc, paid_call=True) from None
         data = json_or_empty(response)
-        if response.status_code != 200:
+        if not succeeded(response.status_code):
             error = obj(data.get("error"))
             status = response.status_code
             reasons = {text(d.get("reason")) for d in objs(error.get("details"))}
@@ -155,7 +156,7 @@ class GeminiProvider(HttpProvider):
             raise ProviderError(
                 "refusal" if blocked else "server",
                 message,
-                http_status=200,
+                http_status=response.status_code,
                 usage={k: v for k, v in usage.items() if v is not None},
                 cost_micros=cost,
                 cost_source="derived" if cost is not None else None,

@@ -522,9 +522,18 @@ def _said_retry_after(headers: Any) -> float | None:
 
 def refused_free(status: int) -> bool:
     """Whether an error answer to a paid synchronous call (OpenAI, Gemini) is known to have
-    cost nothing: a refused request made nothing; a 5xx may come after the image was made,
-    and so may a 408 from a gateway that stopped waiting."""
-    return status < 500 and status != 408
+    cost nothing: a refused request (a 4xx) or one sent elsewhere (a 3xx, not followed) made
+    nothing; a 5xx may come after the image was made, and so may a 408 from a gateway that
+    stopped waiting. A success status (2xx) says the request was taken: never free (a 204
+    with no body was recorded as a known 0)."""
+    return 300 <= status < 500 and status != 408
+
+
+def succeeded(status: int) -> bool:
+    """Whether a paid synchronous call's status is a success, its answer read as the
+    provider's (a gateway in front of it may answer 201 or 202 for the provider's 200: the
+    paid image in it was thrown away as an error)."""
+    return 200 <= status < 300
 
 
 def is_data_url(url: str) -> bool:

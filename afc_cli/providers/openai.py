@@ -30,6 +30,7 @@ from afc_cli.providers.http import (
     obj,
     refused_free,
     retry_after_for,
+    succeeded,
     text,
     transport_error,
 )
@@ -100,7 +101,7 @@ class OpenAIProvider(HttpProvider):
                 else f"the connection dropped before its body ended ({type(exc).__name__})"
             )
             raise ProviderError(
-                "server" if response.status_code == 200 else cut.error_class,
+                "server" if succeeded(response.status_code) else cut.error_class,
                 f"openai: answered HTTP {response.status_code}, then {what}",
                 http_status=response.status_code,
                 request_id=request_id,
@@ -108,7 +109,7 @@ class OpenAIProvider(HttpProvider):
         finally:
             await response.aclose()
         data = json_or_empty(response)
-        if response.status_code != 200:
+        if not succeeded(response.status_code):
             error = self._error(response, data)
             error.request_id = request_id
             raise error
@@ -134,7 +135,7 @@ class OpenAIProvider(HttpProvider):
                 "server",
                 "openai: image has neither b64_json nor url"
                 if isinstance(items, list) and items
-                else "openai: answered 200 with no image",
+                else f"openai: answered {response.status_code} with no image",
                 usage=tokens,
                 cost_micros=cost,
                 cost_source="derived" if cost is not None else None,
