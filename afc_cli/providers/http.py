@@ -72,7 +72,7 @@ class HttpProvider(Provider):
 
     def __init__(self) -> None:
         self._client: Any = None
-        self._private_bases: dict[str, bool] = {}
+        self._private_bases: dict[str, Any] = {}
         self.connections = DEFAULT_CONNECTIONS
         self._urls: dict[str, Any] = {}
         self.watch_polls(lambda message: None)
@@ -176,7 +176,7 @@ class HttpProvider(Provider):
         """``download`` of a paid render's output, in rounds while it stays out of reach for
         a moment (``outlast``): a failure that outlasts them carries the render's usage and
         cost (it was paid) and its request id. ``began``: the call's start on ``clock``."""
-        public_only = not await self._private_base()
+        public_only = await self._output_rule()
         priced = None
         if cost is not None and request.on_priced is not None:
             priced = partial(request.on_priced, cost, "derived")
@@ -200,16 +200,19 @@ class HttpProvider(Provider):
             exc.request_id = exc.request_id or request_id
             raise
 
-    async def _private_base(self) -> bool:
-        """Whether this provider's base URL is on a loopback or private address (a proxy on
-        the studio's network, a test's server): then its output URLs may be too. Otherwise
-        an output is fetched from public addresses only (``transport.PUBLIC_ONLY``). A base
-        whose name does not resolve is taken as public, and looked up again at the next output
-        (a proxy's name that failed once would otherwise have every output of the run refused);
-        one that resolved is looked up once a base URL."""
+    async def _output_rule(self) -> Any:
+        """Where this provider's output URLs may lead (``transport.PUBLIC_ONLY``'s value):
+        public addresses only (True), unless its base URL is on this host (a proxy here, a
+        test's server: anywhere, False) or on its private network (a proxy on the studio's
+        network: anywhere but this host, ``transport.NOT_THIS_HOST``; all this host's
+        addresses were allowed too, so a model's output URL naming a Docker API on
+        127.0.0.1:2375 was fetched and stored as the job's output). A base whose name does
+        not resolve is taken as public, and looked up again at the next output (a proxy's name
+        that failed once would otherwise have every output of the run refused); one that
+        resolved is looked up once a base URL."""
         import httpx
 
-        from afc_cli.providers.transport import public_address
+        from afc_cli.providers.transport import NOT_THIS_HOST, not_this_host, public_address
 
         base = self.base
         found = self._private_bases.get(base)
@@ -220,7 +223,12 @@ class HttpProvider(Provider):
             except (OSError, UnicodeError):
                 infos = []
             addresses = [info[4][0] for info in infos]
-            found = bool(addresses) and not all(public_address(a) for a in addresses)
+            if not addresses or all(public_address(a) for a in addresses):
+                found = True
+            elif all(not_this_host(a) for a in addresses):
+                found = NOT_THIS_HOST
+            else:
+                found = False
             if addresses:  # a name that did not resolve this time is looked up again next
                 self._private_bases[base] = found
         return found
@@ -626,7 +634,7 @@ async def download(
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     rand: Callable[[], float] = random.random,
-    public_only: bool = False,
+    public_only: Any = False,
 ) -> bytes:
     """Fetch an output URL at once (providers delete them within minutes to an hour), again
     when it fails for a moment (``fetched``; a body cut short is a transport error too). A
@@ -645,15 +653,16 @@ async def download(
     A 200 whose body is no output (``not_an_output``: empty, or an HTML page such as a
     captive portal's login page) fails the try as a 503 does, and is never returned.
 
-    ``public_only``: the URL, and each redirect, must be on a public address
-    (``transport.PUBLIC_ONLY``): one on this host or its private network is not fetched."""
+    ``public_only``: the URL, and each redirect, must be on a public address (True:
+    ``transport.PUBLIC_ONLY``), one on this host or its private network not fetched; or
+    (``transport.NOT_THIS_HOST``) on any address but this host's."""
     import httpx
 
     if is_data_url(url):
         return data_url_bytes(provider, url)
-    from afc_cli.providers.transport import PUBLIC_ONLY, NotPublic
+    from afc_cli.providers.transport import NOT_THIS_HOST, PUBLIC_ONLY, NotPublic
 
-    extensions = {PUBLIC_ONLY: True} if public_only else None
+    extensions = {PUBLIC_ONLY: public_only} if public_only else None
 
     async def get() -> Any:
         async with client.stream(
@@ -681,11 +690,16 @@ async def download(
     try:
         response = await fetched(get, sleep, rand)
     except NotPublic as exc:
+        rule = (
+            "a provider on the private network from there or from public addresses, never "
+            "from this host"
+            if public_only == NOT_THIS_HOST
+            else "a provider on a public address from public addresses only, never from this "
+            "host or its private network"
+        )
         raise ProviderError(
             "server",
-            f"{provider}: the output URL leads to {exc}; afc fetches the outputs of a provider "
-            "on a public address from public addresses only, never from this host or its "
-            "private network",
+            f"{provider}: the output URL leads to {exc}; afc fetches the outputs of {rule}",
             cost_micros=None,
         ) from None
     except (httpx.UnsupportedProtocol, httpx.InvalidURL):

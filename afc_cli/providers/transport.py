@@ -34,7 +34,9 @@ What this module adds to the library's transport:
   (``http://127.0.0.1:2375/containers/json``, ``http://10.0.0.5/``, a name resolving there, or
   a redirect to one) had afc fetch what a service there answers and store it as the job's
   output, which a studio may deliver to whoever wrote the model. Refused unless the provider's
-  own base URL is on such an address (a proxy on the private network: ``http.HttpProvider``).
+  own base URL is on such an address (a proxy on the private network: ``http.HttpProvider``),
+  and then this host's own addresses still are (``NOT_THIS_HOST``) unless the base URL is on
+  this host too.
 - **An answer comes whole in time** (``PoolTransport``, ``_Stream``): a read timeout bounds
   only the silence between two reads, so a server (or a proxy, a CDN) that drips a byte every
   few seconds into its headers or body held a paid call, a poll or a download, and with it
@@ -90,8 +92,10 @@ def refused_address(address: str) -> bool:
 
 
 # A request extension: the request (an output download, and each of its redirects) connects
-# to public addresses only (``public_address``), never to this host or its private network
+# to public addresses only (True: ``public_address``), never to this host or its private
+# network; or (``NOT_THIS_HOST``) to any address but this host's (``not_this_host``)
 PUBLIC_ONLY = "afc_public_only"
+NOT_THIS_HOST = "not_this_host"
 
 
 def public_address(address: str) -> bool:
@@ -99,6 +103,22 @@ def public_address(address: str) -> bool:
     public here (its addresses are checked as it is resolved: ``_PublicResolver``)."""
     ip = _ip(address)
     return ip is None or ip.is_global
+
+
+def not_this_host(address: str) -> bool:
+    """Whether ``address`` is not this host's (loopback, or the unspecified address that
+    connects to it); a name is taken as not this host's here (checked as it is resolved)."""
+    ip = _ip(address)
+    return ip is None or not (ip.is_loopback or ip.is_unspecified)
+
+
+def allowed_by(rule: Any) -> Any:
+    """The address check of a ``PUBLIC_ONLY`` extension's value."""
+    return not_this_host if rule == NOT_THIS_HOST else public_address
+
+
+def _where(rule: Any) -> str:
+    return "not this host's" if rule == NOT_THIS_HOST else "public"
 
 
 class AddressRefused(httpx.UnsupportedProtocol, httpx.ConnectError):
@@ -147,13 +167,19 @@ class _Resolver(aiohttp.ThreadedResolver):
 
 
 class _PublicResolver(_Resolver):
-    """``_Resolver`` keeping public addresses only (``PUBLIC_ONLY`` requests)."""
+    """``_Resolver`` keeping the addresses a ``PUBLIC_ONLY`` request's ``rule`` allows
+    (``allowed_by``: public ones only, by default)."""
+
+    def __init__(self, rule: Any = True) -> None:
+        super().__init__()
+        self.rule = rule
 
     async def resolve(self, host: str, port: int = 0, family: Any = socket.AF_INET) -> Any:
         found = await super().resolve(host, port, family)
-        kept = [item for item in found if public_address(item["host"])]
+        allowed = allowed_by(self.rule)
+        kept = [item for item in found if allowed(item["host"])]
         if not kept:
-            raise _PrivateName(f"{host}, which resolves to no public address")
+            raise _PrivateName(f"{host}, which resolves to no {_where(self.rule)} address")
         return kept
 
 
@@ -334,7 +360,8 @@ class PoolTransport(AiohttpTransport):
         self._timeouts: dict[tuple, aiohttp.ClientTimeout] = {}
         self._urls: dict[str, Any] = {}
         self._refused: dict[str, bool] = {}
-        self._public: aiohttp.ClientSession | None = None  # PUBLIC_ONLY requests' own pool
+        # PUBLIC_ONLY requests' own pools, one a rule
+        self._public: dict[Any, aiohttp.ClientSession] = {}
         # (scheme, host, port) -> proxy
         self._proxies: dict[tuple[str, str, int | None], tuple[Any, Any]] = {}
         self._looked_up: dict[str, tuple[float, list[str]]] = {}  # proxied hosts' addresses
@@ -384,15 +411,15 @@ class PoolTransport(AiohttpTransport):
             raise AddressRefused(f"{host} is a link-local address")
         session = self.client
         public_only = request.extensions.get(PUBLIC_ONLY)
-        if public_only and not public_address(host):
-            raise NotPublic(f"{host}, which is not a public address")
+        if public_only and not allowed_by(public_only)(host):
+            raise NotPublic(f"{host}, which is not a {_where(public_only)} address")
         proxy, proxy_auth = self._proxy_for(request.url)
         if proxy is not None:  # connected to the proxy: the host's rules are checked here
             await self._checked_through_proxy(host, public_only)
         elif public_only:
-            if self._public is None:
-                self._public = self.get_client(_PublicResolver())
-            session = self._public
+            session = self._public.get(public_only)
+            if session is None:
+                session = self._public[public_only] = self.get_client(_PublicResolver(public_only))
         try:
             data: Any = request.content or None
         except httpx.RequestNotRead:
@@ -473,13 +500,15 @@ class PoolTransport(AiohttpTransport):
         addresses = found[1]
         if any(refused_address(address) for address in addresses):
             raise AddressRefused(f"{host} resolves to a link-local address")
-        if public_only and not all(public_address(address) for address in addresses):
-            raise NotPublic(f"{host}, which resolves to an address that is not public")
+        if public_only and not all(allowed_by(public_only)(address) for address in addresses):
+            raise NotPublic(
+                f"{host}, which resolves to an address that is not {_where(public_only)}"
+            )
 
     async def aclose(self) -> None:
-        if self._public is not None:
-            await self._public.close()
-            self._public = None
+        for session in self._public.values():
+            await session.close()
+        self._public = {}
         await super().aclose()
 
     async def _library_request(self, request: httpx.Request) -> httpx.Response:
