@@ -120,3 +120,19 @@ def test_a_paid_answer_with_a_count_of_megabytes_keeps_a_line_of_it(afc):
         assert str(5 * 1024 * 1024) in attempt["usage"]["input_tokens"]
     finally:
         server.stop()
+
+
+def test_an_answer_of_millions_of_values_is_read_as_no_json():
+    """A 50 MB answer of empty objects, 51 KB on the wire gzipped, took 1.3 GB and 4 s of the
+    run's one thread to read (at the 256 MiB an answer may decode to, some 7 GB: the kernel
+    killed the run, every call in flight left possibly paid). An answer holds a few dozen
+    values, its images as long strings: one of more than MAX_JSON_VALUES is read as no JSON."""
+    from afc_cli.providers.http import MAX_JSON_VALUES
+
+    many = b"[" + b"{}," * (MAX_JSON_VALUES + 1) + b"{}]"
+    assert json_or_empty(httpx.Response(200, content=many)) == {}
+    # an answer with a long image and a few values is read as ever
+    image = base64.b64encode(b"\x89PNG" * 3_000_000).decode()
+    body = f'{{"data": [{{"b64_json": "{image}"}}], "usage": {{"input_tokens": 5}}}}'.encode()
+    read = json_or_empty(httpx.Response(200, content=body))
+    assert read["data"][0]["b64_json"] == image and read["usage"] == {"input_tokens": 5}

@@ -807,11 +807,27 @@ def _json_int(digits: str) -> int | float:
 MAX_JSON_DEPTH = 32
 
 
+# No provider's answer holds more than a few hundred values (its images are long strings):
+# one with more than this many (counted by the commas between them) is read as no JSON
+MAX_JSON_VALUES = 1_000_000
+
+
 def _answer_json(response: Any) -> Any:
     """An answer's body read as JSON (``ValueError`` or ``RecursionError`` when it is not
     JSON, or nested too deep to read), its integers read by ``_json_int``, cut at
-    ``MAX_JSON_DEPTH`` (``_shallow``)."""
-    return _shallow(response.json(parse_int=_json_int))
+    ``MAX_JSON_DEPTH`` (``_shallow``). A body of more than ``MAX_JSON_VALUES`` values is not
+    read (``ValueError``): a value takes up to some 30 times its text's bytes once read, so
+    a 50 MB answer of empty objects (51 KB on the wire, gzipped) took 1.3 GB and 4 s of the
+    run's thread, and one at the 256 MiB an answer may decode to (``transport.
+    MAX_ANSWER_BYTES``) some 7 GB: the kernel killed the run, every call in flight left
+    possibly paid. Counted by the commas between them in the bytes (base64 has none)."""
+    if response.content.count(b",") > MAX_JSON_VALUES:
+        raise ValueError(f"an answer of more than {MAX_JSON_VALUES} values")
+    try:
+        value = response.json()
+    except ValueError:  # an integer too long for Python (or no JSON: refused again)
+        value = response.json(parse_int=_json_int)
+    return _shallow(value)
 
 
 def _shallow(value: Any) -> Any:
