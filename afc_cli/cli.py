@@ -1133,7 +1133,14 @@ def cancel(
                 _err(f"{item['batch']}/{item['key']}: already {item['status']}, left as it is")
             for item in result["not_found"]:
                 _err(f"{item['key']}: no such job")
-            if not any(result[k] for k in ("cancelled", "already_final", "not_found")):
+            for item in result["stopped_at_provider"]:
+                _err(
+                    f"{item['batch']}/{item['key']}: asked {item['provider']} to stop request "
+                    f"{item['request']}, which an interrupted cancel of the job had not"
+                )
+            said = ("cancelled", "already_final", "not_found", "stopped_at_provider")
+            said += ("completed_at_provider",)
+            if not any(result[k] for k in said):
                 # 'afc cancel --batch B --yes' on a batch with nothing unfinished said nothing
                 _err(f"no unfinished job to cancel in batch {batch}")
         for item in result["not_stopped_at_provider"]:

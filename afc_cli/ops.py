@@ -8,7 +8,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from afc_cli.errors import UsageError, batch_key_hint
@@ -112,6 +112,9 @@ def cancel(
         "not_found": [],
         "not_stopped_at_provider": [],
         "completed_at_provider": [],
+        # requests of jobs cancelled before, whose cancel was cut off (Ctrl-C, SIGTERM, a
+        # crash) before it asked the provider to stop them: asked now
+        "stopped_at_provider": [],
     }
     try:
         ledger.refuse_moved()  # a change here would not reach the ledger its work moved to
@@ -133,12 +136,17 @@ def cancel(
             if ledger.cancel(job, why, dependents=False):
                 out["cancelled"].append(entry)
                 cancelled.append(job["id"])
-                not_stopped, completed = _cancel_at_provider(ledger, job)
-                out["not_stopped_at_provider"] += not_stopped
-                out["completed_at_provider"] += completed
+                _cancel_at_provider(ledger, job, out)
             else:
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["already_final"].append(entry)
+                if entry["status"] == "cancelled":
+                    _ask_again(ledger, job, out)
+        if not keys:
+            # the batch's cancelled jobs are no targets: a request an interrupted cancel of
+            # the batch left rendering is asked to stop by the cancel run again, as told
+            for job in ledger.cancelled_with_requests(batch):
+                _ask_again(ledger, job, out)
         for job_id in cancelled:
             ledger.fail_dependents(job_id)
     finally:
@@ -146,16 +154,42 @@ def cancel(
     return out
 
 
+def _ask_again(ledger: Ledger, job: dict[str, Any], out: dict[str, list]) -> None:
+    """A job cancelled before: its requests that cancel never asked the provider to stop
+    (no provider cancel event names them: that cancel was interrupted between its commit
+    and its request to the provider) are asked now. The cancel said 'cancel those again',
+    and the job is already cancelled, so without this a Replicate or fal render went on,
+    billed, and its cost was never learned (a cancelled job's request is not polled
+    again)."""
+    import json
+
+    from afc_cli.ledger.core import PROVIDER_CANCELS
+
+    asked = {
+        json.loads(event["detail_json"] or "{}").get("request")
+        for event in ledger.events(job["id"])
+        if event["kind"] in PROVIDER_CANCELS
+    }
+    _cancel_at_provider(ledger, job, out, asked, again=True)
+
+
 def _cancel_at_provider(
-    ledger: Ledger, job: dict[str, Any]
-) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    ledger: Ledger,
+    job: dict[str, Any],
+    out: dict[str, list],
+    skip: Collection[str] = (),
+    *,
+    again: bool = False,
+) -> None:
     """A job rendering on a job-style provider (Replicate, fal): ask it to stop too, so the
-    render stops costing money. Whatever it reports later is still recorded. Returns the
-    requests the provider was not seen to stop (its key not set here, no answer, an error
-    status), each with why: the job is cancelled all the same, but the request may render on,
-    billed, and the person who cancelled is told so rather than left to think it stopped; and
-    those the provider said had completed before the cancel came (paid for: 'afc retry'
-    fetches the result by the request's id)."""
+    render stops costing money. Whatever it reports later is still recorded. Adds to ``out``
+    the requests the provider was not seen to stop (``not_stopped_at_provider``: its key not
+    set here, no answer, an error status), each with why: the job is cancelled all the same,
+    but the request may render on, billed, and the person who cancelled is told so rather
+    than left to think it stopped; those the provider said had completed before the cancel
+    came (``completed_at_provider``: paid for, 'afc retry' fetches the result by the
+    request's id); and, ``again`` (``_ask_again``), those it stopped
+    (``stopped_at_provider``). ``skip``: requests asked already."""
     import asyncio
 
     from afc_cli.ledger.core import CANCEL_TOO_LATE
@@ -163,7 +197,6 @@ def _cancel_at_provider(
     from afc_cli.providers.base import COMPLETED
     from afc_cli.secrets import scrub
 
-    not_stopped, completed = [], []
     for attempt in ledger.attempts(job["id"]):
         provider = PROVIDERS.get(attempt["provider"])
         if (
@@ -171,6 +204,7 @@ def _cancel_at_provider(
             and attempt["provider_request_id"]
             and provider is not None
             and provider.resumable
+            and attempt["provider_request_id"] not in skip
         ):
 
             async def stop(provider=provider, attempt=attempt) -> str | None:
@@ -182,6 +216,12 @@ def _cancel_at_provider(
                     await provider.close()
 
             request = attempt["provider_request_id"]
+            named = {
+                "key": job["key"],
+                "batch": job["batch"],
+                "provider": attempt["provider"],
+                "request": request,
+            }
             try:
                 why = asyncio.run(stop())
             except Exception as exc:  # noqa: BLE001 - the cancel in the ledger stands regardless
@@ -191,28 +231,14 @@ def _cancel_at_provider(
                 # An 'afc retry' polls it by its id and stores its result (Ledger.retry),
                 # where a new request paid for the one output again.
                 ledger.note(job, CANCEL_TOO_LATE, request=request, attempt=attempt["number"])
-                completed.append(
-                    {
-                        "key": job["key"],
-                        "batch": job["batch"],
-                        "provider": attempt["provider"],
-                        "request": request,
-                    }
-                )
+                out["completed_at_provider"].append(named)
             elif why is None:
                 ledger.note(job, "provider_cancel_sent", request=request)
+                if again:
+                    out["stopped_at_provider"].append(named)
             else:
                 ledger.note(job, "provider_cancel_failed", request=request, why=why)
-                not_stopped.append(
-                    {
-                        "key": job["key"],
-                        "batch": job["batch"],
-                        "provider": attempt["provider"],
-                        "request": request,
-                        "why": why,
-                    }
-                )
-    return not_stopped, completed
+                out["not_stopped_at_provider"].append({**named, "why": why})
 
 
 def who() -> str:

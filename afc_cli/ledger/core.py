@@ -1079,6 +1079,18 @@ class Ledger:
             (batch, *statuses),
         )
 
+    def cancelled_with_requests(self, batch: str) -> list[dict[str, Any]]:
+        """A batch's cancelled jobs, whole, that have an attempt left with a provider's
+        request id (``started`` or ``unknown``: a request that may still render): those whose
+        cancel was interrupted before the provider was asked to stop them are among them
+        (``ops.cancel``)."""
+        return self._all(
+            "SELECT * FROM jobs WHERE batch = ? AND status = 'cancelled' AND id IN"
+            " (SELECT job_id FROM attempts WHERE status IN ('started', 'unknown')"
+            " AND provider_request_id IS NOT NULL) ORDER BY seq",
+            (batch,),
+        )
+
     def _runnable(self, batch: str | None, include_blocked: bool = True) -> list[tuple]:
         # blocked jobs too: a run settles them (settle_blocked) and runs those whose needs are met
         statuses = RUNNABLE_SQL if include_blocked else ACTIVE_SQL
