@@ -307,7 +307,8 @@ def _interrupt_on_sigterm() -> None:
 
 
 def _sigterm_as_ctrl_c() -> None:
-    """SIGTERM and SIGHUP are a Ctrl-C (exit 130) for afc webhooks deliver and replay, before
+    """SIGTERM and SIGHUP are a Ctrl-C (exit 130) for afc webhooks deliver and replay, afc
+    cancel, retry and review's decisions (each said as its ``_boundary`` says), before
     and after their asyncio loop (inside it, ``webhooks.run_stoppable``'s handlers cancel the
     loop's main task: a KeyboardInterrupt raised by a handler inside a task is printed as
     'unhandled exception during asyncio.run() shutdown' with its traceback). Each raises
@@ -1065,6 +1066,7 @@ def retry(
     for its stored output first. A succeeded job is never retried; a selection of more than
     one job is listed and confirmed (or --yes)."""
     with _boundary(each="retry"):
+        _sigterm_as_ctrl_c()  # a cron job's timeout, a container stopping: exit 130, said so
         from afc_cli.ops import retry as retry_jobs
 
         statuses = [
@@ -1119,6 +1121,7 @@ def cancel(
     and confirmed first, or --yes). A job rendering on Replicate or fal is cancelled at the
     provider too."""
     with _boundary(each="cancel"):
+        _sigterm_as_ctrl_c()  # a cron job's timeout, a container stopping: exit 130, said so
         from afc_cli.ops import cancel as cancel_jobs
 
         result = cancel_jobs(ledger, keys or [], batch, confirm=_asker(yes))

@@ -24,6 +24,7 @@ from afc_cli.cli import (
     _boundary,
     _err,
     _examples,
+    _sigterm_as_ctrl_c,
 )
 
 review_app = typer.Typer(
@@ -182,6 +183,7 @@ def review_approve(
     All named jobs are decided together or none (exit 2 naming the key that is unknown, in
     several batches without --batch, or not awaiting review)."""
     with _boundary(again=_again(), why=DECIDED_WHOLE):
+        _sigterm_as_ctrl_c()  # exit 130, said so, as Ctrl-C: the decision is made whole or not
         _decide(ledger, "approved", keys, by, json_out, quiet, note=note, batch=batch)
 
 
@@ -206,4 +208,5 @@ def review_reject(
     """Reject jobs awaiting review: final (rejected); jobs that need them fail with
     DEPENDENCY_FAILED. All named jobs are decided together or none (exit 2)."""
     with _boundary(again=_again(), why=DECIDED_WHOLE):
+        _sigterm_as_ctrl_c()  # exit 130, said so, as Ctrl-C: the decision is made whole or not
         _decide(ledger, "rejected", keys, by, json_out, quiet, reason=reason, batch=batch)
