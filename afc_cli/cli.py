@@ -221,6 +221,10 @@ def _boundary(
             _err(f"{partly('interrupted')}: {each} those again")
         elif again:
             _err(f"interrupted; nothing is lost: run this again ({why}): {again}")
+        elif reads is not None:
+            # a command that only reads the ledger: 'afc resume' is no fix (it would start
+            # the ledger's unfinished jobs, paid renders, to mend a listing or a report)
+            _err(f"interrupted; this command changed nothing: run it again: {_again()}")
         else:
             _err("interrupted; every job stays resumable (run 'afc resume')")
         raise typer.Exit(EXIT_INTERRUPTED) from None
