@@ -312,7 +312,8 @@ def _interrupt_on_sigterm() -> None:
 
 def _sigterm_as_ctrl_c() -> None:
     """SIGTERM and SIGHUP are a Ctrl-C (exit 130) for afc webhooks deliver and replay, afc
-    cancel, retry and review's decisions (each said as its ``_boundary`` says), before
+    cancel, retry and review's decisions, and afc report (each said as its ``_boundary``
+    says; a report's temporary file removed), before
     and after their asyncio loop (inside it, ``webhooks.run_stoppable``'s handlers cancel the
     loop's main task: a KeyboardInterrupt raised by a handler inside a task is printed as
     'unhandled exception during asyncio.run() shutdown' with its traceback). Each raises

@@ -24,6 +24,7 @@ from afc_cli.cli import (
     _boundary,
     _err,
     _examples,
+    _sigterm_as_ctrl_c,
     app,
 )
 
@@ -63,6 +64,8 @@ def report_command(
     The spend has the same figures as 'afc costs report'. Needs the web extra
     (pip install 'afc-cli[web]')."""
     with _boundary(reads=ledger):
+        # a cron job's timeout as a Ctrl-C: its temporary file removed, exit 130, said so
+        _sigterm_as_ctrl_c()
         from afc_cli.web.html import write_report
 
         result = write_report(ledger, html, batch=batch, since=since)

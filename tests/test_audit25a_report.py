@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
 from conftest import jobs, manifest
 
 
@@ -37,4 +38,18 @@ def test_a_report_stopped_by_ctrl_c_says_it_changed_nothing_not_to_run_a_resume(
     assert proc.returncode == 130, err
     assert "afc resume" not in err, err
     assert "this command changed nothing: run it again: afc report --html r.html" in err, err
+    assert list(afc.cwd.glob(".r.html*")) == [] and not (afc.cwd / "r.html").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_report_stopped_by_sigterm_or_sighup_leaves_no_temporary_file(afc, sig):
+    """Found by outside audit 25a: 'afc report --html' had no handler for SIGTERM or SIGHUP
+    (a cron job's timeout, a closed terminal): it died by the signal (-15) with its temporary
+    file, a partial copy of the report up to the whole of it, left for good beside the target
+    (a hidden '.NAME.xxxx.part', one more at every timed-out run), where README says an
+    interrupted report leaves no half file; now it stops as at Ctrl-C."""
+    proc = _stopped_report(afc, sig)
+    err = proc.stderr.read()
+    assert proc.returncode == 130, err
+    assert "this command changed nothing: run it again" in err, err
     assert list(afc.cwd.glob(".r.html*")) == [] and not (afc.cwd / "r.html").exists()
