@@ -509,7 +509,7 @@ def _by_prefix(ledger: Ledger, prefix: str) -> dict[str, Any]:
 
 
 def replay(ledger_path: str, delivery_id: str) -> DrainStats:
-    """Re-queue a dead or delivered row (named by its id or a unique prefix of it) with its
+    """Re-queue a dead, delivered or pending row (named by its id or a unique prefix of it) with its
     exact stored envelope (signed afresh, same webhook-id) and deliver it now, alone: the
     other due rows wait for 'afc webhooks deliver' or a run (a replay sent them all, and its
     exit code could be another receiver's). A replay also re-enables an endpoint a 410
@@ -519,15 +519,17 @@ def replay(ledger_path: str, delivery_id: str) -> DrainStats:
         ledger.refuse_moved()  # before the requeue: its delivery (``deliver``) is refused there
         row = ledger.delivery(delivery_id) or _by_prefix(ledger, delivery_id)
         delivery_id = row["id"]
-        if row["status"] not in ("dead", "delivered"):
-            raise UsageError(
-                f"delivery {delivery_id!r} is {row['status']}; only dead or delivered ones "
-                "are replayed (pending ones go out with afc webhooks deliver)"
-            )
         # a replay is sent now, signed: without its secret it would only be queued, the
         # command saying nothing of why (exit 0, "1 skipped"). Refused first, nothing changed
         require_secrets({row["secret_env"]}, f"afc webhooks replay {delivery_id}")
-        ledger.requeue_delivery(delivery_id)
+        # a pending one too: a replay interrupted once its row was re-queued (Ctrl-C, a cron
+        # timeout) said to run it again, which refused it as pending (exit 2)
+        if not ledger.requeue_delivery(delivery_id):
+            raise UsageError(
+                f"delivery {delivery_id!r} is being posted by another afc process (or one "
+                "killed while it posted it), whose lease on it has not run out: it goes out "
+                "with afc webhooks deliver once it has (nothing was changed)"
+            )
     finally:
         ledger.close()
     return deliver(ledger_path, only=delivery_id)

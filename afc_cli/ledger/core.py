@@ -2926,17 +2926,24 @@ class Ledger:
         )
         return [row[0] for row in rows]
 
-    def requeue_delivery(self, delivery_id: str) -> None:
-        """Make a dead or delivered row pending again, due now (the ledger's clock)."""
+    def requeue_delivery(self, delivery_id: str) -> bool:
+        """Make a dead or delivered row pending again, due now (the ledger's clock). A pending
+        row too (a replay of it interrupted after this, told to run again; or one waiting for
+        its next try), unless a process holds its lease (posting it now, or killed posting
+        it): False then, nothing changed, so it is never posted twice at once."""
         with self.tx():
             row = self.delivery(delivery_id)
-            self.db.execute(
+            cursor = self.db.execute(
                 "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?,"
-                " last_error = NULL, lease_owner = NULL, lease_expires = NULL WHERE id = ?",
-                (self.clock(), delivery_id),
+                " last_error = NULL, lease_owner = NULL, lease_expires = NULL WHERE id = ?"
+                " AND (status <> 'pending' OR lease_owner IS NULL OR lease_expires < ?)",
+                (self.clock(), delivery_id, self.lease_clock()),
             )
+            if cursor.rowcount != 1:
+                return False
             self.db.execute("DELETE FROM endpoints WHERE url = ?", (row["url"],))
             self._event(row["job_id"], row["batch"], "webhook_replayed", delivery=delivery_id)
+        return True
 
     def _queue_delivery(
         self, job: dict[str, Any], now: float, review: dict[str, Any] | None = None
