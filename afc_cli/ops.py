@@ -154,6 +154,37 @@ def cancel(
     return out
 
 
+def _asked(ledger: Ledger, job: dict[str, Any]) -> set[str]:
+    """The requests of a job that a cancel asked its provider to stop (``_cancel_at_provider``'s
+    events, whatever the provider answered)."""
+    import json
+
+    from afc_cli.ledger.core import PROVIDER_CANCELS
+
+    return {
+        json.loads(event["detail_json"] or "{}").get("request")
+        for event in ledger.events(job["id"])
+        if event["kind"] in PROVIDER_CANCELS
+    }
+
+
+def _unasked_requests(ledger: Ledger, job: dict[str, Any]) -> list[str]:
+    """A cancelled job's requests left at a job-style provider (an attempt ``started`` or
+    ``unknown`` with its id) that no cancel asked the provider to stop: its cancel was cut off
+    between its commit and that request (Ctrl-C, SIGTERM, a crash)."""
+    from afc_cli.providers import PROVIDERS
+
+    asked = _asked(ledger, job)
+    return [
+        attempt["provider_request_id"]
+        for attempt in ledger.attempts(job["id"])
+        if attempt["status"] in ("started", "unknown")
+        and attempt["provider_request_id"]
+        and getattr(PROVIDERS.get(attempt["provider"]), "resumable", False)
+        and attempt["provider_request_id"] not in asked
+    ]
+
+
 def _ask_again(ledger: Ledger, job: dict[str, Any], out: dict[str, list]) -> None:
     """A job cancelled before: its requests that cancel never asked the provider to stop
     (no provider cancel event names them: that cancel was interrupted between its commit
@@ -161,16 +192,7 @@ def _ask_again(ledger: Ledger, job: dict[str, Any], out: dict[str, list]) -> Non
     and the job is already cancelled, so without this a Replicate or fal render went on,
     billed, and its cost was never learned (a cancelled job's request is not polled
     again)."""
-    import json
-
-    from afc_cli.ledger.core import PROVIDER_CANCELS
-
-    asked = {
-        json.loads(event["detail_json"] or "{}").get("request")
-        for event in ledger.events(job["id"])
-        if event["kind"] in PROVIDER_CANCELS
-    }
-    _cancel_at_provider(ledger, job, out, asked, again=True)
+    _cancel_at_provider(ledger, job, out, _asked(ledger, job), again=True)
 
 
 def _cancel_at_provider(
@@ -334,7 +356,8 @@ def retry(
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"], "was": job["status"]}
             here = spool.path(job["id"]).is_file()
-            if ledger.retry(job, decided_by, lease_s, spooled_here=here):
+            unasked = job["status"] == "cancelled" and bool(_unasked_requests(ledger, job))
+            if ledger.retry(job, decided_by, lease_s, spooled_here=here, poll_left=unasked):
                 # queued, or blocked: a job with needs waits for them again
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["retried"].append(entry)

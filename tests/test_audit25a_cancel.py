@@ -97,3 +97,23 @@ def test_a_batch_cancel_cut_off_asks_for_the_render_it_left_when_run_again(afc, 
     ]
     assert sorted(fake.cancels) == sorted(requests.values())
     assert afc.rows("SELECT status FROM jobs") == [("cancelled",), ("cancelled",)]
+
+
+def test_a_job_whose_cut_off_cancel_never_stopped_its_render_polls_it_when_retried(afc, fake):
+    """Found by outside audit 25a: after a cancel cut off before it asked Replicate to stop
+    the job's prediction, 'afc retry KEY' (rather than the cancel again) put the job back
+    past that attempt, as for any cancelled job (whose request the cancel asked the provider
+    to stop): the next run paid for a new prediction while the first, never stopped, rendered
+    on, billed and never polled. A request no cancel asked the provider about is polled."""
+    requests = _rendering(afc, ["j0"])
+    _cut_off(afc, signal.SIGINT, "j0")
+    retried = afc("retry", "j0")
+    assert retried.returncode == 0, retried.stderr
+    fake.released.set()
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert fake.counts["replicate_submit"] == 1, "the render was paid for again"
+    assert afc.rows("SELECT number, status, cost_micros, provider_request_id FROM attempts") == [
+        (1, "succeeded", 3840, requests["j0"])
+    ]
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]

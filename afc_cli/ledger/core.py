@@ -1661,7 +1661,13 @@ class Ledger:
         return [row[0] for row in self.db.execute("SELECT name FROM batches")]
 
     def retry(
-        self, job: dict[str, Any], by: str, lease_s: float = 300.0, *, spooled_here: bool = False
+        self,
+        job: dict[str, Any],
+        by: str,
+        lease_s: float = 300.0,
+        *,
+        spooled_here: bool = False,
+        poll_left: bool = False,
     ) -> bool:
         """Put a failed, dead-lettered or cancelled job back to ``queued``: a person's decision.
 
@@ -1683,10 +1689,11 @@ class Ledger:
         found gone: a job dead-lettered by takeovers while it polled) stays after the base, so
         the next run polls that request rather than pay for a new one (one still ``started``
         too: a run killed while it fetched the answered request's output, which the next run's
-        claim marks ``unknown``); not for a cancelled job,
-        whose request the cancel asked the provider to stop, unless the provider answered
-        that cancel that the request had completed already (``CANCEL_TOO_LATE``: paid for,
-        its result there to fetch). ``spooled_here``: a spool file of
+        claim marks ``unknown``); not for a cancelled job, whose request the cancel asked the
+        provider to stop, unless ``poll_left``: no cancel asked the provider about it (the
+        cancel was cut off before, ``ops.retry``), so it renders on, paid, and is polled as
+        well; or unless the provider answered that cancel that the request had completed
+        already (``CANCEL_TOO_LATE``: paid for, its result there to fetch). ``spooled_here``: a spool file of
         the job is in the spool of the host the retry runs on (a person copied it there, as
         ``SPOOL_MISSING`` asks): on a ledger whose hosts spool each on their own disk
         (``SPOOL_PER_HOST``) the job is leased to this host for ``lease_s`` likewise, so a run
@@ -1701,7 +1708,7 @@ class Ledger:
         with self.tx():
             self.hold_unmoved()
             here = host_lease() if spooled_here and self.SPOOL_PER_HOST else None
-            if not self._requeue(job, by, lease_s, here, spooled=spooled_here):
+            if not self._requeue(job, by, lease_s, here, spooled=spooled_here, poll=poll_left):
                 return False
             self._reblock_dependents(job, by)
         return True
@@ -1737,10 +1744,12 @@ class Ledger:
         here: str | None = None,
         *,
         spooled: bool = False,
+        poll: bool = False,
     ) -> bool:
         """``retry``'s update and event for one job (in the caller's transaction); ``here``:
         the host lease of the host whose spool has the job's file, ``spooled``: whether this
-        host's spool has it (``retry``'s ``spooled_here``)."""
+        host's spool has it (``retry``'s ``spooled_here``), ``poll``: ``retry``'s
+        ``poll_left``."""
         from afc_cli.providers.base import GONE_PREFIX
 
         now = _now()
@@ -1776,7 +1785,7 @@ class Ledger:
             (
                 here or spooled_at or "",
                 self.lease_clock() + lease_s,
-                1 if self._cancelled_too_late(job) else 0,
+                1 if poll or self._cancelled_too_late(job) else 0,
                 GONE_PREFIX + "%",
                 now,
                 job["id"],
