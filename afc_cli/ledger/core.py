@@ -2239,11 +2239,17 @@ class Ledger:
         --budget``, SHARED_BUDGET) stays that budget's: its other workers go on, and moved
         out, what it paid for would no longer count against their cap."""
         with self.tx(commit=True):
+            # A run that stopped (Ctrl-C, SIGTERM) leaving the request once its cost was known
+            # (a paid render whose output it was fetching again, ``hold_known_cost``) showed
+            # that cost in its own summary and budget: it stays that run's, or two runs'
+            # summaries each counted the one render (and this run's budget paid for it again)
+            reported = self._left_priced(job["id"], attempt["number"])
             cursor = self.db.execute(
                 "UPDATE attempts SET status = 'started', owner = ?, ended_at = NULL,"
                 " error_class = NULL, error_message = NULL, run_id = CASE WHEN run_id LIKE ?"
-                " THEN run_id ELSE COALESCE(?, run_id) END WHERE id = ? AND status = 'unknown'",
-                (self.owner, SHARED_BUDGET + "%", run_id, attempt["id"]),
+                " OR ? THEN run_id ELSE COALESCE(?, run_id) END WHERE id = ?"
+                " AND status = 'unknown'",
+                (self.owner, SHARED_BUDGET + "%", reported, run_id, attempt["id"]),
             )
             if cursor.rowcount == 1:
                 self._rendering(job, attempt["provider"], attempt["provider_request_id"])
@@ -2251,6 +2257,7 @@ class Ledger:
                 moved = (
                     run_id is not None
                     and run_id != before
+                    and not reported
                     and not (before or "").startswith(SHARED_BUDGET)
                 )
                 self._event(
@@ -2263,6 +2270,23 @@ class Ledger:
                     **({"from_run": before} if moved else {}),
                 )
             return cursor.rowcount == 1
+
+    def _left_priced(self, job_id: str, number: int) -> bool:
+        """Whether a run stopped (``interrupt_attempt``) leaving the job's request once its
+        cost was known (``attempt_left_polling`` with ``priced``): that run's summary and
+        budget counted the cost, and the attempt has stayed that run's since. A run that died
+        (SIGKILL) said nothing of it."""
+        return any(
+            detail.get("priced") and detail.get("number") == number
+            for detail in (
+                json.loads(row[0] or "{}")
+                for row in self.db.execute(
+                    "SELECT detail_json FROM events WHERE job_id = ?"
+                    " AND kind = 'attempt_left_polling'",
+                    (job_id,),
+                ).fetchall()
+            )
+        )
 
     def interrupt_attempt(
         self, job: dict[str, Any], number: int, message: str | None = None
@@ -2290,7 +2314,15 @@ class Ledger:
                 ),
             )
             if cursor.rowcount == 1:
-                self._event(job["id"], job["batch"], "attempt_left_polling", number=number)
+                cost = self.db.execute(
+                    "SELECT cost_micros FROM attempts WHERE job_id = ? AND number = ?",
+                    (job["id"], number),
+                ).fetchone()[0]
+                # its known cost is in this run's summary and budget (``reopen_attempt``)
+                priced = {"priced": True} if cost is not None else {}
+                self._event(
+                    job["id"], job["batch"], "attempt_left_polling", number=number, **priced
+                )
 
     def run_spend(self, run_id: str | None) -> int:
         """What a run's budget counts: known costs, and reservations where the cost is unknown
