@@ -452,7 +452,9 @@ def work(
             # each round's figures were the whole budget's so far (its run id is shared by
             # every worker of the budget): this worker's own are the attempts it started
             own = ledger.run_money(run_id, owner=ledger.owner)
-            result.spent_micros = own["priced"]
+            # not a render another worker of the budget counted as it stopped, which this
+            # one only polled to its end: summed, the workers' lines counted it twice
+            result.spent_micros = own["priced"] - ledger.adopted_counted(run_id, ledger.owner)
             result.unknown_cost_attempts = own["unknown_cost"]
             money = ledger.run_money(run_id)
             result.budget = {

@@ -63,3 +63,17 @@ def test_a_render_a_killed_run_never_counted_is_counted_by_the_run_that_fetches_
     resumed = afc.json("resume")
     assert resumed["spent"] == "0.025000", resumed
     assert fake.counts["fal_submit"] == 1
+
+
+def test_workers_of_a_shared_budget_count_such_a_render_in_one_line(afc, fake):
+    """Under a shared '--budget' the attempt stays the budget's, and the worker that polls it
+    to its end becomes its owner: its own 'spent' (the attempts it started, README: so that
+    summing workers' lines never counts one attempt twice) counted the render the stopped
+    worker's line had counted."""
+    first = _left_fetching(afc, signal.SIGTERM, "worker", "--until-idle", "--max-spend", "1")
+    assert _spent(first)[-1] == "0.025000", first
+    fake.cdn_back.set()
+    again = afc.json("worker", "--until-idle", "--max-spend", "1")
+    assert again["spent"] == "0.000000", again
+    assert again["budget"]["priced"] == "0.025000", again  # the budget counts it, once
+    assert fake.counts["fal_submit"] == 1

@@ -2352,6 +2352,36 @@ class Ledger:
         ).fetchone()
         return {"priced": int(row[0]), "unknown_cost": int(row[1]), "reserved": int(row[2])}
 
+    def adopted_counted(self, run_id: str, owner: str) -> int:
+        """The known cost of the attempts of ``run_id`` that ``owner`` polled to their end
+        after another process had stopped leaving them, their cost counted (a workers' shared
+        budget: the attempt stays the budget's, ``reopen_attempt``, and its owner becomes the
+        process that polls it): ``run_money``'s ``owner`` share counts them, though that other
+        worker's line already did."""
+        total = 0
+        rows = self.db.execute(
+            "SELECT a.job_id, a.number, a.cost_micros FROM attempts a WHERE a.run_id = ?"
+            " AND a.owner = ? AND a.cost_micros IS NOT NULL AND EXISTS (SELECT 1 FROM events e"
+            " WHERE e.job_id = a.job_id AND e.kind = 'attempt_left_polling')",
+            (run_id, owner),
+        ).fetchall()
+        for job_id, number, cost in rows:
+            left = None  # the first stop that counted its cost; polled again after it?
+            for kind, detail in self.db.execute(
+                "SELECT kind, detail_json FROM events WHERE job_id = ?"
+                " AND kind IN ('attempt_left_polling', 'attempt_resumed') ORDER BY id",
+                (job_id,),
+            ).fetchall():
+                about = json.loads(detail or "{}")
+                if about.get("number") != number:
+                    continue
+                if kind == "attempt_left_polling" and about.get("priced") and left is None:
+                    left = True
+                elif kind == "attempt_resumed" and left:
+                    total += int(cost)
+                    break
+        return total
+
     def attempts_cost(self, attempts: Collection[tuple[str, str, int]], run_id: str | None) -> int:
         """The known cost of ``attempts`` (job id, provider, number) that are still
         ``run_id``'s: the requests a run adopted from an earlier one (``run_money``'s
