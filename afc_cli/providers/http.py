@@ -744,12 +744,24 @@ _PAGE_STARTS = (b"<!doctype html", b"<html", b"<head", b"<body")
 _PAGE_TYPES = ("text/html", "application/xhtml+xml")
 # the endings of an output URL's path that name a web page: its page is the output
 _PAGE_FILES = (".html", ".htm", ".xhtml")
+# an API's or a store's error document answered 200 in place of an output: JSON served as
+# JSON, or an XML <Error> (S3's, a CDN's) served as XML, where the URL names no such file
+_DOC_TYPES = {
+    "application/json": "a JSON document",
+    "application/problem+json": "a JSON document",
+    "text/json": "a JSON document",
+    "application/xml": "an XML error document",
+    "text/xml": "an XML error document",
+}
+_DOC_FILES = (".json", ".jsonl", ".xml")
 
 
 def not_an_output(content_type: str | None, data: bytes, url: str | None = None) -> str | None:
     """What an output download's 200 carried instead of an output, or None when it may be
-    one: an empty body, or an HTML page (its first bytes an HTML document's, or markup
-    served as ``text/html``). A captive portal's login page, or a CDN's or proxy's error page
+    one: an empty body, an HTML page (its first bytes an HTML document's, or markup
+    served as ``text/html``), or an error document: JSON served as JSON, or an XML
+    ``<Error>`` served as XML, from a URL that names no such file (an API gateway's or an
+    object store's error answered with 200; an SVG is ``image/svg+xml``, never taken). A captive portal's login page, or a CDN's or proxy's error page
     answered with 200, was stored as the job's output and the job succeeded: the paid render
     was lost with nothing said. An output afc stores is an image, a video or another file a
     model made (which kinds a model makes is its own: the bytes are not held to a list of
@@ -767,7 +779,21 @@ def not_an_output(content_type: str | None, data: bytes, url: str | None = None)
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if head.startswith(_PAGE_STARTS) or (media in _PAGE_TYPES and head.startswith(b"<")):
         return f"an HTML page ({media or 'no Content-Type'})"
+    document = _DOC_TYPES.get(media)
+    if document is not None and not _names_document(url):
+        is_json = "JSON" in document
+        if head[:1] in (b"{", b"[") if is_json else b"<error" in head:
+            return f"{document} ({media})"
     return None
+
+
+def _names_document(url: str | None) -> bool:
+    """Whether an output URL's path names a JSON or XML file (a model's own output then)."""
+    if url is None:
+        return False
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).path.lower().endswith(_DOC_FILES)
 
 
 def passing(status: int) -> bool:
