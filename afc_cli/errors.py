@@ -128,7 +128,15 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
         # worded already (a group commit's failure kept for the run's next write): said once
         return exc
     why = first_line(exc).rstrip(".")
-    if str(path).startswith(("postgresql:", "postgres:")):
+    if str(path).startswith(("postgresql:", "postgres:")) and _lock_wait(exc):
+        # another session held a row or table afc needed past its lock_timeout
+        # (postgres.LOCK_WAIT_S): the server and the connection are fine
+        fix = (
+            "another session held a lock on the ledger's jobs too long (a psql session left "
+            "in a transaction, or an 'afc ledger copy' under way: pg_stat_activity shows it): "
+            "let it end or end it"
+        )
+    elif str(path).startswith(("postgresql:", "postgres:")):
         fix = "check the database server and the connection to it"
     elif "full" in why:
         fix = "free space on its disk"
@@ -150,6 +158,11 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
     # review.NotDecided) says instead of the run's words: what failed, and its fix
     error.failed, error.fix = f"cannot write to {where}: {why}", fix
     return error
+
+
+def _lock_wait(exc: object) -> bool:
+    """A PostgreSQL statement that gave up waiting for a lock (``lock_timeout``)."""
+    return getattr(exc, "sqlstate", None) == "55P03"
 
 
 def unwritten(exc: BaseException, path: object = None) -> LedgerWriteError | None:

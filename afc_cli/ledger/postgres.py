@@ -113,6 +113,13 @@ CLOCK_SAMPLE_S = 10.0
 # transactions last milliseconds, and while the copy's request waits, every other claim and
 # write of a job queues behind it
 COPY_LOCK_WAIT_S = 10.0
+# How long a statement waits for a lock another session holds (``lock_timeout``) before it
+# fails with the ledger's error, as SQLite's busy timeout (sqlite.BUSY_TIMEOUT_S) bounds a
+# wait for its write lock: a psql session left in a transaction that wrote a job (or
+# ``SELECT ... FOR UPDATE``, ``LOCK TABLE jobs``) held 'afc cancel', 'afc retry' and a
+# review decision for as long, without a word. A lock_timeout the server, the database,
+# the role or PGOPTIONS set is kept.
+LOCK_WAIT_S = 30.0
 
 
 # a URL's password in its user part (``postgresql://user:PASSWORD@host``), the user kept;
@@ -416,7 +423,11 @@ class PostgresLedger(Ledger):
             applied = self._applied()
             if applied is None and not create:
                 raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
+            # (the migrations first: workers starting together wait for the one applying
+            # them, which may take longer on a large ledger)
             self._migrate()
+            if conn.execute("SHOW lock_timeout").fetchone()[0] == "0":
+                conn.execute(f"SET lock_timeout = {int(LOCK_WAIT_S * 1000)}")
         except psycopg.OperationalError as exc:
             # the connection lost as the ledger opens (a server restarting, its session
             # terminated): the ledger's error, as a refused connection is, not "a bug in afc"

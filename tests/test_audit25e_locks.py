@@ -1,0 +1,80 @@
+"""Outside audit 25e: a PostgreSQL ledger shared by several machines, under a lock another
+session holds on it (a psql session left in a transaction) through the real ``afc``."""
+
+from __future__ import annotations
+
+import subprocess
+
+import psycopg
+import pytest
+from conftest import jobs, manifest
+from test_postgres_e2e import PgAfc
+
+
+@pytest.fixture
+def pg(tmp_path, pg_url) -> PgAfc:
+    return PgAfc(tmp_path, pg_url)
+
+
+# the server's own lock_timeout, short so the test does not wait afc's 30 s
+SHORT_LOCK_WAIT = {"PGOPTIONS": "-c lock_timeout=1000"}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["cancel", "shot-001"], ["retry", "shot-001"], ["review", "approve", "shot-001"]],
+    ids=["cancel", "retry", "approve"],
+)
+def test_a_job_row_a_psql_session_holds_is_a_bounded_wait_and_says_which_session(pg, command):
+    """An operator fixes a job by hand in psql (``BEGIN; UPDATE jobs ...``) and leaves the
+    transaction open. 'afc cancel', 'afc retry' or 'afc review approve' of that job then
+    waited for the row for ever, saying nothing (a cron line stuck for the night), where a
+    SQLite ledger's busy timeout ends the wait with a message. Each now waits a bounded time
+    (``lock_timeout``) and exits 1 with one line naming the lock and where to find the session
+    (pg_stat_activity); once the session ends, the same command works."""
+    review = command[0] == "review"
+    job = {**jobs(1)[0], "review": True} if review else jobs(1)[0]
+    pg.write_manifest(manifest([job]))
+    admit = ["submit", "manifest.yaml"] + ([] if review else ["--no-run"])
+    assert pg(*admit).returncode == 0
+    if command[0] == "retry":
+        assert pg("cancel", "shot-001").returncode == 0
+    before = pg.rows("SELECT status FROM jobs")
+    holder = psycopg.connect(pg.url)
+    try:
+        holder.execute("UPDATE jobs SET updated_at = updated_at WHERE key = 'shot-001'")
+        try:
+            held = pg(*command, env=SHORT_LOCK_WAIT, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"afc {' '.join(command)} waited for ever on a row lock")
+        assert held.returncode == 1, held.stderr
+        assert "Traceback" not in held.stderr
+        assert "lock timeout" in held.stderr, held.stderr
+        assert "pg_stat_activity" in held.stderr, held.stderr
+        assert "check the database server" not in held.stderr, held.stderr
+    finally:
+        holder.rollback()
+        holder.close()
+    assert pg.rows("SELECT status FROM jobs") == before, "a refused change wrote something"
+    done = pg(*command, env=SHORT_LOCK_WAIT)
+    assert done.returncode == 0, done.stderr
+    expected = {"cancel": "cancelled", "retry": "queued", "review": "succeeded"}[command[0]]
+    assert pg.rows("SELECT status FROM jobs") == [(expected,)]
+
+
+def test_a_ledger_session_bounds_its_lock_waits_unless_the_server_sets_it(pg_url, monkeypatch):
+    """afc's own bound when nothing else sets one (PostgreSQL's default, 0, waits for ever);
+    a lock_timeout the operator set (here in PGOPTIONS) is kept."""
+    from afc_cli.ledger import Ledger
+
+    ledger = Ledger(pg_url)
+    try:
+        assert ledger.db.execute("SHOW lock_timeout").fetchone()[0] == "30s"
+    finally:
+        ledger.close()
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=120s")
+    ledger = Ledger(pg_url)
+    try:
+        assert ledger.db.execute("SHOW lock_timeout").fetchone()[0] == "2min"
+    finally:
+        ledger.close()
