@@ -1131,7 +1131,19 @@ async def _fed(
     pending = {task: job_id for job_id, task in ctx.tasks.items() if not task.done()}
     while True:
         if len(pending) <= low and not (asked_out or ctx.stopping.is_set() or ctx.budget_hit):
-            new = more(set(pending.values()))
+            try:
+                new = more(set(pending.values()))
+            except LedgerWriteError as error:
+                if drain is None:
+                    raise
+                # The claim met the broken ledger first (a worker's PostgreSQL connection lost
+                # between two of its jobs' writes): the run stops as when a job's write meets
+                # it (``_all_done``), the calls in flight finishing and their renders kept.
+                # Raised at once, it cancelled them: paid, and paid again by the next worker.
+                drain(error)
+                with contextlib.suppress(LedgerWriteError):
+                    await _all_done(list(pending), drain)
+                raise error from None
             asked_out = not new
             if new:
                 try:
