@@ -28,6 +28,7 @@ import json
 import os
 import select
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,12 +42,17 @@ from afc_cli.errors import (
     UsageError,
 )
 from afc_cli.ledger import SHARED_BUDGET, Ledger
+from afc_cli.ledger.core import unfinished_copy_source
 
 if TYPE_CHECKING:
     from fractions import Fraction
 
 DEFAULT_POLL_S = 2.0
 MAX_CLAIM = 1_000_000  # jobs one claim round takes at most (--claim)
+# How long a worker waits for 'afc ledger copy' to open the copy it found in its ledger (the
+# copy's own ``ledger_moves`` row, removed once the source is marked moved: milliseconds after
+# the copy committed) before it takes the copy for one that stopped and refuses it (exit 2)
+COPY_OPEN_WAIT_S = 10.0
 
 
 class Stop:
@@ -354,17 +360,39 @@ def work(
         # at its first claim, which an idle ledger may not give it for days
         sweep_left(ledger)
 
+        def refuse_moved() -> None:
+            """``ledger.refuse_moved``, once a copy under way into this ledger (a worker
+            started on the new, empty ledger before 'afc ledger copy' into it) has opened it:
+            in the moment between the copy's commit and its marking the source moved, the
+            copy refuses every run, and the worker stopped (exit 2) saying the copy did not
+            finish and to run it again, though it finished a moment later."""
+            deadline = time.monotonic() + COPY_OPEN_WAIT_S
+            while time.monotonic() < deadline and not stop.is_set():
+                moved = ledger.moved_to()
+                if moved is None or unfinished_copy_source(moved["destination"]) is None:
+                    break
+                stop.wait(0.1)
+            ledger.refuse_moved()
+
         def claim_now() -> list[dict[str, Any]]:
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
-            ledger.refuse_moved()  # 'afc ledger copy' moved its work elsewhere: the same
+            refuse_moved()  # 'afc ledger copy' moved its work elsewhere: the same
             try:
-                return ledger.claim_runnable(claim, lease_s, batch=batch)
+                jobs = ledger.claim_runnable(claim, lease_s, batch=batch)
             except Exception:
                 # migrated between that look and this claim (they are not one transaction):
                 # on PostgreSQL the prepared claim fails ('cached plan must not change result
                 # type'); the migration is the reason, said as above (exit 2), not a bug
                 ledger.check_schema()
                 raise
+            if jobs and ledger.moved_to() is not None:
+                # a copy landed here between that look and the claim (its jobs and its own
+                # row commit together, so the claim's rows came with it): not run while the
+                # source may still run them; the next round looks again
+                for job in jobs:
+                    ledger.release(job)
+                return []
+            return jobs
 
         def idle(runnable: list[str]) -> bool:
             """Nothing left that a round of this worker can end: no runnable job, or (with
@@ -387,7 +415,7 @@ def work(
             if not jobs:
                 # a copy that waited for this claim may have moved the ledger meanwhile: its
                 # outbox is the destination's to send now
-                ledger.refuse_moved()
+                refuse_moved()
                 if ledger.deliveries_due():  # none due: nothing is started for nothing
                     jobs = drain_while_idle(ledger, stop, poll_s, claim_now)
             if stop.is_set():  # a signal during the claim or the drain: nothing of it runs
