@@ -202,6 +202,14 @@ def _boundary(
         written = unwritten(exc)
         if written is None:
             return exc.message if isinstance(exc, AfcError) else str(exc)
+        if reads is not None:
+            # a command that only reads (a PostgreSQL connection lost under 'afc status', a
+            # lock held past its wait): nothing of the ledger changed, and 'afc resume', a
+            # run's fix, would start paying for jobs from a monitoring cron line
+            return (
+                f"{written.failed}: {written.fix}; this command changed nothing: run it "
+                f"again: {_again()}"
+            )
         if not runs and again:
             return f"{written.failed}: {written.fix}, then run this again ({why}): {again}"
         if each is not None:

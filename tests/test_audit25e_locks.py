@@ -78,3 +78,26 @@ def test_a_ledger_session_bounds_its_lock_waits_unless_the_server_sets_it(pg_url
         assert ledger.db.execute("SHOW lock_timeout").fetchone()[0] == "2min"
     finally:
         ledger.close()
+
+
+@pytest.mark.parametrize("command", [["status"], ["queue", "stats"]], ids=["status", "stats"])
+def test_a_read_held_behind_a_lock_says_to_run_it_again_not_afc_resume(pg, command):
+    """A reading command whose statement met a lost connection or a lock held past its wait
+    (a psql session's LOCK TABLE jobs) said a run's words: 'The run stopped; every job stays
+    resumable ... then run afc resume', which from a monitoring cron line ('afc queue stats
+    --fail-if ...') would start paying for the batch on that host. It says the command
+    changed nothing and to run it again."""
+    pg.write_manifest(manifest(jobs(1)))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    holder = psycopg.connect(pg.url)
+    try:
+        holder.execute("LOCK TABLE jobs")
+        held = pg(*command, env=SHORT_LOCK_WAIT, timeout=60)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert held.returncode == 1, held.stderr
+    assert "Traceback" not in held.stderr
+    assert "afc resume" not in held.stderr and "The run stopped" not in held.stderr, held.stderr
+    assert "changed nothing" in held.stderr and "pg_stat_activity" in held.stderr, held.stderr
+    assert f"run it again: afc {' '.join(command)}" in held.stderr, held.stderr
