@@ -136,6 +136,15 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
             "in a transaction, or an 'afc ledger copy' under way: pg_stat_activity shows it): "
             "let it end or end it"
         )
+    elif str(path).startswith(("postgresql:", "postgres:")) and _cancelled(exc):
+        # the server cancelled the statement: a statement_timeout set for the server, the
+        # database or afc's role (shorter than a wait afc bounds itself, or than a large
+        # ledger's read), or an administrator's pg_cancel_backend; nothing is wrong with it
+        fix = (
+            "the server cancelled the statement (a statement_timeout set on the server, the "
+            "database or afc's role, or pg_cancel_backend): unset it for afc's role (ALTER "
+            "ROLE ... SET statement_timeout = 0) or raise it"
+        )
     elif str(path).startswith(("postgresql:", "postgres:")):
         fix = "check the database server and the connection to it"
     elif "full" in why:
@@ -163,6 +172,11 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
 def _lock_wait(exc: object) -> bool:
     """A PostgreSQL statement that gave up waiting for a lock (``lock_timeout``)."""
     return getattr(exc, "sqlstate", None) == "55P03"
+
+
+def _cancelled(exc: object) -> bool:
+    """A PostgreSQL statement the server cancelled (``statement_timeout``, pg_cancel_backend)."""
+    return getattr(exc, "sqlstate", None) == "57014"
 
 
 def unwritten(exc: BaseException, path: object = None) -> LedgerWriteError | None:

@@ -101,3 +101,25 @@ def test_a_read_held_behind_a_lock_says_to_run_it_again_not_afc_resume(pg, comma
     assert "afc resume" not in held.stderr and "The run stopped" not in held.stderr, held.stderr
     assert "changed nothing" in held.stderr and "pg_stat_activity" in held.stderr, held.stderr
     assert f"run it again: afc {' '.join(command)}" in held.stderr, held.stderr
+
+
+def test_a_statement_the_servers_statement_timeout_cancelled_names_it(pg):
+    """A database server shared with other applications often sets statement_timeout for
+    every role. A statement of afc it cancelled (here a cancel waiting for a row a psql
+    session holds, past the server's 0.5 s) ended 'check the database server and the
+    connection to it', where both were fine: it names the setting and how to lift it."""
+    pg.write_manifest(manifest(jobs(1)))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    holder = psycopg.connect(pg.url)
+    try:
+        holder.execute("SELECT * FROM jobs FOR UPDATE")
+        held = pg("cancel", "shot-001", env={"PGOPTIONS": "-c statement_timeout=500"}, timeout=60)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert held.returncode == 1, held.stderr
+    assert "Traceback" not in held.stderr
+    assert "statement timeout" in held.stderr, held.stderr
+    assert "check the database server" not in held.stderr, held.stderr
+    assert "SET statement_timeout" in held.stderr, held.stderr
+    assert pg.rows("SELECT status FROM jobs") == [("queued",)]
