@@ -100,8 +100,8 @@ def report_command(
     epilog=_examples(
         "afc serve                       # http://127.0.0.1:8765/",
         "afc serve --batch trailer-shots --port 9000",
-        "export AFC_SERVE_TOKEN=$(openssl rand -hex 16)   # keep it: the server never shows it",
-        "afc serve --host 0.0.0.0        # then open http://HOST:8765/?token=$AFC_SERVE_TOKEN",
+        "export AFC_SERVE_TOKEN=$(openssl rand -hex 16)  # keep it: never shown",
+        "afc serve --host 0.0.0.0  # open http://HOST:8765/?token=$AFC_SERVE_TOKEN",
     ),
 )
 def serve_command(
