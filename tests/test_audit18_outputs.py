@@ -30,15 +30,15 @@ FAL_RATES = [{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025
 LOGIN = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>Wi-Fi login</body></html>"
 
 
-def pages_then_png(pages: list[bytes]):
-    """A CDN that answers each of ``pages`` with 200 (an HTML page, or an empty body), in
-    turn, then the PNG."""
+def pages_then_png(pages: list[bytes], ctype: str = "text/html; charset=utf-8"):
+    """A CDN that answers each of ``pages`` with 200 (an HTML page, or an empty body; served
+    as ``ctype``), in turn, then the PNG."""
     left = list(pages)
 
     async def behaviour(head, body, writer) -> bool:
         if left:
             page = left.pop(0)
-            writer.write(reply("200 OK", page, {"Content-Type": "text/html; charset=utf-8"}))
+            writer.write(reply("200 OK", page, {"Content-Type": ctype}))
         else:
             writer.write(reply("200 OK", PNG, {"Content-Type": "image/png"}))
         await writer.drain()
@@ -47,13 +47,27 @@ def pages_then_png(pages: list[bytes]):
     return behaviour
 
 
-def test_an_html_page_answered_200_for_an_output_is_fetched_again_not_stored(afc):
+S3_ERROR = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+    b"<Message>Request has expired</Message></Error>"
+)
+
+
+@pytest.mark.parametrize(
+    "pages, ctype",
+    [
+        ([LOGIN, b""], "text/html; charset=utf-8"),
+        # an object store's error document answered 200 (tests/test_output_error_documents.py)
+        ([S3_ERROR, S3_ERROR], "application/xml"),
+    ],
+)
+def test_an_html_page_answered_200_for_an_output_is_fetched_again_not_stored(afc, pages, ctype):
     """A captive portal (or a CDN's error page) answering an output's download with 200 and
     its login page: the page was stored as the job's image and the job succeeded, the paid
-    render lost with nothing said. A page (or an empty body) is a try that failed for a
-    moment, as a 503 is: the output is fetched again, stored once it comes, and the render is
-    paid once."""
-    cdn = WireServer(pages_then_png([LOGIN, b""]))
+    render lost with nothing said. A page (or an empty body, or an error document) is a try
+    that failed for a moment, as a 503 is: the output is fetched again, stored once it comes,
+    and the render is paid once."""
+    cdn = WireServer(pages_then_png(pages, ctype))
     provider = WireServer(answered(dalle(f"{cdn.url}/out.png")))
     try:
         result = run(
