@@ -313,6 +313,27 @@ def resolve_storage(
     return None
 
 
+def _admit(ledger: Any, manifest: Any, storage: str, rates: Any, endpoint: str | None) -> Any:
+    """``Ledger.admit``, whose failure to write (a full disk, a lock held past its wait, a
+    lost PostgreSQL connection) says what a failed admission needs: it is one transaction,
+    so nothing of the manifest was admitted, and the submit is what to run again ('afc
+    resume', a run's fix, runs no job the manifest would have added)."""
+    import sqlite3
+
+    from afc_cli.errors import unwritten
+
+    try:
+        return ledger.admit(manifest, storage, rates, endpoint)
+    except (LedgerWriteError, sqlite3.Error) as exc:
+        written = unwritten(exc, getattr(ledger, "path", None))
+        if written is None or not hasattr(written, "failed"):
+            raise
+        raise LedgerWriteError(
+            f"{written.failed}: nothing of {manifest.path} was admitted (its admission is one "
+            f"transaction): {written.fix}, then run this submit again"
+        ) from None
+
+
 def submit(
     manifest_path: str,
     *,
@@ -443,7 +464,7 @@ def submit(
                 own_spool(ledger, spool, running=bool(left or to_run))
         if ledger is None:
             ledger = Ledger(path)
-        admitted = ledger.admit(manifest, chosen, rates, endpoint)
+        admitted = _admit(ledger, manifest, chosen, rates, endpoint)
         unlisted = sorted(job["key"] for job in left)
         keys = {*admitted.admitted_keys, *unlisted}
         stats = RunStats()
