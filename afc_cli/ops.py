@@ -168,23 +168,6 @@ def _asked(ledger: Ledger, job: dict[str, Any]) -> set[str]:
     }
 
 
-def _unasked_requests(ledger: Ledger, job: dict[str, Any]) -> list[str]:
-    """A cancelled job's requests left at a job-style provider (an attempt ``started`` or
-    ``unknown`` with its id) that no cancel asked the provider to stop: its cancel was cut off
-    between its commit and that request (Ctrl-C, SIGTERM, a crash)."""
-    from afc_cli.providers import PROVIDERS
-
-    asked = _asked(ledger, job)
-    return [
-        attempt["provider_request_id"]
-        for attempt in ledger.attempts(job["id"])
-        if attempt["status"] in ("started", "unknown")
-        and attempt["provider_request_id"]
-        and getattr(PROVIDERS.get(attempt["provider"]), "resumable", False)
-        and attempt["provider_request_id"] not in asked
-    ]
-
-
 def _ask_again(ledger: Ledger, job: dict[str, Any], out: dict[str, list]) -> None:
     """A job cancelled before: its requests that cancel never asked the provider to stop
     (no provider cancel event names them: that cancel was interrupted between its commit
@@ -356,8 +339,7 @@ def retry(
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"], "was": job["status"]}
             here = spool.path(job["id"]).is_file()
-            unasked = job["status"] == "cancelled" and bool(_unasked_requests(ledger, job))
-            if ledger.retry(job, decided_by, lease_s, spooled_here=here, poll_left=unasked):
+            if ledger.retry(job, decided_by, lease_s, spooled_here=here):
                 # queued, or blocked: a job with needs waits for them again
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["retried"].append(entry)

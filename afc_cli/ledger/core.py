@@ -1667,7 +1667,6 @@ class Ledger:
         lease_s: float = 300.0,
         *,
         spooled_here: bool = False,
-        poll_left: bool = False,
     ) -> bool:
         """Put a failed, dead-lettered or cancelled job back to ``queued``: a person's decision.
 
@@ -1689,11 +1688,9 @@ class Ledger:
         found gone: a job dead-lettered by takeovers while it polled) stays after the base, so
         the next run polls that request rather than pay for a new one (one still ``started``
         too: a run killed while it fetched the answered request's output, which the next run's
-        claim marks ``unknown``); not for a cancelled job, whose request the cancel asked the
-        provider to stop, unless ``poll_left``: no cancel asked the provider about it (the
-        cancel was cut off before, ``ops.retry``), so it renders on, paid, and is polled as
-        well; or unless the provider answered that cancel that the request had completed
-        already (``CANCEL_TOO_LATE``: paid for, its result there to fetch). ``spooled_here``: a spool file of
+        claim marks ``unknown``); for a cancelled job only while that request is left to be
+        polled (``_cancel_left_polling``), not once the cancel asked the provider to stop it.
+        ``spooled_here``: a spool file of
         the job is in the spool of the host the retry runs on (a person copied it there, as
         ``SPOOL_MISSING`` asks): on a ledger whose hosts spool each on their own disk
         (``SPOOL_PER_HOST``) the job is leased to this host for ``lease_s`` likewise, so a run
@@ -1708,7 +1705,7 @@ class Ledger:
         with self.tx():
             self.hold_unmoved()
             here = host_lease() if spooled_here and self.SPOOL_PER_HOST else None
-            if not self._requeue(job, by, lease_s, here, spooled=spooled_here, poll=poll_left):
+            if not self._requeue(job, by, lease_s, here, spooled=spooled_here):
                 return False
             self._reblock_dependents(job, by)
         return True
@@ -1744,12 +1741,10 @@ class Ledger:
         here: str | None = None,
         *,
         spooled: bool = False,
-        poll: bool = False,
     ) -> bool:
         """``retry``'s update and event for one job (in the caller's transaction); ``here``:
         the host lease of the host whose spool has the job's file, ``spooled``: whether this
-        host's spool has it (``retry``'s ``spooled_here``), ``poll``: ``retry``'s
-        ``poll_left``."""
+        host's spool has it (``retry``'s ``spooled_here``)."""
         from afc_cli.providers.base import GONE_PREFIX
 
         now = _now()
@@ -1785,7 +1780,7 @@ class Ledger:
             (
                 here or spooled_at or "",
                 self.lease_clock() + lease_s,
-                1 if poll or self._cancelled_too_late(job) else 0,
+                1 if job["status"] == "cancelled" and self._cancel_left_polling(job) else 0,
                 GONE_PREFIX + "%",
                 now,
                 job["id"],
@@ -1803,21 +1798,34 @@ class Ledger:
         )
         return True
 
-    def _cancelled_too_late(self, job: dict[str, Any]) -> bool:
-        """Whether the job's last attempt is a request 'afc cancel' found completed at the
-        provider (``CANCEL_TOO_LATE``, the job's latest answer to a provider cancel): paid
-        for and kept there, so a retry polls it by its id, as for a job that was not
-        cancelled, rather than pay for the one output again."""
-        row = self._one(
-            f"SELECT kind, detail_json FROM events WHERE job_id = ? AND kind IN"
-            f" {_in(PROVIDER_CANCELS)} ORDER BY id DESC LIMIT 1",
+    def _cancel_left_polling(self, job: dict[str, Any]) -> bool:
+        """For a cancelled job: whether its last attempt's request, left at a job-style
+        provider (``started`` or ``unknown``, its id recorded), is still to be polled by a
+        retry rather than paid for again. So it is when no cancel asked the provider about it
+        (``PROVIDER_CANCELS``: the cancel was cut off between its commit and its request, so
+        the render goes on, paid), or when the provider answered the latest that the request
+        had completed already (``CANCEL_TOO_LATE``: paid for, its result there to fetch);
+        not once a cancel asked the provider to stop it."""
+        from afc_cli.providers import PROVIDERS
+
+        last = self._one(
+            "SELECT a.provider, a.provider_request_id FROM attempts a JOIN jobs j"
+            " ON j.id = a.job_id AND a.number = j.attempts WHERE a.job_id = ?"
+            " AND a.status IN ('started', 'unknown') AND a.provider_request_id IS NOT NULL",
             (job["id"],),
         )
-        if row is None or row["kind"] != CANCEL_TOO_LATE:
+        if last is None or not getattr(PROVIDERS.get(last["provider"]), "resumable", False):
             return False
-        attempts = self._one("SELECT attempts FROM jobs WHERE id = ?", (job["id"],))
-        detail = json.loads(row["detail_json"] or "{}")
-        return attempts is not None and detail.get("attempt") == attempts["attempts"]
+        answers = [
+            row["kind"]
+            for row in self._all(
+                f"SELECT kind, detail_json FROM events WHERE job_id = ? AND kind IN"
+                f" {_in(PROVIDER_CANCELS)} ORDER BY id",
+                (job["id"],),
+            )
+            if json.loads(row["detail_json"] or "{}").get("request") == last["provider_request_id"]
+        ]
+        return not answers or answers[-1] == CANCEL_TOO_LATE
 
     def release(self, job: dict[str, Any]) -> None:
         """Free a job this run holds but did not finish (it waits, or the run is stopping);
