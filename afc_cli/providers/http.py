@@ -761,8 +761,8 @@ def not_an_output(content_type: str | None, data: bytes, url: str | None = None)
     one: an empty body, an HTML page (its first bytes an HTML document's, or markup
     served as ``text/html``), or an error document: JSON served as JSON, or an XML
     ``<Error>`` served as XML, from a URL that names no such file (an API gateway's or an
-    object store's error answered with 200; an SVG is ``image/svg+xml``, never taken). A captive portal's login page, or a CDN's or proxy's error page
-    answered with 200, was stored as the job's output and the job succeeded: the paid render
+    object store's error answered with 200; an SVG is ``image/svg+xml``, never taken). A
+    captive portal's login page, or a CDN's or proxy's error page answered with 200, was stored as the job's output and the job succeeded: the paid render
     was lost with nothing said. An output afc stores is an image, a video or another file a
     model made (which kinds a model makes is its own: the bytes are not held to a list of
     formats); a page is one only where the output ``url`` the provider gave names an HTML
@@ -770,30 +770,28 @@ def not_an_output(content_type: str | None, data: bytes, url: str | None = None)
     every try fetched again and the attempt then failed, paid, for the next to pay again."""
     if not data:
         return "an empty body"
-    if url is not None:
-        from urllib.parse import urlsplit
-
-        if urlsplit(url).path.lower().endswith(_PAGE_FILES):
-            return None
+    if _url_names(url, _PAGE_FILES):
+        return None
     head = data[:256].lstrip(b"\xef\xbb\xbf \t\r\n\x0c").lower()
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if head.startswith(_PAGE_STARTS) or (media in _PAGE_TYPES and head.startswith(b"<")):
         return f"an HTML page ({media or 'no Content-Type'})"
     document = _DOC_TYPES.get(media)
-    if document is not None and not _names_document(url):
+    if document is not None and not _url_names(url, _DOC_FILES):
         is_json = "JSON" in document
         if head[:1] in (b"{", b"[") if is_json else b"<error" in head:
             return f"{document} ({media})"
     return None
 
 
-def _names_document(url: str | None) -> bool:
-    """Whether an output URL's path names a JSON or XML file (a model's own output then)."""
+def _url_names(url: str | None, endings: tuple[str, ...]) -> bool:
+    """Whether an output URL's path ends with one of ``endings``: a model's own web page,
+    or its JSON or XML output, which is then the output."""
     if url is None:
         return False
     from urllib.parse import urlsplit
 
-    return urlsplit(url).path.lower().endswith(_DOC_FILES)
+    return urlsplit(url).path.lower().endswith(endings)
 
 
 def passing(status: int) -> bool:
