@@ -55,9 +55,9 @@ from afc_cli.ledger import (
 )
 from afc_cli.owner import awake_clock, host_id, host_of
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
-from afc_cli.providers.base import GONE_PREFIX, NeverSent, RequestGone, no_look
+from afc_cli.providers.base import GONE_PREFIX, NeverSent, OutputNotKept, RequestGone, no_look
 from afc_cli.secrets import scrub, visible
-from afc_cli.spool import DirSync, Spool, SpoolFile, damage, set_aside
+from afc_cli.spool import DirSync, Output, Spilled, Spool, SpoolFile, damage, head_of, set_aside
 from afc_cli.storage import ObjectExists, ObjectInfo, Storage
 from afc_cli.storage.base import store_and_verify
 
@@ -1087,6 +1087,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     idle=ctx.idle,
                     ended=lambda: _ended_elsewhere(ctx, job),
                     on_priced=priced,
+                    scratch=str(ctx.spool.root),
                     # (a resumed request is only polled: nothing paid is sent)
                     last_look=(lambda at=looked: _last_look(ctx, job, at))
                     if resume is None
@@ -1195,6 +1196,18 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 raise JobLost(job["id"]) from None
             except _LedgerFailed as exc:
                 raise exc.__cause__ from None
+            except OutputNotKept as exc:
+                _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
+                paid = {
+                    **report,
+                    "status": "succeeded",
+                    "provider_request_id": exc.request_id,
+                    "usage": exc.usage or None,
+                    "cost_micros": exc.cost_micros,
+                    "cost_source": exc.cost_source,
+                    "started_at": started,
+                }
+                raise _not_kept(ctx, job, number, paid, exc.message) from None
             except ProviderError as exc:
                 _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
                 ctx.ledger.end_attempt(
@@ -1247,7 +1260,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             },
         )
         ctx.rendered[job["id"]] = job  # until the spool step takes the bytes (``keep_rendered``)
-        _named_as(ctx, job, entry, result.data)
+        _named_as(ctx, job, entry, head_of(result.data))
         _learn_cost(ctx, entry, rates, request["params"], result.cost_micros)
         if result.cost_micros is not None and ctx.cap_micros is not None:
             ctx.ledger.hold_known_cost(
@@ -1262,7 +1275,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         return True
 
 
-def _named_as(ctx: RunContext, job: dict[str, Any], entry: dict[str, Any], data: bytes) -> None:
+def _named_as(ctx: RunContext, job: dict[str, Any], entry: dict[str, Any], head: bytes) -> None:
     """Say once a batch and model when a render's bytes are another image format than its
     output key names: the key's ``{ext}`` is ``params.output_format`` (default png), decided
     before the render, and a model may answer another (Replicate's flux answers WebP unless
@@ -1272,7 +1285,7 @@ def _named_as(ctx: RunContext, job: dict[str, Any], entry: dict[str, Any], data:
 
     from afc_cli.inputs import image_type
 
-    found = image_type(data[:32])
+    found = image_type(head[:32])
     named = mimetypes.guess_type(job["output_key"])[0]
     if found is None or named is None or found == named:
         return
@@ -1464,41 +1477,11 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
     data, success = pending
     number = job["rendered_by"]["attempt"]
     try:
-        run = ctx.offload if len(data) <= OFFLOAD_SPOOL_BYTES else asyncio.to_thread
-        spooled = await run(ctx.spool.write, job["id"], data, sync_dir=False)
+        spooled = await _spool_write(ctx, job["id"], data, sync_dir=False)
         del data
         await ctx.dirs.sync(ctx.spool.root)  # the rename is durable: shared with other jobs
     except (OSError, SpoolError) as exc:
-        # The bytes cannot be kept here (a full disk, say): record the paid attempt, then
-        # stop the run, since every other render would land on the same disk. A job-style
-        # provider's request (its id committed) still holds the output for a while
-        # (Replicate an hour, fal minutes): the attempt is left to the next run, which polls
-        # that request and fetches its output again for free (``_resumable``), at the cost
-        # known now, rather than paying for a new render as a synchronous provider's must.
-        request_id = success.get("provider_request_id")
-        provider = ctx.providers.get(success["provider"])
-        left = request_id is not None and provider is not None and provider.resumable
-        if left:
-            success = {
-                **success,
-                "status": "unknown",
-                "error_class": INTERRUPTED,
-                "error_message": f"its output could not be kept in the spool ({exc}); the "
-                f"next run fetches it again from request {request_id}",
-            }
-        ctx.ledger.end_attempt(job, number, **success)
-        ctx.ledger.note(job, "spool_failed", error=str(exc))
-        again = (
-            f"the next run fetches it again from {success['provider']} request {request_id} "
-            "while the provider keeps it, paying nothing again"
-            if left
-            else "the job renders again"
-        )
-        raise SpoolError(
-            f"cannot keep the output of {job['batch']}/{job['key']} in the spool "
-            f"{ctx.spool.root}: {exc}. Its render (attempt {number}) is recorded with its "
-            f"cost; fix the disk, then run 'afc resume' ({again})."
-        ) from None
+        raise _not_kept(ctx, job, number, success, exc) from None
     crash_point("after_spool")
     try:
         with ctx.ledger.tx():
@@ -1530,6 +1513,56 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
     return True
 
 
+def _not_kept(
+    ctx: RunContext, job: dict[str, Any], number: int, success: dict[str, Any], exc: object
+) -> SpoolError:
+    """The bytes of a paid render cannot be kept here (a full disk, say: its spool write
+    failed, or its download's spill to the spool's folder, ``OutputNotKept``): record the
+    paid attempt; the caller stops the run with the error returned, since every other render
+    would land on the same disk. A job-style provider's request (its id committed) still
+    holds the output for a while (Replicate an hour, fal minutes): the attempt is left to the
+    next run, which polls that request and fetches its output again for free
+    (``_resumable``), at the cost known now, rather than paying for a new render as a
+    synchronous provider's must."""
+    request_id = success.get("provider_request_id")
+    provider = ctx.providers.get(success["provider"])
+    left = request_id is not None and provider is not None and provider.resumable
+    if left:
+        success = {
+            **success,
+            "status": "unknown",
+            "error_class": INTERRUPTED,
+            "error_message": f"its output could not be kept in the spool ({exc}); the "
+            f"next run fetches it again from request {request_id}",
+        }
+    ctx.ledger.end_attempt(job, number, **success)
+    ctx.ledger.note(job, "spool_failed", error=str(exc))
+    again = (
+        f"the next run fetches it again from {success['provider']} request {request_id} "
+        "while the provider keeps it, paying nothing again"
+        if left
+        else "the job renders again"
+    )
+    return SpoolError(
+        f"cannot keep the output of {job['batch']}/{job['key']} in the spool "
+        f"{ctx.spool.root}: {exc}. Its render (attempt {number}) is recorded with its "
+        f"cost; fix the disk, then run 'afc resume' ({again})."
+    )
+
+
+async def _spool_write(ctx: RunContext, job_id: str, data: Output, **kw: Any) -> SpoolFile:
+    """``Spool.write`` of a render's bytes: in the file helper process (``ctx.offload``) when
+    they are few, else in a thread of this one (a large output is not copied through a pipe;
+    one spilled to a file, ``Spilled``, cannot be). A spilled file is closed after."""
+    try:
+        small = isinstance(data, bytes) and len(data) <= OFFLOAD_SPOOL_BYTES
+        run = ctx.offload if small else asyncio.to_thread
+        return await run(ctx.spool.write, job_id, data, **kw)
+    finally:
+        if isinstance(data, Spilled):
+            data.close()
+
+
 async def keep_rendered(ctx: RunContext) -> int:
     """Write to the spool the paid renders still in memory (``RunContext.rendered``) when the
     ledger broke under the run (a full disk, a lost PostgreSQL connection, a write lock held
@@ -1545,7 +1578,7 @@ async def keep_rendered(ctx: RunContext) -> int:
         if pending is None:
             continue
         try:
-            spooled = await ctx.offload(ctx.spool.write, job_id, pending[0])
+            spooled = await _spool_write(ctx, job_id, pending[0])
         except (OSError, SpoolError):
             continue
         ctx.kept.append((job, spooled))

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,59 @@ CHUNK = 1 << 20
 # ledgers' runs (two PostgreSQL ledgers run from one working folder both spool to
 # ``./afc-spool``) is refused to the second, since their job ids are alike (batch and key).
 OWNER_FILE = ".afc-ledger"
+
+
+class Spilled:
+    """An output download larger than ``afc_cli/providers/http.py``'s ``IN_MEMORY_OUTPUT_BYTES``, held in an
+    unnamed temporary file in the spool's folder (``AttemptRequest.scratch``) instead of in
+    memory: outputs may be up to 2 GiB each (a video, or a body that a gzip encoding swells),
+    and a run holds one per call in flight, so 500 calls held in memory could take far more
+    than the machine has and the kernel killed the run. The file has no name (``O_TMPFILE``
+    where the system has it): a process killed with it open leaves nothing behind. The spool
+    step copies it into the job's spool file (``Spool.write``), hashing as it goes.
+
+    ``head``: its first bytes (what ``not_an_output`` and the image-type check read)."""
+
+    HEAD = 256
+
+    def __init__(self, folder: str | os.PathLike[str] | None) -> None:
+        import tempfile
+
+        if folder is not None:
+            os.makedirs(folder, exist_ok=True)
+        self.file = tempfile.TemporaryFile(dir=folder)
+        self.size = 0
+        self.head = b""
+
+    def write(self, data: bytes) -> None:
+        if len(self.head) < self.HEAD:
+            self.head += data[: self.HEAD - len(self.head)]
+        self.file.write(data)
+        self.size += len(data)
+
+    def chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
+        """Its bytes from the start, ``size`` at a time."""
+        self.file.flush()
+        self.file.seek(0)
+        while chunk := self.file.read(size):
+            yield chunk
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __reduce__(self) -> Any:  # never sent to the file helper process (afc_cli/offload.py)
+        raise TypeError("a spilled output is written to the spool in this process")
+
+
+Output = bytes | Spilled  # a render's bytes, in memory or spilled to a file
+
+
+def head_of(data: Output, size: int = Spilled.HEAD) -> bytes:
+    """An output's first ``size`` bytes (at most ``Spilled.HEAD``)."""
+    return (data.head if isinstance(data, Spilled) else data)[:size]
 
 
 @dataclass(frozen=True)
@@ -175,14 +228,16 @@ class Spool:
             os.close(fd)
             probe.unlink(missing_ok=True)
 
-    def write(self, job_id: str, data: bytes, *, sync_dir: bool = True) -> SpoolFile:
+    def write(self, job_id: str, data: Output, *, sync_dir: bool = True) -> SpoolFile:
         """Write, fsync and rename into place. ``sync_dir=False`` leaves the directory fsync
-        that makes the rename durable to the caller (a ``DirSync``)."""
+        that makes the rename durable to the caller (a ``DirSync``). ``data``: the bytes, or
+        a download spilled to a file (``Spilled``), copied a chunk at a time."""
         final = self.path(job_id)
-        _write_whole(final.with_suffix(".part"), final, data)
+        digest = hashlib.sha256()
+        _write_whole(final.with_suffix(".part"), final, data, digest=digest)
         if sync_dir:
             fsync_dir(self.root)
-        return SpoolFile(final, len(data), hashlib.sha256(data).hexdigest())
+        return SpoolFile(final, len(data), digest.hexdigest())
 
     def describe(self, job_id: str, about: dict[str, Any]) -> None:
         """Keep beside a job's spool file what its render is (``<job id>.about``: the job's
@@ -382,11 +437,13 @@ def _write_file(path: Path, data: bytes, mode: int) -> None:
         os.close(fd)
 
 
-def _write_whole(part: Path, final: Path, data: bytes, *, sync: bool = True) -> None:
+def _write_whole(
+    part: Path, final: Path, data: Output, *, sync: bool = True, digest: Any = None
+) -> None:
     """Write ``data`` to ``part``, fsync it and rename it to ``final`` (the folder is made if
     missing): ``final`` is always whole. The caller fsyncs the folder to make the rename
     durable. A partial file is worth nothing (it is never adopted) and may be large: a full
-    disk must not keep it."""
+    disk must not keep it. ``digest``: a hash fed what is written."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     try:
         fd = os.open(part, flags, 0o644)
@@ -395,10 +452,13 @@ def _write_whole(part: Path, final: Path, data: bytes, *, sync: bool = True) -> 
         fd = os.open(part, flags, 0o644)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            for chunk in data.chunks() if isinstance(data, Spilled) else (data,):
+                if digest is not None:
+                    digest.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
             if sync:
                 os.fsync(fd)
         finally:

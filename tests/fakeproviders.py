@@ -25,6 +25,7 @@ KEYS = {
 # a "cdn-outage" prompt's output answers 503 to its first downloads: more than two rounds of
 # FETCH_TRIES (afc_cli/providers/http.py), so only later rounds get it
 CDN_OUTAGE = 9
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # how long a "cdn-slow" prompt's output takes to answer each of its 503s
 CDN_SLOW_S = 0.4
 # a "poll-outage" prompt's first polls answer 503 (Replicate, fal): twelve intervals of
@@ -64,6 +65,10 @@ class FakeProviders:
         # outputs whose 503s come slowly (a "cdn-slow" prompt's: a gateway's own timeout)
         self.slow_files: set[str] = set()
         self.cdn_back = threading.Event()
+        # outputs served gzip-encoded, this many bytes once decoded (a "big-out-N" prompt's:
+        # N MiB), and the encoded bodies by size
+        self.big_files: dict[str, int] = {}
+        self.gzipped: dict[int, bytes] = {}
         # every generation request: (time it arrived, provider, prompt, billed); ``billed`` is
         # True once the provider has done (and charges for) the work, whatever the client hears
         self.log: list[tuple[float, str, str, bool]] = []
@@ -155,6 +160,13 @@ class FakeProviders:
         if self.server:
             self.server.shutdown()
 
+    def gzipped_output(self, size: int) -> bytes:
+        """A PNG signature and zeros, ``size`` bytes in all, gzip-compressed (made once)."""
+        with self.lock:
+            if size not in self.gzipped:
+                self.gzipped[size] = big_output_gzip(size)
+            return self.gzipped[size]
+
     # --- routing --------------------------------------------------------------------------------
 
     def route(self, h, method: str) -> None:
@@ -177,6 +189,13 @@ class FakeProviders:
                 return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
             if path in self.flaky_files and self.first_time(f"download {path}"):
                 return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
+            if path in self.big_files:  # a video-sized output, sent gzip-encoded
+                return h.reply(
+                    200,
+                    raw=self.gzipped_output(self.big_files[path]),
+                    ctype="image/png",
+                    headers={"Content-Encoding": "gzip"},
+                )
             if path.endswith(".webp"):  # a model answering WebP (Replicate's flux, by default)
                 return h.reply(200, raw=render_webp(), ctype="image/webp")
             return h.reply(200, raw=render_png(path, 32, 32), ctype="image/png")
@@ -573,6 +592,8 @@ class FakeProviders:
         if "flaky-download" in p["prompt"]:
             self.flaky_files.add(f"/files/{pid}.png")
         self.cdn_outage(p["prompt"], f"/files/{pid}.png")
+        if big := re.search(r"big-out-(\d+)", p["prompt"]):
+            self.big_files[f"/files/{pid}.png"] = int(big.group(1)) << 20
         if p["status"] in ("starting", "processing"):
             held = "hold" in p["prompt"] and not self.released.is_set()
             # a "done-at-cancel" prediction renders until a cancel finds it completed
@@ -886,6 +907,27 @@ class FakeProviders:
 
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
+
+
+def big_output(size: int) -> bytes:
+    """What a "big-out" output decodes to: a PNG signature, then zeros."""
+    return PNG_SIGNATURE + bytes(size - len(PNG_SIGNATURE))
+
+
+def big_output_gzip(size: int) -> bytes:
+    import zlib
+
+    packer = zlib.compressobj(1, zlib.DEFLATED, 31)  # 31: a gzip header and trailer
+    parts = [packer.compress(PNG_SIGNATURE)]
+    zeros = bytes(1 << 20)
+    left = size - len(PNG_SIGNATURE)
+    while left:
+        piece = min(left, len(zeros))
+        parts.append(packer.compress(zeros[:piece]))
+        left -= piece
+    parts.append(packer.flush())
+    body = b"".join(parts)
+    return body
 
 
 def render_webp() -> bytes:

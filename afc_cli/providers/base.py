@@ -11,6 +11,7 @@ from typing import Any
 
 from afc_cli.costs import RateCards
 from afc_cli.secrets import scrub, visible
+from afc_cli.spool import Output
 
 
 async def _nothing(request_id: str) -> None:
@@ -90,11 +91,14 @@ class AttemptRequest:
     # written on the attempt at once (afc_cli/pipeline.py), not held in memory until the
     # fetch ends, so a process killed meanwhile leaves the attempt at the cost it was paid
     on_priced: Callable[[int, str], Awaitable[None]] | None = None
+    # where an output download too large to hold in memory is spilled (``Spilled``): the
+    # spool's folder, so the spool step's copy stays on one disk; None: the system's temp
+    scratch: str | None = None
 
 
 @dataclass
 class AttemptResult:
-    data: bytes
+    data: Output
     ext: str
     usage: dict[str, Any] = field(default_factory=dict)
     cost_micros: int | None = None
@@ -161,6 +165,16 @@ class RequestGone(ProviderError):
             f"{GONE_PREFIX} {request_id} ({provider}{': ' + detail if detail else ''}); "
             "it may have been paid for",
         )
+
+
+class OutputNotKept(ProviderError):
+    """A paid render's output was being downloaded and could not be written where a large
+    one is spilled (``AttemptRequest.scratch``, the spool's folder: a full disk, say). The
+    run records the paid attempt and stops, as when a spool write fails (afc_cli/pipeline.py,
+    ``_not_kept``): every other render would land on the same disk."""
+
+    def __init__(self, message: str):
+        super().__init__("server", message)
 
 
 class Provider:

@@ -14,9 +14,22 @@ from functools import partial
 from typing import Any
 
 from afc_cli.attempts import parse_retry_after
-from afc_cli.providers.base import AttemptRequest, Provider, ProviderError, RequestGone
+from afc_cli.providers.base import (
+    AttemptRequest,
+    OutputNotKept,
+    Provider,
+    ProviderError,
+    RequestGone,
+)
+from afc_cli.spool import Output, Spilled, head_of
 
 MAX_OUTPUT_BYTES = 2 * 1024**3
+# An output download larger than this is written to a file as it arrives (``Spilled``), not
+# held in memory; the file is written a batch of ``SPILL_BATCH_BYTES`` at a time. A download
+# then holds at most this, a batch and one decoded chunk (some 64 MiB for a gzip body of
+# zeros: afc_cli/providers/transport.py, ``ACCEPT_ENCODING``) in memory, whatever its size
+IN_MEMORY_OUTPUT_BYTES = 16 << 20
+SPILL_BATCH_BYTES = 4 << 20
 
 
 # Connections per provider when nothing sizes the pool (run_jobs sizes it: ``size_pool``).
@@ -172,7 +185,7 @@ class HttpProvider(Provider):
         usage: dict[str, Any],
         cost: int | None,
         request_id: str | None = None,
-    ) -> bytes:
+    ) -> Output:
         """``download`` of a paid render's output, in rounds while it stays out of reach for
         a moment (``outlast``): a failure that outlasts them carries the render's usage and
         cost (it was paid) and its request id. ``began``: the call's start on ``clock``."""
@@ -191,6 +204,7 @@ class HttpProvider(Provider):
                     sleep=self.sleep,
                     rand=self.rand,
                     public_only=public_only,
+                    spill_to=request.scratch,
                 ),
                 priced,
             )
@@ -635,7 +649,8 @@ async def download(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     rand: Callable[[], float] = random.random,
     public_only: Any = False,
-) -> bytes:
+    spill_to: str | None = None,
+) -> Output:
     """Fetch an output URL at once (providers delete them within minutes to an hour), again
     when it fails for a moment (``fetched``; a body cut short is a transport error too). A
     failure that outlasts the tries raises a ProviderError with the cost unknown; the
@@ -655,7 +670,10 @@ async def download(
 
     ``public_only``: the URL, and each redirect, must be on a public address (True:
     ``transport.PUBLIC_ONLY``), one on this host or its private network not fetched; or
-    (``transport.NOT_THIS_HOST``) on any address but this host's."""
+    (``transport.NOT_THIS_HOST``) on any address but this host's.
+
+    An output of more than ``IN_MEMORY_OUTPUT_BYTES`` is returned as a ``Spilled`` file in
+    ``spill_to`` (the spool's folder), not as bytes."""
     import httpx
 
     if is_data_url(url):
@@ -675,15 +693,17 @@ async def download(
                     # of a slot and 2 GiB of memory, or, from a CDN that stalled, rounds)
                     raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
                 response.limited = False  # counted here (MAX_ANSWER_BYTES is for JSON)
-                chunks, size = [], 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > MAX_OUTPUT_BYTES:
-                        raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
-                    chunks.append(chunk)
-                response.output = b"".join(chunks)
-                instead = not_an_output(response.headers.get("content-type"), response.output, url)
+                response.output = await _read_output(response, provider, spill_to)
+                head = head_of(response.output)
+                instead = not_an_output(
+                    response.headers.get("content-type"),
+                    head,
+                    url,
+                    empty=not response.output,
+                )
                 if instead is not None:
+                    if isinstance(response.output, Spilled):
+                        response.output.close()
                     raise NotAnOutput(instead)
             return response
 
@@ -733,6 +753,52 @@ async def download(
     return response.output
 
 
+async def _read_output(response: Any, provider: str, spill_to: str | None) -> Output:
+    """An output download's body: bytes, or once it passes ``IN_MEMORY_OUTPUT_BYTES`` a
+    ``Spilled`` file in ``spill_to`` (written from a thread a batch of chunks at a time,
+    which a 2 GiB body on a slow disk would otherwise block the run loop with). A body past
+    ``MAX_OUTPUT_BYTES`` is refused; a spill that cannot be written (a full disk) is an
+    ``OutputNotKept`` the paid render's fetch ends with (``HttpProvider.fetch_output`` puts
+    its cost on it): the run records the attempt and stops, as for a spool write's failure."""
+    chunks: list[bytes] = []
+    size = held = 0
+    spilled: Spilled | None = None
+    try:
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_OUTPUT_BYTES:
+                raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
+            chunks.append(chunk)
+            held += len(chunk)
+            if spilled is None and size <= IN_MEMORY_OUTPUT_BYTES:
+                continue
+            if spilled is None:
+                spilled = await asyncio.to_thread(Spilled, spill_to)
+            if held >= SPILL_BATCH_BYTES:
+                await asyncio.to_thread(_spill, spilled, chunks)
+                chunks, held = [], 0
+        if spilled is None:
+            return b"".join(chunks)
+        await asyncio.to_thread(_spill, spilled, chunks)
+        return spilled
+    except OSError as exc:
+        if spilled is not None:
+            spilled.close()
+        raise OutputNotKept(
+            f"{provider}: its output ({size} bytes so far) could not be written to "
+            f"{spill_to or 'the temporary folder'}: {exc.strerror or exc}"
+        ) from None
+    except BaseException:
+        if spilled is not None:
+            spilled.close()
+        raise
+
+
+def _spill(spilled: Spilled, chunks: list[bytes]) -> None:
+    for chunk in chunks:
+        spilled.write(chunk)
+
+
 class NotAnOutput(Exception):
     """A free GET's 200 whose body is not what it fetches (an output URL's: ``not_an_output``;
     fal's result that is no JSON object): failed for a moment, as a 503 is (``fetched`` tries
@@ -756,7 +822,9 @@ _DOC_TYPES = {
 _DOC_FILES = (".json", ".jsonl", ".xml")
 
 
-def not_an_output(content_type: str | None, data: bytes, url: str | None = None) -> str | None:
+def not_an_output(
+    content_type: str | None, data: bytes, url: str | None = None, *, empty: bool | None = None
+) -> str | None:
     """What an output download's 200 carried instead of an output, or None when it may be
     one: an empty body, an HTML page (its first bytes an HTML document's, or markup
     served as ``text/html``), or an error document: JSON served as JSON, or an XML
@@ -767,8 +835,10 @@ def not_an_output(content_type: str | None, data: bytes, url: str | None = None)
     model made (which kinds a model makes is its own: the bytes are not held to a list of
     formats); a page is one only where the output ``url`` the provider gave names an HTML
     file (a model's web page: README 'afc serve' sends such an output sandboxed), which
-    every try fetched again and the attempt then failed, paid, for the next to pay again."""
-    if not data:
+    every try fetched again and the attempt then failed, paid, for the next to pay again.
+
+    ``data``: the body, or its first bytes with ``empty`` saying whether the body was."""
+    if (not data) if empty is None else empty:
         return "an empty body"
     if _url_names(url, _PAGE_FILES):
         return None
