@@ -1100,8 +1100,14 @@ def retry(
                 else:
                     _err(f"{item['batch']}/{item['key']}: queued again (was {item['was']})")
             for item in result["unchanged"]:
-                _err(f"{item['batch']}/{item['key']}: now {item['status']}, left as it is")
-            if result["retried"]:
+                if item.get("already_retried"):
+                    _err(
+                        f"{item['batch']}/{item['key']}: already {item['status']} again by an "
+                        "earlier retry, left as it is"
+                    )
+                else:
+                    _err(f"{item['batch']}/{item['key']}: now {item['status']}, left as it is")
+            if result["retried"] or any(i.get("already_retried") for i in result["unchanged"]):
                 _err("run 'afc resume' to render them (or let cron do it)")
             else:
                 _err("no job to retry")

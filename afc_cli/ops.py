@@ -299,8 +299,11 @@ def retry(
             targets = _named(ledger, ledger_path, keys, batch, "retry")
         else:
             targets = ledger.batch_jobs(batch, tuple(statuses))
-        refused = []
+        refused, already = [], []
         for job in targets:
+            if keys and _retried_unrun(ledger, job):
+                already.append(job)  # an earlier retry's (one interrupted, say): left as it is
+                continue
             if job["status"] not in RETRYABLE:
                 why = {
                     "succeeded": "it succeeded: its output is stored, and afc never pays for it "
@@ -329,6 +332,17 @@ def retry(
         from afc_cli.spool import Spool
 
         out: dict[str, Any] = {"retried": [], "unchanged": []}
+        for job in already:
+            out["unchanged"].append(
+                {
+                    "key": job["key"],
+                    "batch": job["batch"],
+                    "was": job["status"],
+                    "status": job["status"],
+                    "already_retried": True,
+                }
+            )
+        targets = [job for job in targets if job not in already]
         decided_by = by or who()
         lease_s = lease_seconds()  # a job whose render waits in a host's spool: its lease there
         # A job's spool file in this host's spool (copied here, as SPOOL_MISSING asks): the
@@ -349,6 +363,19 @@ def retry(
         return out
     finally:
         ledger.close()
+
+
+def _retried_unrun(ledger: Ledger, job: dict[str, Any]) -> bool:
+    """Whether a job named to ``retry`` is as an earlier retry left it: queued (or blocked
+    on its needs) with that retry its last event, no run having taken it since. Each job's
+    retry is its own transaction, so ``afc retry a b c`` interrupted after ``a`` and run again
+    as it was refused everything, ``a`` being queued ("it runs without a retry"), and said
+    nothing was changed (exit 2); now ``a`` is reported as already retried and the others are
+    retried."""
+    if job["status"] not in ("queued", "blocked"):
+        return False
+    events = ledger.events(job["id"])
+    return bool(events) and events[-1]["kind"] == "retried"
 
 
 def _in_flight(attempt: dict[str, Any], now: float | None = None) -> bool:
