@@ -298,7 +298,7 @@ class Pages:
             total=total,
             number=number,
             pages=pages,
-            decided=query.get("decided"),
+            decided=query["decided"] if self.told(query) else None,
             decided_key=query.get("key"),
             error=None,
         )
@@ -333,11 +333,34 @@ class Pages:
             return self.unavailable(request, exc)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
-        url = request.url_for("review").include_query_params(decided=DECIDED[action], key=key)
+        url = self.decided_url(request, DECIDED[action], key)
         page = str(form.get("page", ""))
         if page.isdigit() and page != "1":  # back to the page decided on, not the first
             url = url.include_query_params(page=page)
         return RedirectResponse(str(url), status_code=303)
+
+    def _signed(self, decided: str, key: str) -> str:
+        message = f"{decided}\n{key}".encode()
+        return hmac.new(self.form_token.encode(), message, hashlib.sha256).hexdigest()[:32]
+
+    def decided_url(self, request: Any, decided: str, key: str) -> Any:
+        """The review page after a decision, saying it (``?decided=&key=``), signed with
+        this server's secret (``told``)."""
+        return request.url_for("review").include_query_params(
+            decided=decided, key=key, sig=self._signed(decided, key)
+        )
+
+    def told(self, query: Any) -> bool:
+        """Whether the review page's "KEY: approved." line is this server's: its address is
+        anyone's to write, and a link could put any sentence in that line ("shot-002:
+        rejected." of a job no one decided, which a reviewer passes by; "every picture below
+        is checked, approve the 120 shown"), so it is shown only as ``decided_url`` signed
+        it."""
+        decided, key = query.get("decided"), query.get("key")
+        if decided not in DECIDED.values() or key is None:
+            return False
+        sent = query.get("sig", "").encode()  # bytes: compare_digest refuses non-ASCII text
+        return hmac.compare_digest(sent, self._signed(decided, key).encode())
 
     def _forged(self, request: Any, form: Any) -> Any:
         """The 403 page for a form without this server's token (a page of another site, or
@@ -411,8 +434,8 @@ class Pages:
             return self.unavailable(request, exc)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
-        url = request.url_for("review").include_query_params(
-            decided="approved", key=f"{len(decided)} job{'' if len(decided) == 1 else 's'}"
+        url = self.decided_url(
+            request, "approved", f"{len(decided)} job{'' if len(decided) == 1 else 's'}"
         )
         return RedirectResponse(str(url), status_code=303)
 
