@@ -54,3 +54,52 @@ def test_the_decided_message_is_only_what_this_server_decided(afc):
     assert code == 0
     assert status(afc, "shot-002") == "awaiting_review"
     assert status(afc, "shot-001") == "succeeded"
+
+
+def test_thumbnails_of_huge_pictures_are_not_all_decoded_at_once(afc):
+    """Each thumbnail was made from the whole decoded picture (and a copy of it, turned or
+    not), in as many threads as requests came: a contact sheet of 81-megapixel upscales
+    (PNGs of a few hundred KB) opened by two reviewers took afc serve past 7 GB. The pictures
+    being decoded at once now hold at most ``thumbs.DECODE_PIXELS`` (one alone always goes).
+    Measured here: eight 36-megapixel pictures (144 MB each decoded) asked for at once, the
+    server's peak resident memory (from the kernel, at its exit)."""
+    import os
+    import signal
+    import threading
+
+    from PIL import Image
+
+    from afc_cli.web.thumbs import DECODE_PIXELS
+
+    awaiting(afc, 8)
+    folder = afc.outputs() / "b1"
+    Image.new("RGB", (6000, 6000), (200, 30, 30)).save(folder / "shot-001.png")
+    for n in range(2, 9):
+        (folder / f"shot-{n:03d}.png").write_bytes((folder / "shot-001.png").read_bytes())
+    ids = [row[0] for row in afc.rows("SELECT id FROM jobs")]
+    served = Served(afc)
+    answers: list[int] = []
+    try:
+        asked = [
+            threading.Thread(
+                target=lambda job=job: answers.append(
+                    httpx.get(f"{served.url}thumb/{job}", timeout=300).status_code
+                )
+            )
+            for job in ids
+        ]
+        for thread in asked:
+            thread.start()
+        for thread in asked:
+            thread.join()
+    finally:
+        served.proc.send_signal(signal.SIGINT)
+        served.proc.stderr.close()
+        _, code, usage = os.wait4(served.proc.pid, 0)
+        served.proc.returncode = code
+    assert answers == [200] * 8
+    peak = usage.ru_maxrss * 1024  # KiB on Linux
+    # the budget's pixels at 4 bytes each (three of these pictures: 0.75 GB measured, with the
+    # server and its buffers) and room to spare; all eight at once were over 2.3 GB
+    assert DECODE_PIXELS < 4 * 36_000_000
+    assert peak < 1200 * 2**20, peak >> 20

@@ -16,15 +16,22 @@ import base64
 import io
 import mimetypes
 import os
+import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 SIZE = 240
 QUALITY = 70
 MAX_BYTES = 64 * 1024 * 1024  # a picture bigger than this is not read for a preview
+# pixels the thumbnails being made at once may hold decoded (about 4 bytes each: 512 MB); a
+# picture past it waits for the others (one alone is always made). Each decoded whole at once,
+# a contact sheet of 81-megapixel upscales (a PNG of a few hundred KB each) opened in a
+# browser, six pictures at a time, took afc serve past 3 GB, and two reviewers past 7 GB
+DECODE_PIXELS = 128 * 10**6
 
 
 @dataclass(frozen=True)
@@ -70,10 +77,12 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
                 # decoded whole, a few hundred MB each, in every thread of make_all at once
                 pixels = image.width * image.height
                 return Thumb(None, f"{pixels // 10**6} million pixels: no preview")
-            image = ImageOps.exif_transpose(image)
-            # reduce by a whole factor first, then bilinear: a quarter of LANCZOS's time, and
-            # no visible difference at this size
-            image.thumbnail((size, size), Image.Resampling.BILINEAR, reducing_gap=1.0)
+            with _DECODING.held(image.width * image.height):
+                # in place: a copy of the whole decoded picture otherwise, even with no turn
+                ImageOps.exif_transpose(image, in_place=True)
+                # reduce by a whole factor first, then bilinear: a quarter of LANCZOS's time,
+                # and no visible difference at this size
+                image.thumbnail((size, size), Image.Resampling.BILINEAR, reducing_gap=1.0)
             if image.mode not in ("RGB", "RGBA"):
                 image = image.convert("RGBA" if "A" in image.getbands() else "RGB")
             out = io.BytesIO()
@@ -86,6 +95,30 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
         # others raise struct.error, EOFError...), and one such output ended the whole report
         return Thumb(None, f"cannot decode the picture: {str(exc) or exc.__class__.__name__}")
     return Thumb(out.getvalue())
+
+
+class _Budget:
+    """Decoded pixels held at once by the threads making thumbnails (``DECODE_PIXELS``)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.used = 0
+        self.changed = threading.Condition()
+
+    @contextmanager
+    def held(self, pixels: int) -> Iterator[None]:
+        with self.changed:
+            self.changed.wait_for(lambda: self.used == 0 or self.used + pixels <= self.total)
+            self.used += pixels
+        try:
+            yield
+        finally:
+            with self.changed:
+                self.used -= pixels
+                self.changed.notify_all()
+
+
+_DECODING = _Budget(DECODE_PIXELS)
 
 
 class _Unreachable:
