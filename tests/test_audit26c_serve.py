@@ -103,3 +103,76 @@ def test_thumbnails_of_huge_pictures_are_not_all_decoded_at_once(afc):
     # server and its buffers) and room to spare; all eight at once were over 2.3 GB
     assert DECODE_PIXELS < 4 * 36_000_000
     assert peak < 1200 * 2**20, peak >> 20
+
+
+def _get_as(uid: int, url: str, path: str, cookie: str = "", extra: str = "") -> str:
+    """The status line of GET ``path`` sent by a process of user ``uid`` (a forked child that
+    drops to it): another person logged in to the same machine."""
+    import encodings.idna  # noqa: F401 - loaded here: the child may not read Python's files
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    address = urlsplit(url)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            os.close(read)
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.create_connection((address.hostname, address.port), timeout=30) as conn:
+                extra += f"Cookie: {cookie}\r\n" if cookie else ""
+                conn.sendall(
+                    f"GET {path} HTTP/1.1\r\nHost: {address.netloc}\r\n{extra}"
+                    "Connection: close\r\n\r\n".encode()
+                )
+                answer = b""
+                while chunk := conn.recv(65536):
+                    answer += chunk
+            os.write(write, answer.split(b"\r\n", 1)[0])
+        except BaseException as exc:
+            os.write(write, repr(exc).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        line = fh.read().decode()
+    os.waitpid(child, 0)
+    return line
+
+
+@pytest.mark.skipif(
+    not hasattr(__import__("os"), "getuid") or __import__("os").getuid() != 0,
+    reason="needs root, to connect as another user",
+)
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/net/tcp"), reason="Linux only")
+def test_another_user_of_the_machine_cannot_decide_through_a_loopback_server(afc):
+    """Bound to 127.0.0.1, afc serve answered every process of the machine: on a render box
+    others log in to (the server reached through an SSH tunnel), any of them could open the
+    review page, read its form token and approve or reject, each decision recorded as the
+    user running the server. Without AFC_SERVE_TOKEN it now answers its own user only (403
+    for another, saying to set the token to share it); with the token set, whoever has it."""
+    nobody = 65534
+    awaiting(afc, 1)
+    served = Served(afc)
+    try:
+        assert _get_as(nobody, served.url, "/review").startswith("HTTP/1.1 403")
+        # nor as a proxy on this machine saying whom it forwards for (uvicorn took that as
+        # the connection's address from any process of 127.0.0.1)
+        forwarded = "X-Forwarded-For: 192.0.2.7\r\n"
+        assert _get_as(nobody, served.url, "/review", extra=forwarded).startswith("HTTP/1.1 403")
+        assert _get_as(0, served.url, "/review").startswith("HTTP/1.1 200")
+        assert httpx.get(served.url + "review").status_code == 200
+    finally:
+        code, _ = served.stop()
+    assert code == 0
+    token = "a-shared-secret-of-enough-length"
+    served = Served(afc, env={"AFC_SERVE_TOKEN": token})
+    try:
+        opened = httpx.get(served.url, params={"token": token})
+        cookie = "; ".join(f"{name}={value}" for name, value in opened.cookies.items())
+        assert _get_as(nobody, served.url, "/review", cookie).startswith("HTTP/1.1 200")
+        assert _get_as(nobody, served.url, "/review").startswith("HTTP/1.1 401")
+    finally:
+        served.stop()

@@ -7,7 +7,7 @@ Who may do what:
 
 - It binds 127.0.0.1 by default, and then answers only requests addressed to a loopback name
   (``Host`` 127.0.0.1, localhost or [::1]): a web page elsewhere cannot reach it through DNS
-  rebinding.
+  rebinding. Without a token, only connections of the user running it or root (``peer_uid``).
 - Any other ``--host`` needs ``AFC_SERVE_TOKEN`` (at least 16 characters), else it is refused
   with exit 2 before binding. With the variable set (on any host), every request needs it:
   opening ``/?token=...`` once sets a cookie (HttpOnly, SameSite=Strict) and redirects to the
@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import os
 import secrets
 import signal
 import socket
@@ -660,7 +661,7 @@ def build_app(ledger_path: str, *, batch: str | None, host: str, token: str | No
     ]
     middleware = []
     if is_loopback(host):
-        middleware.append(Middleware(LoopbackHosts))
+        middleware.append(Middleware(LoopbackHosts, own_user=token is None))
     if token is not None:
         middleware.append(Middleware(TokenGate, token=token))
     app = Starlette(
@@ -680,21 +681,67 @@ def host_name(header: str) -> str:
 class LoopbackHosts:
     """Bound to loopback: answer only requests addressed to a loopback name (400 otherwise),
     so a page on another site cannot reach this server by rebinding its own name to
-    127.0.0.1. Plain ASGI middleware."""
+    127.0.0.1; and, without a token (``own_user``), only connections of the user running the
+    server (403 otherwise, ``peer_uid``): on a machine others log in to (a render box reached
+    through an SSH tunnel), any of them could open 127.0.0.1:8765 and approve or reject, each
+    decision recorded as this user's. Plain ASGI middleware."""
 
-    def __init__(self, app: Any):
+    def __init__(self, app: Any, own_user: bool = True):
         self.app = app
+        self.own_user = own_user
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
+            from starlette.responses import PlainTextResponse
+
             header = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
             if not is_loopback(host_name(header)):
-                from starlette.responses import PlainTextResponse
-
                 response = PlainTextResponse("not a loopback address", status_code=400)
                 await response(scope, receive, send)
                 return
+            uid = peer_uid(scope.get("client"), scope.get("server")) if self.own_user else None
+            # root too: it can read the ledger itself, and it makes the connections of a
+            # container runtime's port forwarding (kubectl port-forward)
+            if uid is not None and uid not in (0, os.getuid()):
+                response = PlainTextResponse(
+                    f"this afc serve answers its own user (uid {os.getuid()}) and root only, not uid "
+                    f"{uid}: to share it on this machine, start it with {TOKEN_ENV} set and "
+                    "open the address once with the query parameter token set to it",
+                    status_code=403,
+                )
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+
+def peer_uid(client: Any, server: Any) -> int | None:
+    """The uid of the process end of a TCP connection from this machine (``client``, to this
+    server's ``server`` address), from Linux's /proc/net/tcp or tcp6; None where it cannot be
+    told (no such file: another system)."""
+    import struct
+
+    if not client or not server:
+        return None
+
+    def proc(address: str, port: int) -> tuple[str, str]:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        packed = socket.inet_pton(family, address)
+        words = struct.unpack(f"={len(packed) // 4}I", packed)  # each word as the kernel has it
+        return "".join(f"{word:08X}" for word in words) + f":{port:04X}", (
+            "tcp6" if family == socket.AF_INET6 else "tcp"
+        )
+
+    try:
+        near, table = proc(str(client[0]), int(client[1]))
+        far, _ = proc(str(server[0]), int(server[1]))
+        with open(f"/proc/net/{table}", encoding="ascii") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) > 7 and fields[1] == near and fields[2] == far:
+                    return int(fields[7])
+    except (OSError, ValueError, TypeError):  # TypeError: an address with no port (ASGI tests)
+        return None
+    return None
 
 
 def cookie_name(scope: Any) -> str:
@@ -796,7 +843,15 @@ def serve(
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
     url = f"http://{shown}:{bound}/"
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    # no X-Forwarded-For without a token: uvicorn took it, from any process of 127.0.0.1, as
+    # the connection's address, which LoopbackHosts looks up to tell whose connection it is
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        proxy_headers=token is not None,
+    )
     server = uvicorn.Server(config)
 
     def stop(signum: int, frame: Any) -> None:
