@@ -176,3 +176,32 @@ def test_another_user_of_the_machine_cannot_decide_through_a_loopback_server(afc
         assert _get_as(nobody, served.url, "/review").startswith("HTTP/1.1 401")
     finally:
         served.stop()
+
+
+def test_a_full_size_view_does_not_follow_a_link_to_another_file(afc, tmp_path):
+    """A symbolic link put at an output's name in a file:// store (by anyone who can write
+    the store) was followed: the full-size view of that job sent whatever file the server's
+    user could read, such as its ~/.aws/credentials, to whoever opened it. afc never stores
+    an object as a link; one is now sent only when it holds the job's own bytes (a studio's
+    link to the render kept elsewhere), else a 404 saying why."""
+    import os
+
+    awaiting(afc, 2)
+    folder = afc.outputs() / "b1"
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n")
+    (folder / "shot-001.png").unlink()
+    os.symlink(secret, folder / "shot-001.png")
+    kept = tmp_path / "kept.png"  # the second job's own render, moved and linked back
+    os.rename(folder / "shot-002.png", kept)
+    os.symlink(kept, folder / "shot-002.png")
+    ids = dict(afc.rows("SELECT key, id FROM jobs"))
+    served = Served(afc)
+    try:
+        linked = httpx.get(f"{served.url}output/{ids['shot-001']}")
+        own = httpx.get(f"{served.url}output/{ids['shot-002']}")
+    finally:
+        served.stop()
+    assert linked.status_code == 404
+    assert "wJalrXUtnFEMI" not in linked.text and "symbolic link" in linked.text
+    assert own.status_code == 200 and own.content == kept.read_bytes()

@@ -542,7 +542,13 @@ class Pages:
         down = self.unreachable(job["storage"])
         if down is not None:
             return PlainTextResponse(f"not read: {down}", status_code=503)
-        chunks = self.watched(job["storage"]).read_chunks(job["output_key"])
+        from afc_cli.storage.file import FileStorage
+
+        store = self.store(job["storage"])
+        if isinstance(store, FileStorage):
+            chunks = file_chunks(store.root / job["output_key"], job["sha256"])
+        else:
+            chunks = self.watched(job["storage"]).read_chunks(job["output_key"])
         try:
             first = next(chunks, b"")  # a missing object is a 404 here, not a broken stream
         except StorageError as exc:
@@ -562,6 +568,48 @@ class Pages:
         # no Content-Length from the ledger: the object in storage is what is sent (chunked),
         # and one replaced there since (another size) would break the response
         return StreamingResponse(body(), media_type=kind, headers=dict(OUTPUT_HEADERS))
+
+
+def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
+    """A ``file://`` object's bytes for the full-size view, a chunk at a time, read from the
+    one file opened. afc stores an object as a file of its own (a hard link), never a symbolic
+    link: one at an object's name (made by someone who can write the store, or a studio's
+    link to a render kept elsewhere) is sent only when it holds the bytes the ledger has for
+    the job (its SHA-256), else StorageError. Followed blindly, a link to the server user's
+    ~/.aws/credentials or a provider key file put at an output's name was sent to whoever
+    opened that output's full-size view."""
+    import errno
+
+    from afc_cli.errors import StorageError
+
+    try:
+        try:
+            handle = open(
+                path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)
+            )
+            linked = False
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            handle = open(path, "rb")
+            linked = True
+    except OSError as exc:
+        reason = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
+        raise StorageError(f"cannot read {path}: {reason}", retryable=False) from None
+    with handle:
+        if linked:
+            digest = hashlib.sha256()
+            while data := handle.read(chunk):
+                digest.update(data)
+            if sha256 is None or digest.hexdigest() != sha256:
+                raise StorageError(
+                    f"{path} is a symbolic link to other bytes than this job's output (SHA-256 "
+                    f"{sha256}): afc serve does not send them",
+                    retryable=False,
+                )
+            handle.seek(0)
+        while data := handle.read(chunk):
+            yield data
 
 
 class Watched(_Unreachable):
