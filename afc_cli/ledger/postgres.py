@@ -461,16 +461,47 @@ class PostgresLedger(Ledger):
         return [row[0] for row in rows if row[0] not in known]
 
     def _migrate(self) -> None:
-        from afc_cli.ledger_file import check_no_live_runs, known_migrations, leases_sql
-        from afc_cli.migrations import migrations
+        from afc_cli.ledger_file import known_migrations
 
         known = known_migrations()
-        raw = self.db.raw
         applied = self._applied() or []
         if set(known) <= set(applied) and not set(applied) - set(known):
             return
+        try:
+            self._apply_migrations(known)
+        except _psycopg().errors.LockNotAvailable:
+            # the transaction rolled back: nothing of the schema changed
+            pending = [name for name in known if name not in applied] if applied else []
+            wait = self.db.raw.execute("SHOW lock_timeout").fetchone()[0]
+            if wait == "0":
+                wait = f"{LOCK_WAIT_S:g}s"
+            raise LedgerError(
+                f"the ledger {self.path} needs migrations this afc brings "
+                f"({', '.join(pending) or 'its schema'}), and another session held a lock on "
+                f"its tables past {wait} (a psql session or a tool left in a "
+                "transaction on the ledger: pg_stat_activity shows it; while the migration "
+                "waited, every other session's use of those tables queued behind it). afc "
+                "left the ledger untouched: let that session end or end it, then run this again"
+            ) from None
+
+    def _apply_migrations(self, known: list[str]) -> None:
+        """``_migrate``'s transaction. Its DDL (``ALTER TABLE`` takes an ACCESS EXCLUSIVE lock)
+        and ``LOCK TABLE jobs`` wait at most ``LOCK_WAIT_S`` for a lock another session holds
+        (unless the server, the role or PGOPTIONS set a lock_timeout), as every other
+        statement of afc's does: with PostgreSQL's default of no bound, a psql session left
+        in a transaction on the ledger held the first command of an upgraded afc for ever,
+        without a word, and every other session's read of the table queued behind its
+        waiting ALTER TABLE (a worker's claim, 'afc status'). The advisory lock is taken
+        first, without that bound: whoever holds it is another afc applying these
+        migrations, and a large ledger's take a while."""
+        from afc_cli.ledger_file import check_no_live_runs, leases_sql
+        from afc_cli.migrations import migrations
+
+        raw = self.db.raw
         with raw.transaction():
             raw.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            if raw.execute("SHOW lock_timeout").fetchone()[0] == "0":
+                raw.execute(f"SET LOCAL lock_timeout = {int(LOCK_WAIT_S * 1000)}")
             raw.execute(
                 f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (migration_set TEXT NOT NULL,"
                 " name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL,"
