@@ -18,8 +18,8 @@ one body. A provider param that the adapter itself fills in (``Provider.param_de
 the local provider's ``size: 64x64``) is dropped from the params when its value is that
 default for every provider of the job's chain: sending it or leaving it out is the same
 request. A param another provider of the chain would receive is kept. ``same_request``
-applies the rule to a body admitted before it existed, so such a body is a replay, not a
-conflict.
+applies the rule to a body admitted before it existed, and a chain entry admitted before
+``window_s`` existed takes its default, so such a body is a replay, not a conflict.
 """
 
 from __future__ import annotations
@@ -323,14 +323,19 @@ def without_provider_defaults(
 
 def restated(body: dict[str, Any]) -> dict[str, Any]:
     """An admitted request body under the rule for defaults: a body admitted before the rule
-    may carry a provider default written out."""
+    may carry a provider default written out, and one admitted before chain entries had
+    ``window_s`` (the afc before m003, commit 670e542) lacks that default, ``null``: a
+    re-submit of its unchanged manifest was refused as a conflict of every job (exit 3)."""
     from afc_cli.providers import PROVIDERS
 
     try:
-        params = without_provider_defaults(body.get("params") or {}, body["chain"], PROVIDERS)
+        chain = [
+            entry if "window_s" in entry else {**entry, "window_s": None} for entry in body["chain"]
+        ]
+        params = without_provider_defaults(body.get("params") or {}, chain, PROVIDERS)
     except Exception:  # not a body this afc wrote: compare it as it is
         return body
-    return {**body, "params": params}
+    return {**body, "chain": chain, "params": params}
 
 
 def same_request(stored_hash: str, stored_json: str | None, job: ResolvedJob) -> bool:
