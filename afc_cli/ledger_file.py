@@ -188,12 +188,30 @@ def identity(conn: sqlite3.Connection, path: Path) -> str:
     unknown = [name for name in applied if name not in known]
     if unknown or version > len(known):
         newer = max(version, len(applied))
+        if newer <= len(known):
+            raise LedgerError(another_build(path, unknown, newer, len(known)))
         raise LedgerError(
             f"the ledger {path} has schema version {newer}, newer than this afc's "
             f"({len(known)}; it does not know {', '.join(unknown) or 'the newer migrations'}); "
             "afc left it untouched: upgrade afc to use it"
         )
     return "afc"
+
+
+def another_build(path: object, unknown: list[str], version: int, known: int) -> str:
+    """Why a ledger whose migrations include some this afc does not have, though it has no
+    more of them than this afc (``version`` against ``known``), is refused: another build of
+    afc migrated it (a development or branch build whose migration was named otherwise when
+    released, or afc's first build, whose m002 was renamed). It was called 'newer than this
+    afc' ('schema version 2, newer than this afc's (14)'), and told to upgrade afc, which
+    would never know those migrations either."""
+    return (
+        f"the ledger {path} was migrated by another build of afc: it has migrations this afc "
+        f"does not have ({', '.join(unknown)}), at schema version {version} (this afc's: "
+        f"{known}), so it is not a newer afc's (a development or branch build's, whose "
+        "migrations were named otherwise when released). afc left it untouched: use it with "
+        "the build that migrated it, or restore it from a backup made before that build ran"
+    )
 
 
 def leases_sql(done: set[str]) -> str:

@@ -330,10 +330,12 @@ def _spool_identity(row: Any) -> str:
 
 def _refuse_newer(path: str, done: set[str]) -> None:
     """A ledger a newer afc migrated (``done``: the migrations applied to it) is refused."""
-    from afc_cli.ledger_file import known_migrations
+    from afc_cli.ledger_file import another_build, known_migrations
 
     known = known_migrations()
     unknown = sorted(done - set(known))
+    if unknown and len(done) <= len(known):
+        raise LedgerError(another_build(path, unknown, len(done), len(known)))
     if unknown:
         raise LedgerError(
             f"the ledger {path} has schema version {len(done)} (migrations this "
