@@ -8,7 +8,8 @@ that only read the table). Before, the upgraded afc's first command waited for i
 saying nothing, and every other session's use of the table queued behind its waiting lock;
 now it waits as long as afc's other statements do (``postgres.LOCK_WAIT_S``, or the
 lock_timeout the server, the role or PGOPTIONS set) and exits 2 naming the migrations and
-where to find the session, with nothing migrated.
+where to find the session, with nothing migrated. A statement_timeout that cancels the
+migration is said as such, not as 'cannot connect to the ledger'.
 """
 
 from __future__ import annotations
@@ -90,4 +91,27 @@ def test_a_migration_bounds_its_lock_wait_when_nothing_else_does(afc, older_ledg
         holder.close()
     _refused(held)
     assert "0.5s" in held.stderr, held.stderr
+    assert LAST not in _applied(older_ledger, afc)
+
+
+def test_a_migration_the_servers_statement_timeout_cancels_says_so(afc, older_ledger):
+    """A statement_timeout set for afc's role (here in PGOPTIONS) shorter than the migration
+    takes (a large ledger's index; here its wait behind the session's lock) cancels it: that
+    was 'cannot connect to the ledger', and it says what cancelled it and the fix."""
+    holder = _held(older_ledger)
+    try:
+        held = afc(
+            "status",
+            "--ledger",
+            older_ledger,
+            env={"PGOPTIONS": "-c statement_timeout=1000"},
+            timeout=60,
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    assert held.returncode == 2, held.stderr
+    line = held.stderr.strip()
+    assert LAST in line and "statement_timeout" in line, line
+    assert "cannot connect" not in line and "Traceback" not in line, line
     assert LAST not in _applied(older_ledger, afc)

@@ -469,11 +469,24 @@ class PostgresLedger(Ledger):
         applied = self._applied() or []
         if set(known) <= set(applied) and not set(applied) - set(known):
             return
+        pending = [name for name in known if name not in applied] if applied else []
+        errors = _psycopg().errors
         try:
             self._apply_migrations(known)
-        except _psycopg().errors.LockNotAvailable:
+        except errors.QueryCanceled:
+            # a statement_timeout (the server's, the database's, the role's, PGOPTIONS') shorter
+            # than a large ledger's migration takes: it said 'cannot connect to the ledger';
+            # the transaction rolled back, nothing of the schema changed
+            raise LedgerError(
+                f"the ledger {self.path} needs migrations this afc brings "
+                f"({', '.join(pending) or 'its schema'}), and the server cancelled one of their "
+                "statements (a statement_timeout set on the server, the database or afc's "
+                "role, shorter than migrating this ledger takes, or pg_cancel_backend). afc "
+                "left the ledger untouched: unset it for afc's role (ALTER ROLE ... SET "
+                "statement_timeout = 0) or raise it, then run this again"
+            ) from None
+        except errors.LockNotAvailable:
             # the transaction rolled back: nothing of the schema changed
-            pending = [name for name in known if name not in applied] if applied else []
             wait = self.db.raw.execute("SHOW lock_timeout").fetchone()[0]
             if wait == "0":
                 wait = f"{LOCK_WAIT_S:g}s"
