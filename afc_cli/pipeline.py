@@ -1262,13 +1262,17 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         ctx.rendered[job["id"]] = job  # until the spool step takes the bytes (``keep_rendered``)
         _named_as(ctx, job, entry, head_of(result.data))
         _learn_cost(ctx, entry, rates, request["params"], result.cost_micros)
-        if result.cost_micros is not None and ctx.cap_micros is not None:
+        if result.cost_micros is not None:
+            # the attempt's cost, committed before the bytes go to the spool (``spool``): a
+            # process ending during or after the spool write leaves the attempt at this cost,
+            # and the run that adopts the spool file records it (unpriced without a budget
+            # before: the cost died with the process, though the ledger could have held it)
             ctx.ledger.hold_known_cost(
                 job, number, entry["provider"], result.cost_micros, result.cost_source
             )
-            # committed (the group's next commit, shared) before the bytes go to the spool:
-            # a process ending during or after the spool write leaves the attempt at this cost
-            # (and the budget's other workers count it, not the estimate)
+        if result.cost_micros is not None and ctx.cap_micros is not None:
+            # under a budget at once, holding the render slot: the budget's other workers
+            # count this cost, not the estimate, from the group's next commit (shared)
             await ctx.ledger.committed()
         job["step"] = "spool"
         ctx.report(job, "rendered", f"attempt {number}", cost_micros=result.cost_micros)
@@ -1476,6 +1480,11 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         return False
     data, success = pending
     number = job["rendered_by"]["attempt"]
+    if job["rendered_by"]["cost_micros"] is not None:
+        # the known cost the render step wrote on the attempt is committed before the spool
+        # file is (the group's next commit, shared, in 5 ms at most): a crash after the
+        # rename leaves the attempt at its cost for the run that adopts the file
+        await ctx.ledger.committed()
     try:
         spooled = await _spool_write(ctx, job["id"], data, sync_dir=False)
         del data
@@ -1754,8 +1763,9 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
     """A spool file landed but its checkpoint did not (a crash in between): use it.
 
     The attempt that produced it is the job's last one; it becomes ``succeeded``. Its usage
-    was lost with the process, and so was its cost unless a budget's run recorded it when the
-    answer came (``Ledger.hold_known_cost``): otherwise its cost stays unpriced, never
+    was lost with the process; its cost, where the answer made it known, was recorded before
+    the spool file (``Ledger.hold_known_cost``, committed before ``spool`` writes), else it
+    stays unpriced (an answer of unknown cost, or a file a run of an earlier afc left), never
     claiming more than is known.
     """
     attempts = ctx.ledger.attempts(job["id"])

@@ -111,11 +111,14 @@ def test_crash_after_spool_adopts_it_without_rendering_again(afc):
     died = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_spool"})
     assert died.returncode == -signal.SIGKILL
     assert list((afc.cwd / "afc.db-spool").glob("*.spool"))
-    assert afc.rows("SELECT status FROM attempts") == [("started",)]
+    # the answer's known cost was committed on the attempt before the spool file was written
+    # (found by outside audits 26e and 26f: without a budget it died with the process, and
+    # the adopted attempt was left unpriced)
+    assert afc.rows("SELECT status, cost_micros FROM attempts") == [("started", 50_000)]
     resumed = afc("resume")
     assert resumed.returncode == 0, resumed.stderr
     rows = afc.rows("SELECT number, status, cost_micros FROM attempts")
-    assert rows == [(1, "succeeded", None)], "adopted: no second render; cost unknown, not zero"
+    assert rows == [(1, "succeeded", 50_000)], "adopted: no second render, at its known cost"
     _assert_all_done_once(afc, 1)
 
 
