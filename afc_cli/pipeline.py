@@ -247,6 +247,10 @@ class RunContext:
     # ``quick``: how a local look (stat, small read) runs: None is inline, in the loop
     offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
     quick: Callable[..., Awaitable[Any]] | None = None
+    # how a storage's network calls (S3) and a job's input reads run: threads of their own
+    # (run.py), never the loop's, which the ledger's commit sync before each paid call, the
+    # spool writes of paid bytes and name lookups need; stalled uploads held them all
+    network: Callable[..., Awaitable[Any]] = asyncio.to_thread
     dirs: DirSync = field(init=False)
     max_interrupts: int = MAX_INTERRUPTS
     # Graceful stop (run.py's Interruption sets ``stopping``): no new provider call starts;
@@ -346,7 +350,7 @@ async def _io(ctx: RunContext, storage: Storage, fn, *args, inline: bool = True)
     says (the helper's quick lane, else in the loop), other local file work (fsyncs, writes)
     where ``ctx.offload`` says, network calls in a thread."""
     if not storage.local:
-        return await asyncio.to_thread(fn, *args)
+        return await ctx.network(fn, *args)
     if not inline:
         return await ctx.offload(fn, *args)
     return fn(*args) if ctx.quick is None else await ctx.quick(fn, *args)
@@ -1698,7 +1702,7 @@ async def _read_inputs(ctx: RunContext, job: dict[str, Any]) -> tuple | None:
 
     try:
         outputs = needed_outputs(job, ctx.ledger)
-        return await asyncio.to_thread(read_inputs, job, outputs, ctx.storages)
+        return await ctx.network(read_inputs, job, outputs, ctx.storages)
     except StorageError as exc:
         _storage_gave_up(ctx, job, "render", exc)
     except InputProblem as exc:

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,8 +173,11 @@ class Budget:
 
 
 class RunThreads(concurrent.futures.ThreadPoolExecutor):
-    """The run loop's threads (``asyncio.to_thread``: S3 calls, spool writes without the file
-    helper, the ledger's WAL syncs): daemon threads, and once the run abandoned its calls (a
+    """The run loop's threads (``asyncio.to_thread``: spool writes without the file helper,
+    the ledger's WAL syncs, name lookups), and apart from them the storage's (S3 calls, a
+    job's input reads: ``RunContext.network``), so a store that stalls its uploads (120 s a
+    try) never holds the commit sync that lets a paid call start, or a signal be acted on
+    (``Interruption.signalled``), behind them. Daemon threads, and once the run abandoned its calls (a
     second signal, the grace running out) its end no longer waits for them. asyncio's own pool
     was joined by ``asyncio.run`` and again at the interpreter's exit, so an S3 upload that
     stalled (read timeout 120 s a try, a big output on a slow link longer) held an abandoned
@@ -712,7 +716,7 @@ class Interruption:
         self.timer: asyncio.TimerHandle | None = None
         self.saved: dict[int, Any] = {}
         self.on_stop: list[Any] = []  # called at the first signal (e.g. end the outbox's drain)
-        self.threads: RunThreads | None = None  # the loop's (``RunThreads``)
+        self.threads: list[RunThreads] = []  # the loop's and the storage's (``RunThreads``)
 
     @contextlib.contextmanager
     def installed(self, loop: asyncio.AbstractEventLoop):
@@ -815,8 +819,8 @@ class Interruption:
         self.drain(why=error.reason)
 
     def abandon(self, why: str) -> None:
-        if self.threads is not None:
-            self.threads.abandoned = True  # the run's end waits for no call left in a thread
+        for threads in self.threads:
+            threads.abandoned = True  # the run's end waits for no call left in a thread
         left = [task for task in self.tasks.values() if not task.done()]
         self.reporter.abandoning(why, len(left))
         for task in left:
@@ -891,11 +895,13 @@ def run_jobs(
     if own_spool(ledger, spool, running=running):
         sweep_spool(ledger, spool)
 
-    # asyncio's own default: min(32, CPUs + 4)
+    # asyncio's own default: min(32, CPUs + 4); as many again for storage calls
     threads = RunThreads(min(32, (os.cpu_count() or 1) + 4))
+    storage_threads = RunThreads(threads.most)
 
     async def main() -> RunStats:
-        asyncio.get_running_loop().set_default_executor(threads)
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(threads)
         helper = None
         if any(storage.local for storage in storages.values()):
             from afc_cli.offload import FileWorker
@@ -918,6 +924,7 @@ def run_jobs(
             min_free_bytes=min_free_bytes(),
             limits={name: ProviderLimit(**values) for name, values in limits.items()},
             max_interrupts=interrupts_cap,
+            network=partial(loop.run_in_executor, storage_threads),
             **({"offload": helper.call, "quick": helper.quick} if helper else {}),
             **({"dearest": dearest} if dearest is not None else {}),
         )
@@ -925,12 +932,11 @@ def run_jobs(
         heartbeat = asyncio.create_task(_renew(ledger, lease_s))
         stop = asyncio.Event()
         outbox = None
-        loop = asyncio.get_running_loop()
         ctx.blocked = set(ledger.blocked_job_ids(job_ids))
         _note_outputs(ctx, job_ids)
         started = [_start(ctx, job_id) for job_id in job_ids]
         interruption = Interruption(ctx, ctx.tasks, grace_s, reporter, already=stopped)
-        interruption.threads = threads
+        interruption.threads = [threads, storage_threads]
         ctx.ledger_broke = interruption.stop_for
         try:
             with ledger.grouped(loop), interruption.installed(loop):
@@ -1035,6 +1041,7 @@ def run_jobs(
             ledger.release_all()
         raise
     finally:
+        storage_threads.shutdown(wait=not storage_threads.abandoned)
         reporter.end()
 
 

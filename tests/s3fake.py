@@ -34,7 +34,7 @@ THROTTLED = (
 class Fault:
     method: str  # "PUT", "HEAD", ... or "*"
     path: str  # regular expression on the request path
-    kind: str  # "slowdown" | "429" | "500" | "403" | "reset"
+    kind: str  # "slowdown" | "429" | "500" | "403" | "reset" | "stall"
     times: int  # how many matching requests it hits; -1: all
     retry_after: str | None = None
 
@@ -48,10 +48,16 @@ class FaultPlan:
     # answer ``x-amz-meta-*`` header names in canonical case (``X-Amz-Meta-Afc-Job-Id``), as
     # a Go reverse proxy in front of a store (Traefik, Caddy) or some S3-compatible stores do
     title_case_meta: bool = False
+    # a "stall" fault holds its request unanswered until this is set (``release``)
+    released: threading.Event = field(default_factory=threading.Event)
 
     def add(self, *faults: Fault) -> None:
         with self.lock:
             self.faults.extend(faults)
+
+    def release(self) -> None:
+        """Let go of the requests a "stall" fault holds (their connections close unanswered)."""
+        self.released.set()
 
     def clear(self) -> None:
         with self.lock:
@@ -103,6 +109,12 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
             body = self._body()
             fault = plan.take(self.command, self.path)
             if fault is not None:
+                if fault.kind == "stall":
+                    # an endpoint that took the request and never answers (a hung store, a
+                    # link gone quiet): the client waits out its own read timeout
+                    plan.released.wait(600)
+                    self.close_connection = True
+                    return
                 if fault.kind == "reset":
                     # drop the connection without an answer, as a reset or a dead peer would
                     self.connection.setsockopt(

@@ -61,6 +61,7 @@ def s3(moto_server, afc):
     ctx = S3()
     ctx.client, ctx.bucket, ctx.plan, ctx.url = client, bucket, plan, f"s3://{bucket}/films"
     yield ctx
+    plan.release()  # requests a "stall" fault holds
     proxy.shutdown()
 
 
@@ -208,7 +209,7 @@ def test_retry_after_is_honoured(afc, s3, monkeypatch, tmp_path):
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    ctx = SimpleNamespace(sleep=sleep)
+    ctx = SimpleNamespace(sleep=sleep, network=asyncio.to_thread)
     meta = {"job_id": "j1", "key": "shot-001", "sha256": digest, "size": 8}
     asyncio.run(
         pipeline._storage(ctx, target, target.put_if_absent, "b1/shot-001.png", source, meta)
