@@ -387,7 +387,7 @@ def submit(
         lease_seconds()
         min_free_bytes()  # a bad AFC_MIN_FREE_MB is refused before anything is written
         poll_seconds()
-        open_files(concurrency)
+        open_files(concurrency, {entry["provider"] for chain in manifest.chains for entry in chain})
     if run:
         from afc_cli.webhooks import require_secrets
 
@@ -571,7 +571,9 @@ def resume(
         for job_id in job_ids:
             job = ledger.job(job_id)
             chains.append((job["batch"], json.loads(job["request_json"])["chain"]))
-        require_keys({entry["provider"] for _, chain in chains for entry in chain})
+        providers = {entry["provider"] for _, chain in chains for entry in chain}
+        require_keys(providers)
+        open_files(concurrency, providers)
         if budget is not None:
             cards = batch_rates(ledger)
             budget.check_priced(chains, lambda b: cards.get(b) or RateCards())
@@ -1284,22 +1286,47 @@ FILES_BESIDE_CALLS = 48
 FILES_WANTED_BESIDE_CALLS = 256
 
 
-def open_files(concurrency: int) -> None:
-    """Room for the files a run of ``concurrency`` calls holds open, made before anything is
-    written. A process that ran out mid-run (EMFILE: ``ulimit -n``, 1024 in many shells, 256
-    on macOS, below a ``--concurrency`` of hundreds) failed its calls' sockets as transient
-    errors and then the ledger's next write, which stopped the run with every call in flight
-    left possibly paid (paid again by the next run), or a big output's spool file, losing a
-    paid render. So the soft limit is raised as far as the hard limit lets it (as Go does for
-    every program), and a run that would still lack room for a socket per call is refused
-    (UsageError, exit 2) with the concurrency that fits."""
+def connection_pools(providers: Collection[str]) -> list[str]:
+    """The connection pools a run calling ``providers`` fills, each holding up to
+    ``--concurrency`` sockets, kept alive 30 s after their calls (afc_cli/providers/http.py
+    ``size_pools``): each HTTP provider's own, and a second one for its output downloads
+    where it answers outputs as URLs (``HttpProvider.download_pool``). Named for a message."""
+    from afc_cli.providers import PROVIDERS
+    from afc_cli.providers.http import HttpProvider
+
+    pools = []
+    for name in sorted(providers):
+        provider = PROVIDERS.get(name)
+        if isinstance(provider, HttpProvider):
+            pools.append(f"{name}'s")
+            if provider.download_pool:
+                pools.append(f"{name}'s downloads'")
+    return pools
+
+
+def open_files(concurrency: int, providers: Collection[str] = ()) -> None:
+    """Room for the files a run of ``concurrency`` calls to ``providers`` holds open, made
+    before anything is written. A process that ran out mid-run (EMFILE: ``ulimit -n``, 1024 in
+    many shells, 256 on macOS, below a ``--concurrency`` of hundreds) failed its calls'
+    sockets as transient errors and then the ledger's next write, which stopped the run with
+    every call in flight left possibly paid (paid again by the next run), or a big output's
+    spool file, losing a paid render. So the soft limit is raised as far as the hard limit
+    lets it (as Go does for every program), and a run that would still lack room for a socket
+    per call in each of its connection pools (``connection_pools``: a chain that falls back
+    from OpenAI to Replicate fills both providers' pools, and Replicate's downloads a third)
+    is refused (UsageError, exit 2) with the concurrency that fits. Counted with one pool, a
+    run of 200 wide over two providers was let start under a limit of 248 files and met
+    EMFILE: its fallback calls failed as never sent, using up their jobs' attempts, until
+    the ledger's WAL could not be opened and the run stopped."""
     try:
         import resource
     except ImportError:  # not a POSIX system: nothing to raise
         return
+    named = connection_pools(providers)
+    pools = max(1, len(named))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     infinite = resource.RLIM_INFINITY
-    wanted = 2 * concurrency + FILES_WANTED_BESIDE_CALLS
+    wanted = 2 * concurrency * pools + FILES_WANTED_BESIDE_CALLS
     if soft != infinite and soft < wanted:
         # the hard limit itself where it is finite (more room costs nothing); else what the
         # run wants (macOS refuses a soft limit past OPEN_MAX under an infinite hard one)
@@ -1310,12 +1337,15 @@ def open_files(concurrency: int) -> None:
             except (ValueError, OSError):
                 continue
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    need = concurrency + FILES_BESIDE_CALLS
+    need = concurrency * pools + FILES_BESIDE_CALLS
     if soft != infinite and soft < need:
-        fits = soft - FILES_BESIDE_CALLS
+        fits = (soft - FILES_BESIDE_CALLS) // pools
+        where = (
+            f" in each of its {pools} connection pools ({', '.join(named)})" if pools > 1 else ""
+        )
         raise UsageError(
             f"--concurrency {concurrency} needs at least {need} open files (a socket per call "
-            f"in flight, and {FILES_BESIDE_CALLS} beside), but this process may open only "
+            f"in flight{where}, and {FILES_BESIDE_CALLS} beside), but this process may open only "
             f"{soft} (ulimit -n, hard limit {'unlimited' if hard == infinite else hard}): "
             + (f"give --concurrency {fits} or less, or " if fits >= 1 else "")
             + "raise the limit ('ulimit -n', or LimitNOFILE= for a systemd service); "

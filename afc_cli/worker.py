@@ -337,7 +337,9 @@ def work(
         under a budget every chain is priced (UsageError otherwise)."""
         held_to_storage({job["batch"] for job in jobs})  # one admitted since the start too
         chains = [(job["batch"], json.loads(job["request_json"])["chain"]) for job in jobs]
-        require_keys({entry["provider"] for _, chain in chains for entry in chain})
+        providers = {entry["provider"] for _, chain in chains for entry in chain}
+        require_keys(providers)
+        open_files(concurrency, providers)  # room for a socket per call in each of their pools
         check_secrets(ledger, [job["id"] for job in jobs])
         if budget is not None:
             cards = batch_rates(ledger)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 
+import pytest
 from conftest import manifest
 from s3fake import Fault
 from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
@@ -68,3 +70,65 @@ def test_an_s3_endpoint_that_stalls_uploads_does_not_hold_a_stop_or_paid_bytes(a
     assert again.returncode == 0, again.stderr
     assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY 1") == [("succeeded", count)]
     assert fake.counts["openai"] == count  # nothing rendered twice
+
+
+REPLICATE = {"provider": "replicate", "model": "black-forest-labs/flux-1.1-pro", "attempts": 1}
+REPLICATE_RATE = {
+    "provider": "replicate",
+    "model": "black-forest-labs/flux-1.1-pro",
+    "per_image": "0.04",
+}
+
+
+@pytest.mark.parametrize("command", ["submit", "resume"])
+def test_a_chain_over_two_providers_is_given_room_for_each_of_their_pools(afc, fake, command):
+    """``--concurrency 100`` under a hard limit of 148 open files, one chain falling back from
+    OpenAI (a refusal) to Replicate: afc counted one socket per call in flight (148 needed),
+    but each provider's connection pool keeps its sockets alive past their calls, and
+    Replicate's downloads have a pool of their own. The run started and met EMFILE: the
+    fallback calls failed as never sent, using up their jobs' one attempt (failed, for a
+    person to retry), until the ledger's WAL could not be opened and the run stopped. It is
+    refused before anything runs, naming the concurrency that fits, which then runs whole."""
+    afc.write_manifest(
+        manifest(
+            [{"key": f"s{i:03d}", "prompt": f"moderation frame {i}"} for i in range(100)],
+            defaults={"chain": [{**OPENAI, "attempts": 1, "fallback_on": ["refusal"]}, REPLICATE]},
+            rates=[OPENAI_RATE, REPLICATE_RATE],
+        )
+    )
+    if command == "resume":
+        assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    args = ("submit", "manifest.yaml") if command == "submit" else ("resume",)
+    refused = files_limited(afc, 148, *args, "--concurrency", "100")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "--concurrency 100 needs at least 348 open files" in refused.stderr
+    assert "openai's, replicate's, replicate's downloads'" in refused.stderr
+    assert "give --concurrency 33 or less" in refused.stderr
+    assert fake.counts["openai"] == fake.counts["replicate_submit"] == 0
+    if command == "submit":
+        assert not (afc.cwd / "afc.db").exists(), "nothing written"
+    else:
+        assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
+
+    ran = files_limited(afc, 148, *args, "--concurrency", "33")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY 1") == [("succeeded", 100)]
+    assert fake.counts["replicate_submit"] == 100
+
+
+def files_limited(afc, limit: int, *args: str) -> subprocess.CompletedProcess:
+    """``afc`` with the open-file limit (soft and hard) at ``limit``."""
+    import resource
+
+    def files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return subprocess.run(
+        afc.command(*args),
+        cwd=afc.cwd,
+        env=afc.env,
+        preexec_fn=files,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -77,6 +77,7 @@ class FalProvider(HttpProvider):
     # a result of 10 KB or more is kept 6 minutes (unless payload storage is on), a smaller
     # one an hour: the shorter, less a margin
     keeps_outputs_s = 5 * 60.0
+    download_pool = True
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Key {self.api_key()}"}

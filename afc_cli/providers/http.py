@@ -78,6 +78,9 @@ class HttpProvider(Provider):
     # result) fetchable, less a margin: paid outputs out of reach are fetched again for this
     # long (``outlast``); 0, one round only
     keeps_outputs_s = 0.0
+    # whether its outputs come as URLs to download, through a pool of their own beside the
+    # API's (transport.PUBLIC_ONLY): a second socket per call to room for (run.open_files)
+    download_pool = False
     # polling's clock and dice, replaceable in tests
     sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
     rand: Callable[[], float] = staticmethod(random.random)

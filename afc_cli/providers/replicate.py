@@ -80,6 +80,7 @@ class ReplicateProvider(HttpProvider):
     read_s = 90.0
     # API predictions' outputs are deleted an hour after they finish
     keeps_outputs_s = 55 * 60.0
+    download_pool = True
 
     def params_problems(self, params: dict[str, Any]) -> list[str]:
         """``inputs_field``, afc's own param (``reference_inputs``), must name a field: given
