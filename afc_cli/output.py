@@ -84,10 +84,21 @@ def stopping_message(grace_s: float, in_flight: int, why: str | None = None) -> 
     )
 
 
-def abandoning_message(why: str, in_flight: int) -> str:
+def abandoning_message(why: str, in_flight: int, storing: int = 0) -> str:
+    """``storing`` of the ``in_flight`` jobs are in their storage work: their calls were
+    answered and recorded with their cost, their renders are in the spool (an S3 upload that
+    hangs); said apart, not as calls recorded unknown, which the run's last line denied."""
+    calls = in_flight - storing
+    if not storing:
+        return (
+            f"{why}: abandoning {in_flight} job(s) still in flight (their calls are recorded "
+            "as unknown: possibly paid)"
+        )
     return (
-        f"{why}: abandoning {in_flight} job(s) still in flight (their calls are recorded as "
-        "unknown: possibly paid)"
+        f"{why}: abandoning {in_flight} job(s) still in flight: "
+        + (f"{calls} in a call (recorded as unknown: possibly paid), " if calls else "")
+        + f"{storing} in their storage work (their renders are recorded with their cost and "
+        "kept in the spool: the next run stores them)"
     )
 
 
@@ -100,8 +111,8 @@ class LineReporter(Reporter):
     def stopping(self, grace_s: float, in_flight: int, why: str | None = None) -> None:
         self.state(stopping_message(grace_s, in_flight, why))
 
-    def abandoning(self, why: str, in_flight: int) -> None:
-        self.state(abandoning_message(why, in_flight))
+    def abandoning(self, why: str, in_flight: int, storing: int = 0) -> None:
+        self.state(abandoning_message(why, in_flight, storing))
 
     def event(self, job: dict[str, Any], event: str, detail: str, **info: Any) -> None:
         if event == "ended" or self.verbose:
@@ -214,10 +225,10 @@ class RichReporter(Reporter):
             self.live.console.print(stopping_message(grace_s, in_flight, why))
         self.draining_until = time.monotonic() + grace_s
 
-    def abandoning(self, why: str, in_flight: int) -> None:
+    def abandoning(self, why: str, in_flight: int, storing: int = 0) -> None:
         self.draining_until = None
         if self.live is not None:
-            self.live.console.print(abandoning_message(why, in_flight))
+            self.live.console.print(abandoning_message(why, in_flight, storing))
         self.state("abandoning what is still in flight")
 
     def end(self) -> None:

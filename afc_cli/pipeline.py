@@ -259,6 +259,7 @@ class RunContext:
     # run, which polls them by id.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     protected: set[str] = field(default_factory=set)
+    storing: set[str] = field(default_factory=set)  # of those, the ones in their store steps
     polling: set[str] = field(default_factory=set)
     calls: dict[str, asyncio.Future] = field(default_factory=dict)
     abandoned: set[str] = field(default_factory=set)
@@ -679,7 +680,11 @@ async def _run_job(
                 await _keep_late_result(ctx, *late)
     if job["status"] not in TERMINAL and job["step"] in STORE_STEPS:
         async with ctx.store_slots:
-            job = await _run_steps(ctx, job, STORE_STEPS)
+            ctx.storing.add(job_id)
+            try:
+                job = await _run_steps(ctx, job, STORE_STEPS)
+            finally:
+                ctx.storing.discard(job_id)
     if job["status"] not in TERMINAL:
         if job.get("unwritten_steps"):
             # stopped after a probe that wrote nothing (the run is stopping): the job rests

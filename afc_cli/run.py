@@ -111,7 +111,7 @@ class Reporter:
         waits up to ``grace_s`` for the ``in_flight`` jobs in a call or in their storage
         work."""
 
-    def abandoning(self, why: str, in_flight: int) -> None:
+    def abandoning(self, why: str, in_flight: int, storing: int = 0) -> None:
         """The run stops waiting (``why``) and abandons what is still in flight."""
 
     def end(self) -> None:
@@ -823,9 +823,10 @@ class Interruption:
     def abandon(self, why: str) -> None:
         for threads in self.threads:
             threads.abandoned = True  # the run's end waits for no call left in a thread
-        left = [task for task in self.tasks.values() if not task.done()]
-        self.reporter.abandoning(why, len(left))
-        for task in left:
+        left = [job_id for job_id, task in self.tasks.items() if not task.done()]
+        storing = len(self.ctx.storing.intersection(left))
+        self.reporter.abandoning(why, len(left), storing)
+        for task in (self.tasks[job_id] for job_id in left):
             task.cancel()
 
 
