@@ -129,6 +129,7 @@ def cancel(
             _confirmed(confirm, "cancel", targets)
         why = reason or "cancelled with afc cancel"
         cancelled = []
+        asks = []  # (job, cancelled before): whose requests the providers are asked to stop
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"]}
             # the jobs waiting for it fail once every target is cancelled: one of them may be
@@ -136,12 +137,21 @@ def cancel(
             if ledger.cancel(job, why, dependents=False):
                 out["cancelled"].append(entry)
                 cancelled.append(job["id"])
-                _cancel_at_provider(ledger, job, out)
+                asks.append((job, False))
             else:
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["already_final"].append(entry)
                 if entry["status"] == "cancelled":
-                    _ask_again(ledger, job, out)
+                    asks.append((job, True))
+        # Every target is cancelled before any provider is asked to stop a request: a
+        # provider that takes a cancel and never answers (up to its read and pool timeouts,
+        # 150 s on Replicate and fal) held the next target's cancel behind it, so a batch's
+        # jobs stayed runnable, and a running afc went on paying for them, for hours.
+        for job, before in asks:
+            if before:
+                _ask_again(ledger, job, out)
+            else:
+                _cancel_at_provider(ledger, job, out)
         if not keys:
             # the batch's cancelled jobs are no targets: a request an interrupted cancel of
             # the batch left rendering is asked to stop by the cancel run again, as told

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
-from conftest import manifest
+from conftest import manifest, wait_for
 from s3fake import Fault
 from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
@@ -138,3 +139,49 @@ def files_limited(afc, limit: int, *args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=120,
     )
+
+
+def test_a_provider_that_never_answers_a_cancel_does_not_hold_the_batchs_other_cancels(
+    afc, fake, monkeypatch
+):
+    """``afc cancel --batch`` cancelled a job, asked its provider to stop the job's request,
+    then went on to the next job. A provider that takes the cancel and never answers (an API
+    that hangs in an outage) held it there up to its read and pool timeouts (150 s on
+    Replicate) a job: the batch's other jobs stayed runnable meanwhile, for hours on a big
+    batch, and a running afc (a cron'd resume, a worker falling back to another provider)
+    went on paying for them. Every job is cancelled before any provider is asked."""
+    chain = [{"provider": "replicate", "model": REPLICATE["model"], "attempts": 1}]
+    afc.write_manifest(
+        manifest(
+            [{"key": f"shot-{i}", "prompt": f"hold {i}", "chain": chain} for i in range(3)],
+            rates=[REPLICATE_RATE],
+        )
+    )
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id > ''", 3)
+    finally:
+        run.kill()  # the run dies; its predictions render on
+        run.wait(timeout=30)
+    answer = threading.Event()
+    cancel = fake.replicate_cancel
+
+    def hung(h, pid: str) -> None:
+        fake.cancels.append(pid)
+        answer.wait(60)
+        cancel(h, pid)
+
+    monkeypatch.setattr(fake, "replicate_cancel", hung)
+    cancelling = afc.popen("cancel", "--batch", "b1", "--yes")
+    try:
+        deadline = time.time() + 30
+        while not fake.cancels:
+            assert time.time() < deadline and cancelling.poll() is None, "no cancel came"
+            time.sleep(0.05)
+        # the first provider cancel hangs: every job of the batch is cancelled all the same
+        assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY 1") == [("cancelled", 3)]
+    finally:
+        answer.set()
+        _, stderr = cancelling.communicate(timeout=60)
+    assert cancelling.returncode == 0, stderr
+    assert len(set(fake.cancels)) == 3  # each prediction asked to stop
