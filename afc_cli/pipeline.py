@@ -235,6 +235,9 @@ class RunContext:
     # no render starts while the spool's disk has less free than this (AFC_MIN_FREE_MB): its
     # bytes, and the ledger's record of them, must have somewhere to go
     min_free_bytes: int = 0
+    # the largest output this run has spooled: the room each render in flight is counted at
+    # (``_disk_low``)
+    largest_output: int = 0
     limits: dict[str, ProviderLimit] = field(default_factory=dict)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     # progress for the person watching (afc_cli/output.py): report(job, event, detail, **info)
@@ -1494,6 +1497,7 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         # file is (the group's next commit, shared, in 5 ms at most): a crash after the
         # rename leaves the attempt at its cost for the run that adopts the file
         await ctx.ledger.committed()
+    ctx.largest_output = max(ctx.largest_output, len(data))
     try:
         spooled = await _spool_write(ctx, job["id"], data, sync_dir=False)
         del data
@@ -1663,18 +1667,28 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
     """Before paying for a render: is there room on this machine for its bytes? A render whose
     output cannot be spooled is paid for and lost; so when the spool's disk (the ledger's too)
     is nearly full, no new render starts, the job waits with the reason, and the run ends
-    with exit 1. Renders already in flight keep the room they need."""
+    with exit 1. Renders already in flight keep the room they need: beyond the margin
+    (``min_free_bytes``), each call in flight or render not yet spooled, and this one, is
+    counted at the largest output the run has spooled. Against the margin alone, a hundred
+    calls of 3 MB images started at 65 MiB free landed 300 MB on it: those past the room
+    were paid for and lost (a synchronous provider's rendered again, paid twice)."""
     if not ctx.min_free_bytes:
         return False
     free = ctx.spool.free_bytes()
-    if free >= ctx.min_free_bytes:
+    landing = (len(ctx.calls) + len(ctx.rendered) + 1) * ctx.largest_output
+    if free >= ctx.min_free_bytes + landing:
         return False
     mib = 1024 * 1024
+    beside = (
+        f" and the {landing / mib:.2f} MiB the renders in flight and this one may bring"
+        if landing
+        else ""
+    )
     ctx.ledger.set_waiting(
         job,
         f"disk: {free / mib:.1f} MiB free where rendered bytes are kept ({ctx.spool.root}), "
-        f"under the {ctx.min_free_bytes / mib:.1f} MiB afc keeps free (AFC_MIN_FREE_MB); no "
-        "render was started. Free space, then run 'afc resume'",
+        f"under the {ctx.min_free_bytes / mib:.1f} MiB afc keeps free (AFC_MIN_FREE_MB){beside}"
+        "; no render was started. Free space, then run 'afc resume'",
     )
     ctx.report(job, "waiting", "disk nearly full")
     return True

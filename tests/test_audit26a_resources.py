@@ -185,3 +185,30 @@ def test_a_provider_that_never_answers_a_cancel_does_not_hold_the_batchs_other_c
         _, stderr = cancelling.communicate(timeout=60)
     assert cancelling.returncode == 0, stderr
     assert len(set(fake.cancels)) == 3  # each prediction asked to stop
+
+
+def test_a_render_starts_only_with_room_for_the_renders_already_in_flight(afc, monkeypatch):
+    """The disk check before a paid call (AFC_MIN_FREE_MB, 64 MiB by default) compared the
+    free space with the margin alone, however many renders were in flight: at --concurrency
+    100 with 3 MB images, a disk with 65 MiB free let every call start, and the 300 MB they
+    brought back did not fit. The bytes past the room were paid for and lost (the run stopped
+    at its first failed spool write; a synchronous provider's render was paid again by the
+    next run). Each render in flight, and the one about to start, is counted at the largest
+    output the run has spooled."""
+    from test_pipeline import OneJob
+
+    from afc_cli import pipeline
+
+    mib = 1024 * 1024
+    one = OneJob(afc)
+    try:
+        ctx = one.context(min_free_bytes=64 * mib)
+        monkeypatch.setattr(ctx.spool, "free_bytes", lambda: 100 * mib)
+        ctx.largest_output = 3 * mib  # the run has spooled a 3 MiB image
+        job = one.ledger.claim(one.job_id, 300)
+        assert not pipeline._disk_low(ctx, job)  # 64 MiB kept, 3 MiB for this one: room
+        ctx.calls.update({f"in-flight-{i}": None for i in range(20)})
+        assert pipeline._disk_low(ctx, job)  # 64 + 21 x 3 MiB: no room
+        assert one.ledger.job(one.job_id)["status"] == "waiting"
+    finally:
+        one.ledger.close()
