@@ -1222,14 +1222,24 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 raise _not_kept(ctx, job, number, paid, exc.message) from None
             except ProviderError as exc:
                 _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
+                error_class, message = exc.error_class, exc.message
+                if resume is not None and _stopped_by_retried_cancel(ctx, job, resume, entry, exc):
+                    # afc's own cancel stopped it, and a person has retried the job since:
+                    # not a cancel of the job, so not the end of its chain (``interrupted``:
+                    # it uses up no attempt); a new request follows
+                    error_class = INTERRUPTED
+                    message = (
+                        f"{exc.message}: stopped by an 'afc cancel' cut off before it recorded "
+                        "so, which the job's retry took back; a new request follows"
+                    )
                 ctx.ledger.end_attempt(
                     job,
                     number,
                     **report,
                     status="failed",
-                    error_class=exc.error_class,
+                    error_class=error_class,
                     http_status=exc.http_status,
-                    error_message=exc.message,
+                    error_message=message,
                     provider_request_id=exc.request_id,
                     usage=exc.usage or None,
                     cost_micros=exc.cost_micros,
@@ -1762,6 +1772,39 @@ def _noted_request(
         ctx.ledger.record_request_id(job, last["number"], last["provider"], request_id)
         ctx.ledger.note(job, "request_id_recovered", attempt=last["number"], from_spool=True)
     return [*rows[:-1], {**last, "provider_request_id": scrub(request_id)}]
+
+
+def _stopped_by_retried_cancel(
+    ctx: RunContext,
+    job: dict[str, Any],
+    resume: dict[str, Any],
+    entry: dict[str, Any],
+    exc: ProviderError,
+) -> bool:
+    """Whether a request a retry left this run to poll (``resume``) was answered
+    ``cancelled`` because 'afc cancel' asked the provider to stop it, then died (SIGKILL, a
+    power cut) before it recorded the provider's answer: the ledger saw no cancel reach the
+    provider, so the retry polls the request (``Ledger._cancel_left_polling``: a cancel cut
+    off before its request leaves the render going, paid), and the poll meets the cancel's
+    own effect. Failing the job for it (``cancelled`` stops the chain) failed a job the
+    person had just retried. So it is the attempt the retry left (numbered just past its
+    base) of a job whose latest retry took back a cancel. With an attempt window, a
+    cancelled Replicate prediction reads as the window's end (``window_expired``: its
+    Cancel-After deadline cancels it too); before the window has passed it can only be the
+    cancel's."""
+    if resume["number"] != job["attempt_base"] + 1:
+        return False
+    if exc.error_class == "window_expired":
+        window = entry.get("window_s")
+        if not window or ctx.ledger.clock() - resume["started_at"] >= window:
+            return False
+    elif exc.error_class != "cancelled":
+        return False
+    retries = [e for e in ctx.ledger.events(job["id"]) if e["kind"] == "retried"]
+    if not retries:
+        return False
+    detail = json.loads(retries[-1]["detail_json"] or "{}")
+    return detail.get("previous_status") == "cancelled"
 
 
 def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -59,6 +59,11 @@ class FaultPlan:
         """Let go of the requests a "stall" fault holds (their connections close unanswered)."""
         self.released.set()
 
+    def answered(self, method: str, path: str) -> None:
+        """Called once the real store has answered a forwarded request, before the proxy
+        passes the answer on: a subclass may hold it here (the request took effect, the
+        client does not know yet)."""
+
     def clear(self) -> None:
         with self.lock:
             self.faults.clear()
@@ -148,6 +153,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                 conn.send(body)
             answer = conn.getresponse()
             data = answer.read()
+            plan.answered(self.command, self.path)
             self.send_response(answer.status)
             for name, value in answer.getheaders():
                 if name.lower() not in (
