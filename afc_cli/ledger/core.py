@@ -1135,7 +1135,7 @@ class Ledger:
         elif batch is not None:
             sql += " WHERE j.batch = ?"
             params.append(batch)
-        sql += " ORDER BY j.batch, j.seq"
+        sql += f" ORDER BY j.batch{self.CODE_POINT}, j.seq"
         return self.gone_calls(self._all(sql, params))
 
     def status_counts(self, batch: str | None = None) -> list[tuple[str, str, int]]:
@@ -1186,7 +1186,7 @@ class Ledger:
         if batch is not None:
             sql += " AND j.batch = ?"
             params.append(batch)
-        sql += " ORDER BY j.batch, j.seq"
+        sql += f" ORDER BY j.batch{self.CODE_POINT}, j.seq"
         rows = self._all(sql, params)
         # an output found stored (no attempt of this ledger made it): the model its metadata
         # named, read from ``avoided`` for those jobs at once (a subquery per job read the
@@ -1307,6 +1307,14 @@ class Ledger:
         serialises writers already: the job as it is."""
         return self.job(job_id)
 
+    # Appended to a text column a listing is ordered by (a batch name, a need's key): its
+    # characters in code point order, as SQLite's default BINARY collation (and Python's
+    # ``sorted``) order them. PostgreSQL orders text by the database's collation, which on a
+    # database made with en_US.UTF-8 (most servers' and managed services' default) puts
+    # 'alpha' before 'Zeta' and skips '-' and '_': the same ledger's jobs, outputs, review
+    # queue and needs were listed in another order on each engine, and moved by
+    # ``afc ledger copy``.
+    CODE_POINT = ""
     # Appended to the claim's SELECT where the engine locks rows: PostgreSQL's FOR UPDATE SKIP
     # LOCKED lets workers on many hosts pick different jobs without queuing on the same rows
     # (SQLite serialises writers on its write lock: nothing to skip there).
@@ -3111,7 +3119,7 @@ class Ledger:
         """A job's needs with their current status (None: not in the ledger)."""
         return self._all(
             "SELECT n.need_id, n.need_key, j.status, j.batch, j.error_code FROM job_needs n"
-            " LEFT JOIN jobs j ON j.id = n.need_id WHERE n.job_id = ? ORDER BY n.need_key",
+            f" LEFT JOIN jobs j ON j.id = n.need_id WHERE n.job_id = ? ORDER BY n.need_key{self.CODE_POINT}",
             (job_id,),
         )
 
@@ -3328,7 +3336,7 @@ class Ledger:
         # was read to find the few awaiting review (_batch_scope)
         scope, params = _batch_scope(batch, "j.batch")
         sql += f" WHERE {scope} AND j.status = 'awaiting_review'"
-        rows = self._all(sql + " ORDER BY j.review_at, j.batch, j.seq", params)
+        rows = self._all(sql + f" ORDER BY j.review_at, j.batch{self.CODE_POINT}, j.seq", params)
         # an output found in storage (no attempt made it here): the model that made it, from
         # the stored object, as the contact sheet names it (``sheet_rows``)
         found = self._stored_models([row["id"] for row in rows if row["model"] is None])
@@ -3491,13 +3499,14 @@ class Ledger:
                 jobs = "jobs j"
             else:  # the page's job ids (sorted without their rows), then their rows
                 jobs = (
-                    f"(SELECT j.id FROM jobs j WHERE {where} ORDER BY j.batch, j.seq"
+                    f"(SELECT j.id FROM jobs j WHERE {where} ORDER BY j.batch{self.CODE_POINT}, j.seq"
                     " LIMIT ? OFFSET ?) page JOIN jobs j ON j.id = page.id"
                 )
                 where = "1 = 1"
                 params += [limit, offset]
             rows = self._all(
-                self._SHEET_SQL.format(jobs=jobs) + f" WHERE {where} ORDER BY j.batch, j.seq",
+                self._SHEET_SQL.format(jobs=jobs)
+                + f" WHERE {where} ORDER BY j.batch{self.CODE_POINT}, j.seq",
                 params,
             )
         found = self._stored_models([row["id"] for row in rows])
@@ -3530,7 +3539,8 @@ class Ledger:
             sql += " AND j.batch = ?"
             params.append(batch)
         awaited: dict[str, list[str]] = {}
-        for job_id, key in self.db.execute(sql + " ORDER BY n.job_id, n.need_key", params):
+        order = f" ORDER BY n.job_id, n.need_key{self.CODE_POINT}"
+        for job_id, key in self.db.execute(sql + order, params):
             awaited.setdefault(job_id, []).append(key)
         return awaited
 

@@ -390,6 +390,7 @@ def holds_ledger(url: Any) -> bool:
 class PostgresLedger(Ledger):
     CLAIM_LOCK = " FOR UPDATE SKIP LOCKED"
     ROW_LOCK = " FOR UPDATE"
+    CODE_POINT = ' COLLATE "C"'  # UTF-8 bytes: code point order, as on SQLite
 
     def __init__(self, url: str, *, create: bool = True, check: bool = False):
         check_url(str(url))
