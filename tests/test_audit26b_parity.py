@@ -7,6 +7,7 @@ in the machine's locale, often C, whose order is SQLite's own."""
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 
 import pytest
@@ -108,3 +109,88 @@ def test_batches_and_needs_are_listed_in_one_order_on_both_engines(afc, any_ledg
         ["alpha", "Z9"],
         ["alpha", "x_1"],
     ]
+
+
+def _tables(ledger: str) -> list[str]:
+    if ledger.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(ledger, autocommit=True) as conn:
+            return [
+                row[0]
+                for row in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1"
+                )
+            ]
+    with sqlite3.connect(ledger) as conn:
+        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master ORDER BY 1")]
+
+
+@pytest.mark.parametrize("theirs", [["jobs", "users"], ["users"]])
+def test_another_applications_database_is_refused_untouched_on_both_engines(
+    afc, tmp_path, pg_server, theirs
+):
+    """A ledger URL naming another application's database (its tables, no afc migrations) is
+    refused, exit 2, naming its tables, and left as it was: on SQLite as before, now on
+    PostgreSQL too, where a submit created afc's tables beside that application's (or, with
+    a table of its own named ``jobs``, stopped with "unexpected error: DuplicateTable ... (a
+    bug in afc)", exit 1, and ``afc plan`` with UndefinedTable), and ``afc status`` said
+    there was no ledger."""
+    sqlite_ledger = str(tmp_path / "app.db")
+    with sqlite3.connect(sqlite_ledger) as conn:
+        for table in theirs:
+            conn.execute(f"CREATE TABLE {table} (id INTEGER)")
+    pg_ledger = pg_server.database(migrated=False)
+    import psycopg
+
+    with psycopg.connect(pg_ledger, autocommit=True) as conn:
+        for table in theirs:
+            conn.execute(f"CREATE TABLE {table} (id BIGINT)")
+    afc.write_manifest(manifest([{"key": "k1", "prompt": "p"}]))
+    for ledger, kind in ((sqlite_ledger, "SQLite"), (pg_ledger, "PostgreSQL")):
+        for args in (("plan", "manifest.yaml"), ("submit", "manifest.yaml"), ("status",)):
+            result = afc(*args, env={"AFC_LEDGER": ledger})
+            assert result.returncode == 2, (args, result.stderr)
+            assert (
+                f"is a {kind} database with other tables ({', '.join(theirs)}), not an afc "
+                "ledger; afc left it untouched" in result.stderr
+            ), (args, result.stderr)
+            assert "bug in afc" not in result.stderr
+        assert _tables(ledger) == theirs
+    assert not (afc.cwd / "afc-outputs").exists()
+
+
+def test_an_extensions_views_are_not_another_applications_tables(afc, pg_server):
+    """A new database whose only relations are an extension's (pg_stat_statements' views,
+    which many managed servers install in every database) is an empty one: afc makes its
+    ledger there."""
+    import psycopg
+
+    database = pg_server.database(migrated=False)
+    with psycopg.connect(database, autocommit=True) as conn:
+        try:
+            conn.execute("CREATE EXTENSION pg_stat_statements")
+        except psycopg.Error:
+            pytest.skip("the test server has no pg_stat_statements")
+    env = {"AFC_LEDGER": database}
+    afc.write_manifest(manifest([{"key": "k1", "prompt": "p"}]))
+    result = afc("submit", "manifest.yaml", env=env)
+    assert result.returncode == 0, result.stderr
+    assert afc.json("status", env=env)["counts"] == {"succeeded": 1}
+
+
+def test_a_schema_of_its_own_in_another_applications_database_holds_a_ledger(afc, pg_server):
+    """What the refusal proposes works: afc's tables in a schema of their own, named by the
+    URL's search_path, beside the application's tables, which stay as they were."""
+    import psycopg
+
+    database = pg_server.database(migrated=False)
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE users (id BIGINT)")
+        conn.execute("CREATE SCHEMA renders")
+    env = {"AFC_LEDGER": database + "?options=-csearch_path%3Drenders"}
+    afc.write_manifest(manifest([{"key": "k1", "prompt": "p"}]))
+    result = afc("submit", "manifest.yaml", env=env)
+    assert result.returncode == 0, result.stderr
+    assert afc.json("status", env=env)["counts"] == {"succeeded": 1}
+    assert _tables(database) == ["users"]

@@ -380,6 +380,35 @@ def _read_only(url: Any) -> Iterator[Any]:
         conn.close()
 
 
+# The tables (and views) of the schema afc's tables would go in, the connection's current one,
+# but afc's own migrations' table and an extension's (pg_stat_statements' views, which many
+# servers install in every new database): ``refuse_foreign``.
+FOREIGN_TABLES_SQL = (
+    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f')"
+    f" AND c.relname <> '{MIGRATIONS_TABLE}' AND NOT EXISTS (SELECT 1 FROM pg_depend d"
+    " WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')"
+    " ORDER BY c.relname"
+)
+
+
+def refuse_foreign(conn: Any, path: str) -> None:
+    """Refuse (exit 2, nothing written) a database that holds no afc ledger but tables of its
+    own, as ``ledger_file.identity`` refuses such a SQLite file: another application's
+    database (the URL of an app's database given as the ledger). afc created its twelve
+    tables beside that application's, or, where one of them was named ``jobs``, stopped with
+    "unexpected error: DuplicateTable ... (a bug in afc)" (``afc plan``: UndefinedTable), and
+    a reading command said there was no ledger. ``conn``: its applied afc migrations are none."""
+    tables = [row[0] for row in conn.execute(FOREIGN_TABLES_SQL)]
+    if tables:
+        raise LedgerError(
+            f"{path} is a PostgreSQL database with other tables ({', '.join(tables[:5])}"
+            f"{', ...' if len(tables) > 5 else ''}), not an afc ledger; afc left it untouched: "
+            "point --ledger at an empty database, or give afc a schema of its own there "
+            "(CREATE SCHEMA afc, then ?options=-csearch_path%3Dafc in the URL)"
+        )
+
+
 def holds_ledger(url: Any) -> bool:
     """Whether the database ``url`` names holds afc's schema, read without writing it (a
     submit refused before anything is written leaves an empty database empty)."""
@@ -424,6 +453,8 @@ class PostgresLedger(Ledger):
             self._sync_setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
             conn.execute("SET synchronous_commit = off")
             applied = self._applied()
+            if not applied:
+                refuse_foreign(conn, self.path)
             if applied is None and not create:
                 raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
             # (the migrations first: workers starting together wait for the one applying
@@ -975,19 +1006,20 @@ class PostgresLedger(Ledger):
         url: str, batch: str
     ) -> tuple[str | None, str | None, dict, dict, str | None]:
         with _read_only(url) as conn:
+            done: set[str] = set()
+            if conn.execute("SELECT to_regclass(%s)", (MIGRATIONS_TABLE,)).fetchone()[0]:
+                done = {
+                    row[0]
+                    for row in conn.execute(
+                        f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc'"
+                    )
+                }
+            if not done:  # another application's database is refused, as the submit does
+                refuse_foreign(conn, display_url(str(url)))
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
                 return None, None, {}, {}, None
             # a newer afc's ledger is refused, as the submit refuses it (and SQLite's plan)
-            if conn.execute("SELECT to_regclass(%s)", (MIGRATIONS_TABLE,)).fetchone()[0]:
-                _refuse_newer(
-                    display_url(str(url)),
-                    {
-                        row[0]
-                        for row in conn.execute(
-                            f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc'"
-                        )
-                    },
-                )
+            _refuse_newer(display_url(str(url)), done)
             storage, endpoint = admitted_storage(conn, batch, "%s")
             # a ledger before m007 (read-only: not migrated) has no review and no needs
             gated = conn.execute("SELECT to_regclass('job_needs')").fetchone()[0] is not None
