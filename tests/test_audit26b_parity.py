@@ -194,3 +194,27 @@ def test_a_schema_of_its_own_in_another_applications_database_holds_a_ledger(afc
     assert result.returncode == 0, result.stderr
     assert afc.json("status", env=env)["counts"] == {"succeeded": 1}
     assert _tables(database) == ["users"]
+
+
+@pytest.mark.parametrize("command", ["resume", "worker"])
+def test_runs_take_the_batches_in_one_order_on_both_engines(afc, any_ledger, command):
+    """``afc resume`` and ``afc worker`` take a ledger's batches in code point order (runs go
+    in (batch, seq) order, docs/ledger.md), SQLite's, on PostgreSQL too: on an en-US
+    database they took 'alpha' before 'Zeta', so a budget that ran out after one render paid
+    for another batch's job on each engine."""
+    env = {"AFC_LEDGER": any_ledger}
+    _batches(afc)
+    for name in ("zeta.yaml", "alpha.yaml"):
+        result = afc("submit", name, "--no-run", env=env)
+        assert result.returncode == 0, result.stderr
+    budget = ["--max-spend", "0.05", "--concurrency", "1"]  # one render at the card's 0.05
+    if command == "worker":
+        budget += ["--until-idle", "--claim", "1"]
+    result = afc(command, *budget, env=env)
+    assert result.returncode == 4, result.stderr
+    done = [
+        (job["batch"], job["key"])
+        for job in afc.json("status", "--all", env=env)["jobs"]
+        if job["status"] == "succeeded"
+    ]
+    assert done == [("Zeta", "B")]

@@ -1095,7 +1095,10 @@ class Ledger:
         # blocked jobs too: a run settles them (settle_blocked) and runs those whose needs are met
         statuses = RUNNABLE_SQL if include_blocked else ACTIVE_SQL
         scope, params = _batch_scope(batch)
-        sql = f"SELECT id, key FROM jobs WHERE {scope} AND status IN {statuses} ORDER BY batch, seq"
+        sql = (
+            f"SELECT id, key FROM jobs WHERE {scope} AND status IN {statuses}"
+            f" ORDER BY batch{self.CODE_POINT}, seq"
+        )
         return self.db.execute(sql, params).fetchall()
 
     def runnable_job_ids(
@@ -1307,13 +1310,14 @@ class Ledger:
         serialises writers already: the job as it is."""
         return self.job(job_id)
 
-    # Appended to a text column a listing is ordered by (a batch name, a need's key): its
-    # characters in code point order, as SQLite's default BINARY collation (and Python's
-    # ``sorted``) order them. PostgreSQL orders text by the database's collation, which on a
-    # database made with en_US.UTF-8 (most servers' and managed services' default) puts
-    # 'alpha' before 'Zeta' and skips '-' and '_': the same ledger's jobs, outputs, review
-    # queue and needs were listed in another order on each engine, and moved by
-    # ``afc ledger copy``.
+    # Appended to a text column a listing or a run is ordered by (a batch name, a need's
+    # key): its characters in code point order, as SQLite's default BINARY collation (and
+    # Python's ``sorted``) order them. PostgreSQL orders text by the database's collation,
+    # which on a database made with en_US.UTF-8 (most servers' and managed services' default)
+    # puts 'alpha' before 'Zeta' and skips '-' and '_': the same ledger's jobs, outputs,
+    # review queue and needs were listed in another order on each engine, and moved by
+    # ``afc ledger copy``; and runs and workers took the batches in another order, so a
+    # budget that ran out paid for another batch's jobs first.
     CODE_POINT = ""
     # Appended to the claim's SELECT where the engine locks rows: PostgreSQL's FOR UPDATE SKIP
     # LOCKED lets workers on many hosts pick different jobs without queuing on the same rows
@@ -1377,7 +1381,7 @@ class Ledger:
             taken = self._all(
                 "WITH c AS MATERIALIZED (SELECT id FROM jobs"
                 f" WHERE {where} AND lease_owner IS NULL"
-                f" ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK})"
+                f" ORDER BY batch{self.CODE_POINT}, seq LIMIT ?{self.CLAIM_LOCK})"
                 " UPDATE jobs SET lease_owner = ?, lease_expires = ?, lease_mono = ?, updated_at = ?"
                 " WHERE id IN (SELECT id FROM c) RETURNING *",
                 [
@@ -1414,7 +1418,8 @@ class Ledger:
         if not here_only:
             rows = self._all(
                 f"SELECT id FROM jobs WHERE {where} AND lease_owner IS NOT NULL"
-                f" AND lease_expires < ? ORDER BY batch, seq LIMIT ?{self.CLAIM_LOCK}",
+                " AND lease_expires < ?"
+                f" ORDER BY batch{self.CODE_POINT}, seq LIMIT ?{self.CLAIM_LOCK}",
                 [*params, now, limit],
             )
         if len(rows) < limit:
@@ -1426,7 +1431,7 @@ class Ledger:
                 f"SELECT id, lease_owner, lease_mono FROM jobs WHERE {where} AND lease_owner LIKE ?"
                 " AND lease_owner <> ?"
                 + ("" if here_only else " AND lease_expires >= ?")
-                + " ORDER BY batch, seq",
+                + f" ORDER BY batch{self.CODE_POINT}, seq",
                 [
                     *params,
                     host_of(self.owner) + ":%",
@@ -3410,7 +3415,8 @@ class Ledger:
         sql = (
             f"SELECT j.id FROM jobs j WHERE {scope} AND j.status = 'blocked'"
             " AND NOT EXISTS (SELECT 1 FROM job_needs n JOIN jobs d ON d.id = n.need_id"
-            f" WHERE n.job_id = j.id AND d.status IN {open_needs}) ORDER BY j.batch, j.seq LIMIT ?"
+            f" WHERE n.job_id = j.id AND d.status IN {open_needs})"
+            f" ORDER BY j.batch{self.CODE_POINT}, j.seq LIMIT ?"
         )
         rows = self._all(sql, [*params, limit])
         settled = 0
