@@ -218,3 +218,36 @@ def test_runs_take_the_batches_in_one_order_on_both_engines(afc, any_ledger, com
         if job["status"] == "succeeded"
     ]
     assert done == [("Zeta", "B")]
+
+
+@pytest.mark.parametrize("encoding", ["SQL_ASCII", "LATIN1"])
+def test_a_database_not_in_utf8_is_refused_before_anything_is_paid(afc, pg_server, encoding):
+    """A SQLite ledger holds text in any script. A PostgreSQL database made in SQL_ASCII
+    (``initdb`` in a C locale without ``-E UTF8``) or LATIN1 is refused as the ledger's new
+    home, exit 2, untouched, and by ``afc plan``: in SQL_ASCII psycopg reads text back as
+    bytes, and the submit, its renders paid for, then every command stopped with
+    "unexpected error: TypeError ... (a bug in afc)"; in LATIN1 an output key in another
+    script stopped the submit with "UnicodeEncodeError ... (a bug in afc)"."""
+    import psycopg
+
+    name = f"afc_{uuid.uuid4().hex[:12]}"
+    pg_server._admin(
+        f"CREATE DATABASE {name} TEMPLATE template0 ENCODING '{encoding}'"
+        " LC_COLLATE 'C' LC_CTYPE 'C'"
+    )
+    ledger = f"{pg_server.prefix}/{name}"
+    env = {"AFC_LEDGER": ledger}
+    data = manifest([{"key": "k1", "prompt": "p"}])
+    data["defaults"]["output"] = "{batch}/写真/{key}.{ext}"
+    afc.write_manifest(data)
+    for args in (("plan", "manifest.yaml"), ("submit", "manifest.yaml")):
+        result = afc(*args, env=env)
+        assert result.returncode == 2, (args, result.stderr)
+        assert f"is a PostgreSQL database in the {encoding} encoding" in result.stderr
+        assert "needs a UTF8 database" in result.stderr
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        assert (
+            conn.execute("SELECT COUNT(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()[0]
+            == 0
+        )
+    assert not (afc.cwd / "afc-outputs").exists()

@@ -392,6 +392,11 @@ FOREIGN_TABLES_SQL = (
 )
 
 
+def _text(value: Any) -> str:
+    """A name or setting as text: psycopg reads text as bytes from a SQL_ASCII database."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def refuse_foreign(conn: Any, path: str) -> None:
     """Refuse (exit 2, nothing written) a database that holds no afc ledger but tables of its
     own, as ``ledger_file.identity`` refuses such a SQLite file: another application's
@@ -399,13 +404,31 @@ def refuse_foreign(conn: Any, path: str) -> None:
     tables beside that application's, or, where one of them was named ``jobs``, stopped with
     "unexpected error: DuplicateTable ... (a bug in afc)" (``afc plan``: UndefinedTable), and
     a reading command said there was no ledger. ``conn``: its applied afc migrations are none."""
-    tables = [row[0] for row in conn.execute(FOREIGN_TABLES_SQL)]
+    tables = [_text(row[0]) for row in conn.execute(FOREIGN_TABLES_SQL)]
     if tables:
         raise LedgerError(
             f"{path} is a PostgreSQL database with other tables ({', '.join(tables[:5])}"
             f"{', ...' if len(tables) > 5 else ''}), not an afc ledger; afc left it untouched: "
             "point --ledger at an empty database, or give afc a schema of its own there "
             "(CREATE SCHEMA afc, then ?options=-csearch_path%3Dafc in the URL)"
+        )
+
+
+def refuse_encoding(conn: Any, path: str) -> None:
+    """Refuse (exit 2, nothing written) to make a ledger in a database whose encoding is not
+    UTF-8. A SQLite ledger holds any text; in a database made in SQL_ASCII (``initdb`` in a C
+    locale without ``-E UTF8``) psycopg reads text back as bytes, and every command, a
+    submit's after its renders were paid for, stopped with "unexpected error: TypeError
+    ... (a bug in afc)"; in LATIN1 (or another single-byte encoding) an output key, a
+    storage folder or a provider's message in another script ("写真/{key}.{ext}") stopped
+    the submit or the run with "UnicodeEncodeError ... (a bug in afc)"."""
+    encoding = _text(conn.execute("SHOW server_encoding").fetchone()[0])
+    if encoding.upper() not in ("UTF8", "UNICODE"):
+        raise LedgerError(
+            f"{path} is a PostgreSQL database in the {encoding} encoding; an afc ledger "
+            "keeps prompts, paths, output keys and providers' messages in any script, and "
+            "needs a UTF8 database (CREATE DATABASE afc ENCODING 'UTF8' TEMPLATE template0); "
+            "afc left this one untouched"
         )
 
 
@@ -457,6 +480,8 @@ class PostgresLedger(Ledger):
                 refuse_foreign(conn, self.path)
             if applied is None and not create:
                 raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
+            if not applied:  # afc's schema is to be made here
+                refuse_encoding(conn, self.path)
             # (the migrations first: workers starting together wait for the one applying
             # them, which may take longer on a large ledger)
             self._migrate()
@@ -1014,8 +1039,9 @@ class PostgresLedger(Ledger):
                         f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc'"
                     )
                 }
-            if not done:  # another application's database is refused, as the submit does
-                refuse_foreign(conn, display_url(str(url)))
+            if not done:  # refused as the submit refuses it: another application's, or
+                refuse_foreign(conn, display_url(str(url)))  # one not in UTF8
+                refuse_encoding(conn, display_url(str(url)))
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
                 return None, None, {}, {}, None
             # a newer afc's ledger is refused, as the submit refuses it (and SQLite's plan)
