@@ -15,6 +15,10 @@ import uuid
 import pytest
 from conftest import manifest
 
+from afc_cli.costs import RateCards
+from afc_cli.ledger import Ledger
+from afc_cli.manifest import load_manifest
+
 
 def collated_database(pg_server) -> str:
     """A new, empty database whose text collation is en-US (not C): ICU's where the server
@@ -334,3 +338,36 @@ def test_one_scenario_reads_the_same_on_both_engines(tmp_path, pg_server):
             document = json.loads(result.stdout) if result.stdout.strip() else None
             seen.append((result.returncode, _steady(document, str(side.cwd))))
         assert seen[0] == seen[1], args
+
+
+@pytest.mark.parametrize("host", ["render\\01", "render_01", "Render%01"])
+def test_a_claim_finds_this_hosts_dead_runs_job_whatever_its_host_id(
+    afc, ledger_url, monkeypatch, host
+):
+    """A run's claim takes the jobs of this host's dead runs at once, before free jobs and
+    though their leases run on (their renders may be in this host's spool alone), on both
+    engines whatever ``AFC_HOST_ID`` holds: it looked for them with ``lease_owner LIKE
+    'HOST:%'``, and PostgreSQL's LIKE reads a backslash as an escape, so with a host id such
+    as ``render\\01`` it found none; the job waited for its lease to run out and went to any
+    host, which paid for its render again."""
+    from afc_cli.owner import current_owner
+
+    monkeypatch.setenv("AFC_HOST_ID", host)
+    current_owner.cache_clear()
+    try:
+        path = afc.write_manifest(manifest([{"key": f"k{i}", "prompt": "p"} for i in range(3)]))
+        ledger = Ledger(ledger_url)
+        try:
+            loaded = load_manifest(path)
+            ledger.admit(loaded, "file:///tmp/x", RateCards())
+            held = loaded.jobs[1].job_id
+            with ledger.tx():  # a run of this host that died, its lease running on
+                ledger.db.execute(
+                    "UPDATE jobs SET lease_owner = ?, lease_expires = 9e18 WHERE id = ?",
+                    (f"{host}:999999999:1", held),
+                )
+            assert [job["key"] for job in ledger.claim_runnable(1, 60)] == ["k1"]
+        finally:
+            ledger.close()
+    finally:
+        current_owner.cache_clear()

@@ -1427,14 +1427,18 @@ class Ledger:
             # a LIMIT before the dead are picked out would stop at theirs), unlocked: ``claim``
             # re-checks each it takes. ``here_only`` takes them whether or not their lease
             # ran out (a worker back after a slow restart comes before any other host).
+            # (this host's owners by their prefix, compared as it is: a LIKE pattern read a
+            # backslash in the host id as an escape on PostgreSQL, and found none of them)
+            here_prefix = host_of(self.owner) + ":"
             here = self._all(
-                f"SELECT id, lease_owner, lease_mono FROM jobs WHERE {where} AND lease_owner LIKE ?"
-                " AND lease_owner <> ?"
+                f"SELECT id, lease_owner, lease_mono FROM jobs WHERE {where}"
+                " AND substr(lease_owner, 1, ?) = ? AND lease_owner <> ?"
                 + ("" if here_only else " AND lease_expires >= ?")
                 + f" ORDER BY batch{self.CODE_POINT}, seq",
                 [
                     *params,
-                    host_of(self.owner) + ":%",
+                    len(here_prefix),
+                    here_prefix,
                     self.owner,
                     *(() if here_only else (now,)),
                 ],
