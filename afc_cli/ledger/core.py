@@ -3290,7 +3290,10 @@ class Ledger:
         fails the jobs waiting for it (DEPENDENCY_FAILED)."""
         assert decision in ("approved", "rejected")
         now = _now()
-        note = scrub(note) if note else note
+        # a NUL as \x00: PostgreSQL's text holds none (psycopg's DataError stopped the
+        # decision there, uncaught by afc serve, where SQLite kept it raw); a note is typed
+        # by a person, and a NUL is no part of one (a form posted by hand)
+        note = scrub(note).replace("\x00", "\\x00") if note else note
         with self.tx():
             self.hold_unmoved()
             # in one order (job id) whatever order the keys were named in: two reviewers
