@@ -120,6 +120,16 @@ COPY_LOCK_WAIT_S = 10.0
 # review decision for as long, without a word. A lock_timeout the server, the database,
 # the role or PGOPTIONS set is kept.
 LOCK_WAIT_S = 30.0
+# How long one wait on the server's answer may last (a statement, a commit, a pipeline's
+# sync: psycopg's ``Connection.wait``) before the connection is cut (``StallWatch``):
+# a backend that stops answering (its server's disk hung, the process stopped) keeps its
+# connection alive, so neither the keepalives nor ``tcp_user_timeout`` notice, and a run
+# waited in its ledger write for ever, deaf to SIGTERM and a second SIGTERM (its signals are
+# acted on by the run loop the write held); cron's SIGKILL then left its calls in flight
+# unrecorded. Every wait afc makes in a run lasts milliseconds, or LOCK_WAIT_S at most;
+# migrations are not watched (an index of a large ledger may take minutes). AFC_PG_STALL_S
+# sets it; 0 turns the watch off.
+STALL_S = 300.0
 
 
 # a URL's password in its user part (``postgresql://user:PASSWORD@host``), the user kept;
@@ -312,6 +322,137 @@ class PgDatabase:
                 self.raw.execute(translate_ddl(statement))
 
 
+def stall_seconds() -> float:
+    """``STALL_S``, or ``AFC_PG_STALL_S`` (seconds, 0 for no limit)."""
+    import os
+
+    value = os.environ.get("AFC_PG_STALL_S", "").strip()
+    if not value:
+        return STALL_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise UsageError(f"AFC_PG_STALL_S must be a number of seconds (0: no limit), not {value!r}")
+    return seconds
+
+
+class StallWatch:
+    """Cuts a connection whose wait on the server lasted past ``limit_s`` (``STALL_S``): a
+    thread of its own looks at the wait under way once a second, and shuts the connection's
+    socket down, which ends the wait (libpq reads the end of the stream) with an
+    ``OperationalError``, the ledger's lost connection, as when the server ends a session:
+    the run stops (exit 1), its calls in flight recorded as far as the ledger allows, every
+    job resumable. The thread keeps no reference to the connection: only the socket's file
+    descriptor while a wait is under way."""
+
+    def __init__(self, limit_s: float) -> None:
+        import threading
+
+        self.limit_s = limit_s
+        self.paused = False  # a migration's statements (``PostgresLedger._migrate``)
+        self.fired = False
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._fd: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="afc-pg-stall", daemon=True)
+        self._thread.start()
+
+    @contextmanager
+    def waiting(self, fd: int) -> Iterator[None]:
+        import time
+
+        with self._lock:
+            self._since, self._fd = (None, None) if self.paused else (time.monotonic(), fd)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._since, self._fd = None, None
+
+    def said(self) -> str:
+        return (
+            f"the PostgreSQL server did not answer for {self.limit_s:g} s (AFC_PG_STALL_S): a "
+            "backend that stopped (its server's disk hung, the process stopped); afc closed "
+            "the connection"
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        import time
+
+        tick = min(1.0, self.limit_s / 4)
+        while not self._stop.wait(tick):
+            with self._lock:
+                since, fd = self._since, self._fd
+                if since is None or fd is None or time.monotonic() - since <= self.limit_s:
+                    continue
+                self.fired = True
+                self._since = None
+                _shut(fd)  # under the lock: the wait has not ended, so the fd is still its own
+
+
+def _shut(fd: int) -> None:
+    import os
+    import socket
+
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+_WATCHED: Any = None
+
+
+def _connect(url: str, **kwargs: Any) -> Any:
+    """``psycopg.connect`` of the ledger ``url`` (``_connect_args``), each of its waits on
+    the server watched (``StallWatch``) unless AFC_PG_STALL_S is 0."""
+    psycopg = _psycopg()
+    limit = stall_seconds()
+    if not limit:
+        return psycopg.connect(**_connect_args(url), **kwargs)
+    global _WATCHED
+    if _WATCHED is None:
+
+        class Watched(psycopg.Connection):
+            """A psycopg connection whose waits on the server a ``StallWatch`` bounds."""
+
+            stall: StallWatch | None = None
+
+            def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+                watch = self.stall
+                if watch is None:
+                    return super().wait(gen, *args, **kwargs)
+                try:
+                    with watch.waiting(self.pgconn.socket):
+                        return super().wait(gen, *args, **kwargs)
+                except psycopg.OperationalError as exc:
+                    if watch.fired:
+                        raise psycopg.OperationalError(watch.said()) from exc
+                    raise
+
+            def close(self) -> None:
+                if self.stall is not None:
+                    self.stall.stop()
+                super().close()
+
+        _WATCHED = Watched
+    conn = _WATCHED.connect(**_connect_args(url), **kwargs)
+    conn.stall = StallWatch(limit)
+    return conn
+
+
 def _psycopg() -> Any:
     try:
         import psycopg
@@ -368,7 +509,7 @@ def _read_only(url: Any) -> Iterator[Any]:
     check_url(str(url))
     psycopg = _psycopg()
     try:
-        conn = psycopg.connect(**_connect_args(str(url)))
+        conn = _connect(str(url))
     except psycopg.Error as exc:
         raise connect_error(str(url), exc) from None
     conn.read_only = True
@@ -452,7 +593,7 @@ class PostgresLedger(Ledger):
         try:
             # autocommit: a read outside a ``tx`` block never leaves a transaction open while
             # the run waits on a provider; a block is an explicit transaction (``tx``)
-            conn = psycopg.connect(**_connect_args(self.url), autocommit=True)
+            conn = _connect(self.url, autocommit=True)
         except psycopg.Error as exc:
             raise connect_error(self.url, exc) from None
         self.db = PgDatabase(conn)
@@ -528,6 +669,11 @@ class PostgresLedger(Ledger):
             return
         pending = [name for name in known if name not in applied] if applied else []
         errors = _psycopg().errors
+        # not watched (``StallWatch``): an index of a large ledger, or another afc's migration
+        # waited for under the advisory lock, may take minutes
+        stall = getattr(self.db.raw, "stall", None)
+        if stall is not None:
+            stall.paused = True
         try:
             self._apply_migrations(known)
         except errors.QueryCanceled:
@@ -555,6 +701,9 @@ class PostgresLedger(Ledger):
                 "waited, every other session's use of those tables queued behind it). afc "
                 "left the ledger untouched: let that session end or end it, then run this again"
             ) from None
+        finally:
+            if stall is not None:
+                stall.paused = False
 
     def _apply_migrations(self, known: list[str]) -> None:
         """``_migrate``'s transaction. Its DDL (``ALTER TABLE`` takes an ACCESS EXCLUSIVE lock)
