@@ -1,6 +1,8 @@
 """The ledger writes per job of a fresh run, counted: a probe that finds nothing writes nothing
 of its own (its step row and the job's move to render go with the attempt row), so a job
-that renders once and succeeds is ten statements: claim 1, attempt 3, spool 3, finish 3."""
+that renders once and succeeds is eleven statements: claim 1, attempt 3, its known cost 1
+(written on the attempt before its spool file: a crash after the file leaves the adopted
+attempt at its cost), spool 3, finish 3."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from afc_cli.run import manifest_rates, run_jobs
 WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
-def test_a_fresh_job_is_ten_ledger_writes_and_its_steps_are_all_recorded(afc):
+def test_a_fresh_job_is_eleven_ledger_writes_and_its_steps_are_all_recorded(afc):
     n = 12
     path = afc.write_manifest(manifest(jobs(n)))
     m = load_manifest(path)
@@ -39,7 +41,7 @@ def test_a_fresh_job_is_ten_ledger_writes_and_its_steps_are_all_recorded(afc):
             for w in writes
             if "lease_expires = ? WHERE lease_owner" not in w and w not in endpoint
         ]
-        assert len(per_job) == 10 * n, sorted({w.split(" (")[0][:60] for w in per_job})
+        assert len(per_job) == 11 * n, sorted({w.split(" (")[0][:60] for w in per_job})
         for job_id in ids:
             steps = ledger.steps(job_id)
             assert [s["step"] for s in steps] == [
