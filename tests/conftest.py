@@ -195,3 +195,21 @@ def fake(afc):
     afc.env.update(server.env())
     yield server
     server.stop()
+
+
+def old_build(commit: str, into: Path) -> Path:
+    """afc's package as ``commit`` of this repository's history had it, unpacked into the
+    new folder ``into`` (run it with ``PYTHONPATH=into``): CI runs on a whole clone; without
+    that commit here (a shallow clone) the test skips."""
+    repo = Path(__file__).resolve().parent.parent
+    found = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True
+    )
+    if found.returncode != 0:
+        pytest.skip(f"commit {commit} is not in this clone's history")
+    into.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", commit, "afc_cli"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into

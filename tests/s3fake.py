@@ -180,3 +180,41 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
     server = BackloggedServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+class ProxiedBucket:
+    """A new bucket on moto's server, reached through a fault proxy (``make_proxy``) that
+    ``plan`` drives, with the ``afc`` fixture's environment pointed at the proxy:
+    ``client`` (boto3, straight to moto), ``bucket``, ``plan``, ``url`` (``s3://bucket/films``)
+    and ``proxy`` (shut down by the fixture)."""
+
+    def __init__(self, moto_server: tuple[str, int], afc, plan: FaultPlan, prefix: str) -> None:
+        import time
+
+        import boto3
+        from botocore.config import Config
+
+        self.plan = plan
+        self.proxy = make_proxy(moto_server, plan)
+        host, port = self.proxy.server_address[:2]
+        afc.env.update(
+            {
+                "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_REGION": "us-east-1",
+            }
+        )
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
+            afc.env.pop(name, None)
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=f"http://{moto_server[0]}:{moto_server[1]}",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}),
+        )
+        self.bucket = f"{prefix}-{int(time.time() * 1e6)}"
+        self.client.create_bucket(Bucket=self.bucket)
+        self.url = f"s3://{self.bucket}/films"

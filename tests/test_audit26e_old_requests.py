@@ -12,11 +12,9 @@ default, as it does a provider default written out.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, old_build
 
 from afc_cli.manifest import load_manifest, request_hash, same_request
 
@@ -47,22 +45,7 @@ def test_a_body_admitted_before_window_s_is_the_same_request(tmp_path):
 
 
 def _old_build(tmp_path: Path) -> Path:
-    repo = Path(__file__).resolve().parent.parent
-    found = subprocess.run(
-        ["git", "-C", str(repo), "cat-file", "-e", f"{BEFORE_M003}^{{commit}}"],
-        capture_output=True,
-    )
-    if found.returncode != 0:
-        pytest.skip(f"commit {BEFORE_M003} is not in this clone's history")
-    old = tmp_path / "old-build"
-    old.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(repo), "archive", BEFORE_M003, "afc_cli"],
-        capture_output=True,
-        check=True,
-    )
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-    return old
+    return old_build(BEFORE_M003, tmp_path / "old-build")
 
 
 def test_a_batch_the_afc_before_m003_ran_is_a_replay_after_the_upgrade(afc, tmp_path):

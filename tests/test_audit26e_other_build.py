@@ -9,11 +9,7 @@ newer than this afc's (14)') and the user told to upgrade afc, which would never
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
-import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, old_build
 from test_upgrade import LAST, _sql
 
 from afc_cli.ledger_file import known_migrations
@@ -62,21 +58,7 @@ def test_a_newer_afcs_ledger_is_still_called_newer(afc, ledger_url):
 
 
 def test_a_ledger_of_afcs_first_build(afc, tmp_path):
-    repo = Path(__file__).resolve().parent.parent
-    found = subprocess.run(
-        ["git", "-C", str(repo), "cat-file", "-e", f"{FIRST_BUILD}^{{commit}}"],
-        capture_output=True,
-    )
-    if found.returncode != 0:
-        pytest.skip(f"commit {FIRST_BUILD} is not in this clone's history")
-    old = tmp_path / "first-build"
-    old.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(repo), "archive", FIRST_BUILD, "afc_cli"],
-        capture_output=True,
-        check=True,
-    )
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    old = old_build(FIRST_BUILD, tmp_path / "first-build")
     afc.write_manifest(manifest(jobs(1)))
     ran = afc("submit", "manifest.yaml", env={"PYTHONPATH": str(old)})
     assert ran.returncode == 0, ran.stderr

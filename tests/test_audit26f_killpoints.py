@@ -21,7 +21,7 @@ from decimal import Decimal
 import pytest
 from conftest import manifest, wait_for
 from fakeproviders import FakeProviders
-from s3fake import FaultPlan
+from s3fake import FaultPlan, ProxiedBucket
 from test_s3 import moto_server  # noqa: F401 - the S3 server
 
 MODELS = {
@@ -166,42 +166,11 @@ def fakes(afc):
 
 @pytest.fixture
 def s3(moto_server, afc):  # noqa: F811
-    import boto3
-    from botocore.config import Config
-    from s3fake import make_proxy
-
     plan = HoldingPlan()
-    proxy = make_proxy(moto_server, plan)
-    host, port = proxy.server_address[:2]
-    afc.env.update(
-        {
-            "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1",
-        }
-    )
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-        afc.env.pop(name, None)
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://{moto_server[0]}:{moto_server[1]}",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
-    bucket = f"kills-{int(time.time() * 1e6)}"
-    client.create_bucket(Bucket=bucket)
-
-    class S3:
-        pass
-
-    ctx = S3()
-    ctx.client, ctx.bucket, ctx.plan, ctx.url = client, bucket, plan, f"s3://{bucket}/films"
+    ctx = ProxiedBucket(moto_server, afc, plan, "kills")
     yield ctx
     plan.holds.release_all()
-    proxy.shutdown()
+    ctx.proxy.shutdown()
 
 
 def kill_at(afc, hold: Hold, *args: str, env: dict[str, str] | None = None) -> None:

@@ -10,12 +10,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-import boto3
 import pytest
-from botocore.config import Config
 from conftest import jobs, manifest
 from moto.server import ThreadedMotoServer
-from s3fake import Fault, FaultPlan, make_proxy
+from s3fake import Fault, FaultPlan, ProxiedBucket
 
 BUCKET = "renders"
 
@@ -31,38 +29,10 @@ def moto_server():
 @pytest.fixture
 def s3(moto_server, afc):
     plan = FaultPlan()
-    proxy = make_proxy(moto_server, plan)
-    host, port = proxy.server_address[:2]
-    endpoint = f"http://{host}:{port}"
-    afc.env.update(
-        {
-            "AWS_ENDPOINT_URL_S3": endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1",
-        }
-    )
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-        afc.env.pop(name, None)
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://{moto_server[0]}:{moto_server[1]}",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
-    bucket = f"{BUCKET}-{int(time.time() * 1e6)}"
-    client.create_bucket(Bucket=bucket)
-
-    class S3:
-        pass
-
-    ctx = S3()
-    ctx.client, ctx.bucket, ctx.plan, ctx.url = client, bucket, plan, f"s3://{bucket}/films"
+    ctx = ProxiedBucket(moto_server, afc, plan, BUCKET)
     yield ctx
     plan.release()  # requests a "stall" fault holds
-    proxy.shutdown()
+    ctx.proxy.shutdown()
 
 
 def submit(afc, s3, *args, env=None):

@@ -19,12 +19,10 @@ from __future__ import annotations
 import collections
 import signal
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 
-import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, old_build
 
 from afc_cli.owner import host_id
 
@@ -181,22 +179,7 @@ BEFORE_M009 = "e0b7ccd"
 
 
 def _old_build(tmp_path: Path) -> Path:
-    repo = Path(__file__).resolve().parent.parent
-    found = subprocess.run(
-        ["git", "-C", str(repo), "cat-file", "-e", f"{BEFORE_M009}^{{commit}}"],
-        capture_output=True,
-    )
-    if found.returncode != 0:
-        pytest.skip(f"commit {BEFORE_M009} is not in this clone's history")
-    old = tmp_path / "old-build"
-    old.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(repo), "archive", BEFORE_M009, "afc_cli"],
-        capture_output=True,
-        check=True,
-    )
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-    return old
+    return old_build(BEFORE_M009, tmp_path / "old-build")
 
 
 def test_a_rolling_upgrade_with_the_build_before_m009_pays_each_job_once(afc, pg_server, tmp_path):
