@@ -412,44 +412,34 @@ def _shut(fd: int) -> None:
         sock.close()
 
 
-_WATCHED: Any = None
-
-
 def _connect(url: str, **kwargs: Any) -> Any:
     """``psycopg.connect`` of the ledger ``url`` (``_connect_args``), each of its waits on
-    the server watched (``StallWatch``) unless AFC_PG_STALL_S is 0."""
+    the server watched (``StallWatch``) unless AFC_PG_STALL_S is 0: the connection's own
+    ``wait`` (psycopg's one way to wait on the server: statements, commits, a pipeline's
+    sync) and ``close`` are wrapped on it, so what ``psycopg.connect`` makes is what afc
+    uses. psycopg's own wait timeout exists only in its newest releases."""
     psycopg = _psycopg()
     limit = stall_seconds()
+    conn = psycopg.connect(**_connect_args(url), **kwargs)
     if not limit:
-        return psycopg.connect(**_connect_args(url), **kwargs)
-    global _WATCHED
-    if _WATCHED is None:
+        return conn
+    watch = StallWatch(limit)
+    plain_wait, plain_close = conn.wait, conn.close
 
-        class Watched(psycopg.Connection):
-            """A psycopg connection whose waits on the server a ``StallWatch`` bounds."""
+    def wait(gen: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            with watch.waiting(conn.pgconn.socket):
+                return plain_wait(gen, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            if watch.fired:
+                raise psycopg.OperationalError(watch.said()) from exc
+            raise
 
-            stall: StallWatch | None = None
+    def close() -> None:
+        watch.stop()
+        plain_close()
 
-            def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
-                watch = self.stall
-                if watch is None:
-                    return super().wait(gen, *args, **kwargs)
-                try:
-                    with watch.waiting(self.pgconn.socket):
-                        return super().wait(gen, *args, **kwargs)
-                except psycopg.OperationalError as exc:
-                    if watch.fired:
-                        raise psycopg.OperationalError(watch.said()) from exc
-                    raise
-
-            def close(self) -> None:
-                if self.stall is not None:
-                    self.stall.stop()
-                super().close()
-
-        _WATCHED = Watched
-    conn = _WATCHED.connect(**_connect_args(url), **kwargs)
-    conn.stall = StallWatch(limit)
+    conn.wait, conn.close, conn.stall = wait, close, watch
     return conn
 
 
