@@ -766,6 +766,22 @@ async def _read_output(response: Any, provider: str, spill_to: str | None) -> Ou
     chunks: list[bytes] = []
     size = held = 0
     spilled: Spilled | None = None
+
+    async def spill(chunks: list[bytes]) -> Spilled:
+        """``chunks`` written to the spill file (made first, once); its OSError, never a
+        network read's, is the spill's failure."""
+        nonlocal spilled
+        try:
+            if spilled is None:
+                spilled = await asyncio.to_thread(Spilled, spill_to)
+            await asyncio.to_thread(_spill, spilled, chunks)
+        except OSError as exc:
+            raise OutputNotKept(
+                f"{provider}: its output ({size} bytes so far) could not be written to "
+                f"{spill_to or 'the temporary folder'}: {exc.strerror or exc}"
+            ) from None
+        return spilled
+
     try:
         async for chunk in response.aiter_bytes():
             size += len(chunk)
@@ -775,22 +791,12 @@ async def _read_output(response: Any, provider: str, spill_to: str | None) -> Ou
             held += len(chunk)
             if spilled is None and size <= IN_MEMORY_OUTPUT_BYTES:
                 continue
-            if spilled is None:
-                spilled = await asyncio.to_thread(Spilled, spill_to)
-            if held >= SPILL_BATCH_BYTES:
-                await asyncio.to_thread(_spill, spilled, chunks)
+            if spilled is None or held >= SPILL_BATCH_BYTES:
+                await spill(chunks)
                 chunks, held = [], 0
         if spilled is None:
             return b"".join(chunks)
-        await asyncio.to_thread(_spill, spilled, chunks)
-        return spilled
-    except OSError as exc:
-        if spilled is not None:
-            spilled.close()
-        raise OutputNotKept(
-            f"{provider}: its output ({size} bytes so far) could not be written to "
-            f"{spill_to or 'the temporary folder'}: {exc.strerror or exc}"
-        ) from None
+        return await spill(chunks)
     except BaseException:
         if spilled is not None:
             spilled.close()
