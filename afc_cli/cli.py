@@ -610,7 +610,7 @@ def submit(
     Validates the manifest first (exit 2, nothing written, on any problem); a job whose key and
     request were admitted before is a replay and is not rendered again."""
     if dry_run:
-        _plan(manifest, ledger, storage, max_spend, allow_unpriced, json_out)
+        _plan(manifest, ledger, storage, max_spend, allow_unpriced, json_out, concurrency)
         return
     with _boundary(again=_again()):
         _outlive_output()
@@ -878,6 +878,7 @@ def _plan(
     max_spend: str | None,
     allow_unpriced: bool,
     json_out: bool,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ):
     with _boundary(reads=ledger):
         from afc_cli.plan import describe, plan
@@ -888,6 +889,7 @@ def _plan(
             storage=storage,
             max_spend=max_spend,
             allow_unpriced=allow_unpriced,
+            concurrency=concurrency,
         )
         if json_out:
             from afc_cli.output import emit_json

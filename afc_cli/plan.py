@@ -14,7 +14,9 @@ The budget it compares the estimate with is the submit's own (``Budget.of_manife
 without ``--allow-unpriced``), the plan says so in ``problems`` and the command exits 2, as the
 submit would; ``fits_budget`` is then None (the estimate cannot say). An API key or a webhook
 secret this environment lacks or cannot send (``run.require_keys``,
-``webhooks.require_secrets``: variable names only, never a value), and a storage it could not
+``webhooks.require_secrets``: variable names only, never a value), a run setting the submit
+refuses (``AFC_MAX_INTERRUPTS``, ``AFC_LEASE_S``, ``AFC_MIN_FREE_MB``, ``AFC_POLL_S``; a
+``--concurrency`` the open-file limit cannot hold, ``run.open_files``), and a storage it could not
 read (its jobs then counted as to render), are said in ``environment``, not refused: a plan is often made where the submit is not (CI checking manifests without
 secrets), and the submit refuses on its own, writing nothing.
 
@@ -57,7 +59,12 @@ from afc_cli.providers import images_requested
 from afc_cli.run import (
     Budget,
     chains_except,
+    lease_seconds,
     manifest_rates,
+    max_interrupts,
+    min_free_bytes,
+    open_files,
+    poll_seconds,
     require_keys,
     resolve_storage,
     spool_problem,
@@ -72,6 +79,7 @@ def plan(
     storage: str | None,
     max_spend: str | None = None,
     allow_unpriced: bool = True,
+    concurrency: int = 8,  # the submit's --concurrency (cli.DEFAULT_CONCURRENCY)
 ) -> dict[str, Any]:
     from afc_cli.manifest import dependency_waves, load_manifest
 
@@ -126,6 +134,16 @@ def plan(
         lambda: require_keys({entry["provider"] for chain in chains for entry in chain}),
         lambda: require_secrets(
             manifest.secret_envs, f"{manifest.path}: field 'webhook.secret_env'"
+        ),
+        # the run's settings the submit checks before it writes anything (run.submit): a
+        # value of AFC_MAX_INTERRUPTS, AFC_LEASE_S, AFC_MIN_FREE_MB or AFC_POLL_S it refuses,
+        # and a --concurrency this process's open-file limit cannot hold
+        max_interrupts,
+        lease_seconds,
+        min_free_bytes,
+        poll_seconds,
+        lambda: open_files(
+            concurrency, {entry["provider"] for chain in manifest.chains for entry in chain}
         ),
     ):
         try:
