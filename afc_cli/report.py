@@ -240,13 +240,15 @@ def print_story(story: dict[str, Any]) -> None:
             "number": a["number"],
             "model": f"{a['provider']}/{a['model']}",
             "status": a["status"],
-            "class": a["error_class"],
-            "http": a["http_status"],
+            # on a pipe the header is these names: the --json field names, as every table's
+            # (README "Reading the output"); a terminal shows the shorter headers below
+            "error_class": a["error_class"],
+            "http_status": a["http_status"],
             "waited": f"{a['waited_s']:.2f}s" if a["waited_s"] else None,
             "duration": f"{a['duration_s']:.3f}s" if a["duration_s"] is not None else None,
             "usage": _text(a["usage"]) if a["usage"] else None,
             "cost": a["cost"] if a["cost"] is not None else "unpriced",
-            "source": a["cost_source"],
+            "cost_source": a["cost_source"],
             "error": a["error"],
         }
         for a in story["attempts"]
@@ -260,13 +262,13 @@ def print_story(story: dict[str, Any]) -> None:
             Col("number", header="#", right=True),
             Col("model", header="provider/model"),
             Col("status"),
-            Col("class", drop=6),
-            Col("http", header="HTTP", right=True, drop=5),
+            Col("error_class", header="class", drop=6),
+            Col("http_status", header="HTTP", right=True, drop=5),
             Col("waited", right=True, drop=3),
             Col("duration", right=True, drop=4),
             Col("usage", kind="text", drop=1),
             Col("cost", right=True),
-            Col("source", drop=2),
+            Col("cost_source", header="source", drop=2),
             # why an attempt failed (a refusal's wording, a key the provider rejected): without
             # it a fallback's first model left only its class. The first to give up its room,
             # as it loses nothing: it is then printed under the table, "2: message"
