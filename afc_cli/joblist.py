@@ -50,7 +50,10 @@ class _Duplicate(ValueError):
 
 
 class _Bad(str):
-    """Why a line could not be read as a job (a line holding a JSON string is not one)."""
+    """Why a line could not be read as a job (a line holding a JSON string is not one);
+    ``key``, the job's key where the line gave one (a CSV row's key cell), for the message."""
+
+    key: str | None = None
 
 
 # JSON nested deeper than the manifest's YAML may be (MAX_YAML_DEPTH) is refused the same way;
@@ -223,7 +226,10 @@ class JobFile:
             for line, row in rows:
                 where = f"{self.name} line {line}"
                 if isinstance(row, _Bad):  # the line could not be read as a job
-                    problems.append(f"{where}: {row}")
+                    # named by its key too where the line gave one, as a field's problem is
+                    # (_line_problems): the file, the job (line and key) and the field
+                    who = where + (f" (key {row.key!r})" if row.key else "")
+                    problems.append(f"{who}: {row}")
                 elif not isinstance(row, dict):
                     problems.append(f"{where}: a job is a JSON object, got {type(row).__name__}")
                 else:
@@ -324,7 +330,10 @@ class JobFile:
                 if len(cells) != len(header):
                     yield line, _Bad(f"{len(cells)} cells where the header names {len(header)}")
                     continue
-                yield line, self._row(header, cells)
+                row = self._row(header, cells)
+                if isinstance(row, _Bad) and "key" in header:
+                    row.key = cells[header.index("key")] or None
+                yield line, row
 
     @staticmethod
     def _row(header: list[str], cells: list[str]) -> dict[str, Any] | _Bad:

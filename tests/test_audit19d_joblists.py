@@ -177,5 +177,5 @@ def test_a_csv_param_given_in_both_its_column_and_the_params_cell_is_refused(afc
     _listed(afc, "jobs.csv", b'key,prompt,params,params.size\na,x,"{""size"": ""64x64""}",96x64\n')
     result = afc("submit", "manifest.yaml")
     assert result.returncode == 2, result.stderr
-    assert "jobs.csv line 2: param 'size' is given twice" in result.stderr, result.stderr
+    assert "jobs.csv line 2 (key 'a'): param 'size' is given twice" in result.stderr, result.stderr
     assert not (afc.cwd / "afc.db").exists()

@@ -196,7 +196,7 @@ def test_hostile_lines_are_problems_with_their_line_not_crashes(tmp_path):
         ('key,prompt\nj1,"a cat" \n', "line 2: text after a quoted cell's closing quote"),
         (
             'key,params\na,"{""a"": ' + "[" * 70 + "]" * 70 + '}"\n',
-            "line 2: column 'params': nested",
+            "line 2 (key 'a'): column 'params': nested",
         ),
     ],
 )
