@@ -15,7 +15,8 @@ without ``--allow-unpriced``), the plan says so in ``problems`` and the command 
 submit would; ``fits_budget`` is then None (the estimate cannot say). An API key or a webhook
 secret this environment lacks or cannot send (``run.require_keys``,
 ``webhooks.require_secrets``: variable names only, never a value), a run setting the submit
-refuses (``AFC_MAX_INTERRUPTS``, ``AFC_LEASE_S``, ``AFC_MIN_FREE_MB``, ``AFC_POLL_S``; a
+refuses (``AFC_MAX_INTERRUPTS``, ``AFC_LEASE_S``, ``AFC_GRACE_S``, ``AFC_MIN_FREE_MB``,
+``AFC_POLL_S``; a
 ``--concurrency`` the open-file limit cannot hold, ``run.open_files``), and a storage it could not
 read (its jobs then counted as to render), are said in ``environment``, not refused: a plan is often made where the submit is not (CI checking manifests without
 secrets), and the submit refuses on its own, writing nothing.
@@ -59,6 +60,7 @@ from afc_cli.providers import images_requested
 from afc_cli.run import (
     Budget,
     chains_except,
+    grace_seconds,
     lease_seconds,
     manifest_rates,
     max_interrupts,
@@ -136,10 +138,11 @@ def plan(
             manifest.secret_envs, f"{manifest.path}: field 'webhook.secret_env'"
         ),
         # the run's settings the submit checks before it writes anything (run.submit): a
-        # value of AFC_MAX_INTERRUPTS, AFC_LEASE_S, AFC_MIN_FREE_MB or AFC_POLL_S it refuses,
-        # and a --concurrency this process's open-file limit cannot hold
+        # value of AFC_MAX_INTERRUPTS, AFC_LEASE_S, AFC_GRACE_S, AFC_MIN_FREE_MB or AFC_POLL_S
+        # it refuses, and a --concurrency this process's open-file limit cannot hold
         max_interrupts,
         lease_seconds,
+        grace_seconds,
         min_free_bytes,
         poll_seconds,
         lambda: open_files(

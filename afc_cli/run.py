@@ -870,8 +870,7 @@ def run_jobs(
     lease_s = lease_seconds() if lease_s is None else lease_s
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
-    if grace_s < 0:
-        raise UsageError(f"--grace must be a number of seconds >= 0, got {grace_s}")
+    grace_seconds(grace_s)
     reporter = reporter or Reporter()
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
@@ -1256,6 +1255,21 @@ def lease_seconds() -> float:
 
 
 MAX_LEASE_S = 86_400
+
+
+def grace_seconds(grace_s: float | None = None) -> float:
+    """``--grace`` (or ``AFC_GRACE_S`` when ``grace_s`` is None, as ``afc plan``, which takes
+    no ``--grace``, checks it): seconds the calls in flight may finish after Ctrl-C or
+    SIGTERM, >= 0 (``inf``: they are never abandoned). ``nan`` is refused: the option's own
+    check (``min=0``) let it through, and a timer of ``nan`` seconds fires at once, so the
+    first Ctrl-C abandoned every paid call in flight."""
+    if grace_s is None:
+        return _env_number(
+            "AFC_GRACE_S", DEFAULT_GRACE_S, float, lambda s: s >= 0, "a number of seconds >= 0"
+        )
+    if not grace_s >= 0:
+        raise UsageError(f"--grace must be a number of seconds >= 0, got {grace_s}")
+    return grace_s
 
 
 def poll_seconds() -> float:

@@ -63,3 +63,23 @@ def test_a_dry_run_names_a_concurrency_the_open_file_limit_cannot_hold(afc):
     # the submit's default concurrency fits: nothing said
     assert afc.json("submit", "--dry-run", "manifest.yaml")["environment"] == []
     assert not (afc.cwd / "afc.db").exists()
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_the_plan_names_a_grace_the_submit_refuses(afc, value):
+    """AFC_GRACE_S is the submit's --grace from the environment, which 'afc plan' does not
+    take: a value the submit refuses (exit 2, nothing written) was not looked at by the plan.
+    'nan' passed the option's own check (min=0) and abandoned every call in flight at the
+    first Ctrl-C (a timer of nan seconds fires at once): refused now, by the run as well."""
+    afc.write_manifest(manifest(jobs(2)))
+    env = {"AFC_GRACE_S": value}
+    submit = afc("submit", "manifest.yaml", env=env)
+    assert submit.returncode == 2, submit
+    assert "grace" in submit.stderr.lower(), submit.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    shown = afc.json("plan", "manifest.yaml", env=env)
+    assert [p for p in shown["environment"] if "AFC_GRACE_S" in p], shown["environment"]
+    if value != "nan":  # the submit's own option parsing refuses these, --dry-run too
+        dry = afc("submit", "--dry-run", "manifest.yaml", env=env)
+        assert dry.returncode == 2 and "AFC_GRACE_S" in dry.stderr, dry
+    assert afc.json("plan", "manifest.yaml", env={"AFC_GRACE_S": "inf"})["environment"] == []
