@@ -111,6 +111,8 @@ def test_a_decision_on_the_review_page_the_locked_ledger_could_not_take_is_a_503
         client = TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
     form = {"key": "frame", "batch": "b1", "form_token": app.state.form_token}
     address = "/review/approve-shown" if shown else "/review/approve"
+    [(job_id,)] = afc.rows("SELECT id FROM jobs WHERE key = 'frame'")
+    assert client.get(f"/thumb/{job_id}").status_code == 200  # the picture shown
     holder = sqlite3.connect(afc.cwd / "afc.db", isolation_level=None)
     try:
         holder.execute("BEGIN IMMEDIATE")

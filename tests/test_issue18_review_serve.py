@@ -102,6 +102,8 @@ def test_the_jobs_a_review_page_shows_are_approved_at_once_all_or_none(afc):
         shown = re.findall(r'name="key" value="([^"]+)"', form)
         assert sorted(shown) == ["shot-001", "shot-002", "shot-003"]  # the oldest first
         assert "Approve the 3 shown" in form
+        for src in re.findall(r'<img src="([^"]+)"', page):  # the pictures, as a browser shows them
+            assert httpx.get(httpx.URL(served.url).join(src)).status_code == 200
         pairs = [("batch", "b1"), ("key", "shot-001"), ("batch", "b1"), ("key", "shot-002")]
 
         def post(fields: list[tuple[str, str]]) -> httpx.Response:

@@ -301,6 +301,7 @@ class Pages:
             pages=pages,
             decided=query["decided"] if self.told(query) else None,
             decided_key=query.get("key"),
+            left=query.get("left") if self.told(query) else None,
             error=None,
         )
 
@@ -340,15 +341,19 @@ class Pages:
             url = url.include_query_params(page=page)
         return RedirectResponse(str(url), status_code=303)
 
-    def _signed(self, decided: str, key: str) -> str:
-        message = f"{decided}\n{key}".encode()
+    def _signed(self, decided: str, key: str, left: str = "") -> str:
+        message = f"{decided}\n{key}\n{left}".encode()
         return hmac.new(self.form_token.encode(), message, hashlib.sha256).hexdigest()[:32]
 
-    def decided_url(self, request: Any, decided: str, key: str) -> Any:
-        """The review page after a decision, saying it (``?decided=&key=``), signed with
-        this server's secret (``told``)."""
-        return request.url_for("review").include_query_params(
-            decided=decided, key=key, sig=self._signed(decided, key)
+    def decided_url(self, request: Any, decided: str, key: str, left: str = "") -> Any:
+        """The review page after a decision, saying it (``?decided=&key=``, and ``left``:
+        the jobs "Approve the N shown" left undecided, why), signed with this server's
+        secret (``told``)."""
+        url = request.url_for("review")
+        if left:
+            url = url.include_query_params(left=left)
+        return url.include_query_params(
+            decided=decided, key=key, sig=self._signed(decided, key, left)
         )
 
     def told(self, query: Any) -> bool:
@@ -361,7 +366,8 @@ class Pages:
         if decided not in DECIDED.values() or key is None:
             return False
         sent = query.get("sig", "").encode()  # bytes: compare_digest refuses non-ASCII text
-        return hmac.compare_digest(sent, self._signed(decided, key).encode())
+        signed = self._signed(decided, key, query.get("left", ""))
+        return hmac.compare_digest(sent, signed.encode())
 
     def _forged(self, request: Any, form: Any) -> Any:
         """The 403 page for a form without this server's token (a page of another site, or
@@ -422,23 +428,58 @@ class Pages:
             return outside
         by = f"{os_user()} (afc serve)"
 
-        def decide() -> list[str]:
+        def decide() -> tuple[list[str], list[tuple[str, str]]]:
             book = self.book()
             try:
-                return review.approve_shown(book, shown, by=by)
+                seen, unseen = self._seen(book, shown)
+                return (review.approve_shown(book, seen, by=by) if seen else []), unseen
             finally:
                 book.close()
 
         try:
-            decided = await run_in_threadpool(decide)
+            decided, unseen = await run_in_threadpool(decide)
         except review.NotDecided as exc:  # the ledger could not take it (locked, full, gone)
             return self.unavailable(request, exc)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
         url = self.decided_url(
-            request, "approved", f"{len(decided)} job{'' if len(decided) == 1 else 's'}"
+            request,
+            "approved",
+            f"{len(decided)} job{'' if len(decided) == 1 else 's'}",
+            left_undecided(unseen),
         )
         return RedirectResponse(str(url), status_code=303)
+
+    def _seen(
+        self, book: Any, shown: list[tuple[str, str]]
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """The cards of ``shown`` whose picture this server sent (its thumbnail, kept by
+        ``_picture``: a picture, not a placeholder), and the others as (key, why). A card
+        whose picture could not be shown (its store out of reach, over 64 MiB, no picture,
+        a video) or was never asked for is not the reviewer's to approve by the page: "Approve
+        the N shown" approved it all the same, a picture nobody saw. A pair naming no single
+        job is kept with the seen, for ``review.approve_shown`` to refuse, naming it."""
+        from afc_cli.web.sheet import card
+
+        seen, unseen = [], []
+        for batch, key in shown:
+            found = book.jobs_by_key(key, batch)
+            job = card(book, found[0]["id"]) if len(found) == 1 else None
+            if job is None or found[0]["status"] != "awaiting_review":
+                seen.append((batch, key))  # refused whole, naming it (decided meanwhile)
+                continue
+            made = None
+            if job["output"]:
+                with self.lock:
+                    made = self.thumbs.get((job["storage"], job["output_key"], job["sha256"]))
+            if made is not None and made.data is not None:
+                seen.append((batch, key))
+            elif made is not None:
+                unseen.append((key, made.note or "no preview"))
+            else:
+                down = self.unreachable(job["storage"]) if job["output"] else None
+                unseen.append((key, f"not read: {down}" if down else "its picture was not shown"))
+        return seen, unseen
 
     def _decide(self, action: str, key: str, batch: str | None, by: str, reason: str) -> None:
         from afc_cli import review  # the review gates (afc_cli/review.py)
@@ -649,6 +690,30 @@ def placeholder(note: str) -> bytes:
         f'<text x="120" y="{top}" font-family="system-ui, sans-serif" font-size="12" '
         f'fill="#6b6b70" text-anchor="middle">{spans}</text></svg>'
     ).encode()
+
+
+# jobs "Approve the N shown" names, with why, when it leaves some undecided (the rest counted)
+LEFT_NAMED = 5
+
+
+def left_undecided(unseen: list[tuple[str, str]]) -> str:
+    """What "Approve the N shown" left undecided, as the review page says it: how many, the
+    first few keys with why their picture was not shown, and what to do."""
+    from afc_cli.secrets import scrub
+
+    if not unseen:
+        return ""
+    # scrubbed here: it goes in the address (the browser's history), not only the page
+    named = "; ".join(f"{key} ({scrub(why)})" for key, why in unseen[:LEFT_NAMED])
+    more = len(unseen) - LEFT_NAMED
+    one = len(unseen) == 1
+    return (
+        f"{len(unseen)} job{'' if one else 's'} left undecided: {'its' if one else 'their'} "
+        f"picture{'' if one else 's'} could not be shown, or {'was' if one else 'were'} not "
+        f"shown: {named}{f'; and {more} more' if more > 0 else ''}. Look at "
+        f"{'it' if one else 'each'} full size and use {'its' if one else 'their'} own Approve "
+        "or Reject."
+    )
 
 
 def page_number(request: Any, total: int) -> tuple[int, int]:
