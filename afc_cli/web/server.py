@@ -10,8 +10,9 @@ Who may do what:
   rebinding. Without a token, only connections of the user running it or root (``peer_uid``).
 - Any other ``--host`` needs ``AFC_SERVE_TOKEN`` (at least 16 characters), else it is refused
   with exit 2 before binding. With the variable set (on any host), every request needs it:
-  opening ``/?token=...`` once sets a cookie (HttpOnly, SameSite=Strict) and redirects to the
-  same page without the token in its address. The token is never printed or logged.
+  opening ``/?token=...`` once sets a cookie (HttpOnly, SameSite=Strict; a value derived from
+  the token and the port, ``cookie_value``, never the token) and redirects to the same page
+  without the token in its address. The token is never printed or logged.
 - A GET never changes anything. Approve and reject are POSTs only (a GET of their address
   is 405 and decides nothing), and each must carry this server's form token: a random value
   made when the server starts, written into its own pages' forms, compared in constant time.
@@ -866,9 +867,20 @@ def cookie_name(scope: Any) -> str:
     return f"{COOKIE}_{server[1]}" if server[1] else COOKIE
 
 
+def cookie_value(token: bytes, scope: Any) -> str:
+    """What the token's cookie holds: an HMAC-SHA-256 of this server's port keyed with the
+    token, never the token. A browser sends a host's cookies to every port of it, so any
+    other web app of the machine the reviewer opens receives it: it held the token itself,
+    which opens every afc serve started with it; this value opens this server only."""
+    server = scope.get("server") or (None, None)
+    message = f"afc serve cookie\n{server[1]}".encode()
+    return hmac.new(token, message, hashlib.sha256).hexdigest()
+
+
 class TokenGate:
-    """Every request carries ``AFC_SERVE_TOKEN``: as ``?token=`` (which sets a cookie and
-    redirects to the address without it) or in that cookie. Plain ASGI middleware."""
+    """Every request carries ``AFC_SERVE_TOKEN``: as ``?token=`` (which sets a cookie, of a
+    value derived from it, ``cookie_value``, and redirects to the address without it) or
+    through that cookie. Plain ASGI middleware."""
 
     def __init__(self, app: Any, token: str):
         self.app = app
@@ -876,6 +888,10 @@ class TokenGate:
 
     def _ok(self, value: str | None) -> bool:
         return value is not None and hmac.compare_digest(value.encode(), self.token)
+
+    def _cookie_ok(self, value: str | None, scope: Any) -> bool:
+        wanted = cookie_value(self.token, scope).encode()
+        return value is not None and hmac.compare_digest(value.encode(), wanted)
 
     def _sent(self, query: bytes) -> bool:
         """Whether the query string's ``token`` is this server's, read as a form reads it (a
@@ -906,11 +922,11 @@ class TokenGate:
             url = request.url.remove_query_params("token")
             response = RedirectResponse(str(url), status_code=303)
             response.set_cookie(
-                cookie, self.token.decode(), httponly=True, samesite="strict", path="/"
+                cookie, cookie_value(self.token, scope), httponly=True, samesite="strict", path="/"
             )
             await response(scope, receive, send)
             return
-        if self._ok(request.cookies.get(cookie)):
+        if self._cookie_ok(request.cookies.get(cookie), scope):
             await self.app(scope, receive, send)
             return
         response = PlainTextResponse(
