@@ -546,6 +546,7 @@ class Pages:
     def _picture(self, job_id: str) -> Any:
         """The job's ``Thumb`` (its data None when there is no preview, with the note why), or
         None for no such job or no stored output."""
+        from afc_cli.storage.file import FileStorage
         from afc_cli.web.thumbs import Thumb, make
 
         job = self._card(job_id)
@@ -561,7 +562,14 @@ class Pages:
             if kept in self.thumbs:
                 self.thumbs.move_to_end(kept)
                 return self.thumbs[kept]
-        made = make(self.watched(job["storage"]), job["output_key"])
+        store = self.store(job["storage"])
+        if isinstance(store, FileStorage):
+            # read as the full-size view reads it (``file_chunks``): a symbolic link at the
+            # output's name to another picture the server's user can read was shown,
+            # downscaled, on the contact sheet and the review page
+            made = make(Checked(store, job["sha256"]), job["output_key"])
+        else:
+            made = make(self.watched(job["storage"]), job["output_key"])
         if not made.lasting:
             # storage could not be read (an S3 blip, an output deleted and then restored):
             # not kept, or the card's picture stayed broken until the server restarted
@@ -621,23 +629,35 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
     ~/.aws/credentials or a provider key file put at an output's name was sent to whoever
     opened that output's full-size view."""
     import errno
+    import stat
 
     from afc_cli.errors import StorageError
 
+    # O_NONBLOCK: open() of a FIFO put at the name waited for a writer, holding the request's
+    # thread for ever (no effect on a regular file's reads)
+    nofollow = os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         try:
-            handle = open(
-                path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)
-            )
+            handle = open(path, "rb", opener=lambda name, flags: os.open(name, flags | nofollow))
             linked = False
         except OSError as exc:
             if exc.errno != errno.ELOOP:
                 raise
-            handle = open(path, "rb")
+            handle = open(
+                path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)
+            )
             linked = True
     except OSError as exc:
         reason = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
         raise StorageError(f"cannot read {path}: {reason}", retryable=False) from None
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        # a FIFO, a device (a link to /dev/zero was hashed without end), a folder: afc
+        # stores none, and reading one may never end
+        handle.close()
+        raise StorageError(
+            f"{path} is not a file (a FIFO, a device or a folder): afc serve does not read it",
+            retryable=False,
+        )
     with handle:
         if linked:
             digest = hashlib.sha256()
@@ -652,6 +672,18 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
             handle.seek(0)
         while data := handle.read(chunk):
             yield data
+
+
+class Checked:
+    """A ``file://`` store read for one job's thumbnail through ``file_chunks``: a symbolic
+    link at its name is read only when it holds the job's bytes (``sha256``), a FIFO or a
+    device never."""
+
+    def __init__(self, store: Any, sha256: str | None):
+        self.store, self.sha256 = store, sha256
+
+    def read_chunks(self, key: str) -> Any:
+        return file_chunks(self.store.root / key, self.sha256)
 
 
 class Watched(_Unreachable):
