@@ -331,12 +331,13 @@ class Pages:
         from afc_cli.review import NotDecided
 
         try:
-            await run_in_threadpool(self._decide, action, key, batch, by, reason)
+            already = await run_in_threadpool(self._decide, action, key, batch, by, reason)
         except NotDecided as exc:  # the ledger could not take it (locked, full, gone): 503
             return self.unavailable(request, exc)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
-        url = self.decided_url(request, DECIDED[action], key)
+        said = key if already is None else f"{key} (already, by {already})"
+        url = self.decided_url(request, DECIDED[action], said)
         page = str(form.get("page", ""))
         if page.isdigit() and page != "1":  # back to the page decided on, not the first
             url = url.include_query_params(page=page)
@@ -429,26 +430,31 @@ class Pages:
             return outside
         by = f"{os_user()} (afc serve)"
 
-        def decide() -> tuple[list[str], list[tuple[str, str]]]:
+        def decide() -> tuple[list[str], list[tuple[str, str]], str | None]:
             book = self.book()
             try:
                 seen, unseen = self._seen(book, shown)
-                return (review.approve_shown(book, seen, by=by) if seen else []), unseen
+                try:
+                    decided = review.approve_shown(book, seen, by=by) if seen else []
+                except UsageError:
+                    already = self._already(book, seen, "approved")
+                    if already is None:
+                        raise
+                    return [key for _, key in seen], unseen, already
+                return decided, unseen, None
             finally:
                 book.close()
 
         try:
-            decided, unseen = await run_in_threadpool(decide)
+            decided, unseen, already = await run_in_threadpool(decide)
         except review.NotDecided as exc:  # the ledger could not take it (locked, full, gone)
             return self.unavailable(request, exc)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
-        url = self.decided_url(
-            request,
-            "approved",
-            f"{len(decided)} job{'' if len(decided) == 1 else 's'}",
-            left_undecided(unseen),
-        )
+        said = f"{len(decided)} job{'' if len(decided) == 1 else 's'}"
+        if already is not None:
+            said += f" (already, by {already})"
+        url = self.decided_url(request, "approved", said, left_undecided(unseen))
         return RedirectResponse(str(url), status_code=303)
 
     def _seen(
@@ -482,7 +488,8 @@ class Pages:
                 unseen.append((key, f"not read: {down}" if down else "its picture was not shown"))
         return seen, unseen
 
-    def _decide(self, action: str, key: str, batch: str | None, by: str, reason: str) -> None:
+    def _decide(self, action: str, key: str, batch: str | None, by: str, reason: str) -> str | None:
+        """Make the decision; None, or who made it already (``_already``)."""
         from afc_cli import review  # the review gates (afc_cli/review.py)
 
         if not key:
@@ -495,8 +502,34 @@ class Pages:
                 if not reason:
                     raise UsageError(f"rejecting {key} needs a reason: write one and try again")
                 review.reject(book, [key], by=by, reason=reason, batch=batch)
+        except UsageError:
+            already = self._already(book, [(batch, key)], DECIDED[action])
+            if already is None:
+                raise
+            return already
         finally:
             book.close()
+        return None
+
+    @staticmethod
+    def _already(book: Any, named: list[tuple[str | None, str]], decision: str) -> str | None:
+        """Who made ``decision`` on every job ``named`` ((batch, key) pairs), when each has
+        it already (its last review's, and its status the decision's), else None: a form
+        sent twice (a double click, the back button), whose second was refused with "cannot
+        approve, nothing was decided" though the first had decided, and the reviewer read
+        that it had failed. A job decided otherwise is refused as before."""
+        status = "succeeded" if decision == "approved" else "rejected"
+        who: list[str] = []
+        for batch, key in named:
+            found = book.jobs_by_key(key, batch)
+            if len(found) != 1 or found[0]["status"] != status:
+                return None
+            made = book.reviews(found[0]["id"])
+            if not made or made[-1]["decision"] != decision:
+                return None
+            who.append(made[-1]["decided_by"])
+        names = list(dict.fromkeys(who))
+        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
     def _card(self, job_id: str) -> dict[str, Any] | None:
         """A job's card for its picture, or None: also None for a job outside the served
