@@ -16,6 +16,7 @@ import base64
 import io
 import mimetypes
 import os
+import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -27,6 +28,7 @@ from typing import Any
 SIZE = 240
 QUALITY = 70
 MAX_BYTES = 64 * 1024 * 1024  # a picture bigger than this is not read for a preview
+HELD_BYTES = 4 * 1024 * 1024  # a picture's stored bytes held in memory; the rest in a temp file
 # pixels the thumbnails being made at once may hold decoded (about 4 bytes each: 512 MB); a
 # picture past it waits for the others (one alone is always made). Each decoded whole at once,
 # a contact sheet of 81-megapixel upscales (a PNG of a few hundred KB each) opened in a
@@ -50,22 +52,33 @@ class Thumb:
 
 def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
     """The thumbnail of the object at ``key`` in ``storage`` (an afc_cli.storage backend)."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
-
     from afc_cli.errors import StorageError, UsageError
 
     kind = mimetypes.guess_type(key)[0] or ""
     if kind.startswith(("video/", "audio/")):
         return Thumb(None, f"{kind.split('/')[0]}: no preview")
-    buffer = io.BytesIO()
-    try:
-        for chunk in storage.read_chunks(key):
-            buffer.write(chunk)
-            if buffer.tell() > MAX_BYTES:
-                return Thumb(None, f"over {MAX_BYTES >> 20} MiB: no preview")
-    except (StorageError, UsageError) as exc:  # a usage error: the store's configuration
-        return Thumb(None, exc.message, lasting=False)
-    buffer.seek(0)
+    # past HELD_BYTES in a temporary file: held in memory whole (up to MAX_BYTES), each
+    # request waiting for the decoding budget below held its buffer, which nothing bounded
+    with tempfile.SpooledTemporaryFile(max_size=HELD_BYTES) as buffer:
+        try:
+            for chunk in storage.read_chunks(key):
+                try:
+                    buffer.write(chunk)
+                except OSError as exc:  # the temporary file's disk (full)
+                    why = f"cannot hold the picture to preview it: {exc.strerror or exc}"
+                    return Thumb(None, why, lasting=False)
+                if buffer.tell() > MAX_BYTES:
+                    return Thumb(None, f"over {MAX_BYTES >> 20} MiB: no preview")
+        except (StorageError, UsageError) as exc:  # a usage error: the store's configuration
+            return Thumb(None, exc.message, lasting=False)
+        buffer.seek(0)
+        return _decoded(buffer, size)
+
+
+def _decoded(buffer: Any, size: int) -> Thumb:
+    """The thumbnail of the picture in ``buffer`` (``make``)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
     # Pillow warns on stderr (a line naming its own source, 'could be decompression bomb DOS
     # attack') when it opens a picture over its MAX_IMAGE_PIXELS: such a picture is not
     # previewed here (below), so the warning says nothing a card does not
