@@ -69,3 +69,25 @@ def test_an_output_name_that_is_no_file_is_not_read(afc, kind):
     assert thumb.headers["content-type"].startswith("image/svg+xml")
     assert "not a file" in thumb.text
     assert full.status_code == 404 and "not a file" in full.text
+
+
+def test_the_report_file_does_not_embed_a_linked_picture(afc, tmp_path):
+    """afc report --html made its thumbnails through the store's reads, which follow a
+    symbolic link at an output's name: a link there to another picture the user can read was
+    embedded in the file (mailed to a producer) as that job's output. The report reads a
+    file:// store as afc serve does now: the card says why it has no picture."""
+    from PIL import Image
+
+    awaiting(afc, 2)
+    folder = afc.outputs() / "b1"
+    private = tmp_path / "private.png"
+    Image.new("RGB", (96, 64), (10, 200, 10)).save(private)
+    (folder / "shot-001.png").unlink()
+    os.symlink(private, folder / "shot-001.png")
+    result = afc("report", "--html", "report.html", "--json")
+    assert result.returncode == 0, result.stderr
+    import json
+
+    said = json.loads(result.stdout)
+    assert said["pictures"] == 1 and said["without_picture"] == ["shot-001"], said
+    assert "symbolic link" in (afc.cwd / "report.html").read_text()

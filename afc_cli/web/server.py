@@ -688,7 +688,7 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
         # stores none, and reading one may never end
         handle.close()
         raise StorageError(
-            f"{path} is not a file (a FIFO, a device or a folder): afc serve does not read it",
+            f"{path} is not a file (a FIFO, a device or a folder): afc does not read it",
             retryable=False,
         )
     with handle:
@@ -699,7 +699,7 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
             if sha256 is None or digest.hexdigest() != sha256:
                 raise StorageError(
                     f"{path} is a symbolic link to other bytes than this job's output (SHA-256 "
-                    f"{sha256}): afc serve does not send them",
+                    f"{sha256}): afc does not show them",
                     retryable=False,
                 )
             handle.seek(0)

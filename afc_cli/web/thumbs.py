@@ -172,7 +172,15 @@ def make_all(
     workers = workers or min(16, (os.cpu_count() or 2) * 2)
 
     def one(job: dict[str, Any]) -> tuple[str, Thumb]:
-        return job["id"], make(stores[job["storage"]], job["output_key"])
+        from afc_cli.storage.file import FileStorage
+        from afc_cli.web.server import Checked
+
+        store = stores[job["storage"]]
+        if isinstance(store.store, FileStorage):
+            # as afc serve reads it: a symbolic link at the output's name to another picture
+            # was embedded in the file as the job's output; a FIFO there held the report
+            return job["id"], make(Checked(store.store, job["sha256"]), job["output_key"])
+        return job["id"], make(store, job["output_key"])
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return dict(pool.map(one, wanted))
