@@ -10,7 +10,7 @@ Who may do what:
   rebinding. Without a token, only connections of the user running it or root (``peer_uid``).
 - Any other ``--host`` needs ``AFC_SERVE_TOKEN`` (at least 16 characters), else it is refused
   with exit 2 before binding. With the variable set (on any host), every request needs it:
-  opening ``/?token=...`` once sets a cookie (HttpOnly, SameSite=Strict; a value derived from
+  opening ``/?token=...`` once sets a cookie (HttpOnly, SameSite=Lax; a value derived from
   the token and the port, ``cookie_value``, never the token) and redirects to the same page
   without the token in its address. The token is never printed or logged.
 - A GET never changes anything. Approve and reject are POSTs only (a GET of their address
@@ -986,8 +986,12 @@ class TokenGate:
         if self._sent(scope.get("query_string", b"")):
             url = request.url.remove_query_params("token")
             response = RedirectResponse(str(url), status_code=303)
+            # Lax, not Strict: a browser sends a Strict cookie on no navigation that comes from
+            # another site, so a link to the review page followed from a chat message or a
+            # ticket was a 401 every time; Lax is sent on a link followed (a GET: it changes
+            # nothing) and on no other site's POST (a decision also needs the form token)
             response.set_cookie(
-                cookie, cookie_value(self.token, scope), httponly=True, samesite="strict", path="/"
+                cookie, cookie_value(self.token, scope), httponly=True, samesite="lax", path="/"
             )
             await response(scope, receive, send)
             return
