@@ -27,6 +27,7 @@ and SHA-256 (not one storage could not be read for: it is read again on the next
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import ipaddress
@@ -1029,16 +1030,21 @@ def serve(
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host.strip("[]"), port))
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"cannot listen on {host} port {port}: {exc.strerror}") from None
-    sock.listen(128)
+    for _ in range(20):  # --port 0: until the other loopback's port is free as well
+        sock = _listen(family, host.strip("[]"), port, host)
+        bound = sock.getsockname()[1]
+        try:
+            twin = _loopback_twin(host, bound)
+        except UsageError:
+            sock.close()
+            if port:
+                raise
+            continue
+        break
+    else:
+        raise UsageError(f"cannot listen on {host}: no port free on both loopback addresses")
+    sockets = [sock] if twin is None else [sock, twin]
     app = build_app(ledger_path, batch=batch, host=host, token=token)
-    bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
     url = f"http://{shown}:{bound}/"
     # no X-Forwarded-For without a token: uvicorn took it, from any process of 127.0.0.1, as
@@ -1071,8 +1077,59 @@ def serve(
             + "; Ctrl-C stops",
             url,
         )
-        server.run(sockets=[sock])
+        server.run(sockets=sockets)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        for each in sockets:
+            each.close()
+
+
+def _listen(family: int, address: str, port: int, shown: str) -> socket.socket:
+    """A listening socket on ``address`` ``port``, or exit 2."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+    except OSError as exc:
         sock.close()
+        raise UsageError(f"cannot listen on {shown} port {port}: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
+def _loopback_twin(host: str, port: int) -> socket.socket | None:
+    """Served on one loopback address (127.0.0.1, the default), afc serve holds the same port
+    of the other (::1) too, and the other way round: a browser opening ``localhost:PORT``
+    tries ::1 first, and another process listening there, unseen, got the reviewer's requests
+    (with a token, ``?token=`` handed it the token). Refused (exit 2) when that port is
+    another process's; None where this host has no such address (no IPv6: ``localhost``
+    then reaches only the one held)."""
+    name = host.strip("[]").lower()
+    if name in ("127.0.0.1", "localhost"):
+        family, other = socket.AF_INET6, "::1"
+    elif name == "::1":
+        family, other = socket.AF_INET, "127.0.0.1"
+    else:
+        return None
+    shown = f"[{other}]" if ":" in other else other
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+        return None  # no IPv6 in this kernel
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((other, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno != errno.EADDRINUSE:
+            return None  # no such address here
+        raise UsageError(
+            f"cannot listen on {host} port {port}: {shown} port {port} is another process's, "
+            f"and a browser opening localhost:{port} would reach it instead of afc serve; "
+            "choose another --port"
+        ) from None
+    return sock
