@@ -43,6 +43,7 @@ from afc_cli.errors import (
 )
 from afc_cli.ledger import SHARED_BUDGET, Ledger
 from afc_cli.ledger.core import unfinished_copy_source
+from afc_cli.owner import host_of, is_host_lease
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -396,6 +397,29 @@ def work(
                 return []
             return jobs
 
+        holders_said: set[str] = set()
+
+        def waiting_on() -> None:
+            """--until-idle with jobs left that other processes hold (another worker's, a
+            host's spool hold): said, with the holders, when they change, not at every poll.
+            It polled in silence until they ended, for hours maybe, and a person could not
+            tell it from a hang."""
+            holders = ledger.lease_holders(batch) if reporter is not None else {}
+            if not holders or set(holders) == holders_said:
+                return
+            holders_said.clear()
+            holders_said.update(holders)
+            named = ", ".join(
+                f"{n} by {host_of(owner)}'s spool hold"
+                if is_host_lease(owner)
+                else f"{n} by {owner}"
+                for owner, n in sorted(holders.items())
+            )
+            reporter.notice(
+                f"waiting for {sum(holders.values())} job(s) other processes hold ({named}): "
+                "--until-idle exits once no job is left to run"
+            )
+
         def idle(runnable: list[str]) -> bool:
             """Nothing left that a round of this worker can end: no runnable job, or (with
             --batch) only jobs waiting on an output key a job of another batch holds with a
@@ -404,6 +428,8 @@ def work(
             held = ledger.held_elsewhere(batch) if runnable and batch is not None else None
             result.held_elsewhere = len(held or ())
             if held is None:
+                if runnable:
+                    waiting_on()
                 return not runnable
             for job in held if reporter is not None else ():
                 reporter.notice(

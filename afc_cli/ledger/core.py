@@ -2113,6 +2113,18 @@ class Ledger:
                 return OutputHeld(batch, key, *pending, job_id=holder)
         return None
 
+    def lease_holders(self, batch: str | None = None) -> dict[str, int]:
+        """The owners other than this process that hold leases of active jobs of ``batch`` (or
+        of the ledger), with how many each: what an idle ``afc worker --until-idle`` waits
+        for (``worker.work``). Read only; looked up by the (batch, status) index."""
+        scope, params = _batch_scope(batch)
+        rows = self.db.execute(
+            f"SELECT lease_owner, COUNT(*) FROM jobs WHERE {scope} AND status IN {ACTIVE_SQL}"
+            " AND lease_owner IS NOT NULL AND lease_owner <> ? GROUP BY lease_owner",
+            [*params, self.owner],
+        ).fetchall()
+        return {owner: int(count) for owner, count in rows}
+
     def held_elsewhere(self, batch: str) -> list[dict[str, Any]] | None:
         """When every active job of ``batch`` is waiting on an output key that a job of
         another batch holds with a paid render no live run works on (``_holding``): those

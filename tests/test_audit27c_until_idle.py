@@ -1,0 +1,54 @@
+"""``afc worker --until-idle`` waiting on jobs another process holds says so (outside audit
+27c): it polled in silence, maybe for hours, and a person could not tell it from a hang."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import time
+
+from conftest import jobs, manifest
+
+
+def _read_until(path, needle: str, proc: subprocess.Popen, timeout: float = 20) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        text = path.read_text()
+        if needle in text:
+            return text
+        assert proc.poll() is None, text
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} never said: {path.read_text()!r}")
+
+
+def test_until_idle_says_which_process_holds_the_jobs_it_waits_for(afc):
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    other = "render-02:4242:777"  # another host's live worker, its lease far from its end
+    with sqlite3.connect(afc.cwd / "afc.db") as conn:
+        conn.execute(
+            "UPDATE jobs SET lease_owner = ?, lease_expires = ?", (other, time.time() + 3600)
+        )
+    log = afc.cwd / "worker.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            afc.command("worker", "--until-idle", "--poll", "0.1"),
+            cwd=afc.cwd,
+            env=afc.env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
+    try:
+        said = _read_until(log, other, proc)
+        assert "2 job" in said and "--until-idle" in said, said
+        time.sleep(0.5)  # a few polls more: said once, not at every poll
+        assert log.read_text().count(other) == 1, log.read_text()
+        with sqlite3.connect(afc.cwd / "afc.db") as conn:  # that worker let them go
+            conn.execute("UPDATE jobs SET lease_owner = NULL, lease_expires = NULL")
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",), ("succeeded",)]
