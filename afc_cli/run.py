@@ -48,6 +48,7 @@ from afc_cli.errors import (
     SpoolError,
     StopsRun,
     UsageError,
+    ledger_write_error,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
 from afc_cli.owner import awake_clock
@@ -931,7 +932,13 @@ def run_jobs(
             **({"dearest": dearest} if dearest is not None else {}),
         )
         ctx.left_in_spool = spool.described() if running else set()
-        heartbeat = asyncio.create_task(_renew(ledger, lease_s))
+
+        def renewal_failed(error: LedgerWriteError) -> None:
+            if ctx.ledger_error is None:  # raised once the calls in flight have ended
+                ctx.ledger_error = error
+            ctx.ledger_broke(error)
+
+        heartbeat = asyncio.create_task(_renew(ledger, lease_s, renewal_failed))
         stop = asyncio.Event()
         outbox = None
         ctx.blocked = set(ledger.blocked_job_ids(job_ids))
@@ -1545,17 +1552,35 @@ def sweep_spool(ledger: Ledger, spool: Spool) -> None:
 RENEW_TICK_S = 5.0
 
 
-async def _renew(ledger: Ledger, lease_s: float) -> None:
+async def _renew(
+    ledger: Ledger,
+    lease_s: float,
+    failed: Callable[[LedgerWriteError], None] | None = None,
+) -> None:
     """Renew this run's leases every third of ``lease_s``, timed by ``awake_clock``, looked at
     every ``RENEW_TICK_S``. A sleep of a third of the lease on the event loop's (monotonic)
     clock stood still while the host was suspended: woken, the run renewed up to that long
     later, and other hosts took over (and paid again for) jobs whose leases had outlived the
-    suspend and then ran out while the run worked on them."""
+    suspend and then ran out while the run worked on them.
+
+    A renewal that fails (a full disk, a lock held past its wait, a lost connection) is
+    ``failed``'s, which stops the run as any failed ledger write does (``run_jobs``): the
+    calls in flight finish within the grace (the lease has two thirds left at the last
+    renewal's failure, 200 s at the default), and no new one starts.
+    This task used to die with it, silently: the run went on with its leases no longer
+    renewed (a worker's fed loop for hours), other processes took over and paid again for
+    jobs it was still working on, and the error came out only at the loop's end."""
     due = awake_clock() + lease_s / 3
     while True:
         await asyncio.sleep(min(RENEW_TICK_S, max(0.0, due - awake_clock())))
         if awake_clock() >= due - 0.01:  # the loop's timers may fire a hair early
-            ledger.renew_leases(lease_s)
+            try:
+                ledger.renew_leases(lease_s)
+            except Exception as exc:
+                if failed is None:
+                    raise
+                failed(ledger_write_error(getattr(ledger, "path", None), exc))
+                return
             due = awake_clock() + lease_s / 3
 
 
