@@ -326,12 +326,14 @@ def test_the_rendering_holders_lookup_uses_its_partial_index(tmp_path, afc):
     conn = sqlite3.connect(tmp_path / "afc.db")
     plan = " ".join(
         row[3]
-        for row in conn.execute("EXPLAIN QUERY PLAN " + OUTPUT_HOLDERS_LOOKUP, ("x", "y", "v1") * 3)
+        for row in conn.execute("EXPLAIN QUERY PLAN " + OUTPUT_HOLDERS_LOOKUP, ("x", "y", "v1") * 4)
     )
     conn.close()
     assert "USING INDEX jobs_output_holders" in plan, plan
     assert "USING INDEX jobs_output_rendering" in plan, plan
     assert "USING INDEX jobs_output_spooled" in plan, plan  # m014, the spooled holders
+    # the dead-lettered jobs with a request left polling: the storage's batches' dead jobs
+    assert "USING INDEX jobs_batch_status_age (batch=? AND status=?)" in plan, plan
 
 
 # --- a job waiting for the key holds no call slot of its provider ------------------------------

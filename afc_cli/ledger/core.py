@@ -189,6 +189,17 @@ _OUTPUT_OF_STORAGE = (
 # by ``afc retry`` at their store step, or dead-lettered there (STORE_FAILED, SPOOL_MISSING):
 # the words of m014's partial index ``jobs_output_spooled``
 OUTPUT_SPOOLED_SQL = "o.step = 'store' AND o.status IN ('queued', 'dead')"
+# The jobs dead-lettered at their render step (CRASH_LOOP: the runs polling its request kept
+# dying) whose last attempt is a Replicate or fal request the provider may still have: 'afc
+# retry' polls it, paid already, and stores its render (``_requeue``'s rule, the provider's
+# 'no longer has' answer aside: providers.base.GONE_PREFIX). Found through the (batch, status) index: a storage's dead
+# jobs are few.
+OUTPUT_POLL_LEFT_SQL = (
+    "o.status = 'dead' AND o.step = 'render' AND EXISTS (SELECT 1 FROM attempts a"
+    " WHERE a.job_id = o.id AND a.number = o.attempts AND a.status IN ('unknown', 'started')"
+    " AND a.provider_request_id IS NOT NULL"
+    " AND COALESCE(a.error_message, '') NOT LIKE 'the provider no longer has request%')"
+)
 OUTPUT_HOLDERS_LOOKUP = (
     "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL, o.step, NULL, o.id"
     + _OUTPUT_OF_STORAGE.format(status=f"o.status IN {OUTPUT_HOLDERS_SQL}")
@@ -196,7 +207,13 @@ OUTPUT_HOLDERS_LOOKUP = (
     " o.waiting_reason, o.step, NULL, o.id"
     + _OUTPUT_OF_STORAGE.format(status="o.status = 'waiting'")
     + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL,"
-    " o.step, o.error_code, o.id" + _OUTPUT_OF_STORAGE.format(status=OUTPUT_SPOOLED_SQL)
+    " o.step, o.error_code, o.id"
+    + _OUTPUT_OF_STORAGE.format(status=OUTPUT_SPOOLED_SQL)
+    + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL,"
+    " o.step, o.error_code, o.id FROM jobs o WHERE o.output_key = ? AND o.id <> ?"
+    " AND o.batch IN (SELECT name FROM batches"
+    " WHERE storage = (SELECT storage FROM batches WHERE name = ?))"
+    f" AND {OUTPUT_POLL_LEFT_SQL}"
 )
 # A run's candidates: the active jobs and the blocked ones (run when their needs have succeeded)
 RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
@@ -281,6 +298,12 @@ def _pending_render(
     if status == "waiting" and (reason or "").startswith(RENDERING):
         held = "whose provider renders (or has rendered) a paid request a stopped run left"
         return held, resume, False
+    if status == "dead" and step == "render":  # (OUTPUT_POLL_LEFT_SQL: a request left)
+        held = (
+            "whose provider renders (or has rendered) a paid request its runs left "
+            f"(dead-lettered, {error})"
+        )
+        return held, f"'afc retry {key} --batch {batch}' polls and stores it", True
     if step != "store" or error == "SPOOL_DAMAGED":
         return None
     if status == "dead":
@@ -2090,7 +2113,7 @@ class Ledger:
         its request (polled: Replicate, fal) or its render waits in the spool for storage; one
         waiting out a backoff, a budget or another key holds nothing."""
         rows = self.db.execute(
-            OUTPUT_HOLDERS_LOOKUP, (job["output_key"], job["id"], job["batch"]) * 3
+            OUTPUT_HOLDERS_LOOKUP, (job["output_key"], job["id"], job["batch"]) * 4
         ).fetchall()
         return [
             row
