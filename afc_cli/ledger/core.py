@@ -3644,8 +3644,8 @@ def read_admitted(
     ledger_path: str, batch: str
 ) -> tuple[str | None, str | None, dict, dict, str | None]:
     """A batch's storage and the S3 endpoint it was admitted through (None: unknown), its
-    jobs (key: request hash, status, body, review, attempts, lease owner and expiry, waiting
-    reason, output key), their needs (key: need keys) and where
+    jobs (key: request hash, status, body, review, attempts, lease owner and expiry (on this
+    host's clock: a PostgreSQL server's expiry is re-based on it), waiting reason, output key), their needs (key: need keys) and where
     ``afc ledger copy`` moved the ledger's work (None: nowhere) as ``afc plan`` needs them,
     read without writing anything (no migrations, no lock)."""
     return backend(ledger_path).read_admitted(ledger_path, batch)

@@ -1188,14 +1188,19 @@ class PostgresLedger(Ledger):
             storage, endpoint = admitted_storage(conn, batch, "%s")
             # a ledger before m007 (read-only: not migrated) has no review and no needs
             gated = conn.execute("SELECT to_regclass('job_needs')").fetchone()[0] is not None
+            # each lease's expiry as this host's clock says it (afc plan compares it with
+            # that): written on the server's clock, it was read as this host's, and a host
+            # ahead of the server by more than a lease had left took a live worker's job for
+            # a free one (its changed gates planned to apply, where the submit keeps them)
             jobs = {
                 key: tuple(rest)
                 for key, *rest in conn.execute(
                     "SELECT key, request_hash, status, request_json, "
                     + ("review" if gated else "0")
-                    + ", attempts, lease_owner, lease_expires, waiting_reason, output_key FROM jobs"
-                    " WHERE batch = %s",
-                    (batch,),
+                    + ", attempts, lease_owner,"
+                    " lease_expires - EXTRACT(EPOCH FROM clock_timestamp())::float8 + %s,"
+                    " waiting_reason, output_key FROM jobs WHERE batch = %s",
+                    (time.time(), batch),
                 )
             }
             needs = admitted_needs(conn, batch, "%s") if gated else {}
