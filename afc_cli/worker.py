@@ -19,7 +19,8 @@ goes to this host, ``owner.host_lease``, for what is left of the lease). A worke
 drained cleanly exits 0: stopping is its normal end. One that abandoned calls in flight (a
 second signal, the grace ran out) exits 130, since those attempts are recorded ``unknown``
 and possibly paid. ``--until-idle`` (a script's worker) exits 1 when a job it ran ended
-failed, dead or cancelled, as ``afc resume`` does (``WorkerResult.exit_code``).
+failed, dead or cancelled, as ``afc resume`` does, and 130 when a signal stopped it before it
+went idle, as an interrupted ``afc resume`` does (``WorkerResult.exit_code``).
 """
 
 from __future__ import annotations
@@ -229,10 +230,16 @@ class WorkerResult:
     budget: dict[str, Any] | None = None  # the shared budget's cap and spend, all workers
     # --until-idle --batch: its jobs left waiting on an output key another batch's job holds
     held_elsewhere: int = 0
+    idle: bool = False  # --until-idle: it found nothing left to run (its end)
 
     @property
     def exit_code(self) -> int:
         if self.abandoned:
+            return EXIT_INTERRUPTED
+        if self.until_idle and self.stopped_by_signal and not self.idle:
+            # a script's worker stopped before it went idle (a CI job's or cron's timeout):
+            # jobs are left to run, and 0 told the script the batch was done, as 'afc resume'
+            # interrupted exits 130
             return EXIT_INTERRUPTED
         if self.budget_hit:
             return EXIT_BUDGET
@@ -452,6 +459,7 @@ def work(
                 break
             if not jobs:
                 if until_idle and idle(ledger.runnable_job_ids(batch=batch, include_blocked=False)):
+                    result.idle = True
                     break
                 stop.wait(poll_s)
                 continue

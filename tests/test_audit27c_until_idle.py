@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import subprocess
 import time
 
-from conftest import jobs, manifest
+from conftest import jobs, manifest, wait_for
+from test_audit_os import wait_line
 
 
 def _read_until(path, needle: str, proc: subprocess.Popen, timeout: float = 20) -> str:
@@ -52,3 +54,28 @@ def test_until_idle_says_which_process_holds_the_jobs_it_waits_for(afc):
             proc.kill()
             proc.wait()
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",), ("succeeded",)]
+
+
+def test_until_idle_stopped_by_sigterm_before_it_went_idle_exits_130(afc):
+    """A script's worker ('timeout 1h afc worker --until-idle && publish') stopped before it
+    went idle exited 0, and the script went on as if the batch were done, with jobs left to
+    run; 'afc resume' interrupted so exits 130 (README's exit codes)."""
+    release = afc.cwd / "release"
+    afc.write_manifest(manifest(jobs(4)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    env = {"AFC_LOCAL_RELEASE": str(release)}
+    proc = afc.popen("worker", "--until-idle", "--concurrency", "1", "--poll", "0.1", env=env)
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+        proc.send_signal(signal.SIGTERM)
+        wait_line(proc, "stopping: no new provider calls")
+        release.touch()  # the call in flight answers: drained, recorded
+        assert proc.wait(timeout=60) == 130, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    counts = dict(afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status"))
+    assert counts == {"succeeded": 1, "queued": 3}, counts
+    # run again, it goes idle: 0
+    assert afc("worker", "--until-idle", "--poll", "0.1", env=env).returncode == 0
