@@ -53,7 +53,7 @@ from afc_cli.ledger import (
     OutputHeld,
     ProviderBusy,
 )
-from afc_cli.owner import awake_clock, host_id, host_of
+from afc_cli.owner import awake_clock, host_id, host_of, is_host_lease, owner_is_dead
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
 from afc_cli.providers.base import GONE_PREFIX, NeverSent, OutputNotKept, RequestGone, no_look
 from afc_cli.secrets import scrub, visible
@@ -220,6 +220,9 @@ class RunContext:
     # sets it to ``Interruption.stop_for``)
     ledger_error: LedgerWriteError | None = None
     ledger_broke: Callable[[LedgerWriteError], None] = lambda error: None
+    # said once a run: a job taken over by another machine under this host's id
+    # (``_shared_host_id``)
+    host_id_said: bool = False
     lease_s: float = 300.0
     run_id: str | None = None
     cap_micros: int | None = None  # the run's budget; None: no budget
@@ -701,9 +704,33 @@ async def _run_job(
     if job.get("lost") and job["status"] not in TERMINAL:
         # its lease expired while this process was stalled, and another took the job over
         ctx.report(job, "ended", "here: taken over by another afc process, which goes on with it")
+        _shared_host_id(ctx, job.get("lease_owner"))
     else:
         ctx.report(job, "ended", job["status"])
     return job["status"]
+
+
+def _shared_host_id(ctx: RunContext, holder: str | None) -> None:
+    """A job this run held was taken over by an owner that names this host but is no
+    process of it (``owner.owner_is_dead``): another machine runs afc under this host's id
+    (``AFC_HOST_ID``, a worker.env copied to every machine, or one host name shared by
+    containers). Each such machine takes the other's live jobs over at once, their pids being
+    none of its own, and both pay for them: said, naming the id and the holder, once a run."""
+    if (
+        ctx.host_id_said
+        or not holder
+        or is_host_lease(holder)
+        or host_of(holder) != host_id()
+        or not owner_is_dead(holder)
+    ):
+        return
+    ctx.host_id_said = True
+    ctx.notice(
+        f"a job of this run was taken over by {holder}, which names this host "
+        f"({host_id()!r}) but is no process of it: another machine runs afc with the same "
+        "AFC_HOST_ID (or host name), and each takes the other's jobs over at once, paying "
+        "for them again; give every machine its own AFC_HOST_ID"
+    )
 
 
 async def wait_for_needs(ctx: RunContext, job_id: str) -> str:
