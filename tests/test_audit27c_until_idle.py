@@ -79,3 +79,31 @@ def test_until_idle_stopped_by_sigterm_before_it_went_idle_exits_130(afc):
     assert counts == {"succeeded": 1, "queued": 3}, counts
     # run again, it goes idle: 0
     assert afc("worker", "--until-idle", "--poll", "0.1", env=env).returncode == 0
+
+
+def test_lease_holders_counts_other_owners_active_jobs(afc, ledger_url):
+    """``Ledger.lease_holders`` on both engines: other owners' leases of active jobs, by
+    owner; not this process's own, nor a finished job's."""
+    from afc_cli.costs import RateCards
+    from afc_cli.ledger import Ledger
+    from afc_cli.manifest import load_manifest
+
+    ledger = Ledger(ledger_url)
+    try:
+        m = load_manifest(afc.write_manifest(manifest(jobs(4))))
+        ledger.admit(m, f"file://{afc.cwd}/out", RateCards())
+        owners = ["render-02:1:1", "render-02:1:1", ledger.owner, "render-03:2:2"]
+        for job, owner in zip(m.jobs, owners, strict=True):
+            with ledger.tx():
+                ledger.db.execute(
+                    "UPDATE jobs SET lease_owner = ?, lease_expires = ? WHERE id = ?",
+                    (owner, time.time() + 60, job.job_id),
+                )
+        with ledger.tx():
+            ledger.db.execute(
+                "UPDATE jobs SET status = 'succeeded' WHERE id = ?", (m.jobs[3].job_id,)
+            )
+        assert ledger.lease_holders() == {"render-02:1:1": 2}
+        assert ledger.lease_holders("b1") == {"render-02:1:1": 2}
+    finally:
+        ledger.close()
