@@ -37,7 +37,8 @@ class NotDecided(AfcError):
 
 def pending(ledger: Ledger, batch: str | None = None, now: float | None = None) -> list[dict]:
     """Jobs awaiting review, oldest first: dicts with keys job_id, batch, key, model,
-    output (the stored output's URI: file:// path or s3:// URL), cost_micros (int or None:
+    output (the stored output's URI: file:// path or s3:// URL), sha256 (the stored
+    output's: what a decision on it is about), cost_micros (int or None:
     the known attempt costs' sum), cost (the job's cost as ``afc status`` shows it:
     ``job_cost``, a known 0 for an output found in storage with no attempt),
     unpriced_attempts (those of unknown cost, not in it), age_s (float), prompt."""
@@ -58,6 +59,7 @@ def pending(ledger: Ledger, batch: str | None = None, now: float | None = None) 
                 "key": row["key"],
                 "model": row["model"],
                 "output": object_url(row["storage"], row["output_key"]),
+                "sha256": row["output_sha256"],
                 "cost_micros": row["cost_micros"],
                 "cost": job_cost(row["cost_micros"], row["attempts_made"] or 0),
                 "unpriced_attempts": row["unpriced_attempts"] or 0,

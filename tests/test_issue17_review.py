@@ -395,6 +395,7 @@ def test_review_functions_for_the_web_page(afc):
             "key",
             "model",
             "output",
+            "sha256",
             "cost_micros",
             "cost",
             "unpriced_attempts",

@@ -3373,7 +3373,8 @@ class Ledger:
     def review_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         """Jobs awaiting review, oldest first, with their storage, cost and model."""
         sql = (
-            "SELECT j.id, j.key, j.batch, j.output_key, j.request_json, j.review_at, b.storage, "
+            "SELECT j.id, j.key, j.batch, j.output_key, j.output_sha256, j.request_json, j.review_at, "
+            "b.storage, "
             + JOB_COST_SQL
             + ", (SELECT a.provider || '/' || a.model FROM attempts a WHERE a.job_id = j.id"
             " AND a.status = 'succeeded' ORDER BY a.number DESC LIMIT 1) AS model"

@@ -329,10 +329,11 @@ class Pages:
         batch = batch or self.batch  # a key is looked up in the served batch only
         by = f"{os_user()} (afc serve)"  # who runs the server decides through it
         reason = str(form.get("reason", "")).strip()
+        sha256 = str(form.get("sha256", "")).strip() or None
         from afc_cli.review import NotDecided
 
         try:
-            already = await run_in_threadpool(self._decide, action, key, batch, by, reason)
+            already = await run_in_threadpool(self._decide, action, key, batch, by, reason, sha256)
         except NotDecided as exc:  # the ledger could not take it (locked, full, gone): 503
             return self.unavailable(request, exc)
         except AfcError as exc:
@@ -489,14 +490,37 @@ class Pages:
                 unseen.append((key, f"not read: {down}" if down else "its picture was not shown"))
         return seen, unseen
 
-    def _decide(self, action: str, key: str, batch: str | None, by: str, reason: str) -> str | None:
-        """Make the decision; None, or who made it already (``_already``)."""
+    def _decide(
+        self,
+        action: str,
+        key: str,
+        batch: str | None,
+        by: str,
+        reason: str,
+        sha256: str | None = None,
+    ) -> str | None:
+        """Make the decision; None, or who made it already (``_already``). ``sha256``: the
+        output the page showed (its card's form sends it); a job awaiting review with another
+        output now (rejected or cancelled, retried and rendered again meanwhile) is refused,
+        nothing decided: an Approve on a page loaded before approved the new picture
+        unseen."""
         from afc_cli import review  # the review gates (afc_cli/review.py)
 
         if not key:
             raise UsageError("no job key was sent with the decision")
         book = self.book()
         try:
+            found = book.jobs_by_key(key, batch) if sha256 else []
+            if (
+                len(found) == 1
+                and found[0]["status"] == "awaiting_review"
+                and found[0]["output_sha256"] != sha256
+            ):
+                raise UsageError(
+                    f"cannot {action} {key}: its output changed since this page showed it (it "
+                    "was rendered again); reload the review page and look at it again. "
+                    "Nothing was decided"
+                )
             if action == "approve":
                 review.approve(book, [key], by=by, note=reason or None, batch=batch)
             else:
