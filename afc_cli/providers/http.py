@@ -26,8 +26,8 @@ from afc_cli.spool import Output, Spilled, head_of
 MAX_OUTPUT_BYTES = 2 * 1024**3
 # An output download larger than this is written to a file as it arrives (``Spilled``), not
 # held in memory; the file is written a batch of ``SPILL_BATCH_BYTES`` at a time. A download
-# then holds at most this, a batch and one decoded chunk (some 64 MiB for a gzip body of
-# zeros: afc_cli/providers/transport.py, ``ACCEPT_ENCODING``) in memory, whatever its size
+# then holds at most this, a batch and one decoded piece (some 4 MiB for a gzip body of
+# zeros: afc_cli/providers/transport.py, ``DECODE_SLICE``) in memory, whatever its size
 IN_MEMORY_OUTPUT_BYTES = 16 << 20
 SPILL_BATCH_BYTES = 4 << 20
 

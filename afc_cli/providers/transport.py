@@ -236,10 +236,12 @@ class AnswerTooLarge(httpx.ReadError):
 
 
 # The content codings afc asks for (``http.new_client``) and decodes: deflate's ratio is about
-# 1,000 to 1, so a chunk decodes to some 64 MiB at most; httpx would also ask for brotli and
-# zstd where their packages are installed, whose ratios reach far higher
+# 1,000 to 1, and a body in one of them goes to its decoder ``DECODE_SLICE`` bytes at a time
+# (``_Answer.aiter_raw``), so a piece decoded is some 4 MiB at most; httpx would also ask for
+# brotli and zstd where their packages are installed, whose ratios reach far higher
 ACCEPT_ENCODING = "gzip, deflate"
 IDENTITY = ("", "identity")
+DECODE_SLICE = 4 * 1024
 # the other codings of IANA's registry: refused (a token outside it, as a misconfigured
 # server's ``Content-Encoding: none`` or ``binary``, is no coding, and httpx ignores it)
 OTHER_CODINGS = frozenset("aes128gcm br compress dcb dcz exi pack200-gzip x-compress zstd".split())
@@ -257,8 +259,8 @@ class _Answer(httpx.Response):
     ``Content-Encoding`` names), was held whole in memory by ``aread``, until the kernel
     killed the run and every call in flight became possibly paid.
 
-    A chunk read (64 KiB at most, ``_Stream``) decodes whole before it is counted: one coding
-    makes it at most about 64 MiB (deflate's ratio is about 1,000 to 1), but codings stacked
+    A piece of the body (``DECODE_SLICE``, ``aiter_raw``) decodes whole before it is counted:
+    one coding makes it at most about 4 MiB (deflate's ratio is about 1,000 to 1), but codings stacked
     (``Content-Encoding: gzip, gzip``) multiply the ratios, and one chunk decoded to
     gigabytes in one piece before any count. afc asks for one coding of ``ACCEPT_ENCODING``:
     an answer with more, or with another, is refused unread (``AnswerUndecodable``), and so is
@@ -267,6 +269,22 @@ class _Answer(httpx.Response):
     recorded at a cost unknown)."""
 
     limited = True
+
+    async def aiter_raw(self, chunk_size: int | None = None):
+        """The body as it came, a read of an encoded one (``Content-Encoding``) cut into
+        ``DECODE_SLICE`` pieces: httpx's decoder turns each piece it is given into one piece,
+        whatever it swells to, so a read of 64 KiB of gzipped zeros (``_Stream.CHUNK``)
+        decoded to some 64 MiB in one piece, held before an answer's or a download's count saw
+        it or an output's spill could write it (``http._read_output``): a hundred such
+        downloads in flight held 6 GiB, and a run the kernel kills leaves its calls in flight
+        possibly paid."""
+        coded = self.headers.get("content-encoding", "").strip().lower() not in IDENTITY
+        async for raw in super().aiter_raw(chunk_size):
+            if not coded or len(raw) <= DECODE_SLICE:
+                yield raw
+                continue
+            for start in range(0, len(raw), DECODE_SLICE):
+                yield raw[start : start + DECODE_SLICE]
 
     def _get_content_decoder(self) -> Any:
         if not hasattr(self, "_decoder"):
