@@ -668,8 +668,9 @@ async def download(
     a download, see ``new_client``), up to httpx's 20: more is the download's failure, not an
     exception that stopped the run with the paid render's cost unknown.
 
-    A 200 whose body is no output (``not_an_output``: empty, or an HTML page such as a
-    captive portal's login page) fails the try as a 503 does, and is never returned.
+    A 200 (or 203: ``OUTPUT_STATUSES``) whose body is no output (``not_an_output``: empty, or
+    an HTML page such as a captive portal's login page), or another success (a 206's part of
+    the output: ``_NOT_WHOLE``), fails the try as a 503 does, and is never returned.
 
     ``public_only``: the URL, and each redirect, must be on a public address (True:
     ``transport.PUBLIC_ONLY``), one on this host or its private network not fetched; or
@@ -689,7 +690,15 @@ async def download(
         async with client.stream(
             "GET", url, follow_redirects=True, extensions=extensions
         ) as response:
-            if response.status_code == 200:  # the body read here: a cut is this try's failure
+            if response.status_code not in OUTPUT_STATUSES and response.is_success:
+                raise NotAnOutput(
+                    _NOT_WHOLE.get(
+                        response.status_code,
+                        "a body afc does not take for the output (a 200 or 203 carries it)",
+                    ),
+                    response.status_code,
+                )
+            if response.status_code in OUTPUT_STATUSES:  # its body read here: a cut fails the try
                 declared = response.headers.get("content-length", "").strip()
                 if declared.isdigit() and int(declared) > MAX_OUTPUT_BYTES:
                     # refused before a byte is read (it was read until 2 GiB had come: minutes
@@ -707,7 +716,11 @@ async def download(
                 if instead is not None:
                     if isinstance(response.output, Spilled):
                         response.output.close()
-                    raise NotAnOutput(instead)
+                    raise NotAnOutput(
+                        f"{instead}, not the output (a login page, or a proxy's or CDN's "
+                        "error page)",
+                        response.status_code,
+                    )
             return response
 
     try:
@@ -737,15 +750,15 @@ async def download(
         raise unreachable(
             ProviderError(
                 "unavailable",
-                f"{provider}: the output URL answered HTTP 200 with {exc}, not the output (a "
-                "login page, or a proxy's or CDN's error page); never stored as the output",
+                f"{provider}: the output URL answered HTTP {exc.status} with {exc}; never "
+                "stored as the output",
                 cost_micros=None,
             )
         ) from None
     except httpx.TransportError as exc:
         raise unreachable(transport_error(provider, exc, paid_call=False)) from None
     status = response.status_code
-    if status != 200:
+    if status not in OUTPUT_STATUSES:
         failure = ProviderError(
             "server" if status >= 500 else "unavailable",
             f"{provider}: output download answered HTTP {status}",
@@ -810,8 +823,26 @@ def _spill(spilled: Spilled, chunks: list[bytes]) -> None:
 
 class NotAnOutput(Exception):
     """A free GET's 200 whose body is not what it fetches (an output URL's: ``not_an_output``;
-    fal's result that is no JSON object): failed for a moment, as a 503 is (``fetched`` tries
-    again, then ``outlast``'s rounds)."""
+    fal's result that is no JSON object), or an output URL's other success that carries no
+    whole output (``_NOT_WHOLE``): failed for a moment, as a 503 is (``fetched`` tries again,
+    then ``outlast``'s rounds). ``status``: the answer's."""
+
+    def __init__(self, what: str, status: int = 200) -> None:
+        super().__init__(what)
+        self.status = status
+
+
+# The statuses of an output URL's GET whose body is the output: 200, and 203 (Non-Authoritative
+# Information: a transforming proxy's 200, RFC 9110 15.3.4; a 203 failed the paid attempt at
+# once, and the next attempt paid again for an output that had come)
+OUTPUT_STATUSES = (200, 203)
+# what the other successes carry instead (fetched again, never stored: ``download``)
+_NOT_WHOLE = {
+    202: "no output yet (202 Accepted)",
+    204: "no body (204 No Content)",
+    205: "no body (205 Reset Content)",
+    206: "a part of the output only (206 Partial Content; afc asks for the whole)",
+}
 
 
 # what a page starts with (after a byte-order mark and white space), in lower case
