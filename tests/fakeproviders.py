@@ -69,6 +69,9 @@ class FakeProviders:
         # N MiB), and the encoded bodies by size
         self.big_files: dict[str, int] = {}
         self.gzipped: dict[int, bytes] = {}
+        # outputs whose first download says a Content-Length shorter than the body it sends
+        # (a "cut-download" prompt's): the rest follows after the answer has ended
+        self.cut_files: set[str] = set()
         # every generation request: (time it arrived, provider, prompt, billed); ``billed`` is
         # True once the provider has done (and charges for) the work, whatever the client hears
         self.log: list[tuple[float, str, str, bool]] = []
@@ -189,6 +192,8 @@ class FakeProviders:
                 return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
             if path in self.flaky_files and self.first_time(f"download {path}"):
                 return h.reply(503, raw=b"<html>503 Service Unavailable</html>", ctype="text/html")
+            if path in self.cut_files and self.first_time(f"cut {path}"):
+                return cut_reply(h, render_png(path, 32, 32))
             if path in self.big_files:  # a video-sized output, sent gzip-encoded
                 return h.reply(
                     200,
@@ -591,6 +596,8 @@ class FakeProviders:
             )
         if "flaky-download" in p["prompt"]:
             self.flaky_files.add(f"/files/{pid}.png")
+        if "cut-download" in p["prompt"]:
+            self.cut_files.add(f"/files/{pid}.png")
         self.cdn_outage(p["prompt"], f"/files/{pid}.png")
         if big := re.search(r"big-out-(\d+)", p["prompt"]):
             self.big_files[f"/files/{pid}.png"] = int(big.group(1)) << 20
@@ -907,6 +914,21 @@ class FakeProviders:
 
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
+
+
+def cut_reply(h, data: bytes) -> None:
+    """Answer ``data`` with a ``Content-Length`` of 20 bytes, and send the rest of it a moment
+    after those (a CDN or proxy whose length is wrong): HTTP ends the answer at 20 bytes."""
+    h.send_response(200)
+    h.send_header("Content-Type", "image/png")
+    h.send_header("Content-Length", "20")
+    h.send_header("Connection", "close")  # no next request on it: its rest is what follows
+    h.end_headers()
+    h.wfile.write(data[:20])
+    h.wfile.flush()
+    time.sleep(0.2)
+    h.wfile.write(data[20:])
+    h.close_connection = True
 
 
 def big_output(size: int) -> bytes:

@@ -669,8 +669,9 @@ async def download(
     exception that stopped the run with the paid render's cost unknown.
 
     A 200 (or 203: ``OUTPUT_STATUSES``) whose body is no output (``not_an_output``: empty, or
-    an HTML page such as a captive portal's login page), or another success (a 206's part of
-    the output: ``_NOT_WHOLE``), fails the try as a 503 does, and is never returned.
+    an HTML page such as a captive portal's login page) or is cut short (``cut_short``), or
+    another success (a 206's part of the output: ``_NOT_WHOLE``), fails the try as a 503
+    does, and is never returned.
 
     ``public_only``: the URL, and each redirect, must be on a public address (True:
     ``transport.PUBLIC_ONLY``), one on this host or its private network not fetched; or
@@ -714,13 +715,15 @@ async def download(
                     empty=not response.output,
                 )
                 if instead is not None:
+                    instead += ", not the output (a login page, or a proxy's or CDN's error page)"
+                elif isinstance(response.output, Spilled):
+                    instead = await asyncio.to_thread(cut_short, response.output)
+                else:
+                    instead = cut_short(response.output)
+                if instead is not None:
                     if isinstance(response.output, Spilled):
                         response.output.close()
-                    raise NotAnOutput(
-                        f"{instead}, not the output (a login page, or a proxy's or CDN's "
-                        "error page)",
-                        response.status_code,
-                    )
+                    raise NotAnOutput(instead, response.status_code)
             return response
 
     try:
@@ -892,6 +895,136 @@ def not_an_output(
         if head[:1] in (b"{", b"[") if is_json else b"<error" in head:
             return f"{document} ({media})"
     return None
+
+
+def cut_short(data: Output) -> str | None:
+    """What an output download's body is, when it is an image or video of a format that says
+    its own length and it holds less than that, else None: a PNG whose chunks run past its end
+    or with no ``IEND``, a JPEG with no end of image after its scan, a RIFF file (WebP)
+    shorter than its header's size, an ISO media file (MP4, MOV, HEIC, AVIF) whose last box
+    runs past its end. HTTP cannot tell such a body from a whole one where the server's
+    ``Content-Length`` is shorter than what it sends (the rest came after the answer had
+    ended), or where a body without one ends as its connection does: a 20-byte piece of a
+    PNG was stored as the job's output, and the job succeeded. Other bytes (another format,
+    a model's own) are not judged, nor what follows a format's own end. ``data`` may be
+    ``Spilled`` (read from its file: call from a thread)."""
+    if isinstance(data, Spilled):
+        data.file.flush()
+        fd, size = data.file.fileno(), len(data)
+
+        def read(offset: int, count: int) -> bytes:
+            return os.pread(fd, count, offset)
+    else:
+        size = len(data)
+
+        def read(offset: int, count: int) -> bytes:
+            return data[offset : offset + count]
+
+    head = read(0, 16)
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return _png_cut(read, size)
+    if head.startswith(b"\xff\xd8\xff"):
+        return _jpeg_cut(read, size)
+    if head[:4] == b"RIFF" and len(head) >= 8:
+        declared = int.from_bytes(head[4:8], "little") + 8
+        return (
+            None
+            if size >= declared
+            else f"a RIFF file ({head[8:12].decode('latin-1')}) cut short ({size} of its "
+            f"{declared} bytes)"
+        )
+    if head[4:8] == b"ftyp":
+        return _boxes_cut(read, size)
+    return None
+
+
+# a PNG's last chunk when it ends where its IEND does (most do): the walk is then not needed
+_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+# the most chunks or boxes ``cut_short`` walks: a body of millions of tiny ones is not judged
+# (a 2 GiB PNG in libpng's 8 KiB IDAT chunks has some 260,000)
+_WALK_MAX = 500_000
+
+
+def _png_cut(read: Callable[[int, int], bytes], size: int) -> str | None:
+    if size >= 20 and read(size - 12, 12) == _IEND:
+        return None
+    offset = 8
+    for _ in range(_WALK_MAX):
+        if offset + 12 > size:
+            break
+        chunk = read(offset, 8)
+        if not chunk[4:].isalpha():
+            return None  # not what a PNG's chunks look like: not judged
+        offset += 12 + int.from_bytes(chunk[:4], "big")
+        if offset > size:
+            break
+        if chunk[4:] == b"IEND":
+            return None
+    else:
+        return None
+    return f"a PNG cut short ({size} bytes, no IEND chunk)"
+
+
+def _jpeg_cut(read: Callable[[int, int], bytes], size: int) -> str | None:
+    """A JPEG is whole when an end of image (FF D9) follows its first scan's header: its
+    segments before the scan say their lengths, and a scan's coded data never holds FF D9."""
+    offset, scan, walked = 2, None, 0
+    while scan is None:
+        walked += 1
+        if walked > _WALK_MAX:
+            return None
+        if offset + 4 > size:
+            return f"a JPEG cut short ({size} bytes, in its headers)"
+        segment = read(offset, 4)
+        if segment[0] != 0xFF:
+            return None  # not what a JPEG's segments look like: not judged
+        marker = segment[1]
+        if marker == 0xFF:  # a fill byte
+            offset += 1
+        elif marker == 0xD9:
+            return None
+        elif 0xD0 <= marker <= 0xD7 or marker in (0x01, 0xD8):  # no length
+            offset += 2
+        else:
+            scan = offset if marker == 0xDA else None
+            offset += 2 + int.from_bytes(segment[2:4], "big")
+    if size - 2 >= offset and read(size - 2, 2) == b"\xff\xd9":  # most end there
+        return None
+    # the end of image, looked for from the end back (what follows it, if anything, is short)
+    end, block = size, 1 << 20
+    while end > offset:
+        start = max(offset, end - block)
+        if b"\xff\xd9" in read(start, end - start + 1):
+            return None
+        end = start
+    return f"a JPEG cut short ({size} bytes, no end of image)"
+
+
+def _boxes_cut(read: Callable[[int, int], bytes], size: int) -> str | None:
+    offset = 0
+    for _ in range(_WALK_MAX):
+        if offset >= size:
+            return None
+        if offset + 8 > size:
+            break
+        header = read(offset, 16)
+        box = int.from_bytes(header[:4], "big")
+        if not header[4:8].isascii() or not header[4:8].decode().isprintable():
+            return None  # not what a box looks like: not judged
+        if box == 1:  # its size in the next 8 bytes
+            if offset + 16 > size:
+                break
+            box = int.from_bytes(header[8:16], "big")
+        elif box == 0:  # to the end of the file
+            return None
+        if box < 8:
+            return None
+        if offset + box > size:
+            break
+        offset += box
+    else:
+        return None
+    return f"an ISO media file ({read(8, 4).decode('latin-1')}) cut short ({size} bytes)"
 
 
 def _url_names(url: str | None, endings: tuple[str, ...]) -> bool:
