@@ -201,7 +201,10 @@ def httpx_error(exc: BaseException) -> BaseException:
         return httpx.ReadTimeout(message)
     if isinstance(cause, aiohttp.ClientConnectorError):
         return httpx.ConnectError(message)
-    if isinstance(cause, aiohttp.InvalidURL):
+    if isinstance(cause, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
+        # refused before a connection (an output URL, or its redirect, of another scheme:
+        # ftp://): it was a read error after the request was sent, so a paid render's output
+        # at such a URL was fetched again for as long as its provider keeps its outputs
         return httpx.UnsupportedProtocol(message)
     if isinstance(cause, aiohttp.ClientPayloadError):
         return httpx.ReadError(message)
