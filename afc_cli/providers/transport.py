@@ -320,6 +320,18 @@ class _Answer(httpx.Response):
                 yield chunk
         except httpx.DecodingError as exc:
             raise AnswerUndecodable(f"an answer that does not decode ({exc})") from exc
+        # httpx's decoder hands back what a gzip or deflate stream decoded to when the body
+        # ends, and says nothing of one that never reached its end: a body cut within it (a
+        # CDN's cached copy as far as its origin sent it, or a connection closed early) was a
+        # piece of an output, stored as the job's
+        decoder = getattr(self, "_decoder", None)
+        for each in getattr(decoder, "children", [decoder]):  # gzip beside identity's
+            stream = getattr(each, "decompressor", None)
+            if stream is None or not self.num_bytes_downloaded or stream.eof:
+                continue
+            raise AnswerUndecodable(
+                f"an answer whose {self.headers['content-encoding']} stream is cut short"
+            )
 
 
 def _raise_mapped(exc: Exception) -> NoReturn:
