@@ -405,6 +405,11 @@ class FakeProviders:
             )
         if "no-image" in prompt:  # a paid answer (its usage, its id) holding no image at all
             return h.reply(200, {"created": 1, "data": [], "usage": usage}, headers=headers)
+        if "b64-data-url" in prompt:  # a gateway's: the image's base64 as a data URL
+            media = "jpeg" if "jpeg" in prompt else "png"
+            image = f"data:image/{media};base64,{image}"
+        if "b64-noise" in prompt:  # a gateway's: base64 with characters that are not base64
+            image = f"{image[:40]}!*{image[40:-8]}~~~~{image[-8:]}"
         if "garbled" in prompt:  # a paid answer whose image is not base64 (and "data" items odd)
             return h.reply(
                 200, {"created": 1, "data": [{"b64_json": "QUJ"}], "usage": usage}, headers=headers

@@ -1238,10 +1238,8 @@ def decode_b64(
     made and billed: the answer's ``usage``, its ``cost`` by the card and its ``request_id``
     stay with the failed attempt, as an output URL out of reach keeps them
     (``fetch_output``); unknown (None) where the answer said none."""
-    import base64
-
     try:
-        data = base64.b64decode(value)
+        data = _b64_bytes(value)
         problem = None if data else "decodes to no bytes at all"
     except ValueError:  # binascii.Error, or a character outside ASCII
         data, problem = b"", "could not be decoded"
@@ -1255,6 +1253,30 @@ def decode_b64(
         cost_source="derived" if cost is not None else None,
         request_id=request_id,
     )
+
+
+_URL_SAFE = str.maketrans("-_", "+/")
+
+
+def _b64_bytes(value: str) -> bytes:
+    """The bytes of base64 text, read strictly (``ValueError`` otherwise): a data URL's base64
+    (an OpenAI-compatible gateway's ``b64_json`` written as ``data:image/jpeg;base64,...``),
+    lines of it (MIME's), and the URL-safe alphabet are read too. Python's ``b64decode`` read
+    any text, skipping each character outside base64's alphabet: the data URL's prefix read
+    as base64 made bytes that were no image, stored as the job's output, and the job
+    succeeded (with ``data:image/png``'s prefix the letters left made it undecodable)."""
+    import binascii
+
+    if value[:5].lower() == "data:":
+        header, comma, payload = value.partition(",")
+        if comma and header.lower().endswith(";base64"):
+            value = payload
+    try:
+        return binascii.a2b_base64(value, strict_mode=True)
+    except binascii.Error:
+        pass
+    value = "".join(value.split()).translate(_URL_SAFE)
+    return binascii.a2b_base64(value, strict_mode=True)
 
 
 def size_pools(
