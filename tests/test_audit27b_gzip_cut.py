@@ -67,3 +67,33 @@ def test_a_whole_gzip_stream_is_the_output(monkeypatch):
     finally:
         cdn.stop()
     assert result.data == MODEL
+
+
+# --- a gzip stream of several members ---------------------------------------------------------
+# RFC 1952: a gzip file is a series of members (files concatenated, pigz's, a store's object
+# written in parts). httpx's decoder reads the first and passes the rest over as it would
+# bytes after the stream: the output was stored as its first member's piece, the job
+# succeeded. Every member is read now; bytes after the last that start no member are still
+# passed over, as before.
+
+
+@pytest.mark.parametrize("after", [b"", b"\0\0\0\0", b"\n"])
+def test_every_member_of_a_gzip_output_is_stored(monkeypatch, after):
+    cdn = cdn_of(gzip.compress(MODEL[:5000]) + gzip.compress(MODEL[5000:]) + after)
+    try:
+        result = fetch(monkeypatch, cdn)
+    finally:
+        cdn.stop()
+    assert result.data == MODEL
+
+
+def test_members_are_read_however_the_reads_cut_them():
+    from afc_cli.providers.transport import GzipMembers
+
+    encoded = gzip.compress(MODEL[:7]) + gzip.compress(MODEL[7:9000]) + gzip.compress(b"")
+    encoded += gzip.compress(MODEL[9000:])
+    for size in (1, 2, 3, 7, 4096):
+        decoder = GzipMembers()
+        pieces = [decoder.decode(encoded[i : i + size]) for i in range(0, len(encoded), size)]
+        assert b"".join(pieces) + decoder.flush() == MODEL, size
+        assert decoder.decompressor.eof

@@ -64,6 +64,7 @@ from typing import Any, NoReturn
 import aiohttp
 import httpx
 import yarl
+from httpx._decoders import GZipDecoder
 from httpx_aiohttp import AiohttpTransport
 from multidict import CIMultiDict
 
@@ -303,10 +304,8 @@ class _Answer(httpx.Response):
                 raise AnswerUndecodable(
                     f"an answer in a content coding afc did not ask for ({named[0]})"
                 )
-            if named == ["x-gzip"]:  # gzip's old name (RFC 9110), which httpx passes as it is
-                from httpx._decoders import GZipDecoder
-
-                self._decoder = GZipDecoder()
+            if named in (["gzip"], ["x-gzip"]):  # x-gzip: gzip's old name (RFC 9110), which
+                self._decoder = GzipMembers()  # httpx passes as it is
         return super()._get_content_decoder()
 
     async def aiter_bytes(self, chunk_size: int | None = None):
@@ -332,6 +331,40 @@ class _Answer(httpx.Response):
             raise AnswerUndecodable(
                 f"an answer whose {self.headers['content-encoding']} stream is cut short"
             )
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class GzipMembers(GZipDecoder):
+    """httpx's gzip decoder, reading every member of the stream: a gzip stream is a series of
+    members (RFC 1952: files concatenated, pigz's, a store's object written in parts), and
+    httpx's read the first only and passed the rest over as it would bytes after the
+    stream, so an output was stored as its first member's piece and the job succeeded. Bytes
+    after a member that start no other (a server's padding) are still passed over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._after = b""  # bytes after a member, too few yet to say whether one follows
+        self._done = False  # bytes after the last member that start none: passed over
+
+    def decode(self, data: bytes) -> bytes:
+        import zlib
+
+        pieces = []
+        data, self._after = self._after + data, b""
+        while data and not self._done:
+            if self.decompressor.eof:
+                if len(data) < len(_GZIP_MAGIC):
+                    self._after = data
+                    break
+                if not data.startswith(_GZIP_MAGIC):
+                    self._done = True
+                    break
+                self.decompressor = zlib.decompressobj(zlib.MAX_WBITS | 16)
+            pieces.append(super().decode(data))
+            data = self.decompressor.unused_data if self.decompressor.eof else b""
+        return b"".join(pieces)
 
 
 def _raise_mapped(exc: Exception) -> NoReturn:
