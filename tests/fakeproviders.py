@@ -635,11 +635,16 @@ class FakeProviders:
                 count = p["input"].get("num_outputs") if isinstance(p["input"], dict) else None
                 count = count if isinstance(count, int) else 1
                 ext = "webp" if "webp-out" in p["prompt"] else "png"
+                output: list[str] | dict = (
+                    [f"{self.base}/files/{pid}-{i}.{ext}" for i in range(count)]
+                    if count > 1
+                    else [f"{self.base}/files/{pid}.{ext}"]
+                )
+                if "object-out" in p["prompt"]:  # a model whose output schema is an object
+                    output = {"seed": 42, "image": output[0], "nsfw": False}
                 p.update(
                     status="succeeded",
-                    output=[f"{self.base}/files/{pid}-{i}.{ext}" for i in range(count)]
-                    if count > 1
-                    else [f"{self.base}/files/{pid}.{ext}"],
+                    output=output,
                     metrics={"predict_time": 3.2, "total_time": 3.5},
                 )
         h.reply(200, {k: v for k, v in p.items() if k not in ("polls", "prompt")})

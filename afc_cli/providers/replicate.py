@@ -214,14 +214,15 @@ class ReplicateProvider(HttpProvider):
                 gone.cost_source = "derived" if gone.cost_micros is not None else None
                 raise gone
             output = prediction.get("output")
-            url = output[0] if isinstance(output, list) and output else output
-            if not isinstance(url, str):
+            urls = output_urls(output)
+            if not urls:
                 raise ProviderError(
                     "server", "replicate: succeeded without an output URL", **priced
                 )
+            url = urls[0]
             ext = output_ext(url)
             # every output the prediction made was paid for (the first is kept)
-            usage = {**usage, "images": len(output) if isinstance(output, list) else 1}
+            usage = {**usage, "images": len(output) if isinstance(output, list) else len(urls)}
             cost = request.rates.price(self.name, request.model, usage)
             data = await self.fetch_output(request, began, url, usage, cost, prediction_id)
             return AttemptResult(
@@ -263,3 +264,25 @@ class ReplicateProvider(HttpProvider):
         if not 200 <= response.status_code < 300:
             return f"HTTP {response.status_code}"
         return COMPLETED if json_or_empty(response).get("status") == "succeeded" else None
+
+
+def output_urls(output: Any) -> list[str]:
+    """The output URLs of a succeeded prediction, in order: its ``output`` is a URL, a list of
+    them (most image models), or, for a model whose output schema is an object
+    (``{"image": URL, "seed": 42}``), that object's URL values (a list's too). An object
+    output was "succeeded without an output URL": a failed ``server`` attempt at its cost,
+    and each attempt after it paid again for the same answer."""
+    if isinstance(output, str):
+        return [output]
+    if isinstance(output, list):
+        return [output[0]] if output and isinstance(output[0], str) else []  # the first kept
+    if isinstance(output, dict):
+        found = []
+        for value in output.values():
+            for url in value if isinstance(value, list) else [value]:
+                if isinstance(url, str) and url.lower().startswith(
+                    ("https://", "http://", "data:")
+                ):
+                    found.append(url)
+        return found
+    return []
