@@ -1106,33 +1106,63 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 except Exception as exc:
                     raise _LedgerFailed() from exc  # the ledger's, not the adapter's
 
-            if resume is not None:
+            # the output URL a synchronous provider's paid answer named, committed before its
+            # download (a stopped or killed run leaves it to the next run: ``_resumable``)
+            left_url = [resume.get("answer_url")] if resume is not None else [None]
+
+            async def answered(
+                url: str, cost: int | None, number: int = number, entry=entry, left=left_url
+            ) -> None:
+                try:
+                    ctx.ledger.record_answer_url(
+                        job, number, entry["provider"], url, cost, "derived"
+                    )
+                    await ctx.ledger.committed()
+                    left[0] = url
+                except LedgerWriteError as exc:
+                    # the download goes on (the render is paid for): its end keeps the bytes
+                    # in the spool while the run stops (``ledger_broke``)
+                    if ctx.ledger_error is None:
+                        ctx.ledger_error = exc
+                    ctx.ledger_broke(exc)
+                except Exception as exc:
+                    raise _LedgerFailed() from exc  # the ledger's, not the adapter's
+                crash_point("after_answer_url")
+
+            if resume is not None and not left_url[0]:
                 ctx.polling.add(job["id"])  # its request id is known: it can be polled later
-            call = provider.render(
-                AttemptRequest(
-                    job_id=job["id"],
-                    key=job["key"],
-                    prompt=request["prompt"],
-                    params=request["params"],
-                    provider=entry["provider"],
-                    model=entry["model"],
-                    attempt=number,
-                    rates=rates,
-                    on_submitted=submitted,
-                    resume_id=resume["provider_request_id"] if resume else None,
-                    window_s=window,
-                    inputs=inputs or (),  # none when polling a resumed request
-                    stopping=ctx.stopping,
-                    idle=ctx.idle,
-                    ended=lambda: _ended_elsewhere(ctx, job),
-                    on_priced=priced,
-                    scratch=str(ctx.spool.root),
-                    # (a resumed request is only polled: nothing paid is sent)
-                    last_look=(lambda at=looked: _last_look(ctx, job, at))
-                    if resume is None
-                    else no_look,
-                )
+            attempt_request = AttemptRequest(
+                job_id=job["id"],
+                key=job["key"],
+                prompt=request["prompt"],
+                params=request["params"],
+                provider=entry["provider"],
+                model=entry["model"],
+                attempt=number,
+                rates=rates,
+                on_submitted=submitted,
+                resume_id=resume["provider_request_id"] if resume else None,
+                window_s=window,
+                inputs=inputs or (),  # none when polling a resumed request
+                stopping=ctx.stopping,
+                idle=ctx.idle,
+                ended=lambda: _ended_elsewhere(ctx, job),
+                on_priced=priced,
+                on_answer_url=answered if resume is None else None,
+                scratch=str(ctx.spool.root),
+                # (a resumed request is only polled: nothing paid is sent)
+                last_look=(lambda at=looked: _last_look(ctx, job, at))
+                if resume is None
+                else no_look,
             )
+            if resume is not None and left_url[0]:
+                # a synchronous provider's paid render a stopped run left at its output URL:
+                # fetched, nothing sent to the provider's API
+                call = provider.fetch_left(
+                    attempt_request, left_url[0], resume["cost_micros"], resume["cost_source"]
+                )
+            else:
+                call = provider.render(attempt_request)
             try:
                 # a provider that enforces the window itself (Replicate's Cancel-After) gets a
                 # little longer here, so its own answer (and cost) is the one recorded
@@ -1250,7 +1280,37 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             except ProviderError as exc:
                 _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
                 error_class, message = exc.error_class, exc.message
-                if resume is not None and _stopped_by_retried_cancel(ctx, job, resume, entry, exc):
+                if left_url[0] and getattr(exc, "stopped_run", False):
+                    # afc stopped while the output was out of reach: its URL is committed, so
+                    # the attempt is left to the next run, which fetches it for free while the
+                    # provider keeps it (``_resumable``), at the cost known now
+                    ctx.ledger.end_attempt(
+                        job,
+                        number,
+                        **report,
+                        status="unknown",
+                        error_class=INTERRUPTED,
+                        error_message=f"{exc.message}; the next run fetches it from the "
+                        "output URL its paid answer named, paying nothing again",
+                        provider_request_id=exc.request_id,
+                        cost_micros=exc.cost_micros,
+                        cost_source=exc.cost_source,
+                        started_at=started,
+                    )
+                    continue
+                if resume is not None and left_url[0]:
+                    # the output a stopped run left at its URL is no longer served: a new
+                    # render follows, paid again (``interrupted``: afc's stop lost it, so it
+                    # uses up none of the model's attempts)
+                    error_class = INTERRUPTED
+                    message = (
+                        f"{exc.message}: the output URL of this paid render, left by a run "
+                        "that stopped before its download ended, no longer serves it; a new "
+                        "render follows (paid again)"
+                    )
+                elif resume is not None and _stopped_by_retried_cancel(
+                    ctx, job, resume, entry, exc
+                ):
                     # afc's own cancel stopped it, and a person has retried the job since:
                     # not a cancel of the job, so not the end of its chain (``interrupted``:
                     # it uses up no attempt); a new request follows
@@ -1586,13 +1646,23 @@ def _not_kept(
     request_id = success.get("provider_request_id")
     provider = ctx.providers.get(success["provider"])
     left = request_id is not None and provider is not None and provider.resumable
-    if left:
+    # a synchronous provider's output URL, committed before its download (``answered``):
+    # the next run fetches it again while the provider keeps it, as a request of Replicate's
+    answer_url = not left and any(
+        row["number"] == number and row.get("answer_url") for row in ctx.ledger.attempts(job["id"])
+    )
+    if left or answer_url:
+        source = (
+            f"the output URL {success['provider']}'s paid answer named"
+            if answer_url
+            else f"request {request_id}"
+        )
         success = {
             **success,
             "status": "unknown",
             "error_class": INTERRUPTED,
             "error_message": f"its output could not be kept in the spool ({exc}); the "
-            f"next run fetches it again from request {request_id}",
+            f"next run fetches it again from {source}",
         }
     ctx.ledger.end_attempt(job, number, **success)
     ctx.ledger.note(job, "spool_failed", error=str(exc))
@@ -1600,6 +1670,9 @@ def _not_kept(
         f"the next run fetches it again from {success['provider']} request {request_id} "
         "while the provider keeps it, paying nothing again"
         if left
+        else "the next run fetches it again from the output URL its answer named while "
+        f"{success['provider']} keeps it, paying nothing again"
+        if answer_url
         else "the job renders again"
     )
     return SpoolError(
@@ -1836,7 +1909,9 @@ def _stopped_by_retried_cancel(
 
 def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The job's last attempt, if a dead run left it submitted to a provider that can be
-    polled by id (and it was not already found gone)."""
+    polled by id (and it was not already found gone), or left a synchronous provider's paid
+    render at the output URL its answer named (``Ledger.record_answer_url``), while the
+    provider keeps it."""
     if not rows:
         return None
     last = rows[-1]
@@ -1847,6 +1922,17 @@ def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | 
         and provider is not None
         and provider.resumable
         and not (last["error_message"] or "").startswith(GONE_PREFIX)
+    ):
+        return last
+    if (
+        # a synchronous provider's paid render whose output URL was committed before its
+        # download, which the run did not end (killed, stopped, a full disk): fetched from
+        # that URL for free while the provider keeps it (``HttpProvider.fetch_left``)
+        last["status"] == "unknown"
+        and last.get("answer_url")
+        and provider is not None
+        and not provider.resumable
+        and ctx.ledger.clock() - last["started_at"] < getattr(provider, "keeps_outputs_s", 0)
     ):
         return last
     return None

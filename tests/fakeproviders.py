@@ -65,6 +65,8 @@ class FakeProviders:
         # outputs whose 503s come slowly (a "cdn-slow" prompt's: a gateway's own timeout)
         self.slow_files: set[str] = set()
         self.cdn_back = threading.Event()
+        # outputs the provider let go (404, as an expired DALL-E URL answers)
+        self.gone_files: set[str] = set()
         # outputs served gzip-encoded, this many bytes once decoded (a "big-out-N" prompt's:
         # N MiB), and the encoded bodies by size
         self.big_files: dict[str, int] = {}
@@ -176,6 +178,8 @@ class FakeProviders:
         path = h.path.split("?")[0]
         if path.startswith("/files/"):
             self.count("download")
+            if path in self.gone_files:
+                return h.reply(404, raw=b"<Error>BlobNotFound</Error>", ctype="application/xml")
             if "cdn-down" in path:  # an output URL that never answers
                 return h.reply(
                     503, raw=b"<html>503</html>", ctype="text/html", headers={"Retry-After": "99"}

@@ -79,7 +79,8 @@ def test_a_renders_known_cost_survives_a_kill_while_its_output_is_out_of_reach(
     cost was held in memory until the fetch ended, so a process killed meanwhile (an OOM kill,
     a reboot, a cron timeout's SIGKILL) left the attempt unpriced, recorded ``unknown`` at no
     known cost by the next run, though the answer had said what it cost. It is written on the
-    attempt as the later rounds begin, as a budget's ``hold_known_cost`` writes it."""
+    attempt as the later rounds begin, as a budget's ``hold_known_cost`` writes it; since
+    audit 28c, with the output URL, before the download begins."""
     env = {"AFC_LEDGER": ledger_url}
     data = manifest([{"key": "j0", "prompt": "dalle-url cdn-held"}], rates=PRICED)
     data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1"}]
@@ -103,7 +104,10 @@ def test_a_renders_known_cost_survives_a_kill_while_its_output_is_out_of_reach(
     assert (total["unknown_attempts"], total["failed_spend"]) == (1, "0.040000"), total
     fake.cdn_back.set()
     assert afc("resume", env=env).returncode == 0
-    assert attempts() == [("unknown", "0.040000"), ("succeeded", "0.040000")]
+    # its output URL was committed with that cost: the next run fetches it, paying nothing
+    # again (tests/test_audit28c_answer_url.py)
+    assert attempts() == [("succeeded", "0.040000")]
+    assert fake.counts["openai_billed"] == 1
 
 
 def test_afc_show_says_a_jobs_process_is_gone_as_afc_status_does(afc):

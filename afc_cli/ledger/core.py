@@ -3436,6 +3436,30 @@ class Ledger:
                 (cost_micros, cost_micros, cost_source, job["id"], provider, number),
             )
 
+    def record_answer_url(
+        self,
+        job: dict[str, Any],
+        number: int,
+        provider: str,
+        url: str,
+        cost_micros: int | None,
+        cost_source: str | None,
+    ) -> None:
+        """The output URL a synchronous provider's paid answer named (an OpenAI-compatible
+        gateway's: valid about an hour), with the render's known cost, committed (synced) by
+        the caller before the download begins: a run stopped or killed before the download
+        ends leaves the attempt to the next run, which fetches that URL for free
+        (afc_cli/pipeline.py, ``_resumable``) where it paid for a new render. Kept whole, a
+        signed URL's query too (it must be fetchable); never shown by a command."""
+        with self.tx(sync_on_commit=True):
+            self.db.execute(
+                "UPDATE attempts SET answer_url = ? WHERE job_id = ? AND provider = ?"
+                " AND number = ? AND status = 'started'",
+                (url, job["id"], provider, number),
+            )
+            if cost_micros is not None:
+                self.hold_known_cost(job, number, provider, cost_micros, cost_source)
+
     def set_attempt_inputs(
         self, job: dict[str, Any], number: int, provider: str, inputs: list[dict[str, Any]]
     ) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from afc_cli.attempts import parse_retry_after
 from afc_cli.providers.base import (
     AttemptRequest,
+    AttemptResult,
     OutputNotKept,
     Provider,
     ProviderError,
@@ -192,6 +193,8 @@ class HttpProvider(Provider):
         """``download`` of a paid render's output, in rounds while it stays out of reach for
         a moment (``outlast``): a failure that outlasts them carries the render's usage and
         cost (it was paid) and its request id. ``began``: the call's start on ``clock``."""
+        if request.on_answer_url is not None and not self.resumable and not is_data_url(url):
+            await request.on_answer_url(url, cost)
         public_only = await self._output_rule()
         priced = None
         if cost is not None and request.on_priced is not None:
@@ -216,6 +219,24 @@ class HttpProvider(Provider):
             exc.cost_source = "derived" if cost is not None else None
             exc.request_id = exc.request_id or request_id
             raise
+
+    async def fetch_left(
+        self, request: AttemptRequest, url: str, cost: int | None, source: str | None
+    ) -> AttemptResult:
+        """The output of a paid render a stopped or killed run left at ``url`` (its answer's,
+        committed with its known ``cost`` before the download began: ``on_answer_url``),
+        fetched as that run would have, nothing sent to the provider's API and nothing paid.
+        A URL the provider answers 403, 404 or 410 for (it let the output go) fails the
+        attempt at its cost, as for any output; the caller says so, and a new render follows."""
+        data = await self.fetch_output(request, self.clock(), url, {}, cost)
+        ext = request.params.get("output_format") or output_ext(url)
+        return AttemptResult(
+            data=data,
+            ext=str(ext),
+            usage={},
+            cost_micros=cost,
+            cost_source=source if cost is not None else None,
+        )
 
     async def _output_rule(self) -> Any:
         """Where this provider's output URLs may lead (``transport.PUBLIC_ONLY``'s value):
@@ -424,6 +445,9 @@ def _rounds_said(exc: ProviderError, rounds: int, stopped: bool, ended: str | No
         said.append("afc stopped")
     exc.message = f"{exc.message} ({'; '.join(said)})"
     exc.args = (exc.message,)
+    # ended by the run's stop, the output still kept by the provider: a URL committed with
+    # the attempt is left to the next run (afc_cli/pipeline.py, ``_resumable``)
+    exc.stopped_run = stopped and not ended
 
 
 def _minutes(seconds: float) -> str:

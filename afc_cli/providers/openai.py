@@ -10,9 +10,11 @@ a ``url`` by default (valid about an hour): afc asks DALL-E models for ``respons
 b64_json`` instead (``B64_MODELS``), so the image comes in the paid answer itself, as a
 gpt-image model's does. An output URL is a second paid window: a process killed while
 fetching it (later rounds go on for up to an hour while the CDN is out of reach) left a
-render that no later run can find (a synchronous call has no id to look it up by), and the
-next run paid for it again. gpt-image models refuse the field (400 ``unknown_parameter``),
-so it is sent to DALL-E only. A ``url`` still answered (an OpenAI-compatible gateway that
+render that no later run could find (a synchronous call has no id to look it up by), and
+the next run paid for it again; the URL is now committed on the attempt with the render's
+cost before its download (``HttpProvider.fetch_output``, ``on_answer_url``), and a later
+run fetches it from there (``fetch_left``) while it is valid. gpt-image models refuse the
+field (400 ``unknown_parameter``), so it is sent to DALL-E only. A ``url`` still answered (an OpenAI-compatible gateway that
 ignores the field) is downloaded at once and fetched again in later rounds while it stays
 out of reach (``keeps_outputs_s``). Usage always reports the images produced.
 """
