@@ -362,7 +362,7 @@ def m014_output_key_spooled(db):
 
 
 @_step
-def m015_c_attempt_answer_url(db):
+def m015_attempt_answer_url(db):
     # attempts.answer_url: the output URL a synchronous provider's paid answer named (an
     # OpenAI-compatible gateway's, valid about an hour), committed with the render's known
     # cost before its download begins (Ledger.record_output_url). A run stopped or killed

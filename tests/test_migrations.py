@@ -61,7 +61,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m012_batch_storage_endpoint",
         "m013_output_key_rendering",
         "m014_output_key_spooled",
-        "m015_c_attempt_answer_url",
+        "m015_attempt_answer_url",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]
