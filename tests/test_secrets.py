@@ -38,6 +38,9 @@ def clean_secrets(monkeypatch):
         ("https://minio:supersecretpw@minio.internal:9000/bucket", "supersecretpw"),
         ("s3://AKIAEXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCY@bucket/p", "K7MDENG"),
         ("PUT /b/k?X-Amz-Signature=deadbeef0123&X-Amz-Date=x", "deadbeef0123"),
+        # Azure SAS (OpenAI's DALL-E image URLs) and Google's signed URLs
+        ("https://oai.blob.core.windows.net/i/x.png?se=2026&sp=r&sig=AbC%2Fdef0123", "AbC"),
+        ("https://storage.googleapis.com/b/x.png?X-Goog-Signature=0a1b2c3d4e5f", "0a1b2c"),
         ("secret whsec_c2VjcmV0c2VjcmV0", "c2VjcmV0c2VjcmV0"),
     ],
 )
