@@ -827,6 +827,7 @@ async def _fail_conflict(
 
 
 async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
+    job["probed"] = True  # by this run: its render step need not look again (``render``)
     storage = ctx.storages[job["batch"]]
     try:
         info = await _storage(ctx, storage, storage.head, job["output_key"])
@@ -890,6 +891,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     if spooled is not None:
         _adopt_spool(ctx, job, spooled)
         return True
+    if not job["attempts"] and not job.get("probed"):
+        # Its probe was an earlier run's (it waited at this step: the budget, a held key), and
+        # another ledger sharing the storage may have stored the key since: look again, as
+        # the probe does, before paying.
+        return await probe(ctx, job)
     if job["attempts"]:
         # A job that rendered before may have been stored and its spool removed while its
         # later checkpoints were lost with the process: look before paying again.
