@@ -1040,7 +1040,8 @@ def serve(
     environ: dict[str, str],
     announce: Callable[[str, str], None],
 ) -> None:
-    """Serve until Ctrl-C or SIGTERM; then stop cleanly (requests in flight finish)."""
+    """Serve until Ctrl-C, SIGTERM or SIGHUP; then stop cleanly (requests in flight finish)."""
+    from afc_cli.errors import STOP_SIGNALS
     from afc_cli.ledger import Ledger
     from afc_cli.web import SERVE_MODULES, require
 
@@ -1086,10 +1087,12 @@ def serve(
         # Ctrl-C or SIGTERM before uvicorn takes the signals (from the announce on: a script
         # that read the address may stop it at once) asks it to stop as soon as it serves;
         # uvicorn's own handlers take over while it serves, and re-raise what they caught on
-        # the way out, which lands here again, harmlessly
+        # the way out, which lands here again, harmlessly. SIGHUP (the terminal or ssh
+        # session closed), which uvicorn leaves alone, stops it here all the while: it killed
+        # the server (exit 129), requests in flight cut off and no 'serve stopped'
         server.should_exit = True
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:
         announce(
             f"serving {ledger_name(ledger_path)} at {url}"
