@@ -961,6 +961,7 @@ def run_jobs(
                 try:
                     if more is None:
                         await _all_done(started, interruption.stop_for)
+                        await _settle_left(ctx, job_ids, interruption.stop_for)
                     else:
                         del started  # a fed loop holds only its unfinished jobs' tasks
                         await _fed(ctx, more, concurrency, interruption.stop_for)
@@ -1098,6 +1099,30 @@ async def _all_done(
             raise error
     if first is not None:
         raise first
+
+
+async def _settle_left(
+    ctx: RunContext,
+    job_ids: list[str],
+    drain: Callable[[StopsRun | LedgerWriteError], None],
+) -> None:
+    """A submit's or resume's jobs left blocked whose needs a person decided while the run
+    went on (an ``afc review approve`` or ``reject`` of a need awaiting review, once its
+    dependent had found it undecided) are settled and run now, once the run's other jobs have
+    ended: the run ended with them 'blocked ... waits for the jobs it needs', exit 0, their
+    needs succeeded, and they waited for the next ``afc resume``. One query a round; a job
+    is run again at most once (a re-submit that gave it new needs meanwhile leaves it
+    blocked). A worker settles them at each claim (``Ledger.settle_ready_blocked``)."""
+    tried: set[str] = set()
+    while not (ctx.stopping.is_set() or ctx.budget_hit or ctx.ledger_error is not None):
+        ready = [job_id for job_id in ctx.ledger.ready_blocked(job_ids) if job_id not in tried]
+        if not ready:
+            return
+        tried.update(ready)
+        ctx.blocked.update(ready)
+        again = [_start(ctx, job_id) for job_id in ready]
+        ctx.ran -= len(again)  # counted as run here already, when they were found blocked
+        await _all_done(again, drain)
 
 
 def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:

@@ -3617,6 +3617,22 @@ class Ledger:
             awaited.setdefault(job_id, []).append(key)
         return awaited
 
+    def ready_blocked(self, job_ids: list[str]) -> list[str]:
+        """Which of these jobs are blocked with no need left unfinished (each succeeded, ended
+        badly or is missing: ``settle_ready_blocked``'s rule), one query: a submit's or
+        resume's jobs whose needs a person decided while the run went on (``run.run_jobs``)."""
+        if not job_ids:
+            return []
+        wanted = set(job_ids)
+        open_needs = _in((*ACTIVE, "blocked", "awaiting_review"))
+        every_batch, _ = _batch_scope(None, "j.batch")
+        rows = self.db.execute(
+            f"SELECT j.id FROM jobs j WHERE {every_batch} AND j.status = 'blocked'"
+            " AND NOT EXISTS (SELECT 1 FROM job_needs n JOIN jobs d ON d.id = n.need_id"
+            f" WHERE n.job_id = j.id AND d.status IN {open_needs})"
+        ).fetchall()
+        return [row[0] for row in rows if row[0] in wanted]
+
     def blocked_job_ids(self, job_ids: list[str]) -> list[str]:
         """Which of these jobs are blocked on their needs (one query for a run's jobs)."""
         if not job_ids:
