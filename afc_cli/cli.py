@@ -536,6 +536,20 @@ def _spend_line(stats: Any, budget: Any) -> str:
     return line
 
 
+NOT_STARTED = "not started; 'afc resume' (or an 'afc worker') runs it"
+# A job's reason as said of the several jobs of one summary line ('3 jobs queued at probe
+# (...): ... runs them'), where the summary says it of one job
+OF_SEVERAL = {
+    NOT_STARTED: "not started; 'afc resume' (or an 'afc worker') runs them",
+    "it waits for the jobs it needs ('afc show KEY' names them)": (
+        "each waits for the jobs it needs ('afc show KEY' names them)"
+    ),
+    "its output is stored; 'afc review approve KEY' (or reject) decides": (
+        "their outputs are stored; 'afc review approve KEY' (or reject) decides each"
+    ),
+}
+
+
 def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
     """One line per job that did not succeed, except that jobs stopped for the same reason
     (the same message up to its figures: a budget stop, an outage) share one line."""
@@ -545,7 +559,7 @@ def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
     for job in jobs:
         why = job["error"]["message"] if job["error"] else job["waiting"] or paused_reason(job)
         if not why and job["status"] == "queued":  # admitted, not run (--no-run, a stop)
-            why = "not started; 'afc resume' (or an 'afc worker') runs it"
+            why = NOT_STARTED
         groups.setdefault((job["status"], job["step"], same_message(why)), []).append((job, why))
     lines = []
     for (status, step, _), members in groups.items():
@@ -554,6 +568,7 @@ def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
         if len(members) == 1:
             lines.append(f"{job['batch']}/{job['key']}: {status} at {step}{because}")
             continue
+        because = f": {OF_SEVERAL.get(why, why)}" if why else ""
         names = ", ".join(f"{j['batch']}/{j['key']}" for j, _ in members[:shown])
         more = f" and {len(members) - shown} more" if len(members) > shown else ""
         lines.append(

@@ -130,16 +130,20 @@ def _decide(
 
     decide = review.approve if what == "approved" else review.reject
     opened = Ledger(ledger, create=False)
+    waiting = 0
     try:
         decided = decide(opened, keys, by=by or who(), **why)
+        if what == "approved" and not (json_out or quiet):
+            waiting = review.blocked_by(opened, decided, why.get("batch"))
     except review.NotDecided as exc:
         raise review.NotDecided(exc.failed, exc.fix, f"run this again: {_again()}") from None
     finally:
         opened.close()
-    _decided(decided, what, json_out, quiet)
+    _decided(decided, what, json_out, quiet, waiting)
 
 
-def _decided(keys: list[str], what: str, json_out: bool, quiet: bool) -> None:
+def _decided(keys: list[str], what: str, json_out: bool, quiet: bool, waiting: int = 0) -> None:
+    """``waiting``: the blocked jobs that need the approved ones (``review.blocked_by``)."""
     if json_out:
         from afc_cli.output import emit_json
 
@@ -148,7 +152,16 @@ def _decided(keys: list[str], what: str, json_out: bool, quiet: bool) -> None:
         for key in keys:
             _err(f"{key}: {what}")
         if what == "approved":
-            _err("jobs that needed them run at the next 'afc resume' (or cron)")
+            if waiting:  # said of no job when nothing needs them
+                _err(
+                    (
+                        "1 blocked job needs them: it runs"
+                        if waiting == 1
+                        else f"{waiting} blocked jobs need them: each runs"
+                    )
+                    + " at the next 'afc resume' (or cron, or a worker's next claim) once all"
+                    " its needs have succeeded"
+                )
         elif keys:
             _err(
                 "any job that needed them failed (DEPENDENCY_FAILED: 'afc status' lists them); "

@@ -98,6 +98,18 @@ def reject(
     return _decide(ledger, keys, "rejected", by=by, note=reason, batch=batch)
 
 
+def blocked_by(ledger: Ledger, keys: list[str], batch: str | None = None) -> int:
+    """How many blocked jobs need one of these jobs (just decided: each key names one job),
+    each counted once: what an approval lets run, said only when there is any."""
+    blocked: set[str] = set()
+    for key in dict.fromkeys(keys):
+        for job in ledger.jobs_by_key(key, batch):
+            blocked.update(
+                d["id"] for d in ledger.dependents_of(job["id"]) if d["status"] == "blocked"
+            )
+    return len(blocked)
+
+
 def approve_shown(ledger: Ledger, shown: list[tuple[str, str]], *, by: str) -> list[str]:
     """Approve the jobs a review page showed, as (batch, key) pairs (``afc serve``'s "approve
     all shown"; a page of a server of the whole ledger may hold several batches): all in one

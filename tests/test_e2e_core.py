@@ -309,7 +309,7 @@ def test_no_run_admits_only_and_resume_runs(afc):
     assert attempts_count(afc) == 0
     said = afc("submit", "manifest.yaml", "--no-run").stderr
     assert "2 jobs queued at probe (b1/shot-001, b1/shot-002; afc status --status queued " in said
-    assert "lists them): not started; 'afc resume' (or an 'afc worker') runs it\n" in said
+    assert "lists them): not started; 'afc resume' (or an 'afc worker') runs them\n" in said
     resumed = afc.json("resume")
     assert resumed["counts"] == {"succeeded": 2}
     again = afc.json("resume")
