@@ -69,8 +69,10 @@ def normalize_url(url: str, base: Path | None = None) -> str:
     """Canonical form recorded with a batch, of a URL a person gave: ``file://`` URLs become
     absolute, so a batch's outputs do not move when afc runs from another directory, and
     their percent-escapes are decoded (RFC 8089: ``file:///tmp/my%20renders`` is the
-    directory ``/tmp/my renders``; a '%' not followed by two hex digits is itself)."""
-    url = url.strip()
+    directory ``/tmp/my renders``; a '%' not followed by two hex digits is itself). A
+    scheme is read whatever its case (RFC 3986 3.1), as the ledger's ``SQLITE:///`` is:
+    ``FILE://`` and ``S3://`` were refused as schemes 'not supported'."""
+    url = _lower_scheme(url.strip())
     if url.startswith("file://"):
         try:
             raw = unquote(url[len("file://") :], errors="strict")
@@ -99,6 +101,13 @@ def normalize_url(url: str, base: Path | None = None) -> str:
             "(supported: file://PATH, s3://BUCKET/PREFIX)"
         )
     raise UsageError(f"storage {url!r} is not a URL; use file://PATH or s3://BUCKET/PREFIX")
+
+
+def _lower_scheme(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() in ("file", "s3"):
+        return scheme.lower() + sep + rest
+    return url
 
 
 def endpoint_of(url: str) -> str | None:
