@@ -354,6 +354,24 @@ def _settled() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
 
 
+def _print_unlisted(result: Any, admitted_only: bool) -> None:
+    """The unfinished jobs of the batch that the manifest does not list."""
+    unlisted = result.unlisted
+    if unlisted:
+        shown = ", ".join(unlisted[:10]) + (
+            f" and {len(unlisted) - 10} more" * (len(unlisted) > 10)
+        )
+        how = (
+            "stay in its batch: 'afc resume' (or a submit) runs them"
+            if admitted_only
+            else "ran with it, as 'afc resume' runs them"
+        )
+        _err(
+            f"{len(unlisted)} unfinished job(s) of batch {result.admit.batch} are not in this "
+            f"manifest and {how}: {shown} ('afc cancel KEY' drops a job from its batch)"
+        )
+
+
 def _print_run(
     result: Any,
     json_out: bool,
@@ -378,7 +396,18 @@ def _print_run(
         )
     jobs = [job_json(row) for row in result.jobs]
     conflicts = result.admit.conflicts if result.admit else []
+    from afc_cli.conflicts import conflict_message
+    from afc_cli.gates import changed_message, kept_message
+
+    # said on stderr with --json too (stdout holds the JSON alone): a script's stdout goes to
+    # a file, and its stderr, the person's, said nothing of why the submit exited 3
+    for conflict in conflicts:
+        _err(conflict_message(conflict))
+    for kept in result.admit.gates_kept if result.admit else ():
+        _err(kept_message(kept))  # the manifest says a gate that this submit cannot apply
     if json_out:
+        if not quiet:
+            _print_unlisted(result, admitted_only)
         payload: dict[str, Any] = {}
         if result.admit is not None:
             payload["batch"] = result.admit.batch
@@ -411,14 +440,6 @@ def _print_run(
         )
         emit_json(payload)
         return
-    from afc_cli.conflicts import conflict_message
-    from afc_cli.gates import changed_message, kept_message
-    from afc_cli.storage import shown_url
-
-    for conflict in conflicts:
-        _err(conflict_message(conflict))
-    for kept in result.admit.gates_kept if result.admit else ():
-        _err(kept_message(kept))  # the manifest says a gate that this submit cannot apply
     if quiet:
         return
     if result.admit is not None:
@@ -429,20 +450,7 @@ def _print_run(
         )
         if admit.gates_changed:
             _err(changed_message(admit.gates_changed))
-    unlisted = result.unlisted
-    if unlisted:
-        shown = ", ".join(unlisted[:10]) + (
-            f" and {len(unlisted) - 10} more" * (len(unlisted) > 10)
-        )
-        how = (
-            "stay in its batch: 'afc resume' (or a submit) runs them"
-            if admitted_only
-            else "ran with it, as 'afc resume' runs them"
-        )
-        _err(
-            f"{len(unlisted)} unfinished job(s) of batch {result.admit.batch} are not in this "
-            f"manifest and {how}: {shown} ('afc cancel KEY' drops a job from its batch)"
-        )
+    _print_unlisted(result, admitted_only)
     not_ok = [j for j in jobs if j["status"] != "succeeded"]
     if result.stats.interrupted:  # jobs a stop left to do are counted in the tally below
         not_ok = [j for j in not_ok if j["status"] not in ("queued", "waiting")]
