@@ -98,6 +98,16 @@ class LedgerError(AfcError):
     exit_code = EXIT_USAGE
 
 
+class LedgerUnreachable(LedgerError):
+    """A PostgreSQL ledger afc could not connect to, or lost as it opened (a server down or
+    restarting, a network outage, a refused login): exit 1, as a storage that cannot be
+    reached before a run and a connection lost mid-run are, not 2. Nothing was written; run
+    it again once the server answers. A URL afc can tell is wrong without connecting is a
+    ``UsageError`` (exit 2)."""
+
+    exit_code = EXIT_JOB_FAILED
+
+
 class LedgerWriteError(AfcError):
     """A write to the ledger failed during a run (a full disk, an I/O error): the run stops.
     Exit 1, not 2: admission and attempts may already be written; the ledger is as of its

@@ -67,7 +67,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from afc_cli.errors import LedgerError, UsageError, first_line, ledger_write_error
+from afc_cli.errors import (
+    LedgerError,
+    LedgerUnreachable,
+    UsageError,
+    first_line,
+    ledger_write_error,
+)
 from afc_cli.ledger import core
 from afc_cli.ledger.core import Ledger, admitted_needs, admitted_storage, moved_to
 from afc_cli.owner import awake_clock, current_owner
@@ -184,7 +190,11 @@ def connect_error(url: str, exc: BaseException) -> LedgerError:
         for form in sorted({password, unquote(password)}, key=len, reverse=True):
             if form:
                 why = why.replace(form, REDACTED)
-    return LedgerError(f"cannot connect to the ledger {display_url(url)}: {why}")
+    said = f"cannot connect to the ledger {display_url(url)}: {why}"
+    if isinstance(exc, _psycopg().ProgrammingError):
+        # libpq could not read the URL (``invalid percent-encoded token``): a usage error
+        return LedgerError(said)
+    return LedgerUnreachable(said)  # no server answered, or one refused: exit 1
 
 
 @lru_cache(maxsize=512)

@@ -12,7 +12,9 @@
 #
 # Exit codes (cron mails or your monitor alerts on non-zero):
 #   0   everything finished, queue healthy
-#   1   some job failed or waits (see `afc status`), or a --fail-if threshold was crossed
+#   1   some job failed or waits (see `afc status`), or a --fail-if threshold was crossed,
+#       or the ledger's database or the storage could not be reached (an outage: the next
+#       run continues once it answers)
 #   2   a usage problem: a bad AFC_* value, no ledger, a missing API key, no afc command
 #       (nothing was done)
 #   3   a job's stored output belongs to another request (IDEMPOTENCY_CONFLICT; see `afc show`)
