@@ -904,7 +904,13 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             info = await _storage(ctx, storage, storage.head, job["output_key"])
         except StorageError as exc:
             return _storage_gave_up(ctx, job, "render", exc)
-        if info.exists and ownership(job, info) is None:
+        foreign = ownership(job, info)
+        if foreign:
+            # another job's or request's (a ledger sharing the storage stored the key since):
+            # its store would refuse this render, so none is paid for, as at the probe
+            await _fail_conflict(ctx, job, storage, info, foreign, "render")
+            return False
+        if info.exists:
             _found_stored(ctx, job, info)
             return True
 
