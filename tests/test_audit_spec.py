@@ -42,7 +42,7 @@ def test_show_tells_every_attempts_error_on_a_pipe_and_a_terminal(afc):
     header = lines[lines.index("attempts") + 1].split("\t")
     assert header[-1] == "error"  # the --json field's name, as every piped column
     first = dict(zip(header, lines[lines.index("attempts") + 2].split("\t"), strict=True))
-    assert (first["status"], first["class"], first["error"]) == ("failed", "refusal", message)
+    assert (first["status"], first["error_class"], first["error"]) == ("failed", "refusal", message)
     second = dict(zip(header, lines[lines.index("attempts") + 3].split("\t"), strict=True))
     assert (second["status"], second["error"]) == ("succeeded", "")
 
