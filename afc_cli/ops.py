@@ -13,7 +13,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError, batch_key_hint
 from afc_cli.ledger import ACTIVE, Ledger
-from afc_cli.owner import host_id, host_of, owner_is_dead
+from afc_cli.owner import owner_is_dead, sees_process
 
 STAT_FIELDS = (
     "queued",
@@ -390,7 +390,9 @@ def _retried_unrun(ledger: Ledger, job: dict[str, Any]) -> bool:
 
 def _in_flight(attempt: dict[str, Any], now: float | None = None) -> bool:
     """Whether an attempt's call may still be running: started, by a live process of this
-    host (AFC_HOST_ID, else its host name), or on another host less than STALE_CALL_S ago.
+    host (AFC_HOST_ID, else its host name, and this machine's boot and pid namespace:
+    ``owner.sees_process``), or elsewhere less than STALE_CALL_S ago (another machine's or
+    container's under this host id too: its process cannot be looked at from here).
 
     ``now`` is the ledger's ``clock()``, the clock the start was stamped on (the database
     server's on PostgreSQL): with this host's wall clock, a host 15 minutes ahead of the
@@ -399,7 +401,7 @@ def _in_flight(attempt: dict[str, Any], now: float | None = None) -> bool:
     if attempt["status"] != "started" or owner_is_dead(attempt["owner"]):
         return False
     now = time.time() if now is None else now
-    return host_of(attempt["owner"]) == host_id() or now - attempt["started_at"] < STALE_CALL_S
+    return sees_process(attempt["owner"]) or now - attempt["started_at"] < STALE_CALL_S
 
 
 def queue_stats(ledger_path: str) -> tuple[dict[str, Any], str | None]:

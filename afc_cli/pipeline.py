@@ -714,8 +714,10 @@ def _shared_host_id(ctx: RunContext, holder: str | None) -> None:
     """A job this run held was taken over by an owner that names this host but is no
     process of it (``owner.owner_is_dead``): another machine runs afc under this host's id
     (``AFC_HOST_ID``, a worker.env copied to every machine, or one host name shared by
-    containers). Each such machine takes the other's live jobs over at once, their pids being
-    none of its own, and both pay for them: said, naming the id and the holder, once a run."""
+    containers), an older afc whose owner ids carry no fingerprint (``owner.sees_process``:
+    this build leaves another machine's live jobs alone until their leases run out, but an
+    older one takes them over at once, their pids being none of its own, and both pay for
+    them): said, naming the id and the holder, once a run."""
     if (
         ctx.host_id_said
         or not holder
@@ -727,9 +729,9 @@ def _shared_host_id(ctx: RunContext, holder: str | None) -> None:
     ctx.host_id_said = True
     ctx.notice(
         f"a job of this run was taken over by {holder}, which names this host "
-        f"({host_id()!r}) but is no process of it: another machine runs afc with the same "
-        "AFC_HOST_ID (or host name), and each takes the other's jobs over at once, paying "
-        "for them again; give every machine its own AFC_HOST_ID"
+        f"({host_id()!r}) but is no process of it: another machine runs an older afc with "
+        "the same AFC_HOST_ID (or host name), which takes this host's jobs over at once, "
+        "paying for them again; upgrade it, and give every machine its own AFC_HOST_ID"
     )
 
 

@@ -1245,7 +1245,14 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
     claim finds it held (``owner.lease_held``): its lease measured on the ledger's clock, the
     database server's on PostgreSQL, where this host's clock said nothing of another host's
     live lease once it ran ahead of the server's."""
-    from afc_cli.owner import host_of, is_host_lease, lease_held
+    from afc_cli.owner import (
+        host_id,
+        host_of,
+        is_host_lease,
+        lease_held,
+        parse_owner,
+        sees_process,
+    )
 
     now = ledger.lease_clock()
     for row in rows:  # status rows carry the lease: no query per job (100,000 took seconds)
@@ -1264,10 +1271,18 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
                     "that lease has run out)"
                 )
                 continue
-            host, _, rest = holder.rpartition(":")[0].rpartition(":")
+            host, rest = (parse_owner(holder) or (holder, "?"))[:2]
             row["waiting_reason"] = (
                 f"being run by another afc process (pid {rest} on {host}); this run left it alone"
             )
+            if host == host_id() and not sees_process(holder):
+                # this host's id, another process table: another machine or container under
+                # this id, or a process of this host before it restarted (owner.sees_process)
+                row["waiting_reason"] = (
+                    f"held by pid {rest} of host id {host} on another machine, boot or pid "
+                    "namespace, which this host cannot look at: left alone until its lease "
+                    "runs out (AFC_LEASE_S after its last renewal)"
+                )
 
 
 def lease_seconds() -> float:

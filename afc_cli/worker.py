@@ -44,7 +44,7 @@ from afc_cli.errors import (
 )
 from afc_cli.ledger import SHARED_BUDGET, Ledger
 from afc_cli.ledger.core import unfinished_copy_source
-from afc_cli.owner import host_of, is_host_lease
+from afc_cli.owner import host_id, host_of, is_host_lease, shown
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -267,6 +267,27 @@ class WorkerResult:
         }
 
 
+def shared_host_id(ledger: Ledger, reporter: Any) -> None:
+    """Said as a worker starts: live leases name this host's id from another process table
+    (``Ledger.host_id_sharers``): another machine or container runs afc under the same
+    AFC_HOST_ID (or host name), or this one restarted (a reboot, a new container) within a
+    lease. Either way their jobs are left until their leases run out, never taken at once
+    (``owner.sees_process``), so nothing is paid twice; but two machines under one id also
+    share their spool holds' host in messages, and an older afc among them still takes the
+    others' jobs at once, so each machine is best given its own id."""
+    sharers = ledger.host_id_sharers() if reporter is not None else []
+    if not sharers:
+        return
+    named = ", ".join(shown(owner) for owner in sharers[:3]) + (", ..." if len(sharers) > 3 else "")
+    reporter.notice(
+        f"jobs are leased to {len(sharers)} afc process(es) named {host_id()!r}, this host's "
+        f"id, that are not of this machine's boot and pid namespace ({named}): another machine "
+        "or container runs afc with the same AFC_HOST_ID (or host name), or this host restarted "
+        "within a lease. Their jobs are left until their leases run out (nothing is paid "
+        "twice); if another machine shares the id, give each machine its own AFC_HOST_ID"
+    )
+
+
 def work(
     *,
     ledger_path: str,
@@ -369,6 +390,7 @@ def work(
         # a worker restarted after a crash: the spool files of successes it left go now, not
         # at its first claim, which an idle ledger may not give it for days
         sweep_left(ledger)
+        shared_host_id(ledger, reporter)
 
         def refuse_moved() -> None:
             """``ledger.refuse_moved``, once a copy under way into this ledger (a worker
@@ -419,7 +441,7 @@ def work(
             named = ", ".join(
                 f"{n} by {host_of(owner)}'s spool hold"
                 if is_host_lease(owner)
-                else f"{n} by {owner}"
+                else f"{n} by {shown(owner)}"
                 for owner, n in sorted(holders.items())
             )
             reporter.notice(

@@ -14,6 +14,11 @@ from s3fake import Fault
 from test_postgres_e2e import PgAfc
 from test_postgres_workers import _wait
 
+from afc_cli.owner import machine_fingerprint
+
+# host-a's spool hold (owner.host_lease): host:0:0 and this machine's fingerprint
+HOST_A_HOLD = ":".join(filter(None, ["host-a:0:0", machine_fingerprint()]))
+
 # test_s3's fixtures: its bucket behind a fault proxy, here with this file's afc (PostgreSQL)
 moto_server, s3 = test_s3.moto_server, test_s3.s3
 
@@ -104,7 +109,7 @@ def test_a_paused_upload_is_not_tried_again_at_once_by_another_worker_of_the_hos
     try:
         _wait(pg, "SELECT store_failures FROM jobs", 1)
         assert pg.rows("SELECT status, step, lease_owner, store_failures FROM jobs") == [
-            ("waiting", "store", "host-a:0:0", 1)
+            ("waiting", "store", HOST_A_HOLD, 1)
         ]
         puts = len(s3.plan.injected)
         # a second worker of the host, with a job of its own (local storage) to run meanwhile
@@ -195,7 +200,7 @@ def test_a_retried_store_failed_job_is_stored_by_the_host_whose_spool_holds_it(p
     pg("resume", env=there)  # another host: its spool has no such file
     assert len(log.read_text().splitlines()) == 1, "the render was paid for again"
     assert pg.rows("SELECT status, step, lease_owner FROM jobs") == [
-        ("queued", "store", "host-a:0:0")
+        ("queued", "store", HOST_A_HOLD)
     ]
     done = pg("worker", "--until-idle", "--poll", "0.1", env=here)
     assert done.returncode == 0, done.stderr
@@ -218,7 +223,7 @@ def test_a_paused_probe_is_not_tried_again_at_once_by_a_worker_of_another_host(p
     try:
         _wait(pg, "SELECT store_failures FROM jobs", 1)
         assert pg.rows("SELECT status, step, lease_owner, store_failures FROM jobs") == [
-            ("waiting", "probe", "host-a:0:0", 1)
+            ("waiting", "probe", HOST_A_HOLD, 1)
         ]
         heads = len(s3.plan.injected)
         other = manifest([{"key": "other", "prompt": "another"}], batch="b2")

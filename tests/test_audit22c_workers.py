@@ -10,6 +10,11 @@ from conftest import jobs, manifest
 from s3fake import Fault
 from test_postgres_e2e import PgAfc
 
+from afc_cli.owner import machine_fingerprint
+
+# host-a's spool hold (owner.host_lease): host:0:0 and this machine's fingerprint
+HOST_A_HOLD = ":".join(filter(None, ["host-a:0:0", machine_fingerprint()]))
+
 # test_s3's fixtures: its bucket behind a fault proxy, here with this file's afc (PostgreSQL)
 moto_server, s3 = test_s3.moto_server, test_s3.s3
 
@@ -39,7 +44,7 @@ def test_a_job_cancelled_while_it_waited_to_store_is_retried_on_the_host_of_its_
     s3.plan.add(Fault("PUT", r"/", "500", -1, retry_after="0"))
     assert pg("resume", env=here).returncode == 1
     assert pg.rows("SELECT status, step, lease_owner FROM jobs") == [
-        ("waiting", "store", "host-a:0:0")
+        ("waiting", "store", HOST_A_HOLD)
     ]
     # the operator's commands, from another machine
     assert pg("cancel", "shot-001", env=there).returncode == 0
@@ -48,7 +53,7 @@ def test_a_job_cancelled_while_it_waited_to_store_is_retried_on_the_host_of_its_
     pg("resume", env=there)  # another host: its spool has no such file
     assert len(log.read_text().splitlines()) == 1, "the render was paid for again"
     assert pg.rows("SELECT status, step, lease_owner FROM jobs") == [
-        ("queued", "store", "host-a:0:0")
+        ("queued", "store", HOST_A_HOLD)
     ]
     done = pg("worker", "--until-idle", "--poll", "0.1", env=here)
     assert done.returncode == 0, done.stderr

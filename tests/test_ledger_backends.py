@@ -601,13 +601,13 @@ def test_a_job_leased_to_its_spools_host_is_taken_there_at_once_and_elsewhere_on
     (``set_waiting(here_for_s=...)``, owner ``host:0:0``): a worker on another host leaves it
     alone while the lease runs; any process here takes it at once, with no takeover counted;
     once the lease ran out, another host takes it over as any other."""
-    from afc_cli.owner import host_id
+    from afc_cli.owner import host_id, host_lease
 
     ledger, (a, _, _), _ = book
-    home = host_id()
+    home, hold = host_id(), host_lease()  # host:0:0, and this machine's fingerprint
     job = ledger.claim(a["id"], 60)
     ledger.set_waiting(job, "storage: down", here_for_s=60)
-    assert (job["lease_owner"], ledger.job(a["id"])["lease_owner"]) == (f"{home}:0:0",) * 2
+    assert (job["lease_owner"], ledger.job(a["id"])["lease_owner"]) == (hold,) * 2
     elsewhere = Ledger(ledger_url)
     elsewhere.owner = "host-b:4242:1"
     here = Ledger(ledger_url)
@@ -627,7 +627,7 @@ def test_a_job_leased_to_its_spools_host_is_taken_there_at_once_and_elsewhere_on
         assert taken is not None and taken["lease_owner"] == "host-b:4242:1"
         # a move between hosts, told as any takeover (afc show)
         [moved] = [e for e in here.events(a["id"]) if e["kind"] == "takeover"]
-        assert json.loads(moved["detail_json"]) == {"previous_owner": f"{home}:0:0"}
+        assert json.loads(moved["detail_json"]) == {"previous_owner": hold}
         assert taken["takeovers"] == 1
     finally:
         elsewhere.close()
@@ -662,7 +662,7 @@ def test_a_job_released_with_its_output_in_this_hosts_spool_goes_to_this_host(
     (``host:0:0``) for what is left of the run's lease, not to every host, whose workers find
     no spool file (SPOOL_MISSING). Any run here takes it at once; a job with no spool file
     here is freed as before."""
-    from afc_cli.owner import host_id
+    from afc_cli.owner import host_lease
 
     monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))  # PostgreSQL's spool
     ledger, (a, b, c), _ = book
@@ -670,7 +670,7 @@ def test_a_job_released_with_its_output_in_this_hosts_spool_goes_to_this_host(
     root.mkdir(parents=True, exist_ok=True)
     for job in (a, b):
         (root / f"{job['id']}.spool").write_bytes(b"paid")
-    home = f"{host_id()}:0:0"
+    home = host_lease()  # host:0:0 and this machine's fingerprint
     taken = {j["key"]: j for j in ledger.claim_runnable(3, 60)}
     ledger.release(taken["shot-001"])
     row = ledger.job(a["id"])

@@ -15,6 +15,11 @@ from conftest import jobs, manifest
 from moto.server import ThreadedMotoServer
 from s3fake import Fault, FaultPlan, ProxiedBucket
 
+from afc_cli.owner import machine_fingerprint
+
+# host-a's spool hold (owner.host_lease): host:0:0 and this machine's fingerprint
+HOST_A_HOLD = ":".join(filter(None, ["host-a:0:0", machine_fingerprint()]))
+
 BUCKET = "renders"
 
 
@@ -447,7 +452,7 @@ def test_a_job_waiting_to_store_stays_with_the_host_whose_spool_holds_its_output
     [(status, step, holder, reason)] = afc.rows(
         "SELECT status, step, lease_owner, waiting_reason FROM jobs"
     )
-    assert (status, step, holder) == ("waiting", "store", "host-a:0:0")
+    assert (status, step, holder) == ("waiting", "store", HOST_A_HOLD)
     assert "a run on host host-a, whose spool holds the output" in reason
     kept = spool.read_bytes()
     spool.rename(spool.with_suffix(".away"))  # host-b's disk has no such file
@@ -455,7 +460,7 @@ def test_a_job_waiting_to_store_stays_with_the_host_whose_spool_holds_its_output
     assert other.returncode == 1, other.stderr  # a job of its scope still waits
     assert "on host host-a, whose spool holds the output" in other.stderr
     assert afc.rows("SELECT status, step, lease_owner, error_code FROM jobs") == [
-        ("waiting", "store", "host-a:0:0", None)
+        ("waiting", "store", HOST_A_HOLD, None)
     ]
     spool.with_suffix(".away").rename(spool)  # back on host-a
     again = afc("resume", env={"AFC_HOST_ID": "host-a"})
@@ -476,7 +481,7 @@ def test_a_worker_that_cannot_reach_storage_gives_back_a_host_leased_job_to_its_
     import signal
 
     spool = _store_failed_on_host_a(afc, s3)
-    assert afc.rows("SELECT lease_owner FROM jobs") == [("host-a:0:0",)]
+    assert afc.rows("SELECT lease_owner FROM jobs") == [(HOST_A_HOLD,)]
     s3.plan.add(Fault("HEAD", rf"^/{s3.bucket}/?$", "500", -1))  # the bucket check: S3 is down
     worker = afc.popen("worker", "--poll", "0.2", env={"AFC_HOST_ID": "host-a"})
     try:
@@ -488,7 +493,7 @@ def test_a_worker_that_cannot_reach_storage_gives_back_a_host_leased_job_to_its_
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
     assert afc.rows("SELECT status, step, lease_owner FROM jobs") == [
-        ("waiting", "store", "host-a:0:0")
+        ("waiting", "store", HOST_A_HOLD)
     ]
     s3.plan.clear()
     spool.rename(spool.with_suffix(".away"))  # host-b's disk has no such file

@@ -56,10 +56,9 @@ from afc_cli.ledger.core import (
 from afc_cli.owner import (
     MOVED_OWNER,
     held_by_no_process,
-    host_id,
-    host_of,
     lease_held,
     owner_is_dead,
+    sees_process,
 )
 
 # every table of the schema but the migrations' own bookkeeping, parents before children
@@ -303,7 +302,7 @@ def _refuse_live(src: Ledger) -> None:
             "SELECT j.key, j.batch, a.owner FROM attempts a JOIN jobs j ON j.id = a.job_id"
             " WHERE a.status = 'started'"
         )
-        if host_of(row["owner"]) == host_id() and not owner_is_dead(row["owner"])
+        if sees_process(row["owner"]) and not owner_is_dead(row["owner"])
     ]
     if calls:
         row = calls[0]

@@ -33,12 +33,16 @@ from afc_cli.gates import (
     refused_dependent,
 )
 from afc_cli.owner import (
+    fingerprint_of,
     host_lease,
+    host_lease_of,
     host_of,
     is_host_lease,
+    is_spool_hold_of,
     lease_held,
     owner_is_dead,
     process_gone,
+    sees_process,
 )
 from afc_cli.secrets import map_leaves, scrub, scrub_data, visible
 from afc_cli.storage import shown_url
@@ -1279,10 +1283,9 @@ class Ledger:
                 return None
             holder = job["lease_owner"]
             # this host's lease (``owner.host_lease``) is this process's to take, as its own:
-            # no takeover; another host's, expired, is a move between hosts like any other
-            mine = holder == self.owner or (
-                is_host_lease(holder) and host_of(holder) == host_of(self.owner)
-            )
+            # no takeover; another host's (another machine's under this host id too),
+            # expired, is a move between hosts like any other
+            mine = holder == self.owner or is_spool_hold_of(holder, self.owner)
             free = mine or not lease_held(holder, job["lease_expires"], now, job["lease_mono"])
             if not free:
                 return None
@@ -1793,7 +1796,7 @@ class Ledger:
             " ORDER BY number DESC LIMIT 1",
             (job["id"],),
         )
-        spooled_at = f"{host_of(rendered['owner'])}:0:0" if rendered and rendered["owner"] else None
+        spooled_at = host_lease_of(rendered["owner"]) if rendered and rendered["owner"] else None
         stored_by = self.SPOOLED_DEAD_SQL if spooled_at else "1 = 0"
         late = f"({stored_by} OR {self.LATE_SPOOLED_SQL})" if spooled_at else stored_by
         leased = "1 = 1" if here is not None else late
@@ -2147,6 +2150,28 @@ class Ledger:
             [*params, self.owner],
         ).fetchall()
         return {owner: int(count) for owner, count in rows}
+
+    def host_id_sharers(self) -> list[str]:
+        """Owners of live leases (not run out by the ledger's clock) of active jobs that name
+        this host's id but whose pids are of another process table (``owner.sees_process``:
+        another machine, boot or pid namespace; a host's spool hold is none). What a worker
+        starting says (``worker.work``): another machine or container runs afc under this
+        host id, or this one restarted within a lease. Read only; the prefix compared as it
+        is, as ``_claim_held`` does."""
+        here_prefix = host_of(self.owner) + ":"
+        rows = self.db.execute(
+            f"SELECT DISTINCT lease_owner FROM jobs WHERE status IN {ACTIVE_SQL}"
+            " AND substr(lease_owner, 1, ?) = ? AND lease_owner <> ? AND lease_expires >= ?",
+            (len(here_prefix), here_prefix, self.owner, self.lease_clock()),
+        ).fetchall()
+        return sorted(
+            owner
+            for (owner,) in rows
+            if host_of(owner) == host_of(self.owner)
+            and fingerprint_of(owner) is not None
+            and not is_host_lease(owner)
+            and not sees_process(owner)
+        )
 
     def held_elsewhere(self, batch: str) -> list[dict[str, Any]] | None:
         """When every active job of ``batch`` is waiting on an output key that a job of
