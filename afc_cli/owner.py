@@ -93,10 +93,14 @@ def process_fingerprint() -> str | None:
 
 def machine_fingerprint() -> str | None:
     """The last field of this host's spool hold (``host_lease``): ``@MACHINE``, the same
-    after a reboot, since the spool it holds for is on this machine's disk; None without a
-    machine id."""
-    machine = _identity()[0]
-    return None if machine is None else f"@{machine}"
+    after a reboot, since the spool it holds for is on this machine's disk. Without a machine
+    id (a container image without /etc/machine-id) the boot id's hash stands in, the same for
+    every container of that kernel and across their restarts, not across a reboot: named by
+    the host alone, as older builds wrote it, another machine under the same host id took the
+    hold as its own at once, with no spool file there. None without either."""
+    machine, boot, _ = _identity()
+    found = machine or boot
+    return None if found is None else f"@{found}"
 
 
 _PROCESS_FP = re.compile(r"@(?:[0-9a-f]{16}|-)\.[0-9a-f]{16}\.[0-9]+")
@@ -165,8 +169,10 @@ def host_lease_of(owner: str | None) -> str | None:
     if parsed is None:
         return None
     host, _, _, fingerprint = parsed
-    machine = fingerprint[1:].split(".")[0] if fingerprint else "-"
-    return _with(f"{host}:0:0", None if machine == "-" else f"@{machine}")
+    if not fingerprint or not _PROCESS_FP.fullmatch(fingerprint):
+        return f"{host}:0:0"
+    machine, boot, _ = fingerprint[1:].split(".")
+    return f"{host}:0:0:@{boot if machine == '-' else machine}"  # as machine_fingerprint
 
 
 def is_host_lease(owner: str | None) -> bool:

@@ -191,3 +191,20 @@ def test_two_machines_under_one_host_id_pay_for_no_job_twice(afc, ledger_url):
     # said up front, naming the id and a holder, and what it waits for
     assert "same AFC_HOST_ID" in said and "'render-07'" in said, said
     assert "waiting for 2 job(s) other processes hold" in said, said
+
+
+def test_without_a_machine_id_a_spool_hold_names_the_boot_not_the_host_alone(render07, monkeypatch):
+    """A container image without /etc/machine-id: its spool hold named the host alone
+    (``host:0:0``), so another machine's worker under the same host id took it as its own at
+    once, found no spool file, and dead-lettered the job SPOOL_MISSING (or, for a retried job
+    at its probe, rendered and paid again). The boot id stands in: one kernel's containers
+    restart under the same one."""
+    monkeypatch.setattr(owner, "_identity", lambda: (None, "b" * 16, "7"))
+    hold = owner.host_lease()
+    assert hold == f"render-07:0:0:@{'b' * 16}" and owner.is_own_host_lease(hold)
+    mine = f"render-07:4242:1:@-.{'b' * 16}.7"  # a render of this machine's
+    assert owner.host_lease_of(mine) == hold and owner.is_spool_hold_of(hold, mine)
+    # on the other machine, under the same host id, without a machine id either
+    monkeypatch.setattr(owner, "_identity", lambda: (None, "c" * 16, "7"))
+    assert not owner.is_own_host_lease(hold) and not owner.owner_is_dead(hold)
+    assert owner.lease_held(hold, 100.0, 50.0)
