@@ -53,7 +53,15 @@ from afc_cli.ledger import (
     OutputHeld,
     ProviderBusy,
 )
-from afc_cli.owner import awake_clock, host_id, host_of, is_host_lease, owner_is_dead
+from afc_cli.owner import (
+    awake_clock,
+    host_id,
+    host_lease_of,
+    host_of,
+    is_host_lease,
+    is_spool_hold_of,
+    owner_is_dead,
+)
 from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
 from afc_cli.providers.base import GONE_PREFIX, NeverSent, OutputNotKept, RequestGone, no_look
 from afc_cli.secrets import scrub, visible
@@ -2426,7 +2434,8 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
     may be on the host whose run rendered it (workers on several machines each spool on their
     own disk), or gone."""
     rendered = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
-    host = host_of(rendered[-1]["owner"]) if rendered else ""
+    by = rendered[-1]["owner"] if rendered else None
+    host = host_of(by) if by else ""
     keep = (
         f"afc will not pay for a new render on its own: put the file back, then 'afc retry "
         f"{job['key']}' on the host whose spool has it (the job stays with that host for a "
@@ -2439,6 +2448,15 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
             f"({spool_path.name}, in that host's AFC_SPOOL_DIR) is not on this host "
             f"({host_id()}). Copy it into this host's spool ({spool_path.parent}) or any "
             f"worker's; {keep}"
+        )
+    if host and not is_spool_hold_of(host_lease_of(by), ctx.ledger.owner):
+        # this host's id, another machine's fingerprint (owner.host_lease_of): the file is
+        # on that machine, not gone
+        return (
+            f"the rendered output was spooled on another machine that runs afc under this "
+            f"host's id ({host}) and never stored; its spool file ({spool_path.name}, in that "
+            f"machine's AFC_SPOOL_DIR) is not on this one. Copy it into this host's spool "
+            f"({spool_path.parent}) or any worker's; {keep}"
         )
     return (
         f"the rendered output's spool file {spool_path} is gone and the output was never "
