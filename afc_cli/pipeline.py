@@ -1185,6 +1185,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 )
             else:
                 call = provider.render(attempt_request)
+            # the call holds the request (and its inputs' bytes) while it runs, and no longer:
+            # a name for it here kept a job's reference images in memory through its backoff
+            # (tests/test_audit19a_gates.py)
+            del attempt_request
             try:
                 # a provider that enforces the window itself (Replicate's Cancel-After) gets a
                 # little longer here, so its own answer (and cost) is the one recorded
