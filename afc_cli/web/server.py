@@ -1112,17 +1112,28 @@ def serve(
             each.close()
 
 
+def _bound(family: int, address: str, port: int, v6only: bool = False) -> socket.socket:
+    """A socket listening on ``address`` ``port`` (IPv6 alone with ``v6only``); the
+    ``OSError`` of its making otherwise, the socket closed."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if v6only:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((address, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def _listen(family: int, address: str, port: int, shown: str) -> socket.socket:
     """A listening socket on ``address`` ``port``, or exit 2."""
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((address, port))
+        return _bound(family, address, port)
     except OSError as exc:
-        sock.close()
         raise UsageError(f"cannot listen on {shown} port {port}: {exc.strerror}") from None
-    sock.listen(128)
-    return sock
 
 
 def _loopback_twin(host: str, port: int) -> socket.socket | None:
@@ -1139,24 +1150,14 @@ def _loopback_twin(host: str, port: int) -> socket.socket | None:
         family, other = socket.AF_INET, "127.0.0.1"
     else:
         return None
-    shown = f"[{other}]" if ":" in other else other
     try:
-        sock = socket.socket(family, socket.SOCK_STREAM)
-    except OSError:
-        return None  # no IPv6 in this kernel
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind((other, port))
-        sock.listen(128)
+        return _bound(family, other, port, v6only=family == socket.AF_INET6)
     except OSError as exc:
-        sock.close()
         if exc.errno != errno.EADDRINUSE:
-            return None  # no such address here
+            return None  # no such address here (no IPv6 in this kernel, say)
+        shown = f"[{other}]" if ":" in other else other
         raise UsageError(
             f"cannot listen on {host} port {port}: {shown} port {port} is another process's, "
             f"and a browser opening localhost:{port} would reach it instead of afc serve; "
             "choose another --port"
         ) from None
-    return sock
