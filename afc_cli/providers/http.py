@@ -193,11 +193,13 @@ class HttpProvider(Provider):
         """``download`` of a paid render's output, in rounds while it stays out of reach for
         a moment (``outlast``): a failure that outlasts them carries the render's usage and
         cost (it was paid) and its request id. ``began``: the call's start on ``clock``."""
-        if request.on_answer_url is not None and not self.resumable and not is_data_url(url):
-            await request.on_answer_url(url, cost)
+        answered = request.on_answer_url is not None and not self.resumable
+        answered = answered and not is_data_url(url)
+        if answered:
+            await request.on_answer_url(url, cost)  # the URL with the known cost
         public_only = await self._output_rule()
         priced = None
-        if cost is not None and request.on_priced is not None:
+        if cost is not None and request.on_priced is not None and not answered:
             priced = partial(request.on_priced, cost, "derived")
         try:
             return await self.outlast(
