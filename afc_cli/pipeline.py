@@ -1116,17 +1116,12 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # a paid render's cost, known, while its output is fetched again in later
                 # rounds (up to an hour): on its attempt now, as a budget holds it
                 # (``hold_known_cost``), so a process killed meanwhile leaves it priced
-                try:
-                    ctx.ledger.hold_known_cost(job, number, entry["provider"], cost, source)
-                    await ctx.ledger.committed()
-                except LedgerWriteError as exc:
-                    # the fetch goes on (the render is paid for): its end records the cost,
-                    # or keeps the bytes in the spool while the run stops (``ledger_broke``)
-                    if ctx.ledger_error is None:
-                        ctx.ledger_error = exc
-                    ctx.ledger_broke(exc)
-                except Exception as exc:
-                    raise _LedgerFailed() from exc  # the ledger's, not the adapter's
+                await _during_fetch(
+                    ctx,
+                    lambda: ctx.ledger.hold_known_cost(
+                        job, number, entry["provider"], cost, source
+                    ),
+                )
 
             # the output URL a synchronous provider's paid answer named, committed before its
             # download (a stopped or killed run leaves it to the next run: ``_resumable``)
@@ -1135,20 +1130,13 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             async def answered(
                 url: str, cost: int | None, number: int = number, entry=entry, left=left_url
             ) -> None:
-                try:
-                    ctx.ledger.record_answer_url(
+                if await _during_fetch(
+                    ctx,
+                    lambda: ctx.ledger.record_answer_url(
                         job, number, entry["provider"], url, cost, "derived"
-                    )
-                    await ctx.ledger.committed()
+                    ),
+                ):
                     left[0] = url
-                except LedgerWriteError as exc:
-                    # the download goes on (the render is paid for): its end keeps the bytes
-                    # in the spool while the run stops (``ledger_broke``)
-                    if ctx.ledger_error is None:
-                        ctx.ledger_error = exc
-                    ctx.ledger_broke(exc)
-                except Exception as exc:
-                    raise _LedgerFailed() from exc  # the ledger's, not the adapter's
                 crash_point("after_answer_url")
 
             if resume is not None and not left_url[0]:
@@ -1412,6 +1400,25 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         job["step"] = "spool"
         ctx.report(job, "rendered", f"attempt {number}", cost_micros=result.cost_micros)
         return True
+
+
+async def _during_fetch(ctx: RunContext, write: Callable[[], None]) -> bool:
+    """``write`` to the ledger for a paid render whose output is being fetched (its known
+    cost, its output URL), awaiting the commit; True once committed. A write the ledger
+    refuses stops the run (``ledger_broke``) while the fetch goes on, the render being paid
+    for: its end keeps the bytes in the spool. Any other error is the ledger's, not the
+    adapter's (``_LedgerFailed``)."""
+    try:
+        write()
+        await ctx.ledger.committed()
+    except LedgerWriteError as exc:
+        if ctx.ledger_error is None:
+            ctx.ledger_error = exc
+        ctx.ledger_broke(exc)
+        return False
+    except Exception as exc:
+        raise _LedgerFailed() from exc
+    return True
 
 
 def _named_as(ctx: RunContext, job: dict[str, Any], entry: dict[str, Any], head: bytes) -> None:
