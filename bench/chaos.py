@@ -7,7 +7,8 @@ Run it (after ``make bytecode``)::
 
 Each round admits a few hundred jobs spread over the four fake providers of
 ``tests/fakeproviders.py`` (OpenAI, Replicate, fal, Gemini), with their failure prompts
-(throttling, 5xx, refusals, flaky downloads, CDN and poll outages, cut bodies, slow renders),
+(throttling, 5xx, refusals, flaky downloads, CDN and poll outages, cut bodies, slow renders,
+OpenAI-compatible answers naming their image's URL, some behind a CDN that refuses a while),
 chains with fallbacks, ``needs`` and ``inputs``; some rounds under ``--max-spend``, some on S3
 (moto's server, with SlowDown faults at the wire) and the others on ``file://``. It runs
 ``afc submit`` then ``afc resume`` (or ``afc worker --until-idle``) again and again, killing
@@ -16,7 +17,9 @@ is terminal. Then it reconciles, from the fake servers' own request log and the 
 
 - every billed provider request has an attempt row (matched by provider and time);
 - no job was billed more than once, except for calls in flight at a kill (``unknown``) and
-  paid failures recorded as such; nothing is billed for a job after its output was spooled;
+  paid failures recorded as such; nothing is billed for a job after its output was spooled,
+  nor after its answer's output URL was committed (``attempts.answer_url``: the next run
+  fetches it) unless a person cancelled or retried the job;
 - every job is terminal; each succeeded job has exactly one object whose metadata (job id,
   request hash, sha256, attempt) matches the ledger, and nothing else is stored;
 - ``afc costs report --json`` totals equal the sums of the attempt rows; ``afc status --json``
@@ -74,6 +77,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fakeproviders import FakeProviders  # noqa: E402
 
+from afc_cli.owner import parse_owner  # noqa: E402
+
 TERMINAL = {"succeeded", "failed", "cancelled", "dead", "rejected"}
 DOCUMENTED = {0, 1, 3, 4, 130}
 MODELS = {
@@ -85,7 +90,7 @@ MODELS = {
 RATES = {"openai": "0.04", "replicate": "0.04", "fal": "0.025", "gemini": "0.039"}
 BEHAVIOURS = {
     "openai": ["", "", "", "rate-limit", "boom", "moderation", "slow-1.5s", "slow-0.6s"]
-    + ["cut-body", "garbled"],
+    + ["cut-body", "garbled", "dalle-url", "dalle-url cdn-outage"],
     "replicate": ["", "", "", "throttle", "flagged", "flaky-download", "poll-outage"]
     + ["data-removed", "garbled-poll", "cdn-outage"],
     "fal": ["", "", "", "retryable-422", "gateway-502", "runner-503", "nsfw", "result-outage"]
@@ -167,6 +172,14 @@ def _worker_had_failures(log: Path) -> bool:
     resume' would (README, "Running on several machines")."""
     text = log.read_text(errors="replace") if log.exists() else ""
     return re.search(r"\d+ finished \(\d+ failed\)", text) is not None
+
+
+def process_of(owner: str | None) -> str:
+    """The ``host:pid:`` an owner id begins with (``host:pid:start:@fingerprint``, or
+    ``host:pid:start`` from an older build: afc_cli/owner.py), the key this bench keeps
+    for each process it started."""
+    parsed = parse_owner(owner)
+    return f"{parsed[0]}:{parsed[1]}:" if parsed is not None else ""
 
 
 class S3:
@@ -405,6 +418,7 @@ class Round:
             rows = attempts[key]
             figures["attempts"] += len(rows)
             figures["unknown"] += sum(a["status"] == "unknown" for a in rows)
+            figures["answer_urls"] += sum(bool(a.get("answer_url")) for a in rows)
             if job["status"] not in TERMINAL:
                 p.append(f"{key}: not terminal ({job['status']})")
             for a in rows:
@@ -486,6 +500,24 @@ class Round:
                 )
                 for cause, n in causes.items():
                     figures[f"extra billed: {cause}"] += n
+            for a in rows:
+                # a paid render whose output URL was committed (attempts.answer_url) is
+                # fetched by the next run, never paid for again: the fake keeps every URL
+                # (its CDN refuses a few downloads at most), so no later billed request of
+                # that provider may follow one, unless the job was cancelled or retried since
+                again = [
+                    b["number"]
+                    for b in rows
+                    if a.get("answer_url")
+                    and b["id"] in used
+                    and b["provider"] == a["provider"]
+                    and b["number"] > a["number"]
+                ]
+                if again and not self.may_pay_again(job, a):
+                    p.append(
+                        f"{key}: attempt {a['number']}'s output URL was committed, "
+                        f"then attempt {again[0]} paid again"
+                    )
             ok = [a for a in rows if a["status"] == "succeeded"]
             if len(ok) > 1 and not self.may_render_twice(ok):
                 p.append(f"{key}: {len(ok)} succeeded attempts (rendered twice)")
@@ -505,6 +537,11 @@ class Round:
         return figures
 
     def may_render_twice(self, ok: list[dict]) -> bool:
+        return False
+
+    def may_pay_again(self, job: dict, attempt: dict) -> bool:
+        """Whether a job may pay again after ``attempt`` committed its output URL: where a
+        person cancelled or retried it (the PostgreSQL rounds do)."""
         return False
 
     def sent_until(self, attempt: dict) -> float | None:
@@ -802,7 +839,11 @@ class PgRound(Round):
         where = f"{run['host']} {run['argv'][0]} signals={sent}"
         if run.get("severed") and rc == 1:
             stderr = (self.dir / run["log"]).read_text()
-            if "cannot write to the ledger" not in stderr or "Traceback" in stderr:
+            # (severed while it started: it met the lost connection connecting, paying nothing)
+            said = (
+                "cannot write to the ledger" in stderr or "cannot connect to the ledger" in stderr
+            )
+            if not said or "Traceback" in stderr:
                 self.problems.append(f"{where}: severed, exit 1 without the ledger's message")
             return
         if "KILL" in sent:
@@ -979,6 +1020,18 @@ class PgRound(Round):
     def spool_dirs(self) -> list[str]:
         return []  # extra_checks: per host
 
+    def may_pay_again(self, job: dict, attempt: dict) -> bool:
+        db = self.connect()
+        try:
+            row = db.execute(
+                "SELECT COUNT(*) AS n FROM events WHERE job_id = %s"
+                " AND kind IN ('retried', 'cancelled')",
+                (job["id"],),
+            ).fetchone()
+        finally:
+            db.close()
+        return row["n"] > 0
+
     def may_render_twice(self, ok: list[dict]) -> bool:
         # a stalled host's late result and the render of the host that took the job over
         return sum(self.owner_of(a) is None for a in ok) <= 1
@@ -999,8 +1052,7 @@ class PgRound(Round):
 
     def owner_of(self, attempt: dict) -> str | None:
         """What was done to the process that made an attempt (None: nothing)."""
-        owner = attempt["owner"] or ""
-        return self.disturbed.get(owner[: owner.rfind(":") + 1])
+        return self.disturbed.get(process_of(attempt["owner"]))
 
     def extra_checks(self, db, jobs, attempts, log, figures) -> None:
         p = self.problems
@@ -1042,7 +1094,7 @@ class PgRound(Round):
                         f"{key}: attempt {a['number']} unknown, its process {a['owner']} "
                         "was never killed nor stalled"
                     )
-                if (a["owner"] or "").rsplit(":", 1)[0] + ":" in self.stalled_clean:
+                if process_of(a["owner"]) in self.stalled_clean:
                     # a stalled host's late answer: recorded on its attempt (kept unknown, as
                     # the takeover marked it) with what it cost
                     figures[f"stalled-host attempts {a['status']}"] += 1
