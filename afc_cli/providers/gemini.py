@@ -8,6 +8,9 @@ RESOURCE_EXHAUSTED carries ``google.rpc.RetryInfo.retryDelay`` ("19s"): honoured
 ``billed_output``) and the images in the answer give the derived cost (the rule is
 ``RateCards.price`` in afc_cli/costs.py). A blocked answer reports its tokens but no image
 count: whether a per-image price applies to a refusal is not known, so it is not claimed.
+A thinking image model (gemini-3-pro-image) may answer its interim drafts too, each part
+marked ``"thought": true``: never the output, nor counted as an image made (Google bills
+the final image; the thinking is in the tokens).
 """
 
 from __future__ import annotations
@@ -136,6 +139,10 @@ class GeminiProvider(HttpProvider):
         for candidate in objs(data.get("candidates")):
             finish = text(candidate.get("finishReason")) or finish
             for part in objs(obj(candidate.get("content")).get("parts")):
+                if part.get("thought") is True:
+                    # a thinking model's interim draft (or its thought summary), answered
+                    # beside the final image: not the output, and not billed as an image
+                    continue
                 inline = obj(part.get("inlineData") or part.get("inline_data"))
                 if text(inline.get("data")):
                     images += 1
