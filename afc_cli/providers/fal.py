@@ -6,7 +6,8 @@ own, below); afc commits the request id at once, polls the status URL (202 while
 IN_QUEUE / IN_PROGRESS, 200 when COMPLETED), then fetches the result and its image right away
 (results are kept minutes for large payloads), again in later rounds while they stay out of
 reach (``keeps_outputs_s``). A resumed job rebuilds those URLs from the id
-(``{FAL_QUEUE_URL}/{owner}/{app}/requests/{id}/status``: fal drops the model's subpath) and
+(``{FAL_QUEUE_URL}/{owner}/{app}/requests/{id}/status``: fal drops the model's subpath, and
+keeps a namespace, ``workflows/{owner}/{app}/requests/...``) and
 polls instead of submitting again. The synchronous ``fal.run`` endpoint, billed even when the
 connection drops, is never used. An image fal's safety checker flagged (``has_nsfw_concepts``)
 comes blacked out: never kept; every image flagged is a refusal, paid. Cost: the images produced at the rate card's ``per_image``
@@ -43,6 +44,10 @@ from afc_cli.providers.http import (
     transport_error,
     unreachable,
 )
+
+# the namespaces a fal app id may begin with (``workflows/OWNER/NAME``), which its queue
+# URLs keep
+NAMESPACES = frozenset({"workflows", "comfy"})
 
 # fal's error_type for a request its infrastructure failed (its request errors: 504 for the
 # timeouts, 503 for the runners), which fal retries itself before the request ends in it
@@ -83,7 +88,12 @@ class FalProvider(HttpProvider):
         return {"Authorization": f"Key {self.api_key()}"}
 
     def urls(self, model: str, request_id: str) -> dict[str, str]:
-        app = "/".join(model.split("/")[:2])
+        # the app's owner and name, less the model's subpath; a namespaced app's (fal's
+        # workflows and ComfyUI apps) with its namespace, as fal's own client builds them: its
+        # first two segments alone named no request, so a resume took the 404 for a request
+        # fal let go and paid for a new one, and a cancel never reached it
+        parts = model.split("/")
+        app = "/".join(parts[: 3 if parts[0] in NAMESPACES else 2])
         root = f"{self.base}/{app}/requests/{request_id}"
         return {
             "status_url": f"{root}/status",
