@@ -62,6 +62,9 @@ def refused(error: str) -> bool:
     return "E005" in error or "flagged as sensitive" in lowered or "nsfw content" in lowered
 
 
+# a 429's wait in its words (``ReplicateProvider._error``)
+THROTTLED_FOR = re.compile(r"resets in ~?(\d+(?:\.\d+)?)s|available in (\d+(?:\.\d+)?) seconds?\b")
+
 # the statuses a prediction ends in (Replicate's prediction lifecycle)
 FINAL = ("succeeded", "failed", "canceled", "aborted")
 
@@ -103,10 +106,12 @@ class ReplicateProvider(HttpProvider):
         detail = data.get("detail") or data.get("title") or f"HTTP {status}"
         cls = "auth" if status == 402 else class_for_status(status)  # 402: out of credit
         retry_after = retry_after_for(cls, response.headers)
-        if cls == "rate_limited":
-            match = re.search(r"resets in ~?(\d+(?:\.\d+)?)s", str(detail))
-            if retry_after is None and match:
-                retry_after = float(match.group(1))
+        if cls == "rate_limited" and retry_after is None:
+            # the wait the throttled answer names: "Your rate limit resets in ~30s.", or, in
+            # Replicate's documentation, "Expected available in 1 second."
+            match = THROTTLED_FOR.search(str(detail))
+            if match:
+                retry_after = float(match.group(1) or match.group(2))
         # a refused submit made nothing; once a prediction exists (a poll's error), it may
         # run on and be billed whatever the poll was told: its cost is unknown. A 408 (a
         # gateway in front of Replicate that stopped waiting) may come after the prediction
