@@ -49,11 +49,22 @@ from afc_cli.providers.http import (
 # URLs keep
 NAMESPACES = frozenset({"workflows", "comfy"})
 
-# fal's error_type for a request its infrastructure failed (its request errors: 504 for the
-# timeouts, 503 for the runners), which fal retries itself before the request ends in it
-INFRASTRUCTURE_ERRORS = frozenset(
-    {"request_timeout", "startup_timeout", "runner_scheduling_failure", "runner_disconnected"}
-)
+# fal's error_type for a request its infrastructure failed, with the 5xx status it ends the
+# request in (fal's reference of its request error types; the 503s and 504s fal retries
+# itself first): fal bills no request that ends in a 5xx. (Its other request errors, 499 and
+# 400, are not of these.)
+INFRASTRUCTURE_ERRORS = {
+    "request_timeout": 504,
+    "startup_timeout": 504,
+    "runner_scheduling_failure": 503,
+    "runner_connection_timeout": 503,
+    "runner_disconnected": 503,
+    "runner_connection_refused": 503,
+    "runner_connection_error": 503,
+    "runner_incomplete_response": 502,
+    "runner_server_error": 500,
+    "internal_error": 500,
+}
 
 
 def _policy_violation(data: dict[str, Any]) -> bool:
@@ -203,10 +214,10 @@ class FalProvider(HttpProvider):
             if _policy_violation(state):
                 raise ProviderError("refusal", f"fal: {state.get('error')}", cost_micros=None)
             if (error_type := text(state.get("error_type"))) in INFRASTRUCTURE_ERRORS:
-                # the request ended in fal's own 503 or 504, after fal's own retries: fal
-                # bills no request that ends in 5xx, and a submit's 503/504 is unavailable too
+                # the request ended in a 5xx of fal's own, after fal's own retries: fal
+                # bills no request that ends in 5xx; classed by that status, as a submit's is
                 raise ProviderError(
-                    "unavailable",
+                    class_for_status(INFRASTRUCTURE_ERRORS[error_type]),
                     f"fal: {state.get('error')} ({error_type})",
                     cost_micros=0,
                     cost_source="derived",
