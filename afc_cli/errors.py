@@ -127,6 +127,21 @@ def batch_key_hint(key: str) -> str:
     return f" (afc prints a job as BATCH/KEY; name it as KEY --batch BATCH: {own} --batch {of})"
 
 
+SHOWN_BATCHES = 8
+
+
+def several_batches(names: list[str]) -> str:
+    """The batches a refused key is in, as a refusal names them (``names`` oldest first, each
+    as the message writes it): every one up to eight; beyond, the eight newest and how many
+    older. A studio's ``shot-001`` is in every batch it ran over months, and the refusal of
+    ``afc show shot-001`` named all of them: a line of thousands of characters for 300
+    batches, once per key named."""
+    if len(names) <= SHOWN_BATCHES:
+        return ", ".join(names)
+    newest = ", ".join(reversed(names[-SHOWN_BATCHES:]))
+    return f"{newest}, newest first, and {len(names) - SHOWN_BATCHES} older"
+
+
 def first_line(exc: object) -> str:
     """An error's message in one line: libpq adds lines of its own ("This probably means the
     server terminated abnormally...") to a lost connection's."""

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from afc_cli.errors import UsageError, batch_key_hint
+from afc_cli.errors import UsageError, batch_key_hint, several_batches
 from afc_cli.ledger import ACTIVE, Ledger
 from afc_cli.owner import owner_is_dead, sees_process
 
@@ -67,7 +67,7 @@ def _named(
                 + batch_key_hint(key)
             )
         elif len(found) > 1:
-            batches = ", ".join(repr(job["batch"]) for job in found)
+            batches = several_batches([repr(job["batch"]) for job in found])
             problems.append(f"key {key!r} is a key of several batches ({batches}): add --batch")
         else:
             targets.extend(found)

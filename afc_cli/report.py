@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from afc_cli.costs import format_usd, job_cost, plural, unknown_cost_part
-from afc_cli.errors import UsageError, batch_key_hint
+from afc_cli.errors import SHOWN_BATCHES, UsageError, batch_key_hint, several_batches
 from afc_cli.ledger import TERMINAL, Ledger
 from afc_cli.listing import waiting_now
 from afc_cli.storage import object_url
@@ -38,8 +38,12 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
                 + batch_key_hint(key)
             )
         if len(matches) > 1:
-            names = ", ".join(sorted(m["batch"] for m in matches))
-            raise UsageError(f"key {key!r} is in several batches ({names}); name one with --batch")
+            names = [m["batch"] for m in matches]
+            listed = ", ".join(sorted(names)) if len(names) <= SHOWN_BATCHES else None
+            raise UsageError(
+                f"key {key!r} is in several batches ({listed or several_batches(names)}); "
+                "name one with --batch"
+            )
         job = matches[0]
         batch_row = ledger.batch(job["batch"])
         rows = ledger.attempts(job["id"])

@@ -15,7 +15,14 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from afc_cli.errors import AfcError, LedgerWriteError, UsageError, batch_key_hint, unwritten
+from afc_cli.errors import (
+    AfcError,
+    LedgerWriteError,
+    UsageError,
+    batch_key_hint,
+    several_batches,
+    unwritten,
+)
 from afc_cli.ledger import Ledger, ReviewRace
 from afc_cli.storage import object_url
 
@@ -144,7 +151,7 @@ def _decide(
         if not found:
             problems.append(f"{label}: no job with this key{where}" + batch_key_hint(key))
         elif len(found) > 1:
-            batches = ", ".join(repr(job["batch"]) for job in found)
+            batches = several_batches([repr(job["batch"]) for job in found])
             problems.append(f"{label}: a key of several batches ({batches}): add --batch")
         elif found[0]["status"] != "awaiting_review":
             problems.append(f"{label}: it is {found[0]['status']}, not awaiting review")
