@@ -710,7 +710,8 @@ def resume(
     epilog=_examples(
         "afc worker --ledger postgresql://afc@db.internal/afc",
         "afc worker --concurrency 32 --batch trailer-shots",
-        "afc worker --max-spend 500   # one cap for every worker on this ledger",
+        "afc worker --max-spend 500   # one cap for every worker, never reset",
+        'afc worker --until-idle --budget "nightly-$(date +%F)" --max-spend 50',
         "afc worker --until-idle --json   # drain what is runnable, then exit",
     )
 )
@@ -735,14 +736,25 @@ def worker(
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Exit once no runnable job is left.")
     ] = False,
-    max_spend: MaxSpendOpt = None,
+    max_spend: Annotated[
+        str | None,
+        typer.Option(
+            "--max-spend",
+            metavar="USD",
+            # not this run's, as for submit and resume: every worker's of its --budget
+            help="Cap the priced spend of every worker of this --budget on this ledger; stop "
+            "starting attempts before it (exit 4).",
+        ),
+    ] = None,
     allow_unpriced: AllowUnpricedOpt = False,
     budget_name: Annotated[
         str | None,
         typer.Option(
             "--budget",
             metavar="NAME",
-            help="Workers given the same name share one --max-spend (default name: workers).",
+            help="Workers given the same name share one --max-spend (default name: "
+            "workers), counted from the budget's first attempt and never reset: a new name "
+            "starts another (a cap a night: --budget nightly-$(date +%F)).",
         ),
     ] = None,
     json_out: JsonOpt = False,
@@ -804,6 +816,17 @@ def worker(
                     else ""
                 )
                 + ("; stopped by the budget" if result.budget_hit else "")
+                + (
+                    # a cron line's worker that started nothing reads the spend of the nights
+                    # before it: say the budget is never reset, and how to start another
+                    " spent before this worker started (a budget counts every attempt of its "
+                    "workers since its first and is never reset: a new --budget NAME starts "
+                    "another, say one a night: --budget nightly-$(date +%F))"
+                    if result.budget_hit
+                    and not result.spent_micros
+                    and not result.unknown_cost_attempts
+                    else ""
+                )
                 + (
                     f"; {result.held_elsewhere} left waiting on another batch's output key"
                     if result.held_elsewhere
