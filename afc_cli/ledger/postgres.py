@@ -762,7 +762,9 @@ class PostgresLedger(Ledger):
         self.db.raw.close()
 
     def day_sql(self, column: str) -> str:
-        return f"to_char(to_timestamp({column}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+        # the whole second the moment is in, as on SQLite (to_timestamp rounds to the
+        # microsecond: a moment in a day's last half microsecond was the next day's)
+        return f"to_char(to_timestamp(floor({column})) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
     SPOOL_PER_HOST = True
 

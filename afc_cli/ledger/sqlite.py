@@ -204,7 +204,12 @@ class SqliteLedger(Ledger):
         return [row[0] for row in applied if row[0] not in known] or [f"version {version}"]
 
     def day_sql(self, column: str) -> str:
-        return f"date({column}, 'unixepoch')"
+        # the whole second the moment is in (a CAST drops the fraction of these positive
+        # times; floor() needs an SQLite built with its math functions): date() rounds to
+        # the millisecond, which put an attempt started in a day's last half millisecond on
+        # the next day (PostgreSQL's to_timestamp rounds to the microsecond: the engines
+        # disagreed on it, and --since that next day left it out)
+        return f"date(CAST({column} AS INTEGER), 'unixepoch')"
 
     @contextmanager
     def admission_cache(self) -> Iterator[None]:
