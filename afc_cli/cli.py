@@ -1166,6 +1166,7 @@ def retry(
         "afc cancel shot-001 shot-002",
         "afc cancel shot-001 --batch trailer-shots",
         "afc cancel --batch trailer-shots --yes   # every unfinished job",
+        "afc cancel shot-007 --batch trailer-shots   # a failed job given up",
     )
 )
 def cancel(
@@ -1186,7 +1187,8 @@ def cancel(
     Cancels the jobs named by KEY, or with only --batch every unfinished job of that batch
     (queued, running, waiting or blocked: one awaiting review is left to its review; listed
     and confirmed first, or --yes). A job rendering on Replicate or fal is cancelled at the
-    provider too."""
+    provider too. A failed or dead-lettered job named by KEY is given up: cancelled, so it
+    no longer waits for a person (afc resume's exit 1, queue stats' stuck)."""
     with _boundary(each="cancel"):
         _sigterm_as_ctrl_c()  # a cron job's timeout, a container stopping: exit 130, said so
         from afc_cli.ops import cancel as cancel_jobs
@@ -1198,7 +1200,8 @@ def cancel(
             emit_json(result)
         elif not quiet:
             for item in result["cancelled"]:
-                _err(f"{item['batch']}/{item['key']}: cancelled")
+                was = f" (was {item['was']}: given up)" if item.get("was") else ""
+                _err(f"{item['batch']}/{item['key']}: cancelled{was}")
             for item in result["already_final"]:
                 _err(f"{item['batch']}/{item['key']}: already {item['status']}, left as it is")
             for item in result["not_found"]:

@@ -89,6 +89,11 @@ def _confirmed(confirm: Confirm | None, what: str, jobs: list[dict[str, Any]]) -
         raise UsageError(f"{what} {len(jobs)} jobs: declined; nothing was changed")
 
 
+# the ended jobs that wait for a person (``afc queue stats``' ``stuck``, ``afc resume`` exits 1
+# for them): a person who gives one up cancels it by its key (``cancel``)
+GIVEN_UP = ("failed", "dead")
+
+
 def cancel(
     ledger_path: str,
     keys: list[str],
@@ -102,6 +107,13 @@ def cancel(
     so a worker busy with it notices at its next step (or when its wait ends) and stops; a
     result that arrives after the cancel changes no status but is still recorded as paid.
     Cancelling a whole batch of more than one job is confirmed first (``confirm``).
+
+    A failed or dead-lettered job named by its key is dropped: a person gives it up, so it no
+    longer waits for one (``afc resume`` exited 1, and a cron's ``--fail-if 'stuck>0'``
+    alerted, at every run for ever, and ``afc retry`` then ``afc cancel`` left it queued
+    between the two, for a worker to take and pay for). It is put back and cancelled in one
+    transaction (events ``retried`` and ``cancelled``, its history kept); ``afc retry`` takes
+    it back like any cancelled job.
     """
     if not keys and batch is None:
         raise UsageError("name the jobs to cancel (KEY...) or a whole batch (--batch B)")
@@ -134,7 +146,17 @@ def cancel(
             entry = {"key": job["key"], "batch": job["batch"]}
             # the jobs waiting for it fail once every target is cancelled: one of them may be
             # a target too, to be cancelled, not failed
-            if ledger.cancel(job, why, dependents=False):
+            if keys and job["status"] in GIVEN_UP:
+                # a person drops a failed or dead-lettered job named by its key: queued again
+                # and cancelled in one transaction, so no run takes it between the two
+                entry["was"] = job["status"]
+                with ledger.tx():
+                    dropped = ledger.retry(job, who()) and ledger.cancel(
+                        ledger.job(job["id"]), why, dependents=False
+                    )
+            else:
+                dropped = ledger.cancel(job, why, dependents=False)
+            if dropped:
                 out["cancelled"].append(entry)
                 cancelled.append(job["id"])
                 asks.append((job, False))
