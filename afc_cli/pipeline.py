@@ -1297,19 +1297,16 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 if left_url[0] and getattr(exc, "stopped_run", False):
                     # afc stopped while the output was out of reach: its URL is committed, so
                     # the attempt is left to the next run, which fetches it for free while the
-                    # provider keeps it (``_resumable``), at the cost known now
-                    ctx.ledger.end_attempt(
+                    # provider keeps it (``_resumable``), at the cost known now (on the
+                    # attempt since the URL's commit), which this run's summary and budget
+                    # count: left as a stopped run leaves a job-style request
+                    # (``interrupt_attempt``), the run that fetches it counts it no more
+                    ctx.ledger.interrupt_attempt(
                         job,
                         number,
-                        **report,
-                        status="unknown",
-                        error_class=INTERRUPTED,
-                        error_message=f"{exc.message}; the next run fetches it from the "
-                        "output URL its paid answer named, paying nothing again",
-                        provider_request_id=exc.request_id,
-                        cost_micros=exc.cost_micros,
-                        cost_source=exc.cost_source,
-                        started_at=started,
+                        f"{exc.message}; the next run fetches it from the output URL its paid "
+                        "answer named, paying nothing again",
+                        request_id=exc.request_id,
                     )
                     continue
                 if resume is not None and left_url[0]:

@@ -2374,24 +2374,35 @@ class Ledger:
         )
 
     def interrupt_attempt(
-        self, job: dict[str, Any], number: int, message: str | None = None
+        self,
+        job: dict[str, Any],
+        number: int,
+        message: str | None = None,
+        *,
+        request_id: str | None = None,
     ) -> None:
         """A stopping run leaves a submitted job-style request (its id committed) to the next
-        run: the attempt becomes ``unknown``/``interrupted`` until that run polls it again.
-        ``message`` replaces the attempt's default message (a cancelled job's request, which
-        no run polls again, says its cost stays unknown). Only while this process owns it: a
-        process that stalled past its lease and woke into a stopping run must not end the row
-        another process reopened to poll (``reopen_attempt``), as ``report_attempt`` does
-        not."""
+        run: the attempt becomes ``unknown``/``interrupted`` until that run polls it again;
+        so is a synchronous provider's paid render left at its output URL
+        (``record_answer_url``; ``request_id``: its answer's, kept on the row), which the
+        next run fetches. ``message`` replaces the attempt's default message (a cancelled
+        job's request, which no run polls again, says its cost stays unknown). Only while
+        this process owns it: a process that stalled past its lease and woke into a stopping
+        run must not end the row another process reopened to poll (``reopen_attempt``), as
+        ``report_attempt`` does not."""
         with self.tx(commit=True):
             cursor = self.db.execute(
                 "UPDATE attempts SET status = 'unknown', error_class = 'interrupted',"
-                " ended_at = ?, error_message = ? WHERE job_id = ? AND number = ?"
+                " ended_at = ?, error_message = ?,"
+                " provider_request_id = COALESCE(provider_request_id, ?)"
+                " WHERE job_id = ? AND number = ?"
                 " AND status = 'started' AND COALESCE(owner, ?) = ?",
                 (
                     self.clock(),
-                    message
-                    or "afc stopped while the provider rendered it; the next run polls the request",
+                    scrub(message)
+                    if message
+                    else "afc stopped while the provider rendered it; the next run polls the request",
+                    request_id_kept(request_id) if request_id else None,
                     job["id"],
                     number,
                     self.owner,
