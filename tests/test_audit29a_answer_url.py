@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 
-from test_audit28c_answer_url import left_url, start
+import pytest
+from conftest import manifest
+from test_audit28c_answer_url import PRICED, left_url, start
+from test_providers import MODELS
 
 from afc_cli.providers.http import FETCH_TRIES
 
@@ -43,3 +47,41 @@ def test_a_render_a_stopped_run_counted_is_not_counted_again_by_the_run_that_fet
     assert fake.counts["openai_billed"] == 1
     assert afc.rows("SELECT status, cost_micros FROM attempts") == [("succeeded", 40_000)]
     assert afc.json("costs", "report")["total"]["priced"] == "0.040000"
+
+
+def _shared(afc, batch: str, prompt: str) -> str:
+    """A manifest of one OpenAI job whose output key leaves out {batch}: two batches of one
+    storage give it one key."""
+    data = manifest([{"key": "j0", "prompt": prompt}], batch=batch, rates=PRICED)
+    data["defaults"]["chain"] = [{"provider": "openai", "model": MODELS["openai"]}]
+    data["defaults"]["output"] = "shared/{key}.{ext}"
+    return afc.write_manifest(data, f"{batch}.yaml").name
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_a_url_left_holds_its_output_key_against_another_batchs_render(afc, fake, sig):
+    """The maintainer's known item ('a URL left after Ctrl-C doesn't reserve the job's output
+    key'). Before: the left job went back to 'queued' (or stayed 'running' under a dead
+    process), which holds no key, so another batch's job of the same output key rendered
+    (paid) and stored it, and the left job's next run failed OUTPUT_KEY_CONFLICT at its render
+    step: its paid render never fetched, two renders paid and one thrown away. Now it holds
+    the key as a job-style request left polling does: the other job waits for it, the URL is
+    fetched and stored, and the other job then finds the key taken before it pays."""
+    first = _shared(afc, "b1", "dalle-url cdn-held")
+    proc = afc.popen("submit", first, "--grace", "20")
+    deadline = time.time() + 30
+    while fake.counts["download_refused"] < FETCH_TRIES + 1 and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    left_url(afc)
+    fake.cdn_back.set()
+    other = afc("submit", _shared(afc, "b2", "dalle-url another picture"))
+    assert fake.counts["openai_billed"] == 1, other.stderr  # b2 paid nothing
+    assert "b1" in other.stderr and "afc resume --batch b1" in other.stderr, other.stderr
+    resumed = afc("resume", "--batch", "b1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert fake.counts["openai_billed"] == 1, "b1's render was paid for again, or b2's"
+    jobs = dict(afc.rows("SELECT batch, status FROM jobs"))
+    assert jobs["b1"] == "succeeded", jobs
+    assert (afc.outputs() / "shared" / "j0.png").read_bytes().startswith(b"\x89PNG")

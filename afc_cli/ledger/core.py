@@ -2294,14 +2294,27 @@ class Ledger:
             )
             self._rendering(job, provider, request_id)
 
-    def _rendering(self, job: dict[str, Any], provider: str, request_id: str | None) -> None:
+    def _rendering(
+        self,
+        job: dict[str, Any],
+        provider: str,
+        request_id: str | None,
+        *,
+        at_url: bool = False,
+    ) -> None:
         """The job is ``waiting`` while its provider renders a request this run polls (the
         contract's "provider still rendering"), its reason naming the request: ``afc status``
         tells it from a call in progress, and a run that stops leaves it so (released like any
         waiting job), as the next run polls that request rather than paying for a new one.
+        ``at_url``: a synchronous provider's paid render whose output is fetched from the URL
+        its answer named (``record_answer_url``), left to the next run likewise.
         Only a job this process holds; ``report_attempt`` puts it back to ``running`` when the
         provider answered. In the caller's transaction, with the request id."""
-        reason = f"{RENDERING}{provider} request {scrub(request_id or '?')}"
+        reason = (
+            f"{RENDERING}{provider}'s paid output, fetched from the URL its answer named"
+            if at_url
+            else f"{RENDERING}{provider} request {scrub(request_id or '?')}"
+        )
         now = _now()
         cursor = self.db.execute(
             "UPDATE jobs SET status = 'waiting', waiting_reason = ?, updated_at = ?"
@@ -2337,7 +2350,12 @@ class Ledger:
                 (self.owner, SHARED_BUDGET + "%", reported, run_id, attempt["id"]),
             )
             if cursor.rowcount == 1:
-                self._rendering(job, attempt["provider"], attempt["provider_request_id"])
+                self._rendering(
+                    job,
+                    attempt["provider"],
+                    attempt["provider_request_id"],
+                    at_url=bool(attempt.get("answer_url")),
+                )
                 before = attempt.get("run_id")
                 moved = (
                     run_id is not None
@@ -3495,6 +3513,12 @@ class Ledger:
             )
             if cost_micros is not None:
                 self.hold_known_cost(job, number, provider, cost_micros, cost_source)
+            # the job holds its output key as one whose provider renders a request does
+            # (``_rendering``): a run stopped or killed during the download leaves it so, and
+            # another job of the key waits for it (``_check_output``); left ``queued`` (or
+            # ``running`` under a dead process) it held nothing, and another batch's job of
+            # the key paid for a render and stored it, this paid render never fetched
+            self._rendering(job, provider, None, at_url=True)
 
     def set_attempt_inputs(
         self, job: dict[str, Any], number: int, provider: str, inputs: list[dict[str, Any]]
