@@ -1225,8 +1225,13 @@ def cancel(
             )
         for item in result["completed_at_provider"]:
             # said even with -q or --json, as above: it was paid for
+            what = (
+                f"request {item['request']}"
+                if item["request"]
+                else "render, left at its output URL,"
+            )
             _err(
-                f"{item['batch']}/{item['key']}: {item['provider']} request {item['request']} "
+                f"{item['batch']}/{item['key']}: {item['provider']} {what} "
                 "had completed before the cancel came (rendered and billed): 'afc retry "
                 f"{item['key']}' stores its result without paying for it again, while "
                 f"{item['provider']} keeps it"

@@ -237,6 +237,23 @@ def _cancel_at_provider(
     for attempt in ledger.attempts(job["id"]):
         provider = PROVIDERS.get(attempt["provider"])
         if (
+            not again
+            and attempt["status"] in ("started", "unknown")
+            and attempt.get("answer_url")
+            and provider is not None
+            and ledger.clock() - attempt["started_at"] < getattr(provider, "keeps_outputs_s", 0)
+        ):
+            # a synchronous provider's paid render a stopped run left at its output URL:
+            # made and billed, nothing to stop; 'afc retry' fetches it (Ledger.retry)
+            out["completed_at_provider"].append(
+                {
+                    "key": job["key"],
+                    "batch": job["batch"],
+                    "provider": attempt["provider"],
+                    "request": attempt["provider_request_id"],
+                }
+            )
+        if (
             attempt["status"] in ("started", "unknown")
             and attempt["provider_request_id"]
             and provider is not None

@@ -85,3 +85,26 @@ def test_a_url_left_holds_its_output_key_against_another_batchs_render(afc, fake
     jobs = dict(afc.rows("SELECT batch, status FROM jobs"))
     assert jobs["b1"] == "succeeded", jobs
     assert (afc.outputs() / "shared" / "j0.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_cancelled_job_whose_paid_render_waits_at_its_url_is_fetched_by_its_retry(afc, fake):
+    """A person cancels a job a stopped run left at its output URL, then thinks again. Before:
+    the cancel said only 'cancelled', and 'afc retry' put the paid attempt behind the job's
+    base, so the next run paid for a new render while the provider still served the one paid
+    for. Now the cancel says the render was paid for and that a retry fetches it, and the
+    retry's run fetches the URL, as it polls a Replicate or fal request that had completed."""
+    _stopped(afc, fake)
+    cancelled = afc("cancel", "j0")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "afc retry j0" in cancelled.stderr and "paying for it again" in cancelled.stderr, (
+        cancelled.stderr
+    )
+    assert afc("retry", "j0").returncode == 0
+    fake.cdn_back.set()
+    resumed = afc.json("resume")
+    assert resumed["exit_code"] == 0, resumed
+    assert fake.counts["openai_billed"] == 1, "the retry paid for the render again"
+    assert afc.rows("SELECT number, status, cost_micros FROM attempts") == [
+        (1, "succeeded", 40_000)
+    ]
+    assert (afc.outputs() / "b1" / "j0.png").read_bytes().startswith(b"\x89PNG")

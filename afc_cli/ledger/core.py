@@ -1733,6 +1733,9 @@ class Ledger:
         too: a run killed while it fetched the answered request's output, which the next run's
         claim marks ``unknown``); for a cancelled job only while that request is left to be
         polled (``_cancel_left_polling``), not once the cancel asked the provider to stop it.
+        So does one a stopped run left at a synchronous provider's output URL (``answer_url``,
+        ``record_answer_url``), a cancelled job's too: the next run fetches it while the
+        provider keeps it (``pipeline._resumable``), where it paid for a new render.
         ``spooled_here``: a spool file of
         the job is in the spool of the host the retry runs on (a person copied it there, as
         ``SPOOL_MISSING`` asks): on a ledger whose hosts spool each on their own disk
@@ -1809,10 +1812,13 @@ class Ledger:
             f" lease_owner = CASE WHEN {leased} THEN ? END,"
             f" lease_expires = CASE WHEN {leased} THEN ? END,"
             " lease_mono = NULL,"
-            " attempt_base = CASE WHEN (status <> 'cancelled' OR ? = 1) AND EXISTS"
+            # a synchronous provider's paid render left at its output URL (``answer_url``):
+            # kept too, a cancelled job's as well (its cancel stopped nothing: it was made)
+            " attempt_base = CASE WHEN EXISTS"
             " (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.number = jobs.attempts"
-            " AND a.status IN ('unknown', 'started') AND a.provider_request_id IS NOT NULL"
-            " AND COALESCE(a.error_message, '') NOT LIKE ?)"
+            " AND a.status IN ('unknown', 'started') AND (a.answer_url IS NOT NULL"
+            " OR ((jobs.status <> 'cancelled' OR ? = 1) AND a.provider_request_id IS NOT NULL"
+            " AND COALESCE(a.error_message, '') NOT LIKE ?)))"
             " THEN attempts - 1 ELSE attempts END,"
             " retries = retries + 1,"
             " takeovers = 0, store_failures = 0,"
