@@ -256,6 +256,7 @@ class RunContext:
     notice: Callable[[str], None] = lambda message: None  # a line above the progress
     # (batch, provider, model, what the bytes are, what the key names) said by ``_named_as``
     formats_said: set[tuple[str, ...]] = field(default_factory=set)
+    url_lost_said: bool = False  # ``_url_lost_said``
     providers: dict[str, Any] = field(default_factory=lambda: PROVIDERS)
     # how blocking local file work runs: a thread, or the file helper process (offload.py);
     # ``quick``: how a local look (stat, small read) runs: None is inline, in the loop
@@ -945,6 +946,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         rows = ctx.ledger.attempts(job["id"]) if job["attempts"] else []
         rows = _noted_request(ctx, job, rows)
         resume = _resumable(ctx, [r for r in rows if r["number"] > base])
+        if resume is None and _left_url_lost(ctx, job, [r for r in rows if r["number"] > base]):
+            rows = ctx.ledger.attempts(job["id"])
         if resume is not None:
             # A job-style provider has this request already (a run died while it rendered):
             # poll it instead of paying for a new one.
@@ -1319,6 +1322,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         "that stopped before its download ended, no longer serves it; a new "
                         "render follows (paid again)"
                     )
+                    _url_lost_said(ctx, job, number, f"is no longer served ({exc.message})")
                 elif resume is not None and _stopped_by_retried_cancel(
                     ctx, job, resume, entry, exc
                 ):
@@ -1966,6 +1970,46 @@ def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | 
     ):
         return last
     return None
+
+
+def _left_url_lost(ctx: RunContext, job: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+    """Of a job whose last attempt ``_resumable`` did not take: whether it is a paid render
+    a stopped or killed run left at its output URL that the provider keeps no longer (the
+    next run came later than ``keeps_outputs_s`` after it). Its attempt ends
+    ``failed``/``interrupted`` at its cost, saying why, and the run says so, before the new
+    render is paid for: its message had said the next run would fetch it, paying nothing,
+    and that run paid for a new render with nothing said."""
+    from afc_cli.providers.http import _minutes
+
+    last = rows[-1] if rows else None
+    if last is None or last["status"] != "unknown" or not last.get("answer_url"):
+        return False
+    provider = ctx.providers.get(last["provider"])
+    if provider is None or provider.resumable:
+        return False
+    kept = getattr(provider, "keeps_outputs_s", 0)
+    older = f"is older than the {_minutes(kept)} {last['provider']} keeps its outputs"
+    ctx.ledger.end_left_url(
+        job,
+        last["number"],
+        f"the output URL of this paid render, left by a run that ended before its download "
+        f"did, was not fetched: it {older}; a new render follows (paid again)",
+    )
+    _url_lost_said(ctx, job, last["number"], f"was not fetched: it {older}")
+    return True
+
+
+def _url_lost_said(ctx: RunContext, job: dict[str, Any], number: int, why: str) -> None:
+    """Said once a run: a paid render left at its output URL that is paid for again
+    (``_left_url_lost``, or a URL that answered 403/404)."""
+    if ctx.url_lost_said:
+        return
+    ctx.url_lost_said = True
+    ctx.notice(
+        f"{job['batch']}/{job['key']}: the output URL its paid render (attempt {number}) was "
+        f"left at, by a run that ended before its download did, {why}: the render is paid for "
+        "again (so is any other such job of this run; 'afc show KEY' says so on its attempt)"
+    )
 
 
 def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:

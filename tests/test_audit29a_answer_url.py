@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sqlite3
 import time
 
 import pytest
@@ -108,3 +109,38 @@ def test_a_cancelled_job_whose_paid_render_waits_at_its_url_is_fetched_by_its_re
         (1, "succeeded", 40_000)
     ]
     assert (afc.outputs() / "b1" / "j0.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("lost", ["expired", "gone"])
+def test_a_url_left_that_can_no_longer_be_fetched_is_said_before_a_new_render_is_paid(
+    afc, fake, lost
+):
+    """The next run came after the provider's keep time (55 minutes; a weekend's Ctrl-C), or
+    the URL answers 404 (expired, revoked). Before: a late run paid for a new render with
+    nothing said, the left attempt's message still 'the next run fetches it from the output
+    URL ..., paying nothing again'; a 404 was in 'afc show' alone, the run's line 'spent
+    0.040000 USD' for a render nobody was told of. Now the attempt ends failed/interrupted at
+    its cost, saying why, and the run says so on stderr before it pays."""
+    _stopped(afc, fake)
+    if lost == "expired":
+        conn = sqlite3.connect(afc.cwd / "afc.db")
+        with conn:
+            conn.execute("UPDATE attempts SET started_at = started_at - 3600")
+        conn.close()
+    else:
+        url = left_url(afc)
+        fake.gone_files.add("/files/" + url.split("/files/", 1)[1])
+    fake.cdn_back.set()
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert fake.counts["openai_billed"] == 2
+    rows = afc.rows("SELECT number, status, error_class, cost_micros, error_message FROM attempts")
+    assert [r[:4] for r in rows] == [
+        (1, "failed", "interrupted", 40_000),
+        (2, "succeeded", None, 40_000),
+    ], rows
+    assert "a new render follows (paid again)" in rows[0][4], rows[0][4]
+    assert "paying nothing again" not in rows[0][4], rows[0][4]
+    said = "b1/j0: the output URL its paid render (attempt 1) was left at"
+    assert said in resumed.stderr and "paid for again" in resumed.stderr, resumed.stderr
+    assert ("55 min" if lost == "expired" else "404") in resumed.stderr, resumed.stderr
