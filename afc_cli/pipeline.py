@@ -1322,7 +1322,34 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         "that stopped before its download ended, no longer serves it; a new "
                         "render follows (paid again)"
                     )
-                    _url_lost_said(ctx, job, number, f"is no longer served ({exc.message})")
+                    _url_lost_said(
+                        ctx,
+                        job,
+                        f"the output URL its paid render (attempt {number}) was left at, by a "
+                        "run that ended before its download did,",
+                        f"is no longer served ({exc.message})",
+                    )
+                elif resume is not None and getattr(exc, "output_gone", False):
+                    # a job-style request a run that ended left, polled to its end here: its
+                    # output's URL is refused for good (the provider let it go after its
+                    # hour; a signed URL expired). afc's end lost it, as a request the
+                    # provider no longer has (RequestGone): ``interrupted``, so it uses up
+                    # none of the model's attempts, and a new request follows (an
+                    # ``attempts: 1`` job failed here, or went on to the next model)
+                    error_class = INTERRUPTED
+                    message = (
+                        f"{exc.message}: the output of this paid request, left by a run that "
+                        "ended before it was fetched, is no longer served; a new request "
+                        "follows (paid again)"
+                    )
+                    _url_lost_said(
+                        ctx,
+                        job,
+                        f"the output of {entry['provider']} request "
+                        f"{resume['provider_request_id']}, left by a run that ended before "
+                        "it was fetched,",
+                        f"is no longer served ({exc.message})",
+                    )
                 elif resume is not None and _stopped_by_retried_cancel(
                     ctx, job, resume, entry, exc
                 ):
@@ -1995,20 +2022,26 @@ def _left_url_lost(ctx: RunContext, job: dict[str, Any], rows: list[dict[str, An
         f"the output URL of this paid render, left by a run that ended before its download "
         f"did, was not fetched: it {older}; a new render follows (paid again)",
     )
-    _url_lost_said(ctx, job, last["number"], f"was not fetched: it {older}")
+    _url_lost_said(
+        ctx,
+        job,
+        f"the output URL its paid render (attempt {last['number']}) was left at, by a run "
+        "that ended before its download did,",
+        f"was not fetched: it {older}",
+    )
     return True
 
 
-def _url_lost_said(ctx: RunContext, job: dict[str, Any], number: int, why: str) -> None:
-    """Said once a run: a paid render left at its output URL that is paid for again
-    (``_left_url_lost``, or a URL that answered 403/404)."""
+def _url_lost_said(ctx: RunContext, job: dict[str, Any], what: str, why: str) -> None:
+    """Said once a run: a paid render a run that ended left (``what``) whose output can no
+    longer be fetched (``why``), paid for again: a URL left too long (``_left_url_lost``),
+    or one that answered 403/404, or a job-style request's output that did."""
     if ctx.url_lost_said:
         return
     ctx.url_lost_said = True
     ctx.notice(
-        f"{job['batch']}/{job['key']}: the output URL its paid render (attempt {number}) was "
-        f"left at, by a run that ended before its download did, {why}: the render is paid for "
-        "again (so is any other such job of this run; 'afc show KEY' says so on its attempt)"
+        f"{job['batch']}/{job['key']}: {what} {why}: the render is paid for again (so is any "
+        "other such job of this run; 'afc show KEY' says so on its attempt)"
     )
 
 

@@ -144,3 +144,33 @@ def test_a_url_left_that_can_no_longer_be_fetched_is_said_before_a_new_render_is
     said = "b1/j0: the output URL its paid render (attempt 1) was left at"
     assert said in resumed.stderr and "paid for again" in resumed.stderr, resumed.stderr
     assert ("55 min" if lost == "expired" else "404") in resumed.stderr, resumed.stderr
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_a_left_requests_output_the_provider_let_go_is_rendered_again_not_failed(
+    afc, fake, provider
+):
+    """A Replicate or fal request a killed run left, polled by the next run: it succeeded,
+    and its output URL answers 404 (the provider deletes outputs after an hour; a model's
+    signed URL expired). Before: the attempt failed 'unavailable', using up one of the
+    model's attempts, so a job of 'attempts: 1' failed CHAIN_FAILED (or went to the next,
+    dearer, model) for an output afc's own end had lost, where a request the provider no
+    longer has at all is 'interrupted' (uses none) and rendered again. Now the same: failed/
+    interrupted at its cost, said on stderr, and a new request renders the job."""
+    data = manifest([{"key": "j0", "prompt": "a lighthouse"}], rates=PRICED)
+    data["defaults"]["chain"] = [{"provider": provider, "model": MODELS[provider], "attempts": 1}]
+    afc.write_manifest(data)
+    killed = afc("submit", "manifest.yaml", env={"AFC_CRASH_POINT": "after_submit"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    [(request_id,)] = afc.rows("SELECT provider_request_id FROM attempts")
+    fake.gone_files.add(f"/files/{request_id}.png")
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert fake.counts[f"{provider}_submit"] == 2
+    rows = afc.rows("SELECT number, status, error_class, cost_micros, error_message FROM attempts")
+    assert [r[:3] for r in rows] == [(1, "failed", "interrupted"), (2, "succeeded", None)], rows
+    assert rows[0][3] is not None and rows[0][3] > 0, rows  # its cost kept
+    assert "404" in rows[0][4] and "a new request follows (paid again)" in rows[0][4], rows
+    said = f"b1/j0: the output of {provider} request {request_id}"
+    assert said in resumed.stderr and "paid for again" in resumed.stderr, resumed.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]

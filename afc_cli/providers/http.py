@@ -794,6 +794,9 @@ async def download(
             http_status=status,
             cost_micros=None,
         )
+        # the URL refused for good (403, 404, 410: the output let go, a signature expired):
+        # a request a run that ended left is rendered again, not failed (pipeline.render)
+        failure.output_gone = 400 <= status < 500 and not passing(status)
         raise unreachable(failure) if passing(status) else failure
     return response.output
 
