@@ -174,3 +174,32 @@ def test_a_left_requests_output_the_provider_let_go_is_rendered_again_not_failed
     said = f"b1/j0: the output of {provider} request {request_id}"
     assert said in resumed.stderr and "paid for again" in resumed.stderr, resumed.stderr
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+
+
+def test_a_render_a_run_abandoned_at_its_url_is_not_counted_again_by_the_run_that_fetches_it(
+    afc, fake
+):
+    """The second Ctrl-C (or a grace that ran out) abandons the download in flight: the
+    attempt is marked unknown at its known cost by the run's end (Ledger.release_all), whose
+    summary counts it ('spent 0.040000 USD (priced)'), and the next run, which only fetched
+    the URL, counted it again, in its line and against its --max-spend."""
+    data = manifest([{"key": "j0", "prompt": "dalle-url cdn-slow"}], rates=PRICED)
+    data["defaults"]["chain"] = [{"provider": "openai", "model": MODELS["openai"]}]
+    afc.write_manifest(data)
+    proc = afc.popen("submit", "manifest.yaml")
+    deadline = time.time() + 30
+    while fake.counts["download"] < 1 and time.time() < deadline:
+        time.sleep(0.005)  # a GET of the output is in flight (its 503 comes after 0.4 s)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130, err
+    assert "1 call(s) in flight abandoned" in err, err
+    assert _spent(err)[-1] == "0.040000", err
+    fake.slow_files.clear()
+    fake.cdn_back.set()
+    again = afc.json("resume", "--max-spend", "0.05")
+    assert again["spent"] == "0.000000", again
+    assert fake.counts["openai_billed"] == 1
+    assert afc.rows("SELECT status, cost_micros FROM attempts") == [("succeeded", 40_000)]

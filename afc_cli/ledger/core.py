@@ -1498,13 +1498,26 @@ class Ledger:
         no cycle. SQLite has one writer at a time and no row locks: nothing to do."""
 
     def _mark_unknown(
-        self, job_id: str, batch: str, exclude_owner: str | None, only_owner: str | None = None
+        self,
+        job_id: str,
+        batch: str,
+        exclude_owner: str | None,
+        only_owner: str | None = None,
+        *,
+        own: bool = False,
     ) -> int:
         """Attempts a run left ``started`` become ``unknown`` (possibly paid) with the class
         ``interrupted``: they are kept and counted as spend of unknown cost, but never use up
-        a model's attempts (attempts.py). ``only_owner``: that run's attempts alone. Returns
-        how many."""
-        sql = "SELECT number, provider, owner FROM attempts WHERE job_id = ? AND status = 'started'"
+        a model's attempts (attempts.py). ``only_owner``: that run's attempts alone. ``own``:
+        the run marks those it abandons as it ends (``release_all``): one of its own whose cost
+        was known (a paid render whose output it was fetching) is in that run's summary and
+        budget, and stays that run's when a later run fetches it (``attempt_left_polling``
+        with ``priced``, as ``interrupt_attempt`` writes; ``reopen_attempt``). Returns how
+        many."""
+        sql = (
+            "SELECT number, provider, owner, cost_micros FROM attempts WHERE job_id = ?"
+            " AND status = 'started'"
+        )
         params: tuple = (job_id,)
         if exclude_owner is not None:
             sql += " AND (owner IS NULL OR owner <> ?)"
@@ -1522,6 +1535,10 @@ class Ledger:
             self._event(
                 job_id, batch, "attempt_unknown", number=row["number"], provider=row["provider"]
             )
+            if own and row["owner"] == self.owner and row["cost_micros"] is not None:
+                self._event(
+                    job_id, batch, "attempt_left_polling", number=row["number"], priced=True
+                )
         return len(rows)
 
     def renew_leases(self, lease_s: float) -> None:
@@ -1556,7 +1573,9 @@ class Ledger:
         with self.tx():
             spooled = []
             for row in self._all("SELECT id, batch FROM jobs WHERE lease_owner = ?", (self.owner,)):
-                abandoned += self._mark_unknown(row["id"], row["batch"], exclude_owner=None)
+                abandoned += self._mark_unknown(
+                    row["id"], row["batch"], exclude_owner=None, own=True
+                )
                 self._event(row["id"], row["batch"], "released", reason="interrupted")
                 if self._spooled_here(row["id"]):
                     spooled.append(row["id"])
@@ -1569,7 +1588,7 @@ class Ledger:
                 (self.owner, self.owner),
             ):
                 abandoned += self._mark_unknown(
-                    row["job_id"], row["batch"], exclude_owner=None, only_owner=self.owner
+                    row["job_id"], row["batch"], exclude_owner=None, only_owner=self.owner, own=True
                 )
             for job_id in spooled:  # to this host, not to any (``release``)
                 self._give_back(job_id, here=True)
