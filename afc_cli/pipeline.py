@@ -1726,6 +1726,11 @@ def _not_kept(
             f"next run fetches it again from {source}",
         }
     ctx.ledger.end_attempt(job, number, **success)
+    if left or answer_url:
+        # the job holds its output key while that render waits at the provider, as one a
+        # stopped run left does (its attempt's end put it back to ``running``, which the
+        # run's stop made ``queued``: another job of the key then paid for it and stored it)
+        ctx.ledger.still_rendering(job, success["provider"], request_id, at_url=answer_url)
     ctx.ledger.note(job, "spool_failed", error=str(exc))
     again = (
         f"the next run fetches it again from {success['provider']} request {request_id} "

@@ -2349,6 +2349,15 @@ class Ledger:
         if cursor.rowcount == 1:
             job.update(status="waiting", waiting_reason=reason, updated_at=now)
 
+    def still_rendering(
+        self, job: dict[str, Any], provider: str, request_id: str | None, *, at_url: bool = False
+    ) -> None:
+        """``_rendering`` in a transaction of its own: a paid render whose attempt a run ended
+        ``unknown`` for the next run to fetch (a spool it could not write:
+        afc_cli/pipeline.py ``_not_kept``) holds the job's output key as before."""
+        with self.tx():
+            self._rendering(job, provider, request_id, at_url=at_url)
+
     def reopen_attempt(
         self, job: dict[str, Any], attempt: dict[str, Any], run_id: str | None = None
     ) -> bool:
