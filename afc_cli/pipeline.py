@@ -1131,12 +1131,17 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             left_url = [resume.get("answer_url")] if resume is not None else [None]
 
             async def answered(
-                url: str, cost: int | None, number: int = number, entry=entry, left=left_url
+                url: str,
+                cost: int | None,
+                request_id: str | None = None,
+                number: int = number,
+                entry=entry,
+                left=left_url,
             ) -> None:
                 if await _during_fetch(
                     ctx,
                     lambda: ctx.ledger.record_answer_url(
-                        job, number, entry["provider"], url, cost, "derived"
+                        job, number, entry["provider"], url, cost, "derived", request_id
                     ),
                 ):
                     left[0] = url

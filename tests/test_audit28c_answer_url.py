@@ -68,6 +68,23 @@ def test_a_run_killed_during_the_download_leaves_the_url_and_the_next_run_pays_n
     assert url not in afc("show", "j0").stdout
 
 
+def test_a_run_killed_during_the_download_keeps_the_answers_request_id(afc, fake):
+    """The paid answer's id (OpenAI's x-request-id, what its support asks for about a bill)
+    is committed with the URL and the cost: a run SIGKILLed during the download left the row
+    naming no call, where a stopped run's kept it."""
+    proc = start(afc, fake)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    [(request_id,)] = afc.rows("SELECT provider_request_id FROM attempts")
+    assert request_id is not None and request_id.startswith("req_"), request_id
+    fake.cdn_back.set()
+    assert afc.json("resume")["exit_code"] == 0
+    assert afc.rows("SELECT status, provider_request_id FROM attempts") == [
+        ("succeeded", request_id)
+    ]
+    assert fake.counts["openai_billed"] == 1
+
+
 def test_a_run_stopped_during_the_later_rounds_leaves_the_url_to_the_next_run(afc, fake):
     proc = start(afc, fake, "--grace", "20", tries=FETCH_TRIES + 1)
     proc.send_signal(signal.SIGINT)

@@ -3532,18 +3532,22 @@ class Ledger:
         url: str,
         cost_micros: int | None,
         cost_source: str | None,
+        request_id: str | None = None,
     ) -> None:
         """The output URL a synchronous provider's paid answer named (an OpenAI-compatible
-        gateway's: valid about an hour), with the render's known cost, committed (synced) by
-        the caller before the download begins: a run stopped or killed before the download
-        ends leaves the attempt to the next run, which fetches that URL for free
-        (afc_cli/pipeline.py, ``_resumable``) where it paid for a new render. Kept whole, a
-        signed URL's query too (it must be fetchable); never shown by a command."""
+        gateway's: valid about an hour), with the render's known cost and the answer's id
+        (``request_id``: OpenAI's ``x-request-id``, kept as ``request_id_kept`` keeps any),
+        committed (synced) by the caller before the download begins: a run stopped or killed
+        before the download ends leaves the attempt to the next run, which fetches that URL
+        for free (afc_cli/pipeline.py, ``_resumable``) where it paid for a new render, and the
+        row names the paid call whatever became of the run. Kept whole, a signed URL's query
+        too (it must be fetchable); never shown by a command."""
         with self.tx(sync_on_commit=True):
             self.db.execute(
-                "UPDATE attempts SET answer_url = ? WHERE job_id = ? AND provider = ?"
-                " AND number = ? AND status = 'started'",
-                (url, job["id"], provider, number),
+                "UPDATE attempts SET answer_url = ?,"
+                " provider_request_id = COALESCE(provider_request_id, ?)"
+                " WHERE job_id = ? AND provider = ? AND number = ? AND status = 'started'",
+                (url, request_id_kept(request_id), job["id"], provider, number),
             )
             if cost_micros is not None:
                 self.hold_known_cost(job, number, provider, cost_micros, cost_source)

@@ -96,7 +96,7 @@ class AttemptRequest:
     # (afc_cli/pipeline.py), so a run stopped or killed during the download leaves the next
     # run that URL to fetch for free (``HttpProvider.fetch_left``) rather than a new render to
     # pay for. A job-style provider's request id serves so already: not asked of those
-    on_answer_url: Callable[[str, int | None], Awaitable[None]] | None = None
+    on_answer_url: Callable[[str, int | None, str | None], Awaitable[None]] | None = None
     # where an output download too large to hold in memory is spilled (``Spilled``): the
     # spool's folder, so the spool step's copy stays on one disk; None: the system's temp
     scratch: str | None = None

@@ -196,7 +196,9 @@ class HttpProvider(Provider):
         answered = request.on_answer_url is not None and not self.resumable
         answered = answered and not is_data_url(url)
         if answered:
-            await request.on_answer_url(url, cost)  # the URL with the known cost
+            # the URL with the known cost and the answer's id (OpenAI's x-request-id: what
+            # its support asks for about a bill), which a killed run's row keeps too
+            await request.on_answer_url(url, cost, request_id)
         public_only = await self._output_rule()
         priced = None
         if cost is not None and request.on_priced is not None and not answered:
