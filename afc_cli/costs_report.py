@@ -97,8 +97,9 @@ def footer(report: dict[str, Any]) -> str | None:
     if unknown:
         notes.append(
             f"{plural(unknown, 'attempt')} {'has' if unknown == 1 else 'have'} an unknown "
-            "outcome (afc never got the provider's answer: a process ended during the call, or "
-            "the provider no longer had the request): the provider may have charged for "
+            "outcome (afc never saw the call end: a process ended during the call or during "
+            "its output's download, or the provider no longer had the request): the provider "
+            "may have charged for "
             f"{'it' if unknown == 1 else 'them'}."
         )
     if avoided:

@@ -23,9 +23,12 @@ secrets), and the submit refuses on its own, writing nothing.
 
 An admitted job whose render is paid for already is not rendered again: its bytes kept in this
 host's spool (a run stopped before storing them) are stored, and a request the provider is
-still rendering (Replicate, fal) is polled, as the run does it (``resumed``; the action says
-which). A polled request is priced all the same: the run that polls it counts its cost in its
-spend and budget (``Ledger.reopen_attempt``).
+still rendering (Replicate, fal) is polled, and a synchronous provider's paid render a stopped
+run left at the output URL its answer named is fetched, as the run does it (``resumed``; the
+action says which). A polled request is priced all the same: the run that polls it counts its
+cost in its spend and budget (``Ledger.reopen_attempt``); so is a fetched one, the most the
+run can cost (a run killed during the download left its cost to the next run's budget, one
+stopped by a signal kept it in its own).
 
 The ledger, if there is one, is opened read-only (no migrations, no lock); a missing ledger
 means every job is new. Storage and the spool are only read.
@@ -52,7 +55,7 @@ from afc_cli.gates import (
     refused_dependent,
 )
 from afc_cli.ledger import spool_holder_of, spool_root_of
-from afc_cli.ledger.core import NEED_FAILED, RENDERING, TERMINAL
+from afc_cli.ledger.core import AT_URL, NEED_FAILED, RENDERING, TERMINAL
 from afc_cli.manifest import job_id_for, same_request
 from afc_cli.owner import lease_held
 from afc_cli.pipeline import ownership
@@ -199,7 +202,10 @@ def plan(
         Neither is paid again."""
         if spool.path(job_id).exists():
             return FROM_SPOOL
-        if (known[7] or "").startswith(RENDERING) or spool.request_path(job_id).exists():
+        reason = known[7] or ""
+        if reason.startswith(RENDERING) and reason.endswith(AT_URL):
+            return FETCHED
+        if reason.startswith(RENDERING) or spool.request_path(job_id).exists():
             return POLLED
         return None
 
@@ -246,9 +252,10 @@ def plan(
             action = kept
             counts["replayed"] += 1
             counts["resumed"] += 1
-            if kept == POLLED:
-                # not paid again, but the run that polls it counts its cost in its spend
-                # and budget (Ledger.reopen_attempt, README "Budget")
+            if kept in (POLLED, FETCHED):
+                # not paid again, but the run that polls it (or fetches it, when a killed
+                # run left it) counts its cost in its spend and budget (Ledger.reopen_attempt,
+                # README "Budget")
                 prices[job.key] = priced(job.chain, job.params)
         else:
             counts["replayed" if known else "new"] += 1
@@ -411,7 +418,7 @@ def plan(
     for key, body in unlisted.items():
         entry = body["chain"][0]
         kept = resumed(job_id_for(manifest.batch, key), admitted[key])
-        if kept in (None, POLLED):  # a polled request's cost: as above
+        if kept in (None, POLLED, FETCHED):  # a polled request's cost: as above
             priced(body["chain"], body.get("params") or {})
         if kept is None:
             counts["to_render"] += 1
@@ -461,6 +468,7 @@ PAST_RENDERING = (*TERMINAL, "awaiting_review")
 # the actions of admitted jobs whose render is paid for already (``resumed``)
 FROM_SPOOL = "store (its paid render is in this host's spool)"
 POLLED = "poll (the provider is still rendering its paid request)"
+FETCHED = "fetch (its paid render, at the output URL the provider's answer named)"
 
 
 def _some(keys: list[str], shown: int = 10, more: str = " (--json lists them)") -> str:

@@ -85,6 +85,26 @@ def test_a_run_killed_during_the_download_keeps_the_answers_request_id(afc, fake
     assert fake.counts["openai_billed"] == 1
 
 
+def test_the_plan_says_a_left_url_is_fetched_not_polled(afc, fake):
+    """'afc plan' after a run killed during the download: the job's render is fetched from its
+    URL (not "poll (the provider is still rendering its paid request)": the render ended), and
+    priced, the most the next run can count."""
+    proc = start(afc, fake)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    planned = afc.json("plan", "manifest.yaml")
+    assert (planned["to_render"], planned["resumed"], planned["estimated_spend"]) == (
+        0,
+        1,
+        "0.040000",
+    )
+    [job] = planned["jobs"]
+    assert job["action"] == "fetch (its paid render, at the output URL the provider's answer named)"
+    fake.cdn_back.set()
+    assert afc.json("resume")["exit_code"] == 0
+    assert fake.counts["openai_billed"] == 1
+
+
 def test_a_run_stopped_during_the_later_rounds_leaves_the_url_to_the_next_run(afc, fake):
     proc = start(afc, fake, "--grace", "20", tries=FETCH_TRIES + 1)
     proc.send_signal(signal.SIGINT)

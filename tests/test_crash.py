@@ -251,7 +251,7 @@ def _left_call_is_counted(afc) -> None:
     shown = afc.json("show", "shot-001")["job"]
     assert (shown["cost"], shown["unpriced_attempts"]) == (None, 1)
     notes = afc("costs", "report").stderr  # on a pipe the notes go to stderr
-    assert "1 attempt has an unknown outcome (afc never got the provider's answer" in notes
+    assert "1 attempt has an unknown outcome (afc never saw the call end" in notes
 
 
 def test_a_cancel_after_a_crash_mid_call_marks_the_call_unknown(afc):

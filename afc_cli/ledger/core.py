@@ -55,6 +55,9 @@ ADMIT_CHUNK = 5000  # jobs admitted per round of statements (one transaction for
 ACTIVE = ("queued", "running", "waiting")
 # the waiting reason of a job whose provider renders a request a run polls (``_rendering``)
 RENDERING = "provider still rendering: "
+# the end of a waiting reason of a job whose synchronous provider's paid render is fetched
+# from the output URL its answer named (``record_answer_url``, ``_rendering``)
+AT_URL = "'s paid output, fetched from the URL its answer named"
 # the lease expiry of a moved ledger's jobs (``owner.MOVED_OWNER``): never
 MOVED_UNTIL = 9e18
 # where ``afc ledger copy`` moved a ledger's work, its last move (m010)
@@ -2336,7 +2339,7 @@ class Ledger:
         Only a job this process holds; ``report_attempt`` puts it back to ``running`` when the
         provider answered. In the caller's transaction, with the request id."""
         reason = (
-            f"{RENDERING}{provider}'s paid output, fetched from the URL its answer named"
+            f"{RENDERING}{provider}{AT_URL}"
             if at_url
             else f"{RENDERING}{provider} request {scrub(request_id or '?')}"
         )
