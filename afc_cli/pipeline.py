@@ -1177,7 +1177,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # a synchronous provider's paid render a stopped run left at its output URL:
                 # fetched, nothing sent to the provider's API
                 call = provider.fetch_left(
-                    attempt_request, left_url[0], resume["cost_micros"], resume["cost_source"]
+                    attempt_request,
+                    left_url[0],
+                    resume["cost_micros"],
+                    resume["cost_source"],
+                    age=ctx.ledger.clock() - resume["started_at"],
                 )
             else:
                 call = provider.render(attempt_request)

@@ -291,3 +291,28 @@ def test_a_job_in_later_rounds_gives_its_slot_back_and_a_cancel_ends_them(afc, f
     assert attempt["status"] == "failed" and attempt["cost"] is not None
     assert "not fetched further: the job is cancelled" in attempt["error"], attempt
     assert fake.counts["replicate_submit"] == 2
+
+
+def test_a_left_urls_rounds_end_when_the_provider_lets_it_go(monkeypatch):
+    """A paid render a stopped run left at its URL 250 s ago, whose provider keeps outputs
+    300 s: the next run's rounds end within the 50 s left (``kept_until``), not 300 s after
+    its own first failure (found by outside audit 29a: a URL left 50 minutes ago behind a
+    failing CDN was tried until about 105 minutes, holding a slot)."""
+    monkeypatch.setenv("AFC_POLL_S", "2")
+    provider = Gone(OutputUnreachable("unavailable", "x: output download answered HTTP 503"))
+    with pytest.raises(ProviderError):
+        asyncio.run(provider.outlast(request(), 0.0, provider.fetch, kept_until=50.0))
+    assert provider.pauses == [16.0]  # one pause, then no round fits before 50 s
+    assert provider.now < 50.0
+
+    # and fetch_left gives the render's age to the download: what the provider keeps is left
+    seen: dict = {}
+
+    async def fetch_output(request, began, url, usage, cost, request_id=None, kept_s=None):
+        seen.update(began=began, kept_s=kept_s)
+        return b"png"
+
+    provider.now = 1000.0
+    monkeypatch.setattr(provider, "fetch_output", fetch_output)
+    asyncio.run(provider.fetch_left(request(), "http://cdn/x.png", 40_000, "derived", age=250.0))
+    assert seen == {"began": 1000.0, "kept_s": 50.0}

@@ -189,10 +189,13 @@ class HttpProvider(Provider):
         usage: dict[str, Any],
         cost: int | None,
         request_id: str | None = None,
+        kept_s: float | None = None,
     ) -> Output:
         """``download`` of a paid render's output, in rounds while it stays out of reach for
         a moment (``outlast``): a failure that outlasts them carries the render's usage and
-        cost (it was paid) and its request id. ``began``: the call's start on ``clock``."""
+        cost (it was paid) and its request id. ``began``: the call's start on ``clock``;
+        ``kept_s``: how much longer than that the provider keeps the output (None: for
+        ``keeps_outputs_s`` after the first round failed)."""
         answered = request.on_answer_url is not None and not self.resumable
         answered = answered and not is_data_url(url)
         if answered:
@@ -217,6 +220,7 @@ class HttpProvider(Provider):
                     spill_to=request.scratch,
                 ),
                 priced,
+                kept_until=None if kept_s is None else began + kept_s,
             )
         except ProviderError as exc:
             exc.usage, exc.cost_micros = usage, cost
@@ -225,14 +229,24 @@ class HttpProvider(Provider):
             raise
 
     async def fetch_left(
-        self, request: AttemptRequest, url: str, cost: int | None, source: str | None
+        self,
+        request: AttemptRequest,
+        url: str,
+        cost: int | None,
+        source: str | None,
+        age: float = 0.0,
     ) -> AttemptResult:
         """The output of a paid render a stopped or killed run left at ``url`` (its answer's,
         committed with its known ``cost`` before the download began: ``on_answer_url``),
-        fetched as that run would have, nothing sent to the provider's API and nothing paid.
-        A URL the provider answers 403, 404 or 410 for (it let the output go) fails the
-        attempt at its cost, as for any output; the caller says so, and a new render follows."""
-        data = await self.fetch_output(request, self.clock(), url, {}, cost)
+        fetched as that run would have, nothing sent to the provider's API and nothing paid,
+        while the provider keeps it: ``keeps_outputs_s`` from the render, made ``age``
+        seconds ago (a URL left 50 minutes ago behind a failing CDN is tried for five more
+        minutes, not for another 55). A URL the provider answers 403, 404 or 410 for (it let
+        the output go) fails the attempt at its cost, as for any output; the caller says so,
+        and a new render follows."""
+        data = await self.fetch_output(
+            request, self.clock(), url, {}, cost, kept_s=max(self.keeps_outputs_s - age, 0.0)
+        )
         ext = request.params.get("output_format") or output_ext(url)
         return AttemptResult(
             data=data,
@@ -281,6 +295,7 @@ class HttpProvider(Provider):
         began: float,
         fetch: Callable[[], Awaitable[Any]],
         priced: Callable[[], Awaitable[None]] | None = None,
+        kept_until: float | None = None,
     ) -> Any:
         """``fetch()`` (free GETs of what a paid render made: a round of ``FETCH_TRIES``)
         made again in later rounds while it fails with ``OutputUnreachable``, each after a
@@ -290,7 +305,9 @@ class HttpProvider(Provider):
         new one would be paid again, and would land behind the same CDN. The first pause of an
         outage is said once (``Reporter.notice``), and so is the first fetch after it.
         ``priced()`` is awaited once, before the first pause: the render's known cost is
-        written on its attempt then (``AttemptRequest.on_priced``)."""
+        written on its attempt then (``AttemptRequest.on_priced``). ``kept_until``: when, on
+        ``clock``, the provider lets the output go, where known (a render a stopped run left:
+        ``fetch_left``): no round begins after it."""
         rounds, first_failed = 0, None
         last: OutputUnreachable | None = None
         # the run's own limit on the call (afc_cli/pipeline.py, render), less a margin: a
@@ -311,6 +328,8 @@ class HttpProvider(Provider):
                 rounds += 1
                 pause = refetch_pause(rounds, self.rand)
                 end = first_failed + self.keeps_outputs_s
+                if kept_until is not None:
+                    end = min(end, kept_until)
                 if window_end is not None:
                     end = min(end, window_end)
                 stopped = self._stopped(request)
