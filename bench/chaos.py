@@ -487,7 +487,7 @@ class Round:
                     and t >= a["started_at"]
                 }
                 late = [t for t, _ in billed if t > spooled[key] + 0.05 and t not in stalled]
-                if late:
+                if late and not self.may_bill_after_spool(job):
                     p.append(f"{key}: billed {len(late)} time(s) after its output was spooled")
             extra = len(billed) - 1
             if extra > 0:
@@ -542,6 +542,13 @@ class Round:
     def may_pay_again(self, job: dict, attempt: dict) -> bool:
         """Whether a job may pay again after ``attempt`` committed its output URL: where a
         person cancelled or retried it (the PostgreSQL rounds do)."""
+        return False
+
+    def may_bill_after_spool(self, job: dict) -> bool:
+        """Whether a job may be billed after its output was spooled: where a person retried
+        it once it was dead-lettered SPOOL_MISSING (its spool file on a host that stopped, the
+        job taken over by another), without copying the file over, as its message says a
+        retry then renders and pays again (the PostgreSQL rounds' retries are at random)."""
         return False
 
     def sent_until(self, attempt: dict) -> float | None:
@@ -1019,6 +1026,20 @@ class PgRound(Round):
 
     def spool_dirs(self) -> list[str]:
         return []  # extra_checks: per host
+
+    def may_bill_after_spool(self, job: dict) -> bool:
+        db = self.connect()
+        try:
+            rows = db.execute(
+                "SELECT detail_json FROM events WHERE job_id = %s AND kind = 'retried'",
+                (job["id"],),
+            ).fetchall()
+        finally:
+            db.close()
+        return any(
+            json.loads(r["detail_json"] or "{}").get("previous_error") == "SPOOL_MISSING"
+            for r in rows
+        )
 
     def may_pay_again(self, job: dict, attempt: dict) -> bool:
         db = self.connect()
