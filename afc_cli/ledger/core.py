@@ -1173,10 +1173,13 @@ class Ledger:
 
     def status_counts(self, batch: str | None = None) -> list[tuple[str, str, int]]:
         """``(batch, status, count)`` of the jobs of ``batch`` (or of the ledger), counted in
-        the (batch, status) index."""
+        the (batch, status) index, in that order (code points) on both engines: PostgreSQL's
+        grouping gave them in any order, and ``afc status --json``'s counts in another order
+        than SQLite's."""
         scope, params = _batch_scope(batch)
         rows = self.db.execute(
-            f"SELECT batch, status, COUNT(*) FROM jobs WHERE {scope} GROUP BY batch, status",
+            f"SELECT batch, status, COUNT(*) FROM jobs WHERE {scope} GROUP BY batch, status"
+            f" ORDER BY batch{self.CODE_POINT}, status{self.CODE_POINT}",
             params,
         )
         return [(name, status, int(count)) for name, status, count in rows]
