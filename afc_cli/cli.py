@@ -1459,17 +1459,28 @@ def status(
         from afc_cli.tables import Col, emit
 
         # --json holds every job of the scope (or those of --status)
-        view = status_view(ledger, batch=batch, statuses=only, everything=everything or json_out)
+        view = status_view(
+            ledger,
+            batch=batch,
+            statuses=only,
+            everything=everything or json_out,
+            stream=json_out,  # written as read: a ledger of months holds 100,000s of jobs
+        )
         rows, counts = view["jobs"], view["counts"]
         moved_to = view.get("moved_to")
         if moved_to:
             # its unfinished jobs are not stuck here: they run in the ledger they moved to
             _err(_moved_line(moved_to, "its jobs run there"))
         if json_out:
-            for row in rows:
-                del row["reason"]
+            from afc_cli.jsonout import Streamed
+
+            def unreasoned(rows: Any) -> Any:
+                for row in rows:
+                    del row["reason"]
+                    yield row
+
             moved = {"moved_to": moved_to} if moved_to else {}
-            emit_json({"jobs": rows, "counts": counts, **moved})
+            emit_json({"jobs": Streamed(unreasoned(rows)), "counts": counts, **moved})
             return
         one_batch = view["batches"][0] if len(view["batches"]) == 1 else None
         shown = needing_attention(rows) if view["attention"] else rows
@@ -1535,14 +1546,17 @@ def outputs(
     storage; --json adds the batch, output key, model and prompt."""
     with _boundary(reads=ledger):
         from afc_cli.costs import cost_cell
-        from afc_cli.listing import outputs as list_outputs
+        from afc_cli.listing import each_output
         from afc_cli.output import emit_json
         from afc_cli.tables import Col, emit
 
-        rows = list_outputs(ledger, batch=batch)
         if json_out:
-            emit_json({"outputs": rows})
+            from afc_cli.jsonout import Streamed
+
+            # written as read: a ledger of months holds 100,000s of outputs
+            emit_json({"outputs": Streamed(each_output(ledger, batch=batch))})
             return
+        rows = list(each_output(ledger, batch=batch))
         batches = {row["batch"] for row in rows}
         local = [row["path"] is not None for row in rows]
         where = "path" if all(local) else "url" if not any(local) else "path_or_url"

@@ -7,17 +7,40 @@ from __future__ import annotations
 import errno
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from afc_cli.secrets import scrub, scrub_data
+
+# distinct strings whose scrub a streamed document keeps (rows repeat their keys and most
+# values); past it the cache starts again, so what is held does not grow with the rows
+SEEN_STRINGS = 4096
+
+
+class Streamed:
+    """A list of a document's top level written as its items come (``afc status --json``'s
+    jobs, ``afc outputs --json``'s outputs): each item is encoded, scrubbed and written in
+    turn, never the whole list held."""
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self.items = items
 
 
 def emit_json(value: Any) -> None:
     """``value`` as JSON on stdout, scrubbed twice: each string before encoding (JSON escapes
     a secret holding a quote, a backslash or a non-ASCII character, which the text scrub would
-    no longer recognise) and the encoded text after (keys and shapes split across values)."""
-    text = json.dumps(scrub_data(value), indent=2, sort_keys=False)
-    sys.stdout.write(scrub(text, decode=False) + "\n")
+    no longer recognise) and the encoded text after (keys and shapes split across values).
+
+    A dict whose values include ``Streamed`` lists is written piece by piece, the same bytes
+    as the whole document: each key with its value, and each item of a streamed list, is
+    encoded and scrubbed on its own (a secret lives inside one value, never across two)."""
+    if isinstance(value, dict) and any(isinstance(v, Streamed) for v in value.values()):
+        for piece in _pieces(value):
+            sys.stdout.write(piece)
+        sys.stdout.write("\n")
+    else:
+        text = json.dumps(scrub_data(value), indent=2, sort_keys=False)
+        sys.stdout.write(scrub(text, decode=False) + "\n")
     sys.stdout.flush()
     lost = getattr(sys.stdout, "lost", None)  # a run's stdout, whose failed write never raises
     if lost is not None and lost.errno != errno.EPIPE:  # a reader gone ('| head') chose to go
@@ -27,3 +50,30 @@ def emit_json(value: Any) -> None:
             f"afc: the --json result could not be written to stdout ({lost}); what this "
             "command did is recorded in the ledger ('afc status --json' shows the jobs)\n"
         )
+
+
+def _encoded(value: Any, seen: dict[str, str], indent: str) -> str:
+    """``value`` as ``json.dumps(..., indent=2)`` writes it at ``indent`` inside a document."""
+    if len(seen) > SEEN_STRINGS:
+        seen.clear()
+    return json.dumps(scrub_data(value, seen), indent=2).replace("\n", "\n" + indent)
+
+
+def _pieces(document: dict[str, Any]) -> Iterator[str]:
+    """``document``'s text, as ``json.dumps(document, indent=2)`` and ``emit_json``'s scrub
+    give it, in scrubbed pieces."""
+    seen: dict[str, str] = {}
+    yield "{"
+    for number, (key, value) in enumerate(document.items()):
+        head = ("," if number else "") + "\n  " + _encoded(key, seen, "  ") + ": "
+        if not isinstance(value, Streamed):
+            yield scrub(head + _encoded(value, seen, "  "), decode=False)
+            continue
+        yield scrub(head, decode=False) + "["
+        empty = True
+        for item in value.items:
+            text = ("\n    " if empty else ",\n    ") + _encoded(item, seen, "    ")
+            yield scrub(text, decode=False)
+            empty = False
+        yield "]" if empty else "\n  ]"
+    yield "\n}" if document else "}"

@@ -100,15 +100,17 @@ def status_view(
     batch: str | None,
     statuses: list[str] | None = None,
     everything: bool = False,
+    stream: bool = False,
 ) -> dict[str, Any]:
     """Counts by status over the batch (or ledger), and the jobs to show.
 
     ``jobs`` holds every job of the scope, or those with one of ``statuses``; ``attention``
     says whether the table should show only the jobs that need a person (no filter and no
     ``everything``: failed, dead-lettered, waiting, running, in that order), and then
-    ``jobs`` holds those alone (the others are in ``counts``)."""
-    from afc_cli.output import job_json
-
+    ``jobs`` holds those alone (the others are in ``counts``). ``stream``: ``jobs`` is an
+    iterator of them, read from the ledger a chunk at a time as it is taken (``afc status
+    --json`` writes each as it comes: every job of a ledger of 100,000 was held, 350 MB), the
+    ledger closed once it is done."""
     wanted = parse_statuses(statuses)
     attention = wanted is None and not everything
     book = Ledger(ledger_path, create=False)
@@ -119,11 +121,11 @@ def status_view(
         # few that need attention (410,000 jobs: 7 s and 650 MB)
         grouped = book.status_counts(batch)
         if wanted is not None:
-            raw = book.status_rows(batch, tuple(wanted))
+            shown: tuple[str, ...] | None = tuple(wanted)
         elif attention:
-            raw = book.status_rows(batch, tuple(s for s in STATUSES if s not in QUIET))
+            shown = tuple(s for s in STATUSES if s not in QUIET)
         else:
-            raw = book.status_rows(batch)
+            shown = None
         awaited = book.awaited_needs(batch)
         counts: dict[str, int] = {}
         for _batch, status, count in grouped:
@@ -131,22 +133,45 @@ def status_view(
         batched = bool(counts.get("awaiting_review")) and len(book.batches()) > 1
         now = book.lease_clock()
         moved = book.moved_to()
-    finally:
+        jobs = _status_jobs(book, book.status_chunks(batch, shown), awaited, batched, now)
+        if not stream:
+            jobs = list(jobs)  # read whole, the ledger closed below
+    except BaseException:
         book.close()
-    rows = [job_json(r) for r in raw]
-    for row, job in zip(rows, raw, strict=True):
-        row["waiting"] = waiting_now(job, row["waiting"], now) or paused_for(job, awaited, batched)
+        raise
     batches = sorted({name for name, _status, _count in grouped})
-    for row in rows:
-        row["reason"] = _reason(row)
     return {
-        "jobs": rows,
+        "jobs": jobs,
         "counts": counts,
         "attention": attention,
         "batches": batches,
         # where 'afc ledger copy' moved its work (its unfinished jobs run there), or None
         "moved_to": moved["destination"] if moved else None,
     }
+
+
+def _status_jobs(
+    book: Ledger,
+    chunks: Any,
+    awaited: dict[str, list[str]],
+    batched: bool,
+    now: float,
+) -> Any:
+    """The rows of ``status_view``, a chunk of the ledger's at a time; ``book`` is closed
+    once they are read (or the reading stops)."""
+    from afc_cli.output import job_json
+
+    try:
+        for raw in chunks:
+            for job in raw:
+                row = job_json(job)
+                row["waiting"] = waiting_now(job, row["waiting"], now) or paused_for(
+                    job, awaited, batched
+                )
+                row["reason"] = _reason(row)
+                yield row
+    finally:
+        book.close()
 
 
 def needing_attention(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -173,31 +198,46 @@ def outputs(ledger_path: str, *, batch: str | None) -> list[dict[str, Any]]:
     """Stored outputs, for handing to an edit suite: key, where the file is (a local path for
     ``file://`` storage, and a URL for every storage), size, SHA-256, the job's cost (the same
     rule as ``afc status``), the model that made it and the prompt."""
-    from afc_cli.costs import job_cost
+    return list(each_output(ledger_path, batch=batch))
 
+
+def each_output(ledger_path: str, *, batch: str | None) -> Any:
+    """``outputs``, an iterator read from the ledger a chunk at a time as it is taken (``afc
+    outputs --json`` writes each as it comes: the 100,000 outputs of a ledger grown over
+    months were held, 460 MB). The batch is checked at once, before the first is taken."""
     book = Ledger(ledger_path, create=False)
     try:
         book.require_batch(batch)
-        rows = book.output_rows(batch)
+    except BaseException:
+        book.close()
+        raise
+    return _outputs_of(book, batch)
+
+
+def _outputs_of(book: Ledger, batch: str | None) -> Any:
+    from afc_cli.costs import job_cost
+
+    try:
+        for rows in book.output_chunks(batch):
+            for row in rows:
+                yield _output(row, job_cost)
     finally:
         book.close()
-    listed = []
-    for row in rows:
-        request = json.loads(row["request_json"]) if row["request_json"] else {}
-        listed.append(
-            {
-                "key": row["key"],
-                "batch": row["batch"],
-                "output_key": row["output_key"],
-                "path": object_path(row["storage"], row["output_key"]),
-                "url": object_url(row["storage"], row["output_key"]),
-                "size": row["output_size"],
-                "sha256": row["output_sha256"],
-                "cost": job_cost(row["cost_micros"], row["attempts_made"] or 0),
-                # its attempts of unknown cost, left out of ``cost`` (as ``afc status``)
-                "unpriced_attempts": row["unpriced_attempts"] or 0,
-                "model": row["model"],
-                "prompt": request.get("prompt"),
-            }
-        )
-    return listed
+
+
+def _output(row: dict[str, Any], job_cost: Any) -> dict[str, Any]:
+    request = json.loads(row["request_json"]) if row["request_json"] else {}
+    return {
+        "key": row["key"],
+        "batch": row["batch"],
+        "output_key": row["output_key"],
+        "path": object_path(row["storage"], row["output_key"]),
+        "url": object_url(row["storage"], row["output_key"]),
+        "size": row["output_size"],
+        "sha256": row["output_sha256"],
+        "cost": job_cost(row["cost_micros"], row["attempts_made"] or 0),
+        # its attempts of unknown cost, left out of ``cost`` (as ``afc status``)
+        "unpriced_attempts": row["unpriced_attempts"] or 0,
+        "model": row["model"],
+        "prompt": request.get("prompt"),
+    }

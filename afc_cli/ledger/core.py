@@ -78,6 +78,7 @@ def unfinished_copy_source(destination: str) -> str | None:
 
 
 IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
+STREAM_ROWS = 1000  # rows a listing read from the ledger holds at a time (Ledger._stream)
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never
 # finish the job): dead-lettered after this many takeovers. Runs dying *during* calls are
 # bounded much sooner, by AFC_MAX_INTERRUPTS (pipeline.py), since each may have been paid.
@@ -566,6 +567,16 @@ class Ledger:
         cursor = self.db.execute(sql, params)
         names = [c[0] for c in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def _stream(self, sql: str, params: Any = ()) -> Iterator[list[dict[str, Any]]]:
+        """The rows of ``sql`` in lists of ``STREAM_ROWS``, read as they are taken: a listing
+        of every job of a ledger grown over months (``afc status --json``, ``afc outputs
+        --json``) held each row read before writing the first (100,000 jobs: 350-460 MB).
+        Other queries may run between two chunks."""
+        cursor = self.db.execute(sql, params)
+        names = [c[0] for c in cursor.description]
+        while chunk := cursor.fetchmany(STREAM_ROWS):
+            yield [dict(zip(names, row, strict=True)) for row in chunk]
 
     def _event(self, job_id: str | None, batch: str | None, kind: str, **detail: Any) -> None:
         self.db.execute(
@@ -1159,6 +1170,18 @@ class Ledger:
     ) -> list[dict[str, Any]]:
         """Every job of ``batch`` (or of the ledger) as ``afc status`` shows it, or only those
         with one of ``statuses`` (looked up in the (batch, status) index)."""
+        return [row for chunk in self.status_chunks(batch, statuses, whole=True) for row in chunk]
+
+    def status_chunks(
+        self,
+        batch: str | None = None,
+        statuses: tuple[str, ...] | None = None,
+        *,
+        whole: bool = False,
+    ) -> Iterator[list[dict[str, Any]]]:
+        """``status_rows``, a chunk at a time (``_stream``); ``whole``: in one chunk, read
+        with the ledger's ordinary cursor (a run's summary, inside its pipeline on
+        PostgreSQL, where a server-side cursor has no place)."""
         sql = self._STATUS_SQL
         params: list[Any] = []
         if statuses is not None:
@@ -1169,7 +1192,8 @@ class Ledger:
             sql += " WHERE j.batch = ?"
             params.append(batch)
         sql += f" ORDER BY j.batch{self.CODE_POINT}, j.seq"
-        return self.gone_calls(self._all(sql, params))
+        for chunk in [self._all(sql, params)] if whole else self._stream(sql, params):
+            yield self.gone_calls(chunk)
 
     def status_counts(self, batch: str | None = None) -> list[tuple[str, str, int]]:
         """``(batch, status, count)`` of the jobs of ``batch`` (or of the ledger), counted in
@@ -1211,6 +1235,12 @@ class Ledger:
     def output_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         """Succeeded jobs with their stored output: where it is, what it is, what it cost, and
         the model that made it (the succeeded attempt's, else what storage metadata named)."""
+        return [row for chunk in self.output_chunks(batch, whole=True) for row in chunk]
+
+    def output_chunks(
+        self, batch: str | None = None, *, whole: bool = False
+    ) -> Iterator[list[dict[str, Any]]]:
+        """``output_rows``, a chunk at a time (``_stream``; ``whole``: as ``status_chunks``)."""
         sql = (
             "SELECT j.id, j.key, j.batch, j.output_key, j.output_size, j.output_sha256,"
             " j.request_json, b.storage, " + JOB_COST_SQL + ","
@@ -1223,16 +1253,16 @@ class Ledger:
             sql += " AND j.batch = ?"
             params.append(batch)
         sql += f" ORDER BY j.batch{self.CODE_POINT}, j.seq"
-        rows = self._all(sql, params)
-        # an output found stored (no attempt of this ledger made it): the model its metadata
-        # named, read from ``avoided`` for those jobs at once (a subquery per job read the
-        # whole table for each: ``afc outputs`` of 5,000 outputs a fresh ledger found took 3 s,
-        # growing with the square of their number)
-        found = self._stored_models([row["id"] for row in rows if row["model"] is None])
-        for row in rows:
-            if row["model"] is None:
-                row["model"] = found.get(row["id"])
-        return rows
+        for rows in [self._all(sql, params)] if whole else self._stream(sql, params):
+            # an output found stored (no attempt of this ledger made it): the model its
+            # metadata named, read from ``avoided`` for those jobs at once (a subquery per job
+            # read the whole table for each: ``afc outputs`` of 5,000 outputs a fresh ledger
+            # found took 3 s, growing with the square of their number)
+            found = self._stored_models([row["id"] for row in rows if row["model"] is None])
+            for row in rows:
+                if row["model"] is None:
+                    row["model"] = found.get(row["id"])
+            yield rows
 
     def steps(self, job_id: str) -> list[dict[str, Any]]:
         return self._all(

@@ -585,6 +585,39 @@ class PostgresLedger(Ledger):
     ROW_LOCK = " FOR UPDATE"
     CODE_POINT = ' COLLATE "C"'  # UTF-8 bytes: code point order, as on SQLite
 
+    def _stream(self, sql: str, params: Any = ()) -> Iterator[list[dict[str, Any]]]:
+        """``Ledger._stream`` through a server-side cursor (psycopg's client-side cursor
+        holds the whole result at once): WITH HOLD, as the connection is in autocommit; the
+        ledger's other queries may run between two chunks."""
+        psycopg = _psycopg()
+        try:
+            cursor = self.db.raw.cursor(name=f"afc_stream_{os.getpid()}", withhold=True)
+        except psycopg.OperationalError as exc:
+            self.db.on_failure(exc)
+            raise
+        try:
+            try:
+                if params:
+                    cursor.execute(translate(sql), list(params))
+                else:  # no parameters: psycopg sends the text as it is (``PgDatabase.execute``)
+                    cursor.execute(sql)
+                names = [c.name for c in cursor.description]
+            except psycopg.OperationalError as exc:
+                self.db.on_failure(exc)
+                raise
+            while True:
+                try:
+                    chunk = cursor.fetchmany(core.STREAM_ROWS)
+                except psycopg.OperationalError as exc:
+                    self.db.on_failure(exc)
+                    raise
+                if not chunk:
+                    return
+                yield [dict(zip(names, row, strict=True)) for row in chunk]
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                cursor.close()
+
     def __init__(self, url: str, *, create: bool = True, check: bool = False):
         check_url(str(url))
         psycopg = _psycopg()
