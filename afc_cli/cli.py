@@ -1458,13 +1458,11 @@ def status(
         from afc_cli.output import emit_json
         from afc_cli.tables import Col, emit
 
-        # --json holds every job of the scope (or those of --status)
+        # --json holds every job of the scope (or those of --status); it, and --all or
+        # --status on a pipe, are written as read: a ledger of months holds 100,000s of jobs
+        streamed = json_out or (not sys.stdout.isatty() and (everything or bool(only)))
         view = status_view(
-            ledger,
-            batch=batch,
-            statuses=only,
-            everything=everything or json_out,
-            stream=json_out,  # written as read: a ledger of months holds 100,000s of jobs
+            ledger, batch=batch, statuses=only, everything=everything or json_out, stream=streamed
         )
         rows, counts = view["jobs"], view["counts"]
         moved_to = view.get("moved_to")
@@ -1483,9 +1481,16 @@ def status(
             emit_json({"jobs": Streamed(unreasoned(rows)), "counts": counts, **moved})
             return
         one_batch = view["batches"][0] if len(view["batches"]) == 1 else None
-        shown = needing_attention(rows) if view["attention"] else rows
-        for row in shown:
-            row["cost"] = cost_cell(row["cost"], row["unpriced_attempts"])
+
+        def costed(rows: Any) -> Any:
+            for row in rows:
+                row["cost"] = cost_cell(row["cost"], row["unpriced_attempts"])
+                yield row
+
+        if streamed:  # a pipe's lines, one row at a time
+            shown = costed(rows)
+        else:
+            shown = list(costed(needing_attention(rows) if view["attention"] else rows))
         head = counts_line(counts, one_batch or batch)
         notes = []
         # the jobs not listed are counted, not read (listing.status_view)
@@ -1508,7 +1513,7 @@ def status(
         _emit_with_head(head, shown, columns, notes, emit)
 
 
-def _emit_with_head(head: str, rows: list, columns: list, notes: list[str], emit: Any) -> None:
+def _emit_with_head(head: str, rows: Any, columns: list, notes: list[str], emit: Any) -> None:
     """The counts come first: above the table on a terminal; on a pipe, where stdout holds
     only the header line and the rows, on stderr."""
     if sys.stdout.isatty():
@@ -1546,8 +1551,9 @@ def outputs(
     storage; --json adds the batch, output key, model and prompt."""
     with _boundary(reads=ledger):
         from afc_cli.costs import cost_cell
-        from afc_cli.listing import each_output
+        from afc_cli.listing import each_output, output_storages
         from afc_cli.output import emit_json
+        from afc_cli.storage import object_path
         from afc_cli.tables import Col, emit
 
         if json_out:
@@ -1556,18 +1562,27 @@ def outputs(
             # written as read: a ledger of months holds 100,000s of outputs
             emit_json({"outputs": Streamed(each_output(ledger, batch=batch))})
             return
-        rows = list(each_output(ledger, batch=batch))
-        batches = {row["batch"] for row in rows}
-        local = [row["path"] is not None for row in rows]
+        # the batches with an output, and their storage, from the batches' rows: on a pipe
+        # the rows are written as read (a ledger of months holds 100,000s of outputs)
+        storages = output_storages(ledger, batch=batch)
+        batches = set(storages)
+        local = [object_path(url, "") is not None for url in storages.values()]
         where = "path" if all(local) else "url" if not any(local) else "path_or_url"
         on_terminal = sys.stdout.isatty()
-        for row in rows:
-            row[where] = row["path"] or row["url"]
-            if on_terminal and row["path"]:
-                # a person reads (and copies) the short form; a pipe and --json get it whole
-                relative = os.path.relpath(row["path"])
-                row[where] = relative if not relative.startswith("..") else row["path"]
-            row["cost"] = cost_cell(row["cost"], row["unpriced_attempts"])
+
+        def shown(rows: Any) -> Any:
+            for row in rows:
+                row[where] = row["path"] or row["url"]
+                if on_terminal and row["path"]:
+                    # a person reads (and copies) the short form; a pipe and --json get it whole
+                    relative = os.path.relpath(row["path"])
+                    row[where] = relative if not relative.startswith("..") else row["path"]
+                row["cost"] = cost_cell(row["cost"], row["unpriced_attempts"])
+                yield row
+
+        rows = shown(each_output(ledger, batch=batch))
+        if on_terminal:
+            rows = list(rows)
         columns = [
             Col("key"),
             Col(where, kind="text"),  # wraps on a narrow terminal, never shortened
@@ -1577,7 +1592,7 @@ def outputs(
         ]
         if len(batches) > 1:
             columns.insert(0, Col("batch"))
-        emit(rows, columns, notes=[] if rows else ["no stored outputs yet"], group="batch")
+        emit(rows, columns, notes=[] if storages else ["no stored outputs yet"], group="batch")
 
 
 @app.command(

@@ -214,6 +214,17 @@ def each_output(ledger_path: str, *, batch: str | None) -> Any:
     return _outputs_of(book, batch)
 
 
+def output_storages(ledger_path: str, *, batch: str | None) -> dict[str, str]:
+    """The batches of ``outputs`` (those with a succeeded job) and their storage URLs, read
+    from the batches' rows: what ``afc outputs`` lays its table out by, before its rows."""
+    book = Ledger(ledger_path, create=False)
+    try:
+        book.require_batch(batch)
+        return book.output_storages(batch)
+    finally:
+        book.close()
+
+
 def _outputs_of(book: Ledger, batch: str | None) -> Any:
     from afc_cli.costs import job_cost
 

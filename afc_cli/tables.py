@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
@@ -157,7 +157,7 @@ def terminal_width(stream: TextIO) -> int:
 
 
 def emit(
-    rows: Sequence[dict[str, Any]],
+    rows: Iterable[dict[str, Any]],
     columns: Sequence[Col],
     *,
     title: str | None = None,
@@ -176,17 +176,19 @@ def emit(
 
     # every table leaves through here: a cell may hold outside text (a webhook URL with
     # user:pass@, a provider's message), scrubbed as every other way out is
-    rows = [scrub_data(row) for row in rows]
     out = stream or sys.stdout
     if not out.isatty():
-        emit_plain(rows, columns, out)
+        # each row as it comes: ``rows`` may be an iterator read from the ledger a chunk at a
+        # time (``afc status --all``, ``afc outputs`` on a pipe), never held whole
+        emit_plain((scrub_data(row) for row in rows), columns, out)
         for note in notes:
             sys.stderr.write(note + "\n")
         return
+    rows = [scrub_data(row) for row in rows]
     emit_terminal(rows, columns, out, title=title, notes=notes, group=group, total=total)
 
 
-def emit_plain(rows: Sequence[dict[str, Any]], columns: Sequence[Col], out: TextIO) -> None:
+def emit_plain(rows: Iterable[dict[str, Any]], columns: Sequence[Col], out: TextIO) -> None:
     def field(value: Any) -> str:
         return " ".join(cell(value).split("\t")).replace("\r", " ").replace("\n", " ")
 

@@ -92,13 +92,15 @@ class _Sink:
         return False
 
 
-def _peak(monkeypatch, command, ledger: Path) -> tuple[int, int]:
-    """(peak bytes Python allocated, characters written) of the command run in-process."""
+def _peak(monkeypatch, command, ledger: Path, **options) -> tuple[int, int]:
+    """(peak bytes Python allocated, characters written) of the command run in-process, its
+    stdout a pipe's (its counts line goes to stderr)."""
     sink = _Sink()
     monkeypatch.setattr(sys, "stdout", sink)
+    monkeypatch.setattr(sys, "stderr", _Sink())
     tracemalloc.start()
     try:
-        command(ledger=str(ledger), json_out=True)
+        command(ledger=str(ledger), **options)
         return tracemalloc.get_traced_memory()[1], sink.written
     finally:
         tracemalloc.stop()
@@ -106,7 +108,7 @@ def _peak(monkeypatch, command, ledger: Path) -> tuple[int, int]:
 
 
 def test_listing_memory_does_not_grow_with_the_jobs(afc, monkeypatch):
-    """tracemalloc peaks of the two commands on 2,000 and 20,000 jobs: before, the larger
+    """tracemalloc peaks of the listings on 1,500 and 15,000 jobs: before, the larger
     ledger's peak was ten times the smaller's (every row held, then the whole text: 3 and
     30 MB for 1,000 and 10,000 jobs); streamed, both hold a chunk of the ledger's rows, a
     row's text and a bounded cache of scrubbed strings (``jsonout.SEEN_STRINGS``)."""
@@ -115,15 +117,20 @@ def test_listing_memory_does_not_grow_with_the_jobs(afc, monkeypatch):
     afc.write_manifest(manifest(jobs(100)))
     assert afc("submit", "manifest.yaml").returncode == 0
     small, big = afc.cwd / "small.db", afc.cwd / "big.db"
-    for path, copies in ((small, 19), (big, 199)):
+    for path, copies in ((small, 14), (big, 149)):
         path.write_bytes((afc.cwd / "afc.db").read_bytes())
         _grow(path, copies)
-    for command in (cli.status, cli.outputs):
-        _peak(monkeypatch, command, small)  # its modules imported, outside the measure
-        peak_small, wrote_small = _peak(monkeypatch, command, small)
-        peak_big, wrote_big = _peak(monkeypatch, command, big)
+    for command, options in (
+        (cli.status, {"json_out": True}),
+        (cli.outputs, {"json_out": True}),
+        (cli.status, {"everything": True}),  # afc status --all | grep ...
+        (cli.outputs, {}),  # afc outputs | cut -f2
+    ):
+        _peak(monkeypatch, command, small, **options)  # its modules imported, not measured
+        peak_small, wrote_small = _peak(monkeypatch, command, small, **options)
+        peak_big, wrote_big = _peak(monkeypatch, command, big, **options)
         assert wrote_big > 9 * wrote_small  # the whole listing was written
-        assert peak_big < 4 * peak_small, (command.__name__, peak_small, peak_big)
+        assert peak_big < 4 * peak_small, (command.__name__, options, peak_small, peak_big)
 
 
 def _secret_in_errors(url: str) -> None:
@@ -166,6 +173,14 @@ def test_streamed_listings_scrub_and_are_the_same_bytes_on_both_engines(afc, pg_
     failed = [job for job in status["jobs"] if job["status"] == "failed"]
     assert len(failed) == 5
     assert all("<redacted>" in job["error"]["message"] for job in failed)
+    # on a pipe, --all and --status write their lines as they are read, scrubbed alike
+    piped = [
+        afc("status", "--all", "--ledger", url, env=env).stdout for url in (sqlite_url, pg_url)
+    ]
+    assert piped[0] == piped[1] and len(piped[0].splitlines()) == 1206
+    failed_lines = [line for line in piped[0].splitlines() if "\tfailed\t" in line]
+    assert len(failed_lines) == 5 and all("<redacted>" in line for line in failed_lines)
+    assert SECRET not in piped[0]
     # a batch that is not there is refused before anything is written
     result = afc("status", "--json", "--batch", "nope", "--ledger", sqlite_url)
     assert result.returncode == 2 and result.stdout == ""

@@ -1237,6 +1237,19 @@ class Ledger:
         the model that made it (the succeeded attempt's, else what storage metadata named)."""
         return [row for chunk in self.output_chunks(batch, whole=True) for row in chunk]
 
+    def output_storages(self, batch: str | None = None) -> dict[str, str]:
+        """The batches of ``output_rows`` (those with a succeeded job), each with its storage
+        URL, found in the (batch, status) index."""
+        sql = (
+            "SELECT b.name, b.storage FROM batches b WHERE EXISTS (SELECT 1 FROM jobs j"
+            " WHERE j.batch = b.name AND j.status = 'succeeded')"
+        )
+        params: list[Any] = []
+        if batch is not None:
+            sql += " AND b.name = ?"
+            params.append(batch)
+        return dict(self.db.execute(sql, params).fetchall())
+
     def output_chunks(
         self, batch: str | None = None, *, whole: bool = False
     ) -> Iterator[list[dict[str, Any]]]:
