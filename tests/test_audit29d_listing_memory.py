@@ -11,6 +11,7 @@ time (``Ledger._stream``: a server-side cursor on PostgreSQL) and write each row
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import sys
@@ -133,6 +134,29 @@ def test_listing_memory_does_not_grow_with_the_jobs(afc, monkeypatch):
         assert peak_big < 4 * peak_small, (command.__name__, options, peak_small, peak_big)
 
 
+def test_report_memory_does_not_grow_with_the_jobs(afc):
+    """``afc report --html`` (``write_report``) on 1,500 and 15,000 jobs: before, every card,
+    its thumbnail and the whole text were held (516 MiB for 100,100 jobs)."""
+    from afc_cli.web.html import write_report
+
+    afc.write_manifest(manifest(jobs(100)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    peaks = []
+    for copies in (14, 149):
+        path = afc.cwd / f"copies-{copies}.db"
+        path.write_bytes((afc.cwd / "afc.db").read_bytes())
+        _grow(path, copies)
+        write_report(str(path), str(afc.cwd / "warm.html"), batch=None, since=None)
+        tracemalloc.start()
+        try:
+            made = write_report(str(path), str(afc.cwd / "r.html"), batch=None, since=None)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        assert made["jobs"] == 100 * (copies + 1) and made["pictures"] == 100
+    assert peaks[1] < 4 * peaks[0], peaks
+
+
 def _secret_in_errors(url: str) -> None:
     ledger = Ledger(url)
     try:
@@ -181,6 +205,15 @@ def test_streamed_listings_scrub_and_are_the_same_bytes_on_both_engines(afc, pg_
     failed_lines = [line for line in piped[0].splitlines() if "\tfailed\t" in line]
     assert len(failed_lines) == 5 and all("<redacted>" in line for line in failed_lines)
     assert SECRET not in piped[0]
+    # afc report --html writes its contact sheet a page at a time: the same file, scrubbed
+    reports = []
+    for name, url in (("s.html", sqlite_url), ("p.html", pg_url)):
+        assert afc("report", "--html", name, "--ledger", url, env=env).returncode == 0
+        text = (afc.cwd / name).read_text(encoding="utf-8").replace(url, "the ledger")
+        reports.append(re.sub(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "U", text))
+    assert reports[0] == reports[1]  # but for the charts' random ids and the ledger's name
+    assert SECRET not in reports[0] and "&lt;redacted&gt;" in reports[0]
+    assert reports[0].count('class="page sheet') == 7  # 1,205 cards, 200 a page
     # a batch that is not there is refused before anything is written
     result = afc("status", "--json", "--batch", "nope", "--ledger", sqlite_url)
     assert result.returncode == 2 and result.stdout == ""

@@ -3747,6 +3747,22 @@ class Ledger:
             row["found"] = found.get(row["id"])
         return self.gone_calls(rows)
 
+    def sheet_chunks(
+        self, *, batch: str | None = None, since_ts: float | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        """``sheet_rows`` of the scope, a chunk at a time (``_stream``): ``afc report --html``
+        writes its contact sheet as it is read."""
+        where, params = self._sheet_where(batch, since_ts, None)
+        sql = (
+            self._SHEET_SQL.format(jobs="jobs j")
+            + f" WHERE {where} ORDER BY j.batch{self.CODE_POINT}, j.seq"
+        )
+        for rows in self._stream(sql, params):
+            found = self._stored_models([row["id"] for row in rows])
+            for row in rows:
+                row["found"] = found.get(row["id"])
+            yield self.gone_calls(rows)
+
     def sheet_counts(
         self, *, batch: str | None = None, since_ts: float | None = None
     ) -> dict[str, int]:

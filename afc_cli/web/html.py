@@ -8,7 +8,9 @@ without script, skips the off-screen ones: ``content-visibility``), so a 5,000-j
 opens in seconds.
 
 The file is written to a temporary name beside ``FILE`` and renamed into place: an
-interrupted report never leaves half a file under the name asked for.
+interrupted report never leaves half a file under the name asked for. It is written as the
+ledger is read, a page of cards at a time with their thumbnails (``pieces``): a report of a
+ledger of months (100,000 jobs) held every card, thumbnail and the whole text (516 MiB).
 """
 
 from __future__ import annotations
@@ -49,30 +51,68 @@ def counts_line(counts: dict[str, int]) -> str:
     return line(counts)
 
 
-def render(sheet: dict[str, Any], thumbs: dict[str, Any]) -> str:
+def pieces(sheet: dict[str, Any], jobs: Any, opener: Any, made: dict[str, Any]) -> Any:
+    """The report's text in pieces, the contact sheet's cards taken from the iterator ``jobs``
+    a page at a time, each page's thumbnails made as it comes (``streamed_sheet``): those of
+    the page and of the jobs awaiting review are held, not every job's. ``made`` counts the
+    jobs, the pictures and the keys of outputs without one, for the command's summary."""
     from afc_cli.costs_report import footer
+    from afc_cli.jsonout import SEEN_STRINGS
     from afc_cli.secrets import scrub_data
     from afc_cli.web.charts import charts
+    from afc_cli.web.thumbs import make_all
 
     sheet = scrub_data(sheet)  # the last line of defence: no secret reaches the file
-    jobs = sheet["jobs"]
-    pages = [jobs[i : i + PAGE] for i in range(0, len(jobs), PAGE)]
     review = sheet["review"]
     review_pages = [review[i : i + PAGE] for i in range(0, len(review), PAGE)]
+    seen: dict[str, str] = {}  # strings scrubbed, shared by the pages (``scrub_data``)
+    thumbs: dict[str, Any] = {}
+    kept: dict[str, Any] = {}  # the review cards' thumbnails, shown again under the sheet
+
+    def shown(page: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        now = make_all(page, opener)
+        for job in page:
+            if job["output"]:
+                if now[job["id"]].data:
+                    made["pictures"] += 1
+                else:
+                    made["without_picture"].append(job["key"])
+            if job["status"] == "awaiting_review" and job["id"] in now:
+                kept[job["id"]] = now[job["id"]]
+        made["jobs"] += len(page)
+        thumbs.clear()
+        thumbs.update(kept)
+        thumbs.update(now)
+        if len(seen) > SEEN_STRINGS:
+            seen.clear()
+        return scrub_data(page, seen)
+
+    def pages() -> Any:
+        page: list[dict[str, Any]] = []
+        for job in jobs:
+            page.append(job)
+            if len(page) == PAGE:
+                yield shown(page)
+                page = []
+        if page:
+            yield shown(page)
+
     title = sheet["batch"] or ", ".join(sheet["batches"]) or "empty ledger"
     return (
         environment()
         .get_template("report.html")
-        .render(
+        .generate(
             sheet=sheet,
             title=title,
-            pages=pages,
+            pages=pages(),
             review_pages=review_pages,
             thumbs=thumbs,
             charts=charts(sheet["spend"]),
             notes=footer(sheet["spend"]["provider"]),
             counts_line=counts_line(sheet["counts"]),
             css=stylesheet(),
+            job_count=sheet["job_count"],
+            page_count=-(-sheet["job_count"] // PAGE),
         )
     )
 
@@ -100,8 +140,7 @@ def write_report(
     """Write the report to ``out``; what it holds, for the command's summary and --json."""
     from afc_cli import storage
     from afc_cli.web import require
-    from afc_cli.web.sheet import sheet as read_sheet
-    from afc_cli.web.thumbs import make_all
+    from afc_cli.web.sheet import streamed_sheet
 
     require()
     target = Path(out)
@@ -127,11 +166,21 @@ def write_report(
         raise UsageError(unwritable.format(exc.strerror or exc)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            data = read_sheet(ledger_path, batch=batch, since=since)
-            thumbs = make_all(data["jobs"], storage.open)
-            text = render(data, thumbs)
+            # written as it is read: a ledger of months holds 100,000s of jobs
+            data, jobs = streamed_sheet(ledger_path, batch=batch, since=since)
+            made: dict[str, Any] = {"jobs": 0, "pictures": 0, "without_picture": []}
+            opened: dict[str, Any] = {}  # a storage opened once, not once a page (an S3 client)
+
+            def opener(url: str) -> Any:
+                if url not in opened:
+                    opened[url] = storage.open(url)
+                return opened[url]
+
+            size = 0
             try:
-                handle.write(text)
+                for piece in pieces(data, jobs, opener, made):
+                    handle.write(piece)
+                    size += len(piece.encode("utf-8"))
                 handle.flush()
                 umask = os.umask(0)
                 os.umask(umask)
@@ -142,13 +191,12 @@ def write_report(
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    missing = [job["key"] for job in data["jobs"] if job["output"] and not thumbs[job["id"]].data]
     return {
         "file": str(target.resolve()),
-        "bytes": len(text.encode("utf-8")),
-        "jobs": len(data["jobs"]),
-        "pictures": sum(1 for t in thumbs.values() if t.data),
-        "without_picture": missing,
+        "bytes": size,
+        "jobs": made["jobs"],
+        "pictures": made["pictures"],
+        "without_picture": made["without_picture"],
         "failures": len(data["failures"]),
         "awaiting_review": len(data["review"]),
         "total": data["spend"]["provider"]["total"],

@@ -145,3 +145,50 @@ def sheet(ledger_path: str, *, batch: str | None, since: str | None) -> dict[str
         "review": [job for job in jobs if job["status"] == "awaiting_review"],
         "spend": spend(ledger_path, batch=batch, since=since),
     }
+
+
+def streamed_sheet(
+    ledger_path: str, *, batch: str | None, since: str | None
+) -> tuple[dict[str, Any], Any]:
+    """``sheet`` without its ``jobs``, and an iterator of them read from the ledger a chunk at
+    a time (the ledger closed once it is done): ``afc report --html`` of a ledger of months
+    held every card, its thumbnail and the whole text at once (100,000 jobs: 516 MiB). The
+    counts are the ledger's (``sheet_counts``), the failures and the jobs awaiting review
+    read on their own, in the same order."""
+    since_ts = parse_since(since)
+    book = Ledger(ledger_path, create=False)
+    try:
+        book.require_batch(batch)
+        batches = [row["name"] for row in book.batches()]
+        by_status = book.sheet_counts(batch=batch, since_ts=since_ts)
+        failures = cards(book, batch=batch, since_ts=since_ts, statuses=FAILED)
+        review = cards(book, batch=batch, since_ts=since_ts, statuses=("awaiting_review",))
+        now = book.lease_clock()
+        chunks = book.sheet_chunks(batch=batch, since_ts=since_ts)
+    except BaseException:
+        book.close()
+        raise
+
+    def jobs() -> Any:
+        try:
+            for rows in chunks:
+                for row in rows:
+                    yield _card(row, now)
+        finally:
+            book.close()
+
+    from afc_cli.ledger.postgres import display_url
+
+    data = {
+        "ledger": display_url(ledger_path),
+        "batch": batch,
+        "batches": [batch] if batch else batches,
+        "since": since,
+        "generated_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "job_count": sum(by_status.values()),
+        "counts": by_status,
+        "failures": failures,
+        "review": review,
+        "spend": spend(ledger_path, batch=batch, since=since),
+    }
+    return data, jobs()
