@@ -148,25 +148,21 @@ def _namespaces() -> bool:
     return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
 
 
-@pytest.mark.skipif(not _namespaces(), reason="needs unprivileged mount namespaces (Linux)")
-def test_an_output_the_full_spool_could_not_keep_is_fetched_again_from_its_url(afc, fake):
-    """The spool's disk full as the URL's output arrives (OutputNotKept's, a spool write's
-    failure): the run stops, and the next one fetches the URL, where it rendered again."""
-    data = manifest([{"key": "j0", "prompt": "dalle-url cdn-held"}], rates=PRICED)
-    data["defaults"]["chain"] = [{"provider": "openai", "model": MODELS["openai"]}]
-    afc.write_manifest(data)
-    submit = " ".join(shlex.quote(p) for p in afc.command("submit", "manifest.yaml"))
-    resume = " ".join(shlex.quote(p) for p in afc.command("resume", "--json"))
+def spool_filled_during_download(afc, fake, submit: list[str], then: list[str] = ()) -> str:
+    """``afc submit`` (``submit``: its arguments) in a mount namespace whose spool is a
+    64 KiB tmpfs, filled while the URL's output is refused (the paid answer came), then the
+    CDN let back: the run stops, exit 1, on the full disk. ``then``: shell lines run after it
+    in the same namespace (its spool still mounted). The first run's stderr."""
+    command = " ".join(shlex.quote(p) for p in afc.command(*submit))
     script = "\n".join(
         [
             "mkdir -p afc.db-spool && mount -t tmpfs -o size=64k tmpfs afc.db-spool || exit 9",
-            f"AFC_MIN_FREE_MB=0 {submit} > first.out 2> first.err &",
+            f"AFC_MIN_FREE_MB=0 {command} > first.out 2> first.err &",
             "while [ ! -e go ]; do sleep 0.02; done",
             "head -c 1000000 /dev/zero > afc.db-spool/filler 2>/dev/null",
             "touch filled",
             "wait $!; echo $? > first.rc",
-            "rm afc.db-spool/filler",
-            f"AFC_MIN_FREE_MB=0 {resume} > second.out 2> second.err; echo $? > second.rc",
+            *then,
         ]
     )
     proc = subprocess.Popen(
@@ -192,6 +188,26 @@ def test_an_output_the_full_spool_could_not_keep_is_fetched_again_from_its_url(a
     first_err = (afc.cwd / "first.err").read_text()
     assert (afc.cwd / "first.rc").read_text().strip() == "1", first_err
     assert "No space left on device" in first_err, first_err
+    return first_err
+
+
+@pytest.mark.skipif(not _namespaces(), reason="needs unprivileged mount namespaces (Linux)")
+def test_an_output_the_full_spool_could_not_keep_is_fetched_again_from_its_url(afc, fake):
+    """The spool's disk full as the URL's output arrives (OutputNotKept's, a spool write's
+    failure): the run stops, and the next one fetches the URL, where it rendered again."""
+    data = manifest([{"key": "j0", "prompt": "dalle-url cdn-held"}], rates=PRICED)
+    data["defaults"]["chain"] = [{"provider": "openai", "model": MODELS["openai"]}]
+    afc.write_manifest(data)
+    resume = " ".join(shlex.quote(p) for p in afc.command("resume", "--json"))
+    first_err = spool_filled_during_download(
+        afc,
+        fake,
+        ["submit", "manifest.yaml"],
+        then=[
+            "rm afc.db-spool/filler",
+            f"AFC_MIN_FREE_MB=0 {resume} > second.out 2> second.err; echo $? > second.rc",
+        ],
+    )
     assert "from the output URL" in first_err and "renders again" not in first_err, first_err
     second_err = (afc.cwd / "second.err").read_text()
     assert (afc.cwd / "second.rc").read_text().strip() == "0", second_err

@@ -7,17 +7,19 @@ compatible gateway of tests/fakeproviders.py, whose ``cdn-held`` outputs answer 
 from __future__ import annotations
 
 import re
-import shlex
-import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 
 import pytest
 from conftest import manifest
-from test_audit28c_answer_url import PRICED, left_url, start
+from test_audit28c_answer_url import (
+    PRICED,
+    _namespaces,
+    left_url,
+    spool_filled_during_download,
+    start,
+)
 from test_providers import MODELS
 
 from afc_cli.providers.http import FETCH_TRIES
@@ -209,54 +211,13 @@ def test_a_render_a_run_abandoned_at_its_url_is_not_counted_again_by_the_run_tha
     assert afc.rows("SELECT status, cost_micros FROM attempts") == [("succeeded", 40_000)]
 
 
-def _namespaces() -> bool:
-    if sys.platform != "linux" or not shutil.which("unshare"):
-        return False
-    return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
-
-
 @pytest.mark.skipif(not _namespaces(), reason="needs unprivileged mount namespaces (Linux)")
 def test_a_url_a_full_spool_could_not_keep_holds_its_output_key(afc, fake):
     """The third way a run leaves a paid render at its URL (README: a full spool disk): the
     run stops (exit 1) and its job went back to 'queued', its output key held by nothing, so
     another batch's job of the key paid for a render and stored it, and the left render was
     never fetched (its job failed OUTPUT_KEY_CONFLICT)."""
-    submit = " ".join(
-        shlex.quote(p) for p in afc.command("submit", _shared(afc, "b1", "dalle-url cdn-held"))
-    )
-    script = "\n".join(
-        [
-            "mkdir -p afc.db-spool && mount -t tmpfs -o size=64k tmpfs afc.db-spool || exit 9",
-            f"AFC_MIN_FREE_MB=0 {submit} > first.out 2> first.err &",
-            "while [ ! -e go ]; do sleep 0.02; done",
-            "head -c 1000000 /dev/zero > afc.db-spool/filler 2>/dev/null",
-            "touch filled",
-            "wait $!; echo $? > first.rc",
-        ]
-    )
-    proc = subprocess.Popen(
-        ["unshare", "-rm", "sh", "-c", script],
-        cwd=afc.cwd,
-        env=afc.env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.time() + 30
-        while fake.counts["download_refused"] < 1 and time.time() < deadline:
-            time.sleep(0.01)
-        (afc.cwd / "go").touch()
-        while not (afc.cwd / "filled").exists() and time.time() < deadline:
-            time.sleep(0.02)
-        fake.cdn_back.set()
-        assert proc.wait(timeout=120) == 0, proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    first_err = (afc.cwd / "first.err").read_text()
-    assert (afc.cwd / "first.rc").read_text().strip() == "1", first_err
-    assert "No space left on device" in first_err, first_err
+    spool_filled_during_download(afc, fake, ["submit", _shared(afc, "b1", "dalle-url cdn-held")])
     [(status, reason)] = afc.rows("SELECT status, waiting_reason FROM jobs")
     assert status == "waiting" and reason.startswith("provider still rendering"), (status, reason)
     other = afc("submit", _shared(afc, "b2", "dalle-url another picture"))
