@@ -2062,14 +2062,17 @@ def _url_lost_said(ctx: RunContext, job: dict[str, Any], what: str, why: str) ->
 def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:
     """A spool file landed but its checkpoint did not (a crash in between): use it.
 
-    The attempt that produced it is the job's last one; it becomes ``succeeded``. Its usage
-    was lost with the process; its cost, where the answer made it known, was recorded before
-    the spool file (``Ledger.hold_known_cost``, committed before ``spool`` writes), else it
-    stays unpriced (an answer of unknown cost, or a file a run of an earlier afc left), never
-    claiming more than is known.
+    The attempt that produced it (``_spool_producer``) becomes ``succeeded``. Its usage was
+    lost with the process; its cost, where the answer made it known, was recorded before the
+    spool file (``Ledger.hold_known_cost``, committed before ``spool`` writes) or in the
+    file's ``.about`` record (a run whose ledger broke), else it stays unpriced (an answer of
+    unknown cost, or a file a run of an earlier afc left), never claiming more than is known.
     """
     attempts = ctx.ledger.attempts(job["id"])
-    last = attempts[-1] if attempts else None
+    about = ctx.spool.record_of(job["id"], spooled) or {}
+    last = _spool_producer(attempts, about)
+    cost = about.get("cost_micros") if last is not None and last["cost_micros"] is None else None
+    cost = cost if isinstance(cost, int) and not isinstance(cost, bool) and cost >= 0 else None
     with ctx.ledger.tx():
         detail = {"adopted": True, "attempt": last["number"] if last else None}
         ctx.ledger.checkpoint(
@@ -2081,11 +2084,42 @@ def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> No
             output_size=spooled.size,
         )
         if last is not None and last["status"] in ("started", "unknown"):
+            known = last["cost_micros"] is not None or cost is not None
             ctx.ledger.adopt_attempt(
                 last["id"],
                 "adopted from the spool after the process ended; usage "
-                + ("unknown" if last["cost_micros"] is not None else "and cost unknown"),
+                + ("unknown" if known else "and cost unknown"),
+                cost_micros=cost,
+                cost_source=_about_source(about) if cost is not None else None,
             )
+
+
+def _about_source(about: dict[str, Any]) -> str:
+    """How an ``.about`` record's cost was known (as the attempt said), else derived."""
+    source = about.get("cost_source")
+    return source if source in ("derived", "reported", "local") else "derived"
+
+
+def _spool_producer(attempts: list[dict[str, Any]], about: dict[str, Any]) -> dict[str, Any] | None:
+    """Which of a job's attempts made its spool file: the one its ``.about`` record names (a
+    run left it there knowingly: its ledger broke, its store failed), else the last that may
+    have rendered (``started`` or ``unknown``): a later attempt that failed made no file. A
+    host frozen mid-call past its lease woke to its answer and spooled it as its ledger
+    connection was lost, while another process that took the job over had started an
+    attempt it never sent (it was stopping); the next run here adopted the file for that
+    later, failed attempt, and the job succeeded 'rendered' by no attempt, the paying one
+    left unknown (bench/chaos.py --postgres, seed 59). Else the last attempt, as before."""
+    live = [a for a in attempts if a["status"] in ("started", "unknown")]
+    named = [
+        a
+        for a in live
+        if a["number"] == about.get("attempt") and a["provider"] == about.get("provider")
+    ]
+    if named:
+        return named[0]
+    if live:
+        return live[-1]
+    return attempts[-1] if attempts else None
 
 
 def _adopt_left(

@@ -264,6 +264,18 @@ class Spool:
         one it describes (its size and SHA-256). None otherwise: a render of another request
         (the ledger was made anew to change the job), or one whose record is missing or
         torn, is never taken for this request's output."""
+        try:
+            found = self.find(job_id)
+        except OSError:
+            return None
+        record = self.record_of(job_id, found) if found is not None else None
+        if record is None or record.get("request_hash") != request_hash:
+            return None
+        return found, record
+
+    def record_of(self, job_id: str, found: SpoolFile) -> dict[str, Any] | None:
+        """The ``.about`` record (``describe``) of ``found``, this job's spool file: None
+        where it is missing or torn, or describes another file (its size and SHA-256)."""
         import json
 
         try:
@@ -273,19 +285,10 @@ class Spool:
         if (
             not isinstance(record, dict)
             or record.get("job_id") != job_id
-            or record.get("request_hash") != request_hash
+            or (found.size, found.sha256) != (record.get("size"), record.get("sha256"))
         ):
             return None
-        try:
-            found = self.find(job_id)
-        except OSError:
-            return None
-        if found is None or (found.size, found.sha256) != (
-            record.get("size"),
-            record.get("sha256"),
-        ):
-            return None
-        return found, record
+        return record
 
     def copy_in(self, job_id: str, source: Path) -> None:
         """Copy ``source``, this job's spool file in another spool folder of this host, into
