@@ -1572,6 +1572,10 @@ def outputs(
 
         def shown(rows: Any) -> Any:
             for row in rows:
+                if row["batch"] not in storages:
+                    # its first output came after the layout was chosen (a run writing): not
+                    # listed without the batch column it needs, as of that read
+                    continue
                 row[where] = row["path"] or row["url"]
                 if on_terminal and row["path"]:
                     # a person reads (and copies) the short form; a pipe and --json get it whole
