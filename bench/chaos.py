@@ -422,7 +422,7 @@ class Round:
             if job["status"] not in TERMINAL:
                 p.append(f"{key}: not terminal ({job['status']})")
             for a in rows:
-                if a["status"] == "started":
+                if a["status"] == "started" and not self.may_leave_started(job, a):
                     p.append(f"{key}: attempt {a['number']} left started")
             sent = [a for a in rows if a["cost_source"] != "unsent"]
             for provider in PROVIDERS:
@@ -542,6 +542,14 @@ class Round:
     def may_pay_again(self, job: dict, attempt: dict) -> bool:
         """Whether a job may pay again after ``attempt`` committed its output URL: where a
         person cancelled or retried it (the PostgreSQL rounds do)."""
+        return False
+
+    def may_leave_started(self, job: dict, attempt: dict) -> bool:
+        """Whether an attempt may end the round ``started``: one of a job cancelled while a
+        live process polled it, that process then cut from the ledger or killed before it
+        could record the end (the PostgreSQL rounds do both). No run takes an ended job over
+        to mark it; ``afc costs report`` counts it as of unknown outcome and unpriced
+        (``LEFT_STARTED_SQL`` in afc_cli/ledger/core.py), as ``check_reports`` does."""
         return False
 
     def may_bill_after_spool(self, job: dict) -> bool:
@@ -687,10 +695,19 @@ class Round:
         total = json.loads(report.stdout)["total"]
         if Decimal(total["priced"]) * 1_000_000 != priced:
             self.problems.append(f"costs report priced {total['priced']} vs attempts {priced}")
-        unknown = sum(a["status"] == "unknown" for a in rows)
+        # an attempt left started by an ended job counts as of unknown outcome and unpriced
+        left = {
+            id(a)
+            for key, rs in attempts.items()
+            for a in rs
+            if a["status"] == "started" and jobs[key]["status"] in TERMINAL
+        }
+        unknown = sum(a["status"] == "unknown" or id(a) in left for a in rows)
         if total["unknown_attempts"] != unknown:
             self.problems.append(f"report unknown {total['unknown_attempts']} vs {unknown}")
-        unpriced = sum(a["cost_micros"] is None and a["status"] != "started" for a in rows)
+        unpriced = sum(
+            a["cost_micros"] is None and (a["status"] != "started" or id(a) in left) for a in rows
+        )
         if total["unpriced_attempts"] != unpriced:
             self.problems.append(f"report unpriced {total['unpriced_attempts']} vs {unpriced}")
         failed = sum(a["cost_micros"] or 0 for a in rows if a["status"] in ("failed", "unknown"))
@@ -1030,6 +1047,9 @@ class PgRound(Round):
 
     def spool_dirs(self) -> list[str]:
         return []  # extra_checks: per host
+
+    def may_leave_started(self, job: dict, attempt: dict) -> bool:
+        return job["status"] in TERMINAL and self.owner_of(attempt) is not None
 
     def may_bill_after_spool(self, job: dict) -> bool:
         db = self.connect()
