@@ -1321,6 +1321,25 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         request_id=exc.request_id,
                     )
                     continue
+                if left_url[0] and getattr(exc, "job_ended", None) == "is cancelled":
+                    # 'afc cancel' (from any host) while the output was out of reach: the
+                    # render was made and paid for, and its cancel said 'afc retry' stores it
+                    # without paying again. Ended 'failed', its retry passed it over and paid
+                    # for a new render; left as a stopped run leaves it (``interrupt_attempt``:
+                    # its cost stays this run's), the retry's run fetches it from its URL
+                    # while the provider keeps it (``Ledger._requeue``, ``_resumable``)
+                    ctx.ledger.interrupt_attempt(
+                        job,
+                        number,
+                        f"{exc.message}; 'afc retry {job['key']}' fetches it from the output "
+                        "URL its paid answer named while the provider keeps it, paying nothing "
+                        "again",
+                        request_id=exc.request_id,
+                    )
+                    current = ctx.ledger.job(job["id"])
+                    if current is not None:
+                        job.update(status=current["status"])  # said 'ended cancelled'
+                    return False
                 if resume is not None and left_url[0]:
                     # the output a stopped run left at its URL is no longer served: a new
                     # render follows, paid again (``interrupted``: afc's stop lost it, so it

@@ -471,6 +471,8 @@ def _rounds_said(exc: ProviderError, rounds: int, stopped: bool, ended: str | No
     # ended by the run's stop, the output still kept by the provider: a URL committed with
     # the attempt is left to the next run (afc_cli/pipeline.py, ``_resumable``)
     exc.stopped_run = stopped and not ended
+    # ended by the job's end elsewhere (why: ``afc cancel``'s 'is cancelled', a takeover)
+    exc.job_ended = ended
 
 
 def _minutes(seconds: float) -> str:
