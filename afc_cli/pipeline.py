@@ -1321,21 +1321,33 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         request_id=exc.request_id,
                     )
                     continue
-                if left_url[0] and getattr(exc, "job_ended", None) == "is cancelled":
-                    # 'afc cancel' (from any host) while the output was out of reach: the
-                    # render was made and paid for, and its cancel said 'afc retry' stores it
-                    # without paying again. Ended 'failed', its retry passed it over and paid
-                    # for a new render; left as a stopped run leaves it (``interrupt_attempt``:
-                    # its cost stays this run's), the retry's run fetches it from its URL
-                    # while the provider keeps it (``Ledger._requeue``, ``_resumable``)
+                ended = getattr(exc, "job_ended", None)
+                if left_url[0] and ended:
+                    # the job ended or moved elsewhere while the output was out of reach:
+                    # 'afc cancel' (from any host), whose message says 'afc retry' stores the
+                    # render without paying again, or a cancel and a retry while this run
+                    # still fetched (past ops.STALE_CALL_S a retry takes the call to be over).
+                    # Ended 'failed', the retry passed it over and paid for a new render;
+                    # left as a stopped run leaves it (``interrupt_attempt``: its cost stays
+                    # this run's; only while this process owns it, not once another reopened
+                    # it), the run that goes on with the job fetches it from its URL while the
+                    # provider keeps it (``Ledger._requeue``, ``_resumable``)
+                    cancelled = ended == "is cancelled"
                     ctx.ledger.interrupt_attempt(
                         job,
                         number,
-                        f"{exc.message}; 'afc retry {job['key']}' fetches it from the output "
-                        "URL its paid answer named while the provider keeps it, paying nothing "
-                        "again",
+                        f"{exc.message}; "
+                        + (
+                            f"'afc retry {job['key']}' fetches it"
+                            if cancelled
+                            else "the run that goes on with the job fetches it"
+                        )
+                        + " from the output URL its paid answer named while the provider keeps "
+                        "it, paying nothing again",
                         request_id=exc.request_id,
                     )
+                    if not cancelled:
+                        raise JobLost(job["id"]) from None
                     current = ctx.ledger.job(job["id"])
                     if current is not None:
                         job.update(status=current["status"])  # said 'ended cancelled'
