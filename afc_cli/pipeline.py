@@ -900,7 +900,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             _adopt_left(ctx, job, *left)
             return True
     if spooled is not None:
-        _adopt_spool(ctx, job, spooled)
+        about = await ctx.offload(ctx.spool.record_of, job["id"], spooled)
+        _adopt_spool(ctx, job, spooled, about or {})
         return True
     if not job["attempts"] and not job.get("probed"):
         # Its probe was an earlier run's (it waited at this step: the budget, a held key), and
@@ -1332,7 +1333,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     # this run's; only while this process owns it, not once another reopened
                     # it), the run that goes on with the job fetches it from its URL while the
                     # provider keeps it (``Ledger._requeue``, ``_resumable``)
-                    cancelled = ended == "is cancelled"
+                    cancelled = ended == _ended_as("cancelled")
                     ctx.ledger.interrupt_attempt(
                         job,
                         number,
@@ -1365,8 +1366,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     _url_lost_said(
                         ctx,
                         job,
-                        f"the output URL its paid render (attempt {number}) was left at, by a "
-                        "run that ended before its download did,",
+                        _left_url_named(number),
                         f"is no longer served ({exc.message})",
                     )
                 elif resume is not None and getattr(exc, "output_gone", False):
@@ -1546,10 +1546,17 @@ def _ended_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
     if current is None:
         return "is gone from the ledger"
     if current["status"] in TERMINAL:
-        return f"is {current['status']}"
+        return _ended_as(current["status"])
     if current["lease_owner"] != ctx.ledger.owner:
         return "was taken over by another afc process"
     return None
+
+
+def _ended_as(status: str) -> str:
+    """How ``_ended_elsewhere`` names a job another process ended at ``status`` (a fetch's
+    'not fetched further: the job is cancelled'), which ``render`` matches to tell a cancel
+    from a takeover: one place builds the words both use."""
+    return f"is {status}"
 
 
 async def _stored_meanwhile(
@@ -2070,11 +2077,19 @@ def _left_url_lost(ctx: RunContext, job: dict[str, Any], rows: list[dict[str, An
     _url_lost_said(
         ctx,
         job,
-        f"the output URL its paid render (attempt {last['number']}) was left at, by a run "
-        "that ended before its download did,",
+        _left_url_named(last["number"]),
         f"was not fetched: it {older}",
     )
     return True
+
+
+def _left_url_named(number: int) -> str:
+    """The paid render a run that ended left at its output URL, as ``_url_lost_said`` names
+    it (attempt ``number``)."""
+    return (
+        f"the output URL its paid render (attempt {number}) was left at, by a run that ended "
+        "before its download did,"
+    )
 
 
 def _url_lost_said(ctx: RunContext, job: dict[str, Any], what: str, why: str) -> None:
@@ -2090,17 +2105,19 @@ def _url_lost_said(ctx: RunContext, job: dict[str, Any], what: str, why: str) ->
     )
 
 
-def _adopt_spool(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> None:
+def _adopt_spool(
+    ctx: RunContext, job: dict[str, Any], spooled: SpoolFile, about: dict[str, Any]
+) -> None:
     """A spool file landed but its checkpoint did not (a crash in between): use it.
 
     The attempt that produced it (``_spool_producer``) becomes ``succeeded``. Its usage was
     lost with the process; its cost, where the answer made it known, was recorded before the
     spool file (``Ledger.hold_known_cost``, committed before ``spool`` writes) or in the
-    file's ``.about`` record (a run whose ledger broke), else it stays unpriced (an answer of
-    unknown cost, or a file a run of an earlier afc left), never claiming more than is known.
+    file's ``.about`` record (``about``, which ``render`` reads off the event loop: a run whose
+    ledger broke), else it stays unpriced (an answer of unknown cost, or a file a run of an
+    earlier afc left), never claiming more than is known.
     """
     attempts = ctx.ledger.attempts(job["id"])
-    about = ctx.spool.record_of(job["id"], spooled) or {}
     last = _spool_producer(attempts, about)
     cost = about.get("cost_micros") if last is not None and last["cost_micros"] is None else None
     cost = cost if isinstance(cost, int) and not isinstance(cost, bool) and cost >= 0 else None
