@@ -401,8 +401,9 @@ def _print_run(
 
     # said on stderr with --json too (stdout holds the JSON alone): a script's stdout goes to
     # a file, and its stderr, the person's, said nothing of why the submit exited 3
+    places = result.admit.places if result.admit else {}
     for conflict in conflicts:
-        _err(conflict_message(conflict))
+        _err(conflict_message(conflict, places.get(conflict["key"])))
     for kept in result.admit.gates_kept if result.admit else ():
         _err(kept_message(kept))  # the manifest says a gate that this submit cannot apply
     if json_out:

@@ -94,8 +94,15 @@ def describe_changes(changes: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def conflict_message(conflict: dict[str, Any]) -> str:
-    """The IDEMPOTENCY_CONFLICT message: the key, what changed, both hashes, what to do."""
+def conflict_message(conflict: dict[str, Any], where: str | None = None) -> str:
+    """The IDEMPOTENCY_CONFLICT message: the key, what changed, both hashes, what to do.
+    ``where``: the line of a jobs_from list the job is on (``jobs.csv line 4``), said last,
+    as the loader names a line's problems by file and line."""
+    message = _conflict_message(conflict)
+    return f"{message} Key {conflict['key']!r} is {where}." if where else message
+
+
+def _conflict_message(conflict: dict[str, Any]) -> str:
     need = conflict.get("refused_need")
     if need is not None:  # refused with a job it needs (afc_cli/gates.py)
         return (

@@ -1007,6 +1007,7 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
                     resolve_deferred(model, providers, problems, seen, aggregate),
                 ),
             )
+            jobs.source = (jobs_file, len(model.jobs or []) + len(refused))
         except OSError as exc:  # the temporary file's (the list's own are a line's problem)
             import tempfile
 
@@ -1090,6 +1091,8 @@ class JobList:
         import tempfile
 
         self.inline = inline
+        # the list's file and its first job's index (``places``), set by ``load_manifest``
+        self.source: tuple[Any, int] | None = None
         self.file = tempfile.TemporaryFile()  # deleted when closed, or when afc exits
         self.count = len(inline)
         self.shared: _PlainJobs | None = None  # what the list's PlainJobs share (one list's)
@@ -1129,6 +1132,22 @@ class JobList:
 
     def __len__(self) -> int:
         return self.count
+
+    def places(self, keys: set[str]) -> dict[str, str]:
+        """Where each of the list's jobs with these keys stands (``jobs.csv line 4``), as
+        the loader names a line's problems: for a refusal at admission
+        (``refuse_shared_outputs``, a conflict), rare, so the file is read again rather than
+        a line kept for every job. A key of an inline job is not among them."""
+        if self.source is None or not keys:
+            return {}
+        jobs_file, start = self.source
+        places: dict[str, str] = {}
+        for _, where, spec in jobs_file.specs(start, []):
+            if spec.key in keys:
+                places[spec.key] = where
+                if len(places) == len(keys):
+                    break
+        return places
 
     def __iter__(self) -> Iterator[ResolvedJob]:
         import marshal

@@ -381,6 +381,9 @@ class AdmitResult:
     replayed: list[str] = field(default_factory=list)
     # each {"key", "stored_hash", "new_hash", "changes": [{"field", "old", "new"}]}
     conflicts: list[dict[str, Any]] = field(default_factory=list)
+    # where each conflicting job of a jobs_from list stands in it (key -> ``jobs.csv line
+    # 4``), for its message (``conflicts.conflict_message``): not part of --json's conflicts
+    places: dict[str, str] = field(default_factory=dict)
     # replayed jobs not yet rendered whose review or needs this admission changed, each
     # {"key", "review"?, "needs"?}; and the changes that could not take effect, each
     # {"key", "field", "admitted", "manifest", "status", "why"} (afc_cli/gates.py)
@@ -446,8 +449,11 @@ def refuse_shared_outputs(
         holder = outputs.get(key, job.key)
         if holder != job.key:
             problems.append(
-                f"job {job.key!r}: field 'output': output key {key!r} is job {holder!r}'s, "
-                f"admitted to batch {manifest.batch!r} before; each job needs its own"
+                (
+                    job,
+                    f"output key {key!r} is job {holder!r}'s, admitted to batch "
+                    f"{manifest.batch!r} before; each job needs its own",
+                )
             )
             continue
         parts = key.split("/")
@@ -456,9 +462,12 @@ def refuse_shared_outputs(
             holder = outputs.get(folder)
             if holder is not None:
                 problems.append(
-                    f"job {job.key!r}: field 'output': output key {key!r} lies inside job "
-                    f"{holder!r}'s output key {folder!r}, admitted to batch "
-                    f"{manifest.batch!r} before; one output key cannot be a folder of another"
+                    (
+                        job,
+                        f"output key {key!r} lies inside job {holder!r}'s output key "
+                        f"{folder!r}, admitted to batch {manifest.batch!r} before; one output "
+                        "key cannot be a folder of another",
+                    )
                 )
                 break
         else:
@@ -472,14 +481,35 @@ def refuse_shared_outputs(
             inner = folders.get(key)
             if inner:
                 problems.append(
-                    f"job {job.key!r}: field 'output': output key {key!r} is a folder of job "
-                    f"{outputs[inner]!r}'s output key {inner!r}, admitted to batch "
-                    f"{manifest.batch!r} before; one output key cannot be a folder of another"
+                    (
+                        job,
+                        f"output key {key!r} is a folder of job {outputs[inner]!r}'s output "
+                        f"key {inner!r}, admitted to batch {manifest.batch!r} before; one "
+                        "output key cannot be a folder of another",
+                    )
                 )
         if len(problems) >= MAX_PROBLEMS:
             break
     if problems:
-        raise ManifestError(str(manifest.path), problems[:MAX_PROBLEMS])
+        # a job of a jobs_from list is named by its file and line, as the loader names its
+        # other problems (the file, the job and the field); an inline job by its key
+        where = list_places(manifest, {job.key for job, _ in problems})
+        raise ManifestError(
+            str(manifest.path),
+            [
+                (f"{where[job.key]} (key {job.key!r})" if job.key in where else f"job {job.key!r}")
+                + f": field 'output': {why}"
+                for job, why in problems[:MAX_PROBLEMS]
+            ],
+        )
+
+
+def list_places(manifest: Any, keys: set[str]) -> dict[str, str]:
+    """Where the jobs of ``keys`` that come from the manifest's ``jobs_from`` list stand in
+    it (``jobs.csv line 4``), for a refusal or a conflict to name, as the loader names a
+    line's problems (``JobList.places``); none for a manifest without a list."""
+    places = getattr(manifest.jobs, "places", None)
+    return places(keys) if places is not None and keys else {}
 
 
 def backend(url: Any) -> type[Ledger]:
@@ -776,6 +806,8 @@ class Ledger:
                         "UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked
                     )
                 result.gates_kept.extend(gates.kept)
+        if result.conflicts:
+            result.places = list_places(manifest, {c["key"] for c in result.conflicts})
         return result
 
     def batch_needs(self, batch: str) -> dict[str, tuple[str, ...]]:
