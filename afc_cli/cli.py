@@ -205,10 +205,11 @@ def _boundary(
         if reads is not None:
             # a command that only reads (a PostgreSQL connection lost under 'afc status', a
             # lock held past its wait): nothing of the ledger changed, and 'afc resume', a
-            # run's fix, would start paying for jobs from a monitoring cron line
+            # run's fix, would start paying for jobs from a monitoring cron line. It could
+            # not read the ledger (it said 'cannot write to' it)
+            failed = getattr(written, "unread", written.failed)
             return (
-                f"{written.failed}: {written.fix}; this command changed nothing: run it "
-                f"again: {_again()}"
+                f"{failed}: {written.fix}; this command changed nothing: run it again: {_again()}"
             )
         if not runs and again:
             return f"{written.failed}: {written.fix}, then run this again ({why}): {again}"

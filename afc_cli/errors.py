@@ -191,6 +191,8 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
     # what a change written in one transaction outside a run (a review decision:
     # review.NotDecided) says instead of the run's words: what failed, and its fix
     error.failed, error.fix = f"cannot write to {where}: {why}", fix
+    # what a command that only reads says (cli's ``reads``): the same cause, read, not written
+    error.unread = f"cannot read {where}: {why}"
     return error
 
 
