@@ -23,6 +23,18 @@ def _loads(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
+def left_started(status: str, cost_micros: int | None) -> str:
+    """What ``afc show`` says of an attempt still ``started`` on a job that has ended
+    (``LEFT_STARTED_SQL``: cancelled while its call was in flight, the run that made it cut
+    off or gone before it recorded the answer); its cost is the one its answer carried, if
+    that was held (``Ledger.hold_known_cost``)."""
+    unpriced = " and unpriced (the provider may have charged for it)" if cost_micros is None else ""
+    return (
+        f"left started: its job ended ({status}) before afc recorded this call's end; of "
+        f"unknown outcome{unpriced}, as afc costs report counts it"
+    )
+
+
 def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
     ledger = Ledger(ledger_path, create=False)
     try:
@@ -47,15 +59,20 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
         job = matches[0]
         batch_row = ledger.batch(job["batch"])
         rows = ledger.attempts(job["id"])
+        ended = job["status"] in TERMINAL
         attempts = [
             {
                 "number": a["number"],
                 "provider": a["provider"],
                 "model": a["model"],
-                "status": a["status"],
+                # one left started by a job that has ended (LEFT_STARTED_SQL) is of unknown
+                # outcome, as afc costs report counts it: not a call in flight
+                "status": "unknown" if ended and a["status"] == "started" else a["status"],
                 "error_class": a["error_class"],
                 "http_status": a["http_status"],
-                "error": a["error_message"],
+                "error": left_started(job["status"], a["cost_micros"])
+                if ended and a["status"] == "started"
+                else a["error_message"],
                 "provider_request_id": a["provider_request_id"],
                 "waited_s": a["wait_s"],
                 "started_at": _iso(a["started_at"]),
@@ -72,7 +89,6 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
         # cost yet; one left started by a job that ended, or by a run that is gone, is
         # possibly paid, unpriced
         unknown = [a["status"] for a in rows if a["cost_micros"] is None]
-        ended = job["status"] in TERMINAL
         [counted] = ledger.gone_calls(
             [
                 {
