@@ -301,6 +301,9 @@ class RunContext:
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
+    # jobs this run held whose lease another process took over and which that process ended
+    # (this one stalled past its lease): said, but not counted as this run's (``finished``)
+    ended_elsewhere: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.dirs = DirSync(self.offload)
@@ -714,6 +717,16 @@ async def _run_job(
         # its lease expired while this process was stalled, and another took the job over
         ctx.report(job, "ended", "here: taken over by another afc process, which goes on with it")
         _shared_host_id(ctx, job.get("lease_owner"))
+    elif job.get("lost") and ctx.ledger.taken_from_here(job_id):
+        # and that process has ended it: its end is not this run's, and the workers'
+        # summaries counted the job twice (this run's 'ended succeeded' and that one's). A
+        # job a person cancelled while this run held it is this run's to count, as before
+        ctx.ended_elsewhere.add(job_id)
+        ctx.report(
+            job,
+            "ended",
+            f"here: taken over by another afc process, which ended it ({job['status']})",
+        )
     else:
         ctx.report(job, "ended", job["status"])
     return job["status"]
@@ -979,7 +992,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             )
             if isinstance(decision, GiveUp):
                 cause = decision.cause
-                ctx.ledger.finish(
+                ended = ctx.ledger.finish(
                     job,
                     "failed",
                     step="render",
@@ -990,6 +1003,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     error_http_status=cause.http_status,
                     error_message=f"{describe_cause(cause)} ({decision.reason})",
                 )
+                if not ended:  # another process ended it first (this one lost its lease)
+                    raise JobLost(job["id"])
                 return False
             chain_index, entry, wait = decision.chain_index, chain[decision.chain_index], None
             if decision.delay > 0:

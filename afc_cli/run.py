@@ -1160,7 +1160,9 @@ def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
             del ctx.tasks[job_id]
             ctx.blocked.discard(job_id)
             ctx.output_of.pop(job_id, None)
-        if not done.cancelled() and done.exception() is None and done.result() in TERMINAL:
+        if job_id in ctx.ended_elsewhere:  # ended by the process that took it over
+            ctx.ended_elsewhere.discard(job_id)
+        elif not done.cancelled() and done.exception() is None and done.result() in TERMINAL:
             ctx.finished += 1
             ctx.ended_badly += done.result() != "succeeded"
 

@@ -1085,6 +1085,21 @@ class Ledger:
 
     # --- reading ----------------------------------------------------------------------------
 
+    def taken_from_here(self, job_id: str) -> bool:
+        """Whether another process took this job's lease over from this one (its ``takeover``
+        event names this process as the previous owner): a run that stalled past its lease
+        and finds the job ended did not end it (``pipeline._run_job``). Read only; the job's
+        few events, by the (job_id, id) index."""
+        for (detail,) in self.db.execute(
+            "SELECT detail_json FROM events WHERE job_id = ? AND kind = 'takeover'", (job_id,)
+        ):
+            try:
+                if json.loads(detail or "{}").get("previous_owner") == self.owner:
+                    return True
+            except (ValueError, AttributeError):
+                continue
+        return False
+
     def job(self, job_id: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM jobs WHERE id = ?", (job_id,))
 
