@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from afc_cli import storage as storage_mod
+from afc_cli.attempts import Try, counted, next_try
 from afc_cli.conflicts import UNFINISHED, changes_since, describe_changes
 from afc_cli.costs import format_usd
 from afc_cli.errors import StorageError, UsageError
@@ -97,7 +98,9 @@ def plan(
     )
     from afc_cli.ledger import read_admitted
 
-    bound, endpoint, admitted, stored_needs, moved = read_admitted(ledger_path, manifest.batch)
+    bound, endpoint, admitted, stored_needs, moved, history = read_admitted(
+        ledger_path, manifest.batch
+    )
     # a new job given the output key of a job admitted to the batch before: the submit
     # refuses the manifest (exit 2, Ledger.admit), and so does its plan
     from afc_cli.ledger.core import refuse_shared_outputs
@@ -223,32 +226,56 @@ def plan(
 
     prices: dict[str, int] = {}  # the estimate of each job to render
 
-    def priced(chain: list[dict[str, Any]], params: dict[str, Any]) -> int:
-        """One attempt of the chain's first model, added to the estimate: every image the
+    def next_model(key: str, chain: list[dict[str, Any]], left: bool = False) -> int | None:
+        """The chain entry an admitted job's next attempt uses, as the run decides it from
+        the job's attempts (``attempts.next_try``): a job a budget stopped as its chain fell
+        back to a dearer model calls that model, not its first. ``left``: the entry of the
+        request a stopped run left at the provider, which the run polls. None: the chain is
+        over (the run fails the job, calling nothing)."""
+        rows = history.get(key)
+        if not rows:
+            return 0
+        if left:
+            return rows[-1]["chain_index"]
+        decision = next_try(chain, counted(rows))
+        return decision.chain_index if isinstance(decision, Try) else None
+
+    def priced(chain: list[dict[str, Any]], params: dict[str, Any], at: int | None = 0) -> int:
+        """One attempt of the chain's model ``at`` (its first, or where the job's attempts
+        have taken it: ``next_model``; None: none), added to the estimate: every image the
         request asks for is billed (n, num_outputs, num_images). A fallback may run too:
         every model of the chain without an estimate is named unpriced."""
         nonlocal estimate
-        entry = chain[0]
-        images = images_requested(entry["provider"], params)
-        price = rates.estimate(entry["provider"], entry["model"], images) or 0
-        estimate += price
         unpriced.update(
             f"{e['provider']}/{e['model']}"
             for e in chain
             if rates.estimate(e["provider"], e["model"]) is None
         )
+        if at is None:
+            return 0
+        entry = chain[at]
+        images = images_requested(entry["provider"], params)
+        price = rates.estimate(entry["provider"], entry["model"], images) or 0
+        estimate += price
         return price
 
     def to_run(job: Any, known: tuple | None) -> dict[str, Any]:
         nonlocal estimate
-        entry = job.chain[0]
+        ended = known is not None and known[1] in PAST_RENDERING
+        kept = resumed(job.job_id, known) if known is not None and not ended else None
+        at = (
+            next_model(job.key, job.chain, left=kept in (POLLED, FETCHED))
+            if known and not ended
+            else 0
+        )
+        entry = job.chain[at or 0]
         model = f"{entry['provider']}/{entry['model']}"
         detail: dict[str, Any] = {}
-        if known is not None and known[1] in PAST_RENDERING:
+        if ended:
             # ended, or stored and waiting for a person: a submit renders none of them
             action = f"replay ({known[1]})"
             counts["replayed"] += 1
-        elif known is not None and (kept := resumed(job.job_id, known)) is not None:
+        elif kept is not None:
             action = kept
             counts["replayed"] += 1
             counts["resumed"] += 1
@@ -256,7 +283,7 @@ def plan(
                 # not paid again, but the run that polls it (or fetches it, when a killed
                 # run left it) counts its cost in its spend and budget (Ledger.reopen_attempt,
                 # README "Budget")
-                prices[job.key] = priced(job.chain, job.params)
+                prices[job.key] = priced(job.chain, job.params, at)
         else:
             counts["replayed" if known else "new"] += 1
             # an admitted job's object carries the hash it was admitted with
@@ -271,7 +298,7 @@ def plan(
             if info is None:
                 action = "render"
                 counts["to_render"] += 1
-                prices[job.key] = priced(job.chain, job.params)
+                prices[job.key] = priced(job.chain, job.params, at)
             elif foreign:
                 action = "conflict (output key taken)"
                 counts["conflicting"] += 1
@@ -283,7 +310,7 @@ def plan(
             else:
                 action = "render"
                 counts["to_render"] += 1
-                prices[job.key] = priced(job.chain, job.params)
+                prices[job.key] = priced(job.chain, job.params, at)
         return {"key": job.key, "action": action, "model": model, **detail}
 
     # Decided as Ledger.admit decides (afc_cli/gates.py): which new jobs a conflict refuses
@@ -416,10 +443,11 @@ def plan(
             counts["to_render"] -= 1
             estimate -= prices.get(shown["key"], 0)
     for key, body in unlisted.items():
-        entry = body["chain"][0]
         kept = resumed(job_id_for(manifest.batch, key), admitted[key])
+        at = next_model(key, body["chain"], left=kept in (POLLED, FETCHED))
+        entry = body["chain"][at or 0]
         if kept in (None, POLLED, FETCHED):  # a polled request's cost: as above
-            priced(body["chain"], body.get("params") or {})
+            priced(body["chain"], body.get("params") or {}, at)
         if kept is None:
             counts["to_render"] += 1
         else:

@@ -3906,11 +3906,12 @@ def other_endpoint(
 
 def read_admitted(
     ledger_path: str, batch: str
-) -> tuple[str | None, str | None, dict, dict, str | None]:
+) -> tuple[str | None, str | None, dict, dict, str | None, dict]:
     """A batch's storage and the S3 endpoint it was admitted through (None: unknown), its
     jobs (key: request hash, status, body, review, attempts, lease owner and expiry (on this
-    host's clock: a PostgreSQL server's expiry is re-based on it), waiting reason, output key), their needs (key: need keys) and where
-    ``afc ledger copy`` moved the ledger's work (None: nowhere) as ``afc plan`` needs them,
+    host's clock: a PostgreSQL server's expiry is re-based on it), waiting reason, output key), their needs (key: need keys),
+    where ``afc ledger copy`` moved the ledger's work (None: nowhere) and the attempts of its
+    unfinished jobs (``admitted_history``) as ``afc plan`` needs them,
     read without writing anything (no migrations, no lock)."""
     return backend(ledger_path).read_admitted(ledger_path, batch)
 
@@ -3956,6 +3957,27 @@ def moved_to(conn: Any) -> str | None:
     """``Ledger.moved_to``'s destination on a bare connection (``read_admitted``)."""
     row = conn.execute(LAST_MOVE_SQL).fetchone()
     return row[0] if row else None
+
+
+def admitted_history(conn: Any, batch: str, mark: str) -> dict[str, list[dict[str, Any]]]:
+    """The attempts since its last ``afc retry`` of each unfinished job of ``batch`` that has
+    made any, oldest first, by key, on a bare connection (``read_admitted``): what the run
+    decides a job's next model by (``attempts.next_try``), which ``afc plan`` prices. A job
+    a budget stopped as its chain fell back to a dearer model was priced by its first."""
+    history: dict[str, list[dict[str, Any]]] = {}
+    cursor = conn.execute(
+        "SELECT j.key, a.number, a.chain_index, a.status, a.error_class, a.provider, a.model,"
+        " a.http_status, a.error_message, a.retry_after_s FROM attempts a"
+        f" JOIN jobs j ON j.id = a.job_id WHERE j.batch = {mark} AND j.attempts > 0"
+        f" AND a.number > j.attempt_base AND j.status NOT IN {TERMINAL_SQL}"
+        " ORDER BY a.job_id, a.number",
+        (batch,),
+    )
+    names = [d[0] for d in cursor.description]
+    for row in cursor:
+        found = dict(zip(names, row, strict=True))
+        history.setdefault(found.pop("key"), []).append(found)
+    return history
 
 
 def admitted_needs(conn: Any, batch: str, mark: str) -> dict[str, tuple[str, ...]]:

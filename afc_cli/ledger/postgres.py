@@ -75,7 +75,13 @@ from afc_cli.errors import (
     ledger_write_error,
 )
 from afc_cli.ledger import core
-from afc_cli.ledger.core import Ledger, admitted_needs, admitted_storage, moved_to
+from afc_cli.ledger.core import (
+    Ledger,
+    admitted_history,
+    admitted_needs,
+    admitted_storage,
+    moved_to,
+)
 from afc_cli.owner import awake_clock, current_owner
 
 MIGRATIONS_TABLE = "afc_migrations"
@@ -1213,7 +1219,7 @@ class PostgresLedger(Ledger):
     @staticmethod
     def read_admitted(
         url: str, batch: str
-    ) -> tuple[str | None, str | None, dict, dict, str | None]:
+    ) -> tuple[str | None, str | None, dict, dict, str | None, dict]:
         with _read_only(url) as conn:
             done: set[str] = set()
             if conn.execute("SELECT to_regclass(%s)", (MIGRATIONS_TABLE,)).fetchone()[0]:
@@ -1227,7 +1233,7 @@ class PostgresLedger(Ledger):
                 refuse_foreign(conn, display_url(str(url)))  # one not in UTF8
                 refuse_encoding(conn, display_url(str(url)))
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
-                return None, None, {}, {}, None
+                return None, None, {}, {}, None, {}
             # a newer afc's ledger is refused, as the submit refuses it (and SQLite's plan)
             _refuse_newer(display_url(str(url)), done)
             storage, endpoint = admitted_storage(conn, batch, "%s")
@@ -1252,4 +1258,10 @@ class PostgresLedger(Ledger):
             # a ledger before m010 (read-only: not migrated) was never moved
             moves = conn.execute("SELECT to_regclass('ledger_moves')").fetchone()[0] is not None
             moved = moved_to(conn) if moves else None
-            return storage, endpoint, jobs, needs, moved
+            # a ledger before m006 (read-only: not migrated) has no retries to count from
+            based = conn.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+                " AND table_name = 'jobs' AND column_name = 'attempt_base'"
+            ).fetchone()
+            history = admitted_history(conn, batch, "%s") if based else {}
+            return storage, endpoint, jobs, needs, moved, history

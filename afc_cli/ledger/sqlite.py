@@ -26,7 +26,13 @@ from typing import Any
 
 from afc_cli import ledger_file
 from afc_cli.errors import LedgerError, ledger_write_error
-from afc_cli.ledger.core import Ledger, admitted_needs, admitted_storage, moved_to
+from afc_cli.ledger.core import (
+    Ledger,
+    admitted_history,
+    admitted_needs,
+    admitted_storage,
+    moved_to,
+)
 from afc_cli.owner import current_owner
 
 ADMIT_CACHE_KIB = -128 * 1024  # the page cache during an admission (negative: KiB)
@@ -442,13 +448,13 @@ class SqliteLedger(Ledger):
     @staticmethod
     def read_admitted(
         ledger_path: str, batch: str
-    ) -> tuple[str | None, str | None, dict, dict, str | None]:
+    ) -> tuple[str | None, str | None, dict, dict, str | None, dict]:
         """``core.read_admitted`` on SQLite, read without writing anything: the file is opened
         read-only (no migrations, no lock); no ledger, or a file afc has not written yet,
         means nothing is admitted."""
         path = ledger_file.ledger_path(ledger_path)
         if not path.exists():
-            return None, None, {}, {}, None
+            return None, None, {}, {}, None, {}
         try:
             conn = _read_only(path)
         except sqlite3.DatabaseError as exc:
@@ -456,7 +462,7 @@ class SqliteLedger(Ledger):
         try:
             try:
                 if ledger_file.identity(conn, path) == "new":
-                    return None, None, {}, {}, None
+                    return None, None, {}, {}, None, {}
             except sqlite3.DatabaseError as exc:
                 raise ledger_file.damaged(path, exc) from None
             storage, endpoint = admitted_storage(conn, batch, "?")
@@ -480,12 +486,17 @@ class SqliteLedger(Ledger):
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_moves'"
             ).fetchone()
             moved = moved_to(conn) if moves else None
-            return storage, endpoint, jobs, needs, moved
+            # a ledger before m006 (read-only: not migrated) has no retries to count from
+            based = conn.execute(
+                "SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'attempt_base'"
+            ).fetchone()
+            history = admitted_history(conn, batch, "?") if based else {}
+            return storage, endpoint, jobs, needs, moved, history
         except sqlite3.DatabaseError as exc:
             if "malformed" in str(exc):
                 # a damaged page: the plan said every job was new (and priced its render)
                 # while the submit it plans is refused, exit 2; so is the plan now
                 raise ledger_file.damaged(path, exc) from None
-            return None, None, {}, {}, None
+            return None, None, {}, {}, None, {}
         finally:
             conn.close()

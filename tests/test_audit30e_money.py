@@ -1,0 +1,77 @@
+"""Outside audit 30e (money: rate cards, pricing and budgets), through the real ``afc``
+command: what afc says a run will cost, and what it records, against what the run then
+does."""
+
+from __future__ import annotations
+
+from conftest import manifest
+
+
+def _fallback_job() -> dict:
+    """One job whose first model's one attempt fails (an injected server error, free) and
+    whose chain then falls back to a model four times dearer."""
+    data = manifest([{"key": "a", "prompt": "p", "params": {"fail": ["server"]}}])
+    data["defaults"]["chain"] = [
+        {"provider": "local", "model": "cheap", "attempts": 1, "fallback_on": ["exhausted"]},
+        {"provider": "local", "model": "dear", "attempts": 2},
+    ]
+    data["rates"] = [
+        {"provider": "local", "model": "cheap", "per_image": "0.01"},
+        {"provider": "local", "model": "dear", "per_image": "0.04"},
+    ]
+    return data
+
+
+def test_a_plan_prices_a_job_stopped_at_its_fallback_by_the_model_it_will_call(afc):
+    """A budget stopped a job as its chain fell back to a dearer model (its next attempt
+    estimated at 0.04 against a cap of 0.03). ``afc plan`` of the same manifest then priced
+    the job by its chain's first model: "estimated spend 0.010000 USD ... the estimate
+    fits" the cap of 0.03, and the submit it planned stopped again at once (exit 4), calling
+    nothing. The plan now prices, and names, the model the run's next attempt uses, as the
+    run decides it (``attempts.next_try`` over the job's attempts)."""
+    afc.write_manifest(_fallback_job())
+    first = afc("submit", "manifest.yaml", "--max-spend", "0.03")
+    assert first.returncode == 4, first.stderr
+    assert "the next attempt is estimated at 0.040000" in first.stderr
+
+    plan = afc.json("plan", "manifest.yaml", "--max-spend", "0.03")
+    assert plan["jobs"] == [{"key": "a", "action": "render", "model": "local/dear"}]
+    assert plan["estimated_spend"] == "0.040000"
+    assert plan["fits_budget"] is False
+    again = afc("submit", "manifest.yaml", "--max-spend", "0.03")
+    assert again.returncode == 4, again.stderr  # as the plan now says
+
+    plan = afc.json("plan", "manifest.yaml", "--max-spend", "0.04")
+    assert plan["estimated_spend"] == "0.040000" and plan["fits_budget"] is True
+    done = afc("submit", "manifest.yaml", "--max-spend", "0.04")
+    assert done.returncode == 0, done.stderr
+    assert afc.rows("SELECT model, cost_micros FROM attempts ORDER BY number") == [
+        ("cheap", 0),
+        ("dear", 40_000),
+    ]
+
+
+def test_a_plan_prices_an_unlisted_job_stopped_at_its_fallback_by_that_model(afc):
+    """The same for a job an earlier manifest admitted and this one leaves out, which the
+    submit runs too."""
+    data = _fallback_job()
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--max-spend", "0.03").returncode == 4
+    data["jobs"] = [{"key": "b", "prompt": "q"}]
+    afc.write_manifest(data)
+    plan = afc.json("plan", "manifest.yaml")
+    # b: one render of the first model (0.01); a: its fallback's (0.04)
+    assert plan["estimated_spend"] == "0.050000", plan
+    assert {"key": "a", "action": "render (not in this manifest)", "model": "local/dear"} in plan[
+        "jobs"
+    ]
+
+
+def test_a_plan_on_postgresql_prices_a_job_stopped_at_its_fallback_by_that_model(afc, pg_url):
+    """The same plan of a PostgreSQL ledger (its own read of the admitted jobs)."""
+    afc.write_manifest(_fallback_job())
+    first = afc("submit", "manifest.yaml", "--max-spend", "0.03", "--ledger", pg_url)
+    assert first.returncode == 4, first.stderr
+    plan = afc.json("plan", "manifest.yaml", "--max-spend", "0.03", "--ledger", pg_url)
+    assert plan["jobs"] == [{"key": "a", "action": "render", "model": "local/dear"}]
+    assert plan["estimated_spend"] == "0.040000" and plan["fits_budget"] is False
