@@ -1150,6 +1150,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 url: str,
                 cost: int | None,
                 request_id: str | None = None,
+                *,
+                usage: dict[str, Any] | None = None,
                 number: int = number,
                 entry=entry,
                 left=left_url,
@@ -1157,7 +1159,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 if await _during_fetch(
                     ctx,
                     lambda: ctx.ledger.record_answer_url(
-                        job, number, entry["provider"], url, cost, "derived", request_id
+                        job, number, entry["provider"], url, cost, "derived", request_id, usage
                     ),
                 ):
                     left[0] = url
@@ -1198,6 +1200,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     resume["cost_micros"],
                     resume["cost_source"],
                     age=ctx.ledger.clock() - resume["started_at"],
+                    usage=json.loads(resume.get("usage_json") or "null"),
                 )
             else:
                 call = provider.render(attempt_request)

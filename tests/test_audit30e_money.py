@@ -75,3 +75,29 @@ def test_a_plan_on_postgresql_prices_a_job_stopped_at_its_fallback_by_that_model
     plan = afc.json("plan", "manifest.yaml", "--max-spend", "0.03", "--ledger", pg_url)
     assert plan["jobs"] == [{"key": "a", "action": "render", "model": "local/dear"}]
     assert plan["estimated_spend"] == "0.040000" and plan["fits_budget"] is False
+
+
+def test_a_paid_render_fetched_from_the_url_a_killed_run_left_keeps_its_usage(afc, fake):
+    """An OpenAI-compatible answer names its output's URL; the run is killed during the
+    download, and the next run fetches the URL for free (``HttpProvider.fetch_left``). The
+    attempt ended succeeded at its cost with its usage ``{}``: what the answer reported (the
+    images it made, a gateway's tokens, from which the cost is derived) was on the attempt
+    nowhere, so the figure could not be checked against the provider's own usage. The usage
+    is now committed with the URL and the cost (``Ledger.record_answer_url``) and kept when
+    the next run fetches it."""
+    import signal
+
+    from test_audit28c_answer_url import start
+
+    proc = start(afc, fake)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    [(status, cost, usage)] = afc.rows("SELECT status, cost_micros, usage_json FROM attempts")
+    assert (status, cost) == ("started", 40_000)
+    assert usage is not None and '"images":1' in usage, usage
+    fake.cdn_back.set()
+    assert afc.json("resume")["exit_code"] == 0
+    assert fake.counts["openai_billed"] == 1
+    assert afc.rows("SELECT status, cost_micros, usage_json FROM attempts") == [
+        ("succeeded", 40_000, '{"images":1}')
+    ]

@@ -3629,9 +3629,12 @@ class Ledger:
         cost_micros: int | None,
         cost_source: str | None,
         request_id: str | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> None:
         """The output URL a synchronous provider's paid answer named (an OpenAI-compatible
-        gateway's: valid about an hour), with the render's known cost and the answer's id
+        gateway's: valid about an hour), with the render's known cost, its usage (what the
+        cost was derived from: the run that fetches the URL ends the attempt with it) and the
+        answer's id
         (``request_id``: OpenAI's ``x-request-id``, kept as ``request_id_kept`` keeps any),
         committed (synced) by the caller before the download begins: a run stopped or killed
         before the download ends leaves the attempt to the next run, which fetches that URL
@@ -3641,9 +3644,17 @@ class Ledger:
         with self.tx(sync_on_commit=True):
             self.db.execute(
                 "UPDATE attempts SET answer_url = ?,"
-                " provider_request_id = COALESCE(provider_request_id, ?)"
+                " provider_request_id = COALESCE(provider_request_id, ?),"
+                " usage_json = COALESCE(?, usage_json)"
                 " WHERE job_id = ? AND provider = ? AND number = ? AND status = 'started'",
-                (url, request_id_kept(request_id), job["id"], provider, number),
+                (
+                    url,
+                    request_id_kept(request_id),
+                    _dumps(scrub_data(usage_kept(usage))) if usage else None,
+                    job["id"],
+                    provider,
+                    number,
+                ),
             )
             if cost_micros is not None:
                 self.hold_known_cost(job, number, provider, cost_micros, cost_source)

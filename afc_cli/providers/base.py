@@ -91,12 +91,13 @@ class AttemptRequest:
     # written on the attempt at once (afc_cli/pipeline.py), not held in memory until the
     # fetch ends, so a process killed meanwhile leaves the attempt at the cost it was paid
     on_priced: Callable[[int, str], Awaitable[None]] | None = None
-    # The output URL a synchronous provider's paid answer named, and the render's known cost
-    # (None: unknown), awaited before its download begins: committed on the attempt
-    # (afc_cli/pipeline.py), so a run stopped or killed during the download leaves the next
-    # run that URL to fetch for free (``HttpProvider.fetch_left``) rather than a new render to
-    # pay for. A job-style provider's request id serves so already: not asked of those
-    on_answer_url: Callable[[str, int | None, str | None], Awaitable[None]] | None = None
+    # The output URL a synchronous provider's paid answer named, the render's known cost
+    # (None: unknown), the answer's id and its usage (keyword ``usage``), awaited before its
+    # download begins: committed on the attempt (afc_cli/pipeline.py), so a run stopped or
+    # killed during the download leaves the next run that URL to fetch for free
+    # (``HttpProvider.fetch_left``) rather than a new render to pay for. A job-style
+    # provider's request id serves so already: not asked of those
+    on_answer_url: Callable[..., Awaitable[None]] | None = None
     # where an output download too large to hold in memory is spilled (``Spilled``): the
     # spool's folder, so the spool step's copy stays on one disk; None: the system's temp
     scratch: str | None = None

@@ -201,7 +201,7 @@ class HttpProvider(Provider):
         if answered:
             # the URL with the known cost and the answer's id (OpenAI's x-request-id: what
             # its support asks for about a bill), which a killed run's row keeps too
-            await request.on_answer_url(url, cost, request_id)
+            await request.on_answer_url(url, cost, request_id, usage=usage)
         public_only = await self._output_rule()
         priced = None
         if cost is not None and request.on_priced is not None and not answered:
@@ -235,6 +235,7 @@ class HttpProvider(Provider):
         cost: int | None,
         source: str | None,
         age: float = 0.0,
+        usage: dict[str, Any] | None = None,
     ) -> AttemptResult:
         """The output of a paid render a stopped or killed run left at ``url`` (its answer's,
         committed with its known ``cost`` before the download began: ``on_answer_url``),
@@ -243,15 +244,17 @@ class HttpProvider(Provider):
         seconds ago (a URL left 50 minutes ago behind a failing CDN is tried for five more
         minutes, not for another 55). A URL the provider answers 403, 404 or 410 for (it let
         the output go) fails the attempt at its cost, as for any output; the caller says so,
-        and a new render follows."""
+        and a new render follows. ``usage``: the answer's, committed with the URL (the
+        attempt's end keeps it, where it was written ``{}``)."""
+        usage = usage or {}
         data = await self.fetch_output(
-            request, self.clock(), url, {}, cost, kept_s=max(self.keeps_outputs_s - age, 0.0)
+            request, self.clock(), url, usage, cost, kept_s=max(self.keeps_outputs_s - age, 0.0)
         )
         ext = request.params.get("output_format") or output_ext(url)
         return AttemptResult(
             data=data,
             ext=str(ext),
-            usage={},
+            usage=usage,
             cost_micros=cost,
             cost_source=source if cost is not None else None,
         )
