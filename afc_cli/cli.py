@@ -820,10 +820,16 @@ def worker(
                 + ("; stopped by the budget" if result.budget_hit else "")
                 + (
                     # a cron line's worker that started nothing reads the spend of the nights
-                    # before it: say the budget is never reset, and how to start another
-                    " spent before this worker started (a budget counts every attempt of its "
-                    "workers since its first and is never reset: a new --budget NAME starts "
-                    "another, say one a night: --budget nightly-$(date +%F))"
+                    # before it: say the budget is never reset, and how to start another; not
+                    # when the budget's other workers spent it while this one ran (a new name
+                    # then let them spend the cap again)
+                    (
+                        " its other workers spent while this one ran"
+                        if result.budget_at_end > result.budget_at_start
+                        else " spent before this worker started (a budget counts every attempt "
+                        "of its workers since its first and is never reset: a new --budget NAME "
+                        "starts another, say one a night: --budget nightly-$(date +%F))"
+                    )
                     if result.budget_hit
                     and not result.spent_micros
                     and not result.unknown_cost_attempts

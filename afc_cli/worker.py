@@ -228,6 +228,11 @@ class WorkerResult:
     abandoned: int = 0
     budget_hit: bool = False
     budget: dict[str, Any] | None = None  # the shared budget's cap and spend, all workers
+    # what the shared budget counted (known costs, else reservations) as this worker started,
+    # and as it ended: a budget that ran out on a worker that started nothing was spent
+    # before it started (a night's before) or, grown since, by its other workers meanwhile
+    budget_at_start: int = 0
+    budget_at_end: int = 0
     # --until-idle --batch: its jobs left waiting on an output key another batch's job holds
     held_elsewhere: int = 0
     idle: bool = False  # --until-idle: it found nothing left to run (its end)
@@ -383,6 +388,8 @@ def work(
     saved = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:
         ledger.require_batch(batch)
+        if run_id is not None:
+            result.budget_at_start = ledger.run_spend(run_id)
         # the batches it may run: one bound elsewhere whose jobs have all ended is not this
         # worker's concern (a long-lived ledger's old batches on an old bucket refused every
         # worker naming the new one); a job retried there later is checked at its claim
@@ -543,6 +550,7 @@ def work(
             result.spent_micros = own["priced"] - ledger.adopted_counted(run_id, ledger.owner)
             result.unknown_cost_attempts = own["unknown_cost"]
             money = ledger.run_money(run_id)
+            result.budget_at_end = ledger.run_spend(run_id)
             result.budget = {
                 "name": budget_name,
                 "cap": format_usd(budget.cap_micros),

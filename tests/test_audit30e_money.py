@@ -4,6 +4,8 @@ does."""
 
 from __future__ import annotations
 
+import contextlib
+
 from conftest import manifest
 
 
@@ -101,3 +103,60 @@ def test_a_paid_render_fetched_from_the_url_a_killed_run_left_keeps_its_usage(af
     assert afc.rows("SELECT status, cost_micros, usage_json FROM attempts") == [
         ("succeeded", 40_000, '{"images":1}')
     ]
+
+
+def _wait_open(pid: int, path, timeout: float = 30) -> None:
+    """Wait until process ``pid`` has the ledger file open (a worker reads its budget's spend
+    as it opens the ledger), then a moment more."""
+    import os
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        fds = f"/proc/{pid}/fd"
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"{fds}/{fd}") == str(path) for fd in os.listdir(fds)):
+                time.sleep(0.2)
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} never opened {path}")
+
+
+def test_a_worker_whose_sibling_spent_the_shared_budget_is_not_told_it_was_spent_before(afc):
+    """Two workers of one shared budget, as README "One budget for all workers" runs them:
+    the second, started first, waits for a job a person has yet to approve; the first spends
+    the whole cap meanwhile. Approved, the waiting job met the spent budget, and its worker
+    ended "stopped by the budget spent before this worker started (a budget ... is never
+    reset: a new --budget NAME starts another ...)": the budget was spent after it started,
+    by its sibling, and the advice to name a new budget, taken, would have let the night
+    spend the cap again. That note is for a budget spent before the worker started
+    (tests/test_audit29c_nightly_budget.py); the worker now reads the budget's spend as it
+    starts, and one its other workers spent meanwhile is said so."""
+    from conftest import jobs
+
+    gated = manifest(
+        [
+            {"key": "gate", "prompt": "style frame", "review": True},
+            {"key": "x", "prompt": "shot", "needs": ["gate"]},
+        ],
+        batch="b2",
+    )
+    afc.write_manifest(gated, "gated.yaml")
+    assert afc("submit", "gated.yaml").returncode == 0  # no budget: gate awaits review
+    waiting = afc.popen(
+        "worker", "--batch", "b2", "--poll", "0.1", "--max-spend", "0.30",
+        env={"AFC_HOST_ID": "host-b"},
+    )  # fmt: skip
+    _wait_open(waiting.pid, afc.cwd / "afc.db")  # it has read the budget's spend
+    afc.write_manifest(manifest(jobs(7)))
+    spender = afc("submit", "manifest.yaml", "--no-run")
+    assert spender.returncode == 0, spender.stderr
+    first = afc("worker", "--until-idle", "--batch", "b1", "--max-spend", "0.30")
+    assert first.returncode == 4, first.stderr
+    assert "spent 0.300000 USD (priced)" in first.stderr, first.stderr
+    assert afc("review", "approve", "gate", "--batch", "b2").returncode == 0
+    assert waiting.wait(timeout=60) == 4
+    text = waiting.stderr.read()
+    assert "spent 0.000000 USD (priced)" in text, text
+    assert "before this worker started" not in text and "never reset" not in text, text
+    assert "stopped by the budget its other workers spent while this one ran" in text, text
