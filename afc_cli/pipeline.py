@@ -304,6 +304,9 @@ class RunContext:
     # jobs this run held whose lease another process took over and which that process ended
     # (this one stalled past its lease): said, but not counted as this run's (``finished``)
     ended_elsewhere: set[str] = field(default_factory=set)
+    # jobs the budget refused that wait for this run's calls in flight (``_may_make_room``):
+    # never waited for by another such job
+    settling: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.dirs = DirSync(self.offload)
@@ -499,6 +502,40 @@ async def _start_attempt(
             # own check of the job, so without this look it waited out the other job's render
             if _ended_elsewhere(ctx, job) is not None:
                 return None
+
+
+def _may_make_room(
+    ctx: RunContext, job: dict[str, Any], exc: BudgetExhausted
+) -> set[asyncio.Future]:
+    """Of a job the budget refused an attempt: the tasks of this run's calls in flight whose
+    reservations, were they to come back free (a 429, a refusal, a failure are not billed),
+    would make room for its estimate; none when they could not, or none are in flight.
+    Stopped at once, a run whose first wave of calls came back free ended 'stopped by the
+    budget' having spent nothing, hundreds of its jobs never tried; it waits for those calls
+    instead, and stops once the room they leave (none, or too little) does not fit."""
+    calls = ctx.protected - ctx.settling - {job["id"]}
+    tasks = {task for i in calls if (task := ctx.tasks.get(i)) is not None and not task.done()}
+    if not tasks:
+        return set()
+    held = ctx.ledger.reserved_in_flight(ctx.run_id, ctx.ledger.owner)
+    if not held or exc.spent - held + exc.estimate > exc.cap:
+        return set()
+    ctx.settling.add(job["id"])
+    return tasks
+
+
+async def _await_settling(
+    ctx: RunContext, job: dict[str, Any], settling: set[asyncio.Future]
+) -> None:
+    """Wait, holding no slot, until one of ``settling`` has ended (``_may_make_room``) or
+    the run stops."""
+    stop = asyncio.ensure_future(ctx.stopping.wait())
+    try:
+        async with ctx.idle():
+            await asyncio.wait({*settling, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        ctx.settling.discard(job["id"])
 
 
 def _wait_for_holder(ctx: RunContext, job: dict[str, Any], held: OutputHeld) -> None:
@@ -950,11 +987,15 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     # next wait: read before the waits, every job of a run waiting out a provider's limit or
     # a backoff (its slot given back) held its inputs, 40 jobs with a 16 MiB reference
     # 640 MiB, a big batch more than the machine had.
+    settling: set[asyncio.Future] = set()  # this run's calls whose end may make room
     while True:
         inputs: tuple | None = None if job.get("inputs_json") else ()
         # Between attempts a job may wait (backoff, provider limits): a stopping run may cut
         # such a wait short, so the job is not "in a call" until its next attempt row.
         ctx.protected.discard(job["id"])
+        if settling:
+            await _await_settling(ctx, job, settling)
+            settling = set()
         if ctx.stopping.is_set():
             return False  # no new provider call once the run is stopping
         rows = ctx.ledger.attempts(job["id"]) if job["attempts"] else []
@@ -1045,6 +1086,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 except _Stopped:
                     return False
                 except BudgetExhausted as exc:
+                    settling = _may_make_room(ctx, job, exc)
+                    if settling:
+                        continue  # waits outside its slots for one of them to end (above)
                     ctx.budget_hit = True
                     shared = (ctx.run_id or "").startswith(SHARED_BUDGET)
                     spender = (

@@ -2578,6 +2578,17 @@ class Ledger:
         ).fetchone()
         return int(row[0])
 
+    def reserved_in_flight(self, run_id: str | None, owner: str) -> int:
+        """The reservations of ``owner``'s calls of ``run_id`` still in flight whose cost is
+        not known yet: what this process's own calls may give back to the budget when they
+        come back cheaper than estimated (a 429, a refusal, a failure: free)."""
+        row = self.db.execute(
+            "SELECT COALESCE(SUM(reserved_micros), 0) FROM attempts WHERE run_id = ?"
+            " AND owner = ? AND status = 'started' AND cost_micros IS NULL",
+            (run_id, owner),
+        ).fetchone()
+        return int(row[0])
+
     def run_money(self, run_id: str | None, owner: str | None = None) -> dict[str, int]:
         """A run's money as shown to a person: ``priced`` (the known costs of its attempts,
         the figure ``afc costs report`` sums as ``priced``), ``unknown_cost`` (its attempts
