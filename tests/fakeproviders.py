@@ -662,9 +662,8 @@ class FakeProviders:
             return h.reply(401, {"detail": "Unauthorized"})
         prompt = body.get("prompt", "")
         self.record("fal", prompt, False)
-        bad = self.record_data_uris(
-            prompt, {k: v for k, v in body.items() if k in ("image_url", "image_urls")}
-        )
+        # every field: a model names its own reference field (image_url, image_urls, ...)
+        bad = self.record_data_uris(prompt, body)
         if bad:
             return h.reply(422, {"detail": [{"loc": ["body"], "msg": bad, "type": "value_error"}]})
         if "retryable-422" in prompt and self.first_time(f"retryable {prompt}"):
@@ -707,6 +706,7 @@ class FakeProviders:
             "status": "IN_QUEUE",
             "images": count,
             "sync_mode": body.get("sync_mode") is True,  # images inline, as data URLs
+            "input": body,  # as submitted (the model's input fields)
         }
         root = f"{self.base}/fal-ai/flux/requests/{rid}"
         h.reply(

@@ -79,6 +79,21 @@ def _policy_violation(data: dict[str, Any]) -> bool:
     )
 
 
+def reference_fields(field: str | None, images: Any) -> dict[str, Any]:
+    """A manifest's ``inputs`` as the model's own input field, as data URIs (fal's image
+    models take a URL or a data URI): one image as ``image_url``, several as ``image_urls``,
+    unless the params name the model's field (``inputs_field: image_urls``: each model names
+    its own, ``fal-ai/nano-banana/edit`` a list even of one image, others
+    ``input_image_urls`` or ``reference_image_url``), a list where the name ends in ``s`` or
+    several images are sent. Sent as ``image_url`` to such a model, a reference was refused
+    at every attempt, or, where the model's own field is optional, dropped from a render
+    paid for all the same."""
+    uris = [image.data_uri() for image in images]
+    if field is None:
+        return {"image_url": uris[0]} if len(uris) == 1 else {"image_urls": uris}
+    return {field: uris if field.endswith("s") or len(uris) > 1 else uris[0]}
+
+
 class FalProvider(HttpProvider):
     name = "fal"
     key_env = "FAL_KEY"
@@ -86,6 +101,11 @@ class FalProvider(HttpProvider):
     # the model's own input, passed through: the name fal's image models use for several
     # images (every image of the result is counted)
     images_param = "num_images"
+
+    def params_problems(self, params: dict[str, Any]) -> list[str]:
+        from afc_cli.providers.replicate import inputs_field_problems
+
+        return inputs_field_problems(params)
 
     base_env = "FAL_QUEUE_URL"
     default_base = "https://queue.fal.run"
@@ -162,11 +182,9 @@ class FalProvider(HttpProvider):
         else:
             try:
                 body = {"prompt": request.prompt, **request.params}
+                field = body.pop("inputs_field", None)  # afc's, not the model's: never sent
                 if request.inputs:
-                    # fal's image models take a URL or a data URI: one image as image_url,
-                    # several as image_urls
-                    uris = [image.data_uri() for image in request.inputs]
-                    body.update({"image_url": uris[0]} if len(uris) == 1 else {"image_urls": uris})
+                    body.update(reference_fields(field, request.inputs))
                 request.last_look()
                 response = await self.client.post(
                     self.url(f"/{request.model}"), json=body, headers=self._headers()

@@ -53,6 +53,20 @@ def reference_inputs(field: str | None, images: Any) -> dict[str, Any]:
     return {field: uris if listed else uris[0]}
 
 
+def inputs_field_problems(params: dict[str, Any]) -> list[str]:
+    """``inputs_field``, afc's own param (Replicate's ``reference_inputs``, fal's render),
+    must name a field: given as a list or a number it passed the manifest, and each run
+    stopped at the job's first attempt as at a bug in afc, recording a request never sent as
+    possibly paid."""
+    field = params.get("inputs_field")
+    if field is not None and not (isinstance(field, str) and field):
+        return [
+            "inputs_field: must be the name of the model's input field that takes the "
+            f"reference images (text), got {field!r}"
+        ]
+    return []
+
+
 def refused(error: str) -> bool:
     """Whether a failed prediction's ``error`` says it was refused: Replicate's moderation
     (E005, "flagged as sensitive"), or the model's own safety checker that filtered its images
@@ -86,16 +100,7 @@ class ReplicateProvider(HttpProvider):
     download_pool = True
 
     def params_problems(self, params: dict[str, Any]) -> list[str]:
-        """``inputs_field``, afc's own param (``reference_inputs``), must name a field: given
-        as a list or a number it passed the manifest, and each run stopped at the job's first
-        attempt as at a bug in afc, recording a request never sent as possibly paid."""
-        field = params.get("inputs_field")
-        if field is not None and not (isinstance(field, str) and field):
-            return [
-                "inputs_field: must be the name of the model's input field that takes the "
-                f"reference images (text), got {field!r}"
-            ]
-        return []
+        return inputs_field_problems(params)
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key()}"}
