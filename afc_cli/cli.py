@@ -396,6 +396,9 @@ def _print_run(
             "under their own --max-spend (none given: no cap)"
         )
     jobs = [job_json(row) for row in result.jobs]
+    if json_out:  # what 'afc status --json' says they wait for (the summary words its own)
+        for row, job in zip(result.jobs, jobs, strict=True):
+            job["waiting"] = job["waiting"] or result.paused.get(row["id"]) or None
     conflicts = result.admit.conflicts if result.admit else []
     from afc_cli.conflicts import conflict_message
     from afc_cli.gates import changed_message, kept_message

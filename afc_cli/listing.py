@@ -79,6 +79,24 @@ def paused_for(
 BLOCKED_NEEDS_MET = "its needs have succeeded: the next 'afc resume' (or an 'afc worker') runs it"
 
 
+def paused_reasons(book: Ledger, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """What ``afc status --json`` says the jobs of ``rows`` (a run's) that await a review or
+    are blocked wait for (``paused_for``), by job id: a submit's or resume's ``--json`` lists
+    the same jobs, and gave ``waiting`` null for them."""
+    paused = [r for r in rows if r["status"] in PAUSED and not r.get("waiting_reason")]
+    if not paused:
+        return {}
+    batches = {r["batch"] for r in paused}
+    scope = next(iter(batches)) if len(batches) == 1 else None
+    awaited = book.awaited_needs(scope) if any(r["status"] == "blocked" for r in paused) else {}
+    reviewed = any(r["status"] == "awaiting_review" for r in paused)
+    batched = reviewed and len(book.batches()) > 1
+    return {r["id"]: paused_for(r, awaited, batched) or "" for r in paused}
+
+
+PAUSED = ("awaiting_review", "blocked")
+
+
 def parse_statuses(values: list[str] | None) -> list[str] | None:
     """``--status failed --status dead`` or ``--status failed,dead``; None when not given."""
     if not values:

@@ -51,6 +51,7 @@ from afc_cli.errors import (
     ledger_write_error,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
+from afc_cli.listing import paused_reasons
 from afc_cli.owner import awake_clock
 from afc_cli.pipeline import (
     MAX_INTERRUPTS,
@@ -270,6 +271,9 @@ class RunResult:
     unlisted: list[str] = field(default_factory=list)
     # the scope's webhook events not delivered when the run ended: {"pending": n, "dead": n}
     webhooks: dict[str, int] = field(default_factory=dict)
+    # what its jobs awaiting review or blocked wait for, by job id, as 'afc status' says it
+    # (``listing.paused_reasons``): its --json's ``waiting``
+    paused: dict[str, str] = field(default_factory=dict)
 
     @property
     def ran(self) -> int:
@@ -497,6 +501,7 @@ def submit(
             budget=budget,
             unlisted=unlisted,
             webhooks=ledger.delivery_counts(manifest.batch) if run else {},
+            paused=paused_reasons(ledger, rows),
         )
     finally:
         if ledger is not None:
@@ -600,6 +605,7 @@ def resume(
             budget=budget,
             stuck=stuck,
             webhooks=ledger.delivery_counts(batch),
+            paused=paused_reasons(ledger, rows),
         )
     finally:
         ledger.close()

@@ -78,3 +78,25 @@ def test_a_fal_inputs_field_that_is_no_field_name_is_a_manifest_error(afc, fake)
     assert result.returncode == 2, result.stderr
     assert "inputs_field" in result.stderr
     assert fake.counts["fal_submit"] == 0
+
+
+def test_a_submits_json_says_what_its_gated_jobs_wait_for_as_afc_status_does(afc):
+    """``afc submit --json`` and ``afc resume --json`` print "the same job list" as ``afc
+    status --json`` (README), but their ``waiting`` was null for a job awaiting review or
+    blocked behind one, where ``afc status --json`` (and the human summary) said what it
+    waits for: a script reading the submit's JSON could not tell a paused job's cause."""
+    from conftest import manifest
+
+    jobs = [
+        {"key": "frame", "prompt": "the style frame", "review": True},
+        {"key": "shot", "prompt": "a shot", "inputs": [{"job": "frame"}]},
+    ]
+    afc.write_manifest(manifest(jobs))
+    submitted = afc.json("submit", "manifest.yaml")
+    status = afc.json("status")
+    said = {job["key"]: job["waiting"] for job in status["jobs"]}
+    assert said["frame"] and "afc review approve frame" in said["frame"]
+    assert said["shot"] == "waiting for 1 need: frame"
+    assert {job["key"]: job["waiting"] for job in submitted["jobs"]} == said
+    resumed = afc.json("resume")
+    assert {job["key"]: job["waiting"] for job in resumed["jobs"]} == {"shot": said["shot"]}
