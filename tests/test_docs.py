@@ -233,3 +233,18 @@ def test_every_name_a_page_cites_is_in_the_repository(page):
     assert not problems, f"{page.relative_to(ROOT)} cites what is not there:\n" + "\n".join(
         problems
     )
+
+
+def test_every_ledger_table_is_named_where_the_pages_list_the_tables():
+    """README's design notes list the ledger's tables ("Tables: ...") and docs/ledger.md
+    describes each (a section of its own, or an item of the review tables' list): a table a
+    migration added (m010's `ledger_moves`) was missing from README's list, which a reader
+    takes for the whole schema."""
+    tables = set(_columns())
+    readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
+    listed = re.search(r"Tables: (.*?)\(`docs/ledger\.md`\)", readme)
+    assert listed, "README's design notes no longer list the ledger's tables"
+    assert tables - set(re.findall(r"`(\w+)`", listed.group(1))) == set()
+    ledger = (ROOT / "docs" / "ledger.md").read_text()
+    headed = set(re.findall(r"(?m)^(?:### |- )`(\w+)` ", ledger))
+    assert tables - headed == set()
