@@ -45,6 +45,7 @@ import datetime as dt
 import os
 import random
 import signal
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,26 @@ def retry_delay(tries: int, retry_after: float | None, *, rand=random.random) ->
     return backoff_delay(
         tries, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, retry_after=retry_after, rand=rand
     )
+
+
+def _what_it_met(exc: BaseException) -> str:
+    """A failed connection's message, with the reason of the socket error under it when the
+    message does not give it: httpx's connector says 'All connection attempts failed' for
+    every connect that failed, a receiver down (refused) as a network that is unreachable,
+    and keeps the socket's own error as its cause."""
+    said = str(exc)
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        # an ssl error's errno is the library's own code, not the system's: its text says it
+        if isinstance(cause, ssl.SSLError):
+            break
+        if isinstance(cause, OSError) and cause.errno and cause.errno > 0:
+            reason = os.strerror(cause.errno)
+            return said if reason.lower() in said.lower() else f"{said}: {reason}"
+        cause = cause.__cause__ or cause.__context__
+    return said
 
 
 def webhook_url_problem(value: str) -> str | None:
@@ -359,7 +380,7 @@ class Deliverer:
             # with what the connection met: a receiver down ('Connection refused'), a host
             # name that does not resolve and a certificate this host does not trust
             # (CERTIFICATE_VERIFY_FAILED: SSL_CERT_FILE names the CA) all read 'ConnectError'
-            said = " ".join(scrub(str(exc)).split())[:200]
+            said = " ".join(scrub(_what_it_met(exc)).split())[:200]
             error = f"connection failed: {exc.__class__.__name__}" + (f" ({said})" if said else "")
         except asyncio.CancelledError:
             # a stop (SIGTERM, Ctrl-C) cut the POST short: whether the receiver got it is
