@@ -106,12 +106,15 @@ class Refusals:
 
 
 def refused_dependent(job: Any, stored_hash: str | None, need: str) -> dict[str, Any]:
-    """The conflict entry of a job refused because a job it needs was refused."""
+    """The conflict entry of a job refused because a job it needs was refused: the fields of
+    every conflict (README, Idempotency), ``status`` null (a new job: never admitted), and
+    ``refused_need``."""
     return {
         "key": job.key,
         "stored_hash": stored_hash,
         "new_hash": job.request_hash,
         "changes": [],
+        "status": None,
         "refused_need": need,
     }
 

@@ -33,3 +33,29 @@ def test_a_delivery_to_a_receiver_that_is_down_says_the_connection_was_refused(a
         assert "refused" in row["last_error"].lower(), row["last_error"]
     finally:
         closed.close()
+
+
+def test_every_conflict_of_a_submit_and_a_plan_has_the_documented_fields(afc):
+    """README (Idempotency): '--json carries each conflict as {"key", "stored_hash",
+    "new_hash", "changes", "status"}'; a new job refused with a job it needs carries
+    "refused_need" beside them. That conflict had no "status" at all, so a script reading
+    each conflict's status (to tell a refused request that still renders from one that
+    ended) met a KeyError on it. It is null: the job was never admitted."""
+    data = manifest([{"key": "style", "prompt": "a style frame"}])
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    data["jobs"] = [
+        {"key": "style", "prompt": "a warmer style frame"},
+        {"key": "shot", "prompt": "a shot", "needs": ["style"]},
+    ]
+    afc.write_manifest(data)
+    documented = {"key", "stored_hash", "new_hash", "changes", "status"}
+    for args in (("submit", "manifest.yaml", "--no-run"), ("plan", "manifest.yaml")):
+        result = afc.json(*args, expect=3 if args[0] == "submit" else 0)
+        by_key = {c["key"]: c for c in result["conflicts"]}
+        assert set(by_key) == {"style", "shot"}, args
+        for conflict in by_key.values():
+            assert documented <= set(conflict), (args, conflict)
+        assert by_key["style"]["status"] == "queued", args
+        assert by_key["shot"]["refused_need"] == "style", args
+        assert by_key["shot"]["status"] is None and by_key["shot"]["stored_hash"] is None

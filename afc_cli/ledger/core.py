@@ -379,7 +379,7 @@ class AdmitResult:
     storage: str
     new: list[str] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
-    # each {"key", "stored_hash", "new_hash", "changes": [{"field", "old", "new"}]}
+    # each {"key", "stored_hash", "new_hash", "changes": [{"field", "old", "new"}], "status"}
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     # where each conflicting job of a jobs_from list stands in it (key -> ``jobs.csv line
     # 4``), for its message (``conflicts.conflict_message``): not part of --json's conflicts
