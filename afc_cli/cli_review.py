@@ -78,8 +78,9 @@ def review_list(
     """Jobs awaiting review, oldest first: key, stored output, cost, age.
 
     --json gives each job's job_id, batch, key, model, output (file:// or s3:// URI),
-    cost (a decimal string, null when unpriced; as afc status gives it), unpriced_attempts
-    (its attempts of unknown cost, not in cost), age_s and prompt."""
+    sha256 (the stored output's), cost (a decimal string, null when unpriced; as afc status
+    gives it), unpriced_attempts (its attempts of unknown cost, not in cost), age_s and
+    prompt."""
     with _boundary(reads=ledger):
         from afc_cli.costs import cost_cell
         from afc_cli.ledger import Ledger

@@ -59,3 +59,18 @@ def test_every_conflict_of_a_submit_and_a_plan_has_the_documented_fields(afc):
         assert by_key["style"]["status"] == "queued", args
         assert by_key["shot"]["refused_need"] == "style", args
         assert by_key["shot"]["status"] is None and by_key["shot"]["stored_hash"] is None
+
+
+def test_review_list_help_names_every_field_its_json_gives(afc):
+    """'afc review list -h' lists the fields of its --json ("--json gives each job's job_id,
+    batch, key, model, output, cost, unpriced_attempts, age_s and prompt"), and left out
+    sha256, the stored output's digest that README (Review gates) promises there: the one
+    field that tells a reviewer's script which output a decision is about."""
+    job = {"key": "frame", "prompt": "a style frame", "review": True}
+    afc.write_manifest(manifest([job]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    [row] = afc.json("review", "list")["awaiting_review"]
+    shown = afc("review", "list", "-h", env={"COLUMNS": "200"})
+    assert shown.returncode == 0
+    text = " ".join(shown.stdout.split())
+    assert [field for field in row if field not in text] == []
