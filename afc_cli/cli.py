@@ -1559,7 +1559,8 @@ def outputs(
     """The stored outputs: key, path or URL, size, SHA-256, cost.
 
     What to hand to an edit suite. The path is given for file:// storage, the URL for every
-    storage; --json adds the batch, output key, model and prompt."""
+    storage; --json adds the batch, output key, model and prompt, and unpriced_attempts (the
+    attempts of unknown cost that the cost leaves out)."""
     with _boundary(reads=ledger):
         from afc_cli.costs import cost_cell
         from afc_cli.listing import each_output, output_storages

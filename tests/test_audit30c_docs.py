@@ -74,3 +74,17 @@ def test_review_list_help_names_every_field_its_json_gives(afc):
     assert shown.returncode == 0
     text = " ".join(shown.stdout.split())
     assert [field for field in row if field not in text] == []
+
+
+def test_outputs_help_names_every_field_its_json_gives(afc):
+    """'afc outputs -h' says what --json adds to the table's columns (the batch, output key,
+    model and prompt) and left out unpriced_attempts, the attempts of unknown cost that the
+    job's cost leaves out (README: `afc outputs --json`), which a script adding up what its
+    outputs cost needs to know the sum is short."""
+    afc.write_manifest(manifest(jobs(1)))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    [row] = afc.json("outputs")["outputs"]
+    shown = afc("outputs", "-h", env={"COLUMNS": "200"})
+    assert shown.returncode == 0
+    text = " ".join(shown.stdout.split()).lower().replace("-", "").replace(" ", "_")
+    assert [field for field in row if field not in text] == []
