@@ -4,7 +4,12 @@ command where the promise is a user's."""
 from __future__ import annotations
 
 import base64
+import re
 import socket
+import sqlite3
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from conftest import jobs, manifest
 
@@ -88,3 +93,44 @@ def test_outputs_help_names_every_field_its_json_gives(afc):
     assert shown.returncode == 0
     text = " ".join(shown.stdout.split()).lower().replace("-", "").replace(" ", "_")
     assert [field for field in row if field not in text] == []
+
+
+def test_webhooks_deliver_exits_1_for_a_dead_event_as_readme_says(afc):
+    """'afc webhooks deliver -h' says it exits 1 if an event became dead (a cron line's only
+    sign that a receiver refused one for good), and so it does, a replay too; README's table
+    of exit codes, where a person looks up a cron mail's code, did not say so."""
+
+    class Gone(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    closed = socket.socket()  # the receiver is down during the run: the event stays pending
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    data = manifest(jobs(1))
+    url = f"http://127.0.0.1:{port}/hooks/afc"
+    data["webhook"] = {"url": url, "secret_env": "AFC_HOOK_SECRET", "timeout_s": 5}
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    closed.close()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Gone)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with sqlite3.connect(afc.cwd / "afc.db") as conn:
+            conn.execute("UPDATE deliveries SET next_attempt_at = 0")
+        sent = afc("webhooks", "deliver")
+        assert sent.returncode == 1, sent.stderr
+        assert "1 dead" in sent.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    [row] = re.findall(r"(?m)^\| 1 \|.*$", readme)
+    assert "webhooks deliver" in row
