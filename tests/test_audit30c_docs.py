@@ -134,3 +134,31 @@ def test_webhooks_deliver_exits_1_for_a_dead_event_as_readme_says(afc):
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     [row] = re.findall(r"(?m)^\| 1 \|.*$", readme)
     assert "webhooks deliver" in row
+
+
+def test_a_field_refused_in_the_defaults_is_listed_with_the_jobs_refused_fields(afc):
+    """README (The manifest) said a problem outside the jobs 'is listed alone' and the checks
+    across jobs follow on the next try; afc lists it with every field refused in the jobs
+    (one try names both), and leaves only the checks across jobs (a duplicate key) and
+    against the providers (a param no provider reads) for the next try, as README now says."""
+    data = manifest(
+        [
+            {"key": "a", "prompt": "x", "params": {"sise": "64x64"}},
+            {"key": "a", "prompt": "y"},
+            {"key": "b", "prompt": "z", "promt": "typo"},
+        ]
+    )
+    data["defaults"]["bogus"] = 1
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2
+    assert "field 'defaults.bogus': unknown field" in result.stderr
+    assert "job 2 (key 'b'): field 'promt'" in result.stderr
+    assert "duplicate key" not in result.stderr and "sise" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    data["defaults"].pop("bogus")
+    del data["jobs"][2]["promt"]
+    afc.write_manifest(data)
+    again = afc("submit", "manifest.yaml")
+    assert again.returncode == 2
+    assert "duplicate key" in again.stderr and "'params.sise'" in again.stderr
