@@ -22,6 +22,10 @@ from functools import cache
 
 
 def _start_ticks(pid: int) -> str | None:
+    """The start time of a live process ``pid`` (in clock ticks since boot), or None when it
+    is gone: no /proc entry, or a process that has died and waits for its parent to reap it
+    (state Z or X), whose entry stays until then (an afc that a script started and killed,
+    not waited for yet: its jobs are taken over at once, not after its lease)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read().decode(errors="replace")
@@ -29,6 +33,8 @@ def _start_ticks(pid: int) -> str | None:
         return None
     # the command name (field 2) may contain spaces; fields after it are space-separated
     fields = stat.rsplit(")", 1)[-1].split()
+    if fields and fields[0] in ("Z", "X"):
+        return None
     return fields[19] if len(fields) > 19 else None
 
 

@@ -8,10 +8,11 @@ import re
 import socket
 import sqlite3
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from conftest import jobs, manifest
+from conftest import jobs, manifest, wait_for
 
 SECRET = "whsec_" + base64.b64encode(b"afc test secret, 32 bytes long!!").decode()
 
@@ -162,3 +163,31 @@ def test_a_field_refused_in_the_defaults_is_listed_with_the_jobs_refused_fields(
     again = afc("submit", "manifest.yaml")
     assert again.returncode == 2
     assert "duplicate key" in again.stderr and "'params.sise'" in again.stderr
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[-1].split()[0]
+
+
+def test_a_killed_afc_not_yet_reaped_by_its_parent_is_gone(afc):
+    """README (Concurrency, leases): a lease whose owner died on this host is taken over at
+    once, and 'afc status' says the afc process running a job is gone. An afc killed by a
+    script that started it (Popen, then kill) and had not reaped it yet is a zombie: its
+    /proc entry stays, with its start time, until its parent waits for it, and afc took it
+    for alive, its jobs left 'running' for the lease's five minutes, no run taking them."""
+    afc.write_manifest(manifest([{"key": "slow", "prompt": "x", "params": {"latency_s": 30}}]))
+    child = afc.popen("submit", "manifest.yaml")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+        child.kill()  # not waited for: the parent has not reaped it
+        deadline = time.monotonic() + 10
+        while _state(child.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(child.pid) == "Z"
+        [job] = afc.json("status")["jobs"]
+        assert job["status"] == "running"
+        assert "the afc process running it is gone" in (job["waiting"] or ""), job
+    finally:
+        child.kill()
+        child.wait()
