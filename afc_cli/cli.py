@@ -1058,7 +1058,8 @@ def costs_report_command(
             )
         columns = [by, *FIELDS]
         if json_out:
-            emit_json({"rows": report["rows"], "total": report["total"]})
+            moved = {"moved_to": report["moved_to"]} if report["moved_to"] else {}
+            emit_json({"rows": report["rows"], "total": report["total"], **moved})
         elif csv_out:
             # the total row says so in a last column: a batch may be named "total" too
             emit_csv(
@@ -1292,7 +1293,9 @@ def queue_stats_command(
         if json_out:
             from afc_cli.jsonout import emit_json  # not output's: it imports the run's modules
 
-            emit_json(stats)
+            # where the backlog went, as afc status --json says it (an alert's stderr may go
+            # nowhere); the piped rows stay the figures alone
+            emit_json({**stats, "moved_to": moved_to} if moved_to else stats)
         else:
             # one row a figure, its name and value separated by a tab as every piped row is
             # (``afc queue stats | grep dlq | cut -f2``)

@@ -191,3 +191,24 @@ def test_a_killed_afc_not_yet_reaped_by_its_parent_is_gone(afc):
     finally:
         child.kill()
         child.wait()
+
+
+def test_queue_stats_and_costs_report_json_of_a_moved_ledger_say_where_it_went(afc):
+    """README (Moving a ledger): 'status' says where a moved ledger's work went, on stderr and
+    in --json as moved_to, 'so does queue stats, whose figures an alert should take from the
+    new ledger, and costs report'. Their --json did not: an alert that reads 'afc queue stats
+    --json' (its stderr sent elsewhere) read the old ledger's figures, jobs no run takes, and no sign that its
+    backlog now lives in another."""
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    copied = afc("ledger", "copy", "afc.db", str(afc.cwd / "moved.db"))
+    assert copied.returncode == 0, copied.stderr
+    assert afc.json("status")["moved_to"].endswith("moved.db")
+    stats = afc.json("queue", "stats")
+    assert stats["moved_to"].endswith("moved.db"), stats
+    report = afc.json("costs", "report")
+    assert report["moved_to"].endswith("moved.db"), report
+    for args in (("queue", "stats"), ("costs", "report")):  # a ledger not moved: no field
+        assert "moved_to" not in afc.json(*args, "--ledger", "moved.db")
+    piped = afc("queue", "stats")  # its rows stay the figures alone
+    assert "moved" not in piped.stdout
