@@ -1080,6 +1080,23 @@ def costs_report_command(
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Act on several jobs without asking.")]
 
 
+def _ended_needs_said(ended: list[dict[str, Any]]) -> str:
+    """What ``afc retry`` says of a job it put back to blocked whose needs still ended badly:
+    the next run fails it again at once, and what would let it run."""
+    named = ", ".join(f"{n['key']!r} is {n['status'] or 'not in the ledger'}" for n in ended)
+    statuses = {n["status"] for n in ended}
+    if "rejected" in statuses:
+        then = "a rejected job is final: submit this job again needing the key that replaces it"
+    elif None in statuses:
+        then = "submit this job again needing only jobs the ledger has"
+    else:
+        then = "retry that need first ('afc retry KEY'), which puts this job back with it"
+    plural = "s" if len(ended) > 1 else ""
+    return (
+        f"its need{plural} {named}: the next run fails it again at once (DEPENDENCY_FAILED); {then}"
+    )
+
+
 def _asker(yes: bool):
     """How a command that selects several jobs gets them confirmed: --yes, or a question on
     a terminal (listing them, on stderr); without either it is refused (exit 2)."""
@@ -1152,7 +1169,12 @@ def retry(
             emit_json(result)
         elif not quiet:
             for item in result["retried"]:
-                if item["status"] == "blocked":
+                if item["status"] == "blocked" and item.get("ended_needs"):
+                    _err(
+                        f"{item['batch']}/{item['key']}: blocked again (was {item['was']}), but "
+                        + _ended_needs_said(item["ended_needs"])
+                    )
+                elif item["status"] == "blocked":
                     _err(
                         f"{item['batch']}/{item['key']}: blocked again (was {item['was']}): it "
                         "waits for the jobs it needs ('afc show KEY' names them)"

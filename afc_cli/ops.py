@@ -13,6 +13,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError, batch_key_hint, several_batches
 from afc_cli.ledger import ACTIVE, Ledger
+from afc_cli.ledger.core import ended_needs
 from afc_cli.owner import owner_is_dead, sees_process
 
 STAT_FIELDS = (
@@ -405,6 +406,15 @@ def retry(
             if ledger.retry(job, decided_by, lease_s, spooled_here=here):
                 # queued, or blocked: a job with needs waits for them again
                 entry["status"] = ledger.job(job["id"])["status"]
+                if entry["status"] == "blocked":
+                    # a need still ended badly (rejected, cancelled, failed, dead) fails it
+                    # again at the next run's first look (DEPENDENCY_FAILED): said now, not
+                    # found by a cron'd resume's exit 1
+                    ended = ended_needs(ledger.needs_of(job["id"]))
+                    if ended:
+                        entry["ended_needs"] = [
+                            {"key": n["need_key"], "status": n["status"]} for n in ended
+                        ]
                 out["retried"].append(entry)
             else:  # changed meanwhile (another retry won)
                 entry["status"] = ledger.job(job["id"])["status"]
