@@ -24,6 +24,14 @@ DENIED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
     b"<Message>Access Denied</Message></Error>"
 )
+NO_SUCH_KEY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchKey</Code>'
+    b"<Message>The specified key does not exist.</Message></Error>"
+)
+NO_SUCH_BUCKET = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchBucket</Code>'
+    b"<Message>The specified bucket does not exist</Message></Error>"
+)
 THROTTLED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>TooManyRequests</Code>'
     b"<Message>Too many requests.</Message></Error>"
@@ -34,7 +42,9 @@ THROTTLED = (
 class Fault:
     method: str  # "PUT", "HEAD", ... or "*"
     path: str  # regular expression on the request path
-    kind: str  # "slowdown" | "429" | "500" | "403" | "reset" | "stall"
+    # "slowdown" | "429" | "500" | "403" | "404" (NoSuchKey: a store not yet consistent) |
+    # "nobucket" (404 NoSuchBucket: the bucket deleted) | "reset" | "stall"
+    kind: str
     times: int  # how many matching requests it hits; -1: all
     retry_after: str | None = None
 
@@ -133,6 +143,8 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "429": (429, THROTTLED),
                     "500": (500, INTERNAL),
                     "403": (403, DENIED),
+                    "404": (404, NO_SUCH_KEY),
+                    "nobucket": (404, NO_SUCH_BUCKET),
                 }[fault.kind]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

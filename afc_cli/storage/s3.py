@@ -527,7 +527,19 @@ class S3Storage(Storage):
     def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
         found = self._head(key)
         if found is None:
-            return f"{self.describe(key)} is not there"
+            if source is None or not source.exists():  # found stored, not rendered here
+                return f"{self.describe(key)} is not there"
+            # uploaded from this spool file, the store answering 200: not there *yet* (an
+            # S3-compatible store, or a cache or replica in front of it, not consistent at
+            # once) is a storage failure tried again under the storage policy, then the job
+            # waits at verify with its spool file. Returned as a finding, it failed the job
+            # VERIFY_FAILED at once, its paid render stored a moment later, and a person had
+            # to 'afc retry' it.
+            raise StorageError(
+                f"cannot read back {self.describe(key)}: not there, though the store took "
+                "the upload (a store not yet consistent, or the object removed since)",
+                retryable=True,
+            )
         if found.get("ContentLength") != size:
             return f"{self.describe(key)} holds {found.get('ContentLength')} bytes, expected {size}"
         if not sha256:  # the job's own object found with no SHA-256 in its metadata
