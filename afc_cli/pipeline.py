@@ -42,7 +42,7 @@ from afc_cli.attempts import (
     next_try,
 )
 from afc_cli.costs import MAX_ESTIMATE, RateCards, format_usd, to_micros, usd_problem
-from afc_cli.errors import AnswerNotRead, LedgerWriteError, SpoolError, StorageError
+from afc_cli.errors import AnswerNotRead, LedgerWriteError, SpoolError, StorageError, UsageError
 from afc_cli.ledger import (
     SHARED_BUDGET,
     TERMINAL,
@@ -298,6 +298,9 @@ class RunContext:
     # jobs with a file in the spool when the run began (run.py): a job the ledger admitted
     # anew (no attempt) looks there before paying (``render``, ``Spool.left_by``)
     left_in_spool: set[str] = field(default_factory=set)
+    # batches whose store or verify gave up in this run: the next probe of each checks its
+    # storage again, as before the run, before any render is paid (``_storage_broke``)
+    storage_failed: set[str] = field(default_factory=set)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -887,10 +890,32 @@ async def _fail_conflict(
     )
 
 
+def _check_now(storage: Storage) -> None:
+    """``storage.check()``, a storage that cannot be used said as a storage failure."""
+    try:
+        storage.check()
+    except UsageError as exc:
+        raise StorageError(exc.message, retryable=False) from None
+
+
+async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
+    """Before a render is paid for, in a run where this job's batch's store or verify gave up:
+    the storage checked again as before the run (``Storage.check``: the bucket's HEAD, the
+    folder writable), raising its StorageError while it fails. A probe's HEAD of a key in an
+    S3 bucket deleted mid-batch answers a bodiless 404, read as 'nothing stored here' (a file
+    folder remounted read-only still answers its stats): every later job was rendered and
+    paid for, each one's store refused, its bytes piling up in the spool."""
+    if job["batch"] not in ctx.storage_failed:
+        return
+    await _storage(ctx, ctx.storages[job["batch"]], _check_now, ctx.storages[job["batch"]])
+    ctx.storage_failed.discard(job["batch"])  # usable: a failure of that one key alone
+
+
 async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
     job["probed"] = True  # by this run: its render step need not look again (``render``)
     storage = ctx.storages[job["batch"]]
     try:
+        await _storage_broke(ctx, job)
         info = await _storage(ctx, storage, storage.head, job["output_key"])
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "probe", exc)
@@ -963,6 +988,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # later checkpoints were lost with the process: look before paying again.
         storage = ctx.storages[job["batch"]]
         try:
+            await _storage_broke(ctx, job)
             info = await _storage(ctx, storage, storage.head, job["output_key"])
         except StorageError as exc:
             return _storage_gave_up(ctx, job, "render", exc)
@@ -2446,6 +2472,8 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
     an incident record that says what to do."""
     failures = job["store_failures"] + 1
     spool_path = ctx.spool.path(job["id"])
+    if step in ("store", "verify"):
+        ctx.storage_failed.add(job["batch"])  # the next probe checks it (``_storage_broke``)
     # At the render step nothing was rendered yet: storage was read (a need's output, or
     # the job's own key looked up before paying again) and could not be. Nor at the probe,
     # unless a run left a spool file for it (a retried job: its render adopts that file)

@@ -5,7 +5,7 @@ command."""
 from __future__ import annotations
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, wait_for
 from moto.server import ThreadedMotoServer
 from s3fake import Fault, FaultPlan, ProxiedBucket
 
@@ -74,4 +74,72 @@ def test_an_upload_the_store_does_not_show_all_run_waits_and_is_never_rendered_a
     s3.plan.lag = 0
     assert afc.json("resume")["counts"] == {"succeeded": 1}
     assert attempts(afc) == [(1, "succeeded")], "no second render"
+    assert spooled(afc) == 0
+
+
+class BucketGoneAfter(FaultPlan):
+    """The bucket is deleted as the first job's upload arrives: from then on every request of
+    the bucket (its own HEAD too) answers 404 NoSuchBucket, as S3 does (a HEAD with no body,
+    so botocore reads it as a bare '404')."""
+
+    gone = False
+
+    def take(self, method: str, path: str):
+        if method == "PUT" and path.endswith("/films/b1/shot-001.png") and not self.gone:
+            self.gone = True
+            self.add(Fault("*", r"^/renders-\d+(/|\?|$)", "nobucket", -1))
+        return super().take(method, path)
+
+
+PAID = "SELECT j.key FROM attempts a JOIN jobs j ON j.id = a.job_id"
+
+
+@pytest.fixture
+def s3_gone(moto_server, afc):
+    plan = BucketGoneAfter()
+    ctx = ProxiedBucket(moto_server, afc, plan, "renders")
+    yield ctx
+    plan.release()
+    ctx.proxy.shutdown()
+
+
+def test_a_bucket_deleted_mid_batch_stops_the_renders_its_outputs_could_not_be_stored(afc, s3_gone):
+    """The bucket checked before the run goes away mid-batch. A probe's HEAD of a key in a
+    bucket that is gone answers a bodiless 404, which reads as 'nothing stored here': every
+    later job of a 10,000-shot batch was rendered and paid for, each one's upload refused
+    NoSuchBucket, its bytes piling up in the spool. Once a store has given up, the next
+    probe checks the storage again (as before the run) and, the bucket gone, waits without
+    paying."""
+    s3 = s3_gone
+    afc.write_manifest(manifest(jobs(6)))
+    release = afc.cwd / "release"
+    (afc.cwd / "release.shot-001").touch()  # the others render once shot-001's store gave up
+    proc = afc.popen(
+        "submit",
+        "manifest.yaml",
+        "--storage",
+        s3.url,
+        "--concurrency",
+        "1",
+        env={"AFC_LOCAL_RELEASE": str(release)},
+    )
+    wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE key = 'shot-001' AND status = 'waiting'", 1)
+    release.touch()
+    assert proc.wait(timeout=120) == 1
+    result = afc.json("status")
+    states = {j["key"]: (j["status"], j["step"]) for j in result["jobs"]}
+    paid = sorted(key for (key,) in afc.rows(PAID))
+    # shot-002 was probed before shot-001's upload (one render slot): paid, then kept
+    assert paid == ["shot-001", "shot-002"], paid
+    assert states["shot-001"] == states["shot-002"] == ("waiting", "store")
+    for key in ("shot-003", "shot-004", "shot-005", "shot-006"):
+        assert states[key] == ("waiting", "probe"), (key, states[key])
+        job = next(j for j in result["jobs"] if j["key"] == key)
+        assert "create bucket" in job["waiting"], job["waiting"]
+        assert "before any render is paid" in job["waiting"]
+    assert spooled(afc) == 2
+    # the bucket back: the spooled renders are stored, the others rendered once each
+    s3.plan.clear()
+    assert afc.json("resume")["counts"] == {"succeeded": 6}
+    assert sorted(key for (key,) in afc.rows(PAID)) == [f"shot-{i:03d}" for i in range(1, 7)]
     assert spooled(afc) == 0
