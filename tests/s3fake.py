@@ -32,6 +32,10 @@ NO_SUCH_BUCKET = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchBucket</Code>'
     b"<Message>The specified bucket does not exist</Message></Error>"
 )
+EXPIRED_TOKEN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ExpiredToken</Code>'
+    b"<Message>The provided token has expired.</Message></Error>"
+)
 THROTTLED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>TooManyRequests</Code>'
     b"<Message>Too many requests.</Message></Error>"
@@ -43,7 +47,8 @@ class Fault:
     method: str  # "PUT", "HEAD", ... or "*"
     path: str  # regular expression on the request path
     # "slowdown" | "429" | "500" | "403" | "404" (NoSuchKey: a store not yet consistent) |
-    # "nobucket" (404 NoSuchBucket: the bucket deleted) | "reset" | "stall"
+    # "nobucket" (404 NoSuchBucket: the bucket deleted) | "expired" (400 ExpiredToken: a
+    # session token run out; a HEAD's answer has no body, a bare 400) | "reset" | "stall"
     kind: str
     times: int  # how many matching requests it hits; -1: all
     retry_after: str | None = None
@@ -145,6 +150,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "403": (403, DENIED),
                     "404": (404, NO_SUCH_KEY),
                     "nobucket": (404, NO_SUCH_BUCKET),
+                    "expired": (400, EXPIRED_TOKEN),
                 }[fault.kind]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

@@ -143,3 +143,26 @@ def test_a_bucket_deleted_mid_batch_stops_the_renders_its_outputs_could_not_be_s
     assert afc.json("resume")["counts"] == {"succeeded": 6}
     assert sorted(key for (key,) in afc.rows(PAID)) == [f"shot-{i:03d}" for i in range(1, 7)]
     assert spooled(afc) == 0
+
+
+def test_session_credentials_that_expired_mid_batch_are_named_with_their_fix(afc, s3):
+    """Temporary credentials (an assumed role's AWS_SESSION_TOKEN, an SSO session: an hour by
+    default) run out during an overnight batch. S3 answers a HEAD with a bare 400 (no body,
+    no code) and a PUT with ExpiredToken: the jobs waited 'cannot read ...: 400 Bad Request',
+    and the morning's resume was refused with the same words, naming neither the credentials
+    nor what to do."""
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--storage", s3.url, "--no-run").returncode == 0
+    s3.plan.add(Fault("*", r"/", "expired", -1))
+    refused = afc("resume")
+    assert refused.returncode == 2, refused.stderr
+    assert "400" in refused.stderr and "expired" in refused.stderr, refused.stderr
+    assert "AWS_SESSION_TOKEN" in refused.stderr, refused.stderr
+    # mid-run: the bucket's HEAD before the run passed, the keys' HEADs and PUTs do not
+    s3.plan.clear()
+    s3.plan.add(Fault("*", r"/films/", "expired", -1))
+    result = afc.json("resume", expect=1)
+    for job in result["jobs"]:
+        assert (job["status"], job["step"]) == ("waiting", "probe"), job
+        assert "AWS_SESSION_TOKEN" in job["waiting"], job["waiting"]
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)], "nothing paid"

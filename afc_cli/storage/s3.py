@@ -287,6 +287,17 @@ class S3Storage(Storage):
                     "check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and that the "
                     f"bucket policy lets them read and write {self.bucket!r}"
                 )
+            elif code in ("ExpiredToken", "TokenRefreshRequired", "InvalidToken") or (
+                # a HEAD's 400 has no body to name its code: botocore gives the status. S3
+                # answers so for temporary credentials run out (an assumed role's session
+                # token, an SSO session: an hour by default, less than an overnight batch)
+                code == "400" and status == 400
+            ):
+                fix = (
+                    "temporary credentials (AWS_SESSION_TOKEN, an assumed role, an SSO "
+                    "session) that expired are answered so: refresh them ('aws sso login', "
+                    "assume the role again); else check that AWS_REGION is the bucket's region"
+                )
             elif code == "InvalidBucketName":
                 fix = f"{self.bucket!r} is not a valid bucket name; fix --storage"
             elif code == "NotImplemented" or status == 501:
