@@ -166,3 +166,17 @@ def test_session_credentials_that_expired_mid_batch_are_named_with_their_fix(afc
         assert (job["status"], job["step"]) == ("waiting", "probe"), job
         assert "AWS_SESSION_TOKEN" in job["waiting"], job["waiting"]
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)], "nothing paid"
+
+
+def test_a_role_without_list_bucket_is_told_which_permission_it_lacks(afc, s3):
+    """A least-privilege role for one prefix (s3:GetObject and s3:PutObject on
+    bucket/films/*, nothing on the bucket) is refused the bucket's HEAD before the run, 403:
+    the message said to check that the bucket policy 'lets them read and write' the bucket,
+    which that policy does; what it lacks (s3:ListBucket, without which S3 also answers a HEAD
+    of a key not there 403) was said nowhere, in the message or the README."""
+    afc.write_manifest(manifest(jobs(1)))
+    s3.plan.add(Fault("HEAD", r"^/renders-\d+$", "403", -1))
+    refused = afc("submit", "manifest.yaml", "--storage", s3.url)
+    assert refused.returncode == 2, refused.stderr
+    assert "403" in refused.stderr and "s3:ListBucket" in refused.stderr, refused.stderr
+    assert not (afc.cwd / "afc.db").exists(), "nothing admitted"

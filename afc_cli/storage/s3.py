@@ -285,7 +285,9 @@ class S3Storage(Storage):
             ):
                 fix = (
                     "check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and that the "
-                    f"bucket policy lets them read and write {self.bucket!r}"
+                    f"bucket policy lets them list, read and write {self.bucket!r}: "
+                    "s3:ListBucket on the bucket, s3:GetObject and s3:PutObject on its keys (S3 "
+                    "answers a HEAD 403, not 404, without s3:ListBucket)"
                 )
             elif code in ("ExpiredToken", "TokenRefreshRequired", "InvalidToken") or (
                 # a HEAD's 400 has no body to name its code: botocore gives the status. S3
