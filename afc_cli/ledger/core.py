@@ -1831,7 +1831,8 @@ class Ledger:
         Its key, request hash and whole history stay; the attempts so far stop counting toward
         its chain (``attempt_base``), and it starts again at the probe, so an output it already
         stored (or a spool file it left) is used before anything is paid for. One dead-lettered
-        ``STORE_FAILED`` at its store step has its paid render in the spool of the host that
+        ``STORE_FAILED`` at its store step (or its verify step: its upload taken, the object
+        not read back) has its paid render in the spool of the host that
         rendered it alone: it starts again at that step, leased to that host for ``lease_s``
         (``owner.host_lease``, as a job waiting to store is), so a worker there stores it and
         one elsewhere, without the file, renders nothing (``SPOOL_MISSING``, naming the host);
@@ -1872,9 +1873,11 @@ class Ledger:
         return True
 
     # a job ended at its store step with its paid render spooled (``retry``): dead-lettered
-    # there (its upload kept failing), or cancelled while it waited to store it
+    # there (its upload kept failing), or cancelled while it waited to store it; or so at its
+    # verify step (its upload taken, its read-back failing: an S3 object not there yet), put
+    # back at store, whose create-only write finds its own upload or makes it again
     SPOOLED_DEAD_SQL = (
-        "(step = 'store' AND (status = 'cancelled'"
+        "(step IN ('store', 'verify') AND (status = 'cancelled'"
         " OR (status = 'dead' AND error_code = 'STORE_FAILED')))"
     )
     # one whose last attempt's paid render came after it ended, so none of its steps records
