@@ -297,6 +297,14 @@ def serve(inp: Any, out: Any) -> None:
             out.write(reply)
             out.flush()
 
+    # The modules whose calls come here, imported before the threads that load those calls:
+    # on Python before 3.15 (CPython gh-83065) one thread loading a call of
+    # afc_cli.storage.base (its module lock taken first) while another loaded the package
+    # afc_cli.storage (whose __init__ imports that module) raised _DeadlockError from the
+    # import system, and the run stopped ('unexpected error', exit 1)
+    import afc_cli.spool  # noqa: F401
+    import afc_cli.storage.file  # noqa: F401
+
     parent = os.getppid()
     pool, quick = ThreadPoolExecutor(THREADS), ThreadPoolExecutor(QUICK_THREADS)
     while True:

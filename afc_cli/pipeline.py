@@ -42,7 +42,7 @@ from afc_cli.attempts import (
     next_try,
 )
 from afc_cli.costs import MAX_ESTIMATE, RateCards, format_usd, to_micros, usd_problem
-from afc_cli.errors import AnswerNotRead, LedgerWriteError, SpoolError, StorageError, UsageError
+from afc_cli.errors import AnswerNotRead, LedgerWriteError, SpoolError, StorageError
 from afc_cli.ledger import (
     SHARED_BUDGET,
     TERMINAL,
@@ -890,14 +890,6 @@ async def _fail_conflict(
     )
 
 
-def _check_now(storage: Storage) -> None:
-    """``storage.check()``, a storage that cannot be used said as a storage failure."""
-    try:
-        storage.check()
-    except UsageError as exc:
-        raise StorageError(exc.message, retryable=False) from None
-
-
 async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
     """Before a render is paid for, in a run where this job's batch's store or verify gave up:
     the storage checked again as before the run (``Storage.check``: the bucket's HEAD, the
@@ -907,7 +899,8 @@ async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
     paid for, each one's store refused, its bytes piling up in the spool."""
     if job["batch"] not in ctx.storage_failed:
         return
-    await _storage(ctx, ctx.storages[job["batch"]], _check_now, ctx.storages[job["batch"]])
+    storage = ctx.storages[job["batch"]]
+    await _storage(ctx, storage, storage.check_again)
     ctx.storage_failed.discard(job["batch"])  # usable: a failure of that one key alone
 
 

@@ -336,3 +336,32 @@ def test_a_helper_started_early_and_never_used_is_ended_at_exit(afc):
     )
     assert again.returncode == 0, again.stderr
     assert "ResourceWarning" not in again.stderr, again.stderr
+
+
+def test_helper_imports_the_storage_modules_before_its_threads_load_calls():
+    """Loaded by two of the helper's threads at once, a call of afc_cli.storage.base and one
+    of the package afc_cli.storage (whose __init__ imports that module) took their module
+    locks in opposite orders: Python before 3.15 raised _DeadlockError (CPython gh-83065),
+    and a worker stopped with 'unexpected error' (chaos-postgres seed 64). The helper imports
+    them first, in its main thread; and a storage's check during a run is a method of the
+    storage, which the helper loads without importing the pipeline."""
+
+    async def main():
+        worker = FileWorker()
+        await worker.start()
+        try:
+            loaded = await worker.call(
+                eval,
+                "sorted(m for m in __import__('sys').modules if m.startswith('afc_cli'))",
+            )
+            assert {"afc_cli.storage", "afc_cli.storage.base", "afc_cli.storage.file"} <= set(
+                loaded
+            )
+            assert "afc_cli.spool" in loaded
+            await worker.call(FileStorage(Path(os.getcwd())).check_again)
+            after = await worker.call(eval, "'afc_cli.pipeline' in __import__('sys').modules")
+            assert after is False
+        finally:
+            await worker.close()
+
+    asyncio.run(main())

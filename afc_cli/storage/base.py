@@ -74,6 +74,18 @@ class Storage:
         """Before a run renders anything: fail fast (UsageError) if this storage cannot be
         used at all, so no render is paid for that could not be stored."""
 
+    def check_again(self) -> None:
+        """``check`` during a run (``pipeline._storage_broke``): a storage that cannot be used
+        said as a StorageError, not retried. A method here, not a function of the pipeline:
+        a file storage's call runs in the file helper (afc_cli/offload.py), which would
+        otherwise import the whole pipeline to load it."""
+        from afc_cli.errors import StorageError, UsageError
+
+        try:
+            self.check()
+        except UsageError as exc:
+            raise StorageError(exc.message, retryable=False) from None
+
     def check_keys(self, keys: list[str]) -> None:
         """Before a run renders anything: fail fast (UsageError) if these output keys could not
         be stored (on a file system: a folder on their path that is a file, or not writable;
