@@ -10,6 +10,7 @@ from afc_cli.costs import format_usd, job_cost, plural, unknown_cost_part
 from afc_cli.errors import SHOWN_BATCHES, UsageError, batch_key_hint, several_batches
 from afc_cli.ledger import TERMINAL, Ledger
 from afc_cli.listing import waiting_now
+from afc_cli.owner import lease_held
 from afc_cli.storage import object_url
 
 
@@ -60,18 +61,30 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
         batch_row = ledger.batch(job["batch"])
         rows = ledger.attempts(job["id"])
         ended = job["status"] in TERMINAL
+        now = ledger.lease_clock() if ended else 0.0
+
+        def left(a: dict[str, Any]) -> bool:
+            # one left started by a job that has ended (LEFT_STARTED_SQL) is of unknown
+            # outcome, as afc costs report counts it: not a call in flight. But a job
+            # cancelled while a live run's call was in flight keeps that run's lease expiry
+            # (Ledger.cancel): the call goes on and its run records its answer and cost;
+            # it is 'started' until that run is gone (the rule a takeover follows)
+            return (
+                ended
+                and a["status"] == "started"
+                and not lease_held(a["owner"], job["lease_expires"], now, job.get("lease_mono"))
+            )
+
         attempts = [
             {
                 "number": a["number"],
                 "provider": a["provider"],
                 "model": a["model"],
-                # one left started by a job that has ended (LEFT_STARTED_SQL) is of unknown
-                # outcome, as afc costs report counts it: not a call in flight
-                "status": "unknown" if ended and a["status"] == "started" else a["status"],
+                "status": "unknown" if left(a) else a["status"],
                 "error_class": a["error_class"],
                 "http_status": a["http_status"],
                 "error": left_started(job["status"], a["cost_micros"])
-                if ended and a["status"] == "started"
+                if left(a)
                 else a["error_message"],
                 "provider_request_id": a["provider_request_id"],
                 "waited_s": a["wait_s"],
