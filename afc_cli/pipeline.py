@@ -711,6 +711,8 @@ async def _run_job(
                 ctx.ran -= 1
                 current = ctx.ledger.job(job_id)
                 return current["status"] if current else "missing"
+            # the takeovers its row counts as this run takes it (a takeover since: below)
+            taken_before = job.get("takeovers") or 0
             if job["status"] == "blocked":
                 # given needs after this run began (a re-submit changes the gates of a job
                 # not yet rendered that no run holds): it waits for them like any blocked job
@@ -757,10 +759,17 @@ async def _run_job(
         # its lease expired while this process was stalled, and another took the job over
         ctx.report(job, "ended", "here: taken over by another afc process, which goes on with it")
         _shared_host_id(ctx, job.get("lease_owner"))
-    elif job.get("lost") and ctx.ledger.taken_from_here(job_id):
+    elif (
+        job.get("lost")
+        and (job.get("takeovers") or 0) > taken_before
+        and ctx.ledger.taken_from_here(job_id)
+    ):
         # and that process has ended it: its end is not this run's, and the workers'
         # summaries counted the job twice (this run's 'ended succeeded' and that one's). A
-        # job a person cancelled while this run held it is this run's to count, as before
+        # job a person cancelled while this run held it is this run's to count, as before,
+        # also where another process took it from this one before (a takeover in the night,
+        # that process failing it, a person's retry, this worker's claim): only a takeover
+        # since this run took it (its row's count grew) makes its end another's
         ctx.ended_elsewhere.add(job_id)
         ctx.report(
             job,
