@@ -310,6 +310,9 @@ class RunContext:
     # jobs the budget refused that wait for this run's calls in flight (``_may_make_room``):
     # never waited for by another such job
     settling: set[str] = field(default_factory=set)
+    # the pauses of those waiting for a shared budget's other workers' calls (cancelled
+    # once their job has looked again)
+    pauses: set[asyncio.Future] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.dirs = DirSync(self.offload)
@@ -425,6 +428,9 @@ def _awake_since(stamp: tuple[float, float]) -> float:
 
 # the longest a job waits between looks at an output key another job is rendering
 OUTPUT_POLL_MAX_S = 5.0
+# how long a job the shared budget refused waits (jittered) before it asks again, while the
+# budget's other workers have calls in flight that would make room were they free
+BUDGET_LOOK_S = 2.0
 # how long a worker's rounds leave a job alone whose output key another job holds with a
 # paid render no run is working on (``OutputHeld``): that job's batch must run first
 OUTPUT_HELD_PAUSE_S = 30.0
@@ -518,13 +524,23 @@ def _may_make_room(
     instead, and stops once the room they leave (none, or too little) does not fit."""
     calls = ctx.protected - ctx.settling - {job["id"]}
     tasks = {task for i in calls if (task := ctx.tasks.get(i)) is not None and not task.done()}
-    if not tasks:
-        return set()
-    held = ctx.ledger.reserved_in_flight(ctx.run_id, ctx.ledger.owner)
-    if not held or exc.spent - held + exc.estimate > exc.cap:
-        return set()
-    ctx.settling.add(job["id"])
-    return tasks
+    held = ctx.ledger.reserved_in_flight(ctx.run_id, ctx.ledger.owner) if tasks else 0
+    if held and exc.spent - held + exc.estimate <= exc.cap:
+        ctx.settling.add(job["id"])
+        return tasks
+    if (ctx.run_id or "").startswith(SHARED_BUDGET):
+        # A shared budget's other workers' calls in flight reserve it too: a worker whose
+        # first job met a cap its sibling's first wave held stopped, exit 4 (a service
+        # not restarted), told the budget was spent before it started, and the calls came
+        # back free. Where they would make room, it looks again after a pause (their ends
+        # are in another process), and stops once the budget's known spend leaves none.
+        others = ctx.ledger.reserved_elsewhere(ctx.run_id, ctx.ledger.owner)
+        if others and exc.spent - held - others + exc.estimate <= exc.cap:
+            pause = asyncio.ensure_future(ctx.sleep(BUDGET_LOOK_S * (0.5 + random.random())))
+            ctx.pauses.add(pause)
+            ctx.settling.add(job["id"])
+            return {*tasks, pause}
+    return set()
 
 
 async def _await_settling(
@@ -538,6 +554,9 @@ async def _await_settling(
             await asyncio.wait({*settling, stop}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stop.cancel()
+        for pause in settling & ctx.pauses:  # never a job's task: those run on
+            pause.cancel()
+            ctx.pauses.discard(pause)
         ctx.settling.discard(job["id"])
 
 

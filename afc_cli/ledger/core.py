@@ -2592,6 +2592,27 @@ class Ledger:
         ).fetchone()
         return int(row[0])
 
+    def reserved_elsewhere(self, run_id: str | None, owner: str) -> int:
+        """The reservations of the calls of ``run_id`` (a shared budget's) that other live
+        processes have in flight, cost unknown: what a sibling worker's calls may give back
+        to the budget when they come back free. A call whose process is gone (its lease run
+        out, or dead on this host) counts as its reservation for good, as the budget counts an
+        attempt of unknown outcome: it gives nothing back."""
+        now: float | None = None
+        total = 0
+        for reserved, holder, expires, mono in self.db.execute(
+            "SELECT a.reserved_micros, j.lease_owner, j.lease_expires, j.lease_mono"
+            " FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.run_id = ?"
+            " AND a.owner <> ? AND a.status = 'started' AND a.cost_micros IS NULL"
+            " AND a.reserved_micros IS NOT NULL AND j.lease_owner = a.owner",
+            (run_id, owner),
+        ).fetchall():
+            if now is None:
+                now = self.lease_clock()
+            if lease_held(holder, expires, now, mono):
+                total += int(reserved)
+        return total
+
     def run_money(self, run_id: str | None, owner: str | None = None) -> dict[str, int]:
         """A run's money as shown to a person: ``priced`` (the known costs of its attempts,
         the figure ``afc costs report`` sums as ``priced``), ``unknown_cost`` (its attempts
