@@ -57,6 +57,8 @@ class FakeProviders:
         self.inputs: dict[str, list[tuple[str, str, str]]] = {}
         # every JSON body POSTed to OpenAI's /images/generations, as it arrived
         self.openai_bodies: list[dict] = []
+        # the form fields (all but the image parts) of every OpenAI /images/edits call
+        self.openai_edit_fields: list[dict] = []
         # outputs whose first download answers 503 (a "flaky-download" prompt's)
         self.flaky_files: set[str] = set()
         # outputs out of reach for a while (503s): a "cdn-outage" prompt's for its first
@@ -456,6 +458,8 @@ class FakeProviders:
         if not images or "prompt" not in fields or "model" not in fields:
             return h.reply(400, _openai_invalid("image, prompt and model are required", "image"))
         self.inputs[fields["prompt"]] = images
+        with self.lock:
+            self.openai_edit_fields.append(fields)
         self.record("openai", fields["prompt"], False)
         if "unreadable-image" in fields["prompt"]:
             # a reference image gpt-image cannot read: an input error under the type its

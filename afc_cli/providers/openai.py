@@ -37,7 +37,20 @@ from afc_cli.providers.http import (
     transport_error,
 )
 
-PASSED = ("size", "quality", "output_format", "background", "moderation", "n", "style")
+# the Images API's parameters, sent as given: ``input_fidelity`` is the edits' (a job with
+# ``inputs``), ``output_compression`` both endpoints' (jpeg and webp); OpenAI refuses, unbilled,
+# one its endpoint or model does not take
+PASSED = (
+    "size",
+    "quality",
+    "output_format",
+    "output_compression",
+    "background",
+    "moderation",
+    "input_fidelity",
+    "n",
+    "style",
+)
 # models that answer a URL unless asked for the image itself (``response_format``), which
 # the others refuse
 B64_MODELS = ("dall-e-",)
