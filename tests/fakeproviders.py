@@ -289,6 +289,28 @@ class FakeProviders:
                     "x-ratelimit-remaining-requests": "0",
                 },
             )
+        if "token-limit" in prompt and self.first_time(prompt):
+            # gpt-image's tokens-per-minute limit: the requests' limit has room (its reset
+            # is a moment away), the tokens' resets later, as OpenAI answers it
+            return h.reply(
+                429,
+                {
+                    "error": {
+                        "message": "Rate limit reached for gpt-image-1 in organization org-x on "
+                        "tokens per min (TPM): Limit 40000, Used 38000, Requested 4160. Please "
+                        "try again in 3.24s.",
+                        "type": "tokens",
+                        "param": None,
+                        "code": "rate_limit_exceeded",
+                    }
+                },
+                headers={
+                    "x-ratelimit-reset-requests": "6ms",
+                    "x-ratelimit-remaining-requests": "49",
+                    "x-ratelimit-reset-tokens": "3.24s",
+                    "x-ratelimit-remaining-tokens": "2000",
+                },
+            )
         if "conflict-once" in prompt and self.first_time(prompt):  # a 409, sent again: OK
             return h.reply(
                 409,

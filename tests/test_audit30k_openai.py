@@ -3,6 +3,7 @@ a gateway answering with URLs meets it. Each test names what a user met."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import manifest
 from test_providers import FAST, MODELS, RATES
 
@@ -52,3 +53,21 @@ def test_input_fidelity_and_output_compression_reach_openai_and_are_hashed(afc, 
     assert changed.returncode == 3, changed.stderr
     assert "IDEMPOTENCY_CONFLICT" in changed.stderr
     assert len(fake.openai_edit_fields) == 1
+
+
+def test_a_tokens_per_minute_429_waits_for_the_tokens_reset(afc, fake):
+    """gpt-image-1's limits count tokens as well as requests (each high square image is 4,160
+    output tokens). OpenAI's 429 for the tokens' limit (``type: tokens``) names its reset in
+    ``x-ratelimit-reset-tokens``; afc read ``x-ratelimit-reset-requests`` only, a few ms
+    away while the requests' limit has room, so the retry came within the jitter, hit the
+    same limit, and a batch at its token rate spent its attempts and failed ``exhausted``."""
+    shot = {"key": "shot", "prompt": "token-limit shot"}
+    shot["chain"] = [{"provider": "openai", "model": MODELS["openai"], "backoff": FAST}]
+    afc.write_manifest(manifest([shot], rates=RATES))
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    first, second = afc.json("show", "shot")["attempts"]
+    assert (first["error_class"], second["status"]) == ("rate_limited", "succeeded")
+    assert afc.rows("SELECT retry_after_s FROM attempts WHERE status = 'failed'") == [(3.24,)]
+    # the tokens' reset, capped by the chain's backoff (FAST: 0.05 s), not a jitter below it
+    assert second["waited_s"] == pytest.approx(0.05)

@@ -576,12 +576,13 @@ def parse_reset(value: str | None) -> float | None:
     return total if found else None
 
 
-def retry_after_of(headers: Any) -> float | None:
-    """A 429's wait: its ``Retry-After`` (or ``retry-after-ms``), else the rate-limit reset
-    OpenAI names (``x-ratelimit-reset-requests``)."""
+def retry_after_of(headers: Any, limit: str = "requests") -> float | None:
+    """A 429's wait: its ``Retry-After`` (or ``retry-after-ms``), else the reset OpenAI names
+    for the limit it hit (``x-ratelimit-reset-requests``, or ``x-ratelimit-reset-tokens`` for
+    a 429 of ``type: tokens``, whose requests' reset is a moment away)."""
     seconds = _said_retry_after(headers)
     if seconds is None:
-        seconds = parse_reset(headers.get("x-ratelimit-reset-requests"))
+        seconds = parse_reset(headers.get(f"x-ratelimit-reset-{limit}"))
     return seconds
 
 
@@ -618,14 +619,14 @@ def is_data_url(url: str) -> bool:
     return url[:5].lower() == "data:"
 
 
-def retry_after_for(cls: str, headers: Any) -> float | None:
+def retry_after_for(cls: str, headers: Any, limit: str = "requests") -> float | None:
     """The wait an error answer of class ``cls`` asks for before the next attempt: a 429's
     (``retry_after_of``: its Retry-After, or the rate-limit reset it names), or the explicit
     ``Retry-After`` of an overloaded or failing server (a 503 that says when to come back),
     which backoff honours up to its cap (afc_cli/attempts.py). Not a 503's rate-limit
     headers: OpenAI sends ``x-ratelimit-reset-requests`` on every answer."""
     if cls == "rate_limited":
-        return retry_after_of(headers)
+        return retry_after_of(headers, limit)
     if cls in ("unavailable", "server"):
         return _said_retry_after(headers)
     return None

@@ -199,7 +199,10 @@ class OpenAIProvider(HttpProvider):
             cls,
             message,
             http_status=status,
-            retry_after=retry_after_for(cls, response.headers),
+            # a 429 of the tokens-per-minute limit waits for the tokens' reset
+            retry_after=retry_after_for(
+                cls, response.headers, "tokens" if kind == "tokens" else "requests"
+            ),
             cost_micros=0 if free else None,
             cost_source="derived" if free else None,
         )
