@@ -338,6 +338,31 @@ class FakeProviders:
             )
         if "request-timeout-once" in prompt and self.first_time(prompt):
             return h.reply(408, raw=b"Request Timeout", ctype="text/plain")
+        if "billing-inactive" in prompt:  # an account without billing: a 429, not a rate
+            return h.reply(
+                429,
+                {
+                    "error": {
+                        "message": "Your account is not active, please check your billing "
+                        "details on our website.",
+                        "type": "billing_not_active",
+                        "param": None,
+                        "code": "billing_not_active",
+                    }
+                },
+            )
+        if "hard-limit" in prompt:  # the account's spending limit reached: a 400 (DALL-E's)
+            return h.reply(
+                400,
+                {
+                    "error": {
+                        "message": "Billing hard limit has been reached",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "billing_hard_limit_reached",
+                    }
+                },
+            )
         if "quota" in prompt:
             return h.reply(
                 429,

@@ -71,3 +71,25 @@ def test_a_tokens_per_minute_429_waits_for_the_tokens_reset(afc, fake):
     assert afc.rows("SELECT retry_after_s FROM attempts WHERE status = 'failed'") == [(3.24,)]
     # the tokens' reset, capped by the chain's backoff (FAST: 0.05 s), not a jitter below it
     assert second["waited_s"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("prompt", ["billing-inactive shot", "hard-limit shot"])
+def test_an_account_out_of_billing_stops_the_chain_as_insufficient_quota_does(afc, fake, prompt):
+    """OpenAI answers an account whose billing is not active with a 429 coded
+    ``billing_not_active``, and one past its spending limit with a 400 coded
+    ``billing_hard_limit_reached``. afc read the first as a rate limit (each job called
+    again after its backoff, then 'exhausted', and a chain with ``fallback_on: [exhausted]``
+    went on to the next OpenAI model on the same account) and the second as the user's
+    invalid input. Both are money, as ``insufficient_quota`` is: ``auth``, one call, cost 0."""
+    shot = {"key": "shot", "prompt": prompt}
+    shot["chain"] = [
+        {"provider": "openai", "model": MODELS["openai"], "backoff": FAST},
+        {"provider": "openai", "model": "dall-e-3", "backoff": FAST},
+    ]
+    shot["chain"][0]["fallback_on"] = ["exhausted"]
+    afc.write_manifest(manifest([shot], rates=RATES))
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 1, result.stderr
+    [attempt] = afc.json("show", "shot")["attempts"]
+    assert (attempt["error_class"], attempt["cost"]) == ("auth", "0.000000")
+    assert fake.counts["openai"] == 1

@@ -51,6 +51,10 @@ PASSED = (
     "n",
     "style",
 )
+# the account's money, refused free: out of quota (429), billing not set up (429), the
+# spending limit reached (400)
+# (a tuple: a gateway's ``code`` may be any JSON value, a dict not hashable)
+MONEY = ("insufficient_quota", "billing_not_active", "billing_hard_limit_reached")
 # models that answer a URL unless asked for the image itself (``response_format``), which
 # the others refuse
 B64_MODELS = ("dall-e-",)
@@ -179,8 +183,9 @@ class OpenAIProvider(HttpProvider):
         code = error.get("code") or ""
         kind = error.get("type") or ""
         message = f"openai: {error.get('message') or f'HTTP {status}'}"
-        if status == 429 and (code == "insufficient_quota" or kind == "insufficient_quota"):
-            # out of money, not a rate: waiting will not help
+        if 400 <= status < 500 and (code in MONEY or kind in MONEY):
+            # out of money, not a rate nor the input: waiting (or another model on the same
+            # account) will not help
             return ProviderError(
                 "auth", message, http_status=status, cost_micros=0, cost_source="derived"
             )
