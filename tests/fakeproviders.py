@@ -499,11 +499,22 @@ class FakeProviders:
                 fields[name] = part.get_content()
                 continue
             data = part.get_payload(decode=True)
-            if name != "image[]" or part.get_content_type() not in IMAGE_TYPES:
+            if name not in ("image[]", "image") or part.get_content_type() not in IMAGE_TYPES:
                 return h.reply(400, _openai_invalid(f"Invalid file {name!r}", "image"))
             images.append((name, part.get_content_type(), hashlib.sha256(data).hexdigest()))
         if not images or "prompt" not in fields or "model" not in fields:
             return h.reply(400, _openai_invalid("image, prompt and model are required", "image"))
+        # gpt-image takes ``image[]`` parts; dall-e-2 one ``image`` file, and refuses the array
+        dalle = fields["model"].startswith("dall-e-")
+        if {name for name, _, _ in images} != {"image" if dalle else "image[]"}:
+            error = _openai_invalid(
+                "Invalid type for 'image': expected a file, but got an array instead."
+                if dalle
+                else "Invalid file 'image'",
+                "image",
+            )
+            error["error"]["code"] = "invalid_type"
+            return h.reply(400, error)
         self.inputs[fields["prompt"]] = images
         with self.lock:
             self.openai_edit_fields.append(fields)
@@ -526,6 +537,8 @@ class FakeProviders:
         self.count("openai_billed")
         self.record("openai", fields["prompt"], True)
         image = base64.b64encode(render_png(fields["prompt"] + str(images), 32, 32)).decode()
+        if dalle:  # DALL-E: the image (asked for as b64_json), no usage
+            return h.reply(200, {"created": 1, "data": [{"b64_json": image}]})
         h.reply(
             200,
             {

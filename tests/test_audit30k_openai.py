@@ -93,3 +93,22 @@ def test_an_account_out_of_billing_stops_the_chain_as_insufficient_quota_does(af
     [attempt] = afc.json("show", "shot")["attempts"]
     assert (attempt["error_class"], attempt["cost"]) == ("auth", "0.000000")
     assert fake.counts["openai"] == 1
+
+
+def test_a_dall_e_2_edit_sends_its_reference_as_the_one_image_file_it_takes(afc, fake):
+    """dall-e-2 edits one image, sent as the form's ``image`` file (OpenAI's SDK sends one
+    file so); afc sent every reference as an ``image[]`` part, gpt-image's shape for several,
+    which dall-e-2 refuses ("Invalid type for 'image': expected a file, but got an array
+    instead."), so no dall-e-2 edit could ever be made."""
+    job = _edit_job(afc, {"size": "256x256"})
+    job["chain"] = [{"provider": "openai", "model": "dall-e-2", "backoff": FAST}]
+    afc.write_manifest(
+        manifest([job], rates=[{"provider": "openai", "model": "dall-e-2", "per_image": "0.016"}])
+    )
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    [(field, media, _)] = fake.inputs["the portrait, restyled"]
+    assert (field, media) == ("image", "image/png")
+    [attempt] = afc.json("show", "shot")["attempts"]
+    assert (attempt["status"], attempt["cost"]) == ("succeeded", "0.016000")
+    assert fake.openai_edit_fields[0]["response_format"] == "b64_json"

@@ -1,6 +1,7 @@
 """OpenAI Images: ``POST {OPENAI_BASE_URL}/images/generations``, synchronous; with reference
 images (a manifest's ``inputs``), ``POST {OPENAI_BASE_URL}/images/edits`` as multipart form
-data: the same fields as form fields and each image as an ``image[]`` file part.
+data: the same fields as form fields and each image as an ``image[]`` file part (dall-e-2's
+one image as the ``image`` file, the form it takes).
 
 The call itself is the paid window: there is no lookup by id and no idempotency key, so a
 process that dies during it leaves an ``unknown`` attempt (possibly paid) behind.
@@ -90,7 +91,9 @@ class OpenAIProvider(HttpProvider):
                     data={name: str(value) for name, value in body.items()},
                     files=[
                         (
-                            "image[]",
+                            # dall-e-2 takes one ``image`` file, and refuses ``image[]`` (an
+                            # array); gpt-image models an ``image[]`` part each
+                            "image" if request.model.startswith(B64_MODELS) else "image[]",
                             (f"input-{i}.{image.mime.split('/')[-1]}", image.data, image.mime),
                         )
                         for i, image in enumerate(request.inputs)
