@@ -375,6 +375,28 @@ class FakeProviders:
                     }
                 },
             )
+        if "safety-nocode" in prompt:  # DALL-E's safety rejection as it came without a code
+            return h.reply(
+                400,
+                {
+                    "error": {
+                        "message": "Your request was rejected as a result of our safety system. "
+                        "Your prompt may contain text that is not allowed by our safety system.",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
+        if "safety-gateway" in prompt:  # the same, as a gateway passes it on: no error wrapper
+            return h.reply(
+                400,
+                {
+                    "message": "Your request was rejected as a result of our safety system. "
+                    "Your prompt may contain text that is not allowed by our safety system. "
+                    "(request id: 20250814152832642668801wKakdzZB)"
+                },
+            )
         if "moderation" in prompt:
             return h.reply(
                 400,

@@ -112,3 +112,27 @@ def test_a_dall_e_2_edit_sends_its_reference_as_the_one_image_file_it_takes(afc,
     [attempt] = afc.json("show", "shot")["attempts"]
     assert (attempt["status"], attempt["cost"]) == ("succeeded", "0.016000")
     assert fake.openai_edit_fields[0]["response_format"] == "b64_json"
+
+
+@pytest.mark.parametrize("prompt", ["safety-nocode shot", "safety-gateway shot"])
+def test_a_safety_rejection_without_its_code_is_a_refusal_that_falls_back(afc, fake, prompt):
+    """OpenAI's safety system rejects a DALL-E prompt with a 400 whose message says so ("Your
+    request was rejected as a result of our safety system."), which came with ``code: null``,
+    and a gateway in front passes it on as ``{"message": ...}`` with no ``error`` wrapper.
+    afc classed both ``invalid`` (the first a user input error, the second 'openai: HTTP 400',
+    the reason lost): the chain stopped, and ``fallback_on: [refusal]`` never sent the job
+    to the model meant for what OpenAI refuses."""
+    shot = {"key": "shot", "prompt": prompt}
+    shot["chain"] = [
+        {"provider": "openai", "model": MODELS["openai"], "attempts": 1, "backoff": FAST},
+        {"provider": "local", "model": "m1", "backoff": FAST},
+    ]
+    shot["chain"][0]["fallback_on"] = ["refusal"]
+    rates = [*RATES, {"provider": "local", "model": "m1", "per_image": "0.05"}]
+    afc.write_manifest(manifest([shot], rates=rates))
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    first, second = afc.json("show", "shot")["attempts"]
+    assert (first["error_class"], first["http_status"]) == ("refusal", 400)
+    assert "safety system" in first["error"]
+    assert (second["provider"], second["status"]) == ("local", "succeeded")

@@ -182,10 +182,12 @@ class OpenAIProvider(HttpProvider):
 
     def _error(self, response: Any, data: dict[str, Any]) -> ProviderError:
         status = response.status_code
-        error = obj(data.get("error"))
+        # a gateway in front may pass OpenAI's error on unwrapped: ``{"message": ...}``
+        error = obj(data.get("error")) or data
         code = error.get("code") or ""
         kind = error.get("type") or ""
         message = f"openai: {error.get('message') or f'HTTP {status}'}"
+        said = text(error.get("message")) or ""
         if 400 <= status < 500 and (code in MONEY or kind in MONEY):
             # out of money, not a rate nor the input: waiting (or another model on the same
             # account) will not help
@@ -195,9 +197,12 @@ class OpenAIProvider(HttpProvider):
         # ``image_generation_user_error`` is the type of gpt-image's moderation blocks (code
         # ``moderation_blocked``) and of its input errors too (``invalid_image_file``: a
         # reference image it cannot read), which are ``invalid`` like any other 400
+        # (DALL-E's safety rejection has also come with no code, only its words: "Your request
+        # was rejected as a result of our safety system.")
         if status == 400 and (
             code in ("content_policy_violation", "moderation_blocked")
             or (kind == "image_generation_user_error" and not code)
+            or (not code and "rejected as a result of our safety system" in said)
         ):
             # a moderation block may come after the image was made: its cost is not known
             return ProviderError("refusal", message, http_status=status)
