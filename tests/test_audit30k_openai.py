@@ -136,3 +136,29 @@ def test_a_safety_rejection_without_its_code_is_a_refusal_that_falls_back(afc, f
     assert (first["error_class"], first["http_status"]) == ("refusal", 400)
     assert "safety system" in first["error"]
     assert (second["provider"], second["status"]) == ("local", "succeeded")
+
+
+def test_writing_out_openai_s_n_1_is_the_same_request(afc, fake):
+    """The OpenAI adapter sends ``n: 1`` itself when a job leaves ``n`` out, so a manifest
+    that writes ``n: 1`` out asks for the same call; README (Defaults and the hash) says such
+    a param never changes the hash. It did: a re-submit with ``n: 1`` added to the defaults
+    refused every job as an IDEMPOTENCY_CONFLICT (exit 3)."""
+    shot = {"key": "shot", "prompt": "one image"}
+    shot["chain"] = [{"provider": "openai", "model": MODELS["openai"], "backoff": FAST}]
+    afc.write_manifest(manifest([shot], rates=RATES))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    data = manifest([shot], rates=RATES)
+    data["defaults"]["params"] = {"n": 1}
+    afc.write_manifest(data)
+    again = afc("submit", "manifest.yaml")
+    assert again.returncode == 0, again.stderr
+    assert "1 replayed" in again.stderr
+    assert fake.counts["openai"] == 1
+    # and a batch first admitted with n: 1 written out replays without it
+    data["batch"] = "b2"
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    afc.write_manifest(manifest([shot], rates=RATES, batch="b2"))
+    back = afc("submit", "manifest.yaml")
+    assert back.returncode == 0, back.stderr
+    assert fake.counts["openai"] == 2

@@ -74,6 +74,11 @@ class OpenAIProvider(HttpProvider):
     default_base = "https://api.openai.com/v1"
     keeps_outputs_s = 55 * 60.0  # DALL-E's image URLs are valid about an hour
 
+    def param_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
+        # ``render`` sends ``n: 1`` itself when a job leaves ``n`` out: writing it out is the
+        # same request (README, Defaults and the hash)
+        return {"n": 1}
+
     async def render(self, request: AttemptRequest) -> AttemptResult:
         import httpx
 
