@@ -39,13 +39,16 @@ def test_input_fidelity_and_output_compression_reach_openai_and_are_hashed(afc, 
     plain = {
         "key": "plain",
         "prompt": "a plain generation",
-        "params": {"output_compression": 50, "output_format": "webp"},
+        # input_fidelity in a batch's defaults reaches a job without references too: it is
+        # an edits parameter that generations refuse (400), so it is left out of the body
+        "params": {"output_compression": 50, "output_format": "webp", "input_fidelity": "high"},
         "chain": [{"provider": "openai", "model": MODELS["openai"], "backoff": FAST}],
     }
     afc.write_manifest(manifest([plain], rates=RATES, batch="b2"))
     result = afc("submit", "manifest.yaml")
     assert result.returncode == 0, result.stderr
     assert fake.openai_bodies[-1]["output_compression"] == 50
+    assert "input_fidelity" not in fake.openai_bodies[-1]
     # part of the request: the same key with another fidelity is a conflict, nothing sent
     params["input_fidelity"] = "low"
     afc.write_manifest(manifest([_edit_job(afc, params)], rates=RATES))

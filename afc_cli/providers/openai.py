@@ -39,8 +39,8 @@ from afc_cli.providers.http import (
 )
 
 # the Images API's parameters, sent as given: ``input_fidelity`` is the edits' (a job with
-# ``inputs``), ``output_compression`` both endpoints' (jpeg and webp); OpenAI refuses, unbilled,
-# one its endpoint or model does not take
+# ``inputs``; left out of a generation's body), ``output_compression`` both endpoints' (jpeg and
+# webp); OpenAI refuses, unbilled, one its endpoint or model does not take
 PASSED = (
     "size",
     "quality",
@@ -85,6 +85,11 @@ class OpenAIProvider(HttpProvider):
         began = self.clock()
         body = {"model": request.model, "prompt": request.prompt, "n": 1}
         body.update({k: v for k, v in request.params.items() if k in PASSED})
+        if not request.inputs:
+            # an edit's parameter (how closely to keep the references), which generations
+            # refuse: one set in a batch's defaults reaches its jobs without references too,
+            # which it would fail ``invalid``; it stays part of their request (the hash)
+            body.pop("input_fidelity", None)
         if request.model.startswith(B64_MODELS):
             body["response_format"] = "b64_json"  # the image in the paid answer, not a URL
         headers = {"Authorization": f"Bearer {self.api_key()}"}
