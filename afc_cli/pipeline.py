@@ -1035,6 +1035,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     # a backoff (its slot given back) held its inputs, 40 jobs with a 16 MiB reference
     # 640 MiB, a big batch more than the machine had.
     settling: set[asyncio.Future] = set()  # this run's calls whose end may make room
+    backed_off: int | None = None  # the attempts a backoff was waited out after
     while True:
         inputs: tuple | None = None if job.get("inputs_json") else ()
         # Between attempts a job may wait (backoff, provider limits): a stopping run may cut
@@ -1097,6 +1098,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             chain_index, entry, wait = decision.chain_index, chain[decision.chain_index], None
             if decision.delay > 0:
                 wait = decision.delay
+            if wait is not None and backed_off != len(rows):
+                # once per attempt it follows: a job the budget then refused, which waited for
+                # room (``_may_make_room``), does not wait out the same backoff again
+                backed_off = len(rows)
                 ctx.ledger.set_waiting(job, f"backoff {wait:.2f}s after {decision.after}")
                 ctx.report(
                     job,

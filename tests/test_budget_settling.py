@@ -48,3 +48,61 @@ def test_room_the_calls_in_flight_cannot_make_still_stops_the_run(afc):
     result = afc("submit", "manifest.yaml", "--max-spend", "0.02", "--concurrency", "4")
     assert result.returncode == 4, result.stderr
     assert "this run spent 0.020000 USD" in result.stderr, result.stderr
+
+
+def test_a_job_that_waited_for_room_after_its_backoff_does_not_back_off_again(afc):
+    """A job whose first call failed (free) waited out its backoff, then met a cap that
+    another job's call in flight held, and waited for that call (``_may_make_room``); once
+    that call came back free, the job waited out the same backoff a second time before it
+    asked again. The backoff is waited once per attempt it follows (in process, its sleeps
+    counted, none real)."""
+    import asyncio
+    import time
+
+    from test_pipeline import OneJob
+
+    from afc_cli.pipeline import run_job
+
+    one = OneJob(
+        afc,
+        [
+            {"key": "a", "prompt": "p", "params": {"fail": ["server"]}},
+            {"key": "b", "prompt": "p"},
+        ],
+    )
+    ledger = one.ledger
+    [job_a, job_b] = [job.job_id for job in one.manifest.jobs]
+    sleeps: list[float] = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        blocker = loop.create_future()
+
+        def settle() -> None:  # the other call comes back free: its reservation goes
+            with ledger.tx():
+                ledger.db.execute(
+                    "UPDATE attempts SET status = 'failed', cost_micros = 0 WHERE job_id = ?",
+                    (job_b,),
+                )
+            blocker.set_result("failed")
+
+        async def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+            if len(sleeps) == 1:  # during the backoff, b's call takes the whole cap
+                with ledger.tx():
+                    ledger.db.execute(
+                        "INSERT INTO attempts (job_id, number, chain_index, provider, model,"
+                        " status, owner, started_at, run_id, reserved_micros)"
+                        " VALUES (?, 1, 0, 'local', 'm1', 'started', ?, ?, 'r1', 50000)",
+                        (job_b, ledger.owner, time.time()),
+                    )
+                ctx.tasks[job_b] = blocker
+                ctx.protected.add(job_b)
+                loop.call_later(0.05, settle)
+
+        ctx = one.context(cap_micros=50_000, run_id="r1", sleep=sleep)
+        return await run_job(ctx, job_a)
+
+    status = one.run(main)
+    assert status == "succeeded"
+    assert len(sleeps) == 1, sleeps  # the backoff after attempt 1, once
