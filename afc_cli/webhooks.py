@@ -91,7 +91,9 @@ def _what_it_met(exc: BaseException) -> str:
             break
         if isinstance(cause, OSError) and cause.errno and cause.errno > 0:
             reason = os.strerror(cause.errno)
-            return said if reason.lower() in said.lower() else f"{said}: {reason}"
+            if reason.lower() in said.lower():
+                return said
+            return f"{said}: {reason}" if said else reason
         cause = cause.__cause__ or cause.__context__
     return said
 
