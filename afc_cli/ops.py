@@ -166,6 +166,13 @@ def cancel(
                 out["already_final"].append(entry)
                 if entry["status"] == "cancelled":
                     asks.append((job, True))
+                    # cancelled by a cancel cut off before it failed the jobs that need it
+                    # (below): they were left 'blocked' behind a cancelled job
+                    cancelled.append(job["id"])
+        # the jobs that need them fail before any provider is asked (a cancel cut off while
+        # it waits on one left them 'blocked' behind a cancelled job)
+        for job_id in cancelled:
+            ledger.fail_dependents(job_id)
         # Every target is cancelled before any provider is asked to stop a request: a
         # provider that takes a cancel and never answers (up to its read and pool timeouts,
         # 150 s on Replicate and fal) held the next target's cancel behind it, so a batch's
@@ -180,8 +187,6 @@ def cancel(
             # the batch left rendering is asked to stop by the cancel run again, as told
             for job in ledger.cancelled_with_requests(batch):
                 _ask_again(ledger, job, out)
-        for job_id in cancelled:
-            ledger.fail_dependents(job_id)
     finally:
         ledger.close()
     return out
