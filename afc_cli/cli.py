@@ -1110,7 +1110,16 @@ def _asker(yes: bool):
             _err(f"  {job['batch']}/{job['key']} ({job['status']})")
         if len(jobs) > 20:
             _err(f"  ... and {len(jobs) - 20} more")
-        return typer.confirm(f"{what} these {len(jobs)} jobs?", default=False, err=True)
+        try:
+            return typer.confirm(f"{what} these {len(jobs)} jobs?", default=False, err=True)
+        except typer.Abort as exc:
+            # click turns a Ctrl-C (a SIGTERM or SIGHUP too: ``_sigterm_as_ctrl_c``) at the
+            # question into 'Aborted!', exit 1 (some job failed, README says), not the 130 of
+            # an interruption; an end of input (Ctrl-D) is no answer: declined
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            _err("")
+            return False
 
     return ask
 

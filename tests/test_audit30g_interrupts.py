@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 
+import pytest
 from conftest import manifest, wait_for
 from test_audit25a_cancel import MODEL, RATES, _cut_off
 
@@ -72,3 +73,66 @@ def test_a_cancel_run_again_fails_the_jobs_a_killed_cancel_left_blocked(afc, fak
         ("frame", "cancelled", "CANCELLED"),
         ("shot", "failed", "DEPENDENCY_FAILED"),
     ]
+
+
+def _asked_then(afc, command: list[str], then) -> tuple[int, str]:
+    """Run 'afc COMMAND' on a terminal, wait for its '[y/N]' question, then ``then(proc,
+    master)``: its exit code and what the terminal showed."""
+    import os
+    import pty
+    import subprocess
+    import time
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        afc.command(*command), cwd=afc.cwd, env=afc.env, stdin=slave, stdout=slave, stderr=slave
+    )
+    os.close(slave)
+    said = b""
+    deadline = time.time() + 60
+    while b"[y/N]" not in said and time.time() < deadline:
+        said += os.read(master, 4096)
+    then(proc, master)
+    try:
+        while True:
+            chunk = os.read(master, 4096)
+            if not chunk:
+                break
+            said += chunk
+    except OSError:  # the child closed the terminal
+        pass
+    code = proc.wait(timeout=60)
+    os.close(master)
+    return code, said.decode(errors="replace")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize(
+    "command", [["cancel", "--batch", "b1"], ["retry", "--batch", "b1", "--failed"]]
+)
+def test_an_interruption_at_the_confirmation_question_is_exit_130(afc, sig, command):
+    """Ctrl-C (or SIGTERM, SIGHUP) while 'afc cancel --batch B' or 'afc retry --batch B
+    --failed' asked 'cancel these 2 jobs? [y/N]' printed click's 'Aborted!' and exited 1,
+    which README's exit codes give to a failed job, not 130, an interruption."""
+    data = manifest([{"key": k, "prompt": "p", "params": {"fail": ["invalid"]}} for k in "ab"])
+    afc.write_manifest(data)
+    before = "queued" if command[0] == "cancel" else "failed"
+    assert afc(
+        "submit", "manifest.yaml", *(["--no-run"] if before == "queued" else [])
+    ).returncode in (0, 1)
+    code, said = _asked_then(afc, command, lambda proc, master: proc.send_signal(sig))
+    assert code == 130, said
+    assert "interrupted" in said and "Aborted!" not in said and "Traceback" not in said, said
+    assert afc.rows("SELECT DISTINCT status FROM jobs") == [(before,)]
+
+
+def test_an_end_of_input_at_the_confirmation_question_declines(afc):
+    """Ctrl-D at the question is no answer: declined, nothing changed (exit 2), as 'n'."""
+    afc.write_manifest(manifest([{"key": k, "prompt": "p"} for k in "ab"]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    import os
+
+    code, said = _asked_then(afc, ["cancel", "--batch", "b1"], lambda p, m: os.write(m, b"\x04"))
+    assert code == 2, said
+    assert "declined; nothing was changed" in said and "Aborted!" not in said, said
+    assert afc.rows("SELECT DISTINCT status FROM jobs") == [("queued",)]
