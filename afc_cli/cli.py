@@ -822,6 +822,13 @@ def worker(
                 )
                 + ("; stopped by the budget" if result.budget_hit else "")
                 + (
+                    # its exit 130 said in its line too: a script's log read as a worker
+                    # that ran the batch out, with jobs left to run
+                    "; interrupted before it went idle: jobs are left to run (run it again)"
+                    if result.until_idle and result.stopped_by_signal and not result.idle
+                    else ""
+                )
+                + (
                     # a cron line's worker that started nothing reads the spend of the nights
                     # before it: say the budget is never reset, and how to start another; not
                     # when the budget's other workers spent it while this one ran (a new name

@@ -136,3 +136,29 @@ def test_an_end_of_input_at_the_confirmation_question_declines(afc):
     assert code == 2, said
     assert "declined; nothing was changed" in said and "Aborted!" not in said, said
     assert afc.rows("SELECT DISTINCT status FROM jobs") == [("queued",)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_worker_until_idle_stopped_by_a_signal_says_so_in_its_line(afc, sig):
+    """'afc worker --until-idle' stopped by a signal while jobs were left exits 130 (README),
+    but its summary line read as a worker that had run its batch out ('worker claimed 4 jobs
+    in 1 round; 0 finished; spent ...'), not a word of the interruption or of the jobs left:
+    a script's log could not tell why it exited 130. It says so now."""
+    import time
+
+    jobs = [{"key": f"j{i}", "prompt": "p", "params": {"latency_s": 0.4}} for i in range(4)]
+    afc.write_manifest(manifest(jobs))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    proc = afc.popen("worker", "--until-idle", "--concurrency", "1")
+    wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+    time.sleep(0.1)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 130
+    err = proc.stderr.read()
+    assert "interrupted before it went idle: jobs are left to run" in err, err
+    assert "Traceback" not in err, err
+    left = afc.rows("SELECT COUNT(*) FROM jobs WHERE status = 'queued'")[0][0]
+    assert left >= 1, err
+    # run again, it finishes them, each paid once
+    assert afc("worker", "--until-idle").returncode == 0
+    assert afc.rows("SELECT status, COUNT(*) FROM attempts GROUP BY status") == [("succeeded", 4)]
