@@ -887,7 +887,10 @@ def ledger_copy(
     The source is read in one snapshot; the destination is written in one transaction. The
     source is then marked moved: it keeps its history for reading, and the commands that
     run or change jobs refuse it (exit 2), so no job is paid for in both."""
-    with _boundary(again=_again(), why="the copy is one transaction, not committed"):
+    with _boundary(
+        again=_again(),
+        why="it finishes a copy cut short, or copies anew one not committed: the copy is one transaction",
+    ):
         _interrupt_on_sigterm()
         from afc_cli.ledger.copy import copy_ledger
 
