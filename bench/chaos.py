@@ -40,7 +40,8 @@ few jobs and a re-submit of the manifest (left to run, then SIGTERM) from a four
 Then every worker is stopped and one clean ``afc worker --until-idle`` or ``afc resume``
 ends the rest. The reconciliation above, and also: each job ended exactly once per retry (its
 events: a terminal one, then ``retried``, ...); an ``unknown`` attempt belongs to a process
-that was killed, stalled or abandoned calls (exit 130), or was gone at the provider; a stalled
+that was killed, stalled, abandoned calls (exit 130) or drained by a signal (its job-style
+calls left to the next run), or was gone at the provider; a stalled
 host that drained has its late answers' costs recorded (where the request was billed and afc
 prices that answer: a refusal or a bare gateway 502, say, is of unknown cost on any host); a second succeeded attempt of a job
 is a stalled host's; a stored object no succeeded job has is a cancelled job's late result
@@ -855,6 +856,11 @@ class PgRound(Round):
                 self.disturbed.setdefault(p["owner"], what)
             elif self.disturbed.get(p["owner"]) == "stalled":
                 self.stalled_clean.add(p["owner"])
+            elif p["signals"] and "stopping:" in Path(p["log"]).read_text(errors="replace"):
+                # drained by its signal (exit 0, or 4 when its budget was reached too: seed 67)
+                # it left its job-style calls to be polled by the next run: one whose job was
+                # then finished another way (a stalled host's late result) stays unknown
+                self.disturbed.setdefault(p["owner"], f"drained, exit {rc}")
             if restart and host in HOSTS and rc != 4:
                 self.start_worker(host)
 
