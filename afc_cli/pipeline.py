@@ -310,9 +310,6 @@ class RunContext:
     # jobs the budget refused that wait for this run's calls in flight (``_may_make_room``):
     # never waited for by another such job
     settling: set[str] = field(default_factory=set)
-    # the pauses of those waiting for a shared budget's other workers' calls (cancelled
-    # once their job has looked again)
-    pauses: set[asyncio.Future] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.dirs = DirSync(self.offload)
@@ -515,10 +512,11 @@ async def _start_attempt(
 
 def _may_make_room(
     ctx: RunContext, job: dict[str, Any], exc: BudgetExhausted
-) -> set[asyncio.Future]:
+) -> tuple[set[asyncio.Future], float | None] | None:
     """Of a job the budget refused an attempt: the tasks of this run's calls in flight whose
     reservations, were they to come back free (a 429, a refusal, a failure are not billed),
-    would make room for its estimate; none when they could not, or none are in flight.
+    would make room for its estimate, and the pause after which it asks again when a shared
+    budget's other workers' calls would (None: none); None when no call could make room.
     Stopped at once, a run whose first wave of calls came back free ended 'stopped by the
     budget' having spent nothing, hundreds of its jobs never tried; it waits for those calls
     instead, and stops once the room they leave (none, or too little) does not fit."""
@@ -527,7 +525,7 @@ def _may_make_room(
     held = ctx.ledger.reserved_in_flight(ctx.run_id, ctx.ledger.owner) if tasks else 0
     if held and exc.spent - held + exc.estimate <= exc.cap:
         ctx.settling.add(job["id"])
-        return tasks
+        return tasks, None
     if (ctx.run_id or "").startswith(SHARED_BUDGET):
         # A shared budget's other workers' calls in flight reserve it too: a worker whose
         # first job met a cap its sibling's first wave held stopped, exit 4 (a service
@@ -536,27 +534,28 @@ def _may_make_room(
         # are in another process), and stops once the budget's known spend leaves none.
         others = ctx.ledger.reserved_elsewhere(ctx.run_id, ctx.ledger.owner)
         if others and exc.spent - held - others + exc.estimate <= exc.cap:
-            pause = asyncio.ensure_future(ctx.sleep(BUDGET_LOOK_S * (0.5 + random.random())))
-            ctx.pauses.add(pause)
             ctx.settling.add(job["id"])
-            return {*tasks, pause}
-    return set()
+            return tasks, BUDGET_LOOK_S * (0.5 + random.random())
+    return None
 
 
 async def _await_settling(
-    ctx: RunContext, job: dict[str, Any], settling: set[asyncio.Future]
+    ctx: RunContext,
+    job: dict[str, Any],
+    settling: tuple[set[asyncio.Future], float | None],
 ) -> None:
-    """Wait, holding no slot, until one of ``settling`` has ended (``_may_make_room``) or
-    the run stops."""
-    stop = asyncio.ensure_future(ctx.stopping.wait())
+    """Wait, holding no slot, until one of the calls' tasks ``_may_make_room`` named has
+    ended, its pause is over, or the run stops."""
+    tasks, pause_s = settling
+    own = {asyncio.ensure_future(ctx.stopping.wait())}  # never a job's task: those run on
+    if pause_s is not None:
+        own.add(asyncio.ensure_future(ctx.sleep(pause_s)))
     try:
         async with ctx.idle():
-            await asyncio.wait({*settling, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({*tasks, *own}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stop.cancel()
-        for pause in settling & ctx.pauses:  # never a job's task: those run on
-            pause.cancel()
-            ctx.pauses.discard(pause)
+        for waited in own:
+            waited.cancel()
         ctx.settling.discard(job["id"])
 
 
@@ -1034,16 +1033,17 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     # next wait: read before the waits, every job of a run waiting out a provider's limit or
     # a backoff (its slot given back) held its inputs, 40 jobs with a 16 MiB reference
     # 640 MiB, a big batch more than the machine had.
-    settling: set[asyncio.Future] = set()  # this run's calls whose end may make room
+    # this run's calls whose end may make room, and a pause (``_may_make_room``)
+    settling: tuple[set[asyncio.Future], float | None] | None = None
     backed_off: int | None = None  # the attempts a backoff was waited out after
     while True:
         inputs: tuple | None = None if job.get("inputs_json") else ()
         # Between attempts a job may wait (backoff, provider limits): a stopping run may cut
         # such a wait short, so the job is not "in a call" until its next attempt row.
         ctx.protected.discard(job["id"])
-        if settling:
+        if settling is not None:
             await _await_settling(ctx, job, settling)
-            settling = set()
+            settling = None
         if ctx.stopping.is_set():
             return False  # no new provider call once the run is stopping
         rows = ctx.ledger.attempts(job["id"]) if job["attempts"] else []
@@ -1139,7 +1139,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     return False
                 except BudgetExhausted as exc:
                     settling = _may_make_room(ctx, job, exc)
-                    if settling:
+                    if settling is not None:
                         continue  # waits outside its slots for one of them to end (above)
                     ctx.budget_hit = True
                     shared = (ctx.run_id or "").startswith(SHARED_BUDGET)
