@@ -80,18 +80,17 @@ def _policy_violation(data: dict[str, Any]) -> bool:
 
 
 def reference_fields(field: str | None, images: Any) -> dict[str, Any]:
-    """A manifest's ``inputs`` as the model's own input field, as data URIs (fal's image
-    models take a URL or a data URI): one image as ``image_url``, several as ``image_urls``,
-    unless the params name the model's field (``inputs_field: image_urls``: each model names
-    its own, ``fal-ai/nano-banana/edit`` a list even of one image, others
-    ``input_image_urls`` or ``reference_image_url``), a list where the name ends in ``s`` or
-    several images are sent. Sent as ``image_url`` to such a model, a reference was refused
-    at every attempt, or, where the model's own field is optional, dropped from a render
-    paid for all the same."""
-    uris = [image.data_uri() for image in images]
-    if field is None:
-        return {"image_url": uris[0]} if len(uris) == 1 else {"image_urls": uris}
-    return {field: uris if field.endswith("s") or len(uris) > 1 else uris[0]}
+    """A manifest's ``inputs`` as the model's own input field (``replicate.reference_inputs``
+    with fal's names): one image as ``image_url``, several as ``image_urls``, unless the
+    params name the model's field (``inputs_field: image_urls``: each model names its own,
+    ``fal-ai/nano-banana/edit`` a list even of one image, others ``input_image_urls`` or
+    ``reference_image_url``), a list where the name ends in ``s`` or several images are
+    sent. Sent as ``image_url`` to such a model, a reference was refused at every attempt,
+    or, where the model's own field is optional, dropped from a render paid for all the
+    same."""
+    from afc_cli.providers.replicate import reference_inputs
+
+    return reference_inputs(field, images, "image_url", "image_urls", ("s",))
 
 
 class FalProvider(HttpProvider):

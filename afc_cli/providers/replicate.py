@@ -40,16 +40,23 @@ from afc_cli.providers.http import (
 )
 
 
-def reference_inputs(field: str | None, images: Any) -> dict[str, Any]:
-    """A manifest's ``inputs`` as the model's own input fields, as data URIs (Replicate takes
-    a URL or a data URI for a file input): one image in ``image``, several as a list in
-    ``image_input``, unless the params name the field (``inputs_field: input_image``; a field
-    ending in ``s`` or ``_input``, or several images, then take a list). ``inputs_field``
-    itself is afc's and never sent to the model."""
+def reference_inputs(
+    field: str | None,
+    images: Any,
+    one: str = "image",
+    several: str = "image_input",
+    list_ends: tuple[str, ...] = ("s", "_input"),
+) -> dict[str, Any]:
+    """A manifest's ``inputs`` as the model's own input fields, as data URIs (Replicate and
+    fal take a URL or a data URI for a file input): one image in ``one`` (Replicate's
+    ``image``), several as a list in ``several`` (``image_input``), unless the params name
+    the field (``inputs_field: input_image``; a field ending as ``list_ends`` says, or
+    several images, then take a list). ``inputs_field`` itself is afc's and never sent to
+    the model."""
     uris = [image.data_uri() for image in images]
     if field is None:
-        return {"image": uris[0]} if len(uris) == 1 else {"image_input": uris}
-    listed = field.endswith(("s", "_input")) or len(uris) > 1
+        return {one: uris[0]} if len(uris) == 1 else {several: uris}
+    listed = field.endswith(list_ends) or len(uris) > 1
     return {field: uris if listed else uris[0]}
 
 
