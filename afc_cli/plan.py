@@ -56,7 +56,7 @@ from afc_cli.gates import (
     refused_dependent,
 )
 from afc_cli.ledger import spool_holder_of, spool_root_of
-from afc_cli.ledger.core import AT_URL, NEED_FAILED, RENDERING, TERMINAL
+from afc_cli.ledger.core import AT_URL, NEED_FAILED, RENDERING, TERMINAL, list_places
 from afc_cli.manifest import job_id_for, same_request
 from afc_cli.owner import lease_held
 from afc_cli.pipeline import ownership
@@ -460,6 +460,12 @@ def plan(
             }
         )
 
+    # a list's conflicting jobs are named by file and line, as a submit names them
+    # (``conflict_message``); the list is read again only when there are any
+    clashing = {shown["key"] for shown in listed if shown["action"].startswith("conflict")}
+    for key, where in list_places(manifest, clashing).items():
+        listed[index_of[key]]["where"] = where
+
     if unread:
         environment.append(
             f"{unread[0]} (the storage could not be read: its jobs were not looked for there, "
@@ -524,9 +530,11 @@ def describe(result: dict[str, Any]) -> str:
     ]
     failing = {job["key"] for job in result["jobs"] if job["action"] == "dependency failed"}
     for job in result["jobs"]:
+        where = f" ({job['where']})" if job.get("where") else ""  # a list's file and line
         if job.get("refused_need"):
             lines.append(
-                f"  conflict {job['key']}: needs {job['refused_need']}, whose change is refused"
+                f"  conflict {job['key']}{where}: needs {job['refused_need']}, whose change is "
+                "refused"
             )
         elif job["action"] == "dependency failed":
             # the need ended badly, or fails the same way in this run (a need of a need)
@@ -536,7 +544,9 @@ def describe(result: dict[str, Any]) -> str:
                 "(DEPENDENCY_FAILED; nothing rendered)"
             )
         elif job["action"] == "conflict":
-            lines.append(f"  conflict {job['key']}: changed {describe_changes(job['changes'])}")
+            lines.append(
+                f"  conflict {job['key']}{where}: changed {describe_changes(job['changes'])}"
+            )
             if job.get("status") in UNFINISHED:  # the admitted request, which a run renders
                 lines.append(
                     f"    its admitted request is {job['status']}, and the next run renders it "
@@ -544,7 +554,8 @@ def describe(result: dict[str, Any]) -> str:
                 )
         elif job["action"].startswith("conflict"):
             lines.append(
-                f"  conflict {job['key']}: output key {job['output_key']} holds {job['holds']}"
+                f"  conflict {job['key']}{where}: output key {job['output_key']} holds "
+                f"{job['holds']}"
             )
     if result.get("unlisted"):
         lines.append(
