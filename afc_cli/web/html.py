@@ -139,6 +139,7 @@ def write_report(
 ) -> dict[str, Any]:
     """Write the report to ``out``; what it holds, for the command's summary and --json."""
     from afc_cli import storage
+    from afc_cli.spool import fsync_dir
     from afc_cli.web import require
     from afc_cli.web.sheet import streamed_sheet
 
@@ -182,10 +183,18 @@ def write_report(
                     handle.write(piece)
                     size += len(piece.encode("utf-8"))
                 handle.flush()
+                # durable before it takes the report's name, and the name after: a machine
+                # that loses power just after must not leave an empty or cut file in place
+                # of the last good report (the spool's rule, afc_cli/spool.py)
+                os.fsync(handle.fileno())
                 umask = os.umask(0)
                 os.umask(umask)
                 os.chmod(temp, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
                 os.replace(temp, target)
+                try:
+                    fsync_dir(target.parent)
+                except OSError:
+                    pass  # a file system refusing a folder's fsync: as durable as it makes it
             except OSError as exc:
                 raise UsageError(unwritable.format(exc.strerror or exc)) from None
     except BaseException:
