@@ -1045,7 +1045,18 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             await _await_settling(ctx, job, settling)
             settling = None
         if ctx.stopping.is_set():
-            return False  # no new provider call once the run is stopping
+            # no new provider call once the run is stopping; but a job whose last attempt
+            # ended its chain (one that failed in the grace period) is failed now, as the next
+            # run would fail it, paying nothing: not left queued, its failure unsaid
+            if job["attempts"]:
+                rows = ctx.ledger.attempts(job["id"])
+                if rows and rows[-1]["status"] == "failed":
+                    decision = next_try(
+                        chain, counted(rows, base), after_interrupt=interrupted_last(rows, base)
+                    )
+                    if isinstance(decision, GiveUp):
+                        _chain_over(ctx, job, decision)
+            return False
         rows = ctx.ledger.attempts(job["id"]) if job["attempts"] else []
         rows = _noted_request(ctx, job, rows)
         resume = _resumable(ctx, [r for r in rows if r["number"] > base])
@@ -1080,20 +1091,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 chain, counted(rows, base), after_interrupt=interrupted_last(rows, base)
             )
             if isinstance(decision, GiveUp):
-                cause = decision.cause
-                ended = ctx.ledger.finish(
-                    job,
-                    "failed",
-                    step="render",
-                    outcome="failed",
-                    error_code="CHAIN_FAILED",
-                    error_class=cause.effective_class,
-                    error_provider=f"{cause.provider}/{cause.model}",
-                    error_http_status=cause.http_status,
-                    error_message=f"{describe_cause(cause)} ({decision.reason})",
-                )
-                if not ended:  # another process ended it first (this one lost its lease)
-                    raise JobLost(job["id"])
+                _chain_over(ctx, job, decision)
                 return False
             chain_index, entry, wait = decision.chain_index, chain[decision.chain_index], None
             if decision.delay > 0:
@@ -2072,6 +2070,24 @@ async def _read_inputs(ctx: RunContext, job: dict[str, Any]) -> tuple | None:
             error_message=str(exc),
         )
     return None
+
+
+def _chain_over(ctx: RunContext, job: dict[str, Any], decision: GiveUp) -> None:
+    """Fail a job whose chain ``next_try`` found over (``CHAIN_FAILED``), nothing called."""
+    cause = decision.cause
+    ended = ctx.ledger.finish(
+        job,
+        "failed",
+        step="render",
+        outcome="failed",
+        error_code="CHAIN_FAILED",
+        error_class=cause.effective_class,
+        error_provider=f"{cause.provider}/{cause.model}",
+        error_http_status=cause.http_status,
+        error_message=f"{describe_cause(cause)} ({decision.reason})",
+    )
+    if not ended:  # another process ended it first (this one lost its lease)
+        raise JobLost(job["id"])
 
 
 def _noted_request(
