@@ -196,8 +196,13 @@ class ReplicateProvider(HttpProvider):
                 unreadable += 1
                 if not self.unreadable_poll(unreadable):
                     continue
-                # given up on: asked to stop, so it is not billed beside the next attempt
-                await self.cancel(prediction_id, request.model)
+                # given up on: asked to stop, so it is not billed beside the next attempt.
+                # Replicate answers with the prediction: one that succeeded meanwhile cannot
+                # be stopped, and its answer holds its output and metrics (as a poll's would):
+                # kept, not paid for again by the next attempt
+                said, answered = await self._cancel(prediction_id)
+                if said == COMPLETED:
+                    return await self._finished(request, began, prediction_id, answered)
                 raise ProviderError(
                     "server",
                     f"replicate: {UNREADABLE_POLLS} poll answers in a row held no prediction "
@@ -270,6 +275,11 @@ class ReplicateProvider(HttpProvider):
         """``Provider.cancel_answer``: Replicate answers a cancel with the prediction; one
         that had succeeded already (it cannot be cancelled) comes back ``succeeded``:
         COMPLETED, rendered and billed, its output there to fetch by its id."""
+        return (await self._cancel(request_id))[0]
+
+    async def _cancel(self, request_id: str) -> tuple[str | None, dict[str, Any]]:
+        """``cancel_answer``'s answer, and the prediction Replicate answered with (empty
+        when it gave none)."""
         import httpx
 
         try:
@@ -277,10 +287,11 @@ class ReplicateProvider(HttpProvider):
                 f"{self.base}/predictions/{request_id}/cancel", headers=self._headers()
             )
         except httpx.TransportError as exc:
-            return f"no answer ({exc.__class__.__name__})"
+            return f"no answer ({exc.__class__.__name__})", {}
         if not 200 <= response.status_code < 300:
-            return f"HTTP {response.status_code}"
-        return COMPLETED if json_or_empty(response).get("status") == "succeeded" else None
+            return f"HTTP {response.status_code}", {}
+        prediction = json_or_empty(response)
+        return (COMPLETED if prediction.get("status") == "succeeded" else None), prediction
 
 
 def output_urls(output: Any) -> list[str]:
