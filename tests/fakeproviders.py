@@ -666,6 +666,13 @@ class FakeProviders:
                     output=[f"{self.base}/files/{pid}.png"],
                     metrics={"predict_time": 3.2, "total_time": 3.5},
                 )
+            elif "flagged-at-cancel" in p["prompt"]:  # it failed, refused, before the cancel
+                p.update(
+                    status="failed",
+                    error="The input or output was flagged as sensitive. "
+                    "Please try again with different inputs. (E005)",
+                    metrics={"predict_time": 1.5},
+                )
             else:
                 p["status"] = "canceled"
         h.reply(200, {k: v for k, v in p.items() if k not in ("polls", "prompt")})

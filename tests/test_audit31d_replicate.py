@@ -22,3 +22,16 @@ def test_a_prediction_its_cancel_finds_succeeded_is_kept_not_paid_for_again(afc,
     assert fake.cancels == [attempt["provider_request_id"]]
     assert attempt["status"] == "succeeded"
     assert attempt["cost"] is not None and attempt["usage"]["seconds"] == 3.2
+
+
+def test_a_prediction_its_cancel_finds_refused_is_a_refusal_at_its_cost(afc, fake):
+    """The same cancel's answer for a prediction that had failed meanwhile, flagged (E005):
+    afc called it a 'server' failure of unknown cost, so a chain whose fallback_on names
+    refusal never reached the model meant for what this one refuses, and its seconds went
+    unpriced. It is the refusal the answer says, at its seconds."""
+    jobs = run(afc, "replicate", ["garbled-forever flagged-at-cancel"], expect=1, attempts=1)
+    assert jobs["j0"]["error"]["class"] == "refusal"
+    [attempt] = attempts_of(afc, "j0")
+    assert fake.cancels == [attempt["provider_request_id"]]
+    assert attempt["error_class"] == "refusal" and "E005" in attempt["error"]
+    assert attempt["cost"] == "0.001800" and attempt["usage"] == {"seconds": 1.5}

@@ -197,11 +197,12 @@ class ReplicateProvider(HttpProvider):
                 if not self.unreadable_poll(unreadable):
                     continue
                 # given up on: asked to stop, so it is not billed beside the next attempt.
-                # Replicate answers with the prediction: one that succeeded meanwhile cannot
-                # be stopped, and its answer holds its output and metrics (as a poll's would):
-                # kept, not paid for again by the next attempt
+                # Replicate answers with the prediction: one that had ended meanwhile cannot
+                # be stopped, and its answer says how, as a poll's would: a success's output
+                # and metrics (kept, not paid for again by the next attempt), a failure's
+                # error (a refusal) and seconds. One canceled may be this cancel's doing
                 said, answered = await self._cancel(prediction_id)
-                if said == COMPLETED:
+                if said == COMPLETED or answered.get("status") in ("failed", "aborted"):
                     return await self._finished(request, began, prediction_id, answered)
                 raise ProviderError(
                     "server",
