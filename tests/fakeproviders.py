@@ -972,6 +972,21 @@ class FakeProviders:
                     }
                 },
             )
+        if "overloaded" in prompt and self.first_time(f"overloaded {prompt}"):
+            # Google's own 503 (not a gateway's): a request that fails with a 500 error is
+            # not charged (the Gemini API's billing FAQ)
+            return h.reply(
+                503,
+                {
+                    "error": {
+                        "code": 503,
+                        "message": "The model is overloaded. Please try again later.",
+                        "status": "UNAVAILABLE",
+                    }
+                },
+            )
+        if "gateway-502" in prompt and self.first_time(f"gateway {prompt}"):
+            return h.reply(502, raw=b"<html>502 Bad Gateway</html>", ctype="text/html")
         if "blocked" in prompt:
             return h.reply(
                 200,

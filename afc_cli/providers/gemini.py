@@ -3,7 +3,9 @@
 A safety block arrives as HTTP 200 with no image (``promptFeedback.blockReason``, or a
 candidate whose ``finishReason`` is in the SAFETY / IMAGE_SAFETY family): a refusal. 429
 RESOURCE_EXHAUSTED carries ``google.rpc.RetryInfo.retryDelay`` ("19s"): honoured as the wait
-(else the answer's ``Retry-After``, as a gateway in front of the API may say it).
+(else the answer's ``Retry-After``, as a gateway in front of the API may say it). An error
+answer costs nothing when it is a 4xx, or a 5xx in Google's own error body (``googles_own``):
+Google does not charge a request that fails so; a gateway's 5xx stays of unknown cost.
 ``usageMetadata`` token counts (output: the candidates' and a thinking model's thoughts',
 ``billed_output``) and the images in the answer give the derived cost (the rule is
 ``RateCards.price`` in afc_cli/costs.py). A blocked answer reports its tokens but no image
@@ -60,6 +62,14 @@ def retry_delay(error: dict[str, Any]) -> float | None:
     return None
 
 
+def googles_own(error: dict[str, Any], status: int) -> bool:
+    """Whether an error answer is the Gemini API's own: its ``error`` object, ``code`` the
+    HTTP status and ``status`` its canonical name (UNAVAILABLE, INTERNAL), not a page or a
+    body from a proxy or load balancer in front of it."""
+    code = error.get("code")
+    return isinstance(code, int) and code == status and text(error.get("status")) is not None
+
+
 def billed_output(candidates: Any, thoughts: Any) -> Any:
     """The output tokens Gemini bills: ``candidatesTokenCount`` plus a thinking model's
     ``thoughtsTokenCount``, which Gemini counts apart from the candidates (not inside them)
@@ -114,7 +124,11 @@ class GeminiProvider(HttpProvider):
             status = response.status_code
             reasons = {text(d.get("reason")) for d in objs(error.get("details"))}
             cls = "auth" if "API_KEY_INVALID" in reasons else class_for_status(status)
-            free = refused_free(status)
+            # a 4xx made nothing; nor did a 5xx that is Google's own answer: "If your request
+            # fails with a 400 or 500 error, you won't be charged" (the Gemini API's billing
+            # FAQ, ai.google.dev/gemini-api/docs/billing). A gateway's 5xx in front of the API
+            # (no Google error object) may come after the image was made: unknown
+            free = refused_free(status) or (status >= 500 and googles_own(error, status))
             # a 429's RetryInfo, else the answer's Retry-After (a gateway in front says so)
             told = retry_delay(error) if cls == "rate_limited" else None
             raise ProviderError(
