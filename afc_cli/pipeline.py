@@ -1346,7 +1346,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     # cancel): paid for, its result kept at the provider. Left so, the next
                     # model (or an 'afc retry') paid again for the one output; it is polled
                     # by its id instead (free), within one more window, as a request a dead
-                    # run left is (``_resumable``)
+                    # run left is (``_resumable``). So is one the provider says ended
+                    # otherwise (Replicate's failed or aborted): its end is recorded as it was
                     ctx.ledger.end_attempt(
                         job,
                         number,
@@ -1354,7 +1355,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         status="unknown",
                         error_class="window_expired",
                         error_message=f"no result within the {window}s attempt window; the "
-                        "provider says it completed: its result is fetched by its id",
+                        "provider says it had ended: its result is read by its id",
                         started_at=started,
                     )
                     continue

@@ -660,7 +660,9 @@ class FakeProviders:
         if p is None:
             return h.reply(404, {"title": "Not found", "detail": "Not found.", "status": 404})
         if p["status"] in ("starting", "processing"):
-            if "done-at-cancel" in p["prompt"]:
+            if "aborted-at-cancel" in p["prompt"]:  # its deadline passed before it started
+                p.update(status="aborted")
+            elif "done-at-cancel" in p["prompt"]:
                 p.update(
                     status="succeeded",
                     output=[f"{self.base}/files/{pid}.png"],
@@ -706,7 +708,9 @@ class FakeProviders:
         if p["status"] in ("starting", "processing"):
             held = "hold" in p["prompt"] and not self.released.is_set()
             # a "done-at-cancel" prediction renders until a cancel finds it completed
-            held = held or "done-at-cancel" in p["prompt"]
+            held = held or any(
+                f"{end}-at-cancel" in p["prompt"] for end in ("done", "flagged", "aborted")
+            )
             if held or p["polls"] < 3:
                 p["status"] = "processing"
             elif "data-removed" in p["prompt"]:  # it ran (and was billed); output deleted

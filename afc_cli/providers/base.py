@@ -253,7 +253,8 @@ class Provider:
     async def stop_left(self, request_id: str, model: str) -> bool:
         """Ask the provider to stop a request an attempt's window left behind (``cancel``);
         True when it answered that the request had completed already: rendered and paid
-        for, its result there to fetch by its id."""
+        for, its result there to fetch by its id (an adapter may also say True for a request
+        that had ended otherwise, whose end its id then reads: Replicate's)."""
         return await self.cancel_answer(request_id, model) == COMPLETED
 
     async def cancel_answer(self, request_id: str, model: str) -> str | None:

@@ -278,6 +278,14 @@ class ReplicateProvider(HttpProvider):
         COMPLETED, rendered and billed, its output there to fetch by its id."""
         return (await self._cancel(request_id))[0]
 
+    async def stop_left(self, request_id: str, model: str) -> bool:
+        """``Provider.stop_left``: True also when the cancel's answer says the prediction had
+        ended by itself, failed or aborted: its end, as Replicate recorded it, is read by its
+        id (a refusal at its seconds, an abort that cost nothing), not taken for the window's
+        doing at a cost unknown."""
+        said, answered = await self._cancel(request_id)
+        return said == COMPLETED or answered.get("status") in ("failed", "aborted")
+
     async def _cancel(self, request_id: str) -> tuple[str | None, dict[str, Any]]:
         """``cancel_answer``'s answer, and the prediction Replicate answered with (empty
         when it gave none)."""
