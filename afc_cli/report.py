@@ -26,7 +26,7 @@ def _loads(text: str | None) -> Any:
 
 def left_started(status: str, cost_micros: int | None) -> str:
     """What ``afc show`` says of an attempt still ``started`` on a job that has ended
-    (``LEFT_STARTED_SQL``: cancelled while its call was in flight, the run that made it cut
+    (``CALLS_OWNER_SQL``: cancelled while its call was in flight, the run that made it cut
     off or gone before it recorded the answer); its cost is the one its answer carried, if
     that was held (``Ledger.hold_known_cost``)."""
     unpriced = " and unpriced (the provider may have charged for it)" if cost_micros is None else ""
@@ -64,7 +64,7 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
         now = ledger.lease_clock() if ended else 0.0
 
         def left(a: dict[str, Any]) -> bool:
-            # one left started by a job that has ended (LEFT_STARTED_SQL) is of unknown
+            # one left started by a job that has ended (CALLS_OWNER_SQL) is of unknown
             # outcome, as afc costs report counts it: not a call in flight. But a job
             # cancelled while a live run's call was in flight keeps that run's lease expiry
             # (Ledger.cancel): the call goes on and its run records its answer and cost;
@@ -99,15 +99,19 @@ def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
         ]
         priced = [a["cost_micros"] for a in rows if a["cost_micros"] is not None]
         # as afc status counts them (ledger JOB_COST_SQL, gone_calls): a call in flight has no
-        # cost yet; one left started by a job that ended, or by a run that is gone, is
-        # possibly paid, unpriced
-        unknown = [a["status"] for a in rows if a["cost_micros"] is None]
+        # cost yet; one left started by a run that is gone is possibly paid, unpriced (of a
+        # job that ended, the attempt's own run: CALLS_OWNER_SQL, as ``left`` says it)
+        unknown = [a for a in rows if a["cost_micros"] is None]
+        started = [a for a in unknown if a["status"] == "started"]
         [counted] = ledger.gone_calls(
             [
                 {
                     **job,
-                    "unpriced_attempts": sum(ended or s != "started" for s in unknown),
-                    "calls_started": 0 if ended else unknown.count("started"),
+                    "unpriced_attempts": len(unknown) - len(started),
+                    "calls_started": len(started),
+                    "calls_owner": max(a["owner"] or "" for a in started) or None
+                    if ended and started
+                    else job["lease_owner"],
                 }
             ]
         )

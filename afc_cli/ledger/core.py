@@ -152,25 +152,32 @@ def _in(values: tuple[str, ...]) -> str:
 
 
 TERMINAL_SQL = _in(TERMINAL)
-# An attempt still ``started`` whose job has ended (cancelled while its run was live, and that
-# run died before the answer came) will never be marked: it is possibly paid, of unknown
-# outcome, and counted as an ``unknown`` attempt would be. One of a job that is still active is
-# a call in flight: it has no cost yet, known or unknown, and is not counted unpriced.
-LEFT_STARTED_SQL = f"(a.status = 'started' AND j.status IN {TERMINAL_SQL})"
+# Whose call an attempt still ``started`` is (``CALLS_OWNER_SQL``, for ``owner.process_gone``
+# with the job's lease expiry): the lease holder of an active job; of a job that has ended
+# (cancelled while a live run's call was in flight: ``Ledger.cancel`` keeps that run's lease
+# expiry) the attempt's own owner. While that run lives the call is in flight: no cost yet,
+# known or unknown, and counted nowhere. Once it is gone (it died before the answer came, or
+# its lease ran out) the call is possibly paid, of unknown outcome, and counted as an
+# ``unknown`` attempt would be (``Ledger.gone_calls``, ``Ledger.cost_groups``, and 'afc
+# show', which lists it ``started`` until then: afc_cli/report.py).
+CALLS_OWNER_SQL = (
+    f"CASE WHEN j.status IN {TERMINAL_SQL} THEN (SELECT MAX(a.owner) FROM attempts a"
+    " WHERE a.job_id = j.id AND a.status = 'started') ELSE j.lease_owner END"
+)
 # A job's cost by the one rule (afc_cli/costs.py job_cost): the sum of its known attempt costs,
 # how many attempts are unpriced, and how many attempts it made (``jobs.attempts``, the latest
 # attempt's number: 0 for a job that never called a provider); ``j`` is the jobs table. Its
-# unpriced calls still ``started`` (``calls_started``) and its lease, for ``Ledger.gone_calls``:
-# those of a run that is gone count as unpriced too, as ``afc costs report`` counts them.
+# unpriced calls still ``started`` (``calls_started``), whose they are and the job's lease,
+# for ``Ledger.gone_calls``: those of a run that is gone count as unpriced too, as ``afc
+# costs report`` counts them.
 JOB_COST_SQL = (
     "(SELECT CAST(SUM(a.cost_micros) AS BIGINT) FROM attempts a WHERE a.job_id = j.id)"
     " AS cost_micros,"
     " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL"
-    f" AND (a.status <> 'started' OR j.status IN {TERMINAL_SQL})) AS unpriced_attempts,"
-    f" CASE WHEN j.status IN {TERMINAL_SQL} THEN 0 ELSE (SELECT COUNT(*) FROM attempts a"
-    " WHERE a.job_id = j.id AND a.cost_micros IS NULL AND a.status = 'started') END"
-    " AS calls_started, j.lease_owner, j.lease_expires, j.lease_mono,"
-    " j.attempts AS attempts_made"
+    " AND a.status <> 'started') AS unpriced_attempts,"
+    " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id AND a.cost_micros IS NULL"
+    f" AND a.status = 'started') AS calls_started, {CALLS_OWNER_SQL} AS calls_owner,"
+    " j.lease_owner, j.lease_expires, j.lease_mono, j.attempts AS attempts_made"
 )
 # What ``afc status``, ``--json`` and the pictures show as a job's ``attempts``: its
 # provider's answers (an attempt that ended, not cut off by afc's own end, as
@@ -1275,7 +1282,7 @@ class Ledger:
                 continue
             if now is None:
                 now = self.lease_clock()
-            if process_gone(row["lease_owner"], row["lease_expires"], now, row["lease_mono"]):
+            if process_gone(row["calls_owner"], row["lease_expires"], now, row["lease_mono"]):
                 row["unpriced_attempts"] = (row["unpriced_attempts"] or 0) + row["calls_started"]
         return rows
 
@@ -1322,7 +1329,7 @@ class Ledger:
             for row in rows:
                 if row["model"] is None:
                     row["model"] = found.get(row["id"])
-            yield rows
+            yield self.gone_calls(rows)
 
     def steps(self, job_id: str) -> list[dict[str, Any]]:
         return self._all(
@@ -2797,13 +2804,11 @@ class Ledger:
         groups: dict[Any, dict[str, int]] = {}
         for key, priced, unpriced, failed, unknown in self.db.execute(
             f"SELECT {attempt_key}, CAST(COALESCE(SUM(a.cost_micros), 0) AS BIGINT),"
-            " SUM(CASE WHEN a.cost_micros IS NULL"
-            f" AND (a.status <> 'started' OR {LEFT_STARTED_SQL}) THEN 1 ELSE 0 END),"
-            # the known cost of failed attempts and of those of unknown outcome (one left
-            # started by a job that has ended among them, as ``unknown_attempts`` counts it)
+            " SUM(CASE WHEN a.cost_micros IS NULL AND a.status <> 'started' THEN 1 ELSE 0 END),"
+            # the known cost of failed attempts and of those of unknown outcome
             " CAST(COALESCE(SUM(CASE WHEN a.status IN ('failed', 'unknown')"
-            f" OR {LEFT_STARTED_SQL} THEN a.cost_micros END), 0) AS BIGINT),"
-            f" SUM(CASE WHEN a.status = 'unknown' OR {LEFT_STARTED_SQL} THEN 1 ELSE 0 END)"
+            " THEN a.cost_micros END), 0) AS BIGINT),"
+            " SUM(CASE WHEN a.status = 'unknown' THEN 1 ELSE 0 END)"
             " FROM attempts a JOIN jobs j ON j.id = a.job_id"
             f" WHERE {' AND '.join(where)} GROUP BY 1",
             params,
@@ -2818,12 +2823,15 @@ class Ledger:
         # job's lease ran out) is marked unknown by the run that takes its job over
         # (``claim``), and until then was counted nowhere: after a crash, with no run since,
         # the report said no attempt was of unknown outcome or cost. It is counted as that
-        # run will mark it, as a job's own figures count it (``gone_calls``).
+        # run will mark it, as a job's own figures count it (``gone_calls``); so is one of a
+        # job that has ended (cancelled while its call was in flight) once its run is gone,
+        # which no run will ever mark (``CALLS_OWNER_SQL``). A live run's is in flight.
         now = self.lease_clock()
         for key, owner, expires, mono, cost in self.db.execute(
-            f"SELECT {attempt_key}, j.lease_owner, j.lease_expires, j.lease_mono, a.cost_micros"
+            f"SELECT {attempt_key}, CASE WHEN j.status IN {TERMINAL_SQL} THEN a.owner"
+            " ELSE j.lease_owner END, j.lease_expires, j.lease_mono, a.cost_micros"
             " FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.status = 'started'"
-            f" AND j.status NOT IN {TERMINAL_SQL} AND {' AND '.join(where)}",
+            f" AND {' AND '.join(where)}",
             params,
         ):
             if not process_gone(owner, expires, now, mono):
