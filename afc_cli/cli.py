@@ -817,6 +817,7 @@ def worker(
                     # the budget's figure is every worker's of that budget, not this one's
                     f"; budget {result.budget['name']!r}: {result.budget['priced']} of "
                     f"{result.budget['cap']} USD priced"
+                    + unknown_cost_part(result.budget["unknown_cost_attempts"])
                     if result.budget
                     else ""
                 )

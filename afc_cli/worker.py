@@ -555,6 +555,9 @@ def work(
                 "name": budget_name,
                 "cap": format_usd(budget.cap_micros),
                 "priced": format_usd(money["priced"]),
+                # the budget's attempts of unknown cost, every worker's: beside its priced
+                # figure, never in it (as this worker's own ``unknown_cost_attempts``)
+                "unknown_cost_attempts": money["unknown_cost"],
                 "reserved": format_usd(money["reserved"]),
             }
         return result
