@@ -152,6 +152,11 @@ def _in(values: tuple[str, ...]) -> str:
 
 
 TERMINAL_SQL = _in(TERMINAL)
+# What a job's end or review pause tells its receiver, as the job's row has it when it is
+# written (``finish``, ``await_review``), not as the run claimed it: a re-submit sets the
+# webhook of every unfinished job (``admit``), also of one a run holds, whose events went to
+# the webhook of its claim (none: they were never queued); and a retry's count names its event
+RETURNED_NEWS = "webhook_json, retries"
 # Whose call an attempt still ``started`` is (``CALLS_OWNER_SQL``, for ``owner.process_gone``
 # with the job's lease expiry): the lease holder of an active job; of a job that has ended
 # (cancelled while a live run's call was in flight: ``Ledger.cancel`` keeps that run's lease
@@ -3029,13 +3034,14 @@ class Ledger:
                 **fields,
             }
             assignments = ", ".join(f"{name} = ?" for name in values)
-            cursor = self.db.execute(
-                f"UPDATE jobs SET {assignments} WHERE id = ? AND status NOT IN {TERMINAL_SQL}",
+            ended = self._all(
+                f"UPDATE jobs SET {assignments} WHERE id = ? AND status NOT IN {TERMINAL_SQL}"
+                f" RETURNING {RETURNED_NEWS}",
                 [*values.values(), job["id"]],
             )
-            if cursor.rowcount != 1:
+            if len(ended) != 1:
                 return False
-            job.update(values)
+            job.update(values, **ended[0])
             self._checkpoint(
                 job, [*steps, *([("finish", detail)] if status == "succeeded" else [])]
             )
@@ -3525,14 +3531,14 @@ class Ledger:
                 "updated_at": now,
             }
             assignments = ", ".join(f"{name} = ?" for name in values)
-            cursor = self.db.execute(
+            paused = self._all(
                 f"UPDATE jobs SET {assignments} WHERE id = ? AND status NOT IN {TERMINAL_SQL}"
-                " AND status <> 'awaiting_review'",
+                f" AND status <> 'awaiting_review' RETURNING {RETURNED_NEWS}",
                 [*values.values(), job["id"]],
             )
-            if cursor.rowcount != 1:
+            if len(paused) != 1:
                 return False
-            job.update(values)
+            job.update(values, **paused[0])
             self._checkpoint(job, steps)
             self._event(job["id"], job["batch"], "awaiting_review", output_key=job["output_key"])
             if job.get("webhook_json"):

@@ -1,0 +1,50 @@
+"""Outside audit 31a: review gates and their events, end to end through the real ``afc``
+command."""
+
+from __future__ import annotations
+
+from conftest import ledger_count, manifest, wait_for_ledger
+
+HOOK = {"url": "http://127.0.0.1:9/hooks/afc", "secret_env": "HOOK_SECRET"}
+SECRET = {"HOOK_SECRET": "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"}
+
+
+def test_a_webhook_a_resubmit_names_while_a_run_holds_the_job_gets_its_events(afc, ledger_url):
+    """A batch is running when its producer adds the webhook that tells reviewers a style
+    frame awaits them (and the pipeline that its shots are done), and submits the manifest
+    again: the ledger takes the webhook for every unfinished job ('the latest manifest sets
+    it'), this submit leaves the jobs to the run holding them. That run ended them with the
+    job rows it had claimed, before the webhook: no ``job.awaiting_review`` and no
+    ``job.succeeded`` was ever queued, the receiver waited for events that never came, and
+    nothing said so. The run's terminal and review writes now queue the events the job's
+    row names."""
+    afc.env["AFC_LEDGER"] = ledger_url
+    jobs = [
+        {"key": "style", "prompt": "the style frame", "review": True},
+        {"key": "plain", "prompt": "a plain shot"},
+    ]
+    afc.write_manifest(manifest(jobs))
+    release = afc.cwd / "release"
+    run = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        # both in their provider calls
+        wait_for_ledger(afc, ledger_url, "SELECT COUNT(*) / 2 FROM attempts")
+        afc.write_manifest(manifest(jobs, webhook=HOOK))
+        again = afc("submit", "manifest.yaml", "--no-run", env=SECRET)
+        assert again.returncode == 0, again.stderr
+        assert not ledger_count(
+            afc, ledger_url, "SELECT COUNT(*) FROM jobs WHERE webhook_json IS NULL"
+        )
+        release.touch()
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, stderr
+    said = {job["key"]: job["status"] for job in afc.json("status")["jobs"]}
+    assert said == {"style": "awaiting_review", "plain": "succeeded"}
+    queued = afc.json("webhooks", "list")["deliveries"]
+    assert sorted((d["event"], d["url"]) for d in queued) == [
+        ("job.awaiting_review", HOOK["url"]),
+        ("job.succeeded", HOOK["url"]),
+    ]
