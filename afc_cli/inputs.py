@@ -146,9 +146,19 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
                 f"({storages[need['batch']].describe(need['output_key'])}) reads back sha256 "
                 f"{digest}, not the {need['output_sha256']} it was verified with"
             )
-        images.append(
-            InputImage(data, media_type(data, need["output_key"]), digest, f"job:{item['job']}")
-        )
+        kind = image_type(data)
+        if kind is None:
+            # sent as a reference image, as a ``path`` input is, which must be one (refused at
+            # admission): a video model's clip named here went to a paid API as an 'image'
+            named = mimetypes.guess_type(need["output_key"])[0]
+            raise InputProblem(
+                f"the stored output of input job {item['job']!r} "
+                f"({storages[need['batch']].describe(need['output_key'])}"
+                + (f", {named} by its name" if named else "")
+                + f") is not a {IMAGE_KINDS} image, and an input is sent as a reference "
+                "image; nothing was sent (name that job in needs to wait for it alone)"
+            )
+        images.append(InputImage(data, kind, digest, f"job:{item['job']}"))
     return tuple(images)
 
 

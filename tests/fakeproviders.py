@@ -209,6 +209,8 @@ class FakeProviders:
                 )
             if path.endswith(".webp"):  # a model answering WebP (Replicate's flux, by default)
                 return h.reply(200, raw=render_webp(), ctype="image/webp")
+            if path.endswith(".mp4"):  # a video model's clip
+                return h.reply(200, raw=render_mp4(), ctype="video/mp4")
             return h.reply(200, raw=render_png(path, 32, 32), ctype="image/png")
         if method == "POST" and path == "/v1/images/generations":
             return self.openai(h)
@@ -736,6 +738,7 @@ class FakeProviders:
                 count = p["input"].get("num_outputs") if isinstance(p["input"], dict) else None
                 count = count if isinstance(count, int) else 1
                 ext = "webp" if "webp-out" in p["prompt"] else "png"
+                ext = "mp4" if "mp4-out" in p["prompt"] else ext  # a video model's
                 output: list[str] | dict = (
                     [f"{self.base}/files/{pid}-{i}.{ext}" for i in range(count)]
                     if count > 1
@@ -1087,6 +1090,13 @@ def render_webp() -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (8, 8), (200, 120, 40)).save(out, "WEBP")
     return out.getvalue()
+
+
+def render_mp4() -> bytes:
+    """A minimal MP4 file's boxes: ``ftyp`` (brand isom), then an ``mdat`` of a few bytes."""
+    ftyp = b"ftyp" + b"isom" + (512).to_bytes(4, "big") + b"isomiso2mp41"
+    mdat = b"mdat" + bytes(range(32))
+    return b"".join((len(box) + 4).to_bytes(4, "big") + box for box in (ftyp, mdat))
 
 
 def _openai_invalid(message: str, param: str | None) -> dict:

@@ -48,3 +48,30 @@ def test_a_webhook_a_resubmit_names_while_a_run_holds_the_job_gets_its_events(af
         ("job.awaiting_review", HOOK["url"]),
         ("job.succeeded", HOOK["url"]),
     ]
+
+
+def test_a_job_input_whose_output_is_no_image_is_never_posted_as_a_reference(afc, fake):
+    """A ``job`` input is sent to the provider as a reference image, but afc sent whatever
+    the job it names had stored: a video model's clip named by mistake (``inputs`` written
+    where ``needs`` was meant, to order a title card after the clip) went to Replicate as a
+    ``data:video/mp4`` 'image', a paid prediction of a model that cannot read it. A ``path``
+    input that is no image is refused before anything is written (README); a job input's
+    bytes are known only once that job has rendered, so it is refused then, as an input the
+    job cannot send (``INPUT_UNAVAILABLE``), nothing posted."""
+    from test_providers import FAST, MODELS, RATES
+
+    chain = [{"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}]
+    jobs = [
+        {"key": "clip", "prompt": "the harbour clip mp4-out", "params": {"output_format": "mp4"}},
+        {"key": "title", "prompt": "the title card", "inputs": [{"job": "clip"}]},
+    ]
+    afc.write_manifest(manifest(jobs, rates=RATES, defaults={"chain": chain}))
+    run = afc.json("submit", "manifest.yaml", expect=1)
+    said = {job["key"]: job for job in run["jobs"]}
+    assert said["clip"]["status"] == "succeeded"
+    assert (afc.outputs() / "b1" / "clip.mp4").read_bytes()[4:8] == b"ftyp"
+    assert said["title"]["status"] == "failed", said["title"]
+    assert said["title"]["error"]["code"] == "INPUT_UNAVAILABLE", said["title"]["error"]
+    assert "is not a PNG, JPEG" in said["title"]["error"]["message"]
+    assert fake.counts["replicate_submit"] == 1, "the clip's alone: nothing posted for the title"
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
