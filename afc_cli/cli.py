@@ -851,6 +851,13 @@ def worker(
                     if result.held_elsewhere
                     else ""
                 )
+                + (
+                    f"; {result.awaiting_review} awaiting review ('afc review list'; a "
+                    "decision lets the jobs that need them run)"
+                    if result.awaiting_review
+                    else ""
+                )
+                + (f"; {result.blocked} blocked on their needs" if result.blocked else "")
                 + "\n"
             )
         raise typer.Exit(result.exit_code)

@@ -236,6 +236,10 @@ class WorkerResult:
     # --until-idle --batch: its jobs left waiting on an output key another batch's job holds
     held_elsewhere: int = 0
     idle: bool = False  # --until-idle: it found nothing left to run (its end)
+    # --until-idle, once idle: the jobs of its scope left for a person (awaiting review) and
+    # those blocked on needs, which no round runs until then: said, as 'afc resume' says them
+    awaiting_review: int = 0
+    blocked: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -268,6 +272,8 @@ class WorkerResult:
             "stopped_by_budget": self.budget_hit,
             "budget": self.budget,
             "held_elsewhere": self.held_elsewhere,
+            "awaiting_review": self.awaiting_review,
+            "blocked": self.blocked,
             "exit_code": self.exit_code,
         }
 
@@ -489,6 +495,13 @@ def work(
             if not jobs:
                 if until_idle and idle(ledger.runnable_job_ids(batch=batch, include_blocked=False)):
                     result.idle = True
+                    # idle, exit 0, is not the batch done: a script's log said '0 finished' of
+                    # a style frame awaiting review and the shots blocked behind it
+                    for _, status, count in ledger.status_counts(batch):
+                        if status == "awaiting_review":
+                            result.awaiting_review += count
+                        elif status == "blocked":
+                            result.blocked += count
                     break
                 stop.wait(poll_s)
                 continue

@@ -75,3 +75,30 @@ def test_a_job_input_whose_output_is_no_image_is_never_posted_as_a_reference(afc
     assert "is not a PNG, JPEG" in said["title"]["error"]["message"]
     assert fake.counts["replicate_submit"] == 1, "the clip's alone: nothing posted for the title"
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
+
+
+def test_a_worker_gone_idle_says_what_waits_for_a_review(tmp_path, pg_url):
+    """``afc worker --until-idle`` (a CI job's or cron's worker) ran the style frame, which
+    then awaited review, and went idle: exit 0 and 'worker claimed 1 job in 1 round; 0
+    finished', not a word of the frame awaiting a person nor of the shots blocked behind it,
+    which 'afc resume' names; a script's log read as a batch done. Its line and its --json
+    now count them (``awaiting_review``, ``blocked``)."""
+    from test_issue17_review import style_manifest
+    from test_postgres_e2e import PgAfc
+
+    pg = PgAfc(tmp_path, pg_url)
+    style_manifest(pg)
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    worker = ("worker", "--until-idle", "--poll", "0.1")
+    first = pg(*worker)
+    assert first.returncode == 0, first.stderr
+    assert "0 finished; " in first.stderr
+    assert "; 1 awaiting review ('afc review list'" in first.stderr
+    assert "; 3 blocked on their needs" in first.stderr
+    again = pg.json(*worker)
+    assert (again["claimed"], again["awaiting_review"], again["blocked"]) == (0, 1, 3)
+    assert pg("review", "approve", "style").returncode == 0
+    done = pg(*worker)
+    assert done.returncode == 0, done.stderr
+    assert "4 finished" not in done.stderr and "3 finished" in done.stderr
+    assert "awaiting review" not in done.stderr and "blocked" not in done.stderr
