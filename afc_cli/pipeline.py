@@ -2055,6 +2055,12 @@ async def _read_inputs(ctx: RunContext, job: dict[str, Any]) -> tuple | None:
     gone) or left waiting (a need's output could not be read from storage)."""
     from afc_cli.inputs import InputProblem, needed_outputs, read_inputs
 
+    # where the job's row names its files now, not where the claim found them: a re-submit
+    # naming a file's new place (``Ledger._refile_inputs``) while this run held the job
+    # (between attempts) left it reading the old place, gone, and failing the job
+    current = ctx.ledger.job(job["id"])
+    if current is not None:
+        job["inputs_json"] = current["inputs_json"]
     try:
         outputs = needed_outputs(job, ctx.ledger)
         return await ctx.network(read_inputs, job, outputs, ctx.storages)

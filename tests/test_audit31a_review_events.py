@@ -102,3 +102,43 @@ def test_a_worker_gone_idle_says_what_waits_for_a_review(tmp_path, pg_url):
     assert done.returncode == 0, done.stderr
     assert "4 finished" not in done.stderr and "3 finished" in done.stderr
     assert "awaiting review" not in done.stderr and "blocked" not in done.stderr
+
+
+def test_a_reference_file_moved_and_resubmitted_while_a_run_holds_its_job_is_read_there(afc):
+    """README: a file moved, the manifest naming its new place, is a replay, and a re-submit
+    makes a job not yet rendered read it at the place the manifest names now. The ledger
+    took the new place for the job, but the run holding it (its first attempt failed, the
+    next one waiting for its backoff or the provider's limit) read its inputs from the row
+    it had claimed: the old place, gone, and the job failed INPUT_UNAVAILABLE ('restore it,
+    then afc retry') under the re-submit that had just said where the file is. Each attempt
+    reads its inputs where the job's row names them."""
+    from afc_cli.providers.local import render_png
+
+    (afc.cwd / "refs").mkdir()
+    (afc.cwd / "refs" / "palette.png").write_bytes(render_png("palette", 16, 16))
+    shot = {
+        "key": "shot",
+        "prompt": "a shot with the palette",
+        "inputs": [{"path": "refs/palette.png"}],
+        "params": {"fail": ["server"]},
+    }
+    afc.write_manifest(manifest([shot]))
+    release = afc.cwd / "release"
+    run = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        wait_for_ledger(afc, str(afc.cwd / "afc.db"), "SELECT COUNT(*) FROM attempts")
+        (afc.cwd / "palettes").mkdir()
+        (afc.cwd / "refs" / "palette.png").rename(afc.cwd / "palettes" / "palette.png")
+        afc.write_manifest(manifest([{**shot, "inputs": [{"path": "palettes/palette.png"}]}]))
+        again = afc("submit", "manifest.yaml", "--no-run")
+        assert again.returncode == 0, again.stderr
+        release.touch()  # the first attempt fails (server), the second reads the palette
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, stderr
+    shown = afc.json("show", "shot")
+    assert shown["job"]["status"] == "succeeded", shown["job"]
+    assert [a["status"] for a in shown["attempts"]] == ["failed", "succeeded"]
+    assert shown["attempts"][1]["inputs"][0]["source"] == "palettes/palette.png"
