@@ -588,7 +588,59 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return message
 
 
-def _read_yaml(path: Path) -> Any:
+# what PyYAML refuses to read (its Reader's NON_PRINTABLE): C0 controls but tab and line
+# breaks, DEL, C1 controls but NEL, surrogates, U+FFFE and U+FFFF
+_YAML_UNREADABLE = re.compile(
+    "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
+
+
+def _utf16(data: bytes) -> bool:
+    """Whether ``data`` looks like UTF-16 text (Windows' 'Unicode' saving): its byte order
+    mark, or a NUL as either byte of its first character."""
+    return data[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in data[:2]
+
+
+def _unreadable(data: bytes, start: int, message: str, what: str) -> str:
+    """``message`` about the text at byte ``start`` of ``data``, after its line and column
+    (in characters, as an editor counts them): a byte offset, or PyYAML's '<unicode string>,
+    position N' (a character offset, or a byte offset under the C loader), named no line."""
+    line_start = data.rfind(b"\n", 0, start) + 1
+    column = len(data[line_start:start].decode("utf-8", errors="replace")) + 1
+    line = data.count(b"\n", 0, start) + 1
+    if _utf16(data):
+        message += f" (saved as UTF-16, as 'Unicode text' exports are: save the {what} as UTF-8)"
+    return f"line {line}, column {column}: {message}"
+
+
+def _not_utf8(data: bytes, exc: UnicodeDecodeError, what: str) -> str:
+    byte = data[exc.start]
+    message = f"not UTF-8 text: byte 0x{byte:02X}"
+    if not _utf16(data):
+        message += f" (saved as Latin-1 or Windows-1252? save the {what} as UTF-8)"
+    return _unreadable(data, exc.start, message, what)
+
+
+def _reader_problem(data: bytes, text: str, exc: yaml.reader.ReaderError, what: str) -> str:
+    """PyYAML's refusal of a character (a control character pasted into a prompt; the NULs of
+    UTF-16 text), at its line and column."""
+    found = _YAML_UNREADABLE.search(text)
+    if found is None:
+        return f"not valid YAML: {exc}"
+    start = len(text[: found.start()].encode("utf-8", errors="surrogatepass"))
+    char = ord(found.group())
+    message = f"not valid YAML: control character U+{char:04X} is not allowed"
+    if not _utf16(data):
+        message += (
+            " (pasted from elsewhere? remove it, or write it as an escape in a double-quoted "
+            f'string: "\\x{char:02x}")'
+            if char < 0x100
+            else " (remove it)"
+        )
+    return _unreadable(data, start, message, what)
+
+
+def _read_yaml(path: Path, what: str = "manifest") -> Any:
     name = str(path)
     try:
         with path.open("rb") as handle:
@@ -602,7 +654,7 @@ def _read_yaml(path: Path) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError(name, [f"not UTF-8 text (byte {exc.start})"]) from None
+        raise ManifestError(name, [_not_utf8(data, exc, what)]) from None
     loader = _StrictLoader(text)
     try:
         root = loader.get_single_node()
@@ -614,6 +666,8 @@ def _read_yaml(path: Path) -> Any:
         raise ManifestError(name, [f"line {dup.line}: duplicate key {dup.key!r}"]) from None
     except _YamlRefused as exc:
         raise ManifestError(name, [str(exc)]) from None
+    except yaml.reader.ReaderError as exc:
+        raise ManifestError(name, [_reader_problem(data, text, exc, what)]) from None
     except yaml.YAMLError as exc:
         raise ManifestError(name, [_yaml_problem(exc)]) from None
     except RecursionError:
@@ -1728,7 +1782,7 @@ def load_config_rates(path: str | Path | None) -> list[Rate]:
 
     path = Path(path)
     try:
-        raw = _read_yaml(path)
+        raw = _read_yaml(path, "rate file")
     except ManifestError as exc:
         raise ManifestError(exc.path, exc.problems, CONFIG_FILE) from None
     if raw is not None and not isinstance(raw, dict):
