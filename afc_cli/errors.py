@@ -56,12 +56,26 @@ class UsageError(AfcError):
     exit_code = EXIT_USAGE
 
 
+# a problem quoting a field's value is cut to this many characters, its head (the file, the
+# job, the field) and its tail (the reason, often after the value) kept: a value of megabytes
+# (a base64 picture or a log a script put in a field) was quoted whole, a problem each
+MAX_PROBLEM_CHARS = 2_000
+
+
+def shortened_problem(problem: str) -> str:
+    if len(problem) <= MAX_PROBLEM_CHARS:
+        return problem
+    head, tail = MAX_PROBLEM_CHARS * 2 // 3, MAX_PROBLEM_CHARS // 4
+    left = len(problem) - head - tail
+    return f"{problem[:head]} ... ({left:,} characters left out) ... {problem[-tail:]}"
+
+
 class ManifestError(UsageError):
     """The manifest is invalid. Raised before anything is written to the ledger."""
 
     def __init__(self, path: str, problems: list[str], what: str = "manifest"):
         self.path = path
-        self.problems = problems
+        self.problems = problems = [shortened_problem(p) for p in problems]
         listed = "\n".join(f"  - {p}" for p in problems)
         # ``what``: the kind of file, as the user knows it ("AFC_CONFIG rate file")
         super().__init__(f"invalid {what} {path}:\n{listed}")
