@@ -34,6 +34,30 @@ _MADE: set[Path] = set()  # directories this process made or found (skips a mkdi
 MADE_DIRS = 4096
 
 
+def _in_the_way(root: Path) -> str | None:
+    """What keeps ``root`` from being a directory, said plainly: mkdir's 'File exists' named
+    a symbolic link to a drive or share not mounted (or a file) as if it were a directory."""
+    for path in [*reversed(root.parents), root]:
+        if path.is_dir():  # a link to a directory is one
+            continue
+        if path.is_symlink():
+            try:
+                target = os.readlink(path)
+                path.stat()
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    return f"{path} is a symbolic link that leads back to itself ({target})"
+                return (
+                    f"{path} is a symbolic link to {target}, which does not exist (a drive or "
+                    "share not mounted?)"
+                )
+            return f"{path} is a symbolic link to {target}, a file, not a directory"
+        if os.path.lexists(path):
+            return f"{path} is a file, not a directory"
+        return None
+    return None
+
+
 class FileStorage(Storage):
     local = True
     offload_stable = True  # its state never changes: the file helper may keep it (offload.py)
@@ -188,7 +212,8 @@ class FileStorage(Storage):
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UsageError(f"cannot use storage {self.shown}: {exc}") from None
+            said = _in_the_way(self.root) or str(exc)
+            raise UsageError(f"cannot use storage {self.shown}: {said}") from None
         if not os.access(self.root, os.W_OK):
             raise UsageError(f"cannot use storage {self.shown}: the directory is not writable")
         self._check_links()
