@@ -63,7 +63,7 @@ def ledger_path(value: str | Path) -> Path:
                 "postgresql://USER@HOST:PORT/DBNAME (the password from PGPASSWORD or "
                 "~/.pgpass), or name a SQLite file"
             )
-        return Path(text)
+        return _on_disk(Path(text), text)
     scheme = match.group(1).lower()
     if scheme == "sqlite":
         rest = text[len(match.group(0)) :]
@@ -72,11 +72,23 @@ def ledger_path(value: str | Path) -> Path:
                 f"ledger {text!r}: write a SQLite URL as sqlite:///relative/path.db or "
                 "sqlite:////absolute/path.db"
             )
-        return Path(rest[1:])
+        return _on_disk(Path(rest[1:]), text)
     raise UsageError(
         f"ledger {text!r}: the {scheme}:// scheme is not supported; use a SQLite file "
         "(a plain path or sqlite:///path) or a PostgreSQL database (postgresql://...)"
     )
+
+
+def _on_disk(path: Path, text: str) -> Path:
+    """``path``, unless sqlite3 would open it as its in-memory database (``:memory:``, and
+    ``./:memory:``, which a Path reads the same): a run there paid for its renders and
+    recorded every attempt into memory that was gone when afc exited."""
+    if str(path) == ":memory:":
+        raise UsageError(
+            f"ledger {text!r} is SQLite's in-memory database, gone when afc exits with every "
+            "paid attempt it recorded: name a file (afc.db) or a PostgreSQL database"
+        )
+    return path
 
 
 def precheck(path: Path) -> None:
