@@ -72,6 +72,13 @@ def ledger_path(value: str | Path) -> Path:
                 f"ledger {text!r}: write a SQLite URL as sqlite:///relative/path.db or "
                 "sqlite:////absolute/path.db"
             )
+        if "?" in rest:
+            # SQLAlchemy's options as a query: taken for the file's name, a new, empty ledger
+            # named 'afc.db?timeout=30' beside the real one paid again for what it held
+            raise UsageError(
+                f"ledger {text!r}: a SQLite URL takes no query (?...): write "
+                f"sqlite://{rest.split('?', 1)[0]}"
+            )
         return _on_disk(Path(rest[1:]), text)
     raise UsageError(
         f"ledger {text!r}: the {scheme}:// scheme is not supported; use a SQLite file "
