@@ -181,6 +181,13 @@ def check_url(url: str) -> None:
         )
 
 
+# libpq's refusal of a connection option's value, before any connection is tried ('invalid
+# integer value "x" for connection option "port"', 'invalid sslmode value: "x"', 'invalid port
+# number: "x"'); psycopg says 'connection is bad: ' before it. A server's refusal reads
+# 'connection failed: connection to server at ...'
+_OPTION_REFUSED = re.compile(r"(?:connection is bad: )?invalid \S+ (?:value|number)\b")
+
+
 def connect_error(url: str, exc: BaseException) -> LedgerError:
     """``cannot connect to the ledger``, in one line, without the URL's password: libpq
     quotes a password it cannot read in its message (``unexpected spaces found in "..."``,
@@ -197,8 +204,10 @@ def connect_error(url: str, exc: BaseException) -> LedgerError:
             if form:
                 why = why.replace(form, REDACTED)
     said = f"cannot connect to the ledger {display_url(url)}: {why}"
-    if isinstance(exc, _psycopg().ProgrammingError):
-        # libpq could not read the URL (``invalid percent-encoded token``): a usage error
+    if isinstance(exc, _psycopg().ProgrammingError) or _OPTION_REFUSED.match(why):
+        # libpq could not read the URL (``invalid percent-encoded token``), or refused one of
+        # its values before connecting (a port not a number, an sslmode misspelt): a usage
+        # error, which no server coming back mends, not an outage for a cron to retry
         return LedgerError(said)
     return LedgerUnreachable(said)  # no server answered, or one refused: exit 1
 
