@@ -75,8 +75,10 @@ _SHAPES = [
     # https://user:password@host (a password may hold '/': an AWS secret often does; and a
     # quote, which a URL's userinfo allows and libpq takes: a PostgreSQL ledger's password
     # with one was shown from the quote on); the user name may be empty (https://:pass@host,
-    # which libpq and HTTP clients read as a password with no user name)
-    (re.compile(r"(?<=://)[^/\s:@\"']*:[^\s@]+@"), REDACTED + "@"),
+    # which libpq and HTTP clients read as a password with no user name); and an '@' in the
+    # password not percent-encoded (p@ss): HTTP clients split at the authority's last '@', so
+    # each further '@' up to a '/', '?', '#' or blank is the password's too, masked whole
+    (re.compile(r"(?<=://)[^/\s:@\"']*:[^\s@]+@(?:[^\s@/?#\"']*@)*"), REDACTED + "@"),
     # ?key=..., &api_key=..., X-Amz-Signature=...; a value masked already is matched as the
     # mask alone: a text scrubbed twice (a message naming a masked URL, scrubbed where it
     # leaves) kept the mask and lost what followed it, 'db?password=<redacted> connection
