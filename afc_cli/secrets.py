@@ -15,7 +15,7 @@ What is removed:
   libpq's ``PGPASSWORD`` (values of 8 characters or more, so a short value does not blank ordinary words);
 - token shapes, whoever's they are: ``Bearer …``, ``Key …`` (fal), ``sk-…`` (OpenAI),
   ``r8_…`` (Replicate), ``AIza…`` (Google), ``whsec_…``, credentials in a URL
-  (``https://user:pass@host``) and key-like query parameters (``?key=…``, ``X-Amz-Signature``,
+  (``https://user:pass@host``) and key-like query parameters (``?key=…``, ``?api-key=…``, ``?code=…``, ``X-Amz-Signature``,
   Azure's SAS ``sig=``, which OpenAI's image URLs carry, ``X-Goog-Signature``).
 
 Each is replaced by ``<redacted>`` (no square brackets: rich would read them as markup).
@@ -87,7 +87,11 @@ _SHAPES = [
         re.compile(
             r"([?&](?:key|api_key|apikey|token|access_token|secret|password|sslpassword|"
             r"x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|"
-            r"x-goog-signature|x-goog-credential)=)"
+            r"x-goog-signature|x-goog-credential|"
+            # named as the secret variables are (``_SECRET_NAME``): api-key, auth_token,
+            # client_secret, private_token; and an Azure Function's key (?code=), which its
+            # webhook URLs carry
+            r"[A-Za-z0-9._-]*[_-](?:key|token|secret|password|passwd)|code)=)"
             r"(?:" + re.escape(REDACTED) + r"|[^&\s\"'#]+)",
             re.I,
         ),
