@@ -711,9 +711,22 @@ def _where(raw: Any, loc: tuple[Any, ...]) -> str:
         if isinstance(jobs, list) and index < len(jobs) and isinstance(jobs[index], dict):
             key = jobs[index].get("key")
         field = _dotted(loc[2:])
-        who = f"job {index}" + (f" (key {key!r})" if key is not None else "")
+        # a key YAML read as a date or a number is named as the manifest wrote it, not as
+        # Python's ``datetime.date(2026, 12, 4)``
+        shown = repr(key) if isinstance(key, str) else _yaml_scalar(key)
+        who = f"job {index}" + (f" (key {shown})" if key is not None else "")
         return f"{who}: field '{field}'" if field else who
     return f"field '{_dotted(loc)}'"
+
+
+def _yaml_scalar(value: Any) -> str:
+    import datetime
+
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value)
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
@@ -798,10 +811,31 @@ def _pydantic_problems(
                 f"{err['msg']}: YAML read the number {err['input']!r} here; write it in "
                 'quotes to keep it as written ("001", not 001, which YAML reads as the number 1)'
             )
+        elif err["type"] == "string_type" and _yaml_text_lost(err.get("input")) is not None:
+            message = f"{err['msg']}: {_yaml_text_lost(err.get('input'))}"
         else:
             message = err["msg"]
         problems.append(f"{_where(raw, loc)}: {message}")
     return problems
+
+
+def _yaml_text_lost(value: Any) -> str | None:
+    """Where text was wanted and YAML read a date (``batch: 2026-12-04``, a nightly batch
+    named by its date) or a yes or no (``prompt: no``): what it read, and how to keep the text
+    as written; None for any other value."""
+    import datetime
+
+    if isinstance(value, datetime.date):
+        return (
+            f"YAML read the date {value.isoformat()} here; write it in quotes to keep it as "
+            f'text ("{value.isoformat()}")'
+        )
+    if isinstance(value, bool):
+        return (
+            f"YAML read {str(value).lower()} here (it reads yes, no, on, off, true and false "
+            "so); write the text in quotes"
+        )
+    return None
 
 
 MONEY_FIELDS = frozenset(
