@@ -12,7 +12,8 @@ file and its line number. The file is relative to the manifest's folder.
   number, ``true``, ``false``, an object, a list or a quoted string, and as plain
   text otherwise (``64x64``, ``007``). An empty cell leaves the field out. A quoted cell
   never closed, or a cell longer than the csv module's limit (128 KiB), refuses the list at
-  its line (the rest of the file cannot be split reliably after it).
+  its line (the rest of the file cannot be split reliably after it); so does the header row
+  again (two lists joined), which would be a job keyed ``key``.
 
 Either format: a byte order mark opening the file is skipped; a byte that is not UTF-8 refuses
 the list at its line (named, with the byte); a line longer than
@@ -330,7 +331,16 @@ class JobFile:
                 if len(cells) != len(header):
                     yield line, _Bad(f"{len(cells)} cells where the header names {len(header)}")
                     continue
-                row = self._row(header, cells)
+                # the header row again (two lists joined, 'cat a.csv b.csv'): read as a job
+                # keyed 'key' whose prompt is 'prompt', it was admitted and paid for
+                row = (
+                    _Bad(
+                        "the header row again (two lists joined one after another?): remove "
+                        "this line"
+                    )
+                    if cells == header
+                    else self._row(header, cells)
+                )
                 if isinstance(row, _Bad) and "key" in header:
                     row.key = cells[header.index("key")] or None
                 yield line, row
