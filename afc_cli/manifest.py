@@ -927,7 +927,9 @@ def output_key_problem(key: str) -> str | None:
             f"storage keeps NAME.afc.json beside it, and a file name has at most "
             f"{MAX_SEGMENT_BYTES})"
         )
-    if key.endswith(".afc.json"):
+    if any(part.endswith(".afc.json") for part in parts):
+        # a folder so named too: 'x.png.afc.json/y.png' took the name of x.png's metadata
+        # file, and x.png's render, paid, was never stored
         return f"renders to {key!r}; names ending in .afc.json are reserved for metadata"
     return None
 
