@@ -44,6 +44,16 @@ from pydantic import ValidationError
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 CSV_FIELDS = ("key", "prompt", "output")
 CSV_JSON_FIELDS = ("params", "chain", "webhook", "review", "needs", "inputs")
+# what each JSON column's cell looks like, for a cell that is not JSON: a spreadsheet's
+# 'needs' cell written 'style-frame' was refused 'Expecting value: line 1 column 1 (char 0)'
+CSV_JSON_EXAMPLES = {
+    "params": '{"size": "64x64"}',
+    "chain": '[{"provider": "openai", "model": "gpt-image-1"}]',
+    "webhook": '{"url": "https://...", "secret_env": "AFC_WEBHOOK_SECRET"}',
+    "review": "true",
+    "needs": '["style-frame"] (a list, in double quotes)',
+    "inputs": '[{"path": "refs/palette.png"}, {"job": "style-frame"}]',
+}
 
 
 class _Duplicate(ValueError):
@@ -360,7 +370,10 @@ class JobFile:
                 except RecursionError:
                     return _Bad(f"column {column!r}: {NESTING}")
                 except ValueError as exc:
-                    return _Bad(f"column {column!r}: not valid JSON ({exc})")
+                    return _Bad(
+                        f"column {column!r}: not valid JSON ({exc}); this column holds JSON "
+                        f"text, such as {CSV_JSON_EXAMPLES[column]}"
+                    )
             else:
                 params[column[len("params.") :]] = _cell(text)
         if params:
