@@ -81,6 +81,10 @@ def normalize_url(url: str, base: Path | None = None) -> str:
                 f"storage {url!r}: its percent-escapes are not UTF-8 text (a file URL's "
                 "path is percent-encoded UTF-8: a space is %20, a '%' is %25)"
             ) from None
+        if raw.startswith("localhost/"):
+            # RFC 8089's file://localhost/PATH is /PATH: read as a relative path, a batch's
+            # outputs went to ./localhost/PATH while a person looked for them in /PATH
+            raw = raw[len("localhost") :]
         if not raw:
             raise UsageError(f"storage {url!r} names no directory")
         if "\x00" in raw:
