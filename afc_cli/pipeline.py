@@ -1341,13 +1341,17 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     completed = await _cancel_left_request(
                         ctx, provider, job, number, entry["model"]
                     )
-                if completed and resume is None:
+                if completed and (resume is None or resume["error_class"] != "window_expired"):
                     # It completed as the window ended (after the last poll, before the
                     # cancel): paid for, its result kept at the provider. Left so, the next
                     # model (or an 'afc retry') paid again for the one output; it is polled
                     # by its id instead (free), within one more window, as a request a dead
                     # run left is (``_resumable``). So is one the provider says ended
-                    # otherwise (Replicate's failed or aborted): its end is recorded as it was
+                    # otherwise (Replicate's failed or aborted): its end is recorded as it was.
+                    # A request this run resumed (a dead run's) too; only the reading by id
+                    # this makes is not made again when its own window ends (its row was
+                    # left 'window_expired' here), so a provider that keeps saying "ended"
+                    # and never answers it cannot loop
                     ctx.ledger.end_attempt(
                         job,
                         number,
