@@ -66,7 +66,7 @@ def test_a_succeeded_prediction_whose_output_was_deleted_is_priced_per_image(afc
     Replicate bills it) it was recorded unpriced, and under a card with per_image and
     per_second at 0.003520, a tenth of the 0.08 its two images were billed, though README
     says such a card charges per image. A succeeded prediction made the images its request
-    asked for (``num_outputs``): the attempt (unknown, possibly paid) is priced by them."""
+    asked for (``num_outputs``): the attempt (failed, paid) is priced by them."""
     for rates, batch in (
         ([{"provider": "replicate", "model": FLUX, "per_image": "0.04"}], "b1"),
         (
@@ -90,7 +90,8 @@ def test_a_succeeded_prediction_whose_output_was_deleted_is_priced_per_image(afc
         )
         assert len(rows) == 1, rows
         status, cost, source, usage = rows[0]
-        assert (status, cost, source) == ("unknown", 80_000, "derived"), (batch, rows)
+        # an answer: paid, its output lost (tests/test_audit31e_data_removed.py)
+        assert (status, cost, source) == ("failed", 80_000, "derived"), (batch, rows)
         assert json.loads(usage)["images"] == 2, usage
     report = {r["batch"]: r for r in afc.json("costs", "report", "--by", "batch")["rows"]}
     for batch in ("b1", "b2"):
@@ -98,7 +99,7 @@ def test_a_succeeded_prediction_whose_output_was_deleted_is_priced_per_image(afc
         assert (row["priced"], row["unpriced_attempts"], row["unknown_attempts"]) == (
             "0.080000",
             0,
-            1,
+            0,
         ), row
 
 

@@ -518,7 +518,7 @@ def test_a_prediction_whose_output_was_deleted_keeps_the_cost_of_its_seconds(afc
     unknown with no cost, though its ``predict_time`` says what it was billed."""
     run(afc, "replicate", ["data-removed"], expect=1, attempts=1)
     [attempt] = attempts_of(afc, "j0")
-    assert attempt["status"] == "unknown"
+    assert attempt["status"] == "failed"  # paid, its output lost (test_audit31e_data_removed)
     assert attempt["cost"] == "0.003840"  # 3.2 s x 0.0012
 
 

@@ -227,14 +227,27 @@ class ReplicateProvider(HttpProvider):
         }
         if status == "succeeded":
             if prediction.get("data_removed"):
-                gone = RequestGone(self.name, prediction_id, "its output was already deleted")
                 # It ran and was billed, and, succeeded, made the images its request asked for
                 # (their list went with its data): priced by the card's one rule, per image
                 # where the card has it, as the outputs would have been, else by its seconds
-                made = self.images_requested(request.params)
-                gone.usage = {**usage, "images": made}
-                gone.cost_micros = request.rates.price(self.name, request.model, gone.usage)
-                gone.cost_source = "derived" if gone.cost_micros is not None else None
+                made = {**usage, "images": self.images_requested(request.params)}
+                cost = request.rates.price(self.name, request.model, made)
+                if request.resume_id is None:
+                    # polled since its submit, its end is this answer: paid, its output lost
+                    # (the model's next attempt renders the job), not an answer never had
+                    # (``unknown``, possibly paid, counted so by every report)
+                    raise ProviderError(
+                        "unavailable",
+                        f"replicate: prediction {prediction_id} succeeded (billed), but "
+                        "Replicate had already removed its data: its output is lost",
+                        http_status=200,
+                        usage=made,
+                        cost_micros=cost,
+                        cost_source="derived" if cost is not None else None,
+                    )
+                gone = RequestGone(self.name, prediction_id, "its output was already deleted")
+                gone.usage, gone.cost_micros = made, cost
+                gone.cost_source = "derived" if cost is not None else None
                 raise gone
             output = prediction.get("output")
             urls = output_urls(output)
