@@ -692,6 +692,18 @@ class FakeProviders:
                 503,
                 {"title": "Service Unavailable", "detail": "Service Unavailable", "status": 503},
             )
+        if "poll-429" in p["prompt"] and p["polls"] == 1:
+            # Replicate's throttled answer (its documented wording); with "retry-after" in the
+            # prompt, a Retry-After header too
+            said = {"Retry-After": "9"} if "retry-after" in p["prompt"] else None
+            return h.reply(
+                429,
+                {
+                    "detail": "Request was throttled. Expected available in 7 seconds.",
+                    "status": 429,
+                },
+                headers=said,
+            )
         if "garbled-forever" in p["prompt"]:  # a status that never makes sense
             return h.reply(200, raw=b"<html>not a prediction</html>", ctype="text/html")
         if "garbled-poll" in p["prompt"] and p["polls"] in (2, 3):  # a proxy's page, twice

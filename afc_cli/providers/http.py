@@ -4,6 +4,7 @@ of its own (afc's attempt runner is the one retry loop), and error classificatio
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import re
@@ -86,6 +87,9 @@ class HttpProvider(Provider):
     sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
     rand: Callable[[], float] = staticmethod(random.random)
     clock: Callable[[], float] = staticmethod(time.monotonic)
+    # on ``clock``: no poll of this provider is due before it (a poll's 429 said when to come
+    # back: ``hold_polls``)
+    _polls_held_until = 0.0
 
     def __init__(self) -> None:
         self._client: Any = None
@@ -132,9 +136,29 @@ class HttpProvider(Provider):
         the submit returned just now). Returns this poll's (due, sent)."""
         now = self.clock()
         due, sent = last if last is not None else (now, now)
-        due = next_poll(poll_interval(), polls, self.rand, due, sent)
+        interval = poll_interval()
+        due = next_poll(interval, polls, self.rand, due, sent)
+        if self._polls_held_until > due:
+            # a poll of this provider was throttled (``hold_polls``): every request's next
+            # poll waits as long as the 429 said, in the first slot of its own grid after it,
+            # so the requests polled together before do not all come back at one instant
+            due += interval * math.ceil((self._polls_held_until - due) / interval)
         await self.sleep(max(0.0, due - now))
         return due, self.clock()
+
+    def hold_polls(self, seconds: float | None) -> None:
+        """A poll was answered 429, saying to come back in ``seconds`` (None: it did not say):
+        no poll of this provider, for any request, goes out before then (``poll_wait``).
+        Polled again at each one's next interval, a thousand requests in flight went on
+        polling an API that had asked to be spared (at most ``MAX_POLL_HOLD_S``)."""
+        if seconds is None or seconds <= 0:
+            return
+        until = self.clock() + min(seconds, MAX_POLL_HOLD_S)
+        self._polls_held_until = max(self._polls_held_until, until)
+
+    def poll_throttled_for(self, response: Any) -> float | None:
+        """The wait a poll's 429 names (``hold_polls``): its Retry-After, by default."""
+        return retry_after_of(response.headers)
 
     async def poll(
         self, url: Any, request_id: str, headers: dict[str, str]
@@ -162,6 +186,8 @@ class HttpProvider(Provider):
             self.poll_failed("too many redirects")
             return None
         if passing(response.status_code):
+            if response.status_code == 429:
+                self.hold_polls(self.poll_throttled_for(response))
             self.poll_failed(f"HTTP {response.status_code}")
             return None
         state = json_or_empty(response)
@@ -451,6 +477,9 @@ class HttpProvider(Provider):
 # poll intervals in which every poll of a provider failed before a run says so (about 10 s at
 # the default interval): a blip of a few failed polls is normal, an outage is not
 POLLS_FAILING_INTERVALS = 5
+# the longest a poll's 429 holds a provider's polls (``hold_polls``): a Retry-After of an hour
+# (a misconfigured proxy) would leave every request in flight unpolled past its window
+MAX_POLL_HOLD_S = 120.0
 # unreadable poll answers in a row for one request before its adapter stops polling it (a
 # minute at the default interval): Replicate's prediction is then asked to stop, fal's result
 # asked for (free)

@@ -138,6 +138,16 @@ class ReplicateProvider(HttpProvider):
             cost_source="derived" if free else None,
         )
 
+    def poll_throttled_for(self, response: Any) -> float | None:
+        """``HttpProvider.poll_throttled_for``: its Retry-After, else the wait its detail names
+        ("Request was throttled. Expected available in 1 second."), as a create's 429's."""
+        said = retry_after_for("rate_limited", response.headers)
+        if said is None:
+            match = THROTTLED_FOR.search(str(json_or_empty(response).get("detail") or ""))
+            if match:
+                said = float(match.group(1) or match.group(2))
+        return said
+
     async def _submit(self, request: AttemptRequest) -> str:
         import httpx
 
