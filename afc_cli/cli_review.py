@@ -49,6 +49,15 @@ DECIDED_WHOLE = (
     "still awaits one"
 )
 KeysArg = Annotated[list[str], typer.Argument(metavar="KEY", help="Keys of the jobs to decide.")]
+Sha256Opt = Annotated[
+    str | None,
+    typer.Option(
+        "--sha256",
+        metavar="HEX",
+        help="The SHA-256 of the output decided on ('afc review list --json' gives it), with "
+        "one KEY: refused (exit 2, nothing decided) if the job has another output now.",
+    ),
+]
 
 
 def _age(seconds: float) -> str:
@@ -176,6 +185,7 @@ def _decided(keys: list[str], what: str, json_out: bool, quiet: bool, waiting: i
     epilog=_examples(
         "afc review approve style-frame",
         "afc review approve style-frame --batch trailer-shots --note 'warmer, good'",
+        "afc review approve style-frame --sha256 \"$SHA\"  # from 'review list --json'",
     ),
 )
 def review_approve(
@@ -183,6 +193,7 @@ def review_approve(
     note: Annotated[
         str | None, typer.Option("--note", metavar="TEXT", help="Why, kept with the decision.")
     ] = None,
+    sha256: Sha256Opt = None,
     by: ByOpt = None,
     batch: BatchOpt = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
@@ -195,21 +206,28 @@ def review_approve(
     """Approve jobs awaiting review: they succeed, and jobs that need them can run.
 
     All named jobs are decided together or none (exit 2 naming the key that is unknown, in
-    several batches without --batch, or not awaiting review)."""
+    several batches without --batch, or not awaiting review). --sha256 HEX (one KEY) approves
+    only the output of that SHA-256: a job rendered again since is refused (exit 2)."""
     with _boundary(again=_again(), why=DECIDED_WHOLE):
         _sigterm_as_ctrl_c()  # exit 130, said so, as Ctrl-C: the decision is made whole or not
-        _decide(ledger, "approved", keys, by, json_out, quiet, note=note, batch=batch)
+        _decide(
+            ledger, "approved", keys, by, json_out, quiet, note=note, batch=batch, sha256=sha256
+        )
 
 
 @review_app.command(
     "reject",
-    epilog=_examples("afc review reject style-frame --reason 'too dark'"),
+    epilog=_examples(
+        "afc review reject style-frame --reason 'too dark'",
+        "afc review reject style-frame --reason 'too dark' --sha256 \"$SHA\"",
+    ),
 )
 def review_reject(
     keys: KeysArg,
     reason: Annotated[
         str, typer.Option("--reason", metavar="TEXT", help="Why (required; kept with the job).")
     ],
+    sha256: Sha256Opt = None,
     by: ByOpt = None,
     batch: BatchOpt = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
@@ -220,7 +238,18 @@ def review_reject(
     verbose: UnusedVerboseOpt = False,
 ) -> None:
     """Reject jobs awaiting review: final (rejected); jobs that need them fail with
-    DEPENDENCY_FAILED. All named jobs are decided together or none (exit 2)."""
+    DEPENDENCY_FAILED. All named jobs are decided together or none (exit 2). --sha256 HEX
+    (one KEY) rejects only the output of that SHA-256, as for approve."""
     with _boundary(again=_again(), why=DECIDED_WHOLE):
         _sigterm_as_ctrl_c()  # exit 130, said so, as Ctrl-C: the decision is made whole or not
-        _decide(ledger, "rejected", keys, by, json_out, quiet, reason=reason, batch=batch)
+        _decide(
+            ledger,
+            "rejected",
+            keys,
+            by,
+            json_out,
+            quiet,
+            reason=reason,
+            batch=batch,
+            sha256=sha256,
+        )

@@ -279,12 +279,16 @@ class BudgetExhausted(Exception):
 
 
 class ReviewRace(Exception):
-    """A review decision found its job no longer awaiting review (decided meanwhile)."""
+    """A review decision found its job no longer awaiting review (decided meanwhile), or, with
+    ``now`` (the output's SHA-256 the job has now), awaiting review with another output than
+    the one the decision was about (``expected``: rendered again meanwhile)."""
 
-    def __init__(self, key: str, batch: str):
+    def __init__(self, key: str, batch: str, expected: str | None = None, now: str | None = None):
         super().__init__(key)
         self.key = key
         self.batch = batch
+        self.expected = expected
+        self.now = now
 
 
 class ProviderBusy(Exception):
@@ -3546,7 +3550,13 @@ class Ledger:
         return True
 
     def decide_reviews(
-        self, jobs: list[dict[str, Any]], decision: str, *, by: str, note: str | None
+        self,
+        jobs: list[dict[str, Any]],
+        decision: str,
+        *,
+        by: str,
+        note: str | None,
+        sha256: dict[str, str] | None = None,
     ) -> None:
         """Approve (-> ``succeeded``) or reject (-> ``rejected``) jobs awaiting review, all or
         none, in one transaction: each status change is guarded by the status it leaves
@@ -3555,8 +3565,15 @@ class Ledger:
         order of their ids, so two decisions on the same jobs never wait for each other
         both). The decision row (who, when,
         why), the event and the webhook row commit with the status change; a rejection also
-        fails the jobs waiting for it (DEPENDENCY_FAILED)."""
+        fails the jobs waiting for it (DEPENDENCY_FAILED).
+
+        ``sha256``: job id -> the SHA-256 of the output the decision is about (the one
+        ``afc review list`` or the review page showed); the status change is guarded by it
+        too, in this transaction, so a job rendered again since (cancelled, retried, awaiting
+        review with another picture) raises ReviewRace with the SHA-256 it has now, nothing
+        written: a check read before the transaction let a re-render slip in between."""
         assert decision in ("approved", "rejected")
+        sha256 = sha256 or {}
         now = _now()
         # a NUL as \x00: PostgreSQL's text holds none (psycopg's DataError stopped the
         # decision there, uncaught by afc serve, where SQLite kept it raw); a note is typed
@@ -3580,11 +3597,19 @@ class Ledger:
                     }
                 values.update(finished_at=now, updated_at=now)
                 assignments = ", ".join(f"{name} = ?" for name in values)
+                expected = sha256.get(job["id"])
+                guard = "" if expected is None else " AND output_sha256 = ?"
                 cursor = self.db.execute(
-                    f"UPDATE jobs SET {assignments} WHERE id = ? AND status = 'awaiting_review'",
-                    [*values.values(), job["id"]],
+                    f"UPDATE jobs SET {assignments} WHERE id = ? AND status = 'awaiting_review'"
+                    + guard,
+                    [*values.values(), job["id"], *([] if expected is None else [expected])],
                 )
                 if cursor.rowcount != 1:
+                    now_row = self.db.execute(
+                        "SELECT status, output_sha256 FROM jobs WHERE id = ?", (job["id"],)
+                    ).fetchone()
+                    if expected is not None and now_row and now_row[0] == "awaiting_review":
+                        raise ReviewRace(job["key"], job["batch"], expected, now_row[1])
                     raise ReviewRace(job["key"], job["batch"])
                 job.update(values)
                 self.db.execute(

@@ -503,30 +503,27 @@ class Pages:
         output the page showed (its card's form sends it); a job awaiting review with another
         output now (rejected or cancelled, retried and rendered again meanwhile) is refused,
         nothing decided: an Approve on a page loaded before approved the new picture
-        unseen."""
+        unseen. Checked in the decision's own transaction (``review.approve``'s), as
+        ``afc review approve --sha256`` is: a check read before it let a re-render in
+        between."""
         from afc_cli import review  # the review gates (afc_cli/review.py)
 
         if not key:
             raise UsageError("no job key was sent with the decision")
         book = self.book()
         try:
-            found = book.jobs_by_key(key, batch) if sha256 else []
-            if (
-                len(found) == 1
-                and found[0]["status"] == "awaiting_review"
-                and found[0]["output_sha256"] != sha256
-            ):
-                raise UsageError(
-                    f"cannot {action} {key}: its output changed since this page showed it (it "
-                    "was rendered again); reload the review page and look at it again. "
-                    "Nothing was decided"
-                )
             if action == "approve":
-                review.approve(book, [key], by=by, note=reason or None, batch=batch)
+                review.approve(book, [key], by=by, note=reason or None, batch=batch, sha256=sha256)
             else:
                 if not reason:
                     raise UsageError(f"rejecting {key} needs a reason: write one and try again")
-                review.reject(book, [key], by=by, reason=reason, batch=batch)
+                review.reject(book, [key], by=by, reason=reason, batch=batch, sha256=sha256)
+        except review.OutputChanged:
+            raise UsageError(
+                f"cannot {action} {key}: its output changed since this page showed it (it "
+                "was rendered again); reload the review page and look at it again. "
+                "Nothing was decided"
+            ) from None
         except UsageError:
             already = self._already(book, [(batch, key)], DECIDED[action])
             if already is None:
