@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sqlite3
+import threading
 
 from afc_cli.errors import (
     AfcError,
@@ -37,10 +38,10 @@ class OutputChanged(UsageError):
 
     def __init__(self, verb: str, key: str, batch: str, given: str, now: str | None):
         super().__init__(
-            f"cannot {verb} {key!r} (batch {batch!r}): its output is no longer the one "
-            f"--sha256 names ({given}); it now has SHA-256 {now} (rendered again since); "
-            "nothing was decided. Look at the output 'afc review list' shows now, then decide "
-            "again with its sha256"
+            f"cannot {verb} {key!r} (batch {batch!r}): its output is no longer the one this "
+            f"decision is about (SHA-256 {given}); it now has SHA-256 {now} (rendered again "
+            "since); nothing was decided. Look at the output 'afc review list' shows now, then "
+            "decide again with its sha256"
         )
         self.key, self.batch, self.given, self.now = key, batch, given, now
 
@@ -152,12 +153,19 @@ def blocked_by(ledger: Ledger, keys: list[str], batch: str | None = None) -> int
     return len(blocked)
 
 
-def approve_shown(ledger: Ledger, shown: list[tuple[str, str]], *, by: str) -> list[str]:
+def approve_shown(
+    ledger: Ledger,
+    shown: list[tuple[str, str]],
+    *,
+    by: str,
+    sha256: dict[tuple[str, str], str] | None = None,
+) -> list[str]:
     """Approve the jobs a review page showed, as (batch, key) pairs (``afc serve``'s "approve
     all shown"; a page of a server of the whole ledger may hold several batches): all in one
     transaction or none, as ``approve``, naming each job that is no longer awaiting review
-    (decided meanwhile, elsewhere). Returns the keys decided."""
-    return _decide(ledger, shown, "approved", by=by, note=None, batch=None)
+    (decided meanwhile, elsewhere). ``sha256``: (batch, key) -> the output shown, each
+    checked in the transaction (OutputChanged). Returns the keys decided."""
+    return _decide(ledger, shown, "approved", by=by, note=None, batch=None, expect=sha256)
 
 
 def _decide(
@@ -169,9 +177,11 @@ def _decide(
     note: str | None,
     batch: str | None,
     sha256: str | None = None,
+    expect: dict | None = None,
 ) -> list[str]:
     """``keys``: job keys (of ``batch``, else of the one batch holding each), or (batch, key)
-    pairs (``approve_shown``). ``sha256``: the output the decision is about, of one key."""
+    pairs (``approve_shown``). ``sha256``: the output the decision is about, of one key;
+    ``expect``: each named job's (``approve_shown``)."""
     verb = "approve" if decision == "approved" else "reject"
     if not keys:
         raise UsageError("name the jobs to decide (KEY...); 'afc review list' shows them")
@@ -183,6 +193,9 @@ def _decide(
                 f"{verb} each with its own --sha256 (one 'afc review {verb} KEY --sha256 "
                 "HEX' per key); nothing was decided"
             )
+        expect = {keys[0]: sha256}
+    expect = expect or {}
+    expected: dict[str, str] = {}
     if not by or not by.strip():
         raise UsageError("a decision names who made it (--by)")
     ledger.refuse_moved()  # a decision here would not reach the ledger its work moved to
@@ -202,16 +215,19 @@ def _decide(
             problems.append(f"{label}: it is {found[0]['status']}, not awaiting review")
         else:
             jobs.extend(found)
+            if expect.get(named) is not None:
+                expected[found[0]["id"]] = expect[named]
     if problems:
         raise UsageError(
             f"cannot {verb}, nothing was decided:\n" + "\n".join(f"  - {p}" for p in problems)
         )
     # tests freeze here (as afc_cli/pipeline.py ``stall_point``, not imported for it): a job
-    # rendered again between the reads above and the decision's transaction
+    # rendered again between the reads above and the decision's transaction. Sent to this
+    # thread: one sent to the process may be taken by another thread while this one runs on
+    # into the transaction (afc serve decides in a thread pool)
     if "review_decide" in os.environ.get("AFC_STALL_POINT", "").split(","):
-        os.kill(os.getpid(), signal.SIGSTOP)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     try:
-        expected = {job["id"]: sha256 for job in jobs} if sha256 is not None else None
         ledger.decide_reviews(jobs, decision, by=by, note=note, sha256=expected)
     except (sqlite3.OperationalError, LedgerWriteError) as exc:
         # said as what it is, not as a run's stop with 'afc resume' to run (which decides

@@ -420,6 +420,10 @@ class Pages:
             for batch, key in zip(form.getlist("batch"), form.getlist("key"), strict=False)
             if isinstance(batch, str) and isinstance(key, str) and key.strip()
         ]
+        # the SHA-256 of the output each card showed, sent beside its batch and key (a page of
+        # an older afc sends none: its cards are judged by the picture this server sent)
+        shas = [str(sha).strip().lower() for sha in form.getlist("sha256")]
+        showed = dict(zip(shown, shas, strict=False)) if len(shas) == len(shown) else {}
         if not shown or len(shown) > PAGE:
             return self.page(
                 request,
@@ -435,9 +439,15 @@ class Pages:
         def decide() -> tuple[list[str], list[tuple[str, str]], str | None]:
             book = self.book()
             try:
-                seen, unseen = self._seen(book, shown)
+                seen, unseen, made = self._seen(book, shown, showed)
                 try:
-                    decided = review.approve_shown(book, seen, by=by) if seen else []
+                    decided = review.approve_shown(book, seen, by=by, sha256=made) if seen else []
+                except review.OutputChanged as exc:
+                    raise UsageError(
+                        f"cannot approve the shown: {exc.key}'s output changed since this page "
+                        "showed it (it was rendered again); reload the review page and look at "
+                        "it again. Nothing was decided"
+                    ) from None
                 except UsageError:
                     already = self._already(book, seen, "approved")
                     if already is None:
@@ -460,22 +470,31 @@ class Pages:
         return RedirectResponse(str(url), status_code=303)
 
     def _seen(
-        self, book: Any, shown: list[tuple[str, str]]
-    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        self,
+        book: Any,
+        shown: list[tuple[str, str]],
+        showed: dict[tuple[str, str], str] | None = None,
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], dict[tuple[str, str], str]]:
         """The cards of ``shown`` whose picture this server sent (its thumbnail, kept by
-        ``_picture``: a picture, not a placeholder), and the others as (key, why). A card
+        ``_picture``: a picture, not a placeholder), the others as (key, why), and the
+        SHA-256 of each seen card's output, for the decision's transaction to check. A card
         whose picture could not be shown (its store out of reach, over 64 MiB, no picture,
         a video) or was never asked for is not the reviewer's to approve by the page: "Approve
-        the N shown" approved it all the same, a picture nobody saw. A pair naming no single
-        job is kept with the seen, for ``review.approve_shown`` to refuse, naming it."""
+        the N shown" approved it all the same, a picture nobody saw. Nor is a card whose job
+        has another output than the one the page showed (``showed``: rendered again since,
+        its new picture sent to another page). A pair naming no single job is kept with the
+        seen, for ``review.approve_shown`` to refuse, naming it."""
         from afc_cli.web.sheet import card
 
-        seen, unseen = [], []
+        seen, unseen, shas = [], [], {}
         for batch, key in shown:
             found = book.jobs_by_key(key, batch)
             job = card(book, found[0]["id"]) if len(found) == 1 else None
             if job is None or found[0]["status"] != "awaiting_review":
                 seen.append((batch, key))  # refused whole, naming it (decided meanwhile)
+                continue
+            if (showed or {}).get((batch, key)) not in ("", None, job["sha256"]):
+                unseen.append((key, "rendered again since this page showed it"))
                 continue
             made = None
             if job["output"]:
@@ -483,12 +502,13 @@ class Pages:
                     made = self.thumbs.get((job["storage"], job["output_key"], job["sha256"]))
             if made is not None and made.data is not None:
                 seen.append((batch, key))
+                shas[(batch, key)] = job["sha256"]
             elif made is not None:
                 unseen.append((key, made.note or "no preview"))
             else:
                 down = self.unreachable(job["storage"]) if job["output"] else None
                 unseen.append((key, f"not read: {down}" if down else "its picture was not shown"))
-        return seen, unseen
+        return seen, unseen, shas
 
     def _decide(
         self,
