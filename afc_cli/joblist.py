@@ -13,7 +13,8 @@ file and its line number. The file is relative to the manifest's folder.
   text otherwise (``64x64``, ``007``). An empty cell leaves the field out. A quoted cell
   never closed, or a cell longer than the csv module's limit (128 KiB), refuses the list at
   its line (the rest of the file cannot be split reliably after it); so does the header row
-  again (two lists joined), which would be a job keyed ``key``.
+  again (two lists joined), which would be a job keyed ``key``. A header whose columns are
+  separated by ``;`` (a European locale's export) is refused saying so, not read.
 
 Either format: a byte order mark opening the file is skipped; a byte that is not UTF-8 refuses
 the list at its line (named, with the byte); a line longer than
@@ -285,6 +286,25 @@ class JobFile:
             except _NotUtf8 as exc:
                 yield exc.line, _Bad(exc.problem)
 
+    def _semicolons(self) -> str | None:
+        """What to say of a header row whose columns are separated by ';', as a spreadsheet
+        set to a European locale exports 'CSV' (its decimal comma taking ','); None if it is
+        not one. Such a list is refused, not read: the same locale writes a number 1,5, which
+        a params.NAME cell would take for text."""
+        try:
+            with open(self.path, encoding="utf-8-sig", errors="replace", newline="") as handle:
+                first = handle.readline(4096)
+            cells = next(csv.reader([first.rstrip("\r\n")], delimiter=";"), [])
+        except (OSError, csv.Error):
+            return None
+        if len(cells) < 2 or not {"key", "prompt"} & set(cells):
+            return None
+        return (
+            "the columns seem separated by ';' (a spreadsheet set to a European locale exports "
+            "CSV so); afc reads comma-separated CSV only: export it with ',' as the field "
+            "separator, or write the list as JSON Lines"
+        )
+
     def _csv(self, problems: list[str]) -> Iterator[tuple[int, Any]]:
         with open(self.path, encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
             # strict: a quote left open is an error, not a cell that swallows the file's rest
@@ -292,7 +312,7 @@ class JobFile:
             try:
                 header = next(reader, None)
             except csv.Error as exc:
-                problems.append(f"{self.name} line 1: {_csv_problem(exc)}")
+                problems.append(f"{self.name} line 1: {self._semicolons() or _csv_problem(exc)}")
                 return
             except _TooLong:
                 problems.append(f"{self.name} line 1: {TOO_LONG}")
@@ -309,6 +329,9 @@ class JobFile:
                 if column not in CSV_FIELDS + CSV_JSON_FIELDS
                 and not (column.startswith("params.") and len(column) > len("params."))
             ]
+            if bad and (semicolons := self._semicolons()):
+                problems.append(f"{self.name} line 1: {semicolons}")
+                return
             if bad or len(set(header)) != len(header):
                 why = (
                     f"unknown column(s) {', '.join(map(repr, bad))}"
