@@ -53,6 +53,13 @@ def ledger_path(value: str | Path) -> Path:
     PostgreSQL connection string in libpq's key=value form: taken for a file name, it started
     a new SQLite ledger named after it (its password in the name) beside the shared one."""
     text = str(value)
+    if not text:
+        # '--ledger=' (a variable left unset in a script): read as a path, it named the
+        # working directory ('the ledger . is a folder')
+        raise UsageError(
+            "--ledger is empty: name the ledger, a SQLite file (afc.db when the option is "
+            "left out) or a postgresql:// URL"
+        )
     match = _SCHEME.match(text)
     if match is None:
         if _CONNINFO.match(text):
