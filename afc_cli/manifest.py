@@ -171,7 +171,7 @@ class Webhook(_Strict):
     environment variable that holds it (``whsec_...`` form)."""
 
     url: str
-    secret_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    secret_env: str = Field(max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     timeout_s: float = Field(default=10.0, gt=0, le=120)
 
     @field_validator("url")
