@@ -1486,13 +1486,23 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         _left_url_named(number),
                         f"is no longer served ({exc.message})",
                     )
-                elif resume is not None and getattr(exc, "output_gone", False):
+                elif (
+                    resume is not None
+                    and getattr(exc, "output_gone", False)
+                    and resume["error_class"] != "window_expired"
+                ):
                     # a job-style request a run that ended left, polled to its end here: its
                     # output's URL is refused for good (the provider let it go after its
                     # hour; a signed URL expired). afc's end lost it, as a request the
                     # provider no longer has (RequestGone): ``interrupted``, so it uses up
                     # none of the model's attempts, and a new request follows (an
                     # ``attempts: 1`` job failed here, or went on to the next model)
+                    # (or its data removed: Replicate's ``data_removed``, fal's result
+                    # deleted, paid at what it made). One read by its id after its own
+                    # attempt window's cancel found it ended (its row left 'window_expired')
+                    # was lost by no end of afc's: it keeps the provider's class, as when
+                    # polled since its submit, and uses up an attempt (interrupted, each
+                    # window's paid request would be followed by another, without end)
                     error_class = INTERRUPTED
                     message = (
                         f"{exc.message}: the output of this paid request, left by a run that "

@@ -670,6 +670,10 @@ class FakeProviders:
                     output=[f"{self.base}/files/{pid}.png"],
                     metrics={"predict_time": 3.2, "total_time": 3.5},
                 )
+            elif "removed-at-cancel" in p["prompt"] and self.first_time(
+                f"removed-at-cancel {p['prompt']}"
+            ):  # it succeeded (billed) before the cancel, and its data is removed already
+                p.update(status="succeeded", data_removed=True, metrics={"predict_time": 3.2})
             elif "flagged-at-cancel" in p["prompt"]:  # it failed, refused, before the cancel
                 p.update(
                     status="failed",
@@ -725,9 +729,18 @@ class FakeProviders:
             held = held or any(
                 f"{end}-at-cancel" in p["prompt"] for end in ("done", "flagged", "aborted")
             )
+            # a "removed-at-cancel" prompt's first prediction only (its next one renders)
+            held = held or (
+                "removed-at-cancel" in p["prompt"]
+                and f"removed-at-cancel {p['prompt']}" not in self.seen_once
+            )
             if held or p["polls"] < 3:
                 p["status"] = "processing"
-            elif "data-removed" in p["prompt"]:  # it ran (and was billed); output deleted
+            elif "data-removed" in p["prompt"] and (
+                # "data-removed-once": the prompt's first prediction only (its next renders)
+                "data-removed-once" not in p["prompt"]
+                or self.first_time(f"data-removed-once {p['prompt']}")
+            ):  # it ran (and was billed); output deleted
                 p.update(status="succeeded", data_removed=True, metrics={"predict_time": 3.2})
             elif "flagged" in p["prompt"]:
                 p.update(

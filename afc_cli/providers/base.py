@@ -164,7 +164,7 @@ COMPLETED = "completed"
 
 
 class RequestGone(ProviderError):
-    """A resumed request is unknown to the provider (404, data removed)."""
+    """A resumed request is unknown to the provider (404)."""
 
     def __init__(self, provider: str, request_id: str, detail: str = ""):
         super().__init__(

@@ -24,7 +24,6 @@ from afc_cli.providers.base import (
     AttemptRequest,
     AttemptResult,
     ProviderError,
-    RequestGone,
 )
 from afc_cli.providers.http import (
     UNREADABLE_POLLS,
@@ -242,23 +241,23 @@ class ReplicateProvider(HttpProvider):
                 # where the card has it, as the outputs would have been, else by its seconds
                 made = {**usage, "images": self.images_requested(request.params)}
                 cost = request.rates.price(self.name, request.model, made)
-                if request.resume_id is None:
-                    # polled since its submit, its end is this answer: paid, its output lost
-                    # (the model's next attempt renders the job), not an answer never had
-                    # (``unknown``, possibly paid, counted so by every report)
-                    raise ProviderError(
-                        "unavailable",
-                        f"replicate: prediction {prediction_id} succeeded (billed), but "
-                        "Replicate had already removed its data: its output is lost",
-                        http_status=200,
-                        usage=made,
-                        cost_micros=cost,
-                        cost_source="derived" if cost is not None else None,
-                    )
-                gone = RequestGone(self.name, prediction_id, "its output was already deleted")
-                gone.usage, gone.cost_micros = made, cost
-                gone.cost_source = "derived" if cost is not None else None
-                raise gone
+                # its end is this answer: paid, its output lost (a new attempt renders the
+                # job), not an answer never had (``unknown``, possibly paid, counted so by
+                # every report). Polled since its submit: 'unavailable', as an output URL
+                # that no longer serves it; polled by its id (a run that ended left it, or its
+                # window's cancel found it ended): an output lost as such a URL is
+                # (``output_gone``: ``interrupted``, pipeline.render)
+                lost = ProviderError(
+                    "unavailable",
+                    f"replicate: prediction {prediction_id} succeeded (billed), but "
+                    "Replicate had already removed its data: its output is lost",
+                    http_status=200,
+                    usage=made,
+                    cost_micros=cost,
+                    cost_source="derived" if cost is not None else None,
+                )
+                lost.output_gone = request.resume_id is not None
+                raise lost
             output = prediction.get("output")
             urls = output_urls(output)
             if not urls:
