@@ -109,7 +109,8 @@ def test_a_fal_request_completed_whose_result_was_deleted_is_priced_per_image(af
     error, and its result 404. The attempt was recorded unknown (possibly paid) and unpriced,
     though the request completed and fal bills the images it made, at the card's per_image
     (the only unit a fal card has). It is priced by the images its request asked for
-    (``num_images``), as the plan and the budget count them: 2 x 0.025."""
+    (``num_images``), as the plan and the budget count them: 2 x 0.025; a paid failure, its
+    output lost, counted once (tests/test_audit31g_fal_result_gone.py)."""
     data = manifest(
         [{"key": "a", "prompt": "result-gone a", "params": {"num_images": 2}}],
         rates=[{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}],
@@ -121,13 +122,13 @@ def test_a_fal_request_completed_whose_result_was_deleted_is_priced_per_image(af
     rows = afc.rows("SELECT status, cost_micros, cost_source, usage_json FROM attempts")
     assert len(rows) == 1, rows
     status, cost, source, usage = rows[0]
-    assert (status, cost, source) == ("unknown", 50_000, "derived"), rows
+    assert (status, cost, source) == ("failed", 50_000, "derived"), rows
     assert json.loads(usage) == {"images": 2}, usage
     total = afc.json("costs", "report")["total"]
     assert (total["priced"], total["unpriced_attempts"], total["unknown_attempts"]) == (
         "0.050000",
         0,
-        1,
+        0,
     ), total
 
 

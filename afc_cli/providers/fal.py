@@ -277,15 +277,27 @@ class FalProvider(HttpProvider):
 
         response = await self.outlast(request, began, result)
         if response.status_code == 404:
-            gone = RequestGone(self.name, request_id, "its result was already deleted")
             if state.get("status") == "COMPLETED":
                 # It completed without an error, so it made (and fal billed) the images its
                 # request asked for: their list went with the result, their price did not.
                 # (Not a status given up on as unreadable: it may never have completed.)
-                gone.usage = {"images": self.images_requested(request.params)}
-                gone.cost_micros = request.rates.price(self.name, request.model, gone.usage)
-                gone.cost_source = "derived" if gone.cost_micros is not None else None
-            raise gone
+                # Paid, its output lost, as a Replicate prediction's removed data: not an
+                # answer never had (``unknown``, possibly paid, counted so by every report)
+                made = {"images": self.images_requested(request.params)}
+                cost = request.rates.price(self.name, request.model, made)
+                lost = ProviderError(
+                    "unavailable",
+                    f"{self.name}: request {request_id} completed (billed), but its result "
+                    "was already deleted: its output is lost",
+                    http_status=404,
+                    usage=made,
+                    cost_micros=cost,
+                    cost_source="derived" if cost is not None else None,
+                )
+                # polled by its id (a run that ended left it): ``interrupted`` (pipeline)
+                lost.output_gone = request.resume_id is not None
+                raise lost
+            raise RequestGone(self.name, request_id, "its result was already deleted")
         if response.status_code != 200:
             error = self._error(response, "result")
             error.cost_micros, error.cost_source = None, None  # the work was done
