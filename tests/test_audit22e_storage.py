@@ -141,13 +141,23 @@ def test_metadata_header_names_in_any_case_are_afcs_own(afc, s3):  # noqa: F811
         ("shot-001", "succeeded", None),
         ("shot-002", "succeeded", None),
     ]
-    assert len(calls.read_text().splitlines()) == 2  # one render a job
+    # one render a job, but for the other job's call the kill cut off in flight (the
+    # next render starts while the first job stores: on a busy machine it had not
+    # answered yet), which the ledger keeps as 'unknown' and the resume renders again
+    cut_off = {
+        job_id for (job_id,) in afc.rows("SELECT job_id FROM attempts WHERE status = 'unknown'")
+    }
+    renders = [line.split()[0] for line in calls.read_text().splitlines()]
+    assert len(cut_off) <= 1, cut_off
+    assert sorted(renders.count(job_id) for job_id in set(renders)) == [1, 2 if cut_off else 1]
+    assert all(renders.count(job_id) == 2 for job_id in cut_off), (renders, cut_off)
     for suffix in ("", "-wal", "-shm"):
         (afc.cwd / f"afc.db{suffix}").unlink(missing_ok=True)
+    before = len(renders)
     result = afc("submit", "manifest.yaml", "--storage", s3.url, "--json", env=env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["counts"] == {"succeeded": 2}
-    assert len(calls.read_text().splitlines()) == 2  # nothing rendered again
+    assert len(calls.read_text().splitlines()) == before  # nothing rendered again
 
 
 def _fresh_ledger(afc) -> None:
