@@ -123,7 +123,7 @@ def test_afc_serve_keeps_a_bounded_number_of_thumbnails(tmp_path, monkeypatch):
             "output_key": "k",
         }
 
-    def make(storage, key):
+    def make(storage, key, sha256=None):
         made.append(key)
         return thumbs.Thumb(b"webp", None)
 

@@ -642,9 +642,9 @@ class Pages:
             # read as the full-size view reads it (``file_chunks``): a symbolic link at the
             # output's name to another picture the server's user can read was shown,
             # downscaled, on the contact sheet and the review page
-            made = make(Checked(store, job["sha256"]), job["output_key"])
+            made = make(Checked(store, job["sha256"]), job["output_key"], sha256=job["sha256"])
         else:
-            made = make(self.watched(job["storage"]), job["output_key"])
+            made = make(self.watched(job["storage"]), job["output_key"], sha256=job["sha256"])
         if not made.lasting:
             # storage could not be read (an S3 blip, an output deleted and then restored):
             # not kept, or the card's picture stayed broken until the server restarted

@@ -7,7 +7,8 @@ through the storage backend (``Storage.read_chunks``), never a path or URL of it
 
 What cannot be shown is said on the card, never left blank: an output missing from storage,
 one that cannot be read, a video or another file that is not a picture, one over
-``MAX_BYTES``, or over Pillow's ``MAX_IMAGE_PIXELS`` (about 89 million).
+``MAX_BYTES``, or over Pillow's ``MAX_IMAGE_PIXELS`` (about 89 million), or one whose bytes
+are not the SHA-256 afc verified (changed in storage since).
 """
 
 from __future__ import annotations
@@ -50,8 +51,15 @@ class Thumb:
         return "data:image/webp;base64," + base64.b64encode(self.data).decode("ascii")
 
 
-def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
-    """The thumbnail of the object at ``key`` in ``storage`` (an afc_cli.storage backend)."""
+def make(storage: Any, key: str, size: int = SIZE, sha256: str | None = None) -> Thumb:
+    """The thumbnail of the object at ``key`` in ``storage`` (an afc_cli.storage backend).
+    ``sha256``: the output's as the ledger verified it. A picture of other bytes (the file
+    saved over in place, by a retoucher's editor or a sync, an object replaced) is not shown
+    as the job's: a review page showed it, its "Approve the N shown" approved the verified
+    output on its strength, and the jobs using that output as a reference then failed
+    (``inputs.read_inputs`` checks the bytes). The digest is taken as the bytes are read."""
+    import hashlib
+
     from afc_cli.errors import StorageError, UsageError
 
     kind = mimetypes.guess_type(key)[0] or ""
@@ -59,9 +67,11 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
         return Thumb(None, f"{kind.split('/')[0]}: no preview")
     # past HELD_BYTES in a temporary file: held in memory whole (up to MAX_BYTES), each
     # request waiting for the decoding budget below held its buffer, which nothing bounded
+    digest = hashlib.sha256()
     with tempfile.SpooledTemporaryFile(max_size=HELD_BYTES) as buffer:
         try:
             for chunk in storage.read_chunks(key):
+                digest.update(chunk)
                 try:
                     buffer.write(chunk)
                 except OSError as exc:  # the temporary file's disk (full)
@@ -72,7 +82,17 @@ def make(storage: Any, key: str, size: int = SIZE) -> Thumb:
         except (StorageError, UsageError) as exc:  # a usage error: the store's configuration
             return Thumb(None, exc.message, lasting=False)
         buffer.seek(0)
-        return _decoded(buffer, size)
+        made = _decoded(buffer, size)
+    now = digest.hexdigest()
+    if made.data is not None and sha256 is not None and now != sha256:
+        # asked again at the next request (not lasting): the verified bytes may be put back
+        return Thumb(
+            None,
+            f"changed in storage since afc verified it (SHA-256 now {now[:12]}..., verified "
+            f"{sha256[:12]}...): not shown as this job's output",
+            lasting=False,
+        )
+    return made
 
 
 def _decoded(buffer: Any, size: int) -> Thumb:
@@ -179,8 +199,10 @@ def make_all(
         if isinstance(store.store, FileStorage):
             # as afc serve reads it: a symbolic link at the output's name to another picture
             # was embedded in the file as the job's output; a FIFO there held the report
-            return job["id"], make(Checked(store.store, job["sha256"]), job["output_key"])
-        return job["id"], make(store, job["output_key"])
+            return job["id"], make(
+                Checked(store.store, job["sha256"]), job["output_key"], sha256=job["sha256"]
+            )
+        return job["id"], make(store, job["output_key"], sha256=job["sha256"])
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return dict(pool.map(one, wanted))
