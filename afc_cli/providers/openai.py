@@ -22,6 +22,7 @@ out of reach (``keeps_outputs_s``). Usage always reports the images produced.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from afc_cli.providers.base import AttemptRequest, AttemptResult, ProviderError
@@ -31,6 +32,7 @@ from afc_cli.providers.http import (
     decode_b64,
     json_or_empty,
     obj,
+    parse_reset,
     refused_free,
     retry_after_for,
     succeeded,
@@ -59,6 +61,24 @@ MONEY = ("insufficient_quota", "billing_not_active", "billing_hard_limit_reached
 # models that answer a URL unless asked for the image itself (``response_format``), which
 # the others refuse
 B64_MODELS = ("dall-e-",)
+# the wait a 429 names in its words: "Please try again in 7.188s." (also "20ms", "5m48.096s"),
+# "please slow down and try again after 51.84 seconds."
+TRY_AGAIN = re.compile(
+    r"try again (?:in|after) (?:((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)\b|"
+    r"(\d+(?:\.\d+)?) ?(milliseconds?|seconds?|minutes?)\b)",
+    re.IGNORECASE,
+)
+UNIT_S = {"millisecond": 0.001, "second": 1.0, "minute": 60.0}
+
+
+def wait_in_words(message: str) -> float | None:
+    """The seconds an OpenAI 429's message says to wait (``TRY_AGAIN``), or None."""
+    match = TRY_AGAIN.search(message)
+    if match is None:
+        return None
+    if match.group(1):
+        return parse_reset(match.group(1))
+    return float(match.group(2)) * UNIT_S[match.group(3).lower().rstrip("s")]
 
 
 class OpenAIProvider(HttpProvider):
@@ -218,14 +238,22 @@ class OpenAIProvider(HttpProvider):
             return ProviderError("refusal", message, http_status=status)
         cls = class_for_status(status)
         free = refused_free(status)
+        # a 429 of the tokens-per-minute limit waits for the tokens' reset
+        retry_after = retry_after_for(
+            cls, response.headers, "tokens" if kind == "tokens" else "requests"
+        )
+        if cls == "rate_limited":
+            # and for the wait its words name ("Please try again in 7.188s"): an images-per-
+            # minute 429 says it there alone, its headers' reset the requests' (a moment
+            # away), so the next attempt came within the backoff's jitter, and hit it again
+            named = wait_in_words(said)
+            if named is not None and (retry_after is None or named > retry_after):
+                retry_after = named
         return ProviderError(
             cls,
             message,
             http_status=status,
-            # a 429 of the tokens-per-minute limit waits for the tokens' reset
-            retry_after=retry_after_for(
-                cls, response.headers, "tokens" if kind == "tokens" else "requests"
-            ),
+            retry_after=retry_after,
             cost_micros=0 if free else None,
             cost_source="derived" if free else None,
         )
