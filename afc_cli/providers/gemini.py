@@ -115,6 +115,7 @@ class GeminiProvider(HttpProvider):
                 self.url(f"/models/{request.model}:generateContent"),
                 json=body,
                 headers={"x-goog-api-key": self.api_key()},
+                timeout=self.call_timeout(request),
             )
         except httpx.TransportError as exc:
             raise transport_error(self.name, exc, paid_call=True) from None

@@ -130,6 +130,27 @@ class HttpProvider(Provider):
     def warm(self) -> None:
         self.client  # noqa: B018 - made on first use: importing aiohttp takes ~0.1-0.5 s
 
+    def call_timeout(self, request: AttemptRequest) -> Any:
+        """The timeouts of a synchronous provider's paid call (OpenAI's, Gemini's): the
+        client's, its read timeout (how long the answer may take: the whole render) made the
+        attempt's ``window_s`` and a margin (so the window ends it first) when the window is
+        longer than ``read_s``. The run ends
+        the call at its window itself (``window_expired``, afc_cli/pipeline.py); cut at the
+        read timeout first, a render a user allowed 600 s was a ``timeout`` at 300 s, of
+        unknown cost, and the next attempt on the same model paid for it again."""
+        import httpx
+
+        window = request.window_s
+        if not window or window <= self.read_s:
+            return httpx.USE_CLIENT_DEFAULT
+        timeout = self.client.timeout
+        return httpx.Timeout(
+            connect=timeout.connect,
+            read=window + WINDOW_MARGIN_S,
+            write=timeout.write,
+            pool=timeout.pool,
+        )
+
     async def poll_wait(self, polls: int, last: tuple[float, float] | None) -> tuple[float, float]:
         """Wait for a job-style request's next poll (``next_poll``), ``polls`` polls made so far,
         ``last`` the previous poll's (due, sent) times on ``clock`` (None before the first:

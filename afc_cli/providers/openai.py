@@ -129,10 +129,15 @@ class OpenAIProvider(HttpProvider):
                         for i, image in enumerate(request.inputs)
                     ],
                     headers=headers,
+                    timeout=self.call_timeout(request),
                 )
             else:
                 sent = self.client.build_request(
-                    "POST", self.url("/images/generations"), json=body, headers=headers
+                    "POST",
+                    self.url("/images/generations"),
+                    json=body,
+                    headers=headers,
+                    timeout=self.call_timeout(request),
                 )
             request.last_look()
             response = await self.client.send(sent, stream=True)
