@@ -93,6 +93,25 @@ def reference_fields(field: str | None, images: Any) -> dict[str, Any]:
     return reference_inputs(field, images, "image_url", "image_urls", ("s",))
 
 
+def result_files(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The files a completed request's result names, in order: an image model's ``images``
+    (or ``image``); in a result with neither, the file objects (``{"url", "content_type",
+    ...}``, alone or in a list) among its fields: a video model's ``video``
+    (``fal-ai/kling-video``, ``fal-ai/veo3``), an audio model's ``audio``. Read as ``images`` alone, such a result
+    was "completed without an image": a failed ``server`` attempt of unknown cost, and each
+    attempt after it paid for the same clip again."""
+    images = objs(result.get("images")) or objs([result.get("image")])
+    if images or "images" in result or "image" in result:
+        return images  # an image model's answer, read as ever (none made: none)
+    found = []
+    for value in result.values():
+        for item in objs(value if isinstance(value, list) else [value]):
+            url = text(item.get("url"))
+            if url is not None and url[:5].lower() in ("https", "http:", "data:"):
+                found.append(item)
+    return found
+
+
 class FalProvider(HttpProvider):
     name = "fal"
     key_env = "FAL_KEY"
@@ -303,7 +322,7 @@ class FalProvider(HttpProvider):
             error.cost_micros, error.cost_source = None, None  # the work was done
             raise error
         result = json_or_empty(response)
-        images = objs(result.get("images")) or objs([result.get("image")])
+        images = result_files(result)
         url = text(images[0].get("url")) if images else None
         if url is None:
             raise ProviderError("server", "fal: completed without an image", cost_micros=None)
