@@ -1776,12 +1776,21 @@ class RatesConfig(_Strict):
     rates: list[Rate] = Field(default_factory=list)
 
 
+# the token rates that price an answer's tokens together (``RateCards.price``)
+TOKEN_PAIR = ("per_1k_input_tokens", "per_1k_output_tokens")
+
+
 def rate_problems(rates: list[Rate], providers: Any) -> list[str]:
     """A ``rates`` list's problems, the manifest's and the config file's alike: an unknown
     provider, a card naming no price, a card naming only prices its provider's answers never
     report a unit for (``Provider.priced_by``: fal reports images alone, so a per_second card
     would leave every fal attempt unpriced, with nothing said until the costs report), a
-    second card for one provider and model (which would silently replace the first)."""
+    card whose token rates are not both ``per_1k_input_tokens`` and ``per_1k_output_tokens``
+    and which has no other price its provider's answers use (tokens price an answer only where
+    the card has a rate for each count it reports, ``RateCards.price``, and an OpenAI or
+    Gemini image reports both: ``per_1k_output_tokens`` alone priced none of the images it
+    was given for), a second card for one provider and model (which would silently replace
+    the first)."""
     problems = []
     seen: set[tuple[str, str]] = set()
     for i, rate in enumerate(rates):
@@ -1797,6 +1806,15 @@ def rate_problems(rates: list[Rate], providers: Any) -> list[str]:
                 f"{where}: {rate.provider}'s answers report no unit that"
                 f" {' or '.join(sorted(names))} prices, so every attempt would be unpriced: give "
                 f"{' or '.join(sorted(usable))}"
+            )
+        tokens = {name for name in names if name.startswith("per_1k_")} & (usable or set())
+        missing = [name for name in TOKEN_PAIR if name not in names]
+        if tokens and missing and not (names - tokens) & usable:
+            problems.append(
+                f"{where}: {' and '.join(sorted(tokens))} without {' and '.join(missing)} "
+                f"prices none of {rate.provider}'s images (its answers report input and output "
+                "tokens, and tokens price an answer only with a rate for each), so every image "
+                f"would be unpriced: give {' and '.join(missing)}, or per_image"
             )
         if (rate.provider, rate.model) in seen:
             problems.append(f"{where}: a second rate card for {rate.provider}/{rate.model}")

@@ -107,7 +107,14 @@ def test_a_card_its_providers_answers_can_never_use_is_refused(afc, card, named,
         {"provider": "replicate", "model": "m", "per_second": "0.001"},
         {"provider": "local", "model": "m", "per_second": "0.001"},
         {"provider": "fal", "model": "m", "per_image": "0.03", "per_second": "0.001"},
-        {"provider": "gemini", "model": "m", "per_1k_output_tokens": "0.03"},
+        # both token rates: a card of one of them alone prices no Gemini image (its answers
+        # report input and output tokens) and is refused (tests/test_audit32a_token_card.py)
+        {
+            "provider": "gemini",
+            "model": "m",
+            "per_1k_input_tokens": "0.0003",
+            "per_1k_output_tokens": "0.03",
+        },
     ],
 )
 def test_a_card_with_a_price_its_provider_can_use_is_accepted(afc, card):
