@@ -1146,11 +1146,18 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                         if shared
                         else "this run has"
                     )
+                    # a model with no per-image price (--allow-unpriced) has no estimate:
+                    # unpriced, never 'estimated at 0.000000'
+                    next_one = (
+                        f"is estimated at {format_usd(exc.estimate)}"
+                        if exc.priced
+                        else f"is unpriced ({entry['provider']}/{entry['model']} has no "
+                        "per-image price)"
+                    )
                     ctx.ledger.set_waiting(
                         job,
                         f"budget: {spender} spent or reserved {format_usd(exc.spent)} of "
-                        f"{format_usd(exc.cap)} USD; the next attempt is estimated at "
-                        f"{format_usd(exc.estimate)}",
+                        f"{format_usd(exc.cap)} USD; the next attempt {next_one}",
                     )
                     ctx.report(job, "waiting", "budget reached", reason="budget reached")
                     return False

@@ -271,11 +271,15 @@ def ended_needs(needs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class BudgetExhausted(Exception):
     """The next attempt's estimate does not fit the run's budget; nothing was started."""
 
-    def __init__(self, spent: int, cap: int, estimate: int):
+    def __init__(self, spent: int, cap: int, estimate: int, *, priced: bool = True):
         super().__init__(f"spent {spent} of {cap} micro-USD; next attempt needs {estimate}")
         self.spent = spent
         self.cap = cap
         self.estimate = estimate
+        # False: the attempt's model has no estimate (run with --allow-unpriced), which
+        # reserves nothing (``estimate`` 0) and is refused only once the spend is past the
+        # cap; its estimate is unknown, never said to be 0
+        self.priced = priced
 
 
 class ReviewRace(Exception):
@@ -2174,7 +2178,9 @@ class Ledger:
                 self._hold_budget(run_id)
                 spent = self.run_spend(run_id)
                 if spent + (reserve_micros or 0) > cap_micros:
-                    raise BudgetExhausted(spent, cap_micros, reserve_micros or 0)
+                    raise BudgetExhausted(
+                        spent, cap_micros, reserve_micros or 0, priced=reserve_micros is not None
+                    )
             if limit is not None and any(limit):
                 self._check_limit(provider, *limit)
             shared = self._check_output(job)
