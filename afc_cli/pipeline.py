@@ -1118,7 +1118,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             if ctx.stopping.is_set():
                 return False
             provider = ctx.providers[entry["provider"]]
-            if resume is None and _disk_low(ctx, job):
+            if resume is None and (_disk_low(ctx, job) or await _storage_low(ctx, job)):
                 return False
             if resume is None and inputs is None:  # its slot and the provider's held
                 inputs = await _read_inputs(ctx, job)
@@ -2048,6 +2048,44 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
         "; no render was started. Free space, then run 'afc resume'",
     )
     ctx.report(job, "waiting", "disk nearly full")
+    return True
+
+
+async def _storage_low(ctx: RunContext, job: dict[str, Any]) -> bool:
+    """Before paying for a render: is there room for its output where it is stored? A file
+    storage folder on a disk of its own (an external drive, a NAS share) is held to the
+    spool's margin (``_disk_low``): with that disk full, every job was rendered and paid for
+    and each one's store then failed 'No space left on device' (the folder is writable, so
+    the storage check a failed store brings, ``_storage_broke``, passed), the renders piling
+    up in the spool. No new render starts; the job waits with the reason, as for the spool.
+    A folder on the spool's own disk is ``_disk_low``'s (its object a hard link of the spool
+    file); a disk that cannot be looked at is the store's to report."""
+    storage = ctx.storages[job["batch"]]
+    room = getattr(storage, "room", None)
+    if not ctx.min_free_bytes or room is None:
+        return False
+    try:
+        device, free = await _io(ctx, storage, room)
+        if device == os.stat(ctx.spool.root).st_dev:
+            return False
+    except OSError:
+        return False
+    landing = (len(ctx.calls) + len(ctx.rendered) + 1) * ctx.largest_output
+    if free >= ctx.min_free_bytes + landing:
+        return False
+    mib = 1024 * 1024
+    beside = (
+        f" and the {landing / mib:.2f} MiB the renders in flight and this one may bring"
+        if landing
+        else ""
+    )
+    ctx.ledger.set_waiting(
+        job,
+        f"disk: {free / mib:.1f} MiB free where outputs are stored ({storage.root}), under "
+        f"the {ctx.min_free_bytes / mib:.1f} MiB afc keeps free (AFC_MIN_FREE_MB){beside}; no "
+        "render was started. Free space, then run 'afc resume'",
+    )
+    ctx.report(job, "waiting", "storage disk nearly full")
     return True
 
 

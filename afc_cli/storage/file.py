@@ -208,6 +208,17 @@ class FileStorage(Storage):
             except FileNotFoundError:
                 pass
 
+    def room(self) -> tuple[int, int]:
+        """The device of the file system this storage folder is on (the folder, or the nearest
+        one above it that exists) and the bytes free to this process there: a render starts
+        only with room for its output where it is stored (``pipeline._storage_low``).
+        Raises ``OSError``."""
+        folder = self.root
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        stats = os.statvfs(folder)
+        return os.stat(folder).st_dev, stats.f_bavail * stats.f_frsize
+
     def check(self) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
