@@ -250,6 +250,20 @@ def _storage_error(message: str, retryable: bool, retry_after: float | None) -> 
     return StorageError(message, retryable=retryable, retry_after=retry_after)
 
 
+class StorageDenied(StorageError):
+    """A write the store refused for want of permission (S3's 403 AccessDenied on an upload:
+    a role without s3:PutObject on the prefix, or without kms:GenerateDataKey for the
+    bucket's default encryption). Not retried; and the check before a run, the bucket's
+    HEAD, cannot see it, so a run whose upload was so refused renders no other job of that
+    batch (``pipeline._storage_broke``)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, retryable=False)
+
+    def __reduce__(self):
+        return (StorageDenied, (self.message,))
+
+
 class StorageUnreachable(StorageError):
     """A storage call that found no connection to its store (refused, reset, timed out): the
     store, not the object, is at fault, so a reader of many objects (``afc report``'s

@@ -42,7 +42,13 @@ from afc_cli.attempts import (
     next_try,
 )
 from afc_cli.costs import MAX_ESTIMATE, RateCards, format_usd, to_micros, usd_problem
-from afc_cli.errors import AnswerNotRead, LedgerWriteError, SpoolError, StorageError
+from afc_cli.errors import (
+    AnswerNotRead,
+    LedgerWriteError,
+    SpoolError,
+    StorageDenied,
+    StorageError,
+)
 from afc_cli.ledger import (
     SHARED_BUDGET,
     TERMINAL,
@@ -301,6 +307,10 @@ class RunContext:
     # batches whose store or verify gave up in this run: the next probe of each checks its
     # storage again, as before the run, before any render is paid (``_storage_broke``)
     storage_failed: set[str] = field(default_factory=set)
+    # batches whose upload the store refused for want of permission (``StorageDenied``), and
+    # until when (the loop's clock): no job of one is rendered, since no check sees it
+    # mended; a store of the batch that succeeds (a worker retrying a waiting upload) ends it
+    storage_denied: dict[str, tuple[StorageDenied, float]] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -924,6 +934,16 @@ async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
     S3 bucket deleted mid-batch answers a bodiless 404, read as 'nothing stored here' (a file
     folder remounted read-only still answers its stats): every later job was rendered and
     paid for, each one's store refused, its bytes piling up in the spool."""
+    denied = ctx.storage_denied.get(job["batch"])
+    if denied is not None and time.monotonic() < denied[1]:
+        # an upload refused for want of permission (a role without s3:PutObject on the
+        # prefix, or kms:GenerateDataKey): the bucket's HEAD passes all the same, and every
+        # job of the batch was rendered and paid for, each one's upload refused
+        raise StorageError(
+            f"{denied[0].message}; no other job of batch {job['batch']} is rendered in this "
+            "run, its upload would be refused as well",
+            retryable=False,
+        )
     if job["batch"] not in ctx.storage_failed:
         return
     storage = ctx.storages[job["batch"]]
@@ -2582,6 +2602,8 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
     spool_path = ctx.spool.path(job["id"])
     if step in ("store", "verify"):
         ctx.storage_failed.add(job["batch"])  # the next probe checks it (``_storage_broke``)
+    if isinstance(error, StorageDenied):
+        ctx.storage_denied[job["batch"]] = (error, time.monotonic() + ctx.lease_s)
     # At the render step nothing was rendered yet: storage was read (a need's output, or
     # the job's own key looked up before paying again) and could not be. Nor at the probe,
     # unless a run left a spool file for it (a retried job: its render adopts that file)
@@ -2775,6 +2797,7 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
         await _sync_dirs(ctx, storage, key)
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "store", exc)
+    ctx.storage_denied.pop(job["batch"], None)  # the store takes this batch's uploads
     crash_point("after_store")
     stored = ("store", {"url": storage.describe(key)})
     if storage.local:

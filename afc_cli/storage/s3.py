@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from afc_cli.errors import StorageError, StorageUnreachable, UsageError
+from afc_cli.errors import StorageDenied, StorageError, StorageUnreachable, UsageError
 from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage, typed_meta
 
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
@@ -318,6 +318,8 @@ class S3Storage(Storage):
             message = f"{action} {where}: {code or status} {error.get('Message', '')}".strip()
             if fix:
                 message += f" ({fix})"
+            if action == "cannot write" and status == 403 and not retryable:
+                return StorageDenied(message)  # no bucket check sees it (_storage_broke)
             return StorageError(message, retryable=retryable, retry_after=retry_after)
         if isinstance(exc, EndpointResolutionError):  # the endpoint named: no retry mends it
             return StorageError(f"{action} {where}: {_endpoint_problem(exc)}", retryable=False)
