@@ -462,6 +462,8 @@ def submit(
                     + ")",
                 )
             store = storage_mod.open(chosen)
+            if ledger is not None:
+                refuse_gone(ledger, manifest.batch, store)
             check_storage(store)  # before admitting or paying for anything
             store.check_keys(
                 [job.output_key for job in manifest.jobs] + [job["output_key"] for job in left]
@@ -884,6 +886,7 @@ def run_jobs(
         if name not in checked:
             # its bucket through the endpoint it was admitted through, not another store's
             ledger.hold_endpoint(name, storage_mod.endpoint_of(storages[name].url))
+            refuse_gone(ledger, name, storages[name])
             check_storage(storages[name])  # no render is paid for that could not be stored
             storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
@@ -1568,6 +1571,31 @@ def _kept_notice(kept: int, stored: int, root: Path) -> str:
         "next run stores them without paying again (the stored ones on any host, at the cost "
         "they were paid; the rest on this host, their cost unknown)"
     )
+
+
+def refuse_gone(ledger: Ledger, batch: str, storage: storage_mod.Storage) -> None:
+    """Refuse a ``file://`` storage folder that does not exist while the ledger records
+    outputs of ``batch`` stored in it: a drive or share not mounted (its mount point an empty
+    folder), a container started without its volume. ``check`` makes a missing folder, as
+    a new batch's is; made here, on this machine's disk, the batch's next paid outputs were
+    stored in it, hidden once the share was mounted over it again (or gone with the
+    container), their jobs succeeded."""
+    from afc_cli.ledger.core import RENDERED
+
+    root = getattr(storage, "root", None)
+    if not storage.local or root is None or os.path.lexists(root):
+        return
+    stored = sum(n for _, status, n in ledger.status_counts(batch) if status in RENDERED)
+    if stored:
+        said = "1 output" if stored == 1 else f"{stored} outputs"
+        raise UsageError(
+            f"cannot use storage {storage_mod.shown_url(storage.url)}: {root} does not exist, "
+            f"though {said} of batch {batch} {'was' if stored == 1 else 'were'} stored there (a "
+            "drive or share not mounted? a container without its volume?). afc does not make "
+            "it anew: the next outputs would be stored on this machine's disk, hidden once the "
+            "folder is back. Mount it; or, if those outputs were moved away on purpose, create "
+            "the folder"
+        )
 
 
 def sweep_left(ledger: Ledger) -> None:

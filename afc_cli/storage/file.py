@@ -32,6 +32,10 @@ _MADE: set[Path] = set()  # directories this process made or found (skips a mkdi
 # with a folder per job (``{batch}/{key}/frame.png``) made the set grow by one path a job, in
 # the file helper that a worker's loop keeps for weeks (30,000 folders: 12 MB)
 MADE_DIRS = 4096
+# storage folders this process has seen exist: one gone since (a share unmounted mid-run) is
+# not made again on this machine's disk (``FileStorage._gone``); one never seen is (a new
+# batch's folder, made by its first store where no check before the run made it)
+_SEEN: set[Path] = set()
 
 
 def _in_the_way(root: Path) -> str | None:
@@ -125,6 +129,10 @@ class FileStorage(Storage):
         obj = self._object(key)
         try:
             if obj.parent not in _MADE:
+                if self.root.is_dir():
+                    _SEEN.add(self.root)
+                elif self.root in _SEEN:  # gone since: not made again (``_gone``)
+                    raise StorageError(f"cannot write {obj}: {self._gone()}", retryable=False)
                 obj.parent.mkdir(parents=True, exist_ok=True)
                 if len(_MADE) >= MADE_DIRS:
                     _MADE.clear()
@@ -162,6 +170,8 @@ class FileStorage(Storage):
             raise
         except OSError as exc:
             _MADE.discard(obj.parent)  # e.g. removed meanwhile: the retry makes it again
+            if self.root in _SEEN and not self.root.is_dir():  # no retry makes it again
+                raise StorageError(f"cannot write {obj}: {self._gone()}", retryable=False) from None
             retryable = exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR)
             raise StorageError(f"cannot write {obj}: {exc}", retryable=retryable) from None
 
@@ -219,12 +229,26 @@ class FileStorage(Storage):
         stats = os.statvfs(folder)
         return os.stat(folder).st_dev, stats.f_bavail * stats.f_frsize
 
+    def _gone(self) -> str:
+        return (
+            f"the storage folder {self.root} does not exist (a drive or share not mounted?); "
+            "afc does not make it again during a run: the outputs stored in it would be on "
+            "this machine's disk, hidden once the drive is mounted again"
+        )
+
+    def check_again(self) -> None:
+        """``check`` during a run: the folder is not made again (``_gone``)."""
+        if self.root in _SEEN and not self.root.is_dir():
+            raise StorageError(f"cannot use storage {self.shown}: {self._gone()}", retryable=False)
+        super().check_again()
+
     def check(self) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             said = _in_the_way(self.root) or str(exc)
             raise UsageError(f"cannot use storage {self.shown}: {said}") from None
+        _SEEN.add(self.root)
         if not os.access(self.root, os.W_OK):
             raise UsageError(f"cannot use storage {self.shown}: the directory is not writable")
         self._check_links()
