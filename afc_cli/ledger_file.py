@@ -48,6 +48,11 @@ _CONNINFO = re.compile(
 )
 
 
+# a PostgreSQL URL mistyped ('postgresql:/user:pw@host/db', 'postgres:user:pw@host/db',
+# 'postgresql//...'), which ``_SCHEME`` does not read as a URL
+_POSTGRES_TYPO = re.compile(r"^\s*postgres(?:ql)?(?::|//)", re.IGNORECASE)
+
+
 def ledger_path(value: str | Path) -> Path:
     """The SQLite file a ``--ledger`` value names; other URL schemes are refused, and so is a
     PostgreSQL connection string in libpq's key=value form: taken for a file name, it started
@@ -69,6 +74,14 @@ def ledger_path(value: str | Path) -> Path:
                 "dbname=...), which afc does not read: write it as a URL, "
                 "postgresql://USER@HOST:PORT/DBNAME (the password from PGPASSWORD or "
                 "~/.pgpass), or name a SQLite file"
+            )
+        if _POSTGRES_TYPO.match(text):
+            # not echoed either: 'postgresql:/afc:PASSWORD@db/afc' (a '/' lost) was taken for
+            # a path, and the message that no such ledger or folder exists quoted it whole
+            raise UsageError(
+                "the ledger starts like a PostgreSQL URL but not with 'postgresql://' (a '/' "
+                "or ':' missing): write it as postgresql://USER@HOST:PORT/DBNAME "
+                "(the value is not shown here: it may hold the password)"
             )
         return _on_disk(Path(text), text)
     scheme = match.group(1).lower()
