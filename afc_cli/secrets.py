@@ -92,7 +92,12 @@ _SHAPES = [
             # client_secret, private_token; and an Azure Function's key (?code=), which its
             # webhook URLs carry
             r"[A-Za-z0-9._-]*[_-](?:key|token|secret|password|passwd)|code)=)"
-            r"(?:" + re.escape(REDACTED) + r"|[^&\s\"'#]+)",
+            # a backslash is masked with the character after it, and a value starts with no
+            # escaped quote, as it starts with no quote: in a JSON document's text
+            # (``emit_json``) a value that began with a quote ('?token="abc"', a prompt's or
+            # a reviewer's note's) reads '\"abc', and its backslash masked alone left the
+            # quote unescaped, the --json document no longer JSON
+            r"(?:" + re.escape(REDACTED) + r"|(?:\\[^\"]|[^&\s\"'#\\])(?:\\.|[^&\s\"'#\\])*)",
             re.I,
         ),
         r"\1" + REDACTED,
