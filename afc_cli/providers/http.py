@@ -844,7 +844,8 @@ async def download(
             f"{provider}: the output URL leads to {exc}; afc fetches the outputs of {rule}",
             cost_micros=None,
         ) from None
-    except (httpx.UnsupportedProtocol, httpx.InvalidURL):
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL, UnicodeError):
+        # (a UnicodeError: a host name IDNA refuses, 'xn--', which httpx raises as it is)
         raise ProviderError(
             "server", f"{provider}: the answer's output URL cannot be fetched", cost_micros=None
         ) from None

@@ -459,10 +459,21 @@ class PoolTransport(AiohttpTransport):
         if found is None:
             if len(self._urls) >= self.URL_CACHE:
                 self._urls.clear()
-            found = self._urls[text] = yarl.URL(text)
+            try:
+                found = yarl.URL(text)
+            except ValueError as exc:
+                # a URL httpx reads and yarl does not (a port past 65535): an output URL is
+                # the provider's to name, and this ValueError stopped the run as a bug in afc
+                raise httpx.InvalidURL(str(exc)) from None
+            self._urls[text] = found
         return found
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.userinfo:
+            # httpx sends a URL's user:password as the Authorization header (Basic), as curl
+            # does; aiohttp refuses a URL holding them beside that header (a ValueError, which
+            # stopped the run as a bug in afc: an output URL is the provider's to name)
+            request.url = request.url.copy_with(userinfo=b"")
         if self.proxy is not None:
             return await self._library_request(request)
         if not isinstance(self.client, aiohttp.ClientSession):
