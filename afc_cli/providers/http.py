@@ -1282,8 +1282,10 @@ def http_url(value: Any) -> str | None:
     if not isinstance(value, str) or not value.startswith(("https://", "http://")):
         return None
     try:
-        httpx.URL(value)
-    except httpx.InvalidURL:
+        # and its host name decoded, as a request and ``same_origin`` decode it: IDNA's
+        # refusal ('xn--') is raised as it is, not as an InvalidURL
+        _ = httpx.URL(value).host
+    except (httpx.InvalidURL, UnicodeError):
         return None
     return value
 
