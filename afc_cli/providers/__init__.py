@@ -83,9 +83,25 @@ def malformed_bases(providers: set[str]) -> list[str]:
         problem = webhook_url_problem(value) if value else None
         if problem:
             found.append(f"{env} {problem}")
+        elif value and _credentials(value):
+            # httpx makes them the Authorization header in the API key's place (and aiohttp
+            # refused the two at once: each paid call an unread answer, the run stopped)
+            found.append(
+                f"{env} holds a user name or password (user:password@ before the host): the "
+                "API key goes in the Authorization header, which a URL's credentials would "
+                "take the place of; remove them from the URL (not shown here)"
+            )
         elif env:
             found += _unusable_proxy(value or PROVIDERS[name].default_base, env)
     return found
+
+
+def _credentials(url: str) -> bool:
+    """Whether ``url`` holds a user name or a password (``https://user:pw@host``)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.username is not None or parts.password is not None
 
 
 def _unusable_proxy(base: str, env: str) -> list[str]:
