@@ -122,8 +122,11 @@ def approve(
     without `batch`, or not awaiting review; in that case nothing is decided. ``sha256``:
     the SHA-256 of the output the decision is about (``pending``'s), with one key only; a job
     with another output now is refused (OutputChanged), checked in the decision's
-    transaction."""
-    return _decide(ledger, keys, "approved", by=by, note=note, batch=batch, sha256=sha256)
+    transaction. Each job's output is looked for in its storage first (``_gone``): an
+    output deleted or cut short since it was verified is refused, nothing decided."""
+    return _decide(
+        ledger, keys, "approved", by=by, note=note, batch=batch, sha256=sha256, looked=True
+    )
 
 
 def reject(
@@ -168,6 +171,42 @@ def approve_shown(
     return _decide(ledger, shown, "approved", by=by, note=None, batch=None, expect=sha256)
 
 
+def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
+    """Why each of these jobs' outputs cannot be approved: gone from its storage, or not of
+    the size it was verified with (cut short, saved over). Approved, such a job was
+    ``succeeded`` ("stored and verified") with nothing stored under its key: ``afc outputs``
+    listed a file that is not there, the jobs needing it failed INPUT_UNAVAILABLE, and a
+    succeeded job is never rendered again; before the approval, ``afc cancel`` and ``afc
+    retry`` render it again under the same key. One look (a HEAD) per job; a storage that
+    cannot be reached stops the decision with its error (StorageError), nothing decided."""
+    from afc_cli import storage as storages
+
+    opened: dict[str, object] = {}
+    gone = []
+    for job in jobs:
+        url = (ledger.batch(job["batch"]) or {}).get("storage")
+        if not url or not job["output_key"]:
+            continue
+        if url not in opened:
+            opened[url] = storages.open(url)
+        store = opened[url]
+        info = store.head(job["output_key"])
+        where = store.describe(job["output_key"])
+        size = job["output_size"]
+        if not info.exists:
+            why = f"its output ({where}) is gone from storage"
+        elif size is not None and info.size is not None and info.size != size:
+            why = f"its output ({where}) is {info.size} bytes, not the {size} it was verified with"
+        else:
+            continue
+        gone.append(
+            f"{job['key']!r}: {why}; approved, it would be succeeded with nothing of its own "
+            f"stored. Restore the file, or render it again: 'afc cancel {job['key']}' then "
+            f"'afc retry {job['key']}'"
+        )
+    return gone
+
+
 def _decide(
     ledger: Ledger,
     keys: list[str] | list[tuple[str, str]],
@@ -178,10 +217,13 @@ def _decide(
     batch: str | None,
     sha256: str | None = None,
     expect: dict | None = None,
+    looked: bool = False,
 ) -> list[str]:
     """``keys``: job keys (of ``batch``, else of the one batch holding each), or (batch, key)
     pairs (``approve_shown``). ``sha256``: the output the decision is about, of one key;
-    ``expect``: each named job's (``approve_shown``)."""
+    ``expect``: each named job's (``approve_shown``). ``looked``: each job's output is looked
+    for in its storage before the decision (``_gone``; ``approve_shown``'s were just shown,
+    each read from its storage for its picture)."""
     verb = "approve" if decision == "approved" else "reject"
     if not keys:
         raise UsageError("name the jobs to decide (KEY...); 'afc review list' shows them")
@@ -217,6 +259,8 @@ def _decide(
             jobs.extend(found)
             if expect.get(named) is not None:
                 expected[found[0]["id"]] = expect[named]
+    if looked and not problems:
+        problems.extend(_gone(ledger, jobs))
     if problems:
         raise UsageError(
             f"cannot {verb}, nothing was decided:\n" + "\n".join(f"  - {p}" for p in problems)
