@@ -100,11 +100,22 @@ class PollAbandoned(Exception):
 
 
 def _interrupts(rows: list[dict[str, Any]], base: int) -> int:
-    """Attempts since the last retry that a run's end cut off, possibly paid."""
+    """Attempts since the last retry that a run's end cut off, possibly paid: those left
+    ``unknown``, and those that ended ``failed`` because a run's end lost their paid output
+    (a Replicate or fal request a run left polling whose output the provider deleted before
+    the next run came, an output URL a run left that is no longer served). Counted only while
+    ``unknown``, such an attempt dropped out of the bound once the next run polled it to that
+    end, and a job whose runs kept ending while its provider rendered paid for a new request
+    at every run, without end. Not one never sent (``unsent``, a known 0)."""
     return sum(
         1
         for r in rows
-        if r["number"] > base and r["status"] == "unknown" and r["error_class"] == INTERRUPTED
+        if r["number"] > base
+        and r["error_class"] == INTERRUPTED
+        and (
+            r["status"] == "unknown"
+            or (r["status"] == "failed" and r.get("cost_source") != "unsent")
+        )
     )
 
 
