@@ -288,11 +288,13 @@ class RunContext:
     # Graceful stop (run.py's Interruption sets ``stopping``): no new provider call starts;
     # ``protected`` jobs (from their attempt row to the end of their storage work) finish;
     # ``polling`` jobs (a job-style request submitted, its id committed) are left to the next
-    # run, which polls them by id.
+    # run, which polls them by id; ``fetching`` jobs (such a request's result ready: polled to
+    # its end, billed, its output being fetched) are given a moment first (``result_ready``).
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     protected: set[str] = field(default_factory=set)
     storing: set[str] = field(default_factory=set)  # of those, the ones in their store steps
     polling: set[str] = field(default_factory=set)
+    fetching: set[str] = field(default_factory=set)
     calls: dict[str, asyncio.Future] = field(default_factory=dict)
     abandoned: set[str] = field(default_factory=set)
     # jobs blocked on their needs when the run began, and the task of every job this run is
@@ -350,7 +352,20 @@ class RunContext:
         finally:
             self.calls.pop(job_id, None)
             self.polling.discard(job_id)
+            self.fetching.discard(job_id)
             self.abandoned.discard(job_id)
+
+    def result_ready(self, job_id: str) -> None:
+        """A polled request's result is ready (``AttemptRequest.on_ready``): rendered and
+        billed, its output about to be fetched. A stop no longer leaves it at once
+        (``polling``) but waits for the fetch a moment (run.py, ``Interruption.drain``:
+        ``FETCH_WAIT_S``), then leaves it to the next run as before. Left at once, the next
+        run polled it by id after the provider had deleted the result (fal keeps one of 10 KB
+        or more six minutes; a cron'd run comes back hours later), and paid for a new render
+        of an output that was ready to fetch when the run stopped."""
+        if job_id in self.polling and job_id not in self.abandoned:
+            self.polling.discard(job_id)
+            self.fetching.add(job_id)
 
     def abandon_poll(self, job_id: str) -> None:
         """Stop polling a submitted job-style request (its id is committed)."""
@@ -1309,6 +1324,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 attempt=number,
                 rates=rates,
                 on_submitted=submitted,
+                on_ready=lambda job_id=job["id"]: ctx.result_ready(job_id),
                 resume_id=resume["provider_request_id"] if resume else None,
                 window_s=window,
                 inputs=inputs or (),  # none when polling a resumed request

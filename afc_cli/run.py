@@ -71,6 +71,9 @@ if TYPE_CHECKING:
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_GRACE_S = 30.0
+# how long a stopping run waits for the fetch of a polled request's ready result (Replicate's,
+# fal's: rendered and billed) before leaving it to the next run to poll by id (``drain``)
+FETCH_WAIT_S = 10.0
 LEASE_S = 300.0
 # Jobs in their storage steps at once (store, verify), apart from --concurrency, which bounds
 # paid provider calls. Storage work costs nothing at the provider, and its latency is fsyncs
@@ -814,7 +817,15 @@ class Interruption:
         in_flight = len(ctx.protected - ctx.polling)
         self.reporter.stopping(self.grace_s, in_flight, why)
         loop = asyncio.get_running_loop()
+        # a polled request whose result is ready (``RunContext.result_ready``) is fetched, if
+        # it comes within a moment, rather than left to the next run (the provider may have
+        # deleted it by then); one whose fetch lasts longer is left as a polled one is
+        loop.call_later(min(self.grace_s, FETCH_WAIT_S), self._leave_fetching)
         self.timer = loop.call_later(self.grace_s, self.abandon, "the grace period ran out")
+
+    def _leave_fetching(self) -> None:
+        for job_id in list(self.ctx.fetching):
+            self.ctx.abandon_poll(job_id)  # its request id is committed: the next run polls it
 
     def stop_for(self, error: StopsRun | LedgerWriteError) -> None:
         """A job failed in a way that stops the run (``StopsRun``: its render's bytes could

@@ -23,6 +23,11 @@ def no_look() -> None:
     pass
 
 
+def no_ready() -> None:
+    """``AttemptRequest.on_ready``'s default: nobody to tell (tests, tools)."""
+    pass
+
+
 class NeverSent(Exception):
     """Raised by ``AttemptRequest.last_look`` right before a paid request would leave: the
     job is no longer this run's to pay for (taken over by another process while this one
@@ -63,6 +68,11 @@ class AttemptRequest:
     # job-style providers: awaited with the provider's request id the moment a submit
     # returns, so it is committed to the attempt row before anything else can go wrong
     on_submitted: Callable[[str], Awaitable[None]] = _nothing
+    # job-style providers: called once polling is over and the request's result is ready
+    # (rendered, billed), before its output is fetched: a stopping run waits a moment for
+    # that fetch rather than leave it to a later run (afc_cli/pipeline.py, ``result_ready``),
+    # by when the provider may have deleted the result (fal keeps it minutes)
+    on_ready: Callable[[], None] = no_ready
     # job-style providers: poll this request (left by a run that died) instead of submitting
     resume_id: str | None = None
     # the attempt window, for providers that enforce it on their side (Replicate Cancel-After)

@@ -259,6 +259,8 @@ class FalProvider(HttpProvider):
                     cost_source="derived",
                 )
             raise ProviderError("server", f"fal: {state.get('error')}", cost_micros=None)
+        if state.get("status") == "COMPLETED":
+            request.on_ready()  # not after a status given up on: it may still be running
 
         async def get() -> Any:
             response = await self.client.get(

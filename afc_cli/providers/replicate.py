@@ -269,6 +269,7 @@ class ReplicateProvider(HttpProvider):
             # every output the prediction made was paid for (the first is kept)
             usage = {**usage, "images": len(output) if isinstance(output, list) else len(urls)}
             cost = request.rates.price(self.name, request.model, usage)
+            request.on_ready()
             data = await self.fetch_output(request, began, url, usage, cost, prediction_id)
             return AttemptResult(
                 data=data,
