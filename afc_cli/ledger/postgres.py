@@ -57,6 +57,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import time
@@ -83,6 +84,13 @@ from afc_cli.ledger.core import (
     moved_to,
 )
 from afc_cli.owner import awake_clock, current_owner
+
+# psycopg logs what it could not do while already failing (closing the pipeline of a lost
+# connection: "error ignored terminating <psycopg.Pipeline [BAD] ...>"), and with no logging
+# configured Python printed it on stderr before afc's own one-line message of that failure
+# (a submit's admission, 'afc ledger copy', cut off mid-insert). afc says every failure of
+# its ledger itself: the driver's log goes nowhere.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 MIGRATIONS_TABLE = "afc_migrations"
 # what tells this ledger's spool from another's (``PostgresLedger.spool_identity``)
