@@ -306,3 +306,27 @@ def test_scrub_data_scrubs_each_distinct_string_once_and_every_copy_of_it(clean_
     assert all(row["error"] == "hook <redacted>" for row in out["jobs"])
     assert [row["key"] for row in out["jobs"]] == [f"shot-{i}" for i in range(100)]
     assert out["<redacted>"] == ["sk-<redacted>"]
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "a flag bearer marching through the rain",
+        "the ring bearer standing by the altar",
+        "Standard-bearer Overlooking the valley",
+        "bearer well-dressed, in oils",
+    ],
+)
+def test_bearer_in_prose_is_left_alone(clean_secrets, prose):
+    """A prompt that says "bearer" was shown masked ("a flag bearer <redacted> through the
+    rain") in every table, --json and report: a bearer token holds a digit, a symbol other
+    than '-' or a capital past its first letter; a lowercase word is prose."""
+    assert secrets.scrub(prose) == prose
+
+
+@pytest.mark.parametrize(
+    "token", ["abcdefgh1", "abcdefghIJ", "eyJhbGciOi.e30.x", "abc.defghijk", "ABCDEFGHIJ"]
+)
+def test_bearer_tokens_of_every_shape_are_still_masked(clean_secrets, token):
+    for said in (f"Bearer {token}", f"bearer {token}", f"Authorization: BEARER {token}"):
+        assert token not in secrets.scrub(said), said
