@@ -1351,8 +1351,11 @@ def poll_seconds() -> float:
 
 
 def min_free_bytes() -> int:
-    """``AFC_MIN_FREE_MB`` (default 64): the free space below which no render starts."""
-    value = os.environ.get("AFC_MIN_FREE_MB", str(DEFAULT_MIN_FREE_MB))
+    """``AFC_MIN_FREE_MB`` (default 64, also when set blank, as the other run settings): the
+    free space below which no render starts."""
+    value = os.environ.get("AFC_MIN_FREE_MB", "")
+    if not value.strip():
+        value = str(DEFAULT_MIN_FREE_MB)
     try:
         mib = float(value)
     except ValueError:
