@@ -149,6 +149,24 @@ def write_report(
         raise UsageError(f"--html {out}: is a folder; name the file to write")
     if not target.parent.is_dir():
         raise UsageError(f"--html {out}: the folder {target.parent} does not exist")
+    folder = os.path.realpath(target.parent)
+    if folder in ("/dev", "/proc") or folder.startswith("/proc/"):
+        # a file descriptor's name (/dev/stdout, /dev/fd/1, /proc/self/fd/1): the report
+        # takes its name by a rename, which replaced the /dev/stdout link itself (as root) with
+        # a regular file, for every program on the machine, when stdout was an HTML file
+        raise UsageError(
+            f"--html {out}: names a device or a file descriptor, not a file; name the HTML "
+            "file to write (the report is written whole, then renamed into place); nothing "
+            "was written"
+        )
+    if target.exists() and not target.is_file():
+        # a pipe, a FIFO or a terminal (--html /dev/stdout): reading its head to see whether
+        # it is a report waited for ever on the command's own output, and a device's name is
+        # not one to replace with the report (the report is one file, written whole)
+        raise UsageError(
+            f"--html {out}: is not a regular file (a pipe, a terminal or a device); name the "
+            "HTML file to write; nothing was written"
+        )
     if target.exists() and not _is_html(target):
         # a slip of the argument (--html afc.db, --html manifest.yaml) must not cost the
         # ledger's history or a manifest: only an HTML file is ever replaced
