@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import stat
 import time
 from pathlib import Path
 
@@ -149,10 +150,27 @@ def prepare_folder(path: Path) -> None:
     precheck(path)
 
 
+def refuse_special(path: Path) -> None:
+    """Refuse a ledger path naming a FIFO, a device or a socket, before anything opens it:
+    SQLite's open of a FIFO waits for a writer that never comes, and 'afc submit --ledger
+    FIFO' hung there, deaf to SIGTERM (the signal handlers are set up after the ledger is
+    open). A folder is refused where it is opened (``check_writable``)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # missing (a new ledger), or not for this check to say
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise LedgerError(
+            f"the ledger {path} is not a regular file (a FIFO, a device or a socket); name a "
+            "file: a SQLite ledger is a database file"
+        )
+
+
 def check_writable(path: Path) -> None:
     """afc writes its ledger on every command (and SQLite writes ``-wal`` and ``-shm`` files
     beside it): refuse a read-only one up front, with one line."""
     folder = path.parent if str(path.parent) else Path(".")
+    refuse_special(path)
     if path.exists() and path.is_dir():
         raise LedgerError(f"the ledger {path} is a folder; name a file")
     if path.exists() and not os.access(path, os.W_OK):
@@ -172,6 +190,7 @@ def holds_something(path: Path) -> bool:
     """Whether ``path`` exists and is more than an empty database (a 0-byte file, or one a
     submit interrupted before its schema left): a reading command finds no ledger in an empty
     one, and a submit starts its ledger there as in a missing file. Reads only."""
+    refuse_special(path)
     if not path.exists():
         return False
     if path.is_file() and path.stat().st_size == 0:

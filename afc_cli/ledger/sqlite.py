@@ -112,6 +112,7 @@ def _read_only(path: Path) -> sqlite3.Connection:
     as 'cannot open the ledger ... check the path and folder'. With no ``-wal`` file beside
     it, no run is writing it (a run would have made one) and the file is the whole ledger:
     it is read as immutable."""
+    ledger_file.refuse_special(path)  # a FIFO's open waits for ever
     uri = path.resolve().as_uri()
     conn = sqlite3.connect(f"{uri}?mode=ro", uri=True)
     try:
