@@ -2079,6 +2079,13 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
     if not ctx.min_free_bytes:
         return False
     free = ctx.spool.free_bytes()
+    where = f"rendered bytes are kept ({ctx.spool.root})"
+    return _too_full(ctx, job, free, where, "disk nearly full")
+
+
+def _too_full(ctx: RunContext, job: dict[str, Any], free: int, where: str, said: str) -> bool:
+    """Whether ``free`` bytes (``where``: the disk's role and folder) leave no room for this
+    render beside the margin and the renders in flight; then the job waits, saying so."""
     landing = (len(ctx.calls) + len(ctx.rendered) + 1) * ctx.largest_output
     if free >= ctx.min_free_bytes + landing:
         return False
@@ -2090,11 +2097,11 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
     )
     ctx.ledger.set_waiting(
         job,
-        f"disk: {free / mib:.1f} MiB free where rendered bytes are kept ({ctx.spool.root}), "
-        f"under the {ctx.min_free_bytes / mib:.1f} MiB afc keeps free (AFC_MIN_FREE_MB){beside}"
-        "; no render was started. Free space, then run 'afc resume'",
+        f"disk: {free / mib:.1f} MiB free where {where}, under the "
+        f"{ctx.min_free_bytes / mib:.1f} MiB afc keeps free (AFC_MIN_FREE_MB){beside}; no "
+        "render was started. Free space, then run 'afc resume'",
     )
-    ctx.report(job, "waiting", "disk nearly full")
+    ctx.report(job, "waiting", said)
     return True
 
 
@@ -2117,23 +2124,8 @@ async def _storage_low(ctx: RunContext, job: dict[str, Any]) -> bool:
             return False
     except OSError:
         return False
-    landing = (len(ctx.calls) + len(ctx.rendered) + 1) * ctx.largest_output
-    if free >= ctx.min_free_bytes + landing:
-        return False
-    mib = 1024 * 1024
-    beside = (
-        f" and the {landing / mib:.2f} MiB the renders in flight and this one may bring"
-        if landing
-        else ""
-    )
-    ctx.ledger.set_waiting(
-        job,
-        f"disk: {free / mib:.1f} MiB free where outputs are stored ({storage.root}), under "
-        f"the {ctx.min_free_bytes / mib:.1f} MiB afc keeps free (AFC_MIN_FREE_MB){beside}; no "
-        "render was started. Free space, then run 'afc resume'",
-    )
-    ctx.report(job, "waiting", "storage disk nearly full")
-    return True
+    where = f"outputs are stored ({storage.root})"
+    return _too_full(ctx, job, free, where, "storage disk nearly full")
 
 
 async def _cancel_left_request(
