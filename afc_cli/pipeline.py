@@ -279,6 +279,8 @@ class RunContext:
     # ``quick``: how a local look (stat, small read) runs: None is inline, in the loop
     offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
     quick: Callable[..., Awaitable[Any]] | None = None
+    # the file storages found on the spool's own disk (``_storage_low``: held by ``_disk_low``)
+    spool_disk: set[str] = field(default_factory=set)
     # how a storage's network calls (S3) and a job's input reads run: threads of their own
     # (run.py), never the loop's, which the ledger's commit sync before each paid call, the
     # spool writes of paid bytes and name lookups need; stalled uploads held them all
@@ -2113,14 +2115,17 @@ async def _storage_low(ctx: RunContext, job: dict[str, Any]) -> bool:
     the storage check a failed store brings, ``_storage_broke``, passed), the renders piling
     up in the spool. No new render starts; the job waits with the reason, as for the spool.
     A folder on the spool's own disk is ``_disk_low``'s (its object a hard link of the spool
-    file); a disk that cannot be looked at is the store's to report."""
+    file), found so once a run (``RunContext.spool_disk``): the look is a round trip to the
+    file helper, and it was made before every job of a fresh run; a disk that cannot be
+    looked at is the store's to report."""
     storage = ctx.storages[job["batch"]]
     room = getattr(storage, "room", None)
-    if not ctx.min_free_bytes or room is None:
+    if not ctx.min_free_bytes or room is None or storage.url in ctx.spool_disk:
         return False
     try:
         device, free = await _io(ctx, storage, room)
         if device == os.stat(ctx.spool.root).st_dev:
+            ctx.spool_disk.add(storage.url)
             return False
     except OSError:
         return False
