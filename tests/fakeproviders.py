@@ -897,6 +897,10 @@ class FakeProviders:
                 200, {"status": "COMPLETED", "logs": None, "metrics": {"inference_time": 1.1}}
             )
         self.count("fal_result")
+        if "result-unfinished" in r["prompt"] and r["status"] != "COMPLETED" and not r.get("done"):
+            # fal has no result for a request not completed: it answers 400 (a request still
+            # queued or running, or one cancelled before it ran)
+            return h.reply(400, {"detail": "Request is still in progress"})
         if "result-outage" in r["prompt"]:
             with self.lock:
                 r["result_gets"] = r.get("result_gets", 0) + 1

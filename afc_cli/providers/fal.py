@@ -27,6 +27,7 @@ from afc_cli.providers.base import (
     RequestGone,
 )
 from afc_cli.providers.http import (
+    UNREADABLE_POLLS,
     HttpProvider,
     NotAnOutput,
     class_for_status,
@@ -297,6 +298,27 @@ class FalProvider(HttpProvider):
             return response
 
         response = await self.outlast(request, began, result)
+        if state.get("status") != "COMPLETED" and response.status_code not in (200, 404):
+            # Given up on its status, and its result is not there: fal answers a request still
+            # queued or running 400 ("still in progress"). Taken for the answer, that was
+            # ``invalid``, ending the chain, and the request, never cancelled, rendered on and
+            # was billed beside the next attempt. It is asked to stop, as Replicate's is: one
+            # that completed meanwhile (ALREADY_COMPLETED: rendered, billed) has its result
+            # fetched, not paid for again; else a failed attempt of unknown cost (one running
+            # may render all the same), and the chain goes on
+            said = await self.cancel_answer(request_id, request.model)
+            if said != COMPLETED:
+                raise ProviderError(
+                    "server",
+                    f"fal: {UNREADABLE_POLLS} status answers in a row held no status afc can "
+                    f"read, and its result answered HTTP {response.status_code}; the request "
+                    "was asked to stop" + (f" (the cancel: {said})" if said else ""),
+                    http_status=response.status_code,
+                    cost_micros=None,
+                )
+            state = {"status": "COMPLETED"}
+            request.on_ready()
+            response = await self.outlast(request, began, result)
         if response.status_code == 404:
             if state.get("status") == "COMPLETED":
                 # It completed without an error, so it made (and fal billed) the images its

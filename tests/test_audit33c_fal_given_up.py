@@ -1,0 +1,40 @@
+"""Outside audit 33c: fal's give-up path after UNREADABLE_POLLS status answers in a row with
+no status afc can read. Through the real ``afc`` command against the fake fal server
+(tests/fakeproviders.py: ``garbled-forever`` polls, ``result-unfinished`` results)."""
+
+from __future__ import annotations
+
+from test_providers import attempts_of, run
+
+
+def test_a_request_given_up_on_whose_result_is_not_there_is_asked_to_stop(afc, fake):
+    """fal has no result for a request still queued or running: it answers the result GET
+    400 ("Request is still in progress"). afc asked for the result after giving up on the
+    status and took that 400 for ``invalid``: the chain stopped, the job failed, and the
+    request, never cancelled, could render on and be billed, recorded at a cost of nothing
+    known either way as an input fault. It is now asked to stop (its cancel_url), and the
+    attempt is a ``server`` failure at a cost unknown: the chain goes on (here, the model's
+    next attempt)."""
+    jobs = run(afc, "fal", ["garbled-forever result-unfinished"], expect=1, attempts=2)
+    assert jobs["j0"]["error"]["class"] == "server", "not invalid: the chain went on"
+    first, second = attempts_of(afc, "j0")
+    for attempt in (first, second):
+        assert (attempt["status"], attempt["error_class"]) == ("failed", "server")
+        assert attempt["cost"] is None, "it may have rendered: its cost is unknown"
+        assert "asked to stop" in attempt["error"]
+    assert fake.counts["fal_submit"] == 2
+    assert fake.cancels == [first["provider_request_id"], second["provider_request_id"]]
+
+
+def test_a_request_given_up_on_that_completed_at_its_cancel_is_kept_not_paid_again(afc, fake):
+    """One that completed (rendered, billed) between the result GET and the cancel: fal
+    answers the cancel ALREADY_COMPLETED, as Replicate answers one with the succeeded
+    prediction. Its result is fetched and stored at its cost, not paid for again."""
+    jobs = run(
+        afc, "fal", ["garbled-forever result-unfinished done-at-cancel"], expect=0, attempts=2
+    )
+    assert jobs["j0"]["status"] == "succeeded"
+    assert fake.counts["fal_submit"] == 1, "paid once"
+    [attempt] = attempts_of(afc, "j0")
+    assert fake.cancels == [attempt["provider_request_id"]]
+    assert attempt["status"] == "succeeded" and attempt["cost"] is not None
