@@ -2577,7 +2577,7 @@ def _micros(text: Any) -> int | None:
 async def _storage(ctx: RunContext, storage: Storage, fn, *args, inline: bool = True):
     """A storage call under afc's storage policy: up to STORE_TRIES tries, full-jitter backoff
     honouring Retry-After, for retryable errors only (429, 5xx, SlowDown, throttling, timeouts,
-    resets). Raises the last StorageError when it gives up."""
+    resets, an upload damaged on the way: BadDigest). Raises the last StorageError when it gives up."""
     for attempt in range(1, STORE_TRIES + 1):
         try:
             return await _io(ctx, storage, fn, *args, inline=inline)

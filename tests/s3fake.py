@@ -36,6 +36,15 @@ EXPIRED_TOKEN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ExpiredToken</Code>'
     b"<Message>The provided token has expired.</Message></Error>"
 )
+BAD_DIGEST = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>BadDigest</Code>'
+    b"<Message>The SHA256 you specified did not match the calculated checksum.</Message></Error>"
+)
+SHA256_MISMATCH = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>XAmzContentSHA256Mismatch</Code>'
+    b"<Message>The provided 'x-amz-content-sha256' header does not match what was computed."
+    b"</Message></Error>"
+)
 THROTTLED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>TooManyRequests</Code>'
     b"<Message>Too many requests.</Message></Error>"
@@ -48,7 +57,10 @@ class Fault:
     path: str  # regular expression on the request path
     # "slowdown" | "429" | "500" | "403" | "404" (NoSuchKey: a store not yet consistent) |
     # "nobucket" (404 NoSuchBucket: the bucket deleted) | "expired" (400 ExpiredToken: a
-    # session token run out; a HEAD's answer has no body, a bare 400) | "reset" | "stall"
+    # session token run out; a HEAD's answer has no body, a bare 400) | "baddigest" (400
+    # BadDigest) | "sha256mismatch" (400 XAmzContentSHA256Mismatch): the bytes damaged on
+    # the way, as S3 answers an upload whose body does not match its checksum | "reset" |
+    # "stall"
     kind: str
     times: int  # how many matching requests it hits; -1: all
     retry_after: str | None = None
@@ -151,6 +163,8 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "404": (404, NO_SUCH_KEY),
                     "nobucket": (404, NO_SUCH_BUCKET),
                     "expired": (400, EXPIRED_TOKEN),
+                    "baddigest": (400, BAD_DIGEST),
+                    "sha256mismatch": (400, SHA256_MISMATCH),
                 }[fault.kind]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

@@ -44,6 +44,12 @@ RETRYABLE_CODES = {
     "InternalError",
     "ServiceUnavailable",
     "ConditionalRequestConflict",  # a concurrent conditional write: try again
+    # the body did not match its SHA-256 checksum or signed payload hash: the bytes were
+    # damaged on the way (the spool file is checked against its render before each upload,
+    # spool.damage), so the same bytes sent again land; a 400 not retried left the job
+    # waiting at store for the next run
+    "BadDigest",
+    "XAmzContentSHA256Mismatch",
 }
 META_FIELDS = {
     "job_id": "afc-job-id",
