@@ -2914,11 +2914,25 @@ async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, s
     succeeded (verify and finish commit together: verify only reads, so a crash before this
     transaction costs one read-back, and a job never rests "verified but not finished")."""
     if problem:
+        storage = ctx.storages[job["batch"]]
+        where = storage.describe(job["output_key"])
+        if storage.local:  # a folder: the file and its metadata sidecar (storage/file.py)
+            path = storage.root / job["output_key"]
+            where = f"{path} and its metadata {path}.afc.json"
         spooled = ctx.spool.path(job["id"])
+        # The object at the key carries this job's own metadata, so 'afc retry' alone finds
+        # it again, reads it back and fails the same way: the way out is said here. afc never
+        # deletes or overwrites a stored object on its own (a person's decision)
         kept = (
-            f"The spool file {spooled} is kept."
+            f"The spool file {spooled} is kept. To store it: delete {where} (a retry alone "
+            "finds this job's own object there again and fails the same way), then 'afc retry "
+            f"{job['key']}' on this host ({host_id()}), whose spool has the file: the next run "
+            "stores it and pays for no new render."
             if spooled.exists()
-            else "No spool file is left for it (it was found in storage, not rendered here)."
+            else "No spool file is left for it (it was found in storage, not rendered here). "
+            f"To render it again: delete {where} (a retry alone finds this job's own object "
+            f"there again and fails the same way), then 'afc retry {job['key']}': the next run "
+            "pays for a new render."
         )
         ctx.ledger.finish(
             job,
