@@ -487,6 +487,8 @@ class FakeProviders:
             image = f"data:image/{media};base64,{image}"
         if "b64-noise" in prompt:  # a gateway's: base64 with characters that are not base64
             image = f"{image[:40]}!*{image[40:-8]}~~~~{image[-8:]}"
+        if "b64-text" in prompt or "b64-cut" in prompt:  # base64 of no image, or of a cut one
+            image = bad_image_b64(prompt)
         if "garbled" in prompt:  # a paid answer whose image is not base64 (and "data" items odd)
             return h.reply(
                 200, {"created": 1, "data": [{"b64_json": "QUJ"}], "usage": usage}, headers=headers
@@ -1051,6 +1053,8 @@ class FakeProviders:
         data = base64.b64encode(render_png(prompt, 32, 32)).decode()
         if "garbled" in prompt:  # a paid answer whose image is not base64
             data = "QUJ"
+        if "b64-text" in prompt or "b64-cut" in prompt:  # base64 of no image, or of a cut one
+            data = bad_image_b64(prompt)
         self.record("gemini", prompt, True)
         h.reply(
             200,
@@ -1072,6 +1076,14 @@ class FakeProviders:
 
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
+
+
+def bad_image_b64(prompt: str) -> str:
+    """A paid answer's base64 that is no whole image: a "b64-text" prompt's, a line of plain
+    text (a gateway's error words, say); a "b64-cut" prompt's, the image's first 40 bytes."""
+    if "b64-text" in prompt:
+        return base64.b64encode(b"upstream error: the image could not be returned\n").decode()
+    return base64.b64encode(render_png(prompt, 32, 32)[:40]).decode()
 
 
 def cut_reply(h, data: bytes) -> None:

@@ -14,9 +14,11 @@ from test_issue15_http import RawServer, answer, request
 
 from afc_cli.providers.base import ProviderError
 from afc_cli.providers.gemini import GeminiProvider
+from afc_cli.providers.local import render_png
 from afc_cli.providers.openai import OpenAIProvider
 
-PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nfake").decode()
+# a whole PNG: an inline image cut short is no output (tests/test_audit33a_b64_images.py)
+PNG = base64.b64encode(render_png("a lighthouse", 4, 4)).decode()
 ANSWERS = {
     "openai": {"data": [{"b64_json": PNG}], "usage": {"input_tokens": 9, "output_tokens": 4160}},
     "gemini": {

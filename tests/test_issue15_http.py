@@ -15,10 +15,12 @@ from fakeproviders import KEYS, FakeProviders
 from afc_cli.costs import RateCards
 from afc_cli.providers.base import AttemptRequest, ProviderError
 from afc_cli.providers.http import HttpProvider, next_poll, size_pools
+from afc_cli.providers.local import render_png
 from afc_cli.providers.openai import OpenAIProvider
 from afc_cli.providers.replicate import ReplicateProvider
 
-PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nfake").decode()
+# a whole PNG: an inline image cut short is no output (tests/test_audit33a_b64_images.py)
+PNG = base64.b64encode(render_png("a lighthouse", 4, 4)).decode()
 
 
 def request(provider: str, model: str, prompt: str = "a lighthouse") -> AttemptRequest:

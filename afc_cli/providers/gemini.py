@@ -191,7 +191,9 @@ class GeminiProvider(HttpProvider):
             usage.pop("output_tokens", None)
         cost = request.rates.price(self.name, request.model, usage)
         return AttemptResult(
-            data=decode_b64(self.name, image["data"], usage, cost, text(data.get("responseId"))),
+            data=decode_b64(
+                self.name, image["data"], usage, cost, text(data.get("responseId")), image=True
+            ),
             ext=EXT.get(text(image.get("mimeType")) or "", "png"),
             usage=usage,
             cost_micros=cost,

@@ -1340,22 +1340,40 @@ def decode_b64(
     usage: dict[str, Any] | None = None,
     cost: int | None = None,
     request_id: str | None = None,
+    *,
+    image: bool = False,
 ) -> bytes:
     """An image sent inline as base64; a text that is not base64, or that decodes to no
     bytes (``====``: stored, it was an empty file as the job's output, the job succeeded and
     the paid image was lost), is the provider's fault (``server``). The render behind it was
     made and billed: the answer's ``usage``, its ``cost`` by the card and its ``request_id``
     stay with the failed attempt, as an output URL out of reach keeps them
-    (``fetch_output``); unknown (None) where the answer said none."""
+    (``fetch_output``); unknown (None) where the answer said none.
+
+    ``image``: the answer's field holds an image and nothing else (OpenAI's ``b64_json``,
+    Gemini's ``inlineData``): bytes that are no image (``image_type``: a line of text, an
+    HTML page) or an image cut short (``cut_short``) fail the attempt as such a body fails
+    an output URL's download (``unavailable``), its cost kept. They were stored as the job's
+    ``.png`` and the job succeeded: the paid image was lost with nothing said."""
     try:
         data = _b64_bytes(value)
         problem = None if data else "decodes to no bytes at all"
     except ValueError:  # binascii.Error, or a character outside ASCII
         data, problem = b"", "could not be decoded"
+    cls = "server"
+    if problem is None and image:
+        from afc_cli.inputs import image_type
+
+        what = cut_short(data)
+        if what is None and image_type(data[:32]) is None:
+            known = "PNG, JPEG, WebP, GIF, HEIF, AVIF, TIFF, BMP"
+            what = f"{len(data)} bytes that are no image (not {known})"
+        if what is not None:
+            cls, problem = "unavailable", f"decodes to {what}; never stored as the output"
     if problem is None:
         return data
     raise ProviderError(
-        "server",
+        cls,
         f"{provider}: the image's base64 {problem}",
         usage=usage,
         cost_micros=cost,

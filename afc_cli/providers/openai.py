@@ -203,7 +203,7 @@ class OpenAIProvider(HttpProvider):
         cost = request.rates.price(self.name, request.model, usage)
         if b64:
             # a paid answer that said what it billed: its cost stays known if the image is bad
-            image = decode_b64(self.name, b64, usage, cost, request_id)
+            image = decode_b64(self.name, b64, usage, cost, request_id, image=True)
         else:
             image = await self.fetch_output(request, began, url, usage, cost, request_id)
         return AttemptResult(
