@@ -924,7 +924,11 @@ class FakeProviders:
                 "images": [
                     {
                         "url": "data:image/png;base64,"
-                        + base64.b64encode(render_png(f"/files/{rid}.png", 32, 32)).decode()
+                        + (
+                            bad_image_b64(r["prompt"])
+                            if "b64-text" in r["prompt"] or "b64-cut" in r["prompt"]
+                            else base64.b64encode(render_png(f"/files/{rid}.png", 32, 32)).decode()
+                        )
                         if r.get("sync_mode")
                         # a flagged first image's followers at URLs of their own
                         else f"{self.base}/files/{rid}-{i}.png"

@@ -765,7 +765,9 @@ async def download(
 
     A ``data:`` URL (fal with the model input ``sync_mode: true`` sends its images inline so)
     is the output itself: decoded here, nothing fetched. It failed as a URL afc cannot fetch,
-    and each retry paid for a new render that came back the same way.
+    and each retry paid for a new render that came back the same way. One that holds no
+    whole output (``inline_not_whole``) fails at once (``unavailable``): fetched again, it
+    is the same bytes.
 
     An output URL's redirects are followed (a CDN's signed URL may redirect; no key goes with
     a download, see ``new_client``), up to httpx's 20: more is the download's failure, not an
@@ -785,7 +787,15 @@ async def download(
     import httpx
 
     if is_data_url(url):
-        return data_url_bytes(provider, url)
+        data = data_url_bytes(provider, url)
+        instead = inline_not_whole(url[5:].split(",", 1)[0].split(";", 1)[0], data)
+        if instead is not None:  # the same bytes each time: nothing to fetch again
+            raise ProviderError(
+                "unavailable",
+                f"{provider}: the output's data URL holds {instead}; never stored as the output",
+                cost_micros=None,
+            )
+        return data
     from afc_cli.providers.transport import NOT_THIS_HOST, PUBLIC_ONLY, NotPublic
 
     extensions = {PUBLIC_ONLY: public_only} if public_only else None
@@ -1321,6 +1331,24 @@ def data_url_bytes(provider: str, url: str) -> bytes:
     if len(data) > MAX_OUTPUT_BYTES:  # text without base64 decodes a byte a character
         raise ProviderError("invalid", f"{provider}: output larger than 2 GiB")
     return data
+
+
+def inline_not_whole(media: str, data: bytes) -> str | None:
+    """What an output sent inline (a ``data:`` URL of ``media``) holds instead of a whole
+    one, else None: an image or video cut short (``cut_short``), or bytes that are no image
+    where ``media`` names one of the formats a provider answers (PNG, JPEG, WebP). fal's
+    ``sync_mode`` image of a PNG's first 40 bytes, or of a line of text, was stored as the
+    job's output and the job succeeded. Other media types are not judged, as a download's
+    other bytes are not."""
+    from afc_cli.inputs import image_type
+
+    instead = cut_short(data)
+    if instead is None and media.strip().lower() in _INLINE_IMAGES and not image_type(data[:32]):
+        instead = f"{len(data)} bytes that are no image ({media.strip().lower()} said)"
+    return instead
+
+
+_INLINE_IMAGES = ("image/png", "image/jpeg", "image/jpg", "image/webp")
 
 
 def output_ext(url: str, default: str = "png") -> str:
