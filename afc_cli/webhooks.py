@@ -12,9 +12,10 @@ produced it (``Ledger._queue_delivery``). This module only drains due rows:
   while it waited its turn and that another process took is not posted. The outcome is
   written only while this process still owns the row (the owner is the fencing token), so a
   process that lost a row never overwrites the new owner's outcome. No row is posted twice
-  while a lease on it is live; a process killed mid-POST leaves its row to be posted again
-  once its lease expires, one stopped cleanly (SIGTERM, Ctrl-C) gives it back at once: at
-  least once, with the same ``webhook-id``.
+  while a live process's lease on it is live; a process killed mid-POST leaves its row to be
+  posted again once its lease expires (at once by a process of the same host, which can tell
+  it died: ``owner.owner_is_dead``, as for jobs), one stopped cleanly (SIGTERM, Ctrl-C) gives
+  it back at once: at least once, with the same ``webhook-id``.
 - Each POST is bounded in all by the row's ``timeout_s`` (connect, send and answer together),
   so it always ends within its lease.
 - The body is the row's stored envelope, byte for byte, every time; the headers are
@@ -551,7 +552,8 @@ def replay(ledger_path: str, delivery_id: str) -> DrainStats:
             raise UsageError(
                 f"delivery {delivery_id!r} is being posted by another afc process (or one "
                 "killed while it posted it), whose lease on it has not run out: it goes out "
-                "with afc webhooks deliver once it has (nothing was changed)"
+                "with afc webhooks deliver, at once if that process died on this host, else "
+                "once its lease has run out (nothing was changed)"
             )
     finally:
         ledger.close()

@@ -3121,7 +3121,27 @@ class Ledger:
         row = self.db.execute(
             f"SELECT EXISTS (SELECT 1 FROM deliveries WHERE {self._DELIVERY_DUE})", (now, now)
         ).fetchone()
-        return bool(row[0])
+        return bool(row[0]) or bool(self._dead_claims(now, now, "", []))
+
+    def _dead_claims(
+        self, before: float, now: float, where: str, params: list[Any]
+    ) -> list[tuple[str, str]]:
+        """Due deliveries (``next_attempt_at`` before ``before``) whose lease has not run out
+        but whose owner is a process of this host known to be dead (``owner.owner_is_dead``,
+        the rule a job's takeover follows): (id, owner), oldest due first. Such a process
+        posts nothing more, and its connections closed as it died, so its rows are taken at
+        once rather than after its lease (at least once: one it was posting is posted again,
+        with the same webhook-id)."""
+        here_prefix = host_of(self.owner) + ":"
+        rows = self.db.execute(
+            "SELECT id, lease_owner FROM deliveries WHERE status = 'pending'"
+            " AND next_attempt_at <= ? AND lease_owner IS NOT NULL AND lease_expires >= ?"
+            f" AND substr(lease_owner, 1, ?) = ? AND lease_owner <> ? AND {self._NOT_MOVED}"
+            f"{where} ORDER BY next_attempt_at, id",
+            [before, now, len(here_prefix), here_prefix, self.owner, *params],
+        ).fetchall()
+        dead = {owner: owner_is_dead(owner) for owner in {row[1] for row in rows}}
+        return [(row[0], row[1]) for row in rows if dead[row[1]]]
 
     def claim_deliveries(
         self,
@@ -3166,14 +3186,24 @@ class Ledger:
                     [*params, limit],
                 ).fetchall()
             ]
-            if not ids:
-                return []
-            rows = self._all(
-                "UPDATE deliveries SET lease_owner = ?, lease_expires = ? + timeout_s"
-                f" WHERE id IN {_marks(ids)} AND status = 'pending'"
-                " AND (lease_owner IS NULL OR lease_expires < ?) RETURNING *",
-                [self.owner, now + margin_s, *ids, now],
-            )
+            rows = []
+            if ids:
+                rows = self._all(
+                    "UPDATE deliveries SET lease_owner = ?, lease_expires = ? + timeout_s"
+                    f" WHERE id IN {_marks(ids)} AND status = 'pending'"
+                    " AND (lease_owner IS NULL OR lease_expires < ?) RETURNING *",
+                    [self.owner, now + margin_s, *ids, now],
+                )
+            # rows a process of this host that died had claimed, its lease still running:
+            # taken at once, as its jobs are (``claim``), each only from that dead owner
+            for delivery_id, dead in self._dead_claims(before, now, where, params[2:]):
+                if len(rows) >= limit:
+                    break
+                rows += self._all(
+                    "UPDATE deliveries SET lease_owner = ?, lease_expires = ? + timeout_s"
+                    " WHERE id = ? AND status = 'pending' AND lease_owner = ? RETURNING *",
+                    [self.owner, now + margin_s, delivery_id, dead],
+                )
         return sorted(rows, key=lambda row: (row["next_attempt_at"], row["id"]))
 
     def hold_delivery(
