@@ -1355,6 +1355,8 @@ def queue_stats_command(
 
 
 def _deliveries_out(stats: Any, json_out: bool, quiet: bool) -> None:
+    from afc_cli.report import _iso
+
     summary = {
         "delivered": stats.delivered,
         "retrying": stats.retrying,
@@ -1364,9 +1366,19 @@ def _deliveries_out(stats: Any, json_out: bool, quiet: bool) -> None:
     if json_out:
         from afc_cli.output import emit_json
 
-        emit_json(summary)
+        # due events another process's live claim kept from this run, and until when
+        emit_json({**summary, "held": stats.held, "held_until": _iso(stats.held_until)})
     elif not quiet:
         _err(", ".join(f"{n} {k}" for k, n in summary.items()))
+    if stats.held:
+        # said even with -q or --json (as a secret's problem is): all zeros read as "nothing
+        # is waiting" while another process's claim kept these events from this run
+        _err(
+            f"{stats.held} due webhook event{'s are' if stats.held != 1 else ' is'} held by "
+            f"another afc process's claim until {_iso(stats.held_until)} (posting them, or "
+            "on another host and perhaps dead): not sent by this run; they go out with that "
+            "process or with 'afc webhooks deliver' once the claim has run out"
+        )
     for name, why in sorted(stats.secret_problems.items()):
         # said even with -q or --json: these events cannot go out until a person sets it
         _err(

@@ -204,6 +204,10 @@ class DrainStats:
     slow_urls: set[str] = field(default_factory=set)  # of those, the ones that timed out
     # secret variables whose events were left pending unsigned: name -> why (never the value)
     secret_problems: dict[str, str] = field(default_factory=dict)
+    # due events left pending under another live afc process's claim (or another host's,
+    # which may have died: its lease decides), and when the last of those claims runs out
+    held: int = 0
+    held_until: float | None = None
 
 
 class Deliverer:
@@ -460,7 +464,10 @@ def deliver(ledger_path: str, only: str | None = None) -> DrainStats:
             deliverer = Deliverer(ledger)
             try:
                 with ledger.grouped(asyncio.get_running_loop()):
-                    return await deliverer.drain(only=only)
+                    stats = await deliverer.drain(only=only)
+                if only is None:  # not posted here, nor by anyone until their claim ends
+                    stats.held, stats.held_until = ledger.held_deliveries()
+                return stats
             finally:
                 await deliverer.close()
 

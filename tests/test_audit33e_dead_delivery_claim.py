@@ -66,7 +66,11 @@ def test_an_idle_worker_of_this_host_posts_the_events_a_killed_process_had_claim
 
 def test_a_live_process_keeps_the_events_it_claimed(afc):
     """The takeover is of a dead owner's claims only: while the afc that claimed them lives
-    (its POST held by the receiver), 'afc webhooks deliver' posts none of them again."""
+    (its POST held by the receiver), 'afc webhooks deliver' posts none of them again. It said
+    only '0 delivered, 0 retrying, 0 dead, 0 skipped' (--json: all zeros), as if nothing
+    waited; it now says how many due events another process's claim holds, and until when
+    (``held``, ``held_until``), as it does for a claim of another host's, perhaps dead,
+    process, which only its lease's end frees."""
     receiver = Receiver(default=(200, 0.0, {}), gate=threading.Event()).start()
     afc.write_manifest(manifest(jobs(2), webhook={"url": receiver.url, "secret_env": "WH_SECRET"}))
     afc.env.update(SECRET)
@@ -78,7 +82,18 @@ def test_a_live_process_keeps_the_events_it_claimed(afc):
             time.sleep(0.02)
         run = afc("webhooks", "deliver", "--json")
         assert run.returncode == 0, run.stderr
-        assert json.loads(run.stdout)["delivered"] == 0, run.stdout
+        said = json.loads(run.stdout)
+        assert said["delivered"] == 0 and said["held"] == 2, run.stdout
+        until = said["held_until"]
+        assert until and until.endswith("Z"), run.stdout
+        assert len(receiver.received) == 1
+        # not only zeros: how many wait for another process's claim, and until when
+        text = afc("webhooks", "deliver")
+        assert text.returncode == 0, text.stderr
+        assert "0 delivered, 0 retrying, 0 dead, 0 skipped" in text.stderr, text.stderr
+        assert "2 due webhook events are held by another afc process's claim until" in (
+            text.stderr
+        ), text.stderr
         assert len(receiver.received) == 1
     finally:
         receiver.gate.set()
@@ -91,6 +106,15 @@ def test_a_live_process_keeps_the_events_it_claimed(afc):
 def test_on_postgresql_deliver_posts_at_once_what_a_killed_process_had_claimed(afc, pg_url):
     afc.env["AFC_LEDGER"] = pg_url
     receiver = _killed_while_posting(afc)
+    # from another host, which cannot tell whether that process died: its claims' lease
+    # decides; said so (how many, until when), not all zeros
+    elsewhere = afc("webhooks", "deliver", "--json", env={"AFC_HOST_ID": "another-host"})
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    said = json.loads(elsewhere.stdout)
+    assert (said["delivered"], said["held"]) == (0, 2), elsewhere.stdout
+    assert said["held_until"] is not None, elsewhere.stdout
+    assert "2 due webhook events are held by another afc process's claim" in elsewhere.stderr
+    assert len(receiver.received) == 1
     run = afc("webhooks", "deliver", "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["delivered"] == 2, run.stdout

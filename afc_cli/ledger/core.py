@@ -3143,6 +3143,19 @@ class Ledger:
         dead = {owner: owner_is_dead(owner) for owner in {row[1] for row in rows}}
         return [(row[0], row[1]) for row in rows if dead[row[1]]]
 
+    def held_deliveries(self) -> tuple[int, float | None]:
+        """Due deliveries another process holds a live claim on (``claim_deliveries`` takes
+        none of them), and when the last of those claims runs out (the ledger's clock):
+        ``afc webhooks deliver`` says so rather than only that it sent nothing."""
+        now = self.lease_clock()
+        row = self.db.execute(
+            "SELECT COUNT(*), MAX(lease_expires) FROM deliveries WHERE status = 'pending'"
+            " AND next_attempt_at <= ? AND lease_owner IS NOT NULL AND lease_owner <> ?"
+            f" AND lease_expires >= ? AND {self._NOT_MOVED}",
+            (now, self.owner, now),
+        ).fetchone()
+        return int(row[0] or 0), row[1]
+
     def claim_deliveries(
         self,
         limit: int,
