@@ -1120,6 +1120,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             ctx.adopted.add((job["id"], resume["provider"], number))
             ctx.spool.forget_request(job["id"])  # its id is committed now (``_noted_request``)
             wait = None
+            looked = _awake_stamp()  # held since: its spool step looks again (``_lost_since``)
         else:
             if _interrupts(rows, base) >= ctx.max_interrupts:
                 ctx.ledger.finish(
@@ -1619,6 +1620,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             "attempt": number,
             "cost_micros": result.cost_micros,
             "cost_source": result.cost_source,
+            "looked": looked,  # the job last known this run's (``_lost_since``)
         }
         job["unspooled"] = (
             result.data,
@@ -1886,13 +1888,18 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         # rename leaves the attempt at its cost for the run that adopts the file
         await ctx.ledger.committed()
     ctx.largest_output = max(ctx.largest_output, len(data))
+    late = _lost_since(ctx, job, job["rendered_by"].get("looked"))
     try:
-        spooled = await _spool_write(ctx, job["id"], data, sync_dir=False)
+        spooled = await _spool_write(ctx, job["id"], data, sync_dir=False, late=late)
         del data
         await ctx.dirs.sync(ctx.spool.root)  # the rename is durable: shared with other jobs
     except (OSError, SpoolError) as exc:
         raise _not_kept(ctx, job, number, success, exc) from None
     crash_point("after_spool")
+    if late:  # its own name kept for the process that holds the job (``_lost_since``)
+        ctx.ledger.end_attempt(job, number, **success)
+        ctx.late_results[job["id"]] = (job, spooled)
+        raise JobLost(job["id"])
     try:
         with ctx.ledger.tx():
             ctx.ledger.checkpoint(
@@ -1921,6 +1928,27 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         ctx.late_results[job["id"]] = (job, spooled)
         raise
     return True
+
+
+def _lost_since(ctx: RunContext, job: dict[str, Any], since: tuple[float, float] | None) -> bool:
+    """Before a render's bytes go to the spool under the job's name: True when more than
+    ``LEASE_RECHECK_S`` passed since the job was last known this run's (``since``, its
+    attempt row or its resumed request's reopening) and it is no longer: a process stalled
+    past its lease (SIGSTOP, a paused VM) while the provider rendered, its job taken over
+    (or ended) meanwhile. Its late render is then written under a name of its own
+    (``Spool.write`` ``late``): written under the job's, it replaced the spool file of the
+    process that took the job over, between that one's spool write and its store, which found
+    the file "damaged" and dead-lettered the job SPOOL_DAMAGED (or stored the other render
+    under its checkpoint's SHA-256), both renders paid for. Still this run's, the lease is
+    renewed in the same look (``Ledger.keep_lease``), as before a paid request
+    (``_last_look``): no takeover before the spool step's checkpoint. A ledger that cannot
+    be written says nothing here: the checkpoint meets it, the bytes spooled."""
+    if since is None or _awake_since(since) <= LEASE_RECHECK_S:
+        return False
+    try:
+        return not ctx.ledger.keep_lease(job["id"], ctx.lease_s)
+    except LedgerWriteError:
+        return False
 
 
 def _not_kept(
@@ -2060,8 +2088,15 @@ async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: Spool
     try:
         await _put_own(ctx, job, spooled)
     except (ObjectExists, StorageError) as exc:
-        _describe(ctx, job, spooled.size, spooled.sha256, job.get("rendered_by") or {})
-        ctx.ledger.note(job, "late_result_kept", spool=str(spooled.path), not_stored=str(exc))
+        path = spooled.path
+        if path == ctx.spool.late_path(job["id"]):  # (``_lost_since``)
+            try:
+                path = await ctx.offload(ctx.spool.settle_late, job["id"], path)
+            except OSError:
+                pass
+        if path == ctx.spool.path(job["id"]):  # the job's own name: what its record describes
+            _describe(ctx, job, spooled.size, spooled.sha256, job.get("rendered_by") or {})
+        ctx.ledger.note(job, "late_result_kept", spool=str(path), not_stored=str(exc))
         return
     storage = ctx.storages[job["batch"]]
     ctx.ledger.note(

@@ -228,16 +228,46 @@ class Spool:
             os.close(fd)
             probe.unlink(missing_ok=True)
 
-    def write(self, job_id: str, data: Output, *, sync_dir: bool = True) -> SpoolFile:
+    def write(
+        self, job_id: str, data: Output, *, sync_dir: bool = True, late: bool = False
+    ) -> SpoolFile:
         """Write, fsync and rename into place. ``sync_dir=False`` leaves the directory fsync
         that makes the rename durable to the caller (a ``DirSync``). ``data``: the bytes, or
-        a download spilled to a file (``Spilled``), copied a chunk at a time."""
-        final = self.path(job_id)
+        a download spilled to a file (``Spilled``), copied a chunk at a time. ``late``: the
+        render of a job this process no longer holds (another process of this host may be
+        working on it, writing and reading the job's own names): written under names of its
+        own instead, ``<job id>.late`` (``late_path``; ``settle_late``)."""
+        final = self.late_path(job_id) if late else self.path(job_id)
         digest = hashlib.sha256()
-        _write_whole(final.with_suffix(".part"), final, data, digest=digest)
+        part = final.with_suffix(".late-part" if late else ".part")
+        _write_whole(part, final, data, digest=digest)
         if sync_dir:
             fsync_dir(self.root)
         return SpoolFile(final, len(data), digest.hexdigest())
+
+    def late_path(self, job_id: str) -> Path:
+        """Where ``write`` keeps a late render (``late=True``): a render that came back after
+        its job was taken over by another process stalled past its lease. Written under the
+        job's own name, it replaced the file of the process that took the job over, between
+        that one's spool write and its store: its store found the file "damaged" and
+        dead-lettered the job SPOOL_DAMAGED, though both renders were paid for."""
+        return self.root / f"{job_id}.late"
+
+    def settle_late(self, job_id: str, late: Path) -> Path:
+        """Put a late render that could not be stored at the job's own name (``path``) when
+        nothing is there, as a spool file a later run on this host adopts; a file there (the
+        render of the process that holds the job) is never replaced: the late one stays at
+        its own name. Returns where it is."""
+        final = self.path(job_id)
+        try:
+            os.link(late, final)
+        except FileExistsError:
+            return late
+        except OSError:  # a file system without hard links: left at its own name
+            return late
+        late.unlink(missing_ok=True)
+        fsync_dir(self.root)
+        return final
 
     def describe(self, job_id: str, about: dict[str, Any]) -> None:
         """Keep beside a job's spool file what its render is (``<job id>.about``: the job's
@@ -356,7 +386,16 @@ class Spool:
             name.rsplit(".", 1)[0]
             for name in names
             if name.endswith(
-                (".spool", ".part", ".request", ".request-part", ".about", ".about-part")
+                (
+                    ".spool",
+                    ".part",
+                    ".request",
+                    ".request-part",
+                    ".about",
+                    ".about-part",
+                    ".late",
+                    ".late-part",
+                )
             )
         }
 
@@ -424,6 +463,8 @@ class Spool:
             self.request_path(job_id).with_suffix(".request-part"),
             self.about_path(job_id),
             self.about_path(job_id).with_suffix(".about-part"),
+            self.late_path(job_id),
+            self.late_path(job_id).with_suffix(".late-part"),
         ):
             try:
                 path.unlink()
