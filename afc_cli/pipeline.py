@@ -1896,11 +1896,9 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
     except (OSError, SpoolError) as exc:
         raise _not_kept(ctx, job, number, success, exc) from None
     crash_point("after_spool")
-    if late:  # its own name kept for the process that holds the job (``_lost_since``)
-        ctx.ledger.end_attempt(job, number, **success)
-        ctx.late_results[job["id"]] = (job, spooled)
-        raise JobLost(job["id"])
     try:
+        if late:  # its own name kept for the process that holds the job (``_lost_since``)
+            raise JobLost(job["id"])
         with ctx.ledger.tx():
             ctx.ledger.checkpoint(
                 job,
@@ -1921,7 +1919,8 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         ctx.kept.append((job, spooled))  # in the spool, beside its attempt row (``keep_rendered``)
         raise
     except JobLost:
-        # The job ended meanwhile (cancelled) or was taken over: its state stays as it is, but
+        # The job ended meanwhile (cancelled) or was taken over (found so before its spool
+        # write too, ``_lost_since``): its state stays as it is, but
         # this attempt was paid, so its outcome and cost are recorded, and its output is kept
         # (stored by ``run_job`` once this spool slot is free: an upload must not hold one).
         ctx.ledger.end_attempt(job, number, **success)
@@ -2612,7 +2611,8 @@ def _micros(text: Any) -> int | None:
 async def _storage(ctx: RunContext, storage: Storage, fn, *args, inline: bool = True):
     """A storage call under afc's storage policy: up to STORE_TRIES tries, full-jitter backoff
     honouring Retry-After, for retryable errors only (429, 5xx, SlowDown, throttling, timeouts,
-    resets, an upload damaged on the way: BadDigest). Raises the last StorageError when it gives up."""
+    resets, an upload damaged on the way: BadDigest). Raises the last StorageError when it
+    gives up."""
     for attempt in range(1, STORE_TRIES + 1):
         try:
             return await _io(ctx, storage, fn, *args, inline=inline)
@@ -2949,11 +2949,7 @@ async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, s
     succeeded (verify and finish commit together: verify only reads, so a crash before this
     transaction costs one read-back, and a job never rests "verified but not finished")."""
     if problem:
-        storage = ctx.storages[job["batch"]]
-        where = storage.describe(job["output_key"])
-        if storage.local:  # a folder: the file and its metadata sidecar (storage/file.py)
-            path = storage.root / job["output_key"]
-            where = f"{path} and its metadata {path}.afc.json"
+        where = ctx.storages[job["batch"]].held_at(job["output_key"])
         spooled = ctx.spool.path(job["id"])
         # The object at the key carries this job's own metadata, so 'afc retry' alone finds
         # it again, reads it back and fails the same way: the way out is said here. afc never

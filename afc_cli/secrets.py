@@ -66,9 +66,10 @@ _SHAPES = [
     # Authorization schemes: Bearer (OpenAI, Replicate), Key id:secret (fal), Token (old
     # Replicate); "Key" and "Token" only capitalised, as in a header, so prose is left alone.
     # A bearer token holds a digit, a symbol other than '-' or a capital past its first
-    # letter: lowercase letters and hyphens after "bearer" are prose ("a flag bearer marching", "the ring bearer
-    # standing"), which prompts hold and every table, --json and report showed masked. (A
-    # configured key is masked by its value, whatever its shape: ``_literal``.)
+    # letter: lowercase letters and hyphens after "bearer" are prose ("a flag bearer
+    # marching", "the ring bearer standing"), which prompts hold and every table, --json and
+    # report showed masked. (A configured key is masked by its value, whatever its shape:
+    # ``_literal``.)
     (
         re.compile(
             r"\b((?i:bearer))(\s+)(?=[0-9._~+/=]|[A-Za-z\-][a-z\-]*[A-Z0-9._~+/=])"

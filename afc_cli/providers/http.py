@@ -1340,11 +1340,21 @@ def inline_not_whole(media: str, data: bytes) -> str | None:
     ``sync_mode`` image of a PNG's first 40 bytes, or of a line of text, was stored as the
     job's output and the job succeeded. Other media types are not judged, as a download's
     other bytes are not."""
+    media = media.strip().lower()
+    if media in _INLINE_IMAGES:
+        return not_whole_image(data, f"{media} said")
+    return cut_short(data)
+
+
+def not_whole_image(data: bytes, told: str) -> str | None:
+    """What bytes given as an image hold instead of a whole one, else None: an image cut
+    short (``cut_short``), or bytes that are no image at all (``image_type``: a line of text,
+    an HTML page); ``told``, said beside the latter, is why they were to be one."""
     from afc_cli.inputs import image_type
 
     instead = cut_short(data)
-    if instead is None and media.strip().lower() in _INLINE_IMAGES and not image_type(data[:32]):
-        instead = f"{len(data)} bytes that are no image ({media.strip().lower()} said)"
+    if instead is None and image_type(data[:32]) is None:
+        instead = f"{len(data)} bytes that are no image ({told})"
     return instead
 
 
@@ -1390,12 +1400,9 @@ def decode_b64(
         data, problem = b"", "could not be decoded"
     cls = "server"
     if problem is None and image:
-        from afc_cli.inputs import image_type
+        from afc_cli.inputs import IMAGE_KINDS
 
-        what = cut_short(data)
-        if what is None and image_type(data[:32]) is None:
-            known = "PNG, JPEG, WebP, GIF, HEIF, AVIF, TIFF, BMP"
-            what = f"{len(data)} bytes that are no image (not {known})"
+        what = not_whole_image(data, f"not {IMAGE_KINDS}")
         if what is not None:
             cls, problem = "unavailable", f"decodes to {what}; never stored as the output"
     if problem is None:

@@ -99,6 +99,11 @@ class Storage:
     def describe(self, key: str) -> str:
         return f"{self.url.rstrip('/')}/{key}"
 
+    def held_at(self, key: str) -> str:
+        """What holds the object at ``key``, as a person deleting it by hand names it (a
+        VERIFY_FAILED job's way out): the object, here."""
+        return self.describe(key)
+
     def read(self, key: str, limit: int | None = None) -> bytes:
         """The stored object's bytes (a job's output used as another job's input). With
         ``limit``, at most ``limit + 1`` bytes are read (the object's stream closed there): a

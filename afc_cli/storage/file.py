@@ -74,6 +74,10 @@ class FileStorage(Storage):
     def describe(self, key: str) -> str:
         return object_url(self.url, key)
 
+    def held_at(self, key: str) -> str:
+        """``Storage.held_at``: the file and its metadata beside it."""
+        return f"{self._object(key)} and its metadata {self._meta(key)}"
+
     def unsynced_dirs(self, key: str) -> tuple[Path, ...]:
         return (self._object(key).parent,)
 
