@@ -101,3 +101,13 @@ def test_a_report_to_stdout_as_an_html_file_leaves_dev_stdout_alone(rendered, tm
     assert "names a device or a file descriptor" in result.stderr, result.stderr
     assert "link-kept" in result.stderr, result.stderr
     assert old.read_text() == "<!doctype html><p>an earlier report</p>\n"
+
+
+def test_a_report_to_dash_is_refused_not_written_as_a_file_named_dash(rendered):
+    """'-' names stdout to most commands: afc wrote a file named '-' in the current folder,
+    and the script reading its stdout for the report got one summary line."""
+    result = _report(rendered, "-")
+    assert result.returncode == 2, result
+    assert "--html -: afc writes the report to a file, not to stdout" in result.stderr
+    assert result.stdout == ""
+    assert not (rendered.cwd / "-").exists()

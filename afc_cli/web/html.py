@@ -144,6 +144,14 @@ def write_report(
     from afc_cli.web.sheet import streamed_sheet
 
     require()
+    if out == "-":
+        # the usual name for stdout, which made a file named '-' in the current folder while
+        # the script that asked for the report on its stdout got the summary line: refused
+        # like /dev/stdout below (the report is written whole, then renamed into place)
+        raise UsageError(
+            "--html -: afc writes the report to a file, not to stdout; name the HTML file to "
+            "write; nothing was written"
+        )
     target = Path(out)
     if target.is_dir():
         raise UsageError(f"--html {out}: is a folder; name the file to write")
