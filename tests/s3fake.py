@@ -45,6 +45,11 @@ SHA256_MISMATCH = (
     b"<Message>The provided 'x-amz-content-sha256' header does not match what was computed."
     b"</Message></Error>"
 )
+INCOMPLETE_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>IncompleteBody</Code>'
+    b"<Message>You did not provide the number of bytes specified by the Content-Length HTTP "
+    b"header</Message></Error>"
+)
 THROTTLED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>TooManyRequests</Code>'
     b"<Message>Too many requests.</Message></Error>"
@@ -59,7 +64,8 @@ class Fault:
     # "nobucket" (404 NoSuchBucket: the bucket deleted) | "expired" (400 ExpiredToken: a
     # session token run out; a HEAD's answer has no body, a bare 400) | "baddigest" (400
     # BadDigest) | "sha256mismatch" (400 XAmzContentSHA256Mismatch): the bytes damaged on
-    # the way, as S3 answers an upload whose body does not match its checksum | "reset" |
+    # the way, as S3 answers an upload whose body does not match its checksum | "incomplete"
+    # (400 IncompleteBody: fewer bytes arrived than Content-Length said) | "reset" |
     # "stall"
     kind: str
     times: int  # how many matching requests it hits; -1: all
@@ -165,6 +171,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "expired": (400, EXPIRED_TOKEN),
                     "baddigest": (400, BAD_DIGEST),
                     "sha256mismatch": (400, SHA256_MISMATCH),
+                    "incomplete": (400, INCOMPLETE_BODY),
                 }[fault.kind]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

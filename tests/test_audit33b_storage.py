@@ -39,7 +39,7 @@ def spooled(afc) -> int:
     return len(list((afc.cwd / "afc.db-spool").glob("*.spool")))
 
 
-@pytest.mark.parametrize("kind", ["baddigest", "sha256mismatch"])
+@pytest.mark.parametrize("kind", ["baddigest", "sha256mismatch", "incomplete"])
 def test_an_upload_damaged_on_the_way_is_sent_again_in_the_same_run(afc, s3, kind):
     """S3 refuses a PUT whose body does not match its checksum (400 BadDigest, or
     XAmzContentSHA256Mismatch for the signed payload hash): the spooled bytes, checked before

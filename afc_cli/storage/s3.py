@@ -50,6 +50,9 @@ RETRYABLE_CODES = {
     # waiting at store for the next run
     "BadDigest",
     "XAmzContentSHA256Mismatch",
+    # fewer bytes arrived than the request's Content-Length said: the body was cut on the way
+    # (a connection dropped mid-upload behind a proxy), so the same bytes sent again land
+    "IncompleteBody",
 }
 META_FIELDS = {
     "job_id": "afc-job-id",
