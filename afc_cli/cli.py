@@ -1103,7 +1103,15 @@ def _ended_needs_said(ended: list[dict[str, Any]]) -> str:
     the next run fails it again at once, and what would let it run."""
     named = ", ".join(f"{n['key']!r} is {n['status'] or 'not in the ledger'}" for n in ended)
     statuses = {n["status"] for n in ended}
-    if "rejected" in statuses:
+    if any(n["status"] == "rejected" and n.get("input") for n in ended):
+        # its reference image: part of its request, so the same key naming the replacing job
+        # is refused as a conflict (exit 3); needs alone are gates a re-submit may change
+        then = (
+            "a rejected job is final, and this job sends its output as a reference image (part "
+            "of its request: the same key naming another input is refused as a conflict): "
+            "submit it under a new key of its own, with inputs naming the key that replaces it"
+        )
+    elif "rejected" in statuses:
         then = "a rejected job is final: submit this job again needing the key that replaces it"
     elif None in statuses:
         then = "submit this job again needing only jobs the ledger has"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import operator
 import os
 import re
@@ -417,8 +418,14 @@ def retry(
                     # found by a cron'd resume's exit 1
                     ended = ended_needs(ledger.needs_of(job["id"]))
                     if ended:
+                        # a need that is also a reference image (a job input) is part of the
+                        # job's request: naming another key there is a changed request (a new
+                        # key), not a changed gate, which the advice for it must say
+                        inputs = _input_keys(ledger.job(job["id"]))
                         entry["ended_needs"] = [
-                            {"key": n["need_key"], "status": n["status"]} for n in ended
+                            {"key": n["need_key"], "status": n["status"]}
+                            | ({"input": True} if n["need_key"] in inputs else {})
+                            for n in ended
                         ]
                 out["retried"].append(entry)
             else:  # changed meanwhile (another retry won)
@@ -427,6 +434,16 @@ def retry(
         return out
     finally:
         ledger.close()
+
+
+def _input_keys(job: dict[str, Any] | None) -> set[str]:
+    """The keys of the jobs whose outputs this job sends as reference images (its ``job``
+    inputs, as admitted)."""
+    try:
+        items = json.loads((job or {}).get("inputs_json") or "[]")
+    except ValueError:
+        return set()
+    return {item["job"] for item in items if isinstance(item, dict) and "job" in item}
 
 
 def _retried_unrun(ledger: Ledger, job: dict[str, Any]) -> bool:
