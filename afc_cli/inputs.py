@@ -144,7 +144,11 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
             raise InputProblem(
                 f"the stored output of input job {item['job']!r} "
                 f"({storages[need['batch']].describe(need['output_key'])}) reads back sha256 "
-                f"{digest}, not the {need['output_sha256']} it was verified with"
+                f"{digest}, not the {need['output_sha256']} it was verified with (changed in "
+                "storage since), so nothing was sent: restore the object it was verified with, "
+                f"then 'afc retry {job['key']}' (a succeeded job is never rendered again: "
+                f"without those bytes, a new key for {item['job']!r}, and one for this job "
+                "naming it, renders them anew)"
             )
         kind = image_type(data)
         if kind is None:
