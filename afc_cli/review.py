@@ -193,16 +193,23 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
         info = store.head(job["output_key"])
         where = store.describe(job["output_key"])
         size = job["output_size"]
+        again = f"'afc cancel {job['key']}' then 'afc retry {job['key']}'"
         if not info.exists:
             why = f"its output ({where}) is gone from storage"
         elif size is not None and info.size is not None and info.size != size:
             why = f"its output ({where}) is {info.size} bytes, not the {size} it was verified with"
+            # still at the key, tagged as this job's: a retry alone takes it as its own output
+            # and fails VERIFY_FAILED reading it back, rendering nothing; deleted, it is rendered
+            again = (
+                f"delete {store.held_at(job['output_key'])}, then 'afc cancel {job['key']}' and "
+                f"'afc retry {job['key']}' (a retry alone finds this job's own object there and "
+                "fails VERIFY_FAILED)"
+            )
         else:
             continue
         gone.append(
             f"{job['key']!r}: {why}; approved, it would be succeeded with nothing of its own "
-            f"stored. Restore the file, or render it again: 'afc cancel {job['key']}' then "
-            f"'afc retry {job['key']}'"
+            f"stored. Restore the file, or render it again: {again}"
         )
     return gone
 
