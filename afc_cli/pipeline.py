@@ -2965,16 +2965,19 @@ async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, s
             f"there again and fails the same way), then 'afc retry {job['key']}': the next run "
             "pays for a new render."
         )
-        ctx.ledger.finish(
-            job,
-            "failed",
-            step="verify",
-            steps=steps,
-            error_code="VERIFY_FAILED",
-            error_class="storage",
-            error_message=f"{problem}; expected {job['output_size']} bytes sha256 "
-            f"{job['output_sha256']}. {kept}",
-        )
+        with ctx.ledger.tx():
+            if ctx.ledger.finish(
+                job,
+                "failed",
+                step="verify",
+                steps=steps,
+                error_code="VERIFY_FAILED",
+                error_class="storage",
+                error_message=f"{problem}; expected {job['output_size']} bytes sha256 "
+                f"{job['output_sha256']}. {kept}",
+            ):
+                # an output found in storage that reads back wrong avoided no render
+                ctx.ledger.forget_found(job)
         return False
     checked = ("verify", {"size": job["output_size"], "sha256": job["output_sha256"]})
     won = _complete(ctx, job, [*steps, checked])

@@ -2908,6 +2908,15 @@ class Ledger:
             (job["id"], job["batch"], at, reason, provider, model, cost_micros, cost_source),
         )
 
+    def forget_found(self, job: dict[str, Any]) -> None:
+        """Take back the renders a job's output found in storage was counted as avoiding
+        (``record_avoided``, reason ``stored``): its read-back failed (VERIFY_FAILED), so the
+        object found was no usable output, and the job needs a new render (or its spool file)
+        to succeed. Counted, ``afc costs report`` claimed a render avoided beside the one
+        paid again. (A render adopted from the spool, ``spooled``, is this job's own paid
+        render: kept.)"""
+        self.db.execute("DELETE FROM avoided WHERE job_id = ? AND reason = 'stored'", (job["id"],))
+
     def report_attempt(
         self,
         job: dict[str, Any],
