@@ -160,7 +160,10 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
                 f"({storages[need['batch']].describe(need['output_key'])}"
                 + (f", {named} by its name" if named else "")
                 + f") is not a {IMAGE_KINDS} image, and an input is sent as a reference "
-                "image; nothing was sent (name that job in needs to wait for it alone)"
+                "image; nothing was sent. A job that waits for it alone names it in needs, "
+                "not inputs: its inputs are part of its request, so submit that job under a "
+                f"new key (this key, {job['key']!r}, with other inputs is refused as a "
+                "conflict)"
             )
         images.append(InputImage(data, kind, digest, f"job:{item['job']}"))
     return tuple(images)
