@@ -16,7 +16,9 @@ What is removed:
 - token shapes, whoever's they are: ``Bearer …``, ``Key …`` (fal), ``sk-…`` (OpenAI),
   ``r8_…`` (Replicate), ``AIza…`` (Google), ``whsec_…``, credentials in a URL
   (``https://user:pass@host``) and key-like query parameters (``?key=…``, ``?api-key=…``, ``?code=…``, ``X-Amz-Signature``,
-  Azure's SAS ``sig=``, which OpenAI's image URLs carry, ``X-Goog-Signature``).
+  Azure's SAS ``sig=``, which OpenAI's image URLs carry, ``X-Goog-Signature``), and the
+  secret in the path of a Slack or Discord webhook URL (``/services/T…/B…/<secret>``,
+  ``/api/webhooks/<id>/<token>``).
 
 Each is replaced by ``<redacted>`` (no square brackets: rich would read them as markup).
 
@@ -90,6 +92,19 @@ _SHAPES = [
     # password not percent-encoded (p@ss): HTTP clients split at the authority's last '@', so
     # each further '@' up to a '/', '?', '#' or blank is the password's too, masked whole
     (re.compile(r"(?<=://)[^/\s:@\"']*:[^\s@]+@(?:[^\s@/?#\"']*@)*"), REDACTED + "@"),
+    # a webhook URL that is its own credential, its secret in the path: Slack's incoming
+    # webhook (/services/T…/B…/<secret>, and its workflows' and triggers'), Discord's
+    # (/api/webhooks/<id>/<token>); the team, channel and webhook ids are kept, to tell
+    # receivers apart
+    (re.compile(r"(/services/T[A-Z0-9]{6,}/B[A-Z0-9]{6,}/)[A-Za-z0-9]{8,}"), r"\1" + REDACTED),
+    (
+        re.compile(
+            r"(\b(?i:hooks\.slack(?:-gov)?\.com)/(?:workflows|triggers)/T[A-Z0-9]{6,}/"
+            r"(?:[A-Za-z0-9]+/)*)[A-Za-z0-9]{8,}(?![A-Za-z0-9/])"
+        ),
+        r"\1" + REDACTED,
+    ),
+    (re.compile(r"(/api/(?:v\d+/)?webhooks/\d{15,25}/)[A-Za-z0-9_\-]{20,}"), r"\1" + REDACTED),
     # ?key=..., &api_key=..., X-Amz-Signature=...; a value masked already is matched as the
     # mask alone: a text scrubbed twice (a message naming a masked URL, scrubbed where it
     # leaves) kept the mask and lost what followed it, 'db?password=<redacted> connection
