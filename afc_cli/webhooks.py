@@ -194,6 +194,61 @@ def signed_headers(secret: str, delivery_id: str, body: str, now: float) -> dict
     }
 
 
+class _ProxyTransport:
+    """httpx's transport through the proxy the environment names for each request's URL,
+    read as the provider calls and botocore read it (``providers.transport.env_proxy``):
+    ``HTTPS_PROXY`` or ``HTTP_PROXY`` by its scheme, upper or lower case, a proxy without a
+    scheme an http one, unless ``NO_PROXY`` lists the host (or host:port); never
+    ``ALL_PROXY``. httpx's own reading of the environment takes ``ALL_PROXY`` too, which often
+    names a SOCKS proxy set for other tools: the client could not be made without the
+    ``socksio`` package, and every run with a webhook ended, after its paid renders, with
+    'unexpected error: ImportError ... (a bug in afc)', its summary unprinted, and no
+    'afc webhooks deliver' could send an event. A SOCKS proxy named for the URL's scheme is a
+    connection that failed (its row retried, the reason in its ``last_error``)."""
+
+    def __init__(self) -> None:
+        import httpx
+
+        # SSL_CERT_FILE / SSL_CERT_DIR read as httpx's own transport reads them
+        self.direct = httpx.AsyncHTTPTransport(trust_env=True)
+        self.proxied: dict[str, Any] = {}
+
+    def _for(self, url: Any) -> Any:
+        import urllib.request
+
+        import httpx
+
+        host = url.host
+        if host and urllib.request.proxy_bypass(host if url.port is None else f"{host}:{url.port}"):
+            return self.direct
+        named = urllib.request.getproxies().get(url.scheme)
+        if not named:
+            return self.direct
+        proxy = named if "://" in named else f"http://{named}"
+        if proxy not in self.proxied:
+            try:
+                self.proxied[proxy] = httpx.AsyncHTTPTransport(proxy=proxy, trust_env=True)
+            except (ImportError, ValueError) as exc:  # a socks5:// one without socksio
+                raise httpx.UnsupportedProtocol(
+                    f"{url.scheme.upper()}_PROXY names a proxy webhooks cannot go through "
+                    f"({exc}); name an http one, or list the receiver's host in NO_PROXY"
+                ) from None
+        return self.proxied[proxy]
+
+    async def handle_async_request(self, request: Any) -> Any:
+        return await self._for(request.url).handle_async_request(request)
+
+    async def __aenter__(self) -> _ProxyTransport:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for transport in (self.direct, *self.proxied.values()):
+            await transport.aclose()
+
+
 @dataclass
 class DrainStats:
     delivered: int = 0
@@ -230,8 +285,9 @@ class Deliverer:
         # until its lease runs out (``worker.drain_while_idle`` giving way to jobs)
         self.give_back = True
         # one client, no retries of its own (httpx makes none by default), explicit timeouts
-        # per request from the row's timeout_s
-        self.client = httpx.AsyncClient(follow_redirects=False)
+        # per request from the row's timeout_s; the environment's proxy as the provider
+        # calls read it (``_ProxyTransport``)
+        self.client = httpx.AsyncClient(follow_redirects=False, transport=_ProxyTransport())
 
     async def close(self) -> None:
         await self.client.aclose()
