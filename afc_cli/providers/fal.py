@@ -173,7 +173,11 @@ class FalProvider(HttpProvider):
             )
         cls = class_for_status(status)
         retryable = response.headers.get("x-fal-retryable", "").lower()
-        if retryable == "false" and cls not in ("auth",):
+        if retryable == "false" and status < 500 and cls not in ("auth", "rate_limited"):
+            # fal says sending this same request again will not pass: a 4xx is then the
+            # input's fault, as any other 4xx. Not a 5xx or a 429: that says the same of fal's
+            # own failure, not of the input, and made ``invalid`` it stopped the whole chain,
+            # the fallback model never tried. It keeps its class (README "Error classes")
             cls = "invalid"
         elif retryable == "true" and cls == "invalid" and action == "submit":
             # fal says this refused submit may pass when sent again (an input URL it could not
