@@ -105,8 +105,7 @@ def parse_retry_after(
             return None
         if when is None:
             return None
-        if when.tzinfo is None:
-            return None
+        when = _gmt(when)
         current = time.time() if now is None else now
         sent = _http_date(date)
         if sent is not None:
@@ -127,9 +126,19 @@ def _http_date(value: str | None) -> float | None:
         when = parsedate_to_datetime(value.strip())
     except (TypeError, ValueError):
         return None
-    if when is None or when.tzinfo is None:
+    if when is None:
         return None
-    return when.timestamp()
+    return _gmt(when).timestamp()
+
+
+def _gmt(when: Any) -> Any:
+    """A parsed HTTP date, read as GMT where it names no zone: an HTTP date is always GMT, and
+    its asctime form (``Sun Nov  6 08:49:37 1994``, which RFC 9110 5.6.7 says a recipient
+    MUST accept) names none. Dropped as unreadable, a 429's ``Retry-After`` in that form was
+    no wait at all; read by this host's local time, it was off by the host's time zone."""
+    from datetime import UTC
+
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
