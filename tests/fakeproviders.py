@@ -751,6 +751,14 @@ class FakeProviders:
                     "Please try again with different inputs. (E005)",
                     metrics={"predict_time": 1.5},
                 )
+            elif "replicate-timeout" in p["prompt"]:
+                # Replicate's own limit: a prediction that runs 30 minutes fails so, billed
+                # for the whole run (the wording its API and web page give)
+                p.update(
+                    status="failed",
+                    error="Prediction timed out",
+                    metrics={"predict_time": 1800.0, "total_time": 1800.4},
+                )
             elif "checker-fails" in p["prompt"]:
                 # a model's own safety checker (Replicate's flux and SDXL models, on unless
                 # ``disable_safety_checker``) filtered every image out: the model fails so

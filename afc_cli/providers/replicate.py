@@ -9,7 +9,9 @@ the prediction. Outputs are URLs that Replicate deletes after an hour: downloade
 fetched again in later rounds while they stay out of reach (``keeps_outputs_s``).
 Cost: a succeeded prediction reports its outputs as ``images`` and ``metrics.predict_time`` as
 ``seconds``; the card prices them by the one rule (``RateCards.price`` in afc_cli/costs.py:
-per_image when the card has it, else per_second). A failed one reports seconds only; a
+per_image when the card has it, else per_second). A failed one reports seconds only (one
+Replicate stopped at its own 30-minute limit, "Prediction timed out", is ``window_expired``:
+never sent to that model again, each retry another full run paid for); a
 succeeded one whose data Replicate already removed (its output list gone) reports the images
 its request asked for (``num_outputs``), which a succeeded prediction made.
 """
@@ -80,6 +82,13 @@ def refused(error: str) -> bool:
     running it again with a different prompt.", "Generated image contained NSFW content...")."""
     lowered = error.lower()
     return "E005" in error or "flagged as sensitive" in lowered or "nsfw content" in lowered
+
+
+def timed_out(error: str) -> bool:
+    """Whether a failed prediction's ``error`` says Replicate stopped it at its own limit on a
+    prediction's run ("Prediction timed out": 30 minutes, Replicate's prediction lifecycle),
+    not a model's own error that mentions a timeout (an input it could not fetch in time)."""
+    return "prediction timed out" in error.lower()
 
 
 # a 429's wait in its words (``ReplicateProvider._error``)
@@ -282,6 +291,17 @@ class ReplicateProvider(HttpProvider):
         error = str(prediction.get("error") or status)
         if status == "failed" and refused(error):
             raise ProviderError("refusal", f"replicate: {error}", **priced)
+        if status == "failed" and timed_out(error):
+            # Replicate's own limit on a prediction's run (30 minutes): billed for all of it,
+            # as a Cancel-After deadline's ``canceled`` is, and the same input on the same
+            # model runs out the same clock. Taken for a passing ``server`` failure, each of
+            # the model's attempts paid for another full run
+            raise ProviderError(
+                "window_expired",
+                f"replicate: {error} (Replicate's own limit on a prediction's run; "
+                "not sent to this model again)",
+                **priced,
+            )
         if status == "aborted":  # Cancel-After passed before it started: not charged
             raise ProviderError(
                 "window_expired",
