@@ -111,7 +111,7 @@ _SHAPES = [
     # failed' for '...<redacted>: connection failed'
     (
         re.compile(
-            r"([?&](?:key|api_key|apikey|token|access_token|secret|password|sslpassword|"
+            r"([?&](?:key|api_key|apikey|token|access_token|secret|password|passwd|pwd|sslpassword|"
             r"x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|"
             r"x-goog-signature|x-goog-credential|"
             # named as the secret variables are (``_SECRET_NAME``): api-key, auth_token,

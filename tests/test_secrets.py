@@ -42,6 +42,9 @@ def clean_secrets(monkeypatch):
         ("https://oai.blob.core.windows.net/i/x.png?se=2026&sp=r&sig=AbC%2Fdef0123", "AbC"),
         ("https://storage.googleapis.com/b/x.png?X-Goog-Signature=0a1b2c3d4e5f", "0a1b2c"),
         ("secret whsec_c2VjcmV0c2VjcmV0", "c2VjcmV0c2VjcmV0"),
+        # the short names a URL's password takes (an FTP or old CGI gateway's, ODBC's PWD=)
+        ("https://gw.example/render?user=studio&passwd=hunter2hunter2", "hunter2"),
+        ("https://gw.example/render?user=studio&pwd=hunter2hunter2&x=1", "hunter2"),
     ],
 )
 def test_token_shapes_are_scrubbed(clean_secrets, text, gone):
