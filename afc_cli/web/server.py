@@ -682,7 +682,29 @@ class Pages:
 
         def body():
             yield first
-            yield from chunks
+            try:
+                yield from chunks
+            except (StorageError, OSError) as exc:
+                # the response has started (its status and first chunk are sent): the read
+                # broken off mid-way (an S3 connection reset) went up to uvicorn, whose
+                # "Exception in ASGI application" printed some 70 lines of tracebacks each
+                # time. One line says it, and ``OutputCut`` still breaks the response off
+                # (``serve`` keeps its traceback out of uvicorn's log): ended as a whole one,
+                # the browser would show the picture's first bytes as if they were all of it
+                import sys
+
+                from afc_cli.secrets import scrub, visible
+
+                why = (
+                    exc.message
+                    if isinstance(exc, StorageError)
+                    else f"cannot read {job['output_url']}: {exc.strerror or exc}"
+                )
+                sys.stderr.write(
+                    f"afc: serve: {request.url.path}: the full-size view was cut short: "
+                    f"{visible(scrub(why))}\n"
+                )
+                raise OutputCut(why) from None
 
         # what its bytes are, as S3 storage labels an object (``inputs.media_type``), else its
         # key's: from the name alone, a .webp output was application/octet-stream, a file
@@ -693,6 +715,17 @@ class Pages:
         # no Content-Length from the ledger: the object in storage is what is sent (chunked),
         # and one replaced there since (another size) would break the response
         return StreamingResponse(body(), media_type=kind, headers=dict(OUTPUT_HEADERS))
+
+
+class OutputCut(Exception):
+    """A full-size output's read broke off after its response started (``Pages.output``): the
+    connection is closed unfinished, said in one line on stderr, not in uvicorn's log."""
+
+
+def _not_a_cut(record: Any) -> bool:
+    """A filter of uvicorn's error log: it drops the traceback of an ``OutputCut`` (already
+    said in one line), and lets every other record through."""
+    return not (record.exc_info and isinstance(record.exc_info[1], OutputCut))
 
 
 def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
@@ -1099,6 +1132,10 @@ def serve(
         proxy_headers=token is not None,
     )
     server = uvicorn.Server(config)
+    import logging
+
+    uvicorn_log = logging.getLogger("uvicorn.error")  # set up by uvicorn.Config
+    uvicorn_log.addFilter(_not_a_cut)
 
     def stop(signum: int, frame: Any) -> None:
         # Ctrl-C or SIGTERM before uvicorn takes the signals (from the announce on: a script
@@ -1123,6 +1160,7 @@ def serve(
         )
         server.run(sockets=sockets)
     finally:
+        uvicorn_log.removeFilter(_not_a_cut)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for each in sockets:

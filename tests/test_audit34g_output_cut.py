@@ -1,0 +1,123 @@
+"""Outside audit 34g: ``afc serve``'s full-size view of an S3 output whose read breaks off
+mid-way (the connection to the store reset after the first megabytes: an endpoint restarted,
+a load balancer's idle cut, a flaky VPN).
+
+Before: the response had started (its first chunk sent), so the StorageError the S3 read
+raised went up through Starlette to uvicorn, which printed "Exception in ASGI application"
+and two chained tracebacks (some 70 lines) on serve's stderr for each such view. Now the
+read's failure is one line on stderr naming the page and the output, as a page that cannot
+read the ledger is, and the response is still broken off (the browser sees a download cut
+short, never a whole picture of fewer bytes)."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+from browser import Served
+from conftest import manifest
+from fakeproviders import BackloggedServer
+from s3fake import FaultPlan, ProxiedBucket
+from test_providers import FAST, MODELS, RATES
+
+moto_server_mod = pytest.importorskip("moto.server")
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def moto_server():
+    server = moto_server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    yield server.get_host_and_port()
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_server, afc):
+    plan = FaultPlan()
+    ctx = ProxiedBucket(moto_server, afc, plan, "fullsize")
+    yield ctx
+    plan.release()
+    ctx.proxy.shutdown()
+
+
+def cutting_proxy(upstream: tuple[str, int], keep: int) -> BackloggedServer:
+    """A proxy to moto that answers an object's GET with its whole Content-Length but only
+    its first ``keep`` bytes, then closes the connection: a read broken off mid-way."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _handle(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            conn = http.client.HTTPConnection(*upstream, timeout=60)
+            conn.request(self.command, self.path, body=body or None, headers=dict(self.headers))
+            answer = conn.getresponse()
+            data = answer.read()
+            conn.close()
+            self.send_response(answer.status)
+            for name, value in answer.getheaders():
+                if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            cut = self.command == "GET" and len(data) > keep and answer.status == 200
+            if self.command != "HEAD":
+                self.wfile.write(data[:keep] if cut else data)
+            if cut:
+                self.wfile.flush()
+                self.close_connection = True
+
+        do_GET = do_HEAD = do_PUT = do_POST = _handle
+
+    server = BackloggedServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_full_size_view_cut_off_by_the_store_is_one_line_not_a_traceback(
+    afc, fake, s3, moto_server
+):
+    data = manifest([{"key": "j0", "prompt": "big-out-3 shot"}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": "replicate", "model": MODELS["replicate"], "attempts": 2, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    afc("submit", "manifest.yaml", "--storage", s3.url)
+    (job_id, size, status), *_ = afc.rows("SELECT id, output_size, status FROM jobs")
+    assert status == "succeeded" and size == 3 * MIB
+
+    proxy = cutting_proxy(moto_server, keep=2 * MIB)  # past the first 1 MiB chunk sent
+    host, port = proxy.server_address[:2]
+    served = Served(afc, env={"AWS_ENDPOINT_URL_S3": f"http://{host}:{port}"})
+    try:
+        address = served.url.removeprefix("http://").rstrip("/")
+        conn = http.client.HTTPConnection(address, timeout=60)
+        conn.request("GET", f"/output/{job_id}")
+        answer = conn.getresponse()
+        assert answer.status == 200  # its first megabyte was sent before the read broke off
+        # broken off, never ended as a whole response of fewer bytes: a browser shows a cut
+        # download, not a picture that looks complete
+        with pytest.raises(http.client.IncompleteRead):
+            answer.read()
+        conn.close()
+        # the server is still up and answers the next page
+        conn = http.client.HTTPConnection(address, timeout=60)
+        conn.request("GET", "/")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        code, stderr = served.stop()
+        proxy.shutdown()
+    assert code == 0 and "serve stopped" in stderr
+    assert "Traceback" not in stderr and "Exception in ASGI" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if f"/output/{job_id}" in line]
+    assert len(lines) == 1, stderr
+    said = f"afc: serve: /output/{job_id}: the full-size view was cut short: cannot read s3://"
+    assert lines[0].startswith(said) and "j0.png" in lines[0], lines
