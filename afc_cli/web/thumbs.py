@@ -120,7 +120,11 @@ def _decoded(buffer: Any, size: int) -> Thumb:
                 image = image.convert("RGBA" if "A" in image.getbands() else "RGB")
             out = io.BytesIO()
             image.save(out, "WEBP", quality=QUALITY, method=0)  # fastest; 15 % bigger
-    except (UnidentifiedImageError, Image.DecompressionBombError):
+    except Image.DecompressionBombError as exc:
+        # a picture past twice MAX_IMAGE_PIXELS, which Pillow refuses to open (a 16,384-pixel
+        # square upscale): said as "not a picture", a reviewer read a paid upscale as broken
+        return Thumb(None, f"{_pixels_said(str(exc))}: no preview")
+    except UnidentifiedImageError:
         return Thumb(None, "not a picture this afc can preview")
     except Exception as exc:
         # a picture's bytes are the provider's: Pillow's decoders fail on broken ones with
@@ -128,6 +132,19 @@ def _decoded(buffer: Any, size: int) -> Thumb:
         # others raise struct.error, EOFError...), and one such output ended the whole report
         return Thumb(None, f"cannot decode the picture: {str(exc) or exc.__class__.__name__}")
     return Thumb(out.getvalue())
+
+
+def _pixels_said(refusal: str) -> str:
+    """The size Pillow's DecompressionBombError names ("Image size (268435456 pixels) exceeds
+    limit of ..."), as a card says a picture's size: "268 million pixels"."""
+    import re
+
+    from PIL import Image
+
+    found = re.search(r"\((\d+) pixels\)", refusal)
+    if found is None:
+        return f"over {2 * Image.MAX_IMAGE_PIXELS // 10**6} million pixels"
+    return f"{int(found.group(1)) // 10**6} million pixels"
 
 
 class _Budget:
