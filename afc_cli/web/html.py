@@ -68,9 +68,10 @@ def pieces(sheet: dict[str, Any], jobs: Any, opener: Any, made: dict[str, Any]) 
     seen: dict[str, str] = {}  # strings scrubbed, shared by the pages (``scrub_data``)
     thumbs: dict[str, Any] = {}
     kept: dict[str, Any] = {}  # the review cards' thumbnails, shown again under the sheet
+    stores: dict[str, Any] = {}  # the storages as read, those found out of reach noted
 
     def shown(page: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        now = make_all(page, opener)
+        now = make_all(page, opener, stores=stores)  # a store found down: on no page asked
         for job in page:
             if job["output"]:
                 if now[job["id"]].data:

@@ -198,11 +198,16 @@ def make_all(
     opener: Callable[[str], Any],
     *,
     workers: int | None = None,
+    stores: dict[str, Any] | None = None,
 ) -> dict[str, Thumb]:
     """Thumbnails of the jobs' stored outputs by job id, made in parallel threads (Pillow and
-    the S3 reads release the GIL). ``opener(storage_url)`` gives a storage backend."""
+    the S3 reads release the GIL). ``opener(storage_url)`` gives a storage backend.
+    ``stores``: each storage as read (``_Unreachable``, by URL), kept by a caller that makes
+    thumbnails a page at a time (``html.pieces``): made anew for each call, a store found
+    down was asked again on every page of the report, each page waiting out its own
+    timeout (a 10,000-job report of a hung store: 50 pages of 10 to 120 s)."""
     wanted = [job for job in jobs if job["output"]]
-    stores: dict[str, Any] = {}
+    stores = {} if stores is None else stores
     for job in wanted:
         if job["storage"] not in stores:
             stores[job["storage"]] = _Unreachable(opener(job["storage"]))
