@@ -769,7 +769,7 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
     with handle:
         if linked:
             digest = hashlib.sha256()
-            while data := handle.read(chunk):
+            while data := _read(handle, chunk, path):
                 digest.update(data)
             if sha256 is None or digest.hexdigest() != sha256:
                 raise StorageError(
@@ -778,8 +778,21 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
                     retryable=False,
                 )
             handle.seek(0)
-        while data := handle.read(chunk):
+        while data := _read(handle, chunk, path):
             yield data
+
+
+def _read(handle: Any, size: int, path: Any) -> bytes:
+    """The next ``size`` bytes of an output's file, a read the disk refuses (EIO: a failing
+    sector; ESTALE: an NFS store's file replaced) a StorageError naming it: as an OSError it
+    was taken by ``afc report`` for a failure to write the report's own file (exit 2, no
+    report), and by ``afc serve`` for a bug (a 500 and a traceback)."""
+    from afc_cli.errors import StorageError
+
+    try:
+        return handle.read(size)
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc.strerror or exc}", retryable=False) from None
 
 
 class Checked:
