@@ -194,19 +194,34 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
         where = store.describe(job["output_key"])
         size = job["output_size"]
         again = f"'afc cancel {job['key']}' then 'afc retry {job['key']}'"
+        held = (info.meta or {}).get("sha256")
+        sha = job["output_sha256"]
         if not info.exists:
             why = f"its output ({where}) is gone from storage"
-        elif size is not None and info.size is not None and info.size != size:
-            why = f"its output ({where}) is {info.size} bytes, not the {size} it was verified with"
-            # still at the key, tagged as this job's: a retry alone takes it as its own output
-            # and fails VERIFY_FAILED reading it back, rendering nothing; deleted, it is rendered
+        else:
+            if size is not None and info.size is not None and info.size != size:
+                why = f"its output ({where}) is {info.size} bytes, not the {size} it was verified with"
+            # of its size, saved over: the metadata the same HEAD answered names what is there
+            # (an S3 object another tool wrote has none of afc's; another afc output copied
+            # over it, another SHA-256); a folder's file saved over in place keeps its
+            # metadata beside it, and only reading it tells (the contact sheet's picture does)
+            elif sha and info.meta is None:
+                why = f"its key ({where}) holds an object afc did not write (no afc metadata)"
+            elif sha and held and held != sha:
+                why = (
+                    f"its key ({where}) holds another output (SHA-256 {held[:12]}…, not the "
+                    f"{sha[:12]}… it was verified with)"
+                )
+            else:
+                continue
+            # still at the key: a retry alone takes it as the job's output found in storage
+            # and, reading it back, fails (VERIFY_FAILED) or refuses it, rendering nothing;
+            # deleted, it is rendered
             again = (
                 f"delete {store.held_at(job['output_key'])}, then 'afc cancel {job['key']}' and "
-                f"'afc retry {job['key']}' (a retry alone finds this job's own object there and "
-                "fails VERIFY_FAILED)"
+                f"'afc retry {job['key']}' (a retry alone finds the object at its key and "
+                "renders nothing)"
             )
-        else:
-            continue
         gone.append(
             f"{job['key']!r}: {why}; approved, it would be succeeded with nothing of its own "
             f"stored. Restore the file, or render it again: {again}"

@@ -7,10 +7,30 @@ it again, and that way works."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import manifest
+from moto.server import ThreadedMotoServer
+from s3fake import FaultPlan, ProxiedBucket
 
 
-def awaiting(afc) -> str:
+@pytest.fixture(scope="module")
+def moto_server():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    yield server.get_host_and_port()
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_server, afc):
+    plan = FaultPlan()
+    ctx = ProxiedBucket(moto_server, afc, plan, "renders")
+    yield ctx
+    plan.release()
+    ctx.proxy.shutdown()
+
+
+def awaiting(afc, *args: str) -> str:
     afc.write_manifest(
         manifest(
             [
@@ -19,7 +39,7 @@ def awaiting(afc) -> str:
             ]
         )
     )
-    done = afc("submit", "manifest.yaml")
+    done = afc("submit", "manifest.yaml", *args)
     assert done.returncode == 0, done.stderr
     [(key,)] = afc.rows("SELECT output_key FROM jobs WHERE key = 'frame'")
     return key
@@ -68,6 +88,40 @@ def test_an_output_cut_short_is_not_approved_and_a_rejection_needs_no_look(afc):
 
 def test_an_output_in_place_is_approved(afc):
     awaiting(afc)
+    approved = afc("review", "approve", "frame")
+    assert approved.returncode == 0, approved.stderr
+    assert status(afc, "frame") == "succeeded" and decided(afc) == 1
+
+
+@pytest.mark.parametrize("copied", ["by another tool", "another output"])
+def test_an_s3_output_saved_over_with_bytes_of_its_size_is_not_approved(afc, s3, copied):
+    """Of the size verified, the object at the key was approved whatever it held: the HEAD
+    the approval makes answers its metadata too, and an object without afc's (written by
+    another tool) or with another SHA-256 (another afc output copied over it) is refused."""
+    awaiting(afc, "--storage", s3.url)
+    [(output_key, size)] = afc.rows("SELECT output_key, output_size FROM jobs WHERE key = 'frame'")
+    [(storage,)] = afc.rows("SELECT storage FROM batches")
+    prefix = storage.removeprefix(f"s3://{s3.bucket}").strip("/")
+    key = f"{prefix}/{output_key}".lstrip("/")
+    head = s3.client.head_object(Bucket=s3.bucket, Key=key)
+    other = b"\x89PNG" + b"x" * (size - 4)
+    metadata = {}
+    if copied == "another output":
+        metadata = dict(head["Metadata"], **{"afc-sha256": "ab" * 32})
+    s3.client.put_object(Bucket=s3.bucket, Key=key, Body=other, Metadata=metadata)
+    refused = afc("review", "approve", "frame")
+    assert refused.returncode == 2, refused.stderr
+    said = " ".join(refused.stderr.split())
+    if copied == "another output":
+        assert "holds another output (SHA-256 abababababab…" in said, said
+    else:
+        assert "holds an object afc did not write" in said, said
+    assert "then 'afc cancel frame' and 'afc retry frame'" in said, said
+    assert decided(afc) == 0 and status(afc, "frame") == "awaiting_review"
+
+
+def test_an_s3_output_in_place_is_approved(afc, s3):
+    awaiting(afc, "--storage", s3.url)
     approved = afc("review", "approve", "frame")
     assert approved.returncode == 0, approved.stderr
     assert status(afc, "frame") == "succeeded" and decided(afc) == 1
