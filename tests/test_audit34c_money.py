@@ -1,0 +1,50 @@
+"""Outside audit 34c, money: the figures ``afc costs report`` gives against what the fake
+providers (tests/fakeproviders.py) billed, through the real ``afc`` command."""
+
+from __future__ import annotations
+
+from conftest import manifest
+
+OPENAI = {"provider": "openai", "model": "gpt-image-1", "attempts": 1}
+CARD = [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}]
+
+
+def _billed(fake) -> int:
+    return sum(1 for _, _, _, billed in fake.log if billed)
+
+
+def test_a_damaged_object_found_again_at_each_retry_saves_nothing(afc, fake, tmp_path):
+    """A fresh ledger finds a job's own object in storage, damaged since it was stored: its
+    probe counted a render avoided, its read-back failed (VERIFY_FAILED), each 'afc retry'
+    found the same object and counted one more, and after the way out the message gives
+    (delete the object, retry: a new render, paid) 'afc costs report' said one render more
+    saved than stored outputs saved, at the price of the render just paid for again. A job
+    that ended VERIFY_FAILED avoided nothing: only the job whose stored output verified is
+    counted, and priced is what the provider billed."""
+    out = tmp_path / "out"
+    data = manifest(
+        [{"key": "a", "prompt": "damaged a"}, {"key": "b", "prompt": "intact b"}], rates=CARD
+    )
+    data["defaults"]["chain"] = [OPENAI]
+    afc.write_manifest(data)
+    storage = ("--storage", f"file://{out}")
+    assert afc.json("submit", "manifest.yaml", *storage)["counts"] == {"succeeded": 2}
+    assert _billed(fake) == 2
+    (out / "b1" / "a.png").write_bytes(b"damaged at rest")
+    (afc.cwd / "afc.db").unlink()
+    afc.json("submit", "manifest.yaml", *storage, expect=1)  # a fresh ledger
+    for _ in range(2):  # a retry alone finds the damaged object again
+        afc.json("retry", "a")
+        afc.json("resume", expect=1)
+    total = afc.json("costs", "report")["total"]
+    assert (total["avoided_renders"], total["avoided_cost"]) == (1, "0.040000"), total
+    # the way out: delete the object and its metadata, retry, a new render paid
+    (out / "b1" / "a.png").unlink()
+    (out / "b1" / "a.png.afc.json").unlink()
+    afc.json("retry", "a")
+    assert afc.json("resume")["counts"] == {"succeeded": 1}
+    assert _billed(fake) == 3  # this ledger paid for one render: a's
+    total = afc.json("costs", "report")["total"]
+    assert total["priced"] == "0.040000", total
+    assert (total["avoided_renders"], total["avoided_cost"]) == (1, "0.040000"), total
+    assert afc.rows("SELECT COUNT(*) FROM avoided") == [(1,)]
