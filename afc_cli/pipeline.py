@@ -995,6 +995,20 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
         # Stored by this very job (an earlier run, or a ledger rebuilt over the same storage):
         # succeed from storage, no provider call; count the render it saved.
         meta = info.meta
+        if _paid_here(ctx, job, meta):
+            # the render this ledger paid for (a job cancelled or failed after its store, and
+            # retried): used, but no render was avoided; its attempt adopted as at render
+            with ctx.ledger.tx():
+                ctx.ledger.checkpoint(
+                    job,
+                    [("probe", {"found": "own output"})],
+                    "verify",
+                    outcome="stored",
+                    output_sha256=meta.get("sha256"),
+                    output_size=meta.get("size"),
+                )
+                _adopt_stored(ctx, job, meta)
+            return True
         cost, source = _micros(meta.get("cost")), meta.get("cost_source")
         if cost is None and meta.get("provider"):
             rates = ctx.rates.get(job["batch"]) or RateCards()
@@ -1026,6 +1040,23 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
     job["step"] = "render"
     job.setdefault("unwritten_steps", []).append(("probe", {"found": None}, time.time()))
     return True
+
+
+def _paid_here(ctx: RunContext, job: dict[str, Any], meta: dict[str, Any]) -> bool:
+    """Whether the object a probe found at the job's key holds a render this ledger paid
+    for: its metadata names an attempt of the job here (provider and number) that may have
+    made it. A job cancelled awaiting review, or failed VERIFY_FAILED and retried once its
+    object read back whole, found its own paid render at its probe, and ``afc costs report``
+    counted it as a render avoided at its price, beside that same render's cost: one render
+    paid for, and as much said saved."""
+    if not job["attempts"]:
+        return False
+    return any(
+        a["number"] == meta.get("attempt")
+        and a["provider"] == meta.get("provider")
+        and a["status"] in ("succeeded", "started", "unknown")
+        for a in ctx.ledger.attempts(job["id"])
+    )
 
 
 # --- render and spool -----------------------------------------------------------------------------
