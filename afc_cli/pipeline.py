@@ -995,22 +995,11 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
         # Stored by this very job (an earlier run, or a ledger rebuilt over the same storage):
         # succeed from storage, no provider call; count the render it saved.
         meta = info.meta
-        if _paid_here(ctx, job, meta):
-            # the render this ledger paid for (a job cancelled or failed after its store, and
-            # retried): used, but no render was avoided; its attempt adopted as at render
-            with ctx.ledger.tx():
-                ctx.ledger.checkpoint(
-                    job,
-                    [("probe", {"found": "own output"})],
-                    "verify",
-                    outcome="stored",
-                    output_sha256=meta.get("sha256"),
-                    output_size=meta.get("size"),
-                )
-                _adopt_stored(ctx, job, meta)
-            return True
+        # the render this ledger paid for (a job cancelled or failed after its store, and
+        # retried) is used, but no render was avoided: its attempt adopted as at render
+        own = _paid_here(ctx, job, meta)
         cost, source = _micros(meta.get("cost")), meta.get("cost_source")
-        if cost is None and meta.get("provider"):
+        if cost is None and meta.get("provider") and not own:
             rates = ctx.rates.get(job["batch"]) or RateCards()
             # the card's price of the request: every image it asks for (as ``afc plan``)
             params = json.loads(job["request_json"]).get("params") or {}
@@ -1027,9 +1016,12 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
                 output_sha256=meta.get("sha256"),
                 output_size=meta.get("size"),
             )
-            ctx.ledger.record_avoided(
-                job, "stored", meta.get("provider"), meta.get("model"), cost, source
-            )
+            if own:
+                _adopt_stored(ctx, job, meta)
+            else:
+                ctx.ledger.record_avoided(
+                    job, "stored", meta.get("provider"), meta.get("model"), cost, source
+                )
         return True
     # Nothing stored: the job goes on to render with no write of its own here. The probe's
     # step row and the job's move to ``render`` are written with its attempt row
