@@ -6,6 +6,7 @@ import base64
 import sqlite3
 
 import pytest
+from browser import browser  # noqa: F401 - the fixture
 from conftest import jobs, manifest
 
 SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
@@ -160,6 +161,56 @@ def test_a_full_size_output_runs_no_script_on_the_servers_origin(afc):
             assert ran is None
     finally:
         served.stop()
+
+
+def test_a_full_size_output_fetches_nothing_from_elsewhere(afc, browser):  # noqa: F811
+    """A stored SVG output opened full size loaded what it named from another host (an
+    <image href>): a beacon telling whoever made the bytes the reviewer's address and the
+    moment of the review. Outputs are sent with default-src 'none', and a picture of the
+    server's own still shows."""
+    pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
+    import http.server
+    import threading
+
+    from browser import Served
+
+    seen: list[str] = []
+
+    class Beacon(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Beacon)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    beacon_url = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        data = manifest([{"key": "logo", "prompt": "a logo", "output": "{batch}/{key}.svg"}])
+        afc.write_manifest(data)
+        assert afc("submit", "manifest.yaml").returncode == 0
+        path = afc.outputs() / "b1" / "logo.svg"
+        svg = (
+            '<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64">'
+            f'<image href="{beacon_url}seen.png" width="64" height="64"/>'
+            f'<foreignObject><img xmlns="http://www.w3.org/1999/xhtml" src="{beacon_url}img"/>'
+            "</foreignObject></svg>"
+        )
+        path.write_text(svg)
+        job_id = afc.rows("SELECT id FROM jobs WHERE key = 'logo'")[0][0]
+        served = Served(afc)
+        try:
+            browser.get(f"{served.url}output/{job_id}")
+            # get() returns at the load event, which waits for the document's images
+            assert browser.execute_script("return document.documentElement.tagName") == "svg"
+        finally:
+            served.stop()
+        assert seen == [], seen
+    finally:
+        server.shutdown()
 
 
 def test_no_page_can_be_framed_by_another_site(afc):

@@ -56,8 +56,17 @@ DECIDED = {"approve": "approved", "reject": "rejected"}
 PAGE_HEADERS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
 # A stored output is a provider's bytes: an SVG or HTML one is shown as a document with no
 # script and an origin of its own (sandbox), never run on this server's origin, where it could
-# read a review page's form token; nor is any output's type guessed from its bytes.
-OUTPUT_HEADERS = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+# read a review page's form token; nor is any output's type guessed from its bytes. Nor does
+# one opened full size fetch anything from elsewhere (default-src 'none'): an SVG's <image
+# href> or an HTML output's <img>/meta refresh told its sender the reviewer's address and
+# when the review was made; its own pictures and clips still show ('self', data:).
+OUTPUT_HEADERS = {
+    "Content-Security-Policy": (
+        "sandbox; default-src 'none'; img-src 'self' data:; media-src 'self'; "
+        "style-src 'unsafe-inline'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+}
 
 
 def is_loopback(host: str) -> bool:
