@@ -1644,14 +1644,35 @@ def _references(spec: JobSpec) -> list[tuple[str, str]]:
     return refs
 
 
+def _file_url(name: str) -> str | None:
+    """A ``file://`` URL's local path (as storage takes one for a folder), else None; a
+    ValueError saying why for one naming another host or no file. Refused as 'a URL ...
+    download it first' before, the advice wrong for a file already on this machine."""
+    if not name[:7].lower() == "file://":
+        return None
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(name)
+    if parts.netloc not in ("", "localhost"):
+        raise ValueError(f"{name!r} names a file on another host; name a local file")
+    if not parts.path:
+        raise ValueError(f"{name!r} names no file")
+    return unquote(parts.path)
+
+
 def _input_file(seen: Seen, name: str) -> tuple[str, str] | str:
     """An input file's absolute path and SHA-256, or why it cannot be used (read once)."""
     known = seen.files.get(name)
     if known is not None:
         return known
-    if "://" in name:
+    try:
+        local = _file_url(name)
+    except ValueError as exc:
+        return str(exc)
+    if local is None and "://" in name:
         return f"{name!r} is a URL; an input path names a local file (download it first)"
-    path = Path(name) if Path(name).is_absolute() else seen.base / name
+    name_path = Path(local) if local is not None else Path(name)
+    path = name_path if name_path.is_absolute() else seen.base / name_path
     found: tuple[str, str] | str
     try:
         if not path.is_file():

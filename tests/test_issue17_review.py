@@ -223,6 +223,10 @@ def test_retry_of_a_failed_need_lets_its_dependents_run_again(afc):
             "field 'inputs[0].path': 'https://x.example/y.png' is a URL; an input path names a",
         ),
         (
+            [{"key": "a", "prompt": "a", "inputs": [{"path": "file://nas/refs/y.png"}]}],
+            "field 'inputs[0].path': 'file://nas/refs/y.png' names a file on another host",
+        ),
+        (
             [{"key": "a", "prompt": "a", "inputs": [{"path": "x.png", "job": "b"}]}],
             "an input names either job: KEY or path: FILE",
         ),
@@ -273,6 +277,24 @@ def test_the_request_hash_covers_an_input_file_and_an_input_jobs_request(afc):
     # the style frame's file changed, so its hash, and so its shots' hashes
     assert set(conflicts) == {"style", "shot-1", "shot-2"}
     assert "inputs" in {c["field"].split("[")[0] for c in conflicts["style"]["changes"]}
+
+
+def test_an_input_named_by_a_file_url_is_that_local_file(afc):
+    """'path: file:///abs/ref.png' was refused as 'a URL ... (download it first)', advice
+    wrong for a file already here: it is the file the URL names, the same request as its
+    plain path (the request hash covers the bytes)."""
+    ref = afc.cwd / "my refs" / "palette.png"
+    ref.parent.mkdir()
+    ref.write_bytes(render_png("a palette", 16, 16))
+    plain = {"key": "a", "prompt": "a", "inputs": [{"path": str(ref)}]}
+    afc.write_manifest(manifest([plain]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    url = "file://" + str(ref).replace(" ", "%20")
+    for named in (url, url.replace("file://", "file://localhost")):
+        afc.write_manifest(manifest([{**plain, "inputs": [{"path": named}]}]))
+        again = afc.json("submit", "manifest.yaml")
+        assert again["counts"] == {"succeeded": 1}, again
+    assert afc.rows("SELECT COUNT(*) FROM attempts")[0][0] == 1  # the same request: no render
 
 
 def test_plan_shows_the_dependency_order_and_the_reviews(afc):
