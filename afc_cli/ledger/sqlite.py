@@ -306,9 +306,14 @@ class SqliteLedger(Ledger):
                     # Another process kept the write lock past the busy timeout (a sqlite3
                     # shell in a transaction): the run stops. Each job with a render slot
                     # would otherwise wait its own busy timeout in turn in the loop's thread
-                    # (32 slots: 16 minutes) before the run could end.
+                    # (32 slots: 16 minutes) before the run could end. Raised as the ledger
+                    # write error it is (as a later write's and PostgreSQL's are), not as
+                    # SQLite's own: that one, met by a job whose paid call had just returned,
+                    # was taken for a bug in afc, which cancelled the calls in flight and
+                    # left the renders in memory unkept, to be paid for again
                     self._broken = True
                     self._broken_by = exc
+                    raise ledger_write_error(self.path, exc) from None
                 raise
         changes = conn.total_changes
         self._depth = 1
