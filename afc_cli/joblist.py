@@ -16,7 +16,9 @@ file and its line number. The file is relative to the manifest's folder.
   again (two lists joined), which would be a job keyed ``key``. A header whose columns are
   separated by ``;`` (a European locale's export) is refused saying so, not read.
 
-Either format: a byte order mark opening the file is skipped; a byte that is not UTF-8 refuses
+Either format: a byte order mark opening the file is skipped, and one opening a later line (two
+lists joined, each saved with one) refuses the list at that line, named as such (``BOM_LINE``;
+a CSV header row after it is the header row again); a byte that is not UTF-8 refuses
 the list at its line (named, with the byte); a line longer than
 ``MAX_LINE_CHARS`` (1 Mi characters: a job's line is a few hundred) refuses the list at that
 line, unread (a file of one endless line, such as a binary or a log named by mistake, would
@@ -81,6 +83,16 @@ TOO_LONG = (
 
 class _TooLong(Exception):
     pass
+
+
+# a byte order mark opening a line other than the first: two lists joined one after another
+# ('cat a.csv b.csv', each saved with one, as Excel's "CSV UTF-8" and Notepad save), invisible
+# in an editor; a JSON line so opened read 'Expecting value: line 1 column 1 (char 0)'
+BOM = "\ufeff"
+BOM_LINE = (
+    "a byte order mark (U+FEFF, invisible in most editors) opens this line, as it opens a "
+    "file: two lists joined one after another? remove it"
+)
 
 
 # a byte that is not UTF-8, as the ``surrogateescape`` handler the list is read with gives it
@@ -269,6 +281,9 @@ class JobFile:
                     line = text.strip()
                     if not line:
                         continue
+                    if line.startswith(BOM):
+                        yield number, _Bad(BOM_LINE)
+                        continue
                     value = _flat(line)
                     if value is not None:
                         yield number, value
@@ -366,12 +381,17 @@ class JobFile:
                     continue
                 # the header row again (two lists joined, 'cat a.csv b.csv'): read as a job
                 # keyed 'key' whose prompt is 'prompt', it was admitted and paid for
+                # also after a byte order mark, the second list's (its first cell '\ufeffkey')
+                again = cells == header or (
+                    cells[0].startswith(BOM) and [cells[0][1:], *cells[1:]] == header
+                )
                 row = (
                     _Bad(
-                        "the header row again (two lists joined one after another?): remove "
-                        "this line"
+                        "the header row again"
+                        + (", after a byte order mark" if cells != header else "")
+                        + " (two lists joined one after another?): remove this line"
                     )
-                    if cells == header
+                    if again
                     else self._row(header, cells)
                 )
                 if isinstance(row, _Bad) and "key" in header:
