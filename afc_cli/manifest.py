@@ -529,16 +529,22 @@ def _check_nodes(root: yaml.Node) -> None:
     billions of values), an alias inside its own anchor, nesting deeper than
     ``MAX_YAML_DEPTH``, and mapping keys that are lists or mappings (``? [a, b]``).
 
-    One pass over the node graph: each collection's expanded size is computed once, and every
-    later reference to it (an alias) adds that size to the expansion."""
+    One pass over the node graph: each collection's expanded size and height (the levels it
+    nests, itself included) are computed once, and every later reference to it (an alias) adds
+    that size to the expansion and is nested that many levels below where the alias is (an
+    alias written deeper than its anchor: a few anchors each nesting the one before made
+    params ~900 levels deep, past Python's recursion limit in the commands reading them)."""
     sizes: dict[int, int] = {}
+    heights: dict[int, int] = {}
     visiting: set[int] = set()
     extra = 0
+    deepest = 0  # the height of the collection last sized
 
     def size(node: yaml.Node, depth: int) -> int:
-        nonlocal extra
+        nonlocal extra, deepest
         value = node.value
         if isinstance(value, str):  # a scalar
+            deepest = 0
             return 1
         nid = id(node)
         known = sizes.get(nid)
@@ -549,6 +555,12 @@ def _check_nodes(root: yaml.Node) -> None:
                     f"its aliases would add more than {MAX_ALIAS_NODES} values when expanded; "
                     "write the values out, or use fewer aliases"
                 )
+            deepest = heights[nid]
+            if depth + deepest - 1 > MAX_YAML_DEPTH:
+                raise _YamlRefused(
+                    f"line {node.start_mark.line + 1}: nested more than {MAX_YAML_DEPTH} levels "
+                    "deep (once an alias of the value there is written out)"
+                )
             return known
         line = node.start_mark.line + 1
         if nid in visiting:
@@ -557,6 +569,7 @@ def _check_nodes(root: yaml.Node) -> None:
             raise _YamlRefused(f"line {line}: nested more than {MAX_YAML_DEPTH} levels deep")
         visiting.add(nid)
         total = 1
+        height = 0  # of the children
         if isinstance(node, yaml.MappingNode):
             for key_node, value_node in value:
                 if not isinstance(key_node, yaml.ScalarNode):
@@ -565,11 +578,14 @@ def _check_nodes(root: yaml.Node) -> None:
                         "value, not a list or mapping"
                     )
                 total += 1 + size(value_node, depth + 1)
+                height = max(height, deepest)
         else:
             for child in value:
                 total += size(child, depth + 1)
+                height = max(height, deepest)
         visiting.discard(nid)
         sizes[nid] = total
+        heights[nid] = deepest = height + 1
         return total
 
     size(root, 1)
