@@ -489,11 +489,56 @@ class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     """Safe loader (the C one when PyYAML has it) that refuses duplicate mapping keys."""
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
-        """PyYAML's, noting how many of the mapping's pairs came from its merge keys
-        (``<<: *shared``): they come first, and the mapping's own keys override them, as
-        YAML says; only a key the mapping itself gives twice is a duplicate."""
+        """The mapping's merge keys (``<<: *shared``) written out, noting how many of its
+        pairs came from them: they come first, and the mapping's own keys override them, as
+        YAML says; only a key the mapping itself gives twice is a duplicate.
+
+        Done here, as PyYAML did until 6.0.3, not by PyYAML's own: 6.0.4's lets the last
+        mapping of ``<<: [*a, *b]`` win for every key of two or more letters, where YAML says
+        the first does (it de-duplicates by the keys' object ids, which only CPython's
+        one-letter strings share: yaml/pyyaml#953), so one manifest was two requests under
+        the two versions. The mappings of a list are written out last first, so the first
+        one's pairs come later and win. The expansion it can make is bounded beforehand by
+        ``_check_nodes`` (``MAX_ALIAS_NODES``), the merge-key blow-up 6.0.4 guards against."""
         own = sum(1 for key_node, _ in node.value if key_node.tag != _MERGE_TAG)
-        super().flatten_mapping(node)
+        merge: list[tuple[yaml.Node, yaml.Node]] = []
+        index = 0
+        while index < len(node.value):
+            key_node, value_node = node.value[index]
+            if key_node.tag == _MERGE_TAG:
+                del node.value[index]
+                if isinstance(value_node, yaml.MappingNode):
+                    self.flatten_mapping(value_node)
+                    merge.extend(value_node.value)
+                elif isinstance(value_node, yaml.SequenceNode):
+                    blocks = []
+                    for subnode in value_node.value:
+                        if not isinstance(subnode, yaml.MappingNode):
+                            raise yaml.constructor.ConstructorError(
+                                "while constructing a mapping",
+                                node.start_mark,
+                                f"expected a mapping for merging, but found {subnode.id}",
+                                subnode.start_mark,
+                            )
+                        self.flatten_mapping(subnode)
+                        blocks.append(subnode.value)
+                    for pairs in reversed(blocks):
+                        merge.extend(pairs)
+                else:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        "expected a mapping or list of mappings for merging, but found "
+                        f"{value_node.id}",
+                        value_node.start_mark,
+                    )
+            elif key_node.tag == "tag:yaml.org,2002:value":
+                key_node.tag = "tag:yaml.org,2002:str"
+                index += 1
+            else:
+                index += 1
+        if merge:
+            node.value = merge + node.value
         if len(node.value) > own:  # flattened again (an alias): the first count stands
             merged: dict[int, int] = self.__dict__.setdefault("merged_pairs", {})
             merged.setdefault(id(node), len(node.value) - own)
