@@ -92,7 +92,22 @@ def normalize_url(url: str, base: Path | None = None) -> str:
         path = Path(os.path.expanduser(raw))
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
-        return "file://" + os.path.normpath(path)
+        folder = os.path.normpath(path)
+        try:
+            folder.encode("utf-8")
+        except UnicodeEncodeError:
+            # a folder named in another encoding (Latin-1 from an old share, a zip's cp437),
+            # met as the working folder, AFC_STORAGE or the home folder: the ledger records
+            # the URL as text, and writing it was 'unexpected error: UnicodeEncodeError'
+            # (exit 1) after the ledger and the folder were made
+            shown = folder.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise UsageError(
+                f"storage folder {shown} is not UTF-8 text (a folder named in another "
+                "encoding); afc records a batch's storage as UTF-8: rename the folder, or name "
+                "a storage whose path is UTF-8 (--storage, AFC_STORAGE or the manifest's "
+                "storage)"
+            ) from None
+        return "file://" + folder
     if url.startswith("s3://"):
         from afc_cli.storage.s3 import parse_url
 
