@@ -1739,6 +1739,11 @@ def _closed_streams_to_devnull() -> None:
                 setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))
 
 
+# environment variables whose values afc records in the ledger as text (owner.host_id,
+# ops.decided_by): read as UTF-8, as the arguments are
+NAMES_FROM_ENV = ("AFC_HOST_ID", "AFC_USER")
+
+
 def main() -> None:
     # Reading a SIGPIPE'd pipe (afc status | head) should end quietly.
     if hasattr(signal, "SIGPIPE"):
@@ -1757,6 +1762,20 @@ def main() -> None:
         except UnicodeEncodeError:  # bytes the locale could not decode (surrogate escapes)
             shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             _err(f"argument {number} ({shown}) is not UTF-8 text; afc reads its arguments as UTF-8")
+            sys.exit(2)
+    # names afc writes into the ledger as text (a lease's owner, a decision's author): bytes
+    # the locale could not decode were 'unexpected error: UnicodeEncodeError' (exit 1) at
+    # the first claim, after the submit's jobs were admitted, or at a review's decision
+    for name in NAMES_FROM_ENV:
+        try:
+            os.environ.get(name, "").encode("utf-8")
+        except UnicodeEncodeError:
+            value = os.environ[name]
+            shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            _err(
+                f"{name} ({shown}) is not UTF-8 text; afc records it in the ledger as UTF-8: "
+                "set it in UTF-8, or unset it"
+            )
             sys.exit(2)
     from afc_cli.cli_coercion import install
 
