@@ -18,7 +18,9 @@ file and its line number. The file is relative to the manifest's folder.
 
 Either format: a byte order mark opening the file is skipped, and one opening a later line (two
 lists joined, each saved with one) refuses the list at that line, named as such (``BOM_LINE``;
-a CSV header row after it is the header row again); a byte that is not UTF-8 refuses
+a CSV header row after it is the header row again); a zip archive (an Excel workbook named
+jobs.csv) or a compressed file is refused as such by its first bytes (``JobFile._archive``);
+a byte that is not UTF-8 refuses
 the list at its line (named, with the byte); a line longer than
 ``MAX_LINE_CHARS`` (1 Mi characters: a job's line is a few hundred) refuses the list at that
 line, unread (a file of one endless line, such as a binary or a log named by mistake, would
@@ -57,6 +59,12 @@ CSV_JSON_EXAMPLES = {
     "needs": '["style-frame"] (a list, in double quotes)',
     "inputs": '[{"path": "refs/palette.png"}, {"job": "style-frame"}]',
 }
+
+
+# the first bytes of an archive named as a job list (JobFile._archive): a zip's (an Excel
+# workbook's, .xlsx, is one) and a compressed file's (gzip, bzip2, xz, zstd)
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zX", b"\x28\xb5\x2f\xfd")
 
 
 class _Duplicate(ValueError):
@@ -237,6 +245,30 @@ class JobFile:
             if os.path.lexists(self.path):  # a directory, a FIFO, a device, a symlink loop
                 return f"{self.name!r} next to the manifest is not a regular file"
             return f"no file {self.name!r} next to the manifest"
+        return self._archive()
+
+    def _archive(self) -> str | None:
+        """What to say of a list that is an archive, not text (an Excel workbook named
+        jobs.csv, a gzip'd jobs.jsonl), read as text it was 'not UTF-8 text ... (saved as
+        Latin-1 or Windows-1252?)'; None for any other file (read, and judged, line by line)."""
+        try:
+            with open(self.path, "rb") as handle:
+                magic = handle.read(4)
+        except OSError:
+            return None  # said when the list is read
+        text = "CSV text" if self.format == "csv" else "JSON Lines text"
+        if magic in ZIP_MAGIC:
+            kind = "a zip archive (an Excel workbook?)" if self.format == "csv" else "a zip archive"
+            how = (
+                "export the sheet as CSV UTF-8 (Excel: Save As, 'CSV UTF-8')"
+                if self.format == "csv"
+                else "unzip it and name the list inside"
+            )
+            return f"{self.name!r} is {kind}, not {text}: {how}"
+        if any(magic.startswith(mark) for mark in COMPRESSED_MAGIC):
+            return (
+                f"{self.name!r} is compressed (gzip, bzip2, xz or zstd), not {text}: decompress it"
+            )
         return None
 
     def specs(self, start: int, problems: list[str]) -> Iterator[tuple[int, str, Any]]:
