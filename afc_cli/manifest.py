@@ -464,6 +464,47 @@ def _chain_problems(
             param, _, message = problem.partition(": ")
             problems.append(f"field 'params.{param}': {message}")
     problems.extend(_unknown_params(params, chain, providers))
+    problems.extend(_base60_problems(params))
+    return problems
+
+
+class _Base60Int(int):
+    """A YAML 1.1 base-60 number (``16:9`` is 969, ``1:30`` is 90), with the text written:
+    in params always a slip (``aspect_ratio: 16:9``), refused by ``_base60_problems``."""
+
+    text = ""
+
+
+class _Base60Float(float):
+    text = ""
+
+
+def _construct_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    """YAML's int or float, marked when written in base 60 (a plain scalar with a ':'; the
+    C loader gives a plain scalar the style '', the Python one None)."""
+    if node.tag == "tag:yaml.org,2002:int":
+        value = loader.construct_yaml_int(node)
+    else:
+        value = loader.construct_yaml_float(node)
+    if not node.style and ":" in node.value and not isinstance(value, bool):
+        marked = (_Base60Int if isinstance(value, int) else _Base60Float)(value)
+        marked.text = node.value
+        return marked
+    return value
+
+
+def _base60_problems(params: dict[str, Any]) -> list[str]:
+    """A param written as YAML read a base-60 number, ``aspect_ratio: 16:9`` (969): it was
+    admitted so, refused by the provider only when sent, and the quoted fix was then a
+    changed request under the same key (an IDEMPOTENCY_CONFLICT)."""
+    problems = []
+    for name, value in params.items():
+        if isinstance(value, _Base60Int | _Base60Float):
+            number = int(value) if isinstance(value, int) else float(value)
+            problems.append(
+                f"field 'params.{name}': YAML read {value.text} as the base-60 number "
+                f'{number}; write it in quotes to keep it as text ("{value.text}")'
+            )
     return problems
 
 
@@ -566,6 +607,8 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_number)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_number)
 
 
 def _check_nodes(root: yaml.Node) -> None:
