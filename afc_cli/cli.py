@@ -1756,26 +1756,28 @@ def main() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError):  # replaced or closed streams
             stream.reconfigure(errors="backslashreplace")
-    for number, arg in enumerate(sys.argv[1:], 1):
+    # Bytes the locale could not decode (surrogate escapes), in an argument or in a name afc
+    # writes into the ledger as text (a lease's owner, a decision's author: NAMES_FROM_ENV),
+    # were 'unexpected error: UnicodeEncodeError' (exit 1) at the first claim, after the
+    # submit's jobs were admitted, or at a review's decision: refused before any command.
+    texts = [
+        (f"argument {n}", arg, "afc reads its arguments as UTF-8")
+        for n, arg in enumerate(sys.argv[1:], 1)
+    ]
+    texts += [
+        (
+            name,
+            os.environ.get(name, ""),
+            "afc records it in the ledger as UTF-8: set it in UTF-8, or unset it",
+        )
+        for name in NAMES_FROM_ENV
+    ]
+    for label, text, why in texts:
         try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError:  # bytes the locale could not decode (surrogate escapes)
-            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            _err(f"argument {number} ({shown}) is not UTF-8 text; afc reads its arguments as UTF-8")
-            sys.exit(2)
-    # names afc writes into the ledger as text (a lease's owner, a decision's author): bytes
-    # the locale could not decode were 'unexpected error: UnicodeEncodeError' (exit 1) at
-    # the first claim, after the submit's jobs were admitted, or at a review's decision
-    for name in NAMES_FROM_ENV:
-        try:
-            os.environ.get(name, "").encode("utf-8")
+            text.encode("utf-8")
         except UnicodeEncodeError:
-            value = os.environ[name]
-            shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            _err(
-                f"{name} ({shown}) is not UTF-8 text; afc records it in the ledger as UTF-8: "
-                "set it in UTF-8, or unset it"
-            )
+            shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            _err(f"{label} ({shown}) is not UTF-8 text; {why}")
             sys.exit(2)
     from afc_cli.cli_coercion import install
 
