@@ -121,3 +121,38 @@ def test_a_full_size_view_cut_off_by_the_store_is_one_line_not_a_traceback(
     assert len(lines) == 1, stderr
     said = f"afc: serve: /output/{job_id}: the full-size view was cut short: cannot read s3://"
     assert lines[0].startswith(said) and "j0.png" in lines[0], lines
+
+
+def test_a_head_of_a_full_size_view_reads_no_more_than_its_first_chunk(afc, fake, s3, moto_server):
+    """'curl -I' of an output (a HEAD) streamed the whole object from storage, for uvicorn to
+    drop: here the read reached the store's cut at 2 MiB and said so. Its headers only now."""
+    data = manifest([{"key": "j0", "prompt": "big-out-3 shot"}], rates=RATES)
+    data["defaults"]["chain"] = [
+        {"provider": "replicate", "model": MODELS["replicate"], "attempts": 2, "backoff": FAST}
+    ]
+    afc.write_manifest(data)
+    afc("submit", "manifest.yaml", "--storage", s3.url)
+    (job_id, status), *_ = afc.rows("SELECT id, status FROM jobs")
+    assert status == "succeeded"
+    proxy = cutting_proxy(moto_server, keep=2 * MIB)
+    host, port = proxy.server_address[:2]
+    served = Served(afc, env={"AWS_ENDPOINT_URL_S3": f"http://{host}:{port}"})
+    try:
+        address = served.url.removeprefix("http://").rstrip("/")
+        conn = http.client.HTTPConnection(address, timeout=60)
+        conn.request("HEAD", f"/output/{job_id}")
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == 200
+        assert answer.getheader("content-type") == "image/png"
+        assert answer.getheader("content-security-policy").startswith("sandbox")
+        assert answer.getheader("content-length") is None
+        # the next request on the same connection is answered once the HEAD's response has
+        # ended: streamed, it read on to the store's cut, which broke the connection off
+        conn.request("GET", "/")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        code, stderr = served.stop()
+        proxy.shutdown()
+    assert code == 0 and "cut short" not in stderr, stderr

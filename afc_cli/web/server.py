@@ -665,7 +665,7 @@ class Pages:
         return made
 
     def output(self, request: Any):
-        from starlette.responses import PlainTextResponse, StreamingResponse
+        from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
         from afc_cli.errors import StorageError
         from afc_cli.inputs import media_type
@@ -721,6 +721,13 @@ class Pages:
         # .webp of their own: a slim container image), and a .png key holding a model's WebP
         # (``pipeline._named_as``) was said to be a PNG
         kind = media_type(first[:32], job["output_key"])
+        if request.method == "HEAD":
+            # its headers alone: streamed as for a GET, the whole object was read from
+            # storage to be dropped (a clip of a gigabyte from S3 at each 'curl -I')
+            chunks.close()
+            head = Response(media_type=kind, headers=dict(OUTPUT_HEADERS))
+            del head.headers["content-length"]  # not 0: the body is not known here
+            return head
         # no Content-Length from the ledger: the object in storage is what is sent (chunked),
         # and one replaced there since (another size) would break the response
         return StreamingResponse(body(), media_type=kind, headers=dict(OUTPUT_HEADERS))
