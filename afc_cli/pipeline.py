@@ -2983,7 +2983,8 @@ async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, s
             f"{job['key']}' on this host ({host_id()}), whose spool has the file: the next run "
             "stores it and pays for no new render."
             if spooled.exists()
-            else "No spool file is left for it (it was found in storage, not rendered here). "
+            else "No spool file is left for it (its render was found in storage, or stored "
+            "here and its spool file removed then). "
             f"To render it again: delete {where} (a retry alone finds this job's own object "
             f"there again and fails the same way), then 'afc retry {job['key']}': the next run "
             "pays for a new render."
