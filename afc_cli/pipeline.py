@@ -1067,6 +1067,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             return True
     if spooled is not None:
         about = await ctx.offload(ctx.spool.record_of, job["id"], spooled)
+        if about is None:
+            paid = _paid_render(ctx, job, await ctx.offload(ctx.spool.about_of, job["id"]))
+            if paid is not None:  # the file is not the render paid for: damaged since
+                spooled, about = SpoolFile(spooled.path, paid["size"], paid["sha256"]), paid
         _adopt_spool(ctx, job, spooled, about or {})
         return True
     if not job["attempts"] and not job.get("probed"):
@@ -2437,6 +2441,34 @@ def _adopt_spool(
                 cost_micros=cost,
                 cost_source=_about_source(about) if cost is not None else None,
             )
+
+
+def _paid_render(
+    ctx: RunContext, job: dict[str, Any], about: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The ``.about`` record of this job's spool file (``Spool.about_of``) when it describes
+    the render this job last paid for and no later one: this request, an attempt still of
+    unknown outcome (``started`` or ``unknown``) and the last such, with a size and SHA-256.
+    The file found beside it holds other bytes (``record_of`` refused it): a disk error or a
+    truncation since its run kept it there as its ledger broke. Adopted as found, those bytes
+    were checkpointed as the render, stored and verified against themselves: the job
+    succeeded with a damaged output. Checkpointed with the record's size and SHA-256 instead,
+    the store step finds the file damaged (``spool.damage``), as it finds any file its
+    checkpoint does not describe: nothing stored, the file set aside, ``SPOOL_DAMAGED``
+    (or, when the render was stored already, verify reads that object back). A record of
+    another request or of an earlier attempt is stale, not evidence of damage: None."""
+    if not about or about.get("request_hash") != job["request_hash"]:
+        return None
+    size, sha = about.get("size"), about.get("sha256")
+    if not isinstance(size, int) or isinstance(size, bool) or not isinstance(sha, str):
+        return None
+    live = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] in ("started", "unknown")]
+    if not live or (live[-1]["number"], live[-1]["provider"]) != (
+        about.get("attempt"),
+        about.get("provider"),
+    ):
+        return None
+    return about
 
 
 def _about_source(about: dict[str, Any]) -> str:

@@ -306,17 +306,26 @@ class Spool:
     def record_of(self, job_id: str, found: SpoolFile) -> dict[str, Any] | None:
         """The ``.about`` record (``describe``) of ``found``, this job's spool file: None
         where it is missing or torn, or describes another file (its size and SHA-256)."""
+        record = self.about_of(job_id)
+        if record is None or (found.size, found.sha256) != (
+            record.get("size"),
+            record.get("sha256"),
+        ):
+            return None
+        return record
+
+    def about_of(self, job_id: str) -> dict[str, Any] | None:
+        """This job's ``.about`` record as written, whichever file it describes: None where
+        it is missing, torn, or names another job. ``pipeline.render`` compares it with the
+        spool file it finds: a record of the render paid for that describes other bytes than
+        the file holds now tells a file damaged since (``pipeline._paid_render``)."""
         import json
 
         try:
             record = json.loads(self.about_path(job_id).read_bytes())
         except (OSError, ValueError):
             return None
-        if (
-            not isinstance(record, dict)
-            or record.get("job_id") != job_id
-            or (found.size, found.sha256) != (record.get("size"), record.get("sha256"))
-        ):
+        if not isinstance(record, dict) or record.get("job_id") != job_id:
             return None
         return record
 
