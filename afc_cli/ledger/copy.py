@@ -25,7 +25,8 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   A cron line or a worker left on the source would otherwise pay for the jobs the
   destination's runs pay for. Until the source is marked, the copy runs nothing either
   (``_mark_unfinished``): killed between the two commits, a copy left both ledgers running;
-  the same copy again copies the source anew, or opens the copy (``_finish_move``).
+  the same copy again copies the source anew, or opens the copy (``_finish_move``), a
+  SQLite file named by any path to it (``_names``).
   ``keep_source`` (``--keep-source``: a backup, a test copy)
   leaves the source as it was, both ledgers able to run the same jobs.
 - Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
@@ -39,6 +40,7 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -94,7 +96,7 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
         _refuse_live(src)  # before the destination is created or migrated
         dst = Ledger(dst_url)
         try:
-            anew = not keep_source and _unfinished_copy_of(dst) == ledger_name(src)
+            anew = not keep_source and _names(_unfinished_copy_of(dst), src)
             if dst.batches() and not anew:
                 raise UsageError(
                     f"the destination {dst.path} already holds batches; copy into a new or "
@@ -182,6 +184,24 @@ def ledger_name(ledger: Ledger) -> str:
     return str(ledger.path if not isinstance(ledger.path, Path) else ledger.path.absolute())
 
 
+def _names(name: str | None, ledger: Ledger) -> bool:
+    """Whether a move record's ``name`` (``ledger_name``) is ``ledger``: the same text, or,
+    for a file, the same file reached by another path (a folder through a symbolic link, as
+    a shared mount often is). By text alone, a copy killed between its commits and named
+    again by the path its refusal gives (the run's spelling) was refused as moved elsewhere,
+    and the copy stayed shut to every run."""
+    if name is None:
+        return False
+    if name == ledger_name(ledger):
+        return True
+    if not isinstance(ledger.path, Path) or "://" in name:
+        return False
+    try:
+        return os.path.samefile(name, ledger.path)
+    except OSError:
+        return False
+
+
 def _mark_unfinished(src: Ledger, dst: Ledger) -> None:
     """In the destination's transaction: the copy runs nothing (its own ``ledger_moves``
     row, ``COPY_UNFINISHED``) until the source is marked moved and ``_open_copy`` removes
@@ -219,7 +239,7 @@ def _finish_move(src: Ledger, dst_url: str) -> dict[str, Any] | None:
     except Exception:  # noqa: BLE001 - no such ledger: the source's refusal says where it went
         return None
     try:
-        if moved["destination"] != ledger_name(dst) or _unfinished_copy_of(dst) != ledger_name(src):
+        if not _names(moved["destination"], dst) or not _names(_unfinished_copy_of(dst), src):
             return None
         _open_copy(dst)
         _hand_over_spool(src, dst)
