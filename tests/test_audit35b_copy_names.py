@@ -66,3 +66,22 @@ def test_a_copy_killed_before_the_mark_is_copied_anew_under_another_spelling_of_
     assert again.returncode == 0, again.stderr
     assert afc("resume", env={"AFC_LEDGER": "back.db"}).returncode == 0
     assert afc("resume", env=source).returncode == 2  # the source is moved
+
+
+def test_a_copy_into_postgresql_killed_after_the_mark_is_finished_by_the_url_its_runs_use(
+    afc, pg_url
+):
+    """The copy was given the URL with its password, the workers theirs without (the password
+    in PGPASSWORD or ~/.pgpass): the command a worker's refusal names finishes the move."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    assert pg_url.startswith("postgresql://afc@"), pg_url
+    with_password = pg_url.replace("postgresql://afc@", "postgresql://afc:hunter2word@", 1)
+    died = afc("ledger", "copy", "afc.db", with_password, env={"AFC_CRASH_POINT": "copy_marked"})
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    refused = afc("resume", env={"AFC_LEDGER": pg_url})
+    assert refused.returncode == 2 and "did not finish" in refused.stderr, refused.stderr
+    finished = afc("ledger", "copy", str(afc.cwd / "afc.db"), pg_url)
+    assert finished.returncode == 0, finished.stderr
+    assert afc("resume", env={"AFC_LEDGER": pg_url}).returncode == 0
+    assert afc("resume").returncode == 2  # the source is moved

@@ -26,7 +26,8 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   destination's runs pay for. Until the source is marked, the copy runs nothing either
   (``_mark_unfinished``): killed between the two commits, a copy left both ledgers running;
   the same copy again copies the source anew, or opens the copy (``_finish_move``), a
-  SQLite file named by any path to it (``_names``).
+  SQLite file named by any path to it, a database by its URL with or without a password
+  (``_names``).
   ``keep_source`` (``--keep-source``: a backup, a test copy)
   leaves the source as it was, both ledgers able to run the same jobs.
 - Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
@@ -41,6 +42,7 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ from afc_cli.owner import (
     owner_is_dead,
     sees_process,
 )
+from afc_cli.secrets import REDACTED
 
 # every table of the schema but the migrations' own bookkeeping, parents before children
 # (foreign keys); tests/test_ledger_copy.py checks that none is left out
@@ -187,19 +190,33 @@ def ledger_name(ledger: Ledger) -> str:
 def _names(name: str | None, ledger: Ledger) -> bool:
     """Whether a move record's ``name`` (``ledger_name``) is ``ledger``: the same text, or,
     for a file, the same file reached by another path (a folder through a symbolic link, as
-    a shared mount often is). By text alone, a copy killed between its commits and named
-    again by the path its refusal gives (the run's spelling) was refused as moved elsewhere,
-    and the copy stayed shut to every run."""
+    a shared mount often is), and for a PostgreSQL database its URL with or without a
+    password in it (one run given it, another reading PGPASSWORD). By text alone, a copy
+    killed between its commits and named again by the path or URL its refusal gives (the
+    run's spelling) was refused as moved elsewhere, and the copy stayed shut to every run."""
     if name is None:
         return False
     if name == ledger_name(ledger):
         return True
-    if not isinstance(ledger.path, Path) or "://" in name:
+    if not isinstance(ledger.path, Path):
+        # a database URL as messages show it (``postgres.display_url``): a URL with a
+        # password shows neither it nor the user name (``<redacted>@``), one without shows
+        # the user: the same database, given with its password or without. Two shown users
+        # stay two (their schemas, and so their ledgers, may differ)
+        shown = str(ledger.path)
+        masked = f"{REDACTED}@"
+        return (masked in name or masked in shown) and _place(name) == _place(shown)
+    if "://" in name:
         return False
     try:
         return os.path.samefile(name, ledger.path)
     except OSError:
         return False
+
+
+def _place(url: str) -> str:
+    """A database URL without its user name and password (``user:password@``)."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1", url)
 
 
 def _mark_unfinished(src: Ledger, dst: Ledger) -> None:
