@@ -251,7 +251,9 @@ def emit_terminal(
         for row in rows:
             sections.setdefault(row.get(group), []).append(row)
         for name, members in sections.items():
-            console.print(Text(f"{group} {cell(name)}", style="bold"))
+            # the batch name is an id: kept whole on one line, as a key in a table too wide
+            # is (the terminal wraps it; a copy of it is the name), never broken into lines
+            console.print(Text(f"{group} {cell(name)}", style="bold"), soft_wrap=True)
             console.print(_table(members, plan))
             said_under(members)
     unseen = [c for c in plan.dropped if not c.below]
