@@ -239,7 +239,14 @@ def emit_terminal(
             for row in members:
                 if row.get(col.name):
                     label = cell(row.get(plan.columns[0].name)) if plan.columns else ""
-                    below.print(Text(f"{label}: {cell(row.get(col.name))}"))
+                    said = cell(row.get(col.name))
+                    if cells(label) + 1 > width:
+                        # a key longer than the terminal: whole on a line of its own (the
+                        # terminal wraps it), never broken into lines; the reason wraps
+                        below.print(Text(f"{label}:"), soft_wrap=True)
+                        below.print(Text(said))
+                    else:
+                        below.print(Text(f"{label}: {said}"))
 
     if title:
         console.print(Text(title, style="bold"))

@@ -34,3 +34,26 @@ def test_long_batch_heading_is_one_line_at_80_columns(monkeypatch) -> None:
     assert "batch short" in lines
     # the table under it still fits the terminal
     assert all(len(line) <= 80 for line in lines if not line.startswith("batch "))
+
+
+def test_long_key_said_under_the_table_is_one_line_at_80_columns(monkeypatch) -> None:
+    """A failed job's reason printed under the table ("KEY: reason") broke a key longer
+    than the terminal into two lines; the key is now whole on a line of its own."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("NO_COLOR", "1")
+    key = "k" + "-long-key-part" * 7  # 99 characters, within the manifest's 200
+    reason = "CHAIN_FAILED: auth from local/demo-v1 (HTTP 401): injected auth on attempt 1"
+    rows = [{"key": key, "status": "failed", "reason": reason}]
+    cols = [Col("key"), Col("status"), Col("reason", kind="text", drop=1, below=True)]
+    out = _Tty()
+    emit(rows, cols, stream=out)
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert f"{key}:" in lines, lines
+    said = " ".join(lines[lines.index(f"{key}:") + 1 :])
+    assert reason in said
+    # a key that fits the terminal is said as before: "KEY: reason", wrapped at words
+    short = "s" + "-keeper-hands" * 5  # 66: no room left for the reason as a column
+    out = _Tty()
+    emit([{**rows[0], "key": short}], cols, stream=out)
+    lines = out.getvalue().splitlines()
+    assert any(line.startswith(f"{short}: ") for line in lines), lines
