@@ -213,3 +213,27 @@ def old_build(commit: str, into: Path) -> Path:
     )
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
+
+
+@pytest.fixture(scope="module")
+def moto_server():
+    """moto's S3 server over real HTTP on 127.0.0.1, one per test module (a module may
+    define its own, as the older ones do)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    yield server.get_host_and_port()
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_server, afc):
+    """A new bucket behind a fault proxy (``ProxiedBucket``), the ``afc`` fixture pointed at it."""
+    from s3fake import FaultPlan, ProxiedBucket
+
+    plan = FaultPlan()
+    ctx = ProxiedBucket(moto_server, afc, plan, "renders")
+    yield ctx
+    plan.release()  # requests a "stall" fault holds
+    ctx.proxy.shutdown()

@@ -19,28 +19,9 @@ import pytest
 from browser import Served
 from conftest import manifest
 from fakeproviders import BackloggedServer
-from s3fake import FaultPlan, ProxiedBucket
 from test_providers import FAST, MODELS, RATES
 
-moto_server_mod = pytest.importorskip("moto.server")
 MIB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def moto_server():
-    server = moto_server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    yield server.get_host_and_port()
-    server.stop()
-
-
-@pytest.fixture
-def s3(moto_server, afc):
-    plan = FaultPlan()
-    ctx = ProxiedBucket(moto_server, afc, plan, "fullsize")
-    yield ctx
-    plan.release()
-    ctx.proxy.shutdown()
 
 
 def cutting_proxy(upstream: tuple[str, int], keep: int) -> BackloggedServer:

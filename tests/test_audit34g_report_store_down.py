@@ -16,26 +16,7 @@ import os
 
 import pytest
 from conftest import jobs, manifest
-from s3fake import Fault, FaultPlan, ProxiedBucket
-
-moto_server_mod = pytest.importorskip("moto.server")
-
-
-@pytest.fixture(scope="module")
-def moto_server():
-    server = moto_server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    yield server.get_host_and_port()
-    server.stop()
-
-
-@pytest.fixture
-def s3(moto_server, afc):
-    plan = FaultPlan()
-    ctx = ProxiedBucket(moto_server, afc, plan, "reportdown")
-    yield ctx
-    plan.release()
-    ctx.proxy.shutdown()
+from s3fake import Fault
 
 
 def test_a_store_found_down_is_not_asked_again_on_each_page_of_the_report(afc, s3):

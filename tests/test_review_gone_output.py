@@ -9,25 +9,6 @@ from __future__ import annotations
 
 import pytest
 from conftest import manifest
-from moto.server import ThreadedMotoServer
-from s3fake import FaultPlan, ProxiedBucket
-
-
-@pytest.fixture(scope="module")
-def moto_server():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    yield server.get_host_and_port()
-    server.stop()
-
-
-@pytest.fixture
-def s3(moto_server, afc):
-    plan = FaultPlan()
-    ctx = ProxiedBucket(moto_server, afc, plan, "renders")
-    yield ctx
-    plan.release()
-    ctx.proxy.shutdown()
 
 
 def awaiting(afc, *args: str) -> str:
