@@ -505,8 +505,13 @@ async def _start_attempt(
             )
         except ProviderBusy as busy:
             ctx.report(job, "waiting", busy.reason, reason="provider limit")
+            # Waiting on the limit is no call: a stopping run cancels this wait (up to 90 s
+            # for a full minute), not counts the job as in a call, waits out its grace for
+            # it and says it abandoned a call possibly paid (as for OutputBusy, below)
+            ctx.protected.discard(job["id"])
             async with ctx.idle():
                 await ctx.sleep(busy.retry_after * (0.5 + random.random()))
+            ctx.protected.add(job["id"])
             if ctx.stopping.is_set():
                 raise _Stopped from None
         except OutputBusy as busy:
