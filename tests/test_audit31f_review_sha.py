@@ -37,8 +37,15 @@ def _sql(afc, ledger_url: str, sql: str, params: tuple = ()) -> None:
 def rendered_again(afc, ledger_url: str) -> None:
     """What a cancel, a retry and a new render leave: the job awaiting review again, its
     output another picture (the local provider renders one request alike every time, so
-    the new picture's digest is written as that render's store step writes it)."""
+    the new picture's digest is written as that render's store step writes it: in the
+    ledger, and in the stored object's metadata, which an approval's look at the output
+    compares with the ledger's)."""
+    import json
+
     _sql(afc, ledger_url, "UPDATE jobs SET output_sha256 = ? WHERE key = 'frame'", (OTHER,))
+    [sidecar] = afc.outputs().rglob("*.afc.json")
+    meta = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**meta, "sha256": OTHER}))
 
 
 def awaiting(afc, ledger_url: str) -> str:
