@@ -196,9 +196,7 @@ def signed_headers(secret: str, delivery_id: str, body: str, now: float) -> dict
 
 class _ProxyTransport:
     """httpx's transport through the proxy the environment names for each request's URL,
-    read as the provider calls and botocore read it (``providers.transport.env_proxy``):
-    ``HTTPS_PROXY`` or ``HTTP_PROXY`` by its scheme, upper or lower case, a proxy without a
-    scheme an http one, unless ``NO_PROXY`` lists the host (or host:port); never
+    read as the provider calls and botocore read it (``providers.base.named_proxy``): never
     ``ALL_PROXY``. httpx's own reading of the environment takes ``ALL_PROXY`` too, which often
     names a SOCKS proxy set for other tools: the client could not be made without the
     ``socksio`` package, and every run with a webhook ended, after its paid renders, with
@@ -214,17 +212,13 @@ class _ProxyTransport:
         self.proxied: dict[str, Any] = {}
 
     def _for(self, url: Any) -> Any:
-        import urllib.request
-
         import httpx
 
-        host = url.host
-        if host and urllib.request.proxy_bypass(host if url.port is None else f"{host}:{url.port}"):
+        from afc_cli.providers.base import named_proxy
+
+        proxy = named_proxy(url.scheme, url.host or None, url.port)
+        if proxy is None:
             return self.direct
-        named = urllib.request.getproxies().get(url.scheme)
-        if not named:
-            return self.direct
-        proxy = named if "://" in named else f"http://{named}"
         if proxy not in self.proxied:
             try:
                 self.proxied[proxy] = httpx.AsyncHTTPTransport(proxy=proxy, trust_env=True)

@@ -277,3 +277,22 @@ class Provider:
 
     async def close(self) -> None:
         """Release connections."""
+
+
+def named_proxy(scheme: str, host: str | None, port: int | None) -> str | None:
+    """The proxy the environment names for a URL of this scheme, host and port, as curl,
+    boto3 and httpx read it: ``HTTPS_PROXY`` or ``HTTP_PROXY`` by the scheme, upper or lower
+    case, none where ``NO_PROXY`` lists the host (an entry may name a port too,
+    ``minio.lan:9000``: the standard library matches it against the host alone and against
+    host:port); never ``ALL_PROXY``. A proxy written without a scheme
+    (``HTTPS_PROXY=proxy.studio:3128``) is an http one. None: the URL is reached straight.
+    The provider calls (``transport.env_proxy``) and the webhook deliveries
+    (``webhooks._ProxyTransport``) read it here."""
+    import urllib.request
+
+    if host is not None and urllib.request.proxy_bypass(host if port is None else f"{host}:{port}"):
+        return None
+    named = urllib.request.getproxies().get(scheme)
+    if not named:
+        return None
+    return named if "://" in named else f"http://{named}"

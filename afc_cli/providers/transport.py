@@ -639,21 +639,14 @@ def env_proxy(url: yarl.URL) -> tuple[Any, Any]:
     (``get_env_proxy_for_url``) made the first a URL of an unknown scheme (each paid call
     failed, at a cost unknown) and dropped the second with a log line, the calls going
     straight out past the proxy."""
-    import urllib.request
-
     from aiohttp.helpers import basicauth_from_netrc, netrc_from_env, strip_auth_from_url
 
-    # a NO_PROXY entry may name a port too (``minio.lan:9000``): the standard library matches
-    # an entry against the host alone and against host:port
-    port = url.explicit_port
-    if url.host is not None and urllib.request.proxy_bypass(
-        url.host if port is None else f"{url.host}:{port}"
-    ):
+    from afc_cli.providers.base import named_proxy
+
+    named = named_proxy(url.scheme, url.host, url.explicit_port)
+    if named is None:
         return None, None
-    named = urllib.request.getproxies().get(url.scheme)
-    if not named:
-        return None, None
-    proxy, auth = strip_auth_from_url(yarl.URL(named if "://" in named else f"http://{named}"))
+    proxy, auth = strip_auth_from_url(yarl.URL(named))
     if proxy.scheme not in ("http", "https"):
         raise ProxyUnsupported(
             f"{url.scheme.upper()}_PROXY names a {proxy.scheme} proxy ({proxy.host}:{proxy.port}):"
