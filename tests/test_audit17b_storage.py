@@ -9,7 +9,6 @@ import json
 import pytest
 from conftest import manifest
 from s3fake import Fault
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 
 def _attempts(afc) -> int:

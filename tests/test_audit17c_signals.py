@@ -12,7 +12,6 @@ import threading
 import pytest
 from conftest import jobs, manifest, wait_for
 from test_interruptions import wait_line
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 
 def test_a_second_signal_ends_a_run_whose_s3_upload_stalls(afc, s3):  # noqa: F811

@@ -11,7 +11,6 @@ import time
 
 from conftest import jobs, manifest
 from receiver import Receiver
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 SECRET = "whsec_" + base64.b64encode(b"afc test secret, 32 bytes long!!").decode()
 

@@ -8,7 +8,6 @@ import threading
 import time
 
 import pytest
-import test_s3
 from conftest import jobs, manifest
 from s3fake import Fault
 from test_postgres_e2e import PgAfc
@@ -18,9 +17,6 @@ from afc_cli.owner import machine_fingerprint
 
 # host-a's spool hold (owner.host_lease): host:0:0 and this machine's fingerprint
 HOST_A_HOLD = ":".join(filter(None, ["host-a:0:0", machine_fingerprint()]))
-
-# test_s3's fixtures: its bucket behind a fault proxy, here with this file's afc (PostgreSQL)
-moto_server, s3 = test_s3.moto_server, test_s3.s3
 
 
 @pytest.fixture

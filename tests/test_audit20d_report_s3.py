@@ -7,7 +7,6 @@ import threading
 
 import pytest
 from conftest import jobs, manifest
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 pytest.importorskip("PIL", reason="the web extra: pip install 'afc-cli[web]'")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from conftest import jobs, manifest
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 from afc_cli.ledger import Ledger
 

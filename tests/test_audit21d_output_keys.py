@@ -10,7 +10,6 @@ import shutil
 
 from conftest import jobs, ledger_count, manifest
 from s3fake import Fault
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 
 def _shared(batch: str, storage: str) -> dict:

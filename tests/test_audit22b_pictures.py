@@ -10,7 +10,6 @@ import httpx
 import pytest
 from browser import LOADED_IMAGES, Served, browser  # noqa: F401 - the browser fixture
 from conftest import jobs, manifest
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
 

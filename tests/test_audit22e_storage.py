@@ -10,7 +10,6 @@ import os
 
 from conftest import jobs, manifest
 from s3fake import Fault
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 # Makes ``os.link`` fail as on a file system without hard links (FAT, exFAT: vfat answers
 # EPERM; a FUSE mount without them, ENOSYS) for every link made under ``$AFC_TEST_NOLINK``.

@@ -8,7 +8,6 @@ import hashlib
 
 from conftest import manifest
 from s3fake import Fault
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 
 def _fresh_ledger(afc) -> None:

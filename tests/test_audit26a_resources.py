@@ -13,7 +13,6 @@ import time
 import pytest
 from conftest import manifest, wait_for
 from s3fake import Fault
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 OPENAI = {"provider": "openai", "model": "gpt-image-1", "attempts": 2}
 OPENAI_RATE = {"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}

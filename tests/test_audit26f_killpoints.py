@@ -22,7 +22,6 @@ import pytest
 from conftest import manifest, wait_for
 from fakeproviders import FakeProviders
 from s3fake import FaultPlan, ProxiedBucket
-from test_s3 import moto_server  # noqa: F401 - the S3 server
 
 MODELS = {
     "openai": "gpt-image-1",

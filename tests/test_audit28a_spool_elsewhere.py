@@ -9,7 +9,6 @@ from __future__ import annotations
 import psycopg
 from conftest import jobs, manifest
 from s3fake import Fault
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 
 def test_spool_missing_names_the_other_machine_under_this_host_id(afc, s3, pg_url):  # noqa: F811

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from conftest import jobs, manifest
 from s3fake import Fault
-from test_s3 import attempts, moto_server, s3, submit  # noqa: F401
+from test_s3 import attempts, submit
 
 
 def test_a_refused_upload_stops_the_batch_renders_of_the_run(afc, s3):  # noqa: F811

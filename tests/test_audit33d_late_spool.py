@@ -12,7 +12,6 @@ import fakeproviders
 import pytest
 from s3fake import Fault
 from test_audit26f_killpoints import _chain, _write, fakes, s3  # noqa: F401 - fixtures
-from test_s3 import moto_server  # noqa: F401 - the S3 server
 
 KEY = r"^/kills-\d+/films/b1/j\.png$"
 

@@ -62,9 +62,10 @@ def cutting_proxy(upstream: tuple[str, int], keep: int) -> BackloggedServer:
     return server
 
 
-def test_a_full_size_view_cut_off_by_the_store_is_one_line_not_a_traceback(
-    afc, fake, s3, moto_server
-):
+def served_behind_a_cut(afc, s3, moto_server) -> tuple[str, BackloggedServer, Served]:
+    """A 3 MiB Replicate output stored in moto, and ``afc serve`` reaching the store through
+    ``cutting_proxy`` (the read broken off at 2 MiB, past the first 1 MiB chunk sent): the
+    job's id, the proxy and the server (both stopped by the caller)."""
     data = manifest([{"key": "j0", "prompt": "big-out-3 shot"}], rates=RATES)
     data["defaults"]["chain"] = [
         {"provider": "replicate", "model": MODELS["replicate"], "attempts": 2, "backoff": FAST}
@@ -73,10 +74,15 @@ def test_a_full_size_view_cut_off_by_the_store_is_one_line_not_a_traceback(
     afc("submit", "manifest.yaml", "--storage", s3.url)
     (job_id, size, status), *_ = afc.rows("SELECT id, output_size, status FROM jobs")
     assert status == "succeeded" and size == 3 * MIB
-
-    proxy = cutting_proxy(moto_server, keep=2 * MIB)  # past the first 1 MiB chunk sent
+    proxy = cutting_proxy(moto_server, keep=2 * MIB)
     host, port = proxy.server_address[:2]
-    served = Served(afc, env={"AWS_ENDPOINT_URL_S3": f"http://{host}:{port}"})
+    return job_id, proxy, Served(afc, env={"AWS_ENDPOINT_URL_S3": f"http://{host}:{port}"})
+
+
+def test_a_full_size_view_cut_off_by_the_store_is_one_line_not_a_traceback(
+    afc, fake, s3, moto_server
+):
+    job_id, proxy, served = served_behind_a_cut(afc, s3, moto_server)
     try:
         address = served.url.removeprefix("http://").rstrip("/")
         conn = http.client.HTTPConnection(address, timeout=60)
@@ -107,17 +113,7 @@ def test_a_full_size_view_cut_off_by_the_store_is_one_line_not_a_traceback(
 def test_a_head_of_a_full_size_view_reads_no_more_than_its_first_chunk(afc, fake, s3, moto_server):
     """'curl -I' of an output (a HEAD) streamed the whole object from storage, for uvicorn to
     drop: here the read reached the store's cut at 2 MiB and said so. Its headers only now."""
-    data = manifest([{"key": "j0", "prompt": "big-out-3 shot"}], rates=RATES)
-    data["defaults"]["chain"] = [
-        {"provider": "replicate", "model": MODELS["replicate"], "attempts": 2, "backoff": FAST}
-    ]
-    afc.write_manifest(data)
-    afc("submit", "manifest.yaml", "--storage", s3.url)
-    (job_id, status), *_ = afc.rows("SELECT id, status FROM jobs")
-    assert status == "succeeded"
-    proxy = cutting_proxy(moto_server, keep=2 * MIB)
-    host, port = proxy.server_address[:2]
-    served = Served(afc, env={"AWS_ENDPOINT_URL_S3": f"http://{host}:{port}"})
+    job_id, proxy, served = served_behind_a_cut(afc, s3, moto_server)
     try:
         address = served.url.removeprefix("http://").rstrip("/")
         conn = http.client.HTTPConnection(address, timeout=60)

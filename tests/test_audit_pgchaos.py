@@ -7,13 +7,9 @@ import collections
 import time
 
 import pytest
-import test_s3
 from conftest import jobs, manifest
 from s3fake import Fault
 from test_postgres_e2e import PgAfc
-
-# test_s3's fixtures: its bucket behind a fault proxy, here with this file's afc (PostgreSQL)
-moto_server, s3 = test_s3.moto_server, test_s3.s3
 
 
 @pytest.fixture

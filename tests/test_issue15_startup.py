@@ -4,7 +4,6 @@ HeadBucket round trip, not two)."""
 from __future__ import annotations
 
 from conftest import jobs, manifest
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 
 def test_submit_checks_its_bucket_once(afc, s3):  # noqa: F811

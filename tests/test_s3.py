@@ -12,32 +12,12 @@ from pathlib import Path
 
 import pytest
 from conftest import jobs, manifest
-from moto.server import ThreadedMotoServer
-from s3fake import Fault, FaultPlan, ProxiedBucket
+from s3fake import Fault
 
 from afc_cli.owner import machine_fingerprint
 
 # host-a's spool hold (owner.host_lease): host:0:0 and this machine's fingerprint
 HOST_A_HOLD = ":".join(filter(None, ["host-a:0:0", machine_fingerprint()]))
-
-BUCKET = "renders"
-
-
-@pytest.fixture(scope="module")
-def moto_server():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    yield server.get_host_and_port()
-    server.stop()
-
-
-@pytest.fixture
-def s3(moto_server, afc):
-    plan = FaultPlan()
-    ctx = ProxiedBucket(moto_server, afc, plan, BUCKET)
-    yield ctx
-    plan.release()  # requests a "stall" fault holds
-    ctx.proxy.shutdown()
 
 
 def submit(afc, s3, *args, env=None):

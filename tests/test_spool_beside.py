@@ -11,12 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import test_s3
 from conftest import jobs, manifest
 from s3fake import Fault
 from test_postgres_e2e import PgAfc
-
-moto_server, s3 = test_s3.moto_server, test_s3.s3
 
 
 @pytest.fixture
@@ -25,7 +22,7 @@ def afc(tmp_path, pg_url) -> PgAfc:
 
 
 @pytest.fixture
-def pg(afc) -> PgAfc:  # test_s3's s3 fixture points ``afc`` at its bucket
+def pg(afc) -> PgAfc:  # conftest's s3 fixture points ``afc`` at its bucket
     return afc
 
 

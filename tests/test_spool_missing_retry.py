@@ -11,7 +11,6 @@ import shutil
 
 from conftest import jobs, manifest
 from s3fake import Fault
-from test_s3 import moto_server, s3  # noqa: F401 - the S3 fixtures
 
 
 def _rows(pg_url: str, sql: str) -> list[tuple]:
