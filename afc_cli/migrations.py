@@ -374,3 +374,37 @@ def m015_attempt_answer_url(db):
         ALTER TABLE attempts ADD COLUMN answer_url TEXT;
         """
     )
+
+
+@_step
+def m016_output_key_poll_left(db):
+    # The jobs dead-lettered at their render step by output key: one whose last attempt is a
+    # request the provider may still have holds its key (Ledger._check_output,
+    # OUTPUT_POLL_LEFT_SQL). Found before through the (batch, status) index, with an EXISTS on
+    # attempts beside it; on PostgreSQL a plan made while ``attempts`` was nearly empty (a
+    # worker's first jobs: psycopg prepares a statement at its fifth use, and the server keeps
+    # its plan) drove from a scan of every attempt, once a job: 10,000 instant jobs cost the
+    # server 3 ms of CPU a job, where 1 ms had been measured. Partial: only such jobs have an
+    # entry, so the lookup starts from the few dead jobs of the key.
+    db.executescript(
+        """
+        CREATE INDEX jobs_output_poll_left ON jobs (output_key)
+            WHERE status = 'dead' AND step = 'render';
+        """
+    )
+
+
+@_step
+def m017_claim_order(db):
+    # The free runnable jobs in the order a worker claims them (Ledger.claim_runnable: by batch
+    # in code point order, then admission): each claim read the first 64 entries here, where it
+    # sorted every free runnable job of the ledger, once a claim (12-16 ms a claim of 64 with
+    # 10,000 jobs queued on PostgreSQL, growing with the queue). Partial, in the words of the
+    # claim's WHERE (ACTIVE_SQL): a claimed, finished or blocked job has no entry. BINARY is
+    # SQLite's code point order, translated to PostgreSQL's "C" (ledger/postgres.translate_ddl).
+    db.executescript(
+        """
+        CREATE INDEX jobs_claim_order ON jobs (batch COLLATE BINARY, seq)
+            WHERE lease_owner IS NULL AND status IN ('queued', 'running', 'waiting');
+        """
+    )

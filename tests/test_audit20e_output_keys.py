@@ -332,8 +332,8 @@ def test_the_rendering_holders_lookup_uses_its_partial_index(tmp_path, afc):
     assert "USING INDEX jobs_output_holders" in plan, plan
     assert "USING INDEX jobs_output_rendering" in plan, plan
     assert "USING INDEX jobs_output_spooled" in plan, plan  # m014, the spooled holders
-    # the dead-lettered jobs with a request left polling: the storage's batches' dead jobs
-    assert "USING INDEX jobs_batch_status_age (batch=? AND status=?)" in plan, plan
+    # the dead-lettered jobs with a request left polling: m016's partial index
+    assert "USING INDEX jobs_output_poll_left (output_key=?)" in plan, plan
 
 
 # --- a job waiting for the key holds no call slot of its provider ------------------------------

@@ -204,9 +204,11 @@ def test_first_keyword_reads_statements_as_sqlite_utils_does(sql):
 
 def test_an_admission_writes_one_status_index_entry_a_job(afc):
     """The age index replaced the (batch, status) one: a job still costs one entry in it. The
-    output-key indexes (m011, m013, m014) are partial, over running, waiting and rendered jobs
-    and those queued or dead at their store step: an admitted job (queued at its probe) has no
-    entry in them."""
+    output-key indexes (m011, m013, m014, m016) are partial, over running, waiting and rendered
+    jobs, those queued or dead at their store step and those dead at their render step: an
+    admitted job (queued at its probe) has no entry in them. The claim order's (m017) is the
+    one other entry an admitted job costs: a worker's claim reads the free runnable jobs from
+    it in order, where it sorted them all at every claim."""
     afc.write_manifest(manifest(jobs(5)))
     assert afc("submit", "manifest.yaml", "--no-run", "-q").returncode == 0
     indexes = afc.rows(
@@ -215,10 +217,17 @@ def test_an_admission_writes_one_status_index_entry_a_job(afc):
     )
     assert [name for name, sql in indexes if " WHERE " not in sql] == ["jobs_batch_status_age"]
     assert [name for name, sql in indexes if " WHERE " in sql] == [
+        "jobs_claim_order",
         "jobs_output_holders",
+        "jobs_output_poll_left",
         "jobs_output_rendering",
         "jobs_output_spooled",
     ]
+    free = afc.rows(
+        "SELECT COUNT(*) FROM jobs INDEXED BY jobs_claim_order WHERE lease_owner IS NULL"
+        " AND status IN ('queued', 'running', 'waiting')"
+    )
+    assert free == [(5,)]
     queued = afc.rows(
         "SELECT COUNT(*) FROM jobs INDEXED BY jobs_output_holders WHERE status IN"
         " ('running', 'succeeded', 'awaiting_review', 'rejected')"
@@ -227,6 +236,11 @@ def test_an_admission_writes_one_status_index_entry_a_job(afc):
     queued = afc.rows(
         "SELECT COUNT(*) FROM jobs INDEXED BY jobs_output_spooled"
         " WHERE step = 'store' AND status IN ('queued', 'dead')"
+    )
+    assert queued == [(0,)]
+    queued = afc.rows(
+        "SELECT COUNT(*) FROM jobs INDEXED BY jobs_output_poll_left"
+        " WHERE status = 'dead' AND step = 'render'"
     )
     assert queued == [(0,)]
 

@@ -40,7 +40,8 @@
 - **Migrations.** The same numbered list as SQLite (afc_cli/migrations.py), each applied once in
   its own transaction under an advisory lock, so workers starting together apply each once;
   their SQLite DDL is translated (``INTEGER`` to ``BIGINT``, ``REAL`` to ``DOUBLE PRECISION``,
-  an ``INTEGER PRIMARY KEY`` to an identity column, no ``WITHOUT ROWID``). A database whose
+  an ``INTEGER PRIMARY KEY`` to an identity column, no ``WITHOUT ROWID``, ``COLLATE BINARY``
+  to ``COLLATE "C"``). A database whose
   applied migrations include one this afc does not know (a newer afc's) is refused.
 - **Time.** Lease expiries come from the database's clock (``lease_clock``: sampled every
   ``CLOCK_SAMPLE_S`` seconds, advanced between samples by the host's boot-time clock: monotonic,
@@ -250,6 +251,8 @@ _DDL = [
     (re.compile(r"\bINTEGER\b", re.I), "BIGINT"),
     (re.compile(r"\bREAL\b", re.I), "DOUBLE PRECISION"),
     (re.compile(r"\)\s*WITHOUT ROWID", re.I), ")"),
+    # SQLite's code point order is PostgreSQL's "C" collation (``CODE_POINT``)
+    (re.compile(r"\bCOLLATE BINARY\b", re.I), 'COLLATE "C"'),
 ]
 
 
