@@ -10,7 +10,9 @@ key's holders read every attempt once a job, and a run's storage pre-check read 
 the batch once per 64 ids. Each test asks the server for the generic plan of the statement a
 run sends, on a ledger of 2,000 admitted jobs that was never analyzed.
 
-A worker's claim, on both engines, reads the first free runnable jobs in its order from m017's
+A query over every batch (``_batch_scope``) looks each up in the (batch, status) index once
+the admission that added a batch had ``batches`` counted (autovacuum never counts a table of a
+few rows). A worker's claim, on both engines, reads the first free runnable jobs in its order from m017's
 index, where it sorted every free runnable job of the ledger at each claim (12-16 ms a claim
 of 64 with 10,000 jobs queued on PostgreSQL, growing with the queue).
 """
@@ -121,3 +123,18 @@ def test_a_claim_reads_the_free_runnable_jobs_in_its_order_from_their_index(
         conn.close()
         assert "USING INDEX jobs_claim_order" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
+
+
+def test_a_query_over_every_batch_looks_each_batch_up_in_the_status_index(admitted, pg_url):
+    """``batch IN (SELECT name FROM batches)`` is a lookup per batch only if the planner
+    knows the batches are few: autovacuum never counts a table of a few rows, and the server
+    took ``batches`` for 340 rows and read the whole (batch, status) index at each claim. An
+    admission that adds a batch has it counted (``batches_grew``)."""
+    from afc_cli.ledger.core import _batch_scope
+
+    scope, _ = _batch_scope(None, "j.batch")
+    sql = f"SELECT j.id FROM jobs j WHERE {scope} AND j.status = 'blocked'"
+    with psycopg.connect(pg_url) as conn:
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql))
+    assert "Hash Join" not in plan, plan
+    assert "Index Cond: ((batch = batches.name) AND (status = 'blocked'::text))" in plan, plan

@@ -766,13 +766,15 @@ class Ledger:
         now = self.clock()
         with self.tx():
             self.hold_unmoved()
-            self.db.execute(
+            # created_at is ``now`` only for a batch this admission adds (``batches_grew``)
+            new_batch = self.db.execute(
                 "INSERT INTO batches (name, storage, rates_json, limits_json, manifest_path,"
                 " created_at, updated_at, storage_endpoint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET rates_json = excluded.rates_json,"
                 " limits_json = excluded.limits_json, manifest_path = excluded.manifest_path,"
                 " updated_at = excluded.updated_at, storage_endpoint ="
-                " COALESCE(batches.storage_endpoint, excluded.storage_endpoint)",
+                " COALESCE(batches.storage_endpoint, excluded.storage_endpoint)"
+                " RETURNING created_at",
                 (
                     manifest.batch,
                     storage,
@@ -783,7 +785,7 @@ class Ledger:
                     now,
                     endpoint,
                 ),
-            )
+            ).fetchall() == [(now,)]
             # checked once the batch's row is this transaction's: on PostgreSQL a first
             # admission of the batch committed meanwhile (another host's submit naming another
             # storage, whose row this upsert waited for) is seen here, not before it
@@ -826,6 +828,8 @@ class Ledger:
                         "UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked
                     )
                 result.gates_kept.extend(gates.kept)
+        if new_batch:
+            self.batches_grew()
         if result.conflicts:
             result.places = list_places(manifest, {c["key"] for c in result.conflicts})
         return result
@@ -2759,6 +2763,9 @@ class Ledger:
 
     def after_copy(self) -> None:
         """Inside the copy's transaction, once every row is in (ids included)."""
+
+    def batches_grew(self) -> None:
+        """After a transaction that added a batch (an admission's first). SQLite: nothing."""
 
     def _hold_budget(self, run_id: str | None) -> None:
         """Inside a transaction: nobody else checks this run's budget until it commits, so
