@@ -41,7 +41,8 @@ Then every worker is stopped and one clean ``afc worker --until-idle`` or ``afc 
 ends the rest. The reconciliation above, and also: each job ended exactly once per retry (its
 events: a terminal one, then ``retried``, ...); an ``unknown`` attempt belongs to a process
 that was killed, stalled, abandoned calls (exit 130) or drained by a signal (its job-style
-calls left to the next run), or was gone at the provider; a stalled
+calls left to the next run), or was gone at the provider, or is a fetch of a paid output a
+person's cancel stopped (left for ``afc retry`` to fetch); a stalled
 host that drained has its late answers' costs recorded (where the request was billed and afc
 prices that answer: a refusal or a bare gateway 502, say, is of unknown cost on any host); a second succeeded attempt of a job
 is a stalled host's; a stored object no succeeded job has is a cancelled job's late result
@@ -1140,7 +1141,16 @@ class PgRound(Round):
                 if what is not None:
                     figures[f"attempts of {what} processes"] += 1
                 gone = (a["error_message"] or "").startswith(GONE)  # ran, output deleted
-                if a["status"] == "unknown" and what is None and not gone:
+                # a person's cancel stopped a fetch of its paid output (a CDN out of reach):
+                # left unknown at its cost for 'afc retry' to fetch (README, Cancel; seed 83)
+                cut = (
+                    a["error_class"] == "interrupted"
+                    and jobs[key]["status"] == "cancelled"
+                    and "not fetched further: the job is cancelled" in (a["error_message"] or "")
+                )
+                if a["status"] == "unknown" and what is None and cut:
+                    figures["fetches stopped by a cancel"] += 1
+                elif a["status"] == "unknown" and what is None and not gone:
                     p.append(
                         f"{key}: attempt {a['number']} unknown, its process {a['owner']} "
                         "was never killed nor stalled"
