@@ -675,6 +675,10 @@ class PostgresLedger(Ledger):
             # server's own setting is kept for those, the session's other commits are async.
             self._sync_setting = conn.execute("SHOW synchronous_commit").fetchone()[0]
             conn.execute("SET synchronous_commit = off")
+            # No JIT compilation: its thresholds are estimated costs, which a batch's job
+            # listing with its costs passes as soon as ``attempts`` was never analyzed (850 ms
+            # of compiling for a 100-job run's summary, 25 ms to run; docs/ledger.md)
+            conn.execute("SET jit = off")
             applied = self._applied()
             if not applied:
                 refuse_foreign(conn, self.path)
