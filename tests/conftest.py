@@ -159,6 +159,20 @@ def frozen_at(proc, timeout: float = 30) -> None:
     assert state == "T", "the stall point was not reached"
 
 
+def recorded_statements(ledger: Any, monkeypatch) -> list[tuple[str, list]]:
+    """The statements ``ledger`` sends from now on, with their values (the plan tests ask the
+    server for the plan of a statement a ledger operation really sends)."""
+    sent: list[tuple[str, list]] = []
+    execute = ledger.db.execute
+
+    def recording(sql, params=(), **kw):
+        sent.append((sql, list(params)))
+        return execute(sql, params, **kw)
+
+    monkeypatch.setattr(ledger.db, "execute", recording)
+    return sent
+
+
 # --- PostgreSQL (tests/pg_server.py): one server per session, one database per test ----------
 
 

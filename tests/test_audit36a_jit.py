@@ -15,7 +15,7 @@ aggregates of ``afc costs report`` measured the same with and without.
 from __future__ import annotations
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, recorded_statements
 
 from afc_cli.costs import RateCards
 from afc_cli.ledger import Ledger
@@ -31,14 +31,7 @@ def test_a_postgres_ledger_session_never_jit_compiles_a_status_listing(pg_url, a
             load_manifest(afc.write_manifest(manifest(jobs(200)))), "file:///x", RateCards()
         )
         assert ledger.db.execute("SHOW jit").fetchone()[0] == "off"
-        sent: list[tuple[str, list]] = []
-        execute = ledger.db.execute
-
-        def recording(sql, params=(), **kw):
-            sent.append((sql, list(params)))
-            return execute(sql, params, **kw)
-
-        monkeypatch.setattr(ledger.db, "execute", recording)
+        sent = recorded_statements(ledger, monkeypatch)
         assert len(ledger.status_rows("b1")) == 200
         sql, params = next((q, p) for q, p in sent if "AS unpriced_attempts" in q)
         monkeypatch.undo()

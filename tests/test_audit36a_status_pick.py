@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, recorded_statements
 
 from afc_cli.costs import RateCards
 from afc_cli.ledger import Ledger
@@ -36,14 +36,7 @@ LARGE = (
 
 def _sent_by(ledger: Ledger, monkeypatch, call) -> tuple[str, list]:
     """The listing statement ``call(ledger)`` sends, with its values."""
-    sent: list[tuple[str, list]] = []
-    execute = ledger.db.execute
-
-    def recording(sql, params=(), **kw):
-        sent.append((sql, list(params)))
-        return execute(sql, params, **kw)
-
-    monkeypatch.setattr(ledger.db, "execute", recording)
+    sent = recorded_statements(ledger, monkeypatch)
     try:
         call(ledger)
     finally:

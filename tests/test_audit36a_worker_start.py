@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, recorded_statements
 
 from afc_cli.costs import RateCards
 from afc_cli.ledger import Ledger
@@ -44,14 +44,7 @@ def _plan(ledger: Ledger, ledger_url: str, sql: str, params: list) -> str:
 def test_a_worker_start_looks_each_batch_up_never_every_job(
     two_batches, ledger_url, monkeypatch, lookup
 ):
-    sent: list[tuple[str, list]] = []
-    execute = two_batches.db.execute
-
-    def recording(sql, params=(), **kw):
-        sent.append((sql, list(params)))
-        return execute(sql, params, **kw)
-
-    monkeypatch.setattr(two_batches.db, "execute", recording)
+    sent = recorded_statements(two_batches, monkeypatch)
     found = getattr(two_batches, lookup)()
     monkeypatch.undo()
     assert found == (["b1"] if lookup == "unfinished_batches" else [])

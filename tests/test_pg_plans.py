@@ -23,7 +23,7 @@ import re
 import sqlite3
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, recorded_statements
 
 from afc_cli.costs import RateCards
 from afc_cli.ledger import Ledger
@@ -56,19 +56,6 @@ def admitted(pg_url, afc):
     ledger.close()
 
 
-def _recorded(ledger: Ledger, monkeypatch) -> list[tuple[str, list]]:
-    """The statements ``ledger`` sends from now on, with their values."""
-    sent: list[tuple[str, list]] = []
-    execute = ledger.db.execute
-
-    def recording(sql, params=(), **kw):
-        sent.append((sql, list(params)))
-        return execute(sql, params, **kw)
-
-    monkeypatch.setattr(ledger.db, "execute", recording)
-    return sent
-
-
 def test_the_output_keys_holders_are_found_from_the_keys_index_not_from_the_attempts(
     admitted, pg_url
 ):
@@ -88,7 +75,7 @@ def test_the_output_keys_holders_are_found_from_the_keys_index_not_from_the_atte
 
 def test_the_storage_precheck_finds_its_jobs_by_id(admitted, pg_url, monkeypatch):
     ids = [row[0] for row in admitted.db.execute("SELECT id FROM jobs LIMIT 64").fetchall()]
-    sent = _recorded(admitted, monkeypatch)
+    sent = recorded_statements(admitted, monkeypatch)
     keys = admitted.output_keys("b1", ids)
     assert len(keys) == 64  # every job of the batch "b1"
     assert admitted.output_keys("another batch", ids) == []
@@ -104,7 +91,7 @@ def test_a_claim_reads_the_free_runnable_jobs_in_its_order_from_their_index(
     ledger = _admitted(ledger_url, afc)
     try:
         assert len(ledger.claim_runnable(64, 300)) == 64
-        sent = _recorded(ledger, monkeypatch)
+        sent = recorded_statements(ledger, monkeypatch)
         taken = ledger.claim_runnable(64, 300, skip=["a job this worker runs"])
         assert [job["seq"] for job in taken] == list(range(64, 128))  # admission order
         sql, params = next((q, p) for q, p in sent if "AS MATERIALIZED" in q)
