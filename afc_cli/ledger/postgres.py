@@ -610,6 +610,9 @@ class PostgresLedger(Ledger):
     CLAIM_LOCK = " FOR UPDATE SKIP LOCKED"
     ROW_LOCK = " FOR UPDATE"
     CODE_POINT = ' COLLATE "C"'  # UTF-8 bytes: code point order, as on SQLite
+    BATCH_ATTEMPTS = (  # Ledger.BATCH_ATTEMPTS says why
+        "jobs j CROSS JOIN LATERAL (SELECT * FROM attempts a WHERE a.job_id = j.id OFFSET 0) a"
+    )
 
     def _stream(self, sql: str, params: Any = ()) -> Iterator[list[dict[str, Any]]]:
         """``Ledger._stream`` through a server-side cursor (psycopg's client-side cursor
