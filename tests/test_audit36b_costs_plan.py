@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, recorded_statements
 
 from afc_cli.costs import RateCards
 from afc_cli.ledger import Ledger
@@ -47,14 +47,7 @@ def ledger(request, ledger_url, afc):
 
 def _sent(ledger: Ledger, monkeypatch, by: str) -> list[tuple[str, list]]:
     """The statements of ``cost_groups`` over the attempts, with their values."""
-    sent: list[tuple[str, list]] = []
-    execute = ledger.db.execute
-
-    def recording(sql, params=(), **kw):
-        sent.append((sql, list(params)))
-        return execute(sql, params, **kw)
-
-    monkeypatch.setattr(ledger.db, "execute", recording)
+    sent = recorded_statements(ledger, monkeypatch)
     try:
         ledger.cost_groups(by, batch="b1", since=None)
     finally:
