@@ -923,7 +923,7 @@ class PostgresLedger(Ledger):
                 f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
                 f" COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"
             )
-        self.db.execute("ANALYZE batches")  # its batches counted (batches_grew)
+        self.batches_grew()  # joins the copy's transaction
 
     def batches_grew(self) -> None:
         """The planner learns how many batches there are. A query over every batch names
