@@ -285,6 +285,39 @@ def test_the_lease_clock_is_the_servers_without_a_round_trip_per_claim(pg_book):
     assert abs(ledger.lease_clock() - float(server)) < 60  # sampled again from the server
 
 
+def test_the_lease_clock_holds_through_a_resample_a_little_behind_and_follows_a_step(pg_book):
+    ledger = pg_book[0]
+    read = ledger.lease_clock()
+    # the next sample came back 0.2 s behind this reading (its round trip's error)
+    ledger._clock = (ledger._clock[0] - 0.2, ledger._clock[1], ledger._clock[2])
+    assert ledger.lease_clock() >= read
+    # the server's clock was stepped back by 1000 s: followed
+    ledger._clock = (ledger._clock[0] - 1000, ledger._clock[1], ledger._clock[2])
+    assert ledger.lease_clock() < read - 999
+
+
+def test_a_delivery_is_due_at_once_on_the_clock_claims_compare_it_with(afc, pg_url, monkeypatch):
+    # The host's clock (``clock``) was ahead of the server's sampled one (``lease_clock``) by
+    # the sample's error: a delivery scheduled on the first was not due on the second, and a
+    # run's last webhook pass, right after the job ended, left it for the next run.
+    monkeypatch.setenv("HOOK_SECRET", "whsec_" + "A" * 32)
+    path = afc.write_manifest(
+        manifest(jobs(1), webhook={"url": "http://127.0.0.1:9/h", "secret_env": "HOOK_SECRET"})
+    )
+    ledger = Ledger(pg_url)
+    try:
+        m = load_manifest(path)
+        ledger.admit(m, "file:///tmp/x", RateCards())
+        job = ledger.claim(m.jobs[0].job_id, 60)
+        ledger._clock = (ledger._clock[0] - 0.5, ledger._clock[1], ledger._clock[2])
+        ledger._clock_offset = 0.0
+        assert ledger.finish(job, "succeeded", step="finish") is True
+        (delivery,) = ledger.deliveries()
+        assert [row["id"] for row in ledger.claim_deliveries(10)] == [delivery["id"]]
+    finally:
+        ledger.close()
+
+
 def test_a_claim_round_is_one_statement_and_takes_at_most_its_limit(afc, pg_url):
     path = afc.write_manifest(manifest(jobs(10)))
     ledger = Ledger(pg_url)

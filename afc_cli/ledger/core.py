@@ -2827,8 +2827,8 @@ class Ledger:
     def clock(self) -> float:
         """Now on the ledger's clock without a round trip to the database: this host's clock
         corrected by ``clock_offset``. Attempts are stamped with it, so the calls of every
-        host are counted in one clock by ``per_minute`` (``_check_limit``), and deliveries
-        are scheduled with it."""
+        host are counted in one clock by ``per_minute`` (``_check_limit``). Deliveries are
+        not: they are due on ``lease_clock``, the clock their claims compare with."""
         return _now() + self.clock_offset()
 
     def admission_cache(self) -> Any:
@@ -3424,7 +3424,9 @@ class Ledger:
         produced it, so no terminal state exists without its event. Its id is stable (job id
         and event, and the retry count once a person retried the job: each retry's ending is
         news of its own), and inserting it again does nothing. It is due at once, on the
-        ledger's clock (``clock``), which the claims compare it with. A person's decision
+        ledger's clock (``lease_clock``, the one the claims compare it with: ``clock``
+        can be ahead of it by a sample's error, which left a delivery queued just before a
+        run's last webhook pass undue in that pass). A person's decision
         (``review``: decision, by, note) rides in the envelope's ``data.review``."""
         from afc_cli.costs import job_cost
 
@@ -3481,7 +3483,7 @@ class Ledger:
                 webhook["secret_env"],
                 webhook.get("timeout_s", 10.0),
                 json.dumps(envelope, separators=(",", ":")),
-                self.clock(),
+                self.lease_clock(),
                 now,
             ),
         )

@@ -46,9 +46,9 @@
 - **Time.** Lease expiries come from the database's clock (``lease_clock``: sampled every
   ``CLOCK_SAMPLE_S`` seconds, advanced between samples by the host's boot-time clock: monotonic,
   and counting a suspend, as the server's clock goes on meanwhile), so hosts whose clocks
-  disagree still agree on when a lease expired. Attempts' start and end times and
-  deliveries' schedules are on it too, without a round trip each: this host's clock plus its
-  offset to the server's (``clock_offset``), measured at each sample.
+  disagree still agree on when a lease expired, and when a delivery is due. Attempts' start
+  and end times are on the server's clock too, without a round trip each: this host's clock
+  plus its offset to the server's (``clock_offset``), measured at each sample.
 - **Spool.** A PostgreSQL ledger is not a file, so a run's spool is the folder ``AFC_SPOOL_DIR``
   names, else ``afc-spool`` in the working directory: spooled bytes stay on the host that
   rendered them (README: "Running on several machines"). Two ledgers run from one folder
@@ -130,6 +130,9 @@ CLAIM_ROW_WAIT_S = 0.25
 CLAIM_ROW_RETRY_S = 0.01
 # how often the lease clock is sampled from the server (``lease_clock``)
 CLOCK_SAMPLE_S = 10.0
+# how far back a new sample may find the server's clock and ``lease_clock`` stays where it
+# was (the sample's error, not a step of the server's clock)
+CLOCK_HELD_S = 1.0
 # How long ``afc ledger copy`` waits for the source's jobs table (``lock_jobs``): the runs'
 # transactions last milliseconds, and while the copy's request waits, every other claim and
 # write of a job queues behind it
@@ -665,6 +668,7 @@ class PostgresLedger(Ledger):
         # (server epoch, ``awake_clock``, host epoch) at the last sample of the server's clock
         self._clock: tuple[float, float, float] | None = None
         self._clock_offset = 0.0
+        self._last_read = 0.0  # ``lease_clock``'s last answer: it does not go back
         self._loop: Any = None  # the run loop under group commit (``grouped``)
         self._in_tx = False  # a transaction is open (a group's, between its blocks)
         self._tx_writes = self._block_writes = 0
@@ -1011,7 +1015,16 @@ class PostgresLedger(Ledger):
         if self._clock is None or due and self.db.pipe is None:
             self._sample_clock()
             mono = awake_clock()
-        return self._clock[0] + (mono - self._clock[1])
+        now = self._clock[0] + (mono - self._clock[1])
+        # A new sample re-anchors the clock within its round trip's error, which can put it
+        # a few milliseconds behind this process's last reading. Now does not go back in one
+        # process by so little: a delivery queued at one reading is due at every later one
+        # (a run's last webhook pass, afc_cli/webhooks.py). A real step of the server's
+        # clock (more than ``CLOCK_HELD_S``) is followed.
+        if self._last_read - CLOCK_HELD_S < now < self._last_read:
+            now = self._last_read
+        self._last_read = now
+        return now
 
     def _sample_clock(self) -> None:
         """Read the server's clock; keep it (as of the end of the round trip) beside this
