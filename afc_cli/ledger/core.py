@@ -2865,16 +2865,19 @@ class Ledger:
         if batch is not None:
             attempts = self.BATCH_ATTEMPTS
         groups: dict[Any, dict[str, int]] = {}
-        for key, priced, unpriced, failed, unknown in self.db.execute(
+        started = 0  # attempts with no outcome yet: the calls looked at below
+        for key, priced, unpriced, failed, unknown, calls in self.db.execute(
             f"SELECT {attempt_key}, CAST(COALESCE(SUM(a.cost_micros), 0) AS BIGINT),"
             " SUM(CASE WHEN a.cost_micros IS NULL AND a.status <> 'started' THEN 1 ELSE 0 END),"
             # the known cost of failed attempts and of those of unknown outcome
             " CAST(COALESCE(SUM(CASE WHEN a.status IN ('failed', 'unknown')"
             " THEN a.cost_micros END), 0) AS BIGINT),"
-            " SUM(CASE WHEN a.status = 'unknown' THEN 1 ELSE 0 END)"
+            " SUM(CASE WHEN a.status = 'unknown' THEN 1 ELSE 0 END),"
+            " SUM(CASE WHEN a.status = 'started' THEN 1 ELSE 0 END)"
             f" FROM {attempts} WHERE {' AND '.join(where)} GROUP BY 1",
             params,
         ):
+            started += int(calls or 0)
             groups.setdefault(key, {}).update(
                 priced=int(priced),
                 unpriced_attempts=int(unpriced or 0),
@@ -2888,13 +2891,18 @@ class Ledger:
         # run will mark it, as a job's own figures count it (``gone_calls``); so is one of a
         # job that has ended (cancelled while its call was in flight) once its run is gone,
         # which no run will ever mark (``CALLS_OWNER_SQL``). A live run's is in flight.
+        # Looked up only when the first statement counted any (on a 5,000-job batch with
+        # none, the second statement took 26-31 ms for nothing).
+        calls = ()
+        if started:
+            calls = self.db.execute(
+                f"SELECT {attempt_key}, CASE WHEN j.status IN {TERMINAL_SQL} THEN a.owner"
+                " ELSE j.lease_owner END, j.lease_expires, j.lease_mono, a.cost_micros"
+                f" FROM {attempts} WHERE a.status = 'started' AND {' AND '.join(where)}",
+                params,
+            ).fetchall()
         now = self.lease_clock()
-        for key, owner, expires, mono, cost in self.db.execute(
-            f"SELECT {attempt_key}, CASE WHEN j.status IN {TERMINAL_SQL} THEN a.owner"
-            " ELSE j.lease_owner END, j.lease_expires, j.lease_mono, a.cost_micros"
-            f" FROM {attempts} WHERE a.status = 'started' AND {' AND '.join(where)}",
-            params,
-        ):
+        for key, owner, expires, mono, cost in calls:
             if not process_gone(owner, expires, now, mono):
                 continue  # a call in flight: no cost yet, known or unknown
             values = groups.setdefault(key, {})
