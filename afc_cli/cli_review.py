@@ -98,6 +98,10 @@ def review_list(
         opened = Ledger(ledger, create=False)
         try:
             rows = pending(opened, batch)
+            # as afc status: a ledger of several batches names each row's batch (README
+            # "Reading the output"), whatever batches the rows awaiting review are of; a key
+            # alone is no job to approve there ('a key of several batches: add --batch')
+            batched = batch is None and len(opened.batches()) > 1
         finally:
             opened.close()
         if json_out:
@@ -124,7 +128,7 @@ def review_list(
             for row in rows
         ]
         columns = [Col("key"), Col("output", kind="text"), Col("cost", right=True), Col("age")]
-        if len({row["batch"] for row in rows}) > 1:
+        if batched:
             columns.insert(0, Col("batch"))
         emit(shown, columns, notes=[] if rows else ["no job is awaiting review"], group="batch")
 
