@@ -1137,7 +1137,10 @@ def _asker(yes: bool):
         if len(jobs) > 20:
             _err(f"  ... and {len(jobs) - 20} more")
         try:
-            return typer.confirm(f"{what} these {len(jobs)} jobs?", default=False, err=True)
+            # click reads the answer with input(" "), which writes that space to stdout: a
+            # '--json > retried.json' began with it. The whole question goes to stderr
+            with contextlib.redirect_stdout(sys.stderr):
+                return typer.confirm(f"{what} these {len(jobs)} jobs?", default=False, err=True)
         except typer.Abort as exc:
             # click turns a Ctrl-C (a SIGTERM or SIGHUP too: ``_sigterm_as_ctrl_c``) at the
             # question into 'Aborted!', exit 1 (some job failed, README says), not the 130 of
