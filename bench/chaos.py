@@ -952,6 +952,8 @@ class PgRound(Round):
             keys = [k for k in keys if k]
             if self.rng.random() < 0.5:
                 keys += self.rng.sample(sorted(self.manifest_keys()), 2)
+            if not keys:
+                return  # nothing left to cancel (``afc cancel`` with no key is refused, exit 2)
             done = self.afc_from(OTHER, "cancel", *keys, "--yes")
             if done.returncode not in (0, 1):
                 self.problems.append(f"cancel {keys}: exit {done.returncode} {done.stderr[-300:]}")
