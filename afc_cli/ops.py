@@ -33,7 +33,10 @@ STAT_FIELDS = (
 RETRYABLE = ("failed", "dead", "cancelled")
 # A call started on another host can't be proved dead from here; after this long it has ended
 # or hung (a synchronous call's read timeout is 300 s, afc_cli/providers/http.py), so a retry
-# no longer waits for it.
+# no longer waits for it. A chain entry's ``window_s`` longer than that read timeout makes the
+# call's timeout, its answer's headers and then its body each allowed that long
+# (``HttpProvider.window_timeout``): such a call is waited for twice its window and
+# STALE_CALL_S more (``_call_lasts``).
 STALE_CALL_S = 900.0
 # Confirm(what, jobs) -> bool: asked before acting on more than one job selected by a filter
 Confirm = Callable[[str, list[dict[str, Any]]], bool]
@@ -372,7 +375,9 @@ def retry(
                 refused.append(f"{job['batch']}/{job['key']}: {why}")
                 continue
             now = ledger.clock()  # the clock attempts' starts are stamped on
-            busy = [a for a in ledger.attempts(job["id"]) if _in_flight(a, now)]
+            busy = [
+                a for a in ledger.attempts(job["id"]) if _in_flight(a, now, _call_lasts(job, a))
+            ]
             if busy:
                 refused.append(
                     f"{job['batch']}/{job['key']}: attempt {busy[-1]['number']} of an earlier run "
@@ -459,10 +464,30 @@ def _retried_unrun(ledger: Ledger, job: dict[str, Any]) -> bool:
     return bool(events) and events[-1]["kind"] == "retried"
 
 
-def _in_flight(attempt: dict[str, Any], now: float | None = None) -> bool:
+def _call_lasts(job: dict[str, Any], attempt: dict[str, Any]) -> float:
+    """How long after its start an attempt's call on another host may still be in flight:
+    STALE_CALL_S, or, when its chain entry has a ``window_s``, twice that window (the read
+    timeout of the answer's headers, then of its body) and STALE_CALL_S more. With 900 s
+    alone, a call a window of 30 minutes let render was taken to be over after 15, and an
+    'afc cancel' then 'afc retry' from another host had a worker pay for the job again while
+    that call still rendered it."""
+    try:
+        chain = json.loads(job.get("request_json") or "{}").get("chain") or []
+        window = chain[attempt["chain_index"]].get("window_s")
+    except (ValueError, TypeError, LookupError, AttributeError):
+        return STALE_CALL_S
+    if not isinstance(window, (int, float)) or window <= 0:
+        return STALE_CALL_S
+    return STALE_CALL_S + 2 * float(window)
+
+
+def _in_flight(
+    attempt: dict[str, Any], now: float | None = None, lasts: float = STALE_CALL_S
+) -> bool:
     """Whether an attempt's call may still be running: started, by a live process of this
     host (AFC_HOST_ID, else its host name, and this machine's boot and pid namespace:
-    ``owner.sees_process``), or elsewhere less than STALE_CALL_S ago (another machine's or
+    ``owner.sees_process``), or elsewhere less than ``lasts`` ago (STALE_CALL_S, or longer for
+    a call its chain entry's ``window_s`` lets run longer, ``_call_lasts``; another machine's or
     container's under this host id too: its process cannot be looked at from here).
 
     ``now`` is the ledger's ``clock()``, the clock the start was stamped on (the database
@@ -472,7 +497,7 @@ def _in_flight(attempt: dict[str, Any], now: float | None = None) -> bool:
     if attempt["status"] != "started" or owner_is_dead(attempt["owner"]):
         return False
     now = time.time() if now is None else now
-    return sees_process(attempt["owner"]) or now - attempt["started_at"] < STALE_CALL_S
+    return sees_process(attempt["owner"]) or now - attempt["started_at"] < lasts
 
 
 def queue_stats(ledger_path: str) -> tuple[dict[str, Any], str | None]:
