@@ -11,7 +11,8 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   it was. Its schema is brought to this afc's first (the same migrations).
 - A source with a live lease (a run or worker is using it) is refused: stop it, then copy. So
   is one with an attempt in a call of a live process of this host (a cancelled job's: the
-  cancel ended its lease, and that run records the call's answer and cost when it comes).
+  cancel ended its lease, and that run records the call's answer and cost when it comes), or
+  of another host, for as long as 'afc retry' would wait for that call (``ops._in_flight``).
   Leases of dead or expired owners are copied as they are; the next run takes them over as it
   would have in the source.
 - A copy moves the work: the source is marked moved (``ledger_moves``) in the transaction
@@ -52,6 +53,7 @@ from afc_cli.errors import LedgerError, LedgerWriteError, UsageError, first_line
 from afc_cli.ledger.core import (
     COPY_UNFINISHED,
     MOVED_UNTIL,
+    TERMINAL,
     TERMINAL_SQL,
     Ledger,
     _crash_point,
@@ -332,14 +334,22 @@ def _refuse_live(src: Ledger) -> None:
         )
     # A cancel ends the job's lease and leaves its call to the live run, which records the
     # answer and its cost when it comes (``Ledger.cancel``): a call of a live process of this
-    # host (the only one whose process can be looked at) holds the source as a lease does.
+    # host holds the source as a lease does; so does another host's call of an ended job,
+    # whose process cannot be looked at from here, for as long as 'afc retry' takes it to be
+    # in flight (``ops._in_flight``): copied on, its attempt stayed 'started', unpriced, and
+    # its run wrote the answer and cost into the source after the move.
+    from afc_cli.ops import _call_lasts, _in_flight
+
+    now = src.clock()  # the clock attempts' starts are stamped on
     calls = [
         row
         for row in src._all(
-            "SELECT j.key, j.batch, a.owner FROM attempts a JOIN jobs j ON j.id = a.job_id"
-            " WHERE a.status = 'started'"
+            "SELECT j.key, j.batch, j.status AS job_status, j.request_json, a.owner,"
+            " a.status, a.started_at, a.chain_index"
+            " FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.status = 'started'"
         )
-        if sees_process(row["owner"]) and not owner_is_dead(row["owner"])
+        if (sees_process(row["owner"]) and not owner_is_dead(row["owner"]))
+        or (row["job_status"] in TERMINAL and _in_flight(row, now, _call_lasts(row, row)))
     ]
     if calls:
         row = calls[0]
