@@ -154,6 +154,9 @@ LOCK_WAIT_S = 30.0
 # migrations are not watched (an index of a large ledger may take minutes). AFC_PG_STALL_S
 # sets it; 0 turns the watch off.
 STALL_S = 300.0
+# How long the probe of a connection pooler's mode (``refuse_shared_sessions``) waits for its
+# second connection's answer: a pool in session mode whose every server is taken queues it
+POOL_PROBE_S = 3.0
 
 
 # a URL's password in its user part (``postgresql://user:PASSWORD@host``), the user kept;
@@ -451,17 +454,86 @@ def _shut(fd: int) -> None:
         sock.close()
 
 
-def _connect(url: str, **kwargs: Any) -> Any:
+def _connect(url: str, *, limit: float | None = None, probe: bool = True, **kwargs: Any) -> Any:
     """``psycopg.connect`` of the ledger ``url`` (``_connect_args``), each of its waits on
-    the server watched (``StallWatch``) unless AFC_PG_STALL_S is 0: the connection's own
-    ``wait`` (psycopg's one way to wait on the server: statements, commits, a pipeline's
-    sync) and ``close`` are wrapped on it, so what ``psycopg.connect`` makes is what afc
-    uses. psycopg's own wait timeout exists only in its newest releases."""
+    the server watched (``StallWatch``, ``limit`` seconds, else AFC_PG_STALL_S's) unless that
+    is 0: the connection's own ``wait`` (psycopg's one way to wait on the server: statements,
+    commits, a pipeline's sync) and ``close`` are wrapped on it, so what ``psycopg.connect``
+    makes is what afc uses. psycopg's own wait timeout exists only in its newest releases.
+    A connection through a pooler that shares server sessions between clients is refused
+    (``refuse_shared_sessions``; ``probe``: not the probe's own connection)."""
     psycopg = _psycopg()
-    limit = stall_seconds()
+    if limit is None:
+        limit = stall_seconds()
     conn = psycopg.connect(**_connect_args(url), **kwargs)
-    if not limit:
-        return conn
+    if limit:
+        _watch(conn, limit, psycopg)
+    if probe:
+        try:
+            refuse_shared_sessions(conn, url)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def _backend_pid(conn: Any) -> int:
+    """The pid of the server process that answers ``conn`` now (its transaction ended)."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    if not conn.autocommit:
+        conn.rollback()
+    return int(pid)
+
+
+def refuse_shared_sessions(conn: Any, url: str) -> None:
+    """Refuse (exit 2, before anything is set or written) a ledger reached through a pooler
+    that hands one server session to many clients, a transaction at a time (PgBouncer's
+    ``pool_mode = transaction`` or ``statement``). afc's session is its own: its settings
+    (``synchronous_commit = off``, ``jit = off``, ``lock_timeout``) stayed in the server
+    session for the pooler's next client, another application's commits made asynchronous,
+    and the next afc read the server's ``synchronous_commit`` as ``off`` and committed the
+    attempt row before a paid call without waiting for the disk; psycopg's prepared
+    statements were met by the next client of that session ('afc worker', 'afc submit'
+    stopped with "DuplicatePreparedStatement: prepared statement "_pg3_0" already exists
+    (a bug in afc)"); a ``WITH HOLD`` cursor is gone at the next transaction. A pool in
+    session mode gives each client a server session of its own: afc works through it.
+
+    A pooler answers with a cancel key of its own, so ``conn``'s backend pid is not the
+    server's (``pg_backend_pid()``); only then a second connection is opened: in session
+    mode it is answered by another server process than ``conn`` for as long as both are
+    open, and a pooler in transaction mode hands it the session ``conn`` just released
+    (PgBouncer takes the last one released first). One the pooler keeps waiting (a pool in
+    session mode with every server taken) past ``POOL_PROBE_S`` tells nothing: afc goes on."""
+    psycopg = _psycopg()
+    ours = _backend_pid(conn)
+    if ours == conn.info.backend_pid:
+        return  # the server's own session (or a proxy that passes its cancel key on)
+    try:
+        other = _connect(url, limit=POOL_PROBE_S, probe=False, autocommit=True)
+    except psycopg.Error:
+        return  # the pooler takes no other client now: nothing to tell
+    try:
+        seen = _backend_pid(other)
+    except psycopg.Error:
+        seen = None
+    try:
+        again = _backend_pid(conn)
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            other.close()
+    if seen is not None and seen in (ours, again):
+        raise LedgerError(
+            f"the ledger {display_url(url)} is reached through a connection pooler that "
+            "shares server sessions between its clients (PgBouncer's pool_mode = "
+            "transaction or statement): afc keeps settings and prepared statements in its "
+            "session, which would reach other clients' sessions and fail afc's own next "
+            "statements; give afc a pool in session mode (pool_mode = session) or the "
+            "server itself (README, 'Running on several machines'); nothing was written"
+        )
+
+
+def _watch(conn: Any, limit: float, psycopg: Any) -> None:
+    """``_connect``'s ``StallWatch`` of ``conn``."""
     watch = StallWatch(limit)
     plain_wait, plain_close = conn.wait, conn.close
 
@@ -479,7 +551,6 @@ def _connect(url: str, **kwargs: Any) -> Any:
         plain_close()
 
     conn.wait, conn.close, conn.stall = wait, close, watch
-    return conn
 
 
 def _psycopg() -> Any:
