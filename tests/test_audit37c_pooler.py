@@ -52,11 +52,13 @@ def _packet(kind: bytes, body: bytes) -> bytes:
 
 class FakePooler:
     """A pooler on a loopback port in front of ``host:port``: ``mode`` is ``session`` (a
-    server session per client, for as long as it is connected) or ``transaction``."""
+    server session per client, for as long as it is connected) or ``transaction``.
+    ``reset=False``: in session mode, a session a client left is handed to the next one as
+    it is (PgBouncer with an empty ``server_reset_query``); else it is closed."""
 
-    def __init__(self, host: str, port: int, mode: str) -> None:
-        self.upstream, self.mode = (host, port), mode
-        self.idle: list[socket.socket] = []  # transaction mode: released sessions, LIFO
+    def __init__(self, host: str, port: int, mode: str, reset: bool = True) -> None:
+        self.upstream, self.mode, self.reset = (host, port), mode, reset
+        self.idle: list[socket.socket] = []  # sessions released to the next client, LIFO
         self.lock = threading.Lock()
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
@@ -81,7 +83,7 @@ class FakePooler:
 
     def _server(self) -> socket.socket:
         with self.lock:
-            if self.mode == "transaction" and self.idle:
+            if self.idle:
                 return self.idle.pop()
         server = socket.create_connection(self.upstream)
         server.sendall(self.startup)
@@ -150,7 +152,10 @@ class FakePooler:
             return
         finally:
             client.close()
-            if server is not None:
+            if server is not None and not self.reset:
+                with self.lock:
+                    self.idle.append(server)
+            elif server is not None:
                 server.close()
 
 
@@ -159,11 +164,11 @@ def _through(url: str, pooler: FakePooler) -> str:
     return f"postgresql://afc@127.0.0.1:{pooler.port}/{database}"
 
 
-def _pooler(url: str, mode: str) -> FakePooler:
+def _pooler(url: str, mode: str, reset: bool = True) -> FakePooler:
     from psycopg.conninfo import conninfo_to_dict
 
     where = conninfo_to_dict(url)
-    return FakePooler(where["host"], int(where["port"]), mode)
+    return FakePooler(where["host"], int(where["port"]), mode, reset)
 
 
 def _settings(url: str) -> tuple:
@@ -218,5 +223,23 @@ def test_a_pooler_in_session_mode_is_used_as_the_server_is(tmp_path, pg_url, com
         done = pg(*command)
         assert done.returncode == 0, done.stdout + done.stderr
         assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
+    finally:
+        pooler.close()
+
+
+def test_a_session_pool_that_hands_sessions_on_unreset_is_refused_at_the_next_command(
+    tmp_path, pg_url
+):
+    pooler = _pooler(pg_url, "session", reset=False)
+    try:
+        url = _through(pg_url, pooler)
+        pg = PgAfc(tmp_path, url)
+        first = pg("status")  # a session no client used before: afc's own
+        assert first.returncode == 0, first.stdout + first.stderr
+        # the session it left, with afc's settings in it, goes to the next client
+        again = pg("status")
+        assert again.returncode == 2, again.stdout + again.stderr
+        assert "server_reset_query = DISCARD ALL" in again.stderr, again.stderr
+        assert "Traceback" not in again.stderr and "bug in afc" not in again.stderr
     finally:
         pooler.close()

@@ -477,6 +477,14 @@ def _connect(url: str, *, limit: float | None = None, probe: bool = True, **kwar
     return conn
 
 
+# What an earlier client left in a session (``refuse_shared_sessions``): afc's own settings,
+# set for the session (pg_settings' source 'session'), or any prepared statement
+LEFT_OVER_SQL = (
+    "SELECT (SELECT count(*) FROM pg_prepared_statements) + (SELECT count(*) FROM pg_settings"
+    " WHERE source = 'session' AND name IN ('synchronous_commit', 'jit', 'lock_timeout'))"
+)
+
+
 def _backend_pid(conn: Any) -> int:
     """The pid of the server process that answers ``conn`` now (its transaction ended)."""
     pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
@@ -496,7 +504,10 @@ def refuse_shared_sessions(conn: Any, url: str) -> None:
     statements were met by the next client of that session ('afc worker', 'afc submit'
     stopped with "DuplicatePreparedStatement: prepared statement "_pg3_0" already exists
     (a bug in afc)"); a ``WITH HOLD`` cursor is gone at the next transaction. A pool in
-    session mode gives each client a server session of its own: afc works through it.
+    session mode gives each client a server session of its own: afc works through it, if
+    the pool resets a session before its next client (PgBouncer's ``server_reset_query =
+    DISCARD ALL``, the default); a session that comes with an earlier afc's settings or
+    any prepared statements (``LEFT_OVER_SQL``) is refused as well.
 
     A pooler answers with a cancel key of its own, so ``conn``'s backend pid is not the
     server's (``pg_backend_pid()``); only then a second connection is opened: in session
@@ -508,6 +519,23 @@ def refuse_shared_sessions(conn: Any, url: str) -> None:
     ours = _backend_pid(conn)
     if ours == conn.info.backend_pid:
         return  # the server's own session (or a proxy that passes its cancel key on)
+    # A session handed on as the last client left it: an earlier afc's settings or prepared
+    # statements still in it (a pool in session mode whose server_reset_query is empty, or
+    # one in transaction mode). A pool that resets its sessions (PgBouncer's DISCARD ALL)
+    # never hands on either.
+    left = conn.execute(LEFT_OVER_SQL).fetchone()[0]
+    if not conn.autocommit:
+        conn.rollback()
+    if left:
+        raise LedgerError(
+            f"the ledger {display_url(url)} is reached through a connection pooler that "
+            "handed afc a server session another client left its settings or prepared "
+            "statements in (PgBouncer with an empty server_reset_query, or pool_mode = "
+            "transaction): afc's own would reach the next client and fail afc's next "
+            "statements; give afc a pool in session mode that resets its sessions "
+            "(server_reset_query = DISCARD ALL, the default) or the server itself (README, "
+            "'Running on several machines'); nothing was written"
+        )
     try:
         other = _connect(url, limit=POOL_PROBE_S, probe=False, autocommit=True)
     except psycopg.Error:
