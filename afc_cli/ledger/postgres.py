@@ -1209,7 +1209,12 @@ class PostgresLedger(Ledger):
         except BaseException as exc:
             self._depth = 0
             self._abort(exc, psycopg)
-            if isinstance(exc, psycopg.OperationalError):  # the server or the connection
+            # the server or the connection; or a server that refuses every write now (made
+            # read-only for maintenance, ALTER SYSTEM SET default_transaction_read_only, or
+            # a standby after a failover): its ReadOnlySqlTransaction, met by a job beside
+            # calls in flight, was "unexpected error ... (a bug in afc)", which cancelled
+            # those calls (recorded unknown, their renders unkept, to be paid for again)
+            if isinstance(exc, psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction):
                 raise ledger_write_error(self.path, exc) from None
             raise
         self._depth = 0

@@ -1,0 +1,76 @@
+"""A PostgreSQL ledger whose server stops taking writes mid-run (audit 37c).
+
+An administrator puts the database read-only for maintenance (``ALTER SYSTEM SET
+default_transaction_read_only = on`` and a reload, which reaches the sessions already open),
+or the ledger's host name now leads to a standby after a failover. The worker's next write
+failed with ``ReadOnlySqlTransaction``, which afc took for a bug: "unexpected error:
+ReadOnlySqlTransaction: cannot execute UPDATE in a read-only transaction (a bug in afc)",
+its calls in flight cancelled, left ``started`` (recorded unknown by the next run) and paid
+for again: 68 calls for 60 jobs, 8 in flight. It is now the ledger's write error, as a lost
+connection is: the calls in flight finish, their renders are kept in the spool, the worker
+exits 1 with one line, and the next run stores them without a new call.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import psycopg
+import pytest
+from conftest import jobs, manifest
+from test_postgres_e2e import PgAfc
+from test_postgres_workers import _wait
+
+
+def _read_only(url: str, on: bool) -> None:
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if on:
+            conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        else:
+            conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def test_a_server_made_read_only_mid_run_stops_the_worker_with_its_calls_kept(tmp_path, pg_url):
+    pg = PgAfc(tmp_path, pg_url)
+    n = 6
+    log = tmp_path / "calls.log"
+    release = tmp_path / "release"
+    pg.write_manifest(manifest(jobs(n)))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    env = {"AFC_LOCAL_CALL_LOG": str(log)}
+    worker = pg.popen(
+        "worker",
+        "--until-idle",
+        "--poll",
+        "0.2",
+        "--concurrency",
+        "3",
+        env={**env, "AFC_LOCAL_RELEASE": str(release)},
+    )
+    try:
+        _wait(pg, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 3)
+        try:
+            _read_only(pg_url, True)
+        except psycopg.errors.InsufficientPrivilege:
+            worker.kill()
+            pytest.skip("the test server's user may not ALTER SYSTEM")
+        release.touch()  # the paid calls in flight answer once the ledger refuses writes
+        assert worker.wait(timeout=60) == 1
+        stderr = worker.stderr.read()
+    finally:
+        _read_only(pg_url, False)
+        if worker.poll() is None:
+            worker.kill()
+    assert "cannot write to the ledger postgresql://" in stderr, stderr
+    assert "read-only transaction" in stderr, stderr
+    assert "unexpected error" not in stderr and "bug in afc" not in stderr, stderr
+
+    # the next worker finishes every job, and pays for none of the three calls again
+    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
+    assert done["exit_code"] == 0
+    assert pg.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", n)]
+    assert pg.rows("SELECT COUNT(*) FROM attempts WHERE status IN ('started', 'unknown')") == [(0,)]
+    calls = collections.Counter(line.split()[0] for line in log.read_text().splitlines())
+    assert len(calls) == n and sum(calls.values()) == n, calls
