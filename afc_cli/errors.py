@@ -184,6 +184,12 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
             "database or afc's role, or pg_cancel_backend): unset it for afc's role (ALTER "
             "ROLE ... SET statement_timeout = 0) or raise it"
         )
+    elif str(path).startswith(("postgresql:", "postgres:")) and _no_privilege(exc):
+        # the role afc connects as may no longer write a table of the ledger (a REVOKE)
+        fix = (
+            "the role afc connects as lost a privilege on the ledger's tables (a REVOKE?): "
+            "grant it back (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ...)"
+        )
     elif str(path).startswith(("postgresql:", "postgres:")):
         fix = "check the database server and the connection to it"
     elif "full" in why:
@@ -213,6 +219,11 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
 def _lock_wait(exc: object) -> bool:
     """A PostgreSQL statement that gave up waiting for a lock (``lock_timeout``)."""
     return getattr(exc, "sqlstate", None) == "55P03"
+
+
+def _no_privilege(exc: object) -> bool:
+    """A PostgreSQL statement refused for want of a privilege (``insufficient_privilege``)."""
+    return getattr(exc, "sqlstate", None) == "42501"
 
 
 def _cancelled(exc: object) -> bool:

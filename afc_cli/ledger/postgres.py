@@ -1214,7 +1214,15 @@ class PostgresLedger(Ledger):
             # a standby after a failover): its ReadOnlySqlTransaction, met by a job beside
             # calls in flight, was "unexpected error ... (a bug in afc)", which cancelled
             # those calls (recorded unknown, their renders unkept, to be paid for again)
-            if isinstance(exc, psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction):
+            # So is a privilege the role lost under the run (a REVOKE on the ledger's tables):
+            # "unexpected error: InsufficientPrivilege ... (a bug in afc)" cancelled the calls
+            # in flight as well
+            if isinstance(
+                exc,
+                psycopg.OperationalError
+                | psycopg.errors.ReadOnlySqlTransaction
+                | psycopg.errors.InsufficientPrivilege,
+            ):
                 raise ledger_write_error(self.path, exc) from None
             raise
         self._depth = 0
