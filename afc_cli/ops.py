@@ -379,9 +379,10 @@ def retry(
                 a for a in ledger.attempts(job["id"]) if _in_flight(a, now, _call_lasts(job, a))
             ]
             if busy:
+                over = over_at(busy[-1], _call_lasts(job, busy[-1]))
                 refused.append(
                     f"{job['batch']}/{job['key']}: attempt {busy[-1]['number']} of an earlier run "
-                    f"({busy[-1]['owner']}) is still in flight; retry once it has ended"
+                    f"({busy[-1]['owner']}) is still in flight; retry once it has ended{over}"
                 )
         if refused:
             raise UsageError(
@@ -479,6 +480,17 @@ def _call_lasts(job: dict[str, Any], attempt: dict[str, Any]) -> float:
     if not isinstance(window, (int, float)) or window <= 0:
         return STALE_CALL_S
     return STALE_CALL_S + 2 * float(window)
+
+
+def over_at(attempt: dict[str, Any], lasts: float) -> str:
+    """What a refusal to act under another host's call says of it: when it is taken to be
+    over (UTC, on the ledger's clock, which its start was stamped on), if it has not ended
+    before; a host that died mid-call never ends it. Nothing for a call of this host, whose
+    process is looked at."""
+    if sees_process(attempt["owner"]):
+        return ""
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(attempt["started_at"] + lasts))
+    return f" (another host's call: taken to be over at {at}, if it has not ended by then)"
 
 
 def _in_flight(

@@ -32,6 +32,9 @@ def test_a_copy_waits_for_another_hosts_call_of_a_cancelled_job(pg):  # noqa: F8
     refused = pg("ledger", "copy", pg.url, back, env=d)
     assert refused.returncode == 2, refused.stderr
     assert "in a call of a live run" in refused.stderr and "b1/j0" in refused.stderr
+    ((started,),) = pg.rows("SELECT started_at FROM attempts")
+    over = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started + 900))
+    assert f"another host's call: taken to be over at {over}" in refused.stderr, refused.stderr
     assert not (pg.cwd / "back.db").exists(), "the destination was not even created"
     err = a.stderr.read()
     assert a.wait(timeout=60) == 1, err  # its job was cancelled

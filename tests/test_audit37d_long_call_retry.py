@@ -44,6 +44,10 @@ def test_a_retry_waits_for_another_hosts_call_that_its_window_lets_run_longer(pg
     refused = pg("retry", "j0", env=d)
     assert refused.returncode == 2, refused.stderr
     assert "is still in flight; retry once it has ended" in refused.stderr, refused.stderr
+    # and when it is taken to be over, should host-a have died mid-call: 15 min + 2 windows
+    ((started,),) = pg.rows("SELECT started_at FROM attempts")
+    over = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started + STALE_CALL_S + 2 * WINDOW_S))
+    assert f"another host's call: taken to be over at {over}" in refused.stderr, refused.stderr
     assert pg.rows("SELECT status FROM jobs") == [("cancelled",)]
     err = a.stderr.read()
     a.wait(timeout=60)

@@ -338,7 +338,7 @@ def _refuse_live(src: Ledger) -> None:
     # whose process cannot be looked at from here, for as long as 'afc retry' takes it to be
     # in flight (``ops._in_flight``): copied on, its attempt stayed 'started', unpriced, and
     # its run wrote the answer and cost into the source after the move.
-    from afc_cli.ops import _call_lasts, _in_flight
+    from afc_cli.ops import _call_lasts, _in_flight, over_at
 
     now = src.clock()  # the clock attempts' starts are stamped on
     calls = [
@@ -357,7 +357,7 @@ def _refuse_live(src: Ledger) -> None:
             f"{plural(len(calls), 'attempt')} of {src.path} {'is' if len(calls) == 1 else 'are'}"
             " in a call of a live run (e.g. "
             f"{row['batch']}/{row['key']}, by {row['owner']}); let it end, then copy (nothing "
-            "was written)"
+            f"was written){over_at(row, _call_lasts(row, row))}"
         )
 
 
