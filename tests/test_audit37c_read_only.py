@@ -13,13 +13,10 @@ exits 1 with one line, and the next run stores them without a new call.
 
 from __future__ import annotations
 
-import collections
-
 import psycopg
 import pytest
-from conftest import jobs, manifest
+from test_postgres_connection_lost import break_mid_run, next_worker_finishes
 from test_postgres_e2e import PgAfc
-from test_postgres_workers import _wait
 
 
 def _read_only(url: str, on: bool) -> None:
@@ -34,43 +31,17 @@ def _read_only(url: str, on: bool) -> None:
 
 def test_a_server_made_read_only_mid_run_stops_the_worker_with_its_calls_kept(tmp_path, pg_url):
     pg = PgAfc(tmp_path, pg_url)
-    n = 6
-    log = tmp_path / "calls.log"
-    release = tmp_path / "release"
-    pg.write_manifest(manifest(jobs(n)))
-    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
-    env = {"AFC_LOCAL_CALL_LOG": str(log)}
-    worker = pg.popen(
-        "worker",
-        "--until-idle",
-        "--poll",
-        "0.2",
-        "--concurrency",
-        "3",
-        env={**env, "AFC_LOCAL_RELEASE": str(release)},
-    )
-    try:
-        _wait(pg, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 3)
+
+    def breaks():
         try:
             _read_only(pg_url, True)
         except psycopg.errors.InsufficientPrivilege:
-            worker.kill()
             pytest.skip("the test server's user may not ALTER SYSTEM")
-        release.touch()  # the paid calls in flight answer once the ledger refuses writes
-        assert worker.wait(timeout=60) == 1
-        stderr = worker.stderr.read()
-    finally:
-        _read_only(pg_url, False)
-        if worker.poll() is None:
-            worker.kill()
+
+    env = {"AFC_LOCAL_CALL_LOG": str(tmp_path / "calls.log")}
+    stderr = break_mid_run(pg, breaks, n=6, env=env, mend=lambda: _read_only(pg_url, False))
     assert "cannot write to the ledger postgresql://" in stderr, stderr
     assert "read-only transaction" in stderr, stderr
     assert "unexpected error" not in stderr and "bug in afc" not in stderr, stderr
-
     # the next worker finishes every job, and pays for none of the three calls again
-    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
-    assert done["exit_code"] == 0
-    assert pg.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", n)]
-    assert pg.rows("SELECT COUNT(*) FROM attempts WHERE status IN ('started', 'unknown')") == [(0,)]
-    calls = collections.Counter(line.split()[0] for line in log.read_text().splitlines())
-    assert len(calls) == n and sum(calls.values()) == n, calls
+    next_worker_finishes(pg, env, n=6)

@@ -11,14 +11,12 @@ a new call.
 
 from __future__ import annotations
 
-import collections
 import uuid
 
 import psycopg
 import pytest
-from conftest import jobs, manifest
+from test_postgres_connection_lost import break_mid_run, next_worker_finishes
 from test_postgres_e2e import PgAfc
-from test_postgres_workers import _wait
 
 
 def _as_owner(url: str, *statements: str) -> None:
@@ -44,43 +42,20 @@ def role(pg_url):
 
 def test_a_privilege_revoked_mid_run_stops_the_worker_with_its_calls_kept(tmp_path, pg_url, role):
     owner = PgAfc(tmp_path, pg_url)
-    n = 6
-    log = tmp_path / "calls.log"
-    release = tmp_path / "release"
-    owner.write_manifest(manifest(jobs(n)))
-    assert owner("submit", "manifest.yaml", "--no-run").returncode == 0
     worker_url = pg_url.replace("://afc@", f"://{role}@", 1)
     assert worker_url != pg_url, "the test server's URL names its user afc"
     pg = PgAfc(tmp_path, worker_url)
-    env = {"AFC_LOCAL_CALL_LOG": str(log)}
-    worker = pg.popen(
-        "worker",
-        "--until-idle",
-        "--poll",
-        "0.2",
-        "--concurrency",
-        "3",
-        env={**env, "AFC_LOCAL_RELEASE": str(release)},
+    env = {"AFC_LOCAL_CALL_LOG": str(tmp_path / "calls.log")}
+    stderr = break_mid_run(
+        pg,
+        lambda: _as_owner(pg_url, f"REVOKE UPDATE ON jobs FROM {role}"),
+        n=6,
+        env=env,
+        mend=lambda: _as_owner(pg_url, f"GRANT UPDATE ON jobs TO {role}"),
+        owner=owner,
     )
-    try:
-        _wait(owner, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 3)
-        _as_owner(pg_url, f"REVOKE UPDATE ON jobs FROM {role}")
-        release.touch()  # the paid calls in flight answer once the ledger refuses writes
-        assert worker.wait(timeout=60) == 1
-        stderr = worker.stderr.read()
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-        _as_owner(pg_url, f"GRANT UPDATE ON jobs TO {role}")
     assert f"cannot write to the ledger postgresql://{role}@" in stderr, stderr
     assert "permission denied" in stderr and "grant it back" in stderr, stderr
     assert "unexpected error" not in stderr and "bug in afc" not in stderr, stderr
-
     # the next worker finishes every job, and pays for none of the three calls again
-    done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
-    assert done["exit_code"] == 0
-    assert owner.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", n)]
-    left = owner.rows("SELECT COUNT(*) FROM attempts WHERE status IN ('started', 'unknown')")
-    assert left == [(0,)]
-    calls = collections.Counter(line.split()[0] for line in log.read_text().splitlines())
-    assert len(calls) == n and sum(calls.values()) == n, calls
+    next_worker_finishes(pg, env, n=6, owner=owner)

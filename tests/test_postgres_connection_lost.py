@@ -50,13 +50,15 @@ def _stopped_cleanly(stderr: str) -> None:
         assert noise not in stderr, stderr
 
 
-def test_a_worker_whose_connection_is_killed_mid_run_stops_with_the_ledgers_message(pg):
-    n = 8
-    log = pg.cwd / "calls.log"
+def break_mid_run(pg: PgAfc, breaks, *, n: int, env: dict, mend=None, owner=None) -> str:
+    """Submit ``n`` jobs and run a worker of ``pg`` over them 3 wide; once its 3 paid calls
+    are in flight, ``breaks()`` the ledger under it, then let the calls answer. Returns the
+    worker's stderr; it must have exited 1. ``mend()`` undoes the break, whatever happened;
+    ``owner`` (default ``pg``) submits and reads the ledger when the worker's role may not."""
+    owner = owner or pg
     release = pg.cwd / "release"
-    pg.write_manifest(manifest(jobs(n)))
-    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
-    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(log)}
+    owner.write_manifest(manifest(jobs(n)))
+    assert owner("submit", "manifest.yaml", "--no-run").returncode == 0
     worker = pg.popen(
         "worker",
         "--until-idle",
@@ -66,19 +68,44 @@ def test_a_worker_whose_connection_is_killed_mid_run_stops_with_the_ledgers_mess
         "3",
         env={**env, "AFC_LOCAL_RELEASE": str(release)},
     )
-    _wait(pg, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 3)
-    assert _terminate_afc(pg) >= 1
-    release.touch()  # the paid calls in flight answer after the connection is gone
-    assert worker.wait(timeout=60) == 1
-    _stopped_cleanly(worker.stderr.read())
+    try:
+        _wait(owner, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 3)
+        breaks()
+        release.touch()  # the paid calls in flight answer once the ledger is broken
+        assert worker.wait(timeout=60) == 1
+        return worker.stderr.read()
+    finally:
+        if mend is not None:
+            mend()
+        if worker.poll() is None:
+            worker.kill()
 
-    # the next worker finishes every job; only the calls in flight may be paid again
+
+def next_worker_finishes(pg: PgAfc, env: dict, *, n: int, paid_again: int = 0, owner=None):
+    """The next worker finishes every job; the calls log (``AFC_LOCAL_CALL_LOG`` in ``env``)
+    shows each job paid for once, at most ``paid_again`` of them twice. With none paid
+    again no attempt is left of unknown outcome either."""
+    owner = owner or pg
     done = pg.json("worker", "--until-idle", "--poll", "0.2", env=env)
     assert done["exit_code"] == 0
-    assert pg.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", n)]
-    assert pg.rows("SELECT COUNT(*) FROM attempts WHERE status = 'started'") == [(0,)]
-    calls = collections.Counter(line.split()[0] for line in log.read_text().splitlines())
-    assert len(calls) == n and sum(calls.values()) <= n + 3
+    assert owner.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", n)]
+    left = ("'started'",) if paid_again else ("'started'", "'unknown'")
+    assert owner.rows(f"SELECT COUNT(*) FROM attempts WHERE status IN ({', '.join(left)})") == [
+        (0,)
+    ]
+    log = env["AFC_LOCAL_CALL_LOG"]
+    calls = collections.Counter(line.split()[0] for line in open(log).read().splitlines())
+    assert len(calls) == n and sum(calls.values()) <= n + paid_again, calls
+
+
+def test_a_worker_whose_connection_is_killed_mid_run_stops_with_the_ledgers_message(pg):
+    def breaks():
+        assert _terminate_afc(pg) >= 1
+
+    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_CALL_LOG": str(pg.cwd / "calls.log")}
+    _stopped_cleanly(break_mid_run(pg, breaks, n=8, env=env))
+    # only the calls in flight may be paid again
+    next_worker_finishes(pg, env, n=8, paid_again=3)
 
 
 @pytest.mark.parametrize("budget", [[], ["--max-spend", "10"]])
