@@ -10,7 +10,8 @@ every write fenced by the lease owner, webhooks drained beside); whenever that l
 polls every ``poll_s`` seconds; due webhooks are drained meanwhile with a claim beside every
 ``poll_s`` (``drain_while_idle``: a hung receiver never holds new jobs back). A round whose
 storage check fails (before any of it ran) is released at once; a retryable failure is tried
-again after ``poll_s``, any other ends the worker.
+again after ``poll_s`` (said once, then every ``STORAGE_DOWN_SAY_S``, and its end once), any
+other ends the worker.
 
 SIGTERM, SIGHUP or Ctrl-C stops it: while idle at once; while jobs run, by the run loop's drain (no
 new provider call; calls in flight finish within ``--grace``, are recorded and stored; then
@@ -55,6 +56,11 @@ MAX_CLAIM = 1_000_000  # jobs one claim round takes at most (--claim)
 # copy's own ``ledger_moves`` row, removed once the source is marked moved: milliseconds after
 # the copy committed) before it takes the copy for one that stopped and refuses it (exit 2)
 COPY_OPEN_WAIT_S = 10.0
+# How often a worker whose storage check keeps failing (a bucket's endpoint down) says so again:
+# its first failure is said at once, then once every this many seconds for as long as it lasts,
+# and its end once (``work``). Said at every --poll, a service's journal took a line every few
+# seconds for the length of the outage (an hour's: over a thousand of the same line).
+STORAGE_DOWN_SAY_S = 600.0
 
 
 class Stop:
@@ -440,6 +446,10 @@ def work(
             return jobs
 
         holders_said: set[str] = set()
+        # a retryable storage check failing round after round: since when (monotonic), and
+        # when it was last said (``STORAGE_DOWN_SAY_S``)
+        storage_down: float | None = None
+        storage_said = 0.0
 
         def waiting_on() -> None:
             """--until-idle with jobs left that other processes hold (another worker's, a
@@ -537,10 +547,31 @@ def work(
                     ledger.release(job)
                 if isinstance(exc, UsageError) or not exc.retryable:
                     raise
-                if reporter is not None:
-                    reporter.notice(f"{exc.message}; trying again in {poll_s:g} s")
+                now = time.monotonic()
+                if reporter is not None and (
+                    storage_down is None or now - storage_said >= STORAGE_DOWN_SAY_S
+                ):
+                    lasted = (
+                        f" (failing for {now - storage_down:.0f} s)"
+                        if storage_down is not None
+                        else ""
+                    )
+                    reporter.notice(
+                        f"{exc.message}; trying again every {poll_s:g} s{lasted}, said again "
+                        f"every {STORAGE_DOWN_SAY_S:g} s while it fails"
+                    )
+                    storage_said = now
+                if storage_down is None:
+                    storage_down = now
                 stop.wait(poll_s)
                 continue
+            if storage_down is not None:
+                if reporter is not None:
+                    lasted = time.monotonic() - storage_down
+                    reporter.notice(
+                        f"the storage check passes again, after {lasted:.0f} s of failures"
+                    )
+                storage_down = None
             result.finished += stats.finished
             result.failed += stats.ended_badly
             result.spent_micros += stats.spent_micros
