@@ -217,7 +217,9 @@ def test_an_admission_writes_one_status_index_entry_a_job(afc):
     )
     assert [name for name, sql in indexes if " WHERE " not in sql] == ["jobs_batch_status_age"]
     assert [name for name, sql in indexes if " WHERE " in sql] == [
+        "jobs_blocked_order",
         "jobs_claim_order",
+        "jobs_leased_order",
         "jobs_output_holders",
         "jobs_output_poll_left",
         "jobs_output_rendering",
