@@ -1205,9 +1205,19 @@ def load_manifest(path: str | Path, providers: dict[str, Any] | None = None) -> 
         except OSError as exc:  # the temporary file's (the list's own are a line's problem)
             import tempfile
 
+            try:
+                where = f"in {tempfile.gettempdir()} (TMPDIR)"
+            except OSError:
+                # no usable one at all (a container's read-only root: no TMPDIR, /tmp and the
+                # working directory read-only): asking again raised, and the run ended exit 1
+                # saying to 'afc resume' a list never admitted
+                where = (
+                    "in TMPDIR, and there is no folder to make it in (TMPDIR unset or not "
+                    "writable, nor are /tmp, /var/tmp and the working directory)"
+                )
             raise UsageError(
                 f"cannot check the job list {model.jobs_from!r} of {name}: its resolved jobs "
-                f"wait in a temporary file in {tempfile.gettempdir()} (TMPDIR), and writing it "
+                f"wait in a temporary file {where}, and writing it "
                 f"failed: {exc.strerror or exc}. Nothing was admitted: free space there, or "
                 "set TMPDIR to a folder with room, then run this command again"
             ) from None
