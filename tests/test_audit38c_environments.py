@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import manifest
+from conftest import jobs, manifest
 
 needs_unshare = pytest.mark.skipif(
     sys.platform != "linux" or not shutil.which("unshare"), reason="needs unshare (Linux)"
@@ -43,7 +43,8 @@ def test_a_job_list_with_no_usable_temporary_folder_is_refused_as_nothing_admitt
         for d in folders
     )
     script = (
-        f"{readonly} && mount -t tmpfs tmpfs vol || exit 9\n"
+        # into the folder again: the shell's working directory is still the one under the mounts
+        f"{readonly} && cd {shlex.quote(str(afc.cwd))} && mount -t tmpfs tmpfs vol || exit 9\n"
         f"{command}\necho rc=$? >&2\nls -A vol >&2\n"
     )
     env = {k: v for k, v in afc.env.items() if k not in ("TMPDIR", "TEMP", "TMP")}
@@ -61,3 +62,79 @@ def test_a_job_list_with_no_usable_temporary_folder_is_refused_as_nothing_admitt
     assert "TMPDIR" in result.stderr and "Nothing was admitted" in result.stderr, result.stderr
     assert "afc resume" not in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.rstrip().endswith("rc=2"), result.stderr  # nothing in the volume
+
+
+def _grow(db, copies: int) -> None:
+    """The ledger's batch ``b1`` copied ``copies`` times in SQL (``bench/big_ledger.py``)."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    many = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+    with conn:
+        conn.execute(
+            many + "INSERT INTO batches (name, storage, rates_json, created_at, updated_at)"
+            " SELECT 'b1-' || n.i, storage, rates_json, created_at, updated_at"
+            " FROM batches, n WHERE name = 'b1'",
+            (copies,),
+        )
+        for table, key in (("jobs", "id"), ("attempts", "job_id")):
+            names = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+            names = [c for c in names if not (table == "attempts" and c == "id")]
+            shifted = {key: f"t.{key} || '-' || n.i"}
+            if table == "jobs":
+                shifted |= {"batch": "'b1-' || n.i", "output_key": "'b1-' || n.i || t.key"}
+            picked = ", ".join(shifted.get(c, f"t.{c}") for c in names)
+            conn.execute(
+                many + f"INSERT INTO {table} ({', '.join(names)}) SELECT {picked}"
+                f" FROM {table} t, n WHERE t.{key} IN (SELECT id FROM jobs WHERE batch = 'b1')",
+                (copies,),
+            )
+    conn.close()
+
+
+@needs_unshare
+def test_a_big_ledger_is_read_where_sqlite_has_no_temporary_folder(afc):
+    """A container with a read-only root (no TMPDIR, /tmp, /var/tmp and the working directory
+    read-only), the ledger on its one writable volume: SQLite spills a big sort (a GROUP BY
+    over a ledger's 50,000 attempts) to a temporary file in the first writable of TMPDIR,
+    /var/tmp, /usr/tmp, /tmp and '.', and with none 'afc costs report --by model' (and 'afc
+    report --html', which runs it) exited 1 with 'cannot read the ledger: disk I/O error: fix
+    the disk or file system; ... run it again', a disk that was fine and a run again that
+    failed the same way. With no such folder afc has SQLite keep that data in memory."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged mount namespaces are not available")
+    chain = [{"provider": "local", "model": "instant", "attempts": 1}]
+    rates = [{"provider": "local", "model": "instant", "per_image": "0.01"}]
+    afc.write_manifest(manifest(jobs(100), defaults={"chain": chain}, rates=rates))
+    result = afc("submit", "manifest.yaml", "-q")
+    assert result.returncode == 0, result.stderr
+    _grow(afc.cwd / "afc.db", 500)
+    (afc.cwd / "vol").mkdir()
+    folders = [d for d in ("/tmp", "/var/tmp") if os.path.isdir(d)] + [str(afc.cwd)]
+    command = " ".join(
+        shlex.quote(part)
+        for part in afc.command("costs", "report", "--by", "model", "--ledger", "vol/afc.db")
+    )
+    script = (
+        " && ".join(
+            f"mount --bind {shlex.quote(d)} {shlex.quote(d)}"
+            f" && mount -o remount,bind,ro {shlex.quote(d)}"
+            for d in folders
+        )
+        # into the folder again: the shell's working directory is still the one under the mounts
+        + f" && cd {shlex.quote(str(afc.cwd))} && mount -t tmpfs tmpfs vol && cp afc.db vol/"
+        + f" || exit 9\n{command}"
+    )
+    env = {k: v for k, v in afc.env.items() if k not in ("TMPDIR", "SQLITE_TMPDIR")}
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=afc.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode == 9:
+        pytest.skip(f"read-only bind mounts are not available: {result.stderr}")
+    assert result.returncode == 0, result.stderr
+    assert "local/instant\t501.000000" in result.stdout, result.stdout
