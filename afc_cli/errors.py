@@ -194,6 +194,14 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
         fix = "check the database server and the connection to it"
     elif "full" in why:
         fix = "free space on its disk"
+        spill = _spill_folder(path)
+        if spill is not None:
+            # a big sort (a report's GROUP BY) spills to SQLite's temporary folder: a /tmp
+            # that is full (a container's small tmpfs) was said as the ledger's disk
+            fix += (
+                f", or in {spill}, where SQLite keeps the temporary file of a big sort "
+                "(TMPDIR, or SQLITE_TMPDIR, names another folder)"
+            )
     elif "locked" in why or "busy" in why:
         # another process held SQLite's write lock past the busy timeout (a sqlite3 shell in
         # a transaction, say): nothing is wrong with the disk
@@ -214,6 +222,30 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
     # what a command that only reads says (cli's ``reads``): the same cause, read, not written
     error.unread = f"cannot read {where}: {why}"
     return error
+
+
+def _spill_folder(path: object) -> str | None:
+    """SQLite's temporary folder (``ledger_file.sqlite_temp_folder``) where it is on another
+    file system than the SQLite ledger at ``path`` and that ledger's disk is not the full one
+    (or the ledger is not known here)."""
+    import os
+    from pathlib import Path
+
+    from afc_cli.ledger_file import _no_room, sqlite_temp_folder
+
+    folder = sqlite_temp_folder()
+    if folder is None or (path is not None and _no_room(Path(str(path)))):
+        return None
+    try:
+        if (
+            path is not None
+            and os.stat(folder).st_dev
+            == os.stat(os.path.dirname(os.path.abspath(str(path)))).st_dev
+        ):
+            return None
+    except OSError:
+        pass
+    return os.path.abspath(folder)
 
 
 def _lock_wait(exc: object) -> bool:

@@ -368,6 +368,23 @@ def check_pages(conn: sqlite3.Connection, path: Path) -> None:
         )
 
 
+def sqlite_temp_folder() -> str | None:
+    """The folder where SQLite makes its temporary files (a big sort's spill): the first
+    writable of SQLITE_TMPDIR, TMPDIR, /var/tmp, /usr/tmp, /tmp and the working directory (its
+    unix VFS's list), or None where none is."""
+    for folder in (
+        os.environ.get("SQLITE_TMPDIR"),
+        os.environ.get("TMPDIR"),
+        "/var/tmp",
+        "/usr/tmp",
+        "/tmp",
+        ".",
+    ):
+        if folder and os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
+            return folder
+    return None
+
+
 def _no_room(path: Path) -> bool:
     """Whether the disk of the ledger's folder is full: SQLite says 'disk I/O error', not
     'disk is full', when it cannot make the ledger's -wal or -shm file there."""

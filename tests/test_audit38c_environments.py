@@ -92,6 +92,16 @@ def _grow(db, copies: int) -> None:
     conn.close()
 
 
+def _big_ledger(afc) -> None:
+    """afc.db: 50,100 jobs of one model, each with one attempt (0.01 USD)."""
+    chain = [{"provider": "local", "model": "instant", "attempts": 1}]
+    rates = [{"provider": "local", "model": "instant", "per_image": "0.01"}]
+    afc.write_manifest(manifest(jobs(100), defaults={"chain": chain}, rates=rates))
+    result = afc("submit", "manifest.yaml", "-q")
+    assert result.returncode == 0, result.stderr
+    _grow(afc.cwd / "afc.db", 500)
+
+
 @needs_unshare
 def test_a_big_ledger_is_read_where_sqlite_has_no_temporary_folder(afc):
     """A container with a read-only root (no TMPDIR, /tmp, /var/tmp and the working directory
@@ -103,12 +113,7 @@ def test_a_big_ledger_is_read_where_sqlite_has_no_temporary_folder(afc):
     failed the same way. With no such folder afc has SQLite keep that data in memory."""
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
         pytest.skip("unprivileged mount namespaces are not available")
-    chain = [{"provider": "local", "model": "instant", "attempts": 1}]
-    rates = [{"provider": "local", "model": "instant", "per_image": "0.01"}]
-    afc.write_manifest(manifest(jobs(100), defaults={"chain": chain}, rates=rates))
-    result = afc("submit", "manifest.yaml", "-q")
-    assert result.returncode == 0, result.stderr
-    _grow(afc.cwd / "afc.db", 500)
+    _big_ledger(afc)
     (afc.cwd / "vol").mkdir()
     folders = [d for d in ("/tmp", "/var/tmp") if os.path.isdir(d)] + [str(afc.cwd)]
     command = " ".join(
@@ -138,3 +143,33 @@ def test_a_big_ledger_is_read_where_sqlite_has_no_temporary_folder(afc):
         pytest.skip(f"read-only bind mounts are not available: {result.stderr}")
     assert result.returncode == 0, result.stderr
     assert "local/instant\t501.000000" in result.stdout, result.stdout
+
+
+@needs_unshare
+def test_a_full_temporary_folder_is_named_not_the_ledgers_disk_alone(afc):
+    """A /tmp that is full (a container's small tmpfs, a server's /tmp filled by something
+    else) failed a big report's sort with 'cannot read the ledger: database or disk is full:
+    free space on its disk': the ledger's disk had room, a person freed space there, and the
+    run again failed the same way. The fix now names SQLite's temporary folder too."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged mount namespaces are not available")
+    _big_ledger(afc)
+    (afc.cwd / "tmp").mkdir()
+    command = " ".join(
+        shlex.quote(part) for part in afc.command("costs", "report", "--by", "model")
+    )
+    script = f"mount -t tmpfs -o size=64k tmpfs tmp || exit 9\nTMPDIR=$PWD/tmp {command}"
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=afc.cwd,
+        env={k: v for k, v in afc.env.items() if k != "SQLITE_TMPDIR"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode == 9:
+        pytest.skip(f"tmpfs mounts are not available: {result.stderr}")
+    assert result.returncode == 1, result.stderr
+    assert "disk is full" in result.stderr, result.stderr
+    assert f"or in {afc.cwd / 'tmp'}, where SQLite keeps" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

@@ -112,17 +112,8 @@ def _temporary_data(conn: sqlite3.Connection) -> sqlite3.Connection:
     list). A container with a read-only root and the ledger on its one volume has none: the
     sort failed as 'disk I/O error', which afc said as a disk to fix and a command to run
     again. With no such folder, that data is kept in memory (a few MB) instead."""
-    for folder in (
-        os.environ.get("SQLITE_TMPDIR"),
-        os.environ.get("TMPDIR"),
-        "/var/tmp",
-        "/usr/tmp",
-        "/tmp",
-        ".",
-    ):
-        if folder and os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
-            return conn
-    conn.execute("PRAGMA temp_store = MEMORY")
+    if ledger_file.sqlite_temp_folder() is None:
+        conn.execute("PRAGMA temp_store = MEMORY")
     return conn
 
 
