@@ -472,7 +472,7 @@ def submit(
                 [job.output_key for job in manifest.jobs] + [job["output_key"] for job in left]
             )
             spool = Spool(ledger.spool_root()) if ledger is not None else Spool.beside(path)
-            check_spool(spool)
+            check_spool(spool, per_host=ledger is not None and ledger.SPOOL_PER_HOST)
             if marked:
                 # a replay of ended jobs renders nothing: it leaves another's spool alone
                 own_spool(ledger, spool, running=bool(left or to_run))
@@ -914,7 +914,7 @@ def run_jobs(
     spool = Spool(ledger.spool_root())
     running = bool(job_ids or more is not None)
     if running and not spool_checked:
-        check_spool(spool)
+        check_spool(spool, per_host=ledger.SPOOL_PER_HOST)
     if own_spool(ledger, spool, running=running):
         sweep_spool(ledger, spool)
 
@@ -1440,14 +1440,24 @@ def open_files(concurrency: int, providers: Collection[str] = ()) -> None:
         )
 
 
-def check_spool(spool: Spool) -> None:
+def check_spool(spool: Spool, *, per_host: bool = False) -> None:
     """Refuse a run whose spool cannot be written (``Spool.check``), before any render is paid
-    for: its bytes must have somewhere to go."""
+    for: its bytes must have somewhere to go. ``per_host``: a PostgreSQL ledger's, which is
+    ``AFC_SPOOL_DIR`` or ``afc-spool`` in the working folder, not a folder beside the ledger:
+    run from a read-only working folder (a container's root, a cron line's home of another
+    user) it was said as a disk to fix, the variable that moves it unnamed."""
     try:
         spool.check()
     except OSError as exc:
+        where = ""
+        if per_host:
+            where = (
+                " (a PostgreSQL ledger's runs on this host spool to AFC_SPOOL_DIR, else to "
+                "afc-spool in the working folder: set AFC_SPOOL_DIR to a folder this user can "
+                "write, on this machine's disk)"
+            )
         raise SpoolError(
-            f"the spool {spool.root} cannot be written: {exc}. No render was started; "
+            f"the spool {spool.root} cannot be written: {exc}{where}. No render was started; "
             "fix the disk or move what is in the way, then run again."
         ) from None
 

@@ -173,3 +173,26 @@ def test_a_full_temporary_folder_is_named_not_the_ledgers_disk_alone(afc):
     assert "disk is full" in result.stderr, result.stderr
     assert f"or in {afc.cwd / 'tmp'}, where SQLite keeps" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_postgresql_ledgers_spool_that_cannot_be_written_names_afc_spool_dir(afc, pg_url):
+    """A PostgreSQL ledger's runs spool to AFC_SPOOL_DIR, else to afc-spool in the working
+    folder. Run from a folder where that cannot be made (a container's read-only root, a cron
+    line's folder of another user, a file of that name in the way), 'afc submit', 'afc
+    resume' and 'afc worker' refused with 'the spool /afc-spool cannot be written: ... fix
+    the disk or move what is in the way': no word of the variable that puts the spool
+    elsewhere, and a disk that was fine. The refusal now names it; still nothing is paid."""
+    afc.write_manifest(manifest(jobs(2)))
+    (afc.cwd / "afc-spool").write_text("in the way")
+    env = {"AFC_LEDGER": pg_url}
+    result = afc("submit", "manifest.yaml", "--no-run", env=env)  # admits: renders nothing
+    assert result.returncode == 0, result.stderr
+    for command in (["submit", "manifest.yaml"], ["resume"], ["worker", "--until-idle"]):
+        result = afc(*command, env=env)
+        assert result.returncode == 1, result.stderr
+        assert "afc-spool cannot be written" in result.stderr, result.stderr
+        assert "set AFC_SPOOL_DIR to a folder this user can write" in result.stderr
+        assert "No render was started" in result.stderr and "Traceback" not in result.stderr
+    result = afc("submit", "manifest.yaml", env={**env, "AFC_SPOOL_DIR": str(afc.cwd / "sp")})
+    assert result.returncode == 0, result.stderr
+    assert "this run spent 0.100000 USD" in result.stderr, result.stderr
