@@ -196,3 +196,19 @@ def test_a_postgresql_ledgers_spool_that_cannot_be_written_names_afc_spool_dir(a
     result = afc("submit", "manifest.yaml", env={**env, "AFC_SPOOL_DIR": str(afc.cwd / "sp")})
     assert result.returncode == 0, result.stderr
     assert "this run spent 0.100000 USD" in result.stderr, result.stderr
+
+
+def test_a_file_storage_under_a_home_folder_that_cannot_be_found_is_refused(afc):
+    """'file://~/renders' is expanded to the home folder; where there is none to expand it to
+    (HOME unset for a uid the password database does not know: a bare container, an 'env -i'
+    script; or '~name' of no such user) the path stayed '~/renders', read as relative: the
+    run rendered and stored its outputs in a folder named '~' under the manifest's folder,
+    exit 0, while the person looked in their home folder (and a folder named '~' invites an
+    'rm -rf ~'). It is now refused, exit 2, nothing written, naming the home it cannot find."""
+    afc.write_manifest(manifest(jobs(1), storage="file://~no-such-user-afc38/renders"))
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    assert "'~no-such-user-afc38' names no home folder here" in result.stderr, result.stderr
+    assert "no user 'no-such-user-afc38'" in result.stderr and "Traceback" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    assert not (afc.cwd / "~no-such-user-afc38").exists()

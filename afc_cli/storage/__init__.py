@@ -90,6 +90,21 @@ def normalize_url(url: str, base: Path | None = None) -> str:
         if "\x00" in raw:
             raise UsageError(f"storage {url!r}: a path cannot hold a NUL character (%00)")
         path = Path(os.path.expanduser(raw))
+        if raw.startswith("~") and str(path).startswith("~"):
+            # no home to expand it to (HOME unset for a user the password database does not
+            # know: a bare container's uid, an 'env -i' script; or '~name' of no such user):
+            # read as a relative path, the outputs went to a folder named '~' under the
+            # manifest's or the working folder, where no one looked for them
+            named = raw.split("/", 1)[0]
+            raise UsageError(
+                f"storage {url!r}: {named!r} names no home folder here ("
+                + (
+                    "HOME is not set, and this user has none in the password database"
+                    if named == "~"
+                    else f"no user {named[1:]!r}"
+                )
+                + "); write the folder's full path"
+            )
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
         folder = os.path.normpath(path)
