@@ -1544,6 +1544,17 @@ def _spool_verdict(
 
 
 def _another_ledgers(spool: Spool, found: dict[str, Any]) -> str:
+    if found.get("denied"):
+        # this user may not read the mark: another user's run made it (a cron line of one
+        # user, a worker of another, one of them with umask 077), of this ledger as likely
+        # as of another; said as another ledger's spool, its advice was to move it away
+        return (
+            f"the spool {spool.root}: its mark {spool.root / OWNER_FILE} cannot be read by "
+            f"this user ({found['denied']}), so afc cannot tell which ledger's spool it is; "
+            "another user's run made it (with umask 077?). Make the spool and the files in "
+            "it readable and writable by every user that runs afc with it, or give this "
+            "user's runs a spool of their own (AFC_SPOOL_DIR); nothing was run."
+        )
     return (
         f"the spool {spool.root} is the spool of another ledger, {found.get('named')} "
         f"(marked in {spool.root / OWNER_FILE}): runs of two ledgers in one spool take each "

@@ -431,6 +431,10 @@ class Spool:
             record = json.loads(path.read_bytes())
         except FileNotFoundError:
             return None
+        except PermissionError as exc:
+            # another user's run made it (its umask 077): whose spool it is cannot be told,
+            # which is not the same as another ledger's (``run._another_ledgers``)
+            return {"ledger": None, "named": f"unreadable ({path})", "denied": exc.strerror}
         except (OSError, ValueError):
             record = None
         if not isinstance(record, dict) or not isinstance(record.get("ledger"), str):

@@ -212,3 +212,32 @@ def test_a_file_storage_under_a_home_folder_that_cannot_be_found_is_refused(afc)
     assert "no user 'no-such-user-afc38'" in result.stderr and "Traceback" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
     assert not (afc.cwd / "~no-such-user-afc38").exists()
+
+
+def test_a_spool_mark_this_user_cannot_read_is_not_called_another_ledgers(tmp_path, monkeypatch):
+    """A PostgreSQL ledger's shared spool (AFC_SPOOL_DIR) marked by a run of another user with
+    umask 077 (a cron line as root, the worker as 'afc'): its .afc-ledger was 0600, and the
+    worker refused with 'the spool ... is the spool of another ledger, unreadable (...)': the
+    same ledger's, told to set AFC_SPOOL_DIR to a folder of this ledger's own, or to move
+    the spool's paid renders and the mark away. Reproduced with runuser -u nobody; here the
+    read is refused as the kernel refuses it to another user (tests run as root read it)."""
+    import pathlib
+
+    from afc_cli import run
+    from afc_cli.spool import OWNER_FILE, Spool
+
+    spool = Spool(tmp_path / "spool")
+    spool.mark("ledger-1", "postgresql://afc@db/afc")
+    mark = spool.root / OWNER_FILE
+    real = pathlib.Path.read_bytes
+
+    def refused(self):
+        if self == mark:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", refused)
+    verdict, detail = run._spool_verdict(spool, "ledger-1", "postgresql://afc@db/afc", bool)
+    assert verdict == "other"  # still refused: whose spool it is cannot be told
+    assert "cannot be read by this user (Permission denied)" in detail, detail
+    assert "another ledger" not in detail and "AFC_SPOOL_DIR" in detail
