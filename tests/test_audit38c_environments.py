@@ -241,3 +241,28 @@ def test_a_spool_mark_this_user_cannot_read_is_not_called_another_ledgers(tmp_pa
     assert verdict == "other"  # still refused: whose spool it is cannot be told
     assert "cannot be read by this user (Permission denied)" in detail, detail
     assert "another ledger" not in detail and "AFC_SPOOL_DIR" in detail
+
+
+def test_a_storage_folder_this_locales_file_names_cannot_hold_is_refused(afc):
+    """A server whose locale is not UTF-8 (LANG=en_US as ISO-8859-1 on an older system; here
+    the C locale with Python's UTF-8 mode off, whose file names are ASCII) and a manifest's
+    storage folder named in another script ('file://./rendus-été', '出力'): the storage check's
+    first call raised UnicodeEncodeError, and 'afc submit' ended 'unexpected error: ... (a bug
+    in afc)', exit 1. It is now the manifest's problem, exit 2, naming the encoding and the
+    fix, nothing written (a folder whose name is not UTF-8 was refused so before)."""
+    afc.write_manifest(manifest(jobs(1), storage="file://./rendus-été"))
+    env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
+        env={**afc.env, **env},
+        capture_output=True,
+        text=True,
+    )
+    if probe.stdout.strip() in ("utf-8", "utf8"):
+        pytest.skip("this Python's C locale still names files in UTF-8")
+    result = afc("submit", "manifest.yaml", env=env)
+    assert result.returncode == 2, result.stderr
+    assert "field 'storage'" in result.stderr and "cannot write that folder's name" in result.stderr
+    assert "LANG=C.UTF-8" in result.stderr and "Traceback" not in result.stderr
+    assert "bug in afc" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
