@@ -266,3 +266,37 @@ def test_a_storage_folder_this_locales_file_names_cannot_hold_is_refused(afc):
     assert "LANG=C.UTF-8" in result.stderr and "Traceback" not in result.stderr
     assert "bug in afc" not in result.stderr
     assert not (afc.cwd / "afc.db").exists()
+
+
+def test_an_output_key_this_locales_file_names_cannot_hold_is_refused_before_admission(afc):
+    """The same locale and an output template naming a folder in another script
+    ('出力/{key}.{ext}', 'rendus-été/...' under ASCII file names): the storage's check of the
+    output keys' folders looked past them (every look at such a path raised, and
+    os.path.isdir took it for no folder), the jobs were admitted, and the probe of the first
+    ended the run 'unexpected error: UnicodeEncodeError ... (a bug in afc)', exit 1, every
+    run after it too. The keys are now refused before admission, exit 2, as a key in a file's
+    way is; a job admitted before is refused so by 'afc resume' and 'afc worker'."""
+    env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
+        env={**afc.env, **env},
+        capture_output=True,
+        text=True,
+    )
+    if probe.stdout.strip() in ("utf-8", "utf8"):
+        pytest.skip("this Python's C locale still names files in UTF-8")
+    data = manifest(jobs(2), storage="file://out")
+    data["defaults"]["output"] = "rendus-été/{key}.{ext}"
+    afc.write_manifest(data)
+    result = afc("submit", "manifest.yaml", env=env)
+    assert result.returncode == 2, result.stderr
+    assert "cannot store 'rendus-" in result.stderr and "LANG=C.UTF-8" in result.stderr
+    assert "bug in afc" not in result.stderr and "Traceback" not in result.stderr
+    assert not (afc.cwd / "afc.db").exists()
+    result = afc("submit", "manifest.yaml", "--no-run")  # admitted where the locale is UTF-8
+    assert result.returncode == 0, result.stderr
+    for command in (["resume"], ["worker", "--until-idle"]):
+        result = afc(*command, env=env)
+        assert result.returncode == 2, result.stderr
+        assert "cannot write that name" in result.stderr and "bug in afc" not in result.stderr
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]

@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -303,6 +304,19 @@ class FileStorage(Storage):
         root = str(self.root)
         by_folder: dict[str, list[str]] = {}
         for key in keys:
+            if not key.isascii():
+                try:
+                    os.fsencode(key)
+                except UnicodeEncodeError:
+                    # a locale that is not UTF-8 (ISO-8859-1) and a key in another script
+                    # ('出力/a.png'): every look at the path raised, the first at the job's
+                    # probe once it was admitted, 'unexpected error ... (a bug in afc)'
+                    raise UsageError(
+                        f"cannot store {key!r} in {self.shown}: this system's file names are "
+                        f"{sys.getfilesystemencoding()} (its locale: LANG, LC_ALL), which "
+                        "cannot write that name: run afc under a UTF-8 locale (LANG=C.UTF-8) "
+                        "or change the output template"
+                    ) from None
             folder, _, name = key.rpartition("/")
             by_folder.setdefault(folder, []).append(name)
         exists: dict[str, bool] = {"": os.path.isdir(root)}
