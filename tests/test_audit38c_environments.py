@@ -300,3 +300,35 @@ def test_an_output_key_this_locales_file_names_cannot_hold_is_refused_before_adm
         assert result.returncode == 2, result.stderr
         assert "cannot write that name" in result.stderr and "bug in afc" not in result.stderr
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(0,)]
+
+
+def test_plan_and_report_of_output_keys_this_locales_file_names_cannot_hold(afc):
+    """The same keys read, not written: 'afc plan' (which looks for each job's output in the
+    storage) and 'afc report --html' (which reads each output for its thumbnail) ended
+    'unexpected error: UnicodeEncodeError ... (a bug in afc)', exit 1. The plan now says a
+    submit here would be refused, and the report writes the card saying why it has no
+    picture."""
+    env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
+        env={**afc.env, **env},
+        capture_output=True,
+        text=True,
+    )
+    if probe.stdout.strip() in ("utf-8", "utf8"):
+        pytest.skip("this Python's C locale still names files in UTF-8")
+    data = manifest(jobs(1), storage="file://out")
+    data["defaults"]["output"] = "rendus-été/{key}.{ext}"
+    afc.write_manifest(data)
+    result = afc("plan", "manifest.yaml", env=env)
+    assert result.returncode == 0, result.stderr
+    said = result.stdout + result.stderr
+    assert "a submit in this environment would be refused" in said, said
+    assert "LANG=C.UTF-8" in said and "bug in afc" not in said
+    result = afc("submit", "manifest.yaml")  # rendered and stored where the locale is UTF-8
+    assert result.returncode == 0, result.stderr
+    result = afc("report", "--html", "report.html", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "bug in afc" not in result.stderr and "Traceback" not in result.stderr
+    assert "have no picture in the report" in result.stderr, result.stderr
+    assert "LANG=C.UTF-8" in (afc.cwd / "report.html").read_text()

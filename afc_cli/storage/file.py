@@ -83,10 +83,29 @@ class FileStorage(Storage):
         return (self._object(key).parent,)
 
     def _object(self, key: str) -> Path:
+        self._encodable(key, "read")
         return self.root / key
 
     def _meta(self, key: str) -> Path:
+        self._encodable(key, "read")
         return self.root / (key + META_SUFFIX)
+
+    def _encodable(self, key: str, doing: str) -> None:
+        """Refuse a key this system's file names cannot hold: a locale that is not UTF-8
+        (ISO-8859-1) and a key in another script ('出力/a.png'). Every look at such a path
+        raised UnicodeEncodeError: 'unexpected error ... (a bug in afc)' from the first job's
+        probe once it was admitted, and from 'afc plan' and 'afc report --html'."""
+        if key.isascii():
+            return
+        try:
+            os.fsencode(key)
+        except UnicodeEncodeError:
+            raise UsageError(
+                f"cannot {doing} {key!r} in {self.shown}: this system's file names are "
+                f"{sys.getfilesystemencoding()} (its locale: LANG, LC_ALL), which cannot "
+                "write that name: run afc under a UTF-8 locale (LANG=C.UTF-8)"
+                + (" or change the output template" if doing == "store" else "")
+            ) from None
 
     def head(self, key: str) -> ObjectInfo:
         obj = self._object(key)
@@ -304,19 +323,7 @@ class FileStorage(Storage):
         root = str(self.root)
         by_folder: dict[str, list[str]] = {}
         for key in keys:
-            if not key.isascii():
-                try:
-                    os.fsencode(key)
-                except UnicodeEncodeError:
-                    # a locale that is not UTF-8 (ISO-8859-1) and a key in another script
-                    # ('出力/a.png'): every look at the path raised, the first at the job's
-                    # probe once it was admitted, 'unexpected error ... (a bug in afc)'
-                    raise UsageError(
-                        f"cannot store {key!r} in {self.shown}: this system's file names are "
-                        f"{sys.getfilesystemencoding()} (its locale: LANG, LC_ALL), which "
-                        "cannot write that name: run afc under a UTF-8 locale (LANG=C.UTF-8) "
-                        "or change the output template"
-                    ) from None
+            self._encodable(key, "store")
             folder, _, name = key.rpartition("/")
             by_folder.setdefault(folder, []).append(name)
         exists: dict[str, bool] = {"": os.path.isdir(root)}

@@ -774,6 +774,17 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
     except OSError as exc:
         reason = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
         raise StorageError(f"cannot read {path}: {reason}", retryable=False) from None
+    except UnicodeEncodeError:
+        # a locale that is not UTF-8 and a name in another script (FileStorage._encodable):
+        # 'afc report --html' ended 'unexpected error ... (a bug in afc)'
+        import sys
+
+        raise StorageError(
+            f"cannot read {str(path)!r}: this system's file names are "
+            f"{sys.getfilesystemencoding()} (its locale: LANG, LC_ALL), which cannot write that "
+            "name: run afc under a UTF-8 locale (LANG=C.UTF-8)",
+            retryable=False,
+        ) from None
     if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
         # a FIFO, a device (a link to /dev/zero was hashed without end), a folder: afc
         # stores none, and reading one may never end
