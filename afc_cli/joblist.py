@@ -143,6 +143,24 @@ def _lines(handle: Any) -> Iterator[str]:
         yield text
 
 
+def unnamable(path: Any) -> str | None:
+    """Why ``path`` cannot be named on this system, or None: a locale that is not UTF-8
+    (ISO-8859-1) cannot name a file in another script ('参考.png'), which was said as 'no such
+    file' of a file that is there."""
+    import os
+    import sys
+
+    try:
+        os.fsencode(str(path))
+    except UnicodeEncodeError:
+        return (
+            f"{str(path)!r} cannot be named here: this system's file names are "
+            f"{sys.getfilesystemencoding()} (its locale: LANG, LC_ALL); run afc under a UTF-8 "
+            "locale (LANG=C.UTF-8), or rename the file"
+        )
+    return None
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -242,6 +260,9 @@ class JobFile:
         if not self.path.is_file():
             import os
 
+            unnamed = unnamable(self.path)
+            if unnamed is not None:
+                return unnamed
             if os.path.lexists(self.path):  # a directory, a FIFO, a device, a symlink loop
                 return f"{self.name!r} next to the manifest is not a regular file"
             return f"no file {self.name!r} next to the manifest"

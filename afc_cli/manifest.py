@@ -1790,7 +1790,11 @@ def _input_file(seen: Seen, name: str) -> tuple[str, str] | str:
     found: tuple[str, str] | str
     try:
         if not path.is_file():
-            found = f"no such file {str(path)!r}" if not path.exists() else "not a file"
+            from afc_cli.joblist import unnamable
+
+            found = unnamable(path) or (
+                f"no such file {str(path)!r}" if not path.exists() else "not a file"
+            )
         elif path.stat().st_size > MAX_INPUT_BYTES:
             found = f"{str(path)!r} is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB"
         else:

@@ -8,6 +8,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import jobs, manifest
@@ -332,3 +333,34 @@ def test_plan_and_report_of_output_keys_this_locales_file_names_cannot_hold(afc)
     assert "bug in afc" not in result.stderr and "Traceback" not in result.stderr
     assert "have no picture in the report" in result.stderr, result.stderr
     assert "LANG=C.UTF-8" in (afc.cwd / "report.html").read_text()
+
+
+def test_a_job_list_or_input_this_locales_file_names_cannot_name_is_not_called_missing(afc):
+    """A manifest naming its job list or a reference image in another script ('liste-été.jsonl',
+    'référence.png', there beside it) under a locale whose file names cannot hold the name:
+    the refusal said 'no file ... next to the manifest' and 'no such file ...' of files that
+    were there, and a person looked for a typo. Still exit 2, nothing written; it now says
+    the name cannot be written here, and the fix."""
+    env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
+        env={**afc.env, **env},
+        capture_output=True,
+        text=True,
+    )
+    if probe.stdout.strip() in ("utf-8", "utf8"):
+        pytest.skip("this Python's C locale still names files in UTF-8")
+    root = Path(__file__).resolve().parent.parent
+    shutil.copy(root / "examples" / "refs" / "palette.png", afc.cwd / "référence.png")
+    (afc.cwd / "liste-été.jsonl").write_text('{"key": "b", "prompt": "p"}\n')
+    data = manifest([{"key": "a", "prompt": "p", "inputs": [{"path": "référence.png"}]}])
+    data["jobs_from"] = "liste-été.jsonl"
+    data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1"}]
+    data["rates"] = []
+    afc.write_manifest(data)
+    result = afc("plan", "manifest.yaml", env={**env, "OPENAI_API_KEY": "sk-" + "x" * 40})
+    assert result.returncode == 2, result.stderr
+    assert "field 'jobs_from'" in result.stderr and "field 'inputs[0].path'" in result.stderr
+    assert result.stderr.count("cannot be named here") == 2, result.stderr
+    assert "no such file" not in result.stderr and "no file" not in result.stderr
+    assert "Traceback" not in result.stderr and not (afc.cwd / "afc.db").exists()
