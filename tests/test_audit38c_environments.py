@@ -364,3 +364,21 @@ def test_a_job_list_or_input_this_locales_file_names_cannot_name_is_not_called_m
     assert result.stderr.count("cannot be named here") == 2, result.stderr
     assert "no such file" not in result.stderr and "no file" not in result.stderr
     assert "Traceback" not in result.stderr and not (afc.cwd / "afc.db").exists()
+
+
+def test_a_postgresql_ledgers_spool_under_the_home_folder_is_expanded(afc, pg_url):
+    """AFC_SPOOL_DIR='~/spool' in a systemd unit's Environment= or a crontab line, neither of
+    which expands '~': the runs spooled to a folder named '~' in the working folder, where no
+    one looked for the paid renders a stopped run left there. It is the home folder's, as a
+    file:// storage's '~' is; a '~name' of no user is refused, exit 2, nothing written."""
+    afc.write_manifest(manifest(jobs(2)))
+    home = afc.cwd / "home"
+    home.mkdir()
+    env = {"AFC_LEDGER": pg_url, "HOME": str(home), "AFC_SPOOL_DIR": "~/spool"}
+    result = afc("submit", "manifest.yaml", env=env)
+    assert result.returncode == 0, result.stderr
+    assert (home / "spool").is_dir() and not (afc.cwd / "~").exists()
+    result = afc("resume", env={**env, "AFC_SPOOL_DIR": "~no-such-user-afc38/spool"})
+    assert result.returncode == 2, result.stderr
+    assert "'~no-such-user-afc38' names no home folder here" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (afc.cwd / "~no-such-user-afc38").exists()
