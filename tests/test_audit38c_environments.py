@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import jobs, manifest
+from test_audit29d_listing_memory import _grow
 
 needs_unshare = pytest.mark.skipif(
     sys.platform != "linux" or not shutil.which("unshare"), reason="needs unshare (Linux)"
@@ -63,34 +64,6 @@ def test_a_job_list_with_no_usable_temporary_folder_is_refused_as_nothing_admitt
     assert "TMPDIR" in result.stderr and "Nothing was admitted" in result.stderr, result.stderr
     assert "afc resume" not in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.rstrip().endswith("rc=2"), result.stderr  # nothing in the volume
-
-
-def _grow(db, copies: int) -> None:
-    """The ledger's batch ``b1`` copied ``copies`` times in SQL (``bench/big_ledger.py``)."""
-    import sqlite3
-
-    conn = sqlite3.connect(db)
-    many = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
-    with conn:
-        conn.execute(
-            many + "INSERT INTO batches (name, storage, rates_json, created_at, updated_at)"
-            " SELECT 'b1-' || n.i, storage, rates_json, created_at, updated_at"
-            " FROM batches, n WHERE name = 'b1'",
-            (copies,),
-        )
-        for table, key in (("jobs", "id"), ("attempts", "job_id")):
-            names = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
-            names = [c for c in names if not (table == "attempts" and c == "id")]
-            shifted = {key: f"t.{key} || '-' || n.i"}
-            if table == "jobs":
-                shifted |= {"batch": "'b1-' || n.i", "output_key": "'b1-' || n.i || t.key"}
-            picked = ", ".join(shifted.get(c, f"t.{c}") for c in names)
-            conn.execute(
-                many + f"INSERT INTO {table} ({', '.join(names)}) SELECT {picked}"
-                f" FROM {table} t, n WHERE t.{key} IN (SELECT id FROM jobs WHERE batch = 'b1')",
-                (copies,),
-            )
-    conn.close()
 
 
 def _big_ledger(afc) -> None:
@@ -244,14 +217,9 @@ def test_a_spool_mark_this_user_cannot_read_is_not_called_another_ledgers(tmp_pa
     assert "another ledger" not in detail and "AFC_SPOOL_DIR" in detail
 
 
-def test_a_storage_folder_this_locales_file_names_cannot_hold_is_refused(afc):
-    """A server whose locale is not UTF-8 (LANG=en_US as ISO-8859-1 on an older system; here
-    the C locale with Python's UTF-8 mode off, whose file names are ASCII) and a manifest's
-    storage folder named in another script ('file://./rendus-été', '出力'): the storage check's
-    first call raised UnicodeEncodeError, and 'afc submit' ended 'unexpected error: ... (a bug
-    in afc)', exit 1. It is now the manifest's problem, exit 2, naming the encoding and the
-    fix, nothing written (a folder whose name is not UTF-8 was refused so before)."""
-    afc.write_manifest(manifest(jobs(1), storage="file://./rendus-été"))
+def _ascii_file_names(afc) -> dict[str, str]:
+    """The environment of a locale whose file names are ASCII (LC_ALL=C without Python's UTF-8
+    mode), as a Latin-1 or ASCII server's; skips where this Python still names files in UTF-8."""
     env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
     probe = subprocess.run(
         [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
@@ -261,6 +229,18 @@ def test_a_storage_folder_this_locales_file_names_cannot_hold_is_refused(afc):
     )
     if probe.stdout.strip() in ("utf-8", "utf8"):
         pytest.skip("this Python's C locale still names files in UTF-8")
+    return env
+
+
+def test_a_storage_folder_this_locales_file_names_cannot_hold_is_refused(afc):
+    """A server whose locale is not UTF-8 (LANG=en_US as ISO-8859-1 on an older system; here
+    the C locale with Python's UTF-8 mode off, whose file names are ASCII) and a manifest's
+    storage folder named in another script ('file://./rendus-été', '出力'): the storage check's
+    first call raised UnicodeEncodeError, and 'afc submit' ended 'unexpected error: ... (a bug
+    in afc)', exit 1. It is now the manifest's problem, exit 2, naming the encoding and the
+    fix, nothing written (a folder whose name is not UTF-8 was refused so before)."""
+    afc.write_manifest(manifest(jobs(1), storage="file://./rendus-été"))
+    env = _ascii_file_names(afc)
     result = afc("submit", "manifest.yaml", env=env)
     assert result.returncode == 2, result.stderr
     assert "field 'storage'" in result.stderr and "cannot write that folder's name" in result.stderr
@@ -277,15 +257,7 @@ def test_an_output_key_this_locales_file_names_cannot_hold_is_refused_before_adm
     ended the run 'unexpected error: UnicodeEncodeError ... (a bug in afc)', exit 1, every
     run after it too. The keys are now refused before admission, exit 2, as a key in a file's
     way is; a job admitted before is refused so by 'afc resume' and 'afc worker'."""
-    env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
-    probe = subprocess.run(
-        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
-        env={**afc.env, **env},
-        capture_output=True,
-        text=True,
-    )
-    if probe.stdout.strip() in ("utf-8", "utf8"):
-        pytest.skip("this Python's C locale still names files in UTF-8")
+    env = _ascii_file_names(afc)
     data = manifest(jobs(2), storage="file://out")
     data["defaults"]["output"] = "rendus-été/{key}.{ext}"
     afc.write_manifest(data)
@@ -309,15 +281,7 @@ def test_plan_and_report_of_output_keys_this_locales_file_names_cannot_hold(afc)
     'unexpected error: UnicodeEncodeError ... (a bug in afc)', exit 1. The plan now says a
     submit here would be refused, and the report writes the card saying why it has no
     picture."""
-    env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
-    probe = subprocess.run(
-        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
-        env={**afc.env, **env},
-        capture_output=True,
-        text=True,
-    )
-    if probe.stdout.strip() in ("utf-8", "utf8"):
-        pytest.skip("this Python's C locale still names files in UTF-8")
+    env = _ascii_file_names(afc)
     data = manifest(jobs(1), storage="file://out")
     data["defaults"]["output"] = "rendus-été/{key}.{ext}"
     afc.write_manifest(data)
@@ -341,15 +305,7 @@ def test_a_job_list_or_input_this_locales_file_names_cannot_name_is_not_called_m
     the refusal said 'no file ... next to the manifest' and 'no such file ...' of files that
     were there, and a person looked for a typo. Still exit 2, nothing written; it now says
     the name cannot be written here, and the fix."""
-    env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
-    probe = subprocess.run(
-        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
-        env={**afc.env, **env},
-        capture_output=True,
-        text=True,
-    )
-    if probe.stdout.strip() in ("utf-8", "utf8"):
-        pytest.skip("this Python's C locale still names files in UTF-8")
+    env = _ascii_file_names(afc)
     root = Path(__file__).resolve().parent.parent
     shutil.copy(root / "examples" / "refs" / "palette.png", afc.cwd / "référence.png")
     (afc.cwd / "liste-été.jsonl").write_text('{"key": "b", "prompt": "p"}\n')
