@@ -385,6 +385,50 @@ def sqlite_temp_folder() -> str | None:
     return None
 
 
+# File systems that share a folder between machines, on which SQLite's locks cannot be relied
+# on (SQLite's documentation: a WAL database's processes must be on one host; "WAL does not
+# work over a network filesystem"): /proc/self/mounts' names for them
+NETWORK_FS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "9p",
+        "afs",
+        "ceph",
+        "glusterfs",
+        "fuse.glusterfs",
+        "fuse.sshfs",
+        "lustre",
+        "gpfs",
+        "beegfs",
+    }
+)
+
+
+def network_file_system(path: Path, mounts: str = "/proc/self/mounts") -> str | None:
+    """The network file system (``NETWORK_FS``) the SQLite ledger at ``path`` is on, or None
+    (a local disk, or no mount table to read: not Linux)."""
+    target = os.path.realpath(path if path.exists() else path.parent)
+    found, longest = None, -1
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as table:
+            for line in table:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                # spaces, tabs and backslashes in a mount point are written as octal escapes
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) > longest:
+                    found, longest = fields[2], len(point)
+    except OSError:
+        return None
+    return found if found in NETWORK_FS else None
+
+
 def _no_room(path: Path) -> bool:
     """Whether the disk of the ledger's folder is full: SQLite says 'disk I/O error', not
     'disk is full', when it cannot make the ledger's -wal or -shm file there."""

@@ -892,6 +892,7 @@ def run_jobs(
         raise UsageError("--concurrency must be at least 1")
     grace_seconds(grace_s)
     reporter = reporter or Reporter()
+    say_network_ledger(ledger, reporter)
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
         if name not in checked:
@@ -1437,6 +1438,30 @@ def open_files(concurrency: int, providers: Collection[str] = ()) -> None:
             + (f"give --concurrency {fits} or less, or " if fits >= 1 else "")
             + "raise the limit ('ulimit -n', or LimitNOFILE= for a systemd service); "
             "nothing was run"
+        )
+
+
+# the SQLite ledgers on a network file system this process has said so of (once a process:
+# a worker's rounds each start a run)
+_NETWORK_SAID: set[str] = set()
+
+
+def say_network_ledger(ledger: Ledger, reporter: Reporter) -> None:
+    """Warn, once, of a SQLite ledger on a network file system (an NFS or SMB share): SQLite's
+    locks there cannot be relied on, and runs on two machines sharing the file could both
+    claim a job and both pay for it. A warning, not a refusal: one machine alone on such a
+    share is the common case, and nothing tells afc whether another uses it too."""
+    if ledger_file.is_postgres(ledger.path) or str(ledger.path) in _NETWORK_SAID:
+        return
+    _NETWORK_SAID.add(str(ledger.path))
+    kind = ledger_file.network_file_system(Path(str(ledger.path)))
+    if kind is not None:
+        reporter.notice(
+            f"the ledger {ledger.path} is on a network file system ({kind}): SQLite's locks "
+            "there cannot be relied on, and runs on two machines sharing it could both pay for "
+            "one job. Keep a SQLite ledger on a local disk of the one machine that runs afc; "
+            "for several machines use a PostgreSQL ledger (README, 'Running on several "
+            "machines')"
         )
 
 
