@@ -54,7 +54,7 @@ def costs_report(
     if by not in GROUPS:
         raise UsageError(f"--by takes one of {', '.join(GROUPS)}, got {by!r}")
     since_ts = parse_since(since)
-    ledger = Ledger(ledger_path, create=False)
+    ledger = Ledger(ledger_path, create=False, reading=True)
     try:
         ledger.require_batch(batch)
         groups = ledger.cost_groups(by, batch=batch, since=since_ts)

@@ -186,6 +186,13 @@ def check_writable(path: Path) -> None:
         )
 
 
+def writable(path: Path) -> bool:
+    """Whether afc may write the SQLite ledger at ``path`` (and beside it, its -wal and -shm
+    files): ``check_writable`` refuses one that is not, unless only read."""
+    folder = path.parent if str(path.parent) else Path(".")
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
+
+
 def holds_something(path: Path) -> bool:
     """Whether ``path`` exists and is more than an empty database (a 0-byte file, or one a
     submit interrupted before its schema left): a reading command finds no ledger in an empty

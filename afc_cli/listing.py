@@ -131,7 +131,7 @@ def status_view(
     ledger closed once it is done."""
     wanted = parse_statuses(statuses)
     attention = wanted is None and not everything
-    book = Ledger(ledger_path, create=False)
+    book = Ledger(ledger_path, create=False, reading=True)
     try:
         book.require_batch(batch)
         # the counts from the (batch, status) index, and the rows of the jobs shown alone:
@@ -223,7 +223,7 @@ def each_output(ledger_path: str, *, batch: str | None) -> Any:
     """``outputs``, an iterator read from the ledger a chunk at a time as it is taken (``afc
     outputs --json`` writes each as it comes: the 100,000 outputs of a ledger grown over
     months were held, 460 MB). The batch is checked at once, before the first is taken."""
-    book = Ledger(ledger_path, create=False)
+    book = Ledger(ledger_path, create=False, reading=True)
     try:
         book.require_batch(batch)
     except BaseException:
@@ -235,7 +235,7 @@ def each_output(ledger_path: str, *, batch: str | None) -> Any:
 def output_storages(ledger_path: str, *, batch: str | None) -> dict[str, str]:
     """The batches of ``outputs`` (those with a succeeded job) and their storage URLs, read
     from the batches' rows: what ``afc outputs`` lays its table out by, before its rows."""
-    book = Ledger(ledger_path, create=False)
+    book = Ledger(ledger_path, create=False, reading=True)
     try:
         book.require_batch(batch)
         return book.output_storages(batch)

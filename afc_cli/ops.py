@@ -517,7 +517,7 @@ def queue_stats(ledger_path: str) -> tuple[dict[str, Any], str | None]:
     backlog is there: the figures here are of jobs no run takes), else None."""
     from afc_cli.listing import process_gone
 
-    ledger = Ledger(ledger_path, create=False)
+    ledger = Ledger(ledger_path, create=False, reading=True)
     try:
         moved = ledger.moved_to()
         stats = ledger.queue_stats()

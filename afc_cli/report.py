@@ -37,7 +37,7 @@ def left_started(status: str, cost_micros: int | None) -> str:
 
 
 def job_story(ledger_path: str, key: str, batch: str | None) -> dict[str, Any]:
-    ledger = Ledger(ledger_path, create=False)
+    ledger = Ledger(ledger_path, create=False, reading=True)
     try:
         ledger.require_batch(batch)
         matches = ledger.jobs_by_key(key, batch)

@@ -749,7 +749,9 @@ class PostgresLedger(Ledger):
             with contextlib.suppress(psycopg.Error):
                 cursor.close()
 
-    def __init__(self, url: str, *, create: bool = True, check: bool = False):
+    def __init__(
+        self, url: str, *, create: bool = True, check: bool = False, reading: bool = False
+    ):
         check_url(str(url))
         psycopg = _psycopg()
         self.url = str(url)

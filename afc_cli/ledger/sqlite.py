@@ -139,12 +139,17 @@ def _read_only(path: Path) -> sqlite3.Connection:
 
 
 class SqliteLedger(Ledger):
-    def __init__(self, path: str | Path, *, create: bool = True, check: bool = False):
+    def __init__(
+        self, path: str | Path, *, create: bool = True, check: bool = False, reading: bool = False
+    ):
         self.path = ledger_file.ledger_path(path)
         if not create and not self.path.exists():
             raise LedgerError(f"no ledger at {self.path} (run 'afc submit MANIFEST' first)")
         if create:
             ledger_file.prepare_folder(self.path)
+        if reading and not create and not ledger_file.writable(self.path):
+            self._open_to_read()
+            return
         ledger_file.check_writable(self.path)
         try:
             conn = _temporary_data(sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S))
@@ -162,16 +167,7 @@ class SqliteLedger(Ledger):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            self.db = Connection(conn)
-            self.owner = current_owner()
-            self._depth = 0
-            self._loop: Any = None
-            self._flush_scheduled = False
-            self._waiters: list[Any] = []  # futures of ``committed`` callers
-            self._broken = False
-            self._broken_by: BaseException | None = None  # why: for the run's message
-            self._sync_pending = False  # the shared transaction holds a row to sync at commit
-            self._syncing: Any = None  # the WAL sync running beside the loop, if any
+            self._start(conn)
             if found == "new" or not ledger_file.stamped(conn) or ledger_file.pending(conn):
                 # Under the write lock, so two runs opening a new ledger at once (overlapping
                 # cron jobs) apply each migration once; the loser finds nothing pending.
@@ -190,6 +186,53 @@ class SqliteLedger(Ledger):
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise ledger_file.damaged(self.path, exc) from None
+
+    def _open_to_read(self) -> None:
+        """``reading``: a command that only reads (``afc status``, ``outputs``, ``show``,
+        ``queue stats``, ``costs report``, ``report --html``) on a ledger this user may read
+        but not write (a monitoring user's, another user's with umask 022, a copy on a
+        read-only mount) opens it read-only, where it was refused as read-only like a run.
+        Nothing is migrated or written; a ledger an older afc wrote, whose schema this afc
+        would bring up to date first, is refused (exit 2) as before, saying so."""
+        ledger_file.refuse_special(self.path)
+        if self.path.is_dir():
+            raise LedgerError(f"the ledger {self.path} is a folder; name a file")
+        try:
+            conn = _temporary_data(_read_only(self.path))
+        except sqlite3.DatabaseError as exc:
+            raise ledger_file.damaged(self.path, exc) from None
+        try:
+            found = ledger_file.identity(conn, self.path)
+            if found == "new":
+                raise LedgerError(
+                    f"no ledger at {self.path} (the file is empty; run 'afc submit MANIFEST' first)"
+                )
+            if not ledger_file.stamped(conn) or ledger_file.pending(conn):
+                raise LedgerError(
+                    f"the ledger {self.path} is read-only here, and an older afc wrote it: "
+                    "this afc brings its schema up to date before reading it, which needs "
+                    "it writable; make it writable (or run any afc command where it is) and "
+                    "read it again"
+                )
+        except LedgerError:
+            conn.close()
+            raise
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise ledger_file.damaged(self.path, exc) from None
+        self._start(conn)
+
+    def _start(self, conn: sqlite3.Connection) -> None:
+        self.db = Connection(conn)
+        self.owner = current_owner()
+        self._depth = 0
+        self._loop: Any = None
+        self._flush_scheduled = False
+        self._waiters: list[Any] = []  # futures of ``committed`` callers
+        self._broken = False
+        self._broken_by: BaseException | None = None  # why: for the run's message
+        self._sync_pending = False  # the shared transaction holds a row to sync at commit
+        self._syncing: Any = None  # the WAL sync running beside the loop, if any
 
     def _check_no_live_runs(self, conn: sqlite3.Connection) -> None:
         """Under the migration's write lock: refuse to migrate under a live (older) run

@@ -120,7 +120,7 @@ def spend(ledger_path: str, *, batch: str | None, since: str | None) -> dict[str
 def sheet(ledger_path: str, *, batch: str | None, since: str | None) -> dict[str, Any]:
     """Everything the report file shows (the whole scope: the file pages it itself)."""
     since_ts = parse_since(since)
-    book = Ledger(ledger_path, create=False)
+    book = Ledger(ledger_path, create=False, reading=True)
     try:
         book.require_batch(batch)
         jobs = cards(book, batch=batch, since_ts=since_ts)
@@ -156,7 +156,7 @@ def streamed_sheet(
     counts are the ledger's (``sheet_counts``), the failures and the jobs awaiting review
     read on their own, in the same order."""
     since_ts = parse_since(since)
-    book = Ledger(ledger_path, create=False)
+    book = Ledger(ledger_path, create=False, reading=True)
     try:
         book.require_batch(batch)
         batches = [row["name"] for row in book.batches()]
