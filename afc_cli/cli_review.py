@@ -95,7 +95,7 @@ def review_list(
         from afc_cli.ledger import Ledger
         from afc_cli.review import pending
 
-        opened = Ledger(ledger, create=False)
+        opened = Ledger(ledger, create=False, reading=True)
         try:
             rows = pending(opened, batch)
             # as afc status: a ledger of several batches names each row's batch (README

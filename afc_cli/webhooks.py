@@ -569,7 +569,7 @@ def run_stoppable(main: Callable[[], Awaitable[T]]) -> T:
 
 
 def listing(ledger_path: str, dead_only: bool) -> list[dict[str, Any]]:
-    ledger = Ledger(ledger_path, create=False)
+    ledger = Ledger(ledger_path, create=False, reading=True)
     try:
         return ledger.deliveries(dead_only)
     finally:

@@ -2,8 +2,8 @@
 'afc queue stats --fail-if', a producer's 'afc status' on a render user's ledger, a copy kept
 on a read-only mount. Every command refused it as it refuses a run ('the ledger afc.db is
 read-only ...: make it writable', exit 2), though these only read. The reading commands now
-open it read-only (nothing migrated, nothing written); a command that writes still refuses
-it, exit 2, nothing written. Checked under a read-only bind mount of the ledger's folder (in
+open it read-only (nothing migrated, nothing written), 'afc webhooks list' and 'afc review
+list' too; a command that writes still refuses it, exit 2, nothing written. Checked under a read-only bind mount of the ledger's folder (in
 a mount namespace of its own), as root's permission checks pass any file mode."""
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ READING = [
     ["queue", "stats", "--json"],
     ["costs", "report", "--json"],
     ["report", "--html", "{out}/report.html"],
+    ["webhooks", "list"],
+    ["review", "list"],
 ]
 
 
