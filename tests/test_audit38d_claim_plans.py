@@ -150,3 +150,45 @@ def test_a_claim_over_every_batch_reads_only_its_partial_indexes(
             # in claim order from the index; this host's owners' look reads every leased
             # job unordered then sorts them when the server knows nothing of them (a few)
             assert "Sort" not in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_a_claim_of_one_batch_reads_it_in_claim_order_from_the_partial_indexes(
+    pg_url, afc, monkeypatch
+):
+    """'afc worker --batch NAME' on PostgreSQL: the batch named as ``batch = $1`` (the
+    column's default collation) could not be a condition on m017's and m018's indexes, which
+    are in code point order (``batch COLLATE "C"``). Once the server kept the generic plan (at
+    a worker's tenth claim or so), its estimate of a batch's rows was the average batch's, and
+    each claim read every unfinished job of the batch through the (batch, status) index and
+    sorted them: 26 ms a claim of 64 with 20,000 jobs queued in one batch beside 400 finished
+    batches, where the claims before it took 2.6 ms, growing with the batch's queue."""
+    ledger = Ledger(pg_url)
+    try:
+        m = manifest(jobs(50), batch=OLD)
+        ledger.admit(load_manifest(afc.write_manifest(m)), "file:///x", RateCards())
+        with ledger.tx():
+            ledger.db.execute(f"UPDATE jobs SET status = 'succeeded' WHERE batch = '{OLD}'")
+    finally:
+        ledger.close()
+    _grow(pg_url, COPIES)
+    ledger = Ledger(pg_url)
+    try:
+        m = manifest(jobs(3000), batch="zbig")
+        ledger.admit(load_manifest(afc.write_manifest(m)), "file:///x", RateCards())
+        with ledger.tx():
+            ledger.db.execute("UPDATE jobs SET status = 'blocked' WHERE seq >= 2990")
+        assert len(ledger.claim_runnable(20, 300, batch="zbig")) == 20
+        _analyze(pg_url)
+        ledger._here_checked = 0
+        sent = recorded_statements(ledger, monkeypatch)
+        taken = ledger.claim_runnable(5000, 300, batch="zbig", skip=["x1"])
+        assert len(taken) == 2980
+        assert [job["seq"] for job in taken[:2]] == [20, 21]  # admission order
+    finally:
+        ledger.close()
+    for words, index in READS.items():
+        sql, params = next((q, p) for q, p in sent if words in q)
+        plan = _plan(pg_url, sql, params)
+        assert f"Index Scan using {index}" in plan, plan
+        assert "Index Cond: ((batch)::text = $" in plan, plan  # the batch, in claim order
+        assert not re.search(r"Sort Key: \(\((\w+\.)?batch\)", plan), plan  # nor sorted
