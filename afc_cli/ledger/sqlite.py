@@ -155,13 +155,11 @@ class SqliteLedger(Ledger):
             conn = _temporary_data(sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S))
         except sqlite3.DatabaseError as exc:
             raise ledger_file.damaged(self.path, exc) from None
-        try:
+        with self._closed_on_error(conn):
             # whose file this is, before anything (even WAL mode) is written to it
             found = ledger_file.identity(conn, self.path)
             if found == "new" and not create:  # an empty file: a reading command writes none
-                raise LedgerError(
-                    f"no ledger at {self.path} (the file is empty; run 'afc submit MANIFEST' first)"
-                )
+                raise self._empty()
             if found == "afc" and check:
                 ledger_file.check_pages(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -180,6 +178,13 @@ class SqliteLedger(Ledger):
                     self._check_no_live_runs(conn)
                     migrations.apply(Database(conn, execute_plugins=False))
                     ledger_file.stamp(conn)
+
+    @contextmanager
+    def _closed_on_error(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """An open's checks of ``conn``: a refusal closes it, a SQLite error on the way is
+        the ledger's damage said in one line (``ledger_file.damaged``)."""
+        try:
+            yield
         except LedgerError:
             conn.close()
             raise
@@ -187,9 +192,15 @@ class SqliteLedger(Ledger):
             conn.close()
             raise ledger_file.damaged(self.path, exc) from None
 
+    def _empty(self) -> LedgerError:
+        return LedgerError(
+            f"no ledger at {self.path} (the file is empty; run 'afc submit MANIFEST' first)"
+        )
+
     def _open_to_read(self) -> None:
         """``reading``: a command that only reads (``afc status``, ``outputs``, ``show``,
-        ``queue stats``, ``costs report``, ``report --html``) on a ledger this user may read
+        ``queue stats``, ``costs report``, ``report --html``, ``webhooks list``, ``review
+        list``) on a ledger this user may read
         but not write (a monitoring user's, another user's with umask 022, a copy on a
         read-only mount) opens it read-only, where it was refused as read-only like a run.
         Nothing is migrated or written; a ledger an older afc wrote, whose schema this afc
@@ -198,15 +209,12 @@ class SqliteLedger(Ledger):
         if self.path.is_dir():
             raise LedgerError(f"the ledger {self.path} is a folder; name a file")
         try:
-            conn = _temporary_data(_read_only(self.path))
+            conn = _read_only(self.path)
         except sqlite3.DatabaseError as exc:
             raise ledger_file.damaged(self.path, exc) from None
-        try:
-            found = ledger_file.identity(conn, self.path)
-            if found == "new":
-                raise LedgerError(
-                    f"no ledger at {self.path} (the file is empty; run 'afc submit MANIFEST' first)"
-                )
+        with self._closed_on_error(conn):
+            if ledger_file.identity(conn, self.path) == "new":
+                raise self._empty()
             if not ledger_file.stamped(conn) or ledger_file.pending(conn):
                 raise LedgerError(
                     f"the ledger {self.path} is read-only here, and an older afc wrote it: "
@@ -214,12 +222,6 @@ class SqliteLedger(Ledger):
                     "it writable; make it writable (or run any afc command where it is) and "
                     "read it again"
                 )
-        except LedgerError:
-            conn.close()
-            raise
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise ledger_file.damaged(self.path, exc) from None
         self._start(conn)
 
     def _start(self, conn: sqlite3.Connection) -> None:
