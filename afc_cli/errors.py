@@ -248,6 +248,26 @@ def _spill_folder(path: object) -> str | None:
     return os.path.abspath(folder)
 
 
+# what a refusal of a name this system's file names cannot hold tells the user to do
+UTF8_LOCALE = "run afc under a UTF-8 locale (LANG=C.UTF-8)"
+
+
+def unnamable_here(text: str) -> str | None:
+    """Why this system cannot name a file ``text``, or None: a locale that is not UTF-8
+    (ISO-8859-1, or C without Python's UTF-8 mode) cannot hold a name in another script
+    ('参考.png', '出力/a.png'), and every look at such a path raises UnicodeEncodeError."""
+    import os
+    import sys
+
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return (
+            f"this system's file names are {sys.getfilesystemencoding()} (its locale: LANG, LC_ALL)"
+        )
+    return None
+
+
 def _lock_wait(exc: object) -> bool:
     """A PostgreSQL statement that gave up waiting for a lock (``lock_timeout``)."""
     return getattr(exc, "sqlstate", None) == "55P03"

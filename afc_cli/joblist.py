@@ -147,18 +147,12 @@ def unnamable(path: Any) -> str | None:
     """Why ``path`` cannot be named on this system, or None: a locale that is not UTF-8
     (ISO-8859-1) cannot name a file in another script ('参考.png'), which was said as 'no such
     file' of a file that is there."""
-    import os
-    import sys
+    from afc_cli.errors import UTF8_LOCALE, unnamable_here
 
-    try:
-        os.fsencode(str(path))
-    except UnicodeEncodeError:
-        return (
-            f"{str(path)!r} cannot be named here: this system's file names are "
-            f"{sys.getfilesystemencoding()} (its locale: LANG, LC_ALL); run afc under a UTF-8 "
-            "locale (LANG=C.UTF-8), or rename the file"
-        )
-    return None
+    said = unnamable_here(str(path))
+    if said is None:
+        return None
+    return f"{str(path)!r} cannot be named here: {said}; {UTF8_LOCALE}, or rename the file"
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote
 
-from afc_cli.errors import UsageError
+from afc_cli.errors import UTF8_LOCALE, UsageError, unnamable_here
 from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage
 
 DEFAULT_STORAGE = "file://./afc-outputs"
@@ -122,20 +122,15 @@ def normalize_url(url: str, base: Path | None = None) -> str:
                 "a storage whose path is UTF-8 (--storage, AFC_STORAGE or the manifest's "
                 "storage)"
             ) from None
-        try:
-            os.fsencode(folder)
-        except UnicodeEncodeError:
+        said = unnamable_here(folder)
+        if said is not None:
             # the converse: UTF-8 text this system's file names cannot hold (a Latin-1 locale,
             # LANG=en_US on an older server, and a folder named in Japanese): the storage
             # check's first call raised it, 'unexpected error ... (a bug in afc)', exit 1
-            import sys
-
             raise UsageError(
-                f"storage {url!r}: this system's file names are "
-                f"{sys.getfilesystemencoding()} (its locale: LANG, LC_ALL), which cannot write "
-                "that folder's name: run afc under a UTF-8 locale (LANG=C.UTF-8) or name "
-                "another folder"
-            ) from None
+                f"storage {url!r}: {said}, which cannot write that folder's name: "
+                f"{UTF8_LOCALE} or name another folder"
+            )
         return "file://" + folder
     if url.startswith("s3://"):
         from afc_cli.storage.s3 import parse_url

@@ -16,13 +16,12 @@ import errno
 import json
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from afc_cli.errors import StorageError, UsageError
+from afc_cli.errors import UTF8_LOCALE, StorageError, UsageError, unnamable_here
 from afc_cli.spool import file_digest, fsync_dir
 from afc_cli.storage import object_url, shown_url
 from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage, typed_meta
@@ -95,17 +94,13 @@ class FileStorage(Storage):
         (ISO-8859-1) and a key in another script ('出力/a.png'). Every look at such a path
         raised UnicodeEncodeError: 'unexpected error ... (a bug in afc)' from the first job's
         probe once it was admitted, and from 'afc plan' and 'afc report --html'."""
-        if key.isascii():
-            return
-        try:
-            os.fsencode(key)
-        except UnicodeEncodeError:
+        said = None if key.isascii() else unnamable_here(key)
+        if said is not None:
             raise UsageError(
-                f"cannot {doing} {key!r} in {self.shown}: this system's file names are "
-                f"{sys.getfilesystemencoding()} (its locale: LANG, LC_ALL), which cannot "
-                "write that name: run afc under a UTF-8 locale (LANG=C.UTF-8)"
+                f"cannot {doing} {key!r} in {self.shown}: {said}, which cannot write that "
+                f"name: {UTF8_LOCALE}"
                 + (" or change the output template" if doing == "store" else "")
-            ) from None
+            )
 
     def head(self, key: str) -> ObjectInfo:
         obj = self._object(key)

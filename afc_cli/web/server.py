@@ -777,12 +777,11 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
     except UnicodeEncodeError:
         # a locale that is not UTF-8 and a name in another script (FileStorage._encodable):
         # 'afc report --html' ended 'unexpected error ... (a bug in afc)'
-        import sys
+        from afc_cli.errors import UTF8_LOCALE, unnamable_here
 
         raise StorageError(
-            f"cannot read {str(path)!r}: this system's file names are "
-            f"{sys.getfilesystemencoding()} (its locale: LANG, LC_ALL), which cannot write that "
-            "name: run afc under a UTF-8 locale (LANG=C.UTF-8)",
+            f"cannot read {str(path)!r}: {unnamable_here(str(path))}, which cannot write that "
+            f"name: {UTF8_LOCALE}",
             retryable=False,
         ) from None
     if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
