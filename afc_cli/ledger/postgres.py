@@ -945,17 +945,12 @@ class PostgresLedger(Ledger):
     @staticmethod
     def spool_root_of(url: Any) -> Path:
         # this host's: a shared ledger has no folder beside it (README, several machines)
+        from afc_cli.storage import home_expanded
+
         named = os.environ.get("AFC_SPOOL_DIR") or "afc-spool"
-        # '~/spool' in a systemd unit's Environment= or a crontab, neither of which expands
-        # it, made a folder named '~' in the working folder, where no one looked for the
-        # paid renders spooled there; read as the storage's file:// path is
-        folder = os.path.expanduser(named)
-        if folder.startswith("~"):
-            raise UsageError(
-                f"AFC_SPOOL_DIR={named!r}: {named.split('/', 1)[0]!r} names no home folder "
-                "here (HOME is not set, or no such user); write the folder's full path"
-            )
-        return Path(folder)
+        # '~/spool' in a systemd unit's Environment= or a crontab, neither of which expands it,
+        # is the home folder's, as a file:// storage's path is
+        return Path(home_expanded(named, f"AFC_SPOOL_DIR={named!r}"))
 
     def spool_identity(self) -> str:
         # Every PostgreSQL ledger run here without AFC_SPOOL_DIR spools to ./afc-spool. This

@@ -65,6 +65,26 @@ def object_path(url: str, key: str) -> str | None:
     return f"{url[len('file://') :].rstrip('/')}/{key}"
 
 
+def home_expanded(raw: str, given_as: str) -> str:
+    """``raw`` with a leading ``~`` or ``~name`` made the home folder, as a shell would; with no
+    home to make it (HOME unset for a user the password database does not know: a bare
+    container's uid, an 'env -i' script; or '~name' of no such user) refused, naming it as
+    ``given_as``. Read as a relative path, it was a folder named '~' under the working folder
+    (a file:// storage's outputs, a spool's paid renders), where no one looked for them."""
+    expanded = os.path.expanduser(raw)
+    if raw.startswith("~") and expanded.startswith("~"):
+        named = raw.split("/", 1)[0]
+        why = (
+            "HOME is not set, and this user has none in the password database"
+            if named == "~"
+            else f"no user {named[1:]!r}"
+        )
+        raise UsageError(
+            f"{given_as}: {named!r} names no home folder here ({why}); write the folder's full path"
+        )
+    return expanded
+
+
 def normalize_url(url: str, base: Path | None = None) -> str:
     """Canonical form recorded with a batch, of a URL a person gave: ``file://`` URLs become
     absolute, so a batch's outputs do not move when afc runs from another directory, and
@@ -89,22 +109,7 @@ def normalize_url(url: str, base: Path | None = None) -> str:
             raise UsageError(f"storage {url!r} names no directory")
         if "\x00" in raw:
             raise UsageError(f"storage {url!r}: a path cannot hold a NUL character (%00)")
-        path = Path(os.path.expanduser(raw))
-        if raw.startswith("~") and str(path).startswith("~"):
-            # no home to expand it to (HOME unset for a user the password database does not
-            # know: a bare container's uid, an 'env -i' script; or '~name' of no such user):
-            # read as a relative path, the outputs went to a folder named '~' under the
-            # manifest's or the working folder, where no one looked for them
-            named = raw.split("/", 1)[0]
-            raise UsageError(
-                f"storage {url!r}: {named!r} names no home folder here ("
-                + (
-                    "HOME is not set, and this user has none in the password database"
-                    if named == "~"
-                    else f"no user {named[1:]!r}"
-                )
-                + "); write the folder's full path"
-            )
+        path = Path(home_expanded(raw, f"storage {url!r}"))
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
         folder = os.path.normpath(path)
