@@ -159,6 +159,44 @@ def frozen_at(proc, timeout: float = 30) -> None:
     assert state == "T", "the stall point was not reached"
 
 
+def need_mount_namespace() -> None:
+    """Skip where this user cannot have a user and mount namespace of its own (not Linux, no
+    ``unshare``, or unprivileged namespaces turned off)."""
+    import shutil
+
+    if sys.platform != "linux" or not shutil.which("unshare"):
+        pytest.skip("needs unshare (Linux)")
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged mount namespaces are not available")
+
+
+def read_only_binds(folders: Any) -> str:
+    """The ``sh`` commands that mount each of ``folders`` read-only over itself."""
+    import shlex
+
+    quoted = [shlex.quote(str(folder)) for folder in folders]
+    return " && ".join(f"mount --bind {q} {q} && mount -o remount,bind,ro {q}" for q in quoted)
+
+
+def in_mount_namespace(afc: Any, script: str, env: dict[str, str] | None = None, timeout=120):
+    """``script`` (sh) run in the test's folder as root of a user and mount namespace of its
+    own (``unshare -rm``): the mounts it makes (read-only binds, a small tmpfs) are its own.
+    Skips where such namespaces, or the mounts (the script exits 9 when one fails), are not
+    available."""
+    need_mount_namespace()
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=afc.cwd,
+        env=afc.env if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode == 9:
+        pytest.skip(f"the mounts are not available here: {result.stderr}")
+    return result
+
+
 def recorded_statements(ledger: Any, monkeypatch) -> list[tuple[str, list]]:
     """The statements ``ledger`` sends from now on, with their values (the plan tests ask the
     server for the plan of a statement a ledger operation really sends)."""

@@ -11,15 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import jobs, manifest
+from conftest import in_mount_namespace, jobs, manifest, need_mount_namespace, read_only_binds
 from test_audit29d_listing_memory import _grow
 
-needs_unshare = pytest.mark.skipif(
-    sys.platform != "linux" or not shutil.which("unshare"), reason="needs unshare (Linux)"
-)
 
-
-@needs_unshare
 def test_a_job_list_with_no_usable_temporary_folder_is_refused_as_nothing_admitted(afc):
     """README "Big job lists": a list's resolved jobs wait in a temporary file, and with no
     room for it the list is refused, exit 2, nothing admitted. In a container with a read-only
@@ -28,8 +23,7 @@ def test_a_job_list_with_no_usable_temporary_folder_is_refused_as_nothing_admitt
     for it again, which raised, and 'afc submit' exited 1 with '[Errno 2] No usable temporary
     directory found in [...]; every job stays resumable: fix it, then run 'afc resume'',
     though nothing had been admitted. It is now the list's refusal: exit 2, naming TMPDIR."""
-    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unprivileged mount namespaces are not available")
+    need_mount_namespace()
     top = manifest([], jobs_from="jobs.jsonl", storage="file://./vol/out")
     del top["jobs"]
     afc.write_manifest(top)
@@ -40,26 +34,13 @@ def test_a_job_list_with_no_usable_temporary_folder_is_refused_as_nothing_admitt
         for part in afc.command("submit", "manifest.yaml", "--ledger", "vol/afc.db")
     )
     folders = [d for d in ("/tmp", "/var/tmp") if os.path.isdir(d)] + [str(afc.cwd)]
-    readonly = " && ".join(
-        f"mount --bind {shlex.quote(d)} {shlex.quote(d)} && mount -o remount,bind,ro {shlex.quote(d)}"
-        for d in folders
-    )
     script = (
         # into the folder again: the shell's working directory is still the one under the mounts
-        f"{readonly} && cd {shlex.quote(str(afc.cwd))} && mount -t tmpfs tmpfs vol || exit 9\n"
-        f"{command}\necho rc=$? >&2\nls -A vol >&2\n"
+        f"{read_only_binds(folders)} && cd {shlex.quote(str(afc.cwd))}"
+        f" && mount -t tmpfs tmpfs vol || exit 9\n{command}\necho rc=$? >&2\nls -A vol >&2\n"
     )
     env = {k: v for k, v in afc.env.items() if k not in ("TMPDIR", "TEMP", "TMP")}
-    result = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script],
-        cwd=afc.cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if result.returncode == 9:
-        pytest.skip(f"read-only bind mounts are not available: {result.stderr}")
+    result = in_mount_namespace(afc, script, env)
     assert "rc=2\n" in result.stderr, result.stderr
     assert "TMPDIR" in result.stderr and "Nothing was admitted" in result.stderr, result.stderr
     assert "afc resume" not in result.stderr and "Traceback" not in result.stderr
@@ -76,7 +57,6 @@ def _big_ledger(afc) -> None:
     _grow(afc.cwd / "afc.db", 500)
 
 
-@needs_unshare
 def test_a_big_ledger_is_read_where_sqlite_has_no_temporary_folder(afc):
     """A container with a read-only root (no TMPDIR, /tmp, /var/tmp and the working directory
     read-only), the ledger on its one writable volume: SQLite spills a big sort (a GROUP BY
@@ -85,8 +65,7 @@ def test_a_big_ledger_is_read_where_sqlite_has_no_temporary_folder(afc):
     report --html', which runs it) exited 1 with 'cannot read the ledger: disk I/O error: fix
     the disk or file system; ... run it again', a disk that was fine and a run again that
     failed the same way. With no such folder afc has SQLite keep that data in memory."""
-    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unprivileged mount namespaces are not available")
+    need_mount_namespace()
     _big_ledger(afc)
     (afc.cwd / "vol").mkdir()
     folders = [d for d in ("/tmp", "/var/tmp") if os.path.isdir(d)] + [str(afc.cwd)]
@@ -95,54 +74,30 @@ def test_a_big_ledger_is_read_where_sqlite_has_no_temporary_folder(afc):
         for part in afc.command("costs", "report", "--by", "model", "--ledger", "vol/afc.db")
     )
     script = (
-        " && ".join(
-            f"mount --bind {shlex.quote(d)} {shlex.quote(d)}"
-            f" && mount -o remount,bind,ro {shlex.quote(d)}"
-            for d in folders
-        )
         # into the folder again: the shell's working directory is still the one under the mounts
-        + f" && cd {shlex.quote(str(afc.cwd))} && mount -t tmpfs tmpfs vol && cp afc.db vol/"
-        + f" || exit 9\n{command}"
+        f"{read_only_binds(folders)} && cd {shlex.quote(str(afc.cwd))}"
+        f" && mount -t tmpfs tmpfs vol && cp afc.db vol/ || exit 9\n{command}"
     )
     env = {k: v for k, v in afc.env.items() if k not in ("TMPDIR", "SQLITE_TMPDIR")}
-    result = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script],
-        cwd=afc.cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if result.returncode == 9:
-        pytest.skip(f"read-only bind mounts are not available: {result.stderr}")
+    result = in_mount_namespace(afc, script, env)
     assert result.returncode == 0, result.stderr
     assert "local/instant\t501.000000" in result.stdout, result.stdout
 
 
-@needs_unshare
 def test_a_full_temporary_folder_is_named_not_the_ledgers_disk_alone(afc):
     """A /tmp that is full (a container's small tmpfs, a server's /tmp filled by something
     else) failed a big report's sort with 'cannot read the ledger: database or disk is full:
     free space on its disk': the ledger's disk had room, a person freed space there, and the
     run again failed the same way. The fix now names SQLite's temporary folder too."""
-    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unprivileged mount namespaces are not available")
+    need_mount_namespace()
     _big_ledger(afc)
     (afc.cwd / "tmp").mkdir()
     command = " ".join(
         shlex.quote(part) for part in afc.command("costs", "report", "--by", "model")
     )
     script = f"mount -t tmpfs -o size=64k tmpfs tmp || exit 9\nTMPDIR=$PWD/tmp {command}"
-    result = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script],
-        cwd=afc.cwd,
-        env={k: v for k, v in afc.env.items() if k != "SQLITE_TMPDIR"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if result.returncode == 9:
-        pytest.skip(f"tmpfs mounts are not available: {result.stderr}")
+    env = {k: v for k, v in afc.env.items() if k != "SQLITE_TMPDIR"}
+    result = in_mount_namespace(afc, script, env)
     assert result.returncode == 1, result.stderr
     assert "disk is full" in result.stderr, result.stderr
     assert f"or in {afc.cwd / 'tmp'}, where SQLite keeps" in result.stderr, result.stderr

@@ -11,16 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-import shutil
-import subprocess
-import sys
 
-import pytest
-from conftest import jobs, manifest
-
-pytestmark = pytest.mark.skipif(
-    sys.platform != "linux" or not shutil.which("unshare"), reason="needs unshare (Linux)"
-)
+from conftest import in_mount_namespace, jobs, manifest, read_only_binds
 
 READING = [
     ["status"],
@@ -37,26 +29,11 @@ READING = [
 
 def _read_only(afc, commands: list[list[str]], out) -> list[tuple[int, str, str]]:
     """Each command run with the test's folder mounted read-only: (exit code, stdout, stderr)."""
-    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unprivileged mount namespaces are not available")
-    folder = shlex.quote(str(afc.cwd))
-    lines = [
-        f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} || exit 9",
-        f"cd {folder}",
-    ]
+    lines = [f"{read_only_binds([afc.cwd])} || exit 9", f"cd {shlex.quote(str(afc.cwd))}"]
     for n, args in enumerate(commands):
         line = " ".join(shlex.quote(a.format(out=out)) for a in afc.command(*args))
         lines.append(f"{line} >{out}/{n}.out 2>{out}/{n}.err; echo $? >{out}/{n}.rc")
-    result = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", "\n".join(lines)],
-        cwd=afc.cwd,
-        env=afc.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if result.returncode == 9:
-        pytest.skip(f"read-only bind mounts are not available: {result.stderr}")
+    in_mount_namespace(afc, "\n".join(lines), timeout=300)
     return [
         (
             int((out / f"{n}.rc").read_text()),

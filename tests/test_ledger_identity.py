@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-import shutil
 import sqlite3
-import subprocess
-import sys
 
 import pytest
-from conftest import jobs, manifest
+from conftest import in_mount_namespace, jobs, manifest, need_mount_namespace
 
 from afc_cli.ledger import Ledger
 from afc_cli.ledger_file import APPLICATION_ID, known_migrations
@@ -150,11 +147,7 @@ def test_a_ledger_with_damaged_pages_is_refused_before_the_run(afc):
 
 
 def test_a_read_only_ledger_is_one_line_and_exit_2(afc):
-    if not shutil.which("unshare") or sys.platform != "linux":
-        pytest.skip("needs unshare to mount a read-only file system")
-    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("unprivileged mount namespaces are not available")
+    need_mount_namespace()
     afc.write_manifest(manifest(jobs(1)))
     assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
     (afc.cwd / "ro").mkdir()
@@ -163,14 +156,7 @@ def test_a_read_only_ledger_is_one_line_and_exit_2(afc):
         f"{' '.join(afc.command('submit', 'manifest.yaml', '--ledger', 'ro/afc.db'))}; "
         f"echo rc=$?; {' '.join(afc.command('resume', '--ledger', 'ro/afc.db'))}; echo rc=$?"
     )
-    result = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script],
-        cwd=afc.cwd,
-        env=afc.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = in_mount_namespace(afc, script)
     assert result.stdout.split() == ["rc=2", "rc=2"], result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2 and all("is read-only" in line for line in lines), result.stderr
