@@ -108,11 +108,10 @@ def _plan(url: str, sql: str, params: list) -> str:
     return plan
 
 
-@pytest.mark.parametrize("analyzed", ["never", "before the leases", "after the leases"])
-def test_a_claim_over_every_batch_reads_only_its_partial_indexes(
-    ledger_url, afc, monkeypatch, analyzed
-):
-    ledger = Ledger(ledger_url)
+def _history(url: str, afc) -> None:
+    """The ledger at ``url`` with a past: batch ``OLD``'s 50 jobs ended, copied ``COPIES``
+    times (``_grow``)."""
+    ledger = Ledger(url)
     try:
         m = manifest(jobs(50), batch=OLD)
         ledger.admit(load_manifest(afc.write_manifest(m)), "file:///x", RateCards())
@@ -120,7 +119,14 @@ def test_a_claim_over_every_batch_reads_only_its_partial_indexes(
             ledger.db.execute(f"UPDATE jobs SET status = 'succeeded' WHERE batch = '{OLD}'")
     finally:
         ledger.close()
-    _grow(ledger_url, COPIES)
+    _grow(url, COPIES)
+
+
+@pytest.mark.parametrize("analyzed", ["never", "before the leases", "after the leases"])
+def test_a_claim_over_every_batch_reads_only_its_partial_indexes(
+    ledger_url, afc, monkeypatch, analyzed
+):
+    _history(ledger_url, afc)
     if analyzed == "before the leases":
         _analyze(ledger_url)
     ledger = Ledger(ledger_url)
@@ -162,15 +168,7 @@ def test_a_claim_of_one_batch_reads_it_in_claim_order_from_the_partial_indexes(
     each claim read every unfinished job of the batch through the (batch, status) index and
     sorted them: 26 ms a claim of 64 with 20,000 jobs queued in one batch beside 400 finished
     batches, where the claims before it took 2.6 ms, growing with the batch's queue."""
-    ledger = Ledger(pg_url)
-    try:
-        m = manifest(jobs(50), batch=OLD)
-        ledger.admit(load_manifest(afc.write_manifest(m)), "file:///x", RateCards())
-        with ledger.tx():
-            ledger.db.execute(f"UPDATE jobs SET status = 'succeeded' WHERE batch = '{OLD}'")
-    finally:
-        ledger.close()
-    _grow(pg_url, COPIES)
+    _history(pg_url, afc)
     ledger = Ledger(pg_url)
     try:
         m = manifest(jobs(3000), batch="zbig")
