@@ -61,6 +61,9 @@ COPY_OPEN_WAIT_S = 10.0
 # and its end once (``work``). Said at every --poll, a service's journal took a line every few
 # seconds for the length of the outage (an hour's: over a thousand of the same line).
 STORAGE_DOWN_SAY_S = 600.0
+# The share of a worker's time its look for blocked jobs whose needs have ended may take at
+# most (``Settle``)
+SETTLE_SHARE = 0.05
 
 
 class Stop:
@@ -100,6 +103,40 @@ class Stop:
         os.close(self._write)
 
 
+class Settle:
+    """A worker's claims settle the blocked jobs whose needs have all ended first
+    (``Ledger.settle_ready_blocked``: ``queued``, or failed with DEPENDENCY_FAILED). That look
+    reads every blocked job of its scope with its needs, about 2.4 µs a job on SQLite and 1.1
+    µs of PostgreSQL's time: done at every claim, a batch of 10,000 shots blocked behind a
+    style frame awaiting review cost each claim 24 ms, and behind 100,000 a quarter of a
+    second, at every idle poll for the days the review took and at every round of a busy
+    worker's other batches (a worker on SQLite draining 5,000 instant jobs beside 10,000
+    blocked ones spent 27 % more CPU).
+
+    So a claim settles only once at least ``1 / SETTLE_SHARE`` times the last look's
+    duration has passed since that look began: the look takes no more than 5 % of the
+    worker's time, and a blocked job whose needs ended waits for a claim at most that long
+    (half a second behind 10,000 blocked jobs; on a small ledger the look takes well under
+    a millisecond and is done at every claim, as before). ``force`` looks whenever asked:
+    before ``--until-idle`` says it is idle, which it must not say with jobs left that a
+    look would have made runnable. ``clock`` is injectable for tests."""
+
+    def __init__(
+        self, ledger: Ledger, batch: str | None, clock: Callable[[], float] = time.monotonic
+    ):
+        self.ledger, self.batch, self.clock = ledger, batch, clock
+        self.next_at: float | None = None  # when the next look is due; at once at first
+
+    def __call__(self, force: bool = False) -> int:
+        """Settle now if due (or ``force``): how many jobs it settled."""
+        began = self.clock()
+        if not force and self.next_at is not None and began < self.next_at:
+            return 0
+        settled = self.ledger.settle_ready_blocked(self.batch)
+        self.next_at = began + (self.clock() - began) / SETTLE_SHARE
+        return settled
+
+
 class Refill:
     """The run loop's ``more`` (run.run_jobs): when it runs low, the next claim's jobs join the
     running loop instead of a new loop starting per claim (a third of a worker's time went
@@ -124,16 +161,20 @@ class Refill:
         stop: Stop,
         result: WorkerResult,
         reporter: Any,
+        settle: Settle,
     ):
         self.ledger, self.claim, self.lease_s, self.batch = ledger, claim, lease_s, batch
         self.opened, self.check, self.stop = opened, check, stop
-        self.result, self.reporter = result, reporter
+        self.result, self.reporter, self.settle = result, reporter, settle
         self.done = False
 
     def __call__(self, running: set[str]) -> list[str]:
         if self.done or self.stop.is_set():
             return []
-        jobs = self.ledger.claim_runnable(self.claim, self.lease_s, batch=self.batch, skip=running)
+        self.settle()
+        jobs = self.ledger.claim_runnable(
+            self.claim, self.lease_s, batch=self.batch, skip=running, settle=False
+        )
         if not jobs:
             return []
         try:
@@ -425,11 +466,14 @@ def work(
                 stop.wait(0.1)
             ledger.refuse_moved()
 
+        settle = Settle(ledger, batch)
+
         def claim_now() -> list[dict[str, Any]]:
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
             refuse_moved()  # 'afc ledger copy' moved its work elsewhere: the same
+            settle()
             try:
-                jobs = ledger.claim_runnable(claim, lease_s, batch=batch)
+                jobs = ledger.claim_runnable(claim, lease_s, batch=batch, settle=False)
             except Exception:
                 # migrated between that look and this claim (they are not one transaction):
                 # on PostgreSQL the prepared claim fails ('cached plan must not change result
@@ -503,6 +547,8 @@ def work(
                     ledger.release(job)
                 break
             if not jobs:
+                if until_idle and settle(force=True):
+                    continue  # jobs its last look had not seen ready yet: claimed next
                 if until_idle and idle(ledger.runnable_job_ids(batch=batch, include_blocked=False)):
                     result.idle = True
                     # idle, exit 0, is not the batch done: a script's log said '0 finished' of
@@ -524,7 +570,9 @@ def work(
             result.rounds += 1
             result.claimed += len(jobs)
             opened = batch_settings(ledger)  # what run_jobs opens and reads
-            refill = Refill(ledger, claim, lease_s, batch, opened, check, stop, result, reporter)
+            refill = Refill(
+                ledger, claim, lease_s, batch, opened, check, stop, result, reporter, settle
+            )
             try:
                 stats = run_jobs(
                     ledger,

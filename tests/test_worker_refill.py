@@ -10,7 +10,7 @@ from afc_cli import run as run_mod
 from afc_cli.costs import RateCards
 from afc_cli.ledger import Ledger
 from afc_cli.manifest import load_manifest
-from afc_cli.worker import Refill, WorkerResult, batch_settings, work
+from afc_cli.worker import Refill, Settle, WorkerResult, batch_settings, work
 
 
 @pytest.fixture
@@ -52,14 +52,19 @@ def test_a_claim_the_loop_cannot_run_is_released_and_ends_the_feeding(admitted):
     and limits) go back at once; the worker's next round claims them with a fresh loop."""
     url, _ = admitted
     ledger = Ledger(url)
+    settle = Settle(ledger, None)
     try:
-        refill = Refill(ledger, 4, 60, None, {}, lambda jobs: None, _Never(), WorkerResult(), None)
+        refill = Refill(
+            ledger, 4, 60, None, {}, lambda jobs: None, _Never(), WorkerResult(), None, settle
+        )
         assert refill(set()) == []
         assert refill.done and refill(set()) == []
         held = ledger.db.execute("SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")
         assert held.fetchone()[0] == 0
         opened = batch_settings(ledger)
-        fed = Refill(ledger, 4, 60, None, opened, lambda jobs: None, _Never(), WorkerResult(), None)
+        fed = Refill(
+            ledger, 4, 60, None, opened, lambda jobs: None, _Never(), WorkerResult(), None, settle
+        )
         assert len(fed(set())) == 4 and fed.result.claimed == 4
     finally:
         ledger.close()

@@ -1523,6 +1523,7 @@ class Ledger:
         lease_s: float,
         batch: str | None = None,
         skip: Collection[str] = (),
+        settle: bool = True,
     ) -> list[dict[str, Any]]:
         """Claim up to ``limit`` runnable jobs (queued, running or waiting; free, or leased by
         an owner whose lease expired by the ledger's clock, or who died on this host), in the
@@ -1540,8 +1541,13 @@ class Ledger:
 
         ``skip``: ids of jobs this process is running still (a worker's run loop), never
         claimed here, free or not (``run._fed`` says why); nor are the jobs it paused
-        (``pause_claims``)."""
-        self.settle_ready_blocked(batch)
+        (``pause_claims``).
+
+        ``settle``: settle the blocked jobs whose needs have ended first
+        (``settle_ready_blocked``), a look at every blocked job; ``afc worker`` looks on its
+        own schedule instead (``worker.Settle``) and passes False."""
+        if settle:
+            self.settle_ready_blocked(batch)
         now = self.lease_clock()
         # the batch named in code point order, as the partial indexes hold it (``_claim_scope``)
         where, params = _claim_scope(batch, f"status IN {ACTIVE_SQL}", f"batch{self.CODE_POINT}")
