@@ -79,6 +79,15 @@ def _analyze(url: str) -> None:
         conn.close()
 
 
+def _literal(value: object) -> str:
+    """``value`` written into SQL text (a claim's skip list is an array parameter)."""
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, list):
+        return f"ARRAY[{', '.join(map(_literal, value))}]"
+    return repr(value)
+
+
 def _plan(url: str, sql: str, params: list) -> str:
     """PostgreSQL: the generic plan of ``sql`` prepared with the parameter types psycopg sends
     (as a worker's connection has it); SQLite: EXPLAIN QUERY PLAN."""
@@ -100,9 +109,7 @@ def _plan(url: str, sql: str, params: list) -> str:
         numbers = iter(range(1, len(params) + 1))
         numbered = re.sub(r"\?", lambda _: f"${next(numbers)}", sql)
         conn.execute(f"PREPARE probe ({', '.join(map(str, types))}) AS {numbered}")
-        values = ", ".join(
-            "'" + v.replace("'", "''") + "'" if isinstance(v, str) else repr(v) for v in params
-        )
+        values = ", ".join(map(_literal, params))
         plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN EXECUTE probe ({values})"))
         conn.rollback()
     return plan

@@ -1517,6 +1517,12 @@ class Ledger:
     # SQLite's write lock serialises writers already.
     ROW_LOCK = ""
 
+    @staticmethod
+    def _none_of(column: str, values: Collection[str]) -> tuple[str, list[Any]]:
+        """A condition that ``column`` is none of ``values`` (at least one), and its
+        parameters; PostgreSQL's passes them as one array (``PostgresLedger._none_of``)."""
+        return f"{column} NOT IN ({', '.join('?' * len(values))})", list(values)
+
     def claim_runnable(
         self,
         limit: int,
@@ -1553,8 +1559,9 @@ class Ledger:
         where, params = _claim_scope(batch, f"status IN {ACTIVE_SQL}", f"batch{self.CODE_POINT}")
         skip = set(skip) | self._paused_ids()
         if skip:
-            where += f" AND id NOT IN ({', '.join('?' * len(skip))})"
-            params += list(skip)
+            none_of, more = self._none_of("id", skip)
+            where += f" AND {none_of}"
+            params += more
         with self.tx():
             # A transaction of its own, holding no other job's row and committed at its end
             # (``_alone``): on PostgreSQL, FOR UPDATE SKIP LOCKED skips the rows locked when

@@ -716,6 +716,15 @@ class PostgresLedger(Ledger):
         "jobs j CROSS JOIN LATERAL (SELECT * FROM attempts a WHERE a.job_id = j.id OFFSET 0) a"
     )
 
+    @staticmethod
+    def _none_of(column: str, values: Collection[str]) -> tuple[str, list[Any]]:
+        # One array parameter, one statement whatever their number: psycopg prepares a
+        # statement once it ran five times and keeps 100. A worker's claim naming the jobs its
+        # loop still runs one parameter each made a statement per count of them, past 100 at
+        # --concurrency 33 and more: the statements of every job's writes were pushed out of
+        # the cache and prepared again (tests/test_pg_claim_statements.py)
+        return f"{column} <> ALL(?)", [list(values)]
+
     def _stream(self, sql: str, params: Any = ()) -> Iterator[list[dict[str, Any]]]:
         """``Ledger._stream`` through a server-side cursor (psycopg's client-side cursor
         holds the whole result at once): WITH HOLD, as the connection is in autocommit; the
