@@ -1,7 +1,8 @@
 """Which file is a ledger, and whether afc may use it: checked before anything is written.
 
-- **Where.** ``--ledger`` / ``AFC_LEDGER`` is a plain path or a ``sqlite:///`` URL (the
-  SQLAlchemy form: ``sqlite:///afc.db`` is relative, ``sqlite:////var/afc/afc.db`` absolute).
+- **Where.** ``--ledger`` / ``AFC_LEDGER`` is a plain path (a leading ``~`` the home folder)
+  or a ``sqlite:///`` URL (the SQLAlchemy form: ``sqlite:///afc.db`` is relative,
+  ``sqlite:////var/afc/afc.db`` absolute).
   A ``postgresql://`` URL is a PostgreSQL ledger (afc_cli/ledger/postgres.py), never a file;
   any other URL scheme is refused with exit 2, never taken for a folder name.
 - **Whose.** afc stamps its ledgers: SQLite's ``application_id`` is ``APPLICATION_ID`` and
@@ -84,7 +85,13 @@ def ledger_path(value: str | Path) -> Path:
                 "or ':' missing): write it as postgresql://USER@HOST:PORT/DBNAME "
                 "(the value is not shown here: it may hold the password)"
             )
-        return _on_disk(Path(text), text)
+        # '~' is the home folder, as a shell makes it: systemd's Environment= and crontab
+        # lines do not expand it, and AFC_LEDGER=~/afc.db was refused as a folder '~' that
+        # does not exist, without saying that '~' was the reason (AFC_SPOOL_DIR and file://
+        # storage read it so too: ``storage.home_expanded``)
+        from afc_cli.storage import home_expanded
+
+        return _on_disk(Path(home_expanded(text, f"ledger {text!r}")), text)
     scheme = match.group(1).lower()
     if scheme == "sqlite":
         rest = text[len(match.group(0)) :]
