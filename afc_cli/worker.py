@@ -593,6 +593,10 @@ def work(
                 # is gone; a retryable error (a 5xx) is tried again at the next poll
                 for job in jobs:
                     ledger.release(job)
+                # nor is it counted as claimed: an hour's outage at the default --poll
+                # counted 1,800 rounds of jobs given back unrun in the worker's summary
+                result.rounds -= 1
+                result.claimed -= len(jobs)
                 if isinstance(exc, UsageError) or not exc.retryable:
                     raise
                 now = time.monotonic()

@@ -66,6 +66,8 @@ def _outage_then_back(afc, monkeypatch) -> list[str]:
     assert len(calls) == FAILURES + 1
     # every failed round gave its jobs back: the round after the outage claimed them again
     assert sorted(calls[-1]) == sorted(calls[0])
+    # and only that round is counted: the rounds given back unrun were counted as claims
+    assert (result.rounds, result.claimed) == (1, 2), result
     return notices.said
 
 
