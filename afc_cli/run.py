@@ -644,6 +644,10 @@ def follow_decisions(ledger: Ledger, rows: list[dict[str, Any]]) -> set[str]:
             and job.get("error_code") == "DEPENDENCY_FAILED"
         )
 
+    known = {row["id"]: row for row in rows}
+    # the candidates' needs in a few queries, not one each (``Ledger.needs_of_many``)
+    prefetched = ledger.needs_of_many([row["id"] for row in rows if candidate(row)])
+
     for row in rows:
         if not candidate(row):
             verdict.setdefault(row["id"], False)
@@ -655,7 +659,8 @@ def follow_decisions(ledger: Ledger, rows: list[dict[str, Any]]) -> set[str]:
                 stack.pop()
                 continue
             if job_id not in ended:
-                ended[job_id] = ended_needs(ledger.needs_of(job_id))
+                needs = prefetched.get(job_id)
+                ended[job_id] = ended_needs(ledger.needs_of(job_id) if needs is None else needs)
                 # a need failed itself: its verdict first (needs form no cycle: admission
                 # refuses one)
                 later = [
@@ -665,7 +670,7 @@ def follow_decisions(ledger: Ledger, rows: list[dict[str, Any]]) -> set[str]:
                 ]
                 if later:
                     for need_id in later:
-                        if not candidate(ledger.job(need_id)):
+                        if not candidate(known.get(need_id) or ledger.job(need_id)):
                             verdict[need_id] = False
                         else:
                             stack.append(need_id)

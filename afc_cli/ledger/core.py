@@ -3552,6 +3552,24 @@ class Ledger:
             (job_id,),
         )
 
+    def needs_of_many(self, job_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """``needs_of`` for many jobs, a chunk of ids per query: job id -> its needs (a job
+        with none maps to an empty list). ``run.follow_decisions`` read each failed
+        dependent's needs with a query of its own: a style frame rejected before 50,000 shots
+        made every later ``afc resume`` and ``afc queue stats`` send 50,000 queries (2 s on
+        SQLite, 11 s on PostgreSQL)."""
+        found: dict[str, list[dict[str, Any]]] = {job_id: [] for job_id in job_ids}
+        for chunk in _chunks(list(found), IN_CHUNK):
+            rows = self._all(
+                "SELECT n.job_id, n.need_id, n.need_key, j.status, j.batch, j.error_code"
+                " FROM job_needs n LEFT JOIN jobs j ON j.id = n.need_id"
+                f" WHERE n.job_id IN {_marks(chunk)} ORDER BY n.job_id, n.need_key{self.CODE_POINT}",
+                chunk,
+            )
+            for row in rows:
+                found[row.pop("job_id")].append(row)
+        return found
+
     def dependents_of(self, job_id: str) -> list[dict[str, Any]]:
         return self._all(
             "SELECT j.* FROM job_needs n JOIN jobs j ON j.id = n.job_id WHERE n.need_id = ?"
