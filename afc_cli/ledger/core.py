@@ -10,6 +10,7 @@ migrations, durability) are in sqlite.py and postgres.py beside this file.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as dt
 import json
 import math
@@ -101,6 +102,17 @@ def _crash_point(name: str) -> None:
 def _now() -> float:
     return time.time()
 
+
+# The texts scrubbed while one walk fails a need's dependents (``Ledger._fail_dependents``):
+# each dependent's error message and event detail are the same few texts, and scrubbing
+# them anew for each of 100,000 shots behind a rejected style frame was half of the
+# decision, which holds the ledger's write lock (41 s: a submit meanwhile failed 'database
+# is locked'). The secrets they are checked against do not change meanwhile
+# (``secrets.scrub_data``'s ``_seen``). A context variable: another thread's or task's
+# writes never share it.
+_SCRUB_MEMO: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "afc_scrub_memo", default=None
+)
 
 # ``json.dumps`` with any option builds a new encoder per call; one made once writes the same
 # text (steps, usage and events are written several times a job)
@@ -651,7 +663,13 @@ class Ledger:
     def _event(self, job_id: str | None, batch: str | None, kind: str, **detail: Any) -> None:
         self.db.execute(
             "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
-            (job_id, batch, _now(), kind, _dumps(scrub_data(detail)) if detail else None),
+            (
+                job_id,
+                batch,
+                _now(),
+                kind,
+                _dumps(scrub_data(detail, _SCRUB_MEMO.get())) if detail else None,
+            ),
         )
 
     # --- admission --------------------------------------------------------------------------
@@ -3128,7 +3146,7 @@ class Ledger:
         assert status in TERMINAL
         now = _now()
         if fields.get("error_message"):
-            fields["error_message"] = scrub(fields["error_message"])
+            fields["error_message"] = scrub_data(fields["error_message"], _SCRUB_MEMO.get())
         with self.tx():
             values = {
                 "status": status,
@@ -3669,10 +3687,14 @@ class Ledger:
         cancelled at its head passed Python's recursion limit, and the decision was refused
         as an unexpected error."""
         pending = [need_id]
-        while pending:
-            for row in self.dependents_of(pending.pop()):
-                if row["status"] == "blocked" and self.settle_blocked(row["id"])[0] == "failed":
-                    pending.append(row["id"])
+        memo = _SCRUB_MEMO.set({})  # the same few texts for every dependent
+        try:
+            while pending:
+                for row in self.dependents_of(pending.pop()):
+                    if row["status"] == "blocked" and self.settle_blocked(row["id"])[0] == "failed":
+                        pending.append(row["id"])
+        finally:
+            _SCRUB_MEMO.reset(memo)
 
     def _reblock_dependents(self, job: dict[str, Any], by: str) -> None:
         """A retried job's dependents that failed because of it wait for it again, and
