@@ -107,3 +107,48 @@ def test_a_gate_s_rejection_scrubs_its_dependents_few_texts_once_not_for_each(af
     assert rows[0][3].startswith("need 'style-frame' ended rejected, so this job was not")
     assert rows[-1][3].startswith("need 'shot-0000' ended failed, itself DEPENDENCY_FAILED")
     assert json.loads(rows[-1][4])["error_message"] == rows[-1][3]
+
+
+def test_a_gate_s_cancel_and_retry_scrub_their_dependents_few_texts_once(afc, monkeypatch):
+    """'afc cancel' of a style frame fails the shots behind it, and 'afc retry' of it puts
+    them back to blocked (``_reblock_dependents``), each with its 'retried' event: the retry
+    scrubbed six texts a shot anew (7.5 s at 50,000 shots, 60% of it scrubbing), as the
+    cancel did nine. Each walk scrubs each distinct text once."""
+    from conftest import manifest
+
+    from afc_cli import secrets
+    from afc_cli.ledger import core
+
+    n = 300
+    listed = [{"key": "style-frame", "prompt": "harbour", "review": True}]
+    listed += [
+        {"key": f"shot-{i:04d}", "prompt": f"s{i}", "needs": ["style-frame"]} for i in range(n)
+    ]
+    afc.write_manifest(manifest(listed))
+    assert afc("submit", "manifest.yaml").returncode == 0
+
+    scrubbed = []
+    scrub = secrets.scrub
+
+    def counted(text, **kw):
+        scrubbed.append(text)
+        return scrub(text, **kw)
+
+    monkeypatch.setattr(secrets, "scrub", counted)
+    monkeypatch.setattr(core, "scrub", counted)
+    for verb in ("cancel", "retry"):
+        scrubbed.clear()
+        ledger = core.Ledger(str(afc.cwd / "afc.db"))
+        try:
+            (job,) = [j for j in ledger.jobs_by_key("style-frame") if j["batch"] == "b1"]
+            if verb == "cancel":
+                assert ledger.cancel(job, reason="stop")
+            else:
+                assert ledger.retry(job, by="tester")
+        finally:
+            ledger.close()
+        assert len(scrubbed) < 40, (verb, len(scrubbed))
+    counts = dict(afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status"))
+    assert counts == {"queued": 1, "blocked": n}, counts
+    retried = afc.rows("SELECT COUNT(*) FROM events WHERE kind = 'retried'")
+    assert retried == [(n + 1,)]

@@ -103,7 +103,8 @@ def _now() -> float:
     return time.time()
 
 
-# The texts scrubbed while one walk fails a need's dependents (``Ledger._fail_dependents``):
+# The texts scrubbed while one walk fails a need's dependents (``Ledger._fail_dependents``),
+# or puts them back (``_reblock_dependents``):
 # each dependent's error message and event detail are the same few texts, and scrubbing
 # them anew for each of 100,000 shots behind a rejected style frame was half of the
 # decision, which holds the ledger's write lock (41 s: a submit meanwhile failed 'database
@@ -3700,11 +3701,15 @@ class Ledger:
         """A retried job's dependents that failed because of it wait for it again, and
         theirs in turn (a walk with a list, as ``_fail_dependents``)."""
         pending = [job["id"]]
-        while pending:
-            for row in self.dependents_of(pending.pop()):
-                if row["status"] == "failed" and row["error_code"] == "DEPENDENCY_FAILED":
-                    if self._requeue(row, by):
-                        pending.append(row["id"])
+        memo = _SCRUB_MEMO.set({})  # the same few texts for every dependent
+        try:
+            while pending:
+                for row in self.dependents_of(pending.pop()):
+                    if row["status"] == "failed" and row["error_code"] == "DEPENDENCY_FAILED":
+                        if self._requeue(row, by):
+                            pending.append(row["id"])
+        finally:
+            _SCRUB_MEMO.reset(memo)
 
     def await_review(self, job: dict[str, Any], steps: Any = ()) -> bool:
         """Pause a verified job for a person's review, with its checkpoints, its event and its
