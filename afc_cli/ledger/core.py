@@ -1195,6 +1195,17 @@ class Ledger:
             found.update(row[0] for row in rows)
         return sorted(found)
 
+    def chains_of(self, job_ids: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
+        """``(batch, chain)`` of each of the given jobs, as admitted (a chunk of ids a query:
+        an ``afc resume`` read each job's row with a query of its own, 2.8 s of 100,000)."""
+        chains: list[tuple[str, list[dict[str, Any]]]] = []
+        for chunk in _chunks(job_ids, IN_CHUNK):
+            rows = self.db.execute(
+                f"SELECT batch, request_json FROM jobs WHERE id IN {_marks(chunk)}", chunk
+            )
+            chains.extend((batch, json.loads(request)["chain"]) for batch, request in rows)
+        return chains
+
     def output_keys(self, batch: str, job_ids: list[str]) -> list[str]:
         """The output keys of the given jobs in one batch (for the storage pre-check).
 
@@ -4131,6 +4142,26 @@ class Ledger:
             f"SELECT j.id FROM jobs j WHERE {every_batch} AND j.status = 'blocked'"
             " AND NOT EXISTS (SELECT 1 FROM job_needs n JOIN jobs d ON d.id = n.need_id"
             f" WHERE n.job_id = j.id AND d.status IN {open_needs})"
+        ).fetchall()
+        return [row[0] for row in rows if row[0] in wanted]
+
+    def parked_blocked(self, job_ids: list[str]) -> list[str]:
+        """Which of these jobs are blocked with every need succeeded or awaiting review, at
+        least one awaiting it (one query): nothing a run does settles them, only a person's
+        decision (``settle_blocked`` would find them blocked, waiting for needs no run
+        renders). A need missing, or ended badly, fails the job at its settling: not one of
+        these; nor is a job with a need still to run or blocked in turn."""
+        if not job_ids:
+            return []
+        wanted = set(job_ids)
+        every_batch, _ = _batch_scope(None, "j.batch")
+        rows = self.db.execute(
+            f"SELECT j.id FROM jobs j WHERE {every_batch} AND j.status = 'blocked'"
+            " AND EXISTS (SELECT 1 FROM job_needs n JOIN jobs d ON d.id = n.need_id"
+            "  WHERE n.job_id = j.id AND d.status = 'awaiting_review')"
+            " AND NOT EXISTS (SELECT 1 FROM job_needs n LEFT JOIN jobs d ON d.id = n.need_id"
+            "  WHERE n.job_id = j.id"
+            "  AND (d.id IS NULL OR d.status NOT IN ('succeeded', 'awaiting_review')))"
         ).fetchall()
         return [row[0] for row in rows if row[0] in wanted]
 
