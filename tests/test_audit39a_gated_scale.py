@@ -7,6 +7,31 @@ import json
 import pytest
 
 
+def _gated(n: int, extra: list | None = None) -> list[dict]:
+    """A style frame awaiting review and ``n`` shots that need it (then ``extra``)."""
+    listed = [{"key": "style-frame", "prompt": "harbour", "review": True}]
+    listed += [
+        {"key": f"shot-{i:04d}", "prompt": f"s{i}", "needs": ["style-frame"]} for i in range(n)
+    ]
+    return listed + (extra or [])
+
+
+def _count_scrubs(monkeypatch, *modules) -> list[str]:
+    """The texts ``secrets.scrub`` is asked to scrub from now on, as ``modules`` call it."""
+    from afc_cli import secrets
+
+    scrubbed: list[str] = []
+    scrub = secrets.scrub
+
+    def counted(text, **kw):
+        scrubbed.append(text)
+        return scrub(text, **kw)
+
+    for module in (secrets, *modules):
+        monkeypatch.setattr(module, "scrub", counted)
+    return scrubbed
+
+
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 def test_a_rejected_gate_s_dependents_are_read_in_a_few_queries_not_one_each(
     afc, monkeypatch, request, engine
@@ -24,11 +49,7 @@ def test_a_rejected_gate_s_dependents_are_read_in_a_few_queries_not_one_each(
     from afc_cli.ledger.core import Ledger
 
     n = 1200  # more than one IN chunk (core.IN_CHUNK)
-    listed = [{"key": "style-frame", "prompt": "harbour", "review": True}]
-    listed += [
-        {"key": f"shot-{i:04d}", "prompt": f"s{i}", "needs": ["style-frame"]} for i in range(n)
-    ]
-    listed += [
+    titles = [
         {
             "key": f"title-{i:04d}",
             "prompt": f"t{i}",
@@ -36,7 +57,7 @@ def test_a_rejected_gate_s_dependents_are_read_in_a_few_queries_not_one_each(
         }
         for i in range(0, 20, 2)
     ]
-    afc.write_manifest(manifest(listed))
+    afc.write_manifest(manifest(_gated(n, titles)))
     ledger = str(afc.cwd / "afc.db")
     env = {}
     if engine == "postgresql":
@@ -69,28 +90,16 @@ def test_a_gate_s_rejection_scrubs_its_dependents_few_texts_once_not_for_each(af
     (26 s there; 1.6 s instead of 3.2 s at 10,000); what is written is as before."""
     from conftest import manifest
 
-    from afc_cli import review, secrets
+    from afc_cli import review
     from afc_cli.ledger import core
     from afc_cli.ledger.core import Ledger
 
     n = 300
-    listed = [{"key": "style-frame", "prompt": "harbour", "review": True}]
-    listed += [
-        {"key": f"shot-{i:04d}", "prompt": f"s{i}", "needs": ["style-frame"]} for i in range(n)
-    ]
-    listed += [{"key": "title", "prompt": "t", "needs": ["shot-0000", "shot-0001"]}]
-    afc.write_manifest(manifest(listed))
+    title = {"key": "title", "prompt": "t", "needs": ["shot-0000", "shot-0001"]}
+    afc.write_manifest(manifest(_gated(n, [title])))
     assert afc("submit", "manifest.yaml").returncode == 0
 
-    scrubbed = []
-    scrub = secrets.scrub
-
-    def counted(text, **kw):
-        scrubbed.append(text)
-        return scrub(text, **kw)
-
-    monkeypatch.setattr(secrets, "scrub", counted)
-    monkeypatch.setattr(core, "scrub", counted)
+    scrubbed = _count_scrubs(monkeypatch, core)
     ledger = Ledger(str(afc.cwd / "afc.db"))
     try:
         review.reject(ledger, ["style-frame"], by="tester", reason="too cold")
@@ -116,26 +125,13 @@ def test_a_gate_s_cancel_and_retry_scrub_their_dependents_few_texts_once(afc, mo
     cancel did nine. Each walk scrubs each distinct text once."""
     from conftest import manifest
 
-    from afc_cli import secrets
     from afc_cli.ledger import core
 
     n = 300
-    listed = [{"key": "style-frame", "prompt": "harbour", "review": True}]
-    listed += [
-        {"key": f"shot-{i:04d}", "prompt": f"s{i}", "needs": ["style-frame"]} for i in range(n)
-    ]
-    afc.write_manifest(manifest(listed))
+    afc.write_manifest(manifest(_gated(n)))
     assert afc("submit", "manifest.yaml").returncode == 0
 
-    scrubbed = []
-    scrub = secrets.scrub
-
-    def counted(text, **kw):
-        scrubbed.append(text)
-        return scrub(text, **kw)
-
-    monkeypatch.setattr(secrets, "scrub", counted)
-    monkeypatch.setattr(core, "scrub", counted)
+    scrubbed = _count_scrubs(monkeypatch, core)
     for verb in ("cancel", "retry"):
         scrubbed.clear()
         ledger = core.Ledger(str(afc.cwd / "afc.db"))
@@ -162,16 +158,9 @@ def test_a_table_s_rows_scrub_each_distinct_text_once(monkeypatch):
     memo, bounded as ``emit_json``'s is; a secret in a repeated value is still scrubbed."""
     import io
 
-    from afc_cli import secrets, tables
+    from afc_cli import tables
 
-    scrubbed = []
-    scrub = secrets.scrub
-
-    def counted(text, **kw):
-        scrubbed.append(text)
-        return scrub(text, **kw)
-
-    monkeypatch.setattr(secrets, "scrub", counted)
+    scrubbed = _count_scrubs(monkeypatch)
     token = "sk-" + "a1B2" * 12
     rows = [
         {
