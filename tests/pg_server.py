@@ -4,7 +4,8 @@
 databases). Otherwise the session starts its own on 127.0.0.1, from the first server binaries
 it finds: ``AFC_TEST_PG_BIN``, then ``initdb`` on the PATH, then Debian's
 ``/usr/lib/postgresql/*/bin``, then those the ``pgserver`` wheel ships (a test dependency, so a
-fresh machine with no PostgreSQL installed and no root runs the same tests). PostgreSQL refuses
+fresh machine with no PostgreSQL installed and no root runs the same tests; on Python 3.11 and
+3.12 only, where pgserver has wheels). PostgreSQL refuses
 to run as root: as root, the server runs as ``nobody`` in a data folder it owns.
 
 Each test gets its own database, copied from a template that already holds afc's schema.
@@ -40,8 +41,8 @@ def _bin_dir() -> Path:
         if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
             return folder
     raise RuntimeError(
-        "no PostgreSQL server binaries for the tests: install the test extra (pgserver), "
-        "or set AFC_TEST_PG_BIN or AFC_TEST_PG_URL"
+        "no PostgreSQL server binaries for the tests: install the test extra (pgserver, on "
+        "Python 3.11 and 3.12) or PostgreSQL's server, or set AFC_TEST_PG_BIN or AFC_TEST_PG_URL"
     )
 
 
