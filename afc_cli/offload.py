@@ -328,7 +328,16 @@ def main() -> None:
         signal.signal(signum, signal.SIG_IGN)
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # nothing but replies goes to the pipe
-    serve(sys.stdin.buffer, out)
+    try:
+        serve(sys.stdin.buffer, out)
+    finally:
+        # closed once every call is done: left to the interpreter's exit, a run in development
+        # mode (PYTHONDEVMODE=1, which reaches us) ended with 'ResourceWarning: unclosed file'.
+        # A reply the parent no longer reads (it went first) is no error of ours to print.
+        try:
+            out.close()
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":
