@@ -115,6 +115,18 @@ _SCRUB_MEMO: contextvars.ContextVar[dict[str, str] | None] = contextvars.Context
     "afc_scrub_memo", default=None
 )
 
+
+@contextlib.contextmanager
+def _scrubbing_once() -> Iterator[None]:
+    """Within the block, this context's ledger writes scrub each distinct text once
+    (``_SCRUB_MEMO``)."""
+    memo = _SCRUB_MEMO.set({})
+    try:
+        yield
+    finally:
+        _SCRUB_MEMO.reset(memo)
+
+
 # ``json.dumps`` with any option builds a new encoder per call; one made once writes the same
 # text (steps, usage and events are written several times a job)
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
@@ -3574,11 +3586,16 @@ class Ledger:
                 rows,
             )
 
+    # a job's needs with their current status (``ended_needs`` reads these columns)
+    _NEEDS = (
+        "n.need_id, n.need_key, j.status, j.batch, j.error_code"
+        " FROM job_needs n LEFT JOIN jobs j ON j.id = n.need_id"
+    )
+
     def needs_of(self, job_id: str) -> list[dict[str, Any]]:
         """A job's needs with their current status (None: not in the ledger)."""
         return self._all(
-            "SELECT n.need_id, n.need_key, j.status, j.batch, j.error_code FROM job_needs n"
-            f" LEFT JOIN jobs j ON j.id = n.need_id WHERE n.job_id = ? ORDER BY n.need_key{self.CODE_POINT}",
+            f"SELECT {self._NEEDS} WHERE n.job_id = ? ORDER BY n.need_key{self.CODE_POINT}",
             (job_id,),
         )
 
@@ -3591,9 +3608,8 @@ class Ledger:
         found: dict[str, list[dict[str, Any]]] = {job_id: [] for job_id in job_ids}
         for chunk in _chunks(list(found), IN_CHUNK):
             rows = self._all(
-                "SELECT n.job_id, n.need_id, n.need_key, j.status, j.batch, j.error_code"
-                " FROM job_needs n LEFT JOIN jobs j ON j.id = n.need_id"
-                f" WHERE n.job_id IN {_marks(chunk)} ORDER BY n.job_id, n.need_key{self.CODE_POINT}",
+                f"SELECT n.job_id, {self._NEEDS} WHERE n.job_id IN {_marks(chunk)}"
+                f" ORDER BY n.job_id, n.need_key{self.CODE_POINT}",
                 chunk,
             )
             for row in rows:
@@ -3699,28 +3715,22 @@ class Ledger:
         cancelled at its head passed Python's recursion limit, and the decision was refused
         as an unexpected error."""
         pending = [need_id]
-        memo = _SCRUB_MEMO.set({})  # the same few texts for every dependent
-        try:
+        with _scrubbing_once():  # the same few texts for every dependent
             while pending:
                 for row in self.dependents_of(pending.pop()):
                     if row["status"] == "blocked" and self.settle_blocked(row["id"])[0] == "failed":
                         pending.append(row["id"])
-        finally:
-            _SCRUB_MEMO.reset(memo)
 
     def _reblock_dependents(self, job: dict[str, Any], by: str) -> None:
         """A retried job's dependents that failed because of it wait for it again, and
         theirs in turn (a walk with a list, as ``_fail_dependents``)."""
         pending = [job["id"]]
-        memo = _SCRUB_MEMO.set({})  # the same few texts for every dependent
-        try:
+        with _scrubbing_once():  # the same few texts for every dependent
             while pending:
                 for row in self.dependents_of(pending.pop()):
                     if row["status"] == "failed" and row["error_code"] == "DEPENDENCY_FAILED":
                         if self._requeue(row, by):
                             pending.append(row["id"])
-        finally:
-            _SCRUB_MEMO.reset(memo)
 
     def await_review(self, job: dict[str, Any], steps: Any = ()) -> bool:
         """Pause a verified job for a person's review, with its checkpoints, its event and its
@@ -4129,21 +4139,29 @@ class Ledger:
             awaited.setdefault(job_id, []).append(key)
         return awaited
 
+    def _blocked_among(self, job_ids: list[str], condition: str = "") -> list[str]:
+        """Which of ``job_ids`` are blocked jobs ``j`` meeting ``condition`` (SQL on ``j``;
+        none: every blocked job), one query: the ledger's blocked jobs, every batch named
+        (``_batch_scope``), kept when they are of these."""
+        if not job_ids:
+            return []
+        wanted = set(job_ids)
+        every_batch, _ = _batch_scope(None, "j.batch")
+        rows = self.db.execute(
+            f"SELECT j.id FROM jobs j WHERE {every_batch} AND j.status = 'blocked'{condition}"
+        ).fetchall()
+        return [row[0] for row in rows if row[0] in wanted]
+
     def ready_blocked(self, job_ids: list[str]) -> list[str]:
         """Which of these jobs are blocked with no need left unfinished (each succeeded, ended
         badly or is missing: ``settle_ready_blocked``'s rule), one query: a submit's or
         resume's jobs whose needs a person decided while the run went on (``run.run_jobs``)."""
-        if not job_ids:
-            return []
-        wanted = set(job_ids)
         open_needs = _in((*ACTIVE, "blocked", "awaiting_review"))
-        every_batch, _ = _batch_scope(None, "j.batch")
-        rows = self.db.execute(
-            f"SELECT j.id FROM jobs j WHERE {every_batch} AND j.status = 'blocked'"
+        return self._blocked_among(
+            job_ids,
             " AND NOT EXISTS (SELECT 1 FROM job_needs n JOIN jobs d ON d.id = n.need_id"
-            f" WHERE n.job_id = j.id AND d.status IN {open_needs})"
-        ).fetchall()
-        return [row[0] for row in rows if row[0] in wanted]
+            f" WHERE n.job_id = j.id AND d.status IN {open_needs})",
+        )
 
     def parked_blocked(self, job_ids: list[str]) -> list[str]:
         """Which of these jobs are blocked with every need succeeded or awaiting review, at
@@ -4151,30 +4169,18 @@ class Ledger:
         decision (``settle_blocked`` would find them blocked, waiting for needs no run
         renders). A need missing, or ended badly, fails the job at its settling: not one of
         these; nor is a job with a need still to run or blocked in turn."""
-        if not job_ids:
-            return []
-        wanted = set(job_ids)
-        every_batch, _ = _batch_scope(None, "j.batch")
-        rows = self.db.execute(
-            f"SELECT j.id FROM jobs j WHERE {every_batch} AND j.status = 'blocked'"
+        return self._blocked_among(
+            job_ids,
             " AND EXISTS (SELECT 1 FROM job_needs n JOIN jobs d ON d.id = n.need_id"
             "  WHERE n.job_id = j.id AND d.status = 'awaiting_review')"
             " AND NOT EXISTS (SELECT 1 FROM job_needs n LEFT JOIN jobs d ON d.id = n.need_id"
             "  WHERE n.job_id = j.id"
-            "  AND (d.id IS NULL OR d.status NOT IN ('succeeded', 'awaiting_review')))"
-        ).fetchall()
-        return [row[0] for row in rows if row[0] in wanted]
+            "  AND (d.id IS NULL OR d.status NOT IN ('succeeded', 'awaiting_review')))",
+        )
 
     def blocked_job_ids(self, job_ids: list[str]) -> list[str]:
         """Which of these jobs are blocked on their needs (one query for a run's jobs)."""
-        if not job_ids:
-            return []
-        wanted = set(job_ids)
-        every_batch, _ = _batch_scope(None)
-        rows = self.db.execute(
-            f"SELECT id FROM jobs WHERE {every_batch} AND status = 'blocked'"
-        ).fetchall()
-        return [row[0] for row in rows if row[0] in wanted]
+        return self._blocked_among(job_ids)
 
     def stored_output(self, job_id: str) -> dict[str, Any] | None:
         """A job's stored output: its key, SHA-256, size, status, request hash and its batch's
