@@ -52,11 +52,17 @@ def emit_json(value: Any) -> None:
         )
 
 
-def _encoded(value: Any, seen: dict[str, str], indent: str) -> str:
-    """``value`` as ``json.dumps(..., indent=2)`` writes it at ``indent`` inside a document."""
+def scrubbed_in_turn(value: Any, seen: dict[str, str]) -> Any:
+    """``scrub_data(value)`` for one of many items (a document's, a table's rows), with the
+    scrubs of the items before it (``seen``, at most ``SEEN_STRINGS`` kept)."""
     if len(seen) > SEEN_STRINGS:
         seen.clear()
-    return json.dumps(scrub_data(value, seen), indent=2).replace("\n", "\n" + indent)
+    return scrub_data(value, seen)
+
+
+def _encoded(value: Any, seen: dict[str, str], indent: str) -> str:
+    """``value`` as ``json.dumps(..., indent=2)`` writes it at ``indent`` inside a document."""
+    return json.dumps(scrubbed_in_turn(value, seen), indent=2).replace("\n", "\n" + indent)
 
 
 def _pieces(document: dict[str, Any]) -> Iterator[str]:

@@ -172,8 +172,7 @@ def emit(
     group's rows instead of a column, so it takes no width from the keys. ``total``: the
     last row is the rows' total, which a terminal's table sets apart under a rule (its label
     may also be a row's: a batch named ``total``)."""
-    from afc_cli.jsonout import SEEN_STRINGS
-    from afc_cli.secrets import scrub_data
+    from afc_cli.jsonout import scrubbed_in_turn
 
     # every table leaves through here: a cell may hold outside text (a webhook URL with
     # user:pass@, a provider's message), scrubbed as every other way out is. Each distinct
@@ -181,21 +180,15 @@ def emit(
     # (a status, a step, 'waiting for 1 need: style-frame'), and each row's scrubbed anew
     # was 90% of 'afc status' (2.2 s at 10,000 jobs, 10 s at 50,000)
     seen: dict[str, str] = {}
-
-    def scrubbed(row: dict[str, Any]) -> Any:
-        if len(seen) > SEEN_STRINGS:
-            seen.clear()
-        return scrub_data(row, seen)
-
     out = stream or sys.stdout
     if not out.isatty():
         # each row as it comes: ``rows`` may be an iterator read from the ledger a chunk at a
         # time (``afc status --all``, ``afc outputs`` on a pipe), never held whole
-        emit_plain((scrubbed(row) for row in rows), columns, out)
+        emit_plain((scrubbed_in_turn(row, seen) for row in rows), columns, out)
         for note in notes:
             sys.stderr.write(note + "\n")
         return
-    rows = [scrubbed(row) for row in rows]
+    rows = [scrubbed_in_turn(row, seen) for row in rows]
     emit_terminal(rows, columns, out, title=title, notes=notes, group=group, total=total)
 
 
