@@ -1153,6 +1153,23 @@ def _asker(yes: bool):
     return ask
 
 
+def _dependents_said(item: dict[str, Any]) -> None:
+    """What a cancel or a retry of a job did to the blocked jobs that need it (a style frame
+    with a batch behind it): failed with it, or waiting for it again."""
+    failed, back = item.get("dependents_failed"), item.get("dependents_blocked")
+    if failed:
+        _err(
+            f"  {_jobs(failed)} that needed it failed (DEPENDENCY_FAILED); 'afc retry "
+            f"{item['key']}' puts {'it' if failed == 1 else 'them'} back with it"
+        )
+    if back:
+        _err(f"  {_jobs(back)} that needed it {'waits' if back == 1 else 'wait'} for it again")
+
+
+def _jobs(count: int) -> str:
+    return "1 job" if count == 1 else f"{count:,} jobs"
+
+
 @app.command(
     epilog=_examples(
         "afc retry shot-001 --batch trailer-shots",
@@ -1219,6 +1236,7 @@ def retry(
                     )
                 else:
                     _err(f"{item['batch']}/{item['key']}: queued again (was {item['was']})")
+                _dependents_said(item)
             for item in result["unchanged"]:
                 if item.get("already_retried"):
                     _err(
@@ -1274,8 +1292,10 @@ def cancel(
             for item in result["cancelled"]:
                 was = f" (was {item['was']}: given up)" if item.get("was") else ""
                 _err(f"{item['batch']}/{item['key']}: cancelled{was}")
+                _dependents_said(item)
             for item in result["already_final"]:
                 _err(f"{item['batch']}/{item['key']}: already {item['status']}, left as it is")
+                _dependents_said(item)
             for item in result["not_found"]:
                 _err(f"{item['key']}: no such job")
             for item in result["stopped_at_provider"]:

@@ -105,7 +105,7 @@ def cancel(
     batch: str | None,
     reason: str | None = None,
     confirm: Confirm | None = None,
-) -> dict[str, list[dict[str, str]]]:
+) -> dict[str, list[dict[str, Any]]]:
     """Cancel jobs by key (within --batch if given) or every unfinished job of a batch.
 
     A cancelled job is final: its status is written through the first-terminal-wins update,
@@ -119,11 +119,15 @@ def cancel(
     between the two, for a worker to take and pay for). It is put back and cancelled in one
     transaction (events ``retried`` and ``cancelled``, its history kept); ``afc retry`` takes
     it back like any cancelled job.
+
+    The blocked jobs that need a cancelled job fail (``DEPENDENCY_FAILED``), transitively;
+    their count is the job's ``dependents_failed`` (absent when none), as a cancelled style
+    frame can fail a whole batch behind it. ``afc retry`` of that job puts them back.
     """
     if not keys and batch is None:
         raise UsageError("name the jobs to cancel (KEY...) or a whole batch (--batch B)")
     ledger = Ledger(ledger_path, create=False)
-    out: dict[str, list[dict[str, str]]] = {
+    out: dict[str, list[dict[str, Any]]] = {
         "cancelled": [],
         "already_final": [],
         "not_found": [],
@@ -163,7 +167,7 @@ def cancel(
                 dropped = ledger.cancel(job, why, dependents=False)
             if dropped:
                 out["cancelled"].append(entry)
-                cancelled.append(job["id"])
+                cancelled.append((job["id"], entry))
                 asks.append((job, False))
             else:
                 entry["status"] = ledger.job(job["id"])["status"]
@@ -172,11 +176,13 @@ def cancel(
                     asks.append((job, True))
                     # cancelled by a cancel cut off before it failed the jobs that need it
                     # (below): they were left 'blocked' behind a cancelled job
-                    cancelled.append(job["id"])
+                    cancelled.append((job["id"], entry))
         # the jobs that need them fail before any provider is asked (a cancel cut off while
         # it waits on one left them 'blocked' behind a cancelled job)
-        for job_id in cancelled:
-            ledger.fail_dependents(job_id)
+        for job_id, entry in cancelled:
+            failed = ledger.fail_dependents(job_id)
+            if failed:  # said, as a rejection's are: a gate's cancel fails a batch behind it
+                entry["dependents_failed"] = failed
         # Every target is cancelled before any provider is asked to stop a request: a
         # provider that takes a cancel and never answers (up to its read and pool timeouts,
         # 150 s on Replicate and fal) held the next target's cancel behind it, so a batch's
@@ -415,9 +421,12 @@ def retry(
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"], "was": job["status"]}
             here = spool.path(job["id"]).is_file()
-            if ledger.retry(job, decided_by, lease_s, spooled_here=here):
+            back = ledger.retry(job, decided_by, lease_s, spooled_here=here)
+            if back:
                 # queued, or blocked: a job with needs waits for them again
                 entry["status"] = ledger.job(job["id"])["status"]
+                if back > 1:  # the jobs that failed because of it wait for it again
+                    entry["dependents_blocked"] = back - 1
                 if entry["status"] == "blocked":
                     # a need still ended badly (rejected, cancelled, failed, dead) fails it
                     # again at the next run's first look (DEPENDENCY_FAILED): said now, not

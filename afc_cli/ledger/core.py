@@ -1869,10 +1869,11 @@ class Ledger:
                     self._fail_dependents(job["id"])
         return cancelled
 
-    def fail_dependents(self, job_id: str) -> None:
-        """Fail the blocked jobs that wait, directly or not, for a job that ended badly."""
+    def fail_dependents(self, job_id: str) -> int:
+        """Fail the blocked jobs that wait, directly or not, for a job that ended badly;
+        returns how many it failed (``afc cancel`` says so)."""
         with self.tx():
-            self._fail_dependents(job_id)
+            return self._fail_dependents(job_id)
 
     def queue_stats(self, now: float | None = None) -> dict[str, Any]:
         """Backlog figures for alerting: queued, in flight, delayed, dead-lettered, failed
@@ -1950,7 +1951,7 @@ class Ledger:
         lease_s: float = 300.0,
         *,
         spooled_here: bool = False,
-    ) -> bool:
+    ) -> int:
         """Put a failed, dead-lettered or cancelled job back to ``queued``: a person's decision.
 
         Its key, request hash and whole history stay; the attempts so far stop counting toward
@@ -1987,15 +1988,16 @@ class Ledger:
         (``_check_output``): from the probe it held nothing, and another job of the key paid
         for a render of its own, one of the two thrown away at its store. A conditional
         update: of two racing retries, or a retry racing a worker's terminal write, one wins.
-        Returns False (writing nothing) if the job is not failed, dead or cancelled.
+        Returns how many jobs it put back: 0 (writing nothing) if the job is not failed,
+        dead or cancelled, else 1 and the dependents that failed because of it
+        (``DEPENDENCY_FAILED``) and wait for it again (``afc retry`` says so).
         """
         with self.tx():
             self.hold_unmoved()
             here = host_lease() if spooled_here and self.SPOOL_PER_HOST else None
             if not self._requeue(job, by, lease_s, here, spooled=spooled_here):
-                return False
-            self._reblock_dependents(job, by)
-        return True
+                return 0
+            return 1 + self._reblock_dependents(job, by)
 
     # a job ended at its store step with its paid render spooled (``retry``): dead-lettered
     # there (its upload kept failing), or cancelled while it waited to store it; or so at its
@@ -3709,28 +3711,34 @@ class Ledger:
             error_message=why,
         )
 
-    def _fail_dependents(self, need_id: str) -> None:
-        """Fail, transitively, the blocked jobs that wait for a job that just ended badly.
-        A walk with a list, not a call per link: a chain of a thousand jobs rejected or
-        cancelled at its head passed Python's recursion limit, and the decision was refused
-        as an unexpected error."""
+    def _fail_dependents(self, need_id: str) -> int:
+        """Fail, transitively, the blocked jobs that wait for a job that just ended badly;
+        returns how many. A walk with a list, not a call per link: a chain of a thousand
+        jobs rejected or cancelled at its head passed Python's recursion limit, and the
+        decision was refused as an unexpected error."""
         pending = [need_id]
+        failed = 0
         with _scrubbing_once():  # the same few texts for every dependent
             while pending:
                 for row in self.dependents_of(pending.pop()):
                     if row["status"] == "blocked" and self.settle_blocked(row["id"])[0] == "failed":
                         pending.append(row["id"])
+                        failed += 1
+        return failed
 
-    def _reblock_dependents(self, job: dict[str, Any], by: str) -> None:
+    def _reblock_dependents(self, job: dict[str, Any], by: str) -> int:
         """A retried job's dependents that failed because of it wait for it again, and
-        theirs in turn (a walk with a list, as ``_fail_dependents``)."""
+        theirs in turn (a walk with a list, as ``_fail_dependents``); returns how many."""
         pending = [job["id"]]
+        back = 0
         with _scrubbing_once():  # the same few texts for every dependent
             while pending:
                 for row in self.dependents_of(pending.pop()):
                     if row["status"] == "failed" and row["error_code"] == "DEPENDENCY_FAILED":
                         if self._requeue(row, by):
                             pending.append(row["id"])
+                            back += 1
+        return back
 
     def await_review(self, job: dict[str, Any], steps: Any = ()) -> bool:
         """Pause a verified job for a person's review, with its checkpoints, its event and its
