@@ -3712,32 +3712,61 @@ class Ledger:
         )
 
     def _fail_dependents(self, need_id: str) -> int:
-        """Fail, transitively, the blocked jobs that wait for a job that just ended badly;
-        returns how many. A walk with a list, not a call per link: a chain of a thousand
-        jobs rejected or cancelled at its head passed Python's recursion limit, and the
-        decision was refused as an unexpected error."""
-        pending = [need_id]
+        """Fail, transitively, the blocked jobs that wait for a job that just ended badly
+        (in the caller's transaction); returns how many. A level of the walk at a time, not
+        a call per link: a chain of a thousand jobs rejected or cancelled at its head passed
+        Python's recursion limit, and the decision was refused as an unexpected error. Each
+        level's blocked jobs are read and locked, and their needs read, a chunk per query
+        (``_needing``, ``needs_of_many``); each then fails naming its first need that
+        ended badly (``_fail_dependency``), as ``settle_blocked`` would. A job per
+        ``settle_blocked`` sent seven statements: a style frame rejected or cancelled before
+        10,000 shots on PostgreSQL took 13 s, the ledger's rows of those jobs held meanwhile."""
+        level = [need_id]
         failed = 0
         with _scrubbing_once():  # the same few texts for every dependent
-            while pending:
-                for row in self.dependents_of(pending.pop()):
-                    if row["status"] == "blocked" and self.settle_blocked(row["id"])[0] == "failed":
-                        pending.append(row["id"])
-                        failed += 1
+            while level:
+                blocked = self._needing(level, "status = 'blocked'", lock=True)
+                needs = self.needs_of_many([job["id"] for job in blocked])
+                level = []
+                for job in blocked:
+                    ended = ended_needs(needs[job["id"]])
+                    # always so (one of its needs just ended badly); read under its lock
+                    if ended:
+                        self._fail_dependency(job, ended[0])
+                        if job["status"] == "failed":
+                            level.append(job["id"])
+                failed += len(level)
         return failed
+
+    def _needing(
+        self, need_ids: list[str], where: str, *, lock: bool = False
+    ) -> list[dict[str, Any]]:
+        """The jobs that need any of ``need_ids`` and match ``where``, each once, in
+        admission order, a chunk per query. ``lock``: their rows locked (PostgreSQL), in one
+        order (by id) for every process, as ``settle_blocked`` locks one: a worker settling
+        one of them waits for this transaction, then finds it no longer blocked."""
+        found: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(need_ids, IN_CHUNK):
+            for row in self._all(
+                f"SELECT * FROM jobs WHERE {where} AND id IN (SELECT job_id FROM job_needs"
+                f" WHERE need_id IN {_marks(chunk)}) ORDER BY id{self.ROW_LOCK if lock else ''}",
+                chunk,
+            ):
+                found.setdefault(row["id"], row)
+        return sorted(found.values(), key=lambda job: (job["batch"], job["seq"]))
 
     def _reblock_dependents(self, job: dict[str, Any], by: str) -> int:
         """A retried job's dependents that failed because of it wait for it again, and
-        theirs in turn (a walk with a list, as ``_fail_dependents``); returns how many."""
-        pending = [job["id"]]
+        theirs in turn (a level at a time, as ``_fail_dependents``); returns how many."""
+        level = [job["id"]]
         back = 0
         with _scrubbing_once():  # the same few texts for every dependent
-            while pending:
-                for row in self.dependents_of(pending.pop()):
-                    if row["status"] == "failed" and row["error_code"] == "DEPENDENCY_FAILED":
-                        if self._requeue(row, by):
-                            pending.append(row["id"])
-                            back += 1
+            while level:
+                failed = self._needing(
+                    level, "status = 'failed' AND error_code = 'DEPENDENCY_FAILED'"
+                )
+                level = [row["id"] for row in failed if self._requeue(row, by)]
+                back += len(level)
         return back
 
     def await_review(self, job: dict[str, Any], steps: Any = ()) -> bool:
