@@ -547,9 +547,12 @@ def work(
                     ledger.release(job)
                 break
             if not jobs:
-                if until_idle and settle(force=True):
-                    continue  # jobs its last look had not seen ready yet: claimed next
                 if until_idle and idle(ledger.runnable_job_ids(batch=batch, include_blocked=False)):
+                    # a look before saying so, whenever it was last made: jobs its last look
+                    # had not seen ready yet are claimed next. Made only then: a worker
+                    # waiting for another process's jobs made one at every poll
+                    if settle(force=True):
+                        continue
                     result.idle = True
                     # idle, exit 0, is not the batch done: a script's log said '0 finished' of
                     # a style frame awaiting review and the shots blocked behind it

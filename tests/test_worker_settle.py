@@ -110,3 +110,50 @@ def test_a_busy_worker_does_not_look_at_blocked_jobs_at_every_claim(
     assert (result.claimed, result.rounds, result.finished) == (12, 4, 12)
     assert (result.awaiting_review, result.blocked) == (1, 3)
     assert looks == [None, None]
+
+
+def test_until_idle_waiting_for_another_process_s_jobs_does_not_look_at_every_poll(
+    afc, ledger_url, monkeypatch, tmp_path
+):
+    """A worker told --until-idle whose batch's jobs another live process holds polls until
+    that process lets them go. Its look before saying idle was made at every poll, however
+    many blocked jobs it read (a quarter of a second a poll behind 100,000): it is made once
+    the worker would otherwise say idle."""
+    import time
+
+    from afc_cli.ledger import open_ledger
+
+    looks = _slow_looks(monkeypatch)
+    monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))
+    afc.env["AFC_LEDGER"] = ledger_url
+    style_manifest(afc)
+    assert afc("submit", "manifest.yaml").returncode == 0  # the style frame awaits review
+    afc.write_manifest(manifest(jobs(2), batch="plain"), "plain.yaml")
+    assert afc("submit", "plain.yaml", "--no-run").returncode == 0
+    held = "UPDATE jobs SET lease_owner = ?, lease_expires = ? WHERE batch = 'plain'"
+    ledger = open_ledger(ledger_url)  # another host's live worker holds the plain jobs
+    try:
+        with ledger.tx():
+            ledger.db.execute(held, ("render-02:4242:777", time.time() + 3600))
+    finally:
+        ledger.close()
+    polls = []
+    wait = worker_mod.Stop.wait
+
+    def poll(self, timeout):
+        polls.append(timeout)
+        if len(polls) == 5:  # that worker lets them go
+            book = open_ledger(ledger_url)
+            try:
+                with book.tx():
+                    book.db.execute(held, (None, None))
+            finally:
+                book.close()
+        return wait(self, 0)
+
+    monkeypatch.setattr(worker_mod.Stop, "wait", poll)
+    result = work(ledger_path=ledger_url, concurrency=1, poll_s=0.01, grace_s=5, until_idle=True)
+    assert result.idle and result.finished == 2, result
+    assert len(polls) >= 5, polls
+    # the first claim's look and the one before saying idle; was one more at every poll
+    assert looks == [None, None], looks
