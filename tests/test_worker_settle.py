@@ -69,6 +69,19 @@ def _slow_looks(monkeypatch) -> list[str | None]:
     return looks
 
 
+def _beside_a_review(afc, ledger_url, monkeypatch, tmp_path, n: int) -> list[str | None]:
+    """A style frame awaiting review with jobs blocked behind it, and ``n`` instant jobs of
+    batch 'plain' admitted; the looks are timed as ``_slow_looks``'s."""
+    looks = _slow_looks(monkeypatch)
+    monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))
+    afc.env["AFC_LEDGER"] = ledger_url
+    style_manifest(afc)
+    assert afc("submit", "manifest.yaml").returncode == 0  # the style frame awaits review
+    afc.write_manifest(manifest(jobs(n), batch="plain"), "plain.yaml")
+    assert afc("submit", "plain.yaml", "--no-run").returncode == 0
+    return looks
+
+
 def test_until_idle_looks_before_it_says_idle_and_runs_the_chain_to_its_end(
     afc, ledger_url, monkeypatch, tmp_path
 ):
@@ -99,13 +112,7 @@ def test_a_busy_worker_does_not_look_at_blocked_jobs_at_every_claim(
 ):
     """Twelve instant jobs claimed three at a time beside jobs blocked behind a style frame
     awaiting review: five claims, and only the first and the idle one look."""
-    looks = _slow_looks(monkeypatch)
-    monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))
-    afc.env["AFC_LEDGER"] = ledger_url
-    style_manifest(afc)
-    assert afc("submit", "manifest.yaml").returncode == 0  # the style frame awaits review
-    afc.write_manifest(manifest(jobs(12), batch="plain"), "plain.yaml")
-    assert afc("submit", "plain.yaml", "--no-run").returncode == 0
+    looks = _beside_a_review(afc, ledger_url, monkeypatch, tmp_path, 12)
     result = work(ledger_path=ledger_url, concurrency=1, claim=3, grace_s=5, until_idle=True)
     assert (result.claimed, result.rounds, result.finished) == (12, 4, 12)
     assert (result.awaiting_review, result.blocked) == (1, 3)
@@ -123,13 +130,7 @@ def test_until_idle_waiting_for_another_process_s_jobs_does_not_look_at_every_po
 
     from afc_cli.ledger import open_ledger
 
-    looks = _slow_looks(monkeypatch)
-    monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))
-    afc.env["AFC_LEDGER"] = ledger_url
-    style_manifest(afc)
-    assert afc("submit", "manifest.yaml").returncode == 0  # the style frame awaits review
-    afc.write_manifest(manifest(jobs(2), batch="plain"), "plain.yaml")
-    assert afc("submit", "plain.yaml", "--no-run").returncode == 0
+    looks = _beside_a_review(afc, ledger_url, monkeypatch, tmp_path, 2)
     held = "UPDATE jobs SET lease_owner = ?, lease_expires = ? WHERE batch = 'plain'"
     ledger = open_ledger(ledger_url)  # another host's live worker holds the plain jobs
     try:
