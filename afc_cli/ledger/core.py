@@ -1565,6 +1565,12 @@ class Ledger:
         parameters; PostgreSQL's passes them as one array (``PostgresLedger._none_of``)."""
         return f"{column} NOT IN ({', '.join('?' * len(values))})", list(values)
 
+    @staticmethod
+    def _any_of(column: str, values: Collection[str]) -> tuple[str, list[Any]]:
+        """A condition that ``column`` is one of ``values`` (at least one), and its
+        parameters; PostgreSQL's passes them as one array (``PostgresLedger._any_of``)."""
+        return f"{column} IN {_marks(list(values))}", list(values)
+
     def claim_runnable(
         self,
         limit: int,
@@ -4178,10 +4184,24 @@ class Ledger:
 
     def _blocked_among(self, job_ids: list[str], condition: str = "") -> list[str]:
         """Which of ``job_ids`` are blocked jobs ``j`` meeting ``condition`` (SQL on ``j``;
-        none: every blocked job), one query: the ledger's blocked jobs, every batch named
-        (``_batch_scope``), kept when they are of these."""
+        none: every blocked job), one query. Up to ``IN_CHUNK`` of them (a worker's claim, a
+        small submit) are looked up by id, kept in their order; more (a resume of a catalogue)
+        through the ledger's blocked jobs, every batch named (``_batch_scope``), kept when they
+        are of these. Read so for a few ids too, a busy worker's every claim (``run._fed``)
+        read every blocked job of the ledger to find none of its own: 48 ms a claim beside
+        100,000 shots behind a style frame awaiting review, 25 times the claim itself (a
+        worker draining 3,000 instant jobs beside them: 9.7 s, now 7.4 s; 6.1 s with no
+        blocked jobs in the ledger)."""
         if not job_ids:
             return []
+        if len(job_ids) <= IN_CHUNK:
+            any_of, params = self._any_of("j.id", job_ids)
+            rows = self.db.execute(
+                f"SELECT j.id FROM jobs j WHERE {any_of} AND j.status = 'blocked'{condition}",
+                params,
+            ).fetchall()
+            found = {row[0] for row in rows}
+            return [job_id for job_id in dict.fromkeys(job_ids) if job_id in found]
         wanted = set(job_ids)
         every_batch, _ = _batch_scope(None, "j.batch")
         rows = self.db.execute(

@@ -725,6 +725,11 @@ class PostgresLedger(Ledger):
         # the cache and prepared again (tests/test_pg_claim_statements.py)
         return f"{column} <> ALL(?)", [list(values)]
 
+    @staticmethod
+    def _any_of(column: str, values: Collection[str]) -> tuple[str, list[Any]]:
+        # one array parameter, one statement whatever their number, as ``_none_of``
+        return f"{column} = ANY(?)", [list(values)]
+
     def _stream(self, sql: str, params: Any = ()) -> Iterator[list[dict[str, Any]]]:
         """``Ledger._stream`` through a server-side cursor (psycopg's client-side cursor
         holds the whole result at once): WITH HOLD, as the connection is in autocommit; the
