@@ -471,13 +471,14 @@ def work(
         def claim_now() -> list[dict[str, Any]]:
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight
             refuse_moved()  # 'afc ledger copy' moved its work elsewhere: the same
-            settle()
             try:
+                settle()
                 jobs = ledger.claim_runnable(claim, lease_s, batch=batch, settle=False)
             except Exception:
-                # migrated between that look and this claim (they are not one transaction):
-                # on PostgreSQL the prepared claim fails ('cached plan must not change result
-                # type'); the migration is the reason, said as above (exit 2), not a bug
+                # migrated between that look and this claim, or the look for blocked jobs
+                # before it (they are not one transaction): on PostgreSQL the prepared claim,
+                # or the look's read of a job's row, fails ('cached plan must not change
+                # result type'); the migration is the reason, said as above (exit 2), not a bug
                 ledger.check_schema()
                 raise
             if jobs and ledger.moved_to() is not None:
