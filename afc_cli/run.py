@@ -865,6 +865,7 @@ def run_jobs(
     spool_checked: bool = False,
     run_id: str | None = None,
     more: Callable[[set[str]], list[str]] | None = None,
+    more_every: float | None = None,
     stopped: Callable[[], bool] | None = None,
     dearest: dict[tuple, Fraction] | None = None,
 ) -> RunStats:
@@ -879,6 +880,8 @@ def run_jobs(
     whenever no more than ``concurrency`` of the run's jobs are left unfinished, until it
     returns none; they run in this same loop (afc worker: no new loop per claim). It is
     given the ids of the jobs still running here, which it must not claim: see ``_fed``.
+    ``more_every``: once ``more`` had none, it is asked again every so many seconds while
+    the loop has room (a worker's ``--poll``); without it, not again in this run.
     ``stopped``: whether a stop was asked for before the loop took the signals over (a
     worker's SIGTERM while it opened the storages): the loop then starts by draining, as if
     the signal had come a moment later.
@@ -995,7 +998,7 @@ def run_jobs(
                         await _settle_left(ctx, job_ids, interruption.stop_for)
                     else:
                         del started  # a fed loop holds only its unfinished jobs' tasks
-                        await _fed(ctx, more, concurrency, interruption.stop_for)
+                        await _fed(ctx, more, concurrency, interruption.stop_for, more_every)
                     if ctx.ledger_error is not None:  # met where its job went on (a submit)
                         raise ctx.ledger_error
                 except LedgerWriteError:
@@ -1206,10 +1209,15 @@ async def _fed(
     more: Callable[[set[str]], list[str]],
     low: int,
     drain: Callable[[StopsRun | LedgerWriteError], None] | None = None,
+    every: float | None = None,
 ) -> None:
     """``run_jobs(more=...)``: like ``_all_done``, and whenever no more than ``low`` jobs are
     left unfinished (the run not stopping), ask ``more`` for others and run them beside; done
-    when every job is, once ``more`` had none (it is not asked again in this run).
+    when every job is, once ``more`` had none. Once it had none it is asked again every
+    ``every`` seconds while those jobs run (none: not again in this run). Not asked again, a
+    worker whose loop held one long render (a video's ten minutes) left its other slots idle
+    for as long as it ran: jobs submitted meanwhile, and shots whose style frame a person
+    approved meanwhile, waited for it to end.
 
     ``more`` is told which jobs still run here, and claims none of them. A job whose task
     here stalled past its lease may have been taken over by another process and released
@@ -1220,12 +1228,19 @@ async def _fed(
     does (``JobLost``; a paid result is kept, ``pipeline._keep_late_result``), and the job
     is claimed afresh once that task has ended."""
     asked_out = False
+    ended = False  # the feeding ended for this run (a claim it gave back)
+    loop = asyncio.get_running_loop()
+    asked_at = loop.time()  # when ``more`` was last asked
     # the unfinished jobs' tasks, kept as jobs start and end: a worker's loop runs thousands
     # of jobs, and recounting every task it ever ran at each job's end grew with the square
     # of their number (and keeping them, with their number: ``_start``)
     pending = {task: job_id for job_id, task in ctx.tasks.items() if not task.done()}
     while True:
-        if len(pending) <= low and not (asked_out or ctx.stopping.is_set() or ctx.budget_hit):
+        again = every is not None and loop.time() - asked_at >= every
+        if len(pending) <= low and not (
+            ended or (asked_out and not again) or ctx.stopping.is_set() or ctx.budget_hit
+        ):
+            asked_at = loop.time()
             try:
                 new = more(set(pending.values()))
             except LedgerWriteError as error:
@@ -1254,7 +1269,7 @@ async def _fed(
                         job = ctx.ledger.job(job_id)
                         if job is not None:
                             ctx.ledger.release(job)
-                    asked_out = True
+                    asked_out = ended = True
                     continue
                 ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))
                 _note_outputs(ctx, new)
@@ -1263,7 +1278,13 @@ async def _fed(
                 continue
         if not pending:
             return
-        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        # with room in the loop, woken to ask ``more`` again when that is due
+        waited = (
+            max(0.0, asked_at + every - loop.time())
+            if asked_out and not ended and every is not None and len(pending) <= low
+            else None
+        )
+        done, _ = await asyncio.wait(pending, timeout=waited, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             del pending[task]
         failed = [t for t in done if not t.cancelled() and t.exception() is not None]

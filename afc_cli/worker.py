@@ -588,6 +588,7 @@ def work(
                     budget=budget,
                     run_id=run_id,
                     more=refill,
+                    more_every=poll_s,  # the claims it would make idle, made in its round
                     stopped=stop.is_set,
                     dearest=dearest,
                 )
