@@ -9,7 +9,7 @@ from test_issue17_review import style_manifest
 
 from afc_cli import worker as worker_mod
 from afc_cli.ledger import Ledger
-from afc_cli.worker import SETTLE_SHARE, Settle, work
+from afc_cli.worker import SETTLE_AT_ONCE, SETTLE_SHARE, Settle, work
 
 
 class _Book:
@@ -19,7 +19,7 @@ class _Book:
         self.clock, self.took, self.settled = clock, took, settled
         self.looks: list[tuple[float, str | None]] = []
 
-    def settle_ready_blocked(self, batch: str | None = None) -> int:
+    def settle_ready_blocked(self, batch: str | None = None, limit: int = 1000) -> int:
         self.looks.append((self.clock[0], batch))
         self.clock[0] += self.took
         return self.settled
@@ -37,6 +37,20 @@ def test_a_look_is_made_again_only_once_twenty_times_its_duration_has_passed():
     began = book.looks[-1][0]
     clock[0] = began + 0.01 / SETTLE_SHARE + 1e-6
     assert settle() == 3 and len(book.looks) == 3  # due again
+
+
+def test_a_look_that_settled_as_many_as_it_may_is_made_again_at_the_next_claim():
+    """A style frame approved before 100,000 shots: each look settles a thousand of them and
+    takes a while doing so; the next claim looks again, until a look leaves none behind."""
+    clock = [0.0]
+    book = _Book(clock, took=0.3, settled=SETTLE_AT_ONCE)
+    settle = Settle(book, None, clock=lambda: clock[0])
+    for _ in range(3):
+        assert settle() == SETTLE_AT_ONCE
+    assert len(book.looks) == 3
+    book.settled = 10  # the last of them
+    assert settle() == 10 and len(book.looks) == 4
+    assert settle() == 0 and len(book.looks) == 4  # not due again for 20 x 0.3 s
 
 
 def test_a_quick_look_is_made_at_every_claim():
