@@ -881,6 +881,20 @@ async def wait_for_needs(ctx: RunContext, job_id: str) -> str:
         if not here or ctx.stopping.is_set():
             return "blocked"
         await asyncio.wait(here)
+        if all(_task_status(task) == "awaiting_review" for task in here):
+            # Each need it waited for here now waits for a person, so no look can run it in
+            # this run: it stays blocked (the run's end looks again, ``run._settle_left``, as
+            # a decision may come meanwhile). Looked at again, a gated submit's every shot
+            # woke to a transaction that found it still blocked as its style frame ended
+            # (20,000 shots: 40,000 statements).
+            return "blocked"
+
+
+def _task_status(task: asyncio.Future) -> str | None:
+    """The status a job's ended task returned (None: cancelled, or it raised)."""
+    if task.cancelled() or task.exception() is not None:
+        return None
+    return task.result()
 
 
 async def _run_steps(ctx: RunContext, job: dict[str, Any], steps: frozenset[str]):
