@@ -1724,6 +1724,15 @@ class Ledger:
         changes first and this block at its end, so the wait holds no other row: waits form
         no cycle. SQLite has one writer at a time and no row locks: nothing to do."""
 
+    def _hold_walk(self) -> None:
+        """First in a transaction that walks the jobs behind a decided job (``_fail_dependents``,
+        ``_reblock_dependents``), before it locks any job's row: such walks run one at a time.
+        A walk locks a level's jobs by id, then the next level's: two at once, on gates whose
+        jobs are shared (a title card needing two frames, an edit needing one of them and the
+        title card), met a job at the first level of one and the second of the other, and
+        locked them in opposite orders: a deadlock that failed one decision. SQLite's write
+        lock already does; PostgreSQL takes an advisory lock."""
+
     def _mark_unknown(
         self,
         job_id: str,
@@ -1848,6 +1857,8 @@ class Ledger:
         with self.tx():
             self._alone()  # the lock below may wait for a run's write of this job
             self.hold_unmoved()
+            if dependents:
+                self._hold_walk()
             held = self._one(
                 "SELECT lease_owner, lease_expires, lease_mono FROM jobs"
                 f" WHERE id = ?{self.ROW_LOCK}",
@@ -2000,6 +2011,7 @@ class Ledger:
         """
         with self.tx():
             self.hold_unmoved()
+            self._hold_walk()  # before the job's row: a walk may want it (_reblock_dependents)
             here = host_lease() if spooled_here and self.SPOOL_PER_HOST else None
             if not self._requeue(job, by, lease_s, here, spooled=spooled_here):
                 return 0
@@ -3727,6 +3739,7 @@ class Ledger:
         ended badly (``_fail_dependency``), as ``settle_blocked`` would. A job per
         ``settle_blocked`` sent seven statements: a style frame rejected or cancelled before
         10,000 shots on PostgreSQL took 13 s, the ledger's rows of those jobs held meanwhile."""
+        self._hold_walk()
         level = [need_id]
         failed = 0
         with _scrubbing_once():  # the same few texts for every dependent
@@ -3764,6 +3777,7 @@ class Ledger:
     def _reblock_dependents(self, job: dict[str, Any], by: str) -> int:
         """A retried job's dependents that failed because of it wait for it again, and
         theirs in turn (a level at a time, as ``_fail_dependents``); returns how many."""
+        self._hold_walk()
         level = [job["id"]]
         back = 0
         with _scrubbing_once():  # the same few texts for every dependent

@@ -105,6 +105,7 @@ MIGRATION_LOCK = zlib.crc32(b"afc:migrations")
 BUDGET_LOCK = zlib.crc32(b"afc:budget") & 0x7FFFFFFF  # the two-int form takes int4 keys
 LIMIT_LOCK = zlib.crc32(b"afc:limit") & 0x7FFFFFFF
 OUTPUT_LOCK = zlib.crc32(b"afc:output") & 0x7FFFFFFF
+WALK_LOCK = zlib.crc32(b"afc:walk") & 0x7FFFFFFF  # a decision's walk over the jobs behind it
 CONNECT_TIMEOUT_S = 10
 # A database host that vanishes (powered off, a network cut) sends no reset: without these a
 # worker waiting on its connection (a claim, a commit) waits as long as the kernel's default
@@ -1072,6 +1073,11 @@ class PostgresLedger(Ledger):
         # a transaction-scoped advisory lock per provider: the processes of every host check
         # and take that provider's shared limits one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (LIMIT_LOCK, provider))
+
+    def _hold_walk(self) -> None:
+        # one at a time across processes (``Ledger._hold_walk``); taken again by the same
+        # transaction (a rejection of several gates) it is already held
+        self.db.execute("SELECT pg_advisory_xact_lock(?, 0)", (WALK_LOCK,))
 
     def _hold_output(self, output_key: str) -> Callable[[], bool]:
         # A transaction-scoped advisory lock per output key (a hash: two keys sharing one

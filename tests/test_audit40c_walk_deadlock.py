@@ -1,0 +1,84 @@
+"""Two decisions at once on two gates that share the jobs behind them (PostgreSQL): neither
+fails with a deadlock. A walk over a gate's dependents locks them a level at a time
+(``Ledger._fail_dependents``); a job one gate reaches at its first level and the other at
+its second was locked by the two in opposite orders."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from conftest import manifest
+
+from afc_cli.manifest import job_id_for
+
+# 'edit' needs the character frame and the title card; the title card needs both frames.
+# The character frame's walk meets 'edit' and 'title' at its first level, locked by id
+# ('edit' first); the style frame's meets 'title' first, then 'edit' at its second level.
+JOBS = [
+    {"key": "style", "prompt": "style frame"},
+    {"key": "character", "prompt": "character frame"},
+    {"key": "title", "prompt": "title card", "needs": ["style", "character"]},
+    {"key": "edit", "prompt": "the edit", "needs": ["character", "title"]},
+]
+
+
+def test_two_cancels_of_gates_sharing_their_dependents_do_not_deadlock(afc, pg_url, monkeypatch):
+    import psycopg
+
+    from afc_cli import ops
+    from afc_cli.ledger.core import Ledger
+
+    assert job_id_for("b1", "edit") < job_id_for("b1", "title")  # the orders that met
+    afc.write_manifest(manifest(JOBS))
+    assert (
+        afc("submit", "manifest.yaml", "--no-run", "-q", env={"AFC_LEDGER": pg_url}).returncode == 0
+    )
+
+    style_walk = threading.current_thread()  # the style frame's cancel, started below
+    held, proceed = threading.Event(), threading.Event()
+    needing = Ledger._needing
+
+    def paused_after_first_level(self, need_ids, where, *, lock=False):
+        rows = needing(self, need_ids, where, lock=lock)
+        if threading.current_thread() is style_walk and lock and not held.is_set():
+            held.set()  # 'title' locked; 'edit' next
+            proceed.wait(30)
+        return rows
+
+    monkeypatch.setattr(Ledger, "_needing", paused_after_first_level)
+    outcome: dict[str, str] = {}
+
+    def cancel(key: str) -> None:
+        try:
+            out = ops.cancel(pg_url, [key], None)
+            outcome[key] = f"cancelled, {out['cancelled'][0].get('dependents_failed', 0)} failed"
+        except Exception as exc:  # what the person would see instead
+            outcome[key] = f"error: {exc}"
+
+    style_walk = threading.Thread(target=cancel, args=("style",))
+    character_walk = threading.Thread(target=cancel, args=("character",))
+    try:
+        style_walk.start()
+        assert held.wait(30)
+        character_walk.start()
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and character_walk.is_alive():
+                waiting = look.execute(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
+                ).fetchone()[0]
+                if waiting:
+                    break
+        proceed.set()
+        style_walk.join(60)
+        character_walk.join(60)
+    finally:
+        proceed.set()
+    assert not any(text.startswith("error") for text in outcome.values()), outcome
+    # 'title' and 'edit' failed once each, counted by whichever walk reached them
+    assert sum(int(text.split(", ")[1].split()[0]) for text in outcome.values()) == 2, outcome
+    for key in ("title", "edit"):
+        shown = afc.json("show", key, env={"AFC_LEDGER": pg_url})["job"]
+        assert (shown["status"], shown["error"]["code"]) == ("failed", "DEPENDENCY_FAILED"), shown
