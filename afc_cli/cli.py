@@ -1172,6 +1172,15 @@ def _dependents_said(item: dict[str, Any]) -> None:
         )
     if back:
         _err(f"  {_jobs(back)} that needed it {'waits' if back == 1 else 'wait'} for it again")
+    failing = item.get("dependents_failing")
+    if failing:
+        # put back, but another need of theirs is still rejected, cancelled, failed or dead
+        which = "it also needs" if back == 1 else f"{failing:,} of them also need"
+        _err(
+            f"  {which} a job that ended badly: the next run fails "
+            f"{'it' if failing == 1 else 'them'} again at once (DEPENDENCY_FAILED; 'afc show "
+            "KEY' names that job)"
+        )
 
 
 def _jobs(count: int) -> str:

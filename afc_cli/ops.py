@@ -344,6 +344,11 @@ def retry(
     ends, so a retry never makes two executions of one job at once. The job keeps its key,
     request hash and history; the next ``afc resume`` (or cron) runs it, probing its output
     key first; budgets apply as to any run.
+
+    A retried job's dependents that failed because of it (DEPENDENCY_FAILED) wait for it
+    again: their count is its ``dependents_blocked``, and of them those that still need
+    another job that ended badly (which the next run fails again) its ``dependents_failing``
+    (each absent when none).
     """
     if keys and statuses:
         raise UsageError(
@@ -418,6 +423,7 @@ def retry(
         # (a shared ledger's hosts each spool on their own disk; not a SQLite ledger's), and
         # one dead-lettered SPOOL_MISSING goes back to its store step, holding its output key
         spool = Spool(ledger.spool_root())
+        put_back = []  # (entry, the ids of the dependents it put back)
         for job in targets:
             entry = {"key": job["key"], "batch": job["batch"], "was": job["status"]}
             here = spool.path(job["id"]).is_file()
@@ -425,8 +431,9 @@ def retry(
             if back:
                 # queued, or blocked: a job with needs waits for them again
                 entry["status"] = ledger.job(job["id"])["status"]
-                if back > 1:  # the jobs that failed because of it wait for it again
-                    entry["dependents_blocked"] = back - 1
+                if len(back) > 1:  # the jobs that failed because of it wait for it again
+                    entry["dependents_blocked"] = len(back) - 1
+                    put_back.append((entry, back[1:]))
                 if entry["status"] == "blocked":
                     # a need still ended badly (rejected, cancelled, failed, dead) fails it
                     # again at the next run's first look (DEPENDENCY_FAILED): said now, not
@@ -446,9 +453,24 @@ def retry(
             else:  # changed meanwhile (another retry won)
                 entry["status"] = ledger.job(job["id"])["status"]
                 out["unchanged"].append(entry)
+        _dependents_failing(ledger, put_back)
         return out
     finally:
         ledger.close()
+
+
+def _dependents_failing(ledger: Ledger, put_back: list[tuple[dict[str, Any], list[str]]]) -> None:
+    """Of the dependents a retry put back, those that also need a job still ended badly
+    once every retry of the command is made (a shot needing a style frame and a character
+    frame, both cancelled, the style frame alone retried): counted as the job's
+    ``dependents_failing``. The next run fails them again at once (DEPENDENCY_FAILED) and
+    the jobs after them; said only 'wait for it again', a person expected them to run."""
+    ids = [job_id for _, back in put_back for job_id in back]
+    needs = ledger.needs_of_many(list(dict.fromkeys(ids)))
+    for entry, back in put_back:
+        failing = sum(1 for job_id in back if ended_needs(needs[job_id]))
+        if failing:
+            entry["dependents_failing"] = failing
 
 
 def _input_keys(job: dict[str, Any] | None) -> set[str]:

@@ -1968,7 +1968,7 @@ class Ledger:
         lease_s: float = 300.0,
         *,
         spooled_here: bool = False,
-    ) -> int:
+    ) -> list[str]:
         """Put a failed, dead-lettered or cancelled job back to ``queued``: a person's decision.
 
         Its key, request hash and whole history stay; the attempts so far stop counting toward
@@ -2005,17 +2005,17 @@ class Ledger:
         (``_check_output``): from the probe it held nothing, and another job of the key paid
         for a render of its own, one of the two thrown away at its store. A conditional
         update: of two racing retries, or a retry racing a worker's terminal write, one wins.
-        Returns how many jobs it put back: 0 (writing nothing) if the job is not failed,
-        dead or cancelled, else 1 and the dependents that failed because of it
-        (``DEPENDENCY_FAILED``) and wait for it again (``afc retry`` says so).
+        Returns the ids of the jobs it put back: none (writing nothing) if the job is not
+        failed, dead or cancelled, else the job's, then those of the dependents that failed
+        because of it (``DEPENDENCY_FAILED``) and wait for it again (``afc retry`` says so).
         """
         with self.tx():
             self.hold_unmoved()
             self._hold_walk()  # before the job's row: a walk may want it (_reblock_dependents)
             here = host_lease() if spooled_here and self.SPOOL_PER_HOST else None
             if not self._requeue(job, by, lease_s, here, spooled=spooled_here):
-                return 0
-            return 1 + self._reblock_dependents(job, by)
+                return []
+            return [job["id"], *self._reblock_dependents(job, by)]
 
     # a job ended at its store step with its paid render spooled (``retry``): dead-lettered
     # there (its upload kept failing), or cancelled while it waited to store it; or so at its
@@ -3774,19 +3774,19 @@ class Ledger:
                 found.setdefault(row["id"], row)
         return sorted(found.values(), key=lambda job: (job["batch"], job["seq"]))
 
-    def _reblock_dependents(self, job: dict[str, Any], by: str) -> int:
+    def _reblock_dependents(self, job: dict[str, Any], by: str) -> list[str]:
         """A retried job's dependents that failed because of it wait for it again, and
-        theirs in turn (a level at a time, as ``_fail_dependents``); returns how many."""
+        theirs in turn (a level at a time, as ``_fail_dependents``); returns their ids."""
         self._hold_walk()
         level = [job["id"]]
-        back = 0
+        back: list[str] = []
         with _scrubbing_once():  # the same few texts for every dependent
             while level:
                 failed = self._needing(
                     level, "status = 'failed' AND error_code = 'DEPENDENCY_FAILED'"
                 )
                 level = [row["id"] for row in failed if self._requeue(row, by)]
-                back += len(level)
+                back += level
         return back
 
     def await_review(self, job: dict[str, Any], steps: Any = ()) -> bool:

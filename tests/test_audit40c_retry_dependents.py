@@ -1,0 +1,64 @@
+"""``afc retry`` of a job puts back the jobs that failed because of it (DEPENDENCY_FAILED) and
+says they wait for it again; those that also need another job still ended badly (a shot
+needing a style frame and a character frame, both cancelled, the style frame alone retried)
+fail again at the next run's first look, and it says so, as it does of the retried job
+itself. Said only 'wait for it again', a person expected them to run."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import manifest
+
+JOBS = [
+    {"key": "style", "prompt": "style frame"},
+    {"key": "character", "prompt": "character frame"},
+    {"key": "shot-1", "prompt": "one", "needs": ["style", "character"]},
+    {"key": "shot-2", "prompt": "two", "needs": ["style", "character"]},
+    {"key": "shot-3", "prompt": "three", "needs": ["style"]},
+]
+
+
+def test_a_retry_says_which_dependents_still_need_a_job_that_ended_badly(afc, ledger_url):
+    env = {"AFC_LEDGER": ledger_url}
+    afc.write_manifest(manifest(JOBS))
+    assert afc("submit", "manifest.yaml", "--no-run", "-q", env=env).returncode == 0
+    assert afc("cancel", "style", "character", env=env).returncode == 0
+
+    shown = afc("retry", "style", "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    retried = json.loads(shown.stdout)["retried"][0]
+    assert retried["dependents_blocked"] == 3, retried
+    assert retried["dependents_failing"] == 2, retried  # shot-3 needs the style frame alone
+
+    assert afc("cancel", "style", env=env).returncode == 0
+    shown = afc("retry", "style", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "  3 jobs that needed it wait for it again\n" in shown.stderr, shown.stderr
+    said = "  2 of them also need a job that ended badly: the next run fails them again at once"
+    assert said in shown.stderr, shown.stderr
+
+    # as it said: the next look fails those two again, naming the character frame
+    stats = afc.json("queue", "stats", env=env)
+    assert stats["blocked"] == 3, stats
+    assert afc("worker", "--until-idle", env=env).returncode == 0
+    for key in ("shot-1", "shot-2"):
+        error = afc.json("show", key, env=env)["job"]["error"]
+        assert error["code"] == "DEPENDENCY_FAILED" and "'character'" in error["message"], error
+
+
+def test_a_retry_of_every_need_at_once_says_none_still_fails(afc, ledger_url):
+    """Both frames retried in one command: the shots wait for both, none is said to fail,
+    whichever frame's retry put them back."""
+    env = {"AFC_LEDGER": ledger_url}
+    afc.write_manifest(manifest(JOBS))
+    assert afc("submit", "manifest.yaml", "--no-run", "-q", env=env).returncode == 0
+    assert afc("cancel", "style", "character", env=env).returncode == 0
+    shown = afc("retry", "style", "character", "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    retried = {item["key"]: item for item in json.loads(shown.stdout)["retried"]}
+    assert retried["style"]["dependents_blocked"] == 3, retried
+    assert not any("dependents_failing" in item for item in retried.values()), retried
+    shown = afc("cancel", "style", "character", env=env)
+    shown = afc("retry", "style", "character", env=env)
+    assert "ended badly" not in shown.stderr, shown.stderr
