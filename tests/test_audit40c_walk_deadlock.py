@@ -82,3 +82,76 @@ def test_two_cancels_of_gates_sharing_their_dependents_do_not_deadlock(afc, pg_u
     for key in ("title", "edit"):
         shown = afc.json("show", key, env={"AFC_LEDGER": pg_url})["job"]
         assert (shown["status"], shown["error"]["code"]) == ("failed", "DEPENDENCY_FAILED"), shown
+
+
+def test_a_re_submit_changing_needs_beside_a_cancel_of_their_gate_does_not_deadlock(
+    afc, pg_url, monkeypatch
+):
+    """A re-submit that gives two blocked shots a new need locks them in its manifest's
+    order ('x', then 'y'); the cancel of their frame, at the same moment, walked them in id
+    order ('y' first)."""
+    import psycopg
+
+    from afc_cli import ops
+    from afc_cli.ledger.core import Ledger
+    from afc_cli.run import submit
+
+    assert job_id_for("b1", "y") < job_id_for("b1", "x")
+    frame = {"key": "frame", "prompt": "style frame"}
+    shots = [{"key": key, "prompt": key, "needs": ["frame"]} for key in ("x", "y")]
+    afc.write_manifest(manifest([frame, *shots]))
+    env = {"AFC_LEDGER": pg_url}
+    assert afc("submit", "manifest.yaml", "--no-run", "-q", env=env).returncode == 0
+    character = {"key": "character", "prompt": "character frame"}
+    for shot in shots:
+        shot["needs"] = ["frame", "character"]
+    path = afc.write_manifest(manifest([frame, character, *shots]), "again.yaml")
+
+    submitting = threading.current_thread()  # the re-submit, started below
+    held, proceed = threading.Event(), threading.Event()
+    regate = Ledger._regate
+
+    def paused_after_the_first(self, *args, **kwargs):
+        regate(self, *args, **kwargs)
+        if threading.current_thread() is submitting and not held.is_set():
+            held.set()  # 'x' written, 'y' next
+            proceed.wait(30)
+
+    monkeypatch.setattr(Ledger, "_regate", paused_after_the_first)
+    outcome: dict[str, str] = {}
+
+    def resubmit() -> None:
+        try:
+            submit(str(path), ledger_path=pg_url, storage=None, concurrency=1, run=False)
+            outcome["submit"] = "admitted"
+        except Exception as exc:
+            outcome["submit"] = f"error: {exc}"
+
+    def cancel() -> None:
+        try:
+            ops.cancel(pg_url, ["frame"], None)
+            outcome["cancel"] = "cancelled"
+        except Exception as exc:
+            outcome["cancel"] = f"error: {exc}"
+
+    submitting = threading.Thread(target=resubmit)
+    cancelling = threading.Thread(target=cancel)
+    try:
+        submitting.start()
+        assert held.wait(30)
+        cancelling.start()
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and cancelling.is_alive():
+                waiting = look.execute(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
+                ).fetchone()[0]
+                if waiting:
+                    break
+        proceed.set()
+        submitting.join(60)
+        cancelling.join(60)
+    finally:
+        proceed.set()
+    assert outcome == {"submit": "admitted", "cancel": "cancelled"}, outcome

@@ -837,6 +837,13 @@ class Ledger:
                     endpoint,
                 ),
             ).fetchall() == [(now,)]
+            if not new_batch:
+                # a re-submit writes jobs of the batch (their gates, ``_regate``; webhooks,
+                # inputs) in its manifest's order: not beside a decision's walk over them,
+                # which locks them a level at a time in id order (``_hold_walk``), taken
+                # before any job's row. Beside a cancel of their style frame, a re-submit
+                # giving two shots a new need deadlocked with it, one of the two failing.
+                self._hold_walk(shared=True)
             # checked once the batch's row is this transaction's: on PostgreSQL a first
             # admission of the batch committed meanwhile (another host's submit naming another
             # storage, whose row this upsert waited for) is seen here, not before it
@@ -1724,14 +1731,16 @@ class Ledger:
         changes first and this block at its end, so the wait holds no other row: waits form
         no cycle. SQLite has one writer at a time and no row locks: nothing to do."""
 
-    def _hold_walk(self) -> None:
+    def _hold_walk(self, *, shared: bool = False) -> None:
         """First in a transaction that walks the jobs behind a decided job (``_fail_dependents``,
         ``_reblock_dependents``), before it locks any job's row: such walks run one at a time.
         A walk locks a level's jobs by id, then the next level's: two at once, on gates whose
         jobs are shared (a title card needing two frames, an edit needing one of them and the
         title card), met a job at the first level of one and the second of the other, and
-        locked them in opposite orders: a deadlock that failed one decision. SQLite's write
-        lock already does; PostgreSQL takes an advisory lock."""
+        locked them in opposite orders: a deadlock that failed one decision. A re-submit of
+        a batch takes it too (``admit``), ``shared``: re-submits of two batches still run
+        beside each other, never beside a walk. SQLite's write lock already does; PostgreSQL
+        takes an advisory lock."""
 
     def _mark_unknown(
         self,
@@ -3852,6 +3861,10 @@ class Ledger:
         note = scrub(note).replace("\x00", "\\x00") if note else note
         with self.tx():
             self.hold_unmoved()
+            if decision == "rejected":
+                # its walk's lock before the jobs' rows: a re-submit holding it (shared) may
+                # write one of them (a changed webhook) and wait for this transaction
+                self._hold_walk()
             # in one order (job id) whatever order the keys were named in: two reviewers
             # deciding the same jobs at once each locked a first row and waited for the
             # other's, a deadlock PostgreSQL broke by failing one with a ledger error

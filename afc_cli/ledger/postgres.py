@@ -1074,10 +1074,11 @@ class PostgresLedger(Ledger):
         # and take that provider's shared limits one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (LIMIT_LOCK, provider))
 
-    def _hold_walk(self) -> None:
+    def _hold_walk(self, *, shared: bool = False) -> None:
         # one at a time across processes (``Ledger._hold_walk``); taken again by the same
         # transaction (a rejection of several gates) it is already held
-        self.db.execute("SELECT pg_advisory_xact_lock(?, 0)", (WALK_LOCK,))
+        how = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        self.db.execute(f"SELECT {how}(?, 0)", (WALK_LOCK,))
 
     def _hold_output(self, output_key: str) -> Callable[[], bool]:
         # A transaction-scoped advisory lock per output key (a hash: two keys sharing one
