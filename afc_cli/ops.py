@@ -157,10 +157,12 @@ def cancel(
             # a target too, to be cancelled, not failed
             if keys and job["status"] in GIVEN_UP:
                 # a person drops a failed or dead-lettered job named by its key: queued again
-                # and cancelled in one transaction, so no run takes it between the two
+                # and cancelled in one transaction, so no run takes it between the two; the
+                # jobs that failed because of it stay so (failed again, they were said to
+                # fail with the cancel and their webhooks told of a second failure)
                 entry["was"] = job["status"]
                 with ledger.tx():
-                    dropped = ledger.retry(job, who()) and ledger.cancel(
+                    dropped = ledger.retry(job, who(), dependents=False) and ledger.cancel(
                         ledger.job(job["id"]), why, dependents=False
                     )
             else:

@@ -1977,6 +1977,7 @@ class Ledger:
         lease_s: float = 300.0,
         *,
         spooled_here: bool = False,
+        dependents: bool = True,
     ) -> list[str]:
         """Put a failed, dead-lettered or cancelled job back to ``queued``: a person's decision.
 
@@ -2017,6 +2018,10 @@ class Ledger:
         Returns the ids of the jobs it put back: none (writing nothing) if the job is not
         failed, dead or cancelled, else the job's, then those of the dependents that failed
         because of it (``DEPENDENCY_FAILED``) and wait for it again (``afc retry`` says so).
+        ``dependents=False``: the job alone, those left failed (``afc cancel`` giving a failed
+        job up, retried and cancelled in one transaction: put back, its dependents were failed
+        again at once, each with a ``retried`` event nobody made, a second ``job.failed``
+        webhook, and the cancel said they failed with it).
         """
         with self.tx():
             self.hold_unmoved()
@@ -2024,7 +2029,7 @@ class Ledger:
             here = host_lease() if spooled_here and self.SPOOL_PER_HOST else None
             if not self._requeue(job, by, lease_s, here, spooled=spooled_here):
                 return []
-            return [job["id"], *self._reblock_dependents(job, by)]
+            return [job["id"], *(self._reblock_dependents(job, by) if dependents else [])]
 
     # a job ended at its store step with its paid render spooled (``retry``): dead-lettered
     # there (its upload kept failing), or cancelled while it waited to store it; or so at its
