@@ -150,8 +150,9 @@ class Refill:
     to restarting the loop, at a claim of a thousand instant jobs). A claim made once the
     ledger's batches differ from those the loop opened (``opened``: ``batch_settings``, its
     batches with their provider ``limits`` and rate cards: a batch admitted since, or one a
-    re-submit changed), or that holds a provider without its key here or a chain the budget
-    cannot price, is released at once and ends the feeding: the loop drains, and the
+    re-submit changed; or once a newer afc migrated the ledger), or that holds a provider
+    without its key here or a chain the budget cannot price, is released at once and ends the
+    feeding: the loop drains, and the
     worker's next round claims again with everything read afresh (and reports the error as
     it did). The loop holds the batches, limits and prices of its start, and a busy worker's
     loop, fed claim after claim, never ended to read them again (a limit lowered after a
@@ -185,6 +186,12 @@ class Refill:
         if not jobs:
             return []
         try:
+            if self.ledger.newer_migrations():
+                # a newer afc migrated the ledger: the round ends with the jobs it runs, and
+                # the worker's next claim stops it (``check_schema``, exit 2). Fed on, a
+                # round ran its claims on a schema it does not know for as long as work came
+                # (every --poll since 5c55cf6, not only while busy)
+                raise UsageError("the ledger was migrated by a newer afc since the loop started")
             if batch_settings(self.ledger) != self.opened:
                 raise UsageError("a batch admitted, or changed, since the loop started")
             self.check(jobs)
