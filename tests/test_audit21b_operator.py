@@ -79,24 +79,16 @@ def test_a_plan_against_a_newer_afcs_ledger_is_refused_as_its_submit_is(afc, led
     On SQLite its plan was refused the same way; on PostgreSQL the plan read it without
     looking at its schema and said every job would be rendered, at its estimated spend,
     exit 0, for a submit that then refused to run."""
-    from test_upgrade import _sql
+    from test_upgrade import NEWER, _sql, newer_bookkeeping
 
     afc.write_manifest(manifest(jobs(2)))
     assert afc("submit", "manifest.yaml", "--no-run", "--ledger", ledger_url).returncode == 0
-    newer = "m099_from_a_newer_afc"
-    if ledger_url.startswith("postgresql://"):
-        bookkeeping = [f"INSERT INTO afc_migrations VALUES ('afc', '{newer}', 0)"]
-    else:
-        bookkeeping = [
-            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
-            f" VALUES ('afc', '{newer}', '0')",
-            "PRAGMA user_version = 99",
-        ]
+    bookkeeping = newer_bookkeeping(ledger_url)
     _sql(ledger_url, afc, bookkeeping)
     submitted = afc("submit", "manifest.yaml", "--ledger", ledger_url)
-    assert submitted.returncode == 2 and newer in submitted.stderr, submitted.stderr
+    assert submitted.returncode == 2 and NEWER in submitted.stderr, submitted.stderr
     for args in (("plan",), ("submit", "--dry-run")):
         planned = afc(*args, "manifest.yaml", "--ledger", ledger_url)
         assert planned.returncode == 2, planned.stdout + planned.stderr
-        assert newer in planned.stderr and "upgrade afc" in planned.stderr.lower()
+        assert NEWER in planned.stderr and "upgrade afc" in planned.stderr.lower()
         assert "to render" not in planned.stdout

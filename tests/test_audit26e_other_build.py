@@ -10,7 +10,7 @@ newer than this afc's (14)') and the user told to upgrade afc, which would never
 from __future__ import annotations
 
 from conftest import jobs, manifest, old_build
-from test_upgrade import LAST, _sql
+from test_upgrade import LAST, NEWER, _sql, newer_bookkeeping
 
 from afc_cli.ledger_file import known_migrations
 
@@ -41,19 +41,11 @@ def test_a_branch_builds_migration_is_not_called_newer(afc, ledger_url):
 def test_a_newer_afcs_ledger_is_still_called_newer(afc, ledger_url):
     afc.write_manifest(manifest(jobs(1)))
     assert afc("submit", "manifest.yaml", "--no-run", "--ledger", ledger_url).returncode == 0
-    newer = "m099_from_a_newer_afc"
-    if ledger_url.startswith("postgresql://"):
-        bookkeeping = [f"INSERT INTO afc_migrations VALUES ('afc', '{newer}', 0)"]
-    else:
-        bookkeeping = [
-            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
-            f" VALUES ('afc', '{newer}', '0')",
-            f"PRAGMA user_version = {len(known_migrations()) + 1}",
-        ]
+    bookkeeping = newer_bookkeeping(ledger_url, len(known_migrations()) + 1)
     _sql(ledger_url, afc, bookkeeping)
     result = afc("status", "--ledger", ledger_url)
     assert result.returncode == 2, result.stderr
-    assert newer in result.stderr and "newer" in result.stderr, result.stderr
+    assert NEWER in result.stderr and "newer" in result.stderr, result.stderr
     assert "another build" not in result.stderr, result.stderr
 
 

@@ -92,21 +92,13 @@ def test_a_migration_met_by_the_look_before_a_claim_is_said_as_one(
     the look's prepared read of a job's row fails ('cached plan must not change result type').
     The claim's failure was said as the migration it is (exit 2); the look's was raised as it
     came, 'unexpected error ... (a bug in afc)', exit 1."""
-    from test_upgrade import _sql
+    from test_upgrade import _sql, newer_bookkeeping
 
     monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))
     afc.env["AFC_LEDGER"] = ledger_url
     style_manifest(afc)
     assert afc("submit", "manifest.yaml").returncode == 0
-    newer = "m099_from_a_newer_afc"
-    if ledger_url.startswith("postgresql://"):
-        bookkeeping = [f"INSERT INTO afc_migrations VALUES ('afc', '{newer}', 0)"]
-    else:
-        bookkeeping = [
-            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
-            f" VALUES ('afc', '{newer}', '0')",
-            "PRAGMA user_version = 99",
-        ]
+    bookkeeping = newer_bookkeeping(ledger_url)
     looks: list[int] = []
     real = Ledger.settle_ready_blocked
 

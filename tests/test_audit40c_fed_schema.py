@@ -17,7 +17,7 @@ from afc_cli.worker import work
 def test_a_round_fed_after_a_newer_afc_migrated_the_ledger_claims_nothing_more(
     afc, ledger_url, monkeypatch, tmp_path
 ):
-    from test_upgrade import _sql
+    from test_upgrade import _sql, newer_bookkeeping
 
     release = tmp_path / "release"
     monkeypatch.setenv("AFC_LOCAL_RELEASE", str(release))
@@ -27,15 +27,7 @@ def test_a_round_fed_after_a_newer_afc_migrated_the_ledger_claims_nothing_more(
     films = [{"key": "long", "prompt": "a video"}, {"key": "later", "prompt": "a still"}]
     afc.write_manifest(manifest(films))
     assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
-    newer = "m099_from_a_newer_afc"
-    if ledger_url.startswith("postgresql://"):
-        bookkeeping = [f"INSERT INTO afc_migrations VALUES ('afc', '{newer}', 0)"]
-    else:
-        bookkeeping = [
-            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
-            f" VALUES ('afc', '{newer}', '0')",
-            "PRAGMA user_version = 99",
-        ]
+    bookkeeping = newer_bookkeeping(ledger_url)
     claims: list[int] = []
     real = Ledger.claim_runnable
 

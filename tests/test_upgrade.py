@@ -30,6 +30,21 @@ LAST = "m014_output_key_spooled"
 OTHER_HOST = "render-07:4242:1"  # an older afc's worker on another host
 
 
+NEWER = "m099_from_a_newer_afc"
+
+
+def newer_bookkeeping(ledger_url: str, version: int = 99) -> list[str]:
+    """The statements a newer afc's migration ``NEWER`` records itself with (``user_version``
+    ``version`` on SQLite), for ``_sql`` to run: the ledger then reads as migrated by it."""
+    if ledger_url.startswith("postgresql://"):
+        return [f"INSERT INTO afc_migrations VALUES ('afc', '{NEWER}', 0)"]
+    return [
+        "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
+        f" VALUES ('afc', '{NEWER}', '0')",
+        f"PRAGMA user_version = {version}",
+    ]
+
+
 def _sql(ledger_url: str, afc, statements: list[str]) -> None:
     """Run ``statements`` in one transaction (as a migration does)."""
     if ledger_url.startswith("postgresql://"):
@@ -151,15 +166,7 @@ def test_a_running_worker_stops_once_a_newer_afc_migrated_the_ledger(afc, ledger
             time.sleep(0.02)  # the worker runs its one job, then polls: nothing to claim
         assert worker.poll() is None, worker.stderr.read()
         time.sleep(0.6)  # a few idle claims (PostgreSQL prepares a statement run 5 times)
-        newer = "m099_from_a_newer_afc"
-        if ledger_url.startswith("postgresql://"):
-            bookkeeping = [f"INSERT INTO afc_migrations VALUES ('afc', '{newer}', 0)"]
-        else:
-            bookkeeping = [
-                "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
-                f" VALUES ('afc', '{newer}', '0')",
-                "PRAGMA user_version = 99",
-            ]
+        bookkeeping = newer_bookkeeping(ledger_url)
         _sql(ledger_url, afc, ["ALTER TABLE jobs ADD COLUMN newer_note TEXT", *bookkeeping])
         code = worker.wait(timeout=30)
     finally:
@@ -168,7 +175,7 @@ def test_a_running_worker_stops_once_a_newer_afc_migrated_the_ledger(afc, ledger
             worker.wait()
     stderr = worker.stderr.read()
     assert code == 2, stderr
-    assert newer in stderr and "was migrated by a newer afc" in stderr, stderr
+    assert NEWER in stderr and "was migrated by a newer afc" in stderr, stderr
     assert "Traceback" not in stderr and "a bug in afc" not in stderr, stderr
     assert len(calls.read_text().splitlines()) == 1  # shot-001's render, nothing since
 
