@@ -137,6 +137,32 @@ def ledger_count(afc, ledger_url: str, sql: str) -> int:
         return 0
 
 
+def race_on_a_lock(pg_url: str, first, second, held, proceed) -> None:
+    """Two threads racing on a PostgreSQL ledger's locks: ``first`` starts and holds (it sets
+    ``held``, then waits for ``proceed``), ``second`` starts and runs until it waits for a lock
+    (or 30 s pass), then ``first`` proceeds and both are joined."""
+    import psycopg
+
+    try:
+        first.start()
+        assert held.wait(30)
+        second.start()
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and second.is_alive():
+                waiting = look.execute(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
+                ).fetchone()[0]
+                if waiting:
+                    break
+        proceed.set()
+        first.join(60)
+        second.join(60)
+    finally:
+        proceed.set()
+
+
 def wait_for_ledger(afc, ledger_url: str, sql: str, timeout: float = 60, proc=None) -> None:
     """Poll ``ledger_count`` until it is not 0; ``proc``, a child that must not end first."""
     deadline = time.time() + timeout

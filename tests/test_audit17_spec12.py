@@ -7,7 +7,7 @@ import hashlib
 import time
 
 import pytest
-from conftest import jobs, manifest
+from conftest import jobs, manifest, race_on_a_lock
 from test_issue17_review import style_manifest
 from test_ledger_copy import _copy_held_until_waited_on
 
@@ -234,23 +234,8 @@ def test_two_reviewers_deciding_the_same_jobs_in_opposite_orders_record_one_deci
         target=decide, args=("ben", second, ["shot-002", "shot-001"], "rejected")
     )
     try:
-        approving.start()
-        assert held.wait(30)
-        rejecting.start()
-        with psycopg.connect(pg_url, autocommit=True) as look:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and rejecting.is_alive():
-                waiting = look.execute(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()"
-                ).fetchone()[0]
-                if waiting:
-                    break
-        proceed.set()
-        approving.join(60)
-        rejecting.join(60)
+        race_on_a_lock(pg_url, approving, rejecting, held, proceed)
     finally:
-        proceed.set()
         first.close()
         second.close()
     assert sorted(outcome.values()) == ["decided", "race"], outcome

@@ -6,9 +6,8 @@ its second was locked by the two in opposite orders."""
 from __future__ import annotations
 
 import threading
-import time
 
-from conftest import manifest
+from conftest import manifest, race_on_a_lock
 
 from afc_cli.manifest import job_id_for
 
@@ -24,7 +23,6 @@ JOBS = [
 
 
 def test_two_cancels_of_gates_sharing_their_dependents_do_not_deadlock(afc, pg_url, monkeypatch):
-    import psycopg
 
     from afc_cli import ops
     from afc_cli.ledger.core import Ledger
@@ -58,24 +56,7 @@ def test_two_cancels_of_gates_sharing_their_dependents_do_not_deadlock(afc, pg_u
 
     style_walk = threading.Thread(target=cancel, args=("style",))
     character_walk = threading.Thread(target=cancel, args=("character",))
-    try:
-        style_walk.start()
-        assert held.wait(30)
-        character_walk.start()
-        with psycopg.connect(pg_url, autocommit=True) as look:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and character_walk.is_alive():
-                waiting = look.execute(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()"
-                ).fetchone()[0]
-                if waiting:
-                    break
-        proceed.set()
-        style_walk.join(60)
-        character_walk.join(60)
-    finally:
-        proceed.set()
+    race_on_a_lock(pg_url, style_walk, character_walk, held, proceed)
     assert not any(text.startswith("error") for text in outcome.values()), outcome
     # 'title' and 'edit' failed once each, counted by whichever walk reached them
     assert sum(int(text.split(", ")[1].split()[0]) for text in outcome.values()) == 2, outcome
@@ -90,7 +71,6 @@ def test_a_re_submit_changing_needs_beside_a_cancel_of_their_gate_does_not_deadl
     """A re-submit that gives two blocked shots a new need locks them in its manifest's
     order ('x', then 'y'); the cancel of their frame, at the same moment, walked them in id
     order ('y' first)."""
-    import psycopg
 
     from afc_cli import ops
     from afc_cli.ledger.core import Ledger
@@ -136,22 +116,5 @@ def test_a_re_submit_changing_needs_beside_a_cancel_of_their_gate_does_not_deadl
 
     submitting = threading.Thread(target=resubmit)
     cancelling = threading.Thread(target=cancel)
-    try:
-        submitting.start()
-        assert held.wait(30)
-        cancelling.start()
-        with psycopg.connect(pg_url, autocommit=True) as look:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and cancelling.is_alive():
-                waiting = look.execute(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()"
-                ).fetchone()[0]
-                if waiting:
-                    break
-        proceed.set()
-        submitting.join(60)
-        cancelling.join(60)
-    finally:
-        proceed.set()
+    race_on_a_lock(pg_url, submitting, cancelling, held, proceed)
     assert outcome == {"submit": "admitted", "cancel": "cancelled"}, outcome
