@@ -182,7 +182,7 @@ def cancel(
         # the jobs that need them fail before any provider is asked (a cancel cut off while
         # it waits on one left them 'blocked' behind a cancelled job)
         for job_id, entry in cancelled:
-            failed = ledger.fail_dependents(job_id)
+            failed = ledger.fail_dependents(job_id, entry["batch"])
             if failed:  # said, as a rejection's are: a gate's cancel fails a batch behind it
                 entry["dependents_failed"] = failed
         # Every target is cancelled before any provider is asked to stop a request: a

@@ -843,7 +843,7 @@ class Ledger:
                 # which locks them a level at a time in id order (``_hold_walk``), taken
                 # before any job's row. Beside a cancel of their style frame, a re-submit
                 # giving two shots a new need deadlocked with it, one of the two failing.
-                self._hold_walk(shared=True)
+                self._hold_walk([manifest.batch], shared=True)
             # checked once the batch's row is this transaction's: on PostgreSQL a first
             # admission of the batch committed meanwhile (another host's submit naming another
             # storage, whose row this upsert waited for) is seen here, not before it
@@ -1731,16 +1731,20 @@ class Ledger:
         changes first and this block at its end, so the wait holds no other row: waits form
         no cycle. SQLite has one writer at a time and no row locks: nothing to do."""
 
-    def _hold_walk(self, *, shared: bool = False) -> None:
+    def _hold_walk(self, batches: Collection[str], *, shared: bool = False) -> None:
         """First in a transaction that walks the jobs behind a decided job (``_fail_dependents``,
-        ``_reblock_dependents``), before it locks any job's row: such walks run one at a time.
-        A walk locks a level's jobs by id, then the next level's: two at once, on gates whose
-        jobs are shared (a title card needing two frames, an edit needing one of them and the
-        title card), met a job at the first level of one and the second of the other, and
-        locked them in opposite orders: a deadlock that failed one decision. A re-submit of
-        a batch takes it too (``admit``), ``shared``: re-submits of two batches still run
-        beside each other, never beside a walk. SQLite's write lock already does; PostgreSQL
-        takes an advisory lock."""
+        ``_reblock_dependents``), before it locks any job's row: such walks of a batch run one
+        at a time. A walk locks a level's jobs by id, then the next level's: two at once, on
+        gates whose jobs are shared (a title card needing two frames, an edit needing one of
+        them and the title card), met a job at the first level of one and the second of the
+        other, and locked them in opposite orders: a deadlock that failed one decision. A
+        re-submit of a batch takes it too (``admit``), ``shared``: re-submits still run beside
+        each other, never beside a walk of their batch. Held per batch (``batches``: those of
+        the decided jobs), as a job's needs are jobs of its batch, so two batches' walks never
+        meet: held for the whole ledger, a re-submit giving 10,000 shots of one batch a new
+        need (about 9 s) held every 'afc retry', 'afc cancel' and rejection of every other
+        batch as long, without a word. SQLite's write lock already serialises; PostgreSQL
+        takes an advisory lock a batch."""
 
     def _mark_unknown(
         self,
@@ -1867,7 +1871,7 @@ class Ledger:
             self._alone()  # the lock below may wait for a run's write of this job
             self.hold_unmoved()
             if dependents:
-                self._hold_walk()
+                self._hold_walk([job["batch"]])
             held = self._one(
                 "SELECT lease_owner, lease_expires, lease_mono FROM jobs"
                 f" WHERE id = ?{self.ROW_LOCK}",
@@ -1892,14 +1896,14 @@ class Ledger:
                         (held["lease_expires"], job["id"]),
                     )
                 if dependents:
-                    self._fail_dependents(job["id"])
+                    self._fail_dependents(job["id"], job["batch"])
         return cancelled
 
-    def fail_dependents(self, job_id: str) -> int:
-        """Fail the blocked jobs that wait, directly or not, for a job that ended badly;
-        returns how many it failed (``afc cancel`` says so)."""
+    def fail_dependents(self, job_id: str, batch: str) -> int:
+        """Fail the blocked jobs that wait, directly or not, for a job (of ``batch``) that
+        ended badly; returns how many it failed (``afc cancel`` says so)."""
         with self.tx():
-            return self._fail_dependents(job_id)
+            return self._fail_dependents(job_id, batch)
 
     def queue_stats(self, now: float | None = None) -> dict[str, Any]:
         """Backlog figures for alerting: queued, in flight, delayed, dead-lettered, failed
@@ -2025,7 +2029,8 @@ class Ledger:
         """
         with self.tx():
             self.hold_unmoved()
-            self._hold_walk()  # before the job's row: a walk may want it (_reblock_dependents)
+            # before the job's row: a walk may want it (_reblock_dependents)
+            self._hold_walk([job["batch"]])
             here = host_lease() if spooled_here and self.SPOOL_PER_HOST else None
             if not self._requeue(job, by, lease_s, here, spooled=spooled_here):
                 return []
@@ -3743,7 +3748,7 @@ class Ledger:
             error_message=why,
         )
 
-    def _fail_dependents(self, need_id: str) -> int:
+    def _fail_dependents(self, need_id: str, batch: str) -> int:
         """Fail, transitively, the blocked jobs that wait for a job that just ended badly
         (in the caller's transaction); returns how many. A level of the walk at a time, not
         a call per link: a chain of a thousand jobs rejected or cancelled at its head passed
@@ -3753,7 +3758,7 @@ class Ledger:
         ended badly (``_fail_dependency``), as ``settle_blocked`` would. A job per
         ``settle_blocked`` sent seven statements: a style frame rejected or cancelled before
         10,000 shots on PostgreSQL took 13 s, the ledger's rows of those jobs held meanwhile."""
-        self._hold_walk()
+        self._hold_walk([batch])
         level = [need_id]
         failed = 0
         with _scrubbing_once():  # the same few texts for every dependent
@@ -3791,7 +3796,7 @@ class Ledger:
     def _reblock_dependents(self, job: dict[str, Any], by: str) -> list[str]:
         """A retried job's dependents that failed because of it wait for it again, and
         theirs in turn (a level at a time, as ``_fail_dependents``); returns their ids."""
-        self._hold_walk()
+        self._hold_walk([job["batch"]])
         level = [job["id"]]
         back: list[str] = []
         with _scrubbing_once():  # the same few texts for every dependent
@@ -3869,7 +3874,7 @@ class Ledger:
             if decision == "rejected":
                 # its walk's lock before the jobs' rows: a re-submit holding it (shared) may
                 # write one of them (a changed webhook) and wait for this transaction
-                self._hold_walk()
+                self._hold_walk({job["batch"] for job in jobs})
             # in one order (job id) whatever order the keys were named in: two reviewers
             # deciding the same jobs at once each locked a first row and waited for the
             # other's, a deadlock PostgreSQL broke by failing one with a ledger error
@@ -3913,7 +3918,7 @@ class Ledger:
                     decided = {"decision": decision, "by": by, "note": note}
                     self._queue_delivery(job, now, review=decided)
                 if decision == "rejected":
-                    self._fail_dependents(job["id"])
+                    self._fail_dependents(job["id"], job["batch"])
             _crash_point("review_uncommitted")  # crash tests: everything written, no commit
         _crash_point("review_committed")
 

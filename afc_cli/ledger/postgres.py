@@ -1074,11 +1074,14 @@ class PostgresLedger(Ledger):
         # and take that provider's shared limits one at a time
         self.db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (LIMIT_LOCK, provider))
 
-    def _hold_walk(self, *, shared: bool = False) -> None:
-        # one at a time across processes (``Ledger._hold_walk``); taken again by the same
-        # transaction (a rejection of several gates) it is already held
+    def _hold_walk(self, batches: Collection[str], *, shared: bool = False) -> None:
+        # one walk of a batch at a time across processes (``Ledger._hold_walk``); taken again
+        # by the same transaction (a rejection of several gates) it is already held. A
+        # batch's key is computed here, so a rejection of several batches' gates takes their
+        # locks in one order (the keys') whatever the batches are called, as every process
         how = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        self.db.execute(f"SELECT {how}(?, 0)", (WALK_LOCK,))
+        for key in sorted({zlib.crc32(batch.encode()) & 0x7FFFFFFF for batch in batches}):
+            self.db.execute(f"SELECT {how}(?, ?)", (WALK_LOCK, key))
 
     def _hold_output(self, output_key: str) -> Callable[[], bool]:
         # A transaction-scoped advisory lock per output key (a hash: two keys sharing one
