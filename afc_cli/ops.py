@@ -466,13 +466,23 @@ def _dependents_failing(ledger: Ledger, put_back: list[tuple[dict[str, Any], lis
     once every retry of the command is made (a shot needing a style frame and a character
     frame, both cancelled, the style frame alone retried): counted as the job's
     ``dependents_failing``. The next run fails them again at once (DEPENDENCY_FAILED) and
-    the jobs after them; said only 'wait for it again', a person expected them to run."""
-    ids = [job_id for _, back in put_back for job_id in back]
-    needs = ledger.needs_of_many(list(dict.fromkeys(ids)))
+    the jobs after them; said only 'wait for it again', a person expected them to run. Those
+    after them put back too are counted with them: an edit needing a shot that still needs a
+    cancelled character frame fails with the shot, and the retry said 1 of the 2 fails again."""
+    ids = list(dict.fromkeys(job_id for _, back in put_back for job_id in back))
+    needs = ledger.needs_of_many(ids)
+    failing = {job_id for job_id in ids if ended_needs(needs[job_id])}
+    grew = bool(failing)
+    while grew:  # a pass a link (the walk's order puts most needs first: one or two passes)
+        grew = False
+        for job_id in ids:
+            if job_id not in failing and any(n["need_id"] in failing for n in needs[job_id]):
+                failing.add(job_id)
+                grew = True
     for entry, back in put_back:
-        failing = sum(1 for job_id in back if ended_needs(needs[job_id]))
-        if failing:
-            entry["dependents_failing"] = failing
+        count = sum(1 for job_id in back if job_id in failing)
+        if count:
+            entry["dependents_failing"] = count
 
 
 def _input_keys(job: dict[str, Any] | None) -> set[str]:
