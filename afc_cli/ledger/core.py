@@ -3871,10 +3871,11 @@ class Ledger:
         note = scrub(note).replace("\x00", "\\x00") if note else note
         with self.tx():
             self.hold_unmoved()
-            if decision == "rejected":
-                # its walk's lock before the jobs' rows: a re-submit holding it (shared) may
-                # write one of them (a changed webhook) and wait for this transaction
-                self._hold_walk({job["batch"] for job in jobs})
+            # the walk's lock (a rejection's walk) before the jobs' rows, an approval's too: a
+            # re-submit holding it (shared) writes their changed webhooks in its manifest's
+            # order, these rows are locked in id order below, and an approval of two jobs
+            # beside a re-submit changing both webhooks deadlocked with it, one failing
+            self._hold_walk({job["batch"] for job in jobs})
             # in one order (job id) whatever order the keys were named in: two reviewers
             # deciding the same jobs at once each locked a first row and waited for the
             # other's, a deadlock PostgreSQL broke by failing one with a ledger error
