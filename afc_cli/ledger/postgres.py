@@ -616,8 +616,8 @@ def _refuse_newer(path: str, done: set[str]) -> None:
 
 def _connect_args(url: str) -> dict[str, Any]:
     """``psycopg.connect``'s arguments for the ledger ``url``: the URL (``postgres://`` is
-    ``postgresql://`` by another name), the connect timeout and the keepalive defaults
-    (``KEEPALIVE_DEFAULTS``) the URL does not set itself."""
+    ``postgresql://`` by another name), the connect timeout, the keepalive defaults
+    (``KEEPALIVE_DEFAULTS``) and the session's name ('afc') the URL does not set itself."""
     from psycopg.conninfo import conninfo_to_dict
 
     dsn = re.sub(r"^postgres://", "postgresql://", url)
@@ -625,6 +625,10 @@ def _connect_args(url: str) -> dict[str, Any]:
     args: dict[str, Any] = {"conninfo": dsn}
     if "connect_timeout" not in given:
         args["connect_timeout"] = CONNECT_TIMEOUT_S
+    if "fallback_application_name" not in given:
+        # pg_stat_activity names afc's sessions (a URL's own application_name wins): a
+        # session holding the row another afc waits for is then told from a psql session
+        args["fallback_application_name"] = "afc"
     args.update({k: v for k, v in KEEPALIVE_DEFAULTS.items() if k not in given})
     return args
 
