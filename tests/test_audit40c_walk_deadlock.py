@@ -23,7 +23,6 @@ JOBS = [
 
 
 def test_two_cancels_of_gates_sharing_their_dependents_do_not_deadlock(afc, pg_url, monkeypatch):
-
     from afc_cli import ops
     from afc_cli.ledger.core import Ledger
 
@@ -71,7 +70,6 @@ def test_a_re_submit_changing_needs_beside_a_cancel_of_their_gate_does_not_deadl
     """A re-submit that gives two blocked shots a new need locks them in its manifest's
     order ('x', then 'y'); the cancel of their frame, at the same moment, walked them in id
     order ('y' first)."""
-
     from afc_cli import ops
     from afc_cli.ledger.core import Ledger
     from afc_cli.run import submit

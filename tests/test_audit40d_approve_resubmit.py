@@ -8,9 +8,8 @@ second ('deadlock detected ... check the database server')."""
 from __future__ import annotations
 
 import threading
-import time
 
-from conftest import manifest
+from conftest import manifest, race_on_a_lock
 
 from afc_cli.manifest import job_id_for
 
@@ -18,8 +17,6 @@ from afc_cli.manifest import job_id_for
 def test_an_approval_beside_a_re_submit_changing_webhooks_does_not_deadlock(
     afc, pg_url, monkeypatch, tmp_path
 ):
-    import psycopg
-
     from afc_cli import review
     from afc_cli.ledger import Ledger
     from afc_cli.ledger.postgres import PgDatabase
@@ -73,22 +70,5 @@ def test_an_approval_beside_a_re_submit_changing_webhooks_does_not_deadlock(
 
     submitting = threading.Thread(target=resubmit)
     approving = threading.Thread(target=approve)
-    try:
-        submitting.start()
-        assert held.wait(30)
-        approving.start()
-        with psycopg.connect(pg_url, autocommit=True) as look:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and approving.is_alive():
-                waiting = look.execute(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()"
-                ).fetchone()[0]
-                if waiting:
-                    break
-        proceed.set()
-        submitting.join(60)
-        approving.join(60)
-    finally:
-        proceed.set()
+    race_on_a_lock(pg_url, submitting, approving, held, proceed)
     assert outcome == {"submit": "admitted", "approve": "x,y"}, outcome
