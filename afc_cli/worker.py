@@ -152,9 +152,8 @@ class Refill:
     batches with their provider ``limits`` and rate cards: a batch admitted since, or one a
     re-submit changed; or once a newer afc migrated the ledger), or that holds a provider
     without its key here or a chain the budget cannot price, is released at once and ends the
-    feeding: the loop drains, and the
-    worker's next round claims again with everything read afresh (and reports the error as
-    it did). The loop holds the batches, limits and prices of its start, and a busy worker's
+    feeding: the loop drains, and the worker's next round claims again with everything read
+    afresh (and reports the error as it did). The loop holds the batches, limits and prices of its start, and a busy worker's
     loop, fed claim after claim, never ended to read them again (a limit lowered after a
     provider's 429s went on unheeded for as long as work came)."""
 

@@ -3785,10 +3785,11 @@ class Ledger:
         one of them waits for this transaction, then finds it no longer blocked."""
         found: dict[str, dict[str, Any]] = {}
         for chunk in _chunks(need_ids, IN_CHUNK):
+            any_of, params = self._any_of("need_id", chunk)  # one statement on PostgreSQL
             for row in self._all(
                 f"SELECT * FROM jobs WHERE {where} AND id IN (SELECT job_id FROM job_needs"
-                f" WHERE need_id IN {_marks(chunk)}) ORDER BY id{self.ROW_LOCK if lock else ''}",
-                chunk,
+                f" WHERE {any_of}) ORDER BY id{self.ROW_LOCK if lock else ''}",
+                params,
             ):
                 found.setdefault(row["id"], row)
         return sorted(found.values(), key=lambda job: (job["batch"], job["seq"]))
