@@ -19,11 +19,17 @@ JOBS = [
 ]
 
 
-def test_a_retry_says_which_dependents_still_need_a_job_that_ended_badly(afc, ledger_url):
-    env = {"AFC_LEDGER": ledger_url}
-    afc.write_manifest(manifest(JOBS))
+def both_frames_cancelled(afc, env: dict[str, str], jobs: list[dict]) -> None:
+    """``jobs`` admitted without a run, then its style and character frames cancelled, the
+    jobs that need them failed with them."""
+    afc.write_manifest(manifest(jobs))
     assert afc("submit", "manifest.yaml", "--no-run", "-q", env=env).returncode == 0
     assert afc("cancel", "style", "character", env=env).returncode == 0
+
+
+def test_a_retry_says_which_dependents_still_need_a_job_that_ended_badly(afc, ledger_url):
+    env = {"AFC_LEDGER": ledger_url}
+    both_frames_cancelled(afc, env, JOBS)
 
     shown = afc("retry", "style", "--json", env=env)
     assert shown.returncode == 0, shown.stderr
@@ -51,9 +57,7 @@ def test_a_retry_of_every_need_at_once_says_none_still_fails(afc, ledger_url):
     """Both frames retried in one command: the shots wait for both, none is said to fail,
     whichever frame's retry put them back."""
     env = {"AFC_LEDGER": ledger_url}
-    afc.write_manifest(manifest(JOBS))
-    assert afc("submit", "manifest.yaml", "--no-run", "-q", env=env).returncode == 0
-    assert afc("cancel", "style", "character", env=env).returncode == 0
+    both_frames_cancelled(afc, env, JOBS)
     shown = afc("retry", "style", "character", "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     retried = {item["key"]: item for item in json.loads(shown.stdout)["retried"]}

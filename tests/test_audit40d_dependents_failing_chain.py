@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import manifest
+from test_audit40c_retry_dependents import both_frames_cancelled
 
 JOBS = [
     {"key": "style", "prompt": "style frame"},
@@ -21,9 +21,7 @@ JOBS = [
 
 def test_a_retry_counts_the_jobs_after_a_dependent_that_fails_again(afc, ledger_url):
     env = {"AFC_LEDGER": ledger_url}
-    afc.write_manifest(manifest(JOBS))
-    assert afc("submit", "manifest.yaml", "--no-run", "-q", env=env).returncode == 0
-    assert afc("cancel", "style", "character", env=env).returncode == 0
+    both_frames_cancelled(afc, env, JOBS)
 
     shown = afc("retry", "style", "--json", env=env)
     assert shown.returncode == 0, shown.stderr
@@ -46,9 +44,7 @@ def test_a_retry_counts_the_jobs_after_a_dependent_that_fails_again(afc, ledger_
 def test_a_dependent_whose_needs_were_all_retried_is_not_said_to_fail(afc, ledger_url):
     """Both frames retried in one command: neither the shot nor the edit is said to fail."""
     env = {"AFC_LEDGER": ledger_url}
-    afc.write_manifest(manifest(JOBS))
-    assert afc("submit", "manifest.yaml", "--no-run", "-q", env=env).returncode == 0
-    assert afc("cancel", "style", "character", env=env).returncode == 0
+    both_frames_cancelled(afc, env, JOBS)
     shown = afc("retry", "style", "character", "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     retried = json.loads(shown.stdout)["retried"]
