@@ -137,6 +137,20 @@ def ledger_count(afc, ledger_url: str, sql: str) -> int:
         return 0
 
 
+def waits_on_a_lock(look, thread) -> bool:
+    """Whether a session of ``look``'s database (a psycopg connection) waits for a lock
+    before ``thread`` ends (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and thread.is_alive():
+        waiting = look.execute(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND datname = current_database()"
+        ).fetchone()[0]
+        if waiting:
+            return True
+    return False
+
+
 def race_on_a_lock(pg_url: str, first, second, held, proceed) -> None:
     """Two threads racing on a PostgreSQL ledger's locks: ``first`` starts and holds (it sets
     ``held``, then waits for ``proceed``), ``second`` starts and runs until it waits for a lock
@@ -148,19 +162,27 @@ def race_on_a_lock(pg_url: str, first, second, held, proceed) -> None:
         assert held.wait(30)
         second.start()
         with psycopg.connect(pg_url, autocommit=True) as look:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and second.is_alive():
-                waiting = look.execute(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()"
-                ).fetchone()[0]
-                if waiting:
-                    break
+            waits_on_a_lock(look, second)
         proceed.set()
         first.join(60)
         second.join(60)
     finally:
         proceed.set()
+
+
+def resubmitting(path, ledger_url: str, outcome: dict[str, str]):
+    """A thread's target: ``afc submit --no-run`` of the manifest ``path`` again, its outcome
+    written to ``outcome['submit']`` ('admitted', or 'error: ...')."""
+    from afc_cli.run import submit
+
+    def resubmit() -> None:
+        try:
+            submit(str(path), ledger_path=ledger_url, storage=None, concurrency=1, run=False)
+            outcome["submit"] = "admitted"
+        except Exception as exc:
+            outcome["submit"] = f"error: {exc}"
+
+    return resubmit
 
 
 def wait_for_ledger(afc, ledger_url: str, sql: str, timeout: float = 60, proc=None) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from conftest import manifest, race_on_a_lock
+from conftest import manifest, race_on_a_lock, resubmitting
 
 from afc_cli.manifest import job_id_for
 
@@ -72,7 +72,6 @@ def test_a_re_submit_changing_needs_beside_a_cancel_of_their_gate_does_not_deadl
     order ('y' first)."""
     from afc_cli import ops
     from afc_cli.ledger.core import Ledger
-    from afc_cli.run import submit
 
     assert job_id_for("b1", "y") < job_id_for("b1", "x")
     frame = {"key": "frame", "prompt": "style frame"}
@@ -98,12 +97,7 @@ def test_a_re_submit_changing_needs_beside_a_cancel_of_their_gate_does_not_deadl
     monkeypatch.setattr(Ledger, "_regate", paused_after_the_first)
     outcome: dict[str, str] = {}
 
-    def resubmit() -> None:
-        try:
-            submit(str(path), ledger_path=pg_url, storage=None, concurrency=1, run=False)
-            outcome["submit"] = "admitted"
-        except Exception as exc:
-            outcome["submit"] = f"error: {exc}"
+    resubmit = resubmitting(path, pg_url, outcome)
 
     def cancel() -> None:
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from conftest import manifest, race_on_a_lock
+from conftest import manifest, race_on_a_lock, resubmitting
 
 from afc_cli.manifest import job_id_for
 
@@ -20,7 +20,6 @@ def test_an_approval_beside_a_re_submit_changing_webhooks_does_not_deadlock(
     from afc_cli import review
     from afc_cli.ledger import Ledger
     from afc_cli.ledger.postgres import PgDatabase
-    from afc_cli.run import submit
 
     assert job_id_for("b1", "y") < job_id_for("b1", "x")
     env = {"AFC_LEDGER": pg_url, "HOOK_SECRET": "whsec_" + "A" * 32}
@@ -52,12 +51,7 @@ def test_an_approval_beside_a_re_submit_changing_webhooks_does_not_deadlock(
     monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))
     outcome: dict[str, str] = {}
 
-    def resubmit() -> None:
-        try:
-            submit(str(path), ledger_path=pg_url, storage=None, concurrency=1, run=False)
-            outcome["submit"] = "admitted"
-        except Exception as exc:
-            outcome["submit"] = f"error: {exc}"
+    resubmit = resubmitting(path, pg_url, outcome)
 
     def approve() -> None:
         ledger = Ledger(pg_url, create=False)

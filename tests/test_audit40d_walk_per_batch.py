@@ -9,22 +9,8 @@ meet."""
 from __future__ import annotations
 
 import threading
-import time
 
-from conftest import manifest
-
-
-def _waits_on_a_lock(look, thread: threading.Thread) -> bool:
-    """Whether a session of this database waits for a lock before ``thread`` ends."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and thread.is_alive():
-        waiting = look.execute(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND datname = current_database()"
-        ).fetchone()[0]
-        if waiting:
-            return True
-    return False
+from conftest import manifest, resubmitting, waits_on_a_lock
 
 
 def test_a_re_submit_of_one_batch_holds_no_decision_of_another(afc, pg_url, monkeypatch):
@@ -32,7 +18,6 @@ def test_a_re_submit_of_one_batch_holds_no_decision_of_another(afc, pg_url, monk
 
     from afc_cli import ops
     from afc_cli.ledger.core import Ledger
-    from afc_cli.run import submit
 
     env = {"AFC_LEDGER": pg_url}
     frame = {"key": "frame", "prompt": "style frame"}
@@ -66,12 +51,7 @@ def test_a_re_submit_of_one_batch_holds_no_decision_of_another(afc, pg_url, monk
     monkeypatch.setattr(Ledger, "_regate", paused_after_the_first)
     outcome: dict[str, str] = {}
 
-    def resubmit() -> None:
-        try:
-            submit(str(path), ledger_path=pg_url, storage=None, concurrency=1, run=False)
-            outcome["submit"] = "admitted"
-        except Exception as exc:
-            outcome["submit"] = f"error: {exc}"
+    resubmit = resubmitting(path, pg_url, outcome)
 
     def retry() -> None:
         out = ops.retry(pg_url, ["other"], "b", [], by="tester")
@@ -89,7 +69,7 @@ def test_a_re_submit_of_one_batch_holds_no_decision_of_another(afc, pg_url, monk
             for decision in (retry, cancel):
                 deciding = threading.Thread(target=decision)
                 deciding.start()
-                waited = _waits_on_a_lock(look, deciding)
+                waited = waits_on_a_lock(look, deciding)
                 if waited:  # let it end: it waits for the paused re-submit
                     proceed.set()
                 deciding.join(60)
