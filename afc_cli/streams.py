@@ -22,6 +22,20 @@ run loop (``watch``): the reader is gone, as SIGPIPE meant, so the run stops as 
 signal (run.py's ``Interruption``: no new call, the calls in flight recorded and stored, exit
 130). Any other failed write (EIO: a terminal that hung up without a SIGHUP reaching afc, say
 a run left in the background after a logout) stops nothing: the run goes on without output.
+
+A write that *blocks* is the other hazard. A pipe nobody reads (``afc worker 2>&1 | less``
+left on its first page, a script's unread ``stderr=PIPE``: 64 KiB is about 2,600 "ended"
+lines), a terminal paused with Ctrl-S or a stalled ssh session stops the writer in
+``write()``. The run loop writes its progress lines on its own thread, inside the group
+commit's open transaction (the ledger's ``grouped``): the run stopped with its jobs' rows
+locked, and every other afc process that needed them ('afc cancel', 'afc retry', a review
+decision, another worker) failed after the ledger's lock timeout. So while a run's loop
+runs (``detached()``, run.py's ``run_jobs``) each guarded stream's writes go to a backlog
+that a thread of its own writes out: a write never waits. What the backlog cannot hold
+(``BACKLOG_BYTES``) is dropped, and counted in one line written when the reader is back
+("afc: 1,204 lines of output were dropped ..."): progress is for a person, the ledger is the
+record. At the loop's end the backlog is written out before anything else is, the ledger's
+transactions all ended: a run whose reader never comes back waits there, holding nothing.
 """
 
 from __future__ import annotations
@@ -31,11 +45,17 @@ import errno
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
 _watchers: list[Callable[[], None]] = []
 _pipe_closed = False
+# What a detached stream keeps for a reader that is not reading, before it drops output: 15
+# minutes of a live panel's redraws, thousands of progress lines
+BACKLOG_BYTES = 1 << 20
+# How long the writer waits for more lines before it writes what it has
+GATHER_S = 0.05
 
 
 class Guarded:
@@ -44,9 +64,13 @@ class Guarded:
     def __init__(self, stream: Any):
         self._stream = stream
         self.lost: OSError | None = None
+        self._backlog: _Backlog | None = None  # while detached
 
     def write(self, text: str) -> int:
-        if self.lost is None:
+        backlog = self._backlog
+        if backlog is not None:
+            backlog.put(text)
+        elif self.lost is None:
             try:
                 return self._stream.write(text)
             except OSError as exc:
@@ -54,7 +78,8 @@ class Guarded:
         return len(text)
 
     def flush(self) -> None:
-        if self.lost is None:
+        # detached: its writer flushes what it writes
+        if self.lost is None and self._backlog is None:
             try:
                 self._stream.flush()
             except OSError as exc:
@@ -72,10 +97,81 @@ class Guarded:
         if exc.errno == errno.EPIPE:
             _pipe_closed = True
             for callback in list(_watchers):
-                callback()
+                # a loop that closed as the reader went (its watch not yet removed)
+                with contextlib.suppress(RuntimeError):
+                    callback()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+class _Backlog:
+    """A detached stream's writes, queued for its writer thread (module docstring)."""
+
+    def __init__(self, guarded: Guarded, limit: int):
+        self.guarded, self.limit = guarded, limit
+        self.queued: list[str] = []
+        self.size = 0
+        self.dropped = 0  # lines dropped since the writer last took the queue
+        self.closing = False
+        self.ready = threading.Condition()
+        self.thread = threading.Thread(target=self._write_out, name="afc-output", daemon=True)
+        self.thread.start()
+
+    def put(self, text: str) -> None:
+        with self.ready:
+            if self.guarded._backlog is not self:  # detached() ended as this write began
+                self._write(text)
+                return
+            # once full, everything is dropped until the writer takes the queue: what gets
+            # through comes after the line that says what was dropped
+            if self.queued and (self.dropped or self.size + len(text) > self.limit):
+                self.dropped += text.count("\n") or 1
+                return
+            if not self.queued:
+                self.ready.notify()
+            self.queued.append(text)
+            self.size += len(text)
+
+    def close(self) -> None:
+        """Write out what is queued (this waits for the reader), then stop the writer; a
+        write from another thread meanwhile goes out after it."""
+        with self.ready:
+            self.closing = True
+            self.ready.notify()
+        self.thread.join()
+        with self.ready:
+            self.guarded._backlog = None
+
+    def _write_out(self) -> None:
+        while True:
+            with self.ready:
+                while not self.queued and not self.dropped and not self.closing:
+                    self.ready.wait()
+                if not self.closing:
+                    # the lines that follow, written out together: one wake of this thread
+                    # (and one write) for a burst of them, not one each
+                    self.ready.wait(GATHER_S)
+                if not self.queued and not self.dropped:
+                    return  # closing, and all written
+                text, dropped = "".join(self.queued), self.dropped
+                self.queued, self.size, self.dropped = [], 0, 0
+            if dropped:
+                text += (
+                    f"afc: {dropped:,} line{'s' if dropped != 1 else ''} of output "
+                    f"{'were' if dropped != 1 else 'was'} dropped: it was not being read "
+                    "(a paused terminal, a full pipe); the ledger has every job's state\n"
+                )
+            self._write(text)
+
+    def _write(self, text: str) -> None:
+        guarded = self.guarded
+        if guarded.lost is None:
+            try:
+                guarded._stream.write(text)
+                guarded._stream.flush()
+            except OSError as exc:
+                guarded._lose(exc)
 
 
 def guard() -> None:
@@ -86,6 +182,23 @@ def guard() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, Guarded):
             setattr(sys, name, Guarded(stream))
+
+
+@contextlib.contextmanager
+def detached(limit: int = BACKLOG_BYTES):
+    """While the block runs, writes to the guarded stdout and stderr never wait for their
+    reader (module docstring); at its end, what they queued is written out first."""
+    backlogs = []
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, Guarded) and stream._backlog is None:
+            stream._backlog = _Backlog(stream, limit)
+            backlogs.append(stream)
+    try:
+        yield
+    finally:
+        for stream in backlogs:
+            stream._backlog.close()
 
 
 def pipe_closed() -> bool:
