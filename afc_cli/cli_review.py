@@ -142,26 +142,31 @@ def _decide(
     from afc_cli.ledger import Ledger
     from afc_cli.ops import who
 
-    decide = review.approve if what == "approved" else review.reject
     opened = Ledger(ledger, create=False)
-    waiting = 0
+    waiting = failed = 0
     try:
-        decided = decide(opened, keys, by=by or who(), **why)
-        if what == "approved" and not (json_out or quiet):
-            waiting = review.blocked_by(opened, decided, why.get("batch"))
+        if what == "approved":
+            decided = review.approve(opened, keys, by=by or who(), **why)
+            if not (json_out or quiet):
+                waiting = review.blocked_by(opened, decided, why.get("batch"))
+        else:
+            decided, failed = review.reject(opened, keys, by=by or who(), **why)
     except review.NotDecided as exc:
         raise review.NotDecided(exc.failed, exc.fix, f"run this again: {_again()}") from None
     finally:
         opened.close()
-    _decided(decided, what, json_out, quiet, waiting)
+    _decided(decided, what, json_out, quiet, waiting, failed)
 
 
-def _decided(keys: list[str], what: str, json_out: bool, quiet: bool, waiting: int = 0) -> None:
-    """``waiting``: the blocked jobs that need the approved ones (``review.blocked_by``)."""
+def _decided(
+    keys: list[str], what: str, json_out: bool, quiet: bool, waiting: int = 0, failed: int = 0
+) -> None:
+    """``waiting``: the blocked jobs that need the approved ones (``review.blocked_by``);
+    ``failed``: those a rejection failed (``review.reject``)."""
     if json_out:
         from afc_cli.output import emit_json
 
-        emit_json({what: keys})
+        emit_json({what: keys, **({"dependents_failed": failed} if what == "rejected" else {})})
     elif not quiet:
         for key in keys:
             _err(f"{key}: {what}")
@@ -176,10 +181,16 @@ def _decided(keys: list[str], what: str, json_out: bool, quiet: bool, waiting: i
                     + " at the next 'afc resume' (or cron, or a worker's next claim) once all"
                     " its needs have succeeded"
                 )
-        elif keys:
+        elif failed:  # said of no job when nothing needed them
             _err(
-                "any job that needed them failed (DEPENDENCY_FAILED: 'afc status' lists them); "
-                "'afc resume' passes those by, as it passes a rejected job"
+                (
+                    "1 blocked job that needed them failed"
+                    if failed == 1
+                    else f"{failed:,} blocked jobs that needed them failed"
+                )
+                + " (DEPENDENCY_FAILED: 'afc status --status failed' lists them); 'afc resume'"
+                " passes them by, as it passes a rejected job: a re-submit whose manifest names"
+                " a new key in their needs, in place of the rejected one, runs them"
             )
     sys.stdout.flush()
 

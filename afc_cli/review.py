@@ -126,7 +126,7 @@ def approve(
     output deleted or cut short since it was verified is refused, nothing decided."""
     return _decide(
         ledger, keys, "approved", by=by, note=note, batch=batch, sha256=sha256, looked=True
-    )
+    )[0]
 
 
 def reject(
@@ -137,8 +137,10 @@ def reject(
     reason: str,
     batch: str | None = None,
     sha256: str | None = None,
-) -> list[str]:
-    """Same contract; the job becomes `rejected` (terminal)."""
+) -> tuple[list[str], int]:
+    """Same contract; the job becomes `rejected` (terminal). Returns the keys decided and
+    how many blocked jobs that needed them, directly or not, the rejection failed
+    (DEPENDENCY_FAILED): a style frame's rejection fails the batch behind it."""
     if not reason or not reason.strip():
         raise UsageError("a rejection needs a reason (--reason TEXT): it is kept with the job")
     return _decide(ledger, keys, "rejected", by=by, note=reason, batch=batch, sha256=sha256)
@@ -168,7 +170,7 @@ def approve_shown(
     transaction or none, as ``approve``, naming each job that is no longer awaiting review
     (decided meanwhile, elsewhere). ``sha256``: (batch, key) -> the output shown, each
     checked in the transaction (OutputChanged). Returns the keys decided."""
-    return _decide(ledger, shown, "approved", by=by, note=None, batch=None, expect=sha256)
+    return _decide(ledger, shown, "approved", by=by, note=None, batch=None, expect=sha256)[0]
 
 
 def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
@@ -240,9 +242,9 @@ def _decide(
     sha256: str | None = None,
     expect: dict | None = None,
     looked: bool = False,
-) -> list[str]:
-    """``keys``: job keys (of ``batch``, else of the one batch holding each), or (batch, key)
-    pairs (``approve_shown``). ``sha256``: the output the decision is about, of one key;
+) -> tuple[list[str], int]:
+    """The keys decided, and the blocked jobs a rejection failed (``reject``). ``keys``:
+    job keys (of ``batch``, else of the one batch holding each), or (batch, key) pairs (``approve_shown``). ``sha256``: the output the decision is about, of one key;
     ``expect``: each named job's (``approve_shown``). ``looked``: each job's output is looked
     for in its storage before the decision (``_gone``; ``approve_shown``'s were just shown,
     each read from its storage for its picture)."""
@@ -294,7 +296,7 @@ def _decide(
     if "review_decide" in os.environ.get("AFC_STALL_POINT", "").split(","):
         signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     try:
-        ledger.decide_reviews(jobs, decision, by=by, note=note, sha256=expected)
+        failed = ledger.decide_reviews(jobs, decision, by=by, note=note, sha256=expected)
     except (sqlite3.OperationalError, LedgerWriteError) as exc:
         # said as what it is, not as a run's stop with 'afc resume' to run (which decides
         # nothing), nor as a traceback and a 500 on the review page. (A PostgreSQL connection
@@ -311,4 +313,4 @@ def _decide(
             f"cannot decide {exc.key!r} (batch {exc.batch!r}): it was decided meanwhile, by "
             "another review; nothing was decided"
         ) from None
-    return [job["key"] for job in jobs]
+    return [job["key"] for job in jobs], failed

@@ -62,3 +62,31 @@ def test_a_cancel_of_a_gate_with_the_jobs_behind_it_fails_none_of_them(afc, ledg
     assert {item["key"] for item in cancelled} == {"frame", "shot-1", "shot-2", "shot-3", "alone"}
     assert not any("dependents_failed" in item for item in cancelled), cancelled
     assert afc.json("queue", "stats", env=env)["failed"] == 0
+
+
+def test_a_rejection_of_a_gate_says_how_many_jobs_behind_it_failed(afc, ledger_url):
+    """As a cancel does: 'afc review reject' said "any job that needed them failed", whether
+    none or thousands had."""
+    env = {"AFC_LEDGER": ledger_url}
+    gated(afc, env)
+    assert afc("resume", "-q", env=env).returncode == 0  # the frame is awaiting review
+    shown = afc("review", "reject", "frame", "--reason", "too cold", env=env)
+    assert shown.returncode == 0, shown.stderr
+    said = "3 blocked jobs that needed them failed (DEPENDENCY_FAILED: 'afc status --status"
+    assert said in shown.stderr, shown.stderr
+    assert afc.json("queue", "stats", env=env)["failed"] == 3
+
+    # a rejection with no job behind it says nothing of dependents; --json counts them
+    jobs = [{"key": "other", "prompt": "another frame", "review": True}]
+    afc.write_manifest(manifest(jobs, batch="b2"))
+    assert afc("submit", "manifest.yaml", "-q", env=env).returncode == 0
+    shown = afc("review", "reject", "other", "--reason", "no", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "needed" not in shown.stderr, shown.stderr
+    shown = afc("review", "reject", "frame", "--reason", "again", "--json", env=env)
+    assert shown.returncode == 2  # rejected already: nothing decided
+    jobs = [{"key": "third", "prompt": "a third frame", "review": True}]
+    afc.write_manifest(manifest(jobs, batch="b3"))
+    assert afc("submit", "manifest.yaml", "-q", env=env).returncode == 0
+    shown = afc("review", "reject", "third", "--reason", "no", "--json", env=env)
+    assert json.loads(shown.stdout) == {"rejected": ["third"], "dependents_failed": 0}

@@ -124,7 +124,7 @@ def test_reject_fails_dependents_with_dependency_failed(afc):
     assert no_reason.returncode == 2
     rejected = afc("review", "reject", "style", "--reason", "too dark", "--json")
     assert rejected.returncode == 0, rejected.stderr
-    assert json.loads(rejected.stdout) == {"rejected": ["style"]}
+    assert json.loads(rejected.stdout) == {"rejected": ["style"], "dependents_failed": 3}
     assert statuses(afc) == {
         "style": "rejected",
         "shot-1": "failed",

@@ -3848,7 +3848,7 @@ class Ledger:
         by: str,
         note: str | None,
         sha256: dict[str, str] | None = None,
-    ) -> None:
+    ) -> int:
         """Approve (-> ``succeeded``) or reject (-> ``rejected``) jobs awaiting review, all or
         none, in one transaction: each status change is guarded by the status it leaves
         (``WHERE status = 'awaiting_review'``), so of two concurrent decisions on one job one
@@ -3856,7 +3856,7 @@ class Ledger:
         order of their ids, so two decisions on the same jobs never wait for each other
         both). The decision row (who, when,
         why), the event and the webhook row commit with the status change; a rejection also
-        fails the jobs waiting for it (DEPENDENCY_FAILED).
+        fails the jobs waiting for it (DEPENDENCY_FAILED): returns how many it failed.
 
         ``sha256``: job id -> the SHA-256 of the output the decision is about (the one
         ``afc review list`` or the review page showed); the status change is guarded by it
@@ -3870,6 +3870,7 @@ class Ledger:
         # decision there, uncaught by afc serve, where SQLite kept it raw); a note is typed
         # by a person, and a NUL is no part of one (a form posted by hand)
         note = scrub(note).replace("\x00", "\\x00") if note else note
+        failed = 0
         with self.tx():
             self.hold_unmoved()
             # the walk's lock (a rejection's walk) before the jobs' rows, an approval's too: a
@@ -3920,9 +3921,10 @@ class Ledger:
                     decided = {"decision": decision, "by": by, "note": note}
                     self._queue_delivery(job, now, review=decided)
                 if decision == "rejected":
-                    self._fail_dependents(job["id"], job["batch"])
+                    failed += self._fail_dependents(job["id"], job["batch"])
             _crash_point("review_uncommitted")  # crash tests: everything written, no commit
         _crash_point("review_committed")
+        return failed
 
     def review_rows(self, batch: str | None = None) -> list[dict[str, Any]]:
         """Jobs awaiting review, oldest first, with their storage, cost and model."""
