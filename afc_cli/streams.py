@@ -36,6 +36,8 @@ that a thread of its own writes out: a write never waits. What the backlog canno
 ("afc: 1,204 lines of output were dropped ..."): progress is for a person, the ledger is the
 record. At the loop's end the backlog is written out before anything else is, the ledger's
 transactions all ended: a run whose reader never comes back waits there, holding nothing.
+A pipe whose reader has gone is still seen at the line written (its write end polls POLLERR),
+not when the writer thread meets it: the loop would have started more calls meanwhile.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -115,6 +119,7 @@ class _Backlog:
         self.dropped = 0  # lines dropped since the writer last took the queue
         self.closing = False
         self.ready = threading.Condition()
+        self.pipe = _pipe_poll(guarded)
         self.thread = threading.Thread(target=self._write_out, name="afc-output", daemon=True)
         self.thread.start()
 
@@ -122,6 +127,14 @@ class _Backlog:
         with self.ready:
             if self.guarded._backlog is not self:  # detached() ended as this write began
                 self._write(text)
+                return
+            if self.guarded.lost is not None:
+                return
+            if self.pipe is not None and any(e & select.POLLERR for _, e in self.pipe.poll(0)):
+                # its reader went away: acted on at this line, as the write itself was
+                # (``_lose``: the run stops as at a first signal), not once the writer meets
+                # it, the loop having started more calls meanwhile
+                self.guarded._lose(BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)))
                 return
             # once full, everything is dropped until the writer takes the queue: what gets
             # through comes after the line that says what was dropped
@@ -182,6 +195,18 @@ def guard() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, Guarded):
             setattr(sys, name, Guarded(stream))
+
+
+def _pipe_poll(guarded: Guarded) -> Any:
+    """A poll of the stream's descriptor when it is a pipe (whose write end reports POLLERR
+    once its reader has gone), else None."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = guarded._stream.fileno()
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            poll = select.poll()
+            poll.register(fd, select.POLLOUT)
+            return poll
+    return None
 
 
 @contextlib.contextmanager
