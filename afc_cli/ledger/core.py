@@ -3796,7 +3796,11 @@ class Ledger:
 
     def _reblock_dependents(self, job: dict[str, Any], by: str) -> list[str]:
         """A retried job's dependents that failed because of it wait for it again, and
-        theirs in turn (a level at a time, as ``_fail_dependents``); returns their ids."""
+        theirs in turn (a level at a time, as ``_fail_dependents``); returns their ids.
+        Their rows are read without a row lock: a failed row changes only by a retry (this
+        walk's, or a cancel's give-up path, which retries first) or a re-submit, and each
+        holds the batch's walk lock taken here (no ending, ``finish``, touches a terminal
+        row), so none changes between this read and ``_requeue``'s update."""
         self._hold_walk([job["batch"]])
         level = [job["id"]]
         back: list[str] = []
