@@ -312,6 +312,9 @@ class RunContext:
     # first's object (``run_job``)
     output_of: dict[str, tuple[str, str]] = field(default_factory=dict)
     noted_batches: set[str] = field(default_factory=set)  # the batches ``output_of`` covers
+    # the batches whose storage this run checked (run.py ``_open_batches``): a worker's claims
+    # bring batches its loop had not met, admitted since it started or not runnable then
+    checked: set[str] = field(default_factory=set)
     holding: dict[tuple[str, str], asyncio.Future] = field(default_factory=dict)
     # a job whose key another job of this run holds with a paid render (``OutputHeld``), and
     # that job's task: the job looks again once that task has ended (``run_job``)

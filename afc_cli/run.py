@@ -26,7 +26,7 @@ import queue
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
@@ -47,6 +47,7 @@ from afc_cli.errors import (
     ManifestError,
     SpoolError,
     StopsRun,
+    StorageError,
     UsageError,
     ledger_write_error,
 )
@@ -901,10 +902,7 @@ def run_jobs(
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
         if name not in checked:
-            # its bucket through the endpoint it was admitted through, not another store's
-            ledger.hold_endpoint(name, storage_mod.endpoint_of(storages[name].url))
-            refuse_gone(ledger, name, storages[name])
-            check_storage(storages[name])  # no render is paid for that could not be stored
+            open_batch(ledger, name, storages[name])
             storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
@@ -958,6 +956,7 @@ def run_jobs(
             **({"dearest": dearest} if dearest is not None else {}),
         )
         ctx.left_in_spool = spool.described() if running else set()
+        ctx.checked = {*checked, *ledger.batches_of(job_ids)}
 
         def renewal_failed(error: LedgerWriteError) -> None:
             if ctx.ledger_error is None:  # raised once the calls in flight have ended
@@ -1165,6 +1164,40 @@ async def _settle_left(
         await _all_done(again, drain)
 
 
+def open_batch(
+    ledger: Ledger, name: str, storage: storage_mod.Storage, *, check: bool = True
+) -> None:
+    """What a run checks of a batch before it pays for a call of the batch's jobs: its bucket
+    reached through the endpoint it was admitted through, not another store's; its storage
+    folder not gone (``refuse_gone``); with ``check``, its storage writable
+    (``check_storage``): no render is paid for that could not be stored."""
+    ledger.hold_endpoint(name, storage_mod.endpoint_of(storage.url))
+    refuse_gone(ledger, name, storage)
+    if check:
+        check_storage(storage)
+
+
+async def _open_batches(ctx: RunContext, job_ids: list[str]) -> None:
+    """The batches of a claim that joined the loop (a worker's, ``_fed``) that it had not
+    checked, checked as ``run_jobs`` checks those of its start (``open_batch``; the storage's
+    round trips off the loop's thread): a batch admitted since the loop started (its storage
+    opened and its rate cards read now; ``worker.Refill`` let it in), or one the loop had
+    opened but none of whose jobs it ran at its start. A worker's round refused a batch
+    admitted after it began, and its claims stopped until every job it held had ended: one
+    long render (a video's ten minutes) held the new batch, and three of four slots, as
+    long. And a batch met first by a refill ran without its storage checked."""
+    for name in ctx.ledger.batches_of(job_ids):
+        if name in ctx.checked:
+            continue
+        if name not in ctx.storages:
+            (row,) = (row for row in ctx.ledger.batches() if row["name"] == name)
+            ctx.storages[name] = storage_mod.open(row["storage"])
+            ctx.rates[name] = batch_rates(ctx.ledger)[name]
+        open_batch(ctx.ledger, name, ctx.storages[name], check=False)
+        await ctx.network(check_storage, ctx.storages[name])
+        ctx.checked.add(name)
+
+
 def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:
     """Where this run's jobs come from two or more batches of one storage, the unfinished
     jobs of those batches that share an output key (``Ledger.shared_outputs``) go into
@@ -1263,14 +1296,17 @@ async def _fed(
             asked_out = not new
             if new:
                 try:
+                    await _open_batches(ctx, new)
                     for name in ctx.ledger.batches_of(new):
                         ctx.storages[name].check_keys(ctx.ledger.output_keys(name, new))
-                except UsageError:
+                except (UsageError, StorageError):
                     # an output of this claim could not be stored (a file where its folder
-                    # goes): the claim is given back and the feeding ends, as a claim
-                    # ``more`` refuses (worker.Refill); the jobs in their calls finish, and
-                    # the worker's next round claims it afresh and says why. Raised here, it
-                    # ended the loop at once, abandoning the paid calls in flight
+                    # goes, a batch's storage failing its check): the claim is given back and
+                    # the feeding ends, as a claim ``more`` refuses (worker.Refill); the jobs
+                    # in their calls finish, and the worker's next round claims it afresh and
+                    # says why (a storage error retried at each poll, as at any round's
+                    # start). Raised here, it ended the loop at once, abandoning the paid
+                    # calls in flight
                     for job_id in new:
                         job = ctx.ledger.job(job_id)
                         if job is not None:
@@ -1781,9 +1817,14 @@ def require_keys(providers: set[str]) -> None:
 
 def provider_limits(ledger: Ledger) -> dict[str, dict[str, int | None]]:
     """Per-provider call limits for a run: the strictest any batch in the ledger sets."""
+    return merged_limits(row["limits_json"] for row in ledger.batches())
+
+
+def merged_limits(limits: Iterable[str | None]) -> dict[str, dict[str, int | None]]:
+    """The strictest of batches' ``limits`` (each as admitted: JSON, or None), per provider."""
     merged: dict[str, dict[str, int | None]] = {}
-    for row in ledger.batches():
-        for name, values in json.loads(row["limits_json"] or "{}").items():
+    for text in limits:
+        for name, values in json.loads(text or "{}").items():
             current = merged.setdefault(name, {"concurrency": None, "per_minute": None})
             for key, value in values.items():
                 if value is not None:

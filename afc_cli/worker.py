@@ -191,8 +191,7 @@ class Refill:
                 # round ran its claims on a schema it does not know for as long as work came
                 # (every --poll since 5c55cf6, not only while busy)
                 raise UsageError("the ledger was migrated by a newer afc since the loop started")
-            if batch_settings(self.ledger) != self.opened:
-                raise UsageError("a batch admitted, or changed, since the loop started")
+            self._take_admitted()
             self.check(jobs)
         except UsageError:
             for job in jobs:
@@ -205,6 +204,25 @@ class Refill:
         if progress is not None:
             progress.total += len(jobs)
         return [job["id"] for job in jobs]
+
+    def _take_admitted(self) -> None:
+        """Batches admitted since the loop started join it (its storage opened and checked,
+        its rate cards read: ``run._open_batches``), unless they make a provider's limits
+        stricter, which the loop read at its start (``run.provider_limits``). A batch whose
+        limits or rate cards changed since (a re-submit) is refused the same way: the
+        round ends with the jobs it runs, and the next one reads them anew (UsageError)."""
+        from afc_cli.run import merged_limits
+
+        now = batch_settings(self.ledger)
+        if any(now.get(name, settings) != settings for name, settings in self.opened.items()):
+            raise UsageError("a batch changed since the loop started")
+        added = {name: settings for name, settings in now.items() if name not in self.opened}
+        if not added:
+            return
+        limits = [limits for limits, _ in self.opened.values()]
+        if merged_limits(limits) != merged_limits([*limits, *(s[0] for s in added.values())]):
+            raise UsageError("a batch admitted since the loop started sets stricter limits")
+        self.opened.update(added)
 
 
 def drain_while_idle(

@@ -6,8 +6,7 @@ what it held, and a worker of --concurrency 4 rendering one long video left thre
 for as long as that render took (ten minutes for a video). Jobs submitted meanwhile, and the
 shots whose style frame a person approved meanwhile, waited for it: the shots' status said
 'its needs have succeeded: ... (or an 'afc worker') runs it' with a worker running and idle.
-(A job of a batch admitted after the round began still waits for its end: the round's loop
-opened the batches of its start, ``worker.Refill``.)"""
+(A batch admitted after the round began: tests/test_worker_new_batch.py.)"""
 
 from __future__ import annotations
 

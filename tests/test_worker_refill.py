@@ -48,14 +48,16 @@ def test_claims_join_one_run_loop_and_every_job_runs_once(admitted, monkeypatch,
 
 
 def test_a_claim_the_loop_cannot_run_is_released_and_ends_the_feeding(admitted):
-    """Jobs of a batch admitted after the loop started (it has not opened its storage, rates
-    and limits) go back at once; the worker's next round claims them with a fresh loop."""
+    """Jobs of a batch changed since the loop started (its rate cards or limits, read at its
+    start) go back at once; the worker's next round claims them with a fresh loop."""
     url, _ = admitted
     ledger = Ledger(url)
     settle = Settle(ledger, None)
     try:
+        (limits, rates) = batch_settings(ledger)["b1"]
+        changed = {"b1": (limits, f"{rates} ")}  # the cards the loop read: another text
         refill = Refill(
-            ledger, 4, 60, None, {}, lambda jobs: None, _Never(), WorkerResult(), None, settle
+            ledger, 4, 60, None, changed, lambda jobs: None, _Never(), WorkerResult(), None, settle
         )
         assert refill(set()) == []
         assert refill.done and refill(set()) == []
@@ -66,6 +68,36 @@ def test_a_claim_the_loop_cannot_run_is_released_and_ends_the_feeding(admitted):
             ledger, 4, 60, None, opened, lambda jobs: None, _Never(), WorkerResult(), None, settle
         )
         assert len(fed(set())) == 4 and fed.result.claimed == 4
+    finally:
+        ledger.close()
+
+
+def test_a_batch_admitted_since_the_loop_started_joins_it_unless_its_limits_are_stricter(
+    admitted,
+):
+    url, _ = admitted
+    ledger = Ledger(url)
+    settle = Settle(ledger, None)
+    try:
+        loose = '{"local": {"concurrency": 50, "per_minute": null}}'
+        (_, rates) = batch_settings(ledger)["b1"]
+        # the loop started with another batch alone, of looser limits: b1 came after it
+        opened = {"b0": (loose, rates)}
+        stricter = Refill(
+            ledger, 4, 60, None, opened, lambda jobs: None, _Never(), WorkerResult(), None, settle
+        )
+        strict = '{"local": {"concurrency": 2, "per_minute": null}}'
+        with ledger.tx():
+            ledger.db.execute("UPDATE batches SET limits_json = ? WHERE name = 'b1'", [strict])
+        assert stricter(set()) == [] and stricter.done
+        with ledger.tx():
+            ledger.db.execute("UPDATE batches SET limits_json = ? WHERE name = 'b1'", [loose])
+        opened = {"b0": (loose, rates)}
+        joined = Refill(
+            ledger, 4, 60, None, opened, lambda jobs: None, _Never(), WorkerResult(), None, settle
+        )
+        assert len(joined(set())) == 4
+        assert set(opened) == {"b0", "b1"}  # b1 is the loop's now: a change of it ends it
     finally:
         ledger.close()
 
