@@ -315,6 +315,9 @@ class RunContext:
     # the batches whose storage this run checked (run.py ``_open_batches``): a worker's claims
     # bring batches its loop had not met, admitted since it started or not runnable then
     checked: set[str] = field(default_factory=set)
+    # starts the run's outbox (webhook deliveries) if it has none and there is something to
+    # post: a batch a worker's refill brings may have a webhook (run.py ``_open_batches``)
+    start_outbox: Callable[[], None] | None = None
     holding: dict[tuple[str, str], asyncio.Future] = field(default_factory=dict)
     # a job whose key another job of this run holds with a paid render (``OutputHeld``), and
     # that job's task: the job looks again once that task has ended (``run_job``)

@@ -980,17 +980,25 @@ def run_jobs(
         interruption = Interruption(ctx, ctx.tasks, grace_s, reporter, already=stopped)
         interruption.threads = [threads, storage_threads]
         ctx.ledger_broke = interruption.stop_for
+
+        def start_outbox() -> None:
+            """The outbox posted beside the batch, never inside a job's steps, once there is
+            something to post: at the loop's start, or when a worker's refill brings a batch
+            the loop had not met (``_open_batches``; one admitted since, with a webhook)."""
+            nonlocal outbox
+            # a stop acted on as the handlers went in (a worker's SIGTERM while it opened
+            # the storages, a closed pipe) was acted on before the outbox began: no drain
+            # is started to post events after it, and its rows wait for the next run
+            if outbox is None and not ctx.stopping.is_set() and ledger.has_webhooks():
+                from afc_cli.webhooks import run_beside
+
+                outbox = asyncio.create_task(run_beside(ledger, stop))
+                interruption.on_stop.append(outbox.cancel)  # its rows wait for the next run
+
+        ctx.start_outbox = start_outbox
         try:
             with ledger.grouped(loop), interruption.installed(loop):
-                # a stop acted on as the handlers went in (a worker's SIGTERM while it opened
-                # the storages, a closed pipe) was acted on before the outbox began: no drain
-                # is started to post events after it, and its rows wait for the next run
-                if ledger.has_webhooks() and not ctx.stopping.is_set():
-                    from afc_cli.webhooks import run_beside
-
-                    # beside the batch, never inside a job's steps
-                    outbox = asyncio.create_task(run_beside(ledger, stop))
-                    interruption.on_stop.append(outbox.cancel)  # its rows wait for the next run
+                start_outbox()
                 try:
                     if more is None:
                         await _all_done(started, interruption.stop_for)
@@ -1196,6 +1204,10 @@ async def _open_batches(ctx: RunContext, job_ids: list[str]) -> None:
         open_batch(ctx.ledger, name, ctx.storages[name], check=False)
         await ctx.network(check_storage, ctx.storages[name])
         ctx.checked.add(name)
+        # its jobs' webhooks posted in this loop: one that began with none to post started
+        # no outbox, and their events waited for the loop's end (as long as work came)
+        if ctx.start_outbox is not None:
+            ctx.start_outbox()
 
 
 def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:

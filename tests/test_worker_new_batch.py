@@ -102,3 +102,53 @@ def test_a_batch_admitted_during_a_round_whose_storage_fails_its_check_stops_no_
     else:
         said = [row[0] for row in afc.rows(rows)]
     assert said == ["later:queued:-", "long:succeeded:succeeded"]
+
+
+def test_a_batch_admitted_during_a_round_has_its_webhooks_posted_in_that_round(afc, ledger_url):
+    """The round's outbox (``webhooks.run_beside``) was started only when the round began with
+    webhooks to post: a batch with a webhook, admitted meanwhile into a round that had none,
+    ran its jobs there and their events waited unposted for the round's end (a held render's
+    ten minutes; a busy worker's round, fed claim after claim, for as long as work came)."""
+    import base64
+
+    from receiver import Receiver
+
+    receiver = Receiver().start()
+    try:
+        afc.env["AFC_LEDGER"] = ledger_url
+        afc.env["AFC_HOOK_SECRET"] = "whsec_" + base64.b64encode(b"x" * 32).decode()
+        release = afc.cwd / "release"
+        (afc.cwd / "release.later").touch()  # every render returns at once, but the long one
+        films = manifest([{"key": "long", "prompt": "a video"}], batch="films")
+        afc.write_manifest(films, "f.yaml")
+        assert afc("submit", "f.yaml", "--no-run").returncode == 0
+        worker = afc.popen(
+            "worker",
+            "--concurrency",
+            "4",
+            "--poll",
+            "0.05",
+            env={"AFC_LOCAL_RELEASE": str(release)},
+        )
+        try:
+            running = "SELECT COUNT(*) FROM attempts WHERE status = 'started'"
+            wait_for_ledger(afc, ledger_url, running, proc=worker)  # the long render is under way
+            hook = {"url": receiver.url, "secret_env": "AFC_HOOK_SECRET"}
+            later = manifest([{"key": "later", "prompt": "x"}], batch="stills", webhook=hook)
+            afc.write_manifest(later, "s.yaml")
+            assert afc("submit", "s.yaml", "--no-run").returncode == 0
+            posted = "SELECT COUNT(*) FROM deliveries WHERE status = 'delivered'"
+            wait_for_ledger(afc, ledger_url, posted, timeout=30, proc=worker)
+            long = "SELECT COUNT(*) FROM jobs WHERE key = 'long' AND status = 'running'"
+            assert ledger_count(afc, ledger_url, long) == 1  # posted while the long one renders
+            release.touch()
+            worker.terminate()
+            _, stderr = worker.communicate(timeout=60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        assert worker.returncode == 0, stderr
+        assert receiver.received
+    finally:
+        receiver.stop()
