@@ -152,9 +152,9 @@ class _Backlog:
         with self.ready:
             self.closing = True
             self.ready.notify()
-        self.thread.join()
+        self.thread.join()  # the writer ends by attaching the stream again (``_write_out``)
         with self.ready:
-            self.guarded._backlog = None
+            self.guarded._backlog = None  # (a writer that died of an error did not)
 
     def _write_out(self) -> None:
         while True:
@@ -166,7 +166,12 @@ class _Backlog:
                     # (and one write) for a burst of them, not one each
                     self.ready.wait(GATHER_S)
                 if not self.queued and not self.dropped:
-                    return  # closing, and all written
+                    # closing, and all written: the stream attached again under the lock
+                    # that put() takes, so a write from another thread from now on goes
+                    # straight out (``put``); set once this thread had returned, one that
+                    # came between was queued for no writer and lost
+                    self.guarded._backlog = None
+                    return
                 text, dropped = "".join(self.queued), self.dropped
                 self.queued, self.size, self.dropped = [], 0, 0
             if dropped:

@@ -169,3 +169,37 @@ def test_a_detached_stream_never_waits_and_says_what_it_dropped(monkeypatch):
     # once the block ended, writes go straight out again
     guarded.write("after\n")
     assert stream.written[-1] == "after\n"
+
+
+class _Stream:
+    def __init__(self):
+        self.written: list[str] = []
+
+    def write(self, text):
+        self.written.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def test_a_write_as_a_detached_stream_closes_is_written_not_lost(monkeypatch):
+    """A write from another thread while ``detached()`` ends (a storage thread the run left
+    behind logging a warning) goes out after the backlog, as ``_Backlog.close`` says: one
+    made once the writer thread had written all and ended, before the stream was attached
+    again, was queued for no writer and lost."""
+    stream = _Stream()
+    guarded = streams.Guarded(stream)
+    monkeypatch.setattr("sys.stderr", guarded)
+    monkeypatch.setattr("sys.stdout", streams.Guarded(_Stream()))
+    with streams.detached():
+        guarded.write("progress\n")
+        backlog = guarded._backlog
+        joined = backlog.thread.join
+
+        def join_then_a_write_comes():
+            joined()  # the writer has written all and ended
+            guarded.write("a late warning\n")  # another thread's, at this moment
+
+        monkeypatch.setattr(backlog.thread, "join", join_then_a_write_comes)
+    assert "".join(stream.written) == "progress\na late warning\n"
