@@ -1078,28 +1078,34 @@ def run_jobs(
     # not read (a paused terminal, a full pipe) never stops the loop in a transaction with its
     # jobs' rows locked; written out, waiting for the reader, once they are all ended
     # (afc_cli/streams.py)
-    with streams.detached():
-        reporter.begin(len(job_ids), cap_micros=budget.cap_micros if budget else None)
-        try:
-            stats = asyncio.run(main())
-            if stats.interrupted:
-                # what is still in flight was abandoned: unknown, possibly paid; leases freed
-                stats.abandoned = ledger.release_all()
-                if stats.abandoned:  # their cost is unknown too: shown apart from the priced
-                    money = ledger.run_money(run_id)
-                    stats.unknown_cost_attempts = money["unknown_cost"]
-                    stats.reserved_micros = money["reserved"]
-            return stats
-        except BaseException:
-            # Interrupted (Ctrl-C, SIGTERM) or broken: nothing is cancelled; the attempts we had
-            # in flight are recorded as unknown and our leases are freed, so the next run
-            # resumes.
-            with contextlib.suppress(Exception):
-                ledger.release_all()
-            raise
-        finally:
-            storage_threads.shutdown(wait=not storage_threads.abandoned)
-            reporter.end()
+    try:
+        with streams.detached():
+            reporter.begin(len(job_ids), cap_micros=budget.cap_micros if budget else None)
+            try:
+                stats = asyncio.run(main())
+                if stats.interrupted:
+                    # what is still in flight was abandoned: unknown, possibly paid; leases freed
+                    stats.abandoned = ledger.release_all()
+                    if stats.abandoned:  # their cost is unknown too: shown apart from the priced
+                        money = ledger.run_money(run_id)
+                        stats.unknown_cost_attempts = money["unknown_cost"]
+                        stats.reserved_micros = money["reserved"]
+                return stats
+            except BaseException:
+                # Interrupted (Ctrl-C, SIGTERM) or broken: nothing is cancelled; the attempts we had
+                # in flight are recorded as unknown and our leases are freed, so the next run
+                # resumes.
+                with contextlib.suppress(Exception):
+                    ledger.release_all()
+                raise
+            finally:
+                storage_threads.shutdown(wait=not storage_threads.abandoned)
+    finally:
+        # once the backlog is written out: the live panel's last state, and the cursor it
+        # hid given back to the terminal, written whatever the backlog dropped (a terminal
+        # paused for minutes: they were dropped with the redraws before them, and the
+        # terminal was left with no cursor under a panel stale by minutes)
+        reporter.end()
 
 
 async def _all_done(

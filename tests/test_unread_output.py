@@ -13,6 +13,7 @@ import os
 import pty
 import re
 import subprocess
+import sys
 import threading
 import time
 
@@ -203,3 +204,54 @@ def test_a_write_as_a_detached_stream_closes_is_written_not_lost(monkeypatch):
 
         monkeypatch.setattr(backlog.thread, "join", join_then_a_write_comes)
     assert "".join(stream.written) == "progress\na late warning\n"
+
+
+def test_a_live_panel_whose_redraws_were_dropped_ends_drawn_and_gives_the_cursor_back(afc):
+    """On a terminal paused for minutes (Ctrl-S, a stalled ssh session) the live panel's
+    redraws fill the backlog and what follows is dropped, the panel's end with it: its last
+    state, and the escape that shows the cursor again, which the panel hid at its start. The
+    terminal was left with no cursor (until a 'reset'), under a panel minutes old ("0/300
+    ... queued 300") above a summary of 300 succeeded. The panel ends once the backlog is
+    written out. The backlog is made small here (a few redraws) for a short run to fill it."""
+    count = 300
+    path = afc.write_manifest(manifest(jobs(count)))
+    leader, follower = pty.openpty()
+    small = (
+        "import sys; sys.argv[0] = 'afc'; from afc_cli import streams; "
+        "streams.detached.__wrapped__.__defaults__ = (3000,); "
+        "from afc_cli.__main__ import main; main()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", small, "submit", str(path), "-v"],
+        cwd=afc.cwd,
+        env={**afc.env, "TERM": "xterm", "COLUMNS": "100"},
+        stdout=subprocess.DEVNULL,
+        stderr=follower,
+    )
+    os.close(follower)
+    read: list[bytes] = []
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'", count, timeout=90)
+
+        def reader():
+            while True:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                read.append(chunk)
+
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        assert proc.wait(timeout=60) == 0
+        thread.join(timeout=10)
+    finally:
+        proc.kill()
+        os.close(leader)
+    out = b"".join(read)
+    assert b"lines of output were dropped" in out  # the backlog was full
+    hidden = out.rindex(b"\x1b[?25l")
+    assert b"\x1b[?25h" in out[hidden:]  # the cursor shown again
+    assert f"{count}/{count}".encode() in out  # the panel's last state
