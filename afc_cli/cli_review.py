@@ -189,8 +189,9 @@ def _decided(
                     else f"{failed:,} blocked jobs that needed them failed"
                 )
                 + " (DEPENDENCY_FAILED: 'afc status --status failed' lists them); 'afc resume'"
-                " passes them by, as it passes a rejected job: a re-submit whose manifest names"
-                " a new key in their needs, in place of the rejected one, runs them"
+                " passes them by, as it passes a rejected job, and a re-submit changes nothing"
+                " of a failed job: to run them, a new job under a new key replaces the rejected"
+                " one, and they go under new keys of their own whose needs name it"
             )
     sys.stdout.flush()
 

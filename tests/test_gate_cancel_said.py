@@ -90,3 +90,29 @@ def test_a_rejection_of_a_gate_says_how_many_jobs_behind_it_failed(afc, ledger_u
     assert afc("submit", "manifest.yaml", "-q", env=env).returncode == 0
     shown = afc("review", "reject", "third", "--reason", "no", "--json", env=env)
     assert json.loads(shown.stdout) == {"rejected": ["third"], "dependents_failed": 0}
+
+
+def test_a_rejection_says_the_re_submit_that_runs_the_jobs_it_failed(afc):
+    """It said "a re-submit whose manifest names a new key in their needs, in place of the
+    rejected one, runs them": such a re-submit changes nothing of a failed job (its gates
+    change only while it is not yet rendered: a warning, the job failed as before). What
+    runs them is what the run's own line says: new keys of their own, whose needs name the
+    new one. Followed as said, the advice runs them."""
+    jobs = [
+        {"key": "frame", "prompt": "a frame", "review": True},
+        {"key": "shot", "prompt": "a shot", "needs": ["frame"]},
+    ]
+    afc.write_manifest(manifest(jobs))
+    assert afc("submit", "manifest.yaml", "-q").returncode == 0
+    shown = afc("review", "reject", "frame", "--reason", "too cold")
+    assert shown.returncode == 0, shown.stderr
+    assert "new keys of their own" in shown.stderr, shown.stderr
+    jobs += [
+        {"key": "frame-2", "prompt": "another frame", "review": True},
+        {"key": "shot-2", "prompt": "a shot", "needs": ["frame-2"]},
+    ]
+    afc.write_manifest(manifest(jobs))
+    afc("submit", "manifest.yaml", "-q")
+    assert afc("review", "approve", "frame-2").returncode == 0
+    afc("resume", "-q")
+    assert afc.rows("SELECT status FROM jobs WHERE key = 'shot-2'") == [("succeeded",)]
