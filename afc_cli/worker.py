@@ -220,9 +220,22 @@ class Refill:
         if not added:
             return
         limits = [limits for limits, _ in self.opened.values()]
-        if merged_limits(limits) != merged_limits([*limits, *(s[0] for s in added.values())]):
+        before = merged_limits(limits)
+        after = merged_limits([*limits, *(settings[0] for settings in added.values())])
+        if _set_limits(before) != _set_limits(after):
             raise UsageError("a batch admitted since the loop started sets stricter limits")
         self.opened.update(added)
+
+
+def _set_limits(limits: dict[str, dict[str, int | None]]) -> dict[str, dict[str, int | None]]:
+    """The providers whose limits set something: one named with every value null limits
+    nothing, as one not named (a batch admitted with it ended a worker's feeding for no
+    change)."""
+    return {
+        name: values
+        for name, values in limits.items()
+        if any(value is not None for value in values.values())
+    }
 
 
 def drain_while_idle(

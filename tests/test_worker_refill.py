@@ -98,6 +98,15 @@ def test_a_batch_admitted_since_the_loop_started_joins_it_unless_its_limits_are_
         )
         assert len(joined(set())) == 4
         assert set(opened) == {"b0", "b1"}  # b1 is the loop's now: a change of it ends it
+        # a batch naming a provider with every limit null limits nothing: it joins too
+        nulls = '{"openai": {"concurrency": null, "per_minute": null}}'
+        with ledger.tx():
+            ledger.db.execute("UPDATE batches SET limits_json = ? WHERE name = 'b1'", [nulls])
+        opened = {"b0": (loose, rates)}
+        unlimited = Refill(
+            ledger, 4, 60, None, opened, lambda jobs: None, _Never(), WorkerResult(), None, settle
+        )
+        assert len(unlimited(set())) == 4
     finally:
         ledger.close()
 
