@@ -1329,6 +1329,10 @@ async def _fed(
                         job = ctx.ledger.job(job_id)
                         if job is not None:
                             ctx.ledger.release(job)
+                    # nor counted as claimed (``worker.Refill.given_back``)
+                    given_back = getattr(more, "given_back", None)
+                    if given_back is not None:
+                        given_back(new)
                     asked_out = ended = True
                     continue
                 ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))

@@ -205,6 +205,17 @@ class Refill:
             progress.total += len(jobs)
         return [job["id"] for job in jobs]
 
+    def given_back(self, job_ids: list[str]) -> None:
+        """A claim the loop gave back unrun (``run._fed``: an output it could not store, a
+        batch whose storage failed its check) is not counted, as a round's claim given back
+        before its loop is not: the worker's summary counted it claimed, and its live line
+        counted its jobs as to run in this loop."""
+        self.result.rounds -= 1
+        self.result.claimed -= len(job_ids)
+        progress = getattr(self.reporter, "progress", None)
+        if progress is not None:
+            progress.total -= len(job_ids)
+
     def _take_admitted(self) -> None:
         """Batches admitted since the loop started join it (its storage opened and checked,
         its rate cards read: ``run._open_batches``), unless they make a provider's limits

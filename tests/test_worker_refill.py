@@ -47,6 +47,37 @@ def test_claims_join_one_run_loop_and_every_job_runs_once(admitted, monkeypatch,
         ledger.close()
 
 
+def test_a_claim_given_back_by_the_loop_is_not_counted_as_claimed(
+    admitted, afc, monkeypatch, tmp_path
+):
+    """A batch the round first meets in a refill, whose storage fails its check that time (a
+    5xx): its claim goes back, the next round runs it. The summary counted it claimed twice."""
+    from afc_cli.errors import StorageError
+
+    url, _ = admitted
+    monkeypatch.setenv("AFC_SPOOL_DIR", str(tmp_path / "spool"))
+    other = load_manifest(afc.write_manifest(manifest(jobs(1), batch="b2"), "b2.yaml"))
+    ledger = Ledger(url)
+    try:
+        ledger.admit(other, f"file://{afc.cwd}/out2", RateCards())
+    finally:
+        ledger.close()
+
+    checks = []
+    check_storage = run_mod.check_storage
+
+    def failing_once(storage, *args, **kwargs):
+        if storage.url.endswith("/out2") and not checks:
+            checks.append(storage.url)
+            raise StorageError("storage unavailable: 503 Slow Down", retryable=True)
+        return check_storage(storage, *args, **kwargs)
+
+    monkeypatch.setattr(run_mod, "check_storage", failing_once)
+    result = work(ledger_path=url, concurrency=1, claim=3, grace_s=5, until_idle=True)
+    assert checks  # the refill met the failing check
+    assert (result.claimed, result.finished) == (11, 11)
+
+
 def test_a_claim_the_loop_cannot_run_is_released_and_ends_the_feeding(admitted):
     """Jobs of a batch changed since the loop started (its rate cards or limits, read at its
     start) go back at once; the worker's next round claims them with a fresh loop."""
