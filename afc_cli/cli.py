@@ -197,6 +197,9 @@ def _boundary(
 
     global _began
     _began = True
+    from afc_cli import streams
+
+    streams.say_to = _err  # the ledger's waits said (streams.say)
 
     def partly(what: str) -> str:
         return (

@@ -172,8 +172,9 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
         # (postgres.LOCK_WAIT_S): the server and the connection are fine
         fix = (
             "another session held a lock on the ledger's jobs too long (a psql session left "
-            "in a transaction, an 'afc ledger copy' under way: pg_stat_activity shows it, "
-            "afc's own with application_name 'afc'): let it end or end it"
+            "in a transaction, an 'afc ledger copy' under way, a re-submit changing the needs "
+            "of a batch's many thousands of jobs: pg_stat_activity shows it, afc's own with "
+            "application_name 'afc'): let it end or end it"
         )
     elif str(path).startswith(("postgresql:", "postgres:")) and _cancelled(exc):
         # the server cancelled the statement: a statement_timeout set for the server, the

@@ -231,6 +231,18 @@ def detached(limit: int = BACKLOG_BYTES):
             stream._backlog.close()
 
 
+# Where ``say`` writes: a line for the person at the command from code that has no reporter
+# (the ledger waiting on another afc, ``PostgresLedger._hold_walk``). The command line's
+# boundary sets it (cli.py ``_boundary``); a library caller is told nothing.
+say_to: Callable[[str], None] | None = None
+
+
+def say(message: str) -> None:
+    """Tell the person at the command ``message`` (``say_to``), if there is one."""
+    if say_to is not None:
+        say_to(message)
+
+
 def pipe_closed() -> bool:
     """Whether a guarded stream's reader went away (EPIPE) already."""
     return _pipe_closed

@@ -69,6 +69,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from afc_cli import streams
 from afc_cli.errors import (
     LedgerError,
     LedgerUnreachable,
@@ -1083,9 +1084,19 @@ class PostgresLedger(Ledger):
         # by the same transaction (a rejection of several gates) it is already held. A
         # batch's key is computed here, so a rejection of several batches' gates takes their
         # locks in one order (the keys') whatever the batches are called, as every process
+        # does. Tried first: held by another afc (a re-submit of 10,000 shots giving them a
+        # new need holds it about 9 s, shared), the wait is said (``streams.say``), where the
+        # command was silent until it ended, or until the lock timeout's error
         how = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        for key in sorted({zlib.crc32(batch.encode()) & 0x7FFFFFFF for batch in batches}):
-            self.db.execute(f"SELECT {how}(?, ?)", (WALK_LOCK, key))
+        keys = {zlib.crc32(batch.encode()) & 0x7FFFFFFF: batch for batch in batches}
+        for key in sorted(keys):
+            if not self._one(f"SELECT pg_try{how[2:]}(?, ?) AS held", (WALK_LOCK, key))["held"]:
+                streams.say(
+                    f"waiting for another afc changing the jobs of batch {keys[key]!r} behind"
+                    " their needs (a re-submit of it, a review decision, a cancel or a retry;"
+                    f" for thousands of jobs, seconds), up to {LOCK_WAIT_S:g} s"
+                )
+                self.db.execute(f"SELECT {how}(?, ?)", (WALK_LOCK, key))
 
     def _hold_output(self, output_key: str) -> Callable[[], bool]:
         # A transaction-scoped advisory lock per output key (a hash: two keys sharing one
