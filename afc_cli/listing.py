@@ -56,7 +56,9 @@ def waiting_now(job: dict[str, Any], said: str | None, now: float) -> str | None
 
 
 def paused_for(
-    job: dict[str, Any], awaited: dict[str, list[str]], batched: bool = False
+    job: dict[str, Any],
+    awaited: dict[str, list[tuple[str, str | None]]],
+    batched: bool = False,
 ) -> str | None:
     """What a blocked job waits for (its needs not yet succeeded: ``Ledger.awaited_needs``)
     and what a job awaiting review waits for: ``afc status`` showed them with no reason, where
@@ -67,7 +69,21 @@ def paused_for(
         named = f"{job['key']} --batch {job['batch']}" if batched else job["key"]
         return f"awaiting a person's review: afc review approve {named} (or reject)"
     if job["status"] == "blocked":
-        needs = awaited.get(job["id"])
+        awaited_here = awaited.get(job["id"]) or []
+        # a need that ended badly (the job retried alone): "waiting for" it said the job
+        # could still run, where the next run fails it at once, as 'afc retry' said
+        ended = [(key, status) for key, status in awaited_here if status in ENDED_BADLY]
+        if ended:
+            key, status = ended[0]
+            fix = (
+                "a rejected job is final"
+                if status == "rejected"
+                else f"'afc retry {key}' lets it run"
+            )
+            return (
+                f"its need '{key}' ended {status}: the next run fails it (DEPENDENCY_FAILED); {fix}"
+            )
+        needs = [key for key, _status in awaited_here]
         if needs:
             more = f" and {len(needs) - 3} more" if len(needs) > 3 else ""
             return f"waiting for {plural(len(needs), 'need')}: {', '.join(needs[:3])}{more}"
@@ -95,6 +111,8 @@ def paused_reasons(book: Ledger, rows: list[dict[str, Any]]) -> dict[str, str]:
 
 
 PAUSED = ("awaiting_review", "blocked")
+# The ends of a need that fail the jobs that need it (DEPENDENCY_FAILED)
+ENDED_BADLY = ("failed", "rejected", "cancelled", "dead")
 
 
 def parse_statuses(values: list[str] | None) -> list[str] | None:
@@ -171,7 +189,7 @@ def status_view(
 def _status_jobs(
     book: Ledger,
     chunks: Any,
-    awaited: dict[str, list[str]],
+    awaited: dict[str, list[tuple[str, str | None]]],
     batched: bool,
     now: float,
 ) -> Any:
