@@ -128,17 +128,30 @@ class Settle:
     look would have made runnable. ``clock`` is injectable for tests."""
 
     def __init__(
-        self, ledger: Ledger, batch: str | None, clock: Callable[[], float] = time.monotonic
+        self,
+        ledger: Ledger,
+        batch: str | None,
+        clock: Callable[[], float] = time.monotonic,
+        failed: Callable[[list[dict[str, Any]]], None] | None = None,
     ):
         self.ledger, self.batch, self.clock = ledger, batch, clock
         self.next_at: float | None = None  # when the next look is due; at once at first
+        # told the jobs a look failed with DEPENDENCY_FAILED (``Worker``'s line and exit
+        # code count them; said one line each, as 'afc resume' says the jobs it fails so)
+        self.failed = failed
 
     def __call__(self, force: bool = False) -> int:
         """Settle now if due (or ``force``): how many jobs it settled."""
         began = self.clock()
         if not force and self.next_at is not None and began < self.next_at:
             return 0
-        settled = self.ledger.settle_ready_blocked(self.batch, SETTLE_AT_ONCE)
+        if self.failed is None:
+            settled = self.ledger.settle_ready_blocked(self.batch, SETTLE_AT_ONCE)
+        else:
+            failed: list[dict[str, Any]] = []
+            settled = self.ledger.settle_ready_blocked(self.batch, SETTLE_AT_ONCE, failed)
+            if failed:
+                self.failed(failed)
         more = settled >= SETTLE_AT_ONCE  # more left to settle: looked for at the next claim
         self.next_at = began if more else began + (self.clock() - began) / SETTLE_SHARE
         return settled
@@ -521,7 +534,17 @@ def work(
                 stop.wait(0.1)
             ledger.refuse_moved()
 
-        settle = Settle(ledger, batch)
+        def dependents_failed(jobs: list[dict[str, Any]]) -> None:
+            """Jobs this worker's look failed (their need ended badly): ended by this worker,
+            counted and said as the jobs its runs end are."""
+            result.finished += len(jobs)
+            result.failed += len(jobs)
+            for job in jobs if reporter is not None else ():
+                reporter.notice(
+                    f"{job['batch']}/{job['key']}: ended failed: DEPENDENCY_FAILED: {job['error']}"
+                )
+
+        settle = Settle(ledger, batch, failed=dependents_failed)
 
         def claim_now() -> list[dict[str, Any]]:
             ledger.check_schema()  # a newer afc migrated it meanwhile: stop, nothing in flight

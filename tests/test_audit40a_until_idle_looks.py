@@ -102,12 +102,12 @@ def test_a_migration_met_by_the_look_before_a_claim_is_said_as_one(
     looks: list[int] = []
     real = Ledger.settle_ready_blocked
 
-    def migrated_meanwhile(self, batch=None, limit=1000):
+    def migrated_meanwhile(self, batch=None, limit=1000, failed=None):
         looks.append(1)
         if len(looks) == 2:  # the second claim's look: the newer afc has just migrated
             _sql(ledger_url, afc, bookkeeping)
             raise RuntimeError("cached plan must not change result type")
-        return real(self, batch, limit)
+        return real(self, batch, limit, failed)
 
     monkeypatch.setattr(Ledger, "settle_ready_blocked", migrated_meanwhile)
     with pytest.raises(LedgerError, match="was migrated by a newer afc"):

@@ -34,8 +34,9 @@ def test_a_retry_counts_the_jobs_after_a_dependent_that_fails_again(afc, ledger_
     said = "  2 of them also need a job that ended badly: the next run fails them again at once"
     assert said in shown.stderr, shown.stderr
 
-    # as it said: the next run fails both again
-    assert afc("worker", "--until-idle", env=env).returncode == 0
+    # as it said: the next run fails both again (said and counted by the worker, exit 1, as
+    # 'afc resume' does: tests/test_readme_worker_dependents.py)
+    assert afc("worker", "--until-idle", env=env).returncode == 1
     for key in ("shot", "edit"):
         job = afc.json("show", key, env=env)["job"]
         assert (job["status"], job["error"]["code"]) == ("failed", "DEPENDENCY_FAILED"), job

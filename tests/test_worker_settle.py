@@ -69,14 +69,14 @@ def _slow_looks(monkeypatch) -> list[str | None]:
     looks: list[str | None] = []
     real = Ledger.settle_ready_blocked
 
-    def timed(self, batch=None, limit=1000):
+    def timed(self, batch=None, limit=1000, failed=None):
         looks.append(batch)
         clock[0] += 1.0
-        return real(self, batch, limit)
+        return real(self, batch, limit, failed)
 
     class Clocked(Settle):
-        def __init__(self, ledger, batch):
-            super().__init__(ledger, batch, clock=lambda: clock[0])
+        def __init__(self, ledger, batch, failed=None):
+            super().__init__(ledger, batch, clock=lambda: clock[0], failed=failed)
 
     monkeypatch.setattr(Ledger, "settle_ready_blocked", timed)
     monkeypatch.setattr(worker_mod, "Settle", Clocked)

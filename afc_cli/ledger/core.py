@@ -4065,12 +4065,16 @@ class Ledger:
                 (_dumps(inputs), job["id"], provider, number),
             )
 
-    def settle_ready_blocked(self, batch: str | None = None, limit: int = 1000) -> int:
+    def settle_ready_blocked(
+        self, batch: str | None = None, limit: int = 1000, failed: list | None = None
+    ) -> int:
         """Settle the blocked jobs none of whose needs is still unfinished (each need
         succeeded, ended badly or is missing): ``queued``, or failed with DEPENDENCY_FAILED
         (``settle_blocked``, one transaction each). ``afc worker`` claims only active jobs, so
         its claims call this first; a job whose need is still being worked on stays blocked
-        for a later claim. Returns how many were settled."""
+        for a later claim. Returns how many were settled; the jobs it failed are appended to
+        ``failed`` (their batch, key and error message): the worker says each and counts
+        them, as 'afc resume' does the jobs its run fails so."""
         open_needs = _in((*ACTIVE, "blocked", "awaiting_review"))
         where, params = _claim_scope(batch, "j.status = 'blocked'", f"j.batch{self.CODE_POINT}")
         sql = (
@@ -4082,8 +4086,15 @@ class Ledger:
         rows = self._all(sql, [*params, limit])
         settled = 0
         for row in rows:
-            if self.settle_blocked(row["id"])[0] != "blocked":
+            status = self.settle_blocked(row["id"])[0]
+            if status != "blocked":
                 settled += 1
+            if status == "failed" and failed is not None:
+                job = self.job(row["id"])
+                if job is not None and job["error_code"] == "DEPENDENCY_FAILED":
+                    failed.append(
+                        {"batch": job["batch"], "key": job["key"], "error": job["error_message"]}
+                    )
         return settled
 
     # --- the pictures (afc report --html, afc serve: afc_cli/web/sheet.py) -------------------
