@@ -32,6 +32,25 @@ def _other_write_succeeds(afc) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def _reading(leader: int, read: list[bytes]) -> threading.Thread:
+    """A thread that reads a pty's other side into ``read`` until it closes: the reader
+    back."""
+
+    def reader() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            read.append(chunk)
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_run_whose_stderr_pipe_nobody_reads_ends_its_jobs_and_holds_nothing(afc):
     path = afc.write_manifest(manifest(jobs(JOBS)))
     proc = subprocess.Popen(
@@ -108,19 +127,7 @@ def test_a_run_on_a_paused_terminal_ends_its_jobs_and_holds_nothing(afc):
         wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'", JOBS, timeout=90)
         _other_write_succeeds(afc)
         assert proc.poll() is None
-
-        def reader():
-            while True:
-                try:
-                    chunk = os.read(leader, 65536)
-                except OSError:
-                    return
-                if not chunk:
-                    return
-                read.append(chunk)
-
-        thread = threading.Thread(target=reader, daemon=True)
-        thread.start()
+        _reading(leader, read)
         assert proc.wait(timeout=60) == 0
     finally:
         proc.kill()
@@ -232,19 +239,7 @@ def test_a_live_panel_whose_redraws_were_dropped_ends_drawn_and_gives_the_cursor
     read: list[bytes] = []
     try:
         wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'", count, timeout=90)
-
-        def reader():
-            while True:
-                try:
-                    chunk = os.read(leader, 65536)
-                except OSError:
-                    return
-                if not chunk:
-                    return
-                read.append(chunk)
-
-        thread = threading.Thread(target=reader, daemon=True)
-        thread.start()
+        thread = _reading(leader, read)
         assert proc.wait(timeout=60) == 0
         thread.join(timeout=10)
     finally:
