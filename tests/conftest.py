@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +15,13 @@ from typing import Any
 
 import pytest
 import yaml
+
+# A suite started in the background by a non-interactive shell (`make test &`, `(make test &)`
+# in a script, some CI runners) inherits SIGINT ignored, and so did every afc child: the tests
+# that stop afc with SIGINT (Ctrl-C) saw it go on, exit 0 or time out. Handled here, exec'd
+# children get SIGINT's default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The suite's servers are on loopback: a proxy in the environment (a CI machine's) would be
 # asked for them (afc's provider calls, webhooks and S3 honour HTTP_PROXY / HTTPS_PROXY)
