@@ -8,6 +8,7 @@ from typing import Any
 from afc_cli.costs import plural
 from afc_cli.errors import UsageError
 from afc_cli.ledger import ACTIVE, TERMINAL, Ledger
+from afc_cli.ledger.core import NEED_FAILED
 from afc_cli.owner import held_by_no_process
 from afc_cli.owner import process_gone as owner_process_gone
 from afc_cli.storage import object_path, object_url
@@ -72,7 +73,7 @@ def paused_for(
         awaited_here = awaited.get(job["id"]) or []
         # a need that ended badly (the job retried alone): "waiting for" it said the job
         # could still run, where the next run fails it at once, as 'afc retry' said
-        ended = [(key, status) for key, status in awaited_here if status in ENDED_BADLY]
+        ended = [(key, status) for key, status in awaited_here if status in NEED_FAILED]
         if ended:
             key, status = ended[0]
             fix = (
@@ -111,8 +112,6 @@ def paused_reasons(book: Ledger, rows: list[dict[str, Any]]) -> dict[str, str]:
 
 
 PAUSED = ("awaiting_review", "blocked")
-# The ends of a need that fail the jobs that need it (DEPENDENCY_FAILED)
-ENDED_BADLY = ("failed", "rejected", "cancelled", "dead")
 
 
 def parse_statuses(values: list[str] | None) -> list[str] | None:

@@ -1204,8 +1204,7 @@ async def _open_batches(ctx: RunContext, job_ids: list[str]) -> None:
         if name in ctx.checked:
             continue
         if name not in ctx.storages:
-            (row,) = (row for row in ctx.ledger.batches() if row["name"] == name)
-            ctx.storages[name] = storage_mod.open(row["storage"])
+            ctx.storages[name] = storage_mod.open(ctx.ledger.batch(name)["storage"])
             ctx.rates[name] = batch_rates(ctx.ledger)[name]
         open_batch(ctx.ledger, name, ctx.storages[name], check=False)
         await ctx.network(check_storage, ctx.storages[name])

@@ -145,13 +145,10 @@ class Settle:
         began = self.clock()
         if not force and self.next_at is not None and began < self.next_at:
             return 0
-        if self.failed is None:
-            settled = self.ledger.settle_ready_blocked(self.batch, SETTLE_AT_ONCE)
-        else:
-            failed: list[dict[str, Any]] = []
-            settled = self.ledger.settle_ready_blocked(self.batch, SETTLE_AT_ONCE, failed)
-            if failed:
-                self.failed(failed)
+        failed: list[dict[str, Any]] = []
+        settled = self.ledger.settle_ready_blocked(self.batch, SETTLE_AT_ONCE, failed)
+        if failed and self.failed is not None:
+            self.failed(failed)
         more = settled >= SETTLE_AT_ONCE  # more left to settle: looked for at the next claim
         self.next_at = began if more else began + (self.clock() - began) / SETTLE_SHARE
         return settled
@@ -160,15 +157,16 @@ class Settle:
 class Refill:
     """The run loop's ``more`` (run.run_jobs): when it runs low, the next claim's jobs join the
     running loop instead of a new loop starting per claim (a third of a worker's time went
-    to restarting the loop, at a claim of a thousand instant jobs). A claim made once the
-    ledger's batches differ from those the loop opened (``opened``: ``batch_settings``, its
-    batches with their provider ``limits`` and rate cards: a batch admitted since, or one a
-    re-submit changed; or once a newer afc migrated the ledger), or that holds a provider
+    to restarting the loop, at a claim of a thousand instant jobs). A claim made once a batch
+    the loop opened has changed (``opened``: ``batch_settings``, its batches with their
+    provider ``limits`` and rate cards, which a re-submit changed), once a batch was admitted
+    with stricter limits than the loop's (``_take_admitted``; one with no stricter limits
+    joins the loop), or once a newer afc migrated the ledger, or that holds a provider
     without its key here or a chain the budget cannot price, is released at once and ends the
     feeding: the loop drains, and the worker's next round claims again with everything read
-    afresh (and reports the error as it did). The loop holds the batches, limits and prices of its start, and a busy worker's
-    loop, fed claim after claim, never ended to read them again (a limit lowered after a
-    provider's 429s went on unheeded for as long as work came)."""
+    afresh (and reports the error as it did). The loop holds the limits and prices of its
+    start, and a busy worker's loop, fed claim after claim, never ended to read them again (a
+    limit lowered after a provider's 429s went on unheeded for as long as work came)."""
 
     def __init__(
         self,
@@ -211,11 +209,7 @@ class Refill:
                 self.ledger.release(job)
             self.done = True
             return []
-        self.result.rounds += 1
-        self.result.claimed += len(jobs)
-        progress = getattr(self.reporter, "progress", None)  # the live line's job count
-        if progress is not None:
-            progress.total += len(jobs)
+        self._count(1, len(jobs))
         return [job["id"] for job in jobs]
 
     def given_back(self, job_ids: list[str]) -> None:
@@ -223,11 +217,15 @@ class Refill:
         batch whose storage failed its check) is not counted, as a round's claim given back
         before its loop is not: the worker's summary counted it claimed, and its live line
         counted its jobs as to run in this loop."""
-        self.result.rounds -= 1
-        self.result.claimed -= len(job_ids)
+        self._count(-1, -len(job_ids))
+
+    def _count(self, rounds: int, jobs: int) -> None:
+        """The worker's round and claim counts, and the live line's job count."""
+        self.result.rounds += rounds
+        self.result.claimed += jobs
         progress = getattr(self.reporter, "progress", None)
         if progress is not None:
-            progress.total -= len(job_ids)
+            progress.total += jobs
 
     def _take_admitted(self) -> None:
         """Batches admitted since the loop started join it (its storage opened and checked,

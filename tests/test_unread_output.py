@@ -32,6 +32,21 @@ def _other_write_succeeds(afc) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def _on_a_pty(afc, command: list[str]) -> tuple[subprocess.Popen, int]:
+    """``command`` started with its stderr on a terminal (a pty) that nobody reads yet, and
+    that terminal's other side."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        command,
+        cwd=afc.cwd,
+        env={**afc.env, "TERM": "xterm", "COLUMNS": "100"},
+        stdout=subprocess.DEVNULL,
+        stderr=follower,
+    )
+    os.close(follower)
+    return proc, leader
+
+
 def _reading(leader: int, read: list[bytes]) -> threading.Thread:
     """A thread that reads a pty's other side into ``read`` until it closes: the reader
     back."""
@@ -113,15 +128,7 @@ def test_a_run_on_a_paused_terminal_ends_its_jobs_and_holds_nothing(afc):
     """A terminal nobody reads (a pty whose other side is not read; as Ctrl-S) blocks rich's
     live panel and its lines above it, as a full pipe blocks plain lines."""
     path = afc.write_manifest(manifest(jobs(JOBS)))
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        afc.command("submit", str(path), "-v"),
-        cwd=afc.cwd,
-        env={**afc.env, "TERM": "xterm", "COLUMNS": "100"},
-        stdout=subprocess.DEVNULL,
-        stderr=follower,
-    )
-    os.close(follower)
+    proc, leader = _on_a_pty(afc, afc.command("submit", str(path), "-v"))
     read: list[bytes] = []
     try:
         wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'", JOBS, timeout=90)
@@ -222,20 +229,12 @@ def test_a_live_panel_whose_redraws_were_dropped_ends_drawn_and_gives_the_cursor
     written out. The backlog is made small here (a few redraws) for a short run to fill it."""
     count = 300
     path = afc.write_manifest(manifest(jobs(count)))
-    leader, follower = pty.openpty()
     small = (
         "import sys; sys.argv[0] = 'afc'; from afc_cli import streams; "
         "streams.detached.__wrapped__.__defaults__ = (3000,); "
         "from afc_cli.__main__ import main; main()"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", small, "submit", str(path), "-v"],
-        cwd=afc.cwd,
-        env={**afc.env, "TERM": "xterm", "COLUMNS": "100"},
-        stdout=subprocess.DEVNULL,
-        stderr=follower,
-    )
-    os.close(follower)
+    proc, leader = _on_a_pty(afc, [sys.executable, "-c", small, "submit", str(path), "-v"])
     read: list[bytes] = []
     try:
         wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'", count, timeout=90)

@@ -19,7 +19,9 @@ class _Book:
         self.clock, self.took, self.settled = clock, took, settled
         self.looks: list[tuple[float, str | None]] = []
 
-    def settle_ready_blocked(self, batch: str | None = None, limit: int = 1000) -> int:
+    def settle_ready_blocked(
+        self, batch: str | None = None, limit: int = 1000, failed: list | None = None
+    ) -> int:
         self.looks.append((self.clock[0], batch))
         self.clock[0] += self.took
         return self.settled

@@ -1087,16 +1087,16 @@ class PostgresLedger(Ledger):
         # does. Tried first: held by another afc (a re-submit of 10,000 shots giving them a
         # new need holds it about 9 s, shared), the wait is said (``streams.say``), where the
         # command was silent until it ended, or until the lock timeout's error
-        how = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        how = "advisory_xact_lock_shared" if shared else "advisory_xact_lock"
         keys = {zlib.crc32(batch.encode()) & 0x7FFFFFFF: batch for batch in batches}
         for key in sorted(keys):
-            if not self._one(f"SELECT pg_try{how[2:]}(?, ?) AS held", (WALK_LOCK, key))["held"]:
+            if not self._one(f"SELECT pg_try_{how}(?, ?) AS held", (WALK_LOCK, key))["held"]:
                 streams.say(
                     f"waiting for another afc changing the jobs of batch {keys[key]!r} behind"
                     " their needs (a re-submit of it, a review decision, a cancel or a retry;"
                     f" for thousands of jobs, seconds), up to {LOCK_WAIT_S:g} s"
                 )
-                self.db.execute(f"SELECT {how}(?, ?)", (WALK_LOCK, key))
+                self.db.execute(f"SELECT pg_{how}(?, ?)", (WALK_LOCK, key))
 
     def _hold_output(self, output_key: str) -> Callable[[], bool]:
         # A transaction-scoped advisory lock per output key (a hash: two keys sharing one
