@@ -406,6 +406,7 @@ def _print_run(
             "own run, and --no-run runs nothing: 'afc resume' and 'afc worker' run these jobs "
             "under their own --max-spend (none given: no cap)"
         )
+    _print_budget_elsewhere(result)
     jobs = [job_json(row) for row in result.jobs]
     if json_out:  # what 'afc status --json' says they wait for (the summary words its own)
         for row, job in zip(result.jobs, jobs, strict=True):
@@ -517,6 +518,30 @@ def _print_run(
             f"interrupted: {stats.finished} job(s) finished in this run, {left} left to do, "
             f"{abandoned}; {_spend_line(stats, result.budget)}. Continue with 'afc resume'."
         )
+
+
+def _print_budget_elsewhere(result: Any) -> None:
+    """Under a budget, the jobs this run left to another live afc process (``run
+    .note_held_elsewhere``: an ``afc worker`` of the same ledger, another submit) are said
+    to be outside it. A cap holds the calls of the run given it (``Ledger.start_attempt``,
+    its run id); the other process renders them under its own ``--max-spend``, or none. A
+    manifest with ``budget: "0.05"`` submitted beside a worker said only that its jobs were
+    being run by another afc process, and 'this run spent 0.000000 USD', while the worker
+    paid for every one of them uncapped (0.15 USD for three), as ``--no-run`` warns."""
+    from afc_cli.costs import format_usd, plural
+
+    elsewhere = [row for row in result.jobs if row.get("held_elsewhere")]
+    if result.budget is None or not elsewhere:
+        return
+    where = "--max-spend" if result.budget.source == "--max-spend" else "the manifest's budget"
+    batches = sorted({row["batch"] for row in elsewhere})
+    named = f"batch{'es' if len(batches) > 1 else ''} {', '.join(batches)}"
+    _err(
+        f"warning: {where} of {format_usd(result.budget.cap_micros)} USD caps this run's own "
+        f"calls: {plural(len(elsewhere), 'job')} of {named} "
+        f"{'is' if len(elsewhere) == 1 else 'are'} run by another afc process, under that "
+        "process's own budget (an afc worker's --max-spend; none given: no cap), not this one"
+    )
 
 
 def _print_stuck(stuck: list[dict[str, Any]]) -> None:

@@ -1389,6 +1389,8 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
                 )
                 continue
             host, rest = (parse_owner(holder) or (holder, "?"))[:2]
+            # its calls are that process's, under its budget, not this run's (cli._print_run)
+            row["held_elsewhere"] = True
             row["waiting_reason"] = (
                 f"being run by another afc process (pid {rest} on {host}); this run left it alone"
             )
