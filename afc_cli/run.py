@@ -161,21 +161,28 @@ class Budget:
         over spend it cannot estimate."""
         if self.allow_unpriced:
             return
-        unpriced = sorted(
-            {
-                f"{entry['provider']}/{entry['model']}"
-                for batch, chain in chains
-                for entry in chain
-                if rates(batch).estimate(entry["provider"], entry["model"]) is None
-            }
-        )
+        # each unpriced model with the batches whose rate cards lack it: a resume or a
+        # worker runs many batches, and a worker service stopped (exit 2) by a batch admitted
+        # without a card for its model named the model alone, not the manifest to fix
+        unpriced: dict[str, set[str]] = {}
+        for batch, chain in chains:
+            for entry in chain:
+                if rates(batch).estimate(entry["provider"], entry["model"]) is None:
+                    unpriced.setdefault(f"{entry['provider']}/{entry['model']}", set()).add(batch)
         if unpriced:
             raise UsageError(
                 f"{self.source}: a budget needs a per-image rate card for every model that may "
                 "run; unpriced: "
-                + ", ".join(unpriced)
+                + ", ".join(f"{model} ({_batches(unpriced[model])})" for model in sorted(unpriced))
                 + ". Add rates, or pass --allow-unpriced (their spend is then not capped)."
             )
+
+
+def _batches(names: set[str], shown: int = 3) -> str:
+    """``batch b1``, ``batches b1, b2``: the batches an unpriced model comes from."""
+    named = sorted(names)
+    more = f" and {len(named) - shown} more" if len(named) > shown else ""
+    return f"batch{'es' if len(named) > 1 else ''} {', '.join(named[:shown])}{more}"
 
 
 class RunThreads(concurrent.futures.ThreadPoolExecutor):
