@@ -3662,12 +3662,14 @@ class Ledger:
             (job_id,),
         )
 
-    def settle_blocked(self, job_id: str) -> tuple[str, list[str]]:
+    def settle_blocked(self, job_id: str, failed: list | None = None) -> tuple[str, list[str]]:
         """Decide a blocked job against its needs, in one transaction: every need succeeded
         -> ``queued`` (event ``unblocked``); a need failed, rejected, cancelled or dead -> the
         job fails with ``DEPENDENCY_FAILED`` naming it; else it stays ``blocked``. Returns the
         job's status and, while blocked, the ids of the needs it still waits for. A job that
-        is not blocked is left as it is."""
+        is not blocked is left as it is. ``failed``: the job's id is appended to it when this
+        call failed it; the status returned is ``failed`` too when another process (another
+        worker's look, a rejection) had failed it since the caller read it blocked."""
         with self.tx():
             job = self.job(job_id)
             if job is None:
@@ -3689,6 +3691,8 @@ class Ledger:
                 return "blocked", waiting
             if ended:
                 self._fail_dependency(job, ended[0])
+                if failed is not None and job["status"] == "failed":
+                    failed.append(job_id)
                 return job["status"], []
             cursor = self.db.execute(
                 "UPDATE jobs SET status = 'queued', updated_at = ? WHERE id = ?"
@@ -4086,10 +4090,15 @@ class Ledger:
         rows = self._all(sql, [*params, limit])
         settled = 0
         for row in rows:
-            status = self.settle_blocked(row["id"])[0]
+            # the jobs this look failed, not those another process failed since the read
+            # above (another worker's look of the same jobs, a rejection's walk): each was
+            # said and counted by every worker that met it so, and a worker that failed none
+            # exited 1 (test_audit42a_settle_counted_once)
+            failed_here: list[str] = []
+            status = self.settle_blocked(row["id"], failed_here)[0]
             if status != "blocked":
                 settled += 1
-            if status == "failed" and failed is not None:
+            if failed_here and failed is not None:
                 job = self.job(row["id"])
                 if job is not None and job["error_code"] == "DEPENDENCY_FAILED":
                     failed.append(
