@@ -58,7 +58,7 @@ def waiting_now(job: dict[str, Any], said: str | None, now: float) -> str | None
 
 def paused_for(
     job: dict[str, Any],
-    awaited: dict[str, list[tuple[str, str | None]]],
+    awaited: dict[str, list[tuple[str, str | None, str | None]]],
     batched: bool = False,
 ) -> str | None:
     """What a blocked job waits for (its needs not yet succeeded: ``Ledger.awaited_needs``)
@@ -73,9 +73,18 @@ def paused_for(
         awaited_here = awaited.get(job["id"]) or []
         # a need that ended badly (the job retried alone): "waiting for" it said the job
         # could still run, where the next run fails it at once, as 'afc retry' said
-        ended = [(key, status) for key, status in awaited_here if status in NEED_FAILED]
+        ended = [need for need in awaited_here if need[1] in NEED_FAILED]
         if ended:
-            key, status = ended[0]
+            key, status, code = ended[0]
+            if code == "DEPENDENCY_FAILED":
+                # failed for a job it needs in turn: a retry of it alone puts it back behind
+                # that job, which still ended badly, and the next run fails both again
+                # (``Ledger._fail_dependency`` says the same of the need itself)
+                return (
+                    f"its need '{key}' ended {status}, itself DEPENDENCY_FAILED: the next run"
+                    " fails it (DEPENDENCY_FAILED); a retry of the job that ended badly"
+                    f" ('afc show {key}' names it) puts '{key}' and this job back"
+                )
             fix = (
                 "a rejected job is final"
                 if status == "rejected"
@@ -84,7 +93,7 @@ def paused_for(
             return (
                 f"its need '{key}' ended {status}: the next run fails it (DEPENDENCY_FAILED); {fix}"
             )
-        needs = [key for key, _status in awaited_here]
+        needs = [key for key, _status, _code in awaited_here]
         if needs:
             more = f" and {len(needs) - 3} more" if len(needs) > 3 else ""
             return f"waiting for {plural(len(needs), 'need')}: {', '.join(needs[:3])}{more}"
@@ -188,7 +197,7 @@ def status_view(
 def _status_jobs(
     book: Ledger,
     chunks: Any,
-    awaited: dict[str, list[tuple[str, str | None]]],
+    awaited: dict[str, list[tuple[str, str | None, str | None]]],
     batched: bool,
     now: float,
 ) -> Any:

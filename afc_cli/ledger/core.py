@@ -4229,13 +4229,16 @@ class Ledger:
         ).fetchall()
         return {status: int(count) for status, count in rows}
 
-    def awaited_needs(self, batch: str | None = None) -> dict[str, list[tuple[str, str | None]]]:
+    def awaited_needs(
+        self, batch: str | None = None
+    ) -> dict[str, list[tuple[str, str | None, str | None]]]:
         """For each blocked job (of ``batch``, or the ledger), the keys of the needs it still
-        waits for (not succeeded) with their status, in one query: what ``afc status`` says it
-        waits for, or that one of them ended badly (an 'afc retry' of the job alone), which
-        the next run fails it for."""
+        waits for (not succeeded) with their status and error code, in one query: what ``afc
+        status`` says it waits for, or that one of them ended badly (an 'afc retry' of the job
+        alone), which the next run fails it for."""
         sql = (
-            "SELECT n.job_id, n.need_key, d.status FROM job_needs n JOIN jobs j ON j.id = n.job_id"
+            "SELECT n.job_id, n.need_key, d.status, d.error_code"
+            " FROM job_needs n JOIN jobs j ON j.id = n.job_id"
             " LEFT JOIN jobs d ON d.id = n.need_id WHERE j.status = 'blocked'"
             " AND (d.status IS NULL OR d.status <> 'succeeded')"
         )
@@ -4243,10 +4246,10 @@ class Ledger:
         if batch is not None:
             sql += " AND j.batch = ?"
             params.append(batch)
-        awaited: dict[str, list[tuple[str, str | None]]] = {}
+        awaited: dict[str, list[tuple[str, str | None, str | None]]] = {}
         order = f" ORDER BY n.job_id, n.need_key{self.CODE_POINT}"
-        for job_id, key, status in self.db.execute(sql + order, params):
-            awaited.setdefault(job_id, []).append((key, status))
+        for job_id, key, status, code in self.db.execute(sql + order, params):
+            awaited.setdefault(job_id, []).append((key, status, code))
         return awaited
 
     def _blocked_among(self, job_ids: list[str], condition: str = "") -> list[str]:
