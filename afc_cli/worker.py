@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from afc_cli import streams
 from afc_cli.errors import (
     EXIT_BUDGET,
     EXIT_INTERRUPTED,
@@ -319,7 +320,12 @@ def drain_while_idle(
             loop.remove_reader(stop.fileno())
             await deliverer.close()
 
-    return asyncio.run(main())
+    # its claims look for blocked jobs (``Settle``) and say the ones they fail, their writes
+    # waiting in the group's open transaction: written by a thread of their own, as a round's
+    # lines are (afc_cli/streams.py), so that a reader who does not read (a full pipe, a
+    # paused terminal) never stops the drain holding the ledger; written out once it ended
+    with streams.detached():
+        return asyncio.run(main())
 
 
 def batch_settings(ledger: Ledger) -> dict[str, tuple]:
