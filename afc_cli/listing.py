@@ -63,12 +63,16 @@ def paused_for(
 ) -> str | None:
     """What a blocked job waits for (its needs not yet succeeded: ``Ledger.awaited_needs``)
     and what a job awaiting review waits for: ``afc status`` showed them with no reason, where
-    the run's summary said why. ``batched``: the ledger has several batches, so the command
-    it names names the batch too (a key of several batches without --batch is refused, exit
-    2: the command said was one a person could not run as said)."""
+    the run's summary said why. ``batched``: the ledger has several batches, so the commands
+    it names (a review, the retry of a need that ended badly) name the batch too (a key of
+    several batches without --batch is refused, exit 2: the command said was one a person
+    could not run as said)."""
+
+    def named(key: str) -> str:
+        return f"{key} --batch {job['batch']}" if batched else key
+
     if job["status"] == "awaiting_review":
-        named = f"{job['key']} --batch {job['batch']}" if batched else job["key"]
-        return f"awaiting a person's review: afc review approve {named} (or reject)"
+        return f"awaiting a person's review: afc review approve {named(job['key'])} (or reject)"
     if job["status"] == "blocked":
         awaited_here = awaited.get(job["id"]) or []
         # a need that ended badly (the job retried alone): "waiting for" it said the job
@@ -83,12 +87,12 @@ def paused_for(
                 return (
                     f"its need '{key}' ended {status}, itself DEPENDENCY_FAILED: the next run"
                     " fails it (DEPENDENCY_FAILED); a retry of the job that ended badly"
-                    f" ('afc show {key}' names it) puts '{key}' and this job back"
+                    f" ('afc show {named(key)}' names it) puts '{key}' and this job back"
                 )
             fix = (
                 "a rejected job is final"
                 if status == "rejected"
-                else f"'afc retry {key}' lets it run"
+                else f"'afc retry {named(key)}' lets it run"
             )
             return (
                 f"its need '{key}' ended {status}: the next run fails it (DEPENDENCY_FAILED); {fix}"
@@ -115,8 +119,7 @@ def paused_reasons(book: Ledger, rows: list[dict[str, Any]]) -> dict[str, str]:
     batches = {r["batch"] for r in paused}
     scope = next(iter(batches)) if len(batches) == 1 else None
     awaited = book.awaited_needs(scope) if any(r["status"] == "blocked" for r in paused) else {}
-    reviewed = any(r["status"] == "awaiting_review" for r in paused)
-    batched = reviewed and len(book.batches()) > 1
+    batched = len(book.batches()) > 1
     return {r["id"]: paused_for(r, awaited, batched) or "" for r in paused}
 
 
@@ -174,7 +177,8 @@ def status_view(
         counts: dict[str, int] = {}
         for _batch, status, count in grouped:
             counts[status] = counts.get(status, 0) + count
-        batched = bool(counts.get("awaiting_review")) and len(book.batches()) > 1
+        paused = counts.get("awaiting_review") or counts.get("blocked")
+        batched = bool(paused) and len(book.batches()) > 1
         now = book.lease_clock()
         moved = book.moved_to()
         jobs = _status_jobs(book, book.status_chunks(batch, shown), awaited, batched, now)

@@ -56,3 +56,21 @@ def test_a_blocked_job_whose_need_failed_is_told_to_retry_it(afc):
         "its need 'a' ended failed: the next run fails it (DEPENDENCY_FAILED); 'afc retry a'"
         " lets it run"
     )
+
+
+def test_the_command_named_for_a_need_names_its_batch_when_keys_repeat(afc):
+    """A ledger of several batches: the key 'a' is in both, so 'afc retry a' alone is refused
+    (exit 2: which batch?). The advice names the batch, as a job awaiting review's does."""
+    jobs = [
+        {"key": "a", "prompt": "a", "params": {"fail": ["auth"]}},
+        {"key": "b", "prompt": "b", "needs": ["a"]},
+    ]
+    for batch in ("one", "two"):
+        afc.write_manifest(manifest(jobs, batch=batch), name=f"{batch}.yaml")
+        assert afc("submit", f"{batch}.yaml").returncode == 1
+    assert afc("retry", "b", "--batch", "two").returncode == 0
+    (job,) = afc.json("status", "--status", "blocked")["jobs"]
+    advice = "'afc retry a --batch two' lets it run"
+    assert job["waiting"].endswith(advice), job["waiting"]
+    assert afc("retry", "a").returncode == 2  # as said before: refused, naming no batch
+    assert afc("retry", "a", "--batch", "two").returncode == 0
