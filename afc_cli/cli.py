@@ -152,8 +152,9 @@ DEFAULT_CONCURRENCY = 8
 
 
 def _moved_line(moved_to: str, there: str) -> str:
-    """What status and queue stats say of a moved ledger, or of an unfinished copy (its own
-    ``ledger_moves`` row, ``COPY_UNFINISHED``: its source was not marked moved yet)."""
+    """What status, queue stats, costs report, review list and webhooks list say of a moved
+    ledger, or of an unfinished copy (its own ``ledger_moves`` row, ``COPY_UNFINISHED``: its
+    source was not marked moved yet)."""
     from afc_cli.ledger.core import unfinished_copy_source
 
     source = unfinished_copy_source(moved_to)
@@ -1487,6 +1488,10 @@ def webhooks_list(
         from afc_cli.tables import Col, emit
         from afc_cli.webhooks import listing
 
+        deliveries, moved_to = listing(ledger, dead)
+        if moved_to:
+            # its pending deliveries go out from the ledger they moved to, not from this one
+            _err(_moved_line(moved_to, "its webhook deliveries are sent from there"))
         rows = [
             {
                 "id": r["id"],
@@ -1500,10 +1505,10 @@ def webhooks_list(
                 "delivered_at": _iso(r["delivered_at"]),
                 "envelope": json.loads(r["envelope"]) if json_out else None,
             }
-            for r in listing(ledger, dead)
+            for r in deliveries
         ]
         if json_out:
-            emit_json({"deliveries": rows})
+            emit_json({"deliveries": rows, **({"moved_to": moved_to} if moved_to else {})})
         else:
             emit(
                 rows,

@@ -24,6 +24,7 @@ from afc_cli.cli import (
     _boundary,
     _err,
     _examples,
+    _moved_line,
     _sigterm_as_ctrl_c,
 )
 
@@ -102,8 +103,14 @@ def review_list(
             # "Reading the output"), whatever batches the rows awaiting review are of; a key
             # alone is no job to approve there ('a key of several batches: add --batch')
             batched = batch is None and len(opened.batches()) > 1
+            moved = opened.moved_to()
         finally:
             opened.close()
+        moved_to = moved["destination"] if moved else None
+        if moved_to:
+            # these jobs are decided in the ledger they moved to (a decision here is refused),
+            # where one may have been decided since: a list read here, unsaid, was stale
+            _err(_moved_line(moved_to, "its reviews are decided there"))
         if json_out:
             from afc_cli.output import emit_json
 
@@ -111,7 +118,8 @@ def review_list(
                 {
                     "awaiting_review": [
                         {k: v for k, v in row.items() if k != "cost_micros"} for row in rows
-                    ]
+                    ],
+                    **({"moved_to": moved_to} if moved_to else {}),
                 }
             )
             return

@@ -568,10 +568,14 @@ def run_stoppable(main: Callable[[], Awaitable[T]]) -> T:
         raise
 
 
-def listing(ledger_path: str, dead_only: bool) -> list[dict[str, Any]]:
+def listing(ledger_path: str, dead_only: bool) -> tuple[list[dict[str, Any]], str | None]:
+    """The deliveries (``afc webhooks list``), and where ``afc ledger copy`` moved the ledger's
+    work, or None: a moved ledger's pending deliveries are sent by the destination's runs,
+    never from it (``Ledger._NOT_MOVED``)."""
     ledger = Ledger(ledger_path, create=False, reading=True)
     try:
-        return ledger.deliveries(dead_only)
+        moved = ledger.moved_to()
+        return ledger.deliveries(dead_only), moved["destination"] if moved else None
     finally:
         ledger.close()
 
