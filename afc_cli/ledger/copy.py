@@ -101,6 +101,11 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
         _refuse_live(src)  # before the destination is created or migrated
         dst = Ledger(dst_url)
         try:
+            if _one_ledger(src, dst):
+                raise UsageError(
+                    f"afc ledger copy needs two different ledgers: {src.path} and {dst.path} "
+                    "are one ledger named two ways (nothing was written)"
+                )
             anew = not keep_source and _names(_unfinished_copy_of(dst), src)
             if dst.batches() and not anew:
                 raise UsageError(
@@ -214,6 +219,22 @@ def _names(name: str | None, ledger: Ledger) -> bool:
         return os.path.samefile(name, ledger.path)
     except OSError:
         return False
+
+
+def _one_ledger(src: Ledger, dst: Ledger) -> bool:
+    """Whether two open ledgers are one, named two ways: a file by two paths (``./afc.db``,
+    a symbolic link), a database by two URLs (``localhost`` and ``127.0.0.1``, a port given
+    or not). Its text compared alone, a file's copy onto itself waited for its own write
+    lock and failed after the busy timeout saying another process held it, and a database
+    with no batch yet was marked moved to itself, shut to every run. A database is known by
+    ``spool_identity`` (its oid and when afc's schema was applied to it)."""
+    if isinstance(src.path, Path) and isinstance(dst.path, Path):
+        try:
+            return os.path.samefile(src.path, dst.path)
+        except OSError:
+            return False
+    mine = src.spool_identity()
+    return mine is not None and mine == dst.spool_identity()
 
 
 def _place(url: str) -> str:
