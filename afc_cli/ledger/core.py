@@ -3555,9 +3555,15 @@ class Ledger:
 
         webhook = json.loads(job["webhook_json"])
         event = "failed" if job["status"] == "dead" else job["status"]
+        # a call still ``started`` is in flight (a job cancelled under a live run: ``cancel``
+        # marked the calls of runs that are gone ``unknown`` in its transaction): its cost is
+        # not known yet, so not one of ``unpriced_attempts``, as ``afc status`` counts it
+        # (``JOB_COST_SQL``); its answer's cost is in status and the costs report, not in a
+        # later event (README, webhooks)
         priced = self.db.execute(
             "SELECT CAST(SUM(cost_micros) AS BIGINT), COUNT(*),"
-            " SUM(CASE WHEN cost_micros IS NULL THEN 1 ELSE 0 END) FROM attempts WHERE job_id = ?",
+            " SUM(CASE WHEN cost_micros IS NULL AND status <> 'started' THEN 1 ELSE 0 END)"
+            " FROM attempts WHERE job_id = ?",
             (job["id"],),
         ).fetchone()
         error = None
