@@ -95,6 +95,24 @@ class SpoolError(StopsRun):
     file helper gone): the run stops, with the paid attempt recorded."""
 
     reason = "a rendered output could not be spooled"
+    job: str | None = None  # whose render it was ("batch/key"), for ``besides``
+
+    def besides(self, others: list[SpoolError]) -> SpoolError:
+        """This error, saying also the other paid renders that could not be kept: the calls
+        in flight when the first write failed finish, and their writes meet the same full
+        disk. Only the first was said: a run that lost 12 paid renders named one, and the
+        others were told nowhere but in each job's events."""
+        named = [other.job for other in others if other.job]
+        shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        count = len(others)
+        error = SpoolError(
+            f"{self.message} {count} more paid render{'' if count == 1 else 's'} could not be "
+            f"kept either{f' ({shown})' if shown else ''}: each is recorded with its cost, "
+            "and 'afc resume' renders it again, or fetches it again while its provider keeps "
+            "it ('afc show KEY' says which)."
+        )
+        error.job = self.job
+        return error
 
 
 class AnswerNotRead(StopsRun):

@@ -2050,11 +2050,13 @@ def _not_kept(
         if answer_url
         else "the job renders again"
     )
-    return SpoolError(
+    error = SpoolError(
         f"cannot keep the output of {job['batch']}/{job['key']} in the spool "
         f"{ctx.spool.root}: {exc}. Its render (attempt {number}) is recorded with its "
         f"cost; fix the disk, then run 'afc resume' ({again})."
     )
+    error.job = f"{job['batch']}/{job['key']}"
+    return error
 
 
 async def _spool_write(ctx: RunContext, job_id: str, data: Output, **kw: Any) -> SpoolFile:

@@ -1132,6 +1132,8 @@ async def _all_done(
     other tasks at once."""
     pending = set(tasks)
     first: BaseException | None = None
+    # other paid renders whose bytes the same full disk refused, said beside the first
+    alike: list[SpoolError] = []
     while pending:
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
         # in the jobs' order, not the set's: of two jobs that failed in the same turn of the
@@ -1146,6 +1148,8 @@ async def _all_done(
                 if first is None:
                     first = error
                     drain(error)
+                elif isinstance(first, SpoolError) and isinstance(error, SpoolError):
+                    alike.append(error)
                 continue
             for other in pending:
                 other.cancel()
@@ -1158,7 +1162,7 @@ async def _all_done(
                     other.exception()
             raise error
     if first is not None:
-        raise first
+        raise first.besides(alike) if alike and isinstance(first, SpoolError) else first
 
 
 async def _settle_left(
