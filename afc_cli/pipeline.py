@@ -2134,10 +2134,12 @@ async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: Spool
     """A paid render that arrived after its job ended here (cancelled, or taken over by
     another process): stored under the job's output key, create-only and tagged as the job's
     own (``_put_own``), so that the probe of any later run of the job, on any host (after
-    ``afc retry``), finds it and pays for nothing. The spool file stays too (removed once the
-    job's output is stored and verified, ``sweep_spool``; another run of the job on this host
-    may be using that path): where the output cannot be stored (the key is taken, the storage
-    fails), it is what a retry run on this host uses. No job state is written: the job's ending stands."""
+    ``afc retry``), finds it and pays for nothing. A spool file at the job's own name stays too
+    (removed once the job's output is stored and verified, ``sweep_spool``; another run of the
+    job on this host may be using that path): where the output cannot be stored (the key is
+    taken, the storage fails), it is what a retry run on this host uses. One at its own name
+    (``.late``) is removed once its object reads back whole (``_drop_stored_late``). No job
+    state is written: the job's ending stands."""
     try:
         await _put_own(ctx, job, spooled)
     except (ObjectExists, StorageError) as exc:
@@ -2152,9 +2154,43 @@ async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: Spool
         ctx.ledger.note(job, "late_result_kept", spool=str(path), not_stored=str(exc))
         return
     storage = ctx.storages[job["batch"]]
+    kept = not await _drop_stored_late(ctx, job, spooled)
     ctx.ledger.note(
-        job, "late_result_stored", url=storage.describe(job["output_key"]), spool=str(spooled.path)
+        job,
+        "late_result_stored",
+        url=storage.describe(job["output_key"]),
+        spool=str(spooled.path) if kept else None,
     )
+
+
+async def _drop_stored_late(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> bool:
+    """Remove a late render's ``.late`` file (``_lost_since``) once its object reads back
+    whole under the job's output key; True when removed. No run ever reads a ``.late`` file
+    (a run adopts the job's ``.spool`` alone) and ``sweep_spool`` removes a job's files only
+    once the job's own output is verified, which a job left cancelled never is: every late
+    render of a cancelled job stayed in the spool for good after being stored, a video's
+    gigabytes each on a worker storing to S3, until the spool's disk was too full for any
+    render to start (``_disk_low``). A file at the job's own name is left, as before: a run
+    of the job retried meanwhile on this host may be using it."""
+    if spooled.path != ctx.spool.late_path(job["id"]):
+        return False
+    storage = ctx.storages[job["batch"]]
+    try:
+        problem = await _storage(
+            ctx,
+            storage,
+            storage.verify,
+            job["output_key"],
+            spooled.size,
+            spooled.sha256,
+            spooled.path,
+            inline=spooled.size <= INLINE_READ_BYTES,
+        )
+        if problem is None:
+            await ctx.offload(ctx.spool.drop_late, job["id"], spooled.sha256)
+    except (StorageError, OSError):
+        return False
+    return problem is None
 
 
 def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:

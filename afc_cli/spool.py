@@ -269,6 +269,15 @@ class Spool:
         fsync_dir(self.root)
         return final
 
+    def drop_late(self, job_id: str, sha256: str) -> None:
+        """Remove this job's ``.late`` file, stored and read back (``pipeline._drop_stored_late``)
+        when it still holds those bytes: another late render of the job written there since
+        is left."""
+        path = self.late_path(job_id)
+        with contextlib.suppress(FileNotFoundError):
+            if file_digest(path)[1] == sha256:
+                path.unlink()
+
     def describe(self, job_id: str, about: dict[str, Any]) -> None:
         """Keep beside a job's spool file what its render is (``<job id>.about``: the job's
         request hash, the attempt that paid for it and its cost, the file's size and SHA-256),
