@@ -1924,21 +1924,25 @@ def _answer_not_read(
 
 async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
     """Make a render's bytes durable, then record the attempt and both checkpoints at once."""
-    pending = job.pop("unspooled", None)
-    ctx.rendered.pop(job["id"], None)
-    if pending is None:
+    if "unspooled" not in job:
+        ctx.rendered.pop(job["id"], None)
         # Not a step the ledger rests at (render checkpoints straight to store); were a job
         # found here, the next run's render step decides (adopt the spool file, or retry)
         # under a render slot.
         job["step"] = "render"
         return False
-    data, success = pending
-    number = job["rendered_by"]["attempt"]
     if job["rendered_by"]["cost_micros"] is not None:
         # the known cost the render step wrote on the attempt is committed before the spool
         # file is (the group's next commit, shared, in 5 ms at most): a crash after the
-        # rename leaves the attempt at its cost for the run that adopts the file
+        # rename leaves the attempt at its cost for the run that adopts the file. A commit
+        # that fails (a full disk, a lost connection) finds the bytes still among the
+        # renders not yet spooled, which the run's stop writes to the spool
+        # (``keep_rendered``): taken out before it, every render in flight as the ledger
+        # broke was dropped here, and paid for again by the next run
         await ctx.ledger.committed()
+    data, success = job.pop("unspooled")
+    ctx.rendered.pop(job["id"], None)
+    number = job["rendered_by"]["attempt"]
     ctx.largest_output = max(ctx.largest_output, len(data))
     late = _lost_since(ctx, job, job["rendered_by"].get("looked"))
     try:

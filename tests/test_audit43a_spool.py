@@ -71,3 +71,55 @@ def test_a_cancelled_jobs_late_render_leaves_the_spool_once_stored(afc, fake):
     assert resumed.returncode == 0, resumed.stderr
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert afc.rows("SELECT COUNT(*) FROM attempts")[0][0] == calls  # nothing paid again
+
+
+def test_renders_in_flight_when_the_ledger_disk_fills_are_kept_in_the_spool(
+    afc,
+    namespace,  # noqa: F811
+):
+    """README (exit 1): a run stopped because the ledger could not be written keeps the renders
+    of its calls in flight in the spool, and the next run stores them without paying again.
+    A render whose cost was known (every priced synchronous answer: OpenAI, Gemini, local)
+    waited at its spool step for its cost's commit, after taking its bytes out of the run's
+    list of renders not yet spooled (``keep_rendered``'s): the failed commit raised there,
+    and the bytes were dropped. With the ledger's disk full as 8 calls answered (the spool on
+    a disk of its own, with room), 1 render was kept and 7 were paid for again by the resume
+    (cost unknown, 'the provider may have charged for it')."""
+    write_manifest(afc, 8)
+    ledger = "disk/afc.db"
+    script = "\n".join(
+        [
+            "mkdir -p disk && mount -t tmpfs -o size=2m tmpfs disk || exit 9",
+            "mkdir -p disk/afc.db-spool && mount -t tmpfs -o size=20m tmpfs disk/afc.db-spool"
+            " || exit 9",
+            f"AFC_LOCAL_RELEASE=$PWD/release "
+            f"{afc_line(afc, 'submit', 'manifest.yaml', '--ledger', ledger, min_free='0')}"
+            " > first.out 2> first.err &",
+            "pid=$!",
+            "n=0; while [ $(cat calls.log 2>/dev/null | wc -l) -lt 8 ] && [ $n -lt 3000 ]; do"
+            " sleep 0.01; n=$((n+1)); done",
+            "head -c 4000000 /dev/zero > disk/filler 2>/dev/null",
+            "touch release",
+            "wait $pid; echo $? > first.rc",
+            "ls disk/afc.db-spool > spool.ls",
+            "cp calls.log first-calls.log",
+            "rm disk/filler",
+            f"{afc_line(afc, 'resume', '--ledger', ledger, min_free='0')}"
+            " > second.out 2> second.err; echo $? > second.rc",
+            "cp disk/afc.db ledger-copy.db; cp disk/afc.db-wal ledger-copy.db-wal 2>/dev/null",
+            "exit 0",
+        ]
+    )
+    result = in_namespace(afc, script)
+    assert result.returncode == 0, result.stderr
+    first_err = (afc.cwd / "first.err").read_text()
+    assert (afc.cwd / "first.rc").read_text().strip() == "1", first_err
+    assert "cannot write to the ledger" in first_err
+    assert len((afc.cwd / "first-calls.log").read_text().split()) == 16  # 8 calls paid
+    spooled = [n for n in (afc.cwd / "spool.ls").read_text().split() if n.endswith(".spool")]
+    assert len(spooled) == 8, ((afc.cwd / "spool.ls").read_text(), first_err)
+    second_err = (afc.cwd / "second.err").read_text()
+    assert (afc.cwd / "second.rc").read_text().strip() == "0", second_err
+    rendered = (afc.cwd / "calls.log").read_text().split()[0::2]
+    assert len(rendered) == 8, rendered  # none paid for again
+    assert len(list((afc.outputs() / "b1").glob("*.png"))) == 8
