@@ -153,17 +153,10 @@ DEFAULT_CONCURRENCY = 8
 
 def _moved_line(moved_to: str, there: str) -> str:
     """What status, queue stats, costs report, review list and webhooks list say of a moved
-    ledger, or of an unfinished copy (its own ``ledger_moves`` row, ``COPY_UNFINISHED``: its
-    source was not marked moved yet)."""
-    from afc_cli.ledger.core import unfinished_copy_source
+    ledger, or of an unfinished copy (``core.moved_line``: the pictures say it too)."""
+    from afc_cli.ledger.core import moved_line
 
-    source = unfinished_copy_source(moved_to)
-    if source is not None:
-        return (
-            f"this ledger is a copy of {source} that 'afc ledger copy' did not finish: it runs "
-            f"nothing, and {source} still runs its jobs; copy again to finish the move"
-        )
-    return f"this ledger was moved to {moved_to} (afc ledger copy): {there}"
+    return moved_line(moved_to, there)
 
 
 def _err(message: str) -> None:

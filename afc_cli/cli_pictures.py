@@ -69,6 +69,10 @@ def report_command(
         from afc_cli.web.html import write_report
 
         result = write_report(ledger, html, batch=batch, since=since)
+        if result.get("moved_to"):  # as afc status says it: the report is of the old ledger
+            from afc_cli.cli import _moved_line
+
+            _err(_moved_line(result["moved_to"], "its jobs run and are decided there"))
         if json_out:
             from afc_cli.output import emit_json
 

@@ -78,6 +78,19 @@ def unfinished_copy_source(destination: str) -> str | None:
     return None
 
 
+def moved_line(moved_to: str, there: str) -> str:
+    """What a reading command says of a moved ledger (``moved_to``: its ``ledger_moves``
+    row's destination), ``there`` what the reader does in the ledger it moved to; or of an
+    unfinished copy (its own row, ``COPY_UNFINISHED``: its source was not marked moved yet)."""
+    source = unfinished_copy_source(moved_to)
+    if source is not None:
+        return (
+            f"this ledger is a copy of {source} that 'afc ledger copy' did not finish: it runs "
+            f"nothing, and {source} still runs its jobs; copy again to finish the move"
+        )
+    return f"this ledger was moved to {moved_to} (afc ledger copy): {there}"
+
+
 IN_CHUNK = 500  # values per IN (...) list: well under every engine's limit on parameters
 STREAM_ROWS = 1000  # rows a listing read from the ledger holds at a time (Ledger._stream)
 # A backstop for runs that keep dying outside provider calls (which cost nothing but never

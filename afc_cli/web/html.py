@@ -236,4 +236,5 @@ def write_report(
         "failures": len(data["failures"]),
         "awaiting_review": len(data["review"]),
         "total": data["spend"]["provider"]["total"],
+        **({"moved_to": data["moved_to"]} if data["moved_to"] else {}),
     }

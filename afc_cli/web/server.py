@@ -119,6 +119,14 @@ def access_token(host: str, environ: dict[str, str]) -> str | None:
     return token
 
 
+# what every page says under its header when ``afc ledger copy`` moved the ledger's work away
+# (``moved``): its review queue offered Approve and Reject, each refused on its click, and its
+# sheet showed queued jobs no run here will take, with no word of where they went
+MOVED_THERE = (
+    "its jobs run and are decided there; these pages show its history, and an Approve or "
+    "Reject here is refused"
+)
+
 # thumbnails a server keeps (about 3 KB each: afc_cli/web/thumbs.py), the least recently shown
 # forgotten first: 34 pages of a contact sheet. Kept all, a server left open for weeks over a
 # 100,000-job ledger kept every picture anyone had scrolled past (~300 MB).
@@ -172,9 +180,18 @@ class Pages:
             batch=self.batch,
             form_token=self.form_token,
             ledger=self.ledger_name,
-            **scrub_data(context),
+            **scrub_data({"moved": None, **context}),
         )
         return HTMLResponse(text, status_code=status, headers=PAGE_HEADERS)
+
+    @staticmethod
+    def moved(book: Any) -> str | None:
+        """What the pages say of a ledger ``afc ledger copy`` moved (or an unfinished copy),
+        as ``afc status`` and ``afc review list`` say it; None for one that runs here."""
+        from afc_cli.ledger.core import moved_line
+
+        found = book.moved_to()
+        return None if found is None else moved_line(found["destination"], MOVED_THERE)
 
     def unavailable(self, request: Any, exc: AfcError):
         """What a page could not read (the ledger moved away or upgraded by a newer afc, a
@@ -229,6 +246,7 @@ class Pages:
             by_status = counts(book, batch=self.batch)
             number, pages = page_number(request, sum(by_status.values()))
             jobs = cards(book, batch=self.batch, limit=PAGE, offset=(number - 1) * PAGE)
+            moved = self.moved(book)
         finally:
             book.close()
         return self.page(
@@ -238,6 +256,7 @@ class Pages:
             number=number,
             pages=pages,
             counts_line=counts_line(by_status),
+            moved=moved,
         )
 
     def failures(self, request: Any):
@@ -248,6 +267,7 @@ class Pages:
         book = self.book()
         try:
             jobs = cards(book, batch=self.batch, statuses=FAILED)
+            moved = self.moved(book)
         finally:
             book.close()
         number, pages = page_number(request, len(jobs))
@@ -261,20 +281,24 @@ class Pages:
             shown=len(shown),
             number=number,
             pages=pages,
+            moved=moved,
         )
 
     def spend(self, request: Any):
         from afc_cli.costs_report import footer
+        from afc_cli.ledger.core import moved_line
         from afc_cli.web.charts import charts
         from afc_cli.web.sheet import spend
 
         report = spend(self.ledger_path, batch=self.batch, since=None)
+        moved_to = report["provider"]["moved_to"]
         return self.page(
             request,
             "serve_spend.html",
             spend=report,
             charts=charts(report),
             notes=footer(report["provider"]),
+            moved=None if moved_to is None else moved_line(moved_to, MOVED_THERE),
         )
 
     def review(self, request: Any):
@@ -285,6 +309,7 @@ class Pages:
         book = self.book()
         try:
             pending = review.pending(book, batch=self.batch)
+            moved = self.moved(book)
         finally:
             book.close()
         # a page at a time, as the contact sheet: 10,000 jobs awaiting review on one page
@@ -314,6 +339,7 @@ class Pages:
             decided_key=query.get("key"),
             left=query.get("left") if self.told(query) else None,
             error=None,
+            moved=moved,
         )
 
     async def decide(self, request: Any):

@@ -19,6 +19,7 @@ from typing import Any
 from afc_cli.costs import job_cost
 from afc_cli.costs_report import costs_report, parse_since
 from afc_cli.ledger import Ledger
+from afc_cli.ledger.core import moved_line
 from afc_cli.listing import waiting_now
 from afc_cli.storage import object_url
 
@@ -147,6 +148,10 @@ def sheet(ledger_path: str, *, batch: str | None, since: str | None) -> dict[str
     }
 
 
+# what the report says under its header of a ledger 'afc ledger copy' moved (``moved_line``)
+MOVED_THERE = "its jobs run and are decided there; this report shows its history up to the move"
+
+
 def streamed_sheet(
     ledger_path: str, *, batch: str | None, since: str | None
 ) -> tuple[dict[str, Any], Any]:
@@ -165,6 +170,7 @@ def streamed_sheet(
         review = cards(book, batch=batch, since_ts=since_ts, statuses=("awaiting_review",))
         now = book.lease_clock()
         chunks = book.sheet_chunks(batch=batch, since_ts=since_ts)
+        moved = book.moved_to()
     except BaseException:
         book.close()
         raise
@@ -190,5 +196,10 @@ def streamed_sheet(
         "failures": failures,
         "review": review,
         "spend": spend(ledger_path, batch=batch, since=since),
+        # where 'afc ledger copy' moved its work (said under the report's header): a report
+        # mailed from the old ledger showed jobs queued and awaiting review that are run and
+        # decided in the new one, as if it were the batch's state
+        "moved_to": moved["destination"] if moved else None,
+        "moved": None if moved is None else moved_line(moved["destination"], MOVED_THERE),
     }
     return data, jobs()
