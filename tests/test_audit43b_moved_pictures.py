@@ -1,5 +1,6 @@
 """Outside audit 43b: the pictures (``afc serve``, ``afc report --html``) of a ledger whose
-work ``afc ledger copy`` moved away, or of a copy it did not finish."""
+work ``afc ledger copy`` moved away, or of a copy it did not finish; and a decision posted
+while serve cannot open its ledger."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sqlite3
 import httpx
 import pytest
 from browser import Served, awaiting, status
+from conftest import jobs, manifest
 
 pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
 
@@ -81,3 +83,67 @@ def test_the_report_of_a_moved_ledger_says_where_its_work_went(afc):
     fresh = afc("report", "--html", "new.html", "--ledger", "moved.db")
     assert fresh.returncode == 0, fresh.stderr
     assert "moved to" not in (afc.cwd / "new.html").read_text()
+
+
+def test_a_decision_whose_ledger_cannot_be_opened_says_nothing_was_decided(afc):
+    """A decision posted while serve could not open its ledger (moved away, its PostgreSQL
+    server restarting) was the 409 page of a refused decision, the ledger's error alone:
+    it did not say whether anything was decided. It is the 503 the README promises for a
+    decision the ledger cannot take: nothing was decided, decide again once it answers."""
+    awaiting(afc, 2)
+    served = Served(afc)
+    try:
+        page = httpx.get(served.url + "review").text
+        token = page.split('name="form_token" value="', 1)[1].split('"', 1)[0]
+        (afc.cwd / "afc.db").rename(afc.cwd / "away.db")
+        answers = [
+            httpx.post(served.url + path, data={**data, "form_token": token})
+            for path, data in (
+                ("review/approve", {"key": "shot-001", "batch": "b1"}),
+                ("review/reject", {"key": "shot-001", "batch": "b1", "reason": "too dark"}),
+                ("review/approve-shown", {"batch": ["b1"] * 2, "key": ["shot-001", "shot-002"]}),
+            )
+        ]
+        for answer in answers:
+            assert answer.status_code == 503, (answer.request.url, answer.status_code)
+            assert "no ledger at afc.db" in answer.text
+            assert "nothing was decided" in answer.text
+        (afc.cwd / "away.db").rename(afc.cwd / "afc.db")
+    finally:
+        code, stderr = served.stop()
+    assert code == 0 and "Traceback" not in stderr
+    assert status(afc, "shot-001") == status(afc, "shot-002") == "awaiting_review"
+
+
+def test_a_decision_on_a_postgresql_ledger_that_refuses_connections_is_a_503(afc, pg_url):
+    """The same on PostgreSQL: a database that takes no connection (a server restarting, a
+    maintenance window) is 'nothing was decided', 503, not a refusal."""
+    import psycopg
+
+    data = manifest(jobs(2, size="32x32"))
+    data["defaults"]["review"] = True
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--ledger", pg_url).returncode == 0
+    served = Served(afc, "--ledger", pg_url)
+    name = pg_url.rsplit("/", 1)[1]
+    admin = pg_url.rsplit("/", 1)[0] + "/postgres"
+    try:
+        page = httpx.get(served.url + "review").text
+        token = page.split('name="form_token" value="', 1)[1].split('"', 1)[0]
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        try:
+            for path, data in (
+                ("review/approve", {"key": "shot-001", "batch": "b1"}),
+                ("review/approve-shown", {"batch": ["b1"] * 2, "key": ["shot-001", "shot-002"]}),
+            ):
+                answer = httpx.post(served.url + path, data={**data, "form_token": token})
+                assert answer.status_code == 503, (path, answer.text[-400:])
+                assert "nothing was decided" in answer.text
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        assert httpx.get(served.url + "review").status_code == 200
+    finally:
+        code, stderr = served.stop()
+    assert code == 0 and "Traceback" not in stderr

@@ -41,7 +41,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from afc_cli.errors import AfcError, UsageError
+from afc_cli.errors import AfcError, LedgerError, UsageError
 from afc_cli.ops import os_user
 from afc_cli.web.thumbs import _Unreachable
 
@@ -204,6 +204,16 @@ class Pages:
 
         sys.stderr.write(f"afc: serve: {request.url.path}: {visible(scrub(exc.message))}\n")
         return self.page(request, "serve_error.html", status=503, message=exc.message)
+
+    def unopened(self, request: Any, exc: LedgerError):
+        """A decision whose ledger could not be opened (its PostgreSQL server down or
+        restarting, the file moved away): the 503 page of a decision the ledger could not
+        take, saying nothing was decided. It was the 409 page of a decision refused, the
+        connection's error alone, which did not say whether anything was decided."""
+        from afc_cli.review import NotDecided
+
+        fix = "reload the review page once the ledger answers"
+        return self.unavailable(request, NotDecided(exc.message, fix))
 
     def store(self, url: str) -> Any:
         """The storage backend of ``url`` (``afc_cli.storage.open``), kept: its S3 client is
@@ -371,6 +381,8 @@ class Pages:
             already = await run_in_threadpool(self._decide, action, key, batch, by, reason, sha256)
         except NotDecided as exc:  # the ledger could not take it (locked, full, gone): 503
             return self.unavailable(request, exc)
+        except LedgerError as exc:
+            return self.unopened(request, exc)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
         said = key if already is None else f"{key} (already, by {already})"
@@ -496,6 +508,8 @@ class Pages:
             decided, unseen, already = await run_in_threadpool(decide)
         except review.NotDecided as exc:  # the ledger could not take it (locked, full, gone)
             return self.unavailable(request, exc)
+        except LedgerError as exc:
+            return self.unopened(request, exc)
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
         said = f"{len(decided)} job{'' if len(decided) == 1 else 's'}"
