@@ -4,10 +4,12 @@ should not be and no secret shown."""
 
 from __future__ import annotations
 
+import io
 import re
 import struct
 
 import pytest
+from browser import rendered_as
 from conftest import jobs, manifest
 
 
@@ -26,7 +28,7 @@ def test_an_output_pillow_fails_on_oddly_is_said_on_its_card_not_the_end_of_the_
     afc.write_manifest(manifest(jobs(2)))
     assert afc("submit", "manifest.yaml").returncode == 0
     stored = afc.outputs() / "b1" / "shot-001.png"
-    stored.write_bytes(_lying_png(stored.read_bytes()))
+    rendered_as(afc, "shot-001", _lying_png(stored.read_bytes()))
     result = afc("report", "--html", "r.html")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "unexpected error" not in result.stderr
@@ -390,7 +392,9 @@ def test_a_picture_over_pillow_s_pixel_limit_gets_no_preview_and_no_warning(afc)
 
     afc.write_manifest(manifest(jobs(2)))
     assert afc("submit", "manifest.yaml").returncode == 0
-    Image.new("L", (9500, 9500)).save(afc.outputs() / "b1" / "shot-001.png")
+    huge = io.BytesIO()
+    Image.new("L", (9500, 9500)).save(huge, "PNG")
+    rendered_as(afc, "shot-001", huge.getvalue())
     result = afc("report", "--html", "r.html")
     assert result.returncode == 0, result.stderr
     assert "Warning" not in result.stderr and "PIL" not in result.stderr, result.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from browser import Served, awaiting, browser  # noqa: F401 - the browser fixture
+from browser import Served, awaiting, browser, rendered_as  # noqa: F401 - the browser fixture
 from conftest import jobs, manifest
 
 pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
@@ -166,7 +166,7 @@ def test_a_live_card_whose_output_cannot_be_shown_says_why(afc):
     ids = dict(afc.rows("SELECT key, id FROM jobs"))
     paths = {o["key"]: Path(o["path"]) for o in afc.json("outputs")["outputs"]}
     paths["shot-001"].unlink()
-    paths["shot-002"].write_bytes(b"not a picture at all")
+    rendered_as(afc, "shot-002", b"not a picture at all")
     served = Served(afc)
     try:
         gone = httpx.get(f"{served.url}thumb/{ids['shot-001']}")

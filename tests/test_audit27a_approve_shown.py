@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from browser import Served, awaiting, browser, status  # noqa: F401 - the browser fixture
+from browser import Served, awaiting, browser, rendered_as, status  # noqa: F401 - the browser fixture
 
 pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
 
@@ -45,7 +45,7 @@ def test_approve_the_shown_leaves_the_cards_whose_picture_was_not_shown(afc):
     only the cards whose picture this server sent are approved; the others stay awaiting
     review, and the page says how many and why."""
     awaiting(afc, 3)
-    (afc.outputs() / "b1" / "shot-002.png").write_bytes(b"not a picture at all")
+    rendered_as(afc, "shot-002", b"not a picture at all")
     served = Served(afc)
     try:
         page = httpx.get(served.url + "review").text

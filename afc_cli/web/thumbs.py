@@ -84,8 +84,12 @@ def make(storage: Any, key: str, size: int = SIZE, sha256: str | None = None) ->
         buffer.seek(0)
         made = _decoded(buffer, size)
     now = digest.hexdigest()
-    if made.data is not None and sha256 is not None and now != sha256:
-        # asked again at the next request (not lasting): the verified bytes may be put back
+    if sha256 is not None and now != sha256:
+        # asked again at the next request (not lasting): the verified bytes may be put back.
+        # Whatever the bytes now are: a verified picture cut short in storage (a sync or a
+        # copy half done, a disk that lost its end) was "not a picture this afc can preview",
+        # a paid render read by its reviewer as broken, and kept so by afc serve after the
+        # file was put back whole, until it restarted
         return Thumb(
             None,
             f"changed in storage since afc verified it (SHA-256 now {now[:12]}..., verified "
