@@ -151,6 +151,11 @@ class Pages:
         # Thumbs by (storage, output key, SHA-256), the most recently shown last; at most
         # THUMBS (``_thumb``)
         self.thumbs: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+        # why the last read of an output's picture could not show it when that is not kept as
+        # its thumbnail (missing from storage, refused, changed since verified: read again at
+        # the next request), by the same key, at most THUMBS: "Approve the N shown" names it
+        # for each card it leaves undecided, as the card said it (``_seen``)
+        self.missed: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self.lock = threading.Lock()
         # stores a read found no connection to: storage URL -> (until, on time.monotonic; why)
         self.down: dict[str, tuple[float, str]] = {}
@@ -556,7 +561,10 @@ class Pages:
                 unseen.append((key, made.note or "no preview"))
             else:
                 down = self.unreachable(job["storage"]) if job["output"] else None
-                unseen.append((key, f"not read: {down}" if down else "its picture was not shown"))
+                with self.lock:
+                    missed = self.missed.get((job["storage"], job["output_key"], job["sha256"]))
+                why = f"not read: {down}" if down else missed or "its picture was not shown"
+                unseen.append((key, why))
         return seen, unseen, shas
 
     def _decide(
@@ -697,8 +705,14 @@ class Pages:
         if not made.lasting:
             # storage could not be read (an S3 blip, an output deleted and then restored):
             # not kept, or the card's picture stayed broken until the server restarted
+            with self.lock:
+                self.missed[kept] = made.note or "no preview"
+                self.missed.move_to_end(kept)
+                while len(self.missed) > THUMBS:
+                    self.missed.popitem(last=False)
             return made
         with self.lock:
+            self.missed.pop(kept, None)
             self.thumbs[kept] = made
             while len(self.thumbs) > THUMBS:
                 self.thumbs.popitem(last=False)
