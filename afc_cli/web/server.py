@@ -383,7 +383,9 @@ class Pages:
         from afc_cli.review import NotDecided
 
         try:
-            already = await run_in_threadpool(self._decide, action, key, batch, by, reason, sha256)
+            already, failed = await run_in_threadpool(
+                self._decide, action, key, batch, by, reason, sha256
+            )
         except NotDecided as exc:  # the ledger could not take it (locked, full, gone): 503
             return self.unavailable(request, exc)
         except LedgerError as exc:
@@ -391,7 +393,7 @@ class Pages:
         except AfcError as exc:
             return self.page(request, "serve_error.html", status=409, message=exc.message)
         said = key if already is None else f"{key} (already, by {already})"
-        url = self.decided_url(request, DECIDED[action], said)
+        url = self.decided_url(request, DECIDED[action], said, failed_with(key, failed))
         page = str(form.get("page", ""))
         if page.isdigit() and page != "1":  # back to the page decided on, not the first
             url = url.include_query_params(page=page)
@@ -403,8 +405,8 @@ class Pages:
 
     def decided_url(self, request: Any, decided: str, key: str, left: str = "") -> Any:
         """The review page after a decision, saying it (``?decided=&key=``, and ``left``:
-        the jobs "Approve the N shown" left undecided, why), signed with this server's
-        secret (``told``)."""
+        the jobs "Approve the N shown" left undecided, why, or those a rejection failed,
+        ``failed_with``), signed with this server's secret (``told``)."""
         url = request.url_for("review")
         if left:
             url = url.include_query_params(left=left)
@@ -575,8 +577,9 @@ class Pages:
         by: str,
         reason: str,
         sha256: str | None = None,
-    ) -> str | None:
-        """Make the decision; None, or who made it already (``_already``). ``sha256``: the
+    ) -> tuple[str | None, int]:
+        """Make the decision: None, or who made it already (``_already``), and how many
+        blocked jobs that needed the job a rejection failed (``review.reject``). ``sha256``: the
         output the page showed (its card's form sends it); a job awaiting review with another
         output now (rejected or cancelled, retried and rendered again meanwhile) is refused,
         nothing decided: an Approve on a page loaded before approved the new picture
@@ -588,13 +591,16 @@ class Pages:
         if not key:
             raise UsageError("no job key was sent with the decision")
         book = self.book()
+        failed = 0
         try:
             if action == "approve":
                 review.approve(book, [key], by=by, note=reason or None, batch=batch, sha256=sha256)
             else:
                 if not reason:
                     raise UsageError(f"rejecting {key} needs a reason: write one and try again")
-                review.reject(book, [key], by=by, reason=reason, batch=batch, sha256=sha256)
+                _, failed = review.reject(
+                    book, [key], by=by, reason=reason, batch=batch, sha256=sha256
+                )
         except review.OutputChanged:
             raise UsageError(
                 f"cannot {action} {key}: its output changed since this page showed it (it "
@@ -605,10 +611,10 @@ class Pages:
             already = self._already(book, [(batch, key)], DECIDED[action])
             if already is None:
                 raise
-            return already
+            return already, 0
         finally:
             book.close()
-        return None
+        return None, failed
 
     @staticmethod
     def _already(book: Any, named: list[tuple[str | None, str]], decision: str) -> str | None:
@@ -947,6 +953,22 @@ def left_undecided(unseen: list[tuple[str, str]]) -> str:
         f"shown: {named}{f'; and {more} more' if more > 0 else ''}. Look at "
         f"{'it' if one else 'each'} full size and use {'its' if one else 'their'} own Approve "
         "or Reject."
+    )
+
+
+def failed_with(key: str, failed: int) -> str:
+    """What the review page says under a rejection that failed the blocked jobs needing the
+    job (DEPENDENCY_FAILED), as 'afc review reject' says it; "" when none did. A style
+    frame's Reject failed the 2,000 shots behind it, and the page said "style-frame:
+    rejected." alone."""
+    if not failed:
+        return ""
+    jobs = "1 blocked job" if failed == 1 else f"{failed:,} blocked jobs"
+    return (
+        f"{jobs} that needed {key} failed with it (DEPENDENCY_FAILED: the Failures page lists "
+        f"{'it' if failed == 1 else 'them'}); to run {'it' if failed == 1 else 'them'}, a new "
+        "job under a new key replaces the rejected one, and the jobs that needed it go under "
+        "new keys of their own whose needs name it"
     )
 
 
