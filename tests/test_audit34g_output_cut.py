@@ -63,18 +63,19 @@ def cutting_proxy(upstream: tuple[str, int], keep: int) -> BackloggedServer:
 
 
 def served_behind_a_cut(afc, s3, moto_server) -> tuple[str, BackloggedServer, Served]:
-    """A 3 MiB Replicate output stored in moto, and ``afc serve`` reaching the store through
-    ``cutting_proxy`` (the read broken off at 2 MiB, past the first 1 MiB chunk sent): the
-    job's id, the proxy and the server (both stopped by the caller)."""
-    data = manifest([{"key": "j0", "prompt": "big-out-3 shot"}], rates=RATES)
+    """A 7 MiB Replicate output stored in moto, and ``afc serve`` reaching the store through
+    ``cutting_proxy`` (the read broken off at 6 MiB, past the first chunks sent: the view
+    reads up to 4 MiB ahead, to check a picture whole against its SHA-256 before its answer
+    starts): the job's id, the proxy and the server (both stopped by the caller)."""
+    data = manifest([{"key": "j0", "prompt": "big-out-7 shot"}], rates=RATES)
     data["defaults"]["chain"] = [
         {"provider": "replicate", "model": MODELS["replicate"], "attempts": 2, "backoff": FAST}
     ]
     afc.write_manifest(data)
     afc("submit", "manifest.yaml", "--storage", s3.url)
     (job_id, size, status), *_ = afc.rows("SELECT id, output_size, status FROM jobs")
-    assert status == "succeeded" and size == 3 * MIB
-    proxy = cutting_proxy(moto_server, keep=2 * MIB)
+    assert status == "succeeded" and size == 7 * MIB
+    proxy = cutting_proxy(moto_server, keep=6 * MIB)
     host, port = proxy.server_address[:2]
     return job_id, proxy, Served(afc, env={"AWS_ENDPOINT_URL_S3": f"http://{host}:{port}"})
 
@@ -88,7 +89,7 @@ def test_a_full_size_view_cut_off_by_the_store_is_one_line_not_a_traceback(
         conn = http.client.HTTPConnection(address, timeout=60)
         conn.request("GET", f"/output/{job_id}")
         answer = conn.getresponse()
-        assert answer.status == 200  # its first megabyte was sent before the read broke off
+        assert answer.status == 200  # its first megabytes were sent before the read broke off
         # broken off, never ended as a whole response of fewer bytes: a browser shows a cut
         # download, not a picture that looks complete
         with pytest.raises(http.client.IncompleteRead):

@@ -6,7 +6,7 @@ import base64
 import sqlite3
 
 import pytest
-from browser import browser  # noqa: F401 - the fixture
+from browser import browser, rendered_as  # noqa: F401 - the fixture
 from conftest import jobs, manifest
 
 SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
@@ -121,7 +121,7 @@ def _svg_output(afc) -> str:
         "</script><!--"
     )
     svg += "x" * (path.stat().st_size - len(svg) - 9) + "--></svg>"
-    path.write_text(svg)
+    rendered_as(afc, "logo", svg.encode())  # as rendered: changed bytes are not shown
     return afc.rows("SELECT id FROM jobs WHERE key = 'logo'")[0][0]
 
 
@@ -192,14 +192,13 @@ def test_a_full_size_output_fetches_nothing_from_elsewhere(afc, browser):  # noq
         data = manifest([{"key": "logo", "prompt": "a logo", "output": "{batch}/{key}.svg"}])
         afc.write_manifest(data)
         assert afc("submit", "manifest.yaml").returncode == 0
-        path = afc.outputs() / "b1" / "logo.svg"
         svg = (
             '<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64">'
             f'<image href="{beacon_url}seen.png" width="64" height="64"/>'
             f'<foreignObject><img xmlns="http://www.w3.org/1999/xhtml" src="{beacon_url}img"/>'
             "</foreignObject></svg>"
         )
-        path.write_text(svg)
+        rendered_as(afc, "logo", svg.encode())  # as rendered: changed bytes are not shown
         job_id = afc.rows("SELECT id FROM jobs WHERE key = 'logo'")[0][0]
         served = Served(afc)
         try:
@@ -259,9 +258,11 @@ def test_a_run_says_which_events_its_receiver_did_not_get(afc):
     assert afc.json("resume")["webhooks"] == {"pending": 1, "dead": 2}  # resume: every batch
 
 
-def test_a_full_size_output_changed_in_storage_is_served_whole(afc):
+def test_a_full_size_output_changed_in_storage_is_refused_whole(afc):
     """``/output`` took its Content-Length from the ledger: an object replaced in storage by
-    another tool since (another size) made a response that broke off, or was cut short."""
+    another tool since (another size) made a response that broke off, or was cut short. It
+    is now refused whole, saying why (only the bytes afc verified are shown as the job's:
+    tests/test_audit43b_cut_picture.py), and served whole once put back."""
     pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
     import httpx
     from browser import Served
@@ -269,11 +270,15 @@ def test_a_full_size_output_changed_in_storage_is_served_whole(afc):
     afc.write_manifest(manifest(jobs(1)))
     assert afc("submit", "manifest.yaml").returncode == 0
     job_id, key = afc.rows("SELECT id, output_key FROM jobs")[0]
-    replaced = (afc.outputs() / key).read_bytes() + b"\0" * 5000
-    (afc.outputs() / key).write_bytes(replaced)
+    whole = (afc.outputs() / key).read_bytes()
+    (afc.outputs() / key).write_bytes(whole + b"\0" * 5000)
     served = Served(afc)
     try:
         answer = httpx.get(f"{served.url}output/{job_id}")
-        assert answer.status_code == 200 and answer.content == replaced
+        assert answer.status_code == 404, answer
+        assert "changed in storage since afc verified it" in answer.text
+        (afc.outputs() / key).write_bytes(whole)
+        answer = httpx.get(f"{served.url}output/{job_id}")
+        assert answer.status_code == 200 and answer.content == whole
     finally:
         served.stop()

@@ -43,7 +43,7 @@ from typing import Any
 
 from afc_cli.errors import AfcError, LedgerError, UsageError
 from afc_cli.ops import os_user
-from afc_cli.web.thumbs import _Unreachable
+from afc_cli.web.thumbs import HELD_BYTES, _Unreachable
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 TOKEN_ENV = "AFC_SERVE_TOKEN"
@@ -750,9 +750,18 @@ class Pages:
             return PlainTextResponse(exc.message, status_code=404 if gone else 503)
 
         def body():
-            yield first
+            # the last chunk is held back until the bytes are known to be the job's: ended
+            # on other bytes, the response is broken off rather than finished (below)
+            held = ahead[-1]
+            yield from ahead[:-1]
             try:
-                yield from chunks
+                for data in chunks:
+                    digest.update(data)
+                    yield held
+                    held = data
+                if job["sha256"] is not None and digest.hexdigest() != job["sha256"]:
+                    raise StorageError(changed(digest.hexdigest()), retryable=False)
+                yield held
             except (StorageError, OSError) as exc:
                 # the response has started (its status and first chunk are sent): the read
                 # broken off mid-way (an S3 connection reset) went up to uvicorn, whose
@@ -788,6 +797,37 @@ class Pages:
             head = Response(media_type=kind, headers=dict(OUTPUT_HEADERS))
             del head.headers["content-length"]  # not 0: the body is not known here
             return head
+
+        def changed(now: str) -> str:
+            return (
+                f"{job['output_url']} changed in storage since afc verified it (SHA-256 now "
+                f"{now[:12]}..., verified {job['sha256'][:12]}...): not shown as this job's output"
+            )
+
+        # Only the bytes afc verified are shown as the job's output, as its thumbnail shows
+        # only them (``thumbs.make``): a card left undecided as "changed in storage" asks
+        # for a look at the full size, which showed the other bytes (an editor's save over
+        # it, a copy cut short) as the job's, and its own Approve then approved the verified
+        # output unseen. Up to HELD_BYTES (most pictures whole) is read before the response
+        # starts, so other bytes are a 404 saying so; past it, the response is broken off
+        # before its last chunk (``body``)
+        digest = hashlib.sha256(first)
+        ahead, size = [first], len(first)
+        try:
+            while size <= HELD_BYTES:
+                data = next(chunks, None)
+                if data is None:
+                    break
+                digest.update(data)
+                ahead.append(data)
+                size += len(data)
+            else:
+                data = b""
+        except StorageError as exc:
+            gone = self.unreachable(job["storage"]) is None
+            return PlainTextResponse(exc.message, status_code=404 if gone else 503)
+        if data is None and job["sha256"] is not None and digest.hexdigest() != job["sha256"]:
+            return PlainTextResponse(changed(digest.hexdigest()), status_code=404)
         # no Content-Length from the ledger: the object in storage is what is sent (chunked),
         # and one replaced there since (another size) would break the response
         return StreamingResponse(body(), media_type=kind, headers=dict(OUTPUT_HEADERS))
