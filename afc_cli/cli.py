@@ -8,6 +8,7 @@ YAML, the providers) are imported inside the commands so ``afc --help`` stays fa
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -1485,7 +1486,8 @@ def webhooks_list(
         if moved_to:
             # its pending deliveries go out from the ledger they moved to, not from this one
             _err(_moved_line(moved_to, "its webhook deliveries are sent from there"))
-        rows = [
+        # written as read (``listing``): a ledger of months holds a delivery per job event
+        rows = (
             {
                 "id": r["id"],
                 "event": r["event"],
@@ -1499,10 +1501,15 @@ def webhooks_list(
                 "envelope": json.loads(r["envelope"]) if json_out else None,
             }
             for r in deliveries
-        ]
+        )
         if json_out:
-            emit_json({"deliveries": rows, **({"moved_to": moved_to} if moved_to else {})})
+            from afc_cli.jsonout import Streamed
+
+            moved = {"moved_to": moved_to} if moved_to else {}
+            emit_json({"deliveries": Streamed(rows), **moved})
         else:
+            first = next(rows, None)  # an empty table says so (below)
+            rows = itertools.chain([first], rows) if first is not None else iter(())
             emit(
                 rows,
                 [
@@ -1515,7 +1522,9 @@ def webhooks_list(
                     Col("event", drop=0),
                 ],
                 # an empty table said nothing at all (review list and outputs say why)
-                notes=[] if rows else ["no dead deliveries" if dead else "no webhook deliveries"],
+                notes=[]
+                if first is not None
+                else ["no dead deliveries" if dead else "no webhook deliveries"],
             )
 
 

@@ -48,7 +48,7 @@ import random
 import signal
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -568,14 +568,25 @@ def run_stoppable(main: Callable[[], Awaitable[T]]) -> T:
         raise
 
 
-def listing(ledger_path: str, dead_only: bool) -> tuple[list[dict[str, Any]], str | None]:
-    """The deliveries (``afc webhooks list``), and where ``afc ledger copy`` moved the ledger's
-    work, or None: a moved ledger's pending deliveries are sent by the destination's runs,
-    never from it (``Ledger._NOT_MOVED``)."""
+def listing(ledger_path: str, dead_only: bool) -> tuple[Iterator[dict[str, Any]], str | None]:
+    """The deliveries (``afc webhooks list``), an iterator read from the ledger a chunk at a
+    time as it is taken (``Ledger.delivery_chunks``: a row a job event, kept once delivered,
+    grow with every batch), and where ``afc ledger copy`` moved the ledger's work, or None: a
+    moved ledger's pending deliveries are sent by the destination's runs, never from it
+    (``Ledger._NOT_MOVED``). The ledger is read, and the move known, before the first row."""
     ledger = Ledger(ledger_path, create=False, reading=True)
     try:
         moved = ledger.moved_to()
-        return ledger.deliveries(dead_only), moved["destination"] if moved else None
+    except BaseException:
+        ledger.close()
+        raise
+    return _deliveries_of(ledger, dead_only), moved["destination"] if moved else None
+
+
+def _deliveries_of(ledger: Ledger, dead_only: bool) -> Iterator[dict[str, Any]]:
+    try:
+        for rows in ledger.delivery_chunks(dead_only):
+            yield from rows
     finally:
         ledger.close()
 

@@ -3515,10 +3515,20 @@ class Ledger:
         return {status: int(counts.get(status, 0)) for status in ("pending", "dead")}
 
     def deliveries(self, dead_only: bool = False) -> list[dict[str, Any]]:
+        return [row for rows in self.delivery_chunks(dead_only, whole=True) for row in rows]
+
+    def delivery_chunks(
+        self, dead_only: bool = False, *, whole: bool = False
+    ) -> Iterator[list[dict[str, Any]]]:
+        """``deliveries``, a chunk at a time (``_stream``): a ledger whose batches all post
+        webhooks holds a row per job event, kept once delivered, and ``afc webhooks list
+        --json`` of 100,000 of them held every row and its envelope (910 MiB) before writing
+        the first. ``whole``: in one chunk, read at once."""
         sql = "SELECT * FROM deliveries"
         if dead_only:
             sql += " WHERE status = 'dead'"
-        return self._all(sql + " ORDER BY created_at, id")
+        sql += " ORDER BY created_at, id"
+        yield from [self._all(sql)] if whole else self._stream(sql)
 
     def job_deliveries(self, job_id: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM deliveries WHERE job_id = ? ORDER BY created_at", (job_id,))
