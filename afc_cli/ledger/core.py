@@ -2033,7 +2033,8 @@ class Ledger:
         for a render of its own, one of the two thrown away at its store. A conditional
         update: of two racing retries, or a retry racing a worker's terminal write, one wins.
         Returns the ids of the jobs it put back: none (writing nothing) if the job is not
-        failed, dead or cancelled, else the job's, then those of the dependents that failed
+        failed, dead or cancelled, or no longer has the status ``job`` was read with (cancelled
+        by a person since a retry of the batch's failed jobs selected it), else the job's, then those of the dependents that failed
         because of it (``DEPENDENCY_FAILED``) and wait for it again (``afc retry`` says so).
         ``dependents=False``: the job alone, those left failed (``afc cancel`` giving a failed
         job up, retried and cancelled in one transaction: put back, its dependents were failed
@@ -2120,7 +2121,10 @@ class Ledger:
             " outcome = NULL, error_code = NULL, error_class = NULL, error_provider = NULL,"
             " error_http_status = NULL, error_message = NULL, waiting_reason = NULL,"
             " finished_at = NULL, updated_at = ?"
-            " WHERE id = ? AND status IN ('failed', 'dead', 'cancelled')",
+            # still as the caller read it: 'afc retry --batch B --failed' reads its jobs, then
+            # puts them back one by one (50,000: a minute or two), and a job a person gave up
+            # meanwhile ('afc cancel KEY') was queued again, said 'was failed', and paid for
+            " WHERE id = ? AND status = ? AND status IN ('failed', 'dead', 'cancelled')",
             (
                 here or spooled_at or "",
                 self.lease_clock() + lease_s,
@@ -2128,6 +2132,7 @@ class Ledger:
                 GONE_PREFIX + "%",
                 now,
                 job["id"],
+                job["status"],
             ),
         )
         if cursor.rowcount != 1:
