@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as dt
+import difflib
 import json
 import math
 import os
@@ -24,7 +25,14 @@ from typing import Any
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since
 from afc_cli.costs import plural
-from afc_cli.errors import LedgerError, ManifestError, UsageError, ledger_write_error
+from afc_cli.errors import (
+    SHOWN_BATCHES,
+    LedgerError,
+    ManifestError,
+    UsageError,
+    ledger_write_error,
+    several_batches,
+)
 from afc_cli.gates import (
     HELD,
     Change,
@@ -773,9 +781,15 @@ class Ledger:
         2) that lists the batches it does know, never an empty answer that looks like zero."""
         if name is None or self.batch(name) is not None:
             return
+        # every one up to eight, else the eight newest, as a refused key's batches are: a
+        # ledger a cron fed a batch an hour named its 1,001 batches, a line of 10,000
+        # characters, the oldest first; the names nearest a mistyped one said apart
         known = [row["name"] for row in self.batches()]
-        listed = ", ".join(known) if known else "none yet"
-        raise UsageError(f"no batch {name!r} in {self.path}; known batches: {listed}")
+        listed = several_batches(known) if known else "none yet"
+        shown = known[-SHOWN_BATCHES:]
+        nearest = [n for n in difflib.get_close_matches(name, known) if n not in shown]
+        near = f"; nearest to it: {', '.join(nearest)}" if nearest else ""
+        raise UsageError(f"no batch {name!r} in {self.path}; known batches: {listed}{near}")
 
     def check_storage(
         self, batch: str, storage: str | None, endpoint: str | None = None
