@@ -1900,12 +1900,20 @@ class Ledger:
             if dependents:
                 self._hold_walk([job["batch"]])
             held = self._one(
-                "SELECT lease_owner, lease_expires, lease_mono FROM jobs"
+                "SELECT lease_owner, lease_expires, lease_mono, step FROM jobs"
                 f" WHERE id = ?{self.ROW_LOCK}",
                 (job["id"],),
             )
+            # the step the job has now, not the one ``job`` was read at: 'afc cancel --batch B'
+            # reads its targets, then cancels them one by one (20,000: 10 to 40 s), and a run
+            # takes them on meanwhile; a job it had rendered, spooled and stored was set back
+            # to its render step ('afc show': "not stored yet (its store step is not done)")
             cancelled = self.finish(
-                job, "cancelled", step=job["step"], error_code="CANCELLED", error_message=reason
+                job,
+                "cancelled",
+                step=held["step"] if held else job["step"],
+                error_code="CANCELLED",
+                error_message=reason,
             )
             if cancelled:
                 holder = held["lease_owner"] if held else None
