@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import operator
@@ -148,60 +149,91 @@ def cancel(
             # those alone read, each whole (its request too), not every job of the batch
             targets = ledger.batch_jobs(batch, (*ACTIVE, "blocked"))
             _confirmed(confirm, "cancel", targets)
-        why = reason or "cancelled with afc cancel"
-        cancelled = []
-        asks = []  # (job, cancelled before): whose requests the providers are asked to stop
-        for job in targets:
-            entry = {"key": job["key"], "batch": job["batch"]}
-            # the jobs waiting for it fail once every target is cancelled: one of them may be
-            # a target too, to be cancelled, not failed
-            if keys and job["status"] in GIVEN_UP:
-                # a person drops a failed or dead-lettered job named by its key: queued again
-                # and cancelled in one transaction, so no run takes it between the two; the
-                # jobs that failed because of it stay so (failed again, they were said to
-                # fail with the cancel and their webhooks told of a second failure)
-                entry["was"] = job["status"]
-                with ledger.tx():
-                    dropped = ledger.retry(job, who(), dependents=False) and ledger.cancel(
-                        ledger.job(job["id"]), why, dependents=False
-                    )
-            else:
-                dropped = ledger.cancel(job, why, dependents=False)
-            if dropped:
-                out["cancelled"].append(entry)
-                cancelled.append((job["id"], entry))
-                asks.append((job, False))
-            else:
-                entry["status"] = ledger.job(job["id"])["status"]
-                out["already_final"].append(entry)
-                if entry["status"] == "cancelled":
-                    asks.append((job, True))
-                    # cancelled by a cancel cut off before it failed the jobs that need it
-                    # (below): they were left 'blocked' behind a cancelled job
-                    cancelled.append((job["id"], entry))
-        # the jobs that need them fail before any provider is asked (a cancel cut off while
-        # it waits on one left them 'blocked' behind a cancelled job)
-        for job_id, entry in cancelled:
-            failed = ledger.fail_dependents(job_id, entry["batch"])
-            if failed:  # said, as a rejection's are: a gate's cancel fails a batch behind it
-                entry["dependents_failed"] = failed
-        # Every target is cancelled before any provider is asked to stop a request: a
-        # provider that takes a cancel and never answers (up to its read and pool timeouts,
-        # 150 s on Replicate and fal) held the next target's cancel behind it, so a batch's
-        # jobs stayed runnable, and a running afc went on paying for them, for hours.
-        for job, before in asks:
-            if before:
-                _ask_again(ledger, job, out)
-            else:
-                _cancel_at_provider(ledger, job, out)
-        if not keys:
-            # the batch's cancelled jobs are no targets: a request an interrupted cancel of
-            # the batch left rendering is asked to stop by the cancel run again, as told
-            for job in ledger.cancelled_with_requests(batch):
-                _ask_again(ledger, job, out)
+            # held first, in one transaction: no run or worker claims them while the cancel
+            # goes through them one by one (``Ledger.hold_for_cancel``), freed if cut short
+            ledger.hold_for_cancel([job["id"] for job in targets], _hold_s(len(targets)))
+            from afc_cli.pipeline import stall_point
+
+            stall_point("cancel_held")  # tests: held, none cancelled yet
+        try:
+            _cancel_each(ledger, targets, keys, reason, out, batch)
+        finally:
+            if not keys:
+                with contextlib.suppress(Exception):  # its own error, if any, is the one said
+                    ledger.release_held()
     finally:
         ledger.close()
     return out
+
+
+def _hold_s(jobs: int) -> float:
+    """How long a batch cancel holds its jobs (``Ledger.hold_for_cancel``): a minute, and 20 ms
+    a job beyond it (a cancel goes through 500 to 2,000 a second), so that another host's
+    workers wait for it to end, while one killed frees them within that time."""
+    return 60 + jobs * 0.02
+
+
+def _cancel_each(
+    ledger: Ledger,
+    targets: list[dict[str, Any]],
+    keys: list[str],
+    reason: str | None,
+    out: dict[str, list[dict[str, Any]]],
+    batch: str | None,
+) -> None:
+    """Cancel the targets (``cancel``), fail the jobs that need them, then ask the providers
+    to stop their requests."""
+    why = reason or "cancelled with afc cancel"
+    cancelled = []
+    asks = []  # (job, cancelled before): whose requests the providers are asked to stop
+    for job in targets:
+        entry = {"key": job["key"], "batch": job["batch"]}
+        # the jobs waiting for it fail once every target is cancelled: one of them may be
+        # a target too, to be cancelled, not failed
+        if keys and job["status"] in GIVEN_UP:
+            # a person drops a failed or dead-lettered job named by its key: queued again
+            # and cancelled in one transaction, so no run takes it between the two; the
+            # jobs that failed because of it stay so (failed again, they were said to
+            # fail with the cancel and their webhooks told of a second failure)
+            entry["was"] = job["status"]
+            with ledger.tx():
+                dropped = ledger.retry(job, who(), dependents=False) and ledger.cancel(
+                    ledger.job(job["id"]), why, dependents=False
+                )
+        else:
+            dropped = ledger.cancel(job, why, dependents=False)
+        if dropped:
+            out["cancelled"].append(entry)
+            cancelled.append((job["id"], entry))
+            asks.append((job, False))
+        else:
+            entry["status"] = ledger.job(job["id"])["status"]
+            out["already_final"].append(entry)
+            if entry["status"] == "cancelled":
+                asks.append((job, True))
+                # cancelled by a cancel cut off before it failed the jobs that need it
+                # (below): they were left 'blocked' behind a cancelled job
+                cancelled.append((job["id"], entry))
+    # the jobs that need them fail before any provider is asked (a cancel cut off while
+    # it waits on one left them 'blocked' behind a cancelled job)
+    for job_id, entry in cancelled:
+        failed = ledger.fail_dependents(job_id, entry["batch"])
+        if failed:  # said, as a rejection's are: a gate's cancel fails a batch behind it
+            entry["dependents_failed"] = failed
+    # Every target is cancelled before any provider is asked to stop a request: a
+    # provider that takes a cancel and never answers (up to its read and pool timeouts,
+    # 150 s on Replicate and fal) held the next target's cancel behind it, so a batch's
+    # jobs stayed runnable, and a running afc went on paying for them, for hours.
+    for job, before in asks:
+        if before:
+            _ask_again(ledger, job, out)
+        else:
+            _cancel_at_provider(ledger, job, out)
+    if not keys:
+        # the batch's cancelled jobs are no targets: a request an interrupted cancel of
+        # the batch left rendering is asked to stop by the cancel run again, as told
+        for job in ledger.cancelled_with_requests(batch):
+            _ask_again(ledger, job, out)
 
 
 def _asked(ledger: Ledger, job: dict[str, Any]) -> set[str]:
