@@ -160,7 +160,7 @@ def cancel(
         finally:
             if not keys:
                 with contextlib.suppress(Exception):  # its own error, if any, is the one said
-                    ledger.release_held()
+                    ledger.release_held([job["id"] for job in targets])
     finally:
         ledger.close()
     return out

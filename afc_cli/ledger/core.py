@@ -1963,15 +1963,20 @@ class Ledger:
                 held += cursor.rowcount
         return held
 
-    def release_held(self) -> None:
-        """Free the leases this process holds on jobs that have not ended (``hold_for_cancel``
-        of a cancel cut short): they run again as before."""
+    def release_held(self, job_ids: list[str]) -> None:
+        """Free the leases this process holds on those of ``job_ids`` that have not ended
+        (``hold_for_cancel`` of a cancel cut short): they run again as before. By id, as
+        they were held: ``lease_owner`` alone has no index, and every job of the ledger
+        was read."""
         with self.tx():
-            self.db.execute(
-                "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL, lease_mono = NULL"
-                f" WHERE lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
-                (self.owner,),
-            )
+            for start in range(0, len(job_ids), IN_CHUNK):
+                chunk = job_ids[start : start + IN_CHUNK]
+                self.db.execute(
+                    "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL, lease_mono = NULL"
+                    f" WHERE id IN ({', '.join('?' * len(chunk))}) AND lease_owner = ?"
+                    f" AND status NOT IN {TERMINAL_SQL}",
+                    (*chunk, self.owner),
+                )
 
     def fail_dependents(self, job_id: str, batch: str) -> int:
         """Fail the blocked jobs that wait, directly or not, for a job (of ``batch``) that
