@@ -1917,13 +1917,10 @@ class Ledger:
             )
             if cancelled:
                 holder = held["lease_owner"] if held else None
-                # held by this cancel itself (``hold_for_cancel``): no call of a run
-                live = (
-                    held is not None
-                    and holder != self.owner
-                    and lease_held(
-                        holder, held["lease_expires"], self.lease_clock(), held["lease_mono"]
-                    )
+                # (held by this cancel itself, ``hold_for_cancel``: live, with no call of its
+                # own to leave alone; the calls of runs gone are marked all the same)
+                live = held is not None and lease_held(
+                    holder, held["lease_expires"], self.lease_clock(), held["lease_mono"]
                 )
                 self._mark_unknown(job["id"], job["batch"], exclude_owner=holder if live else None)
                 if live:
