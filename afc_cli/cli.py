@@ -524,13 +524,13 @@ def _print_budget_elsewhere(result: Any) -> None:
     being run by another afc process, and 'this run spent 0.000000 USD', while the worker
     paid for every one of them uncapped (0.15 USD for three), as ``--no-run`` warns."""
     from afc_cli.costs import format_usd, plural
+    from afc_cli.errors import named_batches
 
     elsewhere = [row for row in result.jobs if row.get("held_elsewhere")]
     if result.budget is None or not elsewhere:
         return
     where = "--max-spend" if result.budget.source == "--max-spend" else "the manifest's budget"
-    batches = sorted({row["batch"] for row in elsewhere})
-    named = f"batch{'es' if len(batches) > 1 else ''} {', '.join(batches)}"
+    named = named_batches({row["batch"] for row in elsewhere})
     _err(
         f"warning: {where} of {format_usd(result.budget.cap_micros)} USD caps this run's own "
         f"calls: {plural(len(elsewhere), 'job')} of {named} "

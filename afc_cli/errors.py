@@ -13,6 +13,7 @@ Exit codes (the README documents them):
 from __future__ import annotations
 
 import signal
+from collections.abc import Collection
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -172,6 +173,14 @@ def several_batches(names: list[str]) -> str:
         return ", ".join(names)
     newest = ", ".join(reversed(names[-SHOWN_BATCHES:]))
     return f"{newest}, newest first, and {len(names) - SHOWN_BATCHES} older"
+
+
+def named_batches(names: Collection[str], shown: int | None = None) -> str:
+    """``batch b1``, ``batches b1, b2``: batches a message names, sorted; ``shown``: at most
+    that many, then how many more."""
+    named = sorted(names)
+    more = f" and {len(named) - shown} more" if shown is not None and len(named) > shown else ""
+    return f"batch{'es' if len(named) > 1 else ''} {', '.join(named[:shown])}{more}"
 
 
 def first_line(exc: object) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError, batch_key_hint, several_batches
 from afc_cli.ledger import ACTIVE, Ledger
-from afc_cli.ledger.core import ended_needs
+from afc_cli.ledger.core import ended_needs, stall_point
 from afc_cli.owner import owner_is_dead, sees_process
 
 STAT_FIELDS = (
@@ -151,16 +151,15 @@ def cancel(
             _confirmed(confirm, "cancel", targets)
             # held first, in one transaction: no run or worker claims them while the cancel
             # goes through them one by one (``Ledger.hold_for_cancel``), freed if cut short
-            ledger.hold_for_cancel([job["id"] for job in targets], _hold_s(len(targets)))
-            from afc_cli.pipeline import stall_point
-
+            held = [job["id"] for job in targets]
+            ledger.hold_for_cancel(held, _hold_s(len(held)))
             stall_point("cancel_held")  # tests: held, none cancelled yet
         try:
             _cancel_each(ledger, targets, keys, reason, out, batch)
         finally:
             if not keys:
                 with contextlib.suppress(Exception):  # its own error, if any, is the one said
-                    ledger.release_held([job["id"] for job in targets])
+                    ledger.release_held(held)
     finally:
         ledger.close()
     return out

@@ -59,6 +59,7 @@ from afc_cli.ledger import (
     OutputHeld,
     ProviderBusy,
 )
+from afc_cli.ledger.core import stall_point
 from afc_cli.owner import (
     awake_clock,
     host_id,
@@ -435,13 +436,6 @@ def crash_point(name: str, before: Callable[[], None] | None = None) -> None:
         if before is not None:
             before()  # e.g. commit first, to die right after a committed change
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def stall_point(name: str) -> None:
-    """Freeze here, as a SIGSTOP, a paused VM or a swap storm would, when a test arms this
-    point (AFC_STALL_POINT=name, or several names with commas); the test sends SIGCONT."""
-    if name in os.environ.get("AFC_STALL_POINT", "").split(","):
-        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 # A job whose paid request leaves more than this after its attempt row was written (a process

@@ -50,6 +50,7 @@ from afc_cli.errors import (
     StorageError,
     UsageError,
     ledger_write_error,
+    named_batches,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
 from afc_cli.listing import paused_reasons
@@ -173,16 +174,12 @@ class Budget:
             raise UsageError(
                 f"{self.source}: a budget needs a per-image rate card for every model that may "
                 "run; unpriced: "
-                + ", ".join(f"{model} ({_batches(unpriced[model])})" for model in sorted(unpriced))
+                + ", ".join(
+                    f"{model} ({named_batches(unpriced[model], shown=3)})"
+                    for model in sorted(unpriced)
+                )
                 + ". Add rates, or pass --allow-unpriced (their spend is then not capped)."
             )
-
-
-def _batches(names: set[str], shown: int = 3) -> str:
-    """``batch b1``, ``batches b1, b2``: the batches an unpriced model comes from."""
-    named = sorted(names)
-    more = f" and {len(named) - shown} more" if len(named) > shown else ""
-    return f"batch{'es' if len(named) > 1 else ''} {', '.join(named[:shown])}{more}"
 
 
 class RunThreads(concurrent.futures.ThreadPoolExecutor):

@@ -120,6 +120,15 @@ def _crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def stall_point(name: str) -> None:
+    """Freeze here, as a SIGSTOP, a paused VM or a swap storm would, when a test arms this
+    point (AFC_STALL_POINT=name, or several names with commas); the test sends SIGCONT. Here,
+    beside ``_crash_point``, so that a command that never runs the pipeline (``afc cancel``)
+    arms one without importing it."""
+    if name in os.environ.get("AFC_STALL_POINT", "").split(","):
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def _now() -> float:
     return time.time()
 
@@ -1949,11 +1958,10 @@ class Ledger:
         mono = time.monotonic() + lease_s  # this host's processes compare it (lease_held)
         held = 0
         with self.tx():
-            for start in range(0, len(job_ids), IN_CHUNK):
-                chunk = job_ids[start : start + IN_CHUNK]
+            for chunk in _chunks(job_ids, IN_CHUNK):
                 cursor = self.db.execute(
                     "UPDATE jobs SET lease_owner = ?, lease_expires = ?, lease_mono = ?"
-                    f" WHERE id IN ({', '.join('?' * len(chunk))}) AND lease_owner IS NULL"
+                    f" WHERE id IN {_marks(chunk)} AND lease_owner IS NULL"
                     " AND status IN ('queued', 'waiting', 'blocked')",
                     (self.owner, now + lease_s, mono, *chunk),
                 )
@@ -1966,11 +1974,10 @@ class Ledger:
         they were held: ``lease_owner`` alone has no index, and every job of the ledger
         was read."""
         with self.tx():
-            for start in range(0, len(job_ids), IN_CHUNK):
-                chunk = job_ids[start : start + IN_CHUNK]
+            for chunk in _chunks(job_ids, IN_CHUNK):
                 self.db.execute(
                     "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL, lease_mono = NULL"
-                    f" WHERE id IN ({', '.join('?' * len(chunk))}) AND lease_owner = ?"
+                    f" WHERE id IN {_marks(chunk)} AND lease_owner = ?"
                     f" AND status NOT IN {TERMINAL_SQL}",
                     (*chunk, self.owner),
                 )
