@@ -954,8 +954,22 @@ async def _fail_conflict(
     """``why`` (``ownership``'s reason) ends the job. An object of this very job (its id in the
     metadata) for another request is the same (batch, key) admitted with another body, found
     in storage (a lost or another ledger) rather than at admission: an idempotency conflict
-    like admission's (exit 3), not another's object."""
+    like admission's (exit 3), not another's object.
+
+    A job that meets the conflict with its paid render in the spool (the key taken while it
+    rendered: at its store step, or at the probe of its retry) is told so, and the way to
+    store that render: the message said only that afc never overwrites the object, and a
+    person read the render as lost, gave the job a new key and paid for it again, while the
+    render paid for stayed in the spool for good (a failed job's file is never swept)."""
     same_key = (info.meta or {}).get("job_id") == job["id"]
+    spooled = ctx.spool.path(job["id"])
+    kept = (
+        f". This job's paid render is kept in {spooled}: once the key is free (that object "
+        f"moved away), 'afc retry {job['key']}' on this host ({host_id()}) stores it, no new "
+        "render"
+        if spooled.exists()
+        else ""
+    )
     ctx.ledger.finish(
         job,
         "failed",
@@ -970,7 +984,8 @@ async def _fail_conflict(
             " that admitted it)"
             if same_key
             else ""
-        ),
+        )
+        + kept,
     )
 
 
