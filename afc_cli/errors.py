@@ -344,9 +344,11 @@ def _storage_error(message: str, retryable: bool, retry_after: float | None) -> 
 class StorageDenied(StorageError):
     """A write the store refused for want of permission (S3's 403 AccessDenied on an upload:
     a role without s3:PutObject on the prefix, or without kms:GenerateDataKey for the
-    bucket's default encryption). Not retried; and the check before a run, the bucket's
-    HEAD, cannot see it, so a run whose upload was so refused renders no other job of that
-    batch (``pipeline._storage_broke``)."""
+    bucket's default encryption), or as a request it does not support (501 NotImplemented:
+    an S3-compatible store without create-only writes or SHA-256 checksums, which every afc
+    upload makes). Not retried; and the check before a run, the bucket's HEAD, cannot see
+    it, so a run whose upload was so refused renders no other job of that batch
+    (``pipeline._storage_broke``)."""
 
     def __init__(self, message: str):
         super().__init__(message, retryable=False)

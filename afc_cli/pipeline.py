@@ -329,9 +329,10 @@ class RunContext:
     # batches whose store or verify gave up in this run: the next probe of each checks its
     # storage again, as before the run, before any render is paid (``_storage_broke``)
     storage_failed: set[str] = field(default_factory=set)
-    # batches whose upload the store refused for want of permission (``StorageDenied``), and
-    # until when (the loop's clock): no job of one is rendered, since no check sees it
-    # mended; a store of the batch that succeeds (a worker retrying a waiting upload) ends it
+    # batches whose upload the store refused for want of permission, or as a request it does
+    # not support (``StorageDenied``), and until when (the loop's clock): no job of one is
+    # rendered, since no check sees it mended; a store of the batch that succeeds (a worker
+    # retrying a waiting upload) ends it
     storage_denied: dict[str, tuple[StorageDenied, float]] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state

@@ -50,6 +50,11 @@ INCOMPLETE_BODY = (
     b"<Message>You did not provide the number of bytes specified by the Content-Length HTTP "
     b"header</Message></Error>"
 )
+NOT_IMPLEMENTED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NotImplemented</Code>'
+    b"<Message>A header you provided implies functionality that is not implemented.</Message>"
+    b"</Error>"
+)
 THROTTLED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>TooManyRequests</Code>'
     b"<Message>Too many requests.</Message></Error>"
@@ -65,8 +70,9 @@ class Fault:
     # session token run out; a HEAD's answer has no body, a bare 400) | "baddigest" (400
     # BadDigest) | "sha256mismatch" (400 XAmzContentSHA256Mismatch): the bytes damaged on
     # the way, as S3 answers an upload whose body does not match its checksum | "incomplete"
-    # (400 IncompleteBody: fewer bytes arrived than Content-Length said) | "reset" |
-    # "stall"
+    # (400 IncompleteBody: fewer bytes arrived than Content-Length said) | "notimplemented"
+    # (501 NotImplemented: an S3-compatible store without create-only writes or SHA-256
+    # checksums) | "reset" | "stall"
     kind: str
     times: int  # how many matching requests it hits; -1: all
     retry_after: str | None = None
@@ -172,6 +178,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "baddigest": (400, BAD_DIGEST),
                     "sha256mismatch": (400, SHA256_MISMATCH),
                     "incomplete": (400, INCOMPLETE_BODY),
+                    "notimplemented": (501, NOT_IMPLEMENTED),
                 }[fault.kind]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

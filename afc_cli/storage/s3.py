@@ -285,6 +285,7 @@ class S3Storage(Storage):
             from afc_cli.attempts import parse_retry_after
 
             retry_after = parse_retry_after(headers.get("retry-after"), date=headers.get("date"))
+            refused_request = code == "NotImplemented" or status == 501
             if code in ("NoSuchBucket",) or (action == "cannot use" and status == 404):
                 fix = f"create bucket {self.bucket!r} or point --storage at an existing one"
             elif code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch") or (
@@ -311,9 +312,12 @@ class S3Storage(Storage):
                 )
             elif code == "InvalidBucketName":
                 fix = f"{self.bucket!r} is not a valid bucket name; fix --storage"
-            elif code == "NotImplemented" or status == 501:
+            elif refused_request:
                 # an S3-compatible store without create-only writes (If-None-Match: *) or
-                # SHA-256 checksums: no retry mends it, and afc never writes without them
+                # SHA-256 checksums: no retry mends it, and afc never writes without them.
+                # Every upload of the batch is refused so while the bucket's HEAD and the
+                # probes' pass: a StorageDenied (below), or every job of the batch was
+                # rendered and paid for, each one's upload refused
                 fix = (
                     "this store does not support a request afc needs: create-only writes "
                     "(If-None-Match: *) and SHA-256 checksums; use one that does (AWS S3, "
@@ -327,7 +331,7 @@ class S3Storage(Storage):
             message = f"{action} {where}: {code or status} {error.get('Message', '')}".strip()
             if fix:
                 message += f" ({fix})"
-            if action == "cannot write" and status == 403 and not retryable:
+            if action == "cannot write" and not retryable and (status == 403 or refused_request):
                 return StorageDenied(message)  # no bucket check sees it (_storage_broke)
             return StorageError(message, retryable=retryable, retry_after=retry_after)
         if isinstance(exc, EndpointResolutionError):  # the endpoint named: no retry mends it

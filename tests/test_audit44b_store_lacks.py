@@ -1,0 +1,34 @@
+"""Outside audit 44b, storage: an S3-compatible store that does not support a request every
+afc upload makes (create-only writes, ``If-None-Match: *``, or SHA-256 checksums) answers
+each upload 501 NotImplemented, while its bucket's HEAD and the probes' HEADs pass. The
+first refused upload said so, and the job waited with its render in the spool; yet every
+other job of the batch was rendered and paid for in the same run, each one's upload refused
+the same way, as an upload refused 403 no longer is. Through the real afc command, against
+moto's S3 server behind the fault proxy."""
+
+from __future__ import annotations
+
+from conftest import jobs, manifest
+from s3fake import Fault
+from test_s3 import attempts, submit
+
+
+def test_a_store_without_create_only_writes_stops_the_batch_renders_of_the_run(afc, s3):
+    afc.write_manifest(manifest(jobs(5, latency_s=1)))  # renders that take a while
+    s3.plan.add(Fault("PUT", r"shot-", "notimplemented", -1))
+    first = submit(afc, s3, "--concurrency", "1")
+    assert first.returncode == 1, first.stderr
+    assert "Traceback" not in first.stderr
+    # the first job's render, and the second's, started as the first was stored (a render
+    # slot is given back once its bytes are spooled); the others wait, nothing paid
+    assert attempts(afc) == 2, "renders paid for whose uploads the store refuses"
+    rows = dict(afc.rows("SELECT step, COUNT(*) FROM jobs GROUP BY step"))
+    assert rows == {"store": 2, "probe": 3}, rows
+    [reason] = {r for (r,) in afc.rows("SELECT waiting_reason FROM jobs WHERE step = 'probe'")}
+    assert "NotImplemented" in reason and "If-None-Match" in reason, reason
+    assert "no other job of batch b1 is rendered" in reason, reason
+    s3.plan.clear()  # a store that takes them (the endpoint upgraded)
+    second = afc("resume")
+    assert second.returncode == 0, second.stderr
+    assert afc.rows("SELECT DISTINCT status FROM jobs") == [("succeeded",)]
+    assert attempts(afc) == 5, "each job rendered once"
