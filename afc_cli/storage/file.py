@@ -7,12 +7,15 @@ A store writes the metadata first and the object second, each as an exclusive cr
 fsynced temporary file hard-linked into place, which fails if the name exists), then fsyncs the
 directory. So an object never appears without the metadata that names its job, and a file that
 someone else put at a key is never overwritten. The object is hard-linked straight from the
-spool file when both are on one file system (no second copy, no second fsync of the bytes).
+spool file when both are on one file system (no second copy, no second fsync of the bytes);
+on another, a copy a killed run left half written is removed by the next copy of its object.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -214,10 +217,19 @@ class FileStorage(Storage):
                 if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
                     raise
         # not named after ``final``: a name near the file system's limit (255 bytes) made the
-        # temporary name too long, and the output was never stored
-        tmp = final.with_name(f".afc-{uuid.uuid4().hex}.tmp")
+        # temporary name too long, and the output was never stored. One name per object
+        # (``_copy_name``): a copy a run killed mid-way left there (a video's gigabytes in a
+        # storage folder on another disk than the spool) is found by the next copy into
+        # ``final``, which writes a name of its own and removes it once ``final`` is there
+        left = _copy_name(final)
+        tmp = left
         try:
-            with open(tmp, "xb") as out:
+            out = open(tmp, "xb")  # noqa: SIM115 - closed below
+        except FileExistsError:  # a copy a killed run left, or one under way now
+            tmp = final.with_name(f".afc-{uuid.uuid4().hex}.tmp")
+            out = open(tmp, "xb")  # noqa: SIM115 - closed below
+        try:
+            with out:
                 if source is not None:
                     with open(source, "rb") as src:
                         shutil.copyfileobj(src, out, 1 << 20)
@@ -231,6 +243,13 @@ class FileStorage(Storage):
                 if exc.errno == errno.EEXIST:
                     raise FileExistsError(final) from None
                 raise
+            finally:
+                if tmp != left and final.exists():
+                    # ``final`` is there (this copy's, or another writer's): a copy under
+                    # way into ``left`` could not be linked into place any more (each write
+                    # here is create-only), and one a killed run left never will be
+                    with contextlib.suppress(OSError):
+                        left.unlink()
         finally:
             try:
                 tmp.unlink()
@@ -369,6 +388,14 @@ class FileStorage(Storage):
         if found != (size, sha256):
             return f"{self._object(key)} reads back {found[0]} bytes sha256 {found[1]}"
         return None
+
+
+def _copy_name(final: Path) -> Path:
+    """The temporary file a copy into ``final`` writes first (``FileStorage._create``), one
+    name per object: ``.afc-`` and 32 hex digits of its name's SHA-256 (a fixed length, where
+    ``final``'s own name may be near the file system's limit)."""
+    digest = hashlib.sha256(os.fsencode(final.name)).hexdigest()[:32]
+    return final.with_name(f".afc-{digest}.tmp")
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
