@@ -146,6 +146,30 @@ def _endpoint_problem(exc: Exception) -> str:
     return f"the S3 endpoint cannot be used ({exc})"
 
 
+def _tls_problem(exc: Exception) -> str:
+    """What a person can mend in a TLS failure (botocore's ``SSLError``), or "": a CA bundle
+    that AWS_CA_BUNDLE names and that is not a readable file was said only as "SSL validation
+    failed ... [Errno 2] No such file or directory", naming neither the variable nor the path;
+    a certificate this host does not trust (a MinIO's own CA) did not say where to name it."""
+    from botocore.exceptions import SSLError
+
+    if not isinstance(exc, SSLError):
+        return ""
+    bundle = os.environ.get("AWS_CA_BUNDLE")
+    if bundle and not os.access(bundle, os.R_OK):
+        return (
+            f" (AWS_CA_BUNDLE names {bundle!r}, which is not a readable file here: point it "
+            "at a PEM file of the certificate authorities the store's certificate is signed "
+            "by, or unset it)"
+        )
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return (
+            " (this host does not trust the store's certificate: AWS_CA_BUNDLE names a PEM "
+            "file of the certificate authorities to trust, as for the aws command)"
+        )
+    return ""
+
+
 def custom_endpoint() -> str | None:
     """The S3 endpoint the environment names (``AWS_ENDPOINT_URL_S3``, else
     ``AWS_ENDPOINT_URL``: R2, MinIO), or None for AWS's own."""
@@ -339,7 +363,9 @@ class S3Storage(Storage):
         if isinstance(exc, ParamValidationError):  # afc's own request: no retry mends it
             return StorageError(f"{action} {where}: {exc}", retryable=False)
         if isinstance(exc, ConnectionError | HTTPClientError | ReadTimeoutError):
-            return StorageUnreachable(f"{action} {where}: connection problem: {exc}")
+            return StorageUnreachable(
+                f"{action} {where}: connection problem: {exc}{_tls_problem(exc)}"
+            )
         if isinstance(exc, BotoCoreError):
             return StorageError(f"{action} {where}: {exc}", retryable=True)
         if isinstance(exc, OSError):
