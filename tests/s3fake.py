@@ -50,6 +50,11 @@ INCOMPLETE_BODY = (
     b"<Message>You did not provide the number of bytes specified by the Content-Length HTTP "
     b"header</Message></Error>"
 )
+STORAGE_FULL = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>XMinioStorageFull</Code>'
+    b"<Message>Storage backend has reached its minimum free drive threshold. Please delete a "
+    b"few objects to proceed.</Message></Error>"
+)
 NOT_IMPLEMENTED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NotImplemented</Code>'
     b"<Message>A header you provided implies functionality that is not implemented.</Message>"
@@ -72,7 +77,8 @@ class Fault:
     # the way, as S3 answers an upload whose body does not match its checksum | "incomplete"
     # (400 IncompleteBody: fewer bytes arrived than Content-Length said) | "notimplemented"
     # (501 NotImplemented: an S3-compatible store without create-only writes or SHA-256
-    # checksums) | "reset" | "stall"
+    # checksums) | "full" (507 XMinioStorageFull: a MinIO below its free-drive threshold) |
+    # "reset" | "stall"
     kind: str
     times: int  # how many matching requests it hits; -1: all
     retry_after: str | None = None
@@ -179,6 +185,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "sha256mismatch": (400, SHA256_MISMATCH),
                     "incomplete": (400, INCOMPLETE_BODY),
                     "notimplemented": (501, NOT_IMPLEMENTED),
+                    "full": (507, STORAGE_FULL),
                 }[fault.kind]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

@@ -24,7 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from afc_cli.errors import UTF8_LOCALE, StorageError, UsageError, unnamable_here
+from afc_cli.errors import (
+    UTF8_LOCALE,
+    StorageDenied,
+    StorageError,
+    UsageError,
+    unnamable_here,
+)
 from afc_cli.spool import file_digest, fsync_dir
 from afc_cli.storage import object_url, shown_url
 from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage, typed_meta
@@ -194,6 +200,16 @@ class FileStorage(Storage):
             _MADE.discard(obj.parent)  # e.g. removed meanwhile: the retry makes it again
             if self.root in _SEEN and not self.root.is_dir():  # no retry makes it again
                 raise StorageError(f"cannot write {obj}: {self._gone()}", retryable=False) from None
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # the folder's file system full, or this user's quota spent (which no free
+                # space check sees: ``room`` reads the file system's): retried, each store
+                # gave up in turn while the folder's check passed, and every job of the batch
+                # was rendered and paid for, its render left in the spool
+                raise StorageDenied(
+                    f"cannot write {obj}: {exc.strerror} (the storage folder's file system is "
+                    "full or this user's disk quota spent: free space there; the paid render "
+                    "waits in the spool and the next run stores it)"
+                ) from None
             retryable = exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR)
             raise StorageError(f"cannot write {obj}: {exc}", retryable=retryable) from None
 

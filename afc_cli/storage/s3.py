@@ -310,6 +310,12 @@ class S3Storage(Storage):
 
             retry_after = parse_retry_after(headers.get("retry-after"), date=headers.get("date"))
             refused_request = code == "NotImplemented" or status == 501
+            # a store that takes no more bytes: MinIO's XMinioStorageFull (507, below its
+            # free-drive threshold), a 507 of any other, a Ceph or quota'd store's
+            # QuotaExceeded. Retried (a 5xx), each upload gave up in turn while the bucket's
+            # HEAD and the probes passed: every job of the batch was rendered and paid for,
+            # the renders piling up in the spool until its disk filled too
+            full = status == 507 or code in ("XMinioStorageFull", "QuotaExceeded")
             if code in ("NoSuchBucket",) or (action == "cannot use" and status == 404):
                 fix = f"create bucket {self.bucket!r} or point --storage at an existing one"
             elif code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch") or (
@@ -334,6 +340,11 @@ class S3Storage(Storage):
                     "session) that expired are answered so: refresh them ('aws sso login', "
                     "assume the role again); else check that AWS_REGION is the bucket's region"
                 )
+            elif full:
+                fix = (
+                    "the store is full or its quota spent: free space in it or raise its "
+                    "quota; the paid render waits in the spool and the next run stores it"
+                )
             elif code == "InvalidBucketName":
                 fix = f"{self.bucket!r} is not a valid bucket name; fix --storage"
             elif refused_request:
@@ -351,11 +362,15 @@ class S3Storage(Storage):
                 fix = None
             retryable = (
                 status >= 500 and status != 501 or status == 429 or code in RETRYABLE_CODES
-            ) and code != "NotImplemented"
+            ) and not (code == "NotImplemented" or full)
             message = f"{action} {where}: {code or status} {error.get('Message', '')}".strip()
             if fix:
                 message += f" ({fix})"
-            if action == "cannot write" and not retryable and (status == 403 or refused_request):
+            if (
+                action == "cannot write"
+                and not retryable
+                and (status == 403 or refused_request or full)
+            ):
                 return StorageDenied(message)  # no bucket check sees it (_storage_broke)
             return StorageError(message, retryable=retryable, retry_after=retry_after)
         if isinstance(exc, EndpointResolutionError):  # the endpoint named: no retry mends it
