@@ -1310,8 +1310,13 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             }
             started = time.time()
             window = entry.get("window_s")
+            # the job-style request this attempt polls, once its id is committed (a resumed
+            # one's from the start): what a key refused on its polls leaves at the provider
+            polled = [resume["provider_request_id"] if resume is not None else None]
 
-            async def submitted(request_id: str, number: int = number, entry=entry) -> None:
+            async def submitted(
+                request_id: str, number: int = number, entry=entry, polled=polled
+            ) -> None:
                 stall_point("before_request_id")
                 try:
                     ctx.ledger.record_request_id(job, number, entry["provider"], request_id)
@@ -1339,6 +1344,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 except Exception as exc:
                     raise _LedgerFailed() from exc  # the ledger's, not the adapter's
                 crash_point("after_submit")
+                polled[0] = request_id
                 ctx.polling.add(job["id"])
                 if ctx.stopping.is_set():
                     ctx.abandon_poll(job["id"])
@@ -1543,6 +1549,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             except ProviderError as exc:
                 _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
                 error_class, message = exc.error_class, exc.message
+                if error_class == "auth" and provider.resumable and polled[0] is not None:
+                    _key_lost_polling(ctx, job, number, report, started, exc, polled[0])
+                    return False
                 if left_url[0] and getattr(exc, "stopped_run", False):
                     # afc stopped while the output was out of reach: its URL is committed, so
                     # the attempt is left to the next run, which fetches it for free while the
@@ -2318,6 +2327,55 @@ async def _read_inputs(ctx: RunContext, job: dict[str, Any]) -> tuple | None:
             error_message=str(exc),
         )
     return None
+
+
+def _key_lost_polling(
+    ctx: RunContext,
+    job: dict[str, Any],
+    number: int,
+    report: dict[str, Any],
+    started: float,
+    exc: ProviderError,
+    request_id: str,
+) -> None:
+    """A job-style request the provider accepted, whose polls (or result) it then refused
+    for the key (401, 403: revoked or rotated mid-render). The request renders on, billed,
+    its result kept at the provider by its id. ``auth`` stops the chain, as ever; but the
+    attempt is left ``unknown`` with its request id, as a run that ended leaves one
+    (``_resumable``), not ``failed``: 'afc retry' once a working key is in place then polls
+    that request for nothing, where it submitted, and paid for, a new one. Not polled again
+    in this run: the key it has is refused."""
+    from afc_cli.attempts import PastAttempt
+
+    message = (
+        f"{exc.message}; {report['provider']} request {request_id} may render on (billed): "
+        f"'afc retry {job['key']}' polls it by its id once the key works, paying nothing again"
+    )
+    ctx.ledger.end_attempt(
+        job,
+        number,
+        **report,
+        status="unknown",
+        error_class=exc.error_class,
+        http_status=exc.http_status,
+        error_message=message,
+        provider_request_id=request_id,
+        usage=exc.usage or None,
+        cost_micros=exc.cost_micros,
+        cost_source=exc.cost_source,
+        started_at=started,
+    )
+    ctx.report(job, "attempt_failed", f"{exc.error_class} on attempt {number}", cost_micros=None)
+    cause = PastAttempt(
+        chain_index=report["chain_index"],
+        status="unknown",
+        error_class=exc.error_class,
+        provider=report["provider"],
+        model=report["model"],
+        http_status=exc.http_status,
+        message=message,
+    )
+    _chain_over(ctx, job, GiveUp(cause, f"{exc.error_class} stops the chain"))
 
 
 def _chain_over(ctx: RunContext, job: dict[str, Any], decision: GiveUp) -> None:

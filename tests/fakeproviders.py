@@ -50,6 +50,9 @@ class FakeProviders:
         self.predictions: dict[str, dict] = {}
         self.fal: dict[str, dict] = {}
         self.released = threading.Event()
+        # set: the key a "poll-401" prompt's polls were refused for is valid again (a person
+        # put a working key in its place), and those polls answer as any other
+        self.key_restored = threading.Event()
         self.seen_once: set[str] = set()
         self.cancels: list[str] = []
         self.server: ThreadingHTTPServer | None = None
@@ -714,7 +717,8 @@ class FakeProviders:
             return h.reply(200, raw=b"<html>not a prediction</html>", ctype="text/html")
         if "garbled-poll" in p["prompt"] and p["polls"] in (2, 3):  # a proxy's page, twice
             return h.reply(200, raw=b"<html><body>upstream hiccup</body></html>", ctype="text/html")
-        if "poll-401" in p["prompt"] and p["polls"] >= 2:  # the key revoked mid-render
+        if "poll-401" in p["prompt"] and p["polls"] >= 2 and not self.key_restored.is_set():
+            # the key revoked mid-render (the prediction renders on, billed)
             return h.reply(
                 401, {"title": "Unauthenticated", "detail": "Invalid token", "status": 401}
             )
@@ -877,7 +881,7 @@ class FakeProviders:
                 return h.reply(200, raw=b"<html>not a status</html>", ctype="text/html")
             if "garbled-poll" in r["prompt"] and r["polls"] in (2, 3):
                 return h.reply(200, raw=b"<html>upstream hiccup</html>", ctype="text/html")
-            if "poll-401" in r["prompt"] and r["polls"] >= 2:
+            if "poll-401" in r["prompt"] and r["polls"] >= 2 and not self.key_restored.is_set():
                 return h.reply(401, {"detail": "Unauthorized"})
             if "poll-409" in r["prompt"] and r["polls"] <= 2:  # a conflict: ask again
                 return h.reply(409, {"detail": "Conflict"})

@@ -1,0 +1,28 @@
+"""Outside audit 44a: the provider adapters at the wire (tests/fakeproviders.py)."""
+
+from __future__ import annotations
+
+import pytest
+from test_providers import attempts_of, run
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_a_request_whose_polls_lost_the_key_is_polled_by_its_retry_not_paid_again(
+    afc, fake, provider, ledger_url
+):
+    """A job-style request whose polls the provider refused (401: the key revoked, or
+    rotated, mid-render) renders on at the provider and is billed. The job fails ``auth``,
+    as it should; but the attempt was ended ``failed``, so 'afc retry' once a working key
+    was in place submitted (and paid for) a new request, while the first one's result sat
+    at the provider, fetchable by its recorded id for nothing."""
+    afc.env["AFC_LEDGER"] = ledger_url
+    jobs = run(afc, provider, ["poll-401"], expect=1)
+    assert jobs["j0"]["error"]["class"] == "auth"
+    [attempt] = attempts_of(afc, "j0")
+    assert attempt["cost"] is None and attempt["provider_request_id"]
+    fake.key_restored.set()  # a working key in place
+    assert afc("retry", "j0").returncode == 0
+    assert afc("resume").returncode == 0
+    assert fake.counts[f"{provider}_submit"] == 1, "the recorded request was polled"
+    [attempt] = attempts_of(afc, "j0")
+    assert (attempt["number"], attempt["status"]) == (1, "succeeded")
