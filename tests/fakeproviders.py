@@ -869,7 +869,11 @@ class FakeProviders:
                 # it completed (and was billed) between afc's last poll and its cancel: fal
                 # answers so, and its result is there to fetch
                 r["done"] = True
-                return h.reply(400, {"status": "ALREADY_COMPLETED"})
+                # fal's documented cancel answer names ALREADY_COMPLETED among its statuses
+                # without an error status ("cancel-says-200"); a gateway may answer 409
+                said = 200 if "cancel-says-200" in r["prompt"] else 400
+                said = 409 if "cancel-says-409" in r["prompt"] else said
+                return h.reply(said, {"status": "ALREADY_COMPLETED"})
             r["status"] = "CANCELLED"
             return h.reply(202, {"status": "CANCELLATION_REQUESTED"})
         if tail == "/status":

@@ -394,7 +394,12 @@ class FalProvider(HttpProvider):
         )
 
     async def cancel_answer(self, request_id: str, model: str) -> str | None:
-        """``Provider.cancel_answer``: COMPLETED when fal says ALREADY_COMPLETED."""
+        """``Provider.cancel_answer``: COMPLETED when fal says ALREADY_COMPLETED, whatever
+        status carries it (fal's documentation lists it among the statuses of the cancel's
+        one answer; afc met it on a 400, a gateway in front may say 409): read only on a
+        400, a 200 saying so was taken for a request stopped, and a window's cancel that
+        found the request completed (rendered, billed, its result kept) went on to the next
+        model, which paid again for the one output."""
         import httpx
 
         try:
@@ -403,9 +408,8 @@ class FalProvider(HttpProvider):
             )
         except httpx.TransportError as exc:
             return f"no answer ({exc.__class__.__name__})"
-        if response.status_code == 400 and json_or_empty(response).get("status") == (
-            ALREADY_COMPLETED
-        ):
+        said = json_or_empty(response).get("status")
+        if said == ALREADY_COMPLETED and response.status_code < 500:
             return COMPLETED
         return None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
 
