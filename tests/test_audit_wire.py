@@ -353,6 +353,36 @@ def test_an_output_that_drips_in_fails_its_fetch_at_the_render_s_known_cost(monk
     assert len(provider_server.received) == 1
 
 
+def test_an_output_over_a_slow_link_is_fetched_whole(monkeypatch):
+    """An output coming steadily at 160 KiB/s (a studio's link shared by many downloads, a
+    slow CDN edge): not a drip, yet past the read timeout's credit each chunk gave only its
+    time at 256 KiB/s, and the download was cut off round after round until the provider let
+    the output go; the attempt then failed at its cost and the job paid for another render,
+    cut off the same way (a video of 20-80 MB over a link below about 2 Mbit/s each). The
+    floor is 64 KiB/s: the slow output comes whole, a drip still ends (the tests above)."""
+    body = render_png("slow", 300, 300) + b"\0" * (300 * 1024)  # about 300 KiB, a PNG first
+
+    async def steady(head, _body, writer) -> bool:
+        writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+        for start in range(0, len(body), 16 * 1024):
+            writer.write(body[start : start + 16 * 1024])
+            await writer.drain()
+            await asyncio.sleep(0.1)  # 16 KiB a tenth of a second: 160 KiB/s
+        return True
+
+    cdn = WireServer(steady)
+    provider_server = WireServer(answered(dalle(f"{cdn.url}/out.png")))
+    try:
+        provider = adapter(monkeypatch, OpenAIProvider, "OPENAI_BASE_URL", provider_server.url)
+        result = rendered(provider, "dall-e-3")
+    finally:
+        provider_server.stop()
+        cdn.stop()
+    data = result.data if isinstance(result.data, bytes) else result.data.path.read_bytes()
+    assert data == body
+    assert len(cdn.received) == 1, "the download was cut off and fetched again"
+
+
 # --- answers too big to hold -----------------------------------------------------------------
 
 

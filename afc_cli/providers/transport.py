@@ -217,8 +217,12 @@ def httpx_error(exc: BaseException) -> BaseException:
 
 
 # The slowest average an answer's body (and a request's) may keep beyond the read timeout:
-# 256 KiB/s, a 2 GiB output in about 2 h 20 min, a 10 MB JSON answer in 40 s.
-MIN_RATE = 256 * 1024
+# 64 KiB/s (half a megabit), a 2 GiB output in about 9 h, a 10 MB JSON answer in 2.5 min. A drip
+# (a byte every few seconds) still ends in time. At 256 KiB/s an output coming steadily over a
+# slow link (a studio's line shared by many downloads: below about 2 Mbit/s each) was cut off
+# round after round until the provider let it go, and the job paid for another render, cut off
+# the same way (tests/test_audit_wire.py)
+MIN_RATE = 64 * 1024
 
 
 def _deadline(timeout: dict[str, Any], after: float, sized: int = 0) -> float | None:
