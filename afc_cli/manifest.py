@@ -1695,22 +1695,44 @@ def resolve_deferred(
     aggregate: Aggregate | None,
 ) -> Iterator[ResolvedJob]:
     """Resolve the jobs whose input jobs came later in the list, each once the jobs it uses
-    are resolved. What is left (a cycle, an unknown key) ``dependency_problems`` reports."""
+    are resolved. What is left (a cycle, an unknown key) ``dependency_problems`` reports.
+
+    In waves, as a topological sort: each deferred job counts the input jobs it still waits
+    for, and a job resolved makes ready those of its dependents it was the last one of (a
+    wave in the list's order). Each job's inputs are looked at once: finding the ready ones
+    by scanning every pending job again after each wave, and dropping them from the pending
+    list by a list lookup each, made a list whose style frame comes last (100,000 jobs all
+    naming it) take 139 s to check where it first took 16, and a chain listed in reverse
+    one scan of what is left per link."""
+    from collections import deque
+
     pending, seen.deferred = seen.deferred, []
-    while pending:
-        ready = [
-            item
-            for item in pending
-            if all(
-                _own_key(model.batch, i.job) in seen.hashes
-                for i in item[2].inputs or ()
-                if i.job is not None
-            )
-        ]
-        if not ready:
-            return
-        pending = [item for item in pending if item not in ready]
-        yield from resolve_jobs(model, providers, ready, problems, seen, aggregate)
+    waits: list[int] = []  # per pending job (by position): the input jobs not resolved yet
+    dependents: dict[str, list[int]] = {}  # an unresolved input job -> the jobs naming it
+    wave: list[int] = []
+    for position, (_index, _where, spec) in enumerate(pending):
+        missing = {
+            key
+            for i in spec.inputs or ()
+            if i.job is not None and (key := _own_key(model.batch, i.job)) not in seen.hashes
+        }
+        waits.append(len(missing))
+        for key in missing:
+            dependents.setdefault(key, []).append(position)
+        if not missing:
+            wave.append(position)
+    ready = deque(wave)
+    while ready:
+        wave = sorted(ready)  # the list's order, as each wave was resolved before
+        ready.clear()
+        for job in resolve_jobs(
+            model, providers, [pending[p] for p in wave], problems, seen, aggregate
+        ):
+            yield job
+            for position in dependents.pop(job.key, ()):
+                waits[position] -= 1
+                if waits[position] == 0:
+                    ready.append(position)
 
 
 def _with_default_gates(model: ManifestModel, spec: Any) -> Any:
