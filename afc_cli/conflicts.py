@@ -11,6 +11,7 @@ mapping keys with dots and list items with ``[i]``; a field present on one side 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 SHOWN_CHARS = 60  # a longer value is cut to this in messages (prompts can be paragraphs)
@@ -75,20 +76,49 @@ def _same(old: Any, new: Any) -> bool:
         return old == new
 
 
+SHOWN_BEFORE = 20  # of two long values differing past their shown start, shown before it
+
+
 def shown(value: Any) -> str:
     """A value as a message shows it: JSON, cut to SHOWN_CHARS with an ellipsis."""
     if value is _ABSENT:
         return "(not set)"
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    text = _json(value)
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def shown_change(old: Any, new: Any) -> tuple[str, str]:
+    """Both sides of a change as a message shows them. Two long values whose first
+    difference lies past what ``shown`` keeps of them (a prompt edited near its end, as
+    prompts are: a style appended, '35mm film' made '70mm film') were cut to the same start,
+    the message naming a change it showed none of (``prompt: "a lighthouse…" -> "a
+    lighthouse…"``): both are then shown from a little before that difference."""
+    if old is _ABSENT or new is _ABSENT:
+        return shown(old), shown(new)
+    before, after = _json(old), _json(new)
+    same = len(os.path.commonprefix([before, after]))
+    if max(len(before), len(after)) <= SHOWN_CHARS or same < SHOWN_CHARS - SHOWN_BEFORE:
+        return shown(old), shown(new)
+    start = same - SHOWN_BEFORE
+    width = SHOWN_CHARS - 2  # an ellipsis each side
+
+    def window(text: str) -> str:
+        part = text[start : start + width]
+        return "…" + part + ("…" if start + width < len(text) else "")
+
+    return window(before), window(after)
 
 
 def describe_changes(changes: list[dict[str, Any]]) -> str:
     """``prompt: "a" -> "b"; params.size: "64x64" -> (not set)``, at most SHOWN_CHANGES."""
-    parts = [
-        f"{c['field']}: {shown(c.get('old', _ABSENT))} -> {shown(c.get('new', _ABSENT))}"
-        for c in changes[:SHOWN_CHANGES]
-    ]
+    parts = []
+    for c in changes[:SHOWN_CHANGES]:
+        old, new = shown_change(c.get("old", _ABSENT), c.get("new", _ABSENT))
+        parts.append(f"{c['field']}: {old} -> {new}")
     if len(changes) > SHOWN_CHANGES:
         parts.append(f"and {len(changes) - SHOWN_CHANGES} more")
     return "; ".join(parts)
