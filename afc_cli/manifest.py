@@ -1742,13 +1742,17 @@ def _with_default_gates(model: ManifestModel, spec: Any) -> Any:
     defaults = model.defaults
     update: dict[str, Any] = {}
     if defaults.needs is not None and spec.needs is None:
-        update["needs"] = [ref for ref in defaults.needs if _own_key(model.batch, ref) != spec.key]
+        update["needs"] = _FromDefaults(
+            (i, ref)
+            for i, ref in enumerate(defaults.needs)
+            if _own_key(model.batch, ref) != spec.key
+        )
     if defaults.inputs is not None and spec.inputs is None:
-        update["inputs"] = [
-            item
-            for item in defaults.inputs
+        update["inputs"] = _FromDefaults(
+            (i, item)
+            for i, item in enumerate(defaults.inputs)
             if item.job is None or _own_key(model.batch, item.job) != spec.key
-        ]
+        )
     if not update:
         return spec
     if type(spec) is PlainSpec:  # a job list's plain line: the general path, with the gates
@@ -1769,11 +1773,33 @@ def _own_key(batch: str, ref: str | None) -> str | None:
     return key
 
 
+class _FromDefaults(list):
+    """A job's ``needs`` or ``inputs`` as ``_with_default_gates`` takes them from the
+    defaults, given as ``(place, item)`` pairs: ``at`` keeps each item's place in the
+    defaults' list, so a problem of one (an unknown key, a missing file) is the defaults' own,
+    said once where it is written (``defaults.needs[0]``), as one of ``defaults.chain`` is.
+    Each job taking them was named with it, at a field its line does not have (``jobs.csv
+    line 1 (key 'shot-0'): field 'inputs[0].path'``), and the 25 problems shown of a list
+    were all that one."""
+
+    def __init__(self, pairs: Iterable[tuple[int, Any]]) -> None:
+        pairs = list(pairs)
+        super().__init__(item for _, item in pairs)
+        self.at = [place for place, _ in pairs]
+
+
+def _field(items: Any, i: int, name: str) -> str:
+    """The field of ``items[i]`` (a job's ``needs`` or ``inputs``) as a problem names it."""
+    if isinstance(items, _FromDefaults):
+        return f"defaults.{name}[{items.at[i]}]"
+    return f"{name}[{i}]"
+
+
 def _references(spec: JobSpec) -> list[tuple[str, str]]:
     """The jobs a job waits for, each with the field naming it."""
-    refs = [(f"needs[{i}]", ref) for i, ref in enumerate(spec.needs or ())]
+    refs = [(_field(spec.needs, i, "needs"), ref) for i, ref in enumerate(spec.needs or ())]
     refs += [
-        (f"inputs[{i}].job", item.job)
+        (_field(spec.inputs, i, "inputs") + ".job", item.job)
         for i, item in enumerate(spec.inputs or ())
         if item.job is not None
     ]
@@ -1855,7 +1881,12 @@ def _resolve_inputs(
         if item.path is not None:
             found = _input_file(seen, item.path)
             if isinstance(found, str):
-                problems.append(f"{who}: field 'inputs[{i}].path': {found}")
+                field = _field(spec.inputs, i, "inputs")
+                if not field.startswith("defaults."):
+                    problems.append(f"{who}: field '{field}.path': {found}")
+                elif (problem := f"field '{field}.path': {found}") not in seen.said:
+                    seen.said.add(problem)  # the defaults' own, said once
+                    problems.append(problem)
                 bad = True
                 continue
             hashed.append({"sha256": found[1]})
@@ -1873,6 +1904,7 @@ def _resolve_inputs(
 def dependency_problems(batch: str, seen: Seen) -> list[str]:
     """A need or input job of another batch, an unknown key, or a cycle."""
     problems: list[str] = []
+    said: set[str] = set()
     graph: dict[str, list[str]] = {}
     for key, refs in seen.needs.items():
         who = f"{seen.keys.get(key, 'a job')} (key {key!r})"
@@ -1880,19 +1912,25 @@ def dependency_problems(batch: str, seen: Seen) -> list[str]:
         for name, ref in refs:
             own = _own_key(batch, ref)
             if own is None:
-                problems.append(
-                    f"{who}: field '{name}': {ref!r} is a job of another batch "
+                problem = (
+                    f"field '{name}': {ref!r} is a job of another batch "
                     f"({ref.rpartition('/')[0]!r}); a job can only wait for jobs of its own "
                     f"batch ({batch!r})"
                 )
             elif own not in seen.keys:
                 hint = did_you_mean(own, list(seen.keys)) if len(seen.keys) <= 10_000 else ""
-                problems.append(
-                    f"{who}: field '{name}': unknown key {own!r}{hint}; needs and inputs "
-                    "name jobs of this manifest"
+                problem = (
+                    f"field '{name}': unknown key {own!r}{hint}; needs and inputs name jobs "
+                    "of this manifest"
                 )
             else:
                 graph[key].append(own)
+                continue
+            if not name.startswith("defaults."):
+                problems.append(f"{who}: {problem}")
+            elif problem not in said:  # the defaults' own (_FromDefaults), said once
+                said.add(problem)
+                problems.append(problem)
     # every cycle, not only the first: each one found is broken (one of its edges removed)
     # and the graph sorted again, a bounded number of times
     for _ in range(MAX_CYCLES_LISTED):
