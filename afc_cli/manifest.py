@@ -1905,6 +1905,10 @@ def dependency_problems(batch: str, seen: Seen) -> list[str]:
     """A need or input job of another batch, an unknown key, or a cycle."""
     problems: list[str] = []
     said: set[str] = set()
+    # each unknown key's "did you mean", looked for once: a typo in the defaults' needs, or
+    # in every line a script wrote, was looked up for each job among every key (difflib),
+    # and a 5,000-line list took 39 s to be refused, 10,000 lines four times that
+    hints: dict[str, str] = {}
     graph: dict[str, list[str]] = {}
     for key, refs in seen.needs.items():
         who = f"{seen.keys.get(key, 'a job')} (key {key!r})"
@@ -1918,7 +1922,10 @@ def dependency_problems(batch: str, seen: Seen) -> list[str]:
                     f"batch ({batch!r})"
                 )
             elif own not in seen.keys:
-                hint = did_you_mean(own, list(seen.keys)) if len(seen.keys) <= 10_000 else ""
+                hint = hints.get(own)
+                if hint is None:
+                    many = len(seen.keys) > 10_000
+                    hint = hints[own] = "" if many else did_you_mean(own, list(seen.keys))
                 problem = (
                     f"field '{name}': unknown key {own!r}{hint}; needs and inputs name jobs "
                     "of this manifest"
