@@ -124,6 +124,36 @@ def describe_changes(changes: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+def inputs_changed(admitted_json: str | None, named: list[dict[str, Any]] | None) -> list[str]:
+    """The input files an admitted job reads (its ``inputs_json``: each file's absolute path
+    and SHA-256) that the manifest names again at the same path with other content: the file
+    changed on disk since the job was admitted. Its run then fails the job (INPUT_UNAVAILABLE,
+    nothing paid) unless the file is put back, where a conflict's message said the next run
+    renders the admitted request. Named as the manifest names them."""
+    try:
+        admitted = json.loads(admitted_json or "[]")
+    except ValueError:
+        return []
+    now = {i["path"]: i for i in named or () if isinstance(i, dict) and "path" in i}
+    return [
+        str(now[old["path"]].get("name") or old["path"])
+        for old in admitted
+        if isinstance(old, dict)
+        and old.get("path") in now
+        and now[old["path"]].get("sha256") != old.get("sha256")
+    ]
+
+
+def changed_files_line(changed: list[str]) -> str:
+    """What becomes of an unfinished admitted request a conflict leaves in place when files it
+    was admitted with changed since (``inputs_changed``): its run fails it, not renders it."""
+    files = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return (
+        f"a file it was admitted with changed on disk since ({files}), so the next run of the "
+        "batch fails it (INPUT_UNAVAILABLE, nothing paid) unless the file is put back as it was"
+    )
+
+
 def conflict_message(conflict: dict[str, Any], where: str | None = None) -> str:
     """The IDEMPOTENCY_CONFLICT message: the key, what changed, both hashes, what to do.
     ``where``: the line of a jobs_from list the job is on (``jobs.csv line 4``), said last,
@@ -149,10 +179,15 @@ def _conflict_message(conflict: dict[str, Any]) -> str:
         else "its request differs from the admitted one"
     )
     status = conflict.get("status")
+    changed = conflict.get("inputs_changed") or []
     unfinished = (
-        f" Its admitted request has not finished ({status}): the next run of the batch renders "
-        "it ('afc resume', a worker, or a submit of a manifest leaving this key out) unless "
-        f"'afc cancel {conflict['key']}' drops it."
+        f" Its admitted request has not finished ({status}): "
+        + (
+            f"{changed_files_line(changed)}; 'afc cancel {conflict['key']}' drops it."
+            if changed
+            else "the next run of the batch renders it ('afc resume', a worker, or a submit "
+            f"of a manifest leaving this key out) unless 'afc cancel {conflict['key']}' drops it."
+        )
         if status in UNFINISHED
         else ""
     )

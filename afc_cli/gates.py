@@ -115,6 +115,7 @@ def refused_dependent(job: Any, stored_hash: str | None, need: str) -> dict[str,
         "new_hash": job.request_hash,
         "changes": [],
         "status": None,
+        "inputs_changed": [],
         "refused_need": need,
     }
 

@@ -43,7 +43,13 @@ from typing import Any
 
 from afc_cli import storage as storage_mod
 from afc_cli.attempts import Try, counted, next_try
-from afc_cli.conflicts import UNFINISHED, changes_since, describe_changes
+from afc_cli.conflicts import (
+    UNFINISHED,
+    changed_files_line,
+    changes_since,
+    describe_changes,
+    inputs_changed,
+)
 from afc_cli.costs import format_usd
 from afc_cli.errors import StorageError, UsageError
 from afc_cli.gates import (
@@ -360,6 +366,7 @@ def plan(
             gates.conflict(job.key)
             counts["conflicting"] += 1
             changes = changes_since(known[2], job.body)
+            changed_files = inputs_changed(known[9], job.inputs)
             conflicts.append(
                 {
                     "key": job.key,
@@ -367,6 +374,7 @@ def plan(
                     "new_hash": job.request_hash,
                     "changes": changes,
                     "status": known[1],  # the admitted request's, as it stays
+                    "inputs_changed": changed_files,
                 }
             )
             entry = job.chain[0]
@@ -378,6 +386,7 @@ def plan(
                     "model": model,
                     "changes": changes,
                     "status": known[1],
+                    "inputs_changed": changed_files,
                 }
             )
             continue
@@ -547,7 +556,13 @@ def describe(result: dict[str, Any]) -> str:
             lines.append(
                 f"  conflict {job['key']}{where}: changed {describe_changes(job['changes'])}"
             )
-            if job.get("status") in UNFINISHED:  # the admitted request, which a run renders
+            if job.get("status") in UNFINISHED and job.get("inputs_changed"):
+                lines.append(
+                    f"    its admitted request is {job['status']}, and "
+                    f"{changed_files_line(job['inputs_changed'])} ('afc cancel {job['key']}' "
+                    "drops it)"
+                )
+            elif job.get("status") in UNFINISHED:  # the admitted request, which a run renders
                 lines.append(
                     f"    its admitted request is {job['status']}, and the next run renders it "
                     f"('afc cancel {job['key']}' drops it)"

@@ -93,5 +93,12 @@ def test_a_list_job_whose_request_changed_is_named_by_file_and_line(
     result = afc("submit", "manifest.yaml", "--no-run", "--json")
     assert result.returncode == 3, result.stderr
     [conflict] = json.loads(result.stdout)["conflicts"]
-    assert set(conflict) == {"key", "stored_hash", "new_hash", "changes", "status"}, conflict
+    assert set(conflict) == {
+        "key",
+        "stored_hash",
+        "new_hash",
+        "changes",
+        "status",
+        "inputs_changed",
+    }, conflict
     assert f"Key 'b' is {name} line 3.\n" in result.stderr, result.stderr

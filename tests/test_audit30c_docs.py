@@ -55,7 +55,7 @@ def test_every_conflict_of_a_submit_and_a_plan_has_the_documented_fields(afc):
         {"key": "shot", "prompt": "a shot", "needs": ["style"]},
     ]
     afc.write_manifest(data)
-    documented = {"key", "stored_hash", "new_hash", "changes", "status"}
+    documented = {"key", "stored_hash", "new_hash", "changes", "status", "inputs_changed"}
     for args in (("submit", "manifest.yaml", "--no-run"), ("plan", "manifest.yaml")):
         result = afc.json(*args, expect=3 if args[0] == "submit" else 0)
         by_key = {c["key"]: c for c in result["conflicts"]}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from afc_cli import ledger_file
-from afc_cli.conflicts import changes_since
+from afc_cli.conflicts import changes_since, inputs_changed
 from afc_cli.costs import plural
 from afc_cli.errors import (
     SHOWN_BATCHES,
@@ -474,7 +474,8 @@ class AdmitResult:
     storage: str
     new: list[str] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
-    # each {"key", "stored_hash", "new_hash", "changes": [{"field", "old", "new"}], "status"}
+    # each {"key", "stored_hash", "new_hash", "changes": [{"field", "old", "new"}], "status",
+    # "inputs_changed": [the admitted input files changed on disk since, as named]}
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     # where each conflicting job of a jobs_from list stands in it (key -> ``jobs.csv line
     # 4``), for its message (``conflicts.conflict_message``): not part of --json's conflicts
@@ -1007,13 +1008,14 @@ class Ledger:
             stored, status, job_id, webhook, review, tried, owner, expires, mono = existing.get(
                 job.key, (None,) * 9
             )
-            stored_body = None
+            stored_body = stored_inputs = None
             if stored is not None and stored != job.request_hash:
                 # only a changed hash needs the stored body: a body admitted before the rule
-                # for defaults may still be this request, else its changes are named
-                stored_body = self.db.execute(
-                    "SELECT request_json FROM jobs WHERE id = ?", (job_id,)
-                ).fetchone()[0]
+                # for defaults may still be this request, else its changes are named (and the
+                # admitted input files the manifest names again with other content)
+                stored_body, stored_inputs = self.db.execute(
+                    "SELECT request_json, inputs_json FROM jobs WHERE id = ?", (job_id,)
+                ).fetchone()
             if stored is None:
                 needs = job.needs
                 if not needs:
@@ -1063,6 +1065,7 @@ class Ledger:
                         "new_hash": job.request_hash,
                         "changes": changes_since(stored_body, job.body),
                         "status": status,  # the admitted request's, as it stays
+                        "inputs_changed": inputs_changed(stored_inputs, job.inputs),
                     }
                 )
         self._insert_admitted(batch, fresh, conflicts, now, result)

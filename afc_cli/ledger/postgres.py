@@ -1461,7 +1461,9 @@ class PostgresLedger(Ledger):
                     + ("review" if gated else "0")
                     + ", attempts, lease_owner,"
                     " lease_expires - EXTRACT(EPOCH FROM clock_timestamp())::float8 + %s,"
-                    " waiting_reason, output_key FROM jobs WHERE batch = %s",
+                    " waiting_reason, output_key, "
+                    + ("inputs_json" if gated else "NULL")  # as SQLite's, for a conflict
+                    + " FROM jobs WHERE batch = %s",
                     (time.time(), batch),
                 )
             }

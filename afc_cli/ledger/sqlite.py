@@ -538,8 +538,11 @@ class SqliteLedger(Ledger):
                 for key, *rest in conn.execute(
                     "SELECT key, request_hash, status, request_json, "
                     + ("review" if gated else "0")
-                    + ", attempts, lease_owner, lease_expires, waiting_reason, output_key FROM jobs"
-                    " WHERE batch = ?",
+                    + ", attempts, lease_owner, lease_expires, waiting_reason, output_key, "
+                    # where its input files were read (m007, as the review): a conflict says
+                    # those changed on disk since (``conflicts.inputs_changed``)
+                    + ("inputs_json" if gated else "NULL")
+                    + " FROM jobs WHERE batch = ?",
                     (batch,),
                 )
             }
