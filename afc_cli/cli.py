@@ -379,6 +379,11 @@ def _print_unlisted(result: Any, admitted_only: bool) -> None:
         )
 
 
+# the conflicts a submit says one by one on stderr: an edit of the defaults over a 100,000-job
+# list was 100,000 messages (57 MB, 44 s to write to a terminal), the summary lost above them
+CONFLICTS_SAID = 20
+
+
 def _print_run(
     result: Any,
     json_out: bool,
@@ -413,8 +418,13 @@ def _print_run(
     # said on stderr with --json too (stdout holds the JSON alone): a script's stdout goes to
     # a file, and its stderr, the person's, said nothing of why the submit exited 3
     places = result.admit.places if result.admit else {}
-    for conflict in conflicts:
+    for conflict in conflicts[:CONFLICTS_SAID]:
         _err(conflict_message(conflict, places.get(conflict["key"])))
+    if len(conflicts) > CONFLICTS_SAID:
+        _err(
+            f"{len(conflicts) - CONFLICTS_SAID:,} more conflicting keys, refused as these "
+            "(afc plan MANIFEST names each, --json carries every one)"
+        )
     for kept in result.admit.gates_kept if result.admit else ():
         _err(kept_message(kept))  # the manifest says a gate that this submit cannot apply
     if json_out:
