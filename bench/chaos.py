@@ -770,6 +770,9 @@ class PgRound(Round):
         self.procs: dict[str, dict] = {}  # host -> the process running there now
         self.disturbed: dict[str, str] = {}  # owner prefix "host:pid:" -> what was done
         self.stalled_clean: set[str] = set()  # stalled, then drained with exit 0
+        # of those, the ones a signal then drained ("stopping:"): their job-style requests
+        # still polling were left to the next run, as any drain leaves them (seed 108)
+        self.stalled_drained: set[str] = set()
         self.actions: Counter = Counter()
         self.spawned = 0
         self.late_stall = False
@@ -857,6 +860,8 @@ class PgRound(Round):
                 self.disturbed.setdefault(p["owner"], what)
             elif self.disturbed.get(p["owner"]) == "stalled":
                 self.stalled_clean.add(p["owner"])
+                if p["signals"] and "stopping:" in Path(p["log"]).read_text(errors="replace"):
+                    self.stalled_drained.add(p["owner"])
             elif p["signals"] and "stopping:" in Path(p["log"]).read_text(errors="replace"):
                 # drained by its signal (exit 0, or 4 when its budget was reached too: seed 67)
                 # it left its job-style calls to be polled by the next run: one whose job was
@@ -1166,8 +1171,16 @@ class PgRound(Round):
                     # (not a request it woke into a stop to find cancelled: left polling,
                     # unanswered, asked to stop at the provider, and of a job no run polls)
                     left = a["error_class"] == "interrupted" and jobs[key]["status"] == "cancelled"
+                    # a job-style request the process still polled when a signal drained it:
+                    # left to the next run, which had already taken the job over
+                    drained = process_of(a["owner"]) in self.stalled_drained and a["provider"] in (
+                        "replicate",
+                        "fal",
+                    )
                     if left and a["status"] == "unknown" and a["cost_micros"] is None:
                         figures["stalled-host requests of cancelled jobs left unanswered"] += 1
+                    elif drained and a["status"] == "unknown" and a["cost_micros"] is None:
+                        figures["stalled-host requests left polling by its drain"] += 1
                     elif (
                         a["status"] == "unknown"
                         and a["cost_micros"] is None
