@@ -642,6 +642,14 @@ def _outlive_output() -> None:
     streams.guard()
 
 
+def _ca_file_checked() -> None:
+    """A command that calls providers or posts webhooks: an SSL_CERT_FILE that cannot be
+    read is refused first, named (``providers.base.require_ca_file``)."""
+    from afc_cli.providers.base import require_ca_file
+
+    require_ca_file()
+
+
 def _prestart_helper() -> None:
     """Boot the file helper (afc_cli/offload.py) while this process imports the run and
     admits jobs, instead of after: the first provider calls wait for its first answer."""
@@ -684,6 +692,7 @@ def submit(
     with _boundary(again=_again()):
         _outlive_output()
         if not no_run:
+            _ca_file_checked()
             _prestart_helper()
         from afc_cli import run
 
@@ -734,6 +743,7 @@ def resume(
     again at once."""
     with _boundary():
         _outlive_output()
+        _ca_file_checked()
         _prestart_helper()
         from afc_cli import run
 
@@ -821,6 +831,7 @@ def worker(
     Claims jobs in rounds, runs them as 'afc resume' does, polls when idle. SIGTERM drains."""
     with _boundary():
         _outlive_output()
+        _ca_file_checked()
         _prestart_helper()
         from afc_cli.worker import work
 
@@ -1553,6 +1564,7 @@ def webhooks_deliver(
     with _boundary(again=_again(), why="receivers dedupe on webhook-id", runs=False):
         _sigterm_as_ctrl_c()  # a cron job's timeout: exit 130, as README's codes say
         _outlive_output()
+        _ca_file_checked()
         from afc_cli.webhooks import deliver
 
         _deliveries_out(deliver(ledger), json_out, quiet)
@@ -1580,6 +1592,7 @@ def webhooks_replay(
     with _boundary(again=_again(), why="receivers dedupe on webhook-id", runs=False):
         _sigterm_as_ctrl_c()
         _outlive_output()
+        _ca_file_checked()
         from afc_cli.webhooks import replay
 
         _deliveries_out(replay(ledger, delivery_id), json_out, quiet)

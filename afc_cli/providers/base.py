@@ -279,6 +279,35 @@ class Provider:
         """Release connections."""
 
 
+def require_ca_file() -> None:
+    """Refuse, before anything is done, an ``SSL_CERT_FILE`` that cannot be read as
+    certificate authorities (a path mistyped, a folder, a file that is no PEM). The provider
+    calls (``transport.PoolTransport``) and the webhook deliveries (``webhooks._ProxyTransport``)
+    read it as httpx does, making their TLS context when their client is made; a file that
+    cannot be loaded raised there an OSError without its path, and every run, worker and
+    'afc webhooks deliver' ended 'afc: [Errno 2] No such file or directory; every job stays
+    resumable: fix it, then run 'afc resume'', exit 1: naming neither the variable nor the
+    file, and sending a drain of webhooks to a run. ``SSL_CERT_DIR`` is only read when a
+    certificate is checked (a folder that is not there trusts nothing: a failed connection
+    that says so)."""
+    import ssl
+
+    from afc_cli.errors import UsageError
+
+    path = os.environ.get("SSL_CERT_FILE")
+    if not path:  # unset or empty: httpx uses its own bundle
+        return
+    try:
+        ssl.create_default_context(cafile=path)
+    except OSError as exc:  # FileNotFoundError, IsADirectoryError, PermissionError, SSLError
+        why = exc.strerror or getattr(exc, "reason", None) or exc.__class__.__name__
+        raise UsageError(
+            f"SSL_CERT_FILE names {path!r}, which cannot be read as certificate authorities "
+            f"({why}): point it at a PEM file of the certificate authorities to trust (the "
+            "provider calls and webhook deliveries read it), or unset it; nothing was done"
+        ) from None
+
+
 def named_proxy(scheme: str, host: str | None, port: int | None) -> str | None:
     """The proxy the environment names for a URL of this scheme, host and port, as curl,
     boto3 and httpx read it: ``HTTPS_PROXY`` or ``HTTP_PROXY`` by the scheme, upper or lower
