@@ -919,15 +919,38 @@ class Ledger:
                         conflicts.append(refused_dependent(item, None, outcome))
                 self._insert_admitted(manifest.batch, fresh, conflicts, now, result)
                 if rewebhooked:
-                    self.db.conn.executemany(
-                        "UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked
-                    )
+                    self._rewebhook(rewebhooked)
                 result.gates_kept.extend(gates.kept)
         if new_batch:
             self.batches_grew()
         if result.conflicts:
             result.places = list_places(manifest, {c["key"] for c in result.conflicts})
         return result
+
+    def _rewebhook(self, rewebhooked: list[tuple[str | None, str]]) -> None:
+        """A re-submit's webhook (JSON text, or None: none), job id by job id: where each
+        job's events go from now on, and its events not yet delivered (pending, or dead: a
+        replay sends it there). An ended job's too: a failed or cancelled one that 'afc retry'
+        runs again sends its events there, and a receiver that moved (README: a 301 names
+        where, 'give the webhook that URL') had the events queued before the move replayed
+        to the old URL, dead again, and a retried job's posted there: set on the jobs not
+        ended only, nothing could send them to the receiver the manifest names. A delivered
+        event keeps the URL it reached; a webhook removed leaves the queued events where
+        they were (there is nowhere else to send them)."""
+        self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked)
+        by_webhook: dict[str, list[str]] = {}
+        for text, job_id in rewebhooked:
+            if text is not None:
+                by_webhook.setdefault(text, []).append(job_id)
+        for text, job_ids in by_webhook.items():
+            webhook = json.loads(text)
+            for chunk in _chunks(job_ids, IN_CHUNK):
+                # the (status, next_attempt_at) index: pending and dead events are few
+                self.db.execute(
+                    "UPDATE deliveries SET url = ?, secret_env = ?, timeout_s = ?"
+                    f" WHERE status IN ('pending', 'dead') AND job_id IN {_marks(chunk)}",
+                    [webhook["url"], webhook["secret_env"], webhook.get("timeout_s", 10.0)] + chunk,
+                )
 
     def batch_needs(self, batch: str) -> dict[str, tuple[str, ...]]:
         """The needs of a batch's jobs as admitted: key -> need keys."""
@@ -1053,8 +1076,9 @@ class Ledger:
                 result.replayed.append(job.key)
                 if status == "succeeded":
                     done.append(job)
-                if webhook != _dumps(job.webhook) and status not in TERMINAL:
-                    # where events go is not part of the request: the latest manifest says
+                if webhook != _dumps(job.webhook):
+                    # where events go is not part of the request: the latest manifest says,
+                    # for an ended job too (``_rewebhook``)
                     rewebhooked.append((_dumps(job.webhook), job_id))
             else:
                 gates.conflict(job.key)
@@ -1072,7 +1096,7 @@ class Ledger:
         if done:
             self._record_replays_avoided(batch, done, rates, now)
         if rewebhooked:
-            self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked)
+            self._rewebhook(rewebhooked)
         if refiled:
             self._refile_inputs(refiled)
 
