@@ -275,6 +275,9 @@ class Deliverer:
         self.clock = clock  # this host's: the pass's deadline and the signatures' timestamps
         self.margin_s = lease_margin() if margin_s is None else margin_s
         self.unset_secrets: set[str] = set()  # secret variables found unset (not claimed again)
+        # receiver URL -> when (``clock``) the Retry-After it answered runs out: none of its
+        # events is posted by this process before then (``_resting``)
+        self.resting: dict[str, float] = {}
         # whether a POST a cancel cuts short is given back at once (a stop), or stays leased
         # until its lease runs out (``worker.drain_while_idle`` giving way to jobs)
         self.give_back = True
@@ -317,7 +320,7 @@ class Deliverer:
                 parallel * 8,
                 self.margin_s,
                 due_before=began,
-                skip_urls=tuple(sorted(stats.failed_urls)),
+                skip_urls=tuple(sorted(stats.failed_urls | self._resting())),
                 skip_secrets=tuple(sorted(self.unset_secrets)),
                 only=only,
             )
@@ -360,6 +363,16 @@ class Deliverer:
                 for delivery_id in sorted(unposted):
                     ledger.release_delivery(delivery_id)
         return stats
+
+    def _resting(self) -> set[str]:
+        """The receivers whose Retry-After has not run out: skipped by every pass of this
+        process until then, not only by the pass that met it. A receiver answering 429 (or
+        503) with 'Retry-After: 60' asks for no request before then, as HTTP means it (RFC
+        9110), not for that one event alone: a run posted its next event at its next pass a
+        second later, and every event its batch ended meanwhile, one a second, each into the
+        same 429 and each spending one of its tries."""
+        now = self.clock()
+        return {url for url, until in self.resting.items() if until > now}
 
     async def _post(self, row: dict[str, Any], headers: dict[str, str]) -> Any:
         """POST a row's envelope; the answer's status and headers are read, its body never (a
@@ -453,6 +466,9 @@ class Deliverer:
             raise
         now = self.clock()
         tries = row["attempts"] + 1
+        if retry_after and not (status is not None and 200 <= status < 300):
+            until = now + min(retry_after, BACKOFF_CAP_S)
+            self.resting[row["url"]] = max(until, self.resting.get(row["url"], until))
         # Each outcome is written only while this process still owns the row; if another
         # took it over meanwhile (this one stalled past its lease), the new owner's stands.
         if status is not None and 200 <= status < 300:
