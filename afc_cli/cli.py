@@ -18,6 +18,12 @@ from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
+
+try:  # typer 0.29 carries its own click; earlier ones use click's
+    from typer._click.exceptions import NoSuchOption
+except ImportError:  # pragma: no cover - another typer
+    from click.exceptions import NoSuchOption  # type: ignore[no-redef]
 
 app = typer.Typer(
     name="afc",
@@ -68,6 +74,51 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More progress
 BatchOpt = Annotated[
     str | None, typer.Option("--batch", metavar="B", help="Only this batch (exit 2 if unknown).")
 ]
+
+
+class KeyCommand(TyperCommand):
+    """A command that takes job keys (``afc show``, ``cancel``, ``retry``, ``review
+    approve|reject``). A manifest's key may begin with '-' (``-take2``: the key alphabet
+    allows it), which the command line reads as an option: ``afc show -take2`` said only
+    'No such option: -t', and the commands afc itself advises with the key in them ('afc
+    retry -take2', 'afc review approve -take2 --batch B') failed so, as said. The error now
+    says how such a key is written: after ``--``, the options before it."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except NoSuchOption as exc:
+            key = _dash_key(given, exc.option_name, self)
+            if key is None or exc.possibilities:  # a mistyped option ('--jsn'): click's words
+                raise
+            raise NoSuchOption(
+                exc.option_name,
+                f"{exc.message}; a job key that begins with '-' is written after '--', the "
+                f"options before it: {ctx.command_path} [OPTIONS] -- {key}",
+                ctx=ctx,
+            ) from None
+
+
+def _dash_key(args: list[str], option_name: str, command: Any) -> str | None:
+    """The argument before any ``--`` that the option parser read as ``option_name`` (the
+    whole of ``-take2`` for '-t', of ``-yes`` for the '-e' after ``afc cancel``'s -y) and that is no option of ``command`` but could be a job's
+    key; None if there is none."""
+    from afc_cli.manifest import KEY_ALPHABET
+
+    options = {name for param in command.params for name in getattr(param, "opts", [])}
+    for arg in itertools.takewhile(lambda a: a != "--", args):
+        if arg in options or not arg.startswith("-") or len(arg) < 2:
+            continue
+        # a short option's letters are read one by one: '-yes' is -y, then '-e' refused
+        read_as = arg == option_name or (
+            not arg.startswith("--") and len(option_name) == 2 and option_name[1] in arg[1:]
+        )
+        if read_as and set(arg) <= KEY_ALPHABET:
+            return arg
+    return None
+
+
 # Every command still accepts the round-1 shared options (scripts pass them everywhere), but a
 # command's help lists only the ones it uses: these are accepted, hidden and ignored.
 UnusedStorageOpt = Annotated[str | None, typer.Option("--storage", hidden=True)]
@@ -1232,11 +1283,12 @@ def _jobs(count: int) -> str:
 
 
 @app.command(
+    cls=KeyCommand,
     epilog=_examples(
         "afc retry shot-001 --batch trailer-shots",
         "afc retry --batch trailer-shots --failed          # lists them, asks",
         "afc retry --batch trailer-shots --dead --yes",
-    )
+    ),
 )
 def retry(
     keys: Annotated[
@@ -1313,12 +1365,13 @@ def retry(
 
 
 @app.command(
+    cls=KeyCommand,
     epilog=_examples(
         "afc cancel shot-001 shot-002",
         "afc cancel shot-001 --batch trailer-shots",
         "afc cancel --batch trailer-shots --yes   # every unfinished job",
         "afc cancel shot-007 --batch trailer-shots   # a failed job given up",
-    )
+    ),
 )
 def cancel(
     keys: Annotated[
@@ -1782,10 +1835,11 @@ def outputs(
 
 
 @app.command(
+    cls=KeyCommand,
     epilog=_examples(
         "afc show shot-001",
         "afc show shot-001 --batch trailer-shots --json",
-    )
+    ),
 )
 def show(
     key: Annotated[str, typer.Argument(metavar="KEY", help="The job's idempotency key.")],

@@ -14,6 +14,7 @@ from afc_cli.cli import (
     DEFAULT_LEDGER,
     BatchOpt,
     JsonOpt,
+    KeyCommand,
     LedgerOpt,
     QuietOpt,
     UnusedConcurrencyOpt,
@@ -206,6 +207,7 @@ def _decided(
 
 @review_app.command(
     "approve",
+    cls=KeyCommand,
     epilog=_examples(
         "afc review approve style-frame",
         "afc review approve style-frame --batch trailer-shots --note 'warmer, good'",
@@ -241,6 +243,7 @@ def review_approve(
 
 @review_app.command(
     "reject",
+    cls=KeyCommand,
     epilog=_examples(
         "afc review reject style-frame --reason 'too dark'",
         "afc review reject style-frame --reason 'too dark' --sha256 \"$SHA\"",
