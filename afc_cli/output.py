@@ -20,8 +20,14 @@ from afc_cli.secrets import scrub
 
 
 def emit_csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
+    """``rows`` as CSV on stdout, each line ended by '\n' as afc's other output is. The csv
+    writer's default '\r\n' left a '\r' in the last column (``row`` of ``afc costs report
+    --csv``, the one that tells the total apart) for the line tools a script uses (``awk -F,
+    '$NF == "total"'`` found no total row); CSV readers take either ending."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
+    writer = csv.DictWriter(
+        buffer, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n"
+    )
     writer.writeheader()
     for row in rows:
         writer.writerow({c: "" if row.get(c) is None else scrub(row.get(c)) for c in columns})
