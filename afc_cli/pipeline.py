@@ -41,7 +41,14 @@ from afc_cli.attempts import (
     interrupted_last,
     next_try,
 )
-from afc_cli.costs import MAX_ESTIMATE, RateCards, format_usd, to_micros, usd_problem
+from afc_cli.costs import (
+    MAX_ESTIMATE,
+    RateCards,
+    format_usd,
+    plural,
+    to_micros,
+    usd_problem,
+)
 from afc_cli.errors import (
     AnswerNotRead,
     LedgerWriteError,
@@ -1193,7 +1200,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     error_code="CRASH_LOOP",
                     error_class=INTERRUPTED,
                     error_message=f"the runs working on this job ended during its provider call "
-                    f"{_interrupts(rows, base)} times (AFC_MAX_INTERRUPTS={ctx.max_interrupts});"
+                    f"{plural(_interrupts(rows, base), 'time')} "
+                    f"(AFC_MAX_INTERRUPTS={ctx.max_interrupts});"
                     " each of those attempts may have been paid. See 'afc show "
                     f"{job['key']}', fix the cause, then 'afc retry {job['key']}'.",
                 )

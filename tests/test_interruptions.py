@@ -339,6 +339,16 @@ def test_runs_that_keep_dying_mid_call_dead_letter_the_job_at_the_bound(afc):
     assert afc("resume", env={"AFC_MAX_INTERRUPTS": "zero"}).returncode == 2
 
 
+def test_the_crash_loop_bound_of_one_is_said_in_words_that_agree(afc):
+    """'ended during its provider call 1 times' (audit 44d): once."""
+    afc.write_manifest(manifest(jobs(1)))
+    env = {"AFC_CRASH_POINT": "after_attempt_row", "AFC_MAX_INTERRUPTS": "1"}
+    assert afc("submit", "manifest.yaml", env=env).returncode == -signal.SIGKILL
+    stopped = afc.json("resume", env=env, expect=1)
+    message = stopped["jobs"][0]["error"]["message"]
+    assert "ended during its provider call 1 time (AFC_MAX_INTERRUPTS=1)" in message, message
+
+
 # --- afc retry, and failed jobs stay visible ----------------------------------------------------
 
 

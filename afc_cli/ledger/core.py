@@ -1598,7 +1598,7 @@ class Ledger:
                         step=job["step"],
                         error_code="CRASH_LOOP",
                         error_message=f"the run working on this job ended without finishing "
-                        f"it {job['takeovers']} times; see its events and attempts (afc show "
+                        f"it {plural(job['takeovers'], 'time')}; see its events and attempts (afc show "
                         f"{job['key']}), fix the cause, then 'afc retry {job['key']}'",
                     )
                     return None
