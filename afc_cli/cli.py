@@ -622,7 +622,8 @@ def _print_webhooks(counts: dict[str, int]) -> None:
         _err(
             f"webhooks: {pending} event(s) not delivered yet (they go out with the next run or "
             f"'afc webhooks deliver'), {dead} dead (refused, or given up on: 'afc webhooks "
-            "replay ID' sends one again); 'afc webhooks list' shows them and why"
+            "replay ID' sends one again, 'afc webhooks replay --dead' all); 'afc webhooks "
+            "list' shows them and why"
         )
 
 
@@ -1499,7 +1500,7 @@ def queue_stats_command(
             raise typer.Exit(1)
 
 
-def _deliveries_out(stats: Any, json_out: bool, quiet: bool) -> None:
+def _deliveries_out(stats: Any, json_out: bool, quiet: bool, replayed: int | None = None) -> None:
     from afc_cli.report import _iso
 
     summary = {
@@ -1512,7 +1513,8 @@ def _deliveries_out(stats: Any, json_out: bool, quiet: bool) -> None:
         from afc_cli.output import emit_json
 
         # due events another process's live claim kept from this run, and until when
-        emit_json({**summary, "held": stats.held, "held_until": _iso(stats.held_until)})
+        extra = {} if replayed is None else {"replayed": replayed}
+        emit_json({**extra, **summary, "held": stats.held, "held_until": _iso(stats.held_until)})
     elif not quiet:
         _err(", ".join(f"{n} {k}" for k, n in summary.items()))
     if stats.held:
@@ -1628,12 +1630,19 @@ def webhooks_deliver(
     epilog=_examples(
         "afc webhooks replay 2f0c1d9e-5b0a-5d37-9a57-0c6ad3a8a0e4:job.succeeded",
         "afc webhooks replay 2f0c1d     # a unique prefix is enough",
+        "afc webhooks replay --dead --batch trailer-shots   # after an outage",
     ),
 )
 def webhooks_replay(
     delivery_id: Annotated[
-        str, typer.Argument(metavar="ID", help="The delivery's id, or a unique prefix of it.")
-    ],
+        str | None,
+        typer.Argument(metavar="ID", help="The delivery's id, or a unique prefix of it."),
+    ] = None,
+    dead: Annotated[
+        bool,
+        typer.Option("--dead", help="Every dead event (of --batch B), then every due one."),
+    ] = False,
+    batch: BatchOpt = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -1643,12 +1652,35 @@ def webhooks_replay(
 ) -> None:
     """Send a dead or delivered event again: its exact envelope, signed afresh."""
     with _boundary(again=_again(), why="receivers dedupe on webhook-id", runs=False):
+        from afc_cli.errors import UsageError
+
+        if (delivery_id is None) == (not dead):
+            raise UsageError(
+                "name one delivery (ID) or every dead one (--dead, with --batch B for one "
+                "batch's): 'afc webhooks list --dead' lists them"
+            )
+        if batch is not None and not dead:
+            raise UsageError("--batch goes with --dead: a delivery's ID names its batch")
         _sigterm_as_ctrl_c()
         _outlive_output()
         _ca_file_checked()
-        from afc_cli.webhooks import replay
+        from afc_cli.webhooks import replay, replay_dead
 
-        _deliveries_out(replay(ledger, delivery_id), json_out, quiet)
+        if delivery_id is not None:
+            _deliveries_out(replay(ledger, delivery_id), json_out, quiet)
+            return
+        count, stats = replay_dead(ledger, batch)
+        if stats is None:
+            if json_out:
+                from afc_cli.output import emit_json
+
+                emit_json({"replayed": 0, "delivered": 0, "retrying": 0, "dead": 0})
+            elif not quiet:
+                _err("no dead webhook deliveries" + (f" in batch {batch}" if batch else ""))
+            return
+        if not quiet and not json_out:
+            _err(f"{count} dead event(s) queued again with their envelopes")
+        _deliveries_out(stats, json_out, quiet, replayed=count)
 
 
 @app.command(

@@ -620,6 +620,26 @@ def _by_prefix(ledger: Ledger, prefix: str) -> dict[str, Any]:
     return ledger.delivery(found[0])
 
 
+def replay_dead(ledger_path: str, batch: str | None = None) -> tuple[int, DrainStats | None]:
+    """Every dead event (of ``batch``) re-queued with its exact stored envelope, then every
+    due event delivered now, as 'afc webhooks deliver' does: how many were dead, and the
+    delivery's figures (None when none was dead, nothing sent). A receiver down for longer
+    than an event's tries (MAX_TRIES, about ten minutes of backoff) leaves every event of its
+    outage dead, which a replay by id sent back one at a time."""
+    ledger = Ledger(ledger_path, create=False)
+    try:
+        ledger.refuse_moved()
+        ledger.require_batch(batch)
+        # sent now, signed: refused first, nothing changed, without a secret they need
+        secrets = ledger.dead_delivery_secrets(batch)
+        scope = f" --batch {batch}" if batch is not None else ""
+        require_secrets(secrets, f"afc webhooks replay --dead{scope}")
+        count = ledger.requeue_dead_deliveries(batch)
+    finally:
+        ledger.close()
+    return count, deliver(ledger_path) if count else None
+
+
 def replay(ledger_path: str, delivery_id: str) -> DrainStats:
     """Re-queue a dead, delivered or pending row (named by its id or a unique prefix of it) with its
     exact stored envelope (signed afresh, same webhook-id) and deliver it now, alone: the

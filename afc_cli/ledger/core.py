@@ -3665,6 +3665,41 @@ class Ledger:
             self._event(row["job_id"], row["batch"], "webhook_replayed", delivery=delivery_id)
         return True
 
+    def dead_delivery_secrets(self, batch: str | None = None) -> set[str]:
+        """The secret variables the dead deliveries (of ``batch``) are signed with."""
+        where, params = ("batch = ?", [batch]) if batch is not None else ("1 = 1", [])
+        return {
+            row[0]
+            for row in self.db.execute(
+                f"SELECT DISTINCT secret_env FROM deliveries WHERE status = 'dead' AND {where}",
+                params,
+            )
+        }
+
+    def requeue_dead_deliveries(self, batch: str | None = None) -> int:
+        """Every dead delivery (of ``batch``) pending again, due now, its tries counted
+        afresh, in one transaction (``afc webhooks replay --dead``); the endpoints a 410
+        disabled among theirs enabled again, as a replay of one does. Returns how many."""
+        where, params = ("batch = ?", [batch]) if batch is not None else ("1 = 1", [])
+        with self.tx():
+            rows = self._all(
+                f"SELECT id, job_id, batch, url FROM deliveries WHERE status = 'dead' AND {where}",
+                params,
+            )
+            now = self.clock()
+            for chunk in _chunks([row["id"] for row in rows], IN_CHUNK):
+                self.db.execute(
+                    "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?,"
+                    " last_error = NULL, lease_owner = NULL, lease_expires = NULL"
+                    f" WHERE status = 'dead' AND id IN {_marks(chunk)}",
+                    [now, *chunk],
+                )
+            for url in sorted({row["url"] for row in rows}):
+                self.db.execute("DELETE FROM endpoints WHERE url = ?", (url,))
+            for row in rows:
+                self._event(row["job_id"], row["batch"], "webhook_replayed", delivery=row["id"])
+        return len(rows)
+
     def _queue_delivery(
         self, job: dict[str, Any], now: float, review: dict[str, Any] | None = None
     ) -> None:
