@@ -7,19 +7,27 @@ of its outage dead. A real receiver on 127.0.0.1; each delivery verified with th
 from __future__ import annotations
 
 from conftest import jobs, manifest
+from test_issue17_resubmit import on_both  # noqa: F401
 from test_webhooks import SECRET, hooked, receiver, verified  # noqa: F401
 
 
-def test_every_dead_event_of_a_batch_is_sent_again(afc, receiver, hooked):  # noqa: F811
+def test_every_dead_event_of_a_batch_is_sent_again(on_both, receiver):  # noqa: F811
+    afc = on_both
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+
+    def write(data):
+        data["webhook"] = {"url": receiver.url, "secret_env": "AFC_HOOK_SECRET"}
+        afc.write_manifest(data)
+
     receiver.script = [(400, 0, {})] * 3  # refused: dead at once
-    hooked(manifest(jobs(3)))
+    write(manifest(jobs(3)))
     assert afc("submit", "manifest.yaml", "--concurrency", "1").returncode == 0
     dead = afc.json("webhooks", "list", "--dead")["deliveries"]
     assert len(dead) == 3
     stored = dict(afc.rows("SELECT id, envelope FROM deliveries"))
     # another batch with nothing dead; a batch named that has none says so
     other = manifest(jobs(1), batch="b2")
-    hooked(other)
+    write(other)
     assert afc("submit", "manifest.yaml").returncode == 0
     empty = afc("webhooks", "replay", "--dead", "--batch", "b2")
     assert empty.returncode == 0 and "no dead webhook deliveries in batch b2" in empty.stderr
