@@ -43,6 +43,7 @@ from afc_cli.attempts import (
 )
 from afc_cli.costs import (
     MAX_ESTIMATE,
+    TOKEN_RATES,
     RateCards,
     format_usd,
     plural,
@@ -693,6 +694,62 @@ def _learn_cost(
     per_image = Fraction(cost, images_requested(entry["provider"], params))
     if per_image > ctx.dearest.get(key, 0):
         ctx.dearest[key] = per_image
+
+
+def dearest_known(
+    ledger: Ledger, batches: Collection[str], rates: dict[str, RateCards]
+) -> dict[tuple, Fraction]:
+    """What ``RunContext.dearest`` starts from under a budget: the dearest cost per image
+    asked for of the answers the ledger already holds for each batch's models whose card
+    charges tokens (the answers that cost more than the card's ``per_image`` estimate), each
+    priced again by the card the batch has now (a card changed since prices them as this
+    run will be charged). Learnt only from this run's own answers, every resume under a
+    budget sent a first wave of calls reserving the estimate again: 25 calls of a token card
+    whose images cost four times its ``per_image`` took each ``afc resume --max-spend 1.00``
+    to 4.17 USD, the price already known from the run before."""
+    dearest: dict[tuple, Fraction] = {}
+    for batch in sorted(batches):
+        cards = rates.get(batch)
+        if cards is None:
+            continue
+        tokens = {
+            model
+            for model, card in cards.cards.items()
+            if any(rate in card for rate in (*TOKEN_RATES, "per_1k_input_image_tokens"))
+        }
+        if not tokens:
+            continue
+        # each recorded usage priced once (the answers of one size and quality report the same
+        # tokens), and a job's request read only for an answer that could be the dearest yet
+        # (its cost over one image: a 300,000-attempt batch took 6.5 s read row by row)
+        priced: dict[tuple[str, str, str], int | None] = {}
+        keys: dict[tuple[str, str], tuple] = {}
+        for provider, model, usage_json, request_json in ledger.priced_answers(batch, tokens):
+            seen = (provider, model, usage_json)
+            if seen not in priced:
+                try:
+                    usage = json.loads(usage_json)
+                except (TypeError, ValueError):
+                    usage = None
+                priced[seen] = (
+                    cards.price(provider, model, usage) if isinstance(usage, dict) else None
+                )
+            cost = priced[seen]
+            key = keys.get((provider, model)) or keys.setdefault(
+                (provider, model), _priced_by({"provider": provider, "model": model}, cards)
+            )
+            if not cost or cost <= dearest.get(key, 0):
+                continue
+            try:
+                params = json.loads(request_json).get("params") or {}
+            except (TypeError, ValueError, AttributeError):
+                continue
+            if not isinstance(params, dict):
+                continue
+            per_image = Fraction(cost, images_requested(provider, params))
+            if per_image > dearest.get(key, 0):
+                dearest[key] = per_image
+    return dearest
 
 
 class _Stopped(Exception):

@@ -62,6 +62,7 @@ from afc_cli.pipeline import (
     RunContext,
     Slots,
     check_storage,
+    dearest_known,
     keep_rendered,
     run_job,
     store_kept,
@@ -910,6 +911,10 @@ def run_jobs(
             storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
+    if budget is not None and dearest is None:
+        # a submit's or a resume's budget reserves, from its first call, what the ledger's
+        # answers of a token-priced model already cost (a worker's rounds keep their own)
+        dearest = dearest_known(ledger, ledger.batches_of(job_ids), rates)
     run_id = run_id or str(uuid.uuid4())
     from afc_cli.providers import PROVIDERS
     from afc_cli.providers.http import HttpProvider, size_pools

@@ -3155,6 +3155,21 @@ class Ledger:
             )
         return groups
 
+    def priced_answers(self, batch: str, models: Collection[tuple[str, str]]) -> list[tuple]:
+        """The answers of ``models`` (provider, model) that the jobs of ``batch`` were charged
+        for: each attempt's provider, model, recorded usage and its job's request, for a
+        budget to learn what these models' answers have cost before its first call
+        (``pipeline.dearest_known``)."""
+        rows = []
+        for provider, model in sorted(models):
+            rows += self.db.execute(
+                f"SELECT a.provider, a.model, a.usage_json, j.request_json FROM {self.BATCH_ATTEMPTS}"
+                " WHERE j.batch = ? AND a.provider = ? AND a.model = ? AND a.cost_micros > 0"
+                " AND a.usage_json IS NOT NULL",
+                (batch, provider, model),
+            ).fetchall()
+        return rows
+
     def adopt_attempt(
         self,
         attempt_id: int,

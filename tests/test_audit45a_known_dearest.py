@@ -1,0 +1,74 @@
+"""A resume under a budget reserves, from its first call, what the ledger's answers of a
+token-priced model already cost (outside audit 45a; README "Budget").
+
+A card that charges tokens keeps ``per_image`` as its estimate, and a gpt-image answer of
+4,160 output tokens costs 0.16665 USD against a ``per_image`` of 0.04. Once one such answer
+is known the run reserves the dearer cost, "so only the calls already in flight before the
+first such answer can take the spend past the cap". But the cost was learnt from the run's
+own answers only: each ``afc resume --max-spend`` sent a first wave reserving 0.04 a call
+again, though the ledger held the earlier run's answers, and every resume spent four times
+its cap (0.50 USD: 2.00 USD, twelve calls). It now starts from those answers, priced again by
+the batch's card as it is now (a cheaper card admitted since lets more calls in)."""
+
+from __future__ import annotations
+
+from conftest import manifest
+
+CARD = {
+    "provider": "openai",
+    "model": "gpt-image-1",
+    "per_image": "0.04",
+    "per_1k_input_tokens": "0.005",
+    "per_1k_output_tokens": "0.04",
+}
+# the fake's answer: 50 input and 4,160 output tokens, 0.166650 USD by CARD
+PRICE = 166650
+
+
+def write(afc, card):
+    data = manifest(
+        [{"key": f"s{i:02d}", "prompt": f"shot {i}"} for i in range(30)],
+        rates=[card],
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "openai", "model": "gpt-image-1", "backoff": {"base": 0.01, "cap": 0.05}}
+    ]
+    afc.write_manifest(data)
+
+
+def priced(afc) -> int:
+    """The ledger's priced spend in micro-USD, as ``afc costs report`` sums it."""
+    total = afc.json("costs", "report")["total"]["priced"]
+    whole, frac = total.split(".")
+    return int(whole) * 1_000_000 + int(frac)
+
+
+def test_a_resume_reserves_what_earlier_answers_of_its_token_card_cost(afc, fake, ledger_url):
+    afc.env["AFC_LEDGER"] = ledger_url
+    write(afc, CARD)
+    first = afc("submit", "manifest.yaml", "--concurrency", "30", "--max-spend", "0.50")
+    assert first.returncode == 4, first.stderr
+    # the first run knew nothing of the answers' cost: its first wave is the documented excess
+    before = priced(afc)
+    assert before == 12 * PRICE
+    resumed = afc("resume", "--concurrency", "30", "--max-spend", "0.50")
+    assert resumed.returncode == 4, resumed.stderr
+    # three calls at the price the ledger knew fit 0.50 USD; four would not
+    assert priced(afc) - before == 3 * PRICE, resumed.stderr
+    assert "this run spent 0.499950 USD (priced)" in resumed.stderr
+    assert "past its budget" not in resumed.stderr
+    assert sum(1 for entry in fake.log if entry[3]) == 15
+
+
+def test_a_card_changed_since_prices_the_earlier_answers_as_now(afc, fake):
+    write(afc, CARD)
+    first = afc("submit", "manifest.yaml", "--concurrency", "30", "--max-spend", "0.50")
+    assert first.returncode == 4, first.stderr
+    before = afc.rows("SELECT COALESCE(SUM(cost_micros), 0) FROM attempts")[0][0]
+    # the card's output rate halved: an answer now costs 0.0002500 + 0.08320 = 0.083450
+    write(afc, {**CARD, "per_1k_output_tokens": "0.02"})
+    again = afc("submit", "manifest.yaml", "--concurrency", "30", "--max-spend", "0.50")
+    assert again.returncode == 4, again.stderr
+    after = afc.rows("SELECT COALESCE(SUM(cost_micros), 0) FROM attempts")[0][0]
+    # five at the new price fit (0.417250), not the three the old price would have let in
+    assert after - before == 5 * 83450, again.stderr
