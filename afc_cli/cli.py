@@ -548,7 +548,13 @@ def _print_run(
                 "rendering, which this run polled to their end (never paid for again; their "
                 "cost counts in the run that learns it)"
             )
-        if stats.spent_micros - stats.adopted_micros > cap:
+        if stats.unreserved_micros:
+            why.append(
+                f"{format_usd(stats.unreserved_micros)} USD of it was attempts of models "
+                "without a per-image price, which reserve nothing (--allow-unpriced: their "
+                "spend is not capped)"
+            )
+        if stats.spent_micros - stats.adopted_micros - stats.unreserved_micros > cap:
             why.append(
                 "answers cost more than the estimates reserved for them (a card that charges "
                 "tokens: give it a per_image of at least what an image costs in tokens)"

@@ -259,6 +259,10 @@ class RunStats:
     # this run polled to their end (``RunContext.adopted``): no reservation of this run's
     # held them, so a budget's spend may pass its cap by them (README "Budget")
     adopted_micros: int = 0
+    # of ``spent_micros`` (the adopted requests apart), the known cost of attempts of models
+    # without a per-image price (``--allow-unpriced``): they reserved nothing, so a budget's
+    # spend passes its cap by them, and not because a priced answer cost more than reserved
+    unreserved_micros: int = 0
     interrupted: bool = False  # a signal stopped the run (exit 130)
     finished: int = 0  # jobs this run brought to a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -1077,6 +1081,9 @@ def run_jobs(
             adopted_micros=ledger.attempts_cost(ctx.adopted, run_id)
             if budget is not None and money["priced"] > budget.cap_micros
             else 0,
+            unreserved_micros=unreserved_cost(ledger, run_id, rates, ctx.adopted)
+            if budget is not None and budget.allow_unpriced and money["priced"] > budget.cap_micros
+            else 0,
             interrupted=interruption.interrupted,
             finished=ctx.finished,
             ended_badly=ctx.ended_badly,
@@ -1115,6 +1122,28 @@ def run_jobs(
         # paused for minutes: they were dropped with the redraws before them, and the
         # terminal was left with no cursor under a panel stale by minutes)
         reporter.end()
+
+
+def unreserved_cost(
+    ledger: Ledger,
+    run_id: str,
+    rates: dict[str, RateCards],
+    adopted: Collection[tuple[str, str, int]],
+) -> int:
+    """The known cost of the run's own attempts (not the requests it ``adopted``) of models
+    whose batch's card has no per-image price: run with ``--allow-unpriced``, they reserved
+    nothing and started while the spend was within the cap, so the spend passes it by what
+    they cost. A summary past its cap told a per-second Replicate card's user that answers
+    had cost more than their reservations, and to give a token card a bigger per_image."""
+    adopted = set(adopted)
+    total = 0
+    for job_id, batch, provider, model, number, cost in ledger.run_costs(run_id):
+        if (job_id, provider, number) in adopted:
+            continue
+        cards = rates.get(batch)
+        if cards is None or cards.estimate(provider, model) is None:
+            total += int(cost)
+    return total
 
 
 async def _all_done(

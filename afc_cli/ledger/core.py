@@ -2944,6 +2944,16 @@ class Ledger:
                     break
         return total
 
+    def run_costs(self, run_id: str | None) -> list[tuple]:
+        """The known cost of each of ``run_id``'s attempts with its job's batch, provider,
+        model and number: what a summary past its cap takes apart (``run.unreserved_cost``)."""
+        return self.db.execute(
+            "SELECT a.job_id, j.batch, a.provider, a.model, a.number, a.cost_micros"
+            " FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.run_id = ?"
+            " AND a.cost_micros IS NOT NULL",
+            (run_id,),
+        ).fetchall()
+
     def attempts_cost(self, attempts: Collection[tuple[str, str, int]], run_id: str | None) -> int:
         """The known cost of ``attempts`` (job id, provider, number) that are still
         ``run_id``'s: the requests a run adopted from an earlier one (``run_money``'s
