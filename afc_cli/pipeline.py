@@ -43,7 +43,6 @@ from afc_cli.attempts import (
 )
 from afc_cli.costs import (
     MAX_ESTIMATE,
-    TOKEN_RATES,
     RateCards,
     format_usd,
     plural,
@@ -700,31 +699,30 @@ def dearest_known(
     ledger: Ledger, batches: Collection[str], rates: dict[str, RateCards]
 ) -> dict[tuple, Fraction]:
     """What ``RunContext.dearest`` starts from under a budget: the dearest cost per image
-    asked for of the answers the ledger already holds for each batch's models whose card
-    charges tokens (the answers that cost more than the card's ``per_image`` estimate), each
-    priced again by the card the batch has now (a card changed since prices them as this
-    run will be charged). Learnt only from this run's own answers, every resume under a
-    budget sent a first wave of calls reserving the estimate again: 25 calls of a token card
-    whose images cost four times its ``per_image`` took each ``afc resume --max-spend 1.00``
-    to 4.17 USD, the price already known from the run before."""
+    asked for of the answers the ledger already holds for each batch's models that have a
+    per-image estimate (a card that charges tokens, whose images can cost several times its
+    ``per_image``; a model that returns, and bills, more images than asked for), each priced
+    again by the card the batch has now (a card changed since prices them as this run will
+    be charged). Learnt only from this run's own answers, every resume under a budget sent a
+    first wave of calls reserving the estimate again: 25 calls of a token card whose images
+    cost four times its ``per_image`` took each ``afc resume --max-spend 1.00`` to 4.17 USD,
+    the price already known from the run before."""
     dearest: dict[tuple, Fraction] = {}
     for batch in sorted(batches):
         cards = rates.get(batch)
         if cards is None:
             continue
-        tokens = {
-            model
-            for model, card in cards.cards.items()
-            if any(rate in card for rate in (*TOKEN_RATES, "per_1k_input_image_tokens"))
-        }
-        if not tokens:
+        # the models a budget reserves an estimate for (a card with no per-image price
+        # reserves nothing, ``_reservation``)
+        estimated = {model for model, card in cards.cards.items() if "per_image" in card}
+        if not estimated:
             continue
         # each recorded usage priced once (the answers of one size and quality report the same
         # tokens), and a job's request read only for an answer that could be the dearest yet
         # (its cost over one image: a 300,000-attempt batch took 6.5 s read row by row)
         priced: dict[tuple[str, str, str], int | None] = {}
         keys: dict[tuple[str, str], tuple] = {}
-        for provider, model, usage_json, request_json in ledger.priced_answers(batch, tokens):
+        for provider, model, usage_json, request_json in ledger.priced_answers(batch, estimated):
             seen = (provider, model, usage_json)
             if seen not in priced:
                 try:

@@ -917,7 +917,7 @@ def run_jobs(
     rates = batch_rates(ledger)
     if budget is not None and dearest is None:
         # a submit's or a resume's budget reserves, from its first call, what the ledger's
-        # answers of a token-priced model already cost (a worker's rounds keep their own)
+        # answers of a model already cost per image (a worker's rounds keep their own)
         dearest = dearest_known(ledger, ledger.batches_of(job_ids), rates)
     run_id = run_id or str(uuid.uuid4())
     from afc_cli.providers import PROVIDERS

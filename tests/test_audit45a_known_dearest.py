@@ -72,3 +72,28 @@ def test_a_card_changed_since_prices_the_earlier_answers_as_now(afc, fake):
     after = afc.rows("SELECT COALESCE(SUM(cost_micros), 0) FROM attempts")[0][0]
     # five at the new price fit (0.417250), not the three the old price would have let in
     assert after - before == 5 * 83450, again.stderr
+
+
+def test_a_resume_reserves_what_answers_with_more_images_than_asked_cost(afc, fake):
+    """A fal model that returns (and bills) one image more than ``num_images`` asks: a
+    per-image card prices three images where two were reserved."""
+    data = manifest(
+        [
+            {"key": f"s{i:02d}", "prompt": f"shot {i} extra-image", "params": {"num_images": 2}}
+            for i in range(30)
+        ],
+        rates=[{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}],
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "fal", "model": "fal-ai/flux/dev", "backoff": {"base": 0.01, "cap": 0.05}}
+    ]
+    afc.write_manifest(data)
+    first = afc("submit", "manifest.yaml", "--concurrency", "30", "--max-spend", "0.50")
+    assert first.returncode == 4, first.stderr
+    before = afc.rows("SELECT COALESCE(SUM(cost_micros), 0) FROM attempts")[0][0]
+    assert before == 10 * 75000  # ten calls reserved 0.05 each and cost 0.075
+    resumed = afc("resume", "--concurrency", "30", "--max-spend", "0.50")
+    assert resumed.returncode == 4, resumed.stderr
+    after = afc.rows("SELECT COALESCE(SUM(cost_micros), 0) FROM attempts")[0][0]
+    assert after - before == 6 * 75000, resumed.stderr  # 0.450000; a seventh would not fit
+    assert "past its budget" not in resumed.stderr
