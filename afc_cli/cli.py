@@ -556,8 +556,13 @@ def _print_run(
             )
         if stats.spent_micros - stats.adopted_micros - stats.unreserved_micros > cap:
             why.append(
-                "answers cost more than the estimates reserved for them (a card that charges "
-                "tokens: give it a per_image of at least what an image costs in tokens)"
+                "answers cost more than the estimates reserved for them "
+                + (
+                    "(a card that charges tokens: give it a per_image of at least what an "
+                    "image costs in tokens)"
+                    if stats.token_priced
+                    else "(answers holding more images than asked for: each image is charged)"
+                )
             )
         _err(
             f"this run spent {format_usd(stats.spent_micros)} USD, past its budget of "

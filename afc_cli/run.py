@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from afc_cli import ledger_file, streams
 from afc_cli import storage as storage_mod
-from afc_cli.costs import RateCards, cap_micros, plural
+from afc_cli.costs import TOKEN_RATES, RateCards, cap_micros, plural
 from afc_cli.errors import (
     EXIT_BUDGET,
     EXIT_CONFLICT,
@@ -263,6 +263,8 @@ class RunStats:
     # without a per-image price (``--allow-unpriced``): they reserved nothing, so a budget's
     # spend passes its cap by them, and not because a priced answer cost more than reserved
     unreserved_micros: int = 0
+    # whether the run's attempts that reserved an estimate include a token card's (``past_cap``)
+    token_priced: bool = False
     interrupted: bool = False  # a signal stopped the run (exit 130)
     finished: int = 0  # jobs this run brought to a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -1081,9 +1083,11 @@ def run_jobs(
             adopted_micros=ledger.attempts_cost(ctx.adopted, run_id)
             if budget is not None and money["priced"] > budget.cap_micros
             else 0,
-            unreserved_micros=unreserved_cost(ledger, run_id, rates, ctx.adopted)
-            if budget is not None and budget.allow_unpriced and money["priced"] > budget.cap_micros
-            else 0,
+            **(
+                past_cap(ledger, run_id, rates, ctx.adopted)
+                if budget is not None and money["priced"] > budget.cap_micros
+                else {}
+            ),
             interrupted=interruption.interrupted,
             finished=ctx.finished,
             ended_badly=ctx.ended_badly,
@@ -1124,26 +1128,31 @@ def run_jobs(
         reporter.end()
 
 
-def unreserved_cost(
+def past_cap(
     ledger: Ledger,
     run_id: str,
     rates: dict[str, RateCards],
     adopted: Collection[tuple[str, str, int]],
-) -> int:
-    """The known cost of the run's own attempts (not the requests it ``adopted``) of models
-    whose batch's card has no per-image price: run with ``--allow-unpriced``, they reserved
-    nothing and started while the spend was within the cap, so the spend passes it by what
-    they cost. A summary past its cap told a per-second Replicate card's user that answers
-    had cost more than their reservations, and to give a token card a bigger per_image."""
+) -> dict[str, Any]:
+    """What took a run's spend past its cap, of its own attempts (not the requests it
+    ``adopted``), for its summary: ``unreserved_micros``, the known cost of the attempts of
+    models whose batch's card has no per-image price (run with ``--allow-unpriced``, they
+    reserved nothing and started while the spend was within the cap), and
+    ``token_priced``, whether any attempt that reserved an estimate was priced by a card
+    that charges tokens (else an answer cost more than its estimate by holding more images
+    than asked for). A summary past its cap told a per-second Replicate card's user, and a
+    per-image fal card's, to give a token card a bigger per_image."""
     adopted = set(adopted)
-    total = 0
+    unreserved, tokens = 0, False
     for job_id, batch, provider, model, number, cost in ledger.run_costs(run_id):
         if (job_id, provider, number) in adopted:
             continue
-        cards = rates.get(batch)
-        if cards is None or cards.estimate(provider, model) is None:
-            total += int(cost)
-    return total
+        cards = rates.get(batch) or RateCards()
+        if cards.estimate(provider, model) is None:
+            unreserved += int(cost)
+        elif any(rate in cards.cards[(provider, model)] for rate in TOKEN_RATES):
+            tokens = True
+    return {"unreserved_micros": unreserved, "token_priced": tokens}
 
 
 async def _all_done(

@@ -36,3 +36,28 @@ def test_a_run_past_its_cap_by_unpriced_models_says_so(afc, fake):
     ) in run.stderr, run.stderr
     assert "answers cost more than the estimates" not in run.stderr
     assert "a card that charges tokens" not in run.stderr
+
+
+def test_a_per_image_card_past_its_cap_is_not_told_of_tokens(afc, fake):
+    """A fal model that returns (and bills) one image more than asked: its per-image card
+    has no tokens to raise a per_image for; the summary says what cost more."""
+    data = manifest(
+        [
+            {"key": f"s{i:02d}", "prompt": f"shot {i} extra-image", "params": {"num_images": 2}}
+            for i in range(12)
+        ],
+        rates=[{"provider": "fal", "model": "fal-ai/flux/dev", "per_image": "0.025"}],
+    )
+    data["defaults"]["chain"] = [
+        {"provider": "fal", "model": "fal-ai/flux/dev", "backoff": {"base": 0.01, "cap": 0.05}}
+    ]
+    afc.write_manifest(data)
+    run = afc("submit", "manifest.yaml", "--concurrency", "12", "--max-spend", "0.20")
+    assert run.returncode == 4, run.stderr
+    # four calls reserved 0.05 each and cost 0.075: 0.30
+    assert (
+        "this run spent 0.300000 USD, past its budget of 0.200000: answers cost more than the "
+        "estimates reserved for them (answers holding more images than asked for: each image "
+        "is charged)"
+    ) in run.stderr, run.stderr
+    assert "a card that charges tokens" not in run.stderr
