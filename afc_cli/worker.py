@@ -435,6 +435,7 @@ def work(
 ) -> WorkerResult:
     from afc_cli import storage as storage_mod
     from afc_cli.costs import RateCards
+    from afc_cli.pipeline import dearest_known
     from afc_cli.run import (
         Budget,
         batch_rates,
@@ -476,6 +477,8 @@ def work(
     # what each model's answers have cost per image asked for, kept across this worker's
     # rounds (run_jobs ``dearest``): a round reserves at least that, as one run does
     dearest: dict[tuple, Fraction] = {}
+    # the batches whose answers in the ledger it has learnt that from (``check``)
+    learnt: set[str] = set()
     max_interrupts()
     min_free_bytes()
     poll_seconds()
@@ -503,6 +506,14 @@ def work(
         if budget is not None:
             cards = batch_rates(ledger)
             budget.check_priced(chains, lambda b, cards=cards: cards.get(b) or RateCards())
+            # what the ledger's answers of a batch met for the first time already cost, as a
+            # submit's or a resume's budget starts from (``dearest_known``): a worker started
+            # each night reserved only the estimates again, its first wave past the cap
+            fresh = {job["batch"] for job in jobs} - learnt
+            learnt.update(fresh)
+            for key, per_image in dearest_known(ledger, fresh, cards).items():
+                if per_image > dearest.get(key, 0):
+                    dearest[key] = per_image
 
     def on_signal(signum: int, frame: Any) -> None:
         stop.set()

@@ -97,3 +97,18 @@ def test_a_resume_reserves_what_answers_with_more_images_than_asked_cost(afc, fa
     after = afc.rows("SELECT COALESCE(SUM(cost_micros), 0) FROM attempts")[0][0]
     assert after - before == 6 * 75000, resumed.stderr  # 0.450000; a seventh would not fit
     assert "past its budget" not in resumed.stderr
+
+
+def test_a_worker_reserves_what_earlier_answers_of_its_claims_cost(afc, fake):
+    """A worker started each night under a new budget name met the same first wave."""
+    write(afc, CARD)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    worker = ("worker", "--until-idle", "--concurrency", "30", "--max-spend", "0.50")
+    first = afc(*worker, "--budget", "night-1")
+    assert first.returncode == 4, first.stderr
+    before = afc.rows("SELECT COALESCE(SUM(cost_micros), 0) FROM attempts")[0][0]
+    assert before == 12 * PRICE
+    second = afc(*worker, "--budget", "night-2")
+    assert second.returncode == 4, second.stderr
+    after = afc.rows("SELECT COALESCE(SUM(cost_micros), 0) FROM attempts")[0][0]
+    assert after - before == 3 * PRICE, second.stderr
