@@ -1424,8 +1424,14 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
 
     now = ledger.lease_clock()
     for row in rows:  # status rows carry the lease: no query per job (100,000 took seconds)
-        if row["status"] not in ("queued", "running", "waiting") or row.get("waiting_reason"):
+        if row["status"] not in ("queued", "running", "waiting"):
             continue
+        # A waiting job's own reason (a Replicate or fal request polled: 'provider still
+        # rendering: replicate request ...') is the holder's word, not this run's: a cron'd
+        # resume beside a run that polls it said only that, '0 run here' and exit 1, nothing
+        # of the other process (nor, under a budget, that the budget does not cap it). Kept
+        # after the holder; a host's lease keeps it alone (its spool's story is that reason's).
+        last = row.get("waiting_reason")
         holder = row.get("lease_owner")
         if (
             holder
@@ -1433,6 +1439,8 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
             and lease_held(holder, row.get("lease_expires"), now, row.get("lease_mono"))
         ):
             if is_host_lease(holder):
+                if last:
+                    continue
                 row["waiting_reason"] = (
                     f"its rendered output is in the spool of host {host_of(holder)}, where a run "
                     "stores it; this run left it alone (a run on another host takes it once "
@@ -1453,6 +1461,8 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
                     "namespace, which this host cannot look at: left alone until its lease "
                     "runs out (AFC_LEASE_S after its last renewal)"
                 )
+            if last:
+                row["waiting_reason"] += f" (last recorded: {last})"
 
 
 def lease_seconds() -> float:
