@@ -1681,16 +1681,12 @@ def webhooks_replay(
             _deliveries_out(replay(ledger, delivery_id), json_out, quiet)
             return
         count, stats = replay_dead(ledger, batch)
-        if stats is None:
-            if json_out:
-                from afc_cli.output import emit_json
-
-                emit_json({"replayed": 0, "delivered": 0, "retrying": 0, "dead": 0})
-            elif not quiet:
+        if not (quiet or json_out):
+            if not count:  # nothing sent: no line of zeros
                 _err("no dead webhook deliveries" + (f" in batch {batch}" if batch else ""))
-            return
-        if not quiet and not json_out:
+                return
             _err(f"{count} dead event(s) queued again with their envelopes")
+        # --json in the one shape, whether any was dead or not
         _deliveries_out(stats, json_out, quiet, replayed=count)
 
 

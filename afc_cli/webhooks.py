@@ -620,10 +620,10 @@ def _by_prefix(ledger: Ledger, prefix: str) -> dict[str, Any]:
     return ledger.delivery(found[0])
 
 
-def replay_dead(ledger_path: str, batch: str | None = None) -> tuple[int, DrainStats | None]:
+def replay_dead(ledger_path: str, batch: str | None = None) -> tuple[int, DrainStats]:
     """Every dead event (of ``batch``) re-queued with its exact stored envelope, then every
     due event delivered now, as 'afc webhooks deliver' does: how many were dead, and the
-    delivery's figures (None when none was dead, nothing sent). A receiver down for longer
+    delivery's figures (none when none was dead: nothing sent). A receiver down for longer
     than an event's tries (MAX_TRIES, about ten minutes of backoff) leaves every event of its
     outage dead, which a replay by id sent back one at a time."""
     ledger = Ledger(ledger_path, create=False)
@@ -637,7 +637,7 @@ def replay_dead(ledger_path: str, batch: str | None = None) -> tuple[int, DrainS
         count = ledger.requeue_dead_deliveries(batch)
     finally:
         ledger.close()
-    return count, deliver(ledger_path) if count else None
+    return count, deliver(ledger_path) if count else DrainStats()
 
 
 def replay(ledger_path: str, delivery_id: str) -> DrainStats:

@@ -6,6 +6,8 @@ of its outage dead. A real receiver on 127.0.0.1; each delivery verified with th
 
 from __future__ import annotations
 
+import json
+
 from conftest import jobs, manifest
 from test_issue17_resubmit import on_both  # noqa: F401
 from test_webhooks import SECRET, hooked, receiver, verified  # noqa: F401
@@ -31,8 +33,10 @@ def test_every_dead_event_of_a_batch_is_sent_again(on_both, receiver):  # noqa: 
     assert afc("submit", "manifest.yaml").returncode == 0
     empty = afc("webhooks", "replay", "--dead", "--batch", "b2")
     assert empty.returncode == 0 and "no dead webhook deliveries in batch b2" in empty.stderr
+    none = afc.json("webhooks", "replay", "--dead", "--batch", "b2")
     result = afc("webhooks", "replay", "--dead", "--batch", "b1", "--json")
     assert result.returncode == 0, result.stderr
+    assert none["replayed"] == 0 and set(none) == set(json.loads(result.stdout)), "one shape"
     assert '"replayed": 3' in result.stdout and '"delivered": 3' in result.stdout
     resent = receiver.received[-3:]
     assert sorted(r.body.decode() for r in resent) == sorted(stored[d["id"]] for d in dead)
