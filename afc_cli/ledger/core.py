@@ -294,6 +294,15 @@ OUTPUT_HOLDERS_LOOKUP = (
 RUNNABLE_SQL = _in((*ACTIVE, "blocked"))
 
 
+# A delivery made pending again, due now (its one parameter: the ledger's clock), its tries
+# counted afresh and no process's lease on it: a replay's, of one event or of every dead one
+# (``Ledger.requeue_delivery``, ``Ledger.requeue_dead_deliveries``)
+REQUEUED = (
+    "status = 'pending', attempts = 0, next_attempt_at = ?, last_error = NULL,"
+    " lease_owner = NULL, lease_expires = NULL"
+)
+
+
 def _batch_scope(batch: str | None, column: str = "batch") -> tuple[str, list[Any]]:
     """The condition (and its parameters) for the jobs of ``batch``, or of every batch. Every
     batch is named as the batches table's names, a condition on the (batch, status,
@@ -3679,8 +3688,7 @@ class Ledger:
         with self.tx():
             row = self.delivery(delivery_id)
             cursor = self.db.execute(
-                "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?,"
-                " last_error = NULL, lease_owner = NULL, lease_expires = NULL WHERE id = ?"
+                f"UPDATE deliveries SET {REQUEUED} WHERE id = ?"
                 " AND (status <> 'pending' OR lease_owner IS NULL OR lease_expires < ?)",
                 (self.clock(), delivery_id, self.lease_clock()),
             )
@@ -3692,7 +3700,7 @@ class Ledger:
 
     def dead_delivery_secrets(self, batch: str | None = None) -> set[str]:
         """The secret variables the dead deliveries (of ``batch``) are signed with."""
-        where, params = ("batch = ?", [batch]) if batch is not None else ("1 = 1", [])
+        where, params = _batch_scope(batch)
         return {
             row[0]
             for row in self.db.execute(
@@ -3705,7 +3713,7 @@ class Ledger:
         """Every dead delivery (of ``batch``) pending again, due now, its tries counted
         afresh, in one transaction (``afc webhooks replay --dead``); the endpoints a 410
         disabled among theirs enabled again, as a replay of one does. Returns how many."""
-        where, params = ("batch = ?", [batch]) if batch is not None else ("1 = 1", [])
+        where, params = _batch_scope(batch)
         with self.tx():
             rows = self._all(
                 f"SELECT id, job_id, batch, url FROM deliveries WHERE status = 'dead' AND {where}",
@@ -3714,8 +3722,7 @@ class Ledger:
             now = self.clock()
             for chunk in _chunks([row["id"] for row in rows], IN_CHUNK):
                 self.db.execute(
-                    "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?,"
-                    " last_error = NULL, lease_owner = NULL, lease_expires = NULL"
+                    f"UPDATE deliveries SET {REQUEUED}"
                     f" WHERE status = 'dead' AND id IN {_marks(chunk)}",
                     [now, *chunk],
                 )
