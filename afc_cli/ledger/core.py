@@ -2955,7 +2955,7 @@ class Ledger:
 
     def run_costs(self, run_id: str | None) -> list[tuple]:
         """The known cost of each of ``run_id``'s attempts with its job's batch, provider,
-        model and number: what a summary past its cap takes apart (``run.unreserved_cost``)."""
+        model and number: what a summary past its cap takes apart (``run.past_cap``)."""
         return self.db.execute(
             "SELECT a.job_id, j.batch, a.provider, a.model, a.number, a.cost_micros"
             " FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.run_id = ?"
