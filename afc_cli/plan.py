@@ -556,15 +556,14 @@ def describe(result: dict[str, Any]) -> str:
             lines.append(
                 f"  conflict {job['key']}{where}: changed {describe_changes(job['changes'])}"
             )
-            if job.get("status") in UNFINISHED and job.get("inputs_changed"):
-                lines.append(
-                    f"    its admitted request is {job['status']}, and "
-                    f"{changed_files_line(job['inputs_changed'])} ('afc cancel {job['key']}' "
-                    "drops it)"
+            if job.get("status") in UNFINISHED:  # the admitted request, which a run renders
+                then = (
+                    changed_files_line(job["inputs_changed"])
+                    if job.get("inputs_changed")  # ... or fails: its file changed since
+                    else "the next run renders it"
                 )
-            elif job.get("status") in UNFINISHED:  # the admitted request, which a run renders
                 lines.append(
-                    f"    its admitted request is {job['status']}, and the next run renders it "
+                    f"    its admitted request is {job['status']}, and {then} "
                     f"('afc cancel {job['key']}' drops it)"
                 )
         elif job["action"].startswith("conflict"):
