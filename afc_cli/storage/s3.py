@@ -362,7 +362,7 @@ class S3Storage(Storage):
                 fix = None
             retryable = (
                 status >= 500 and status != 501 or status == 429 or code in RETRYABLE_CODES
-            ) and not (code == "NotImplemented" or full)
+            ) and not (refused_request or full)
             message = f"{action} {where}: {code or status} {error.get('Message', '')}".strip()
             if fix:
                 message += f" ({fix})"
