@@ -427,3 +427,83 @@ def m018_leased_and_blocked(db):
             WHERE status = 'blocked';
         """
     )
+
+
+# What a run's budget counts (Ledger.run_spend): each attempt's known cost, else its
+# reservation, summed by run id, kept by triggers in the transaction of every change to an
+# attempt's run id, cost or reservation, whichever statement makes it (a report's upsert, a
+# reopening, a ledger copy's inserts). The check before each paid call read the sum over all
+# the run's attempts, once a call, under the budget's lock: 10,000 jobs under --max-spend took
+# twice as long as without it (17 s → 36 s), growing with the square of the batch, and a
+# shared budget of 300,000 attempts held every worker's attempt start 55 ms on PostgreSQL.
+SPEND = "COALESCE({row}.cost_micros, {row}.reserved_micros, 0)"
+SPEND_CHANGED = (
+    "old.run_id IS NOT new.run_id OR " + SPEND.format(row="old") + " <> " + SPEND.format(row="new")
+)
+RUN_SPEND_SQLITE = f"""
+CREATE TRIGGER attempts_spend_insert AFTER INSERT ON attempts WHEN new.run_id IS NOT NULL
+BEGIN
+    INSERT INTO run_spend (run_id, spend_micros) VALUES (new.run_id, {SPEND.format(row="new")})
+        ON CONFLICT (run_id) DO UPDATE SET spend_micros = spend_micros + excluded.spend_micros;
+END;
+CREATE TRIGGER attempts_spend_update AFTER UPDATE OF run_id, cost_micros, reserved_micros
+    ON attempts WHEN {SPEND_CHANGED}
+BEGIN
+    UPDATE run_spend SET spend_micros = spend_micros - {SPEND.format(row="old")}
+        WHERE run_id = old.run_id;
+    INSERT INTO run_spend (run_id, spend_micros)
+        SELECT new.run_id, {SPEND.format(row="new")} WHERE new.run_id IS NOT NULL
+        ON CONFLICT (run_id) DO UPDATE SET spend_micros = spend_micros + excluded.spend_micros;
+END;
+CREATE TRIGGER attempts_spend_delete AFTER DELETE ON attempts WHEN old.run_id IS NOT NULL
+BEGIN
+    UPDATE run_spend SET spend_micros = spend_micros - {SPEND.format(row="old")}
+        WHERE run_id = old.run_id;
+END;
+"""
+# PostgreSQL's triggers call a function; its search_path is the one it was created under (the
+# ledger's schema), whatever a later session's is
+RUN_SPEND_POSTGRES = (
+    f"""
+CREATE FUNCTION afc_run_spend() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.run_id IS NOT NULL THEN
+        UPDATE run_spend SET spend_micros = spend_micros - {SPEND.format(row="OLD")}
+            WHERE run_id = OLD.run_id;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.run_id IS NOT NULL THEN
+        INSERT INTO run_spend AS s (run_id, spend_micros)
+            VALUES (NEW.run_id, {SPEND.format(row="NEW")})
+            ON CONFLICT (run_id) DO UPDATE SET spend_micros = s.spend_micros + excluded.spend_micros;
+    END IF;
+    RETURN NULL;
+END $$
+""",
+    "CREATE TRIGGER attempts_spend_insert AFTER INSERT ON attempts FOR EACH ROW"
+    " WHEN (NEW.run_id IS NOT NULL) EXECUTE FUNCTION afc_run_spend()",
+    "CREATE TRIGGER attempts_spend_update AFTER UPDATE OF run_id, cost_micros, reserved_micros"
+    " ON attempts FOR EACH ROW WHEN ("
+    + SPEND_CHANGED.replace(" IS NOT new.run_id", " IS DISTINCT FROM new.run_id")
+    + ") EXECUTE FUNCTION afc_run_spend()",
+    "CREATE TRIGGER attempts_spend_delete AFTER DELETE ON attempts FOR EACH ROW"
+    " WHEN (OLD.run_id IS NOT NULL) EXECUTE FUNCTION afc_run_spend()",
+)
+
+
+@_step
+def m019_run_spend(db):
+    # RUN_SPEND above: the table, its sums of the attempts already there, and its triggers
+    db.executescript(
+        """
+        CREATE TABLE run_spend (run_id TEXT PRIMARY KEY, spend_micros INTEGER NOT NULL);
+        INSERT INTO run_spend (run_id, spend_micros)
+            SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)) FROM attempts
+            WHERE run_id IS NOT NULL GROUP BY run_id;
+        """
+    )
+    if getattr(db, "dialect", "sqlite") == "postgresql":
+        for statement in RUN_SPEND_POSTGRES:
+            db.raw.execute(statement)
+    else:
+        db.executescript(RUN_SPEND_SQLITE)

@@ -528,6 +528,7 @@ class Round:
         self.check_outputs(jobs, attempts, figures)
         self.check_reports(jobs, attempts, figures)
         self.check_budget(db, figures)
+        self.check_run_spend(db)
         figures["statuses"] = dict(Counter(j["status"] for j in jobs.values()))
         self.check_replays(jobs, figures)
         self.extra_checks(db, jobs, attempts, log, figures)
@@ -726,6 +727,25 @@ class Round:
             got = None if row["cost"] is None else int(Decimal(row["cost"]) * 1_000_000)
             if got != want and not (not rs and got == 0):
                 self.problems.append(f"{row['key']}: status cost {row['cost']} vs attempts {want}")
+
+    def check_run_spend(self, db) -> None:
+        """The sums the ledger's triggers keep (m019's ``run_spend``, what every budget check
+        reads) are the attempts' sums, after every kill, takeover, reopening and cancel."""
+        summed = {}
+        for run_id, (started, adopted, _n) in budget_spend(db).items():
+            if run_id and started + adopted:
+                summed[run_id] = started + adopted
+        kept = {
+            r["run_id"]: int(r["spend_micros"])
+            for r in db.execute("SELECT run_id, spend_micros FROM run_spend")
+            if r["spend_micros"]
+        }
+        if kept != summed:
+            wrong = sorted(k for k in kept.keys() | summed.keys() if kept.get(k) != summed.get(k))
+            self.problems.append(
+                f"run_spend differs from the attempts' sums for {len(wrong)} runs: "
+                + ", ".join(f"{k} {kept.get(k)} vs {summed.get(k)}" for k in wrong[:3])
+            )
 
     def check_budget(self, db, figures) -> None:
         caps = {}

@@ -65,6 +65,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m016_output_key_poll_left",
         "m017_claim_order",
         "m018_leased_and_blocked",
+        "m019_run_spend",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]

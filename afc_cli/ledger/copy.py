@@ -84,6 +84,8 @@ TABLES = (
 )
 # the source's own record of where its work was moved (m010): never the destination's
 NOT_COPIED = ("ledger_moves",)
+# sums the destination's triggers keep as the copied rows arrive (m019's run_spend)
+DERIVED = ("run_spend",)
 # tables whose integer ids a PostgreSQL destination continues after the copied ones
 IDENTITY_TABLES = ("attempts", "events", "avoided", "reviews")
 CHUNK = 1000
@@ -126,7 +128,7 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
                         if anew:
                             # an unfinished copy of this source (it ran nothing: it refused
                             # every run and change), copied again from the source as it is now
-                            for table in (*reversed(TABLES), *NOT_COPIED):
+                            for table in (*DERIVED, *reversed(TABLES), *NOT_COPIED):
                                 dst.db.execute(f"DELETE FROM {table}")
                         for table in TABLES:
                             counts[table] = _copy_table(src, dst, table)

@@ -2865,13 +2865,13 @@ class Ledger:
 
     def run_spend(self, run_id: str | None) -> int:
         """What a run's budget counts: known costs, and reservations where the cost is unknown
-        (never shown as the run's spend: that is ``run_money``'s ``priced``)."""
+        (never shown as the run's spend: that is ``run_money``'s ``priced``). Their sum, kept
+        by the ledger's triggers on the attempts (afc_cli/migrations.py, m019): one row read
+        however many attempts the run has."""
         row = self.db.execute(
-            "SELECT COALESCE(SUM(COALESCE(cost_micros, reserved_micros, 0)), 0)"
-            " FROM attempts WHERE run_id = ?",
-            (run_id,),
+            "SELECT spend_micros FROM run_spend WHERE run_id = ?", (run_id,)
         ).fetchone()
-        return int(row[0])
+        return int(row[0]) if row is not None else 0
 
     def reserved_in_flight(self, run_id: str | None, owner: str) -> int:
         """The reservations of ``owner``'s calls of ``run_id`` still in flight whose cost is

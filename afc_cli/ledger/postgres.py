@@ -291,6 +291,8 @@ class PgDatabase:
     them at once. An error in one surfaces there: as any failed statement in a group, it
     takes the group back and stops the run."""
 
+    dialect = "postgresql"  # a migration's own statements for PostgreSQL (m019's triggers)
+
     def __init__(self, conn: Any):
         self.raw = conn
         self.migrating = False  # statements without parameters are DDL to translate
