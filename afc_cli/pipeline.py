@@ -747,15 +747,34 @@ def _reservation(
     five times it), that dearer figure: a run whose reservations were all the estimate went
     on starting calls that its answers' real costs took past the cap. None (no estimate, a
     model run with ``--allow-unpriced``) stays None: such spend is not capped."""
+    return estimate_for(entry, rates, params, ctx.dearest)
+
+
+def estimate_for(
+    entry: dict[str, Any],
+    rates: RateCards,
+    params: dict[str, Any],
+    dearest: dict[tuple, Fraction],
+) -> int | None:
+    """A model's next attempt's cost as a budget reserves it (``_reservation``) and ``afc
+    plan`` estimates it: its card's estimate for the images asked for, or the dearest known
+    cost per image of its answers under that card (``dearest``: ``dearest_known``, then the
+    run's own answers) times those images, when dearer."""
     images = images_requested(entry["provider"], params)
     estimate = rates.estimate(entry["provider"], entry["model"], images)
-    dearest = ctx.dearest.get(_priced_by(entry, rates))
-    if estimate is None or dearest is None:
+    known = dearest.get(_priced_by(entry, rates))
+    if estimate is None or known is None:
         return estimate
     # rounded up to a whole micro-USD once, for these images: the answers' per-image cost
     # rounded up first (0.0999999 for three images: 0.033334 each) reserved 0.100002 for
     # requests that cost 0.100000, and a budget those fitted exactly stopped one short
-    return min(max(estimate, -(-dearest * images // 1)), MAX_ESTIMATE)
+    return min(max(estimate, -(-known * images // 1)), MAX_ESTIMATE)
+
+
+def estimated_models(cards: RateCards) -> set[tuple[str, str]]:
+    """The models a budget reserves an estimate for (a card with no per-image price reserves
+    nothing, ``_reservation``): those whose known costs ``dearest_known`` learns."""
+    return {model for model, card in cards.cards.items() if "per_image" in card}
 
 
 def _priced_by(entry: dict[str, Any], rates: RateCards) -> tuple:
@@ -801,9 +820,7 @@ def dearest_known(
         cards = rates.get(batch)
         if cards is None:
             continue
-        # the models a budget reserves an estimate for (a card with no per-image price
-        # reserves nothing, ``_reservation``)
-        estimated = {model for model, card in cards.cards.items() if "per_image" in card}
+        estimated = estimated_models(cards)
         if not estimated:
             continue
         # each recorded usage priced once (the answers of one size and quality report the same

@@ -5,8 +5,10 @@ finished), take it from storage (its own output is already there), nothing (a re
 finished job), or refuse it (a changed body under an admitted key, its changed fields named
 as ``afc submit`` names them; a new job that needs such a key, as ``Ledger.admit`` decides it
 (``afc_cli/gates.py``); or an output key holding another object). The estimate is one
-paid attempt of each job's first model at its rate card's per-image price: what the run costs
-when nothing fails. Every model of those jobs' chains with no such price (a fallback may run
+paid attempt of each job's first model at its rate card's per-image price, or at what that
+model's answers in this batch have cost per image where dearer (a card that charges tokens
+keeps ``per_image`` as its estimate; a run under a budget reserves the dearer known cost,
+``pipeline.estimate_for``): what the run costs when nothing fails. Every model of those jobs' chains with no such price (a fallback may run
 too) is named as unpriced, never counted as zero.
 The budget it compares the estimate with is the submit's own (``Budget.of_manifest``:
 ``--max-spend``, else the manifest's ``budget``), checked as the submit checks it
@@ -65,8 +67,7 @@ from afc_cli.ledger import spool_holder_of, spool_root_of
 from afc_cli.ledger.core import AT_URL, NEED_FAILED, RENDERING, TERMINAL, list_places
 from afc_cli.manifest import job_id_for, same_request
 from afc_cli.owner import lease_held
-from afc_cli.pipeline import ownership
-from afc_cli.providers import images_requested
+from afc_cli.pipeline import dearest_known, estimate_for, estimated_models, ownership
 from afc_cli.run import (
     Budget,
     chains_except,
@@ -104,9 +105,13 @@ def plan(
     )
     from afc_cli.ledger import read_admitted
 
-    bound, endpoint, admitted, stored_needs, moved, history = read_admitted(
-        ledger_path, manifest.batch
+    bound, endpoint, admitted, stored_needs, moved, history, answers = read_admitted(
+        ledger_path, manifest.batch, estimated_models(rates)
     )
+    # what the batch's answers have cost per image where dearer than their card's estimate:
+    # the run reserves that for each call under a budget (pipeline.dearest_known), and the
+    # plan estimates it, or it said a budget fitted that stopped the run halfway
+    dearest = dearest_known(_Answers(answers), [manifest.batch], {manifest.batch: rates})
     # a new job given the output key of a job admitted to the batch before: the submit
     # refuses the manifest (exit 2, Ledger.admit), and so does its plan
     from afc_cli.ledger.core import refuse_shared_outputs
@@ -259,9 +264,7 @@ def plan(
         )
         if at is None:
             return 0
-        entry = chain[at]
-        images = images_requested(entry["provider"], params)
-        price = rates.estimate(entry["provider"], entry["model"], images) or 0
+        price = estimate_for(chain[at], rates, params, dearest) or 0
         estimate += price
         return price
 
@@ -505,6 +508,17 @@ def plan(
         "unlisted": list(unlisted),
         "jobs": listed,
     }
+
+
+class _Answers:
+    """The batch's priced answers ``read_admitted`` read, as ``pipeline.dearest_known`` asks
+    a ledger for them (``Ledger.priced_answers``)."""
+
+    def __init__(self, rows: list[tuple]):
+        self.rows = rows
+
+    def priced_answers(self, batch: str, models: Any) -> list[tuple]:
+        return [row for row in self.rows if (row[0], row[1]) in models]
 
 
 PAST_RENDERING = (*TERMINAL, "awaiting_review")

@@ -12,7 +12,7 @@ the batch's card as it is now (a cheaper card admitted since lets more calls in)
 
 from __future__ import annotations
 
-from conftest import manifest
+from conftest import ledger_count, manifest
 
 CARD = {
     "provider": "openai",
@@ -112,3 +112,31 @@ def test_a_worker_reserves_what_earlier_answers_of_its_claims_cost(afc, fake):
     assert second.returncode == 4, second.stderr
     after = afc.rows("SELECT COALESCE(SUM(cost_micros), 0) FROM attempts")[0][0]
     assert after - before == 3 * PRICE, second.stderr
+
+
+def test_a_plan_estimates_what_earlier_answers_of_its_token_card_cost(afc, fake, ledger_url):
+    """``afc plan`` estimates each render at what the run reserves for it: the batch's known
+    dearer cost, not the card's ``per_image``. It said the 18 jobs left, at 0.04 USD, came to
+    0.72 USD and that a 0.73 USD budget fitted, where the run stops after four of them."""
+    afc.env["AFC_LEDGER"] = ledger_url
+    write(afc, CARD)
+    first = afc("submit", "manifest.yaml", "--concurrency", "30", "--max-spend", "0.50")
+    assert first.returncode == 4, first.stderr
+    # the first wave's size is the run's timing (12 calls at 0.04 before the first answer)
+    left = 30 - ledger_count(afc, ledger_url, "SELECT COUNT(*) FROM attempts WHERE cost_micros > 0")
+    assert left >= 18
+    # a budget the card's estimate fits, and the known cost does not
+    cap = f"{left * 0.04 + 0.01:.2f}"
+    planned = afc.json("plan", "manifest.yaml", "--max-spend", cap)
+    assert planned["to_render"] == left
+    assert planned["estimated_spend"] == f"{left * PRICE / 1_000_000:.6f}"  # 2.999700 for 18
+    assert planned["fits_budget"] is False
+    # a card changed since prices the earlier answers as now, as the run does
+    write(afc, {**CARD, "per_1k_output_tokens": "0.02"})
+    cheaper = afc.json("plan", "manifest.yaml")
+    assert cheaper["estimated_spend"] == f"{left * 83450 / 1_000_000:.6f}"
+    # a fresh batch knows no answer yet: the card's estimate
+    data = manifest([{"key": "new", "prompt": "p"}], rates=[CARD], batch="b2")
+    data["defaults"]["chain"] = [{"provider": "openai", "model": "gpt-image-1"}]
+    afc.write_manifest(data, "fresh.yaml")
+    assert afc.json("plan", "fresh.yaml")["estimated_spend"] == "0.040000"

@@ -3179,15 +3179,7 @@ class Ledger:
         for: each attempt's provider, model, recorded usage and its job's request, for a
         budget to learn what these models' answers have cost before its first call
         (``pipeline.dearest_known``)."""
-        rows = []
-        for provider, model in sorted(models):
-            rows += self.db.execute(
-                f"SELECT a.provider, a.model, a.usage_json, j.request_json FROM {self.BATCH_ATTEMPTS}"
-                " WHERE j.batch = ? AND a.provider = ? AND a.model = ? AND a.cost_micros > 0"
-                " AND a.usage_json IS NOT NULL",
-                (batch, provider, model),
-            ).fetchall()
-        return rows
+        return priced_answers_of(self.db, batch, models, "?", self.BATCH_ATTEMPTS)
 
     def adopt_attempt(
         self,
@@ -4545,15 +4537,16 @@ def other_endpoint(
 
 
 def read_admitted(
-    ledger_path: str, batch: str
-) -> tuple[str | None, str | None, dict, dict, str | None, dict]:
+    ledger_path: str, batch: str, models: Collection[tuple[str, str]] = ()
+) -> tuple[str | None, str | None, dict, dict, str | None, dict, list]:
     """A batch's storage and the S3 endpoint it was admitted through (None: unknown), its
     jobs (key: request hash, status, body, review, attempts, lease owner and expiry (on this
     host's clock: a PostgreSQL server's expiry is re-based on it), waiting reason, output key), their needs (key: need keys),
-    where ``afc ledger copy`` moved the ledger's work (None: nowhere) and the attempts of its
-    unfinished jobs (``admitted_history``) as ``afc plan`` needs them,
+    where ``afc ledger copy`` moved the ledger's work (None: nowhere), the attempts of its
+    unfinished jobs (``admitted_history``) and the priced answers of ``models`` in the batch
+    (``priced_answers_of``) as ``afc plan`` needs them,
     read without writing anything (no migrations, no lock)."""
-    return backend(ledger_path).read_admitted(ledger_path, batch)
+    return backend(ledger_path).read_admitted(ledger_path, batch, models)
 
 
 def spool_root_of(ledger_path: Any) -> Any:
@@ -4597,6 +4590,23 @@ def moved_to(conn: Any) -> str | None:
     """``Ledger.moved_to``'s destination on a bare connection (``read_admitted``)."""
     row = conn.execute(LAST_MOVE_SQL).fetchone()
     return row[0] if row else None
+
+
+def priced_answers_of(
+    conn: Any, batch: str, models: Collection[tuple[str, str]], mark: str, source: str
+) -> list[tuple]:
+    """``Ledger.priced_answers`` on a connection whose parameter mark is ``mark``, reading
+    the attempts of a batch through ``source`` (the engine's ``BATCH_ATTEMPTS``): also on a
+    bare connection (``read_admitted``, for ``afc plan``)."""
+    rows = []
+    for provider, model in sorted(models):
+        rows += conn.execute(
+            f"SELECT a.provider, a.model, a.usage_json, j.request_json FROM {source}"
+            f" WHERE j.batch = {mark} AND a.provider = {mark} AND a.model = {mark}"
+            " AND a.cost_micros > 0 AND a.usage_json IS NOT NULL",
+            (batch, provider, model),
+        ).fetchall()
+    return rows
 
 
 def admitted_history(conn: Any, batch: str, mark: str) -> dict[str, list[dict[str, Any]]]:

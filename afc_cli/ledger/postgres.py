@@ -84,6 +84,7 @@ from afc_cli.ledger.core import (
     admitted_needs,
     admitted_storage,
     moved_to,
+    priced_answers_of,
 )
 from afc_cli.owner import awake_clock, current_owner
 
@@ -1431,8 +1432,8 @@ class PostgresLedger(Ledger):
 
     @staticmethod
     def read_admitted(
-        url: str, batch: str
-    ) -> tuple[str | None, str | None, dict, dict, str | None, dict]:
+        url: str, batch: str, models: Collection[tuple[str, str]] = ()
+    ) -> tuple[str | None, str | None, dict, dict, str | None, dict, list]:
         with _read_only(url) as conn:
             done: set[str] = set()
             if conn.execute("SELECT to_regclass(%s)", (MIGRATIONS_TABLE,)).fetchone()[0]:
@@ -1446,7 +1447,7 @@ class PostgresLedger(Ledger):
                 refuse_foreign(conn, display_url(str(url)))  # one not in UTF8
                 refuse_encoding(conn, display_url(str(url)))
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
-                return None, None, {}, {}, None, {}
+                return None, None, {}, {}, None, {}, []
             # a newer afc's ledger is refused, as the submit refuses it (and SQLite's plan)
             _refuse_newer(display_url(str(url)), done)
             storage, endpoint = admitted_storage(conn, batch, "%s")
@@ -1479,4 +1480,7 @@ class PostgresLedger(Ledger):
                 " AND table_name = 'jobs' AND column_name = 'attempt_base'"
             ).fetchone()
             history = admitted_history(conn, batch, "%s") if based else {}
-            return storage, endpoint, jobs, needs, moved, history
+            answers = priced_answers_of(
+                conn, batch, models, "%s", PostgresLedger.BATCH_ATTEMPTS
+            )
+            return storage, endpoint, jobs, needs, moved, history, answers

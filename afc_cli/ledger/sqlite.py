@@ -19,7 +19,7 @@ import contextlib
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from afc_cli.ledger.core import (
     admitted_needs,
     admitted_storage,
     moved_to,
+    priced_answers_of,
 )
 from afc_cli.owner import current_owner
 
@@ -510,14 +511,14 @@ class SqliteLedger(Ledger):
 
     @staticmethod
     def read_admitted(
-        ledger_path: str, batch: str
-    ) -> tuple[str | None, str | None, dict, dict, str | None, dict]:
+        ledger_path: str, batch: str, models: Collection[tuple[str, str]] = ()
+    ) -> tuple[str | None, str | None, dict, dict, str | None, dict, list]:
         """``core.read_admitted`` on SQLite, read without writing anything: the file is opened
         read-only (no migrations, no lock); no ledger, or a file afc has not written yet,
         means nothing is admitted."""
         path = ledger_file.ledger_path(ledger_path)
         if not path.exists():
-            return None, None, {}, {}, None, {}
+            return None, None, {}, {}, None, {}, []
         try:
             conn = _read_only(path)
         except sqlite3.DatabaseError as exc:
@@ -525,7 +526,7 @@ class SqliteLedger(Ledger):
         try:
             try:
                 if ledger_file.identity(conn, path) == "new":
-                    return None, None, {}, {}, None, {}
+                    return None, None, {}, {}, None, {}, []
             except sqlite3.DatabaseError as exc:
                 raise ledger_file.damaged(path, exc) from None
             storage, endpoint = admitted_storage(conn, batch, "?")
@@ -557,12 +558,13 @@ class SqliteLedger(Ledger):
                 "SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'attempt_base'"
             ).fetchone()
             history = admitted_history(conn, batch, "?") if based else {}
-            return storage, endpoint, jobs, needs, moved, history
+            answers = priced_answers_of(conn, batch, models, "?", SqliteLedger.BATCH_ATTEMPTS)
+            return storage, endpoint, jobs, needs, moved, history, answers
         except sqlite3.DatabaseError as exc:
             if "malformed" in str(exc):
                 # a damaged page: the plan said every job was new (and priced its render)
                 # while the submit it plans is refused, exit 2; so is the plan now
                 raise ledger_file.damaged(path, exc) from None
-            return None, None, {}, {}, None, {}
+            return None, None, {}, {}, None, {}, []
         finally:
             conn.close()
