@@ -804,9 +804,11 @@ def _learn_cost(
 
 
 def dearest_known(
-    ledger: Ledger, batches: Collection[str], rates: dict[str, RateCards]
+    ledger: Any, batches: Collection[str], rates: dict[str, RateCards]
 ) -> dict[tuple, Fraction]:
-    """What ``RunContext.dearest`` starts from under a budget: the dearest cost per image
+    """What ``RunContext.dearest`` starts from under a budget, and what ``afc plan``
+    estimates with (``ledger``: a Ledger, or anything with its ``priced_answers``; the plan's
+    are those ``read_admitted`` read): the dearest cost per image
     asked for of the answers the ledger already holds for each batch's models that have a
     per-image estimate (a card that charges tokens, whose images can cost several times its
     ``per_image``; a model that returns, and bills, more images than asked for), each priced
