@@ -882,6 +882,14 @@ class PostgresLedger(Ledger):
                 "left the ledger untouched: unset it for afc's role (ALTER ROLE ... SET "
                 "statement_timeout = 0) or raise it, then run this again"
             ) from None
+        except errors.InsufficientPrivilege as exc:
+            # A role that may read and write afc's tables but not change the schema (no CREATE
+            # on it: PostgreSQL 15's default for every role but the database's owner, or not
+            # the tables' owner, as a worker's role given only SELECT, INSERT, UPDATE, DELETE):
+            # an empty database's first submit, or a newer afc's first command, stopped with
+            # "unexpected error: InsufficientPrivilege ... (a bug in afc)". The transaction
+            # rolled back: nothing of the schema changed.
+            raise self._schema_refused(exc, pending) from None
         except errors.LockNotAvailable:
             # the transaction rolled back: nothing of the schema changed
             wait = self.db.raw.execute("SHOW lock_timeout").fetchone()[0]
@@ -898,6 +906,27 @@ class PostgresLedger(Ledger):
         finally:
             if stall is not None:
                 stall.paused = False
+
+    def _schema_refused(self, exc: BaseException, pending: list[str]) -> LedgerError:
+        """``_migrate``'s refusal when the server denied afc's role a change of the schema:
+        who to run afc as, or what to grant, named."""
+        raw = self.db.raw
+        user = _text(raw.info.user)
+        schema = _text(raw.execute("SELECT current_schema()").fetchone()[0] or "public")
+        why = first_line(exc)
+        if not pending:  # no ledger here yet: afc's tables are to be made
+            return LedgerError(
+                f"cannot make afc's tables in {self.path}: the server refused the role "
+                f"{user} ({why}). Grant it the schema (GRANT CREATE ON SCHEMA {schema} TO "
+                f"{user}), or run afc's first command once as a role that may create tables "
+                "there (the database's owner); afc left the database untouched"
+            )
+        return LedgerError(
+            f"the ledger {self.path} needs migrations this afc brings ({', '.join(pending)}), "
+            f"and the server refused the role {user} a change of its schema ({why}). Run this "
+            "afc once as the role that owns the ledger's tables (the one that made them), "
+            f"after which {user} runs it as before; afc left the ledger untouched"
+        )
 
     def _apply_migrations(self, known: list[str]) -> None:
         """``_migrate``'s transaction. Its DDL (``ALTER TABLE`` takes an ACCESS EXCLUSIVE lock)
