@@ -340,8 +340,9 @@ class PgDatabase:
             # reads the answers that arrived) or at the sync: either way the group failed. A
             # lost connection (a server restarted, a backend terminated) fails a read outside
             # any block too: the ledger's error, not psycopg's
-            # (tests/test_postgres_connection_lost.py)
-            lost = isinstance(exc, _psycopg().OperationalError)
+            # (tests/test_postgres_connection_lost.py), as is a read the role may not make
+            # (``_refused``)
+            lost = _refused(exc)
             if (self.pipe is not None or lost) and self.on_failure is not None:
                 self.on_failure(exc)  # raises the ledger's error if outside any block
             raise
@@ -358,7 +359,7 @@ class PgDatabase:
                 self.writes += 1
         except Exception as exc:
             # a lost connection is the ledger's error, as in ``execute``
-            if isinstance(exc, _psycopg().OperationalError) and self.on_failure is not None:
+            if _refused(exc) and self.on_failure is not None:
                 self.on_failure(exc)
             raise
         return cursor
@@ -367,6 +368,18 @@ class PgDatabase:
         for statement in script.split(";"):
             if statement.strip():
                 self.raw.execute(translate_ddl(statement))
+
+
+def _refused(exc: BaseException) -> bool:
+    """A statement's failure that is the ledger's, not afc's: the connection lost (or a lock
+    waited for past its bound, a statement the server cancelled), or a table the role afc
+    connects as may not read. Operators grant a worker's role the tables that exist (``GRANT
+    ... ON ALL TABLES IN SCHEMA``), which leaves out a table a later migration makes, and a
+    read of it outside any block ('afc status', a worker's claim round) stopped with
+    "unexpected error: InsufficientPrivilege ... (a bug in afc)"; a write's was the ledger's
+    error already (``PostgresLedger.tx``)."""
+    psycopg = _psycopg()
+    return isinstance(exc, psycopg.OperationalError | psycopg.errors.InsufficientPrivilege)
 
 
 def stall_seconds() -> float:
@@ -654,8 +667,22 @@ def _read_only(url: Any) -> Iterator[Any]:
         yield conn
     except psycopg.OperationalError as exc:
         raise connect_error(str(url), exc) from None
+    except psycopg.errors.InsufficientPrivilege as exc:
+        # 'afc plan' as a role not granted afc's tables: "a bug in afc" before
+        raise not_granted(display_url(str(url)), conn, exc) from None
     finally:
         conn.close()
+
+
+def not_granted(path: str, conn: Any, exc: BaseException) -> LedgerError:
+    """A read of the ledger the server refused its role as the ledger opens (exit 2): what
+    to grant it, named."""
+    user = _text(conn.info.user)
+    return LedgerError(
+        f"cannot read the ledger {path}: {first_line(exc)}: grant the role {user} afc's "
+        f"tables (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ... TO {user}, "
+        "and USAGE, SELECT, UPDATE ON ALL SEQUENCES), then run this again; nothing was done"
+    )
 
 
 # The tables (and views) of the schema afc's tables would go in, the connection's current one,
@@ -756,7 +783,9 @@ class PostgresLedger(Ledger):
                 else:  # no parameters: psycopg sends the text as it is (``PgDatabase.execute``)
                     cursor.execute(sql)
                 names = [c.name for c in cursor.description]
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
+                if not _refused(exc):
+                    raise
                 self.db.on_failure(exc)
                 raise
             while True:
@@ -827,6 +856,13 @@ class PostgresLedger(Ledger):
             # terminated): the ledger's error, as a refused connection is, not "a bug in afc"
             conn.close()
             raise connect_error(self.url, exc) from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            # a role given none of afc's tables (a host's new role before its grant): its
+            # first read, of the applied migrations, stopped every command with "unexpected
+            # error: InsufficientPrivilege ... (a bug in afc)"
+            refusal = not_granted(self.path, conn, exc)
+            conn.close()
+            raise refusal from None
         except BaseException:
             conn.close()
             raise
