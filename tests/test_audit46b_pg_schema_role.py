@@ -98,3 +98,21 @@ def test_a_newer_afc_run_as_a_worker_role_names_the_owner_to_migrate_as(tmp_path
     assert owner("status").returncode == 0
     assert worker("worker", "--until-idle", "--poll", "0.2").returncode == 0
     assert owner.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 2)]
+
+
+def test_a_search_path_naming_no_schema_is_refused_naming_it(tmp_path, pg_server):
+    # README's advice for a database shared with an application: CREATE SCHEMA afc, then
+    # ?options=-csearch_path%3Dafc in the URL; the URL given before the schema was made (or
+    # with its name misspelt) stopped the first submit with "InvalidSchemaName ... (a bug)"
+    url = pg_server.database(migrated=False)
+    pg = PgAfc(tmp_path, f"{url}?options=-csearch_path%3Dafc")
+    pg.write_manifest(manifest(jobs(1)))
+    result = pg("submit", "manifest.yaml")
+    assert result.returncode == 2, result.stderr
+    for noise in NOISE:
+        assert noise not in result.stderr, result.stderr
+    assert "no schema of its search_path (afc) exists in that database" in result.stderr
+    assert "CREATE SCHEMA" in result.stderr, result.stderr
+    _as_owner(url, "CREATE SCHEMA afc")
+    assert pg("submit", "manifest.yaml").returncode == 0
+    assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]

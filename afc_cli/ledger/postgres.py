@@ -918,6 +918,18 @@ class PostgresLedger(Ledger):
                 "left the ledger untouched: unset it for afc's role (ALTER ROLE ... SET "
                 "statement_timeout = 0) or raise it, then run this again"
             ) from None
+        except errors.InvalidSchemaName:
+            # no schema of the session's search_path exists (``?options=-csearch_path%3Dafc``
+            # in the URL, or the role's, before CREATE SCHEMA afc, or the name misspelt):
+            # a first submit stopped with "unexpected error: InvalidSchemaName: no schema has
+            # been selected to create in ... (a bug in afc)"; the transaction rolled back
+            path = _text(self.db.raw.execute("SHOW search_path").fetchone()[0])
+            raise LedgerError(
+                f"cannot make afc's tables in {self.path}: no schema of its search_path "
+                f"({path}) exists in that database; create it (CREATE SCHEMA ...) or correct "
+                "the name (the URL's ?options=-csearch_path%3D..., the role's or PGOPTIONS'), "
+                "then run this again; afc left the database untouched"
+            ) from None
         except errors.InsufficientPrivilege as exc:
             # A role that may read and write afc's tables but not change the schema (no CREATE
             # on it: PostgreSQL 15's default for every role but the database's owner, or not
