@@ -710,6 +710,8 @@ def refuse_foreign(conn: Any, path: str) -> None:
     "unexpected error: DuplicateTable ... (a bug in afc)" (``afc plan``: UndefinedTable), and
     a reading command said there was no ledger. ``conn``: its applied afc migrations are none."""
     tables = [_text(row[0]) for row in conn.execute(FOREIGN_TABLES_SQL)]
+    if tables and _made_since(conn):
+        return
     if tables:
         raise LedgerError(
             f"{path} is a PostgreSQL database with other tables ({', '.join(tables[:5])}"
@@ -717,6 +719,22 @@ def refuse_foreign(conn: Any, path: str) -> None:
             "point --ledger at an empty database, or give afc a schema of its own there "
             "(CREATE SCHEMA afc, then ?options=-csearch_path%3Dafc in the URL)"
         )
+
+
+def _made_since(conn: Any) -> bool:
+    """Whether afc's schema is in the database now, though the caller of ``refuse_foreign``
+    found none a moment before: another afc made it meanwhile (two hosts' first commands at
+    one instant; its migrations' transaction committed between the two looks). Its tables
+    were taken for another application's, and that host's first submit, worker or plan
+    refused the ledger the other had just made ("not an afc ledger", exit 2)."""
+    if conn.execute(f"SELECT to_regclass('{MIGRATIONS_TABLE}')").fetchone()[0] is None:
+        return False
+    return (
+        conn.execute(
+            f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc' LIMIT 1"
+        ).fetchone()
+        is not None
+    )
 
 
 def refuse_encoding(conn: Any, path: str) -> None:
