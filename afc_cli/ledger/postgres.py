@@ -202,8 +202,14 @@ def check_url(url: str) -> None:
 # libpq's refusal of a connection option's value, before any connection is tried ('invalid
 # integer value "x" for connection option "port"', 'invalid sslmode value: "x"', 'invalid port
 # number: "x"'); psycopg says 'connection is bad: ' before it. A server's refusal reads
-# 'connection failed: connection to server at ...'
-_OPTION_REFUSED = re.compile(r"(?:connection is bad: )?invalid \S+ (?:value|number)\b")
+# 'connection failed: connection to server at ...'. So is a connection service libpq cannot
+# find or read (``?service=afc`` with no such section in the service file, PGSERVICEFILE naming
+# no file, a line it cannot parse): exit 1 said "run it again once it answers" to a cron line
+# that no server coming back mends
+_OPTION_REFUSED = re.compile(
+    r"(?:connection is bad: )?(?:invalid \S+ (?:value|number)\b|definition of service "
+    r'"[^"]*" not found|service file "[^"]*" not found|syntax error in service file\b)'
+)
 
 
 def connect_error(url: str, exc: BaseException) -> LedgerError:
