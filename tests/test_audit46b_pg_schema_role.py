@@ -116,3 +116,21 @@ def test_a_search_path_naming_no_schema_is_refused_naming_it(tmp_path, pg_server
     _as_owner(url, "CREATE SCHEMA afc")
     assert pg("submit", "manifest.yaml").returncode == 0
     assert pg.rows("SELECT status FROM jobs") == [("succeeded",)]
+
+
+def test_a_newer_afcs_ledger_is_refused_as_newer_to_a_role_without_create(tmp_path, pg_url, role):
+    # the fix is a newer afc, not a grant: said before the schema is touched
+    name, made = role
+    made.append(pg_url)
+    owner = PgAfc(tmp_path, pg_url)
+    _as_owner(
+        pg_url,
+        "INSERT INTO afc_migrations VALUES ('afc', 'm999_from_a_newer_afc', 0)",
+        f"GRANT USAGE ON SCHEMA public TO {name}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {name}",
+    )
+    result = PgAfc(tmp_path, _as_role(pg_url, name))("status")
+    assert result.returncode == 2, result.stderr
+    assert "m999_from_a_newer_afc" in result.stderr and "Upgrade afc" in result.stderr
+    assert "GRANT" not in result.stderr and "bug in afc" not in result.stderr, result.stderr
+    assert owner("status").returncode == 2

@@ -921,6 +921,10 @@ class PostgresLedger(Ledger):
         applied = self._applied() or []
         if set(known) <= set(applied) and not set(applied) - set(known):
             return
+        # a newer afc's ledger is refused before anything is taken or made (``_apply_migrations``
+        # refuses it again under the lock): a role that may not create in the schema was told
+        # to be granted that, where the fix is a newer afc
+        _refuse_newer(self.path, set(applied))
         pending = [name for name in known if name not in applied] if applied else []
         errors = _psycopg().errors
         # not watched (``StallWatch``): an index of a large ledger, or another afc's migration
