@@ -505,7 +505,8 @@ def _connect(url: str, *, limit: float | None = None, probe: bool = True, **kwar
 # set for the session (pg_settings' source 'session'), or any prepared statement
 LEFT_OVER_SQL = (
     "SELECT (SELECT count(*) FROM pg_prepared_statements) + (SELECT count(*) FROM pg_settings"
-    " WHERE source = 'session' AND name IN ('synchronous_commit', 'jit', 'lock_timeout'))"
+    " WHERE source = 'session' AND name IN ('synchronous_commit', 'jit', 'lock_timeout',"
+    " 'default_transaction_isolation'))"
 )
 
 
@@ -863,6 +864,15 @@ class PostgresLedger(Ledger):
             # listing with its costs passes as soon as ``attempts`` was never analyzed (850 ms
             # of compiling for a 100-job run's summary, 25 ms to run; docs/ledger.md)
             conn.execute("SET jit = off")
+            # READ COMMITTED, whatever default the server, the database or the role sets: the
+            # ledger's writes are conditional UPDATEs re-checked on the row they lock (module
+            # docstring), which SERIALIZABLE or REPEATABLE READ fail instead ("could not
+            # serialize access due to read/write dependencies among transactions"). With
+            # default_transaction_isolation = serializable, as some servers set for every
+            # application, two of three workers started together stopped at their first claims
+            # telling the operator to check the database server and the connection. A copy's
+            # snapshot sets its own (``snapshot``).
+            conn.execute("SET default_transaction_isolation = 'read committed'")
             applied = self._applied()
             if not applied:
                 refuse_foreign(conn, self.path)
