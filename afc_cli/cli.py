@@ -458,6 +458,8 @@ def _print_run(
             "under their own --max-spend (none given: no cap)"
         )
     _print_budget_elsewhere(result)
+    if not admitted_only:  # --no-run's own warning says its budget caps nothing
+        _print_budget_behind_review(result)
     jobs = [job_json(row) for row in result.jobs]
     if json_out:  # what 'afc status --json' says they wait for (the summary words its own)
         for row, job in zip(result.jobs, jobs, strict=True):
@@ -608,6 +610,38 @@ def _print_budget_elsewhere(result: Any) -> None:
         f"calls: {plural(len(elsewhere), 'job')} of {named} "
         f"{'is' if len(elsewhere) == 1 else 'are'} run by another afc process, under that "
         "process's own budget (an afc worker's --max-spend; none given: no cap), not this one"
+    )
+
+
+def _print_budget_behind_review(result: Any) -> None:
+    """Under a budget, the jobs a run left blocked are said to be outside it. A cap holds
+    the calls of the run given it, and a job still blocked when the run ends waits for a need
+    this run did not finish (a style frame awaiting review, most often): it renders in a later
+    run, the next 'afc resume' or an 'afc worker', under that run's own ``--max-spend`` (none
+    given: no cap). README's review flow (submit, approve, resume) under ``budget: "0.12"``,
+    which the plan said the batch did NOT fit, spent 0.05 in the submit and 0.20 more in the
+    resume, neither saying so, where ``--no-run`` warns that its budget caps nothing. Not
+    said of a run the budget stopped or that was interrupted: their lines say to resume."""
+    from afc_cli.costs import format_usd, plural
+    from afc_cli.errors import named_batches
+
+    if result.budget is None or result.stats.budget_hit or result.stats.interrupted:
+        return
+    behind = [
+        row for row in result.jobs if row["status"] == "blocked" and not row.get("held_elsewhere")
+    ]
+    if not behind:
+        return
+    where = "--max-spend" if result.budget.source == "--max-spend" else "the manifest's budget"
+    named = named_batches({row["batch"] for row in behind})
+    review = any(row["status"] == "awaiting_review" for row in result.jobs)
+    _err(
+        f"warning: {where} of {format_usd(result.budget.cap_micros)} USD caps this run's own "
+        f"calls: {plural(len(behind), 'job')} of {named} "
+        f"{'is' if len(behind) == 1 else 'are'} left blocked"
+        + (" behind a review" if review else " (behind a review, or a need not finished)")
+        + ", and the run that renders them once their needs succeed ('afc resume', 'afc "
+        "worker') does so under its own --max-spend (none given: no cap), not this budget"
     )
 
 
