@@ -124,10 +124,14 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
         except StorageError:
             # gone for good (deleted from storage), not a storage failure to wait out
             if not storage.head(need["output_key"]).exists:
+                # the way out without those bytes too, as for an object changed in storage:
+                # 'afc retry' of the need refuses a succeeded job ("its output is stored")
                 raise InputProblem(
                     f"the stored output of input job {item['job']!r} "
                     f"({storage.describe(need['output_key'])}) is gone from storage: restore "
-                    f"it, then 'afc retry {job['key']}'"
+                    f"it, then 'afc retry {job['key']}' (a succeeded job is never rendered "
+                    f"again: without those bytes, a new key for {item['job']!r}, and one for "
+                    "this job naming it, renders them anew)"
                 ) from None
             raise
         if len(data) > MAX_INPUT_BYTES:
