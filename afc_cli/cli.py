@@ -1465,9 +1465,21 @@ def cancel(
                 )
             said = ("cancelled", "already_final", "not_found", "stopped_at_provider")
             said += ("completed_at_provider",)
+            from afc_cli.costs import plural
+
+            left = result.get("left_to_review") or []
             if not any(result[k] for k in said):
                 # 'afc cancel --batch B --yes' on a batch with nothing unfinished said nothing
-                _err(f"no unfinished job to cancel in batch {batch}")
+                _err(f"no {'other ' if left else ''}unfinished job to cancel in batch {batch}")
+            if left:
+                shown = ", ".join(item["key"] for item in left[:10])
+                more = f" and {len(left) - 10} more" if len(left) > 10 else ""
+                whose = "its" if len(left) == 1 else "their"
+                _err(
+                    f"{plural(len(left), 'job')} awaiting review left to {whose} review: "
+                    f"{shown}{more} ('afc review reject KEY --reason TEXT' ends one, as 'afc "
+                    "cancel KEY' does; 'afc review list' lists them)"
+                )
         for item in result["not_stopped_at_provider"]:
             # said even with -q or --json: the render may go on, and be billed
             _err(

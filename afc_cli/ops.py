@@ -160,6 +160,14 @@ def cancel(
             if not keys:
                 with contextlib.suppress(Exception):  # its own error, if any, is the one said
                     ledger.release_held(held)
+        if not keys:
+            # left to their review, and said so: a batch whose only job left awaited review
+            # was told 'no unfinished job to cancel', the job still listed by 'afc review
+            # list' and counted by queue stats' oldest_review_age_seconds (a cron's alert)
+            out["left_to_review"] = [
+                {"key": job["key"], "batch": job["batch"]}
+                for job in ledger.batch_jobs(batch, ("awaiting_review",))
+            ]
     finally:
         ledger.close()
     return out
