@@ -179,8 +179,10 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
     ``succeeded`` ("stored and verified") with nothing stored under its key: ``afc outputs``
     listed a file that is not there, the jobs needing it failed INPUT_UNAVAILABLE, and a
     succeeded job is never rendered again; before the approval, ``afc cancel`` and ``afc
-    retry`` render it again under the same key. One look (a HEAD) per job; a storage that
-    cannot be reached stops the decision with its error (StorageError), nothing decided."""
+    retry`` render it again under the same key. One look (a HEAD) per job, and a read of an
+    object without afc's metadata (the verified bytes put back by another tool pass); a
+    storage that cannot be reached stops the decision with its error (StorageError), nothing
+    decided."""
     from afc_cli import storage as storages
 
     opened: dict[str, object] = {}
@@ -208,6 +210,12 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
             # over it, another SHA-256); a folder's file saved over in place keeps its
             # metadata beside it, and only reading it tells (the contact sheet's picture does)
             elif sha and info.meta is None:
+                # the verified bytes put back by another tool (an 'aws s3 cp' of a copy: what
+                # "restore the file" below asks of an output gone) carry none of afc's
+                # metadata: read, they are the output verified, and approved as such (one GET,
+                # for such an object only); a render again paid for them anew
+                if size is not None and store.verify(job["output_key"], size, sha, None) is None:
+                    continue
                 why = f"its key ({where}) holds an object afc did not write (no afc metadata)"
             elif sha and held and held != sha:
                 why = (
