@@ -186,10 +186,24 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
     from afc_cli import storage as storages
 
     opened: dict[str, object] = {}
+    elsewhere: dict[str, str | None] = {}  # batch -> why its store is not reached here
     gone = []
     for job in jobs:
         url = (ledger.batch(job["batch"]) or {}).get("storage")
         if not url or not job["output_key"]:
+            continue
+        if job["batch"] not in elsewhere:
+            # its bucket through another endpoint than the batch's (a reviewer's laptop
+            # without the MinIO or R2 endpoint a run had): that store holds none of the
+            # batch's outputs, and each was said "gone from storage", to be cancelled and
+            # retried, where a run here is refused (Ledger.check_storage)
+            try:
+                ledger.check_storage(job["batch"], None, storages.endpoint_of(url))
+                elsewhere[job["batch"]] = None
+            except UsageError as exc:
+                elsewhere[job["batch"]] = exc.message
+                gone.append(exc.message)
+        if elsewhere[job["batch"]] is not None:
             continue
         if url not in opened:
             opened[url] = storages.open(url)
