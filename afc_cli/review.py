@@ -253,6 +253,18 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
     return gone
 
 
+def _back(job: dict) -> str:
+    """How a job cancelled awaiting review (its step ``review``: its output verified and
+    stored) comes back to its review: said with the refusal, which named no way (a reviewer
+    deciding on it was told only "it is cancelled, not awaiting review")."""
+    if job["status"] != "cancelled" or job.get("step") != "review":
+        return ""
+    return (
+        f" (cancelled awaiting review: 'afc retry {job['key']}', then a run, puts it back to "
+        "review, its output taken from storage while it is there, nothing paid again)"
+    )
+
+
 def _decide(
     ledger: Ledger,
     keys: list[str] | list[tuple[str, str]],
@@ -300,7 +312,9 @@ def _decide(
             batches = several_batches([repr(job["batch"]) for job in found])
             problems.append(f"{label}: a key of several batches ({batches}): add --batch")
         elif found[0]["status"] != "awaiting_review":
-            problems.append(f"{label}: it is {found[0]['status']}, not awaiting review")
+            problems.append(
+                f"{label}: it is {found[0]['status']}, not awaiting review" + _back(found[0])
+            )
         else:
             jobs.extend(found)
             if expect.get(named) is not None:
