@@ -29,6 +29,7 @@ import graphlib
 import hashlib
 import itertools
 import json
+import os
 import re
 import string
 import unicodedata
@@ -1814,9 +1815,22 @@ def _file_url(name: str) -> str | None:
         return None
     from urllib.parse import unquote, urlsplit
 
+    rest = unquote(name[7:])
+    if rest.startswith((".", "~")):
+        # read as a storage URL is (README: file://./renders, file://~/renders): a path
+        # relative to the manifest's folder, or in a home folder. Read as RFC 8089's host
+        # part, 'file://./refs/palette.png' beside 'storage: file://./renders' was refused
+        # as "a file on another host", the file right there
+        expanded = os.path.expanduser(rest)
+        if expanded.startswith("~"):
+            raise ValueError(f"{name!r}: {rest.split('/', 1)[0]!r} names no home folder here")
+        return expanded
     parts = urlsplit(name)
     if parts.netloc not in ("", "localhost"):
-        raise ValueError(f"{name!r} names a file on another host; name a local file")
+        raise ValueError(
+            f"{name!r} names a file on another host ({parts.netloc!r}); name a local file: a path "
+            "(relative to the manifest's folder, or absolute) or a file:///absolute/path URL"
+        )
     if not parts.path:
         raise ValueError(f"{name!r} names no file")
     return unquote(parts.path)
@@ -1833,7 +1847,9 @@ def _input_file(seen: Seen, name: str) -> tuple[str, str] | str:
         return str(exc)
     if local is None and "://" in name:
         return f"{name!r} is a URL; an input path names a local file (download it first)"
-    name_path = Path(local) if local is not None else Path(name)
+    # a leading '~' is a home folder, as in a file:// URL (and storage's): read as a relative
+    # path, '~/refs/palette.png' was "no such file", the file right there in the home folder
+    name_path = Path(local) if local is not None else Path(os.path.expanduser(name))
     path = name_path if name_path.is_absolute() else seen.base / name_path
     found: tuple[str, str] | str
     try:
