@@ -21,6 +21,7 @@ import threading
 from afc_cli.errors import (
     AfcError,
     LedgerWriteError,
+    StorageError,
     UsageError,
     batch_key_hint,
     several_batches,
@@ -320,7 +321,16 @@ def _decide(
             if expect.get(named) is not None:
                 expected[found[0]["id"]] = expect[named]
     if looked and not problems:
-        problems.extend(_gone(ledger, jobs))
+        try:
+            problems.extend(_gone(ledger, jobs))
+        except StorageError as exc:
+            # said as a decision not made, as a ledger that cannot take it is: the storage's
+            # error alone ('cannot read s3://...: no AWS credentials found') left a reviewer
+            # to wonder whether the approval went through
+            raise NotDecided(
+                exc.message,
+                "once its storage can be read here (an approval looks for each output there first)",
+            ) from None
     if problems:
         raise UsageError(
             f"cannot {verb}, nothing was decided:\n" + "\n".join(f"  - {p}" for p in problems)
