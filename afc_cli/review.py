@@ -215,6 +215,19 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
         again = f"'afc cancel {job['key']}' then 'afc retry {job['key']}'"
         held = (info.meta or {}).get("sha256")
         sha = job["output_sha256"]
+        root = getattr(store, "root", None)
+        if not info.exists and root is not None and not root.is_dir():
+            # the storage folder itself is not here (a share not mounted, a disk of another
+            # machine): said gone, the advice to cancel and retry had a run make the folder
+            # afresh on this machine and pay for the render again
+            gone.append(
+                f"{job['key']!r}: its storage folder {root} is not there (a share not mounted "
+                "here, another machine's disk, or the folder deleted), so its output cannot be "
+                "looked for: approve where that folder is, or once it is mounted here (a run "
+                "here would make the folder afresh and pay for every render again); deleted, "
+                f"render it again: 'afc cancel {job['key']}' then 'afc retry {job['key']}'"
+            )
+            continue
         if not info.exists:
             why = f"its output ({where}) is gone from storage"
         else:
