@@ -297,7 +297,7 @@ def _without_zero_width(text: str) -> str:
 
 
 # an escape written once or escaped again (a JSON text held in a JSON string, and so on)
-_JSON_ESCAPE = re.compile(r"\\+(?:u([0-9A-Fa-f]{4})|x([0-9A-Fa-f]{2})|(/))")
+_JSON_ESCAPE = re.compile(r"(?<!\\)\\+(?:u([0-9A-Fa-f]{4})|x([0-9A-Fa-f]{2})|(/))")
 
 
 def _json_unescaped(text: str) -> str:
@@ -310,13 +310,25 @@ def _json_unescaped(text: str) -> str:
     )
 
 
-_LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
+# a line break as it is, or written as a JSON escape (once or escaped again: ``\\r\\n``),
+# found only where a run of backslashes starts: tried at each of a run's backslashes, a
+# pattern scans the rest of it, and a text of thousands of them (or of blanks, when the
+# blanks around a break were part of the pattern) took seconds of the run's loop to scrub
+_LINE_BREAK = re.compile(r"\r?\n|(?<!\\)(?:\\+r)?\\+n")
 
 
 def _lines_joined(text: str) -> str:
-    """``text`` with its lines joined: a key printed in short lines, or the base64 of its
-    header wrapped at 76 columns (MIME's), is whole only so."""
-    return _LINE_BREAK.sub("", text)
+    """``text`` with its lines joined, the blanks and tabs around each break left out: a key
+    printed in short lines, or the base64 of its header wrapped at 76 columns (MIME's), is
+    whole only so. A line break written as a JSON escape is joined too: in a JSON text held
+    as a string (a gateway's message quoting the upstream's answer) the wrapped base64's
+    breaks are a backslash and an ``n``, and the key's base64, split where no encoded form
+    crosses, was kept and shown whole."""
+    lines = _LINE_BREAK.split(text)
+    if len(lines) == 1:
+        return text
+    joined = [lines[0].rstrip(" \t"), *(line.strip(" \t") for line in lines[1:-1])]
+    return "".join([*joined, lines[-1].lstrip(" \t")])
 
 
 # what may hide a value: zero-width characters inside it, percent-escapes, HTML references,
