@@ -280,7 +280,9 @@ class FalProvider(HttpProvider):
             try:
                 response = await fetched(get, self.sleep, self.rand)
             except httpx.TransportError as exc:
-                raise unreachable(transport_error(self.name, exc, paid_call=False)) from None
+                raise unreachable(
+                    transport_error(self.name, exc, paid_call=False, fetching="its result")
+                ) from None
             except httpx.TooManyRedirects:  # a proxy's loop: the result is still at fal
                 raise unreachable(
                     ProviderError(

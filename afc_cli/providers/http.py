@@ -587,10 +587,18 @@ def never_sent(exc: Exception) -> bool:
     return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
 
 
-def transport_error(provider: str, exc: Exception, *, paid_call: bool) -> ProviderError:
+def transport_error(
+    provider: str, exc: Exception, *, paid_call: bool, fetching: str = "the output"
+) -> ProviderError:
     """A request that got no answer. For a call that may have started paid work, its cost is
     unknown (null), unless the request provably never left (``never_sent``): then it is a
-    known 0 with the source ``unsent``. For a download or a poll nothing was charged by it."""
+    known 0 with the source ``unsent``. For a download or a poll nothing was charged by it.
+
+    A free GET of what a paid render made (``paid_call`` False: ``fetching``, the output or
+    fal's result) that never left says so of itself: its failure ends the paid attempt, which
+    the adapter gives the render's cost, and "the request was never sent" stood beside that
+    cost, as if the render had not been asked for (a CDN's host that did not resolve, or
+    refused the connection)."""
     import httpx
 
     from afc_cli.providers.transport import ProxyRefused, ProxyUnsupported
@@ -603,7 +611,11 @@ def transport_error(provider: str, exc: Exception, *, paid_call: bool) -> Provid
         if isinstance(exc, ProxyRefused | ProxyUnsupported):  # what a person fixes
             what = f"connection failed ({exc})"
     if unsent:
-        what += "; the request was never sent"
+        what += (
+            "; the request was never sent"
+            if paid_call
+            else f"; fetching {fetching} never reached its host (the paid request was sent)"
+        )
     if paid_call and not unsent:
         return ProviderError(cls, f"{provider}: {what}", cost_micros=None, cost_source=None)
     return ProviderError(
