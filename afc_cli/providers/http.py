@@ -845,6 +845,10 @@ async def download(
                     instead = await asyncio.to_thread(cut_short, response.output)
                 else:
                     instead = cut_short(response.output)
+                if instead is None:
+                    instead = not_the_image_said(
+                        response.headers.get("content-type"), head, len(response.output)
+                    )
                 if instead is not None:
                     if isinstance(response.output, Spilled):
                         response.output.close()
@@ -1371,6 +1375,23 @@ def not_whole_image(data: bytes, told: str) -> str | None:
 
 
 _INLINE_IMAGES = ("image/png", "image/jpeg", "image/jpg", "image/webp")
+
+
+def not_the_image_said(content_type: str | None, head: bytes, size: int) -> str | None:
+    """What an output download's body of ``size`` bytes (``head``: its first ones) holds where
+    its ``Content-Type`` names one of the image formats providers answer (PNG, JPEG, WebP, as
+    a data URL's media type is read: ``inline_not_whole``) and its bytes are no image at all
+    (``image_type``), else None. A CDN's or a proxy's error text answered 200 under the
+    output's own image type ('upstream error' as ``image/png``) was stored as the job's
+    ``.png`` and the job succeeded, the paid image lost with nothing said. Other types, and
+    bytes of another image kind than the one said, are not judged (a model's output is its
+    own: afc says a kind its key does not name, ``pipeline._named_as``)."""
+    from afc_cli.inputs import image_type
+
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media not in _INLINE_IMAGES or image_type(head[:32]) is not None:
+        return None
+    return f"{size} bytes that are no image ({media} said)"
 
 
 def output_ext(url: str, default: str = "png") -> str:
