@@ -601,7 +601,12 @@ def transport_error(
     refused the connection)."""
     import httpx
 
-    from afc_cli.providers.transport import ProxyRefused, ProxyUnsupported
+    from afc_cli.providers.transport import (
+        AnswerTooLarge,
+        AnswerUndecodable,
+        ProxyRefused,
+        ProxyUnsupported,
+    )
 
     unsent = never_sent(exc)
     if isinstance(exc, httpx.TimeoutException):
@@ -610,6 +615,11 @@ def transport_error(
         cls, what = "unavailable", f"connection failed ({exc.__class__.__name__})"
         if isinstance(exc, ProxyRefused | ProxyUnsupported):  # what a person fixes
             what = f"connection failed ({exc})"
+        elif isinstance(exc, AnswerTooLarge | AnswerUndecodable):
+            # the body came and was refused: 'connection failed (AnswerUndecodable)' sent a
+            # person to the network, where a CDN serving plain bytes as 'Content-Encoding:
+            # gzip' (or in brotli, unasked) is what to fix
+            what = f"{exc}, not read" if paid_call else f"fetching {fetching}: {exc}"
     if unsent:
         what += (
             "; the request was never sent"

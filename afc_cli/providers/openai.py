@@ -149,12 +149,12 @@ class OpenAIProvider(HttpProvider):
         except httpx.TransportError as exc:
             # The status line and headers came, the body did not: a 200 means the image was
             # made (and paid for) and lost on the way; its id is kept for reconciling the bill
-            from afc_cli.providers.transport import AnswerTooLarge
+            from afc_cli.providers.transport import AnswerTooLarge, AnswerUndecodable
 
             cut = transport_error(self.name, exc, paid_call=True)
             what = (
-                str(exc)
-                if isinstance(exc, AnswerTooLarge)
+                str(exc)  # the body came, and was refused: no connection dropped
+                if isinstance(exc, AnswerTooLarge | AnswerUndecodable)
                 else f"the connection dropped before its body ended ({type(exc).__name__})"
             )
             raise ProviderError(
