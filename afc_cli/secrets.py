@@ -133,6 +133,8 @@ _SHAPES = [
 _ZERO_WIDTH = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 
 _extra_envs: set[str] = set()
+# secrets held in no environment variable (``register_value``)
+_extra_values: frozenset[str] = frozenset()
 _values: list[str] | None = None
 _literal: re.Pattern[str] | None = None
 _pieces: frozenset[str] = frozenset()  # every PARTIAL_CHARS-long piece of a known key, lowered
@@ -184,6 +186,18 @@ def register(env_name: str) -> None:
         reset()
 
 
+def register_value(value: str | None) -> None:
+    """Treat ``value`` itself as a secret, as a configured key is (its encodings and pieces
+    too): one afc sends that no environment variable holds, such as the AWS session token
+    botocore read from a profile, an SSO cache or the instance's role (storage/s3.py)."""
+    global _values, _extra_values
+    if value and len(value.strip()) >= MIN_SECRET_CHARS and value not in _extra_values:
+        _extra_values = _extra_values | {value}  # a new set: one read meanwhile stays whole
+        # read again at the next scrub; the secrets read so far stay in use until then (not
+        # ``reset``: a thread scrubbing meanwhile would find them half gone)
+        _values = None
+
+
 def reset() -> None:
     """Forget the secret values read so far (the environment changed)."""
     global _values, _literal, _pieces, _runs
@@ -214,24 +228,28 @@ def _secret_values() -> list[str]:
         names = known | {name for name in os.environ if _SECRET_NAME.search(name)}
         values: set[str] = set()
         pieces: set[str] = set()
-        for name in names:
-            value = os.environ.get(name) or ""
+        # (its value, whether its pieces are matched too: ``PARTIAL_CHARS``)
+        found = [(os.environ.get(name) or "", name in known) for name in names]
+        found += [(value, True) for value in _extra_values]
+        for value, whole_known in found:
             for part in (value, *value.split(":")):  # fal keys are "id:secret"
                 part = part.strip()
                 if len(part) < MIN_SECRET_CHARS:
                     continue
                 values |= {part, *encodings(part)}
-                if name in known:
+                if whole_known:
                     low = part.lower()
                     pieces |= {
                         low[i : i + PARTIAL_CHARS] for i in range(len(low) - PARTIAL_CHARS + 1)
                     }
         # longest first, so a key is removed whole before any part of it; lowered, as the
         # text is matched lowered (re.I over many alternatives took five times as long)
-        _values = sorted({value.lower() for value in values}, key=len, reverse=True)
-        _literal = re.compile("|".join(re.escape(v) for v in _values)) if _values else None
-        _pieces = frozenset(pieces)
+        ordered = sorted({value.lower() for value in values}, key=len, reverse=True)
         chars = {char for piece in pieces for char in piece + piece.upper()}
+        # each set whole before the next, the runs before the pieces that need them and the
+        # values last: a thread scrubbing meanwhile (an S3 call's, ``register_value``) sees
+        # the old secrets or the new ones, never pieces without their runs
+        _literal = re.compile("|".join(re.escape(v) for v in ordered)) if ordered else None
         _runs = (
             re.compile(
                 "[" + "".join(re.escape(c) for c in sorted(chars)) + f"]{{{PARTIAL_CHARS},}}"
@@ -239,6 +257,8 @@ def _secret_values() -> list[str]:
             if chars
             else None
         )
+        _pieces = frozenset(pieces)
+        _values = ordered
     return _values
 
 

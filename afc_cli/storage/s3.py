@@ -72,6 +72,21 @@ META_FIELDS = {
 _BUCKET = re.compile(r"[a-zA-Z0-9.\-_]{1,255}")
 
 
+def _token_sent(request: Any, **kwargs: Any) -> None:
+    """Before each request goes (botocore's ``before-send``): the session token it carries
+    (``X-Amz-Security-Token``) is a secret ``secrets.scrub`` removes, as ``AWS_SESSION_TOKEN``'s
+    value is. botocore reads one from a profile, an SSO cache or the instance's role, never
+    the environment: an endpoint echoing the request's headers in its error message (a proxy
+    in front of the store) had it shown on stderr, kept in the ledger and posted in the job's
+    webhook event. (The secret key is never sent: no endpoint can echo it.) Returns None:
+    botocore sends the request."""
+    from afc_cli import secrets
+
+    token = request.headers.get("X-Amz-Security-Token")
+    if token:
+        secrets.register_value(token.decode() if isinstance(token, bytes) else str(token))
+
+
 def parse_url(url: str) -> tuple[str, str]:
     rest = url[len("s3://") :]
     bucket, _, prefix = rest.partition("/")
@@ -231,6 +246,7 @@ class S3Storage(Storage):
                 self._client = session.client("s3", region_name=region(session), config=config)
             except ValueError as exc:  # "Invalid endpoint: minio:9000", a region refused
                 raise UsageError(_endpoint_problem(exc)) from None
+            self._client.meta.events.register("before-send.s3", _token_sent)
         return self._client
 
     def object_key(self, key: str) -> str:
