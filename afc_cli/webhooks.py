@@ -222,7 +222,10 @@ class _ProxyTransport:
         if proxy not in self.proxied:
             try:
                 self.proxied[proxy] = httpx.AsyncHTTPTransport(proxy=proxy, trust_env=True)
-            except (ImportError, ValueError) as exc:  # a socks5:// one without socksio
+            # a socks5:// one without socksio; one httpx cannot read ('http://[::1', a bracket
+            # missing: its InvalidURL, no ValueError, ended a run after its paid renders as
+            # 'unexpected error ... a bug in afc', its summary unprinted)
+            except (ImportError, ValueError, httpx.InvalidURL) as exc:
                 raise httpx.UnsupportedProtocol(
                     f"{url.scheme.upper()}_PROXY names a proxy webhooks cannot go through "
                     f"({exc}); name an http one, or list the receiver's host in NO_PROXY"

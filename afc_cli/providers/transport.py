@@ -650,7 +650,20 @@ def env_proxy(url: yarl.URL) -> tuple[Any, Any]:
     named = named_proxy(url.scheme, url.host, url.explicit_port)
     if named is None:
         return None, None
-    proxy, auth = strip_auth_from_url(yarl.URL(named))
+    try:
+        proxy, auth = strip_auth_from_url(yarl.URL(named))
+        why = None if proxy.host else "no host"
+    except ValueError as exc:  # 'http://[::1', a port past 65535, ':3128'
+        proxy, auth, why = None, None, str(exc)
+    if why is not None:
+        # yarl's ValueError stopped the run before it began as 'unexpected error ... a bug in
+        # afc', exit 1, naming no variable; a proxy with no host failed each call, never sent.
+        # The value is not shown: a proxy's URL may hold its password
+        raise ProxyUnsupported(
+            f"{url.scheme.upper()}_PROXY is set to no proxy URL afc can reach ({why}): fix it "
+            "(http://HOST:PORT), or list the provider's host in NO_PROXY"
+        )
+    assert proxy is not None
     if proxy.scheme not in ("http", "https"):
         raise ProxyUnsupported(
             f"{url.scheme.upper()}_PROXY names a {proxy.scheme} proxy ({proxy.host}:{proxy.port}):"
