@@ -49,15 +49,19 @@ def test_a_resume_reserves_what_earlier_answers_of_its_token_card_cost(afc, fake
     first = afc("submit", "manifest.yaml", "--concurrency", "30", "--max-spend", "0.50")
     assert first.returncode == 4, first.stderr
     # the first run knew nothing of the answers' cost: its first wave is the documented excess
+    # (12 calls at 0.04 USD, fewer when an answer came back before the twelfth started: a
+    # loaded machine's timing)
+    wave = sum(1 for entry in fake.log if entry[3])
+    assert 3 <= wave <= 12
     before = priced(afc)
-    assert before == 12 * PRICE
+    assert before == wave * PRICE
     resumed = afc("resume", "--concurrency", "30", "--max-spend", "0.50")
     assert resumed.returncode == 4, resumed.stderr
     # three calls at the price the ledger knew fit 0.50 USD; four would not
     assert priced(afc) - before == 3 * PRICE, resumed.stderr
     assert "this run spent 0.499950 USD (priced)" in resumed.stderr
     assert "past its budget" not in resumed.stderr
-    assert sum(1 for entry in fake.log if entry[3]) == 15
+    assert sum(1 for entry in fake.log if entry[3]) == wave + 3
 
 
 def test_a_card_changed_since_prices_the_earlier_answers_as_now(afc, fake):
