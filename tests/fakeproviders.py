@@ -72,6 +72,11 @@ class FakeProviders:
         self.cdn_back = threading.Event()
         # outputs the provider let go (404, as an expired DALL-E URL answers)
         self.gone_files: set[str] = set()
+        # the image format a model answers when its input names no ``output_format``, as the
+        # real ones do (Replicate's flux-1.1-pro answers WebP, fal's flux/dev JPEG): a model
+        # named here answers that format, or the one its input asks for; every other model
+        # answers PNG, whatever it is asked
+        self.model_formats: dict[str, str] = {}
         # outputs served gzip-encoded, this many bytes once decoded (a "big-out-N" prompt's:
         # N MiB), and the encoded bodies by size
         self.big_files: dict[str, int] = {}
@@ -112,6 +117,16 @@ class FakeProviders:
             elif "cdn-slow" in prompt:
                 self.down_files[path] = None
                 self.slow_files.add(path)
+
+    def answered_format(self, model: str, model_input: object) -> str | None:
+        """The file extension of the image ``model`` answers for ``model_input``, when the
+        model is one of ``model_formats`` (its default, else the input's ``output_format``);
+        None for any other model."""
+        default = self.model_formats.get(model)
+        if default is None:
+            return None
+        asked = model_input.get("output_format") if isinstance(model_input, dict) else None
+        return {"jpg": "jpeg"}.get(asked or default, asked or default)
 
     def first_time(self, tag: str) -> bool:
         with self.lock:
@@ -212,6 +227,8 @@ class FakeProviders:
                 )
             if path.endswith(".webp"):  # a model answering WebP (Replicate's flux, by default)
                 return h.reply(200, raw=render_webp(), ctype="image/webp")
+            if path.endswith((".jpg", ".jpeg")):  # a model answering JPEG (fal's flux/dev's)
+                return h.reply(200, raw=render_jpeg(), ctype="image/jpeg")
             if path.endswith(".mp4"):  # a video model's clip
                 return h.reply(200, raw=render_mp4(), ctype="video/mp4")
             return h.reply(200, raw=render_png(path, 32, 32), ctype="image/png")
@@ -647,6 +664,7 @@ class FakeProviders:
             "data_removed": False,
             "polls": 0,
             "prompt": prompt,
+            "model": "/".join(h.path.split("?")[0].split("/")[3:5]),
             "cancel_after": h.headers.get("Cancel-After"),
             "urls": {
                 "get": f"{self.base}/v1/predictions/{pid}",
@@ -778,6 +796,7 @@ class FakeProviders:
                 count = count if isinstance(count, int) else 1
                 ext = "webp" if "webp-out" in p["prompt"] else "png"
                 ext = "mp4" if "mp4-out" in p["prompt"] else ext  # a video model's
+                ext = self.answered_format(p["model"], p["input"]) or ext
                 output: list[str] | dict = (
                     [f"{self.base}/files/{pid}-{i}.{ext}" for i in range(count)]
                     if count > 1
@@ -846,6 +865,7 @@ class FakeProviders:
             "images": count,
             "sync_mode": body.get("sync_mode") is True,  # images inline, as data URLs
             "input": body,  # as submitted (the model's input fields)
+            "format": self.answered_format(model, body) or "png",
         }
         root = f"{self.base}/fal-ai/flux/requests/{rid}"
         h.reply(
@@ -947,12 +967,12 @@ class FakeProviders:
                         )
                         if r.get("sync_mode")
                         # a flagged first image's followers at URLs of their own
-                        else f"{self.base}/files/{rid}-{i}.png"
+                        else f"{self.base}/files/{rid}-{i}.{r['format']}"
                         if i and "checker-first" in r["prompt"]
-                        else f"{self.base}/files/{rid}.png",
+                        else f"{self.base}/files/{rid}.{r['format']}",
                         "width": 32,
                         "height": 32,
-                        "content_type": "image/png",
+                        "content_type": f"image/{r['format']}",
                     }
                     for i in range(r["images"])
                 ],
@@ -1150,6 +1170,17 @@ def render_webp() -> bytes:
 
     out = io.BytesIO()
     Image.new("RGB", (8, 8), (200, 120, 40)).save(out, "WEBP")
+    return out.getvalue()
+
+
+def render_jpeg() -> bytes:
+    """A small JPEG image (Pillow, afc's web extra)."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (40, 120, 200)).save(out, "JPEG")
     return out.getvalue()
 
 
