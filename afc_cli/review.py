@@ -17,6 +17,7 @@ import os
 import signal
 import sqlite3
 import threading
+from typing import Any
 
 from afc_cli.errors import (
     AfcError,
@@ -35,14 +36,31 @@ class OutputChanged(UsageError):
     """A decision named the output it is about (``--sha256``, a review page's card) and the
     job awaits review with another one now (rendered again since: cancelled or rejected,
     retried): nothing was decided (exit 2). ``key``, ``batch``, ``given`` and ``now`` (the
-    SHA-256 the job's output has now)."""
+    SHA-256 the job's output has now). ``owner`` (batch and key) names another job whose
+    output ``given`` is: a script that passed one key's sha256 with another key was told the
+    job had been "rendered again since", sending its person to look for a render that never
+    happened."""
 
-    def __init__(self, verb: str, key: str, batch: str, given: str, now: str | None):
+    def __init__(
+        self,
+        verb: str,
+        key: str,
+        batch: str,
+        given: str,
+        now: str | None,
+        owner: dict[str, Any] | None = None,
+    ):
+        if owner is not None and (owner["batch"], owner["key"]) != (batch, key):
+            why = (
+                f"it has SHA-256 {now}, and {given} is the output of another job, "
+                f"{owner['batch']}/{owner['key']}: was that job's sha256 given with this key?"
+            )
+        else:
+            why = f"it now has SHA-256 {now} (rendered again since)"
         super().__init__(
-            f"cannot {verb} {key!r} (batch {batch!r}): its output is no longer the one this "
-            f"decision is about (SHA-256 {given}); it now has SHA-256 {now} (rendered again "
-            "since); nothing was decided. Look at the output 'afc review list' shows now, then "
-            "decide again with its sha256"
+            f"cannot {verb} {key!r} (batch {batch!r}): its output is not the one this "
+            f"decision is about (SHA-256 {given}); {why}; nothing was decided. Look at the "
+            "output 'afc review list' shows now, then decide again with its sha256"
         )
         self.key, self.batch, self.given, self.now = key, batch, given, now
 
@@ -367,7 +385,8 @@ def _decide(
         raise NotDecided(written.failed, written.fix) from None
     except ReviewRace as exc:
         if exc.expected is not None:
-            raise OutputChanged(verb, exc.key, exc.batch, exc.expected, exc.now) from None
+            owner = ledger.output_of(exc.expected)
+            raise OutputChanged(verb, exc.key, exc.batch, exc.expected, exc.now, owner) from None
         raise UsageError(
             f"cannot decide {exc.key!r} (batch {exc.batch!r}): it was decided meanwhile, by "
             "another review; nothing was decided"

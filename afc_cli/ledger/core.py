@@ -1267,6 +1267,14 @@ class Ledger:
             )
         return self._all("SELECT * FROM jobs WHERE key = ? AND batch = ?", (key, batch))
 
+    def output_of(self, sha256: str) -> dict[str, Any] | None:
+        """A job (its ``batch`` and ``key``) whose stored output has SHA-256 ``sha256``, else
+        None: what a review decision's ``--sha256`` named when it is not its job's output."""
+        return self._one(
+            "SELECT batch, key FROM jobs WHERE output_sha256 = ? ORDER BY created_at LIMIT 1",
+            (sha256,),
+        )
+
     def unfinished_batches(self) -> list[str]:
         """The batches with a job a run may still take (queued, running, waiting or blocked).
         Each batch looked up in the (batch, status) index: by status alone, a worker's start
