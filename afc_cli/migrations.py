@@ -507,3 +507,20 @@ def m019_run_spend(db):
             db.raw.execute(statement)
     else:
         db.executescript(RUN_SPEND_SQLITE)
+
+
+@_step
+def m020_attempts_in_flight(db):
+    # A job the budget refused asks what the run's own calls in flight, and a shared budget's
+    # other workers' calls, still reserve (Ledger.reserved_in_flight, reserved_elsewhere:
+    # pipeline._may_make_room), once a refusal: both read every attempt of the run through
+    # attempts_run. A workers' budget is never reset: at 300,000 attempts the two took 90 ms a
+    # refused job, and the 600 jobs a worker had claimed past its cap held its loop 54 s (its
+    # last 1,000 renders took 63 s, not 6). Partial, over the attempts in flight of unknown
+    # cost: as many as the calls in flight, whatever the run's history.
+    db.executescript(
+        """
+        CREATE INDEX attempts_in_flight ON attempts (run_id, owner)
+            WHERE status = 'started' AND cost_micros IS NULL;
+        """
+    )
