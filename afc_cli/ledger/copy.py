@@ -130,6 +130,7 @@ def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dic
                             # every run and change), copied again from the source as it is now
                             for table in (*DERIVED, *reversed(TABLES), *NOT_COPIED):
                                 dst.db.execute(f"DELETE FROM {table}")
+                        dst.before_copy()
                         for table in TABLES:
                             counts[table] = _copy_table(src, dst, table)
                         dst.after_copy()

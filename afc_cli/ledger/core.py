@@ -3040,6 +3040,10 @@ class Ledger:
     def columns(self, table: str) -> list[str]:
         raise NotImplementedError
 
+    def before_copy(self) -> None:
+        """Inside the copy's transaction, before its rows go in. SQLite: nothing (m019's
+        triggers add each copied attempt to its run's sum in place)."""
+
     def after_copy(self) -> None:
         """Inside the copy's transaction, once every row is in (ids included)."""
 
