@@ -1624,7 +1624,5 @@ class PostgresLedger(Ledger):
                 " AND table_name = 'jobs' AND column_name = 'attempt_base'"
             ).fetchone()
             history = admitted_history(conn, batch, "%s") if based else {}
-            answers = priced_answers_of(
-                conn, batch, models, "%s", PostgresLedger.BATCH_ATTEMPTS
-            )
+            answers = priced_answers_of(conn, batch, models, "%s", PostgresLedger.BATCH_ATTEMPTS)
             return storage, endpoint, jobs, needs, moved, history, answers
