@@ -18,6 +18,7 @@ class Quiet:
     def __init__(self, h):
         self.h = h
         self.headers = h.headers
+        self.path, self.command = h.path, h.command  # the fake reads the model from the path
         self._body = h.body()
         self.replied: tuple | None = None
 
