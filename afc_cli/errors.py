@@ -213,10 +213,14 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
             "ROLE ... SET statement_timeout = 0) or raise it"
         )
     elif str(path).startswith(("postgresql:", "postgres:")) and _no_privilege(exc):
-        # the role afc connects as may no longer write a table of the ledger (a REVOKE)
+        # the role afc connects as may not write a table of the ledger: a REVOKE, or a table
+        # a newer afc's migration made after the role's grant (m019's run_spend, written by
+        # every attempt under a budget), which "lost a privilege (a REVOKE?)" misnamed
         fix = (
-            "the role afc connects as lost a privilege on the ledger's tables (a REVOKE?): "
-            "grant it back (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ...)"
+            "the role afc connects as lacks a privilege on a table of the ledger (revoked, or "
+            "a table an upgrade of afc made after the role's grant): grant it (GRANT SELECT, "
+            "INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ..., again after each upgrade, or "
+            "ALTER DEFAULT PRIVILEGES FOR ROLE <the tables' owner> ... once)"
         )
     elif str(path).startswith(("postgresql:", "postgres:")):
         fix = "check the database server and the connection to it"
