@@ -461,6 +461,13 @@ BEGIN
         WHERE run_id = old.run_id;
 END;
 """
+# every run's sum of the attempts already there: m019's first fill, and a copy's into
+# PostgreSQL (PostgresLedger.after_copy), which puts the attempts in without the insert trigger
+RUN_SPEND_SUMMED = (
+    "INSERT INTO run_spend (run_id, spend_micros)"
+    " SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)) FROM attempts"
+    " WHERE run_id IS NOT NULL GROUP BY run_id"
+)
 # PostgreSQL's triggers call a function; its search_path is the one it was created under (the
 # ledger's schema), whatever a later session's is
 RUN_SPEND_POSTGRES = (
@@ -495,12 +502,8 @@ END $$
 def m019_run_spend(db):
     # RUN_SPEND above: the table, its sums of the attempts already there, and its triggers
     db.executescript(
-        """
-        CREATE TABLE run_spend (run_id TEXT PRIMARY KEY, spend_micros INTEGER NOT NULL);
-        INSERT INTO run_spend (run_id, spend_micros)
-            SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)) FROM attempts
-            WHERE run_id IS NOT NULL GROUP BY run_id;
-        """
+        "CREATE TABLE run_spend (run_id TEXT PRIMARY KEY, spend_micros INTEGER NOT NULL);"
+        f" {RUN_SPEND_SUMMED};"
     )
     if getattr(db, "dialect", "sqlite") == "postgresql":
         for statement in RUN_SPEND_POSTGRES:

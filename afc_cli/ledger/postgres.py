@@ -728,20 +728,25 @@ def refuse_foreign(conn: Any, path: str) -> None:
         )
 
 
+def applied_migrations(conn: Any) -> list[str] | None:
+    """Names of the afc migrations applied in the database ``conn`` reaches, in order, or
+    None when it holds no migrations' table (``PostgresLedger._applied``, ``read_admitted``,
+    ``_made_since``)."""
+    if conn.execute("SELECT to_regclass(%s)", (MIGRATIONS_TABLE,)).fetchone()[0] is None:
+        return None
+    rows = conn.execute(
+        f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc' ORDER BY applied_at"
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
 def _made_since(conn: Any) -> bool:
     """Whether afc's schema is in the database now, though the caller of ``refuse_foreign``
     found none a moment before: another afc made it meanwhile (two hosts' first commands at
     one instant; its migrations' transaction committed between the two looks). Its tables
     were taken for another application's, and that host's first submit, worker or plan
     refused the ledger the other had just made ("not an afc ledger", exit 2)."""
-    if conn.execute(f"SELECT to_regclass('{MIGRATIONS_TABLE}')").fetchone()[0] is None:
-        return False
-    return (
-        conn.execute(
-            f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc' LIMIT 1"
-        ).fetchone()
-        is not None
-    )
+    return bool(applied_migrations(conn))
 
 
 def refuse_encoding(conn: Any, path: str) -> None:
@@ -905,14 +910,7 @@ class PostgresLedger(Ledger):
 
     def _applied(self) -> list[str] | None:
         """Names of the migrations applied, or None if this database holds no afc ledger."""
-        raw = self.db.raw
-        exists = raw.execute("SELECT to_regclass(%s)", (MIGRATIONS_TABLE,)).fetchone()[0]
-        if exists is None:
-            return None
-        rows = raw.execute(
-            f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc' ORDER BY applied_at"
-        ).fetchall()
-        return [row[0] for row in rows]
+        return applied_migrations(self.db.raw)
 
     def newer_migrations(self) -> list[str]:
         from afc_cli.ledger_file import known_migrations
@@ -1192,12 +1190,10 @@ class PostgresLedger(Ledger):
             )
         if self._spend_summed:
             # the copied attempts are all the destination holds (it had no batch)
+            from afc_cli.migrations import RUN_SPEND_SUMMED
+
             self.db.execute("DELETE FROM run_spend")
-            self.db.execute(
-                "INSERT INTO run_spend (run_id, spend_micros)"
-                " SELECT run_id, SUM(COALESCE(cost_micros, reserved_micros, 0)) FROM attempts"
-                " WHERE run_id IS NOT NULL GROUP BY run_id"
-            )
+            self.db.execute(RUN_SPEND_SUMMED)
             self.db.execute("ALTER TABLE attempts ENABLE TRIGGER attempts_spend_insert")
             self._spend_summed = False
         self.batches_grew()  # joins the copy's transaction
@@ -1579,14 +1575,7 @@ class PostgresLedger(Ledger):
         url: str, batch: str, models: Collection[tuple[str, str]] = ()
     ) -> tuple[str | None, str | None, dict, dict, str | None, dict, list]:
         with _read_only(url) as conn:
-            done: set[str] = set()
-            if conn.execute("SELECT to_regclass(%s)", (MIGRATIONS_TABLE,)).fetchone()[0]:
-                done = {
-                    row[0]
-                    for row in conn.execute(
-                        f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc'"
-                    )
-                }
+            done = set(applied_migrations(conn) or ())
             if not done:  # refused as the submit refuses it: another application's, or
                 refuse_foreign(conn, display_url(str(url)))  # one not in UTF8
                 refuse_encoding(conn, display_url(str(url)))
