@@ -1,7 +1,10 @@
 """``afc serve``: the report's views live from the ledger, and the review queue.
 
 Starlette (routing, forms, streaming responses) on uvicorn. Every request reads the ledger
-afresh (its own read connection: a run may be writing beside it; WAL lets both go on).
+afresh (its own read connection: a run may be writing beside it; WAL lets both go on). On
+PostgreSQL a page's reads take a connection kept open between requests (``Pages.reading``),
+checked with one statement for a newer afc's migration before each use; a decision opens its
+own, as every command does.
 
 Who may do what:
 
@@ -27,6 +30,7 @@ and SHA-256 (not one storage could not be read for: it is read again on the next
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import hmac
@@ -38,10 +42,11 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from afc_cli.errors import AfcError, LedgerError, UsageError
+from afc_cli.ledger_file import is_postgres
 from afc_cli.ops import os_user
 from afc_cli.web.thumbs import HELD_BYTES, _Unreachable
 
@@ -131,6 +136,9 @@ MOVED_THERE = (
 # forgotten first: 34 pages of a contact sheet. Kept all, a server left open for weeks over a
 # 100,000-job ledger kept every picture anyone had scrolled past (~300 MB).
 THUMBS = 4096
+# PostgreSQL ledgers the pages keep open between their reads (``Pages.reading``), at most: a
+# browser asks one server six things at a time (a contact sheet's thumbnails)
+IDLE_LEDGERS = 6
 # how long a store that a read found no connection to (an S3 endpoint down or hung, a VPN not
 # up) is not asked again: its cards and full-size views say so at once meanwhile. Asked for
 # each picture, every thumbnail of a page waited out its own connect or read timeout (10 to
@@ -163,6 +171,9 @@ class Pages:
         # each picture made a boto3 client each time (a third of a second of CPU each: a page
         # of 120 thumbnails took a minute to fill, each full-size output a second)
         self.stores: dict[str, Any] = {}
+        # PostgreSQL ledgers open for the next read (``reading``), at most IDLE_LEDGERS
+        self.idle: list[Any] = []
+        self.pooled = is_postgres(ledger_path)
         self.css = stylesheet()
         self.env = environment()
 
@@ -172,6 +183,57 @@ class Pages:
         from afc_cli.ledger import Ledger
 
         return Ledger(self.ledger_path, create=False)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Any]:
+        """The ledger for one request's reads (a page, a thumbnail, a full-size output).
+
+        A PostgreSQL ledger's open is a connection and seven statements (its session's
+        settings, its applied migrations: 28 ms on this machine's own server, a dozen round
+        trips to a remote one, more with TLS), which every thumbnail of a contact sheet paid,
+        and its 304s too. The pages keep up to IDLE_LEDGERS open between requests instead;
+        each is asked first, in one statement, whether a newer afc migrated the ledger since
+        (``newer_migrations``), and one that says so or fails (its server restarted, its
+        session ended) is closed and the ledger opened afresh, with every check an open
+        makes (refusing a newer afc's ledger, a database that holds none). One a read failed
+        in is closed, never kept. Decisions open their own (``book``). A SQLite ledger is
+        opened for each request (3 ms): its open checks the file is still the ledger's."""
+        book = self._kept() if self.pooled else None
+        if book is None:
+            book = self.book()
+        try:
+            yield book
+        except BaseException:
+            book.close()
+            raise
+        if self.pooled:
+            with self.lock:
+                if len(self.idle) < IDLE_LEDGERS:
+                    self.idle.append(book)
+                    return
+        book.close()
+
+    def _kept(self) -> Any:
+        """An idle ledger of ``reading``'s that no newer afc migrated since, or None."""
+        while True:
+            with self.lock:
+                if not self.idle:
+                    return None
+                book = self.idle.pop()
+            try:
+                if not book.newer_migrations():
+                    return book
+            except Exception:  # noqa: BLE001 - a lost session: the ledger opened afresh
+                pass
+            book.close()
+
+    def close(self) -> None:
+        """Close the ledgers kept open (``reading``): the server stopped."""
+        with self.lock:
+            kept, self.idle = self.idle, []
+        for book in kept:
+            with contextlib.suppress(Exception):
+                book.close()
 
     def page(self, request: Any, template: str, status: int = 200, **context: Any):
         from starlette.responses import HTMLResponse
@@ -256,14 +318,11 @@ class Pages:
         from afc_cli.listing import counts_line
         from afc_cli.web.sheet import cards, counts
 
-        book = self.book()
-        try:
+        with self.reading() as book:
             by_status = counts(book, batch=self.batch)
             number, pages = page_number(request, sum(by_status.values()))
             jobs = cards(book, batch=self.batch, limit=PAGE, offset=(number - 1) * PAGE)
             moved = self.moved(book)
-        finally:
-            book.close()
         return self.page(
             request,
             "serve_sheet.html",
@@ -279,12 +338,9 @@ class Pages:
         a night's 10,000 failures were one table of 10,000 rows."""
         from afc_cli.web.sheet import FAILED, cards, causes
 
-        book = self.book()
-        try:
+        with self.reading() as book:
             jobs = cards(book, batch=self.batch, statuses=FAILED)
             moved = self.moved(book)
-        finally:
-            book.close()
         number, pages = page_number(request, len(jobs))
         shown = jobs[(number - 1) * PAGE : number * PAGE]
         return self.page(
@@ -321,12 +377,9 @@ class Pages:
             from afc_cli import review
         except ImportError:
             return self.page(request, "serve_review.html", available=False, pending=[])
-        book = self.book()
-        try:
+        with self.reading() as book:
             pending = review.pending(book, batch=self.batch)
             moved = self.moved(book)
-        finally:
-            book.close()
         # a page at a time, as the contact sheet: 10,000 jobs awaiting review on one page
         # were a 14 MB page and 10,000 thumbnails, over a minute and a half in a browser
         total = len(pending)
@@ -641,11 +694,8 @@ class Pages:
         batch (``--batch``), whose pictures this server does not show."""
         from afc_cli.web.sheet import card
 
-        book = self.book()
-        try:
+        with self.reading() as book:
             job = card(book, job_id)
-        finally:
-            book.close()
         if job is None or (self.batch is not None and job["batch"] != self.batch):
             return None
         return job
@@ -1077,6 +1127,7 @@ def build_app(ledger_path: str, *, batch: str | None, host: str, token: str | No
         routes=routes, middleware=middleware, exception_handlers={AfcError: pages.unavailable}
     )
     app.state.form_token = pages.form_token
+    app.state.pages = pages
     return app
 
 
@@ -1315,6 +1366,7 @@ def serve(
         )
         server.run(sockets=sockets)
     finally:
+        app.state.pages.close()
         uvicorn_log.removeFilter(_not_a_cut)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
