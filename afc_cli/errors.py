@@ -212,6 +212,18 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
             "database or afc's role, or pg_cancel_backend): unset it for afc's role (ALTER "
             "ROLE ... SET statement_timeout = 0) or raise it"
         )
+    elif str(path).startswith(("postgresql:", "postgres:")) and _no_privilege(exc) and (
+        "for sequence" in why
+    ):
+        # an 'afc ledger copy' puts rows in with their ids, then sets where each table's ids
+        # continue (setval), which needs UPDATE on its sequence: a role given the tables alone
+        # was told to grant the tables it had
+        fix = (
+            "the role afc connects as may not set where the ledger's ids continue (a copy "
+            "writes each row with its id, then moves each table's sequence past them): grant "
+            "it (GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA ...) or copy as the role that "
+            "owns the ledger's tables"
+        )
     elif str(path).startswith(("postgresql:", "postgres:")) and _no_privilege(exc):
         # the role afc connects as may not write a table of the ledger: a REVOKE, or a table
         # a newer afc's migration made after the role's grant (m019's run_spend, written by
