@@ -212,8 +212,10 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
             "database or afc's role, or pg_cancel_backend): unset it for afc's role (ALTER "
             "ROLE ... SET statement_timeout = 0) or raise it"
         )
-    elif str(path).startswith(("postgresql:", "postgres:")) and _no_privilege(exc) and (
-        "for sequence" in why
+    elif (
+        str(path).startswith(("postgresql:", "postgres:"))
+        and _no_privilege(exc)
+        and ("for sequence" in why)
     ):
         # an 'afc ledger copy' puts rows in with their ids, then sets where each table's ids
         # continue (setval), which needs UPDATE on its sequence: a role given the tables alone
