@@ -527,3 +527,26 @@ def m020_attempts_in_flight(db):
             WHERE status = 'started' AND cost_micros IS NULL;
         """
     )
+
+
+# A copy into PostgreSQL (PostgresLedger.before_copy) puts its attempts in with afc.copying set
+# for its transaction alone, and sums each run once after (RUN_SPEND_SUMMED)
+COPYING = "afc.copying"
+SPEND_INSERT_POSTGRES = (
+    "CREATE TRIGGER attempts_spend_insert AFTER INSERT ON attempts FOR EACH ROW"
+    f" WHEN (NEW.run_id IS NOT NULL AND current_setting('{COPYING}', true)"
+    " IS DISTINCT FROM 'on') EXECUTE FUNCTION afc_run_spend()"
+)
+
+
+@_step
+def m021_copy_without_spend_trigger(db):
+    # m019's insert trigger added each attempt a copy put in to its run's run_spend row, in the
+    # copy's one transaction, where each update of a row leaves a version the next walks past:
+    # a run's n attempts cost n²/2 (a 300,000-attempt budget copied in 10 min 52 s). Only the
+    # table's owner could switch the trigger off (ALTER TABLE, which also locks the table
+    # until the copy commits); any role may set afc.copying for its own transaction, which
+    # the trigger's WHEN now reads. SQLite's triggers update a row in place: nothing to do.
+    if getattr(db, "dialect", "sqlite") == "postgresql":
+        db.raw.execute("DROP TRIGGER attempts_spend_insert ON attempts")
+        db.raw.execute(SPEND_INSERT_POSTGRES)

@@ -66,7 +66,7 @@ def test_a_role_that_may_not_move_the_ids_on_is_told_the_grant_it_needs(afc, gra
     assert copied.returncode == 0, copied.stderr
 
 
-@pytest.mark.parametrize("copier", ["owner"])
+@pytest.mark.parametrize("copier", ["owner", "granted"])
 def test_a_copy_sums_each_runs_attempts_once_not_once_an_attempt(afc, pg_url, copier, request):
     destination = pg_url
     if copier == "granted":

@@ -1160,24 +1160,19 @@ class PostgresLedger(Ledger):
             )
         ]
 
-    _spend_summed = False  # a copy's attempts went in without m019's insert trigger
-
     def before_copy(self) -> None:
         """m019's insert trigger adds each copied attempt to its run's ``run_spend`` row, and
         the copy is one transaction: every update of one row in one transaction leaves a
         version the next must walk past, so a run's n attempts cost n²/2 of them. A workers'
         budget is never reset: a SQLite ledger whose budget had 300,000 attempts took 10 min
-        52 s to copy into PostgreSQL, 15 s before m019. The copy's attempts go in without it
-        and ``after_copy`` sums them once, as m019 summed a ledger's attempts; a role that
-        does not own the table (ALTER TABLE is the owner's) copies through the trigger."""
-        self._spend_summed = bool(
-            self.db.execute(
-                "SELECT pg_has_role(relowner, 'USAGE') FROM pg_class"
-                " WHERE oid = to_regclass('attempts')"
-            ).fetchone()[0]
-        )
-        if self._spend_summed:
-            self.db.execute("ALTER TABLE attempts DISABLE TRIGGER attempts_spend_insert")
+        52 s to copy into PostgreSQL, 15 s before m019. The copy's attempts go in with
+        ``afc.copying`` set for its transaction alone, which the trigger's WHEN reads (m021),
+        and ``after_copy`` sums them once, as m019 summed a ledger's attempts. Any role may
+        set it: switching the trigger off (ALTER TABLE) was the table's owner's alone, and a
+        role given table grants copied through the trigger."""
+        from afc_cli.migrations import COPYING
+
+        self.db.execute(f"SET LOCAL {COPYING} = 'on'")
 
     def after_copy(self) -> None:
         # rows came with their ids: the identity columns continue after the highest
@@ -1188,14 +1183,12 @@ class PostgresLedger(Ledger):
                 f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
                 f" COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"
             )
-        if self._spend_summed:
-            # the copied attempts are all the destination holds (it had no batch)
-            from afc_cli.migrations import RUN_SPEND_SUMMED
+        # the copied attempts are all the destination holds (it had no batch)
+        from afc_cli.migrations import COPYING, RUN_SPEND_SUMMED
 
-            self.db.execute("DELETE FROM run_spend")
-            self.db.execute(RUN_SPEND_SUMMED)
-            self.db.execute("ALTER TABLE attempts ENABLE TRIGGER attempts_spend_insert")
-            self._spend_summed = False
+        self.db.execute("DELETE FROM run_spend")
+        self.db.execute(RUN_SPEND_SUMMED)
+        self.db.execute(f"SET LOCAL {COPYING} = 'off'")
         self.batches_grew()  # joins the copy's transaction
 
     def batches_grew(self) -> None:
