@@ -203,7 +203,8 @@ def _columns() -> dict[str, set[str]]:
     for table, body in re.findall(
         r"CREATE TABLE (\w+) \((.*?)\)\s*(?:WITHOUT ROWID)?;", text, re.S
     ):
-        columns.setdefault(table, set()).update(re.findall(r"(?m)^\s*(\w+) [A-Z]", body))
+        # a column's line starts with its lowercase name; ``PRIMARY KEY (...)`` is no column
+        columns.setdefault(table, set()).update(re.findall(r"(?m)^\s*([a-z_]\w*) [A-Z]", body))
     for table, column in re.findall(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", text):
         columns.setdefault(table, set()).add(column)
     return columns
@@ -248,3 +249,25 @@ def test_every_ledger_table_is_named_where_the_pages_list_the_tables():
     ledger = (ROOT / "docs" / "ledger.md").read_text()
     headed = set(re.findall(r"(?m)^(?:### |- )`(\w+)` ", ledger))
     assert tables - headed == set()
+
+
+def test_docs_ledger_describes_the_latest_migration_and_every_object_it_made():
+    """docs/ledger.md says which migration its schema is after, lists every migration, and names
+    every column, index and trigger they make: it said "after `m018`, the latest migration" two
+    migrations later (m019's `run_spend` and its triggers, m020's `attempts_in_flight`), and a
+    reader takes that sentence for the schema's extent."""
+    text = (ROOT / "afc_cli" / "migrations.py").read_text()
+    ledger = (ROOT / "docs" / "ledger.md").read_text()
+    after = re.search(r"describes the schema after `(m\d+)`, the\s+latest migration", ledger)
+    assert after, "docs/ledger.md no longer says which migration its schema is after"
+    from afc_cli import migrations
+
+    assert migrations.names()[-1].startswith(after.group(1) + "_"), (
+        f"docs/ledger.md describes the schema after {after.group(1)}, "
+        f"the latest migration is {migrations.names()[-1]}"
+    )
+    named = set(re.findall(r"\w+", " ".join(re.findall(r"`([^`\n]+)`", ledger))))
+    assert set(migrations.names()) - named == set(), "docs/ledger.md does not list these"
+    made = set(re.findall(r"CREATE (?:INDEX|TRIGGER) (\w+)", text))
+    made |= {column for columns in _columns().values() for column in columns}
+    assert made - named == set(), "docs/ledger.md does not name these"
