@@ -1776,17 +1776,21 @@ def _restored(found: dict[str, Any], identity: str, named: str) -> bool:
 
 
 def _kept_notice(kept: int, stored: int, root: Path) -> str:
-    """What a run stopped by a broken ledger says of the paid renders it kept."""
+    """What a run stopped by a broken ledger says of the paid renders it kept. Each one's
+    cost, where its answer made it known, goes with it: in its ``.about`` record beside the
+    spool file (``pipeline.keep_rendered``), which the next run's adoption records, and in a
+    stored one's metadata. 'Their cost is unknown' sent a user to the provider's bill for
+    renders the next run then recorded at their price."""
     head = f"{kept} paid render{'s' if kept != 1 else ''} the ledger could not record kept in "
     if not stored:
         return (
             f"{head}the spool {root}: the next run on this host stores them without paying "
-            "again (their cost is unknown)"
+            "again, each at the cost its answer made known (kept beside it in the spool)"
         )
     return (
         f"{head}the spool {root}, {stored} of them stored under their output keys too: the "
-        "next run stores them without paying again (the stored ones on any host, at the cost "
-        "they were paid; the rest on this host, their cost unknown)"
+        "next run stores them without paying again (the stored ones on any host, the rest on "
+        "this host), each at the cost its answer made known"
     )
 
 

@@ -1,0 +1,64 @@
+"""Outside audit 48b: a full or hostile disk under a paid batch."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from test_full_disk import afc_line, in_namespace, namespace, write_manifest  # noqa: F401
+
+
+def test_renders_kept_as_the_ledger_disk_fills_are_not_said_of_unknown_cost(
+    afc,
+    namespace,  # noqa: F811
+):
+    """The ledger and the file:// storage on one disk that fills while 8 priced renders
+    ($0.05 each) are in flight (the spool on a disk of its own): the run stops, the renders
+    kept in the spool with their cost beside them (``.about``), and the next run records
+    them at $0.40 without paying again. The run's notice said 'their cost is unknown', which
+    sent a user to the provider's bill for renders afc knew the price of."""
+    write_manifest(afc, 8)
+    ledger = "disk/afc.db"
+    submit = afc_line(
+        afc,
+        "submit",
+        "manifest.yaml",
+        "--ledger",
+        ledger,
+        "--storage",
+        "file://./disk/out",
+        min_free="0",
+    )
+    resume = afc_line(afc, "resume", "--ledger", ledger, min_free="0")
+    script = "\n".join(
+        [
+            "mkdir -p disk && mount -t tmpfs -o size=2m tmpfs disk || exit 9",
+            "mkdir -p disk/afc.db-spool && mount -t tmpfs -o size=20m tmpfs disk/afc.db-spool"
+            " || { umount disk; exit 9; }",
+            f"AFC_LOCAL_RELEASE=$PWD/release {submit} > first.out 2> first.err &",
+            "pid=$!",
+            "n=0; while [ $(cat calls.log 2>/dev/null | wc -l) -lt 8 ] && [ $n -lt 3000 ]; do"
+            " sleep 0.01; n=$((n+1)); done",
+            "head -c 4000000 /dev/zero > disk/filler 2>/dev/null",
+            "touch release",
+            "wait $pid; echo $? > first.rc",
+            "rm disk/filler",
+            f"{resume} > second.out 2> second.err; echo $? > second.rc",
+            "cp disk/afc.db ledger-copy.db; cp disk/afc.db-wal ledger-copy.db-wal 2>/dev/null",
+            "umount disk/afc.db-spool; umount disk",
+            "exit 0",
+        ]
+    )
+    result = in_namespace(afc, script)
+    assert result.returncode == 0, result.stderr
+    first_err = (afc.cwd / "first.err").read_text()
+    assert (afc.cwd / "first.rc").read_text().strip() == "1", first_err
+    kept = [line for line in first_err.splitlines() if "the ledger could not record kept" in line]
+    assert kept and kept[0].startswith("afc: 8 paid renders"), first_err
+    assert "unknown" not in kept[0], kept[0]
+    assert "each at the cost its answer made known" in kept[0], kept[0]
+    second_err = (afc.cwd / "second.err").read_text()
+    assert (afc.cwd / "second.rc").read_text().strip() == "0", second_err
+    assert len((afc.cwd / "calls.log").read_text().split()) == 16  # 8 calls, none paid again
+    with sqlite3.connect(afc.cwd / "ledger-copy.db") as db:
+        costs = db.execute("SELECT status, cost_micros FROM attempts").fetchall()
+    assert costs == [("succeeded", 50_000)] * 8  # recorded at the price the notice knew
