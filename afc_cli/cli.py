@@ -303,6 +303,7 @@ def _boundary(
         import sqlite3
 
         from afc_cli.errors import EXIT_JOB_FAILED
+        from afc_cli.jsonout import ResultNotWritten
 
         if reads and isinstance(exc, sqlite3.DatabaseError) and _damaged(exc):
             # a command that only reads met a damaged page: nothing was written, and 'afc
@@ -320,6 +321,14 @@ def _boundary(
                 # a command that only reads the ledger (its output to a full disk, say):
                 # nothing of the ledger changed, and 'afc resume' is no fix
                 _err(f"{exc}; this command changed nothing: fix it, then run it again: {_again()}")
+            elif isinstance(exc, ResultNotWritten):
+                # what the command did is committed: 'afc resume' mends nothing of a review
+                # decision, a cancel or a copy (jsonout.ResultNotWritten)
+                _err(
+                    f"the --json result could not be written to stdout ({exc}); what this "
+                    "command did is done and recorded in the ledger ('afc status --json' "
+                    "shows the jobs)"
+                )
             else:
                 _err(f"{exc}; every job stays resumable: fix it, then run 'afc resume'")
         else:

@@ -26,6 +26,13 @@ class Streamed:
         self.items = items
 
 
+class ResultNotWritten(OSError):
+    """A command's ``--json`` result that stdout refused (written to a file on a full disk),
+    after what the command did was committed: a review decision, a cancel, a retry, a ledger
+    copy. Said as the runs' 'every job stays resumable: fix it, then run afc resume', it
+    read as nothing done, and the approval made again was refused as not awaiting review."""
+
+
 def emit_json(value: Any) -> None:
     """``value`` as JSON on stdout, scrubbed twice: each string before encoding (JSON escapes
     a secret holding a quote, a backslash or a non-ASCII character, which the text scrub would
@@ -35,13 +42,16 @@ def emit_json(value: Any) -> None:
     as the whole document: each key with its value, and each item of a streamed list, is
     encoded and scrubbed on its own (a secret lives inside one value, never across two)."""
     if isinstance(value, dict) and any(isinstance(v, Streamed) for v in value.values()):
-        for piece in _pieces(value):
-            sys.stdout.write(piece)
-        sys.stdout.write("\n")
+        for piece in _pieces(value):  # its rows read as it goes: their errors are their own
+            _write(piece)
+        _write("\n")
     else:
         text = json.dumps(scrub_data(value), indent=2, sort_keys=False)
-        sys.stdout.write(scrub(text, decode=False) + "\n")
-    sys.stdout.flush()
+        _write(scrub(text, decode=False) + "\n")
+    try:
+        sys.stdout.flush()
+    except OSError as exc:  # a stdout that raises: not a run's (below)
+        raise ResultNotWritten(exc.errno, exc.strerror) from None
     lost = getattr(sys.stdout, "lost", None)  # a run's stdout, whose failed write never raises
     if lost is not None and lost.errno != errno.EPIPE:  # a reader gone ('| head') chose to go
         # the run went on, its exit code its jobs'; a script reading the JSON from a file on
@@ -50,6 +60,14 @@ def emit_json(value: Any) -> None:
             f"afc: the --json result could not be written to stdout ({lost}); what this "
             "command did is recorded in the ledger ('afc status --json' shows the jobs)\n"
         )
+
+
+def _write(text: str) -> None:
+    """``text`` to stdout; a write it refuses is ``ResultNotWritten``."""
+    try:
+        sys.stdout.write(text)
+    except OSError as exc:
+        raise ResultNotWritten(exc.errno, exc.strerror) from None
 
 
 def scrubbed_in_turn(value: Any, seen: dict[str, str]) -> Any:

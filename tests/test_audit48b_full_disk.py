@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+from pathlib import Path
 
+import pytest
+from conftest import manifest
 from test_full_disk import afc_line, in_namespace, namespace, write_manifest  # noqa: F401
 
 
@@ -62,3 +66,37 @@ def test_renders_kept_as_the_ledger_disk_fills_are_not_said_of_unknown_cost(
     with sqlite3.connect(afc.cwd / "ledger-copy.db") as db:
         costs = db.execute("SELECT status, cost_micros FROM attempts").fetchall()
     assert costs == [("succeeded", 50_000)] * 8  # recorded at the price the notice knew
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_decision_whose_json_result_meets_a_full_disk_is_said_made(afc):
+    """A review decision, a cancel or a retry whose ``--json`` result goes to a file on a full
+    disk (``/dev/full`` here) is committed before its result is written. The command said
+    '[Errno 28] No space left on device; every job stays resumable: fix it, then run 'afc
+    resume'', a run's words, which read as nothing done: the approval made again was refused
+    (exit 2, not awaiting review), and 'afc resume' mends no decision."""
+    data = manifest([{"key": "r1", "prompt": "one"}, {"key": "q1", "prompt": "two"}])
+    data["jobs"][0]["review"] = True
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    afc.write_manifest(manifest([{"key": "q2", "prompt": "three"}]), "more.yaml")
+    assert afc("submit", "more.yaml", "--no-run").returncode == 0
+    for args in (("review", "approve", "r1"), ("cancel", "q2"), ("retry", "q2")):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run(
+                afc.command(*args, "--json"),
+                cwd=afc.cwd,
+                env=afc.env,
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+        said = result.stderr.strip().splitlines()[-1]
+        assert "the --json result could not be written to stdout" in said, said
+        assert "what this command did is done and recorded in the ledger" in said, said
+        assert "afc resume" not in said, said
+    decided = afc.rows("SELECT key, status FROM jobs ORDER BY key")
+    assert decided == [("q1", "succeeded"), ("q2", "queued"), ("r1", "succeeded")]
