@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -184,13 +185,38 @@ def check_writable(path: Path) -> None:
         raise LedgerError(
             f"the ledger {path} is read-only (a read-only file or file system); afc records "
             "every run in it: make it writable, or copy it somewhere writable and point "
-            "--ledger there"
+            f"--ledger there{_taken_with(path)}"
         )
     if not os.access(folder, os.W_OK | os.X_OK):
         raise LedgerError(
             f"the ledger's folder {folder} is not writable (SQLite keeps {path.name}-wal and "
             f"{path.name}-shm beside it); make it writable or move the ledger"
+            f"{_taken_with(path)}"
         )
+
+
+def _taken_with(path: Path) -> str:
+    """What a copy or a move of the read-only ledger at ``path`` must take with it: its
+    ``-wal`` file, which a run killed (SIGKILL, a power cut, the OOM killer) leaves holding
+    the ledger's latest transactions, and the spool folder beside it, holding paid renders
+    not yet stored. 'Copy it somewhere writable', done as ``cp afc.db``, gave a ledger
+    without them: a killed run's whole batch (its admission, its attempts in flight, a
+    Replicate request's id) was missing from the copy, and its resume paid for it again; the
+    renders left in the spool were SPOOL_MISSING, paid again by a retry."""
+    from afc_cli.spool import Spool
+
+    wal = path.with_name(path.name + "-wal")
+    spool = Spool.beside(path)
+    taken = []
+    with contextlib.suppress(OSError):
+        if wal.stat().st_size:
+            taken.append(f"{wal.name} (it holds the ledger's latest transactions)")
+    with contextlib.suppress(OSError):  # a spool this user may not read: not said
+        if spool.job_ids():
+            taken.append(f"the folder {spool.root.name} (paid renders not yet stored)")
+    if not taken:
+        return ""
+    return f"; take {' and '.join(taken)} with it, beside it under the same names"
 
 
 def writable(path: Path) -> bool:

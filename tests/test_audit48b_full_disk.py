@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -100,3 +101,47 @@ def test_a_decision_whose_json_result_meets_a_full_disk_is_said_made(afc):
         assert "afc resume" not in said, said
     decided = afc.rows("SELECT key, status FROM jobs ORDER BY key")
     assert decided == [("q1", "succeeded"), ("q2", "queued"), ("r1", "succeeded")]
+
+
+def test_a_read_only_ledger_a_killed_run_left_says_to_copy_its_wal_and_spool(
+    afc,
+    namespace,  # noqa: F811
+):
+    """A run SIGKILLed (the OOM killer, a power cut) leaves the ledger's latest transactions
+    in ``afc.db-wal``; its folder then read-only (a volume remounted so), 'afc resume' said
+    to 'copy it somewhere writable and point --ledger there'. Done as said (``cp afc.db``),
+    the copy lacked the killed run's whole batch, its admission and its 8 attempts in flight
+    (possibly paid), and its resume paid for them again. The message names the -wal file to
+    take with it, and the spool folder beside it, and a copy made so holds the batch."""
+    write_manifest(afc, 8)
+    submit = afc_line(afc, "submit", "manifest.yaml", "--ledger", "disk/afc.db", min_free="0")
+    resume = afc_line(afc, "resume", "--ledger", "disk/afc.db", min_free="0")
+    script = "\n".join(
+        [
+            "mkdir -p disk elsewhere",
+            f"AFC_LOCAL_RELEASE=$PWD/release {submit} > first.out 2> first.err &",
+            "pid=$!",
+            "n=0; while [ $(cat calls.log 2>/dev/null | wc -l) -lt 8 ] && [ $n -lt 3000 ]; do"
+            " sleep 0.01; n=$((n+1)); done",
+            "kill -9 $pid; wait $pid",
+            # a paid render a store left waiting there (its bytes are the spool's only copy)
+            "mkdir -p disk/afc.db-spool && echo render > disk/afc.db-spool/left.spool",
+            "mount --bind disk disk && mount -o remount,bind,ro disk || exit 9",
+            f"{resume} > second.out 2> second.err; echo $? > second.rc",
+            "cp disk/afc.db disk/afc.db-wal elsewhere/",
+            "umount disk",
+            "exit 0",
+        ]
+    )
+    result = in_namespace(afc, script)
+    if result.returncode == 9:
+        pytest.skip(f"the mounts are not available here: {result.stderr}")
+    assert result.returncode == 0, result.stderr
+    said = (afc.cwd / "second.err").read_text()
+    assert (afc.cwd / "second.rc").read_text().strip() == "2", said
+    assert "is read-only" in said and "Traceback" not in said
+    assert "take afc.db-wal (it holds the ledger's latest transactions)" in said, said
+    assert "the folder afc.db-spool (paid renders not yet stored)" in said, said
+    status = afc("status", "--ledger", "elsewhere/afc.db", "--json")
+    assert status.returncode == 0, status.stderr
+    assert len(json.loads(status.stdout)["jobs"]) == 8  # the killed run's batch, all of it
