@@ -306,6 +306,9 @@ class RunContext:
     # renders spooled whose checkpoint the broken ledger refused, and the ones still in memory
     # when it broke (``keep_rendered``): stored as the run ends (``store_kept``)
     kept: list[tuple[dict[str, Any], SpoolFile]] = field(default_factory=list)
+    # paid renders as the ledger broke whose bytes the spool's disk refused too (the ledger's
+    # and the spool's one disk, full): neither kept nor recorded, named as the run stops
+    unkept: list[str] = field(default_factory=list)
     # job-style submits the provider accepted (paid) whose request id the ledger could not
     # record, by job id: (job key, provider, request id, kept beside the spool). Polled on to
     # their end within the run's grace (their renders kept like any other); one still here
@@ -2143,7 +2146,12 @@ async def spool(ctx: RunContext, job: dict[str, Any]) -> bool:
         del data
         await ctx.dirs.sync(ctx.spool.root)  # the rename is durable: shared with other jobs
     except (OSError, SpoolError) as exc:
-        raise _not_kept(ctx, job, number, success, exc) from None
+        try:
+            error = _not_kept(ctx, job, number, success, exc)
+        except LedgerWriteError:
+            ctx.unkept.append(f"{job['batch']}/{job['key']}")  # nor could it be recorded
+            raise
+        raise error from None
     crash_point("after_spool")
     try:
         if late:  # its own name kept for the process that holds the job (``_lost_since``)
@@ -2277,7 +2285,9 @@ async def keep_rendered(ctx: RunContext) -> int:
     and the next run on this host adopts it (``_adopt_spool``: stored, its cost unknown)
     instead of paying for the render again. Returns how many renders are kept so, these and
     the ones whose spool step wrote the file and then met the broken ledger; one that cannot
-    be written (the disk is the one that failed) is left, as before, to be rendered again."""
+    be written (the disk is the one that failed) is left, as before, to be rendered again,
+    and named in ``ctx.unkept``: the run's stop said only how many were kept, and a user read
+    every paid render as safe while the next run paid for these again."""
     for job_id, job in list(ctx.rendered.items()):
         pending = job.pop("unspooled", None)
         ctx.rendered.pop(job_id, None)
@@ -2286,6 +2296,7 @@ async def keep_rendered(ctx: RunContext) -> int:
         try:
             spooled = await _spool_write(ctx, job_id, pending[0])
         except (OSError, SpoolError):
+            ctx.unkept.append(f"{job['batch']}/{job['key']}")
             continue
         ctx.kept.append((job, spooled))
     for job, spooled in ctx.kept:  # kept beyond this run, beside a ledger that broke

@@ -1032,6 +1032,8 @@ def run_jobs(
                             else await store_kept(ctx, timeout=max(grace_s, KEPT_STORE_S))
                         )
                         reporter.notice(_kept_notice(kept, stored, spool.root))
+                    if ctx.unkept:
+                        reporter.notice(_unkept_notice(ctx.unkept, spool.root))
                     for key, provider, request_id, noted in ctx.unrecorded.values():
                         then = (
                             f"its id is kept in the spool {spool.root}: the next run on this "
@@ -1791,6 +1793,18 @@ def _kept_notice(kept: int, stored: int, root: Path) -> str:
         f"{head}the spool {root}, {stored} of them stored under their output keys too: the "
         "next run stores them without paying again (the stored ones on any host, the rest on "
         "this host), each at the cost its answer made known"
+    )
+
+
+def _unkept_notice(unkept: list[str], root: Path) -> str:
+    """What a run stopped by a broken ledger says of the paid renders it could neither keep
+    (the spool's disk refused their bytes: the ledger's own disk, full) nor record."""
+    shown = ", ".join(unkept[:4]) + (f" and {len(unkept) - 4} more" if len(unkept) > 4 else "")
+    return (
+        f"{len(unkept)} more paid render{'s' if len(unkept) != 1 else ''} ({shown}) could not "
+        f"be kept in the spool {root} nor recorded: the next run renders "
+        f"{'them' if len(unkept) != 1 else 'it'} again (paid again), unless the provider "
+        "still holds the output of a request whose id was recorded"
     )
 
 

@@ -145,3 +145,46 @@ def test_a_read_only_ledger_a_killed_run_left_says_to_copy_its_wal_and_spool(
     status = afc("status", "--ledger", "elsewhere/afc.db", "--json")
     assert status.returncode == 0, status.stderr
     assert len(json.loads(status.stdout)["jobs"]) == 8  # the killed run's batch, all of it
+
+
+def test_paid_renders_neither_kept_nor_recorded_as_the_disk_fills_are_named(
+    afc,
+    namespace,  # noqa: F811
+):
+    """The ledger and its spool on one disk (the default: the spool beside the ledger), full
+    while 8 priced renders are in flight: their bytes cannot be spooled, nor their attempts
+    recorded. The run's stop said only that the ledger could not be written, and the next run
+    paid for each of the 8 again; the stop now names them and says they are paid again."""
+    write_manifest(afc, 8)
+    ledger = "disk/afc.db"
+    submit = afc_line(afc, "submit", "manifest.yaml", "--ledger", ledger, min_free="0")
+    resume = afc_line(afc, "resume", "--ledger", ledger, min_free="0")
+    script = "\n".join(
+        [
+            "mkdir -p disk && mount -t tmpfs -o size=2m tmpfs disk || exit 9",
+            f"AFC_LOCAL_RELEASE=$PWD/release {submit} > first.out 2> first.err &",
+            "pid=$!",
+            "n=0; while [ $(cat calls.log 2>/dev/null | wc -l) -lt 8 ] && [ $n -lt 3000 ]; do"
+            " sleep 0.01; n=$((n+1)); done",
+            "head -c 4000000 /dev/zero > disk/filler 2>/dev/null",
+            "touch release",
+            "wait $pid; echo $? > first.rc",
+            "rm disk/filler",
+            f"{resume} > second.out 2> second.err; echo $? > second.rc",
+            "umount disk",
+            "exit 0",
+        ]
+    )
+    result = in_namespace(afc, script)
+    assert result.returncode == 0, result.stderr
+    first_err = (afc.cwd / "first.err").read_text()
+    assert (afc.cwd / "first.rc").read_text().strip() == "1", first_err
+    assert "Traceback" not in first_err
+    assert (afc.cwd / "second.rc").read_text().strip() == "0"
+    calls = (afc.cwd / "calls.log").read_text().split()[0::2]
+    paid_twice = len(calls) - len(set(calls))
+    assert paid_twice, calls  # the disk took none of the 8 renders' bytes
+    said = [line for line in first_err.splitlines() if "could not be kept in the spool" in line]
+    assert said, first_err
+    assert f"{paid_twice} more paid render" in said[0], said[0]
+    assert "nor recorded: the next run renders them again (paid again)" in said[0], said[0]
