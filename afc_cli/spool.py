@@ -32,26 +32,51 @@ class Spilled:
     and a run holds one per call in flight, so 500 calls held in memory could take far more
     than the machine has and the kernel killed the run. The file has no name (``O_TMPFILE``
     where the system has it): a process killed with it open leaves nothing behind. The spool
-    step copies it into the job's spool file (``Spool.write``), hashing as it goes.
+    step gives it the job's spool file's name (``link``), hashed as it was written; where it
+    cannot (no ``O_TMPFILE``), it copies it there (``Spool.write``).
 
     ``head``: its first bytes (what ``not_an_output`` and the image-type check read)."""
 
     HEAD = 256
 
     def __init__(self, folder: str | os.PathLike[str] | None) -> None:
-        import tempfile
-
         if folder is not None:
             os.makedirs(folder, exist_ok=True)
-        self.file = tempfile.TemporaryFile(dir=folder)
+        self.file = _unnamed_file(folder)
         self.size = 0
         self.head = b""
+        self.digest = hashlib.sha256()  # of what is written: the spool file's, when linked
 
     def write(self, data: bytes) -> None:
         if len(self.head) < self.HEAD:
             self.head += data[: self.HEAD - len(self.head)]
         self.file.write(data)
+        self.digest.update(data)
         self.size += len(data)
+
+    def link(self, path: Path) -> bool:
+        """Give the file the name ``path``, durable (fsynced), without copying its bytes:
+        True when linked. False where it cannot be (a file made without ``O_TMPFILE``, no
+        ``/proc``, ``path`` on another file system): the caller copies it then."""
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        try:
+            # linkat(AT_SYMLINK_FOLLOW) of the descriptor's /proc name: os.link takes that
+            # call only with a directory descriptor given (plain link() would link the
+            # /proc symbolic link itself, refused as another file system's)
+            folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.link(
+                    f"/proc/self/fd/{self.file.fileno()}",
+                    path.name,
+                    dst_dir_fd=folder,
+                    follow_symlinks=True,
+                )
+            finally:
+                os.close(folder)
+        except OSError:
+            return False
+        return True
 
     def chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
         """Its bytes from the start, ``size`` at a time."""
@@ -71,6 +96,23 @@ class Spilled:
 
 
 Output = bytes | Spilled  # a render's bytes, in memory or spilled to a file
+
+
+def _unnamed_file(folder: str | os.PathLike[str] | None) -> Any:
+    """A file without a name in ``folder``, opened for reading and writing: one made with
+    ``O_TMPFILE`` (and not ``O_EXCL``, which ``tempfile.TemporaryFile`` adds) can be given a
+    name later (``Spilled.link``); elsewhere a named file removed at once."""
+    import tempfile
+
+    flag = getattr(os, "O_TMPFILE", None)
+    if folder is not None and flag is not None:
+        try:
+            fd = os.open(folder, flag | os.O_RDWR, 0o644)
+        except OSError:
+            pass  # a file system without it: a file removed at once, as tempfile makes one
+        else:
+            return os.fdopen(fd, "w+b")
+    return tempfile.TemporaryFile(dir=folder)
 
 
 def head_of(data: Output, size: int = Spilled.HEAD) -> bytes:
@@ -238,12 +280,16 @@ class Spool:
         working on it, writing and reading the job's own names): written under names of its
         own instead, ``<job id>.late`` (``late_path``; ``settle_late``)."""
         final = self.late_path(job_id) if late else self.path(job_id)
-        digest = hashlib.sha256()
         part = final.with_suffix(".late-part" if late else ".part")
-        _write_whole(part, final, data, digest=digest)
+        if isinstance(data, Spilled) and _linked(data, part, final):
+            sha256 = data.digest.hexdigest()
+        else:
+            digest = hashlib.sha256()
+            _write_whole(part, final, data, digest=digest)
+            sha256 = digest.hexdigest()
         if sync_dir:
             fsync_dir(self.root)
-        return SpoolFile(final, len(data), digest.hexdigest())
+        return SpoolFile(final, len(data), sha256)
 
     def late_path(self, job_id: str) -> Path:
         """Where ``write`` keeps a late render (``late=True``): a render that came back after
@@ -501,6 +547,24 @@ def _write_file(path: Path, data: bytes, mode: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _linked(data: Spilled, part: Path, final: Path) -> bool:
+    """A spilled download (``Spilled``, in the spool's folder) given the name ``final`` by a
+    link, not copied: the copy needed the output's size twice on the spool's disk while the
+    free space check before its render (``pipeline._disk_low``) counts it once, so a 20 MiB
+    output on a disk with 36 MiB free failed 'No space left on device', and so did every
+    later run's fetch of it again, the job never stored. False where it cannot be linked:
+    the caller copies it (``_write_whole``)."""
+    part.unlink(missing_ok=True)  # a copy a killed run left
+    if not data.link(part):
+        return False
+    try:
+        os.replace(part, final)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    return True
 
 
 def _write_whole(

@@ -188,3 +188,40 @@ def test_paid_renders_neither_kept_nor_recorded_as_the_disk_fills_are_named(
     assert said, first_err
     assert f"{paid_twice} more paid render" in said[0], said[0]
     assert "nor recorded: the next run renders them again (paid again)" in said[0], said[0]
+
+
+def test_a_large_output_is_spooled_where_the_disk_has_room_for_it_once(
+    afc,
+    fake,
+    namespace,  # noqa: F811
+):
+    """A download larger than the in-memory limit is spilled to a file in the spool's folder
+    as it arrives; its spool step copied that file into the spool file, needing the output's
+    size twice on the spool's disk, where the check before a render counts it once. A 20 MiB
+    render on a disk with about 36 MiB free failed 'No space left on device', and so did each
+    resume's fetch of it again: never stored, while the disk had room for it. The spilled
+    file is now linked into place, and the output stored, paid once."""
+    from test_output_spill import write
+
+    write(afc, ["big-out-20 shot"])
+    ledger = "disk/afc.db"
+    script = "\n".join(
+        [
+            "mkdir -p disk && mount -t tmpfs -o size=36m tmpfs disk || exit 9",
+            f"{afc_line(afc, 'submit', 'manifest.yaml', '--ledger', ledger, min_free='1')}"
+            " > first.out 2> first.err; echo $? > first.rc",
+            f"{afc_line(afc, 'resume', '--ledger', ledger, min_free='1')}"
+            " > second.out 2> second.err; echo $? > second.rc",
+            "umount disk",
+            "exit 0",
+        ]
+    )
+    result = in_namespace(afc, script)
+    if result.returncode == 9:
+        pytest.skip(f"the mounts are not available here: {result.stderr}")
+    assert result.returncode == 0, result.stderr
+    first_err = (afc.cwd / "first.err").read_text()
+    assert (afc.cwd / "first.rc").read_text().strip() == "0", first_err
+    assert (afc.cwd / "second.rc").read_text().strip() == "0"
+    assert (afc.outputs() / "b1" / "j0.png").stat().st_size == 20 << 20
+    assert fake.counts["replicate_submit"] == 1
