@@ -338,8 +338,8 @@ class RunContext:
     # no render starts while the spool's disk has less free than this (AFC_MIN_FREE_MB): its
     # bytes, and the ledger's record of them, must have somewhere to go
     min_free_bytes: int = 0
-    # the largest output this run has spooled: the room each render in flight is counted at
-    # (``_disk_low``)
+    # the largest output this run has spooled, or its batches had stored before it
+    # (``Ledger.largest_output``): the room each render in flight is counted at (``_disk_low``)
     largest_output: int = 0
     limits: dict[str, ProviderLimit] = field(default_factory=dict)
     # each provider's calls in flight, bounded once it answers 429 (``ProviderPace``)
@@ -375,6 +375,10 @@ class RunContext:
     polling: set[str] = field(default_factory=set)
     fetching: set[str] = field(default_factory=set)
     calls: dict[str, asyncio.Future] = field(default_factory=dict)
+    # jobs whose room on the spool's disk ``_disk_low`` counted, until their call starts
+    # (``call``): the attempt row's commit and the inputs' reads come between, and a wave's
+    # checks all ran before its first call was counted, each finding the others' room free
+    landing: set[str] = field(default_factory=set)
     abandoned: set[str] = field(default_factory=set)
     # jobs blocked on their needs when the run began, and the task of every job this run is
     # running: a blocked job waits for the tasks of its needs, then runs in the same run if
@@ -428,6 +432,7 @@ class RunContext:
         polling it (``abandon_poll``) without cancelling the job: then PollAbandoned."""
         task = asyncio.ensure_future(awaitable)
         self.calls[job_id] = task
+        self.landing.discard(job_id)  # counted among the calls from here
         try:
             return await task
         except asyncio.CancelledError:
@@ -1324,6 +1329,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # Between attempts a job may wait (backoff, provider limits): a stopping run may cut
         # such a wait short, so the job is not "in a call" until its next attempt row.
         ctx.protected.discard(job["id"])
+        ctx.landing.discard(job["id"])
         if settling is not None:
             await _await_settling(ctx, job, settling)
             settling = None
@@ -2407,7 +2413,7 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
     is nearly full, no new render starts, the job waits with the reason, and the run ends
     with exit 1. Renders already in flight keep the room they need: beyond the margin
     (``min_free_bytes``), each call in flight or render not yet spooled, and this one, is
-    counted at the largest output the run has spooled. Against the margin alone, a hundred
+    counted at the largest output the run has spooled or its batches had stored. Against the margin alone, a hundred
     calls of 3 MB images started at 65 MiB free landed 300 MB on it: those past the room
     were paid for and lost (a synchronous provider's rendered again, paid twice)."""
     if not ctx.min_free_bytes:
@@ -2420,8 +2426,10 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
 def _too_full(ctx: RunContext, job: dict[str, Any], free: int, where: str, said: str) -> bool:
     """Whether ``free`` bytes (``where``: the disk's role and folder) leave no room for this
     render beside the margin and the renders in flight; then the job waits, saying so."""
-    landing = (len(ctx.calls) + len(ctx.rendered) + 1) * ctx.largest_output
+    ahead = len(ctx.calls) + len(ctx.landing - {job["id"]}) + len(ctx.rendered)
+    landing = (ahead + 1) * ctx.largest_output
     if free >= ctx.min_free_bytes + landing:
+        ctx.landing.add(job["id"])
         return False
     mib = 1024 * 1024
     beside = (

@@ -972,6 +972,12 @@ def run_jobs(
         )
         ctx.left_in_spool = spool.described() if running else set()
         ctx.checked = {*checked, *ledger.batches_of(job_ids)}
+        if running and ctx.min_free_bytes:
+            # the room each render in flight is counted at from the first wave: knowing no
+            # size until its first render was spooled, a run's first --concurrency calls were
+            # held to the margin alone, and a cron'd resume on a nearly full disk paid for
+            # renders whose bytes then found no room (a synchronous provider's paid again)
+            ctx.largest_output = ledger.largest_output(ctx.checked)
 
         def renewal_failed(error: LedgerWriteError) -> None:
             if ctx.ledger_error is None:  # raised once the calls in flight have ended
@@ -1301,6 +1307,7 @@ def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
     def ended(done: asyncio.Future) -> None:
         if ctx.tasks.get(job_id) is done:  # (not a later task of the same job)
             del ctx.tasks[job_id]
+            ctx.landing.discard(job_id)  # one that ended before its call (``_too_full``)
             ctx.blocked.discard(job_id)
             ctx.output_of.pop(job_id, None)
         if job_id in ctx.ended_elsewhere:  # ended by the process that took it over

@@ -154,3 +154,43 @@ def test_a_ledger_locked_by_another_process_is_not_blamed_on_the_disk():
     assert "disk" not in locked
     full = str(ledger_write_error("afc.db", sqlite3.OperationalError("database or disk is full")))
     assert "free space on its disk" in full
+
+
+def test_a_runs_first_wave_is_counted_at_the_batchs_stored_outputs(afc, namespace):
+    """A run knew no output's size until it had spooled one: its first ``--concurrency``
+    calls were held to the margin alone. A cron'd resume on a spool disk nearly full (120 KiB
+    above a 50 KiB margin) started sixteen renders of 20 KB; the bytes of those past the room
+    were paid for and lost, and rendered again (paid twice). It now counts them at the
+    largest output its batches already stored, and starts only those that fit."""
+    data = manifest([{"key": f"k{i:02d}", "prompt": f"prompt {i}"} for i in range(17)])
+    data["defaults"]["params"] = {"size": "1024x1024", "latency_s": 0.3}  # ~20 KB each
+    first = dict(data, jobs=data["jobs"][:1])
+    (afc.cwd / "first.yaml").write_text(yaml.safe_dump(first))
+    (afc.cwd / "manifest.yaml").write_text(yaml.safe_dump(data))
+    script = "\n".join(
+        [
+            f"{afc_line(afc, 'submit', 'first.yaml', min_free='0')} 2> zero.err || exit 8",
+            "mkdir -p afc.db-spool && mount -t tmpfs -o size=1m tmpfs afc.db-spool || exit 9",
+            # about 170 KiB left: the 50 KiB margin and room for six outputs, not sixteen
+            "free=$(df -k --output=avail afc.db-spool | tail -1)",
+            "head -c $(( (free - 170) * 1024 )) /dev/zero > afc.db-spool/filler",
+            f"{afc_line(afc, 'submit', 'manifest.yaml', '--concurrency', '16', min_free='0.05')}"
+            " > first.out 2> first.err; echo $? > first.rc",
+            "cp calls.log first-calls.log",
+            "rm afc.db-spool/filler",
+            f"{afc_line(afc, 'resume', min_free='0.05')} > second.out 2> second.err;"
+            " echo $? > second.rc",
+            "exit 0",
+        ]
+    )
+    result = in_namespace(afc, script)
+    assert result.returncode == 0, (result.stderr, (afc.cwd / "zero.err").read_text())
+    first_err = (afc.cwd / "first.err").read_text()
+    assert "Traceback" not in first_err
+    assert (afc.cwd / "first.rc").read_text().strip() == "1", first_err
+    assert "the renders in flight and this one may bring" in first_err
+    assert 1 < len(calls(afc, "first-calls.log")) < 16
+    second_err = (afc.cwd / "second.err").read_text()
+    assert (afc.cwd / "second.rc").read_text().strip() == "0", second_err
+    rendered = calls(afc)
+    assert len(rendered) == 17 and set(rendered.values()) == {1}, rendered  # none paid twice

@@ -4511,6 +4511,16 @@ class Ledger:
         """Which of these jobs are blocked on their needs (one query for a run's jobs)."""
         return self._blocked_among(job_ids)
 
+    def largest_output(self, batches: Collection[str]) -> int:
+        """The largest output the jobs of ``batches`` have stored, in bytes (0 for none): what
+        a run counts each render in flight at before it has spooled one itself
+        (``pipeline._disk_low``)."""
+        if not batches:
+            return 0
+        where, params = self._any_of("batch", batches)
+        row = self.db.execute(f"SELECT MAX(output_size) FROM jobs WHERE {where}", params)
+        return int(row.fetchone()[0] or 0)
+
     def stored_output(self, job_id: str) -> dict[str, Any] | None:
         """A job's stored output: its key, SHA-256, size, status, request hash and its batch's
         storage."""
