@@ -1422,6 +1422,7 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
     claim finds it held (``owner.lease_held``): its lease measured on the ledger's clock, the
     database server's on PostgreSQL, where this host's clock said nothing of another host's
     live lease once it ran ahead of the server's."""
+    from afc_cli.listing import waiting_now
     from afc_cli.owner import (
         host_id,
         host_of,
@@ -1435,6 +1436,11 @@ def note_held_elsewhere(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
     for row in rows:  # status rows carry the lease: no query per job (100,000 took seconds)
         if row["status"] not in ("queued", "running", "waiting"):
             continue
+        # One whose holder is gone since this run left it alone (the other submit killed
+        # while this one went on) is said so, as 'afc status' says it: the run's summary
+        # said only 'running at render', as if that process still rendered it, while nothing
+        # runs it until the next run takes it over.
+        row["waiting_reason"] = waiting_now(row, row.get("waiting_reason"), now)
         # A waiting job's own reason (a Replicate or fal request polled: 'provider still
         # rendering: replicate request ...') is the holder's word, not this run's: a cron'd
         # resume beside a run that polls it said only that, '0 run here' and exit 1, nothing

@@ -1,0 +1,42 @@
+"""Outside audit 48a (two operators, one ledger): a submit that overlaps another run and
+outlives it, through real ``afc`` child processes."""
+
+from __future__ import annotations
+
+import signal
+
+from conftest import manifest, wait_for
+
+
+def test_a_job_left_to_a_run_killed_since_is_not_said_to_be_running_by_it(afc):
+    """Found by outside audit 48a: a submit that left a job alone because another afc
+    process held it (the operator's earlier submit), and ended after that process was
+    killed, said only 'b1/slow: running at render' and exit 1, as if something still ran
+    it, while ``afc status`` said that its process is gone and that the next afc resume
+    takes it over. The run's own summary says so too."""
+    slow = {"key": "slow", "prompt": "a slow shot", "params": {"latency_s": 120}}
+    fast = {"key": "fast", "prompt": "a quick shot", "params": {"latency_s": 2}}
+    afc.write_manifest(manifest([slow]), "first.yaml")
+    afc.write_manifest(manifest([slow, fast]), "second.yaml")
+    first = afc.popen("submit", "first.yaml")
+    second = None
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+        second = afc.popen("submit", "second.yaml", "--concurrency", "1")
+        # the second run tries 'slow' first (its manifest's order), finds it held and
+        # leaves it; then its attempt of 'fast' starts
+        wait_for(afc, "SELECT COUNT(*) FROM attempts", 2)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        err = second.communicate(timeout=120)[1]
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    assert second.returncode == 1, err
+    line = next(li for li in err.splitlines() if li.startswith("afc: b1/slow: running"))
+    assert "the afc process running it is gone" in line, err
+    assert "the next afc resume or afc worker takes it over" in line
+    shown = afc.json("status", expect=None)
+    (row,) = [job for job in shown["jobs"] if job["key"] == "slow"]
+    assert "the afc process running it is gone" in row["waiting"]
