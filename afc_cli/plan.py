@@ -66,7 +66,7 @@ from afc_cli.gates import (
 from afc_cli.ledger import spool_holder_of, spool_root_of
 from afc_cli.ledger.core import AT_URL, NEED_FAILED, RENDERING, TERMINAL, list_places
 from afc_cli.manifest import job_id_for, same_request
-from afc_cli.owner import lease_held
+from afc_cli.owner import held_by_no_process, lease_held, parse_owner
 from afc_cli.pipeline import dearest_known, estimate_for, estimated_models, ownership
 from afc_cli.run import (
     Budget,
@@ -206,6 +206,8 @@ def plan(
         "conflicting": 0,
         "to_render": 0,
         "resumed": 0,
+        # admitted jobs another live afc process runs now: neither rendered nor priced here
+        "elsewhere": 0,
     }
 
     def resumed(job_id: str, known: tuple) -> str | None:
@@ -268,8 +270,30 @@ def plan(
         estimate += price
         return price
 
+    def run_elsewhere(known: tuple | None) -> str | None:
+        """The action of an admitted, unfinished job that another live afc process holds now
+        (a cron'd resume, a worker, another submit: ``owner.lease_held``, as a claim decides
+        it), or None. A submit leaves such a job alone, its calls paid by that process under
+        that process's budget (``run.note_held_elsewhere``); estimated as to render, a plan
+        beside a resume that had 5 of 9 jobs in flight said 9 to render, 0.45 USD, and that
+        ``--max-spend 0.25`` did NOT fit, where the submit rendered 4 for 0.20."""
+        if known is None or known[1] in PAST_RENDERING:
+            return None
+        holder = known[5]
+        if holder is None or held_by_no_process(holder) or not lease_held(holder, known[6], now):
+            return None
+        host, pid = (parse_owner(holder) or (holder, "?"))[:2]
+        return ELSEWHERE.format(pid=pid, host=host)
+
     def to_run(job: Any, known: tuple | None) -> dict[str, Any]:
         nonlocal estimate
+        elsewhere = run_elsewhere(known)
+        if elsewhere is not None:
+            counts["replayed"] += 1
+            counts["elsewhere"] += 1
+            entry = job.chain[0]
+            model = f"{entry['provider']}/{entry['model']}"
+            return {"key": job.key, "action": elsewhere, "model": model}
         ended = known is not None and known[1] in PAST_RENDERING
         kept = resumed(job.job_id, known) if known is not None and not ended else None
         at = (
@@ -455,6 +479,18 @@ def plan(
             counts["to_render"] -= 1
             estimate -= prices.get(shown["key"], 0)
     for key, body in unlisted.items():
+        elsewhere = run_elsewhere(admitted[key])
+        if elsewhere is not None:
+            counts["elsewhere"] += 1
+            entry = body["chain"][0]
+            listed.append(
+                {
+                    "key": key,
+                    "action": f"{elsewhere} (not in this manifest)",
+                    "model": f"{entry['provider']}/{entry['model']}",
+                }
+            )
+            continue
         kept = resumed(job_id_for(manifest.batch, key), admitted[key])
         at = next_model(key, body["chain"], left=kept in (POLLED, FETCHED))
         entry = body["chain"][at or 0]
@@ -526,6 +562,8 @@ PAST_RENDERING = (*TERMINAL, "awaiting_review")
 FROM_SPOOL = "store (its paid render is in this host's spool)"
 POLLED = "poll (the provider is still rendering its paid request)"
 FETCHED = "fetch (its paid render, at the output URL the provider's answer named)"
+# the action of an admitted job another live afc process holds (``run_elsewhere``)
+ELSEWHERE = "left alone (being run by another afc process, pid {pid} on {host})"
 
 
 def _some(keys: list[str], shown: int = 10, more: str = " (--json lists them)") -> str:
@@ -551,6 +589,11 @@ def describe(result: dict[str, Any]) -> str:
         + f"estimated spend {result['estimated_spend']} USD"
         + (" (if no attempt fails)" if result["to_render"] else ""),
     ]
+    if result.get("elsewhere"):
+        lines.append(
+            f"  being run by another afc process, left to it (not rendered or priced here): "
+            f"{result['elsewhere']}"
+        )
     failing = {job["key"] for job in result["jobs"] if job["action"] == "dependency failed"}
     for job in result["jobs"]:
         where = f" ({job['where']})" if job.get("where") else ""  # a list's file and line

@@ -1,5 +1,5 @@
-"""Outside audit 48a (two operators, one ledger): a submit that overlaps another run and
-outlives it, through real ``afc`` child processes."""
+"""Outside audit 48a (two operators, one ledger): a submit, and a plan, made beside another
+run of the batch, through real ``afc`` child processes."""
 
 from __future__ import annotations
 
@@ -40,3 +40,35 @@ def test_a_job_left_to_a_run_killed_since_is_not_said_to_be_running_by_it(afc):
     shown = afc.json("status", expect=None)
     (row,) = [job for job in shown["jobs"] if job["key"] == "slow"]
     assert "the afc process running it is gone" in row["waiting"]
+
+
+def test_a_plan_beside_a_live_run_leaves_its_jobs_out_of_the_estimate(afc):
+    """Found by outside audit 48a: 'afc plan' (and 'afc submit --dry-run') made beside a run
+    of the batch (a cron'd resume) counted the jobs that run had in flight as to render and
+    priced them, so the plan said the submit would cost 0.10 USD and that '--max-spend 0.05'
+    did NOT fit, where the submit leaves those jobs to the run holding them (their calls are
+    that run's, under its budget) and renders the one job left for 0.05. The plan names them
+    as left to the other process, not rendered or priced."""
+    slow = {"key": "slow", "prompt": "a slow shot", "params": {"latency_s": 120}}
+    later = {"key": "later", "prompt": "a later shot", "params": {"latency_s": 120}}
+    afc.write_manifest(manifest([slow, later]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    running = afc.popen("resume", "--concurrency", "1")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+        plan = afc.json("plan", "manifest.yaml", "--max-spend", "0.05")
+        text = afc("submit", "manifest.yaml", "--dry-run")
+    finally:
+        running.kill()
+        running.wait(timeout=30)
+    actions = {job["key"]: job["action"] for job in plan["jobs"]}
+    (held,) = [key for key, action in actions.items() if action != "render"]
+    assert actions[held].startswith("left alone (being run by another afc process, pid "), actions
+    assert f"{running.pid} on " in actions[held]
+    assert (plan["to_render"], plan["elsewhere"], plan["replayed"]) == (1, 1, 2)
+    assert plan["estimated_spend"] == "0.050000"
+    assert plan["fits_budget"] is True
+    assert "to render: 1," in text.stdout, text.stdout
+    assert "being run by another afc process, left to it (not rendered or priced here): 1" in (
+        text.stdout
+    )
