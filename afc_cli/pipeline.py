@@ -1356,7 +1356,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             # poll it instead of paying for a new one.
             chain_index, number = resume["chain_index"], resume["number"]
             entry = chain[chain_index]
-            if not ctx.ledger.reopen_attempt(job, resume, ctx.run_id):
+            # reserved as the card it will be priced by says (``Ledger.reopen_attempt``)
+            reserve = _reservation(ctx, entry, rates, request["params"])
+            if not ctx.ledger.reopen_attempt(job, resume, ctx.run_id, reserve):
                 raise JobLost(job["id"])
             ctx.adopted.add((job["id"], resume["provider"], number))
             ctx.spool.forget_request(job["id"])  # its id is committed now (``_noted_request``)

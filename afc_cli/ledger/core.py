@@ -2758,7 +2758,11 @@ class Ledger:
             self._rendering(job, provider, request_id, at_url=at_url)
 
     def reopen_attempt(
-        self, job: dict[str, Any], attempt: dict[str, Any], run_id: str | None = None
+        self,
+        job: dict[str, Any],
+        attempt: dict[str, Any],
+        run_id: str | None = None,
+        reserve_micros: int | None = None,
     ) -> bool:
         """Take over an attempt a dead run left submitted, to poll it to its end. It becomes
         ``run_id``'s: the run that learns its outcome and cost shows that cost in its summary
@@ -2768,7 +2772,15 @@ class Ledger:
         (and by answers that cost more than their reservations: README "Budget"), never by
         an attempt whose reservation did not fit. An attempt of a workers' shared budget (``afc worker
         --budget``, SHARED_BUDGET) stays that budget's: its other workers go on, and moved
-        out, what it paid for would no longer count against their cap."""
+        out, what it paid for would no longer count against their cap.
+
+        ``reserve_micros``: what the adopting run reserves for the request (its batch's card as
+        it is now, ``pipeline._reservation``), which replaces the reservation of the run that
+        sent it while its cost is unknown. The answer is priced by that card: a card corrected
+        from 0.025 to 0.25 an image between a killed run and its resume kept three adopted fal
+        requests counted at 0.075, and ``afc resume --max-spend 0.35`` started a fourth call
+        beside them, spending 1.00 where the same requests under a 0.25 card left it waiting.
+        None (no per-image price now) keeps the reservation made: nothing known is let go."""
         with self.tx(commit=True):
             # A run that stopped (Ctrl-C, SIGTERM) leaving the request once its cost was known
             # (a paid render whose output it was fetching again, ``hold_known_cost``) showed
@@ -2778,9 +2790,17 @@ class Ledger:
             cursor = self.db.execute(
                 "UPDATE attempts SET status = 'started', owner = ?, ended_at = NULL,"
                 " error_class = NULL, error_message = NULL, run_id = CASE WHEN run_id LIKE ?"
-                " OR ? THEN run_id ELSE COALESCE(?, run_id) END WHERE id = ?"
-                " AND status = 'unknown'",
-                (self.owner, SHARED_BUDGET + "%", reported, run_id, attempt["id"]),
+                " OR ? THEN run_id ELSE COALESCE(?, run_id) END, reserved_micros = CASE WHEN"
+                " cost_micros IS NULL THEN COALESCE(?, reserved_micros) ELSE reserved_micros"
+                " END WHERE id = ? AND status = 'unknown'",
+                (
+                    self.owner,
+                    SHARED_BUDGET + "%",
+                    reported,
+                    run_id,
+                    reserve_micros,
+                    attempt["id"],
+                ),
             )
             if cursor.rowcount == 1:
                 self._rendering(
