@@ -489,6 +489,16 @@ def _print_run(
         )
     for kept in result.admit.gates_kept if result.admit else ():
         _err(kept_message(kept))  # the manifest says a gate that this submit cannot apply
+    if result.admit is not None and result.admit.cards_kept_by:
+        holders = result.admit.cards_kept_by
+        _err(
+            f"batch {result.admit.batch}'s rate cards changed while "
+            f"{'afc processes hold' if len(holders) > 1 else 'an afc process holds'} its "
+            f"jobs ({', '.join(holders[:4])}{' and more' if len(holders) > 4 else ''}): a run "
+            "prices and budgets its attempts by the cards it began with, to its end (an afc "
+            "worker, to the end of its round); to apply these now, stop it (Ctrl-C or "
+            "SIGTERM) and run 'afc resume'"
+        )
     if json_out:
         if not quiet:
             _print_unlisted(result, admitted_only)

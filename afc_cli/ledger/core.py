@@ -494,6 +494,9 @@ class AdmitResult:
     # {"key", "field", "admitted", "manifest", "status", "why"} (afc_cli/gates.py)
     gates_changed: list[dict[str, Any]] = field(default_factory=list)
     gates_kept: list[dict[str, Any]] = field(default_factory=list)
+    # the live afc processes holding jobs of the batch when this admission changed its rate
+    # cards ('pid N on HOST'): they go on pricing and budgeting by the cards they began with
+    cards_kept_by: list[str] = field(default_factory=list)
 
     @property
     def admitted_keys(self) -> list[str]:
@@ -863,6 +866,9 @@ class Ledger:
         now = self.clock()
         with self.tx():
             self.hold_unmoved()
+            before = self.db.execute(
+                "SELECT rates_json FROM batches WHERE name = ?", (manifest.batch,)
+            ).fetchone()
             # created_at is ``now`` only for a batch this admission adds (``batches_grew``)
             new_batch = self.db.execute(
                 "INSERT INTO batches (name, storage, rates_json, limits_json, manifest_path,"
@@ -883,6 +889,8 @@ class Ledger:
                     endpoint,
                 ),
             ).fetchall() == [(now,)]
+            if before is not None and json.loads(before[0] or "[]") != rates_json:
+                result.cards_kept_by = self._card_holders(manifest.batch, now)
             if not new_batch:
                 # a re-submit writes jobs of the batch (their gates, ``_regate``; webhooks,
                 # inputs) in its manifest's order: not beside a decision's walk over them,
@@ -4530,6 +4538,26 @@ class Ledger:
     def blocked_job_ids(self, job_ids: list[str]) -> list[str]:
         """Which of these jobs are blocked on their needs (one query for a run's jobs)."""
         return self._blocked_among(job_ids)
+
+    def _card_holders(self, batch: str, now: float) -> list[str]:
+        """The live afc processes that hold jobs of ``batch`` ('pid N on HOST'): a run loop
+        reads the batches' rate cards as it begins (``run.batch_rates``) and prices and
+        reserves by them to its end (an ``afc worker``'s round likewise, its next round
+        reading them anew), so a card a re-submit corrects under them applies from their
+        next run; ``admit`` says so (README "Rate cards")."""
+        from afc_cli.owner import held_by_no_process, lease_held, parse_owner
+
+        holders: set[tuple[str, str]] = set()
+        for owner, expires in self.db.execute(
+            "SELECT DISTINCT lease_owner, lease_expires FROM jobs WHERE batch = ?"
+            " AND lease_owner IS NOT NULL AND status IN ('queued', 'running', 'waiting')",
+            (batch,),
+        ):
+            if held_by_no_process(owner) or not lease_held(owner, expires, now):
+                continue
+            host, pid = (parse_owner(owner) or (owner, "?"))[:2]
+            holders.add((host, pid))
+        return [f"pid {pid} on {host}" for host, pid in sorted(holders)]
 
     def largest_output(self, batches: Collection[str]) -> int:
         """The largest output the jobs of ``batches`` have stored, in bytes (0 for none): what

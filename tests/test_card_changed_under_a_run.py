@@ -1,0 +1,51 @@
+"""A re-submit that corrects a batch's rate card while an afc process runs its jobs says that
+process goes on pricing and budgeting by the card it began with (``run.batch_rates`` is read
+as a run begins), and how to apply the new one now. Found by outside audit 49c: a resume kept
+pricing at 0.05 after the card was corrected to 0.50, four more calls started, every report
+showed the old figures, and nothing said so (README "Rate cards")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from conftest import ledger_count, manifest
+
+
+def priced(per_image: str) -> dict:
+    return manifest(
+        [{"key": f"s{i}", "prompt": f"shot {i}"} for i in range(3)],
+        rates=[{"provider": "local", "model": "m1", "per_image": per_image}],
+    )
+
+
+def test_a_card_corrected_under_a_live_run_says_that_run_keeps_the_old_one(afc, ledger_url):
+    afc.env["AFC_LEDGER"] = ledger_url
+    release = afc.cwd / "release"
+    afc.env["AFC_LOCAL_RELEASE"] = str(release)
+    afc.write_manifest(priced("0.05"))
+    running = afc.popen("submit", "manifest.yaml", "--concurrency", "1")
+    try:
+        deadline = time.time() + 60
+        sql = "SELECT COUNT(*) FROM attempts"
+        while ledger_count(afc, ledger_url, sql) < 1 and time.time() < deadline:
+            time.sleep(0.05)
+        afc.write_manifest(priced("0.50"))
+        corrected = afc("submit", "manifest.yaml", "--no-run", "--json")
+        assert corrected.returncode == 0, corrected.stderr
+        said = corrected.stderr
+        assert "batch b1's rate cards changed while an afc process holds its jobs" in said
+        assert f"pid {running.pid} on " in said
+        assert "stop it (Ctrl-C or SIGTERM) and run 'afc resume'" in said
+        # the same card again, or a card changed with nothing running: nothing to say
+        again = afc("submit", "manifest.yaml", "--no-run")
+        assert "rate cards changed" not in again.stderr, again.stderr
+    finally:
+        release.touch()
+        running.send_signal(signal.SIGINT)
+        running.wait(timeout=60)
+    os.unlink(release)
+    afc.write_manifest(priced("0.05"))
+    idle = afc("submit", "manifest.yaml", "--no-run")
+    assert idle.returncode == 0 and "rate cards changed" not in idle.stderr, idle.stderr
