@@ -489,6 +489,17 @@ def _print_run(
         )
     for kept in result.admit.gates_kept if result.admit else ():
         _err(kept_message(kept))  # the manifest says a gate that this submit cannot apply
+    if result.admit is not None and result.admit.cards_dropped:
+        # a cron host without the AFC_CONFIG file the batch was first submitted with: its
+        # card left the batch, and the attempts after were unpriced, said only as 'N
+        # attempts of unknown cost' once paid
+        _err(
+            f"batch {result.admit.batch} is no longer priced for "
+            f"{', '.join(result.admit.cards_dropped)}: its last submit had a rate card for "
+            f"{'it' if len(result.admit.cards_dropped) == 1 else 'each'}, this one has none (the manifest's rates and AFC_CONFIG's file: is AFC_CONFIG "
+            "unset here, or another file?). Its attempts from now on are unpriced (their cost "
+            "unknown) and a budget refuses them; submit again with the card to price them"
+        )
     if result.admit is not None and result.admit.cards_kept_by:
         holders = result.admit.cards_kept_by
         _err(

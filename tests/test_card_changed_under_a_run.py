@@ -49,3 +49,24 @@ def test_a_card_corrected_under_a_live_run_says_that_run_keeps_the_old_one(afc, 
     afc.write_manifest(priced("0.05"))
     idle = afc("submit", "manifest.yaml", "--no-run")
     assert idle.returncode == 0 and "rate cards changed" not in idle.stderr, idle.stderr
+
+
+def test_a_resubmit_that_drops_a_card_says_its_attempts_go_unpriced(afc):
+    """Found by outside audit 49c: a cron host without the AFC_CONFIG file the batch was first
+    submitted with re-submitted it: the batch lost its card, and every attempt after was
+    unpriced, said only as 'N attempts of unknown cost' once paid."""
+    (afc.cwd / "rates.yaml").write_text(
+        'rates:\n  - {provider: local, model: m1, per_image: "0.05"}\n'
+    )
+    data = manifest([{"key": "s0", "prompt": "shot 0"}])
+    data.pop("rates", None)
+    afc.write_manifest(data)
+    first = afc("submit", "manifest.yaml", "--no-run", env={"AFC_CONFIG": "rates.yaml"})
+    assert first.returncode == 0 and "no longer priced" not in first.stderr, first.stderr
+    again = afc("submit", "manifest.yaml", "--no-run")
+    assert again.returncode == 0, again.stderr
+    assert "batch b1 is no longer priced for local/m1: its last submit had a rate card" in (
+        again.stderr
+    )
+    assert "is AFC_CONFIG unset here, or another file?" in again.stderr
+    assert "no longer priced" not in afc("submit", "manifest.yaml", "--no-run").stderr

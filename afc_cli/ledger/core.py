@@ -497,6 +497,9 @@ class AdmitResult:
     # the live afc processes holding jobs of the batch when this admission changed its rate
     # cards ('pid N on HOST'): they go on pricing and budgeting by the cards they began with
     cards_kept_by: list[str] = field(default_factory=list)
+    # the cards ('provider/model') the batch had and this admission's manifest (with
+    # AFC_CONFIG's file) does not: their models' attempts are unpriced from now on
+    cards_dropped: list[str] = field(default_factory=list)
 
     @property
     def admitted_keys(self) -> list[str]:
@@ -891,6 +894,9 @@ class Ledger:
             ).fetchall() == [(now,)]
             if before is not None and json.loads(before[0] or "[]") != rates_json:
                 result.cards_kept_by = self._card_holders(manifest.batch, now)
+                had = {(c["provider"], c["model"]) for c in json.loads(before[0] or "[]")}
+                has = {(c["provider"], c["model"]) for c in rates_json}
+                result.cards_dropped = [f"{p}/{m}" for p, m in sorted(had - has)]
             if not new_batch:
                 # a re-submit writes jobs of the batch (their gates, ``_regate``; webhooks,
                 # inputs) in its manifest's order: not beside a decision's walk over them,
