@@ -376,8 +376,9 @@ class RunContext:
     fetching: set[str] = field(default_factory=set)
     calls: dict[str, asyncio.Future] = field(default_factory=dict)
     # jobs whose room on the spool's disk ``_disk_low`` counted, until their call starts
-    # (``call``): the attempt row's commit and the inputs' reads come between, and a wave's
-    # checks all ran before its first call was counted, each finding the others' room free
+    # (``call``), or a synchronous provider's (which has no ``call``) until it answers: the
+    # attempt row's commit and the inputs' reads come between, and a wave's checks all ran
+    # before its first call was counted, each finding the others' room free
     landing: set[str] = field(default_factory=set)
     abandoned: set[str] = field(default_factory=set)
     # jobs blocked on their needs when the run began, and the task of every job this run is
@@ -1892,6 +1893,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             },
         )
         ctx.rendered[job["id"]] = job  # until the spool step takes the bytes (``keep_rendered``)
+        # counted among the renders not yet spooled from here, and not again as landing: a
+        # synchronous provider's call has no ``ctx.call`` to let go of it, and the job held its
+        # room through its spool write and its store, its bytes already on the disk: with one
+        # upload slow, the next render on a disk with room for it waited 'disk nearly full'
+        ctx.landing.discard(job["id"])
         _named_as(ctx, job, entry, head_of(result.data))
         _learn_cost(ctx, entry, rates, request["params"], result.cost_micros)
         if result.cost_micros is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -194,3 +195,61 @@ def test_a_runs_first_wave_is_counted_at_the_batchs_stored_outputs(afc, namespac
     assert (afc.cwd / "second.rc").read_text().strip() == "0", second_err
     rendered = calls(afc)
     assert len(rendered) == 17 and set(rendered.values()) == {1}, rendered  # none paid twice
+
+
+def test_a_render_being_stored_is_not_counted_again_at_the_next_ones_disk_check(afc, s3, namespace):
+    """A synchronous provider's render held the room its disk check counted (``landing``)
+    until its job ended: through its spool write, where it is counted among the renders not
+    yet spooled, and through its store, its bytes already on the disk. With one upload slow
+    (held here), the next render, on a disk with room for it (about 30 KiB above the margin
+    for a 20 KB output), waited 'disk nearly full' and the run ended with exit 1."""
+    import threading
+    import time
+
+    from s3fake import Fault
+
+    data = manifest([{"key": f"k{i:02d}", "prompt": f"prompt {i}"} for i in range(2)])
+    data["defaults"]["params"] = {"size": "1024x1024"}  # about 20 KB each
+    (afc.cwd / "manifest.yaml").write_text(yaml.safe_dump(data))
+    s3.plan.add(Fault("PUT", r"/k00\.png", "stall", 1))  # k00's upload, until released
+
+    def release() -> None:
+        # once k01 has either been sent to its provider or been made to wait
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                waiting = afc.rows("SELECT 1 FROM jobs WHERE key = 'k01' AND status = 'waiting'")
+            except sqlite3.Error:
+                waiting = []
+            if calls(afc).total() >= 2 or waiting:
+                break
+            time.sleep(0.05)
+        s3.plan.release()
+
+    watcher = threading.Thread(target=release)
+    watcher.start()
+    submit = afc_line(
+        afc, "submit", "manifest.yaml", "--storage", s3.url, "--concurrency", "1", min_free="0.05"
+    )
+    script = "\n".join(
+        [
+            "mkdir -p afc.db-spool && mount -t tmpfs -o size=1m tmpfs afc.db-spool || exit 9",
+            # about 105 KiB left: the 50 KiB margin and room for two outputs
+            "free=$(df -k --output=avail afc.db-spool | tail -1)",
+            "head -c $(( (free - 105) * 1024 )) /dev/zero > afc.db-spool/filler",
+            f"{submit} > first.out 2> first.err; echo $? > first.rc",
+            "exit 0",
+        ]
+    )
+    result = in_namespace(afc, script)
+    watcher.join()
+    assert result.returncode == 0, result.stderr
+    err = (afc.cwd / "first.err").read_text()
+    assert "Traceback" not in err
+    assert "MiB free where rendered bytes are kept" not in err, err
+    assert (afc.cwd / "first.rc").read_text().strip() == "0", err
+    assert sorted(afc.rows("SELECT key, status FROM jobs")) == [
+        ("k00", "succeeded"),
+        ("k01", "succeeded"),
+    ]
+    assert set(calls(afc).values()) == {1}
