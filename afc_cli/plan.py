@@ -270,6 +270,14 @@ def plan(
         estimate += price
         return price
 
+    def held(known: tuple) -> bool:
+        """Whether a live afc process holds this admitted job's lease, as a claim decides it
+        (``owner.lease_held``): on this host by its monotonic expiry (``lease_mono``), so a
+        wall-clock jump past the lease (an NTP step, a laptop that slept) leaves a live run's
+        job its own, as the submit leaves it; judged by the wall-clock expiry alone, a plan
+        beside such a run priced that job as to render."""
+        return lease_held(known[5], known[6], now, known[10])
+
     def run_elsewhere(known: tuple | None) -> str | None:
         """The action of an admitted, unfinished job that another live afc process holds now
         (a cron'd resume, a worker, another submit: ``owner.lease_held``, as a claim decides
@@ -280,7 +288,7 @@ def plan(
         if known is None or known[1] in PAST_RENDERING:
             return None
         holder = known[5]
-        if holder is None or held_by_no_process(holder) or not lease_held(holder, known[6], now):
+        if holder is None or held_by_no_process(holder) or not held(known):
             return None
         host, pid = (parse_owner(holder) or (holder, "?"))[:2]
         return ELSEWHERE.format(pid=pid, host=host)
@@ -425,7 +433,7 @@ def plan(
             bool(known[3]),
             stored,
             known[0],
-            held=lease_held(known[5], known[6], now),
+            held=held(known),
         )
         outcome = gates.replay(regate)
         if outcome is HELD:

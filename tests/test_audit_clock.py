@@ -364,3 +364,27 @@ def test_a_retry_after_date_is_measured_against_the_answers_own_date():
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", date="garbage") == 0
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now=1445412480.0) == 30
     assert parse_retry_after("12", date="Wed, 21 Oct 2015 07:28:00 GMT") == 12
+
+
+def test_a_plan_after_a_wall_clock_jump_leaves_a_live_runs_job_to_it(afc):
+    """'afc plan' judged a live run's lease by its wall-clock expiry alone, where a claim on
+    the same host reads its monotonic one (``lease_mono``): after a wall-clock jump past the
+    lease (an NTP step, a laptop that slept), a plan beside a resume rendering one of two jobs
+    counted it as to render and priced it (2 to render, 0.10 USD, '--max-spend 0.05' did NOT
+    fit), where the submit leaves it to that run and renders the other for 0.05."""
+    slow = {"key": "slow", "prompt": "a slow shot", "params": {"latency_s": 120}}
+    later = {"key": "later", "prompt": "a later shot", "params": {"latency_s": 120}}
+    afc.write_manifest(manifest([slow, later]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    running = afc.popen("resume", "--concurrency", "1")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+        jump = afc.cwd / "wall-shift"
+        jump.write_text("600")  # the wall clock, 10 minutes on: past the 300 s lease
+        plan = afc.json("plan", "manifest.yaml", "--max-spend", "0.05", env=shifted(afc, wall=jump))
+    finally:
+        running.kill()
+        running.wait(timeout=30)
+    assert (plan["to_render"], plan["elsewhere"]) == (1, 1), plan["jobs"]
+    assert plan["estimated_spend"] == "0.050000"
+    assert plan["fits_budget"] is True

@@ -4617,7 +4617,8 @@ def read_admitted(
 ) -> tuple[str | None, str | None, dict, dict, str | None, dict, list]:
     """A batch's storage and the S3 endpoint it was admitted through (None: unknown), its
     jobs (key: request hash, status, body, review, attempts, lease owner and expiry (on this
-    host's clock: a PostgreSQL server's expiry is re-based on it), waiting reason, output key), their needs (key: need keys),
+    host's clock: a PostgreSQL server's expiry is re-based on it), waiting reason, output key,
+    inputs and the lease's expiry on its host's monotonic clock), their needs (key: need keys),
     where ``afc ledger copy`` moved the ledger's work (None: nowhere), the attempts of its
     unfinished jobs (``admitted_history``) and the priced answers of ``models`` in the batch
     (``priced_answers_of``) as ``afc plan`` needs them,

@@ -1583,6 +1583,12 @@ class PostgresLedger(Ledger):
             # that): written on the server's clock, it was read as this host's, and a host
             # ahead of the server by more than a lease had left took a live worker's job for
             # a free one (its changed gates planned to apply, where the submit keeps them)
+            # a ledger before m009 (read-only: not migrated) has no lease on a host's
+            # monotonic clock (``owner.lease_held``: its own host's, not re-based)
+            mono = conn.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+                " AND table_name = 'jobs' AND column_name = 'lease_mono'"
+            ).fetchone()
             jobs = {
                 key: tuple(rest)
                 for key, *rest in conn.execute(
@@ -1592,6 +1598,7 @@ class PostgresLedger(Ledger):
                     " lease_expires - EXTRACT(EPOCH FROM clock_timestamp())::float8 + %s,"
                     " waiting_reason, output_key, "
                     + ("inputs_json" if gated else "NULL")  # as SQLite's, for a conflict
+                    + (", lease_mono" if mono else ", NULL")
                     + " FROM jobs WHERE batch = %s",
                     (time.time(), batch),
                 )

@@ -534,6 +534,11 @@ class SqliteLedger(Ledger):
             gated = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_needs'"
             ).fetchone()
+            # a ledger before m009 (read-only: not migrated) has no lease on a host's
+            # monotonic clock
+            mono = conn.execute(
+                "SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'lease_mono'"
+            ).fetchone()
             jobs = {
                 key: rest
                 for key, *rest in conn.execute(
@@ -543,6 +548,8 @@ class SqliteLedger(Ledger):
                     # where its input files were read (m007, as the review): a conflict says
                     # those changed on disk since (``conflicts.inputs_changed``)
                     + ("inputs_json" if gated else "NULL")
+                    # the lease's expiry on its host's monotonic clock (``owner.lease_held``)
+                    + (", lease_mono" if mono else ", NULL")
                     + " FROM jobs WHERE batch = ?",
                     (batch,),
                 )
