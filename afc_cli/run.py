@@ -1268,6 +1268,12 @@ async def _open_batches(ctx: RunContext, job_ids: list[str]) -> None:
         open_batch(ctx.ledger, name, ctx.storages[name], check=False)
         await ctx.network(check_storage, ctx.storages[name])
         ctx.checked.add(name)
+        if ctx.min_free_bytes:
+            # its renders counted at its stored outputs from its first wave, as a run's start
+            # counts its batches' (``run_jobs``): met here knowing no size for it, a worker
+            # started as many of its renders as it had slots, on a spool disk with room for
+            # a third of them, and the bytes of those past the room were paid for and lost
+            ctx.largest_output = max(ctx.largest_output, ctx.ledger.largest_output([name]))
         # its jobs' webhooks posted in this loop: one that began with none to post started
         # no outbox, and their events waited for the loop's end (as long as work came)
         if ctx.start_outbox is not None:

@@ -253,3 +253,85 @@ def test_a_render_being_stored_is_not_counted_again_at_the_next_ones_disk_check(
         ("k01", "succeeded"),
     ]
     assert set(calls(afc).values()) == {1}
+
+
+def test_a_workers_batch_met_by_a_refill_is_counted_at_its_stored_outputs(afc, namespace):
+    """A run counts its first wave at the largest output its batches already stored
+    (``Ledger.largest_output``), read for the batches of its start alone: a worker's loop
+    met a batch admitted since (``run._open_batches``) knowing no size for it, and on a
+    spool disk with room for about five 20 KB renders it started all fifteen its slots
+    allowed, their bytes past the room paid for and lost. The batch is counted at its stored
+    outputs as the loop meets it: no more start than fit."""
+    import time
+
+    def write(name: str, batch: str, keys: list[str], size: str) -> None:
+        data = manifest([{"key": key, "prompt": f"{batch} {key}"} for key in keys], batch=batch)
+        data["defaults"]["params"] = {"size": size}
+        (afc.cwd / name).write_text(yaml.safe_dump(data))
+
+    write("first.yaml", "big", ["k00"], "1024x1024")  # about 20 KB, stored before
+    write("small.yaml", "small", ["s0"], "48x32")
+    write("big.yaml", "big", [f"k{i:02d}" for i in range(17)], "1024x1024")
+    release, stop = afc.cwd / "release", afc.cwd / "stop"
+    worker = afc_line(
+        afc, "worker", "--poll", "0.1", "--concurrency", "16", "--claim", "16", min_free="0.05"
+    )
+    script = "\n".join(
+        [
+            f"{afc_line(afc, 'submit', 'first.yaml', min_free='0')} 2> first.err || exit 8",
+            "mkdir -p afc.db-spool && mount -t tmpfs -o size=1m tmpfs afc.db-spool || exit 9",
+            # about 160 KiB left: the 50 KiB margin and room for five outputs
+            "free=$(df -k --output=avail afc.db-spool | tail -1)",
+            "head -c $(( (free - 160) * 1024 )) /dev/zero > afc.db-spool/filler",
+            f"{afc_line(afc, 'submit', 'small.yaml', '--no-run', min_free='0')} || exit 7",
+            f"AFC_LOCAL_RELEASE={release} {worker} > worker.out 2> worker.err &",
+            "pid=$!",
+            f"while [ ! -e {stop} ]; do sleep 0.05; done",
+            "kill -TERM $pid; wait $pid",
+            "exit 0",
+        ]
+    )
+    env = {**afc.env, "AFC_LOCAL_CALL_LOG": str(afc.cwd / "calls.log")}
+    proc = subprocess.Popen(
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=afc.cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def big_calls() -> int:
+        ids = {row[0] for row in afc.rows("SELECT id FROM jobs WHERE batch = 'big'")}
+        return sum(1 for job_id in calls(afc) if job_id in ids)
+
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(calls(afc)) < 2:  # k00, then s0 held
+            time.sleep(0.05)
+        assert len(calls(afc)) == 2, proc.poll()
+        admitted = subprocess.run(
+            afc.command("submit", "big.yaml", "--no-run"),
+            cwd=afc.cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert admitted.returncode == 0, admitted.stderr
+        # the worker's refill claims the batch: each of its jobs starts or waits for room
+        while time.monotonic() < deadline:
+            waiting = afc.rows(
+                "SELECT COUNT(*) FROM jobs WHERE batch = 'big' AND status = 'waiting'"
+            )[0][0]
+            if big_calls() + waiting >= 15:
+                break
+            time.sleep(0.05)
+        started = big_calls() - 1  # (k00's call was the first submit's)
+    finally:
+        release.touch()
+        stop.touch()
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    said = (afc.cwd / "worker.err").read_text()
+    assert "Traceback" not in said
+    assert 1 <= started <= 5, (started, said)
