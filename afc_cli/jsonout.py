@@ -4,8 +4,10 @@ them without those imports."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -51,7 +53,7 @@ def emit_json(value: Any) -> None:
     try:
         sys.stdout.flush()
     except OSError as exc:  # a stdout that raises: not a run's (below)
-        raise ResultNotWritten(exc.errno, exc.strerror) from None
+        raise _not_written(exc) from None
     lost = getattr(sys.stdout, "lost", None)  # a run's stdout, whose failed write never raises
     if lost is not None and lost.errno != errno.EPIPE:  # a reader gone ('| head') chose to go
         # the run went on, its exit code its jobs'; a script reading the JSON from a file on
@@ -67,7 +69,21 @@ def _write(text: str) -> None:
     try:
         sys.stdout.write(text)
     except OSError as exc:
-        raise ResultNotWritten(exc.errno, exc.strerror) from None
+        raise _not_written(exc) from None
+
+
+def _not_written(exc: OSError) -> ResultNotWritten:
+    """The result stdout refused, said once, by afc: the rest of it, left in stdout's buffer,
+    goes to /dev/null. Outside ``PYTHONUNBUFFERED`` (a crontab's, a script's) Python's own
+    flush of that buffer at exit failed again after afc's line, 'Exception ignored in:
+    <_io.TextIOWrapper name='<stdout>'...> OSError', and the exit code was 120, not afc's."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # a stdout with no fd
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
+    return ResultNotWritten(exc.errno, exc.strerror)
 
 
 def scrubbed_in_turn(value: Any, seen: dict[str, str]) -> Any:

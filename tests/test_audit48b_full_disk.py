@@ -225,3 +225,35 @@ def test_a_large_output_is_spooled_where_the_disk_has_room_for_it_once(
     assert (afc.cwd / "second.rc").read_text().strip() == "0"
     assert (afc.outputs() / "b1" / "j0.png").stat().st_size == 20 << 20
     assert fake.counts["replicate_submit"] == 1
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_json_result_a_full_disk_refuses_ends_in_afcs_own_exit_code_when_buffered(afc):
+    """Outside a test's ``PYTHONUNBUFFERED=1`` (a crontab's, a script's), stdout to a file is
+    buffered: the ``--json`` result it refused stayed in the buffer, and Python's own flush of
+    it at exit failed again after afc's line, 'Exception ignored in: <_io.TextIOWrapper
+    name='<stdout>'...> OSError: [Errno 28] No space left on device', exit 120 (a code README
+    does not document) where README says 1: a decision's, a cancel's, a retry's, and a
+    read's ('afc status --json') alike."""
+    data = manifest([{"key": "r1", "prompt": "one"}, {"key": "q1", "prompt": "two"}])
+    data["jobs"][0]["review"] = True
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    afc.write_manifest(manifest([{"key": "q2", "prompt": "three"}]), "more.yaml")
+    assert afc("submit", "more.yaml", "--no-run").returncode == 0
+    buffered = {k: v for k, v in afc.env.items() if k != "PYTHONUNBUFFERED"}
+    for args in (("review", "approve", "r1"), ("cancel", "q2"), ("retry", "q2"), ("status",)):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run(
+                afc.command(*args, "--json"),
+                cwd=afc.cwd,
+                env=buffered,
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
+        assert "Exception ignored" not in result.stderr, (args, result.stderr)
+        assert result.returncode == 1, (args, result.stderr)
+        said = result.stderr.strip().splitlines()[-1]
+        assert "No space left on device" in said, said
