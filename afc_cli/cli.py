@@ -2068,6 +2068,7 @@ def main() -> None:
     except SystemExit as exc:
         if exc.code == 130:  # typer's for a KeyboardInterrupt as it read the command line
             _before_it_began()
+        _flush_stdout()
         raise
     except OSError as exc:  # help or the version written to a full disk: one line, exit 1
         if os.environ.get("AFC_DEBUG"):
@@ -2076,6 +2077,29 @@ def main() -> None:
         sys.exit(1)
     finally:
         _settled()  # the command is over, its exit code decided
+
+
+def _flush_stdout() -> None:
+    """Write out what is left in stdout's buffer as the command ends, or say once that it
+    could not be written (exit 1). A table or listing written to a file on a full disk, by
+    a crontab or a script (stdout buffered), failed at Python's own flush after the command:
+    'Exception ignored in: <_io.TextIOWrapper name='<stdout>'...> OSError: [Errno 28] No
+    space left on device', and exit 120, a code README does not document. The rest goes to
+    /dev/null (``jsonout._not_written``, as a --json result's does)."""
+    from afc_cli.jsonout import _not_written
+
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:  # ValueError: a stdout closed
+        if not isinstance(exc, OSError):
+            return
+        _not_written(exc)
+        _err(
+            f"the output could not be written to stdout ({exc.strerror or exc}); what the "
+            "command did is done (a command that only reads changed nothing): free space "
+            "where it goes, then run it again to see it"
+        )
+        sys.exit(1)
 
 
 # afc report --html and afc serve: their module attaches them to ``app`` (afc_cli/cli_pictures.py)

@@ -257,3 +257,30 @@ def test_a_json_result_a_full_disk_refuses_ends_in_afcs_own_exit_code_when_buffe
         assert result.returncode == 1, (args, result.stderr)
         said = result.stderr.strip().splitlines()[-1]
         assert "No space left on device" in said, said
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_table_a_full_disk_refuses_ends_in_afcs_own_line_and_exit_code(afc):
+    """As a --json result's (above), a listing or table written to a file on a full disk by a
+    crontab or a script (stdout buffered) failed at Python's own flush after the command:
+    'Exception ignored in: <_io.TextIOWrapper name='<stdout>'...>', exit 120 (suspected by
+    outside audit 49b)."""
+    afc.write_manifest(manifest([{"key": "r1", "prompt": "one"}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    buffered = {k: v for k, v in afc.env.items() if k != "PYTHONUNBUFFERED"}
+    for args in (("status",), ("outputs",), ("costs", "report")):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run(
+                afc.command(*args),
+                cwd=afc.cwd,
+                env=buffered,
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
+        assert "Exception ignored" not in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr, (args, result.stderr)
+        assert result.returncode == 1, (args, result.stderr)
+        said = result.stderr.strip().splitlines()[-1]
+        assert "No space left on device" in said, said
