@@ -4554,12 +4554,13 @@ class Ledger:
         from afc_cli.owner import held_by_no_process, lease_held, parse_owner
 
         holders: set[tuple[str, str]] = set()
-        for owner, expires in self.db.execute(
-            "SELECT DISTINCT lease_owner, lease_expires FROM jobs WHERE batch = ?"
+        for owner, expires, mono in self.db.execute(
+            "SELECT DISTINCT lease_owner, lease_expires, lease_mono FROM jobs WHERE batch = ?"
             " AND lease_owner IS NOT NULL AND status IN ('queued', 'running', 'waiting')",
             (batch,),
         ):
-            if held_by_no_process(owner) or not lease_held(owner, expires, now):
+            # as a claim judges it: a live process of this host by its monotonic expiry
+            if held_by_no_process(owner) or not lease_held(owner, expires, now, mono):
                 continue
             host, pid = (parse_owner(owner) or (owner, "?"))[:2]
             holders.add((host, pid))
