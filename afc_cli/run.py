@@ -1039,7 +1039,7 @@ def run_jobs(
                         )
                         reporter.notice(_kept_notice(kept, stored, spool.root))
                     if ctx.unkept:
-                        reporter.notice(_unkept_notice(ctx.unkept, spool.root))
+                        reporter.notice(_unkept_notice(ctx.unkept, spool.root, kept))
                     for key, provider, request_id, noted in ctx.unrecorded.values():
                         then = (
                             f"its id is kept in the spool {spool.root}: the next run on this "
@@ -1815,12 +1815,14 @@ def _kept_notice(kept: int, stored: int, root: Path) -> str:
     )
 
 
-def _unkept_notice(unkept: list[str], root: Path) -> str:
+def _unkept_notice(unkept: list[str], root: Path, kept: int = 0) -> str:
     """What a run stopped by a broken ledger says of the paid renders it could neither keep
-    (the spool's disk refused their bytes: the ledger's own disk, full) nor record."""
+    (the spool's disk refused their bytes: the ledger's own disk, full) nor record; 'more'
+    only beside the ``kept`` ones said before it."""
     shown = ", ".join(unkept[:4]) + (f" and {len(unkept) - 4} more" if len(unkept) > 4 else "")
+    more = " more" if kept else ""
     return (
-        f"{len(unkept)} more paid render{'s' if len(unkept) != 1 else ''} ({shown}) could not "
+        f"{len(unkept)}{more} paid render{'s' if len(unkept) != 1 else ''} ({shown}) could not "
         f"be kept in the spool {root} nor recorded: the next run renders "
         f"{'them' if len(unkept) != 1 else 'it'} again (paid again), unless the provider "
         "still holds the output of a request whose id was recorded"
