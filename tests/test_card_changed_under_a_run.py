@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from conftest import ledger_count, manifest
+from conftest import ledger_count, manifest, wait_for
 
 
 def priced(per_image: str) -> dict:
@@ -70,3 +70,26 @@ def test_a_resubmit_that_drops_a_card_says_its_attempts_go_unpriced(afc):
     )
     assert "is AFC_CONFIG unset here, or another file?" in again.stderr
     assert "no longer priced" not in afc("submit", "manifest.yaml", "--no-run").stderr
+
+
+def test_a_card_written_anew_at_the_same_price_says_nothing_under_a_live_run(afc):
+    """A card re-written with its price the same ("0.05" as "0.050", or its fields in
+    another order) changes nothing a run prices or reserves: a re-submit beside a live run
+    told the user to stop it and resume, for a correction there was not."""
+    release = afc.cwd / "release"
+    afc.env["AFC_LOCAL_RELEASE"] = str(release)
+    afc.write_manifest(priced("0.05"))
+    running = afc.popen("submit", "manifest.yaml", "--concurrency", "1")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts", 1)
+        afc.write_manifest(priced("0.050"))
+        again = afc("submit", "manifest.yaml", "--no-run")
+        assert again.returncode == 0, again.stderr
+        assert "rate cards changed" not in again.stderr, again.stderr
+        afc.write_manifest(priced("0.5"))
+        corrected = afc("submit", "manifest.yaml", "--no-run")
+        assert "batch b1's rate cards changed while an afc process holds" in corrected.stderr
+    finally:
+        release.touch()
+        running.send_signal(signal.SIGINT)
+        running.wait(timeout=60)

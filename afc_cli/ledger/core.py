@@ -24,7 +24,7 @@ from typing import Any
 
 from afc_cli import ledger_file
 from afc_cli.conflicts import changes_since, inputs_changed
-from afc_cli.costs import plural
+from afc_cli.costs import RateCards, plural
 from afc_cli.errors import (
     SHOWN_BATCHES,
     LedgerError,
@@ -892,7 +892,11 @@ class Ledger:
                     endpoint,
                 ),
             ).fetchall() == [(now,)]
-            if before is not None and json.loads(before[0] or "[]") != rates_json:
+            # compared by price, not by text: a card written anew at the same price
+            # ("0.05" as "0.050") changes nothing a run prices or reserves, and named the
+            # live runs as pricing by an old card, to be stopped and resumed for nothing
+            had_cards = RateCards.from_json(json.loads(before[0] or "[]")) if before else None
+            if had_cards is not None and had_cards.cards != rates.cards:
                 result.cards_kept_by = self._card_holders(manifest.batch, now)
                 had = {(c["provider"], c["model"]) for c in json.loads(before[0] or "[]")}
                 has = {(c["provider"], c["model"]) for c in rates_json}
