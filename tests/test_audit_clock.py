@@ -388,3 +388,28 @@ def test_a_plan_after_a_wall_clock_jump_leaves_a_live_runs_job_to_it(afc):
     assert (plan["to_render"], plan["elsewhere"]) == (1, 1), plan["jobs"]
     assert plan["estimated_spend"] == "0.050000"
     assert plan["fits_budget"] is True
+
+
+def test_a_card_corrected_after_a_wall_clock_jump_still_names_the_live_run(afc):
+    """A re-submit that corrects a batch's rate card names the live afc processes holding its
+    jobs, which go on pricing by the card they began with (``Ledger._card_holders``). After
+    a wall-clock jump past their lease (an NTP step, a laptop that slept) it judged their
+    leases by the wall clock alone, where a claim judges them by ``lease_mono``: the run
+    went on at 0.05 an image after a correction to 0.50, and the re-submit said nothing."""
+    afc.write_manifest(manifest(jobs(1)))
+    release = afc.cwd / "release"
+    first = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+        jump = afc.cwd / "wall-shift"
+        jump.write_text("600")  # the wall clock, 10 minutes on: past the 300 s lease
+        afc.write_manifest(
+            manifest(jobs(1), rates=[{"provider": "local", "model": "m1", "per_image": "0.50"}])
+        )
+        corrected = afc("submit", "manifest.yaml", "--no-run", env=shifted(afc, wall=jump))
+        assert corrected.returncode == 0, corrected.stderr
+        assert "rate cards changed while an afc process holds" in corrected.stderr, corrected.stderr
+        assert f"pid {first.pid} on " in corrected.stderr
+    finally:
+        release.touch()
+    assert first.wait(timeout=60) == 0, first.stderr.read()
