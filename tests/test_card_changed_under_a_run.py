@@ -93,3 +93,33 @@ def test_a_card_written_anew_at_the_same_price_says_nothing_under_a_live_run(afc
         release.touch()
         running.send_signal(signal.SIGINT)
         running.wait(timeout=60)
+
+
+def test_a_card_dropped_with_its_model_says_nothing_once_no_job_left_renders_it(afc, ledger_url):
+    """A batch moved to another model (its jobs on m1 all rendered, the next ones on m2, the
+    card for m1 taken out with m1) prices every attempt still to come: the re-submit said
+    its attempts went unpriced and asked whether AFC_CONFIG was unset, for a model no job of
+    the batch will call again. One job left to render on m1 keeps the notice."""
+    afc.env["AFC_LEDGER"] = ledger_url
+    afc.write_manifest(priced("0.05"))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    moved = manifest(
+        [
+            {
+                "key": "t0",
+                "prompt": "shot t0",
+                "chain": [{"provider": "local", "model": "m2", "attempts": 1}],
+            }
+        ],
+        rates=[{"provider": "local", "model": "m2", "per_image": "0.07"}],
+    )
+    afc.write_manifest(moved)
+    again = afc("submit", "manifest.yaml", "--no-run")
+    assert again.returncode == 0, again.stderr
+    assert "no longer priced" not in again.stderr, again.stderr
+    # a job still to render on m1, admitted under its card: the notice is for it
+    afc.write_manifest(priced("0.05") | {"jobs": [{"key": "s9", "prompt": "shot 9"}]})
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    afc.write_manifest(moved)
+    dropped = afc("submit", "manifest.yaml", "--no-run")
+    assert "batch b1 is no longer priced for local/m1" in dropped.stderr, dropped.stderr

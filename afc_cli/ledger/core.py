@@ -948,6 +948,10 @@ class Ledger:
                 if rewebhooked:
                     self._rewebhook(rewebhooked)
                 result.gates_kept.extend(gates.kept)
+            if result.cards_dropped:
+                result.cards_dropped = self._cards_still_called(
+                    manifest.batch, result.cards_dropped
+                )
         if new_batch:
             self.batches_grew()
         if result.conflicts:
@@ -4569,6 +4573,26 @@ class Ledger:
             host, pid = (parse_owner(owner) or (owner, "?"))[:2]
             holders.add((host, pid))
         return [f"pid {pid} on {host}" for host, pid in sorted(holders)]
+
+    def _cards_still_called(self, batch: str, dropped: list[str]) -> list[str]:
+        """Of the cards ('provider/model') a re-submit dropped, those whose model is in the
+        chain of a job of ``batch`` not yet succeeded (one to render, or one a retry can put
+        back): a batch moved to another model, its card taken out with the model once every
+        job on it had rendered, was said to go unpriced from now on, asking whether
+        AFC_CONFIG was unset, where no attempt to come calls that model."""
+        left = set(dropped)
+        called: set[str] = set()
+        for (request_json,) in self.db.execute(
+            "SELECT request_json FROM jobs WHERE batch = ? AND status <> 'succeeded'", (batch,)
+        ):
+            for entry in json.loads(request_json or "{}").get("chain") or ():
+                card = f"{entry.get('provider')}/{entry.get('model')}"
+                if card in left:
+                    called.add(card)
+                    left.discard(card)
+            if not left:
+                break
+        return [card for card in dropped if card in called]
 
     def largest_output(self, batches: Collection[str]) -> int:
         """The largest output the jobs of ``batches`` have stored, in bytes (0 for none): what
