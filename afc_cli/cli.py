@@ -2073,6 +2073,11 @@ def main() -> None:
     except OSError as exc:  # help or the version written to a full disk: one line, exit 1
         if os.environ.get("AFC_DEBUG"):
             raise
+        # the rest of the help, left in stdout's buffer, to /dev/null: Python's own flush of
+        # it at exit failed again after this line ('Exception ignored in: ...'), exit 120
+        from afc_cli.jsonout import _not_written
+
+        _not_written(exc)
         _err(f"{exc}; nothing was changed")
         sys.exit(1)
     finally:

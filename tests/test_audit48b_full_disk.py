@@ -286,3 +286,26 @@ def test_a_table_a_full_disk_refuses_ends_in_afcs_own_line_and_exit_code(afc):
         assert result.returncode == 1, (args, result.stderr)
         said = result.stderr.strip().splitlines()[-1]
         assert "No space left on device" in said, said
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_help_a_full_disk_refuses_ends_in_afcs_own_line_and_exit_code(afc):
+    """As a table's (above): 'afc --help > file' on a full disk, stdout buffered (a script's),
+    said afc's line and then Python's own flush of what was left, 'Exception ignored in:
+    <_io.TextIOWrapper name='<stdout>'...> OSError', exit 120 where README says 1."""
+    buffered = {k: v for k, v in afc.env.items() if k != "PYTHONUNBUFFERED"}
+    for args in (("--help",), ("status", "--help"), ("review", "--help")):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run(
+                afc.command(*args),
+                cwd=afc.cwd,
+                env=buffered,
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
+        assert "Exception ignored" not in result.stderr, (args, result.stderr)
+        assert result.returncode == 1, (args, result.stderr)
+        said = result.stderr.strip().splitlines()
+        assert len(said) == 1 and "No space left on device" in said[0], said
