@@ -8,6 +8,7 @@ YAML, the providers) are imported inside the commands so ``afc --help`` stays fa
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import os
@@ -2068,7 +2069,7 @@ def main() -> None:
     except SystemExit as exc:
         if exc.code == 130:  # typer's for a KeyboardInterrupt as it read the command line
             _before_it_began()
-        _flush_stdout()
+        _flush_stdout(exc.code)
         raise
     except OSError as exc:  # help or the version written to a full disk: one line, exit 1
         if os.environ.get("AFC_DEBUG"):
@@ -2084,9 +2085,9 @@ def main() -> None:
         _settled()  # the command is over, its exit code decided
 
 
-def _flush_stdout() -> None:
+def _flush_stdout(code: Any = 0) -> None:
     """Write out what is left in stdout's buffer as the command ends, or say once that it
-    could not be written (exit 1). A table or listing written to a file on a full disk, by
+    could not be written (exit 1, or the command's own ``code`` when it failed already). A table or listing written to a file on a full disk, by
     a crontab or a script (stdout buffered), failed at Python's own flush after the command:
     'Exception ignored in: <_io.TextIOWrapper name='<stdout>'...> OSError: [Errno 28] No
     space left on device', and exit 120, a code README does not document. The rest goes to
@@ -2099,12 +2100,13 @@ def _flush_stdout() -> None:
         if not isinstance(exc, OSError):
             return
         _not_written(exc)
+        fix = "free space where it goes" if exc.errno == errno.ENOSPC else "mend where it goes"
         _err(
             f"the output could not be written to stdout ({exc.strerror or exc}); what the "
-            "command did is done (a command that only reads changed nothing): free space "
-            "where it goes, then run it again to see it"
+            f"command did is done (a command that only reads changed nothing): {fix}, then "
+            "run it again to see it"
         )
-        sys.exit(1)
+        sys.exit(code if isinstance(code, int) and code else 1)
 
 
 # afc report --html and afc serve: their module attaches them to ``app`` (afc_cli/cli_pictures.py)

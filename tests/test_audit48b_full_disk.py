@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -309,3 +310,26 @@ def test_help_a_full_disk_refuses_ends_in_afcs_own_line_and_exit_code(afc):
         assert result.returncode == 1, (args, result.stderr)
         said = result.stderr.strip().splitlines()
         assert len(said) == 1 and "No space left on device" in said[0], said
+
+
+def test_a_stdout_refused_otherwise_than_full_is_not_told_to_free_space(afc):
+    """A stdout opened for reading only (``1</dev/null``: EBADF) was told to free space where
+    it goes (suspected by outside audit 50a)."""
+    afc.write_manifest(manifest([{"key": "r1", "prompt": "one"}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    buffered = {k: v for k, v in afc.env.items() if k != "PYTHONUNBUFFERED"}
+    with open(os.devnull) as read_only:
+        result = subprocess.run(
+            afc.command("status"),
+            cwd=afc.cwd,
+            env=buffered,
+            stdout=read_only,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 1, result.stderr
+    said = result.stderr.strip().splitlines()[-1]
+    assert "Bad file descriptor" in said and "mend where it goes" in said, said
+    assert "free space" not in said, said
