@@ -26,6 +26,7 @@ went idle, as an interrupted ``afc resume`` does (``WorkerResult.exit_code``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -330,8 +331,23 @@ def drain_while_idle(
 
 def batch_settings(ledger: Ledger) -> dict[str, tuple]:
     """Each batch's provider limits and rate cards as admitted (what a run loop reads at its
-    start: ``run.provider_limits``, ``run.batch_rates``), by batch name."""
-    return {row["name"]: (row["limits_json"], row["rates_json"]) for row in ledger.batches()}
+    start: ``run.provider_limits``, ``run.batch_rates``), by batch name. The cards compared
+    by price, as ``Ledger.admit`` compares them: a card written anew at the same price
+    ("0.05" as "0.050") ended a worker's refill, its new work waiting for the renders in
+    flight to end, for a change there was not."""
+    return {
+        row["name"]: (row["limits_json"], _priced(row["rates_json"] or "[]"))
+        for row in ledger.batches()
+    }
+
+
+@functools.lru_cache(maxsize=1024)
+def _priced(rates_json: str) -> tuple:
+    """A batch's recorded cards by price, each text parsed once (every refill compares every
+    batch's: ``_take_admitted``)."""
+    from afc_cli.costs import RateCards
+
+    return tuple(sorted(RateCards.from_json(json.loads(rates_json)).cards.items()))
 
 
 @dataclass

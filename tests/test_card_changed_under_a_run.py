@@ -123,3 +123,38 @@ def test_a_card_dropped_with_its_model_says_nothing_once_no_job_left_renders_it(
     afc.write_manifest(moved)
     dropped = afc("submit", "manifest.yaml", "--no-run")
     assert "batch b1 is no longer priced for local/m1" in dropped.stderr, dropped.stderr
+
+
+def test_a_card_written_anew_at_the_same_price_does_not_end_a_workers_refill(afc):
+    """A worker's refill ends once a batch's cards change (the jobs it runs finish under the
+    cards it read, its next round reads them anew). The cards were compared as text: a
+    re-submit writing the same price anew ("0.05" as "0.050") ended it, and a job added by
+    that re-submit waited for a long render in flight to end (suspected by outside audit
+    50a). Compared by price, the worker takes it at once."""
+    release = afc.cwd / "release"
+    afc.env["AFC_LOCAL_RELEASE"] = str(release)
+    data = priced("0.05")
+    data["jobs"] = data["jobs"][:1]  # s0: held until the test ends
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    worker = afc.popen("worker", "--concurrency", "2", "--poll", "0.1")
+    try:
+        deadline = time.time() + 60
+        while not afc.rows("SELECT 1 FROM attempts") and time.time() < deadline:
+            time.sleep(0.05)
+        again = priced("0.050")
+        again["jobs"] = [again["jobs"][0], {"key": "late", "prompt": "added meanwhile"}]
+        afc.write_manifest(again)
+        assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+        (afc.cwd / "release.late").touch()
+        deadline = time.time() + 60
+        done = []
+        while not done and time.time() < deadline:
+            done = afc.rows("SELECT 1 FROM jobs WHERE key = 'late' AND status = 'succeeded'")
+            time.sleep(0.05)
+        assert done, "the job added beside the render in flight waited for it"
+        assert afc.rows("SELECT status FROM jobs WHERE key = 's0'") == [("running",)]
+    finally:
+        release.touch()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
