@@ -16,6 +16,31 @@ def _usd(value: str | None) -> float:
     return float(Decimal(value)) if value is not None else 0.0
 
 
+# a label's characters before pygal cuts it (``truncate_label``)
+LABEL_CHARS = 40
+
+
+def _label(name: str, row: dict[str, Any]) -> str:
+    """A group's label, with the attempts of unknown cost its spend leaves out: a model whose
+    every attempt was unpriced drew as a model that spent nothing, beside the tables that
+    say it is unpriced. The name is cut (not the note) to fit the chart's label."""
+    unpriced = row["unpriced_attempts"]
+    if not unpriced:
+        return name
+    note = f" (+{unpriced} unpriced)"
+    if len(name) + len(note) > LABEL_CHARS:
+        name = name[: LABEL_CHARS - len(note) - 1] + "\u2026"
+    return name + note
+
+
+def _spent(row: dict[str, Any]) -> float | None:
+    """A group's spent bar; none for a group whose known spend is nothing while it has
+    unpriced attempts (its spend is unknown, not 0: the chart wrote it as ``$0.00``)."""
+    if row["unpriced_attempts"] and Decimal(row["priced"]) == 0:
+        return None
+    return _usd(row["priced"])
+
+
 def usd_label(value: float) -> str:
     """A chart's figure as money with the digits it has, to the micro-dollar afc counts in:
     ``$0.04``, ``$1,234.50``, ``$0.000006`` (cents alone read a real 0.000006 as ``$0.00``)."""
@@ -24,7 +49,7 @@ def usd_label(value: float) -> str:
     return f"${whole}.{frac.rstrip('0').ljust(2, '0')}"
 
 
-def _chart(kind: str, title: str, labels: list[str], series: list[tuple[str, list[float]]]):
+def _chart(kind: str, title: str, labels: list[str], series: list[tuple[str, list[float | None]]]):
     import pygal
     from pygal.style import Style
 
@@ -56,7 +81,7 @@ def _chart(kind: str, title: str, labels: list[str], series: list[tuple[str, lis
         show_y_guides=True,
         value_formatter=usd_label,
         x_label_rotation=0 if len(labels) < 8 else 30,
-        truncate_label=40,
+        truncate_label=LABEL_CHARS,
         truncate_legend=-1,
         title=title,
     )
@@ -71,13 +96,13 @@ def by_group(report: dict[str, Any], title: str) -> str:
     stored outputs saved, per provider or model."""
     rows = report["rows"]
     by = report["by"]
-    labels = [str(row[by]) for row in rows]
+    labels = [_label(str(row[by]), row) for row in rows]
     return _chart(
         "HorizontalBar",
         title,
         labels,
         [
-            ("spent", [_usd(r["priced"]) for r in rows]),
+            ("spent", [_spent(r) for r in rows]),
             ("wasted", [_usd(r["failed_spend"]) for r in rows]),
             ("saved", [_usd(r["avoided_cost"]) for r in rows]),
         ],
@@ -86,13 +111,13 @@ def by_group(report: dict[str, Any], title: str) -> str:
 
 def by_day(report: dict[str, Any]) -> str:
     rows = report["rows"]
-    labels = [str(row["day"]) for row in rows]
+    labels = [_label(str(row["day"]), row) for row in rows]
     return _chart(
         "Bar",
         "Spend by day (USD)",
         labels,
         [
-            ("spent", [_usd(r["priced"]) for r in rows]),
+            ("spent", [_spent(r) for r in rows]),
             ("wasted", [_usd(r["failed_spend"]) for r in rows]),
             ("saved", [_usd(r["avoided_cost"]) for r in rows]),
         ],
