@@ -343,6 +343,7 @@ def _cancel_at_provider(
                 # where a new request paid for the one output again.
                 ledger.note(job, CANCEL_TOO_LATE, request=request, attempt=attempt["number"])
                 out["completed_at_provider"].append(named)
+                _price_completed(ledger, job, attempt, provider)
             elif why is None:
                 ledger.note(job, "provider_cancel_sent", request=request)
                 if again:
@@ -350,6 +351,38 @@ def _cancel_at_provider(
             else:
                 ledger.note(job, "provider_cancel_failed", request=request, why=why)
                 out["not_stopped_at_provider"].append({**named, "why": why})
+
+
+def _price_completed(
+    ledger: Ledger, job: dict[str, Any], attempt: dict[str, Any], provider: Any
+) -> None:
+    """The cost of a request a cancel found completed (rendered and billed), from the usage
+    the provider reports for it (``Provider.completed_usage``: one free GET) priced by the
+    batch's card, written on its attempt (``Ledger.price_left``). It was left unpriced, the
+    costs report saying 'unknown outcome, possibly paid' for a Replicate render whose 3.2 s
+    afc had been told, until a person retried the job (found by outside audit 50b). One that
+    cannot be read stays as it was: unpriced, said so everywhere."""
+    import asyncio
+
+    from afc_cli.costs import RateCards
+
+    async def read() -> dict[str, Any] | None:
+        try:
+            return await provider.completed_usage(attempt["provider_request_id"], attempt["model"])
+        finally:
+            await provider.close()
+
+    try:
+        usage = asyncio.run(read())
+    except Exception:  # noqa: BLE001 - a read that failed leaves the attempt unpriced
+        return
+    if not usage:
+        return
+    found = ledger.batch(job["batch"])
+    cards = RateCards.from_json(json.loads((found or {}).get("rates_json") or "[]"))
+    cost = cards.price(attempt["provider"], attempt["model"], usage)
+    if cost is not None:
+        ledger.price_left(job, attempt["number"], attempt["provider"], cost, usage)
 
 
 def who() -> str:

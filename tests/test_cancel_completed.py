@@ -89,6 +89,12 @@ def test_a_request_done_before_afc_cancel_is_fetched_by_retry_not_paid_again(afc
     ]
     assert "had completed before the cancel came" in cancelled.stderr
     assert "'afc retry shot'" in cancelled.stderr
+    # priced as it stands, from what the provider reports of it (a free GET): it was left
+    # unpriced, 'unknown outcome, possibly paid', until a person retried the job (audit 50b)
+    [left] = afc.json("show", "shot")["attempts"]
+    assert left["cost"] == {"replicate": "0.003840", "fal": "0.025000"}[provider], left
+    report = afc.json("costs", "report")
+    assert [row["unpriced_attempts"] for row in report["rows"]] == [0], report
 
     assert afc("retry", "shot").returncode == 0
     resumed = afc("resume")

@@ -4244,6 +4244,27 @@ class Ledger:
                 (cost_micros, cost_micros, cost_source, job["id"], provider, number),
             )
 
+    def price_left(
+        self,
+        job: dict[str, Any],
+        number: int,
+        provider: str,
+        cost_micros: int,
+        usage: dict[str, Any],
+    ) -> None:
+        """The cost of an attempt a dead run left (``started`` or ``unknown``) and a cancel
+        found rendered and billed at its provider (``ops._price_completed``), with the usage
+        that prices it: its outcome stays what it was (a retry polls the request by its id and
+        stores its result, ``reopen_attempt``), its cost known. A cost already there stays."""
+        with self.tx():
+            self.db.execute(
+                "UPDATE attempts SET cost_micros = ?, cost_source = 'derived',"
+                " reserved_micros = ?, usage_json = COALESCE(usage_json, ?)"
+                " WHERE job_id = ? AND provider = ? AND number = ?"
+                " AND status IN ('started', 'unknown') AND cost_micros IS NULL",
+                (cost_micros, cost_micros, _dumps(usage), job["id"], provider, number),
+            )
+
     def record_answer_url(
         self,
         job: dict[str, Any],

@@ -395,6 +395,19 @@ class FalProvider(HttpProvider):
             provider_request_id=request_id,
         )
 
+    async def completed_usage(self, request_id: str, model: str) -> dict[str, Any] | None:
+        """``Provider.completed_usage``: the images a completed request's result names, as
+        its poll prices them (``render``); None once fal deleted the result."""
+        response = await self.client.get(
+            self.urls(model, request_id)["response_url"],
+            headers=self._headers(),
+            follow_redirects=True,
+        )
+        if response.status_code != 200:
+            return None
+        images = result_files(json_or_empty(response))
+        return {"images": len(images)} if images else None
+
     async def cancel_answer(self, request_id: str, model: str) -> str | None:
         """``Provider.cancel_answer``: COMPLETED when fal says ALREADY_COMPLETED, whatever
         status carries it (fal's documentation lists it among the statuses of the cancel's

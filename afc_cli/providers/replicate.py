@@ -321,6 +321,23 @@ class ReplicateProvider(HttpProvider):
         COMPLETED, rendered and billed, its output there to fetch by its id."""
         return (await self._cancel(request_id))[0]
 
+    async def completed_usage(self, request_id: str, model: str) -> dict[str, Any] | None:
+        """``Provider.completed_usage``: a succeeded prediction's ``predict_time`` and the
+        outputs it made, as a poll's answer prices them (``_finished``)."""
+        response = await self.client.get(
+            f"{self.base}/predictions/{request_id}", headers=self._headers()
+        )
+        prediction = json_or_empty(response)
+        if response.status_code != 200 or prediction.get("status") != "succeeded":
+            return None
+        seconds = obj(prediction.get("metrics")).get("predict_time")
+        usage: dict[str, Any] = {"seconds": seconds} if seconds is not None else {}
+        output = prediction.get("output")
+        urls = output_urls(output)
+        if urls:
+            usage["images"] = len(output) if isinstance(output, list) else len(urls)
+        return usage or None
+
     async def stop_left(self, request_id: str, model: str) -> bool:
         """``Provider.stop_left``: True also when the cancel's answer says the prediction had
         ended by itself, failed or aborted: its end, as Replicate recorded it, is read by its
