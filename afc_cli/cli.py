@@ -494,11 +494,12 @@ def _print_run(
         # a cron host without the AFC_CONFIG file the batch was first submitted with: its
         # card left the batch, and the attempts after were unpriced, said only as 'N
         # attempts of unknown cost' once paid
+        dropped = result.admit.cards_dropped
         _err(
-            f"batch {result.admit.batch} is no longer priced for "
-            f"{', '.join(result.admit.cards_dropped)}: its last submit had a rate card for "
-            f"{'it' if len(result.admit.cards_dropped) == 1 else 'each'}, this one has none (the manifest's rates and AFC_CONFIG's file: is AFC_CONFIG "
-            "unset here, or another file?). Its attempts from now on are unpriced (their cost "
+            f"batch {result.admit.batch} is no longer priced for {', '.join(dropped)}: its "
+            f"last submit had a rate card for {'it' if len(dropped) == 1 else 'each'}, this "
+            "one has none (the manifest's rates and AFC_CONFIG's file: is AFC_CONFIG unset "
+            "here, or another file?). Its attempts from now on are unpriced (their cost "
             "unknown) and a budget refuses them; submit again with the card to price them"
         )
     if result.admit is not None and result.admit.cards_kept_by:
@@ -2087,8 +2088,9 @@ def main() -> None:
 
 def _flush_stdout(code: Any = 0) -> None:
     """Write out what is left in stdout's buffer as the command ends, or say once that it
-    could not be written (exit 1, or the command's own ``code`` when it failed already). A table or listing written to a file on a full disk, by
-    a crontab or a script (stdout buffered), failed at Python's own flush after the command:
+    could not be written (exit 1, or the command's own ``code`` when it failed already). A
+    table or listing written to a file on a full disk, by a crontab or a script (stdout
+    buffered), failed at Python's own flush after the command:
     'Exception ignored in: <_io.TextIOWrapper name='<stdout>'...> OSError: [Errno 28] No
     space left on device', and exit 120, a code README does not document. The rest goes to
     /dev/null (``jsonout._not_written``, as a --json result's does)."""
@@ -2096,9 +2098,9 @@ def _flush_stdout(code: Any = 0) -> None:
 
     try:
         sys.stdout.flush()
-    except (OSError, ValueError) as exc:  # ValueError: a stdout closed
-        if not isinstance(exc, OSError):
-            return
+    except ValueError:  # a stdout closed: nothing to write to
+        return
+    except OSError as exc:
         _not_written(exc)
         fix = "free space where it goes" if exc.errno == errno.ENOSPC else "mend where it goes"
         _err(

@@ -10,6 +10,7 @@ Sources: ``quoted`` (the provider said), ``derived`` (reported units x rate card
 
 from __future__ import annotations
 
+import json
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
@@ -142,6 +143,11 @@ class RateCards:
                 for item in data
             }
         )
+
+    @classmethod
+    def from_text(cls, text: str | None) -> RateCards:
+        """A batch's cards as the ledger records them (``batches.rates_json``)."""
+        return cls.from_json(json.loads(text or "[]"))
 
     def to_json(self) -> list[dict[str, Any]]:
         return [

@@ -379,7 +379,7 @@ def _price_completed(
     if not usage:
         return
     found = ledger.batch(job["batch"])
-    cards = RateCards.from_json(json.loads((found or {}).get("rates_json") or "[]"))
+    cards = RateCards.from_text((found or {}).get("rates_json"))
     cost = cards.price(attempt["provider"], attempt["model"], usage)
     if cost is not None:
         ledger.price_left(job, attempt["number"], attempt["provider"], cost, usage)

@@ -150,6 +150,12 @@ def fingerprint_of(owner: str | None) -> str | None:
     return None if parsed is None else parsed[3]
 
 
+def process_named(owner: str | None) -> str:
+    """The process an owner id names, as messages name it: ``pid N on HOST``."""
+    host, pid = (parse_owner(owner) or (owner or "", "?"))[:2]
+    return f"pid {pid} on {host}"
+
+
 def shown(owner: str | None) -> str:
     """An owner id as messages show it: ``host:pid:start``, without its fingerprint."""
     parsed = parse_owner(owner)

@@ -2421,9 +2421,10 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
     is nearly full, no new render starts, the job waits with the reason, and the run ends
     with exit 1. Renders already in flight keep the room they need: beyond the margin
     (``min_free_bytes``), each call in flight or render not yet spooled, and this one, is
-    counted at the largest output the run has spooled or its batches had stored. Against the margin alone, a hundred
-    calls of 3 MB images started at 65 MiB free landed 300 MB on it: those past the room
-    were paid for and lost (a synchronous provider's rendered again, paid twice)."""
+    counted at the largest output the run has spooled or its batches had stored. Against the
+    margin alone, a hundred calls of 3 MB images started at 65 MiB free landed 300 MB on it:
+    those past the room were paid for and lost (a synchronous provider's rendered again, paid
+    twice)."""
     if not ctx.min_free_bytes:
         return False
     free = ctx.spool.free_bytes()
@@ -2434,7 +2435,7 @@ def _disk_low(ctx: RunContext, job: dict[str, Any]) -> bool:
 def _too_full(ctx: RunContext, job: dict[str, Any], free: int, where: str, said: str) -> bool:
     """Whether ``free`` bytes (``where``: the disk's role and folder) leave no room for this
     render beside the margin and the renders in flight; then the job waits, saying so."""
-    ahead = len(ctx.calls) + len(ctx.landing - {job["id"]}) + len(ctx.rendered)
+    ahead = len(ctx.calls) + len(ctx.landing) - (job["id"] in ctx.landing) + len(ctx.rendered)
     landing = (ahead + 1) * ctx.largest_output
     if free >= ctx.min_free_bytes + landing:
         ctx.landing.add(job["id"])

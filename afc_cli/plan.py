@@ -66,7 +66,7 @@ from afc_cli.gates import (
 from afc_cli.ledger import spool_holder_of, spool_root_of
 from afc_cli.ledger.core import AT_URL, NEED_FAILED, RENDERING, TERMINAL, list_places
 from afc_cli.manifest import job_id_for, same_request
-from afc_cli.owner import held_by_no_process, lease_held, parse_owner
+from afc_cli.owner import held_by_no_process, lease_held, process_named
 from afc_cli.pipeline import dearest_known, estimate_for, estimated_models, ownership
 from afc_cli.run import (
     Budget,
@@ -290,8 +290,7 @@ def plan(
         holder = known[5]
         if holder is None or held_by_no_process(holder) or not held(known):
             return None
-        host, pid = (parse_owner(holder) or (holder, "?"))[:2]
-        return ELSEWHERE.format(pid=pid, host=host)
+        return ELSEWHERE.format(process=process_named(holder))
 
     def to_run(job: Any, known: tuple | None) -> dict[str, Any]:
         nonlocal estimate
@@ -571,7 +570,7 @@ FROM_SPOOL = "store (its paid render is in this host's spool)"
 POLLED = "poll (the provider is still rendering its paid request)"
 FETCHED = "fetch (its paid render, at the output URL the provider's answer named)"
 # the action of an admitted job another live afc process holds (``run_elsewhere``)
-ELSEWHERE = "left alone (being run by another afc process, pid {pid} on {host})"
+ELSEWHERE = "left alone (being run by another afc process, {process})"
 
 
 def _some(keys: list[str], shown: int = 10, more: str = " (--json lists them)") -> str:

@@ -336,18 +336,18 @@ def batch_settings(ledger: Ledger) -> dict[str, tuple]:
     ("0.05" as "0.050") ended a worker's refill, its new work waiting for the renders in
     flight to end, for a change there was not."""
     return {
-        row["name"]: (row["limits_json"], _priced(row["rates_json"] or "[]"))
+        row["name"]: (row["limits_json"], _priced(row["rates_json"] or ""))
         for row in ledger.batches()
     }
 
 
 @functools.lru_cache(maxsize=1024)
-def _priced(rates_json: str) -> tuple:
+def _priced(rates_json: str) -> dict:
     """A batch's recorded cards by price, each text parsed once (every refill compares every
-    batch's: ``_take_admitted``)."""
+    batch's: ``_take_admitted``); compared only, never changed."""
     from afc_cli.costs import RateCards
 
-    return tuple(sorted(RateCards.from_json(json.loads(rates_json)).cards.items()))
+    return RateCards.from_text(rates_json).cards
 
 
 @dataclass

@@ -895,12 +895,10 @@ class Ledger:
             # compared by price, not by text: a card written anew at the same price
             # ("0.05" as "0.050") changes nothing a run prices or reserves, and named the
             # live runs as pricing by an old card, to be stopped and resumed for nothing
-            had_cards = RateCards.from_json(json.loads(before[0] or "[]")) if before else None
-            if had_cards is not None and had_cards.cards != rates.cards:
+            had = RateCards.from_text(before[0]).cards if before else None
+            if had is not None and had != rates.cards:
                 result.cards_kept_by = self._card_holders(manifest.batch, now)
-                had = {(c["provider"], c["model"]) for c in json.loads(before[0] or "[]")}
-                has = {(c["provider"], c["model"]) for c in rates_json}
-                result.cards_dropped = [f"{p}/{m}" for p, m in sorted(had - has)]
+                result.cards_dropped = [f"{p}/{m}" for p, m in sorted(had.keys() - rates.cards)]
             if not new_batch:
                 # a re-submit writes jobs of the batch (their gates, ``_regate``; webhooks,
                 # inputs) in its manifest's order: not beside a decision's walk over them,
@@ -4580,9 +4578,9 @@ class Ledger:
         reserves by them to its end (an ``afc worker``'s round likewise, its next round
         reading them anew), so a card a re-submit corrects under them applies from their
         next run; ``admit`` says so (README "Rate cards")."""
-        from afc_cli.owner import held_by_no_process, lease_held, parse_owner
+        from afc_cli.owner import held_by_no_process, lease_held, process_named
 
-        holders: set[tuple[str, str]] = set()
+        holders: set[str] = set()
         for owner, expires, mono in self.db.execute(
             "SELECT DISTINCT lease_owner, lease_expires, lease_mono FROM jobs WHERE batch = ?"
             " AND lease_owner IS NOT NULL AND status IN ('queued', 'running', 'waiting')",
@@ -4591,9 +4589,8 @@ class Ledger:
             # as a claim judges it: a live process of this host by its monotonic expiry
             if held_by_no_process(owner) or not lease_held(owner, expires, now, mono):
                 continue
-            host, pid = (parse_owner(owner) or (owner, "?"))[:2]
-            holders.add((host, pid))
-        return [f"pid {pid} on {host}" for host, pid in sorted(holders)]
+            holders.add(process_named(owner))
+        return sorted(holders)
 
     def _cards_still_called(self, batch: str, dropped: list[str]) -> list[str]:
         """Of the cards ('provider/model') a re-submit dropped, those whose model is in the
