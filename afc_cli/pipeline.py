@@ -335,6 +335,10 @@ class RunContext:
     # provider that this run polls to their end (``reopen_attempt``): their cost counts in
     # this run's spend and budget, though this run started none of them (its summary says so)
     adopted: set[tuple[str, str, int]] = field(default_factory=set)
+    # under a budget, the jobs whose requests an earlier run left that this run is to take
+    # over, by job id, with what each will count in its spend (``count_adoptions``): counted
+    # as spent until the job takes its request over or ends
+    to_adopt: dict[str, int] = field(default_factory=dict)
     # no render starts while the spool's disk has less free than this (AFC_MIN_FREE_MB): its
     # bytes, and the ledger's record of them, must have somewhere to go
     min_free_bytes: int = 0
@@ -608,6 +612,7 @@ async def _start_attempt(
                 reserve_micros=_reservation(ctx, entry, rates, params),
                 cap_micros=ctx.cap_micros,
                 limit=shared,
+                pending_micros=sum(ctx.to_adopt.values()),
             )
         except ProviderBusy as busy:
             ctx.report(job, "waiting", busy.reason, reason="provider limit")
@@ -669,9 +674,11 @@ def _may_make_room(
     Stopped at once, a run whose first wave of calls came back free ended 'stopped by the
     budget' having spent nothing, hundreds of its jobs never tried; it waits for those calls
     instead, and stops once the room they leave (none, or too little) does not fit."""
-    calls = ctx.protected - ctx.settling - {job["id"]}
+    # the requests this run is to take over count as its calls in flight (``to_adopt``)
+    calls = (ctx.protected | ctx.to_adopt.keys()) - ctx.settling - {job["id"]}
     tasks = {task for i in calls if (task := ctx.tasks.get(i)) is not None and not task.done()}
     held = ctx.ledger.reserved_in_flight(ctx.run_id, ctx.ledger.owner) if tasks else 0
+    held += sum(ctx.to_adopt.values())
     if held and exc.spent - held + exc.estimate <= exc.cap:
         ctx.settling.add(job["id"])
         return tasks, None
@@ -744,6 +751,34 @@ def _wait_for_holder(ctx: RunContext, job: dict[str, Any], held: OutputHeld) -> 
     else:
         ctx.ledger.pause_claims(job["id"], OUTPUT_HELD_PAUSE_S)
     ctx.report(job, "waiting", why, reason="output key held")
+
+
+def count_adoptions(ctx: RunContext, job_ids: list[str]) -> None:
+    """Under a budget, count the requests of ``job_ids`` an earlier run left at their
+    provider that this run will take over (``_resumable``) as this run's spend from its start
+    (``RunContext.to_adopt``): each at what its takeover counts (``Ledger.reopen_attempt``:
+    its known cost, else its reservation at the card as it is now). A new job listed before
+    them reached its attempt row first and its reservation fitted the cap they then filled:
+    a resume killed with three fal requests in flight, under ``--max-spend`` enough for them
+    alone, paid for a fourth call beside them."""
+    if ctx.cap_micros is None or not job_ids:
+        return
+    for row in ctx.ledger.left_requests(job_ids, ctx.run_id):
+        # another process's request still ``started`` is taken over as ``unknown`` by the
+        # claim (a live one's job is not claimed: its task ends, and it counts no more)
+        if not row["moves"] or _resumable(ctx, [{**row, "status": "unknown"}]) is None:
+            continue
+        if row["cost_micros"] is not None:
+            counted = row["cost_micros"]
+        else:
+            request = json.loads(row["request_json"])
+            rates = ctx.rates.get(row["batch"]) or RateCards()
+            entry = request["chain"][row["chain_index"]]
+            counted = _reservation(ctx, entry, rates, request["params"])
+            if counted is None:
+                counted = row["reserved_micros"]
+        if counted:
+            ctx.to_adopt[row["job_id"]] = int(counted)
 
 
 def _reservation(
@@ -1350,6 +1385,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         rows = ctx.ledger.attempts(job["id"]) if job["attempts"] else []
         rows = _noted_request(ctx, job, rows)
         resume = _resumable(ctx, [r for r in rows if r["number"] > base])
+        # counted as spent until now (``count_adoptions``): from here, by its reopened
+        # attempt, or not at all (a new attempt reserves its own)
+        ctx.to_adopt.pop(job["id"], None)
         if resume is None and _left_url_lost(ctx, job, [r for r in rows if r["number"] > base]):
             rows = ctx.ledger.attempts(job["id"])
         if resume is not None:

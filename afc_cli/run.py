@@ -62,6 +62,7 @@ from afc_cli.pipeline import (
     RunContext,
     Slots,
     check_storage,
+    count_adoptions,
     dearest_known,
     keep_rendered,
     run_job,
@@ -996,6 +997,7 @@ def run_jobs(
         # here as their tasks were, and looked at again with the others at the run's end
         # (``_settle_left``: a decision made meanwhile runs them in this run).
         parked = set(ledger.parked_blocked(job_ids)) if ctx.blocked else set()
+        count_adoptions(ctx, [job_id for job_id in job_ids if job_id not in parked])
         ctx.ran += len(parked)
         started = [_start(ctx, job_id) for job_id in job_ids if job_id not in parked]
         interruption = Interruption(ctx, ctx.tasks, grace_s, reporter, already=stopped)
@@ -1314,6 +1316,7 @@ def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
         if ctx.tasks.get(job_id) is done:  # (not a later task of the same job)
             del ctx.tasks[job_id]
             ctx.landing.discard(job_id)  # one that ended before its call (``_too_full``)
+            ctx.to_adopt.pop(job_id, None)  # one that ended before it took its request over
             ctx.blocked.discard(job_id)
             ctx.output_of.pop(job_id, None)
         if job_id in ctx.ended_elsewhere:  # ended by the process that took it over
@@ -1402,6 +1405,7 @@ async def _fed(
                     continue
                 ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))
                 _note_outputs(ctx, new)
+                count_adoptions(ctx, new)
                 for job_id in new:
                     pending[_start(ctx, job_id)] = job_id
                 continue

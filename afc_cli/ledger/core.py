@@ -2444,6 +2444,7 @@ class Ledger:
         reserve_micros: int | None = None,
         cap_micros: int | None = None,
         limit: tuple[int | None, int | None] | None = None,
+        pending_micros: int = 0,
     ) -> int | None:
         """Commit an attempt row (status ``started``) before its provider call.
 
@@ -2456,7 +2457,9 @@ class Ledger:
         transaction: the run's spend so far (each attempt's known cost, else its reservation)
         plus this estimate must fit the cap, or BudgetExhausted is raised and nothing is
         written. Transactions are serialised, so no number of concurrent workers can start
-        more than the budget allows.
+        more than the budget allows. ``pending_micros``: what the requests an earlier run
+        left, which this run will take over, are to count (``left_requests``), counted as
+        spent already.
 
         The job's step is written with the attempt (``job["step"]``: ``render`` when the probe
         found nothing, which writes nothing of its own), and so are the steps it completed
@@ -2472,7 +2475,7 @@ class Ledger:
         with self.tx(sync_on_commit=durable):
             if cap_micros is not None:
                 self._hold_budget(run_id)
-                spent = self.run_spend(run_id)
+                spent = self.run_spend(run_id) + pending_micros
                 if spent + (reserve_micros or 0) > cap_micros:
                     raise BudgetExhausted(
                         spent, cap_micros, reserve_micros or 0, priced=reserve_micros is not None
@@ -2846,6 +2849,37 @@ class Ledger:
                     **({"from_run": before} if moved else {}),
                 )
             return cursor.rowcount == 1
+
+    def left_requests(self, job_ids: list[str], run_id: str | None) -> list[dict[str, Any]]:
+        """The last attempts of ``job_ids`` (since their retry, ``attempt_base``) that a run
+        which stopped or died left at their provider, ``unknown`` with a request id or an
+        answer's URL kept (``pipeline._resumable`` says which the next run takes over), or
+        another process's ``started`` (a dead run's, made ``unknown`` by the claim), each
+        with its job's ``batch`` and ``request_json``, and ``moves``: whether its cost would
+        count in ``run_id``'s spend once taken over (``reopen_attempt``: not an attempt of a
+        workers' shared budget or one a stopped run counted). A run under a budget counts
+        them reserved before it starts a call of its own (``pipeline.count_adoptions``)."""
+        rows: list[dict[str, Any]] = []
+        for chunk in _chunks(job_ids, IN_CHUNK):
+            rows.extend(
+                self._all(
+                    "SELECT a.*, j.batch, j.request_json FROM jobs j JOIN attempts a"
+                    " ON a.job_id = j.id AND a.number = j.attempts"
+                    f" WHERE j.id IN {_marks(chunk)} AND a.number > j.attempt_base"
+                    " AND (a.status = 'unknown' OR a.status = 'started' AND a.owner <> ?)"
+                    " AND (a.provider_request_id IS NOT NULL OR a.answer_url IS NOT NULL)",
+                    [*chunk, self.owner],
+                )
+            )
+        for row in rows:
+            before = row["run_id"] or ""
+            row["moves"] = (
+                run_id is not None
+                and before != run_id
+                and not before.startswith(SHARED_BUDGET)
+                and not self._left_priced(row["job_id"], row["number"])
+            )
+        return rows
 
     def _left_priced(self, job_id: str, number: int) -> bool:
         """Whether a run stopped (``interrupt_attempt``) leaving the job's request once its

@@ -1,0 +1,61 @@
+"""A resume under a budget counts the requests it will take over before it starts a new call
+(outside audit 45a's finding, left then; README "Budget").
+
+A run killed while fal rendered three requests left them to the next run, which polls them
+rather than pay again (``Ledger.reopen_attempt``): their reservations become the resume's. A
+new job listed before them reached its attempt row first, its reservation fitting a cap
+those requests would fill, and the resume paid for it beside them: past its cap by a call it
+chose to start. The requests it will adopt are now counted as reserved from the run's start
+(``RunContext.adopting``), so the new job waits on the budget, as it did when it was listed
+after them."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from conftest import ledger_count, manifest
+
+MODEL = "fal-ai/flux/dev"
+
+
+def fal_manifest(jobs: list[tuple[str, str]]) -> dict:
+    data = manifest(
+        [{"key": key, "prompt": prompt} for key, prompt in jobs],
+        rates=[{"provider": "fal", "model": MODEL, "per_image": "0.10"}],
+    )
+    data["defaults"]["chain"] = [{"provider": "fal", "model": MODEL}]
+    return data
+
+
+@pytest.mark.parametrize("command", ["resume", "worker"])
+def test_requests_to_adopt_are_counted_before_a_new_call(afc, fake, ledger_url, command):
+    afc.env["AFC_LEDGER"] = ledger_url
+    held = [(f"j{i}", f"hold {i}") for i in range(3)]
+    afc.write_manifest(fal_manifest(held))
+    proc = afc.popen("submit", "manifest.yaml")
+    sql = "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL"
+    deadline = time.time() + 60
+    while ledger_count(afc, ledger_url, sql) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    # new jobs, in a batch claimed and run before the held jobs' (by name): their tasks reach
+    # their attempts before the others' takeovers
+    fresh = [(f"a{i}", f"plain {i}") for i in range(3)]
+    afc.write_manifest({**fal_manifest(fresh), "batch": "a1"}, "fresh.yaml")
+    admitted = afc("submit", "fresh.yaml", "--no-run")
+    assert admitted.returncode == 0, admitted.stderr
+    fake.released.set()
+
+    if command == "resume":
+        result = afc("resume", "--max-spend", "0.35", "--concurrency", "6")
+    else:
+        result = afc("worker", "--until-idle", "--max-spend", "0.35", "--concurrency", "6")
+    assert fake.counts["fal_submit"] == 3, result.stderr
+    shown = {job["key"]: job for job in afc.json("status", "--all")["jobs"]}
+    assert [shown[f"j{i}"]["status"] for i in range(3)] == ["succeeded"] * 3
+    for key, _ in fresh:
+        assert shown[key]["status"] == "waiting" and shown[key]["attempts"] == 0, shown[key]
+    assert "0.300000" in result.stderr, result.stderr
