@@ -1,0 +1,111 @@
+"""Outside audit 51b: docs/extending.md read by a maintainer adding a provider, against what
+the transport and the built-in adapters do at the wire."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fakeproviders import KEYS
+
+from afc_cli.costs import RateCards
+from afc_cli.providers.base import AttemptRequest, ProviderError
+from afc_cli.providers.fal import FalProvider
+from afc_cli.providers.gemini import GeminiProvider
+from afc_cli.providers.http import new_client
+from afc_cli.providers.openai import OpenAIProvider
+from afc_cli.providers.replicate import ReplicateProvider
+
+
+class HangUp:
+    """An HTTP/1.1 server that reads each request whole (the provider has it: a paid call is
+    billed) and drops the connection without a word; it keeps each request's line."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def handle(self, reader, writer) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            self.seen.append(head.split(b"\r\n", 1)[0].decode())
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def __aenter__(self) -> HangUp:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        self.base = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+
+
+@pytest.mark.parametrize("method, sent", [("POST", 1), ("PUT", 2), ("DELETE", 2), ("GET", 2)])
+def test_the_transport_sends_a_dropped_request_again_only_for_an_idempotent_method(method, sent):
+    """docs/extending.md ("No retries in the adapter"): a paid request goes as a POST, since
+    the transport sends a GET, PUT or DELETE whose connection dropped before an answer once
+    more, on its own (aiohttp, RFC 9112's retry of an idempotent request). An adapter whose
+    paid call was a PUT would be billed twice for one attempt row. Should aiohttp stop doing
+    so, the page's advice can be eased; should it resend a POST, every adapter pays twice."""
+    import httpx
+
+    async def main() -> list[str]:
+        async with HangUp() as server:
+            client = new_client(connections=1)
+            try:
+                with pytest.raises(httpx.TransportError):
+                    await client.request(method, f"{server.base}/paid", json={"prompt": "x"})
+            finally:
+                await client.aclose()
+            return server.seen
+
+    assert asyncio.run(main()) == [f"{method} /paid HTTP/1.1"] * sent
+
+
+PAID_CALLS = [
+    (OpenAIProvider, "OPENAI_BASE_URL", "/v1", "OPENAI_API_KEY", "gpt-image-1"),
+    (GeminiProvider, "GEMINI_BASE_URL", "/v1beta", "GEMINI_API_KEY", "gemini-2.5-flash-image"),
+    (ReplicateProvider, "REPLICATE_BASE_URL", "/v1", "REPLICATE_API_TOKEN", "owner/model"),
+    (FalProvider, "FAL_QUEUE_URL", "", "FAL_KEY", "fal-ai/flux/dev"),
+]
+
+
+@pytest.mark.parametrize("adapter, base_env, path, key_env, model", PAID_CALLS)
+def test_each_adapters_paid_call_dropped_unanswered_is_sent_once_at_a_cost_unknown(
+    monkeypatch, adapter, base_env, path, key_env, model
+):
+    """Each built-in adapter's paid call, dropped by the server after it was read, is sent
+    once (a POST), and its attempt is of unknown cost: the provider may have billed it."""
+
+    async def main() -> tuple[ProviderError, list[str]]:
+        async with HangUp() as server:
+            monkeypatch.setenv(base_env, server.base + path)
+            monkeypatch.setenv(key_env, KEYS[key_env])
+            provider = adapter()
+            request = AttemptRequest(
+                job_id="j1",
+                key="k1",
+                prompt="a lighthouse",
+                params={},
+                provider=provider.name,
+                model=model,
+                attempt=1,
+                rates=RateCards(),
+            )
+            try:
+                with pytest.raises(ProviderError) as caught:
+                    await provider.render(request)
+            finally:
+                await provider.close()
+            return caught.value, server.seen
+
+    error, seen = asyncio.run(main())
+    assert len(seen) == 1 and seen[0].startswith("POST "), seen
+    assert (error.cost_micros, error.cost_source) == (None, None), error.message
