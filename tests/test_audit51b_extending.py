@@ -4,6 +4,7 @@ the transport and the built-in adapters do at the wire."""
 from __future__ import annotations
 
 import asyncio
+from decimal import Decimal
 
 import pytest
 from fakeproviders import KEYS
@@ -109,3 +110,54 @@ def test_each_adapters_paid_call_dropped_unanswered_is_sent_once_at_a_cost_unkno
     error, seen = asyncio.run(main())
     assert len(seen) == 1 and seen[0].startswith("POST "), seen
     assert (error.cost_micros, error.cost_source) == (None, None), error.message
+
+
+@pytest.mark.parametrize(
+    "adapter, model, prompt, error_class",
+    [
+        (ReplicateProvider, "owner/model", "checker-fails shot", "refusal"),
+        (ReplicateProvider, "owner/model", "flagged shot", "refusal"),
+        (GeminiProvider, "gemini-2.5-flash-image", "blocked shot", "refusal"),
+    ],
+)
+def test_a_failure_that_does_not_say_what_it_made_is_unpriced_by_a_per_image_card(
+    monkeypatch, adapter, model, prompt, error_class
+):
+    """docs/extending.md ("Cost and usage"): a failed request whose answer does not say what
+    it made reports no ``images``; ``images: 0`` would have a per_image card price it a known
+    0, where the provider may have made (and billed) the image it then withheld. The
+    built-in adapters' refusals keep what they measured (seconds, tokens) and are unpriced
+    under a card of per_image alone: never shown as free."""
+    from fakeproviders import FakeProviders
+
+    fake = FakeProviders().start()
+    try:
+        for name, value in fake.env().items():
+            monkeypatch.setenv(name, value)
+        provider = adapter()
+        rates = RateCards({(provider.name, model): {"per_image": Decimal("0.04")}})
+        request = AttemptRequest(
+            job_id="j1",
+            key="k1",
+            prompt=prompt,
+            params={},
+            provider=provider.name,
+            model=model,
+            attempt=1,
+            rates=rates,
+        )
+
+        async def main() -> ProviderError:
+            try:
+                with pytest.raises(ProviderError) as caught:
+                    await provider.render(request)
+            finally:
+                await provider.close()
+            return caught.value
+
+        error = asyncio.run(main())
+    finally:
+        fake.stop()
+    assert error.error_class == error_class, error.message
+    assert "images" not in error.usage and error.usage, error.usage
+    assert (error.cost_micros, error.cost_source) == (None, None)
