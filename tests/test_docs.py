@@ -271,3 +271,60 @@ def test_docs_ledger_describes_the_latest_migration_and_every_object_it_made():
     made = set(re.findall(r"CREATE (?:INDEX|TRIGGER) (\w+)", text))
     made |= {column for columns in _columns().values() for column in columns}
     assert made - named == set(), "docs/ledger.md does not name these"
+
+
+def _member_rows(text: str, header: str) -> list[str]:
+    """The first column's backticked names of the table of ``text`` headed ``header``."""
+    table = text[text.index(header) :]
+    table = table[: table.find("\n\n") if "\n\n" in table else len(table)]
+    return re.findall(r"(?m)^\| `([^`]+)` \|", table)
+
+
+@pytest.mark.parametrize(
+    "header, module, name",
+    [
+        ("| member | what to do |", "afc_cli.providers.http", "HttpProvider"),
+        ("| member | contract |", "afc_cli.storage.base", "Storage"),
+    ],
+)
+def test_extending_tables_name_each_member_as_it_is_called(header, module, name):
+    """docs/extending.md's interface tables name each member a new provider or storage backend
+    implements, written as it is called (``cancel_answer(request_id, model)``). Their names
+    are not dotted, so ``test_every_name_a_page_cites_is_in_the_repository`` never read them:
+    a member renamed, or its arguments changed, left a maintainer writing an adapter the
+    pipeline never calls (found by outside audit 51b)."""
+    import inspect
+
+    cls = getattr(importlib.import_module(module), name)
+    text = (ROOT / "docs" / "extending.md").read_text()
+    problems = []
+    for written in _member_rows(text, header):
+        member, paren, args = written.partition("(")
+        if not hasattr(cls, member) and member not in getattr(cls, "__annotations__", {}):
+            problems.append(f"{written}: {name} has no member {member}")
+            continue
+        if paren:
+            said = [a.split("=")[0].strip() for a in args.rstrip(")").split(",") if a.strip()]
+            real = [p for p in inspect.signature(getattr(cls, member)).parameters if p != "self"]
+            if said != real:
+                problems.append(f"{written}: {name}.{member} takes ({', '.join(real)})")
+    assert not problems, "docs/extending.md:\n" + "\n".join(problems)
+
+
+def test_extending_names_every_field_the_pipeline_hands_an_adapter():
+    """docs/extending.md lists what an ``AttemptRequest`` carries and what an
+    ``AttemptResult`` carries: a field added to either and left out of the page (the fields
+    the pipeline fills for ``HttpProvider``'s fetches were, until d4e4a2b) is one a new
+    adapter never reads or never sets."""
+    import dataclasses
+
+    from afc_cli.providers import base
+
+    text = (ROOT / "docs" / "extending.md").read_text()
+    for cls, start, end in (
+        (base.AttemptRequest, "`AttemptRequest` carries", "`AttemptResult` carries"),
+        (base.AttemptResult, "`AttemptResult` carries", "`HttpProvider` adds"),
+    ):
+        said = set(re.findall(r"`(\w+)`", text[text.index(start) : text.index(end)]))
+        missing = {f.name for f in dataclasses.fields(cls)} - said
+        assert missing == set(), f"docs/extending.md leaves out {cls.__name__}'s {missing}"
