@@ -693,6 +693,10 @@ class FakeProviders:
                     output=[f"{self.base}/files/{pid}.png"],
                     metrics={"predict_time": 3.2, "total_time": 3.5},
                 )
+                if "odd-metrics" in p["prompt"]:
+                    # a metric no number: megabytes of text quoting the request's key
+                    said = f"Bearer {KEYS['REPLICATE_API_TOKEN']} " * 40_000
+                    p["metrics"] = {"predict_time": said}
             elif "removed-at-cancel" in p["prompt"] and self.first_time(
                 f"removed-at-cancel {p['prompt']}"
             ):  # it succeeded (billed) before the cancel, and its data is removed already

@@ -161,3 +161,40 @@ def test_a_failure_that_does_not_say_what_it_made_is_unpriced_by_a_per_image_car
     assert error.error_class == error_class, error.message
     assert "images" not in error.usage and error.usage, error.usage
     assert (error.cost_micros, error.cost_source) == (None, None)
+
+
+def test_a_cancels_pricing_keeps_the_usage_as_every_attempt_keeps_it(afc, fake):
+    """``afc cancel`` of a job whose request had completed prices it from what the provider
+    reports (``Provider.completed_usage``, ``Ledger.price_left``). That usage went to the
+    ledger as the provider answered it, past what every other write of an attempt's usage
+    does (``usage_kept``, ``scrub_data``): a Replicate metric sent as megabytes of text that
+    quoted the API key was kept whole, key and all, and printed by every 'afc show'."""
+    import json
+    import signal
+
+    from conftest import manifest
+    from test_cancel_completed import _wait_for_request
+
+    chain = [{"provider": "replicate", "model": "owner/model", "backoff": {"base": 0.01}}]
+    rates = [{"provider": "replicate", "model": "owner/model", "per_image": "0.04"}]
+    afc.write_manifest(
+        manifest(
+            [{"key": "shot", "prompt": "done-at-cancel odd-metrics shot", "chain": chain}],
+            rates=rates,
+        )
+    )
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        _wait_for_request(afc)
+    finally:
+        run.send_signal(signal.SIGKILL)  # the run dies; its request renders on
+        run.wait(timeout=30)
+    cancelled = afc("cancel", "shot", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    [(kept,)] = afc.rows("SELECT usage_json FROM attempts")
+    assert KEYS["REPLICATE_API_TOKEN"] not in kept, "the ledger keeps the key"
+    shown = afc("show", "shot", "--json")
+    [left] = json.loads(shown.stdout)["attempts"]
+    assert left["cost"] == "0.040000", left  # its one image, by the card
+    assert len(json.dumps(left["usage"])) < 400, "the usage was kept whole"
+    assert left["usage"]["images"] == 1

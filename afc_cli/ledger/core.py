@@ -4287,14 +4287,17 @@ class Ledger:
         """The cost of an attempt a dead run left (``started`` or ``unknown``) and a cancel
         found rendered and billed at its provider (``ops._price_completed``), with the usage
         that prices it: its outcome stays what it was (a retry polls the request by its id and
-        stores its result, ``reopen_attempt``), its cost known. A cost already there stays."""
+        stores its result, ``reopen_attempt``), its cost known. A cost already there stays.
+        The usage is the provider's answer, kept as ``report_attempt`` keeps one (scrubbed,
+        each value bounded): a metric of megabytes quoting the key was kept whole."""
+        kept = _dumps(scrub_data(usage_kept(usage)))
         with self.tx():
             self.db.execute(
                 "UPDATE attempts SET cost_micros = ?, cost_source = 'derived',"
                 " reserved_micros = ?, usage_json = COALESCE(usage_json, ?)"
                 " WHERE job_id = ? AND provider = ? AND number = ?"
                 " AND status IN ('started', 'unknown') AND cost_micros IS NULL",
-                (cost_micros, cost_micros, _dumps(usage), job["id"], provider, number),
+                (cost_micros, cost_micros, kept, job["id"], provider, number),
             )
 
     def record_answer_url(
