@@ -366,9 +366,13 @@ def _price_completed(
 
     from afc_cli.costs import RateCards
 
+    params = json.loads(job.get("request_json") or "{}").get("params") or {}
+
     async def read() -> dict[str, Any] | None:
         try:
-            return await provider.completed_usage(attempt["provider_request_id"], attempt["model"])
+            return await provider.completed_usage(
+                attempt["provider_request_id"], attempt["model"], params
+            )
         finally:
             await provider.close()
 

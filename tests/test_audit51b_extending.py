@@ -198,3 +198,37 @@ def test_a_cancels_pricing_keeps_the_usage_as_every_attempt_keeps_it(afc, fake):
     assert left["cost"] == "0.040000", left  # its one image, by the card
     assert len(json.dumps(left["usage"])) < 400, "the usage was kept whole"
     assert left["usage"]["images"] == 1
+
+
+@pytest.mark.parametrize(
+    "provider, model", [("replicate", "black-forest-labs/flux-1.1-pro"), ("fal", "fal-ai/flux/dev")]
+)
+def test_a_cancel_prices_a_completed_request_whose_output_is_gone_by_the_images_asked(
+    afc, fake, provider, model
+):
+    """A request 'afc cancel' finds completed (rendered, billed) whose output the provider
+    had already removed (Replicate's data_removed an hour on; fal's result deleted minutes
+    on) made the images its request asked for: a poll prices it so (``_finished``, fal's
+    404), but the cancel's pricing read only the outputs listed, none, and under a
+    per_image card left it 'unpriced, possibly paid' until a person retried the job."""
+    import signal
+
+    from conftest import manifest
+    from test_cancel_completed import _wait_for_request
+
+    chain = [{"provider": provider, "model": model, "backoff": {"base": 0.01}}]
+    rates = [{"provider": provider, "model": model, "per_image": "0.04"}]
+    params = {"num_outputs" if provider == "replicate" else "num_images": 2}
+    prompt = {"replicate": "removed-at-cancel", "fal": "done-at-cancel result-gone"}[provider]
+    job = {"key": "shot", "prompt": f"{prompt} shot", "chain": chain, "params": params}
+    afc.write_manifest(manifest([job], rates=rates))
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        _wait_for_request(afc)
+    finally:
+        run.send_signal(signal.SIGKILL)  # the run dies; its request renders on
+        run.wait(timeout=30)
+    cancelled = afc("cancel", "shot", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    [left] = afc.json("show", "shot")["attempts"]
+    assert left["cost"] == "0.080000", (left, cancelled.stdout, cancelled.stderr)

@@ -275,10 +275,14 @@ class Provider:
         it; a synchronous provider has nothing to stop."""
         return None
 
-    async def completed_usage(self, request_id: str, model: str) -> dict[str, Any] | None:
+    async def completed_usage(
+        self, request_id: str, model: str, params: dict[str, Any]
+    ) -> dict[str, Any] | None:
         """The usage a job-style request reports once it completed (``cancel_answer`` said
         ``COMPLETED``), read by its id with one free GET: what prices an attempt a cancel
-        found rendered and billed (``ops._cancel_at_provider``). None when it cannot be read
+        found rendered and billed (``ops._cancel_at_provider``). ``params``: the job's, for
+        one whose output the provider already removed, which made the images its request
+        asked for (``images_requested``), as a poll prices it. None when it cannot be read
         or reports none; a synchronous provider has nothing to read."""
         return None
 

@@ -395,14 +395,21 @@ class FalProvider(HttpProvider):
             provider_request_id=request_id,
         )
 
-    async def completed_usage(self, request_id: str, model: str) -> dict[str, Any] | None:
+    async def completed_usage(
+        self, request_id: str, model: str, params: dict[str, Any]
+    ) -> dict[str, Any] | None:
         """``Provider.completed_usage``: the images a completed request's result names, as
-        its poll prices them (``render``); None once fal deleted the result."""
+        its poll prices them (``render``); once fal deleted the result (404), the images its
+        request asked for (``num_images``), as ``render`` prices a completed request whose
+        result is gone: read as none, it was left unpriced under a per_image card until a
+        person retried the job."""
         response = await self.client.get(
             self.urls(model, request_id)["response_url"],
             headers=self._headers(),
             follow_redirects=True,
         )
+        if response.status_code == 404:
+            return {"images": self.images_requested(params)}
         if response.status_code != 200:
             return None
         images = result_files(json_or_empty(response))

@@ -321,9 +321,14 @@ class ReplicateProvider(HttpProvider):
         COMPLETED, rendered and billed, its output there to fetch by its id."""
         return (await self._cancel(request_id))[0]
 
-    async def completed_usage(self, request_id: str, model: str) -> dict[str, Any] | None:
+    async def completed_usage(
+        self, request_id: str, model: str, params: dict[str, Any]
+    ) -> dict[str, Any] | None:
         """``Provider.completed_usage``: a succeeded prediction's ``predict_time`` and the
-        outputs it made, as a poll's answer prices them (``_finished``)."""
+        outputs it made, as a poll's answer prices them (``_finished``): one whose data
+        Replicate already removed (its output list gone), the images its request asked for
+        (``num_outputs``). Read as the outputs listed, none, such a prediction was left
+        unpriced under a per_image card until a person retried the job."""
         response = await self.client.get(
             f"{self.base}/predictions/{request_id}", headers=self._headers()
         )
@@ -334,7 +339,9 @@ class ReplicateProvider(HttpProvider):
         usage: dict[str, Any] = {"seconds": seconds} if seconds is not None else {}
         output = prediction.get("output")
         urls = output_urls(output)
-        if urls:
+        if prediction.get("data_removed"):
+            usage["images"] = self.images_requested(params)
+        elif urls:
             usage["images"] = len(output) if isinstance(output, list) else len(urls)
         return usage or None
 
