@@ -919,7 +919,7 @@ class FakeProviders:
             held = "hold" in r["prompt"] and not self.released.is_set()
             # a "done-at-cancel" request renders until a cancel finds it completed
             held = held or ("done-at-cancel" in r["prompt"] and not r.get("done"))
-            if held or r["polls"] < 3:
+            if held or (r["polls"] < 3 and not r.get("done")):
                 r["status"] = "IN_PROGRESS"
                 return h.reply(202, {"status": "IN_PROGRESS", "logs": None})
             r["status"] = "COMPLETED"

@@ -232,3 +232,29 @@ def test_a_cancel_prices_a_completed_request_whose_output_is_gone_by_the_images_
     assert cancelled.returncode == 0, cancelled.stderr
     [left] = afc.json("show", "shot")["attempts"]
     assert left["cost"] == "0.080000", (left, cancelled.stdout, cancelled.stderr)
+
+
+def test_a_cancel_leaves_a_fal_request_that_ended_in_its_own_error_unpriced(afc, fake):
+    """A fal request whose result is gone is priced by the images it asked for only when its
+    status says it completed without an error: one that ended in fal's own 5xx (a runner
+    lost, fal's retries spent) made nothing fal bills, and is not given a cost it never had."""
+    import signal
+
+    from conftest import manifest
+    from test_cancel_completed import _wait_for_request
+
+    model = "fal-ai/flux/dev"
+    chain = [{"provider": "fal", "model": model, "backoff": {"base": 0.01}}]
+    rates = [{"provider": "fal", "model": model, "per_image": "0.04"}]
+    prompt = "done-at-cancel result-gone runner-died shot"
+    afc.write_manifest(manifest([{"key": "shot", "prompt": prompt, "chain": chain}], rates=rates))
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        _wait_for_request(afc)
+    finally:
+        run.send_signal(signal.SIGKILL)  # the run dies; its request renders on
+        run.wait(timeout=30)
+    cancelled = afc("cancel", "shot", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    [left] = afc.json("show", "shot")["attempts"]
+    assert left["cost"] is None, left

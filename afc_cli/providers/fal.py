@@ -400,16 +400,23 @@ class FalProvider(HttpProvider):
     ) -> dict[str, Any] | None:
         """``Provider.completed_usage``: the images a completed request's result names, as
         its poll prices them (``render``); once fal deleted the result (404), the images its
-        request asked for (``num_images``), as ``render`` prices a completed request whose
-        result is gone: read as none, it was left unpriced under a per_image card until a
-        person retried the job."""
+        request asked for (``num_images``) when its status says it completed without an error
+        (a second free GET), as ``render`` prices a completed request whose result is gone:
+        read as none, it was left unpriced under a per_image card until a person retried the
+        job. One that ended in an error (fal bills none of its own 5xx) is not priced so."""
+        urls = self.urls(model, request_id)
         response = await self.client.get(
-            self.urls(model, request_id)["response_url"],
-            headers=self._headers(),
-            follow_redirects=True,
+            urls["response_url"], headers=self._headers(), follow_redirects=True
         )
         if response.status_code == 404:
-            return {"images": self.images_requested(params)}
+            status = await self.client.get(
+                urls["status_url"], headers=self._headers(), follow_redirects=True
+            )
+            state = json_or_empty(status)
+            if status.status_code == 200 and state.get("status") == "COMPLETED":
+                if not state.get("error"):
+                    return {"images": self.images_requested(params)}
+            return None
         if response.status_code != 200:
             return None
         images = result_files(json_or_empty(response))
