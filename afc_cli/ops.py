@@ -288,7 +288,7 @@ def _cancel_at_provider(
 
     from afc_cli.ledger.core import CANCEL_TOO_LATE
     from afc_cli.providers import PROVIDERS
-    from afc_cli.providers.base import COMPLETED
+    from afc_cli.providers.base import COMPLETED, ENDED
     from afc_cli.secrets import scrub
 
     for attempt in ledger.attempts(job["id"]):
@@ -344,10 +344,16 @@ def _cancel_at_provider(
                 ledger.note(job, CANCEL_TOO_LATE, request=request, attempt=attempt["number"])
                 out["completed_at_provider"].append(named)
                 _price_completed(ledger, job, attempt, provider)
-            elif why is None:
+            elif why is None or why == ENDED:
                 ledger.note(job, "provider_cancel_sent", request=request)
                 if again:
                     out["stopped_at_provider"].append(named)
+                if why == ENDED:
+                    # it had failed by itself before the cancel came: it renders no more, and
+                    # what it billed (a Replicate prediction's seconds) prices its attempt as a
+                    # poll would have; left unpriced, 'unknown outcome, possibly paid' for
+                    # good (found by outside audit 51b)
+                    _price_completed(ledger, job, attempt, provider)
             else:
                 ledger.note(job, "provider_cancel_failed", request=request, why=why)
                 out["not_stopped_at_provider"].append({**named, "why": why})

@@ -107,6 +107,32 @@ def test_a_request_done_before_afc_cancel_is_fetched_by_retry_not_paid_again(afc
     assert (afc.outputs() / "b1" / "shot.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_prediction_that_failed_before_afc_cancel_is_priced_by_its_seconds(afc, fake):
+    """A Replicate prediction that had failed by itself (flagged, 1.5 s billed) before the
+    cancel came: Replicate answers the cancel with it, ``failed``. afc took the answer for a
+    stop and left its attempt unpriced for good, 'unknown outcome, possibly paid' in every
+    report (found by outside audit 51b); it is priced by its seconds, as a poll of it is."""
+    chain = [{"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}]
+    afc.write_manifest(
+        manifest([{"key": "shot", "prompt": "flagged-at-cancel shot", "chain": chain}], rates=RATES)
+    )
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        request = _wait_for_request(afc)
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+    cancelled = afc("cancel", "shot", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    out = json.loads(cancelled.stdout)
+    assert out["not_stopped_at_provider"] == [] and out["completed_at_provider"] == []
+    assert fake.cancels == [request]
+    [left] = afc.json("show", "shot")["attempts"]
+    assert left["cost"] == "0.001800", left  # 1.5 s of predict_time at the card's 0.0012/s
+    report = afc.json("costs", "report")
+    assert [row["unpriced_attempts"] for row in report["rows"]] == [0], report
+
+
 def test_a_request_the_cancel_stopped_is_not_polled_by_retry(afc, fake):
     """The rule above takes only a request the provider said had completed: one it cancelled
     is not polled again; the retry makes a new request (the cancelled one is recorded)."""

@@ -171,6 +171,9 @@ GONE_PREFIX = "the provider no longer has request"
 # ``Provider.cancel_answer`` when the provider said the request completed before the cancel
 # came: rendered and billed, its result there to fetch by its id (nothing was stopped)
 COMPLETED = "completed"
+# ``Provider.cancel_answer`` when the provider said the request had ended by itself before the
+# cancel came (a failed render: nothing was stopped, and what it billed is read by its id)
+ENDED = "ended"
 
 
 class RequestGone(ProviderError):
@@ -258,7 +261,7 @@ class Provider:
         renders no more), else why it may not have (``HTTP 401``, ``no answer
         (ConnectError)``); never raises for an answer or a transport error."""
         said = await self.cancel_answer(request_id, model)
-        return None if said == COMPLETED else said
+        return None if said in (COMPLETED, ENDED) else said
 
     async def stop_left(self, request_id: str, model: str) -> bool:
         """Ask the provider to stop a request an attempt's window left behind (``cancel``);
@@ -271,15 +274,17 @@ class Provider:
         """``cancel``'s answer as the provider gave it: None when it took the request,
         ``COMPLETED`` when it said the request had completed before the cancel came (rendered
         and billed; fal's ALREADY_COMPLETED, a Replicate prediction the cancel answers as
-        ``succeeded``), else why it may not have stopped it. Job-style adapters implement
+        ``succeeded``), ``ENDED`` when it said the request had ended otherwise by itself (a
+        Replicate prediction answered ``failed``: billed its seconds, nothing to fetch), else
+        why it may not have stopped it. Job-style adapters implement
         it; a synchronous provider has nothing to stop."""
         return None
 
     async def completed_usage(
         self, request_id: str, model: str, params: dict[str, Any]
     ) -> dict[str, Any] | None:
-        """The usage a job-style request reports once it completed (``cancel_answer`` said
-        ``COMPLETED``), read by its id with one free GET: what prices an attempt a cancel
+        """The usage a job-style request reports once it completed or ended (``cancel_answer``
+        said ``COMPLETED`` or ``ENDED``), read by its id with one free GET: what prices an attempt a cancel
         found rendered and billed (``ops._cancel_at_provider``). ``params``: the job's, for
         one whose output the provider already removed, which made the images its request
         asked for (``images_requested``), as a poll prices it. None when it cannot be read

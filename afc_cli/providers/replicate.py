@@ -23,6 +23,7 @@ from typing import Any
 
 from afc_cli.providers.base import (
     COMPLETED,
+    ENDED,
     AttemptRequest,
     AttemptResult,
     ProviderError,
@@ -319,13 +320,18 @@ class ReplicateProvider(HttpProvider):
         """``Provider.cancel_answer``: Replicate answers a cancel with the prediction; one
         that had succeeded already (it cannot be cancelled) comes back ``succeeded``:
         COMPLETED, rendered and billed, its output there to fetch by its id."""
-        return (await self._cancel(request_id))[0]
+        said, answered = await self._cancel(request_id)
+        # one that had failed meanwhile was billed its seconds, as a poll of it prices them
+        # (``_finished``): ENDED, priced by ``completed_usage``, not taken for stopped and
+        # left unpriced for good
+        return ENDED if said is None and answered.get("status") == "failed" else said
 
     async def completed_usage(
         self, request_id: str, model: str, params: dict[str, Any]
     ) -> dict[str, Any] | None:
         """``Provider.completed_usage``: a succeeded prediction's ``predict_time`` and the
-        outputs it made, as a poll's answer prices them (``_finished``): one whose data
+        outputs it made, a failed one's ``predict_time`` alone, as a poll's answer prices
+        them (``_finished``): one whose data
         Replicate already removed (its output list gone), the images its request asked for
         (``num_outputs``). Read as the outputs listed, none, such a prediction was left
         unpriced under a per_image card until a person retried the job."""
@@ -333,10 +339,13 @@ class ReplicateProvider(HttpProvider):
             f"{self.base}/predictions/{request_id}", headers=self._headers()
         )
         prediction = json_or_empty(response)
-        if response.status_code != 200 or prediction.get("status") != "succeeded":
+        status = prediction.get("status")
+        if response.status_code != 200 or status not in ("succeeded", "failed"):
             return None
         seconds = obj(prediction.get("metrics")).get("predict_time")
         usage: dict[str, Any] = {"seconds": seconds} if seconds is not None else {}
+        if status == "failed":  # its seconds alone, as ``_finished`` prices a failure
+            return usage or None
         output = prediction.get("output")
         urls = output_urls(output)
         if prediction.get("data_removed"):
