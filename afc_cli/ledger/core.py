@@ -3434,7 +3434,9 @@ class Ledger:
         """Move a job to a terminal state. The first terminal state wins: this is a conditional
         update that matches only a non-terminal row, and a loser changes nothing."""
         assert status in TERMINAL
-        now = _now()
+        # on the ledger's clock, as admissions and reviews' starts are: a webhook's
+        # ``timestamp`` orders a job's events, whichever host's clock wrote them
+        now = self.clock()
         if fields.get("error_message"):
             fields["error_message"] = scrub_data(fields["error_message"], _SCRUB_MEMO.get())
         with self.tx():
@@ -4149,7 +4151,7 @@ class Ledger:
         written: a check read before the transaction let a re-render slip in between."""
         assert decision in ("approved", "rejected")
         sha256 = sha256 or {}
-        now = _now()
+        now = self.clock()  # the ledger's, as ``finish`` (its webhook's ``timestamp``)
         # a NUL as \x00: PostgreSQL's text holds none (psycopg's DataError stopped the
         # decision there, uncaught by afc serve, where SQLite kept it raw); a note is typed
         # by a person, and a NUL is no part of one (a form posted by hand)
