@@ -61,7 +61,7 @@ def paused_reason(job: dict[str, Any]) -> str:
 class _Active:
     waiting: bool = False
     reason: str | None = None
-    until: float | None = None
+    until: float | None = None  # when the wait ends, on RunProgress.clock (monotonic)
 
 
 class RunProgress:
@@ -102,7 +102,12 @@ class RunProgress:
         if event in ("started", "attempt"):
             self.active[job_id] = _Active()
         elif event == "waiting":
-            self.active[job_id] = _Active(True, info.get("reason") or detail, info.get("until"))
+            until = info.get("until")  # the wall clock's, as the run computed it just now
+            if until is not None:
+                # kept on the monotonic clock: an NTP step or a suspend of the wall clock
+                # during the wait does not move the next try it shows
+                until = self.clock() + (until - self.wall())
+            self.active[job_id] = _Active(True, info.get("reason") or detail, until)
         elif event in ("attempt_failed", "rendered"):
             if "cost_micros" in info:
                 cost = info["cost_micros"]
@@ -180,9 +185,9 @@ class RunProgress:
         text = f"waiting {len(waits)}: {listed}"
         times = [a.until for a in waits if a.until is not None]
         if times:
-            soonest = min(times)
-            clock = time.strftime("%H:%M:%S", time.localtime(soonest))
-            text += f"; next try {clock} (in {max(soonest - self.wall(), 0):.0f}s)"
+            left = max(min(times) - self.clock(), 0)
+            clock = time.strftime("%H:%M:%S", time.localtime(self.wall() + left))
+            text += f"; next try {clock} (in {left:.0f}s)"
         return text
 
     def lines(self) -> list[str]:
