@@ -278,7 +278,8 @@ class Deliverer:
         self.clock = clock  # this host's: the pass's deadline and the signatures' timestamps
         self.margin_s = lease_margin() if margin_s is None else margin_s
         self.unset_secrets: set[str] = set()  # secret variables found unset (not claimed again)
-        # receiver URL -> when (``clock``) the Retry-After it answered runs out: none of its
+        # receiver URL -> when (``time.monotonic``: a wall clock stepped back an hour during
+        # a run held it an hour longer) the Retry-After it answered runs out: none of its
         # events is posted by this process before then (``_resting``)
         self.resting: dict[str, float] = {}
         # whether a POST a cancel cuts short is given back at once (a stop), or stays leased
@@ -374,7 +375,7 @@ class Deliverer:
         9110), not for that one event alone: a run posted its next event at its next pass a
         second later, and every event its batch ended meanwhile, one a second, each into the
         same 429 and each spending one of its tries."""
-        now = self.clock()
+        now = time.monotonic()
         return {url for url, until in self.resting.items() if until > now}
 
     async def _post(self, row: dict[str, Any], headers: dict[str, str]) -> Any:
@@ -470,7 +471,7 @@ class Deliverer:
         now = self.clock()
         tries = row["attempts"] + 1
         if retry_after and not (status is not None and 200 <= status < 300):
-            until = now + min(retry_after, BACKOFF_CAP_S)
+            until = time.monotonic() + min(retry_after, BACKOFF_CAP_S)
             self.resting[row["url"]] = max(until, self.resting.get(row["url"], until))
         # Each outcome is written only while this process still owns the row; if another
         # took it over meanwhile (this one stalled past its lease), the new owner's stands.
