@@ -1279,7 +1279,7 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
     # at ``probe``, and a crash before that makes the next run look again (one more look, no
     # payment).
     job["step"] = "render"
-    job.setdefault("unwritten_steps", []).append(("probe", {"found": None}, time.time()))
+    job.setdefault("unwritten_steps", []).append(("probe", {"found": None}, ctx.ledger.clock()))
     return True
 
 

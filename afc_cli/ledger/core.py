@@ -725,7 +725,7 @@ class Ledger:
             (
                 job_id,
                 batch,
-                _now(),
+                self.clock(),
                 kind,
                 _dumps(scrub_data(detail, _SCRUB_MEMO.get())) if detail else None,
             ),
@@ -2223,7 +2223,7 @@ class Ledger:
         host's spool has it (``retry``'s ``spooled_here``)."""
         from afc_cli.providers.base import GONE_PREFIX
 
-        now = _now()
+        now = self.clock()
         rendered = self._one(
             "SELECT owner FROM attempts WHERE job_id = ? AND status = 'succeeded'"
             " ORDER BY number DESC LIMIT 1",
@@ -2360,7 +2360,7 @@ class Ledger:
         steps = [*job.pop("unwritten_steps", ()), *steps]
         if not steps:
             return
-        now = _now()
+        now = self.clock()
         params: list[Any] = []
         for step, detail, *at in steps:
             params += (job["id"], step, at[0] if at else now, _dumps(detail))
@@ -2387,7 +2387,7 @@ class Ledger:
 
     def _update_job(self, job: dict[str, Any], **updates: Any) -> None:
         """Conditional update of a non-terminal job we hold; keeps ``job`` in step with it."""
-        updates["updated_at"] = _now()
+        updates["updated_at"] = self.clock()
         assignments = ", ".join(f"{name} = ?" for name in updates)
         cursor = self.db.execute(
             f"UPDATE jobs SET {assignments} WHERE id = ? AND lease_owner = ?"
@@ -2762,7 +2762,7 @@ class Ledger:
             if at_url
             else f"{RENDERING}{provider} request {scrub(request_id or '?')}"
         )
-        now = _now()
+        now = self.clock()
         cursor = self.db.execute(
             "UPDATE jobs SET status = 'waiting', waiting_reason = ?, updated_at = ?"
             f" WHERE id = ? AND lease_owner = ? AND status IN {ACTIVE_SQL}",
@@ -3406,7 +3406,7 @@ class Ledger:
             # the provider answered the request the job waited on: it is the run's again
             # (spooled, stored, or its next attempt), not a render still in progress; also
             # when the answer is that the request is gone (``unknown``: RequestGone)
-            now = _now()
+            now = self.clock()
             cursor = self.db.execute(
                 "UPDATE jobs SET status = 'running', waiting_reason = NULL, updated_at = ?"
                 " WHERE id = ? AND lease_owner = ? AND status = 'waiting'",
@@ -3975,7 +3975,7 @@ class Ledger:
             cursor = self.db.execute(
                 "UPDATE jobs SET status = 'queued', updated_at = ? WHERE id = ?"
                 " AND status = 'blocked'",
-                (_now(), job_id),
+                (self.clock(), job_id),
             )
             if cursor.rowcount == 1:
                 self._event(job_id, job["batch"], "unblocked", needs=[n["need_key"] for n in needs])
