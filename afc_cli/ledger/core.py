@@ -42,6 +42,7 @@ from afc_cli.gates import (
     refused_dependent,
 )
 from afc_cli.owner import (
+    awake_clock,
     fingerprint_of,
     host_lease,
     host_lease_of,
@@ -131,6 +132,12 @@ def stall_point(name: str) -> None:
 
 def _now() -> float:
     return time.time()
+
+
+# how far a call's end by the wall clock may be from its start plus its length by
+# ``owner.awake_clock`` before the wall clock is taken to have stepped during the call
+# (``report_attempt``): NTP's slewing moves it by at most half a millisecond a second
+CLOCK_STEP_S = 1.0
 
 
 # The texts scrubbed while one walk fails a need's dependents (``Ledger._fail_dependents``),
@@ -673,6 +680,11 @@ class Ledger:
 
     # jobs this process's claims leave alone until then (monotonic), by id (``pause_claims``)
     _paused: dict[str, float] | None = None
+
+    # the attempts this process started and has not ended: (job id, number) -> (started_at,
+    # ``owner.awake_clock`` then), so ``end_attempt`` measures the call's length on a clock no
+    # step of the wall clock moves
+    _began: dict[tuple[str, int], tuple[float, float]] | None = None
 
     def pause_claims(self, job_id: str, seconds: float) -> None:
         """This process's claims (``claim_runnable``: a worker's rounds) leave a job alone for
@@ -2512,6 +2524,9 @@ class Ledger:
                     reserve_micros,
                 ),
             )
+        if self._began is None:
+            self._began = {}
+        self._began[(job["id"], number)] = (now, awake_clock())
         return number
 
     def _check_output(self, job: dict[str, Any]) -> bool:
@@ -3350,6 +3365,17 @@ class Ledger:
         shift = self.clock_offset()
         ended = (ended_at if ended_at is not None else _now()) + shift
         started_at = started_at + shift if started_at is not None else None
+        began = self._began.pop((job["id"], number), None) if self._began else None
+        if began is not None:
+            # a call of this process: where its end by the wall clock and its start plus its
+            # length by the clock that counts a suspend and no step disagree, the wall clock
+            # stepped during the call (NTP set it back an hour: it lasted -3590 s in 'afc
+            # show', its end an hour before its start), and the second is its end (an
+            # ``ended_at`` given is that long before now, by the wall clock)
+            before = 0.0 if ended_at is None else _now() - ended_at
+            measured = began[0] + awake_clock() - began[1] - before
+            if abs(measured - ended) > CLOCK_STEP_S:
+                ended = max(measured, began[0])
         mine = "COALESCE(attempts.owner, excluded.owner) = excluded.owner"
         open_ = f"attempts.status = 'started' AND {mine}"  # this report's outcome is the first
         priced = f"({mine} AND excluded.cost_micros IS NOT NULL) OR attempts.cost_micros IS NULL"
