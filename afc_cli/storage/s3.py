@@ -332,8 +332,24 @@ class S3Storage(Storage):
             # HEAD and the probes passed: every job of the batch was rendered and paid for,
             # the renders piling up in the spool until its disk filled too
             full = status == 507 or code in ("XMinioStorageFull", "QuotaExceeded")
+            skew = _clock_skew(headers) if status == 403 else None
             if code in ("NoSuchBucket",) or (action == "cannot use" and status == 404):
                 fix = f"create bucket {self.bucket!r} or point --storage at an existing one"
+            elif status == 403 and (skew is not None or code == "RequestTimeTooSkewed"):
+                # S3 (and MinIO) refuse every request signed more than 15 minutes off their
+                # clock, a HEAD's with a bare 403: blamed on the credentials or the bucket
+                # policy, a host whose clock was off had its user check both in vain
+                off = (
+                    f"this host's clock is {abs(skew) / 60:.0f} minutes "
+                    f"{'ahead of' if skew > 0 else 'behind'} the storage's (its answer's Date)"
+                    if skew is not None
+                    else "this host's clock is off the storage's"
+                )
+                fix = (
+                    f"{off}: S3 refuses a request signed more than 15 minutes off its clock "
+                    "(RequestTimeTooSkewed); set this host's clock (NTP: timedatectl set-ntp "
+                    "true), then run again"
+                )
             elif code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch") or (
                 # a HEAD's 403 has no body to name its code: botocore gives the status (the
                 # probe and the verify said only '403 Forbidden')
@@ -688,3 +704,21 @@ def _content_type(key: str, source: Path) -> str:
     except OSError:
         head = b""
     return media_type(head, key)
+
+
+# S3's limit on how far a request's signing time may be from its own clock
+SKEW_LIMIT_S = 15 * 60
+
+
+def _clock_skew(headers: Any) -> float | None:
+    """How far this host's clock is ahead of the storage's (negative: behind), by its answer's
+    ``Date`` header, when that is past S3's limit (``SKEW_LIMIT_S``); else None."""
+    import time
+
+    from afc_cli.attempts import _http_date
+
+    theirs = _http_date(headers.get("date")) if hasattr(headers, "get") else None
+    if theirs is None:
+        return None
+    skew = time.time() - theirs
+    return skew if abs(skew) > SKEW_LIMIT_S else None
