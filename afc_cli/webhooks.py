@@ -178,6 +178,29 @@ def check_secrets(ledger: Ledger, job_ids: list[str] | None = None) -> None:
     require_secrets(ledger.webhook_secret_names(job_ids))
 
 
+# how far a receiver lets a webhook-timestamp be from its own clock (Standard Webhooks'
+# libraries: 5 minutes either way)
+TIMESTAMP_TOLERANCE_S = 5 * 60
+
+
+def _skew_note(signed_at: float, date: str | None) -> str:
+    """What a refusal (a 4xx) owes to this host's clock: a receiver refuses a signature whose
+    ``webhook-timestamp`` is more than ``TIMESTAMP_TOLERANCE_S`` off its own clock, and its
+    answer's ``Date`` says how far off that is. '' when it does not say so."""
+    from afc_cli.attempts import _http_date
+
+    theirs = _http_date(date)
+    if theirs is None or abs(signed_at - theirs) <= TIMESTAMP_TOLERANCE_S:
+        return ""
+    skew = signed_at - theirs
+    return (
+        f" (this host's clock is {abs(skew) / 60:.0f} minutes "
+        f"{'ahead of' if skew > 0 else 'behind'} the receiver's, by its answer's Date: a "
+        "receiver refuses a webhook-timestamp more than 5 minutes off its clock; set this "
+        "host's clock (NTP), then 'afc webhooks replay --dead')"
+    )
+
+
 def signed_headers(secret: str, delivery_id: str, body: str, now: float) -> dict[str, str]:
     from standardwebhooks.webhooks import Webhook
 
@@ -444,6 +467,8 @@ class Deliverer:
                 response.headers.get("retry-after"), date=response.headers.get("date")
             )
             error = None if 200 <= status < 300 else f"HTTP {status}"
+            if 400 <= status < 500 and status not in (410, 429):
+                error += _skew_note(now, response.headers.get("date"))
             if status in PERMANENT_REDIRECTS:
                 moved = scrub(str(response.headers.get("location", "")))[:300]
                 error += f" to {moved!r}: not followed (an event goes only where the manifest says)"
