@@ -283,16 +283,17 @@ OUTPUT_POLL_LEFT_SQL = (
     " AND COALESCE(a.error_message, '') NOT LIKE 'the provider no longer has request%')"
 )
 OUTPUT_HOLDERS_LOOKUP = (
-    "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL, o.step, NULL, o.id"
+    "SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL, o.step, NULL, o.id,"
+    " o.lease_mono"
     + _OUTPUT_OF_STORAGE.format(status=f"o.status IN {OUTPUT_HOLDERS_SQL}")
     + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires,"
-    " o.waiting_reason, o.step, NULL, o.id"
+    " o.waiting_reason, o.step, NULL, o.id, o.lease_mono"
     + _OUTPUT_OF_STORAGE.format(status="o.status = 'waiting'")
     + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL,"
-    " o.step, o.error_code, o.id"
+    " o.step, o.error_code, o.id, o.lease_mono"
     + _OUTPUT_OF_STORAGE.format(status=OUTPUT_SPOOLED_SQL)
     + " UNION ALL SELECT o.key, o.batch, o.status, o.lease_owner, o.lease_expires, NULL,"
-    " o.step, o.error_code, o.id FROM jobs o WHERE o.output_key = ? AND o.id <> ?"
+    " o.step, o.error_code, o.id, o.lease_mono FROM jobs o WHERE o.output_key = ? AND o.id <> ?"
     " AND o.batch IN (SELECT name FROM batches"
     " WHERE storage = (SELECT storage FROM batches WHERE name = ?))"
     f" AND {OUTPUT_POLL_LEFT_SQL}"
@@ -2588,12 +2589,14 @@ class Ledger:
         """Of ``_output_holders``: OutputBusy when a live run renders the key, OutputHeld when
         a job no live run works on holds a paid render of it (``_pending_render``), else None."""
         now = self.lease_clock()
-        for key, batch, status, owner, expires, reason, _, _, _ in rows:
+        for key, batch, status, owner, expires, reason, _, _, _, mono in rows:
             working = status == "running" or (reason or "").startswith(RENDERING)
-            if working and expires is not None and float(expires) >= now:
-                if not owner_is_dead(owner):
-                    return OutputBusy(batch, key, self.OUTPUT_POLL_S)
-        for key, batch, status, _, _, reason, step, error, holder in rows:
+            # held as a claim judges it (``owner.lease_held``): a live run of this host by
+            # its monotonic expiry, so a wall clock stepped past its lease does not free the
+            # key under its render for a second paid one
+            if working and expires is not None and lease_held(owner, float(expires), now, mono):
+                return OutputBusy(batch, key, self.OUTPUT_POLL_S)
+        for key, batch, status, _, _, reason, step, error, holder, _ in rows:
             pending = _pending_render(key, batch, status, reason, step, error)
             if pending is not None:
                 return OutputHeld(batch, key, *pending, job_id=holder)
