@@ -2679,6 +2679,10 @@ class Ledger:
     # how soon a call refused by a shared concurrency limit asks again (a slot frees when an
     # attempt of another process ends, which no process here is told about)
     LIMIT_POLL_S = 0.5
+    # whether leases expire on this host's wall clock (SQLite: the ledger's clock is the
+    # host's), which a step moves under a live run's lease; PostgreSQL's lease clock is the
+    # server's, advanced by the boot-time clock, which no step of this host's moves
+    LEASES_ON_WALL_CLOCK = True
 
     def _check_limit(self, provider: str, concurrency: int | None, per_minute: int | None) -> None:
         """Raise ProviderBusy when starting one more call to ``provider`` would pass its limits
@@ -2702,10 +2706,27 @@ class Ledger:
                 " WHERE a.provider = ? AND a.status = 'started' AND j.lease_expires >= ?",
                 (provider, now),
             ).fetchone()[0]
+            held_here = 0
+            if in_flight < concurrency and self.LEASES_ON_WALL_CLOCK:
+                # the calls of live runs of this host whose lease ran out by the wall clock
+                # alone (stepped forward by NTP): held by their monotonic expiry, as a claim
+                # judges them (``owner.lease_held``), they are in flight all the same
+                held_here = sum(
+                    1
+                    for owner, expires, mono in self.db.execute(
+                        "SELECT j.lease_owner, j.lease_expires, j.lease_mono FROM attempts a"
+                        " JOIN jobs j ON j.id = a.job_id WHERE a.provider = ?"
+                        " AND a.status = 'started' AND j.lease_expires < ?"
+                        " AND j.lease_mono IS NOT NULL",
+                        (provider, now),
+                    ).fetchall()
+                    if lease_held(owner, expires, now, mono)
+                )
+                in_flight += held_here
             if in_flight >= concurrency:
                 # a call of a process known dead on this host frees its slot at once, as its
                 # job is taken over at once (``claim``), not when its lease runs out
-                in_flight = sum(
+                in_flight = held_here + sum(
                     calls
                     for owner, calls in self.db.execute(
                         "SELECT a.owner, COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id"

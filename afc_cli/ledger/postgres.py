@@ -1074,6 +1074,7 @@ class PostgresLedger(Ledger):
         return f"to_char(to_timestamp(floor({column})) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
     SPOOL_PER_HOST = True
+    LEASES_ON_WALL_CLOCK = False  # the server's clock (``lease_clock``), as core.py says
 
     def spool_root(self) -> Path:
         return self.spool_root_of(self.url)
