@@ -590,6 +590,15 @@ def work(
                 # result type'); the migration is the reason, said as above (exit 2), not a bug
                 ledger.check_schema()
                 raise
+            if jobs and ledger.newer_migrations():
+                # the claim waited for a newer afc's migration (its lock on jobs, held for as
+                # long as it runs) after the look above read the migrations committed before
+                # it, and took the jobs free once it committed: given back unrun, and stop
+                # (exit 2), as a refill's claim does; run, they were paid for by this older
+                # code on the newer schema
+                for job in jobs:
+                    ledger.release(job)
+                ledger.check_schema()
             if jobs and ledger.moved_to() is not None:
                 # a copy landed here between that look and the claim (its jobs and its own
                 # row commit together, so the claim's rows came with it): not run while the
