@@ -931,6 +931,11 @@ def run_jobs(
         if isinstance(provider, HttpProvider):
             provider.watch_polls(reporter.notice)
 
+    # A newer afc migrating the ledger as this command opened it (a long migration of a large
+    # ledger; the open read the migrations committed before it): the run's claims would wait
+    # for it and then run on its schema, paid for with this older code. Waited for and
+    # refused here (exit 2), before a claim (tests/test_audit51c_claim_during_migration.py)
+    ledger.check_schema(wait=True)
     spool = Spool(ledger.spool_root())
     running = bool(job_ids or more is not None)
     if running and not spool_checked:

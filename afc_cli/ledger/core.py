@@ -752,18 +752,23 @@ class Ledger:
     def batches(self) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM batches ORDER BY created_at")
 
-    def newer_migrations(self) -> list[str]:
+    def newer_migrations(self, wait: bool = False) -> list[str]:
         """The migrations applied to the ledger that this afc does not know (a newer afc's,
-        applied since this process opened it); the engines read them (sqlite.py, postgres.py)."""
+        applied since this process opened it); the engines read them (sqlite.py, postgres.py).
+        ``wait``: after a migration under way has ended (its lock waited for), not the ones
+        committed before it."""
         raise NotImplementedError
 
-    def check_schema(self) -> None:
+    def check_schema(self, wait: bool = False) -> None:
         """Between a worker's rounds: stop, exit 2, once a newer afc has migrated the ledger.
         Opening refuses such a ledger (``ledger_file.identity``), but a worker opened it
         before: left to claim, it would run on a schema it does not know (its statements on
         a changed table failing in the middle of its jobs on PostgreSQL, rows written
-        without the new columns on SQLite). Here it holds no job and has no call in flight."""
-        newer = self.newer_migrations()
+        without the new columns on SQLite). Here it holds no job and has no call in flight.
+        ``wait``: a run's start (``run.run_jobs``), which may have opened the ledger while a
+        newer afc migrated it (the open read the migrations committed before), waits for
+        that migration to end first, as its claims would, then looks."""
+        newer = self.newer_migrations(wait)
         if newer:
             raise LedgerError(
                 f"the ledger {self.path} was migrated by a newer afc while this one ran (it "

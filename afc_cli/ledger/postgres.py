@@ -912,9 +912,14 @@ class PostgresLedger(Ledger):
         """Names of the migrations applied, or None if this database holds no afc ledger."""
         return applied_migrations(self.db.raw)
 
-    def newer_migrations(self) -> list[str]:
+    def newer_migrations(self, wait: bool = False) -> list[str]:
         from afc_cli.ledger_file import known_migrations
 
+        if wait:
+            # a migration holds MIGRATION_LOCK until it commits (``_apply_migrations``)
+            with self.tx():
+                self.db.execute("SELECT pg_advisory_xact_lock_shared(?)", (MIGRATION_LOCK,))
+                return self.newer_migrations()
         known = set(known_migrations())
         # through PgDatabase.execute: a lost connection is the ledger's error, as elsewhere
         rows = self.db.execute(

@@ -256,7 +256,11 @@ class SqliteLedger(Ledger):
         rows = conn.execute(ledger_file.leases_sql(done)).fetchall()
         ledger_file.check_no_live_runs(self.path, rows, self.lease_clock(), pending)
 
-    def newer_migrations(self) -> list[str]:
+    def newer_migrations(self, wait: bool = False) -> list[str]:
+        if wait:
+            # a migration holds the write lock until it commits (``__init__``)
+            with self.tx():
+                return self.newer_migrations()
         # a newer afc stamps its own count (ledger_file.stamp): one pragma while none has
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         known = ledger_file.known_migrations()
