@@ -358,6 +358,24 @@ def check_no_live_runs(path: object, rows: list[tuple], now: float, pending: lis
     )
 
 
+def say_migrated(path: object, applied_before: int, pending: list[str]) -> None:
+    """Tell the person at the command that this afc migrated an existing ledger (not a new
+    one), in one line on stderr (``streams.say``): it was done in silence, by any command that
+    opens the ledger (an 'afc status' from a laptop with a newer afc), and the older afc of
+    every other host and cron line that uses it then refused it ("newer than this afc") or
+    stopped on it, with no word to the person who had upgraded it."""
+    if not applied_before or not pending:
+        return
+    from afc_cli import streams
+
+    streams.say(
+        f"the ledger {path} was brought up to this afc's schema (version "
+        f"{applied_before + len(pending)}, from {applied_before}: {', '.join(pending)}), "
+        "in one transaction: upgrade afc on every host and cron line that uses it, as an "
+        "older afc must not run on it (this one's workers stop, exit 2, at their next claim)"
+    )
+
+
 def known_migrations() -> list[str]:
     """The names of every migration this version of afc has, in order."""
     from afc_cli.migrations import names

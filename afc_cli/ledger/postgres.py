@@ -946,7 +946,7 @@ class PostgresLedger(Ledger):
         if stall is not None:
             stall.paused = True
         try:
-            self._apply_migrations(known)
+            done, made = self._apply_migrations(known)
         except errors.QueryCanceled:
             # a statement_timeout (the server's, the database's, the role's, PGOPTIONS') shorter
             # than a large ledger's migration takes: it said 'cannot connect to the ledger';
@@ -995,6 +995,9 @@ class PostgresLedger(Ledger):
         finally:
             if stall is not None:
                 stall.paused = False
+        from afc_cli.ledger_file import say_migrated
+
+        say_migrated(self.path, done, made)  # what this process applied, under the lock
 
     def _schema_refused(self, exc: BaseException, pending: list[str]) -> LedgerError:
         """``_migrate``'s refusal when the server denied afc's role a change of the schema:
@@ -1017,7 +1020,7 @@ class PostgresLedger(Ledger):
             f"after which {user} runs it as before; afc left the ledger untouched"
         )
 
-    def _apply_migrations(self, known: list[str]) -> None:
+    def _apply_migrations(self, known: list[str]) -> tuple[int, list[str]]:
         """``_migrate``'s transaction. Its DDL (``ALTER TABLE`` takes an ACCESS EXCLUSIVE lock)
         and ``LOCK TABLE jobs`` wait at most ``LOCK_WAIT_S`` for a lock another session holds
         (unless the server, the role or PGOPTIONS set a lock_timeout), as every other
@@ -1026,7 +1029,8 @@ class PostgresLedger(Ledger):
         without a word, and every other session's read of the table queued behind its
         waiting ALTER TABLE (a worker's claim, 'afc status'). The advisory lock is taken
         first, without that bound: whoever holds it is another afc applying these
-        migrations, and a large ledger's take a while."""
+        migrations, and a large ledger's take a while. Returns how many were applied before
+        and the ones this transaction applied."""
         from afc_cli.ledger_file import check_no_live_runs, leases_sql
         from afc_cli.migrations import migrations
 
@@ -1054,9 +1058,11 @@ class PostgresLedger(Ledger):
                 rows = raw.execute(leases_sql(done)).fetchall()
                 now = raw.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0]
                 check_no_live_runs(self.path, rows, float(now), pending)
+            made = []
             for migration in migrations._migrations:
                 if migration.name in done:
                     continue
+                made.append(migration.name)
                 self.db.migrating = True
                 try:
                     migration.fn(self.db)
@@ -1067,6 +1073,7 @@ class PostgresLedger(Ledger):
                     " VALUES ('afc', %s, %s)",
                     (migration.name, time.time()),
                 )
+        return len(done), made
 
     # --- engine -----------------------------------------------------------------------------
 

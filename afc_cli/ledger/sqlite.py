@@ -177,8 +177,11 @@ class SqliteLedger(Ledger):
                 with self.tx():
                     ledger_file.identity(conn, self.path)  # again, now under the lock
                     self._check_no_live_runs(conn)
+                    before = self._applied_names(conn)
                     migrations.apply(Database(conn, execute_plugins=False))
                     ledger_file.stamp(conn)
+                pending = [n for n in ledger_file.known_migrations() if n not in before]
+                ledger_file.say_migrated(self.path, len(before), pending)
 
     @contextmanager
     def _closed_on_error(self, conn: sqlite3.Connection) -> Iterator[None]:
@@ -236,6 +239,20 @@ class SqliteLedger(Ledger):
         self._broken_by: BaseException | None = None  # why: for the run's message
         self._sync_pending = False  # the shared transaction holds a row to sync at commit
         self._syncing: Any = None  # the WAL sync running beside the loop, if any
+
+    @staticmethod
+    def _applied_names(conn: sqlite3.Connection) -> set[str]:
+        """The migrations of afc applied to the ledger (none for a new file)."""
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        if ("_sqlite_migrations",) not in tables:
+            return set()
+        return {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?",
+                (ledger_file.MIGRATION_SET,),
+            )
+        }
 
     def _check_no_live_runs(self, conn: sqlite3.Connection) -> None:
         """Under the migration's write lock: refuse to migrate under a live (older) run
