@@ -936,6 +936,15 @@ def run_jobs(
     # for it and then run on its schema, paid for with this older code. Waited for and
     # refused here (exit 2), before a claim (tests/test_audit51c_claim_during_migration.py)
     ledger.check_schema(wait=True)
+    # Every module of afc the run imports after a paid call, imported before the first: an
+    # upgrade of afc (pip install -U) under a running resume or worker replaces its files, and
+    # a module first imported after that is the new version's, beside the old ones in memory
+    # (or, in pip's own window, missing). afc_cli.inputs was first imported as a paid render's
+    # answer came back, before its spool write: the run stopped as "a bug in afc" and the next
+    # one paid for the render again (tests/test_audit51c_upgraded_under_a_run.py)
+    import afc_cli.inputs  # noqa: F401
+    import afc_cli.progress  # noqa: F401
+
     spool = Spool(ledger.spool_root())
     running = bool(job_ids or more is not None)
     if running and not spool_checked:
