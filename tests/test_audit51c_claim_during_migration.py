@@ -244,3 +244,25 @@ def test_a_resume_opened_during_a_sqlite_migration_waits_for_it_and_stops(afc):
 
     code, stderr, made = _resume_during_migration(afc, ledger, migrating)
     _stopped_before_paying(afc, ledger, code, stderr, made)
+
+
+def test_a_resume_that_waits_past_lock_timeout_for_a_migration_says_so(afc, pg_url):
+    """The wait for a migration under way is bounded by the session's lock_timeout (afc's 30
+    s, or the role's): a large ledger's migration outlasts it. The resume said 'another session
+    held a lock on the ledger's jobs too long (a psql session left in a transaction ...)';
+    it says another afc is migrating the ledger, and nothing was run."""
+    from afc_cli.ledger.postgres import MIGRATION_LOCK
+
+    afc.env["AFC_LEDGER"] = pg_url
+    afc.write_manifest(manifest(jobs(2)))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        resume = afc("resume", env={"PGOPTIONS": "-c lock_timeout=500"})
+        conn.rollback()
+    assert resume.returncode == 2, resume.stderr
+    assert "another afc is migrating the ledger" in resume.stderr, resume.stderr
+    assert "psql session" not in resume.stderr
+    assert "Traceback" not in resume.stderr
+    statuses = {job["status"] for job in afc.json("status", "--all")["jobs"]}
+    assert statuses == {"queued"}

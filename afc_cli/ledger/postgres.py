@@ -73,7 +73,9 @@ from afc_cli import streams
 from afc_cli.errors import (
     LedgerError,
     LedgerUnreachable,
+    LedgerWriteError,
     UsageError,
+    _lock_wait,
     first_line,
     ledger_write_error,
 )
@@ -917,9 +919,21 @@ class PostgresLedger(Ledger):
 
         if wait:
             # a migration holds MIGRATION_LOCK until it commits (``_apply_migrations``)
-            with self.tx():
-                self.db.execute("SELECT pg_advisory_xact_lock_shared(?)", (MIGRATION_LOCK,))
-                return self.newer_migrations()
+            try:
+                with self.tx():
+                    self.db.execute("SELECT pg_advisory_xact_lock_shared(?)", (MIGRATION_LOCK,))
+                    return self.newer_migrations()
+            except LedgerWriteError as exc:
+                if not _lock_wait(exc.__context__):  # raised 'from None' by ``tx``
+                    raise
+                # waited past lock_timeout (afc's LOCK_WAIT_S, or the role's) for a large
+                # ledger's migration: said as 'another session held a lock on the ledger's
+                # jobs too long (a psql session left in a transaction ...)'
+                raise LedgerError(
+                    f"another afc is migrating the ledger {self.path} (it held afc's migration "
+                    "lock past this session's lock_timeout): nothing was run; run this again "
+                    "once the migration has ended, with an afc as new as the one migrating it"
+                ) from None
         known = set(known_migrations())
         # through PgDatabase.execute: a lost connection is the ledger's error, as elsewhere
         rows = self.db.execute(
