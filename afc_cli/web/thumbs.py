@@ -35,6 +35,12 @@ HELD_BYTES = 4 * 1024 * 1024  # a picture's stored bytes held in memory; the res
 # a contact sheet of 81-megapixel upscales (a PNG of a few hundred KB each) opened in a
 # browser, six pictures at a time, took afc serve past 3 GB, and two reviewers past 7 GB
 DECODE_PIXELS = 128 * 10**6
+# the kinds of picture previewed (Pillow's names; HEIF where pillow-heif is installed): those a
+# model renders, as ``afc serve`` names its outputs' types (``inputs.image_type``). An output's
+# bytes are a provider's, and Pillow opens forty formats by their first bytes: an EPS one made
+# it run Ghostscript (``gs``, an interpreter of PostScript, a program) on them, on the
+# report's machine and the server's, where one is installed
+PREVIEWED = ("PNG", "JPEG", "WEBP", "GIF", "HEIF", "AVIF", "TIFF", "BMP")
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,9 @@ def _decoded(buffer: Any, size: int) -> Thumb:
     # previewed here (below), so the warning says nothing a card does not
     warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
     try:
-        with Image.open(buffer) as image:
+        Image.init()  # every plugin registered: those of PREVIEWED this Pillow has
+        kinds = [kind for kind in PREVIEWED if kind in Image.OPEN]
+        with Image.open(buffer, formats=kinds) as image:
             image.draft("RGB", (size, size))  # JPEG: decode at a reduced scale
             if image.width * image.height > Image.MAX_IMAGE_PIXELS:
                 # decoded whole, a few hundred MB each, in every thread of make_all at once
