@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -54,3 +55,46 @@ def test_a_postscript_output_is_never_given_to_ghostscript(afc, tmp_path):
     assert report.returncode == 0, report.stderr
     assert "not a picture this afc can preview" in (afc.cwd / "report.html").read_text()
     assert not ran.exists(), ran.read_text()
+
+
+def test_a_post_too_big_for_a_form_is_refused_before_it_is_read(afc):
+    """The form token is in a post's body, so afc serve read the body whole before it could
+    refuse it: any web page the reviewer opened could post to 127.0.0.1:8765 (a form's post
+    needs no permission) 1,000 fields of 1 MB each, held in memory (or files of any size,
+    spooled to disk) before the 403: a few such posts took the server, and the paid runs
+    beside it, past the machine's memory. A post over 1 MiB is now a 413, nothing read past
+    it and nothing decided; a decision's own form is still taken."""
+    from browser import ledger_state
+
+    awaiting(afc, 2)
+    served = Served(afc)
+    before = ledger_state(afc.cwd / "afc.db")
+    try:
+        page = httpx.get(f"{served.url}review").text
+        token = page.split('name="form_token" value="', 1)[1].split('"', 1)[0]
+        form = {"key": "shot-001", "batch": "b1", "form_token": token}
+        padding = {f"pad{i}": "x" * 900_000 for i in range(3)}  # each under a field's 1 MB
+        sized = httpx.post(f"{served.url}review/approve", data={**form, **padding})
+        encoded = urlencode({**form, **padding}).encode()
+
+        def pieces():
+            for start in range(0, len(encoded), 65536):
+                yield encoded[start : start + 65536]
+
+        chunked = httpx.post(
+            f"{served.url}review/approve",
+            content=pieces(),
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert ledger_state(afc.cwd / "afc.db") == before
+        taken = httpx.post(f"{served.url}review/approve", data=form)
+    finally:
+        served.stop()
+    for answer in (sized, chunked):
+        assert answer.status_code == 413, (answer.status_code, answer.text[:200])
+        assert "nothing was decided" in answer.text
+    assert taken.status_code == 303
+    assert dict(afc.rows("SELECT key, status FROM jobs")) == {
+        "shot-001": "succeeded",
+        "shot-002": "awaiting_review",
+    }

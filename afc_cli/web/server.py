@@ -20,7 +20,8 @@ Who may do what:
   is 405 and decides nothing), and each must carry this server's form token: a random value
   made when the server starts, written into its own pages' forms, compared in constant time.
   A page elsewhere cannot read it, so it cannot post a decision (403), nor show a page of
-  this server in a frame of its own for a visitor to click in (``PAGE_HEADERS``).
+  this server in a frame of its own for a visitor to click in (``PAGE_HEADERS``). A post over
+  ``FORM_BYTES`` is 413 before more of it is read (``FormLimit``).
 
 Full-size outputs are streamed from storage a chunk at a time (``Storage.read_chunks``),
 sandboxed (``OUTPUT_HEADERS``: an SVG's script never runs on this server's origin);
@@ -1123,6 +1124,7 @@ def build_app(ledger_path: str, *, batch: str | None, host: str, token: str | No
         middleware.append(Middleware(LoopbackHosts, own_user=token is None))
     if token is not None:
         middleware.append(Middleware(TokenGate, token=token))
+    middleware.append(Middleware(FormLimit))
     app = Starlette(
         routes=routes, middleware=middleware, exception_handlers={AfcError: pages.unavailable}
     )
@@ -1172,6 +1174,61 @@ class LoopbackHosts:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+# the most a POST may carry: a page's "Approve the N shown" sends 120 cards' batch, key and
+# SHA-256 (tens of KB); a reason to reject is a line of text
+FORM_BYTES = 1 << 20
+
+
+class FormLimit:
+    """A POST's body read whole, up to FORM_BYTES, before the application sees it: 413 past
+    that, nothing parsed. The form token is in the body, so a post is read before it can be
+    refused: a page of any site the reviewer opened could post to 127.0.0.1:8765 (a form's
+    post needs no permission) a body of gigabytes, which afc serve read into memory (1,000
+    fields of 1 MB each) or onto disk (files) before its 403, the server and the runs beside
+    it taken past the machine's memory. Plain ASGI middleware."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        from starlette.responses import PlainTextResponse
+
+        too_big = PlainTextResponse(
+            f"this post is larger than afc serve takes ({FORM_BYTES >> 20} MiB): nothing was "
+            "decided; reload the review page and decide again",
+            status_code=413,
+        )
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > FORM_BYTES:
+            await too_big(scope, receive, send)
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > FORM_BYTES:
+                await too_big(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        sent = False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 def peer_uid(client: Any, server: Any) -> int | None:
