@@ -98,3 +98,23 @@ def test_a_post_too_big_for_a_form_is_refused_before_it_is_read(afc):
         "shot-001": "succeeded",
         "shot-002": "awaiting_review",
     }
+
+
+def test_an_address_s_escape_sequences_never_reach_the_operator_s_terminal(afc):
+    """A page that cannot read the ledger (moved away, a PostgreSQL server restarting) says
+    so in one line on serve's stderr, naming the address asked for, which is anyone's to
+    write: a page of any site can have the reviewer's browser ask for
+    /thumb/%1b]0;...%07%1b[2J, and its escape sequences, decoded, were written to the
+    operator's terminal as they were (its title set, its screen cleared). They are shown as
+    \\xNN, as every outside text on stderr is."""
+    awaiting(afc, 1)
+    served = Served(afc)
+    try:
+        (afc.cwd / "afc.db").rename(afc.cwd / "away.db")
+        answer = httpx.get(f"{served.url}thumb/%1b%5d0;pwned%07%1b%5b2J")
+    finally:
+        code, stderr = served.stop()
+    assert answer.status_code == 503
+    assert code == 0
+    assert "\x1b" not in stderr and "\x07" not in stderr
+    assert "afc: serve: /thumb/\\x1b]0;pwned\\x07\\x1b[2J: no ledger at" in stderr

@@ -270,7 +270,11 @@ class Pages:
 
         from afc_cli.secrets import scrub, visible
 
-        sys.stderr.write(f"afc: serve: {request.url.path}: {visible(scrub(exc.message))}\n")
+        # the path as visibly as the message: it is anyone's to write (a page of any site can
+        # have the reviewer's browser ask for /thumb/%1b]0;...), and its escape sequences,
+        # decoded, were written to the operator's terminal (its title set, its screen cleared)
+        path = visible(request.url.path)
+        sys.stderr.write(f"afc: serve: {path}: {visible(scrub(exc.message))}\n")
         return self.page(request, "serve_error.html", status=503, message=exc.message)
 
     def unopened(self, request: Any, exc: LedgerError):
@@ -830,7 +834,7 @@ class Pages:
                     else f"cannot read {job['output_url']}: {exc.strerror or exc}"
                 )
                 sys.stderr.write(
-                    f"afc: serve: {request.url.path}: the full-size view was cut short: "
+                    f"afc: serve: {visible(request.url.path)}: the full-size view was cut short: "
                     f"{visible(scrub(why))}\n"
                 )
                 raise OutputCut(why) from None
