@@ -118,3 +118,36 @@ def test_an_address_s_escape_sequences_never_reach_the_operator_s_terminal(afc):
     assert code == 0
     assert "\x1b" not in stderr and "\x07" not in stderr
     assert "afc: serve: /thumb/\\x1b]0;pwned\\x07\\x1b[2J: no ledger at" in stderr
+
+
+def test_a_folder_linked_out_of_the_store_sends_none_of_another_file(afc, tmp_path):
+    """A symbolic link at an output's name is followed only to the job's own bytes, but a
+    link in a folder on the way to it was followed blindly: the store's b1/ made a link to
+    another folder (by someone who can write the store, not read that folder) holding a file
+    of the output's name, and the full-size view sent that file but for its last MiB (the
+    4 MiB read before the answer starts, then the rest, before its SHA-256 said it was not
+    the job's). Such an output is now checked whole first, as a link at its name is: a 404
+    saying why, nothing of it sent; a folder linked to the job's own bytes still shows."""
+    import shutil
+
+    awaiting(afc, 2)
+    store = afc.outputs()
+    private = tmp_path / "private"
+    private.mkdir()
+    secret = os.urandom(10 * 1024 * 1024)  # past the 4 MiB read before the answer starts
+    (private / "shot-001.png").write_bytes(secret)
+    shutil.copy(store / "b1" / "shot-002.png", private / "shot-002.png")  # the job's own
+    (store / "b1").rename(store / "b1.real")
+    os.symlink(private, store / "b1")
+    ids = dict(afc.rows("SELECT key, id FROM jobs"))
+    served = Served(afc)
+    try:
+        other = httpx.get(f"{served.url}output/{ids['shot-001']}", timeout=60)
+        own = httpx.get(f"{served.url}output/{ids['shot-002']}", timeout=60)
+    finally:
+        served.stop()
+    assert other.status_code == 404, (other.status_code, len(other.content))
+    assert "symbolic link to other bytes" in other.text
+    assert secret[:4096] not in other.content
+    assert own.status_code == 200
+    assert own.content == (store / "b1.real" / "shot-002.png").read_bytes()

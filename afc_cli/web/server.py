@@ -795,7 +795,7 @@ class Pages:
 
         store = self.store(job["storage"])
         if isinstance(store, FileStorage):
-            chunks = file_chunks(store.root / job["output_key"], job["sha256"])
+            chunks = file_chunks(store.root / job["output_key"], job["sha256"], root=store.root)
         else:
             chunks = self.watched(job["storage"]).read_chunks(job["output_key"])
         try:
@@ -899,7 +899,7 @@ def _not_a_cut(record: Any) -> bool:
     return not (record.exc_info and isinstance(record.exc_info[1], OutputCut))
 
 
-def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
+def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20, root: Any = None) -> Any:
     """A ``file://`` object's bytes for the full-size view, a chunk at a time, read from the
     one file opened. afc stores an object as a file of its own (a hard link), never a symbolic
     link: one at an object's name (made by someone who can write the store, or a studio's
@@ -939,6 +939,15 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
             f"name: {UTF8_LOCALE}",
             retryable=False,
         ) from None
+    if not linked and root is not None:
+        # a folder on the way to it a symbolic link (the store's b1/ linked to another
+        # folder, by someone who can write the store but not read that folder): O_NOFOLLOW
+        # guards the name's last part only, and a file of that name there, past the 4 MiB
+        # read before the answer starts, was sent but for its last MiB before the SHA-256
+        # told it was not the job's. Read as a link at its name is: checked whole first
+        linked = _opened_at(handle, path) != os.path.join(
+            os.path.realpath(root), os.path.relpath(path, root)
+        )
     if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
         # a FIFO, a device (a link to /dev/zero was hashed without end), a folder: afc
         # stores none, and reading one may never end
@@ -954,13 +963,22 @@ def file_chunks(path: Any, sha256: str | None, chunk: int = 1 << 20) -> Any:
                 digest.update(data)
             if sha256 is None or digest.hexdigest() != sha256:
                 raise StorageError(
-                    f"{path} is a symbolic link to other bytes than this job's output (SHA-256 "
-                    f"{sha256}): afc does not show them",
+                    f"{path} leads through a symbolic link to other bytes than this job's "
+                    f"output (SHA-256 {sha256}): afc does not show them",
                     retryable=False,
                 )
             handle.seek(0)
         while data := _read(handle, chunk, path):
             yield data
+
+
+def _opened_at(handle: Any, path: Any) -> str:
+    """Where the file ``handle`` was opened from really is (Linux tells it of the open file
+    itself; elsewhere, the path's symbolic links resolved)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{handle.fileno()}")
+    except OSError:
+        return os.path.realpath(path)
 
 
 def _read(handle: Any, size: int, path: Any) -> bytes:
@@ -985,7 +1003,7 @@ class Checked:
         self.store, self.sha256 = store, sha256
 
     def read_chunks(self, key: str) -> Any:
-        return file_chunks(self.store.root / key, self.sha256)
+        return file_chunks(self.store.root / key, self.sha256, root=self.store.root)
 
 
 class Watched(_Unreachable):
