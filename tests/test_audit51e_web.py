@@ -151,3 +151,21 @@ def test_a_folder_linked_out_of_the_store_sends_none_of_another_file(afc, tmp_pa
     assert secret[:4096] not in other.content
     assert own.status_code == 200
     assert own.content == (store / "b1.real" / "shot-002.png").read_bytes()
+
+
+def test_outputs_and_thumbnails_are_not_for_other_sites_to_embed(afc):
+    """A job's id is uuid5 of its batch and key: a page elsewhere that guessed them could embed
+    ``/thumb/ID`` or ``/output/ID`` in an <img> and learn, from the reviewer's browser,
+    whether the output exists and its size (suspected by outside audit 51e). Both say
+    Cross-Origin-Resource-Policy: same-origin, which browsers hold such an <img> to."""
+    awaiting(afc, 1)
+    [(job_id,)] = afc.rows("SELECT id FROM jobs")
+    served = Served(afc)
+    try:
+        thumb = httpx.get(f"{served.url}thumb/{job_id}", timeout=60)
+        full = httpx.get(f"{served.url}output/{job_id}", timeout=60)
+    finally:
+        served.stop()
+    assert thumb.status_code == 200 and full.status_code == 200
+    assert thumb.headers["cross-origin-resource-policy"] == "same-origin"
+    assert full.headers["cross-origin-resource-policy"] == "same-origin"

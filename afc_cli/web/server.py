@@ -72,6 +72,10 @@ OUTPUT_HEADERS = {
         "style-src 'unsafe-inline'"
     ),
     "X-Content-Type-Options": "nosniff",
+    # nor embedded by a page elsewhere (<img src=http://127.0.0.1:8765/output/ID>): a job's
+    # id is uuid5 of its batch and key, so a site that guessed them learnt whether the
+    # output exists, and its size, from the reviewer's browser
+    "Cross-Origin-Resource-Policy": "same-origin",
 }
 
 
@@ -725,7 +729,11 @@ class Pages:
         # same batch and key (a batch re-run in a fresh ledger and served on the same port),
         # on the review page too, where a reviewer approved a picture the job never made
         tag = f'"{hashlib.blake2b(found.data, digest_size=16).hexdigest()}"'
-        headers = {"ETag": tag, "Cache-Control": "private, no-cache"}
+        headers = {
+            "ETag": tag,
+            "Cache-Control": "private, no-cache",
+            "Cross-Origin-Resource-Policy": "same-origin",  # as OUTPUT_HEADERS says
+        }
         sent = request.headers.get("if-none-match", "")
         if tag in (value.strip().removeprefix("W/") for value in sent.split(",")):
             return Response(status_code=304, headers=headers)
