@@ -674,11 +674,20 @@ def _may_make_room(
     Stopped at once, a run whose first wave of calls came back free ended 'stopped by the
     budget' having spent nothing, hundreds of its jobs never tried; it waits for those calls
     instead, and stops once the room they leave (none, or too little) does not fit."""
-    # the requests this run is to take over count as its calls in flight (``to_adopt``)
-    calls = (ctx.protected | ctx.to_adopt.keys()) - ctx.settling - {job["id"]}
+    # the requests this run is to take over count as its calls in flight (``to_adopt``), as
+    # long as their tasks run; not one of an output key another job of this run shares
+    # (``run_job``'s hold), whose task may wait for a job that waits here: a new job of another
+    # batch with the request's key, listed first, held the key while it waited for that task,
+    # which waited for the key ('afc resume --max-spend' hung for ever)
+    adopting = {
+        i: micros
+        for i, micros in ctx.to_adopt.items()
+        if i not in ctx.output_of and (task := ctx.tasks.get(i)) is not None and not task.done()
+    }
+    calls = (ctx.protected | adopting.keys()) - ctx.settling - {job["id"]}
     tasks = {task for i in calls if (task := ctx.tasks.get(i)) is not None and not task.done()}
     held = ctx.ledger.reserved_in_flight(ctx.run_id, ctx.ledger.owner) if tasks else 0
-    held += sum(ctx.to_adopt.values())
+    held += sum(micros for i, micros in adopting.items() if i != job["id"])
     if held and exc.spent - held + exc.estimate <= exc.cap:
         ctx.settling.add(job["id"])
         return tasks, None

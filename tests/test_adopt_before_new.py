@@ -6,7 +6,7 @@ rather than pay again (``Ledger.reopen_attempt``): their reservations become the
 new job listed before them reached its attempt row first, its reservation fitting a cap
 those requests would fill, and the resume paid for it beside them: past its cap by a call it
 chose to start. The requests it will adopt are now counted as reserved from the run's start
-(``RunContext.adopting``), so the new job waits on the budget, as it did when it was listed
+(``RunContext.to_adopt``), so the new job waits on the budget, as it did when it was listed
 after them."""
 
 from __future__ import annotations
@@ -59,3 +59,42 @@ def test_requests_to_adopt_are_counted_before_a_new_call(afc, fake, ledger_url, 
     for key, _ in fresh:
         assert shown[key]["status"] == "waiting" and shown[key]["attempts"] == 0, shown[key]
     assert "0.300000" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["resume", "worker"])
+def test_a_new_job_of_the_same_output_key_does_not_wait_for_the_request_for_ever(
+    afc, fake, ledger_url, command
+):
+    """A new job of another batch of the storage with the request's output key (a template
+    without {batch}), listed first, holds the key (``run_job``); refused by the budget, it
+    waited for the request's job to take its request over, and that job waited for the key:
+    the run hung for ever (found by outside audit 51d)."""
+    afc.env["AFC_LEDGER"] = ledger_url
+    shared = fal_manifest([("k0", "hold 0")])
+    shared["defaults"]["output"] = "{key}.{ext}"
+    afc.write_manifest(shared)
+    proc = afc.popen("submit", "manifest.yaml")
+    sql = "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL"
+    deadline = time.time() + 60
+    while ledger_count(afc, ledger_url, sql) < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    fresh = {**fal_manifest([("k0", "plain 0")]), "batch": "a1"}
+    fresh["defaults"]["output"] = "{key}.{ext}"
+    afc.write_manifest(fresh, "fresh.yaml")
+    admitted = afc("submit", "fresh.yaml", "--no-run")
+    assert admitted.returncode == 0, admitted.stderr
+    fake.released.set()
+
+    args = ["--max-spend", "0.15", "--concurrency", "6"]
+    if command == "resume":
+        result = afc("resume", *args, timeout=90)
+    else:
+        result = afc("worker", "--until-idle", *args, timeout=90)
+    assert fake.counts["fal_submit"] == 1, result.stderr
+    shown = {job["batch"]: job for job in afc.json("status", "--all")["jobs"]}
+    assert shown["b1"]["status"] == "succeeded", result.stderr
+    # it paid for nothing: it waits on the budget, or found the key stored (worker: it came
+    # to the key after the request's job)
+    assert shown["a1"]["attempts"] == 0, shown["a1"]
