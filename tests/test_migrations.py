@@ -68,6 +68,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m019_run_spend",
         "m020_attempts_in_flight",
         "m021_copy_without_spend_trigger",
+        "m022_attempts_started",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]
