@@ -286,3 +286,37 @@ def test_every_read_after_a_lost_connection_is_the_ledgers_error(pg, pg_url):
     finally:
         with contextlib.suppress(Exception):
             ledger.close()
+
+
+def test_reads_after_a_transaction_the_server_aborted_are_not_a_bug(pg, pg_url):
+    """A write the server refused with an OperationalError while the connection stayed up (a
+    lock waited for past lock_timeout, a deadlock between two workers' group transactions: the
+    server aborts one) stops the run with the ledger's error, but its transaction was left
+    aborted, not rolled back: the draining run's next read (a poll's look at its job) failed
+    with 'InFailedSqlTransaction: current transaction is aborted' as "unexpected error ... (a
+    bug in afc)", exit 1 (make chaos-postgres seed 122, a worker stalled and continued)."""
+    import psycopg
+
+    from afc_cli.errors import LedgerWriteError
+    from afc_cli.ledger import Ledger
+
+    pg.write_manifest(manifest(jobs(1)))
+    assert pg("submit", "manifest.yaml", "--no-run").returncode == 0
+    ledger = Ledger(pg_url)
+    try:
+        [(job_id,)] = pg.rows("SELECT id FROM jobs")
+        with psycopg.connect(pg_url) as other:
+            other.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job_id,))
+            with pytest.raises(LedgerWriteError, match="cannot write to the ledger"):
+                with ledger.tx():
+                    ledger.db.execute("SET LOCAL lock_timeout = 100")
+                    ledger.db.execute("UPDATE jobs SET updated_at = 1 WHERE id = ?", (job_id,))
+            other.rollback()
+        for _ in range(2):  # reads go on as the run drains; its writes stay refused
+            assert ledger.job(job_id)["id"] == job_id
+        with pytest.raises(LedgerWriteError, match="cannot write to the ledger"):
+            with ledger.tx():
+                ledger.db.execute("UPDATE jobs SET updated_at = 2 WHERE id = ?", (job_id,))
+    finally:
+        with contextlib.suppress(Exception):
+            ledger.close()

@@ -1458,6 +1458,14 @@ class PostgresLedger(Ledger):
         if isinstance(exc, psycopg.OperationalError) or raw.closed:
             self._broken, self._broken_by, self._in_tx = True, exc, False
             self._close_pipeline()
+            if not raw.closed:
+                # the server refused the statement and the connection stayed up (a lock
+                # waited for past lock_timeout, a deadlock it broke, a cancelled statement):
+                # its transaction is rolled back, the run's writes refused from here. Left
+                # aborted, the draining run's next read (a poll's look at its job) failed with
+                # InFailedSqlTransaction as "a bug in afc" (make chaos-postgres)
+                with contextlib.suppress(psycopg.Error):
+                    raw.execute("ROLLBACK")
             self._fail_waiters(exc)
             return
         failed = isinstance(exc, psycopg.Error) or (
