@@ -2486,7 +2486,11 @@ class Ledger:
         Returns the attempt number, or None if the job is no longer ours or no longer active.
         The attempt's ``started_at`` is on the ledger's clock (``clock``).
         """
-        now = self.clock()
+        # the start on both clocks at one moment (``report_attempt`` measures the call's length
+        # from it): the boot-time clock read after the transaction, which may wait for a lock
+        # (a shared budget's, held by a sibling worker stopped for seconds), put the call's end
+        # that long early, before its request had left
+        now, awake = self.clock(), awake_clock()
         # Committed before the call: here outside a run loop (synced alone when durable);
         # otherwise the caller awaits ``committed()``, shared with other jobs starting now,
         # which also syncs the WAL when any of them is durable.
@@ -2532,7 +2536,7 @@ class Ledger:
             )
         if self._began is None:
             self._began = {}
-        self._began[(job["id"], number)] = (now, awake_clock())
+        self._began[(job["id"], number)] = (now, awake)
         return number
 
     def _check_output(self, job: dict[str, Any]) -> bool:
