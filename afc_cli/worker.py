@@ -26,6 +26,7 @@ went idle, as an interrupted ``afc resume`` does (``WorkerResult.exit_code``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -42,6 +43,8 @@ from afc_cli.errors import (
     EXIT_INTERRUPTED,
     EXIT_JOB_FAILED,
     STOP_SIGNALS,
+    AfcError,
+    LedgerError,
     StorageError,
     UsageError,
 )
@@ -710,6 +713,17 @@ def work(
                     stopped=stop.is_set,
                     dearest=dearest,
                 )
+            except LedgerError:
+                # a newer afc migrated the ledger after this round's claim looked (during the
+                # storage's check, the round's reads before the run), and the run's own look
+                # before its first call (``check_schema(wait=True)``) stopped it, exit 2,
+                # nothing called: its jobs are given back, as a claim's are. Left leased to
+                # the stopped worker, another host's worker waited out the lease to run them
+                with contextlib.suppress(AfcError):
+                    if ledger.newer_migrations():
+                        for job in jobs:
+                            ledger.release(job)
+                raise
             except (StorageError, UsageError) as exc:
                 # the storage check before the loop (a bucket's HEAD): nothing of the claim
                 # ran, and its jobs go back at once rather than stay leased to a worker that
