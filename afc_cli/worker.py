@@ -590,7 +590,10 @@ def work(
                 # migrated between that look and this claim, or the look for blocked jobs
                 # before it (they are not one transaction): on PostgreSQL the prepared claim,
                 # or the look's read of a job's row, fails ('cached plan must not change
-                # result type'); the migration is the reason, said as above (exit 2), not a bug
+                # result type'); the migration is the reason, said as above (exit 2), not a bug.
+                # One still under way, whose lock on jobs the claim waited for past
+                # lock_timeout, is said as such (exit 2), not as a psql session left open
+                ledger.refuse_migrating()
                 ledger.check_schema()
                 raise
             if jobs and ledger.newer_migrations():

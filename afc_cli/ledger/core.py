@@ -776,6 +776,12 @@ class Ledger:
                 "jobs, with nothing in flight: upgrade afc here, then start it again"
             )
 
+    def refuse_migrating(self) -> None:
+        """Stop, exit 2, if another afc's migration of the ledger is under way: what a claim
+        that waited for a lock past its bound (a worker's, between its rounds) had met, the
+        migration's lock on ``jobs``. Nothing where that cannot be told (SQLite's write lock
+        names no holder)."""
+
     def moved_to(self) -> dict[str, Any] | None:
         """Where ``afc ledger copy`` moved this ledger's work (its last move), or None."""
         return self._one(LAST_MOVE_SQL)

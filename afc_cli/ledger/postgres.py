@@ -929,17 +929,38 @@ class PostgresLedger(Ledger):
                 # waited past lock_timeout (afc's LOCK_WAIT_S, or the role's) for a large
                 # ledger's migration: said as 'another session held a lock on the ledger's
                 # jobs too long (a psql session left in a transaction ...)'
-                raise LedgerError(
-                    f"another afc is migrating the ledger {self.path} (it held afc's migration "
-                    "lock past this session's lock_timeout): nothing was run; run this again "
-                    "once the migration has ended, with an afc as new as the one migrating it"
-                ) from None
+                raise self._migrating() from None
         known = set(known_migrations())
         # through PgDatabase.execute: a lost connection is the ledger's error, as elsewhere
         rows = self.db.execute(
             f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = 'afc'"
         ).fetchall()
         return [row[0] for row in rows if row[0] not in known]
+
+    def _migrating(self) -> LedgerError:
+        return LedgerError(
+            f"another afc is migrating the ledger {self.path} (it held afc's migration "
+            "lock past this session's lock_timeout): nothing was run; run this again "
+            "once the migration has ended, with an afc as new as the one migrating it"
+        )
+
+    def refuse_migrating(self) -> None:
+        # A worker polling during a newer afc's long migration: its claim waited for the
+        # migration's lock on jobs past lock_timeout and said 'another session held a lock on
+        # the ledger's jobs too long (a psql session left in a transaction ...)', exit 1.
+        # Read on the connection as the failed claim left it (rolled back, ``_abort``)
+        try:
+            held = self.db.raw.execute(
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                " AND mode = 'ExclusiveLock' AND classid = 0 AND objsubid = 1"
+                " AND objid = %s::bigint::oid"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                (MIGRATION_LOCK,),
+            ).fetchone()
+        except Exception:  # the connection lost: the claim's own error says so
+            return
+        if held is not None:
+            raise self._migrating()
 
     def _migrate(self) -> None:
         from afc_cli.ledger_file import known_migrations
