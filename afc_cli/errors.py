@@ -200,7 +200,8 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
         fix = (
             "another session held a lock on the ledger's jobs too long (a psql session left "
             "in a transaction, an 'afc ledger copy' under way, a re-submit changing the needs "
-            "of a batch's many thousands of jobs: pg_stat_activity shows it, afc's own with "
+            "of a batch's many thousands of jobs, a newer afc migrating the ledger, which "
+            "takes minutes on a large one: pg_stat_activity shows it, afc's own with "
             "application_name 'afc'): let it end or end it"
         )
     elif str(path).startswith(("postgresql:", "postgres:")) and _cancelled(exc):
