@@ -892,6 +892,13 @@ class Ledger:
         # stats``) is measured on it, whichever host admitted the job and whichever asks
         now = self.clock()
         with self.tx():
+            # a newer afc migrating the ledger as this command opened it (the open read the
+            # migrations committed before): waited for, then refused (exit 2), nothing
+            # admitted; this admission's writes waited for the migration's lock and then wrote
+            # the jobs with this older code on the newer schema. First in the transaction, so
+            # its lock (PostgreSQL: the migration lock, shared) comes before the jobs', in the
+            # migration's own order
+            self.check_schema(wait=True)
             self.hold_unmoved()
             before = self.db.execute(
                 "SELECT rates_json FROM batches WHERE name = ?", (manifest.batch,)
