@@ -254,7 +254,8 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
         # a transaction, say): nothing is wrong with the disk
         fix = (
             "another process held the ledger's write lock too long (a sqlite3 shell or a "
-            "script in an open transaction?): end it"
+            "script in an open transaction? a newer afc migrating the ledger, which takes "
+            "minutes on a large one?): end it, or let the migration end"
         )
     else:
         fix = "fix the disk or file system"
