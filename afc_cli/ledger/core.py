@@ -772,8 +772,8 @@ class Ledger:
         if newer:
             raise LedgerError(
                 f"the ledger {self.path} was migrated by a newer afc while this one ran (it "
-                f"does not know {', '.join(newer)}); this afc stopped before claiming more "
-                "jobs, with nothing in flight: upgrade afc here, then start it again"
+                f"does not know {', '.join(newer)}); this afc stopped before claiming or "
+                "admitting more jobs, with nothing in flight: upgrade afc here, then run it again"
             )
 
     def refuse_migrating(self) -> None:
@@ -2723,10 +2723,10 @@ class Ledger:
         self._hold_limit(provider)
         now = self.lease_clock()
         if concurrency:
-            # The provider's calls in flight, read once: no index picks ``started`` attempts
-            # out, so on SQLite each read scans every attempt of the ledger under its write
-            # lock (33 ms at 300,000 attempts), and a second read for the calls held by their
-            # monotonic expiry (below) doubled what each call's start waited
+            # The provider's calls in flight, read once, through m022's partial index
+            # ``attempts_started`` (before it, each read scanned every attempt of the ledger
+            # under its write lock, 33 ms at 300,000 attempts, and a second read for the calls
+            # held by their monotonic expiry, below, doubled what each call's start waited)
             wall = self.LEASES_ON_WALL_CLOCK
             rows = self.db.execute(
                 "SELECT a.owner, j.lease_owner, j.lease_expires, j.lease_mono FROM attempts a"
