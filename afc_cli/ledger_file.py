@@ -383,20 +383,25 @@ def known_migrations() -> list[str]:
     return names()
 
 
-def pending(conn: sqlite3.Connection) -> bool:
-    """Whether a migration of this afc is not applied to the ledger yet (what sqlite-utils'
-    ``Migrations.pending`` answers, read without importing it)."""
+def applied_names(conn: sqlite3.Connection) -> set[str]:
+    """The names of afc's migrations applied to a SQLite ledger (none for a new file)."""
     has_table = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlite_migrations'"
     ).fetchone()
     if not has_table:
-        return True
-    applied = {
+        return set()
+    return {
         row[0]
         for row in conn.execute(
             "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (MIGRATION_SET,)
         )
     }
+
+
+def pending(conn: sqlite3.Connection) -> bool:
+    """Whether a migration of this afc is not applied to the ledger yet (what sqlite-utils'
+    ``Migrations.pending`` answers, read without importing it)."""
+    applied = applied_names(conn)
     return any(name not in applied for name in known_migrations())
 
 

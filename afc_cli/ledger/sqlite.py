@@ -177,7 +177,7 @@ class SqliteLedger(Ledger):
                 with self.tx():
                     ledger_file.identity(conn, self.path)  # again, now under the lock
                     self._check_no_live_runs(conn)
-                    before = self._applied_names(conn)
+                    before = ledger_file.applied_names(conn)
                     migrations.apply(Database(conn, execute_plugins=False))
                     ledger_file.stamp(conn)
                 pending = [n for n in ledger_file.known_migrations() if n not in before]
@@ -240,33 +240,13 @@ class SqliteLedger(Ledger):
         self._sync_pending = False  # the shared transaction holds a row to sync at commit
         self._syncing: Any = None  # the WAL sync running beside the loop, if any
 
-    @staticmethod
-    def _applied_names(conn: sqlite3.Connection) -> set[str]:
-        """The migrations of afc applied to the ledger (none for a new file)."""
-        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-        if ("_sqlite_migrations",) not in tables:
-            return set()
-        return {
-            row[0]
-            for row in conn.execute(
-                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?",
-                (ledger_file.MIGRATION_SET,),
-            )
-        }
-
     def _check_no_live_runs(self, conn: sqlite3.Connection) -> None:
         """Under the migration's write lock: refuse to migrate under a live (older) run
         (``ledger_file.check_no_live_runs``)."""
         tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
         if ("_sqlite_migrations",) not in tables or ("jobs",) not in tables:
             return
-        done = {
-            row[0]
-            for row in conn.execute(
-                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?",
-                (ledger_file.MIGRATION_SET,),
-            )
-        }
+        done = ledger_file.applied_names(conn)
         pending = [name for name in ledger_file.known_migrations() if name not in done]
         if not pending:
             return
