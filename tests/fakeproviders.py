@@ -907,6 +907,8 @@ class FakeProviders:
                 return h.reply(503, {"detail": "Service Unavailable"})
             if "garbled-forever" in r["prompt"]:
                 return h.reply(200, raw=b"<html>not a status</html>", ctype="text/html")
+            if "garbled-202-forever" in r["prompt"]:  # a proxy's "accepted" page, every time
+                return h.reply(202, raw=b"<html>accepted</html>", ctype="text/html")
             if "garbled-poll" in r["prompt"] and r["polls"] in (2, 3):
                 return h.reply(200, raw=b"<html>upstream hiccup</html>", ctype="text/html")
             if "poll-401" in r["prompt"] and r["polls"] >= 2 and not self.key_restored.is_set():

@@ -38,3 +38,20 @@ def test_a_request_given_up_on_that_completed_at_its_cancel_is_kept_not_paid_aga
     [attempt] = attempts_of(afc, "j0")
     assert fake.cancels == [attempt["provider_request_id"]]
     assert attempt["status"] == "succeeded" and attempt["cost"] is not None
+
+
+def test_a_status_answered_202_without_a_status_is_given_up_on_not_polled_for_ever(afc, fake):
+    """fal answers a queued request's status 202 with its JSON (``IN_QUEUE``); a 202 whose
+    body is no JSON object (a proxy's "accepted" page) says nothing about the request. afc
+    took every 202 for "still queued" and reset its count of unreadable answers: a status URL
+    that only ever answered so was polled for ever, the job never ending. It is counted as
+    an unreadable poll, as a 200's is, and given up on after UNREADABLE_POLLS: the request is
+    asked to stop and the chain goes on."""
+    jobs = run(afc, "fal", ["garbled-202-forever result-unfinished"], expect=1, attempts=2)
+    assert jobs["j0"]["error"]["class"] == "server"
+    first, second = attempts_of(afc, "j0")
+    for attempt in (first, second):
+        assert (attempt["status"], attempt["error_class"]) == ("failed", "server")
+        assert attempt["cost"] is None
+        assert "asked to stop" in attempt["error"]
+    assert fake.cancels == [first["provider_request_id"], second["provider_request_id"]]

@@ -239,14 +239,19 @@ class FalProvider(HttpProvider):
             if answer is None:
                 continue  # polling is free: keep going
             response, state = answer
-            if response.status_code == 202 or state.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
+            queued = state.get("status") in ("IN_QUEUE", "IN_PROGRESS")
+            if queued or (response.status_code == 202 and state):
+                # fal's 202 carries its JSON (IN_QUEUE); a 202 whose body is no JSON object
+                # (a proxy's "accepted" page) says nothing of the request: counted below as an
+                # unreadable answer, as a 200's is, not taken for "still queued" (a status URL
+                # answering only that was polled for ever)
                 unreadable = 0
                 continue
-            if response.status_code != 200:
+            if response.status_code not in (200, 202):
                 raise self._error(response, "status")
             if state.get("status") != "COMPLETED":
                 unreadable += 1
-                if not self.unreadable_poll(unreadable):
+                if not self.unreadable_poll(unreadable, response.status_code):
                     continue
                 # given up on the status: its result is asked for (free), which a request
                 # still running does not have

@@ -219,13 +219,14 @@ class HttpProvider(Provider):
             raise RequestGone(self.name, request_id, "404")
         return response, state
 
-    def unreadable_poll(self, seen: int) -> bool:
-        """A poll answered 200 with no status afc can read (an HTML page from a proxy, a body
-        cut short), the ``seen``-th in a row for one request: a failed poll, made again, as
-        ending the attempt there would pay again for a request that may still run. True at
-        the ``UNREADABLE_POLLS``-th: an answer that never makes sense (a status URL serving
-        something else) would otherwise be polled until the window ends, or for ever."""
-        self.poll_failed("HTTP 200 without a status afc can read")
+    def unreadable_poll(self, seen: int, status: int = 200) -> bool:
+        """A poll answered ``status`` (200, or fal's 202) with no status afc can read (an
+        HTML page from a proxy, a body cut short), the ``seen``-th in a row for one request:
+        a failed poll, made again, as ending the attempt there would pay again for a request
+        that may still run. True at the ``UNREADABLE_POLLS``-th: an answer that never makes
+        sense (a status URL serving something else) would otherwise be polled until the
+        window ends, or for ever."""
+        self.poll_failed(f"HTTP {status} without a status afc can read")
         return seen >= UNREADABLE_POLLS
 
     async def fetch_output(
