@@ -298,10 +298,10 @@ def _cancel_at_provider(
             and attempt["status"] in ("started", "unknown")
             and attempt.get("answer_url")
             and provider is not None
-            and ledger.clock() - attempt["started_at"] < getattr(provider, "keeps_outputs_s", 0)
         ):
             # a synchronous provider's paid render a stopped run left at its output URL:
-            # made and billed, nothing to stop; 'afc retry' fetches it (Ledger.retry)
+            # made and billed, nothing to stop; 'afc retry' fetches it (Ledger.retry), however
+            # old, while the provider serves it (``pipeline._resumable``)
             out["completed_at_provider"].append(
                 {
                     "key": job["key"],

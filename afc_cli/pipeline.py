@@ -1397,8 +1397,6 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # counted as spent until now (``count_adoptions``): from here, by its reopened
         # attempt, or not at all (a new attempt reserves its own)
         ctx.to_adopt.pop(job["id"], None)
-        if resume is None and _left_url_lost(ctx, job, [r for r in rows if r["number"] > base]):
-            rows = ctx.ledger.attempts(job["id"])
         if resume is not None:
             # A job-style provider has this request already (a run died while it rendered):
             # poll it instead of paying for a new one.
@@ -2708,8 +2706,11 @@ def _stopped_by_retried_cancel(
 def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The job's last attempt, if a dead run left it submitted to a provider that can be
     polled by id (and it was not already found gone), or left a synchronous provider's paid
-    render at the output URL its answer named (``Ledger.record_answer_url``), while the
-    provider keeps it."""
+    render at the output URL its answer named (``Ledger.record_answer_url``), however long
+    ago: fetching it is free, and only the provider can say it let the output go (a 403 or
+    404 then fails the attempt and a new render follows). Taken as lost once older than
+    ``keeps_outputs_s``, a URL still served (a gateway that keeps its outputs a day, a
+    resume a little past the hour, a clock stepped forward) was paid for again unasked."""
     if not rows:
         return None
     last = rows[-1]
@@ -2730,42 +2731,9 @@ def _resumable(ctx: RunContext, rows: list[dict[str, Any]]) -> dict[str, Any] | 
         and last.get("answer_url")
         and provider is not None
         and not provider.resumable
-        and ctx.ledger.clock() - last["started_at"] < getattr(provider, "keeps_outputs_s", 0)
     ):
         return last
     return None
-
-
-def _left_url_lost(ctx: RunContext, job: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
-    """Of a job whose last attempt ``_resumable`` did not take: whether it is a paid render
-    a stopped or killed run left at its output URL that the provider keeps no longer (the
-    next run came later than ``keeps_outputs_s`` after it). Its attempt ends
-    ``failed``/``interrupted`` at its cost, saying why, and the run says so, before the new
-    render is paid for: its message had said the next run would fetch it, paying nothing,
-    and that run paid for a new render with nothing said."""
-    from afc_cli.providers.http import _minutes
-
-    last = rows[-1] if rows else None
-    if last is None or last["status"] != "unknown" or not last.get("answer_url"):
-        return False
-    provider = ctx.providers.get(last["provider"])
-    if provider is None or provider.resumable:
-        return False
-    kept = getattr(provider, "keeps_outputs_s", 0)
-    older = f"is older than the {_minutes(kept)} {last['provider']} keeps its outputs"
-    ctx.ledger.end_left_url(
-        job,
-        last["number"],
-        f"the output URL of this paid render, left by a run that ended before its download "
-        f"did, was not fetched: it {older}; a new render follows (paid again)",
-    )
-    _url_lost_said(
-        ctx,
-        job,
-        _left_url_named(last["number"]),
-        f"was not fetched: it {older}",
-    )
-    return True
 
 
 def _left_url_named(number: int) -> str:
@@ -2779,8 +2747,8 @@ def _left_url_named(number: int) -> str:
 
 def _url_lost_said(ctx: RunContext, job: dict[str, Any], what: str, why: str) -> None:
     """Said once a run: a paid render a run that ended left (``what``) whose output can no
-    longer be fetched (``why``), paid for again: a URL left too long (``_left_url_lost``),
-    or one that answered 403/404, or a job-style request's output that did."""
+    longer be fetched (``why``), paid for again: a URL that answered 403/404, or a job-style
+    request's output that did."""
     if ctx.url_lost_said:
         return
     ctx.url_lost_said = True

@@ -94,13 +94,23 @@ def test_a_url_left_holds_its_output_key_against_another_batchs_render(afc, fake
     assert (afc.outputs() / "shared" / "j0.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_a_cancelled_job_whose_paid_render_waits_at_its_url_is_fetched_by_its_retry(afc, fake):
+@pytest.mark.parametrize("age", [0, 6 * 3600])
+def test_a_cancelled_job_whose_paid_render_waits_at_its_url_is_fetched_by_its_retry(
+    afc, fake, age
+):
     """A person cancels a job a stopped run left at its output URL, then thinks again. Before:
     the cancel said only 'cancelled', and 'afc retry' put the paid attempt behind the job's
     base, so the next run paid for a new render while the provider still served the one paid
     for. Now the cancel says the render was paid for and that a retry fetches it, and the
-    retry's run fetches the URL, as it polls a Replicate or fal request that had completed."""
+    retry's run fetches the URL, as it polls a Replicate or fal request that had completed;
+    so too for a render left longer than the 55 minutes afc counts on (said nothing of
+    before, though the retry's run tries the URL before it pays)."""
     _stopped(afc, fake)
+    if age:
+        conn = sqlite3.connect(afc.cwd / "afc.db")
+        with conn:
+            conn.execute("UPDATE attempts SET started_at = started_at - ?", (age,))
+        conn.close()
     cancelled = afc("cancel", "j0")
     assert cancelled.returncode == 0, cancelled.stderr
     assert "afc retry j0" in cancelled.stderr and "paying for it again" in cancelled.stderr, (
@@ -121,21 +131,21 @@ def test_a_cancelled_job_whose_paid_render_waits_at_its_url_is_fetched_by_its_re
 def test_a_url_left_that_can_no_longer_be_fetched_is_said_before_a_new_render_is_paid(
     afc, fake, lost
 ):
-    """The next run came after the provider's keep time (55 minutes; a weekend's Ctrl-C), or
-    the URL answers 404 (expired, revoked). Before: a late run paid for a new render with
-    nothing said, the left attempt's message still 'the next run fetches it from the output
-    URL ..., paying nothing again'; a 404 was in 'afc show' alone, the run's line 'spent
-    0.040000 USD' for a render nobody was told of. Now the attempt ends failed/interrupted at
-    its cost, saying why, and the run says so on stderr before it pays."""
+    """The URL answers 404 (expired, revoked), whether the next run came within the
+    provider's keep time or after it (a weekend's Ctrl-C). Before: a late run paid for a new
+    render with nothing said, the left attempt's message still 'the next run fetches it from
+    the output URL ..., paying nothing again'; a 404 was in 'afc show' alone, the run's line
+    'spent 0.040000 USD' for a render nobody was told of. Now the attempt ends
+    failed/interrupted at its cost, saying why, and the run says so on stderr before it
+    pays."""
     _stopped(afc, fake)
     if lost == "expired":
         conn = sqlite3.connect(afc.cwd / "afc.db")
         with conn:
             conn.execute("UPDATE attempts SET started_at = started_at - 3600")
         conn.close()
-    else:
-        url = left_url(afc)
-        fake.gone_files.add("/files/" + url.split("/files/", 1)[1])
+    url = left_url(afc)
+    fake.gone_files.add("/files/" + url.split("/files/", 1)[1])
     fake.cdn_back.set()
     resumed = afc("resume")
     assert resumed.returncode == 0, resumed.stderr
@@ -149,7 +159,30 @@ def test_a_url_left_that_can_no_longer_be_fetched_is_said_before_a_new_render_is
     assert "paying nothing again" not in rows[0][4], rows[0][4]
     said = "b1/j0: the output URL its paid render (attempt 1) was left at"
     assert said in resumed.stderr and "paid for again" in resumed.stderr, resumed.stderr
-    assert ("55 min" if lost == "expired" else "404") in resumed.stderr, resumed.stderr
+    assert "404" in resumed.stderr, resumed.stderr
+
+
+def test_a_url_left_longer_than_the_provider_is_said_to_keep_it_is_tried_before_paying(afc, fake):
+    """The next run came later than the 55 minutes afc takes an OpenAI-compatible gateway to
+    keep its outputs (a cron resume an hour on; a gateway that keeps them a day; the host's
+    clock stepped forward). Before: the URL was taken as lost without a request, and a new
+    render was paid for while the gateway still served the one paid for. Now it is fetched
+    (free) first: served, it is stored and nothing is paid again; refused, a new render
+    follows as above."""
+    _stopped(afc, fake)
+    conn = sqlite3.connect(afc.cwd / "afc.db")
+    with conn:
+        conn.execute("UPDATE attempts SET started_at = started_at - 6 * 3600")
+    conn.close()
+    fake.cdn_back.set()
+    resumed = afc("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert fake.counts["openai_billed"] == 1, "the render still served was paid for again"
+    assert afc.rows("SELECT number, status, cost_micros FROM attempts") == [
+        (1, "succeeded", 40_000)
+    ]
+    assert "paid for again" not in resumed.stderr, resumed.stderr
+    assert (afc.outputs() / "b1" / "j0.png").read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.parametrize("provider", ["replicate", "fal"])

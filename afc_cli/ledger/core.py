@@ -4418,19 +4418,6 @@ class Ledger:
             # the key paid for a render and stored it, this paid render never fetched
             self._rendering(job, provider, None, at_url=True)
 
-    def end_left_url(self, job: dict[str, Any], number: int, message: str) -> None:
-        """A paid render a stopped or killed run left at its output URL (``answer_url``,
-        ``unknown``) that no run can fetch any more (the provider keeps its outputs no longer):
-        ``failed``/``interrupted`` at its cost, ``message`` saying why, as one whose URL
-        answers 404 ends (afc_cli/pipeline.py, ``_left_url_lost``)."""
-        with self.tx(commit=True):
-            self.db.execute(
-                "UPDATE attempts SET status = 'failed', error_class = 'interrupted',"
-                " error_message = ?, ended_at = COALESCE(ended_at, ?) WHERE job_id = ?"
-                " AND number = ? AND status = 'unknown' AND answer_url IS NOT NULL",
-                (message, self.clock(), job["id"], number),
-            )
-
     def set_attempt_inputs(
         self, job: dict[str, Any], number: int, provider: str, inputs: list[dict[str, Any]]
     ) -> None:
