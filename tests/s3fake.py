@@ -95,6 +95,12 @@ class FaultPlan:
     title_case_meta: bool = False
     # a "stall" fault holds its request unanswered until this is set (``release``)
     released: threading.Event = field(default_factory=threading.Event)
+    # answer no ``x-amz-checksum-*`` header, as an S3-compatible store that computes no
+    # checksums, or reports none on a HEAD (Backblaze B2's and older Ceph's S3 APIs), does
+    drop_checksums: bool = False
+    # answer an object's GET with its last byte changed: a store, or a proxy in front of it,
+    # handing back other bytes than it took
+    damage_reads: bool = False
 
     def add(self, *faults: Fault) -> None:
         with self.lock:
@@ -207,6 +213,9 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
             answer = conn.getresponse()
             data = answer.read()
             plan.answered(self.command, self.path)
+            if plan.damage_reads and self.command == "GET" and answer.status == 200 and data:
+                if "/films/" in self.path and "?" not in self.path:
+                    data = data[:-1] + bytes([data[-1] ^ 0xFF])
             self.send_response(answer.status)
             for name, value in answer.getheaders():
                 if name.lower() not in (
@@ -215,7 +224,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "connection",
                     "date",
                     "server",
-                ):
+                ) and not (plan.drop_checksums and name.lower().startswith("x-amz-checksum-")):
                     if plan.title_case_meta and name.lower().startswith("x-amz-meta-"):
                         name = "-".join(part.capitalize() for part in name.split("-"))
                     self.send_header(name, value)
