@@ -60,6 +60,8 @@ class FakeProviders:
         self.inputs: dict[str, list[tuple[str, str, str]]] = {}
         # every JSON body POSTed to OpenAI's /images/generations, as it arrived
         self.openai_bodies: list[dict] = []
+        # the generationConfig of every Gemini call, by prompt
+        self.gemini_configs: dict[str, object] = {}
         # the form fields (all but the image parts) of every OpenAI /images/edits call
         self.openai_edit_fields: list[dict] = []
         # outputs whose first download answers 503 (a "flaky-download" prompt's)
@@ -237,6 +239,8 @@ class FakeProviders:
         if method == "POST" and path == "/v1/images/edits":
             return self.openai_edits(h)
         if method == "POST" and re.fullmatch(r"/v1/models/[^/]+/[^/]+/predictions", path):
+            return self.replicate_submit(h)
+        if method == "POST" and path == "/v1/predictions":  # a model version's: {version, input}
             return self.replicate_submit(h)
         if m := re.fullmatch(r"/v1/predictions/([^/]+)", path):
             return self.replicate_get(h, m.group(1))
@@ -651,6 +655,15 @@ class FakeProviders:
                     "invalid_fields": [{"field": "prompt"}],
                 },
             )
+        if h.path.split("?")[0] == "/v1/predictions" and not body.get("version"):
+            return h.reply(
+                422,
+                {
+                    "title": "Input validation failed",
+                    "detail": "- version: required",
+                    "status": 422,
+                },
+            )
         pid = uuid.uuid4().hex[:20]
         self.record("replicate", prompt, True)  # a created prediction runs and is billed
         self.predictions[pid] = {
@@ -665,6 +678,7 @@ class FakeProviders:
             "polls": 0,
             "prompt": prompt,
             "model": "/".join(h.path.split("?")[0].split("/")[3:5]),
+            "version": body.get("version"),  # a model version's prediction (POST /predictions)
             "cancel_after": h.headers.get("Cancel-After"),
             "urls": {
                 "get": f"{self.base}/v1/predictions/{pid}",
@@ -925,6 +939,18 @@ class FakeProviders:
                 r["status"] = "IN_PROGRESS"
                 return h.reply(202, {"status": "IN_PROGRESS", "logs": None})
             r["status"] = "COMPLETED"
+            if "flagged-at-end" in r["prompt"]:
+                # the model's safety check refused the request as it ran: fal ends it with
+                # the error's type (second-hand: PROVIDERS.md)
+                return h.reply(
+                    200,
+                    {
+                        "status": "COMPLETED",
+                        "logs": None,
+                        "error": "The content was flagged by the safety checker",
+                        "error_type": "content_policy_violation",
+                    },
+                )
             if "runner-died" in r["prompt"] and self.first_time(f"runner-died {r['prompt']}"):
                 # fal's own retries of a runner lost mid-request ran out: the request ended
                 # in a 503, which fal does not bill
@@ -1018,6 +1044,7 @@ class FakeProviders:
             )
         prompt = body["contents"][0]["parts"][0]["text"]
         self.record("gemini", prompt, False)
+        self.gemini_configs[prompt] = body.get("generationConfig")
         for part in body["contents"][0]["parts"][1:]:
             inline = part.get("inline_data") or part.get("inlineData") or {}
             mime = inline.get("mime_type") or inline.get("mimeType")
