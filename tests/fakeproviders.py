@@ -977,6 +977,14 @@ class FakeProviders:
                 down = r["result_gets"] <= CDN_OUTAGE
             if down:
                 return h.reply(504, {"detail": "Gateway timeout", "error_type": "request_timeout"})
+        if "result-page" in r["prompt"]:
+            # a captive portal's or a proxy's page answered 200 in place of the result, for
+            # the first CDN_OUTAGE GETs: the result is still at fal
+            with self.lock:
+                r["result_gets"] = r.get("result_gets", 0) + 1
+                down = r["result_gets"] <= CDN_OUTAGE
+            if down:
+                return h.reply(200, raw=b"<html>Sign in to the network</html>", ctype="text/html")
         if "result-gone" in r["prompt"]:  # completed and billed; its result already deleted
             return h.reply(404, {"detail": "Request not found"})
         if "result-422" in r["prompt"]:
