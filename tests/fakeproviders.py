@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -870,6 +871,13 @@ class FakeProviders:
                 },
                 headers={"X-Fal-Retryable": "false"},
             )
+        if "submit-drop" in prompt and self.first_time(f"submit-drop {prompt}"):
+            # queued (it runs and is billed), then the connection drops before the answer
+            # (its request id) reaches afc
+            self.record("fal", prompt, True)
+            h.close_connection = True
+            h.connection.shutdown(socket.SHUT_RDWR)
+            return
         rid = str(uuid.uuid4())
         self.record("fal", prompt, True)  # a queued request runs and is billed
         count = body.get("num_images")  # several images of one request, each billed

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 
+import pytest
 from conftest import manifest
 from test_cancel_completed import _wait_for_request
 from test_providers import FAST, MODELS, RATES
@@ -108,3 +109,52 @@ def test_a_gemini_aspect_ratio_reaches_the_request(afc, fake):
         "responseModalities": ["IMAGE"],
         "imageConfig": {"aspectRatio": "16:9"},
     }
+
+
+def test_a_fal_submit_whose_answer_never_came_is_possibly_paid_not_free(afc, fake):
+    """fal queued the request (it runs, and is billed), and the connection dropped before its
+    answer (the request id) came: the attempt is recorded at a cost unknown, counted by the
+    costs report as possibly paid, and the next attempt renders the job. Would catch the
+    dropped submit recorded as a request never sent (a known 0): the budget and every report
+    short of what fal bills."""
+    chain = [{"provider": "fal", "model": MODELS["fal"], "attempts": 3, "backoff": FAST}]
+    data = manifest([{"key": "shot", "prompt": "submit-drop shot"}], rates=RATES)
+    data["defaults"]["chain"] = chain
+    afc.write_manifest(data)
+    out = afc.json("submit", "manifest.yaml")
+    assert out["counts"] == {"succeeded": 1}, out
+    first, second = afc.json("show", "shot")["attempts"]
+    assert first["error_class"] == "unavailable", first
+    assert first["cost"] is None and first["cost_source"] is None, first
+    assert second["status"] == "succeeded", second
+    report = afc.json("costs", "report")
+    assert [row["unpriced_attempts"] for row in report["rows"]] == [1], report
+
+
+@pytest.mark.parametrize("provider", ["replicate", "fal"])
+def test_afc_cancel_that_cannot_reach_the_provider_says_the_request_may_render_on(
+    afc, fake, provider
+):
+    """'afc cancel' of a job whose run died while its request rendered, the provider out of
+    reach (its cancel gets no answer): the job is cancelled, and the request is named as not
+    stopped, with why, so a person knows it may still render and be billed. Would catch a
+    cancel that got no answer taken for a request stopped (the render billed with nothing
+    said), or one that stopped 'afc cancel' itself."""
+    chain = [{"provider": provider, "model": MODELS[provider], "backoff": FAST}]
+    afc.write_manifest(manifest([{"key": "shot", "prompt": "hold shot", "chain": chain}]))
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        request = _wait_for_request(afc)
+    finally:
+        run.send_signal(signal.SIGKILL)  # the run dies; its request renders on
+        run.wait(timeout=30)
+    fake.stop()  # the provider out of reach: nothing listens at its port
+    fake.server.server_close()
+    cancelled = afc("cancel", "shot", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    out = json.loads(cancelled.stdout)
+    assert out["cancelled"] == [{"key": "shot", "batch": "b1"}], out
+    assert out["stopped_at_provider"] == [] and out["completed_at_provider"] == [], out
+    [left] = out["not_stopped_at_provider"]
+    assert (left["key"], left["provider"], left["request"]) == ("shot", provider, request)
+    assert left["why"] == "no answer (ConnectError)", left
