@@ -665,6 +665,13 @@ class FakeProviders:
                     "status": 422,
                 },
             )
+        if "submit-drop" in prompt and self.first_time(f"submit-drop {prompt}"):
+            # created (it runs, and is billed), then the connection drops before the answer
+            # (its prediction id) reaches afc
+            self.record("replicate", prompt, True)
+            h.close_connection = True
+            h.connection.shutdown(socket.SHUT_RDWR)
+            return
         pid = uuid.uuid4().hex[:20]
         self.record("replicate", prompt, True)  # a created prediction runs and is billed
         self.predictions[pid] = {

@@ -111,13 +111,14 @@ def test_a_gemini_aspect_ratio_reaches_the_request(afc, fake):
     }
 
 
-def test_a_fal_submit_whose_answer_never_came_is_possibly_paid_not_free(afc, fake):
-    """fal queued the request (it runs, and is billed), and the connection dropped before its
-    answer (the request id) came: the attempt is recorded at a cost unknown, counted by the
-    costs report as possibly paid, and the next attempt renders the job. Would catch the
-    dropped submit recorded as a request never sent (a known 0): the budget and every report
-    short of what fal bills."""
-    chain = [{"provider": "fal", "model": MODELS["fal"], "attempts": 3, "backoff": FAST}]
+@pytest.mark.parametrize("provider", ["fal", "replicate"])
+def test_a_submit_whose_answer_never_came_is_possibly_paid_not_free(afc, fake, provider):
+    """The provider queued the request (it runs, and is billed), and the connection dropped
+    before its answer (the request's id) came: the attempt is recorded at a cost unknown,
+    counted by the costs report as possibly paid, and the next attempt renders the job.
+    Would catch the dropped submit recorded as a request never sent (a known 0): the budget
+    and every report short of what the provider bills."""
+    chain = [{"provider": provider, "model": MODELS[provider], "attempts": 3, "backoff": FAST}]
     data = manifest([{"key": "shot", "prompt": "submit-drop shot"}], rates=RATES)
     data["defaults"]["chain"] = chain
     afc.write_manifest(data)
