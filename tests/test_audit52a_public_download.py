@@ -37,3 +37,25 @@ def test_an_output_at_a_public_cdn_named_by_its_host_is_fetched(monkeypatch):
     finally:
         api.stop()
         cdn.stop()
+
+
+def test_a_base_url_whose_name_does_not_resolve_is_public_for_now_and_looked_up_again(
+    monkeypatch,
+):
+    """A base URL whose host name does not resolve at an output's download (a proxy's name in a
+    DNS outage; ``.invalid`` never resolves) is taken as public for that download, and not
+    remembered: its next output looks it up again. One that resolves is remembered. Would
+    catch the failed lookup remembered for the run: a proxy on the studio's network whose
+    name failed once had every later output (on its network) refused, each paid render lost
+    and the next attempt paying again."""
+    import asyncio
+
+    from afc_cli.providers.transport import NOT_THIS_HOST
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://api.afc-test.invalid/v1")
+    provider = OpenAIProvider()
+    assert asyncio.run(provider._output_rule()) is True
+    assert provider._private_bases == {}, "a lookup that failed was remembered"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://10.1.2.3/v1")  # a proxy on the network
+    assert asyncio.run(provider._output_rule()) == NOT_THIS_HOST
+    assert provider._private_bases == {"http://10.1.2.3/v1": NOT_THIS_HOST}
