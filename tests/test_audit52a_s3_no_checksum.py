@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from conftest import jobs, manifest
+from s3fake import Fault
 
 
 def _spooled(afc) -> int:
@@ -51,3 +52,18 @@ def test_a_store_without_checksums_that_reads_back_other_bytes_fails_verify(afc,
     assert "reads back" in message and "sha256" in message, message
     assert _spooled(afc) == 1, "the paid render was not kept"
     assert afc.rows("SELECT COUNT(*) FROM attempts")[0][0] == 1
+
+
+def test_a_read_back_the_store_throttles_is_tried_again_not_a_failed_verify(afc, s3):
+    """The read-back's GET answered 503 SlowDown once: a storage failure tried again under the
+    storage policy, and the job succeeds on its one render. Would catch the GET's failure taken
+    for what the object holds (VERIFY_FAILED: the job failed, a person's retry needed), or
+    escaping the read-back unclassified."""
+    s3.plan.drop_checksums = True
+    s3.plan.add(Fault("GET", r"/films/b1/shot-001\.png$", "slowdown", 1))
+    afc.write_manifest(manifest(jobs(1)))
+    out = afc.json("submit", "manifest.yaml", "--storage", s3.url)
+    assert out["counts"] == {"succeeded": 1}, out
+    assert ("GET", f"/{s3.bucket}/films/b1/shot-001.png", "slowdown") in s3.plan.injected
+    assert afc.rows("SELECT COUNT(*) FROM attempts")[0][0] == 1
+    assert _spooled(afc) == 0
