@@ -55,3 +55,15 @@ def test_a_status_answered_202_without_a_status_is_given_up_on_not_polled_for_ev
         assert attempt["cost"] is None
         assert "asked to stop" in attempt["error"]
     assert fake.cancels == [first["provider_request_id"], second["provider_request_id"]]
+
+
+def test_a_status_answered_202_saying_completed_is_completed(afc, fake):
+    """fal answers a completed request's status 200; a gateway in front of it may answer
+    every status 202, COMPLETED among them. afc took any 202 with a body for 'still queued'
+    and polled a finished (billed) request until its window ended, or for ever without one.
+    Its status is read: the result is fetched, nothing paid again."""
+    jobs = run(afc, "fal", ["completed-202"], expect=0, attempts=1)
+    assert jobs["j0"]["status"] == "succeeded"
+    assert fake.counts["fal_submit"] == 1
+    [attempt] = attempts_of(afc, "j0")
+    assert attempt["status"] == "succeeded" and not fake.cancels

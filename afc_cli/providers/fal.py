@@ -239,12 +239,15 @@ class FalProvider(HttpProvider):
             if answer is None:
                 continue  # polling is free: keep going
             response, state = answer
-            queued = state.get("status") in ("IN_QUEUE", "IN_PROGRESS")
-            if queued or (response.status_code == 202 and state):
+            status = state.get("status")
+            queued = status in ("IN_QUEUE", "IN_PROGRESS")
+            if queued or (response.status_code == 202 and state and status != "COMPLETED"):
                 # fal's 202 carries its JSON (IN_QUEUE); a 202 whose body is no JSON object
                 # (a proxy's "accepted" page) says nothing of the request: counted below as an
                 # unreadable answer, as a 200's is, not taken for "still queued" (a status URL
-                # answering only that was polled for ever)
+                # answering only that was polled for ever). A gateway's 202 that says
+                # COMPLETED is read as fal's 200 is: polled on, a finished request was
+                # polled until its window ended, or for ever
                 unreadable = 0
                 continue
             if response.status_code not in (200, 202):
