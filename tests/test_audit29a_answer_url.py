@@ -95,9 +95,7 @@ def test_a_url_left_holds_its_output_key_against_another_batchs_render(afc, fake
 
 
 @pytest.mark.parametrize("age", [0, 6 * 3600])
-def test_a_cancelled_job_whose_paid_render_waits_at_its_url_is_fetched_by_its_retry(
-    afc, fake, age
-):
+def test_a_cancelled_job_whose_paid_render_waits_at_its_url_is_fetched_by_its_retry(afc, fake, age):
     """A person cancels a job a stopped run left at its output URL, then thinks again. Before:
     the cancel said only 'cancelled', and 'afc retry' put the paid attempt behind the job's
     base, so the next run paid for a new render while the provider still served the one paid
