@@ -11,6 +11,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 from afc_cli.errors import UsageError, batch_key_hint, several_batches
@@ -231,20 +232,24 @@ def _cancel_each(
     # provider that takes a cancel and never answers (up to its read and pool timeouts,
     # 150 s on Replicate and fal) held the next target's cancel behind it, so a batch's
     # jobs stayed runnable, and a running afc went on paying for them, for hours.
+    stops: list[_Stop] = []
     for job, before in asks:
         if before:
-            _ask_again(ledger, job, out)
+            stops += _ask_again(ledger, job, out)
         else:
-            _cancel_at_provider(ledger, job, out)
+            stops += _cancel_at_provider(ledger, job, out)
     if not keys:
         # the batch's cancelled jobs are no targets: a request an interrupted cancel of
         # the batch left rendering is asked to stop by the cancel run again, as told
+        # (not one of this cancel's own: its answers are recorded below, all asked together)
+        asking = {stop.request for stop in stops}
         for job in ledger.cancelled_with_requests(batch):
-            _ask_again(ledger, job, out)
+            stops += [s for s in _ask_again(ledger, job, out) if s.request not in asking]
+    _stop_at_providers(ledger, stops, out)
 
 
 def _asked(ledger: Ledger, job: dict[str, Any]) -> set[str]:
-    """The requests of a job that a cancel asked its provider to stop (``_cancel_at_provider``'s
+    """The requests of a job that a cancel asked its provider to stop (``_stop_at_providers``'s
     events, whatever the provider answered)."""
     import json
 
@@ -257,14 +262,37 @@ def _asked(ledger: Ledger, job: dict[str, Any]) -> set[str]:
     }
 
 
-def _ask_again(ledger: Ledger, job: dict[str, Any], out: dict[str, list]) -> None:
+def _ask_again(ledger: Ledger, job: dict[str, Any], out: dict[str, list]) -> list[_Stop]:
     """A job cancelled before: its requests that cancel never asked the provider to stop
     (no provider cancel event names them: that cancel was interrupted between its commit
     and its request to the provider) are asked now. The cancel said 'cancel those again',
     and the job is already cancelled, so without this a Replicate or fal render went on,
     billed, and its cost was never learned (a cancelled job's request is not polled
     again)."""
-    _cancel_at_provider(ledger, job, out, _asked(ledger, job), again=True)
+    return _cancel_at_provider(ledger, job, out, _asked(ledger, job), again=True)
+
+
+@dataclass
+class _Stop:
+    """A request ``afc cancel`` asks its provider to stop (``_stop_at_providers``)."""
+
+    job: dict[str, Any]
+    attempt: dict[str, Any]
+    provider: Any
+    again: bool
+
+    @property
+    def request(self) -> str:
+        return self.attempt["provider_request_id"]
+
+    @property
+    def named(self) -> dict[str, Any]:
+        return {
+            "key": self.job["key"],
+            "batch": self.job["batch"],
+            "provider": self.attempt["provider"],
+            "request": self.attempt["provider_request_id"],
+        }
 
 
 def _cancel_at_provider(
@@ -274,23 +302,16 @@ def _cancel_at_provider(
     skip: Collection[str] = (),
     *,
     again: bool = False,
-) -> None:
-    """A job rendering on a job-style provider (Replicate, fal): ask it to stop too, so the
-    render stops costing money. Whatever it reports later is still recorded. Adds to ``out``
-    the requests the provider was not seen to stop (``not_stopped_at_provider``: its key not
-    set here, no answer, an error status), each with why: the job is cancelled all the same,
-    but the request may render on, billed, and the person who cancelled is told so rather
-    than left to think it stopped; those the provider said had completed before the cancel
-    came (``completed_at_provider``: paid for, 'afc retry' fetches the result by the
-    request's id); and, ``again`` (``_ask_again``), those it stopped
-    (``stopped_at_provider``). ``skip``: requests asked already."""
-    import asyncio
-
-    from afc_cli.ledger.core import CANCEL_TOO_LATE
+) -> list[_Stop]:
+    """A job rendering on a job-style provider (Replicate, fal): its requests to ask the
+    provider to stop too, so the render stops costing money (``_stop_at_providers``).
+    Adds to ``out`` at once a synchronous provider's paid render a stopped run left at its
+    output URL (``completed_at_provider``: made and billed, nothing to stop). ``again``
+    (``_ask_again``): a cancelled job's requests an earlier cancel did not ask;
+    ``skip``: requests asked already."""
     from afc_cli.providers import PROVIDERS
-    from afc_cli.providers.base import COMPLETED, ENDED
-    from afc_cli.secrets import scrub
 
+    stops = []
     for attempt in ledger.attempts(job["id"]):
         provider = PROVIDERS.get(attempt["provider"])
         if (
@@ -317,75 +338,104 @@ def _cancel_at_provider(
             and provider.resumable
             and attempt["provider_request_id"] not in skip
         ):
+            stops.append(_Stop(job, attempt, provider, again))
+    return stops
 
-            async def stop(provider=provider, attempt=attempt) -> str | None:
+
+# Requests 'afc cancel' asks to stop at once. Each renders, billed, until its provider stops
+# it, and one at a time (a new connection each) the last of a batch's 500 was stopped
+# minutes after the first, hours behind a provider slow to answer; more at once would meet
+# the providers' rate limits (Replicate's 600 requests a minute), which refuse a cancel.
+CANCELS_AT_ONCE = 8
+
+
+def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list]) -> None:
+    """Ask the providers to stop the requests ``stops``, ``CANCELS_AT_ONCE`` at a time
+    through one client a provider, each answer recorded as it comes: whatever a request
+    reports later is still recorded. Adds to ``out`` the requests the provider was not seen
+    to stop (``not_stopped_at_provider``: its key not set here, no answer, an error status),
+    each with why: the job is cancelled all the same, but the request may render on, billed,
+    and the person who cancelled is told so rather than left to think it stopped; those the
+    provider said had completed before the cancel came (``completed_at_provider``: paid for,
+    'afc retry' fetches the result by the request's id); and, of those asked again
+    (``_ask_again``), those it stopped (``stopped_at_provider``). A request whose answer was
+    recorded is not asked again by a later cancel (``_asked``); one whose answer a killed
+    cancel did not record is."""
+    import asyncio
+
+    from afc_cli.ledger.core import CANCEL_TOO_LATE
+    from afc_cli.providers.base import COMPLETED, ENDED
+    from afc_cli.secrets import scrub
+
+    if not stops:
+        return
+
+    def record(stop: _Stop, why: str | None, usage: dict[str, Any] | None) -> None:
+        job, attempt, named = stop.job, stop.attempt, stop.named
+        request = attempt["provider_request_id"]
+        if why == COMPLETED:
+            # It rendered, and was billed, before the cancel came: nothing was stopped.
+            # An 'afc retry' polls it by its id and stores its result (Ledger.retry),
+            # where a new request paid for the one output again.
+            ledger.note(job, CANCEL_TOO_LATE, request=request, attempt=attempt["number"])
+            out["completed_at_provider"].append(named)
+            _price_completed(ledger, job, attempt, usage)
+        elif why is None or why == ENDED:
+            ledger.note(job, "provider_cancel_sent", request=request)
+            if stop.again:
+                out["stopped_at_provider"].append(named)
+            # (ENDED: it had failed by itself before the cancel came: it renders no more, and
+            # what it billed, a Replicate prediction's seconds, prices its attempt as a poll
+            # would have; left unpriced, 'unknown outcome, possibly paid' for good: found by
+            # outside audit 51b)
+            _price_completed(ledger, job, attempt, usage)
+        else:
+            ledger.note(job, "provider_cancel_failed", request=request, why=why)
+            out["not_stopped_at_provider"].append({**named, "why": why})
+
+    async def ask_all() -> None:
+        room = asyncio.Semaphore(CANCELS_AT_ONCE)
+
+        async def ask(stop: _Stop) -> None:
+            attempt, usage = stop.attempt, None
+            async with room:
                 try:
-                    return await provider.cancel_answer(
+                    why = await stop.provider.cancel_answer(
                         attempt["provider_request_id"], attempt["model"]
                     )
-                finally:
+                except Exception as exc:  # noqa: BLE001 - the cancel in the ledger stands
+                    why = scrub(str(exc)) or exc.__class__.__name__
+                if why in (COMPLETED, ENDED):
+                    # what it billed, as the provider reports it (one free GET); a read that
+                    # fails leaves the attempt unpriced
+                    params = json.loads(stop.job.get("request_json") or "{}").get("params")
+                    with contextlib.suppress(Exception):
+                        usage = await stop.provider.completed_usage(
+                            attempt["provider_request_id"], attempt["model"], params or {}
+                        )
+            record(stop, why, usage)  # no await in it: one answer's writes at a time
+
+        try:
+            await asyncio.gather(*(ask(stop) for stop in stops))
+        finally:
+            for provider in {id(stop.provider): stop.provider for stop in stops}.values():
+                with contextlib.suppress(Exception):
                     await provider.close()
 
-            request = attempt["provider_request_id"]
-            named = {
-                "key": job["key"],
-                "batch": job["batch"],
-                "provider": attempt["provider"],
-                "request": request,
-            }
-            try:
-                why = asyncio.run(stop())
-            except Exception as exc:  # noqa: BLE001 - the cancel in the ledger stands regardless
-                why = scrub(str(exc)) or exc.__class__.__name__
-            if why == COMPLETED:
-                # It rendered, and was billed, before the cancel came: nothing was stopped.
-                # An 'afc retry' polls it by its id and stores its result (Ledger.retry),
-                # where a new request paid for the one output again.
-                ledger.note(job, CANCEL_TOO_LATE, request=request, attempt=attempt["number"])
-                out["completed_at_provider"].append(named)
-                _price_completed(ledger, job, attempt, provider)
-            elif why is None or why == ENDED:
-                ledger.note(job, "provider_cancel_sent", request=request)
-                if again:
-                    out["stopped_at_provider"].append(named)
-                if why == ENDED:
-                    # it had failed by itself before the cancel came: it renders no more, and
-                    # what it billed (a Replicate prediction's seconds) prices its attempt as a
-                    # poll would have; left unpriced, 'unknown outcome, possibly paid' for
-                    # good (found by outside audit 51b)
-                    _price_completed(ledger, job, attempt, provider)
-            else:
-                ledger.note(job, "provider_cancel_failed", request=request, why=why)
-                out["not_stopped_at_provider"].append({**named, "why": why})
+    asyncio.run(ask_all())
 
 
 def _price_completed(
-    ledger: Ledger, job: dict[str, Any], attempt: dict[str, Any], provider: Any
+    ledger: Ledger, job: dict[str, Any], attempt: dict[str, Any], usage: dict[str, Any] | None
 ) -> None:
     """The cost of a request a cancel found completed (rendered and billed), from the usage
     the provider reports for it (``Provider.completed_usage``: one free GET) priced by the
     batch's card, written on its attempt (``Ledger.price_left``). It was left unpriced, the
     costs report saying 'unknown outcome, possibly paid' for a Replicate render whose 3.2 s
-    afc had been told, until a person retried the job (found by outside audit 50b). One that
-    cannot be read stays as it was: unpriced, said so everywhere."""
-    import asyncio
-
+    afc had been told, until a person retried the job (found by outside audit 50b). One whose
+    usage could not be read (``usage`` None) stays as it was: unpriced, said so everywhere."""
     from afc_cli.costs import RateCards
 
-    params = json.loads(job.get("request_json") or "{}").get("params") or {}
-
-    async def read() -> dict[str, Any] | None:
-        try:
-            return await provider.completed_usage(
-                attempt["provider_request_id"], attempt["model"], params
-            )
-        finally:
-            await provider.close()
-
-    try:
-        usage = asyncio.run(read())
-    except Exception:  # noqa: BLE001 - a read that failed leaves the attempt unpriced
-        return
     if not usage:
         return
     found = ledger.batch(job["batch"])

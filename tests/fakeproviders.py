@@ -56,6 +56,10 @@ class FakeProviders:
         self.key_restored = threading.Event()
         self.seen_once: set[str] = set()
         self.cancels: list[str] = []
+        # cancels being answered at this moment, and the most at once ("slow-cancel" prompts'
+        # cancels take a moment to answer, as a busy API's do)
+        self.cancels_now = 0
+        self.cancels_at_once = 0
         self.server: ThreadingHTTPServer | None = None
         # reference images received, by prompt: [(field, media type, sha256 of the bytes)]
         self.inputs: dict[str, list[tuple[str, str, str]]] = {}
@@ -918,6 +922,13 @@ class FakeProviders:
             return h.reply(404, {"detail": "Request not found"})
         if tail == "/cancel":
             self.cancels.append(rid)
+            if "slow-cancel" in r["prompt"]:
+                with self.lock:
+                    self.cancels_now += 1
+                    self.cancels_at_once = max(self.cancels_at_once, self.cancels_now)
+                time.sleep(0.3)
+                with self.lock:
+                    self.cancels_now -= 1
             if "done-at-cancel" in r["prompt"]:
                 # it completed (and was billed) between afc's last poll and its cancel: fal
                 # answers so, and its result is there to fetch

@@ -285,7 +285,7 @@ class Provider:
     ) -> dict[str, Any] | None:
         """The usage a job-style request reports once it completed or ended (``cancel_answer``
         said ``COMPLETED`` or ``ENDED``), read by its id with one free GET: what prices an attempt a cancel
-        found rendered and billed (``ops._cancel_at_provider``). ``params``: the job's, for
+        found rendered and billed (``ops._stop_at_providers``). ``params``: the job's, for
         one whose output the provider already removed, which made the images its request
         asked for (``images_requested``), as a poll prices it. None when it cannot be read
         or reports none; a synchronous provider has nothing to read."""

@@ -1,0 +1,56 @@
+"""'afc cancel' of a batch asks the providers to stop its requests several at once.
+
+A batch cancelled with hundreds of Replicate or fal requests rendering: each is billed until
+the provider stops it, and afc asked for one stop at a time, each after the last's answer
+(a new connection each): the last request of 500 was stopped minutes after the first, and
+behind a provider that takes a cancel and answers slowly, hours. They are asked
+``ops.CANCELS_AT_ONCE`` at a time, through one client, each answer recorded as before.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+
+from conftest import manifest
+from test_providers import FAST, MODELS, RATES
+
+
+def _requests(afc, count: int, timeout: float = 30) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            rows = afc.rows(
+                "SELECT provider_request_id FROM attempts WHERE provider_request_id > ''"
+            )
+        except sqlite3.OperationalError:  # the ledger is being made
+            rows = []
+        if len(rows) >= count:
+            return [r[0] for r in rows]
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} requests were submitted")
+
+
+def test_a_batch_cancel_asks_for_its_requests_stops_at_once_and_records_each(afc, fake):
+    chain = [{"provider": "fal", "model": MODELS["fal"], "backoff": FAST}]
+    jobs = [{"key": f"j{i}", "prompt": f"hold slow-cancel {i}", "chain": chain} for i in range(6)]
+    afc.write_manifest(manifest(jobs, rates=RATES))
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        requests = _requests(afc, 6)
+    finally:
+        run.send_signal(signal.SIGKILL)  # the run dies; its requests render on
+        run.wait(timeout=30)
+    cancelled = afc("cancel", "--batch", "b1", "--yes", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    out = json.loads(cancelled.stdout)
+    assert len(out["cancelled"]) == 6
+    assert out["not_stopped_at_provider"] == [] and out["completed_at_provider"] == []
+    assert sorted(fake.cancels) == sorted(requests)
+    assert fake.cancels_at_once > 1, "each stop was asked only after the last one's answer"
+    # each answer recorded on its own job, as one at a time did
+    for job in out["cancelled"]:
+        kinds = [e["kind"] for e in afc.json("show", job["key"])["events"]]
+        assert kinds.count("provider_cancel_sent") == 1, kinds
