@@ -564,3 +564,21 @@ def m022_attempts_started(db):
         CREATE INDEX attempts_started ON attempts (provider) WHERE status = 'started';
         """
     )
+
+
+@_step
+def m023_attempts_per_minute(db):
+    # A provider's ``per_minute`` across the ledger (Ledger._check_limit) counts the attempts it
+    # started in the last minute, at each call's start, under the ledger's write lock: no
+    # index had their start time, and each count read every attempt of the ledger, 0.68 s a
+    # start on SQLite and 0.77 s on PostgreSQL at 3,000,000 attempts (a 10,000-job batch
+    # under a per_minute limit would have run for two hours). Read here: the starts of the
+    # last minute alone, the provider compared in the index. By time first: led by the
+    # provider, SQLite read a whole ledger's 'afc costs report' (grouped by provider) in its
+    # order, a table look-up an attempt (27 s where the scan took 10 s at 3,000,000 attempts).
+    # Every attempt writes an entry, at the index's end (its start is the latest).
+    db.executescript(
+        """
+        CREATE INDEX attempts_per_minute ON attempts (started_at, provider);
+        """
+    )

@@ -2768,7 +2768,8 @@ class Ledger:
             # was set back (an NTP step; SQLite's clock is the host's): counted, it would keep
             # the minute full for as long as the step, every start refused and told to wait
             # that long. It counts no more (a provider's 429 costs nothing), and no wait is
-            # longer than the minute.
+            # longer than the minute. Counted in m023's index ``attempts_per_minute`` (before
+            # it, each count read every attempt of the ledger: 0.68 s a start at 3,000,000).
             count, first = self.db.execute(
                 "SELECT COUNT(*), MIN(started_at) FROM attempts WHERE provider = ?"
                 " AND started_at > ? AND started_at <= ?",
