@@ -208,7 +208,8 @@ def test_an_admission_writes_one_status_index_entry_a_job(afc):
     jobs, those queued or dead at their store step and those dead at their render step: an
     admitted job (queued at its probe) has no entry in them. The claim order's (m017) is the
     one other entry an admitted job costs: a worker's claim reads the free runnable jobs from
-    it in order, where it sorted them all at every claim."""
+    it in order, where it sorted them all at every claim. The held jobs' (m024) has only the
+    jobs some run holds: none of an admission's."""
     afc.write_manifest(manifest(jobs(5)))
     assert afc("submit", "manifest.yaml", "--no-run", "-q").returncode == 0
     indexes = afc.rows(
@@ -219,6 +220,7 @@ def test_an_admission_writes_one_status_index_entry_a_job(afc):
     assert [name for name, sql in indexes if " WHERE " in sql] == [
         "jobs_blocked_order",
         "jobs_claim_order",
+        "jobs_lease_owner",
         "jobs_leased_order",
         "jobs_output_holders",
         "jobs_output_poll_left",
@@ -245,6 +247,10 @@ def test_an_admission_writes_one_status_index_entry_a_job(afc):
         " WHERE status = 'dead' AND step = 'render'"
     )
     assert queued == [(0,)]
+    held = afc.rows(
+        "SELECT COUNT(*) FROM jobs INDEXED BY jobs_lease_owner WHERE lease_owner IS NOT NULL"
+    )
+    assert held == [(0,)]
 
 
 def test_both_engines_have_the_age_index_and_answer_the_same_figures(ledger_url):
