@@ -614,3 +614,17 @@ def m025_avoided_job(db):
         CREATE INDEX avoided_job ON avoided (job_id, id);
         """
     )
+
+
+@_step
+def m026_deliveries_job(db):
+    # A job's webhook deliveries (Ledger.job_deliveries: ``afc show KEY``) were found by
+    # scanning the whole outbox, which keeps a row per job event of every batch that posts
+    # webhooks, delivered or not: at 500,000 rows 0.24 s on SQLite (2 s with the file not in
+    # the page cache) and 0.26-0.7 s on PostgreSQL for one job, growing with every batch. A
+    # delivery writes an entry, once, when its job's event is queued.
+    db.executescript(
+        """
+        CREATE INDEX deliveries_job ON deliveries (job_id);
+        """
+    )

@@ -137,3 +137,20 @@ def test_a_batch_s_avoided_renders_are_read_from_its_jobs(ledger_url, afc, monke
             assert not _scans(plan, "avoided"), (sql, plan)
     finally:
         ledger.close()
+
+
+def test_a_job_s_deliveries_are_read_from_an_index(ledger_url, afc, monkeypatch):
+    """``afc show KEY`` reads the job's webhook deliveries: found by scanning the whole outbox
+    (a row per job event of every batch that posts webhooks, kept once delivered), 0.24 s
+    on SQLite (2 s from a cold page cache) and 0.26-0.7 s on PostgreSQL at 500,000 rows."""
+    ledger, admitted = _admitted(ledger_url, afc)
+    try:
+        sent = recorded_statements(ledger, monkeypatch)
+        assert ledger.job_deliveries(admitted[0].job_id) == []
+        monkeypatch.undo()
+        [(sql, params)] = [(s, p) for s, p in sent if "FROM deliveries" in s]
+        plan = _plan(ledger, sql, params)
+        assert "deliveries_job" in plan, plan
+        assert not _scans(plan, "deliveries"), plan
+    finally:
+        ledger.close()

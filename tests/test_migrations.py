@@ -72,6 +72,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m023_attempts_per_minute",
         "m024_jobs_lease_owner",
         "m025_avoided_job",
+        "m026_deliveries_job",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]
