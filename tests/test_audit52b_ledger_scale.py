@@ -154,3 +154,30 @@ def test_a_job_s_deliveries_are_read_from_an_index(ledger_url, afc, monkeypatch)
         assert not _scans(plan, "deliveries"), plan
     finally:
         ledger.close()
+
+
+def test_a_batch_s_cancel_reads_its_cancelled_jobs_attempts_only(tmp_path, afc, monkeypatch):
+    """``afc cancel --batch B`` looks for the batch's cancelled jobs with a request left at a
+    provider (``Ledger.cancelled_with_requests``): asked as ``id IN`` the list of every such
+    attempt of the ledger, SQLite read every attempt (1.3 s at 3,000,000 attempts, 7 s from
+    a cold page cache). PostgreSQL made it a semi-join from the batch's jobs already."""
+    ledger, admitted = _admitted(str(tmp_path / "afc.db"), afc)
+    try:
+        job = ledger.claim(admitted[0].job_id, 300)
+        assert ledger.start_attempt(job, 0, "local", "m1", None, durable=False)
+        with ledger.tx():
+            ledger.db.execute(
+                "UPDATE attempts SET provider_request_id = 'r1' WHERE job_id = ?", (job["id"],)
+            )
+            ledger.db.execute(
+                "UPDATE jobs SET status = 'cancelled', lease_owner = NULL WHERE id = ?",
+                (job["id"],),
+            )
+        sent = recorded_statements(ledger, monkeypatch)
+        assert [row["id"] for row in ledger.cancelled_with_requests("b1")] == [job["id"]]
+        monkeypatch.undo()
+        [(sql, params)] = [(s, p) for s, p in sent if "FROM attempts" in s]
+        plan = _plan(ledger, sql, params)
+        assert not _scans(plan, "attempts"), plan
+    finally:
+        ledger.close()
