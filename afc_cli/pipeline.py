@@ -1316,6 +1316,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     spooled = None
     if job["attempts"]:  # only an attempt leaves a spool file (none for a fresh job)
         spooled = await ctx.offload(ctx.spool.find, job["id"])
+        if spooled is None:  # a late render a run that died left under its own name
+            spooled = await ctx.offload(ctx.spool.find_late, job["id"])
     elif job["id"] in ctx.left_in_spool:
         # a job the ledger has no attempt of, whose file the spool held as the run began:
         # the render of a ledger deleted or made anew while its store kept failing

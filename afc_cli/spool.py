@@ -440,6 +440,22 @@ class Spool:
         size, sha = file_digest(final)
         return SpoolFile(final, size, sha)
 
+    def find_late(self, job_id: str) -> SpoolFile | None:
+        """For a run that holds the job and found no spool file at its own name (``find``):
+        a late render of it left here (``late_path``: a render that came back after the job
+        was cancelled or taken over from its process, which then died before storing it),
+        put at the job's own name (``settle_late``) and returned, for the run to adopt as
+        any spool file a dead run left. No run read a ``.late`` file: a cancelled job's
+        render whose run was killed while storing it was paid for again by the retry's run.
+        None when there is none (or a file at the job's own name came first)."""
+        late = self.late_path(job_id)
+        try:
+            if not late.exists() or self.settle_late(job_id, late) == late:
+                return None
+            return self.find(job_id)
+        except OSError:  # unreadable here: rendered again, as before
+            return None
+
     def job_ids(self) -> set[str]:
         """Jobs with a file (complete or partial) in the spool."""
         try:

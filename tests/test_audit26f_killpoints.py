@@ -23,6 +23,8 @@ from conftest import manifest, wait_for
 from fakeproviders import FakeProviders
 from s3fake import FaultPlan, ProxiedBucket
 
+from afc_cli.pipeline import LEASE_RECHECK_S
+
 MODELS = {
     "openai": "gpt-image-1",
     "replicate": "black-forest-labs/flux-1.1-pro",
@@ -452,22 +454,32 @@ def test_a_kill_while_a_review_gates_event_is_posted_loses_neither_event_nor_mon
         receiver.stop()
 
 
+@pytest.mark.parametrize("slow", [False, True], ids=["quick", "slow"])
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_kill_while_a_cancelled_jobs_late_result_is_stored_loses_no_render(
-    afc, fakes, s3, tmp_path, when
+    afc, fakes, s3, tmp_path, when, slow
 ):
     """'afc cancel j' while the run polled fal (whose request renders on); the run gets the
     paid result, records it and stores it as the job's own (a late result), and is killed
     while that upload is held at the store. 'afc retry j' and a run store the render from
-    the spool or find it stored: no second request, one object."""
+    the spool or find it stored: no second request, one object.
+
+    ``slow``: the result comes more than ``pipeline.LEASE_RECHECK_S`` after the attempt's
+    start, so the run, no longer holding the cancelled job, spools it under a name of its own
+    (``<job id>.late``, ``Spool.late_path``). No run read that file: the retry's run paid for
+    the render again (found by a fresh clone's suite on a loaded machine, where the render
+    took that long)."""
     ledger = str(tmp_path / "afc.db")
     _write(afc, _chain("fal"), prompt="hold")
     proc = afc.popen("submit", "manifest.yaml", "--storage", s3.url)
     try:
         deadline = time.time() + 60
         wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE provider_request_id IS NOT NULL", 1)
+        submitted = time.monotonic()
         cancelled = afc("cancel", "j")
         assert cancelled.returncode == 0, cancelled.stderr
+        while slow and time.monotonic() - submitted < 2 * LEASE_RECHECK_S:
+            time.sleep(0.05)  # the product's own threshold, measured on its clocks
         hold = s3.plan.holds.add("PUT", KEY, when)
         fakes.released.set()
         while not hold.arrived.wait(0.05):
@@ -484,6 +496,8 @@ def test_a_kill_while_a_cancelled_jobs_late_result_is_stored_loses_no_render(
     _check_money(afc, ledger, 1)
     listed = s3.client.list_objects_v2(Bucket=s3.bucket).get("Contents", [])
     assert [o["Key"] for o in listed] == ["films/b1/j.png"], listed
+    if slow:
+        assert not list((tmp_path / "afc.db-spool").glob("*.late")), "the late file stayed"
 
 
 # --- a worker killed between its lease renewals --------------------------------------------------
