@@ -710,6 +710,14 @@ class FakeProviders:
         p = self.predictions.get(pid)
         if p is None:
             return h.reply(404, {"title": "Not found", "detail": "Not found.", "status": 404})
+        if "cancel-refused-429" in p["prompt"] and self.first_time(f"cancel-refused-429 {pid}"):
+            # Replicate's throttled answer to the prediction's first cancel (a batch's cancels
+            # asked at once met the account's rate limit): nothing done, ask again later
+            return h.reply(
+                429,
+                {"detail": "Request was throttled. Expected available in 1 second.", "status": 429},
+                headers={"Retry-After": "0"},
+            )
         if p["status"] in ("starting", "processing"):
             if "aborted-at-cancel" in p["prompt"]:  # its deadline passed before it started
                 p.update(status="aborted")

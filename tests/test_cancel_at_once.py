@@ -54,3 +54,34 @@ def test_a_batch_cancel_asks_for_its_requests_stops_at_once_and_records_each(afc
     for job in out["cancelled"]:
         kinds = [e["kind"] for e in afc.json("show", job["key"])["events"]]
         assert kinds.count("provider_cancel_sent") == 1, kinds
+
+
+def test_a_cancel_the_provider_throttles_is_asked_again_after_its_retry_after(afc, fake):
+    """Replicate throttles an account's requests (429 'Request was throttled', a Retry-After):
+    asked at once, a batch's cancels meet that limit sooner than one at a time did. A
+    throttled cancel stopped nothing and was recorded as asked ('provider_cancel_failed',
+    never asked again by a later cancel), the person told to stop each request with
+    Replicate itself while they rendered on, billed. It is asked again once the provider's
+    wait has passed, and the request stopped."""
+    chain = [{"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}]
+    jobs = [
+        {"key": f"j{i}", "prompt": f"hold cancel-refused-429 {i}", "chain": chain} for i in range(3)
+    ]
+    afc.write_manifest(manifest(jobs, rates=RATES))
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        requests = _requests(afc, 3)
+    finally:
+        run.send_signal(signal.SIGKILL)  # the run dies; its predictions render on
+        run.wait(timeout=30)
+    cancelled = afc("cancel", "--batch", "b1", "--yes", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    out = json.loads(cancelled.stdout)
+    assert out["not_stopped_at_provider"] == [], cancelled.stderr
+    assert "may render on" not in cancelled.stderr
+    for request in requests:
+        assert fake.predictions[request]["status"] == "canceled"
+        assert fake.cancels.count(request) == 2  # throttled once, then taken
+    for job in out["cancelled"]:
+        kinds = [e["kind"] for e in afc.json("show", job["key"])["events"]]
+        assert kinds.count("provider_cancel_sent") == 1 and "provider_cancel_failed" not in kinds

@@ -440,8 +440,10 @@ class FalProvider(HttpProvider):
         import httpx
 
         try:
-            response = await self.client.put(
-                self.urls(model, request_id)["cancel_url"], headers=self._headers()
+            response = await self.send_cancel(
+                lambda: self.client.put(
+                    self.urls(model, request_id)["cancel_url"], headers=self._headers()
+                )
             )
         except httpx.TransportError as exc:
             return f"no answer ({exc.__class__.__name__})"

@@ -229,6 +229,21 @@ class HttpProvider(Provider):
         self.poll_failed(f"HTTP {status} without a status afc can read")
         return seen >= UNREADABLE_POLLS
 
+    async def send_cancel(self, send: Callable[[], Awaitable[Any]]) -> Any:
+        """``send()`` (a cancel: free, and the same each time it is asked) again while the
+        provider throttles it (429), after the wait it names (``Retry-After``, at most
+        ``CANCEL_WAIT_CAP_S``), ``CANCEL_TRIES`` times in all: the last answer is returned. A
+        throttled cancel stopped nothing; taken as the answer, the request rendered on,
+        billed, and no later cancel asked again ('afc cancel' of a batch asks eight at once,
+        which meets a provider's rate limit sooner than one at a time)."""
+        for tried in range(1, CANCEL_TRIES + 1):
+            response = await send()
+            if response.status_code != 429 or tried == CANCEL_TRIES:
+                return response
+            told = retry_after_of(response.headers)
+            await self.sleep(min(poll_interval() if told is None else told, CANCEL_WAIT_CAP_S))
+        raise AssertionError("unreachable")
+
     async def fetch_output(
         self,
         request: AttemptRequest,
@@ -502,6 +517,10 @@ POLLS_FAILING_INTERVALS = 5
 # the longest a poll's 429 holds a provider's polls (``hold_polls``): a Retry-After of an hour
 # (a misconfigured proxy) would leave every request in flight unpolled past its window
 MAX_POLL_HOLD_S = 120.0
+# a cancel the provider throttles (429) is asked this many times in all, each after the wait
+# it names, at most this long (Replicate's throttle resets "in ~30s")
+CANCEL_TRIES = 3
+CANCEL_WAIT_CAP_S = 30.0
 # unreadable poll answers in a row for one request before its adapter stops polling it (a
 # minute at the default interval): Replicate's prediction is then asked to stop, fal's result
 # asked for (free)

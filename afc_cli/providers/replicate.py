@@ -368,8 +368,10 @@ class ReplicateProvider(HttpProvider):
         import httpx
 
         try:
-            response = await self.client.post(
-                f"{self.base}/predictions/{request_id}/cancel", headers=self._headers()
+            response = await self.send_cancel(
+                lambda: self.client.post(
+                    f"{self.base}/predictions/{request_id}/cancel", headers=self._headers()
+                )
             )
         except httpx.TransportError as exc:
             return f"no answer ({exc.__class__.__name__})", {}
