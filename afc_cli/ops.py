@@ -370,7 +370,12 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
     if not stops:
         return
 
-    def record(stop: _Stop, why: str | None, usage: dict[str, Any] | None) -> None:
+    # what the person is told of each request, by its place in ``stops``: answers come in any
+    # order, and the lists went out in that order (two cancels of one batch named its
+    # requests in another order each time); in the batch's order, as one at a time was
+    said: list[list[tuple[str, dict[str, Any]]]] = [[] for _ in stops]
+
+    def record(stop: _Stop, why: str | None, usage: dict[str, Any] | None, told: list) -> None:
         job, attempt, named = stop.job, stop.attempt, stop.named
         request = attempt["provider_request_id"]
         if why == COMPLETED:
@@ -378,12 +383,12 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
             # An 'afc retry' polls it by its id and stores its result (Ledger.retry),
             # where a new request paid for the one output again.
             ledger.note(job, CANCEL_TOO_LATE, request=request, attempt=attempt["number"])
-            out["completed_at_provider"].append(named)
+            told.append(("completed_at_provider", named))
             _price_completed(ledger, job, attempt, usage)
         elif why is None or why == ENDED:
             ledger.note(job, "provider_cancel_sent", request=request)
             if stop.again:
-                out["stopped_at_provider"].append(named)
+                told.append(("stopped_at_provider", named))
             # (ENDED: it had failed by itself before the cancel came: it renders no more, and
             # what it billed, a Replicate prediction's seconds, prices its attempt as a poll
             # would have; left unpriced, 'unknown outcome, possibly paid' for good: found by
@@ -391,12 +396,12 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
             _price_completed(ledger, job, attempt, usage)
         else:
             ledger.note(job, "provider_cancel_failed", request=request, why=why)
-            out["not_stopped_at_provider"].append({**named, "why": why})
+            told.append(("not_stopped_at_provider", {**named, "why": why}))
 
     async def ask_all() -> None:
         room = asyncio.Semaphore(CANCELS_AT_ONCE)
 
-        async def ask(stop: _Stop) -> None:
+        async def ask(stop: _Stop, told: list) -> None:
             attempt, usage = stop.attempt, None
             async with room:
                 try:
@@ -413,16 +418,19 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
                         usage = await stop.provider.completed_usage(
                             attempt["provider_request_id"], attempt["model"], params or {}
                         )
-            record(stop, why, usage)  # no await in it: one answer's writes at a time
+            record(stop, why, usage, told)  # no await in it: one answer's writes at a time
 
         try:
-            await asyncio.gather(*(ask(stop) for stop in stops))
+            await asyncio.gather(*(ask(stop, told) for stop, told in zip(stops, said, strict=True)))
         finally:
             for provider in {id(stop.provider): stop.provider for stop in stops}.values():
                 with contextlib.suppress(Exception):
                     await provider.close()
 
     asyncio.run(ask_all())
+    for told in said:
+        for name, entry in told:
+            out[name].append(entry)
 
 
 def _price_completed(

@@ -85,3 +85,29 @@ def test_a_cancel_the_provider_throttles_is_asked_again_after_its_retry_after(af
     for job in out["cancelled"]:
         kinds = [e["kind"] for e in afc.json("show", job["key"])["events"]]
         assert kinds.count("provider_cancel_sent") == 1 and "provider_cancel_failed" not in kinds
+
+
+def test_a_batch_cancel_names_the_requests_in_the_order_of_its_jobs(afc, fake):
+    """Asked at once, the providers' answers come in any order: the cancel's lists
+    (``--json``'s ``completed_at_provider``, its stderr lines) came in that order, so two
+    cancels of the same batch named the same requests in another order each time, and a
+    script comparing them (or pairing them with ``cancelled``) saw a change where there was
+    none. They are in the batch's order, as when one was asked at a time; the ledger still
+    records each answer as it comes."""
+    chain = [{"provider": "fal", "model": MODELS["fal"], "backoff": FAST}]
+    prompts = ["done-at-cancel slow-cancel 0", "done-at-cancel 1", "done-at-cancel 2"]
+    jobs = [{"key": f"j{i}", "prompt": prompt, "chain": chain} for i, prompt in enumerate(prompts)]
+    afc.write_manifest(manifest(jobs, rates=RATES))
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        _requests(afc, 3)
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+    cancelled = afc("cancel", "--batch", "b1", "--yes", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    out = json.loads(cancelled.stdout)
+    # j0's answer comes last (its cancel takes a moment to answer)
+    assert [item["key"] for item in out["completed_at_provider"]] == ["j0", "j1", "j2"]
+    said = [line.split(":")[1].strip() for line in cancelled.stderr.splitlines() if "b1/" in line]
+    assert said == ["b1/j0", "b1/j1", "b1/j2"], cancelled.stderr
