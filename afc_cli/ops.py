@@ -421,7 +421,17 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
             record(stop, why, usage, told)  # no await in it: one answer's writes at a time
 
         try:
-            await asyncio.gather(*(ask(stop, told) for stop, told in zip(stops, said, strict=True)))
+            # each to its end: one answer's record that failed (a ledger refusing a write)
+            # left the others asked beside it, their client closed under them, unrecorded or
+            # recorded as not stopped (the closed client's error), which no later cancel asks
+            # again; the first such error is raised once every answer is in
+            ended = await asyncio.gather(
+                *(ask(stop, told) for stop, told in zip(stops, said, strict=True)),
+                return_exceptions=True,
+            )
+            for error in ended:
+                if isinstance(error, BaseException):
+                    raise error
         finally:
             for provider in {id(stop.provider): stop.provider for stop in stops}.values():
                 with contextlib.suppress(Exception):

@@ -111,3 +111,32 @@ def test_a_batch_cancel_names_the_requests_in_the_order_of_its_jobs(afc, fake):
     assert [item["key"] for item in out["completed_at_provider"]] == ["j0", "j1", "j2"]
     said = [line.split(":")[1].strip() for line in cancelled.stderr.splitlines() if "b1/" in line]
     assert said == ["b1/j0", "b1/j1", "b1/j2"], cancelled.stderr
+
+
+def test_an_answer_whose_record_fails_leaves_the_others_answers_recorded_as_they_came(afc, fake):
+    """One answer's record failed (here the batch's rate cards could not be read to price a
+    request fal said had completed; a ledger that refuses a write fails so too): the error
+    left the stops asked beside it, their clients closed under them. Those still waiting for
+    their answer were recorded 'provider_cancel_failed' (the closed client's error taken for
+    the provider's answer), which no later cancel asks again, or not at all, with no warning
+    naming them. Each answer is recorded as it comes, then the error is said."""
+    chain = [{"provider": "fal", "model": MODELS["fal"], "backoff": FAST}]
+    prompts = ["done-at-cancel 0", "hold slow-cancel 1", "hold slow-cancel 2"]
+    jobs = [{"key": f"j{i}", "prompt": prompt, "chain": chain} for i, prompt in enumerate(prompts)]
+    afc.write_manifest(manifest(jobs, rates=RATES))
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        _requests(afc, 3)
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+    conn = sqlite3.connect(afc.cwd / "afc.db")
+    with conn:
+        conn.execute("UPDATE batches SET rates_json = '{'")
+    conn.close()
+    cancelled = afc("cancel", "--batch", "b1", "--yes", "--json")
+    assert cancelled.returncode != 0  # the error is said
+    for key in ("j1", "j2"):
+        kinds = [e["kind"] for e in afc.json("show", key)["events"]]
+        assert "provider_cancel_failed" not in kinds, (key, kinds)
+        assert kinds.count("provider_cancel_sent") == 1, (key, kinds)
