@@ -201,10 +201,13 @@ class ProviderLimit:
         self.starts: deque[float] = deque()
         self.lock = asyncio.Lock()
 
-    async def acquire(self, sleep: Callable[[float], Awaitable[None]]) -> None:
+    async def acquire(self, sleep: Callable[[float], Awaitable[None]], start: bool = True) -> None:
+        """A call slot, and, ``start``, a call start of the minute's (a request a run that
+        ended left at the provider, polled, or its paid output fetched from its URL, starts
+        none: as the ledger counts them, ``Ledger._check_limit``)."""
         if self.slots is not None:
             await self.slots.acquire()
-        if not self.per_minute:
+        if not self.per_minute or not start:
             return
         async with self.lock:
             while True:
@@ -471,10 +474,11 @@ class RunContext:
             task.cancel()
 
     @asynccontextmanager
-    async def provider_slot(self, name: str):
+    async def provider_slot(self, name: str, start: bool = True):
         """Hold one of a provider's call slots (``limits: {name: {concurrency, per_minute}}``,
         and its ``ProviderPace``) for the length of an attempt; waiting for it is idle time,
-        not work."""
+        not work. ``start``: the attempt starts a call (not one a run that ended left, taken
+        over: ``ProviderLimit.acquire``)."""
         limit = self.limits.get(name)
         pace = self.pace(name)
         if limit is None and pace.take():
@@ -490,7 +494,7 @@ class RunContext:
             await pace.acquire()
             if limit is not None:
                 try:
-                    await limit.acquire(self.sleep)
+                    await limit.acquire(self.sleep, start)
                 except BaseException:
                     pace.release()
                     raise
@@ -1455,7 +1459,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     return False
         # a provider's own limits (manifest ``limits``) are waited for before the attempt row,
         # and the wait gives the job's slot back
-        async with ctx.provider_slot(entry["provider"]):
+        # a request a run that ended left (``resume``: polled, or its paid output fetched from
+        # its URL) starts no call: the run's count of ``per_minute`` took one for each, so
+        # the renders a killed run left, each fetched by every run after it however old
+        # (``_resumable``), held the provider's starts back from the batch's new renders
+        async with ctx.provider_slot(entry["provider"], start=resume is None):
             if ctx.stopping.is_set():
                 return False
             provider = ctx.providers[entry["provider"]]
