@@ -33,16 +33,22 @@ def _requests(afc, count: int, timeout: float = 30) -> list[str]:
     raise AssertionError(f"fewer than {count} requests were submitted")
 
 
-def test_a_batch_cancel_asks_for_its_requests_stops_at_once_and_records_each(afc, fake):
-    chain = [{"provider": "fal", "model": MODELS["fal"], "backoff": FAST}]
-    jobs = [{"key": f"j{i}", "prompt": f"hold slow-cancel {i}", "chain": chain} for i in range(6)]
+def _left_rendering(afc, provider: str, prompts: list[str]) -> list[str]:
+    """A batch of jobs ``j0``... on ``provider``, one a prompt, whose run is killed once
+    every job's request is submitted: their requests render on. Their ids."""
+    chain = [{"provider": provider, "model": MODELS[provider], "backoff": FAST}]
+    jobs = [{"key": f"j{i}", "prompt": prompt, "chain": chain} for i, prompt in enumerate(prompts)]
     afc.write_manifest(manifest(jobs, rates=RATES))
     run = afc.popen("submit", "manifest.yaml")
     try:
-        requests = _requests(afc, 6)
+        return _requests(afc, len(prompts))
     finally:
         run.send_signal(signal.SIGKILL)  # the run dies; its requests render on
         run.wait(timeout=30)
+
+
+def test_a_batch_cancel_asks_for_its_requests_stops_at_once_and_records_each(afc, fake):
+    requests = _left_rendering(afc, "fal", [f"hold slow-cancel {i}" for i in range(6)])
     cancelled = afc("cancel", "--batch", "b1", "--yes", "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     out = json.loads(cancelled.stdout)
@@ -63,17 +69,7 @@ def test_a_cancel_the_provider_throttles_is_asked_again_after_its_retry_after(af
     never asked again by a later cancel), the person told to stop each request with
     Replicate itself while they rendered on, billed. It is asked again once the provider's
     wait has passed, and the request stopped."""
-    chain = [{"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}]
-    jobs = [
-        {"key": f"j{i}", "prompt": f"hold cancel-refused-429 {i}", "chain": chain} for i in range(3)
-    ]
-    afc.write_manifest(manifest(jobs, rates=RATES))
-    run = afc.popen("submit", "manifest.yaml")
-    try:
-        requests = _requests(afc, 3)
-    finally:
-        run.send_signal(signal.SIGKILL)  # the run dies; its predictions render on
-        run.wait(timeout=30)
+    requests = _left_rendering(afc, "replicate", [f"hold cancel-refused-429 {i}" for i in range(3)])
     cancelled = afc("cancel", "--batch", "b1", "--yes", "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     out = json.loads(cancelled.stdout)
@@ -94,16 +90,9 @@ def test_a_batch_cancel_names_the_requests_in_the_order_of_its_jobs(afc, fake):
     script comparing them (or pairing them with ``cancelled``) saw a change where there was
     none. They are in the batch's order, as when one was asked at a time; the ledger still
     records each answer as it comes."""
-    chain = [{"provider": "fal", "model": MODELS["fal"], "backoff": FAST}]
-    prompts = ["done-at-cancel slow-cancel 0", "done-at-cancel 1", "done-at-cancel 2"]
-    jobs = [{"key": f"j{i}", "prompt": prompt, "chain": chain} for i, prompt in enumerate(prompts)]
-    afc.write_manifest(manifest(jobs, rates=RATES))
-    run = afc.popen("submit", "manifest.yaml")
-    try:
-        _requests(afc, 3)
-    finally:
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=30)
+    _left_rendering(
+        afc, "fal", ["done-at-cancel slow-cancel 0", "done-at-cancel 1", "done-at-cancel 2"]
+    )
     cancelled = afc("cancel", "--batch", "b1", "--yes", "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     out = json.loads(cancelled.stdout)
@@ -120,16 +109,7 @@ def test_an_answer_whose_record_fails_leaves_the_others_answers_recorded_as_they
     their answer were recorded 'provider_cancel_failed' (the closed client's error taken for
     the provider's answer), which no later cancel asks again, or not at all, with no warning
     naming them. Each answer is recorded as it comes, then the error is said."""
-    chain = [{"provider": "fal", "model": MODELS["fal"], "backoff": FAST}]
-    prompts = ["done-at-cancel 0", "hold slow-cancel 1", "hold slow-cancel 2"]
-    jobs = [{"key": f"j{i}", "prompt": prompt, "chain": chain} for i, prompt in enumerate(prompts)]
-    afc.write_manifest(manifest(jobs, rates=RATES))
-    run = afc.popen("submit", "manifest.yaml")
-    try:
-        _requests(afc, 3)
-    finally:
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=30)
+    _left_rendering(afc, "fal", ["done-at-cancel 0", "hold slow-cancel 1", "hold slow-cancel 2"])
     conn = sqlite3.connect(afc.cwd / "afc.db")
     with conn:
         conn.execute("UPDATE batches SET rates_json = '{'")
