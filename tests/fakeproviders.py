@@ -1042,9 +1042,12 @@ class FakeProviders:
                             else base64.b64encode(render_png(f"/files/{rid}.png", 32, 32)).decode()
                         )
                         if r.get("sync_mode")
+                        # a first image whose URL the result leaves out ("first-no-url")
+                        else None
+                        if not i and "first-no-url" in r["prompt"]
                         # a flagged first image's followers at URLs of their own
                         else f"{self.base}/files/{rid}-{i}.{r['format']}"
-                        if i and "checker-first" in r["prompt"]
+                        if i and ("checker-first" in r["prompt"] or "first-no-url" in r["prompt"])
                         else f"{self.base}/files/{rid}.{r['format']}",
                         "width": 32,
                         "height": 32,

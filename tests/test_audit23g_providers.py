@@ -106,3 +106,19 @@ def test_an_openai_input_error_under_the_image_user_error_type_is_invalid_not_a_
     assert (attempt["error_class"], attempt["http_status"]) == ("invalid", 400), attempt
     assert attempt["cost"] == "0.000000", attempt
     assert fake.counts["openai_edits"] == 1
+
+
+def test_a_fal_result_whose_first_image_has_no_url_keeps_one_that_has(afc, fake):
+    """Of several images, the first named without a URL and the second at one: afc read the
+    first alone and failed the attempt 'completed without an image', its cost unknown though
+    fal billed both images, and the next attempt paid for them again (outside audit 52a's
+    suspicion). The image at a URL is kept, and both are priced."""
+    result = run(afc, "fal", "first-no-url a scene", params={"num_images": 2})
+    assert result.returncode == 0, result.stderr
+    shown = afc.json("show", "shot")
+    (attempt,) = shown["attempts"]
+    assert attempt["status"] == "succeeded" and attempt["cost"] == "0.050000", attempt
+    request_id = attempt["provider_request_id"]
+    second = hashlib.sha256(render_png(f"/files/{request_id}-1.png", 32, 32)).hexdigest()
+    (output,) = afc.json("outputs")["outputs"]
+    assert output["sha256"] == second, output

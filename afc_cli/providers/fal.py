@@ -361,8 +361,7 @@ class FalProvider(HttpProvider):
             raise error
         result = json_or_empty(response)
         images = result_files(result)
-        url = text(images[0].get("url")) if images else None
-        if url is None:
+        if not any(text(image.get("url")) for image in images):
             raise ProviderError("server", "fal: completed without an image", cost_micros=None)
         usage = {"images": len(images)}  # every image made was paid for (one is kept)
         cost = request.rates.price(self.name, request.model, usage)
@@ -381,7 +380,10 @@ class FalProvider(HttpProvider):
                 cost_source="derived" if cost is not None else None,
                 request_id=request_id,
             )
-        image = kept[0]
+        # the first kept image at a URL: read as the first alone, one the result named
+        # without a URL failed the attempt though fal billed every image, and the next
+        # attempt paid for them again
+        image = next((img for img in kept if text(img.get("url"))), kept[0])
         url = text(image.get("url"))
         if url is None:
             raise ProviderError(
