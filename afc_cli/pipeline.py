@@ -2442,10 +2442,10 @@ async def _keep_late_result(ctx: RunContext, job: dict[str, Any], spooled: Spool
 
 async def _drop_stored_late(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> bool:
     """Remove a late render's ``.late`` file (``_lost_since``) once its object reads back
-    whole under the job's output key; True when removed. No run ever reads a ``.late`` file
-    (a run adopts the job's ``.spool`` alone) and ``sweep_spool`` removes a job's files only
-    once the job's own output is verified, which a job left cancelled never is: every late
-    render of a cancelled job stayed in the spool for good after being stored, a video's
+    whole under the job's output key; True when removed. A run reads a ``.late`` file only
+    where the job has no ``.spool`` (``Spool.find_late``) and ``sweep_spool`` removes a
+    job's files only once the job's own output is verified, which a job left cancelled never
+    is: every late render of a cancelled job stayed in the spool for good after being stored, a video's
     gigabytes each on a worker storing to S3, until the spool's disk was too full for any
     render to start (``_disk_low``). A file at the job's own name is left, as before: a run
     of the job retried meanwhile on this host may be using it."""
