@@ -2445,10 +2445,10 @@ async def _drop_stored_late(ctx: RunContext, job: dict[str, Any], spooled: Spool
     whole under the job's output key; True when removed. A run reads a ``.late`` file only
     where the job has no ``.spool`` (``Spool.find_late``) and ``sweep_spool`` removes a
     job's files only once the job's own output is verified, which a job left cancelled never
-    is: every late render of a cancelled job stayed in the spool for good after being stored, a video's
-    gigabytes each on a worker storing to S3, until the spool's disk was too full for any
-    render to start (``_disk_low``). A file at the job's own name is left, as before: a run
-    of the job retried meanwhile on this host may be using it."""
+    is: every late render of a cancelled job stayed in the spool for good after being
+    stored, a video's gigabytes each on a worker storing to S3, until the spool's disk was
+    too full for any render to start (``_disk_low``). A file at the job's own name is left,
+    as before: a run of the job retried meanwhile on this host may be using it."""
     if spooled.path != ctx.spool.late_path(job["id"]):
         return False
     storage = ctx.storages[job["batch"]]
