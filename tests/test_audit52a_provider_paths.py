@@ -6,11 +6,10 @@ the wire: the fake servers of tests/fakeproviders.py, afc run as a child process
 from __future__ import annotations
 
 import json
-import signal
 
 import pytest
 from conftest import manifest
-from test_cancel_completed import _wait_for_request
+from test_cancel_completed import _killed_while_rendering
 from test_providers import FAST, MODELS, RATES
 
 VERSION = "5599ed30703defd1d160a25a63321b4dec97101d98b4674bcc56e41f62f35637"
@@ -76,12 +75,7 @@ def test_a_fal_request_cancelled_after_it_completed_and_its_result_went_is_price
         "chain": chain,
     }
     afc.write_manifest(manifest([job], rates=RATES))
-    run = afc.popen("submit", "manifest.yaml")
-    try:
-        request = _wait_for_request(afc)
-    finally:
-        run.send_signal(signal.SIGKILL)  # the run dies; its request renders on
-        run.wait(timeout=30)
+    request = _killed_while_rendering(afc)[0]
     cancelled = afc("cancel", "shot", "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     out = json.loads(cancelled.stdout)
@@ -143,12 +137,7 @@ def test_afc_cancel_that_cannot_reach_the_provider_says_the_request_may_render_o
     said), or one that stopped 'afc cancel' itself."""
     chain = [{"provider": provider, "model": MODELS[provider], "backoff": FAST}]
     afc.write_manifest(manifest([{"key": "shot", "prompt": "hold shot", "chain": chain}]))
-    run = afc.popen("submit", "manifest.yaml")
-    try:
-        request = _wait_for_request(afc)
-    finally:
-        run.send_signal(signal.SIGKILL)  # the run dies; its request renders on
-        run.wait(timeout=30)
+    request = _killed_while_rendering(afc)[0]
     fake.stop()  # the provider out of reach: nothing listens at its port
     fake.server.server_close()
     cancelled = afc("cancel", "shot", "--json")

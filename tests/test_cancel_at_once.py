@@ -10,27 +10,11 @@ behind a provider that takes a cancel and answers slowly, hours. They are asked
 from __future__ import annotations
 
 import json
-import signal
 import sqlite3
-import time
 
 from conftest import manifest
+from test_cancel_completed import _killed_while_rendering
 from test_providers import FAST, MODELS, RATES
-
-
-def _requests(afc, count: int, timeout: float = 30) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            rows = afc.rows(
-                "SELECT provider_request_id FROM attempts WHERE provider_request_id > ''"
-            )
-        except sqlite3.OperationalError:  # the ledger is being made
-            rows = []
-        if len(rows) >= count:
-            return [r[0] for r in rows]
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {count} requests were submitted")
 
 
 def _left_rendering(afc, provider: str, prompts: list[str]) -> list[str]:
@@ -39,12 +23,7 @@ def _left_rendering(afc, provider: str, prompts: list[str]) -> list[str]:
     chain = [{"provider": provider, "model": MODELS[provider], "backoff": FAST}]
     jobs = [{"key": f"j{i}", "prompt": prompt, "chain": chain} for i, prompt in enumerate(prompts)]
     afc.write_manifest(manifest(jobs, rates=RATES))
-    run = afc.popen("submit", "manifest.yaml")
-    try:
-        return _requests(afc, len(prompts))
-    finally:
-        run.send_signal(signal.SIGKILL)  # the run dies; its requests render on
-        run.wait(timeout=30)
+    return _killed_while_rendering(afc, len(prompts))
 
 
 def test_a_batch_cancel_asks_for_its_requests_stops_at_once_and_records_each(afc, fake):

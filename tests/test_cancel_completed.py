@@ -52,7 +52,8 @@ def test_a_replicate_prediction_done_as_its_window_ended_is_fetched_not_paid_aga
     assert (afc.outputs() / "b1" / "shot.png").read_bytes().startswith(b"\x89PNG")
 
 
-def _wait_for_request(afc, timeout: float = 30) -> str:
+def _requests(afc, count: int = 1, timeout: float = 30) -> list[str]:
+    """The provider request ids the ledger holds, once there are ``count`` of them."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -61,10 +62,25 @@ def _wait_for_request(afc, timeout: float = 30) -> str:
             )
         except sqlite3.OperationalError:  # the ledger is being made
             rows = []
-        if rows:
-            return rows[0][0]
+        if len(rows) >= count:
+            return [r[0] for r in rows]
         time.sleep(0.05)
-    raise AssertionError("no request was submitted")
+    raise AssertionError(f"fewer than {count} requests were submitted")
+
+
+def _wait_for_request(afc, timeout: float = 30) -> str:
+    return _requests(afc, 1, timeout)[0]
+
+
+def _killed_while_rendering(afc, count: int = 1) -> list[str]:
+    """Submit the manifest written, and kill the run (SIGKILL) once ``count`` requests are
+    submitted: they render on at the provider. Their ids."""
+    run = afc.popen("submit", "manifest.yaml")
+    try:
+        return _requests(afc, count)
+    finally:
+        run.send_signal(signal.SIGKILL)  # the run dies; its requests render on
+        run.wait(timeout=30)
 
 
 @pytest.mark.parametrize("provider", ["replicate", "fal"])
@@ -73,12 +89,7 @@ def test_a_request_done_before_afc_cancel_is_fetched_by_retry_not_paid_again(afc
     afc.write_manifest(
         manifest([{"key": "shot", "prompt": "done-at-cancel shot", "chain": chain}], rates=RATES)
     )
-    run = afc.popen("submit", "manifest.yaml")
-    try:
-        request = _wait_for_request(afc)
-    finally:
-        run.send_signal(signal.SIGKILL)  # the run dies; its request renders on
-        run.wait(timeout=30)
+    request = _killed_while_rendering(afc)[0]
     cancelled = afc("cancel", "shot", "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     out = json.loads(cancelled.stdout)
@@ -116,12 +127,7 @@ def test_a_prediction_that_failed_before_afc_cancel_is_priced_by_its_seconds(afc
     afc.write_manifest(
         manifest([{"key": "shot", "prompt": "flagged-at-cancel shot", "chain": chain}], rates=RATES)
     )
-    run = afc.popen("submit", "manifest.yaml")
-    try:
-        request = _wait_for_request(afc)
-    finally:
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=30)
+    request = _killed_while_rendering(afc)[0]
     cancelled = afc("cancel", "shot", "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     out = json.loads(cancelled.stdout)
@@ -138,12 +144,7 @@ def test_a_request_the_cancel_stopped_is_not_polled_by_retry(afc, fake):
     is not polled again; the retry makes a new request (the cancelled one is recorded)."""
     chain = [{"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}]
     afc.write_manifest(manifest([{"key": "shot", "prompt": "hold", "chain": chain}], rates=RATES))
-    run = afc.popen("submit", "manifest.yaml")
-    try:
-        _wait_for_request(afc)
-    finally:
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=30)
+    _killed_while_rendering(afc)
     cancelled = afc("cancel", "shot", "--json")
     assert json.loads(cancelled.stdout)["completed_at_provider"] == []
     fake.released.set()
