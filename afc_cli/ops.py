@@ -287,12 +287,18 @@ class _Stop:
 
     @property
     def named(self) -> dict[str, Any]:
-        return {
-            "key": self.job["key"],
-            "batch": self.job["batch"],
-            "provider": self.attempt["provider"],
-            "request": self.attempt["provider_request_id"],
-        }
+        return _request_named(self.job, self.attempt)
+
+
+def _request_named(job: dict[str, Any], attempt: dict[str, Any]) -> dict[str, Any]:
+    """A request as 'afc cancel' names it (``--json`` and stderr): key, batch, provider,
+    request."""
+    return {
+        "key": job["key"],
+        "batch": job["batch"],
+        "provider": attempt["provider"],
+        "request": attempt["provider_request_id"],
+    }
 
 
 def _cancel_at_provider(
@@ -323,14 +329,7 @@ def _cancel_at_provider(
             # a synchronous provider's paid render a stopped run left at its output URL:
             # made and billed, nothing to stop; 'afc retry' fetches it (Ledger.retry), however
             # old, while the provider serves it (``pipeline._resumable``)
-            out["completed_at_provider"].append(
-                {
-                    "key": job["key"],
-                    "batch": job["batch"],
-                    "provider": attempt["provider"],
-                    "request": attempt["provider_request_id"],
-                }
-            )
+            out["completed_at_provider"].append(_request_named(job, attempt))
         if (
             attempt["status"] in ("started", "unknown")
             and attempt["provider_request_id"]
@@ -376,8 +375,7 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
     said: list[list[tuple[str, dict[str, Any]]]] = [[] for _ in stops]
 
     def record(stop: _Stop, why: str | None, usage: dict[str, Any] | None, told: list) -> None:
-        job, attempt, named = stop.job, stop.attempt, stop.named
-        request = attempt["provider_request_id"]
+        job, attempt, named, request = stop.job, stop.attempt, stop.named, stop.request
         if why == COMPLETED:
             # It rendered, and was billed, before the cancel came: nothing was stopped.
             # An 'afc retry' polls it by its id and stores its result (Ledger.retry),

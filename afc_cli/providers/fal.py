@@ -252,7 +252,7 @@ class FalProvider(HttpProvider):
                 continue
             if response.status_code not in (200, 202):
                 raise self._error(response, "status")
-            if state.get("status") != "COMPLETED":
+            if status != "COMPLETED":
                 unreadable += 1
                 if not self.unreadable_poll(unreadable, response.status_code):
                     continue
