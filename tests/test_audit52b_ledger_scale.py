@@ -9,6 +9,8 @@ index can answer the statement at all (without it the plan is still a scan)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from conftest import jobs, manifest, recorded_statements
 
@@ -26,6 +28,21 @@ def _plan(ledger: Ledger, sql: str, params: list) -> str:
         finally:
             ledger.db.execute("RESET enable_seqscan")
     return "\n".join(row[-1] for row in ledger.db.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+
+@contextmanager
+def _sent(ledger: Ledger, monkeypatch) -> Iterator[list]:
+    """The statements the block sends, ``(sql, values)``, recorded until it ends."""
+    sent = recorded_statements(ledger, monkeypatch)
+    try:
+        yield sent
+    finally:
+        monkeypatch.undo()
+
+
+def _plans(ledger: Ledger, sent: list, chosen: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """Each ``chosen`` statement of ``sent`` with its plan (``_plan``)."""
+    return [(sql, _plan(ledger, sql, params)) for sql, params in sent if chosen(sql)]
 
 
 def _scans(plan: str, table: str) -> bool:
@@ -50,12 +67,9 @@ def test_a_per_minute_limit_counts_the_last_minute_from_an_index(ledger_url, afc
     try:
         job = ledger.claim(admitted[0].job_id, 300)
         assert ledger.start_attempt(job, 0, "local", "m1", None, durable=False)
-        sent = recorded_statements(ledger, monkeypatch)
-        with ledger.tx():
+        with _sent(ledger, monkeypatch) as sent, ledger.tx():
             ledger._check_limit("local", None, 600)
-        monkeypatch.undo()
-        [(sql, params)] = [(s, p) for s, p in sent if "started_at >" in s]
-        plan = _plan(ledger, sql, params)
+        [(_, plan)] = _plans(ledger, sent, lambda sql: "started_at >" in sql)
         assert "attempts_per_minute" in plan, plan
         assert not _scans(plan, "attempts"), plan
     finally:
@@ -69,11 +83,9 @@ def test_a_whole_ledger_s_costs_are_not_read_in_the_per_minute_index(tmp_path, a
     3,000,000 attempts."""
     ledger, _ = _admitted(str(tmp_path / "afc.db"), afc)
     try:
-        sent = recorded_statements(ledger, monkeypatch)
-        ledger.cost_groups("provider", batch=None, since=None)
-        monkeypatch.undo()
-        [(sql, params)] = [(s, p) for s, p in sent if "SUM(a.cost_micros)" in s]
-        plan = _plan(ledger, sql, params)
+        with _sent(ledger, monkeypatch) as sent:
+            ledger.cost_groups("provider", batch=None, since=None)
+        [(_, plan)] = _plans(ledger, sent, lambda sql: "SUM(a.cost_micros)" in sql)
         assert "attempts_per_minute" not in plan, plan
     finally:
         ledger.close()
@@ -88,19 +100,19 @@ def test_a_run_s_leases_are_renewed_and_released_from_an_index(ledger_url, afc, 
     try:
         for job in admitted[:2]:
             assert ledger.claim(job.job_id, 300)
-        sent = recorded_statements(ledger, monkeypatch)
-        ledger.renew_leases(300)
-        ledger.release_all()
-        monkeypatch.undo()
-        by_owner = [
-            (s, p)
-            for s, p in sent
-            if "FROM jobs WHERE lease_owner = ?" in s
-            or (s.startswith("UPDATE jobs") and "WHERE lease_owner = ?" in s)
-        ]
+        with _sent(ledger, monkeypatch) as sent:
+            ledger.renew_leases(300)
+            ledger.release_all()
+        by_owner = _plans(
+            ledger,
+            sent,
+            lambda sql: (
+                "FROM jobs WHERE lease_owner = ?" in sql
+                or (sql.startswith("UPDATE jobs") and "WHERE lease_owner = ?" in sql)
+            ),
+        )
         assert len(by_owner) == 3, sent  # the renewal, the release's read and its update
-        for sql, params in by_owner:
-            plan = _plan(ledger, sql, params)
+        for sql, plan in by_owner:
             assert "jobs_lease_owner" in plan, (sql, plan)
             assert not _scans(plan, "jobs"), (sql, plan)
     finally:
@@ -123,16 +135,14 @@ def test_a_batch_s_avoided_renders_are_read_from_its_jobs(ledger_url, afc, monke
                     " 10000, 'derived')",
                     (job.job_id,),
                 )
-        sent = recorded_statements(ledger, monkeypatch)
-        groups = ledger.cost_groups("provider", batch="b1", since=None)
-        found = ledger._stored_models([job.job_id for job in admitted])
-        monkeypatch.undo()
+        with _sent(ledger, monkeypatch) as sent:
+            groups = ledger.cost_groups("provider", batch="b1", since=None)
+            found = ledger._stored_models([job.job_id for job in admitted])
         assert groups["local"]["avoided_renders"] == len(admitted)
         assert len(found) == len(admitted)
-        reads = [(s, p) for s, p in sent if "FROM avoided" in s]
+        reads = _plans(ledger, sent, lambda sql: "FROM avoided" in sql)
         assert len(reads) == 2, sent
-        for sql, params in reads:
-            plan = _plan(ledger, sql, params)
+        for sql, plan in reads:
             assert "avoided_job" in plan, (sql, plan)
             assert not _scans(plan, "avoided"), (sql, plan)
     finally:
@@ -145,11 +155,9 @@ def test_a_job_s_deliveries_are_read_from_an_index(ledger_url, afc, monkeypatch)
     on SQLite (2 s from a cold page cache) and 0.26-0.7 s on PostgreSQL at 500,000 rows."""
     ledger, admitted = _admitted(ledger_url, afc)
     try:
-        sent = recorded_statements(ledger, monkeypatch)
-        assert ledger.job_deliveries(admitted[0].job_id) == []
-        monkeypatch.undo()
-        [(sql, params)] = [(s, p) for s, p in sent if "FROM deliveries" in s]
-        plan = _plan(ledger, sql, params)
+        with _sent(ledger, monkeypatch) as sent:
+            assert ledger.job_deliveries(admitted[0].job_id) == []
+        [(_, plan)] = _plans(ledger, sent, lambda sql: "FROM deliveries" in sql)
         assert "deliveries_job" in plan, plan
         assert not _scans(plan, "deliveries"), plan
     finally:
@@ -173,11 +181,9 @@ def test_a_batch_s_cancel_reads_its_cancelled_jobs_attempts_only(tmp_path, afc, 
                 "UPDATE jobs SET status = 'cancelled', lease_owner = NULL WHERE id = ?",
                 (job["id"],),
             )
-        sent = recorded_statements(ledger, monkeypatch)
-        assert [row["id"] for row in ledger.cancelled_with_requests("b1")] == [job["id"]]
-        monkeypatch.undo()
-        [(sql, params)] = [(s, p) for s, p in sent if "FROM attempts" in s]
-        plan = _plan(ledger, sql, params)
+        with _sent(ledger, monkeypatch) as sent:
+            assert [row["id"] for row in ledger.cancelled_with_requests("b1")] == [job["id"]]
+        [(_, plan)] = _plans(ledger, sent, lambda sql: "FROM attempts" in sql)
         assert not _scans(plan, "attempts"), plan
     finally:
         ledger.close()
