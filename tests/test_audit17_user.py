@@ -145,7 +145,7 @@ def test_cancel_reached_the_provider_says_nothing_more(afc, fake):
     ("status", "body", "why"),
     [
         (202, {"status": "CANCELLATION_REQUESTED"}, None),
-        (400, {"status": "ALREADY_COMPLETED"}, None),  # it renders no more
+        (400, {"status": "ALREADY_COMPLETED"}, "completed"),  # it renders no more: priced
         (404, {"status": "NOT_FOUND"}, "HTTP 404"),
         (401, {"detail": "Unauthorized"}, "HTTP 401"),
     ],
@@ -165,7 +165,7 @@ def test_fal_cancel_says_whether_the_request_renders_on(monkeypatch, status, bod
 
     async def cancel():
         try:
-            return await provider.cancel("r-1", "fal-ai/flux/dev")
+            return await provider.cancel_answer("r-1", "fal-ai/flux/dev")
         finally:
             await provider._client.aclose()
 

@@ -255,16 +255,8 @@ class Provider:
     async def render(self, request: AttemptRequest) -> AttemptResult:
         raise NotImplementedError
 
-    async def cancel(self, request_id: str, model: str) -> str | None:
-        """Ask the provider to stop a submitted request (job-style providers). Returns None
-        when the provider took the request (a 2xx) or said it had completed already (it
-        renders no more), else why it may not have (``HTTP 401``, ``no answer
-        (ConnectError)``); never raises for an answer or a transport error."""
-        said = await self.cancel_answer(request_id, model)
-        return None if said in (COMPLETED, ENDED) else said
-
     async def stop_left(self, request_id: str, model: str) -> bool:
-        """Ask the provider to stop a request an attempt's window left behind (``cancel``);
+        """Ask the provider to stop a request an attempt's window left behind (``cancel_answer``);
         True when it answered that the request had completed already: rendered and paid
         for, its result there to fetch by its id (an adapter may also say True for a request
         that had ended otherwise, whose end its id then reads: Replicate's)."""

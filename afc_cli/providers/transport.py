@@ -420,8 +420,9 @@ class PoolTransport(AiohttpTransport):
     per-request work it need not repeat done once: a request's timeouts (``ClientTimeout``)
     and a fixed endpoint's parsed URL are kept, its headers are handed over as aiohttp's own
     multidict (not read through httpx's ``Headers``, which decodes every header again on each
-    look), and the answer's body is one stream (``_Stream``). A proxy configured on the
-    transport takes the library's own path."""
+    look), and the answer's body is one stream (``_Stream``). Proxies are the environment's,
+    read per request (``_proxy_for``, ``env_proxy``); the library's own ``proxy`` argument is
+    never given (afc_cli.providers.http.new_client builds every transport)."""
 
     URL_CACHE = 256  # fixed endpoints: a run's poll URLs are each used a few times only
 
@@ -478,8 +479,6 @@ class PoolTransport(AiohttpTransport):
             # does; aiohttp refuses a URL holding them beside that header (a ValueError, which
             # stopped the run as a bug in afc: an output URL is the provider's to name)
             request.url = request.url.copy_with(userinfo=b"")
-        if self.proxy is not None:
-            return await self._library_request(request)
         if not isinstance(self.client, aiohttp.ClientSession):
             self.client = self.get_client()
         host = request.url.host
@@ -591,30 +590,6 @@ class PoolTransport(AiohttpTransport):
             await session.close()
         self._public = {}
         await super().aclose()
-
-    async def _library_request(self, request: httpx.Request) -> httpx.Response:
-        try:
-            response = await super().handle_async_request(request)
-        except Exception as exc:
-            _raise_mapped(exc)
-        inner = response.stream
-
-        class _Mapped(httpx.AsyncByteStream):
-            async def __aiter__(self):
-                try:
-                    async for chunk in inner:
-                        yield chunk
-                except Exception as exc:
-                    _raise_mapped(exc)
-
-            async def aclose(self) -> None:
-                try:
-                    await inner.aclose()
-                except Exception as exc:
-                    _raise_mapped(exc)
-
-        response.stream = _Mapped()
-        return response
 
 
 class LeanCookies(httpx.Cookies):
