@@ -957,6 +957,8 @@ class FakeProviders:
                 return h.reply(200, raw=b"<html>not a status</html>", ctype="text/html")
             if "garbled-202-forever" in r["prompt"]:  # a proxy's "accepted" page, every time
                 return h.reply(202, raw=b"<html>accepted</html>", ctype="text/html")
+            if "accepted-json-forever" in r["prompt"]:  # a gateway's JSON "accepted", no status
+                return h.reply(202, {"message": "Accepted"})
             if "garbled-poll" in r["prompt"] and r["polls"] in (2, 3):
                 return h.reply(200, raw=b"<html>upstream hiccup</html>", ctype="text/html")
             if "poll-401" in r["prompt"] and r["polls"] >= 2 and not self.key_restored.is_set():

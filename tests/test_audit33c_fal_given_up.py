@@ -67,3 +67,20 @@ def test_a_status_answered_202_saying_completed_is_completed(afc, fake):
     assert fake.counts["fal_submit"] == 1
     [attempt] = attempts_of(afc, "j0")
     assert attempt["status"] == "succeeded" and not fake.cancels
+
+
+def test_a_status_answered_202_with_json_but_no_status_is_given_up_on(afc, fake):
+    """A gateway in front of fal may answer every status 202 with JSON of its own
+    (``{"message": "Accepted"}``): an object, but no word of the request. afc took any 202
+    with a JSON object for "still queued" and reset its count of unreadable answers: with no
+    ``window_s`` (the default) the request was polled for ever, the run never ending. It is
+    an unreadable poll, as the same 202 without JSON is: given up on after UNREADABLE_POLLS,
+    the result asked for, the request asked to stop and the chain going on."""
+    jobs = run(afc, "fal", ["accepted-json-forever result-unfinished"], expect=1, attempts=2)
+    assert jobs["j0"]["error"]["class"] == "server"
+    first, second = attempts_of(afc, "j0")
+    for attempt in (first, second):
+        assert (attempt["status"], attempt["error_class"]) == ("failed", "server")
+        assert attempt["cost"] is None
+        assert "asked to stop" in attempt["error"]
+    assert fake.cancels == [first["provider_request_id"], second["provider_request_id"]]

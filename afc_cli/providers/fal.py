@@ -241,13 +241,15 @@ class FalProvider(HttpProvider):
             response, state = answer
             status = state.get("status")
             queued = status in ("IN_QUEUE", "IN_PROGRESS")
-            if queued or (response.status_code == 202 and state and status != "COMPLETED"):
-                # fal's 202 carries its JSON (IN_QUEUE); a 202 whose body is no JSON object
-                # (a proxy's "accepted" page) says nothing of the request: counted below as an
-                # unreadable answer, as a 200's is, not taken for "still queued" (a status URL
-                # answering only that was polled for ever). A gateway's 202 that says
-                # COMPLETED is read as fal's 200 is: polled on, a finished request was
-                # polled until its window ended, or for ever
+            said = text(status) is not None
+            if queued or (response.status_code == 202 and said and status != "COMPLETED"):
+                # fal's 202 carries its JSON (IN_QUEUE); a 202 with no status in it (a proxy's
+                # "accepted" page, or a gateway's JSON of its own: {"message": "Accepted"})
+                # says nothing of the request: counted below as an unreadable answer, as a
+                # 200's is, not taken for "still queued" (a status URL answering only that
+                # was polled for ever when no window_s bounds the attempt). A gateway's 202
+                # that says COMPLETED is read as fal's 200 is: polled on, a finished request
+                # was polled until its window ended, or for ever
                 unreadable = 0
                 continue
             if response.status_code not in (200, 202):
