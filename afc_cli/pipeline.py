@@ -776,7 +776,16 @@ def count_adoptions(ctx: RunContext, job_ids: list[str]) -> None:
     alone, paid for a fourth call beside them."""
     if ctx.cap_micros is None or not job_ids:
         return
-    for row in ctx.ledger.left_requests(job_ids, ctx.run_id):
+    # a request whose id only the spool kept (the ledger broke as the provider accepted it),
+    # which its job's task records before it takes it over (``_noted_request``): read from
+    # the ledger alone, it was not counted, and a new job's call reserved the room it filled
+    noted = ctx.spool.noted_jobs().intersection(job_ids)
+    for row in ctx.ledger.left_requests(job_ids, ctx.run_id, noted):
+        if not row["provider_request_id"] and not row["answer_url"]:
+            kept = ctx.spool.noted_request(row["job_id"]) or {}
+            if (kept.get("attempt"), kept.get("provider")) != (row["number"], row["provider"]):
+                continue
+            row["provider_request_id"] = kept["request_id"]
         # another process's request still ``started`` is taken over as ``unknown`` by the
         # claim (a live one's job is not claimed: its task ends, and it counts no more)
         if not row["moves"] or _resumable(ctx, [{**row, "status": "unknown"}]) is None:

@@ -425,6 +425,14 @@ class Spool:
             return None
         return record
 
+    def noted_jobs(self) -> set[str]:
+        """The jobs whose request ids ``note_request`` keeps here (one listing of the folder,
+        for ``pipeline.count_adoptions``)."""
+        try:
+            return {path.stem for path in self.root.glob("*.request")}
+        except OSError:
+            return set()
+
     def forget_request(self, job_id: str) -> None:
         self.request_path(job_id).unlink(missing_ok=True)
 

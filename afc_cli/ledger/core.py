@@ -2915,7 +2915,9 @@ class Ledger:
                 )
             return cursor.rowcount == 1
 
-    def left_requests(self, job_ids: list[str], run_id: str | None) -> list[dict[str, Any]]:
+    def left_requests(
+        self, job_ids: list[str], run_id: str | None, noted: set[str] = frozenset()
+    ) -> list[dict[str, Any]]:
         """The last attempts of ``job_ids`` (since their retry, ``attempt_base``) that a run
         which stopped or died left at their provider, ``unknown`` with a request id or an
         answer's URL kept (``pipeline._resumable`` says which the next run takes over), or
@@ -2923,19 +2925,26 @@ class Ledger:
         with its job's ``batch`` and ``request_json``, and ``moves``: whether its cost would
         count in ``run_id``'s spend once taken over (``reopen_attempt``: not an attempt of a
         workers' shared budget or one a stopped run counted). A run under a budget counts
-        them reserved before it starts a call of its own (``pipeline.count_adoptions``)."""
+        them reserved before it starts a call of its own (``pipeline.count_adoptions``).
+        ``noted``: jobs whose request id the spool kept (``Spool.note_request``), whose last
+        such attempt is listed without one for the caller to match."""
         rows: list[dict[str, Any]] = []
-        for chunk in _chunks(job_ids, IN_CHUNK):
-            rows.extend(
-                self._all(
-                    "SELECT a.*, j.batch, j.request_json FROM jobs j JOIN attempts a"
-                    " ON a.job_id = j.id AND a.number = j.attempts"
-                    f" WHERE j.id IN {_marks(chunk)} AND a.number > j.attempt_base"
-                    " AND (a.status = 'unknown' OR a.status = 'started' AND a.owner <> ?)"
-                    " AND (a.provider_request_id IS NOT NULL OR a.answer_url IS NOT NULL)",
-                    [*chunk, self.owner],
+        for ids, kept in ((job_ids, True), (sorted(noted), False)):
+            for chunk in _chunks(ids, IN_CHUNK):
+                rows.extend(
+                    self._all(
+                        "SELECT a.*, j.batch, j.request_json FROM jobs j JOIN attempts a"
+                        " ON a.job_id = j.id AND a.number = j.attempts"
+                        f" WHERE j.id IN {_marks(chunk)} AND a.number > j.attempt_base"
+                        " AND (a.status = 'unknown' OR a.status = 'started' AND a.owner <> ?)"
+                        + (
+                            " AND (a.provider_request_id IS NOT NULL OR a.answer_url IS NOT NULL)"
+                            if kept
+                            else " AND a.provider_request_id IS NULL AND a.answer_url IS NULL"
+                        ),
+                        [*chunk, self.owner],
+                    )
                 )
-            )
         for row in rows:
             before = row["run_id"] or ""
             row["moves"] = (
