@@ -350,16 +350,18 @@ CANCELS_AT_ONCE = 8
 
 def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list]) -> None:
     """Ask the providers to stop the requests ``stops``, ``CANCELS_AT_ONCE`` at a time
-    through one client a provider, each answer recorded as it comes: whatever a request
-    reports later is still recorded. Adds to ``out`` the requests the provider was not seen
-    to stop (``not_stopped_at_provider``: its key not set here, no answer, an error status),
-    each with why: the job is cancelled all the same, but the request may render on, billed,
-    and the person who cancelled is told so rather than left to think it stopped; those the
-    provider said had completed before the cancel came (``completed_at_provider``: paid for,
-    'afc retry' fetches the result by the request's id); and, of those asked again
-    (``_ask_again``), those it stopped (``stopped_at_provider``). A request whose answer was
-    recorded is not asked again by a later cancel (``_asked``); one whose answer a killed
-    cancel did not record is."""
+    through one client a provider, then record each answer, in the order they came: whatever
+    a request reports later is still recorded. Written in the loop that asks, a record that
+    waited for a SQLite ledger another process held (up to its busy timeout) held back every
+    stop not yet asked, their requests rendering on, billed. Adds to ``out`` the requests the
+    provider was not seen to stop (``not_stopped_at_provider``: its key not set here, no
+    answer, an error status), each with why: the job is cancelled all the same, but the
+    request may render on, billed, and the person who cancelled is told so rather than left
+    to think it stopped; those the provider said had completed before the cancel came
+    (``completed_at_provider``: paid for, 'afc retry' fetches the result by the request's
+    id); and, of those asked again (``_ask_again``), those it stopped
+    (``stopped_at_provider``). A request whose answer was recorded is not asked again by a
+    later cancel (``_asked``); one whose answer a killed cancel did not record is."""
     import asyncio
 
     from afc_cli.ledger.core import CANCEL_TOO_LATE
@@ -396,6 +398,9 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
             ledger.note(job, "provider_cancel_failed", request=request, why=why)
             told.append(("not_stopped_at_provider", {**named, "why": why}))
 
+    # the answers as they came, recorded once every stop has been asked
+    answers: list[tuple[_Stop, str | None, dict[str, Any] | None, list]] = []
+
     async def ask_all() -> None:
         room = asyncio.Semaphore(CANCELS_AT_ONCE)
 
@@ -416,13 +421,11 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
                         usage = await stop.provider.completed_usage(
                             attempt["provider_request_id"], attempt["model"], params or {}
                         )
-            record(stop, why, usage, told)  # no await in it: one answer's writes at a time
+            answers.append((stop, why, usage, told))
 
         try:
-            # each to its end: one answer's record that failed (a ledger refusing a write)
-            # left the others asked beside it, their client closed under them, unrecorded or
-            # recorded as not stopped (the closed client's error), which no later cancel asks
-            # again; the first such error is raised once every answer is in
+            # each to its end, the first error (none expected: ``ask`` keeps the provider's)
+            # raised once every answer is in
             ended = await asyncio.gather(
                 *(ask(stop, told) for stop, told in zip(stops, said, strict=True)),
                 return_exceptions=True,
@@ -435,7 +438,20 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
                 with contextlib.suppress(Exception):
                     await provider.close()
 
-    asyncio.run(ask_all())
+    failed: Exception | None = None
+    try:
+        asyncio.run(ask_all())
+    finally:
+        # every answer in (also those in before a Ctrl-C), each to its end: one answer's
+        # record that failed (a ledger refusing a write) is raised once the others are
+        # recorded, which no later cancel asks again
+        for stop, why, usage, told in answers:
+            try:
+                record(stop, why, usage, told)
+            except Exception as exc:  # noqa: BLE001 - raised below
+                failed = failed or exc
+    if failed is not None:
+        raise failed
     for told in said:
         for name, entry in told:
             out[name].append(entry)
