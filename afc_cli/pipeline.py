@@ -701,7 +701,9 @@ def _may_make_room(
         # not restarted), told the budget was spent before it started, and the calls came
         # back free. Where they would make room, it looks again after a pause (their ends
         # are in another process), and stops once the budget's known spend leaves none.
+        # (and the requests they hold to take over, counted as spent: ``adopting_elsewhere``)
         others = ctx.ledger.reserved_elsewhere(ctx.run_id, ctx.ledger.owner)
+        others += ctx.ledger.adopting_elsewhere(ctx.run_id, ctx.ledger.owner)
         if others and exc.spent - held - others + exc.estimate <= exc.cap:
             ctx.settling.add(job["id"])
             return tasks, BUDGET_LOOK_S * (0.5 + random.random())

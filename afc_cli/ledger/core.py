@@ -2494,7 +2494,8 @@ class Ledger:
         written. Transactions are serialised, so no number of concurrent workers can start
         more than the budget allows. ``pending_micros``: what the requests an earlier run
         left, which this run will take over, are to count (``left_requests``), counted as
-        spent already.
+        spent already; under a shared budget, with those its live siblings hold to take over
+        (``adopting_elsewhere``).
 
         The job's step is written with the attempt (``job["step"]``: ``render`` when the probe
         found nothing, which writes nothing of its own), and so are the steps it completed
@@ -2515,6 +2516,8 @@ class Ledger:
             if cap_micros is not None:
                 self._hold_budget(run_id)
                 spent = self.run_spend(run_id) + pending_micros
+                if (run_id or "").startswith(SHARED_BUDGET):
+                    spent += self.adopting_elsewhere(run_id, self.owner)
                 if spent + (reserve_micros or 0) > cap_micros:
                     raise BudgetExhausted(
                         spent, cap_micros, reserve_micros or 0, priced=reserve_micros is not None
@@ -3059,6 +3062,37 @@ class Ledger:
                 now = self.lease_clock()
             if lease_held(holder, expires, now, mono):
                 total += int(reserved)
+        return total
+
+    def adopting_elsewhere(self, run_id: str | None, owner: str) -> int:
+        """What the requests other live processes hold to take over will count in ``run_id``
+        (a shared budget's) once they do (``reopen_attempt`` moves each in): the last
+        attempts a run outside every shared budget left at their provider (``left_requests``'
+        ``moves``) of the jobs another live process holds, at their known cost, else their
+        reservation. A worker counts its own from its claim (``pipeline.count_adoptions``);
+        its siblings did not, and started calls in the room those requests then filled."""
+        now: float | None = None
+        total = 0
+        # the jobs held first, by their lease's index (CROSS JOIN: SQLite keeps that order;
+        # joined as the planner liked on an empty ledger, every start of an attempt under a
+        # shared budget read the whole attempts table)
+        for counted, holder, expires, mono, job_id, number in self.db.execute(
+            "SELECT COALESCE(a.cost_micros, a.reserved_micros), j.lease_owner, j.lease_expires,"
+            " j.lease_mono, a.job_id, a.number FROM jobs j CROSS JOIN attempts a"
+            " WHERE a.job_id = j.id AND a.number = j.attempts"
+            " AND j.lease_owner IS NOT NULL AND j.lease_owner <> ?"
+            " AND a.number > j.attempt_base"
+            " AND (a.status = 'unknown' OR a.status = 'started' AND a.owner <> j.lease_owner)"
+            " AND (a.provider_request_id IS NOT NULL OR a.answer_url IS NOT NULL)"
+            " AND COALESCE(a.run_id, '') <> ? AND COALESCE(a.run_id, '') NOT LIKE ?",
+            (owner, run_id or "", SHARED_BUDGET + "%"),
+        ).fetchall():
+            if not counted:
+                continue
+            if now is None:
+                now = self.lease_clock()
+            if lease_held(holder, expires, now, mono) and not self._left_priced(job_id, number):
+                total += int(counted)
         return total
 
     def run_money(self, run_id: str | None, owner: str | None = None) -> dict[str, int]:
