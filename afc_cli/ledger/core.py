@@ -3561,7 +3561,14 @@ class Ledger:
         **fields: Any,
     ) -> bool:
         """Move a job to a terminal state. The first terminal state wins: this is a conditional
-        update that matches only a non-terminal row, and a loser changes nothing."""
+        update that matches only a non-terminal row, and a loser changes nothing.
+
+        A run's end of a job it claimed (``job`` names this process as its holder) is also
+        fenced by that lease, as its other writes are (``_update_job``): a worker that stalled
+        past its lease, or whose call was still out when a person cancelled and retried the
+        job, had its call's answer end the job ``CHAIN_FAILED`` under the run that took it
+        over, or undo the person's retry (outside audit 53b). A person's end (``cancel``, a
+        dependent failed with it) names another holder, or none, and is not fenced."""
         assert status in TERMINAL
         # on the ledger's clock, as admissions and reviews' starts are: a webhook's
         # ``timestamp`` orders a job's events, whichever host's clock wrote them
@@ -3580,10 +3587,12 @@ class Ledger:
                 **fields,
             }
             assignments = ", ".join(f"{name} = ?" for name in values)
+            held = self.owner is not None and job.get("lease_owner") == self.owner
             ended = self._all(
                 f"UPDATE jobs SET {assignments} WHERE id = ? AND status NOT IN {TERMINAL_SQL}"
-                f" RETURNING {RETURNED_NEWS}",
-                [*values.values(), job["id"]],
+                + (" AND lease_owner = ?" if held else "")
+                + f" RETURNING {RETURNED_NEWS}",
+                [*values.values(), job["id"], *((self.owner,) if held else ())],
             )
             if len(ended) != 1:
                 return False
