@@ -478,6 +478,9 @@ class FakeProviders:
         if "dalle-url" in prompt:
             path = f"/files/d-{uuid.uuid4().hex[:8]}.png" if "cdn-" in prompt else "/files/d.png"
             self.cdn_outage(prompt, path)
+            if big := re.search(r"big-out-(\d+)", prompt):  # N MiB, sent gzip-encoded
+                path = f"/files/d-{uuid.uuid4().hex[:8]}.png"
+                self.big_files[path] = int(big.group(1)) << 20
             return h.reply(
                 200, {"created": 1, "data": [{"url": f"{self.base}{path}"}]}, headers=headers
             )
