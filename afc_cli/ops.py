@@ -364,7 +364,7 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
     later cancel (``_asked``); one whose answer a killed cancel did not record is."""
     import asyncio
 
-    from afc_cli.ledger.core import CANCEL_TOO_LATE
+    from afc_cli.ledger.core import CANCEL_FAILED, CANCEL_TOO_LATE
     from afc_cli.providers.base import COMPLETED, ENDED
     from afc_cli.secrets import scrub
 
@@ -395,7 +395,7 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
             # outside audit 51b)
             _price_completed(ledger, job, attempt, usage)
         else:
-            ledger.note(job, "provider_cancel_failed", request=request, why=why)
+            ledger.note(job, CANCEL_FAILED, request=request, why=why)
             told.append(("not_stopped_at_provider", {**named, "why": why}))
 
     # the answers as they came, recorded once every stop has been asked

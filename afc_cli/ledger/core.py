@@ -349,7 +349,11 @@ SHARED_BUDGET = "budget:"
 # The event 'afc cancel' writes for a job-style request the provider said had completed before
 # the cancel came (rendered and billed; ``Provider.cancel_answer``): a retry polls it by its id
 CANCEL_TOO_LATE = "provider_cancel_too_late"
-PROVIDER_CANCELS = ("provider_cancel_sent", "provider_cancel_failed", CANCEL_TOO_LATE)
+# The event 'afc cancel' writes for a request the provider was not seen to stop (the key not
+# set where the cancel ran, no answer, an error status): it may render on, paid, so a retry
+# polls it by its id too
+CANCEL_FAILED = "provider_cancel_failed"
+PROVIDER_CANCELS = ("provider_cancel_sent", CANCEL_FAILED, CANCEL_TOO_LATE)
 # A need that ended so fails the jobs that wait for it (DEPENDENCY_FAILED)
 NEED_FAILED = ("failed", "rejected", "cancelled", "dead")
 
@@ -2321,9 +2325,13 @@ class Ledger:
         provider (``started`` or ``unknown``, its id recorded), is still to be polled by a
         retry rather than paid for again. So it is when no cancel asked the provider about it
         (``PROVIDER_CANCELS``: the cancel was cut off between its commit and its request, so
-        the render goes on, paid), or when the provider answered the latest that the request
-        had completed already (``CANCEL_TOO_LATE``: paid for, its result there to fetch);
-        not once a cancel asked the provider to stop it."""
+        the render goes on, paid), when the latest cancel was not seen to stop it
+        (``provider_cancel_failed``: the key not set where 'afc cancel' ran, no answer, an
+        error status; the render may go on, paid: taken as stopped, the retry paid for a new
+        one beside it; one the provider did stop reads 'cancelled' when polled, and a new
+        request follows, ``pipeline._stopped_by_retried_cancel``), or when the provider
+        answered the latest that the request had completed already (``CANCEL_TOO_LATE``: paid
+        for, its result there to fetch); not once a cancel asked the provider to stop it."""
         from afc_cli.providers import PROVIDERS
 
         last = self._one(
@@ -2343,7 +2351,7 @@ class Ledger:
             )
             if json.loads(row["detail_json"] or "{}").get("request") == last["provider_request_id"]
         ]
-        return not answers or answers[-1] == CANCEL_TOO_LATE
+        return not answers or answers[-1] in (CANCEL_TOO_LATE, CANCEL_FAILED)
 
     def release(self, job: dict[str, Any]) -> None:
         """Free a job this run holds but did not finish (it waits, or the run is stopping);
