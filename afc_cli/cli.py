@@ -1493,7 +1493,7 @@ def cancel(
             for item in result["stopped_at_provider"]:
                 _err(
                     f"{item['batch']}/{item['key']}: asked {item['provider']} to stop request "
-                    f"{item['request']}, which an interrupted cancel of the job had not"
+                    f"{item['request']}, which an earlier cancel of the job had not stopped"
                 )
             said = ("cancelled", "already_final", "not_found", "stopped_at_provider")
             said += ("completed_at_provider",)

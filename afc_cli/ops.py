@@ -250,16 +250,19 @@ def _cancel_each(
 
 def _asked(ledger: Ledger, job: dict[str, Any]) -> set[str]:
     """The requests of a job that a cancel asked its provider to stop (``_stop_at_providers``'s
-    events, whatever the provider answered)."""
+    events), but not one whose latest ask the provider was not seen to take
+    (``CANCEL_FAILED``: the key not set where that cancel ran, no answer, an error status):
+    it may render on, billed, and a cancel run again (the key set now) asks it again.
+    Counted as asked, the cancel run again asked nothing and said nothing of it."""
     import json
 
-    from afc_cli.ledger.core import PROVIDER_CANCELS
+    from afc_cli.ledger.core import CANCEL_FAILED, PROVIDER_CANCELS
 
-    return {
-        json.loads(event["detail_json"] or "{}").get("request")
-        for event in ledger.events(job["id"])
-        if event["kind"] in PROVIDER_CANCELS
-    }
+    latest: dict[str, str] = {}
+    for event in ledger.events(job["id"]):
+        if event["kind"] in PROVIDER_CANCELS:
+            latest[json.loads(event["detail_json"] or "{}").get("request")] = event["kind"]
+    return {request for request, kind in latest.items() if kind != CANCEL_FAILED}
 
 
 def _ask_again(ledger: Ledger, job: dict[str, Any], out: dict[str, list]) -> list[_Stop]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -44,3 +45,31 @@ def test_a_retry_after_a_cancel_that_never_reached_the_provider_polls_its_reques
     assert fake.counts[f"{provider}_submit"] == 1, "the render was paid for twice"
     attempts = afc.json("show", "shot")["attempts"]
     assert [(a["number"], a["status"]) for a in attempts] == [(1, "succeeded")], attempts
+
+
+def test_a_cancel_run_again_with_the_key_asks_the_provider_to_stop_the_request(afc, fake):
+    """The same failed cancel, then 'afc cancel shot' again where the key is set (the person
+    read the warning and fixed their shell): the cancel's docs say that run again it asks
+    the provider about a request an earlier cancel had not stopped. It asked nothing, the
+    failed ask counted as asked ('provider_cancel_failed'), and the prediction rendered on,
+    billed, with nothing said. Now it is asked, and said stopped; a third cancel asks
+    nothing more."""
+    chain = [{"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}]
+    afc.write_manifest(
+        manifest([{"key": "shot", "prompt": "hold shot", "chain": chain}], rates=RATES)
+    )
+    [request] = _killed_while_rendering(afc)
+    env = {k: v for k, v in afc.env.items() if k != "REPLICATE_API_TOKEN"}
+    first = subprocess.run(
+        afc.command("cancel", "shot"), cwd=afc.cwd, env=env, capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stderr
+    again = afc("cancel", "shot", "--json")
+    assert again.returncode == 0, again.stderr
+    out = json.loads(again.stdout)
+    assert out["already_final"] == [{"key": "shot", "batch": "b1", "status": "cancelled"}]
+    assert [item["request"] for item in out["stopped_at_provider"]] == [request], out
+    assert fake.cancels == [request]
+    assert fake.predictions[request]["status"] == "canceled"
+    third = afc.json("cancel", "shot")
+    assert third["stopped_at_provider"] == [] and fake.cancels == [request], third
