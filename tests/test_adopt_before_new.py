@@ -29,9 +29,9 @@ def fal_manifest(jobs: list[tuple[str, str]]) -> dict:
     return data
 
 
-@pytest.mark.parametrize("command", ["resume", "worker"])
-def test_requests_to_adopt_are_counted_before_a_new_call(afc, fake, ledger_url, command):
-    afc.env["AFC_LEDGER"] = ledger_url
+def kill_while_rendering(afc, ledger_url: str) -> None:
+    """Three fal requests held rendering (the fake's ``hold`` prompts), their ids committed,
+    and the submit that sent them killed: left for the next run to take over."""
     held = [(f"j{i}", f"hold {i}") for i in range(3)]
     afc.write_manifest(fal_manifest(held))
     proc = afc.popen("submit", "manifest.yaml")
@@ -41,8 +41,13 @@ def test_requests_to_adopt_are_counted_before_a_new_call(afc, fake, ledger_url, 
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    # new jobs, in a batch claimed and run before the held jobs' (by name): their tasks reach
-    # their attempts before the others' takeovers
+
+
+def run_beside_new_jobs(afc, fake, command: str) -> None:
+    """Three new jobs admitted in a batch claimed and run before the held jobs' (by name):
+    their tasks reach their attempts before the others' takeovers. Then ``command`` under a
+    budget of 0.35 USD, where the three left requests (0.30) leave no room for a new call:
+    no request sent but the three polled, the new jobs waiting on the budget."""
     fresh = [(f"a{i}", f"plain {i}") for i in range(3)]
     afc.write_manifest({**fal_manifest(fresh), "batch": "a1"}, "fresh.yaml")
     admitted = afc("submit", "fresh.yaml", "--no-run")
@@ -59,6 +64,13 @@ def test_requests_to_adopt_are_counted_before_a_new_call(afc, fake, ledger_url, 
     for key, _ in fresh:
         assert shown[key]["status"] == "waiting" and shown[key]["attempts"] == 0, shown[key]
     assert "0.300000" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["resume", "worker"])
+def test_requests_to_adopt_are_counted_before_a_new_call(afc, fake, ledger_url, command):
+    afc.env["AFC_LEDGER"] = ledger_url
+    kill_while_rendering(afc, ledger_url)
+    run_beside_new_jobs(afc, fake, command)
 
 
 @pytest.mark.parametrize("command", ["resume", "worker"])
