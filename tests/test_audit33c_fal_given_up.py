@@ -40,14 +40,11 @@ def test_a_request_given_up_on_that_completed_at_its_cancel_is_kept_not_paid_aga
     assert attempt["status"] == "succeeded" and attempt["cost"] is not None
 
 
-def test_a_status_answered_202_without_a_status_is_given_up_on_not_polled_for_ever(afc, fake):
-    """fal answers a queued request's status 202 with its JSON (``IN_QUEUE``); a 202 whose
-    body is no JSON object (a proxy's "accepted" page) says nothing about the request. afc
-    took every 202 for "still queued" and reset its count of unreadable answers: a status URL
-    that only ever answered so was polled for ever, the job never ending. It is counted as
-    an unreadable poll, as a 200's is, and given up on after UNREADABLE_POLLS: the request is
-    asked to stop and the chain goes on."""
-    jobs = run(afc, "fal", ["garbled-202-forever result-unfinished"], expect=1, attempts=2)
+def given_up_twice(afc, fake, status_answer: str) -> None:
+    """A job of two attempts whose status URL only ever answers ``status_answer``: each
+    attempt given up on (a failed ``server`` attempt, cost unknown, its request asked to
+    stop), the chain going on to the next, and the job failed."""
+    jobs = run(afc, "fal", [f"{status_answer} result-unfinished"], expect=1, attempts=2)
     assert jobs["j0"]["error"]["class"] == "server"
     first, second = attempts_of(afc, "j0")
     for attempt in (first, second):
@@ -55,6 +52,16 @@ def test_a_status_answered_202_without_a_status_is_given_up_on_not_polled_for_ev
         assert attempt["cost"] is None
         assert "asked to stop" in attempt["error"]
     assert fake.cancels == [first["provider_request_id"], second["provider_request_id"]]
+
+
+def test_a_status_answered_202_without_a_status_is_given_up_on_not_polled_for_ever(afc, fake):
+    """fal answers a queued request's status 202 with its JSON (``IN_QUEUE``); a 202 whose
+    body is no JSON object (a proxy's "accepted" page) says nothing about the request. afc
+    took every 202 for "still queued" and reset its count of unreadable answers: a status URL
+    that only ever answered so was polled for ever, the job never ending. It is counted as
+    an unreadable poll, as a 200's is, and given up on after UNREADABLE_POLLS: the request is
+    asked to stop and the chain goes on."""
+    given_up_twice(afc, fake, "garbled-202-forever")
 
 
 def test_a_status_answered_202_saying_completed_is_completed(afc, fake):
@@ -76,11 +83,4 @@ def test_a_status_answered_202_with_json_but_no_status_is_given_up_on(afc, fake)
     ``window_s`` (the default) the request was polled for ever, the run never ending. It is
     an unreadable poll, as the same 202 without JSON is: given up on after UNREADABLE_POLLS,
     the result asked for, the request asked to stop and the chain going on."""
-    jobs = run(afc, "fal", ["accepted-json-forever result-unfinished"], expect=1, attempts=2)
-    assert jobs["j0"]["error"]["class"] == "server"
-    first, second = attempts_of(afc, "j0")
-    for attempt in (first, second):
-        assert (attempt["status"], attempt["error_class"]) == ("failed", "server")
-        assert attempt["cost"] is None
-        assert "asked to stop" in attempt["error"]
-    assert fake.cancels == [first["provider_request_id"], second["provider_request_id"]]
+    given_up_twice(afc, fake, "accepted-json-forever")
