@@ -411,9 +411,7 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
             attempt, usage = stop.attempt, None
             async with room:
                 try:
-                    why = await stop.provider.cancel_answer(
-                        attempt["provider_request_id"], attempt["model"]
-                    )
+                    why = await stop.provider.cancel_answer(stop.request, attempt["model"])
                 except Exception as exc:  # noqa: BLE001 - the cancel in the ledger stands
                     why = scrub(str(exc)) or exc.__class__.__name__
                 if why in (COMPLETED, ENDED):
@@ -422,7 +420,7 @@ def _stop_at_providers(ledger: Ledger, stops: list[_Stop], out: dict[str, list])
                     params = json.loads(stop.job.get("request_json") or "{}").get("params")
                     with contextlib.suppress(Exception):
                         usage = await stop.provider.completed_usage(
-                            attempt["provider_request_id"], attempt["model"], params or {}
+                            stop.request, attempt["model"], params or {}
                         )
             answers.append((stop, why, usage, told))
 

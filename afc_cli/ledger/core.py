@@ -354,6 +354,16 @@ CANCEL_TOO_LATE = "provider_cancel_too_late"
 # polls it by its id too
 CANCEL_FAILED = "provider_cancel_failed"
 PROVIDER_CANCELS = ("provider_cancel_sent", CANCEL_FAILED, CANCEL_TOO_LATE)
+# A job's last attempt (``a``, joined to its job ``j``) since its retry that a run which stopped
+# or died left at its provider: ``unknown``, or ``started`` by another process than
+# ``{holder}`` (a dead run's, made ``unknown`` by the claim); ``LEFT_KEPT``: one the next run
+# can take over, its request id or its answer's URL kept (``Ledger.left_requests``,
+# ``adopting_elsewhere``)
+LEFT_AT_PROVIDER = (
+    "a.job_id = j.id AND a.number = j.attempts AND a.number > j.attempt_base"
+    " AND (a.status = 'unknown' OR a.status = 'started' AND a.owner <> {holder})"
+)
+LEFT_KEPT = "(a.provider_request_id IS NOT NULL OR a.answer_url IS NOT NULL)"
 # A need that ended so fails the jobs that wait for it (DEPENDENCY_FAILED)
 NEED_FAILED = ("failed", "rejected", "cancelled", "dead")
 
@@ -2945,26 +2955,30 @@ class Ledger:
                 rows.extend(
                     self._all(
                         "SELECT a.*, j.batch, j.request_json FROM jobs j JOIN attempts a"
-                        " ON a.job_id = j.id AND a.number = j.attempts"
-                        f" WHERE j.id IN {_marks(chunk)} AND a.number > j.attempt_base"
-                        " AND (a.status = 'unknown' OR a.status = 'started' AND a.owner <> ?)"
+                        f" ON {LEFT_AT_PROVIDER.format(holder='?')} WHERE j.id IN {_marks(chunk)}"
                         + (
-                            " AND (a.provider_request_id IS NOT NULL OR a.answer_url IS NOT NULL)"
+                            f" AND {LEFT_KEPT}"
                             if kept
                             else " AND a.provider_request_id IS NULL AND a.answer_url IS NULL"
                         ),
-                        [*chunk, self.owner],
+                        [self.owner, *chunk],
                     )
                 )
         for row in rows:
-            before = row["run_id"] or ""
-            row["moves"] = (
-                run_id is not None
-                and before != run_id
-                and not before.startswith(SHARED_BUDGET)
-                and not self._left_priced(row["job_id"], row["number"])
-            )
+            row["moves"] = self._moves_into(run_id, row["run_id"], row["job_id"], row["number"])
         return rows
+
+    def _moves_into(self, run_id: str | None, before: str | None, job_id: str, number: int) -> bool:
+        """Whether a left attempt of ``before``'s (its ``run_id``) would count in ``run_id``'s
+        spend once taken over (``reopen_attempt``): not an attempt of a workers' shared budget
+        or one a stopped run counted (``_left_priced``)."""
+        before = before or ""
+        return (
+            run_id is not None
+            and before != run_id
+            and not before.startswith(SHARED_BUDGET)
+            and not self._left_priced(job_id, number)
+        )
 
     def _left_priced(self, job_id: str, number: int) -> bool:
         """Whether a run stopped (``interrupt_attempt``) leaving the job's request once its
@@ -3084,22 +3098,20 @@ class Ledger:
         # the jobs held first, by their lease's index (CROSS JOIN: SQLite keeps that order;
         # joined as the planner liked on an empty ledger, every start of an attempt under a
         # shared budget read the whole attempts table)
-        for counted, holder, expires, mono, job_id, number in self.db.execute(
+        for counted, holder, expires, mono, before, job_id, number in self.db.execute(
             "SELECT COALESCE(a.cost_micros, a.reserved_micros), j.lease_owner, j.lease_expires,"
-            " j.lease_mono, a.job_id, a.number FROM jobs j CROSS JOIN attempts a"
-            " WHERE a.job_id = j.id AND a.number = j.attempts"
-            " AND j.lease_owner IS NOT NULL AND j.lease_owner <> ?"
-            " AND a.number > j.attempt_base"
-            " AND (a.status = 'unknown' OR a.status = 'started' AND a.owner <> j.lease_owner)"
-            " AND (a.provider_request_id IS NOT NULL OR a.answer_url IS NOT NULL)"
-            " AND COALESCE(a.run_id, '') <> ? AND COALESCE(a.run_id, '') NOT LIKE ?",
-            (owner, run_id or "", SHARED_BUDGET + "%"),
+            " j.lease_mono, a.run_id, a.job_id, a.number FROM jobs j CROSS JOIN attempts a"
+            f" WHERE {LEFT_AT_PROVIDER.format(holder='j.lease_owner')} AND {LEFT_KEPT}"
+            " AND j.lease_owner IS NOT NULL AND j.lease_owner <> ?",
+            (owner,),
         ).fetchall():
             if not counted:
                 continue
             if now is None:
                 now = self.lease_clock()
-            if lease_held(holder, expires, now, mono) and not self._left_priced(job_id, number):
+            if lease_held(holder, expires, now, mono) and self._moves_into(
+                run_id, before, job_id, number
+            ):
                 total += int(counted)
         return total
 
