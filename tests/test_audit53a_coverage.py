@@ -10,9 +10,9 @@ import subprocess
 from conftest import manifest
 from s3fake import Fault
 from test_audit28c_answer_url import PRICED
-from test_cancel_completed import _killed_while_rendering
+from test_audit53a_failed_cancel_retry import left_rendering_without_key
 from test_output_spill import MIB, run_measured
-from test_providers import FAST, MODELS, RATES
+from test_providers import MODELS
 
 
 def test_a_url_answer_the_disk_cannot_keep_is_fetched_again_by_the_next_run_not_paid_again(
@@ -86,12 +86,7 @@ def test_a_cancel_that_cannot_ask_the_provider_cancels_the_job_and_says_the_rend
     may render on and be billed (``_stop_at_providers``: the cancel's own error caught per
     request). Let through, that error ended the cancel with afc's 'unexpected error' line and
     told nothing of the render billed on."""
-    chain = [{"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}]
-    afc.write_manifest(
-        manifest([{"key": "shot", "prompt": "hold shot", "chain": chain}], rates=RATES)
-    )
-    [request] = _killed_while_rendering(afc)
-    env = {k: v for k, v in afc.env.items() if k != "REPLICATE_API_TOKEN"}
+    request, env = left_rendering_without_key(afc, "replicate")
     result = subprocess.run(
         afc.command("cancel", "shot", "--json"),
         cwd=afc.cwd,

@@ -11,6 +11,19 @@ from test_cancel_completed import _killed_while_rendering
 from test_providers import FAST, MODELS, RATES
 
 
+def left_rendering_without_key(afc, provider: str) -> tuple[str, dict[str, str]]:
+    """One job's request left rendering at ``provider`` by a killed submit, and the
+    environment of a shell without that provider's key, where 'afc cancel' cannot reach it:
+    the request's id and that environment."""
+    chain = [{"provider": provider, "model": MODELS[provider], "backoff": FAST}]
+    afc.write_manifest(
+        manifest([{"key": "shot", "prompt": "hold shot", "chain": chain}], rates=RATES)
+    )
+    [request] = _killed_while_rendering(afc)
+    key = {"replicate": "REPLICATE_API_TOKEN", "fal": "FAL_KEY"}[provider]
+    return request, {k: v for k, v in afc.env.items() if k != key}
+
+
 @pytest.mark.parametrize("provider", ["replicate", "fal"])
 def test_a_retry_after_a_cancel_that_never_reached_the_provider_polls_its_request(
     afc, fake, provider
@@ -24,13 +37,7 @@ def test_a_retry_after_a_cancel_that_never_reached_the_provider_polls_its_reques
     cancel that failed stopped nothing afc knows of: the retry polls the request, as it does
     one a cut-off cancel never asked about (one the provider did stop meanwhile reads
     'cancelled', and a new request follows: ``pipeline._stopped_by_retried_cancel``)."""
-    chain = [{"provider": provider, "model": MODELS[provider], "backoff": FAST}]
-    afc.write_manifest(
-        manifest([{"key": "shot", "prompt": "hold shot", "chain": chain}], rates=RATES)
-    )
-    [request] = _killed_while_rendering(afc)
-    key = {"replicate": "REPLICATE_API_TOKEN", "fal": "FAL_KEY"}[provider]
-    env = {k: v for k, v in afc.env.items() if k != key}
+    request, env = left_rendering_without_key(afc, provider)
     cancelled = subprocess.run(
         afc.command("cancel", "shot"), cwd=afc.cwd, env=env, capture_output=True, text=True
     )
@@ -54,12 +61,7 @@ def test_a_cancel_run_again_with_the_key_asks_the_provider_to_stop_the_request(a
     failed ask counted as asked ('provider_cancel_failed'), and the prediction rendered on,
     billed, with nothing said. Now it is asked, and said stopped; a third cancel asks
     nothing more."""
-    chain = [{"provider": "replicate", "model": MODELS["replicate"], "backoff": FAST}]
-    afc.write_manifest(
-        manifest([{"key": "shot", "prompt": "hold shot", "chain": chain}], rates=RATES)
-    )
-    [request] = _killed_while_rendering(afc)
-    env = {k: v for k, v in afc.env.items() if k != "REPLICATE_API_TOKEN"}
+    request, env = left_rendering_without_key(afc, "replicate")
     first = subprocess.run(
         afc.command("cancel", "shot"), cwd=afc.cwd, env=env, capture_output=True, text=True
     )
