@@ -2009,7 +2009,7 @@ def _closed_streams_to_devnull() -> None:
 
 
 # environment variables whose values afc records in the ledger as text (owner.host_id,
-# ops.decided_by): read as UTF-8, as the arguments are
+# ops.who): read as UTF-8, as the arguments are
 NAMES_FROM_ENV = ("AFC_HOST_ID", "AFC_USER")
 
 

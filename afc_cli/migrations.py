@@ -365,7 +365,7 @@ def m014_output_key_spooled(db):
 def m015_attempt_answer_url(db):
     # attempts.answer_url: the output URL a synchronous provider's paid answer named (an
     # OpenAI-compatible gateway's, valid about an hour), committed with the render's known
-    # cost before its download begins (Ledger.record_output_url). A run stopped or killed
+    # cost before its download begins (Ledger.record_answer_url). A run stopped or killed
     # during the download leaves it to the next run, which fetches it free while the provider
     # keeps it (pipeline._resumable), where it paid for a new render. The whole URL (a signed
     # one's query too, or it could not be fetched): never shown in a log line or --json.

@@ -37,7 +37,7 @@ RETRYABLE = ("failed", "dead", "cancelled")
 # or hung (a synchronous call's read timeout is 300 s, afc_cli/providers/http.py), so a retry
 # no longer waits for it. A chain entry's ``window_s`` longer than that read timeout makes the
 # call's timeout, its answer's headers and then its body each allowed that long
-# (``HttpProvider.window_timeout``): such a call is waited for twice its window and
+# (``HttpProvider.call_timeout``): such a call is waited for twice its window and
 # STALE_CALL_S more (``_call_lasts``).
 STALE_CALL_S = 900.0
 # Confirm(what, jobs) -> bool: asked before acting on more than one job selected by a filter

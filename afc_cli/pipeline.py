@@ -3059,7 +3059,7 @@ def _store_delay(attempt: int, exc: StorageError) -> float:
 
 
 def check_storage(storage: Storage, sleep: Callable[[float], None] = time.sleep) -> None:
-    """``storage.check()`` before a run renders anything, under the storage policy as every
+    """``Storage.check`` before a run renders anything, under the storage policy as every
     storage call of a job (``_storage``): with one try, a single passing 500 or SlowDown on
     the bucket's HEAD ended an ``afc submit`` or ``resume`` (exit 1), and a batch left to run
     overnight did not start (bench/soak.py --s3)."""

@@ -555,7 +555,7 @@ def work(
         shared_host_id(ledger, reporter)
 
         def refuse_moved() -> None:
-            """``ledger.refuse_moved``, once a copy under way into this ledger (a worker
+            """``Ledger.refuse_moved``, once a copy under way into this ledger (a worker
             started on the new, empty ledger before 'afc ledger copy' into it) has opened it:
             in the moment between the copy's commit and its marking the source moved, the
             copy refuses every run, and the worker stopped (exit 2) saying the copy did not

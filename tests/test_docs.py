@@ -349,3 +349,47 @@ def test_extending_names_every_ledger_hook_the_backends_override():
         if name in vars(core.Ledger) and not name.startswith("__") and name not in named
     }
     assert missing == set(), "docs/extending.md does not name these"
+
+
+def _code_citations(path: Path) -> list[tuple[int, str]]:
+    """The ``double-backticked`` names, the repository paths and the members of afc's classes
+    (``Ledger.claim``, backticked or not) a module's comments and docstrings cite, with their
+    lines."""
+    import io
+    import tokenize
+
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        string = token.string
+        if token.type == tokenize.STRING and not string.lstrip("rbuRBU").startswith('"""'):
+            continue
+        if token.type not in (tokenize.COMMENT, tokenize.STRING):
+            continue
+        cited = re.findall(r"``([^`\n]+)``", string)
+        cited += re.findall(
+            r"(?<![\w/.])((?:afc_cli|tests|bench|docs|examples)/[\w/.-]+\.\w+)", string
+        )
+        # and a class's member named without backticks (Ledger.claim)
+        cited += [
+            name
+            for name in re.findall(r"(?<![\w.`])([A-Z]\w*\.[a-z_]\w*)(?![\w`])", string)
+            if name.split(".")[0] in _classes()
+        ]
+        found += [(token.start[0], name.rstrip(".,;:")) for name in cited]
+    return found
+
+
+def test_every_name_the_code_cites_in_its_comments_is_in_the_repository():
+    """afc_cli's comments and docstrings cite functions, members and files as the pages do
+    (``HttpProvider.call_timeout``, afc_cli/pipeline.py), for the reader who follows them: a
+    rename left ``HttpProvider.window_timeout`` in afc_cli/ops.py and
+    ``Ledger.record_output_url`` in m015's comment, names no reader could find (found by
+    outside audit 54c)."""
+    problems = sorted(
+        f"{path.relative_to(ROOT)}:{line}: `{name}`: {why}"
+        for path in _trees()
+        if path.parts[len(ROOT.parts)] == "afc_cli"
+        for line, name in _code_citations(path)
+        if (why := _problem(name))
+    )
+    assert not problems, "the code cites what is not there:\n" + "\n".join(problems)

@@ -150,7 +150,7 @@ COPY_LOCK_WAIT_S = 10.0
 # the role or PGOPTIONS set is kept.
 LOCK_WAIT_S = 30.0
 # How long one wait on the server's answer may last (a statement, a commit, a pipeline's
-# sync: psycopg's ``Connection.wait``) before the connection is cut (``StallWatch``):
+# sync: ``psycopg.Connection.wait``) before the connection is cut (``StallWatch``):
 # a backend that stops answering (its server's disk hung, the process stopped) keeps its
 # connection alive, so neither the keepalives nor ``tcp_user_timeout`` notice, and a run
 # waited in its ledger write for ever, deaf to SIGTERM and a second SIGTERM (its signals are
