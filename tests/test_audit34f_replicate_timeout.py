@@ -1,13 +1,12 @@
 """Outside audit 34f: a Replicate prediction that ran into Replicate's own limit. Predictions
-time out after running for 30 minutes (Replicate's prediction lifecycle docs,
-/work/shared/PROVIDERS.md); the prediction then ends ``failed`` with the error "Prediction
-timed out", billed for its 30 minutes (``metrics.predict_time``). afc took it for a passing
-server failure (``server``) and submitted the same input to the same model again, each retry
-another full 30-minute run paid for: three attempts, 90 minutes billed for one output never
-made. It is the provider's own window expiring, as a ``Cancel-After`` deadline's ``canceled``
-is: ``window_expired``, which never retries that model (README "One job's pipeline"), its
-cost the 30 minutes it reports. Through the real ``afc`` command against the fake Replicate
-server (tests/fakeproviders.py)."""
+time out after running for 30 minutes (Replicate's prediction lifecycle docs); the prediction
+then ends ``failed`` with the error "Prediction timed out", billed for its 30 minutes
+(``metrics.predict_time``). afc took it for a passing server failure (``server``) and submitted
+the same input to the same model again, each retry another full 30-minute run paid for: three
+attempts, 90 minutes billed for one output never made. It is the provider's own window expiring,
+as a ``Cancel-After`` deadline's ``canceled`` is: ``window_expired``, which never retries that
+model (README "One job's pipeline"), its cost the 30 minutes it reports. Through the real
+``afc`` command against the fake Replicate server (tests/fakeproviders.py)."""
 
 from __future__ import annotations
 

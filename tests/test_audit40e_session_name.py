@@ -3,8 +3,8 @@
 A re-submit that waited 30 s on a job row and failed with "another session held a lock on the
 ledger's jobs too long ... pg_stat_activity shows it" was held by an 'afc worker' whose run
 loop was blocked writing a progress line to a pipe nobody read (its group transaction open,
-``postgres.tx``): pg_stat_activity showed that session with an empty application_name, not
-to be told from a psql session or another application's. afc now names its sessions 'afc'
+``PostgresLedger.tx``): pg_stat_activity showed that session with an empty application_name,
+not to be told from a psql session or another application's. afc now names its sessions 'afc'
 (libpq's ``fallback_application_name``: a URL's own ``application_name`` still wins), and the
 lock-timeout message says how to find them there.
 """

@@ -393,3 +393,22 @@ def test_every_name_the_code_cites_in_its_comments_is_in_the_repository():
         if (why := _problem(name))
     )
     assert not problems, "the code cites what is not there:\n" + "\n".join(problems)
+
+
+def test_nothing_in_the_repository_cites_a_path_outside_it():
+    """docs/README.md: "Cite nothing outside the repository: its next maintainers will have
+    only the repository." A test's docstring cited the project's notes beside the checkout by
+    path (found by outside audit 54c)."""
+    import subprocess
+
+    outside = re.compile("/work/" + "shared|\\.\\./" + "shared")
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    cited = [
+        name
+        for name in files
+        if (ROOT / name).is_file()
+        and outside.search((ROOT / name).read_bytes().decode("utf-8", "replace"))
+    ]
+    assert cited == [], f"these cite a path outside the repository: {cited}"
