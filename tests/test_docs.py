@@ -412,3 +412,17 @@ def test_nothing_in_the_repository_cites_a_path_outside_it():
         and outside.search((ROOT / name).read_bytes().decode("utf-8", "replace"))
     ]
     assert cited == [], f"these cite a path outside the repository: {cited}"
+
+
+def test_readme_shows_the_example_manifests_as_they_are():
+    """README quotes an example manifest of examples/ where it names one just before its YAML
+    block; a reader runs the file and reads its output against the text. The review gates'
+    block had lost the file's rate card, so the cost 'afc review list' shows came from a line
+    the page did not have (found by outside audit 54c)."""
+    import yaml
+
+    readme = (ROOT / "README.md").read_text()
+    quoted = re.findall(r"\(`(examples/[\w-]+\.yaml)`[^()]*\):\n\n```yaml\n(.*?)```", readme, re.S)
+    assert quoted, "README no longer quotes an example manifest"
+    for path, block in quoted:
+        assert yaml.safe_load(block) == yaml.safe_load((ROOT / path).read_text()), path
