@@ -426,3 +426,36 @@ def test_readme_shows_the_example_manifests_as_they_are():
     assert quoted, "README no longer quotes an example manifest"
     for path, block in quoted:
         assert yaml.safe_load(block) == yaml.safe_load((ROOT / path).read_text()), path
+
+
+@pytest.mark.parametrize(
+    "name, module, function, unit",
+    [
+        ("AFC_MAX_INTERRUPTS", "afc_cli.run", "max_interrupts", 1),
+        ("AFC_LEASE_S", "afc_cli.run", "lease_seconds", 1),
+        ("AFC_POLL_S", "afc_cli.run", "poll_seconds", 1),
+        ("AFC_MIN_FREE_MB", "afc_cli.run", "min_free_bytes", 2**20),
+        ("AFC_PG_STALL_S", "afc_cli.ledger.postgres", "stall_seconds", 1),
+    ],
+)
+def test_the_defaults_the_pages_give_a_setting_are_the_codes(
+    name, module, function, unit, monkeypatch
+):
+    """README and docs/ state each run setting's default (SPEC's too: a job whose runs keep
+    dying mid-call is dead-lettered after AFC_MAX_INTERRUPTS, default 5), and a person sizes a
+    cron job or a lease by them; no test read them, each test setting its own value."""
+    monkeypatch.delenv(name, raising=False)
+    said = set()
+    for page in PAGES:
+        text = re.sub(r"\s+", " ", page.read_text())
+        said |= {
+            float(figure)
+            for figure in re.findall(
+                rf"`{name}`[^.;`]{{0,30}}?(?:default:? ([\d.]+)|([\d.]+) s by default)", text
+            )
+            for figure in figure
+            if figure
+        }
+    assert said, f"no page gives {name}'s default"
+    default = getattr(importlib.import_module(module), function)() / unit
+    assert said == {default}, f"the pages give {name}'s default as {said}, afc's is {default}"
