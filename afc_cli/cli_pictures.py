@@ -85,8 +85,9 @@ def report_command(
         _err(
             f"wrote {result['file']} ({result['bytes'] / 1e6:.1f} MB): "
             f"{plural(result['jobs'], 'job')}, {plural(result['pictures'], 'picture')}, "
-            f"{result['failures']} failed, "
-            f"{result['awaiting_review']} awaiting review; spent {total['priced']} USD (priced)"
+            f"{result['failures'] - result['dead']} failed, "
+            + (f"{result['dead']} dead, " if result["dead"] else "")
+            + f"{result['awaiting_review']} awaiting review; spent {total['priced']} USD (priced)"
             # its unpriced attempts beside the figure, never left out (as 'afc costs report')
             + unknown_cost_part(total["unpriced_attempts"])
         )

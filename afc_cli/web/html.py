@@ -234,6 +234,9 @@ def write_report(
         "pictures": made["pictures"],
         "without_picture": made["without_picture"],
         "failures": len(data["failures"]),
+        # of them, the dead-lettered ones: the stderr line counts them apart, as the
+        # page's header and 'afc status' do (one line said '2 failed' for 1 failed, 1 dead)
+        "dead": sum(1 for job in data["failures"] if job["status"] == "dead"),
         "awaiting_review": len(data["review"]),
         "total": data["spend"]["provider"]["total"],
         **({"moved_to": data["moved_to"]} if data["moved_to"] else {}),
