@@ -996,10 +996,12 @@ async def _run_job(
         if job_id in ctx.blocked:
             status = await wait_for_needs(ctx, job_id)
             if status != "queued":
-                if status != "blocked":
-                    job = ctx.ledger.job(job_id)
-                    if job is not None:
-                        ctx.report(job, "ended", status)
+                # left blocked too: the run is done with it (the live panel, told nothing,
+                # ended on 'queued 1' for a job the ledger and the summary said blocked);
+                # one a decision puts back meanwhile ends again at the run's end, counted once
+                job = ctx.ledger.job(job_id)
+                if job is not None:
+                    ctx.report(job, "ended", status)
                 return status
         if hold is not None:
             await hold()

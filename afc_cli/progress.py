@@ -81,7 +81,8 @@ class RunProgress:
         self.succeeded = 0
         self.failed = 0
         self.left_waiting = 0  # ended this run still waiting (budget, storage): a later run
-        self.other = 0  # cancelled, or already taken by another run
+        self.other = 0  # cancelled, left blocked, or already taken by another run
+        self._ended: dict[str, str] = {}  # the jobs told ended blocked, which may end again
         self.active: dict[str, _Active] = {}
         self.spent_micros = 0
         self.unpriced = 0
@@ -117,6 +118,12 @@ class RunProgress:
                     self.spent_micros += cost
         elif event == "ended":
             self.active.pop(job_id, None)
+            if self._ended.pop(job_id, None) is not None:
+                # told ended blocked, then run at the run's end (a need decided meanwhile):
+                # one job, counted once, by its last end
+                self.other -= 1
+            if detail == "blocked":
+                self._ended[job_id] = detail
             if detail == "succeeded":
                 self.succeeded += 1
             elif detail in FAILED:
