@@ -1012,6 +1012,10 @@ async def _run_job(
                 # "N run here" does not count it (it said "2 run here" of two jobs it left alone)
                 ctx.ran -= 1
                 current = ctx.ledger.job(job_id)
+                if current is not None:
+                    # told ended here, as a job taken over is: the live panel, told nothing,
+                    # ended on 'queued 1' for it beside a summary that said it was left alone
+                    ctx.report(current, "ended", "here: left to another afc process")
                 return current["status"] if current else "missing"
             # the takeovers its row counts as this run takes it (a takeover since: below)
             taken_before = job.get("takeovers") or 0

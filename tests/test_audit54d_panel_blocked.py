@@ -10,6 +10,9 @@ a decision made during the run puts back, run at the run's end, is counted once.
 
 from __future__ import annotations
 
+import signal
+import time
+
 from conftest import manifest
 from terminal import on_pty
 
@@ -55,3 +58,34 @@ def test_a_job_ended_blocked_then_run_at_the_runs_end_is_counted_once():
     progress.event(job, "started", "")  # a decision put it back: the run's end runs it
     progress.event(job, "ended", "succeeded")
     assert (progress.finished, progress.succeeded, progress.other) == (1, 1, 0)
+
+
+def test_the_panel_ends_with_a_job_left_to_another_process_counted_ended(afc):
+    """A resume beside another run that holds a job leaves it alone (the summary: 'being run
+    by another afc process ... this run left it alone'); its panel ended on '1/2' and
+    'queued 1', the job never told ended here."""
+    afc.write_manifest(
+        manifest(
+            [
+                {"key": "slow", "prompt": "slow one", "params": {"latency_s": 60}},
+                {"key": "fine", "prompt": "fine one"},
+            ]
+        )
+    )
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    holder = afc.popen("resume", "--concurrency", "1")
+    try:
+        deadline = time.time() + 60
+        sql = "SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.key = 'slow'"
+        while not afc.rows(sql)[0][0]:
+            assert time.time() < deadline and holder.poll() is None, "the slow call never started"
+            time.sleep(0.05)
+        screen = on_pty(afc.command("resume"), cwd=afc.cwd, env=afc.env, columns=120)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    assert "this run left it alone" in screen.output, screen.output
+    panel = [line for line in screen.lines if line.startswith("ok ")]
+    assert panel[-1].split()[-2:] == ["queued", "0"], panel[-1]
+    bars = [line for line in screen.lines if line.startswith("rendering ")]
+    assert bars[-1].split()[-2] == "2/2", bars[-1]
