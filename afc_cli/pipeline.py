@@ -515,12 +515,28 @@ class RunContext:
     @asynccontextmanager
     async def idle(self):
         """Give the worker slot back while a job only waits (backoff), and take it again,
-        before the jobs not yet begun (``Slots``)."""
+        before the jobs not yet begun (``Slots``).
+
+        The slot is taken again even when the job is cancelled while it waits for one (its
+        attempt's window ended, a stop): the job's ``async with ctx.slots`` gives one back
+        at its end, and a window's end goes on to the next attempt. Cancelled out of that
+        wait, a job whose window ended during a pause between fetches of its paid output
+        went on to its next model without a slot, paid beside the call that had it (two
+        calls under --concurrency 1), and gave back a slot it never held: one more for the
+        rest of the run (tests/test_audit54b_slot_after_window.py)."""
         self.slots.release()
         try:
             yield
         finally:
-            await self.slots.acquire(first=True)
+            taking = asyncio.ensure_future(self.slots.acquire(first=True))
+            cancelled = False
+            while not taking.done():
+                try:
+                    await asyncio.shield(taking)
+                except asyncio.CancelledError:
+                    cancelled = True
+            if cancelled:
+                raise asyncio.CancelledError
 
 
 INLINE_READ_BYTES = 1 << 20
