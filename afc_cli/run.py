@@ -759,10 +759,18 @@ class Interruption:
         SIGTERM it had been sent; CI caught it). This handler counts the signal at once, in
         the main thread, and wakes the loop to act on it (``call_soon_threadsafe``: what
         asyncio's own Ctrl-C handling does); ``interrupted`` is true for a signal the loop
-        never got to act on, so the caller still stops."""
+        never got to act on, so the caller still stops.
+
+        The third exits here, in the handler, not through the loop: the loop acts on a
+        signal once the ledger's commit sync in flight has ended (``signalled``), and a sync
+        that never ends (the ledger's disk hung: an NFS server gone, a failing disk) left the
+        run deaf to every Ctrl-C, the third included, until a SIGKILL
+        (tests/test_audit54b_hung_sync.py)."""
 
         def taken(signum: int, frame: Any) -> None:
             self.received += 1
+            if self.received >= 3:
+                os._exit(EXIT_INTERRUPTED)  # the ledger is consistent at every commit
             loop.call_soon_threadsafe(self.signalled)
 
         for sig in STOP_SIGNALS:  # SIGHUP too: a terminal hanging up drains as SIGTERM does
