@@ -1045,6 +1045,7 @@ async def _run_job(
             job = await _run_steps(ctx, job, RENDER_STEPS)
             spooling = job["status"] not in TERMINAL and job["step"] in SPOOL_STEP
             if spooling:
+                stall_point("rendered")  # tests: a paid render's bytes in memory, not spooled
                 await ctx.spool_slots.acquire()  # before the render slot goes (docstring)
         break
     if spooling:

@@ -1051,6 +1051,16 @@ def run_jobs(
                     else:
                         del started  # a fed loop holds only its unfinished jobs' tasks
                         await _fed(ctx, more, concurrency, interruption.stop_for, more_every)
+                    if ctx.rendered and ctx.ledger_error is None:
+                        # Paid renders back from their calls whose jobs an abandon (a second
+                        # signal, the grace run out) cancelled on their way to the spool: kept
+                        # there as a broken ledger's are, beside their attempts' rows (left
+                        # 'unknown' at their known cost by ``release_all``), for the next run
+                        # here to store. Dropped, each was paid for again by that run (a
+                        # synchronous provider's; a job-style one's polled and fetched again
+                        # while the provider kept it)
+                        kept = await keep_rendered(ctx)
+                        reporter.notice(_abandoned_notice(kept, ctx.unkept, spool.root))
                     if ctx.ledger_error is not None:  # met where its job went on (a submit)
                         raise ctx.ledger_error
                 except LedgerWriteError:
@@ -1839,6 +1849,26 @@ def _kept_notice(kept: int, stored: int, root: Path) -> str:
         "next run stores them without paying again (the stored ones on any host, the rest on "
         "this host), each at the cost its answer made known"
     )
+
+
+def _abandoned_notice(kept: int, unkept: list[str], root: Path) -> str:
+    """What a run that abandoned its calls says of the paid renders it held, back from their
+    calls and not yet spooled (``keep_rendered``): kept in the spool, or, where the spool
+    refused them, rendered (paid) again by the next run."""
+    said = []
+    if kept:
+        said.append(
+            f"{kept} paid render{'s' if kept != 1 else ''} not yet spooled when the calls were "
+            f"abandoned kept in the spool {root}: the next run on this host stores them "
+            "without paying again"
+        )
+    if unkept:
+        shown = ", ".join(unkept[:4]) + (f" and {len(unkept) - 4} more" if len(unkept) > 4 else "")
+        said.append(
+            f"{len(unkept)} paid render{'s' if len(unkept) != 1 else ''} ({shown}) could not be "
+            f"kept in the spool {root}: the next run renders them again (paid again)"
+        )
+    return "; ".join(said)
 
 
 def _unkept_notice(unkept: list[str], root: Path, kept: int = 0) -> str:
