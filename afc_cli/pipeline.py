@@ -1353,7 +1353,21 @@ def _paid_here(ctx: RunContext, job: dict[str, Any], meta: dict[str, Any]) -> bo
 async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
     spooled = None
     if job["attempts"]:  # only an attempt leaves a spool file (none for a fresh job)
-        spooled = await ctx.offload(ctx.spool.find, job["id"])
+        try:
+            spooled = await ctx.offload(ctx.spool.find, job["id"])
+        except OSError as exc:
+            # It may hold a render paid for, so the job is not rendered again before it is
+            # read; and the run stops as when a spool cannot be written (the calls in flight
+            # finish and their renders are kept). Raised as it was, it ended the run at once,
+            # cancelling them (tests/test_audit54b_spool_unreadable.py)
+            error = SpoolError(
+                f"cannot read the spool file of {job['batch']}/{job['key']} "
+                f"({exc.strerror or exc}: {ctx.spool.path(job['id'])}): it may hold a render "
+                "already paid for, so the job is not rendered again before it is read; make it "
+                "readable (or move it away to render the job anew), then run 'afc resume'."
+            )
+            error.job = f"{job['batch']}/{job['key']}"
+            raise error from None
         if spooled is None:  # a late render a run that died left under its own name
             spooled = await ctx.offload(ctx.spool.find_late, job["id"])
     elif job["id"] in ctx.left_in_spool:
