@@ -66,7 +66,7 @@ from afc_cli.ledger import (
     OutputHeld,
     ProviderBusy,
 )
-from afc_cli.ledger.core import stall_point
+from afc_cli.ledger.core import fail_point, stall_point
 from afc_cli.owner import (
     awake_clock,
     host_id,
@@ -3255,6 +3255,7 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
     spool_path = ctx.spool.path(job["id"])
     key = job["output_key"]
     problem = None
+    fail_point("spooled")  # tests: an error of afc's own, the render in the spool
     try:
         if not spool_path.exists():
             await _copy_beside(ctx, job)

@@ -46,7 +46,6 @@ from afc_cli.errors import (
     LedgerWriteError,
     ManifestError,
     SpoolError,
-    StopsRun,
     StorageError,
     UsageError,
     ledger_write_error,
@@ -850,7 +849,7 @@ class Interruption:
         for job_id in list(self.ctx.fetching):
             self.ctx.abandon_poll(job_id)  # its request id is committed: the next run polls it
 
-    def stop_for(self, error: StopsRun | LedgerWriteError) -> None:
+    def stop_for(self, error: Exception) -> None:
         """A job failed in a way that stops the run (``StopsRun``: its render's bytes could
         not be spooled, or its provider's answer could not be read): stop as at a first
         signal, so no new provider call starts (an attempt row committed but not sent ends
@@ -861,7 +860,7 @@ class Interruption:
         if self.ended or self.signals:
             return
         self.signals = 1
-        self.drain(why=error.reason)
+        self.drain(why=getattr(error, "reason", "afc met an error of its own"))
 
     def abandon(self, why: str) -> None:
         for threads in self.threads:
@@ -1199,7 +1198,7 @@ def past_cap(
 
 async def _all_done(
     tasks: list[asyncio.Task],
-    drain: Callable[[StopsRun | LedgerWriteError], None] | None = None,
+    drain: Callable[[Exception], None] | None = None,
 ) -> None:
     """Wait for every job's task. The first one that fails stops the run, and its error is
     raised once every task has ended. A cancelled task (a stopping run) is no failure.
@@ -1210,8 +1209,11 @@ async def _all_done(
     they cost is known. So does a ledger that cannot be written (``LedgerWriteError``): the
     calls in flight were paid whatever happens here, and once they answer, their renders are
     kept in the spool (``pipeline.keep_rendered``) for the next run to store without paying
-    again; cancelled, they would be paid twice. Any other failure (afc's own bug) cancels the
-    other tasks at once."""
+    again; cancelled, they would be paid twice. So does any other failure (an error afc did
+    not expect, a bug of its own): it cancelled the other tasks at once, and a synchronous
+    provider's call cancelled in flight was paid for again by the next run
+    (tests/test_unexpected_error_drains.py). The error is raised all the same once the calls
+    in flight have ended: a second signal, or the grace running out, abandons them as ever."""
     pending = set(tasks)
     first: BaseException | None = None
     # other paid renders whose bytes the same full disk refused, said beside the first
@@ -1224,7 +1226,7 @@ async def _all_done(
             if task.cancelled() or task.exception() is None:
                 continue
             error = task.exception()
-            if isinstance(error, StopsRun | LedgerWriteError) and drain is not None:
+            if isinstance(error, Exception) and drain is not None:
                 # (a broken ledger fails every job's next write: the jobs still in their
                 # calls finish, and their renders go to the spool, ``pipeline.keep_rendered``)
                 if first is None:
@@ -1250,7 +1252,7 @@ async def _all_done(
 async def _settle_left(
     ctx: RunContext,
     job_ids: list[str],
-    drain: Callable[[StopsRun | LedgerWriteError], None],
+    drain: Callable[[Exception], None],
 ) -> None:
     """A submit's or resume's jobs left blocked whose needs a person decided while the run
     went on (an ``afc review approve`` or ``reject`` of a need awaiting review, once its
@@ -1365,7 +1367,7 @@ async def _fed(
     ctx: RunContext,
     more: Callable[[set[str]], list[str]],
     low: int,
-    drain: Callable[[StopsRun | LedgerWriteError], None] | None = None,
+    drain: Callable[[Exception], None] | None = None,
     every: float | None = None,
 ) -> None:
     """``run_jobs(more=...)``: like ``_all_done``, and whenever no more than ``low`` jobs are

@@ -130,6 +130,14 @@ def stall_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
+def fail_point(name: str) -> None:
+    """Raise here an error afc does not expect, as a bug of its own would, when a test arms
+    this point (AFC_FAIL_POINT=name): what a run does with its other jobs' paid calls then
+    (``run._all_done``) is tested through the real command."""
+    if name in os.environ.get("AFC_FAIL_POINT", "").split(","):
+        raise RuntimeError(f"fail point {name} (AFC_FAIL_POINT)")
+
+
 def _now() -> float:
     return time.time()
 
