@@ -209,15 +209,21 @@ class ProviderLimit:
             await self.slots.acquire()
         if not self.per_minute or not start:
             return
-        async with self.lock:
-            while True:
-                now = self.clock()
-                while self.starts and now - self.starts[0] >= 60.0:
-                    self.starts.popleft()
-                if len(self.starts) < self.per_minute:
-                    self.starts.append(now)
-                    return
-                await sleep(60.0 - (now - self.starts[0]))
+        try:
+            async with self.lock:
+                while True:
+                    now = self.clock()
+                    while self.starts and now - self.starts[0] >= 60.0:
+                        self.starts.popleft()
+                    if len(self.starts) < self.per_minute:
+                        self.starts.append(now)
+                        return
+                    await sleep(60.0 - (now - self.starts[0]))
+        except BaseException:
+            # cancelled while it waits for the minute (a stopping run, a window's end): the
+            # slot taken above goes back, or it was kept for the rest of the run
+            self.release()
+            raise
 
     def release(self) -> None:
         if self.slots is not None:
@@ -488,22 +494,27 @@ class RunContext:
             finally:
                 pace.release()
             return
-        async with self.idle():
-            # the pace first: a ``per_minute`` start is counted when taken, so taken last,
-            # just before the call, not before a wait for the pace
-            await pace.acquire()
-            if limit is not None:
-                try:
+        held: list[Callable[[], None]] = []  # what to give back, once taken
+        try:
+            async with self.idle():
+                # the pace first: a ``per_minute`` start is counted when taken, so taken
+                # last, just before the call, not before a wait for the pace
+                await pace.acquire()
+                held.append(pace.release)
+                if limit is not None:
                     await limit.acquire(self.sleep, start)
-                except BaseException:
-                    pace.release()
-                    raise
+                    held.append(limit.release)
+        except BaseException:
+            # cancelled out of the wait, or as the worker slot is taken back after it
+            # (``idle``): what it took goes back, or it was kept for the rest of the run
+            for release in held:
+                release()
+            raise
         try:
             yield
         finally:
-            pace.release()
-            if limit is not None:
-                limit.release()
+            for release in held:
+                release()
 
     def pace(self, name: str) -> ProviderPace:
         """The run's ``ProviderPace`` of a provider."""

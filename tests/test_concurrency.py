@@ -457,3 +457,69 @@ def test_a_ledger_locked_past_the_busy_timeout_stops_the_run_once(afc):
     assert took < 75, f"the run took {took:.0f}s to stop"  # one busy timeout (30 s), not 9
     assert afc("resume").returncode == 0  # the lock gone, the next run renders everything
     assert afc.rows("SELECT status, COUNT(*) FROM jobs GROUP BY status") == [("succeeded", 20)]
+
+
+def test_a_call_slot_comes_back_when_its_wait_for_the_minute_is_cancelled():
+    """A job that took one of a provider's ``concurrency`` slots and then waits for a start of
+    the minute (``per_minute``) may be cancelled there (a stopping run, its attempt's window
+    over): the slot it held is given back. It was kept for the rest of the run, one call fewer
+    at once each time (outside audit 54b)."""
+    from afc_cli.pipeline import ProviderLimit
+
+    async def main():
+        limit = ProviderLimit(concurrency=1, per_minute=1, clock=lambda: 0.0)
+        await limit.acquire(asyncio.sleep)
+        limit.release()  # the minute's start is spent: the next waits 60 s
+        waiting = asyncio.ensure_future(limit.acquire(asyncio.sleep))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert not limit.slots.locked(), "the one call slot was kept by a cancelled wait"
+
+    asyncio.run(main())
+
+
+def test_a_provider_slot_comes_back_when_its_job_is_cancelled_taking_its_worker_slot_back():
+    """A job gives its ``--concurrency`` slot back while it waits for a provider's limit
+    (``RunContext.provider_slot``), takes the limit, then waits for a worker slot again and
+    is cancelled there (a stopping run, its attempt's window over): the provider's slot and
+    the pace it took go back. They were kept for the rest of the run, one call of that
+    provider fewer at once each time (an ``afc worker``'s fed loop runs on)."""
+    from afc_cli.pipeline import ProviderLimit, RunContext, Slots
+
+    async def main():
+        ctx = RunContext(
+            ledger=None,
+            spool=None,
+            storages={},
+            rates={},
+            slots=Slots(1),
+            limits={"openai": ProviderLimit(concurrency=1)},
+        )
+        taken = asyncio.Event()
+
+        async def job():
+            async with ctx.slots, ctx.provider_slot("openai"):
+                pass
+
+        async def other():  # takes the worker slot while the job waits for the limit
+            await ctx.slots.acquire()
+            taken.set()
+
+        await ctx.slots.acquire()
+        cut = asyncio.ensure_future(job())
+        await asyncio.sleep(0)
+        ctx.slots.release()  # held by the job now, given back in provider_slot's wait
+        grab = asyncio.ensure_future(other())
+        await taken.wait()
+        cut.cancel()  # the job waits to take its worker slot back
+        await asyncio.sleep(0)
+        ctx.slots.release()  # the other gives it back: the job takes it, and ends cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await cut
+        await grab
+        assert not ctx.limits["openai"].slots.locked(), "the provider's slot was kept"
+        assert ctx.pace("openai").take(), "the provider's pace was kept"
+
+    asyncio.run(main())
