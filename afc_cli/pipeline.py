@@ -181,6 +181,22 @@ class Slots:
         self.release()
 
 
+async def taken_back(acquire: Callable[[], Awaitable[Any]]) -> None:
+    """Take back a slot given away for a wait, even when the task is cancelled meanwhile: the
+    cancel is raised once the slot is held again. The holder gives it back at its end in any
+    case (an ``async with``), so a slot not taken back was given back twice: one more call at
+    once for the rest of the run (tests/test_audit54b_slot_after_window.py)."""
+    taking = asyncio.ensure_future(acquire())
+    cancelled = False
+    while not taking.done():
+        try:
+            await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 class ProviderLimit:
     """A provider's call limits within one run: at most ``concurrency`` calls at once and at
     most ``per_minute`` call starts in any 60 seconds (sliding window). The same limits hold
@@ -539,15 +555,7 @@ class RunContext:
         try:
             yield
         finally:
-            taking = asyncio.ensure_future(self.slots.acquire(first=True))
-            cancelled = False
-            while not taking.done():
-                try:
-                    await asyncio.shield(taking)
-                except asyncio.CancelledError:
-                    cancelled = True
-            if cancelled:
-                raise asyncio.CancelledError
+            await taken_back(lambda: self.slots.acquire(first=True))
 
 
 INLINE_READ_BYTES = 1 << 20
@@ -685,7 +693,9 @@ async def _start_attempt(
                     await ctx.sleep(poll * (0.5 + random.random()))
             finally:
                 if slots is not None:
-                    await slots.acquire()
+                    # through a cancel too: ``provider_slot`` gives it back at the attempt's
+                    # end, and one given back unheld was one more call of the provider at once
+                    await taken_back(slots.acquire)
             ctx.protected.add(job["id"])
             if ctx.stopping.is_set():
                 raise _Stopped from None

@@ -523,3 +523,27 @@ def test_a_provider_slot_comes_back_when_its_job_is_cancelled_taking_its_worker_
         assert ctx.pace("openai").take(), "the provider's pace was kept"
 
     asyncio.run(main())
+
+
+def test_a_slot_given_away_for_a_wait_is_taken_back_through_a_cancel():
+    """``pipeline.taken_back``: the worker slot after a backoff (``RunContext.idle``) and a
+    provider's call slot after a wait for an output key another job renders are taken back
+    even when the task is cancelled meanwhile, the cancel raised once the slot is held: the
+    holder's ``async with`` gives it back at its end all the same, and a slot given back
+    unheld was one more call at once for the rest of the run."""
+    from afc_cli.pipeline import taken_back
+
+    async def main():
+        slots = asyncio.Semaphore(1)
+        await slots.acquire()  # another task holds the one slot
+        back = asyncio.ensure_future(taken_back(slots.acquire))
+        await asyncio.sleep(0)
+        back.cancel()
+        await asyncio.sleep(0)
+        assert not back.done(), "it went on without its slot"
+        slots.release()  # the other task's end
+        with pytest.raises(asyncio.CancelledError):
+            await back
+        assert slots.locked(), "the cancelled task does not hold the slot it is to give back"
+
+    asyncio.run(main())
