@@ -1040,26 +1040,39 @@ def run_jobs(
                 interruption.on_stop.append(outbox.cancel)  # its rows wait for the next run
 
         ctx.start_outbox = start_outbox
+
+        async def keep_abandoned() -> None:
+            """Paid renders back from their calls whose jobs an abandon (a second signal, the
+            grace run out) cancelled on their way to the spool: kept there as a broken
+            ledger's are, beside their attempts' rows (left 'unknown' at their known cost by
+            ``release_all``), for the next run here to store. Dropped, each was paid for
+            again by that run (a synchronous provider's; a job-style one's polled and fetched
+            again while the provider kept it)."""
+            if ctx.rendered and ctx.ledger_error is None:
+                kept = await keep_rendered(ctx)
+                reporter.notice(_abandoned_notice(kept, ctx.unkept, spool.root))
+
         try:
             with ledger.grouped(loop), interruption.installed(loop):
                 start_outbox()
                 try:
-                    if more is None:
-                        await _all_done(started, interruption.stop_for)
-                        await _settle_left(ctx, job_ids, interruption.stop_for)
-                    else:
-                        del started  # a fed loop holds only its unfinished jobs' tasks
-                        await _fed(ctx, more, concurrency, interruption.stop_for, more_every)
-                    if ctx.rendered and ctx.ledger_error is None:
-                        # Paid renders back from their calls whose jobs an abandon (a second
-                        # signal, the grace run out) cancelled on their way to the spool: kept
-                        # there as a broken ledger's are, beside their attempts' rows (left
-                        # 'unknown' at their known cost by ``release_all``), for the next run
-                        # here to store. Dropped, each was paid for again by that run (a
-                        # synchronous provider's; a job-style one's polled and fetched again
-                        # while the provider kept it)
-                        kept = await keep_rendered(ctx)
-                        reporter.notice(_abandoned_notice(kept, ctx.unkept, spool.root))
+                    try:
+                        if more is None:
+                            await _all_done(started, interruption.stop_for)
+                            await _settle_left(ctx, job_ids, interruption.stop_for)
+                        else:
+                            del started  # a fed loop holds only its unfinished jobs' tasks
+                            await _fed(ctx, more, concurrency, interruption.stop_for, more_every)
+                    except LedgerWriteError:
+                        raise  # its renders are kept below, with the ledger's say
+                    except Exception:
+                        # a run draining for an error (``StopsRun``, afc's own) that then
+                        # abandoned its calls: its renders in hand, dropped when only a run
+                        # that ended without an error kept them, were paid for again by the
+                        # next run (tests/test_audit54e_error_then_abandon.py)
+                        await keep_abandoned()
+                        raise
+                    await keep_abandoned()
                     if ctx.ledger_error is not None:  # met where its job went on (a submit)
                         raise ctx.ledger_error
                 except LedgerWriteError:
