@@ -116,6 +116,16 @@ class SpoolError(StopsRun):
         return error
 
 
+class SpoolUnreadable(SpoolError):
+    """A job's spool file, left by an earlier attempt, could not be read (``pipeline.render``):
+    it may hold a render already paid for, so the job is not rendered again, and the run stops
+    as for a spool that cannot be written. Its stopping line said 'a rendered output could not
+    be spooled', a paid render lost, where nothing was rendered and the file is where it was
+    (tests/test_audit54e_spool_unreadable_reason.py)."""
+
+    reason = "a spool file could not be read"
+
+
 class AnswerNotRead(StopsRun):
     """A provider call ended in an exception that is not a ``ProviderError``: afc's adapter
     could not read the answer (a bug in afc, or an API that changed). The attempt is recorded

@@ -53,6 +53,7 @@ from afc_cli.errors import (
     AnswerNotRead,
     LedgerWriteError,
     SpoolError,
+    SpoolUnreadable,
     StorageDenied,
     StorageError,
 )
@@ -1381,7 +1382,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             # read; and the run stops as when a spool cannot be written (the calls in flight
             # finish and their renders are kept). Raised as it was, it ended the run at once,
             # cancelling them (tests/test_audit54b_spool_unreadable.py)
-            error = SpoolError(
+            error = SpoolUnreadable(
                 f"cannot read the spool file of {job['batch']}/{job['key']} "
                 f"({exc.strerror or exc}: {ctx.spool.path(job['id'])}): it may hold a render "
                 "already paid for, so the job is not rendered again before it is read; make it "
