@@ -1366,6 +1366,9 @@ def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
             ctx.to_adopt.pop(job_id, None)  # one that ended before it took its request over
             ctx.blocked.discard(job_id)
             ctx.output_of.pop(job_id, None)
+            # one whose task ended in an error (``run_job`` takes it out only at its end):
+            # a run that error stopped said it waited for it as for a call in flight
+            ctx.protected.discard(job_id)
         if job_id in ctx.ended_elsewhere:  # ended by the process that took it over
             ctx.ended_elsewhere.discard(job_id)
         elif not done.cancelled() and done.exception() is None and done.result() in TERMINAL:
