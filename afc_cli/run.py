@@ -52,6 +52,7 @@ from afc_cli.errors import (
     named_batches,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
+from afc_cli.ledger.core import fail_point
 from afc_cli.listing import paused_reasons
 from afc_cli.owner import awake_clock
 from afc_cli.pipeline import (
@@ -1432,6 +1433,7 @@ async def _fed(
             asked_out = not new
             if new:
                 try:
+                    fail_point("claimed")  # tests: an error of afc's own, a claim in hand
                     await _open_batches(ctx, new)
                     for name in ctx.ledger.batches_of(new):
                         ctx.storages[name].check_keys(ctx.ledger.output_keys(name, new))
@@ -1453,6 +1455,18 @@ async def _fed(
                         given_back(new)
                     asked_out = ended = True
                     continue
+                except Exception as error:
+                    if drain is None:
+                        raise
+                    # an error of the loop's own with a claim in hand (a bug; a ledger read
+                    # that fails): the run stops as when a job meets one (``_all_done``), the
+                    # calls in flight finishing; raised at once, it cancelled them (a call
+                    # cut off, paid, and paid again by the next run). The claim's jobs, never
+                    # started, are freed with the run's leases (``Ledger.release_all``)
+                    drain(error)
+                    with contextlib.suppress(Exception):
+                        await _all_done(list(pending), drain)
+                    raise
                 ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))
                 _note_outputs(ctx, new)
                 count_adoptions(ctx, new)
