@@ -1419,15 +1419,16 @@ async def _fed(
             asked_at = loop.time()
             try:
                 new = more(set(pending.values()))
-            except LedgerWriteError as error:
+            except Exception as error:
                 if drain is None:
                     raise
                 # The claim met the broken ledger first (a worker's PostgreSQL connection lost
-                # between two of its jobs' writes): the run stops as when a job's write meets
-                # it (``_all_done``), the calls in flight finishing and their renders kept.
-                # Raised at once, it cancelled them: paid, and paid again by the next worker.
+                # between two of its jobs' writes), or an error of afc's own: the run stops as
+                # when a job's write meets it (``_all_done``), the calls in flight finishing
+                # and their renders kept. Raised at once, it cancelled them: paid, and paid
+                # again by the next worker (tests/test_audit54e_fed_error.py)
                 drain(error)
-                with contextlib.suppress(LedgerWriteError):
+                with contextlib.suppress(Exception):
                     await _all_done(list(pending), drain)
                 raise error from None
             asked_out = not new

@@ -49,7 +49,7 @@ from afc_cli.errors import (
     UsageError,
 )
 from afc_cli.ledger import SHARED_BUDGET, Ledger
-from afc_cli.ledger.core import unfinished_copy_source
+from afc_cli.ledger.core import fail_point, unfinished_copy_source
 from afc_cli.owner import host_id, host_of, is_host_lease, shown
 
 if TYPE_CHECKING:
@@ -200,6 +200,7 @@ class Refill:
         )
         if not jobs:
             return []
+        fail_point("refill")  # tests: an error of afc's own, the claim committed
         try:
             if self.ledger.newer_migrations():
                 # a newer afc migrated the ledger: the round ends with the jobs it runs, and

@@ -4,16 +4,19 @@ flight."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import manifest, wait_for
 
 RATES = [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}]
 CHAIN = [{"provider": "openai", "model": "gpt-image-1", "attempts": 1}]
 
 
-def test_an_error_in_the_fed_loop_lets_the_paid_call_in_flight_finish(afc, fake):
+@pytest.mark.parametrize("point", ["refill", "claimed"])
+def test_an_error_in_the_fed_loop_lets_the_paid_call_in_flight_finish(afc, fake, point):
     """'slow''s call is in flight when the worker's refill claims 'later' (submitted since)
-    and the loop meets an error of its own before starting it (AFC_FAIL_POINT 'claimed'; a
-    ledger read failing there, a bug). A job's error drains the run since 1e45802, but one
+    and meets an error of afc's own (AFC_FAIL_POINT), in the refill once its claim committed
+    ('refill', ``worker.Refill``) or in the loop before it starts the claim's jobs ('claimed',
+    ``run._fed``): a bug, a ledger read failing there. A job's error drains the run since 1e45802, but one
     raised by the loop itself went straight out of it: the call in flight was cancelled, its
     attempt left 'unknown', and the next run paid OpenAI for the image again. It now drains
     as a job's does: the call ends, is recorded at its cost and stored, exit 1."""
@@ -21,7 +24,7 @@ def test_an_error_in_the_fed_loop_lets_the_paid_call_in_flight_finish(afc, fake)
     first["defaults"]["chain"] = CHAIN
     afc.write_manifest(first, "first.yaml")
     assert afc("submit", "first.yaml", "--no-run").returncode == 0
-    worker = afc.popen("worker", "--poll", "0.1", env={"AFC_FAIL_POINT": "claimed"})
+    worker = afc.popen("worker", "--poll", "0.1", env={"AFC_FAIL_POINT": point})
     try:
         wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
         later = manifest([{"key": "later", "prompt": "later"}], rates=RATES)
@@ -35,7 +38,7 @@ def test_an_error_in_the_fed_loop_lets_the_paid_call_in_flight_finish(afc, fake)
             worker.wait()
     err = worker.stderr.read()
     assert code == 1, err
-    assert "fail point claimed" in err, err
+    assert f"fail point {point}" in err, err
     assert "Traceback" not in err, err
     assert afc.rows(
         "SELECT j.key, a.status, a.cost_micros FROM attempts a JOIN jobs j ON j.id = a.job_id"
