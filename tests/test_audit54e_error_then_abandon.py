@@ -7,12 +7,23 @@ from __future__ import annotations
 import signal
 
 from conftest import frozen_at, manifest
+from test_postgres_e2e import pg  # noqa: F401 (the fixture)
 
 RATES = [{"provider": "openai", "model": "gpt-image-1", "per_image": "0.04"}]
 CHAIN = [{"provider": "openai", "model": "gpt-image-1", "attempts": 1}]
 
 
 def test_a_render_held_when_an_error_drain_is_abandoned_is_kept(afc, fake):
+    _error_then_abandon(afc, fake)
+
+
+def test_a_render_held_when_an_error_drain_is_abandoned_is_kept_on_postgresql(pg, fake):  # noqa: F811
+    """As on SQLite, with the run's signals acted on at once (no commit sync to wait for)."""
+    pg.env.update(fake.env())
+    _error_then_abandon(pg, fake)
+
+
+def _error_then_abandon(afc, fake) -> None:
     """'fast' meets an error of afc's own at its store step (AFC_FAIL_POINT), which drains the
     run while 'slow''s paid call is in flight. That call ends and the run is frozen with its
     image in memory (AFC_STALL_POINT 'rendered'), when the person presses Ctrl-C: the drain
