@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -236,6 +237,24 @@ class RichReporter(Reporter):
         if self.live is not None:
             self.live.console.print(abandoning_message(why, in_flight, storing))
         self.state("abandoning what is still in flight")
+
+    def exiting(self) -> None:
+        """Show the cursor the panel hid, on the terminal itself and without waiting for it:
+        the process exits at once, and a terminal paused (Ctrl-S) would hold a write for
+        ever, so it is written non-blocking (dropped if the terminal takes nothing now)."""
+        if self.live is None or not self.console.is_terminal:
+            return
+        import fcntl
+
+        fd = self.console.file.fileno()
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        try:
+            os.write(fd, b"\r\n\x1b[?25h")
+        except OSError:
+            pass
+        finally:
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags)  # the file is the shell's too
 
     def end(self) -> None:
         if self.live is not None:

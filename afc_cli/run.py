@@ -126,6 +126,10 @@ class Reporter:
     def end(self) -> None:
         pass
 
+    def exiting(self) -> None:
+        """The process exits at once (a third signal, ``Interruption``): no ``end``, and
+        nothing may wait for the reader (a terminal paused with Ctrl-S)."""
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -770,7 +774,7 @@ class Interruption:
         def taken(signum: int, frame: Any) -> None:
             self.received += 1
             if self.received >= 3:
-                os._exit(EXIT_INTERRUPTED)  # the ledger is consistent at every commit
+                self.exit_now()
             loop.call_soon_threadsafe(self.signalled)
 
         for sig in STOP_SIGNALS:  # SIGHUP too: a terminal hanging up drains as SIGTERM does
@@ -825,7 +829,16 @@ class Interruption:
         elif self.signals == 2:
             self.abandon("a second signal")
         else:
-            os._exit(EXIT_INTERRUPTED)  # the ledger is consistent at every commit
+            self.exit_now()
+
+    def exit_now(self) -> None:
+        """The third signal: exit 130 at once (the ledger is consistent at every commit),
+        the cursor the live panel hid given back first (``Reporter.exiting``): skipped with
+        the panel's end, it left the terminal with no cursor until a 'reset'
+        (tests/test_audit54e_third_signal_cursor.py)."""
+        with contextlib.suppress(Exception):
+            self.reporter.exiting()
+        os._exit(EXIT_INTERRUPTED)
 
     def drain(self, why: str | None = None) -> None:
         ctx = self.ctx
