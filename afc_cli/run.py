@@ -747,6 +747,7 @@ class Interruption:
         self.signals = 0  # those acted on
         self.ended = False
         self.timer: asyncio.TimerHandle | None = None
+        self.abandoned = False
         self.saved: dict[int, Any] = {}
         self.on_stop: list[Any] = []  # called at the first signal (e.g. end the outbox's drain)
         self.threads: list[RunThreads] = []  # the loop's and the storage's (``RunThreads``)
@@ -877,6 +878,14 @@ class Interruption:
         self.drain(why=getattr(error, "reason", "afc met an error of its own"))
 
     def abandon(self, why: str) -> None:
+        """Once: a second signal cancels the grace's timer, which abandoned (and said so,
+        'abandoning 0 job(s)') a second time when the run outlived the grace (its renders
+        being kept, stored)."""
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.abandoned:
+            return
+        self.abandoned = True
         for threads in self.threads:
             threads.abandoned = True  # the run's end waits for no call left in a thread
         left = [job_id for job_id, task in self.tasks.items() if not task.done()]

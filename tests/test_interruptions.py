@@ -483,3 +483,40 @@ def test_a_live_call_of_this_host_blocks_a_retry_however_old_when_afc_host_id_na
         assert _in_flight({"status": "started", "owner": mine, "started_at": old})
     finally:
         owner.current_owner.cache_clear()
+
+
+def test_a_run_abandons_once_though_it_outlives_the_grace_after_a_second_signal():
+    """The second signal abandons the calls in flight; the grace's timer, still set, abandoned
+    them again when the run outlived it (keeping and storing its renders), saying
+    'abandoning 0 job(s)' a second time (outside audit 54e). One abandon, one line."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from afc_cli.run import Interruption, Reporter
+
+    said = []
+
+    class Said(Reporter):
+        def stopping(self, *args, **kw):
+            pass
+
+        def abandoning(self, why, in_flight, storing=0):
+            said.append((why, in_flight))
+
+    async def main():
+        # what the drain and the abandon read of a run's context
+        ctx = SimpleNamespace(
+            stopping=asyncio.Event(), storing=set(), protected=set(), polling=set(), fetching=set()
+        )
+        busy = asyncio.ensure_future(asyncio.Event().wait())
+        stop = Interruption(ctx, {"job": busy}, 0, Said())  # the grace: the loop's next turn
+        stop.signals = 1
+        stop.drain()
+        stop.signals = 2
+        stop.abandon("a second signal")
+        await asyncio.gather(busy, return_exceptions=True)
+        for _ in range(3):  # past the grace: its timer would abandon again
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert said == [("a second signal", 1)]
