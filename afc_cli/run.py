@@ -1402,6 +1402,16 @@ def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
     return task
 
 
+async def _drained(
+    error: Exception, pending: dict[asyncio.Future, str], drain: Callable[[Exception], None]
+) -> None:
+    """A fed loop's own error: the run drains for it, and its jobs' calls in flight end (their
+    own errors set aside: the loop's is the one raised)."""
+    drain(error)
+    with contextlib.suppress(Exception):
+        await _all_done(list(pending), drain)
+
+
 async def _fed(
     ctx: RunContext,
     more: Callable[[set[str]], list[str]],
@@ -1449,9 +1459,7 @@ async def _fed(
                 # when a job's write meets it (``_all_done``), the calls in flight finishing
                 # and their renders kept. Raised at once, it cancelled them: paid, and paid
                 # again by the next worker (tests/test_audit54e_fed_error.py)
-                drain(error)
-                with contextlib.suppress(Exception):
-                    await _all_done(list(pending), drain)
+                await _drained(error, pending, drain)
                 raise error from None
             asked_out = not new
             if new:
@@ -1486,9 +1494,7 @@ async def _fed(
                     # calls in flight finishing; raised at once, it cancelled them (a call
                     # cut off, paid, and paid again by the next run). The claim's jobs, never
                     # started, are freed with the run's leases (``Ledger.release_all``)
-                    drain(error)
-                    with contextlib.suppress(Exception):
-                        await _all_done(list(pending), drain)
+                    await _drained(error, pending, drain)
                     raise
                 ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))
                 _note_outputs(ctx, new)
