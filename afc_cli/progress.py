@@ -82,7 +82,7 @@ class RunProgress:
         self.failed = 0
         self.left_waiting = 0  # ended this run still waiting (budget, storage): a later run
         self.other = 0  # cancelled, left blocked, or already taken by another run
-        self._ended: dict[str, str] = {}  # the jobs told ended blocked, which may end again
+        self._left_blocked: set[str] = set()  # told ended blocked: they may end again
         self.active: dict[str, _Active] = {}
         self.spent_micros = 0
         self.unpriced = 0
@@ -118,12 +118,13 @@ class RunProgress:
                     self.spent_micros += cost
         elif event == "ended":
             self.active.pop(job_id, None)
-            if self._ended.pop(job_id, None) is not None:
+            if job_id in self._left_blocked:
                 # told ended blocked, then run at the run's end (a need decided meanwhile):
                 # one job, counted once, by its last end
+                self._left_blocked.discard(job_id)
                 self.other -= 1
             if detail == "blocked":
-                self._ended[job_id] = detail
+                self._left_blocked.add(job_id)
             if detail == "succeeded":
                 self.succeeded += 1
             elif detail in FAILED:

@@ -1919,27 +1919,31 @@ def _abandoned_notice(kept: int, unkept: list[str], root: Path) -> str:
     said = []
     if kept:
         said.append(
-            f"{kept} paid render{'s' if kept != 1 else ''} not yet spooled when the calls were "
-            f"abandoned kept in the spool {root}: the next run on this host stores them "
-            "without paying again"
+            f"{plural(kept, 'paid render')} not yet spooled when the calls were abandoned kept "
+            f"in the spool {root}: the next run on this host stores them without paying again"
         )
     if unkept:
-        shown = ", ".join(unkept[:4]) + (f" and {len(unkept) - 4} more" if len(unkept) > 4 else "")
         said.append(
-            f"{len(unkept)} paid render{'s' if len(unkept) != 1 else ''} ({shown}) could not be "
-            f"kept in the spool {root}: the next run renders them again (paid again)"
+            f"{plural(len(unkept), 'paid render')} ({_first_named(unkept)}) could not be kept "
+            f"in the spool {root}: the next run renders them again (paid again)"
         )
     return "; ".join(said)
+
+
+def _first_named(jobs: list[str]) -> str:
+    """The first four of the jobs a notice names, and how many more (``batch/key, ... and 3
+    more``)."""
+    return ", ".join(jobs[:4]) + (f" and {len(jobs) - 4} more" if len(jobs) > 4 else "")
 
 
 def _unkept_notice(unkept: list[str], root: Path, kept: int = 0) -> str:
     """What a run stopped by a broken ledger says of the paid renders it could neither keep
     (the spool's disk refused their bytes: the ledger's own disk, full) nor record; 'more'
     only beside the ``kept`` ones said before it."""
-    shown = ", ".join(unkept[:4]) + (f" and {len(unkept) - 4} more" if len(unkept) > 4 else "")
     more = " more" if kept else ""
     return (
-        f"{len(unkept)}{more} paid render{'s' if len(unkept) != 1 else ''} ({shown}) could not "
+        f"{len(unkept)}{more} paid render{'s' if len(unkept) != 1 else ''} "
+        f"({_first_named(unkept)}) could not "
         f"be kept in the spool {root} nor recorded: the next run renders "
         f"{'them' if len(unkept) != 1 else 'it'} again (paid again), unless the provider "
         "still holds the output of a request whose id was recorded"
