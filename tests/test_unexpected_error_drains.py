@@ -32,6 +32,10 @@ def test_an_error_of_afcs_own_lets_the_other_paid_calls_finish(afc, fake):
     assert first.returncode == 1, first.stderr
     assert "fail point spooled" in first.stderr, first.stderr
     assert "Traceback" not in first.stderr, first.stderr
+    # one call in flight, 'slow''s: the line counted the job whose task had just ended in its
+    # error too, 'for 2 job(s) in a call' (it stayed in ``RunContext.protected``; outside
+    # audit 54e)
+    assert "for 1 job(s) in a call" in first.stderr, first.stderr
     assert fake.counts["openai_billed"] == 2, first.stderr
     assert afc.rows(
         "SELECT j.key, a.status, a.cost_micros FROM attempts a JOIN jobs j ON j.id = a.job_id"
