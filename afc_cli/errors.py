@@ -96,7 +96,10 @@ class SpoolError(StopsRun):
     file helper gone): the run stops, with the paid attempt recorded."""
 
     reason = "a rendered output could not be spooled"
-    job: str | None = None  # whose render it was ("batch/key"), for ``besides``
+
+    def __init__(self, message: str, job: str | None = None):
+        super().__init__(message)
+        self.job = job  # whose render it was ("batch/key"), for ``besides``
 
     def besides(self, others: list[SpoolError]) -> SpoolError:
         """This error, saying also the other paid renders that could not be kept: the calls
@@ -106,14 +109,13 @@ class SpoolError(StopsRun):
         named = [other.job for other in others if other.job]
         shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
         count = len(others)
-        error = SpoolError(
+        return SpoolError(
             f"{self.message} {count} more paid render{'' if count == 1 else 's'} could not be "
             f"kept either{f' ({shown})' if shown else ''}: each is recorded with its cost, "
             "and 'afc resume' renders it again, or fetches it again while its provider keeps "
-            "it ('afc show KEY' says which)."
+            "it ('afc show KEY' says which).",
+            job=self.job,
         )
-        error.job = self.job
-        return error
 
 
 class SpoolUnreadable(SpoolError):

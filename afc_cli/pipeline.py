@@ -1382,14 +1382,13 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             # read; and the run stops as when a spool cannot be written (the calls in flight
             # finish and their renders are kept). Raised as it was, it ended the run at once,
             # cancelling them (tests/test_audit54b_spool_unreadable.py)
-            error = SpoolUnreadable(
+            raise SpoolUnreadable(
                 f"cannot read the spool file of {job['batch']}/{job['key']} "
                 f"({exc.strerror or exc}: {ctx.spool.path(job['id'])}): it may hold a render "
                 "already paid for, so the job is not rendered again before it is read; make it "
-                "readable (or move it away to render the job anew), then run 'afc resume'."
-            )
-            error.job = f"{job['batch']}/{job['key']}"
-            raise error from None
+                "readable (or move it away to render the job anew), then run 'afc resume'.",
+                job=f"{job['batch']}/{job['key']}",
+            ) from None
         if spooled is None:  # a late render a run that died left under its own name
             spooled = await ctx.offload(ctx.spool.find_late, job["id"])
     elif job["id"] in ctx.left_in_spool:
@@ -2394,13 +2393,12 @@ def _not_kept(
         if answer_url
         else "the job renders again"
     )
-    error = SpoolError(
+    return SpoolError(
         f"cannot keep the output of {job['batch']}/{job['key']} in the spool "
         f"{ctx.spool.root}: {exc}. Its render (attempt {number}) is recorded with its "
-        f"cost; fix the disk, then run 'afc resume' ({again})."
+        f"cost; fix the disk, then run 'afc resume' ({again}).",
+        job=f"{job['batch']}/{job['key']}",
     )
-    error.job = f"{job['batch']}/{job['key']}"
-    return error
 
 
 async def _spool_write(ctx: RunContext, job_id: str, data: Output, **kw: Any) -> SpoolFile:
