@@ -46,11 +46,25 @@ def _examples(*lines: str) -> str:
     return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+def _path_not_option(value: str | None) -> str | None:
+    """Refuse a path option's value that is an option: click hands ``afc status --ledger
+    --json`` the word ``--json`` as the ledger, and the command would make a file of that
+    name (a new empty ledger, or an HTML report) and answer as if nothing were amiss. A file
+    whose name starts with a dash is still reachable as ``./-name``; exit 2 as any usage
+    error."""
+    if value and value.startswith("-"):
+        raise typer.BadParameter(
+            f"{value!r} is an option, not a path (write ./{value} for a file of that name)"
+        )
+    return value
+
+
 LedgerOpt = Annotated[
     str,
     typer.Option(
         "--ledger",
         envvar="AFC_LEDGER",
+        callback=_path_not_option,
         metavar="PATH",
         help="The ledger: a SQLite file, or a postgresql:// URL (afc-cli[postgres]).",
         show_envvar=True,

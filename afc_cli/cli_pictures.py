@@ -24,6 +24,7 @@ from afc_cli.cli import (
     _boundary,
     _err,
     _examples,
+    _path_not_option,
     _sigterm_as_ctrl_c,
     app,
 )
@@ -40,7 +41,12 @@ from afc_cli.cli import (
 def report_command(
     html: Annotated[
         str,
-        typer.Option("--html", metavar="FILE", help="Write the report to this HTML file."),
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            callback=_path_not_option,
+            help="Write the report to this HTML file.",
+        ),
     ],
     batch: BatchOpt = None,
     since: Annotated[
