@@ -695,11 +695,13 @@ def _print_stuck(stuck: list[dict[str, Any]]) -> None:
     """Failed and dead-lettered jobs that wait for a person: named until one acts."""
     if not stuck:
         return
-    shown = stuck[:10]
-    more = f" and {len(stuck) - len(shown)} more" if len(stuck) > len(shown) else ""
-    names = ", ".join(f"{r['batch']}/{r['key']} ({r['status']}, {r['error_code']})" for r in shown)
+    from afc_cli.errors import first_named
+
+    names = first_named(
+        [f"{r['batch']}/{r['key']} ({r['status']}, {r['error_code']})" for r in stuck], 10
+    )
     _err(
-        f"{len(stuck)} job(s) failed earlier and wait for a person: {names}{more}. See "
+        f"{len(stuck)} job(s) failed earlier and wait for a person: {names}. See "
         "'afc show KEY'; once the cause is fixed, 'afc retry KEY' (or 'afc retry --batch B "
         "--failed') queues them again."
     )
@@ -750,6 +752,7 @@ OF_SEVERAL = {
 def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
     """One line per job that did not succeed, except that jobs stopped for the same reason
     (the same message up to its figures: a budget stop, an outage) share one line."""
+    from afc_cli.errors import first_named
     from afc_cli.progress import paused_reason, same_message
 
     groups: dict[tuple[str, str, str], list[tuple[dict[str, Any], str]]] = {}
@@ -766,10 +769,9 @@ def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
             lines.append(f"{job['batch']}/{job['key']}: {status} at {step}{because}")
             continue
         because = f": {OF_SEVERAL.get(why, why)}" if why else ""
-        names = ", ".join(f"{j['batch']}/{j['key']}" for j, _ in members[:shown])
-        more = f" and {len(members) - shown} more" if len(members) > shown else ""
+        names = first_named([f"{j['batch']}/{j['key']}" for j, _ in members], shown)
         lines.append(
-            f"{len(members)} jobs {status} at {step} ({names}{more}; afc status --status "
+            f"{len(members)} jobs {status} at {step} ({names}; afc status --status "
             f"{status} lists them){because}"
         )
     return lines
@@ -1512,18 +1514,18 @@ def cancel(
             said = ("cancelled", "already_final", "not_found", "stopped_at_provider")
             said += ("completed_at_provider",)
             from afc_cli.costs import plural
+            from afc_cli.errors import first_named
 
             left = result.get("left_to_review") or []
             if not any(result[k] for k in said):
                 # 'afc cancel --batch B --yes' on a batch with nothing unfinished said nothing
                 _err(f"no {'other ' if left else ''}unfinished job to cancel in batch {batch}")
             if left:
-                shown = ", ".join(item["key"] for item in left[:10])
-                more = f" and {len(left) - 10} more" if len(left) > 10 else ""
+                shown = first_named([item["key"] for item in left], 10)
                 whose = "its" if len(left) == 1 else "their"
                 _err(
                     f"{plural(len(left), 'job')} awaiting review left to {whose} review: "
-                    f"{shown}{more} ('afc review reject KEY --reason TEXT' ends one, as 'afc "
+                    f"{shown} ('afc review reject KEY --reason TEXT' ends one, as 'afc "
                     "cancel KEY' does; 'afc review list' lists them)"
                 )
         for item in result["not_stopped_at_provider"]:

@@ -87,6 +87,7 @@ def report_command(
         sys.stdout.write(f"{result['file']}\n")
         total = result["total"]
         from afc_cli.costs import plural, unknown_cost_part
+        from afc_cli.errors import first_named
 
         _err(
             f"wrote {result['file']} ({result['bytes'] / 1e6:.1f} MB): "
@@ -98,11 +99,9 @@ def report_command(
             + unknown_cost_part(total["unpriced_attempts"])
         )
         if result["without_picture"]:
-            shown = ", ".join(result["without_picture"][:5])
-            more = len(result["without_picture"]) - 5
             _err(
                 f"{len(result['without_picture'])} stored outputs have no picture in the report "
-                f"({shown}{f' and {more} more' if more > 0 else ''}): their cards say why"
+                f"({first_named(result['without_picture'], 5)}): their cards say why"
             )
 
 

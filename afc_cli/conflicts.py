@@ -14,6 +14,8 @@ import json
 import os
 from typing import Any
 
+from afc_cli.errors import first_named
+
 SHOWN_CHARS = 60  # a longer value is cut to this in messages (prompts can be paragraphs)
 SHOWN_CHANGES = 6  # fields named in one message; the rest are counted
 _ABSENT = object()
@@ -147,7 +149,7 @@ def inputs_changed(admitted_json: str | None, named: list[dict[str, Any]] | None
 def changed_files_line(changed: list[str]) -> str:
     """What becomes of an unfinished admitted request a conflict leaves in place when files it
     was admitted with changed since (``inputs_changed``): its run fails it, not renders it."""
-    files = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    files = first_named(changed, 3)
     return (
         f"a file it was admitted with changed on disk since ({files}), so the next run of the "
         "batch fails it (INPUT_UNAVAILABLE, nothing paid) unless the file is put back as it was"

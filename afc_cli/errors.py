@@ -13,7 +13,7 @@ Exit codes (the README documents them):
 from __future__ import annotations
 
 import signal
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -107,7 +107,7 @@ class SpoolError(StopsRun):
         disk. Only the first was said: a run that lost 12 paid renders named one, and the
         others were told nowhere but in each job's events."""
         named = [other.job for other in others if other.job]
-        shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        shown = first_named(named, 3)
         count = len(others)
         return SpoolError(
             f"{self.message} {count} more paid render{'' if count == 1 else 's'} could not be "
@@ -187,12 +187,20 @@ def several_batches(names: list[str]) -> str:
     return f"{newest}, newest first, and {len(names) - SHOWN_BATCHES} older"
 
 
+def first_named(names: Sequence[str], shown: int, more: str = "") -> str:
+    """``a, b, c and 4 more``: the first ``shown`` of what a message names, then how many it
+    left out (``more`` follows that count), so a batch of thousands is not one line of every
+    key. Names them all when they are no more than ``shown``."""
+    rest = f" and {len(names) - shown} more{more}" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + rest
+
+
 def named_batches(names: Collection[str], shown: int | None = None) -> str:
     """``batch b1``, ``batches b1, b2``: batches a message names, sorted; ``shown``: at most
     that many, then how many more."""
     named = sorted(names)
-    more = f" and {len(named) - shown} more" if shown is not None and len(named) > shown else ""
-    return f"batch{'es' if len(named) > 1 else ''} {', '.join(named[:shown])}{more}"
+    listed = first_named(named, len(named) if shown is None else shown)
+    return f"batch{'es' if len(named) > 1 else ''} {listed}"
 
 
 def first_line(exc: object) -> str:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from afc_cli.errors import first_named
+
 
 class _Held:
     def __repr__(self) -> str:
@@ -376,7 +378,6 @@ def changed_message(changed: list[dict[str, Any]], verb: str = "changed") -> str
     """The jobs whose gates a re-submit changed (each ``{"key", "review"?, "needs"?}``)."""
     parts = [
         f"{c['key']} ({', '.join(name for name in ('review', 'needs') if name in c)})"
-        for c in changed[:10]
+        for c in changed
     ]
-    more = f" and {len(changed) - 10} more" if len(changed) > 10 else ""
-    return f"gates {verb} on jobs not yet rendered: " + ", ".join(parts) + more
+    return f"gates {verb} on jobs not yet rendered: " + first_named(parts, 10)

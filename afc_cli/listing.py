@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from afc_cli.costs import plural
-from afc_cli.errors import UsageError
+from afc_cli.errors import UsageError, first_named
 from afc_cli.ledger import ACTIVE, TERMINAL, Ledger
 from afc_cli.ledger.core import NEED_FAILED
 from afc_cli.owner import held_by_no_process
@@ -99,8 +99,7 @@ def paused_for(
             )
         needs = [key for key, _status, _code in awaited_here]
         if needs:
-            more = f" and {len(needs) - 3} more" if len(needs) > 3 else ""
-            return f"waiting for {plural(len(needs), 'need')}: {', '.join(needs[:3])}{more}"
+            return f"waiting for {plural(len(needs), 'need')}: {first_named(needs, 3)}"
         # every need succeeded (a style frame approved since the last run): a run settles it
         return BLOCKED_NEEDS_MET
     return None

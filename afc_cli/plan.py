@@ -53,7 +53,7 @@ from afc_cli.conflicts import (
     inputs_changed,
 )
 from afc_cli.costs import format_usd
-from afc_cli.errors import StorageError, UsageError
+from afc_cli.errors import StorageError, UsageError, first_named
 from afc_cli.gates import (
     HELD,
     Change,
@@ -576,8 +576,7 @@ ELSEWHERE = "left alone (being run by another afc process, {process})"
 def _some(keys: list[str], shown: int = 10, more: str = " (--json lists them)") -> str:
     """The first keys of a list and how many more, as a submit names them: a batch of
     thousands (a job list) is not one line of every key; --json has them all."""
-    rest = f" and {len(keys) - shown} more{more}" if len(keys) > shown else ""
-    return ", ".join(keys[:shown]) + rest
+    return first_named(keys, shown, more)
 
 
 def describe(result: dict[str, Any]) -> str:

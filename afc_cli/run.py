@@ -48,6 +48,7 @@ from afc_cli.errors import (
     SpoolError,
     StorageError,
     UsageError,
+    first_named,
     ledger_write_error,
     named_batches,
 )
@@ -477,9 +478,7 @@ def submit(
                 require_secrets(
                     ledger.webhook_secret_names([job["id"] for job in left]),
                     f"the unfinished job(s) of batch {manifest.batch!r} not in {manifest.path}"
-                    f", which this submit runs too ({', '.join(keys[:5])}"
-                    + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
-                    + ")",
+                    f", which this submit runs too ({first_named(keys, 5)})",
                 )
             store = storage_mod.open(chosen)
             if ledger is not None:
@@ -1924,16 +1923,10 @@ def _abandoned_notice(kept: int, unkept: list[str], root: Path) -> str:
         )
     if unkept:
         said.append(
-            f"{plural(len(unkept), 'paid render')} ({_first_named(unkept)}) could not be kept "
+            f"{plural(len(unkept), 'paid render')} ({first_named(unkept, 4)}) could not be kept "
             f"in the spool {root}: the next run renders them again (paid again)"
         )
     return "; ".join(said)
-
-
-def _first_named(jobs: list[str]) -> str:
-    """The first four of the jobs a notice names, and how many more (``batch/key, ... and 3
-    more``)."""
-    return ", ".join(jobs[:4]) + (f" and {len(jobs) - 4} more" if len(jobs) > 4 else "")
 
 
 def _unkept_notice(unkept: list[str], root: Path, kept: int = 0) -> str:
@@ -1943,7 +1936,7 @@ def _unkept_notice(unkept: list[str], root: Path, kept: int = 0) -> str:
     more = " more" if kept else ""
     return (
         f"{len(unkept)}{more} paid render{'s' if len(unkept) != 1 else ''} "
-        f"({_first_named(unkept)}) could not "
+        f"({first_named(unkept, 4)}) could not "
         f"be kept in the spool {root} nor recorded: the next run renders "
         f"{'them' if len(unkept) != 1 else 'it'} again (paid again), unless the provider "
         "still holds the output of a request whose id was recorded"

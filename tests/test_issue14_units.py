@@ -157,3 +157,14 @@ def test_the_stopping_line_says_how_long_it_waits_even_with_no_limit():
     assert "waiting up to 2.5s for 3 job(s)" in stopping_message(2.5, 3)
     line = stopping_message(float("inf"), 3, "SIGTERM")
     assert "waiting with no limit for 3 job(s)" in line and "inf" not in line
+
+
+def test_a_message_names_the_first_few_and_counts_the_rest():
+    from afc_cli.errors import first_named, named_batches
+
+    assert first_named(["a", "b", "c"], 3) == "a, b, c"
+    assert first_named(["a", "b", "c", "d", "e"], 3) == "a, b, c and 2 more"
+    assert first_named(["a", "b"], 1, " (--json lists them)") == "a and 1 more (--json lists them)"
+    assert first_named([], 3) == ""
+    assert named_batches(["n2", "n1"]) == "batches n1, n2"
+    assert named_batches(["n3", "n1", "n2"], shown=2) == "batches n1, n2 and 1 more"

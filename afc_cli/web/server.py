@@ -46,7 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from afc_cli.errors import AfcError, LedgerError, UsageError
+from afc_cli.errors import AfcError, LedgerError, UsageError, first_named
 from afc_cli.ledger_file import is_postgres
 from afc_cli.ops import os_user
 from afc_cli.web.thumbs import HELD_BYTES, _Unreachable
@@ -696,7 +696,7 @@ class Pages:
                 return None
             who.append(made[-1]["decided_by"])
         names = list(dict.fromkeys(who))
-        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return first_named(names, 3)
 
     def _card(self, job_id: str) -> dict[str, Any] | None:
         """A job's card for its picture, or None: also None for a job outside the served
