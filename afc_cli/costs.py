@@ -116,10 +116,13 @@ def job_cost(priced_micros: int | None, attempts: int) -> str | None:
 def cost_cell(cost: str | None, unpriced: int) -> str:
     """A job's cost in a table: its known cost, followed by the attempts of unknown cost that
     it leaves out (``0.050000 + 2 unpriced``: the real cost is higher by theirs), or
-    ``unpriced`` when no attempt's cost is known. ``--json`` has the two apart (``cost``,
-    ``unpriced_attempts``)."""
+    ``unpriced`` when no attempt's cost is known, ``unpriced (in flight)`` when its only calls
+    are in flight in a live run (no cost known *yet*, and none of ``unpriced_attempts``: the
+    table said a plain ``unpriced`` of every running job's first call, as of a model with no
+    rate card, where ``afc show`` says the call is in flight). ``--json`` has the two apart
+    (``cost``, ``unpriced_attempts``)."""
     if cost is None:
-        return "unpriced"
+        return "unpriced" if unpriced else "unpriced (in flight)"
     return f"{cost} + {unpriced} unpriced" if unpriced else cost
 
 

@@ -43,3 +43,29 @@ def test_afc_show_of_a_job_whose_call_is_in_flight_says_no_cost_is_known_yet(afc
     assert proc.wait(timeout=60) == 0
     lines = afc("show", "a").stdout.splitlines()
     assert "cost          0.050000 USD" in lines, lines
+
+
+def test_the_status_table_and_the_pictures_say_a_running_jobs_call_is_in_flight(afc):
+    """``afc status`` showed a plain ``unpriced`` in the cost column of every job whose first
+    call was in flight (as of a model with no rate card), and the contact sheet of ``afc report
+    --html`` the same, where ``afc show`` says no cost is known yet; a call whose run is gone
+    stays ``unpriced`` (possibly paid)."""
+    from conftest import wait_for
+
+    release = afc.cwd / "release"
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    proc = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release)})
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
+        shown = afc("status")
+        assert shown.returncode == 0, shown.stderr
+        rows = [line.split("\t") for line in shown.stdout.splitlines()]  # a pipe: tabs
+        cost = rows[0].index("cost")
+        assert [row[cost] for row in rows if row[0] == "a"] == ["unpriced (in flight)"], rows
+        report = afc("report", "--html", "report.html")
+        assert report.returncode == 0, report.stderr
+        assert "unpriced (in flight)" in (afc.cwd / "report.html").read_text()
+    finally:
+        release.touch()
+    assert proc.wait(timeout=60) == 0
+    assert "in flight" not in afc("status", "--all").stdout
