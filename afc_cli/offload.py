@@ -89,8 +89,14 @@ def _end_unused() -> None:
 
 
 def _spawn() -> subprocess.Popen:
+    # its file work needs no key, token or password: it is given none of the environment's
+    from afc_cli.secrets import environment_without_secrets
+
     return subprocess.Popen(
-        [sys.executable, "-m", "afc_cli.offload"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, "-m", "afc_cli.offload"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=environment_without_secrets(),
     )
 
 
