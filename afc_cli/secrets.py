@@ -30,8 +30,8 @@ How a value is found, since an echo is not always the value as it was sent:
   and also base64-encoded at each of the three byte alignments (a Basic-auth style
   ``user:key`` echo), hex-encoded and percent-encoded character by character; a text that
   holds a value only once its percent-escapes, HTML character references or JSON escapes
-  (``\\u0073``) are decoded, or its lines joined (a key printed in short lines, its base64
-  wrapped at 76 columns), is scrubbed decoded;
+  (``\\u0073``) are decoded, or its lines joined (a key printed in short lines, broken by a
+  line feed, a CR or both; its base64 wrapped at 76 columns), is scrubbed decoded;
 - a run of ``PARTIAL_CHARS`` or more consecutive characters of a provider key, an AWS secret,
   a webhook secret or the serve token (an echo cut short, ``sk-...abc***``, or broken by a line
   break) is removed too. Only those: the value of any other ``*_KEY`` variable may be a path
@@ -347,17 +347,19 @@ def _json_unescaped(text: str) -> str:
 # a line break as it is, or written as a JSON escape (once or escaped again: ``\\r\\n``),
 # found only where a run of backslashes starts: tried at each of a run's backslashes, a
 # pattern scans the rest of it, and a text of thousands of them (or of blanks, when the
-# blanks around a break were part of the pattern) took seconds of the run's loop to scrub
-_LINE_BREAK = re.compile(r"\r?\n|(?<!\\)(?:\\+r)?\\+n")
+# blanks around a break were part of the pattern) took seconds of the run's loop to scrub.
+# A carriage return alone is a break too (an old Mac's line ending, a terminal dump's): a key
+# quoted back in lines of ten broken so was shown and kept whole
+_LINE_BREAK = re.compile(r"\r\n?|\n|(?<!\\)\\+r(?:\\+n)?|(?<!\\)\\+n")
 
 
 def _lines_joined(text: str) -> str:
-    """``text`` with its lines joined, the blanks and tabs around each break left out: a key
-    printed in short lines, or the base64 of its header wrapped at 76 columns (MIME's), is
-    whole only so. A line break written as a JSON escape is joined too: in a JSON text held
-    as a string (a gateway's message quoting the upstream's answer) the wrapped base64's
-    breaks are a backslash and an ``n``, and the key's base64, split where no encoded form
-    crosses, was kept and shown whole."""
+    """``text`` with its lines joined (a line feed, a CR or both), the blanks and tabs around
+    each break left out: a key printed in short lines, or the base64 of its header wrapped at
+    76 columns (MIME's), is whole only so. A line break written as a JSON escape is joined
+    too: in a JSON text held as a string (a gateway's message quoting the upstream's answer)
+    the wrapped base64's breaks are a backslash and an ``n``, and the key's base64, split
+    where no encoded form crosses, was kept and shown whole."""
     lines = _LINE_BREAK.split(text)
     if len(lines) == 1:
         return text

@@ -289,12 +289,15 @@ class FakeProviders:
             error["error"]["code"] = "unknown_parameter"
             return h.reply(400, error)
         if "echo-key" in prompt:  # as OpenAI does for a revoked key: the header, quoted back
+            auth = h.headers.get("Authorization", "")
+            if "echo-key-cr" in prompt:  # in lines of ten broken by a bare CR (old Mac's)
+                auth = "\r".join(auth[i : i + 10] for i in range(0, len(auth), 10))
             return h.reply(
                 401,
                 {
                     "error": {
                         "message": "Incorrect API key provided: "
-                        f"{h.headers.get('Authorization')}. You can find your API key at "
+                        f"{auth}. You can find your API key at "
                         "https://platform.openai.com/account/api-keys.",
                         "type": "invalid_request_error",
                         "param": None,
