@@ -34,7 +34,8 @@ How a value is found, since an echo is not always the value as it was sent:
   line feed, a CR or both; its base64 wrapped at 76 columns), is scrubbed decoded;
 - a run of ``PARTIAL_CHARS`` or more consecutive characters of a provider key, an AWS secret,
   a webhook secret or the serve token (an echo cut short, ``sk-...abc***``, or broken by a line
-  break) is removed too. Only those: the value of any other ``*_KEY`` variable may be a path
+  break) is removed too, looked for last in the text as decoded (so a value decoded is
+  found whole first). Only those: the value of any other ``*_KEY`` variable may be a path
   or a word, and a piece of it would blank ordinary text.
 """
 
@@ -317,13 +318,17 @@ def _literals(text: str) -> str:
 
 
 def _scrubbed(text: str) -> str:
+    """``text`` without token shapes and secret values, whole (``_pieces`` are looked for
+    last, once, by ``scrub``)."""
     for pattern, replacement in _SHAPES:
         text = pattern.sub(replacement, text)
     if _literal is not None:
         text = _literals(text)
-    if _pieces and len(text) >= PARTIAL_CHARS:
-        text = _partial(text)
     return text
+
+
+def _has_piece(text: str) -> bool:
+    return bool(_pieces) and len(text) >= PARTIAL_CHARS and _partial(text) != text
 
 
 def _without_zero_width(text: str) -> str:
@@ -395,8 +400,13 @@ def scrub(text: Any, *, decode: bool = True) -> Any:
             decoded = decoder(out)
             if decoded != out:
                 again = _scrubbed(decoded)
-                if again != decoded:
+                if again != decoded or _has_piece(decoded):
                     out = again
+    # pieces last, in the text as finally decoded: taken out first, a percent-encoded
+    # session token's runs of twelve went and its shorter runs between '%2F' and '%2B' stayed,
+    # the text decoded no longer holding the token whole ('abcdefghij%2F<redacted>')
+    if _pieces and len(out) >= PARTIAL_CHARS:
+        out = _partial(out)
     return out
 
 
