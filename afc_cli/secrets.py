@@ -12,7 +12,8 @@ What is removed:
 - the values of the configured secrets: the providers' API keys, ``AWS_SECRET_ACCESS_KEY`` and
   ``AWS_SESSION_TOKEN``, the webhook secrets a manifest names (``register``), and any
   environment variable whose name ends in ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD``, and
-  libpq's ``PGPASSWORD`` (values of 8 characters or more, so a short value does not blank ordinary words);
+  libpq's ``PGPASSWORD``, and the password in a proxy variable's URL (``_proxy_passwords``)
+  (values of 8 characters or more, so a short value does not blank ordinary words);
 - token shapes, whoever's they are: ``Bearer …``, ``Key …`` (fal), ``sk-…`` (OpenAI),
   ``r8_…`` (Replicate), ``AIza…`` (Google), ``whsec_…``, credentials in a URL
   (``https://user:pass@host``) and key-like query parameters (``?key=…``, ``?api-key=…``, ``?code=…``, ``X-Amz-Signature``,
@@ -246,6 +247,7 @@ def _secret_values() -> list[str]:
         # (its value, whether its pieces are matched too: ``PARTIAL_CHARS``)
         found = [(os.environ.get(name) or "", name in known) for name in names]
         found += [(value, True) for value in _extra_values]
+        found += [(value, True) for value in _proxy_passwords()]
         for value, whole_known in found:
             for part in (value, *value.split(":")):  # fal keys are "id:secret"
                 part = part.strip()
@@ -275,6 +277,29 @@ def _secret_values() -> list[str]:
         _pieces = frozenset(pieces)
         _values = ordered
     return _values
+
+
+# the proxy variables, read in either case (``ALL_PROXY`` too: afc's calls do not use it, but
+# its password is a password all the same)
+_PROXY_ENVS = ("http_proxy", "https_proxy", "all_proxy")
+
+
+def _proxy_passwords() -> list[str]:
+    """The passwords in the proxy variables' URLs (``http://user:PASSWORD@proxy:3128``), as
+    written and percent-decoded. afc sends one to its proxy as ``Proxy-Authorization: Basic
+    base64(user:PASSWORD)``; masked only where a text showed it in its URL, a proxy quoting
+    that header back (or the password) in its 407 had it shown and kept."""
+    passwords = []
+    for name, value in os.environ.items():
+        if name.lower() in _PROXY_ENVS and "@" in value:
+            userinfo = (
+                value.partition("://")[2].rpartition("@")[0]
+                if "://" in value
+                else (value.rpartition("@")[0])
+            )
+            password = userinfo.partition(":")[2]
+            passwords += [password, unquote(password)] if password else []
+    return passwords
 
 
 def _partial(text: str) -> str:
