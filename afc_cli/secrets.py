@@ -212,14 +212,15 @@ def reset() -> None:
 def environment_without_secrets() -> dict[str, str]:
     """This process's environment without the variables ``scrub`` takes as secrets (the
     provider keys, the AWS secret and session token, the webhook secrets registered so far,
-    any ``*_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` and PGPASSWORD): for a child process
-    that needs none of them, the file helper (afc_cli/offload.py). It inherited them all,
+    any ``*_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` and PGPASSWORD) nor the proxy
+    variables, whose URLs may hold a password: for a child process that needs none of them and
+    makes no network call, the file helper (afc_cli/offload.py). It inherited them all,
     readable in its /proc/PID/environ and in any crash report of it."""
     known = set(SECRET_ENVS) | _extra_envs
     return {
         name: value
         for name, value in os.environ.items()
-        if name not in known and not _SECRET_NAME.search(name)
+        if name not in known and not _SECRET_NAME.search(name) and name.lower() not in _PROXY_ENVS
     }
 
 

@@ -20,6 +20,8 @@ SECRETS = {
     "AWS_SESSION_TOKEN": "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQDx+Zk9",
     "PGPASSWORD": "pg-Pa55w0rd-for-the-ledger",
     "HOOK_SIGNING_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    # a proxy's password, in its variable's URL (the helper makes no network call)
+    "HTTPS_PROXY": "http://studio:Pr0xyPassw0rd-7Kq2Zx9@127.0.0.1:9",
 }
 
 
@@ -47,4 +49,5 @@ def test_the_file_helper_is_started_without_any_secret_in_its_environment(afc):
     names = {entry.split(b"=", 1)[0] for entry in environ.split(b"\0")}
     assert b"PATH" in names  # what it needs is still there
     leaked = [name for name, value in SECRETS.items() if value.encode() in environ]
+    assert b"Pr0xyPassw0rd" not in environ
     assert leaked == [], leaked
