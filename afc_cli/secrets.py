@@ -34,8 +34,9 @@ How a value is found, since an echo is not always the value as it was sent:
   (``\\u0073``) are decoded, or its lines joined (a key printed in short lines, broken by a
   line feed, a CR or both; its base64 wrapped at 76 columns), is scrubbed decoded;
 - a run of ``PARTIAL_CHARS`` or more consecutive characters of a provider key, an AWS secret,
-  a webhook secret or the serve token (an echo cut short, ``sk-...abc***``, or broken by a line
-  break) is removed too, looked for last in the text as decoded (so a value decoded is
+  a webhook secret or the serve token, or of its base64 or hex (an echo cut short,
+  ``sk-...abc***``, a header's base64 cut at a column, or broken by a line break) is removed
+  too, looked for last in the text as decoded (so a value decoded is
   found whole first). Only those: the value of any other ``*_KEY`` variable may be a path
   or a word, and a piece of it would blank ordinary text.
 """
@@ -254,12 +255,17 @@ def _secret_values() -> list[str]:
                 part = part.strip()
                 if len(part) < MIN_SECRET_CHARS:
                     continue
-                values |= {part, *encodings(part)}
+                forms = encodings(part)
+                values |= {part, *forms}
                 if whole_known:
-                    low = part.lower()
-                    pieces |= {
-                        low[i : i + PARTIAL_CHARS] for i in range(len(low) - PARTIAL_CHARS + 1)
-                    }
+                    # of its base64 and hex too (not its percent-encoding: decoded first): a
+                    # header's base64 cut short ('QmVhcmVyIHNrLXBy...') held the key's only
+                    # in part, and was shown and kept
+                    for form in (part, *(f for f in forms if not f.startswith("%"))):
+                        low = form.lower()
+                        pieces |= {
+                            low[i : i + PARTIAL_CHARS] for i in range(len(low) - PARTIAL_CHARS + 1)
+                        }
         # longest first, so a key is removed whole before any part of it; lowered, as the
         # text is matched lowered (re.I over many alternatives took five times as long)
         ordered = sorted({value.lower() for value in values}, key=len, reverse=True)
