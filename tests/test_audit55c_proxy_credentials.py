@@ -98,3 +98,29 @@ def test_a_proxy_password_is_a_secret_in_every_form_it_is_sent_or_written(passwo
         secrets.reset()
     assert out.startswith("407 from the proxy: ") and out.endswith(" refused"), out
     assert "<redacted>" in out, out
+
+
+def test_a_proxy_password_from_netrc_quoted_back_is_shown_nowhere(afc, tmp_path):
+    """The proxy's credentials from ``~/.netrc`` (``NETRC``), as afc's provider calls read
+    them when its variable's URL holds none: sent as the URL's are, quoted back the same."""
+    proxy = WireServer(_quoting_proxy())
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine 127.0.0.1 login studio password {PASSWORD}\n")
+    netrc.chmod(0o600)
+    try:
+        env = {
+            "OPENAI_BASE_URL": "http://api.openai.invalid/v1",
+            "HTTP_PROXY": proxy.url,
+            "NETRC": str(netrc),
+            "NO_PROXY": "",
+            "no_proxy": "",
+        }
+        result = run(afc, "openai", "dall-e-3", OPENAI_RATES, env)
+    finally:
+        proxy.stop()
+    assert b"Proxy-Authorization: Basic " in proxy.received[0][0]
+    assert "(password '<redacted>')" in result.stderr, result.stderr
+    files = b"".join(p.read_bytes() for p in afc.cwd.glob("afc.db*") if p.is_file())
+    sent = base64.b64encode(f"studio:{PASSWORD}".encode()).decode()
+    for text in (result.stderr, files.decode("latin-1")):
+        assert PASSWORD not in text and sent[4:20] not in text, text[-2000:]

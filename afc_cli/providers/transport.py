@@ -650,6 +650,12 @@ def env_proxy(url: yarl.URL) -> tuple[Any, Any]:
             auth = basicauth_from_netrc(netrc_from_env(), proxy.host)
         except LookupError:
             pass
+        if auth is not None:
+            from afc_cli import secrets
+
+            # sent in Proxy-Authorization as a URL's is, and as open to a proxy quoting it
+            # back: a secret as a proxy variable's password is (secrets._proxy_passwords)
+            secrets.register_value(auth.password)
     return proxy, auth
 
 
