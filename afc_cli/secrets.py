@@ -67,6 +67,8 @@ _SECRET_NAME = re.compile(
     r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$|^PGPASSWORD$", re.I
 )
 
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s:@\"']*:[^\s@]+@(?:[^\s@/?#\"']*@)*")
+
 _SHAPES = [
     # Authorization schemes: Bearer (OpenAI, Replicate), Key id:secret (fal), Token (old
     # Replicate); "Key" and "Token" only capitalised, as in a header, so prose is left alone.
@@ -94,7 +96,7 @@ _SHAPES = [
     # which libpq and HTTP clients read as a password with no user name); and an '@' in the
     # password not percent-encoded (p@ss): HTTP clients split at the authority's last '@', so
     # each further '@' up to a '/', '?', '#' or blank is the password's too, masked whole
-    (re.compile(r"(?<=://)[^/\s:@\"']*:[^\s@]+@(?:[^\s@/?#\"']*@)*"), REDACTED + "@"),
+    (_URL_CREDENTIALS, REDACTED + "@"),
     # a webhook URL that is its own credential, its secret in the path: Slack's incoming
     # webhook (/services/T…/B…/<secret>, and its workflows' and triggers'), Discord's
     # (/api/webhooks/<id>/<token>); the team, channel and webhook ids are kept, to tell
@@ -214,14 +216,18 @@ def environment_without_secrets() -> dict[str, str]:
     """This process's environment without the variables ``scrub`` takes as secrets (the
     provider keys, the AWS secret and session token, the webhook secrets registered so far,
     any ``*_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` and PGPASSWORD) nor the proxy
-    variables, whose URLs may hold a password: for a child process that needs none of them and
-    makes no network call, the file helper (afc_cli/offload.py). It inherited them all,
+    variables, nor any variable whose value holds a URL with a password (``AFC_LEDGER``'s
+    PostgreSQL URL, a studio's ``DATABASE_URL``): for a child process that needs none of them
+    and makes no network call, the file helper (afc_cli/offload.py). It inherited them all,
     readable in its /proc/PID/environ and in any crash report of it."""
     known = set(SECRET_ENVS) | _extra_envs
     return {
         name: value
         for name, value in os.environ.items()
-        if name not in known and not _SECRET_NAME.search(name) and name.lower() not in _PROXY_ENVS
+        if name not in known
+        and not _SECRET_NAME.search(name)
+        and name.lower() not in _PROXY_ENVS
+        and not _URL_CREDENTIALS.search(value)
     }
 
 

@@ -22,6 +22,8 @@ SECRETS = {
     "HOOK_SIGNING_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
     # a proxy's password, in its variable's URL (the helper makes no network call)
     "HTTPS_PROXY": "http://studio:Pr0xyPassw0rd-7Kq2Zx9@127.0.0.1:9",
+    # any variable holding a URL with its credentials (a ledger's, a studio's database's)
+    "DATABASE_URL": "postgresql://app:DbPassw0rd-x9Lq@db.studio:5432/app",
 }
 
 
@@ -49,5 +51,5 @@ def test_the_file_helper_is_started_without_any_secret_in_its_environment(afc):
     names = {entry.split(b"=", 1)[0] for entry in environ.split(b"\0")}
     assert b"PATH" in names  # what it needs is still there
     leaked = [name for name, value in SECRETS.items() if value.encode() in environ]
-    assert b"Pr0xyPassw0rd" not in environ
+    assert b"Pr0xyPassw0rd" not in environ and b"DbPassw0rd" not in environ
     assert leaked == [], leaked
