@@ -1055,8 +1055,10 @@ async def _run_job(
                     # ended on 'queued 1' for it beside a summary that said it was left alone
                     ctx.report(current, "ended", "here: left to another afc process")
                 return current["status"] if current else "missing"
-            # the takeovers its row counts as this run takes it (a takeover since: below)
+            # the takeovers its row counts as this run takes it (a takeover since: below), and
+            # its retries (a person's cancel and retry since: below; a retry zeroes takeovers)
             taken_before = job.get("takeovers") or 0
+            retried_before = job.get("retries") or 0
             if job["status"] == "blocked":
                 # given needs after this run began (a re-submit changes the gates of a job
                 # not yet rendered that no run holds): it waits for them like any blocked job
@@ -1100,7 +1102,22 @@ async def _run_job(
                 pass
         ctx.ledger.release(job)
     ctx.protected.discard(job_id)  # no longer in a call or its storage work
-    if job.get("lost") and job["status"] not in TERMINAL:
+    if (
+        job.get("lost")
+        and job["status"] not in TERMINAL
+        and ((job.get("retries") or 0) > retried_before)
+    ):
+        # a person cancelled it and then retried it while this run held it (in a backoff, a
+        # provider's limit, its probe): no process took it over, it waits for the next run.
+        # Said 'taken over by another afc process, which goes on with it', a person left it
+        # queued, waiting for a process that did not exist
+        ctx.report(
+            job,
+            "ended",
+            f"here: cancelled and retried meanwhile ('afc cancel', then 'afc retry'): it is "
+            f"{job['status']} again, for the next run (or a worker's next claim) to take",
+        )
+    elif job.get("lost") and job["status"] not in TERMINAL:
         # its lease expired while this process was stalled, and another took the job over
         ctx.report(job, "ended", "here: taken over by another afc process, which goes on with it")
         _shared_host_id(ctx, job.get("lease_owner"))
