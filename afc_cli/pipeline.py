@@ -1102,20 +1102,35 @@ async def _run_job(
                 pass
         ctx.ledger.release(job)
     ctx.protected.discard(job_id)  # no longer in a call or its storage work
-    if (
-        job.get("lost")
-        and job["status"] not in TERMINAL
-        and ((job.get("retries") or 0) > retried_before)
-    ):
-        # a person cancelled it and then retried it while this run held it (in a backoff, a
-        # provider's limit, its probe): no process took it over, it waits for the next run.
-        # Said 'taken over by another afc process, which goes on with it', a person left it
-        # queued, waiting for a process that did not exist
+    # a person cancelled it and then retried it while this run held it (in a backoff, a
+    # provider's limit, its probe): no process took it over (a retry zeroes the takeover
+    # count), so it waits for the next run, or another run has taken it on since
+    retried = job.get("lost") and (job.get("retries") or 0) > retried_before
+    if retried and job["status"] != "cancelled" and job["status"] in (*TERMINAL, "awaiting_review"):
+        # and that run has ended it: its end is not this run's (counted here too, the
+        # workers' summaries counted the job twice); one cancelled again is, as any job a
+        # person cancels while a run holds it
+        ctx.ended_elsewhere.add(job_id)
         ctx.report(
             job,
             "ended",
-            f"here: cancelled and retried meanwhile ('afc cancel', then 'afc retry'): it is "
-            f"{job['status']} again, for the next run (or a worker's next claim) to take",
+            "here: cancelled and retried meanwhile, and another afc process ended it "
+            f"({job['status']})",
+        )
+    elif retried and job["status"] not in TERMINAL:
+        # said 'taken over by another afc process, which goes on with it', a person left it
+        # queued, waiting for a process that did not exist
+        holder = job.get("lease_owner")
+        ctx.report(
+            job,
+            "ended",
+            "here: cancelled and retried meanwhile ('afc cancel', then 'afc retry'): "
+            + (
+                "another afc process has taken it on since"
+                if holder and not is_host_lease(holder)
+                else f"it is {job['status']} again, for the next run (or a worker's next "
+                "claim) to take"
+            ),
         )
     elif job.get("lost") and job["status"] not in TERMINAL:
         # its lease expired while this process was stalled, and another took the job over
