@@ -246,6 +246,16 @@ class ProviderLimit:
         if self.slots is not None:
             self.slots.release()
 
+    def full(self) -> str | None:
+        """Which limit a call would wait for now (``RunContext.slot_wait``), else None."""
+        if self.slots is not None and self.slots.locked():
+            return f"{self.concurrency} at once"
+        if self.per_minute:
+            now = self.clock()
+            if sum(1 for at in self.starts if now - at < 60.0) >= self.per_minute:
+                return f"{self.per_minute} a minute"
+        return None
+
 
 class ProviderPace:
     """How many calls of one provider this run lets be in flight at once, learnt from its
@@ -533,6 +543,22 @@ class RunContext:
             for release in held:
                 release()
 
+    def slot_wait(self, name: str) -> str | None:
+        """Why a call of provider ``name`` would wait for its slot now (``provider_slot``: its
+        pace after a 429, the manifest's ``limits``), said as a job's waiting reason; None
+        when one is free."""
+        pace = self.paces.get(name)
+        if pace is not None and (pace.waiters or not pace._room()):
+            return (
+                f"waiting for a call of {name} to end: after its 429s (rate_limited) this run "
+                f"keeps at most {int(pace.allowed or 1)} of its calls in flight"
+            )
+        limit = self.limits.get(name)
+        full = limit.full() if limit is not None else None
+        if full is not None:
+            return f"waiting for a call of {name} to end: its limits allow {full}"
+        return None
+
     def pace(self, name: str) -> ProviderPace:
         """The run's ``ProviderPace`` of a provider."""
         pace = self.paces.get(name)
@@ -656,6 +682,11 @@ async def _start_attempt(
             )
         except ProviderBusy as busy:
             ctx.report(job, "waiting", busy.reason, reason="provider limit")
+            why = f"waiting for a call of {entry['provider']} to end: {busy.reason}"
+            if job["status"] == "waiting" and job.get("waiting_reason") != why:
+                # resting 'waiting' (its backoff over): the reason it waits for now, as for
+                # this run's own limits (``RunContext.slot_wait``), written once a reason
+                ctx.ledger.set_waiting(job, why)
             # Waiting on the limit is no call: a stopping run cancels this wait (up to 90 s
             # for a full minute), not counts the job as in a call, waits out its grace for
             # it and says it abandoned a call possibly paid (as for OutputBusy, below)
@@ -1560,6 +1591,14 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     return False
         # a provider's own limits (manifest ``limits``) are waited for before the attempt row,
         # and the wait gives the job's slot back
+        if job["status"] == "waiting" and resume is None:
+            # a job that rests 'waiting' (its backoff over, the budget's room made) and now
+            # waits for its provider's slot says so: 'afc status' said 'backoff 0.05s after
+            # rate_limited' for as long as the provider's other calls held it back, minutes
+            limited = ctx.slot_wait(entry["provider"])
+            if limited is not None:
+                ctx.ledger.set_waiting(job, limited)
+                ctx.report(job, "waiting", limited, reason="provider limit")
         # a request a run that ended left (``resume``: polled, or its paid output fetched from
         # its URL) starts no call: the run's count of ``per_minute`` took one for each, so
         # the renders a killed run left, each fetched by every run after it however old
