@@ -696,6 +696,12 @@ async def _start_attempt(
             ctx.protected.add(job["id"])
             if ctx.stopping.is_set():
                 raise _Stopped from None
+            # cancelled (or taken over) while it waited, as for OutputBusy below: the limit's
+            # refusal comes before the attempt's own check of the job, so a cancelled job
+            # waited, and held its run open, until another process's call ended (a video's:
+            # many minutes), the person's 'afc submit' going on for a job they had ended
+            if _ended_elsewhere(ctx, job) is not None:
+                return None
         except OutputBusy as busy:
             if busy.key is None:  # another process was checking this key: at once again
                 async with ctx.idle():
