@@ -1521,6 +1521,11 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         ctx.landing.discard(job["id"])
         if settling is not None:
             await _await_settling(ctx, job, settling)
+            # cancelled (or taken over) while it waited: the budget refuses the attempt before
+            # the attempt's own check of the job, so a job waiting for a shared budget's other
+            # workers' calls waited for them (as one waiting for a provider's limit did)
+            if settling[1] is not None and _ended_elsewhere(ctx, job) is not None:
+                raise JobLost(job["id"])
             settling = None
         if ctx.stopping.is_set():
             # no new provider call once the run is stopping; but a job whose last attempt

@@ -49,3 +49,55 @@ def test_a_job_cancelled_while_it_waits_for_the_shared_limit_ends_its_run(afc):
         ("long", "succeeded"),
         ("x", "cancelled"),
     ]
+
+
+def test_a_job_cancelled_while_it_waits_for_a_shared_budgets_other_calls_ends_its_worker(afc):
+    """The same wait for another process's calls, under one budget for all workers (README):
+    batch b1's worker holds two calls reserving the whole cap, and batch b2's worker waits
+    with its job for their ends, looking again every two seconds (the budget refuses the
+    attempt before it looks at the job). Cancelled there, the job kept its worker waiting
+    (--until-idle never went idle) until those calls ended; it now ends at the next look."""
+    release = afc.cwd / "release"
+    env = {**afc.env, "AFC_LOCAL_RELEASE": str(release)}
+    rates = [{"provider": "local", "model": "m1", "per_image": "0.01"}]
+    held = manifest([{"key": f"h{i}", "prompt": f"h{i}"} for i in range(2)], rates=rates)
+    afc.write_manifest(held, "held.yaml")
+    afc.write_manifest(manifest([{"key": "x", "prompt": "x"}], batch="b2", rates=rates), "x.yaml")
+    for name in ("held.yaml", "x.yaml"):
+        assert afc("submit", name, "--no-run").returncode == 0
+    budget = ("--budget", "night", "--max-spend", "0.02", "--until-idle", "--poll", "0.1")
+    holding = subprocess.Popen(
+        afc.command("worker", "--batch", "b1", *budget),
+        cwd=afc.cwd,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    waiting = None
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 2)
+        waiting = subprocess.Popen(
+            afc.command("worker", "--batch", "b2", *budget),
+            cwd=afc.cwd,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE key = 'x' AND lease_owner IS NOT NULL", 1)
+        cancelled = afc("cancel", "x", "--batch", "b2")
+        assert cancelled.returncode == 0, cancelled.stderr
+        try:
+            code = waiting.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 1, "the worker went on waiting for the budget for a cancelled job"
+        release.touch()
+        assert holding.wait(timeout=60) == 0, holding.stderr.read()
+    finally:
+        release.touch()
+        for proc in (waiting, holding):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert afc.rows("SELECT key, status FROM jobs WHERE batch = 'b2'") == [("x", "cancelled")]
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(2,)]  # x started nothing
