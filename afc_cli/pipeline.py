@@ -1103,6 +1103,7 @@ async def _run_job(
                 ctx.blocked.add(job_id)
                 continue
             ctx.report(job, "started", job["step"])
+            job["claimed_at"] = job["step"]  # where an earlier run left it (``verify``)
             job = await _run_steps(ctx, job, RENDER_STEPS)
             spooling = job["status"] not in TERMINAL and job["step"] in SPOOL_STEP
             if spooling:
@@ -3495,6 +3496,26 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
 
 async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
+    if job.pop("claimed_at", None) == "verify" and ctx.spool.path(job["id"]).exists():
+        # Its upload was an earlier run's, whose read-back failed (a storage outage), and its
+        # render is in this spool. An object gone from the key since (a person tidying the
+        # bucket, a lifecycle rule, a store that lost the write in a crash) is stored again
+        # from the spool, create-only: every later run read it back again and found nothing,
+        # ('not there, though the store took the upload') until the job was dead-lettered
+        # STORE_FAILED and a person retried it (tests/test_audit55d_gone_before_verify.py)
+        try:
+            info = await _storage(ctx, storage, storage.head, job["output_key"])
+        except StorageError as exc:
+            return _storage_gave_up(ctx, job, "verify", exc)
+        if not info.exists:
+            ctx.ledger.checkpoint(job, [], "store")
+            ctx.ledger.note(
+                job,
+                "stored_again",
+                url=storage.describe(job["output_key"]),
+                reason="no object at its key at its read-back; its render is in the spool",
+            )
+            return True
     small = (job["output_size"] or 0) <= INLINE_READ_BYTES
     try:
         problem = await _storage(
