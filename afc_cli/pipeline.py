@@ -3507,6 +3507,15 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
             info = await _storage(ctx, storage, storage.head, job["output_key"])
         except StorageError as exc:
             return _storage_gave_up(ctx, job, "verify", exc)
+        foreign = ownership(job, info) if info.exists else None
+        if foreign:
+            # someone else's object over the upload (another tool's unconditional write):
+            # read back as the job's own, it failed VERIFY_FAILED with the advice to delete
+            # it, as if it carried this job's metadata. A conflict at the store, as one found
+            # there: the render kept, a retry on this host stores it once the key is free
+            # (tests/test_audit55d_replaced_before_verify.py)
+            await _fail_conflict(ctx, job, storage, info, foreign, "store")
+            return False
         if not info.exists:
             ctx.ledger.checkpoint(job, [], "store")
             ctx.ledger.note(
