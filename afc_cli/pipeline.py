@@ -3459,6 +3459,20 @@ async def _spool_damaged(ctx: RunContext, job: dict[str, Any], spool_path: Any, 
     return False
 
 
+def _spooled_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
+    """The host whose spool holds the job's paid render, on a ledger whose hosts spool each
+    on their own disk, when that is not this machine (``_spool_missing``'s reading); else
+    None."""
+    if not ctx.ledger.SPOOL_PER_HOST:
+        return None
+    rendered = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
+    by = rendered[-1]["owner"] if rendered else None
+    host = host_of(by) if by else ""
+    if host and (host != host_id() or not is_spool_hold_of(host_lease_of(by), ctx.ledger.owner)):
+        return host
+    return None
+
+
 def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str:
     """Why a job at its store step has no spool file here, and what a person can do: the file
     may be on the host whose run rendered it (workers on several machines each spool on their
@@ -3496,35 +3510,53 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
 
 async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
     storage = ctx.storages[job["batch"]]
-    if job.pop("claimed_at", None) == "verify" and ctx.spool.path(job["id"]).exists():
-        # Its upload was an earlier run's, whose read-back failed (a storage outage), and its
-        # render is in this spool. An object gone from the key since (a person tidying the
-        # bucket, a lifecycle rule, a store that lost the write in a crash) is stored again
-        # from the spool, create-only: every later run read it back again and found nothing,
-        # ('not there, though the store took the upload') until the job was dead-lettered
-        # STORE_FAILED and a person retried it (tests/test_audit55d_gone_before_verify.py)
-        try:
-            info = await _storage(ctx, storage, storage.head, job["output_key"])
-        except StorageError as exc:
-            return _storage_gave_up(ctx, job, "verify", exc)
-        foreign = ownership(job, info) if info.exists else None
-        if foreign:
-            # someone else's object over the upload (another tool's unconditional write):
-            # read back as the job's own, it failed VERIFY_FAILED with the advice to delete
-            # it, as if it carried this job's metadata. A conflict at the store, as one found
-            # there: the render kept, a retry on this host stores it once the key is free
-            # (tests/test_audit55d_replaced_before_verify.py)
-            await _fail_conflict(ctx, job, storage, info, foreign, "store")
-            return False
-        if not info.exists:
-            ctx.ledger.checkpoint(job, [], "store")
-            ctx.ledger.note(
-                job,
-                "stored_again",
-                url=storage.describe(job["output_key"]),
-                reason="no object at its key at its read-back; its render is in the spool",
-            )
-            return True
+    if job.pop("claimed_at", None) == "verify":
+        # Its upload was an earlier run's, whose read-back failed (a storage outage), so the
+        # key is looked at first (tests/test_audit55d_gone_before_verify.py,
+        # test_audit55d_replaced_before_verify.py, test_audit55d_gone_other_host.py)
+        spooled_here = ctx.spool.path(job["id"]).exists()
+        elsewhere = None if spooled_here else _spooled_elsewhere(ctx, job)
+        if spooled_here or elsewhere:
+            try:
+                info = await _storage(ctx, storage, storage.head, job["output_key"])
+            except StorageError as exc:
+                return _storage_gave_up(ctx, job, "verify", exc)
+            foreign = ownership(job, info) if info.exists else None
+            if foreign:
+                # someone else's object over the upload (another tool's unconditional
+                # write): read back as the job's own, it failed VERIFY_FAILED with the advice
+                # to delete it, as if it carried this job's metadata. A conflict at the store,
+                # as one found there: the render kept, a retry stores it once the key is free
+                await _fail_conflict(ctx, job, storage, info, foreign, "store")
+                return False
+            if not info.exists and elsewhere:
+                # gone, its render in another host's spool: that host's run stores it again
+                # (below). Read back here, it was VERIFY_FAILED 'no spool file is left', and
+                # the retry that asked for paid for the render again on any host
+                return _storage_gave_up(
+                    ctx,
+                    job,
+                    "verify",
+                    StorageError(
+                        f"{storage.describe(job['output_key'])} is not there, and this job's "
+                        f"paid render is in the spool of host {elsewhere}, not this host's "
+                        f"({host_id()}): a run on host {elsewhere} stores it again",
+                        retryable=False,
+                    ),
+                )
+            if not info.exists:
+                # gone from the key since (a person tidying the bucket, a lifecycle rule, a
+                # store that lost the write in a crash), its render in this spool: stored
+                # again, create-only. Read back again, every later run found nothing ('not
+                # there, though the store took the upload') until the job was dead-lettered
+                ctx.ledger.checkpoint(job, [], "store")
+                ctx.ledger.note(
+                    job,
+                    "stored_again",
+                    url=storage.describe(job["output_key"]),
+                    reason="no object at its key at its read-back; its render is in the spool",
+                )
+                return True
     small = (job["output_size"] or 0) <= INLINE_READ_BYTES
     try:
         problem = await _storage(
