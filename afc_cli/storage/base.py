@@ -46,6 +46,11 @@ def typed_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return typed
 
 
+# how ``Storage.verify`` ends its finding when no object is at the key at all: the job's
+# failure then asks no one to delete it first (``pipeline._verified``)
+NOT_THERE = "is not there"
+
+
 class ObjectExists(Exception):
     """A create-only write found the key taken: head it again and decide as in probe."""
 
@@ -93,7 +98,8 @@ class Storage:
 
     def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
         """None if the stored object is exactly ``size`` bytes with this SHA-256; otherwise
-        what is wrong. Trusts the read-back, not the write's success."""
+        what is wrong (ending ``NOT_THERE`` when no object is at the key). Trusts the
+        read-back, not the write's success."""
         raise NotImplementedError
 
     def describe(self, key: str) -> str:

@@ -33,7 +33,7 @@ from afc_cli.errors import (
 )
 from afc_cli.spool import file_digest, fsync_dir
 from afc_cli.storage import object_url, shown_url
-from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage, typed_meta
+from afc_cli.storage.base import NOT_THERE, ObjectExists, ObjectInfo, Storage, typed_meta
 
 META_SUFFIX = ".afc.json"
 _MADE: set[Path] = set()  # directories this process made or found (skips a mkdir per store)
@@ -398,7 +398,7 @@ class FileStorage(Storage):
         try:
             found = file_digest(self._object(key))
         except FileNotFoundError:
-            return f"{self._object(key)} is not there"
+            return f"{self._object(key)} {NOT_THERE}"
         except OSError as exc:
             raise StorageError(f"cannot read back {self._object(key)}: {exc}") from None
         if found != (size, sha256):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from afc_cli.errors import StorageDenied, StorageError, StorageUnreachable, UsageError
-from afc_cli.storage.base import ObjectExists, ObjectInfo, Storage, typed_meta
+from afc_cli.storage.base import NOT_THERE, ObjectExists, ObjectInfo, Storage, typed_meta
 
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 PART_SIZE = 16 * 1024 * 1024
@@ -629,7 +629,7 @@ class S3Storage(Storage):
         found = self._head(key)
         if found is None:
             if source is None or not source.exists():  # found stored, not rendered here
-                return f"{self.describe(key)} is not there"
+                return f"{self.describe(key)} {NOT_THERE}"
             # uploaded from this spool file, the store answering 200: not there *yet* (an
             # S3-compatible store, or a cache or replica in front of it, not consistent at
             # once) is a storage failure tried again under the storage policy, then the job
