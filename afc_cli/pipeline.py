@@ -3514,7 +3514,11 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
         # Its upload was an earlier run's, whose read-back failed (a storage outage), so the
         # key is looked at first (tests/test_audit55d_gone_before_verify.py,
         # test_audit55d_replaced_before_verify.py, test_audit55d_gone_other_host.py)
-        spooled_here = ctx.spool.path(job["id"]).exists()
+        # its render in this spool, or in another spool folder of this host, which the store
+        # step copies it from (``_copy_beside``): read back with no file here, it was
+        # VERIFY_FAILED 'no spool file is left', and the retry paid for the render again
+        # (tests/test_audit55d_gone_spool_beside.py)
+        spooled_here = ctx.spool.path(job["id"]).exists() or _spooled_beside(ctx, job) is not None
         elsewhere = None if spooled_here else _spooled_elsewhere(ctx, job)
         if spooled_here or elsewhere:
             try:
