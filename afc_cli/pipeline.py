@@ -3553,13 +3553,14 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # store that lost the write in a crash), its render in this spool: stored
                 # again, create-only. Read back again, every later run found nothing ('not
                 # there, though the store took the upload') until the job was dead-lettered
-                ctx.ledger.checkpoint(job, [], "store")
-                ctx.ledger.note(
-                    job,
-                    "stored_again",
-                    url=storage.describe(job["output_key"]),
-                    reason="no object at its key at its read-back; its render is in the spool",
-                )
+                with ctx.ledger.tx():  # the step and the event that says why, together
+                    ctx.ledger.checkpoint(job, [], "store")
+                    ctx.ledger.note(
+                        job,
+                        "stored_again",
+                        url=storage.describe(job["output_key"]),
+                        reason="no object at its key at its read-back; its render is in the spool",
+                    )
                 return True
     small = (job["output_size"] or 0) <= INLINE_READ_BYTES
     try:
