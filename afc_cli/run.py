@@ -484,8 +484,13 @@ def submit(
             if ledger is not None:
                 refuse_gone(ledger, manifest.batch, store)
             check_storage(store)  # before admitting or paying for anything
+            # a job the ledger holds stores to the output key it was admitted with: one whose
+            # changed template is refused as a conflict never writes the manifest's new key
+            # (checked, a new key inside its stored output refused the whole submit)
+            admitted = ledger.admitted_output_keys(manifest.batch) if ledger is not None else {}
             store.check_keys(
-                [job.output_key for job in manifest.jobs] + [job["output_key"] for job in left]
+                [admitted.get(job.key, job.output_key) for job in manifest.jobs]
+                + [job["output_key"] for job in left]
             )
             spool = Spool(ledger.spool_root()) if ledger is not None else Spool.beside(path)
             check_spool(spool, per_host=ledger is not None and ledger.SPOOL_PER_HOST)

@@ -1452,6 +1452,12 @@ class Ledger:
         """A batch's unfinished jobs (blocked ones too), key -> job id, in admission order."""
         return {key: job_id for job_id, key in self._runnable(batch)}
 
+    def admitted_output_keys(self, batch: str) -> dict[str, str]:
+        """A batch's job keys and the output key each was admitted with: the key a run
+        stores to, whatever a manifest that changed the job (a conflict) names now."""
+        sql = "SELECT key, output_key FROM jobs WHERE batch = ?"
+        return dict(self.db.execute(sql, (batch,)).fetchall())
+
     def finished_job_keys(self, batch: str) -> set[str]:
         """The keys of a batch's jobs that no run renders again: ended, or awaiting review."""
         sql = f"SELECT key FROM jobs WHERE batch = ? AND status NOT IN {RUNNABLE_SQL}"
