@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from typing import Any
 
 from afc_cli.errors import first_named
@@ -81,11 +82,11 @@ def _same(old: Any, new: Any) -> bool:
 SHOWN_BEFORE = 20  # of two long values differing past their shown start, shown before it
 
 
-def shown(value: Any) -> str:
+def shown(value: Any, dump: Any = None) -> str:
     """A value as a message shows it: JSON, cut to SHOWN_CHARS with an ellipsis."""
     if value is _ABSENT:
         return "(not set)"
-    text = _json(value)
+    text = (dump or _json)(value)
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
 
 
@@ -93,18 +94,56 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+# characters that print as a plain space, as nothing, or on the letter before them
+_UNSEEN = frozenset(("Zs", "Zl", "Zp", "Cf", "Mn", "Me", "Co", "Cn"))
+
+
+def _marked(value: Any) -> str:
+    """``_json`` with each character that prints alike or not at all escaped (``\\u00a0``)."""
+    return "".join(
+        (f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
+        if ch != " " and unicodedata.category(ch) in _UNSEEN
+        else ch
+        for ch in _json(value)
+    )
+
+
+def _seen(text: str) -> str:
+    """What a person reads of a shown value: every space alike, invisible characters gone,
+    accents composed."""
+    return unicodedata.normalize(
+        "NFKC",
+        "".join(
+            " " if unicodedata.category(ch) == "Zs" else ch
+            for ch in text
+            if unicodedata.category(ch) != "Cf"
+        ),
+    )
+
+
 def shown_change(old: Any, new: Any) -> tuple[str, str]:
-    """Both sides of a change as a message shows them. Two long values whose first
-    difference lies past what ``shown`` keeps of them (a prompt edited near its end, as
-    prompts are: a style appended, '35mm film' made '70mm film') were cut to the same start,
-    the message naming a change it showed none of (``prompt: "a lighthouse…" -> "a
-    lighthouse…"``): both are then shown from a little before that difference."""
+    """Both sides of a change as a message shows them. Two values that print alike (a prompt
+    pasted again with a no-break space, a list saved with its accents decomposed: another
+    request, whose conflict showed ``"a café" -> "a café"``) are shown with the characters
+    that print alike or not at all escaped, so the message shows the change it names."""
+    said = _shown_change(old, new, _json)
+    if old is not _ABSENT and new is not _ABSENT and _seen(said[0]) == _seen(said[1]):
+        said = _shown_change(old, new, _marked)
+    return said
+
+
+def _shown_change(old: Any, new: Any, dump: Any) -> tuple[str, str]:
+    """Two long values whose first difference lies past what ``shown`` keeps of them (a
+    prompt edited near its end, as prompts are: a style appended, '35mm film' made '70mm
+    film') were cut to the same start, the message naming a change it showed none of
+    (``prompt: "a lighthouse…" -> "a lighthouse…"``): both are then shown from a little
+    before that difference."""
     if old is _ABSENT or new is _ABSENT:
-        return shown(old), shown(new)
-    before, after = _json(old), _json(new)
+        return shown(old, dump), shown(new, dump)
+    before, after = dump(old), dump(new)
     same = len(os.path.commonprefix([before, after]))
     if max(len(before), len(after)) <= SHOWN_CHARS or same < SHOWN_CHARS - SHOWN_BEFORE:
-        return shown(old), shown(new)
+        return shown(old, dump), shown(new, dump)
     start = same - SHOWN_BEFORE
     width = SHOWN_CHARS - 2  # an ellipsis each side
 
