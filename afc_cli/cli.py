@@ -454,8 +454,9 @@ def _print_unlisted(result: Any, admitted_only: bool) -> None:
         )
 
 
-# the conflicts a submit says one by one on stderr: an edit of the defaults over a 100,000-job
-# list was 100,000 messages (57 MB, 44 s to write to a terminal), the summary lost above them
+# the conflicts (and gates kept) a submit says one by one on stderr: an edit of the defaults
+# over a 100,000-job list was 100,000 messages (57 MB, 44 s to write to a terminal), the
+# summary lost above them
 CONFLICTS_SAID = 20
 
 
@@ -502,8 +503,17 @@ def _print_run(
             f"{len(conflicts) - CONFLICTS_SAID:,} more conflicting keys, refused as these "
             "(afc plan MANIFEST names each, --json carries every one)"
         )
-    for kept in result.admit.gates_kept if result.admit else ():
-        _err(kept_message(kept))  # the manifest says a gate that this submit cannot apply
+    kept = result.admit.gates_kept if result.admit else []
+    for each in kept[:CONFLICTS_SAID]:
+        _err(kept_message(each))  # the manifest says a gate that this submit cannot apply
+    if len(kept) > CONFLICTS_SAID:
+        # review: true written in the defaults of a rendered 10,000-job list was 10,000
+        # warnings every night, under -q too, as conflicts were
+        more = len({each["key"] for each in kept[CONFLICTS_SAID:]})
+        _err(
+            f"{more:,} more {'key keeps' if more == 1 else 'keys keep'} the gates they were "
+            "admitted with, as these (afc plan MANIFEST names each, --json carries every one)"
+        )
     if result.admit is not None and result.admit.cards_dropped:
         # a cron host without the AFC_CONFIG file the batch was first submitted with: its
         # card left the batch, and the attempts after were unpriced, said only as 'N
