@@ -1164,6 +1164,11 @@ class Ledger:
                     rewebhooked.append((_dumps(job.webhook), job_id))
             else:
                 gates.conflict(job.key)
+                if webhook != _dumps(job.webhook):
+                    # where events go is not the request: a receiver moved in the edit that
+                    # changed this job's prompt is its receiver too (its admitted request,
+                    # still rendered, sent them to the URL the manifest no longer names)
+                    rewebhooked.append((_dumps(job.webhook), job_id))
                 conflicts.append(
                     {
                         "key": job.key,
