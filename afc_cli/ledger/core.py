@@ -1169,6 +1169,11 @@ class Ledger:
                     # changed this job's prompt is its receiver too (its admitted request,
                     # still rendered, sent them to the URL the manifest no longer names)
                     rewebhooked.append((_dumps(job.webhook), job_id))
+                if job.inputs and status not in RENDERED and any("path" in i for i in job.inputs):
+                    # nor is a file's place: the admitted request reads a file moved in the
+                    # same edit where the manifest names it (it failed INPUT_UNAVAILABLE
+                    # where the conflict said the next run renders it)
+                    refiled.append((job_id, job.inputs))
                 conflicts.append(
                     {
                         "key": job.key,
