@@ -1269,7 +1269,20 @@ class Ledger:
             " ON CONFLICT (batch, key) DO NOTHING",
             job_rows,
         )
-        events.extend((None, batch, now, "conflict_refused", _dumps(c)) for c in conflicts)
+        # a refused edit of an admitted key is part of that job's story (``afc show KEY``:
+        # why its new prompt was never rendered); a new job refused with its need has no row
+        from afc_cli.manifest import job_id_for
+
+        events.extend(
+            (
+                None if c["stored_hash"] is None else job_id_for(batch, c["key"]),
+                batch,
+                now,
+                "conflict_refused",
+                _dumps(c),
+            )
+            for c in conflicts
+        )
         self.db.conn.executemany(
             "INSERT INTO events (job_id, batch, at, kind, detail_json) VALUES (?, ?, ?, ?, ?)",
             events,
