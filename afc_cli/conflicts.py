@@ -226,8 +226,15 @@ def _conflict_message(conflict: dict[str, Any]) -> str:
         + (
             f"{changed_files_line(changed)}; 'afc cancel {conflict['key']}' drops it."
             if changed
-            else "the next run of the batch renders it ('afc resume', a worker, or a submit "
-            f"of a manifest leaving this key out) unless 'afc cancel {conflict['key']}' drops it."
+            else (
+                # a run holds it, in its call or storing it: the next one does not render it
+                "an afc run is rendering it now (its run gone, the next run of the batch takes "
+                "it over)"
+                if status == "running"
+                else "the next run of the batch renders it ('afc resume', a worker, or a "
+                "submit of a manifest leaving this key out)"
+            )
+            + f" unless 'afc cancel {conflict['key']}' drops it."
         )
         if status in UNFINISHED
         else ""

@@ -623,6 +623,8 @@ def describe(result: dict[str, Any]) -> str:
                 then = (
                     changed_files_line(job["inputs_changed"])
                     if job.get("inputs_changed")  # ... or fails: its file changed since
+                    else "a run is rendering it now (its run gone, the next takes it over)"
+                    if job["status"] == "running"
                     else "the next run renders it"
                 )
                 lines.append(
