@@ -1453,6 +1453,17 @@ def retry(
                     )
                 else:
                     _err(f"{item['batch']}/{item['key']}: queued again (was {item['was']})")
+                if item.get("refused_edit"):
+                    from afc_cli.conflicts import describe_changes
+
+                    edit = item["refused_edit"]
+                    what = describe_changes(edit["changes"]) or "its request changed"
+                    _err(
+                        f"{item['batch']}/{item['key']}: the retry renders the request admitted "
+                        f"for it, not the one a submit refused as a conflict at {edit['at']} "
+                        f"({what}); to render that one, cancel this retry ('afc cancel KEY') "
+                        "and give the changed request a new key"
+                    )
                 _dependents_said(item)
             for item in result["unchanged"]:
                 if item.get("already_retried"):

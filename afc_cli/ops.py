@@ -616,6 +616,9 @@ def retry(
                             | ({"input": True} if n["need_key"] in inputs else {})
                             for n in ended
                         ]
+                refused = _refused_edit(ledger, job["id"])
+                if refused is not None:
+                    entry["refused_edit"] = refused
                 out["retried"].append(entry)
             else:  # changed meanwhile (another retry won)
                 entry["status"] = ledger.job(job["id"])["status"]
@@ -624,6 +627,25 @@ def retry(
         return out
     finally:
         ledger.close()
+
+
+def _refused_edit(ledger: Ledger, job_id: str) -> dict[str, Any] | None:
+    """The latest change of a job's request that a submit refused as a conflict (its
+    ``conflict_refused`` event), or None. A retry renders the admitted request: a person who
+    edited a failed job's prompt to fix it, was refused, and retried the key paid for the
+    refused prompt again, nothing saying the retry was not of the edited one."""
+    latest = None
+    for event in ledger.events(job_id):
+        if event["kind"] == "conflict_refused":
+            latest = event
+    if latest is None:
+        return None
+    detail = json.loads(latest["detail_json"] or "{}")
+    return {
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(latest["at"])),
+        "changes": detail.get("changes") or [],
+        "new_hash": detail.get("new_hash"),
+    }
 
 
 def _dependents_failing(ledger: Ledger, put_back: list[tuple[dict[str, Any], list[str]]]) -> None:
