@@ -198,6 +198,14 @@ class Gates(Refusals):
             self._set_needs(key, needs)
         self.kept: list[dict[str, Any]] = []  # the changes that cannot take effect, why
 
+    def refused_request(self, regate: Regate) -> None:
+        """An admitted job whose changed request is refused as a conflict (``conflict``):
+        its admitted request runs with the gates it was admitted with, and a gate the same
+        edit changed is said kept, not dropped unseen (a review asked for with a new prompt,
+        the admitted request then rendered and used without one)."""
+        self.conflict(regate.key)
+        self.kept.extend(gate_kept(regate, name, None, conflict=True) for name in regate.fields)
+
     def fresh(self, key: str, needs: tuple[str, ...], item: Any) -> str | None:
         """A new job: as ``Refusals.check``."""
         cause = self.check(key, needs, item)
@@ -318,7 +326,11 @@ class Gates(Refusals):
 
 
 def gate_kept(
-    regate: Regate, name: str, loop: str | None, refused: str | None = None
+    regate: Regate,
+    name: str,
+    loop: str | None,
+    refused: str | None = None,
+    conflict: bool = False,
 ) -> dict[str, Any]:
     """A gate change that cannot take effect, and why."""
     job = regate.job
@@ -326,7 +338,12 @@ def gate_kept(
         admitted, manifest = bool(regate.review), bool(job.review)
     else:
         admitted, manifest = sorted(regate.needs), sorted(job.needs)
-    if refused is not None:
+    if conflict:
+        why = (
+            "its changed request was refused as a conflict, and the request admitted for the "
+            "key runs as admitted"
+        )
+    elif refused is not None:
         why = (
             f"it names {refused!r}, whose change this submit refused (a conflict): the job "
             "was admitted before and runs as admitted ('afc cancel' stops it)"
@@ -349,7 +366,7 @@ def gate_kept(
         "manifest": manifest,
         "status": regate.status,
         "why": why,
-    }
+    } | ({"conflict": True} if conflict else {})
 
 
 def kept_message(kept: dict[str, Any]) -> str:
@@ -360,6 +377,13 @@ def kept_message(kept: dict[str, Any]) -> str:
             return "true" if value else "false"
         return "[" + ", ".join(value) + "]"
 
+    if kept.get("conflict"):
+        return (
+            f"warning: key {kept['key']!r}: {kept['field']}: {shown(kept['manifest'])} in the "
+            f"manifest does not take effect: {kept['why']}; it keeps {kept['field']}: "
+            f"{shown(kept['admitted'])} as admitted. A new key renders the changed request "
+            "under the new gates."
+        )
     if kept["status"] == "awaiting_review" and kept["field"] == "review":
         # (a decision settles whether the output is used; a rendered job's needs stay as
         # admitted whatever is decided)

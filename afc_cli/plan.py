@@ -397,7 +397,9 @@ def plan(
         stored = stored_needs.get(job.key, ())
         effective.append((bool(known[3]), stored))
         if not same_request(known[0], known[2], job):
-            gates.conflict(job.key)
+            gates.refused_request(
+                Regate(job, job.job_id, known[1], known[4], bool(known[3]), stored)
+            )
             counts["conflicting"] += 1
             changes = changes_since(known[2], job.body)
             changed_files = inputs_changed(known[9], job.inputs)

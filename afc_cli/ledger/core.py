@@ -1163,7 +1163,9 @@ class Ledger:
                     # for an ended job too (``_rewebhook``)
                     rewebhooked.append((_dumps(job.webhook), job_id))
             else:
-                gates.conflict(job.key)
+                gates.refused_request(
+                    Regate(job, job_id, status, tried, bool(review), stored_needs.get(job.key, ()))
+                )
                 if webhook != _dumps(job.webhook):
                     # where events go is not the request: a receiver moved in the edit that
                     # changed this job's prompt is its receiver too (its admitted request,
