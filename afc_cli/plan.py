@@ -134,6 +134,12 @@ def plan(
     # the chains of the jobs the submit may render, as it checks them (run._chains_to_run): a
     # replay of a finished job calls no provider, so its models need no price and no API key
     finished = {key for key, known in admitted.items() if known[1] in PAST_RENDERING}
+    # nor does it run a job refused as a conflict, nor that key's admitted request
+    finished |= {
+        job.key
+        for job in manifest.jobs
+        if job.key in admitted and not same_request(admitted[job.key][0], admitted[job.key][2], job)
+    }
     to_run = chains_except(manifest, finished)
     unlisted_chains = [body["chain"] for body in unlisted.values()]
     chains = [*to_run, *unlisted_chains]

@@ -464,7 +464,7 @@ def submit(
             marked = ledger is not None and ledger.spool_identity() is not None
             # the jobs' chains read once, for the checks and the spool: only when needed (a
             # lookup of the batch's ended jobs, a 100,000-job list's too)
-            to_run = _chains_to_run(manifest, ledger) if refused or marked else []
+            to_run = _chains_to_run(manifest, ledger, bool(refused)) if refused or marked else []
             for check in (priced, keys_set):
                 if check in refused:
                     check([*to_run, *unlisted_chains])
@@ -534,11 +534,20 @@ def submit(
             ledger.close()
 
 
-def _chains_to_run(manifest: Any, ledger: Ledger | None) -> list[list[dict[str, Any]]]:
+def _chains_to_run(
+    manifest: Any, ledger: Ledger | None, changed: bool = False
+) -> list[list[dict[str, Any]]]:
     """The chains of the manifest's jobs that a submit may render: all of them, less those of
     jobs the ledger has ended or holds for review (a replay renders nothing). A job whose
-    request changed is refused as a conflict, not rendered, so dropping it too is safe."""
-    finished = ledger.finished_job_keys(manifest.batch) if ledger is not None else set()
+    request changed is refused as a conflict, not rendered, so dropping it too is safe; and
+    with ``changed`` (a check refused the manifest's chains) so is an unfinished one, whose
+    admitted request this submit does not run either: its new model's API key or rate card,
+    missing, refused the whole submit, the night's new jobs with it."""
+    if ledger is None:
+        return chains_except(manifest, set())
+    finished = ledger.finished_job_keys(manifest.batch)
+    if changed:
+        finished |= ledger.changed_job_keys(manifest.batch, manifest.jobs)
     return chains_except(manifest, finished)
 
 

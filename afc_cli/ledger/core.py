@@ -18,7 +18,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1482,6 +1482,26 @@ class Ledger:
         stores to, whatever a manifest that changed the job (a conflict) names now."""
         sql = "SELECT key, output_key FROM jobs WHERE batch = ?"
         return dict(self.db.execute(sql, (batch,)).fetchall())
+
+    def changed_job_keys(self, batch: str, jobs: Iterable[Any]) -> set[str]:
+        """The keys of ``jobs`` (a manifest's) admitted to ``batch`` with another request: the
+        conflicts its admission refuses (``manifest.same_request``, read only)."""
+        from afc_cli.manifest import same_request
+
+        hashes = dict(
+            self.db.execute("SELECT key, request_hash FROM jobs WHERE batch = ?", (batch,))
+        )
+        changed = set()
+        for job in jobs:
+            stored = hashes.get(job.key)
+            if stored is None or stored == job.request_hash:
+                continue
+            (body,) = self.db.execute(
+                "SELECT request_json FROM jobs WHERE batch = ? AND key = ?", (batch, job.key)
+            ).fetchone()
+            if not same_request(stored, body, job):
+                changed.add(job.key)
+        return changed
 
     def finished_job_keys(self, batch: str) -> set[str]:
         """The keys of a batch's jobs that no run renders again: ended, or awaiting review."""
