@@ -46,12 +46,19 @@ def _examples(*lines: str) -> str:
     return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def _path_not_option(value: str | None) -> str | None:
+def _path_not_option(
+    ctx: typer.Context, param: typer.CallbackParam, value: str | None
+) -> str | None:
     """Refuse a path option's value that is an option: click hands ``afc status --ledger
     --json`` the word ``--json`` as the ledger, and the command would make a file of that
     name (a new empty ledger, or an HTML report) and answer as if nothing were amiss. A file
     whose name starts with a dash is still reachable as ``./-name``; exit 2 as any usage
-    error."""
+    error. A value from the environment (``AFC_LEDGER``) is no option's word: it is taken as
+    written (refused, a ledger named ``-night.db`` there was 'an option' to every command)."""
+    # (by name: typer carries a click of its own, whose enum is not click's)
+    source = ctx.get_parameter_source(param.name or "")
+    if getattr(source, "name", None) == "ENVIRONMENT":
+        return value
     if value and value.startswith("-"):
         raise typer.BadParameter(
             f"{value!r} is an option, not a path (write ./{value} for a file of that name)"
