@@ -47,12 +47,35 @@ def process_gone(job: dict[str, Any], now: float) -> bool:
     return owner_process_gone(owner, job.get("lease_expires"), now, job.get("lease_mono"))
 
 
+# the start of the reason a run writes of a job that waits for its provider's call slot
+# (``pipeline.RunContext.slot_wait``, ``_start_attempt``): a wait inside that run
+SLOT_WAIT = "waiting for a call of "
+# said after it once no process holds the job: the run stopped (Ctrl-C, a budget) while it
+# waited, and the slot's wait ended with it
+SLOT_WAIT_OVER = (
+    "no afc process waits for it now (its run ended during the wait): the next afc resume or "
+    "afc worker calls it"
+)
+
+
 def waiting_now(job: dict[str, Any], said: str | None, now: float) -> str | None:
     """A job's reason (``said``: what the ledger has, ``waiting_reason``), with the word that
-    its process is gone where it is (``process_gone``): as ``afc status`` and ``afc show``
+    its process is gone where it is (``process_gone``), or that no process waits for its
+    provider's call slot any more (``SLOT_WAIT_OVER``): as ``afc status`` and ``afc show``
     give it."""
     if job["status"] in ("running", "waiting") and process_gone(job, now):
         return f"{said}; {PROCESS_GONE}" if said else PROCESS_GONE
+    if (
+        job["status"] == "waiting"
+        and said
+        and said.startswith(SLOT_WAIT)
+        and "lease_owner" in job
+        and job["lease_owner"] is None
+    ):
+        # a run stopped while the job waited for its slot leaves it free, 'waiting for a
+        # call of local to end: its limits allow 1 at once': a call no process makes, in a
+        # run that has ended, read as a job held back by a call still going on
+        return f"{said}; {SLOT_WAIT_OVER}"
     return said
 
 
