@@ -3537,14 +3537,22 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # gone, its render in another host's spool: that host's run stores it again
                 # (below). Read back here, it was VERIFY_FAILED 'no spool file is left', and
                 # the retry that asked for paid for the render again on any host
+                where = (
+                    # this host's id, another machine's (``_spool_missing``): it said 'the
+                    # spool of host render-01, not this host's (render-01)', naming this host
+                    f"the spool of another machine that runs afc under this host's id "
+                    f"({elsewhere}), not this one's: a run on that machine stores it again"
+                    if elsewhere == host_id()
+                    else f"the spool of host {elsewhere}, not this host's ({host_id()}): a "
+                    f"run on host {elsewhere} stores it again"
+                )
                 return _storage_gave_up(
                     ctx,
                     job,
                     "verify",
                     StorageError(
                         f"{storage.describe(job['output_key'])} is not there, and this job's "
-                        f"paid render is in the spool of host {elsewhere}, not this host's "
-                        f"({host_id()}): a run on host {elsewhere} stores it again",
+                        f"paid render is in {where}",
                         retryable=False,
                     ),
                 )
