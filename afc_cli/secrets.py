@@ -68,6 +68,8 @@ _SECRET_NAME = re.compile(
 )
 
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s:@\"']*:[^\s@]+@(?:[^\s@/?#\"']*@)*")
+# a webhook secret (Standard Webhooks' whsec_ and base64: ``webhooks.secret_problem``)
+_WEBHOOK_SECRET = re.compile(r"\bwhsec_[A-Za-z0-9+/=]{4,}")
 
 _SHAPES = [
     # Authorization schemes: Bearer (OpenAI, Replicate), Key id:secret (fal), Token (old
@@ -89,7 +91,7 @@ _SHAPES = [
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-" + REDACTED),
     (re.compile(r"\br8_[A-Za-z0-9]{6,}"), "r8_" + REDACTED),
     (re.compile(r"\bAIza[0-9A-Za-z_\-]{10,}"), REDACTED),
-    (re.compile(r"\bwhsec_[A-Za-z0-9+/=]{4,}"), "whsec_" + REDACTED),
+    (_WEBHOOK_SECRET, "whsec_" + REDACTED),
     # https://user:password@host (a password may hold '/': an AWS secret often does; and a
     # quote, which a URL's userinfo allows and libpq takes: a PostgreSQL ledger's password
     # with one was shown from the quote on); the user name may be empty (https://:pass@host,
@@ -217,7 +219,8 @@ def environment_without_secrets() -> dict[str, str]:
     provider keys, the AWS secret and session token, the webhook secrets registered so far,
     any ``*_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` and PGPASSWORD) nor the proxy
     variables, nor any variable whose value holds a URL with a password (``AFC_LEDGER``'s
-    PostgreSQL URL, a studio's ``DATABASE_URL``): for a child process that needs none of them
+    PostgreSQL URL, a studio's ``DATABASE_URL``) or a webhook secret (``whsec_``, whatever
+    its variable's name, registered or not yet): for a child process that needs none of them
     and makes no network call, the file helper (afc_cli/offload.py). It inherited them all,
     readable in its /proc/PID/environ and in any crash report of it."""
     known = set(SECRET_ENVS) | _extra_envs
@@ -228,6 +231,9 @@ def environment_without_secrets() -> dict[str, str]:
         and not _SECRET_NAME.search(name)
         and name.lower() not in _PROXY_ENVS
         and not _URL_CREDENTIALS.search(value)
+        # a webhook's secret under any name: a manifest's secret_env is registered once the
+        # manifest is read, after the helper is started (and a worker's, at a later claim)
+        and not _WEBHOOK_SECRET.search(value)
     }
 
 
