@@ -3460,8 +3460,8 @@ async def _spool_damaged(ctx: RunContext, job: dict[str, Any], spool_path: Any, 
 
 
 def _spooled_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
-    """The host whose spool holds the job's paid render, on a ledger whose hosts spool each
-    on their own disk, when that is not this machine (``_spool_missing``'s reading); else
+    """The owner of the attempt whose paid render is in the spool of another machine, on a
+    ledger whose hosts spool each on their own disk (``_spool_missing``'s reading); else
     None."""
     if not ctx.ledger.SPOOL_PER_HOST:
         return None
@@ -3469,7 +3469,7 @@ def _spooled_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
     by = rendered[-1]["owner"] if rendered else None
     host = host_of(by) if by else ""
     if host and (host != host_id() or not is_spool_hold_of(host_lease_of(by), ctx.ledger.owner)):
-        return host
+        return by
     return None
 
 
@@ -3519,7 +3519,8 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
         # VERIFY_FAILED 'no spool file is left', and the retry paid for the render again
         # (tests/test_audit55d_gone_spool_beside.py)
         spooled_here = ctx.spool.path(job["id"]).exists() or _spooled_beside(ctx, job) is not None
-        elsewhere = None if spooled_here else _spooled_elsewhere(ctx, job)
+        rendered_by = None if spooled_here else _spooled_elsewhere(ctx, job)
+        elsewhere = host_of(rendered_by) if rendered_by else None
         if spooled_here or elsewhere:
             try:
                 info = await _storage(ctx, storage, storage.head, job["output_key"])
@@ -3546,16 +3547,24 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
                     else f"the spool of host {elsewhere}, not this host's ({host_id()}): a "
                     f"run on host {elsewhere} stores it again"
                 )
-                return _storage_gave_up(
-                    ctx,
-                    job,
-                    "verify",
-                    StorageError(
-                        f"{storage.describe(job['output_key'])} is not there, and this job's "
-                        f"paid render is in {where}",
-                        retryable=False,
-                    ),
+                # Left to that machine (its spool hold, for a lease: a run there takes it at
+                # once, another host's only once the lease runs out), no storage failure
+                # counted: as one, the job was leased to this host for the pause (the one
+                # machine without the render) and dead-lettered STORE_FAILED 'fix the
+                # storage' after four runs here, the render's worker away for minutes
+                why = (
+                    f"storage: {storage.describe(job['output_key'])} is not there, and this "
+                    f"job's paid render is in {where}"
                 )
+                ctx.ledger.set_waiting(
+                    job,
+                    why,
+                    lease_owner=host_lease_of(rendered_by),
+                    lease_expires=ctx.ledger.lease_clock() + ctx.lease_s,
+                    lease_mono=None,
+                )
+                ctx.report(job, "waiting", why, reason="spooled elsewhere")
+                return False
             if not info.exists:
                 # gone from the key since (a person tidying the bucket, a lifecycle rule, a
                 # store that lost the write in a crash), its render in this spool: stored
