@@ -1491,16 +1491,21 @@ class Ledger:
         hashes = dict(
             self.db.execute("SELECT key, request_hash FROM jobs WHERE batch = ?", (batch,))
         )
+        other = [job for job in jobs if hashes.get(job.key) not in (None, job.request_hash)]
         changed = set()
-        for job in jobs:
-            stored = hashes.get(job.key)
-            if stored is None or stored == job.request_hash:
-                continue
-            (body,) = self.db.execute(
-                "SELECT request_json FROM jobs WHERE batch = ? AND key = ?", (batch, job.key)
-            ).fetchone()
-            if not same_request(stored, body, job):
-                changed.add(job.key)
+        # their admitted requests read IN_CHUNK at a time: a statement each was 3.7 s for an
+        # edit of 20,000 jobs' defaults
+        for chunk in _chunks(other, IN_CHUNK):
+            keys = [job.key for job in chunk]
+            bodies = dict(
+                self.db.execute(
+                    f"SELECT key, request_json FROM jobs WHERE batch = ? AND key IN {_marks(keys)}",
+                    (batch, *keys),
+                )
+            )
+            changed |= {
+                job.key for job in chunk if not same_request(hashes[job.key], bodies[job.key], job)
+            }
         return changed
 
     def finished_job_keys(self, batch: str) -> set[str]:
