@@ -3676,6 +3676,9 @@ def _complete(ctx: RunContext, job: dict[str, Any], steps=()) -> bool:
     """A verified job succeeds, or, with ``review: true``, waits for a person's decision
     (``awaiting_review``, its output stored; afc_cli/review.py)."""
     if job.get("review"):
+        stall_point(
+            "reviewed", before=ctx.ledger.flush
+        )  # tests: read back, a person's cancel and retry may come
         return ctx.ledger.await_review(job, steps)
     return _succeed(ctx, job, steps)
 

@@ -121,12 +121,15 @@ def _crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def stall_point(name: str) -> None:
+def stall_point(name: str, before: Callable[[], None] | None = None) -> None:
     """Freeze here, as a SIGSTOP, a paused VM or a swap storm would, when a test arms this
     point (AFC_STALL_POINT=name, or several names with commas); the test sends SIGCONT. Here,
     beside ``_crash_point``, so that a command that never runs the pipeline (``afc cancel``)
-    arms one without importing it."""
+    arms one without importing it. ``before``: e.g. commit first, so that the frozen run
+    holds no write lock while the test's other commands run."""
     if name in os.environ.get("AFC_STALL_POINT", "").split(","):
+        if before is not None:
+            before()
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
@@ -4321,7 +4324,11 @@ class Ledger:
         """Pause a verified job for a person's review, with its checkpoints, its event and its
         ``job.awaiting_review`` webhook row in one transaction. Its output is stored; no run
         touches it again (it is neither active nor terminal) until a decision. Dated on the
-        ledger's clock, as an admission is (``queue_stats``' review age)."""
+        ledger's clock, as an admission is (``queue_stats``' review age).
+
+        Fenced by the run's lease, as ``finish`` is: a person's cancel and retry while the
+        run read the output back was overwritten with ``awaiting_review``, and a run that had
+        taken the retried job lost it, its own pause refused (outside audit 55g)."""
         now = self.clock()
         with self.tx():
             values = {
@@ -4334,10 +4341,13 @@ class Ledger:
                 "updated_at": now,
             }
             assignments = ", ".join(f"{name} = ?" for name in values)
+            held = self.owner is not None and job.get("lease_owner") == self.owner
             paused = self._all(
                 f"UPDATE jobs SET {assignments} WHERE id = ? AND status NOT IN {TERMINAL_SQL}"
-                f" AND status <> 'awaiting_review' RETURNING {RETURNED_NEWS}",
-                [*values.values(), job["id"]],
+                " AND status <> 'awaiting_review'"
+                + (" AND lease_owner = ?" if held else "")
+                + f" RETURNING {RETURNED_NEWS}",
+                [*values.values(), job["id"], *((self.owner,) if held else ())],
             )
             if len(paused) != 1:
                 return False
