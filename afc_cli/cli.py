@@ -753,10 +753,20 @@ def _spend_line(stats: Any, budget: Any) -> str:
 
 
 NOT_STARTED = "not started; 'afc resume' (or an 'afc worker') runs it"
+# A queued job with an attempt of unknown cost (a stopped run's call abandoned in flight,
+# released): said 'not started', as if nothing had been paid for it (outside audit 55g)
+UNKNOWN_PAID = (
+    "not run to its end: an attempt of unknown cost (possibly paid; 'afc show KEY' lists its "
+    "attempts); 'afc resume' (or an 'afc worker') runs it"
+)
 # A job's reason as said of the several jobs of one summary line ('3 jobs queued at probe
 # (...): ... runs them'), where the summary says it of one job
 OF_SEVERAL = {
     NOT_STARTED: "not started; 'afc resume' (or an 'afc worker') runs them",
+    UNKNOWN_PAID: (
+        "not run to their end: each has an attempt of unknown cost (possibly paid; 'afc show "
+        "KEY' lists its attempts); 'afc resume' (or an 'afc worker') runs them"
+    ),
     "it waits for the jobs it needs ('afc show KEY' names them)": (
         "each waits for the jobs it needs ('afc show KEY' names them)"
     ),
@@ -776,7 +786,7 @@ def _not_ok_lines(jobs: list[dict[str, Any]], shown: int = 3) -> list[str]:
     for job in jobs:
         why = job["error"]["message"] if job["error"] else job["waiting"] or paused_reason(job)
         if not why and job["status"] == "queued":  # admitted, not run (--no-run, a stop)
-            why = NOT_STARTED
+            why = UNKNOWN_PAID if job.get("unpriced_attempts") else NOT_STARTED
         groups.setdefault((job["status"], job["step"], same_message(why)), []).append((job, why))
     lines = []
     for (status, step, _), members in groups.items():
