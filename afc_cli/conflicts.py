@@ -239,9 +239,17 @@ def _conflict_message(conflict: dict[str, Any]) -> str:
         if status in UNFINISHED
         else ""
     )
+    # its output only where it has one: a job failed before its store, or not yet run, was
+    # said to have an output 'untouched' (outside audit 55g)
+    if status in ("succeeded", "awaiting_review", "rejected"):
+        kept = "The stored job and its output are untouched"
+    elif status in UNFINISHED:
+        kept = "The stored job is untouched"
+    else:
+        kept = "The stored job, and any output it stored, are untouched"
     return (
-        f"IDEMPOTENCY_CONFLICT: key {conflict['key']!r} {what}. The stored job and its output "
-        "are untouched; use a new key for a changed request (request hash admitted "
+        f"IDEMPOTENCY_CONFLICT: key {conflict['key']!r} {what}. {kept}; use a new key for a "
+        "changed request (request hash admitted "
         f"{conflict['stored_hash']}, now {conflict['new_hash']}).{unfinished}"
     )
 

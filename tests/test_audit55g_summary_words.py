@@ -34,3 +34,19 @@ def test_a_job_released_with_a_possibly_paid_call_is_not_said_not_started(afc, f
     (line,) = [x for x in again.stderr.splitlines() if x.startswith("afc: b1/shot:")]
     assert "not started" not in line, line
     assert "an attempt of unknown cost (possibly paid" in line, line
+
+
+def test_a_conflict_on_a_job_with_no_output_says_no_output_is_untouched(afc):
+    """A re-submit that changes the prompt of a job admitted but not rendered yet (or failed
+    before its store) said 'The stored job and its output are untouched': there is no
+    output, and a person looking for it finds none."""
+    data = manifest([{"key": "shot", "prompt": "a shot"}])
+    afc.write_manifest(data)
+    first = afc("submit", "manifest.yaml", "--no-run")
+    assert first.returncode == 0, first.stderr
+    data["jobs"][0]["prompt"] = "another shot"
+    afc.write_manifest(data)
+    again = afc("submit", "manifest.yaml", "--no-run")
+    assert "IDEMPOTENCY_CONFLICT" in again.stderr, again.stderr
+    assert "its output" not in again.stderr, again.stderr
+    assert "The stored job is untouched" in again.stderr, again.stderr
