@@ -3375,6 +3375,7 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
                 if problem:
                     outcome = "damaged"
                 else:
+                    stall_point("spool_checked", before=ctx.ledger.flush)  # tests
                     await _storage(
                         ctx, storage, storage.put_if_absent, key, spool_path, meta, inline=False
                     )

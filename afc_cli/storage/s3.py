@@ -489,8 +489,11 @@ class S3Storage(Storage):
             for field, header in META_FIELDS.items()
             if meta.get(field)
         }
-        size = source.stat().st_size
         try:
+            # measured inside: a spool file gone at this instant (removed by hand, its disk
+            # remounted) is a failed upload, as its open in ``_put`` is, not an error of
+            # afc's own that stopped the whole run (outside audit 55g)
+            size = source.stat().st_size
             if size <= MULTIPART_THRESHOLD:
                 self._put(key, source, metadata, meta["sha256"])
             else:
