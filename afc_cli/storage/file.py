@@ -147,7 +147,19 @@ class FileStorage(Storage):
                 value = json.load(fh)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
+        except OSError as exc:
+            if exc.errno in (errno.EISDIR, errno.ELOOP, errno.ENXIO):
+                # a folder, a link loop or a socket at its name: not afc's metadata
+                return {"unreadable": str(path)}
+            # The disk's or the system's failure to read it (too many open files, EIO, a
+            # stale NFS handle, its permissions changed), not a foreign object: read as
+            # one, it failed the job OUTPUT_KEY_CONFLICT, a person's decision, where a try
+            # later reads it (outside audit 55g)
+            retryable = exc.errno not in (errno.EACCES, errno.EPERM)
+            raise StorageError(
+                f"cannot read {path}: {exc.strerror or exc}", retryable=retryable
+            ) from None
+        except ValueError:
             return {"unreadable": str(path)}
         return value if isinstance(value, dict) else {"unreadable": str(path)}
 
