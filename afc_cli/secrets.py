@@ -48,7 +48,7 @@ import html
 import os
 import re
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 8
@@ -67,6 +67,17 @@ _SECRET_NAME = re.compile(
     r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$|^PGPASSWORD$", re.I
 )
 
+# the names of a URL's query parameters that carry a credential
+_KEY_PARAMS = (
+    r"key|api_key|apikey|token|access_token|secret|password|passwd|pwd|sslpassword|"
+    r"x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|"
+    r"x-goog-signature|x-goog-credential|"
+    # named as the secret variables are (``_SECRET_NAME``): api-key, auth_token,
+    # client_secret, private_token; and an Azure Function's key (?code=), which its
+    # webhook URLs carry
+    r"[A-Za-z0-9._-]*[_-](?:key|token|secret|password|passwd)|code"
+)
+_KEY_PARAM_NAME = re.compile(_KEY_PARAMS, re.I)
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s:@\"']*:[^\s@]+@(?:[^\s@/?#\"']*@)*")
 # a webhook secret (Standard Webhooks' whsec_ and base64: ``webhooks.secret_problem``)
 _WEBHOOK_SECRET = re.compile(r"\bwhsec_[A-Za-z0-9+/=]{4,}")
@@ -118,13 +129,7 @@ _SHAPES = [
     # failed' for '...<redacted>: connection failed'
     (
         re.compile(
-            r"([?&](?:key|api_key|apikey|token|access_token|secret|password|passwd|pwd|sslpassword|"
-            r"x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|"
-            r"x-goog-signature|x-goog-credential|"
-            # named as the secret variables are (``_SECRET_NAME``): api-key, auth_token,
-            # client_secret, private_token; and an Azure Function's key (?code=), which its
-            # webhook URLs carry
-            r"[A-Za-z0-9._-]*[_-](?:key|token|secret|password|passwd)|code)=)"
+            r"([?&](?:" + _KEY_PARAMS + r")=)"
             # a backslash is masked with the character after it, and a value starts with no
             # escaped quote, as it starts with no quote: in a JSON document's text
             # (``emit_json``) a value that began with a quote ('?token="abc"', a prompt's or
@@ -262,6 +267,7 @@ def _secret_values() -> list[str]:
         found = [(os.environ.get(name) or "", name in known) for name in names]
         found += [(value, True) for value in _extra_values]
         found += [(value, True) for value in _proxy_passwords()]
+        found += [(value, True) for value in _url_credentials()]
         for value, whole_known in found:
             for part in (value, *value.split(":")):  # fal keys are "id:secret"
                 part = part.strip()
@@ -301,6 +307,36 @@ def _secret_values() -> list[str]:
 # the proxy variables, read in either case (``ALL_PROXY`` too: afc's calls do not use it, but
 # its password is a password all the same)
 _PROXY_ENVS = ("http_proxy", "https_proxy", "all_proxy")
+
+
+def _url_credentials() -> list[str]:
+    """The credentials in the URL variables of the environment (a provider's base URL with its key
+    in its query, ``OPENAI_BASE_URL=https://gw/v1?api-key=...``, a password in one's user
+    part), as written and percent-decoded. Masked only where a text showed them in URL form,
+    an answer quoting the key alone (an error 'invalid key: ...') had it shown and kept
+    (outside audit 55g)."""
+    found = []
+    for name, value in os.environ.items():
+        # the URL variables only (OPENAI_BASE_URL, FAL_QUEUE_URL, AWS_ENDPOINT_URL...): any
+        # other value naming a URL in passing (pytest's PYTEST_CURRENT_TEST, a test id
+        # holding one) had its text after '?key=' taken for a key
+        if not name.upper().endswith("_URL") or "://" not in value:
+            continue
+        if "?" not in value and "@" not in value:
+            continue
+        try:
+            parts = urlsplit(value.strip())
+            password = parts.password
+        except ValueError:
+            continue
+        given = [password] if password else []
+        for param in parts.query.split("&"):
+            name, _, item = param.partition("=")
+            if item and _KEY_PARAM_NAME.fullmatch(unquote(name)):
+                given.append(item)
+        for item in given:
+            found += [item, unquote(item)]
+    return found
 
 
 def _proxy_passwords() -> list[str]:
