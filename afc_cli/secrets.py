@@ -490,6 +490,14 @@ def scrub(text: Any, *, decode: bool = True) -> Any:
     return out
 
 
+def longest_secret() -> int:
+    """The length of the longest secret value ``scrub`` looks for, in any of its forms (its
+    percent-encoding the longest): how much of a text's end may hold the start of a secret
+    the text was cut in (``providers.base.bounded``)."""
+    values = _secret_values()
+    return len(values[0]) if values else 0
+
+
 def scrub_data(value: Any, _seen: dict[str, str] | None = None) -> Any:
     """``scrub`` applied to every string inside a JSON-like value (dicts, lists), their keys
     included (a provider's usage object is the provider's to name). Each distinct string is

@@ -27,3 +27,22 @@ def test_a_key_in_a_provider_base_urls_query_is_masked_wherever_it_is_quoted(fre
     assert "pa55word-of-the-gw" not in secrets.scrub("bad password pa55word-of-the-gw")
     # a parameter named as no credential is not taken for one
     assert secrets.scrub("deployment x") == "deployment x"
+
+
+def test_a_secret_cut_by_a_huge_answers_scrubbed_head_leaves_no_piece(fresh):
+    """A provider's error answer past 8,000 characters is scrubbed in its first 8,000 alone
+    and cut to 4,000. A secret that cut fell in was left in part at the head's end; where
+    the head held the secret many times over (each copy scrubbed to '<redacted>'), the
+    scrubbed head was shorter than 4,000 and its end, the secret's start, was kept."""
+    from afc_cli.providers.base import MAX_MESSAGE_CHARS, bounded
+
+    token = "gwt-" + "7c1e9b04d2a6" * 3  # 40 characters, a *_TOKEN variable's value
+    fresh.setenv("GATEWAY_TOKEN", token)
+    secrets.reset()
+    copies = (2 * MAX_MESSAGE_CHARS - 20) // (len(token) + 1)
+    echo = f"{token} " * copies
+    message = echo + " " * (2 * MAX_MESSAGE_CHARS - 20 - len(echo)) + token + "x" * 500
+    assert message.index(token, len(echo)) == 2 * MAX_MESSAGE_CHARS - 20  # cut at its 20th
+    shown = bounded(message)
+    assert token[:20] not in shown, shown[-200:]
+    assert "<redacted>" in shown and "(cut: the message had" in shown

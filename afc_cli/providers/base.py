@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from afc_cli.costs import RateCards
-from afc_cli.secrets import scrub, visible
+from afc_cli.secrets import longest_secret, scrub, visible
 from afc_cli.spool import Output
 
 
@@ -132,10 +132,18 @@ MAX_MESSAGE_CHARS = 4000
 
 def bounded(message: str) -> str:
     """``message`` scrubbed (``secrets.scrub``) and cut to ``MAX_MESSAGE_CHARS``, the cut said.
-    Only its head is scrubbed (twice what is kept), so a huge message costs no more."""
+    Only its head is scrubbed (twice what is kept), so a huge message costs no more.
+
+    A secret the head's cut falls in is not whole in the head, and is left there: its start,
+    at the head's end, at most as long as the longest secret. Kept only the first half, it
+    was cut off, unless scrubbing had shrunk the head by half (a key quoted a hundred times,
+    percent-encoded text decoded): then the start of the cut secret was kept (outside audit
+    55g). The scrubbed head's last stretch that long is dropped."""
     if len(message) <= MAX_MESSAGE_CHARS:
         return scrub(message)
-    head = scrub(message[: 2 * MAX_MESSAGE_CHARS])[:MAX_MESSAGE_CHARS]
+    scrubbed = scrub(message[: 2 * MAX_MESSAGE_CHARS])
+    cut = len(scrubbed) - (longest_secret() if len(message) > 2 * MAX_MESSAGE_CHARS else 0)
+    head = scrubbed[: max(0, min(MAX_MESSAGE_CHARS, cut))]
     return f"{head}... (cut: the message had {len(message)} characters)"
 
 
