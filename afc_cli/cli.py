@@ -752,6 +752,14 @@ def _spend_line(stats: Any, budget: Any) -> str:
     return line
 
 
+def _ended_badly(ended_badly: int, cancelled: int) -> str:
+    """A worker's line's ' (2 failed, 1 cancelled)': a job a person cancelled while the
+    worker held it was said 'failed' (outside audit 55g); --json's ``failed`` counts both."""
+    parts = [f"{ended_badly - cancelled} failed"] if ended_badly > cancelled else []
+    parts += [f"{cancelled} cancelled"] if cancelled else []
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 NOT_STARTED = "not started; 'afc resume' (or an 'afc worker') runs it"
 # A queued job with an attempt of unknown cost (a stopped run's call abandoned in flight,
 # released): said 'not started', as if nothing had been paid for it (outside audit 55g)
@@ -1031,7 +1039,7 @@ def worker(
             sys.stderr.write(
                 f"afc: worker claimed {plural(result.claimed, 'job')} in "
                 f"{plural(result.rounds, 'round')}; {result.finished} finished"
-                + (f" ({result.failed} failed)" if result.failed else "")
+                + _ended_badly(result.failed, result.cancelled)
                 + "; spent "
                 f"{format_usd(result.spent_micros)} USD (priced)"
                 # its calls of unknown cost, as a run's summary says them (_spend_line)

@@ -458,6 +458,7 @@ class RunContext:
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
+    cancelled: int = 0  # of those, the cancelled ones (a worker's line says them apart)
     # jobs this run held whose lease another process took over and which that process ended
     # (this one stalled past its lease): said, but not counted as this run's (``finished``)
     ended_elsewhere: set[str] = field(default_factory=set)

@@ -274,6 +274,7 @@ class RunStats:
     interrupted: bool = False  # a signal stopped the run (exit 130)
     finished: int = 0  # jobs this run brought to a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
+    cancelled: int = 0  # of those, the cancelled ones
     abandoned: int = 0  # attempts left in flight at the end (recorded unknown)
 
 
@@ -1181,6 +1182,7 @@ def run_jobs(
             interrupted=interruption.interrupted,
             finished=ctx.finished,
             ended_badly=ctx.ended_badly,
+            cancelled=ctx.cancelled,
         )
 
     interrupts_cap = max_interrupts()
@@ -1410,6 +1412,7 @@ def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
         elif not done.cancelled() and done.exception() is None and done.result() in TERMINAL:
             ctx.finished += 1
             ctx.ended_badly += done.result() != "succeeded"
+            ctx.cancelled += done.result() == "cancelled"
 
     task.add_done_callback(ended)
     return task

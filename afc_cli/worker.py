@@ -360,6 +360,7 @@ class WorkerResult:
     claimed: int = 0
     finished: int = 0  # jobs brought to a terminal state by this worker
     failed: int = 0  # of those, the ones that ended failed, dead or cancelled
+    cancelled: int = 0  # of ``failed``, the cancelled ones (its line says them apart)
     until_idle: bool = False  # --until-idle: a job it ran that failed makes its exit 1
     spent_micros: int = 0  # priced spend of the attempts this worker started (never others')
     unknown_cost_attempts: int = 0  # of those, the ones whose cost is unknown
@@ -767,6 +768,7 @@ def work(
                 storage_down = None
             result.finished += stats.finished
             result.failed += stats.ended_badly
+            result.cancelled += stats.cancelled
             result.spent_micros += stats.spent_micros
             result.unknown_cost_attempts += stats.unknown_cost_attempts
             result.abandoned += stats.abandoned

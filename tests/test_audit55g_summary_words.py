@@ -50,3 +50,34 @@ def test_a_conflict_on_a_job_with_no_output_says_no_output_is_untouched(afc):
     assert "IDEMPOTENCY_CONFLICT" in again.stderr, again.stderr
     assert "its output" not in again.stderr, again.stderr
     assert "The stored job is untouched" in again.stderr, again.stderr
+
+
+def test_a_workers_line_says_a_job_cancelled_while_it_held_it_cancelled(afc):
+    """A person cancels a job an 'afc worker' holds (here frozen just after the job's attempt
+    row); the other job succeeds. The worker's line said '2 finished (1 failed)' of a batch
+    in which nothing failed."""
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}, {"key": "b", "prompt": "q"}]))
+    assert afc("submit", "manifest.yaml", "--no-run").returncode == 0
+    proc = afc.popen(
+        "worker",
+        "--until-idle",
+        "--concurrency",
+        "1",
+        env={"AFC_STALL_POINT": "after_attempt_row"},
+    )
+    try:
+        frozen_at(proc)
+        # the first job's attempt row, in admission order
+        assert afc.rows("SELECT j.key FROM attempts a JOIN jobs j ON j.id = a.job_id") == [("a",)]
+        assert afc("cancel", "a", "--batch", "b1").returncode == 0
+        proc.send_signal(signal.SIGCONT)
+        frozen_at(proc)  # the other job's attempt row
+        proc.send_signal(signal.SIGCONT)
+        assert proc.wait(timeout=60) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert sorted(afc.rows("SELECT status FROM jobs")) == [("cancelled",), ("succeeded",)]
+    assert "2 finished (1 cancelled);" in err, err
