@@ -24,17 +24,24 @@ class ReadBackFails(FaultPlan):
             self.add(Fault("HEAD", r"/films/", "500", -1))
 
 
+def waiting_at_verify(afc, s3: ProxiedBucket) -> tuple[str, dict]:
+    """One job whose upload landed and whose read-back failed (``ReadBackFails``), left
+    waiting at its verify step by a submit: its id, and its object's listing entry."""
+    afc.write_manifest(manifest(jobs(1), storage=s3.url))
+    assert afc("submit", "manifest.yaml").returncode == 1
+    [(job_id, status, step)] = afc.rows("SELECT id, status, step FROM jobs")
+    assert (status, step) == ("waiting", "verify")
+    [stored] = s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]
+    return job_id, stored
+
+
 def test_an_upload_gone_from_the_bucket_before_its_read_back_is_stored_again(moto_server, afc):
     plan = ReadBackFails()
     s3 = ProxiedBucket(moto_server, afc, plan, "renders")
     try:
-        afc.write_manifest(manifest(jobs(1), storage=s3.url))
-        assert afc("submit", "manifest.yaml").returncode == 1
-        [(job_id, status, step)] = afc.rows("SELECT id, status, step FROM jobs")
-        assert (status, step) == ("waiting", "verify")
+        job_id, stored = waiting_at_verify(afc, s3)
         spooled = afc.cwd / "afc.db-spool" / f"{job_id}.spool"
         render = spooled.read_bytes()
-        [stored] = s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]
         s3.client.delete_object(Bucket=s3.bucket, Key=stored["Key"])
         plan.clear()
 

@@ -8,9 +8,8 @@ fault proxy of tests/s3fake.py."""
 
 from __future__ import annotations
 
-from conftest import jobs, manifest
 from s3fake import ProxiedBucket
-from test_audit55d_gone_before_verify import ReadBackFails
+from test_audit55d_gone_before_verify import ReadBackFails, waiting_at_verify
 
 
 def test_an_upload_replaced_by_someone_elses_object_before_its_read_back_is_a_conflict(
@@ -19,11 +18,7 @@ def test_an_upload_replaced_by_someone_elses_object_before_its_read_back_is_a_co
     plan = ReadBackFails()
     s3 = ProxiedBucket(moto_server, afc, plan, "renders")
     try:
-        afc.write_manifest(manifest(jobs(1), storage=s3.url))
-        assert afc("submit", "manifest.yaml").returncode == 1
-        [(job_id, status, step)] = afc.rows("SELECT id, status, step FROM jobs")
-        assert (status, step) == ("waiting", "verify")
-        [stored] = s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]
+        job_id, stored = waiting_at_verify(afc, s3)
         theirs = b"\x89PNG someone else's picture, uploaded over afc's"
         s3.client.put_object(Bucket=s3.bucket, Key=stored["Key"], Body=theirs)
         plan.clear()

@@ -8,20 +8,15 @@ tests/s3fake.py."""
 
 from __future__ import annotations
 
-from conftest import jobs, manifest
 from s3fake import ProxiedBucket
-from test_audit55d_gone_before_verify import ReadBackFails
+from test_audit55d_gone_before_verify import ReadBackFails, waiting_at_verify
 
 
 def test_a_read_back_that_finds_no_object_does_not_ask_to_delete_it(moto_server, afc):
     plan = ReadBackFails()
     s3 = ProxiedBucket(moto_server, afc, plan, "renders")
     try:
-        afc.write_manifest(manifest(jobs(1), storage=s3.url))
-        assert afc("submit", "manifest.yaml").returncode == 1
-        [(job_id, status, step)] = afc.rows("SELECT id, status, step FROM jobs")
-        assert (status, step) == ("waiting", "verify")
-        [stored] = s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]
+        job_id, stored = waiting_at_verify(afc, s3)
         s3.client.delete_object(Bucket=s3.bucket, Key=stored["Key"])
         (afc.cwd / "afc.db-spool" / f"{job_id}.spool").unlink()
         plan.clear()
