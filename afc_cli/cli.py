@@ -59,6 +59,12 @@ def _path_not_option(
     source = ctx.get_parameter_source(param.name or "")
     if getattr(source, "name", None) == "ENVIRONMENT":
         return value
+    if value == "-" and param.name == "html":
+        return value  # its own refusal says the report goes to a file, not to stdout
+    if value == "-":
+        raise typer.BadParameter(
+            "'-' names stdin or stdout, not a file (write ./- for a file of that name)"
+        )
     if value and value.startswith("-"):
         raise typer.BadParameter(
             f"{value!r} is an option, not a path (write ./{value} for a file of that name)"

@@ -36,3 +36,12 @@ def test_a_file_named_like_an_option_is_reached_through_its_folder(afc):
     assert result.returncode == 0, result.stderr
     assert (afc.cwd / "-night.db").exists()
     assert afc("status", "--ledger", "./-night.db").returncode == 0
+
+
+def test_a_dash_for_the_ledger_is_refused_not_made_a_ledger_named_dash(afc):
+    """``--ledger -`` (stdin or stdout to most commands) made a ledger file named '-'."""
+    path = afc.write_manifest(manifest(jobs(1)))
+    result = afc("submit", str(path), "--ledger", "-")
+    assert result.returncode == 2, result.stderr
+    assert "'-' names stdin or stdout, not a file" in result.stderr
+    assert sorted(p.name for p in afc.cwd.iterdir()) == ["manifest.yaml"]
