@@ -48,7 +48,7 @@ def process_gone(job: dict[str, Any], now: float) -> bool:
 
 
 # the start of the reason a run writes of a job that waits for its provider's call slot
-# (``pipeline.RunContext.slot_wait``, ``_start_attempt``): a wait inside that run
+# (``slot_wait_reason``): a wait inside that run
 SLOT_WAIT = "waiting for a call of "
 # said after it once no process holds the job: the run stopped (Ctrl-C, a budget) while it
 # waited, and the slot's wait ended with it
@@ -56,6 +56,12 @@ SLOT_WAIT_OVER = (
     "no afc process waits for it now (its run ended during the wait): the next afc resume or "
     "afc worker calls it"
 )
+
+
+def slot_wait_reason(provider: str, why: str) -> str:
+    """The reason a run writes of a job waiting for a call slot of ``provider`` (``why``: the
+    limit that holds it), which ``waiting_now`` reads back by its start."""
+    return f"{SLOT_WAIT}{provider} to end: {why}"
 
 
 def waiting_now(job: dict[str, Any], said: str | None, now: float) -> str | None:

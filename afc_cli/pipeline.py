@@ -68,6 +68,7 @@ from afc_cli.ledger import (
     ProviderBusy,
 )
 from afc_cli.ledger.core import fail_point, stall_point
+from afc_cli.listing import slot_wait_reason
 from afc_cli.owner import (
     awake_clock,
     host_id,
@@ -230,9 +231,7 @@ class ProviderLimit:
             async with self.lock:
                 while True:
                     now = self.clock()
-                    while self.starts and now - self.starts[0] >= 60.0:
-                        self.starts.popleft()
-                    if len(self.starts) < self.per_minute:
+                    if self._minute_starts(now) < self.per_minute:
                         self.starts.append(now)
                         return
                     await sleep(60.0 - (now - self.starts[0]))
@@ -242,6 +241,12 @@ class ProviderLimit:
             self.release()
             raise
 
+    def _minute_starts(self, now: float) -> int:
+        """The call starts of the last 60 seconds (the older ones dropped)."""
+        while self.starts and now - self.starts[0] >= 60.0:
+            self.starts.popleft()
+        return len(self.starts)
+
     def release(self) -> None:
         if self.slots is not None:
             self.slots.release()
@@ -250,10 +255,8 @@ class ProviderLimit:
         """Which limit a call would wait for now (``RunContext.slot_wait``), else None."""
         if self.slots is not None and self.slots.locked():
             return f"{self.concurrency} at once"
-        if self.per_minute:
-            now = self.clock()
-            if sum(1 for at in self.starts if now - at < 60.0) >= self.per_minute:
-                return f"{self.per_minute} a minute"
+        if self.per_minute and self._minute_starts(self.clock()) >= self.per_minute:
+            return f"{self.per_minute} a minute"
         return None
 
 
@@ -550,15 +553,14 @@ class RunContext:
         when one is free."""
         pace = self.paces.get(name)
         if pace is not None and (pace.waiters or not pace._room()):
-            return (
-                f"waiting for a call of {name} to end: after its 429s (rate_limited) this run "
-                f"keeps at most {int(pace.allowed or 1)} of its calls in flight"
+            return slot_wait_reason(
+                name,
+                f"after its 429s (rate_limited) this run keeps at most {int(pace.allowed or 1)} "
+                "of its calls in flight",
             )
         limit = self.limits.get(name)
         full = limit.full() if limit is not None else None
-        if full is not None:
-            return f"waiting for a call of {name} to end: its limits allow {full}"
-        return None
+        return slot_wait_reason(name, f"its limits allow {full}") if full is not None else None
 
     def pace(self, name: str) -> ProviderPace:
         """The run's ``ProviderPace`` of a provider."""
@@ -683,7 +685,7 @@ async def _start_attempt(
             )
         except ProviderBusy as busy:
             ctx.report(job, "waiting", busy.reason, reason="provider limit")
-            why = f"waiting for a call of {entry['provider']} to end: {busy.reason}"
+            why = slot_wait_reason(entry["provider"], busy.reason)
             if job["status"] == "waiting" and job.get("waiting_reason") != why:
                 # resting 'waiting' (its backoff over): the reason it waits for now, as for
                 # this run's own limits (``RunContext.slot_wait``), written once a reason
@@ -3461,12 +3463,9 @@ async def _spool_damaged(ctx: RunContext, job: dict[str, Any], spool_path: Any, 
     return False
 
 
-def _spooled_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
-    """The owner of the attempt whose paid render is in the spool of another machine, on a
-    ledger whose hosts spool each on their own disk (``_spool_missing``'s reading); else
-    None."""
-    if not ctx.ledger.SPOOL_PER_HOST:
-        return None
+def _rendered_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
+    """The owner of the attempt that rendered the job, when it ran on another machine: another
+    host, or another machine under this host's id (``owner.host_lease_of``); else None."""
     rendered = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
     by = rendered[-1]["owner"] if rendered else None
     host = host_of(by) if by else ""
@@ -3475,12 +3474,17 @@ def _spooled_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
     return None
 
 
+def _spooled_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
+    """``_rendered_elsewhere``, on a ledger whose hosts spool each on their own disk: the
+    job's paid render is in that machine's spool; else None."""
+    return _rendered_elsewhere(ctx, job) if ctx.ledger.SPOOL_PER_HOST else None
+
+
 def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str:
     """Why a job at its store step has no spool file here, and what a person can do: the file
     may be on the host whose run rendered it (workers on several machines each spool on their
     own disk), or gone."""
-    rendered = [a for a in ctx.ledger.attempts(job["id"]) if a["status"] == "succeeded"]
-    by = rendered[-1]["owner"] if rendered else None
+    by = _rendered_elsewhere(ctx, job)
     host = host_of(by) if by else ""
     keep = (
         f"afc will not pay for a new render on its own: put the file back, then 'afc retry "
@@ -3495,7 +3499,7 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
             f"({host_id()}). Copy it into this host's spool ({spool_path.parent}) or any "
             f"worker's; {keep}"
         )
-    if host and not is_spool_hold_of(host_lease_of(by), ctx.ledger.owner):
+    if host:
         # this host's id, another machine's fingerprint (owner.host_lease_of): the file is
         # on that machine, not gone
         return (
