@@ -48,7 +48,7 @@ import html
 import os
 import re
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 8
@@ -324,12 +324,10 @@ def _url_credentials() -> list[str]:
             continue
         if "?" not in value and "@" not in value:
             continue
-        try:
-            parts = urlsplit(value.strip())
-            password = parts.password
-        except ValueError:
+        parts = _split_url(value)
+        if parts is None:
             continue
-        given = [password] if password else []
+        given = [parts.password] if parts.password else []
         for param in parts.query.split("&"):
             name, _, item = param.partition("=")
             if item and _KEY_PARAM_NAME.fullmatch(unquote(name)):
@@ -347,14 +345,19 @@ def _proxy_passwords() -> list[str]:
     passwords = []
     for name, value in os.environ.items():
         if name.lower() in _PROXY_ENVS and "@" in value:
-            userinfo = (
-                value.partition("://")[2].rpartition("@")[0]
-                if "://" in value
-                else (value.rpartition("@")[0])
-            )
-            password = userinfo.partition(":")[2]
+            parts = _split_url(value)
+            password = parts.password if parts is not None else None
             passwords += [password, unquote(password)] if password else []
     return passwords
+
+
+def _split_url(value: str) -> SplitResult | None:
+    """``value`` split as a URL (one written without its scheme, as a proxy variable may be:
+    ``user:PASSWORD@proxy:3128``, read as the authority), or None where it is not one."""
+    try:
+        return urlsplit(value.strip() if "://" in value else "//" + value.strip())
+    except ValueError:
+        return None
 
 
 def _partial(text: str) -> str:
