@@ -39,7 +39,9 @@ class OutputChanged(UsageError):
     SHA-256 the job's output has now). ``owner`` (batch and key) names another job whose
     output ``given`` is: a script that passed one key's sha256 with another key was told the
     job had been "rendered again since", sending its person to look for a render that never
-    happened."""
+    happened. So was a person who mistyped a sha256: with ``renders`` (the job's attempts
+    that rendered) one, ``given`` cannot be an earlier render of the job, and is said as
+    no job's output."""
 
     def __init__(
         self,
@@ -49,11 +51,17 @@ class OutputChanged(UsageError):
         given: str,
         now: str | None,
         owner: dict[str, Any] | None = None,
+        renders: int = 2,
     ):
         if owner is not None and (owner["batch"], owner["key"]) != (batch, key):
             why = (
                 f"it has SHA-256 {now}, and {given} is the output of another job, "
                 f"{owner['batch']}/{owner['key']}: was that job's sha256 given with this key?"
+            )
+        elif renders <= 1:
+            why = (
+                f"it has SHA-256 {now}, from its only render, and {given} is no job's output "
+                "(mistyped?)"
             )
         else:
             why = f"it now has SHA-256 {now} (rendered again since)"
@@ -386,7 +394,10 @@ def _decide(
     except ReviewRace as exc:
         if exc.expected is not None:
             owner = ledger.output_of(exc.expected)
-            raise OutputChanged(verb, exc.key, exc.batch, exc.expected, exc.now, owner) from None
+            renders = ledger.renders_of(exc.batch, exc.key)
+            raise OutputChanged(
+                verb, exc.key, exc.batch, exc.expected, exc.now, owner, renders
+            ) from None
         raise UsageError(
             f"cannot decide {exc.key!r} (batch {exc.batch!r}): it was decided meanwhile, by "
             "another review; nothing was decided"

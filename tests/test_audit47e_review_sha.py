@@ -33,7 +33,8 @@ def test_another_jobs_sha256_is_named_as_such_not_as_a_render_since(afc, ledger_
         "frame-a",
         "frame-b",
     }
-    # a SHA-256 that is no job's output keeps the message it had
+    # a SHA-256 that is no job's output, for a job rendered once: mistyped
+    # (tests/test_review_sha_typo.py)
     other = afc("review", "approve", "frame-a", "--sha256", "0" * 64)
-    assert other.returncode == 2 and "rendered again since" in other.stderr, other.stderr
+    assert other.returncode == 2 and "mistyped" in other.stderr, other.stderr
     assert afc("review", "approve", "frame-a", "--sha256", sha["frame-a"]).returncode == 0

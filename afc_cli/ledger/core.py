@@ -1376,6 +1376,16 @@ class Ledger:
             (sha256,),
         )
 
+    def renders_of(self, batch: str, key: str) -> int:
+        """How many of a job's attempts rendered (succeeded): one, and a decision's
+        ``--sha256`` that is not its output cannot name an earlier render of it."""
+        row = self._one(
+            "SELECT COUNT(*) AS n FROM attempts a JOIN jobs j ON j.id = a.job_id"
+            " WHERE j.batch = ? AND j.key = ? AND a.status = 'succeeded'",
+            (batch, key),
+        )
+        return int(row["n"]) if row else 0
+
     def unfinished_batches(self) -> list[str]:
         """The batches with a job a run may still take (queued, running, waiting or blocked).
         Each batch looked up in the (batch, status) index: by status alone, a worker's start
