@@ -1471,6 +1471,14 @@ def retry(
 
             emit_json(result)
         elif not quiet:
+            from afc_cli.costs import plural
+            from afc_cli.errors import first_named
+
+            # each refused edit said beside its job, but thousands (a batch's prompts edited
+            # and refused, then retried) said once: one line of each doubled what a retry of
+            # 20,000 jobs wrote
+            edits = [item for item in result["retried"] if item.get("refused_edit")]
+            each_edit = len(edits) <= 5
             for item in result["retried"]:
                 if item["status"] == "blocked" and item.get("ended_needs"):
                     _err(
@@ -1484,7 +1492,7 @@ def retry(
                     )
                 else:
                     _err(f"{item['batch']}/{item['key']}: queued again (was {item['was']})")
-                if item.get("refused_edit"):
+                if item.get("refused_edit") and each_edit:
                     from afc_cli.conflicts import describe_changes
 
                     edit = item["refused_edit"]
@@ -1496,6 +1504,15 @@ def retry(
                         "and give the changed request a new key"
                     )
                 _dependents_said(item)
+            if not each_edit:
+                keys_said = first_named([f"{i['batch']}/{i['key']}" for i in edits], 10)
+                _err(
+                    f"{plural(len(edits), 'retried job')} render the requests admitted for "
+                    f"them, not the ones a submit refused as conflicts: {keys_said} ('afc show "
+                    "KEY' lists each refused change, '--json' gives them as refused_edit); to "
+                    "render those, cancel these retries ('afc cancel KEY') and give each "
+                    "changed request a new key"
+                )
             for item in result["unchanged"]:
                 if item.get("already_retried"):
                     _err(
