@@ -1050,6 +1050,24 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
         let_go()
 
 
+def _retried_said(ctx: RunContext, job_id: str, commands: bool = False) -> str:
+    """How a job this run held came to be retried meanwhile, from the latest ``retried``
+    event's ``previous_status``: a person's cancel, or another afc process that took the job
+    over (its lease expired while this run was stalled) and failed it. Said 'cancelled and
+    retried' either way, a person read the log looking for who had cancelled it.
+    ``commands``: the commands that did it, in brackets."""
+    was = None
+    for event in ctx.ledger.events(job_id):
+        if event["kind"] == "retried":
+            was = json.loads(event["detail_json"] or "{}").get("previous_status")
+    if was == "cancelled" or was is None:
+        how = " ('afc cancel', then 'afc retry')"
+        was = "cancelled"
+    else:
+        how = " ('afc retry')"
+    return f"{was} and retried meanwhile" + (how if commands else "")
+
+
 async def _run_job(
     ctx: RunContext, job_id: str, hold: Callable[[], Awaitable[None]] | None = None
 ) -> str:
@@ -1155,7 +1173,7 @@ async def _run_job(
         ctx.report(
             job,
             "ended",
-            "here: cancelled and retried meanwhile, and another afc process ended it "
+            f"here: {_retried_said(ctx, job_id)}, and another afc process ended it "
             f"({job['status']})",
         )
     elif retried and job["status"] not in TERMINAL:
@@ -1165,7 +1183,7 @@ async def _run_job(
         ctx.report(
             job,
             "ended",
-            "here: cancelled and retried meanwhile ('afc cancel', then 'afc retry'): "
+            f"here: {_retried_said(ctx, job_id, commands=True)}: "
             + (
                 "another afc process has taken it on since"
                 if holder and not is_host_lease(holder)
