@@ -3629,32 +3629,27 @@ async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, s
         spooled = ctx.spool.path(job["id"])
         # The object at the key carries this job's own metadata, so 'afc retry' alone finds
         # it again, reads it back and fails the same way: the way out is said here. afc never
-        # deletes or overwrites a stored object on its own (a person's decision)
-        if problem.endswith(NOT_THERE):
-            # no object at the key at all: there is nothing to delete, and a retry alone
-            # finds the key free. It said to delete the object first, one that is not there
+        # deletes or overwrites a stored object on its own (a person's decision). With no
+        # object at the key at all (NOT_THERE), a retry alone finds the key free: it said to
+        # delete the object first, one that is not there
+        in_spool = spooled.exists()
+        first = (
+            ""
+            if problem.endswith(NOT_THERE)
+            else f"delete {where} (a retry alone finds this job's own object there again and "
+            "fails the same way), then "
+        )
+        if in_spool:
             kept = (
-                f"The spool file {spooled} is kept: 'afc retry {job['key']}' on this host "
-                f"({host_id()}), whose spool has the file, stores it and pays for no new render."
-                if spooled.exists()
-                else "No spool file is left for it (its render was found in storage, or "
-                "stored here and its spool file removed then). To render it again: 'afc retry "
-                f"{job['key']}': the next run pays for a new render."
-            )
-        elif spooled.exists():
-            kept = (
-                f"The spool file {spooled} is kept. To store it: delete {where} (a retry alone "
-                "finds this job's own object there again and fails the same way), then 'afc "
-                f"retry {job['key']}' on this host ({host_id()}), whose spool has the file: the "
-                "next run stores it and pays for no new render."
+                f"The spool file {spooled} is kept. To store it: {first}'afc retry "
+                f"{job['key']}' on this host ({host_id()}), whose spool has the file: the next "
+                "run stores it and pays for no new render."
             )
         else:
             kept = (
                 "No spool file is left for it (its render was found in storage, or stored "
-                "here and its spool file removed then). "
-                f"To render it again: delete {where} (a retry alone finds this job's own object "
-                f"there again and fails the same way), then 'afc retry {job['key']}': the next "
-                "run pays for a new render."
+                f"here and its spool file removed then). To render it again: {first}'afc "
+                f"retry {job['key']}': the next run pays for a new render."
             )
         with ctx.ledger.tx():
             if ctx.ledger.finish(
