@@ -41,7 +41,7 @@ class Spilled:
 
     def __init__(self, folder: str | os.PathLike[str] | None) -> None:
         if folder is not None:
-            os.makedirs(folder, exist_ok=True)
+            make_dirs(folder)
         self.file = _unnamed_file(folder)
         self.size = 0
         self.head = b""
@@ -133,6 +133,30 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_dirs(path: str | os.PathLike[str]) -> None:
+    """``mkdir -p path``, each folder it makes durable: a new folder's name is an entry of the
+    folder above it, written to disk by an fsync of that folder, not of the new one. The
+    object (or spool file) fsynced into a folder made without it could be recorded stored
+    and then, after a power cut, be gone with its folder's name. Raises ``OSError`` as
+    ``Path.mkdir(parents=True, exist_ok=True)`` does (a file in the way, permissions)."""
+    path = Path(path)
+    missing = []
+    folder = path
+    while not folder.is_dir() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    for each in reversed(missing):
+        try:
+            os.mkdir(each)
+        except FileExistsError:
+            if not each.is_dir():  # a file, or a link to nothing: not a folder
+                raise
+            # made meanwhile by another process, whose fsync may not have run yet: synced
+            # here as well
+    for each in missing:
+        fsync_dir(each.parent)
 
 
 class DirSync:
@@ -260,7 +284,7 @@ class Spool:
         written (a file in the way, a read-only or over-quota disk, permissions) is then found
         before any render is paid for, not by the first render's bytes, which would be lost.
         Raises ``OSError``."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)
         probe = self.root / f".afc-check-{os.getpid()}.probe"
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -527,7 +551,7 @@ class Spool:
         the spool changes hands (``afc ledger copy`` moved its ledger's work)."""
         import json
 
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)
         data = json.dumps({"ledger": identity, "named": named}).encode()
         final = self.root / OWNER_FILE
         part = self.root / f"{OWNER_FILE}-{os.getpid()}.tmp"
@@ -602,7 +626,7 @@ def _write_whole(
     try:
         fd = os.open(part, flags, 0o644)
     except FileNotFoundError:
-        part.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(part.parent)
         fd = os.open(part, flags, 0o644)
     try:
         try:

@@ -5,10 +5,12 @@ The object for key ``a/b.png`` is ``PATH/a/b.png``; its metadata is ``PATH/a/b.p
 
 A store writes the metadata first and the object second, each as an exclusive create (a
 fsynced temporary file hard-linked into place, which fails if the name exists), then fsyncs the
-directory. So an object never appears without the metadata that names its job, and a file that
-someone else put at a key is never overwritten. The object is hard-linked straight from the
-spool file when both are on one file system (no second copy, no second fsync of the bytes);
-on another, a copy a killed run left half written is removed by the next copy of its object.
+directory. Folders the key needs are made first, each made durable in the folder above it
+(``spool.make_dirs``), up to the storage root. So an object never appears without the
+metadata that names its job, and a file that someone else put at a key is never overwritten.
+The object is hard-linked straight from the spool file when both are on one file system (no
+second copy, no second fsync of the bytes); on another, a copy a killed run left half written
+is removed by the next copy of its object.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from afc_cli.errors import (
     UsageError,
     unnamable_here,
 )
-from afc_cli.spool import file_digest, fsync_dir
+from afc_cli.spool import file_digest, fsync_dir, make_dirs
 from afc_cli.storage import object_url, shown_url
 from afc_cli.storage.base import NOT_THERE, ObjectExists, ObjectInfo, Storage, typed_meta
 
@@ -173,7 +175,7 @@ class FileStorage(Storage):
                     _SEEN.add(self.root)
                 elif self.root in _SEEN:  # gone since: not made again (``_gone``)
                     raise StorageError(f"cannot write {obj}: {self._gone()}", retryable=False)
-                obj.parent.mkdir(parents=True, exist_ok=True)
+                make_dirs(obj.parent)  # the folders it makes durable up to the root
                 if len(_MADE) >= MADE_DIRS:
                     _MADE.clear()
                 _MADE.add(obj.parent)
@@ -310,7 +312,7 @@ class FileStorage(Storage):
 
     def check(self) -> None:
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.root)
         except OSError as exc:
             said = _in_the_way(self.root) or str(exc)
             raise UsageError(f"cannot use storage {self.shown}: {said}") from None

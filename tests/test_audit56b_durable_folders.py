@@ -1,0 +1,85 @@
+"""Durability of the folders a file:// store and the spool make, found by outside audit 56b.
+
+A power cut cannot be pulled in a test: the order is shown by recording, in this test process
+only, which folders are fsynced (``os.fsync`` wrapped to note each descriptor's path). A new
+folder's name lives in the folder above it, so it is on disk only once that folder is fsynced;
+the object's own folder fsync does not write it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def synced(monkeypatch):
+    """The folders fsynced from now on, in order (files fsynced are left out)."""
+    seen: list[Path] = []
+    real = os.fsync
+
+    def fsync(fd):
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if path.is_dir():
+            seen.append(path)
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def test_a_store_makes_its_new_folders_durable_up_to_the_root(tmp_path, synced, monkeypatch):
+    """Key ``a/b/c/x.png`` in an empty storage folder: ``a``, ``b`` and ``c`` are made, and
+    before the store returns (so before the ledger may record the job stored) the root, ``a``
+    and ``b`` are fsynced, each holding a new folder's name. Only ``c`` was fsynced: a power cut
+    could leave the ledger saying stored while ``a/`` was gone from the root."""
+    from afc_cli.spool import Spool
+    from afc_cli.storage import file as file_mod
+
+    monkeypatch.setattr(file_mod, "_MADE", set())
+    root = tmp_path / "out"
+    storage = file_mod.FileStorage(root)
+    storage.check()
+    spooled = Spool(tmp_path / "spool").write("job", b"png bytes")
+    synced.clear()
+    meta = {"job_id": "job", "request_hash": "h", "sha256": spooled.sha256, "size": 9}
+    storage.put_if_absent("a/b/c/x.png", spooled.path, meta, sync=False)
+    assert (root / "a/b/c/x.png").read_bytes() == b"png bytes"
+    assert set(synced) == {root, root / "a", root / "a/b"}
+    # the object's own folder is the caller's to fsync (coalesced: ``unsynced_dirs``)
+    assert storage.unsynced_dirs("a/b/c/x.png") == (root / "a/b/c",)
+    # a second key in a folder that exists makes nothing and fsyncs nothing more
+    synced.clear()
+    storage.put_if_absent("a/b/c/y.png", spooled.path, {**meta, "job_id": "other"}, sync=False)
+    monkeypatch.setattr(file_mod, "_MADE", set())  # a new process: it finds the folder
+    storage.put_if_absent("a/b/c/z.png", spooled.path, {**meta, "job_id": "third"}, sync=False)
+    assert synced == []
+
+
+def test_a_new_storage_root_and_spool_folder_are_made_durable(tmp_path, synced):
+    """``afc submit`` makes the storage folder (``FileStorage.check``) and the spool folder
+    (``Spool.check``) when missing; their names, in the folders above, were never fsynced,
+    though every output and paid render afterwards lives in them."""
+    from afc_cli.spool import Spool
+    from afc_cli.storage.file import FileStorage
+
+    FileStorage(tmp_path / "renders/2026-12-06").check()
+    assert set(synced) >= {tmp_path, tmp_path / "renders"}
+    synced.clear()
+    Spool(tmp_path / "ledgers/afc.db-spool").check()
+    assert set(synced) == {tmp_path, tmp_path / "ledgers"}
+
+
+def test_a_file_in_the_way_is_still_refused(tmp_path):
+    """``make_dirs`` fails as ``mkdir -p`` did where a file takes a folder's name."""
+    from afc_cli.spool import make_dirs
+
+    (tmp_path / "a").write_text("not a folder")
+    with pytest.raises(FileExistsError):
+        make_dirs(tmp_path / "a/b")
+    with pytest.raises(FileExistsError):
+        make_dirs(tmp_path / "a")
+    (tmp_path / "gone").symlink_to(tmp_path / "unmounted")
+    with pytest.raises(FileExistsError):
+        make_dirs(tmp_path / "gone")
