@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import unicodedata
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +82,7 @@ class FileStorage(Storage):
         self.root = Path(root)
         self.url = f"file://{self.root}"  # as the ledger records it (the path not encoded)
         self.shown = shown_url(self.url)  # as afc prints it (storage.shown_url)
+        self._folds: tuple[bool, bool] | None = None  # ``name_folds``, once probed
 
     def describe(self, key: str) -> str:
         return object_url(self.url, key)
@@ -407,6 +409,60 @@ class FileStorage(Storage):
                             f"{self.shown}: {os.path.join(full, name)} is a folder; move it, or "
                             "change the output template"
                         )
+        if len(keys) > 1:
+            self._one_name(keys)
+
+    def _one_name(self, keys: list[str]) -> None:
+        """Two output keys this folder's file system takes for one name (``name_folds``):
+        ``Shot1.png`` and ``shot1.png`` on macOS or a Windows share. Both jobs' renders were
+        paid for, and the second store met the first's file (OUTPUT_KEY_CONFLICT), found
+        only then. Refused with the two keys before anything is rendered; where the file
+        system tells them apart (ext4, XFS; and S3 always does) nothing is refused. The fold
+        is Python's ``casefold``, a little wider than some shares' (``ß`` and ``ss`` are one
+        here): such a pair is refused though it could have been stored. Probed at the storage
+        folder: a folder under it on another file system, or one with its own setting (ext4's
+        per-folder casefold), is not probed."""
+        if self._folds is None:  # once per storage: a worker's refills check new keys often
+            self._folds = self.name_folds()
+        case, accents = self._folds or (False, False)
+        if not (case or accents):
+            return
+        seen: dict[str, str] = {}
+        for key in keys:
+            folded = unicodedata.normalize("NFC", key) if accents else key
+            if case:
+                folded = unicodedata.normalize("NFC", folded.casefold())
+            other = seen.setdefault(folded, key)
+            if other != key:
+                told = "letters in another case" if case else "accented letters composed or not"
+                raise UsageError(
+                    f"cannot store both {other!r} and {key!r} in {self.shown}: its file system "
+                    f"does not tell {told} apart, so they name one file and the second job's "
+                    "render would be paid for and never stored; change one job's key or the "
+                    "output template"
+                )
+
+    def name_folds(self) -> tuple[bool, bool] | None:
+        """Whether this folder's file system takes two spellings for one name: letters in
+        another case (macOS's APFS and HFS+ as set up by default, a Windows server's share, FAT
+        and exFAT drives, ext4 with casefold), and accented letters composed or decomposed
+        (NFC and NFD: macOS). One probe: a name created, its other spellings looked up.
+        None where the probe cannot be made (the stores' own errors say why; probed again
+        at the next check)."""
+        root = os.fsencode(self.root)
+        name = b".afc-" + uuid.uuid4().hex.encode() + b"-A\xc3\xa9.tmp"  # 'Aé', é composed
+        probe = os.path.join(root, name)
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except OSError:
+            return None
+        try:
+            case = os.path.lexists(os.path.join(root, name.replace(b"-A", b"-a")))
+            accents = os.path.lexists(os.path.join(root, name.replace(b"\xc3\xa9", b"e\xcc\x81")))
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+        return case, accents
 
     def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
         try:
