@@ -492,6 +492,31 @@ def os_user() -> str:
         return f"uid {os.getuid()}"
 
 
+def _succeeded(ledger: Ledger, job: dict[str, Any]) -> str:
+    """Why a succeeded job is not retried. Its output is stored, the refusal said, even of one
+    deleted from its folder since (by a person, a clean-up script): a person told that looked
+    no further. A ``file://`` output is looked for (one stat; an S3 bucket is not asked from
+    an error message): one gone is said so, with what can be done, since afc never renders a
+    succeeded job again (replays and the probe trust the ledger, not storage)."""
+    said = (
+        "it succeeded: its output is stored, and afc never pays for it again (submit a changed "
+        "request under a new key)"
+    )
+    from afc_cli import storage as storage_mod
+
+    try:
+        store = storage_mod.open(ledger.batch(job["batch"])["storage"])
+        if not store.local or store.head(job["output_key"]).exists:
+            return said
+    except Exception:  # what cannot be looked at is said as before
+        return said
+    return (
+        f"it succeeded, but its output {store.describe(job['output_key'])} is no longer there "
+        "(deleted or moved since it was stored and verified); afc never pays for a succeeded "
+        "job again: put the file back, or submit the request under a new key to render it again"
+    )
+
+
 def retry(
     ledger_path: str,
     keys: list[str],
@@ -543,8 +568,7 @@ def retry(
                 continue
             if job["status"] not in RETRYABLE:
                 why = {
-                    "succeeded": "it succeeded: its output is stored, and afc never pays for it "
-                    "again (submit a changed request under a new key)",
+                    "succeeded": _succeeded(ledger, job),
                     "rejected": "a person rejected its output, which is final (submit a changed "
                     "request under a new key)",
                     "awaiting_review": "its output is stored and waits for a decision (afc "
