@@ -1404,6 +1404,10 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
         # Stored by this very job (an earlier run, or a ledger rebuilt over the same storage):
         # succeed from storage, no provider call; count the render it saved.
         meta = info.meta
+        try:
+            await _sync_dirs(ctx, storage, job["output_key"])  # its folder durable first
+        except StorageError as exc:
+            return _storage_gave_up(ctx, job, "probe", exc)
         # the render this ledger paid for (a job cancelled or failed after its store, and
         # retried) is used, but no render was avoided: its attempt adopted as at render
         own = _paid_here(ctx, job, meta)
@@ -3234,7 +3238,12 @@ def check_storage(storage: Storage, sleep: Callable[[float], None] = time.sleep)
 
 
 async def _sync_dirs(ctx: RunContext, storage: Storage, key: str) -> None:
-    """The directory fsyncs that make a local store durable, shared with other jobs'."""
+    """The directory fsyncs that make a local store durable, shared with other jobs'.
+
+    Also before a job is recorded stored from an object of its own found at its key (probe,
+    store): the run that linked it there may have been killed before its own fsync of the
+    folder, whose entry for the object is then in memory only, and a power cut after this
+    run recorded the job would leave it succeeded with nothing stored."""
     for directory in storage.unsynced_dirs(key):
         try:
             await ctx.dirs.sync(directory)
@@ -3427,11 +3436,13 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
                     ),
                     retryable=False,
                 ) from None
+            await _sync_dirs(ctx, storage, key)  # its folder durable first
             _found_own(ctx, job, info.meta)
             return True
         if outcome in ("missing", "damaged"):
             info = await _storage(ctx, storage, storage.head, key)
             if info.exists and ownership(job, info) is None:
+                await _sync_dirs(ctx, storage, key)  # its folder durable first
                 _found_own(ctx, job, info.meta)  # stored before (verify reads it back)
                 return True
             if outcome == "damaged":

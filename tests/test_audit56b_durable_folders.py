@@ -83,3 +83,71 @@ def test_a_file_in_the_way_is_still_refused(tmp_path):
     (tmp_path / "gone").symlink_to(tmp_path / "unmounted")
     with pytest.raises(FileExistsError):
         make_dirs(tmp_path / "gone")
+
+
+# Notes, in ``$AFC_TEST_SYNCED``, every folder under ``$AFC_TEST_UNDER`` that the afc child (or
+# its file helper) fsyncs: the order of a power cut's loss cannot be seen otherwise.
+NOTE_SYNCS = """
+import os
+import stat
+
+_fsync, _under, _log = os.fsync, os.environ["AFC_TEST_UNDER"], os.environ["AFC_TEST_SYNCED"]
+
+
+def _noting(fd):
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(_under):
+            with open(_log, "a") as log:
+                log.write(path + "\\n")
+    return _fsync(fd)
+
+
+os.fsync = _noting
+"""
+
+
+def _noting(afc) -> tuple[dict[str, str], Path]:
+    site = afc.cwd / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(NOTE_SYNCS)
+    log = afc.cwd / "synced.log"
+    return {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+        "AFC_TEST_UNDER": str(afc.outputs()),
+        "AFC_TEST_SYNCED": str(log),
+    }, log
+
+
+def test_an_own_object_found_is_made_durable_before_it_is_recorded(afc):
+    """A run killed after linking a job's object into its folder, before its fsync of that
+    folder (the object's entry in memory only), leaves the object for the next run, which
+    records the job succeeded from it: at its store step (the store finds its own object) or
+    at its probe (a ledger made anew over the folder). Neither fsynced the folder, so a power
+    cut after could leave the job succeeded with no file. Each now fsyncs it first."""
+    import shutil
+
+    from conftest import manifest
+
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    calls = afc.cwd / "calls.log"
+    killed = afc(
+        "submit",
+        "manifest.yaml",
+        env={"AFC_CRASH_POINT": "after_store", "AFC_LOCAL_CALL_LOG": str(calls)},
+    )
+    assert killed.returncode < 0 or killed.returncode == 137, killed.stderr
+    env, log = _noting(afc)
+    result = afc("resume", env={**env, "AFC_LOCAL_CALL_LOG": str(calls)})
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert str(afc.outputs() / "b1") in log.read_text().splitlines()  # the store step
+    # the ledger made anew over the same folder: the probe finds the job's own object
+    (afc.cwd / "afc.db").unlink()
+    shutil.rmtree(afc.cwd / "afc.db-spool", ignore_errors=True)
+    log.unlink()
+    result = afc("submit", "manifest.yaml", env={**env, "AFC_LOCAL_CALL_LOG": str(calls)})
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    assert str(afc.outputs() / "b1") in log.read_text().splitlines()  # the probe
+    assert len(calls.read_text().splitlines()) == 1  # one render, never again
