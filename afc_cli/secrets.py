@@ -14,7 +14,8 @@ What is removed:
   environment variable whose name ends in ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD``, and
   libpq's ``PGPASSWORD``, and the password in a proxy variable's URL (``_proxy_passwords``)
   (values of 8 characters or more, so a short value does not blank ordinary words);
-- token shapes, whoever's they are: ``Bearer …``, ``Key …`` (fal), ``sk-…`` (OpenAI),
+- token shapes, whoever's they are: ``Bearer …``, ``Key …`` (fal), ``Basic …`` (the base64
+  of any ``user:password``, however short the password), ``sk-…`` (OpenAI),
   ``r8_…`` (Replicate), ``AIza…`` (Google), ``whsec_…``, credentials in a URL
   (``https://user:pass@host``) and key-like query parameters (``?key=…``, ``?api-key=…``, ``?code=…``, ``X-Amz-Signature``,
   Azure's SAS ``sig=``, which OpenAI's image URLs carry, ``X-Goog-Signature``), and the
@@ -82,7 +83,21 @@ _URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s:@\"']*:[^\s@]+@(?:[^\s@/?#\"']*@)*
 # a webhook secret (Standard Webhooks' whsec_ and base64: ``webhooks.secret_problem``)
 _WEBHOOK_SECRET = re.compile(r"\bwhsec_[A-Za-z0-9+/=]{4,}")
 
-_SHAPES = [
+
+def _basic(found: re.Match[str]) -> str:
+    """A ``Basic`` credential masked (``_SHAPES``), or the text as it was where its token is
+    not the base64 of a ``user:password``."""
+    token = found.group(3)
+    try:
+        said = base64.b64decode(token + "=" * (-len(token) % 4), validate=True).decode()
+    except ValueError:  # not base64, or not UTF-8 (binascii.Error, UnicodeDecodeError)
+        return found.group()
+    if ":" not in said or not said.isprintable():
+        return found.group()
+    return found.group(1) + found.group(2) + REDACTED
+
+
+_SHAPES: list[tuple[re.Pattern[str], Any]] = [
     # Authorization schemes: Bearer (OpenAI, Replicate), Key id:secret (fal), Token (old
     # Replicate); "Key" and "Token" only capitalised, as in a header, so prose is left alone.
     # A bearer token holds a digit, a symbol other than '-' or a capital past its first
@@ -98,6 +113,11 @@ _SHAPES = [
         r"\1\2" + REDACTED,
     ),
     (re.compile(r"\b(Key)(\s+)[A-Za-z0-9_\-]{6,}:[A-Za-z0-9_\-]{6,}"), r"\1\2" + REDACTED),
+    # Basic (a proxy's Proxy-Authorization, a URL's user:password as httpx sends it): the
+    # base64 of a 'user:password', whatever its length (a proxy password of fewer than
+    # MIN_SECRET_CHARS, quoted back in a 407, was shown and kept: base64 hides nothing);
+    # only what decodes to printable text with a colon, so "Basic Training" is prose
+    (re.compile(r"\b((?i:basic))(\s+)([A-Za-z0-9+/]{2,}={0,2})(?![A-Za-z0-9+/=])"), _basic),
     (re.compile(r"\b(Token)(\s+)[A-Za-z0-9_\-]{16,}"), r"\1\2" + REDACTED),
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-" + REDACTED),
     (re.compile(r"\br8_[A-Za-z0-9]{6,}"), "r8_" + REDACTED),
