@@ -13,7 +13,7 @@ What is removed:
   ``AWS_SESSION_TOKEN``, the webhook secrets a manifest names (``register``), and any
   environment variable whose name ends in ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD``, and
   libpq's ``PGPASSWORD``, and the password in a proxy variable's URL (``_proxy_passwords``)
-  (values of 8 characters or more, so a short value does not blank ordinary words);
+  (values of 8 characters or more and no plain word, so ordinary words are not blanked: below);
 - token shapes, whoever's they are: ``Bearer …``, ``Key …`` (fal), ``Basic …`` (the base64
   of any ``user:password``, however short the password), ``sk-…`` (OpenAI),
   ``r8_…`` (Replicate), ``AIza…`` (Google), ``whsec_…``, credentials in a URL
@@ -23,6 +23,19 @@ What is removed:
   ``/api/webhooks/<id>/<token>``).
 
 Each is replaced by ``<redacted>`` (no square brackets: rich would read them as markup).
+
+A weak password is masked only where it stands as a credential. A value shorter than
+``MIN_SECRET_CHARS``, or a plain word (letters only, shorter than ``WORD_CHARS``:
+``PGPASSWORD=postgres``, ``postgresql://afc:password@db/afc``), is not looked for in ordinary
+text: masked wherever that word stood, it made every ledger message read '<redacted>ql://...'
+and a job 'password-reset' '<redacted>-reset' in every table and --json, and the gap itself
+told the password to whoever read it. Such a password is masked where a text holds it as a
+credential, by the shapes below: a URL's ``user:password@``, a ``?password=`` parameter, and
+a ``Basic`` header's base64 (a proxy quoting back its ``Proxy-Authorization``). A password
+that a provider or proxy quotes back in prose ('password afc rejected') is shown: no service
+afc calls holds a database password, and a word is guessed as easily as it is read. A value
+with a digit or a symbol, or of ``WORD_CHARS`` letters or more (a pass phrase), is no word of
+prose and is masked wherever it stands.
 
 How a value is found, since an echo is not always the value as it was sent:
 
@@ -53,6 +66,8 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 8
+# a value of letters only shorter than this is a word (``_a_word``): masked as a credential only
+WORD_CHARS = 16
 PARTIAL_CHARS = 12  # this many consecutive characters of a known key are taken as the key
 SECRET_ENVS = (
     "OPENAI_API_KEY",
@@ -291,7 +306,7 @@ def _secret_values() -> list[str]:
         for value, whole_known in found:
             for part in (value, *value.split(":")):  # fal keys are "id:secret"
                 part = part.strip()
-                if len(part) < MIN_SECRET_CHARS:
+                if len(part) < MIN_SECRET_CHARS or _a_word(part):
                     continue
                 forms = encodings(part)
                 values |= {part, *forms}
@@ -322,6 +337,13 @@ def _secret_values() -> list[str]:
         _pieces = frozenset(pieces)
         _values = ordered
     return _values
+
+
+def _a_word(value: str) -> bool:
+    """Whether ``value`` is a plain word (letters only, shorter than ``WORD_CHARS``): a
+    password such as ``postgres`` or ``password``, masked where it stands as a credential only
+    (module docstring)."""
+    return value.isalpha() and len(value) < WORD_CHARS
 
 
 # the proxy variables, read in either case (``ALL_PROXY`` too: afc's calls do not use it, but
