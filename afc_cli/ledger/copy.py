@@ -31,6 +31,12 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   (``_names``).
   ``keep_source`` (``--keep-source``: a backup, a test copy)
   leaves the source as it was, both ledgers able to run the same jobs.
+- The texts the ledger scrubs where they enter (``SCRUBBED``: error messages, event details,
+  usage, review notes, delivery errors) are scrubbed again on their way, with the secrets of
+  the environment the copy runs in (``secrets.scrub``): an older afc, scrubbing less, kept
+  some a provider quoted back, and a move to PostgreSQL put them in a database many people
+  read. What drives work is copied as it is: a job's request (its hash makes a replay one),
+  its webhook, a provider's request id (a later run polls it), a delivery's envelope.
 - Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
   PostgreSQL ledger's in ``AFC_SPOOL_DIR``, else ``afc-spool`` in the working folder
   (afc_cli/ledger/postgres.py), beside the ids of requests a provider still renders that the
@@ -42,6 +48,7 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -57,6 +64,7 @@ from afc_cli.ledger.core import (
     TERMINAL_SQL,
     Ledger,
     _crash_point,
+    _dumps,
     unfinished_copy_source,
 )
 from afc_cli.owner import (
@@ -66,7 +74,7 @@ from afc_cli.owner import (
     owner_is_dead,
     sees_process,
 )
-from afc_cli.secrets import REDACTED
+from afc_cli.secrets import REDACTED, scrub, scrub_data
 
 # every table of the schema but the migrations' own bookkeeping, parents before children
 # (foreign keys); tests/test_ledger_copy.py checks that none is left out
@@ -89,6 +97,16 @@ DERIVED = ("run_spend",)
 # tables whose integer ids a PostgreSQL destination continues after the copied ones
 IDENTITY_TABLES = ("attempts", "events", "avoided", "reviews")
 CHUNK = 1000
+# the columns of outside text the ledger scrubs where it enters, scrubbed again by the copy
+# (True: a JSON document, scrubbed string by string so it stays one)
+SCRUBBED = {
+    "jobs": {"error_message": False},
+    "attempts": {"error_message": False, "usage_json": True},
+    "events": {"detail_json": True},
+    "reviews": {"note": False},
+    "deliveries": {"last_error": False},
+    "endpoints": {"reason": False},
+}
 
 
 def copy_ledger(src_url: str, dst_url: str, *, keep_source: bool = False) -> dict[str, Any]:
@@ -390,11 +408,46 @@ def _copy_table(src: Ledger, dst: Ledger, table: str) -> int:
     wanted = [c for c in src.columns(table) if c in columns]
     names = ", ".join(wanted)
     marks = ", ".join("?" * len(wanted))
+    scrubbed = [
+        (at, SCRUBBED[table][name])
+        for at, name in enumerate(wanted)
+        if name in SCRUBBED.get(table, {})
+    ]
     copied = 0
     for rows in src.chunks(f"SELECT {names} FROM {table}", CHUNK):
+        if scrubbed:
+            seen: dict[str, str] = {}  # a chunk's texts recur (``scrub_data``); no more held
+            rows = [_scrubbed(row, scrubbed, seen) for row in rows]
         dst.db.conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
         copied += len(rows)
     return copied
+
+
+def _scrubbed(row: Any, columns: list[tuple[int, bool]], seen: dict[str, str]) -> Any:
+    """``row`` with the texts at ``columns`` scrubbed (``SCRUBBED``); a JSON document that
+    holds no secret is kept as it was written, and one that is not JSON as a text."""
+    values = list(row)
+    for at, is_json in columns:
+        text = values[at]
+        if not isinstance(text, str) or not text:
+            continue
+        done = seen.get(text)
+        if done is None:
+            done = seen[text] = scrub(text)
+        if done == text:
+            continue  # no secret in it, decoded or not: kept as written
+        if is_json:
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = None
+            else:
+                clean = scrub_data(data, seen)
+                if clean != data:
+                    values[at] = _dumps(clean)
+                continue
+        values[at] = done
+    return values
 
 
 def _hand_over_spool(src: Ledger, dst: Ledger) -> None:
