@@ -12,7 +12,8 @@ What is removed:
 - the values of the configured secrets: the providers' API keys, ``AWS_SECRET_ACCESS_KEY`` and
   ``AWS_SESSION_TOKEN``, the webhook secrets a manifest names (``register``), and any
   environment variable whose name ends in ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD``, and
-  libpq's ``PGPASSWORD``, and the password in a proxy variable's URL (``_proxy_passwords``)
+  libpq's ``PGPASSWORD``, and the password in a proxy variable's URL (``_proxy_passwords``; its user name where the
+  password is empty)
   (values of 8 characters or more and no plain word, so ordinary words are not blanked: below);
 - token shapes, whoever's they are: ``Bearer …``, ``Key …`` (fal), ``Basic …`` (the base64
   of any ``user:password``, however short the password), ``sk-…`` (OpenAI),
@@ -383,12 +384,14 @@ def _proxy_passwords() -> list[str]:
     """The passwords in the proxy variables' URLs (``http://user:PASSWORD@proxy:3128``), as
     written and percent-decoded. afc sends one to its proxy as ``Proxy-Authorization: Basic
     base64(user:PASSWORD)``; masked only where a text showed it in its URL, a proxy quoting
-    that header back (or the password) in its 407 had it shown and kept."""
+    that header back (or the password) in its 407 had it shown and kept. Where the password
+    is empty, the user name is the credential (``http://APIKEY:@proxy.zyte.com:8011``, Zyte's
+    form): a proxy naming the key it refused had it shown and kept."""
     passwords = []
     for name, value in os.environ.items():
         if name.lower() in _PROXY_ENVS and "@" in value:
             parts = _split_url(value)
-            password = parts.password if parts is not None else None
+            password = None if parts is None else parts.password or parts.username
             passwords += [password, unquote(password)] if password else []
     return passwords
 

@@ -655,7 +655,8 @@ def env_proxy(url: yarl.URL) -> tuple[Any, Any]:
 
             # sent in Proxy-Authorization as a URL's is, and as open to a proxy quoting it
             # back: a secret as a proxy variable's password is (secrets._proxy_passwords)
-            secrets.register_value(auth.password)
+            # (the login where the password is empty: then it is the key, as in a URL's)
+            secrets.register_value(auth.password or auth.login)
     return proxy, auth
 
 
