@@ -54,6 +54,14 @@ How a value is found, since an echo is not always the value as it was sent:
   too, looked for last in the text as decoded (so a value decoded is
   found whole first). Only those: the value of any other ``*_KEY`` variable may be a path
   or a word, and a piece of it would blank ordinary text.
+
+Not looked for, as no provider, proxy or gateway afc calls writes them (outside audit 56c): a
+value base64-encoded twice, or split by blanks or markup (``<br>``) rather than line breaks,
+or in fullwidth or other compatibility characters (``ｓｋ－…``), or a bare value
+percent-encoded twice (only its runs of ``PARTIAL_CHARS`` go; twice-encoded inside a URL's
+``?token=`` it goes whole, by the shape). The echoes seen are the value as sent, JSON
+(escaped once, or again inside a gateway's message), HTML, percent-encoding, a header's
+base64, cut short, and lines wrapped: each is handled above.
 """
 
 from __future__ import annotations
