@@ -289,15 +289,27 @@ def environment_without_secrets() -> dict[str, str]:
 def encodings(value: str) -> set[str]:
     """The forms in which an echo may carry ``value`` besides itself: hex, every character
     percent-encoded, and base64 at each of the three alignments a value can have inside a
-    longer encoded text (the characters that depend on the neighbouring bytes left out)."""
-    raw = value.encode()
-    forms = {raw.hex(), "".join(f"%{byte:02x}" for byte in raw)}
-    for shift in range(3):
-        encoded = base64.b64encode(bytes(shift) + raw).decode()
-        core = encoded[-(-8 * shift // 6) : 8 * (shift + len(raw)) // 6]
-        if len(core) >= MIN_SECRET_CHARS:
-            forms |= {core, core.replace("+", "-").replace("/", "_")}
+    longer encoded text (the characters that depend on the neighbouring bytes left out).
+    Of its UTF-8 bytes, and of its Latin-1 bytes where they differ: a Basic header carries
+    those (aiohttp's ``BasicAuth``, which sends a proxy's credentials, as browsers and curl
+    do), and a proxy password with an 'ä' quoted back so was shown and kept."""
+    forms: set[str] = set()
+    for raw in {value.encode(), *_latin1(value)}:
+        forms |= {raw.hex(), "".join(f"%{byte:02x}" for byte in raw)}
+        for shift in range(3):
+            encoded = base64.b64encode(bytes(shift) + raw).decode()
+            core = encoded[-(-8 * shift // 6) : 8 * (shift + len(raw)) // 6]
+            if len(core) >= MIN_SECRET_CHARS:
+                forms |= {core, core.replace("+", "-").replace("/", "_")}
     return forms
+
+
+def _latin1(value: str) -> list[bytes]:
+    """``value``'s Latin-1 bytes, where it has any (none outside Latin-1)."""
+    try:
+        return [value.encode("latin-1")]
+    except UnicodeEncodeError:
+        return []
 
 
 def _secret_values() -> list[str]:
