@@ -1324,7 +1324,14 @@ def ownership(job: dict[str, Any], info: ObjectInfo) -> str | None:
 
 
 async def _fail_conflict(
-    ctx: RunContext, job: dict[str, Any], storage: Storage, info: ObjectInfo, why: str, step
+    ctx: RunContext,
+    job: dict[str, Any],
+    storage: Storage,
+    info: ObjectInfo,
+    why: str,
+    step,
+    *,
+    replaced: bool = False,
 ):
     """``why`` (``ownership``'s reason) ends the job. An object of this very job (its id in the
     metadata) for another request is the same (batch, key) admitted with another body, found
@@ -1335,7 +1342,10 @@ async def _fail_conflict(
     rendered: at its store step, or at the probe of its retry) is told so, and the way to
     store that render: the message said only that afc never overwrites the object, and a
     person read the render as lost, gave the job a new key and paid for it again, while the
-    render paid for stayed in the spool for good (a failed job's file is never swept)."""
+    render paid for stayed in the spool for good (a failed job's file is never swept).
+
+    ``replaced``: the object was found at the read-back of this job's own upload, which the
+    store took create-only: a second write replaced it there, which the store let through."""
     same_key = (info.meta or {}).get("job_id") == job["id"]
     spooled = ctx.spool.path(job["id"])
     kept = (
@@ -1354,6 +1364,14 @@ async def _fail_conflict(
         error_class="invalid",
         error_message=f"{storage.describe(job['output_key'])} already holds {why}; "
         "afc never overwrites it"
+        + (
+            ". It replaced this job's upload after the store took it: the store let a "
+            "second write over an existing object (one that takes afc's 'If-None-Match: *' "
+            "and ignores it, as some S3-compatible stores and proxies in front of them do), "
+            "or a tool wrote there without that condition"
+            if replaced
+            else ""
+        )
         + (
             " (give the changed request a new key, or run the earlier request with the ledger"
             " that admitted it)"
@@ -3628,6 +3646,22 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
         )
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "verify", exc)
+    if problem and not problem.endswith(NOT_THERE):
+        # Not what was uploaded: whose object is it? Another job's over this upload, the
+        # store having taken it (a store that takes 'If-None-Match: *' and ignores it, or a
+        # tool writing without it), failed VERIFY_FAILED with the advice to delete it as
+        # this job's own: the other job's output. A conflict, as at the store
+        try:
+            info = await _storage(ctx, storage, storage.head, job["output_key"])
+        except StorageError as exc:
+            return _storage_gave_up(ctx, job, "verify", exc)
+        foreign = ownership(job, info) if info.exists else None
+        if foreign:
+            # 'replaced' where the upload was this run's, from the spool file (not an output
+            # found stored and adopted, which no upload of this job put there)
+            uploaded = ctx.spool.path(job["id"]).exists()
+            await _fail_conflict(ctx, job, storage, info, foreign, "store", replaced=uploaded)
+            return False
     return await _verified(ctx, job, problem)
 
 
