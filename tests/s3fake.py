@@ -60,6 +60,12 @@ NOT_IMPLEMENTED = (
     b"<Message>A header you provided implies functionality that is not implemented.</Message>"
     b"</Error>"
 )
+# Backblaze B2's S3 API answers an upload carrying a SHA-256 checksum so (a 400, not a 501)
+UNSUPPORTED_HEADER = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InvalidArgument</Code>'
+    b"<Message>Unsupported header 'x-amz-checksum-sha256' received for this API call.</Message>"
+    b"</Error>"
+)
 THROTTLED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>TooManyRequests</Code>'
     b"<Message>Too many requests.</Message></Error>"
@@ -77,7 +83,9 @@ class Fault:
     # the way, as S3 answers an upload whose body does not match its checksum | "incomplete"
     # (400 IncompleteBody: fewer bytes arrived than Content-Length said) | "notimplemented"
     # (501 NotImplemented: an S3-compatible store without create-only writes or SHA-256
-    # checksums) | "full" (507 XMinioStorageFull: a MinIO below its free-drive threshold) |
+    # checksums) | "unsupported" (400 InvalidArgument 'Unsupported header
+    # x-amz-checksum-sha256': Backblaze B2's answer to an upload with a SHA-256 checksum) |
+    # "full" (507 XMinioStorageFull: a MinIO below its free-drive threshold) |
     # "reset" | "stall"
     kind: str
     times: int  # how many matching requests it hits; -1: all
@@ -192,6 +200,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "incomplete": (400, INCOMPLETE_BODY),
                     "notimplemented": (501, NOT_IMPLEMENTED),
                     "full": (507, STORAGE_FULL),
+                    "unsupported": (400, UNSUPPORTED_HEADER),
                 }[fault.kind]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

@@ -138,6 +138,25 @@ def _unascii(value: str) -> str:
         return value
 
 
+# the headers afc's writes carry that an S3-compatible store may not take
+_NEEDED_HEADERS = ("x-amz-checksum", "checksum-algorithm", "if-none-match")
+_REFUSAL_WORDS = ("unsupported", "not supported", "not implemented", "notimplemented")
+
+
+def _header_refused(status: int, error: dict[str, Any]) -> bool:
+    """A 400 whose message says the store does not take a header afc's writes need (a SHA-256
+    checksum, create-only): Backblaze B2 answers ``InvalidArgument`` 'Unsupported header
+    'x-amz-checksum-sha256' received for this API call.' where others answer 501
+    ``NotImplemented``. As any 4xx it was the one upload's failure: every other job of the
+    batch was rendered and paid for, each one's upload refused the same way."""
+    message = str(error.get("Message", "")).lower()
+    return (
+        status == 400
+        and any(header in message for header in _NEEDED_HEADERS)
+        and any(word in message for word in _REFUSAL_WORDS)
+    )
+
+
 def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode()
 
@@ -325,7 +344,9 @@ class S3Storage(Storage):
             from afc_cli.attempts import parse_retry_after
 
             retry_after = parse_retry_after(headers.get("retry-after"), date=headers.get("date"))
-            refused_request = code == "NotImplemented" or status == 501
+            refused_request = (
+                code == "NotImplemented" or status == 501 or _header_refused(status, error)
+            )
             # a store that takes no more bytes: MinIO's XMinioStorageFull (507, below its
             # free-drive threshold), a 507 of any other, a Ceph or quota'd store's
             # QuotaExceeded. Retried (a 5xx), each upload gave up in turn while the bucket's
