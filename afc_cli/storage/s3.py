@@ -708,6 +708,17 @@ class S3Storage(Storage):
                 digest.update(chunk)
                 read += len(chunk)
         except Exception as exc:  # noqa: BLE001 - classified below
+            if self._is_missing(exc):
+                # its HEAD, a moment ago, showed it: a store (or a replica behind a load
+                # balancer) not consistent at once, or the object removed since. Tried again
+                # under the storage policy, as the HEAD's 404 is (``verify``, which looks at
+                # the key again first); a 4xx not retried, the job waited at verify at the end
+                # of the run for a person's resume, the object there a moment later
+                raise StorageError(
+                    f"cannot read back {self.describe(key)}: not there, though its HEAD just "
+                    "showed it (a store not yet consistent, or the object removed since)",
+                    retryable=True,
+                ) from None
             raise self._error(exc, "cannot read back", key) from None
         if (read, digest.hexdigest()) != (size, sha256):
             return f"{self.describe(key)} reads back {read} bytes sha256 {digest.hexdigest()}"
