@@ -287,7 +287,12 @@ class S3Storage(Storage):
 
     # --- errors -----------------------------------------------------------------------------
 
-    def _error(self, exc: Exception, action: str, key: str | None = None) -> StorageError:
+    def _error(
+        self, exc: Exception, action: str, key: str | None = None, *, multipart: bool = False
+    ) -> StorageError:
+        """``exc`` as a StorageError saying what to mend. ``multipart``: it failed a multipart
+        upload (an output over ``MULTIPART_THRESHOLD``), whose requests a store may refuse
+        while it takes single uploads."""
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
@@ -411,6 +416,17 @@ class S3Storage(Storage):
                     "(If-None-Match: *) and SHA-256 checksums; use one that does (AWS S3, "
                     "Cloudflare R2, a recent MinIO)"
                 )
+                if multipart:
+                    # the batch's smaller outputs stored with the very requests named above:
+                    # said so, a person read the store as lacking what it had just done
+                    fix = (
+                        "this store does not support a request afc needs for an output over "
+                        f"{MULTIPART_THRESHOLD >> 20} MiB, which goes up as a multipart "
+                        "upload: SHA-256 checksums of its parts (x-amz-checksum-algorithm) "
+                        "and a create-only completion (If-None-Match: *); smaller outputs go "
+                        "up in one request, which this store may take. Use a store that "
+                        "supports both for multipart uploads (AWS S3, a recent MinIO)"
+                    )
             else:
                 fix = None
             retryable = (
@@ -510,6 +526,7 @@ class S3Storage(Storage):
             for field, header in META_FIELDS.items()
             if meta.get(field)
         }
+        size = 0
         try:
             # measured inside: a spool file gone at this instant (removed by hand, its disk
             # remounted) is a failed upload, as its open in ``_put`` is, not an error of
@@ -526,7 +543,8 @@ class S3Storage(Storage):
         except Exception as exc:  # noqa: BLE001 - classified below
             if self._is_precondition(exc):
                 raise ObjectExists(key) from None
-            raise self._error(exc, "cannot write", key) from None
+            multipart = size > MULTIPART_THRESHOLD
+            raise self._error(exc, "cannot write", key, multipart=multipart) from None
 
     def _put(self, key: str, source: Path, metadata: dict[str, str], sha256: str) -> None:
         with open(source, "rb") as body:
