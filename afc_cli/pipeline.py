@@ -30,6 +30,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 from afc_cli.attempts import (
@@ -468,9 +469,41 @@ class RunContext:
     # jobs the budget refused that wait for this run's calls in flight (``_may_make_room``):
     # never waited for by another such job
     settling: set[str] = field(default_factory=set)
+    # jobs resting between attempts (a backoff, this run's per-minute limit of a provider),
+    # each with what ends its rest early (``rest``, ``wake_lost``)
+    resting: dict[str, asyncio.Future] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.dirs = DirSync(self.offload)
+
+    async def rest(self, job_id: str, seconds: float) -> None:
+        """Sleep ``seconds`` between a job's attempts, unless the run's periodic look
+        (``wake_lost``) finds the job no longer this run's first: then JobLost. A job a person
+        cancelled in its backoff (up to 60 s) or while it waited for the minute of a
+        ``per_minute`` limit slept the wait out, and a one-shot 'afc submit' whose last job it
+        was kept the person waiting for its prompt that long, for nothing (the next attempt
+        was refused, at no cost)."""
+        woken = self.resting[job_id] = asyncio.get_running_loop().create_future()
+        sleeping = asyncio.ensure_future(self.sleep(seconds))
+        try:
+            await asyncio.wait({sleeping, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            if self.resting.get(job_id) is woken:
+                del self.resting[job_id]
+        if woken.done():
+            raise JobLost(job_id)
+
+    def wake_lost(self) -> None:
+        """Wake the resting jobs (``rest``) the ledger says this run no longer holds (cancelled,
+        taken over): one read of them all, which the run's lease renewal task makes every few
+        seconds while any job rests (run.py ``_renew``), not one a job."""
+        if not self.resting:
+            return
+        for job_id in self.ledger.not_held(list(self.resting)):
+            woken = self.resting.get(job_id)
+            if woken is not None and not woken.done():
+                woken.set_result(None)
 
     async def call(self, job_id: str, awaitable: Awaitable[Any]) -> Any:
         """Await a provider call as a task of its own, so that a stopping run can stop
@@ -511,11 +544,12 @@ class RunContext:
             task.cancel()
 
     @asynccontextmanager
-    async def provider_slot(self, name: str, start: bool = True):
+    async def provider_slot(self, name: str, job_id: str, start: bool = True):
         """Hold one of a provider's call slots (``limits: {name: {concurrency, per_minute}}``,
         and its ``ProviderPace``) for the length of an attempt; waiting for it is idle time,
         not work. ``start``: the attempt starts a call (not one a run that ended left, taken
-        over: ``ProviderLimit.acquire``)."""
+        over: ``ProviderLimit.acquire``). A wait for the minute is job ``job_id``'s rest
+        (``rest``): cancelled meanwhile, the job leaves it (JobLost)."""
         limit = self.limits.get(name)
         pace = self.pace(name)
         if limit is None and pace.take():
@@ -533,7 +567,7 @@ class RunContext:
                 await pace.acquire()
                 held.append(pace.release)
                 if limit is not None:
-                    await limit.acquire(self.sleep, start)
+                    await limit.acquire(partial(self.rest, job_id), start)
                     held.append(limit.release)
         except BaseException:
             # cancelled out of the wait, or as the worker slot is taken back after it
@@ -1641,7 +1675,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     until=time.time() + wait,
                 )
                 async with ctx.idle():
-                    await ctx.sleep(wait)
+                    await ctx.rest(job["id"], wait)  # JobLost: cancelled meanwhile
                 if ctx.stopping.is_set():
                     return False
         # a provider's own limits (manifest ``limits``) are waited for before the attempt row,
@@ -1658,7 +1692,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # its URL) starts no call: the run's count of ``per_minute`` took one for each, so
         # the renders a killed run left, each fetched by every run after it however old
         # (``_resumable``), held the provider's starts back from the batch's new renders
-        async with ctx.provider_slot(entry["provider"], start=resume is None):
+        async with ctx.provider_slot(entry["provider"], job["id"], start=resume is None):
             if ctx.stopping.is_set():
                 return False
             provider = ctx.providers[entry["provider"]]

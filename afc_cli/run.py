@@ -1043,7 +1043,9 @@ def run_jobs(
                 ctx.ledger_error = error
             ctx.ledger_broke(error)
 
-        heartbeat = asyncio.create_task(_renew(ledger, lease_s, renewal_failed))
+        heartbeat = asyncio.create_task(
+            _renew(ledger, lease_s, renewal_failed, look=lambda: ctx.wake_lost())
+        )
         stop = asyncio.Event()
         outbox = None
         ctx.blocked = set(ledger.blocked_job_ids(job_ids))
@@ -2019,9 +2021,12 @@ async def _renew(
     ledger: Ledger,
     lease_s: float,
     failed: Callable[[LedgerWriteError], None] | None = None,
+    look: Callable[[], None] | None = None,
 ) -> None:
     """Renew this run's leases every third of ``lease_s``, timed by ``awake_clock``, looked at
-    every ``RENEW_TICK_S``. A sleep of a third of the lease on the event loop's (monotonic)
+    every ``RENEW_TICK_S``; at each look, ``look`` too (``RunContext.wake_lost``: the jobs
+    resting in a backoff or a limit's minute that a person cancelled meanwhile end their
+    rest, one read for them all, only while some rest). A sleep of a third of the lease on the event loop's (monotonic)
     clock stood still while the host was suspended: woken, the run renewed up to that long
     later, and other hosts took over (and paid again for) jobs whose leases had outlived the
     suspend and then ran out while the run worked on them.
@@ -2036,6 +2041,14 @@ async def _renew(
     due = awake_clock() + lease_s / 3
     while True:
         await asyncio.sleep(min(RENEW_TICK_S, max(0.0, due - awake_clock())))
+        if look is not None:
+            try:
+                look()
+            except Exception as exc:
+                if failed is None:
+                    raise
+                failed(ledger_write_error(getattr(ledger, "path", None), exc))
+                return
         if awake_clock() >= due - 0.01:  # the loop's timers may fire a hair early
             try:
                 ledger.renew_leases(lease_s)

@@ -500,7 +500,7 @@ def test_a_provider_slot_comes_back_when_its_job_is_cancelled_taking_its_worker_
         taken = asyncio.Event()
 
         async def job():
-            async with ctx.slots, ctx.provider_slot("openai"):
+            async with ctx.slots, ctx.provider_slot("openai", "j"):
                 pass
 
         async def other():  # takes the worker slot while the job waits for the limit
