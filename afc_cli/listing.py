@@ -58,29 +58,61 @@ SLOT_WAIT_OVER = (
 )
 
 
+# the starts of the other reasons a run writes of a wait it makes itself: a job's backoff
+# between attempts, and its looks at an output key another job is rendering
+# (``backoff_reason``, ``output_wait_reason``)
+BACKOFF_WAIT = "backoff "
+OUTPUT_WAIT = "output key "
+OUTPUT_RENDERED = " is being rendered by job "
+
+
+def run_wait(said: str) -> bool:
+    """Whether a job's reason is of a wait that ends with the run that makes it
+    (``waiting_now``). Not the budget's: its reason is written as the run gives the job up,
+    and says what a person must change; nor a wait for a job that holds the output key with
+    a paid render no run works on (``OutputHeld``), which waits for no run."""
+    if said.startswith((SLOT_WAIT, BACKOFF_WAIT)):
+        return True
+    return said.startswith(OUTPUT_WAIT) and OUTPUT_RENDERED in said
+
+
 def slot_wait_reason(provider: str, why: str) -> str:
     """The reason a run writes of a job waiting for a call slot of ``provider`` (``why``: the
     limit that holds it), which ``waiting_now`` reads back by its start."""
     return f"{SLOT_WAIT}{provider} to end: {why}"
 
 
+def backoff_reason(wait_s: float, after: str) -> str:
+    """The reason a run writes of a job waiting out its backoff after an attempt that ended
+    ``after`` (an error class), which ``waiting_now`` reads back by its start."""
+    return f"{BACKOFF_WAIT}{wait_s:.2f}s after {after}"
+
+
+def output_wait_reason(output_key: str, key: str, batch: str) -> str:
+    """The reason a run writes of a job that waits while job ``key`` of ``batch`` renders its
+    output key (``OutputBusy``), which ``waiting_now`` reads back by its start."""
+    return f"{OUTPUT_WAIT}{output_key}{OUTPUT_RENDERED}{key!r} of batch {batch!r}"
+
+
 def waiting_now(job: dict[str, Any], said: str | None, now: float) -> str | None:
     """A job's reason (``said``: what the ledger has, ``waiting_reason``), with the word that
-    its process is gone where it is (``process_gone``), or that no process waits for its
-    provider's call slot any more (``SLOT_WAIT_OVER``): as ``afc status`` and ``afc show``
-    give it."""
+    its process is gone where it is (``process_gone``), or that no process waits any more for
+    what its run waited for (``SLOT_WAIT_OVER``: a provider's call slot, a backoff, an output
+    key's render): as ``afc status`` and ``afc show`` give it."""
     if job["status"] in ("running", "waiting") and process_gone(job, now):
         return f"{said}; {PROCESS_GONE}" if said else PROCESS_GONE
     if (
         job["status"] == "waiting"
         and said
-        and said.startswith(SLOT_WAIT)
+        and run_wait(said)
         and "lease_owner" in job
         and job["lease_owner"] is None
     ):
         # a run stopped while the job waited for its slot leaves it free, 'waiting for a
         # call of local to end: its limits allow 1 at once': a call no process makes, in a
-        # run that has ended, read as a job held back by a call still going on
+        # run that has ended, read as a job held back by a call still going on. So did one
+        # stopped in the job's backoff, 'backoff 60.00s after rate_limited', a wait no
+        # process waits out (the next run decides its own), read as one under way
         return f"{said}; {SLOT_WAIT_OVER}"
     return said
 

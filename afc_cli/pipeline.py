@@ -69,7 +69,7 @@ from afc_cli.ledger import (
     ProviderBusy,
 )
 from afc_cli.ledger.core import fail_point, stall_point
-from afc_cli.listing import slot_wait_reason
+from afc_cli.listing import backoff_reason, output_wait_reason, slot_wait_reason
 from afc_cli.owner import (
     awake_clock,
     host_id,
@@ -747,10 +747,7 @@ async def _start_attempt(
                     raise _Stopped from None
                 continue
             if not key_waits:
-                why = (
-                    f"output key {job['output_key']} is being rendered by job {busy.key!r} "
-                    f"of batch {busy.batch!r}"
-                )
+                why = output_wait_reason(job["output_key"], busy.key, busy.batch)
                 ctx.ledger.set_waiting(job, why)
                 ctx.report(job, "waiting", why, reason="output key")
             poll = min(busy.retry_after * 2**key_waits, OUTPUT_POLL_MAX_S)
@@ -1666,7 +1663,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # once per attempt it follows: a job the budget then refused, which waited for
                 # room (``_may_make_room``), does not wait out the same backoff again
                 backed_off = len(rows)
-                ctx.ledger.set_waiting(job, f"backoff {wait:.2f}s after {decision.after}")
+                ctx.ledger.set_waiting(job, backoff_reason(wait, decision.after))
                 ctx.report(
                     job,
                     "waiting",
