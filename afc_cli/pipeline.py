@@ -3558,12 +3558,21 @@ def _spooled_elsewhere(ctx: RunContext, job: dict[str, Any]) -> str | None:
     return _rendered_elsewhere(ctx, job) if ctx.ledger.SPOOL_PER_HOST else None
 
 
-def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str:
+def _spool_missing(
+    ctx: RunContext, job: dict[str, Any], spool_path: Any, gone: str | None = None
+) -> str:
     """Why a job at its store step has no spool file here, and what a person can do: the file
     may be on the host whose run rendered it (workers on several machines each spool on their
-    own disk), or gone."""
+    own disk), or gone. ``gone``: the object its upload stored (gone from storage before its
+    read-back), which that host did not store again within a lease (``verify``)."""
     by = _rendered_elsewhere(ctx, job)
     host = host_of(by) if by else ""
+    never = (
+        "never stored"
+        if gone is None
+        else f"stored, but {gone} is gone since, and no run of that host stored it again "
+        "within a lease"
+    )
     keep = (
         f"afc will not pay for a new render on its own: put the file back, then 'afc retry "
         f"{job['key']}' on the host whose spool has it (the job stays with that host for a "
@@ -3572,7 +3581,7 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
     )
     if host and host != host_id():
         return (
-            f"the rendered output was spooled on host {host} and never stored; its spool file "
+            f"the rendered output was spooled on host {host} and {never}; its spool file "
             f"({spool_path.name}, in that host's AFC_SPOOL_DIR) is not on this host "
             f"({host_id()}). Copy it into this host's spool ({spool_path.parent}) or any "
             f"worker's; {keep}"
@@ -3582,13 +3591,12 @@ def _spool_missing(ctx: RunContext, job: dict[str, Any], spool_path: Any) -> str
         # on that machine, not gone
         return (
             f"the rendered output was spooled on another machine that runs afc under this "
-            f"host's id ({host}) and never stored; its spool file ({spool_path.name}, in that "
+            f"host's id ({host}) and {never}; its spool file ({spool_path.name}, in that "
             f"machine's AFC_SPOOL_DIR) is not on this one. Copy it into this host's spool "
             f"({spool_path.parent}) or any worker's; {keep}"
         )
     return (
-        f"the rendered output's spool file {spool_path} is gone and the output was never "
-        f"stored; {keep}"
+        f"the rendered output's spool file {spool_path} is gone and the output was {never}; {keep}"
     )
 
 
@@ -3636,10 +3644,27 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # counted: as one, the job was leased to this host for the pause (the one
                 # machine without the render) and dead-lettered STORE_FAILED 'fix the
                 # storage' after four runs here, the render's worker away for minutes
-                why = (
-                    f"storage: {storage.describe(job['output_key'])} is not there, and this "
-                    f"job's paid render is in {where}"
-                )
+                gone = f"storage: {storage.describe(job['output_key'])} is not there, and this "
+                why = f"{gone}job's paid render is in {where}"
+                if job["status"] == "waiting" and (job.get("waiting_reason") or "").startswith(
+                    gone
+                ):
+                    # Left to that machine for a lease already, and it has not stored it: as
+                    # the store step's wait for a render in another spool (SPOOL_MISSING), the
+                    # job is a person's now. Left again, every other host's run took it over
+                    # and left it so, for ever (after 20, CRASH_LOOP 'the run working on this
+                    # job ended without finishing it'), naming a host that may be gone for
+                    # good; a new render, which pays again, is a person's decision
+                    ctx.ledger.finish(
+                        job,
+                        "dead",
+                        step="store",
+                        error_code="SPOOL_MISSING",
+                        error_message=_spool_missing(
+                            ctx, job, ctx.spool.path(job["id"]), storage.describe(job["output_key"])
+                        ),
+                    )
+                    return False
                 ctx.ledger.set_waiting(
                     job,
                     why,
