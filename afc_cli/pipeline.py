@@ -697,7 +697,8 @@ async def _start_attempt(
     are reached across the ledger's other processes (a jittered wait between tries), and
     while another job renders this job's output key (``OutputBusy``: the job rests
     ``waiting``, saying for which job, and looks again less and less often, up to every
-    ``OUTPUT_POLL_MAX_S``). Returns None when the job is no longer ours; raises _Stopped when
+    ``OUTPUT_POLL_MAX_S``). Returns None when the job is no longer ours (JobLost when the
+    run's look finds so during a wait for the limits, ``RunContext.rest``); raises _Stopped when
     the run began stopping while it waited (nothing was started)."""
     limit = ctx.limits.get(entry["provider"])
     shared = (limit.concurrency, limit.per_minute) if limit is not None else None
@@ -729,7 +730,9 @@ async def _start_attempt(
             # it and says it abandoned a call possibly paid (as for OutputBusy, below)
             ctx.protected.discard(job["id"])
             async with ctx.idle():
-                await ctx.sleep(busy.retry_after * (0.5 + random.random()))
+                # up to 90 s for another process's minute: a rest, which the run's look
+                # ends when the job is cancelled meanwhile (JobLost), not its end alone
+                await ctx.rest(job["id"], busy.retry_after * (0.5 + random.random()))
             ctx.protected.add(job["id"])
             if ctx.stopping.is_set():
                 raise _Stopped from None

@@ -72,6 +72,36 @@ def test_a_job_cancelled_while_it_waits_for_the_minute_ends_its_submit(afc):
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
 
 
+def test_a_job_cancelled_while_it_waits_for_another_runs_minute_ends_its_submit(afc):
+    """The same ``per_minute: 1`` held across the ledger: batch b1's submit started the
+    minute's one call and ended; batch b2's submit, a process of its own, is refused its
+    attempt row (``ProviderBusy``) and waits out the rest of that minute, jittered (up to
+    90 s). Cancelled there, its job kept the submit open until that wait ended (it looked
+    only then, tests/test_audit55b_cancel_limit_wait.py); it now ends at the run's next look."""
+    limits = {"local": {"per_minute": 1}}
+    afc.write_manifest(manifest([{"key": "a", "prompt": "a"}], limits=limits), "a.yaml")
+    afc.write_manifest(manifest([{"key": "x", "prompt": "x"}], batch="b2", limits=limits), "x.yaml")
+    first = afc("submit", "a.yaml")
+    assert first.returncode == 0, first.stderr
+    run = afc.popen("submit", "x.yaml")
+    try:
+        # claimed (its lease), and refused by the limit: no attempt row of its own
+        wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE key = 'x' AND lease_owner IS NOT NULL", 1)
+        cancelled = afc("cancel", "x", "--batch", "b2")
+        assert cancelled.returncode == 0, cancelled.stderr
+        code = _ends_soon(run)
+        assert code == 1, "the submit waited out another run's minute for a cancelled job"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert sorted(afc.rows("SELECT key, status FROM jobs")) == [
+        ("a", "succeeded"),
+        ("x", "cancelled"),
+    ]
+    assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
+
+
 def test_the_look_at_resting_jobs_finds_the_cancelled_and_taken_over_on_both_engines(
     afc, ledger_url
 ):
