@@ -413,7 +413,25 @@ def _proxy_passwords() -> list[str]:
             parts = _split_url(value)
             password = None if parts is None else parts.password or parts.username
             passwords += [password, unquote(password)] if password else []
+            if password and parts is not None:
+                passwords += basic_tokens(
+                    unquote(parts.username or ""), unquote(parts.password or "")
+                )
     return passwords
+
+
+def basic_tokens(user: str, password: str) -> list[str]:
+    """The ``Basic`` tokens a ``user:password`` is sent as: the base64 of its UTF-8 bytes, and
+    of its Latin-1 bytes where they differ, which aiohttp's ``BasicAuth`` sends (afc's provider
+    calls through a proxy, as browsers and curl do). The ``Basic`` shape (``_basic``) reads a
+    token as UTF-8 only, so that prose after the word 'Basic' ('Basic Overview') is not taken
+    for Latin-1 credentials: a password with an 'ä' that is a plain word or shorter than
+    ``MIN_SECRET_CHARS``, not looked for on its own (``_a_word``), was shown as it came where a
+    proxy quoted that header back. Looked for as this token, whole."""
+    said = f"{user}:{password}"
+    return [base64.b64encode(said.encode()).decode()] + [
+        base64.b64encode(raw).decode() for raw in _latin1(said) if raw != said.encode()
+    ]
 
 
 def _split_url(value: str) -> SplitResult | None:

@@ -657,6 +657,8 @@ def env_proxy(url: yarl.URL) -> tuple[Any, Any]:
             # back: a secret as a proxy variable's password is (secrets._proxy_passwords)
             # (the login where the password is empty: then it is the key, as in a URL's)
             secrets.register_value(auth.password or auth.login)
+            for token in secrets.basic_tokens(auth.login, auth.password):  # as it is sent
+                secrets.register_value(token)
     return proxy, auth
 
 
