@@ -110,13 +110,25 @@ _WEBHOOK_SECRET = re.compile(r"\bwhsec_[A-Za-z0-9+/=]{4,}")
 
 def _basic(found: re.Match[str]) -> str:
     """A ``Basic`` credential masked (``_SHAPES``), or the text as it was where its token is
-    not the base64 of a ``user:password``."""
+    not the base64 of a ``user:password``. Only a token as an encoder writes one, padded to a
+    multiple of four characters, holding a user name and a password, one of them possibly
+    empty where the other is of ``MIN_SECRET_CHARS`` or more (a key sent as ``KEY:`` or
+    ``:TOKEN``): padded by afc, a word or number after 'basic' in prose decoded to text with a
+    colon, 'One' to ':w', 'Only' to ':yr', '2486' to 'ۏ:', and 'too basic One more pass' in a
+    reviewer's reason or a provider's message was kept as 'too basic <redacted> more pass'."""
     token = found.group(3)
+    if len(token) % 4:
+        return found.group()
     try:
-        said = base64.b64decode(token + "=" * (-len(token) % 4), validate=True).decode()
+        said = base64.b64decode(token, validate=True).decode()
     except ValueError:  # not base64, or not UTF-8 (binascii.Error, UnicodeDecodeError)
         return found.group()
-    if ":" not in said or not said.isprintable():
+    user, colon, password = said.partition(":")
+    if not colon or not said.isprintable():
+        return found.group()
+    if not (user or len(password) >= MIN_SECRET_CHARS) or not (
+        password or len(user) >= MIN_SECRET_CHARS
+    ):
         return found.group()
     return found.group(1) + found.group(2) + REDACTED
 

@@ -69,7 +69,11 @@ def test_a_short_proxy_password_quoted_back_as_basic_is_shown_nowhere(afc):
 @settings(max_examples=200, deadline=None)
 @given(
     st.text(
-        st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters=":"), max_size=12
+        # a user name: an empty one with a password of fewer than 8 characters is prose
+        # ('basic Only' decodes to ':yr', tests/test_audit56f_basic_prose.py)
+        st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters=":"),
+        min_size=1,
+        max_size=12,
     ),
     st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=12),
     st.sampled_from(["Basic ", "basic ", "BASIC  "]),
