@@ -508,8 +508,18 @@ def _succeeded(ledger: Ledger, job: dict[str, Any]) -> str:
         store = storage_mod.open(ledger.batch(job["batch"])["storage"])
         if not store.local or store.head(job["output_key"]).exists:
             return said
+        # its whole folder not there (a drive or share not mounted): every output of it
+        # was said deleted or moved, each to be put back or paid for again under a new key
+        root_gone = not store.root.is_dir()
     except Exception:  # what cannot be looked at is said as before
         return said
+    if root_gone:
+        return (
+            f"it succeeded, and its output {store.describe(job['output_key'])} cannot be looked "
+            f"at: the storage folder {store.root} does not exist (a drive or share not "
+            "mounted?); afc never pays for a succeeded job again: mount it, or put the folder "
+            "back"
+        )
     return (
         f"it succeeded, but its output {store.describe(job['output_key'])} is no longer there "
         "(deleted or moved since it was stored and verified); afc never pays for a succeeded "
