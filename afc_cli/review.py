@@ -59,10 +59,9 @@ class OutputChanged(UsageError):
                 f"{owner['batch']}/{owner['key']}: was that job's sha256 given with this key?"
             )
         elif renders <= 1:
-            why = (
-                f"it has SHA-256 {now}, from its only render, and {given} is no job's output "
-                "(mistyped?)"
-            )
+            # none: its output was found in storage (stored by an earlier ledger), not rendered
+            origin = "from its only render" if renders else "as found in its storage"
+            why = f"it has SHA-256 {now}, {origin}, and {given} is no job's output (mistyped?)"
         else:
             why = f"it now has SHA-256 {now} (rendered again since)"
         super().__init__(

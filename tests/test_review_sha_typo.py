@@ -36,3 +36,19 @@ def test_a_mistyped_sha256_is_not_said_as_a_render_since(afc):
     said = " ".join(again.stderr.split())
     assert "(rendered again since)" in said and "mistyped" not in said, said
     assert afc.rows("SELECT status FROM jobs") == [("awaiting_review",)]
+
+
+def test_a_mistyped_sha256_of_an_output_found_in_storage(afc):
+    """A job whose output a new ledger found in its storage (stored under another ledger) has
+    no render of its own: it is not said to have 'its only render'."""
+    afc.write_manifest(manifest([{"key": "frame-a", "prompt": "a", "review": True}]))
+    assert afc("submit", "manifest.yaml").returncode == 0
+    other = {"AFC_LEDGER": str(afc.cwd / "other.db")}
+    assert afc("submit", "manifest.yaml", env=other).returncode == 0
+    [listed] = afc.json("review", "list", env=other)["awaiting_review"]
+    typo = ("0" if listed["sha256"][0] != "0" else "1") + listed["sha256"][1:]
+    refused = afc("review", "approve", "frame-a", "--sha256", typo, env=other)
+    assert refused.returncode == 2, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert f"it has SHA-256 {listed['sha256']}, as found in its storage" in said, said
+    assert "only render" not in said and "(mistyped?)" in said, said
