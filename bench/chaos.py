@@ -55,6 +55,7 @@ It prints the figures of each round and every violation, and exits 1 if there wa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -1322,6 +1323,11 @@ def main() -> int:
             if not args.keep and not rnd.problems:
                 shutil.rmtree(rnd.dir, ignore_errors=True)
             else:
+                if server is not None and server.root is not None:
+                    # the server's log so far (a deadlock's two statements, a terminated
+                    # session): what a PROBLEM on a PostgreSQL round needs to be understood
+                    with contextlib.suppress(OSError):
+                        shutil.copy(server.root / "server.log", rnd.dir / "server.log")
                 print(f"  work kept in {rnd.dir}")
     finally:
         s3.stop()
