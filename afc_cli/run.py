@@ -1372,8 +1372,9 @@ async def _open_batches(ctx: RunContext, job_ids: list[str]) -> None:
 def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:
     """Where this run's jobs come from two or more batches of one storage, the unfinished
     jobs of those batches that share an output key (``Ledger.shared_outputs``) go into
-    ``RunContext.output_of``: such jobs run one after the other (``pipeline.run_job``).
-    Nothing is read for a run of one batch, or of batches in storages of their own; a
+    ``RunContext.output_of``: such jobs run one after the other (``pipeline.run_job``); on
+    a folder that takes keys differing only by case for one file, so do those
+    (``Storage.name_of``). Nothing is read for a run of one batch, or of batches in storages of their own; a
     worker's refill reads again only when it brings a batch the run had not met."""
     met = ctx.noted_batches
     new = [name for name in ctx.ledger.batches_of(job_ids) if name not in met]
@@ -1385,7 +1386,9 @@ def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:
         groups.setdefault(ctx.storages[name].url, []).append(name)
     for url, names in groups.items():
         if len(names) > 1 and any(name in new for name in names):
-            for job_id, key in ctx.ledger.shared_outputs(sorted(names)):
+            storage = ctx.storages[names[0]]
+            name_of = storage.name_of if storage.folds_names() else None
+            for job_id, key in ctx.ledger.shared_outputs(sorted(names), name_of):
                 ctx.output_of[job_id] = (url, key)
 
 

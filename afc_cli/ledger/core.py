@@ -1430,12 +1430,24 @@ class Ledger:
             keys.extend(row[1] for row in rows if row[0] == batch)
         return keys
 
-    def shared_outputs(self, batches: list[str]) -> list[tuple[str, str]]:
+    def shared_outputs(
+        self, batches: list[str], name_of: Callable[[str], str] | None = None
+    ) -> list[tuple[str, str]]:
         """``(job id, output key)`` of the unfinished jobs of ``batches`` (batches of one
         storage) whose output key another unfinished job of theirs has too: jobs a run must
         not render side by side (``run._note_outputs``). Usually none, found with one
-        grouping of their unfinished jobs (through the (batch, status) index)."""
+        grouping of their unfinished jobs (through the (batch, status) index). ``name_of``:
+        where the storage takes two keys for one name (``Storage.name_of``: a case-insensitive
+        folder), keys are compared by their names, each job given its key's name; their
+        unfinished jobs are read and grouped here, as SQL cannot fold them so."""
         where = f"batch IN {_marks(batches)} AND status IN {RUNNABLE_SQL}"
+        if name_of is not None:
+            named: dict[str, list[str]] = {}
+            for job_id, key in self.db.execute(
+                f"SELECT id, output_key FROM jobs WHERE {where}", batches
+            ):
+                named.setdefault(name_of(key), []).append(job_id)
+            return [(job_id, name) for name, ids in named.items() if len(ids) > 1 for job_id in ids]
         rows = self.db.execute(
             f"SELECT id, output_key FROM jobs WHERE {where} AND output_key IN"
             f" (SELECT output_key FROM jobs WHERE {where} GROUP BY output_key"

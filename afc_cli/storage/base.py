@@ -96,6 +96,16 @@ class Storage:
         be stored (on a file system: a folder on their path that is a file, or not writable;
         on S3: an object key, the prefix included, longer than S3 takes)."""
 
+    def name_of(self, key: str) -> str:
+        """The name this storage stores ``key`` under, where two keys may name one object
+        (a file storage on a case-insensitive folder: ``FileStorage.name_of``); the key itself
+        everywhere else (S3 tells every two keys apart)."""
+        return key
+
+    def folds_names(self) -> bool:
+        """Whether two keys may name one object here (``name_of`` is not the key itself)."""
+        return False
+
     def verify(self, key: str, size: int, sha256: str, source: Path | None) -> str | None:
         """None if the stored object is exactly ``size`` bytes with this SHA-256; otherwise
         what is wrong (ending ``NOT_THERE`` when no object is at the key). Trusts the

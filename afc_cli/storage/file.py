@@ -422,17 +422,12 @@ class FileStorage(Storage):
         here): such a pair is refused though it could have been stored. Probed at the storage
         folder: a folder under it on another file system, or one with its own setting (ext4's
         per-folder casefold), is not probed."""
-        if self._folds is None:  # once per storage: a worker's refills check new keys often
-            self._folds = self.name_folds()
-        case, accents = self._folds or (False, False)
+        case, accents = self._folding()
         if not (case or accents):
             return
         seen: dict[str, str] = {}
         for key in keys:
-            folded = unicodedata.normalize("NFC", key) if accents else key
-            if case:
-                folded = unicodedata.normalize("NFC", folded.casefold())
-            other = seen.setdefault(folded, key)
+            other = seen.setdefault(self.name_of(key), key)
             if other != key:
                 told = "letters in another case" if case else "accented letters composed or not"
                 raise UsageError(
@@ -441,6 +436,30 @@ class FileStorage(Storage):
                     "render would be paid for and never stored; change one job's key or the "
                     "output template"
                 )
+
+    def _folding(self) -> tuple[bool, bool]:
+        """``name_folds``, probed once per storage (a worker's refills check new keys often);
+        neither where the probe could not be made."""
+        if self._folds is None:
+            self._folds = self.name_folds()
+        return self._folds or (False, False)
+
+    def folds_names(self) -> bool:
+        return any(self._folding())
+
+    def name_of(self, key: str) -> str:
+        """``key`` as this folder's file system takes it (``name_folds``): casefolded where it
+        does not tell case apart, composed (NFC) where it does not tell accents composed or not
+        apart, so two keys of one file have one name. Two batches of this storage whose keys
+        differ only so (``Shot1.png``, ``shot1.png``) are run one after the other, as equal keys
+        are (``run._note_outputs``): side by side, both renders were paid and the second store
+        met the first's file (OUTPUT_KEY_CONFLICT)."""
+        case, accents = self._folding()
+        if accents:
+            key = unicodedata.normalize("NFC", key)
+        if case:
+            key = unicodedata.normalize("NFC", key.casefold())
+        return key
 
     def name_folds(self) -> tuple[bool, bool] | None:
         """Whether this folder's file system takes two spellings for one name: letters in
