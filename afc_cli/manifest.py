@@ -1032,9 +1032,10 @@ def output_key_problem(key: str) -> str | None:
             f"storage keeps NAME.afc.json beside it, and a file name has at most "
             f"{MAX_SEGMENT_BYTES})"
         )
-    if any(part.endswith(".afc.json") for part in parts):
+    if any(part.casefold().endswith(".afc.json") for part in parts):
         # a folder so named too: 'x.png.afc.json/y.png' took the name of x.png's metadata
-        # file, and x.png's render, paid, was never stored
+        # file, and x.png's render, paid, was never stored. In any case: on a folder that
+        # does not tell case apart (macOS, a Windows share) 'x.png.AFC.JSON' is that file too
         return f"renders to {key!r}; names ending in .afc.json are reserved for metadata"
     return None
 

@@ -35,3 +35,28 @@ def test_two_batches_whose_keys_differ_by_case_pay_for_one_render(afc):
     failed = next(row for row in rows if row[1] == "failed")
     assert failed[2] == "OUTPUT_KEY_CONFLICT" and failed[3] == 0, rows
     assert afc.rows("SELECT COUNT(*) FROM attempts") == [(1,)]
+
+
+def test_a_key_ending_in_the_metadata_suffix_in_capitals_is_refused(afc):
+    """An output key ending '.AFC.JSON' is, on a folder that does not tell case apart, the
+    name of the metadata file ('NAME.afc.json') of the output beside it: the suffix was
+    refused only as spelt in lower case, so both jobs were rendered (paid) and one store met
+    the other's file (OUTPUT_KEY_CONFLICT), one render thrown away. Refused in any case now,
+    before anything is admitted or rendered, as '.afc.json' is."""
+    afc.outputs().mkdir()
+    afc.write_manifest(
+        manifest(
+            [
+                {"key": "one", "prompt": "p", "output": "b1/x.png"},
+                {"key": "two", "prompt": "q", "output": "b1/x.png.AFC.JSON"},
+            ]
+        )
+    )
+    calls = afc.cwd / "calls.log"
+    env = {**_site(afc), "AFC_LOCAL_CALL_LOG": str(calls)}
+    result = afc("submit", "manifest.yaml", "--concurrency", "4", env=env)
+    assert "Traceback" not in result.stderr
+    assert not calls.exists() or calls.read_text() == "", "a render was paid for"
+    assert result.returncode == 2, result.stderr
+    assert "'b1/x.png.AFC.JSON'; names ending in .afc.json" in result.stderr, result.stderr
+    assert not (afc.cwd / "afc.db").exists()
