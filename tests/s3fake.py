@@ -66,6 +66,13 @@ UNSUPPORTED_HEADER = (
     b"<Message>Unsupported header 'x-amz-checksum-sha256' received for this API call.</Message>"
     b"</Error>"
 )
+# S3's answer to a multipart completion whose parts are smaller than the store takes (a store
+# that wants larger parts than afc's 16 MiB)
+ENTITY_TOO_SMALL = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>EntityTooSmall</Code>'
+    b"<Message>Your proposed upload is smaller than the minimum allowed object size.</Message>"
+    b"</Error>"
+)
 THROTTLED = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>TooManyRequests</Code>'
     b"<Message>Too many requests.</Message></Error>"
@@ -85,7 +92,8 @@ class Fault:
     # (501 NotImplemented: an S3-compatible store without create-only writes or SHA-256
     # checksums) | "unsupported" (400 InvalidArgument 'Unsupported header
     # x-amz-checksum-sha256': Backblaze B2's answer to an upload with a SHA-256 checksum) |
-    # "full" (507 XMinioStorageFull: a MinIO below its free-drive threshold) |
+    # "full" (507 XMinioStorageFull: a MinIO below its free-drive threshold) | "toosmall"
+    # (400 EntityTooSmall: a multipart completion whose parts the store finds too small) |
     # "reset" | "stall"
     kind: str
     times: int  # how many matching requests it hits; -1: all
@@ -201,6 +209,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "notimplemented": (501, NOT_IMPLEMENTED),
                     "full": (507, STORAGE_FULL),
                     "unsupported": (400, UNSUPPORTED_HEADER),
+                    "toosmall": (400, ENTITY_TOO_SMALL),
                 }[fault.kind]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

@@ -358,6 +358,10 @@ class S3Storage(Storage):
             # HEAD and the probes passed: every job of the batch was rendered and paid for,
             # the renders piling up in the spool until its disk filled too
             full = status == 507 or code in ("XMinioStorageFull", "QuotaExceeded")
+            # a store that wants larger multipart parts than afc's refuses every completion
+            # (EntityTooSmall): a 4xx of one upload, each large output of the batch was
+            # rendered and paid for in turn, none of them storable
+            small_parts = multipart and code == "EntityTooSmall"
             skew = _clock_skew(headers) if status == 403 else None
             if code in ("NoSuchBucket",) or (action == "cannot use" and status == 404):
                 fix = f"create bucket {self.bucket!r} or point --storage at an existing one"
@@ -405,6 +409,14 @@ class S3Storage(Storage):
                 )
             elif code == "InvalidBucketName":
                 fix = f"{self.bucket!r} is not a valid bucket name; fix --storage"
+            elif small_parts:
+                fix = (
+                    f"this store wants multipart upload parts larger than afc's "
+                    f"{PART_SIZE >> 20} MiB, and an output over {MULTIPART_THRESHOLD >> 20} MiB "
+                    "goes up as a multipart upload; smaller outputs go up in one request, which "
+                    "this store may take. Use a store that takes parts of that size (AWS S3, "
+                    "MinIO), or change this one's minimum part size"
+                )
             elif refused_request:
                 # an S3-compatible store without create-only writes (If-None-Match: *) or
                 # SHA-256 checksums: no retry mends it, and afc never writes without them.
@@ -431,14 +443,14 @@ class S3Storage(Storage):
                 fix = None
             retryable = (
                 status >= 500 and status != 501 or status == 429 or code in RETRYABLE_CODES
-            ) and not (refused_request or full)
+            ) and not (refused_request or full or small_parts)
             message = f"{action} {where}: {code or status} {error.get('Message', '')}".strip()
             if fix:
                 message += f" ({fix})"
             if (
                 action == "cannot write"
                 and not retryable
-                and (status == 403 or refused_request or full)
+                and (status == 403 or refused_request or full or small_parts)
             ):
                 return StorageDenied(message)  # no bucket check sees it (_storage_broke)
             return StorageError(message, retryable=retryable, retry_after=retry_after)
