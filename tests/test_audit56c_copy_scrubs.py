@@ -4,7 +4,7 @@ the key in a form then not looked for, an event's detail, a usage object), and a
 to PostgreSQL put them, key and all, into a database many people read with psql. The copy now
 scrubs the texts the ledger scrubs where they enter (error messages, event details, usage,
 review notes, delivery errors) with the secrets of the environment it runs in; what drives work
-(a job's request, its webhook, a provider's request id, an envelope) is copied as it is."""
+(a job's request, its webhook, a provider's request id) is copied as it is."""
 
 from __future__ import annotations
 

@@ -32,11 +32,13 @@ review decisions, webhook deliveries and disabled endpoints, every row with its 
   ``keep_source`` (``--keep-source``: a backup, a test copy)
   leaves the source as it was, both ledgers able to run the same jobs.
 - The texts the ledger scrubs where they enter (``SCRUBBED``: error messages, event details,
-  usage, review notes, delivery errors) are scrubbed again on their way, with the secrets of
+  usage, review notes, delivery errors, and the envelopes that carry a job's error message
+  and review note) are scrubbed again on their way, with the secrets of
   the environment the copy runs in (``secrets.scrub``): an older afc, scrubbing less, kept
   some a provider quoted back, and a move to PostgreSQL put them in a database many people
   read. What drives work is copied as it is: a job's request (its hash makes a replay one),
-  its webhook, a provider's request id (a later run polls it), a delivery's envelope.
+  its webhook, a provider's request id (a later run polls it); a delivery's envelope holding
+  no secret is kept byte for byte.
 - Spooled bytes are files, not rows: a SQLite ledger's are in ``afc.db-spool`` beside it, a
   PostgreSQL ledger's in ``AFC_SPOOL_DIR``, else ``afc-spool`` in the working folder
   (afc_cli/ledger/postgres.py), beside the ids of requests a provider still renders that the
@@ -104,7 +106,10 @@ SCRUBBED = {
     "attempts": {"error_message": False, "usage_json": True},
     "events": {"detail_json": True},
     "reviews": {"note": False},
-    "deliveries": {"last_error": False},
+    # an envelope carries the job's error message and a review note, as they were scrubbed
+    # then: an older afc's held the key its job's message did (every later try sends the
+    # scrubbed body, signed afresh as each try is)
+    "deliveries": {"last_error": False, "envelope": True},
     "endpoints": {"reason": False},
 }
 
