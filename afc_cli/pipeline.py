@@ -3705,6 +3705,11 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
         )
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "verify", exc)
+    if problem and problem.endswith(NOT_THERE) and not storage.local:
+        try:
+            problem = await _there_again(ctx, storage, job, small, problem)
+        except StorageError as exc:
+            return _storage_gave_up(ctx, job, "verify", exc)
     if problem and not problem.endswith(NOT_THERE):
         # Not what was uploaded: whose object is it? Another job's over this upload, the
         # store having taken it (a store that takes 'If-None-Match: *' and ignores it, or a
@@ -3722,6 +3727,33 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
             await _fail_conflict(ctx, job, storage, info, foreign, "store", replaced=uploaded)
             return False
     return await _verified(ctx, job, problem)
+
+
+async def _there_again(
+    ctx: RunContext, storage: Storage, job: dict[str, Any], small: bool, problem: str | None
+) -> str | None:
+    """The read-back of an object with no spool file here (one found stored and adopted, a
+    HEAD having just shown it) found nothing at the key: looked at again under the storage
+    policy, as a read-back of an upload from the spool is (``S3Storage.verify``). A store, or
+    a replica behind a load balancer, not consistent at once answers such a HEAD 404 for a
+    moment: taken as the answer, the job failed VERIFY_FAILED, its output there a moment
+    later, saying a retry pays for a new render. Still not there after the policy's tries,
+    the finding stands (removed since: a person, a lifecycle rule)."""
+    for attempt in range(1, STORE_TRIES):
+        await ctx.sleep(_store_delay(attempt, StorageError(NOT_THERE, retryable=True)))
+        problem = await _storage(
+            ctx,
+            storage,
+            storage.verify,
+            job["output_key"],
+            job["output_size"],
+            job["output_sha256"],
+            ctx.spool.path(job["id"]),
+            inline=small,
+        )
+        if not (problem and problem.endswith(NOT_THERE)):
+            break
+    return problem
 
 
 async def _verified(ctx: RunContext, job: dict[str, Any], problem: str | None, steps=()) -> bool:

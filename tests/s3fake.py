@@ -98,6 +98,7 @@ class Fault:
     kind: str
     times: int  # how many matching requests it hits; -1: all
     retry_after: str | None = None
+    after: int = 0  # how many matching requests it lets through first
 
 
 @dataclass
@@ -146,6 +147,9 @@ class FaultPlan:
                     and fault.method in ("*", method)
                     and re.search(fault.path, path)
                 ):
+                    if fault.after > 0:
+                        fault.after -= 1
+                        continue
                     if fault.times > 0:
                         fault.times -= 1
                     self.injected.append((method, path, fault.kind))
