@@ -75,6 +75,8 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 8
+# an unpadded Basic token this long is taken for one cut short (``_basic``), not for prose
+CUT_BASIC_CHARS = 12
 # a value of letters only shorter than this is a word (``_a_word``): masked as a credential only
 WORD_CHARS = 16
 PARTIAL_CHARS = 12  # this many consecutive characters of a known key are taken as the key
@@ -118,7 +120,13 @@ def _basic(found: re.Match[str]) -> str:
     reviewer's reason or a provider's message was kept as 'too basic <redacted> more pass'."""
     token = found.group(3)
     if len(token) % 4:
-        return found.group()
+        if len(token) < CUT_BASIC_CHARS:
+            return found.group()
+        # a long token cut short (a message cut before it was scrubbed,
+        # ``providers.base.bounded``): the whole groups before the cut are a 'user:pass'
+        # all the same, shown as they came where the decode failed. Only a long one: a
+        # word after 'basic' in prose is as short as it is unpadded
+        token = token[: len(token) - len(token) % 4]
     try:
         said = base64.b64decode(token, validate=True).decode()
     except ValueError:  # not base64, or not UTF-8 (binascii.Error, UnicodeDecodeError)
