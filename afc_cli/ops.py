@@ -492,25 +492,39 @@ def os_user() -> str:
         return f"uid {os.getuid()}"
 
 
-def _succeeded(ledger: Ledger, job: dict[str, Any]) -> str:
+# how many succeeded jobs one refused retry looks for in storage (``_succeeded``)
+LOOKED_FOR = 5
+
+
+def _succeeded(ledger: Ledger, job: dict[str, Any], stores: dict[str, Any]) -> str:
     """Why a succeeded job is not retried. Its output is stored, the refusal said, even of one
-    deleted from its folder since (by a person, a clean-up script): a person told that looked
-    no further. A ``file://`` output is looked for (one stat; an S3 bucket is not asked from
-    an error message): one gone is said so, with what can be done, since afc never renders a
-    succeeded job again (replays and the probe trust the ledger, not storage)."""
+    deleted since (by a person, a clean-up script, a bucket's lifecycle rule): a person told
+    that looked no further. So the output is looked for: one stat on a folder, one HEAD in a
+    bucket (the storage's own timeouts; a store that cannot be asked is said as before), for
+    the first ``LOOKED_FOR`` succeeded jobs a retry names (they are named one by one; the
+    rest are said as before). One gone is said so, with what can be done, since afc never
+    renders a succeeded job again (replays and the probe trust the ledger, not storage).
+    ``stores``: the storages opened by this refusal, by batch, and how many were looked at
+    (``None``'s count)."""
     said = (
         "it succeeded: its output is stored, and afc never pays for it again (submit a changed "
         "request under a new key)"
     )
     from afc_cli import storage as storage_mod
 
+    looked = stores.setdefault(None, 0)
+    if looked >= LOOKED_FOR:
+        return said
+    stores[None] = looked + 1
     try:
-        store = storage_mod.open(ledger.batch(job["batch"])["storage"])
-        if not store.local or store.head(job["output_key"]).exists:
+        store = stores.get(job["batch"])
+        if store is None:
+            store = stores[job["batch"]] = storage_mod.open(ledger.batch(job["batch"])["storage"])
+        if store.head(job["output_key"]).exists:
             return said
         # its whole folder not there (a drive or share not mounted): every output of it
         # was said deleted or moved, each to be put back or paid for again under a new key
-        root_gone = not store.root.is_dir()
+        root_gone = store.local and not store.root.is_dir()
     except Exception:  # what cannot be looked at is said as before
         return said
     if root_gone:
@@ -520,10 +534,12 @@ def _succeeded(ledger: Ledger, job: dict[str, Any]) -> str:
             "mounted?); afc never pays for a succeeded job again: mount it, or put the folder "
             "back"
         )
+    gone = "deleted or moved" if store.local else "deleted"
+    put = "put the file back" if store.local else "put the object back"
     return (
         f"it succeeded, but its output {store.describe(job['output_key'])} is no longer there "
-        "(deleted or moved since it was stored and verified); afc never pays for a succeeded "
-        "job again: put the file back, or submit the request under a new key to render it again"
+        f"({gone} since it was stored and verified); afc never pays for a succeeded "
+        f"job again: {put}, or submit the request under a new key to render it again"
     )
 
 
@@ -572,18 +588,20 @@ def retry(
         else:
             targets = ledger.batch_jobs(batch, tuple(statuses))
         refused, already = [], []
+        stores: dict[Any, Any] = {}  # ``_succeeded``'s
         for job in targets:
             if keys and _retried_unrun(ledger, job):
                 already.append(job)  # an earlier retry's (one interrupted, say): left as it is
                 continue
             if job["status"] not in RETRYABLE:
                 why = {
-                    "succeeded": _succeeded(ledger, job),
                     "rejected": "a person rejected its output, which is final (submit a changed "
                     "request under a new key)",
                     "awaiting_review": "its output is stored and waits for a decision (afc "
                     "review approve or reject)",
                 }.get(job["status"], f"it is {job['status']}: it runs (or will) without a retry")
+                if job["status"] == "succeeded":  # looked for in storage only then
+                    why = _succeeded(ledger, job, stores)
                 refused.append(f"{job['batch']}/{job['key']}: {why}")
                 continue
             now = ledger.clock()  # the clock attempts' starts are stamped on
