@@ -390,11 +390,14 @@ class StorageDenied(StorageError):
     it, so a run whose upload was so refused renders no other job of that batch
     (``pipeline._storage_broke``)."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, large_only: bool = False):
         super().__init__(message, retryable=False)
+        # refused only as a multipart upload's request (an output over 64 MiB): the batch's
+        # smaller outputs go up in one request, which the store may take
+        self.large_only = large_only
 
     def __reduce__(self):
-        return (StorageDenied, (self.message,))
+        return (StorageDenied, (self.message, self.large_only))
 
 
 class StorageUnreachable(StorageError):

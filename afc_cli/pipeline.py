@@ -1428,9 +1428,18 @@ async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
         # an upload refused for want of permission (a role without s3:PutObject on the
         # prefix, or kms:GenerateDataKey): the bucket's HEAD passes all the same, and every
         # job of the batch was rendered and paid for, each one's upload refused
+        why = (
+            # a multipart upload's request refused: this job's output may be small, but afc
+            # cannot tell an output's size before paying for its render
+            "its output may be over the size that makes a multipart upload as well (afc "
+            "cannot tell an output's size before paying for its render); a store of the "
+            "batch that succeeds meanwhile lets its renders go on"
+            if denied[0].large_only
+            else "its upload would be refused as well"
+        )
         raise StorageError(
             f"{denied[0].message}; no other job of batch {job['batch']} is rendered in this "
-            "run, its upload would be refused as well",
+            f"run, {why}",
             retryable=False,
         )
     if job["batch"] not in ctx.storage_failed:

@@ -452,7 +452,10 @@ class S3Storage(Storage):
                 and not retryable
                 and (status == 403 or refused_request or full or small_parts)
             ):
-                return StorageDenied(message)  # no bucket check sees it (_storage_broke)
+                # no bucket check sees it (_storage_broke)
+                return StorageDenied(
+                    message, large_only=multipart and (refused_request or small_parts)
+                )
             return StorageError(message, retryable=retryable, retry_after=retry_after)
         if isinstance(exc, EndpointResolutionError):  # the endpoint named: no retry mends it
             return StorageError(f"{action} {where}: {_endpoint_problem(exc)}", retryable=False)
