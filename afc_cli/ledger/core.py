@@ -1737,6 +1737,14 @@ class Ledger:
             free = mine or not lease_held(holder, job["lease_expires"], now, job["lease_mono"])
             if not free:
                 return None
+            if job["attempts"] and not self._attempts_free(job_id):
+                # its holder's transaction is writing one of its started attempts this very
+                # moment (a host stalled past its lease, woken, recording a provider's
+                # answer): the holder lives, and marking that attempt unknown would wait for
+                # it while holding the job's row, which its transaction writes next. A
+                # deadlock, which PostgreSQL broke by failing one of the two: the worker
+                # stopped, or the claim. Held as by a live run, as ``_claimable``'s
+                return None
             cursor = self.db.execute(
                 "UPDATE jobs SET lease_owner = ?, lease_expires = ?, lease_mono = ?, updated_at = ?,"
                 " takeovers = takeovers + ? WHERE id = ?"
@@ -1776,6 +1784,12 @@ class Ledger:
                     )
                     return None
             return job
+
+    def _attempts_free(self, job_id: str) -> bool:
+        """Whether the job's ``started`` attempts, which a takeover marks ``unknown``, can be
+        written without waiting for another process's transaction (an engine with row locks;
+        SQLite's write lock serialises writers already: True)."""
+        return True
 
     def _claimable(self, job_id: str) -> dict[str, Any] | None:
         """``claim``'s read of a job it could not simply take, the row then this transaction's
@@ -2146,8 +2160,15 @@ class Ledger:
                 holder = held["lease_owner"] if held else None
                 # (held by this cancel itself, ``hold_for_cancel``: live, with no call of its
                 # own to leave alone; the calls of runs gone are marked all the same)
-                live = held is not None and lease_held(
-                    holder, held["lease_expires"], self.lease_clock(), held["lease_mono"]
+                # (or whose transaction is writing one of its attempts this very moment,
+                # ``_attempts_free``: a host stalled past its lease, woken; marking that
+                # attempt would wait for it, holding the job's row it writes next, a
+                # deadlock that failed the cancel or stopped that run)
+                live = held is not None and (
+                    lease_held(
+                        holder, held["lease_expires"], self.lease_clock(), held["lease_mono"]
+                    )
+                    or not self._attempts_free(job["id"])
                 )
                 self._mark_unknown(job["id"], job["batch"], exclude_owner=holder if live else None)
                 if live:
@@ -3660,6 +3681,9 @@ class Ledger:
             # the provider answered the request the job waited on: it is the run's again
             # (spooled, stored, or its next attempt), not a render still in progress; also
             # when the answer is that the request is gone (``unknown``: RequestGone)
+            # tests freeze here: the attempt's row written, its job's not yet, in one
+            # transaction (a host stalled between the two while another takes the job over)
+            stall_point("answer_recorded")
             now = self.clock()
             cursor = self.db.execute(
                 "UPDATE jobs SET status = 'running', waiting_reason = NULL, updated_at = ?"
@@ -3670,6 +3694,9 @@ class Ledger:
                 job.update(status="running", waiting_reason=None, updated_at=now)
 
     def end_attempt(self, job: dict[str, Any], number: int, **report: Any) -> None:
+        # tests freeze here, the run's changes so far committed: the report then begins a
+        # transaction of its own (``answer_recorded``)
+        stall_point("answer_coming", before=self.flush)
         with self.tx(commit=True):
             self.report_attempt(job, number, **report)
 

@@ -19,6 +19,10 @@
   job and the taking of the shared budget's and provider limits' advisory locks, commits the
   group first and commits itself at its end (``_alone``). So no wait happens while holding
   another job's row: two runs claiming the same jobs in different orders never deadlock. A
+  takeover (and a person's cancel) marks the job's ``started`` attempts ``unknown`` after
+  locking its row; a holder stalled past its lease may be writing one of them, its job's row
+  next, in one transaction: those attempts are locked first, ``SKIP LOCKED``
+  (``_attempts_free``), and one found locked leaves the job to that live holder. A
   worker's claim of free jobs (``claim_runnable``) is a transaction of its own too, though it
   waits for nothing: ``SKIP LOCKED`` still locks a row another worker claimed and committed
   while the statement ran (free in its snapshot, taken when re-checked) and keeps it locked,
@@ -1297,6 +1301,16 @@ class PostgresLedger(Ledger):
             wait=False,
         )
         return lambda: bool(cursor.fetchone()[0])
+
+    def _attempts_free(self, job_id: str) -> bool:
+        """Whether no other transaction holds a row lock on the job's ``started`` attempts:
+        locked here (``SKIP LOCKED`` takes the free ones and passes a locked one by), so the
+        takeover's marking of them waits for nobody. Fewer taken than there are: another
+        process is writing one now."""
+        sql = "SELECT number FROM attempts WHERE job_id = ? AND status = 'started'"
+        started = len(self._all(sql, (job_id,)))
+        taken = len(self._all(sql + " FOR UPDATE SKIP LOCKED", (job_id,)))
+        return taken >= started
 
     def _claimable(self, job_id: str) -> dict[str, Any] | None:
         """The job's row, locked for this transaction, or None when it is gone or another
