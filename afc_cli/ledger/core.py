@@ -1022,7 +1022,14 @@ class Ledger:
         ended only, nothing could send them to the receiver the manifest names. A delivered
         event keeps the URL it reached; a webhook removed leaves the queued events where
         they were (there is nowhere else to send them)."""
-        self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked)
+        # their rows taken all at once, never one by one: a run holding some of these jobs
+        # writes their rows too (its renewal, every job it holds in one statement), and the
+        # two, each holding a row the other wanted next, deadlocked (``_lock_together``)
+        self._lock_together([job_id for _, job_id in rewebhooked])
+        self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked[:1])
+        # tests freeze here: one job's row written, the others' not yet, in one transaction
+        stall_point("rewebhooked_one")
+        self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked[1:])
         by_webhook: dict[str, list[str]] = {}
         for text, job_id in rewebhooked:
             if text is not None:
@@ -1790,6 +1797,12 @@ class Ledger:
         written without waiting for another process's transaction (an engine with row locks;
         SQLite's write lock serialises writers already: True)."""
         return True
+
+    def _lock_together(self, job_ids: list[str]) -> None:
+        """Lock the rows of ``job_ids`` for this transaction, all of them or, while another
+        transaction holds one, none: a change a person makes to many jobs at once (a
+        re-submit's new webhook) waits holding no row a run may want next. SQLite's write
+        lock serialises writers already: nothing to do."""
 
     def _claimable(self, job_id: str) -> dict[str, Any] | None:
         """``claim``'s read of a job it could not simply take, the row then this transaction's

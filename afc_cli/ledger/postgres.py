@@ -1312,6 +1312,33 @@ class PostgresLedger(Ledger):
         taken = len(self._all(sql + " FOR UPDATE SKIP LOCKED", (job_id,)))
         return taken >= started
 
+    def _lock_together(self, job_ids: list[str]) -> None:
+        """``Ledger._lock_together``: tries of ``FOR UPDATE SKIP LOCKED`` in a savepoint, one
+        that did not take every row given back (rolled back to it, which lets go of the rows
+        it took), until one takes them all. Waited for one row at a time, a re-submit holding
+        the row of a job a run holds waited for another of that run's rows, while the run's
+        renewal (every job it holds, one statement) held that one and waited for the first:
+        a deadlock, which PostgreSQL broke by failing one (the run stopped, exit 1, or the
+        submit). A run's write of its jobs lasts milliseconds; past ``LOCK_WAIT_S`` of tries
+        (a transaction that does not end: a process stopped with its group open) the rows
+        are waited for as before, under the session's lock timeout."""
+        chunks = list(core._chunks(sorted(set(job_ids)), core.IN_CHUNK))
+        sql = "SELECT COUNT(*) FROM (SELECT id FROM jobs WHERE id IN {}{}) AS t"
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while time.monotonic() < deadline:
+            self.db.execute("SAVEPOINT afc_together")
+            # (a job gone meanwhile is no row to wait for)
+            there = sum(self._count(sql.format(core._marks(c), ""), c) for c in chunks)
+            taken = sum(self._count(sql.format(core._marks(c), self.CLAIM_LOCK), c) for c in chunks)
+            if taken >= there:
+                self.db.execute("RELEASE SAVEPOINT afc_together")
+                return
+            self.db.execute("ROLLBACK TO SAVEPOINT afc_together")
+            time.sleep(CLAIM_ROW_RETRY_S)
+
+    def _count(self, sql: str, params: list[Any]) -> int:
+        return int(self.db.execute(sql, params).fetchone()[0])
+
     def _claimable(self, job_id: str) -> dict[str, Any] | None:
         """The job's row, locked for this transaction, or None when it is gone or another
         transaction held its lock through ``CLAIM_ROW_WAIT_S`` of tries. Waited for without a

@@ -1,0 +1,89 @@
+"""A re-submit that changes a batch's webhook, beside a run of that batch, on a PostgreSQL
+ledger: the re-submit writes the new webhook on each job's row, the run's jobs too, in one
+transaction, while the run renews its leases (every job it holds, one statement) in its
+own: the two locked the same rows in opposite orders (outside audit 56g)."""
+
+from __future__ import annotations
+
+import base64
+import signal
+import time
+
+import psycopg
+from conftest import frozen_at, manifest, wait_for_ledger
+
+SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
+
+
+def _lock_waits(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock'"
+        ).fetchone()[0]
+
+
+def test_a_resubmit_changing_the_webhook_beside_a_run_is_no_deadlock(afc, fake, pg_url):
+    """Host a's run holds two jobs waiting on Replicate, renewing their leases every second
+    (AFC_LEASE_S=3). The batch is submitted again with another webhook: its transaction
+    wrote the second job's row (in the order of the row's renewal, the first) and stalls
+    before the other's; the run's renewal locks the first row and waits for the second;
+    woken, the re-submit waited for the first: a deadlock, one of the two failed by
+    PostgreSQL (the run stopped, or the submit refused). Now neither fails, and both jobs
+    end under the run with the new webhook."""
+    jobs = [{"key": key, "prompt": f"hold render {key}"} for key in ("shot-a", "shot-b")]
+    data = manifest(jobs)
+    data["defaults"]["chain"] = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
+    data["rates"] = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    data["webhook"] = {"url": "http://127.0.0.1:9/hooks", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data)
+    env = {"AFC_LEDGER": pg_url, "AFC_GRACE_S": "0", "AFC_HOOK_SECRET": SECRET}
+    holder = afc.popen(
+        "submit", "manifest.yaml", env={**env, "AFC_HOST_ID": "host-a", "AFC_LEASE_S": "3"}
+    )
+    again = None
+    try:
+        wait_for_ledger(
+            afc,
+            pg_url,
+            "SELECT COUNT(*) = 2 FROM jobs WHERE status = 'waiting'"
+            " AND waiting_reason LIKE 'provider still rendering%'",
+            proc=holder,
+        )
+        # the renewal locks the rows in their order in the table: the re-submit writes the
+        # last of them first
+        with psycopg.connect(pg_url) as conn:
+            order = [row[0] for row in conn.execute("SELECT key FROM jobs ORDER BY ctid")]
+        data["jobs"] = [job for key in reversed(order) for job in jobs if job["key"] == key]
+        data["webhook"] = {"url": "http://127.0.0.1:9/moved", "secret_env": "AFC_HOOK_SECRET"}
+        afc.write_manifest(data, "again.yaml")
+        again = afc.popen(
+            "submit",
+            "again.yaml",
+            env={**env, "AFC_HOST_ID": "host-b", "AFC_STALL_POINT": "rewebhooked_one"},
+        )
+        frozen_at(again)  # one row written, the other not yet
+        # the run's renewal (every second) meets the row the re-submit holds
+        deadline = time.monotonic() + 60
+        while not _lock_waits(pg_url):
+            assert time.monotonic() < deadline, "the renewal never waited"
+            assert holder.poll() is None, holder.stderr.read()
+            time.sleep(0.05)
+        again.send_signal(signal.SIGCONT)
+        fake.released.set()
+        assert holder.wait(timeout=60) == 0, holder.stderr.read()
+        again.wait(timeout=60)
+    finally:
+        for proc in (holder, again):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+    said = holder.stderr.read() + again.stderr.read()
+    assert "deadlock" not in said, said
+    assert again.returncode == 0, said
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT status, webhook_json FROM jobs").fetchall()
+    assert [status for status, _ in rows] == ["succeeded", "succeeded"]
+    assert all("/moved" in hook for _, hook in rows)
+    assert fake.counts["replicate_submit"] == 2
