@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import os
 from collections.abc import Awaitable, Callable, Iterator
@@ -144,9 +145,13 @@ def make_dirs(path: str | os.PathLike[str]) -> None:
     path = Path(path)
     missing = []
     folder = path
-    while not folder.is_dir() and folder.parent != folder:
+    # up to the first that exists: a file there makes the mkdir below it say so
+    # (ENOTDIR: 'Not a directory'), as ``Path.mkdir`` said, not 'File exists' of a file
+    while not folder.exists() and folder.parent != folder:
         missing.append(folder)
         folder = folder.parent
+    if not missing and not path.is_dir():  # the path itself a file
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
     for each in reversed(missing):
         try:
             os.mkdir(each)

@@ -76,7 +76,7 @@ def test_a_file_in_the_way_is_still_refused(tmp_path):
     from afc_cli.spool import make_dirs
 
     (tmp_path / "a").write_text("not a folder")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(NotADirectoryError):  # as Path.mkdir(parents=True) says it
         make_dirs(tmp_path / "a/b")
     with pytest.raises(FileExistsError):
         make_dirs(tmp_path / "a")
