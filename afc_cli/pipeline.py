@@ -3702,16 +3702,7 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
                 return True
     small = (job["output_size"] or 0) <= INLINE_READ_BYTES
     try:
-        problem = await _storage(
-            ctx,
-            storage,
-            storage.verify,
-            job["output_key"],
-            job["output_size"],
-            job["output_sha256"],
-            ctx.spool.path(job["id"]),
-            inline=small,
-        )
+        problem = await _read_back(ctx, storage, job, small)
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "verify", exc)
     if problem and problem.endswith(NOT_THERE) and not storage.local:
@@ -3738,6 +3729,23 @@ async def verify(ctx: RunContext, job: dict[str, Any]) -> bool:
     return await _verified(ctx, job, problem)
 
 
+async def _read_back(
+    ctx: RunContext, storage: Storage, job: dict[str, Any], small: bool
+) -> str | None:
+    """The job's object read back against what was spooled (``Storage.verify``), under the
+    storage policy: None, or what is wrong. ``small``: read inline, not in the file helper."""
+    return await _storage(
+        ctx,
+        storage,
+        storage.verify,
+        job["output_key"],
+        job["output_size"],
+        job["output_sha256"],
+        ctx.spool.path(job["id"]),
+        inline=small,
+    )
+
+
 async def _there_again(
     ctx: RunContext, storage: Storage, job: dict[str, Any], small: bool, problem: str | None
 ) -> str | None:
@@ -3750,16 +3758,7 @@ async def _there_again(
     the finding stands (removed since: a person, a lifecycle rule)."""
     for attempt in range(1, STORE_TRIES):
         await ctx.sleep(_store_delay(attempt, StorageError(NOT_THERE, retryable=True)))
-        problem = await _storage(
-            ctx,
-            storage,
-            storage.verify,
-            job["output_key"],
-            job["output_size"],
-            job["output_sha256"],
-            ctx.spool.path(job["id"]),
-            inline=small,
-        )
+        problem = await _read_back(ctx, storage, job, small)
         if not (problem and problem.endswith(NOT_THERE)):
             break
     return problem
