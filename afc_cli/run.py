@@ -2029,8 +2029,9 @@ async def _renew(
     """Renew this run's leases every third of ``lease_s``, timed by ``awake_clock``, looked at
     every ``RENEW_TICK_S``; at each look, ``look`` too (``RunContext.wake_lost``: the jobs
     resting in a backoff or a limit's minute that a person cancelled meanwhile end their
-    rest, one read for them all, only while some rest). A sleep of a third of the lease on the event loop's (monotonic)
-    clock stood still while the host was suspended: woken, the run renewed up to that long
+    rest, one read for them all, only while some rest). A sleep of a third of the lease on
+    the event loop's (monotonic) clock stood still while the host was suspended: woken, the
+    run renewed up to that long
     later, and other hosts took over (and paid again for) jobs whose leases had outlived the
     suspend and then ran out while the run worked on them.
 
@@ -2044,23 +2045,17 @@ async def _renew(
     due = awake_clock() + lease_s / 3
     while True:
         await asyncio.sleep(min(RENEW_TICK_S, max(0.0, due - awake_clock())))
-        if look is not None:
-            try:
+        try:
+            if look is not None:
                 look()
-            except Exception as exc:
-                if failed is None:
-                    raise
-                failed(ledger_write_error(getattr(ledger, "path", None), exc))
-                return
-        if awake_clock() >= due - 0.01:  # the loop's timers may fire a hair early
-            try:
+            if awake_clock() >= due - 0.01:  # the loop's timers may fire a hair early
                 ledger.renew_leases(lease_s)
-            except Exception as exc:
-                if failed is None:
-                    raise
-                failed(ledger_write_error(getattr(ledger, "path", None), exc))
-                return
-            due = awake_clock() + lease_s / 3
+                due = awake_clock() + lease_s / 3
+        except Exception as exc:
+            if failed is None:
+                raise
+            failed(ledger_write_error(getattr(ledger, "path", None), exc))
+            return
 
 
 def require_keys(providers: set[str]) -> None:

@@ -1307,10 +1307,17 @@ class PostgresLedger(Ledger):
         locked here (``SKIP LOCKED`` takes the free ones and passes a locked one by), so the
         takeover's marking of them waits for nobody. Fewer taken than there are: another
         process is writing one now."""
-        sql = "SELECT number FROM attempts WHERE job_id = ? AND status = 'started'"
-        started = len(self._all(sql, (job_id,)))
-        taken = len(self._all(sql + " FOR UPDATE SKIP LOCKED", (job_id,)))
-        return taken >= started
+        return self._takes_all(
+            "SELECT number FROM attempts WHERE job_id = ? AND status = 'started'", [job_id]
+        )
+
+    def _takes_all(self, select: str, params: list[Any]) -> bool:
+        """Whether ``select`` (rows of one table), locked ``SKIP LOCKED`` for this transaction,
+        takes every row it finds unlocked: fewer taken than there are, another transaction
+        holds one (``_attempts_free``, ``_lock_together``)."""
+        there = self._count(f"SELECT COUNT(*) FROM ({select}) AS t", params)
+        taken = self._count(f"SELECT COUNT(*) FROM ({select}{self.CLAIM_LOCK}) AS t", params)
+        return taken >= there
 
     def _lock_together(self, job_ids: list[str]) -> None:
         """``Ledger._lock_together``: tries of ``FOR UPDATE SKIP LOCKED`` in a savepoint, one
@@ -1323,14 +1330,14 @@ class PostgresLedger(Ledger):
         (a transaction that does not end: a process stopped with its group open) the rows
         are waited for as before, under the session's lock timeout."""
         chunks = list(core._chunks(sorted(set(job_ids)), core.IN_CHUNK))
-        sql = "SELECT COUNT(*) FROM (SELECT id FROM jobs WHERE id IN {}{}) AS t"
         deadline = time.monotonic() + LOCK_WAIT_S
         while time.monotonic() < deadline:
             self.db.execute("SAVEPOINT afc_together")
             # (a job gone meanwhile is no row to wait for)
-            there = sum(self._count(sql.format(core._marks(c), ""), c) for c in chunks)
-            taken = sum(self._count(sql.format(core._marks(c), self.CLAIM_LOCK), c) for c in chunks)
-            if taken >= there:
+            if all(
+                self._takes_all(f"SELECT id FROM jobs WHERE id IN {core._marks(c)}", c)
+                for c in chunks
+            ):
                 self.db.execute("RELEASE SAVEPOINT afc_together")
                 return
             self.db.execute("ROLLBACK TO SAVEPOINT afc_together")
