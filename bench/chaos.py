@@ -9,7 +9,10 @@ Each round admits a few hundred jobs spread over the four fake providers of
 ``tests/fakeproviders.py`` (OpenAI, Replicate, fal, Gemini), with their failure prompts
 (throttling, 5xx, refusals, flaky downloads, CDN and poll outages, cut bodies, slow renders,
 OpenAI-compatible answers naming their image's URL, some behind a CDN that refuses a while),
-chains with fallbacks, ``needs`` and ``inputs``; some rounds under ``--max-spend``, some on S3
+chains with fallbacks, ``needs``, ``inputs`` and review gates (``review: true``, decided
+between runs, or beside the workers, by ``afc review approve`` / ``reject``, a quarter
+rejected), every ending announced to a webhook receiver that answers some POSTs 503 or 500;
+some rounds under ``--max-spend``, some on S3
 (moto's server, with SlowDown faults at the wire) and the others on ``file://``. It runs
 ``afc submit`` then ``afc resume`` (or ``afc worker --until-idle``) again and again, killing
 the process at random moments with SIGKILL, SIGTERM, SIGINT or two signals, until every job
@@ -26,7 +29,14 @@ is terminal. Then it reconciles, from the fake servers' own request log and the 
   costs equal each job's known attempt costs;
 - no run of a budget round spent (known cost, else reservation) past its ``--max-spend``;
 - exit codes are the documented ones (SIGKILL aside); no attempt is left ``started`` and no
-  spool file is left behind.
+  spool file is left behind;
+- a reviewed job succeeded only by a person's approval and was rejected only by a rejection,
+  each with its one decision event; a fresh ledger asks for the review again (and the jobs
+  needing it wait) rather than rendering anything;
+- the webhook outbox (after one ``afc webhooks deliver``): every ending, and each review's
+  start, has its delivery row; a row marked delivered was answered 2xx; every POST the
+  receiver got verifies (Standard Webhooks, at its arrival), is its row's envelope byte for
+  byte and names the job's real state.
 
 ``--postgres`` (``make chaos-postgres``, about 5 minutes) runs the rounds on a PostgreSQL
 ledger (a server started as the tests do, tests/pg_server.py) as several machines would: the
@@ -55,7 +65,9 @@ It prints the figures of each round and every violation, and exits 1 if there wa
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -70,7 +82,9 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -79,6 +93,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fakeproviders import FakeProviders  # noqa: E402
+from receiver import Receiver  # noqa: E402
 
 from afc_cli.owner import parse_owner  # noqa: E402
 
@@ -101,6 +116,10 @@ BEHAVIOURS = {
     "gemini": ["", "", "", "quota", "blocked", "image-safety"],
 }
 PROVIDERS = list(MODELS)
+# the webhook receiver's answers, drawn for each POST in the order they arrive: mostly 200,
+# sometimes a 503 with Retry-After or a bare 500 (tried again later, the same webhook-id)
+HOOK_ANSWERS = [(200, 0.0, {})] * 17 + [(503, 0.0, {"Retry-After": "1"}), (500, 0.0, {})]
+HOOK_SECRET_ENV = "AFC_CHAOS_HOOK_SECRET"
 
 
 def entry(provider: str, last: bool, attempts: int) -> dict:
@@ -115,7 +134,7 @@ def entry(provider: str, last: bool, attempts: int) -> dict:
     return e
 
 
-def make_manifest(rng: random.Random, batch: str, n: int) -> dict:
+def make_manifest(rng: random.Random, batch: str, n: int, webhook: str | None) -> dict:
     jobs = []
     for i in range(n):
         key = f"k{i:04d}"
@@ -135,14 +154,21 @@ def make_manifest(rng: random.Random, batch: str, n: int) -> dict:
             job["needs"] = [f"k{i - rng.randint(1, 4):04d}"]
         if i >= 4 and i % 15 == 7:
             job["inputs"] = [{"job": f"k{i - rng.randint(1, 4):04d}"}]
+        if i % 9 == 4 and webhook:
+            # a person approves or rejects it (Round.decide_reviews); jobs that need it or
+            # use it as a reference image wait for the approval, a rejection fails them
+            job["review"] = True
         jobs.append(job)
-    return {
+    manifest = {
         "version": 1,
         "batch": batch,
         "defaults": {"output": "{batch}/{key}.{ext}"},
         "rates": [{"provider": p, "model": MODELS[p], "per_image": RATES[p]} for p in PROVIDERS],
         "jobs": jobs,
     }
+    if webhook:
+        manifest["webhook"] = {"url": webhook, "secret_env": HOOK_SECRET_ENV, "timeout_s": 2}
+    return manifest
 
 
 def budget_spend(db) -> dict[str, tuple[int, int, int]]:
@@ -237,6 +263,10 @@ def spawn(argv: list[str], cwd: Path, env: dict[str, str], errlog) -> subprocess
 
 
 class Round:
+    # review gates and a webhook receiver (bench/soak.py's batch keeps neither: its figures
+    # stay comparable with earlier sessions')
+    GATES = True
+
     def __init__(self, args, index: int, storage: str, budget: str | None, worker: bool, s3):
         self.args, self.index, self.budget, self.worker = args, index, budget, worker
         self.rng = random.Random(args.seed * 1000 + index)
@@ -255,7 +285,19 @@ class Round:
         self.runs: list[dict] = []
         self.problems: list[str] = []
         self.billed_ids: set[int] = set()  # attempts a billed request was matched to
-        self.manifest = make_manifest(self.rng, self.batch, args.jobs)
+        # drawn apart from the round's own randomness: a seed's manifest and kills stay what
+        # they were before the receiver came (bench/soak.py's figures too)
+        hooks_rng = random.Random(f"hooks-{args.seed}-{index}")
+        self.receiver = Receiver(
+            script=[hooks_rng.choice(HOOK_ANSWERS) for _ in range(args.jobs * 8)]
+        ).start()
+        self.receiver.server.handle_error = lambda *a: None  # a killed sender's broken pipes
+        secret = base64.b64encode(hooks_rng.randbytes(32)).decode()
+        self.env[HOOK_SECRET_ENV] = self.hook_secret = f"whsec_{secret}"
+        self.decided: dict[str, str] = {}  # key -> 'approved' / 'rejected' (a person's review)
+        self.review_refused = 0
+        hook = self.receiver.url if self.GATES else None
+        self.manifest = make_manifest(self.rng, self.batch, args.jobs, hook)
         (self.dir / "manifest.yaml").write_text(yaml.safe_dump(self.manifest, sort_keys=False))
 
     # --- running -------------------------------------------------------------------------
@@ -375,6 +417,8 @@ class Round:
     def drive(self) -> None:
         first = True
         while len(self.runs) < self.args.max_runs:
+            if not first:
+                self.decide_reviews(self.afc, share=0.6)
             run = self.one_run(first)
             self.runs.append(run)
             counts = self.statuses()
@@ -390,10 +434,46 @@ class Round:
             ):
                 if run["rc"] not in (0, 1):
                     self.problems.append(f"final run exit {run['rc']} with every job terminal")
-                if run["rc"] == 0 and set(counts) != {"succeeded"}:
+                if run["rc"] == 0 and set(counts) - {"succeeded", "rejected"}:
                     self.problems.append(f"final run exit 0 with {dict(counts)}")
                 return
         self.problems.append(f"not terminal after {len(self.runs)} runs: {dict(self.statuses())}")
+
+    def decide_reviews(self, afc: Callable[..., subprocess.CompletedProcess], share: float) -> None:
+        """A person's review: of the jobs awaiting it, ``share`` decided, a quarter of those
+        rejected, with ``afc review approve`` / ``reject`` (several keys at once: all decided
+        or none). A refusal (exit 2: a key no longer awaiting review, cancelled meanwhile) or
+        a ledger that could not take it (exit 1) decides nothing; anything else is a problem."""
+        db = self.connect()
+        try:
+            waiting = [
+                r["key"]
+                for r in db.execute(
+                    "SELECT key FROM jobs WHERE status = 'awaiting_review' ORDER BY key"
+                )
+            ]
+        except Exception:  # no ledger yet
+            return
+        finally:
+            db.close()
+        chosen = [k for k in waiting if self.rng.random() < share]
+        rejected = [k for k in chosen if self.rng.random() < 0.25]
+        approved = [k for k in chosen if k not in rejected]
+        for decision, keys in (("approved", approved), ("rejected", rejected)):
+            if not keys:
+                continue
+            if decision == "approved":
+                done = afc("review", "approve", *keys, "--note", "chaos: looks right")
+            else:
+                done = afc("review", "reject", *keys, "--reason", "chaos: wrong light")
+            if done.returncode == 0:
+                self.decided.update(dict.fromkeys(keys, decision))
+            elif done.returncode in (1, 2):
+                self.review_refused += 1
+            else:
+                self.problems.append(
+                    f"review {decision} {keys}: exit {done.returncode} {done.stderr[-300:]}"
+                )
 
     # --- reconciling -------------------------------------------------------------------------
 
@@ -531,6 +611,9 @@ class Round:
         self.check_budget(db, figures)
         self.check_run_spend(db)
         figures["statuses"] = dict(Counter(j["status"] for j in jobs.values()))
+        if self.GATES:
+            self.check_reviews(db, jobs, figures)
+            self.check_webhooks(db, jobs, figures)
         self.check_replays(jobs, figures)
         self.extra_checks(db, jobs, attempts, log, figures)
         spool = [f for d in self.spool_dirs() for f in (self.dir / d).glob("*")]
@@ -542,6 +625,105 @@ class Round:
 
     def may_render_twice(self, ok: list[dict]) -> bool:
         return False
+
+    def check_reviews(self, db, jobs, figures) -> None:
+        """A job with ``review: true`` succeeds only by a person's approval and is rejected
+        only by a person's rejection, each exactly as decided (the commands' exit 0), with
+        its decision's event; a job without it never waits for a review."""
+        gated = {job["key"] for job in self.manifest["jobs"] if job.get("review")}
+        decisions = defaultdict(list)
+        for r in db.execute(
+            "SELECT job_id, kind FROM events WHERE kind IN ('approved', 'rejected') ORDER BY id"
+        ):
+            decisions[r["job_id"]].append(r["kind"])
+        figures["reviews_decided"] = len(self.decided)
+        figures["review_commands_refused"] = self.review_refused
+        for key, job in jobs.items():
+            decided = self.decided.get(key)
+            if key not in gated:
+                if decided or decisions[job["id"]]:
+                    self.problems.append(f"{key}: reviewed, but its manifest asks for no review")
+                continue
+            want = {"approved": "succeeded", "rejected": "rejected"}.get(decided or "")
+            if job["status"] in ("succeeded", "rejected") and job["status"] != want:
+                self.problems.append(f"{key}: {job['status']} though the person {decided}")
+            elif want and job["status"] != want:
+                self.problems.append(f"{key}: {decided} by a person, now {job['status']}")
+            if decided and decisions[job["id"]] != [decided]:
+                self.problems.append(f"{key}: {decided}, decision events {decisions[job['id']]}")
+
+    def check_webhooks(self, db, jobs, figures) -> None:
+        """The outbox from outside, after one ``afc webhooks deliver``: every job's ending
+        (and each review's start) has its delivery row; each row marked delivered was
+        answered 2xx by the receiver; every POST the receiver got verifies with the secret
+        (Standard Webhooks), carries its row's envelope byte for byte and names that job's
+        real state. Rows still waiting out a receiver's Retry-After stay pending."""
+        from standardwebhooks import Webhook
+
+        drained = self.afc("webhooks", "deliver", "-q")
+        if drained.returncode not in (0, 1):
+            self.problems.append(f"webhooks deliver exit {drained.returncode}")
+        with self.receiver.lock:
+            received = list(self.receiver.received)
+        rows = {r["id"]: dict(r) for r in db.execute("SELECT * FROM deliveries")}
+        figures["webhook_rows"] = len(rows)
+        figures["webhook_posts"] = len(received)
+        for row in rows.values():
+            figures[f"webhook rows {row['status']}"] += 1
+        events = defaultdict(set)
+        for row in rows.values():
+            events[row["job_id"]].add(row["event"])
+        for key, job in jobs.items():
+            if job["status"] not in TERMINAL:
+                continue
+            event = "job.failed" if job["status"] == "dead" else f"job.{job['status']}"
+            want = f"{job['id']}:{event}" + (f":retry{job['retries']}" if job["retries"] else "")
+            if want not in rows:
+                self.problems.append(f"{key}: {job['status']} with no delivery row {want}")
+            if key in self.decided and "job.awaiting_review" not in events[job["id"]]:
+                self.problems.append(f"{key}: reviewed, no job.awaiting_review delivery row")
+        answered = defaultdict(set)
+        hook = Webhook(self.hook_secret)
+        for post in received:
+            hook_id = post.headers.get("webhook-id", "")
+            answered[hook_id].add(post.status)
+            # verified as the receiver would have, when it arrived (``verify`` itself
+            # refuses a timestamp five minutes older than now, this check's now)
+            stamp = int(post.headers.get("webhook-timestamp") or 0)
+            signed = hook.sign(hook_id, dt.datetime.fromtimestamp(stamp, dt.UTC), post.body)
+            if signed not in post.headers.get("webhook-signature", "").split(" "):
+                self.problems.append(f"webhook {hook_id}: signature does not verify")
+            if abs(post.at - stamp) > 5:
+                self.problems.append(f"webhook {hook_id}: timestamp {post.at - stamp:.0f} s off")
+            row = rows.get(hook_id)
+            if row is None:
+                self.problems.append(f"webhook {hook_id}: posted, no such delivery row")
+                continue
+            if post.body != row["envelope"].encode():
+                self.problems.append(f"webhook {hook_id}: body is not its row's envelope")
+            data = json.loads(post.body)["data"]
+            job = jobs.get(data["key"])
+            if (
+                job is None
+                or data["job_id"] != job["id"]
+                or data["status"]
+                not in (
+                    job["status"],
+                    "awaiting_review",
+                    "failed",  # ended failed, then retried by a person
+                    "dead",
+                    "cancelled",
+                )
+            ):
+                self.problems.append(f"webhook {hook_id}: says {data['status']} of {data['key']}")
+            elif data["status"] == "succeeded" and data["output_key"] != job["output_key"]:
+                self.problems.append(f"webhook {hook_id}: output {data['output_key']}")
+        for hook_id, row in rows.items():
+            if row["status"] == "delivered" and not answered[hook_id] & {200}:
+                self.problems.append(f"webhook {hook_id}: delivered, never answered 2xx")
+        figures["webhook ids posted more than once"] = sum(
+            1 for post_statuses in answered.values() if len(post_statuses) > 1
+        )
 
     def may_pay_again(self, job: dict, attempt: dict) -> bool:
         """Whether a job may pay again after ``attempt`` committed its output URL: where a
@@ -601,8 +783,27 @@ class Round:
             self.problems.append(f"a fresh ledger paid again for stored {sorted(again & done)[:5]}")
         db = sqlite3.connect(self.dir / "fresh.db")
         stored = dict(db.execute("SELECT key, outcome FROM jobs"))
+        status = dict(db.execute("SELECT key, status FROM jobs"))
+        needs = defaultdict(list)  # a job's needs, and the jobs its inputs use
+        for key, need in db.execute(
+            "SELECT j.key, n.need_key FROM job_needs n JOIN jobs j ON j.id = n.job_id"
+        ):
+            needs[key].append(need)
         db.close()
-        wrong = [k for k in done if stored.get(k) != "stored"]
+
+        def behind_review(key: str, seen: frozenset = frozenset()) -> bool:
+            """A person's approval lives in the ledger: a fresh one finds a reviewed job's
+            output stored and asks for the review again, and the jobs that need it wait."""
+            return any(
+                status.get(n) == "awaiting_review"
+                or (status.get(n) == "blocked" and n not in seen and behind_review(n, seen | {n}))
+                for n in needs[key]
+            )
+
+        waiting = {k for k in done if status.get(k) == "blocked" and behind_review(k)}
+        if waiting:
+            figures["fresh ledger: stored jobs waiting again behind a review"] = len(waiting)
+        wrong = [k for k in done if stored.get(k) != "stored" and k not in waiting]
         if wrong:
             self.problems.append(f"a fresh ledger did not find stored outputs of {wrong[:5]}")
 
@@ -764,6 +965,7 @@ class Round:
 
     def close(self):
         self.fake.stop()
+        self.receiver.stop()
 
 
 HOSTS = ("host-a", "host-b", "host-c")
@@ -771,6 +973,7 @@ OTHER = "host-d"
 GONE = "the provider no longer has request"  # afc_cli/providers/base.py GONE_PREFIX  # the fourth process: cancels, retries, re-submits
 LEDGER = ("jobs", "attempts", "events", "steps")  # kept as ledger.json when a round is flagged
 PG_ACTIONS = ["kill", "kill", "stop", "stop", "term", "cancel", "retry", "resubmit", "sever"]
+PG_ACTIONS += ["review", "review"]
 
 
 class PgRound(Round):
@@ -991,6 +1194,8 @@ class PgRound(Round):
             done = self.afc_from(OTHER, "retry", *keys, "--yes")
             if done.returncode not in (0, 1):
                 self.problems.append(f"retry {keys}: exit {done.returncode} {done.stderr[-300:]}")
+        elif action == "review":
+            self.decide_reviews(partial(self.afc_from, OTHER), share=0.5)
         elif action == "sever":
             if OTHER in self.procs or not self.procs:
                 return  # (a re-submit's own connection would end too)
@@ -1064,8 +1269,10 @@ class PgRound(Round):
             self.problems.append(f"{host}: hung after SIGTERM, killed")
             self.procs[host]["proc"].wait()
         self.reap(restart=False)
-        # the end: one clean run (no budget) until every job is terminal
-        for _ in range(4):
+        # the end: one clean run (no budget) until every job is terminal, a person deciding
+        # every review left before each (an approval frees the jobs that need it)
+        for _ in range(6):
+            self.decide_reviews(partial(self.afc_from, OTHER), share=1.0)
             if set(self.statuses()) <= TERMINAL:
                 return
             if self.rng.random() < 0.5:
@@ -1139,8 +1346,10 @@ class PgRound(Round):
         by_id = {j["id"]: k for k, j in jobs.items()}
         ends = defaultdict(list)
         for r in db.execute("SELECT job_id, kind FROM events WHERE job_id IS NOT NULL ORDER BY id"):
-            if r["kind"] in TERMINAL or r["kind"] == "retried":
-                ends[by_id.get(r["job_id"], r["job_id"])].append(r["kind"])
+            if r["kind"] in TERMINAL or r["kind"] in ("retried", "approved"):
+                # an approval is the ending of a job that waited for a review: succeeded
+                kind = "succeeded" if r["kind"] == "approved" else r["kind"]
+                ends[by_id.get(r["job_id"], r["job_id"])].append(kind)
             figures["takeover_events"] += r["kind"] == "takeover"
             figures["late_result_events"] += r["kind"].startswith("late_result")
         for key, job in jobs.items():

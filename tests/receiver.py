@@ -15,6 +15,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float
+    status: int = 0  # what the receiver answered (bench/chaos.py matches deliveries to it)
 
 
 @dataclass
@@ -44,10 +45,9 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver.lock:  # the script answers requests in the order they arrived
-                    receiver.received.append(
-                        Received({k.lower(): v for k, v in self.headers.items()}, body, time.time())
-                    )
                     scripted = receiver.script.pop(0) if receiver.script else receiver.default
+                    headers_in = {k.lower(): v for k, v in self.headers.items()}
+                    receiver.received.append(Received(headers_in, body, time.time(), scripted[0]))
                 status, delay, headers = scripted
                 if receiver.gate is not None:
                     receiver.gate.wait()
