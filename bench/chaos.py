@@ -158,6 +158,8 @@ def make_manifest(rng: random.Random, batch: str, n: int, webhook: str | None) -
             # a person approves or rejects it (Round.decide_reviews); jobs that need it or
             # use it as a reference image wait for the approval, a rejection fails them
             job["review"] = True
+        if i % 9 == 5 and webhook and f"k{i - 1:04d}" not in job.get("needs", []):
+            job["needs"] = [*job.get("needs", []), f"k{i - 1:04d}"]  # the job just reviewed
         jobs.append(job)
     manifest = {
         "version": 1,
@@ -418,7 +420,8 @@ class Round:
         first = True
         while len(self.runs) < self.args.max_runs:
             if not first:
-                self.decide_reviews(self.afc, share=0.6)
+                # a third of what waits, so runs start while a job's need still waits
+                self.decide_reviews(self.afc, share=0.35)
             run = self.one_run(first)
             self.runs.append(run)
             counts = self.statuses()
@@ -606,6 +609,7 @@ class Round:
                 p.append(f"{key}: {len(ok)} succeeded attempts (rendered twice)")
             if job["status"] == "succeeded" and job["outcome"] == "rendered" and not ok:
                 p.append(f"{key}: succeeded rendered with no succeeded attempt")
+        self.check_needs(db, jobs, log, figures)
         self.check_outputs(jobs, attempts, figures)
         self.check_reports(jobs, attempts, figures)
         self.check_budget(db, figures)
@@ -625,6 +629,33 @@ class Round:
 
     def may_render_twice(self, ok: list[dict]) -> bool:
         return False
+
+    def check_needs(self, db, jobs, log, figures) -> None:
+        """A job that needs others (``needs``, or a job's output as a reference image) pays
+        for nothing before every one of them has succeeded (a reviewed one: approved), as the
+        ledger's events date it; one whose need never succeeded was never billed."""
+        done_at: dict[str, float] = {}
+        for r in db.execute(
+            "SELECT job_id, at FROM events WHERE kind IN ('succeeded', 'approved') ORDER BY id"
+        ):
+            done_at.setdefault(r["job_id"], float(r["at"]))
+        by_id = {j["id"]: k for k, j in jobs.items()}
+        needs = defaultdict(list)
+        for r in db.execute("SELECT job_id, need_id FROM job_needs"):
+            needs[by_id[r["job_id"]]].append(r["need_id"])
+        for key, need_ids in needs.items():
+            figures["jobs with needs"] += 1
+            for t, provider, billed in log[key]:
+                if not billed:
+                    continue
+                for need in need_ids:
+                    at = done_at.get(need)
+                    if at is None or t < at - 0.05:
+                        when = "before it succeeded" if at is not None else "and it never did"
+                        self.problems.append(
+                            f"{key}: billed {provider} at {t:.3f}, needing {by_id.get(need)} "
+                            + when
+                        )
 
     def check_reviews(self, db, jobs, figures) -> None:
         """A job with ``review: true`` succeeds only by a person's approval and is rejected
