@@ -1215,13 +1215,16 @@ class Ledger:
         moved = []
         for chunk in _chunks(jobs, IN_CHUNK):
             wanted = dict(chunk)
-            rows = self.db.execute(
-                f"SELECT id, inputs_json FROM jobs WHERE id IN {_marks(list(wanted))}",
-                list(wanted),
-            ).fetchall()
-            for job_id, text in rows:
-                admitted = json.loads(text or "[]")
-                named = wanted[job_id]
+            stored = dict(
+                self.db.execute(
+                    f"SELECT id, inputs_json FROM jobs WHERE id IN {_marks(list(wanted))}",
+                    list(wanted),
+                ).fetchall()
+            )
+            for job_id, named in chunk:  # the manifest's order, as ``_rewebhook`` writes
+                if job_id not in stored:
+                    continue
+                admitted = json.loads(stored[job_id] or "[]")
                 if len(admitted) != len(named):
                     continue
                 changed = False
@@ -1237,7 +1240,14 @@ class Ledger:
                 if changed:
                     moved.append((_dumps(admitted), job_id))
         if moved:
-            self.db.conn.executemany("UPDATE jobs SET inputs_json = ? WHERE id = ?", moved)
+            # their rows taken all at once, never one by one, as ``_rewebhook``'s: a run
+            # holding some of these jobs renews them all in one statement, and the two, each
+            # holding a row the other wanted next, deadlocked (``_lock_together``)
+            self._lock_together([job_id for _, job_id in moved])
+            self.db.conn.executemany("UPDATE jobs SET inputs_json = ? WHERE id = ?", moved[:1])
+            # tests freeze here: one job's row written, the others' not yet, in one transaction
+            stall_point("refiled_one")
+            self.db.conn.executemany("UPDATE jobs SET inputs_json = ? WHERE id = ?", moved[1:])
 
     def _insert_admitted(
         self,
