@@ -983,11 +983,25 @@ class Ledger:
             # (afc_cli/gates.py); one whose need comes later in the list is decided at the end.
             gates = Gates(self.batch_needs(manifest.batch))
             folders: dict[str, str] = {}  # refuse_shared_outputs's, made once if needed
+            # the replayed jobs' new webhooks and input files' places, of every round, written
+            # after the last (``_rewrite``)
+            rewebhooked: list[tuple[str | None, str]] = []
+            refiled: list[tuple[str, list[dict[str, Any]]]] = []
             with self.admission_cache():
                 for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
                     refuse_shared_outputs(manifest, chunk, existing, outputs, folders)
-                    self._admit_chunk(manifest.batch, chunk, existing, rates, now, result, gates)
-                fresh, conflicts, rewebhooked = [], [], []
+                    self._admit_chunk(
+                        manifest.batch,
+                        chunk,
+                        existing,
+                        rates,
+                        now,
+                        result,
+                        gates,
+                        rewebhooked,
+                        refiled,
+                    )
+                fresh, conflicts = [], []
                 for item, outcome in gates.settle_all():
                     if isinstance(item, Regate):  # admitted already: never refused here
                         self._regate(manifest.batch, item, outcome, now, result)
@@ -999,8 +1013,7 @@ class Ledger:
                     else:
                         conflicts.append(refused_dependent(item, None, outcome))
                 self._insert_admitted(manifest.batch, fresh, conflicts, now, result)
-                if rewebhooked:
-                    self._rewebhook(rewebhooked)
+                self._rewrite(rewebhooked, refiled)
                 result.gates_kept.extend(gates.kept)
             if result.cards_dropped:
                 result.cards_dropped = self._cards_still_called(
@@ -1012,6 +1025,32 @@ class Ledger:
             result.places = list_places(manifest, {c["key"] for c in result.conflicts})
         return result
 
+    def _rewrite(
+        self,
+        rewebhooked: list[tuple[str | None, str]],
+        refiled: list[tuple[str, list[dict[str, Any]]]],
+    ) -> None:
+        """Write what a re-submit changes on replayed jobs a run may be holding: their
+        webhooks (``_rewebhook``) and their input files' places (``_refile_inputs``). Their
+        rows are taken all at once first, never one by one: a run holding some of these jobs
+        writes their rows too (its renewal, every job it holds in one statement), and the two,
+        each holding a row the other wanted next, deadlocked (``_lock_together``). Once, for
+        every round of the admission (``ADMIT_CHUNK`` jobs each): a round's rows taken while
+        the earlier rounds' were held made the run's renewal wait for those while it held the
+        next round's, which the re-submit tried for, then waited for, the run stopped
+        ('lock timeout', or 'deadlock detected')."""
+        moved = self._refile_inputs(refiled) if refiled else []
+        if not rewebhooked and not moved:
+            return
+        self._lock_together([job_id for _, job_id in rewebhooked + moved])
+        if rewebhooked:
+            self._rewebhook(rewebhooked)
+        if moved:
+            self.db.conn.executemany("UPDATE jobs SET inputs_json = ? WHERE id = ?", moved[:1])
+            # tests freeze here: one job's row written, the others' not yet, in one transaction
+            stall_point("refiled_one")
+            self.db.conn.executemany("UPDATE jobs SET inputs_json = ? WHERE id = ?", moved[1:])
+
     def _rewebhook(self, rewebhooked: list[tuple[str | None, str]]) -> None:
         """A re-submit's webhook (JSON text, or None: none), job id by job id: where each
         job's events go from now on, and its events not yet delivered (pending, or dead: a
@@ -1022,10 +1061,7 @@ class Ledger:
         ended only, nothing could send them to the receiver the manifest names. A delivered
         event keeps the URL it reached; a webhook removed leaves the queued events where
         they were (there is nowhere else to send them)."""
-        # their rows taken all at once, never one by one: a run holding some of these jobs
-        # writes their rows too (its renewal, every job it holds in one statement), and the
-        # two, each holding a row the other wanted next, deadlocked (``_lock_together``)
-        self._lock_together([job_id for _, job_id in rewebhooked])
+        # their rows this transaction's already (``_rewrite``)
         self.db.conn.executemany("UPDATE jobs SET webhook_json = ? WHERE id = ?", rewebhooked[:1])
         # tests freeze here: one job's row written, the others' not yet, in one transaction
         stall_point("rewebhooked_one")
@@ -1108,14 +1144,17 @@ class Ledger:
         now: float,
         result: AdmitResult,
         gates: Gates,
+        rewebhooked: list[tuple[str | None, str]],
+        refiled: list[tuple[str, list[dict[str, Any]]]],
     ) -> None:
+        """One round of ``admit``. ``rewebhooked``, ``refiled``: replayed jobs whose webhook
+        changed, and those not yet rendered whose manifest names input files, added to for
+        ``_rewrite`` after the last round."""
         from afc_cli.manifest import same_request
 
         fresh = []
         conflicts: list[dict[str, Any]] = []
         done = []
-        rewebhooked = []
-        refiled = []  # replayed jobs not yet rendered whose manifest names input files
         accept = gates.decided.add  # a job decided (admitted or replayed), per job: cheap
         lease_now = self.lease_clock()
         stored_needs = gates.stored
@@ -1199,19 +1238,16 @@ class Ledger:
         self._insert_admitted(batch, fresh, conflicts, now, result)
         if done:
             self._record_replays_avoided(batch, done, rates, now)
-        if rewebhooked:
-            self._rewebhook(rewebhooked)
-        if refiled:
-            self._refile_inputs(refiled)
 
-    def _refile_inputs(self, jobs: list[tuple[str, list[dict[str, Any]]]]) -> None:
+    def _refile_inputs(self, jobs: list[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, str]]:
         """Where a replayed job's input files are read from is the manifest's to say, as where
         its events go is (``webhook_json``): the request hash covers a file's SHA-256, not its
         path, so a file moved (its manifest naming the new place) is the same request, and the
         job, not yet rendered, reads it there. Kept as admitted, its run read the old place,
         gone, and failed the job (INPUT_UNAVAILABLE: 'restore it, then afc retry') however
         often it was retried or re-submitted. Each file input whose SHA-256 is the admitted
-        one takes the manifest's path; everything else stays as admitted."""
+        one takes the manifest's path; everything else stays as admitted. Returns the jobs
+        whose inputs changed (their inputs as JSON text, id), for ``_rewrite`` to write."""
         moved = []
         for chunk in _chunks(jobs, IN_CHUNK):
             wanted = dict(chunk)
@@ -1239,15 +1275,7 @@ class Ledger:
                         changed = True
                 if changed:
                     moved.append((_dumps(admitted), job_id))
-        if moved:
-            # their rows taken all at once, never one by one, as ``_rewebhook``'s: a run
-            # holding some of these jobs renews them all in one statement, and the two, each
-            # holding a row the other wanted next, deadlocked (``_lock_together``)
-            self._lock_together([job_id for _, job_id in moved])
-            self.db.conn.executemany("UPDATE jobs SET inputs_json = ? WHERE id = ?", moved[:1])
-            # tests freeze here: one job's row written, the others' not yet, in one transaction
-            stall_point("refiled_one")
-            self.db.conn.executemany("UPDATE jobs SET inputs_json = ? WHERE id = ?", moved[1:])
+        return moved
 
     def _insert_admitted(
         self,
