@@ -220,21 +220,24 @@ class ProviderLimit:
         self.starts: deque[float] = deque()
         self.lock = asyncio.Lock()
 
-    async def acquire(self, sleep: Callable[[float], Awaitable[None]], start: bool = True) -> None:
+    async def acquire(
+        self, sleep: Callable[[float], Awaitable[None]], start: bool = True
+    ) -> float | None:
         """A call slot, and, ``start``, a call start of the minute's (a request a run that
         ended left at the provider, polled, or its paid output fetched from its URL, starts
-        none: as the ledger counts them, ``Ledger._check_limit``)."""
+        none: as the ledger counts them, ``Ledger._check_limit``). Returns the start taken
+        (None: none), for ``unstart``."""
         if self.slots is not None:
             await self.slots.acquire()
         if not self.per_minute or not start:
-            return
+            return None
         try:
             async with self.lock:
                 while True:
                     now = self.clock()
                     if self._minute_starts(now) < self.per_minute:
                         self.starts.append(now)
-                        return
+                        return now
                     await sleep(60.0 - (now - self.starts[0]))
         except BaseException:
             # cancelled while it waits for the minute (a stopping run, a window's end): the
@@ -247,6 +250,16 @@ class ProviderLimit:
         while self.starts and now - self.starts[0] >= 60.0:
             self.starts.popleft()
         return len(self.starts)
+
+    def unstart(self, at: float | None) -> None:
+        """A start taken (``acquire``) for a call that was never made: no attempt row followed
+        (the job cancelled while it waited for its slot, refused by the budget, its disk low,
+        the run stopping). Counted, it held the run's next call back for up to a minute under
+        a limit the provider had not been asked against, as the ledger's count (attempt rows)
+        does not."""
+        if at is not None:
+            with contextlib.suppress(ValueError):
+                self.starts.remove(at)
 
     def release(self) -> None:
         if self.slots is not None:
@@ -323,6 +336,16 @@ class ProviderPace:
         if self.allowed is not None:
             self.allowed += 1 / self.allowed
             self._wake()
+
+
+@dataclass
+class SlotHeld:
+    """A provider's slot held (``RunContext.provider_slot``): ``started`` once the job's
+    attempt row is written, which keeps the start of the minute it took counted (the ledger
+    counts that row too, sent or not); none written, the start is given back
+    (``ProviderLimit.unstart``)."""
+
+    started: bool = False
 
 
 @dataclass
@@ -552,10 +575,11 @@ class RunContext:
         (``rest``): cancelled meanwhile, the job leaves it (JobLost)."""
         limit = self.limits.get(name)
         pace = self.pace(name)
+        slot = SlotHeld()
         if limit is None and pace.take():
             # nothing to wait for: the job keeps its worker slot, as before any 429
             try:
-                yield
+                yield slot
             finally:
                 pace.release()
             return
@@ -567,8 +591,10 @@ class RunContext:
                 await pace.acquire()
                 held.append(pace.release)
                 if limit is not None:
-                    await limit.acquire(partial(self.rest, job_id), start)
+                    taken = await limit.acquire(partial(self.rest, job_id), start)
                     held.append(limit.release)
+                    # the minute's start goes back unless an attempt row used it
+                    held.append(lambda: slot.started or limit.unstart(taken))
         except BaseException:
             # cancelled out of the wait, or as the worker slot is taken back after it
             # (``idle``): what it took goes back, or it was kept for the rest of the run
@@ -576,7 +602,7 @@ class RunContext:
                 release()
             raise
         try:
-            yield
+            yield slot
         finally:
             for release in held:
                 release()
@@ -1701,7 +1727,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # its URL) starts no call: the run's count of ``per_minute`` took one for each, so
         # the renders a killed run left, each fetched by every run after it however old
         # (``_resumable``), held the provider's starts back from the batch's new renders
-        async with ctx.provider_slot(entry["provider"], job["id"], start=resume is None):
+        async with ctx.provider_slot(entry["provider"], job["id"], start=resume is None) as slot:
             if ctx.stopping.is_set():
                 return False
             provider = ctx.providers[entry["provider"]]
@@ -1753,6 +1779,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     return False
                 if number is None:
                     raise JobLost(job["id"])
+                slot.started = True
                 if inputs:
                     from afc_cli.inputs import recorded
 
