@@ -43,6 +43,7 @@ from afc_cli.errors import (
     EXIT_JOB_FAILED,
     EXIT_OK,
     STOP_SIGNALS,
+    AfcError,
     LedgerWriteError,
     ManifestError,
     SpoolError,
@@ -1144,6 +1145,16 @@ def run_jobs(
                     await asyncio.wait({outbox})  # cancelled by a stop: no error
                     if not outbox.cancelled() and outbox.exception() is not None:
                         raise outbox.exception()
+        except AfcError as exc:
+            # an expected error of a submit's or resume's run that a signal had stopped, or
+            # that one stopped as it drained for the error (a paid render its spool could
+            # not keep in the grace period): said, and exit 130, as README's exit codes have
+            # it (130 wins over every other code: every job stays resumable); it exited 1, a
+            # job failed to a script. A worker's loop (``more``) has its own exit codes
+            # (worker.WorkerResult): an error stops it with the error's own.
+            if interruption.interrupted and more is None:
+                exc.exit_code = EXIT_INTERRUPTED
+            raise
         finally:
             # on every way out: a run stopped by an error (a broken ledger, an answer it could
             # not read) left aiohttp's "Unclosed client session" lines on its stderr
