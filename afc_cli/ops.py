@@ -504,8 +504,11 @@ def _succeeded(ledger: Ledger, job: dict[str, Any], stores: dict[str, Any]) -> s
     the first ``LOOKED_FOR`` succeeded jobs a retry names (they are named one by one; the
     rest are said as before). One gone is said so, with what can be done, since afc never
     renders a succeeded job again (replays and the probe trust the ledger, not storage).
-    ``stores``: the storages opened by this refusal, by batch, and how many were looked at
-    (``None``'s count)."""
+    ``stores``: the storages opened by this refusal, by URL, and how many were looked at
+    (``None``'s count). A storage that could not be asked (an error, or no answer within its
+    timeouts) is not asked again by the same refusal: each HEAD into a hung bucket waited
+    out the S3 client's timeouts (10 s to connect, 120 s to read), five of them up to eleven
+    minutes of a silent prompt, to say what the first failure already said."""
     said = (
         "it succeeded: its output is stored, and afc never pays for it again (submit a changed "
         "request under a new key)"
@@ -516,16 +519,20 @@ def _succeeded(ledger: Ledger, job: dict[str, Any], stores: dict[str, Any]) -> s
     if looked >= LOOKED_FOR:
         return said
     stores[None] = looked + 1
+    url = ledger.batch(job["batch"])["storage"]
+    store = stores.get(url)
+    if store is False:  # it failed this refusal once: said as before, not asked again
+        return said
     try:
-        store = stores.get(job["batch"])
         if store is None:
-            store = stores[job["batch"]] = storage_mod.open(ledger.batch(job["batch"])["storage"])
+            store = stores[url] = storage_mod.open(url)
         if store.head(job["output_key"]).exists:
             return said
         # its whole folder not there (a drive or share not mounted): every output of it
         # was said deleted or moved, each to be put back or paid for again under a new key
         root_gone = store.local and not store.root.is_dir()
     except Exception:  # what cannot be looked at is said as before
+        stores[url] = False  # by URL: two batches in one hung bucket wait for it once
         return said
     if root_gone:
         return (
