@@ -1985,7 +1985,11 @@ def outputs(
 
     What to hand to an edit suite. The path is given for file:// storage, the URL for every
     storage; --json adds the batch, output key, model and prompt, and unpriced_attempts (the
-    attempts of unknown cost that the cost leaves out)."""
+    attempts of unknown cost that the cost leaves out).
+
+    Listed as the ledger recorded them, stored and verified: storage is not looked at, so an
+    output deleted since is still listed ('afc retry KEY' looks for a succeeded job's output
+    and says whether it is gone)."""
     with _boundary(reads=ledger):
         from afc_cli.costs import cost_cell
         from afc_cli.listing import each_output, output_storages
