@@ -27,8 +27,12 @@ _root = os.environ.get("AFC_TEST_FOLD")
 _lstat, _listdir = os.lstat, os.listdir
 
 
+_case = os.environ.get("AFC_TEST_FOLD_CASE", "1") == "1"  # "0": macOS's case-sensitive APFS
+
+
 def _fold(name):
-    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).casefold())
+    name = unicodedata.normalize("NFC", name)
+    return unicodedata.normalize("NFC", name.casefold()) if _case else name
 
 
 def _spelt(path):
@@ -80,27 +84,34 @@ builtins.open = io.open = _one(io.open)
 """
 
 
-def _site(afc) -> dict[str, str]:
+def _site(afc, case: bool = True) -> dict[str, str]:
     site = afc.cwd / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(FOLDING)
     return {
         "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
         "AFC_TEST_FOLD": str(afc.outputs()),
+        "AFC_TEST_FOLD_CASE": "1" if case else "0",
     }
 
 
 @pytest.mark.parametrize(
-    ("first", "second"),
-    [("b1/Shot1.png", "b1/shot1.png"), ("b1/caf\u00e9.png", "b1/cafe\u0301.png")],
-    ids=["case", "accents"],
+    ("first", "second", "case"),
+    [
+        ("b1/Shot1.png", "b1/shot1.png", True),
+        ("b1/caf\u00e9.png", "b1/cafe\u0301.png", True),
+        ("b1/caf\u00e9.png", "b1/cafe\u0301.png", False),
+    ],
+    ids=["case", "accents", "accents-only"],
 )
-def test_two_keys_one_file_are_refused_before_any_render(afc, first, second):
+def test_two_keys_one_file_are_refused_before_any_render(afc, first, second, case):
     """Two jobs whose output keys (a job's own ``output``) differ only by case (or by accents composed or not, as macOS
     takes them) on such a file system: both renders were paid for, then the second store met
     the first's file and the job failed OUTPUT_KEY_CONFLICT. The submit is refused (exit 2),
     naming both keys, before anything is admitted or rendered; on a file system that tells them
-    apart the same batch runs."""
+    apart the same batch runs. ``accents-only``: a file system that tells case apart but not
+    accents composed or not (macOS's case-sensitive APFS), whose refusal no test saw (a mutant
+    dropping ``FileStorage.name_of``'s NFC where case is told apart passed)."""
     afc.write_manifest(
         manifest(
             [
@@ -111,7 +122,7 @@ def test_two_keys_one_file_are_refused_before_any_render(afc, first, second):
     )
     afc.outputs().mkdir()
     calls = afc.cwd / "calls.log"
-    env = {**_site(afc), "AFC_LOCAL_CALL_LOG": str(calls)}
+    env = {**_site(afc, case), "AFC_LOCAL_CALL_LOG": str(calls)}
     result = afc("submit", "manifest.yaml", "--concurrency", "4", env=env)
     assert "Traceback" not in result.stderr
     assert not calls.exists() or calls.read_text() == "", "a render was paid for"
