@@ -37,3 +37,44 @@ def test_a_copy_masks_a_key_an_older_afc_kept_in_an_envelope(afc):
     conn.close()
     assert KEY not in envelope, envelope
     assert json.loads(envelope)["data"]["error"]["message"] == "bad key <redacted>", envelope
+
+
+def test_a_copy_masks_a_key_an_older_afc_kept_in_a_note_a_delivery_error_or_an_endpoint(afc):
+    """The other texts the copy scrubs again (``copy.SCRUBBED``): a review's note, a delivery's
+    last error, a disabled endpoint's reason. No test held a key in any of them: a mutant
+    leaving each out of ``SCRUBBED`` passed, and that text went into the new database, key and
+    all, as an older afc had kept it."""
+    data = manifest(
+        [{"key": "shot", "prompt": "p", "params": {"fail": ["invalid"]}}],
+        webhook={"url": "http://127.0.0.1:9/h", "secret_env": "HOOK_SECRET", "timeout_s": 2},
+    )
+    afc.write_manifest(data)
+    afc("submit", "manifest.yaml", env=HOOK)
+    conn = sqlite3.connect(afc.cwd / "afc.db")
+    with conn:  # as an afc that scrubbed less would have written them
+        [(job_id, batch)] = conn.execute("SELECT id, batch FROM jobs").fetchall()
+        conn.execute(
+            "INSERT INTO reviews (job_id, batch, decision, decided_by, note, decided_at)"
+            " VALUES (?, ?, 'rejected', 'ana', ?, 1)",
+            (job_id, batch, f"the log showed {KEY}"),
+        )
+        conn.execute("UPDATE deliveries SET last_error = ?", (f"401 for key {KEY}",))
+        conn.execute(
+            "INSERT INTO endpoints (url, disabled_at, reason) VALUES (?, 1, ?)",
+            ("http://127.0.0.1:9/h", f"refused: {KEY}"),
+        )
+    conn.close()
+    copied = afc("ledger", "copy", "afc.db", "copy.db", env={"OPENAI_API_KEY": KEY, **HOOK})
+    assert copied.returncode == 0, copied.stderr
+    conn = sqlite3.connect(afc.cwd / "copy.db")
+    said = {
+        "note": conn.execute("SELECT note FROM reviews").fetchall(),
+        "last_error": conn.execute("SELECT last_error FROM deliveries").fetchall(),
+        "reason": conn.execute("SELECT reason FROM endpoints").fetchall(),
+    }
+    conn.close()
+    assert said == {
+        "note": [("the log showed <redacted>",)],
+        "last_error": [("401 for key <redacted>",)],
+        "reason": [("refused: <redacted>",)],
+    }, said
