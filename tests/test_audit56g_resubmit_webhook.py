@@ -87,3 +87,48 @@ def test_a_resubmit_changing_the_webhook_beside_a_run_is_no_deadlock(afc, fake, 
     assert [status for status, _ in rows] == ["succeeded", "succeeded"]
     assert all("/moved" in hook for _, hook in rows)
     assert fake.counts["replicate_submit"] == 2
+
+
+def test_a_resubmit_that_meets_a_held_row_holds_none_while_it_waits(afc, pg_url):
+    """The re-submit's tries (``_lock_together``) that find a row held give back the rows they
+    took, so the other writer (a run's renewal, holding one row and wanting the next) is not
+    kept waiting on them. Another transaction holds the first job's row here and then wants
+    the second's: it gets it at once, and the re-submit then writes both. A try that kept what
+    it took (a mutant releasing its savepoint instead of rolling back to it) held the second
+    row for ``LOCK_WAIT_S`` while that writer waited on it (a run's renewal, its leases running
+    out meanwhile), then waited for the first itself: a deadlock. The test before did not
+    reach a try that found a row held."""
+    jobs = [{"key": key, "prompt": f"p {key}"} for key in ("shot-a", "shot-b")]
+    data = manifest(jobs)
+    data["webhook"] = {"url": "http://127.0.0.1:9/hooks", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data)
+    env = {"AFC_LEDGER": pg_url, "AFC_HOOK_SECRET": SECRET}
+    first = afc("submit", "manifest.yaml", "--no-run", env=env)
+    assert first.returncode == 0, first.stderr
+    data["webhook"] = {"url": "http://127.0.0.1:9/moved", "secret_env": "AFC_HOOK_SECRET"}
+    afc.write_manifest(data, "again.yaml")
+    again = None
+    with psycopg.connect(pg_url) as writer:  # another writer of the batch's rows
+        writer.execute("UPDATE jobs SET updated_at = updated_at WHERE key = 'shot-a'")
+        try:
+            again = afc.popen("submit", "again.yaml", "--no-run", env=env)
+            deadline = time.monotonic() + 60
+            with psycopg.connect(pg_url, autocommit=True) as look:
+                while not look.execute(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE query LIKE '%afc_together%'"
+                    " AND pid <> pg_backend_pid()"
+                ).fetchone()[0]:  # trying, the first row held
+                    assert time.monotonic() < deadline, "the re-submit never tried"
+                    assert again.poll() is None, again.stderr.read()
+                    time.sleep(0.05)
+            writer.execute("SET lock_timeout = '5s'")
+            writer.execute("UPDATE jobs SET updated_at = updated_at WHERE key = 'shot-b'")
+            writer.commit()
+            assert again.wait(timeout=60) == 0, again.stderr.read()
+        finally:
+            if again is not None and again.poll() is None:
+                again.kill()
+                again.wait()
+    with psycopg.connect(pg_url) as conn:
+        hooks = [row[0] for row in conn.execute("SELECT webhook_json FROM jobs").fetchall()]
+    assert len(hooks) == 2 and all("/moved" in hook for hook in hooks), hooks
