@@ -66,6 +66,12 @@ UNSUPPORTED_HEADER = (
     b"<Message>Unsupported header 'x-amz-checksum-sha256' received for this API call.</Message>"
     b"</Error>"
 )
+# a store without create-only writes answering a 400 that names the header, not a 501
+UNSUPPORTED_CONDITION = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InvalidArgument</Code>'
+    b"<Message>Header 'If-None-Match' is not supported for this API call.</Message>"
+    b"</Error>"
+)
 # S3's answer to a multipart completion whose parts are smaller than the store takes (a store
 # that wants larger parts than afc's 16 MiB)
 ENTITY_TOO_SMALL = (
@@ -92,6 +98,7 @@ class Fault:
     # (501 NotImplemented: an S3-compatible store without create-only writes or SHA-256
     # checksums) | "unsupported" (400 InvalidArgument 'Unsupported header
     # x-amz-checksum-sha256': Backblaze B2's answer to an upload with a SHA-256 checksum) |
+    # "unsupported-inm" (400 InvalidArgument 'Header If-None-Match is not supported') |
     # "full" (507 XMinioStorageFull: a MinIO below its free-drive threshold) | "toosmall"
     # (400 EntityTooSmall: a multipart completion whose parts the store finds too small) |
     # "reset" | "stall"
@@ -213,6 +220,7 @@ def make_proxy(upstream: tuple[str, int], plan: FaultPlan) -> ThreadingHTTPServe
                     "notimplemented": (501, NOT_IMPLEMENTED),
                     "full": (507, STORAGE_FULL),
                     "unsupported": (400, UNSUPPORTED_HEADER),
+                    "unsupported-inm": (400, UNSUPPORTED_CONDITION),
                     "toosmall": (400, ENTITY_TOO_SMALL),
                 }[fault.kind]
                 self.send_response(status)
