@@ -51,16 +51,32 @@ def parse_since(value: str | None) -> float | None:
 def costs_report(
     ledger_path: str, *, batch: str | None, since: str | None, by: str
 ) -> dict[str, Any]:
-    if by not in GROUPS:
-        raise UsageError(f"--by takes one of {', '.join(GROUPS)}, got {by!r}")
+    return costs_reports(ledger_path, batch=batch, since=since, bys=(by,))[by]
+
+
+def costs_reports(
+    ledger_path: str, *, batch: str | None, since: str | None, bys: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """``costs_report`` of each grouping of ``bys``, from one read of the ledger's attempts
+    (``Ledger.cost_groupings``): ``afc serve``'s spend page and ``afc report --html`` show
+    three."""
+    for by in bys:
+        if by not in GROUPS:
+            raise UsageError(f"--by takes one of {', '.join(GROUPS)}, got {by!r}")
     since_ts = parse_since(since)
     ledger = Ledger(ledger_path, create=False, reading=True)
     try:
         ledger.require_batch(batch)
-        groups = ledger.cost_groups(by, batch=batch, since=since_ts)
+        groupings = ledger.cost_groupings(bys, batch=batch, since=since_ts)
         moved = ledger.moved_to()
     finally:
         ledger.close()
+    # where 'afc ledger copy' moved the ledger's work: its spend from then on is there
+    moved_to = moved["destination"] if moved else None
+    return {by: _report(by, groupings[by], moved_to) for by in bys}
+
+
+def _report(by: str, groups: dict[Any, dict[str, int]], moved_to: str | None) -> dict[str, Any]:
     for values in groups.values():
         for name in FIELDS:
             values.setdefault(name, 0)
@@ -72,8 +88,6 @@ def costs_report(
         for name in FIELDS:
             total[name] += values[name]
         rows.append({by: key, **_shown(values)})
-    # where 'afc ledger copy' moved the ledger's work: its spend from then on is there
-    moved_to = moved["destination"] if moved else None
     return {"by": by, "rows": rows, "total": _shown(total), "moved_to": moved_to}
 
 

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from afc_cli.costs import job_cost
-from afc_cli.costs_report import costs_report, parse_since
+from afc_cli.costs_report import costs_reports, parse_since
 from afc_cli.ledger import Ledger
 from afc_cli.ledger.core import moved_line
 from afc_cli.listing import waiting_now
@@ -114,8 +114,9 @@ def causes(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def spend(ledger_path: str, *, batch: str | None, since: str | None) -> dict[str, Any]:
-    """``afc costs report`` by provider, by model and by day: the same rows and totals."""
-    return {by: costs_report(ledger_path, batch=batch, since=since, by=by) for by in SPEND_GROUPS}
+    """``afc costs report`` by provider, by model and by day: the same rows and totals, from
+    one read of the attempts (``costs_reports``)."""
+    return costs_reports(ledger_path, batch=batch, since=since, bys=SPEND_GROUPS)
 
 
 def sheet(ledger_path: str, *, batch: str | None, since: str | None) -> dict[str, Any]:
