@@ -16,7 +16,7 @@ from typing import Any
 
 from afc_cli.errors import UsageError, batch_key_hint, several_batches
 from afc_cli.ledger import ACTIVE, Ledger
-from afc_cli.ledger.core import ended_needs, stall_point
+from afc_cli.ledger.core import batches_with, ended_needs, stall_point
 from afc_cli.owner import owner_is_dead, sees_process
 
 STAT_FIELDS = (
@@ -809,11 +809,15 @@ def queue_stats(ledger_path: str) -> tuple[dict[str, Any], str | None]:
     ledger = Ledger(ledger_path, create=False, reading=True)
     try:
         moved = ledger.moved_to()
-        stats = ledger.queue_stats()
+        # each look-up below made in the batches that have such jobs alone, not in every
+        # batch ever admitted (``Ledger.status_pairs``)
+        pairs = ledger.status_pairs()
+        stats = ledger.queue_stats(pairs=pairs)
         # a job whose afc process is gone (a killed run) is in flight or delayed no more: it
         # waits for the next run to take it over, as 'afc status' says (PROCESS_GONE)
         now = ledger.lease_clock()
-        gone = [job["status"] for job in ledger.held_jobs() if process_gone(job, now)]
+        held = ledger.held_jobs(batches_with(pairs, "running", "waiting"))
+        gone = [job["status"] for job in held if process_gone(job, now)]
         stats["in_flight"] -= gone.count("running")
         stats["delayed"] -= gone.count("waiting")
         stats["process_gone"] = len(gone)
@@ -822,7 +826,9 @@ def queue_stats(ledger_path: str) -> tuple[dict[str, Any], str | None]:
         # cancelled, which a retry fails again at once (``run.follow_decisions``). An alert
         # on failed>0 (the cron wrapper's) fired at every run for ever after one rejection.
         stats["stuck"] = stats["failed"] + stats["dlq"]
-        dependents = ledger.failed_dependents() if stats["failed"] else []
+        dependents = (
+            ledger.failed_dependents(batches_with(pairs, "failed")) if stats["failed"] else []
+        )
         if dependents:
             from afc_cli.run import follow_decisions
 
