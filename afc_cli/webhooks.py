@@ -34,7 +34,8 @@ produced it (``Ledger._queue_delivery``). This module only drains due rows:
 - Delivery never runs inside a job's steps: ``afc submit``/``afc resume`` drain beside the
   batch and once after it (bounded in time), ``afc webhooks deliver`` drains alone (cron).
   A receiver that is down or slow is skipped for the rest of a pass after its first failure,
-  so it never holds up renders or the run's end for long.
+  so it never holds up renders or the run's end for long; one that answers a 5xx at once
+  (up, but failing some events) after FAST_FAILURES_PER_PASS in a row.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ PERMANENT_REDIRECTS = (301, 308)
 BACKOFF_BASE_S = 5.0
 BACKOFF_CAP_S = 600.0
 FINAL_DRAIN_S = 15.0
+# A receiver that answers at once with a 5xx (not 503, no Retry-After) is up: the event may
+# be what it fails on. Its other events go on in the pass until this many such answers in a
+# row. Skipped at its first one, a receiver failing one event in fifty had each pass (a cron
+# 'afc webhooks deliver', a run's every second) post a few dozen events and stop: a backlog
+# of thousands took hours to reach it.
+FAST_FAILURES_PER_PASS = 3
 
 
 def retry_delay(tries: int, retry_after: float | None, *, rand=random.random) -> float:
@@ -277,6 +284,8 @@ class DrainStats:
     skipped: int = 0
     failed_urls: set[str] = field(default_factory=set)
     slow_urls: set[str] = field(default_factory=set)  # of those, the ones that timed out
+    # receiver URL -> its fast 5xx answers in a row in this pass (``FAST_FAILURES_PER_PASS``)
+    failing: dict[str, int] = field(default_factory=dict)
     # secret variables whose events were left pending unsigned: name -> why (never the value)
     secret_problems: dict[str, str] = field(default_factory=dict)
     # due events left pending under another live afc process's claim (or another host's,
@@ -501,6 +510,7 @@ class Deliverer:
         # Each outcome is written only while this process still owns the row; if another
         # took it over meanwhile (this one stalled past its lease), the new owner's stands.
         if status is not None and 200 <= status < 300:
+            stats.failing.pop(row["url"], None)
             if ledger.delivery_outcome(row["id"], "delivered", status, None, now):
                 stats.delivered += 1
         elif status == 410:
@@ -514,19 +524,23 @@ class Deliverer:
         ):
             if ledger.delivery_outcome(row["id"], "dead", status, f"{error}: not retried", now):
                 stats.dead += 1
-        elif tries >= MAX_TRIES:
-            if ledger.delivery_outcome(
-                row["id"], "dead", status, f"{error} (gave up after {tries} tries)", now
-            ):
-                stats.dead += 1
-            stats.failed_urls.add(row["url"])  # it failed: skip it for this pass, as below
         else:
-            delay = retry_delay(tries, retry_after, rand=self.rand)
-            if ledger.delivery_retry(row["id"], status, error, delay):
-                stats.retrying += 1
-            # down, broken, or asking to be spared (a 429, a temporary redirect): its other
-            # rows wait for the next pass, not posted one after another into the same answer
-            stats.failed_urls.add(row["url"])
+            if tries >= MAX_TRIES:
+                if ledger.delivery_outcome(
+                    row["id"], "dead", status, f"{error} (gave up after {tries} tries)", now
+                ):
+                    stats.dead += 1
+            else:
+                delay = retry_delay(tries, retry_after, rand=self.rand)
+                if ledger.delivery_retry(row["id"], status, error, delay):
+                    stats.retrying += 1
+            # down, slow, or asking to be spared (a 429 or 503, a Retry-After, a temporary
+            # redirect): its other rows wait for the next pass, not posted one after another
+            # into the same answer; up and failing at once (a 500): after a few in a row
+            fast = status is not None and status >= 500 and status != 503 and not retry_after
+            failing = stats.failing[row["url"]] = stats.failing.get(row["url"], 0) + 1
+            if not fast or failing >= FAST_FAILURES_PER_PASS:
+                stats.failed_urls.add(row["url"])
 
 
 async def run_beside(ledger: Ledger, stop: asyncio.Event, interval: float = 1.0) -> None:

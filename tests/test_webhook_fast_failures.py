@@ -1,0 +1,56 @@
+"""A receiver that answers a 5xx at once is up: afc goes on with its other events in the
+pass, until FAST_FAILURES_PER_PASS such answers in a row (afc_cli/webhooks.py). One that is
+down, slow or asks to be spared (503, 429, a Retry-After) is skipped for the rest of the pass
+at its first failure, as before."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import jobs, manifest
+from receiver import Receiver
+from test_webhooks import SECRET, due_now
+
+from afc_cli.webhooks import FAST_FAILURES_PER_PASS
+
+
+@pytest.fixture
+def backlog(afc):
+    """Six events pending and due: the batch ran while the receiver answered 503."""
+    receiver = Receiver(default=(503, 0.0, {})).start()
+    afc.env["AFC_HOOK_SECRET"] = SECRET
+    data = manifest(jobs(6))
+    data["webhook"] = {"url": receiver.url, "secret_env": "AFC_HOOK_SECRET", "timeout_s": 2}
+    afc.write_manifest(data)
+    assert afc("submit", "manifest.yaml").returncode == 0
+    statuses = {d["status"] for d in afc.json("webhooks", "list")["deliveries"]}
+    assert statuses == {"pending"}
+    due_now(afc)
+    receiver.default = (200, 0.0, {})
+    receiver.received.clear()
+    yield receiver
+    receiver.stop()
+
+
+def test_one_event_failing_at_once_does_not_hold_back_the_others(afc, backlog):
+    backlog.script = [(500, 0.0, {})]  # the first event posted fails, the receiver is up
+    assert afc("webhooks", "deliver").returncode == 0
+    assert [r.status for r in backlog.received] == [500, 200, 200, 200, 200, 200]
+    listed = afc.json("webhooks", "list")["deliveries"]
+    assert sorted(d["status"] for d in listed) == ["delivered"] * 5 + ["pending"]
+
+
+def test_a_receiver_failing_every_event_gets_a_few_in_a_pass(afc, backlog):
+    backlog.script = [(500, 0.0, {})] * 6
+    assert afc("webhooks", "deliver").returncode == 0
+    assert len(backlog.received) == FAST_FAILURES_PER_PASS == 3
+    statuses = [d["status"] for d in afc.json("webhooks", "list")["deliveries"]]
+    assert statuses == ["pending"] * 6
+
+
+@pytest.mark.parametrize(
+    "answer", [(503, 0.0, {}), (429, 0.0, {}), (500, 0.0, {"Retry-After": "1"})]
+)
+def test_a_receiver_asking_to_be_spared_is_skipped_at_once(afc, backlog, answer):
+    backlog.script = [answer]
+    assert afc("webhooks", "deliver").returncode == 0
+    assert len(backlog.received) == 1
