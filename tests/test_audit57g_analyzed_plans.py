@@ -67,9 +67,16 @@ def _scans(path: str, monkeypatch, look) -> tuple[object, list[str]]:
     for sql in sent:
         if "jobs" not in sql or not sql.lstrip().upper().startswith(("SELECT", "WITH")):
             continue
-        for row in conn.execute("EXPLAIN QUERY PLAN " + sql):
-            if row[3].startswith("SCAN") and row[3].split()[1] in ("jobs", "j"):
-                scans.append(f"{row[3]} in {sql[:120]}")
+        plan = conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()
+        # the picked jobs' CTE ('MATERIALIZE j') is read whole by design: its rows are those
+        # picked; a scan of the table inside it, or anywhere else, is the table read whole
+        ctes = {row[0] for row in plan if row[3] == "MATERIALIZE j"}
+        for _node, parent, _, line in plan:
+            words = line.split()
+            if words[0] == "SCAN" and (
+                words[1] == "jobs" or (words[1] == "j" and (not ctes or parent in ctes))
+            ):
+                scans.append(f"{line} in {sql[:160]}")
     conn.close()
     return result, scans
 
@@ -85,3 +92,23 @@ def test_has_webhooks_looks_batches_up_after_analyze(tmp_path, afc, monkeypatch)
     found, scans = _scans(other, monkeypatch, Ledger.has_webhooks)
     assert found is False
     assert scans == []
+
+
+def test_status_of_every_batch_looks_batches_up_after_analyze(tmp_path, afc, monkeypatch):
+    """'afc status' of the whole ledger (the jobs needing attention, or those of a --status)
+    had its jobs read whole: 0.98 s on a 120,000-job ledger so analyzed, 0.26 s without."""
+    from afc_cli.listing import QUIET, STATUSES
+
+    path = str(tmp_path / "l.db")
+    _analyzed(path, afc, monkeypatch, unfinished="failed")
+    shown = tuple(s for s in STATUSES if s not in QUIET)
+    rows, scans = _scans(path, monkeypatch, lambda ledger: ledger.status_rows(None, shown))
+    assert [(row["batch"], row["key"], row["status"]) for row in rows] == [
+        ("b1", "shot-007", "failed")
+    ]
+    assert scans == []
+    # a batch's, and the ledger's every job, as they were
+    rows, _ = _scans(path, monkeypatch, lambda ledger: ledger.status_rows("b2", ("succeeded",)))
+    assert len(rows) == 30 and {row["batch"] for row in rows} == {"b2"}
+    rows, _ = _scans(path, monkeypatch, lambda ledger: ledger.status_rows(None, None))
+    assert len(rows) == 90

@@ -1611,7 +1611,7 @@ class Ledger:
     _STATUS_PICKED_SQL = (
         "WITH j AS MATERIALIZED (SELECT j.id, j.key, j.batch, j.seq, j.status, j.step,"
         " j.output_key, j.error_code, j.error_class, j.error_message, j.waiting_reason,"
-        " j.lease_owner, j.lease_expires, j.lease_mono, j.attempts FROM jobs j WHERE {where}) "
+        " j.lease_owner, j.lease_expires, j.lease_mono, j.attempts FROM {jobs} WHERE {where}) "
         + _STATUS_SQL.removesuffix(" FROM jobs j")
         + " FROM j"
     )
@@ -1636,12 +1636,19 @@ class Ledger:
         sql = self._STATUS_SQL
         params: list[Any] = []
         if statuses is not None:
-            scope, params = _batch_scope(batch, "j.batch")
-            where = f"{scope} AND j.status IN {_marks(list(statuses))}"
-            sql = self._STATUS_PICKED_SQL.format(where=where)
-            params = [*params, *statuses]
+            jobs, where = "jobs j", "j.batch = ?"
+            if batch is None:
+                # each batch's jobs of those statuses looked up in turn (CROSS JOIN: the
+                # batches first, on SQLite): as ``_batch_scope``'s 'j.batch IN (SELECT name
+                # FROM batches)', SQLite read every job of the ledger once a user's ANALYZE
+                # had counted the rows of an average (batch, status), mostly a finished
+                # status's (120,000 jobs: 0.98 s, against 0.26 s without statistics)
+                jobs, where = "batches b CROSS JOIN jobs j", "j.batch = b.name"
+            where += f" AND j.status IN {_marks(list(statuses))}"
+            sql = self._STATUS_PICKED_SQL.format(jobs=jobs, where=where)
+            params = [*([] if batch is None else [batch]), *statuses]
         elif batch is not None:
-            sql = self._STATUS_PICKED_SQL.format(where="j.batch = ?")
+            sql = self._STATUS_PICKED_SQL.format(jobs="jobs j", where="j.batch = ?")
             params.append(batch)
         sql += f" ORDER BY j.batch{self.CODE_POINT}, j.seq"
         for chunk in [self._all(sql, params)] if whole else self._stream(sql, params):
@@ -1664,7 +1671,7 @@ class Ledger:
         """The jobs of ``job_ids`` as ``status_rows`` gives them, in the order of the ids."""
         found: dict[str, dict[str, Any]] = {}
         for chunk in _chunks(job_ids, IN_CHUNK):
-            sql = self._STATUS_PICKED_SQL.format(where=f"j.id IN {_marks(chunk)}")
+            sql = self._STATUS_PICKED_SQL.format(jobs="jobs j", where=f"j.id IN {_marks(chunk)}")
             rows = self._all(sql, chunk)
             found.update((row["id"], row) for row in rows)
         return self.gone_calls([found[job_id] for job_id in job_ids if job_id in found])
