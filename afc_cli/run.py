@@ -1150,9 +1150,10 @@ def run_jobs(
             # that one stopped as it drained for the error (a paid render its spool could
             # not keep in the grace period): said, and exit 130, as README's exit codes have
             # it (130 wins over every other code: every job stays resumable); it exited 1, a
-            # job failed to a script. A worker's loop (``more``) has its own exit codes
-            # (worker.WorkerResult): an error stops it with the error's own.
-            if interruption.interrupted and more is None:
+            # job failed to a script. So does a script's worker (``--until-idle``: its
+            # ``more`` says so), which README has exit 130 once a signal stopped it before it
+            # went idle; a service's worker keeps the error's own code (worker.WorkerResult).
+            if interruption.interrupted and (more is None or getattr(more, "until_idle", False)):
                 exc.exit_code = EXIT_INTERRUPTED
             raise
         finally:

@@ -189,6 +189,9 @@ class Refill:
         self.ledger, self.claim, self.lease_s, self.batch = ledger, claim, lease_s, batch
         self.opened, self.check, self.stop = opened, check, stop
         self.result, self.reporter, self.settle = result, reporter, settle
+        # a script's worker: a signal that stops its run makes an error met then exit 130
+        # (run.run_jobs), as ``WorkerResult.exit_code`` makes its clean end
+        self.until_idle = result.until_idle
         self.done = False
 
     def __call__(self, running: set[str]) -> list[str]:
