@@ -1454,18 +1454,23 @@ async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
         # an upload refused for want of permission (a role without s3:PutObject on the
         # prefix, or kms:GenerateDataKey): the bucket's HEAD passes all the same, and every
         # job of the batch was rendered and paid for, each one's upload refused
-        why = (
+        if denied[0].large_only:
             # a multipart upload's request refused: this job's output may be small, but afc
-            # cannot tell an output's size before paying for its render
-            "its output may be over the size that makes a multipart upload as well (afc "
-            "cannot tell an output's size before paying for its render); a store of the "
-            "batch that succeeds meanwhile lets its renders go on"
-            if denied[0].large_only
-            else "its upload would be refused as well"
-        )
+            # cannot tell an output's size before paying for its render. A store of the batch
+            # that succeeds later in this run lifts the hold for the jobs that reach their
+            # probe after it, not for this one, which rests until the next run: it said 'a
+            # store that succeeds meanwhile lets its renders go on', and a person waited for
+            # a submit's job that a store had let go, until the submit ended with it waiting
+            raise StorageError(
+                f"{denied[0].message}; this job waits for the next run: its output may be over "
+                "the size that makes a multipart upload as well (afc cannot tell an output's "
+                f"size before paying for its render); of batch {job['batch']}, only the jobs "
+                "that reach their probe after a store of it succeeds are rendered in this run",
+                retryable=False,
+            )
         raise StorageError(
             f"{denied[0].message}; no other job of batch {job['batch']} is rendered in this "
-            f"run, {why}",
+            "run, its upload would be refused as well",
             retryable=False,
         )
     if job["batch"] not in ctx.storage_failed:
