@@ -901,6 +901,46 @@ class OutputCut(Exception):
     connection is closed unfinished, said in one line on stderr, not in uvicorn's log."""
 
 
+# How long a connection to 'afc serve' may take to send its first request's headers
+HEADER_TIMEOUT_S = 10.0
+
+
+def header_timed(base: type) -> type:
+    """uvicorn's HTTP protocol ``base``, closing a connection that has not sent a whole
+    request's headers ``HEADER_TIMEOUT_S`` after it opened. uvicorn has no such timeout: a
+    connection that sent half a request, or nothing, stayed open for good, and a few hundred
+    of them (a slow client's, or anyone's on the network who can reach the port: the token
+    is asked for after the headers) took every file descriptor the process may open (1,024
+    by default). Each new connection was then refused at its accept ('Too many open files',
+    a traceback a second on stderr), and the pages and a person's review decision being
+    posted hung for everyone, for as long as those connections stayed open."""
+
+    class HeaderTimed(base):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.header_timer = self.loop.call_later(HEADER_TIMEOUT_S, self.header_overdue)
+
+        def header_overdue(self) -> None:
+            # a request begun (its headers read) is the app's, and then uvicorn's keep-alive
+            # timeout closes the connection once it idles after its response
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.header_timer.cancel()
+            super().connection_lost(exc)
+
+    return HeaderTimed
+
+
+def http_protocol() -> type:
+    """The HTTP protocol 'afc serve' gives uvicorn: h11's, whether httptools is installed or
+    not, with its headers' timeout (``header_timed``)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    return header_timed(H11Protocol)
+
+
 def _not_a_cut(record: Any) -> bool:
     """A filter of uvicorn's error log: it drops the traceback of an ``OutputCut`` (already
     said in one line), and lets every other record through."""
@@ -1419,6 +1459,7 @@ def serve(
     # the connection's address, which LoopbackHosts looks up to tell whose connection it is
     config = uvicorn.Config(
         app,
+        http=http_protocol(),
         log_level="warning",
         access_log=False,
         lifespan="off",
