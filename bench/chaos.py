@@ -717,6 +717,11 @@ class Round:
         hook = Webhook(self.hook_secret)
         for post in received:
             hook_id = post.headers.get("webhook-id", "")
+            if len(post.body) < int(post.headers.get("content-length") or 0):
+                # its sender killed mid-POST: the rest of the body never came (nor the
+                # answer's reaching it: the row stays pending, posted again whole)
+                figures["webhook POSTs cut short by a kill"] += 1
+                continue
             answered[hook_id].add(post.status)
             # verified as the receiver would have, when it arrived (``verify`` itself
             # refuses a timestamp five minutes older than now, this check's now)
