@@ -996,6 +996,8 @@ class Ledger:
             # after the last (``_rewrite``)
             rewebhooked: list[tuple[str | None, str]] = []
             refiled: list[tuple[str, list[dict[str, Any]]]] = []
+            # and the new gates of jobs whose lapsed lease a run still names (``_regate``)
+            lapsed: list[tuple[Regate, Change]] = []
             with self.admission_cache():
                 for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
                     refuse_shared_outputs(manifest, chunk, existing, outputs, folders)
@@ -1009,11 +1011,12 @@ class Ledger:
                         gates,
                         rewebhooked,
                         refiled,
+                        lapsed,
                     )
                 fresh, conflicts = [], []
                 for item, outcome in gates.settle_all():
                     if isinstance(item, Regate):  # admitted already: never refused here
-                        self._regate(manifest.batch, item, outcome, now, result)
+                        self._regate(manifest.batch, item, outcome, now, result, lapsed)
                         result.replayed.append(item.key)
                         if item.webhook != _dumps(item.job.webhook):
                             rewebhooked.append((_dumps(item.job.webhook), item.job_id))
@@ -1022,7 +1025,7 @@ class Ledger:
                     else:
                         conflicts.append(refused_dependent(item, None, outcome))
                 self._insert_admitted(manifest.batch, fresh, conflicts, now, result)
-                self._rewrite(rewebhooked, refiled)
+                self._rewrite(rewebhooked, refiled, lapsed, manifest.batch, now, result)
                 result.gates_kept.extend(gates.kept)
             if result.cards_dropped:
                 result.cards_dropped = self._cards_still_called(
@@ -1038,6 +1041,10 @@ class Ledger:
         self,
         rewebhooked: list[tuple[str | None, str]],
         refiled: list[tuple[str, list[dict[str, Any]]]],
+        lapsed: list[tuple[Regate, Change]],
+        batch: str,
+        now: float,
+        result: AdmitResult,
     ) -> None:
         """Write what a re-submit changes on replayed jobs a run may be holding: their
         webhooks (``_rewebhook``) and their input files' places (``_refile_inputs``). Their
@@ -1047,11 +1054,17 @@ class Ledger:
         every round of the admission (``ADMIT_CHUNK`` jobs each): a round's rows taken while
         the earlier rounds' were held made the run's renewal wait for those while it held the
         next round's, which the re-submit tried for, then waited for, the run stopped
-        ('lock timeout', or 'deadlock detected')."""
+        ('lock timeout', or 'deadlock detected'). So are the new gates of jobs whose lapsed
+        lease a run still names (``lapsed``, ``_regate``): that run, stalled past its lease
+        and woken, renews every job it holds."""
         moved = self._refile_inputs(refiled) if refiled else []
-        if not rewebhooked and not moved:
+        if not rewebhooked and not moved and not lapsed:
             return
-        self._lock_together([job_id for _, job_id in rewebhooked + moved])
+        self._lock_together(
+            [job_id for _, job_id in rewebhooked + moved] + [r.job_id for r, _ in lapsed]
+        )
+        for regate, change in lapsed:
+            self._regate(batch, regate, change, now, result)
         if rewebhooked:
             self._rewebhook(rewebhooked)
         if moved:
@@ -1094,11 +1107,27 @@ class Ledger:
         return admitted_needs(self.db, batch, "?")
 
     def _regate(
-        self, batch: str, regate: Regate, change: Change | None, now: float, result: AdmitResult
+        self,
+        batch: str,
+        regate: Regate,
+        change: Change | None,
+        now: float,
+        result: AdmitResult,
+        lapsed: list[tuple[Regate, Change]] | None = None,
     ) -> None:
         """Write a replayed job's new review flag and needs, guarded by the status and the
-        attempts it had when read: a job a run started meanwhile keeps its gates (said)."""
+        attempts it had when read: a job a run started meanwhile keeps its gates (said).
+
+        ``lapsed``: where a job whose lease ran out, its run's name still on it, goes to be
+        written after the admission's rounds, its row taken with the others' (``_rewrite``).
+        That run may be only stalled (SIGSTOP, a paused VM) and wake: its renewal, every job
+        it holds in one statement, took one such row and waited for another the admission
+        had written, while the admission waited to write the first: a deadlock, PostgreSQL
+        failing one of the two (the run stopped, exit 1, or the submit)."""
         if change is None or (change.review is None and change.needs is None):
+            return
+        if lapsed is not None and regate.owner is not None:
+            lapsed.append((regate, change))
             return
         sets, params, detail = ["updated_at = ?"], [now], {}
         if change.review is not None:
@@ -1143,6 +1172,8 @@ class Ledger:
                 )
         self._event(regate.job_id, batch, "gates_changed", **detail)
         result.gates_changed.append({"key": regate.key, **detail})
+        # tests freeze here: one job's gates written, the admission's other writes not yet
+        stall_point("regated_one")
 
     def _admit_chunk(
         self,
@@ -1155,10 +1186,12 @@ class Ledger:
         gates: Gates,
         rewebhooked: list[tuple[str | None, str]],
         refiled: list[tuple[str, list[dict[str, Any]]]],
+        lapsed: list[tuple[Regate, Change]],
     ) -> None:
-        """One round of ``admit``. ``rewebhooked``, ``refiled``: replayed jobs whose webhook
-        changed, and those not yet rendered whose manifest names input files, added to for
-        ``_rewrite`` after the last round."""
+        """One round of ``admit``. ``rewebhooked``, ``refiled``, ``lapsed``: replayed jobs
+        whose webhook changed, those not yet rendered whose manifest names input files, and
+        the new gates of jobs a run's lapsed lease names, added to for ``_rewrite`` after the
+        last round."""
         from afc_cli.manifest import same_request
 
         fresh = []
@@ -1210,7 +1243,7 @@ class Ledger:
                     outcome = gates.replay(regate)
                     if outcome is HELD:
                         continue
-                    self._regate(batch, regate, outcome, now, result)
+                    self._regate(batch, regate, outcome, now, result, lapsed)
                 else:
                     accept(job.key)
                 result.replayed.append(job.key)
