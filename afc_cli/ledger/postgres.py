@@ -1327,8 +1327,14 @@ class PostgresLedger(Ledger):
         renewal (every job it holds, one statement) held that one and waited for the first:
         a deadlock, which PostgreSQL broke by failing one (the run stopped, exit 1, or the
         submit). A run's write of its jobs lasts milliseconds; past ``LOCK_WAIT_S`` of tries
-        (a transaction that does not end: a process stopped with its group open) the rows
-        are waited for as before, under the session's lock timeout."""
+        (a transaction that does not end: a process stopped with its group open; runs
+        writing the batch's jobs without a pause) the rows are taken without waiting
+        (``NOWAIT``) or the block fails as a lock waited for too long (nothing it wrote kept,
+        said). They were waited for one by one, in the writes' order, holding each row
+        written while waiting for the next: the deadlock again, with a run's renewal, which
+        locks its jobs in the order of its index (``jobs_lease_owner``), neither the
+        manifest's nor the ids', inside a group transaction that may hold some of them
+        already, so no order of this side's waits avoids it."""
         chunks = list(core._chunks(sorted(set(job_ids)), core.IN_CHUNK))
         deadline = time.monotonic() + LOCK_WAIT_S
         while time.monotonic() < deadline:
@@ -1342,6 +1348,10 @@ class PostgresLedger(Ledger):
                 return
             self.db.execute("ROLLBACK TO SAVEPOINT afc_together")
             time.sleep(CLAIM_ROW_RETRY_S)
+        for c in chunks:  # (lock_not_available, as a lock_timeout: ``ledger_write_error``)
+            self.db.execute(
+                f"SELECT id FROM jobs WHERE id IN {core._marks(c)} FOR UPDATE NOWAIT", c
+            )
 
     def _count(self, sql: str, params: list[Any]) -> int:
         return int(self.db.execute(sql, params).fetchone()[0])
