@@ -1092,6 +1092,17 @@ class Ledger:
         for text, job_id in rewebhooked:
             if text is not None:
                 by_webhook.setdefault(text, []).append(job_id)
+        queued = []
+        for chunk in _chunks([j for job_ids in by_webhook.values() for j in job_ids], IN_CHUNK):
+            queued += [
+                row[0]
+                for row in self.db.execute(
+                    "SELECT id FROM deliveries"
+                    f" WHERE status IN ('pending', 'dead') AND job_id IN {_marks(chunk)}",
+                    chunk,
+                )
+            ]
+        self._lock_deliveries(queued)
         for text, job_ids in by_webhook.items():
             webhook = json.loads(text)
             for chunk in _chunks(job_ids, IN_CHUNK):
@@ -4230,6 +4241,20 @@ class Ledger:
             )
         }
 
+    def _lock_deliveries(self, ids: list[str]) -> None:
+        """Lock these delivery rows for this transaction in the order of their ids, the one
+        order every writer of many of them takes (a re-submit moving a batch's webhook,
+        ``_rewebhook``; ``afc webhooks replay --dead``). Each wrote a chunk (``IN_CHUNK``) at a
+        time in an order of its own (the manifest's jobs; the dead rows as read), holding the
+        earlier chunks' rows while it waited for a later one, which the other held while it
+        waited for one of the first: a deadlock, PostgreSQL failing the submit or the replay.
+        SQLite's write lock serialises writers already (``ROW_LOCK`` is empty there)."""
+        for chunk in _chunks(sorted(ids), IN_CHUNK):
+            self.db.execute(
+                f"SELECT id FROM deliveries WHERE id IN {_marks(chunk)} ORDER BY id{self.ROW_LOCK}",
+                chunk,
+            ).fetchall()
+
     def requeue_dead_deliveries(self, batch: str | None = None) -> int:
         """Every dead delivery (of ``batch``) pending again, due now, its tries counted
         afresh, in one transaction (``afc webhooks replay --dead``); the endpoints a 410
@@ -4241,12 +4266,16 @@ class Ledger:
                 params,
             )
             now = self.clock()
-            for chunk in _chunks([row["id"] for row in rows], IN_CHUNK):
+            ids = sorted(row["id"] for row in rows)
+            self._lock_deliveries(ids)
+            for chunk in _chunks(ids, IN_CHUNK):
                 self.db.execute(
                     f"UPDATE deliveries SET {REQUEUED}"
                     f" WHERE status = 'dead' AND id IN {_marks(chunk)}",
                     [now, *chunk],
                 )
+                # tests freeze here: a chunk's rows written, the next chunk's not yet
+                stall_point("requeued_chunk")
             for url in sorted({row["url"] for row in rows}):
                 self.db.execute("DELETE FROM endpoints WHERE url = ?", (url,))
             for row in rows:
