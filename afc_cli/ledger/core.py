@@ -996,8 +996,8 @@ class Ledger:
             # after the last (``_rewrite``)
             rewebhooked: list[tuple[str | None, str]] = []
             refiled: list[tuple[str, list[dict[str, Any]]]] = []
-            # and the new gates of jobs whose lapsed lease a run still names (``_regate``)
-            lapsed: list[tuple[Regate, Change]] = []
+            # and the replayed jobs' new gates (``_regate``)
+            regated: list[tuple[Regate, Change]] = []
             with self.admission_cache():
                 for chunk in _chunks(manifest.jobs, ADMIT_CHUNK):
                     refuse_shared_outputs(manifest, chunk, existing, outputs, folders)
@@ -1011,12 +1011,12 @@ class Ledger:
                         gates,
                         rewebhooked,
                         refiled,
-                        lapsed,
+                        regated,
                     )
                 fresh, conflicts = [], []
                 for item, outcome in gates.settle_all():
                     if isinstance(item, Regate):  # admitted already: never refused here
-                        self._regate(manifest.batch, item, outcome, now, result, lapsed)
+                        self._regate(manifest.batch, item, outcome, now, result, regated)
                         result.replayed.append(item.key)
                         if item.webhook != _dumps(item.job.webhook):
                             rewebhooked.append((_dumps(item.job.webhook), item.job_id))
@@ -1025,7 +1025,7 @@ class Ledger:
                     else:
                         conflicts.append(refused_dependent(item, None, outcome))
                 self._insert_admitted(manifest.batch, fresh, conflicts, now, result)
-                self._rewrite(rewebhooked, refiled, lapsed, manifest.batch, now, result)
+                self._rewrite(rewebhooked, refiled, regated, manifest.batch, now, result)
                 result.gates_kept.extend(gates.kept)
             if result.cards_dropped:
                 result.cards_dropped = self._cards_still_called(
@@ -1041,7 +1041,7 @@ class Ledger:
         self,
         rewebhooked: list[tuple[str | None, str]],
         refiled: list[tuple[str, list[dict[str, Any]]]],
-        lapsed: list[tuple[Regate, Change]],
+        regated: list[tuple[Regate, Change]],
         batch: str,
         now: float,
         result: AdmitResult,
@@ -1054,16 +1054,16 @@ class Ledger:
         every round of the admission (``ADMIT_CHUNK`` jobs each): a round's rows taken while
         the earlier rounds' were held made the run's renewal wait for those while it held the
         next round's, which the re-submit tried for, then waited for, the run stopped
-        ('lock timeout', or 'deadlock detected'). So are the new gates of jobs whose lapsed
-        lease a run still names (``lapsed``, ``_regate``): that run, stalled past its lease
-        and woken, renews every job it holds."""
+        ('lock timeout', or 'deadlock detected'). So are the replayed jobs' new gates
+        (``regated``, ``_regate``), which a run's renewal (a run stalled past its lease and
+        woken) and a batch's cancel write too."""
         moved = self._refile_inputs(refiled) if refiled else []
-        if not rewebhooked and not moved and not lapsed:
+        if not rewebhooked and not moved and not regated:
             return
         self._lock_together(
-            [job_id for _, job_id in rewebhooked + moved] + [r.job_id for r, _ in lapsed]
+            [job_id for _, job_id in rewebhooked + moved] + [r.job_id for r, _ in regated]
         )
-        for regate, change in lapsed:
+        for regate, change in regated:
             self._regate(batch, regate, change, now, result)
         if rewebhooked:
             self._rewebhook(rewebhooked)
@@ -1124,21 +1124,23 @@ class Ledger:
         change: Change | None,
         now: float,
         result: AdmitResult,
-        lapsed: list[tuple[Regate, Change]] | None = None,
+        regated: list[tuple[Regate, Change]] | None = None,
     ) -> None:
         """Write a replayed job's new review flag and needs, guarded by the status and the
         attempts it had when read: a job a run started meanwhile keeps its gates (said).
 
-        ``lapsed``: where a job whose lease ran out, its run's name still on it, goes to be
-        written after the admission's rounds, its row taken with the others' (``_rewrite``).
-        That run may be only stalled (SIGSTOP, a paused VM) and wake: its renewal, every job
-        it holds in one statement, took one such row and waited for another the admission
-        had written, while the admission waited to write the first: a deadlock, PostgreSQL
-        failing one of the two (the run stopped, exit 1, or the submit)."""
+        ``regated``: where the change goes to be written after the admission's rounds, its
+        row taken with the others' (``_rewrite``). Written as the rounds met them, in the
+        manifest's order, the admission held one job's row and waited for the next's, which
+        another writer of many of them held while it waited for the first: a deadlock,
+        PostgreSQL failing one of the two. A run whose lease ran out, its name still on the
+        job, may be only stalled (SIGSTOP, a paused VM) and wake: its renewal, every job it
+        holds in one statement (the run stopped, exit 1); 'afc cancel --batch', holding the
+        batch's free jobs a chunk at a time (``hold_for_cancel``: the submit refused)."""
         if change is None or (change.review is None and change.needs is None):
             return
-        if lapsed is not None and regate.owner is not None:
-            lapsed.append((regate, change))
+        if regated is not None:
+            regated.append((regate, change))
             return
         sets, params, detail = ["updated_at = ?"], [now], {}
         if change.review is not None:
@@ -1197,12 +1199,11 @@ class Ledger:
         gates: Gates,
         rewebhooked: list[tuple[str | None, str]],
         refiled: list[tuple[str, list[dict[str, Any]]]],
-        lapsed: list[tuple[Regate, Change]],
+        regated: list[tuple[Regate, Change]],
     ) -> None:
-        """One round of ``admit``. ``rewebhooked``, ``refiled``, ``lapsed``: replayed jobs
+        """One round of ``admit``. ``rewebhooked``, ``refiled``, ``regated``: replayed jobs
         whose webhook changed, those not yet rendered whose manifest names input files, and
-        the new gates of jobs a run's lapsed lease names, added to for ``_rewrite`` after the
-        last round."""
+        replayed jobs' new gates, added to for ``_rewrite`` after the last round."""
         from afc_cli.manifest import same_request
 
         fresh = []
@@ -1254,7 +1255,7 @@ class Ledger:
                     outcome = gates.replay(regate)
                     if outcome is HELD:
                         continue
-                    self._regate(batch, regate, outcome, now, result, lapsed)
+                    self._regate(batch, regate, outcome, now, result, regated)
                 else:
                     accept(job.key)
                 result.replayed.append(job.key)
@@ -2316,6 +2317,8 @@ class Ledger:
                     (self.owner, now + lease_s, mono, *chunk),
                 )
                 held += cursor.rowcount
+                # tests freeze here: a chunk's jobs held, the next chunk's not yet
+                stall_point("held_chunk")
         return held
 
     def release_held(self, job_ids: list[str]) -> None:
