@@ -222,7 +222,9 @@ def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
             "in a transaction, an 'afc ledger copy' under way, a re-submit changing the needs "
             "of a batch's many thousands of jobs, a newer afc migrating the ledger, which "
             "takes minutes on a large one: pg_stat_activity shows it, afc's own with "
-            "application_name 'afc'): let it end or end it"
+            "application_name 'afc'): let it end or end it (afc runs or workers writing the "
+            "same jobs without a pause, as a re-submit changes their webhook, input files or "
+            "gates: try again)"
         )
     elif str(path).startswith(("postgresql:", "postgres:")) and _cancelled(exc):
         # the server cancelled the statement: a statement_timeout set for the server, the
