@@ -1614,8 +1614,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             await _fail_conflict(ctx, job, storage, info, foreign, "render")
             return False
         if info.exists:
-            _found_stored(ctx, job, info)
-            return True
+            return await _found_stored(ctx, job, storage, info)
 
     request = json.loads(job["request_json"])
     chain = request["chain"]
@@ -2354,8 +2353,7 @@ async def _stored_meanwhile(
     if foreign:
         await _fail_conflict(ctx, job, storage, info, foreign, "render")
         return False
-    _found_stored(ctx, job, info)
-    return True
+    return await _found_stored(ctx, job, storage, info)
 
 
 def _spooled_left(ctx: RunContext, left: Collection[tuple[str, str, str]]) -> OutputHeld | None:
@@ -2377,9 +2375,19 @@ def _spooled_left(ctx: RunContext, left: Collection[tuple[str, str, str]]) -> Ou
     return None
 
 
-def _found_stored(ctx: RunContext, job: dict[str, Any], info: ObjectInfo) -> None:
+async def _found_stored(
+    ctx: RunContext, job: dict[str, Any], storage: Storage, info: ObjectInfo
+) -> bool:
     """This job's own output found stored at its render step: on to verify, its last attempt
-    adopted where the object's metadata names it (``_adopt_stored``), in one transaction."""
+    adopted where the object's metadata names it (``_adopt_stored``), in one transaction.
+    Its folder is made durable first, as at the probe and the store step: the run that linked
+    the object there may have been killed before its own fsync of the folder, and a power cut
+    after this run recorded the job left it succeeded with no file. Returns what ``render``
+    returns (False: the fsync failed, the job waits at render)."""
+    try:
+        await _sync_dirs(ctx, storage, job["output_key"])
+    except StorageError as exc:
+        return _storage_gave_up(ctx, job, "render", exc)
     with ctx.ledger.tx():
         ctx.ledger.checkpoint(
             job,
@@ -2389,6 +2397,7 @@ def _found_stored(ctx: RunContext, job: dict[str, Any], info: ObjectInfo) -> Non
             output_size=info.meta.get("size"),
         )
         _adopt_stored(ctx, job, info.meta)
+    return True
 
 
 def _never_sent(

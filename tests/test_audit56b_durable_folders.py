@@ -151,3 +151,30 @@ def test_an_own_object_found_is_made_durable_before_it_is_recorded(afc):
     assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
     assert str(afc.outputs() / "b1") in log.read_text().splitlines()  # the probe
     assert len(calls.read_text().splitlines()) == 1  # one render, never again
+
+
+def test_an_own_object_found_with_no_spool_file_is_made_durable_first(afc):
+    """As above, the killed run's spool file gone too (a spool on a disk since replaced, or
+    removed by hand): the resume's store step finds no render to store, looks at the key and
+    finds the job's own object, and records the job succeeded from it. That path fsynced no
+    folder either (a mutant skipping its ``_sync_dirs`` passed every test)."""
+    import shutil
+
+    from conftest import manifest
+
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    calls = afc.cwd / "calls.log"
+    killed = afc(
+        "submit",
+        "manifest.yaml",
+        env={"AFC_CRASH_POINT": "after_store", "AFC_LOCAL_CALL_LOG": str(calls)},
+    )
+    assert killed.returncode < 0 or killed.returncode == 137, killed.stderr
+    shutil.rmtree(afc.cwd / "afc.db-spool")
+    env, log = _noting(afc)
+    result = afc("resume", env={**env, "AFC_LOCAL_CALL_LOG": str(calls)})
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    synced = log.read_text().splitlines() if log.exists() else []  # (none: no file)
+    assert str(afc.outputs() / "b1") in synced
+    assert len(calls.read_text().splitlines()) == 1  # one render, never again
