@@ -2392,37 +2392,39 @@ class Ledger:
             **self._review_stats(counts, now, batches_with(pairs, "awaiting_review")),
         }
 
-    def held_jobs(self, batches: Collection[str] | None = None) -> list[dict[str, Any]]:
-        """The status and lease of every running or waiting job (``afc queue stats`` tells
-        those whose process is gone from those in flight), looked up in the (batch, status)
-        index, IN_CHUNK batches a statement; of ``batches`` alone when given (those
-        ``status_pairs`` says have such jobs)."""
+    def _jobs_in(
+        self, columns: str, condition: str, batches: Collection[str] | None
+    ) -> list[dict[str, Any]]:
+        """``columns`` of the jobs of ``batches`` (every batch when None) that meet
+        ``condition``, looked up in the (batch, status) index, IN_CHUNK batches a statement."""
         names = self._batch_names() if batches is None else list(batches)
         return [
             row
             for chunk in _chunks(names, IN_CHUNK)
             for row in self._all(
-                "SELECT status, lease_owner, lease_expires, lease_mono FROM jobs"
-                f" WHERE batch IN {_marks(chunk)} AND status IN ('running', 'waiting')",
+                f"SELECT {columns} FROM jobs WHERE batch IN {_marks(chunk)} AND {condition}",
                 chunk,
             )
         ]
 
+    def held_jobs(self, batches: Collection[str] | None = None) -> list[dict[str, Any]]:
+        """The status and lease of every running or waiting job (``afc queue stats`` tells
+        those whose process is gone from those in flight); of ``batches`` alone when given
+        (those ``status_pairs`` says have such jobs)."""
+        return self._jobs_in(
+            "status, lease_owner, lease_expires, lease_mono",
+            "status IN ('running', 'waiting')",
+            batches,
+        )
+
     def failed_dependents(self, batches: Collection[str] | None = None) -> list[dict[str, Any]]:
         """The jobs failed ``DEPENDENCY_FAILED`` (``afc queue stats`` tells those that follow
-        a person's decision, ``run.follow_decisions``), looked up in the (batch, status)
-        index, IN_CHUNK batches a statement; of ``batches`` alone when given."""
-        names = self._batch_names() if batches is None else list(batches)
-        return [
-            row
-            for chunk in _chunks(names, IN_CHUNK)
-            for row in self._all(
-                "SELECT id, status, error_code FROM jobs"
-                f" WHERE batch IN {_marks(chunk)} AND status = 'failed'"
-                " AND error_code = 'DEPENDENCY_FAILED'",
-                chunk,
-            )
-        ]
+        a person's decision, ``run.follow_decisions``); of ``batches`` alone when given."""
+        return self._jobs_in(
+            "id, status, error_code",
+            "status = 'failed' AND error_code = 'DEPENDENCY_FAILED'",
+            batches,
+        )
 
     def _batch_names(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT name FROM batches")]
