@@ -34,7 +34,7 @@ def available() -> bool:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     found = _binaries()
     if found is None:
         pytest.skip(SKIP)
@@ -52,7 +52,11 @@ def browser():
         "--window-size=1280,1600",
     ):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(found[1]), options=options)
+    # Chromium makes its shared-memory files (``--disable-dev-shm-usage``) in folders under
+    # TMPDIR and leaves the folders behind: a whole run of the suite left 33 empty
+    # /tmp/org.chromium.Chromium.* folders. They go to the test's own temporary folder.
+    env = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+    driver = webdriver.Chrome(service=Service(found[1], env=env), options=options)
     driver.set_page_load_timeout(60)
     yield driver
     driver.quit()
