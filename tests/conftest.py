@@ -29,10 +29,22 @@ for _name in [k for k in os.environ if k.lower() in ("http_proxy", "https_proxy"
     del os.environ[_name]
 
 
+def _environ() -> dict[str, str]:
+    """A copy of this process's environment. Iterating ``os.environ`` runs Python code, so a
+    thread of the test process that sets a variable meanwhile (moto's server thread, a
+    library's import) made a test fail now and then with "dictionary changed size during
+    iteration"; the copy is taken again then."""
+    while True:
+        try:
+            return dict(os.environ)
+        except RuntimeError:
+            continue
+
+
 class Afc:
     def __init__(self, cwd: Path):
         self.cwd = cwd
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AFC_")}
+        self.env = {k: v for k, v in _environ().items() if not k.startswith("AFC_")}
         self.env["PYTHONUNBUFFERED"] = "1"
 
     def command(self, *args: str) -> list[str]:
