@@ -54,3 +54,14 @@ def test_a_receiver_asking_to_be_spared_is_skipped_at_once(afc, backlog, answer)
     backlog.script = [answer]
     assert afc("webhooks", "deliver").returncode == 0
     assert len(backlog.received) == 1
+
+
+def test_the_count_is_of_failures_in_a_row_not_in_the_pass(afc, backlog):
+    """A receiver failing every other event is up: a 2xx between its 500s starts the count
+    again, so none of its events waits for the next pass. Counted over the pass (the count
+    not reset by a delivery), it was skipped at its third 500, its last event held back."""
+    backlog.script = [(500, 0.0, {}), (200, 0.0, {})] * 3
+    assert afc("webhooks", "deliver").returncode == 0
+    assert [r.status for r in backlog.received] == [500, 200] * 3
+    listed = afc.json("webhooks", "list")["deliveries"]
+    assert sorted(d["status"] for d in listed) == ["delivered"] * 3 + ["pending"] * 3
