@@ -178,3 +178,40 @@ def test_an_own_object_found_with_no_spool_file_is_made_durable_first(afc):
     synced = log.read_text().splitlines() if log.exists() else []  # (none: no file)
     assert str(afc.outputs() / "b1") in synced
     assert len(calls.read_text().splitlines()) == 1  # one render, never again
+
+
+def test_an_own_object_found_at_the_render_step_is_made_durable_first(afc):
+    """As above, the killed run's render checkpoint lost with it too (its ledger at the
+    render step, as when the commit that moved it on had not been written): the resume's
+    render step looks at the key before paying again, finds the job's own object and
+    records the job stored from it (``_found_stored``). That look fsynced no folder until
+    f84763c, and the test before this one reaches it only when the killed run's checkpoint
+    happened not to be written: pinned here, the step put back by hand."""
+    import shutil
+    import sqlite3
+
+    from conftest import manifest
+
+    afc.write_manifest(manifest([{"key": "a", "prompt": "p"}]))
+    calls = afc.cwd / "calls.log"
+    killed = afc(
+        "submit",
+        "manifest.yaml",
+        env={"AFC_CRASH_POINT": "after_store", "AFC_LOCAL_CALL_LOG": str(calls)},
+    )
+    assert killed.returncode < 0 or killed.returncode == 137, killed.stderr
+    shutil.rmtree(afc.cwd / "afc.db-spool")
+    db = sqlite3.connect(afc.cwd / "afc.db")
+    with db:
+        db.execute("UPDATE jobs SET step = 'render'")
+        db.execute("DELETE FROM steps WHERE step <> 'probe'")
+    db.close()
+    env, log = _noting(afc)
+    result = afc("resume", env={**env, "AFC_LOCAL_CALL_LOG": str(calls)})
+    assert result.returncode == 0, result.stderr
+    assert afc.rows("SELECT status FROM jobs") == [("succeeded",)]
+    found = afc.rows("SELECT detail_json FROM steps WHERE step = 'render'")
+    assert found == [('{"found":"own output"}',)], found  # that look, not the store step's
+    synced = log.read_text().splitlines() if log.exists() else []
+    assert str(afc.outputs() / "b1") in synced
+    assert len(calls.read_text().splitlines()) == 1  # one render, never again
