@@ -76,3 +76,51 @@ def test_a_connection_that_never_sends_its_headers_is_closed():
     assert transport.closed
     protocol.connection_lost(None)
     assert loop.timers == []
+
+
+class TaskLoop(Loop):
+    """As ``Loop``, keeping the tasks uvicorn starts for a request (run by the test)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.coroutines: list[Any] = []
+
+    def create_task(self, coroutine: Any, **_: Any) -> Any:
+        self.coroutines.append(coroutine)
+
+        class Task:
+            def add_done_callback(self, callback: Any) -> None:
+                pass
+
+        return Task()
+
+
+def test_a_connection_that_sends_half_of_its_next_request_is_closed():
+    """One whole request answered, then half of the next one's headers: uvicorn's keep-alive
+    timer is let go at the first byte of the next request, and the headers' timer (from the
+    connection's start) found a request begun (the first) and left the connection open, for
+    good: anyone who can reach the port held a descriptor per connection with one request
+    first. The next request's headers have ``HEADER_TIMEOUT_S`` from the answer's end."""
+    import asyncio
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    loop = TaskLoop()
+    config = uvicorn.Config(app, http=server.http_protocol())
+    config.load()
+    protocol = config.http_protocol_class(config, ServerState(), {}, _loop=loop)
+    transport = Transport()
+    protocol.connection_made(transport)
+    protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    [request] = loop.coroutines
+    asyncio.run(request)  # answered: the first request's cycle is over
+    protocol.data_received(b"GET / HTTP/1.1\r\nHo")  # the next one's headers, half
+    assert loop.timers, "a connection with half its next request's headers was left open"
+    for delay, callback in list(loop.timers):
+        assert delay <= server.HEADER_TIMEOUT_S
+        callback()
+    assert transport.closed
+    protocol.connection_lost(None)
+    assert loop.timers == []

@@ -921,10 +921,20 @@ def header_timed(base: type) -> type:
             self.header_timer = self.loop.call_later(HEADER_TIMEOUT_S, self.header_overdue)
 
         def header_overdue(self) -> None:
-            # a request begun (its headers read) is the app's, and then uvicorn's keep-alive
-            # timeout closes the connection once it idles after its response
-            if self.cycle is None and not self.transport.is_closing():
+            # a request begun (its headers read) and not yet answered is the app's; one
+            # answered leaves the connection to uvicorn's keep-alive timeout, which the first
+            # byte of a next request lets go: that request's headers are timed from the
+            # answer's end (``on_response_complete``)
+            idle = self.cycle is None or self.cycle.response_complete
+            if idle and not self.transport.is_closing():
                 self.transport.close()
+
+        def on_response_complete(self) -> None:
+            # timed from the connection's start alone, a connection that sent one whole
+            # request and then half of the next one's headers was left open for good
+            self.header_timer.cancel()
+            self.header_timer = self.loop.call_later(HEADER_TIMEOUT_S, self.header_overdue)
+            super().on_response_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self.header_timer.cancel()
