@@ -79,3 +79,27 @@ def test_queue_stats_does_not_look_up_every_batch_ever_admitted(tmp_path, afc, m
     assert stats_many["failed"] == 1 and stats_many["dlq"] == 1 and stats_many["stuck"] == 2
     assert stats_many["awaiting_review"] == 1
     assert stats_many["oldest_age_seconds"] >= 0
+
+
+def test_a_killed_runs_waiting_job_is_counted_gone_not_delayed(afc):
+    """A run killed while its job waits out a provider's Retry-After leaves the job 'waiting'
+    under a dead process's lease: 'afc queue stats' counts it process_gone (an alert on
+    'process_gone>0' fires), not delayed. Its leases are looked up in the batches that have
+    running or waiting jobs: looked up in those with running ones alone, a batch with none
+    running (here, its one job waiting) was left out, the job counted delayed, no alert."""
+    import signal
+
+    from conftest import wait_for
+
+    afc.write_manifest(manifest(jobs(1, fail=["rate_limited"], retry_after_s=50)))
+    proc = afc.popen("submit", "manifest.yaml")
+    try:
+        wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'waiting'", 1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert afc.rows("SELECT status FROM jobs") == [("waiting",)]
+    stats = afc.json("queue", "stats")
+    assert (stats["in_flight"], stats["delayed"], stats["process_gone"]) == (0, 0, 1), stats
+    alert = afc("queue", "stats", "--fail-if", "process_gone>0")
+    assert alert.returncode == 1 and "process_gone=1" in alert.stderr
