@@ -110,3 +110,26 @@ def test_the_hint_holds_what_every_shape_needs():
             pattern.pattern,
         )
         assert starts and all(re.escape(s) in hint or s in hint for s in starts), pattern.pattern
+
+
+def test_a_token_a_decoder_reveals_is_scrubbed_without_the_hint():
+    """A token whose shape only a decoder reveals (percent-encoded, JSON-escaped, split over
+    lines, a zero-width character inside) holds none of the hint's starts: it is the
+    decoders' characters (``_DECODE_HINT``) that send it to the shapes. A mutant without
+    '%' there passed every test, and 'sk%2D…' (a key quoted back in a URL's path) was shown
+    whole by 'afc status --json' and 'afc outputs'."""
+    secrets.reset()
+    token = "abcdefghijkl0123"
+    for text in [
+        f"sk%2D{token}",
+        f"r8%5F{token}",
+        f"sk\\u002d{token}",
+        f"s\nk-{token}",
+        f"sk\r-{token}",
+        f"sk\u200b-{token}",
+        f"sk\u00ad-{token}",
+        f"sk\u2060-{token}",
+        f"sk\ufeff-{token}",
+    ]:
+        assert not secrets._shape_hinted(text), text  # the decoders' alone
+        assert token not in secrets.scrub(text), text
