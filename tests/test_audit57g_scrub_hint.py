@@ -93,13 +93,14 @@ def test_the_hint_holds_what_every_shape_needs():
         "https://discord.com/api/webhooks/123456789012345678/abcdefghijklmnopqrstu",
         "x?token=abc&sig=def",
         # each hint alone, none of the others with it (the samples above hold '://' with the
-        # paths, '?' with '&': a mutant without '/services/T', '/api/', '?' or '&' in
-        # ``_SHAPE_NEEDS`` passed, and such a text, an error quoting a path or a query, was
-        # shown with its secret)
+        # paths, '?' with '&': a mutant without '/services/T', '/api/', '?', '&' or
+        # 'hooks.slack' in ``_SHAPE_NEEDS`` or its any-case list passed, and such a text, an
+        # error quoting a path or a query, was shown with its secret)
         "POST /services/T0000000/B0000000/abcdefgh123 failed",
         "POST /api/webhooks/123456789012345678/abcdefghijklmnopqrstu failed",
         "GET /x?token=abcdefgh",
         "cut short: &sig=abcdefgh",
+        "posted to HOOKS.SLACK.com/workflows/T0000000/abc/abcdefgh123 failed",
     ]
     for text in samples:
         scanned = [p.pattern for p, _ in secrets._SHAPES if p.search(text)]
