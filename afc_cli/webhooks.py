@@ -35,7 +35,8 @@ produced it (``Ledger._queue_delivery``). This module only drains due rows:
   batch and once after it (bounded in time), ``afc webhooks deliver`` drains alone (cron).
   A receiver that is down or slow is skipped for the rest of a pass after its first failure,
   so it never holds up renders or the run's end for long; one that answers a 5xx at once
-  (up, but failing some events) after FAST_FAILURES_PER_PASS in a row.
+  (up, but failing some events: not a 502, 503 or 504, within FAST_ANSWER_S) after
+  FAST_FAILURES_PER_PASS in a row.
 """
 
 from __future__ import annotations
@@ -70,6 +71,12 @@ FINAL_DRAIN_S = 15.0
 # 'afc webhooks deliver', a run's every second) post a few dozen events and stop: a backlog
 # of thousands took hours to reach it.
 FAST_FAILURES_PER_PASS = 3
+# ... and only an answer that came at once says it is up: a 5xx that took longer (a receiver
+# working to its timeout and then failing) is a slow receiver, and three of those a pass
+# tripled the pass's wait on it. A 502 or 504 is a gateway saying the receiver behind it is
+# down or slow, as a 503 says, whatever its speed.
+FAST_ANSWER_S = 1.0
+DOWN_STATUSES = (502, 503, 504)
 
 
 def retry_delay(tries: int, retry_after: float | None, *, rand=random.random) -> float:
@@ -467,6 +474,7 @@ class Deliverer:
         headers = signed_headers(secret, row["id"], row["envelope"], now)
         status: int | None = None
         retry_after: float | None = None
+        began = time.monotonic()
         try:
             # the whole POST within timeout_s (httpx's timeout is per phase), so it ends
             # within the lease hold_delivery just extended
@@ -535,9 +543,16 @@ class Deliverer:
                 if ledger.delivery_retry(row["id"], status, error, delay):
                     stats.retrying += 1
             # down, slow, or asking to be spared (a 429 or 503, a Retry-After, a temporary
-            # redirect): its other rows wait for the next pass, not posted one after another
-            # into the same answer; up and failing at once (a 500): after a few in a row
-            fast = status is not None and status >= 500 and status != 503 and not retry_after
+            # redirect, a 502 or 504 from its gateway, a 5xx that took its time): its other
+            # rows wait for the next pass, not posted one after another into the same
+            # answer; up and failing at once (a 500): after a few in a row
+            fast = (
+                status is not None
+                and status >= 500
+                and status not in DOWN_STATUSES
+                and not retry_after
+                and time.monotonic() - began < FAST_ANSWER_S
+            )
             failing = stats.failing[row["url"]] = stats.failing.get(row["url"], 0) + 1
             if not fast or failing >= FAST_FAILURES_PER_PASS:
                 stats.failed_urls.add(row["url"])

@@ -1,6 +1,7 @@
 """A receiver that answers a 5xx at once is up: afc goes on with its other events in the
 pass, until FAST_FAILURES_PER_PASS such answers in a row (afc_cli/webhooks.py). One that is
-down, slow or asks to be spared (503, 429, a Retry-After) is skipped for the rest of the pass
+down, slow or asks to be spared (502, 503, 504, 429, a Retry-After, a 5xx that took
+FAST_ANSWER_S or more) is skipped for the rest of the pass
 at its first failure, as before."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from conftest import jobs, manifest
 from receiver import Receiver
 from test_webhooks import SECRET, due_now
 
-from afc_cli.webhooks import FAST_FAILURES_PER_PASS
+from afc_cli.webhooks import FAST_ANSWER_S, FAST_FAILURES_PER_PASS
 
 
 @pytest.fixture
@@ -48,10 +49,21 @@ def test_a_receiver_failing_every_event_gets_a_few_in_a_pass(afc, backlog):
 
 
 @pytest.mark.parametrize(
-    "answer", [(503, 0.0, {}), (429, 0.0, {}), (500, 0.0, {"Retry-After": "1"})]
+    "answer",
+    [
+        (503, 0.0, {}),
+        (429, 0.0, {}),
+        (500, 0.0, {"Retry-After": "1"}),
+        # a gateway saying the receiver behind it is down (502) or slow (504)
+        (502, 0.0, {}),
+        (504, 0.0, {}),
+        # a receiver that worked for a while and then failed: slow, not up and failing at
+        # once; three of these a pass tripled the pass's wait on it
+        (500, FAST_ANSWER_S + 0.3, {}),
+    ],
 )
-def test_a_receiver_asking_to_be_spared_is_skipped_at_once(afc, backlog, answer):
-    backlog.script = [answer]
+def test_a_receiver_down_slow_or_asking_to_be_spared_is_skipped_at_once(afc, backlog, answer):
+    backlog.script = [answer] * 6
     assert afc("webhooks", "deliver").returncode == 0
     assert len(backlog.received) == 1
 
