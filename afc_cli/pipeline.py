@@ -1442,6 +1442,14 @@ async def _fail_conflict(
     )
 
 
+class _HeldByRefusal(StorageError):
+    """A job held at its probe by another job's refused upload (``_storage_broke``): no
+    request of its own was made, so it is not one of its storage failures."""
+
+    def __init__(self, message: str):
+        super().__init__(message, retryable=False)
+
+
 async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
     """Before a render is paid for, in a run where this job's batch's store or verify gave up:
     the storage checked again as before the run (``Storage.check``: the bucket's HEAD, the
@@ -1461,17 +1469,15 @@ async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
             # probe after it, not for this one, which rests until the next run: it said 'a
             # store that succeeds meanwhile lets its renders go on', and a person waited for
             # a submit's job that a store had let go, until the submit ended with it waiting
-            raise StorageError(
+            raise _HeldByRefusal(
                 f"{denied[0].message}; this job waits for the next run: its output may be over "
                 "the size that makes a multipart upload as well (afc cannot tell an output's "
                 f"size before paying for its render); of batch {job['batch']}, only the jobs "
-                "that reach their probe after a store of it succeeds are rendered in this run",
-                retryable=False,
+                "that reach their probe after a store of it succeeds are rendered in this run"
             )
-        raise StorageError(
+        raise _HeldByRefusal(
             f"{denied[0].message}; no other job of batch {job['batch']} is rendered in this "
-            "run, its upload would be refused as well",
-            retryable=False,
+            "run, its upload would be refused as well"
         )
     if job["batch"] not in ctx.storage_failed:
         return
@@ -3356,8 +3362,12 @@ async def _sync_dirs(ctx: RunContext, storage: Storage, key: str) -> None:
 def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: StorageError) -> bool:
     """The storage policy gave up: the job waits at this step (its spool intact) and the next
     run retries only the storage work; after MAX_STORE_REQUEUES runs it is dead-lettered with
-    an incident record that says what to do."""
-    failures = job["store_failures"] + 1
+    an incident record that says what to do. A job held by another job's refused upload
+    (``_HeldByRefusal``) made no request: it waits, its count as it was. Counted, each run in
+    which one large output's upload was refused dead-lettered the batch's jobs that came to
+    their probe after it, never rendered, beside it (tests/test_audit58a_held_not_counted.py)."""
+    own = not isinstance(error, _HeldByRefusal)
+    failures = job["store_failures"] + own
     spool_path = ctx.spool.path(job["id"])
     if step in ("store", "verify"):
         ctx.storage_failed.add(job["batch"])  # the next probe checks it (``_storage_broke``)
@@ -3371,7 +3381,7 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
         # its render waits in the spool beyond this run: said what it is, for a ledger made
         # anew meanwhile (``Spool.left_by``)
         _describe(ctx, job, job.get("output_size"), job.get("output_sha256"))
-    if failures >= MAX_STORE_REQUEUES:
+    if own and failures >= MAX_STORE_REQUEUES:
         safe = f" The paid output is safe in {spool_path}." if spool_path.exists() else ""
         then = (
             "it reads storage again before any render is paid"
@@ -3404,7 +3414,7 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
                 else ""
             )
         )
-        pause = STORE_PAUSE_S * 2 ** (failures - 1)
+        pause = STORE_PAUSE_S * 2 ** max(failures - 1, 0)
         pause = min(pause, 0.8 * ctx.lease_s) if here else pause
         # The pause holds for every worker of this host (``paused_s``), and for every other
         # host: the job stays leased to this host for a lease (its output in this spool), or
