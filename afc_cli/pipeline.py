@@ -482,6 +482,13 @@ class RunContext:
     # rendered, since no check sees it mended; a store of the batch that succeeds (a worker
     # retrying a waiting upload) ends it
     storage_denied: dict[str, tuple[StorageDenied, float]] = field(default_factory=dict)
+    # the jobs of this run past their probe (rendering, spooling, storing), each with its
+    # batch: the stores that may end a multipart refusal's hold of the batch (``_in_flight``)
+    storing_for: dict[str, str] = field(default_factory=dict)
+    # per batch, set when a store of it succeeds (``store``); and the jobs a multipart
+    # refusal holds, each with what ends its wait in this run (``_until_a_store``, ``run_job``)
+    stored_ok: dict[str, asyncio.Future] = field(default_factory=dict)
+    refusal_held: dict[str, asyncio.Future] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -1069,6 +1076,27 @@ class _Stopped(Exception):
 
 
 async def run_job(ctx: RunContext, job_id: str) -> str:
+    """Run one job (``_run_keyed``). One that a batch's multipart refusal held at its probe
+    while other jobs of the batch were past theirs (``_storage_broke``) waits for them,
+    holding no slot, and looks again once one's store succeeded: left for the next run, a
+    batch whose refusal came as a slot went round parked every job that reached its probe
+    before the next store succeeded, a moment later, most of the batch (an hour's wait for a
+    cron's next run, each time its large output was refused again)."""
+    try:
+        while True:
+            status = await _run_keyed(ctx, job_id)
+            lifted = ctx.refusal_held.pop(job_id, None)
+            if lifted is None or status in TERMINAL:
+                return status
+            await lifted
+            if ctx.stopping.is_set():
+                return status
+    finally:
+        ctx.storing_for.pop(job_id, None)
+        ctx.refusal_held.pop(job_id, None)
+
+
+async def _run_keyed(ctx: RunContext, job_id: str) -> str:
     """Run one job (``_run_job``). A job whose output key in its storage another job of this
     run also has (``RunContext.output_of``: batches sharing a storage, an output template
     without {batch}) waits until that job's task has ended: run side by side, both probes
@@ -1185,6 +1213,8 @@ async def _run_job(
                 continue
             ctx.report(job, "started", job["step"])
             job["claimed_at"] = job["step"]  # where an earlier run left it (``verify``)
+            if job["step"] != "probe":  # its store may end a refusal's hold (``_in_flight``)
+                ctx.storing_for[job_id] = job["batch"]
             job = await _run_steps(ctx, job, RENDER_STEPS)
             spooling = job["status"] not in TERMINAL and job["step"] in SPOOL_STEP
             if spooling:
@@ -1444,10 +1474,38 @@ async def _fail_conflict(
 
 class _HeldByRefusal(StorageError):
     """A job held at its probe by another job's refused upload (``_storage_broke``): no
-    request of its own was made, so it is not one of its storage failures."""
+    request of its own was made, so it is not one of its storage failures. ``in_run``: it
+    waits in this run for the batch's stores in flight (``run_job``)."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, in_run: bool = False):
         super().__init__(message, retryable=False)
+        self.in_run = in_run
+
+
+def _in_flight(ctx: RunContext, batch: str) -> list[asyncio.Future]:
+    """The tasks of this run's jobs of ``batch`` past their probe, still running: each may
+    yet store its output, which ends a multipart refusal's hold (none held by it)."""
+    return [
+        task
+        for job_id, name in ctx.storing_for.items()
+        if name == batch
+        and job_id not in ctx.refusal_held
+        and (task := ctx.tasks.get(job_id)) is not None
+        and not task.done()
+    ]
+
+
+async def _until_a_store(ctx: RunContext, batch: str) -> None:
+    """Until a store of ``batch`` succeeds in this run, or no job of it past its probe is
+    left running (the held job then looks again, and waits for the next run)."""
+    lifted = ctx.stored_ok.get(batch)
+    if lifted is None:
+        lifted = ctx.stored_ok[batch] = asyncio.get_running_loop().create_future()
+    while not lifted.done() and not ctx.stopping.is_set():
+        running = _in_flight(ctx, batch)
+        if not running:
+            return
+        await asyncio.wait({lifted, *running}, return_when=asyncio.FIRST_COMPLETED)
 
 
 async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
@@ -1462,13 +1520,21 @@ async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
         # an upload refused for want of permission (a role without s3:PutObject on the
         # prefix, or kms:GenerateDataKey): the bucket's HEAD passes all the same, and every
         # job of the batch was rendered and paid for, each one's upload refused
+        ctx.storing_for.pop(job["id"], None)  # held: its own store ends no hold
         if denied[0].large_only:
             # a multipart upload's request refused: this job's output may be small, but afc
             # cannot tell an output's size before paying for its render. A store of the batch
-            # that succeeds later in this run lifts the hold for the jobs that reach their
-            # probe after it, not for this one, which rests until the next run: it said 'a
-            # store that succeeds meanwhile lets its renders go on', and a person waited for
-            # a submit's job that a store had let go, until the submit ended with it waiting
+            # that succeeds later in this run lifts the hold: while a job of the batch past
+            # its probe may store, this one waits for it in this run (``run_job``); with none
+            # left, it rests until the next run
+            if _in_flight(ctx, job["batch"]):
+                raise _HeldByRefusal(
+                    f"{denied[0].message}; this job waits for the stores of batch "
+                    f"{job['batch']} in flight in this run: one that succeeds lets it go on (its "
+                    "output may be over the size that makes a multipart upload as well; afc "
+                    "cannot tell an output's size before paying for its render)",
+                    in_run=True,
+                )
             raise _HeldByRefusal(
                 f"{denied[0].message}; this job waits for the next run: its output may be over "
                 "the size that makes a multipart upload as well (afc cannot tell an output's "
@@ -1542,6 +1608,7 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
     # payment).
     job["step"] = "render"
     job.setdefault("unwritten_steps", []).append(("probe", {"found": None}, ctx.ledger.clock()))
+    ctx.storing_for[job["id"]] = job["batch"]  # its store may end a refusal's hold
     return True
 
 
@@ -3367,6 +3434,18 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
     which one large output's upload was refused dead-lettered the batch's jobs that came to
     their probe after it, never rendered, beside it (tests/test_audit58a_held_not_counted.py)."""
     own = not isinstance(error, _HeldByRefusal)
+    if not own and error.in_run:
+        # it waits in this run for the batch's stores in flight (``run_job``)
+        ctx.ledger.set_waiting(job, f"storage: {error.message}")
+        ctx.refusal_held[job["id"]] = asyncio.ensure_future(_until_a_store(ctx, job["batch"]))
+        ctx.report(
+            job,
+            "waiting",
+            "storage: a multipart upload of its batch was refused; it waits for the stores in "
+            "flight",
+            reason=f"storage failed at {step}",
+        )
+        return False
     failures = job["store_failures"] + own
     spool_path = ctx.spool.path(job["id"])
     if step in ("store", "verify"):
@@ -3571,6 +3650,9 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
     except StorageError as exc:
         return _storage_gave_up(ctx, job, "store", exc)
     ctx.storage_denied.pop(job["batch"], None)  # the store takes this batch's uploads
+    lifted = ctx.stored_ok.pop(job["batch"], None)
+    if lifted is not None and not lifted.done():
+        lifted.set_result(None)  # the jobs its refusal held in this run look again
     crash_point("after_store")
     stored = ("store", {"url": storage.describe(key)})
     if storage.local:
