@@ -489,6 +489,8 @@ class RunContext:
     # refusal holds, each with what ends its wait in this run (``_until_a_store``, ``run_job``)
     stored_ok: dict[str, asyncio.Future] = field(default_factory=dict)
     refusal_held: dict[str, asyncio.Future] = field(default_factory=dict)
+    # batches whose storage failed in this run (``_Outage``): their probes wait for one look
+    storage_down: dict[str, _Outage] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -1078,7 +1080,8 @@ class _Stopped(Exception):
 async def run_job(ctx: RunContext, job_id: str) -> str:
     """Run one job (``_run_keyed``). One that a batch's multipart refusal held at its probe
     while other jobs of the batch were past theirs (``_storage_broke``) waits for them,
-    holding no slot, and looks again once one's store succeeded: left for the next run, a
+    holding no slot, and looks again once one's store succeeded (as one held by its batch's
+    failing storage waits for the one look at it, ``_Outage``): left for the next run, a
     batch whose refusal came as a slot went round parked every job that reached its probe
     before the next store succeeded, a moment later, most of the batch (an hour's wait for a
     cron's next run, each time its large output was refused again)."""
@@ -1472,14 +1475,48 @@ async def _fail_conflict(
     )
 
 
-class _HeldByRefusal(StorageError):
-    """A job held at its probe by another job's refused upload (``_storage_broke``): no
-    request of its own was made, so it is not one of its storage failures. ``in_run``: it
-    waits in this run for the batch's stores in flight (``run_job``)."""
+class _HeldForBatch(StorageError):
+    """A job held at its probe by another job's refused upload, or by its batch's storage
+    failing in this run (``_storage_broke``): no request of its own was made, so it is not
+    one of its storage failures. ``wait``: what it waits for in this run (``run_job``)."""
 
-    def __init__(self, message: str, in_run: bool = False):
+    def __init__(self, message: str, wait: Callable[[], Awaitable[Any]] | None = None):
         super().__init__(message, retryable=False)
-        self.in_run = in_run
+        self.wait = wait
+
+
+@dataclass
+class _Outage:
+    """A batch's storage failing in this run: a job's own storage work spent the policy's
+    tries on 5xx, throttling, timeouts or resets (``_storage_gave_up``). No probe of the batch
+    makes a request until ``until`` (time.monotonic); then one look (``trial``, the HEAD of
+    a held job's key under the policy) says whether it answers again: the held jobs go on,
+    or wait for the next run."""
+
+    error: StorageError
+    until: float
+    trial: asyncio.Future | None = None
+
+
+async def _until_storage_back(ctx: RunContext, key: str, down: _Outage, batch: str) -> None:
+    """Until the batch's one look after its pause (``_Outage``) has ended, either way."""
+    if down.trial is None:
+        down.trial = asyncio.ensure_future(_look_again(ctx, key, down, batch))
+    await asyncio.wait({down.trial})
+
+
+async def _look_again(ctx: RunContext, key: str, down: _Outage, batch: str) -> bool:
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(ctx.stopping.wait(), max(0.0, down.until - time.monotonic()))
+    if not ctx.stopping.is_set():
+        storage = ctx.storages[batch]
+        try:
+            await _storage(ctx, storage, storage.head, key)
+            return True
+        except StorageError as exc:
+            down.error = exc
+    down.until = time.monotonic() + STORE_PAUSE_S  # the batch's later probes wait so long
+    return False
 
 
 def _in_flight(ctx: RunContext, batch: str) -> list[asyncio.Future]:
@@ -1528,23 +1565,44 @@ async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
             # its probe may store, this one waits for it in this run (``run_job``); with none
             # left, it rests until the next run
             if _in_flight(ctx, job["batch"]):
-                raise _HeldByRefusal(
+                raise _HeldForBatch(
                     f"{denied[0].message}; this job waits for the stores of batch "
                     f"{job['batch']} in flight in this run: one that succeeds lets it go on (its "
                     "output may be over the size that makes a multipart upload as well; afc "
                     "cannot tell an output's size before paying for its render)",
-                    in_run=True,
+                    wait=partial(_until_a_store, ctx, job["batch"]),
                 )
-            raise _HeldByRefusal(
+            raise _HeldForBatch(
                 f"{denied[0].message}; this job waits for the next run: its output may be over "
                 "the size that makes a multipart upload as well (afc cannot tell an output's "
                 f"size before paying for its render); of batch {job['batch']}, only the jobs "
                 "that reach their probe after a store of it succeeds are rendered in this run"
             )
-        raise _HeldByRefusal(
+        raise _HeldForBatch(
             f"{denied[0].message}; no other job of batch {job['batch']} is rendered in this "
             "run, its upload would be refused as well"
         )
+    down = ctx.storage_down.get(job["batch"])
+    if down is not None:
+        # Its storage failing in this run: probed one by one, each job's HEAD spent the
+        # policy's tries on it, 3 requests a job (30,000 to a store answering 503 SlowDown
+        # to a 10,000-job resume, 20 minutes at 8 wide), and counted one of its failures
+        if down.trial is None or not down.trial.done():
+            ctx.storing_for.pop(job["id"], None)
+            raise _HeldForBatch(
+                f"{down.error.message}; the storage of batch {job['batch']} failed in this run:"
+                f" this job waits (at most {STORE_PAUSE_S:.0f} s) for one look at it, and goes "
+                "on if it answers",
+                wait=partial(_until_storage_back, ctx, job["output_key"], down, job["batch"]),
+            )
+        if not down.trial.result() and time.monotonic() < down.until:
+            ctx.storing_for.pop(job["id"], None)
+            raise _HeldForBatch(
+                f"{down.error.message}; the storage of batch {job['batch']} failed in this run, "
+                "and again when looked at after a pause: this job waits for the next run, "
+                "nothing paid"
+            )
+        del ctx.storage_down[job["batch"]]  # it answered, or its pause is over: look
     if job["batch"] not in ctx.storage_failed:
         return
     storage = ctx.storages[job["batch"]]
@@ -3430,22 +3488,30 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
     """The storage policy gave up: the job waits at this step (its spool intact) and the next
     run retries only the storage work; after MAX_STORE_REQUEUES runs it is dead-lettered with
     an incident record that says what to do. A job held by another job's refused upload
-    (``_HeldByRefusal``) made no request: it waits, its count as it was. Counted, each run in
+    (``_HeldForBatch``) made no request: it waits, its count as it was. Counted, each run in
     which one large output's upload was refused dead-lettered the batch's jobs that came to
     their probe after it, never rendered, beside it (tests/test_audit58a_held_not_counted.py)."""
-    own = not isinstance(error, _HeldByRefusal)
-    if not own and error.in_run:
-        # it waits in this run for the batch's stores in flight (``run_job``)
+    own = not isinstance(error, _HeldForBatch)
+    if not own and error.wait is not None:
+        # it waits in this run (``run_job``): for the batch's stores in flight, or one look
+        # at its failing storage
         ctx.ledger.set_waiting(job, f"storage: {error.message}")
-        ctx.refusal_held[job["id"]] = asyncio.ensure_future(_until_a_store(ctx, job["batch"]))
+        ctx.refusal_held[job["id"]] = asyncio.ensure_future(error.wait())
         ctx.report(
             job,
             "waiting",
-            "storage: a multipart upload of its batch was refused; it waits for the stores in "
-            "flight",
+            "storage: held for its batch's storage; it waits in this run",
             reason=f"storage failed at {step}",
         )
         return False
+    if own and error.retryable:
+        # the policy's tries spent on the store's own failing: the batch's later probes in
+        # this run wait for one look after a pause (``_storage_broke``), not each its own
+        down = ctx.storage_down.get(job["batch"])
+        if down is None or (
+            down.trial is not None and down.trial.done() and time.monotonic() >= down.until
+        ):
+            ctx.storage_down[job["batch"]] = _Outage(error, time.monotonic() + STORE_PAUSE_S)
     failures = job["store_failures"] + own
     spool_path = ctx.spool.path(job["id"])
     if step in ("store", "verify"):
