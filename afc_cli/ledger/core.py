@@ -145,6 +145,11 @@ def _now() -> float:
     return time.time()
 
 
+# A lease renewal whose statement took longer than this (it waited for a row, or the host
+# stalled) writes its lease again, reckoned from then (``Ledger._write_lease``)
+LEASE_WAIT_REWRITE_S = 0.5
+
+
 # how far a call's end by the wall clock may be from its start plus its length by
 # ``owner.awake_clock`` before the wall clock is taken to have stepped during the call
 # (``report_attempt``): NTP's slewing moves it by at most half a millisecond a second
@@ -2156,11 +2161,7 @@ class Ledger:
         # this run's jobs found in m024's partial index ``jobs_lease_owner``: before it, each
         # renewal scanned every job of the ledger under its write lock (1.1 s at 1,000,000)
         with self.tx():
-            self.db.execute(
-                "UPDATE jobs SET lease_expires = ?, lease_mono = ? WHERE lease_owner = ?"
-                f" AND status NOT IN {TERMINAL_SQL}",
-                (self.lease_clock() + lease_s, time.monotonic() + lease_s, self.owner),
-            )
+            self._write_lease("lease_owner = ?", (self.owner,), lease_s)
 
     def not_held(self, job_ids: list[str]) -> set[str]:
         """Of ``job_ids`` (this run's), the ones it no longer holds: ended by another process
@@ -2187,12 +2188,29 @@ class Ledger:
         ``_last_look``). Committed before this returns (``commit=True``): the request that
         follows leaves with the renewal visible to every other process."""
         with self.tx(commit=True):
-            cursor = self.db.execute(
-                "UPDATE jobs SET lease_expires = ?, lease_mono = ? WHERE id = ?"
-                f" AND lease_owner = ? AND status NOT IN {TERMINAL_SQL}",
-                (self.lease_clock() + lease_s, time.monotonic() + lease_s, job_id, self.owner),
+            return (
+                self._write_lease("id = ? AND lease_owner = ?", (job_id, self.owner), lease_s) == 1
             )
-            return cursor.rowcount == 1
+
+    def _write_lease(self, where: str, params: tuple, lease_s: float) -> int:
+        """Renew the leases of this process's jobs that ``where`` selects (not ended); returns
+        how many. The expiry is reckoned as the statement is sent, but the statement may wait
+        for a row another transaction holds (on PostgreSQL a re-submit writing the batch's
+        webhooks or gates, up to ``LOCK_WAIT_S`` while it waits on a stalled holder of its own;
+        on SQLite the write lock, up to its busy timeout): a wait longer than the lease wrote a
+        lease already run out, and another host took the job over at once and paid for it
+        again while this run's call was in flight. Written again once it waited: the rows are
+        this transaction's by then, so the second write waits for nobody."""
+        started = awake_clock()
+        for _ in range(2):
+            cursor = self.db.execute(
+                f"UPDATE jobs SET lease_expires = ?, lease_mono = ? WHERE {where}"
+                f" AND status NOT IN {TERMINAL_SQL}",
+                (self.lease_clock() + lease_s, time.monotonic() + lease_s, *params),
+            )
+            if awake_clock() - started < LEASE_WAIT_REWRITE_S:
+                break
+        return cursor.rowcount
 
     def release_all(self) -> int:
         """At the end of an interrupted run: the attempts still in flight (abandoned) become
