@@ -2030,6 +2030,9 @@ def sweep_spool(ledger: Ledger, spool: Spool) -> None:
 
 # the longest a run's lease renewal task sleeps at a time (``_renew``)
 RENEW_TICK_S = 5.0
+# how soon a renewal that found some of the run's rows held by another transaction (a
+# re-submit writing them) tries them again (``_renew``), until it has renewed them all
+RENEW_RETRY_S = 0.02
 
 
 async def _renew(
@@ -2055,14 +2058,24 @@ async def _renew(
     renewed (a worker's fed loop for hours), other processes took over and paid again for
     jobs it was still working on, and the error came out only at the loop's end."""
     due = awake_clock() + lease_s / 3
+    held_elsewhere = 0
+    looked = awake_clock()
     while True:
         await asyncio.sleep(min(RENEW_TICK_S, max(0.0, due - awake_clock())))
         try:
-            if look is not None:
+            # (at its pace, not at each try of rows held elsewhere)
+            if look is not None and (not held_elsewhere or awake_clock() - looked >= RENEW_TICK_S):
+                looked = awake_clock()
                 look()
             if awake_clock() >= due - 0.01:  # the loop's timers may fire a hair early
-                ledger.renew_leases(lease_s)
-                due = awake_clock() + lease_s / 3
+                if held_elsewhere:
+                    held_elsewhere = ledger.renew_leases(lease_s, stale=True)
+                else:
+                    held_elsewhere = ledger.renew_leases(lease_s)
+                # rows another transaction held (a re-submit writing them): tried again in
+                # moments, the loop free between tries, so a job whose lease ran out while it
+                # was held is renewed as soon as it is let go
+                due = awake_clock() + (RENEW_RETRY_S if held_elsewhere else lease_s / 3)
         except Exception as exc:
             if failed is None:
                 raise

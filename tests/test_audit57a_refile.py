@@ -10,16 +10,9 @@ import time
 
 import psycopg
 from conftest import frozen_at, manifest, wait_for_ledger
+from pg_stalls import run_out_by
 
 from afc_cli.providers.local import render_png
-
-
-def _lock_waits(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock'"
-        ).fetchone()[0]
 
 
 def test_a_resubmit_naming_moved_inputs_beside_a_run_is_no_deadlock(afc, fake, pg_url):
@@ -85,8 +78,8 @@ def test_a_resubmit_naming_moved_inputs_beside_a_run_is_no_deadlock(afc, fake, p
         frozen_at(again)  # one row written, the other not yet
         # the run's renewal (every second) meets the row the re-submit holds
         deadline = time.monotonic() + 60
-        while not _lock_waits(pg_url):
-            assert time.monotonic() < deadline, "the renewal never waited"
+        while run_out_by(pg_url, order[-1]) < 1:  # (the held row's lease, untouched)
+            assert time.monotonic() < deadline, "the renewal never came by"
             assert holder.poll() is None, holder.stderr.read()
             time.sleep(0.05)
         again.send_signal(signal.SIGCONT)

@@ -13,14 +13,6 @@ import psycopg
 from conftest import frozen_at, manifest, wait_for_ledger
 
 
-def _lock_waits(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock'"
-        ).fetchone()[0]
-
-
 def test_a_resubmit_regating_a_stalled_runs_jobs_is_no_deadlock(afc, fake, pg_url):
     """Host a's run renders one job on Replicate (held) and holds two more queued behind the
     provider's one slot (no attempt yet). It stalls (SIGSTOP) past its lease; the batch is
@@ -78,12 +70,10 @@ def test_a_resubmit_regating_a_stalled_runs_jobs_is_no_deadlock(afc, fake, pg_ur
         )
         frozen_at(again, timeout=60)  # the first job's gates written, the second's not yet
         holder.send_signal(signal.SIGCONT)
-        # the woken run's renewal meets the row the re-submit holds
-        deadline = time.monotonic() + 60
-        while not _lock_waits(pg_url):
-            assert time.monotonic() < deadline, "the renewal never waited"
-            assert holder.poll() is None, holder.stderr.read()
-            time.sleep(0.05)
+        # the woken run's renewal meets the rows the re-submit holds (and renews the other)
+        wait_for_ledger(
+            afc, pg_url, "SELECT COUNT(*) FROM jobs WHERE lease_expires > 0", proc=holder
+        )
         deadline = time.monotonic() + 120
         while again.poll() is None:
             assert time.monotonic() < deadline, "the re-submit never ended"

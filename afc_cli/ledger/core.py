@@ -1065,9 +1065,9 @@ class Ledger:
         moved = self._refile_inputs(refiled) if refiled else []
         if not rewebhooked and not moved and not regated:
             return
-        self._lock_together(
-            [job_id for _, job_id in rewebhooked + moved] + [r.job_id for r, _ in regated]
-        )
+        taken = [job_id for _, job_id in rewebhooked + moved] + [r.job_id for r, _ in regated]
+        self._lock_together(taken)
+        taken_at, awake_then = self.lease_clock(), awake_clock()
         for regate, change in regated:
             self._regate(batch, regate, change, now, result)
         if rewebhooked:
@@ -1077,6 +1077,26 @@ class Ledger:
             # tests freeze here: one job's row written, the others' not yet, in one transaction
             stall_point("refiled_one")
             self.db.conn.executemany("UPDATE jobs SET inputs_json = ? WHERE id = ?", moved[1:])
+        self._give_back_time(taken, taken_at, awake_clock() - awake_then)
+
+    def _give_back_time(self, job_ids: list[str], taken_at: float, held_s: float) -> None:
+        """Lengthen the leases of the jobs whose rows ``_rewrite`` held by as long as it held
+        them, where the lease was live when it took them: their run cannot renew a row this
+        transaction holds (on PostgreSQL it tries again every few milliseconds,
+        ``PostgresLedger.renew_leases``), and a hold longer than what a lease had left (the
+        re-submit stalled, or waiting on a stalled holder of a row of its own) let the lease
+        run out under it. Let go, such a job was taken over at once by this re-submit's own
+        run, or another host's, before its live run's next try: paid for again where the
+        provider's request cannot be found again (OpenAI, Gemini)."""
+        if held_s < LEASE_WAIT_REWRITE_S:
+            return
+        for chunk in _chunks(sorted(set(job_ids)), IN_CHUNK):
+            self.db.execute(
+                "UPDATE jobs SET lease_expires = lease_expires + ?, lease_mono = lease_mono + ?"
+                f" WHERE id IN {_marks(chunk)} AND lease_owner IS NOT NULL"
+                f" AND lease_expires > ? AND status NOT IN {TERMINAL_SQL}",
+                [held_s, held_s, *chunk, taken_at],
+            )
 
     def _rewebhook(self, rewebhooked: list[tuple[str | None, str]]) -> None:
         """A re-submit's webhook (JSON text, or None: none), job id by job id: where each
@@ -2157,11 +2177,16 @@ class Ledger:
                 )
         return len(rows)
 
-    def renew_leases(self, lease_s: float) -> None:
+    def renew_leases(self, lease_s: float, *, stale: bool = False) -> int:
+        """Renew the leases of every job this run holds; returns how many it could not renew
+        now (an engine with row locks: another transaction holds their rows), which
+        ``run._renew`` tries again soon, ``stale``: those not renewed in the last third of a
+        lease. SQLite's write lock serialises writers: all, every time."""
         # this run's jobs found in m024's partial index ``jobs_lease_owner``: before it, each
         # renewal scanned every job of the ledger under its write lock (1.1 s at 1,000,000)
         with self.tx():
             self._write_lease("lease_owner = ?", (self.owner,), lease_s)
+        return 0
 
     def not_held(self, job_ids: list[str]) -> set[str]:
         """Of ``job_ids`` (this run's), the ones it no longer holds: ended by another process

@@ -1353,6 +1353,33 @@ class PostgresLedger(Ledger):
                 f"SELECT id FROM jobs WHERE id IN {core._marks(c)} FOR UPDATE NOWAIT", c
             )
 
+    def renew_leases(self, lease_s: float, *, stale: bool = False) -> int:
+        """``Ledger.renew_leases``: every job this run holds whose row no other transaction
+        holds now (``SKIP LOCKED``); returns how many it held were not renewed, which
+        ``run._renew`` tries again every ``RENEW_RETRY_S`` (``stale``: only the leases not
+        renewed in the last third of one) until they are. One statement over them all waited
+        at the first row another transaction held (a re-submit writing the batch's webhooks
+        or gates: up to ``LOCK_WAIT_S`` while it waits on a stalled holder of its own, or as
+        long as it is stalled), the run's event loop stopped meanwhile, the rows after it in
+        its order neither renewed nor locked: a lease shorter than the wait
+        (``AFC_LEASE_S``) ran out on them, and another host took those jobs over and paid for
+        them again while this run's calls were in flight. A row the other transaction holds
+        cannot be taken over while it holds it (a takeover locks the row first); let go, its
+        lease may have run out meanwhile, and the tries renew it within moments, before the
+        re-submit's own run, or another host's, looks for jobs to take over."""
+        terminal = core.TERMINAL_SQL
+        mine = f"lease_owner = ? AND status NOT IN {terminal}"
+        params: tuple = (self.owner,)
+        if stale:
+            mine += " AND lease_expires < ?"
+            params = (self.owner, self.lease_clock() + lease_s * 2 / 3)
+        with self.tx():
+            renewed = self._write_lease(
+                f"id IN (SELECT id FROM jobs WHERE {mine}{self.CLAIM_LOCK})", params, lease_s
+            )
+            held = self._count(f"SELECT COUNT(*) FROM jobs WHERE {mine}", list(params))
+        return max(0, held - renewed)
+
     def _count(self, sql: str, params: list[Any]) -> int:
         return int(self.db.execute(sql, params).fetchone()[0])
 
