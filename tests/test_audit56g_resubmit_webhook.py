@@ -5,15 +5,12 @@ own: the two locked the same rows in opposite orders (outside audit 56g)."""
 
 from __future__ import annotations
 
-import base64
 import signal
 import time
 
 import psycopg
 from conftest import frozen_at, manifest, wait_for_ledger
-from pg_stalls import run_out_by
-
-SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
+from pg_stalls import SECRET, on_replicate, run_out_by, stop
 
 
 def test_a_resubmit_changing_the_webhook_beside_a_run_is_no_deadlock(afc, fake, pg_url):
@@ -26,8 +23,7 @@ def test_a_resubmit_changing_the_webhook_beside_a_run_is_no_deadlock(afc, fake, 
     end under the run with the new webhook."""
     jobs = [{"key": key, "prompt": f"hold render {key}"} for key in ("shot-a", "shot-b")]
     data = manifest(jobs)
-    data["defaults"]["chain"] = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
-    data["rates"] = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    on_replicate(data)
     data["webhook"] = {"url": "http://127.0.0.1:9/hooks", "secret_env": "AFC_HOOK_SECRET"}
     afc.write_manifest(data)
     env = {"AFC_LEDGER": pg_url, "AFC_GRACE_S": "0", "AFC_HOOK_SECRET": SECRET}
@@ -67,11 +63,7 @@ def test_a_resubmit_changing_the_webhook_beside_a_run_is_no_deadlock(afc, fake, 
         assert holder.wait(timeout=60) == 0, holder.stderr.read()
         again.wait(timeout=60)
     finally:
-        for proc in (holder, again):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        stop(holder, again)
     said = holder.stderr.read() + again.stderr.read()
     assert "deadlock" not in said, said
     assert again.returncode == 0, said

@@ -10,7 +10,7 @@ import time
 
 import psycopg
 from conftest import frozen_at, manifest, wait_for_ledger
-from pg_stalls import run_out_by
+from pg_stalls import on_replicate, run_out_by, stop
 
 from afc_cli.providers.local import render_png
 
@@ -39,8 +39,7 @@ def test_a_resubmit_naming_moved_inputs_beside_a_run_is_no_deadlock(afc, fake, p
         ]
 
     data = manifest(job_list("refs"))
-    data["defaults"]["chain"] = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
-    data["rates"] = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    on_replicate(data)
     afc.write_manifest(data)
     env = {"AFC_LEDGER": pg_url, "AFC_GRACE_S": "0"}
     holder = afc.popen(
@@ -87,11 +86,7 @@ def test_a_resubmit_naming_moved_inputs_beside_a_run_is_no_deadlock(afc, fake, p
         assert holder.wait(timeout=60) == 0, holder.stderr.read()
         again.wait(timeout=60)
     finally:
-        for proc in (holder, again):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        stop(holder, again)
     said = holder.stderr.read() + again.stderr.read()
     assert "deadlock" not in said, said
     # admitted (its run may find both jobs still host a's: exit 1, 'left it alone')

@@ -6,18 +6,14 @@ for the next's, which the run's renewal, waiting for a row of the first, held (o
 
 from __future__ import annotations
 
-import base64
 import json
-import signal
 import time
 
 import psycopg
 from conftest import frozen_at, manifest, wait_for_ledger
-from pg_stalls import run_out_by
+from pg_stalls import SECRET, on_replicate, run_out_by, stop, wake_until_ended
 
 from afc_cli.ledger.core import ADMIT_CHUNK
-
-SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
 
 
 def test_a_long_resubmit_changing_the_webhook_beside_a_run_is_no_deadlock(afc, fake, pg_url):
@@ -31,8 +27,7 @@ def test_a_long_resubmit_changing_the_webhook_beside_a_run_is_no_deadlock(afc, f
     neither fails."""
     held = [{"key": key, "prompt": f"hold render {key}"} for key in ("shot-a", "shot-b")]
     data = manifest(held)
-    data["defaults"]["chain"] = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
-    data["rates"] = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    on_replicate(data)
     data["webhook"] = {"url": "http://127.0.0.1:9/hooks", "secret_env": "AFC_HOOK_SECRET"}
     afc.write_manifest(data)
     env = {"AFC_LEDGER": pg_url, "AFC_GRACE_S": "0", "AFC_HOOK_SECRET": SECRET}
@@ -84,22 +79,14 @@ def test_a_long_resubmit_changing_the_webhook_beside_a_run_is_no_deadlock(afc, f
             assert holder.poll() is None, holder.stderr.read()
             time.sleep(0.05)
         # woken, and again at each later round's stall (one round writes the run's rows now)
-        deadline = time.monotonic() + 120
-        while again.poll() is None:
-            assert time.monotonic() < deadline, "the re-submit never ended"
-            again.send_signal(signal.SIGCONT)
-            time.sleep(0.05)
+        wake_until_ended(again, "re-submit")
         fake.released.set()
         # the run goes on (it was not the one failed)
         wait_for_ledger(
             afc, pg_url, "SELECT COUNT(*) = 2 FROM jobs WHERE status = 'succeeded'", proc=holder
         )
     finally:
-        for proc in (holder, again):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        stop(holder, again)
     said = again.stderr.read()
     assert "deadlock" not in said, said
     assert again.returncode == 0, said

@@ -5,23 +5,13 @@ rounds met them, in the manifest's order."""
 
 from __future__ import annotations
 
-import signal
 import time
 
 import psycopg
 from conftest import frozen_at, manifest
+from pg_stalls import lock_waits, stop, wake_until_ended
 
 from afc_cli.ledger.core import IN_CHUNK
-
-
-def _waiting(url: str) -> int:
-    """Sessions waiting for a lock, or trying for rows held (``_lock_together``)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND (wait_event_type = 'Lock' OR query LIKE '%afc_together%')"
-            " AND pid <> pg_backend_pid()"
-        ).fetchone()[0]
 
 
 def test_a_cancel_of_the_batch_beside_a_resubmit_changing_its_gates(afc, pg_url):
@@ -48,21 +38,13 @@ def test_a_cancel_of_the_batch_beside_a_resubmit_changing_its_gates(afc, pg_url)
         frozen_at(cancel, timeout=60)  # its first chunk of jobs held
         again = afc.popen("submit", "again.yaml", "--no-run", env=env)
         deadline = time.monotonic() + 60
-        while again.poll() is None and not _waiting(pg_url):
+        while again.poll() is None and not lock_waits(pg_url, trying=True):
             assert time.monotonic() < deadline, "the re-submit neither waited nor ended"
             time.sleep(0.05)
-        deadline = time.monotonic() + 120
-        while cancel.poll() is None:
-            assert time.monotonic() < deadline, "the cancel never ended"
-            cancel.send_signal(signal.SIGCONT)
-            time.sleep(0.05)
+        wake_until_ended(cancel, "cancel")
         again.wait(timeout=120)
     finally:
-        for proc in (cancel, again):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        stop(cancel, again)
     said = cancel.stderr.read() + again.stderr.read()
     assert "deadlock" not in said, said
     assert again.returncode == 0, said

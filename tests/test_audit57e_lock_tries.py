@@ -5,15 +5,13 @@ holds, one statement, in the order of its index, not the manifest's or the ids')
 
 from __future__ import annotations
 
-import base64
 import subprocess
 import sys
 import time
 
 import psycopg
 from conftest import manifest
-
-SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
+from pg_stalls import SECRET
 
 # 'afc submit' with afc's tries shortened to half a second (the rows' one-by-one waits keep
 # the session's lock_timeout, PGOPTIONS: long enough for the deadlock to be detected first)

@@ -11,6 +11,7 @@ import time
 
 import psycopg
 from conftest import frozen_at, manifest, wait_for_ledger
+from pg_stalls import on_replicate, stop, wake_until_ended
 
 
 def test_a_resubmit_regating_a_stalled_runs_jobs_is_no_deadlock(afc, fake, pg_url):
@@ -25,8 +26,7 @@ def test_a_resubmit_regating_a_stalled_runs_jobs_is_no_deadlock(afc, fake, pg_ur
     # each held once it renders: whichever takes the slot first, the other two wait for it
     jobs = [{"key": key, "prompt": f"hold render {key}"} for key in ("shot-p", "shot-q", "shot-r")]
     data = manifest(jobs)
-    data["defaults"]["chain"] = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
-    data["rates"] = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    on_replicate(data)
     data["limits"] = {"replicate": {"concurrency": 1}}
     afc.write_manifest(data)
     env = {"AFC_LEDGER": pg_url, "AFC_GRACE_S": "0"}
@@ -74,19 +74,11 @@ def test_a_resubmit_regating_a_stalled_runs_jobs_is_no_deadlock(afc, fake, pg_ur
         wait_for_ledger(
             afc, pg_url, "SELECT COUNT(*) FROM jobs WHERE lease_expires > 0", proc=holder
         )
-        deadline = time.monotonic() + 120
-        while again.poll() is None:
-            assert time.monotonic() < deadline, "the re-submit never ended"
-            again.send_signal(signal.SIGCONT)
-            time.sleep(0.05)
+        wake_until_ended(again, "re-submit")
         time.sleep(0.5)  # (a moment for the run to meet a failed renewal, if it was failed)
         alive = holder.poll() is None
     finally:
-        for proc in (holder, again):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        stop(holder, again)
     said = again.stderr.read() + holder.stderr.read()
     assert "deadlock" not in said, said
     assert again.returncode == 0, said

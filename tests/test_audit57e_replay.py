@@ -4,24 +4,13 @@ transaction, a chunk (``IN_CHUNK``) at a time, in orders of their own."""
 
 from __future__ import annotations
 
-import base64
-import signal
 import time
 
 import psycopg
 from conftest import frozen_at, manifest
+from pg_stalls import SECRET, lock_waits, stop, wake_until_ended
 
 from afc_cli.ledger.core import IN_CHUNK
-
-SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
-
-
-def _lock_waits(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock'"
-        ).fetchone()[0]
 
 
 def test_a_replay_of_dead_events_beside_a_resubmit_moving_the_webhook(afc, pg_url):
@@ -60,21 +49,13 @@ def test_a_replay_of_dead_events_beside_a_resubmit_moving_the_webhook(afc, pg_ur
         frozen_at(replay, timeout=60)  # its first chunk's rows written
         again = afc.popen("submit", "again.yaml", "--no-run", env=env)
         deadline = time.monotonic() + 60
-        while again.poll() is None and not _lock_waits(pg_url):
+        while again.poll() is None and not lock_waits(pg_url):
             assert time.monotonic() < deadline, "the re-submit neither waited nor ended"
             time.sleep(0.05)
-        deadline = time.monotonic() + 120
-        while replay.poll() is None:
-            assert time.monotonic() < deadline, "the replay never ended"
-            replay.send_signal(signal.SIGCONT)
-            time.sleep(0.05)
+        wake_until_ended(replay, "replay")
         again.wait(timeout=120)
     finally:
-        for proc in (replay, again):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        stop(replay, again)
     said = replay.stderr.read() + again.stderr.read()
     assert "deadlock" not in said, said
     assert again.returncode == 0, said

@@ -5,15 +5,12 @@ in its order ran out meanwhile."""
 
 from __future__ import annotations
 
-import base64
 import signal
 import time
 
 import psycopg
 from conftest import frozen_at, manifest, wait_for_ledger
-from pg_stalls import run_out_by
-
-SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
+from pg_stalls import SECRET, on_replicate, run_out_by, stop
 
 
 def test_a_renewal_waiting_for_one_row_lets_no_other_lease_run_out(afc, fake, pg_url):
@@ -69,11 +66,7 @@ def test_a_renewal_waiting_for_one_row_lets_no_other_lease_run_out(afc, fake, pg
         assert again.wait(timeout=60) == 0, again.stderr.read()
         assert holder.wait(timeout=60) == 0, holder.stderr.read()
     finally:
-        for proc in (holder, again):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        stop(holder, again)
     assert fake.counts["openai"] == 2, (taker.stdout, taker.stderr)
 
 
@@ -89,8 +82,7 @@ def test_a_resubmit_holding_a_runs_rows_past_their_lease_hands_the_jobs_to_nobod
     time it held them: its run leaves the jobs to host a."""
     jobs = [{"key": key, "prompt": f"hold render {key}"} for key in ("shot-a", "shot-b")]
     data = manifest(jobs)
-    data["defaults"]["chain"] = [{"provider": "replicate", "model": "owner/model", "attempts": 1}]
-    data["rates"] = [{"provider": "replicate", "model": "owner/model", "per_image": "0.05"}]
+    on_replicate(data)
     data["webhook"] = {"url": "http://127.0.0.1:9/hooks", "secret_env": "AFC_HOOK_SECRET"}
     afc.write_manifest(data)
     env = {"AFC_LEDGER": pg_url, "AFC_GRACE_S": "0", "AFC_HOOK_SECRET": SECRET}
@@ -127,11 +119,7 @@ def test_a_resubmit_holding_a_runs_rows_past_their_lease_hands_the_jobs_to_nobod
         fake.released.set()
         assert holder.wait(timeout=60) == 0, holder.stderr.read()
     finally:
-        for proc in (holder, again):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        stop(holder, again)
     said = again.stderr.read()
     assert "0 new, 2 replayed" in said, said
     assert fake.counts["replicate_submit"] == 2
