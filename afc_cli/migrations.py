@@ -628,3 +628,18 @@ def m026_deliveries_job(db):
         CREATE INDEX deliveries_job ON deliveries (job_id);
         """
     )
+
+
+@_step
+def m027_avoided_batch(db):
+    # A batch's avoided renders (Ledger._record_replays_avoided, at every admission round of a
+    # re-submit: the jobs already counted, and the renders found stored) were found by
+    # scanning the whole table, which keeps a row per replayed or found job of every batch:
+    # 27-44 ms a statement, two a 5,000-job round, at 384,000 rows on SQLite; 0.3-5 ms
+    # with the index. A row is written at an admission's replay or a probe's find, not at a
+    # render.
+    db.executescript(
+        """
+        CREATE INDEX avoided_batch ON avoided (batch);
+        """
+    )
