@@ -647,6 +647,27 @@ def scrub(text: Any, *, decode: bool = True) -> Any:
     return out
 
 
+# the characters a JSON document's text (``json.dumps(..., indent=2)``) has between its values:
+# the quotes around each string, a comma, a line break and blanks, brackets, a string's
+# escapes' backslash. (A colon stands only between a quote and a blank.)
+_JSON_STRUCTURE = re.compile(r'["\\,{}\[\]\s]')
+_structure_free: tuple[Any, Any, bool] = (None, None, False)
+
+
+def json_structure_free() -> bool:
+    """Whether no secret value nor piece holds one of ``_JSON_STRUCTURE``'s characters: then
+    none can be found across two values of a JSON document, and a document whose strings
+    need no escapes holds a secret only where one of its strings or numbers does
+    (``jsonout._settled``)."""
+    global _structure_free
+    values, pieces = _secret_values(), _pieces
+    held = _structure_free
+    if held[0] is not values or held[1] is not pieces:
+        free = not any(_JSON_STRUCTURE.search(text) for text in (*values, *pieces))
+        held = _structure_free = (values, pieces, free)
+    return held[2]
+
+
 def longest_secret() -> int:
     """The length of the longest secret value ``scrub`` looks for, in any of its forms (its
     percent-encoding the longest): how much of a text's end may hold the start of a secret
