@@ -692,6 +692,14 @@ def scrub_data(value: Any, _seen: dict[str, str] | None = None) -> Any:
 def _once(value: Any, seen: dict[str, str]) -> Any:
     """``scrub(value)``, a string looked up in ``seen`` first (the same text scrubs alike
     within one call: the secrets it is checked against do not change meanwhile)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        # a number holding a secret of digits, or a piece of a key's (its hex form's pieces
+        # are often digits): masked as a string here, since a JSON text's scrub masked it in
+        # place, '"size": <redacted>', no longer JSON. One shorter than any secret holds none
+        text = repr(value)
+        if len(text) < MIN_SECRET_CHARS or scrub(text, decode=False) == text:
+            return value
+        return REDACTED
     if not isinstance(value, str):
         return value  # scrub leaves anything but a string as it is
     done = seen.get(value)
