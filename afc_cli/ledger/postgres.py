@@ -1373,9 +1373,16 @@ class PostgresLedger(Ledger):
         if stale:
             mine += " AND lease_expires < ?"
             params = (self.owner, self.lease_clock() + lease_s * 2 / 3)
+        # FOR NO KEY UPDATE, the lock the UPDATE itself takes: FOR UPDATE (``CLAIM_LOCK``)
+        # also conflicts with the FOR KEY SHARE that a foreign key takes on the job's row
+        # while another transaction writes an attempt, step or delivery of it, and passed
+        # such a row by as held, its lease left to run out for as long as that transaction
+        # lasted, where the UPDATE never waited for it
         with self.tx():
             renewed = self._write_lease(
-                f"id IN (SELECT id FROM jobs WHERE {mine}{self.CLAIM_LOCK})", params, lease_s
+                f"id IN (SELECT id FROM jobs WHERE {mine} FOR NO KEY UPDATE SKIP LOCKED)",
+                params,
+                lease_s,
             )
             held = self._count(f"SELECT COUNT(*) FROM jobs WHERE {mine}", list(params))
         return max(0, held - renewed)
