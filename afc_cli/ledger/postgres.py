@@ -1379,12 +1379,15 @@ class PostgresLedger(Ledger):
         # such a row by as held, its lease left to run out for as long as that transaction
         # lasted, where the UPDATE never waited for it
         with self.tx():
+            # counted before the renewal: counted after, a stale try's renewed rows were no
+            # longer stale, and taking their number off the held ones left said none was
+            # held, the tries given up for a third of a lease while a row was still held
+            held = self._count(f"SELECT COUNT(*) FROM jobs WHERE {mine}", list(params))
             renewed = self._write_lease(
                 f"id IN (SELECT id FROM jobs WHERE {mine} FOR NO KEY UPDATE SKIP LOCKED)",
                 params,
                 lease_s,
             )
-            held = self._count(f"SELECT COUNT(*) FROM jobs WHERE {mine}", list(params))
         return max(0, held - renewed)
 
     def _count(self, sql: str, params: list[Any]) -> int:
