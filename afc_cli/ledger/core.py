@@ -2225,17 +2225,26 @@ class Ledger:
         on SQLite the write lock, up to its busy timeout): a wait longer than the lease wrote a
         lease already run out, and another host took the job over at once and paid for it
         again while this run's call was in flight. Written again once it waited: the rows are
-        this transaction's by then, so the second write waits for nobody."""
+        this transaction's by then, so the second write waits for nobody. Those rows, by
+        their ids: ``where`` again found none of them where it selects stale leases
+        (``PostgresLedger.renew_leases``'s tries), which the first write had made fresh."""
         started = awake_clock()
-        for _ in range(2):
-            cursor = self.db.execute(
+        written = [
+            row[0]
+            for row in self.db.execute(
                 f"UPDATE jobs SET lease_expires = ?, lease_mono = ? WHERE {where}"
-                f" AND status NOT IN {TERMINAL_SQL}",
+                f" AND status NOT IN {TERMINAL_SQL} RETURNING id",
                 (self.lease_clock() + lease_s, time.monotonic() + lease_s, *params),
-            )
-            if awake_clock() - started < LEASE_WAIT_REWRITE_S:
-                break
-        return cursor.rowcount
+            ).fetchall()
+        ]
+        if awake_clock() - started >= LEASE_WAIT_REWRITE_S:
+            for chunk in _chunks(written, IN_CHUNK):
+                self.db.execute(
+                    "UPDATE jobs SET lease_expires = ?, lease_mono = ?"
+                    f" WHERE id IN {_marks(chunk)} AND lease_owner = ?",
+                    (self.lease_clock() + lease_s, time.monotonic() + lease_s, *chunk, self.owner),
+                )
+        return len(written)
 
     def release_all(self) -> int:
         """At the end of an interrupted run: the attempts still in flight (abandoned) become
