@@ -489,6 +489,9 @@ class RunContext:
     # refusal holds, each with what ends its wait in this run (``_until_a_store``, ``run_job``)
     stored_ok: dict[str, asyncio.Future] = field(default_factory=dict)
     refusal_held: dict[str, asyncio.Future] = field(default_factory=dict)
+    # a job that waits in this run (``refusal_held``, ``held_here``), told 'waiting' but not
+    # yet 'ended': told ended by ``run_job`` once it goes no further in this run
+    told_waiting: dict[str, dict[str, Any]] = field(default_factory=dict)
     # batches whose storage failed in this run (``_Outage``): their probes wait for one look
     storage_down: dict[str, _Outage] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
@@ -1097,6 +1100,12 @@ async def run_job(ctx: RunContext, job_id: str) -> str:
     finally:
         ctx.storing_for.pop(job_id, None)
         ctx.refusal_held.pop(job_id, None)
+        # Told ended as its wait began, a held job that went on to be stored was said twice
+        # in afc's plain lines ('ended waiting', then 'ended succeeded'), and counted twice
+        # in the live panel: told once, here, if its last pass in this run was a wait
+        told = ctx.told_waiting.pop(job_id, None)
+        if told is not None:
+            ctx.report(told, "ended", told["status"])
 
 
 async def _run_keyed(ctx: RunContext, job_id: str) -> str:
@@ -1179,6 +1188,7 @@ async def _run_job(
     slots' holders, at most ``SPOOL_SLOTS`` write at once (``ctx.spool_writes``), so a wide
     wave's writes do not queue in the file helper ahead of the next wave's probes.
     """
+    ctx.told_waiting.pop(job_id, None)  # run again after a wait in this run: its end told below
     while True:
         if job_id in ctx.blocked:
             status = await wait_for_needs(ctx, job_id)
@@ -1305,6 +1315,10 @@ async def _run_job(
             "ended",
             f"here: taken over by another afc process, which ended it ({job['status']})",
         )
+    elif job_id in ctx.refusal_held or job_id in ctx.held_here:
+        # told waiting (``_storage_gave_up``, ``_wait_for_holder``); it may go on in this run,
+        # so its end is told once it goes no further (``run_job``)
+        ctx.told_waiting[job_id] = job
     else:
         ctx.report(job, "ended", job["status"])
     return job["status"]
