@@ -1476,9 +1476,17 @@ async def _fed(
     # of jobs, and recounting every task it ever ran at each job's end grew with the square
     # of their number (and keeping them, with their number: ``_start``)
     pending = {task: job_id for job_id, task in ctx.tasks.items() if not task.done()}
+
+    def busy() -> int:
+        # A job waiting in this loop for its batch's storage (``RunContext.told_waiting``:
+        # held at its probe, holding no slot) is no work in hand: counted, a claim's held
+        # jobs kept the loop above ``low`` for their whole wait (a pause, or a held batch's
+        # renders in flight), its slots idle and every other batch unclaimed
+        return len(pending) - len(ctx.told_waiting)
+
     while True:
         again = every is not None and loop.time() - asked_at >= every
-        if len(pending) <= low and not (
+        if busy() <= low and not (
             ended or (asked_out and not again) or ctx.stopping.is_set() or ctx.budget_hit
         ):
             asked_at = loop.time()
@@ -1540,7 +1548,7 @@ async def _fed(
         # with room in the loop, woken to ask ``more`` again when that is due
         waited = (
             max(0.0, asked_at + every - loop.time())
-            if asked_out and not ended and every is not None and len(pending) <= low
+            if asked_out and not ended and every is not None and busy() <= low
             else None
         )
         done, _ = await asyncio.wait(pending, timeout=waited, return_when=asyncio.FIRST_COMPLETED)
