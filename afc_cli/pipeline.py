@@ -1188,7 +1188,9 @@ async def _run_job(
     slots' holders, at most ``SPOOL_SLOTS`` write at once (``ctx.spool_writes``), so a wide
     wave's writes do not queue in the file helper ahead of the next wave's probes.
     """
-    ctx.told_waiting.pop(job_id, None)  # run again after a wait in this run: its end told below
+    # run again after a wait in this run: its end is told below, and a claim that finds it
+    # ended meanwhile (a person's cancel: its lease was given back for the wait) is its end
+    waited = ctx.told_waiting.pop(job_id, None) is not None
     while True:
         if job_id in ctx.blocked:
             status = await wait_for_needs(ctx, job_id)
@@ -1204,6 +1206,14 @@ async def _run_job(
             await hold()
         async with ctx.slots:
             job = ctx.ledger.claim(job_id, ctx.lease_s)
+            current = ctx.ledger.job(job_id) if job is None and waited else None
+            if current is not None and current["status"] == "cancelled":
+                # a person's cancel while it waited in this run, holding no lease
+                # (``run_job``): run here, and ended so; it said 'left to another afc
+                # process', none there, and the summary's 'N run here' left it out while
+                # counting it cancelled (one another process took and ended is that one's)
+                ctx.report(current, "ended", current["status"])
+                return current["status"]
             if job is None:
                 # another afc process holds it (or ended it): not run here, and the summary's
                 # "N run here" does not count it (it said "2 run here" of two jobs it left alone)
