@@ -164,7 +164,7 @@ def test_retry_after_is_honoured(afc, s3, monkeypatch, tmp_path):
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    ctx = SimpleNamespace(sleep=sleep, network=asyncio.to_thread)
+    ctx = SimpleNamespace(sleep=sleep, network=asyncio.to_thread, answered={})
     meta = {"job_id": "j1", "key": "shot-001", "sha256": digest, "size": 8}
     asyncio.run(
         pipeline._storage(ctx, target, target.put_if_absent, "b1/shot-001.png", source, meta)
