@@ -64,9 +64,15 @@ def test_a_resubmit_changing_the_webhook_beside_a_run_is_no_deadlock(afc, fake, 
         again.wait(timeout=60)
     finally:
         stop(holder, again)
-    said = holder.stderr.read() + again.stderr.read()
+    again_said = again.stderr.read()
+    said = holder.stderr.read() + again_said
     assert "deadlock" not in said, said
-    assert again.returncode == 0, said
+    # The re-submit's own run may look at the batch before host a's run has recorded its
+    # second job's end (a loaded machine: 1 run in 8 beside a chaos run): it leaves that job
+    # to host a, says so, and exits 1 as any run whose job waits, none failed
+    left = "waiting at render: being run by another afc process" in again_said
+    assert again.returncode == 0 or (again.returncode == 1 and left), said
+    assert "failed" not in again_said.replace("0 failed", ""), said
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT status, webhook_json FROM jobs").fetchall()
     assert [status for status, _ in rows] == ["succeeded", "succeeded"]
