@@ -25,12 +25,11 @@ def _parked(afc) -> list:
         return []
 
 
-def test_jobs_held_by_a_multipart_refusal_go_on_once_a_later_store_succeeds(afc, fake, s3):
+def submit_under_refusal(afc, fake, s3) -> tuple[set[str], str, int]:
     """j0's 70 MiB output is refused (its multipart upload's request: 501); j1, small, is
-    held at the provider meanwhile, so later jobs come to their probe under the refusal and
-    wait; then j1 is let go, and its store succeeds. Those jobs waited for the next run, not
-    rendered; now each is rendered and stored in this run, once. (Taken over from
-    tests/test_audit57f_denial_lifted.py, which asserted the wait for the next run.)"""
+    held at the fake provider until later jobs wait at their probe under the refusal; then
+    j1 is let go, and its store succeeds. The jobs seen waiting, the submit's stderr and its
+    exit code (also tests/test_audit58e_held_ended_once.py)."""
     write(afc, ["big-out-70 first", "small hold one", *(f"small {i}" for i in range(2, 8))])
     s3.plan.add(Fault("POST", r"/films/.*\?uploads", "notimplemented", -1))
     run = subprocess.Popen(
@@ -52,9 +51,19 @@ def test_jobs_held_by_a_multipart_refusal_go_on_once_a_later_store_succeeds(afc,
     finally:
         if run.poll() is None:
             run.kill()
+    return parked, stderr, run.returncode
+
+
+def test_jobs_held_by_a_multipart_refusal_go_on_once_a_later_store_succeeds(afc, fake, s3):
+    """j0's 70 MiB output is refused (its multipart upload's request: 501); j1, small, is
+    held at the provider meanwhile, so later jobs come to their probe under the refusal and
+    wait; then j1 is let go, and its store succeeds. Those jobs waited for the next run, not
+    rendered; now each is rendered and stored in this run, once. (Taken over from
+    tests/test_audit57f_denial_lifted.py, which asserted the wait for the next run.)"""
+    parked, stderr, returncode = submit_under_refusal(afc, fake, s3)
     assert parked, stderr
     assert "Traceback" not in stderr
-    assert run.returncode == 1, stderr  # j0 waits at its store, its render kept
+    assert returncode == 1, stderr  # j0 waits at its store, its render kept
     assert afc.rows("SELECT status, step FROM jobs WHERE key = 'j0'") == [("waiting", "store")]
     rows = afc.rows("SELECT key, status, attempts, store_failures FROM jobs WHERE key != 'j0'")
     assert {(status, attempts, failures) for _, status, attempts, failures in rows} == {

@@ -11,18 +11,8 @@ tests/s3fake.py."""
 from __future__ import annotations
 
 import re
-import subprocess
-import time
 
-from s3fake import Fault
-from test_output_spill import write
-
-
-def _parked(afc) -> list:
-    try:
-        return afc.rows("SELECT key FROM jobs WHERE status = 'waiting' AND step = 'probe'")
-    except Exception:  # the submit has not made the ledger yet
-        return []
+from test_audit58a_refusal_lifted import submit_under_refusal
 
 
 def test_a_job_held_in_the_run_is_told_ended_once(afc, fake, s3):
@@ -31,27 +21,7 @@ def test_a_job_held_in_the_run_is_told_ended_once(afc, fake, s3):
     j1 is let go, its store succeeds, and they are rendered and stored. Each job's plain
     'ended' line is written once, saying how it ended (was: 'ended waiting', then 'ended
     succeeded', for each job held)."""
-    write(afc, ["big-out-70 first", "small hold one", *(f"small {i}" for i in range(2, 8))])
-    s3.plan.add(Fault("POST", r"/films/.*\?uploads", "notimplemented", -1))
-    run = subprocess.Popen(
-        afc.command("submit", "manifest.yaml", "--storage", s3.url, "--concurrency", "2"),
-        cwd=afc.cwd,
-        env=afc.env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        for _ in range(3000):  # until a job waits under the refusal (a minute at most)
-            if run.poll() is not None or _parked(afc):
-                break
-            time.sleep(0.02)
-        parked = {key for (key,) in _parked(afc)}
-        fake.released.set()  # j1's render ends, and its store succeeds
-        stderr = run.communicate(timeout=120)[1]
-    finally:
-        if run.poll() is None:
-            run.kill()
+    parked, stderr, _ = submit_under_refusal(afc, fake, s3)
     assert parked, stderr
     assert "Traceback" not in stderr
     ends: dict[str, list[str]] = {}
