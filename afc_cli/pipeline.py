@@ -497,6 +497,11 @@ class RunContext:
     # per storage (``id``), when a call of it last succeeded (``_storage``): a store that
     # answers some calls is not down, only failing some (``_storage_gave_up``)
     answered: dict[int, float] = field(default_factory=dict)
+    # per batch, the jobs of this run resting at their store step after their storage failed
+    # in an earlier run (``note_stores_first``): the batch's probes wait until one of their
+    # stores has ended in this run (``_stores_first``), set in ``first_store`` as one does
+    stores_first: dict[str, set[str]] = field(default_factory=dict)
+    first_store: dict[str, asyncio.Future] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
     ended_badly: int = 0  # of those, the ones that ended failed, dead or cancelled
@@ -1267,6 +1272,7 @@ async def _run_job(
                 job = await _run_steps(ctx, job, STORE_STEPS)
             finally:
                 ctx.storing.discard(job_id)
+                _store_ended(ctx, job_id, job["batch"])
     if job["status"] not in TERMINAL:
         if job.get("unwritten_steps"):
             # stopped after a probe that wrote nothing (the run is stopping): the job rests
@@ -1572,13 +1578,73 @@ async def _until_a_store(ctx: RunContext, batch: str) -> None:
         await asyncio.wait({lifted, *running}, return_when=asyncio.FIRST_COMPLETED)
 
 
+def note_stores_first(ctx: RunContext, job_ids: list[str]) -> list[str]:
+    """``job_ids`` in the order their tasks start: first the jobs resting at their store step
+    whose storage failed in an earlier run (``Ledger.stores_to_retry``), noted per batch in
+    ``RunContext.stores_first``. Their uploads cost nothing, and they take their
+    ``--concurrency`` slots (``Slots``: in turn) before any job of theirs is probed, so a
+    probe of their batch finds them claimed and waits for the first store's end
+    (``_stores_first``): a refusal it meets (``StorageDenied``) holds the batch's renders.
+    Started in the jobs' order, the run's first probes paid for renders beside those uploads,
+    before the first was refused again: a role without s3:PutObject on the prefix had every
+    cron run pay for --concurrency renders or more, each refused in turn, the whole batch
+    rendered into the spool over the runs (20 jobs at 4 wide: 8, 12, 16, 20 paid in four
+    runs; tests/test_stores_first.py)."""
+    retried = ctx.ledger.stores_to_retry(job_ids)
+    for job_id, batch in retried:
+        ctx.stores_first.setdefault(batch, set()).add(job_id)
+    first = [job_id for job_id, _ in retried]
+    taken = set(first)
+    return first + [job_id for job_id in job_ids if job_id not in taken]
+
+
+async def _stores_first(ctx: RunContext, job: dict[str, Any]) -> None:
+    """Before this job's probe pays for anything: until a store of its batch's jobs that
+    retry an earlier run's failed upload (``note_stores_first``) has ended in this run, either
+    way, or none of them is left claimed by this run and running. The job keeps its slot: those
+    jobs took theirs before it (``Slots`` serves in turn) and need none for their stores."""
+    batch = job["batch"]
+    while not ctx.stopping.is_set():
+        waiting = ctx.stores_first.get(batch)
+        if not waiting:
+            return
+        claimed = []
+        for job_id in list(waiting):
+            task = ctx.tasks.get(job_id)
+            if task is None or task.done():
+                waiting.discard(job_id)  # ended with no store of its own in this run
+            elif job_id in ctx.storing_for:
+                claimed.append(task)
+        if not claimed:
+            return
+        answered = ctx.first_store.get(batch)
+        if answered is None:
+            answered = ctx.first_store[batch] = asyncio.get_running_loop().create_future()
+        await asyncio.wait({answered, *claimed}, return_when=asyncio.FIRST_COMPLETED)
+
+
+def _store_ended(ctx: RunContext, job_id: str, batch: str) -> None:
+    """A job's store steps ended in this run: if it was one its batch's probes wait for
+    (``_stores_first``), they wait no more; what it met (a refusal, an outage) is in the
+    run's context for their checks (``_storage_broke``)."""
+    waiting = ctx.stores_first.get(batch)
+    if waiting is None or job_id not in waiting:
+        return
+    del ctx.stores_first[batch]
+    answered = ctx.first_store.pop(batch, None)
+    if answered is not None and not answered.done():
+        answered.set_result(None)
+
+
 async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
     """Before a render is paid for, in a run where this job's batch's store or verify gave up:
     the storage checked again as before the run (``Storage.check``: the bucket's HEAD, the
     folder writable), raising its StorageError while it fails. A probe's HEAD of a key in an
     S3 bucket deleted mid-batch answers a bodiless 404, read as 'nothing stored here' (a file
     folder remounted read-only still answers its stats): every later job was rendered and
-    paid for, each one's store refused, its bytes piling up in the spool."""
+    paid for, each one's store refused, its bytes piling up in the spool. First, the batch's
+    uploads left by an earlier run's failing storage are tried (``_stores_first``)."""
+    await _stores_first(ctx, job)
     denied = ctx.storage_denied.get(job["batch"])
     if denied is not None and time.monotonic() < denied[1]:
         # an upload refused for want of permission (a role without s3:PutObject on the

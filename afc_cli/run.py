@@ -67,6 +67,7 @@ from afc_cli.pipeline import (
     count_adoptions,
     dearest_known,
     keep_rendered,
+    note_stores_first,
     run_job,
     store_kept,
 )
@@ -1060,7 +1061,9 @@ def run_jobs(
         parked = set(ledger.parked_blocked(job_ids)) if ctx.blocked else set()
         count_adoptions(ctx, [job_id for job_id in job_ids if job_id not in parked])
         ctx.ran += len(parked)
-        started = [_start(ctx, job_id) for job_id in job_ids if job_id not in parked]
+        # the uploads an earlier run's failing storage left go first (``note_stores_first``)
+        first = note_stores_first(ctx, [job_id for job_id in job_ids if job_id not in parked])
+        started = [_start(ctx, job_id) for job_id in first]
         interruption = Interruption(ctx, ctx.tasks, grace_s, reporter, already=stopped)
         interruption.threads = [threads, storage_threads]
         ctx.ledger_broke = interruption.stop_for
@@ -1540,7 +1543,7 @@ async def _fed(
                 ctx.blocked |= set(ctx.ledger.blocked_job_ids(new))
                 _note_outputs(ctx, new)
                 count_adoptions(ctx, new)
-                for job_id in new:
+                for job_id in note_stores_first(ctx, new):
                     pending[_start(ctx, job_id)] = job_id
                 continue
         if not pending:

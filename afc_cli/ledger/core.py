@@ -5080,6 +5080,30 @@ class Ledger:
             awaited.setdefault(job_id, []).append((key, status, code))
         return awaited
 
+    def stores_to_retry(self, job_ids: list[str]) -> list[tuple[str, str]]:
+        """Of ``job_ids``, the jobs resting at their store step whose storage failed in an
+        earlier run (``store_failures``), each with its batch: their renders are paid for, in
+        a spool, and a run tries their uploads before it pays for another render of their
+        batch (``pipeline.note_stores_first``). One query, as ``_blocked_among``: by id for a
+        claim's few, else through the ledger's waiting and queued jobs, every batch named."""
+        if not job_ids:
+            return []
+        condition = (
+            " AND j.status IN ('waiting', 'queued') AND j.step = 'store' AND j.store_failures > 0"
+        )
+        if len(job_ids) <= IN_CHUNK:
+            any_of, params = self._any_of("j.id", job_ids)
+            rows = self.db.execute(
+                f"SELECT j.id, j.batch FROM jobs j WHERE {any_of}{condition}", params
+            ).fetchall()
+        else:
+            every_batch, _ = _batch_scope(None, "j.batch")
+            rows = self.db.execute(
+                f"SELECT j.id, j.batch FROM jobs j WHERE {every_batch}{condition}"
+            ).fetchall()
+        found = {row[0]: row[1] for row in rows}
+        return [(job_id, found[job_id]) for job_id in dict.fromkeys(job_ids) if job_id in found]
+
     def _blocked_among(self, job_ids: list[str], condition: str = "") -> list[str]:
         """Which of ``job_ids`` are blocked jobs ``j`` meeting ``condition`` (SQL on ``j``;
         none: every blocked job), one query. Up to ``IN_CHUNK`` of them (a worker's claim, a
