@@ -1977,6 +1977,12 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 except _Stopped:
                     return False
                 except BudgetExhausted as exc:
+                    # the budget refuses before the attempt's fence looks at the job: one a
+                    # person cancelled meanwhile (or another process took over) is no stop of
+                    # this run's by its budget, which exited 4, 'every waiting job resumes',
+                    # with no job waiting (outside audit 59a)
+                    if _ended_elsewhere(ctx, job) is not None:
+                        raise JobLost(job["id"]) from None
                     settling = _may_make_room(ctx, job, exc)
                     if settling is not None:
                         continue  # waits outside its slots for one of them to end (above)
