@@ -917,6 +917,8 @@ class FakeProviders:
             "sync_mode": body.get("sync_mode") is True,  # images inline, as data URLs
             "input": body,  # as submitted (the model's input fields)
             "format": self.answered_format(model, body) or "png",
+            # a "result-ended" prompt's first request ends in fal's own 504 (its result)
+            "ended_5xx": "result-ended" in prompt and self.first_time(f"result-ended {prompt}"),
         }
         root = f"{self.base}/fal-ai/flux/requests/{rid}"
         h.reply(
@@ -1015,19 +1017,29 @@ class FakeProviders:
             # fal has no result for a request not completed: it answers 400 (a request still
             # queued or running, or one cancelled before it ran)
             return h.reply(400, {"detail": "Request is still in progress"})
+        with self.lock:
+            r["result_gets"] = r.get("result_gets", 0) + 1
         if "result-outage" in r["prompt"]:
-            with self.lock:
-                r["result_gets"] = r.get("result_gets", 0) + 1
-                down = r["result_gets"] <= CDN_OUTAGE
-            if down:
-                return h.reply(504, {"detail": "Gateway timeout", "error_type": "request_timeout"})
+            # the queue's ingress out of reach for a moment: its gateway's page, none of fal's
+            # words (no error_type, no X-Fal-Error-Type, no x-fal-request-id: what fal's own
+            # client tells apart as an ingress error, and tries again)
+            if r["result_gets"] <= CDN_OUTAGE:
+                return h.reply(
+                    504, raw=b"<html>504 Gateway Time-out (nginx)</html>", ctype="text/html"
+                )
+        if r.get("ended_5xx"):
+            # the request itself ended in one of fal's own 5xx (its runner timed out, after
+            # fal's own retries): its status said COMPLETED, and its result is that error,
+            # every time it is asked, in fal's request-error shape (not billed)
+            return h.reply(
+                504,
+                {"detail": "Request timed out", "error_type": "request_timeout"},
+                headers={"X-Fal-Error-Type": "request_timeout", "x-fal-request-id": rid},
+            )
         if "result-page" in r["prompt"]:
             # a captive portal's or a proxy's page answered 200 in place of the result, for
             # the first CDN_OUTAGE GETs: the result is still at fal
-            with self.lock:
-                r["result_gets"] = r.get("result_gets", 0) + 1
-                down = r["result_gets"] <= CDN_OUTAGE
-            if down:
+            if r["result_gets"] <= CDN_OUTAGE:
                 return h.reply(200, raw=b"<html>Sign in to the network</html>", ctype="text/html")
         if "result-gone" in r["prompt"]:  # completed and billed; its result already deleted
             return h.reply(404, {"detail": "Request not found"})

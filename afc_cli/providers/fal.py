@@ -5,7 +5,9 @@ and ``cancel_url`` (used when on the queue's own origin, as they carry the key; 
 own, below); afc commits the request id at once, polls the status URL (202 while
 IN_QUEUE / IN_PROGRESS, 200 when COMPLETED), then fetches the result and its image right away
 (results are kept minutes for large payloads), again in later rounds while they stay out of
-reach (``keeps_outputs_s``). A resumed job rebuilds those URLs from the id
+reach (``keeps_outputs_s``); a result that is fal's own 5xx (``_ended_by_fal``: a request
+that failed says COMPLETED, and its result is the error) is the request's end, unbilled, and
+is not asked for again. A resumed job rebuilds those URLs from the id
 (``{FAL_QUEUE_URL}/{owner}/{app}/requests/{id}/status``: fal drops the model's subpath, and
 keeps a namespace, ``workflows/{owner}/{app}/requests/...``) and
 polls instead of submitting again. The synchronous ``fal.run`` endpoint, billed even when the
@@ -66,6 +68,25 @@ INFRASTRUCTURE_ERRORS = {
     "runner_server_error": 500,
     "internal_error": 500,
 }
+
+
+class _Ended(Exception):
+    """A result answer that is the request's own end (``_ended_by_fal``): never asked again."""
+
+    def __init__(self, response: Any) -> None:
+        super().__init__("ended")
+        self.response = response
+
+
+def _ended_by_fal(response: Any) -> str | None:
+    """The ``error_type`` a request's result answer ends it with (``INFRASTRUCTURE_ERRORS``:
+    fal's own 5xx, unbilled), in its body or its ``X-Fal-Error-Type`` header, when the answer
+    is a 5xx; else None (a gateway's page in front of the queue: out of reach for a moment)."""
+    if response.status_code < 500:
+        return None
+    said = [text(json_or_empty(response).get("error_type"))]
+    said.append(text(response.headers.get("x-fal-error-type", "").strip()))
+    return next((kind for kind in said if kind in INFRASTRUCTURE_ERRORS), None)
 
 
 def _policy_violation(data: dict[str, Any]) -> bool:
@@ -284,11 +305,15 @@ class FalProvider(HttpProvider):
             if response.status_code == 200 and not json_object(response):
                 # a proxy's or captive portal's page: the result is still at fal
                 raise NotAnOutput("a body that is no JSON object")
+            if _ended_by_fal(response) is not None:
+                raise _Ended(response)  # the request's end: the same answer each time
             return response
 
         async def result() -> Any:  # free GETs, a round of them; the work was done
             try:
                 response = await fetched(get, self.sleep, self.rand)
+            except _Ended as ended:
+                return ended.response
             except httpx.TransportError as exc:
                 raise unreachable(
                     transport_error(self.name, exc, paid_call=False, fetching="its result")
@@ -314,6 +339,22 @@ class FalProvider(HttpProvider):
             return response
 
         response = await self.outlast(request, began, result)
+        if (error_type := _ended_by_fal(response)) is not None:
+            # the request's own end, not its result out of reach for a moment: fal's status
+            # says COMPLETED for a request that failed, and its result is the error, in fal's
+            # request-error shape, at the 5xx it ended with, every time it is asked (fal's own
+            # client asks again only for an ingress error, a gateway's page without fal's
+            # request id). Fetched again in rounds for minutes, it ended the attempt at a cost
+            # unknown; fal bills no request that ends in a 5xx, classed as in a status (above)
+            detail = json_or_empty(response).get("detail") or f"HTTP {response.status_code}"
+            raise ProviderError(
+                class_for_status(INFRASTRUCTURE_ERRORS[error_type]),
+                f"fal: result: {detail} ({error_type})",
+                http_status=response.status_code,
+                cost_micros=0,
+                cost_source="derived",
+                request_id=request_id,
+            )
         if state.get("status") != "COMPLETED" and response.status_code not in (200, 404):
             # Given up on its status, and its result is not there: fal answers a request still
             # queued or running 400 ("still in progress"). Taken for the answer, that was
