@@ -200,8 +200,14 @@ def approve_shown(
 
 
 def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
-    """Why each of these jobs' outputs cannot be approved: gone from its storage, or not of
-    the size it was verified with (cut short, saved over). Approved, such a job was
+    """Why these jobs' outputs cannot be approved (``gone_each``), each reason once (one of
+    a store reached through another endpoint than its batch's is said once for the batch)."""
+    return list(dict.fromkeys(why for _, why in gone_each(ledger, jobs)))
+
+
+def gone_each(ledger: Ledger, jobs: list[dict]) -> list[tuple[dict, str]]:
+    """Each of these jobs whose output cannot be approved, with why: gone from its storage,
+    or not of the size it was verified with (cut short, saved over). Approved, such a job was
     ``succeeded`` ("stored and verified") with nothing stored under its key: ``afc outputs``
     listed a file that is not there, the jobs needing it failed INPUT_UNAVAILABLE, and a
     succeeded job is never rendered again; before the approval, ``afc cancel`` and ``afc
@@ -213,7 +219,7 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
 
     opened: dict[str, object] = {}
     elsewhere: dict[str, str | None] = {}  # batch -> why its store is not reached here
-    gone = []
+    gone: list[tuple[dict, str]] = []
     for job in jobs:
         url = (ledger.batch(job["batch"]) or {}).get("storage")
         if not url or not job["output_key"]:
@@ -228,8 +234,8 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
                 elsewhere[job["batch"]] = None
             except UsageError as exc:
                 elsewhere[job["batch"]] = exc.message
-                gone.append(exc.message)
         if elsewhere[job["batch"]] is not None:
+            gone.append((job, elsewhere[job["batch"]]))
             continue
         if url not in opened:
             opened[url] = storages.open(url)
@@ -246,11 +252,14 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
             # machine): said gone, the advice to cancel and retry had a run make the folder
             # afresh on this machine and pay for the render again
             gone.append(
-                f"{job['key']!r}: its storage folder {root} is not there (a share not mounted "
-                "here, another machine's disk, or the folder deleted), so its output cannot be "
-                "looked for: approve where that folder is, or once it is mounted here (a run "
-                "here would make the folder afresh and pay for every render again); deleted, "
-                f"render it again: 'afc cancel {job['key']}' then 'afc retry {job['key']}'"
+                (
+                    job,
+                    f"{job['key']!r}: its storage folder {root} is not there (a share not mounted "
+                    "here, another machine's disk, or the folder deleted), so its output cannot be "
+                    "looked for: approve where that folder is, or once it is mounted here (a run "
+                    "here would make the folder afresh and pay for every render again); deleted, "
+                    f"render it again: 'afc cancel {job['key']}' then 'afc retry {job['key']}'",
+                )
             )
             continue
         if not info.exists:
@@ -286,8 +295,11 @@ def _gone(ledger: Ledger, jobs: list[dict]) -> list[str]:
                 "renders nothing)"
             )
         gone.append(
-            f"{job['key']!r}: {why}; approved, it would be succeeded with nothing of its own "
-            f"stored. Restore the file, or render it again: {again}"
+            (
+                job,
+                f"{job['key']!r}: {why}; approved, it would be succeeded with nothing of its "
+                f"own stored. Restore the file, or render it again: {again}",
+            )
         )
     return gone
 
@@ -319,8 +331,9 @@ def _decide(
     """The keys decided, and the blocked jobs a rejection failed (``reject``). ``keys``:
     job keys (of ``batch``, else of the one batch holding each), or (batch, key) pairs (``approve_shown``). ``sha256``: the output the decision is about, of one key;
     ``expect``: each named job's (``approve_shown``). ``looked``: each job's output is looked
-    for in its storage before the decision (``_gone``; ``approve_shown``'s were just shown,
-    each read from its storage for its picture)."""
+    for in its storage before the decision (``_gone``; ``afc serve``'s "Approve the N
+    shown" looks for those it approves itself, ``gone_each``, and leaves the ones gone
+    undecided)."""
     verb = "approve" if decision == "approved" else "reject"
     if not keys:
         raise UsageError("name the jobs to decide (KEY...); 'afc review list' shows them")

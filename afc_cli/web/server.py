@@ -602,9 +602,12 @@ class Pages:
         has another output than the one the page showed (``showed``: rendered again since,
         its new picture sent to another page). A pair naming no single job is kept with the
         seen, for ``review.approve_shown`` to refuse, naming it."""
+        from afc_cli import review
+        from afc_cli.errors import StorageError
         from afc_cli.web.sheet import card
 
         seen, unseen, shas = [], [], {}
+        pictured: list[dict[str, Any]] = []  # the rows of the jobs whose picture was sent
         for batch, key in shown:
             found = book.jobs_by_key(key, batch)
             job = card(book, found[0]["id"]) if len(found) == 1 else None
@@ -621,6 +624,7 @@ class Pages:
             if made is not None and made.data is not None:
                 seen.append((batch, key))
                 shas[(batch, key)] = job["sha256"]
+                pictured.append(found[0])
             elif made is not None:
                 unseen.append((key, made.note or "no preview"))
             else:
@@ -629,6 +633,22 @@ class Pages:
                     missed = self.missed.get((job["storage"], job["output_key"], job["sha256"]))
                 why = f"not read: {down}" if down else missed or "its picture was not shown"
                 unseen.append((key, why))
+        # Its picture is the thumbnail kept since it was first made, maybe hours ago: the
+        # output is looked for in its storage now, as a card's own Approve looks for it
+        # (``review.approve``). Taken as just read, an output deleted, cut short or saved over
+        # since was approved: a succeeded job with nothing of its own stored, never rendered
+        # again, which the card's own Approve refused. Left undecided, said why.
+        try:
+            gone = review.gone_each(book, pictured)
+        except StorageError as exc:
+            raise review.NotDecided(
+                exc.message,
+                "once its storage can be read here (an approval looks for each output there first)",
+            ) from None
+        for job, why in gone:
+            seen.remove((job["batch"], job["key"]))
+            shas.pop((job["batch"], job["key"]), None)
+            unseen.append((job["key"], why.removeprefix(f"{job['key']!r}: ")))
         return seen, unseen, shas
 
     def _decide(
@@ -1109,7 +1129,8 @@ LEFT_NAMED = 5
 
 def left_undecided(unseen: list[tuple[str, str]]) -> str:
     """What "Approve the N shown" left undecided, as the review page says it: how many, the
-    first few keys with why their picture was not shown, and what to do."""
+    first few keys with why (their picture not shown, their output not in storage as
+    verified: ``Pages._seen``), and what to do."""
     from afc_cli.secrets import scrub
 
     if not unseen:
@@ -1121,7 +1142,9 @@ def left_undecided(unseen: list[tuple[str, str]]) -> str:
     return (
         f"{len(unseen)} job{'' if one else 's'} left undecided: {'its' if one else 'their'} "
         f"picture{'' if one else 's'} could not be shown, or {'was' if one else 'were'} not "
-        f"shown: {named}{f'; and {more} more' if more > 0 else ''}. Look at "
+        f"shown, or {'its' if one else 'their'} output{'' if one else 's'} "
+        f"{'is' if one else 'are'} no longer in storage as verified: "
+        f"{named}{f'; and {more} more' if more > 0 else ''}. Look at "
         f"{'it' if one else 'each'} full size and use {'its' if one else 'their'} own Approve "
         "or Reject."
     )
