@@ -28,7 +28,7 @@ PAGE = 200
 def environment(**globals_: Any):
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-    from afc_cli.web.sheet import causes
+    from afc_cli.web.sheet import CAUSE_ROWS, causes
 
     env = Environment(
         loader=PackageLoader("afc_cli.web", "templates"),
@@ -37,7 +37,7 @@ def environment(**globals_: Any):
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(causes=causes, **globals_)
+    env.globals.update(causes=causes, cause_rows=CAUSE_ROWS, **globals_)
     return env
 
 

@@ -13,6 +13,7 @@ since then, and the attempts and avoided renders since then for the spend.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -98,15 +99,36 @@ def counts(ledger: Ledger, *, batch: str | None = None, since_ts: float | None =
 
 # keys a cause of the failures lists beside its count (the rest are in the list below it)
 CAUSE_KEYS = 5
+# causes the table shows, the commonest first; the others are counted under it (their
+# failures are in the list below it): 10,000 failures of 10,000 causes (a provider's message
+# naming its request id) were a table of 10,000 rows above a list paged at 120
+CAUSE_ROWS = 20
+# the words of a message a key may be (a key's alphabet: letters, digits, . _ - :)
+_WORDS = re.compile(r"[\w.:-]+")
+
+
+def _cause_of(job: dict[str, Any]) -> str:
+    """What failures of one cause share: the text up to the job's own key and up to its
+    figures (``progress.same_message``, as a run's summary groups its lines). afc's messages
+    name the job they are about ("restore it, then 'afc retry shot-0001'"), so grouped by
+    their exact text, one palette file gone was a cause per job."""
+    from afc_cli.progress import same_message
+
+    text = job["error"] or job["waiting"] or "(no cause recorded)"
+    key = job["key"]
+    if key in text:  # the key as a word of its own, not inside another ('shot-1' in 'shot-10')
+        text = _WORDS.sub(lambda word: "\x00" if word[0] == key else word[0], text)
+    return same_message(text)
 
 
 def causes(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The failures grouped by their cause (the same text), the commonest first: 1,000
-    failures of three causes are three lines to read, not 1,000."""
+    """The failures grouped by their cause (``_cause_of``), the commonest first, each said as
+    its first failure says it: 1,000 failures of three causes are three lines to read, not
+    1,000."""
     groups: dict[str, dict[str, Any]] = {}
     for job in jobs:
-        cause = job["error"] or job["waiting"] or "(no cause recorded)"
-        group = groups.setdefault(cause, {"cause": cause, "count": 0, "keys": []})
+        said = job["error"] or job["waiting"] or "(no cause recorded)"
+        group = groups.setdefault(_cause_of(job), {"cause": said, "count": 0, "keys": []})
         group["count"] += 1
         if len(group["keys"]) < CAUSE_KEYS:
             group["keys"].append(job["key"])
