@@ -1767,7 +1767,10 @@ def webhooks_list(
                     Col("status"),
                     Col("attempts", header="tries", right=True),
                     Col("last_status", header="HTTP", right=True, drop=3),
-                    Col("last_error", kind="text", drop=2),
+                    # why an event waits or went dead is what this view is read for: with
+                    # no room as a column (80 columns hold the whole id and little else), it
+                    # is printed under the table, "ID: last_error", as afc status's reason is
+                    Col("last_error", kind="text", drop=2, below=True),
                     Col("url", kind="text", drop=1),
                     Col("event", drop=0),
                 ],
