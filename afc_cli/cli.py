@@ -1688,9 +1688,28 @@ def _deliveries_out(stats: Any, json_out: bool, quiet: bool, replayed: int | Non
 
         # due events another process's live claim kept from this run, and until when
         extra = {} if replayed is None else {"replayed": replayed}
-        emit_json({**extra, **summary, "held": stats.held, "held_until": _iso(stats.held_until)})
+        emit_json(
+            {
+                **extra,
+                **summary,
+                "held": stats.held,
+                "held_until": _iso(stats.held_until),
+                "not_due": stats.not_due,
+                "next_due_at": _iso(stats.next_due_at),
+            }
+        )
     elif not quiet:
         _err(", ".join(f"{n} {k}" for k, n in summary.items()))
+    if stats.not_due and not quiet:
+        # its line of zeros read as "nothing is waiting" while events waited out their
+        # backoff, unsent: a person who just mended a receiver learns when they go
+        _err(
+            f"{stats.not_due} pending webhook event{'s are' if stats.not_due != 1 else ' is'} "
+            f"not due yet (waiting out a retry's backoff), the first at "
+            f"{_iso(stats.next_due_at)}: not sent by this run; they go out with the next run "
+            "or 'afc webhooks deliver' once due, and 'afc webhooks replay ID' sends one now "
+            "('afc webhooks list' shows them and why)"
+        )
     if stats.held:
         # said even with -q or --json (as a secret's problem is): all zeros read as "nothing
         # is waiting" while another process's claim kept these events from this run

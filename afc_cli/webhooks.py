@@ -299,6 +299,10 @@ class DrainStats:
     # which may have died: its lease decides), and when the last of those claims runs out
     held: int = 0
     held_until: float | None = None
+    # pending events not due yet (``afc webhooks deliver`` posts due ones only), and when the
+    # first of them is due
+    not_due: int = 0
+    next_due_at: float | None = None
 
 
 class Deliverer:
@@ -591,6 +595,8 @@ def deliver(ledger_path: str, only: str | None = None) -> DrainStats:
                     stats = await deliverer.drain(only=only)
                 if only is None:  # not posted here, nor by anyone until their claim ends
                     stats.held, stats.held_until = ledger.held_deliveries()
+                    # nor those waiting out their backoff: posted once due
+                    stats.not_due, stats.next_due_at = ledger.waiting_deliveries()
                 return stats
             finally:
                 await deliverer.close()

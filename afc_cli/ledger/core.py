@@ -4072,6 +4072,18 @@ class Ledger:
         ).fetchone()
         return int(row[0] or 0), row[1]
 
+    def waiting_deliveries(self) -> tuple[int, float | None]:
+        """Pending deliveries not due yet (waiting out their backoff or a Retry-After), and
+        when the first of them is due (the ledger's clock): ``afc webhooks deliver`` posts
+        only due ones, and its line of zeros read as "nothing is waiting" while they were."""
+        now = self.lease_clock()
+        row = self.db.execute(
+            "SELECT COUNT(*), MIN(next_attempt_at) FROM deliveries WHERE status = 'pending'"
+            f" AND next_attempt_at > ? AND {self._NOT_MOVED}",
+            (now,),
+        ).fetchone()
+        return int(row[0] or 0), row[1]
+
     def claim_deliveries(
         self,
         limit: int,
