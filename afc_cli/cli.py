@@ -19,14 +19,55 @@ from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 try:  # typer 0.29 carries its own click; earlier ones use click's
     from typer._click.exceptions import NoSuchOption
 except ImportError:  # pragma: no cover - another typer
     from click.exceptions import NoSuchOption  # type: ignore[no-redef]
 
+
+class AfcGroup(TyperGroup):
+    """afc's top level. Its options come after the command's name (README "Commands"); one
+    written before it (``afc --json status``, ``afc --ledger x.db resume``, as ``git -C`` or
+    ``docker --host`` take theirs) was refused 'No such option: --json (Possible options:
+    --version)', which read as if afc had no --json at all. The refusal (exit 2) now says
+    where the option goes, when the command named after it takes it."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except NoSuchOption as exc:
+            hint = _after_the_command(self, given, exc.option_name)
+            if hint is None:
+                raise
+            raise NoSuchOption(exc.option_name, f"{exc.message}; {hint}", ctx=ctx) from None
+
+
+def _after_the_command(group: Any, args: list[str], option: str) -> str | None:
+    """'afc's options go after the command's name: afc status --json', when a command named
+    in ``args`` (a group's too: ``afc --json queue stats``) takes ``option``; None if none
+    does (a mistyped option keeps click's words)."""
+    words, command = [], group
+    for arg in args:  # an option's value before the name (x.db) is passed over
+        found = getattr(command, "commands", {}).get(arg)
+        if found is not None:
+            words.append(arg)
+            command = found
+        elif words:
+            break
+    if not words or not hasattr(command, "params"):
+        return None
+    takes = [p for p in command.params if option in getattr(p, "opts", [])]
+    if not takes:
+        return None
+    value = "" if getattr(takes[0], "is_flag", False) else " ..."
+    return f"afc's options go after the command's name: afc {' '.join(words)} {option}{value}"
+
+
 app = typer.Typer(
+    cls=AfcGroup,
     name="afc",
     help="Batch renderer for paid AI generation jobs: a retry never pays again for an output "
     "that is already stored, and every paid attempt is recorded with what it cost.",
