@@ -15,10 +15,66 @@ from __future__ import annotations
 import hashlib
 import json
 import mimetypes
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from afc_cli.errors import StorageError
 from afc_cli.providers.base import InputImage
+
+# the bytes of stored outputs sent as reference images that a run keeps to send again
+# (``SharedReads``): a style frame or two of the usual sizes, well under one output's upload
+INPUT_CACHE_BYTES = 64 * 1024 * 1024
+
+
+class SharedReads:
+    """Stored outputs read as reference images in one run (``read_inputs``), kept by (storage,
+    key, the SHA-256 they were verified with) to be sent again without reading them again,
+    the most recently used first, up to ``limit`` bytes in all (one larger is sent, not kept).
+    A style frame that every shot of a batch sends was read from storage by each shot's
+    attempt: 30 GETs of one object for 30 shots, some 50 GB moved for a 10,000-shot batch on
+    a 5 MB frame (S3 bills transfer out), each call waiting for its own copy. Jobs asking at
+    once wait for one read (a thread each: ``RunContext.network``); a read that fails keeps
+    nothing, and the next asks again. Only bytes that passed their checks are kept, so a job
+    sends what its request names even once the object in storage is changed: such a change
+    is met by the jobs of a later run, as before."""
+
+    def __init__(self, limit: int = INPUT_CACHE_BYTES):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple, Any] = OrderedDict()
+        self._size = 0
+        self._reading: dict[tuple, threading.Lock] = {}
+
+    def fetch(self, key: tuple, read: Callable[[], Any]) -> Any:
+        """``key``'s value, kept or read now (``read()``: bytes, or a tuple whose first item
+        is its bytes)."""
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+            gate = self._reading.setdefault(key, threading.Lock())
+        with gate:  # one read of a key at a time: the others take what it kept
+            with self._lock:
+                if key in self._kept:
+                    self._kept.move_to_end(key)
+                    return self._kept[key]
+            try:
+                value = read()
+            finally:
+                with self._lock:
+                    self._reading.pop(key, None)
+            size = len(value[0] if isinstance(value, tuple) else value)
+            with self._lock:
+                if size <= self.limit and key not in self._kept:
+                    self._kept[key] = value
+                    self._size += size
+                    while self._size > self.limit:
+                        _, old = self._kept.popitem(last=False)
+                        self._size -= len(old[0] if isinstance(old, tuple) else old)
+            return value
 
 
 class InputProblem(Exception):
@@ -77,12 +133,16 @@ def needed_outputs(job: dict[str, Any], ledger: Any) -> dict[str, Any]:
     return {item["job_id"]: ledger.stored_output(item["job_id"]) for item in items if "job" in item}
 
 
-def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str, Any]) -> tuple:
+def read_inputs(
+    job: dict[str, Any],
+    outputs: dict[str, Any],
+    storages: dict[str, Any],
+    shared: SharedReads | None = None,
+) -> tuple:
     """The job's inputs as ``InputImage`` values, in the manifest's order (``outputs``: from
     ``needed_outputs``). Raises InputProblem, or StorageError when a needed job's output
-    cannot be read (retryable)."""
-    from afc_cli.manifest import MAX_INPUT_BYTES
-
+    cannot be read (retryable). ``shared``: the run's stored outputs read as inputs already
+    (``SharedReads``)."""
     images = []
     for index, item in enumerate(json.loads(job.get("inputs_json") or "[]")):
         if "path" in item:
@@ -119,58 +179,78 @@ def read_inputs(job: dict[str, Any], outputs: dict[str, Any], storages: dict[str
                 f"under a new key to render it from {item['job']!r} as the ledger has it"
             )
         storage = storages[need["batch"]]
-        try:
-            data = storage.read(need["output_key"], MAX_INPUT_BYTES)
-        except StorageError:
-            # gone for good (deleted from storage), not a storage failure to wait out
-            if not storage.head(need["output_key"]).exists:
-                # the way out without those bytes too, as for an object changed in storage:
-                # 'afc retry' of the need refuses a succeeded job ("its output is stored")
-                raise InputProblem(
-                    f"the stored output of input job {item['job']!r} "
-                    f"({storage.describe(need['output_key'])}) is gone from storage: restore "
-                    f"it, then 'afc retry {job['key']}' (a succeeded job is never rendered "
-                    f"again: without those bytes, a new key for {item['job']!r}, and one for "
-                    "this job naming it, renders them anew)"
-                ) from None
-            raise
-        if len(data) > MAX_INPUT_BYTES:
-            # read no further: an object replaced by a huge one in storage (or a render larger
-            # than any provider takes as a reference) is not held in memory to be refused there
-            raise InputProblem(
-                f"the stored output of input job {item['job']!r} "
-                f"({storage.describe(need['output_key'])}) is larger than "
-                f"{MAX_INPUT_BYTES // (1024 * 1024)} MiB, more than a reference image may be; "
-                "nothing was sent"
+        read = partial(_read_stored, job, item, need, storage)
+        if shared is not None and need["output_sha256"]:
+            # read once for every job of the run sending it (``SharedReads``): its bytes as
+            # verified, checked against that SHA-256 as they were read
+            data, kind, digest = shared.fetch(
+                (storage.url, need["output_key"], need["output_sha256"]), read
             )
-        digest = hashlib.sha256(data).hexdigest()
-        if need["output_sha256"] and digest != need["output_sha256"]:
-            raise InputProblem(
-                f"the stored output of input job {item['job']!r} "
-                f"({storages[need['batch']].describe(need['output_key'])}) reads back sha256 "
-                f"{digest}, not the {need['output_sha256']} it was verified with (changed in "
-                "storage since), so nothing was sent: restore the object it was verified with, "
-                f"then 'afc retry {job['key']}' (a succeeded job is never rendered again: "
-                f"without those bytes, a new key for {item['job']!r}, and one for this job "
-                "naming it, renders them anew)"
-            )
-        kind = image_type(data)
-        if kind is None:
-            # sent as a reference image, as a ``path`` input is, which must be one (refused at
-            # admission): a video model's clip named here went to a paid API as an 'image'
-            named = mimetypes.guess_type(need["output_key"])[0]
-            raise InputProblem(
-                f"the stored output of input job {item['job']!r} "
-                f"({storages[need['batch']].describe(need['output_key'])}"
-                + (f", {named} by its name" if named else "")
-                + f") is not a {IMAGE_KINDS} image, and an input is sent as a reference "
-                "image; nothing was sent. A job that waits for it alone names it in needs, "
-                "not inputs: its inputs are part of its request, so submit that job under a "
-                f"new key (this key, {job['key']!r}, with other inputs is refused as a "
-                "conflict)"
-            )
+        else:
+            data, kind, digest = read()
         images.append(InputImage(data, kind, digest, f"job:{item['job']}"))
     return tuple(images)
+
+
+def _read_stored(
+    job: dict[str, Any], item: dict[str, Any], need: dict[str, Any], storage: Any
+) -> tuple[bytes, str, str]:
+    """A need's stored output as ``job``'s input ``item``: its bytes, image kind and SHA-256,
+    read from ``storage`` and checked (no larger than a reference image may be, the SHA-256
+    it was verified with, an image). Raises InputProblem, or StorageError (retryable)."""
+    from afc_cli.manifest import MAX_INPUT_BYTES
+
+    try:
+        data = storage.read(need["output_key"], MAX_INPUT_BYTES)
+    except StorageError:
+        # gone for good (deleted from storage), not a storage failure to wait out
+        if not storage.head(need["output_key"]).exists:
+            # the way out without those bytes too, as for an object changed in storage:
+            # 'afc retry' of the need refuses a succeeded job ("its output is stored")
+            raise InputProblem(
+                f"the stored output of input job {item['job']!r} "
+                f"({storage.describe(need['output_key'])}) is gone from storage: restore "
+                f"it, then 'afc retry {job['key']}' (a succeeded job is never rendered "
+                f"again: without those bytes, a new key for {item['job']!r}, and one for "
+                "this job naming it, renders them anew)"
+            ) from None
+        raise
+    if len(data) > MAX_INPUT_BYTES:
+        # read no further: an object replaced by a huge one in storage (or a render larger
+        # than any provider takes as a reference) is not held in memory to be refused there
+        raise InputProblem(
+            f"the stored output of input job {item['job']!r} "
+            f"({storage.describe(need['output_key'])}) is larger than "
+            f"{MAX_INPUT_BYTES // (1024 * 1024)} MiB, more than a reference image may be; "
+            "nothing was sent"
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    if need["output_sha256"] and digest != need["output_sha256"]:
+        raise InputProblem(
+            f"the stored output of input job {item['job']!r} "
+            f"({storage.describe(need['output_key'])}) reads back sha256 "
+            f"{digest}, not the {need['output_sha256']} it was verified with (changed in "
+            "storage since), so nothing was sent: restore the object it was verified with, "
+            f"then 'afc retry {job['key']}' (a succeeded job is never rendered again: "
+            f"without those bytes, a new key for {item['job']!r}, and one for this job "
+            "naming it, renders them anew)"
+        )
+    kind = image_type(data)
+    if kind is None:
+        # sent as a reference image, as a ``path`` input is, which must be one (refused at
+        # admission): a video model's clip named here went to a paid API as an 'image'
+        named = mimetypes.guess_type(need["output_key"])[0]
+        raise InputProblem(
+            f"the stored output of input job {item['job']!r} "
+            f"({storage.describe(need['output_key'])}"
+            + (f", {named} by its name" if named else "")
+            + f") is not a {IMAGE_KINDS} image, and an input is sent as a reference "
+            "image; nothing was sent. A job that waits for it alone names it in needs, "
+            "not inputs: its inputs are part of its request, so submit that job under a "
+            f"new key (this key, {job['key']!r}, with other inputs is refused as a "
+            "conflict)"
+        )
+    return data, kind, digest
 
 
 def _read_file(path: str) -> bytes:

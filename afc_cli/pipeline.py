@@ -501,6 +501,8 @@ class RunContext:
     # in an earlier run (``note_stores_first``): the batch's probes wait until one of their
     # stores has ended in this run (``_stores_first``), set in ``first_store`` as one does
     stores_first: dict[str, set[str]] = field(default_factory=dict)
+    # the stored outputs this run's jobs send as reference images, read once (``_read_inputs``)
+    shared_inputs: Any = None
     first_store: dict[str, asyncio.Future] = field(default_factory=dict)
     ran: int = 0  # jobs' tasks started in this run, less those another process held
     finished: int = 0  # of those, the ones that ended with their job in a terminal state
@@ -3068,7 +3070,7 @@ CANCEL_WAIT_S = 10.0
 async def _read_inputs(ctx: RunContext, job: dict[str, Any]) -> tuple | None:
     """The job's input images, or None once the job has been failed (an input changed or
     gone) or left waiting (a need's output could not be read from storage)."""
-    from afc_cli.inputs import InputProblem, needed_outputs, read_inputs
+    from afc_cli.inputs import InputProblem, SharedReads, needed_outputs, read_inputs
 
     # where the job's row names its files now, not where the claim found them: a re-submit
     # naming a file's new place (``Ledger._refile_inputs``) while this run held the job
@@ -3078,7 +3080,9 @@ async def _read_inputs(ctx: RunContext, job: dict[str, Any]) -> tuple | None:
         job["inputs_json"] = current["inputs_json"]
     try:
         outputs = needed_outputs(job, ctx.ledger)
-        return await ctx.network(read_inputs, job, outputs, ctx.storages)
+        if ctx.shared_inputs is None:
+            ctx.shared_inputs = SharedReads()
+        return await ctx.network(read_inputs, job, outputs, ctx.storages, ctx.shared_inputs)
     except StorageError as exc:
         _storage_gave_up(ctx, job, "render", exc)
     except InputProblem as exc:
