@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from afc_cli.attempts import (
@@ -3712,21 +3713,26 @@ def _spooled_detail(ctx: RunContext, spooled: SpoolFile) -> dict[str, Any]:
 
 def _spooled_beside(ctx: RunContext, job: dict[str, Any]) -> Any:
     """This job's spool file in the spool folder its spool step recorded, when that is
-    another folder of this host, marked as this ledger's: a PostgreSQL ledger's spool is
-    ``AFC_SPOOL_DIR``, else ``./afc-spool`` of the working folder, so an 'afc resume' on a
-    worker's host run from another folder (or without the worker's AFC_SPOOL_DIR) found no
-    file in its own spool and dead-lettered the job SPOOL_MISSING, and the retry that
-    message asks for, run there, rendered and paid again. None when there is none."""
+    another folder of this host: a PostgreSQL ledger's spool is ``AFC_SPOOL_DIR``, else
+    ``./afc-spool`` of the working folder, so an 'afc resume' on a worker's host run from
+    another folder (or without the worker's AFC_SPOOL_DIR) found no file in its own spool and
+    dead-lettered the job SPOOL_MISSING, and the retry that message asks for, run there,
+    rendered and paid again. A PostgreSQL ledger's folder must be marked as its own; a
+    SQLite ledger's is the folder beside its file, and a ledger moved to another folder of
+    the host (``mv afc.db archive/``) left its renders in the old one: every job waiting at
+    its store step was SPOOL_MISSING, its file 'gone' (outside audit 60d). The caller takes
+    the file only when its size and SHA-256 are the checkpoint's (``_copy_beside``). None
+    when there is none."""
     identity = ctx.ledger.spool_identity()
-    if identity is None:  # a SQLite ledger's spool is beside it: one folder for every run
-        return None
     spooled = [s for s in ctx.ledger.steps(job["id"]) if s["step"] == "spool"]
     detail = json.loads(spooled[0]["detail_json"] or "{}") if spooled else {}
     folder = detail.get("dir")
     if detail.get("host") != host_id() or not isinstance(folder, str):
         return None  # none recorded, or another host's (workers spool each on their own disk)
     other = Spool(folder)
-    if other.root == ctx.spool.root or (other.owner() or {}).get("ledger") != identity:
+    if other.root == ctx.spool.root:
+        return None
+    if identity is not None and (other.owner() or {}).get("ledger") != identity:
         return None
     found = other.path(job["id"])
     return found if found.is_file() else None
@@ -3735,8 +3741,10 @@ def _spooled_beside(ctx: RunContext, job: dict[str, Any]) -> Any:
 async def _copy_beside(ctx: RunContext, job: dict[str, Any]) -> None:
     """Before a store finds no spool file here: one in another spool folder of this host
     (``_spooled_beside``) whose bytes are the ones checkpointed is copied into this spool
-    (that folder's next run sweeps its own copy once the job has succeeded). A copy that
-    fails is a storage failure of the store step (the job waits, the render kept there)."""
+    (that folder's next run sweeps its own copy once the job has succeeded; the folder of a
+    SQLite ledger moved away, with no ledger beside it any more, has no next run: its copy
+    is removed once this one is durable). A copy that fails is a storage failure of the
+    store step (the job waits, the render kept there)."""
     other = _spooled_beside(ctx, job)
     if other is None:
         return
@@ -3751,6 +3759,22 @@ async def _copy_beside(ctx: RunContext, job: dict[str, Any]) -> None:
             retryable=False,
         ) from None
     ctx.ledger.note(job, "spool_copied", source=str(other))
+    if ctx.ledger.spool_identity() is None:
+        await asyncio.to_thread(_drop_moved_away, other)
+
+
+def _drop_moved_away(copied: Path) -> None:
+    """Remove a spool file ``_copy_beside`` copied from the folder of a SQLite ledger no
+    longer beside it (moved away: no run of that folder again), and its ``.about`` record;
+    the file alone (a ``.late`` one there is another render). A folder with its ledger still
+    beside it (a copy of the ledger, run there too) keeps it for that ledger's runs."""
+    folder = copied.parent
+    if not folder.name.endswith("-spool"):
+        return
+    with contextlib.suppress(OSError):
+        if not folder.with_name(folder.name.removesuffix("-spool")).exists():
+            copied.unlink()
+            copied.with_suffix(".about").unlink(missing_ok=True)
 
 
 async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
