@@ -3764,15 +3764,18 @@ async def _copy_beside(ctx: RunContext, job: dict[str, Any]) -> None:
 
 
 def _drop_moved_away(copied: Path) -> None:
-    """Remove a spool file ``_copy_beside`` copied from the folder of a SQLite ledger no
-    longer beside it (moved away: no run of that folder again), and its ``.about`` record;
-    the file alone (a ``.late`` one there is another render). A folder with its ledger still
-    beside it (a copy of the ledger, run there too) keeps it for that ledger's runs."""
+    """Remove a spool file ``_copy_beside`` copied from a folder no run uses any more, and
+    its ``.about`` record: the folder of a SQLite ledger moved away, or one named after a
+    symbolic link to the ledger (an earlier afc's: the spool is beside the file the link
+    names now, ``spool.spool_beside``). The file alone (a ``.late`` one there is another
+    render). A folder with its ledger file still beside it (a copy of the ledger, run there
+    too) keeps it for that ledger's runs."""
     folder = copied.parent
     if not folder.name.endswith("-spool"):
         return
+    ledger = folder.with_name(folder.name.removesuffix("-spool"))
     with contextlib.suppress(OSError):
-        if not folder.with_name(folder.name.removesuffix("-spool")).exists():
+        if ledger.is_symlink() or not ledger.exists():
             copied.unlink()
             copied.with_suffix(".about").unlink(missing_ok=True)
 

@@ -277,8 +277,7 @@ class Spool:
 
     @classmethod
     def beside(cls, ledger_path: str | Path) -> Spool:
-        ledger_path = Path(ledger_path)
-        return cls(ledger_path.with_name(ledger_path.name + "-spool"))
+        return cls(spool_beside(ledger_path))
 
     def path(self, job_id: str) -> Path:
         return self.root / f"{job_id}.spool"
@@ -591,6 +590,18 @@ class Spool:
                 path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def spool_beside(ledger_path: str | Path) -> Path:
+    """The spool folder of the SQLite ledger file ``ledger_path``: beside the file the ledger
+    is, a symbolic link to it followed (as SQLite follows it to open the database). Named
+    after the link, a ledger reached by two names (``~/afc.db -> /srv/afc/afc.db``) had two
+    spools: a render one run spooled and did not record was in the other folder for a run
+    through the other name, which paid for it again (outside audit 60d)."""
+    path = Path(ledger_path)
+    if path.is_symlink():
+        path = path.resolve()
+    return path.with_name(path.name + "-spool")
 
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:

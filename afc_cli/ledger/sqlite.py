@@ -297,9 +297,10 @@ class SqliteLedger(Ledger):
 
     @staticmethod
     def spool_root_of(url: Any) -> Path:
-        """Spooled bytes live beside the ledger file (``afc.db-spool``)."""
-        path = ledger_file.ledger_path(url)
-        return path.with_name(path.name + "-spool")
+        """Spooled bytes live beside the ledger file (``afc.db-spool``; ``spool_beside``)."""
+        from afc_cli.spool import spool_beside
+
+        return spool_beside(ledger_file.ledger_path(url))
 
     def close(self) -> None:
         self.db.close()
