@@ -36,7 +36,9 @@ produced it (``Ledger._queue_delivery``). This module only drains due rows:
   A receiver that is down or slow is skipped for the rest of a pass after its first failure,
   so it never holds up renders or the run's end for long; one that answers a 5xx at once
   (up, but failing some events: not a 502, 503 or 504, within FAST_ANSWER_S) after
-  FAST_FAILURES_PER_PASS in a row.
+  FAST_FAILURES_PER_PASS in a row. A receiver is the server a URL reaches, its scheme, host
+  and port (``receiver_of``): the URLs of one (a callback per job) are posted one at a time,
+  skipped together, spared together for its Retry-After. A 410 ends the URL it answered for.
 """
 
 from __future__ import annotations
@@ -77,6 +79,25 @@ FAST_FAILURES_PER_PASS = 3
 # down or slow, as a 503 says, whatever its speed.
 FAST_ANSWER_S = 1.0
 DOWN_STATUSES = (502, 503, 504)
+
+
+def receiver_of(url: str) -> str:
+    """The receiver a webhook URL reaches: its scheme, host and port (its origin), the unit
+    whose state a failure tells (down, slow, asking to be spared for a Retry-After). Jobs may
+    name one receiver by URLs of their own (``.../hooks/<key>``, a callback per shot): taken
+    URL by URL, a receiver that hung got every one of its events' POSTs at once, eight at a
+    time, each spending one of the event's tries, and one answering 429 with Retry-After: 60
+    a POST per job from the same run, each into the same 429."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # ends dead, 'not sent: the URL ...' (``webhook_url_problem``)
+        return url
+    scheme = parts.scheme.lower()
+    port = port or {"http": 80, "https": 443}.get(scheme)
+    return f"{scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
 def retry_delay(tries: int, retry_after: float | None, *, rand=random.random) -> float:
@@ -289,9 +310,10 @@ class DrainStats:
     retrying: int = 0
     dead: int = 0
     skipped: int = 0
-    failed_urls: set[str] = field(default_factory=set)
-    slow_urls: set[str] = field(default_factory=set)  # of those, the ones that timed out
-    # receiver URL -> its fast 5xx answers in a row in this pass (``FAST_FAILURES_PER_PASS``)
+    # receivers (``receiver_of``) given up on for the rest of the pass
+    failed: set[str] = field(default_factory=set)
+    slow: set[str] = field(default_factory=set)  # of those, the ones that timed out
+    # receiver -> its fast 5xx answers in a row in this pass (``FAST_FAILURES_PER_PASS``)
     failing: dict[str, int] = field(default_factory=dict)
     # secret variables whose events were left pending unsigned: name -> why (never the value)
     secret_problems: dict[str, str] = field(default_factory=dict)
@@ -321,10 +343,13 @@ class Deliverer:
         self.clock = clock  # this host's: the pass's deadline and the signatures' timestamps
         self.margin_s = lease_margin() if margin_s is None else margin_s
         self.unset_secrets: set[str] = set()  # secret variables found unset (not claimed again)
-        # receiver URL -> when (``time.monotonic``: a wall clock stepped back an hour during
-        # a run held it an hour longer) the Retry-After it answered runs out: none of its
-        # events is posted by this process before then (``_resting``)
+        # receiver (``receiver_of``) -> when (``time.monotonic``: a wall clock stepped back
+        # an hour during a run held it an hour longer) the Retry-After it answered runs out:
+        # none of its events is posted by this process before then (``_resting``)
         self.resting: dict[str, float] = {}
+        # receiver -> the URLs of it this process has claimed rows of: a receiver skipped
+        # is left unclaimed by these (a URL of it not met yet is claimed once, then let go)
+        self.urls_of: dict[str, set[str]] = {}
         # whether a POST a cancel cuts short is given back at once (a stop), or stays leased
         # until its lease runs out (``worker.drain_while_idle`` giving way to jobs)
         self.give_back = True
@@ -341,23 +366,23 @@ class Deliverer:
         *,
         deadline: float | None = None,
         parallel: int = 8,
-        failed_urls: set[str] | frozenset[str] = frozenset(),
+        failed: set[str] | frozenset[str] = frozenset(),
         only: str | None = None,
     ) -> DrainStats:
         """Deliver every row due when the pass began once, until none is left or the deadline
         passes.
 
-        Rows are claimed in batches; receivers are served in parallel, each one's rows one at
-        a time: a receiver is never hit by a burst from one process, and its 410 or its
+        Rows are claimed in batches; receivers (``receiver_of``: a URL's scheme, host and
+        port) are served in parallel, each one's rows one at a time: a receiver is never hit by a burst from one process, and its 410 or its
         failure is known before its next row is tried. Claimed rows this pass does not post
         (a receiver given up on, the deadline, a stop that cancels the pass) are released at
         once for the next pass or another process. A row tried in this pass is not due again
         within it: a retry is scheduled after the pass began, a row released for want of its
-        secret is due from its release on. ``failed_urls``: receivers that timed out in the
+        secret is due from its release on. ``failed``: receivers that timed out in the
         pass just before, not tried again in this one (a run's last pass does not wait out a
         slow receiver's timeout a second time). ``only``: that delivery alone (a replay)."""
         stats = DrainStats()
-        stats.failed_urls.update(failed_urls)
+        stats.failed.update(failed)
         ledger = self.ledger
         began = ledger.lease_clock()
         tried: set[str] = set()
@@ -367,7 +392,7 @@ class Deliverer:
                 parallel * 8,
                 self.margin_s,
                 due_before=began,
-                skip_urls=tuple(sorted(stats.failed_urls | self._resting())),
+                skip_urls=self._urls(stats.failed | self._resting()),
                 skip_secrets=tuple(sorted(self.unset_secrets)),
                 only=only,
             )
@@ -378,32 +403,38 @@ class Deliverer:
             if not fresh:
                 break
             tried.update(r["id"] for r in fresh)
-            by_url: dict[str, list[dict[str, Any]]] = {}
+            by_receiver: dict[str, list[dict[str, Any]]] = {}
             for row in fresh:
-                by_url.setdefault(row["url"], []).append(row)
+                receiver = receiver_of(row["url"])
+                self.urls_of.setdefault(receiver, set()).add(row["url"])
+                by_receiver.setdefault(receiver, []).append(row)
             unposted = {row["id"] for row in fresh}  # claimed, and no turn to post them yet
 
-            async def serve(url_rows: list[dict[str, Any]], unposted: set[str]) -> None:
-                pending = list(url_rows)
+            async def serve(
+                receiver: str, its_rows: list[dict[str, Any]], unposted: set[str]
+            ) -> None:
+                pending = list(its_rows)
                 try:
                     async with receivers:
                         while pending:
                             row = pending[0]
-                            if row["url"] in stats.failed_urls:
+                            if receiver in stats.failed or receiver in self._resting():
                                 stats.skipped += len(pending)
                                 break
                             if deadline is not None and self.clock() >= deadline:
                                 break
                             pending.pop(0)
                             unposted.discard(row["id"])
-                            await self._deliver(row, stats)
+                            await self._deliver(row, receiver, stats)
                 finally:
                     for row in pending:  # not posted in this pass: free for the next
                         unposted.discard(row["id"])
                         ledger.release_delivery(row["id"])
 
             try:
-                await asyncio.gather(*(serve(rows, unposted) for rows in by_url.values()))
+                await asyncio.gather(
+                    *(serve(receiver, rows, unposted) for receiver, rows in by_receiver.items())
+                )
             finally:
                 # a stop that cancelled the pass before a receiver's turn began (acted on
                 # right after the claim): that turn never ran, nor its release above
@@ -419,7 +450,11 @@ class Deliverer:
         second later, and every event its batch ended meanwhile, one a second, each into the
         same 429 and each spending one of its tries."""
         now = time.monotonic()
-        return {url for url, until in self.resting.items() if until > now}
+        return {receiver for receiver, until in self.resting.items() if until > now}
+
+    def _urls(self, receivers: set[str]) -> tuple[str, ...]:
+        """The URLs of ``receivers`` this process has met: the claim leaves their rows."""
+        return tuple(sorted(url for r in receivers for url in self.urls_of.get(r, ())))
 
     async def _post(self, row: dict[str, Any], headers: dict[str, str]) -> Any:
         """POST a row's envelope; the answer's status and headers are read, its body never (a
@@ -435,7 +470,7 @@ class Deliverer:
         ) as response:
             return response
 
-    async def _deliver(self, row: dict[str, Any], stats: DrainStats) -> None:
+    async def _deliver(self, row: dict[str, Any], receiver: str, stats: DrainStats) -> None:
         import httpx
 
         ledger = self.ledger
@@ -495,7 +530,7 @@ class Deliverer:
                 error += f" to {moved!r}: not followed (an event goes only where the manifest says)"
         except (httpx.TimeoutException, TimeoutError):
             error = f"no answer within {row['timeout_s']}s"
-            stats.slow_urls.add(row["url"])
+            stats.slow.add(receiver)
         except httpx.TransportError as exc:
             # with what the connection met: a receiver down ('Connection refused'), a host
             # name that does not resolve and a certificate this host does not trust
@@ -518,11 +553,11 @@ class Deliverer:
         tries = row["attempts"] + 1
         if retry_after and not (status is not None and 200 <= status < 300):
             until = time.monotonic() + min(retry_after, BACKOFF_CAP_S)
-            self.resting[row["url"]] = max(until, self.resting.get(row["url"], until))
+            self.resting[receiver] = max(until, self.resting.get(receiver, until))
         # Each outcome is written only while this process still owns the row; if another
         # took it over meanwhile (this one stalled past its lease), the new owner's stands.
         if status is not None and 200 <= status < 300:
-            stats.failing.pop(row["url"], None)
+            stats.failing.pop(receiver, None)
             if ledger.delivery_outcome(row["id"], "delivered", status, None, now):
                 stats.delivered += 1
         elif status == 410:
@@ -557,9 +592,9 @@ class Deliverer:
                 and not retry_after
                 and time.monotonic() - began < FAST_ANSWER_S
             )
-            failing = stats.failing[row["url"]] = stats.failing.get(row["url"], 0) + 1
+            failing = stats.failing[receiver] = stats.failing.get(receiver, 0) + 1
             if not fast or failing >= FAST_FAILURES_PER_PASS:
-                stats.failed_urls.add(row["url"])
+                stats.failed.add(receiver)
 
 
 async def run_beside(ledger: Ledger, stop: asyncio.Event, interval: float = 1.0) -> None:
@@ -576,7 +611,7 @@ async def run_beside(ledger: Ledger, stop: asyncio.Event, interval: float = 1.0)
         # a receiver that just timed out (as the batch ended) is left to the next run or
         # 'afc webhooks deliver': the run ends one timeout after its renders, not two; one
         # that failed fast (a 503, a refused connection) costs nothing to try once more
-        await deliverer.drain(deadline=time.time() + FINAL_DRAIN_S, failed_urls=last.slow_urls)
+        await deliverer.drain(deadline=time.time() + FINAL_DRAIN_S, failed=last.slow)
     finally:
         await deliverer.close()
 
