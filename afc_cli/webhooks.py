@@ -492,6 +492,14 @@ class Deliverer:
             ):
                 stats.dead += 1
             return
+        # its value scrubbed from what the receiver answers (a Location quoting it back), as
+        # a run's are (``require_secrets``): 'afc webhooks deliver', a replay and an idle
+        # worker's drain of another batch's events named none, and a variable whose name does
+        # not end in SECRET, KEY or TOKEN was no secret to the scrubber: its base64 quoted in
+        # a 301's Location was kept in last_error, the ledger and 'afc webhooks list --json'
+        from afc_cli import secrets
+
+        secrets.register(row["secret_env"])
         secret = os.environ.get(row["secret_env"])
         if not secret:
             self.unset_secrets.add(row["secret_env"])  # its other rows: left alone this run
