@@ -4282,7 +4282,10 @@ class Ledger:
         return [row[0] for row in rows]
 
     def requeue_delivery(self, delivery_id: str) -> bool:
-        """Make a dead or delivered row pending again, due now (the ledger's clock). A pending
+        """Make a dead or delivered row pending again, due now (``lease_clock``, the clock the
+        claims compare with, as an event written or retried: due on ``clock``, this host's
+        estimate of the database's, a row was not due for the replay's own pass while that
+        estimate ran ahead, tests/test_replay_due_on_lease_clock.py). A pending
         row too (a replay of it interrupted after this, told to run again; or one waiting for
         its next try), unless a process holds its lease (posting it now, or killed posting
         it): False then, nothing changed, so it is never posted twice at once."""
@@ -4291,7 +4294,7 @@ class Ledger:
             cursor = self.db.execute(
                 f"UPDATE deliveries SET {REQUEUED} WHERE id = ?"
                 " AND (status <> 'pending' OR lease_owner IS NULL OR lease_expires < ?)",
-                (self.clock(), delivery_id, self.lease_clock()),
+                (self.lease_clock(), delivery_id, self.lease_clock()),
             )
             if cursor.rowcount != 1:
                 return False
@@ -4334,7 +4337,7 @@ class Ledger:
                 f"SELECT id, job_id, batch, url FROM deliveries WHERE status = 'dead' AND {where}",
                 params,
             )
-            now = self.clock()
+            now = self.lease_clock()  # due at once for the claims (``requeue_delivery``)
             ids = sorted(row["id"] for row in rows)
             self._lock_deliveries(ids)
             for chunk in _chunks(ids, IN_CHUNK):
