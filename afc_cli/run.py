@@ -927,6 +927,7 @@ def run_jobs(
     more_every: float | None = None,
     stopped: Callable[[], bool] | None = None,
     dearest: dict[tuple, Fraction] | None = None,
+    denied: dict[str, Any] | None = None,
 ) -> RunStats:
     """Run the given jobs to the end of what one run can do (and drain due webhooks).
     ``checked``: batches whose storage the caller has just checked (submit does, before
@@ -947,7 +948,10 @@ def run_jobs(
     ``dearest``: the dearest cost per image asked for that each model's answers have had
     (``RunContext.dearest``, which the budget reserves at least), kept and added to across
     the caller's runs: a worker's rounds share one budget, and a round that began knowing
-    nothing reserved only the rate card's estimate again."""
+    nothing reserved only the rate card's estimate again.
+    ``denied``: the batches whose uploads a store refused, and until when
+    (``RunContext.storage_denied``), kept across the caller's runs: a worker's round knew of
+    no refusal its last round met, and paid for renders of the batch (below)."""
     if not job_ids and not ledger.has_webhooks():
         sweep_left(ledger)
         return RunStats()
@@ -1030,6 +1034,12 @@ def run_jobs(
             network=partial(loop.run_in_executor, storage_threads),
             **({"offload": helper.call, "quick": helper.quick} if helper else {}),
             **({"dearest": dearest} if dearest is not None else {}),
+            # a refused upload holds its batch's renders in the caller's later runs too: a
+            # worker's jobs that a refusal held come back in a round of their own (they rest
+            # STORE_PAUSE_S, the refused upload's job twice as long after each refusal), and
+            # that round, knowing of none, paid for --concurrency renders or more before the
+            # first was refused again (tests/test_audit60a_worker_denied_rounds.py)
+            **({"storage_denied": denied} if denied is not None else {}),
         )
         ctx.left_in_spool = spool.described() if running else set()
         ctx.checked = {*checked, *ledger.batches_of(job_ids)}

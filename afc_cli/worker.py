@@ -501,6 +501,10 @@ def work(
     # what each model's answers have cost per image asked for, kept across this worker's
     # rounds (run_jobs ``dearest``): a round reserves at least that, as one run does
     dearest: dict[tuple, Fraction] = {}
+    # the batches whose uploads a store refused, and until when, kept across the rounds as
+    # one run keeps them (run_jobs ``denied``): a round knowing of no refusal paid for renders
+    # a refusing store would not take
+    denied: dict[str, Any] = {}
     # the batches whose answers in the ledger it has learnt that from (``check``)
     learnt: set[str] = set()
     max_interrupts()
@@ -720,6 +724,7 @@ def work(
                     more_every=poll_s,  # the claims it would make idle, made in its round
                     stopped=stop.is_set,
                     dearest=dearest,
+                    denied=denied,
                 )
             except LedgerError:
                 # a newer afc migrated the ledger after this round's claim looked (during the
