@@ -36,8 +36,8 @@ class SharedReads:
     A style frame that every shot of a batch sends was read from storage by each shot's
     attempt: 30 GETs of one object for 30 shots, some 50 GB moved for a 10,000-shot batch on
     a 5 MB frame (S3 bills transfer out), each call waiting for its own copy. Jobs asking at
-    once wait for one read (a thread each: ``RunContext.network``); a read that fails keeps
-    nothing, and the next asks again. Only bytes that passed their checks are kept, so a job
+    once wait for one read (a thread each: ``RunContext.network``), and meet its storage
+    failure (``fetch``); a read that fails keeps nothing, and the next job to ask reads again. Only bytes that passed their checks are kept, so a job
     sends what its request names even once the object in storage is changed: such a change
     is met by the jobs of a later run, as before."""
 
@@ -46,26 +46,40 @@ class SharedReads:
         self._lock = threading.Lock()
         self._kept: OrderedDict[tuple, Any] = OrderedDict()
         self._size = 0
-        self._reading: dict[tuple, threading.Lock] = {}
+        self._reading: dict[tuple, _Read] = {}  # the reads in flight, by key
 
     def fetch(self, key: tuple, read: Callable[[], Any]) -> Any:
         """``key``'s value, kept or read now (``read()``: bytes, or a tuple whose first item
-        is its bytes)."""
+        is its bytes). The jobs asking while a read of it is in flight wait for that read:
+        its value, or its StorageError (a storage hanging to its read timeout, 120 s on S3,
+        was read again by each of them in turn, the last of 8 shots waiting 16 minutes
+        holding its slot: tests/test_audit60a_shared_read_failing.py); another failure
+        names the job that met it (InputProblem: 'afc retry KEY'), and each reads for
+        itself."""
         with self._lock:
             if key in self._kept:
                 self._kept.move_to_end(key)
                 return self._kept[key]
-            gate = self._reading.setdefault(key, threading.Lock())
-        with gate:  # one read of a key at a time: the others take what it kept
-            with self._lock:
-                if key in self._kept:
-                    self._kept.move_to_end(key)
-                    return self._kept[key]
-            try:
-                value = read()
-            finally:
-                with self._lock:
-                    self._reading.pop(key, None)
+            flight = self._reading.get(key)
+            if flight is None:
+                flight = self._reading[key] = _Read()
+                leads = True
+            else:
+                leads = False
+        if not leads:
+            flight.done.wait()
+            if flight.ok:
+                return flight.value
+            if isinstance(flight.error, StorageError):
+                raise flight.error  # of the storage alone, no job's own
+            return read()  # its own problem, said of it (not kept)
+        try:
+            value = read()
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        else:
+            flight.value, flight.ok = value, True
             size = len(value[0] if isinstance(value, tuple) else value)
             with self._lock:
                 if size <= self.limit and key not in self._kept:
@@ -75,6 +89,20 @@ class SharedReads:
                         _, old = self._kept.popitem(last=False)
                         self._size -= len(old[0] if isinstance(old, tuple) else old)
             return value
+        finally:
+            with self._lock:  # after the value is kept: a job asking now finds it
+                self._reading.pop(key, None)
+            flight.done.set()
+
+
+class _Read:
+    """A read of ``SharedReads`` in flight: set ``done`` once it has its value or failed."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ok = False
+        self.value: Any = None
+        self.error: BaseException | None = None
 
 
 class InputProblem(Exception):
