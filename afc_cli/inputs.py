@@ -37,9 +37,10 @@ class SharedReads:
     attempt: 30 GETs of one object for 30 shots, some 50 GB moved for a 10,000-shot batch on
     a 5 MB frame (S3 bills transfer out), each call waiting for its own copy. Jobs asking at
     once wait for one read (a thread each: ``RunContext.network``), and meet its storage
-    failure (``fetch``); a read that fails keeps nothing, and the next job to ask reads again. Only bytes that passed their checks are kept, so a job
-    sends what its request names even once the object in storage is changed: such a change
-    is met by the jobs of a later run, as before."""
+    failure (``fetch``); a read that fails keeps nothing, and the next job to ask reads
+    again. Only bytes that passed their checks are kept, so a job sends what its request
+    names even once the object in storage is changed: such a change is met by the jobs of a
+    later run, as before."""
 
     def __init__(self, limit: int = INPUT_CACHE_BYTES):
         self.limit = limit

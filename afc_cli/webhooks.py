@@ -373,8 +373,9 @@ class Deliverer:
         passes.
 
         Rows are claimed in batches; receivers (``receiver_of``: a URL's scheme, host and
-        port) are served in parallel, each one's rows one at a time: a receiver is never hit by a burst from one process, and its 410 or its
-        failure is known before its next row is tried. Claimed rows this pass does not post
+        port) are served in parallel, each one's rows one at a time: a receiver is never hit
+        by a burst from one process, and its 410 or its failure is known before its next row
+        is tried. Claimed rows this pass does not post
         (a receiver given up on, the deadline, a stop that cancels the pass) are released at
         once for the next pass or another process. A row tried in this pass is not due again
         within it: a retry is scheduled after the pass began, a row released for want of its

@@ -5099,12 +5099,14 @@ class Ledger:
         """Of ``job_ids``, the jobs resting at their store step whose storage failed in an
         earlier run (``store_failures``), each with its batch: their renders are paid for, in
         a spool, and a run tries their uploads before it pays for another render of their
-        batch (``pipeline.note_stores_first``). One query, as ``_blocked_among``: by id for a
-        claim's few, else through the ledger's waiting and queued jobs, every batch named."""
+        batch (``pipeline.note_stores_first``); one a killed run held (``running``) too. One
+        query, as ``_blocked_among``: by id for a claim's few, else through the ledger's
+        unfinished jobs, every batch named."""
         if not job_ids:
             return []
         condition = (
-            " AND j.status IN ('waiting', 'queued') AND j.step = 'store' AND j.store_failures > 0"
+            " AND j.status IN ('waiting', 'queued', 'running') AND j.step = 'store'"
+            " AND j.store_failures > 0"
         )
         if len(job_ids) <= IN_CHUNK:
             any_of, params = self._any_of("j.id", job_ids)
