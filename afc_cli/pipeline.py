@@ -1623,7 +1623,11 @@ async def _stores_first(ctx: RunContext, job: dict[str, Any]) -> None:
         answered = ctx.first_store.get(batch)
         if answered is None:
             answered = ctx.first_store[batch] = asyncio.get_running_loop().create_future()
-        await asyncio.wait({answered, *claimed}, return_when=asyncio.FIRST_COMPLETED)
+        stopping = asyncio.ensure_future(ctx.stopping.wait())  # a stopping run waits no more
+        try:
+            await asyncio.wait({answered, stopping, *claimed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
 
 
 def _store_ended(ctx: RunContext, job_id: str, batch: str) -> None:

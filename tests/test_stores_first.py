@@ -107,3 +107,21 @@ def test_a_probe_waits_for_the_first_store_of_its_batch_alone(claimed):
     else:
         # none of them claimed by this run (another process holds them): nothing to wait for
         assert said.index("p1") < said.index("store ended"), said
+
+
+def test_a_stopping_run_ends_the_wait():
+    async def scenario() -> bool:
+        ctx = _ctx([("s1", "b1")])
+        note_stores_first(ctx, ["s1", "p1"])
+        forever = asyncio.get_running_loop().create_future()
+        ctx.tasks["s1"] = asyncio.ensure_future(asyncio.wait({forever}))
+        ctx.storing_for["s1"] = "b1"
+        waiting = asyncio.ensure_future(_stores_first(ctx, {"id": "p1", "batch": "b1"}))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        ctx.stopping.set()  # a signal: the store goes on, the probe waits for it no more
+        await asyncio.wait_for(waiting, 5)
+        forever.cancel()
+        return True
+
+    assert asyncio.run(scenario())
