@@ -1087,8 +1087,16 @@ def _unknown_params(
 
 
 def _key_problem(key: str) -> str | None:
-    if key in (".", "..") or not set(key) <= KEY_ALPHABET:
+    if key in (".", ".."):
         return "must use letters, digits and . _ - : only (it names files and objects)"
+    if not set(key) <= KEY_ALPHABET:
+        # ASCII only, said so: a Hebrew or accented key read 'letters ... only' as if its
+        # letters counted (outside audit 59d)
+        other = next(c for c in key if c not in KEY_ALPHABET)
+        return (
+            f"must use ASCII letters (A-Z, a-z), digits and . _ - : only, not {other!r} (it "
+            "names files and objects)"
+        )
     if token_shaped(key):
         return (
             "has the shape of an API key or secret (sk-…, r8_…, AIza…, whsec_…), which afc hides as <redacted> in every table, --json and log line it prints: its jobs "

@@ -39,7 +39,7 @@ def test_a_csv_header_row_again_after_a_byte_order_mark_is_named_so(afc):
     assert "the header row again" in result.stderr, result.stderr
     assert "byte order mark" in result.stderr, result.stderr
     # not refused as a job: its key's characters, its output key's invisible character
-    assert "must use letters" not in result.stderr, result.stderr
+    assert "must use ASCII letters" not in result.stderr, result.stderr
     assert "invisible" not in result.stderr, result.stderr
 
 

@@ -36,8 +36,8 @@ def test_a_missing_default_reference_image_is_named_once_where_it_is_written(afc
         assert _problems(result) == [
             "  - job 0 (key 'own'): field 'inputs[0].path': no such file 'gone.png'",
             "  - field 'defaults.inputs[0].path': no such file 'palette.png'",
-            "  - shots.jsonl line 31 (key 'bad key'): field 'key': must use letters, digits "
-            "and . _ - : only (it names files and objects)",
+            "  - shots.jsonl line 31 (key 'bad key'): field 'key': must use ASCII letters "
+            "(A-Z, a-z), digits and . _ - : only, not ' ' (it names files and objects)",
         ], result.stderr
     assert not (afc.cwd / "afc.db").exists()
 
