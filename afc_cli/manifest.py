@@ -480,9 +480,21 @@ class _Base60Float(float):
     text = ""
 
 
+class _OctalInt(int):
+    """A YAML 1.1 octal number written as a decimal one with leading zeros (``010`` is 8,
+    ``0042`` is 34; not ``007``, 7 read either way), with the text written: in params always
+    a slip, refused by ``_base60_problems``."""
+
+    text = ""
+
+
+_OCTAL = re.compile(r"[-+]?0[0-7_]+")
+
+
 def _construct_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
     """YAML's int or float, marked when written in base 60 (a plain scalar with a ':'; the
-    C loader gives a plain scalar the style '', the Python one None)."""
+    C loader gives a plain scalar the style '', the Python one None) or as YAML 1.1's octal
+    (a plain scalar of digits with a leading zero)."""
     if node.tag == "tag:yaml.org,2002:int":
         value = loader.construct_yaml_int(node)
     else:
@@ -491,15 +503,37 @@ def _construct_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
         marked = (_Base60Int if isinstance(value, int) else _Base60Float)(value)
         marked.text = node.value
         return marked
+    if (
+        not node.style
+        and isinstance(value, int)
+        and _OCTAL.fullmatch(node.value)
+        and value != int(node.value.replace("_", ""), 10)  # '007' is 7 either way
+    ):
+        octal = _OctalInt(value)
+        octal.text = node.value
+        return octal
     return value
 
 
 def _base60_problems(params: dict[str, Any]) -> list[str]:
-    """A param written as YAML read a base-60 number, ``aspect_ratio: 16:9`` (969): it was
+    """A param written as YAML read a base-60 number, ``aspect_ratio: 16:9`` (969), or an
+    octal one, ``seed: 0042`` (34): it was
     admitted so, refused by the provider only when sent, and the quoted fix was then a
     changed request under the same key (an IDEMPOTENCY_CONFLICT)."""
     problems = []
     for name, value in params.items():
+        if isinstance(value, _OctalInt):
+            # read as YAML 1.1 octal: '0042' is 34 to YAML, and 'seed: 0089' (no octal digit)
+            # the text "0089"; the same job in a JSON Lines or CSV list (42, "0042") was
+            # another request, an IDEMPOTENCY_CONFLICT under its key
+            digits = value.text.lstrip("+-").replace("_", "").lstrip("0") or "0"
+            sign = "-" if value.text.startswith("-") else ""
+            problems.append(
+                f"field 'params.{name}': YAML read {value.text} as the octal number "
+                f"{int(value)}; write {sign}{digits} for the number, or quotes to keep it as "
+                f'text ("{value.text}")'
+            )
+            continue
         if isinstance(value, _Base60Int | _Base60Float):
             number = int(value) if isinstance(value, int) else float(value)
             problems.append(
