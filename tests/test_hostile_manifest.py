@@ -155,7 +155,7 @@ def test_params_passed_through_to_the_model_are_not_checked(tmp_path):
 def test_batch_names_use_the_documented_alphabet(tmp_path, line, field):
     text = one_job().replace("batch: b\n", line)
     [problem] = refused(tmp_path, text)
-    assert problem.startswith(field) and "letters, digits" in problem
+    assert problem.startswith(field) and "ASCII letters (A-Z, a-z), digits" in problem
 
 
 @pytest.mark.parametrize(
