@@ -467,7 +467,7 @@ class RunContext:
     checked: set[str] = field(default_factory=set)
     # starts the run's outbox (webhook deliveries) if it has none and there is something to
     # post: a batch a worker's refill brings may have a webhook (run.py ``_open_batches``)
-    start_outbox: Callable[[], None] | None = None
+    start_outbox: Callable[[str | None], None] | None = None
     holding: dict[tuple[str, str], asyncio.Future] = field(default_factory=dict)
     # a job whose key another job of this run holds with a paid render (``OutputHeld``), and
     # that job's task: the job looks again once that task has ended (``run_job``)

@@ -1078,15 +1078,16 @@ def run_jobs(
         interruption.threads = [threads, storage_threads]
         ctx.ledger_broke = interruption.stop_for
 
-        def start_outbox() -> None:
+        def start_outbox(batch: str | None = None) -> None:
             """The outbox posted beside the batch, never inside a job's steps, once there is
             something to post: at the loop's start, or when a worker's refill brings a batch
-            the loop had not met (``_open_batches``; one admitted since, with a webhook)."""
+            the loop had not met (``_open_batches``; one admitted since, with a webhook:
+            ``batch``, whose jobs alone are looked at, with the pending deliveries)."""
             nonlocal outbox
             # a stop acted on as the handlers went in (a worker's SIGTERM while it opened
             # the storages, a closed pipe) was acted on before the outbox began: no drain
             # is started to post events after it, and its rows wait for the next run
-            if outbox is None and not ctx.stopping.is_set() and ledger.has_webhooks():
+            if outbox is None and not ctx.stopping.is_set() and ledger.has_webhooks(batch):
                 from afc_cli.webhooks import run_beside
 
                 outbox = asyncio.create_task(run_beside(ledger, stop))
@@ -1377,8 +1378,11 @@ async def _open_batches(ctx: RunContext, job_ids: list[str]) -> None:
         if name in ctx.checked:
             continue
         if name not in ctx.storages:
-            ctx.storages[name] = storage_mod.open(ctx.ledger.batch(name)["storage"])
-            ctx.rates[name] = batch_rates(ctx.ledger)[name]
+            # this batch's row alone: every batch's storage and cards, read for each batch the
+            # loop met, made a busy worker's loop slower by the batch
+            row = ctx.ledger.batch(name)
+            ctx.storages[name] = storage_mod.open(row["storage"])
+            ctx.rates[name] = batch_rates(ctx.ledger, [row])[name]
         open_batch(ctx.ledger, name, ctx.storages[name], check=False)
         await ctx.network(check_storage, ctx.storages[name])
         ctx.checked.add(name)
@@ -1391,7 +1395,7 @@ async def _open_batches(ctx: RunContext, job_ids: list[str]) -> None:
         # its jobs' webhooks posted in this loop: one that began with none to post started
         # no outbox, and their events waited for the loop's end (as long as work came)
         if ctx.start_outbox is not None:
-            ctx.start_outbox()
+            ctx.start_outbox(name)
 
 
 def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:
@@ -2143,14 +2147,15 @@ def merged_limits(limits: Iterable[str | None]) -> dict[str, dict[str, int | Non
     return merged
 
 
-def batch_rates(ledger: Ledger) -> dict[str, RateCards]:
-    """Each batch's rate cards, as recorded at its latest admission. A card admitted by an
-    older afc that this one refuses (an amount of 1,000,000 USD or more overflows the exact
-    micro-USD arithmetic) stops the run before anything is written, naming the batch."""
+def batch_rates(ledger: Ledger, rows: list[dict[str, Any]] | None = None) -> dict[str, RateCards]:
+    """Each batch's rate cards (of ``rows``, batches' rows; None: every batch), as recorded at
+    its latest admission. A card admitted by an older afc that this one refuses (an amount of
+    1,000,000 USD or more overflows the exact micro-USD arithmetic) stops the run before
+    anything is written, naming the batch."""
     from afc_cli.costs import usd_problem
 
     cards = {}
-    for row in ledger.batches():
+    for row in ledger.batches() if rows is None else rows:
         data = json.loads(row["rates_json"] or "[]")
         for item in data:
             for unit, amount in item["prices"].items():
