@@ -55,7 +55,7 @@ def test_a_receivers_retry_after_is_not_held_longer_when_the_wall_clock_steps_ba
         finally:
             ledger.close()
         assert len(receiver.received) == 2
-        assert deliverer._resting() == {receiver.url}
+        assert deliverer._resting() == {webhooks.receiver_of(receiver.url)}
         # 61 s later by the monotonic clock, the wall clock having been set back an hour
         mono, wall = time.monotonic() + 61, time.time() - 3600 + 61
         deliverer.clock = lambda: wall
