@@ -37,12 +37,16 @@ def test_a_run_through_a_link_to_the_ledger_adopts_what_a_killed_run_spooled(afc
     )
     assert killed.returncode == -9, killed.stderr
     spool = afc.cwd / "srv" / "afc.db-spool"
-    assert len(list(spool.glob("*.spool"))) == 3 and _calls(log) == 3
+    # killed as the first render was spooled: the others spooled beside it, or not yet (a
+    # render in memory at the kill is the paid window that remains, paid again by any run)
+    spooled, paid = len(list(spool.glob("*.spool"))), _calls(log)
+    assert spooled >= 1 and paid >= spooled, (spooled, paid)
     (afc.cwd / "home" / "afc.db").symlink_to(afc.cwd / "srv" / "afc.db")
 
     resumed = afc("resume", "--ledger", "home/afc.db", env=env)
     assert resumed.returncode == 0, resumed.stderr
-    assert _calls(log) == 3, "renders in the spool were paid for again"
+    # the resume paid for the jobs with nothing in the spool, and for no spooled render
+    assert _calls(log) == paid + 3 - spooled, "renders in the spool were paid for again"
     assert sorted(p.name for p in (afc.outputs() / "b1").glob("*.png")) == [
         f"{k}.png" for k in KEYS
     ]
