@@ -9,29 +9,14 @@ command; the backoff is set in the ledger, not waited for."""
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import time
 
-from conftest import manifest
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from test_audit59d_webhooks_list_reason import submitted_to_a_refusing_receiver
 
 
 def test_deliver_says_the_events_not_due_yet(afc):
-    afc.env["AFC_HOOK_SECRET"] = "whsec_" + "c2VjcmV0IGZvciB0aGUgc2NyZWVuIHRlc3RzISEh"
-    data = manifest([{"key": "k1", "prompt": "a"}, {"key": "k2", "prompt": "b"}])
-    data["webhook"] = {
-        "url": f"http://127.0.0.1:{_closed_port()}/hook",  # nothing listens: refused
-        "secret_env": "AFC_HOOK_SECRET",
-        "timeout_s": 2,
-    }
-    afc.write_manifest(data)
-    assert afc("submit", "manifest.yaml").returncode == 0
+    submitted_to_a_refusing_receiver(afc, "k1", "k2")
     due = time.time() + 400  # both wait out a backoff of about 6 to 7 minutes
     with sqlite3.connect(afc.cwd / "afc.db") as conn:
         conn.execute("UPDATE deliveries SET next_attempt_at = ?", (due,))

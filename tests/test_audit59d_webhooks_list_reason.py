@@ -21,9 +21,11 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_a_pending_deliverys_last_error_is_on_an_80_column_screen(afc):
+def submitted_to_a_refusing_receiver(afc, *keys: str) -> None:
+    """A submit of jobs ``keys`` whose webhook's receiver refuses connections: each event
+    stays pending, its ``last_error`` saying so."""
     afc.env["AFC_HOOK_SECRET"] = "whsec_" + "c2VjcmV0IGZvciB0aGUgc2NyZWVuIHRlc3RzISEh"
-    data = manifest([{"key": "k1", "prompt": "a"}])
+    data = manifest([{"key": key, "prompt": key} for key in keys])
     data["webhook"] = {
         "url": f"http://127.0.0.1:{_closed_port()}/hook",  # nothing listens: refused
         "secret_env": "AFC_HOOK_SECRET",
@@ -31,6 +33,10 @@ def test_a_pending_deliverys_last_error_is_on_an_80_column_screen(afc):
     }
     afc.write_manifest(data)
     assert afc("submit", "manifest.yaml").returncode == 0
+
+
+def test_a_pending_deliverys_last_error_is_on_an_80_column_screen(afc):
+    submitted_to_a_refusing_receiver(afc, "k1")
     [delivery] = afc.json("webhooks", "list")["deliveries"]
     assert delivery["status"] == "pending" and delivery["last_error"], delivery
     reason = delivery["last_error"]
