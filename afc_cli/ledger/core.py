@@ -5111,56 +5111,53 @@ class Ledger:
 
     def stores_to_retry(self, job_ids: list[str]) -> list[tuple[str, str]]:
         """Of ``job_ids``, the jobs resting at their store step whose storage failed in an
-        earlier run (``store_failures``), each with its batch: their renders are paid for, in
-        a spool, and a run tries their uploads before it pays for another render of their
-        batch (``pipeline.note_stores_first``); one a killed run held (``running``) too. One
-        query, as ``_blocked_among``: by id for a claim's few, else through the ledger's
-        unfinished jobs, every batch named."""
-        if not job_ids:
-            return []
-        condition = (
-            " AND j.status IN ('waiting', 'queued', 'running') AND j.step = 'store'"
-            " AND j.store_failures > 0"
+        earlier run (``store_failures``), each with its batch, in their order: their renders
+        are paid for, in a spool, and a run tries their uploads before it pays for another
+        render of their batch (``pipeline.note_stores_first``); one a killed run held
+        (``running``) too. One query (``_among``)."""
+        found = dict(
+            self._among(
+                job_ids,
+                " AND j.status IN ('waiting', 'queued', 'running') AND j.step = 'store'"
+                " AND j.store_failures > 0",
+                "j.id, j.batch",
+            )
         )
-        if len(job_ids) <= IN_CHUNK:
-            any_of, params = self._any_of("j.id", job_ids)
-            rows = self.db.execute(
-                f"SELECT j.id, j.batch FROM jobs j WHERE {any_of}{condition}", params
-            ).fetchall()
-        else:
-            every_batch, _ = _batch_scope(None, "j.batch")
-            rows = self.db.execute(
-                f"SELECT j.id, j.batch FROM jobs j WHERE {every_batch}{condition}"
-            ).fetchall()
-        found = {row[0]: row[1] for row in rows}
         return [(job_id, found[job_id]) for job_id in dict.fromkeys(job_ids) if job_id in found]
 
-    def _blocked_among(self, job_ids: list[str], condition: str = "") -> list[str]:
-        """Which of ``job_ids`` are blocked jobs ``j`` meeting ``condition`` (SQL on ``j``;
-        none: every blocked job), one query. Up to ``IN_CHUNK`` of them (a worker's claim, a
-        small submit) are looked up by id, kept in their order; more (a resume of a catalogue)
-        through the ledger's blocked jobs, every batch named (``_batch_scope``), kept when they
-        are of these. Read so for a few ids too, a busy worker's every claim (``run._fed``)
-        read every blocked job of the ledger to find none of its own: 48 ms a claim beside
-        100,000 shots behind a style frame awaiting review, 25 times the claim itself (a
-        worker draining 3,000 instant jobs beside them: 9.7 s, now 7.4 s; 6.1 s with no
-        blocked jobs in the ledger)."""
+    def _among(self, job_ids: list[str], condition: str, columns: str = "j.id") -> list[Any]:
+        """The rows (``columns``, the job's id first) of the jobs ``j`` of ``job_ids`` meeting
+        ``condition`` (SQL on ``j``, from its ' AND'), one query. Up to ``IN_CHUNK`` of them (a
+        worker's claim, a small submit) are looked up by id; more (a resume of a catalogue)
+        through the ledger's jobs meeting it, every batch named (``_batch_scope``), kept when
+        they are of these."""
         if not job_ids:
             return []
         if len(job_ids) <= IN_CHUNK:
             any_of, params = self._any_of("j.id", job_ids)
-            rows = self.db.execute(
-                f"SELECT j.id FROM jobs j WHERE {any_of} AND j.status = 'blocked'{condition}",
-                params,
+            return self.db.execute(
+                f"SELECT {columns} FROM jobs j WHERE {any_of}{condition}", params
             ).fetchall()
-            found = {row[0] for row in rows}
-            return [job_id for job_id in dict.fromkeys(job_ids) if job_id in found]
         wanted = set(job_ids)
         every_batch, _ = _batch_scope(None, "j.batch")
         rows = self.db.execute(
-            f"SELECT j.id FROM jobs j WHERE {every_batch} AND j.status = 'blocked'{condition}"
+            f"SELECT {columns} FROM jobs j WHERE {every_batch}{condition}"
         ).fetchall()
-        return [row[0] for row in rows if row[0] in wanted]
+        return [row for row in rows if row[0] in wanted]
+
+    def _blocked_among(self, job_ids: list[str], condition: str = "") -> list[str]:
+        """Which of ``job_ids`` are blocked jobs ``j`` meeting ``condition`` (SQL on ``j``;
+        none: every blocked job), one query (``_among``): up to ``IN_CHUNK`` of them kept in
+        their order. Looked up by id for a few ids, not through every blocked job of the
+        ledger: a busy worker's every claim (``run._fed``) read every blocked job of the
+        ledger to find none of its own: 48 ms a claim beside 100,000 shots behind a style
+        frame awaiting review, 25 times the claim itself (a worker draining 3,000 instant jobs
+        beside them: 9.7 s, now 7.4 s; 6.1 s with no blocked jobs in the ledger)."""
+        rows = self._among(job_ids, f" AND j.status = 'blocked'{condition}")
+        if len(job_ids) > IN_CHUNK:
+            return [row[0] for row in rows]
+        found = {row[0] for row in rows}
+        return [job_id for job_id in dict.fromkeys(job_ids) if job_id in found]
 
     def ready_blocked(self, job_ids: list[str]) -> list[str]:
         """Which of these jobs are blocked with no need left unfinished (each succeeded, ended
