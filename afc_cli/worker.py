@@ -280,9 +280,10 @@ def drain_while_idle(
     returned at once, the drain cancelled, for the worker's round to run (none if the pass
     ended, or a stop came, first).
 
-    SPEC §11: a receiver that is down or slow never holds up a render. The drain used to run
-    alone, and a receiver holding its POST kept every new job waiting until the POST's
-    ``timeout_s`` (at most 120 s). A POST the cancel abandons for jobs keeps its row leased to
+    A receiver that is down or slow never holds up a render (README, "Webhooks": never in
+    the paid path). The drain used to run alone, and a receiver holding its POST kept every
+    new job waiting until the POST's ``timeout_s`` (at most 120 s). A POST the cancel
+    abandons for jobs keeps its row leased to
     this worker until the lease runs out (the round's drain would post it again at once into
     a receiver perhaps still holding it), then it is posted again with the same
     ``webhook-id`` (at least once, as after any interrupted run); one a stop cuts short is
