@@ -987,7 +987,7 @@ class FakeProviders:
                 return h.reply(202, {"status": "COMPLETED", "logs": None})
             if "flagged-at-end" in r["prompt"]:
                 # the model's safety check refused the request as it ran: fal ends it with
-                # the error's type (second-hand: PROVIDERS.md)
+                # the error's type (second-hand: README "Providers")
                 return h.reply(
                     200,
                     {

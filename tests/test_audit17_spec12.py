@@ -1,4 +1,4 @@
-"""SPEC section 12 line by line (audit 17): the interplay of review gates, dependencies and
+"""The round-2 contract line by line (audit 17; README "Review gates, dependencies and reference images"): the interplay of review gates, dependencies and
 reference images with workers, ``afc serve`` and ``afc ledger copy`` on PostgreSQL."""
 
 from __future__ import annotations

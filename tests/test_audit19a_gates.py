@@ -1,5 +1,5 @@
 """Review gates, needs and reference images as a user meets them through the real ``afc``
-command (SPEC §12), audit 19 (a): what the earlier audits' tests did not reach."""
+command (README "Review gates, dependencies and reference images"), audit 19 (a): what the earlier audits' tests did not reach."""
 
 from __future__ import annotations
 

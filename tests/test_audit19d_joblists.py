@@ -87,7 +87,7 @@ def test_a_job_list_with_no_room_in_tmpdir_is_refused_as_nothing_admitted(afc):
 
 
 def test_two_first_submits_of_a_batch_naming_two_storages_at_once_refuse_the_second(afc, pg_url):
-    """SPEC section 1: a run that names another storage for a batch than the one it was
+    """README ("Commands"): a run that names another storage for a batch than the one it was
     admitted with is refused (exit 2) with both named. On PostgreSQL, two first submits of a
     new batch at once (two cron lines, two hosts) each checked the batch's storage before the
     other's admission committed: the second waited on the first's batch row, then admitted
@@ -136,7 +136,7 @@ def test_two_first_submits_of_a_batch_naming_two_storages_at_once_refuse_the_sec
 def test_two_batches_sharing_an_output_key_in_one_storage_pay_for_one_render(afc):
     """README (pipeline, probe): an output key another job holds is OUTPUT_KEY_CONFLICT,
     'never overwritten, no render paid'. Two films' batches whose output template leaves out
-    {batch} ('{key}.{ext}', both with a shot-1: SPEC section 3 lets two films have one) into
+    {batch} ('{key}.{ext}', both with a shot-1: README "The manifest" lets two films have one) into
     one storage, admitted with --no-run and run by one 'afc resume' (cron's line, or a
     worker): both probes found the key free, both renders were paid, and the second to store
     failed OUTPUT_KEY_CONFLICT with its paid render thrown away. A run now takes such jobs one

@@ -1,5 +1,5 @@
 """Found by outside audit 20a, of several ``afc worker`` processes on one PostgreSQL ledger
-(SPEC §12 "Beyond one machine"): what one process does while another's call is in flight."""
+(README "Running on several machines"): what one process does while another's call is in flight."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Outside audit 20b: the command-line contract against SPEC.md, through the real ``afc``
+"""Outside audit 20b: the command-line contract against README's "Commands" and "Exit codes", through the real ``afc``
 command: what a person reads on a terminal or a pipe, and what a script reads."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def test_an_admission_s_json_says_the_exit_code_it_exits_with(afc):
 
 
 def test_with_several_batches_a_reason_said_under_the_table_is_under_its_batch(afc):
-    """SPEC section 3: two films may both have a shot-001. With several batches 'afc status'
+    """README "The manifest": two films may both have a shot-001. With several batches 'afc status'
     gives each batch a heading over its rows; a failed job's reason that found no room as a
     column was printed as 'KEY: reason' under the last batch's table, every batch's together:
     two batches' failed shots of one key read as two reasons of one job, with nothing to say

@@ -21,7 +21,7 @@ def test_a_run_through_another_s3_endpoint_is_refused_as_another_storage(
     moto_server,  # noqa: F811
     ledger_url,
 ):
-    """SPEC §1: the storage a batch resolves to is recorded with it, and a run that names
+    """README ("Commands"): the storage a batch resolves to is recorded with it, and a run that names
     another is refused (exit 2), so no output is rendered twice into two places. The record
     was the bucket's URL alone: a resume whose environment named another S3 endpoint (a cron
     job with the staging MinIO's AWS_ENDPOINT_URL_S3, R2 instead of AWS) probed and stored

@@ -279,7 +279,7 @@ def test_a_line_break_in_a_reviewer_s_reason_cannot_forge_a_line_of_afc_show(afc
 
 
 def test_an_unknown_provider_in_the_defaults_chain_is_named_once_where_it_is_written(afc):
-    """SPEC: a manifest error names the job and the field. An unknown provider in
+    """README ("Exit codes"): a manifest error names the job and the field. An unknown provider in
     'defaults.chain' was said for every job without a chain of its own, each named with a
     field it does not have ('job 0 (key 'a'): field 'chain[0].provider'', then job 1, 2...,
     the 25 problems shown all this one), and a job's own params were called 'not a
@@ -321,7 +321,7 @@ def test_a_mistyped_parameter_in_defaults_params_is_named_once_where_it_is_writt
 
 
 def test_a_manifest_s_storage_that_is_no_usable_url_names_the_manifest_and_its_field(afc):
-    """SPEC: a manifest error names the file and the field. A manifest's 'storage:' that is
+    """README ("Exit codes"): a manifest error names the file and the field. A manifest's 'storage:' that is
     no usable URL was said as 'afc: storage 'ftp://x': the ftp:// scheme is not supported',
     the words of --storage: nothing said it came from the manifest (rather than --storage or
     AFC_STORAGE, which a cron job may set). It is an invalid manifest now, exit 2, naming the

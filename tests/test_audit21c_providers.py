@@ -1,5 +1,5 @@
-"""Outside audit 21c: the provider adapters against PROVIDERS.md and reference images (SPEC
-section 12), through the real ``afc`` command against the fake providers
+"""Outside audit 21c: the provider adapters against the providers' wire formats (README "Providers")
+and reference images (README "Review gates, dependencies and reference images"), through the real ``afc`` command against the fake providers
 (tests/fakeproviders.py), extended here where a wire behaviour was missing."""
 
 from __future__ import annotations

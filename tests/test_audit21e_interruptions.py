@@ -105,7 +105,7 @@ def test_a_request_a_killed_run_left_that_the_provider_let_go_never_fails_the_jo
     rendered at a job-style provider; the next run came back once the provider no longer had
     the request (a 404: fal's results go after minutes, Replicate's data after an hour), and
     the job failed 'used 1 of 1 attempts' with no render made, though an attempt cut off by
-    afc's own end never uses up a model's attempts nor fails a job by itself (SPEC 12)."""
+    afc's own end never uses up a model's attempts nor fails a job by itself (README "Concurrency, leases and interruption")."""
     data = manifest([{"key": "j0", "prompt": "hold a lighthouse"}], rates=RATES)
     data["defaults"]["chain"] = [
         {"provider": provider, "model": MODELS[provider], "attempts": 1, "backoff": FAST}

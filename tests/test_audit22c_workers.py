@@ -1,4 +1,4 @@
-"""Found by outside audit 22c, of one PostgreSQL ledger shared by several machines (SPEC §12
+"""Found by outside audit 22c, of one PostgreSQL ledger shared by several machines (README "Running on several machines"
 "Beyond one machine"): ``afc worker``/``afc resume`` on hosts told apart by ``AFC_HOST_ID``,
 each with its own spool, and the operator commands run from another host."""
 

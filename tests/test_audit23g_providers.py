@@ -1,4 +1,4 @@
-"""Outside audit 23g: the provider adapters at the wire (PROVIDERS.md), through the real
+"""Outside audit 23g: the provider adapters at the wire (README "Providers"), through the real
 ``afc`` command against the fake providers (tests/fakeproviders.py), extended here where a
 wire behaviour was missing."""
 
@@ -27,7 +27,7 @@ def test_a_fal_image_its_safety_checker_flagged_is_a_refusal_not_a_stored_output
     """fal's safety checker (on by default for its image models) answers a flagged image as a
     black one and says so in ``has_nsfw_concepts``. afc read only ``images``: the black image
     was stored as the job's output, the job succeeded, and nothing said the render was
-    refused. It is a refusal (SPEC section 5), paid: the render was made and billed."""
+    refused. It is a refusal (README "One job's pipeline"), paid: the render was made and billed."""
     result = run(afc, "fal", "checker-flags a scene")
     assert result.returncode != 0, result.stdout
     shown = afc.json("show", "shot")
@@ -89,7 +89,7 @@ def test_an_openai_input_error_under_the_image_user_error_type_is_invalid_not_a_
     blocks share, with ``code: moderation_blocked``). afc took the type alone for a refusal:
     the same unreadable image was sent again for each of the model's attempts, each recorded
     as possibly paid (a refusal's cost is unknown), the job failed 'refusal', and a chain
-    allowing fallback on refusal sent it on. An input error is ``invalid`` (SPEC section 5:
+    allowing fallback on refusal sent it on. An input error is ``invalid`` (README "One job's pipeline":
     the chain stops), refused before anything was made: a known cost of 0."""
     from afc_cli.providers.local import render_png
 

@@ -8,7 +8,7 @@ from conftest import jobs, manifest
 
 
 def test_a_worker_line_names_its_attempts_of_unknown_cost_apart(afc):
-    """README ("A run's spend"; SPEC 7: unknown cost is shown as unpriced everywhere, never
+    """README ("A run's spend": unknown cost is shown as unpriced everywhere, never
     as zero): a run's summary gives its priced spend and, apart, its attempts of unknown cost.
     'afc worker' said only 'spent 0.050000 USD (priced)' for a worker whose first call timed
     out (possibly paid, cost unknown), and 'spent 0.000000 USD (priced)' for one whose every
@@ -39,7 +39,7 @@ def test_the_report_line_names_its_attempts_of_unknown_cost_apart(afc):
     """'afc report --html' ends with a line of its counts and spend; it said 'spent 0.000000
     USD (priced)' for a batch whose every attempt was unpriced (no rate card), where 'afc
     costs report' over the same ledger says they are unpriced and real spend is higher, and
-    a run's summary adds its attempts of unknown cost: SPEC 7, never shown as zero alone."""
+    a run's summary adds its attempts of unknown cost: never shown as zero alone (README "Money")."""
     pytest.importorskip("PIL", reason="the web extra: pip install 'afc-cli[web]'")
     afc.write_manifest(manifest(jobs(1, fail=["timeout"]) + [{"key": "x", "prompt": "q"}]))
     assert afc("submit", "manifest.yaml").returncode == 0

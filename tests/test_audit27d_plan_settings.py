@@ -1,6 +1,6 @@
 """Outside audit 27d: 'afc plan' / 'afc submit --dry-run' against the submit they plan.
 
-README ("Plan") and SPEC 7 ("know before you pay"): the plan says what the submit would be
+README ("Plan") and README ("Money: know before you pay"): the plan says what the submit would be
 refused for in this environment ("a submit in this environment would be refused (exit 2):
 ..."), so a script or a person that plans first learns it before the night's run. A run
 setting the submit refuses before it writes anything (run.submit: AFC_MAX_INTERRUPTS,

@@ -1,5 +1,5 @@
 """Outside audit 29c, a studio's ledger after weeks of use: hundreds of batches that each have
-a ``shot-001`` (SPEC section 3: two films may both have one). A command given such a key
+a ``shot-001`` (README "The manifest": two films may both have one). A command given such a key
 without ``--batch`` is refused, as it should be, and the refusal stays readable."""
 
 from __future__ import annotations

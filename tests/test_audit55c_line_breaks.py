@@ -25,7 +25,7 @@ def _text(alphabet: str, size: int) -> st.SearchStrategy[str]:
     return st.text(alphabet=alphabet, min_size=size, max_size=size)
 
 
-# each provider's key shape (PROVIDERS.md), the AWS secret and session token, by the variable
+# each provider's key shape (README "Providers"), the AWS secret and session token, by the variable
 # that holds it
 KEY_SHAPES = {
     "OPENAI_API_KEY": st.one_of(

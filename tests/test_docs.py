@@ -441,7 +441,7 @@ def test_readme_shows_the_example_manifests_as_they_are():
 def test_the_defaults_the_pages_give_a_setting_are_the_codes(
     name, module, function, unit, monkeypatch
 ):
-    """README and docs/ state each run setting's default (SPEC's too: a job whose runs keep
+    """README and docs/ state each run setting's default (a job whose runs keep
     dying mid-call is dead-lettered after AFC_MAX_INTERRUPTS, default 5), and a person sizes a
     cron job or a lease by them; no test read them, each test setting its own value."""
     monkeypatch.delenv(name, raising=False)

@@ -116,7 +116,7 @@ def held(afc):
 
 
 def test_an_idle_worker_draining_a_hung_receiver_still_takes_new_jobs(afc, held):
-    """SPEC §11: a broken receiver never slows a render. An idle worker drained its due
+    """README ("Webhooks"): a broken receiver never slows a render. An idle worker drained its due
     events in a run loop of no jobs, which returned only when the receiver's POST timed out
     (up to the webhook's ``timeout_s``, at most 120 s): a job submitted meanwhile, another
     batch's too, waited that long before any worker took it. The drain now claims beside it
