@@ -1484,7 +1484,7 @@ def retry(
         typer.Option(
             "--by",
             metavar="NAME",
-            help="Who decides (recorded; default: AFC_USER, else the OS user).",
+            help="Who retries (recorded; default: AFC_USER, else the OS user).",
         ),
     ] = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
