@@ -161,7 +161,7 @@ class RateCards:
     def price(self, provider: str, model: str, usage: dict[str, Any]) -> int | None:
         """Cost in micro-USD of the reported usage by the one pricing rule, or None (unpriced).
 
-        Usage keys: ``images``, ``seconds``, ``input_tokens`` (of them ``input_image_tokens``,
+        Usage keys: ``images``, ``megapixels``, ``seconds``, ``input_tokens`` (of them ``input_image_tokens``,
         priced apart by a card with ``per_1k_input_image_tokens``: ``_image_input``),
         ``output_tokens``; every adapter
         reports ``images`` for what it produced, plus whatever else the provider measured. The
@@ -173,8 +173,12 @@ class RateCards:
            (an image whose output tokens the answer leaves out would be priced by its prompt
            alone, a thousandth of its price: a refusal, which makes nothing, is billed its
            prompt only, so its reported tokens still price it);
-        2. ``per_image`` x images produced;
-        3. ``per_second`` x seconds.
+        2. ``per_megapixel`` x the megapixels of the images produced (``megapixels``: fal's
+           answers give each image's width and height, and fal bills its models priced by
+           resolution for each image's megapixels rounded up, ``FalProvider``), so a 2048x2048
+           image of a model billed 0.025 a megapixel costs 0.10, not a ``per_image`` 0.025;
+        3. ``per_image`` x images produced;
+        4. ``per_second`` x seconds.
 
         So ``{openai, gpt-image-1, per_image: "0.04"}`` prices a gpt-image answer that reports
         tokens at 0.04 an image, and a card with token rates prices the same answer by its
@@ -204,7 +208,11 @@ class RateCards:
             return _bounded(
                 sum((amount / 1000 * card[rate] for rate, amount in tokens.items()), Decimal(0))
             )
-        for rate, unit in (("per_image", "images"), ("per_second", "seconds")):
+        for rate, unit in (
+            ("per_megapixel", "megapixels"),
+            ("per_image", "images"),
+            ("per_second", "seconds"),
+        ):
             amount = usage_amount(usage.get(unit))
             if amount is not None and rate in card:
                 return _bounded(amount * card[rate])
@@ -215,10 +223,12 @@ class RateCards:
         price times the ``images`` the request asks for (``images_requested`` in
         afc_cli/providers: OpenAI's ``n``, Replicate's ``num_outputs``, fal's ``num_images``;
         every image of an answer is billed). None where the card has no per-image price (a
-        per-second or per-token card alone cannot say in advance). By ``price``'s rule, a
-        card whose only rate that a provider's answer can use is per_image charges exactly
-        this estimate when the answer holds the images asked for; a card that also has token
-        rates charges the reported tokens (per_image is then only the estimate).
+        per-second, per-megapixel or per-token card alone cannot say in advance). By
+        ``price``'s rule, a card whose only rate that a provider's answer can use is per_image
+        charges exactly this estimate when the answer holds the images asked for; a card that
+        also has token rates or ``per_megapixel`` charges the reported tokens or megapixels
+        (per_image is then only the estimate, raised by a run under a budget to the dearest
+        answer it has seen: ``pipeline.estimate_for``).
 
         Bounded just under 1,000,000 USD (the ledger's reservation column), which no budget
         admits: an absurd image count is refused by the budget, never reserved as nothing."""

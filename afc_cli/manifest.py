@@ -136,6 +136,8 @@ class Rate(_Strict):
     model: str = Field(min_length=1)
     per_image: str | None = None
     per_second: str | None = None
+    # fal's models billed by their output's resolution (afc_cli/providers/fal.py: megapixels)
+    per_megapixel: str | None = None
     per_1k_input_tokens: str | None = None
     # the input tokens of reference images, where the provider charges them apart
     # (OpenAI's gpt-image models: RateCards.price in afc_cli/costs.py)
@@ -145,6 +147,7 @@ class Rate(_Strict):
     @field_validator(
         "per_image",
         "per_second",
+        "per_megapixel",
         "per_1k_input_tokens",
         "per_1k_input_image_tokens",
         "per_1k_output_tokens",
@@ -159,6 +162,7 @@ class Rate(_Strict):
             for name in (
                 "per_image",
                 "per_second",
+                "per_megapixel",
                 "per_1k_input_tokens",
                 "per_1k_input_image_tokens",
                 "per_1k_output_tokens",
@@ -982,6 +986,7 @@ MONEY_FIELDS = frozenset(
         "budget",
         "per_image",
         "per_second",
+        "per_megapixel",
         "per_1k_input_tokens",
         "per_1k_input_image_tokens",
         "per_1k_output_tokens",
@@ -2064,7 +2069,9 @@ def rate_problems(rates: list[Rate], providers: Any) -> list[str]:
             problems.append(f"{where}: unknown provider {rate.provider!r}")
         names = rate.prices().keys()
         if not names:
-            problems.append(f"{where}: names no price (per_image, per_second, per_1k_*_tokens)")
+            problems.append(
+                f"{where}: names no price (per_image, per_second, per_megapixel, per_1k_*_tokens)"
+            )
         usable = getattr(providers.get(rate.provider), "priced_by", None)
         if names and usable is not None and not names & usable:
             problems.append(

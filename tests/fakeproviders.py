@@ -1069,8 +1069,9 @@ class FakeProviders:
                         else f"{self.base}/files/{rid}-{i}.{r['format']}"
                         if i and ("checker-first" in r["prompt"] or "first-no-url" in r["prompt"])
                         else f"{self.base}/files/{rid}.{r['format']}",
-                        "width": 32,
-                        "height": 32,
+                        # the size the input asks for, as fal reports each image's (the
+                        # bytes are a small PNG all the same)
+                        **fal_size(r["input"]),
                         "content_type": f"image/{r['format']}",
                     }
                     for i in range(r["images"])
@@ -1216,6 +1217,27 @@ class FakeProviders:
 
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
+
+
+# fal's image_size presets (flux/dev's), in pixels
+FAL_SIZES = {
+    "square_hd": (1024, 1024),
+    "square": (512, 512),
+    "portrait_4_3": (768, 1024),
+    "portrait_16_9": (576, 1024),
+    "landscape_4_3": (1024, 768),
+    "landscape_16_9": (1024, 576),
+}
+
+
+def fal_size(model_input: dict) -> dict:
+    """The ``width`` and ``height`` fal's result gives each image: its input's ``image_size``
+    (a preset's name, or ``{width, height}``), else 32 x 32 (the test image's own size)."""
+    size = model_input.get("image_size")
+    if isinstance(size, dict):
+        return {"width": size.get("width"), "height": size.get("height")}
+    width, height = FAL_SIZES.get(size, (32, 32)) if isinstance(size, str) else (32, 32)
+    return {"width": width, "height": height}
 
 
 def bad_image_b64(prompt: str) -> str:

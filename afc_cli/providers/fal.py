@@ -12,9 +12,12 @@ is not asked for again. A resumed job rebuilds those URLs from the id
 keeps a namespace, ``workflows/{owner}/{app}/requests/...``) and
 polls instead of submitting again. The synchronous ``fal.run`` endpoint, billed even when the
 connection drops, is never used. An image fal's safety checker flagged (``has_nsfw_concepts``)
-comes blacked out: never kept; every image flagged is a refusal, paid. Cost: the images produced at the rate card's ``per_image``
-(derived; the rule is ``RateCards.price`` in afc_cli/costs.py); a request that completed but
-whose result fal already deleted (404), the images its request asked for (``num_images``).
+comes blacked out: never kept; every image flagged is a refusal, paid. Cost: the images produced at the rate card's ``per_image``,
+or their megapixels (each image's ``width`` x ``height``, rounded up to whole megapixels of
+1024 x 1024 pixels: ``images_usage``) at its ``per_megapixel``, as fal bills its models priced
+by resolution (derived; the rule is ``RateCards.price`` in afc_cli/costs.py); a request that
+completed but whose result fal already deleted (404), the images its request asked for
+(``num_images``), whose sizes went with it.
 """
 
 from __future__ import annotations
@@ -134,8 +137,33 @@ def result_files(result: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+# fal's megapixel, as it bills its models priced by resolution: 1024 x 1024 pixels (flux/dev's
+# 0.025 a megapixel is its price of a 1024x1024 image), each image's rounded up to a whole one
+MEGAPIXEL = 1024 * 1024
+
+
+def images_usage(images: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the images of a result report for their price: how many (``images``: every one
+    made was billed) and, when each gives its ``width`` and ``height`` in whole pixels, their
+    ``megapixels``, each image's rounded up to a whole megapixel (``MEGAPIXEL``), which a
+    card's ``per_megapixel`` prices (``RateCards.price``). Priced as images alone, a
+    2048x2048 render of a model billed 0.025 a megapixel was recorded, and reserved, at a
+    quarter of its bill. One image without its size and no megapixels are reported: the
+    card's ``per_image`` prices the answer, or it is unpriced, never a part of it."""
+    usage: dict[str, Any] = {"images": len(images)}
+    sizes = [(image.get("width"), image.get("height")) for image in images]
+    if sizes and all(
+        isinstance(side, int) and not isinstance(side, bool) and side > 0
+        for size in sizes
+        for side in size
+    ):
+        usage["megapixels"] = sum(-(-(w * h) // MEGAPIXEL) for w, h in sizes)
+    return usage
+
+
 class FalProvider(HttpProvider):
     name = "fal"
+    priced_by = frozenset({"per_image", "per_megapixel"})
     key_env = "FAL_KEY"
     resumable = True
     # the model's own input, passed through: the name fal's image models use for several
@@ -406,7 +434,7 @@ class FalProvider(HttpProvider):
         images = result_files(result)
         if not any(text(image.get("url")) for image in images):
             raise ProviderError("server", "fal: completed without an image", cost_micros=None)
-        usage = {"images": len(images)}  # every image made was paid for (one is kept)
+        usage = images_usage(images)  # every image made was paid for (one is kept)
         cost = request.rates.price(self.name, request.model, usage)
         # fal's safety checker answers an image it flagged as a black one, saying so in
         # ``has_nsfw_concepts`` (one flag an image): the first image not flagged is kept; all
@@ -473,7 +501,7 @@ class FalProvider(HttpProvider):
         if response.status_code != 200:
             return None
         images = result_files(json_or_empty(response))
-        return {"images": len(images)} if images else None
+        return images_usage(images) if images else None
 
     async def cancel_answer(self, request_id: str, model: str) -> str | None:
         """``Provider.cancel_answer``: COMPLETED when fal says ALREADY_COMPLETED, whatever
