@@ -27,8 +27,20 @@ PAGE = 200
 
 def environment(**globals_: Any):
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+    from markupsafe import Markup
 
+    from afc_cli.secrets import visible
     from afc_cli.web.sheet import CAUSE_ROWS, causes
+
+    def written(value: Any) -> Any:
+        """Every value a page or the report writes (Jinja's ``finalize``): outside text (a
+        prompt) with its control and invisible format characters as ``\\xNN`` /
+        ``\\uNNNN`` (``secrets.visible``), as every table and ``afc show`` write them; what
+        a template marks safe (the style, the charts, a macro's own markup) as it is.
+        Written as they were, a bidirectional override (U+202E) in a prompt reordered the
+        prompt a reviewer reads beside the picture on the review page ('a red car
+        \\u202eeulb' read 'a red car blue')."""
+        return value if isinstance(value, Markup) else visible(value)
 
     env = Environment(
         loader=PackageLoader("afc_cli.web", "templates"),
@@ -36,6 +48,7 @@ def environment(**globals_: Any):
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=written,
     )
     env.globals.update(causes=causes, cause_rows=CAUSE_ROWS, **globals_)
     return env
