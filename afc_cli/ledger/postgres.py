@@ -512,6 +512,7 @@ def _connect(url: str, *, limit: float | None = None, probe: bool = True, **kwar
 LEFT_OVER_SQL = (
     "SELECT (SELECT count(*) FROM pg_prepared_statements) + (SELECT count(*) FROM pg_settings"
     " WHERE source = 'session' AND name IN ('synchronous_commit', 'jit', 'lock_timeout',"
+    " 'idle_in_transaction_session_timeout',"
     " 'default_transaction_isolation'))"
 )
 
@@ -1705,7 +1706,11 @@ class PostgresLedger(Ledger):
 
     @contextmanager
     def grouped(self, loop: Any) -> Iterator[None]:
-        """Group commit for the duration of a run on ``loop``; everything is committed after."""
+        """Group commit for the duration of a run on ``loop``; everything is committed after.
+
+        Meanwhile the server ends this session should it stay idle in a transaction for a
+        whole lease (``_bound_idle_transactions``)."""
+        bounded = self._bound_idle_transactions()
         self._loop = loop
         try:
             yield
@@ -1713,6 +1718,36 @@ class PostgresLedger(Ledger):
             self._loop = None
             if self._in_tx and not self._broken:
                 self.flush()
+            if bounded and not self._broken and not self.db.raw.closed:
+                with contextlib.suppress(Exception):
+                    self.db.raw.execute("RESET idle_in_transaction_session_timeout")
+
+    def _bound_idle_transactions(self) -> bool:
+        """Have the server end this session once it stays idle in a transaction for a whole
+        lease (``AFC_LEASE_S``): a run's group transaction is committed within milliseconds
+        (``GROUP_COMMIT_S``), so one left open that long is a run frozen in it (SIGSTOP,
+        Ctrl-Z, a paused VM, a swap storm). Its uncommitted writes lock its jobs' rows (and
+        their attempts'), which every claim passes by (``SKIP LOCKED``) and a takeover leaves
+        to their holder: they were taken over by no other worker for as long as it stayed
+        frozen, their leases long run out, and each 'afc worker --until-idle' beside it
+        waited for them. Ended, its writes roll back, the rows are free, and the jobs are
+        taken over once their leases run out, as a frozen run's are between transactions;
+        the woken run finds its connection lost and stops, keeping its calls' renders, as
+        README says ("Running on several machines"). A timeout the server, the database,
+        the role or PGOPTIONS sets is kept, as ``lock_timeout`` is. Whether it was set here."""
+        if self._in_tx or self._broken:
+            return False
+        from afc_cli.run import lease_seconds
+
+        raw = self.db.raw
+        try:
+            if raw.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] != "0":
+                return False
+            raw.execute(f"SET idle_in_transaction_session_timeout = {int(lease_seconds() * 1000)}")
+        except _psycopg().Error as exc:
+            self._broken, self._broken_by = True, exc
+            raise ledger_write_error(self.path, exc) from None
+        return True
 
     @staticmethod
     def read_admitted(
