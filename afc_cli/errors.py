@@ -209,12 +209,24 @@ def first_line(exc: object) -> str:
     return (str(exc).strip().splitlines() or [""])[0]
 
 
+class FrozenSession(Exception):
+    """A PostgreSQL ledger's connection lost after a run loop's transaction had stayed open
+    for a whole lease: the server ended the session (``idle_in_transaction_session_timeout``,
+    ``PostgresLedger.write_error``), the process having been stopped that long."""
+
+
 def ledger_write_error(path: object, exc: object) -> LedgerWriteError:
     if isinstance(exc, LedgerWriteError):
         # worded already (a group commit's failure kept for the run's next write): said once
         return exc
     why = first_line(exc).rstrip(".")
-    if str(path).startswith(("postgresql:", "postgres:")) and _lock_wait(exc):
+    if isinstance(exc, FrozenSession):
+        # nothing wrong with the server or the network: the process itself was not running
+        fix = (
+            "nothing is wrong with the server or the connection: keep afc from being stopped "
+            "that long, or raise AFC_LEASE_S"
+        )
+    elif str(path).startswith(("postgresql:", "postgres:")) and _lock_wait(exc):
         # another session held a row or table afc needed past its lock_timeout
         # (postgres.LOCK_WAIT_S): the server and the connection are fine
         fix = (

@@ -2104,7 +2104,12 @@ async def _renew(
         except Exception as exc:
             if failed is None:
                 raise
-            failed(ledger_write_error(getattr(ledger, "path", None), exc))
+            write_error = getattr(ledger, "write_error", None)
+            failed(
+                write_error(exc)
+                if write_error is not None
+                else ledger_write_error(getattr(ledger, "path", None), exc)
+            )
             return
 
 

@@ -83,6 +83,11 @@ def test_a_worker_frozen_in_an_open_transaction_lets_its_job_go_after_a_lease(af
     # was lost does; its call is in the ledger as possibly paid, the other host's priced
     assert frozen.returncode == 1, err_a
     assert "cannot write to the ledger" in err_a, err_a
+    # and says why: its own freeze, not an outage of the server (which it sent its operator
+    # to look for: 'check the database server and the connection to it')
+    assert "this process was stopped or starved that long" in err_a, err_a
+    assert "AFC_LEASE_S = 3 s" in err_a, err_a
+    assert "check the database server" not in err_a, err_a
     attempts = _rows(pg_url, "SELECT number, status, cost_micros FROM attempts ORDER BY number")
     assert [(n, s) for n, s, _ in attempts] == [(1, "unknown"), (2, "succeeded")], attempts
     assert attempts[1][2] == 50000

@@ -3587,7 +3587,13 @@ class Ledger:
             if error is None:
                 waiter.set_result(None)
             else:
-                waiter.set_exception(ledger_write_error(self.path, error))
+                waiter.set_exception(self.write_error(error))
+
+    def write_error(self, exc: BaseException | str) -> Exception:
+        """What a failed write to this ledger says (``errors.ledger_write_error``; a
+        PostgreSQL ledger also tells a session the server ended while this process was
+        stopped, ``PostgresLedger.write_error``)."""
+        return ledger_write_error(self.path, exc)
 
     def lease_clock(self) -> float:
         """Now, in the clock leases are measured by (the database's, where it has one)."""

@@ -75,6 +75,7 @@ from typing import Any
 
 from afc_cli import streams
 from afc_cli.errors import (
+    FrozenSession,
     LedgerError,
     LedgerUnreachable,
     LedgerWriteError,
@@ -867,6 +868,11 @@ class PostgresLedger(Ledger):
         self._waiters: list[Any] = []  # futures of ``committed`` callers
         self._broken = False
         self._broken_by: BaseException | None = None
+        # the idle-in-transaction bound a run loop set (s; ``_bound_idle_transactions``) and
+        # when the last transaction began (``awake_clock``): a connection lost once one was
+        # open that long was most likely ended by the server for it (``write_error``)
+        self._idle_bound: float | None = None
+        self._tx_began = 0.0
         try:
             # Commits wait for the disk only where money depends on it (module docstring): the
             # server's own setting is kept for those, the session's other commits are async.
@@ -1502,7 +1508,7 @@ class PostgresLedger(Ledger):
         resumes from, as on SQLite (sqlite.py).
         """
         if self._broken:
-            raise ledger_write_error(self.path, self._broken_by or "the connection failed")
+            raise self.write_error(self._broken_by or "the connection failed")
         wants_sync = durable or sync_on_commit
         if self._depth:
             if wants_sync:  # the enclosing transaction's commit waits for the disk too
@@ -1523,7 +1529,7 @@ class PostgresLedger(Ledger):
                 self._begin()
             except psycopg.OperationalError as exc:  # the connection is gone: the run stops
                 self._abort(exc, psycopg)
-                raise ledger_write_error(self.path, exc) from None
+                raise self.write_error(exc) from None
         self._block_writes = self.db.writes
         self._block_sync = wants_sync
         self._depth = 1
@@ -1549,7 +1555,7 @@ class PostgresLedger(Ledger):
                 | psycopg.errors.ReadOnlySqlTransaction
                 | psycopg.errors.InsufficientPrivilege,
             ):
-                raise ledger_write_error(self.path, exc) from None
+                raise self.write_error(exc) from None
             raise
         self._depth = 0
         if self._commit_at_end:
@@ -1561,6 +1567,7 @@ class PostgresLedger(Ledger):
     def _begin(self) -> None:
         if self._loop is not None and self.db.pipe is None:
             self.db.open_pipeline()
+        self._tx_began = awake_clock()
         self.db.raw.execute("BEGIN")
         self._in_tx = True
         self._tx_writes = self.db.writes  # to tell whether other blocks wrote in it
@@ -1620,7 +1627,7 @@ class PostgresLedger(Ledger):
         self._in_tx = False
         self._broken, self._broken_by = True, exc
         self._fail_waiters(exc)
-        raise ledger_write_error(self.path, exc) from None
+        raise self.write_error(exc) from None
 
     def _close_pipeline(self) -> None:
         """Leave pipeline mode after a failure (the failure is already being handled)."""
@@ -1690,7 +1697,7 @@ class PostgresLedger(Ledger):
                 self._waiters = waiters
                 self._fail_waiters(exc)
                 if isinstance(exc, psycopg.Error):
-                    raise ledger_write_error(self.path, exc) from None
+                    raise self.write_error(exc) from None
                 raise
         self._settle(waiters)
 
@@ -1721,6 +1728,7 @@ class PostgresLedger(Ledger):
             if bounded and not self._broken and not self.db.raw.closed:
                 with contextlib.suppress(Exception):
                     self.db.raw.execute("RESET idle_in_transaction_session_timeout")
+                self._idle_bound = None
 
     def _bound_idle_transactions(self) -> bool:
         """Have the server end this session once it stays idle in a transaction for a whole
@@ -1743,11 +1751,37 @@ class PostgresLedger(Ledger):
         try:
             if raw.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] != "0":
                 return False
-            raw.execute(f"SET idle_in_transaction_session_timeout = {int(lease_seconds() * 1000)}")
+            bound = lease_seconds()
+            raw.execute(f"SET idle_in_transaction_session_timeout = {int(bound * 1000)}")
         except _psycopg().Error as exc:
             self._broken, self._broken_by = True, exc
-            raise ledger_write_error(self.path, exc) from None
+            raise self.write_error(exc) from None
+        self._idle_bound = bound
         return True
+
+    def write_error(self, exc: BaseException | str) -> Exception:
+        """The ledger's error for a failed write (``errors.ledger_write_error``), saying so
+        where the connection was lost with a transaction of the run loop open for a whole
+        lease or longer: the server ended the session for it (``_bound_idle_transactions``),
+        this process having been stopped or starved that long. Said as the database server or
+        the connection to check, a worker woken from a Ctrl-Z, a paused VM or a SIGSTOP sent
+        its operator to look for an outage that never was."""
+        bound = self._idle_bound
+        if (
+            bound is not None
+            and not isinstance(exc, LedgerWriteError)
+            and (isinstance(exc, _psycopg().OperationalError) or self.db.raw.closed)
+        ):
+            held = awake_clock() - self._tx_began
+            if held >= bound:
+                exc = FrozenSession(
+                    f"the database server ended this process's session, its transaction "
+                    f"open {held:.0f} s, longer than its lease (AFC_LEASE_S = {bound:g} s; "
+                    f"idle_in_transaction_session_timeout): this process was stopped or "
+                    f"starved that long (a Ctrl-Z, a SIGSTOP, a paused machine?), and its "
+                    f"jobs were let go to other runs ({first_line(exc)})"
+                )
+        return ledger_write_error(self.path, exc)
 
     @staticmethod
     def read_admitted(
