@@ -368,6 +368,7 @@ class Deliverer:
         parallel: int = 8,
         failed: set[str] | frozenset[str] = frozenset(),
         only: str | None = None,
+        wait_rest: bool = False,
     ) -> DrainStats:
         """Deliver every row due when the pass began once, until none is left or the deadline
         passes.
@@ -381,7 +382,11 @@ class Deliverer:
         within it: a retry is scheduled after the pass began, a row released for want of its
         secret is due from its release on. ``failed``: receivers that timed out in the
         pass just before, not tried again in this one (a run's last pass does not wait out a
-        slow receiver's timeout a second time). ``only``: that delivery alone (a replay)."""
+        slow receiver's timeout a second time). ``only``: that delivery alone (a replay).
+        ``wait_rest`` (a run's last pass): a receiver resting on its Retry-After, with events
+        due, is waited for when its rest ends before the deadline, then posted to: the last
+        pass ended at the first 'Retry-After: 1', leaving every other due event to the next
+        run (a cron'd resume of a finished night: 11 posted, 300 left, run after run)."""
         stats = DrainStats()
         stats.failed.update(failed)
         ledger = self.ledger
@@ -402,7 +407,11 @@ class Deliverer:
                 if row["id"] in tried:  # retried at once (a zero backoff): the next pass
                     ledger.release_delivery(row["id"])
             if not fresh:
-                break
+                rest = self._rest_to_wait(stats, began, deadline) if wait_rest else None
+                if rest is None:
+                    break
+                await asyncio.sleep(rest)
+                continue
             tried.update(r["id"] for r in fresh)
             by_receiver: dict[str, list[dict[str, Any]]] = {}
             for row in fresh:
@@ -430,6 +439,7 @@ class Deliverer:
                 finally:
                     for row in pending:  # not posted in this pass: free for the next
                         unposted.discard(row["id"])
+                        tried.discard(row["id"])  # (or for this one, after a rest waited out)
                         ledger.release_delivery(row["id"])
 
             try:
@@ -452,6 +462,31 @@ class Deliverer:
         same 429 and each spending one of its tries."""
         now = time.monotonic()
         return {receiver for receiver, until in self.resting.items() if until > now}
+
+    def _rest_to_wait(
+        self, stats: DrainStats, due_before: float, deadline: float | None
+    ) -> float | None:
+        """Seconds until the first receiver resting on its Retry-After (one that answered,
+        not one that timed out) with an event due before ``due_before`` may be posted to
+        again, when that is before ``deadline``; None when there is none to wait for. The
+        receivers waited for are no longer given up on in this pass."""
+        now = time.monotonic()
+        left = None if deadline is None else deadline - self.clock()
+        ends = {
+            receiver: until
+            for receiver, until in self.resting.items()
+            if until > now and receiver not in stats.slow and (left is None or until - now < left)
+        }
+        if not ends:
+            return None
+        due = self.ledger.due_delivery_urls(self._urls(set(ends)), due_before)
+        waited = {r: ends[r] for r in ends if self.urls_of.get(r, set()) & due}
+        if not waited:
+            return None
+        for receiver in waited:
+            stats.failed.discard(receiver)
+            stats.failing.pop(receiver, None)
+        return max(0.0, min(waited.values()) - now)
 
     def _urls(self, receivers: set[str]) -> tuple[str, ...]:
         """The URLs of ``receivers`` this process has met: the claim leaves their rows."""
@@ -620,7 +655,9 @@ async def run_beside(ledger: Ledger, stop: asyncio.Event, interval: float = 1.0)
         # a receiver that just timed out (as the batch ended) is left to the next run or
         # 'afc webhooks deliver': the run ends one timeout after its renders, not two; one
         # that failed fast (a 503, a refused connection) costs nothing to try once more
-        await deliverer.drain(deadline=time.time() + FINAL_DRAIN_S, failed=last.slow)
+        await deliverer.drain(
+            deadline=time.time() + FINAL_DRAIN_S, failed=last.slow, wait_rest=True
+        )
     finally:
         await deliverer.close()
 

@@ -4050,6 +4050,21 @@ class Ledger:
         f" AND {_NOT_MOVED}"
     )
 
+    def due_delivery_urls(self, urls: tuple[str, ...], due_before: float) -> set[str]:
+        """Which of ``urls`` have a delivery due before ``due_before`` and free to claim now
+        (a run's last pass waits out a receiver's short Retry-After only for these)."""
+        if not urls:
+            return set()
+        now = self.lease_clock()
+        return {
+            row[0]
+            for row in self.db.execute(
+                f"SELECT DISTINCT url FROM deliveries WHERE {self._DELIVERY_DUE}"
+                f" AND url IN {_marks(list(urls))}",
+                [due_before, now, *urls],
+            ).fetchall()
+        }
+
     def deliveries_due(self) -> bool:
         """Whether any delivery is due now and free to claim (an idle ``afc worker`` drains
         only then: a row waiting out its backoff costs it nothing)."""
