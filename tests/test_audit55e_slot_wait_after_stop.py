@@ -18,12 +18,20 @@ def test_a_slot_wait_left_by_a_stopped_run_says_no_process_waits_now(afc):
     release = afc.cwd / "release"
     failing = {"fail": ["server"], "retry_after_s": 1}
     data = manifest(
-        [{"key": "again", "prompt": "a", "params": failing}, {"key": "long", "prompt": "b"}],
+        # 'long' holds local's one slot only once 'again' made its first call (answered at
+        # once, as 'tiny's is): started beside 'again', it took the slot first about one run
+        # in five on a loaded machine, and 'again' stayed 'queued', never waiting for it
+        [
+            {"key": "again", "prompt": "a", "params": failing},
+            {"key": "tiny", "prompt": "c"},
+            {"key": "long", "prompt": "b", "needs": ["tiny"]},
+        ],
         limits={"local": {"concurrency": 1}},
     )
     data["defaults"]["chain"][0]["backoff"] = {"base": 1, "cap": 1}
     afc.write_manifest(data)
     (afc.cwd / "release.again").touch()  # its own calls answer at once
+    (afc.cwd / "release.tiny").touch()
     run = afc.popen(
         "submit", "manifest.yaml", env={"AFC_LOCAL_RELEASE": str(release), "AFC_GRACE_S": "0"}
     )
@@ -60,4 +68,5 @@ def test_a_slot_wait_left_by_a_stopped_run_says_no_process_waits_now(afc):
     assert sorted(afc.rows("SELECT key, status FROM jobs")) == [
         ("again", "succeeded"),
         ("long", "succeeded"),
+        ("tiny", "succeeded"),
     ]
