@@ -50,7 +50,6 @@ from afc_cli.errors import (
     StorageError,
     UsageError,
     first_named,
-    ledger_write_error,
     named_batches,
 )
 from afc_cli.ledger import TERMINAL, AdmitResult, Ledger
@@ -2104,12 +2103,7 @@ async def _renew(
         except Exception as exc:
             if failed is None:
                 raise
-            write_error = getattr(ledger, "write_error", None)
-            failed(
-                write_error(exc)
-                if write_error is not None
-                else ledger_write_error(getattr(ledger, "path", None), exc)
-            )
+            failed(ledger.write_error(exc))
             return
 
 

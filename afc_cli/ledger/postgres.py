@@ -1717,7 +1717,7 @@ class PostgresLedger(Ledger):
 
         Meanwhile the server ends this session should it stay idle in a transaction for a
         whole lease (``_bound_idle_transactions``)."""
-        bounded = self._bound_idle_transactions()
+        self._bound_idle_transactions()
         self._loop = loop
         try:
             yield
@@ -1725,12 +1725,13 @@ class PostgresLedger(Ledger):
             self._loop = None
             if self._in_tx and not self._broken:
                 self.flush()
-            if bounded and not self._broken and not self.db.raw.closed:
+            # (a broken run keeps its bound: its error, said after the loop, names a freeze)
+            if self._idle_bound is not None and not self._broken and not self.db.raw.closed:
                 with contextlib.suppress(Exception):
                     self.db.raw.execute("RESET idle_in_transaction_session_timeout")
                 self._idle_bound = None
 
-    def _bound_idle_transactions(self) -> bool:
+    def _bound_idle_transactions(self) -> None:
         """Have the server end this session once it stays idle in a transaction for a whole
         lease (``AFC_LEASE_S``): a run's group transaction is committed within milliseconds
         (``GROUP_COMMIT_S``), so one left open that long is a run frozen in it (SIGSTOP,
@@ -1742,22 +1743,22 @@ class PostgresLedger(Ledger):
         taken over once their leases run out, as a frozen run's are between transactions;
         the woken run finds its connection lost and stops, keeping its calls' renders, as
         README says ("Running on several machines"). A timeout the server, the database,
-        the role or PGOPTIONS sets is kept, as ``lock_timeout`` is. Whether it was set here."""
+        the role or PGOPTIONS sets is kept, as ``lock_timeout`` is. Set here, the bound is
+        ``_idle_bound`` (``write_error`` reads it), until the loop's end resets it."""
         if self._in_tx or self._broken:
-            return False
+            return
         from afc_cli.run import lease_seconds
 
         raw = self.db.raw
         try:
             if raw.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] != "0":
-                return False
+                return
             bound = lease_seconds()
             raw.execute(f"SET idle_in_transaction_session_timeout = {int(bound * 1000)}")
         except _psycopg().Error as exc:
             self._broken, self._broken_by = True, exc
             raise self.write_error(exc) from None
         self._idle_bound = bound
-        return True
 
     def write_error(self, exc: BaseException | str) -> Exception:
         """The ledger's error for a failed write (``errors.ledger_write_error``), saying so
