@@ -116,6 +116,18 @@ class Served:
         return self.proc.returncode, "".join(self.lines) + rest
 
 
+def served_pages(afc, *names: str) -> dict[str, str]:
+    """The text of each page ``names`` (``""``: the contact sheet, ``"review"``...) as a
+    browser would fetch it from an ``afc serve`` started for them and stopped after."""
+    import httpx
+
+    served = Served(afc)
+    try:
+        return {name: httpx.get(f"{served.url}{name}", timeout=30).text for name in names}
+    finally:
+        served.stop()
+
+
 def ledger_state(path: Path) -> list[tuple]:
     """Everything a decision could change: the jobs, their events, their deliveries."""
     import sqlite3

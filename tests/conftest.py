@@ -60,12 +60,14 @@ class Afc:
             timeout=timeout,
         )
 
-    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def popen(
+        self, *args: str, env: dict[str, str] | None = None, stdout: int = subprocess.DEVNULL
+    ) -> subprocess.Popen:
         return subprocess.Popen(
             self.command(*args),
             cwd=self.cwd,
             env={**self.env, **(env or {})},
-            stdout=subprocess.DEVNULL,
+            stdout=stdout,
             stderr=subprocess.PIPE,
             text=True,
         )

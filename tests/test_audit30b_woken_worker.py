@@ -18,16 +18,11 @@ from conftest import jobs, manifest, wait_for_ledger
 
 
 def _worker(afc, url: str, host: str, release) -> subprocess.Popen:
-    env = {**afc.env, "AFC_LEASE_S": "3", "AFC_LOCAL_RELEASE": str(release), "AFC_HOST_ID": host}
+    env = {"AFC_LEASE_S": "3", "AFC_LOCAL_RELEASE": str(release), "AFC_HOST_ID": host}
     if url:
         env["AFC_LEDGER"] = url
-    return subprocess.Popen(
-        afc.command("worker", "--until-idle", "--poll", "0.1", "--json"),
-        cwd=afc.cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return afc.popen(
+        "worker", "--until-idle", "--poll", "0.1", "--json", env=env, stdout=subprocess.PIPE
     )
 
 

@@ -26,7 +26,6 @@ from pg_stalls import stop
 
 def _worker(afc, url: str, host: str, stall: str = "") -> subprocess.Popen:
     env = {
-        **afc.env,
         "AFC_LEDGER": url,
         "AFC_LEASE_S": "3",
         "AFC_HOST_ID": host,
@@ -34,13 +33,8 @@ def _worker(afc, url: str, host: str, stall: str = "") -> subprocess.Popen:
         "AFC_SPOOL_DIR": str(afc.cwd / f"spool-{host}"),
         "AFC_STALL_POINT": stall,
     }
-    return subprocess.Popen(
-        afc.command("worker", "--until-idle", "--poll", "0.1", "--json"),
-        cwd=afc.cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return afc.popen(
+        "worker", "--until-idle", "--poll", "0.1", "--json", env=env, stdout=subprocess.PIPE
     )
 
 

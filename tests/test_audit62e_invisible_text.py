@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import html
 
-import httpx
 import pytest
 from conftest import manifest
 
@@ -42,14 +41,10 @@ def _shown_escaped(text: str, where: str) -> None:
 
 
 def test_the_pages_write_a_prompt_s_bidi_override_as_the_terminal_does(afc):
-    from browser import Served
+    from browser import served_pages
 
     _ledger(afc)
-    served = Served(afc)
-    try:
-        pages = {name: httpx.get(f"{served.url}{name}", timeout=30).text for name in ("", "review")}
-    finally:
-        served.stop()
+    pages = served_pages(afc, "", "review")
     _shown_escaped(pages[""], "contact sheet")
     _shown_escaped(pages["review"], "review page")
     assert "<style>" in pages[""] and "&lt;style" not in pages[""]  # marked safe: as it is

@@ -13,7 +13,6 @@ from __future__ import annotations
 import html
 import re
 
-import httpx
 import pytest
 from conftest import manifest
 
@@ -45,14 +44,10 @@ def _cut(tips: list[str], count: int) -> None:
 
 
 def test_the_pages_tooltips_hold_the_first_thousand_characters(afc):
-    from browser import Served
+    from browser import served_pages
 
     _ledger(afc)
-    served = Served(afc)
-    try:
-        pages = {name: httpx.get(f"{served.url}{name}", timeout=30).text for name in ("", "review")}
-    finally:
-        served.stop()
+    pages = served_pages(afc, "", "review")
     for name, text in pages.items():
         _cut(_tooltips(text), JOBS)
         # the 3 prompts' 90,000 characters are not on the page (each card a few KB)
