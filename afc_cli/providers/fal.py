@@ -17,7 +17,8 @@ or their megapixels (each image's ``width`` x ``height``, rounded up to whole me
 1024 x 1024 pixels: ``images_usage``) at its ``per_megapixel``, as fal bills its models priced
 by resolution (derived; the rule is ``RateCards.price`` in afc_cli/costs.py); a request that
 completed but whose result fal already deleted (404), the images its request asked for
-(``num_images``), whose sizes went with it.
+(``num_images``), whose sizes went with it: their megapixels from the size the request asked
+for (``image_size``: ``requested_usage``), where it names one.
 """
 
 from __future__ import annotations
@@ -161,6 +162,32 @@ def images_usage(images: list[dict[str, Any]]) -> dict[str, Any]:
     return usage
 
 
+# fal's named ``image_size`` presets (its image models' input), each 1 megapixel or less
+PRESET_SIZES = {
+    "square_hd": (1024, 1024),
+    "square": (512, 512),
+    "portrait_4_3": (768, 1024),
+    "portrait_16_9": (576, 1024),
+    "landscape_4_3": (1024, 768),
+    "landscape_16_9": (1024, 576),
+}
+
+
+def requested_size(params: dict[str, Any]) -> tuple[int, int] | None:
+    """The width and height of each image a request's ``image_size`` asks for: its
+    ``{width, height}`` in whole pixels, or a named preset's (``PRESET_SIZES``); None where it
+    names none afc can read (the model's own default then, which afc does not know)."""
+    size = params.get("image_size")
+    if isinstance(size, str):
+        return PRESET_SIZES.get(size)
+    if not isinstance(size, dict):
+        return None
+    sides = (size.get("width"), size.get("height"))
+    if all(isinstance(side, int) and not isinstance(side, bool) and side > 0 for side in sides):
+        return sides[0], sides[1]
+    return None
+
+
 class FalProvider(HttpProvider):
     name = "fal"
     priced_by = frozenset({"per_image", "per_megapixel"})
@@ -169,6 +196,21 @@ class FalProvider(HttpProvider):
     # the model's own input, passed through: the name fal's image models use for several
     # images (every image of the result is counted)
     images_param = "num_images"
+
+    def requested_usage(self, params: dict[str, Any]) -> dict[str, Any]:
+        """What a completed request whose result fal already deleted (404) made and was
+        billed for, its list of images gone with the result: the images its request asked
+        for (``num_images``) and, where its ``image_size`` says their size
+        (``requested_size``), their megapixels, each image's rounded up as ``images_usage``
+        rounds a result's. Priced as images alone, a 2048x2048 render of a model billed
+        0.025 a megapixel was recorded at 0.025 (a quarter of its bill) under a card with
+        ``per_image``, and left unpriced under a ``per_megapixel`` card alone."""
+        images = self.images_requested(params)
+        usage: dict[str, Any] = {"images": images}
+        size = requested_size(params)
+        if size is not None:
+            usage["megapixels"] = images * -(-(size[0] * size[1]) // MEGAPIXEL)
+        return usage
 
     def params_problems(self, params: dict[str, Any]) -> list[str]:
         from afc_cli.providers.replicate import inputs_field_problems
@@ -411,7 +453,7 @@ class FalProvider(HttpProvider):
                 # (Not a status given up on as unreadable: it may never have completed.)
                 # Paid, its output lost, as a Replicate prediction's removed data: not an
                 # answer never had (``unknown``, possibly paid, counted so by every report)
-                made = {"images": self.images_requested(request.params)}
+                made = self.requested_usage(request.params)
                 cost = request.rates.price(self.name, request.model, made)
                 lost = ProviderError(
                     "unavailable",
@@ -481,7 +523,8 @@ class FalProvider(HttpProvider):
     ) -> dict[str, Any] | None:
         """``Provider.completed_usage``: the images a completed request's result names, as
         its poll prices them (``render``); once fal deleted the result (404), the images its
-        request asked for (``num_images``) when its status says it completed without an error
+        request asked for (``num_images``) and their size's megapixels (``requested_usage``)
+        when its status says it completed without an error
         (a second free GET), as ``render`` prices a completed request whose result is gone:
         read as none, it was left unpriced under a per_image card until a person retried the
         job. One that ended in an error (fal bills none of its own 5xx) is not priced so."""
@@ -496,7 +539,7 @@ class FalProvider(HttpProvider):
             state = json_or_empty(status)
             if status.status_code == 200 and state.get("status") == "COMPLETED":
                 if not state.get("error"):
-                    return {"images": self.images_requested(params)}
+                    return self.requested_usage(params)
             return None
         if response.status_code != 200:
             return None
