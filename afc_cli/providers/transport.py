@@ -238,6 +238,15 @@ def _deadline(timeout: dict[str, Any], after: float, sized: int = 0) -> float | 
 MAX_ANSWER_BYTES = 256 * 1024**2
 
 
+# The most of an error answer's body (a status outside 2xx) that is read: the providers' own
+# error bodies are a few KB (``{"error": {"message", ...}}``), and nothing past this is ever
+# needed (an error's message is cut to some 4,000 characters: ``base.bounded``). Read to
+# MAX_ANSWER_BYTES, a gateway's 50 MB error page was held whole, decoded, parsed and copied into
+# the message: some 150 MB for each call, 1.25 GB for 8 at once, and a run at --concurrency
+# 100 answered so was killed by the kernel, its calls in flight left possibly paid.
+MAX_ERROR_ANSWER_BYTES = 1024**2
+
+
 class AnswerTooLarge(httpx.ReadError):
     """An answer that decoded to more than its limit (``_Answer``): a body not read whole, as a
     cut one is not (a paid call's cost unknown)."""
@@ -314,6 +323,13 @@ class _Answer(httpx.Response):
 
     async def aiter_bytes(self, chunk_size: int | None = None):
         limit, size = MAX_ANSWER_BYTES if self.limited else None, 0
+        if not 200 <= self.status_code < 300:
+            # an error answer: its first MAX_ERROR_ANSWER_BYTES are all afc reads (the rest is
+            # left unread, the connection closed, not reused); cut so, it is read as any body
+            # afc cannot parse (the status alone classes it: README "Error classes")
+            async for chunk in self._error_head(chunk_size):
+                yield chunk
+            return
         try:
             async for chunk in super().aiter_bytes(chunk_size):
                 if limit is not None:
@@ -335,6 +351,25 @@ class _Answer(httpx.Response):
             raise AnswerUndecodable(
                 f"an answer whose {self.headers['content-encoding']} stream is cut short"
             )
+
+    async def _error_head(self, chunk_size: int | None):
+        """An error answer's body, its first ``MAX_ERROR_ANSWER_BYTES`` decoded bytes: a body
+        that does not decode is the bytes that did (an error's words are never an output)."""
+        size = 0
+        body = super().aiter_bytes(chunk_size)
+        try:
+            async for chunk in body:
+                chunk = chunk[: MAX_ERROR_ANSWER_BYTES - size]
+                size += len(chunk)
+                if chunk:
+                    yield chunk
+                if size >= MAX_ERROR_ANSWER_BYTES:
+                    break
+        except httpx.DecodingError:
+            pass
+        finally:
+            await body.aclose()
+        await self.aclose()  # the rest unread: the connection is closed, never reused
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
