@@ -140,6 +140,7 @@ def normalize_url(url: str, base: Path | None = None) -> str:
     if url.startswith("s3://"):
         from afc_cli.storage.s3 import parse_url
 
+        _no_query(url)
         bucket, prefix = parse_url(url)
         return f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
     if "://" in url:
@@ -149,6 +150,23 @@ def normalize_url(url: str, base: Path | None = None) -> str:
             "(supported: file://PATH, s3://BUCKET/PREFIX)"
         )
     raise UsageError(f"storage {url!r} is not a URL; use file://PATH or s3://BUCKET/PREFIX")
+
+
+def _no_query(url: str) -> None:
+    """Refuse an ``s3://`` URL a person gave with a query string: ``s3://BUCKET/PREFIX`` has
+    none. Read as part of the prefix, ``s3://renders/films?region=eu-west-1`` (the Go CDK's
+    and other tools' way to name a region, an endpoint or credentials) stored every output
+    under a prefix literally named ``films?region=eu-west-1``, the region unread, and
+    ``?aws_secret_access_key=...`` put the secret in the ledger's record of the batch and
+    in every object's key in the bucket. The URL is said up to its '?' only: the rest may
+    be a secret. A batch recorded so before is still opened (``open``)."""
+    if "?" in url:
+        raise UsageError(
+            f"storage {url.split('?', 1)[0] + '?…'!r}: an s3:// URL takes no query string "
+            "(s3://BUCKET/PREFIX): set the region with AWS_REGION, the endpoint with "
+            "AWS_ENDPOINT_URL_S3 and the credentials with AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment"
+        )
 
 
 def _lower_scheme(url: str) -> str:
@@ -180,11 +198,12 @@ def open(url: str) -> Storage:  # noqa: A001 - mirrors the builtin on purpose: s
         if not url[len("file://") :]:
             raise UsageError(f"storage {url!r} names no directory")
         return FileStorage(os.path.abspath(os.path.expanduser(url[len("file://") :])))
-    url = normalize_url(url)
-    if url.startswith("s3://"):
+    if _lower_scheme(url).startswith("s3://"):
         from afc_cli.storage.s3 import S3Storage
 
-        return S3Storage(url)
+        # as recorded: not held again to what a person may give (``_no_query``)
+        return S3Storage(_lower_scheme(url))
+    url = normalize_url(url)
     from afc_cli.storage.file import FileStorage
 
     return FileStorage(url[len("file://") :])
