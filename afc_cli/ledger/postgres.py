@@ -873,6 +873,8 @@ class PostgresLedger(Ledger):
         # open that long was most likely ended by the server for it (``write_error``)
         self._idle_bound: float | None = None
         self._tx_began = 0.0
+        # the connection's loss as first worded (``write_error``): said again as it was then
+        self._worded: tuple[BaseException, Exception] | None = None
         try:
             # Commits wait for the disk only where money depends on it (module docstring): the
             # server's own setting is kept for those, the session's other commits are async.
@@ -1766,7 +1768,17 @@ class PostgresLedger(Ledger):
         lease or longer: the server ended the session for it (``_bound_idle_transactions``),
         this process having been stopped or starved that long. Said as the database server or
         the connection to check, a worker woken from a Ctrl-Z, a paused VM or a SIGSTOP sent
-        its operator to look for an outage that never was."""
+        its operator to look for an outage that never was.
+
+        Judged once, when the loss is met: the run says the same failure again (its next
+        writes, its last word after the loop, ``_broken_by``) as it was first worded. Judged
+        anew each time, a session the server ended (a restart, a failover, an operator's
+        pg_terminate_backend) while a call was in flight was first 'check the database
+        server', then, said again once the call came back seconds later, 'this process was
+        stopped or starved that long', its transaction 'open 7 s' though none was open."""
+        if self._worded is not None and self._worded[0] is exc:
+            return self._worded[1]
+        lost = exc
         bound = self._idle_bound
         if (
             bound is not None
@@ -1782,7 +1794,10 @@ class PostgresLedger(Ledger):
                     f"starved that long (a Ctrl-Z, a SIGSTOP, a paused machine?), and its "
                     f"jobs were let go to other runs ({first_line(exc)})"
                 )
-        return ledger_write_error(self.path, exc)
+        worded = ledger_write_error(self.path, exc)
+        if isinstance(lost, BaseException) and not isinstance(lost, LedgerWriteError):
+            self._worded = (lost, worded)
+        return worded
 
     @staticmethod
     def read_admitted(
