@@ -218,7 +218,9 @@ class RateCards:
                 return _bounded(amount * card[rate])
         return None
 
-    def estimate(self, provider: str, model: str, images: int = 1) -> int | None:
+    def estimate(
+        self, provider: str, model: str, images: int = 1, megapixels: int | None = None
+    ) -> int | None:
         """What one attempt is expected to cost, for plans and budgets: the card's per-image
         price times the ``images`` the request asks for (``images_requested`` in
         afc_cli/providers: OpenAI's ``n``, Replicate's ``num_outputs``, fal's ``num_images``;
@@ -228,14 +230,22 @@ class RateCards:
         charges exactly this estimate when the answer holds the images asked for; a card that
         also has token rates or ``per_megapixel`` charges the reported tokens or megapixels
         (per_image is then only the estimate, raised by a run under a budget to the dearest
-        answer it has seen: ``pipeline.estimate_for``).
+        answer it has seen: ``pipeline.estimate_for``). Where the request says the
+        ``megapixels`` it asks for (``megapixels_requested`` in afc_cli/providers: fal's
+        ``image_size``), a card with both ``per_image`` and ``per_megapixel`` estimates the
+        dearer of per_image x images and per_megapixel x those megapixels, which is what the
+        answer is charged when its images are the size asked for: a budget holds from the
+        first calls, however many start together.
 
         Bounded just under 1,000,000 USD (the ledger's reservation column), which no budget
         admits: an absurd image count is refused by the budget, never reserved as nothing."""
         card = self.cards.get((provider, model))
         if card is None or "per_image" not in card:
             return None
-        return min(to_micros(card["per_image"] * max(images, 1)), MAX_ESTIMATE)
+        expected = card["per_image"] * max(images, 1)
+        if megapixels is not None and "per_megapixel" in card:
+            expected = max(expected, card["per_megapixel"] * megapixels)
+        return min(to_micros(expected), MAX_ESTIMATE)
 
 
 def _image_input(

@@ -80,7 +80,13 @@ from afc_cli.owner import (
     is_spool_hold_of,
     owner_is_dead,
 )
-from afc_cli.providers import PROVIDERS, AttemptRequest, ProviderError, images_requested
+from afc_cli.providers import (
+    PROVIDERS,
+    AttemptRequest,
+    ProviderError,
+    images_requested,
+    megapixels_requested,
+)
 from afc_cli.providers.base import GONE_PREFIX, NeverSent, OutputNotKept, RequestGone, no_look
 from afc_cli.secrets import scrub, visible
 from afc_cli.spool import DirSync, Output, Spilled, Spool, SpoolFile, damage, head_of, set_aside
@@ -990,7 +996,8 @@ def estimate_for(
     cost per image of its answers under that card (``dearest``: ``dearest_known``, then the
     run's own answers) times those images, when dearer."""
     images = images_requested(entry["provider"], params)
-    estimate = rates.estimate(entry["provider"], entry["model"], images)
+    megapixels = megapixels_requested(entry["provider"], params)
+    estimate = rates.estimate(entry["provider"], entry["model"], images, megapixels)
     known = dearest.get(_priced_by(entry, rates))
     if estimate is None or known is None:
         return estimate
@@ -1739,7 +1746,10 @@ async def probe(ctx: RunContext, job: dict[str, Any]) -> bool:
             # the card's price of the request: every image it asks for (as ``afc plan``)
             params = json.loads(job["request_json"]).get("params") or {}
             cost = rates.estimate(
-                meta["provider"], meta.get("model"), images_requested(meta["provider"], params)
+                meta["provider"],
+                meta.get("model"),
+                images_requested(meta["provider"], params),
+                megapixels_requested(meta["provider"], params),
             )
             source = "rate_card" if cost is not None else None
         with ctx.ledger.tx():

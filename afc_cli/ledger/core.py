@@ -1440,7 +1440,7 @@ class Ledger:
             (batch, batch),
         ):
             renders.setdefault(row[0], row[1:])
-        from afc_cli.providers import images_requested
+        from afc_cli.providers import images_requested, megapixels_requested
 
         rows = []
         for job in jobs:
@@ -1452,8 +1452,13 @@ class Ledger:
             )
             if cost is None and provider is not None:
                 # the card's price of the request: every image it asks for (as ``afc plan``)
-                images = images_requested(provider, getattr(job, "params", None) or {})
-                cost = rates.estimate(provider, model, images)
+                params = getattr(job, "params", None) or {}
+                cost = rates.estimate(
+                    provider,
+                    model,
+                    images_requested(provider, params),
+                    megapixels_requested(provider, params),
+                )
                 source = "rate_card" if cost is not None else None
             rows.append((job.job_id, batch, now, "replay", provider, model, cost, source))
         self.db.conn.executemany(

@@ -27,6 +27,13 @@ def images_requested(provider: str, params: dict[str, Any]) -> int:
     return adapter.images_requested(params) if adapter is not None else 1
 
 
+def megapixels_requested(provider: str, params: dict[str, Any]) -> int | None:
+    """The megapixels one request to ``provider`` with ``params`` asks for, or None where
+    its size is not known before the call (``Provider.megapixels_requested``)."""
+    adapter = PROVIDERS.get(provider)
+    return adapter.megapixels_requested(params) if adapter is not None else None
+
+
 def key_envs(providers: set[str]) -> list[str]:
     """The API key variables the named providers need, sorted."""
     return sorted({PROVIDERS[name].key_env or "" for name in providers if name in PROVIDERS} - {""})

@@ -238,6 +238,13 @@ class Provider:
             return 1
         return int(min(count, Decimal(10**9)))  # the estimate is bounded anyway
 
+    def megapixels_requested(self, params: dict[str, Any]) -> int | None:
+        """The megapixels a request with ``params`` asks for, all its images', where they are
+        known before the call (a card's ``per_megapixel`` then estimates it: ``RateCards.
+        estimate``); None where the request does not say its size (fal's ``FalProvider``
+        says; the others' answers report no size)."""
+        return None
+
     def params_problems(self, params: dict[str, Any]) -> list[str]:
         """Problems with a job's params, each 'field: message'. Checked with the manifest."""
         return []
