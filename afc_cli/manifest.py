@@ -79,6 +79,10 @@ MAX_PROBLEMS = 25
 MAX_MANIFEST_BYTES = 32 * 1024 * 1024  # a 10,000-job manifest is about 1 MiB
 MAX_ALIAS_NODES = 10_000  # YAML nodes that aliases may add (a "billion laughs" adds billions)
 MAX_YAML_DEPTH = 64  # nesting of mappings and lists
+# the characters of a YAML integer as written: Python reads, and writes as text, no integer of
+# more than 4,300 decimal digits (PyYAML's int() of a longer one raised, and a long hex one,
+# read, could not be named back); no field afc reads holds one of even a hundred
+MAX_NUMBER_CHARS = 1000
 MAX_PROMPT_CHARS = 32_000  # the longest prompt a provider here accepts (OpenAI gpt-image)
 MAX_OUTPUT_KEY_BYTES = 1024  # S3's limit on an object key
 MAX_SEGMENT_BYTES = 255  # a file name's limit on common file systems
@@ -500,6 +504,14 @@ def _construct_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
     C loader gives a plain scalar the style '', the Python one None) or as YAML 1.1's octal
     (a plain scalar of digits with a leading zero)."""
     if node.tag == "tag:yaml.org,2002:int":
+        if len(node.value) > MAX_NUMBER_CHARS:
+            # past what Python reads as an integer, or names back as one (a hex number's
+            # decimal digits): a seed pasted from a hash, a key of digits
+            mark = node.start_mark
+            raise _YamlRefused(
+                f"line {mark.line + 1}, column {mark.column + 1}: YAML reads a number here "
+                f"{len(node.value):,} characters long; write it in quotes to keep it as text"
+            )
         value = loader.construct_yaml_int(node)
     else:
         value = loader.construct_yaml_float(node)
