@@ -71,6 +71,33 @@ class _Duplicate(ValueError):
     pass
 
 
+# the characters of a number's integer as written, in a manifest's YAML (``manifest.py``'s
+# ``_construct_number``) and in a job list's JSON: Python reads no integer of more than 4,300
+# digits (a JSON Lines line's was refused "use sys.set_int_max_str_digits() to increase the
+# limit", a CSV params.NAME cell's was read as text and sent so); no field afc reads holds
+# one of even a hundred
+MAX_NUMBER_CHARS = 1000
+
+
+class _LongNumber(ValueError):
+    """An integer written with more than ``MAX_NUMBER_CHARS`` characters (``_json_int``)."""
+
+    def __init__(self, chars: int) -> None:
+        super().__init__(f"a number {chars:,} characters long")
+        self.chars = chars
+
+
+def _json_int(text: str) -> int:
+    """``json.loads``'s ``parse_int``: the integer, or ``_LongNumber`` for a long one."""
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _LongNumber(len(text))
+    return int(text)
+
+
+# how a long number is kept as text: a JSON string, in a line or in a CSV cell
+_AS_TEXT = "write it in double quotes, as a JSON string, to keep it as text"
+
+
 class _Bad(str):
     """Why a line could not be read as a job (a line holding a JSON string is not one);
     ``key``, the job's key where the line gave one (a CSV row's key cell), for the message."""
@@ -167,7 +194,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 # one decoder for every line (json.loads with a hook makes a new one per call)
-_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_int=_json_int)
 # the C scanner without the hook: for lines that show they cannot hold a key twice (_flat)
 _SCAN = json.JSONDecoder().scan_once
 
@@ -201,12 +228,20 @@ def _not_json(name: str) -> Any:
 
 
 def _cell(text: str) -> Any:
-    """A ``params.NAME`` cell: JSON when it reads as a JSON value, else the text itself."""
+    """A ``params.NAME`` cell: JSON when it reads as a JSON value, else the text itself (a
+    number too long to read, ``_LongNumber``, is raised: it is a JSON number all the same)."""
     if text[:1] in '{["-0123456789' or text in ("true", "false"):
         try:
             return _nested(
-                json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_not_json)
+                json.loads(
+                    text,
+                    object_pairs_hook=_no_duplicates,
+                    parse_constant=_not_json,
+                    parse_int=_json_int,
+                )
             )
+        except _LongNumber:
+            raise
         except (ValueError, RecursionError):
             pass
     return text
@@ -339,6 +374,8 @@ class JobFile:
                         yield number, _nested(_DECODER.decode(text))
                     except _Duplicate as exc:
                         yield number, _Bad(exc)
+                    except _LongNumber as exc:
+                        yield number, _Bad(f"{exc}; {_AS_TEXT}")
                     except RecursionError:
                         yield number, _Bad(NESTING)
                     except ValueError as exc:
@@ -456,7 +493,11 @@ class JobFile:
                 row[column] = text
             elif column in CSV_JSON_FIELDS:
                 try:
-                    row[column] = _nested(json.loads(text, object_pairs_hook=_no_duplicates))
+                    row[column] = _nested(
+                        json.loads(text, object_pairs_hook=_no_duplicates, parse_int=_json_int)
+                    )
+                except _LongNumber as exc:
+                    return _Bad(f"column {column!r}: {exc}; {_AS_TEXT}")
                 except RecursionError:
                     return _Bad(f"column {column!r}: {NESTING}")
                 except ValueError as exc:
@@ -465,7 +506,10 @@ class JobFile:
                         f"text, such as {CSV_JSON_EXAMPLES[column]}"
                     )
             else:
-                params[column[len("params.") :]] = _cell(text)
+                try:
+                    params[column[len("params.") :]] = _cell(text)
+                except _LongNumber as exc:
+                    return _Bad(f"column {column!r}: {exc}; {_AS_TEXT}")
         if params:
             if not isinstance(row.get("params", {}), dict):
                 return _Bad("column 'params': must be a JSON object")

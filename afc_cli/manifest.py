@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from afc_cli.costs import cap_problem, usd_problem
 from afc_cli.errors import ManifestError, UsageError
-from afc_cli.joblist import PlainSpec
+from afc_cli.joblist import MAX_NUMBER_CHARS, PlainSpec
 from afc_cli.secrets import token_shaped
 
 # Stable namespace for job ids: uuid5(namespace, batch NUL key). Never change it: a rebuilt
@@ -79,10 +79,6 @@ MAX_PROBLEMS = 25
 MAX_MANIFEST_BYTES = 32 * 1024 * 1024  # a 10,000-job manifest is about 1 MiB
 MAX_ALIAS_NODES = 10_000  # YAML nodes that aliases may add (a "billion laughs" adds billions)
 MAX_YAML_DEPTH = 64  # nesting of mappings and lists
-# the characters of a YAML integer as written: Python reads, and writes as text, no integer of
-# more than 4,300 decimal digits (PyYAML's int() of a longer one raised, and a long hex one,
-# read, could not be named back); no field afc reads holds one of even a hundred
-MAX_NUMBER_CHARS = 1000
 MAX_PROMPT_CHARS = 32_000  # the longest prompt a provider here accepts (OpenAI gpt-image)
 MAX_OUTPUT_KEY_BYTES = 1024  # S3's limit on an object key
 MAX_SEGMENT_BYTES = 255  # a file name's limit on common file systems
@@ -505,8 +501,9 @@ def _construct_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
     (a plain scalar of digits with a leading zero)."""
     if node.tag == "tag:yaml.org,2002:int":
         if len(node.value) > MAX_NUMBER_CHARS:
-            # past what Python reads as an integer, or names back as one (a hex number's
-            # decimal digits): a seed pasted from a hash, a key of digits
+            # past what Python reads as an integer (4,300 digits), or names back as one (a
+            # hex number's decimal digits: PyYAML's int() of one raised, or the key's problem
+            # naming it did): a seed pasted from a hash, a key of digits
             mark = node.start_mark
             raise _YamlRefused(
                 f"line {mark.line + 1}, column {mark.column + 1}: YAML reads a number here "
