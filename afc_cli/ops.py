@@ -51,6 +51,10 @@ _OPS = {
     "<": operator.lt,
 }
 _CONDITION = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*$")
+# the digits of a --fail-if threshold: a count of jobs or an age in seconds never has more.
+# Python reads no integer of more than 4,300 digits, and one that long stopped the command as
+# 'unexpected error ... (a bug in afc)', exit 1: the exit of a threshold crossed, to cron
+MAX_THRESHOLD_DIGITS = 18
 
 
 def _named(
@@ -858,6 +862,12 @@ def failed_conditions(stats: dict[str, Any], expressions: list[str]) -> list[str
                     f"one of {', '.join(STAT_FIELDS)} and OP one of > >= < <= == !="
                 )
             field, op, number = match.groups()
+            if len(number) > MAX_THRESHOLD_DIGITS:
+                raise UsageError(
+                    f"--fail-if {field}{op}{number[:20]}…: a number {len(number):,} digits "
+                    f"long; {field} is a count or seconds, of at most "
+                    f"{MAX_THRESHOLD_DIGITS} digits"
+                )
             if _OPS[op](stats[field], int(number)):
                 met.append(f"{field}={stats[field]} ({part.strip()})")
     return met
