@@ -75,3 +75,17 @@ def test_a_number_of_ordinary_length_is_read_as_before(afc):
     result = _submit(afc, {"SEEDNUMBER": "9" * 40}, name="other.yaml")
     assert result.returncode == 2, result.stderr
     assert "exceeds safe integer domain" in result.stderr, result.stderr
+
+
+def test_a_local_size_with_a_side_thousands_of_digits_long_is_a_param_problem(afc):
+    """The local provider's ``size`` ('WxH') was read with int() before its range was checked:
+    a side of 5,000 digits stopped 'afc plan' as 'unexpected error', exit 1."""
+    for size in ("9" * 5000 + "x64", "64x" + "1" * 5000):
+        result = _submit(afc, {"seed: SEEDNUMBER": f"size: '{size}'"})
+        said = result.stderr
+        assert result.returncode == 2, said
+        assert "unexpected error" not in said, said
+        assert "field 'params.size': must be WxH with sides 1..1024" in said, said
+        assert not (afc.cwd / "afc.db").exists()
+    result = _submit(afc, {"seed: SEEDNUMBER": "size: '0064x00032'"})
+    assert result.returncode == 0, result.stderr

@@ -163,6 +163,10 @@ def _parse_size(size: Any) -> tuple[int, int] | None:
     w, _, h = size.partition("x")
     if not (w.isascii() and w.isdigit() and h.isascii() and h.isdigit()):  # not "²x²"
         return None
+    if max(len(w.lstrip("0")), len(h.lstrip("0"))) > 4:
+        # past 1024 whatever it reads as, and not read: Python reads no integer of more than
+        # 4,300 digits, and such a side stopped the manifest's check as 'unexpected error'
+        return None
     width, height = int(w), int(h)
     if not (1 <= width <= 1024 and 1 <= height <= 1024):
         return None
