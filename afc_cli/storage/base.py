@@ -21,6 +21,10 @@ class ObjectInfo:
 
 # the metadata fields afc writes as numbers; the others it reads are text
 META_INTS = ("size", "attempt")
+# the digits of a size or attempt written as a string: none has more (an output of up to 2 GiB,
+# 100 attempts); Python reads no integer of more than 4,300 digits, and a sidecar's size of
+# 5,000 stopped the whole run as 'unexpected error', every later run the same way
+META_INT_DIGITS = 18
 META_TEXTS = ("job_id", "key", "batch", "request_hash", "provider", "model", "cost", "cost_source")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -29,12 +33,18 @@ def typed_meta(meta: dict[str, Any]) -> dict[str, Any]:
     """An object's metadata as the pipeline reads it, each field afc writes of its type or
     None: a size or attempt an int (a decimal string read as one), the texts text, the
     SHA-256 64 hex digits. A sidecar edited by hand or rewritten by a script (sizes as
-    strings, a list where a name was) stopped the whole run at the probe ('cannot write to the
-    ledger ... fix the disk', or 'unexpected error'), and every later run the same way."""
+    strings, a list where a name was, a size of thousands of digits: ``META_INT_DIGITS``)
+    stopped the whole run at the probe ('cannot write to the ledger ... fix the disk', or
+    'unexpected error'), and every later run the same way."""
     typed = dict(meta)
     for field in META_INTS:
         value = meta.get(field)
-        if isinstance(value, str) and value.isascii() and value.strip().isdigit():
+        if (
+            isinstance(value, str)
+            and value.isascii()
+            and value.strip().isdigit()
+            and len(value.strip()) <= META_INT_DIGITS
+        ):
             value = int(value)
         typed[field] = value if isinstance(value, int) and not isinstance(value, bool) else None
     for field in META_TEXTS:
