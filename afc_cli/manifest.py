@@ -965,10 +965,38 @@ def _pydantic_problems(
             )
         elif err["type"] == "string_type" and _yaml_text_lost(err.get("input")) is not None:
             message = f"{err['msg']}: {_yaml_text_lost(err.get('input'))}"
+        elif err["type"] in ("float_type", "int_type") and _exponent_text(err.get("input")):
+            message = f"{err['msg']}: {_exponent_text(err.get('input'))}"
         else:
             message = err["msg"]
         problems.append(f"{_where(raw, loc)}: {message}")
     return problems
+
+
+# a number with an exponent that YAML 1.1 (PyYAML's) reads as text: one with no point before
+# the exponent (1e3), or no sign in it (1.5e3); JSON, Python and YAML 1.2 read a number
+_EXPONENT = re.compile(r"[-+]?(?:[0-9][0-9_]*)?\.?[0-9_]*[eE][-+]?[0-9]+")
+
+
+def _exponent_text(value: Any) -> str | None:
+    """Where a number was wanted and YAML read text written as a number with an exponent
+    (``window_s: 1e3``, ``backoff: {base: 5e-1}``): what it read, and how to write the number;
+    None for any other value. Refused 'Input should be a valid number', the value the user
+    wrote as a number (a JSON Lines list reads it so) was named no reason."""
+    from decimal import InvalidOperation
+
+    if not isinstance(value, str) or not _EXPONENT.fullmatch(value.strip()):
+        return None
+    try:
+        plain = format(Decimal(value.strip().replace("_", "")).normalize(), "f")
+    except (InvalidOperation, ValueError):
+        return None
+    if len(plain) > 40:  # 1e300: no point writing it out
+        plain = "it without the exponent"
+    return (
+        f"YAML 1.1 reads {value} as text (its exponent needs a point before it and a sign: "
+        f"1.0e+3); write {plain}"
+    )
 
 
 def _yaml_text_lost(value: Any) -> str | None:
