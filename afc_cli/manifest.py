@@ -1164,7 +1164,11 @@ def _unknown_params(
 
 def _key_problem(key: str) -> str | None:
     if key in (".", ".."):
-        return "must use letters, digits and . _ - : only (it names files and objects)"
+        # of the characters allowed, and told to use them: the name itself is the fault
+        return (
+            f"{key!r} names a folder (itself or its parent), not a file or object of its own; "
+            "use a name with a letter or digit"
+        )
     if not set(key) <= KEY_ALPHABET:
         # ASCII only, said so: a Hebrew or accented key read 'letters ... only' as if its
         # letters counted (outside audit 59d)
