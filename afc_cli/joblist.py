@@ -588,7 +588,7 @@ def _unicode(text: str) -> bool:
 
 
 def _line_problems(where: str, row: dict[str, Any], exc: ValidationError) -> list[str]:
-    from afc_cli.manifest import _dotted
+    from afc_cli.manifest import _dotted, too_many_inputs
 
     key = row.get("key")
     who = where + (f" (key {key!r})" if isinstance(key, str) else "")
@@ -598,6 +598,8 @@ def _line_problems(where: str, row: dict[str, Any], exc: ValidationError) -> lis
             message = "unknown field"
         elif err["type"] == "missing":
             message = "required field is missing"
+        elif err["type"] == "too_long" and err["loc"][-1:] == ("inputs",):
+            message = too_many_inputs(err.get("input"))
         else:
             message = err["msg"]
         problems.append(f"{who}: field '{_dotted(tuple(err['loc']))}': {message}")

@@ -85,6 +85,11 @@ MAX_SEGMENT_BYTES = 255  # a file name's limit on common file systems
 # an output's own file name: file storage keeps its metadata beside it as NAME.afc.json
 MAX_NAME_BYTES = MAX_SEGMENT_BYTES - len(".afc.json")
 MAX_INPUT_BYTES = 50 * 1024 * 1024  # a reference image (OpenAI's image edits take up to 50 MB)
+# reference images a job sends: OpenAI's image edits take up to 16, the most of any provider
+# here (Gemini's image models up to 14). Each is read whole into memory when sent (base64 too,
+# for Replicate, fal and Gemini): 20 inputs of a 40 MiB file held 870 MB for one job on the
+# local provider, and a list of hundreds, a few KB of manifest, more than the host has
+MAX_INPUTS = 16
 
 
 class _Strict(BaseModel):
@@ -217,7 +222,7 @@ class Defaults(_Strict):
     # a job without needs (or inputs) of its own takes these, less any naming the job itself
     # (``_with_default_gates``): ``needs: [style-frame]`` makes every other job wait for it
     needs: list[str] | None = None
-    inputs: list[InputSpec] | None = None
+    inputs: list[InputSpec] | None = Field(default=None, max_length=MAX_INPUTS)
 
 
 class JobSpec(_Strict):
@@ -229,7 +234,8 @@ class JobSpec(_Strict):
     webhook: Webhook | None = None
     review: bool | None = None  # pause in awaiting_review after verify (afc_cli/review.py)
     needs: list[str] | None = None  # keys of this batch's jobs that must succeed first
-    inputs: list[InputSpec] | None = None  # reference images sent with the request
+    # reference images sent with the request
+    inputs: list[InputSpec] | None = Field(default=None, max_length=MAX_INPUTS)
 
 
 class ManifestModel(_Strict):
@@ -965,6 +971,8 @@ def _pydantic_problems(
             )
         elif err["type"] == "string_type" and _yaml_text_lost(err.get("input")) is not None:
             message = f"{err['msg']}: {_yaml_text_lost(err.get('input'))}"
+        elif err["type"] == "too_long" and loc and loc[-1] == "inputs":
+            message = too_many_inputs(err.get("input"))
         elif err["type"] in ("float_type", "int_type") and _exponent_text(err.get("input")):
             message = f"{err['msg']}: {_exponent_text(err.get('input'))}"
         else:
@@ -996,6 +1004,17 @@ def _exponent_text(value: Any) -> str | None:
     return (
         f"YAML 1.1 reads {value} as text (its exponent needs a point before it and a sign: "
         f"1.0e+3); write {plain}"
+    )
+
+
+def too_many_inputs(inputs: Any) -> str:
+    """The problem of a job's ``inputs`` longer than ``MAX_INPUTS`` (in a manifest or a job
+    list)."""
+    count = len(inputs) if isinstance(inputs, list) else "more"
+    return (
+        f"at most {MAX_INPUTS} reference images a job, got {count}: no provider takes more "
+        f"(OpenAI's image edits take up to {MAX_INPUTS}), and each is read whole into memory "
+        "to be sent"
     )
 
 
