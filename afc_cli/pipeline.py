@@ -485,10 +485,12 @@ class RunContext:
     # storage again, as before the run, before any render is paid (``_storage_broke``)
     storage_failed: set[str] = field(default_factory=set)
     # batches whose upload the store refused for want of permission, or as a request it does
-    # not support (``StorageDenied``), and until when (the loop's clock): no job of one is
-    # rendered, since no check sees it mended; a store of the batch that succeeds (a worker
-    # retrying a waiting upload) ends it
-    storage_denied: dict[str, tuple[StorageDenied, float]] = field(default_factory=dict)
+    # not support (``StorageDenied``), or whose upload's tries were spent on the store's own
+    # failing while none of its writes answered (``_storage_gave_up``: its reads may answer
+    # all the while), and until when (the loop's clock): no job of one is rendered, since no
+    # check sees it mended; a store of the batch that succeeds (a worker retrying a waiting
+    # upload) ends it
+    storage_denied: dict[str, tuple[StorageError, float]] = field(default_factory=dict)
     # the jobs of this run past their probe (rendering, spooling, storing), each with its
     # batch: the stores that may end a multipart refusal's hold of the batch (``_in_flight``)
     storing_for: dict[str, str] = field(default_factory=dict)
@@ -504,6 +506,10 @@ class RunContext:
     # per storage (``id``), when a call of it last succeeded (``_storage``): a store that
     # answers some calls is not down, only failing some (``_storage_gave_up``)
     answered: dict[int, float] = field(default_factory=dict)
+    # per storage (``id``), when a write of it last answered (an upload taken, or its key
+    # found taken, ``ObjectExists``): a store whose reads answer and whose writes all fail
+    # is not failing some calls, it takes no output (``_storage_gave_up``)
+    wrote: dict[int, float] = field(default_factory=dict)
     # per batch, the jobs of this run resting at their store step after their storage failed
     # in an earlier run (``note_stores_first``): the batch's probes wait until one of their
     # stores has ended in this run (``_stores_first``), set in ``first_store`` as one does
@@ -1531,10 +1537,12 @@ class _HeldForBatch(StorageError):
 @dataclass
 class _Outage:
     """A batch's storage failing in this run: a job's own storage work spent the policy's
-    tries on 5xx, throttling, timeouts or resets (``_storage_gave_up``). No probe of the batch
-    makes a request until ``until`` (time.monotonic); then one look (``trial``, the HEAD of
-    a held job's key under the policy) says whether it answers again: the held jobs go on,
-    or wait for the next run."""
+    tries on 5xx, throttling, timeouts or resets (``_storage_gave_up``; an upload so given
+    up, with no write of the store answered, holds the batch until a store of it succeeds
+    instead, ``RunContext.storage_denied``: a look's HEAD says nothing of writes). No probe
+    of the batch makes a request until ``until`` (time.monotonic); then one look (``trial``,
+    the HEAD of a held job's key under the policy) says whether it answers again: the held
+    jobs go on, or wait for the next run."""
 
     error: StorageError
     until: float
@@ -1665,6 +1673,24 @@ async def _storage_broke(ctx: RunContext, job: dict[str, Any]) -> None:
         # prefix, or kms:GenerateDataKey): the bucket's HEAD passes all the same, and every
         # job of the batch was rendered and paid for, each one's upload refused
         ctx.storing_for.pop(job["id"], None)  # held: its own store ends no hold
+        if not isinstance(denied[0], StorageDenied):
+            # uploads given up on the store's own failing (5xx, SlowDown, timeouts, resets)
+            # with no write of it answered (``_storage_gave_up``): its reads, this probe's
+            # HEAD and the bucket's check, may pass all the same. A store of the batch that
+            # succeeds in this run lifts the hold (an upload from a spool file costs nothing
+            # to try, a render does); with no job of it past its probe left, none can
+            if _in_flight(ctx, job["batch"]):
+                raise _HeldForBatch(
+                    f"{denied[0].message}; uploads of batch {job['batch']} failed in this run: "
+                    f"this job waits for the stores of batch {job['batch']} in flight in this "
+                    "run, and goes on once one succeeds",
+                    wait=partial(_until_a_store, ctx, job["batch"]),
+                )
+            raise _HeldForBatch(
+                f"{denied[0].message}; uploads of batch {job['batch']} failed in this run, "
+                "and none has succeeded since: this job waits for the next run, nothing paid "
+                "(that run tries the waiting uploads first)"
+            )
         if denied[0].large_only:
             # a multipart upload's request refused: this job's output may be small, but afc
             # cannot tell an output's size before paying for its render. A store of the batch
@@ -2928,7 +2954,9 @@ async def _put_own(ctx: RunContext, job: dict[str, Any], spooled: SpoolFile) -> 
     storage = ctx.storages[job["batch"]]
     key = job["output_key"]
     meta = _object_meta(ctx, {**job, "output_sha256": spooled.sha256, "output_size": spooled.size})
-    await _storage(ctx, storage, storage.put_if_absent, key, spooled.path, meta, inline=False)
+    await _storage(
+        ctx, storage, storage.put_if_absent, key, spooled.path, meta, inline=False, write=True
+    )
     await _sync_dirs(ctx, storage, key)
 
 
@@ -3552,11 +3580,14 @@ def _micros(text: Any) -> int | None:
         return None
 
 
-async def _storage(ctx: RunContext, storage: Storage, fn, *args, inline: bool = True):
+async def _storage(
+    ctx: RunContext, storage: Storage, fn, *args, inline: bool = True, write: bool = False
+):
     """A storage call under afc's storage policy: up to STORE_TRIES tries, full-jitter backoff
     honouring Retry-After, for retryable errors only (429, 5xx, SlowDown, throttling, timeouts,
     resets, an upload damaged on the way: BadDigest). Raises the last StorageError when it
-    gives up."""
+    gives up. An answer is noted (``RunContext.answered``), and a ``write``'s answer apart
+    (``RunContext.wrote``: an upload taken, or its key found taken, ``ObjectExists``)."""
     for attempt in range(1, STORE_TRIES + 1):
         try:
             done = await _io(ctx, storage, fn, *args, inline=inline)
@@ -3564,8 +3595,14 @@ async def _storage(ctx: RunContext, storage: Storage, fn, *args, inline: bool = 
             if not exc.retryable or attempt == STORE_TRIES:
                 raise
             await ctx.sleep(_store_delay(attempt, exc))
+        except ObjectExists:
+            if write:  # the store answered the create-only write: it takes writes
+                ctx.answered[id(storage)] = ctx.wrote[id(storage)] = time.monotonic()
+            raise
         else:
             ctx.answered[id(storage)] = time.monotonic()
+            if write:
+                ctx.wrote[id(storage)] = ctx.answered[id(storage)]
             return done
     raise AssertionError("unreachable")
 
@@ -3626,12 +3663,21 @@ def _storage_gave_up(ctx: RunContext, job: dict[str, Any], step: str, error: Sto
         )
         return False
     storage = ctx.storages.get(job["batch"])
+    since = time.monotonic() - STORE_PAUSE_S
     answered = None if storage is None else ctx.answered.get(id(storage))
-    if (
-        own
-        and error.retryable
-        and (answered is None or answered < time.monotonic() - STORE_PAUSE_S)
-    ):
+    wrote = None if storage is None else ctx.wrote.get(id(storage))
+    if own and error.retryable and step == "store" and (wrote is None or wrote < since):
+        # the upload's tries spent on the store's own failing, and no write of it answered in
+        # a pause's time: its reads may answer all the while (a SlowDown storm on PUTs alone),
+        # so neither an outage's look (a key's HEAD) nor the bucket's check says the next
+        # upload would be taken. The batch's later probes wait for a store of it to succeed
+        # in this run, or for the next run (``_storage_broke``): each looked, passed, and
+        # paid for a render whose upload was refused in turn (8 jobs, 2 wide: 8 renders paid,
+        # 24 PUTs refused; tests/test_audit63e_uploads_failing.py)
+        held = ctx.storage_denied.get(job["batch"])
+        if held is None or not isinstance(held[0], StorageDenied):
+            ctx.storage_denied[job["batch"]] = (error, time.monotonic() + ctx.lease_s)
+    elif own and error.retryable and (answered is None or answered < since):
         # the policy's tries spent on the store's own failing, and no call of it answered in
         # a pause's time: the batch's later probes in this run wait for one look after a
         # pause (``_storage_broke``), not each its own. A store that answers others meanwhile
@@ -3810,7 +3856,15 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
         try:
             if storage.local:
                 outcome, problem = await _storage(
-                    ctx, storage, store_and_verify, storage, key, spool_path, meta, inline=False
+                    ctx,
+                    storage,
+                    store_and_verify,
+                    storage,
+                    key,
+                    spool_path,
+                    meta,
+                    inline=False,
+                    write=True,
                 )
             elif spool_path.exists():
                 problem = await asyncio.to_thread(
@@ -3821,7 +3875,14 @@ async def store(ctx: RunContext, job: dict[str, Any]) -> bool:
                 else:
                     stall_point("spool_checked", before=ctx.ledger.flush)  # tests
                     await _storage(
-                        ctx, storage, storage.put_if_absent, key, spool_path, meta, inline=False
+                        ctx,
+                        storage,
+                        storage.put_if_absent,
+                        key,
+                        spool_path,
+                        meta,
+                        inline=False,
+                        write=True,
                     )
                     outcome = "stored"
             else:

@@ -948,7 +948,8 @@ def run_jobs(
     (``RunContext.dearest``, which the budget reserves at least), kept and added to across
     the caller's runs: a worker's rounds share one budget, and a round that began knowing
     nothing reserved only the rate card's estimate again.
-    ``denied``: the batches whose uploads a store refused, and until when
+    ``denied``: the batches whose uploads a store refused (or failed, none of its writes
+    answering), and until when
     (``RunContext.storage_denied``), kept across the caller's runs: a worker's round knew of
     no refusal its last round met, and paid for renders of the batch (below)."""
     if not job_ids and not ledger.has_webhooks():
