@@ -132,6 +132,26 @@ def jobs(n: int, **params: Any) -> list[dict[str, Any]]:
     ]
 
 
+class Loopback:
+    """A test's own HTTP server (a fake provider or receiver of its own): ``handler`` served
+    on 127.0.0.1, a port of its own, each request in a thread; ``base`` its URL (with ``path``),
+    ``stop`` ends it and frees its socket. A class holding a server's counters subclasses it,
+    defining its handler in ``__init__`` before calling ``super().__init__``."""
+
+    def __init__(self, handler: type, path: str = "") -> None:
+        import threading
+        from http.server import ThreadingHTTPServer
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def wait_for(afc, sql: str, threshold: int, timeout: float = 30) -> None:
     """Poll the ledger until ``sql`` (a COUNT) reaches ``threshold``."""
     deadline = time.time() + timeout

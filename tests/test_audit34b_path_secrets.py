@@ -9,11 +9,10 @@ one found in a public paste). The scrubber masks the secret part of those shapes
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
-from conftest import manifest
+from conftest import Loopback, manifest
 
 from afc_cli.secrets import scrub
 
@@ -80,9 +79,8 @@ class _Paths(BaseHTTPRequestHandler):
 
 
 def test_a_slack_or_discord_webhook_url_s_secret_is_shown_nowhere(afc):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Paths)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
+    server = Loopback(_Paths)
+    base = server.base
     try:
         data = manifest(
             [
@@ -130,4 +128,4 @@ def test_a_slack_or_discord_webhook_url_s_secret_is_shown_nowhere(afc):
         assert "B0BBBBBBB/<redacted>" in refused.stderr, refused.stderr
         assert SLACK_SECRET not in refused.stdout + refused.stderr
     finally:
-        server.shutdown()
+        server.stop()

@@ -15,14 +15,14 @@ import base64
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-from conftest import manifest
+from conftest import Loopback, manifest
 
 from afc_cli.providers.local import render_png
 
 
-class BusyProvider:
+class BusyProvider(Loopback):
     """OpenAI's images endpoint taking at most ``capacity`` calls at once (each rendered in
     ``render_s``), answering any call beyond them 429 at once, as a provider's concurrency
     limit does."""
@@ -80,17 +80,7 @@ class BusyProvider:
                 self.end_headers()
                 self.wfile.write(raw)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler, "/v1")
 
 
 def test_a_run_wider_than_its_provider_takes_spends_no_job_on_429s(afc):

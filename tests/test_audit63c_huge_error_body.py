@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-from conftest import manifest
+from conftest import Loopback, manifest
 
 BODY_BYTES = 64 * 1024**2
 CHUNK = 64 * 1024
 
 
-class _HugeErrors:
+class _HugeErrors(Loopback):
     """An OpenAI base URL whose every answer is a 500 with a 64 MiB JSON error body, counting
     the bytes of it the client took before it closed the connection."""
 
@@ -54,17 +54,7 @@ class _HugeErrors:
                 except OSError:
                     pass  # the client closed the connection: it read no more
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler, "/v1")
 
 
 def test_an_error_answer_is_read_only_as_far_as_its_first_mib(afc):

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 from browser import browser, rendered_as  # noqa: F401 - the fixture
-from conftest import jobs, manifest
+from conftest import Loopback, jobs, manifest
 
 SECRET = "whsec_" + base64.b64encode(b"afc audit secret, 32 bytes long!").decode()
 
@@ -170,7 +170,6 @@ def test_a_full_size_output_fetches_nothing_from_elsewhere(afc, browser):  # noq
     server's own still shows."""
     pytest.importorskip("starlette", reason="the web extra: pip install 'afc-cli[web]'")
     import http.server
-    import threading
 
     from browser import Served
 
@@ -185,9 +184,8 @@ def test_a_full_size_output_fetches_nothing_from_elsewhere(afc, browser):  # noq
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Beacon)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    beacon_url = f"http://127.0.0.1:{server.server_address[1]}/"
+    server = Loopback(Beacon, "/")
+    beacon_url = server.base
     try:
         data = manifest([{"key": "logo", "prompt": "a logo", "output": "{batch}/{key}.svg"}])
         afc.write_manifest(data)
@@ -209,7 +207,7 @@ def test_a_full_size_output_fetches_nothing_from_elsewhere(afc, browser):  # noq
             served.stop()
         assert seen == [], seen
     finally:
-        server.shutdown()
+        server.stop()
 
 
 def test_no_page_can_be_framed_by_another_site(afc):
