@@ -73,6 +73,9 @@ def test_an_error_answer_is_read_only_as_far_as_its_first_mib(afc):
         [job] = json.loads(run.stdout)["jobs"]
         assert job["error"]["class"] == "server", job["error"]
         assert "HTTP 500" in job["error"]["message"], job["error"]
+        # the provider's words as far as the head read holds them (``http._head_json``)
+        assert "openai: xxxxxxxx" in job["error"]["message"], job["error"]
+        assert len(job["error"]["message"]) < 4200, len(job["error"]["message"])
         # before: all 64 MiB was taken; now the first MiB and what the sockets' buffers held
         assert server.sent < 16 * 1024**2, server.sent
     finally:

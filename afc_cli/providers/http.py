@@ -1255,9 +1255,25 @@ def _answer_json(response: Any) -> Any:
         raise ValueError(f"an answer of more than {MAX_JSON_VALUES} values")
     try:
         value = response.json()
-    except ValueError:  # an integer too long for Python (or no JSON: refused again)
-        value = response.json(parse_int=_json_int)
+    except ValueError:
+        if getattr(response, "head_only", False):
+            value = _head_json(response.content)
+        else:  # an integer too long for Python (or no JSON: refused again)
+            value = response.json(parse_int=_json_int)
     return _shallow(value)
+
+
+def _head_json(head: bytes) -> Any:
+    """The JSON of an error answer read only to its head (``transport._Answer.head_only``,
+    ``MAX_ERROR_ANSWER_BYTES``): the values the head holds whole, and the string it cuts as
+    far as it goes (pydantic_core's partial JSON). Read as no JSON, a 400 whose 20 MB
+    message quoted the request back (a reference image's base64) was said 'openai: HTTP 400'
+    alone, the provider's own words ('Invalid prompt: ...') lost. The message's cut, where it
+    is longer than a message is kept (``base.bounded``), counts the characters read.
+    ``ValueError`` when the head is no JSON's start."""
+    from pydantic_core import from_json
+
+    return from_json(head.decode("utf-8", "replace"), allow_partial="trailing-strings")
 
 
 def _shallow(value: Any) -> Any:

@@ -286,6 +286,8 @@ class _Answer(httpx.Response):
     recorded at a cost unknown)."""
 
     limited = True
+    # an error answer cut at MAX_ERROR_ANSWER_BYTES (``_error_head``): its body is a head only
+    head_only = False
 
     async def aiter_raw(self, chunk_size: int | None = None):
         """The body as it came, a read of an encoded one (``Content-Encoding``) cut into
@@ -364,6 +366,7 @@ class _Answer(httpx.Response):
                 if chunk:
                     yield chunk
                 if size >= MAX_ERROR_ANSWER_BYTES:
+                    self.head_only = True  # its JSON read as far as it goes (http._answer_json)
                     break
         except httpx.DecodingError:
             pass
