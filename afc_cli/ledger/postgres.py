@@ -869,10 +869,11 @@ class PostgresLedger(Ledger):
         self._broken = False
         self._broken_by: BaseException | None = None
         # the idle-in-transaction bound a run loop set (s; ``_bound_idle_transactions``) and
-        # when the last transaction began (``awake_clock``): a connection lost once one was
-        # open that long was most likely ended by the server for it (``write_error``)
+        # when the transaction open now began (``awake_clock``; None when none is open, or
+        # the last one ended as it should): a connection lost once one was open that long
+        # was most likely ended by the server for it (``write_error``)
         self._idle_bound: float | None = None
-        self._tx_began = 0.0
+        self._tx_began: float | None = None
         # the connection's loss as first worded (``write_error``): said again as it was then
         self._worded: tuple[BaseException, Exception] | None = None
         try:
@@ -1610,6 +1611,7 @@ class PostgresLedger(Ledger):
         self._close_pipeline()
         try:
             raw.execute("ROLLBACK")
+            self._tx_began = None
         except psycopg.Error as error:
             self._broken, self._broken_by = True, error
         self._in_tx = False
@@ -1690,6 +1692,7 @@ class PostgresLedger(Ledger):
             try:
                 self.db.raw.execute("COMMIT")
                 self.db.close_pipeline()  # waits for the COMMIT and all sent before it
+                self._tx_began = None  # ended as it should: none open to be ended for
             except BaseException as exc:
                 psycopg = _psycopg()
                 self._close_pipeline()
@@ -1775,7 +1778,9 @@ class PostgresLedger(Ledger):
         anew each time, a session the server ended (a restart, a failover, an operator's
         pg_terminate_backend) while a call was in flight was first 'check the database
         server', then, said again once the call came back seconds later, 'this process was
-        stopped or starved that long', its transaction 'open 7 s' though none was open."""
+        stopped or starved that long', its transaction 'open 7 s' though none was open. Nor
+        is a loss met with no transaction open (the last one committed or rolled back:
+        ``_tx_began`` None) said so, however long ago the last began."""
         if self._worded is not None and self._worded[0] is exc:
             return self._worded[1]
         lost = exc
@@ -1785,7 +1790,7 @@ class PostgresLedger(Ledger):
             and not isinstance(exc, LedgerWriteError)
             and (isinstance(exc, _psycopg().OperationalError) or self.db.raw.closed)
         ):
-            held = awake_clock() - self._tx_began
+            held = 0.0 if self._tx_began is None else awake_clock() - self._tx_began
             if held >= bound:
                 exc = FrozenSession(
                     f"the database server ended this process's session, its transaction "
