@@ -168,7 +168,7 @@ def test_the_common_lines_problems_read_as_before(tmp_path):
         "jobs.jsonl line 2"
     )
     assert problems[1].startswith("jobs.jsonl line 7 (key 'bad key'): field 'key': must use")
-    assert problems[2].startswith("jobs.jsonl line 8 (key '..'): field 'key': must use")
+    assert problems[2].startswith("jobs.jsonl line 8 (key '..'): field 'key': '..' names a folder")
 
 
 def test_the_common_lines_take_the_fast_path(tmp_path, monkeypatch):
