@@ -64,7 +64,11 @@ def test_a_fed_run_loop_keeps_only_its_unfinished_jobs_tasks(afc, monkeypatch):
     assert statuses == {"succeeded"}
     assert (stats.ran, stats.finished) == (n, n)
     late = kept[len(kept) // 2 :]  # hundreds of jobs finished by then
-    assert max(tasks for tasks, _, _ in late) <= 2 * concurrency, kept
+    # held when ``more`` is asked: the unfinished (no more than ``concurrency``: asked only
+    # then) and those that ended in the last wait whose ``_start.ended`` callback has not run
+    # yet (ended in the loop turn that woke the feeding: at most one wait's, as below; a clean
+    # clone's suite saw 9 once on a busy machine): never the hundreds ended before
+    assert max(tasks for tasks, _, _ in late) <= concurrency + (concurrency + 10), kept
     # the ended tasks still alive are at most one wait's (``run._fed``'s ``done``: of the
     # ``concurrency`` running and a fed round of 10, on a busy machine all ended at once,
     # 9 seen once in a clean clone's suite), however many jobs ended before: never hundreds
