@@ -49,6 +49,7 @@ from afc_cli.costs import (
     format_usd,
     plural,
     to_micros,
+    usage_amount,
     usd_problem,
 )
 from afc_cli.errors import (
@@ -1028,16 +1029,32 @@ def _priced_by(entry: dict[str, Any], rates: RateCards) -> tuple:
     return (entry["provider"], entry["model"], tuple(sorted(card.items())))
 
 
+def made_images(usage: Any) -> bool:
+    """Whether an answer's recorded usage says it made images (``images`` of 1 or more): the
+    answers whose cost is the price of a render, which a budget's estimate learns
+    (``_learn_cost``, ``dearest_known``). A failure made none: a Replicate prediction that
+    ran into Replicate's own 30-minute limit is billed its 1800 s (4.14 USD at 0.0023 a
+    second, for a model whose renders cost 0.01), and learnt as a render's price it made
+    every later reservation of the model 4.14 USD: ``afc submit --max-spend 1.00`` started
+    nothing and exited 4 having spent 0. Its cost still counts, in budgets and reports."""
+    if not isinstance(usage, dict):
+        return False
+    made = usage_amount(usage.get("images"))
+    return made is not None and made >= 1
+
+
 def _learn_cost(
     ctx: RunContext,
     entry: dict[str, Any],
     rates: RateCards,
     params: dict[str, Any],
     cost: int | None,
+    usage: Any,
 ) -> None:
     """Keep the dearest known cost of a model's answers under its card, per image asked for
-    (exact), for ``_reservation``."""
-    if cost is None or cost <= 0:
+    (exact), for ``_reservation``: of the answers that made images (``made_images``), what
+    a render of the model costs."""
+    if cost is None or cost <= 0 or not made_images(usage):
         return
     key = _priced_by(entry, rates)
     per_image = Fraction(cost, images_requested(entry["provider"], params))
@@ -1051,8 +1068,8 @@ def dearest_known(
     """What ``RunContext.dearest`` starts from under a budget, and what ``afc plan``
     estimates with (``ledger``: a Ledger, or anything with its ``priced_answers``; the plan's
     are those ``read_admitted`` read): the dearest cost per image
-    asked for of the answers the ledger already holds for each batch's models that have a
-    per-image estimate (a card that charges tokens, whose images can cost several times its
+    asked for of the answers (that made images: ``made_images``) the ledger already holds
+    for each batch's models that have a per-image estimate (a card that charges tokens, whose images can cost several times its
     ``per_image``; a model that returns, and bills, more images than asked for), each priced
     again by the card the batch has now (a card changed since prices them as this run will
     be charged). Learnt only from this run's own answers, every resume under a budget sent a
@@ -1079,9 +1096,8 @@ def dearest_known(
                     usage = json.loads(usage_json)
                 except (TypeError, ValueError):
                     usage = None
-                priced[seen] = (
-                    cards.price(provider, model, usage) if isinstance(usage, dict) else None
-                )
+                # a failure's cost (no image made) is not a render's price: ``made_images``
+                priced[seen] = cards.price(provider, model, usage) if made_images(usage) else None
             cost = priced[seen]
             key = keys.get((provider, model)) or keys.setdefault(
                 (provider, model), _priced_by({"provider": provider, "model": model}, cards)
@@ -2290,7 +2306,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # not by an answer: ``interrupted``, it never uses up a model's attempts (an
                 # ``attempts: 1`` job failed here, no new attempt made, on a resume after
                 # a SIGKILL that came back once the provider had let its output go).
-                _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
+                _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros, exc.usage)
                 ctx.ledger.end_attempt(
                     job,
                     number,
@@ -2316,7 +2332,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             except _LedgerFailed as exc:
                 raise exc.__cause__ from None
             except OutputNotKept as exc:
-                _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
+                _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros, exc.usage)
                 paid = {
                     **report,
                     "status": "succeeded",
@@ -2328,7 +2344,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 }
                 raise _not_kept(ctx, job, number, paid, exc.message) from None
             except ProviderError as exc:
-                _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros)
+                _learn_cost(ctx, entry, rates, request["params"], exc.cost_micros, exc.usage)
                 error_class, message = exc.error_class, exc.message
                 if error_class == "rate_limited":
                     ctx.pace(entry["provider"]).throttled()
@@ -2496,7 +2512,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
         # upload slow, the next render on a disk with room for it waited 'disk nearly full'
         ctx.landing.discard(job["id"])
         _named_as(ctx, job, entry, head_of(result.data))
-        _learn_cost(ctx, entry, rates, request["params"], result.cost_micros)
+        _learn_cost(ctx, entry, rates, request["params"], result.cost_micros, result.usage)
         if result.cost_micros is not None:
             # the attempt's cost, committed before the bytes go to the spool (``spool``): a
             # process ending during or after the spool write leaves the attempt at this cost,
