@@ -238,13 +238,18 @@ class RateCards:
         first calls, however many start together.
 
         Bounded just under 1,000,000 USD (the ledger's reservation column), which no budget
-        admits: an absurd image count is refused by the budget, never reserved as nothing."""
+        admits: an absurd image count or size is refused by the budget, never reserved as
+        nothing. Bounded before it is made micro-USD: a fal side of 2**53 - 1 pixels (the
+        largest a manifest takes) made a price of some 30 digits, more than a Decimal rounds to
+        a whole number, and ``afc plan`` stopped as a bug in afc (tests/test_audit64a_fal_huge_size.py)."""
         card = self.cards.get((provider, model))
         if card is None or "per_image" not in card:
             return None
         expected = card["per_image"] * max(images, 1)
         if megapixels is not None and "per_megapixel" in card:
             expected = max(expected, card["per_megapixel"] * megapixels)
+        if expected >= MAX_USD:
+            return MAX_ESTIMATE
         return min(to_micros(expected), MAX_ESTIMATE)
 
 
