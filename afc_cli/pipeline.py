@@ -1005,13 +1005,39 @@ def estimate_for(
     images = images_requested(entry["provider"], params)
     megapixels = megapixels_requested(entry["provider"], params)
     estimate = rates.estimate(entry["provider"], entry["model"], images, megapixels)
-    known = dearest.get(_priced_by(entry, rates))
+    key, units = _dearest_unit(entry, rates, params)
+    known = dearest.get(key)
+    if known is None and key[-1] == _PER_MEGAPIXEL:
+        known = dearest.get(key[:-1])  # no answer of a known size yet: per image, as before
+        units = images
     if estimate is None or known is None:
         return estimate
     # rounded up to a whole micro-USD once, for these images: the answers' per-image cost
     # rounded up first (0.0999999 for three images: 0.033334 each) reserved 0.100002 for
     # requests that cost 0.100000, and a budget those fitted exactly stopped one short
-    return min(max(estimate, -(-known * images // 1)), MAX_ESTIMATE)
+    return min(max(estimate, -(-known * units // 1)), MAX_ESTIMATE)
+
+
+# the last part of a ``dearest`` key whose cost is per megapixel asked for (``_dearest_unit``)
+_PER_MEGAPIXEL = "per_megapixel"
+
+
+def _dearest_unit(
+    entry: dict[str, Any], rates: RateCards, params: dict[str, Any]
+) -> tuple[tuple, int]:
+    """What a request's known dearest cost is counted in (``RunContext.dearest``'s key) and
+    how many of them it asks for: per megapixel where it says the megapixels it asks for and
+    its card prices them (fal's ``image_size`` under ``per_megapixel``), else per image. Per
+    image alone, once a 2048x2048 fal render had cost 0.10, each 1024x1024 one of the model
+    (0.025) reserved 0.10 under a budget: one large and four small renders under
+    --max-spend 0.20 stopped at 0.125 spent, three never sent
+    (tests/test_audit64a_fal_sizes_budget.py)."""
+    key = _priced_by(entry, rates)
+    card = rates.cards.get((entry["provider"], entry["model"])) or {}
+    megapixels = megapixels_requested(entry["provider"], params)
+    if megapixels and "per_megapixel" in card:
+        return (*key, _PER_MEGAPIXEL), megapixels
+    return key, images_requested(entry["provider"], params)
 
 
 def estimated_models(cards: RateCards) -> set[tuple[str, str]]:
@@ -1056,10 +1082,10 @@ def _learn_cost(
     a render of the model costs."""
     if cost is None or cost <= 0 or not made_images(usage):
         return
-    key = _priced_by(entry, rates)
-    per_image = Fraction(cost, images_requested(entry["provider"], params))
-    if per_image > ctx.dearest.get(key, 0):
-        ctx.dearest[key] = per_image
+    key, units = _dearest_unit(entry, rates, params)
+    per_unit = Fraction(cost, units)
+    if per_unit > ctx.dearest.get(key, 0):
+        ctx.dearest[key] = per_unit
 
 
 def dearest_known(
@@ -1102,7 +1128,8 @@ def dearest_known(
             key = keys.get((provider, model)) or keys.setdefault(
                 (provider, model), _priced_by({"provider": provider, "model": model}, cards)
             )
-            if not cost or cost <= dearest.get(key, 0):
+            sized = (*key, _PER_MEGAPIXEL)
+            if not cost or cost <= min(dearest.get(key, 0), dearest.get(sized, 0)):
                 continue
             try:
                 params = json.loads(request_json).get("params") or {}
@@ -1110,9 +1137,11 @@ def dearest_known(
                 continue
             if not isinstance(params, dict):
                 continue
-            per_image = Fraction(cost, images_requested(provider, params))
-            if per_image > dearest.get(key, 0):
-                dearest[key] = per_image
+            entry = {"provider": provider, "model": model}
+            unit, units = _dearest_unit(entry, cards, params)
+            per_unit = Fraction(cost, units)
+            if per_unit > dearest.get(unit, 0):
+                dearest[unit] = per_unit
     return dearest
 
 
