@@ -964,7 +964,9 @@ def run_jobs(
     storages = {row["name"]: storage_mod.open(row["storage"]) for row in ledger.batches()}
     for name in ledger.batches_of(job_ids):
         if name not in checked:
-            open_batch(ledger, name, storages[name])
+            open_batch(ledger, name, storages[name], check=stopped is None)
+            if stopped is not None:
+                check_storage_stoppable(storages[name], stopped)
             storages[name].check_keys(ledger.output_keys(name, job_ids))
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
@@ -1363,6 +1365,48 @@ def open_batch(
     refuse_gone(ledger, name, storage)
     if check:
         check_storage(storage)
+
+
+class StoppedBeforeRun(Exception):
+    """A stop (a worker's SIGTERM) came while ``run_jobs`` checked a batch's storage before its
+    loop (``check_storage_stoppable``): nothing of the claim ran, and the caller gives its jobs
+    back at once."""
+
+
+# how often a storage check before the loop looks whether a stop was asked for meanwhile
+STOP_LOOK_S = 0.05
+
+
+def check_storage_stoppable(
+    storage: storage_mod.Storage, stopped: Callable[[], bool], look_s: float = STOP_LOOK_S
+) -> None:
+    """``check_storage`` for a caller whose signal handler only asks for a stop (``afc
+    worker``: ``worker.Stop``), in a thread of its own, given up (``StoppedBeforeRun``) as
+    soon as ``stopped`` says so. Run in the caller's thread, a bucket's HEAD that hung kept
+    the worker deaf to SIGTERM for as long as the S3 client's timeouts and the storage
+    policy's tries allow (120 s a read, three tries): a ``docker stop`` or ``systemctl stop``
+    in that moment ended in a SIGKILL, its claimed jobs left leased to a dead process (on
+    another host, waited out for the whole lease). The thread left behind is a daemon's: it
+    holds no lease and writes nothing to the ledger, and the process exits without it."""
+    if stopped():
+        raise StoppedBeforeRun()
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            check_storage(storage)
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=check, name="afc-storage-check", daemon=True).start()
+    while not done.wait(look_s):
+        if stopped():
+            raise StoppedBeforeRun()
+    if failed:
+        raise failed[0]
 
 
 async def _open_batches(ctx: RunContext, job_ids: list[str]) -> None:

@@ -463,6 +463,7 @@ def work(
     from afc_cli.pipeline import dearest_known
     from afc_cli.run import (
         Budget,
+        StoppedBeforeRun,
         batch_rates,
         lease_seconds,
         max_interrupts,
@@ -727,6 +728,14 @@ def work(
                     dearest=dearest,
                     denied=denied,
                 )
+            except StoppedBeforeRun:
+                # a SIGTERM while the storage was checked before the loop (a bucket's HEAD
+                # that hangs): nothing of the claim ran, and its jobs go back at once, counted
+                # claimed as those of a signal just before the loop are (its drain gives them
+                # back); the worker stops now rather than once the check ends, minutes later
+                for job in jobs:
+                    ledger.release(job)
+                break
             except LedgerError:
                 # a newer afc migrated the ledger after this round's claim looked (during the
                 # storage's check, the round's reads before the run), and the run's own look
