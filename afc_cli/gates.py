@@ -387,7 +387,9 @@ def kept_message(kept: dict[str, Any]) -> str:
     if kept["status"] == "awaiting_review" and kept["field"] == "review":
         # (a decision settles whether the output is used; a rendered job's needs stay as
         # admitted whatever is decided)
-        then = f"'afc review approve {kept['key']}' (or reject) decides it"
+        from afc_cli.review import command
+
+        then = f"'{command('approve', kept['key'])}' (or reject) decides it"
     else:
         then = "a new key renders the request again under the new gates"
     return (

@@ -133,7 +133,13 @@ def paused_for(
         return f"{key} --batch {job['batch']}" if batched else key
 
     if job["status"] == "awaiting_review":
-        return f"awaiting a person's review: afc review approve {named(job['key'])} (or reject)"
+        from afc_cli.review import command
+
+        batch_option = [f"--batch {job['batch']}"] if batched else []
+        return (
+            f"awaiting a person's review: {command('approve', job['key'], *batch_option)} "
+            "(or reject)"
+        )
     if job["status"] == "blocked":
         awaited_here = awaited.get(job["id"]) or []
         # a need that ended badly (the job retried alone): "waiting for" it said the job

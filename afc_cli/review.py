@@ -72,6 +72,20 @@ class OutputChanged(UsageError):
         self.key, self.batch, self.given, self.now = key, batch, given, now
 
 
+def command(verb: str, key: str, *options: str) -> str:
+    """The command that decides on ``key`` (``verb``: approve or reject), as afc writes it for
+    a person to run ('afc status', a report's card): ``options`` (``--batch B``, ``--sha256
+    HEX``) after the key, and a key beginning with '-' (the key alphabet allows ``-take2``)
+    after ``--``, the options before it. Written key first, such a key was read as options:
+    the report's 'afc review approve -take2 --batch b --sha256 HEX' under the picture was exit
+    2, 'No such option: -t'; a key that is one of the command's options (``--note``,
+    ``-q``) took the words after it as its value, or was taken as the flag."""
+    words = " ".join(options)
+    if key.startswith("-"):
+        return f"afc review {verb} {words + ' ' if words else ''}-- {key}"
+    return f"afc review {verb} {key}{' ' + words if words else ''}"
+
+
 def sha256_of(text: str) -> str:
     """A SHA-256 as given (``--sha256``, a form): 64 hexadecimal digits, lowercased, as
     ``afc review list --json`` writes them; else a UsageError."""

@@ -56,7 +56,15 @@ def environment(**globals_: Any):
         lstrip_blocks=True,
         finalize=written,
     )
-    env.globals.update(causes=causes, cause_rows=CAUSE_ROWS, tip_chars=TIP_CHARS, **globals_)
+    from afc_cli.review import command
+
+    env.globals.update(
+        causes=causes,
+        cause_rows=CAUSE_ROWS,
+        tip_chars=TIP_CHARS,
+        decide_command=command,  # a key beginning with '-' after '--' (``review.command``)
+        **globals_,
+    )
     return env
 
 
