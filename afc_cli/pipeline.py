@@ -1903,6 +1903,8 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
             paid = _paid_render(ctx, job, await ctx.offload(ctx.spool.about_of, job["id"]))
             if paid is not None:  # the file is not the render paid for: damaged since
                 spooled, about = SpoolFile(spooled.path, paid["size"], paid["sha256"]), paid
+            else:
+                spooled = _as_checkpointed(ctx, job, spooled)
         _adopt_spool(ctx, job, spooled, about or {})
         return True
     if not job["attempts"] and not job.get("probed"):
@@ -3431,6 +3433,43 @@ def _paid_render(
     ):
         return None
     return about
+
+
+def _as_checkpointed(ctx: RunContext, job: dict[str, Any], found: SpoolFile) -> SpoolFile:
+    """``found``, the spool file a retried job's render step adopts, as its spool checkpoint
+    recorded it when that checkpoint describes the one render the file can hold: the job's
+    row still carries that checkpoint's size and SHA-256 (no output found in storage put
+    others there) and the attempt it names is the job's last that may have made a file,
+    succeeded (a later one, started, unknown or a late result, may have written the file
+    since, unrecorded). A job failed at its store or verify step with its render kept in the
+    spool (OUTPUT_KEY_CONFLICT, VERIFY_FAILED), retried once the key was free, starts at its
+    probe and comes here: adopted as found, a file damaged while the job waited (a bit
+    flipped, a truncation, another process writing in place) was stored as the job's output,
+    read back against itself, and the job succeeded with those bytes. Adopted with the
+    checkpoint's size and SHA-256, the store step finds it damaged (``spool.damage``:
+    nothing stored, the file set aside, ``SPOOL_DAMAGED``), as it finds any file its
+    checkpoint does not describe. ``found`` itself otherwise."""
+    size, sha256 = job.get("output_size"), job.get("output_sha256")
+    if size is None or not sha256 or (found.size, found.sha256) == (size, sha256):
+        return found
+    details = {
+        row["step"]: json.loads(row["detail_json"] or "{}")
+        for row in ctx.ledger.steps(job["id"])
+        if row["step"] in ("render", "spool")
+    }
+    spooled, rendered = details.get("spool") or {}, details.get("render") or {}
+    if (spooled.get("size"), spooled.get("sha256")) != (size, sha256):
+        return found  # the row's values are another output's (one found stored)
+    made = [
+        a
+        for a in ctx.ledger.attempts(job["id"])
+        if a["status"] in ("succeeded", "started", "unknown")
+    ]
+    if not made or made[-1]["status"] != "succeeded":
+        return found
+    if made[-1]["number"] != rendered.get("attempt"):
+        return found
+    return SpoolFile(found.path, size, sha256)
 
 
 def _about_source(about: dict[str, Any]) -> str:
