@@ -73,6 +73,9 @@ FallbackReason = Literal["exhausted", "unavailable", "refusal", "window_expired"
 
 TEMPLATE_FIELDS = {"batch", "key", "ext", "job_id"}
 DEFAULT_OUTPUT = "{batch}/{key}.{ext}"
+# a file storage folder's mark (afc_cli/storage/file.py ``MARK_NAME``: not imported, so a
+# manifest's load needs no storage module): no output key may be it
+MARK_NAME = ".afc-folder"
 KEY_ALPHABET = set(string.ascii_letters + string.digits + "._-:")
 MAX_PROBLEMS = 25
 # Limits on hostile or mistaken input, each refused with exit 2 before anything is written.
@@ -1132,6 +1135,9 @@ def output_key_problem(key: str) -> str | None:
         # file, and x.png's render, paid, was never stored. In any case: on a folder that
         # does not tell case apart (macOS, a Windows share) 'x.png.AFC.JSON' is that file too
         return f"renders to {key!r}; names ending in .afc.json are reserved for metadata"
+    if parts[0].casefold() == MARK_NAME:
+        # (a folder of that name too, and in any case, for the folders that take it so)
+        return f"renders to {key!r}; {MARK_NAME} is reserved for the storage folder's mark"
     return None
 
 

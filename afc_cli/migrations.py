@@ -643,3 +643,20 @@ def m027_avoided_batch(db):
         CREATE INDEX avoided_batch ON avoided (batch);
         """
     )
+
+
+@_step
+def m028_batch_storage_mark(db):
+    # batches.storage_mark: the mark of the file:// folder the batch's runs store in (the
+    # folder's .afc-folder file, afc_cli/storage/file.py FileStorage.folder_mark), and
+    # storage_mark_host the host (owner.host_id) whose run recorded it. A folder of the same
+    # path on another host (a share not mounted there, each host's own disk) has another
+    # mark: a run there is refused (run.hold_folder), where it stored its part of the batch on
+    # its own disk, every job said to have succeeded. NULL for S3, and for a batch no run has
+    # stored for since m028: recorded by its next run.
+    db.executescript(
+        """
+        ALTER TABLE batches ADD COLUMN storage_mark TEXT;
+        ALTER TABLE batches ADD COLUMN storage_mark_host TEXT;
+        """
+    )

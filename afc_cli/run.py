@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import queue
+import shlex
 import signal
 import threading
 import uuid
@@ -486,6 +487,8 @@ def submit(
             if ledger is not None:
                 refuse_gone(ledger, manifest.batch, store)
             check_storage(store)  # before admitting or paying for anything
+            if ledger is not None:  # another host's folder of the batch: refused unwritten
+                hold_folder(ledger, manifest.batch, store, store.folder_mark())
             # a job the ledger holds stores to the output key it was admitted with: one whose
             # changed template is refused as a conflict never writes the manifest's new key
             # (checked, a new key inside its stored output refused the whole submit)
@@ -968,6 +971,8 @@ def run_jobs(
             if stopped is not None:
                 check_storage_stoppable(storages[name], stopped)
             storages[name].check_keys(ledger.output_keys(name, job_ids))
+        # (a submit's batch too, checked before its admission: its mark recorded now)
+        hold_folder(ledger, name, storages[name], storages[name].folder_mark())
     limits = provider_limits(ledger)
     rates = batch_rates(ledger)
     if budget is not None and dearest is None:
@@ -1429,6 +1434,8 @@ async def _open_batches(ctx: RunContext, job_ids: list[str]) -> None:
             ctx.rates[name] = batch_rates(ctx.ledger, [row])[name]
         open_batch(ctx.ledger, name, ctx.storages[name], check=False)
         await ctx.network(check_storage, ctx.storages[name])
+        mark = await ctx.network(ctx.storages[name].folder_mark)
+        hold_folder(ctx.ledger, name, ctx.storages[name], mark)
         ctx.checked.add(name)
         if ctx.min_free_bytes:
             # its renders counted at its stored outputs from its first wave, as a run's start
@@ -2061,14 +2068,84 @@ def refuse_gone(ledger: Ledger, batch: str, storage: storage_mod.Storage) -> Non
     stored = sum(n for _, status, n in ledger.status_counts(batch) if status in RENDERED)
     if stored:
         said = "1 output" if stored == 1 else f"{stored} outputs"
+        # the folder made anew is held to the batch's mark (``hold_folder``): made alone, it
+        # was refused next as another folder
+        held = (ledger.batch(batch) or {}).get("storage_mark")
+        from afc_cli.storage.file import MARK_NAME
+
+        marked = (
+            f" and write the batch's mark into it: printf {held} > "
+            f"{shlex.quote(str(Path(root) / MARK_NAME))}"
+            if held
+            else ""
+        )
         raise UsageError(
             f"cannot use storage {storage_mod.shown_url(storage.url)}: {root} does not exist, "
             f"though {said} of batch {batch} {'was' if stored == 1 else 'were'} stored there (a "
             "drive or share not mounted? a container without its volume?). afc does not make "
             "it anew: the next outputs would be stored on this machine's disk, hidden once the "
             "folder is back. Mount it; or, if those outputs were moved away on purpose, create "
-            "the folder"
+            f"the folder{marked}"
         )
+
+
+def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: str | None) -> None:
+    """Hold ``batch`` to the ``file://`` folder its runs store in: its mark (``mark``, the
+    folder's ``Storage.folder_mark``) recorded on the batch by the first run that stores for
+    it (``Ledger.mark_folder``), with the host it ran on. A folder of that path with another
+    mark is not the batch's:
+
+    - on another host, a run is refused (exit 2): the folder is that host's own, not the
+      shared mount the batch's other hosts store in (a share not mounted there, made anew by
+      afc on its disk, or a local folder of that path). Let through, each host stored its part
+      of the batch on its own disk, every job said to have succeeded;
+    - on the same host, where outputs of the batch were stored, it is refused as a folder that
+      is gone is (``refuse_gone``): a share not mounted, its mount point an empty folder; or a
+      folder put in the old one's place. With none stored yet, its mark is recorded instead.
+
+    Either way a folder that does hold the batch's outputs (copied there on purpose) is let
+    through once the batch's mark is written into it, as the message says."""
+    if mark is None:
+        return
+    from afc_cli.ledger.core import RENDERED
+    from afc_cli.owner import host_id
+    from afc_cli.storage.file import MARK_NAME
+
+    here = host_id()
+    root = getattr(storage, "root", None)
+    for _ in range(3):  # (a run recording another mark at once: read again, and judged)
+        row = ledger.batch(batch)
+        if row is None:
+            return
+        held, by = row.get("storage_mark"), row.get("storage_mark_host")
+        if held == mark:
+            return
+        if held is not None:
+            shown = storage_mod.shown_url(storage.url)
+            written = f"printf {held} > {shlex.quote(str(Path(root or '.') / MARK_NAME))}"
+            if by != here:
+                raise UsageError(
+                    f"cannot use storage {shown} for batch {batch}: the folder {root} on this "
+                    f"host ({here}) is not the one its runs on {by} store in (its {MARK_NAME} "
+                    "file holds another mark). A file:// folder of a batch run on several "
+                    "machines must be one shared mount at the same path on each (is the share "
+                    "mounted here?); see README 'Running on several machines'. If this "
+                    "folder now holds the batch's outputs (copied here on purpose), write the "
+                    f"batch's mark into it: {written}"
+                )
+            stored = sum(n for _, status, n in ledger.status_counts(batch) if status in RENDERED)
+            if stored:
+                said = "1 output" if stored == 1 else f"{stored} outputs"
+                raise UsageError(
+                    f"cannot use storage {shown}: {root} is not the folder where {said} of "
+                    f"batch {batch} {'was' if stored == 1 else 'were'} stored (its {MARK_NAME} "
+                    "file holds another mark: a drive or share not mounted, its mount point an "
+                    "empty folder? another folder put in its place?). afc does not store there: "
+                    "the next outputs would be hidden once the folder is back. Mount it; or, "
+                    "if this folder now holds the batch's outputs (moved here on purpose), "
+                    f"write the batch's mark into it: {written}"
+                )
+        ledger.mark_folder(batch, held, mark, here)
 
 
 def sweep_left(ledger: Ledger) -> None:

@@ -74,6 +74,7 @@ def test_blank_and_old_ledgers_migrate_to_the_same_schema(tmp_path):
         "m025_avoided_job",
         "m026_deliveries_job",
         "m027_avoided_batch",
+        "m028_batch_storage_mark",
     ]
     # data written under the old schema survives
     assert sqlite3.connect(old).execute("SELECT name FROM batches").fetchall() == [("b",)]

@@ -914,6 +914,17 @@ class Ledger:
                 )
         self.check_storage(batch, None, endpoint)
 
+    def mark_folder(self, batch: str, was: str | None, mark: str, host: str) -> None:
+        """Record ``mark`` as the mark of the folder ``batch`` stores in, recorded by ``host``,
+        where its mark is still ``was`` (``run.hold_folder`` reads the row again: of two runs
+        recording at once, one is recorded)."""
+        with self.tx():
+            self.db.execute(
+                "UPDATE batches SET storage_mark = ?, storage_mark_host = ? WHERE name = ?"
+                + (" AND storage_mark IS NULL" if was is None else " AND storage_mark = ?"),
+                (mark, host, batch) if was is None else (mark, host, batch, was),
+            )
+
     def admit(
         self, manifest: Any, storage: str, rates: Any, endpoint: str | None = None
     ) -> AdmitResult:

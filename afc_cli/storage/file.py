@@ -20,6 +20,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import unicodedata
 import uuid
@@ -48,6 +49,12 @@ MADE_DIRS = 4096
 # not made again on this machine's disk (``FileStorage._gone``); one never seen is (a new
 # batch's folder, made by its first store where no check before the run made it)
 _SEEN: set[Path] = set()
+# the file in a storage folder that names it apart from another folder of its path on another
+# host (``FileStorage.folder_mark``): dot-named as afc's temporary files are; no output key may
+# begin with it (afc_cli/manifest.py ``output_key_problem``, ``MARK_NAME`` there too)
+MARK_NAME = ".afc-folder"
+MARK_READ = 128  # the most of it read: a mark is 32 characters
+_MARK = re.compile(r"[0-9a-f]{32}")
 
 
 def _in_the_way(root: Path) -> str | None:
@@ -322,6 +329,33 @@ class FileStorage(Storage):
         if not os.access(self.root, os.W_OK):
             raise UsageError(f"cannot use storage {self.shown}: the directory is not writable")
         self._check_links()
+
+    def folder_mark(self) -> str | None:
+        """The storage folder's mark: 32 hexadecimal digits in its ``MARK_NAME`` file, written
+        there (create-only, fsynced) by the first run that found none. One folder, one mark,
+        whichever host reads it through a shared mount; two folders of one path on two hosts
+        (a share not mounted on one, each host's own disk), two marks: ``run.hold_folder``
+        refuses the second, where each host stored its part of the batch on its own disk and
+        every job said it succeeded. None when the folder has no readable mark and none can be
+        made (then nothing is held to it)."""
+        path = self.root / MARK_NAME
+        for _ in range(2):
+            try:
+                with open(path, "rb") as found:
+                    text = found.read(MARK_READ).decode("ascii", "replace").strip()
+            except FileNotFoundError:
+                try:
+                    self._create(path, data=uuid.uuid4().hex.encode() + b"\n")
+                    fsync_dir(self.root)
+                except FileExistsError:
+                    continue  # another run made it meanwhile: read
+                except OSError:
+                    return None
+                continue
+            except OSError:
+                return None
+            return text if _MARK.fullmatch(text) else None
+        return None
 
     def _check_links(self) -> None:
         """Every create-only write here ends in a hard link (``_create``): on a file system
