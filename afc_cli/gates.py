@@ -197,6 +197,9 @@ class Gates(Refusals):
         for key, needs in stored.items():
             self._set_needs(key, needs)
         self.kept: list[dict[str, Any]] = []  # the changes that cannot take effect, why
+        # the jobs found the same request as admitted by ``manifest.same_request``'s rule for
+        # an earlier afc's body (hash now -> admitted hash), for the jobs using their outputs
+        self.restates: dict[str, str] = {}
 
     def refused_request(self, regate: Regate) -> None:
         """An admitted job whose changed request is refused as a conflict (``conflict``):

@@ -70,6 +70,19 @@ ErrorClassName = Literal[
 ]
 ERROR_CLASSES: tuple[str, ...] = get_args(ErrorClassName)
 FallbackReason = Literal["exhausted", "unavailable", "refusal", "window_expired"]
+FALLBACK_REASONS: tuple[str, ...] = get_args(FallbackReason)
+
+
+def fallback_set(reasons: list[Any]) -> list[Any]:
+    """A chain entry's ``fallback_on`` as the request hash takes it: a set of reasons (the
+    chain moves on when an attempt's reasons meet it, ``afc_cli/attempts.py``), each once, in
+    ``FALLBACK_REASONS``' order, whatever order the manifest wrote them in. Hashed as written,
+    ``[unavailable, exhausted]`` re-submitted as ``[exhausted, unavailable]`` was a conflict of
+    every job of the chain, whose way out (new keys) paid for each render again. A value that
+    is not a reason (in a body this afc did not write) is kept, after them."""
+    known = [reason for reason in FALLBACK_REASONS if reason in reasons]
+    return known + [r for r in dict.fromkeys(reasons) if r not in FALLBACK_REASONS]
+
 
 TEMPLATE_FIELDS = {"batch", "key", "ext", "job_id"}
 DEFAULT_OUTPUT = "{batch}/{key}.{ext}"
@@ -123,6 +136,12 @@ class ChainEntry(_Strict):
     window_s: float | None = Field(
         default=None, gt=0, description="the provider's own per-attempt limit, in seconds"
     )
+
+    @field_validator("fallback_on")
+    @classmethod
+    def _as_set(cls, value: list[FallbackReason]) -> list[FallbackReason]:
+        # a set: its order and repeats are not part of the request (``fallback_set``)
+        return fallback_set(value)
 
     @field_validator("model")
     @classmethod
@@ -339,30 +358,66 @@ def restated(body: dict[str, Any]) -> dict[str, Any]:
     """An admitted request body under the rule for defaults: a body admitted before the rule
     may carry a provider default written out, and one admitted before chain entries had
     ``window_s`` (the afc before m003, commit 670e542) lacks that default, ``null``: a
-    re-submit of its unchanged manifest was refused as a conflict of every job (exit 3)."""
+    re-submit of its unchanged manifest was refused as a conflict of every job (exit 3). A
+    chain entry's ``fallback_on`` admitted as written (before audit 64g) is taken as the set
+    it is (``fallback_set``)."""
     from afc_cli.providers import PROVIDERS
 
     try:
-        chain = [
-            entry if "window_s" in entry else {**entry, "window_s": None} for entry in body["chain"]
-        ]
+        chain = [_restated_entry(entry) for entry in body["chain"]]
         params = without_provider_defaults(body.get("params") or {}, chain, PROVIDERS)
     except Exception:  # not a body this afc wrote: compare it as it is
         return body
     return {**body, "chain": chain, "params": params}
 
 
-def same_request(stored_hash: str, stored_json: str | None, job: ResolvedJob) -> bool:
+def _restated_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """A chain entry of an admitted body as ``restated`` takes it."""
+    entry = entry if "window_s" in entry else {**entry, "window_s": None}
+    reasons = entry.get("fallback_on")
+    if isinstance(reasons, list) and all(isinstance(r, str) for r in reasons):
+        entry = {**entry, "fallback_on": fallback_set(reasons)}
+    return entry
+
+
+def same_request(
+    stored_hash: str,
+    stored_json: str | None,
+    job: ResolvedJob,
+    restates: dict[str, str] | None = None,
+) -> bool:
     """Whether an admitted request (its hash and body) is the job's request: the same hash,
-    or a body admitted before the rule for defaults that the rule makes this job's body."""
+    or a body admitted before the rule for defaults that the rule makes this job's body.
+
+    ``restates``: one dict per pass over a manifest's jobs (in its order, each need before
+    the jobs using it as an input), filled here with each job found the same request by the
+    rule (its hash now -> its admitted hash). A job whose input is such a job's output names
+    that job's hash in its own body, the admitted one in its admitted body: the input is the
+    same request, so its hash is taken as admitted. Without it, a need restated (a
+    ``fallback_on`` an earlier afc admitted in another order) replayed and each job using its
+    output was refused as 'changed inputs[0].job.request_hash'."""
     if stored_hash == job.request_hash:
         return True
     if not stored_json:
         return False
     try:
-        return request_hash(restated(json.loads(stored_json))) == job.request_hash
+        wanted = job.request_hash
+        body = job.body
+        if restates and body.get("inputs"):
+            inputs = [
+                {"job": {**item["job"], "request_hash": restates[item["job"]["request_hash"]]}}
+                if "job" in item and item["job"].get("request_hash") in restates
+                else item
+                for item in body["inputs"]
+            ]
+            if inputs != body["inputs"]:
+                wanted = request_hash({**body, "inputs": inputs})
+        same = wanted == stored_hash or request_hash(restated(json.loads(stored_json))) == wanted
     except Exception:
         return False
+    if same and restates is not None:
+        restates[job.request_hash] = stored_hash
+    return same
 
 
 def job_id_for(batch: str, key: str) -> str:

@@ -135,10 +135,12 @@ def plan(
     # replay of a finished job calls no provider, so its models need no price and no API key
     finished = {key for key, known in admitted.items() if known[1] in PAST_RENDERING}
     # nor does it run a job refused as a conflict, nor that key's admitted request
+    restates: dict[str, str] = {}  # manifest.same_request's, for the whole manifest
     finished |= {
         job.key
         for job in manifest.jobs
-        if job.key in admitted and not same_request(admitted[job.key][0], admitted[job.key][2], job)
+        if job.key in admitted
+        and not same_request(admitted[job.key][0], admitted[job.key][2], job, restates)
     }
     to_run = chains_except(manifest, finished)
     unlisted_chains = [body["chain"] for body in unlisted.values()]
@@ -402,7 +404,7 @@ def plan(
             continue
         stored = stored_needs.get(job.key, ())
         effective.append((bool(known[3]), stored))
-        if not same_request(known[0], known[2], job):
+        if not same_request(known[0], known[2], job, gates.restates):
             gates.refused_request(
                 Regate(job, job.job_id, known[1], known[4], bool(known[3]), stored)
             )

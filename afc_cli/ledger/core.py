@@ -1271,7 +1271,7 @@ class Ledger:
                     fresh.append(job)
                 elif cause is not HELD:
                     conflicts.append(refused_dependent(job, None, cause))
-            elif same_request(stored, stored_body, job):
+            elif same_request(stored, stored_body, job, gates.restates):
                 if job.inputs and status not in RENDERED and any("path" in i for i in job.inputs):
                     refiled.append((job_id, job.inputs))
                 if bool(review) != bool(job.review) or job.needs or job.key in stored_needs:
@@ -1658,6 +1658,7 @@ class Ledger:
         )
         other = [job for job in jobs if hashes.get(job.key) not in (None, job.request_hash)]
         changed = set()
+        restates: dict[str, str] = {}  # manifest.same_request's, for the whole manifest
         # their admitted requests read IN_CHUNK at a time: a statement each was 3.7 s for an
         # edit of 20,000 jobs' defaults
         for chunk in _chunks(other, IN_CHUNK):
@@ -1669,7 +1670,9 @@ class Ledger:
                 )
             )
             changed |= {
-                job.key for job in chunk if not same_request(hashes[job.key], bodies[job.key], job)
+                job.key
+                for job in chunk
+                if not same_request(hashes[job.key], bodies[job.key], job, restates)
             }
         return changed
 
