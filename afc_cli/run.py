@@ -2100,6 +2100,10 @@ def refuse_gone(ledger: Ledger, batch: str, storage: storage_mod.Storage) -> Non
         )
 
 
+# the first stored outputs of a batch with no mark recorded yet that ``hold_folder`` looks for
+STORED_LOOKED_FOR = 3
+
+
 def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: str | None) -> None:
     """Hold ``batch`` to the ``file://`` folder its runs store in: its mark (``mark``, the
     folder's ``Storage.folder_mark``) recorded on the batch by the first run that stores for
@@ -2120,7 +2124,7 @@ def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: 
         return
     from afc_cli.ledger.core import RENDERED
     from afc_cli.owner import host_id
-    from afc_cli.storage.file import MARK_NAME
+    from afc_cli.storage.file import BAD_MARK, MARK_NAME
 
     here = host_id()
     root = getattr(storage, "root", None)
@@ -2131,14 +2135,28 @@ def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: 
         held, by = row.get("storage_mark"), row.get("storage_mark_host")
         if held == mark:
             return
+        if held is None and root is not None:
+            # A batch with outputs stored before afc recorded marks (a ledger upgraded past
+            # m028) is marked by a folder that holds its first ones, not by whichever host's
+            # folder ran first: recorded on a host without the share, each host holding the
+            # outputs was refused next as another folder. A folder missing any of them (that
+            # host's, or one whose outputs were moved away on purpose) records nothing: the
+            # batch is held to no folder yet, as before marks
+            keys = ledger.stored_output_keys(batch, STORED_LOOKED_FOR)
+            if not all(os.path.lexists(Path(root) / key) for key in keys):
+                return
         if held is not None:
             shown = storage_mod.shown_url(storage.url)
             written = f"printf {held} > {shlex.quote(str(Path(root or '.') / MARK_NAME))}"
+            other = (
+                f"its {MARK_NAME} file holds no mark afc wrote"
+                if mark == BAD_MARK
+                else f"its {MARK_NAME} file holds another mark, or had none"
+            )
             if by != here:
                 raise UsageError(
                     f"cannot use storage {shown} for batch {batch}: the folder {root} on this "
-                    f"host ({here}) is not the one its runs on {by} store in (its {MARK_NAME} "
-                    "file holds another mark). A file:// folder of a batch run on several "
+                    f"host ({here}) is not the one its runs on {by} store in ({other}). A file:// folder of a batch run on several "
                     "machines must be one shared mount at the same path on each (is the share "
                     "mounted here?); see README 'Running on several machines'. If this "
                     "folder now holds the batch's outputs (copied here on purpose), write the "
@@ -2149,13 +2167,15 @@ def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: 
                 said = "1 output" if stored == 1 else f"{stored} outputs"
                 raise UsageError(
                     f"cannot use storage {shown}: {root} is not the folder where {said} of "
-                    f"batch {batch} {'was' if stored == 1 else 'were'} stored (its {MARK_NAME} "
-                    "file holds another mark: a drive or share not mounted, its mount point an "
-                    "empty folder? another folder put in its place?). afc does not store there: "
+                    f"batch {batch} {'was' if stored == 1 else 'were'} stored ({other}: a drive "
+                    "or share not mounted, its mount point an empty folder? another folder put "
+                    "in its place?). afc does not store there: "
                     "the next outputs would be hidden once the folder is back. Mount it; or, "
                     "if this folder now holds the batch's outputs (moved here on purpose), "
                     f"write the batch's mark into it: {written}"
                 )
+        if mark == BAD_MARK:
+            return  # (a damaged mark file is never recorded as a folder's mark)
         ledger.mark_folder(batch, held, mark, here)
 
 

@@ -861,7 +861,11 @@ class Round:
             return found
         root = self.dir / "out"
         for path in root.rglob("*"):
-            if path.is_file() and path.name.startswith(".") and path.name.endswith(".tmp"):
+            if path == root / ".afc-folder":
+                # the folder's mark (FileStorage.folder_mark): 32 hex digits, no output
+                if not re.fullmatch(r"[0-9a-f]{32}\n?", path.read_text()):
+                    self.problems.append(f"folder mark not a mark: {path.read_text()[:80]!r}")
+            elif path.is_file() and path.name.startswith(".") and path.name.endswith(".tmp"):
                 # a file being written under a hidden temporary name (FileStorage._create)
                 # when a SIGKILL came: never an output nor a key's metadata (README, file://)
                 self.temp_left += 1

@@ -166,3 +166,53 @@ def test_workers_of_two_hosts_on_a_postgresql_ledger(afc, pg_url):
         (calls,) = conn.execute("SELECT COUNT(*) FROM attempts").fetchone()
         done = conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
     assert calls == 2 and dict(done) == {"succeeded": 2, "queued": 2}
+
+
+def test_a_batch_stored_before_marks_is_marked_by_a_folder_holding_its_outputs(afc):
+    """A ledger upgraded past m028: its batch has outputs and no mark. A host whose folder of
+    the path holds none of them records nothing (it would have made the hosts holding them
+    be refused as another folder); the first run where they are records its mark."""
+    import sqlite3
+
+    afc.write_manifest(manifest(jobs(2)))
+    storage = f"file://{afc.cwd}/out"
+    assert afc("submit", "manifest.yaml", "--storage", storage, env=A).returncode == 0
+    with sqlite3.connect(afc.cwd / "afc.db") as conn:  # as an earlier afc left it: no mark
+        conn.execute("UPDATE batches SET storage_mark = NULL, storage_mark_host = NULL")
+    (afc.cwd / "out/.afc-folder").unlink()
+    shutil.move(afc.cwd / "out", afc.cwd / "out-on-host-a")
+    (afc.cwd / "out").mkdir()  # host B's own folder of the path
+
+    failing = {"key": "shot-x", "prompt": "p", "params": {"fail": ["invalid"]}}
+    afc.write_manifest(manifest([*jobs(2), failing]))  # a run there that stores nothing
+    assert afc("submit", "manifest.yaml", "--storage", storage, env=B).returncode == 1
+    assert afc.rows("SELECT storage_mark FROM batches") == [(None,)]  # (as before marks)
+
+    shutil.move(afc.cwd / "out", afc.cwd / "out-on-host-b")
+    shutil.move(afc.cwd / "out-on-host-a", afc.cwd / "out")  # host A again
+    afc.write_manifest(manifest([*jobs(3), failing]))
+    assert afc("submit", "manifest.yaml", "--storage", storage, env=A).returncode == 1
+    mark = (afc.cwd / "out/.afc-folder").read_text().strip()
+    assert afc.rows("SELECT storage_mark, storage_mark_host FROM batches") == [(mark, "host-a")]
+    assert _stored(afc) == 3
+
+
+def test_a_mark_file_that_holds_no_mark_is_not_the_batchs_folder(afc):
+    """A folder put in the batch's folder's place whose mark file is damaged (or written by
+    hand) let the batch through: nothing held it to the folder."""
+    afc.write_manifest(manifest(jobs(2)))
+    storage = f"file://{afc.cwd}/out"
+    assert afc("submit", "manifest.yaml", "--storage", storage, env=A).returncode == 0
+    out = _other_hosts_folder(afc)
+    (out / ".afc-folder").write_text("{}")
+    afc.write_manifest(manifest(jobs(3)))
+    result = afc("submit", "manifest.yaml", "--storage", storage, env=B)
+    assert result.returncode == 2
+    assert "its .afc-folder file holds no mark afc wrote" in " ".join(result.stderr.split())
+    assert not list(out.rglob("*.png"))
+    # nor is it recorded for a batch of no mark yet
+    afc.write_manifest(manifest(jobs(1)), "other.yaml")
+    other = (afc.cwd / "other.yaml").read_text().replace("batch: b1", "batch: b2")
+    (afc.cwd / "other.yaml").write_text(other)
+    assert afc("submit", "other.yaml", "--storage", storage, env=B).returncode == 0
+    assert afc.rows("SELECT storage_mark FROM batches WHERE name = 'b2'") == [(None,)]

@@ -5269,6 +5269,16 @@ class Ledger:
                 break
         return [card for card in dropped if card in called]
 
+    def stored_output_keys(self, batch: str, limit: int) -> list[str]:
+        """The output keys of ``batch``'s first ``limit`` stored outputs, in the batch's order
+        (``run.hold_folder`` looks for them in a folder it is to record)."""
+        rows = self.db.execute(
+            "SELECT output_key FROM jobs WHERE batch = ? AND status IN (?, ?, ?)"
+            " AND output_sha256 IS NOT NULL ORDER BY seq LIMIT ?",
+            (batch, *RENDERED, limit),
+        )
+        return [row[0] for row in rows.fetchall()]
+
     def largest_output(self, batches: Collection[str]) -> int:
         """The largest output the jobs of ``batches`` have stored, in bytes (0 for none): what
         a run counts each render in flight at before it has spooled one itself

@@ -54,6 +54,7 @@ _SEEN: set[Path] = set()
 # begin with it (afc_cli/manifest.py ``output_key_problem``, ``MARK_NAME`` there too)
 MARK_NAME = ".afc-folder"
 MARK_READ = 128  # the most of it read: a mark is 32 characters
+BAD_MARK = "not a mark"  # ``folder_mark`` of a mark file that holds none: never recorded
 _MARK = re.compile(r"[0-9a-f]{32}")
 
 
@@ -336,8 +337,9 @@ class FileStorage(Storage):
         whichever host reads it through a shared mount; two folders of one path on two hosts
         (a share not mounted on one, each host's own disk), two marks: ``run.hold_folder``
         refuses the second, where each host stored its part of the batch on its own disk and
-        every job said it succeeded. None when the folder has no readable mark and none can be
-        made (then nothing is held to it)."""
+        every job said it succeeded. None when the folder has no mark and none can be made, or
+        it cannot be read (then nothing is held to it); ``BAD_MARK`` when its mark file holds
+        no mark."""
         path = self.root / MARK_NAME
         for _ in range(2):
             try:
@@ -354,7 +356,9 @@ class FileStorage(Storage):
                 continue
             except OSError:
                 return None
-            return text if _MARK.fullmatch(text) else None
+            # a file of that name that is no mark (damaged, written by hand): not this
+            # folder's mark, whatever the batch's is (``run.hold_folder``)
+            return text if _MARK.fullmatch(text) else BAD_MARK
         return None
 
     def _check_links(self) -> None:
