@@ -1467,10 +1467,13 @@ def _note_outputs(ctx: RunContext, job_ids: list[str]) -> None:
     run beside the new one; a job of it claimed later brings it back, read then with the
     batches held at that time."""
     met = ctx.noted_batches
+    # trimmed first: a claimed job of a batch met before, none of whose jobs the loop holds
+    # now, brings it back as new (trimmed after, it was left out of the look beside the new
+    # batch whose key its job shares)
+    met.intersection_update(ctx.ledger.batches_of(list(ctx.tasks)) if ctx.tasks else ())
     new = [name for name in ctx.ledger.batches_of(job_ids) if name not in met]
     if not new:
         return
-    met.intersection_update(ctx.ledger.batches_of(list(ctx.tasks)) if ctx.tasks else ())
     met.update(new)
     groups: dict[str, list[str]] = {}
     for name in met:
