@@ -273,6 +273,19 @@ class ManifestModel(_Strict):
         return value
 
     storage: str | None = None
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str | None) -> str | None:
+        # 'storage: "${STORE}"' templated with the variable unset: read as no storage named,
+        # the batch was rendered into the default folder on this machine's disk and bound there
+        if value is not None and not value.strip():
+            raise ValueError(
+                "is empty: name the storage, file://PATH or s3://BUCKET/PREFIX, or leave the "
+                "field out (--storage or AFC_STORAGE, else file://./afc-outputs)"
+            )
+        return value
+
     budget: str | None = None
 
     @field_validator("budget")

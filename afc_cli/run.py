@@ -328,14 +328,31 @@ class RunResult:
         return EXIT_OK
 
 
+def named_storage(value: str | None) -> str | None:
+    """A ``--storage`` value as recorded (``storage_mod.normalize_url``), None when the option
+    was not given. An empty one (``--storage "$AFC_BUCKET"``, the variable left unset in a
+    script) is refused (exit 2), as an empty ``--ledger=`` is: read as no storage named, the
+    batch was rendered, paid for and bound to the manifest's storage or the default folder on
+    this machine's disk, and the run naming the bucket afterwards refused as another storage.
+    An empty ``AFC_STORAGE`` reaches here as None (click reads an empty variable as unset)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise UsageError(
+            "--storage is empty: name the storage, file://PATH or s3://BUCKET/PREFIX, or leave "
+            "the option out (the manifest's storage, else file://./afc-outputs)"
+        )
+    return storage_mod.normalize_url(value)
+
+
 def resolve_storage(
     cli_storage: str | None, manifest_storage: str | None, base: Path, manifest_path: str = ""
 ) -> str | None:
     """The storage named explicitly (command line or AFC_STORAGE over the manifest), or None.
     A manifest's storage that is no usable URL is a manifest error naming the file and the
     field, as every other manifest error does (it read as if --storage had named it)."""
-    if cli_storage:
-        return storage_mod.normalize_url(cli_storage)
+    if cli_storage is not None:
+        return named_storage(cli_storage)
     if manifest_storage:
         # relative file:// paths in a manifest are relative to the manifest's folder
         try:
@@ -604,7 +621,7 @@ def resume(
     try:
         ledger.refuse_moved()
         ledger.require_batch(batch)
-        named = storage_mod.normalize_url(storage) if storage else None
+        named = named_storage(storage)
         job_ids = ledger.runnable_job_ids(batch=batch)
         batches = {b["name"] for b in ledger.batches()} if batch is None else {batch}
         if named:

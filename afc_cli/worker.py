@@ -458,7 +458,6 @@ def work(
     budget_name: str | None = None,
     storage: str | None = None,
 ) -> WorkerResult:
-    from afc_cli import storage as storage_mod
     from afc_cli.costs import RateCards
     from afc_cli.pipeline import dearest_known
     from afc_cli.run import (
@@ -468,6 +467,7 @@ def work(
         lease_seconds,
         max_interrupts,
         min_free_bytes,
+        named_storage,
         open_files,
         poll_seconds,
         require_keys,
@@ -516,7 +516,7 @@ def work(
 
     # --storage names where this worker's outputs go, as for 'afc resume': a batch bound to
     # another storage is refused, both named (UsageError), before its jobs run
-    named = storage_mod.normalize_url(storage) if storage else None
+    named = named_storage(storage)
 
     def held_to_storage(batches: set[str]) -> None:
         for name in sorted(batches) if named else ():
