@@ -486,6 +486,13 @@ def work(
         # checks, as "unexpected error: OverflowError (a bug in afc)", exit 1
         raise UsageError(f"--claim must be from 1 to {MAX_CLAIM}, got {claim}")
     lease_s = lease_seconds()
+    if budget_name is not None and not budget_name.strip():
+        # '--budget "$NIGHT"' with the variable unset: taken as the default 'workers', the
+        # worker's spend joined that never-reset budget instead of starting one of its own
+        raise UsageError(
+            "--budget is empty: name the shared budget (--budget nightly-2026-12-01), or leave "
+            "the option out for the default one, workers"
+        )
     budget = Budget.parse(max_spend, allow_unpriced)
     if budget is None and budget_name is not None:
         # the cap is each worker's --max-spend, not kept in the ledger: a name alone would
