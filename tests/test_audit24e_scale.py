@@ -42,7 +42,8 @@ def grown(root: Path, old: int) -> Afc:
     with conn:
         conn.execute(
             "INSERT INTO batches SELECT 'old', storage, rates_json, manifest_path, created_at,"
-            " updated_at, limits_json, storage_endpoint FROM batches WHERE name = 'b1'"
+            " updated_at, limits_json, storage_endpoint, storage_mark, storage_mark_host"
+            " FROM batches WHERE name = 'b1'"
         )
         columns = [row[1] for row in conn.execute("PRAGMA table_info(jobs)")]
         changed = {
