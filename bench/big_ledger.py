@@ -77,7 +77,8 @@ def build(work: Path, batches: int) -> None:
         conn.execute(
             copies + "INSERT INTO batches SELECT b.name || '-' || n.i, b.storage, b.rates_json,"
             " b.manifest_path, b.created_at + n.i * 3600, b.updated_at + n.i * 3600,"
-            " b.limits_json, b.storage_endpoint FROM batches b, n WHERE b.name = 'seed'",
+            " b.limits_json, b.storage_endpoint, b.storage_mark, b.storage_mark_host"
+            " FROM batches b, n WHERE b.name = 'seed'",
             many,
         )
         columns = [row[1] for row in conn.execute("PRAGMA table_info(jobs)")]
