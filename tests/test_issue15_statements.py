@@ -38,10 +38,14 @@ def test_a_fresh_job_is_eleven_ledger_writes_and_its_steps_are_all_recorded(afc)
             if WRITE.match(sql) and (i == 0 or traced[i - 1] != sql)
         ]
         assert stats.finished == n
-        # a run's own writes: lease renewals, and the batch's S3 endpoint recorded once (this
-        # admission, through Ledger.admit, named none: Ledger.hold_endpoint)
+        # a run's own writes: lease renewals, the batch's S3 endpoint recorded once (this
+        # admission, through Ledger.admit, named none: Ledger.hold_endpoint), and its storage
+        # folder's mark recorded once (run.hold_folder)
         endpoint = [w for w in writes if w.startswith("UPDATE batches SET storage_endpoint")]
         assert len(endpoint) <= 1, endpoint
+        marked = [w for w in writes if w.startswith("UPDATE batches SET storage_mark")]
+        assert len(marked) == 1, marked
+        endpoint += marked
         per_job = [
             w
             for w in writes
