@@ -255,9 +255,23 @@ def damage(path: Path, size: int | None, sha256: str | None) -> str | None:
 
 def set_aside(path: Path) -> Path:
     """Move a damaged spool file out of the way (``<job id>.damaged``): never adopted nor
-    uploaded, kept for a person to look at."""
-    aside = path.with_suffix(".damaged")
-    os.replace(path, aside)
+    uploaded, kept for a person to look at. A job's second damaged file goes beside its first
+    (``<job id>.damaged-2``, ...), as create-only as every spool name: replaced, the file the
+    first message said was kept was gone (the job retried, its new render damaged again)."""
+    for n in range(1, 10_000):
+        aside = path.with_suffix(".damaged" if n == 1 else f".damaged-{n}")
+        try:
+            os.link(path, aside)
+        except FileExistsError:
+            continue
+        except OSError:  # a file system without hard links: one not there yet is taken
+            if os.path.lexists(aside):
+                continue
+            os.replace(path, aside)
+            return aside
+        os.unlink(path)
+        return aside
+    os.replace(path, aside)  # (ten thousand kept: the last is replaced)
     return aside
 
 
