@@ -1005,7 +1005,7 @@ def estimate_for(
     images = images_requested(entry["provider"], params)
     megapixels = megapixels_requested(entry["provider"], params)
     estimate = rates.estimate(entry["provider"], entry["model"], images, megapixels)
-    key, units = _dearest_unit(entry, rates, params)
+    key, units = _dearest_unit(entry, rates, images, megapixels)
     known = dearest.get(key)
     if known is None and key[-1] == _PER_MEGAPIXEL:
         known = dearest.get(key[:-1])  # no answer of a known size yet: per image, as before
@@ -1023,10 +1023,11 @@ _PER_MEGAPIXEL = "per_megapixel"
 
 
 def _dearest_unit(
-    entry: dict[str, Any], rates: RateCards, params: dict[str, Any]
+    entry: dict[str, Any], rates: RateCards, images: int, megapixels: int | None
 ) -> tuple[tuple, int]:
     """What a request's known dearest cost is counted in (``RunContext.dearest``'s key) and
-    how many of them it asks for: per megapixel where it says the megapixels it asks for and
+    how many of them it asks for, given the ``images`` and ``megapixels`` it asks for
+    (``images_requested``, ``megapixels_requested``): per megapixel where it says them and
     its card prices them (fal's ``image_size`` under ``per_megapixel``), else per image. Per
     image alone, once a 2048x2048 fal render had cost 0.10, each 1024x1024 one of the model
     (0.025) reserved 0.10 under a budget: one large and four small renders under
@@ -1034,10 +1035,28 @@ def _dearest_unit(
     (tests/test_audit64a_fal_sizes_budget.py)."""
     key = _priced_by(entry, rates)
     card = rates.cards.get((entry["provider"], entry["model"])) or {}
-    megapixels = megapixels_requested(entry["provider"], params)
     if megapixels and "per_megapixel" in card:
         return (*key, _PER_MEGAPIXEL), megapixels
-    return key, images_requested(entry["provider"], params)
+    return key, images
+
+
+def _keep_dearest(
+    dearest: dict[tuple, Fraction],
+    entry: dict[str, Any],
+    rates: RateCards,
+    params: dict[str, Any],
+    cost: int,
+) -> None:
+    """Keep ``cost``, an answer's to a request of ``params``, in ``dearest`` where it is the
+    dearest yet per unit its request asked for (``_dearest_unit``), exact: for this run's
+    answers (``_learn_cost``) and the ledger's (``dearest_known``) alike."""
+    provider = entry["provider"]
+    key, units = _dearest_unit(
+        entry, rates, images_requested(provider, params), megapixels_requested(provider, params)
+    )
+    per_unit = Fraction(cost, units)
+    if per_unit > dearest.get(key, 0):
+        dearest[key] = per_unit
 
 
 def estimated_models(cards: RateCards) -> set[tuple[str, str]]:
@@ -1082,10 +1101,7 @@ def _learn_cost(
     a render of the model costs."""
     if cost is None or cost <= 0 or not made_images(usage):
         return
-    key, units = _dearest_unit(entry, rates, params)
-    per_unit = Fraction(cost, units)
-    if per_unit > ctx.dearest.get(key, 0):
-        ctx.dearest[key] = per_unit
+    _keep_dearest(ctx.dearest, entry, rates, params, cost)
 
 
 def dearest_known(
@@ -1137,11 +1153,7 @@ def dearest_known(
                 continue
             if not isinstance(params, dict):
                 continue
-            entry = {"provider": provider, "model": model}
-            unit, units = _dearest_unit(entry, cards, params)
-            per_unit = Fraction(cost, units)
-            if per_unit > dearest.get(unit, 0):
-                dearest[unit] = per_unit
+            _keep_dearest(dearest, {"provider": provider, "model": model}, cards, params, cost)
     return dearest
 
 
