@@ -2091,33 +2091,40 @@ def refuse_gone(ledger: Ledger, batch: str, storage: storage_mod.Storage) -> Non
     a new batch's is; made here, on this machine's disk, the batch's next paid outputs were
     stored in it, hidden once the share was mounted over it again (or gone with the
     container), their jobs succeeded."""
-    from afc_cli.ledger.core import RENDERED
-
     root = getattr(storage, "root", None)
     if not storage.local or root is None or os.path.lexists(root):
         return
-    stored = sum(n for _, status, n in ledger.status_counts(batch) if status in RENDERED)
+    stored = _outputs_stored(ledger, batch)
     if stored:
-        said = "1 output" if stored == 1 else f"{stored} outputs"
         # the folder made anew is held to the batch's mark (``hold_folder``): made alone, it
         # was refused next as another folder
         held = (ledger.batch(batch) or {}).get("storage_mark")
-        from afc_cli.storage.file import MARK_NAME
-
-        marked = (
-            f" and write the batch's mark into it: printf {held} > "
-            f"{shlex.quote(str(Path(root) / MARK_NAME))}"
-            if held
-            else ""
-        )
+        marked = f" and write the batch's mark into it: {_mark_written(held, root)}" if held else ""
         raise UsageError(
             f"cannot use storage {storage_mod.shown_url(storage.url)}: {root} does not exist, "
-            f"though {said} of batch {batch} {'was' if stored == 1 else 'were'} stored there (a "
+            f"though {plural(stored, 'output')} of batch {batch} "
+            f"{'was' if stored == 1 else 'were'} stored there (a "
             "drive or share not mounted? a container without its volume?). afc does not make "
             "it anew: the next outputs would be stored on this machine's disk, hidden once the "
             "folder is back. Mount it; or, if those outputs were moved away on purpose, create "
             f"the folder{marked}"
         )
+
+
+def _outputs_stored(ledger: Ledger, batch: str) -> int:
+    """How many outputs of ``batch`` are stored (its jobs succeeded, awaiting review or
+    rejected): a folder without them is refused (``refuse_gone``, ``hold_folder``)."""
+    from afc_cli.ledger.core import RENDERED
+
+    return sum(n for _, status, n in ledger.status_counts(batch) if status in RENDERED)
+
+
+def _mark_written(mark: str, root: Path | str | None) -> str:
+    """The command that writes ``mark`` into the folder ``root`` as its mark, as a refusal
+    says it for a folder that does hold the batch's outputs."""
+    from afc_cli.storage.file import MARK_NAME
+
+    return f"printf {mark} > {shlex.quote(str(Path(root or '.') / MARK_NAME))}"
 
 
 # the first stored outputs of a batch with no mark recorded yet that ``hold_folder`` looks for
@@ -2142,7 +2149,6 @@ def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: 
     through once the batch's mark is written into it, as the message says."""
     if mark is None:
         return
-    from afc_cli.ledger.core import RENDERED
     from afc_cli.owner import host_id
     from afc_cli.storage.file import BAD_MARK, MARK_NAME
 
@@ -2167,7 +2173,7 @@ def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: 
                 return
         if held is not None:
             shown = storage_mod.shown_url(storage.url)
-            written = f"printf {held} > {shlex.quote(str(Path(root or '.') / MARK_NAME))}"
+            written = _mark_written(held, root)
             other = (
                 f"its {MARK_NAME} file holds no mark afc wrote"
                 if mark == BAD_MARK
@@ -2182,11 +2188,11 @@ def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: 
                     "folder now holds the batch's outputs (copied here on purpose), write the "
                     f"batch's mark into it: {written}"
                 )
-            stored = sum(n for _, status, n in ledger.status_counts(batch) if status in RENDERED)
+            stored = _outputs_stored(ledger, batch)
             if stored:
-                said = "1 output" if stored == 1 else f"{stored} outputs"
                 raise UsageError(
-                    f"cannot use storage {shown}: {root} is not the folder where {said} of "
+                    f"cannot use storage {shown}: {root} is not the folder where "
+                    f"{plural(stored, 'output')} of "
                     f"batch {batch} {'was' if stored == 1 else 'were'} stored ({other}: a drive "
                     "or share not mounted, its mount point an empty folder? another folder put "
                     "in its place?). afc does not store there: "
