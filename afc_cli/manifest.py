@@ -50,6 +50,7 @@ from afc_cli.costs import cap_problem, usd_problem
 from afc_cli.errors import ManifestError, UsageError
 from afc_cli.joblist import MAX_NUMBER_CHARS, PlainSpec
 from afc_cli.secrets import token_shaped
+from afc_cli.storage.base import MARK_NAME  # a file storage folder's mark
 
 # Stable namespace for job ids: uuid5(namespace, batch NUL key). Never change it: a rebuilt
 # ledger must derive the same job ids to recognise outputs already in storage.
@@ -86,9 +87,6 @@ def fallback_set(reasons: list[Any]) -> list[Any]:
 
 TEMPLATE_FIELDS = {"batch", "key", "ext", "job_id"}
 DEFAULT_OUTPUT = "{batch}/{key}.{ext}"
-# a file storage folder's mark (afc_cli/storage/file.py ``MARK_NAME``: not imported, so a
-# manifest's load needs no storage module): no output key may be it
-MARK_NAME = ".afc-folder"
 KEY_ALPHABET = set(string.ascii_letters + string.digits + "._-:")
 MAX_PROBLEMS = 25
 # Limits on hostile or mistaken input, each refused with exit 2 before anything is written.

@@ -65,6 +65,13 @@ class ObjectExists(Exception):
     """A create-only write found the key taken: head it again and decide as in probe."""
 
 
+# the file in a ``file://`` storage folder that names it apart from another folder of its path
+# on another host (``Storage.folder_mark``, ``FileStorage.folder_mark``): dot-named as afc's
+# temporary files are; no output key may begin with it (afc_cli/manifest.py
+# ``output_key_problem``)
+MARK_NAME = ".afc-folder"
+
+
 class Storage:
     url: str
     local = False  # True where head and small reads are quick local-disk operations

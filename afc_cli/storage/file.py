@@ -37,7 +37,14 @@ from afc_cli.errors import (
 )
 from afc_cli.spool import file_digest, fsync_dir, make_dirs
 from afc_cli.storage import object_url, shown_url
-from afc_cli.storage.base import NOT_THERE, ObjectExists, ObjectInfo, Storage, typed_meta
+from afc_cli.storage.base import (
+    MARK_NAME,
+    NOT_THERE,
+    ObjectExists,
+    ObjectInfo,
+    Storage,
+    typed_meta,
+)
 
 META_SUFFIX = ".afc.json"
 _MADE: set[Path] = set()  # directories this process made or found (skips a mkdir per store)
@@ -49,10 +56,6 @@ MADE_DIRS = 4096
 # not made again on this machine's disk (``FileStorage._gone``); one never seen is (a new
 # batch's folder, made by its first store where no check before the run made it)
 _SEEN: set[Path] = set()
-# the file in a storage folder that names it apart from another folder of its path on another
-# host (``FileStorage.folder_mark``): dot-named as afc's temporary files are; no output key may
-# begin with it (afc_cli/manifest.py ``output_key_problem``, ``MARK_NAME`` there too)
-MARK_NAME = ".afc-folder"
 MARK_READ = 128  # the most of it read: a mark is 32 characters
 BAD_MARK = "not a mark"  # ``folder_mark`` of a mark file that holds none: never recorded
 _MARK = re.compile(r"[0-9a-f]{32}")
