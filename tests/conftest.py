@@ -249,6 +249,28 @@ def frozen_at(proc, timeout: float = 30) -> None:
     assert state == "T", "the stall point was not reached"
 
 
+def stop_between_writes(afc, proc, attempts: int = 200) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no write transaction on the test's SQLite ledger,
+    so the commands the test runs next do not wait out the busy timeout behind a frozen
+    writer (a worker polling every 0.1 s writes often: stopped inside a claim, it kept the
+    lock and 'afc cancel' failed, CI stop 66). Stopped holding the lock, it is resumed for a
+    moment and stopped again."""
+    for _ in range(attempts):
+        proc.send_signal(signal.SIGSTOP)
+        frozen_at(proc)
+        probe = sqlite3.connect(afc.cwd / "afc.db", timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # the frozen process holds the write lock
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+        finally:
+            probe.close()
+    raise AssertionError("the process held the ledger's write lock at every stop")
+
+
 def need_mount_namespace() -> None:
     """Skip where this user cannot have a user and mount namespace of its own (not Linux, no
     ``unshare``, or unprivileged namespaces turned off)."""

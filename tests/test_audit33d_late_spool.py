@@ -10,6 +10,7 @@ import time
 
 import fakeproviders
 import pytest
+from conftest import stop_between_writes
 from s3fake import Fault
 from test_audit26f_killpoints import _chain, _write, fakes, s3  # noqa: F401 - fixtures
 
@@ -68,7 +69,7 @@ def _late_render_while_the_taker_waits_at_its_store(afc, fakes, s3, spool) -> No
     a = afc.popen("submit", "manifest.yaml", "--storage", url, env={**env, "AFC_HOST_ID": "host-a"})
     try:
         assert held.arrived.wait(60), "host-a's request never came"
-        a.send_signal(signal.SIGSTOP)
+        stop_between_writes(afc, a)
         time.sleep(3.5)  # past its 3 s lease
         b = afc("submit", "manifest.yaml", "--storage", url, env={**env, "AFC_HOST_ID": "host-b"})
         assert b.returncode == 1, b.stdout + b.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from conftest import manifest, wait_for
+from conftest import manifest, stop_between_writes, wait_for
 
 
 def test_a_job_past_its_backoff_waiting_for_the_providers_limit_says_so(afc):
@@ -69,7 +69,7 @@ def test_so_does_one_waiting_for_a_call_of_another_process_under_the_shared_limi
     holding = None
     try:
         wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'waiting'", 1)
-        waiting.send_signal(signal.SIGSTOP)
+        stop_between_writes(afc, waiting)
         holding = afc.popen("submit", "long.yaml", env=env)
         wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
         waiting.send_signal(signal.SIGCONT)

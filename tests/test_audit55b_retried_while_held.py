@@ -7,7 +7,7 @@ import json
 import signal
 import subprocess
 
-from conftest import manifest, wait_for
+from conftest import manifest, stop_between_writes, wait_for
 
 
 def test_a_job_cancelled_and_retried_in_its_backoff_is_not_said_taken_over(afc):
@@ -26,7 +26,7 @@ def test_a_job_cancelled_and_retried_in_its_backoff_is_not_said_taken_over(afc):
     run = afc.popen("submit", "manifest.yaml", env={"AFC_LOCAL_CALL_LOG": str(calls)})
     try:
         wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'waiting'", 1)
-        run.send_signal(signal.SIGSTOP)
+        stop_between_writes(afc, run)
         assert afc("cancel", "shot").returncode == 0
         retried = afc("retry", "shot")
         assert retried.returncode == 0, retried.stderr
@@ -64,7 +64,7 @@ def test_a_job_retried_and_ended_by_another_run_meanwhile_is_not_counted_here(af
     )
     try:
         wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'waiting'", 1)
-        worker.send_signal(signal.SIGSTOP)
+        stop_between_writes(afc, worker)
         assert afc("cancel", "shot").returncode == 0
         assert afc("retry", "shot").returncode == 0
         resumed = afc("resume")

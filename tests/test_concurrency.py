@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import frozen_at, jobs, manifest, wait_for
+from conftest import frozen_at, jobs, manifest, stop_between_writes, wait_for
 
 from afc_cli.ledger import MAX_TAKEOVERS, Ledger
 from afc_cli.pipeline import ProviderLimit
@@ -217,7 +217,7 @@ def test_a_process_that_lost_its_job_to_a_takeover_says_so(afc):
     env_b = {"AFC_LEASE_S": "3", "AFC_LOCAL_RELEASE": str(release_b), "AFC_HOST_ID": "host-b"}
     stalled = afc.popen("submit", "manifest.yaml", env=env_a)
     wait_for(afc, "SELECT COUNT(*) FROM attempts WHERE status = 'started'", 1)
-    stalled.send_signal(signal.SIGSTOP)
+    stop_between_writes(afc, stalled)
     try:
         time.sleep(3.5)  # past its 3 s lease: host-b may take the job over
         other = afc.popen("resume", env=env_b)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 
-from conftest import manifest, wait_for
+from conftest import manifest, stop_between_writes, wait_for
 
 
 def test_a_job_taken_over_failed_and_retried_is_not_said_cancelled(afc):
@@ -27,7 +27,7 @@ def test_a_job_taken_over_failed_and_retried_is_not_said_cancelled(afc):
     run = afc.popen("submit", "manifest.yaml", env={**env, "AFC_HOST_ID": "host-a"})
     try:
         wait_for(afc, "SELECT COUNT(*) FROM jobs WHERE status = 'waiting'", 1)
-        run.send_signal(signal.SIGSTOP)
+        stop_between_writes(afc, run)
         conn = sqlite3.connect(afc.cwd / "afc.db")
         with conn:  # its lease expired while it was stopped
             conn.execute("UPDATE jobs SET lease_expires = 0")
