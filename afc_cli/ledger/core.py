@@ -703,6 +703,22 @@ def _chunks(items: Any, size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
+def _as_admitted(
+    inputs: list[dict[str, Any]] | None, restates: dict[str, str] | None
+) -> list[dict[str, Any]] | None:
+    """A new job's inputs (``Ledger._insert_admitted``), each job input's request hash the one
+    its need was admitted with where that need was found the same request by the rule for an
+    earlier afc's body (``restates``)."""
+    if not inputs or not restates:
+        return inputs
+    return [
+        {**item, "request_hash": restates[item["request_hash"]]}
+        if "job" in item and item.get("request_hash") in restates
+        else item
+        for item in inputs
+    ]
+
+
 class Ledger:
     """Every ledger operation, written once in SQL that both engines run (``?`` placeholders,
     ``INSERT ... ON CONFLICT``, ``RETURNING``, conditional ``UPDATE ... WHERE status``).
@@ -1040,7 +1056,7 @@ class Ledger:
                         fresh.append(item)
                     else:
                         conflicts.append(refused_dependent(item, None, outcome))
-                self._insert_admitted(manifest.batch, fresh, conflicts, now, result)
+                self._insert_admitted(manifest.batch, fresh, conflicts, now, result, gates.restates)
                 self._rewrite(rewebhooked, refiled, regated, manifest.batch, now, result)
                 result.gates_kept.extend(gates.kept)
             if result.cards_dropped:
@@ -1325,7 +1341,7 @@ class Ledger:
                         "inputs_changed": inputs_changed(stored_inputs, job.inputs),
                     }
                 )
-        self._insert_admitted(batch, fresh, conflicts, now, result)
+        self._insert_admitted(batch, fresh, conflicts, now, result, gates.restates)
         if done:
             self._record_replays_avoided(batch, done, rates, now)
 
@@ -1374,8 +1390,17 @@ class Ledger:
         conflicts: list[dict[str, Any]],
         now: float,
         result: AdmitResult,
+        restates: dict[str, str] | None = None,
     ) -> None:
-        """Write new jobs (rows, ``admitted`` events, needs) and the conflicts' events."""
+        """Write new jobs (rows, ``admitted`` events, needs) and the conflicts' events.
+
+        ``restates``: the replayed jobs ``manifest.same_request`` found the same request as
+        admitted by an earlier afc's body (hash now -> admitted hash). A new job's input of
+        such a job records the admitted hash as the request whose output it sends
+        (``inputs.read_inputs`` checks the need's row against it): recorded as the manifest
+        hashes it now, a new job using the output of a replayed job whose own input job was
+        restated (a ``fallback_on`` an earlier afc admitted in another order, two links up)
+        failed INPUT_UNAVAILABLE, nothing sent, and so did the new key its message offered."""
         if not fresh and not conflicts:
             return
         ordered = sorted(fresh, key=_job_id)  # the table is clustered on the (random) id
@@ -1396,7 +1421,7 @@ class Ledger:
                     now,
                     now,
                     1 if j.review else 0,
-                    _dumps(j.inputs or None),
+                    _dumps(_as_admitted(j.inputs, restates) or None),
                 )
             )
             # _dumps({"hash": ...}) of a hex digest, written out; in job id order, as the
