@@ -19,7 +19,9 @@ secret this environment lacks or cannot send (``run.require_keys``,
 ``webhooks.require_secrets``: variable names only, never a value), a run setting the submit
 refuses (``AFC_MAX_INTERRUPTS``, ``AFC_LEASE_S``, ``AFC_GRACE_S``, ``AFC_MIN_FREE_MB``,
 ``AFC_POLL_S``; a
-``--concurrency`` the open-file limit cannot hold, ``run.open_files``), and a storage it could not
+``--concurrency`` the open-file limit cannot hold, ``run.open_files``), a ``file://`` folder
+the batch's outputs are not in (``run.refuse_gone``, ``run.hold_folder``: read, no mark written),
+and a storage it could not
 read (its jobs then counted as to render), are said in ``environment``, not refused: a plan is often made where the submit is not (CI checking manifests without
 secrets), and the submit refuses on its own, writing nothing.
 
@@ -71,6 +73,8 @@ from afc_cli.pipeline import dearest_known, estimate_for, estimated_models, owne
 from afc_cli.run import (
     Budget,
     chains_except,
+    folder_refusal,
+    gone_refusal,
     grace_seconds,
     lease_seconds,
     manifest_rates,
@@ -105,7 +109,7 @@ def plan(
     )
     from afc_cli.ledger import read_admitted
 
-    bound, endpoint, admitted, stored_needs, moved, history, answers = read_admitted(
+    bound, endpoint, admitted, stored_needs, moved, history, answers, marked = read_admitted(
         ledger_path, manifest.batch, estimated_models(rates)
     )
     # what the batch's answers have cost per image where dearer than their card's estimate:
@@ -201,6 +205,9 @@ def plan(
         if refused is not None:
             raise UsageError(refused)
     store = storage_mod.open(url)
+    folder = folder_problem(manifest.batch, store, admitted, marked)
+    if folder is not None:
+        environment.append(folder)
     # the storage's first read that failed (no AWS credentials where the plan is made, an
     # output key's folder that is a file): said with the environment's problems, as the
     # submit's own storage check would refuse it there; the jobs after it are not looked
@@ -581,6 +588,33 @@ POLLED = "poll (the provider is still rendering its paid request)"
 FETCHED = "fetch (its paid render, at the output URL the provider's answer named)"
 # the action of an admitted job another live afc process holds (``run_elsewhere``)
 ELSEWHERE = "left alone (being run by another afc process, {process})"
+
+
+def folder_problem(
+    batch: str, store: Any, admitted: dict, marked: tuple[str | None, str | None]
+) -> str | None:
+    """What the submit's ``run.refuse_gone`` and ``run.hold_folder`` would refuse on this host
+    in the ``file://`` folder ``store``, read without writing (no folder made, no mark): a
+    folder missing, or one of another mark than the batch's, where its outputs were stored or
+    another host's runs store. The plan said such a submit would render and cost its
+    estimate, exit 0, and the submit was refused, exit 2 (outside audit 65a)."""
+    import os
+
+    from afc_cli.ledger.core import RENDERED
+    from afc_cli.owner import host_id
+
+    root = getattr(store, "root", None)
+    if not store.local or root is None:
+        return None
+    stored = sum(1 for known in admitted.values() if known[1] in RENDERED)
+    held, by = marked
+    if not os.path.lexists(root):
+        return gone_refusal(batch, store, held, stored) if stored else None
+    mark = store.folder_mark(make=False)
+    if held is None or mark is None:
+        return None
+    here = host_id()
+    return folder_refusal(batch, store, mark, (held, by), here, stored if by == here else 0)
 
 
 def _some(keys: list[str], shown: int = 10, more: str = " (--json lists them)") -> str:

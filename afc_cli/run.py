@@ -2086,29 +2086,36 @@ def _unkept_notice(unkept: list[str], root: Path, kept: int = 0) -> str:
 
 def refuse_gone(ledger: Ledger, batch: str, storage: storage_mod.Storage) -> None:
     """Refuse a ``file://`` storage folder that does not exist while the ledger records
-    outputs of ``batch`` stored in it: a drive or share not mounted (its mount point an empty
-    folder), a container started without its volume. ``check`` makes a missing folder, as
-    a new batch's is; made here, on this machine's disk, the batch's next paid outputs were
-    stored in it, hidden once the share was mounted over it again (or gone with the
-    container), their jobs succeeded."""
+    outputs of ``batch`` stored in it (``gone_refusal``)."""
     root = getattr(storage, "root", None)
     if not storage.local or root is None or os.path.lexists(root):
         return
     stored = _outputs_stored(ledger, batch)
     if stored:
-        # the folder made anew is held to the batch's mark (``hold_folder``): made alone, it
-        # was refused next as another folder
         held = (ledger.batch(batch) or {}).get("storage_mark")
-        marked = f" and write the batch's mark into it: {_mark_written(held, root)}" if held else ""
-        raise UsageError(
-            f"cannot use storage {storage_mod.shown_url(storage.url)}: {root} does not exist, "
-            f"though {plural(stored, 'output')} of batch {batch} "
-            f"{'was' if stored == 1 else 'were'} stored there (a "
-            "drive or share not mounted? a container without its volume?). afc does not make "
-            "it anew: the next outputs would be stored on this machine's disk, hidden once the "
-            "folder is back. Mount it; or, if those outputs were moved away on purpose, create "
-            f"the folder{marked}"
-        )
+        raise UsageError(gone_refusal(batch, storage, held, stored))
+
+
+def gone_refusal(batch: str, storage: storage_mod.Storage, held: str | None, stored: int) -> str:
+    """Why a run is refused a ``file://`` folder that does not exist though ``stored`` outputs
+    of ``batch`` were stored in it: a drive or share not mounted (its mount point an empty
+    folder), a container started without its volume. ``check`` makes a missing folder, as a
+    new batch's is; made here, on this machine's disk, the batch's next paid outputs were
+    stored in it, hidden once the share was mounted over it again (or gone with the
+    container), their jobs succeeded. Also what ``afc plan`` says of it."""
+    root = getattr(storage, "root", None)
+    # the folder made anew is held to the batch's mark (``hold_folder``): made alone, it
+    # was refused next as another folder
+    marked = f" and write the batch's mark into it: {_mark_written(held, root)}" if held else ""
+    return (
+        f"cannot use storage {storage_mod.shown_url(storage.url)}: {root} does not exist, "
+        f"though {plural(stored, 'output')} of batch {batch} "
+        f"{'was' if stored == 1 else 'were'} stored there (a "
+        "drive or share not mounted? a container without its volume?). afc does not make "
+        "it anew: the next outputs would be stored on this machine's disk, hidden once the "
+        "folder is back. Mount it; or, if those outputs were moved away on purpose, create "
+        f"the folder{marked}"
+    )
 
 
 def _outputs_stored(ledger: Ledger, batch: str) -> int:
@@ -2150,7 +2157,7 @@ def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: 
     if mark is None:
         return
     from afc_cli.owner import host_id
-    from afc_cli.storage.file import BAD_MARK, MARK_NAME
+    from afc_cli.storage.file import BAD_MARK
 
     here = host_id()
     root = getattr(storage, "root", None)
@@ -2172,37 +2179,61 @@ def hold_folder(ledger: Ledger, batch: str, storage: storage_mod.Storage, mark: 
             if not all(os.path.lexists(Path(root) / key) for key in keys):
                 return
         if held is not None:
-            shown = storage_mod.shown_url(storage.url)
-            written = _mark_written(held, root)
-            other = (
-                f"its {MARK_NAME} file holds no mark afc wrote"
-                if mark == BAD_MARK
-                else f"its {MARK_NAME} file holds another mark, or had none"
-            )
-            if by != here:
-                raise UsageError(
-                    f"cannot use storage {shown} for batch {batch}: the folder {root} on this "
-                    f"host ({here}) is not the one its runs on {by} store in ({other}). A file:// folder of a batch run on several "
-                    "machines must be one shared mount at the same path on each (is the share "
-                    "mounted here?); see README 'Running on several machines'. If this "
-                    "folder now holds the batch's outputs (copied here on purpose), write the "
-                    f"batch's mark into it: {written}"
-                )
-            stored = _outputs_stored(ledger, batch)
-            if stored:
-                raise UsageError(
-                    f"cannot use storage {shown}: {root} is not the folder where "
-                    f"{plural(stored, 'output')} of "
-                    f"batch {batch} {'was' if stored == 1 else 'were'} stored ({other}: a drive "
-                    "or share not mounted, its mount point an empty folder? another folder put "
-                    "in its place?). afc does not store there: "
-                    "the next outputs would be hidden once the folder is back. Mount it; or, "
-                    "if this folder now holds the batch's outputs (moved here on purpose), "
-                    f"write the batch's mark into it: {written}"
-                )
+            stored = _outputs_stored(ledger, batch) if by == here else 0
+            refused = folder_refusal(batch, storage, mark, (held, by), here, stored)
+            if refused is not None:
+                raise UsageError(refused)
         if mark == BAD_MARK:
             return  # (a damaged mark file is never recorded as a folder's mark)
         ledger.mark_folder(batch, held, mark, here)
+
+
+def folder_refusal(
+    batch: str,
+    storage: storage_mod.Storage,
+    mark: str,
+    marked: tuple[str, str | None],
+    here: str,
+    stored: int,
+) -> str | None:
+    """Why a run on host ``here`` is refused the ``file://`` folder whose mark is ``mark``
+    (``Storage.folder_mark``), ``batch`` being held to the mark and host ``marked``
+    (``hold_folder``) with ``stored`` outputs stored; None where it is not. Also what ``afc
+    plan`` says of it."""
+    from afc_cli.storage.file import BAD_MARK, MARK_NAME
+
+    held, by = marked
+    if mark == held:
+        return None
+    shown = storage_mod.shown_url(storage.url)
+    root = getattr(storage, "root", None)
+    written = _mark_written(held, root)
+    other = (
+        f"its {MARK_NAME} file holds no mark afc wrote"
+        if mark == BAD_MARK
+        else f"its {MARK_NAME} file holds another mark, or had none"
+    )
+    if by != here:
+        return (
+            f"cannot use storage {shown} for batch {batch}: the folder {root} on this "
+            f"host ({here}) is not the one its runs on {by} store in ({other}). A file:// "
+            "folder of a batch run on several machines must be one shared mount at the same "
+            "path on each (is the share mounted here?); see README 'Running on several "
+            "machines'. If this folder now holds the batch's outputs (copied here on purpose), "
+            f"write the batch's mark into it: {written}"
+        )
+    if stored:
+        return (
+            f"cannot use storage {shown}: {root} is not the folder where "
+            f"{plural(stored, 'output')} of "
+            f"batch {batch} {'was' if stored == 1 else 'were'} stored ({other}: a drive "
+            "or share not mounted, its mount point an empty folder? another folder put "
+            "in its place?). afc does not store there: "
+            "the next outputs would be hidden once the folder is back. Mount it; or, "
+            "if this folder now holds the batch's outputs (moved here on purpose), "
+            f"write the batch's mark into it: {written}"
+        )
+    return None
 
 
 def sweep_left(ledger: Ledger) -> None:

@@ -48,7 +48,7 @@ def test_a_plan_reading_as_the_ledger_is_made_elsewhere_reads_it(pg_server, monk
         return foreign(conn, path)
 
     monkeypatch.setattr(postgres, "refuse_foreign", made_elsewhere_first)
-    storage, _endpoint, jobs, needs, moved, _history, _answers = PostgresLedger.read_admitted(
-        url, "b1"
+    storage, _endpoint, jobs, needs, moved, _history, _answers, _marked = (
+        PostgresLedger.read_admitted(url, "b1")
     )
     assert made and jobs == {} and needs == {} and moved is None

@@ -5353,14 +5353,15 @@ def other_endpoint(
 
 def read_admitted(
     ledger_path: str, batch: str, models: Collection[tuple[str, str]] = ()
-) -> tuple[str | None, str | None, dict, dict, str | None, dict, list]:
+) -> tuple[str | None, str | None, dict, dict, str | None, dict, list, tuple]:
     """A batch's storage and the S3 endpoint it was admitted through (None: unknown), its
     jobs (key: request hash, status, body, review, attempts, lease owner and expiry (on this
     host's clock: a PostgreSQL server's expiry is re-based on it), waiting reason, output key,
     inputs and the lease's expiry on its host's monotonic clock), their needs (key: need keys),
     where ``afc ledger copy`` moved the ledger's work (None: nowhere), the attempts of its
-    unfinished jobs (``admitted_history``) and the priced answers of ``models`` in the batch
-    (``priced_answers_of``) as ``afc plan`` needs them,
+    unfinished jobs (``admitted_history``), the priced answers of ``models`` in the batch
+    (``priced_answers_of``) and the ``file://`` folder mark recorded on the batch with its
+    host (``Ledger.mark_folder``; None, None: none) as ``afc plan`` needs them,
     read without writing anything (no migrations, no lock)."""
     return backend(ledger_path).read_admitted(ledger_path, batch, models)
 
@@ -5391,15 +5392,19 @@ def request_id_kept(value: str | None) -> str | None:
     return visible(scrub(value[: 2 * MAX_REQUEST_ID_CHARS]))[:MAX_REQUEST_ID_CHARS]
 
 
-def admitted_storage(conn: Any, batch: str, mark: str) -> tuple[str | None, str | None]:
-    """A batch's storage and recorded S3 endpoint (``read_admitted``), on a ledger opened
-    read-only: one before m012 (not migrated) has no endpoint."""
+def admitted_storage(
+    conn: Any, batch: str, mark: str
+) -> tuple[str | None, str | None, tuple[str | None, str | None]]:
+    """A batch's storage, recorded S3 endpoint and folder mark with its host
+    (``read_admitted``), on a ledger opened read-only: one before m012 (not migrated) has no
+    endpoint, one before m028 no mark."""
     cursor = conn.execute(f"SELECT * FROM batches WHERE name = {mark}", (batch,))
     row = cursor.fetchone()
     if row is None:
-        return None, None
+        return None, None, (None, None)
     found = dict(zip([d[0] for d in cursor.description], row, strict=True))
-    return found["storage"], found.get("storage_endpoint")
+    marked = (found.get("storage_mark"), found.get("storage_mark_host"))
+    return found["storage"], found.get("storage_endpoint"), marked
 
 
 def moved_to(conn: Any) -> str | None:

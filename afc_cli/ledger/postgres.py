@@ -1807,17 +1807,17 @@ class PostgresLedger(Ledger):
     @staticmethod
     def read_admitted(
         url: str, batch: str, models: Collection[tuple[str, str]] = ()
-    ) -> tuple[str | None, str | None, dict, dict, str | None, dict, list]:
+    ) -> tuple[str | None, str | None, dict, dict, str | None, dict, list, tuple]:
         with _read_only(url) as conn:
             done = set(applied_migrations(conn) or ())
             if not done:  # refused as the submit refuses it: another application's, or
                 refuse_foreign(conn, display_url(str(url)))  # one not in UTF8
                 refuse_encoding(conn, display_url(str(url)))
             if conn.execute("SELECT to_regclass('jobs')").fetchone()[0] is None:
-                return None, None, {}, {}, None, {}, []
+                return None, None, {}, {}, None, {}, [], (None, None)
             # a newer afc's ledger is refused, as the submit refuses it (and SQLite's plan)
             _refuse_newer(display_url(str(url)), done)
-            storage, endpoint = admitted_storage(conn, batch, "%s")
+            storage, endpoint, marked = admitted_storage(conn, batch, "%s")
             # a ledger before m007 (read-only: not migrated) has no review and no needs
             gated = conn.execute("SELECT to_regclass('job_needs')").fetchone()[0] is not None
             # each lease's expiry as this host's clock says it (afc plan compares it with
@@ -1855,4 +1855,4 @@ class PostgresLedger(Ledger):
             ).fetchone()
             history = admitted_history(conn, batch, "%s") if based else {}
             answers = priced_answers_of(conn, batch, models, "%s", PostgresLedger.BATCH_ATTEMPTS)
-            return storage, endpoint, jobs, needs, moved, history, answers
+            return storage, endpoint, jobs, needs, moved, history, answers, marked

@@ -514,13 +514,13 @@ class SqliteLedger(Ledger):
     @staticmethod
     def read_admitted(
         ledger_path: str, batch: str, models: Collection[tuple[str, str]] = ()
-    ) -> tuple[str | None, str | None, dict, dict, str | None, dict, list]:
+    ) -> tuple[str | None, str | None, dict, dict, str | None, dict, list, tuple]:
         """``core.read_admitted`` on SQLite, read without writing anything: the file is opened
         read-only (no migrations, no lock); no ledger, or a file afc has not written yet,
         means nothing is admitted."""
         path = ledger_file.ledger_path(ledger_path)
         if not path.exists():
-            return None, None, {}, {}, None, {}, []
+            return None, None, {}, {}, None, {}, [], (None, None)
         try:
             conn = _read_only(path)
         except sqlite3.DatabaseError as exc:
@@ -528,10 +528,10 @@ class SqliteLedger(Ledger):
         try:
             try:
                 if ledger_file.identity(conn, path) == "new":
-                    return None, None, {}, {}, None, {}, []
+                    return None, None, {}, {}, None, {}, [], (None, None)
             except sqlite3.DatabaseError as exc:
                 raise ledger_file.damaged(path, exc) from None
-            storage, endpoint = admitted_storage(conn, batch, "?")
+            storage, endpoint, marked = admitted_storage(conn, batch, "?")
             # a ledger before m007 (read-only: not migrated) has no review and no needs
             gated = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_needs'"
@@ -568,12 +568,12 @@ class SqliteLedger(Ledger):
             ).fetchone()
             history = admitted_history(conn, batch, "?") if based else {}
             answers = priced_answers_of(conn, batch, models, "?", SqliteLedger.BATCH_ATTEMPTS)
-            return storage, endpoint, jobs, needs, moved, history, answers
+            return storage, endpoint, jobs, needs, moved, history, answers, marked
         except sqlite3.DatabaseError as exc:
             if "malformed" in str(exc):
                 # a damaged page: the plan said every job was new (and priced its render)
                 # while the submit it plans is refused, exit 2; so is the plan now
                 raise ledger_file.damaged(path, exc) from None
-            return None, None, {}, {}, None, {}, []
+            return None, None, {}, {}, None, {}, [], (None, None)
         finally:
             conn.close()

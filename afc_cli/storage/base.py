@@ -96,11 +96,12 @@ class Storage:
         """Before a run renders anything: fail fast (UsageError) if this storage cannot be
         used at all, so no render is paid for that could not be stored."""
 
-    def folder_mark(self) -> str | None:
+    def folder_mark(self, make: bool = True) -> str | None:
         """The mark of the folder this storage stores in (``FileStorage``: its ``.afc-folder``
         file, made if it has none), which a run records on each batch it stores for and holds
         later runs to (``run.hold_folder``); None where a storage names one place for every
-        host (S3: its bucket and endpoint) or no mark can be read or made."""
+        host (S3: its bucket and endpoint) or no mark can be read or made. ``make`` False
+        (``afc plan``, which writes nothing): a folder without one is ``NO_MARK``."""
         return None
 
     def check_again(self) -> None:

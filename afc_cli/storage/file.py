@@ -58,6 +58,7 @@ MADE_DIRS = 4096
 _SEEN: set[Path] = set()
 MARK_READ = 128  # the most of it read: a mark is 32 characters
 BAD_MARK = "not a mark"  # ``folder_mark`` of a mark file that holds none: never recorded
+NO_MARK = "no mark"  # ``folder_mark(make=False)`` of a folder without a mark file
 _MARK = re.compile(r"[0-9a-f]{32}")
 
 
@@ -334,7 +335,7 @@ class FileStorage(Storage):
             raise UsageError(f"cannot use storage {self.shown}: the directory is not writable")
         self._check_links()
 
-    def folder_mark(self) -> str | None:
+    def folder_mark(self, make: bool = True) -> str | None:
         """The storage folder's mark: 32 hexadecimal digits in its ``MARK_NAME`` file, written
         there (create-only, fsynced) by the first run that found none. One folder, one mark,
         whichever host reads it through a shared mount; two folders of one path on two hosts
@@ -342,13 +343,16 @@ class FileStorage(Storage):
         refuses the second, where each host stored its part of the batch on its own disk and
         every job said it succeeded. None when the folder has no mark and none can be made, or
         it cannot be read (then nothing is held to it); ``BAD_MARK`` when its mark file holds
-        no mark."""
+        no mark; ``NO_MARK`` for a folder without a mark file when not to ``make`` one (the
+        plan of a run, which writes nothing)."""
         path = self.root / MARK_NAME
         for _ in range(2):
             try:
                 with open(path, "rb") as found:
                     text = found.read(MARK_READ).decode("ascii", "replace").strip()
             except FileNotFoundError:
+                if not make:
+                    return NO_MARK if self.root.is_dir() else None
                 try:
                     self._create(path, data=uuid.uuid4().hex.encode() + b"\n")
                     fsync_dir(self.root)
