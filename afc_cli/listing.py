@@ -228,6 +228,9 @@ def status_view(
     attention = wanted is None and not everything
     book = Ledger(ledger_path, create=False, reading=True)
     try:
+        # the counts and the rows streamed after them, of one moment: a run's commit between
+        # the two made a document whose counts disagreed with its jobs
+        book.read_one_moment()
         book.require_batch(batch)
         # the counts from the (batch, status) index, and the rows of the jobs shown alone:
         # every job of a ledger grown over months was read, each with its cost, to list the

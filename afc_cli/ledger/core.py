@@ -3582,6 +3582,15 @@ class Ledger:
     def snapshot(self) -> None:
         """First thing in a ``tx`` block: the block's reads see one moment of the ledger."""
 
+    def read_one_moment(self) -> None:
+        """A listing's reads, from here until ``close``, see one moment of the ledger: ``afc
+        status``'s counts and the rows it streams after them were two reads, and a run's
+        commit between them left one ``--json`` document whose ``counts`` disagreed with its
+        ``jobs``. Only for a ledger opened to read (nothing is written on it afterwards).
+        SQLite: a deferred transaction, its snapshot taken at the first read (WAL: writers
+        still commit beside it)."""
+        self.db.execute("BEGIN")
+
     def chunks(self, sql: str, size: int) -> Iterator[list[tuple]]:
         """The rows of ``sql`` (no parameters), ``size`` at a time, never all in memory at
         once (``afc ledger copy`` of a ledger with millions of events). SQLite's cursor reads

@@ -1129,6 +1129,11 @@ class PostgresLedger(Ledger):
     def close(self) -> None:
         self.db.raw.close()
 
+    def read_one_moment(self) -> None:
+        # the autocommit connection's statements saw each its own moment (READ COMMITTED);
+        # REPEATABLE READ: every read until close sees the first one's. Ended by ``close``.
+        self.db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
     def day_sql(self, column: str) -> str:
         # the whole second the moment is in, as on SQLite (to_timestamp rounds to the
         # microsecond: a moment in a day's last half microsecond was the next day's)
