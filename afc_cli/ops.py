@@ -812,6 +812,9 @@ def queue_stats(ledger_path: str) -> tuple[dict[str, Any], str | None]:
 
     ledger = Ledger(ledger_path, create=False, reading=True)
     try:
+        # the figures of one moment: a commit between the counts and the look at the held
+        # jobs' leases (a run's claim, then its death) said in_flight 0 beside a job in flight
+        ledger.read_one_moment()
         moved = ledger.moved_to()
         # each look-up below made in the batches that have such jobs alone, not in every
         # batch ever admitted (``Ledger.status_pairs``)
