@@ -755,8 +755,25 @@ def _print_budget_behind_review(result: Any) -> None:
     )
 
 
+def _retry_commands(stuck: list[dict[str, Any]]) -> list[str]:
+    """The ``afc retry`` that selects ``stuck`` (failed and dead-lettered jobs), one per
+    batch by its name, with the flag of each status it has there: ``--failed`` selects no
+    dead job, and 'afc retry --batch B --failed', given for every such job, answered 'no job
+    to retry' (exit 0) for a batch whose jobs were dead-lettered (STORE_FAILED), which
+    stayed dead."""
+    flags: dict[str, set[str]] = {}
+    for row in stuck:
+        flags.setdefault(row["batch"], set()).add(row["status"])
+    return [
+        f"afc retry --batch {batch}"
+        + "".join(f" --{status}" for status in ("failed", "dead") if status in statuses)
+        for batch, statuses in sorted(flags.items())
+    ]
+
+
 def _print_stuck(stuck: list[dict[str, Any]]) -> None:
-    """Failed and dead-lettered jobs that wait for a person: named until one acts."""
+    """Failed and dead-lettered jobs that wait for a person: named until one acts, with the
+    command that queues them again (``_retry_commands``)."""
     if not stuck:
         return
     from afc_cli.errors import first_named
@@ -764,10 +781,11 @@ def _print_stuck(stuck: list[dict[str, Any]]) -> None:
     names = first_named(
         [f"{r['batch']}/{r['key']} ({r['status']}, {r['error_code']})" for r in stuck], 10
     )
+    commands = first_named([f"'{c}'" for c in _retry_commands(stuck)], 3, " batches")
     _err(
         f"{len(stuck)} job(s) failed earlier and wait for a person: {names}. See "
-        "'afc show KEY'; once the cause is fixed, 'afc retry KEY' (or 'afc retry --batch B "
-        "--failed') queues them again."
+        f"'afc show KEY'; once the cause is fixed, 'afc retry KEY' (or {commands}) queues "
+        "them again."
     )
 
 
