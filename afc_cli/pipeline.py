@@ -81,6 +81,7 @@ from afc_cli.owner import (
     is_spool_hold_of,
     owner_is_dead,
 )
+from afc_cli.progress import LEFT_ELSEWHERE
 from afc_cli.providers import (
     PROVIDERS,
     AttemptRequest,
@@ -525,6 +526,9 @@ class RunContext:
     # jobs this run held whose lease another process took over and which that process ended
     # (this one stalled past its lease): said, but not counted as this run's (``finished``)
     ended_elsewhere: set[str] = field(default_factory=set)
+    # jobs whose claim found them held by another afc process (or ended by it): a submit or
+    # resume looks at them again at its end (``run._take_released``)
+    left_elsewhere: set[str] = field(default_factory=set)
     # jobs the budget refused that wait for this run's calls in flight (``_may_make_room``):
     # never waited for by another such job
     settling: set[str] = field(default_factory=set)
@@ -1299,11 +1303,12 @@ async def _run_job(
                 # another afc process holds it (or ended it): not run here, and the summary's
                 # "N run here" does not count it (it said "2 run here" of two jobs it left alone)
                 ctx.ran -= 1
+                ctx.left_elsewhere.add(job_id)
                 current = ctx.ledger.job(job_id)
                 if current is not None:
                     # told ended here, as a job taken over is: the live panel, told nothing,
                     # ended on 'queued 1' for it beside a summary that said it was left alone
-                    ctx.report(current, "ended", "here: left to another afc process")
+                    ctx.report(current, "ended", LEFT_ELSEWHERE)
                 return current["status"] if current else "missing"
             # the takeovers its row counts as this run takes it (a takeover since: below), and
             # its retries (a person's cancel and retry since: below; a retry zeroes takeovers)

@@ -20,6 +20,8 @@ from typing import Any
 from afc_cli.costs import format_usd
 
 FAILED = ("failed", "dead")
+# how a job a claim found held by another afc process ends in this run (``pipeline._run_job``)
+LEFT_ELSEWHERE = "here: left to another afc process"
 # Distinct messages remembered to collapse their repeats (``RunProgress._say``), the least
 # recently seen forgotten first: a message that names its job (a spool file, an output path)
 # is a new one every time, and a worker on a terminal remembered each for as long as it ran.
@@ -82,7 +84,8 @@ class RunProgress:
         self.failed = 0
         self.left_waiting = 0  # ended this run still waiting (budget, storage): a later run
         self.other = 0  # cancelled, left blocked, or already taken by another run
-        self._left_blocked: set[str] = set()  # told ended blocked: they may end again
+        # told ended blocked, or left to another process: they may end again
+        self._left_blocked: set[str] = set()
         self.active: dict[str, _Active] = {}
         self.spent_micros = 0
         self.unpriced = 0
@@ -119,11 +122,12 @@ class RunProgress:
         elif event == "ended":
             self.active.pop(job_id, None)
             if job_id in self._left_blocked:
-                # told ended blocked, then run at the run's end (a need decided meanwhile):
-                # one job, counted once, by its last end
+                # told ended blocked, then run at the run's end (a need decided meanwhile), or
+                # left to another afc process that let go of it meanwhile
+                # (``run._take_released``): one job, counted once, by its last end
                 self._left_blocked.discard(job_id)
                 self.other -= 1
-            if detail == "blocked":
+            if detail in ("blocked", LEFT_ELSEWHERE):
                 self._left_blocked.add(job_id)
             if detail == "succeeded":
                 self.succeeded += 1

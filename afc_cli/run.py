@@ -1138,6 +1138,7 @@ def run_jobs(
                         if more is None:
                             await _all_done(started, interruption.stop_for)
                             await _settle_left(ctx, job_ids, interruption.stop_for)
+                            await _take_released(ctx, interruption.stop_for)
                         else:
                             del started  # a fed loop holds only its unfinished jobs' tasks
                             await _fed(ctx, more, concurrency, interruption.stop_for, more_every)
@@ -1374,6 +1375,39 @@ async def _settle_left(
         again = [_start(ctx, job_id) for job_id in ready]
         ctx.ran -= len(again)  # counted as run here already, when they were found blocked
         await _all_done(again, drain)
+
+
+async def _take_released(ctx: RunContext, drain: Callable[[Exception], None]) -> None:
+    """A submit's or resume's jobs that another afc process held when this run came to them
+    (left alone: ``ctx.left_elsewhere``), which that process let go of while this run went
+    on, are run now, once the run's other jobs have ended: stopped by Ctrl-C or SIGTERM, it
+    released them (its Replicate and fal requests left for the next run to poll); killed, its
+    leases are a dead process's, taken over at once on this host (``owner.lease_held``). The
+    run ended exit 1 without them ('waiting at render: provider still rendering', which no
+    process polled), and they waited for the next cron run, long enough for a fal output to
+    be deleted and paid for again. Those a live process still holds stay its own. A job is
+    run again at most once; its left requests count in the budget before it takes them
+    over (``count_adoptions``), as a job's at the run's start do."""
+    from afc_cli.owner import lease_held
+
+    tried: set[str] = set()
+    while not (ctx.stopping.is_set() or ctx.budget_hit or ctx.ledger_error is not None):
+        left = sorted(ctx.left_elsewhere - tried)
+        if not left:
+            return
+        now = ctx.ledger.lease_clock()
+        free = [
+            row["id"]
+            for row in ctx.ledger.status_rows_of(left)
+            if row["status"] in ("queued", "running", "waiting")
+            and not lease_held(row["lease_owner"], row["lease_expires"], now, row.get("lease_mono"))
+        ]
+        if not free:
+            return
+        tried.update(free)
+        ctx.left_elsewhere.difference_update(free)
+        count_adoptions(ctx, free)
+        await _all_done([_start(ctx, job_id) for job_id in free], drain)
 
 
 def open_batch(
