@@ -529,6 +529,9 @@ class RunContext:
     # jobs whose claim found them held by another afc process (or ended by it): a submit or
     # resume looks at them again at its end (``run._take_released``)
     left_elsewhere: set[str] = field(default_factory=set)
+    # jobs whose task claimed them in this run (``_run_job``): one a stop cancels before its
+    # claim is not counted in ``ran`` (``run._start``)
+    claimed_here: set[str] = field(default_factory=set)
     # jobs the budget refused that wait for this run's calls in flight (``_may_make_room``):
     # never waited for by another such job
     settling: set[str] = field(default_factory=set)
@@ -1310,6 +1313,7 @@ async def _run_job(
                     # ended on 'queued 1' for it beside a summary that said it was left alone
                     ctx.report(current, "ended", LEFT_ELSEWHERE)
                 return current["status"] if current else "missing"
+            ctx.claimed_here.add(job_id)
             # the takeovers its row counts as this run takes it (a takeover since: below), and
             # its retries (a person's cancel and retry since: below; a retry zeroes takeovers)
             taken_before = job.get("takeovers") or 0

@@ -1548,7 +1548,13 @@ def _start(ctx: RunContext, job_id: str) -> asyncio.Future:
     ctx.ran += 1
 
     def ended(done: asyncio.Future) -> None:
+        if done.cancelled() and job_id not in ctx.claimed_here and job_id not in ctx.blocked:
+            # a stop (Ctrl-C, SIGTERM) cancelled it as it waited for a slot, before it
+            # claimed its job: not run here (a stopped 20-job run at --concurrency 4 said
+            # '20 run here' of the 4 it ran, beside another submit counting that one's jobs)
+            ctx.ran -= 1
         if ctx.tasks.get(job_id) is done:  # (not a later task of the same job)
+            ctx.claimed_here.discard(job_id)
             del ctx.tasks[job_id]
             ctx.landing.discard(job_id)  # one that ended before its call (``_too_full``)
             ctx.to_adopt.pop(job_id, None)  # one that ended before it took its request over
