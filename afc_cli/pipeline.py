@@ -2308,7 +2308,7 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 # run, so the cost is unknown and this model is not tried again. A job-style
                 # request left running is asked to stop (fal has no window of its own: it
                 # would run on and be billed beside the next model's attempt).
-                completed = False
+                completed = None
                 if provider.resumable and _ended_elsewhere(ctx, job) is None:
                     # (a job ended or taken over meanwhile: its request may be the one the
                     # new owner polls, and a cancel reached the provider already)
@@ -2325,15 +2325,17 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     # A request this run resumed (a dead run's) too; only the reading by id
                     # this makes is not made again when its own window ends (its row was
                     # left 'window_expired' here), so a provider that keeps saying "ended"
-                    # and never answers it cannot loop
+                    # and never answers it cannot loop. So is a fal request whose cancel fal
+                    # did not take (a 5xx, no answer): nothing stopped it, it renders on and
+                    # is billed, and the next model paid again for the one output
                     ctx.ledger.end_attempt(
                         job,
                         number,
                         **report,
                         status="unknown",
                         error_class="window_expired",
-                        error_message=f"no result within the {window}s attempt window; the "
-                        "provider says it had ended: its result is read by its id",
+                        error_message=f"no result within the {window}s attempt window; "
+                        f"{completed}: its result is read by its id",
                         started_at=started,
                     )
                     continue
@@ -2343,7 +2345,10 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                     **report,
                     status="failed",
                     error_class="window_expired",
-                    error_message=f"no result within the {window}s attempt window",
+                    # (read by its id once already: why it was, a cancel fal did not take
+                    # again, so the request may render on, billed, is said)
+                    error_message=f"no result within the {window}s attempt window"
+                    + (f"; {completed}" if completed else ""),
                     started_at=started,
                 )
                 ctx.report(
@@ -3160,19 +3165,19 @@ async def _storage_low(ctx: RunContext, job: dict[str, Any]) -> bool:
 
 async def _cancel_left_request(
     ctx: RunContext, provider: Any, job: dict[str, Any], number: int, model: str
-) -> bool:
+) -> str | None:
     """Ask a job-style provider to stop the request an attempt leaves behind (its id as the
-    ledger recorded it); best effort, at most ``CANCEL_WAIT_S``. True when the provider
-    answered that the request had completed already (``stop_left``); else, whatever it
-    answers, the attempt's cost stays unknown."""
+    ledger recorded it); best effort, at most ``CANCEL_WAIT_S``. Why its result is read by
+    its id (``stop_left``: the provider answered that the request had completed already, or
+    fal did not take the cancel); else None, and the attempt's cost stays unknown."""
     found = [a for a in ctx.ledger.attempts(job["id"]) if a["number"] == number]
     request_id = found[0]["provider_request_id"] if found else None
     if not request_id:
-        return False
+        return None
     try:
         return await asyncio.wait_for(provider.stop_left(request_id, model), CANCEL_WAIT_S)
     except Exception:  # noqa: BLE001 - best effort: the attempt is recorded either way
-        return False
+        return None
 
 
 CANCEL_WAIT_S = 10.0

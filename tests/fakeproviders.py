@@ -945,6 +945,12 @@ class FakeProviders:
                 time.sleep(0.3)
                 with self.lock:
                     self.cancels_now -= 1
+            if "cancel-refused" in r["prompt"]:
+                # fal's API fails the cancel (a 500): nothing stopped, the request renders on
+                # and completes, billed, its result kept to fetch (fal has no window of its own);
+                # a "held-on" one renders on past any window
+                r["done"] = "held-on" not in r["prompt"]
+                return h.reply(500, {"detail": "Internal Server Error"})
             if "done-at-cancel" in r["prompt"]:
                 # it completed (and was billed) between afc's last poll and its cancel: fal
                 # answers so, and its result is there to fetch
@@ -979,6 +985,8 @@ class FakeProviders:
             held = "hold" in r["prompt"] and not self.released.is_set()
             # a "done-at-cancel" request renders until a cancel finds it completed
             held = held or ("done-at-cancel" in r["prompt"] and not r.get("done"))
+            # a "cancel-refused" request renders until the cancel fal failed to take
+            held = held or ("cancel-refused" in r["prompt"] and not r.get("done"))
             if held or (r["polls"] < 3 and not r.get("done")):
                 r["status"] = "IN_PROGRESS"
                 return h.reply(202, {"status": "IN_PROGRESS", "logs": None})

@@ -270,12 +270,16 @@ class Provider:
     async def render(self, request: AttemptRequest) -> AttemptResult:
         raise NotImplementedError
 
-    async def stop_left(self, request_id: str, model: str) -> bool:
-        """Ask the provider to stop a request an attempt's window left behind (``cancel_answer``);
-        True when it answered that the request had completed already: rendered and paid
-        for, its result there to fetch by its id (an adapter may also say True for a request
-        that had ended otherwise, whose end its id then reads: Replicate's)."""
-        return await self.cancel_answer(request_id, model) == COMPLETED
+    async def stop_left(self, request_id: str, model: str) -> str | None:
+        """Ask the provider to stop a request an attempt's window left behind (``cancel_answer``).
+        None when the request is taken for stopped; else why its result is to be read by its
+        id (within one more window): it answered that the request had completed already,
+        rendered and paid for, its result there to fetch (an adapter may also say so of a
+        request that had ended otherwise, whose end its id then reads: Replicate's; or of one
+        whose cancel it did not take, which renders on, billed: fal's)."""
+        if await self.cancel_answer(request_id, model) == COMPLETED:
+            return "the provider says it had completed"
+        return None
 
     async def cancel_answer(self, request_id: str, model: str) -> str | None:
         """``cancel``'s answer as the provider gave it: None when it took the request,

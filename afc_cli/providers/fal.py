@@ -556,6 +556,22 @@ class FalProvider(HttpProvider):
         images = result_files(json_or_empty(response))
         return images_usage(images) if images else None
 
+    async def stop_left(self, request_id: str, model: str) -> str | None:
+        """``Provider.stop_left``: read by its id also when fal did not take the cancel (no
+        answer, a 429 or a 5xx; not a 4xx, which names a request fal cannot cancel). fal has
+        no window of its own: nothing stopped such a request, which renders on and is
+        billed. Taken for stopped, its attempt was ``window_expired`` at a cost unknown, the
+        next model paid again for the one output, and no run ever asked for the result fal
+        kept (tests/test_audit65e_window_cancel_refused.py). Read within one more window, a
+        result it made is stored; one still running then is asked to stop again and fails
+        ``window_expired`` (the pipeline never reads it a third time)."""
+        said = await self.cancel_answer(request_id, model)
+        if said == COMPLETED:
+            return "fal says it had completed"
+        if said is not None and not_taken(said):
+            return f"fal did not take the cancel ({said}): it may render on, billed"
+        return None
+
     async def cancel_answer(self, request_id: str, model: str) -> str | None:
         """``Provider.cancel_answer``: COMPLETED when fal says ALREADY_COMPLETED, whatever
         status carries it (fal's documentation lists it among the statuses of the cancel's
@@ -581,3 +597,12 @@ class FalProvider(HttpProvider):
 
 # fal's answer to a cancel of a request that completed (rendered and billed) before it came
 ALREADY_COMPLETED = "ALREADY_COMPLETED"
+
+
+def not_taken(said: str) -> bool:
+    """Whether ``cancel_answer``'s ``said`` (not None, not COMPLETED) is a cancel fal did not
+    take: no answer, a 429 (throttled, after ``send_cancel``'s tries) or a 5xx. Pure."""
+    if said.startswith("no answer"):
+        return True
+    status = said.removeprefix("HTTP ")
+    return status.isdigit() and (status == "429" or int(status) >= 500)

@@ -354,13 +354,15 @@ class ReplicateProvider(HttpProvider):
             usage["images"] = len(output) if isinstance(output, list) else len(urls)
         return usage or None
 
-    async def stop_left(self, request_id: str, model: str) -> bool:
-        """``Provider.stop_left``: True also when the cancel's answer says the prediction had
-        ended by itself, failed or aborted: its end, as Replicate recorded it, is read by its
-        id (a refusal at its seconds, an abort that cost nothing), not taken for the window's
-        doing at a cost unknown."""
+    async def stop_left(self, request_id: str, model: str) -> str | None:
+        """``Provider.stop_left``: read by its id also when the cancel's answer says the
+        prediction had ended by itself, failed or aborted: its end, as Replicate recorded it,
+        is read by its id (a refusal at its seconds, an abort that cost nothing), not taken
+        for the window's doing at a cost unknown."""
         said, answered = await self._cancel(request_id)
-        return said == COMPLETED or answered.get("status") in ("failed", "aborted")
+        if said == COMPLETED or answered.get("status") in ("failed", "aborted"):
+            return "the provider says it had ended"
+        return None
 
     async def _cancel(self, request_id: str) -> tuple[str | None, dict[str, Any]]:
         """``cancel_answer``'s answer, and the prediction Replicate answered with (empty
