@@ -27,6 +27,9 @@ KEYS = {
 # FETCH_TRIES (afc_cli/providers/http.py), so only later rounds get it
 CDN_OUTAGE = 9
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# how long a "cancel-unanswered" fal request's cancel takes to answer (past afc's bound on it,
+# afc_cli/pipeline.py CANCEL_WAIT_S)
+CANCEL_UNANSWERED_S = 12.0
 # how long a "cdn-slow" prompt's output takes to answer each of its 503s
 CDN_SLOW_S = 0.4
 # a "poll-outage" prompt's first polls answer 503 (Replicate, fal): twelve intervals of
@@ -945,6 +948,12 @@ class FakeProviders:
                 time.sleep(0.3)
                 with self.lock:
                     self.cancels_now -= 1
+            if "cancel-unanswered" in r["prompt"]:
+                # the cancel never reaches the request (fal's API hangs on it): the request
+                # renders on and completes, billed, while the cancel waits for an answer
+                r["done"] = True
+                time.sleep(CANCEL_UNANSWERED_S)
+                return h.reply(504, raw=b"<html>504 Gateway Time-out</html>", ctype="text/html")
             if "cancel-refused" in r["prompt"]:
                 # fal's API fails the cancel (a 500): nothing stopped, the request renders on
                 # and completes, billed, its result kept to fetch (fal has no window of its own);
@@ -986,7 +995,10 @@ class FakeProviders:
             # a "done-at-cancel" request renders until a cancel finds it completed
             held = held or ("done-at-cancel" in r["prompt"] and not r.get("done"))
             # a "cancel-refused" request renders until the cancel fal failed to take
-            held = held or ("cancel-refused" in r["prompt"] and not r.get("done"))
+            held = held or (
+                ("cancel-refused" in r["prompt"] or "cancel-unanswered" in r["prompt"])
+                and not r.get("done")
+            )
             if held or (r["polls"] < 3 and not r.get("done")):
                 r["status"] = "IN_PROGRESS"
                 return h.reply(202, {"status": "IN_PROGRESS", "logs": None})

@@ -73,3 +73,25 @@ def test_a_fal_request_cancelled_at_its_window_is_not_read_again(afc, fake):
         None,
     )
     assert (second["provider"], second["status"]) == ("openai", "succeeded")
+
+
+def test_a_fal_request_whose_cancel_fal_never_answers_is_read_by_its_id(afc, fake):
+    """A cancel fal does not answer (its API hangs on it past afc's 10 s bound on a window's
+    cancel, ``pipeline.CANCEL_WAIT_S``) was taken for stopped: the request, never stopped,
+    completed and was billed, and the next model paid again (2 renders billed). Now fal's
+    ``stop_left`` gives up on the answer first (``fal.STOP_ANSWER_S``) and the request is
+    read by its id: its result stored, 1 render billed."""
+    afc.write_manifest(_fal_then_openai("cancel-unanswered shot"))
+    result = afc("submit", "manifest.yaml")
+    assert result.returncode == 0, result.stderr
+    assert len(fake.cancels) == 1
+    billed = [entry for entry in fake.log if entry[3]]
+    assert fake.counts["openai"] + fake.counts["openai_edits"] == 0, (
+        f"a second provider paid for the one output ({len(billed)} renders billed)"
+    )
+    [attempt] = afc.json("show", "shot")["attempts"]
+    assert (attempt["provider"], attempt["status"], attempt["cost"]) == (
+        "fal",
+        "succeeded",
+        "0.025000",
+    )

@@ -564,8 +564,15 @@ class FalProvider(HttpProvider):
         next model paid again for the one output, and no run ever asked for the result fal
         kept (tests/test_audit65e_window_cancel_refused.py). Read within one more window, a
         result it made is stored; one still running then is asked to stop again and fails
-        ``window_expired`` (the pipeline never reads it a third time)."""
-        said = await self.cancel_answer(request_id, model)
+        ``window_expired`` (the pipeline never reads it a third time). So is one whose
+        cancel fal does not answer within ``STOP_ANSWER_S`` (the run's own bound on it,
+        ``pipeline.CANCEL_WAIT_S``, took such a cancel for stopped)."""
+        import asyncio
+
+        try:
+            said = await asyncio.wait_for(self.cancel_answer(request_id, model), STOP_ANSWER_S)
+        except TimeoutError:
+            said = f"no answer in {STOP_ANSWER_S:g}s"
         if said == COMPLETED:
             return "fal says it had completed"
         if said is not None and not_taken(said):
@@ -597,6 +604,10 @@ class FalProvider(HttpProvider):
 
 # fal's answer to a cancel of a request that completed (rendered and billed) before it came
 ALREADY_COMPLETED = "ALREADY_COMPLETED"
+# how long a window's cancel (``FalProvider.stop_left``) waits for fal's answer: less than the
+# run's own bound on it (``pipeline.CANCEL_WAIT_S``, 10 s), so a cancel fal never answers is
+# one it did not take, not one taken for stopped
+STOP_ANSWER_S = 8.0
 
 
 def not_taken(said: str) -> bool:
