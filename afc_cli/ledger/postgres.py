@@ -164,6 +164,9 @@ LOCK_WAIT_S = 30.0
 # migrations are not watched (an index of a large ledger may take minutes). AFC_PG_STALL_S
 # sets it; 0 turns the watch off.
 STALL_S = 300.0
+# In a run loop, which holds leases, a wait is cut sooner: once it lasts a third of the lease
+# (``AFC_LEASE_S``), but never before this many seconds (``PostgresLedger.grouped``)
+STALL_FLOOR_S = 5.0
 # How long the probe of a connection pooler's mode (``refuse_shared_sessions``) waits for its
 # second connection's answer: a pool in session mode whose every server is taken queues it
 POOL_PROBE_S = 3.0
@@ -424,6 +427,7 @@ class StallWatch:
         import threading
 
         self.limit_s = limit_s
+        self.because = "AFC_PG_STALL_S"  # what set the limit, for ``said``
         self.paused = False  # a migration's statements (``PostgresLedger._migrate``)
         self.fired = False
         self._lock = threading.Lock()
@@ -447,7 +451,7 @@ class StallWatch:
 
     def said(self) -> str:
         return (
-            f"the PostgreSQL server did not answer for {self.limit_s:g} s (AFC_PG_STALL_S): a "
+            f"the PostgreSQL server did not answer for {self.limit_s:g} s ({self.because}): a "
             "backend that stopped (its server's disk hung, the process stopped); afc closed "
             "the connection"
         )
@@ -458,8 +462,7 @@ class StallWatch:
     def _run(self) -> None:
         import time
 
-        tick = min(1.0, self.limit_s / 4)
-        while not self._stop.wait(tick):
+        while not self._stop.wait(min(1.0, self.limit_s / 4)):
             with self._lock:
                 since, fd = self._since, self._fd
                 if since is None or fd is None or time.monotonic() - since <= self.limit_s:
@@ -1726,12 +1729,16 @@ class PostgresLedger(Ledger):
         """Group commit for the duration of a run on ``loop``; everything is committed after.
 
         Meanwhile the server ends this session should it stay idle in a transaction for a
-        whole lease (``_bound_idle_transactions``)."""
+        whole lease (``_bound_idle_transactions``), and a wait on the server is cut once it
+        lasts a third of a lease (``_bound_stalls``)."""
         self._bound_idle_transactions()
+        kept = self._bound_stalls()
         self._loop = loop
         try:
             yield
         finally:
+            if kept is not None:
+                self.db.raw.stall.limit_s, self.db.raw.stall.because = kept
             self._loop = None
             if self._in_tx and not self._broken:
                 self.flush()
@@ -1740,6 +1747,36 @@ class PostgresLedger(Ledger):
                 with contextlib.suppress(Exception):
                     self.db.raw.execute("RESET idle_in_transaction_session_timeout")
                 self._idle_bound = None
+
+    def _bound_stalls(self) -> tuple[float, str] | None:
+        """Cut a wait on the server (``StallWatch``) once it lasts a third of a lease
+        (``AFC_LEASE_S``, at least ``STALL_FLOOR_S``) for as long as the run loop lasts, where
+        ``AFC_PG_STALL_S`` (300 s) would wait longer; returns the limit and reason to restore.
+
+        The wait holds the run's event loop, so the run renews no lease meanwhile, and a
+        wait that outlasts what is left of its leases (a connection black-holed between this
+        host and the server, a backend stopped while the server answers the others) let
+        another host take its jobs over and pay for them again while this run's calls were
+        in flight: with the defaults (both 300 s) every lease ran out before the cut, and the
+        renders this run paid for were stored too late for the other host's probe, left
+        ``unknown`` without their cost. Cut at a third of a lease, the run stops (exit 1)
+        with a third of its lease at least still its own: its calls end within the grace and
+        their renders are stored under their output keys (``pipeline.store_kept``), where the
+        other host's probe finds them, once the leases run out, and records them at their
+        cost. A watch turned off (``AFC_PG_STALL_S=0``) stays off."""
+        from afc_cli.run import lease_seconds
+
+        stall = getattr(self.db.raw, "stall", None)
+        if stall is None:
+            return None
+        lease = lease_seconds()
+        bound = max(lease / 3, STALL_FLOOR_S)
+        if bound >= stall.limit_s:
+            return None
+        kept = (stall.limit_s, stall.because)
+        stall.limit_s = bound
+        stall.because = f"a third of its lease, AFC_LEASE_S = {lease:g} s"
+        return kept
 
     def _bound_idle_transactions(self) -> None:
         """Have the server end this session once it stays idle in a transaction for a whole
