@@ -596,24 +596,31 @@ def folder_problem(
     """What the submit's ``run.refuse_gone`` and ``run.hold_folder`` would refuse on this host
     in the ``file://`` folder ``store``, read without writing (no folder made, no mark): a
     folder missing, or one of another mark than the batch's, where its outputs were stored or
-    another host's runs store. The plan said such a submit would render and cost its
-    estimate, exit 0, and the submit was refused, exit 2 (outside audit 65a)."""
+    another host's runs store: a folder missing there too, which the submit makes with a
+    mark of its own and refuses (outside audit 65g). The plan said such a submit would render
+    and cost its estimate, exit 0, and the submit was refused, exit 2 (outside audit 65a)."""
     import os
 
     from afc_cli.ledger.core import RENDERED
     from afc_cli.owner import host_id
+    from afc_cli.storage.file import NO_MARK
 
     root = getattr(store, "root", None)
     if not store.local or root is None:
         return None
     stored = sum(1 for known in admitted.values() if known[1] in RENDERED)
     held, by = marked
+    here = host_id()
     if not os.path.lexists(root):
-        return gone_refusal(batch, store, held, stored) if stored else None
-    mark = store.folder_mark(make=False)
+        if stored:
+            return gone_refusal(batch, store, held, stored)
+        # made anew by the submit (``check``), with a mark of its own: another host's runs
+        # hold the batch to theirs, and it is refused as another folder (``hold_folder``)
+        mark = NO_MARK
+    else:
+        mark = store.folder_mark(make=False)
     if held is None or mark is None:
         return None
-    here = host_id()
     return folder_refusal(batch, store, mark, (held, by), here, stored if by == here else 0)
 
 
