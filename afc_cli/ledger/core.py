@@ -3588,7 +3588,8 @@ class Ledger:
         commit between them left one ``--json`` document whose ``counts`` disagreed with its
         ``jobs``. Only for a ledger opened to read (nothing is written on it afterwards).
         SQLite: a deferred transaction, its snapshot taken at the first read (WAL: writers
-        still commit beside it)."""
+        still commit beside it). PostgreSQL ends it once a streamed listing's cursor is
+        declared (``_stream``), its rows kept as of the moment."""
         self.db.execute("BEGIN")
 
     def chunks(self, sql: str, size: int) -> Iterator[list[tuple]]:

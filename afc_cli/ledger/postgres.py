@@ -824,6 +824,14 @@ class PostgresLedger(Ledger):
                 else:  # no parameters: psycopg sends the text as it is (``PgDatabase.execute``)
                     cursor.execute(sql)
                 names = [c.name for c in cursor.description]
+                if getattr(self, "_one_moment", False):
+                    # the moment's transaction (``read_one_moment``) ends here: its WITH HOLD
+                    # cursor keeps the rows of that moment, and no transaction stays open
+                    # while they are written out. Open until the last row ('afc status
+                    # --json | less' left unread), it held its lock on jobs: a newer afc's
+                    # migration waited behind it, then failed, every claim queued behind that
+                    self._one_moment = False
+                    self.db.execute("COMMIT")
             except psycopg.Error as exc:
                 if not _refused(exc):
                     raise
@@ -1134,8 +1142,10 @@ class PostgresLedger(Ledger):
 
     def read_one_moment(self) -> None:
         # the autocommit connection's statements saw each its own moment (READ COMMITTED);
-        # REPEATABLE READ: every read until close sees the first one's. Ended by ``close``.
+        # REPEATABLE READ: every read until close sees the first one's. Ended by ``close``,
+        # or by the first listing streamed (``_stream``), whose rows are then kept
         self.db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._one_moment = True
 
     def day_sql(self, column: str) -> str:
         # the whole second the moment is in, as on SQLite (to_timestamp rounds to the
