@@ -167,6 +167,9 @@ STALL_S = 300.0
 # In a run loop, which holds leases, a wait is cut sooner: once it lasts a third of the lease
 # (``AFC_LEASE_S``), but never before this many seconds (``PostgresLedger.grouped``)
 STALL_FLOOR_S = 5.0
+# and a wait for a lock then ends at this share of that bound (``_bound_lock_waits``): the
+# lock's own error, before the watch cuts the connection as a server that stopped answering
+LOCK_SHARE = 0.8
 # How long the probe of a connection pooler's mode (``refuse_shared_sessions``) waits for its
 # second connection's answer: a pool in session mode whose every server is taken queues it
 POOL_PROBE_S = 3.0
@@ -1743,12 +1746,16 @@ class PostgresLedger(Ledger):
         lasts a third of a lease (``_bound_stalls``)."""
         self._bound_idle_transactions()
         kept = self._bound_stalls()
+        waits = self._bound_lock_waits(kept)
         self._loop = loop
         try:
             yield
         finally:
             if kept is not None:
                 self.db.raw.stall.limit_s, self.db.raw.stall.because = kept
+            if waits is not None and not self._broken and not self.db.raw.closed:
+                with contextlib.suppress(Exception):
+                    self.db.raw.execute(f"SET lock_timeout = '{waits}'")
             self._loop = None
             if self._in_tx and not self._broken:
                 self.flush()
@@ -1787,6 +1794,31 @@ class PostgresLedger(Ledger):
         stall.limit_s = bound
         stall.because = f"a third of its lease, AFC_LEASE_S = {lease:g} s"
         return kept
+
+    def _bound_lock_waits(self, kept: tuple[float, str] | None) -> str | None:
+        """While ``_bound_stalls`` cuts a wait sooner than the session's ``lock_timeout``
+        (``LOCK_WAIT_S``, 30 s, or the role's), end a wait for a lock before it: at
+        ``LOCK_SHARE`` of the stall bound. A lock wait is no stalled server, and cut by the
+        watch it was said as one ("did not answer for 5 s ...: a backend that stopped (its
+        server's disk hung ...)", ``AFC_LEASE_S=15``), where the lock error names the session
+        to look for (pg_stat_activity) (tests/test_audit65h_lock_wait_in_run.py). Returns the ``lock_timeout`` to restore
+        at the loop's end, or None where it was left as it was."""
+        if kept is None or self._in_tx or self._broken:
+            return None
+        raw = self.db.raw
+        bound_ms = int(raw.stall.limit_s * LOCK_SHARE * 1000)
+        try:
+            was = raw.execute("SHOW lock_timeout").fetchone()[0]
+            current_ms = raw.execute(
+                "SELECT setting::bigint FROM pg_settings WHERE name = 'lock_timeout'"
+            ).fetchone()[0]
+            if current_ms != 0 and current_ms <= bound_ms:
+                return None
+            raw.execute(f"SET lock_timeout = {bound_ms}")
+        except _psycopg().Error as exc:
+            self._broken, self._broken_by = True, exc
+            raise self.write_error(exc) from None
+        return was
 
     def _bound_idle_transactions(self) -> None:
         """Have the server end this session once it stays idle in a transaction for a whole
