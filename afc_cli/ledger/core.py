@@ -4820,19 +4820,25 @@ class Ledger:
                 assignments = ", ".join(f"{name} = ?" for name in values)
                 expected = sha256.get(job["id"])
                 guard = "" if expected is None else " AND output_sha256 = ?"
-                cursor = self.db.execute(
+                # where its event goes as the row has it now, not as the command read it: a
+                # re-submit that moved (or added) the batch's webhook between that read and
+                # this transaction (on PostgreSQL the decision waits for its lock) had the
+                # decision's event sent to the URL the manifest no longer names, or not
+                # written at all (outside audit 65k)
+                decided_rows = self._all(
                     f"UPDATE jobs SET {assignments} WHERE id = ? AND status = 'awaiting_review'"
-                    + guard,
+                    + guard
+                    + f" RETURNING {RETURNED_NEWS}",
                     [*values.values(), job["id"], *([] if expected is None else [expected])],
                 )
-                if cursor.rowcount != 1:
+                if len(decided_rows) != 1:
                     now_row = self.db.execute(
                         "SELECT status, output_sha256 FROM jobs WHERE id = ?", (job["id"],)
                     ).fetchone()
                     if expected is not None and now_row and now_row[0] == "awaiting_review":
                         raise ReviewRace(job["key"], job["batch"], expected, now_row[1])
                     raise ReviewRace(job["key"], job["batch"])
-                job.update(values)
+                job.update(values, **decided_rows[0])
                 self.db.execute(
                     "INSERT INTO reviews (job_id, batch, decision, decided_by, note, decided_at)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
