@@ -350,6 +350,9 @@ class Deliverer:
         # receiver -> the URLs of it this process has claimed rows of: a receiver skipped
         # is left unclaimed by these (a URL of it not met yet is claimed once, then let go)
         self.urls_of: dict[str, set[str]] = {}
+        # receiver -> how long (``clock``) its last answered POST from this process took: a
+        # run's last pass (``drain``'s ``bounded``) does not start one it would not see end
+        self.took: dict[str, float] = {}
         # whether a POST a cancel cuts short is given back at once (a stop), or stays leased
         # until its lease runs out (``worker.drain_while_idle`` giving way to jobs)
         self.give_back = True
@@ -369,6 +372,7 @@ class Deliverer:
         failed: set[str] | frozenset[str] = frozenset(),
         only: str | None = None,
         wait_rest: bool = False,
+        bounded: bool = False,
     ) -> DrainStats:
         """Deliver every row due when the pass began once, until none is left or the deadline
         passes.
@@ -386,7 +390,14 @@ class Deliverer:
         ``wait_rest`` (a run's last pass): a receiver resting on its Retry-After, with events
         due, is waited for when its rest ends before the deadline, then posted to: the last
         pass ended at the first 'Retry-After: 1', leaving every other due event to the next
-        run (a cron'd resume of a finished night: 11 posted, 300 left, run after run)."""
+        run (a cron'd resume of a finished night: 11 posted, 300 left, run after run).
+        ``bounded`` (a run's last pass too): a receiver whose last answer to this process
+        took longer than what is left before the deadline is not posted to in this pass (its
+        rows released, their tries unchanged): its POST would hold the run's end past the
+        deadline. A receiver answering 200 after 30 s (its ``timeout_s`` 60) had a run end
+        one POST after its renders (the one the pass beside the batch had under way) and
+        then another, which the last pass started as it began: 59 s, and with 110 s answers
+        (``timeout_s`` 120) 219 s, where README promises at most one timeout."""
         stats = DrainStats()
         stats.failed.update(failed)
         ledger = self.ledger
@@ -432,6 +443,14 @@ class Deliverer:
                                 stats.skipped += len(pending)
                                 break
                             if deadline is not None and self.clock() >= deadline:
+                                break
+                            if (
+                                bounded
+                                and deadline is not None
+                                and self.took.get(receiver, 0.0) > deadline - self.clock()
+                            ):
+                                stats.failed.add(receiver)  # not claimed again in this pass
+                                stats.skipped += len(pending)
                                 break
                             pending.pop(0)
                             unposted.discard(row["id"])
@@ -562,6 +581,7 @@ class Deliverer:
             # the whole POST within timeout_s (httpx's timeout is per phase), so it ends
             # within the lease hold_delivery just extended
             response = await asyncio.wait_for(self._post(row, headers), row["timeout_s"])
+            self.took[receiver] = max(0.0, self.clock() - now)
             status = response.status_code
             retry_after = parse_retry_after(
                 response.headers.get("retry-after"), date=response.headers.get("date")
@@ -655,8 +675,10 @@ async def run_beside(ledger: Ledger, stop: asyncio.Event, interval: float = 1.0)
         # a receiver that just timed out (as the batch ended) is left to the next run or
         # 'afc webhooks deliver': the run ends one timeout after its renders, not two; one
         # that failed fast (a 503, a refused connection) costs nothing to try once more
+        # nor is one whose answers take longer than the pass has left (``bounded``): the
+        # run ends within FINAL_DRAIN_S of the pass beside it, not a slow POST after that
         await deliverer.drain(
-            deadline=time.time() + FINAL_DRAIN_S, failed=last.slow, wait_rest=True
+            deadline=time.time() + FINAL_DRAIN_S, failed=last.slow, wait_rest=True, bounded=True
         )
     finally:
         await deliverer.close()
