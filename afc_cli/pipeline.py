@@ -493,6 +493,10 @@ class RunContext:
     # check sees it mended; a store of the batch that succeeds (a worker retrying a waiting
     # upload) ends it
     storage_denied: dict[str, tuple[StorageError, float]] = field(default_factory=dict)
+    # (provider, model) -> the ``auth`` answer a call of this run met (a key refused, an
+    # account out of money, a model its key may not use): no other job sends that model a
+    # request in this run (``render``), each would meet the same answer
+    refused: dict[tuple[str, str], str] = field(default_factory=dict)
     # the jobs of this run past their probe (rendering, spooling, storing), each with its
     # batch: the stores that may end a multipart refusal's hold of the batch (``_in_flight``)
     storing_for: dict[str, str] = field(default_factory=dict)
@@ -751,6 +755,9 @@ BUDGET_LOOK_S = 2.0
 # how long a worker's rounds leave a job alone whose output key another job holds with a
 # paid render no run is working on (``OutputHeld``): that job's batch must run first
 OUTPUT_HELD_PAUSE_S = 30.0
+# how long a worker's rounds leave a job alone whose model refused a request of the run for
+# its key, account or access (``render``): each round would send one refused request again
+REFUSED_PAUSE_S = 300.0
 
 
 async def _start_attempt(
@@ -2076,6 +2083,25 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 inputs = await _read_inputs(ctx, job)
                 if inputs is None or ctx.stopping.is_set():
                     return False
+            refused = ctx.refused.get((entry["provider"], entry["model"]))
+            if resume is None and refused is not None:
+                # A key refused (401), an account out of money (OpenAI's insufficient_quota,
+                # Replicate's 402), a model the key may not use (403): met by every job, one
+                # free request each, and each job failed ('auth' ends its chain) for a person
+                # to retry: a 10,000-job batch sent 10,000 requests to be refused. The jobs
+                # after the first wait for the next run instead, nothing sent; that run sends
+                # one request again (the key or the account fixed meanwhile, or not).
+                ctx.ledger.set_waiting(
+                    job,
+                    f"not sent: {entry['provider']}/{entry['model']} refused a request of this "
+                    f"run ({refused}); this job waits for the next run, nothing sent or paid: "
+                    "fix the key or the account, then run afc resume",
+                )
+                ctx.report(job, "waiting", "provider refused", reason="provider refused")
+                # a worker's rounds leave it alone a while (each would send one refused
+                # request again); a person's 'afc resume' tries it at once
+                ctx.ledger.pause_claims(job["id"], REFUSED_PAUSE_S, idle=True)
+                return False
             # from its attempt row to the end of its storage work, a stopping run lets this
             # job finish (within the grace period) rather than abandon a paid call
             ctx.protected.add(job["id"])
@@ -2408,6 +2434,9 @@ async def render(ctx: RunContext, job: dict[str, Any]) -> bool:
                 if error_class == "auth" and provider.resumable and polled[0] is not None:
                     _key_lost_polling(ctx, job, number, report, started, exc, polled[0])
                     return False
+                if error_class == "auth" and provider.refusal_holds_model:
+                    # the model's other jobs wait for the next run (above)
+                    ctx.refused.setdefault((entry["provider"], entry["model"]), message)
                 if left_url[0] and getattr(exc, "stopped_run", False):
                     # afc stopped while the output was out of reach: its URL is committed, so
                     # the attempt is left to the next run, which fetches it for free while the

@@ -690,7 +690,14 @@ def work(
                     ledger.release(job)
                 break
             if not jobs:
-                if until_idle and idle(ledger.runnable_job_ids(batch=batch, include_blocked=False)):
+                runnable: list[str] = []
+                if until_idle:
+                    # less the jobs held from a model that refused this worker's key: nothing
+                    # a round can end until it is fixed (``Ledger.pause_claims``' ``idle``)
+                    paused = ledger.paused_idle()
+                    runnable = ledger.runnable_job_ids(batch=batch, include_blocked=False)
+                    runnable = [job_id for job_id in runnable if job_id not in paused]
+                if until_idle and idle(runnable):
                     # a look before saying so, whenever it was last made: jobs its last look
                     # had not seen ready yet are claimed next. Made only then: a worker
                     # waiting for another process's jobs made one at every poll

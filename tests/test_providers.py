@@ -132,19 +132,25 @@ def test_openai_error_classes(afc, fake):
     jobs = run(
         afc,
         "openai",
-        ["rate-limit me", "quota", "moderation", "bad-size", "boom", "dalle-url"],
+        ["rate-limit me", "moderation", "bad-size", "boom", "dalle-url"],
         expect=1,
     )
     assert jobs["j0"]["status"] == "succeeded" and jobs["j0"]["attempts"] == 2
     first = attempts_of(afc, "j0")[0]
     assert (first["error_class"], first["http_status"]) == ("rate_limited", 429)
-    assert jobs["j1"]["error"]["class"] == "auth" and jobs["j1"]["attempts"] == 1
-    assert "quota" in jobs["j1"]["error"]["message"]
-    assert jobs["j2"]["error"]["class"] == "refusal" and jobs["j2"]["attempts"] == 3
-    assert jobs["j3"]["error"]["class"] == "invalid" and jobs["j3"]["attempts"] == 1
-    assert jobs["j4"]["error"]["class"] == "server" and jobs["j4"]["attempts"] == 3
-    assert jobs["j5"]["status"] == "succeeded"  # a url answer, downloaded at once
+    assert jobs["j1"]["error"]["class"] == "refusal" and jobs["j1"]["attempts"] == 3
+    assert jobs["j2"]["error"]["class"] == "invalid" and jobs["j2"]["attempts"] == 1
+    assert jobs["j3"]["error"]["class"] == "server" and jobs["j3"]["attempts"] == 3
+    assert jobs["j4"]["status"] == "succeeded"  # a url answer, downloaded at once
     assert fake.counts["download"] == 1
+
+
+def test_openai_out_of_quota_is_auth(afc, fake):
+    """Apart from the other classes: an account out of money holds the model's other jobs in
+    the run (tests/test_audit65i_refused_key.py)."""
+    jobs = run(afc, "openai", ["quota"], expect=1)
+    assert jobs["j0"]["error"]["class"] == "auth" and jobs["j0"]["attempts"] == 1
+    assert "quota" in jobs["j0"]["error"]["message"]
 
 
 def test_openai_bad_key_is_auth(afc, fake):

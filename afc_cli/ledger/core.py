@@ -736,22 +736,36 @@ class Ledger:
 
     # jobs this process's claims leave alone until then (monotonic), by id (``pause_claims``)
     _paused: dict[str, float] | None = None
+    _paused_idle: set[str] | None = None
 
     # the attempts this process started and has not ended: (job id, number) -> (started_at,
     # ``owner.awake_clock`` then), so ``end_attempt`` measures the call's length on a clock no
     # step of the wall clock moves
     _began: dict[tuple[str, int], tuple[float, float]] | None = None
 
-    def pause_claims(self, job_id: str, seconds: float) -> None:
+    def pause_claims(self, job_id: str, seconds: float, *, idle: bool = False) -> None:
         """This process's claims (``claim_runnable``: a worker's rounds) leave a job alone for
         ``seconds``: one whose storage work just gave up (``pipeline._storage_gave_up``) is not
         tried again at the next round, every ``--poll``, which spent its ``MAX_STORE_REQUEUES``
         in seconds of a storage outage. In this process only (the job's host lease keeps other
         hosts off it meanwhile, and its ``lease_mono`` this host's other workers: ``set_waiting``
-        ``paused_s``; a person's ``afc resume`` tries it at once)."""
+        ``paused_s``; a person's ``afc resume`` tries it at once).
+
+        ``idle``: meanwhile an ``afc worker --until-idle`` counts it as nothing left to run
+        (``paused_idle``): a job whose model refused this process's key (``pipeline.render``)
+        would otherwise hold the script's worker polling until the pause ended, then send one
+        refused request, and again."""
         if self._paused is None:
             self._paused = {}
         self._paused[job_id] = time.monotonic() + seconds
+        if idle:
+            if self._paused_idle is None:
+                self._paused_idle = set()
+            self._paused_idle.add(job_id)
+
+    def paused_idle(self) -> set[str]:
+        """The jobs ``pause_claims(..., idle=True)`` paused, while paused."""
+        return self._paused_idle & self._paused_ids() if self._paused_idle else set()
 
     def _paused_ids(self) -> set[str]:
         if not self._paused:

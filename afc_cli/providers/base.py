@@ -209,6 +209,11 @@ class Provider:
     name: str = ""
     key_env: str | None = None  # the environment variable holding the API key
     resumable = False  # job-style: a submitted request can be polled again by id
+    # An ``auth`` answer is about the key, the account or the model (a 401, a 402, OpenAI's
+    # insufficient_quota, a 403 for a model the key may not use), not the one request: the
+    # model's other jobs are not sent in the run that met it (``pipeline.render``). The
+    # ``local`` provider's failures are each job's own (its ``fail`` param): False.
+    refusal_holds_model = True
     # The params this adapter reads or sends. None: the params are the model's own inputs,
     # passed through as they are (Replicate, fal), so any name may be meaningful.
     params: frozenset[str] | None = None

@@ -59,6 +59,7 @@ _WORK_MAY_HAVE_HAPPENED = {"timeout", "window_expired"}
 class LocalProvider(Provider):
     name = "local"
     priced_by = frozenset({"per_image", "per_second"})
+    refusal_holds_model = False  # an injected 'auth' failure is its job's alone
     params = frozenset(
         {"latency_s", "fail", "retry_after_s", "size", "seconds", "output_format", "seed"}
     )
