@@ -1808,10 +1808,11 @@ class PostgresLedger(Ledger):
         raw = self.db.raw
         bound_ms = int(raw.stall.limit_s * LOCK_SHARE * 1000)
         try:
-            was = raw.execute("SHOW lock_timeout").fetchone()[0]
-            current_ms = raw.execute(
-                "SELECT setting::bigint FROM pg_settings WHERE name = 'lock_timeout'"
-            ).fetchone()[0]
+            # its value as SHOW gives it (to restore) and in milliseconds, in one round trip
+            was, current_ms = raw.execute(
+                "SELECT current_setting('lock_timeout'), setting::bigint FROM pg_settings"
+                " WHERE name = 'lock_timeout'"
+            ).fetchone()
             if current_ms != 0 and current_ms <= bound_ms:
                 return None
             raw.execute(f"SET lock_timeout = {bound_ms}")
